@@ -1,0 +1,42 @@
+# Two commands on a fresh clone: `make train` and `make test` (each installs on demand).
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+TORCH_VERSION := 2.13.0
+ARGS ?=
+
+.PHONY: help install train test test-fast lint format bench clean
+
+help:  ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-10s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --upgrade pip >/dev/null
+	# torch first, pinned: a bare requirement would pull a multi-GB CUDA build
+	$(BIN)/pip install torch==$(TORCH_VERSION)
+	$(BIN)/pip install -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)  ## create .venv with torch==2.13.0 and the project (editable, with dev tools)
+
+train: $(STAMP)  ## train (default: Multi30k Transformer); e.g. make train ARGS="data=toy"
+	$(BIN)/python train.py $(ARGS)
+
+test: $(STAMP)  ## run the whole test suite (CPU, offline)
+	$(BIN)/python -m pytest $(ARGS)
+
+test-fast: $(STAMP)  ## tests without the end-to-end training runs
+	$(BIN)/python -m pytest -m "not slow" $(ARGS)
+
+lint: $(STAMP)  ## ruff check + format check
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: $(STAMP)  ## apply ruff fixes and formatting
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+clean:  ## remove run outputs and caches (keeps .venv)
+	rm -rf runs outputs multirun .pytest_cache .ruff_cache
