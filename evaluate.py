@@ -1,0 +1,15 @@
+"""Evaluate or use a checkpoint: python evaluate.py ckpt_path=PATH [split=test] [decode.beam_size=5]."""
+
+import hydra
+from omegaconf import DictConfig
+
+from nmt.evaluation import evaluate
+
+
+@hydra.main(config_path="conf", config_name="evaluate", version_base="1.3")
+def main(cfg: DictConfig) -> None:
+    evaluate(cfg)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,186 @@
+"""evaluate(cfg): rebuild a model from a checkpoint alone, decode, score, report."""
+
+import json
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+from rich.console import Console
+from rich.table import Table
+
+from nmt.build import build_datamodule, build_model
+from nmt.checkpoint import CheckpointError, average_state_dicts, epoch_checkpoints, load_checkpoint
+from nmt.data.batching import token_batches
+from nmt.data.sources import read_lines
+from nmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
+from nmt.lit import CHECKPOINT_KEY
+from nmt.metrics import corpus_scores
+from nmt.search import SearchConfig, decode
+
+log = logging.getLogger(__name__)
+console = Console(stderr=True)
+
+
+@dataclass
+class LoadedModel:
+    model: torch.nn.Module
+    src_tokenizer: Tokenizer
+    tgt_tokenizer: Tokenizer
+    config: dict
+    checkpoints: list[str]
+
+
+def pick_device(name: str = "auto") -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def load_model(ckpt_path: str | os.PathLike, average_last: int = 0, device: str = "auto") -> LoadedModel:
+    """The model, tokenizers and config stored in a checkpoint; with ``average_last=N`` the weights are
+    the mean of the run's last N epoch checkpoints."""
+    checkpoint = load_checkpoint(ckpt_path)
+    paths = [str(ckpt_path)]
+    state_dict = checkpoint["state_dict"]
+    if average_last > 1:
+        candidates = epoch_checkpoints(Path(ckpt_path).expanduser().parent)[-average_last:]
+        if len(candidates) < 2:
+            raise CheckpointError(f"average_last={average_last}: found {len(candidates)} epoch*.ckpt beside "
+                                  f"{ckpt_path}; keep more with checkpoint.keep_last_epochs when training")  # fmt: skip
+        paths = [str(p) for p in candidates]
+        state_dict = average_state_dicts([load_checkpoint(p)["state_dict"] for p in candidates])
+    section = checkpoint[CHECKPOINT_KEY]
+    src_tokenizer, tgt_tokenizer = Tokenizer(section["src_tokenizer"]), Tokenizer(section["tgt_tokenizer"])
+    config = section["config"]
+    model = build_model(config["model"], src_tokenizer.vocab_size, tgt_tokenizer.vocab_size)
+    weights = {k.removeprefix("model."): v for k, v in state_dict.items() if k.startswith("model.")}
+    model.load_state_dict(weights)
+    model.to(pick_device(device)).eval()
+    return LoadedModel(model, src_tokenizer, tgt_tokenizer, config, paths)
+
+
+@torch.no_grad()
+def translate_lines(
+    loaded: LoadedModel,
+    lines: Sequence[str],
+    search: SearchConfig,
+    max_tokens: int = 6000,
+    max_input_len: int = 256,
+) -> list[str]:
+    """Translate raw sentences: batched by length for speed, returned in input order. Empty lines stay
+    empty; inputs longer than ``max_input_len`` subword tokens are truncated with a warning."""
+    device = next(loaded.model.parameters()).device
+    encoded = loaded.src_tokenizer.encode_batch(list(lines))
+    for number, ids in enumerate(encoded, start=1):
+        if len(ids) > max_input_len:
+            log.warning("input line %d has %d tokens; truncated to max_input_len=%d", number, len(ids), max_input_len)
+            encoded[number - 1] = ids[:max_input_len]
+    outputs = [""] * len(lines)
+    non_empty = [i for i, ids in enumerate(encoded) if ids]
+    lengths = {i: len(encoded[i]) + 1 for i in non_empty}
+    order = sorted(non_empty, key=lengths.__getitem__)
+    budget = max(max_tokens // max(search.beam_size if search.strategy == "beam" else 1, 1), max(lengths.values(), default=1))
+    for batch in token_batches(lengths, budget, order):
+        src = torch.nn.utils.rnn.pad_sequence(
+            [torch.tensor(encoded[i] + [EOS_ID]) for i in batch], batch_first=True, padding_value=PAD_ID
+        ).to(device)
+        for i, ids in zip(batch, decode(loaded.model, src, BOS_ID, EOS_ID, search), strict=True):
+            outputs[i] = loaded.tgt_tokenizer.decode(ids)
+    return outputs
+
+
+def evaluate_checkpoint(
+    ckpt_path: str,
+    split: str = "test",
+    search: SearchConfig | None = None,
+    data_overrides: dict | None = None,
+    average_last: int = 0,
+    device: str = "auto",
+    max_tokens: int = 6000,
+    out_dir: str | None = None,
+    samples: int = 5,
+) -> dict:
+    """Decode a split of the checkpoint's corpus, score it, write hypotheses and metrics, print a table."""
+    search = search or SearchConfig()
+    loaded = load_model(ckpt_path, average_last, device)
+    data_cfg = OmegaConf.create(loaded.config["data"])
+    for key, value in (data_overrides or {}).items():
+        if value is not None:
+            data_cfg[key] = value
+    split_name = split
+    if split not in ("train", "val", "test"):
+        if "test_set" not in data_cfg:
+            raise ValueError(f"split={split!r}: this corpus has only 'train', 'val' and 'test'")
+        data_cfg.test_set, split = split, "test"
+    datamodule = build_datamodule(data_cfg, loaded.config["cache_dir"], loaded.config["seed"])
+    sources, references = datamodule.text(split)
+    hypotheses = translate_lines(loaded, sources, search, max_tokens)
+    scores = corpus_scores(hypotheses, references, datamodule.tgt_lang)
+    tag = f"{split_name}_{search.strategy}{search.beam_size if search.strategy == 'beam' else ''}"
+    if average_last > 1:
+        tag += f"_avg{average_last}"
+    run_dir = Path(ckpt_path).expanduser().resolve().parent.parent
+    out = Path(out_dir) if out_dir else run_dir / "eval" / tag
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "hypotheses.txt").write_text("".join(h + "\n" for h in hypotheses), encoding="utf-8")
+    result = {
+        "checkpoints": loaded.checkpoints,
+        "data": datamodule.describe(),
+        "split": split_name,
+        "search": search.__dict__,
+        **scores,
+        "hypotheses": str(out / "hypotheses.txt"),
+    }
+    (out / "metrics.json").write_text(json.dumps(result, indent=2))
+    _report(result, sources, references, hypotheses, samples)
+    return result
+
+
+def _report(result: dict, sources, references, hypotheses, samples: int) -> None:
+    table = Table(title=f"{result['data']} - {result['split']} ({result['sentences']} sentences)")
+    for column in ("metric", "value"):
+        table.add_column(column)
+    table.add_row("BLEU (sacreBLEU, cased)", f"{result['bleu']:.2f}")
+    table.add_row("BLEU 1-4 precisions", " / ".join(f"{p:.1f}" for p in result["bleu_precisions"]))
+    table.add_row("brevity penalty / length ratio", f"{result['brevity_penalty']:.3f} / {result['length_ratio']:.3f}")
+    table.add_row("chrF", f"{result['chrf']:.2f}")
+    table.add_row("BLEU (lowercased, tokenised)", f"{result['bleu_tok_lc']:.2f}")
+    table.add_row("signature", result["bleu_signature"])
+    console.print(table)
+    if samples:
+        examples = Table(title="sample translations", show_lines=True)
+        for column in ("source", "reference", "hypothesis"):
+            examples.add_column(column)
+        for i in range(min(samples, len(sources))):
+            examples.add_row(sources[i], references[i], hypotheses[i])
+        console.print(examples)
+    console.print(f"hypotheses and metrics: {Path(result['hypotheses']).parent}")
+
+
+def evaluate(cfg: DictConfig) -> dict:
+    """``evaluate.py``: score a split, or translate ``input`` (a file or "-" for stdin)."""
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    search = SearchConfig(**cfg.decode)
+    if cfg.input is None:
+        overrides = OmegaConf.to_container(cfg.data, resolve=True)
+        return evaluate_checkpoint(cfg.ckpt_path, cfg.split, search, overrides, cfg.average_last, cfg.device,
+                                   cfg.max_tokens, cfg.out_dir, cfg.samples)  # fmt: skip
+    loaded = load_model(cfg.ckpt_path, cfg.average_last, cfg.device)
+    if cfg.input == "-":
+        lines = [line.rstrip("\r\n") for line in sys.stdin]
+    else:
+        lines = read_lines(cfg.input)
+    translations = translate_lines(loaded, lines, search, cfg.max_tokens, cfg.max_input_len)
+    text = "".join(t + "\n" for t in translations)
+    if cfg.output in (None, "-"):
+        sys.stdout.write(text)
+    else:
+        Path(cfg.output).write_text(text, encoding="utf-8")
+        console.print(f"{len(translations)} translations written to {cfg.output}")
+    return {"translations": len(translations), "output": cfg.output or "-"}

@@ -1,0 +1,121 @@
+"""The one LightningModule that trains and validates every nmt model."""
+
+import lightning as L
+import torch
+from torchmetrics import SumMetric
+from torchmetrics.text import CHRFScore, SacreBLEUScore
+
+from nmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
+from nmt.search import SearchConfig, decode
+
+CHECKPOINT_KEY = "nmt"
+CHECKPOINT_FORMAT = 1
+
+
+class TranslationModule(L.LightningModule):
+    """Teacher-forced training with a (label-smoothed) loss; validation loss, perplexity, token accuracy,
+    and every ``bleu_every_n_epochs`` epochs BLEU and chrF of decoded validation sentences.
+
+    The model, loss, optimiser and schedule arrive built (or as factories), so nothing here depends on
+    the architecture. Checkpoints carry the resolved config and both tokenizers (plain data only).
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        loss: torch.nn.Module,
+        optimizer,
+        scheduler,
+        src_tokenizer: Tokenizer,
+        tgt_tokenizer: Tokenizer,
+        config: dict,
+        val_search: SearchConfig,
+        bleu_every_n_epochs: int = 1,
+        max_bad_steps: int = 10,
+    ) -> None:
+        super().__init__()
+        self.model = model
+        self.loss = loss
+        self.optimizer_factory = optimizer
+        self.scheduler_factory = scheduler
+        self.src_tokenizer, self.tgt_tokenizer = src_tokenizer, tgt_tokenizer
+        self.config = config
+        self.val_search = val_search
+        self.bleu_every_n_epochs = bleu_every_n_epochs
+        self.max_bad_steps = max_bad_steps
+        self.bad_steps = 0
+        # sums, not means, so that perplexity is exact per token even across processes
+        self.val_nll, self.val_tokens, self.val_correct = SumMetric(), SumMetric(), SumMetric()
+        self.val_bleu = SacreBLEUScore(tokenize="13a")
+        self.val_chrf = CHRFScore(n_word_order=0)
+        self.val_samples: list[tuple[str, str, str]] = []
+
+    # ---- training ------------------------------------------------------------------------------
+    def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor | None:
+        logits = self.model(batch["src"], batch["tgt_in"])  # (batch, tgt_len, vocab)
+        loss, _, tokens = self.loss(logits, batch["tgt_out"])
+        if not torch.isfinite(loss):
+            self.bad_steps += 1
+            if self.bad_steps > self.max_bad_steps:
+                raise FloatingPointError(
+                    f"non-finite loss at step {self.global_step} ({self.bad_steps} such batches, more than "
+                    f"max_bad_steps={self.max_bad_steps}): lower the learning rate or use precision=32"
+                )
+            self.print(f"warning: non-finite loss at step {self.global_step}; batch skipped")
+            return None  # Lightning skips the optimiser step
+        self.log("train_loss", loss, prog_bar=True, batch_size=int(tokens))
+        self.log("train_tokens", tokens.float(), reduce_fx="sum", on_step=False, on_epoch=True)
+        self.log("lr", self.optimizers().param_groups[0]["lr"], on_step=True, on_epoch=False)
+        return loss
+
+    def configure_optimizers(self):
+        optimizer = self.optimizer_factory(self.parameters())
+        if self.scheduler_factory is None:
+            return optimizer
+        scheduler = self.scheduler_factory(optimizer, total_steps=int(self.trainer.estimated_stepping_batches))
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    # ---- validation ----------------------------------------------------------------------------
+    def decodes_this_epoch(self) -> bool:
+        return self.bleu_every_n_epochs > 0 and (self.current_epoch + 1) % self.bleu_every_n_epochs == 0
+
+    def translate(self, src: torch.Tensor, search: SearchConfig) -> list[str]:
+        """A padded source batch -> detokenised translations."""
+        return [self.tgt_tokenizer.decode(ids) for ids in decode(self.model, src, BOS_ID, EOS_ID, search)]
+
+    def validation_step(self, batch: dict, batch_idx: int) -> None:
+        logits = self.model(batch["src"], batch["tgt_in"])
+        _, nll, tokens = self.loss(logits, batch["tgt_out"])
+        target = batch["tgt_out"]
+        correct = ((logits.argmax(dim=-1) == target) & (target != PAD_ID)).sum()
+        self.val_nll.update(nll)
+        self.val_tokens.update(tokens)
+        self.val_correct.update(correct)
+        if self.decodes_this_epoch():
+            hypotheses = self.translate(batch["src"], self.val_search)
+            self.val_bleu.update(hypotheses, [[r] for r in batch["refs"]])
+            self.val_chrf.update(hypotheses, [[r] for r in batch["refs"]])
+            if batch_idx == 0:
+                sources = [self.src_tokenizer.decode(s.tolist()) for s in batch["src"][:3]]
+                self.val_samples = list(zip(sources, batch["refs"][:3], hypotheses[:3], strict=True))
+
+    def on_validation_epoch_end(self) -> None:
+        tokens = self.val_tokens.compute().clamp(min=1)
+        nll = self.val_nll.compute() / tokens
+        self.log("val_loss", nll, prog_bar=True)
+        self.log("val_ppl", torch.exp(nll.clamp(max=50)))
+        self.log("val_acc", self.val_correct.compute() / tokens)
+        if self.decodes_this_epoch() and not self.trainer.sanity_checking:
+            self.log("val_bleu", self.val_bleu.compute() * 100, prog_bar=True)
+            self.log("val_chrf", self.val_chrf.compute() * 100)
+        for metric in (self.val_nll, self.val_tokens, self.val_correct, self.val_bleu, self.val_chrf):
+            metric.reset()
+
+    # ---- checkpoints: plain data only, so they load with weights_only=True --------------------
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        checkpoint[CHECKPOINT_KEY] = {
+            "format": CHECKPOINT_FORMAT,
+            "config": self.config,
+            "src_tokenizer": self.src_tokenizer.model_proto,
+            "tgt_tokenizer": self.tgt_tokenizer.model_proto,
+        }

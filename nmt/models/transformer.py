@@ -1,0 +1,222 @@
+"""The encoder-decoder Transformer (Vaswani et al. 2017), assembled from the modules in nmt.modules.
+
+Position encoding and normalisation arrive as factories (config groups ``pos`` and ``norm``), so the
+same code builds every variant; ``norm_position`` places the norm before (pre) or after (post) each
+residual block.
+"""
+
+import math
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from nmt.models.state import DecoderState
+from nmt.modules.attention import MultiHeadAttention
+from nmt.modules.feedforward import FeedForward
+from nmt.modules.position import PositionEncoding
+
+NormFactory = Callable[[int], nn.Module]
+PositionFactory = Callable[..., PositionEncoding]
+
+TIE_OPTIONS = ("none", "decoder", "all")
+NORM_POSITIONS = ("pre", "post")
+
+
+class Residual(nn.Module):
+    """x + dropout(f(norm(x))) with pre-norm, norm(x + dropout(f(x))) with post-norm."""
+
+    def __init__(self, d_model: int, norm: NormFactory, dropout: float, pre_norm: bool) -> None:
+        super().__init__()
+        self.norm = norm(d_model)
+        self.dropout = nn.Dropout(dropout)
+        self.pre_norm = pre_norm
+
+    def forward(self, x: torch.Tensor, sublayer: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+        if self.pre_norm:
+            return x + self.dropout(sublayer(self.norm(x)))
+        return self.norm(x + self.dropout(sublayer(x)))
+
+
+class EncoderLayer(nn.Module):
+    def __init__(self, d_model, num_heads, ffn_dim, dropout, attention_dropout, activation, norm, pre_norm,
+                 position, fused) -> None:  # fmt: skip
+        super().__init__()
+        self.self_attn = MultiHeadAttention(d_model, num_heads, attention_dropout, position, fused)
+        self.ffn = FeedForward(d_model, ffn_dim, dropout, activation)
+        self.attn_block = Residual(d_model, norm, dropout, pre_norm)
+        self.ffn_block = Residual(d_model, norm, dropout, pre_norm)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        # x: (batch, src_len, d_model); mask: (batch, 1, 1, src_len)
+        def attend(h: torch.Tensor) -> torch.Tensor:
+            k, v = self.self_attn.project_kv(h, positions)
+            return self.self_attn(h, k, v, mask, positions, positions)
+
+        x = self.attn_block(x, attend)
+        return self.ffn_block(x, self.ffn)
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, d_model, num_heads, ffn_dim, dropout, attention_dropout, activation, norm, pre_norm,
+                 position, fused) -> None:  # fmt: skip
+        super().__init__()
+        self.self_attn = MultiHeadAttention(d_model, num_heads, attention_dropout, position, fused)
+        self.cross_attn = MultiHeadAttention(d_model, num_heads, attention_dropout, None, fused)
+        self.ffn = FeedForward(d_model, ffn_dim, dropout, activation)
+        self.self_block = Residual(d_model, norm, dropout, pre_norm)
+        self.cross_block = Residual(d_model, norm, dropout, pre_norm)
+        self.ffn_block = Residual(d_model, norm, dropout, pre_norm)
+
+    def forward(self, x, positions, self_mask, cross_k, cross_v, cross_mask, past_k=None, past_v=None):
+        """x: (batch, tgt_len, d_model) for tgt positions ``positions``; past_k/v: (batch, heads, past, hd)
+        cached keys/values of earlier positions. Returns x and the keys/values of all positions so far."""
+        cache = {}
+
+        def self_attend(h: torch.Tensor) -> torch.Tensor:
+            k, v = self.self_attn.project_kv(h, positions)
+            if past_k is not None:
+                k, v = torch.cat((past_k, k), dim=2), torch.cat((past_v, v), dim=2)
+            cache["k"], cache["v"] = k, v
+            k_pos = torch.arange(k.size(2), device=k.device)
+            return self.self_attn(h, k, v, self_mask, positions, k_pos)
+
+        x = self.self_block(x, self_attend)
+        x = self.cross_block(x, lambda h: self.cross_attn(h, cross_k, cross_v, cross_mask))
+        x = self.ffn_block(x, self.ffn)
+        return x, cache["k"], cache["v"]
+
+
+class Transformer(nn.Module):
+    """Encoder-decoder Transformer with the incremental decoding interface of every nmt model:
+
+    ``encode(src) -> state``, ``decode_step(prev_tokens, state) -> (logits, state)``, ``state.reorder``.
+    """
+
+    def __init__(
+        self,
+        src_vocab_size: int,
+        tgt_vocab_size: int,
+        pad_id: int,
+        position: PositionFactory,
+        norm: NormFactory,
+        d_model: int = 512,
+        num_heads: int = 8,
+        encoder_layers: int = 6,
+        decoder_layers: int = 6,
+        ffn_dim: int = 2048,
+        dropout: float = 0.1,
+        attention_dropout: float = 0.0,
+        activation: str = "relu",
+        norm_position: str = "pre",
+        tie_embeddings: str = "decoder",
+        fused_attention: bool = True,
+    ) -> None:
+        super().__init__()
+        if tie_embeddings not in TIE_OPTIONS:
+            raise ValueError(f"model.tie_embeddings={tie_embeddings!r} is not one of {list(TIE_OPTIONS)}")
+        if norm_position not in NORM_POSITIONS:
+            raise ValueError(f"model.norm_position={norm_position!r} is not one of {list(NORM_POSITIONS)}")
+        if d_model % num_heads:
+            raise ValueError(f"model.d_model={d_model} is not divisible by model.num_heads={num_heads}")
+        if tie_embeddings == "all" and src_vocab_size != tgt_vocab_size:
+            raise ValueError(
+                "model.tie_embeddings='all' shares one table between source and target, which needs a joint "
+                f"vocabulary (data.tokenizer.joint=true); got sizes {src_vocab_size} and {tgt_vocab_size}"
+            )
+        self.pad_id = pad_id
+        self.d_model = d_model
+        self.embed_scale = math.sqrt(d_model)
+        head_dim = d_model // num_heads
+        pre_norm = norm_position == "pre"
+
+        self.src_embed = nn.Embedding(src_vocab_size, d_model, padding_idx=pad_id)
+        self.tgt_embed = self.src_embed if tie_embeddings == "all" else nn.Embedding(
+            tgt_vocab_size, d_model, padding_idx=pad_id
+        )
+        # one position module per stack: learned/relative tables are not shared between encoder and decoder
+        self.src_pos = position(d_model=d_model, head_dim=head_dim)
+        self.tgt_pos = position(d_model=d_model, head_dim=head_dim)
+        self.dropout = nn.Dropout(dropout)
+        shared = dict(d_model=d_model, num_heads=num_heads, ffn_dim=ffn_dim, dropout=dropout,
+                      attention_dropout=attention_dropout, activation=activation, norm=norm,
+                      pre_norm=pre_norm, fused=fused_attention)  # fmt: skip
+        self.encoder = nn.ModuleList(EncoderLayer(position=self.src_pos, **shared) for _ in range(encoder_layers))
+        self.decoder = nn.ModuleList(DecoderLayer(position=self.tgt_pos, **shared) for _ in range(decoder_layers))
+        # pre-norm leaves the residual stream unnormalised: one final norm per stack
+        self.encoder_norm = norm(d_model) if pre_norm else nn.Identity()
+        self.decoder_norm = norm(d_model) if pre_norm else nn.Identity()
+        self.output = nn.Linear(d_model, tgt_vocab_size, bias=False)
+        self._init_weights()
+        if tie_embeddings != "none":
+            self.output.weight = self.tgt_embed.weight
+
+    def _init_weights(self) -> None:
+        for name, param in self.named_parameters():
+            if name.endswith("weight") and param.dim() == 2 and "_pos." not in name:
+                if "embed" in name:
+                    # std d^-1/2: with the sqrt(d) scale, embeddings enter at unit variance
+                    nn.init.normal_(param, std=self.d_model**-0.5)
+                else:
+                    nn.init.xavier_uniform_(param)
+            elif name.endswith("bias") and "_pos." not in name and "norm" not in name:
+                nn.init.zeros_(param)
+        for embed in (self.src_embed, self.tgt_embed):
+            nn.init.zeros_(embed.weight[self.pad_id])
+
+    # ---- shared pieces -------------------------------------------------------------------------
+    def _embed(self, table: nn.Embedding, pos: PositionEncoding, tokens: torch.Tensor, positions: torch.Tensor):
+        # tokens: (batch, len) -> (batch, len, d_model)
+        return self.dropout(pos.embed(table(tokens) * self.embed_scale, positions))
+
+    def _encode(self, src: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """src: (batch, src_len) -> memory (batch, src_len, d_model), mask (batch, 1, 1, src_len)."""
+        src_mask = (src != self.pad_id)[:, None, None, :]
+        positions = torch.arange(src.size(1), device=src.device)
+        x = self._embed(self.src_embed, self.src_pos, src, positions)
+        for layer in self.encoder:
+            x = layer(x, src_mask, positions)
+        return self.encoder_norm(x), src_mask
+
+    # ---- training: the whole target in parallel ------------------------------------------------
+    def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
+        """src: (batch, src_len), tgt_in: (batch, tgt_len) -> logits (batch, tgt_len, tgt_vocab)."""
+        memory, src_mask = self._encode(src)
+        tgt_len = tgt_in.size(1)
+        positions = torch.arange(tgt_len, device=src.device)
+        causal = torch.ones(tgt_len, tgt_len, dtype=torch.bool, device=src.device).tril()[None, None]
+        x = self._embed(self.tgt_embed, self.tgt_pos, tgt_in, positions)
+        for layer in self.decoder:
+            cross_k, cross_v = layer.cross_attn.project_kv(memory)
+            x, _, _ = layer(x, positions, causal, cross_k, cross_v, src_mask)
+        return self.output(self.decoder_norm(x))
+
+    # ---- inference: one step at a time from a cache --------------------------------------------
+    def encode(self, src: torch.Tensor) -> DecoderState:
+        """Run the encoder and project its output for every cross-attention once per sentence."""
+        memory, src_mask = self._encode(src)
+        tensors = {"src_mask": src_mask}
+        batch = src.size(0)
+        for i, layer in enumerate(self.decoder):
+            tensors[f"cross_k{i}"], tensors[f"cross_v{i}"] = layer.cross_attn.project_kv(memory)
+            empty = memory.new_zeros(batch, layer.self_attn.num_heads, 0, layer.self_attn.head_dim)
+            tensors[f"self_k{i}"], tensors[f"self_v{i}"] = empty, empty
+        return DecoderState(tensors, step=0)
+
+    def decode_step(self, prev_tokens: torch.Tensor, state: DecoderState) -> tuple[torch.Tensor, DecoderState]:
+        """prev_tokens: (batch,) the token at position ``state.step`` -> logits (batch, tgt_vocab)."""
+        t = state.tensors
+        positions = torch.tensor([state.step], device=prev_tokens.device)
+        x = self._embed(self.tgt_embed, self.tgt_pos, prev_tokens[:, None], positions)  # (batch, 1, d_model)
+        new = dict(t)
+        for i, layer in enumerate(self.decoder):
+            x, new[f"self_k{i}"], new[f"self_v{i}"] = layer(
+                x, positions, None, t[f"cross_k{i}"], t[f"cross_v{i}"], t["src_mask"],
+                t[f"self_k{i}"], t[f"self_v{i}"],
+            )  # fmt: skip
+        logits = self.output(self.decoder_norm(x))[:, -1]
+        return logits, DecoderState(new, state.step + 1)
+
+    def cross_attention_layers(self) -> list[MultiHeadAttention]:
+        """The attention modules whose weights align target with source (for attention maps)."""
+        return [layer.cross_attn for layer in self.decoder]

@@ -1,0 +1,116 @@
+"""Multi-head scaled dot-product attention (Vaswani et al. 2017), with two interchangeable paths:
+
+- explicit: the formula written out, softmax(q k^T / sqrt(d) + mask) v, which can keep its weights
+  for attention maps and supports every position encoding;
+- fused: ``F.scaled_dot_product_attention``, PyTorch's kernel, faster and lighter in memory.
+
+Both give the same result up to floating-point rounding (tested). Shaw-style relative positions add to
+the values through the weights, so they always take the explicit path.
+"""
+
+import math
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from nmt.modules.position import PositionEncoding
+
+
+class MultiHeadAttention(nn.Module):
+    """Attention of queries over keys and values, split into ``num_heads`` heads.
+
+    Keys and values are projected by :meth:`project_kv` separately from :meth:`forward`, so that the
+    decoder can cache them (self-attention grows its cache one step at a time; cross-attention projects
+    the encoder output once per sentence).
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        dropout: float = 0.0,
+        position: PositionEncoding | None = None,
+        fused: bool = True,
+    ) -> None:
+        super().__init__()
+        if d_model % num_heads:
+            raise ValueError(f"d_model={d_model} is not divisible by num_heads={num_heads}")
+        self.num_heads = num_heads
+        self.head_dim = d_model // num_heads
+        self.q_proj = nn.Linear(d_model, d_model)
+        self.k_proj = nn.Linear(d_model, d_model)
+        self.v_proj = nn.Linear(d_model, d_model)
+        self.out_proj = nn.Linear(d_model, d_model)
+        self.dropout = dropout
+        self.position = position
+        self.fused = fused
+        self.keep_weights = False  # set by attention-map tools; forces the explicit path
+        self.last_weights: torch.Tensor | None = None
+
+    def _split(self, x: torch.Tensor) -> torch.Tensor:
+        # (batch, len, d_model) -> (batch, heads, len, head_dim)
+        batch, length, _ = x.shape
+        return x.view(batch, length, self.num_heads, self.head_dim).transpose(1, 2)
+
+    def project_kv(self, x: torch.Tensor, positions: torch.Tensor | None = None):
+        """x: (batch, k_len, d_model) -> keys, values: (batch, heads, k_len, head_dim)."""
+        k, v = self._split(self.k_proj(x)), self._split(self.v_proj(x))
+        if self.position is not None:
+            k = self.position.rotate(k, positions)
+        return k, v
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        q_pos: torch.Tensor | None = None,
+        k_pos: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """x: (batch, q_len, d_model) queries; k, v: (batch, heads, k_len, head_dim);
+        mask: bool, broadcastable to (batch, heads, q_len, k_len), True where attention is allowed.
+        Returns (batch, q_len, d_model)."""
+        q = self._split(self.q_proj(x))  # (batch, heads, q_len, head_dim)
+        pos = self.position
+        bias = None
+        if pos is not None:
+            q = pos.rotate(q, q_pos)
+            bias = pos.scores(q, q_pos, k_pos)  # (batch, heads, q_len, k_len) or None
+        explicit = not self.fused or self.keep_weights or (pos is not None and pos.needs_attention_weights)
+        if explicit:
+            out = self._explicit(q, k, v, mask, bias, q_pos, k_pos)
+        else:
+            out = self._fused(q, k, v, mask, bias)
+        batch, _, q_len, _ = out.shape
+        out = out.transpose(1, 2).reshape(batch, q_len, self.num_heads * self.head_dim)
+        return self.out_proj(out)
+
+    def _explicit(self, q, k, v, mask, bias, q_pos, k_pos) -> torch.Tensor:
+        scores = q @ k.transpose(-1, -2)  # (batch, heads, q_len, k_len)
+        if bias is not None:
+            scores = scores + bias
+        scores = scores / math.sqrt(self.head_dim)
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        weights = scores.softmax(dim=-1)
+        if self.keep_weights:
+            self.last_weights = weights.detach()
+        weights = F.dropout(weights, self.dropout, self.training)
+        out = weights @ v  # (batch, heads, q_len, head_dim)
+        if self.position is not None:
+            extra = self.position.values(weights, q_pos, k_pos)
+            if extra is not None:
+                out = out + extra
+        return out
+
+    def _fused(self, q, k, v, mask, bias) -> torch.Tensor:
+        attn_mask = mask
+        if bias is not None:
+            # the kernel takes one additive mask: fold the (pre-scaling) bias and the boolean mask into it
+            attn_mask = bias / math.sqrt(self.head_dim)
+            if mask is not None:
+                attn_mask = attn_mask.masked_fill(~mask, float("-inf"))
+        dropout = self.dropout if self.training else 0.0
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout)

@@ -1,0 +1,144 @@
+"""Position encodings (config group `pos`).
+
+A position encoding can act in three places, so the base class offers three hooks, each a no-op:
+
+- ``embed``: added to the token embeddings (sinusoidal, learned);
+- ``rotate``: applied to queries and keys of self-attention (RoPE);
+- ``scores`` / ``values``: terms that depend on the query-key distance, added to the attention scores
+  and to the attended values (Shaw et al. 2018 relative position representations).
+
+The embedding layer calls ``embed``; self-attention calls the others; cross-attention calls none.
+Every class takes ``d_model`` and ``head_dim`` from the model builder, and its own options from yaml.
+"""
+
+import math
+
+import torch
+from torch import nn
+
+
+class PositionEncoding(nn.Module):
+    """No position information at all (``pos=none``): the model sees a bag of tokens."""
+
+    #: True when the encoding adds to the attended values, which needs the explicit attention weights
+    needs_attention_weights = False
+
+    def __init__(self, d_model: int, head_dim: int) -> None:
+        super().__init__()
+        self.d_model = d_model
+        self.head_dim = head_dim
+
+    def embed(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """x: (batch, len, d_model), positions: (len,) -> (batch, len, d_model)."""
+        return x
+
+    def rotate(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """x: (batch, heads, len, head_dim) queries or keys -> same shape."""
+        return x
+
+    def scores(self, q: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor | None:
+        """Unscaled additive attention scores (batch, heads, q_len, k_len), or None."""
+        return None
+
+    def values(self, weights: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor | None:
+        """Term added to the attention output (batch, heads, q_len, head_dim), or None."""
+        return None
+
+
+def sinusoid_table(positions: torch.Tensor, dim: int) -> torch.Tensor:
+    """Vaswani et al.'s table: sin on even, cos on odd channels. positions: (len,) -> (len, dim)."""
+    inv_freq = torch.exp(torch.arange(0, dim, 2, device=positions.device) * (-math.log(10000.0) / dim))
+    angles = positions.float()[:, None] * inv_freq[None, :]  # (len, dim/2)
+    table = torch.zeros(len(positions), dim, device=positions.device)
+    table[:, 0::2] = torch.sin(angles)
+    table[:, 1::2] = torch.cos(angles)[:, : dim // 2]
+    return table
+
+
+class SinusoidalPosition(PositionEncoding):
+    """Fixed sinusoidal absolute positions added to the embeddings (``pos=absolute``)."""
+
+    def __init__(self, d_model: int, head_dim: int, max_len: int = 1024) -> None:
+        super().__init__(d_model, head_dim)
+        # precomputed once; longer inputs extend it on the fly rather than failing
+        self.register_buffer("table", sinusoid_table(torch.arange(max_len), d_model), persistent=False)
+
+    def embed(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        if int(positions.max()) < self.table.size(0):
+            pe = self.table[positions]
+        else:
+            pe = sinusoid_table(positions, self.d_model)
+        return x + pe.to(x.dtype)  # (len, d_model) broadcasts over the batch
+
+
+class LearnedPosition(PositionEncoding):
+    """A trained embedding per absolute position (``pos=learned``), as in BERT and GPT-2."""
+
+    def __init__(self, d_model: int, head_dim: int, max_len: int = 512) -> None:
+        super().__init__(d_model, head_dim)
+        self.max_len = max_len
+        self.table = nn.Embedding(max_len, d_model)
+        nn.init.normal_(self.table.weight, std=d_model**-0.5)
+
+    def embed(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        if int(positions.max()) >= self.max_len:
+            raise ValueError(
+                f"position {int(positions.max())} is beyond pos.max_len={self.max_len} of the learned "
+                "position table: raise pos.max_len or lower data.max_len"
+            )
+        return x + self.table(positions)
+
+
+class RotaryPosition(PositionEncoding):
+    """RoPE (Su et al. 2021): rotate channel pairs of queries and keys by a position-dependent angle,
+    so that their dot product depends only on the distance between the two positions (``pos=rope``)."""
+
+    def __init__(self, d_model: int, head_dim: int, base: float = 10000.0) -> None:
+        super().__init__(d_model, head_dim)
+        if head_dim % 2:
+            raise ValueError(f"RoPE needs an even head dimension, got {head_dim}")
+        inv_freq = base ** (-torch.arange(0, head_dim, 2).float() / head_dim)
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+
+    def rotate(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        # x: (batch, heads, len, head_dim); pairs are (first half, second half) of the channels
+        angles = positions.float()[:, None] * self.inv_freq[None, :]  # (len, head_dim/2)
+        cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+        x1, x2 = x.chunk(2, dim=-1)
+        return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
+
+
+class RelativePosition(PositionEncoding):
+    """Shaw et al. 2018 relative position representations (``pos=relative``).
+
+    Learned vectors a^K and a^V for each clipped distance j - i in [-clip, clip]: the score of query i
+    and key j gains q_i . a^K_ij, and the output of query i gains sum_j w_ij a^V_ij. One table per
+    encoder or decoder stack, shared by its layers and heads (the paper shares them across heads).
+    """
+
+    needs_attention_weights = True
+
+    def __init__(self, d_model: int, head_dim: int, clip: int = 16, use_values: bool = True) -> None:
+        super().__init__(d_model, head_dim)
+        self.clip = clip
+        self.use_values = use_values
+        self.needs_attention_weights = use_values
+        self.keys = nn.Embedding(2 * clip + 1, head_dim)
+        self.vals = nn.Embedding(2 * clip + 1, head_dim) if use_values else None
+        nn.init.normal_(self.keys.weight, std=head_dim**-0.5)
+        if self.vals is not None:
+            nn.init.normal_(self.vals.weight, std=head_dim**-0.5)
+
+    def _distance_ids(self, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
+        distance = k_pos[None, :] - q_pos[:, None]  # (q_len, k_len)
+        return distance.clamp(-self.clip, self.clip) + self.clip
+
+    def scores(self, q: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
+        rel_k = self.keys(self._distance_ids(q_pos, k_pos)).to(q.dtype)  # (q_len, k_len, head_dim)
+        return torch.einsum("bhqd,qkd->bhqk", q, rel_k)
+
+    def values(self, weights: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor | None:
+        if self.vals is None:
+            return None
+        rel_v = self.vals(self._distance_ids(q_pos, k_pos)).to(weights.dtype)  # (q_len, k_len, head_dim)
+        return torch.einsum("bhqk,qkd->bhqd", weights, rel_v)

@@ -1,0 +1,181 @@
+"""Decoding strategies, written once against the incremental interface every model offers:
+
+    state = model.encode(src)
+    logits, state = model.decode_step(prev_tokens, state)
+    state = state.reorder(index)
+
+Nothing here knows which architecture it drives.
+"""
+
+from dataclasses import dataclass
+
+import torch
+from torch.nn import functional as F
+
+STRATEGIES = ("greedy", "beam", "sample")
+
+
+@dataclass
+class SearchConfig:
+    """Decoding settings (the ``decode`` block of the configs)."""
+
+    strategy: str = "beam"
+    beam_size: int = 5
+    length_penalty: float = 1.0  # GNMT alpha: score / ((5 + len) / 6) ** alpha; 0 = raw log-probability
+    max_len_a: float = 1.5  # output length limit: a * source length + b
+    max_len_b: int = 10
+    early_stopping: bool = True  # beam: stop a sentence once it has beam_size finished hypotheses
+    temperature: float = 1.0
+    top_k: int = 0  # 0 = no top-k filter
+    top_p: float = 1.0  # 1.0 = no nucleus filter
+    seed: int | None = None  # sampling seed
+
+    def __post_init__(self) -> None:
+        if self.strategy not in STRATEGIES:
+            raise ValueError(f"decode.strategy={self.strategy!r} is not one of {list(STRATEGIES)}")
+        if self.beam_size < 1:
+            raise ValueError(f"decode.beam_size={self.beam_size} must be at least 1")
+        if self.temperature <= 0:
+            raise ValueError(f"decode.temperature={self.temperature} must be positive")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"decode.top_p={self.top_p} must be in (0, 1]")
+        if self.top_k < 0:
+            raise ValueError(f"decode.top_k={self.top_k} must be >= 0")
+
+
+def max_lengths(src: torch.Tensor, pad_id: int, cfg: SearchConfig) -> torch.Tensor:
+    """(batch,) the number of tokens each output may have, counting the final EOS."""
+    src_len = (src != pad_id).sum(dim=1)
+    return (src_len.float() * cfg.max_len_a + cfg.max_len_b).long().clamp(min=1)
+
+
+@torch.no_grad()
+def decode(model, src: torch.Tensor, bos_id: int, eos_id: int, cfg: SearchConfig) -> list[list[int]]:
+    """Translate a padded batch src: (batch, src_len); returns token ids per sentence, without BOS/EOS."""
+    if cfg.strategy == "beam":
+        return beam_search(model, src, bos_id, eos_id, cfg)
+    return _step_by_step(model, src, bos_id, eos_id, cfg)
+
+
+def greedy(model, src, bos_id: int, eos_id: int, cfg: SearchConfig | None = None) -> list[list[int]]:
+    cfg = cfg or SearchConfig()
+    return _step_by_step(model, src, bos_id, eos_id, SearchConfig(**{**cfg.__dict__, "strategy": "greedy"}))
+
+
+def _step_by_step(model, src, bos_id: int, eos_id: int, cfg: SearchConfig) -> list[list[int]]:
+    """Greedy or sampling: one token per sentence per step; finished sentences leave the batch."""
+    batch = src.size(0)
+    limits = max_lengths(src, model.pad_id, cfg)
+    state = model.encode(src)
+    alive = torch.arange(batch, device=src.device)  # original row of each row still decoding
+    prev = torch.full((batch,), bos_id, dtype=torch.long, device=src.device)
+    outputs: list[list[int]] = [[] for _ in range(batch)]
+    generator = None
+    if cfg.strategy == "sample" and cfg.seed is not None:
+        generator = torch.Generator(device=src.device).manual_seed(cfg.seed)
+    for step in range(int(limits.max())):
+        logits, state = model.decode_step(prev, state)  # (alive, vocab)
+        if cfg.strategy == "greedy":
+            next_tokens = logits.argmax(dim=-1)
+        else:
+            next_tokens = _sample(logits.float(), cfg, generator)
+        # the last step allowed ends the sentence (as if EOS were forced), like beam search does
+        keep = (next_tokens != eos_id) & (limits[alive] > step + 1)
+        for row, token, goes_on in zip(alive.tolist(), next_tokens.tolist(), keep.tolist(), strict=True):
+            if goes_on:
+                outputs[row].append(token)
+        if not keep.any():
+            break
+        if not keep.all():
+            # shrink the batch so finished sentences cost nothing in later steps
+            index = keep.nonzero().squeeze(1)
+            state, alive, next_tokens = state.reorder(index), alive[index], next_tokens[index]
+        prev = next_tokens
+    return outputs
+
+
+def _sample(logits: torch.Tensor, cfg: SearchConfig, generator) -> torch.Tensor:
+    logits = logits / cfg.temperature
+    if cfg.top_k > 0:
+        kth = logits.topk(min(cfg.top_k, logits.size(-1)), dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if cfg.top_p < 1.0:
+        sorted_logits, order = logits.sort(dim=-1, descending=True)
+        cumulative = sorted_logits.softmax(dim=-1).cumsum(dim=-1)
+        # drop a token when the tokens before it already reach top_p (the top token always stays)
+        drop_sorted = (cumulative - sorted_logits.softmax(dim=-1)) >= cfg.top_p
+        drop = drop_sorted.scatter(1, order, drop_sorted)
+        logits = logits.masked_fill(drop, float("-inf"))
+    probs = logits.softmax(dim=-1)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(1)
+
+
+def length_penalty(length: int | torch.Tensor, alpha: float):
+    """Wu et al. 2016 (GNMT): ((5 + length) / 6) ** alpha."""
+    return ((5.0 + length) / 6.0) ** alpha
+
+
+def beam_search(model, src, bos_id: int, eos_id: int, cfg: SearchConfig) -> list[list[int]]:
+    """Batched beam search: all sentences and beams advance together as batch * beam rows."""
+    batch, k = src.size(0), cfg.beam_size
+    device = src.device
+    limits = max_lengths(src, model.pad_id, cfg)  # (batch,)
+    state = model.encode(src).reorder(torch.arange(batch, device=device).repeat_interleave(k))
+    scores = torch.zeros(batch, k, device=device)
+    scores[:, 1:] = float("-inf")  # all beams start identical: keep one until they diverge
+    tokens = torch.full((batch * k, 0), bos_id, dtype=torch.long, device=device)  # history without BOS
+    prev = torch.full((batch * k,), bos_id, dtype=torch.long, device=device)
+    finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(batch)]
+    done = torch.zeros(batch, dtype=torch.bool, device=device)
+    offsets = (torch.arange(batch, device=device) * k)[:, None]  # (batch, 1)
+
+    for step in range(int(limits.max())):
+        logits, state = model.decode_step(prev, state)  # (batch * k, vocab)
+        log_probs = F.log_softmax(logits.float(), dim=-1).view(batch, k, -1)
+        vocab = log_probs.size(-1)
+        at_limit = limits <= step + 1  # (batch,) the last step allowed: only EOS may follow
+        if at_limit.any():
+            forced = torch.full_like(log_probs[0, 0], float("-inf"))
+            forced[eos_id] = 0.0
+            log_probs = torch.where(at_limit[:, None, None], log_probs + forced, log_probs)
+        candidates = (scores[:, :, None] + log_probs).view(batch, k * vocab)
+        # 2k candidates guarantee k that do not end, whatever happens to the ending ones
+        top_scores, top_ids = candidates.topk(min(2 * k, k * vocab), dim=1)  # (batch, 2k)
+        beam_of, token_of = top_ids // vocab, top_ids % vocab
+        is_eos = token_of == eos_id
+
+        # hypotheses that end now: EOS among the top k candidates of a sentence still searching
+        in_top_k = torch.arange(top_ids.size(1), device=device) < k
+        ends = is_eos & in_top_k & (top_scores > float("-inf")) & ~done[:, None]
+        divisor = length_penalty(step + 1, cfg.length_penalty)  # length counts the EOS
+        for b, c in ends.nonzero().tolist():
+            history = tokens[offsets[b, 0] + beam_of[b, c]].tolist()
+            finished[b].append((float(top_scores[b, c]) / divisor, history))
+
+        # continue with the best k candidates that do not end
+        rank = is_eos.float() * top_ids.size(1) + torch.arange(top_ids.size(1), device=device)
+        keep = rank.argsort(dim=1)[:, :k]  # (batch, k)
+        scores = top_scores.gather(1, keep)
+        rows = (offsets + beam_of.gather(1, keep)).view(-1)  # (batch * k,) rows of the previous step
+        prev = token_of.gather(1, keep).view(-1)
+        tokens = torch.cat((tokens[rows], prev[:, None]), dim=1)
+        state = state.reorder(rows)
+
+        done |= at_limit
+        for b in (~done).nonzero().squeeze(1).tolist():
+            if len(finished[b]) >= k and _is_finished(finished[b], float(scores[b, 0]), int(limits[b]), cfg):
+                done[b] = True
+        scores = scores.masked_fill(done[:, None], float("-inf"))
+        if done.all():
+            break
+    return [max(hyps, key=lambda h: h[0])[1] if hyps else [] for hyps in finished]
+
+
+def _is_finished(hyps, best_alive: float, limit: int, cfg: SearchConfig) -> bool:
+    if cfg.early_stopping:
+        return True
+    # can the best alive beam still beat the k-th best finished one? (its score only falls; the
+    # length penalty's divisor grows at most to the limit)
+    kth_best = sorted((h[0] for h in hyps), reverse=True)[cfg.beam_size - 1]
+    divisor = length_penalty(limit if cfg.length_penalty > 0 else 1, cfg.length_penalty)
+    return best_alive / divisor <= kth_best

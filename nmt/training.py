@@ -1,0 +1,155 @@
+"""train(cfg): everything ``train.py`` does, as a plain function of the composed config."""
+
+import json
+import logging
+import os
+from datetime import datetime
+from pathlib import Path
+
+import lightning as L
+import torch
+from hydra.core.hydra_config import HydraConfig
+from hydra.utils import instantiate
+from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint, RichModelSummary, RichProgressBar
+from omegaconf import DictConfig, OmegaConf
+
+from nmt.build import build_datamodule, build_model, count_parameters
+from nmt.checkpoint import AtomicCheckpointIO
+from nmt.config import check_config
+from nmt.data.tokenizer import PAD_ID, atomic_write_bytes
+from nmt.lit import TranslationModule
+from nmt.search import SearchConfig
+
+log = logging.getLogger(__name__)
+
+
+def resolve_run_dir(cfg: DictConfig) -> Path:
+    """run_dir if given; else the folder of a resumed checkpoint; else Hydra's output folder."""
+    if cfg.run_dir:
+        return Path(cfg.run_dir).expanduser().resolve()
+    if cfg.ckpt_path and cfg.ckpt_path != "last":
+        return Path(cfg.ckpt_path).expanduser().resolve().parent.parent
+    if HydraConfig.initialized():
+        return Path(HydraConfig.get().runtime.output_dir).resolve()
+    return Path("runs", str(cfg.name), datetime.now().strftime("%Y-%m-%d_%H-%M-%S")).resolve()
+
+
+def resolve_resume(cfg: DictConfig, checkpoint_dir: Path) -> str | None:
+    if not cfg.ckpt_path:
+        return None
+    path = checkpoint_dir / "last.ckpt" if cfg.ckpt_path == "last" else Path(cfg.ckpt_path).expanduser()
+    if not path.is_file():
+        raise FileNotFoundError(f"ckpt_path={cfg.ckpt_path!r}: {path} does not exist (to resume, pass the "
+                                "run's checkpoints/last.ckpt, or run_dir=<that run> with ckpt_path=last)")  # fmt: skip
+    return str(path)
+
+
+def _callbacks(cfg: DictConfig, checkpoint_dir: Path) -> list:
+    every = cfg.validation.bleu_every_n_epochs if cfg.checkpoint.monitor in ("val_bleu", "val_chrf") else 1
+    callbacks = [
+        ModelCheckpoint(dirpath=checkpoint_dir, filename="best", monitor=cfg.checkpoint.monitor,
+                        mode=cfg.checkpoint.mode, save_top_k=1, every_n_epochs=max(every, 1),
+                        auto_insert_metric_name=False, enable_version_counter=False),
+        # the most recent epochs, for resuming (last.ckpt) and for weight averaging
+        ModelCheckpoint(dirpath=checkpoint_dir, filename="epoch{epoch:03d}", monitor="step", mode="max",
+                        save_top_k=cfg.checkpoint.keep_last_epochs, save_last=True,
+                        auto_insert_metric_name=False, enable_version_counter=False),
+    ]  # fmt: skip
+    if cfg.checkpoint.every_n_train_steps:
+        callbacks.append(ModelCheckpoint(dirpath=checkpoint_dir, save_top_k=0, save_last=True,
+                                         every_n_train_steps=cfg.checkpoint.every_n_train_steps,
+                                         enable_version_counter=False))  # fmt: skip
+    if cfg.early_stopping.patience:
+        callbacks.append(EarlyStopping(monitor=cfg.early_stopping.monitor, mode=cfg.early_stopping.mode,
+                                       patience=cfg.early_stopping.patience, strict=False,
+                                       check_on_train_epoch_end=False))  # fmt: skip
+    if cfg.trainer.enable_progress_bar:
+        callbacks.append(RichProgressBar())
+    if cfg.trainer.enable_model_summary:
+        callbacks.append(RichModelSummary(max_depth=2))
+    return callbacks
+
+
+def build_trainer(cfg: DictConfig, run_dir: Path) -> L.Trainer:
+    trainer_args = {k: v for k, v in OmegaConf.to_container(cfg.trainer, resolve=True).items() if v is not None}
+    logger = instantiate(cfg.logger, save_dir=str(run_dir))
+    return L.Trainer(
+        **trainer_args,
+        callbacks=_callbacks(cfg, run_dir / "checkpoints"),
+        logger=logger,
+        default_root_dir=str(run_dir),
+        use_distributed_sampler=False,  # our token-budget sampler shards batches across ranks itself
+        plugins=[AtomicCheckpointIO()],
+    )
+
+
+def train(cfg: DictConfig) -> dict:
+    """Train a model as ``cfg`` says, test its best checkpoint, and return the results (also written to
+    <run_dir>/results.json)."""
+    check_config(cfg)
+    run_dir = resolve_run_dir(cfg)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    config = OmegaConf.to_container(cfg, resolve=True)
+    config["run_dir"] = str(run_dir)
+    # everything that can reject an option is built before any data is read
+    datamodule = build_datamodule(cfg.data, cfg.cache_dir, cfg.seed)
+    val_search = SearchConfig(**cfg.validation.search)
+    test_search = SearchConfig(**cfg.decode)
+    loss = instantiate(cfg.smoothing, pad_id=PAD_ID)
+    checkpoint_dir = run_dir / "checkpoints"
+    resume = resolve_resume(cfg, checkpoint_dir)
+    L.seed_everything(cfg.seed, workers=True, verbose=False)
+
+    datamodule.prepare_data()
+    src_tokenizer, tgt_tokenizer = datamodule.build_tokenizers()
+    model = build_model(cfg.model, src_tokenizer.vocab_size, tgt_tokenizer.vocab_size)
+    module = TranslationModule(
+        model=model,
+        loss=loss,
+        optimizer=instantiate(cfg.optim.optimizer),
+        scheduler=instantiate(cfg.optim.scheduler) if cfg.optim.scheduler else None,
+        src_tokenizer=src_tokenizer,
+        tgt_tokenizer=tgt_tokenizer,
+        config=config,
+        val_search=val_search,
+        bleu_every_n_epochs=cfg.validation.bleu_every_n_epochs,
+    )
+    trainer = build_trainer(cfg, run_dir)
+    if trainer.is_global_zero:
+        print(f"Run directory: {run_dir}")
+        print(f"Data: {datamodule.describe()}; model: {count_parameters(model):,} parameters")
+        (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(config)))
+        atomic_write_bytes(run_dir / "tokenizers" / "src.model", src_tokenizer.model_proto)
+        atomic_write_bytes(run_dir / "tokenizers" / "tgt.model", tgt_tokenizer.model_proto)
+    trainer.fit(module, datamodule=datamodule, ckpt_path=resume)
+
+    best = trainer.checkpoint_callbacks[0]
+    best_path = best.best_model_path or str(checkpoint_dir / "last.ckpt")
+    results = {
+        "run_dir": str(run_dir),
+        "best_checkpoint": best_path,
+        "best_" + cfg.checkpoint.monitor: _float(best.best_model_score),
+        "epochs": trainer.current_epoch,
+        "steps": trainer.global_step,
+        "parameters": count_parameters(model),
+        "final_metrics": {k: _float(v) for k, v in trainer.callback_metrics.items()},
+    }
+    if trainer.is_global_zero:
+        if cfg.test_after_training and Path(best_path).is_file():
+            from nmt.evaluation import evaluate_checkpoint
+
+            results["test"] = evaluate_checkpoint(best_path, split="test", search=test_search,
+                                                  data_overrides={}, device=str(module.device))  # fmt: skip
+        tmp = run_dir / ".results.json.tmp"
+        tmp.write_text(json.dumps(results, indent=2))
+        os.replace(tmp, run_dir / "results.json")
+        print(f"Results: {run_dir / 'results.json'}")
+    return results
+
+
+def _float(value) -> float | None:
+    if value is None:
+        return None
+    return float(value.item() if isinstance(value, torch.Tensor) else value)

@@ -1,0 +1,15 @@
+"""Train a model: python train.py [group=option ...] [key=value ...]  (see README.md)."""
+
+import hydra
+from omegaconf import DictConfig
+
+from nmt.training import train
+
+
+@hydra.main(config_path="conf", config_name="train", version_base="1.3")
+def main(cfg: DictConfig) -> None:
+    train(cfg)
+
+
+if __name__ == "__main__":
+    main()
