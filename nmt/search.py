@@ -62,6 +62,7 @@ def greedy(model, src, bos_id: int, eos_id: int, cfg: SearchConfig | None = None
     return _step_by_step(model, src, bos_id, eos_id, SearchConfig(**{**cfg.__dict__, "strategy": "greedy"}))
 
 
+@torch.no_grad()
 def _step_by_step(model, src, bos_id: int, eos_id: int, cfg: SearchConfig) -> list[list[int]]:
     """Greedy or sampling: one token per sentence per step; finished sentences leave the batch."""
     batch = src.size(0)
@@ -115,6 +116,7 @@ def length_penalty(length: int | torch.Tensor, alpha: float):
     return ((5.0 + length) / 6.0) ** alpha
 
 
+@torch.no_grad()
 def beam_search(model, src, bos_id: int, eos_id: int, cfg: SearchConfig) -> list[list[int]]:
     """Batched beam search: all sentences and beams advance together as batch * beam rows."""
     batch, k = src.size(0), cfg.beam_size
@@ -135,9 +137,10 @@ def beam_search(model, src, bos_id: int, eos_id: int, cfg: SearchConfig) -> list
         vocab = log_probs.size(-1)
         at_limit = limits <= step + 1  # (batch,) the last step allowed: only EOS may follow
         if at_limit.any():
-            forced = torch.full_like(log_probs[0, 0], float("-inf"))
-            forced[eos_id] = 0.0
-            log_probs = torch.where(at_limit[:, None, None], log_probs + forced, log_probs)
+            # keep EOS's own log-probability (floored, so that a hypothesis always ends), nothing else
+            forced = torch.full_like(log_probs, float("-inf"))
+            forced[:, :, eos_id] = log_probs[:, :, eos_id].clamp(min=-1e4)
+            log_probs = torch.where(at_limit[:, None, None], forced, log_probs)
         candidates = (scores[:, :, None] + log_probs).view(batch, k * vocab)
         # 2k candidates guarantee k that do not end, whatever happens to the ending ones
         top_scores, top_ids = candidates.topk(min(2 * k, k * vocab), dim=1)  # (batch, 2k)

@@ -9,11 +9,10 @@ from pathlib import Path
 import lightning as L
 import torch
 from hydra.core.hydra_config import HydraConfig
-from hydra.utils import instantiate
 from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint, RichModelSummary, RichProgressBar
 from omegaconf import DictConfig, OmegaConf
 
-from nmt.build import build_datamodule, build_model, count_parameters
+from nmt.build import build_datamodule, build_model, count_parameters, instantiate
 from nmt.checkpoint import AtomicCheckpointIO
 from nmt.config import check_config
 from nmt.data.tokenizer import PAD_ID, atomic_write_bytes

@@ -1,0 +1,55 @@
+"""Shared fixtures: configs composed from conf/ exactly as train.py composes them, shrunk for CPU tests."""
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+
+ROOT = Path(__file__).resolve().parents[1]
+CONF = ROOT / "conf"
+
+torch.set_num_threads(min(2, os.cpu_count() or 1))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def isolated_cache(tmp_path_factory):
+    """Tokenizers and encoded data go to a throw-away cache, never the user's."""
+    cache = tmp_path_factory.mktemp("nmt-cache")
+    old = os.environ.get("NMT_CACHE")
+    os.environ["NMT_CACHE"] = str(cache)
+    os.environ.setdefault("WANDB_MODE", "offline")
+    yield cache
+    if old is None:
+        os.environ.pop("NMT_CACHE", None)
+    else:
+        os.environ["NMT_CACHE"] = old
+
+
+TINY = [
+    "name=test",
+    "data=toy",
+    "data.train_size=300",
+    "data.val_size=20",
+    "data.test_size=20",
+    "model.d_model=32",
+    "model.num_heads=4",
+    "model.ffn_dim=64",
+    "model.encoder_layers=1",
+    "model.decoder_layers=1",
+    "trainer.max_epochs=1",
+    "trainer.enable_progress_bar=false",
+    "trainer.enable_model_summary=false",
+    "trainer.accelerator=cpu",
+]
+
+
+def compose_train(*overrides: str, tiny: bool = True):
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return compose("train", overrides=[*(TINY if tiny else ["name=test"]), *overrides])
+
+
+@pytest.fixture
+def train_config():
+    return compose_train

@@ -1,0 +1,86 @@
+"""Every option of every config group composes and runs; invalid values fail before data is read."""
+
+import itertools
+
+import pytest
+import torch
+from hydra.errors import ConfigCompositionException
+from omegaconf import OmegaConf
+
+from nmt.build import build_datamodule, build_model, instantiate
+from nmt.config import ConfigError, check_config
+from nmt.data.tokenizer import PAD_ID
+
+from .conftest import CONF, compose_train
+
+
+def options(group: str) -> list[str]:
+    return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
+
+
+@pytest.mark.parametrize(
+    "pos,norm,optim,smoothing",
+    list(itertools.product(options("pos"), options("norm"), options("optim"), options("smoothing"))),
+)
+def test_every_group_option_composes_and_trains_one_step(pos, norm, optim, smoothing):
+    cfg = compose_train(f"pos={pos}", f"norm={norm}", f"optim={optim}", f"smoothing={smoothing}")
+    check_config(cfg)
+    torch.manual_seed(0)
+    model = build_model(cfg.model, 40, 40)
+    loss_fn = instantiate(cfg.smoothing, pad_id=PAD_ID)
+    optimizer = instantiate(cfg.optim.optimizer)(model.parameters())
+    scheduler = instantiate(cfg.optim.scheduler)(optimizer, total_steps=10) if cfg.optim.scheduler else None
+    src, tgt = torch.randint(4, 40, (2, 5)), torch.randint(4, 40, (2, 6))
+    loss, _, _ = loss_fn(model(src, tgt[:, :-1]), tgt[:, 1:])
+    loss.backward()
+    optimizer.step()
+    if scheduler:
+        scheduler.step()
+    assert torch.isfinite(loss)
+
+
+@pytest.mark.parametrize("experiment", options("experiment"))
+def test_experiment_presets_compose(experiment):
+    cfg = compose_train(f"experiment={experiment}", tiny=False)
+    check_config(cfg)
+    build_model(cfg.model, 100, 100)
+    build_datamodule(cfg.data, "/tmp/unused", 1)  # constructing reads nothing
+
+
+def test_course_baseline_has_the_reported_shape():
+    cfg = compose_train("experiment=course_baseline", tiny=False)
+    m = cfg.model
+    assert (m.d_model, m.num_heads, m.encoder_layers, m.decoder_layers, m.ffn_dim, m.dropout) == (384, 8, 4, 4, 1536, 0.25)
+    assert (cfg.optim.scheduler.factor, cfg.optim.scheduler.warmup, cfg.smoothing.smoothing) == (2.0, 1500, 0.1)
+
+
+@pytest.mark.parametrize(
+    "override,expected",
+    [
+        ("model.num_heads=5", "not divisible by model.num_heads=5"),
+        ("decode.beam_size=0", "decode.beam_size=0"),
+        ("smoothing.smoothing=1.0", "smoothing.smoothing=1.0"),
+        ("model.dropout=1.5", "model.dropout=1.5"),
+        ("data.max_tokens=-3", "data.max_tokens=-3"),
+        ("model.norm_position=middle", "['pre', 'post']"),
+    ],
+)
+def test_invalid_values_are_rejected_with_the_key_and_what_is_allowed(override, expected):
+    with pytest.raises(ConfigError, match=expected.replace("[", r"\[").replace("]", r"\]")):
+        check_config(compose_train(override))
+
+
+def test_unknown_group_option_lists_the_valid_ones():
+    with pytest.raises(ConfigCompositionException, match="rope"):
+        compose_train("pos=sinusoid")
+
+
+def test_unknown_key_is_rejected():
+    with pytest.raises(ConfigCompositionException):
+        compose_train("model.num_hedas=4")
+
+
+def test_config_resolves_to_plain_data():
+    cfg = compose_train()
+    plain = OmegaConf.to_container(cfg, resolve=True)
+    assert plain["model"]["position"]["_target_"].startswith("nmt.modules.position")

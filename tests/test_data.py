@@ -1,0 +1,164 @@
+"""Data: token-budget batching, reading upstream-named Multi30k folders, caching, clear errors."""
+
+import gzip
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from nmt.data.batching import TokenBatchSampler, token_batches
+from nmt.data.datamodule import collate
+from nmt.data.multi30k import Multi30kDataModule
+from nmt.data.sources import DataNotFoundError, read_lines, read_parallel
+from nmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, TokenizerSettings, load_or_train
+from nmt.data.toy import ToyDataModule, toy_pairs
+
+LENGTHS = [(i * 37) % 23 + 1 for i in range(500)]
+
+
+def test_token_batches_stay_within_budget_and_cover_everything_once():
+    sampler = TokenBatchSampler(LENGTHS, max_tokens=100, shuffle=True, seed=3)
+    batches = list(sampler)
+    assert sorted(i for b in batches for i in b) == list(range(len(LENGTHS)))
+    for b in batches:
+        assert max(LENGTHS[i] for i in b) * len(b) <= 100
+
+
+def test_batches_are_reproducible_per_seed_and_epoch():
+    def run(seed, epoch):
+        sampler = TokenBatchSampler(LENGTHS, max_tokens=100, shuffle=True, seed=seed)
+        sampler.set_epoch(epoch)
+        return list(sampler)
+
+    assert run(1, 0) == run(1, 0)
+    assert run(1, 0) != run(1, 1)
+    assert run(1, 0) != run(2, 0)
+
+
+def test_length_bucketing_keeps_padding_low():
+    batches = token_batches(LENGTHS, 200, sorted(range(len(LENGTHS)), key=LENGTHS.__getitem__))
+    real = sum(LENGTHS)
+    padded = sum(max(LENGTHS[i] for i in b) * len(b) for b in batches)
+    assert padded / real < 1.05
+
+
+def test_ranks_get_disjoint_shards_of_equal_size():
+    shards = [list(TokenBatchSampler(LENGTHS, 100, shuffle=True, seed=0, num_replicas=2, rank=r)) for r in (0, 1)]
+    assert len(shards[0]) == len(shards[1])
+    seen = [i for shard in shards for b in shard for i in b]
+    assert set(seen) == set(range(len(LENGTHS)))
+
+
+def test_collate_adds_eos_to_source_and_shifts_target():
+    items = [(0, torch.tensor([5, 6]), torch.tensor([7]), "a"), (1, torch.tensor([5]), torch.tensor([8, 9]), "b")]
+    batch = collate(items)
+    assert batch["src"].tolist() == [[5, 6, EOS_ID], [5, EOS_ID, PAD_ID]]
+    assert batch["tgt_in"].tolist() == [[BOS_ID, 7, PAD_ID], [BOS_ID, 8, 9]]
+    assert batch["tgt_out"].tolist() == [[7, EOS_ID, PAD_ID], [8, 9, EOS_ID]]
+    assert batch["refs"] == ["a", "b"]
+
+
+def write_gz(path: Path, lines: list[str]) -> None:
+    with gzip.open(path, "wt", encoding="utf-8") as handle:
+        handle.write("".join(line + "\n" for line in lines))
+
+
+@pytest.fixture
+def multi30k_folder(tmp_path):
+    """A folder laid out like upstream's data/task1/raw/, with toy sentences."""
+    folder = tmp_path / "multi30k"
+    folder.mkdir()
+    for split, count, seed in (("train", 300, 0), ("val", 20, 1), ("test_2016_flickr", 20, 2)):
+        en, de = toy_pairs(count, seed)
+        write_gz(folder / f"{split}.en.gz", en)
+        write_gz(folder / f"{split}.de.gz", de)
+    return folder
+
+
+def small_multi30k(**kwargs) -> Multi30kDataModule:
+    return Multi30kDataModule(tokenizer={"vocab_size": 60}, max_tokens=400, download=False, **kwargs)
+
+
+def test_multi30k_reads_a_folder_of_upstream_named_files(multi30k_folder, tmp_path):
+    dm = small_multi30k(root=str(multi30k_folder), cache_dir=str(tmp_path / "cache"))
+    dm.prepare_data()
+    dm.setup("fit")
+    src, tgt = dm.text("val")
+    assert len(src) == len(tgt) == 20
+    batch = next(iter(dm.train_dataloader()))
+    assert batch["src"].dtype == torch.long and batch["src"].numel() <= 400
+    assert dm.src_tokenizer.decode(dm.src_tokenizer.encode(src[0])) == src[0]
+    # tokenizers and encodings are cached
+    assert list((tmp_path / "cache" / "tokenizers").glob("*.model"))
+    assert list((tmp_path / "cache" / "encoded").glob("multi30k-train-*.pt"))
+
+
+def test_multi30k_finds_the_corpus_through_the_environment(multi30k_folder, tmp_path, monkeypatch):
+    monkeypatch.setenv("NMT_DATA", str(multi30k_folder.parent))
+    dm = small_multi30k(cache_dir=str(tmp_path / "cache"))
+    assert len(dm.text("test")[0]) == 20
+
+
+def test_missing_corpus_error_lists_the_places_tried(tmp_path, monkeypatch):
+    monkeypatch.delenv("NMT_DATA", raising=False)
+    dm = small_multi30k(root=str(tmp_path / "nowhere"), cache_dir=str(tmp_path / "cache"))
+    with pytest.raises(DataNotFoundError) as err:
+        dm.text("train")
+    message = str(err.value)
+    assert "data.root" in message and "nowhere" in message and "cache" in message
+    assert "train.en.gz" in message and "NMT_DATA" in message
+
+
+def test_invalid_multi30k_options_name_the_valid_ones():
+    with pytest.raises(ValueError, match="test_2017_flickr"):
+        small_multi30k(test_set="test_2099")
+    with pytest.raises(ValueError, match="'cs'"):
+        small_multi30k(src_lang="xx")
+
+
+def test_mismatched_line_counts_name_both_files(tmp_path):
+    write_gz(tmp_path / "a.gz", ["one", "two"])
+    write_gz(tmp_path / "b.gz", ["eins"])
+    with pytest.raises(ValueError, match=r"a\.gz has 2 lines but .*b\.gz has 1"):
+        read_parallel(tmp_path / "a.gz", tmp_path / "b.gz")
+
+
+def test_invalid_utf8_names_file_and_line(tmp_path):
+    path = tmp_path / "bad.txt"
+    path.write_bytes(b"fine\nalso fine\nbad \xff byte\n")
+    with pytest.raises(ValueError, match=r"bad\.txt, line 3: invalid UTF-8"):
+        read_lines(path)
+
+
+def test_bom_and_crlf_are_removed(tmp_path):
+    path = tmp_path / "win.txt"
+    path.write_bytes("\ufeffHallo\r\nWelt\r\n".encode())
+    assert read_lines(path) == ["Hallo", "Welt"]
+
+
+def test_tokenizer_cache_is_keyed_by_text_and_settings(tmp_path):
+    lines = toy_pairs(200, 0)[0]
+    a = load_or_train(lines, TokenizerSettings(vocab_size=50), tmp_path, "t")
+    b = load_or_train(lines, TokenizerSettings(vocab_size=50), tmp_path, "t")
+    assert a.model_proto == b.model_proto
+    load_or_train(lines, TokenizerSettings(vocab_size=40), tmp_path, "t")
+    load_or_train(lines[:100], TokenizerSettings(vocab_size=50), tmp_path, "t")
+    assert len(list((tmp_path / "tokenizers").glob("*.model"))) == 3
+
+
+def test_toy_corpus_is_deterministic_and_split_apart(tmp_path):
+    dm = ToyDataModule(train_size=50, val_size=10, test_size=10, cache_dir=str(tmp_path))
+    again = ToyDataModule(train_size=50, val_size=10, test_size=10, cache_dir=str(tmp_path))
+    assert dm.text("train") == again.text("train")
+    assert dm.text("val") != dm.text("test")
+
+
+MULTI30K = Path(os.environ.get("NMT_DATA", "../shared/data")) / "multi30k"
+
+
+@pytest.mark.skipif(not (MULTI30K / "train.de.gz").exists(), reason="real Multi30k not available")
+def test_real_multi30k_has_the_published_sizes(tmp_path):
+    dm = Multi30kDataModule(root=str(MULTI30K), download=False, cache_dir=str(tmp_path))
+    assert [len(dm.text(s)[0]) for s in ("train", "val", "test")] == [29000, 1014, 1000]
+    assert dm.text("test")[1][0].startswith("Ein Mann mit einem orangefarbenen Hut")

@@ -1,0 +1,129 @@
+"""Our scratch layers against PyTorch's own, with the same weights; explicit vs fused attention;
+shift invariance of relative and rotary position encodings."""
+
+import pytest
+import torch
+from torch import nn
+
+from nmt.modules.attention import MultiHeadAttention
+from nmt.modules.norm import LayerNorm, RMSNorm
+from nmt.modules.position import PositionEncoding, RelativePosition, RotaryPosition, SinusoidalPosition
+
+torch.manual_seed(0)
+
+
+def test_layer_norm_equals_torch():
+    ours, ref = LayerNorm(16), nn.LayerNorm(16)
+    with torch.no_grad():
+        ours.weight.normal_(), ours.bias.normal_()
+        ref.weight.copy_(ours.weight), ref.bias.copy_(ours.bias)
+    x = torch.randn(3, 5, 16) * 4 + 2
+    torch.testing.assert_close(ours(x), ref(x))
+
+
+def test_rms_norm_equals_torch():
+    ours, ref = RMSNorm(16, eps=1e-6), nn.RMSNorm(16, eps=1e-6)
+    with torch.no_grad():
+        ours.weight.normal_()
+        ref.weight.copy_(ours.weight)
+    x = torch.randn(3, 5, 16) * 3
+    torch.testing.assert_close(ours(x), ref(x))
+
+
+def _copy_into_torch_mha(ours: MultiHeadAttention, d_model: int, heads: int) -> nn.MultiheadAttention:
+    ref = nn.MultiheadAttention(d_model, heads, batch_first=True)
+    with torch.no_grad():
+        ref.in_proj_weight.copy_(torch.cat([ours.q_proj.weight, ours.k_proj.weight, ours.v_proj.weight]))
+        ref.in_proj_bias.copy_(torch.cat([ours.q_proj.bias, ours.k_proj.bias, ours.v_proj.bias]))
+        ref.out_proj.weight.copy_(ours.out_proj.weight)
+        ref.out_proj.bias.copy_(ours.out_proj.bias)
+    return ref.eval()
+
+
+@pytest.mark.parametrize("fused", [False, True])
+@pytest.mark.parametrize("causal", [False, True])
+def test_attention_equals_torch_multihead_attention(fused, causal):
+    d_model, heads, batch, q_len, k_len = 32, 4, 3, 6, 6
+    ours = MultiHeadAttention(d_model, heads, fused=fused).eval()
+    ref = _copy_into_torch_mha(ours, d_model, heads)
+    query, memory = torch.randn(batch, q_len, d_model), torch.randn(batch, k_len, d_model)
+    if causal:
+        memory = query  # causal self-attention
+    lengths = torch.tensor([6, 4, 2])
+    key_padding = torch.arange(k_len)[None, :] >= lengths[:, None]  # True = padding (torch convention)
+    mask = ~key_padding[:, None, None, :]
+    torch_mask = None
+    if causal:
+        allowed = torch.ones(q_len, k_len, dtype=torch.bool).tril()
+        mask = mask & allowed
+        torch_mask = ~allowed
+    k, v = ours.project_kv(memory)
+    out = ours(query, k, v, mask)
+    expected, _ = ref(query, memory, memory, key_padding_mask=key_padding, attn_mask=torch_mask, need_weights=False)
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-4)
+
+
+POSITIONS = {
+    "none": lambda: PositionEncoding(32, 8),
+    "absolute": lambda: SinusoidalPosition(32, 8),
+    "rope": lambda: RotaryPosition(32, 8),
+    "relative_keys": lambda: RelativePosition(32, 8, clip=3, use_values=False),
+    "relative": lambda: RelativePosition(32, 8, clip=3),
+}
+
+
+@pytest.mark.parametrize("name", sorted(POSITIONS))
+def test_explicit_and_fused_paths_agree(name):
+    position = POSITIONS[name]()
+    explicit = MultiHeadAttention(32, 4, position=position, fused=False).eval()
+    fused = MultiHeadAttention(32, 4, position=position, fused=True).eval()
+    fused.load_state_dict(explicit.state_dict())
+    x = torch.randn(2, 7, 32)
+    pos = torch.arange(7)
+    mask = torch.ones(7, 7, dtype=torch.bool).tril()[None, None] & (torch.arange(7) < 5)[None, None, None, :]
+    outs = []
+    for attention in (explicit, fused):
+        k, v = attention.project_kv(x, pos)
+        outs.append(attention(x, k, v, mask, pos, pos))
+    torch.testing.assert_close(outs[0], outs[1], atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("name", ["rope", "relative", "relative_keys"])
+@pytest.mark.parametrize("fused", [False, True])
+def test_relative_encodings_ignore_a_global_shift(name, fused):
+    """Scores that depend only on distances give the same output when every position moves by 11."""
+    attention = MultiHeadAttention(32, 4, position=POSITIONS[name](), fused=fused).eval()
+    x = torch.randn(2, 6, 32)
+    outs = []
+    for shift in (0, 11):
+        pos = torch.arange(6) + shift
+        k, v = attention.project_kv(x, pos)
+        outs.append(attention(x, k, v, None, pos, pos))
+    torch.testing.assert_close(outs[0], outs[1], atol=1e-5, rtol=1e-4)
+
+
+def test_absolute_encoding_does_depend_on_position():
+    """The control for the shift test: absolute positions are not shift-invariant."""
+    pos = SinusoidalPosition(32, 8)
+    x = torch.zeros(1, 4, 32)
+    assert not torch.allclose(pos.embed(x, torch.arange(4)), pos.embed(x, torch.arange(4) + 11))
+
+
+def test_sinusoidal_table_beyond_precomputed_length_matches_formula():
+    pos = SinusoidalPosition(16, 4, max_len=8)
+    x = torch.zeros(1, 3, 16)
+    far = pos.embed(x, torch.arange(10, 13))
+    big = SinusoidalPosition(16, 4, max_len=64)
+    torch.testing.assert_close(far, big.embed(x, torch.arange(10, 13)))
+
+
+def test_attention_weights_are_a_distribution_over_unmasked_keys():
+    attention = MultiHeadAttention(16, 2, fused=True).eval()
+    attention.keep_weights = True
+    x = torch.randn(2, 5, 16)
+    mask = (torch.arange(5) < torch.tensor([5, 3])[:, None])[:, None, None, :]
+    k, v = attention.project_kv(x)
+    attention(x, k, v, mask)
+    weights = attention.last_weights  # (batch, heads, q, k)
+    torch.testing.assert_close(weights.sum(-1), torch.ones(2, 2, 5))
+    assert weights[1, :, :, 3:].abs().max() == 0

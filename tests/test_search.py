@@ -1,0 +1,106 @@
+"""Decoding: beam 1 equals greedy, beam search finds what greedy misses, limits and sampling."""
+
+import math
+
+import pytest
+import torch
+
+from nmt.models.state import DecoderState
+from nmt.search import SearchConfig, beam_search, decode, greedy, length_penalty
+
+from .test_transformer import batch, make_model
+
+BOS, EOS = 2, 3
+
+
+class ScriptedModel:
+    """A 'model' whose next-token distribution depends only on the previous token, from a table: the
+    search code must find the best path with nothing but the incremental interface."""
+
+    pad_id = 0
+
+    def __init__(self, table: dict[int, dict[int, float]], vocab: int = 8):
+        self.table, self.vocab = table, vocab
+
+    def encode(self, src):
+        return DecoderState({"src": src.clone()}, 0)
+
+    def decode_step(self, prev, state):
+        logits = torch.full((prev.size(0), self.vocab), float("-inf"))
+        for row, token in enumerate(prev.tolist()):
+            for nxt, prob in self.table.get(token, {EOS: 1.0}).items():
+                logits[row, nxt] = math.log(prob)
+        return logits, DecoderState(state.tensors, state.step + 1)
+
+
+# greedy takes 4 (p=0.5) then is stuck with p=0.3 paths; beam finds 5 (0.4) -> 6 (0.9) -> EOS
+TRAP = {BOS: {4: 0.5, 5: 0.4, EOS: 0.1}, 4: {6: 0.3, 7: 0.3, EOS: 0.4}, 5: {6: 0.9, EOS: 0.1}, 6: {EOS: 1.0},
+        7: {EOS: 1.0}}  # fmt: skip
+
+
+def test_beam_search_finds_the_path_greedy_misses():
+    src = torch.tensor([[5, 5, 3]])
+    model = ScriptedModel(TRAP)
+    assert greedy(model, src, BOS, EOS) == [[4]]
+    cfg = SearchConfig(beam_size=2, length_penalty=0.0)
+    assert beam_search(model, src, BOS, EOS, cfg) == [[5, 6]]  # p = 0.4 * 0.9 * 1.0 = 0.36 > 0.5 * 0.4
+
+
+def test_length_penalty_prefers_longer_outputs():
+    # EOS at once: log 0.4 = -0.92; [4, 5, 6]: log 0.216 = -1.53 raw, but -1.53 / ((5 + 4) / 6) ** 2 = -0.68
+    table = {BOS: {EOS: 0.4, 4: 0.6}, 4: {5: 0.6, EOS: 0.4}, 5: {6: 0.6, EOS: 0.4}, 6: {EOS: 1.0}}
+    model, src = ScriptedModel(table), torch.tensor([[4, 4, 4, 3]])
+    assert beam_search(model, src, BOS, EOS, SearchConfig(beam_size=4, length_penalty=0.0)) == [[]]
+    assert beam_search(model, src, BOS, EOS, SearchConfig(beam_size=4, length_penalty=2.0)) == [[4, 5, 6]]
+    assert length_penalty(1, 0.0) == 1.0 and length_penalty(1, 1.0) == 1.0
+
+
+@pytest.mark.parametrize("pos", ["absolute", "relative", "rope"])
+def test_beam_one_equals_greedy(pos):
+    model = make_model(pos, seed=3)
+    src, _ = batch(seed=5, batch_size=6, src_len=9)
+    src[2, 6:] = 0
+    cfg = SearchConfig(beam_size=1, max_len_a=1.0, max_len_b=4)
+    assert beam_search(model, src, BOS, EOS, cfg) == greedy(model, src, BOS, EOS, cfg)
+
+
+def test_batched_beam_search_equals_one_sentence_at_a_time():
+    model = make_model("absolute", seed=4)
+    src, _ = batch(seed=6, batch_size=4, src_len=8)
+    src[1, 5:] = 0
+    cfg = SearchConfig(beam_size=4, max_len_a=1.0, max_len_b=3)
+    together = beam_search(model, src, BOS, EOS, cfg)
+    alone = [beam_search(model, src[i : i + 1, : int((src[i] != 0).sum())], BOS, EOS, cfg)[0] for i in range(4)]
+    assert together == alone
+
+
+def test_outputs_respect_the_length_limit():
+    model = ScriptedModel({t: {4: 1.0} for t in range(8)})  # never ends by itself
+    src = torch.tensor([[5, 5, 5, 3], [5, 3, 0, 0]])
+    cfg = SearchConfig(beam_size=3, max_len_a=2.0, max_len_b=1)  # limits 9 and 5 tokens incl. EOS
+    for strategy in ("greedy", "beam", "sample"):
+        out = decode(model, src, BOS, EOS, SearchConfig(**{**cfg.__dict__, "strategy": strategy}))
+        assert [len(o) for o in out] == [8, 4]
+
+
+def test_sampling_is_seeded_and_top_k_one_is_greedy():
+    model = make_model("absolute", seed=7)
+    src, _ = batch(seed=8, batch_size=5)
+    sample = SearchConfig(strategy="sample", seed=11, max_len_b=5, temperature=1.5)
+    assert decode(model, src, BOS, EOS, sample) == decode(model, src, BOS, EOS, sample)
+    top1 = SearchConfig(strategy="sample", top_k=1, seed=1, max_len_b=5)
+    assert decode(model, src, BOS, EOS, top1) == greedy(model, src, BOS, EOS, SearchConfig(max_len_b=5))
+
+
+def test_top_p_keeps_only_the_nucleus():
+    table = {BOS: {4: 0.7, 5: 0.2, 6: 0.1}}
+    model, src = ScriptedModel(table), torch.zeros(200, 1, dtype=torch.long) + 4
+    cfg = SearchConfig(strategy="sample", top_p=0.8, seed=0, max_len_b=2, max_len_a=0.0)
+    first = {out[0] for out in decode(model, src, BOS, EOS, cfg) if out}
+    assert first == {4, 5}  # 0.7 alone is below 0.8, 0.7 + 0.2 reaches it; 6 is never drawn
+
+
+@pytest.mark.parametrize("bad", [{"beam_size": 0}, {"strategy": "viterbi"}, {"top_p": 0.0}, {"temperature": 0}])
+def test_invalid_search_settings_are_rejected(bad):
+    with pytest.raises(ValueError, match="decode"):
+        SearchConfig(**bad)

@@ -1,0 +1,126 @@
+"""Properties of the Transformer that must hold for every position encoding, norm and placement."""
+
+import itertools
+
+import pytest
+import torch
+from hydra.utils import instantiate
+from omegaconf import OmegaConf
+
+from nmt.build import build_model
+from nmt.models.transformer import Transformer
+from nmt.modules.norm import LayerNorm, RMSNorm
+
+from .conftest import CONF
+
+POS_OPTIONS = sorted(p.stem for p in (CONF / "pos").glob("*.yaml"))
+NORM_OPTIONS = sorted(p.stem for p in (CONF / "norm").glob("*.yaml"))
+VOCAB = 23
+
+
+def make_model(pos: str = "absolute", norm: str = "layer", norm_position: str = "pre", tie: str = "decoder",
+               fused: bool = True, seed: int = 0) -> Transformer:  # fmt: skip
+    torch.manual_seed(seed)
+    cfg = OmegaConf.load(CONF / "model" / "transformer.yaml")
+    cfg.position = OmegaConf.load(CONF / "pos" / f"{pos}.yaml")
+    cfg.norm = OmegaConf.load(CONF / "norm" / f"{norm}.yaml")
+    cfg.update(d_model=32, num_heads=4, encoder_layers=2, decoder_layers=2, ffn_dim=48, norm_position=norm_position,
+               tie_embeddings=tie, fused_attention=fused)  # fmt: skip
+    return build_model(cfg, VOCAB, VOCAB).eval()
+
+
+def batch(seed: int = 1, batch_size: int = 3, src_len: int = 7, tgt_len: int = 6):
+    g = torch.Generator().manual_seed(seed)
+    src = torch.randint(4, VOCAB, (batch_size, src_len), generator=g)
+    tgt = torch.randint(4, VOCAB, (batch_size, tgt_len), generator=g)
+    return src, tgt
+
+
+VARIANTS = list(itertools.product(POS_OPTIONS, NORM_OPTIONS, ["pre", "post"]))
+
+
+def test_pos_and_norm_groups_are_all_covered():
+    assert {"absolute", "learned", "relative", "rope", "none"} <= set(POS_OPTIONS)
+    assert {"layer", "rms"} <= set(NORM_OPTIONS)
+
+
+@pytest.mark.parametrize("pos,norm,placement", VARIANTS)
+def test_causal_masking(pos, norm, placement):
+    """Changing target tokens after position t leaves the outputs at positions <= t unchanged."""
+    model = make_model(pos, norm, placement)
+    src, tgt = batch()
+    changed = tgt.clone()
+    changed[:, 3:] = (changed[:, 3:] + 5) % (VOCAB - 4) + 4
+    with torch.no_grad():
+        a, b = model(src, tgt), model(src, changed)
+    torch.testing.assert_close(a[:, :3], b[:, :3], atol=1e-5, rtol=1e-4)
+    assert not torch.allclose(a[:, 3:], b[:, 3:])
+
+
+@pytest.mark.parametrize("pos,norm,placement", VARIANTS)
+def test_source_padding_does_not_change_outputs(pos, norm, placement):
+    model = make_model(pos, norm, placement)
+    src, tgt = batch()
+    padded = torch.cat([src, torch.zeros(src.size(0), 4, dtype=torch.long)], dim=1)  # PAD_ID = 0
+    with torch.no_grad():
+        torch.testing.assert_close(model(src, tgt), model(padded, tgt), atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("pos,norm,placement", VARIANTS)
+def test_incremental_decoding_equals_full_forward(pos, norm, placement):
+    model = make_model(pos, norm, placement)
+    src, tgt = batch()
+    src[1, 5:] = 0  # a padded sentence in the batch
+    with torch.no_grad():
+        full = model(src, tgt).log_softmax(-1)
+        state = model.encode(src)
+        for t in range(tgt.size(1)):
+            logits, state = model.decode_step(tgt[:, t], state)
+            torch.testing.assert_close(logits.log_softmax(-1), full[:, t], atol=1e-5, rtol=1e-4)
+
+
+def test_reordered_state_follows_the_chosen_rows():
+    model = make_model("rope")
+    src, tgt = batch()
+    with torch.no_grad():
+        state = model.encode(src)
+        _, state = model.decode_step(tgt[:, 0], state)
+        order = torch.tensor([2, 0, 0])
+        logits, _ = model.decode_step(tgt[order, 1], state.reorder(order))
+        full = model(src[order], tgt[order, :2])
+    torch.testing.assert_close(logits, full[:, 1], atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("pos", POS_OPTIONS)
+def test_explicit_and_fused_models_agree(pos):
+    explicit, fused = make_model(pos, fused=False), make_model(pos, fused=True)
+    src, tgt = batch()
+    with torch.no_grad():
+        torch.testing.assert_close(explicit(src, tgt), fused(src, tgt), atol=1e-5, rtol=1e-4)
+
+
+def test_tied_embeddings_share_storage():
+    model = make_model(tie="all")
+    assert model.output.weight is model.tgt_embed.weight is model.src_embed.weight
+    untied = make_model(tie="none")
+    assert untied.output.weight is not untied.tgt_embed.weight
+
+
+def test_all_tying_needs_a_joint_vocabulary():
+    cfg = OmegaConf.load(CONF / "model" / "transformer.yaml")
+    cfg.position = OmegaConf.load(CONF / "pos" / "absolute.yaml")
+    cfg.norm = OmegaConf.load(CONF / "norm" / "layer.yaml")
+    cfg.update(d_model=32, num_heads=4, tie_embeddings="all")
+    with pytest.raises(ValueError, match="joint vocabulary"):
+        build_model(cfg, 20, 30)
+
+
+def test_norm_option_builds_the_named_class():
+    for name, cls in (("layer", LayerNorm), ("rms", RMSNorm)):
+        assert isinstance(instantiate(OmegaConf.load(CONF / "norm" / f"{name}.yaml"))(8), cls)
+
+
+def test_no_torch_transformer_building_blocks_inside():
+    banned = (torch.nn.Transformer, torch.nn.MultiheadAttention, torch.nn.LayerNorm, torch.nn.RMSNorm)
+    for pos, norm in itertools.product(POS_OPTIONS, NORM_OPTIONS):
+        assert not any(isinstance(m, banned) for m in make_model(pos, norm).modules())
