@@ -45,8 +45,10 @@ def load_checkpoint(path: str | os.PathLike) -> dict:
     section = checkpoint[CHECKPOINT_KEY]
     for key in ("config", "src_tokenizer", "tgt_tokenizer"):
         if not section.get(key):
-            raise CheckpointError(f"{path}: the checkpoint's '{CHECKPOINT_KEY}' section lacks '{key}'; "
-                                  "it was not written completely: use another checkpoint of the run")  # fmt: skip
+            raise CheckpointError(
+                f"{path}: the checkpoint's '{CHECKPOINT_KEY}' section lacks '{key}'; "
+                "it was not written completely: use another checkpoint of the run"
+            )
     return checkpoint
 
 

@@ -35,9 +35,12 @@ def _rules() -> list[tuple[str, Callable[[object], bool], str]]:
         ("checkpoint.mode", lambda v: v in ("min", "max"), "one of ['min', 'max']"),
         ("early_stopping.mode", lambda v: v in ("min", "max"), "one of ['min', 'max']"),
         ("trainer.max_epochs", lambda v: isinstance(v, int) and v >= -1, "an integer >= -1"),
-        ("trainer.precision", lambda v: str(v) in ("32-true", "32", "bf16-mixed", "16-mixed", "bf16-true", "64-true"),
-         "one of ['32-true', 'bf16-mixed', '16-mixed', 'bf16-true', '64-true']"),
-    ]  # fmt: skip
+        (
+            "trainer.precision",
+            lambda v: str(v) in ("32-true", "32", "bf16-mixed", "16-mixed", "bf16-true", "64-true"),
+            "one of ['32-true', 'bf16-mixed', '16-mixed', 'bf16-true', '64-true']",
+        ),
+    ]
     return rules
 
 
@@ -52,12 +55,17 @@ def check_config(cfg: DictConfig) -> None:
     heads = OmegaConf.select(cfg, "model.num_heads", default=None)
     if isinstance(d_model, int) and isinstance(heads, int) and heads > 0 and d_model % heads:
         divisors = [h for h in range(1, d_model + 1) if d_model % h == 0 and h <= 64]
-        problems.append(f"  model.d_model={d_model} is not divisible by model.num_heads={heads}; "
-                        f"valid head counts for this d_model: {divisors}")  # fmt: skip
-    for key, allowed in (("model.norm_position", ["pre", "post"]), ("model.activation", ["relu", "gelu"]),
-                         ("model.tie_embeddings", ["none", "decoder", "all"]),
-                         ("decode.strategy", ["greedy", "beam", "sample"]),
-                         ("validation.search.strategy", ["greedy", "beam", "sample"])):  # fmt: skip
+        problems.append(
+            f"  model.d_model={d_model} is not divisible by model.num_heads={heads}; "
+            f"valid head counts for this d_model: {divisors}"
+        )
+    for key, allowed in (
+        ("model.norm_position", ["pre", "post"]),
+        ("model.activation", ["relu", "gelu"]),
+        ("model.tie_embeddings", ["none", "decoder", "all"]),
+        ("decode.strategy", ["greedy", "beam", "sample"]),
+        ("validation.search.strategy", ["greedy", "beam", "sample"]),
+    ):
         value = OmegaConf.select(cfg, key, default=None)
         if value is not None and value not in allowed:
             problems.append(f"  {key}={value!r}: must be one of {allowed}")

@@ -50,8 +50,10 @@ def load_model(ckpt_path: str | os.PathLike, average_last: int = 0, device: str 
     if average_last > 1:
         candidates = epoch_checkpoints(Path(ckpt_path).expanduser().parent)[-average_last:]
         if len(candidates) < 2:
-            raise CheckpointError(f"average_last={average_last}: found {len(candidates)} epoch*.ckpt beside "
-                                  f"{ckpt_path}; keep more with checkpoint.keep_last_epochs when training")  # fmt: skip
+            raise CheckpointError(
+                f"average_last={average_last}: found {len(candidates)} epoch*.ckpt beside "
+                f"{ckpt_path}; keep more with checkpoint.keep_last_epochs when training"
+            )
         paths = [str(p) for p in candidates]
         state_dict = average_state_dicts([load_checkpoint(p)["state_dict"] for p in candidates])
     section = checkpoint[CHECKPOINT_KEY]
@@ -84,7 +86,9 @@ def translate_lines(
     non_empty = [i for i, ids in enumerate(encoded) if ids]
     lengths = {i: len(encoded[i]) + 1 for i in non_empty}
     order = sorted(non_empty, key=lengths.__getitem__)
-    budget = max(max_tokens // max(search.beam_size if search.strategy == "beam" else 1, 1), max(lengths.values(), default=1))
+    budget = max(
+        max_tokens // max(search.beam_size if search.strategy == "beam" else 1, 1), max(lengths.values(), default=1)
+    )
     for batch in token_batches(lengths, budget, order):
         src = torch.nn.utils.rnn.pad_sequence(
             [torch.tensor(encoded[i] + [EOS_ID]) for i in batch], batch_first=True, padding_value=PAD_ID
@@ -169,8 +173,17 @@ def evaluate(cfg: DictConfig) -> dict:
     search = SearchConfig(**cfg.decode)
     if cfg.input is None:
         overrides = OmegaConf.to_container(cfg.data, resolve=True)
-        return evaluate_checkpoint(cfg.ckpt_path, cfg.split, search, overrides, cfg.average_last, cfg.device,
-                                   cfg.max_tokens, cfg.out_dir, cfg.samples)  # fmt: skip
+        return evaluate_checkpoint(
+            cfg.ckpt_path,
+            cfg.split,
+            search,
+            overrides,
+            cfg.average_last,
+            cfg.device,
+            cfg.max_tokens,
+            cfg.out_dir,
+            cfg.samples,
+        )
     loaded = load_model(cfg.ckpt_path, cfg.average_last, cfg.device)
     if cfg.input == "-":
         lines = [line.rstrip("\r\n") for line in sys.stdin]

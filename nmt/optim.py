@@ -22,8 +22,9 @@ def noam(optimizer: Optimizer, total_steps: int, d_model: int, warmup: int = 400
     return LambdaLR(optimizer, rate)
 
 
-def warmup_decay(optimizer: Optimizer, total_steps: int, warmup: int = 4000, decay: str = "inverse_sqrt",
-                 min_ratio: float = 0.0) -> LambdaLR:  # fmt: skip
+def warmup_decay(
+    optimizer: Optimizer, total_steps: int, warmup: int = 4000, decay: str = "inverse_sqrt", min_ratio: float = 0.0
+) -> LambdaLR:
     """Linear warm-up to the optimiser's lr over ``warmup`` steps, then ``decay``:
     inverse_sqrt (lr * sqrt(warmup / step)), cosine or linear to ``min_ratio * lr`` at the last step,
     or constant."""

@@ -38,30 +38,58 @@ def resolve_resume(cfg: DictConfig, checkpoint_dir: Path) -> str | None:
         return None
     path = checkpoint_dir / "last.ckpt" if cfg.ckpt_path == "last" else Path(cfg.ckpt_path).expanduser()
     if not path.is_file():
-        raise FileNotFoundError(f"ckpt_path={cfg.ckpt_path!r}: {path} does not exist (to resume, pass the "
-                                "run's checkpoints/last.ckpt, or run_dir=<that run> with ckpt_path=last)")  # fmt: skip
+        raise FileNotFoundError(
+            f"ckpt_path={cfg.ckpt_path!r}: {path} does not exist (to resume, pass the "
+            "run's checkpoints/last.ckpt, or run_dir=<that run> with ckpt_path=last)"
+        )
     return str(path)
 
 
 def _callbacks(cfg: DictConfig, checkpoint_dir: Path) -> list:
     every = cfg.validation.bleu_every_n_epochs if cfg.checkpoint.monitor in ("val_bleu", "val_chrf") else 1
     callbacks = [
-        ModelCheckpoint(dirpath=checkpoint_dir, filename="best", monitor=cfg.checkpoint.monitor,
-                        mode=cfg.checkpoint.mode, save_top_k=1, every_n_epochs=max(every, 1),
-                        auto_insert_metric_name=False, enable_version_counter=False),
+        ModelCheckpoint(
+            dirpath=checkpoint_dir,
+            filename="best",
+            monitor=cfg.checkpoint.monitor,
+            mode=cfg.checkpoint.mode,
+            save_top_k=1,
+            every_n_epochs=max(every, 1),
+            auto_insert_metric_name=False,
+            enable_version_counter=False,
+        ),
         # the most recent epochs, for resuming (last.ckpt) and for weight averaging
-        ModelCheckpoint(dirpath=checkpoint_dir, filename="epoch{epoch:03d}", monitor="step", mode="max",
-                        save_top_k=cfg.checkpoint.keep_last_epochs, save_last=True,
-                        auto_insert_metric_name=False, enable_version_counter=False),
-    ]  # fmt: skip
+        ModelCheckpoint(
+            dirpath=checkpoint_dir,
+            filename="epoch{epoch:03d}",
+            monitor="step",
+            mode="max",
+            save_top_k=cfg.checkpoint.keep_last_epochs,
+            save_last=True,
+            auto_insert_metric_name=False,
+            enable_version_counter=False,
+        ),
+    ]
     if cfg.checkpoint.every_n_train_steps:
-        callbacks.append(ModelCheckpoint(dirpath=checkpoint_dir, save_top_k=0, save_last=True,
-                                         every_n_train_steps=cfg.checkpoint.every_n_train_steps,
-                                         enable_version_counter=False))  # fmt: skip
+        callbacks.append(
+            ModelCheckpoint(
+                dirpath=checkpoint_dir,
+                save_top_k=0,
+                save_last=True,
+                every_n_train_steps=cfg.checkpoint.every_n_train_steps,
+                enable_version_counter=False,
+            )
+        )
     if cfg.early_stopping.patience:
-        callbacks.append(EarlyStopping(monitor=cfg.early_stopping.monitor, mode=cfg.early_stopping.mode,
-                                       patience=cfg.early_stopping.patience, strict=False,
-                                       check_on_train_epoch_end=False))  # fmt: skip
+        callbacks.append(
+            EarlyStopping(
+                monitor=cfg.early_stopping.monitor,
+                mode=cfg.early_stopping.mode,
+                patience=cfg.early_stopping.patience,
+                strict=False,
+                check_on_train_epoch_end=False,
+            )
+        )
     if cfg.trainer.enable_progress_bar:
         callbacks.append(RichProgressBar())
     if cfg.trainer.enable_model_summary:
@@ -139,8 +167,9 @@ def train(cfg: DictConfig) -> dict:
         if cfg.test_after_training and Path(best_path).is_file():
             from nmt.evaluation import evaluate_checkpoint
 
-            results["test"] = evaluate_checkpoint(best_path, split="test", search=test_search,
-                                                  data_overrides={}, device=str(module.device))  # fmt: skip
+            results["test"] = evaluate_checkpoint(
+                best_path, split="test", search=test_search, data_overrides={}, device=str(module.device)
+            )
         tmp = run_dir / ".results.json.tmp"
         tmp.write_text(json.dumps(results, indent=2))
         os.replace(tmp, run_dir / "results.json")

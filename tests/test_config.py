@@ -50,7 +50,14 @@ def test_experiment_presets_compose(experiment):
 def test_course_baseline_has_the_reported_shape():
     cfg = compose_train("experiment=course_baseline", tiny=False)
     m = cfg.model
-    assert (m.d_model, m.num_heads, m.encoder_layers, m.decoder_layers, m.ffn_dim, m.dropout) == (384, 8, 4, 4, 1536, 0.25)
+    assert (m.d_model, m.num_heads, m.encoder_layers, m.decoder_layers, m.ffn_dim, m.dropout) == (
+        384,
+        8,
+        4,
+        4,
+        1536,
+        0.25,
+    )
     assert (cfg.optim.scheduler.factor, cfg.optim.scheduler.warmup, cfg.smoothing.smoothing) == (2.0, 1500, 0.1)
 
 

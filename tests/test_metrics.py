@@ -10,15 +10,27 @@ import pytest
 from nmt.metrics import corpus_scores, tokenized_lowercase_bleu
 
 HYPS = ["Ein Mann fährt Fahrrad.", "Zwei Hunde spielen im Schnee!", "Eine Frau liest ein Buch", "Kinder lachen."]
-REFS = ["Ein Mann fährt ein Fahrrad.", "Zwei Hunde spielen im Schnee.", "Eine Frau liest ein Buch.", "Die Kinder lachen."]
+REFS = [
+    "Ein Mann fährt ein Fahrrad.",
+    "Zwei Hunde spielen im Schnee.",
+    "Eine Frau liest ein Buch.",
+    "Die Kinder lachen.",
+]
 
 
 def sacrebleu_cli(tmp_path, *args):
     (tmp_path / "hyp.txt").write_text("\n".join(HYPS) + "\n")
     (tmp_path / "ref.txt").write_text("\n".join(REFS) + "\n")
     exe = shutil.which("sacrebleu") or [sys.executable, "-m", "sacrebleu"]
-    cmd = ([exe] if isinstance(exe, str) else exe) + [str(tmp_path / "ref.txt"), "-i", str(tmp_path / "hyp.txt"),
-                                                     "-b", "-w", "4", *args]  # fmt: skip
+    cmd = ([exe] if isinstance(exe, str) else exe) + [
+        str(tmp_path / "ref.txt"),
+        "-i",
+        str(tmp_path / "hyp.txt"),
+        "-b",
+        "-w",
+        "4",
+        *args,
+    ]
     return float(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip())
 
 

@@ -34,8 +34,13 @@ class ScriptedModel:
 
 
 # greedy takes 4 (p=0.5) then is stuck with p=0.3 paths; beam finds 5 (0.4) -> 6 (0.9) -> EOS
-TRAP = {BOS: {4: 0.5, 5: 0.4, EOS: 0.1}, 4: {6: 0.3, 7: 0.3, EOS: 0.4}, 5: {6: 0.9, EOS: 0.1}, 6: {EOS: 1.0},
-        7: {EOS: 1.0}}  # fmt: skip
+TRAP = {
+    BOS: {4: 0.5, 5: 0.4, EOS: 0.1},
+    4: {6: 0.3, 7: 0.3, EOS: 0.4},
+    5: {6: 0.9, EOS: 0.1},
+    6: {EOS: 1.0},
+    7: {EOS: 1.0},
+}
 
 
 def test_beam_search_finds_the_path_greedy_misses():

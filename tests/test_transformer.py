@@ -18,14 +18,28 @@ NORM_OPTIONS = sorted(p.stem for p in (CONF / "norm").glob("*.yaml"))
 VOCAB = 23
 
 
-def make_model(pos: str = "absolute", norm: str = "layer", norm_position: str = "pre", tie: str = "decoder",
-               fused: bool = True, seed: int = 0) -> Transformer:  # fmt: skip
+def make_model(
+    pos: str = "absolute",
+    norm: str = "layer",
+    norm_position: str = "pre",
+    tie: str = "decoder",
+    fused: bool = True,
+    seed: int = 0,
+) -> Transformer:
     torch.manual_seed(seed)
     cfg = OmegaConf.load(CONF / "model" / "transformer.yaml")
     cfg.position = OmegaConf.load(CONF / "pos" / f"{pos}.yaml")
     cfg.norm = OmegaConf.load(CONF / "norm" / f"{norm}.yaml")
-    cfg.update(d_model=32, num_heads=4, encoder_layers=2, decoder_layers=2, ffn_dim=48, norm_position=norm_position,
-               tie_embeddings=tie, fused_attention=fused)  # fmt: skip
+    cfg.update(
+        d_model=32,
+        num_heads=4,
+        encoder_layers=2,
+        decoder_layers=2,
+        ffn_dim=48,
+        norm_position=norm_position,
+        tie_embeddings=tie,
+        fused_attention=fused,
+    )
     return build_model(cfg, VOCAB, VOCAB).eval()
 
 

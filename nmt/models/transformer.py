@@ -39,8 +39,9 @@ class Residual(nn.Module):
 
 
 class EncoderLayer(nn.Module):
-    def __init__(self, d_model, num_heads, ffn_dim, dropout, attention_dropout, activation, norm, pre_norm,
-                 position, fused) -> None:  # fmt: skip
+    def __init__(
+        self, d_model, num_heads, ffn_dim, dropout, attention_dropout, activation, norm, pre_norm, position, fused
+    ) -> None:
         super().__init__()
         self.self_attn = MultiHeadAttention(d_model, num_heads, attention_dropout, position, fused)
         self.ffn = FeedForward(d_model, ffn_dim, dropout, activation)
@@ -58,8 +59,9 @@ class EncoderLayer(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, d_model, num_heads, ffn_dim, dropout, attention_dropout, activation, norm, pre_norm,
-                 position, fused) -> None:  # fmt: skip
+    def __init__(
+        self, d_model, num_heads, ffn_dim, dropout, attention_dropout, activation, norm, pre_norm, position, fused
+    ) -> None:
         super().__init__()
         self.self_attn = MultiHeadAttention(d_model, num_heads, attention_dropout, position, fused)
         self.cross_attn = MultiHeadAttention(d_model, num_heads, attention_dropout, None, fused)
@@ -131,16 +133,24 @@ class Transformer(nn.Module):
         pre_norm = norm_position == "pre"
 
         self.src_embed = nn.Embedding(src_vocab_size, d_model, padding_idx=pad_id)
-        self.tgt_embed = self.src_embed if tie_embeddings == "all" else nn.Embedding(
-            tgt_vocab_size, d_model, padding_idx=pad_id
+        self.tgt_embed = (
+            self.src_embed if tie_embeddings == "all" else nn.Embedding(tgt_vocab_size, d_model, padding_idx=pad_id)
         )
         # one position module per stack: learned/relative tables are not shared between encoder and decoder
         self.src_pos = position(d_model=d_model, head_dim=head_dim)
         self.tgt_pos = position(d_model=d_model, head_dim=head_dim)
         self.dropout = nn.Dropout(dropout)
-        shared = dict(d_model=d_model, num_heads=num_heads, ffn_dim=ffn_dim, dropout=dropout,
-                      attention_dropout=attention_dropout, activation=activation, norm=norm,
-                      pre_norm=pre_norm, fused=fused_attention)  # fmt: skip
+        shared = dict(
+            d_model=d_model,
+            num_heads=num_heads,
+            ffn_dim=ffn_dim,
+            dropout=dropout,
+            attention_dropout=attention_dropout,
+            activation=activation,
+            norm=norm,
+            pre_norm=pre_norm,
+            fused=fused_attention,
+        )
         self.encoder = nn.ModuleList(EncoderLayer(position=self.src_pos, **shared) for _ in range(encoder_layers))
         self.decoder = nn.ModuleList(DecoderLayer(position=self.tgt_pos, **shared) for _ in range(decoder_layers))
         # pre-norm leaves the residual stream unnormalised: one final norm per stack
@@ -211,9 +221,15 @@ class Transformer(nn.Module):
         new = dict(t)
         for i, layer in enumerate(self.decoder):
             x, new[f"self_k{i}"], new[f"self_v{i}"] = layer(
-                x, positions, None, t[f"cross_k{i}"], t[f"cross_v{i}"], t["src_mask"],
-                t[f"self_k{i}"], t[f"self_v{i}"],
-            )  # fmt: skip
+                x,
+                positions,
+                None,
+                t[f"cross_k{i}"],
+                t[f"cross_v{i}"],
+                t["src_mask"],
+                t[f"self_k{i}"],
+                t[f"self_v{i}"],
+            )
         logits = self.output(self.decoder_norm(x))[:, -1]
         return logits, DecoderState(new, state.step + 1)
 

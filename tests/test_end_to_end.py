@@ -1,0 +1,112 @@
+"""train.py and evaluate.py as a user runs them: the toy task is learnt, and the checkpoint alone
+reproduces the scores."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from nmt.checkpoint import CheckpointError, load_checkpoint
+from nmt.evaluation import load_model
+
+from .conftest import ROOT
+
+pytestmark = pytest.mark.slow
+
+
+def run(script: str, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    result = subprocess.run(
+        [sys.executable, str(ROOT / script), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        input=stdin,
+        cwd=ROOT,
+        timeout=900,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result
+
+
+@pytest.fixture(scope="module")
+def toy_run(tmp_path_factory):
+    """`python train.py data=toy` with its own defaults (the advertised demo)."""
+    run_dir = tmp_path_factory.mktemp("toy_run")
+    result = run("train.py", "data=toy", f"run_dir={run_dir}", "trainer.enable_progress_bar=false")
+    assert f"Run directory: {run_dir}" in result.stdout
+    return run_dir
+
+
+def test_toy_model_learns_the_task(toy_run):
+    results = json.loads((toy_run / "results.json").read_text())
+    assert results["test"]["bleu"] >= 80, results["test"]
+    assert results["best_val_bleu"] >= 80
+    for name in (
+        "config.yaml",
+        "checkpoints/best.ckpt",
+        "checkpoints/last.ckpt",
+        "tokenizers/src.model",
+        "logs/metrics.csv",
+    ):
+        assert (toy_run / name).is_file(), name
+
+
+def test_evaluate_reproduces_the_test_score_from_the_checkpoint_alone(toy_run, tmp_path):
+    results = json.loads((toy_run / "results.json").read_text())
+    run("evaluate.py", f"ckpt_path={results['best_checkpoint']}", f"out_dir={tmp_path}", "samples=0")
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert metrics["bleu"] == results["test"]["bleu"]
+    assert metrics["bleu_signature"].startswith("nrefs:1|case:mixed")
+    assert len((tmp_path / "hypotheses.txt").read_text().splitlines()) == 200
+
+
+def test_greedy_validation_bleu_matches_training(toy_run, tmp_path):
+    results = json.loads((toy_run / "results.json").read_text())
+    run(
+        "evaluate.py",
+        f"ckpt_path={results['best_checkpoint']}",
+        "split=val",
+        "decode.strategy=greedy",
+        f"out_dir={tmp_path}",
+        "samples=0",
+    )
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert metrics["bleu"] == pytest.approx(results["best_val_bleu"], abs=0.01)
+
+
+def test_translate_standard_input_keeps_empty_lines(toy_run):
+    ckpt = toy_run / "checkpoints" / "best.ckpt"
+    out = run("evaluate.py", f"ckpt_path={ckpt}", "input=-", stdin="one two three\n\nred cat\n").stdout
+    lines = out.splitlines()
+    assert lines[0] == "drei zwei eins" and lines[1] == "" and lines[2] == "Katze rot"
+
+
+def test_checkpoint_averaging(toy_run):
+    single = load_model(toy_run / "checkpoints" / "last.ckpt")
+    averaged = load_model(toy_run / "checkpoints" / "last.ckpt", average_last=3)
+    assert len(averaged.checkpoints) == 3
+    w1 = single.model.state_dict()["output.weight"]
+    w3 = averaged.model.state_dict()["output.weight"]
+    assert not torch.equal(w1, w3)
+
+
+def test_checkpoints_load_with_weights_only(toy_run):
+    checkpoint = load_checkpoint(toy_run / "checkpoints" / "best.ckpt")  # uses weights_only=True
+    assert checkpoint["nmt"]["config"]["data"]["_target_"] == "nmt.data.toy.ToyDataModule"
+
+
+def test_foreign_files_get_a_clear_error(tmp_path):
+    text = tmp_path / "notes.ckpt"
+    text.write_text("not a checkpoint")
+    with pytest.raises(CheckpointError, match="not a readable PyTorch checkpoint"):
+        load_checkpoint(text)
+    other = tmp_path / "other.ckpt"
+    torch.save({"state_dict": {}}, other)
+    with pytest.raises(CheckpointError, match="not a checkpoint of nmt"):
+        load_checkpoint(other)
+    with pytest.raises(CheckpointError, match="no such checkpoint"):
+        load_checkpoint(tmp_path / "missing.ckpt")
