@@ -1,0 +1,80 @@
+"""Token-budget batching: sentences of similar length together, at most ``max_tokens`` per batch."""
+
+from collections.abc import Iterator, Sequence
+
+import torch
+from torch.utils.data import Sampler
+
+
+def token_batches(lengths: Sequence[int], max_tokens: int, order: Sequence[int]) -> list[list[int]]:
+    """Cut ``order`` (indices, assumed sorted by length) into batches whose padded size
+    (longest sentence x number of sentences) stays within ``max_tokens``."""
+    batches, current, longest = [], [], 0
+    for index in order:
+        length = lengths[index]
+        if current and max(longest, length) * (len(current) + 1) > max_tokens:
+            batches.append(current)
+            current, longest = [], 0
+        current.append(index)
+        longest = max(longest, length)
+    if current:
+        batches.append(current)
+    return batches
+
+
+class TokenBatchSampler(Sampler[list[int]]):
+    """Yields lists of dataset indices.
+
+    Sentences are sorted by length (ties in a seeded random order), cut into token-budget batches, and
+    the batches are shuffled; all of it depends only on (seed, epoch), so a run is reproducible.
+    With several processes each rank takes every ``num_replicas``-th batch; for training the batch
+    list is padded by repetition so that all ranks run the same number of steps.
+    """
+
+    def __init__(
+        self,
+        lengths: Sequence[int],
+        max_tokens: int,
+        shuffle: bool,
+        seed: int = 0,
+        num_replicas: int = 1,
+        rank: int = 0,
+    ) -> None:
+        if max_tokens < max(lengths, default=0):
+            raise ValueError(
+                f"data.max_tokens={max_tokens} is smaller than the longest sentence ({max(lengths)} tokens): "
+                "raise data.max_tokens or lower data.max_len"
+            )
+        self.lengths = list(lengths)
+        self.max_tokens = max_tokens
+        self.shuffle = shuffle
+        self.seed = seed
+        self.num_replicas = num_replicas
+        self.rank = rank
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """Called by Lightning at the start of each epoch: a new shuffle per epoch."""
+        self.epoch = epoch
+
+    def _all_batches(self) -> list[list[int]]:
+        n = len(self.lengths)
+        if self.shuffle:
+            generator = torch.Generator().manual_seed(self.seed * 100_003 + self.epoch)
+            order = torch.randperm(n, generator=generator)
+            lengths = torch.tensor(self.lengths)[order]
+            order = order[torch.sort(lengths, stable=True).indices].tolist()
+        else:
+            order = sorted(range(n), key=self.lengths.__getitem__)
+        batches = token_batches(self.lengths, self.max_tokens, order)
+        if self.shuffle:
+            batches = [batches[i] for i in torch.randperm(len(batches), generator=generator).tolist()]
+            if self.num_replicas > 1 and len(batches) % self.num_replicas:
+                batches += batches[: self.num_replicas - len(batches) % self.num_replicas]
+        return batches
+
+    def __iter__(self) -> Iterator[list[int]]:
+        yield from self._all_batches()[self.rank :: self.num_replicas]
+
+    def __len__(self) -> int:
+        return len(self._all_batches()[self.rank :: self.num_replicas])

@@ -1,0 +1,199 @@
+"""The shared LightningDataModule of every parallel corpus: tokenizers, encoding cache, batching.
+
+A corpus subclass only says where its text comes from (:meth:`ParallelDataModule.read_split`).
+"""
+
+import hashlib
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+
+import lightning as L
+import torch
+from torch.nn.utils.rnn import pad_sequence
+from torch.utils.data import DataLoader, Dataset
+
+from nmt.data.batching import TokenBatchSampler
+from nmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer, TokenizerSettings, content_hash, load_or_train
+
+log = logging.getLogger(__name__)
+
+
+class TranslationDataset(Dataset):
+    """Encoded sentence pairs plus the raw target text (the reference for BLEU)."""
+
+    def __init__(self, src_ids: Sequence[torch.Tensor], tgt_ids: Sequence[torch.Tensor], tgt_text: Sequence[str]):
+        self.src_ids, self.tgt_ids, self.tgt_text = src_ids, tgt_ids, tgt_text
+
+    def __len__(self) -> int:
+        return len(self.src_ids)
+
+    def __getitem__(self, index: int):
+        return index, self.src_ids[index], self.tgt_ids[index], self.tgt_text[index]
+
+    def lengths(self) -> list[int]:
+        """Padded cost of each pair: the longer side, counting the EOS/BOS each side gets."""
+        return [max(len(s), len(t)) + 1 for s, t in zip(self.src_ids, self.tgt_ids, strict=True)]
+
+
+def collate(items) -> dict:
+    """Pad a list of (index, src, tgt, ref) into a batch.
+
+    src: tokens + EOS; tgt_in: BOS + tokens; tgt_out: tokens + EOS (what tgt_in should predict).
+    """
+    index, src, tgt, refs = zip(*items, strict=True)
+    eos, bos = torch.tensor([EOS_ID]), torch.tensor([BOS_ID])
+    return {
+        "index": torch.tensor(index),
+        "src": pad_sequence([torch.cat((s.long(), eos)) for s in src], batch_first=True, padding_value=PAD_ID),
+        "tgt_in": pad_sequence([torch.cat((bos, t.long())) for t in tgt], batch_first=True, padding_value=PAD_ID),
+        "tgt_out": pad_sequence([torch.cat((t.long(), eos)) for t in tgt], batch_first=True, padding_value=PAD_ID),
+        "refs": list(refs),
+    }
+
+
+class ParallelDataModule(L.LightningDataModule):
+    """Splits ``train``, ``val`` and ``test`` of a parallel corpus, tokenised with SentencePiece models
+    trained on the training split only."""
+
+    name = "parallel"
+
+    def __init__(
+        self,
+        src_lang: str,
+        tgt_lang: str,
+        tokenizer: dict | None = None,
+        max_tokens: int = 4096,
+        eval_max_tokens: int | None = None,
+        max_len: int = 128,
+        num_workers: int = 0,
+        seed: int = 1,
+        cache_dir: str = "~/.cache/nmt",
+    ) -> None:
+        super().__init__()
+        self.src_lang, self.tgt_lang = src_lang, tgt_lang
+        self.tokenizer_settings = TokenizerSettings(**(tokenizer or {}))
+        self.max_tokens = max_tokens
+        self.eval_max_tokens = eval_max_tokens or max_tokens
+        self.max_len = max_len
+        self.num_workers = num_workers
+        self.seed = seed
+        self.cache_dir = Path(cache_dir).expanduser()
+        self.src_tokenizer: Tokenizer | None = None
+        self.tgt_tokenizer: Tokenizer | None = None
+        self.datasets: dict[str, TranslationDataset] = {}
+        self.dropped: dict[str, int] = {}
+        self._text: dict[str, tuple[list[str], list[str]]] = {}
+
+    # ---- what a corpus provides ----------------------------------------------------------------
+    def read_split(self, split: str) -> tuple[list[str], list[str]]:
+        """Raw (source, target) lines of ``split`` ('train', 'val' or 'test')."""
+        raise NotImplementedError
+
+    def text(self, split: str) -> tuple[list[str], list[str]]:
+        """:meth:`read_split`, read once and kept."""
+        if split not in self._text:
+            self._text[split] = self.read_split(split)
+        return self._text[split]
+
+    def describe(self) -> str:
+        return f"{self.name} {self.src_lang}-{self.tgt_lang}"
+
+    # ---- tokenizers ----------------------------------------------------------------------------
+    def set_tokenizers(self, src: Tokenizer, tgt: Tokenizer) -> None:
+        """Use existing tokenizers (from a checkpoint) instead of training new ones."""
+        self.src_tokenizer, self.tgt_tokenizer = src, tgt
+
+    def build_tokenizers(self) -> tuple[Tokenizer, Tokenizer]:
+        if self.src_tokenizer is None:
+            src, tgt = self.text("train")
+            settings, tag = self.tokenizer_settings, f"{self.name}-{self.src_lang}-{self.tgt_lang}"
+            if settings.joint:
+                joint = load_or_train(src + tgt, settings, self.cache_dir, f"{tag}-joint")
+                self.src_tokenizer = self.tgt_tokenizer = joint
+            else:
+                self.src_tokenizer = load_or_train(src, settings, self.cache_dir, f"{tag}-{self.src_lang}")
+                self.tgt_tokenizer = load_or_train(tgt, settings, self.cache_dir, f"{tag}-{self.tgt_lang}")
+        return self.src_tokenizer, self.tgt_tokenizer
+
+    # ---- encoding, cached ----------------------------------------------------------------------
+    def _encoded(self, split: str) -> TranslationDataset:
+        src_text, tgt_text = self.text(split)
+        src_tok, tgt_tok = self.build_tokenizers()
+        proto_hash = hashlib.sha256(src_tok.model_proto + tgt_tok.model_proto).hexdigest()
+        key = content_hash(self.name, split, proto_hash, lines=src_text + tgt_text)
+        path = self.cache_dir / "encoded" / f"{self.name}-{split}-{key}.pt"
+        if path.exists():
+            cached = torch.load(path, weights_only=True)
+            src_ids = list(torch.split(cached["src"], cached["src_lengths"].tolist()))
+            tgt_ids = list(torch.split(cached["tgt"], cached["tgt_lengths"].tolist()))
+        else:
+            src_ids = [torch.tensor(ids, dtype=torch.int32) for ids in src_tok.encode_batch(src_text)]
+            tgt_ids = [torch.tensor(ids, dtype=torch.int32) for ids in tgt_tok.encode_batch(tgt_text)]
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f".{path.name}.tmp")
+            torch.save(
+                {
+                    "src": torch.cat(src_ids) if src_ids else torch.zeros(0, dtype=torch.int32),
+                    "src_lengths": torch.tensor([len(s) for s in src_ids]),
+                    "tgt": torch.cat(tgt_ids) if tgt_ids else torch.zeros(0, dtype=torch.int32),
+                    "tgt_lengths": torch.tensor([len(t) for t in tgt_ids]),
+                },
+                tmp,
+            )
+            tmp.replace(path)
+        if split == "train":
+            # long or empty training pairs are dropped; evaluation sets are always kept whole
+            keep = [
+                i for i, (s, t) in enumerate(zip(src_ids, tgt_ids, strict=True))
+                if 0 < len(s) < self.max_len and 0 < len(t) < self.max_len
+            ]
+            self.dropped[split] = len(src_ids) - len(keep)
+            if self.dropped[split]:
+                log.info("train: dropped %d of %d pairs (empty or over data.max_len=%d tokens)",
+                         self.dropped[split], len(src_ids), self.max_len)
+            src_ids, tgt_ids = [src_ids[i] for i in keep], [tgt_ids[i] for i in keep]
+            tgt_text = [tgt_text[i] for i in keep]
+        return TranslationDataset(src_ids, tgt_ids, tgt_text)
+
+    # ---- LightningDataModule -------------------------------------------------------------------
+    def prepare_data(self) -> None:
+        # runs once per machine: downloads, trains the tokenizers and fills the encoding cache
+        for split in ("train", "val", "test"):
+            self._encoded(split)
+
+    def setup(self, stage: str | None = None) -> None:
+        wanted = {"fit": ("train", "val"), "validate": ("val",), "test": ("test",)}.get(stage, ("train", "val", "test"))
+        for split in wanted:
+            if split not in self.datasets:
+                self.datasets[split] = self._encoded(split)
+
+    def _loader(self, split: str, shuffle: bool) -> DataLoader:
+        dataset = self.datasets.get(split) or self._encoded(split)
+        self.datasets[split] = dataset
+        trainer = getattr(self, "trainer", None)
+        world, rank = (trainer.world_size, trainer.global_rank) if trainer is not None else (1, 0)
+        sampler = TokenBatchSampler(
+            dataset.lengths(),
+            self.max_tokens if shuffle else self.eval_max_tokens,
+            shuffle=shuffle,
+            seed=self.seed,
+            num_replicas=world,
+            rank=rank,
+        )
+        return DataLoader(
+            dataset,
+            batch_sampler=sampler,
+            collate_fn=collate,
+            num_workers=self.num_workers,
+            persistent_workers=self.num_workers > 0,
+        )
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader("train", shuffle=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader("val", shuffle=False)
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader("test", shuffle=False)

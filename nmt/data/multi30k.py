@@ -1,0 +1,45 @@
+"""Multi30k task 1 (Elliott et al. 2016): image descriptions in en, de, fr, cs."""
+
+from nmt.data.datamodule import ParallelDataModule
+from nmt.data.sources import locate, read_parallel
+
+UPSTREAM = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw"
+LANGUAGES = ("en", "de", "fr", "cs")
+TEST_SETS = ("test_2016_flickr", "test_2017_flickr", "test_2018_flickr", "test_2017_mscoco")
+
+
+class Multi30kDataModule(ParallelDataModule):
+    """``data=multi30k``: reads upstream-named ``{split}.{lang}.gz`` files (train, val, and the test set
+    chosen by ``test_set``) from data.root, $NMT_DATA/multi30k, the cache, or a download."""
+
+    name = "multi30k"
+
+    def __init__(self, root: str | None = None, download: bool = True, test_set: str = "test_2016_flickr",
+                 src_lang: str = "en", tgt_lang: str = "de", **kwargs) -> None:
+        for key, lang in (("data.src_lang", src_lang), ("data.tgt_lang", tgt_lang)):
+            if lang not in LANGUAGES:
+                raise ValueError(f"{key}={lang!r} is not a Multi30k language; choose from {list(LANGUAGES)}")
+        if src_lang == tgt_lang:
+            raise ValueError(f"data.src_lang and data.tgt_lang are both {src_lang!r}")
+        if test_set not in TEST_SETS:
+            raise ValueError(f"data.test_set={test_set!r} is not a Multi30k test set; choose from {list(TEST_SETS)}")
+        super().__init__(src_lang=src_lang, tgt_lang=tgt_lang, **kwargs)
+        self.root, self.download, self.test_set = root, download, test_set
+
+    def describe(self) -> str:
+        return f"multi30k {self.src_lang}-{self.tgt_lang} (test: {self.test_set})"
+
+    def read_split(self, split: str) -> tuple[list[str], list[str]]:
+        upstream = {"train": "train", "val": "val", "test": self.test_set}
+        if split not in upstream:
+            raise ValueError(f"Multi30k has splits {sorted(upstream)}, not {split!r}")
+        files = [f"{upstream[split]}.{lang}.gz" for lang in (self.src_lang, self.tgt_lang)]
+        folder = locate(
+            "multi30k",
+            files,
+            root=self.root,
+            cache_dir=self.cache_dir,
+            url_for={f: f"{UPSTREAM}/{f}" for f in files},
+            download=self.download,
+        )
+        return read_parallel(folder / files[0], folder / files[1])

@@ -1,0 +1,105 @@
+"""SentencePiece subword tokenizers, trained on the training split and cached by a hash of their inputs."""
+
+import hashlib
+import io
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import sentencepiece as spm
+
+# fixed ids, the same in every vocabulary, so models and search code can rely on them
+PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
+MODEL_TYPES = ("bpe", "unigram")
+
+
+@dataclass(frozen=True)
+class TokenizerSettings:
+    vocab_size: int = 8000
+    model_type: str = "bpe"
+    joint: bool = True  # one vocabulary for both languages (needed for tie_embeddings=all)
+    character_coverage: float = 1.0
+    max_sentences: int = 2_000_000  # SentencePiece samples at most this many training lines
+
+    def __post_init__(self) -> None:
+        if self.model_type not in MODEL_TYPES:
+            raise ValueError(f"data.tokenizer.model_type={self.model_type!r} is not one of {list(MODEL_TYPES)}")
+        if self.vocab_size < 8:
+            raise ValueError(f"data.tokenizer.vocab_size={self.vocab_size} must be at least 8")
+
+
+class Tokenizer:
+    """A SentencePiece model, kept as its serialised bytes so that checkpoints can carry it."""
+
+    def __init__(self, model_proto: bytes) -> None:
+        self.model_proto = bytes(model_proto)
+        self.sp = spm.SentencePieceProcessor(model_proto=self.model_proto)
+        self.pad_id, self.unk_id, self.bos_id, self.eos_id = PAD_ID, UNK_ID, BOS_ID, EOS_ID
+
+    @property
+    def vocab_size(self) -> int:
+        return self.sp.get_piece_size()
+
+    def encode(self, text: str) -> list[int]:
+        return self.sp.encode(text, out_type=int)
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        return self.sp.encode(list(texts), out_type=int)
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Token ids -> detokenised text (special ids are dropped)."""
+        return self.sp.decode([i for i in ids if i > EOS_ID])
+
+    def pieces(self, ids: Sequence[int]) -> list[str]:
+        return [self.sp.id_to_piece(i) for i in ids]
+
+    @classmethod
+    def train(cls, sentences: Sequence[str], settings: TokenizerSettings) -> "Tokenizer":
+        model = io.BytesIO()
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=iter(sentences),
+            model_writer=model,
+            vocab_size=settings.vocab_size,
+            model_type=settings.model_type,
+            character_coverage=settings.character_coverage,
+            input_sentence_size=settings.max_sentences,
+            shuffle_input_sentence=True,
+            pad_id=PAD_ID,
+            unk_id=UNK_ID,
+            bos_id=BOS_ID,
+            eos_id=EOS_ID,
+            hard_vocab_limit=False,  # small corpora (the toy task) may not support the requested size
+            num_threads=max(1, min(4, os.cpu_count() or 1)),
+            minloglevel=2,
+        )
+        return cls(model.getvalue())
+
+
+def content_hash(*parts: object, lines: Sequence[str] = ()) -> str:
+    """A short, stable key for cached artefacts: settings (JSON) plus the text they were derived from."""
+    digest = hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode())
+    for line in lines:
+        digest.update(line.encode("utf-8"))
+        digest.update(b"\n")
+    return digest.hexdigest()[:16]
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write via a temporary file and rename, so a killed process never leaves half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def load_or_train(sentences: Sequence[str], settings: TokenizerSettings, cache_dir: Path, tag: str) -> Tokenizer:
+    """The tokenizer for these sentences and settings: from the cache, or trained and cached."""
+    key = content_hash(asdict(settings), tag, lines=sentences)
+    path = Path(cache_dir) / "tokenizers" / f"{tag}-{key}.model"
+    if path.exists():
+        return Tokenizer(path.read_bytes())
+    tokenizer = Tokenizer.train(sentences, settings)
+    atomic_write_bytes(path, tokenizer.model_proto)
+    return tokenizer
