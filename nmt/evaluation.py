@@ -16,7 +16,7 @@ from rich.table import Table
 from nmt.build import build_datamodule, build_model
 from nmt.checkpoint import CheckpointError, average_state_dicts, epoch_checkpoints, load_checkpoint
 from nmt.data.batching import token_batches
-from nmt.data.sources import read_lines
+from nmt.data.sources import decode_lines, read_lines
 from nmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
 from nmt.lit import CHECKPOINT_KEY
 from nmt.metrics import corpus_scores
@@ -186,7 +186,7 @@ def evaluate(cfg: DictConfig) -> dict:
         )
     loaded = load_model(cfg.ckpt_path, cfg.average_last, cfg.device)
     if cfg.input == "-":
-        lines = [line.rstrip("\r\n") for line in sys.stdin]
+        lines = decode_lines(sys.stdin.buffer, "<stdin>")
     else:
         lines = read_lines(cfg.input)
     translations = translate_lines(loaded, lines, search, cfg.max_tokens, cfg.max_input_len)

@@ -1,5 +1,7 @@
 """The one LightningModule that trains and validates every nmt model."""
 
+import math
+
 import lightning as L
 import torch
 from torchmetrics import SumMetric
@@ -44,6 +46,7 @@ class TranslationModule(L.LightningModule):
         self.bleu_every_n_epochs = bleu_every_n_epochs
         self.max_bad_steps = max_bad_steps
         self.bad_steps = 0
+        self._rng_to_restore: torch.Tensor | None = None
         # sums, not means, so that perplexity is exact per token even across processes
         self.val_nll, self.val_tokens, self.val_correct = SumMetric(), SumMetric(), SumMetric()
         self.val_bleu = SacreBLEUScore(tokenize="13a")
@@ -55,25 +58,48 @@ class TranslationModule(L.LightningModule):
         logits = self.model(batch["src"], batch["tgt_in"])  # (batch, tgt_len, vocab)
         loss, _, tokens = self.loss(logits, batch["tgt_out"])
         if not torch.isfinite(loss):
-            self.bad_steps += 1
-            if self.bad_steps > self.max_bad_steps:
-                raise FloatingPointError(
-                    f"non-finite loss at step {self.global_step} ({self.bad_steps} such batches, more than "
-                    f"max_bad_steps={self.max_bad_steps}): lower the learning rate or use precision=32"
-                )
-            self.print(f"warning: non-finite loss at step {self.global_step}; batch skipped")
-            return None  # Lightning skips the optimiser step
+            self._bad_step(f"non-finite loss at step {self.global_step}")
+            return None  # Lightning skips backward and the optimiser step
         self.log("train_loss", loss, prog_bar=True, batch_size=int(tokens))
         self.log("train_tokens", tokens.float(), reduce_fx="sum", on_step=False, on_epoch=True)
         self.log("lr", self.optimizers().param_groups[0]["lr"], on_step=True, on_epoch=False)
         return loss
 
+    def on_before_optimizer_step(self, optimizer) -> None:
+        grads = [p.grad for p in self.parameters() if p.grad is not None]
+        norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.float()) for g in grads]))
+        if not torch.isfinite(norm):
+            self._bad_step(f"non-finite gradient norm at step {self.global_step}")
+            for p in self.parameters():
+                p.grad = None  # optimisers skip parameters without a gradient: the step changes nothing
+            return
+        self.log("grad_norm", norm, on_step=True, on_epoch=False)
+
+    def _bad_step(self, what: str) -> None:
+        self.bad_steps += 1
+        if self.bad_steps > self.max_bad_steps:
+            raise FloatingPointError(
+                f"{what} ({self.bad_steps} bad batches, more than max_bad_steps={self.max_bad_steps}): "
+                "lower the learning rate, clip gradients (trainer.gradient_clip_val) or use precision=32-true"
+            )
+        self.print(f"warning: {what}; batch skipped ({self.bad_steps}/{self.max_bad_steps} allowed)")
+
     def configure_optimizers(self):
         optimizer = self.optimizer_factory(self.parameters())
         if self.scheduler_factory is None:
             return optimizer
-        scheduler = self.scheduler_factory(optimizer, total_steps=int(self.trainer.estimated_stepping_batches))
+        scheduler = self.scheduler_factory(optimizer, total_steps=self._planned_steps())
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    def _planned_steps(self) -> int:
+        """Optimiser steps the run will take (for schedules that decay to the end). Counted from a fresh
+        loader: Lightning's estimated_stepping_batches would build the training loader before a resumed
+        run restores its position in the epoch."""
+        trainer = self.trainer
+        if trainer.max_steps and trainer.max_steps > 0:
+            return trainer.max_steps
+        batches = len(trainer.datamodule.train_dataloader())
+        return math.ceil(batches / trainer.accumulate_grad_batches) * max(trainer.max_epochs or 1, 1)
 
     # ---- validation ----------------------------------------------------------------------------
     def decodes_this_epoch(self) -> bool:
@@ -111,6 +137,12 @@ class TranslationModule(L.LightningModule):
         for metric in (self.val_nll, self.val_tokens, self.val_correct, self.val_bleu, self.val_chrf):
             metric.reset()
 
+    def on_train_batch_start(self, batch, batch_idx: int) -> None:
+        if self._rng_to_restore is not None:
+            # resumed mid-epoch: continue with the random numbers (dropout) the killed run would have used
+            torch.set_rng_state(self._rng_to_restore)
+            self._rng_to_restore = None
+
     # ---- checkpoints: plain data only, so they load with weights_only=True --------------------
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint[CHECKPOINT_KEY] = {
@@ -118,4 +150,11 @@ class TranslationModule(L.LightningModule):
             "config": self.config,
             "src_tokenizer": self.src_tokenizer.model_proto,
             "tgt_tokenizer": self.tgt_tokenizer.model_proto,
+            "rng_state": torch.get_rng_state(),
+            "bad_steps": self.bad_steps,
         }
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        section = checkpoint.get(CHECKPOINT_KEY, {})
+        self._rng_to_restore = section.get("rng_state")
+        self.bad_steps = section.get("bad_steps", 0)

@@ -10,9 +10,11 @@ import lightning as L
 import torch
 from hydra.core.hydra_config import HydraConfig
 from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint, RichModelSummary, RichProgressBar
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf
 
 from nmt.build import build_datamodule, build_model, count_parameters, instantiate
+from nmt.callbacks import SaveOnSignal
 from nmt.checkpoint import AtomicCheckpointIO
 from nmt.config import check_config
 from nmt.data.tokenizer import PAD_ID, atomic_write_bytes
@@ -34,8 +36,11 @@ def resolve_run_dir(cfg: DictConfig) -> Path:
 
 
 def resolve_resume(cfg: DictConfig, checkpoint_dir: Path) -> str | None:
+    """The checkpoint to resume from: ckpt_path if given ("last": the run's last.ckpt); otherwise the
+    run directory's last.ckpt when there is one, so that rerunning a killed command continues it."""
     if not cfg.ckpt_path:
-        return None
+        last = checkpoint_dir / "last.ckpt"
+        return str(last) if last.is_file() else None
     path = checkpoint_dir / "last.ckpt" if cfg.ckpt_path == "last" else Path(cfg.ckpt_path).expanduser()
     if not path.is_file():
         raise FileNotFoundError(
@@ -90,6 +95,7 @@ def _callbacks(cfg: DictConfig, checkpoint_dir: Path) -> list:
                 check_on_train_epoch_end=False,
             )
         )
+    callbacks.append(SaveOnSignal(checkpoint_dir / "last.ckpt"))
     if cfg.trainer.enable_progress_bar:
         callbacks.append(RichProgressBar())
     if cfg.trainer.enable_model_summary:
@@ -142,6 +148,7 @@ def train(cfg: DictConfig) -> dict:
         config=config,
         val_search=val_search,
         bleu_every_n_epochs=cfg.validation.bleu_every_n_epochs,
+        max_bad_steps=cfg.max_bad_steps,
     )
     trainer = build_trainer(cfg, run_dir)
     if trainer.is_global_zero:
@@ -150,7 +157,17 @@ def train(cfg: DictConfig) -> dict:
         (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(config)))
         atomic_write_bytes(run_dir / "tokenizers" / "src.model", src_tokenizer.model_proto)
         atomic_write_bytes(run_dir / "tokenizers" / "tgt.model", tgt_tokenizer.model_proto)
-    trainer.fit(module, datamodule=datamodule, ckpt_path=resume)
+    if resume:
+        print(f"Resuming from {resume}")
+    trainer.logger.log_hyperparams(config)
+    try:
+        trainer.fit(module, datamodule=datamodule, ckpt_path=resume)
+    except SIGTERMException:
+        print(
+            f"Stopped by a signal; the state is saved in {checkpoint_dir / 'last.ckpt'}. "
+            "Run the same command again (or pass that file as ckpt_path) to resume."
+        )
+        raise SystemExit(143) from None
 
     best = trainer.checkpoint_callbacks[0]
     best_path = best.best_model_path or str(checkpoint_dir / "last.ckpt")

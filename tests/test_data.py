@@ -48,6 +48,11 @@ def test_ranks_get_disjoint_shards_of_equal_size():
     assert len(shards[0]) == len(shards[1])
     seen = [i for shard in shards for b in shard for i in b]
     assert set(seen) == set(range(len(LENGTHS)))
+    # evaluation: every sentence exactly once over all ranks, and no rank left empty even for tiny sets
+    for lengths in (LENGTHS, [3, 4, 5]):
+        evals = [list(TokenBatchSampler(lengths, 4000, shuffle=False, num_replicas=2, rank=r)) for r in (0, 1)]
+        assert sorted(i for shard in evals for b in shard for i in b) == list(range(len(lengths)))
+        assert all(evals)
 
 
 def test_collate_adds_eos_to_source_and_shifts_target():

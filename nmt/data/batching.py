@@ -52,29 +52,33 @@ class TokenBatchSampler(Sampler[list[int]]):
         self.num_replicas = num_replicas
         self.rank = rank
         self.epoch = 0
+        self.skip = 0  # batches of the current epoch already trained on (set when resuming mid-epoch)
 
     def set_epoch(self, epoch: int) -> None:
         """Called by Lightning at the start of each epoch: a new shuffle per epoch."""
         self.epoch = epoch
 
-    def _all_batches(self) -> list[list[int]]:
+    def _rank_batches(self) -> list[list[int]]:
+        """This rank's batches: every num_replicas-th training batch (the list padded so all ranks take
+        the same number of steps); for evaluation every num_replicas-th sentence, so that even a small
+        set gives each rank something to decode."""
         n = len(self.lengths)
-        if self.shuffle:
-            generator = torch.Generator().manual_seed(self.seed * 100_003 + self.epoch)
-            order = torch.randperm(n, generator=generator)
-            lengths = torch.tensor(self.lengths)[order]
-            order = order[torch.sort(lengths, stable=True).indices].tolist()
-        else:
-            order = sorted(range(n), key=self.lengths.__getitem__)
+        if not self.shuffle:
+            order = sorted(range(n), key=self.lengths.__getitem__)[self.rank :: self.num_replicas]
+            return token_batches(self.lengths, self.max_tokens, order)
+        generator = torch.Generator().manual_seed(self.seed * 100_003 + self.epoch)
+        order = torch.randperm(n, generator=generator)
+        lengths = torch.tensor(self.lengths)[order]
+        order = order[torch.sort(lengths, stable=True).indices].tolist()  # by length, ties in random order
         batches = token_batches(self.lengths, self.max_tokens, order)
-        if self.shuffle:
-            batches = [batches[i] for i in torch.randperm(len(batches), generator=generator).tolist()]
-            if self.num_replicas > 1 and len(batches) % self.num_replicas:
-                batches += batches[: self.num_replicas - len(batches) % self.num_replicas]
-        return batches
+        batches = [batches[i] for i in torch.randperm(len(batches), generator=generator).tolist()]
+        if len(batches) % self.num_replicas:
+            batches += batches[: self.num_replicas - len(batches) % self.num_replicas]
+        return batches[self.rank :: self.num_replicas]
 
     def __iter__(self) -> Iterator[list[int]]:
-        yield from self._all_batches()[self.rank :: self.num_replicas]
+        skip, self.skip = self.skip, 0
+        yield from self._rank_batches()[skip:]
 
     def __len__(self) -> int:
-        return len(self._all_batches()[self.rank :: self.num_replicas])
+        return len(self._rank_batches())

@@ -5,7 +5,7 @@ A corpus subclass only says where its text comes from (:meth:`ParallelDataModule
 
 import hashlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import lightning as L
@@ -17,6 +17,23 @@ from nmt.data.batching import TokenBatchSampler
 from nmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer, TokenizerSettings, content_hash, load_or_train
 
 log = logging.getLogger(__name__)
+
+
+class ResumableDataLoader(DataLoader):
+    """A DataLoader that Lightning can checkpoint mid-epoch: its state is the epoch and the number of
+    batches already trained on, and a resumed run continues with the next batch instead of starting
+    the epoch over (Lightning calls ``state_dict`` / ``load_state_dict``)."""
+
+    def __init__(self, *args, batches_done: Callable[[], int], **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.batches_done = batches_done
+
+    def state_dict(self) -> dict:
+        return {"epoch": self.batch_sampler.epoch, "batches_done": int(self.batches_done())}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.batch_sampler.set_epoch(state["epoch"])
+        self.batch_sampler.skip = state["batches_done"]
 
 
 class TranslationDataset(Dataset):
@@ -145,13 +162,18 @@ class ParallelDataModule(L.LightningDataModule):
         if split == "train":
             # long or empty training pairs are dropped; evaluation sets are always kept whole
             keep = [
-                i for i, (s, t) in enumerate(zip(src_ids, tgt_ids, strict=True))
+                i
+                for i, (s, t) in enumerate(zip(src_ids, tgt_ids, strict=True))
                 if 0 < len(s) < self.max_len and 0 < len(t) < self.max_len
             ]
             self.dropped[split] = len(src_ids) - len(keep)
             if self.dropped[split]:
-                log.info("train: dropped %d of %d pairs (empty or over data.max_len=%d tokens)",
-                         self.dropped[split], len(src_ids), self.max_len)
+                log.info(
+                    "train: dropped %d of %d pairs (empty or over data.max_len=%d tokens)",
+                    self.dropped[split],
+                    len(src_ids),
+                    self.max_len,
+                )
             src_ids, tgt_ids = [src_ids[i] for i in keep], [tgt_ids[i] for i in keep]
             tgt_text = [tgt_text[i] for i in keep]
         return TranslationDataset(src_ids, tgt_ids, tgt_text)
@@ -181,13 +203,16 @@ class ParallelDataModule(L.LightningDataModule):
             num_replicas=world,
             rank=rank,
         )
-        return DataLoader(
-            dataset,
+        options = dict(
             batch_sampler=sampler,
             collate_fn=collate,
             num_workers=self.num_workers,
             persistent_workers=self.num_workers > 0,
         )
+        if shuffle and trainer is not None:
+            progress = trainer.fit_loop.epoch_loop.batch_progress.current
+            return ResumableDataLoader(dataset, batches_done=lambda: progress.processed, **options)
+        return DataLoader(dataset, **options)
 
     def train_dataloader(self) -> DataLoader:
         return self._loader("train", shuffle=True)

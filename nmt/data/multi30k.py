@@ -14,8 +14,15 @@ class Multi30kDataModule(ParallelDataModule):
 
     name = "multi30k"
 
-    def __init__(self, root: str | None = None, download: bool = True, test_set: str = "test_2016_flickr",
-                 src_lang: str = "en", tgt_lang: str = "de", **kwargs) -> None:
+    def __init__(
+        self,
+        root: str | None = None,
+        download: bool = True,
+        test_set: str = "test_2016_flickr",
+        src_lang: str = "en",
+        tgt_lang: str = "de",
+        **kwargs,
+    ) -> None:
         for key, lang in (("data.src_lang", src_lang), ("data.tgt_lang", tgt_lang)):
             if lang not in LANGUAGES:
                 raise ValueError(f"{key}={lang!r} is not a Multi30k language; choose from {list(LANGUAGES)}")

@@ -3,7 +3,7 @@
 import gzip
 import os
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 DATA_ENV = "NMT_DATA"
@@ -69,19 +69,24 @@ def read_lines(path: str | os.PathLike) -> list[str]:
     line. Invalid UTF-8 raises ValueError naming the file and line."""
     path = Path(path)
     opener = gzip.open if path.suffix == ".gz" else open
-    lines = []
     with opener(path, "rb") as handle:
-        for number, raw in enumerate(handle, start=1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as err:
-                raise ValueError(
-                    f"{path}, line {number}: invalid UTF-8 ({err.reason} at byte {err.start}); "
-                    "re-encode the file as UTF-8 (e.g. iconv -f latin1 -t utf-8)"
-                ) from None
-            if number == 1:
-                line = line.removeprefix("\ufeff")
-            lines.append(line.rstrip("\r\n"))
+        return decode_lines(handle, str(path))
+
+
+def decode_lines(raw_lines: Iterable[bytes], name: str) -> list[str]:
+    """Decode byte lines from ``name`` (a file, or "<stdin>") as :func:`read_lines` does."""
+    lines = []
+    for number, raw in enumerate(raw_lines, start=1):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise ValueError(
+                f"{name}, line {number}: invalid UTF-8 ({err.reason} at byte {err.start}); "
+                "re-encode the text as UTF-8 (e.g. iconv -f latin1 -t utf-8)"
+            ) from None
+        if number == 1:
+            line = line.removeprefix("\ufeff")
+        lines.append(line.rstrip("\r\n"))
     return lines
 
 

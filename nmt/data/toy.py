@@ -10,10 +10,26 @@ import random
 from nmt.data.datamodule import ParallelDataModule
 
 LEXICON = {
-    "zero": "null", "one": "eins", "two": "zwei", "three": "drei", "four": "vier", "five": "fünf",
-    "six": "sechs", "seven": "sieben", "eight": "acht", "nine": "neun", "ten": "zehn", "eleven": "elf",
-    "twelve": "zwölf", "red": "rot", "green": "grün", "blue": "blau", "cat": "Katze", "dog": "Hund",
-    "house": "Haus", "tree": "Baum",
+    "zero": "null",
+    "one": "eins",
+    "two": "zwei",
+    "three": "drei",
+    "four": "vier",
+    "five": "fünf",
+    "six": "sechs",
+    "seven": "sieben",
+    "eight": "acht",
+    "nine": "neun",
+    "ten": "zehn",
+    "eleven": "elf",
+    "twelve": "zwölf",
+    "red": "rot",
+    "green": "grün",
+    "blue": "blau",
+    "cat": "Katze",
+    "dog": "Hund",
+    "house": "Haus",
+    "tree": "Baum",
 }
 
 
@@ -33,8 +49,15 @@ class ToyDataModule(ParallelDataModule):
 
     name = "toy"
 
-    def __init__(self, train_size: int = 4000, val_size: int = 200, test_size: int = 200,
-                 min_words: int = 3, max_words: int = 9, **kwargs) -> None:
+    def __init__(
+        self,
+        train_size: int = 4000,
+        val_size: int = 200,
+        test_size: int = 200,
+        min_words: int = 3,
+        max_words: int = 9,
+        **kwargs,
+    ) -> None:
         kwargs.setdefault("src_lang", "en")
         kwargs.setdefault("tgt_lang", "de")
         super().__init__(**kwargs)

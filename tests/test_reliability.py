@@ -1,0 +1,145 @@
+"""Killed and signalled runs resume exactly; DDP trains; non-finite losses are skipped, then stop the run."""
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import lightning as L
+import pytest
+import torch
+
+from nmt.build import build_datamodule, build_model, instantiate
+from nmt.data.tokenizer import PAD_ID
+from nmt.lit import TranslationModule
+from nmt.search import SearchConfig
+
+from .conftest import ROOT, TINY, compose_train
+
+pytestmark = pytest.mark.slow
+
+RESUMABLE = [
+    *[o for o in TINY if not o.startswith(("data.train_size", "trainer.max_epochs"))],
+    "data.train_size=1500",
+    "data.max_tokens=300",
+    "trainer.max_epochs=2",
+    "trainer.deterministic=true",
+    "checkpoint.every_n_train_steps=4",
+    "validation.bleu_every_n_epochs=1",
+    "test_after_training=false",
+    "threads=1",
+]
+
+
+def train_command(run_dir: Path, *extra: str) -> list[str]:
+    return [sys.executable, str(ROOT / "train.py"), *RESUMABLE, f"run_dir={run_dir}", *extra]
+
+
+def run_to_end(run_dir: Path, *extra: str) -> dict:
+    result = subprocess.run(train_command(run_dir, *extra), capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    return json.loads((run_dir / "results.json").read_text())
+
+
+def interrupt(run_dir: Path, signum: int) -> subprocess.CompletedProcess:
+    """Start a run, send ``signum`` once it has written its first mid-epoch checkpoint."""
+    process = subprocess.Popen(train_command(run_dir), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               cwd=ROOT)  # fmt: skip
+    last = run_dir / "checkpoints" / "last.ckpt"
+    deadline = time.time() + 300
+    while not last.exists() and process.poll() is None and time.time() < deadline:
+        time.sleep(0.02)
+    process.send_signal(signum)
+    stdout, stderr = process.communicate(timeout=300)
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    return run_to_end(tmp_path_factory.mktemp("uninterrupted"))
+
+
+def assert_same_training(resumed: dict, reference: dict) -> None:
+    assert resumed["steps"] == reference["steps"]
+    for key in ("val_loss", "val_acc", "val_bleu", "train_loss"):
+        assert resumed["final_metrics"][key] == pytest.approx(reference["final_metrics"][key], rel=1e-5), key
+
+
+def test_sigkill_mid_epoch_then_same_command_resumes_exactly(uninterrupted, tmp_path):
+    killed = interrupt(tmp_path, signal.SIGKILL)
+    assert killed.returncode == -signal.SIGKILL, "the run ended before it could be killed"
+    step = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)["global_step"]
+    assert 0 < step < uninterrupted["steps"] / 2, "not killed in the first epoch"
+    assert_same_training(run_to_end(tmp_path), uninterrupted)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGUSR1])
+def test_preemption_signal_saves_and_the_run_resumes(uninterrupted, tmp_path, signum):
+    stopped = interrupt(tmp_path, signum)
+    assert stopped.returncode == 143, stopped.stdout[-2000:] + stopped.stderr[-2000:]
+    assert "Run the same command again" in stopped.stdout
+    assert_same_training(run_to_end(tmp_path), uninterrupted)
+
+
+def test_ddp_on_two_cpu_processes_trains_like_one(tmp_path):
+    common = ["trainer.max_epochs=4", "data.train_size=1500", "test_after_training=false",
+              "validation.bleu_every_n_epochs=4"]  # fmt: skip
+    single = run_to_end(tmp_path / "single", *common, "data.max_tokens=1500")
+    # two processes, each with half the token budget: the same examples per optimiser step
+    ddp = run_to_end(
+        tmp_path / "ddp",
+        *common,
+        "trainer=ddp",
+        "trainer.devices=2",
+        "trainer.accelerator=cpu",
+        "data.max_tokens=750",
+        "trainer.enable_progress_bar=false",
+        "trainer.enable_model_summary=false",
+    )
+    for result in (single, ddp):
+        assert result["final_metrics"]["val_acc"] > 0.5  # chance is about 1/30
+    assert ddp["final_metrics"]["val_loss"] == pytest.approx(single["final_metrics"]["val_loss"], rel=0.15)
+    assert ddp["steps"] == pytest.approx(single["steps"], rel=0.1)
+
+
+class NaNAfter(torch.nn.Module):
+    """Wraps a model and poisons its output from call ``after`` on."""
+
+    def __init__(self, model, after: int):
+        super().__init__()
+        self.model, self.after, self.calls = model, after, 0
+        self.pad_id = model.pad_id
+
+    def forward(self, src, tgt_in):
+        self.calls += 1
+        out = self.model(src, tgt_in)
+        return out * float("nan") if self.training and self.calls > self.after else out
+
+
+def test_non_finite_losses_are_skipped_then_stop_the_run(tmp_path):
+    cfg = compose_train()
+    dm = build_datamodule(cfg.data, str(tmp_path), 1)
+    dm.prepare_data()
+    src_tok, tgt_tok = dm.build_tokenizers()
+    model = NaNAfter(build_model(cfg.model, src_tok.vocab_size, tgt_tok.vocab_size), after=2)
+    loss = instantiate(cfg.smoothing, pad_id=PAD_ID)
+    optimizer = instantiate(cfg.optim.optimizer)
+    greedy = SearchConfig(strategy="greedy")
+    module = TranslationModule(model, loss, optimizer, None, src_tok, tgt_tok, {}, greedy, 0, max_bad_steps=2)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    trainer = L.Trainer(max_steps=20, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, limit_val_batches=0, accelerator="cpu")  # fmt: skip
+    with pytest.raises(FloatingPointError, match="non-finite loss at step 2"):
+        trainer.fit(module, datamodule=dm)
+    assert module.bad_steps == 3
+    assert any(not torch.equal(before[k], v) for k, v in model.state_dict().items())  # the good steps happened
+    assert all(torch.isfinite(v).all() for v in model.state_dict().values())  # the bad ones changed nothing
+
+
+def test_translating_invalid_utf8_from_stdin_names_the_line(tmp_path):
+    from nmt.data.sources import decode_lines
+
+    with pytest.raises(ValueError, match=r"<stdin>, line 2: invalid UTF-8"):
+        decode_lines([b"ok\n", b"\xff\n"], "<stdin>")
