@@ -3,12 +3,13 @@
 import hydra
 from omegaconf import DictConfig
 
+from nmt.cli import run_cli
 from nmt.evaluation import evaluate
 
 
 @hydra.main(config_path="conf", config_name="evaluate", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    evaluate(cfg)
+    run_cli(evaluate, cfg)
 
 
 if __name__ == "__main__":

@@ -3,12 +3,13 @@
 import hydra
 from omegaconf import DictConfig
 
+from nmt.cli import run_cli
 from nmt.training import train
 
 
 @hydra.main(config_path="conf", config_name="train", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    train(cfg)
+    run_cli(train, cfg)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ from nmt.data.sources import decode_lines, read_lines
 from nmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
 from nmt.lit import CHECKPOINT_KEY
 from nmt.metrics import corpus_scores
+from nmt.plots import save_attention_maps
 from nmt.search import SearchConfig, decode
 
 log = logging.getLogger(__name__)
@@ -108,6 +109,7 @@ def evaluate_checkpoint(
     max_tokens: int = 6000,
     out_dir: str | None = None,
     samples: int = 5,
+    attention_maps: Sequence[int] = (),
 ) -> dict:
     """Decode a split of the checkpoint's corpus, score it, write hypotheses and metrics, print a table."""
     search = search or SearchConfig()
@@ -140,9 +142,35 @@ def evaluate_checkpoint(
         **scores,
         "hypotheses": str(out / "hypotheses.txt"),
     }
+    if attention_maps:
+        result["attention_maps"] = [
+            str(p) for p in write_attention_maps(loaded, sources, hypotheses, attention_maps, out / "attention")
+        ]
     (out / "metrics.json").write_text(json.dumps(result, indent=2))
     _report(result, sources, references, hypotheses, samples)
     return result
+
+
+@torch.no_grad()
+def write_attention_maps(
+    loaded: LoadedModel, sources: Sequence[str], hypotheses: Sequence[str], indices: Sequence[int], folder: Path
+) -> list[Path]:
+    """Heatmaps of how each hypothesis token attended to the source (teacher-forced on the hypothesis)."""
+    device = next(loaded.model.parameters()).device
+    paths = []
+    for index in indices:
+        if not 0 <= index < len(sources):
+            raise ValueError(f"attention_maps: sentence {index} does not exist (the set has {len(sources)})")
+        src_ids = loaded.src_tokenizer.encode(sources[index]) + [EOS_ID]
+        hyp_ids = loaded.tgt_tokenizer.encode(hypotheses[index])
+        src = torch.tensor([src_ids], device=device)
+        tgt_in = torch.tensor([[BOS_ID, *hyp_ids]], device=device)
+        maps = {name: weights[0] for name, weights in loaded.model.attention_maps(src, tgt_in).items()}
+        src_tokens = loaded.src_tokenizer.pieces(src_ids[:-1]) + ["</s>"]
+        tgt_tokens = loaded.tgt_tokenizer.pieces(hyp_ids) + ["</s>"]
+        # row t of the maps is the step that predicts hypothesis token t
+        paths += save_attention_maps(maps, src_tokens, tgt_tokens, folder, f"sentence{index}")
+    return paths
 
 
 def _report(result: dict, sources, references, hypotheses, samples: int) -> None:
@@ -183,6 +211,7 @@ def evaluate(cfg: DictConfig) -> dict:
             cfg.max_tokens,
             cfg.out_dir,
             cfg.samples,
+            list(cfg.attention_maps),
         )
     loaded = load_model(cfg.ckpt_path, cfg.average_last, cfg.device)
     if cfg.input == "-":

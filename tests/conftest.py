@@ -33,11 +33,6 @@ TINY = [
     "data.train_size=300",
     "data.val_size=20",
     "data.test_size=20",
-    "model.d_model=32",
-    "model.num_heads=4",
-    "model.ffn_dim=64",
-    "model.encoder_layers=1",
-    "model.decoder_layers=1",
     "trainer.max_epochs=1",
     "trainer.enable_progress_bar=false",
     "trainer.enable_model_summary=false",
@@ -45,9 +40,27 @@ TINY = [
 ]
 
 
+TINY_MODELS = {
+    "transformer": [
+        "model.d_model=32",
+        "model.num_heads=4",
+        "model.ffn_dim=64",
+        "model.encoder_layers=1",
+        "model.decoder_layers=1",
+    ],
+    "rnn": ["model.embed_dim=16", "model.hidden_size=24"],
+}
+
+
+def tiny_overrides(*overrides: str) -> list[str]:
+    """TINY plus the size overrides of the model that ``overrides`` choose."""
+    model = next((o.split("=", 1)[1] for o in overrides if o.startswith("model=")), "transformer")
+    return [*TINY, *TINY_MODELS[model]]
+
+
 def compose_train(*overrides: str, tiny: bool = True):
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return compose("train", overrides=[*(TINY if tiny else ["name=test"]), *overrides])
+        return compose("train", overrides=[*(tiny_overrides(*overrides) if tiny else ["name=test"]), *overrides])
 
 
 @pytest.fixture

@@ -16,12 +16,12 @@ from nmt.data.tokenizer import PAD_ID
 from nmt.lit import TranslationModule
 from nmt.search import SearchConfig
 
-from .conftest import ROOT, TINY, compose_train
+from .conftest import ROOT, compose_train, tiny_overrides
 
 pytestmark = pytest.mark.slow
 
 RESUMABLE = [
-    *[o for o in TINY if not o.startswith(("data.train_size", "trainer.max_epochs"))],
+    *[o for o in tiny_overrides() if not o.startswith(("data.train_size", "trainer.max_epochs"))],
     "data.train_size=1500",
     "data.max_tokens=300",
     "trainer.max_epochs=2",
@@ -143,3 +143,21 @@ def test_translating_invalid_utf8_from_stdin_names_the_line(tmp_path):
 
     with pytest.raises(ValueError, match=r"<stdin>, line 2: invalid UTF-8"):
         decode_lines([b"ok\n", b"\xff\n"], "<stdin>")
+
+
+def test_a_save_that_dies_half_way_leaves_the_previous_checkpoint_intact(tmp_path, monkeypatch):
+    from nmt.checkpoint import AtomicCheckpointIO
+
+    io = AtomicCheckpointIO()
+    path = tmp_path / "last.ckpt"
+    io.save_checkpoint({"step": 1}, path)
+
+    def dying_save(obj, target):
+        Path(target).write_bytes(b"half a checkpo")
+        raise KeyboardInterrupt("killed while saving")
+
+    monkeypatch.setattr(torch, "save", dying_save)
+    with pytest.raises(KeyboardInterrupt):
+        io.save_checkpoint({"step": 2}, path)
+    monkeypatch.undo()
+    assert torch.load(path, weights_only=True) == {"step": 1}

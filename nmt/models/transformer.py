@@ -233,6 +233,15 @@ class Transformer(nn.Module):
         logits = self.output(self.decoder_norm(x))[:, -1]
         return logits, DecoderState(new, state.step + 1)
 
-    def cross_attention_layers(self) -> list[MultiHeadAttention]:
-        """The attention modules whose weights align target with source (for attention maps)."""
-        return [layer.cross_attn for layer in self.decoder]
+    @torch.no_grad()
+    def attention_maps(self, src: torch.Tensor, tgt_in: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Teacher-forced cross-attention per decoder layer: {"layer<i>": (batch, heads, tgt_len, src_len)}."""
+        layers = [layer.cross_attn for layer in self.decoder]
+        for attention in layers:
+            attention.keep_weights = True
+        try:
+            self.forward(src, tgt_in)
+            return {f"layer{i}": attention.last_weights for i, attention in enumerate(layers)}
+        finally:
+            for attention in layers:
+                attention.keep_weights, attention.last_weights = False, None

@@ -1,0 +1,199 @@
+"""A recurrent encoder-decoder with attention (Bahdanau et al. 2015; Luong et al. 2015).
+
+Encoder: embeddings -> (bi)GRU/LSTM over packed sequences (padding never enters the recurrence).
+A bridge maps the encoder's final states to the decoder's initial states. Decoder, at each step t:
+
+    h_t   = RNN(h_{t-1}, [embed(y_{t-1}); a_{t-1} if input feeding])
+    c_t   = attention(h_t, encoder outputs)          (config group ``attention``)
+    a_t   = tanh(W [h_t; c_t])                        the attentional vector
+    p_t   = softmax(W_out a_t)
+
+Teacher forcing: with ratio 1 every input is the reference token; below 1 each input is, per
+sentence and step, the model's own previous prediction with probability 1 - ratio. The ratio can decay
+linearly during training (``teacher_forcing_final``, ``teacher_forcing_decay_steps``).
+"""
+
+from collections.abc import Callable
+
+import torch
+from torch import nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+from nmt.models.state import DecoderState
+from nmt.modules.rnn_attention import RNNAttention
+
+CELLS = {"gru": nn.GRU, "lstm": nn.LSTM}
+
+
+class RNNSeq2Seq(nn.Module):
+    """Attention RNN with the incremental interface of every nmt model (``encode``, ``decode_step``)."""
+
+    def __init__(
+        self,
+        src_vocab_size: int,
+        tgt_vocab_size: int,
+        pad_id: int,
+        attention: Callable[[int], RNNAttention],
+        cell: str = "gru",
+        embed_dim: int = 256,
+        hidden_size: int = 512,
+        encoder_layers: int = 2,
+        decoder_layers: int = 2,
+        bidirectional: bool = True,
+        dropout: float = 0.3,
+        input_feeding: bool = True,
+        tie_embeddings: str = "none",
+        teacher_forcing: float = 1.0,
+        teacher_forcing_final: float | None = None,
+        teacher_forcing_decay_steps: int = 0,
+    ) -> None:
+        super().__init__()
+        if cell not in CELLS:
+            raise ValueError(f"model.cell={cell!r} is not one of {sorted(CELLS)}")
+        if tie_embeddings not in ("none", "decoder"):
+            raise ValueError(f"model.tie_embeddings={tie_embeddings!r} is not one of ['none', 'decoder'] for the RNN")
+        for key, value in (("teacher_forcing", teacher_forcing), ("teacher_forcing_final", teacher_forcing_final)):
+            if value is not None and not 0.0 <= value <= 1.0:
+                raise ValueError(f"model.{key}={value} must be in [0, 1]")
+        if tie_embeddings == "decoder" and embed_dim != hidden_size:
+            raise ValueError(
+                f"model.tie_embeddings='decoder' needs model.embed_dim == model.hidden_size (got {embed_dim} and "
+                f"{hidden_size}): the output layer reads the {hidden_size}-dimensional attentional vector"
+            )
+        self.pad_id = pad_id
+        self.cell = cell
+        self.hidden_size = hidden_size
+        self.decoder_layers = decoder_layers
+        self.input_feeding = input_feeding
+        self.teacher_forcing = teacher_forcing
+        self.teacher_forcing_final = teacher_forcing if teacher_forcing_final is None else teacher_forcing_final
+        self.teacher_forcing_decay_steps = teacher_forcing_decay_steps
+        self.register_buffer("train_steps", torch.zeros((), dtype=torch.long))  # for the decay schedule
+
+        rnn = CELLS[cell]
+        directions = 2 if bidirectional else 1
+        self.src_embed = nn.Embedding(src_vocab_size, embed_dim, padding_idx=pad_id)
+        self.tgt_embed = nn.Embedding(tgt_vocab_size, embed_dim, padding_idx=pad_id)
+        self.dropout = nn.Dropout(dropout)
+        self.encoder = rnn(embed_dim, hidden_size, encoder_layers, batch_first=True, bidirectional=bidirectional,
+                           dropout=dropout if encoder_layers > 1 else 0.0)  # fmt: skip
+        self.memory_proj = nn.Linear(directions * hidden_size, hidden_size, bias=False)
+        # the bridge: final encoder states (both directions) -> initial decoder states
+        self.bridge = nn.Linear(directions * hidden_size, hidden_size)
+        self.decoder = rnn(embed_dim + (hidden_size if input_feeding else 0), hidden_size, decoder_layers,
+                           batch_first=True, dropout=dropout if decoder_layers > 1 else 0.0)  # fmt: skip
+        self.attention = attention(hidden_size)
+        self.combine = nn.Linear(2 * hidden_size, hidden_size, bias=False)
+        self.output = nn.Linear(hidden_size, tgt_vocab_size, bias=False)
+        if tie_embeddings == "decoder":
+            self.output.weight = self.tgt_embed.weight
+        for embed in (self.src_embed, self.tgt_embed):
+            nn.init.normal_(embed.weight, std=embed_dim**-0.5)
+            nn.init.zeros_(embed.weight[pad_id])
+
+    # ---- encoder -------------------------------------------------------------------------------
+    def _encode(self, src: torch.Tensor):
+        """src: (batch, src_len) -> memory (batch, src_len, hidden), src_mask (batch, src_len), initial
+        decoder states (batch, layers, hidden) (a tuple (h, c) for LSTM)."""
+        src_mask = src != self.pad_id
+        lengths = src_mask.sum(dim=1).clamp(min=1).cpu()
+        packed = pack_padded_sequence(self.dropout(self.src_embed(src)), lengths, batch_first=True,
+                                      enforce_sorted=False)  # fmt: skip
+        outputs, final = self.encoder(packed)
+        outputs, _ = pad_packed_sequence(outputs, batch_first=True, total_length=src.size(1))
+        memory = self.memory_proj(outputs)  # (batch, src_len, hidden)
+        if self.cell == "lstm":
+            return memory, src_mask, (self._bridge(final[0]), self._bridge(final[1]))
+        return memory, src_mask, self._bridge(final)
+
+    def _bridge(self, final: torch.Tensor) -> torch.Tensor:
+        # final: (layers * directions, batch, hidden) -> (batch, decoder_layers, hidden)
+        directions = 2 if self.encoder.bidirectional else 1
+        layers = final.size(0) // directions
+        per_layer = final.view(layers, directions, final.size(1), -1)  # (layers, dirs, batch, hidden)
+        per_layer = torch.cat(per_layer.unbind(1), dim=-1)  # (layers, batch, dirs * hidden)
+        # the top encoder layers start the decoder layers (the top one repeated if the decoder is deeper)
+        index = [max(layers - self.decoder_layers + i, 0) if layers >= self.decoder_layers else min(i, layers - 1)
+                 for i in range(self.decoder_layers)]  # fmt: skip
+        return torch.tanh(self.bridge(per_layer[index])).transpose(0, 1).contiguous()
+
+    # ---- one decoder pass over given inputs -----------------------------------------------------
+    def _decode(self, inputs, hidden, feed, memory, keys, src_mask):
+        """inputs: (batch, steps, embed). Returns logits (batch, steps, vocab), new hidden, last feed,
+        attention weights (batch, steps, src_len). With input feeding, steps must be 1."""
+        if self.input_feeding:
+            inputs = torch.cat((inputs, feed[:, None, :]), dim=-1)
+        rnn_hidden = tuple(h.transpose(0, 1).contiguous() for h in hidden) if self.cell == "lstm" else \
+            hidden.transpose(0, 1).contiguous()  # fmt: skip
+        outputs, rnn_hidden = self.decoder(inputs, rnn_hidden)  # outputs: (batch, steps, hidden)
+        hidden = tuple(h.transpose(0, 1) for h in rnn_hidden) if self.cell == "lstm" else rnn_hidden.transpose(0, 1)
+        context, weights = self.attention(outputs, keys, memory, src_mask)
+        attentional = torch.tanh(self.combine(torch.cat((outputs, context), dim=-1)))  # (batch, steps, hidden)
+        logits = self.output(self.dropout(attentional))
+        return logits, hidden, attentional[:, -1], weights
+
+    def teacher_forcing_ratio(self) -> float:
+        if self.teacher_forcing_decay_steps <= 0:
+            return self.teacher_forcing
+        progress = min(1.0, float(self.train_steps) / self.teacher_forcing_decay_steps)
+        return self.teacher_forcing + progress * (self.teacher_forcing_final - self.teacher_forcing)
+
+    # ---- training ------------------------------------------------------------------------------
+    def forward(self, src: torch.Tensor, tgt_in: torch.Tensor, return_attention: bool = False):
+        """src: (batch, src_len), tgt_in: (batch, tgt_len) -> logits (batch, tgt_len, vocab)
+        (and attention weights (batch, tgt_len, src_len) with ``return_attention``)."""
+        memory, src_mask, hidden = self._encode(src)
+        keys = self.attention.prepare_keys(memory)
+        feed = memory.new_zeros(src.size(0), self.hidden_size)
+        ratio = self.teacher_forcing_ratio() if self.training else 1.0
+        if self.training:
+            self.train_steps += 1
+        embedded = self.dropout(self.tgt_embed(tgt_in))  # (batch, tgt_len, embed)
+        if ratio >= 1.0 and not self.input_feeding:
+            # all inputs known and no step-to-step feed: one call of the recurrence over the sequence
+            logits, _, _, weights = self._decode(embedded, hidden, feed, memory, keys, src_mask)
+            return (logits, weights) if return_attention else logits
+        all_logits, all_weights = [], []
+        previous_prediction = None
+        for t in range(tgt_in.size(1)):
+            step_input = embedded[:, t : t + 1]
+            if ratio < 1.0 and previous_prediction is not None:
+                use_model = torch.rand(src.size(0), device=src.device) >= ratio  # (batch,)
+                own = self.dropout(self.tgt_embed(previous_prediction))[:, None]
+                step_input = torch.where(use_model[:, None, None], own, step_input)
+            logits, hidden, feed, weights = self._decode(step_input, hidden, feed, memory, keys, src_mask)
+            all_logits.append(logits)
+            all_weights.append(weights)
+            previous_prediction = logits[:, -1].argmax(dim=-1).detach()
+        logits = torch.cat(all_logits, dim=1)
+        return (logits, torch.cat(all_weights, dim=1)) if return_attention else logits
+
+    # ---- inference -----------------------------------------------------------------------------
+    def encode(self, src: torch.Tensor) -> DecoderState:
+        memory, src_mask, hidden = self._encode(src)
+        tensors = {"memory": memory, "keys": self.attention.prepare_keys(memory), "src_mask": src_mask,
+                   "feed": memory.new_zeros(src.size(0), self.hidden_size)}  # fmt: skip
+        if self.cell == "lstm":
+            tensors["hidden"], tensors["cell"] = hidden
+        else:
+            tensors["hidden"] = hidden
+        return DecoderState(tensors, step=0)
+
+    def decode_step(self, prev_tokens: torch.Tensor, state: DecoderState) -> tuple[torch.Tensor, DecoderState]:
+        """prev_tokens: (batch,) -> logits (batch, vocab)."""
+        t = state.tensors
+        hidden = (t["hidden"], t["cell"]) if self.cell == "lstm" else t["hidden"]
+        embedded = self.dropout(self.tgt_embed(prev_tokens[:, None]))
+        logits, hidden, feed, _ = self._decode(embedded, hidden, t["feed"], t["memory"], t["keys"], t["src_mask"])
+        new = dict(t, feed=feed)
+        if self.cell == "lstm":
+            new["hidden"], new["cell"] = hidden
+        else:
+            new["hidden"] = hidden
+        return logits[:, -1], DecoderState(new, state.step + 1)
+
+    @torch.no_grad()
+    def attention_maps(self, src: torch.Tensor, tgt_in: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Teacher-forced attention: {"attention": (batch, 1, tgt_len, src_len)}."""
+        _, weights = self.forward(src, tgt_in, return_attention=True)
+        return {"attention": weights[:, None]}

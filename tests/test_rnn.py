@@ -1,0 +1,164 @@
+"""The RNN encoder-decoder: attention distributions, padding, teacher forcing, incremental decoding."""
+
+import itertools
+import json
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from nmt.build import build_model, instantiate
+from nmt.config import check_config
+from nmt.data.tokenizer import PAD_ID
+from nmt.search import SearchConfig, beam_search, greedy
+
+from .conftest import CONF, compose_train
+from .test_end_to_end import run
+
+ATTENTIONS = sorted(p.stem for p in (CONF / "attention").glob("*.yaml"))
+CELLS = ["gru", "lstm"]
+VOCAB = 25
+BOS, EOS = 2, 3
+
+
+def make_rnn(attention="multiplicative", cell="gru", input_feeding=True, dropout=0.0, seed=0, **extra):
+    torch.manual_seed(seed)
+    cfg = OmegaConf.load(CONF / "model" / "rnn.yaml")
+    cfg.attention = OmegaConf.load(CONF / "attention" / f"{attention}.yaml")
+    cfg.update(cell=cell, embed_dim=16, hidden_size=24, input_feeding=input_feeding, dropout=dropout, **extra)
+    return build_model(cfg, VOCAB, VOCAB).eval()
+
+
+def batch(seed=1, batch_size=3, src_len=7, tgt_len=6):
+    g = torch.Generator().manual_seed(seed)
+    src = torch.randint(4, VOCAB, (batch_size, src_len), generator=g)
+    src[1, 5:] = PAD_ID
+    return src, torch.randint(4, VOCAB, (batch_size, tgt_len), generator=g)
+
+
+VARIANTS = list(itertools.product(ATTENTIONS, CELLS, [True, False]))
+
+
+def test_attention_group_has_the_three_scoring_functions():
+    assert set(ATTENTIONS) == {"dot", "multiplicative", "additive"}
+
+
+@pytest.mark.parametrize("attention,cell,feeding", VARIANTS)
+def test_attention_is_a_distribution_over_real_source_tokens(attention, cell, feeding):
+    model = make_rnn(attention, cell, feeding)
+    src, tgt = batch()
+    weights = model.attention_maps(src, tgt)["attention"]  # (batch, 1, tgt_len, src_len)
+    torch.testing.assert_close(weights.sum(-1), torch.ones(3, 1, 6))
+    assert weights[1, :, :, 5:].abs().max() == 0
+
+
+@pytest.mark.parametrize("attention,cell,feeding", VARIANTS)
+def test_source_padding_does_not_change_outputs(attention, cell, feeding):
+    model = make_rnn(attention, cell, feeding)
+    src, tgt = batch()
+    padded = torch.cat([src, torch.full((3, 3), PAD_ID)], dim=1)
+    with torch.no_grad():
+        torch.testing.assert_close(model(src, tgt), model(padded, tgt), atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("attention,cell,feeding", VARIANTS)
+def test_teacher_forced_pass_equals_the_step_by_step_likelihood(attention, cell, feeding):
+    """With teacher forcing 1 the training loss is the reference's likelihood under incremental decoding."""
+    model = make_rnn(attention, cell, feeding, dropout=0.0, encoder_layers=2, decoder_layers=2)
+    model.train()  # the training path (teacher forcing 1), with dropout 0 so the comparison is exact
+    src, tgt = batch()
+    full = model(src, tgt).log_softmax(-1)
+    with torch.no_grad():
+        state = model.encode(src)
+        for t in range(tgt.size(1)):
+            logits, state = model.decode_step(tgt[:, t], state)
+            torch.testing.assert_close(logits.log_softmax(-1), full[:, t].detach(), atol=1e-5, rtol=1e-4)
+
+
+def test_teacher_forcing_zero_feeds_back_the_model_s_own_predictions():
+    """Ratio 0 in training (dropout off) is exactly a greedy rollout: each input is the previous argmax."""
+    model = make_rnn(teacher_forcing=0.0)
+    model.train()
+    src, tgt = batch()
+    free_running = model(src, tgt).argmax(-1)  # (batch, tgt_len)
+    model.eval()
+    with torch.no_grad():
+        state, prev = model.encode(src), torch.full((3,), BOS)
+        for t in range(tgt.size(1)):
+            logits, state = model.decode_step(tgt[:, 0] if t == 0 else prev, state)
+            prev = logits.argmax(-1)
+            assert torch.equal(prev, free_running[:, t])
+
+
+def test_teacher_forcing_ratio_decays_linearly():
+    model = make_rnn(teacher_forcing=1.0, teacher_forcing_final=0.5, teacher_forcing_decay_steps=10)
+    model.train()
+    src, tgt = batch()
+    ratios = []
+    for _ in range(12):
+        ratios.append(model.teacher_forcing_ratio())
+        model(src, tgt)
+    assert ratios[0] == 1.0 and ratios[5] == pytest.approx(0.75) and ratios[-1] == 0.5
+
+
+@pytest.mark.parametrize("attention", ATTENTIONS)
+def test_beam_one_equals_greedy(attention):
+    model = make_rnn(attention, seed=3)
+    src, _ = batch(seed=4, batch_size=5)
+    cfg = SearchConfig(beam_size=1, max_len_a=1.0, max_len_b=4)
+    assert beam_search(model, src, BOS, EOS, cfg) == greedy(model, src, BOS, EOS, cfg)
+
+
+@pytest.mark.parametrize("attention,cell", list(itertools.product(ATTENTIONS, CELLS)))
+def test_every_attention_and_cell_composes_and_trains_a_step(attention, cell):
+    cfg = compose_train(
+        "model=rnn",
+        f"attention={attention}",
+        f"model.cell={cell}",
+        "model.hidden_size=16",
+        "model.embed_dim=8",
+        "model.teacher_forcing=0.5",
+    )
+    check_config(cfg)
+    model = build_model(cfg.model, 30, 30)
+    optimizer = instantiate(cfg.optim.optimizer)(model.parameters())
+    src, tgt = torch.randint(4, 30, (2, 5)), torch.randint(4, 30, (2, 6))
+    loss, _, _ = instantiate(cfg.smoothing, pad_id=PAD_ID)(model(src, tgt[:, :-1]), tgt[:, 1:])
+    loss.backward()
+    optimizer.step()
+    assert torch.isfinite(loss)
+
+
+@pytest.mark.parametrize("experiment", ["multi30k_rnn", "course_rnn"])
+def test_rnn_presets_compose(experiment):
+    cfg = compose_train(f"experiment={experiment}", tiny=False)
+    check_config(cfg)
+    build_model(cfg.model, 100, 100)
+
+
+def test_course_rnn_has_the_reported_shape():
+    m = compose_train("experiment=course_rnn", tiny=False).model
+    assert (m.cell, m.encoder_layers, m.bidirectional, m.hidden_size, m.embed_dim, m.dropout) == (
+        "gru",
+        2,
+        False,
+        512,
+        256,
+        0.3,
+    )
+    assert m.teacher_forcing == 0.5 and m.attention._target_.endswith("MultiplicativeAttention")
+
+
+@pytest.mark.slow
+def test_tiny_rnn_learns_the_toy_task_and_evaluate_reproduces_it(tmp_path):
+    run_dir = tmp_path / "rnn"
+    run("train.py", "data=toy", "model=rnn", f"run_dir={run_dir}", "trainer.enable_progress_bar=false")
+    results = json.loads((run_dir / "results.json").read_text())
+    assert results["test"]["bleu"] >= 80, results["test"]
+    out = tmp_path / "eval"
+    run("evaluate.py", f"ckpt_path={results['best_checkpoint']}", f"out_dir={out}", "samples=0", "attention_maps=[0,3]")
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["bleu"] == results["test"]["bleu"]
+    pngs = sorted(p.name for p in (out / "attention").glob("*.png"))
+    assert pngs == ["sentence0_attention.png", "sentence3_attention.png"]
+    assert (out / "attention" / pngs[0]).read_bytes().startswith(b"\x89PNG")
