@@ -16,7 +16,8 @@ from rich.table import Table
 from nmt.build import build_datamodule, build_model
 from nmt.checkpoint import CheckpointError, average_state_dicts, epoch_checkpoints, load_checkpoint
 from nmt.data.batching import token_batches
-from nmt.data.sources import decode_lines, read_lines
+from nmt.data.files import read_split_files
+from nmt.data.sources import decode_lines, locate, read_lines, read_parallel
 from nmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
 from nmt.lit import CHECKPOINT_KEY
 from nmt.metrics import corpus_scores
@@ -58,7 +59,8 @@ def load_model(ckpt_path: str | os.PathLike, average_last: int = 0, device: str 
         paths = [str(p) for p in candidates]
         state_dict = average_state_dicts([load_checkpoint(p)["state_dict"] for p in candidates])
     section = checkpoint[CHECKPOINT_KEY]
-    src_tokenizer, tgt_tokenizer = Tokenizer(section["src_tokenizer"]), Tokenizer(section["tgt_tokenizer"])
+    src_tokenizer = Tokenizer(section["src_tokenizer"], section.get("src_segmenter"))
+    tgt_tokenizer = Tokenizer(section["tgt_tokenizer"], section.get("tgt_segmenter"))
     config = section["config"]
     model = build_model(config["model"], src_tokenizer.vocab_size, tgt_tokenizer.vocab_size)
     weights = {k.removeprefix("model."): v for k, v in state_dict.items() if k.startswith("model.")}
@@ -119,15 +121,12 @@ def evaluate_checkpoint(
         if value is not None:
             data_cfg[key] = value
     split_name = split
-    if split not in ("train", "val", "test"):
-        if "test_set" not in data_cfg:
-            raise ValueError(f"split={split!r}: this corpus has only 'train', 'val' and 'test'")
-        data_cfg.test_set, split = split, "test"
     datamodule = build_datamodule(data_cfg, loaded.config["cache_dir"], loaded.config["seed"])
-    sources, references = datamodule.text(split)
+    sources, references, description = load_eval_set(split, datamodule, data_cfg, loaded.config)
     hypotheses = translate_lines(loaded, sources, search, max_tokens)
     scores = corpus_scores(hypotheses, references, datamodule.tgt_lang)
-    tag = f"{split_name}_{search.strategy}{search.beam_size if search.strategy == 'beam' else ''}"
+    tag = f"{split_name.replace(':', '_').replace('/', '_')}_{search.strategy}"
+    tag += str(search.beam_size) if search.strategy == "beam" else ""
     if average_last > 1:
         tag += f"_avg{average_last}"
     run_dir = Path(ckpt_path).expanduser().resolve().parent.parent
@@ -136,7 +135,7 @@ def evaluate_checkpoint(
     (out / "hypotheses.txt").write_text("".join(h + "\n" for h in hypotheses), encoding="utf-8")
     result = {
         "checkpoints": loaded.checkpoints,
-        "data": datamodule.describe(),
+        "data": description,
         "split": split_name,
         "search": search.__dict__,
         **scores,
@@ -149,6 +148,38 @@ def evaluate_checkpoint(
     (out / "metrics.json").write_text(json.dumps(result, indent=2))
     _report(result, sources, references, hypotheses, samples)
     return result
+
+
+IWSLT16_FOLDER = "iwslt16_de_en_devtest"
+
+
+def load_eval_set(split: str, datamodule, data_cfg, config: dict) -> tuple[list[str], list[str], str]:
+    """(sources, references, description) of an evaluation set:
+
+    - ``train`` / ``val`` / ``test``: the corpus' own splits;
+    - another test set of the corpus (e.g. ``test_2017_flickr`` for Multi30k);
+    - ``iwslt16:<set>`` (e.g. ``iwslt16:tst2014``): IWSLT16 TED de-en, from data.root or
+      $NMT_DATA/iwslt16_de_en_devtest (files IWSLT16.TED.<set>.de-en.<lang>.gz);
+    - ``files:<prefix>`` or ``files:<file.tsv>``: any line-aligned pair of files.
+    """
+    src_lang, tgt_lang = datamodule.src_lang, datamodule.tgt_lang
+    if split in ("train", "val", "test"):
+        return *datamodule.text(split), f"{datamodule.describe()} {split}"
+    if split.startswith("iwslt16:"):
+        name = split.split(":", 1)[1]
+        corpus = "TEDX" if name.startswith("TEDX.") else "TED"
+        name = name.removeprefix("TEDX.").removeprefix("TED.")
+        files = [f"IWSLT16.{corpus}.{name}.de-en.{lang}.gz" for lang in (src_lang, tgt_lang)]
+        folder = locate(IWSLT16_FOLDER, files, data_cfg.get("root"), config["cache_dir"], download=False)
+        return *read_parallel(folder / files[0], folder / files[1]), f"IWSLT16 {corpus} {name} {src_lang}-{tgt_lang}"
+    if split.startswith("files:"):
+        spec = split.split(":", 1)[1]
+        return *read_split_files(spec, src_lang, tgt_lang), f"{spec} {src_lang}-{tgt_lang}"
+    if "test_set" in data_cfg:
+        data_cfg.test_set = split
+        other = build_datamodule(data_cfg, config["cache_dir"], config["seed"])
+        return *other.text("test"), other.describe()
+    raise ValueError(f"split={split!r}: use train, val, test, iwslt16:<set> or files:<prefix>")
 
 
 @torch.no_grad()
@@ -201,18 +232,12 @@ def evaluate(cfg: DictConfig) -> dict:
     search = SearchConfig(**cfg.decode)
     if cfg.input is None:
         overrides = OmegaConf.to_container(cfg.data, resolve=True)
-        return evaluate_checkpoint(
-            cfg.ckpt_path,
-            cfg.split,
-            search,
-            overrides,
-            cfg.average_last,
-            cfg.device,
-            cfg.max_tokens,
-            cfg.out_dir,
-            cfg.samples,
-            list(cfg.attention_maps),
-        )
+        splits = list(cfg.split) if OmegaConf.is_list(cfg.split) else [cfg.split]
+        if len(splits) > 1:
+            results = {split: _evaluate_one(cfg, split, search, overrides, True) for split in splits}
+            _summary(results)
+            return results
+        return _evaluate_one(cfg, splits[0], search, overrides, False)
     loaded = load_model(cfg.ckpt_path, cfg.average_last, cfg.device)
     if cfg.input == "-":
         lines = decode_lines(sys.stdin.buffer, "<stdin>")
@@ -226,3 +251,30 @@ def evaluate(cfg: DictConfig) -> dict:
         Path(cfg.output).write_text(text, encoding="utf-8")
         console.print(f"{len(translations)} translations written to {cfg.output}")
     return {"translations": len(translations), "output": cfg.output or "-"}
+
+
+def _summary(results: dict) -> None:
+    table = Table(title="all evaluation sets")
+    for column in ("set", "sentences", "BLEU", "chrF", "BLEU (lc, tok)"):
+        table.add_column(column)
+    for split, r in results.items():
+        table.add_row(split, str(r["sentences"]), f"{r['bleu']:.2f}", f"{r['chrf']:.2f}", f"{r['bleu_tok_lc']:.2f}")
+    console.print(table)
+
+
+def _evaluate_one(cfg: DictConfig, split: str, search: SearchConfig, overrides: dict, several: bool) -> dict:
+    out_dir = cfg.out_dir
+    if out_dir and several:  # one sub-folder per set
+        out_dir = str(Path(out_dir) / split.replace(":", "_").replace("/", "_"))
+    return evaluate_checkpoint(
+        cfg.ckpt_path,
+        split,
+        search,
+        overrides,
+        cfg.average_last,
+        cfg.device,
+        cfg.max_tokens,
+        out_dir,
+        cfg.samples,
+        list(cfg.attention_maps),
+    )

@@ -34,6 +34,7 @@ class TranslationModule(L.LightningModule):
         val_search: SearchConfig,
         bleu_every_n_epochs: int = 1,
         max_bad_steps: int = 10,
+        bleu_tokenize: str = "13a",
     ) -> None:
         super().__init__()
         self.model = model
@@ -49,7 +50,7 @@ class TranslationModule(L.LightningModule):
         self._rng_to_restore: torch.Tensor | None = None
         # sums, not means, so that perplexity is exact per token even across processes
         self.val_nll, self.val_tokens, self.val_correct = SumMetric(), SumMetric(), SumMetric()
-        self.val_bleu = SacreBLEUScore(tokenize="13a")
+        self.val_bleu = SacreBLEUScore(tokenize=bleu_tokenize)
         self.val_chrf = CHRFScore(n_word_order=0)
         self.val_samples: list[tuple[str, str, str]] = []
 
@@ -150,6 +151,8 @@ class TranslationModule(L.LightningModule):
             "config": self.config,
             "src_tokenizer": self.src_tokenizer.model_proto,
             "tgt_tokenizer": self.tgt_tokenizer.model_proto,
+            "src_segmenter": self.src_tokenizer.segmenter.spec(),
+            "tgt_segmenter": self.tgt_tokenizer.segmenter.spec(),
             "rng_state": torch.get_rng_state(),
             "bad_steps": self.bad_steps,
         }

@@ -10,7 +10,7 @@ def corpus_scores(hypotheses: Sequence[str], references: Sequence[str], tgt_lang
     """sacreBLEU BLEU (13a, cased) with its signature and n-gram precisions, chrF, and the lowercased
     tokenised BLEU that older papers report (Moses-tokenised, lowercased, multi-bleu style)."""
     hypotheses, references = list(hypotheses), list(references)
-    bleu = sacrebleu.metrics.BLEU()
+    bleu = sacrebleu.metrics.BLEU(tokenize=bleu_tokenizer(tgt_lang))
     bleu_score = bleu.corpus_score(hypotheses, [references])
     chrf = sacrebleu.metrics.CHRF()
     chrf_score = chrf.corpus_score(hypotheses, [references])
@@ -27,9 +27,20 @@ def corpus_scores(hypotheses: Sequence[str], references: Sequence[str], tgt_lang
     }
 
 
+def bleu_tokenizer(lang: str) -> str:
+    """sacreBLEU's tokenizer for a target language: 'zh' for Chinese, '13a' otherwise."""
+    return "zh" if lang == "zh" else "13a"
+
+
 def tokenized_lowercase_bleu(hypotheses: Sequence[str], references: Sequence[str], lang: str) -> float:
     """BLEU on lowercased, Moses-tokenised text (aggressive hyphen splitting), scored without further
     tokenisation: the number multi-bleu.perl gives in most Multi30k papers. Not comparable to sacreBLEU."""
+    if lang == "zh":  # Moses does not segment Chinese: use sacreBLEU's character-level Chinese tokenizer
+        return (
+            sacrebleu.metrics.BLEU(tokenize="zh", lowercase=True)
+            .corpus_score(list(hypotheses), [list(references)])
+            .score
+        )
     tokenizer = MosesTokenizer(lang=lang)
 
     def prepare(text: str) -> str:

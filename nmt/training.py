@@ -17,8 +17,10 @@ from nmt.build import build_datamodule, build_model, count_parameters, instantia
 from nmt.callbacks import SaveOnSignal
 from nmt.checkpoint import AtomicCheckpointIO
 from nmt.config import check_config
+from nmt.data.report import write_report
 from nmt.data.tokenizer import PAD_ID, atomic_write_bytes
 from nmt.lit import TranslationModule
+from nmt.metrics import bleu_tokenizer
 from nmt.search import SearchConfig
 
 log = logging.getLogger(__name__)
@@ -149,6 +151,7 @@ def train(cfg: DictConfig) -> dict:
         val_search=val_search,
         bleu_every_n_epochs=cfg.validation.bleu_every_n_epochs,
         max_bad_steps=cfg.max_bad_steps,
+        bleu_tokenize=bleu_tokenizer(datamodule.tgt_lang),
     )
     trainer = build_trainer(cfg, run_dir)
     if trainer.is_global_zero:
@@ -157,6 +160,7 @@ def train(cfg: DictConfig) -> dict:
         (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(config)))
         atomic_write_bytes(run_dir / "tokenizers" / "src.model", src_tokenizer.model_proto)
         atomic_write_bytes(run_dir / "tokenizers" / "tgt.model", tgt_tokenizer.model_proto)
+        write_report(datamodule.report(), datamodule.describe(), run_dir)
     if resume:
         print(f"Resuming from {resume}")
     trainer.logger.log_hyperparams(config)

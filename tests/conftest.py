@@ -29,15 +29,12 @@ def isolated_cache(tmp_path_factory):
 
 TINY = [
     "name=test",
-    "data=toy",
-    "data.train_size=300",
-    "data.val_size=20",
-    "data.test_size=20",
     "trainer.max_epochs=1",
     "trainer.enable_progress_bar=false",
     "trainer.enable_model_summary=false",
     "trainer.accelerator=cpu",
 ]
+TINY_TOY = ["data=toy", "data.train_size=300", "data.val_size=20", "data.test_size=20"]
 
 
 TINY_MODELS = {
@@ -53,9 +50,10 @@ TINY_MODELS = {
 
 
 def tiny_overrides(*overrides: str) -> list[str]:
-    """TINY plus the size overrides of the model that ``overrides`` choose."""
+    """TINY, the toy data unless ``overrides`` choose a corpus, and small sizes for the chosen model."""
     model = next((o.split("=", 1)[1] for o in overrides if o.startswith("model=")), "transformer")
-    return [*TINY, *TINY_MODELS[model]]
+    toy = [] if any(o.startswith("data=") for o in overrides) else TINY_TOY
+    return [*TINY, *toy, *TINY_MODELS[model]]
 
 
 def compose_train(*overrides: str, tiny: bool = True):

@@ -5,6 +5,7 @@ A corpus subclass only says where its text comes from (:meth:`ParallelDataModule
 
 import hashlib
 import logging
+from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -14,7 +15,17 @@ from torch.nn.utils.rnn import pad_sequence
 from torch.utils.data import DataLoader, Dataset
 
 from nmt.data.batching import TokenBatchSampler
-from nmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer, TokenizerSettings, content_hash, load_or_train
+from nmt.data.tokenizer import (
+    BOS_ID,
+    EOS_ID,
+    PAD_ID,
+    UNK_ID,
+    Segmenter,
+    Tokenizer,
+    TokenizerSettings,
+    content_hash,
+    load_or_train,
+)
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +97,8 @@ class ParallelDataModule(L.LightningDataModule):
         num_workers: int = 0,
         seed: int = 1,
         cache_dir: str = "~/.cache/nmt",
+        segmenter: dict | None = None,
+        user_dict: str | None = None,
     ) -> None:
         super().__init__()
         self.src_lang, self.tgt_lang = src_lang, tgt_lang
@@ -99,7 +112,11 @@ class ParallelDataModule(L.LightningDataModule):
         self.src_tokenizer: Tokenizer | None = None
         self.tgt_tokenizer: Tokenizer | None = None
         self.datasets: dict[str, TranslationDataset] = {}
-        self.dropped: dict[str, int] = {}
+        # word segmentation per language before SentencePiece, e.g. {"zh": "jieba"}
+        self.segmenters = {
+            lang: Segmenter((segmenter or {}).get(lang, "none"), user_dict) for lang in (src_lang, tgt_lang)
+        }
+        self.dropped: dict[str, Counter] = {}
         self._text: dict[str, tuple[list[str], list[str]]] = {}
 
     # ---- what a corpus provides ----------------------------------------------------------------
@@ -108,9 +125,12 @@ class ParallelDataModule(L.LightningDataModule):
         raise NotImplementedError
 
     def text(self, split: str) -> tuple[list[str], list[str]]:
-        """:meth:`read_split`, read once and kept."""
+        """:meth:`read_split`, read once and kept, without pairs where either side is empty or blank."""
         if split not in self._text:
-            self._text[split] = self.read_split(split)
+            src, tgt = self.read_split(split)
+            keep = [i for i, (s, t) in enumerate(zip(src, tgt, strict=True)) if s.strip() and t.strip()]
+            self.dropped.setdefault(split, Counter())["empty"] = len(src) - len(keep)
+            self._text[split] = ([src[i] for i in keep], [tgt[i] for i in keep])
         return self._text[split]
 
     def describe(self) -> str:
@@ -123,14 +143,18 @@ class ParallelDataModule(L.LightningDataModule):
 
     def build_tokenizers(self) -> tuple[Tokenizer, Tokenizer]:
         if self.src_tokenizer is None:
+            src_seg, tgt_seg = self.segmenters[self.src_lang], self.segmenters[self.tgt_lang]
             src, tgt = self.text("train")
-            settings, tag = self.tokenizer_settings, f"{self.name}-{self.src_lang}-{self.tgt_lang}"
+            src, tgt = [src_seg(s) for s in src], [tgt_seg(t) for t in tgt]
+            settings = self.tokenizer_settings
+            tag = f"{self.name}-{self.src_lang}-{self.tgt_lang}-{src_seg.name}-{tgt_seg.name}"
             if settings.joint:
-                joint = load_or_train(src + tgt, settings, self.cache_dir, f"{tag}-joint")
-                self.src_tokenizer = self.tgt_tokenizer = joint
+                joint = load_or_train(src + tgt, settings, self.cache_dir, f"{tag}-joint").model_proto
+                src_proto = tgt_proto = joint
             else:
-                self.src_tokenizer = load_or_train(src, settings, self.cache_dir, f"{tag}-{self.src_lang}")
-                self.tgt_tokenizer = load_or_train(tgt, settings, self.cache_dir, f"{tag}-{self.tgt_lang}")
+                src_proto = load_or_train(src, settings, self.cache_dir, f"{tag}-{self.src_lang}").model_proto
+                tgt_proto = load_or_train(tgt, settings, self.cache_dir, f"{tag}-{self.tgt_lang}").model_proto
+            self.src_tokenizer, self.tgt_tokenizer = Tokenizer(src_proto, src_seg), Tokenizer(tgt_proto, tgt_seg)
         return self.src_tokenizer, self.tgt_tokenizer
 
     # ---- encoding, cached ----------------------------------------------------------------------
@@ -138,7 +162,8 @@ class ParallelDataModule(L.LightningDataModule):
         src_text, tgt_text = self.text(split)
         src_tok, tgt_tok = self.build_tokenizers()
         proto_hash = hashlib.sha256(src_tok.model_proto + tgt_tok.model_proto).hexdigest()
-        key = content_hash(self.name, split, proto_hash, lines=src_text + tgt_text)
+        segmenters = (src_tok.segmenter.spec(), tgt_tok.segmenter.spec())
+        key = content_hash(self.name, split, proto_hash, segmenters, lines=src_text + tgt_text)
         path = self.cache_dir / "encoded" / f"{self.name}-{split}-{key}.pt"
         if path.exists():
             cached = torch.load(path, weights_only=True)
@@ -166,17 +191,33 @@ class ParallelDataModule(L.LightningDataModule):
                 for i, (s, t) in enumerate(zip(src_ids, tgt_ids, strict=True))
                 if 0 < len(s) < self.max_len and 0 < len(t) < self.max_len
             ]
-            self.dropped[split] = len(src_ids) - len(keep)
-            if self.dropped[split]:
-                log.info(
-                    "train: dropped %d of %d pairs (empty or over data.max_len=%d tokens)",
-                    self.dropped[split],
-                    len(src_ids),
-                    self.max_len,
-                )
+            self.dropped.setdefault(split, Counter())["too_long"] = len(src_ids) - len(keep)
             src_ids, tgt_ids = [src_ids[i] for i in keep], [tgt_ids[i] for i in keep]
             tgt_text = [tgt_text[i] for i in keep]
         return TranslationDataset(src_ids, tgt_ids, tgt_text)
+
+    # ---- the data report ----------------------------------------------------------------------
+    def report(self) -> dict:
+        """Per split: pairs kept, pairs dropped by reason, subword length percentiles, unknown-token rate;
+        and how many validation/test source sentences also occur in the training split."""
+        train_sources = set(self.text("train")[0])
+        report = {}
+        for split in ("train", "val", "test"):
+            dataset = self.datasets.get(split) or self._encoded(split)
+            self.datasets[split] = dataset
+            row = {"pairs": len(dataset), "dropped": dict(self.dropped.get(split, {}))}
+            for side, ids in (("src", dataset.src_ids), ("tgt", dataset.tgt_ids)):
+                lengths = torch.tensor([len(x) for x in ids], dtype=torch.float)
+                quantiles = torch.quantile(lengths, torch.tensor([0.5, 0.9, 0.99])).tolist() if len(ids) else [0] * 3
+                tokens = torch.cat(list(ids)) if len(ids) else torch.zeros(0)
+                row[f"{side}_len_p50_p90_p99_max"] = [round(q, 1) for q in quantiles] + [
+                    int(lengths.max()) if len(ids) else 0
+                ]
+                row[f"{side}_unk_rate"] = round(float((tokens == UNK_ID).float().mean()) if len(tokens) else 0.0, 5)
+            if split != "train":
+                row["sources_also_in_train"] = sum(s in train_sources for s in self.text(split)[0])
+            report[split] = row
+        return report
 
     # ---- LightningDataModule -------------------------------------------------------------------
     def prepare_data(self) -> None:

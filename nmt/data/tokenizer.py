@@ -4,6 +4,7 @@ import hashlib
 import io
 import json
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -13,6 +14,38 @@ import sentencepiece as spm
 # fixed ids, the same in every vocabulary, so models and search code can rely on them
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 MODEL_TYPES = ("bpe", "unigram")
+SEGMENTERS = ("none", "jieba")
+# spaces that word segmentation put between CJK characters, removed again after decoding
+_CJK_GAP = re.compile(r"(?<=[\u3000-\u303f\u4e00-\u9fff\uff00-\uffef])\s+(?=[\u3000-\u303f\u4e00-\u9fff\uff00-\uffef])")
+
+
+class Segmenter:
+    """Word segmentation applied before SentencePiece (``jieba`` for Chinese) and undone after decoding."""
+
+    def __init__(self, name: str = "none", user_dict: str | None = None) -> None:
+        if name not in SEGMENTERS:
+            raise ValueError(f"segmenter={name!r} is not one of {list(SEGMENTERS)}")
+        self.name, self.user_dict = name, user_dict
+        self._jieba = None
+
+    def __call__(self, text: str) -> str:
+        if self.name == "none":
+            return text
+        if self._jieba is None:
+            import jieba
+
+            jieba.setLogLevel(60)  # silence its start-up banner
+            tokenizer = jieba.Tokenizer()
+            if self.user_dict:
+                tokenizer.load_userdict(self.user_dict)
+            self._jieba = tokenizer
+        return " ".join(w for w in self._jieba.cut(text) if w.strip())
+
+    def undo(self, text: str) -> str:
+        return text if self.name == "none" else _CJK_GAP.sub("", text)
+
+    def spec(self) -> dict:
+        return {"name": self.name, "user_dict": self.user_dict}
 
 
 @dataclass(frozen=True)
@@ -33,7 +66,10 @@ class TokenizerSettings:
 class Tokenizer:
     """A SentencePiece model, kept as its serialised bytes so that checkpoints can carry it."""
 
-    def __init__(self, model_proto: bytes) -> None:
+    def __init__(self, model_proto: bytes, segmenter: Segmenter | dict | None = None) -> None:
+        if isinstance(segmenter, dict):
+            segmenter = Segmenter(**segmenter)
+        self.segmenter = segmenter or Segmenter()
         self.model_proto = bytes(model_proto)
         self.sp = spm.SentencePieceProcessor(model_proto=self.model_proto)
         self.pad_id, self.unk_id, self.bos_id, self.eos_id = PAD_ID, UNK_ID, BOS_ID, EOS_ID
@@ -43,14 +79,14 @@ class Tokenizer:
         return self.sp.get_piece_size()
 
     def encode(self, text: str) -> list[int]:
-        return self.sp.encode(text, out_type=int)
+        return self.sp.encode(self.segmenter(text), out_type=int)
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
-        return self.sp.encode(list(texts), out_type=int)
+        return self.sp.encode([self.segmenter(t) for t in texts], out_type=int)
 
     def decode(self, ids: Sequence[int]) -> str:
-        """Token ids -> detokenised text (special ids are dropped)."""
-        return self.sp.decode([i for i in ids if i > EOS_ID])
+        """Token ids -> detokenised text (special ids are dropped, word segmentation undone)."""
+        return self.segmenter.undo(self.sp.decode([i for i in ids if i > EOS_ID]))
 
     def pieces(self, ids: Sequence[int]) -> list[str]:
         return [self.sp.id_to_piece(i) for i in ids]

@@ -1,0 +1,78 @@
+"""Europarl v7 (Koehn 2005) for one language pair, from statmt.org's release archive."""
+
+import tarfile
+from pathlib import Path
+
+from nmt.data.sources import DataNotFoundError, locate, read_parallel
+from nmt.data.unsplit import UnsplitCorpusDataModule
+
+RELEASE = "https://www.statmt.org/europarl/v7"
+PAIRS = (
+    "bg-en",
+    "cs-en",
+    "da-en",
+    "de-en",
+    "el-en",
+    "es-en",
+    "et-en",
+    "fi-en",
+    "fr-en",
+    "hu-en",
+    "it-en",
+    "lt-en",
+    "lv-en",
+    "nl-en",
+    "pl-en",
+    "pt-en",
+    "ro-en",
+    "sk-en",
+    "sl-en",
+    "sv-en",
+)
+
+
+class EuroparlDataModule(UnsplitCorpusDataModule):
+    """``data=europarl``: ``europarl-v7.<pair>.<lang>`` files from data.root, $NMT_DATA/europarl or the
+    cache; otherwise the release archive ``<pair>.tgz`` (found there, or downloaded) is extracted into
+    the cache. Seeded, deduplicated split; ``max_samples`` (e.g. 200000) caps its size."""
+
+    name = "europarl"
+
+    def __init__(
+        self, root: str | None = None, download: bool = True, src_lang: str = "de", tgt_lang: str = "en", **kwargs
+    ) -> None:
+        pair = "-".join(sorted((src_lang, tgt_lang), key=lambda lang: lang == "en"))
+        if pair not in PAIRS:
+            raise ValueError(f"Europarl v7 has no {src_lang}-{tgt_lang} corpus; its pairs are {list(PAIRS)}")
+        super().__init__(src_lang=src_lang, tgt_lang=tgt_lang, **kwargs)
+        self.root, self.download, self.pair = root, download, pair
+
+    def load_pairs(self) -> tuple[list[str], list[str]]:
+        names = [f"europarl-v7.{self.pair}.{lang}" for lang in (self.src_lang, self.tgt_lang)]
+        try:
+            folder = locate("europarl", names, self.root, self.cache_dir, download=False)
+        except DataNotFoundError:
+            archive = f"{self.pair}.tgz"
+            folder = locate(
+                "europarl",
+                [archive],
+                self.root,
+                self.cache_dir,
+                url_for={archive: f"{RELEASE}/{archive}"},
+                download=self.download,
+            )
+            folder = extract(folder / archive, names, Path(self.cache_dir).expanduser() / "europarl")
+        return read_parallel(folder / names[0], folder / names[1])
+
+
+def extract(archive: Path, names: list[str], target: Path) -> Path:
+    """Extract the members called ``names`` (at any depth) of a .tgz into ``target``."""
+    target.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(archive, "r:gz") as bundle:
+        members = {Path(m.name).name: m for m in bundle.getmembers() if m.isfile()}
+        for name in names:
+            if name not in members:
+                raise ValueError(f"{archive} has no member {name} (it holds {sorted(members)[:5]})")
+            with bundle.extractfile(members[name]) as source, open(target / name, "wb") as out:
+                out.write(source.read())
+    return target

@@ -1,0 +1,75 @@
+"""Any parallel corpus from files: a pair of line-aligned files or one TSV file per split."""
+
+from pathlib import Path
+
+from nmt.data.datamodule import ParallelDataModule
+from nmt.data.sources import read_lines, read_parallel
+from nmt.data.splits import seeded_split
+
+
+def read_split_files(spec, src_lang: str, tgt_lang: str, columns=(0, 1)) -> tuple[list[str], list[str]]:
+    """``spec``: [src_file, tgt_file], a TSV path (columns give source and target), or a prefix whose
+    ``.<src_lang>`` / ``.<tgt_lang>`` files (optionally .gz) exist."""
+    if isinstance(spec, str) and (spec.endswith(".tsv") or spec.endswith(".tsv.gz")):
+        src, tgt = [], []
+        for number, line in enumerate(read_lines(spec), start=1):
+            fields = line.split("\t")
+            if len(fields) <= max(columns):
+                raise ValueError(
+                    f"{spec}, line {number}: {len(fields)} tab-separated fields, needs column "
+                    f"{max(columns)} (data.columns={list(columns)})"
+                )
+            src.append(fields[columns[0]])
+            tgt.append(fields[columns[1]])
+        return src, tgt
+    if isinstance(spec, str):
+        paths = []
+        for lang in (src_lang, tgt_lang):
+            plain, gz = Path(f"{spec}.{lang}"), Path(f"{spec}.{lang}.gz")
+            paths.append(plain if plain.exists() or not gz.exists() else gz)
+        return read_parallel(*paths)
+    src_path, tgt_path = spec
+    return read_parallel(src_path, tgt_path)
+
+
+class FilesDataModule(ParallelDataModule):
+    """``data=files``: ``data.train`` / ``data.val`` / ``data.test`` each [src, tgt], a TSV or a prefix.
+    Without val/test, they are split off the training data with ``split_seed``."""
+
+    name = "files"
+
+    def __init__(
+        self,
+        train,
+        val=None,
+        test=None,
+        columns=(0, 1),
+        valid_size: int = 1000,
+        test_size: int = 1000,
+        split_seed: int = 1,
+        src_lang: str = "src",
+        tgt_lang: str = "tgt",
+        **kwargs,
+    ) -> None:
+        if train is None:
+            raise ValueError("data=files needs data.train: [src_file, tgt_file], a .tsv file, or a file prefix")
+        super().__init__(src_lang=src_lang, tgt_lang=tgt_lang, **kwargs)
+        self.specs = {"train": train, "val": val, "test": test}
+        self.columns = tuple(columns)
+        self.valid_size, self.test_size, self.split_seed = valid_size, test_size, split_seed
+
+    def read_split(self, split: str) -> tuple[list[str], list[str]]:
+        if split not in self.specs:
+            raise ValueError(f"data=files has splits ['train', 'val', 'test'], not {split!r}")
+        if self.specs["val"] is None or self.specs["test"] is None:
+            src, tgt = read_split_files(self.specs["train"], self.src_lang, self.tgt_lang, self.columns)
+            splits = seeded_split(
+                src,
+                tgt,
+                self.valid_size if self.specs["val"] is None else 0,
+                self.test_size if self.specs["test"] is None else 0,
+                self.split_seed,
+            )
+            if self.specs[split] is None or split == "train":
+                return splits[split]
+        return read_split_files(self.specs[split], self.src_lang, self.tgt_lang, self.columns)

@@ -1,0 +1,44 @@
+"""The data report printed at set-up and saved in the run directory."""
+
+import json
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+
+def render_report(report: dict, title: str) -> Table:
+    table = Table(title=f"data: {title}")
+    for column in (
+        "split",
+        "pairs",
+        "dropped",
+        "src len p50/p90/p99/max",
+        "tgt len p50/p90/p99/max",
+        "src unk",
+        "tgt unk",
+        "sources also in train",
+    ):
+        table.add_column(column)
+    for split, row in report.items():
+        dropped = ", ".join(f"{reason} {n}" for reason, n in row["dropped"].items() if n) or "0"
+        table.add_row(
+            split,
+            f"{row['pairs']:,}",
+            dropped,
+            " / ".join(f"{v:g}" for v in row["src_len_p50_p90_p99_max"]),
+            " / ".join(f"{v:g}" for v in row["tgt_len_p50_p90_p99_max"]),
+            f"{row['src_unk_rate']:.2%}",
+            f"{row['tgt_unk_rate']:.2%}",
+            str(row.get("sources_also_in_train", "")),
+        )
+    return table
+
+
+def write_report(report: dict, title: str, run_dir: Path, console: Console | None = None) -> None:
+    """Print the report as a table and save it as data_report.json and data_report.txt."""
+    table = render_report(report, title)
+    (console or Console()).print(table)
+    (run_dir / "data_report.json").write_text(json.dumps({"data": title, "splits": report}, indent=2))
+    with open(run_dir / "data_report.txt", "w") as handle:
+        Console(file=handle, width=140).print(table)

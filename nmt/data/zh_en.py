@@ -1,0 +1,94 @@
+"""Chinese-English in either direction, from Tatoeba, a folder of TED sets, or WMT news-commentary."""
+
+from pathlib import Path
+
+from nmt.data.sources import DataNotFoundError, locate, read_lines, read_parallel
+from nmt.data.tatoeba import locate_tatoeba, read_manythings
+from nmt.data.unsplit import UnsplitCorpusDataModule
+
+SOURCES = ("tatoeba", "ted", "news_commentary")
+NEWS_COMMENTARY = "https://data.statmt.org/news-commentary/v16/training/news-commentary-v16.en-zh.tsv.gz"
+
+
+class ZhEnDataModule(UnsplitCorpusDataModule):
+    """``data=zh_en``: zh->en by default (``data.src_lang=en data.tgt_lang=zh`` for en->zh). The Chinese
+    side is segmented with jieba before SentencePiece when ``data.segmenter.zh=jieba`` (the default;
+    ``none`` feeds raw characters to SentencePiece); the choice is part of the tokenizer's cache key."""
+
+    name = "zh_en"
+
+    def __init__(
+        self,
+        source: str = "tatoeba",
+        root: str | None = None,
+        download: bool = True,
+        src_lang: str = "zh",
+        tgt_lang: str = "en",
+        **kwargs,
+    ) -> None:
+        if source not in SOURCES:
+            raise ValueError(f"data.source={source!r} is not one of {list(SOURCES)}")
+        if {src_lang, tgt_lang} != {"zh", "en"}:
+            raise ValueError(f"data=zh_en translates between 'zh' and 'en', not {src_lang!r} -> {tgt_lang!r}")
+        super().__init__(src_lang=src_lang, tgt_lang=tgt_lang, **kwargs)
+        self.source, self.root, self.download = source, root, download
+
+    def describe(self) -> str:
+        return super().describe().replace(self.name, f"{self.name}/{self.source}", 1)
+
+    def load_pairs(self) -> tuple[list[str], list[str]]:
+        if self.source == "tatoeba":
+            english, chinese = read_manythings(locate_tatoeba("zh", self.root, self.cache_dir, self.download))
+        elif self.source == "ted":
+            english, chinese = read_ted_folder(self._ted_folder())
+        else:
+            folder = locate(
+                "news_commentary",
+                [Path(NEWS_COMMENTARY).name],
+                self.root,
+                self.cache_dir,
+                url_for={Path(NEWS_COMMENTARY).name: NEWS_COMMENTARY},
+                download=self.download,
+            )
+            english, chinese = read_news_commentary(folder / Path(NEWS_COMMENTARY).name)
+        return (chinese, english) if self.src_lang == "zh" else (english, chinese)
+
+    def _ted_folder(self) -> Path:
+        for folder in ([Path(self.root).expanduser()] if self.root else []) + _env_folder("ted_en_zh"):
+            if any(folder.glob("*.en*")):
+                return folder
+        raise DataNotFoundError(
+            "Could not find TED en-zh sets: set data.root to a folder of line-aligned <name>.en / <name>.zh "
+            "files (optionally .gz), or $NMT_DATA to a folder containing 'ted_en_zh/'"
+        )
+
+
+def _env_folder(name: str) -> list[Path]:
+    import os
+
+    return [Path(os.environ["NMT_DATA"]).expanduser() / name] if os.environ.get("NMT_DATA") else []
+
+
+def read_ted_folder(folder: Path) -> tuple[list[str], list[str]]:
+    """All <name>.en / <name>.zh pairs of a folder, in name order."""
+    english, chinese = [], []
+    for en_path in sorted(folder.glob("*.en")) + sorted(folder.glob("*.en.gz")):
+        zh_path = en_path.with_name(en_path.name.replace(".en", ".zh", 1))
+        if not zh_path.exists():
+            raise ValueError(f"{en_path} has no Chinese side: expected {zh_path}")
+        en, zh = read_parallel(en_path, zh_path)
+        english += en
+        chinese += zh
+    return english, chinese
+
+
+def read_news_commentary(path: Path) -> tuple[list[str], list[str]]:
+    """WMT's TSV: English<TAB>Chinese per line; lines with an empty side are kept for the validator."""
+    english, chinese = [], []
+    for number, line in enumerate(read_lines(path), start=1):
+        fields = line.split("\t")
+        if len(fields) != 2:
+            raise ValueError(f"{path}, line {number}: expected 2 tab-separated fields, found {len(fields)}")
+        english.append(fields[0].strip())
+        chinese.append(fields[1].strip())
+    return english, chinese

@@ -1,0 +1,274 @@
+"""Every corpus module on small generated files shaped exactly like its source."""
+
+import gzip
+import io
+import json
+import os
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from nmt.data.europarl import EuroparlDataModule
+from nmt.data.files import FilesDataModule
+from nmt.data.splits import seeded_split
+from nmt.data.tatoeba import TatoebaDataModule
+from nmt.data.toy import toy_pairs
+from nmt.data.zh_en import ZhEnDataModule
+from nmt.training import train
+
+from .conftest import ROOT, compose_train
+from .test_end_to_end import run
+
+EN, DE = toy_pairs(400, seed=7)
+ZH = ["我爱你。", "今天天气很好。", "他们在北京工作。", "这是一本书。", "你好吗？", "我们去学校吧。"] * 60
+ZH_EN = [
+    "I love you.",
+    "The weather is nice today.",
+    "They work in Beijing.",
+    "This is a book.",
+    "How are you?",
+    "Let's go to school.",
+] * 60
+ZH_EN = [f"{s} ({i})" for i, s in enumerate(ZH_EN)]  # distinct sentences
+
+
+def write(path: Path, lines, gz=False):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = "".join(line + "\n" for line in lines).encode()
+    path.write_bytes(gzip.compress(data) if gz else data)
+
+
+def small(cls, **kwargs):
+    kwargs.setdefault("tokenizer", {"vocab_size": 80})
+    return cls(valid_size=30, test_size=30, max_tokens=600, download=False, **kwargs)
+
+
+def test_seeded_split_is_deterministic_deduplicated_and_leak_free():
+    src = [f"s{i % 150}" for i in range(400)]  # repeated sources, some with different targets
+    tgt = [f"t{i % 170}" for i in range(400)]
+    a, b = seeded_split(src, tgt, 20, 20, seed=3), seeded_split(src, tgt, 20, 20, seed=3)
+    assert a == b and a != seeded_split(src, tgt, 20, 20, seed=4)
+    sets = {name: set(pairs[0]) for name, pairs in a.items()}
+    assert not (sets["train"] & sets["val"] or sets["train"] & sets["test"] or sets["val"] & sets["test"])
+    all_pairs = [p for name in a for p in zip(*a[name], strict=True)]
+    assert len(all_pairs) == len(set(all_pairs)) == len(set(zip(src, tgt, strict=True)))
+
+
+def test_tatoeba_reads_a_manythings_file(tmp_path):
+    write(tmp_path / "deu.txt", [f"{e}\t{d}" for e, d in zip(EN, DE, strict=True)] + ["\t", "Hi.\tHallo!"])
+    dm = small(TatoebaDataModule, root=str(tmp_path), src_lang="de", tgt_lang="en", cache_dir=str(tmp_path / "c"))
+    src, tgt = dm.text("train")
+    assert len(dm.text("val")[0]) >= 30 and src[0] in DE + ["Hallo!"]
+    assert (
+        sum(len(dm.text(split)[0]) + dm.dropped[split]["empty"] for split in ("train", "val", "test"))
+        == len(set(zip(EN, DE, strict=True))) + 2
+    )
+    assert sum(dm.dropped[split]["empty"] for split in ("train", "val", "test")) == 1  # the blank pair
+
+
+def test_tatoeba_cmn_with_attribution_and_jieba(tmp_path):
+    rows = [
+        f"{e}\t{z}\tCC-BY 2.0 (France) Attribution: tatoeba.org #{i}"
+        for i, (e, z) in enumerate(zip(ZH_EN, ZH, strict=True))
+    ]
+    write(tmp_path / "cmn.txt.gz", rows, gz=True)
+    dm = small(
+        ZhEnDataModule, source="tatoeba", root=str(tmp_path), segmenter={"zh": "jieba"}, cache_dir=str(tmp_path / "c")
+    )
+    src_tok, _ = dm.build_tokenizers()
+    assert dm.src_lang == "zh" and dm.text("train")[0][0] in ZH
+    assert src_tok.decode(src_tok.encode("今天天气很好。")) == "今天天气很好。"  # segmentation undone
+
+
+def test_jieba_segmentation_changes_the_tokenizer_cache_key(tmp_path):
+    write(tmp_path / "cmn.txt", [f"{e}\t{z}" for e, z in zip(ZH_EN, ZH, strict=True)])
+    for segmenter in ("jieba", "none"):
+        small(
+            ZhEnDataModule,
+            root=str(tmp_path),
+            segmenter={"zh": segmenter},
+            cache_dir=str(tmp_path / "c"),
+            tokenizer={"vocab_size": 80, "joint": True},
+        ).build_tokenizers()
+    names = sorted(p.name for p in (tmp_path / "c" / "tokenizers").glob("*.model"))
+    assert len(names) == 2 and any("jieba" in n for n in names) and any("-none-none-" in n for n in names)
+
+
+def test_ted_folder_of_line_aligned_sets(tmp_path):
+    write(tmp_path / "valid.en", ZH_EN[:200])
+    write(tmp_path / "valid.zh", ZH[:200])
+    write(tmp_path / "test.en.gz", ZH_EN[200:], gz=True)
+    write(tmp_path / "test.zh.gz", ZH[200:], gz=True)
+    dm = small(
+        ZhEnDataModule, source="ted", root=str(tmp_path), src_lang="en", tgt_lang="zh", cache_dir=str(tmp_path / "c")
+    )
+    total = sum(len(dm.text(s)[0]) for s in ("train", "val", "test"))
+    assert total == len(set(zip(ZH_EN, ZH, strict=True)))
+
+
+def europarl_archive(path: Path) -> None:
+    """A tiny copy of statmt.org's de-en.tgz layout: the two text files at the archive's top level."""
+    with tarfile.open(path, "w:gz") as bundle:
+        for lang, lines in (("de", DE), ("en", EN)):
+            data = "".join(line + "\n" for line in lines).encode()
+            info = tarfile.TarInfo(f"europarl-v7.de-en.{lang}")
+            info.size = len(data)
+            bundle.addfile(info, io.BytesIO(data))
+
+
+def test_europarl_extracts_the_release_archive_into_the_cache(tmp_path):
+    europarl_archive(tmp_path / "de-en.tgz")
+    cache = tmp_path / "c"
+    dm = small(EuroparlDataModule, root=str(tmp_path), cache_dir=str(cache), max_samples=300)
+    src, tgt = dm.text("train")
+    assert (cache / "europarl" / "europarl-v7.de-en.de").exists()
+    assert len(src) + 60 <= 300 and src[0] in DE and tgt[0] in EN
+    # the extracted files are found next time, even without the archive
+    (tmp_path / "de-en.tgz").unlink()
+    again = small(EuroparlDataModule, root=None, cache_dir=str(cache), max_samples=300)
+    assert again.text("train") == (src, tgt)
+
+
+def test_europarl_without_data_says_what_to_do(tmp_path, monkeypatch):
+    monkeypatch.delenv("NMT_DATA", raising=False)
+    dm = small(EuroparlDataModule, cache_dir=str(tmp_path))
+    with pytest.raises(FileNotFoundError, match="de-en.tgz"):
+        dm.text("train")
+    with pytest.raises(ValueError, match="de-en"):
+        EuroparlDataModule(src_lang="de", tgt_lang="zh")
+
+
+def test_files_module_reads_pairs_tsv_and_prefixes(tmp_path):
+    write(tmp_path / "train.src", EN)
+    write(tmp_path / "train.tgt", DE)
+    write(tmp_path / "dev.tsv", [f"{e}\t{d}" for e, d in zip(EN[:20], DE[:20], strict=True)])
+    write(tmp_path / "test.src.gz", EN[:10], gz=True)
+    write(tmp_path / "test.tgt.gz", DE[:10], gz=True)
+    dm = FilesDataModule(
+        train=[str(tmp_path / "train.src"), str(tmp_path / "train.tgt")],
+        val=str(tmp_path / "dev.tsv"),
+        test=str(tmp_path / "test"),
+        cache_dir=str(tmp_path / "c"),
+    )
+    assert dm.text("train") == (EN, DE)
+    assert dm.text("val") == (EN[:20], DE[:20])
+    assert dm.text("test") == (EN[:10], DE[:10])
+    with pytest.raises(ValueError, match=r"dev\.tsv, line 1: 2 tab-separated fields, needs column 2"):
+        FilesDataModule(
+            train=str(tmp_path / "dev.tsv"),
+            val=str(tmp_path / "dev.tsv"),
+            test=str(tmp_path / "dev.tsv"),
+            columns=[0, 2],
+            cache_dir=str(tmp_path),
+        ).text("val")
+
+
+def test_long_inputs_and_length_drops_are_reported(tmp_path):
+    long_src = [" ".join(EN[i : i + 40]) for i in range(0, 200)]  # summarisation-like long inputs
+    write(tmp_path / "a.src", long_src + ["", "x"])
+    write(tmp_path / "a.tgt", DE[:200] + ["y", ""])
+    dm = FilesDataModule(
+        train=str(tmp_path / "a"),
+        valid_size=10,
+        test_size=10,
+        max_len=300,
+        max_tokens=3000,
+        tokenizer={"vocab_size": 100},
+        cache_dir=str(tmp_path / "c"),
+    )
+    dm.prepare_data()
+    report = dm.report()
+    assert report["train"]["dropped"]["empty"] == 2
+    assert report["train"]["src_len_p50_p90_p99_max"][3] > 100  # long sources kept
+    short = FilesDataModule(
+        train=str(tmp_path / "a"),
+        valid_size=10,
+        test_size=10,
+        max_len=50,
+        max_tokens=3000,
+        tokenizer={"vocab_size": 100},
+        cache_dir=str(tmp_path / "c"),
+    )
+    short.prepare_data()
+    assert short.report()["train"]["dropped"]["too_long"] > 100
+    assert report["val"]["sources_also_in_train"] == 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("corpus", ["tatoeba_de_en", "zh_en", "europarl", "files"])
+def test_a_tiny_transformer_trains_an_epoch_on_each_module(corpus, tmp_path):
+    data = tmp_path / "data"
+    write(data / "deu.txt", [f"{e}\t{d}" for e, d in zip(EN, DE, strict=True)])
+    write(data / "cmn.txt", [f"{e}\t{z}" for e, z in zip(ZH_EN, ZH, strict=True)])
+    europarl_archive(data / "de-en.tgz")
+    write(data / "pairs.tsv", [f"{e}\t{d}" for e, d in zip(EN, DE, strict=True)])
+    extra = {"files": [f"data.train={data / 'pairs.tsv'}", "data.valid_size=30", "data.test_size=30"]}.get(
+        corpus, [f"data.root={data}", "data.valid_size=30", "data.test_size=30", "data.download=false"]
+    )
+    cfg = compose_train(
+        f"data={corpus}",
+        "data.tokenizer.vocab_size=80",
+        "data.max_tokens=800",
+        *extra,
+        f"run_dir={tmp_path / 'run'}",
+        "test_after_training=false",
+    )
+    results = train(cfg)
+    assert results["epochs"] == 1 and results["final_metrics"]["val_loss"] < 10
+    report = json.loads((tmp_path / "run" / "data_report.json").read_text())
+    assert report["splits"]["val"]["pairs"] >= 30
+
+
+@pytest.mark.slow
+def test_evaluate_scores_several_test_sets_including_iwslt16(tmp_path):
+    iwslt = tmp_path / "iwslt16_de_en_devtest"
+    for name in ("tst2013", "tst2014"):
+        write(iwslt / f"IWSLT16.TED.{name}.de-en.de.gz", DE[:15], gz=True)
+        write(iwslt / f"IWSLT16.TED.{name}.de-en.en.gz", EN[:15], gz=True)
+    write(tmp_path / "deu.txt", [f"{e}\t{d}" for e, d in zip(EN, DE, strict=True)])
+    run_dir = tmp_path / "run"
+    cfg = compose_train(
+        "data=tatoeba_de_en",
+        f"data.root={tmp_path}",
+        "data.valid_size=30",
+        "data.test_size=30",
+        "data.tokenizer.vocab_size=80",
+        f"run_dir={run_dir}",
+        "test_after_training=false",
+    )
+    train(cfg)
+    env_data = os.environ.get("NMT_DATA")
+    os.environ["NMT_DATA"] = str(tmp_path)
+    try:
+        run(
+            "evaluate.py",
+            f"ckpt_path={run_dir / 'checkpoints' / 'last.ckpt'}",
+            "split=[test,iwslt16:tst2013,iwslt16:tst2014]",
+            f"out_dir={tmp_path / 'eval'}",
+            "decode.strategy=greedy",
+            "samples=0",
+        )
+    finally:
+        os.environ.pop("NMT_DATA") if env_data is None else os.environ.__setitem__("NMT_DATA", env_data)
+    for name in ("test", "iwslt16_tst2013", "iwslt16_tst2014"):
+        metrics = json.loads((tmp_path / "eval" / name / "metrics.json").read_text())
+        assert metrics["sentences"] == (30 if name == "test" else 15)
+
+
+SHARED = Path(os.environ.get("NMT_DATA", ROOT.parent / "shared" / "data"))
+
+
+@pytest.mark.skipif(not (SHARED / "tatoeba_deu_eng" / "deu.txt.gz").exists(), reason="real Tatoeba not available")
+def test_real_tatoeba_de_en_split(tmp_path):
+    dm = TatoebaDataModule(
+        root=str(SHARED / "tatoeba_deu_eng"),
+        download=False,
+        src_lang="de",
+        tgt_lang="en",
+        valid_size=2000,
+        test_size=2000,
+        cache_dir=str(tmp_path),
+    )
+    sizes = [len(dm.text(s)[0]) for s in ("train", "val", "test")]
+    assert sizes[1] >= 2000 and sizes[2] >= 2000 and sum(sizes) > 150_000
