@@ -15,8 +15,9 @@ import sentencepiece as spm
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 MODEL_TYPES = ("bpe", "unigram")
 SEGMENTERS = ("none", "jieba")
-# spaces that word segmentation put between CJK characters, removed again after decoding
-_CJK_GAP = re.compile(r"(?<=[\u3000-\u303f\u4e00-\u9fff\uff00-\uffef])\s+(?=[\u3000-\u303f\u4e00-\u9fff\uff00-\uffef])")
+# spaces that word segmentation put next to CJK characters, removed again after decoding
+_CJK = "\u3000-\u303f\u4e00-\u9fff\uff00-\uffef"
+_CJK_GAP = re.compile(rf"(?<=[{_CJK}])\s+(?=\S)|(?<=\S)\s+(?=[{_CJK}])")
 
 
 class Segmenter:
