@@ -133,6 +133,7 @@ def evaluate_checkpoint(
     out = Path(out_dir) if out_dir else run_dir / "eval" / tag
     out.mkdir(parents=True, exist_ok=True)
     (out / "hypotheses.txt").write_text("".join(h + "\n" for h in hypotheses), encoding="utf-8")
+    (out / "references.txt").write_text("".join(r + "\n" for r in references), encoding="utf-8")
     result = {
         "checkpoints": loaded.checkpoints,
         "data": description,
@@ -140,6 +141,7 @@ def evaluate_checkpoint(
         "search": search.__dict__,
         **scores,
         "hypotheses": str(out / "hypotheses.txt"),
+        "references": str(out / "references.txt"),
     }
     if attention_maps:
         result["attention_maps"] = [

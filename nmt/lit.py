@@ -135,6 +135,10 @@ class TranslationModule(L.LightningModule):
         if self.decodes_this_epoch() and not self.trainer.sanity_checking:
             self.log("val_bleu", self.val_bleu.compute() * 100, prog_bar=True)
             self.log("val_chrf", self.val_chrf.compute() * 100)
+            for logger in self.loggers:
+                if hasattr(logger, "log_text") and self.val_samples:  # W&B: a table of sample translations
+                    rows = [[self.current_epoch, *sample] for sample in self.val_samples]
+                    logger.log_text("val_samples", columns=["epoch", "source", "reference", "hypothesis"], data=rows)
         for metric in (self.val_nll, self.val_tokens, self.val_correct, self.val_bleu, self.val_chrf):
             metric.reset()
 

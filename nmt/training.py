@@ -3,6 +3,7 @@
 import json
 import logging
 import os
+import time
 from datetime import datetime
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import lightning as L
 import torch
 from hydra.core.hydra_config import HydraConfig
 from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint, RichModelSummary, RichProgressBar
+from lightning.pytorch.loggers import CSVLogger, WandbLogger
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf
 
@@ -20,6 +22,7 @@ from nmt.config import check_config
 from nmt.data.report import write_report
 from nmt.data.tokenizer import PAD_ID, atomic_write_bytes
 from nmt.lit import TranslationModule
+from nmt.loggers import log_results_to_wandb
 from nmt.metrics import bleu_tokenizer
 from nmt.search import SearchConfig
 
@@ -108,10 +111,13 @@ def _callbacks(cfg: DictConfig, checkpoint_dir: Path) -> list:
 def build_trainer(cfg: DictConfig, run_dir: Path) -> L.Trainer:
     trainer_args = {k: v for k, v in OmegaConf.to_container(cfg.trainer, resolve=True).items() if v is not None}
     logger = instantiate(cfg.logger, save_dir=str(run_dir))
+    loggers = [logger]
+    if not isinstance(logger, CSVLogger):  # curves for sweep reports, whatever the dashboard
+        loggers.append(CSVLogger(str(run_dir), name="logs", version=""))
     return L.Trainer(
         **trainer_args,
         callbacks=_callbacks(cfg, run_dir / "checkpoints"),
-        logger=logger,
+        logger=loggers,
         default_root_dir=str(run_dir),
         use_distributed_sampler=False,  # our token-budget sampler shards batches across ranks itself
         plugins=[AtomicCheckpointIO()],
@@ -163,7 +169,9 @@ def train(cfg: DictConfig) -> dict:
         write_report(datamodule.report(), datamodule.describe(), run_dir)
     if resume:
         print(f"Resuming from {resume}")
-    trainer.logger.log_hyperparams(config)
+    for logger in trainer.loggers:
+        logger.log_hyperparams(config)
+    start = time.time()
     try:
         trainer.fit(module, datamodule=datamodule, ckpt_path=resume)
     except SIGTERMException:
@@ -182,15 +190,24 @@ def train(cfg: DictConfig) -> dict:
         "epochs": trainer.current_epoch,
         "steps": trainer.global_step,
         "parameters": count_parameters(model),
+        "wall_time_s": round(time.time() - start, 1),
         "final_metrics": {k: _float(v) for k, v in trainer.callback_metrics.items()},
     }
     if trainer.is_global_zero:
         if cfg.test_after_training and Path(best_path).is_file():
             from nmt.evaluation import evaluate_checkpoint
 
+            wandb = next((lg for lg in trainer.loggers if isinstance(lg, WandbLogger)), None)
             results["test"] = evaluate_checkpoint(
-                best_path, split="test", search=test_search, data_overrides={}, device=str(module.device)
+                best_path,
+                split="test",
+                search=test_search,
+                data_overrides={},
+                device=str(module.device),
+                attention_maps=[0] if wandb else (),
             )
+            if wandb:
+                log_results_to_wandb(wandb, results)
         tmp = run_dir / ".results.json.tmp"
         tmp.write_text(json.dumps(results, indent=2))
         os.replace(tmp, run_dir / "results.json")

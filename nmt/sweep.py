@@ -1,0 +1,256 @@
+"""Full-factorial sweeps: each cell a fresh ``train.py`` process; results collected and analysed.
+
+A fresh process per run keeps every run a plain single-run command line, so Lightning's DDP launcher
+works inside sweeps (Hydra multirun and DDP do not mix in one process), and a crashed run cannot take
+the sweep down. Finished runs leave ``sweep_result.json``; a rerun of the sweep skips them.
+"""
+
+import csv
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from hydra.core.hydra_config import HydraConfig
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig
+
+from nmt import analysis
+from nmt.plots import interaction_heatmap, training_curves
+
+ROOT = Path(__file__).resolve().parents[1]
+SWEEP_KEYS = ("grid", "sweep_name", "pin_gpus", "baseline", "report_metric")
+RESULT = "sweep_result.json"
+
+
+def _override_pairs(overrides) -> list[tuple[str, str]]:
+    pairs = []
+    for override in overrides:
+        key, _, value = override.lstrip("+~").partition("=")
+        if key not in SWEEP_KEYS and not key.startswith("hydra"):
+            pairs.append((key, value))
+    return pairs
+
+
+def swept_keys(sweep_dir: Path) -> set[str]:
+    """Keys with several values in this sweep: the grid's parameters and comma lists on the command line
+    (read from the multirun.yaml Hydra writes before launching)."""
+    from omegaconf import OmegaConf
+
+    saved = OmegaConf.load(sweep_dir / "multirun.yaml")
+    keys = {k for k, v in (saved.hydra.sweeper.get("params") or {}).items() if "," in str(v)}
+    keys |= {k for k, v in _override_pairs(saved.hydra.overrides.task) if "," in v}
+    return keys | {"seed"}
+
+
+def run_cell(cfg: DictConfig) -> dict | None:
+    """One run of the sweep (a Hydra multirun job): train.py in a subprocess, unless already done."""
+    hydra_cfg = HydraConfig.get()
+    pairs = _override_pairs(hydra_cfg.overrides.task)
+    swept = swept_keys(Path(hydra_cfg.sweep.dir))
+    run_dir = (Path(hydra_cfg.sweep.dir) / ",".join(f"{k}={v}" for k, v in sorted(pairs) if k in swept)).resolve()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    record_path = run_dir / RESULT
+    if record_path.exists():
+        print(f"[sweep] done already, skipped: {run_dir.name}")
+        return json.loads(record_path.read_text())
+    factors = {k: v for k, v in pairs if k != "seed" and k in swept}
+    tags = ",".join(json.dumps(f"{k}:{v}") for k, v in factors.items())
+    command = [
+        sys.executable,
+        str(ROOT / "train.py"),
+        *(f"{k}={v}" for k, v in pairs),
+        f"run_dir='{run_dir}'",
+        f"hydra.run.dir='{run_dir}'",
+        f"group={cfg.sweep_name}",
+        f"tags=[{tags}]",
+    ]
+    env = dict(os.environ)
+    if cfg.pin_gpus:
+        gpus = env.get("CUDA_VISIBLE_DEVICES", "").split(",") if env.get("CUDA_VISIBLE_DEVICES") else None
+        if gpus is None:
+            import torch
+
+            gpus = [str(i) for i in range(torch.cuda.device_count())]
+        if gpus:
+            env["CUDA_VISIBLE_DEVICES"] = gpus[hydra_cfg.job.num % len(gpus)]
+    print(f"[sweep] running: {run_dir.name}")
+    start = time.time()
+    result = subprocess.run(command, env=env, cwd=os.getcwd(), capture_output=True, text=True)
+    wall = time.time() - start
+    (run_dir / "train_stdout.log").write_text(result.stdout)
+    (run_dir / "train_stderr.log").write_text(result.stderr)
+    if result.returncode != 0:
+        print(f"[sweep] FAILED ({result.returncode}): {run_dir.name}; see {run_dir / 'train_stderr.log'}")
+        return None
+    results = json.loads((run_dir / "results.json").read_text())
+    test = results.get("test", {})
+    record = {
+        "factors": factors,
+        "seed": int(cfg.seed),
+        "metrics": {
+            "test_bleu": test.get("bleu"),
+            "test_chrf": test.get("chrf"),
+            "test_bleu_tok_lc": test.get("bleu_tok_lc"),
+            "best_val_bleu": results.get("best_val_bleu"),
+            "final_val_bleu": results["final_metrics"].get("val_bleu"),
+            "final_val_loss": results["final_metrics"].get("val_loss"),
+        },
+        "epochs": results["epochs"],
+        "steps": results["steps"],
+        "parameters": results["parameters"],
+        "wall_time_s": round(wall, 1),
+        "run_dir": str(run_dir),
+        "hypotheses": test.get("hypotheses"),
+        "references": test.get("references"),
+    }
+    tmp = record_path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(record, indent=2))
+    os.replace(tmp, record_path)
+    return record
+
+
+def collect_records(sweep_dir: Path) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted(Path(sweep_dir).rglob(RESULT))]
+
+
+def _fmt(value: float, digits: int = 2) -> str:
+    return "n/a" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}f}"
+
+
+def _baseline_cell(records: list[dict], factors: list[str], baseline: dict | None) -> dict:
+    if baseline:
+        return {f: str(baseline.get(f, sorted({r["factors"][f] for r in records})[0])) for f in factors}
+    return {f: sorted({str(r["factors"][f]) for r in records})[0] for f in factors}
+
+
+def significance(records: list[dict], factors: list[str], baseline: dict) -> dict[tuple, float]:
+    """Paired bootstrap p-value of each cell against the baseline, on the test hypotheses of all seeds
+    the two cells share (pooled)."""
+
+    def cell_of(r):
+        return tuple(str(r["factors"][f]) for f in factors)
+
+    by_cell: dict[tuple, dict[int, dict]] = {}
+    for r in records:
+        by_cell.setdefault(cell_of(r), {})[r["seed"]] = r
+    base = by_cell.get(tuple(baseline[f] for f in factors), {})
+    p_values = {}
+    for cell, runs in by_cell.items():
+        seeds = sorted(set(runs) & set(base))
+        files = [(base[s].get("hypotheses"), runs[s].get("hypotheses"), base[s].get("references")) for s in seeds]
+        if not seeds or cell == tuple(baseline[f] for f in factors) or not all(all(f) for f in files):
+            continue
+        base_hyps, hyps, refs = [], [], []
+        for b, h, ref in files:
+            base_hyps += Path(b).read_text().splitlines()
+            hyps += Path(h).read_text().splitlines()
+            refs += Path(ref).read_text().splitlines()
+        p_values[cell] = analysis.paired_bootstrap(base_hyps, hyps, refs)
+    return p_values
+
+
+def _curves(records: list[dict], factor: str, metric: str) -> dict[str, list[list[tuple[int, float]]]]:
+    curves: dict[str, list] = {}
+    for r in records:
+        path = Path(r["run_dir"]) / "logs" / "metrics.csv"
+        if not path.exists():
+            continue
+        run = [(int(row["epoch"]), float(row[metric])) for row in csv.DictReader(path.open()) if row.get(metric)]
+        if run:
+            curves.setdefault(str(r["factors"][factor]), []).append(run)
+    return curves
+
+
+def write_report(sweep_dir: str | Path, metric: str = "test_bleu", baseline: dict | None = None) -> Path:
+    """results.csv, report.md and figures for the finished runs under ``sweep_dir``."""
+    sweep_dir = Path(sweep_dir)
+    records = collect_records(sweep_dir)
+    if not records:
+        raise FileNotFoundError(f"{sweep_dir}: no finished runs ({RESULT}) to report on")
+    factors = analysis.factor_names(records)
+    metric_names = sorted({m for r in records for m in r["metrics"]})
+    with open(sweep_dir / "results.csv", "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow([*factors, "seed", *metric_names, "epochs", "steps", "parameters", "wall_time_s", "run_dir"])
+        for r in records:
+            writer.writerow(
+                [r["factors"].get(f) for f in factors]
+                + [r["seed"]]
+                + [r["metrics"].get(m) for m in metric_names]
+                + [r["epochs"], r["steps"], r["parameters"], r["wall_time_s"], r["run_dir"]]
+            )
+
+    lines = [
+        f"# Sweep report: {sweep_dir.name}",
+        "",
+        f"{len(records)} finished runs; factors: {', '.join(factors) or 'none'}; metric: `{metric}`; "
+        f"total run time {sum(r['wall_time_s'] for r in records) / 3600:.2f} h.",
+        "",
+    ]
+    base = _baseline_cell(records, factors, baseline) if factors else {}
+    p_values = significance(records, factors, base) if factors else {}
+    lines += [
+        "## Ranking of cells (mean over seeds, 95% CI)",
+        "",
+        f"Baseline for the paired bootstrap (1000 resamples, test hypotheses of all shared seeds): "
+        f"{', '.join(f'{k}={v}' for k, v in base.items())}.",
+        "",
+        "| rank | " + " | ".join(factors) + " | seeds | mean | ± 95% CI | std | p vs baseline |",
+        "|---" * (len(factors) + 6) + "|",
+    ]
+    for i, row in enumerate(analysis.ranking(records, metric), start=1):
+        cell = tuple(row[f] for f in factors)
+        p = p_values.get(cell)
+        mark = "baseline" if cell == tuple(base.get(f) for f in factors) else _fmt(p, 4) if p is not None else "n/a"
+        lines.append(
+            f"| {i} | " + " | ".join(cell) + f" | {row['n']} | {_fmt(row['mean'])} | {_fmt(row['ci95'])} | "
+            f"{_fmt(row['std'])} | {mark} |"
+        )
+    lines += ["", "## Main effects", ""]
+    for factor, effect in analysis.main_effects(records, metric).items():
+        lines += [f"### {factor}", "", "| level | runs | mean | std | min | max |", "|---|---|---|---|---|---|"]
+        for level, s in sorted(effect["levels"].items()):
+            lines.append(
+                f"| {level} | {s['n']} | {_fmt(s['mean'])} | {_fmt(s['std'])} | {_fmt(s['min'])} | {_fmt(s['max'])} |"
+            )
+        for name, d in effect["differences"].items():
+            lines.append(f"\nDifference {name}: {_fmt(d['diff'])} (95% CI ± {_fmt(d['ci95'])}, Welch)")
+        curves = _curves(records, factor, "val_bleu")
+        if curves:
+            training_curves(curves, factor, "val_bleu", sweep_dir / f"curves_{factor}.png")
+            lines.append(f"\n![validation BLEU by {factor}](curves_{factor}.png)")
+        lines.append("")
+    lines += ["## Two-way interactions (mean over all other factors and seeds)", ""]
+    for (a, b), table in analysis.interactions(records, metric).items():
+        columns = sorted({y for _, y in table})
+        lines += [
+            f"### {a} x {b}",
+            "",
+            f"| {a} \\ {b} | " + " | ".join(columns) + " |",
+            "|---" * (len(columns) + 1) + "|",
+        ]
+        for x in sorted({x for x, _ in table}):
+            lines.append(f"| {x} | " + " | ".join(_fmt(table.get((x, y))) for y in columns) + " |")
+        figure = f"interaction_{a}_{b}.png".replace("/", "_")
+        interaction_heatmap(table, (a, b), metric, sweep_dir / figure)
+        lines += ["", f"![{a} x {b}]({figure})", ""]
+    report = sweep_dir / "report.md"
+    report.write_text("\n".join(lines) + "\n")
+    print(f"[sweep] report: {report}")
+    return report
+
+
+class SweepReport(Callback):
+    """Hydra callback: when every job of the multirun has ended, write the report."""
+
+    def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
+        baseline = dict(config.baseline) if config.get("baseline") else None
+        report = write_report(config.hydra.sweep.dir, config.get("report_metric", "test_bleu"), baseline)
+        if config.get("logger", {}).get("_target_", "").endswith("wandb_logger"):
+            from nmt.loggers import log_report_to_wandb
+
+            log_report_to_wandb(report, project=config.logger.get("project", "nmt"), group=config.sweep_name)

@@ -1,0 +1,20 @@
+"""Full-factorial sweeps: python sweep.py [grid=...] [key=a,b ...]; python sweep.py report DIR."""
+
+import sys
+
+import hydra
+from omegaconf import DictConfig
+
+from nmt.sweep import run_cell, write_report
+
+
+@hydra.main(config_path="conf", config_name="sweep", version_base="1.3")
+def main(cfg: DictConfig) -> None:
+    run_cell(cfg)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) >= 3 and sys.argv[1] == "report":
+        write_report(sys.argv[2])  # regenerate the report of a (possibly unfinished) sweep
+    else:
+        main()

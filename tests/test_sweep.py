@@ -1,0 +1,183 @@
+"""sweep.py: statistics checked by hand, the report, a real 2 x 2 sweep through joblib, W&B offline."""
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nmt import analysis
+from nmt.sweep import write_report
+
+from .conftest import ROOT, tiny_overrides
+
+
+def record(pos, norm, seed, bleu, run_dir="/nonexistent"):
+    return {
+        "factors": {"pos": pos, "norm": norm},
+        "seed": seed,
+        "metrics": {"test_bleu": bleu},
+        "epochs": 1,
+        "steps": 1,
+        "parameters": 1,
+        "wall_time_s": 60.0,
+        "run_dir": run_dir,
+    }
+
+
+# pos x norm, 3 seeds each; numbers chosen so that every statistic is easy to compute by hand
+BLEU = {
+    ("absolute", "layer"): [30.0, 31.0, 32.0],
+    ("absolute", "rms"): [29.0, 30.0, 31.0],
+    ("relative", "layer"): [33.0, 34.0, 35.0],
+    ("relative", "rms"): [33.0, 34.0, 38.0],
+}
+RECORDS = [record(p, n, s + 1, v) for (p, n), values in BLEU.items() for s, v in enumerate(values)]
+
+
+def test_mean_and_confidence_interval_by_hand():
+    mean, half = analysis.mean_ci([30.0, 31.0, 32.0])
+    assert mean == 31.0 and half == pytest.approx(4.303 * 1.0 / math.sqrt(3))
+    assert math.isnan(analysis.mean_ci([5.0])[1])
+
+
+def test_ranking_by_hand():
+    rows = analysis.ranking(RECORDS, "test_bleu")
+    assert [(r["pos"], r["norm"]) for r in rows] == [
+        ("relative", "rms"),
+        ("relative", "layer"),
+        ("absolute", "layer"),
+        ("absolute", "rms"),
+    ]
+    top = rows[0]  # 33, 34, 38: mean 35, sample std sqrt(7)
+    assert top["mean"] == 35.0 and top["std"] == pytest.approx(math.sqrt(7))
+    assert top["ci95"] == pytest.approx(4.303 * math.sqrt(7) / math.sqrt(3))
+
+
+def test_main_effects_by_hand():
+    effects = analysis.main_effects(RECORDS, "test_bleu")
+    pos = effects["pos"]
+    assert pos["levels"]["absolute"] == {
+        "n": 6,
+        "mean": 30.5,
+        "std": pytest.approx(math.sqrt(1.1)),
+        "min": 29.0,
+        "max": 32.0,
+    }
+    assert pos["levels"]["relative"]["mean"] == pytest.approx(34.5)
+    diff = pos["differences"]["relative - absolute"]
+    # Welch: var(absolute) = 1.1, var(relative) = 3.5, n = 6 each; df = 7.9 -> t(7) = 2.365
+    va, vb = 3.5 / 6, 1.1 / 6
+    df = (va + vb) ** 2 / (va**2 / 5 + vb**2 / 5)
+    assert diff["diff"] == pytest.approx(4.0)
+    assert diff["ci95"] == pytest.approx(2.365 * math.sqrt(va + vb))
+    assert int(df) == 7
+
+
+def test_interactions_by_hand():
+    table = analysis.interactions(RECORDS, "test_bleu")[("norm", "pos")]
+    assert table[("layer", "absolute")] == 31.0 and table[("rms", "relative")] == 35.0
+
+
+def test_paired_bootstrap_detects_a_real_difference_and_not_a_fake_one():
+    refs = [f"sentence number {i} is here ." for i in range(100)]
+    good = list(refs)
+    bad = [r.replace("number", "nummer").replace("here", "there") for r in refs]
+    assert analysis.paired_bootstrap(bad, good, refs, n_samples=200) < 0.05
+    one_changed = [*good[:-1], bad[-1]]
+    assert analysis.paired_bootstrap(one_changed, good, refs, n_samples=200) > 0.05
+
+
+def test_report_from_synthetic_runs(tmp_path):
+    refs = [f"a small test sentence {i} ." for i in range(40)]
+    for r in RECORDS:
+        run_dir = tmp_path / f"pos={r['factors']['pos']},norm={r['factors']['norm']},seed={r['seed']}"
+        run_dir.mkdir()
+        hyps = refs if r["factors"]["pos"] == "relative" else [h.replace("small", "big") for h in refs]
+        (run_dir / "hyps.txt").write_text("\n".join(hyps) + "\n")
+        (run_dir / "refs.txt").write_text("\n".join(refs) + "\n")
+        (run_dir / "sweep_result.json").write_text(
+            json.dumps(
+                {
+                    **r,
+                    "run_dir": str(run_dir),
+                    "hypotheses": str(run_dir / "hyps.txt"),
+                    "references": str(run_dir / "refs.txt"),
+                }
+            )
+        )
+    report = write_report(tmp_path).read_text()
+    assert "| 1 | rms | relative | 3 | 35.00 |" in report
+    assert "Difference relative - absolute: 4.00" in report
+    assert "| layer | 31.00 | 34.00 |" in report  # norm x pos interaction row
+    assert (tmp_path / "interaction_norm_pos.png").read_bytes().startswith(b"\x89PNG")
+    lines = (tmp_path / "results.csv").read_text().splitlines()
+    assert lines[0].startswith("norm,pos,seed,test_bleu") and len(lines) == 13
+    baseline_row = next(line for line in report.splitlines() if "| layer | absolute |" in line)
+    assert baseline_row.endswith("| baseline |")
+    relative_row = next(line for line in report.splitlines() if "| layer | relative |" in line)
+    assert float(relative_row.rstrip(" |").rsplit("|", 1)[1]) < 0.05  # clearly better hypotheses
+
+
+SWEEP = [
+    "grid=none",
+    "hydra/launcher=joblib",
+    "hydra.launcher.n_jobs=2",
+    *[o for o in tiny_overrides() if not o.startswith("name=")],
+    "threads=1",
+    "validation.bleu_every_n_epochs=1",
+    "pos=absolute,rope",
+    "norm=layer,rms",
+    "seed=1",
+]
+
+
+@pytest.mark.slow
+def test_two_by_two_sweep_through_joblib_reports_and_resumes(tmp_path):
+    command = [sys.executable, str(ROOT / "sweep.py"), *SWEEP, f"hydra.sweep.dir={tmp_path}"]
+    first = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=900)
+    assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-3000:]
+    assert first.stdout.count("[sweep] running:") == 4
+    runs = sorted(p.parent.name for p in tmp_path.glob("*/sweep_result.json"))
+    assert runs == [
+        "norm=layer,pos=absolute,seed=1",
+        "norm=layer,pos=rope,seed=1",
+        "norm=rms,pos=absolute,seed=1",
+        "norm=rms,pos=rope,seed=1",
+    ]
+    report = (tmp_path / "report.md").read_text()
+    assert "factors: norm, pos" in report and (tmp_path / "results.csv").exists()
+    second = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=900)
+    assert second.returncode == 0 and second.stdout.count("done already, skipped") == 4
+    assert "[sweep] running:" not in second.stdout
+
+
+@pytest.mark.slow
+def test_wandb_offline_run_holds_metrics_and_tables(tmp_path):
+    command = [
+        sys.executable,
+        str(ROOT / "train.py"),
+        *tiny_overrides(),
+        "logger=wandb",
+        f"run_dir={tmp_path}",
+        "validation.bleu_every_n_epochs=1",
+        "group=g1",
+        "tags=[pos:absolute]",
+        "trainer.log_every_n_steps=1",
+    ]
+    result = subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=600,
+        env={**__import__("os").environ, "WANDB_MODE": "offline"},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "wandb sync" in result.stdout
+    (run_file,) = Path(tmp_path, "wandb").glob("offline-run-*/run-*.wandb")
+    data = run_file.read_bytes()
+    for key in (b"val_loss", b"train_loss", b"val_samples", b"test_bleu", b"g1"):
+        assert key in data, key
