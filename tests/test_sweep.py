@@ -181,3 +181,28 @@ def test_wandb_offline_run_holds_metrics_and_tables(tmp_path):
     data = run_file.read_bytes()
     for key in (b"val_loss", b"train_loss", b"val_samples", b"test_bleu", b"g1"):
         assert key in data, key
+
+
+@pytest.mark.slow
+def test_a_sweep_of_ddp_runs_on_two_cpu_processes(tmp_path):
+    """Hydra multirun + Lightning DDP: each run is its own process tree, so DDP's re-launch is harmless."""
+    overrides = [o for o in SWEEP if not o.startswith(("hydra/launcher", "hydra.launcher", "pos=", "norm="))]
+    command = [
+        sys.executable,
+        str(ROOT / "sweep.py"),
+        *overrides,
+        "trainer=ddp",
+        "trainer.devices=2",
+        "trainer.accelerator=cpu",
+        "pos=absolute,rope",
+        f"hydra.sweep.dir={tmp_path}",
+    ]
+    result = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=900)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    assert sorted(p.parent.name for p in tmp_path.glob("*/sweep_result.json")) == [
+        "pos=absolute,seed=1",
+        "pos=rope,seed=1",
+    ]
+    assert not list(tmp_path.glob("*/.hydra/multirun.yaml"))  # no nested sweep started by a DDP rank
+    config = (tmp_path / "pos=rope,seed=1" / "config.yaml").read_text()
+    assert "strategy: ddp" in config and "devices: 2" in config
