@@ -38,5 +38,8 @@ format: $(STAMP)  ## apply ruff fixes and formatting
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
+bench: $(STAMP)  ## speed benchmarks, appended to BENCHMARKS.md (ARGS="--steps 50 ...")
+	$(BIN)/python -m nmt.bench $(ARGS)
+
 clean:  ## remove run outputs and caches (keeps .venv)
 	rm -rf runs outputs multirun .pytest_cache .ruff_cache

@@ -109,3 +109,13 @@ def test_top_p_keeps_only_the_nucleus():
 def test_invalid_search_settings_are_rejected(bad):
     with pytest.raises(ValueError, match="decode"):
         SearchConfig(**bad)
+
+
+@pytest.mark.parametrize("strategy", ["greedy", "beam"])
+def test_cached_decoding_equals_recomputing_the_prefix(strategy):
+    from nmt.models.recompute import RecomputingDecoder
+
+    model = make_model("relative", seed=9)
+    src, _ = batch(seed=10, batch_size=4)
+    cfg = SearchConfig(strategy=strategy, beam_size=3, max_len_b=6)
+    assert decode(model, src, BOS, EOS, cfg) == decode(RecomputingDecoder(model), src, BOS, EOS, cfg)
