@@ -68,6 +68,8 @@ class TranslationModule(L.LightningModule):
 
     def on_before_optimizer_step(self, optimizer) -> None:
         grads = [p.grad for p in self.parameters() if p.grad is not None]
+        if not grads:  # the batch was skipped (non-finite loss): nothing to check
+            return
         norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.float()) for g in grads]))
         if not torch.isfinite(norm):
             self._bad_step(f"non-finite gradient norm at step {self.global_step}")
