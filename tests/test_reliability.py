@@ -131,7 +131,7 @@ def test_non_finite_losses_are_skipped_then_stop_the_run(tmp_path):
     before = {k: v.clone() for k, v in model.state_dict().items()}
     trainer = L.Trainer(max_steps=20, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                         enable_model_summary=False, limit_val_batches=0, accelerator="cpu")  # fmt: skip
-    with pytest.raises(FloatingPointError, match="non-finite loss at step 2"):
+    with pytest.raises(FloatingPointError, match=r"non-finite loss at step \d+ \(3 bad batches"):
         trainer.fit(module, datamodule=dm)
     assert module.bad_steps == 3
     assert any(not torch.equal(before[k], v) for k, v in model.state_dict().items())  # the good steps happened
