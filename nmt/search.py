@@ -24,7 +24,10 @@ class SearchConfig:
     length_penalty: float = 1.0  # GNMT alpha: score / ((5 + len) / 6) ** alpha; 0 = raw log-probability
     max_len_a: float = 1.5  # output length limit: a * source length + b
     max_len_b: int = 10
-    early_stopping: bool = True  # beam: stop a sentence once it has beam_size finished hypotheses
+    # beam: True stops a sentence as soon as it has beam_size finished hypotheses, which can be short
+    # low-scoring ones while the best beam is still open; False (default) stops only when no open beam
+    # can still beat the beam_size-th finished one
+    early_stopping: bool = False
     temperature: float = 1.0
     top_k: int = 0  # 0 = no top-k filter
     top_p: float = 1.0  # 1.0 = no nucleus filter

@@ -105,7 +105,7 @@ def test_teacher_forcing_ratio_decays_linearly():
 def test_beam_one_equals_greedy(attention):
     model = make_rnn(attention, seed=3)
     src, _ = batch(seed=4, batch_size=5)
-    cfg = SearchConfig(beam_size=1, max_len_a=1.0, max_len_b=4)
+    cfg = SearchConfig(beam_size=1, max_len_a=1.0, max_len_b=4, early_stopping=True)
     assert beam_search(model, src, BOS, EOS, cfg) == greedy(model, src, BOS, EOS, cfg)
 
 

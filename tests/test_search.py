@@ -65,7 +65,8 @@ def test_beam_one_equals_greedy(pos):
     model = make_model(pos, seed=3)
     src, _ = batch(seed=5, batch_size=6, src_len=9)
     src[2, 6:] = 0
-    cfg = SearchConfig(beam_size=1, max_len_a=1.0, max_len_b=4)
+    # with early stopping, one beam is exactly greedy (without it, the length penalty may extend it)
+    cfg = SearchConfig(beam_size=1, max_len_a=1.0, max_len_b=4, early_stopping=True)
     assert beam_search(model, src, BOS, EOS, cfg) == greedy(model, src, BOS, EOS, cfg)
 
 
@@ -119,3 +120,20 @@ def test_cached_decoding_equals_recomputing_the_prefix(strategy):
     src, _ = batch(seed=10, batch_size=4)
     cfg = SearchConfig(strategy=strategy, beam_size=3, max_len_b=6)
     assert decode(model, src, BOS, EOS, cfg) == decode(RecomputingDecoder(model), src, BOS, EOS, cfg)
+
+
+def test_beam_search_keeps_searching_past_early_low_scoring_endings():
+    """Two unlikely endings found before the best beam ends must not stop the search (beam 2)."""
+    table = {
+        BOS: {4: 0.5, 5: 0.3, 6: 0.2},
+        4: {7: 1.0},
+        7: {8: 1.0},
+        8: {EOS: 0.9, 7: 0.1},
+        5: {EOS: 0.6, 9: 0.4},
+        9: {EOS: 1.0},
+    }
+    model, src = ScriptedModel(table, vocab=10), torch.tensor([[4, 4, 4, 3]])
+    cfg = SearchConfig(beam_size=2, length_penalty=0.0, max_len_b=10)
+    assert beam_search(model, src, BOS, EOS, cfg) == [[4, 7, 8]]  # p = 0.5 * 0.9
+    early = beam_search(model, src, BOS, EOS, SearchConfig(**{**cfg.__dict__, "early_stopping": True}))
+    assert early == [[5]]  # p = 0.18: it stopped at the endings [5] and [5, 9]
