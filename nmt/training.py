@@ -109,7 +109,13 @@ def _callbacks(cfg: DictConfig, checkpoint_dir: Path) -> list:
 
 
 def build_trainer(cfg: DictConfig, run_dir: Path) -> L.Trainer:
-    trainer_args = {k: v for k, v in OmegaConf.to_container(cfg.trainer, resolve=True).items() if v is not None}
+    # null means "Lightning's default", except for check_val_every_n_epoch where null means "count
+    # val_check_interval in updates across epochs"
+    trainer_args = {
+        k: v
+        for k, v in OmegaConf.to_container(cfg.trainer, resolve=True).items()
+        if v is not None or k == "check_val_every_n_epoch"
+    }
     logger = instantiate(cfg.logger, save_dir=str(run_dir))
     loggers = [logger]
     if not isinstance(logger, CSVLogger):  # curves for sweep reports, whatever the dashboard

@@ -1,0 +1,142 @@
+"""The peer comparisons' own code: the JoeyNMT export (our exact splits, tokenizers and an equivalent
+configuration), the id mapping of the peer speed harness, and the bench's measurement helpers. The
+peers themselves are not installed here: they live in their own environments and run in benchmarks."""
+
+import csv
+import json
+import subprocess
+import sys
+
+import pytest
+import sentencepiece as spm
+import torch
+import yaml
+
+from nmt.bench.__main__ import decoding_table, training_table
+from nmt.bench.systems import decode_throughput, our_rnn, our_transformer, peak_rss_mb
+from nmt.build import build_datamodule
+from nmt.data.tokenizer import EOS_ID
+from nmt.peers.joeynmt_export import export
+from nmt.peers.peer_speed import PEER_PAD, output_length, remap
+from nmt.training import train
+
+from .conftest import ROOT, compose_train
+
+STEP_BUDGET = ["trainer.max_steps=40", "trainer.val_check_interval=20", "trainer.check_val_every_n_epoch=null"]
+
+
+def read(path):
+    return path.read_text(encoding="utf-8").splitlines()
+
+
+def test_joeynmt_export_writes_our_splits_tokenizers_and_an_equivalent_config(tmp_path):
+    cfg = compose_train("model.tie_embeddings=all", "warmup=33", "optim.scheduler.factor=0.7", *STEP_BUDGET)
+    path = export(cfg, tmp_path / "joey")
+    dm = build_datamodule(cfg.data, cfg.cache_dir, cfg.seed)
+    for ours, theirs in (("train", "train"), ("val", "dev"), ("test", "test")):
+        src, tgt = dm.text(ours)
+        assert read(tmp_path / "joey" / f"{theirs}.{dm.src_lang}") == src
+        assert read(tmp_path / "joey" / f"{theirs}.{dm.tgt_lang}") == tgt  # raw references
+    settings = yaml.safe_load(path.read_text())
+    training, model = settings["training"], settings["model"]
+    assert (training["updates"], training["validation_freq"], training["random_seed"]) == (40, 20, cfg.seed)
+    assert (training["scheduling"], training["learning_rate_factor"], training["learning_rate_warmup"]) == (
+        "noam",
+        0.7,
+        33,
+    )
+    assert training["batch_size"] == cfg.data.max_tokens and training["label_smoothing"] == 0.1
+    assert model["tied_embeddings"] and model["tied_softmax"]
+    assert model["encoder"]["hidden_size"] == cfg.model.d_model and model["encoder"]["layer_norm"] == "pre"
+    # the vocabulary file lists our pieces after our four specials, which JoeyNMT adds itself
+    joint = spm.SentencePieceProcessor(model_file=settings["data"]["src"]["tokenizer_cfg"]["model_file"])
+    pieces = read(tmp_path / "joey" / "joint.vocab")
+    assert pieces == [joint.id_to_piece(i) for i in range(EOS_ID + 1, joint.get_piece_size())]
+    assert settings["data"]["src"]["voc_file"] == settings["data"]["trg"]["voc_file"]
+
+
+def test_joeynmt_export_needs_validation_counted_in_updates(tmp_path):
+    with pytest.raises(ValueError, match="val_check_interval=N trainer.check_val_every_n_epoch=null"):
+        export(compose_train(), tmp_path / "joey")
+
+
+def test_joeynmt_export_of_a_model_it_cannot_express_says_so(tmp_path):
+    with pytest.raises(ValueError, match="model=transformer"):
+        export(compose_train("model=rnn", *STEP_BUDGET), tmp_path / "joey")
+
+
+def test_validation_every_n_updates_across_epochs(tmp_path):
+    """trainer.check_val_every_n_epoch=null reaches Lightning as None: validation counts updates, also
+    when an epoch is shorter than the interval (JoeyNMT's rule, for equal budgets)."""
+    cfg = compose_train(
+        "trainer.max_steps=12",
+        "trainer.max_epochs=10",
+        "trainer.val_check_interval=4",
+        "trainer.check_val_every_n_epoch=null",
+        "data.max_tokens=8000",  # 300 short pairs: about 2 updates per epoch
+        "validation.bleu_every_n_epochs=0",
+        "checkpoint.monitor=val_loss",
+        "checkpoint.mode=min",
+        "test_after_training=false",
+        f"run_dir={tmp_path / 'run'}",
+    )
+    results = train(cfg)
+    rows = list(csv.DictReader((tmp_path / "run" / "logs" / "metrics.csv").open()))
+    validated = sorted({int(r["step"]) for r in rows if r.get("val_loss")})
+    assert results["steps"] == 12 and results["epochs"] > 1
+    assert validated == [3, 7, 11]  # after updates 4, 8 and 12 (Lightning logs the 0-based step)
+
+
+def test_peer_ids_swap_pad_and_unk_only():
+    ours = torch.tensor([[5, 1, 3, 0, 0], [2, 9, 1, 4, 3]])
+    peer = remap(ours)
+    assert peer.tolist() == [[5, 0, 3, PEER_PAD, PEER_PAD], [2, 9, 0, 4, 3]]
+
+
+def test_peer_output_length_stops_at_eos_or_padding():
+    assert output_length([7, 8, 9]) == 3
+    assert output_length([7, 8, 3, 5]) == 2
+    assert output_length([7, PEER_PAD, PEER_PAD]) == 1
+
+
+def test_our_decoders_in_the_bench_produce_exactly_the_forced_length():
+    """The bench compares decoders at equal work: random weights and a fixed limit give out_len tokens."""
+    torch.manual_seed(0)
+    src = torch.randint(4, 50, (6, 7))
+    for model in (our_transformer(50, 32, 4, 1, 64), our_rnn(50, 32, 1)):
+        model.eval()
+        for beam in (1, 5):
+            assert decode_throughput(model, [src, src], beam, out_len=12)["mean_length"] == 12
+
+
+def test_peak_memory_is_this_process_own():
+    """A child's peak starts afresh (getrusage would report the parent's)."""
+    big = torch.ones(64 * 1024 * 1024 // 4)  # 64 MB here
+    code = "from nmt.bench.systems import peak_rss_mb; print(peak_rss_mb())"
+    child = float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT).stdout)
+    assert peak_rss_mb() > 64 and child < peak_rss_mb() + 1000
+    del big
+
+
+def test_bench_tables_give_ratios_against_ours():
+    training = {
+        "ours, Transformer": {"train_tokens_per_s": 300.0, "peak_rss_mb": 900.0, "baseline_rss_mb": 400.0},
+        "JoeyNMT 2.3, Transformer": {"train_tokens_per_s": 100.0, "peak_rss_mb": 800.0, "baseline_rss_mb": 500.0},
+        "OpenNMT-py 3.5, GRU": {},  # a failed worker
+    }
+    rows = training_table(training)
+    assert "| JoeyNMT 2.3, Transformer | 100 | 3.00x | 800 | 300 |" in rows
+    assert "| OpenNMT-py 3.5, GRU | - | - | - | - |" in rows
+    decode = {
+        "beam 1": {"sentences_per_s": 40.0, "mean_length": 30.0},
+        "beam 5": {"sentences_per_s": 8.0, "mean_length": 30.0},
+    }
+    slower = {
+        "beam 1": {"sentences_per_s": 10.0, "mean_length": 30.0},
+        "beam 5": {"sentences_per_s": 2.0, "mean_length": 30.0},
+    }
+    rows = decoding_table(
+        {"ours, Transformer": {"decode": decode, "peak_rss_mb": 1.0}, "JoeyNMT 2.3, Transformer": {"decode": slower}}
+    )
+    assert "| JoeyNMT 2.3, Transformer | 10.0 | 2.0 | 4.00x | 30.0 | - |" in rows
+    json.dumps(rows)  # plain strings
