@@ -10,7 +10,13 @@ from pathlib import Path
 import lightning as L
 import torch
 from hydra.core.hydra_config import HydraConfig
-from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint, RichModelSummary, RichProgressBar
+from lightning.pytorch.callbacks import (
+    EarlyStopping,
+    ModelCheckpoint,
+    RichModelSummary,
+    RichProgressBar,
+    ThroughputMonitor,
+)
 from lightning.pytorch.loggers import CSVLogger, WandbLogger
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf
@@ -101,11 +107,21 @@ def _callbacks(cfg: DictConfig, checkpoint_dir: Path) -> list:
             )
         )
     callbacks.append(SaveOnSignal(checkpoint_dir / "last.ckpt"))
+    # logs train|device/items_per_sec: target tokens per second of training (the speed a sweep can afford)
+    callbacks.append(ThroughputMonitor(batch_size_fn=batch_sentences, length_fn=batch_target_tokens, window_size=20))
     if cfg.trainer.enable_progress_bar:
         callbacks.append(RichProgressBar())
     if cfg.trainer.enable_model_summary:
         callbacks.append(RichModelSummary(max_depth=2))
     return callbacks
+
+
+def batch_sentences(batch: dict) -> int:
+    return batch["src"].size(0)
+
+
+def batch_target_tokens(batch: dict) -> int:
+    return int((batch["tgt_out"] != PAD_ID).sum())
 
 
 def build_trainer(cfg: DictConfig, run_dir: Path) -> L.Trainer:
