@@ -4,6 +4,7 @@ import json
 import logging
 import os
 import time
+import warnings
 from datetime import datetime
 from pathlib import Path
 
@@ -107,7 +108,9 @@ def _callbacks(cfg: DictConfig, checkpoint_dir: Path) -> list:
             )
         )
     callbacks.append(SaveOnSignal(checkpoint_dir / "last.ckpt"))
-    # logs train|device/items_per_sec: target tokens per second of training (the speed a sweep can afford)
+    # logs train/device/items_per_sec: target tokens per second of training (the speed a sweep can afford);
+    # it warns that without a FLOPs count per batch it cannot report MFU (we do not count FLOPs per batch)
+    warnings.filterwarnings("ignore", message=".*ThroughputMonitor.*flops_per_batch")
     callbacks.append(ThroughputMonitor(batch_size_fn=batch_sentences, length_fn=batch_target_tokens, window_size=20))
     if cfg.trainer.enable_progress_bar:
         callbacks.append(RichProgressBar())

@@ -119,8 +119,10 @@ class RNNSeq2Seq(nn.Module):
 
     # ---- one decoder pass over given inputs -----------------------------------------------------
     def _decode(self, inputs, hidden, feed, memory, keys, src_mask):
-        """inputs: (batch, steps, embed). Returns logits (batch, steps, vocab), new hidden, last feed,
-        attention weights (batch, steps, src_len). With input feeding, steps must be 1."""
+        """inputs: (batch, steps, embed). Returns attentional vectors (batch, steps, hidden), new hidden,
+        attention weights (batch, steps, src_len). With input feeding, steps must be 1; the last
+        attentional vector is the next feed. The output layer is applied by the caller, so that a
+        teacher-forced pass projects all steps onto the vocabulary in one matrix product."""
         if self.input_feeding:
             inputs = torch.cat((inputs, feed[:, None, :]), dim=-1)
         rnn_hidden = tuple(h.transpose(0, 1).contiguous() for h in hidden) if self.cell == "lstm" else \
@@ -129,8 +131,11 @@ class RNNSeq2Seq(nn.Module):
         hidden = tuple(h.transpose(0, 1) for h in rnn_hidden) if self.cell == "lstm" else rnn_hidden.transpose(0, 1)
         context, weights = self.attention(outputs, keys, memory, src_mask)
         attentional = torch.tanh(self.combine(torch.cat((outputs, context), dim=-1)))  # (batch, steps, hidden)
-        logits = self.output(self.dropout(attentional))
-        return logits, hidden, attentional[:, -1], weights
+        return attentional, hidden, weights
+
+    def _logits(self, attentional: torch.Tensor) -> torch.Tensor:
+        """(batch, steps, hidden) -> (batch, steps, vocab)"""
+        return self.output(self.dropout(attentional))
 
     def teacher_forcing_ratio(self) -> float:
         if self.teacher_forcing_decay_steps <= 0:
@@ -151,9 +156,10 @@ class RNNSeq2Seq(nn.Module):
         embedded = self.dropout(self.tgt_embed(tgt_in))  # (batch, tgt_len, embed)
         if ratio >= 1.0 and not self.input_feeding:
             # all inputs known and no step-to-step feed: one call of the recurrence over the sequence
-            logits, _, _, weights = self._decode(embedded, hidden, feed, memory, keys, src_mask)
+            attentional, _, weights = self._decode(embedded, hidden, feed, memory, keys, src_mask)
+            logits = self._logits(attentional)
             return (logits, weights) if return_attention else logits
-        all_logits, all_weights = [], []
+        all_attentional, all_logits, all_weights = [], [], []
         previous_prediction = None
         for t in range(tgt_in.size(1)):
             step_input = embedded[:, t : t + 1]
@@ -161,11 +167,17 @@ class RNNSeq2Seq(nn.Module):
                 use_model = torch.rand(src.size(0), device=src.device) >= ratio  # (batch,)
                 own = self.dropout(self.tgt_embed(previous_prediction))[:, None]
                 step_input = torch.where(use_model[:, None, None], own, step_input)
-            logits, hidden, feed, weights = self._decode(step_input, hidden, feed, memory, keys, src_mask)
-            all_logits.append(logits)
+            attentional, hidden, weights = self._decode(step_input, hidden, feed, memory, keys, src_mask)
+            feed = attentional[:, -1]
+            all_attentional.append(attentional)
             all_weights.append(weights)
-            previous_prediction = logits[:, -1].argmax(dim=-1).detach()
-        logits = torch.cat(all_logits, dim=1)
+            if ratio < 1.0:  # the model's own prediction may be the next input: project every step
+                all_logits.append(self._logits(attentional))
+                previous_prediction = all_logits[-1][:, -1].argmax(dim=-1).detach()
+        if all_logits:
+            logits = torch.cat(all_logits, dim=1)
+        else:  # teacher forcing only: one product over all steps instead of one per step
+            logits = self._logits(torch.cat(all_attentional, dim=1))
         return (logits, torch.cat(all_weights, dim=1)) if return_attention else logits
 
     # ---- inference -----------------------------------------------------------------------------
@@ -184,13 +196,13 @@ class RNNSeq2Seq(nn.Module):
         t = state.tensors
         hidden = (t["hidden"], t["cell"]) if self.cell == "lstm" else t["hidden"]
         embedded = self.dropout(self.tgt_embed(prev_tokens[:, None]))
-        logits, hidden, feed, _ = self._decode(embedded, hidden, t["feed"], t["memory"], t["keys"], t["src_mask"])
-        new = dict(t, feed=feed)
+        attentional, hidden, _ = self._decode(embedded, hidden, t["feed"], t["memory"], t["keys"], t["src_mask"])
+        new = dict(t, feed=attentional[:, -1])
         if self.cell == "lstm":
             new["hidden"], new["cell"] = hidden
         else:
             new["hidden"] = hidden
-        return logits[:, -1], DecoderState(new, state.step + 1)
+        return self._logits(attentional)[:, -1], DecoderState(new, state.step + 1)
 
     @torch.no_grad()
     def attention_maps(self, src: torch.Tensor, tgt_in: torch.Tensor) -> dict[str, torch.Tensor]:
