@@ -1,12 +1,11 @@
 """The systems ``make bench`` times: our Transformer and GRU, and torch.nn.Transformer of the same shape
 (the fused reference). Each measurement runs in a fresh worker process (``python -m nmt.bench.systems``)
-so that its peak memory is its own; peers run the same protocol in ``nmt/peers/peer_speed.py``."""
+so that its peak memory is its own. The timing and memory helpers come from ``nmt/peers/peer_speed.py``
+(torch only, so peers' environments can run it), so ours and the peers are measured by the same code."""
 
 import argparse
 import json
 import math
-import resource
-import time
 from pathlib import Path
 
 import torch
@@ -18,6 +17,7 @@ from nmt.build import build_model
 from nmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from nmt.models.recompute import RecomputingDecoder
 from nmt.modules.position import sinusoid_table
+from nmt.peers.peer_speed import peak_rss_mb, timed_decoding, timed_training  # the protocol peers run too
 from nmt.search import SearchConfig, decode
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
@@ -84,24 +84,12 @@ def our_rnn(vocab: int, hidden: int, layers: int, dropout: float = 0.1) -> nn.Mo
     return build_model(cfg, vocab, vocab)
 
 
-def peak_rss_mb() -> float:
-    """Peak resident memory of this process so far, in MB. Linux's VmHWM starts afresh at exec, unlike
-    getrusage's ru_maxrss, which a child inherits from the process that started it."""
-    try:
-        with open("/proc/self/status") as status:
-            line = next(x for x in status if x.startswith("VmHWM:"))
-        return int(line.split()[1]) / 1024
-    except (OSError, StopIteration):
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
 def train_throughput(model: nn.Module, batches, steps: int, warmup: int = 3) -> float:
     """Target tokens per second of forward + loss + backward + Adam step, after ``warmup`` steps."""
     model.train()
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
-    tokens, elapsed = 0, 0.0
-    for i, batch in enumerate(batches[: warmup + steps]):
-        start = time.perf_counter()
+
+    def step(batch):
         logits = model(batch["src"], batch["tgt_in"])
         loss = F.cross_entropy(
             logits.flatten(0, 1), batch["tgt_out"].flatten(), ignore_index=PAD_ID, label_smoothing=0.1
@@ -109,22 +97,17 @@ def train_throughput(model: nn.Module, batches, steps: int, warmup: int = 3) -> 
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        if i >= warmup:
-            elapsed += time.perf_counter() - start
-            tokens += int((batch["tgt_out"] != PAD_ID).sum())
-    return tokens / elapsed
+
+    return timed_training(step, batches, steps, warmup)
 
 
 @torch.no_grad()
 def decode_throughput(model, chunks, beam: int, out_len: int) -> dict:
-    """Sentences per second over ``chunks`` (after one untimed warm-up chunk) and the mean output length,
-    which shows that every decoder did the same work: ``out_len`` tokens, no EOS from random weights."""
+    """Sentences per second and mean output length (see ``timed_decoding``): ``out_len`` tokens, as
+    random weights never choose EOS within that limit."""
     limit = out_len + 1  # our limit counts the EOS, the peers' does not
     cfg = SearchConfig(strategy="greedy" if beam == 1 else "beam", beam_size=beam, max_len_a=0.0, max_len_b=limit)
-    decode(model, chunks[0], BOS_ID, EOS_ID, cfg)
-    start = time.perf_counter()
-    lengths = [len(ids) for chunk in chunks for ids in decode(model, chunk, BOS_ID, EOS_ID, cfg)]
-    return {"sentences_per_s": len(lengths) / (time.perf_counter() - start), "mean_length": sum(lengths) / len(lengths)}
+    return timed_decoding(lambda src: [len(ids) for ids in decode(model, src, BOS_ID, EOS_ID, cfg)], chunks)
 
 
 def build(system: str, arch: str, vocab: int, args) -> nn.Module:
