@@ -1,6 +1,7 @@
-"""Callbacks that keep a run's work when the process is told to stop."""
+"""Callbacks: keep a run's work when the process is told to stop; measure its wall time."""
 
 import signal
+import time
 from pathlib import Path
 
 import lightning as L
@@ -35,3 +36,29 @@ class SaveOnSignal(Callback):
         if isinstance(exception, SIGTERMException):
             trainer.save_checkpoint(self.path)
             self.saved = True
+
+
+class WallClock(Callback):
+    """Logs ``wall_time_s``: seconds since training started, summed over resumed runs, at every validation
+    (with the step), so that learning curves can be drawn against time. Validation time is included:
+    it is part of what a run costs."""
+
+    def __init__(self) -> None:
+        self.elapsed_before = 0.0  # seconds spent by earlier (killed and resumed) processes of this run
+        self.started: float | None = None
+
+    def elapsed(self) -> float:
+        return self.elapsed_before + (time.monotonic() - self.started if self.started is not None else 0.0)
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.started = time.monotonic()
+
+    def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if not trainer.sanity_checking and self.started is not None:
+            pl_module.log("wall_time_s", self.elapsed(), sync_dist=False)
+
+    def state_dict(self) -> dict:
+        return {"elapsed": self.elapsed()}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self.elapsed_before = float(state_dict.get("elapsed", 0.0))

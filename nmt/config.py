@@ -19,7 +19,7 @@ def _rules() -> list[tuple[str, Callable[[object], bool], str]]:
         rules.append((f"model.{key}", *positive))
     for key in ("encoder_layers", "decoder_layers", "num_layers"):
         rules.append((f"model.{key}", *positive))
-    for key in ("dropout", "attention_dropout"):
+    for key in ("dropout", "attention_dropout", "activation_dropout"):
         rules.append((f"model.{key}", *probability))
     rules += [
         ("smoothing.smoothing", *probability),

@@ -12,6 +12,9 @@ from nmt.search import SearchConfig, decode
 
 CHECKPOINT_KEY = "nmt"
 CHECKPOINT_FORMAT = 1
+# below this loss scale an fp16 overflow is no longer the scaler's business: the gradients themselves are
+# non-finite (a scale of 1 means fp16 overflows even unscaled)
+MIN_LOSS_SCALE = 1.0
 
 
 class TranslationModule(L.LightningModule):
@@ -46,7 +49,8 @@ class TranslationModule(L.LightningModule):
         self.val_search = val_search
         self.bleu_every_n_epochs = bleu_every_n_epochs
         self.max_bad_steps = max_bad_steps
-        self.bad_steps = 0
+        self.bad_steps = 0  # consecutive batches with a non-finite loss or gradient
+        self.scaler_skips = 0  # 16-mixed: updates the loss scaler skipped after an overflow (not failures)
         self._rng_to_restore: torch.Tensor | None = None
         # sums, not means, so that perplexity is exact per token even across processes
         self.val_nll, self.val_tokens, self.val_correct = SumMetric(), SumMetric(), SumMetric()
@@ -71,21 +75,33 @@ class TranslationModule(L.LightningModule):
         if not grads:  # the batch was skipped (non-finite loss): nothing to check
             return
         norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.float()) for g in grads]))
-        if not torch.isfinite(norm):
-            self._bad_step(f"non-finite gradient norm at step {self.global_step}")
-            for p in self.parameters():
-                p.grad = None  # optimisers skip parameters without a gradient: the step changes nothing
+        if torch.isfinite(norm):
+            self.bad_steps = 0  # the limit is on consecutive failures: a good update ends a streak
+            self.log("grad_norm", norm, on_step=True, on_epoch=False)
             return
-        self.log("grad_norm", norm, on_step=True, on_epoch=False)
+        scaler = self._grad_scaler()
+        if scaler is not None and scaler.get_scale() >= MIN_LOSS_SCALE:
+            # 16-mixed: Lightning unscales before this hook, so an fp16 overflow shows here as inf. The
+            # scaler skips this update itself and lowers its scale; that is its normal working, not a
+            # failure, and must not count (a long fp16 run has many of them)
+            self.scaler_skips += 1
+            return
+        self._bad_step(f"non-finite gradient norm at step {self.global_step}")
+        for p in self.parameters():
+            p.grad = None  # optimisers skip parameters without a gradient: the step changes nothing
+
+    def _grad_scaler(self):
+        """The loss scaler of 16-mixed precision, or None."""
+        return getattr(getattr(self._trainer, "precision_plugin", None), "scaler", None)
 
     def _bad_step(self, what: str) -> None:
         self.bad_steps += 1
         if self.bad_steps > self.max_bad_steps:
             raise FloatingPointError(
-                f"{what} ({self.bad_steps} bad batches, more than max_bad_steps={self.max_bad_steps}): "
+                f"{what} ({self.bad_steps} bad batches in a row, more than max_bad_steps={self.max_bad_steps}): "
                 "lower the learning rate, clip gradients (trainer.gradient_clip_val) or use precision=32-true"
             )
-        self.print(f"warning: {what}; batch skipped ({self.bad_steps}/{self.max_bad_steps} allowed)")
+        self.print(f"warning: {what}; batch skipped ({self.bad_steps}/{self.max_bad_steps} in a row allowed)")
 
     def configure_optimizers(self):
         optimizer = self.optimizer_factory(self.parameters())

@@ -23,8 +23,8 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf
 
 from nmt.build import build_datamodule, build_model, count_parameters, instantiate
-from nmt.callbacks import SaveOnSignal
-from nmt.checkpoint import AtomicCheckpointIO
+from nmt.callbacks import SaveOnSignal, WallClock
+from nmt.checkpoint import AtomicCheckpointIO, epoch_checkpoints
 from nmt.config import check_config
 from nmt.data.report import write_report
 from nmt.data.tokenizer import PAD_ID, atomic_write_bytes
@@ -108,6 +108,7 @@ def _callbacks(cfg: DictConfig, checkpoint_dir: Path) -> list:
             )
         )
     callbacks.append(SaveOnSignal(checkpoint_dir / "last.ckpt"))
+    callbacks.append(WallClock())
     # logs train/device/items_per_sec: target tokens per second of training (the speed a sweep can afford);
     # it warns that without a FLOPs count per batch it cannot report MFU (we do not count FLOPs per batch)
     warnings.filterwarnings("ignore", message=".*ThroughputMonitor.*flops_per_batch")
@@ -223,11 +224,15 @@ def train(cfg: DictConfig) -> dict:
             from nmt.evaluation import evaluate_checkpoint
 
             wandb = next((lg for lg in trainer.loggers if isinstance(lg, WandbLogger)), None)
+            average = _test_average(cfg, checkpoint_dir)
+            if average:
+                print(f"Testing the average of the last {average} epoch checkpoints (test_average_last)")
             results["test"] = evaluate_checkpoint(
                 best_path,
                 split="test",
                 search=test_search,
                 data_overrides={},
+                average_last=average,
                 device=str(module.device),
                 attention_maps=[0] if wandb else (),
             )
@@ -238,6 +243,18 @@ def train(cfg: DictConfig) -> dict:
         os.replace(tmp, run_dir / "results.json")
         print(f"Results: {run_dir / 'results.json'}")
     return results
+
+
+def _test_average(cfg: DictConfig, checkpoint_dir: Path) -> int:
+    """How many epoch checkpoints the final test averages (0: test best.ckpt alone)."""
+    wanted = int(cfg.get("test_average_last") or 0)
+    if wanted <= 1:
+        return 0
+    found = len(epoch_checkpoints(checkpoint_dir))
+    if found < 2:
+        print(f"test_average_last={wanted}: only {found} epoch checkpoint(s); testing best.ckpt alone")
+        return 0
+    return min(wanted, found)
 
 
 def _float(value) -> float | None:

@@ -40,7 +40,7 @@ def write(path: Path, lines, gz=False):
 
 
 def small(cls, **kwargs):
-    kwargs.setdefault("tokenizer", {"vocab_size": 80})
+    kwargs.setdefault("tokenizer", {"vocab_size": 80, "byte_fallback": False})
     return cls(valid_size=30, test_size=30, max_tokens=600, download=False, **kwargs)
 
 
@@ -89,7 +89,7 @@ def test_jieba_segmentation_changes_the_tokenizer_cache_key(tmp_path):
             root=str(tmp_path),
             segmenter={"zh": segmenter},
             cache_dir=str(tmp_path / "c"),
-            tokenizer={"vocab_size": 80, "joint": True},
+            tokenizer={"vocab_size": 80, "joint": True, "byte_fallback": False},
         ).build_tokenizers()
     names = sorted(p.name for p in (tmp_path / "c" / "tokenizers").glob("*.model"))
     assert len(names) == 2 and any("jieba" in n for n in names) and any("-none-none-" in n for n in names)
@@ -174,7 +174,7 @@ def test_long_inputs_and_length_drops_are_reported(tmp_path):
         test_size=10,
         max_len=300,
         max_tokens=3000,
-        tokenizer={"vocab_size": 100},
+        tokenizer={"vocab_size": 100, "byte_fallback": False},
         cache_dir=str(tmp_path / "c"),
     )
     dm.prepare_data()
@@ -187,7 +187,7 @@ def test_long_inputs_and_length_drops_are_reported(tmp_path):
         test_size=10,
         max_len=50,
         max_tokens=3000,
-        tokenizer={"vocab_size": 100},
+        tokenizer={"vocab_size": 100, "byte_fallback": False},
         cache_dir=str(tmp_path / "c"),
     )
     short.prepare_data()
@@ -209,6 +209,7 @@ def test_a_tiny_transformer_trains_an_epoch_on_each_module(corpus, tmp_path):
     cfg = compose_train(
         f"data={corpus}",
         "data.tokenizer.vocab_size=80",
+        "data.tokenizer.byte_fallback=false",
         "data.max_tokens=800",
         *extra,
         f"run_dir={tmp_path / 'run'}",
@@ -234,6 +235,7 @@ def test_evaluate_scores_several_test_sets_including_iwslt16(tmp_path):
         "data.valid_size=30",
         "data.test_size=30",
         "data.tokenizer.vocab_size=80",
+        "data.tokenizer.byte_fallback=false",
         f"run_dir={run_dir}",
         "test_after_training=false",
     )

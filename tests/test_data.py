@@ -82,7 +82,9 @@ def multi30k_folder(tmp_path):
 
 
 def small_multi30k(**kwargs) -> Multi30kDataModule:
-    return Multi30kDataModule(tokenizer={"vocab_size": 60}, max_tokens=400, download=False, **kwargs)
+    return Multi30kDataModule(
+        tokenizer={"vocab_size": 60, "byte_fallback": False}, max_tokens=400, download=False, **kwargs
+    )
 
 
 def test_multi30k_reads_a_folder_of_upstream_named_files(multi30k_folder, tmp_path):
@@ -144,11 +146,11 @@ def test_bom_and_crlf_are_removed(tmp_path):
 
 def test_tokenizer_cache_is_keyed_by_text_and_settings(tmp_path):
     lines = toy_pairs(200, 0)[0]
-    a = load_or_train(lines, TokenizerSettings(vocab_size=50), tmp_path, "t")
-    b = load_or_train(lines, TokenizerSettings(vocab_size=50), tmp_path, "t")
+    a = load_or_train(lines, TokenizerSettings(vocab_size=50, byte_fallback=False), tmp_path, "t")
+    b = load_or_train(lines, TokenizerSettings(vocab_size=50, byte_fallback=False), tmp_path, "t")
     assert a.model_proto == b.model_proto
-    load_or_train(lines, TokenizerSettings(vocab_size=40), tmp_path, "t")
-    load_or_train(lines[:100], TokenizerSettings(vocab_size=50), tmp_path, "t")
+    load_or_train(lines, TokenizerSettings(vocab_size=40, byte_fallback=False), tmp_path, "t")
+    load_or_train(lines[:100], TokenizerSettings(vocab_size=50, byte_fallback=False), tmp_path, "t")
     assert len(list((tmp_path / "tokenizers").glob("*.model"))) == 3
 
 

@@ -15,8 +15,11 @@ import sentencepiece as spm
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 MODEL_TYPES = ("bpe", "unigram")
 SEGMENTERS = ("none", "jieba")
+# SentencePiece's rules; "identity" keeps every character as written (the default, see TokenizerSettings)
+NORMALIZATIONS = ("identity", "nmt_nfkc", "nfkc", "nmt_nfkc_cf", "nfkc_cf")
 # spaces that word segmentation put next to CJK characters, removed again after decoding
-_CJK = "\u3000-\u303f\u4e00-\u9fff\uff00-\uffef"
+# (CJK punctuation, ideographs, full-width forms, and the general punctuation Chinese text uses: … — “ ”)
+_CJK = "\u2010-\u2027\u2030-\u205e\u3000-\u303f\u4e00-\u9fff\uff00-\uffef"
 _CJK_GAP = re.compile(rf"(?<=[{_CJK}])\s+(?=\S)|(?<=\S)\s+(?=[{_CJK}])")
 
 
@@ -56,12 +59,27 @@ class TokenizerSettings:
     joint: bool = True  # one vocabulary for both languages (needed for tie_embeddings=all)
     character_coverage: float = 1.0
     max_sentences: int = 2_000_000  # SentencePiece samples at most this many training lines
+    # characters no subword covers become their UTF-8 bytes, so every text round-trips (needs vocab >= 260)
+    byte_fallback: bool = True
+    # no Unicode normalisation: decoded output keeps the characters of the references (full-width
+    # punctuation, ellipses, fractions, non-breaking spaces); SentencePiece's default NFKC would not.
+    # Part of the settings, hence of the cache key: tokenizers trained the old way are not reused.
+    normalization: str = "identity"
 
     def __post_init__(self) -> None:
         if self.model_type not in MODEL_TYPES:
             raise ValueError(f"data.tokenizer.model_type={self.model_type!r} is not one of {list(MODEL_TYPES)}")
         if self.vocab_size < 8:
             raise ValueError(f"data.tokenizer.vocab_size={self.vocab_size} must be at least 8")
+        if self.byte_fallback and self.vocab_size < 260 + 4:
+            raise ValueError(
+                f"data.tokenizer.byte_fallback=true needs data.tokenizer.vocab_size >= 264 (256 byte pieces, 4 "
+                f"special ids, some subwords); got {self.vocab_size}: raise it or set byte_fallback=false"
+            )
+        if self.normalization not in NORMALIZATIONS:
+            raise ValueError(
+                f"data.tokenizer.normalization={self.normalization!r} is not one of {list(NORMALIZATIONS)}"
+            )
 
 
 class Tokenizer:
@@ -86,8 +104,11 @@ class Tokenizer:
         return self.sp.encode([self.segmenter(t) for t in texts], out_type=int)
 
     def decode(self, ids: Sequence[int]) -> str:
-        """Token ids -> detokenised text (special ids are dropped, word segmentation undone)."""
-        return self.segmenter.undo(self.sp.decode([i for i in ids if i > EOS_ID]))
+        """Token ids -> detokenised text (padding, BOS and EOS dropped, word segmentation undone).
+
+        An unknown-token id stays visible as SentencePiece's placeholder " ⁇ " rather than vanishing
+        (which would shorten the hypothesis silently); with byte fallback, text never needs one."""
+        return self.segmenter.undo(self.sp.decode([i for i in ids if i == UNK_ID or i > EOS_ID]))
 
     def pieces(self, ids: Sequence[int]) -> list[str]:
         return [self.sp.id_to_piece(i) for i in ids]
@@ -108,6 +129,8 @@ class Tokenizer:
             bos_id=BOS_ID,
             eos_id=EOS_ID,
             hard_vocab_limit=False,  # small corpora (the toy task) may not support the requested size
+            normalization_rule_name=settings.normalization,
+            byte_fallback=settings.byte_fallback,
             num_threads=max(1, min(4, os.cpu_count() or 1)),
             minloglevel=2,
         )

@@ -40,11 +40,22 @@ class Residual(nn.Module):
 
 class EncoderLayer(nn.Module):
     def __init__(
-        self, d_model, num_heads, ffn_dim, dropout, attention_dropout, activation, norm, pre_norm, position, fused
+        self,
+        d_model,
+        num_heads,
+        ffn_dim,
+        dropout,
+        attention_dropout,
+        activation_dropout,
+        activation,
+        norm,
+        pre_norm,
+        position,
+        fused,
     ) -> None:
         super().__init__()
         self.self_attn = MultiHeadAttention(d_model, num_heads, attention_dropout, position, fused)
-        self.ffn = FeedForward(d_model, ffn_dim, dropout, activation)
+        self.ffn = FeedForward(d_model, ffn_dim, activation_dropout, activation)
         self.attn_block = Residual(d_model, norm, dropout, pre_norm)
         self.ffn_block = Residual(d_model, norm, dropout, pre_norm)
 
@@ -60,12 +71,23 @@ class EncoderLayer(nn.Module):
 
 class DecoderLayer(nn.Module):
     def __init__(
-        self, d_model, num_heads, ffn_dim, dropout, attention_dropout, activation, norm, pre_norm, position, fused
+        self,
+        d_model,
+        num_heads,
+        ffn_dim,
+        dropout,
+        attention_dropout,
+        activation_dropout,
+        activation,
+        norm,
+        pre_norm,
+        position,
+        fused,
     ) -> None:
         super().__init__()
         self.self_attn = MultiHeadAttention(d_model, num_heads, attention_dropout, position, fused)
         self.cross_attn = MultiHeadAttention(d_model, num_heads, attention_dropout, None, fused)
-        self.ffn = FeedForward(d_model, ffn_dim, dropout, activation)
+        self.ffn = FeedForward(d_model, ffn_dim, activation_dropout, activation)
         self.self_block = Residual(d_model, norm, dropout, pre_norm)
         self.cross_block = Residual(d_model, norm, dropout, pre_norm)
         self.ffn_block = Residual(d_model, norm, dropout, pre_norm)
@@ -109,6 +131,7 @@ class Transformer(nn.Module):
         ffn_dim: int = 2048,
         dropout: float = 0.1,
         attention_dropout: float = 0.0,
+        activation_dropout: float | None = None,
         activation: str = "relu",
         norm_position: str = "pre",
         tie_embeddings: str = "decoder",
@@ -146,6 +169,8 @@ class Transformer(nn.Module):
             ffn_dim=ffn_dim,
             dropout=dropout,
             attention_dropout=attention_dropout,
+            # dropout inside the feed-forward block, after its activation (None: the model's dropout)
+            activation_dropout=dropout if activation_dropout is None else activation_dropout,
             activation=activation,
             norm=norm,
             pre_norm=pre_norm,

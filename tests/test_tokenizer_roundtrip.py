@@ -1,0 +1,94 @@
+"""Decoded text keeps the characters of the training text: SentencePiece is trained without Unicode
+normalisation and with byte fallback, so a reference fed through encode/decode scores 100 BLEU and chrF."""
+
+import random
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import sacrebleu
+from omegaconf import OmegaConf
+
+from nmt.data.tokenizer import UNK_ID, Segmenter, Tokenizer, TokenizerSettings, load_or_train
+from nmt.metrics import bleu_tokenizer
+
+CONF = Path(__file__).resolve().parents[1] / "conf" / "data"
+HARD = {
+    "en": [
+        "Wait… 2½ cups, not 21⁄2!",
+        "A\u00a0non-breaking space, “quotes” and ‘apostrophes’ — dashes.",
+        "Ｆｕｌｌ－ｗｉｄｔｈ ＡＢＣ １２３ and ① ﬁ ligature.",
+    ],
+    "de": ["Ein Mann … trinkt 1½ Liter „Kaffee“.", "Straße\u00a0Nr.\u00a012 — über ﬁve Äpfel²."],
+    "zh": ["你好，世界！（１００）", "他说：“我们明天见……”", "价格是１２３元，约２½小时。"],
+}
+WORDS = {
+    "en": "a man woman dog runs on the street in front of white house with red hat".split(),
+    "de": "ein mann frau hund läuft auf der straße vor einem weißen haus mit rotem hut".split(),
+    "zh": list("一个男人女人狗在街上跑白色房子前面戴着红帽子的"),
+}
+
+
+def corpus(lang: str, n: int = 400) -> list[str]:
+    rng = random.Random(lang)
+    joiner = "" if lang == "zh" else " "
+    return [
+        joiner.join(rng.choices(WORDS[lang], k=rng.randint(3, 9))) + ("。" if lang == "zh" else ".") for _ in range(n)
+    ]
+
+
+def data_configs() -> list[tuple[str, str]]:
+    """(data module, language) for every language of every corpus config (the toy task is generated)."""
+    pairs = []
+    for path in sorted(CONF.glob("*.yaml")):
+        cfg = OmegaConf.load(path)
+        if path.stem == "toy":
+            continue
+        for key in ("src_lang", "tgt_lang"):
+            lang = cfg.get(key)
+            if lang in HARD and (path.stem, lang) not in pairs:
+                pairs.append((path.stem, lang))
+    return pairs
+
+
+@pytest.mark.parametrize(("data", "lang"), data_configs())
+def test_references_round_trip_exactly(data, lang, tmp_path):
+    cfg = OmegaConf.load(CONF / f"{data}.yaml")
+    settings = TokenizerSettings(**{**OmegaConf.to_container(cfg.tokenizer), "vocab_size": 400})
+    segmenter = Segmenter("jieba" if lang == "zh" and cfg.get("segmenter", {}).get("zh") == "jieba" else "none")
+    sentences = [segmenter(s) for s in corpus(lang)]  # as the data module feeds SentencePiece
+    tokenizer = Tokenizer(load_or_train(sentences, settings, tmp_path, f"{data}-{lang}").model_proto, segmenter)
+    for text in HARD[lang] + corpus(lang, 5):
+        ids = tokenizer.encode(text)
+        assert UNK_ID not in ids  # byte fallback: no character is unknown
+        assert tokenizer.decode(ids) == text
+    hypotheses = [tokenizer.decode(tokenizer.encode(t)) for t in HARD[lang]]
+    bleu = sacrebleu.corpus_bleu(hypotheses, [HARD[lang]], tokenize=bleu_tokenizer(lang))
+    assert bleu.score == pytest.approx(100.0)
+    assert sacrebleu.corpus_chrf(hypotheses, [HARD[lang]]).score == pytest.approx(100.0)
+
+
+def test_normalisation_is_part_of_the_cache_key(tmp_path):
+    sentences = corpus("en")
+    identity = TokenizerSettings(vocab_size=300)
+    nfkc = replace(identity, normalization="nmt_nfkc")
+    load_or_train(sentences, identity, tmp_path, "en")
+    load_or_train(sentences, nfkc, tmp_path, "en")
+    assert len(list((tmp_path / "tokenizers").glob("en-*.model"))) == 2  # the old setting is not reused
+    old = Tokenizer(load_or_train(sentences, nfkc, tmp_path, "en").model_proto)
+    assert old.decode(old.encode("Wait… 2½")) != "Wait… 2½"  # what the identity rule fixes
+
+
+def test_unknown_tokens_stay_visible():
+    settings = TokenizerSettings(vocab_size=64, byte_fallback=False)
+    tokenizer = Tokenizer.train(corpus("en"), settings)
+    ids = tokenizer.encode("a man ✈ runs")
+    assert UNK_ID in ids
+    assert tokenizer.decode(ids).split() == ["a", "man", "⁇", "runs"]  # not "a man runs"
+
+
+def test_invalid_settings_name_the_key():
+    with pytest.raises(ValueError, match="data.tokenizer.normalization"):
+        TokenizerSettings(normalization="nfd")
+    with pytest.raises(ValueError, match="byte_fallback"):
+        TokenizerSettings(vocab_size=100)
