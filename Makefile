@@ -5,8 +5,9 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TORCH_VERSION := 2.13.0
 ARGS ?=
+RECIPE ?= experiment=multi30k_tiny  # what `make train` trains; RECIPE= for the bare defaults
 
-.PHONY: help install train test test-fast lint format bench clean
+.PHONY: help install train test test-fast lint format bench bench-mfu clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-10s %s\n", $$1, $$2}'
@@ -21,8 +22,8 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)  ## create .venv with torch==2.13.0 and the project (editable, with dev tools)
 
-train: $(STAMP)  ## train (default: Multi30k Transformer); e.g. make train ARGS="data=toy"
-	$(BIN)/python train.py $(ARGS)
+train: $(STAMP)  ## train the Multi30k en-de tiny Transformer recipe; e.g. make train RECIPE= ARGS="data=toy"
+	$(BIN)/python train.py $(RECIPE) $(ARGS)
 
 test: $(STAMP)  ## run the whole test suite (CPU, offline)
 	$(BIN)/python -m pytest $(ARGS)
@@ -38,8 +39,12 @@ format: $(STAMP)  ## apply ruff fixes and formatting
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
-bench: $(STAMP)  ## speed benchmarks, appended to BENCHMARKS.md (ARGS="--steps 50 ...")
+bench: $(STAMP)  ## speed benchmarks, appended to BENCHMARKS.md (ARGS="--steps 50 ..."), then CPU MFU
 	$(BIN)/python -m nmt.bench $(ARGS)
+	$(BIN)/python -m nmt.bench.mfu
+
+bench-mfu: $(STAMP)  ## model-FLOPs utilisation of training, fp32 and bf16 (ARGS="--device cuda --compile ...")
+	$(BIN)/python -m nmt.bench.mfu $(ARGS)
 
 clean:  ## remove run outputs and caches (keeps .venv)
 	rm -rf runs outputs multirun .pytest_cache .ruff_cache

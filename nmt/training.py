@@ -172,6 +172,10 @@ def train(cfg: DictConfig) -> dict:
     datamodule.prepare_data()
     src_tokenizer, tgt_tokenizer = datamodule.build_tokenizers()
     model = build_model(cfg.model, src_tokenizer.vocab_size, tgt_tokenizer.vocab_size)
+    if cfg.get("compile"):
+        # in place: parameter names (and so checkpoints) stay those of the plain model; dynamic shapes
+        # because every batch has its own lengths
+        model.compile(dynamic=True)
     module = TranslationModule(
         model=model,
         loss=loss,

@@ -1,0 +1,38 @@
+"""Wall time per validation (kept across resumes) and the learning-curve figure built from it."""
+
+import time
+
+from omegaconf import OmegaConf
+
+from nmt.bench.curves import plot_curves, validation_curve
+from nmt.callbacks import WallClock
+from nmt.training import _test_average
+
+
+def test_wall_clock_adds_the_time_of_earlier_processes():
+    clock = WallClock()
+    clock.load_state_dict({"elapsed": 100.0})  # a killed run had trained for 100 s
+    clock.on_train_start(None, None)
+    time.sleep(0.05)
+    assert 100.05 <= clock.elapsed() < 101
+    assert clock.state_dict()["elapsed"] >= 100.05
+
+
+def test_validation_curve_reads_validations_only(tmp_path):
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "metrics.csv").write_text(
+        "epoch,step,train_loss,val_bleu,wall_time_s\n0,9,5.0,,\n0,9,,1.5,60\n1,19,4.0,,\n1,19,,7.25,150\n"
+    )
+    assert validation_curve(tmp_path) == [(1.0, 1.5, 9), (2.5, 7.25, 19)]
+    plot_curves(tmp_path / "curve.png", {"run": str(tmp_path)}, {"peer": [(1.0, 1.0), (2.0, 3.0)]})
+    assert (tmp_path / "curve.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_test_average_uses_what_exists(tmp_path):
+    cfg = OmegaConf.create({"test_average_last": 10})
+    assert _test_average(cfg, tmp_path) == 0  # no epoch checkpoints: best.ckpt alone
+    for epoch in range(3):
+        (tmp_path / f"epoch{epoch:03d}.ckpt").write_bytes(b"")
+    assert _test_average(cfg, tmp_path) == 3
+    assert _test_average(OmegaConf.create({"test_average_last": 0}), tmp_path) == 0
