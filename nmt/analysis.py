@@ -9,46 +9,14 @@ import statistics
 from collections.abc import Sequence
 from itertools import combinations
 
-# two-sided 95% critical values of Student's t for 1..30 degrees of freedom; 1.96 beyond
-_T95 = [
-    12.706,
-    4.303,
-    3.182,
-    2.776,
-    2.571,
-    2.447,
-    2.365,
-    2.306,
-    2.262,
-    2.228,
-    2.201,
-    2.179,
-    2.160,
-    2.145,
-    2.131,
-    2.120,
-    2.110,
-    2.101,
-    2.093,
-    2.086,
-    2.080,
-    2.074,
-    2.069,
-    2.064,
-    2.060,
-    2.056,
-    2.052,
-    2.048,
-    2.045,
-    2.042,
-]
-
 
 def t_critical(df: float) -> float:
-    """t_{0.975, df}; fractional df (Welch) are rounded down, the conservative side."""
+    """The exact two-sided 95% quantile t_{0.975, df} (Welch's fractional df included)."""
     if df < 1:
         return math.nan
-    return _T95[int(df) - 1] if df <= 30 else 1.96
+    from scipy.stats import t
+
+    return float(t.ppf(0.975, df))
 
 
 def mean_ci(values: Sequence[float]) -> tuple[float, float]:
@@ -70,6 +38,14 @@ def welch_difference(a: Sequence[float], b: Sequence[float]) -> tuple[float, flo
         return diff, 0.0
     df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
     return diff, t_critical(df) * math.sqrt(va + vb)
+
+
+def level_order(level: str) -> tuple:
+    """Sort key for factor levels: numbers by value (2 before 10), then other names alphabetically."""
+    try:
+        return (0, float(level), "")
+    except ValueError:
+        return (1, 0.0, level)
 
 
 def factor_names(records: Sequence[dict]) -> list[str]:
@@ -106,7 +82,7 @@ def main_effects(records: Sequence[dict], metric: str) -> dict[str, dict]:
         for r in records:
             if r["metrics"].get(metric) is not None:
                 by_level.setdefault(str(r["factors"].get(factor)), []).append(r["metrics"][metric])
-        levels = sorted(by_level)
+        levels = sorted(by_level, key=level_order)
         rows = {
             level: {
                 "n": len(v),
@@ -139,23 +115,65 @@ def interactions(records: Sequence[dict], metric: str) -> dict[tuple[str, str], 
     return tables
 
 
-def paired_bootstrap(
-    baseline: Sequence[str], system: Sequence[str], references: Sequence[str], n_samples: int = 1000, seed: int = 12345
-) -> float:
-    """p-value of sacreBLEU's paired bootstrap resampling test (Koehn 2004) of ``system`` against
-    ``baseline`` on the same references (BLEU)."""
-    import os
-
+def _metric(name: str, tokenize: str):
     import sacrebleu
-    from sacrebleu.significance import PairedTest
 
-    os.environ["SACREBLEU_SEED"] = str(seed)  # sacreBLEU reads its resampling seed from here
-    test = PairedTest(
-        [("baseline", list(baseline)), ("system", list(system))],
-        {"BLEU": sacrebleu.metrics.BLEU()},
-        [list(references)],
-        test_type="bs",
-        n_samples=n_samples,
-    )
-    _, scores = test()
-    return float(scores["BLEU"][1].p_value)
+    if name == "chrf":
+        return sacrebleu.metrics.CHRF()
+    if name == "bleu":
+        return sacrebleu.metrics.BLEU(tokenize=tokenize)
+    raise ValueError(f"metric={name!r} is not one of ['bleu', 'chrf']")
+
+
+def paired_bootstrap(
+    baseline: Sequence[Sequence[str]],
+    system: Sequence[Sequence[str]],
+    references: Sequence[str],
+    metric: str = "bleu",
+    tokenize: str = "13a",
+    n_samples: int = 1000,
+    seed: int = 12345,
+) -> float:
+    """p-value of the paired bootstrap resampling test (Koehn 2004) of ``system`` against ``baseline``.
+
+    ``baseline`` and ``system`` hold one list of hypotheses per seed (seeds paired), all over the same
+    ``references``. The test resamples *test sentences*: each resample draws sentence indices once and
+    scores every seed's output on those sentences, a system's score being the mean over its seeds. Seeds
+    are repeated runs on the same sentences, not more sentences, so adding seeds that change nothing
+    leaves the p-value unchanged. With one seed this is exactly sacreBLEU's ``--paired-bs`` (same
+    resampling indices for the same seed, same statistic, same p-value); the seed is passed directly, no
+    process-wide state changes.
+    """
+    import numpy as np
+
+    if len(baseline) != len(system) or not baseline:
+        raise ValueError(f"paired_bootstrap needs the same seeds on both sides; got {len(baseline)} and {len(system)}")
+    scorer = _metric(metric, tokenize)
+    refs = [list(references)]
+    for hyps in (*baseline, *system):
+        if len(hyps) != len(references):
+            raise ValueError(f"{len(hyps)} hypotheses for {len(references)} references")
+    base_stats = [np.array(scorer._extract_corpus_statistics(list(h), refs), dtype="float32") for h in baseline]
+    sys_stats = [np.array(scorer._extract_corpus_statistics(list(h), refs), dtype="float32") for h in system]
+
+    def score(stats_per_seed, idxs=None) -> float:
+        sums = [(s if idxs is None else s[idxs]).sum(0) for s in stats_per_seed]
+        return statistics.fmean(scorer._compute_score_from_stats(x).score for x in sums)
+
+    real = abs(score(base_stats) - score(sys_stats))
+    rng = np.random.default_rng(seed)
+    n = len(references)
+    idxs = rng.choice(n, size=(n_samples, n), replace=True)
+    diffs = np.array([abs(score(sys_stats, i) - score(base_stats, i)) for i in idxs])
+    centred = diffs - diffs.mean()
+    return float((np.sum(centred > real) + 1) / (n_samples + 1))
+
+
+def holm(p_values: dict) -> dict:
+    """Holm's step-down adjustment of a family of p-values (controls the family-wise error rate)."""
+    order = sorted(p_values, key=p_values.get)
+    adjusted, running = {}, 0.0
+    for rank, key in enumerate(order):
+        running = max(running, min(1.0, (len(order) - rank) * p_values[key]))
+        adjusted[key] = running
+    return adjusted

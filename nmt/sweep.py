@@ -16,9 +16,11 @@ from pathlib import Path
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from nmt import analysis
+from nmt.data.sources import read_lines
+from nmt.metrics import bleu_tokenizer
 from nmt.plots import interaction_heatmap, training_curves
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -127,9 +129,10 @@ def _baseline_cell(records: list[dict], factors: list[str], baseline: dict | Non
     return {f: sorted({str(r["factors"][f]) for r in records})[0] for f in factors}
 
 
-def significance(records: list[dict], factors: list[str], baseline: dict) -> dict[tuple, float]:
-    """Paired bootstrap p-value of each cell against the baseline, on the test hypotheses of all seeds
-    the two cells share (pooled)."""
+def significance(records: list[dict], factors: list[str], baseline: dict, metric: str = "test_bleu") -> dict:
+    """Paired bootstrap p-value of each cell against the baseline on the test set, with the seeds the two
+    cells share kept together (see analysis.paired_bootstrap), in the report's metric (chrF for a chrF
+    report, else BLEU) with the target language's BLEU tokenizer."""
 
     def cell_of(r):
         return tuple(str(r["factors"][f]) for f in factors)
@@ -138,19 +141,39 @@ def significance(records: list[dict], factors: list[str], baseline: dict) -> dic
     for r in records:
         by_cell.setdefault(cell_of(r), {})[r["seed"]] = r
     base = by_cell.get(tuple(baseline[f] for f in factors), {})
+    score_name = "chrf" if "chrf" in metric else "bleu"
     p_values = {}
     for cell, runs in by_cell.items():
         seeds = sorted(set(runs) & set(base))
         files = [(base[s].get("hypotheses"), runs[s].get("hypotheses"), base[s].get("references")) for s in seeds]
         if not seeds or cell == tuple(baseline[f] for f in factors) or not all(all(f) for f in files):
             continue
-        base_hyps, hyps, refs = [], [], []
-        for b, h, ref in files:
-            base_hyps += Path(b).read_text().splitlines()
-            hyps += Path(h).read_text().splitlines()
-            refs += Path(ref).read_text().splitlines()
-        p_values[cell] = analysis.paired_bootstrap(base_hyps, hyps, refs)
+        references = read_lines(files[0][2])
+        p_values[cell] = analysis.paired_bootstrap(
+            [read_lines(b) for b, _, _ in files],
+            [read_lines(h) for _, h, _ in files],
+            references,
+            metric=score_name,
+            tokenize=_bleu_tokenize(runs[seeds[0]]),
+        )
     return p_values
+
+
+def _bleu_tokenize(record: dict) -> str:
+    """sacreBLEU's tokenizer for the run's target language (zh, ja, ko have their own)."""
+    config = Path(record.get("run_dir", "")) / "config.yaml"
+    lang = OmegaConf.load(config).data.get("tgt_lang") if config.is_file() else None
+    return bleu_tokenizer(lang) if lang else "13a"
+
+
+def _overlapping(rows: list[dict]) -> bool:
+    """Whether any two neighbours in the ranking have overlapping intervals (or no interval at all)."""
+    for upper, lower in zip(rows, rows[1:], strict=False):
+        if math.isnan(upper["ci95"]) or math.isnan(lower["ci95"]):
+            return True
+        if upper["mean"] - upper["ci95"] <= lower["mean"] + lower["ci95"]:
+            return True
+    return False
 
 
 def _curves(records: list[dict], factor: str, metric: str) -> dict[str, list[list[tuple[int, float]]]]:
@@ -192,24 +215,34 @@ def write_report(sweep_dir: str | Path, metric: str = "test_bleu", baseline: dic
         "",
     ]
     base = _baseline_cell(records, factors, baseline) if factors else {}
-    p_values = significance(records, factors, base) if factors else {}
+    p_values = significance(records, factors, base, metric) if factors else {}
+    adjusted = analysis.holm(p_values)
+    rows = analysis.ranking(records, metric)
     lines += [
         "## Ranking of cells (mean over seeds, 95% CI)",
         "",
-        f"Baseline for the paired bootstrap (1000 resamples, test hypotheses of all shared seeds): "
-        f"{', '.join(f'{k}={v}' for k, v in base.items())}.",
+        f"Baseline for the paired bootstrap (1000 resamples of test sentences, each resample scoring every "
+        f"shared seed's output on the same sentences): {', '.join(f'{k}={v}' for k, v in base.items())}. "
+        f"p: raw; p (Holm): adjusted for the {len(p_values)} comparisons of this report.",
         "",
-        "| rank | " + " | ".join(factors) + " | seeds | mean | ± 95% CI | std | p vs baseline |",
-        "|---" * (len(factors) + 6) + "|",
+        "| rank | " + " | ".join(factors) + " | seeds | mean | ± 95% CI | std | p vs baseline | p (Holm) |",
+        "|---" * (len(factors) + 7) + "|",
     ]
-    for i, row in enumerate(analysis.ranking(records, metric), start=1):
+    for i, row in enumerate(rows, start=1):
         cell = tuple(row[f] for f in factors)
         p = p_values.get(cell)
-        mark = "baseline" if cell == tuple(base.get(f) for f in factors) else _fmt(p, 4) if p is not None else "n/a"
+        is_base = cell == tuple(base.get(f) for f in factors)
+        mark = "baseline" if is_base else _fmt(p, 4) if p is not None else "n/a"
+        mark_adj = "" if is_base else _fmt(adjusted.get(cell), 4) if p is not None else "n/a"
         lines.append(
             f"| {i} | " + " | ".join(cell) + f" | {row['n']} | {_fmt(row['mean'])} | {_fmt(row['ci95'])} | "
-            f"{_fmt(row['std'])} | {mark} |"
+            f"{_fmt(row['std'])} | {mark} | {mark_adj} |"
         )
+    if _overlapping(rows):
+        lines += [
+            "",
+            "The 95% intervals of neighbouring cells overlap: this ranking is exploratory, not a finding.",
+        ]
     lines += ["", "## Main effects", ""]
     for factor, effect in analysis.main_effects(records, metric).items():
         lines += [f"### {factor}", "", "| level | runs | mean | std | min | max |", "|---|---|---|---|---|---|"]

@@ -2,13 +2,17 @@
 
 import json
 import math
+import os
+import random
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from scipy import stats
 
-from nmt import analysis
+from nmt import analysis, sweep
 from nmt.sweep import write_report
 
 from .conftest import ROOT, tiny_overrides
@@ -39,7 +43,7 @@ RECORDS = [record(p, n, s + 1, v) for (p, n), values in BLEU.items() for s, v in
 
 def test_mean_and_confidence_interval_by_hand():
     mean, half = analysis.mean_ci([30.0, 31.0, 32.0])
-    assert mean == 31.0 and half == pytest.approx(4.303 * 1.0 / math.sqrt(3))
+    assert mean == 31.0 and half == pytest.approx(4.302653 * 1.0 / math.sqrt(3))
     assert math.isnan(analysis.mean_ci([5.0])[1])
 
 
@@ -53,7 +57,7 @@ def test_ranking_by_hand():
     ]
     top = rows[0]  # 33, 34, 38: mean 35, sample std sqrt(7)
     assert top["mean"] == 35.0 and top["std"] == pytest.approx(math.sqrt(7))
-    assert top["ci95"] == pytest.approx(4.303 * math.sqrt(7) / math.sqrt(3))
+    assert top["ci95"] == pytest.approx(4.302653 * math.sqrt(7) / math.sqrt(3))
 
 
 def test_main_effects_by_hand():
@@ -72,8 +76,27 @@ def test_main_effects_by_hand():
     va, vb = 3.5 / 6, 1.1 / 6
     df = (va + vb) ** 2 / (va**2 / 5 + vb**2 / 5)
     assert diff["diff"] == pytest.approx(4.0)
-    assert diff["ci95"] == pytest.approx(2.365 * math.sqrt(va + vb))
-    assert int(df) == 7
+    # the exact quantile at Welch's fractional df (scipy), not a table lookup rounded down
+    assert diff["ci95"] == pytest.approx(stats.t.ppf(0.975, df) * math.sqrt(va + vb))
+    assert 7 < df < 8
+
+
+@pytest.mark.parametrize(("df", "expected"), [(1, 12.7062), (7.9, 2.3111), (31, 2.0395), (60, 2.0003), (1000, 1.9623)])
+def test_t_critical_is_exact_beyond_30_degrees_of_freedom(df, expected):
+    assert analysis.t_critical(df) == pytest.approx(expected, abs=1e-4)
+
+
+def test_holm_by_hand():
+    adjusted = analysis.holm({"a": 0.01, "b": 0.04, "c": 0.03, "d": 0.5})
+    # sorted 0.01, 0.03, 0.04, 0.5 times 4, 3, 2, 1, then made monotone
+    assert adjusted == pytest.approx({"a": 0.04, "c": 0.09, "b": 0.09, "d": 0.5})
+
+
+def test_levels_sort_numerically():
+    records = [{"factors": {"beam": b}, "seed": 1, "metrics": {"m": float(b)}} for b in ("10", "2", "5")]
+    assert sorted(["10", "2", "5", "none"], key=analysis.level_order) == ["2", "5", "10", "none"]
+    diffs = analysis.main_effects(records, "m")["beam"]["differences"]
+    assert list(diffs) == ["5 - 2", "10 - 2"]
 
 
 def test_interactions_by_hand():
@@ -85,9 +108,51 @@ def test_paired_bootstrap_detects_a_real_difference_and_not_a_fake_one():
     refs = [f"sentence number {i} is here ." for i in range(100)]
     good = list(refs)
     bad = [r.replace("number", "nummer").replace("here", "there") for r in refs]
-    assert analysis.paired_bootstrap(bad, good, refs, n_samples=200) < 0.05
+    assert analysis.paired_bootstrap([bad], [good], refs, n_samples=200) < 0.05
     one_changed = [*good[:-1], bad[-1]]
-    assert analysis.paired_bootstrap(one_changed, good, refs, n_samples=200) > 0.05
+    assert analysis.paired_bootstrap([one_changed], [good], refs, n_samples=200) > 0.05
+
+
+def _noisy_systems(n: int = 80):
+    rng = random.Random(3)
+    refs = [f"the {w} dog number {i} runs over the green field ." for i, w in enumerate(rng.choices("abc", k=n))]
+    base = [r.replace("green", "grey") if rng.random() < 0.4 else r for r in refs]
+    system = [r.replace("runs", "walks") if rng.random() < 0.35 else r for r in refs]
+    return refs, base, system
+
+
+def test_copied_seeds_add_no_evidence():
+    refs, base, system = _noisy_systems()
+    p = [analysis.paired_bootstrap([base] * k, [system] * k, refs, n_samples=300) for k in (1, 3, 5)]
+    assert 0.01 < p[0] < 0.99 and p[0] == p[1] == p[2]
+
+
+def test_bootstrap_leaves_the_environment_alone(monkeypatch):
+    monkeypatch.delenv("SACREBLEU_SEED", raising=False)
+    refs, base, system = _noisy_systems(20)
+    analysis.paired_bootstrap([base], [system], refs, n_samples=20)
+    assert "SACREBLEU_SEED" not in os.environ
+
+
+@pytest.mark.parametrize("metric", ["bleu", "chrf"])
+def test_bootstrap_equals_sacrebleu_paired_bs_command(metric, tmp_path):
+    refs, base, system = _noisy_systems()
+    for name, lines in (("refs", refs), ("base", base), ("sys", system)):
+        (tmp_path / f"{name}.txt").write_text("".join(line + "\n" for line in lines))
+    command = [sys.executable, "-m", "sacrebleu", "refs.txt", "-i", "base.txt", "sys.txt", "--paired-bs"]
+    command += ["--paired-bs-n", "300", "-m", metric, "-f", "text"]
+    env = {**os.environ, "SACREBLEU_SEED": "12345"}
+    out = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, env=env, check=True).stdout
+    theirs = float(re.search(r"\(p = ([0-9.]+)\)", out).group(1))
+    ours = analysis.paired_bootstrap([base], [system], refs, metric=metric, n_samples=300, seed=12345)
+    assert 0.01 < ours < 0.99  # a case where the p-value is informative
+    assert round(ours, 4) == theirs
+
+
+def test_significance_uses_the_target_languages_tokenizer(tmp_path):
+    (tmp_path / "config.yaml").write_text("data:\n  tgt_lang: zh\n")
+    assert sweep._bleu_tokenize({"run_dir": str(tmp_path)}) == "zh"
+    assert sweep._bleu_tokenize({"run_dir": str(tmp_path / "missing")}) == "13a"
 
 
 def test_report_from_synthetic_runs(tmp_path):
@@ -116,7 +181,7 @@ def test_report_from_synthetic_runs(tmp_path):
     lines = (tmp_path / "results.csv").read_text().splitlines()
     assert lines[0].startswith("norm,pos,seed,test_bleu") and len(lines) == 13
     baseline_row = next(line for line in report.splitlines() if "| layer | absolute |" in line)
-    assert baseline_row.endswith("| baseline |")
+    assert baseline_row.endswith("| baseline |  |")
     relative_row = next(line for line in report.splitlines() if "| layer | relative |" in line)
     assert float(relative_row.rstrip(" |").rsplit("|", 1)[1]) < 0.05  # clearly better hypotheses
 
@@ -206,3 +271,11 @@ def test_a_sweep_of_ddp_runs_on_two_cpu_processes(tmp_path):
     assert not list(tmp_path.glob("*/.hydra/multirun.yaml"))  # no nested sweep started by a DDP rank
     config = (tmp_path / "pos=rope,seed=1" / "config.yaml").read_text()
     assert "strategy: ddp" in config and "devices: 2" in config
+
+
+def test_report_files_split_on_newline_only(tmp_path):
+    # U+2028, U+0085 and form feeds are characters inside a sentence, not line ends (str.splitlines
+    # would split there and misalign hypotheses with references)
+    path = tmp_path / "hyps.txt"
+    path.write_text("a\u2028b\nc\x0cd\u0085e\n", encoding="utf-8")
+    assert sweep.read_lines(path) == ["a\u2028b", "c\x0cd\u0085e"]
