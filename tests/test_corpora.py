@@ -274,3 +274,25 @@ def test_real_tatoeba_de_en_split(tmp_path):
     )
     sizes = [len(dm.text(s)[0]) for s in ("train", "val", "test")]
     assert sizes[1] >= 2000 and sizes[2] >= 2000 and sum(sizes) > 150_000
+
+
+def test_official_test_sets_keep_pairs_with_an_empty_side(tmp_path):
+    write(tmp_path / "train.src", EN + [""])
+    write(tmp_path / "train.tgt", DE + ["leer"])
+    write(tmp_path / "test.src", EN[:5] + ["a source whose reference is empty"])
+    write(tmp_path / "test.tgt", DE[:5] + [""])
+    dm = FilesDataModule(
+        train=[str(tmp_path / "train.src"), str(tmp_path / "train.tgt")],
+        test=[str(tmp_path / "test.src"), str(tmp_path / "test.tgt")],
+        valid_size=5,
+        tokenizer={"vocab_size": 100, "byte_fallback": False},
+        cache_dir=str(tmp_path / "c"),
+    )
+    assert dm.text("test") == (EN[:5] + ["a source whose reference is empty"], DE[:5] + [""])
+    assert "" not in dm.text("train")[0]  # training and the derived validation split drop it
+    dm.prepare_data()
+    report = dm.report()
+    assert report["test"]["pairs"] == 6 and report["test"]["dropped"] == {"empty_kept": 1}
+    assert report["train"]["dropped"]["empty"] == 1
+    batch = next(iter(dm._loader("test", shuffle=False)))  # the empty reference makes a valid batch
+    assert "" in batch["refs"]

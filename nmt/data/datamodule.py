@@ -124,13 +124,26 @@ class ParallelDataModule(L.LightningDataModule):
         """Raw (source, target) lines of ``split`` ('train', 'val' or 'test')."""
         raise NotImplementedError
 
+    def official(self, split: str) -> bool:
+        """Whether ``split`` is a published evaluation set (read from its own files), which is scored
+        whole; splits cut from a pool of pairs by a seeded shuffle are not."""
+        return False
+
     def text(self, split: str) -> tuple[list[str], list[str]]:
-        """:meth:`read_split`, read once and kept, without pairs where either side is empty or blank."""
+        """:meth:`read_split`, read once and kept. Pairs where either side is empty or blank are dropped
+        from training and from derived splits; an official validation or test set keeps them (decoded and
+        scored as they are, an empty reference included) and the data report counts them."""
         if split not in self._text:
             src, tgt = self.read_split(split)
-            keep = [i for i, (s, t) in enumerate(zip(src, tgt, strict=True)) if s.strip() and t.strip()]
-            self.dropped.setdefault(split, Counter())["empty"] = len(src) - len(keep)
-            self._text[split] = ([src[i] for i in keep], [tgt[i] for i in keep])
+            empty = [i for i, (s, t) in enumerate(zip(src, tgt, strict=True)) if not (s.strip() and t.strip())]
+            if split != "train" and self.official(split):
+                self.dropped.setdefault(split, Counter())["empty_kept"] = len(empty)
+                self._text[split] = (list(src), list(tgt))
+            else:
+                skip = set(empty)
+                keep = [i for i in range(len(src)) if i not in skip]
+                self.dropped.setdefault(split, Counter())["empty"] = len(empty)
+                self._text[split] = ([src[i] for i in keep], [tgt[i] for i in keep])
         return self._text[split]
 
     def describe(self) -> str:

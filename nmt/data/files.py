@@ -58,6 +58,9 @@ class FilesDataModule(ParallelDataModule):
         self.columns = tuple(columns)
         self.valid_size, self.test_size, self.split_seed = valid_size, test_size, split_seed
 
+    def official(self, split: str) -> bool:
+        return split != "train" and self.specs.get(split) is not None  # given as files, not cut from train
+
     def read_split(self, split: str) -> tuple[list[str], list[str]]:
         if split not in self.specs:
             raise ValueError(f"data=files has splits ['train', 'val', 'test'], not {split!r}")

@@ -36,6 +36,9 @@ class Multi30kDataModule(ParallelDataModule):
     def describe(self) -> str:
         return f"multi30k {self.src_lang}-{self.tgt_lang} (test: {self.test_set})"
 
+    def official(self, split: str) -> bool:
+        return split != "train"  # val and every test set are published files
+
     def read_split(self, split: str) -> tuple[list[str], list[str]]:
         upstream = {"train": "train", "val": "val", "test": self.test_set}
         if split not in upstream:

@@ -21,7 +21,7 @@ def render_report(report: dict, title: str) -> Table:
     ):
         table.add_column(column)
     for split, row in report.items():
-        dropped = ", ".join(f"{reason} {n}" for reason, n in row["dropped"].items() if n) or "0"
+        dropped = ", ".join(_reason(reason, n) for reason, n in row["dropped"].items() if n) or "0"
         table.add_row(
             split,
             f"{row['pairs']:,}",
@@ -33,6 +33,12 @@ def render_report(report: dict, title: str) -> Table:
             str(row.get("sources_also_in_train", "")),
         )
     return table
+
+
+def _reason(reason: str, count: int) -> str:
+    if reason == "empty_kept":
+        return f"0 ({count} with an empty side kept and scored)"
+    return f"{reason.replace('_', ' ')} {count}"
 
 
 def write_report(report: dict, title: str, run_dir: Path, console: Console | None = None) -> None:
