@@ -1,0 +1,118 @@
+"""Values checked against their definitions, computed independently here (loops over the formula):
+sinusoid table, Luong and Bahdanau attention scores, the label-smoothed loss, the learning-rate
+schedules and checkpoint averaging."""
+
+import math
+
+import pytest
+import torch
+
+from nmt.checkpoint import average_state_dicts
+from nmt.loss import LabelSmoothedCrossEntropy
+from nmt.modules.position import sinusoid_table
+from nmt.modules.rnn_attention import AdditiveAttention, DotAttention, MultiplicativeAttention
+from nmt.optim import noam, warmup_decay
+
+
+def test_sinusoid_table_is_vaswanis_formula():
+    dim = 6
+    table = sinusoid_table(torch.arange(5), dim)
+    for pos in range(5):
+        for i in range(dim // 2):
+            angle = pos / 10000 ** (2 * i / dim)
+            assert table[pos, 2 * i].item() == pytest.approx(math.sin(angle), abs=1e-6)
+            assert table[pos, 2 * i + 1].item() == pytest.approx(math.cos(angle), abs=1e-6)
+
+
+@pytest.mark.parametrize("cls", [DotAttention, MultiplicativeAttention, AdditiveAttention])
+def test_rnn_attention_scores_follow_their_formulas(cls):
+    torch.manual_seed(0)
+    dim, src_len = 4, 3
+    attention = cls(dim)
+    q = torch.randn(1, 1, dim)
+    memory = torch.randn(1, src_len, dim)
+    mask = torch.tensor([[True, True, False]])
+    context, weights = attention(q, attention.prepare_keys(memory), memory, mask)
+    scores = []
+    for j in range(src_len):
+        h, s = memory[0, j], q[0, 0]
+        if cls is DotAttention:  # Luong "dot", scaled: s . h / sqrt(d)
+            scores.append(float(s @ h) / math.sqrt(dim))
+        elif cls is MultiplicativeAttention:  # Luong "general": s^T W h
+            scores.append(float(s @ (attention.weight.weight @ h)))
+        else:  # Bahdanau: v^T tanh(W_q s + W_k h + b)
+            hidden = attention.query_proj.weight @ s + attention.key_proj.weight @ h + attention.key_proj.bias
+            scores.append(float(attention.v.weight[0] @ torch.tanh(hidden)))
+    e = [math.exp(x) for x in scores[:2]]  # the masked position gets no weight
+    expected = [e[0] / sum(e), e[1] / sum(e), 0.0]
+    assert weights[0, 0].tolist() == pytest.approx(expected, abs=1e-6)
+    torch.testing.assert_close(context[0, 0], expected[0] * memory[0, 0] + expected[1] * memory[0, 1])
+
+
+def test_label_smoothed_loss_by_hand():
+    logits = torch.tensor([[[2.0, 0.5, -1.0, 0.0], [0.0, 0.0, 3.0, 1.0], [1.0, 1.0, 1.0, 1.0]]])
+    target = torch.tensor([[1, 2, 0]])  # the last position is padding (pad_id 0)
+    eps, vocab = 0.1, 4
+    loss, nll, tokens = LabelSmoothedCrossEntropy(smoothing=eps, pad_id=0)(logits, target)
+    total, total_nll = 0.0, 0.0
+    for t in range(2):
+        row = logits[0, t].tolist()
+        log_z = math.log(sum(math.exp(x) for x in row))
+        logp = [x - log_z for x in row]
+        gold = target[0, t].item()
+        # target distribution: (1 - eps) on the reference plus eps / V on every token (PyTorch's convention)
+        total += -sum(((1 - eps) * (k == gold) + eps / vocab) * logp[k] for k in range(vocab))
+        total_nll += -logp[gold]
+    assert tokens.item() == 2
+    assert loss.item() == pytest.approx(total / 2, rel=1e-6)
+    assert nll.item() == pytest.approx(total_nll, rel=1e-6)
+
+
+def _rates(make, steps):
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    scheduler = make(optimizer)
+    rates = []
+    for _ in range(steps):
+        rates.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        scheduler.step()
+    return rates
+
+
+def test_noam_schedule_values():
+    rates = _rates(lambda o: noam(o, total_steps=100, d_model=64, warmup=10, factor=2.0), 30)
+    for step, rate in enumerate(rates):
+        s = max(step, 1)
+        assert rate == pytest.approx(2.0 * 64**-0.5 * min(s**-0.5, s * 10**-1.5))
+    assert max(rates) == pytest.approx(2.0 * 64**-0.5 * 10**-0.5)  # the peak, at the end of warm-up
+
+
+@pytest.mark.parametrize("decay", ["inverse_sqrt", "cosine", "linear", "constant"])
+def test_warmup_decay_values(decay):
+    warmup, total, min_ratio = 4, 20, 0.1
+    rates = _rates(lambda o: warmup_decay(o, total, warmup=warmup, decay=decay, min_ratio=min_ratio), total + 1)
+    for step, rate in enumerate(rates):
+        if step < warmup:
+            expected = (step + 1) / warmup
+        elif decay == "inverse_sqrt":
+            expected = math.sqrt(warmup / step)
+        elif decay == "constant":
+            expected = 1.0
+        else:
+            progress = (step - warmup) / (total - warmup)
+            shape = 0.5 * (1 + math.cos(math.pi * progress)) if decay == "cosine" else 1 - progress
+            expected = min_ratio + (1 - min_ratio) * shape
+        assert rate == pytest.approx(expected), step
+    if decay in ("cosine", "linear"):
+        assert rates[total] == pytest.approx(min_ratio)
+
+
+def test_checkpoint_average_is_the_mean():
+    dicts = [
+        {"w": torch.tensor([1.0, 2.0]), "step": torch.tensor(3)},
+        {"w": torch.tensor([3.0, 7.0]), "step": torch.tensor(5)},
+    ]
+    dicts.append({"w": torch.tensor([2.0, -3.0]), "step": torch.tensor(9)})
+    averaged = average_state_dicts(dicts)
+    torch.testing.assert_close(averaged["w"], torch.tensor([2.0, 2.0]))
+    assert averaged["step"].item() == 3  # integer buffers are taken from the first, not averaged
