@@ -116,3 +116,75 @@ def test_checkpoint_average_is_the_mean():
     averaged = average_state_dicts(dicts)
     torch.testing.assert_close(averaged["w"], torch.tensor([2.0, 2.0]))
     assert averaged["step"].item() == 3  # integer buffers are taken from the first, not averaged
+
+
+@pytest.mark.parametrize("use_values", [True, False])
+def test_shaw_relative_attention_matches_a_loop_over_the_papers_formula(use_values):
+    """Shaw et al. 2018, eqs. 3-5: e_ij = q_i . (k_j + a^K_ij) / sqrt(d), z_i = sum_j a_ij (v_j + a^V_ij),
+    a_ij = table[clip(j - i, -k, k)]. Length 6 with clip 2, so clipping and the sign of j - i both matter."""
+    from nmt.modules.attention import MultiHeadAttention
+    from nmt.modules.position import RelativePosition
+
+    torch.manual_seed(0)
+    d_model, heads, length, clip = 8, 2, 6, 2
+    hd = d_model // heads
+    position = RelativePosition(d_model, hd, clip=clip, use_values=use_values)
+    attention = MultiHeadAttention(d_model, heads, position=position, fused=True).eval()
+    x = torch.randn(1, length, d_model)
+    pos = torch.arange(length)
+    causal = torch.ones(length, length, dtype=torch.bool).tril()[None, None]
+    with torch.no_grad():
+        k, v = attention.project_kv(x, pos)
+        out = attention(x, k, v, causal, pos, pos)
+        q_all = attention.q_proj(x)[0].view(length, heads, hd)
+        k_all = attention.k_proj(x)[0].view(length, heads, hd)
+        v_all = attention.v_proj(x)[0].view(length, heads, hd)
+        z = torch.zeros(length, heads, hd)
+
+        def table(t, i, j):  # a_ij: the vector of the clipped distance j - i
+            return t.weight[max(-clip, min(clip, j - i)) + clip]
+
+        for h in range(heads):
+            for i in range(length):
+                js = range(i + 1)  # causal
+                e = [float(q_all[i, h] @ (k_all[j, h] + table(position.keys, i, j))) / math.sqrt(hd) for j in js]
+                w = torch.tensor(e).softmax(0)
+                for j, a in zip(js, w, strict=True):
+                    value = v_all[j, h] + (table(position.vals, i, j) if use_values else 0)
+                    z[i, h] += a * value
+        expected = attention.out_proj(z.reshape(length, d_model))
+    torch.testing.assert_close(out[0], expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("temperature", "top_k", "top_p"), [(1.0, 0, 1.0), (0.5, 0, 1.0), (2.0, 0, 1.0), (1.0, 2, 1.0), (1.0, 0, 0.7)]
+)
+def test_sampling_follows_temperature_top_k_and_top_p_definitions(temperature, top_k, top_p):
+    from nmt.search import SearchConfig, _sample
+
+    logits = torch.tensor([2.0, 1.0, 0.5, -1.0])
+    # the definition: p_i proportional to exp(l_i / T); top-k keeps the k largest; top-p keeps the
+    # smallest set of most likely tokens whose probability reaches p; then renormalise
+    p = [math.exp(x / temperature) for x in logits.tolist()]
+    p = [x / sum(p) for x in p]
+    keep = sorted(range(4), key=lambda i: -p[i])
+    if top_k:
+        keep = keep[:top_k]
+    if top_p < 1.0:
+        mass, kept = 0.0, []
+        for i in keep:
+            kept.append(i)
+            mass += p[i]
+            if mass >= top_p:
+                break
+        keep = kept
+    expected = [p[i] / sum(p[j] for j in keep) if i in keep else 0.0 for i in range(4)]
+    cfg = SearchConfig(strategy="sample", temperature=temperature, top_k=top_k, top_p=top_p)
+    n = 40_000
+    draws = _sample(logits.repeat(n, 1), cfg, torch.Generator().manual_seed(0))
+    freq = torch.bincount(draws, minlength=4).float() / n
+    for i in range(4):
+        if expected[i] == 0.0:
+            assert freq[i] == 0  # filtered tokens are never drawn
+        else:
+            assert freq[i].item() == pytest.approx(expected[i], abs=4 * math.sqrt(expected[i] / n) + 1e-3)

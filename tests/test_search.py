@@ -57,7 +57,10 @@ def test_length_penalty_prefers_longer_outputs():
     model, src = ScriptedModel(table), torch.tensor([[4, 4, 4, 3]])
     assert beam_search(model, src, BOS, EOS, SearchConfig(beam_size=4, length_penalty=0.0)) == [[]]
     assert beam_search(model, src, BOS, EOS, SearchConfig(beam_size=4, length_penalty=2.0)) == [[4, 5, 6]]
-    assert length_penalty(1, 0.0) == 1.0 and length_penalty(1, 1.0) == 1.0
+    # GNMT's formula away from length 1 (where it is 1 for every alpha, so that point proves nothing)
+    for length, alpha in ((4, 2.0), (10, 0.6), (25, 1.0)):
+        assert length_penalty(length, alpha) == pytest.approx(((5 + length) / 6) ** alpha)
+    assert length_penalty(7, 1.0) == pytest.approx(2.0) and length_penalty(7, 0.0) == 1.0
 
 
 @pytest.mark.parametrize("pos", ["absolute", "relative", "rope"])
