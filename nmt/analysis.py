@@ -74,8 +74,8 @@ def ranking(records: Sequence[dict], metric: str) -> list[dict]:
 
 
 def main_effects(records: Sequence[dict], metric: str) -> dict[str, dict]:
-    """Per factor: for each level mean, std, min, max, n over all runs at that level; and for each level
-    but the first, the difference to the first level with its 95% CI."""
+    """Per factor: for each level mean, std, min, max, n over all runs at that level (description); and
+    for each level but the first, the factorial main effect against the first level (:func:`factorial_effect`)."""
     effects = {}
     for factor in factor_names(records):
         by_level: dict[str, list[float]] = {}
@@ -85,21 +85,51 @@ def main_effects(records: Sequence[dict], metric: str) -> dict[str, dict]:
         levels = sorted(by_level, key=level_order)
         rows = {
             level: {
-                "n": len(v),
-                "mean": statistics.fmean(v),
-                "std": statistics.stdev(v) if len(v) > 1 else math.nan,
-                "min": min(v),
-                "max": max(v),
+                "n": len(by_level[level]),
+                "mean": statistics.fmean(by_level[level]),
+                "std": statistics.stdev(by_level[level]) if len(by_level[level]) > 1 else math.nan,
+                "min": min(by_level[level]),
+                "max": max(by_level[level]),
             }
-            for level, v in by_level.items()
+            for level in levels
         }
-        reference = levels[0]
-        differences = {}
-        for level in levels[1:]:
-            diff, ci = welch_difference(by_level[level], by_level[reference])
-            differences[f"{level} - {reference}"] = {"diff": diff, "ci95": ci}
+        differences = {
+            f"{level} - {levels[0]}": factorial_effect(records, metric, factor, level, levels[0])
+            for level in levels[1:]
+        }
         effects[factor] = {"levels": rows, "differences": differences}
     return effects
+
+
+def factorial_effect(records: Sequence[dict], metric: str, factor: str, level: str, reference: str) -> dict:
+    """The main effect of ``factor`` (``level`` - ``reference``) as a factorial design defines it: the
+    difference of the two levels within each combination of the other factors, averaged over those
+    combinations (each counts once, however many runs it has).
+
+    Seeds are paired: a seed that ran in every cell involved gives one value (its difference, averaged
+    over the other factors' combinations), and the 95% t-interval is over those values. Seeds missing
+    from some cell (failed runs) are left out and reported: ``unbalanced`` lists the cells short of them.
+    """
+    others = [f for f in factor_names(records) if f != factor]
+    values: dict[tuple, dict[int, float]] = {}
+    for r in records:
+        if r["metrics"].get(metric) is not None:
+            values.setdefault(_cell(r, [factor, *others]), {})[r["seed"]] = r["metrics"][metric]
+    combos = sorted({cell[1:] for cell in values})
+    cells = [values.get((side, *combo), {}) for combo in combos for side in (level, reference)]
+    all_seeds = set().union(*cells) if cells else set()
+    seeds = sorted(set.intersection(*(set(c) for c in cells))) if cells else []
+    unbalanced = [
+        f"{factor}={side}, " + ", ".join(f"{o}={v}" for o, v in zip(others, combo, strict=True))
+        for combo in combos
+        for side in (level, reference)
+        if set(values.get((side, *combo), {})) != all_seeds
+    ]
+    per_seed = [statistics.fmean(values[(level, *c)][s] - values[(reference, *c)][s] for c in combos) for s in seeds]
+    if not per_seed:
+        return {"diff": math.nan, "ci95": math.nan, "seeds": 0, "unbalanced": unbalanced}
+    diff, ci = mean_ci(per_seed)
+    return {"diff": diff, "ci95": ci, "seeds": len(per_seed), "unbalanced": unbalanced}
 
 
 def interactions(records: Sequence[dict], metric: str) -> dict[tuple[str, str], dict[tuple[str, str], float]]:

@@ -246,12 +246,21 @@ def write_report(sweep_dir: str | Path, metric: str = "test_bleu", baseline: dic
     lines += ["", "## Main effects", ""]
     for factor, effect in analysis.main_effects(records, metric).items():
         lines += [f"### {factor}", "", "| level | runs | mean | std | min | max |", "|---|---|---|---|---|---|"]
-        for level, s in sorted(effect["levels"].items()):
+        for level, s in effect["levels"].items():
             lines.append(
                 f"| {level} | {s['n']} | {_fmt(s['mean'])} | {_fmt(s['std'])} | {_fmt(s['min'])} | {_fmt(s['max'])} |"
             )
         for name, d in effect["differences"].items():
-            lines.append(f"\nDifference {name}: {_fmt(d['diff'])} (95% CI ± {_fmt(d['ci95'])}, Welch)")
+            lines.append(
+                f"\nMain effect {name}: {_fmt(d['diff'])} (95% CI ± {_fmt(d['ci95'])}; the difference within "
+                f"each combination of the other factors, averaged over them, seeds paired: {d['seeds']} seeds)"
+            )
+            if d["unbalanced"]:
+                lines.append(
+                    f"\nUnbalanced: runs are missing (failed) in {len(d['unbalanced'])} cells "
+                    f"({'; '.join(d['unbalanced'][:4])}{' ...' if len(d['unbalanced']) > 4 else ''}); "
+                    "only seeds present in every cell are used."
+                )
         curves = _curves(records, factor, "val_bleu")
         if curves:
             training_curves(curves, factor, "val_bleu", sweep_dir / f"curves_{factor}.png")

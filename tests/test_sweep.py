@@ -72,13 +72,29 @@ def test_main_effects_by_hand():
     }
     assert pos["levels"]["relative"]["mean"] == pytest.approx(34.5)
     diff = pos["differences"]["relative - absolute"]
-    # Welch: var(absolute) = 1.1, var(relative) = 3.5, n = 6 each; df = 7.9 -> t(7) = 2.365
+    # the factorial effect, seeds paired: per seed, relative - absolute within layer (3, 3, 3) and within
+    # rms (4, 4, 7), averaged over norm: 3.5, 3.5, 5.0 -> mean 4.0, std sqrt(0.75), t(2) interval
+    assert diff["diff"] == pytest.approx(4.0) and diff["seeds"] == 3 and diff["unbalanced"] == []
+    assert diff["ci95"] == pytest.approx(stats.t.ppf(0.975, 2) * math.sqrt(0.75) / math.sqrt(3))
+
+
+def test_welch_interval_uses_the_exact_quantile():
+    a, b = [33.0, 34.0, 35.0, 33.0, 34.0, 38.0], [30.0, 31.0, 32.0, 29.0, 30.0, 31.0]
+    diff, ci = analysis.welch_difference(a, b)
     va, vb = 3.5 / 6, 1.1 / 6
     df = (va + vb) ** 2 / (va**2 / 5 + vb**2 / 5)
-    assert diff["diff"] == pytest.approx(4.0)
+    assert diff == pytest.approx(4.0) and 7 < df < 8
     # the exact quantile at Welch's fractional df (scipy), not a table lookup rounded down
-    assert diff["ci95"] == pytest.approx(stats.t.ppf(0.975, df) * math.sqrt(va + vb))
-    assert 7 < df < 8
+    assert ci == pytest.approx(stats.t.ppf(0.975, df) * math.sqrt(va + vb))
+
+
+def test_factorial_effect_weights_cells_equally_and_reports_missing_runs():
+    # cell (relative, rms) lost seed 3: the pooled mean would weight the cells unequally; the factorial
+    # effect uses the seeds present everywhere (1, 2) and says which cell is short
+    records = [r for r in RECORDS if not (r["factors"] == {"pos": "relative", "norm": "rms"} and r["seed"] == 3)]
+    diff = analysis.main_effects(records, "test_bleu")["pos"]["differences"]["relative - absolute"]
+    assert diff["seeds"] == 2 and diff["diff"] == pytest.approx(3.5)  # seeds 1, 2: (3 + 4) / 2 each
+    assert diff["unbalanced"] == ["pos=relative, norm=rms"]
 
 
 @pytest.mark.parametrize(("df", "expected"), [(1, 12.7062), (7.9, 2.3111), (31, 2.0395), (60, 2.0003), (1000, 1.9623)])
@@ -175,7 +191,7 @@ def test_report_from_synthetic_runs(tmp_path):
         )
     report = write_report(tmp_path).read_text()
     assert "| 1 | rms | relative | 3 | 35.00 |" in report
-    assert "Difference relative - absolute: 4.00" in report
+    assert "Main effect relative - absolute: 4.00" in report
     assert "| layer | 31.00 | 34.00 |" in report  # norm x pos interaction row
     assert (tmp_path / "interaction_norm_pos.png").read_bytes().startswith(b"\x89PNG")
     lines = (tmp_path / "results.csv").read_text().splitlines()
