@@ -188,3 +188,31 @@ def test_sampling_follows_temperature_top_k_and_top_p_definitions(temperature, t
             assert freq[i] == 0  # filtered tokens are never drawn
         else:
             assert freq[i].item() == pytest.approx(expected[i], abs=4 * math.sqrt(expected[i] / n) + 1e-3)
+
+
+def test_rope_rotates_each_channel_pair_by_position_times_frequency():
+    """Su et al. 2021: channel pair i (here channels i and i + d/2) of the vector at position m is rotated
+    by the angle m * base^(-2i/d); written out per pair, and the score then depends on m - n only."""
+    from nmt.modules.position import RotaryPosition
+
+    torch.manual_seed(0)
+    d = 8
+    rope = RotaryPosition(d_model=16, head_dim=d)
+    x = torch.randn(1, 1, 5, d)
+    positions = torch.tensor([0, 1, 4, 9, 30])
+    rotated = rope.rotate(x, positions)
+    for row, m in enumerate(positions.tolist()):
+        for i in range(d // 2):
+            angle = m * 10000 ** (-2 * i / d)
+            a, b = x[0, 0, row, i].item(), x[0, 0, row, i + d // 2].item()
+            assert rotated[0, 0, row, i].item() == pytest.approx(a * math.cos(angle) - b * math.sin(angle), abs=1e-5)
+            assert rotated[0, 0, row, i + d // 2].item() == pytest.approx(
+                a * math.sin(angle) + b * math.cos(angle), abs=1e-5
+            )
+    q, k = torch.randn(1, 1, 1, d), torch.randn(1, 1, 1, d)
+
+    def score(m, n):
+        return float((rope.rotate(q, torch.tensor([m])) * rope.rotate(k, torch.tensor([n]))).sum())
+
+    assert score(7, 3) == pytest.approx(score(14, 10), abs=1e-4)
+    assert score(7, 3) != pytest.approx(score(3, 7), abs=1e-3)  # the sign of the distance matters
