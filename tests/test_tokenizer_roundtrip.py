@@ -92,3 +92,10 @@ def test_invalid_settings_name_the_key():
         TokenizerSettings(normalization="nfd")
     with pytest.raises(ValueError, match="byte_fallback"):
         TokenizerSettings(vocab_size=100)
+
+
+def test_decoded_text_never_breaks_a_line():
+    tokenizer = Tokenizer.train(corpus("en"), TokenizerSettings(vocab_size=400))
+    newline_byte = tokenizer.sp.piece_to_id("<0x0A>")
+    ids = tokenizer.encode("a man") + [newline_byte] + tokenizer.encode("runs")
+    assert "\n" not in tokenizer.decode(ids)

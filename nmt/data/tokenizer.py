@@ -20,6 +20,7 @@ NORMALIZATIONS = ("identity", "nmt_nfkc", "nfkc", "nmt_nfkc_cf", "nfkc_cf")
 # spaces that word segmentation put next to CJK characters, removed again after decoding
 # (CJK punctuation, ideographs, full-width forms, and the general punctuation Chinese text uses: … — “ ”)
 _CJK = "\u2010-\u2027\u2030-\u205e\u3000-\u303f\u4e00-\u9fff\uff00-\uffef"
+_LINE_BREAKS = re.compile(r"[\n\r]")
 _CJK_GAP = re.compile(rf"(?<=[{_CJK}])\s+(?=\S)|(?<=\S)\s+(?=[{_CJK}])")
 
 
@@ -108,7 +109,10 @@ class Tokenizer:
 
         An unknown-token id stays visible as SentencePiece's placeholder " ⁇ " rather than vanishing
         (which would shorten the hypothesis silently); with byte fallback, text never needs one."""
-        return self.segmenter.undo(self.sp.decode([i for i in ids if i == UNK_ID or i > EOS_ID]))
+        text = self.sp.decode([i for i in ids if i == UNK_ID or i > EOS_ID])
+        # byte pieces could spell a line break, which no reference holds and which would shift every
+        # later line of a hypothesis file
+        return self.segmenter.undo(_LINE_BREAKS.sub(" ", text))
 
     def pieces(self, ids: Sequence[int]) -> list[str]:
         return [self.sp.id_to_piece(i) for i in ids]
