@@ -92,6 +92,7 @@ def measure(
     steps: int,
     compile_model: bool,
     fused_optim: bool,
+    profile: bool = False,
 ) -> dict:
     """Median step time of forward, label-smoothed loss, backward and Adam, as Lightning's
     ``bf16-mixed`` runs it (autocast; weights and optimiser in fp32)."""
@@ -112,6 +113,8 @@ def measure(
 
     for _ in range(3):  # warm-up (and compilation)
         step()
+    if profile:
+        print_profile(step, device, f"d_model {shape.d_model}, {precision}")
     times = []
     for _ in range(steps):
         _sync(device)
@@ -137,6 +140,21 @@ def measure(
     }
 
 
+def print_profile(step, device: torch.device, title: str, steps: int = 3, top: int = 15) -> None:
+    """Where a training step's time goes, by operator (torch.profiler, self time): matrix products
+    against casts, softmax, norms, dropout, the loss and the optimiser."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with profile(activities=activities) as prof:
+        for _ in range(steps):
+            step()
+        _sync(device)
+    key = "self_cuda_time_total" if device.type == "cuda" else "self_cpu_time_total"
+    print(f"\nprofile of {steps} steps, {title}:")
+    print(prof.key_averages().table(sort_by=key, row_limit=top))
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cpu")
@@ -153,6 +171,7 @@ def main(argv=None) -> None:
     parser.add_argument("--compile", action="store_true", help="torch.compile the model")
     parser.add_argument("--fused-optim", action="store_true", help="Adam(fused=True)")
     parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--profile", action="store_true", help="print where each step's time goes, by operator")
     parser.add_argument("--json", help="also write the rows to this file")
     args = parser.parse_args(argv)
     if args.threads:
@@ -172,6 +191,7 @@ def main(argv=None) -> None:
                 args.steps,
                 args.compile,
                 args.fused_optim,
+                args.profile,
             )
             rows.append(row)
             print(json.dumps(row), flush=True)
