@@ -7,6 +7,7 @@ residual block.
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -38,26 +39,38 @@ class Residual(nn.Module):
         return self.norm(x + self.dropout(sublayer(x)))
 
 
+@dataclass(frozen=True)
+class LayerSpec:
+    """The hyperparameters every encoder and decoder layer shares."""
+
+    d_model: int
+    num_heads: int
+    ffn_dim: int
+    dropout: float  # on each sublayer's output, before the residual add
+    attention_dropout: float
+    activation_dropout: float  # inside the feed-forward block
+    activation: str
+    norm: NormFactory
+    pre_norm: bool
+    fused: bool
+
+    def attention(self, position: PositionEncoding | None) -> MultiHeadAttention:
+        return MultiHeadAttention(self.d_model, self.num_heads, self.attention_dropout, position, self.fused)
+
+    def feedforward(self) -> FeedForward:
+        return FeedForward(self.d_model, self.ffn_dim, self.activation_dropout, self.activation)
+
+    def residual(self) -> Residual:
+        return Residual(self.d_model, self.norm, self.dropout, self.pre_norm)
+
+
 class EncoderLayer(nn.Module):
-    def __init__(
-        self,
-        d_model,
-        num_heads,
-        ffn_dim,
-        dropout,
-        attention_dropout,
-        activation_dropout,
-        activation,
-        norm,
-        pre_norm,
-        position,
-        fused,
-    ) -> None:
+    def __init__(self, spec: LayerSpec, position: PositionEncoding) -> None:
         super().__init__()
-        self.self_attn = MultiHeadAttention(d_model, num_heads, attention_dropout, position, fused)
-        self.ffn = FeedForward(d_model, ffn_dim, activation_dropout, activation)
-        self.attn_block = Residual(d_model, norm, dropout, pre_norm)
-        self.ffn_block = Residual(d_model, norm, dropout, pre_norm)
+        self.self_attn = spec.attention(position)
+        self.ffn = spec.feedforward()
+        self.attn_block = spec.residual()
+        self.ffn_block = spec.residual()
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         # x: (batch, src_len, d_model); mask: (batch, 1, 1, src_len)
@@ -70,27 +83,14 @@ class EncoderLayer(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    def __init__(
-        self,
-        d_model,
-        num_heads,
-        ffn_dim,
-        dropout,
-        attention_dropout,
-        activation_dropout,
-        activation,
-        norm,
-        pre_norm,
-        position,
-        fused,
-    ) -> None:
+    def __init__(self, spec: LayerSpec, position: PositionEncoding) -> None:
         super().__init__()
-        self.self_attn = MultiHeadAttention(d_model, num_heads, attention_dropout, position, fused)
-        self.cross_attn = MultiHeadAttention(d_model, num_heads, attention_dropout, None, fused)
-        self.ffn = FeedForward(d_model, ffn_dim, activation_dropout, activation)
-        self.self_block = Residual(d_model, norm, dropout, pre_norm)
-        self.cross_block = Residual(d_model, norm, dropout, pre_norm)
-        self.ffn_block = Residual(d_model, norm, dropout, pre_norm)
+        self.self_attn = spec.attention(position)
+        self.cross_attn = spec.attention(None)
+        self.ffn = spec.feedforward()
+        self.self_block = spec.residual()
+        self.cross_block = spec.residual()
+        self.ffn_block = spec.residual()
 
     def forward(self, x, positions, self_mask, cross_k, cross_v, cross_mask, past_k=None, past_v=None):
         """x: (batch, tgt_len, d_model) for tgt positions ``positions``; past_k/v: (batch, heads, past, hd)
@@ -163,21 +163,20 @@ class Transformer(nn.Module):
         self.src_pos = position(d_model=d_model, head_dim=head_dim)
         self.tgt_pos = position(d_model=d_model, head_dim=head_dim)
         self.dropout = nn.Dropout(dropout)
-        shared = dict(
+        spec = LayerSpec(
             d_model=d_model,
             num_heads=num_heads,
             ffn_dim=ffn_dim,
             dropout=dropout,
             attention_dropout=attention_dropout,
-            # dropout inside the feed-forward block, after its activation (None: the model's dropout)
             activation_dropout=dropout if activation_dropout is None else activation_dropout,
             activation=activation,
             norm=norm,
             pre_norm=pre_norm,
             fused=fused_attention,
         )
-        self.encoder = nn.ModuleList(EncoderLayer(position=self.src_pos, **shared) for _ in range(encoder_layers))
-        self.decoder = nn.ModuleList(DecoderLayer(position=self.tgt_pos, **shared) for _ in range(decoder_layers))
+        self.encoder = nn.ModuleList(EncoderLayer(spec, self.src_pos) for _ in range(encoder_layers))
+        self.decoder = nn.ModuleList(DecoderLayer(spec, self.tgt_pos) for _ in range(decoder_layers))
         # pre-norm leaves the residual stream unnormalised: one final norm per stack
         self.encoder_norm = norm(d_model) if pre_norm else nn.Identity()
         self.decoder_norm = norm(d_model) if pre_norm else nn.Identity()
