@@ -58,6 +58,11 @@ def _cell(record: dict, factors: Sequence[str]) -> tuple:
     return tuple(str(record["factors"].get(f)) for f in factors)
 
 
+def lower_is_better(metric: str) -> bool:
+    """Perplexities and losses improve downwards; BLEU, chrF and accuracies upwards."""
+    return metric.endswith(("ppl", "loss"))
+
+
 def ranking(records: Sequence[dict], metric: str) -> list[dict]:
     """One row per cell (combination of factor levels): n, mean, CI half-width, std; best first."""
     factors = factor_names(records)
@@ -70,7 +75,8 @@ def ranking(records: Sequence[dict], metric: str) -> list[dict]:
         mean, ci = mean_ci(values)
         std = statistics.stdev(values) if len(values) > 1 else math.nan
         rows.append({**dict(zip(factors, cell, strict=True)), "n": len(values), "mean": mean, "ci95": ci, "std": std})
-    return sorted(rows, key=lambda row: -row["mean"])
+    sign = 1 if lower_is_better(metric) else -1
+    return sorted(rows, key=lambda row: sign * row["mean"])
 
 
 def main_effects(records: Sequence[dict], metric: str) -> dict[str, dict]:

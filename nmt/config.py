@@ -69,5 +69,27 @@ def check_config(cfg: DictConfig) -> None:
         value = OmegaConf.select(cfg, key, default=None)
         if value is not None and value not in allowed:
             problems.append(f"  {key}={value!r}: must be one of {allowed}")
+    problems += _task_problems(cfg)
     if problems:
         raise ConfigError("invalid configuration:\n" + "\n".join(problems))
+
+
+LM_MODELS = ("nmt.models.transformer_lm.TransformerLM",)
+LM_DATA = ("nmt.data.ptb.PTBDataModule",)
+
+
+def _task_problems(cfg: DictConfig) -> list[str]:
+    """task=lm needs a language model and a word stream; translation needs neither."""
+    task = OmegaConf.select(cfg, "task", default="translation")
+    model = OmegaConf.select(cfg, "model._target_", default=None)
+    data = OmegaConf.select(cfg, "data._target_", default=None)
+    if task not in ("translation", "lm"):
+        return [f"  task={task!r}: must be one of ['translation', 'lm']"]
+    problems = []
+    if model is not None and (model in LM_MODELS) != (task == "lm"):
+        wanted = "model=transformer_lm" if task == "lm" else "model=transformer or model=rnn"
+        problems.append(f"  task={task} cannot train {model}: use {wanted}")
+    if data is not None and (data in LM_DATA) != (task == "lm"):
+        wanted = "data=ptb" if task == "lm" else "a parallel corpus (multi30k, zh_en, files, ...)"
+        problems.append(f"  task={task} cannot read {data}: use {wanted}")
+    return problems

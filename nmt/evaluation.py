@@ -19,6 +19,7 @@ from nmt.data.batching import token_batches
 from nmt.data.files import read_split_files
 from nmt.data.sources import decode_lines, locate, read_lines, read_parallel
 from nmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
+from nmt.data.vocab import load_tokenizer
 from nmt.lit import CHECKPOINT_KEY
 from nmt.metrics import corpus_scores
 from nmt.plots import save_attention_maps
@@ -59,8 +60,8 @@ def load_model(ckpt_path: str | os.PathLike, average_last: int = 0, device: str 
         paths = [str(p) for p in candidates]
         state_dict = average_state_dicts([load_checkpoint(p)["state_dict"] for p in candidates])
     section = checkpoint[CHECKPOINT_KEY]
-    src_tokenizer = Tokenizer(section["src_tokenizer"], section.get("src_segmenter"))
-    tgt_tokenizer = Tokenizer(section["tgt_tokenizer"], section.get("tgt_segmenter"))
+    src_tokenizer = load_tokenizer(section["src_tokenizer"], section.get("src_segmenter"))
+    tgt_tokenizer = load_tokenizer(section["tgt_tokenizer"], section.get("tgt_segmenter"))
     config = section["config"]
     model = build_model(config["model"], src_tokenizer.vocab_size, tgt_tokenizer.vocab_size)
     weights = {k.removeprefix("model."): v for k, v in state_dict.items() if k.startswith("model.")}
@@ -78,13 +79,18 @@ def translate_lines(
     max_input_len: int = 256,
 ) -> list[str]:
     """Translate raw sentences: batched by length for speed, returned in input order. Empty lines stay
-    empty; inputs longer than ``max_input_len`` subword tokens are truncated with a warning."""
+    empty; inputs longer than ``max_input_len`` subword tokens are truncated (counted in a warning)."""
     device = next(loaded.model.parameters()).device
     encoded = loaded.src_tokenizer.encode_batch(list(lines))
-    for number, ids in enumerate(encoded, start=1):
-        if len(ids) > max_input_len:
-            log.warning("input line %d has %d tokens; truncated to max_input_len=%d", number, len(ids), max_input_len)
-            encoded[number - 1] = ids[:max_input_len]
+    long_lines = [number for number, ids in enumerate(encoded, start=1) if len(ids) > max_input_len]
+    if long_lines:
+        log.warning(
+            "%d input line(s) longer than max_input_len=%d subword tokens were truncated (first: line %d)",
+            len(long_lines),
+            max_input_len,
+            long_lines[0],
+        )
+        encoded = [ids[:max_input_len] for ids in encoded]
     outputs = [""] * len(lines)
     non_empty = [i for i, ids in enumerate(encoded) if ids]
     lengths = {i: len(encoded[i]) + 1 for i in non_empty}
@@ -112,8 +118,10 @@ def evaluate_checkpoint(
     out_dir: str | None = None,
     samples: int = 5,
     attention_maps: Sequence[int] = (),
+    rouge: bool | None = None,
 ) -> dict:
-    """Decode a split of the checkpoint's corpus, score it, write hypotheses and metrics, print a table."""
+    """Decode a split of the checkpoint's corpus, score it, write hypotheses and metrics, print a table.
+    ROUGE is scored when ``rouge`` is true (None: when the run scored it in validation)."""
     search = search or SearchConfig()
     loaded = load_model(ckpt_path, average_last, device)
     data_cfg = OmegaConf.create(loaded.config["data"])
@@ -123,8 +131,11 @@ def evaluate_checkpoint(
     split_name = split
     datamodule = build_datamodule(data_cfg, loaded.config["cache_dir"], loaded.config["seed"])
     sources, references, description = load_eval_set(split, datamodule, data_cfg, loaded.config)
-    hypotheses = translate_lines(loaded, sources, search, max_tokens)
-    scores = corpus_scores(hypotheses, references, datamodule.tgt_lang)
+    # a model trained on truncated sources (summarisation) reads test sources truncated the same way
+    max_input_len = data_cfg.get("max_src_len") or 256
+    hypotheses = translate_lines(loaded, sources, search, max_tokens, max_input_len)
+    rouge = bool(loaded.config.get("rouge")) if rouge is None else rouge
+    scores = corpus_scores(hypotheses, references, datamodule.tgt_lang, rouge=rouge)
     tag = f"{split_name.replace(':', '_').replace('/', '_')}_{search.strategy}"
     tag += str(search.beam_size) if search.strategy == "beam" else ""
     if average_last > 1:
@@ -216,6 +227,9 @@ def _report(result: dict, sources, references, hypotheses, samples: int) -> None
     table.add_row("chrF", f"{result['chrf']:.2f}")
     table.add_row("BLEU (lowercased, tokenised)", f"{result['bleu_tok_lc']:.2f}")
     table.add_row("signature", result["bleu_signature"])
+    for key in ("rouge1", "rouge2", "rougeL"):
+        if key in result:
+            table.add_row(f"ROUGE-{key.removeprefix('rouge')} (F)", f"{result[key]:.2f}")
     console.print(table)
     if samples:
         examples = Table(title="sample translations", show_lines=True)
@@ -231,6 +245,12 @@ def evaluate(cfg: DictConfig) -> dict:
     """``evaluate.py``: score a split, or translate ``input`` (a file or "-" for stdin)."""
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
+    if load_checkpoint(cfg.ckpt_path)[CHECKPOINT_KEY]["config"].get("task") == "lm":
+        from nmt.evaluation_lm import evaluate_lm
+
+        return evaluate_lm(cfg)
+    if cfg.get("prompt") is not None:
+        raise ValueError(f"prompt={cfg.prompt!r}: prompts are for language-model checkpoints (task=lm)")
     search = SearchConfig(**cfg.decode)
     if cfg.input is None:
         overrides = OmegaConf.to_container(cfg.data, resolve=True)
@@ -279,4 +299,5 @@ def _evaluate_one(cfg: DictConfig, split: str, search: SearchConfig, overrides: 
         out_dir,
         cfg.samples,
         list(cfg.attention_maps),
+        cfg.get("rouge"),
     )

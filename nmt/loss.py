@@ -24,7 +24,10 @@ class LabelSmoothedCrossEntropy(nn.Module):
         loss_sum = F.cross_entropy(
             flat_logits, flat_target, ignore_index=self.pad_id, label_smoothing=self.smoothing, reduction="sum"
         )
-        with torch.no_grad():
-            nll_sum = F.cross_entropy(flat_logits, flat_target, ignore_index=self.pad_id, reduction="sum")
+        if self.smoothing == 0.0:
+            nll_sum = loss_sum.detach()  # the same number: no second pass over the vocabulary
+        else:
+            with torch.no_grad():
+                nll_sum = F.cross_entropy(flat_logits, flat_target, ignore_index=self.pad_id, reduction="sum")
         tokens = (flat_target != self.pad_id).sum()
         return loss_sum / tokens.clamp(min=1), nll_sum, tokens

@@ -5,10 +5,22 @@ from collections.abc import Sequence
 import sacrebleu
 from sacremoses import MosesTokenizer
 
+ROUGE_KEYS = ("rouge1", "rouge2", "rougeL")
 
-def corpus_scores(hypotheses: Sequence[str], references: Sequence[str], tgt_lang: str) -> dict:
+
+def rouge_scores(hypotheses: Sequence[str], references: Sequence[str]) -> dict:
+    """ROUGE-1/2/L F-measures x 100 (torchmetrics' ROUGE, averaged over sentences as summarisation papers
+    report it; lowercased, words of letters and digits, no stemming)."""
+    from torchmetrics.text.rouge import ROUGEScore
+
+    scores = ROUGEScore(rouge_keys=ROUGE_KEYS)(list(hypotheses), list(references))
+    return {key: round(float(scores[f"{key}_fmeasure"]) * 100, 2) for key in ROUGE_KEYS}
+
+
+def corpus_scores(hypotheses: Sequence[str], references: Sequence[str], tgt_lang: str, rouge: bool = False) -> dict:
     """sacreBLEU BLEU (13a, cased) with its signature and n-gram precisions, chrF, and the lowercased
-    tokenised BLEU that older papers report (Moses-tokenised, lowercased, multi-bleu style)."""
+    tokenised BLEU that older papers report (Moses-tokenised, lowercased, multi-bleu style); with
+    ``rouge``, also ROUGE-1/2/L."""
     hypotheses, references = list(hypotheses), list(references)
     bleu = sacrebleu.metrics.BLEU(tokenize=bleu_tokenizer(tgt_lang))
     bleu_score = bleu.corpus_score(hypotheses, [references])
@@ -24,6 +36,7 @@ def corpus_scores(hypotheses: Sequence[str], references: Sequence[str], tgt_lang
         "chrf_signature": str(chrf.get_signature()),
         "bleu_tok_lc": round(tokenized_lowercase_bleu(hypotheses, references, tgt_lang), 2),
         "sentences": len(hypotheses),
+        **(rouge_scores(hypotheses, references) if rouge else {}),
     }
 
 

@@ -32,6 +32,8 @@ class SearchConfig:
     top_k: int = 0  # 0 = no top-k filter
     top_p: float = 1.0  # 1.0 = no nucleus filter
     seed: int | None = None  # sampling seed
+    min_len: int = 0  # EOS is not allowed before this many output tokens (summaries need a floor)
+    no_repeat_ngram_size: int = 0  # >0: no n-gram of this size occurs twice in an output (0 = off)
 
     def __post_init__(self) -> None:
         if self.strategy not in STRATEGIES:
@@ -44,6 +46,33 @@ class SearchConfig:
             raise ValueError(f"decode.top_p={self.top_p} must be in (0, 1]")
         if self.top_k < 0:
             raise ValueError(f"decode.top_k={self.top_k} must be >= 0")
+        if self.min_len < 0:
+            raise ValueError(f"decode.min_len={self.min_len} must be >= 0")
+        if self.no_repeat_ngram_size < 0:
+            raise ValueError(f"decode.no_repeat_ngram_size={self.no_repeat_ngram_size} must be >= 0 (0: off)")
+
+
+def banned_tokens(history: list[int], n: int) -> list[int]:
+    """Tokens that would complete an n-gram already present in ``history`` (n-gram blocking)."""
+    if n <= 0 or len(history) < n - 1:
+        return []
+    if n == 1:
+        return list(set(history))
+    prefix = tuple(history[len(history) - n + 1 :])
+    return [history[i + n - 1] for i in range(len(history) - n + 1) if tuple(history[i : i + n - 1]) == prefix]
+
+
+def constrain(logits: torch.Tensor, histories: list[list[int]], eos_id: int, cfg: SearchConfig) -> torch.Tensor:
+    """logits: (rows, vocab) of the next token after each row's ``histories`` (output so far, no BOS).
+    Returns them with EOS forbidden before ``min_len`` and n-gram repeats forbidden (-inf)."""
+    logits = logits.clone()
+    for row, history in enumerate(histories):
+        if len(history) < cfg.min_len:
+            logits[row, eos_id] = float("-inf")
+        banned = banned_tokens(history, cfg.no_repeat_ngram_size)
+        if banned:
+            logits[row, banned] = float("-inf")
+    return logits
 
 
 def max_lengths(src: torch.Tensor, pad_id: int, cfg: SearchConfig) -> torch.Tensor:
@@ -79,6 +108,8 @@ def _step_by_step(model, src, bos_id: int, eos_id: int, cfg: SearchConfig) -> li
         generator = torch.Generator(device=src.device).manual_seed(cfg.seed)
     for step in range(int(limits.max())):
         logits, state = model.decode_step(prev, state)  # (alive, vocab)
+        if cfg.min_len or cfg.no_repeat_ngram_size:
+            logits = constrain(logits, [outputs[row] for row in alive.tolist()], eos_id, cfg)
         if cfg.strategy == "greedy":
             next_tokens = logits.argmax(dim=-1)
         else:
@@ -136,7 +167,10 @@ def beam_search(model, src, bos_id: int, eos_id: int, cfg: SearchConfig) -> list
 
     for step in range(int(limits.max())):
         logits, state = model.decode_step(prev, state)  # (batch * k, vocab)
-        log_probs = F.log_softmax(logits.float(), dim=-1).view(batch, k, -1)
+        log_probs = F.log_softmax(logits.float(), dim=-1)
+        if cfg.min_len or cfg.no_repeat_ngram_size:
+            log_probs = constrain(log_probs, tokens.tolist(), eos_id, cfg)
+        log_probs = log_probs.view(batch, k, -1)
         vocab = log_probs.size(-1)
         at_limit = limits <= step + 1  # (batch,) the last step allowed: only EOS may follow
         if at_limit.any():

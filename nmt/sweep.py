@@ -100,6 +100,10 @@ def run_cell(cfg: DictConfig) -> dict | None:
             "best_val_bleu": results.get("best_val_bleu"),
             "final_val_bleu": results["final_metrics"].get("val_bleu"),
             "final_val_loss": results["final_metrics"].get("val_loss"),
+            # language models (task=lm)
+            "test_ppl": test.get("ppl"),
+            "best_val_ppl": results.get("best_val_ppl"),
+            "final_val_ppl": results["final_metrics"].get("val_ppl"),
         },
         "epochs": results["epochs"],
         "steps": results["steps"],
@@ -188,12 +192,21 @@ def _curves(records: list[dict], factor: str, metric: str) -> dict[str, list[lis
     return curves
 
 
-def write_report(sweep_dir: str | Path, metric: str = "test_bleu", baseline: dict | None = None) -> Path:
+def resolve_metric(metric: str, records: list[dict]) -> str:
+    """``auto``: test perplexity for language models, test BLEU otherwise."""
+    if metric != "auto":
+        return metric
+    return "test_ppl" if any(r["metrics"].get("test_ppl") is not None for r in records) else "test_bleu"
+
+
+def write_report(sweep_dir: str | Path, metric: str = "auto", baseline: dict | None = None) -> Path:
     """results.csv, report.md and figures for the finished runs under ``sweep_dir``."""
     sweep_dir = Path(sweep_dir)
     records = collect_records(sweep_dir)
     if not records:
         raise FileNotFoundError(f"{sweep_dir}: no finished runs ({RESULT}) to report on")
+    metric = resolve_metric(metric, records)
+    records = [{**r, "metrics": {k: v for k, v in r["metrics"].items() if v is not None}} for r in records]
     factors = analysis.factor_names(records)
     metric_names = sorted({m for r in records for m in r["metrics"]})
     with open(sweep_dir / "results.csv", "w", newline="") as handle:
@@ -215,29 +228,46 @@ def write_report(sweep_dir: str | Path, metric: str = "test_bleu", baseline: dic
         "",
     ]
     base = _baseline_cell(records, factors, baseline) if factors else {}
-    p_values = significance(records, factors, base, metric) if factors else {}
+    perplexity = analysis.lower_is_better(metric)
+    p_values = significance(records, factors, base, metric) if factors and not perplexity else {}
     adjusted = analysis.holm(p_values)
     rows = analysis.ranking(records, metric)
+    if perplexity:
+        test_note = (
+            f"Lower is better. No paired test over test sentences for `{metric}` (it is not a corpus score of "
+            "decoded text): compare cells by their intervals over seeds and by the main effects below, whose "
+            "intervals pair the seeds."
+        )
+    else:
+        test_note = (
+            f"Baseline for the paired bootstrap (1000 resamples of test sentences, each resample scoring every "
+            f"shared seed's output on the same sentences): {', '.join(f'{k}={v}' for k, v in base.items())}. "
+            f"p: raw; p (Holm): adjusted for the {len(p_values)} comparisons of this report."
+        )
     lines += [
         "## Ranking of cells (mean over seeds, 95% CI)",
         "",
-        f"Baseline for the paired bootstrap (1000 resamples of test sentences, each resample scoring every "
-        f"shared seed's output on the same sentences): {', '.join(f'{k}={v}' for k, v in base.items())}. "
-        f"p: raw; p (Holm): adjusted for the {len(p_values)} comparisons of this report.",
+        test_note,
         "",
-        "| rank | " + " | ".join(factors) + " | seeds | mean | ± 95% CI | std | p vs baseline | p (Holm) |",
-        "|---" * (len(factors) + 7) + "|",
+        "| rank | "
+        + " | ".join(factors)
+        + " | seeds | mean | ± 95% CI | std |"
+        + ("" if perplexity else " p vs baseline | p (Holm) |"),
+        "|---" * (len(factors) + (5 if perplexity else 7)) + "|",
     ]
     for i, row in enumerate(rows, start=1):
         cell = tuple(row[f] for f in factors)
-        p = p_values.get(cell)
-        is_base = cell == tuple(base.get(f) for f in factors)
-        mark = "baseline" if is_base else _fmt(p, 4) if p is not None else "n/a"
-        mark_adj = "" if is_base else _fmt(adjusted.get(cell), 4) if p is not None else "n/a"
-        lines.append(
+        line = (
             f"| {i} | " + " | ".join(cell) + f" | {row['n']} | {_fmt(row['mean'])} | {_fmt(row['ci95'])} | "
-            f"{_fmt(row['std'])} | {mark} | {mark_adj} |"
+            f"{_fmt(row['std'])} |"
         )
+        if not perplexity:
+            p = p_values.get(cell)
+            is_base = cell == tuple(base.get(f) for f in factors)
+            mark = "baseline" if is_base else _fmt(p, 4) if p is not None else "n/a"
+            mark_adj = "" if is_base else _fmt(adjusted.get(cell), 4) if p is not None else "n/a"
+            line += f" {mark} | {mark_adj} |"
+        lines.append(line)
     if _overlapping(rows):
         lines += [
             "",
@@ -261,10 +291,11 @@ def write_report(sweep_dir: str | Path, metric: str = "test_bleu", baseline: dic
                     f"({'; '.join(d['unbalanced'][:4])}{' ...' if len(d['unbalanced']) > 4 else ''}); "
                     "only seeds present in every cell are used."
                 )
-        curves = _curves(records, factor, "val_bleu")
+        curve_metric = "val_ppl" if perplexity else "val_bleu"
+        curves = _curves(records, factor, curve_metric)
         if curves:
-            training_curves(curves, factor, "val_bleu", sweep_dir / f"curves_{factor}.png")
-            lines.append(f"\n![validation BLEU by {factor}](curves_{factor}.png)")
+            training_curves(curves, factor, curve_metric, sweep_dir / f"curves_{factor}.png")
+            lines.append(f"\n![{curve_metric} by {factor}](curves_{factor}.png)")
         lines.append("")
     lines += ["## Two-way interactions (mean over all other factors and seeds)", ""]
     for (a, b), table in analysis.interactions(records, metric).items():
@@ -291,7 +322,7 @@ class SweepReport(Callback):
 
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
         baseline = dict(config.baseline) if config.get("baseline") else None
-        report = write_report(config.hydra.sweep.dir, config.get("report_metric", "test_bleu"), baseline)
+        report = write_report(config.hydra.sweep.dir, config.get("report_metric", "auto"), baseline)
         if config.get("logger", {}).get("_target_", "").endswith("wandb_logger"):
             from nmt.loggers import log_report_to_wandb
 

@@ -29,6 +29,7 @@ from nmt.config import check_config
 from nmt.data.report import write_report
 from nmt.data.tokenizer import PAD_ID, atomic_write_bytes
 from nmt.lit import TranslationModule
+from nmt.lit_lm import LanguageModelModule
 from nmt.loggers import log_results_to_wandb
 from nmt.metrics import bleu_tokenizer
 from nmt.search import SearchConfig
@@ -63,7 +64,8 @@ def resolve_resume(cfg: DictConfig, checkpoint_dir: Path) -> str | None:
 
 
 def _callbacks(cfg: DictConfig, checkpoint_dir: Path) -> list:
-    every = cfg.validation.bleu_every_n_epochs if cfg.checkpoint.monitor in ("val_bleu", "val_chrf") else 1
+    decoded = cfg.checkpoint.monitor in ("val_bleu", "val_chrf") or cfg.checkpoint.monitor.startswith("val_rouge")
+    every = cfg.validation.bleu_every_n_epochs if decoded else 1
     callbacks = [
         ModelCheckpoint(
             dirpath=checkpoint_dir,
@@ -121,11 +123,12 @@ def _callbacks(cfg: DictConfig, checkpoint_dir: Path) -> list:
 
 
 def batch_sentences(batch: dict) -> int:
-    return batch["src"].size(0)
+    """Sequences in a batch: sentence pairs (translation) or windows (language modelling)."""
+    return (batch["src"] if "src" in batch else batch["input"]).size(0)
 
 
 def batch_target_tokens(batch: dict) -> int:
-    return int((batch["tgt_out"] != PAD_ID).sum())
+    return int(((batch["tgt_out"] if "tgt_out" in batch else batch["target"]) != PAD_ID).sum())
 
 
 def build_trainer(cfg: DictConfig, run_dir: Path) -> L.Trainer:
@@ -154,6 +157,7 @@ def train(cfg: DictConfig) -> dict:
     """Train a model as ``cfg`` says, test its best checkpoint, and return the results (also written to
     <run_dir>/results.json)."""
     check_config(cfg)
+    language_model = cfg.get("task", "translation") == "lm"
     run_dir = resolve_run_dir(cfg)
     run_dir.mkdir(parents=True, exist_ok=True)
     if cfg.threads:
@@ -176,7 +180,7 @@ def train(cfg: DictConfig) -> dict:
         # in place: parameter names (and so checkpoints) stay those of the plain model; dynamic shapes
         # because every batch has its own lengths
         model.compile(dynamic=True)
-    module = TranslationModule(
+    common = dict(
         model=model,
         loss=loss,
         optimizer=instantiate(cfg.optim.optimizer),
@@ -184,11 +188,18 @@ def train(cfg: DictConfig) -> dict:
         src_tokenizer=src_tokenizer,
         tgt_tokenizer=tgt_tokenizer,
         config=config,
-        val_search=val_search,
-        bleu_every_n_epochs=cfg.validation.bleu_every_n_epochs,
         max_bad_steps=cfg.max_bad_steps,
-        bleu_tokenize=bleu_tokenizer(datamodule.tgt_lang),
     )
+    if language_model:
+        module = LanguageModelModule(**common)
+    else:
+        module = TranslationModule(
+            **common,
+            val_search=val_search,
+            bleu_every_n_epochs=cfg.validation.bleu_every_n_epochs,
+            bleu_tokenize=bleu_tokenizer(datamodule.tgt_lang),
+            rouge=bool(cfg.get("rouge")),
+        )
     trainer = build_trainer(cfg, run_dir)
     if trainer.is_global_zero:
         print(f"Run directory: {run_dir}")
@@ -224,13 +235,19 @@ def train(cfg: DictConfig) -> dict:
         "final_metrics": {k: _float(v) for k, v in trainer.callback_metrics.items()},
     }
     if trainer.is_global_zero:
-        if cfg.test_after_training and Path(best_path).is_file():
+        average = _test_average(cfg, checkpoint_dir) if cfg.test_after_training else 0
+        if average:
+            print(f"Testing the average of the last {average} epoch checkpoints (test_average_last)")
+        if cfg.test_after_training and Path(best_path).is_file() and language_model:
+            from nmt.evaluation_lm import evaluate_lm_checkpoint
+
+            results["test"] = evaluate_lm_checkpoint(
+                best_path, split="test", average_last=average, device=str(module.device)
+            )
+        elif cfg.test_after_training and Path(best_path).is_file():
             from nmt.evaluation import evaluate_checkpoint
 
             wandb = next((lg for lg in trainer.loggers if isinstance(lg, WandbLogger)), None)
-            average = _test_average(cfg, checkpoint_dir)
-            if average:
-                print(f"Testing the average of the last {average} epoch checkpoints (test_average_last)")
             results["test"] = evaluate_checkpoint(
                 best_path,
                 split="test",

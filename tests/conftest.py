@@ -46,13 +46,16 @@ TINY_MODELS = {
         "model.decoder_layers=1",
     ],
     "rnn": ["model.embed_dim=16", "model.hidden_size=24"],
+    "transformer_lm": ["model.d_model=32", "model.num_heads=4", "model.ffn_dim=64", "model.num_layers=2"],
 }
 
 
 def tiny_overrides(*overrides: str) -> list[str]:
     """TINY, the toy data unless ``overrides`` choose a corpus, and small sizes for the chosen model."""
-    model = next((o.split("=", 1)[1] for o in overrides if o.startswith("model=")), "transformer")
-    toy = [] if any(o.startswith("data=") for o in overrides) else TINY_TOY
+    language_model = "task=lm" in overrides
+    default_model = "transformer_lm" if language_model else "transformer"
+    model = next((o.split("=", 1)[1] for o in overrides if o.startswith("model=")), default_model)
+    toy = [] if language_model or any(o.startswith("data=") for o in overrides) else TINY_TOY
     return [*TINY, *toy, *TINY_MODELS[model]]
 
 

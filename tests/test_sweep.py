@@ -295,3 +295,27 @@ def test_report_files_split_on_newline_only(tmp_path):
     path = tmp_path / "hyps.txt"
     path.write_text("a\u2028b\nc\x0cd\u0085e\n", encoding="utf-8")
     assert sweep.read_lines(path) == ["a\u2028b", "c\x0cd\u0085e"]
+
+
+def test_a_perplexity_report_ranks_lower_first_and_makes_no_bleu_test(tmp_path):
+    for r in RECORDS:
+        run_dir = tmp_path / f"pos={r['factors']['pos']},norm={r['factors']['norm']},seed={r['seed']}"
+        run_dir.mkdir()
+        ppl = {**r, "metrics": {"test_ppl": r["metrics"]["test_bleu"] * 3, "test_bleu": None}}
+        (run_dir / "sweep_result.json").write_text(json.dumps({**ppl, "run_dir": str(run_dir)}))
+    report = write_report(tmp_path).read_text()  # metric "auto": test_ppl, as the runs are language models
+    assert "metric: `test_ppl`" in report and "Lower is better" in report
+    assert "| 1 | rms | absolute | 3 | 90.00 |" in report  # the lowest perplexity ranks first
+    assert "Main effect relative - absolute: 12.00" in report
+    assert "p vs baseline" not in report
+
+
+def test_the_language_model_grids_compose(tmp_path):
+    from hydra import compose, initialize_config_dir
+
+    from .conftest import CONF
+
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose("sweep", overrides=["grid=lm_position"], return_hydra_config=True)
+    assert cfg.hydra.sweeper.params.task == "lm"
+    assert cfg.hydra.sweeper.params.pos.split(",") == ["none", "absolute", "learned", "relative", "rope"]

@@ -99,6 +99,7 @@ class ParallelDataModule(L.LightningDataModule):
         cache_dir: str = "~/.cache/nmt",
         segmenter: dict | None = None,
         user_dict: str | None = None,
+        max_src_len: int | None = None,
     ) -> None:
         super().__init__()
         self.src_lang, self.tgt_lang = src_lang, tgt_lang
@@ -106,6 +107,11 @@ class ParallelDataModule(L.LightningDataModule):
         self.max_tokens = max_tokens
         self.eval_max_tokens = eval_max_tokens or max_tokens
         self.max_len = max_len
+        # summarisation: sources are cut to this many subword tokens (in every split) instead of dropped
+        if max_src_len is not None and max_src_len < 1:
+            raise ValueError(f"data.max_src_len={max_src_len} must be a positive number of tokens (or null)")
+        self.max_src_len = max_src_len
+        self.truncated: dict[str, int] = {}
         self.num_workers = num_workers
         self.seed = seed
         self.cache_dir = Path(cache_dir).expanduser()
@@ -197,6 +203,9 @@ class ParallelDataModule(L.LightningDataModule):
                 tmp,
             )
             tmp.replace(path)
+        if self.max_src_len:
+            self.truncated[split] = sum(len(ids) > self.max_src_len for ids in src_ids)
+            src_ids = [ids[: self.max_src_len] for ids in src_ids]
         if split == "train":
             # long or empty training pairs are dropped; evaluation sets are always kept whole
             keep = [
@@ -219,6 +228,8 @@ class ParallelDataModule(L.LightningDataModule):
             dataset = self.datasets.get(split) or self._encoded(split)
             self.datasets[split] = dataset
             row = {"pairs": len(dataset), "dropped": dict(self.dropped.get(split, {}))}
+            if self.max_src_len:
+                row["src_truncated"] = self.truncated.get(split, 0)
             for side, ids in (("src", dataset.src_ids), ("tgt", dataset.tgt_ids)):
                 lengths = torch.tensor([len(x) for x in ids], dtype=torch.float)
                 quantiles = torch.quantile(lengths, torch.tensor([0.5, 0.9, 0.99])).tolist() if len(ids) else [0] * 3

@@ -8,6 +8,8 @@ from rich.table import Table
 
 
 def render_report(report: dict, title: str) -> Table:
+    if not all("pairs" in row for row in report.values()):
+        return _plain_table(report, title)
     table = Table(title=f"data: {title}")
     for column in (
         "split",
@@ -20,6 +22,9 @@ def render_report(report: dict, title: str) -> Table:
         "sources also in train",
     ):
         table.add_column(column)
+    truncating = any("src_truncated" in row for row in report.values())
+    if truncating:
+        table.add_column("src truncated (data.max_src_len)")
     for split, row in report.items():
         dropped = ", ".join(_reason(reason, n) for reason, n in row["dropped"].items() if n) or "0"
         table.add_row(
@@ -31,7 +36,19 @@ def render_report(report: dict, title: str) -> Table:
             f"{row['src_unk_rate']:.2%}",
             f"{row['tgt_unk_rate']:.2%}",
             str(row.get("sources_also_in_train", "")),
+            *([f"{row.get('src_truncated', 0):,}"] if truncating else []),
         )
+    return table
+
+
+def _plain_table(report: dict, title: str) -> Table:
+    """Any other report (a language model's streams): one column per key."""
+    table = Table(title=f"data: {title}")
+    columns = list(dict.fromkeys(k for row in report.values() for k in row))
+    for column in ("split", *columns):
+        table.add_column(column.replace("_", " "))
+    for split, row in report.items():
+        table.add_row(split, *(f"{row[c]:,}" if isinstance(row.get(c), int) else str(row.get(c, "")) for c in columns))
     return table
 
 

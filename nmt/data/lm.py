@@ -1,0 +1,206 @@
+"""Language-model data: each split is one stream of word ids, cut into windows of ``block_size`` tokens.
+
+The stream of a split is ``</s> w w w </s> w w </s> ...``: every line ends with the end-of-sentence id,
+and one more at the start gives the first word a context. Every token after the first is a target
+exactly once, so perplexity counts words plus sentence ends (the convention of Mikolov's PTB numbers).
+
+Evaluation windows may overlap (``eval_stride`` < ``block_size``): each then scores only the targets that
+the previous window did not, so each target is still scored once, with at least
+``block_size - eval_stride`` tokens of context (the sliding-window perplexity).
+"""
+
+import hashlib
+from pathlib import Path
+
+import lightning as L
+import torch
+from torch.nn.utils.rnn import pad_sequence
+from torch.utils.data import DataLoader, Dataset
+
+from nmt.data.batching import FixedBatchSampler
+from nmt.data.datamodule import ResumableDataLoader
+from nmt.data.tokenizer import EOS_ID, PAD_ID, UNK_ID, content_hash
+from nmt.data.vocab import UNK_WORD, WordVocabulary
+
+
+def windows(stream_len: int, block_size: int, stride: int) -> list[tuple[int, int, int]]:
+    """(begin, end, first_scored) per window over a stream of ``stream_len`` ids: inputs are
+    stream[begin:end], targets stream[begin+1:end+1], and targets at stream positions > first_scored are
+    the ones this window scores. Together the windows score positions 1..stream_len-1 once each."""
+    if not 0 < stride <= block_size:
+        raise ValueError(f"data.eval_stride={stride} must be in [1, data.block_size={block_size}]")
+    last = stream_len - 1  # the last target position
+    result, scored_to, end = [], 0, min(block_size, last)
+    while scored_to < last:
+        begin = max(end - block_size, 0)
+        result.append((begin, end, scored_to))
+        scored_to = end
+        end = min(end + stride, last)
+    return result
+
+
+class BlockDataset(Dataset):
+    """Windows of a stream: item i is (inputs, targets) with targets outside the scored part set to PAD."""
+
+    def __init__(self, stream: torch.Tensor, block_size: int, stride: int) -> None:
+        self.stream = stream
+        self.windows = windows(len(stream), block_size, stride)
+
+    def __len__(self) -> int:
+        return len(self.windows)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        begin, end, scored_to = self.windows[index]
+        inputs = self.stream[begin:end].long()
+        targets = self.stream[begin + 1 : end + 1].long().clone()
+        targets[: scored_to - begin] = PAD_ID  # positions begin+1..scored_to were scored before
+        return inputs, targets
+
+
+def collate_blocks(items) -> dict:
+    """Pad windows at the end (only a split's last window can be shorter): the causal mask keeps the
+    padding out of every real token's context, and PAD targets are not scored."""
+    inputs, targets = zip(*items, strict=True)
+    return {
+        "input": pad_sequence(list(inputs), batch_first=True, padding_value=PAD_ID),
+        "target": pad_sequence(list(targets), batch_first=True, padding_value=PAD_ID),
+    }
+
+
+class LanguageModelDataModule(L.LightningDataModule):
+    """Splits ``train``, ``val``, ``test`` of a word-level corpus; a subclass says where the lines come
+    from (:meth:`read_split`). The vocabulary is the training split's words (at most ``max_vocab``)."""
+
+    name = "lm"
+
+    def __init__(
+        self,
+        block_size: int = 128,
+        batch_size: int = 32,
+        eval_batch_size: int | None = None,
+        eval_stride: int | None = None,
+        max_vocab: int | None = None,
+        lang: str = "en",
+        num_workers: int = 0,
+        seed: int = 1,
+        cache_dir: str = "~/.cache/nmt",
+    ) -> None:
+        super().__init__()
+        if block_size < 1:
+            raise ValueError(f"data.block_size={block_size} must be at least 1")
+        self.block_size, self.batch_size = block_size, batch_size
+        self.eval_batch_size = eval_batch_size or batch_size
+        self.eval_stride = eval_stride or block_size
+        windows(block_size + 2, block_size, self.eval_stride)  # rejects an invalid stride now
+        self.max_vocab = max_vocab
+        self.src_lang = self.tgt_lang = lang
+        self.num_workers, self.seed = num_workers, seed
+        self.cache_dir = Path(cache_dir).expanduser()
+        self.vocab: WordVocabulary | None = None
+        self.datasets: dict[str, BlockDataset] = {}
+        self._text: dict[str, list[str]] = {}
+
+    # ---- what a corpus provides ----------------------------------------------------------------
+    def read_split(self, split: str) -> list[str]:
+        raise NotImplementedError
+
+    def text(self, split: str) -> list[str]:
+        if split not in self._text:
+            self._text[split] = self.read_split(split)
+        return self._text[split]
+
+    def describe(self) -> str:
+        return f"{self.name} (block {self.block_size}, eval stride {self.eval_stride})"
+
+    # ---- vocabulary and streams ------------------------------------------------------------------
+    def set_tokenizers(self, src, tgt) -> None:
+        self.vocab = tgt
+
+    def build_tokenizers(self) -> tuple[WordVocabulary, WordVocabulary]:
+        if self.vocab is None:
+            self.vocab = WordVocabulary.build(self.text("train"), self.max_vocab)
+        return self.vocab, self.vocab
+
+    def stream(self, split: str) -> torch.Tensor:
+        """The split as one id stream (cached by the vocabulary and the text)."""
+        vocab = self.build_tokenizers()[1]
+        lines = self.text(split)
+        key = content_hash(self.name, split, hashlib.sha256(vocab.model_proto).hexdigest(), lines=lines)
+        path = self.cache_dir / "encoded" / f"{self.name}-{split}-{key}.pt"
+        if path.exists():
+            return torch.load(path, weights_only=True)
+        ids = [EOS_ID]
+        for line in lines:
+            ids += vocab.encode(line) + [EOS_ID]
+        stream = torch.tensor(ids, dtype=torch.int32)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp")
+        torch.save(stream, tmp)
+        tmp.replace(path)
+        return stream
+
+    def dataset(self, split: str) -> BlockDataset:
+        if split not in self.datasets:
+            stride = self.block_size if split == "train" else self.eval_stride
+            self.datasets[split] = BlockDataset(self.stream(split), self.block_size, stride)
+        return self.datasets[split]
+
+    def report(self) -> dict:
+        """Per split: lines, scored tokens (words + sentence ends), windows, and the rate of the unknown
+        id, split into the corpus' own ``<unk>`` words and words outside the vocabulary."""
+        vocab = self.build_tokenizers()[1]
+        report = {}
+        for split in ("train", "val", "test"):
+            stream = self.stream(split)
+            words = [w for line in self.text(split) for w in line.split()]
+            outside = sum(1 for w in words if w != UNK_WORD and w not in vocab.ids)
+            report[split] = {
+                "lines": len(self.text(split)),
+                "scored_tokens": len(stream) - 1,
+                "windows": len(self.dataset(split)),
+                "unk_rate": round(float((stream == UNK_ID).float().mean()), 5),
+                "out_of_vocabulary_words": outside,
+            }
+        return report
+
+    # ---- LightningDataModule -------------------------------------------------------------------
+    def prepare_data(self) -> None:
+        for split in ("train", "val", "test"):
+            self.stream(split)
+
+    def setup(self, stage: str | None = None) -> None:
+        wanted = {"fit": ("train", "val"), "validate": ("val",), "test": ("test",)}.get(stage, ("train", "val", "test"))
+        for split in wanted:
+            self.dataset(split)
+
+    def loader(self, split: str, shuffle: bool = False) -> DataLoader:
+        dataset = self.dataset(split)
+        trainer = getattr(self, "trainer", None)
+        world, rank = (trainer.world_size, trainer.global_rank) if trainer is not None else (1, 0)
+        sampler = FixedBatchSampler(
+            len(dataset),
+            self.batch_size if shuffle else self.eval_batch_size,
+            shuffle=shuffle,
+            seed=self.seed,
+            num_replicas=world,
+            rank=rank,
+        )
+        options = dict(
+            batch_sampler=sampler,
+            collate_fn=collate_blocks,
+            num_workers=self.num_workers,
+            persistent_workers=self.num_workers > 0,
+        )
+        if shuffle and trainer is not None:
+            progress = trainer.fit_loop.epoch_loop.batch_progress.current
+            return ResumableDataLoader(dataset, batches_done=lambda: progress.processed, **options)
+        return DataLoader(dataset, **options)
+
+    def train_dataloader(self) -> DataLoader:
+        return self.loader("train", shuffle=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self.loader("val")
+
+    def test_dataloader(self) -> DataLoader:
+        return self.loader("test")

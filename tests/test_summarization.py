@@ -1,0 +1,143 @@
+"""Summarisation: n-gram blocking and minimum length in every search, ROUGE, truncated long sources."""
+
+import json
+import random
+
+import pytest
+import torch
+
+from nmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
+from nmt.metrics import rouge_scores
+from nmt.models.state import DecoderState
+from nmt.search import SearchConfig, banned_tokens, decode
+from nmt.training import train
+
+from .conftest import compose_train
+
+
+class Looping:
+    """A decoder that always prefers the same short cycle of tokens (5 6 7 5 6 7 ...), or EOS at once:
+    what an under-trained summariser does, made deterministic."""
+
+    pad_id = PAD_ID
+
+    def __init__(self, vocab: int = 12, eager_to_stop: bool = False) -> None:
+        self.vocab, self.eager_to_stop = vocab, eager_to_stop
+
+    def encode(self, src):
+        return DecoderState({"row": torch.arange(src.size(0))}, step=0)
+
+    def decode_step(self, prev, state):
+        logits = torch.linspace(0, 1, self.vocab).repeat(prev.size(0), 1)  # a fixed, strict preference order
+        cycle = {BOS_ID: 5, 5: 6, 6: 7, 7: 5}
+        favourite = torch.tensor([cycle.get(int(p), 5) for p in prev])
+        logits[torch.arange(prev.size(0)), favourite] = 10.0
+        if self.eager_to_stop:
+            logits[:, EOS_ID] = 20.0
+        return logits, DecoderState(state.tensors, state.step + 1)
+
+
+def ngrams(tokens, n):
+    return [tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1)]
+
+
+def test_banned_tokens_by_hand():
+    assert banned_tokens([5, 6, 7, 5, 6], 3) == [7]  # "5 6" was followed by 7
+    assert banned_tokens([5, 6, 7, 5], 2) == [6]
+    assert sorted(banned_tokens([5, 6, 5], 1)) == [5, 6]
+    assert banned_tokens([5], 3) == [] and banned_tokens([5, 6, 5], 0) == []
+
+
+@pytest.mark.parametrize("strategy", ["greedy", "beam", "sample"])
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_ngram_blocking_never_emits_a_repeated_ngram(strategy, n):
+    src = torch.full((3, 10), 9)
+    settings = dict(strategy=strategy, beam_size=3, max_len_a=0, max_len_b=10, seed=0)
+    unblocked = decode(Looping(), src, BOS_ID, EOS_ID, SearchConfig(**settings))
+    assert any(len(set(ngrams(out, n))) < len(ngrams(out, n)) for out in unblocked)  # it does loop
+    blocked = decode(Looping(), src, BOS_ID, EOS_ID, SearchConfig(**settings, no_repeat_ngram_size=n))
+    for out in blocked:
+        assert len(set(ngrams(out, n))) == len(ngrams(out, n)), out
+        assert len(out) >= min(3, 12 - 4)  # blocking changes the tokens, it does not end the output
+
+
+@pytest.mark.parametrize("strategy", ["greedy", "beam", "sample"])
+def test_minimum_length_holds(strategy):
+    src = torch.full((2, 8), 9)
+    settings = dict(strategy=strategy, beam_size=2, max_len_a=0, max_len_b=20, seed=0)
+    assert decode(Looping(eager_to_stop=True), src, BOS_ID, EOS_ID, SearchConfig(**settings)) == [[], []]
+    outputs = decode(Looping(eager_to_stop=True), src, BOS_ID, EOS_ID, SearchConfig(**settings, min_len=6))
+    assert [len(out) for out in outputs] == [6, 6]  # ends as soon as it may
+
+
+def test_rouge_by_hand():
+    # unigrams: 3 of 3 hypothesis words in a 6-word reference: P 1, R 1/2, F 2/3; bigrams: P 1, R 2/5,
+    # F 4/7; longest common subsequence 3: as unigrams
+    scores = rouge_scores(["The cat sat"], ["the cat sat on the mat"])
+    assert scores == {"rouge1": 66.67, "rouge2": 57.14, "rougeL": 66.67}
+    # sentence F-measures are averaged over the set: (1 + 0) / 2
+    assert rouge_scores(["a b", "c d"], ["a b", "e f"])["rouge1"] == 50.0
+
+
+# ---- a generated summarisation corpus: each document is about one topic, which its summary names ----
+TOPICS = {f"t{k}": [f"t{k}w{i}" for i in range(6)] for k in range(5)}
+NOISE = [f"n{i}" for i in range(10)]
+
+
+def topic_corpus(n: int, seed: int) -> tuple[list[str], list[str]]:
+    rng = random.Random(seed)
+    documents, summaries = [], []
+    for _ in range(n):
+        topic = rng.choice(sorted(TOPICS))
+        words = [rng.choice(TOPICS[topic] if rng.random() < 0.6 else NOISE) for _ in range(rng.randrange(15, 60))]
+        documents.append(" ".join(words))
+        summaries.append(f"the text is about {topic} .")
+    return documents, summaries
+
+
+def write_split(folder, name, n, seed):
+    documents, summaries = topic_corpus(n, seed)
+    (folder / f"{name}.doc").write_text("\n".join(documents) + "\n")
+    (folder / f"{name}.sum").write_text("\n".join(summaries) + "\n")
+
+
+@pytest.mark.slow
+def test_the_summarisation_recipe_trains_and_scores_rouge(tmp_path):
+    for name, n, seed in (("train", 400, 1), ("val", 40, 2), ("test", 40, 3)):
+        write_split(tmp_path, name, n, seed)
+    run_dir = tmp_path / "run"
+    cfg = compose_train(
+        "experiment=summarization",
+        "data=files",
+        *(f"data.{split}={tmp_path / split}" for split in ("train", "val", "test")),
+        "data.src_lang=doc",
+        "data.tgt_lang=sum",
+        "data.max_src_len=32",
+        "data.tokenizer.vocab_size=60",
+        "data.tokenizer.byte_fallback=false",
+        "data.max_tokens=500",
+        "model.dropout=0.0",
+        "optim.optimizer.lr=3e-3",
+        "warmup=50",
+        "trainer.max_epochs=6",
+        "early_stopping.patience=null",
+        "validation.search.min_len=0",
+        "decode.min_len=3",
+        "decode.beam_size=2",
+        "decode.max_len_b=12",
+        f"run_dir={run_dir}",
+    )
+    results = train(cfg)
+    report = json.loads((run_dir / "data_report.json").read_text())["splits"]
+    tokenizer = Tokenizer((run_dir / "tokenizers" / "src.model").read_bytes())
+    for split in ("train", "test"):
+        documents = topic_corpus(400 if split == "train" else 40, 1 if split == "train" else 3)[0]
+        long_ones = sum(len(ids) > 32 for ids in tokenizer.encode_batch(documents))
+        assert report[split]["src_truncated"] == long_ones > 0
+        assert report[split]["pairs"] == len(documents)  # truncated, not dropped
+    test = results["test"]
+    assert {"rouge1", "rouge2", "rougeL", "bleu"} <= set(test)
+    assert results["final_metrics"]["val_rougeL"] >= 0
+    assert test["rouge1"] > 90, test  # the topic is learnt (a wrong topic scores 80: 4 of 5 words)
+    hypotheses = (run_dir / "eval" / "test_beam2" / "hypotheses.txt").read_text().splitlines()
+    assert all(len(tokenizer.encode(h)) >= 3 for h in hypotheses)  # decode.min_len in subword tokens
