@@ -151,6 +151,35 @@ def interactions(records: Sequence[dict], metric: str) -> dict[tuple[str, str], 
     return tables
 
 
+def interaction_effect(records: Sequence[dict], metric: str, a: str, b: str) -> dict | None:
+    """The two-way interaction of two two-level factors: how much the effect of ``a`` changes when ``b``
+    changes, (a1b1 - a1b0) - (a0b1 - a0b0), within each combination of the other factors and averaged
+    over them; seeds paired as in :func:`factorial_effect`. None unless both factors have two levels."""
+    levels_a = sorted({str(r["factors"].get(a)) for r in records}, key=level_order)
+    levels_b = sorted({str(r["factors"].get(b)) for r in records}, key=level_order)
+    if len(levels_a) != 2 or len(levels_b) != 2:
+        return None
+    others = [f for f in factor_names(records) if f not in (a, b)]
+    values: dict[tuple, dict[int, float]] = {}
+    for r in records:
+        if r["metrics"].get(metric) is not None:
+            values.setdefault(_cell(r, [a, b, *others]), {})[r["seed"]] = r["metrics"][metric]
+    combos = sorted({cell[2:] for cell in values})
+    (a0, a1), (b0, b1) = levels_a, levels_b
+    corners = [(x, y, *c) for c in combos for x in (a0, a1) for y in (b0, b1)]
+    seeds = sorted(set.intersection(*(set(values.get(k, {})) for k in corners))) if corners else []
+
+    def contrast(seed: int, c: tuple) -> float:
+        v = {k: values[k][seed] for k in ((a1, b1, *c), (a1, b0, *c), (a0, b1, *c), (a0, b0, *c))}
+        return v[(a1, b1, *c)] - v[(a1, b0, *c)] - v[(a0, b1, *c)] + v[(a0, b0, *c)]
+
+    per_seed = [statistics.fmean(contrast(s, c) for c in combos) for s in seeds]
+    if not per_seed:
+        return {"diff": math.nan, "ci95": math.nan, "seeds": 0, "levels": (levels_a, levels_b)}
+    diff, ci = mean_ci(per_seed)
+    return {"diff": diff, "ci95": ci, "seeds": len(per_seed), "levels": (levels_a, levels_b)}
+
+
 def _metric(name: str, tokenize: str):
     import sacrebleu
 

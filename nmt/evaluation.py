@@ -145,6 +145,7 @@ def evaluate_checkpoint(
     out.mkdir(parents=True, exist_ok=True)
     (out / "hypotheses.txt").write_text("".join(h + "\n" for h in hypotheses), encoding="utf-8")
     (out / "references.txt").write_text("".join(r + "\n" for r in references), encoding="utf-8")
+    (out / "sources.txt").write_text("".join(" ".join(s.splitlines()) + "\n" for s in sources), encoding="utf-8")
     result = {
         "checkpoints": loaded.checkpoints,
         "data": description,
@@ -153,6 +154,7 @@ def evaluate_checkpoint(
         **scores,
         "hypotheses": str(out / "hypotheses.txt"),
         "references": str(out / "references.txt"),
+        "sources": str(out / "sources.txt"),
     }
     if attention_maps:
         result["attention_maps"] = [

@@ -33,28 +33,42 @@ def log_results_to_wandb(logger: WandbLogger, results: dict) -> None:
         logger.log_image("test_attention", images=list(test["attention_maps"]))
 
 
-def log_report_to_wandb(report_path, project: str, group: str) -> None:
-    """A sweep's report (tables and figures) as a W&B run of its own."""
+def log_report_to_wandb(report_path, project: str, group: str, metric: str = "auto") -> None:
+    """A sweep's report as a W&B run of its own in the sweep's group: one bar panel per factor (the
+    metric's mean at each level, ``<factor>_by_level``), the results table, the HTML report, the figures."""
+    import csv
     from pathlib import Path
 
     import wandb
 
+    from nmt import analysis
+    from nmt.sweep import collect_records, resolve_metric
+
     report_path = Path(report_path)
+    sweep_dir = report_path.parent
+    records = collect_records(sweep_dir)
+    metric = resolve_metric(metric, records)
+    records = [{**r, "metrics": {k: v for k, v in r["metrics"].items() if v is not None}} for r in records]
     offline = not os.environ.get("WANDB_API_KEY") or os.environ.get("WANDB_MODE") == "offline"
     run = wandb.init(
         project=project,
         group=group,
         name=f"{group}-report",
         job_type="sweep-report",
-        dir=str(report_path.parent),
+        dir=str(sweep_dir),
         mode="offline" if offline else "online",
     )
-    table = None
-    import csv
-
-    with open(report_path.parent / "results.csv") as handle:
+    with open(sweep_dir / "results.csv") as handle:
         rows = list(csv.reader(handle))
-    table = wandb.Table(columns=rows[0], data=rows[1:])
-    run.log({"results": table, "report": wandb.Html(f"<pre>{report_path.read_text()}</pre>")})
-    run.log({p.stem: wandb.Image(str(p)) for p in sorted(report_path.parent.glob("*.png"))})
+    panels = {}
+    for factor, effect in analysis.main_effects(records, metric).items():
+        table = wandb.Table(
+            columns=["level", metric, "runs"],
+            data=[[level, s["mean"], s["n"]] for level, s in effect["levels"].items()],
+        )
+        panels[f"{factor}_by_level"] = wandb.plot.bar(table, "level", metric, title=f"{metric} by {factor}")
+    page = sweep_dir / "report.html"
+    html = page.read_text() if page.is_file() else f"<pre>{report_path.read_text()}</pre>"
+    run.log({**panels, "results": wandb.Table(columns=rows[0], data=rows[1:]), "report": wandb.Html(html)})
+    run.log({p.stem: wandb.Image(str(p)) for p in sorted(sweep_dir.glob("*.png"))})
     run.finish()

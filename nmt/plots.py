@@ -97,3 +97,25 @@ def training_curves(curves: dict[str, list[list[tuple[int, float]]]], factor: st
     figure.tight_layout()
     figure.savefig(path, dpi=100)
     plt.close(figure)
+
+
+def effect_plot(effects: dict[str, dict], metric: str, path: Path) -> None:
+    """effects: factor -> {"differences": {"level - reference": {"diff", "ci95"}}} (analysis.main_effects);
+    one horizontal bar per contrast with its 95% interval; the zero line is "no effect"."""
+    labels, diffs, errors = [], [], []
+    for factor, effect in effects.items():
+        for name, d in effect["differences"].items():
+            labels.append(f"{factor}: {name}")
+            diffs.append(d["diff"])
+            errors.append(0.0 if math.isnan(d["ci95"]) else d["ci95"])
+    figure, ax = plt.subplots(figsize=(7, 0.5 * len(labels) + 1.5))
+    positions = list(range(len(labels)))
+    ax.errorbar(diffs, positions, xerr=errors, fmt="o", capsize=4, color="tab:blue")
+    ax.axvline(0.0, color="grey", linewidth=1, linestyle="--")
+    ax.set_yticks(positions, labels)
+    ax.invert_yaxis()
+    ax.set_xlabel(f"difference in {metric} (95% interval over paired seeds)")
+    ax.set_title(f"main effects on {metric}")
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)

@@ -21,10 +21,11 @@ from omegaconf import DictConfig, OmegaConf
 from nmt import analysis
 from nmt.data.sources import read_lines
 from nmt.metrics import bleu_tokenizer
-from nmt.plots import interaction_heatmap, training_curves
+from nmt.plots import effect_plot, interaction_heatmap, training_curves
+from nmt.report_doc import Document
 
 ROOT = Path(__file__).resolve().parents[1]
-SWEEP_KEYS = ("grid", "sweep_name", "pin_gpus", "baseline", "report_metric")
+SWEEP_KEYS = ("grid", "sweep_name", "pin_gpus", "baseline", "report_metric", "report_sentence")
 RESULT = "sweep_result.json"
 
 
@@ -112,6 +113,7 @@ def run_cell(cfg: DictConfig) -> dict | None:
         "run_dir": str(run_dir),
         "hypotheses": test.get("hypotheses"),
         "references": test.get("references"),
+        "sources": test.get("sources"),
     }
     tmp = record_path.with_suffix(".tmp")
     tmp.write_text(json.dumps(record, indent=2))
@@ -199,8 +201,9 @@ def resolve_metric(metric: str, records: list[dict]) -> str:
     return "test_ppl" if any(r["metrics"].get("test_ppl") is not None for r in records) else "test_bleu"
 
 
-def write_report(sweep_dir: str | Path, metric: str = "auto", baseline: dict | None = None) -> Path:
-    """results.csv, report.md and figures for the finished runs under ``sweep_dir``."""
+def write_report(sweep_dir: str | Path, metric: str = "auto", baseline: dict | None = None, sentence: int = 0) -> Path:
+    """results.csv, report.md, report.html (the same report, self-contained) and figures for the finished
+    runs under ``sweep_dir``; ``sentence``: the test sentence whose outputs the report shows per cell."""
     sweep_dir = Path(sweep_dir)
     records = collect_records(sweep_dir)
     if not records:
@@ -208,8 +211,29 @@ def write_report(sweep_dir: str | Path, metric: str = "auto", baseline: dict | N
     metric = resolve_metric(metric, records)
     records = [{**r, "metrics": {k: v for k, v in r["metrics"].items() if v is not None}} for r in records]
     factors = analysis.factor_names(records)
+    _write_csv(sweep_dir / "results.csv", records, factors)
+    doc = Document(f"Sweep report: {sweep_dir.name}")
+    doc.paragraph(
+        f"{len(records)} finished runs; factors: {', '.join(factors) or 'none'}; metric: `{metric}`; "
+        f"total run time {sum(r['wall_time_s'] for r in records) / 3600:.2f} h."
+    )
+    base = _baseline_cell(records, factors, baseline) if factors else {}
+    perplexity = analysis.lower_is_better(metric)
+    _ranking_section(doc, records, factors, metric, base, perplexity)
+    effects = analysis.main_effects(records, metric)
+    _effects_section(doc, sweep_dir, records, effects, metric, perplexity)
+    _interactions_section(doc, sweep_dir, records, metric)
+    _outputs_section(doc, records, factors, sentence)
+    report = sweep_dir / "report.md"
+    report.write_text(doc.markdown() + "\n")
+    (sweep_dir / "report.html").write_text(doc.html(), encoding="utf-8")
+    print(f"[sweep] report: {report} (and report.html)")
+    return report
+
+
+def _write_csv(path: Path, records: list[dict], factors: list[str]) -> None:
     metric_names = sorted({m for r in records for m in r["metrics"]})
-    with open(sweep_dir / "results.csv", "w", newline="") as handle:
+    with open(path, "w", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow([*factors, "seed", *metric_names, "epochs", "steps", "parameters", "wall_time_s", "run_dir"])
         for r in records:
@@ -220,74 +244,63 @@ def write_report(sweep_dir: str | Path, metric: str = "auto", baseline: dict | N
                 + [r["epochs"], r["steps"], r["parameters"], r["wall_time_s"], r["run_dir"]]
             )
 
-    lines = [
-        f"# Sweep report: {sweep_dir.name}",
-        "",
-        f"{len(records)} finished runs; factors: {', '.join(factors) or 'none'}; metric: `{metric}`; "
-        f"total run time {sum(r['wall_time_s'] for r in records) / 3600:.2f} h.",
-        "",
-    ]
-    base = _baseline_cell(records, factors, baseline) if factors else {}
-    perplexity = analysis.lower_is_better(metric)
+
+def _ranking_section(doc: Document, records, factors, metric: str, base: dict, perplexity: bool) -> None:
     p_values = significance(records, factors, base, metric) if factors and not perplexity else {}
     adjusted = analysis.holm(p_values)
     rows = analysis.ranking(records, metric)
+    doc.heading("Ranking of cells (mean over seeds, 95% CI)")
     if perplexity:
-        test_note = (
+        doc.paragraph(
             f"Lower is better. No paired test over test sentences for `{metric}` (it is not a corpus score of "
             "decoded text): compare cells by their intervals over seeds and by the main effects below, whose "
             "intervals pair the seeds."
         )
     else:
-        test_note = (
+        doc.paragraph(
             f"Baseline for the paired bootstrap (1000 resamples of test sentences, each resample scoring every "
             f"shared seed's output on the same sentences): {', '.join(f'{k}={v}' for k, v in base.items())}. "
             f"p: raw; p (Holm): adjusted for the {len(p_values)} comparisons of this report."
         )
-    lines += [
-        "## Ranking of cells (mean over seeds, 95% CI)",
-        "",
-        test_note,
-        "",
-        "| rank | "
-        + " | ".join(factors)
-        + " | seeds | mean | ± 95% CI | std |"
-        + ("" if perplexity else " p vs baseline | p (Holm) |"),
-        "|---" * (len(factors) + (5 if perplexity else 7)) + "|",
-    ]
+    header = ["rank", *factors, "seeds", "mean", "± 95% CI", "std"]
+    header += [] if perplexity else ["p vs baseline", "p (Holm)"]
+    table = []
     for i, row in enumerate(rows, start=1):
         cell = tuple(row[f] for f in factors)
-        line = (
-            f"| {i} | " + " | ".join(cell) + f" | {row['n']} | {_fmt(row['mean'])} | {_fmt(row['ci95'])} | "
-            f"{_fmt(row['std'])} |"
-        )
+        line = [str(i), *cell, str(row["n"]), _fmt(row["mean"]), _fmt(row["ci95"]), _fmt(row["std"])]
         if not perplexity:
             p = p_values.get(cell)
             is_base = cell == tuple(base.get(f) for f in factors)
-            mark = "baseline" if is_base else _fmt(p, 4) if p is not None else "n/a"
-            mark_adj = "" if is_base else _fmt(adjusted.get(cell), 4) if p is not None else "n/a"
-            line += f" {mark} | {mark_adj} |"
-        lines.append(line)
+            line.append("baseline" if is_base else _fmt(p, 4) if p is not None else "n/a")
+            line.append("" if is_base else _fmt(adjusted.get(cell), 4) if p is not None else "n/a")
+        table.append(line)
+    doc.table(header, table)
     if _overlapping(rows):
-        lines += [
-            "",
-            "The 95% intervals of neighbouring cells overlap: this ranking is exploratory, not a finding.",
-        ]
-    lines += ["", "## Main effects", ""]
-    for factor, effect in analysis.main_effects(records, metric).items():
-        lines += [f"### {factor}", "", "| level | runs | mean | std | min | max |", "|---|---|---|---|---|---|"]
-        for level, s in effect["levels"].items():
-            lines.append(
-                f"| {level} | {s['n']} | {_fmt(s['mean'])} | {_fmt(s['std'])} | {_fmt(s['min'])} | {_fmt(s['max'])} |"
-            )
+        doc.paragraph("The 95% intervals of neighbouring cells overlap: this ranking is exploratory, not a finding.")
+
+
+def _effects_section(doc: Document, sweep_dir: Path, records, effects: dict, metric: str, perplexity: bool) -> None:
+    doc.heading("Main effects")
+    if any(effect["differences"] for effect in effects.values()):
+        effect_plot(effects, metric, sweep_dir / "main_effects.png")
+        doc.figure(sweep_dir / "main_effects.png", f"main effects on {metric}, 95% intervals")
+    for factor, effect in effects.items():
+        doc.heading(factor, 3)
+        doc.table(
+            ["level", "runs", "mean", "std", "min", "max"],
+            [
+                [level, str(s["n"]), _fmt(s["mean"]), _fmt(s["std"]), _fmt(s["min"]), _fmt(s["max"])]
+                for level, s in effect["levels"].items()
+            ],
+        )
         for name, d in effect["differences"].items():
-            lines.append(
-                f"\nMain effect {name}: {_fmt(d['diff'])} (95% CI ± {_fmt(d['ci95'])}; the difference within "
+            doc.paragraph(
+                f"Main effect {name}: {_fmt(d['diff'])} (95% CI ± {_fmt(d['ci95'])}; the difference within "
                 f"each combination of the other factors, averaged over them, seeds paired: {d['seeds']} seeds)"
             )
             if d["unbalanced"]:
-                lines.append(
-                    f"\nUnbalanced: runs are missing (failed) in {len(d['unbalanced'])} cells "
+                doc.paragraph(
+                    f"Unbalanced: runs are missing (failed) in {len(d['unbalanced'])} cells "
                     f"({'; '.join(d['unbalanced'][:4])}{' ...' if len(d['unbalanced']) > 4 else ''}); "
                     "only seeds present in every cell are used."
                 )
@@ -295,26 +308,51 @@ def write_report(sweep_dir: str | Path, metric: str = "auto", baseline: dict | N
         curves = _curves(records, factor, curve_metric)
         if curves:
             training_curves(curves, factor, curve_metric, sweep_dir / f"curves_{factor}.png")
-            lines.append(f"\n![{curve_metric} by {factor}](curves_{factor}.png)")
-        lines.append("")
-    lines += ["## Two-way interactions (mean over all other factors and seeds)", ""]
+            doc.figure(sweep_dir / f"curves_{factor}.png", f"{curve_metric} by {factor}")
+
+
+def _interactions_section(doc: Document, sweep_dir: Path, records, metric: str) -> None:
+    doc.heading("Two-way interactions (mean over all other factors and seeds)")
     for (a, b), table in analysis.interactions(records, metric).items():
+        doc.heading(f"{a} x {b}", 3)
         columns = sorted({y for _, y in table})
-        lines += [
-            f"### {a} x {b}",
-            "",
-            f"| {a} \\ {b} | " + " | ".join(columns) + " |",
-            "|---" * (len(columns) + 1) + "|",
-        ]
-        for x in sorted({x for x, _ in table}):
-            lines.append(f"| {x} | " + " | ".join(_fmt(table.get((x, y))) for y in columns) + " |")
-        figure = f"interaction_{a}_{b}.png".replace("/", "_")
-        interaction_heatmap(table, (a, b), metric, sweep_dir / figure)
-        lines += ["", f"![{a} x {b}]({figure})", ""]
-    report = sweep_dir / "report.md"
-    report.write_text("\n".join(lines) + "\n")
-    print(f"[sweep] report: {report}")
-    return report
+        doc.table(
+            [f"{a} \\ {b}", *columns],
+            [[x, *(_fmt(table.get((x, y))) for y in columns)] for x in sorted({x for x, _ in table})],
+        )
+        effect = analysis.interaction_effect(records, metric, a, b)
+        if effect is not None:
+            (a0, a1), (b0, b1) = effect["levels"]
+            doc.paragraph(
+                f"Interaction: the effect of {a}={a1} (vs {a0}) changes by {_fmt(effect['diff'])} "
+                f"(95% CI ± {_fmt(effect['ci95'])}, {effect['seeds']} paired seeds) when {b}={b1} instead of {b0}."
+            )
+        figure = sweep_dir / f"interaction_{a}_{b}.png".replace("/", "_")
+        interaction_heatmap(table, (a, b), metric, figure)
+        doc.figure(figure, f"{a} x {b}")
+
+
+def _outputs_section(doc: Document, records, factors, sentence: int) -> None:
+    """One test sentence as every cell translated it (the first seed of each cell), beside the reference."""
+    runs = {}
+    for r in sorted(records, key=lambda r: r["seed"]):
+        if r.get("hypotheses") and Path(r["hypotheses"]).is_file():
+            runs.setdefault(tuple(str(r["factors"].get(f)) for f in factors), r)
+    if not runs:
+        return
+    first = next(iter(runs.values()))
+    references = read_lines(first["references"])
+    if not 0 <= sentence < len(references):
+        return
+    doc.heading(f"Test sentence {sentence}, as each cell translated it")
+    sources = first.get("sources")
+    if sources and Path(sources).is_file():
+        doc.paragraph(f"Source: {read_lines(sources)[sentence]}")
+    doc.paragraph(f"Reference: {references[sentence]}")
+    doc.table(
+        [*factors, "seed", "output"],
+        [[*cell, str(r["seed"]), read_lines(r["hypotheses"])[sentence]] for cell, r in sorted(runs.items())],
+    )
 
 
 class SweepReport(Callback):
@@ -322,8 +360,15 @@ class SweepReport(Callback):
 
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
         baseline = dict(config.baseline) if config.get("baseline") else None
-        report = write_report(config.hydra.sweep.dir, config.get("report_metric", "auto"), baseline)
+        report = write_report(
+            config.hydra.sweep.dir, config.get("report_metric", "auto"), baseline, config.get("report_sentence", 0)
+        )
         if config.get("logger", {}).get("_target_", "").endswith("wandb_logger"):
             from nmt.loggers import log_report_to_wandb
 
-            log_report_to_wandb(report, project=config.logger.get("project", "nmt"), group=config.sweep_name)
+            log_report_to_wandb(
+                report,
+                project=config.logger.get("project", "nmt"),
+                group=config.sweep_name,
+                metric=config.get("report_metric", "auto"),
+            )

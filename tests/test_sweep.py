@@ -171,7 +171,8 @@ def test_significance_uses_the_target_languages_tokenizer(tmp_path):
     assert sweep._bleu_tokenize({"run_dir": str(tmp_path / "missing")}) == "13a"
 
 
-def test_report_from_synthetic_runs(tmp_path):
+def synthetic_sweep(tmp_path):
+    """The runs of RECORDS on disk, with test outputs: relative positions translate right, absolute wrong."""
     refs = [f"a small test sentence {i} ." for i in range(40)]
     for r in RECORDS:
         run_dir = tmp_path / f"pos={r['factors']['pos']},norm={r['factors']['norm']},seed={r['seed']}"
@@ -189,6 +190,10 @@ def test_report_from_synthetic_runs(tmp_path):
                 }
             )
         )
+
+
+def test_report_from_synthetic_runs(tmp_path):
+    synthetic_sweep(tmp_path)
     report = write_report(tmp_path).read_text()
     assert "| 1 | rms | relative | 3 | 35.00 |" in report
     assert "Main effect relative - absolute: 4.00" in report

@@ -1,0 +1,106 @@
+"""A report written once and rendered twice: Markdown (report.md) and one self-contained HTML page
+(report.html: styles inline, figures embedded as data URIs, nothing fetched from the network)."""
+
+import base64
+import html
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+STYLE = """
+body { font-family: system-ui, sans-serif; max-width: 70rem; margin: 2rem auto; padding: 0 1rem; color: #222; }
+h1 { font-size: 1.6rem; } h2 { font-size: 1.3rem; margin-top: 2.2rem; border-bottom: 1px solid #ddd; }
+h3 { font-size: 1.1rem; margin-top: 1.5rem; }
+table { border-collapse: collapse; margin: 0.8rem 0; font-size: 0.9rem; }
+th, td { border: 1px solid #ccc; padding: 0.25rem 0.6rem; text-align: left; vertical-align: top; }
+th { background: #f3f3f3; } tr:nth-child(even) td { background: #fafafa; }
+figure { margin: 1rem 0; } figure img { max-width: 100%; border: 1px solid #eee; }
+figcaption { font-size: 0.85rem; color: #555; } code { background: #f3f3f3; padding: 0 0.2rem; }
+"""
+
+# after loading, the page records how many figures decoded (a headless browser test reads it back)
+CHECK_SCRIPT = """
+window.addEventListener("load", () => {
+  const images = Array.from(document.images);
+  const ok = images.filter((img) => img.complete && img.naturalWidth > 0).length;
+  document.body.dataset.figures = String(images.length);
+  document.body.dataset.figuresRendered = String(ok);
+  document.body.dataset.tables = String(document.querySelectorAll("table").length);
+});
+"""
+
+_CODE = re.compile(r"`([^`]+)`")
+
+
+@dataclass
+class Document:
+    title: str
+    blocks: list[tuple] = field(default_factory=list)
+
+    def heading(self, text: str, level: int = 2) -> None:
+        self.blocks.append(("heading", level, text))
+
+    def paragraph(self, text: str) -> None:
+        self.blocks.append(("paragraph", text))
+
+    def table(self, header: list[str], rows: list[list[str]]) -> None:
+        self.blocks.append(("table", [str(h) for h in header], [[str(c) for c in row] for row in rows]))
+
+    def figure(self, path: Path, caption: str) -> None:
+        """A PNG beside the report (linked from Markdown, embedded in HTML)."""
+        self.blocks.append(("figure", Path(path), caption))
+
+    # ---- rendering -----------------------------------------------------------------------------
+    def markdown(self) -> str:
+        lines = [f"# {self.title}", ""]
+        for block in self.blocks:
+            kind = block[0]
+            if kind == "heading":
+                lines += ["#" * block[1] + " " + block[2], ""]
+            elif kind == "paragraph":
+                lines += [block[1], ""]
+            elif kind == "table":
+                header, rows = block[1], block[2]
+                lines.append("| " + " | ".join(_md_cell(h) for h in header) + " |")
+                lines.append("|---" * len(header) + "|")
+                lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in rows]
+                lines.append("")
+            elif kind == "figure":
+                lines += [f"![{block[2]}]({block[1].name})", ""]
+        return "\n".join(lines)
+
+    def html(self) -> str:
+        parts = [
+            "<!DOCTYPE html>",
+            '<html lang="en"><head><meta charset="utf-8">',
+            f"<title>{html.escape(self.title)}</title>",
+            f"<style>{STYLE}</style></head><body>",
+            f"<h1>{html.escape(self.title)}</h1>",
+        ]
+        for block in self.blocks:
+            kind = block[0]
+            if kind == "heading":
+                parts.append(f"<h{block[1]}>{_inline(block[2])}</h{block[1]}>")
+            elif kind == "paragraph":
+                parts.append(f"<p>{_inline(block[1])}</p>")
+            elif kind == "table":
+                head = "".join(f"<th>{_inline(h)}</th>" for h in block[1])
+                body = "".join("<tr>" + "".join(f"<td>{_inline(c)}</td>" for c in row) + "</tr>" for row in block[2])
+                parts.append(f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
+            elif kind == "figure":
+                data = base64.b64encode(block[1].read_bytes()).decode("ascii")
+                parts.append(
+                    f'<figure><img alt="{html.escape(block[2])}" src="data:image/png;base64,{data}">'
+                    f"<figcaption>{_inline(block[2])}</figcaption></figure>"
+                )
+        parts.append(f"<script>{CHECK_SCRIPT}</script></body></html>")
+        return "\n".join(parts) + "\n"
+
+
+def _md_cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _inline(text: str) -> str:
+    """Escaped text with `code` spans."""
+    return _CODE.sub(r"<code>\1</code>", html.escape(text, quote=False))
