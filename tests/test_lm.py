@@ -21,6 +21,7 @@ from nmt.search import SearchConfig, decode
 from nmt.training import train
 
 from .conftest import compose_train
+from .test_end_to_end import run
 
 POSITIONS = ["absolute", "learned", "rope", "relative", "none"]
 
@@ -268,3 +269,10 @@ def test_a_tiny_language_model_learns_the_counting_corpus_and_generates(ptb_fold
     assert len(samples) == 3 and all(s.startswith("w3") and len(s.split()) <= 5 for s in samples)
     metrics = json.loads((run_dir / "data_report.json").read_text())
     assert metrics["splits"]["train"]["lines"] == 600
+    # evaluate.py from the checkpoint alone: the same test perplexity, and a prompt continued
+    checkpoint = results["best_checkpoint"]
+    run("evaluate.py", f"ckpt_path={checkpoint}", "split=test", f"out_dir={tmp_path / 'eval'}")
+    again = json.loads((tmp_path / "eval" / "metrics.json").read_text())
+    assert again["ppl"] == pytest.approx(test["ppl"], rel=1e-6) and again["tokens"] == test["tokens"]
+    printed = run("evaluate.py", f"ckpt_path={checkpoint}", "prompt='w5 w6'", "decode.strategy=greedy").stdout
+    assert printed.strip().splitlines()[-1].startswith("w5 w6 w7")
