@@ -13,6 +13,7 @@ from rich.table import Table
 from nmt.build import build_datamodule
 from nmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from nmt.evaluation import LoadedModel, load_model
+from nmt.plots import save_attention_maps
 from nmt.search import SearchConfig, decode
 
 console = Console(stderr=True)
@@ -95,6 +96,18 @@ def generate(
     return [" ".join(filter(None, (prompt.strip(), vocab.decode(out)))) for out in outputs]
 
 
+@torch.no_grad()
+def write_self_attention_maps(loaded: LoadedModel, text: str, folder: Path) -> list[Path]:
+    """Heatmaps of how each word of ``text`` (a prompt and its continuation) attended to the words
+    before it, per layer and head."""
+    vocab = loaded.tgt_tokenizer
+    ids = [EOS_ID, *vocab.encode(text)]
+    tokens = torch.tensor([ids], device=next(loaded.model.parameters()).device)
+    maps = {name: weights[0] for name, weights in loaded.model.attention_maps(tokens).items()}
+    labels = ["</s>", *vocab.pieces(ids[1:])]
+    return save_attention_maps(maps, labels, labels, folder, "self_attention")
+
+
 def evaluate_lm(cfg) -> dict:
     """``evaluate.py`` on a language-model checkpoint: generate from ``prompt`` when given, else the
     perplexity of each split."""
@@ -104,7 +117,12 @@ def evaluate_lm(cfg) -> dict:
         texts = generate(loaded, str(cfg.prompt), search, cfg.num_samples, cfg.max_new_tokens)
         for text in texts:
             print(text)
-        return {"prompt": cfg.prompt, "generations": texts}
+        result = {"prompt": cfg.prompt, "generations": texts}
+        if cfg.attention_maps:
+            folder = Path(cfg.out_dir or Path(cfg.ckpt_path).expanduser().resolve().parent.parent / "eval" / "prompt")
+            result["attention_maps"] = [str(p) for p in write_self_attention_maps(loaded, texts[0], folder)]
+            console.print(f"attention heatmaps: {folder}")
+        return result
     overrides = OmegaConf.to_container(cfg.data, resolve=True)
     splits = list(cfg.split) if OmegaConf.is_list(cfg.split) else [cfg.split]
     results = {}

@@ -93,6 +93,17 @@ def test_generation_from_the_cache_equals_recomputation(pos):
             assert torch.allclose(logits, model(prompt)[:, -1], atol=1e-4)
 
 
+@pytest.mark.parametrize("pos", ["absolute", "relative"])
+def test_attention_maps_are_causal_distributions(pos):
+    model = language_model(pos)
+    maps = model.attention_maps(torch.randint(4, 23, (1, 7)))
+    assert sorted(maps) == ["layer0", "layer1"]
+    for weights in maps.values():
+        assert weights.shape == (1, 4, 7, 7)
+        assert torch.allclose(weights.sum(-1), torch.ones(1, 4, 7), atol=1e-5)
+        assert torch.all(weights.triu(diagonal=1) == 0)  # nothing from the future
+
+
 def test_beam_of_one_equals_greedy_for_a_language_model():
     model = language_model("rope")
     prompt = torch.tensor([[EOS_ID, 7, 8]])
@@ -274,5 +285,13 @@ def test_a_tiny_language_model_learns_the_counting_corpus_and_generates(ptb_fold
     run("evaluate.py", f"ckpt_path={checkpoint}", "split=test", f"out_dir={tmp_path / 'eval'}")
     again = json.loads((tmp_path / "eval" / "metrics.json").read_text())
     assert again["ppl"] == pytest.approx(test["ppl"], rel=1e-6) and again["tokens"] == test["tokens"]
-    printed = run("evaluate.py", f"ckpt_path={checkpoint}", "prompt='w5 w6'", "decode.strategy=greedy").stdout
-    assert printed.strip().splitlines()[-1].startswith("w5 w6 w7")
+    printed = run(
+        "evaluate.py",
+        f"ckpt_path={checkpoint}",
+        "prompt='w5 w6'",
+        "decode.strategy=greedy",
+        "attention_maps=[0]",
+        f"out_dir={tmp_path / 'maps'}",
+    ).stdout
+    assert any(line.startswith("w5 w6 w7") for line in printed.splitlines())
+    assert (tmp_path / "maps" / "self_attention_layer0.png").read_bytes().startswith(b"\x89PNG")

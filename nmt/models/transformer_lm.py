@@ -150,3 +150,17 @@ class TransformerLM(nn.Module):
         positions = torch.tensor([state.step], device=prev_tokens.device)
         logits, cache = self._run(prev_tokens[:, None], positions, None, tensors)
         return logits[:, -1], DecoderState(cache, state.step + 1)
+
+    @torch.no_grad()
+    def attention_maps(self, tokens: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Self-attention per layer over ``tokens``: {"layer<i>": (batch, heads, len, len)}, row t = what
+        position t attended to (only positions <= t can be non-zero)."""
+        layers = [layer.self_attn for layer in self.layers]
+        for attention in layers:
+            attention.keep_weights = True
+        try:
+            self.forward(tokens)
+            return {f"layer{i}": attention.last_weights for i, attention in enumerate(layers)}
+        finally:
+            for attention in layers:
+                attention.keep_weights, attention.last_weights = False, None
