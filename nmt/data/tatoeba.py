@@ -29,13 +29,13 @@ def locate_tatoeba(lang: str, root, cache_dir, download: bool) -> Path:
     """The manythings text file for ``lang``: ``<stem>.txt`` or ``<stem>.txt.gz`` in data.root,
     $NMT_DATA/<folder>, the cache; else the upstream zip, downloaded and extracted into the cache."""
     stem, folder = TATOEBA[lang]
-    for name in (f"{stem}.txt", f"{stem}.txt.gz"):
-        try:
-            return locate(folder, [name], root, cache_dir, download=False) / name
-        except DataNotFoundError as err:
-            first_error = err
-    if not download:
-        raise first_error
+    name = f"{stem}.txt"
+    try:
+        found = locate(folder, [name], root, cache_dir, download=False, suffixes=("", ".gz"))
+        return found / name if (found / name).is_file() else found / f"{name}.gz"
+    except DataNotFoundError:
+        if not download:
+            raise
     archive = f"{stem}-eng.zip"
     folder_path = locate(folder, [archive], root, cache_dir, url_for={archive: f"{MANYTHINGS}/{archive}"})
     with zipfile.ZipFile(folder_path / archive) as bundle:
