@@ -77,7 +77,14 @@ def test_the_wandb_report_run_holds_a_panel_per_factor_and_the_page(report_html,
 
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
-    log_report_to_wandb(report_html.parent / "report.md", project="nmt-test", group="g")
+    import wandb
+
+    try:
+        log_report_to_wandb(report_html.parent / "report.md", project="nmt-test", group="g")
+    finally:
+        # W&B leaves its service's address in os.environ (WANDB_SERVICE); later subprocesses that inherit
+        # it would talk to this process's service instead of starting their own
+        wandb.teardown()
     (run_file,) = report_html.parent.glob("wandb/offline-run-*/run-*.wandb")
     data = run_file.read_bytes()
     for key in (b"pos_by_level", b"norm_by_level", b"results", b"report", b"main_effects"):
