@@ -50,6 +50,11 @@ class TrainingModule(L.LightningModule):
         self.scaler_skips = 0  # 16-mixed: updates the loss scaler skipped after an overflow (not failures)
         self._rng_to_restore: torch.Tensor | None = None
 
+    def _log_training(self, loss: torch.Tensor, tokens: torch.Tensor) -> None:
+        self.log("train_loss", loss, prog_bar=True, batch_size=int(tokens))
+        self.log("train_tokens", tokens.float(), reduce_fx="sum", on_step=False, on_epoch=True)
+        self.log("lr", self.optimizers().param_groups[0]["lr"], on_step=True, on_epoch=False)
+
     def _check_loss(self, loss: torch.Tensor) -> bool:
         """False (and counted) when the loss is not finite: the step then returns None, and Lightning
         skips backward and the optimiser step."""
@@ -170,9 +175,7 @@ class TranslationModule(TrainingModule):
         loss, _, tokens = self.loss(logits, batch["tgt_out"])
         if not self._check_loss(loss):
             return None
-        self.log("train_loss", loss, prog_bar=True, batch_size=int(tokens))
-        self.log("train_tokens", tokens.float(), reduce_fx="sum", on_step=False, on_epoch=True)
-        self.log("lr", self.optimizers().param_groups[0]["lr"], on_step=True, on_epoch=False)
+        self._log_training(loss, tokens)
         return loss
 
     # ---- validation ----------------------------------------------------------------------------

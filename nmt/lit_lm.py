@@ -21,9 +21,7 @@ class LanguageModelModule(TrainingModule):
         loss, _, tokens = self.loss(logits, batch["target"])
         if not self._check_loss(loss):
             return None
-        self.log("train_loss", loss, prog_bar=True, batch_size=int(tokens))
-        self.log("train_tokens", tokens.float(), reduce_fx="sum", on_step=False, on_epoch=True)
-        self.log("lr", self.optimizers().param_groups[0]["lr"], on_step=True, on_epoch=False)
+        self._log_training(loss, tokens)
         return loss
 
     def validation_step(self, batch: dict, batch_idx: int) -> None:

@@ -84,7 +84,7 @@ class TokenBatchSampler(Sampler[list[int]]):
         return len(self._rank_batches())
 
 
-class FixedBatchSampler(Sampler[list[int]]):
+class FixedBatchSampler(TokenBatchSampler):
     """Batches of ``batch_size`` indices (language-model blocks all have the same length), with the
     epoch/skip/replica behaviour of :class:`TokenBatchSampler`: a seeded shuffle per epoch for training,
     the order as given for evaluation."""
@@ -94,28 +94,16 @@ class FixedBatchSampler(Sampler[list[int]]):
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"data.batch_size={batch_size} must be at least 1")
-        self.size, self.batch_size, self.shuffle = size, batch_size, shuffle
-        self.seed, self.num_replicas, self.rank = seed, num_replicas, rank
-        self.epoch = 0
-        self.skip = 0
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
+        super().__init__([1] * size, batch_size, shuffle, seed, num_replicas, rank)
 
     def _rank_batches(self) -> list[list[int]]:
+        size, batch_size = len(self.lengths), self.max_tokens
         if not self.shuffle:
-            order = list(range(self.size))[self.rank :: self.num_replicas]
-            return [order[i : i + self.batch_size] for i in range(0, len(order), self.batch_size)]
+            order = list(range(size))[self.rank :: self.num_replicas]
+            return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
         generator = torch.Generator().manual_seed(self.seed * 100_003 + self.epoch)
-        order = torch.randperm(self.size, generator=generator).tolist()
-        batches = [order[i : i + self.batch_size] for i in range(0, len(order), self.batch_size)]
+        order = torch.randperm(size, generator=generator).tolist()
+        batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
         if len(batches) % self.num_replicas:
             batches += batches[: self.num_replicas - len(batches) % self.num_replicas]
         return batches[self.rank :: self.num_replicas]
-
-    def __iter__(self) -> Iterator[list[int]]:
-        skip, self.skip = self.skip, 0
-        yield from self._rank_batches()[skip:]
-
-    def __len__(self) -> int:
-        return len(self._rank_batches())

@@ -54,6 +54,38 @@ class LayerSpec:
     pre_norm: bool
     fused: bool
 
+    @classmethod
+    def build(
+        cls,
+        d_model,
+        num_heads,
+        ffn_dim,
+        dropout,
+        attention_dropout,
+        activation_dropout,
+        activation,
+        norm,
+        norm_position,
+        fused_attention,
+    ) -> "LayerSpec":
+        """From the models' constructor options (activation_dropout None: the same as dropout)."""
+        if norm_position not in NORM_POSITIONS:
+            raise ValueError(f"model.norm_position={norm_position!r} is not one of {list(NORM_POSITIONS)}")
+        if d_model % num_heads:
+            raise ValueError(f"model.d_model={d_model} is not divisible by model.num_heads={num_heads}")
+        return cls(
+            d_model=d_model,
+            num_heads=num_heads,
+            ffn_dim=ffn_dim,
+            dropout=dropout,
+            attention_dropout=attention_dropout,
+            activation_dropout=dropout if activation_dropout is None else activation_dropout,
+            activation=activation,
+            norm=norm,
+            pre_norm=norm_position == "pre",
+            fused=fused_attention,
+        )
+
     def attention(self, position: PositionEncoding | None) -> MultiHeadAttention:
         return MultiHeadAttention(self.d_model, self.num_heads, self.attention_dropout, position, self.fused)
 
@@ -163,17 +195,17 @@ class Transformer(nn.Module):
         self.src_pos = position(d_model=d_model, head_dim=head_dim)
         self.tgt_pos = position(d_model=d_model, head_dim=head_dim)
         self.dropout = nn.Dropout(dropout)
-        spec = LayerSpec(
-            d_model=d_model,
-            num_heads=num_heads,
-            ffn_dim=ffn_dim,
-            dropout=dropout,
-            attention_dropout=attention_dropout,
-            activation_dropout=dropout if activation_dropout is None else activation_dropout,
-            activation=activation,
-            norm=norm,
-            pre_norm=pre_norm,
-            fused=fused_attention,
+        spec = LayerSpec.build(
+            d_model,
+            num_heads,
+            ffn_dim,
+            dropout,
+            attention_dropout,
+            activation_dropout,
+            activation,
+            norm,
+            norm_position,
+            fused_attention,
         )
         self.encoder = nn.ModuleList(EncoderLayer(spec, self.src_pos) for _ in range(encoder_layers))
         self.decoder = nn.ModuleList(DecoderLayer(spec, self.tgt_pos) for _ in range(decoder_layers))

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from nmt.models.state import DecoderState
-from nmt.models.transformer import NORM_POSITIONS, LayerSpec, NormFactory, PositionFactory
+from nmt.models.transformer import LayerSpec, NormFactory, PositionFactory
 from nmt.modules.position import PositionEncoding
 
 
@@ -70,10 +70,6 @@ class TransformerLM(nn.Module):
         # the builder passes both vocabulary sizes; a prompt is text of the same vocabulary
         if src_vocab_size is not None and src_vocab_size != tgt_vocab_size:
             raise ValueError(f"a language model has one vocabulary; got sizes {src_vocab_size} and {tgt_vocab_size}")
-        if norm_position not in NORM_POSITIONS:
-            raise ValueError(f"model.norm_position={norm_position!r} is not one of {list(NORM_POSITIONS)}")
-        if d_model % num_heads:
-            raise ValueError(f"model.d_model={d_model} is not divisible by model.num_heads={num_heads}")
         self.pad_id = pad_id
         self.d_model = d_model
         self.embed_scale = math.sqrt(d_model)
@@ -81,17 +77,17 @@ class TransformerLM(nn.Module):
         self.embed = nn.Embedding(tgt_vocab_size, d_model, padding_idx=pad_id)
         self.pos = position(d_model=d_model, head_dim=d_model // num_heads)
         self.dropout = nn.Dropout(dropout)
-        spec = LayerSpec(
-            d_model=d_model,
-            num_heads=num_heads,
-            ffn_dim=ffn_dim,
-            dropout=dropout,
-            attention_dropout=attention_dropout,
-            activation_dropout=dropout if activation_dropout is None else activation_dropout,
-            activation=activation,
-            norm=norm,
-            pre_norm=pre_norm,
-            fused=fused_attention,
+        spec = LayerSpec.build(
+            d_model,
+            num_heads,
+            ffn_dim,
+            dropout,
+            attention_dropout,
+            activation_dropout,
+            activation,
+            norm,
+            norm_position,
+            fused_attention,
         )
         self.layers = nn.ModuleList(CausalLayer(spec, self.pos) for _ in range(num_layers))
         self.final_norm = norm(d_model) if pre_norm else nn.Identity()
