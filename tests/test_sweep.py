@@ -324,3 +324,26 @@ def test_the_language_model_grids_compose(tmp_path):
         cfg = compose("sweep", overrides=["grid=lm_position"], return_hydra_config=True)
     assert cfg.hydra.sweeper.params.task == "lm"
     assert cfg.hydra.sweeper.params.pos.split(",") == ["none", "absolute", "learned", "relative", "rope"]
+
+
+@pytest.mark.parametrize("grid", ["transformer", "rnn"])
+def test_a_sweep_runs_seed_by_seed(grid):
+    """Hydra's sweeper varies the first key slowest: with the seed first, the first 16 (9) jobs of the
+    factorial are one whole replicate, so a sweep cut off early still holds a complete design."""
+    from hydra import compose, initialize_config_dir
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from .conftest import CONF
+
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose("sweep", overrides=[f"grid={grid}"], return_hydra_config=True)
+    params = [f"{k}={v}" for k, v in cfg.hydra.sweeper.params.items()]
+    overrides = OverridesParser.create().parse_overrides(params + ["seed=1,2,3"])  # command line too
+    (jobs,) = BasicSweeper.split_arguments(overrides, max_batch_size=None)
+    cells = len(jobs) // 3
+    assert len(jobs) == 3 * cells and cells == {"transformer": 16, "rnn": 9}[grid]
+    for replicate in range(3):
+        block = jobs[replicate * cells : (replicate + 1) * cells]
+        assert {job[0] for job in block} == {f"seed={replicate + 1}"}
+        assert len({tuple(job[1:]) for job in block}) == cells  # every cell once
