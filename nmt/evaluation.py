@@ -125,6 +125,8 @@ def evaluate_checkpoint(
     search = search or SearchConfig()
     loaded = load_model(ckpt_path, average_last, device)
     data_cfg = OmegaConf.create(loaded.config["data"])
+    if (data_overrides or {}).get("eval_stride") is not None:
+        raise ValueError("data.eval_stride is a language-model setting (task=lm); this checkpoint translates")
     for key, value in (data_overrides or {}).items():
         if value is not None:
             data_cfg[key] = value

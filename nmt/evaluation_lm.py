@@ -63,6 +63,8 @@ def evaluate_lm_checkpoint(
         **stream_perplexity(loaded.model, datamodule.loader(split)),
     }
     tag = f"{split}_ppl" + (f"_avg{average_last}" if average_last > 1 else "")
+    if (data_overrides or {}).get("eval_stride") is not None:  # one folder per evaluation setting
+        tag += f"_stride{datamodule.eval_stride}"
     out = Path(out_dir) if out_dir else Path(ckpt_path).expanduser().resolve().parent.parent / "eval" / tag
     out.mkdir(parents=True, exist_ok=True)
     (out / "metrics.json").write_text(json.dumps(result, indent=2))

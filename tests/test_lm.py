@@ -299,6 +299,10 @@ def test_a_tiny_language_model_learns_the_counting_corpus_and_generates(ptb_fold
     run("evaluate.py", f"ckpt_path={checkpoint}", "split=test", f"out_dir={tmp_path / 'eval'}")
     again = json.loads((tmp_path / "eval" / "metrics.json").read_text())
     assert again["ppl"] == pytest.approx(test["ppl"], rel=1e-6) and again["tokens"] == test["tokens"]
+    # another evaluation stride scores the same tokens (with more context each), into its own folder
+    run("evaluate.py", f"ckpt_path={checkpoint}", "split=test", "data.eval_stride=1")
+    strided = json.loads((run_dir / "eval" / "test_ppl_stride1" / "metrics.json").read_text())
+    assert strided["tokens"] == test["tokens"] and "eval stride 1" in strided["data"]
     printed = run(
         "evaluate.py",
         f"ckpt_path={checkpoint}",

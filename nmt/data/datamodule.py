@@ -5,6 +5,7 @@ A corpus subclass only says where its text comes from (:meth:`ParallelDataModule
 
 import hashlib
 import logging
+import os
 from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -192,7 +193,7 @@ class ParallelDataModule(L.LightningDataModule):
             src_ids = [torch.tensor(ids, dtype=torch.int32) for ids in src_tok.encode_batch(src_text)]
             tgt_ids = [torch.tensor(ids, dtype=torch.int32) for ids in tgt_tok.encode_batch(tgt_text)]
             path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f".{path.name}.tmp")
+            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # parallel sweep jobs may both write it
             torch.save(
                 {
                     "src": torch.cat(src_ids) if src_ids else torch.zeros(0, dtype=torch.int32),

@@ -10,6 +10,7 @@ the previous window did not, so each target is still scored once, with at least
 """
 
 import hashlib
+import os
 from pathlib import Path
 
 import lightning as L
@@ -134,7 +135,7 @@ class LanguageModelDataModule(L.LightningDataModule):
             ids += vocab.encode(line) + [EOS_ID]
         stream = torch.tensor(ids, dtype=torch.int32)
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp")
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # parallel jobs may both write it
         torch.save(stream, tmp)
         tmp.replace(path)
         return stream
