@@ -25,8 +25,27 @@ from nmt.plots import effect_plot, interaction_heatmap, training_curves
 from nmt.report_doc import Document
 
 ROOT = Path(__file__).resolve().parents[1]
-SWEEP_KEYS = ("grid", "sweep_name", "pin_gpus", "baseline", "report_metric", "report_sentence")
+SWEEP_KEYS = ("grid", "sweep_name", "pin_gpus", "baseline", "report_metric", "report_sentence", "start_runs_for")
 RESULT = "sweep_result.json"
+LAUNCHED = "launched_at"  # when this invocation of the sweep began (seconds since the epoch)
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in "HH:MM:SS" (hours may exceed 24)."""
+    parts = str(text).split(":")
+    if len(parts) != 3 or not all(p.strip().isdigit() for p in parts):
+        raise ValueError(f'start_runs_for={text!r}: expected "HH:MM:SS", e.g. "02:15:00"')
+    hours, minutes, seconds = (int(p) for p in parts)
+    return float(hours * 3600 + minutes * 60 + seconds)
+
+
+def too_late_to_start(sweep_dir: Path, start_runs_for: str | None) -> bool:
+    """True when ``start_runs_for`` has passed since this sweep was launched: a run started now could
+    not finish inside the time the user gave the sweep (a session, a job allocation)."""
+    if start_runs_for is None:
+        return False
+    launched = float((sweep_dir / LAUNCHED).read_text())
+    return time.time() - launched > parse_duration(start_runs_for)
 
 
 def _override_pairs(overrides) -> list[tuple[str, str]]:
@@ -60,6 +79,9 @@ def run_cell(cfg: DictConfig) -> dict | None:
     if record_path.exists():
         print(f"[sweep] done already, skipped: {run_dir.name}")
         return json.loads(record_path.read_text())
+    if too_late_to_start(Path(hydra_cfg.sweep.dir), cfg.get("start_runs_for")):
+        print(f"[sweep] not started (start_runs_for={cfg.start_runs_for} has passed): {run_dir.name}; rerun to resume")
+        return None
     factors = {k: v for k, v in pairs if k != "seed" and k in swept}
     tags = ",".join(json.dumps(f"{k}:{v}") for k, v in factors.items())
     command = [
@@ -358,7 +380,17 @@ def _outputs_section(doc: Document, records, factors, sentence: int) -> None:
 class SweepReport(Callback):
     """Hydra callback: when every job of the multirun has ended, write the report."""
 
+    def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+        if config.get("start_runs_for") is not None:
+            parse_duration(config.start_runs_for)  # a bad value fails before any run starts
+        sweep_dir = Path(config.hydra.sweep.dir)
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        (sweep_dir / LAUNCHED).write_text(f"{time.time():.3f}\n")  # a rerun gets a fresh time window
+
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
+        if not collect_records(Path(config.hydra.sweep.dir)):
+            print(f"[sweep] no finished runs in {config.hydra.sweep.dir}: no report yet; rerun the sweep to resume")
+            return
         baseline = dict(config.baseline) if config.get("baseline") else None
         report = write_report(
             config.hydra.sweep.dir, config.get("report_metric", "auto"), baseline, config.get("report_sentence", 0)

@@ -347,3 +347,25 @@ def test_a_sweep_runs_seed_by_seed(grid):
         block = jobs[replicate * cells : (replicate + 1) * cells]
         assert {job[0] for job in block} == {f"seed={replicate + 1}"}
         assert len({tuple(job[1:]) for job in block}) == cells  # every cell once
+
+
+def test_no_run_starts_after_start_runs_for(tmp_path):
+    """A sweep given a time window starts no run once it has passed (here: at once), says so for each
+    run, writes no results and no report, and exits cleanly so that a rerun resumes it."""
+    command = [sys.executable, str(ROOT / "sweep.py"), *SWEEP, "start_runs_for=00:00:00", f"hydra.sweep.dir={tmp_path}"]
+    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    assert done.stdout.count("[sweep] not started (start_runs_for=00:00:00 has passed)") == 4
+    assert "[sweep] running:" not in done.stdout and "no report yet" in done.stdout
+    assert not list(tmp_path.glob("*/sweep_result.json")) and not (tmp_path / "report.md").exists()
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("00:00:00", 0.0), ("02:15:30", 8130.0), ("30:00:00", 108000.0)])
+def test_start_runs_for_reads_hours_minutes_seconds(text, seconds):
+    assert sweep.parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["2h", "01:30", "1:x:00", ""])
+def test_start_runs_for_rejects_other_formats_with_an_example(text):
+    with pytest.raises(ValueError, match="HH:MM:SS"):
+        sweep.parse_duration(text)
