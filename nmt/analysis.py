@@ -231,7 +231,9 @@ def paired_bootstrap(
     idxs = rng.choice(n, size=(n_samples, n), replace=True)
     diffs = np.array([abs(score(sys_stats, i) - score(base_stats, i)) for i in idxs])
     centred = diffs - diffs.mean()
-    return float((np.sum(centred > real) + 1) / (n_samples + 1))
+    # sacreBLEU counts centred > real; >= differs only on exact ties, where it must: two systems scoring
+    # the same on every resample (identical outputs, or both 0 BLEU) get p = 1, not 1 / (n_samples + 1)
+    return float((np.sum(centred >= real) + 1) / (n_samples + 1))
 
 
 def holm(p_values: dict) -> dict:

@@ -129,6 +129,15 @@ def test_paired_bootstrap_detects_a_real_difference_and_not_a_fake_one():
     assert analysis.paired_bootstrap([one_changed], [good], refs, n_samples=200) > 0.05
 
 
+def test_paired_bootstrap_of_systems_that_never_differ_is_one():
+    # every resample ties exactly: no evidence of a difference, so p = 1 (sacreBLEU's > count gives 1/(n+1))
+    refs = [f"sentence number {i} is here ." for i in range(50)]
+    same = [r.replace("here", "there") for r in refs]
+    assert analysis.paired_bootstrap([same], [list(same)], refs, n_samples=100) == 1.0
+    empty = [""] * len(refs)  # two systems that both score 0 BLEU on every resample
+    assert analysis.paired_bootstrap([empty], [["x"] * len(refs)], refs, n_samples=100) == 1.0
+
+
 def _noisy_systems(n: int = 80):
     rng = random.Random(3)
     refs = [f"the {w} dog number {i} runs over the green field ." for i, w in enumerate(rng.choices("abc", k=n))]
