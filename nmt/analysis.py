@@ -206,8 +206,8 @@ def paired_bootstrap(
     scores every seed's output on those sentences, a system's score being the mean over its seeds. Seeds
     are repeated runs on the same sentences, not more sentences, so adding seeds that change nothing
     leaves the p-value unchanged. With one seed this is exactly sacreBLEU's ``--paired-bs`` (same
-    resampling indices for the same seed, same statistic, same p-value); the seed is passed directly, no
-    process-wide state changes.
+    resampling indices for the same seed, same statistic, same p-value) except on exact ties (below); the
+    seed is passed directly, no process-wide state changes.
     """
     import numpy as np
 
