@@ -28,6 +28,20 @@ def mean_ci(values: Sequence[float]) -> tuple[float, float]:
     return mean, t_critical(n - 1) * statistics.stdev(values) / math.sqrt(n)
 
 
+def one_sample_p(values: Sequence[float]) -> float:
+    """Two-sided p-value of Student's one-sample t-test of mean zero: the test that matches
+    :func:`mean_ci` (p < 0.05 exactly when the 95% interval excludes zero). nan with fewer than two values."""
+    n = len(values)
+    if n < 2:
+        return math.nan
+    mean, std = statistics.fmean(values), statistics.stdev(values)
+    if std == 0:
+        return 1.0 if mean == 0 else 0.0
+    from scipy.stats import t
+
+    return float(2 * t.sf(abs(mean) / (std / math.sqrt(n)), n - 1))
+
+
 def welch_difference(a: Sequence[float], b: Sequence[float]) -> tuple[float, float]:
     """mean(a) - mean(b) and the half-width of its 95% interval (Welch's unequal-variance t)."""
     diff = statistics.fmean(a) - statistics.fmean(b)
@@ -113,8 +127,9 @@ def factorial_effect(records: Sequence[dict], metric: str, factor: str, level: s
     combinations (each counts once, however many runs it has).
 
     Seeds are paired: a seed that ran in every cell involved gives one value (its difference, averaged
-    over the other factors' combinations), and the 95% t-interval is over those values. Seeds missing
-    from some cell (failed runs) are left out and reported: ``unbalanced`` lists the cells short of them.
+    over the other factors' combinations); the 95% t-interval and the t-test's p-value are over those
+    values. Seeds missing from some cell (failed runs) are left out and reported: ``unbalanced`` lists the
+    cells short of them.
     """
     others = [f for f in factor_names(records) if f != factor]
     values: dict[tuple, dict[int, float]] = {}
@@ -133,9 +148,9 @@ def factorial_effect(records: Sequence[dict], metric: str, factor: str, level: s
     ]
     per_seed = [statistics.fmean(values[(level, *c)][s] - values[(reference, *c)][s] for c in combos) for s in seeds]
     if not per_seed:
-        return {"diff": math.nan, "ci95": math.nan, "seeds": 0, "unbalanced": unbalanced}
+        return {"diff": math.nan, "ci95": math.nan, "p": math.nan, "seeds": 0, "unbalanced": unbalanced}
     diff, ci = mean_ci(per_seed)
-    return {"diff": diff, "ci95": ci, "seeds": len(per_seed), "unbalanced": unbalanced}
+    return {"diff": diff, "ci95": ci, "p": one_sample_p(per_seed), "seeds": len(per_seed), "unbalanced": unbalanced}
 
 
 def interactions(records: Sequence[dict], metric: str) -> dict[tuple[str, str], dict[tuple[str, str], float]]:
@@ -175,9 +190,15 @@ def interaction_effect(records: Sequence[dict], metric: str, a: str, b: str) -> 
 
     per_seed = [statistics.fmean(contrast(s, c) for c in combos) for s in seeds]
     if not per_seed:
-        return {"diff": math.nan, "ci95": math.nan, "seeds": 0, "levels": (levels_a, levels_b)}
+        return {"diff": math.nan, "ci95": math.nan, "p": math.nan, "seeds": 0, "levels": (levels_a, levels_b)}
     diff, ci = mean_ci(per_seed)
-    return {"diff": diff, "ci95": ci, "seeds": len(per_seed), "levels": (levels_a, levels_b)}
+    return {
+        "diff": diff,
+        "ci95": ci,
+        "p": one_sample_p(per_seed),
+        "seeds": len(per_seed),
+        "levels": (levels_a, levels_b),
+    }
 
 
 def _metric(name: str, tokenize: str):

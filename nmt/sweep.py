@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import time
+from itertools import combinations
 from pathlib import Path
 
 from hydra.core.hydra_config import HydraConfig
@@ -243,6 +244,7 @@ def write_report(sweep_dir: str | Path, metric: str = "auto", baseline: dict | N
     perplexity = analysis.lower_is_better(metric)
     _ranking_section(doc, records, factors, metric, base, perplexity)
     effects = analysis.main_effects(records, metric)
+    _effects_summary(doc, records, effects, metric)
     _effects_section(doc, sweep_dir, records, effects, metric, perplexity)
     _interactions_section(doc, sweep_dir, records, metric)
     _outputs_section(doc, records, factors, sentence)
@@ -299,6 +301,37 @@ def _ranking_section(doc: Document, records, factors, metric: str, base: dict, p
     doc.table(header, table)
     if _overlapping(rows):
         doc.paragraph("The 95% intervals of neighbouring cells overlap: this ranking is exploratory, not a finding.")
+
+
+def _effects_summary(doc: Document, records, effects: dict, metric: str) -> None:
+    """Every main effect and two-way interaction in one table, with p-values adjusted as one family."""
+    rows = {}
+    for factor, effect in effects.items():
+        for name, d in effect["differences"].items():
+            rows[f"{factor}: {name}"] = d
+    for a, b in combinations(analysis.factor_names(records), 2):
+        effect = analysis.interaction_effect(records, metric, a, b)
+        if effect is not None:
+            rows[f"{a} x {b}"] = effect
+    tested = {name: d["p"] for name, d in rows.items() if not math.isnan(d["p"])}
+    if not tested:
+        return
+    adjusted = analysis.holm(tested)
+    doc.heading("Effects at a glance (seeds paired, 95% CI)")
+    doc.paragraph(
+        f"Main effects (level - first level) and two-way interactions (how much the first factor's effect "
+        f"changes at the second factor's other level; see their sections) on `{metric}`, each averaged over "
+        f"the other factors; p: "
+        f"Student's t-test over the paired seeds (the same test as the interval); p (Holm): adjusted for the "
+        f"{len(tested)} effects of this table."
+    )
+    doc.table(
+        ["effect", "estimate", "± 95% CI", "seeds", "p", "p (Holm)"],
+        [
+            [name, _fmt(d["diff"]), _fmt(d["ci95"]), str(d["seeds"]), _fmt(d["p"], 4), _fmt(adjusted.get(name), 4)]
+            for name, d in rows.items()
+        ],
+    )
 
 
 def _effects_section(doc: Document, sweep_dir: Path, records, effects: dict, metric: str, perplexity: bool) -> None:

@@ -78,6 +78,22 @@ def test_main_effects_by_hand():
     assert diff["ci95"] == pytest.approx(stats.t.ppf(0.975, 2) * math.sqrt(0.75) / math.sqrt(3))
 
 
+def test_effect_p_values_are_the_t_test_of_the_paired_seeds():
+    effects = analysis.main_effects(RECORDS, "test_bleu")
+    interaction = analysis.interaction_effect(RECORDS, "test_bleu", "norm", "pos")
+    # per seed: pos 3.5, 3.5, 5.0; norm (rms - layer) -0.5, -0.5, 1.0; interaction 1, 1, 4 (by hand)
+    for effect, per_seed in [
+        (effects["pos"]["differences"]["relative - absolute"], [3.5, 3.5, 5.0]),
+        (effects["norm"]["differences"]["rms - layer"], [-0.5, -0.5, 1.0]),
+        (interaction, [1.0, 1.0, 4.0]),
+    ]:
+        assert effect["p"] == pytest.approx(stats.ttest_1samp(per_seed, 0.0).pvalue)
+        # the test and the interval agree: p < 0.05 exactly when the interval excludes zero
+        assert (effect["p"] < 0.05) == (abs(effect["diff"]) > effect["ci95"])
+    assert analysis.one_sample_p([2.0, 2.0]) == 0.0 and analysis.one_sample_p([0.0, 0.0]) == 1.0
+    assert math.isnan(analysis.one_sample_p([1.0]))
+
+
 def test_welch_interval_uses_the_exact_quantile():
     a, b = [33.0, 34.0, 35.0, 33.0, 34.0, 38.0], [30.0, 31.0, 32.0, 29.0, 30.0, 31.0]
     diff, ci = analysis.welch_difference(a, b)
@@ -201,6 +217,11 @@ def synthetic_sweep(tmp_path):
         )
 
 
+def diff_ci(factor):
+    effect = analysis.main_effects(RECORDS, "test_bleu")[factor]["differences"]
+    return next(iter(effect.values()))["ci95"]
+
+
 def test_report_from_synthetic_runs(tmp_path):
     synthetic_sweep(tmp_path)
     report = write_report(tmp_path).read_text()
@@ -214,6 +235,25 @@ def test_report_from_synthetic_runs(tmp_path):
     assert baseline_row.endswith("| baseline |  |")
     relative_row = next(line for line in report.splitlines() if "| layer | relative |" in line)
     assert float(relative_row.rstrip(" |").rsplit("|", 1)[1]) < 0.05  # clearly better hypotheses
+    # every effect in one table, Holm-adjusted as one family of 3 (sorted p times 3, 2, 1, made monotone)
+    raw = {
+        name: stats.ttest_1samp(v, 0.0).pvalue
+        for name, v in [("pos", [3.5, 3.5, 5.0]), ("norm", [-0.5, -0.5, 1.0]), ("norm x pos", [1.0, 1.0, 4.0])]
+    }
+    first, second, third = sorted(raw, key=raw.get)
+    holm = {first: min(1.0, 3 * raw[first])}
+    holm[second] = min(1.0, max(holm[first], 2 * raw[second]))
+    holm[third] = min(1.0, max(holm[second], raw[third]))
+    assert "## Effects at a glance" in report
+    pos_row = next(line for line in report.splitlines() if line.startswith("| pos: relative - absolute |"))
+    assert (
+        pos_row
+        == f"| pos: relative - absolute | 4.00 | {diff_ci('pos'):.2f} | 3 | {raw['pos']:.4f} | {holm['pos']:.4f} |"
+    )
+    assert any(
+        line.startswith("| norm x pos | 2.00 | ") and line.endswith(f"| {holm['norm x pos']:.4f} |")
+        for line in report.splitlines()
+    )
 
 
 SWEEP = [
