@@ -5,7 +5,8 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
-from nmt.sweep import run_cell, write_report
+from nmt.sweep import run_cell
+from nmt.sweep_report import write_report
 
 
 @hydra.main(config_path="conf", config_name="sweep", version_base="1.3")

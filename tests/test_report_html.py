@@ -7,7 +7,7 @@ import subprocess
 import pytest
 
 from nmt.report_doc import Document
-from nmt.sweep import write_report
+from nmt.sweep_report import write_report
 
 from .test_sweep import synthetic_sweep
 
@@ -68,7 +68,7 @@ def test_headless_chromium_renders_every_table_and_figure_without_errors(report_
     tables = int(re.search(r'data-tables="(\d+)"', body).group(1))
     page = report_html.read_text()
     assert figures == page.count("<img ") >= 2 and rendered == figures  # every figure decoded
-    assert tables == page.count("<table>") == 5  # ranking, 2 factors, the interaction, the outputs
+    assert tables == page.count("<table>") == 6  # ranking, effects at a glance, 2 factors, the interaction, the outputs
     assert "Uncaught" not in result.stderr and ":ERROR:CONSOLE" not in result.stderr
 
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from scipy import stats
 
-from nmt import analysis, sweep
-from nmt.sweep import write_report
+from nmt import analysis, sweep, sweep_report
+from nmt.sweep_report import write_report
 
 from .conftest import ROOT, tiny_overrides
 
@@ -192,8 +192,8 @@ def test_bootstrap_equals_sacrebleu_paired_bs_command(metric, tmp_path):
 
 def test_significance_uses_the_target_languages_tokenizer(tmp_path):
     (tmp_path / "config.yaml").write_text("data:\n  tgt_lang: zh\n")
-    assert sweep._bleu_tokenize({"run_dir": str(tmp_path)}) == "zh"
-    assert sweep._bleu_tokenize({"run_dir": str(tmp_path / "missing")}) == "13a"
+    assert sweep_report._bleu_tokenize({"run_dir": str(tmp_path)}) == "zh"
+    assert sweep_report._bleu_tokenize({"run_dir": str(tmp_path / "missing")}) == "13a"
 
 
 def synthetic_sweep(tmp_path):
@@ -348,7 +348,7 @@ def test_report_files_split_on_newline_only(tmp_path):
     # would split there and misalign hypotheses with references)
     path = tmp_path / "hyps.txt"
     path.write_text("a\u2028b\nc\x0cd\u0085e\n", encoding="utf-8")
-    assert sweep.read_lines(path) == ["a\u2028b", "c\x0cd\u0085e"]
+    assert sweep_report.read_lines(path) == ["a\u2028b", "c\x0cd\u0085e"]
 
 
 def test_a_perplexity_report_ranks_lower_first_and_makes_no_bleu_test(tmp_path):
