@@ -34,15 +34,16 @@ def test_rnn_attention_scores_follow_their_formulas(cls):
     mask = torch.tensor([[True, True, False]])
     context, weights = attention(q, attention.prepare_keys(memory), memory, mask)
     scores = []
-    for j in range(src_len):
-        h, s = memory[0, j], q[0, 0]
-        if cls is DotAttention:  # Luong "dot", scaled: s . h / sqrt(d)
-            scores.append(float(s @ h) / math.sqrt(dim))
-        elif cls is MultiplicativeAttention:  # Luong "general": s^T W h
-            scores.append(float(s @ (attention.weight.weight @ h)))
-        else:  # Bahdanau: v^T tanh(W_q s + W_k h + b)
-            hidden = attention.query_proj.weight @ s + attention.key_proj.weight @ h + attention.key_proj.bias
-            scores.append(float(attention.v.weight[0] @ torch.tanh(hidden)))
+    with torch.no_grad():  # plain numbers: the reference needs no graph
+        for j in range(src_len):
+            h, s = memory[0, j], q[0, 0]
+            if cls is DotAttention:  # Luong "dot", scaled: s . h / sqrt(d)
+                scores.append(float(s @ h) / math.sqrt(dim))
+            elif cls is MultiplicativeAttention:  # Luong "general": s^T W h
+                scores.append(float(s @ (attention.weight.weight @ h)))
+            else:  # Bahdanau: v^T tanh(W_q s + W_k h + b)
+                hidden = attention.query_proj.weight @ s + attention.key_proj.weight @ h + attention.key_proj.bias
+                scores.append(float(attention.v.weight[0] @ torch.tanh(hidden)))
     e = [math.exp(x) for x in scores[:2]]  # the masked position gets no weight
     expected = [e[0] / sum(e), e[1] / sum(e), 0.0]
     assert weights[0, 0].tolist() == pytest.approx(expected, abs=1e-6)

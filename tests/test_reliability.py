@@ -118,6 +118,8 @@ class NaNAfter(torch.nn.Module):
         return out * float("nan") if self.training and self.calls > self.after else out
 
 
+# returning None from training_step is Lightning's documented way to skip a step; its notice is expected
+@pytest.mark.filterwarnings("ignore:`training_step` returned `None`")
 def test_non_finite_losses_are_skipped_then_stop_the_run(tmp_path):
     cfg = compose_train()
     dm = build_datamodule(cfg.data, str(tmp_path), 1)
