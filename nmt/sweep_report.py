@@ -6,7 +6,6 @@ curves per level, and one test sentence as every cell translated it."""
 import csv
 import json
 import math
-from itertools import combinations
 from pathlib import Path
 
 from omegaconf import OmegaConf
@@ -120,9 +119,11 @@ def write_report(sweep_dir: str | Path, metric: str = "auto", baseline: dict | N
     perplexity = analysis.lower_is_better(metric)
     _ranking_section(doc, records, factors, metric, base, perplexity)
     effects = analysis.main_effects(records, metric)
-    _effects_summary(doc, records, effects, metric)
+    pairs = analysis.interactions(records, metric)  # per pair of factors: mean of each pair of levels
+    pair_effects = {pair: analysis.interaction_effect(records, metric, *pair) for pair in pairs}
+    _effects_summary(doc, effects, pair_effects, metric)
     _effects_section(doc, sweep_dir, records, effects, metric, perplexity)
-    _interactions_section(doc, sweep_dir, records, metric)
+    _interactions_section(doc, sweep_dir, pairs, pair_effects, metric)
     _outputs_section(doc, records, factors, sentence)
     report = sweep_dir / "report.md"
     report.write_text(doc.markdown() + "\n")
@@ -179,16 +180,10 @@ def _ranking_section(doc: Document, records, factors, metric: str, base: dict, p
         doc.paragraph("The 95% intervals of neighbouring cells overlap: this ranking is exploratory, not a finding.")
 
 
-def _effects_summary(doc: Document, records, effects: dict, metric: str) -> None:
+def _effects_summary(doc: Document, effects: dict, pair_effects: dict, metric: str) -> None:
     """Every main effect and two-way interaction in one table, with p-values adjusted as one family."""
-    rows = {}
-    for factor, effect in effects.items():
-        for name, d in effect["differences"].items():
-            rows[f"{factor}: {name}"] = d
-    for a, b in combinations(analysis.factor_names(records), 2):
-        effect = analysis.interaction_effect(records, metric, a, b)
-        if effect is not None:
-            rows[f"{a} x {b}"] = effect
+    rows = {f"{factor}: {name}": d for factor, effect in effects.items() for name, d in effect["differences"].items()}
+    rows |= {f"{a} x {b}": d for (a, b), d in pair_effects.items() if d is not None}
     tested = {name: d["p"] for name, d in rows.items() if not math.isnan(d["p"])}
     if not tested:
         return
@@ -197,9 +192,8 @@ def _effects_summary(doc: Document, records, effects: dict, metric: str) -> None
     doc.paragraph(
         f"Main effects (level - first level) and two-way interactions (how much the first factor's effect "
         f"changes at the second factor's other level; see their sections) on `{metric}`, each averaged over "
-        f"the other factors; p: "
-        f"Student's t-test over the paired seeds (the same test as the interval); p (Holm): adjusted for the "
-        f"{len(tested)} effects of this table."
+        f"the other factors; p: Student's t-test over the paired seeds (the same test as the interval); "
+        f"p (Holm): adjusted for the {len(tested)} effects of this table."
     )
     doc.table(
         ["effect", "estimate", "± 95% CI", "seeds", "p", "p (Holm)"],
@@ -242,16 +236,16 @@ def _effects_section(doc: Document, sweep_dir: Path, records, effects: dict, met
             doc.figure(sweep_dir / f"curves_{factor}.png", f"{curve_metric} by {factor}")
 
 
-def _interactions_section(doc: Document, sweep_dir: Path, records, metric: str) -> None:
+def _interactions_section(doc: Document, sweep_dir: Path, pairs: dict, pair_effects: dict, metric: str) -> None:
     doc.heading("Two-way interactions (mean over all other factors and seeds)")
-    for (a, b), table in analysis.interactions(records, metric).items():
+    for (a, b), table in pairs.items():
         doc.heading(f"{a} x {b}", 3)
         columns = sorted({y for _, y in table})
         doc.table(
             [f"{a} \\ {b}", *columns],
             [[x, *(_fmt(table.get((x, y))) for y in columns)] for x in sorted({x for x, _ in table})],
         )
-        effect = analysis.interaction_effect(records, metric, a, b)
+        effect = pair_effects[(a, b)]
         if effect is not None:
             (a0, a1), (b0, b1) = effect["levels"]
             doc.paragraph(
