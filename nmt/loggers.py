@@ -12,12 +12,18 @@ def wandb_logger(
     tags=(),
     name: str | None = None,
     config: dict | None = None,
+    dir: str | None = None,
 ) -> WandbLogger:
-    """W&B, offline when no API key is configured (then: `wandb sync <run_dir>/wandb/offline-run-*`)."""
+    """W&B, offline when no API key is configured (then: `wandb sync <dir>/wandb/offline-run-*`).
+
+    W&B writes its files under ``<dir>/wandb`` (``dir`` defaults to the run's folder). A sweep points every
+    run at its own folder, so one ``wandb sync`` uploads the whole group and ``wandb leet <dir>/wandb``
+    browses it in a terminal without an account."""
+    dir = dir or save_dir
     offline = not os.environ.get("WANDB_API_KEY") or os.environ.get("WANDB_MODE") == "offline"
     if offline:
-        print(f"W&B: no WANDB_API_KEY, logging offline; upload later with: wandb sync {save_dir}/wandb/offline-run-*")
-    logger = WandbLogger(project=project, group=group, tags=list(tags), name=name, save_dir=save_dir, offline=offline)
+        print(f"W&B: no WANDB_API_KEY, logging offline; upload later with: wandb sync {dir}/wandb/offline-run-*")
+    logger = WandbLogger(project=project, group=group, tags=list(tags), name=name, save_dir=dir, offline=offline)
     if config:
         logger.log_hyperparams(config)
     return logger
@@ -35,7 +41,9 @@ def log_results_to_wandb(logger: WandbLogger, results: dict) -> None:
 
 def log_report_to_wandb(report_path, project: str, group: str, metric: str = "auto") -> None:
     """A sweep's report as a W&B run of its own in the sweep's group: one bar panel per factor (the
-    metric's mean at each level, ``<factor>_by_level``), the results table, the HTML report, the figures."""
+    metric's mean at each level, ``<factor>_by_level``), the results table, the HTML report, the figures.
+    The level means also go into the run's summary (``<factor>/<level>``), where the runs table and
+    ``wandb leet`` show them."""
     import csv
     from pathlib import Path
 
@@ -62,6 +70,7 @@ def log_report_to_wandb(report_path, project: str, group: str, metric: str = "au
         rows = list(csv.reader(handle))
     panels = {}
     for factor, effect in analysis.main_effects(records, metric).items():
+        run.summary.update({f"{factor}/{level}": s["mean"] for level, s in effect["levels"].items()})
         table = wandb.Table(
             columns=["level", metric, "runs"],
             data=[[level, s["mean"], s["n"]] for level, s in effect["levels"].items()],

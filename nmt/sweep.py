@@ -87,6 +87,9 @@ def run_cell(cfg: DictConfig) -> dict | None:
         f"group={cfg.sweep_name}",
         f"tags=[{tags}]",
     ]
+    if str(cfg.logger.get("_target_", "")).endswith("wandb_logger") and not cfg.logger.get("dir"):
+        # one W&B folder per sweep: `wandb sync` uploads the group at once, `wandb leet` browses it
+        command.append(f"logger.dir='{Path(hydra_cfg.sweep.dir).resolve()}'")
     env = dict(os.environ)
     if cfg.pin_gpus:
         gpus = env.get("CUDA_VISIBLE_DEVICES", "").split(",") if env.get("CUDA_VISIBLE_DEVICES") else None

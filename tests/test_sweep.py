@@ -283,32 +283,34 @@ def test_two_by_two_sweep_through_joblib_reports_and_resumes(tmp_path):
 
 
 @pytest.mark.slow
-def test_wandb_offline_run_holds_metrics_and_tables(tmp_path):
+def test_a_wandb_sweep_logs_every_run_and_the_report_into_one_offline_folder(tmp_path):
+    """Each run's metrics, samples and tags, and the report run's panels, all under <sweep>/wandb, where one
+    `wandb sync` uploads the group and `wandb leet` browses it."""
+    overrides = [o for o in SWEEP if not o.startswith(("hydra/launcher", "hydra.launcher", "norm="))]
     command = [
         sys.executable,
-        str(ROOT / "train.py"),
-        *tiny_overrides(),
+        str(ROOT / "sweep.py"),
+        *overrides,
         "logger=wandb",
-        f"run_dir={tmp_path}",
-        "validation.bleu_every_n_epochs=1",
-        "group=g1",
-        "tags=[pos:absolute]",
+        "sweep_name=g1",
         "trainer.log_every_n_steps=1",
+        f"hydra.sweep.dir={tmp_path}",
     ]
-    result = subprocess.run(
-        command,
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=600,
-        env={**__import__("os").environ, "WANDB_MODE": "offline"},
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "wandb sync" in result.stdout
-    (run_file,) = Path(tmp_path, "wandb").glob("offline-run-*/run-*.wandb")
-    data = run_file.read_bytes()
-    for key in (b"val_loss", b"train_loss", b"val_samples", b"test_bleu", b"g1"):
-        assert key in data, key
+    env = {**os.environ, "WANDB_MODE": "offline"}
+    env.pop("WANDB_API_KEY", None)
+    result = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=900, env=env)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    assert not list(tmp_path.glob("*/wandb"))  # nothing W&B in the run folders
+    files = {path: path.read_bytes() for path in tmp_path.glob("wandb/offline-run-*/run-*.wandb")}
+    reports = [data for data in files.values() if b"g1-report" in data]
+    runs = [data for data in files.values() if b"g1-report" not in data]
+    assert len(files) == 3 and len(reports) == 1
+    for data in runs:
+        for key in (b"val_loss", b"train_loss", b"val_samples", b"test_bleu", b"g1", b"pos:"):
+            assert key in data, key
+    assert b"pos:absolute" in b"".join(runs) and b"pos:rope" in b"".join(runs)  # the factor values as tags
+    for key in (b"pos_by_level", b"pos/absolute", b"pos/rope", b"results", b"report"):
+        assert key in reports[0], key
 
 
 @pytest.mark.slow
