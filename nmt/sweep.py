@@ -87,9 +87,10 @@ def run_cell(cfg: DictConfig) -> dict | None:
         f"group={cfg.sweep_name}",
         f"tags=[{tags}]",
     ]
-    if str(cfg.logger.get("_target_", "")).endswith("wandb_logger") and not cfg.logger.get("dir"):
-        # one W&B folder per sweep: `wandb sync` uploads the group at once, `wandb leet` browses it
-        command.append(f"logger.dir='{Path(hydra_cfg.sweep.dir).resolve()}'")
+    if str(cfg.logger.get("_target_", "")).endswith("wandb_logger"):
+        command.append(f"logger.name='{run_dir.name}'")  # the factor values, as in the run's folder
+        if not cfg.logger.get("dir"):  # one W&B folder per sweep: `wandb sync` uploads the group at once
+            command.append(f"logger.dir='{Path(hydra_cfg.sweep.dir).resolve()}'")
     env = dict(os.environ)
     if cfg.pin_gpus:
         gpus = env.get("CUDA_VISIBLE_DEVICES", "").split(",") if env.get("CUDA_VISIBLE_DEVICES") else None

@@ -284,8 +284,8 @@ def test_two_by_two_sweep_through_joblib_reports_and_resumes(tmp_path):
 
 @pytest.mark.slow
 def test_a_wandb_sweep_logs_every_run_and_the_report_into_one_offline_folder(tmp_path):
-    """Each run's metrics, samples and tags, and the report run's panels, all under <sweep>/wandb, where one
-    `wandb sync` uploads the group and `wandb leet` browses it."""
+    """Each run's metrics, samples, tags and name, and the report run's panels and level means, all under
+    <sweep>/wandb, where one `wandb sync` uploads the group and `wandb leet` browses it."""
     overrides = [o for o in SWEEP if not o.startswith(("hydra/launcher", "hydra.launcher", "norm="))]
     command = [
         sys.executable,
@@ -308,9 +308,26 @@ def test_a_wandb_sweep_logs_every_run_and_the_report_into_one_offline_folder(tmp
     for data in runs:
         for key in (b"val_loss", b"train_loss", b"val_samples", b"test_bleu", b"g1", b"pos:"):
             assert key in data, key
-    assert b"pos:absolute" in b"".join(runs) and b"pos:rope" in b"".join(runs)  # the factor values as tags
-    for key in (b"pos_by_level", b"pos/absolute", b"pos/rope", b"results", b"report"):
+    for key in (b"pos_by_level", b"results", b"report"):
         assert key in reports[0], key
+    # names, tags and summaries as W&B reads them back (its own reader of the offline log, wandb >= 0.28)
+    wandb_cli = Path(sys.executable).with_name("wandb")
+    summaries = {}
+    for path in files:
+        shown = subprocess.run(
+            [str(wandb_cli), "leet", "inspect", "--summary", "--json", str(path)], capture_output=True, text=True
+        )
+        if shown.returncode != 0:
+            pytest.skip(f"`wandb leet inspect` not available: {shown.stderr[-300:]}")
+        run = json.loads(shown.stdout)
+        summaries[run["name"]] = run
+    assert set(summaries) == {"g1-report", "pos=absolute,seed=1", "pos=rope,seed=1"}
+    for name in ("pos=absolute,seed=1", "pos=rope,seed=1"):
+        result = json.loads((tmp_path / name / "sweep_result.json").read_text())
+        assert summaries[name]["tags"] == [name.split(",")[0].replace("=", ":")]
+        assert summaries[name]["summary"]["test_bleu"] == pytest.approx(result["metrics"]["test_bleu"])
+        level = name.split(",")[0].replace("=", "/")  # one seed: the level's mean is this run's score
+        assert summaries["g1-report"]["summary"][level] == pytest.approx(result["metrics"]["test_bleu"])
 
 
 @pytest.mark.slow
