@@ -42,6 +42,10 @@ def too_late_to_start(sweep_dir: Path, start_runs_for: str | None) -> bool:
     return time.time() - launched > parse_duration(start_runs_for)
 
 
+def logs_to_wandb(cfg: DictConfig) -> bool:
+    return str(cfg.get("logger", {}).get("_target_", "")).endswith("wandb_logger")
+
+
 def _override_pairs(overrides) -> list[tuple[str, str]]:
     pairs = []
     for override in overrides:
@@ -87,9 +91,10 @@ def run_cell(cfg: DictConfig) -> dict | None:
         f"group={cfg.sweep_name}",
         f"tags=[{tags}]",
     ]
-    if str(cfg.logger.get("_target_", "")).endswith("wandb_logger"):
-        command.append(f"logger.name='{run_dir.name}'")  # the factor values, as in the run's folder
-        if not cfg.logger.get("dir"):  # one W&B folder per sweep: `wandb sync` uploads the group at once
+    if logs_to_wandb(cfg):  # unless given: runs named by their factor values, one W&B folder per sweep
+        if not cfg.logger.get("name"):
+            command.append(f"logger.name='{run_dir.name}'")
+        if not cfg.logger.get("dir"):
             command.append(f"logger.dir='{Path(hydra_cfg.sweep.dir).resolve()}'")
     env = dict(os.environ)
     if cfg.pin_gpus:
@@ -159,7 +164,7 @@ class SweepReport(Callback):
         report = write_report(
             config.hydra.sweep.dir, config.get("report_metric", "auto"), baseline, config.get("report_sentence", 0)
         )
-        if config.get("logger", {}).get("_target_", "").endswith("wandb_logger"):
+        if logs_to_wandb(config):
             from nmt.loggers import log_report_to_wandb
 
             log_report_to_wandb(
