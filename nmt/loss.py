@@ -19,15 +19,17 @@ class LabelSmoothedCrossEntropy(nn.Module):
     def forward(self, logits: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """logits: (batch, len, vocab), target: (batch, len).
         Returns (loss per target token, summed NLL without smoothing, number of target tokens)."""
-        flat_logits = logits.reshape(-1, logits.size(-1)).float()
+        # one log-softmax serves both numbers: a second pass over (tokens x vocab) for the NLL alone
+        # cost about as much as the loss itself
+        log_probs = F.log_softmax(logits.reshape(-1, logits.size(-1)).float(), dim=-1)
         flat_target = target.reshape(-1)
-        loss_sum = F.cross_entropy(
-            flat_logits, flat_target, ignore_index=self.pad_id, label_smoothing=self.smoothing, reduction="sum"
-        )
+        keep = flat_target != self.pad_id
+        nll_sum = F.nll_loss(log_probs, flat_target, ignore_index=self.pad_id, reduction="sum")
         if self.smoothing == 0.0:
-            nll_sum = loss_sum.detach()  # the same number: no second pass over the vocabulary
+            loss_sum = nll_sum
         else:
-            with torch.no_grad():
-                nll_sum = F.cross_entropy(flat_logits, flat_target, ignore_index=self.pad_id, reduction="sum")
-        tokens = (flat_target != self.pad_id).sum()
-        return loss_sum / tokens.clamp(min=1), nll_sum, tokens
+            # PyTorch's convention: (1 - eps) on the reference, eps / V on every token (the reference too)
+            uniform_sum = -(log_probs.sum(dim=-1) * keep).sum() / log_probs.size(-1)
+            loss_sum = (1.0 - self.smoothing) * nll_sum + self.smoothing * uniform_sum
+        tokens = keep.sum()
+        return loss_sum / tokens.clamp(min=1), nll_sum.detach(), tokens

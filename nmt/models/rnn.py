@@ -20,6 +20,7 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from nmt.models.state import DecoderState
+from nmt.modules.dropout import Dropout
 from nmt.modules.rnn_attention import RNNAttention
 
 CELLS = {"gru": nn.GRU, "lstm": nn.LSTM}
@@ -74,7 +75,7 @@ class RNNSeq2Seq(nn.Module):
         directions = 2 if bidirectional else 1
         self.src_embed = nn.Embedding(src_vocab_size, embed_dim, padding_idx=pad_id)
         self.tgt_embed = nn.Embedding(tgt_vocab_size, embed_dim, padding_idx=pad_id)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.encoder = rnn(embed_dim, hidden_size, encoder_layers, batch_first=True, bidirectional=bidirectional,
                            dropout=dropout if encoder_layers > 1 else 0.0)  # fmt: skip
         self.memory_proj = nn.Linear(directions * hidden_size, hidden_size, bias=False)

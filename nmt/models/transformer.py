@@ -14,6 +14,7 @@ from torch import nn
 
 from nmt.models.state import DecoderState
 from nmt.modules.attention import MultiHeadAttention
+from nmt.modules.dropout import Dropout
 from nmt.modules.feedforward import FeedForward
 from nmt.modules.position import PositionEncoding
 
@@ -30,7 +31,7 @@ class Residual(nn.Module):
     def __init__(self, d_model: int, norm: NormFactory, dropout: float, pre_norm: bool) -> None:
         super().__init__()
         self.norm = norm(d_model)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.pre_norm = pre_norm
 
     def forward(self, x: torch.Tensor, sublayer: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
@@ -194,7 +195,7 @@ class Transformer(nn.Module):
         # one position module per stack: learned/relative tables are not shared between encoder and decoder
         self.src_pos = position(d_model=d_model, head_dim=head_dim)
         self.tgt_pos = position(d_model=d_model, head_dim=head_dim)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         spec = LayerSpec.build(
             d_model,
             num_heads,

@@ -13,6 +13,7 @@ from torch import nn
 
 from nmt.models.state import DecoderState
 from nmt.models.transformer import LayerSpec, NormFactory, PositionFactory
+from nmt.modules.dropout import Dropout
 from nmt.modules.position import PositionEncoding
 
 
@@ -76,7 +77,7 @@ class TransformerLM(nn.Module):
         pre_norm = norm_position == "pre"
         self.embed = nn.Embedding(tgt_vocab_size, d_model, padding_idx=pad_id)
         self.pos = position(d_model=d_model, head_dim=d_model // num_heads)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         spec = LayerSpec.build(
             d_model,
             num_heads,

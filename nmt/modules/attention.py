@@ -14,6 +14,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from nmt.modules.dropout import dropout
 from nmt.modules.position import PositionEncoding
 
 
@@ -78,7 +79,12 @@ class MultiHeadAttention(nn.Module):
         if pos is not None:
             q = pos.rotate(q, q_pos)
             bias = pos.scores(q, q_pos, k_pos)  # (batch, heads, q_len, k_len) or None
-        explicit = not self.fused or self.keep_weights or (pos is not None and pos.needs_attention_weights)
+        # PyTorch's fused kernel has a slow backward pass on a CPU (a quarter of a bf16 training step of the
+        # tiny model; the explicit formula trains faster there, BENCHMARKS.md), so CPU training skips it
+        cpu_training = self.training and q.device.type == "cpu"
+        explicit = (
+            not self.fused or cpu_training or self.keep_weights or (pos is not None and pos.needs_attention_weights)
+        )
         if explicit:
             out = self._explicit(q, k, v, mask, bias, q_pos, k_pos)
         else:
@@ -97,7 +103,7 @@ class MultiHeadAttention(nn.Module):
         weights = scores.softmax(dim=-1)
         if self.keep_weights:
             self.last_weights = weights.detach()
-        weights = F.dropout(weights, self.dropout, self.training)
+        weights = dropout(weights, self.dropout, self.training)
         out = weights @ v  # (batch, heads, q_len, head_dim)
         if self.position is not None:
             extra = self.position.values(weights, q_pos, k_pos)
@@ -112,5 +118,5 @@ class MultiHeadAttention(nn.Module):
             attn_mask = bias / math.sqrt(self.head_dim)
             if mask is not None:
                 attn_mask = attn_mask.masked_fill(~mask, float("-inf"))
-        dropout = self.dropout if self.training else 0.0
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout)
+        dropout_p = self.dropout if self.training else 0.0
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p)

@@ -4,6 +4,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from nmt.modules.dropout import Dropout
+
 ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu}
 
 
@@ -17,7 +19,7 @@ class FeedForward(nn.Module):
         self.up = nn.Linear(d_model, ffn_dim)
         self.down = nn.Linear(ffn_dim, d_model)
         self.activation = ACTIVATIONS[activation]
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # x: (batch, len, d_model) -> (batch, len, ffn_dim) -> (batch, len, d_model)
