@@ -4,7 +4,7 @@ import time
 
 from omegaconf import OmegaConf
 
-from nmt.bench.curves import plot_curves, validation_curve
+from nmt.bench.curves import main, plot_curves, validation_curve
 from nmt.callbacks import WallClock
 from nmt.training import _test_average
 
@@ -27,6 +27,16 @@ def test_validation_curve_reads_validations_only(tmp_path):
     assert validation_curve(tmp_path) == [(1.0, 1.5, 9), (2.5, 7.25, 19)]
     plot_curves(tmp_path / "curve.png", {"run": str(tmp_path)}, {"peer": [(1.0, 1.0), (2.0, 3.0)]})
     assert (tmp_path / "curve.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_curves_of_another_metric_against_updates(tmp_path, capsys):
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "metrics.csv").write_text("epoch,step,val_loss,wall_time_s\n0,99,7.0,30\n0,199,5.5,61\n0,299,5.8,95\n")
+    assert validation_curve(tmp_path, "val_loss") == [(0.5, 7.0, 99), (61 / 60, 5.5, 199), (95 / 60, 5.8, 299)]
+    main([str(tmp_path / "loss.png"), f"run={tmp_path}", "--metric", "val_loss", "--x", "step"])
+    assert (tmp_path / "loss.png").read_bytes()[:4] == b"\x89PNG"
+    assert "best val_loss 5.500 at step 199" in capsys.readouterr().out
 
 
 def test_test_average_uses_what_exists(tmp_path):

@@ -1,10 +1,11 @@
-"""Learning curves against wall time: validation BLEU of runs (from their ``logs/metrics.csv``, where every
-validation logs ``wall_time_s``) with optional reference points of another toolkit.
+"""Learning curves: a validation metric of runs (from their ``logs/metrics.csv``, where every validation
+logs ``wall_time_s``) against wall time or updates, with optional reference points of another toolkit.
 
     python -m nmt.bench.curves docs/multi30k_curves.png "tiny, H100=runs/tiny" "RNN, H100=runs/rnn" \\
         --reference "JoeyNMT 2.3, same tiny model, this CPU=38:14.09,74:25.95"
+    python -m nmt.bench.curves docs/precision.png "fp32=runs/fp32" "bf16=runs/bf16" --metric val_loss --x step
 
-Reference points are minutes:BLEU pairs.
+Reference points are minutes:value pairs (or updates:value with ``--x step``).
 """
 
 import argparse
@@ -25,15 +26,30 @@ def validation_curve(run_dir: str | Path, metric: str = "val_bleu") -> list[tupl
     return [(float(r["wall_time_s"]) / 60, float(r[metric]), int(r["step"])) for r in rows]
 
 
-def plot_curves(out: str | Path, runs: dict[str, str], references: dict[str, list[tuple[float, float]]]) -> None:
+AXIS_LABELS = {
+    "val_bleu": "validation sacreBLEU (greedy)",
+    "val_loss": "validation loss (nats per target token)",
+    "minutes": "wall time (minutes, validation included)",
+    "step": "updates",
+}
+
+
+def plot_curves(
+    out: str | Path,
+    runs: dict[str, str],
+    references: dict[str, list[tuple[float, float]]],
+    metric: str = "val_bleu",
+    x: str = "minutes",
+) -> None:
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for label, run_dir in runs.items():
-        points = validation_curve(run_dir)
-        ax.plot([p[0] for p in points], [p[1] for p in points], label=label, linewidth=1.6)
+        points = validation_curve(run_dir, metric)
+        xs = [p[0] if x == "minutes" else p[2] for p in points]
+        ax.plot(xs, [p[1] for p in points], label=label, linewidth=1.6, marker="." if x == "step" else None)
     for label, points in references.items():
         ax.plot([p[0] for p in points], [p[1] for p in points], "o--", label=label, color="black")
-    ax.set_xlabel("wall time (minutes, validation included)")
-    ax.set_ylabel("validation sacreBLEU (greedy)")
+    ax.set_xlabel(AXIS_LABELS[x])
+    ax.set_ylabel(AXIS_LABELS.get(metric, metric))
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -50,15 +66,22 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("out", help="the figure (PNG)")
     parser.add_argument("runs", nargs="+", help="LABEL=RUN_DIR")
-    parser.add_argument("--reference", action="append", default=[], help="LABEL=MINUTES:BLEU,MINUTES:BLEU")
+    parser.add_argument("--reference", action="append", default=[], help="LABEL=X:VALUE,X:VALUE")
+    parser.add_argument("--metric", default="val_bleu", help="a validation column of metrics.csv (val_loss, ...)")
+    parser.add_argument("--x", choices=["minutes", "step"], default="minutes", help="the horizontal axis")
     args = parser.parse_args(argv)
     runs = dict(item.rsplit("=", 1) for item in args.runs)
     references = {label: _pairs(points) for label, points in (r.rsplit("=", 1) for r in args.reference)}
-    plot_curves(args.out, runs, references)
+    plot_curves(args.out, runs, references, args.metric, args.x)
+    lower_is_better = "loss" in args.metric or "ppl" in args.metric
     for label, run_dir in runs.items():
-        points = validation_curve(run_dir)
-        best = max(points, key=lambda p: p[1]) if points else None
-        print(f"{label}: {len(points)} validations; best {best[1]:.2f} at step {best[2]}, {best[0]:.1f} min")
+        points = validation_curve(run_dir, args.metric)
+        if not points:
+            print(f"{label}: no validation logged {args.metric}")
+            continue
+        best = (min if lower_is_better else max)(points, key=lambda p: p[1])
+        minutes, value, step = best
+        print(f"{label}: {len(points)} validations; best {args.metric} {value:.3f} at step {step}, {minutes:.1f} min")
 
 
 if __name__ == "__main__":
