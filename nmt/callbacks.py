@@ -9,6 +9,8 @@ from lightning.fabric.plugins.environments import SLURMEnvironment
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+from nmt.loggers import ResumableCSVLogger
+
 
 class SaveOnSignal(Callback):
     """SIGTERM or SIGUSR1 (the preemption warnings of clusters): finish the current batch, write
@@ -36,6 +38,25 @@ class SaveOnSignal(Callback):
         if isinstance(exception, SIGTERMException):
             trainer.save_checkpoint(self.path)
             self.saved = True
+
+
+class ResumeLogs(Callback):
+    """Keeps a resumable CSV log (loggers.ResumableCSVLogger) in step with the checkpoints: its rows are
+    written to disk whenever a checkpoint is saved, so a killed run loses none before its last checkpoint,
+    and at the start of training it drops the rows logged after the step training resumes from (those
+    steps are about to be redone), or all rows when the run starts from scratch."""
+
+    @staticmethod
+    def _logs(trainer: L.Trainer) -> list[ResumableCSVLogger]:
+        return [lg for lg in trainer.loggers if isinstance(lg, ResumableCSVLogger)] if trainer.is_global_zero else []
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        for logger in self._logs(trainer):
+            logger.experiment.drop_rows_after(trainer.global_step if trainer.global_step else -1)
+
+    def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict) -> None:
+        for logger in self._logs(trainer):
+            logger.save()
 
 
 class WallClock(Callback):

@@ -1,8 +1,46 @@
 """Logger factories that need more than a class constructor."""
 
+import csv
 import os
 
-from lightning.pytorch.loggers import WandbLogger
+from lightning.fabric.loggers.logger import rank_zero_experiment
+from lightning.pytorch.loggers import CSVLogger, WandbLogger
+from lightning.pytorch.loggers.csv_logs import ExperimentWriter
+
+
+class _KeepingWriter(ExperimentWriter):
+    """Lightning's CSV writer, except that it keeps the rows already in metrics.csv (and their columns)."""
+
+    def _check_log_dir_exists(self) -> None:
+        if self._fs.isfile(self.metrics_file_path):
+            with self._fs.open(self.metrics_file_path, "r", newline="") as handle:
+                self.metrics_keys = list(csv.DictReader(handle).fieldnames or [])
+
+    def drop_rows_after(self, step: int) -> None:
+        """Forget the rows logged after ``step`` (they are logged again when those steps are redone)."""
+        if not self._fs.isfile(self.metrics_file_path):
+            return
+        with self._fs.open(self.metrics_file_path, "r", newline="") as handle:
+            rows = [row for row in csv.DictReader(handle) if int(float(row.get("step") or 0)) <= step]
+        with self._fs.open(self.metrics_file_path, "w", newline="") as handle:
+            writer = csv.DictWriter(handle, fieldnames=self.metrics_keys)
+            writer.writeheader()
+            writer.writerows(rows)
+
+
+class ResumableCSVLogger(CSVLogger):
+    """Lightning's CSVLogger for runs that resume: Lightning's deletes metrics.csv whenever a logger starts,
+    so each resumed sitting of a killed run would lose the curve so far. This one keeps the earlier rows;
+    at the start of training (callbacks.ResumeLogs) it drops the rows logged after the checkpoint it
+    resumed from, or all of them when the run starts from scratch."""
+
+    @property
+    @rank_zero_experiment
+    def experiment(self) -> _KeepingWriter:
+        if self._experiment is None:
+            self._fs.makedirs(self.root_dir, exist_ok=True)
+            self._experiment = _KeepingWriter(log_dir=self.log_dir)
+        return self._experiment
 
 
 def wandb_logger(
@@ -44,7 +82,6 @@ def log_report_to_wandb(report_path, project: str, group: str, metric: str = "au
     metric's mean at each level, ``<factor>_by_level``), the results table, the HTML report, the figures.
     The level means also go into the run's summary (``<factor>/<level>``), where the runs table and
     ``wandb leet`` show them."""
-    import csv
     from pathlib import Path
 
     import wandb

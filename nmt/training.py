@@ -23,14 +23,14 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf
 
 from nmt.build import build_datamodule, build_model, count_parameters, instantiate
-from nmt.callbacks import SaveOnSignal, WallClock
+from nmt.callbacks import ResumeLogs, SaveOnSignal, WallClock
 from nmt.checkpoint import AtomicCheckpointIO, epoch_checkpoints
 from nmt.config import check_config
 from nmt.data.report import write_report
 from nmt.data.tokenizer import PAD_ID, atomic_write_bytes
 from nmt.lit import TranslationModule
 from nmt.lit_lm import LanguageModelModule
-from nmt.loggers import log_results_to_wandb
+from nmt.loggers import ResumableCSVLogger, log_results_to_wandb
 from nmt.metrics import bleu_tokenizer
 from nmt.search import SearchConfig
 
@@ -111,6 +111,7 @@ def _callbacks(cfg: DictConfig, checkpoint_dir: Path) -> list:
         )
     callbacks.append(SaveOnSignal(checkpoint_dir / "last.ckpt"))
     callbacks.append(WallClock())
+    callbacks.append(ResumeLogs())
     # logs train/device/items_per_sec: target tokens per second of training (the speed a sweep can afford);
     # it warns that without a FLOPs count per batch it cannot report MFU (we do not count FLOPs per batch)
     warnings.filterwarnings("ignore", message=".*ThroughputMonitor.*flops_per_batch")
@@ -142,7 +143,7 @@ def build_trainer(cfg: DictConfig, run_dir: Path) -> L.Trainer:
     logger = instantiate(cfg.logger, save_dir=str(run_dir))
     loggers = [logger]
     if not isinstance(logger, CSVLogger):  # curves for sweep reports, whatever the dashboard
-        loggers.append(CSVLogger(str(run_dir), name="logs", version=""))
+        loggers.append(ResumableCSVLogger(str(run_dir), name="logs", version=""))
     return L.Trainer(
         **trainer_args,
         callbacks=_callbacks(cfg, run_dir / "checkpoints"),

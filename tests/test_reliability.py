@@ -1,5 +1,6 @@
 """Killed and signalled runs resume exactly; DDP trains; non-finite losses are skipped, then stop the run."""
 
+import csv
 import json
 import signal
 import subprocess
@@ -30,6 +31,7 @@ RESUMABLE = [
     "validation.bleu_every_n_epochs=1",
     "test_after_training=false",
     "threads=1",
+    "trainer.log_every_n_steps=2",  # rows before the interruption, so that the test sees them kept
 ]
 
 
@@ -58,13 +60,26 @@ def interrupt(run_dir: Path, signum: int) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory):
-    return run_to_end(tmp_path_factory.mktemp("uninterrupted"))
+    run_dir = tmp_path_factory.mktemp("uninterrupted")
+    return {**run_to_end(run_dir), "run_dir": run_dir}
 
 
-def assert_same_training(resumed: dict, reference: dict) -> None:
+def logged_curves(run_dir: Path) -> list[tuple[int, str, float]]:
+    """(step, metric, value) of every training and validation value in the run's CSV log, in log order."""
+    keys = ("epoch", "train_loss", "lr", "val_loss", "val_acc", "val_bleu")
+    with open(run_dir / "logs" / "metrics.csv", newline="") as handle:
+        return [(int(row["step"]), k, float(row[k])) for row in csv.DictReader(handle) for k in keys if row.get(k)]
+
+
+def assert_same_training(resumed: dict, reference: dict, run_dir: Path) -> None:
     assert resumed["steps"] == reference["steps"]
     for key in ("val_loss", "val_acc", "val_bleu", "train_loss"):
         assert resumed["final_metrics"][key] == pytest.approx(reference["final_metrics"][key], rel=1e-5), key
+    # the log of the interrupted run holds the whole curve once: rows of the first sitting kept, rows
+    # logged after its last checkpoint (redone on resume) not repeated
+    curve, reference_curve = logged_curves(run_dir), logged_curves(reference["run_dir"])
+    assert [(step, key) for step, key, _ in curve] == [(step, key) for step, key, _ in reference_curve]
+    assert [value for *_, value in curve] == pytest.approx([value for *_, value in reference_curve], rel=1e-5)
 
 
 def test_sigkill_mid_epoch_then_same_command_resumes_exactly(uninterrupted, tmp_path):
@@ -72,7 +87,7 @@ def test_sigkill_mid_epoch_then_same_command_resumes_exactly(uninterrupted, tmp_
     assert killed.returncode == -signal.SIGKILL, "the run ended before it could be killed"
     step = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)["global_step"]
     assert 0 < step < uninterrupted["steps"] / 2, "not killed in the first epoch"
-    assert_same_training(run_to_end(tmp_path), uninterrupted)
+    assert_same_training(run_to_end(tmp_path), uninterrupted, tmp_path)
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGUSR1])
@@ -80,7 +95,7 @@ def test_preemption_signal_saves_and_the_run_resumes(uninterrupted, tmp_path, si
     stopped = interrupt(tmp_path, signum)
     assert stopped.returncode == 143, stopped.stdout[-2000:] + stopped.stderr[-2000:]
     assert "Run the same command again" in stopped.stdout
-    assert_same_training(run_to_end(tmp_path), uninterrupted)
+    assert_same_training(run_to_end(tmp_path), uninterrupted, tmp_path)
 
 
 def test_ddp_on_two_cpu_processes_trains_like_one(tmp_path):
