@@ -37,8 +37,8 @@ def _rules() -> list[tuple[str, Callable[[object], bool], str]]:
         ("trainer.max_epochs", lambda v: isinstance(v, int) and v >= -1, "an integer >= -1"),
         (
             "trainer.precision",
-            lambda v: str(v) in ("32-true", "32", "bf16-mixed", "16-mixed", "bf16-true", "64-true"),
-            "one of ['32-true', 'bf16-mixed', '16-mixed', 'bf16-true', '64-true']",
+            lambda v: str(v) in ("auto", "32-true", "32", "bf16-mixed", "16-mixed", "bf16-true", "64-true"),
+            "one of ['auto', '32-true', 'bf16-mixed', '16-mixed', 'bf16-true', '64-true']",
         ),
     ]
     return rules

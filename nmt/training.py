@@ -132,6 +132,24 @@ def batch_target_tokens(batch: dict) -> int:
     return int(((batch["tgt_out"] if "tgt_out" in batch else batch["target"]) != PAD_ID).sum())
 
 
+def _cpu_has_bf16_units() -> bool:
+    checks = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")  # private: absent from some builds
+    return any(getattr(torch.cpu, name, lambda: False)() for name in checks)
+
+
+def resolve_precision(precision: str, accelerator: str = "auto") -> str:
+    """``precision=auto``: bf16-mixed where the device multiplies bf16 matrices in hardware (a GPU with
+    bf16, a CPU with AVX512-BF16 or AMX), otherwise 32-true (emulated bf16 is slower than fp32). Any other
+    value is returned as given."""
+    if str(precision) != "auto":
+        return precision
+    if accelerator in ("auto", "gpu", "cuda") and torch.cuda.is_available():
+        return "bf16-mixed" if torch.cuda.is_bf16_supported() else "32-true"
+    if accelerator in ("auto", "cpu"):
+        return "bf16-mixed" if _cpu_has_bf16_units() else "32-true"
+    return "32-true"
+
+
 def build_trainer(cfg: DictConfig, run_dir: Path) -> L.Trainer:
     # null means "Lightning's default", except for check_val_every_n_epoch where null means "count
     # val_check_interval in updates across epochs"
@@ -158,6 +176,9 @@ def train(cfg: DictConfig) -> dict:
     """Train a model as ``cfg`` says, test its best checkpoint, and return the results (also written to
     <run_dir>/results.json)."""
     check_config(cfg)
+    if str(cfg.trainer.precision) == "auto":  # the checkpoint's config records what was used
+        cfg.trainer.precision = resolve_precision("auto", cfg.trainer.accelerator)
+        log.info("trainer.precision=auto: %s", cfg.trainer.precision)
     language_model = cfg.get("task", "translation") == "lm"
     run_dir = resolve_run_dir(cfg)
     run_dir.mkdir(parents=True, exist_ok=True)

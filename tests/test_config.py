@@ -8,8 +8,10 @@ from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
 from nmt.build import build_datamodule, build_model, instantiate
+from nmt.checkpoint import CHECKPOINT_KEY, load_checkpoint
 from nmt.config import ConfigError, check_config
 from nmt.data.tokenizer import PAD_ID
+from nmt.training import resolve_precision, train
 
 from .conftest import CONF, compose_train
 
@@ -72,11 +74,48 @@ def test_course_baseline_has_the_reported_shape():
         ("model.dropout=1.5", "model.dropout=1.5"),
         ("data.max_tokens=-3", "data.max_tokens=-3"),
         ("model.norm_position=middle", "['pre', 'post']"),
+        ("trainer.precision=fp8", "['auto', '32-true', 'bf16-mixed'"),
     ],
 )
 def test_invalid_values_are_rejected_with_the_key_and_what_is_allowed(override, expected):
     with pytest.raises(ConfigError, match=expected.replace("[", r"\[").replace("]", r"\]")):
         check_config(compose_train(override))
+
+
+@pytest.mark.parametrize(
+    "cuda,cuda_bf16,avx512_bf16,amx,accelerator,expected",
+    [
+        (False, False, True, False, "auto", "bf16-mixed"),  # a CPU with AVX512-BF16
+        (False, False, False, True, "cpu", "bf16-mixed"),  # a CPU with AMX
+        (False, False, False, False, "auto", "32-true"),  # bf16 would be emulated: slower than fp32
+        (True, True, False, False, "auto", "bf16-mixed"),  # an Ampere or later GPU
+        (True, False, True, False, "gpu", "32-true"),  # an older GPU: its CPU does not matter
+        (True, True, True, False, "cpu", "bf16-mixed"),  # the CPU asked for, though a GPU is there
+    ],
+)
+def test_precision_auto_picks_bf16_where_the_device_has_bf16_units(
+    monkeypatch, cuda, cuda_bf16, avx512_bf16, amx, accelerator, expected
+):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: cuda_bf16)
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: avx512_bf16, raising=False)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx, raising=False)
+    assert resolve_precision("auto", accelerator) == expected
+    assert resolve_precision("16-mixed", accelerator) == "16-mixed"  # an explicit choice is kept
+
+
+@pytest.mark.slow
+def test_a_run_with_precision_auto_records_the_precision_it_used(monkeypatch, tmp_path):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: True, raising=False)
+    assert compose_train("experiment=multi30k_tiny", tiny=False).trainer.precision == "auto"  # the recipe's
+    cfg = compose_train(
+        "trainer.precision=auto", "trainer.max_steps=2", "test_after_training=false", f"run_dir={tmp_path}"
+    )
+    train(cfg)
+    assert OmegaConf.load(tmp_path / "config.yaml").trainer.precision == "bf16-mixed"
+    checkpoint = load_checkpoint(tmp_path / "checkpoints" / "last.ckpt")
+    assert checkpoint[CHECKPOINT_KEY]["config"]["trainer"]["precision"] == "bf16-mixed"
 
 
 def test_unknown_group_option_lists_the_valid_ones():
