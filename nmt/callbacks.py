@@ -41,22 +41,14 @@ class SaveOnSignal(Callback):
 
 
 class ResumeLogs(Callback):
-    """Keeps a resumable CSV log (loggers.ResumableCSVLogger) in step with the checkpoints: its rows are
-    written to disk whenever a checkpoint is saved, so a killed run loses none before its last checkpoint,
-    and at the start of training it drops the rows logged after the step training resumes from (those
-    steps are about to be redone), or all rows when the run starts from scratch."""
-
-    @staticmethod
-    def _logs(trainer: L.Trainer) -> list[ResumableCSVLogger]:
-        return [lg for lg in trainer.loggers if isinstance(lg, ResumableCSVLogger)] if trainer.is_global_zero else []
+    """A run that starts from scratch in a folder that already has a CSV log (loggers.ResumableCSVLogger)
+    starts a new log; a resumed run keeps it (the logger drops the rows that training is about to redo)."""
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        for logger in self._logs(trainer):
-            logger.experiment.drop_rows_after(trainer.global_step if trainer.global_step else -1)
-
-    def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict) -> None:
-        for logger in self._logs(trainer):
-            logger.save()
+        if trainer.global_step == 0 and trainer.is_global_zero:
+            for logger in trainer.loggers:
+                if isinstance(logger, ResumableCSVLogger):
+                    logger.experiment.drop_rows_from(0)
 
 
 class WallClock(Callback):

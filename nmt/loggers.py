@@ -9,19 +9,29 @@ from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 
 
 class _KeepingWriter(ExperimentWriter):
-    """Lightning's CSV writer, except that it keeps the rows already in metrics.csv (and their columns)."""
+    """Lightning's CSV writer, except that it keeps the rows already in metrics.csv (and their columns) and
+    lets the first row of a resumed process decide which of them are redone (see ResumableCSVLogger)."""
 
     def _check_log_dir_exists(self) -> None:
-        if self._fs.isfile(self.metrics_file_path):
+        self.resuming = self._fs.isfile(self.metrics_file_path)
+        if self.resuming:
             with self._fs.open(self.metrics_file_path, "r", newline="") as handle:
                 self.metrics_keys = list(csv.DictReader(handle).fieldnames or [])
 
-    def drop_rows_after(self, step: int) -> None:
-        """Forget the rows logged after ``step`` (they are logged again when those steps are redone)."""
+    def log_metrics(self, metrics_dict: dict, step: int | None = None) -> None:
+        if self.resuming and step is not None:
+            # the first row of this process: rows from this step on were logged by the killed process after
+            # its last checkpoint, and are about to be logged again
+            self.drop_rows_from(step)
+        super().log_metrics(metrics_dict, step)
+
+    def drop_rows_from(self, step: int) -> None:
+        """Forget the rows logged at ``step`` or later."""
+        self.resuming = False
         if not self._fs.isfile(self.metrics_file_path):
             return
         with self._fs.open(self.metrics_file_path, "r", newline="") as handle:
-            rows = [row for row in csv.DictReader(handle) if int(float(row.get("step") or 0)) <= step]
+            rows = [row for row in csv.DictReader(handle) if int(float(row.get("step") or 0)) < step]
         with self._fs.open(self.metrics_file_path, "w", newline="") as handle:
             writer = csv.DictWriter(handle, fieldnames=self.metrics_keys)
             writer.writeheader()
@@ -29,10 +39,16 @@ class _KeepingWriter(ExperimentWriter):
 
 
 class ResumableCSVLogger(CSVLogger):
-    """Lightning's CSVLogger for runs that resume: Lightning's deletes metrics.csv whenever a logger starts,
-    so each resumed sitting of a killed run would lose the curve so far. This one keeps the earlier rows;
-    at the start of training (callbacks.ResumeLogs) it drops the rows logged after the checkpoint it
-    resumed from, or all of them when the run starts from scratch."""
+    """Lightning's CSVLogger for runs that are killed and resumed. Lightning's deletes metrics.csv whenever a
+    logger starts, so each resumed sitting of a killed run would lose the curve so far, and it writes rows
+    to disk every 100 steps, so a kill loses those not yet written. This one writes every row as it is
+    logged (appending a line: cheap), keeps the earlier rows when it starts, and when the resumed process
+    logs its first row, at step s, drops the rows at step s or later: the killed process logged them after
+    its last checkpoint, and training is redoing those steps. A run started from scratch in the same folder
+    clears the log (callbacks.ResumeLogs)."""
+
+    def __init__(self, *args, flush_logs_every_n_steps: int = 1, **kwargs) -> None:
+        super().__init__(*args, flush_logs_every_n_steps=flush_logs_every_n_steps, **kwargs)
 
     @property
     @rank_zero_experiment

@@ -45,14 +45,36 @@ def run_to_end(run_dir: Path, *extra: str) -> dict:
     return json.loads((run_dir / "results.json").read_text())
 
 
-def interrupt(run_dir: Path, signum: int) -> subprocess.CompletedProcess:
-    """Start a run, send ``signum`` once it has written its first mid-epoch checkpoint."""
-    process = subprocess.Popen(train_command(run_dir), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               cwd=ROOT)  # fmt: skip
-    last = run_dir / "checkpoints" / "last.ckpt"
+def logged_rows(run_dir: Path) -> list[dict]:
+    try:
+        with open(run_dir / "logs" / "metrics.csv", newline="") as handle:
+            return list(csv.DictReader(handle))
+    except FileNotFoundError:
+        return []
+
+
+def after_first_step_checkpoint(run_dir: Path) -> bool:
+    """The first mid-epoch checkpoint (step 4) is written, and a row after it (step 5) that the resumed run
+    must drop and log again. Not earlier: the row of the step that a checkpoint saves is logged just after
+    the checkpoint is written (Lightning logs a step's values after its on_train_batch_end hooks), so a
+    SIGKILL landing in that millisecond loses the row, and no checkpoint holds its values."""
+    steps = [int(row["step"]) for row in logged_rows(run_dir) if row.get("step")]
+    return (run_dir / "checkpoints" / "last.ckpt").exists() and max(steps, default=0) >= 5
+
+
+def in_the_second_epoch(run_dir: Path) -> bool:
+    """The first epoch's checkpoint is written and the second epoch has logged a row."""
+    epochs = [float(row["epoch"]) for row in logged_rows(run_dir) if row.get("epoch")]
+    return (run_dir / "checkpoints" / "epoch000.ckpt").exists() and max(epochs, default=0) >= 1
+
+
+def interrupt(run_dir: Path, signum: int, when=after_first_step_checkpoint, *extra: str) -> subprocess.CompletedProcess:
+    """Start a run and send it ``signum`` as soon as ``when(run_dir)`` holds."""
+    process = subprocess.Popen(train_command(run_dir, *extra), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, cwd=ROOT)  # fmt: skip
     deadline = time.time() + 300
-    while not last.exists() and process.poll() is None and time.time() < deadline:
-        time.sleep(0.02)
+    while process.poll() is None and time.time() < deadline and not when(run_dir):
+        time.sleep(0.01)
     process.send_signal(signum)
     stdout, stderr = process.communicate(timeout=300)
     return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
@@ -88,6 +110,15 @@ def test_sigkill_mid_epoch_then_same_command_resumes_exactly(uninterrupted, tmp_
     step = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)["global_step"]
     assert 0 < step < uninterrupted["steps"] / 2, "not killed in the first epoch"
     assert_same_training(run_to_end(tmp_path), uninterrupted, tmp_path)
+
+
+def test_sigkill_in_the_second_epoch_resumes_from_the_first_epochs_checkpoint(uninterrupted, tmp_path):
+    no_step_checkpoints = "checkpoint.every_n_train_steps=0"
+    killed = interrupt(tmp_path, signal.SIGKILL, in_the_second_epoch, no_step_checkpoints)
+    assert killed.returncode == -signal.SIGKILL, "the run ended before it could be killed"
+    saved = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)
+    assert saved["epoch"] == 0 and 0 < saved["global_step"] < uninterrupted["steps"]  # the end of the first epoch
+    assert_same_training(run_to_end(tmp_path, no_step_checkpoints), uninterrupted, tmp_path)
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGUSR1])

@@ -37,6 +37,10 @@ class ResumableDataLoader(DataLoader):
     the epoch over (Lightning calls ``state_dict`` / ``load_state_dict``)."""
 
     def __init__(self, *args, batches_done: Callable[[], int], **kwargs) -> None:
+        # a DataLoader draws its workers' base seed from the global random numbers each time an epoch
+        # starts, unless it has a generator of its own; with one, the dropout masks after a checkpoint
+        # saved at the end of an epoch are the same whether the run went on or was resumed from it
+        kwargs.setdefault("generator", torch.Generator().manual_seed(0))
         super().__init__(*args, **kwargs)
         self.batches_done = batches_done
 
