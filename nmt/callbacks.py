@@ -16,23 +16,53 @@ class SaveOnSignal(Callback):
     """SIGTERM or SIGUSR1 (the preemption warnings of clusters): finish the current batch, write
     ``last.ckpt`` (atomically) and stop; running the same command again resumes from it.
 
-    Lightning turns SIGTERM into a SIGTERMException after the batch; SIGUSR1 is routed the same way.
-    Under SLURM with auto-requeue, Lightning's own SIGUSR1 handler saves and requeues the job instead.
+    Lightning turns SIGTERM into a SIGTERMException after the batch; SIGUSR1 is routed the same way. A
+    signal that arrives during validation takes effect when validation ends: Lightning would stop in the
+    middle of it, and a run resumed from there neither redoes that validation nor keeps its epoch count
+    (it skips an epoch). Under SLURM with auto-requeue, Lightning's own SIGUSR1 handler saves and requeues
+    the job instead.
     """
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.saved = False
+        self.deferred: list = []  # (handler, signum) to run when the current validation ends
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        environment = trainer._accelerator_connector.cluster_environment
-        if isinstance(environment, SLURMEnvironment) and environment.auto_requeue:
-            return
-
-        def request_stop(signum, frame) -> None:
+        def stop_after_batch(signum, frame) -> None:
             trainer._signal_connector.received_sigterm = True
 
-        signal.signal(signal.SIGUSR1, request_stop)
+        lightnings = signal.getsignal(signal.SIGTERM)  # sets received_sigterm, and tells DDP's other ranks
+        signal.signal(
+            signal.SIGTERM, self._unless_validating(trainer, lightnings if callable(lightnings) else stop_after_batch)
+        )
+        environment = trainer._accelerator_connector.cluster_environment
+        if not (isinstance(environment, SLURMEnvironment) and environment.auto_requeue):
+            signal.signal(signal.SIGUSR1, self._unless_validating(trainer, stop_after_batch))
+
+    def _unless_validating(self, trainer: L.Trainer, handler):
+        def handle(signum, frame) -> None:
+            if trainer.validating or trainer.sanity_checking:
+                self.deferred.append((handler, signum))
+            else:
+                handler(signum, frame)
+
+        return handle
+
+    def _handle_deferred(self) -> None:
+        deferred, self.deferred = self.deferred, []
+        for handler, signum in deferred:
+            handler(signum, None)
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._handle_deferred()  # Lightning stops once the checkpoint callbacks after this hook have run
+
+    # a signal that arrived after this callback's on_validation_end
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._handle_deferred()
+
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch, batch_idx: int) -> None:
+        self._handle_deferred()
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
         if isinstance(exception, SIGTERMException):

@@ -2,6 +2,7 @@
 
 import csv
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -119,6 +120,75 @@ def test_sigkill_in_the_second_epoch_resumes_from_the_first_epochs_checkpoint(un
     saved = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)
     assert saved["epoch"] == 0 and 0 < saved["global_step"] < uninterrupted["steps"]  # the end of the first epoch
     assert_same_training(run_to_end(tmp_path, no_step_checkpoints), uninterrupted, tmp_path)
+
+
+class SignalAt(L.Callback):
+    """Sends this process SIGTERM once, the first time ``hook`` runs in epoch ``epoch`` (at validation
+    batch ``batch``): a preemption arriving at an exact point of the loop."""
+
+    def __init__(self, hook: str, epoch: int, batch: int | None = None):
+        self.hook, self.epoch, self.batch, self.sent = hook, epoch, batch, False
+
+    def _signal(self, hook: str, trainer: L.Trainer, batch_idx: int | None = None) -> None:
+        if hook != self.hook or self.sent or trainer.sanity_checking or trainer.current_epoch != self.epoch:
+            return
+        if self.batch is None or batch_idx == self.batch:
+            self.sent = True
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0):
+        self._signal("validation_batch", trainer, batch_idx)
+
+    def on_validation_end(self, trainer, pl_module):
+        self._signal("validation_end", trainer)
+
+    def on_train_epoch_start(self, trainer, pl_module):
+        self._signal("train_epoch_start", trainer)
+
+
+# several validation batches, so that a signal can arrive in the middle of validation; no step checkpoints,
+# so that the run resumes from the point the signal stopped it
+AT_EPOCH_ENDS = [*RESUMABLE, "data.eval_max_tokens=300", "checkpoint.every_n_train_steps=0"]
+
+
+def train_in_process(run_dir: Path, signal_at: SignalAt | None = None) -> dict:
+    from nmt import training
+
+    cfg = compose_train(*AT_EPOCH_ENDS, f"run_dir={run_dir}", tiny=False)
+    threads = torch.get_num_threads()
+    callbacks = training._callbacks
+    try:
+        if signal_at:
+            training._callbacks = lambda *args: [*callbacks(*args), signal_at]
+        return {**training.train(cfg), "run_dir": run_dir}
+    finally:
+        training._callbacks = callbacks
+        torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted_in_process(tmp_path_factory):
+    return train_in_process(tmp_path_factory.mktemp("uninterrupted_in_process"))
+
+
+@pytest.mark.parametrize(
+    "signal_at",
+    [
+        SignalAt("validation_batch", epoch=0, batch=1),  # Lightning alone would skip an epoch on resume
+        SignalAt("validation_end", epoch=0),
+        SignalAt("train_epoch_start", epoch=1),
+    ],
+    ids=["mid-validation", "after-validation", "next-epoch-start"],
+)
+def test_sigterm_around_the_end_of_an_epoch_resumes_exactly(uninterrupted_in_process, tmp_path, signal_at):
+    with pytest.raises(SystemExit) as stopped:
+        train_in_process(tmp_path, signal_at)
+    assert stopped.value.code == 143 and signal_at.sent
+    assert (
+        torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)["global_step"]
+        < (uninterrupted_in_process["steps"])
+    )
+    assert_same_training(train_in_process(tmp_path), uninterrupted_in_process, tmp_path)
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGUSR1])
