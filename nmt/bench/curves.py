@@ -46,8 +46,9 @@ def plot_curves(
         points = validation_curve(run_dir, metric)
         xs = [p[0] if x == "minutes" else p[2] for p in points]
         ax.plot(xs, [p[1] for p in points], label=label, linewidth=1.6, marker="." if x == "step" else None)
-    for label, points in references.items():
-        ax.plot([p[0] for p in points], [p[1] for p in points], "o--", label=label, color="black")
+    styles = [("o--", "black"), ("s:", "tab:gray"), ("^-.", "tab:brown"), ("D--", "tab:olive")]
+    for (label, points), (style, colour) in zip(references.items(), styles * len(references), strict=False):
+        ax.plot([p[0] for p in points], [p[1] for p in points], style, label=label, color=colour)
     ax.set_xlabel(AXIS_LABELS[x])
     ax.set_ylabel(AXIS_LABELS.get(metric, metric))
     ax.grid(alpha=0.3)
