@@ -221,15 +221,22 @@ def write_attention_maps(
     return paths
 
 
+def _interval(result: dict, key: str) -> str:
+    if key not in result:
+        return ""
+    lower, upper = result[key]
+    return f"  (95% bootstrap interval {lower:.2f}-{upper:.2f}, {result['bootstrap']['resamples']} resamples)"
+
+
 def _report(result: dict, sources, references, hypotheses, samples: int) -> None:
     table = Table(title=f"{result['data']} - {result['split']} ({result['sentences']} sentences)")
     for column in ("metric", "value"):
         table.add_column(column)
-    table.add_row("BLEU (sacreBLEU, cased)", f"{result['bleu']:.2f}")
+    table.add_row("BLEU (sacreBLEU, cased)", f"{result['bleu']:.2f}{_interval(result, 'bleu_ci95')}")
     table.add_row("BLEU 1-4 precisions", " / ".join(f"{p:.1f}" for p in result["bleu_precisions"]))
     table.add_row("brevity penalty / length ratio", f"{result['brevity_penalty']:.3f} / {result['length_ratio']:.3f}")
     table.add_row("chrF", f"{result['chrf']:.2f}")
-    table.add_row("BLEU (lowercased, tokenised)", f"{result['bleu_tok_lc']:.2f}")
+    table.add_row("BLEU (lowercased, tokenised)", f"{result['bleu_tok_lc']:.2f}{_interval(result, 'bleu_tok_lc_ci95')}")
     table.add_row("signature", result["bleu_signature"])
     for key in ("rouge1", "rouge2", "rougeL"):
         if key in result:

@@ -45,3 +45,48 @@ def test_bleu_and_chrf_equal_the_sacrebleu_cli(tmp_path):
 def test_tokenized_lowercase_bleu_splits_punctuation_and_ignores_case():
     assert tokenized_lowercase_bleu(["EIN MANN, der läuft."], ["ein Mann , der läuft ."], "de") == pytest.approx(100)
     assert tokenized_lowercase_bleu(["ein Mann"], ["eine Frau"], "de") < 1
+
+
+def test_bootstrap_interval_is_sacrebleus_confidence_interval():
+    """Same resamples as sacreBLEU's --confidence: its half-width is half our interval's width; ours is the
+    exact central 95% (order statistics), so it holds the score and is not forced to be symmetric."""
+    import random
+
+    import sacrebleu
+
+    from nmt.metrics import bootstrap_interval
+
+    rng = random.Random(0)
+    words = "ein eine Mann Frau Hund spielt läuft im Park auf der Straße mit einem Ball".split()
+    refs = [" ".join(rng.choices(words, k=rng.randint(4, 12))) for _ in range(200)]
+    hyps = [" ".join(w if rng.random() < 0.7 else rng.choice(words) for w in r.split()) for r in refs]
+    scorer = sacrebleu.metrics.BLEU()
+    reference = scorer.corpus_score(hyps, [refs], n_bootstrap=1000)  # seeded by sacreBLEU's default
+    lower, upper = bootstrap_interval(sacrebleu.metrics.BLEU(), hyps, refs, 1000)
+    assert (upper - lower) / 2 == pytest.approx(reference._ci, abs=0.01)
+    assert lower < reference.score < upper
+    assert bootstrap_interval(sacrebleu.metrics.BLEU(), refs, refs, 1000) == [100.0, 100.0]
+
+
+def test_corpus_scores_carry_both_bleu_intervals():
+    scores = corpus_scores(HYPS, REFS, "de", bootstrap=200)
+    for key in ("bleu", "bleu_tok_lc"):
+        lower, upper = scores[f"{key}_ci95"]
+        assert lower <= upper and 0 <= lower and upper <= 100
+    assert scores["bootstrap"] == {"resamples": 200, "seed": 12345}
+    assert "bleu_ci95" not in corpus_scores(HYPS, REFS, "de", bootstrap=0)
+
+
+def test_score_command_rescores_saved_files(tmp_path, capsys):
+    from nmt.score import main
+
+    (tmp_path / "hyp.txt").write_text("".join(h + "\n" for h in HYPS), encoding="utf-8")
+    (tmp_path / "ref.txt").write_text("".join(r + "\n" for r in REFS), encoding="utf-8")
+    scores = main([str(tmp_path / "hyp.txt"), str(tmp_path / "ref.txt"), "--lang", "de", "--bootstrap", "100"])
+    assert json.loads(capsys.readouterr().out) == scores
+    assert scores["bleu"] == pytest.approx(sacrebleu_cli(tmp_path), abs=0.01)
+    (tmp_path / "short.txt").write_text("eins\n", encoding="utf-8")
+    with pytest.raises(SystemExit) as stop:
+        main([str(tmp_path / "short.txt"), str(tmp_path / "ref.txt"), "--lang", "de"])
+    assert stop.value.code == 2
+    assert "short.txt has 1 lines but" in capsys.readouterr().err
