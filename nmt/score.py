@@ -3,14 +3,17 @@
 The metrics of ``evaluate.py`` (sacreBLEU with its signature, chrF, the lowercased tokenised BLEU of older
 papers, both BLEUs with 95% bootstrap intervals) for files already written, e.g. a run's
 ``eval/<tag>/hypotheses.txt`` and ``references.txt``: rescoring never decodes the test set again.
+``--baseline OTHER`` adds the paired bootstrap p-value (Koehn 2004) of the difference in sacreBLEU
+between the two outputs of the same sentences.
 """
 
 import argparse
 import json
 import sys
 
+from nmt.analysis import paired_bootstrap
 from nmt.data.sources import read_parallel
-from nmt.metrics import corpus_scores
+from nmt.metrics import bleu_tokenizer, corpus_scores
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -20,14 +23,22 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--lang", required=True, help="target language code (zh selects Chinese tokenisation)")
     parser.add_argument("--bootstrap", type=int, default=1000, help="resamples for the 95%% intervals (0: none)")
     parser.add_argument("--rouge", action="store_true", help="also ROUGE-1/2/L")
+    parser.add_argument("--baseline", help="another system's translations of the same sentences: paired bootstrap")
     args = parser.parse_args(argv)
     if args.bootstrap < 0:
         parser.error(f"--bootstrap {args.bootstrap}: give 0 (no interval) or a number of resamples")
     try:
         hypotheses, references = read_parallel(args.hypotheses, args.references)
+        baseline = read_parallel(args.baseline, args.references)[0] if args.baseline else None
     except (OSError, ValueError) as err:
         parser.exit(2, f"error: {err}\n")
     scores = corpus_scores(hypotheses, references, args.lang, rouge=args.rouge, bootstrap=args.bootstrap)
+    if baseline is not None:
+        base = corpus_scores(baseline, references, args.lang, bootstrap=0)
+        scores["baseline"] = {"file": args.baseline, "bleu": base["bleu"], "bleu_tok_lc": base["bleu_tok_lc"]}
+        scores["paired_bootstrap_p"] = paired_bootstrap(
+            [baseline], [hypotheses], references, tokenize=bleu_tokenizer(args.lang), n_samples=args.bootstrap or 1000
+        )
     json.dump(scores, sys.stdout, indent=1, ensure_ascii=False)
     sys.stdout.write("\n")
     return scores

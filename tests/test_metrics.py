@@ -90,3 +90,30 @@ def test_score_command_rescores_saved_files(tmp_path, capsys):
         main([str(tmp_path / "short.txt"), str(tmp_path / "ref.txt"), "--lang", "de"])
     assert stop.value.code == 2
     assert "short.txt has 1 lines but" in capsys.readouterr().err
+
+
+def test_score_command_compares_two_outputs_with_sacrebleus_paired_bootstrap(tmp_path, capsys):
+    """Same p-value as sacreBLEU's own --paired-bs on the same files (1,000 resamples, its default seed)."""
+    import random
+
+    from nmt.score import main
+
+    rng = random.Random(1)
+    words = "ein eine Mann Frau Hund spielt läuft im Park auf der Straße mit einem Ball".split()
+    refs = [" ".join(rng.choices(words, k=rng.randint(4, 12))) for _ in range(150)]
+    good = [" ".join(w if rng.random() < 0.75 else rng.choice(words) for w in r.split()) for r in refs]
+    bad = [" ".join(w if rng.random() < 0.72 else rng.choice(words) for w in r.split()) for r in refs]
+    for name, lines in (("ref", refs), ("good", good), ("bad", bad)):
+        (tmp_path / f"{name}.txt").write_text("".join(x + "\n" for x in lines), encoding="utf-8")
+    good_file, ref_file, bad_file = (str(tmp_path / f"{name}.txt") for name in ("good", "ref", "bad"))
+    scores = main([good_file, ref_file, "--lang", "de", "--baseline", bad_file])
+    capsys.readouterr()
+    exe = shutil.which("sacrebleu") or [sys.executable, "-m", "sacrebleu"]
+    cmd = ([exe] if isinstance(exe, str) else exe) + [
+        str(tmp_path / "ref.txt"), "-i", str(tmp_path / "bad.txt"), str(tmp_path / "good.txt"),
+        "-m", "bleu", "--paired-bs", "--paired-bs-n", "1000", "-f", "json",
+    ]  # fmt: skip
+    reference = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)
+    system = next(entry for entry in reference if entry["system"].endswith("good.txt"))
+    assert scores["paired_bootstrap_p"] == pytest.approx(system["BLEU"]["p_value"], abs=1e-9)
+    assert 0.01 < scores["paired_bootstrap_p"] < 1  # a p-value that depends on the resamples, not a floor
