@@ -46,3 +46,19 @@ def test_test_average_uses_what_exists(tmp_path):
         (tmp_path / f"epoch{epoch:03d}.ckpt").write_bytes(b"")
     assert _test_average(cfg, tmp_path) == 3
     assert _test_average(OmegaConf.create({"test_average_last": 0}), tmp_path) == 0
+
+
+def test_exported_validations_draw_the_same_curve(tmp_path, capsys):
+    run = tmp_path / "rnn_cpu"
+    (run / "logs").mkdir(parents=True)
+    (run / "logs" / "metrics.csv").write_text(
+        "epoch,step,train_loss,val_bleu,val_loss,wall_time_s\n0,9,5.0,,,\n0,9,,1.5,6.0,60\n1,19,,7.25,5.0,150\n"
+    )
+    main([str(tmp_path / "a.png"), f"rnn={run}", "--export-to", str(tmp_path / "kept")])
+    kept = tmp_path / "kept" / "rnn_cpu.csv"
+    header, *rows = kept.read_text().splitlines()  # validations only, train rows dropped
+    assert header == "epoch,step,wall_time_s,val_bleu,val_loss"
+    assert rows == ["0,9,60,1.5,6.0", "1,19,150,7.25,5.0"]
+    assert validation_curve(kept) == validation_curve(run) == [(1.0, 1.5, 9), (2.5, 7.25, 19)]
+    main([str(tmp_path / "b.png"), f"rnn={kept}"])
+    assert "best val_bleu 7.250 at step 19, 2.5 min" in capsys.readouterr().out

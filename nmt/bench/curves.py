@@ -5,7 +5,9 @@ logs ``wall_time_s``) against wall time or updates, with optional reference poin
         --reference "JoeyNMT 2.3, same tiny model, this CPU=38:14.09,74:25.95"
     python -m nmt.bench.curves docs/precision.png "fp32=runs/fp32" "bf16=runs/bf16" --metric val_loss --x step
 
-Reference points are minutes:value pairs (or updates:value with ``--x step``).
+Reference points are minutes:value pairs (or updates:value with ``--x step``). A run is its directory or
+a CSV of its validations alone: ``--export-to docs/curves`` writes one per run directory given
+(``docs/curves/<run dir name>.csv``), a few kilobytes that keep a figure redrawable once the run is gone.
 """
 
 import argparse
@@ -18,12 +20,32 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 
-def validation_curve(run_dir: str | Path, metric: str = "val_bleu") -> list[tuple[float, float, int]]:
-    """(minutes since training started, metric, step) at every validation of a run."""
-    path = Path(run_dir) / "logs" / "metrics.csv"
+def validation_rows(run: str | Path) -> list[dict[str, str]]:
+    """The rows of a run's validations: ``run`` is a run directory (its ``logs/metrics.csv``) or a CSV."""
+    path = Path(run)
+    if path.is_dir():
+        path = path / "logs" / "metrics.csv"
     with open(path, encoding="utf-8", newline="") as f:
-        rows = [r for r in csv.DictReader(f) if r.get(metric) and r.get("wall_time_s")]
+        return [r for r in csv.DictReader(f) if r.get("wall_time_s")]
+
+
+def validation_curve(run: str | Path, metric: str = "val_bleu") -> list[tuple[float, float, int]]:
+    """(minutes since training started, metric, step) at every validation of a run."""
+    rows = [r for r in validation_rows(run) if r.get(metric)]
     return [(float(r["wall_time_s"]) / 60, float(r[metric]), int(r["step"])) for r in rows]
+
+
+def export_validations(run_dir: str | Path, out: str | Path) -> Path:
+    """Write a run's validation rows (step, epoch, wall time and every ``val_*`` column) to ``out``."""
+    rows = validation_rows(run_dir)
+    columns = ["epoch", "step", "wall_time_s"] + sorted({k for r in rows for k in r if k.startswith("val_")})
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out, "w", encoding="utf-8", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore", lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+    return out
 
 
 AXIS_LABELS = {
@@ -66,12 +88,17 @@ def _pairs(text: str) -> list[tuple[float, float]]:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("out", help="the figure (PNG)")
-    parser.add_argument("runs", nargs="+", help="LABEL=RUN_DIR")
+    parser.add_argument("runs", nargs="+", help="LABEL=RUN_DIR or LABEL=VALIDATIONS.csv")
     parser.add_argument("--reference", action="append", default=[], help="LABEL=X:VALUE,X:VALUE")
     parser.add_argument("--metric", default="val_bleu", help="a validation column of metrics.csv (val_loss, ...)")
     parser.add_argument("--x", choices=["minutes", "step"], default="minutes", help="the horizontal axis")
+    parser.add_argument("--export-to", metavar="DIR", help="also write each run directory's validations to DIR")
     args = parser.parse_args(argv)
     runs = dict(item.rsplit("=", 1) for item in args.runs)
+    if args.export_to:
+        for run_dir in runs.values():
+            if Path(run_dir).is_dir():
+                print("wrote", export_validations(run_dir, Path(args.export_to) / f"{Path(run_dir).name}.csv"))
     references = {label: _pairs(points) for label, points in (r.rsplit("=", 1) for r in args.reference)}
     plot_curves(args.out, runs, references, args.metric, args.x)
     lower_is_better = "loss" in args.metric or "ppl" in args.metric
