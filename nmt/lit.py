@@ -68,7 +68,9 @@ class TrainingModule(L.LightningModule):
         grads = [p.grad for p in self.parameters() if p.grad is not None]
         if not grads:  # the batch was skipped (non-finite loss): nothing to check
             return
-        norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.float()) for g in grads]))
+        # one fused kernel per dtype and device rather than one per parameter: on a GPU a small model's
+        # step is bound by kernel launches
+        norm = torch.linalg.vector_norm(torch.stack([n.float() for n in torch._foreach_norm(grads)]))
         if torch.isfinite(norm):
             self.bad_steps = 0  # the limit is on consecutive failures: a good update ends a streak
             self.log("grad_norm", norm, on_step=True, on_epoch=False)

@@ -109,12 +109,15 @@ def test_absolute_encoding_does_depend_on_position():
     assert not torch.allclose(pos.embed(x, torch.arange(4)), pos.embed(x, torch.arange(4) + 11))
 
 
-def test_sinusoidal_table_beyond_precomputed_length_matches_formula():
-    pos = SinusoidalPosition(16, 4, max_len=8)
+def test_sinusoidal_positions_far_out_follow_the_formula():
+    """No length limit: position 5,000 gets Vaswani et al.'s values like position 0 does."""
+    pos = SinusoidalPosition(16, 4)
     x = torch.zeros(1, 3, 16)
-    far = pos.embed(x, torch.arange(10, 13))
-    big = SinusoidalPosition(16, 4, max_len=64)
-    torch.testing.assert_close(far, big.embed(x, torch.arange(10, 13)))
+    far = pos.embed(x, torch.arange(5000, 5003))
+    i = torch.arange(0, 16, 2)
+    angles = torch.arange(5000, 5003, dtype=torch.float64)[:, None] / 10000 ** (i / 16)
+    expected = torch.stack([angles.sin(), angles.cos()], dim=-1).flatten(1)  # sin, cos interleaved
+    torch.testing.assert_close(far[0], expected.float(), atol=2e-3, rtol=0)
 
 
 def test_attention_weights_are_a_distribution_over_unmasked_keys():

@@ -56,19 +56,16 @@ def sinusoid_table(positions: torch.Tensor, dim: int) -> torch.Tensor:
 
 
 class SinusoidalPosition(PositionEncoding):
-    """Fixed sinusoidal absolute positions added to the embeddings (``pos=absolute``)."""
+    """Fixed sinusoidal absolute positions added to the embeddings (``pos=absolute``), for any length."""
 
-    def __init__(self, d_model: int, head_dim: int, max_len: int = 1024) -> None:
-        super().__init__(d_model, head_dim)
-        # precomputed once; longer inputs extend it on the fly rather than failing
-        self.register_buffer("table", sinusoid_table(torch.arange(max_len), d_model), persistent=False)
+    def __init__(self, d_model: int, head_dim: int, max_len: int | None = None) -> None:
+        super().__init__(d_model, head_dim)  # max_len: still accepted from the configs of older checkpoints
 
     def embed(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        if int(positions.max()) < self.table.size(0):
-            pe = self.table[positions]
-        else:
-            pe = sinusoid_table(positions, self.d_model)
-        return x + pe.to(x.dtype)  # (len, d_model) broadcasts over the batch
+        # computed for the positions at hand, not looked up in a precomputed table: choosing between a
+        # table and the formula needs the largest position on the host, a device sync on a GPU and a graph
+        # break under torch.compile; a few sines are cheaper than either
+        return x + sinusoid_table(positions, self.d_model).to(x.dtype)  # (len, d_model) broadcasts
 
 
 class LearnedPosition(PositionEncoding):
