@@ -96,35 +96,38 @@ def greedy(model, src, bos_id: int, eos_id: int, cfg: SearchConfig | None = None
 
 @torch.no_grad()
 def _step_by_step(model, src, bos_id: int, eos_id: int, cfg: SearchConfig) -> list[list[int]]:
-    """Greedy or sampling: one token per sentence per step; finished sentences leave the batch."""
+    """Greedy or sampling: one token per sentence per step; finished sentences leave the batch.
+    Bookkeeping stays on the host, so a GPU waits for it once per step (reading the new tokens)."""
     batch = src.size(0)
-    limits = max_lengths(src, model.pad_id, cfg)
+    limits = max_lengths(src, model.pad_id, cfg).tolist()
     state = model.encode(src)
-    alive = torch.arange(batch, device=src.device)  # original row of each row still decoding
+    alive = list(range(batch))  # original row of each row still decoding
     prev = torch.full((batch,), bos_id, dtype=torch.long, device=src.device)
     outputs: list[list[int]] = [[] for _ in range(batch)]
     generator = None
     if cfg.strategy == "sample" and cfg.seed is not None:
         generator = torch.Generator(device=src.device).manual_seed(cfg.seed)
-    for step in range(int(limits.max())):
+    for step in range(max(limits)):
         logits, state = model.decode_step(prev, state)  # (alive, vocab)
         if cfg.min_len or cfg.no_repeat_ngram_size:
-            logits = constrain(logits, [outputs[row] for row in alive.tolist()], eos_id, cfg)
+            logits = constrain(logits, [outputs[row] for row in alive], eos_id, cfg)
         if cfg.strategy == "greedy":
             next_tokens = logits.argmax(dim=-1)
         else:
             next_tokens = _sample(logits.float(), cfg, generator)
         # the last step allowed ends the sentence (as if EOS were forced), like beam search does
-        keep = (next_tokens != eos_id) & (limits[alive] > step + 1)
-        for row, token, goes_on in zip(alive.tolist(), next_tokens.tolist(), keep.tolist(), strict=True):
+        tokens = next_tokens.tolist()
+        keep = [token != eos_id and limits[row] > step + 1 for row, token in zip(alive, tokens, strict=True)]
+        for row, token, goes_on in zip(alive, tokens, keep, strict=True):
             if goes_on:
                 outputs[row].append(token)
-        if not keep.any():
+        if not any(keep):
             break
-        if not keep.all():
+        if not all(keep):
             # shrink the batch so finished sentences cost nothing in later steps
-            index = keep.nonzero().squeeze(1)
-            state, alive, next_tokens = state.reorder(index), alive[index], next_tokens[index]
+            index = torch.tensor([i for i, goes_on in enumerate(keep) if goes_on], device=src.device)
+            state, next_tokens = state.reorder(index), next_tokens[index]
+            alive = [row for row, goes_on in zip(alive, keep, strict=True) if goes_on]
         prev = next_tokens
     return outputs
 

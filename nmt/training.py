@@ -257,15 +257,15 @@ def train(cfg: DictConfig) -> dict:
         "final_metrics": {k: _float(v) for k, v in trainer.callback_metrics.items()},
     }
     if trainer.is_global_zero:
+        # Lightning moves the module back to the CPU when fit ends: test on the device that trained
+        device = str(trainer.strategy.root_device)
         average = _test_average(cfg, checkpoint_dir) if cfg.test_after_training else 0
         if average:
             print(f"Testing the average of the last {average} epoch checkpoints (test_average_last)")
         if cfg.test_after_training and Path(best_path).is_file() and language_model:
             from nmt.evaluation_lm import evaluate_lm_checkpoint
 
-            results["test"] = evaluate_lm_checkpoint(
-                best_path, split="test", average_last=average, device=str(module.device)
-            )
+            results["test"] = evaluate_lm_checkpoint(best_path, split="test", average_last=average, device=device)
         elif cfg.test_after_training and Path(best_path).is_file():
             from nmt.evaluation import evaluate_checkpoint
 
@@ -276,7 +276,7 @@ def train(cfg: DictConfig) -> dict:
                 search=test_search,
                 data_overrides={},
                 average_last=average,
-                device=str(module.device),
+                device=device,
                 attention_maps=[0] if wandb else (),
             )
             if wandb:
