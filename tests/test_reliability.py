@@ -279,3 +279,24 @@ def test_a_save_that_dies_half_way_leaves_the_previous_checkpoint_intact(tmp_pat
         io.save_checkpoint({"step": 2}, path)
     monkeypatch.undo()
     assert torch.load(path, weights_only=True) == {"step": 1}
+
+
+def test_the_final_test_runs_on_the_training_device_wherever_fit_leaves_the_module(tmp_path, monkeypatch):
+    """Lightning moves the module to the CPU when fit ends, so GPU runs once decoded their test set on the
+    CPU. Here fit leaves the module on the meta device instead; the test must still get the trainer's."""
+    from lightning.pytorch.strategies import SingleDeviceStrategy
+
+    import nmt.evaluation
+    from nmt import training
+
+    devices = []
+    monkeypatch.setattr(nmt.evaluation, "evaluate_checkpoint", lambda *a, **kw: devices.append(kw["device"]) or {})
+    teardown = SingleDeviceStrategy.teardown
+
+    def teardown_elsewhere(self) -> None:
+        teardown(self)
+        self.lightning_module.to("meta")
+
+    monkeypatch.setattr(SingleDeviceStrategy, "teardown", teardown_elsewhere)
+    training.train(compose_train("trainer.max_epochs=1", f"run_dir={tmp_path}"))
+    assert devices == ["cpu"]
