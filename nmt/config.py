@@ -5,6 +5,8 @@ from collections.abc import Callable
 
 from omegaconf import DictConfig, OmegaConf
 
+MATMUL_PRECISIONS = ("highest", "high", "medium")  # torch.set_float32_matmul_precision
+
 
 class ConfigError(ValueError):
     """The config asks for something impossible; the message lists every problem found."""
@@ -35,6 +37,7 @@ def _rules() -> list[tuple[str, Callable[[object], bool], str]]:
         ("checkpoint.mode", lambda v: v in ("min", "max"), "one of ['min', 'max']"),
         ("early_stopping.mode", lambda v: v in ("min", "max"), "one of ['min', 'max']"),
         ("trainer.max_epochs", lambda v: isinstance(v, int) and v >= -1, "an integer >= -1"),
+        ("matmul_precision", lambda v: v in MATMUL_PRECISIONS, f"one of {list(MATMUL_PRECISIONS)}"),
         (
             "trainer.precision",
             lambda v: str(v) in ("auto", "32-true", "32", "bf16-mixed", "16-mixed", "bf16-true", "64-true"),

@@ -184,6 +184,7 @@ def train(cfg: DictConfig) -> dict:
     run_dir.mkdir(parents=True, exist_ok=True)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
+    torch.set_float32_matmul_precision(cfg.get("matmul_precision") or "highest")
     config = OmegaConf.to_container(cfg, resolve=True)
     config["run_dir"] = str(run_dir)
     # everything that can reject an option is built before any data is read

@@ -75,6 +75,7 @@ def test_course_baseline_has_the_reported_shape():
         ("data.max_tokens=-3", "data.max_tokens=-3"),
         ("model.norm_position=middle", "['pre', 'post']"),
         ("trainer.precision=fp8", "['auto', '32-true', 'bf16-mixed'"),
+        ("matmul_precision=fast", "['highest', 'high', 'medium']"),
     ],
 )
 def test_invalid_values_are_rejected_with_the_key_and_what_is_allowed(override, expected):

@@ -182,11 +182,18 @@ def main(argv=None) -> None:
     parser.add_argument("--compile-mode", default=None, help="torch.compile mode, e.g. max-autotune-no-cudagraphs")
     parser.add_argument("--fused-optim", action="store_true", help="Adam(fused=True)")
     parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument(
+        "--matmul-precision",
+        choices=["highest", "high", "medium"],
+        default="highest",
+        help="torch.set_float32_matmul_precision: 'medium' lets fp32 matrix products run on bf16 units",
+    )
     parser.add_argument("--profile", action="store_true", help="print where each step's time goes, by operator")
     parser.add_argument("--json", help="also write the rows to this file")
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
+    torch.set_float32_matmul_precision(args.matmul_precision)
     device = torch.device(args.device)
     rows = []
     for i, d_model in enumerate(args.d_model):
