@@ -20,6 +20,7 @@ import torch
 from torch.nn import functional as F
 
 from nmt.bench.systems import our_transformer
+from nmt.config import MATMUL_PRECISIONS
 
 PEAK_SIZES = {"cpu": 2048, "cuda": 8192}
 DTYPES = {"32": torch.float32, "bf16": torch.bfloat16}
@@ -184,7 +185,7 @@ def main(argv=None) -> None:
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument(
         "--matmul-precision",
-        choices=["highest", "high", "medium"],
+        choices=MATMUL_PRECISIONS,
         default="highest",
         help="torch.set_float32_matmul_precision: 'medium' lets fp32 matrix products run on bf16 units",
     )
