@@ -5,7 +5,6 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TORCH_VERSION := 2.13.0
 ARGS ?=
-RECIPE ?= experiment=multi30k_tiny  # what `make train` trains; RECIPE= for the bare defaults
 
 .PHONY: help install train test test-fast browser lint format bench bench-mfu clean
 
@@ -22,8 +21,8 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)  ## create .venv with torch==2.13.0 and the project (editable, with dev tools)
 
-train: $(STAMP)  ## train the Multi30k en-de tiny Transformer recipe; e.g. make train RECIPE= ARGS="data=toy"
-	$(BIN)/python train.py $(RECIPE) $(ARGS)
+train: $(STAMP)  ## train the default recipe (Multi30k en-de, tiny Transformer); e.g. make train ARGS="data=toy"
+	$(BIN)/python train.py $(ARGS)
 
 test: $(STAMP) browser  ## run the whole test suite (CPU, offline)
 	$(BIN)/python -m pytest $(ARGS)

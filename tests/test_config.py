@@ -51,6 +51,34 @@ def test_experiment_presets_compose(experiment):
     build_datamodule(cfg.data, "/tmp/unused", 1)  # constructing reads nothing
 
 
+def plain(*overrides: str) -> dict:
+    """The composed config as plain data, its run name aside (it names the chosen groups)."""
+    cfg = compose_train("name=run", *overrides, tiny=False)
+    return OmegaConf.to_container(cfg, resolve=True)
+
+
+def test_python_train_py_alone_trains_the_multi30k_tiny_recipe():
+    """The default data gets its best recipe, not a Transformer-base shape; model=rnn gets the RNN recipe."""
+    assert plain() == plain("experiment=multi30k_tiny")
+    assert plain("model=rnn") == plain("experiment=multi30k_rnn")
+    model = compose_train(tiny=False).model
+    assert (model.d_model, model.encoder_layers, model.ffn_dim, model.norm_position) == (128, 4, 256, "post")
+
+
+def test_the_fitted_recipe_is_a_default_that_any_choice_overrides():
+    cfg = compose_train("pos=relative", "norm=rms", "model.d_model=256", "optim=noam", tiny=False)
+    assert cfg.model.d_model == 256 and cfg.model.encoder_layers == 4  # the rest of the recipe stays
+    assert cfg.optim.scheduler._target_ == "nmt.optim.noam" and cfg.optim.optimizer.lr == 1.0  # not adamw's peak
+    assert plain("data=toy")["model"]["d_model"] == 64  # another corpus, its own fit
+
+
+@pytest.mark.parametrize("experiment", [e for e in options("experiment") if e != "summarization"])
+def test_no_experiment_changes_with_the_corpus_default_recipe(experiment):
+    """A recipe means what its file says: the fitted default of its corpus (conf/fit) never leaks into it."""
+    data = [] if "override /data" in (CONF / "experiment" / f"{experiment}.yaml").read_text() else ["data=multi30k"]
+    assert plain(f"experiment={experiment}", *data) == plain(f"experiment={experiment}", *data, "~fit")
+
+
 def test_course_baseline_has_the_reported_shape():
     cfg = compose_train("experiment=course_baseline", tiny=False)
     m = cfg.model

@@ -30,7 +30,9 @@ def read(path):
 
 
 def test_joeynmt_export_writes_our_splits_tokenizers_and_an_equivalent_config(tmp_path):
-    cfg = compose_train("model.tie_embeddings=all", "warmup=33", "optim.scheduler.factor=0.7", *STEP_BUDGET)
+    cfg = compose_train(
+        "model.tie_embeddings=all", "optim=noam", "warmup=33", "optim.scheduler.factor=0.7", *STEP_BUDGET
+    )
     path = export(cfg, tmp_path / "joey")
     dm = build_datamodule(cfg.data, cfg.cache_dir, cfg.seed)
     for ours, theirs in (("train", "train"), ("val", "dev"), ("test", "test")):
