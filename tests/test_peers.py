@@ -16,7 +16,7 @@ from nmt.bench.__main__ import decoding_table, training_table
 from nmt.bench.systems import decode_throughput, our_rnn, our_transformer, peak_rss_mb
 from nmt.build import build_datamodule
 from nmt.data.tokenizer import EOS_ID
-from nmt.peers.joeynmt_export import export
+from nmt.peers.joeynmt_export import export, joeynmt_schedule
 from nmt.peers.peer_speed import PEER_PAD, output_length, remap
 from nmt.training import train
 
@@ -55,6 +55,31 @@ def test_joeynmt_export_writes_our_splits_tokenizers_and_an_equivalent_config(tm
     pieces = read(tmp_path / "joey" / "joint.vocab")
     assert pieces == [joint.id_to_piece(i) for i in range(EOS_ID + 1, joint.get_piece_size())]
     assert settings["data"]["src"]["voc_file"] == settings["data"]["trg"]["voc_file"]
+
+
+@pytest.mark.parametrize(
+    "overrides,expected",
+    [
+        (["optim=noam", "optim.scheduler.factor=0.7"], {"optimizer": "adam", "scheduling": "noam"}),
+        (["lr=3e-3", "weight_decay=0.02"], {"optimizer": "adamw", "scheduling": "warmupinversesquareroot"}),
+    ],
+)
+def test_joeynmt_export_maps_our_schedules_to_its_equals(overrides, expected, tmp_path):
+    cfg = compose_train(*overrides, "warmup=33", *STEP_BUDGET)
+    training = yaml.safe_load(export(cfg, tmp_path / "joey").read_text())["training"]
+    assert {key: training[key] for key in expected} == expected
+    assert training["learning_rate_warmup"] == 33
+    if expected["optimizer"] == "adamw":  # its peak and decoupled weight decay are ours
+        assert (training["learning_rate_peak"], training["weight_decay"]) == (3e-3, 0.02)
+    else:
+        assert training["learning_rate_factor"] == 0.7
+
+
+@pytest.mark.parametrize("overrides", [["optim=adam"], ["optim.scheduler.decay=cosine"]])
+def test_joeynmt_export_of_a_schedule_it_cannot_express_says_so(overrides):
+    cfg = compose_train(*overrides, *STEP_BUDGET)
+    with pytest.raises(ValueError, match="covers optim=noam and optim=adamw"):
+        joeynmt_schedule(cfg)
 
 
 def test_joeynmt_export_needs_validation_counted_in_updates(tmp_path):

@@ -35,14 +35,35 @@ def write_tokenizer(tokenizer: Tokenizer, out: Path, name: str) -> tuple[Path, P
     return model, vocab
 
 
+def joeynmt_schedule(cfg: DictConfig) -> dict:
+    """JoeyNMT's optimiser and schedule for ours: optim=noam is its `noam` (the same formula), optim=adamw
+    with inverse-sqrt decay its `warmupinversesquareroot` (linear warm-up to the peak, then
+    peak * sqrt(warmup / step)); nothing else has an equal there."""
+    scheduler = cfg.optim.scheduler
+    if scheduler is not None and scheduler._target_ == "nmt.optim.noam":
+        return {"optimizer": "adam", "scheduling": "noam", "learning_rate_factor": float(scheduler.factor)}
+    adamw = cfg.optim.optimizer._target_ == "torch.optim.AdamW"
+    if adamw and scheduler is not None and scheduler.get("decay") == "inverse_sqrt":
+        peak = float(cfg.optim.optimizer.lr)
+        return {
+            "optimizer": "adamw",
+            "scheduling": "warmupinversesquareroot",
+            "learning_rate": peak,
+            "learning_rate_peak": peak,
+        }
+    raise ValueError(
+        "the JoeyNMT export covers optim=noam and optim=adamw with optim.scheduler.decay=inverse_sqrt "
+        "(JoeyNMT has the same schedules)"
+    )
+
+
 def joeynmt_config(cfg: DictConfig, dm, out: Path, files: dict, validation_freq: int) -> dict:
     """JoeyNMT's configuration equivalent to our Transformer run ``cfg``; it validates every
     ``validation_freq`` updates (JoeyNMT has no per-epoch validation). ``dm`` is the run's data module."""
     model = cfg.model
     if model._target_.rsplit(".", 1)[-1] != "Transformer":
         raise ValueError("the JoeyNMT export covers model=transformer")
-    if cfg.optim.scheduler._target_ != "nmt.optim.noam":
-        raise ValueError("the JoeyNMT export covers optim=noam (JoeyNMT's `noam` schedule is the same formula)")
+    schedule = joeynmt_schedule(cfg)
     tied_all = model.tie_embeddings == "all"
 
     def side(lang: str, key: str) -> dict:
@@ -92,11 +113,9 @@ def joeynmt_config(cfg: DictConfig, dm, out: Path, files: dict, validation_freq:
         },
         "training": {
             "random_seed": int(cfg.seed),
-            "optimizer": "adam",
+            **schedule,
             "normalization": "tokens",
             "adam_betas": [float(b) for b in cfg.optim.optimizer.betas],
-            "scheduling": "noam",
-            "learning_rate_factor": float(cfg.optim.scheduler.factor),
             "learning_rate_warmup": int(cfg.warmup),
             "learning_rate_min": 1.0e-8,
             "weight_decay": float(cfg.optim.optimizer.weight_decay),
