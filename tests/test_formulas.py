@@ -7,8 +7,10 @@ import math
 import pytest
 import torch
 
+import nmt.loss
 from nmt.checkpoint import average_state_dicts
-from nmt.loss import LabelSmoothedCrossEntropy
+from nmt.loss import CPU_BLOCK_VALUES as BLOCK_VALUES
+from nmt.loss import BlockedSmoothedCrossEntropy, LabelSmoothedCrossEntropy, smoothed_cross_entropy_sums
 from nmt.modules.position import sinusoid_table
 from nmt.modules.rnn_attention import AdditiveAttention, DotAttention, MultiplicativeAttention
 from nmt.optim import noam, warmup_decay
@@ -67,6 +69,41 @@ def test_label_smoothed_loss_by_hand():
     assert tokens.item() == 2
     assert loss.item() == pytest.approx(total / 2, rel=1e-6)
     assert nll.item() == pytest.approx(total_nll, rel=1e-6)
+
+
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+def test_the_blocked_cpu_loss_has_the_exact_gradient(smoothing, monkeypatch):
+    """Its hand-written backward pass against the numerical gradient, in fp64, over several blocks (blocks
+    of 2 rows here: 5 rows make 3 blocks, the last one short), with padded rows."""
+    monkeypatch.setattr(nmt.loss, "CPU_BLOCK_VALUES", 14)
+    logits = torch.randn(5, 7, dtype=torch.float64, requires_grad=True)
+    target = torch.tensor([3, 0, 6, 2, 0])  # pad_id 0 at rows 1 and 4
+
+    def weighted_loss(x):  # distinct weights per row check that each row gets its own upstream gradient
+        loss, _ = BlockedSmoothedCrossEntropy.apply(x, target, smoothing, 0)
+        return loss * torch.arange(1.0, 6.0, dtype=torch.float64)
+
+    assert torch.autograd.gradcheck(weighted_loss, (logits,))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_blocked_cpu_loss_equals_the_formula(dtype):
+    """The CPU path (blocks of rows) and the GPU path (one log-softmax) give the same loss, NLL and
+    gradient, with the gradient in the logits' dtype."""
+    torch.manual_seed(0)
+    base = torch.randn(2, 40, BLOCK_VALUES // 16) * 3  # 80 rows in blocks of 16
+    target = torch.randint(1, base.size(-1), (2, 40))
+    target[:, 30:] = 0  # padding
+    blocked, formula = base.to(dtype).requires_grad_(), base.to(dtype).requires_grad_()
+    loss, nll, tokens = LabelSmoothedCrossEntropy(smoothing=0.1, pad_id=0)(blocked, target)
+    loss_sum, nll_sum = smoothed_cross_entropy_sums(formula.reshape(-1, base.size(-1)), target.reshape(-1), 0.1, 0)
+    (loss_sum / 60).backward()
+    loss.backward()
+    assert tokens.item() == 60
+    torch.testing.assert_close(loss, loss_sum / 60)
+    torch.testing.assert_close(nll, nll_sum.detach())
+    assert blocked.grad.dtype == dtype
+    torch.testing.assert_close(blocked.grad, formula.grad)
 
 
 def _rates(make, steps):
