@@ -1,5 +1,8 @@
 """The MFU benchmark's FLOP count against PyTorch's own FLOP counter."""
 
+import subprocess
+import sys
+
 import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
@@ -26,3 +29,25 @@ def test_flop_count_matches_pytorch_counter(batch, src_len, tgt_len):
     with FlopCounterMode(display=False) as forward_only, torch.no_grad():
         model(src, tgt_in)
     assert forward_only.get_total_flops() == forward_flops(shape, batch, src_len, tgt_len)
+
+
+def test_the_loss_benchmark_times_both_paths_from_the_command_line():
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "nmt.bench.loss",
+            "--threads",
+            "1",
+            "--tokens",
+            "64",
+            "--vocab",
+            "300",
+            "--repeats",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "64 x 300 bf16 logits, 1 threads: formula" in result.stdout and "blocked" in result.stdout
