@@ -32,22 +32,6 @@ def test_flop_count_matches_pytorch_counter(batch, src_len, tgt_len):
 
 
 def test_the_loss_benchmark_times_both_paths_from_the_command_line():
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "nmt.bench.loss",
-            "--threads",
-            "1",
-            "--tokens",
-            "64",
-            "--vocab",
-            "300",
-            "--repeats",
-            "1",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
+    command = [sys.executable, *"-m nmt.bench.loss --threads 1 --tokens 64 --vocab 300 --repeats 1".split()]
+    result = subprocess.run(command, capture_output=True, text=True, check=True)
     assert "64 x 300 bf16 logits, 1 threads: formula" in result.stdout and "blocked" in result.stdout
