@@ -15,13 +15,25 @@ from pathlib import Path
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from nmt.sweep_report import RESULT, collect_records, write_report
 
 ROOT = Path(__file__).resolve().parents[1]
 SWEEP_KEYS = ("grid", "sweep_name", "pin_gpus", "baseline", "report_metric", "report_sentence", "start_runs_for")
 LAUNCHED = "launched_at"  # when this invocation of the sweep began (seconds since the epoch)
+
+
+def default_sweep_name(*, _root_: DictConfig) -> str:
+    """The grid's name, read where it is: the sweeper composes the sweep folder from a config that holds
+    the ``hydra`` node while HydraConfig is not set yet; each job gets HydraConfig and loses the node."""
+    if HydraConfig.initialized():
+        return str(HydraConfig.get().runtime.choices.grid)
+    return str(OmegaConf.select(_root_, "hydra.runtime.choices.grid", default="none"))
+
+
+if not OmegaConf.has_resolver("nmt.grid_name"):
+    OmegaConf.register_new_resolver("nmt.grid_name", default_sweep_name)
 
 
 def parse_duration(text: str) -> float:

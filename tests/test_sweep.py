@@ -430,3 +430,49 @@ def test_start_runs_for_reads_hours_minutes_seconds(text, seconds):
 def test_start_runs_for_rejects_other_formats_with_an_example(text):
     with pytest.raises(ValueError, match="HH:MM:SS"):
         sweep.parse_duration(text)
+
+
+@pytest.mark.slow
+def test_the_readme_sweep_command_runs_as_typed_in_a_fresh_folder(tmp_path):
+    """No hydra.sweep.dir: the sweep folder comes from the grid's name, as for every user's first sweep."""
+    command = [
+        sys.executable,
+        str(ROOT / "sweep.py"),
+        "-m",
+        "grid=none",
+        "data=toy",
+        "pos=absolute,relative",
+        "seed=1",
+        "trainer.max_steps=2",
+        "trainer.enable_progress_bar=false",
+        "threads=1",
+    ]
+    result = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, timeout=600)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    assert "HydraConfig was not set" not in result.stderr
+    sweep_dir = tmp_path / "sweeps" / "none"
+    assert sorted(p.parent.name for p in sweep_dir.glob("*/sweep_result.json")) == [
+        "pos=absolute,seed=1",
+        "pos=relative,seed=1",
+    ]
+    assert (sweep_dir / "report.md").is_file()
+
+
+@pytest.mark.parametrize(("grid", "folder"), [(None, "transformer"), ("rnn", "rnn"), ("none", "none")])
+def test_the_sweep_folder_is_named_after_the_grid_without_a_hydra_config(grid, folder):
+    """The sweeper reads hydra.sweep.dir before any job exists (HydraConfig unset); a job reads sweep_name
+    after Hydra removed its own node: both must give the grid's name."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import OmegaConf
+
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("sweep", overrides=[f"grid={grid}"] if grid else [], return_hydra_config=True)
+    assert not HydraConfig.initialized()
+    assert cfg.hydra.sweep.dir == f"sweeps/{folder}"
+    HydraConfig.instance().set_config(cfg)
+    try:
+        job = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
+        assert job.sweep_name == folder
+    finally:
+        HydraConfig.instance().cfg = None
