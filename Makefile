@@ -48,11 +48,11 @@ format: $(STAMP)  ## apply ruff fixes and formatting
 	$(BIN)/ruff format .
 
 bench: $(STAMP)  ## speed benchmarks, appended to BENCHMARKS.md (ARGS="--steps 50 ..."), then CPU MFU
-	$(BIN)/python -m nmt.bench $(ARGS)
-	$(BIN)/python -m nmt.bench.mfu
+	$(BIN)/python -m benchmarks $(ARGS)
+	$(BIN)/python -m benchmarks.mfu
 
 bench-mfu: $(STAMP)  ## model-FLOPs utilisation of training, fp32 and bf16 (ARGS="--device cuda --compile ...")
-	$(BIN)/python -m nmt.bench.mfu $(ARGS)
+	$(BIN)/python -m benchmarks.mfu $(ARGS)
 
 clean:  ## remove run outputs and caches (keeps .venv)
 	rm -rf runs outputs multirun .pytest_cache .ruff_cache

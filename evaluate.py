@@ -3,8 +3,8 @@
 import hydra
 from omegaconf import DictConfig
 
-from nmt.cli import run_cli
-from nmt.evaluation import evaluate
+from nmt.cli import check_command_line, run_cli
+from nmt.evaluation.evaluate import evaluate
 
 
 @hydra.main(config_path="conf", config_name="evaluate", version_base="1.3")
@@ -13,4 +13,5 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    check_command_line("evaluate")
     main()

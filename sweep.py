@@ -5,8 +5,9 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
-from nmt.sweep import run_cell
-from nmt.sweep_report import write_report
+from nmt.cli import check_command_line
+from nmt.sweep.report import write_report
+from nmt.sweep.runner import run_cell
 
 
 @hydra.main(config_path="conf", config_name="sweep", version_base="1.3")
@@ -18,4 +19,5 @@ if __name__ == "__main__":
     if len(sys.argv) >= 3 and sys.argv[1] == "report":
         write_report(sys.argv[2])  # regenerate the report of a (possibly unfinished) sweep
     else:
+        check_command_line("sweep")
         main()

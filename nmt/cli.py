@@ -1,14 +1,17 @@
 """What the Hydra entry points share: user mistakes end with one clear message, not a traceback."""
 
+import difflib
 import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
-from nmt.checkpoint import CheckpointError
-from nmt.config import ConfigError
 from nmt.data.sources import DataNotFoundError
+from nmt.inference.checkpoint import CheckpointError
+from nmt.training.config import ConfigError
 
 USER_ERRORS = (ConfigError, CheckpointError, DataNotFoundError, ValueError, FileNotFoundError)
+CONF = Path(__file__).resolve().parents[1] / "conf"
 
 
 def run_cli(function: Callable, cfg) -> None:
@@ -21,3 +24,58 @@ def run_cli(function: Callable, cfg) -> None:
             raise
         print(f"error: {err}", file=sys.stderr)
         raise SystemExit(2) from None
+
+
+def _keys(node, prefix: str = "") -> list[str]:
+    from omegaconf import DictConfig
+
+    keys = []
+    for key in node.keys() if isinstance(node, DictConfig) else ():
+        path = f"{prefix}{key}"
+        keys.append(path)
+        child = node._get_node(key)
+        if isinstance(child, DictConfig):
+            keys += _keys(child, path + ".")
+    return keys
+
+
+def unknown_key_message(argv: list[str], config_name: str, conf: Path = CONF) -> str | None:
+    """One line for the first ``key=value`` of ``argv`` whose key is neither a config group nor a key of
+    the composed config, with the closest known names (Hydra itself would suggest ``+key=value``, which
+    adds a key that nothing reads). None when every key is known, or when composing fails for another
+    reason (Hydra then reports that one)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    groups = sorted(str(p.relative_to(conf)) for p in conf.rglob("*") if p.is_dir())
+    items = [a for a in argv if ("=" in a or a.startswith("~")) and not a.startswith(("-", "+", "hydra"))]
+    group_overrides = [f"{k}={v.split(',')[0]}" for k, _, v in (a.partition("=") for a in items) if k in groups]
+    plain = [a.lstrip("~").partition("=")[0] for a in items if a.lstrip("~").partition("=")[0] not in groups]
+    if not plain:
+        return None
+    if GlobalHydra.instance().is_initialized():
+        return None  # inside a test or a program that composes configs itself
+    try:
+        with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
+            cfg = compose(config_name, overrides=group_overrides)
+    except Exception:  # a bad group option or the like: Hydra's own message names it
+        return None
+    known = _keys(cfg)
+    for key in plain:
+        if key in known:
+            continue
+        close = difflib.get_close_matches(key, list(dict.fromkeys(known + groups)), n=3, cutoff=0.6)
+        hint = f"did you mean {' or '.join(repr(c) for c in close)}?" if close else "no key or group has a similar name"
+        return (
+            f"error: {key!r} (on the command line) is neither a key of the {config_name} config nor a config "
+            f"group: {hint} (python {config_name}.py --help lists the groups; +{key}=... adds a new key)"
+        )
+    return None
+
+
+def check_command_line(config_name: str) -> None:
+    """Before Hydra starts: a misspelt key stops the program with one line suggesting the right one."""
+    message = unknown_key_message(sys.argv[1:], config_name)
+    if message:
+        print(message, file=sys.stderr)
+        raise SystemExit(2)

@@ -6,12 +6,14 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from nmt.lit import TranslationModule
+from nmt.tasks.translation import TranslationTask
+from nmt.training.module import TaskModule
 
 
-def module_with(scaler=None, max_bad_steps: int = 3) -> TranslationModule:
+def module_with(scaler=None, max_bad_steps: int = 3) -> TaskModule:
     model = torch.nn.Linear(4, 4)
-    module = TranslationModule(
+    module = TaskModule(
+        task=TranslationTask(),
         model=model,
         loss=torch.nn.Identity(),
         optimizer=None,
@@ -19,7 +21,6 @@ def module_with(scaler=None, max_bad_steps: int = 3) -> TranslationModule:
         src_tokenizer=None,
         tgt_tokenizer=None,
         config={},
-        val_search=None,
         max_bad_steps=max_bad_steps,
     )
     module._trainer = SimpleNamespace(precision_plugin=SimpleNamespace(scaler=scaler), global_step=0)
@@ -28,7 +29,7 @@ def module_with(scaler=None, max_bad_steps: int = 3) -> TranslationModule:
     return module
 
 
-def set_grads(module: TranslationModule, value: float) -> None:
+def set_grads(module: TaskModule, value: float) -> None:
     for p in module.parameters():
         p.grad = torch.full_like(p, value)
 

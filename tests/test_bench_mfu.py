@@ -7,8 +7,8 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from nmt.bench.mfu import Shape, forward_flops, synthetic_batch, training_flops
-from nmt.bench.systems import our_transformer
+from benchmarks.mfu import Shape, forward_flops, synthetic_batch, training_flops
+from benchmarks.systems import our_transformer
 
 
 @pytest.mark.parametrize(("batch", "src_len", "tgt_len"), [(2, 5, 7), (3, 9, 4)])
@@ -32,6 +32,6 @@ def test_flop_count_matches_pytorch_counter(batch, src_len, tgt_len):
 
 
 def test_the_loss_benchmark_times_both_paths_from_the_command_line():
-    command = [sys.executable, *"-m nmt.bench.loss --threads 1 --tokens 64 --vocab 300 --repeats 1".split()]
+    command = [sys.executable, *"-m benchmarks.loss --threads 1 --tokens 64 --vocab 300 --repeats 1".split()]
     result = subprocess.run(command, capture_output=True, text=True, check=True)
     assert "64 x 300 bf16 logits, 1 threads: formula" in result.stdout and "blocked" in result.stdout

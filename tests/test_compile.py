@@ -4,7 +4,7 @@ and keeps the plain model's parameter names (checkpoints load either way)."""
 import pytest
 import torch
 
-from nmt.bench.systems import our_transformer
+from benchmarks.systems import our_transformer
 
 pytestmark = pytest.mark.slow
 

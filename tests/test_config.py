@@ -7,11 +7,13 @@ import torch
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
-from nmt.build import build_datamodule, build_model, instantiate
-from nmt.checkpoint import CHECKPOINT_KEY, load_checkpoint
-from nmt.config import ConfigError, check_config
+from nmt.data.build import build_datamodule
 from nmt.data.tokenizer import PAD_ID
-from nmt.training import resolve_precision, train
+from nmt.inference.checkpoint import CHECKPOINT_KEY, load_checkpoint
+from nmt.models.build import build_model
+from nmt.training.config import ConfigError, check_config
+from nmt.training.train import resolve_precision, train
+from nmt.utils.instantiate import instantiate
 
 from .conftest import CONF, compose_train
 
@@ -68,15 +70,17 @@ def test_python_train_py_alone_trains_the_multi30k_tiny_recipe():
 def test_the_fitted_recipe_is_a_default_that_any_choice_overrides():
     cfg = compose_train("pos=relative", "norm=rms", "model.d_model=256", "optim=noam", tiny=False)
     assert cfg.model.d_model == 256 and cfg.model.encoder_layers == 4  # the rest of the recipe stays
-    assert cfg.optim.scheduler._target_ == "nmt.optim.noam" and cfg.optim.optimizer.lr == 1.0  # not adamw's peak
-    assert plain("data=toy")["model"]["d_model"] == 64  # another corpus, its own fit
+    assert (
+        cfg.optim.scheduler._target_ == "nmt.training.optim.noam" and cfg.optim.optimizer.lr == 1.0
+    )  # not adamw's peak
+    assert plain("data=toy")["model"]["d_model"] == 64  # another corpus, its own recipe
 
 
 @pytest.mark.parametrize("experiment", [e for e in options("experiment") if e != "summarization"])
 def test_no_experiment_changes_with_the_corpus_default_recipe(experiment):
     """A recipe means what its file says: the fitted default of its corpus (conf/fit) never leaks into it."""
     data = [] if "override /data" in (CONF / "experiment" / f"{experiment}.yaml").read_text() else ["data=multi30k"]
-    assert plain(f"experiment={experiment}", *data) == plain(f"experiment={experiment}", *data, "~fit")
+    assert plain(f"experiment={experiment}", *data) == plain(f"experiment={experiment}", *data, "~recipe")
 
 
 def test_course_baseline_has_the_reported_shape():

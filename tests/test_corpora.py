@@ -16,7 +16,7 @@ from nmt.data.splits import seeded_split
 from nmt.data.tatoeba import TatoebaDataModule
 from nmt.data.toy import toy_pairs
 from nmt.data.zh_en import ZhEnDataModule
-from nmt.training import train
+from nmt.training.train import train
 
 from .conftest import ROOT, compose_train
 from .test_end_to_end import run

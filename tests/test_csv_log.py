@@ -2,7 +2,7 @@
 
 import csv
 
-from nmt.loggers import ResumableCSVLogger
+from nmt.training.loggers import ResumableCSVLogger
 
 
 def rows(run_dir) -> list[tuple[str, str, str]]:

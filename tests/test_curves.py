@@ -4,9 +4,9 @@ import time
 
 from omegaconf import OmegaConf
 
-from nmt.bench.curves import main, plot_curves, validation_curve
-from nmt.callbacks import WallClock
-from nmt.training import _test_average
+from benchmarks.curves import main, plot_curves, validation_curve
+from nmt.training.callbacks import WallClock
+from nmt.training.train import _test_average
 
 
 def test_wall_clock_adds_the_time_of_earlier_processes():

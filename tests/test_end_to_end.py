@@ -9,8 +9,8 @@ import sys
 import pytest
 import torch
 
-from nmt.checkpoint import CheckpointError, load_checkpoint
-from nmt.evaluation import load_model
+from nmt.inference.checkpoint import CheckpointError, load_checkpoint
+from nmt.inference.loading import load_model
 
 from .conftest import ROOT
 
@@ -110,3 +110,26 @@ def test_foreign_files_get_a_clear_error(tmp_path):
         load_checkpoint(other)
     with pytest.raises(CheckpointError, match="no such checkpoint"):
         load_checkpoint(tmp_path / "missing.ckpt")
+
+
+def legacy_config(config: dict) -> dict:
+    """The config section as checkpoints wrote it before tasks were objects and modules moved into rooms:
+    the task a name, ROUGE a top-level key, the loss and schedules under their old module paths."""
+    old = {k: v for k, v in config.items() if k != "task"}
+    old["task"] = "translation"
+    old["rouge"] = False
+    old["smoothing"] = {**config["smoothing"], "_target_": "nmt.loss.LabelSmoothedCrossEntropy"}
+    old.pop("recipe", None)
+    return old
+
+
+def test_a_checkpoint_written_before_the_restructuring_still_evaluates(toy_run, tmp_path):
+    results = json.loads((toy_run / "results.json").read_text())
+    checkpoint = torch.load(results["best_checkpoint"], map_location="cpu", weights_only=True)
+    checkpoint["nmt"]["config"] = legacy_config(checkpoint["nmt"]["config"])
+    old = tmp_path / "run" / "checkpoints" / "old.ckpt"
+    old.parent.mkdir(parents=True)
+    torch.save(checkpoint, old)
+    run("evaluate.py", f"ckpt_path={old}", f"out_dir={tmp_path / 'eval'}", "samples=0")
+    metrics = json.loads((tmp_path / "eval" / "metrics.json").read_text())
+    assert metrics["bleu"] == pytest.approx(results["test"]["bleu"], abs=0.01)

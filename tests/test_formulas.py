@@ -7,13 +7,13 @@ import math
 import pytest
 import torch
 
-import nmt.loss
-from nmt.checkpoint import average_state_dicts
-from nmt.loss import CPU_BLOCK_VALUES as BLOCK_VALUES
-from nmt.loss import BlockedSmoothedCrossEntropy, LabelSmoothedCrossEntropy, smoothed_cross_entropy_sums
+import nmt.modules.loss
+from nmt.inference.checkpoint import average_state_dicts
+from nmt.modules.loss import CPU_BLOCK_VALUES as BLOCK_VALUES
+from nmt.modules.loss import BlockedSmoothedCrossEntropy, LabelSmoothedCrossEntropy, smoothed_cross_entropy_sums
 from nmt.modules.position import sinusoid_table
 from nmt.modules.rnn_attention import AdditiveAttention, DotAttention, MultiplicativeAttention
-from nmt.optim import noam, warmup_decay
+from nmt.training.optim import noam, warmup_decay
 
 
 def test_sinusoid_table_is_vaswanis_formula():
@@ -75,7 +75,7 @@ def test_label_smoothed_loss_by_hand():
 def test_the_blocked_cpu_loss_has_the_exact_gradient(smoothing, monkeypatch):
     """Its hand-written backward pass against the numerical gradient, in fp64, over several blocks (blocks
     of 2 rows here: 5 rows make 3 blocks, the last one short), with padded rows."""
-    monkeypatch.setattr(nmt.loss, "CPU_BLOCK_VALUES", 14)
+    monkeypatch.setattr(nmt.modules.loss, "CPU_BLOCK_VALUES", 14)
     logits = torch.randn(5, 7, dtype=torch.float64, requires_grad=True)
     target = torch.tensor([3, 0, 6, 2, 0])  # pad_id 0 at rows 1 and 4
 
@@ -198,7 +198,7 @@ def test_shaw_relative_attention_matches_a_loop_over_the_papers_formula(use_valu
     ("temperature", "top_k", "top_p"), [(1.0, 0, 1.0), (0.5, 0, 1.0), (2.0, 0, 1.0), (1.0, 2, 1.0), (1.0, 0, 0.7)]
 )
 def test_sampling_follows_temperature_top_k_and_top_p_definitions(temperature, top_k, top_p):
-    from nmt.search import SearchConfig, _sample
+    from nmt.decoding.search import SearchConfig, _sample
 
     logits = torch.tensor([2.0, 1.0, 0.5, -1.0])
     # the definition: p_i proportional to exp(l_i / T); top-k keeps the k largest; top-p keeps the

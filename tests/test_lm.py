@@ -8,17 +8,17 @@ import pytest
 import torch
 from hydra.utils import instantiate
 
-from nmt.config import ConfigError, check_config
 from nmt.data.lm import BlockDataset, collate_blocks, windows
 from nmt.data.ptb import PTBDataModule
 from nmt.data.sources import DataNotFoundError
 from nmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from nmt.data.vocab import WordVocabulary, load_tokenizer
-from nmt.evaluation import load_model
-from nmt.evaluation_lm import generate, stream_perplexity
+from nmt.decoding.search import SearchConfig, decode
+from nmt.inference.loading import load_model
 from nmt.models.transformer_lm import TransformerLM
-from nmt.search import SearchConfig, decode
-from nmt.training import train
+from nmt.tasks.language_model import generate, stream_perplexity
+from nmt.training.config import ConfigError, check_config
+from nmt.training.train import train
 
 from .conftest import compose_train
 from .test_end_to_end import run

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from nmt.metrics import corpus_scores, tokenized_lowercase_bleu
+from nmt.metrics.corpus import corpus_scores, tokenized_lowercase_bleu
 
 HYPS = ["Ein Mann fährt Fahrrad.", "Zwei Hunde spielen im Schnee!", "Eine Frau liest ein Buch", "Kinder lachen."]
 REFS = [
@@ -54,7 +54,7 @@ def test_bootstrap_interval_is_sacrebleus_confidence_interval():
 
     import sacrebleu
 
-    from nmt.metrics import bootstrap_interval
+    from nmt.metrics.corpus import bootstrap_interval
 
     rng = random.Random(0)
     words = "ein eine Mann Frau Hund spielt läuft im Park auf der Straße mit einem Ball".split()
@@ -78,7 +78,7 @@ def test_corpus_scores_carry_both_bleu_intervals():
 
 
 def test_score_command_rescores_saved_files(tmp_path, capsys):
-    from nmt.score import main
+    from nmt.evaluation.score import main
 
     (tmp_path / "hyp.txt").write_text("".join(h + "\n" for h in HYPS), encoding="utf-8")
     (tmp_path / "ref.txt").write_text("".join(r + "\n" for r in REFS), encoding="utf-8")
@@ -96,7 +96,7 @@ def test_score_command_compares_two_outputs_with_sacrebleus_paired_bootstrap(tmp
     """Same p-value as sacreBLEU's own --paired-bs on the same files (1,000 resamples, its default seed)."""
     import random
 
-    from nmt.score import main
+    from nmt.evaluation.score import main
 
     rng = random.Random(1)
     words = "ein eine Mann Frau Hund spielt läuft im Park auf der Straße mit einem Ball".split()

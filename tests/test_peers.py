@@ -12,13 +12,13 @@ import sentencepiece as spm
 import torch
 import yaml
 
-from nmt.bench.__main__ import decoding_table, training_table
-from nmt.bench.systems import decode_throughput, our_rnn, our_transformer, peak_rss_mb
-from nmt.build import build_datamodule
+from benchmarks.__main__ import decoding_table, training_table
+from benchmarks.systems import decode_throughput, our_rnn, our_transformer, peak_rss_mb
+from nmt.data.build import build_datamodule
 from nmt.data.tokenizer import EOS_ID
-from nmt.peers.joeynmt_export import export, joeynmt_schedule
-from nmt.peers.peer_speed import PEER_PAD, output_length, remap
-from nmt.training import train
+from nmt.training.train import train
+from peers.joeynmt_export import export, joeynmt_schedule
+from peers.peer_speed import PEER_PAD, output_length, remap
 
 from .conftest import ROOT, compose_train
 
@@ -139,7 +139,7 @@ def test_our_decoders_in_the_bench_produce_exactly_the_forced_length():
 def test_peak_memory_is_this_process_own():
     """A child's peak starts afresh (getrusage would report the parent's)."""
     big = torch.ones(64 * 1024 * 1024 // 4)  # 64 MB here
-    code = "from nmt.bench.systems import peak_rss_mb; print(peak_rss_mb())"
+    code = "from benchmarks.systems import peak_rss_mb; print(peak_rss_mb())"
     child = float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT).stdout)
     assert peak_rss_mb() > 64 and child < peak_rss_mb() + 1000
     del big

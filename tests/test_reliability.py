@@ -13,10 +13,12 @@ import lightning as L
 import pytest
 import torch
 
-from nmt.build import build_datamodule, build_model, instantiate
+from nmt.data.build import build_datamodule
 from nmt.data.tokenizer import PAD_ID
-from nmt.lit import TranslationModule
-from nmt.search import SearchConfig
+from nmt.models.build import build_model
+from nmt.tasks.translation import TranslationTask
+from nmt.training.module import TaskModule
+from nmt.utils.instantiate import instantiate
 
 from .conftest import ROOT, compose_train, tiny_overrides
 
@@ -152,17 +154,18 @@ AT_EPOCH_ENDS = [*RESUMABLE, "data.eval_max_tokens=300", "checkpoint.every_n_tra
 
 
 def train_in_process(run_dir: Path, signal_at: SignalAt | None = None) -> dict:
-    from nmt import training
+    from nmt.training import train as training
+    from nmt.training import trainer
 
     cfg = compose_train(*AT_EPOCH_ENDS, f"run_dir={run_dir}", tiny=False)
     threads = torch.get_num_threads()
-    callbacks = training._callbacks
+    callbacks = trainer._callbacks
     try:
         if signal_at:
-            training._callbacks = lambda *args: [*callbacks(*args), signal_at]
+            trainer._callbacks = lambda *args: [*callbacks(*args), signal_at]
         return {**training.train(cfg), "run_dir": run_dir}
     finally:
-        training._callbacks = callbacks
+        trainer._callbacks = callbacks
         torch.set_num_threads(threads)
 
 
@@ -245,8 +248,8 @@ def test_non_finite_losses_are_skipped_then_stop_the_run(tmp_path):
     model = NaNAfter(build_model(cfg.model, src_tok.vocab_size, tgt_tok.vocab_size), after=2)
     loss = instantiate(cfg.smoothing, pad_id=PAD_ID)
     optimizer = instantiate(cfg.optim.optimizer)
-    greedy = SearchConfig(strategy="greedy")
-    module = TranslationModule(model, loss, optimizer, None, src_tok, tgt_tok, {}, greedy, 0, max_bad_steps=2)
+    task = TranslationTask({"strategy": "greedy"}, bleu_every_n_epochs=0)
+    module = TaskModule(task, model, loss, optimizer, None, src_tok, tgt_tok, {}, task.validation_metrics(dm), 2)
     before = {k: v.clone() for k, v in model.state_dict().items()}
     trainer = L.Trainer(max_steps=20, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                         enable_model_summary=False, limit_val_batches=0, accelerator="cpu")  # fmt: skip
@@ -265,7 +268,7 @@ def test_translating_invalid_utf8_from_stdin_names_the_line(tmp_path):
 
 
 def test_a_save_that_dies_half_way_leaves_the_previous_checkpoint_intact(tmp_path, monkeypatch):
-    from nmt.checkpoint import AtomicCheckpointIO
+    from nmt.training.checkpoint_io import AtomicCheckpointIO
 
     io = AtomicCheckpointIO()
     path = tmp_path / "last.ckpt"
@@ -287,11 +290,11 @@ def test_the_final_test_runs_on_the_training_device_wherever_fit_leaves_the_modu
     CPU. Here fit leaves the module on the meta device instead; the test must still get the trainer's."""
     from lightning.pytorch.strategies import SingleDeviceStrategy
 
-    import nmt.evaluation
-    from nmt import training
+    from nmt.training import train as training
 
     devices = []
-    monkeypatch.setattr(nmt.evaluation, "evaluate_checkpoint", lambda *a, **kw: devices.append(kw["device"]) or {})
+    load = training.load_model
+    monkeypatch.setattr(training, "load_model", lambda path, average, device: devices.append(device) or load(path))
     teardown = SingleDeviceStrategy.teardown
 
     def teardown_elsewhere(self) -> None:

@@ -6,8 +6,8 @@ import subprocess
 
 import pytest
 
-from nmt.report_doc import Document
-from nmt.sweep_report import write_report
+from nmt.sweep.document import Document
+from nmt.sweep.report import write_report
 
 from .test_sweep import synthetic_sweep
 
@@ -73,7 +73,7 @@ def test_headless_chromium_renders_every_table_and_figure_without_errors(report_
 
 
 def test_the_wandb_report_run_holds_a_panel_per_factor_and_the_page(report_html, monkeypatch):
-    from nmt.loggers import log_report_to_wandb
+    from nmt.sweep.dashboard import log_report_to_wandb
 
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.delenv("WANDB_API_KEY", raising=False)

@@ -7,10 +7,11 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from nmt.build import build_model, instantiate
-from nmt.config import check_config
 from nmt.data.tokenizer import PAD_ID
-from nmt.search import SearchConfig, beam_search, greedy
+from nmt.decoding.search import SearchConfig, beam_search, greedy
+from nmt.models.build import build_model
+from nmt.training.config import check_config
+from nmt.utils.instantiate import instantiate
 
 from .conftest import CONF, compose_train
 from .test_end_to_end import run

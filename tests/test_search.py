@@ -5,8 +5,8 @@ import math
 import pytest
 import torch
 
+from nmt.decoding.search import SearchConfig, beam_search, decode, greedy, length_penalty
 from nmt.models.state import DecoderState
-from nmt.search import SearchConfig, beam_search, decode, greedy, length_penalty
 
 from .test_transformer import batch, make_model
 

@@ -7,10 +7,10 @@ import pytest
 import torch
 
 from nmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
-from nmt.metrics import rouge_scores
+from nmt.decoding.search import SearchConfig, banned_tokens, decode
+from nmt.metrics.corpus import rouge_scores
 from nmt.models.state import DecoderState
-from nmt.search import SearchConfig, banned_tokens, decode
-from nmt.training import train
+from nmt.training.train import train
 
 from .conftest import compose_train
 

@@ -12,8 +12,11 @@ from pathlib import Path
 import pytest
 from scipy import stats
 
-from nmt import analysis, sweep, sweep_report
-from nmt.sweep_report import write_report
+from nmt.metrics.bootstrap import paired_bootstrap
+from nmt.sweep import analysis
+from nmt.sweep import report as sweep_report
+from nmt.sweep import runner as sweep
+from nmt.sweep.report import write_report
 
 from .conftest import ROOT, tiny_overrides
 
@@ -140,18 +143,18 @@ def test_paired_bootstrap_detects_a_real_difference_and_not_a_fake_one():
     refs = [f"sentence number {i} is here ." for i in range(100)]
     good = list(refs)
     bad = [r.replace("number", "nummer").replace("here", "there") for r in refs]
-    assert analysis.paired_bootstrap([bad], [good], refs, n_samples=200) < 0.05
+    assert paired_bootstrap([bad], [good], refs, n_samples=200) < 0.05
     one_changed = [*good[:-1], bad[-1]]
-    assert analysis.paired_bootstrap([one_changed], [good], refs, n_samples=200) > 0.05
+    assert paired_bootstrap([one_changed], [good], refs, n_samples=200) > 0.05
 
 
 def test_paired_bootstrap_of_systems_that_never_differ_is_one():
     # every resample ties exactly: no evidence of a difference, so p = 1 (sacreBLEU's > count gives 1/(n+1))
     refs = [f"sentence number {i} is here ." for i in range(50)]
     same = [r.replace("here", "there") for r in refs]
-    assert analysis.paired_bootstrap([same], [list(same)], refs, n_samples=100) == 1.0
+    assert paired_bootstrap([same], [list(same)], refs, n_samples=100) == 1.0
     empty = [""] * len(refs)  # two systems that both score 0 BLEU on every resample
-    assert analysis.paired_bootstrap([empty], [["x"] * len(refs)], refs, n_samples=100) == 1.0
+    assert paired_bootstrap([empty], [["x"] * len(refs)], refs, n_samples=100) == 1.0
 
 
 def _noisy_systems(n: int = 80):
@@ -164,14 +167,14 @@ def _noisy_systems(n: int = 80):
 
 def test_copied_seeds_add_no_evidence():
     refs, base, system = _noisy_systems()
-    p = [analysis.paired_bootstrap([base] * k, [system] * k, refs, n_samples=300) for k in (1, 3, 5)]
+    p = [paired_bootstrap([base] * k, [system] * k, refs, n_samples=300) for k in (1, 3, 5)]
     assert 0.01 < p[0] < 0.99 and p[0] == p[1] == p[2]
 
 
 def test_bootstrap_leaves_the_environment_alone(monkeypatch):
     monkeypatch.delenv("SACREBLEU_SEED", raising=False)
     refs, base, system = _noisy_systems(20)
-    analysis.paired_bootstrap([base], [system], refs, n_samples=20)
+    paired_bootstrap([base], [system], refs, n_samples=20)
     assert "SACREBLEU_SEED" not in os.environ
 
 
@@ -185,7 +188,7 @@ def test_bootstrap_equals_sacrebleu_paired_bs_command(metric, tmp_path):
     env = {**os.environ, "SACREBLEU_SEED": "12345"}
     out = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, env=env, check=True).stdout
     theirs = float(re.search(r"\(p = ([0-9.]+)\)", out).group(1))
-    ours = analysis.paired_bootstrap([base], [system], refs, metric=metric, n_samples=300, seed=12345)
+    ours = paired_bootstrap([base], [system], refs, metric=metric, n_samples=300, seed=12345)
     assert 0.01 < ours < 0.99  # a case where the p-value is informative
     assert round(ours, 4) == theirs
 

@@ -10,7 +10,7 @@ import sacrebleu
 from omegaconf import OmegaConf
 
 from nmt.data.tokenizer import UNK_ID, Segmenter, Tokenizer, TokenizerSettings, load_or_train
-from nmt.metrics import bleu_tokenizer
+from nmt.metrics.corpus import bleu_tokenizer
 
 CONF = Path(__file__).resolve().parents[1] / "conf" / "data"
 HARD = {

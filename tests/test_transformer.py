@@ -7,7 +7,7 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
-from nmt.build import build_model
+from nmt.models.build import build_model
 from nmt.models.transformer import Transformer
 from nmt.modules.norm import LayerNorm, RMSNorm
 

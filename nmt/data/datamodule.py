@@ -5,7 +5,6 @@ A corpus subclass only says where its text comes from (:meth:`ParallelDataModule
 
 import hashlib
 import logging
-import os
 from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -27,6 +26,7 @@ from nmt.data.tokenizer import (
     content_hash,
     load_or_train,
 )
+from nmt.utils.io import atomic_path
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +50,28 @@ class ResumableDataLoader(DataLoader):
     def load_state_dict(self, state: dict) -> None:
         self.batch_sampler.set_epoch(state["epoch"])
         self.batch_sampler.skip = state["batches_done"]
+
+
+# the splits Lightning's stages read (anything else: all three)
+STAGE_SPLITS = {"fit": ("train", "val"), "validate": ("val",), "test": ("test",)}
+
+
+def sharded_loader(datamodule, dataset, make_sampler, collate_fn, num_workers: int, resumable: bool) -> DataLoader:
+    """A loader whose batch sampler (``make_sampler(num_replicas, rank)``) gives each process its own
+    share of the batches; a resumable (training) loader attached to a trainer continues mid-epoch where
+    a killed run stopped."""
+    trainer = getattr(datamodule, "trainer", None)
+    world, rank = (trainer.world_size, trainer.global_rank) if trainer is not None else (1, 0)
+    options = dict(
+        batch_sampler=make_sampler(world, rank),
+        collate_fn=collate_fn,
+        num_workers=num_workers,
+        persistent_workers=num_workers > 0,
+    )
+    if resumable and trainer is not None:
+        progress = trainer.fit_loop.epoch_loop.batch_progress.current
+        return ResumableDataLoader(dataset, batches_done=lambda: progress.processed, **options)
+    return DataLoader(dataset, **options)
 
 
 class TranslationDataset(Dataset):
@@ -196,18 +218,16 @@ class ParallelDataModule(L.LightningDataModule):
         else:
             src_ids = [torch.tensor(ids, dtype=torch.int32) for ids in src_tok.encode_batch(src_text)]
             tgt_ids = [torch.tensor(ids, dtype=torch.int32) for ids in tgt_tok.encode_batch(tgt_text)]
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # parallel sweep jobs may both write it
-            torch.save(
-                {
-                    "src": torch.cat(src_ids) if src_ids else torch.zeros(0, dtype=torch.int32),
-                    "src_lengths": torch.tensor([len(s) for s in src_ids]),
-                    "tgt": torch.cat(tgt_ids) if tgt_ids else torch.zeros(0, dtype=torch.int32),
-                    "tgt_lengths": torch.tensor([len(t) for t in tgt_ids]),
-                },
-                tmp,
-            )
-            tmp.replace(path)
+            with atomic_path(path) as tmp:  # parallel sweep jobs may both write it
+                torch.save(
+                    {
+                        "src": torch.cat(src_ids) if src_ids else torch.zeros(0, dtype=torch.int32),
+                        "src_lengths": torch.tensor([len(s) for s in src_ids]),
+                        "tgt": torch.cat(tgt_ids) if tgt_ids else torch.zeros(0, dtype=torch.int32),
+                        "tgt_lengths": torch.tensor([len(t) for t in tgt_ids]),
+                    },
+                    tmp,
+                )
         if self.max_src_len:
             self.truncated[split] = sum(len(ids) > self.max_src_len for ids in src_ids)
             src_ids = [ids[: self.max_src_len] for ids in src_ids]
@@ -255,34 +275,22 @@ class ParallelDataModule(L.LightningDataModule):
             self._encoded(split)
 
     def setup(self, stage: str | None = None) -> None:
-        wanted = {"fit": ("train", "val"), "validate": ("val",), "test": ("test",)}.get(stage, ("train", "val", "test"))
-        for split in wanted:
+        for split in STAGE_SPLITS.get(stage, ("train", "val", "test")):
             if split not in self.datasets:
                 self.datasets[split] = self._encoded(split)
 
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
         dataset = self.datasets.get(split) or self._encoded(split)
         self.datasets[split] = dataset
-        trainer = getattr(self, "trainer", None)
-        world, rank = (trainer.world_size, trainer.global_rank) if trainer is not None else (1, 0)
-        sampler = TokenBatchSampler(
-            dataset.lengths(),
-            self.max_tokens if shuffle else self.eval_max_tokens,
-            shuffle=shuffle,
-            seed=self.seed,
-            num_replicas=world,
-            rank=rank,
-        )
-        options = dict(
-            batch_sampler=sampler,
-            collate_fn=collate,
-            num_workers=self.num_workers,
-            persistent_workers=self.num_workers > 0,
-        )
-        if shuffle and trainer is not None:
-            progress = trainer.fit_loop.epoch_loop.batch_progress.current
-            return ResumableDataLoader(dataset, batches_done=lambda: progress.processed, **options)
-        return DataLoader(dataset, **options)
+        budget = self.max_tokens if shuffle else self.eval_max_tokens
+
+        def sampler(num_replicas: int, rank: int) -> TokenBatchSampler:
+            lengths = dataset.lengths()
+            return TokenBatchSampler(
+                lengths, budget, shuffle=shuffle, seed=self.seed, num_replicas=num_replicas, rank=rank
+            )
+
+        return sharded_loader(self, dataset, sampler, collate, self.num_workers, resumable=shuffle)
 
     def train_dataloader(self) -> DataLoader:
         return self._loader("train", shuffle=True)

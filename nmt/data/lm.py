@@ -10,7 +10,6 @@ the previous window did not, so each target is still scored once, with at least
 """
 
 import hashlib
-import os
 from pathlib import Path
 
 import lightning as L
@@ -19,9 +18,10 @@ from torch.nn.utils.rnn import pad_sequence
 from torch.utils.data import DataLoader, Dataset
 
 from nmt.data.batching import FixedBatchSampler
-from nmt.data.datamodule import ResumableDataLoader
+from nmt.data.datamodule import STAGE_SPLITS, sharded_loader
 from nmt.data.tokenizer import EOS_ID, PAD_ID, UNK_ID, content_hash
 from nmt.data.vocab import UNK_WORD, WordVocabulary
+from nmt.utils.io import atomic_path
 
 
 def windows(stream_len: int, block_size: int, stride: int) -> list[tuple[int, int, int]]:
@@ -134,10 +134,8 @@ class LanguageModelDataModule(L.LightningDataModule):
         for line in lines:
             ids += vocab.encode(line) + [EOS_ID]
         stream = torch.tensor(ids, dtype=torch.int32)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # parallel jobs may both write it
-        torch.save(stream, tmp)
-        tmp.replace(path)
+        with atomic_path(path) as tmp:  # parallel jobs may both write it
+            torch.save(stream, tmp)
         return stream
 
     def dataset(self, split: str) -> BlockDataset:
@@ -170,32 +168,19 @@ class LanguageModelDataModule(L.LightningDataModule):
             self.stream(split)
 
     def setup(self, stage: str | None = None) -> None:
-        wanted = {"fit": ("train", "val"), "validate": ("val",), "test": ("test",)}.get(stage, ("train", "val", "test"))
-        for split in wanted:
+        for split in STAGE_SPLITS.get(stage, ("train", "val", "test")):
             self.dataset(split)
 
     def loader(self, split: str, shuffle: bool = False) -> DataLoader:
         dataset = self.dataset(split)
-        trainer = getattr(self, "trainer", None)
-        world, rank = (trainer.world_size, trainer.global_rank) if trainer is not None else (1, 0)
-        sampler = FixedBatchSampler(
-            len(dataset),
-            self.batch_size if shuffle else self.eval_batch_size,
-            shuffle=shuffle,
-            seed=self.seed,
-            num_replicas=world,
-            rank=rank,
-        )
-        options = dict(
-            batch_sampler=sampler,
-            collate_fn=collate_blocks,
-            num_workers=self.num_workers,
-            persistent_workers=self.num_workers > 0,
-        )
-        if shuffle and trainer is not None:
-            progress = trainer.fit_loop.epoch_loop.batch_progress.current
-            return ResumableDataLoader(dataset, batches_done=lambda: progress.processed, **options)
-        return DataLoader(dataset, **options)
+        size = self.batch_size if shuffle else self.eval_batch_size
+
+        def sampler(num_replicas: int, rank: int) -> FixedBatchSampler:
+            return FixedBatchSampler(
+                len(dataset), size, shuffle=shuffle, seed=self.seed, num_replicas=num_replicas, rank=rank
+            )
+
+        return sharded_loader(self, dataset, sampler, collate_blocks, self.num_workers, resumable=shuffle)
 
     def train_dataloader(self) -> DataLoader:
         return self.loader("train", shuffle=True)

@@ -1,10 +1,11 @@
 """The data report printed at set-up and saved in the run directory."""
 
-import json
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
+
+from nmt.utils.io import atomic_write_json
 
 
 def render_report(report: dict, title: str) -> Table:
@@ -62,6 +63,6 @@ def write_report(report: dict, title: str, run_dir: Path, console: Console | Non
     """Print the report as a table and save it as data_report.json and data_report.txt."""
     table = render_report(report, title)
     (console or Console()).print(table)
-    (run_dir / "data_report.json").write_text(json.dumps({"data": title, "splits": report}, indent=2))
+    atomic_write_json(run_dir / "data_report.json", {"data": title, "splits": report})
     with open(run_dir / "data_report.txt", "w") as handle:
         Console(file=handle, width=140).print(table)

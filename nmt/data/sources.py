@@ -6,6 +6,8 @@ import urllib.request
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from nmt.utils.io import atomic_path
+
 DATA_ENV = "NMT_DATA"
 
 
@@ -60,12 +62,9 @@ def locate(
 
 
 def _download(url: str, target: Path) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.part")
-    with urllib.request.urlopen(url, timeout=60) as response, open(tmp, "wb") as out:
+    with atomic_path(target) as tmp, urllib.request.urlopen(url, timeout=60) as response, open(tmp, "wb") as out:
         while chunk := response.read(1 << 20):
             out.write(chunk)
-    os.replace(tmp, target)
 
 
 def read_lines(path: str | os.PathLike) -> list[str]:

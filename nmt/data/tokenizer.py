@@ -11,6 +11,8 @@ from pathlib import Path
 
 import sentencepiece as spm
 
+from nmt.utils.io import atomic_write_bytes
+
 # fixed ids, the same in every vocabulary, so models and search code can rely on them
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 MODEL_TYPES = ("bpe", "unigram")
@@ -148,14 +150,6 @@ def content_hash(*parts: object, lines: Sequence[str] = ()) -> str:
         digest.update(line.encode("utf-8"))
         digest.update(b"\n")
     return digest.hexdigest()[:16]
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write via a temporary file and rename, so a killed process never leaves half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
 
 
 def load_or_train(sentences: Sequence[str], settings: TokenizerSettings, cache_dir: Path, tag: str) -> Tokenizer:

@@ -48,6 +48,8 @@ class TransformerLM(nn.Module):
     """p(w_t | w_<t) with a stack of causal self-attention layers; the output layer shares the embedding
     table unless ``tie_output`` is false (Press and Wolf 2017)."""
 
+    decoder_only = True  # reads no source: tasks that translate refuse it, task=lm requires it
+
     def __init__(
         self,
         tgt_vocab_size: int,

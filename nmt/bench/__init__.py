@@ -1,2 +1,0 @@
-"""``make bench``: speed and memory of our models side by side with torch.nn.Transformer, JoeyNMT and
-OpenNMT-py on the same batches (see :mod:`nmt.bench.__main__`)."""

@@ -1,0 +1,48 @@
+"""Score saved translations: ``python -m nmt.evaluation.score HYPOTHESES REFERENCES --lang de``.
+
+The metrics of ``evaluate.py`` (sacreBLEU with its signature, chrF, the lowercased tokenised BLEU of older
+papers, both BLEUs with 95% bootstrap intervals) for files already written, e.g. a run's
+``eval/<tag>/hypotheses.txt`` and ``references.txt``: rescoring never decodes the test set again.
+``--baseline OTHER`` adds the paired bootstrap p-value (Koehn 2004) of the difference in sacreBLEU
+between the two outputs of the same sentences.
+"""
+
+import argparse
+import json
+import sys
+
+from nmt.data.sources import read_parallel
+from nmt.metrics.bootstrap import paired_bootstrap
+from nmt.metrics.corpus import bleu_tokenizer, corpus_scores
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(prog="python -m nmt.evaluation.score", description=__doc__.splitlines()[0])
+    parser.add_argument("hypotheses", help="one translation per line (UTF-8)")
+    parser.add_argument("references", help="one reference per line, aligned with the hypotheses")
+    parser.add_argument("--lang", required=True, help="target language code (zh selects Chinese tokenisation)")
+    parser.add_argument("--bootstrap", type=int, default=1000, help="resamples for the 95%% intervals (0: none)")
+    parser.add_argument("--rouge", action="store_true", help="also ROUGE-1/2/L")
+    parser.add_argument("--baseline", help="another system's translations of the same sentences: paired bootstrap")
+    args = parser.parse_args(argv)
+    if args.bootstrap < 0:
+        parser.error(f"--bootstrap {args.bootstrap}: give 0 (no interval) or a number of resamples")
+    try:
+        hypotheses, references = read_parallel(args.hypotheses, args.references)
+        baseline = read_parallel(args.baseline, args.references)[0] if args.baseline else None
+    except (OSError, ValueError) as err:
+        parser.exit(2, f"error: {err}\n")
+    scores = corpus_scores(hypotheses, references, args.lang, rouge=args.rouge, bootstrap=args.bootstrap)
+    if baseline is not None:
+        base = corpus_scores(baseline, references, args.lang, bootstrap=0)
+        scores["baseline"] = {"file": args.baseline, "bleu": base["bleu"], "bleu_tok_lc": base["bleu_tok_lc"]}
+        scores["paired_bootstrap_p"] = paired_bootstrap(
+            [baseline], [hypotheses], references, tokenize=bleu_tokenizer(args.lang), n_samples=args.bootstrap or 1000
+        )
+    json.dump(scores, sys.stdout, indent=1, ensure_ascii=False)
+    sys.stdout.write("\n")
+    return scores
+
+
+if __name__ == "__main__":
+    main()

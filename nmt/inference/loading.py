@@ -1,0 +1,72 @@
+"""A trained model from its checkpoint alone: config, tokenizers and weights are all inside it, so a
+machine without the training data can use it."""
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from nmt.data.tokenizer import Tokenizer
+from nmt.data.vocab import load_tokenizer
+from nmt.inference.checkpoint import (
+    CHECKPOINT_KEY,
+    CheckpointError,
+    average_state_dicts,
+    epoch_checkpoints,
+    load_checkpoint,
+)
+from nmt.tasks import Task, build_task, task_config
+
+
+@dataclass
+class LoadedModel:
+    model: torch.nn.Module
+    src_tokenizer: Tokenizer
+    tgt_tokenizer: Tokenizer
+    config: dict
+    checkpoints: list[str]
+    task: Task
+
+    @property
+    def run_dir(self) -> Path:
+        """The run folder of the (first) checkpoint: <run_dir>/checkpoints/<name>.ckpt."""
+        return Path(self.checkpoints[0]).expanduser().resolve().parent.parent
+
+
+def pick_device(name: str = "auto") -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def checkpoint_task(ckpt_path: str | os.PathLike) -> Task:
+    """The task of the run that wrote the checkpoint (without building its model)."""
+    return build_task(task_config(load_checkpoint(ckpt_path)[CHECKPOINT_KEY]["config"]))
+
+
+def load_model(ckpt_path: str | os.PathLike, average_last: int = 0, device: str = "auto") -> LoadedModel:
+    """The model, tokenizers, config and task stored in a checkpoint; with ``average_last=N`` the
+    weights are the mean of the run's last N epoch checkpoints."""
+    checkpoint = load_checkpoint(ckpt_path)
+    paths = [str(ckpt_path)]
+    state_dict = checkpoint["state_dict"]
+    if average_last > 1:
+        candidates = epoch_checkpoints(Path(ckpt_path).expanduser().parent)[-average_last:]
+        if len(candidates) < 2:
+            raise CheckpointError(
+                f"average_last={average_last}: found {len(candidates)} epoch*.ckpt beside "
+                f"{ckpt_path}; keep more with checkpoint.keep_last_epochs when training"
+            )
+        paths = [str(p) for p in candidates]
+        state_dict = average_state_dicts([load_checkpoint(p)["state_dict"] for p in candidates])
+    section = checkpoint[CHECKPOINT_KEY]
+    src_tokenizer = load_tokenizer(section["src_tokenizer"], section.get("src_segmenter"))
+    tgt_tokenizer = load_tokenizer(section["tgt_tokenizer"], section.get("tgt_segmenter"))
+    config = section["config"]
+    task = build_task(task_config(config))
+    model = task.build_model(config["model"], src_tokenizer, tgt_tokenizer)
+    weights = {k.removeprefix("model."): v for k, v in state_dict.items() if k.startswith("model.")}
+    model.load_state_dict(weights)
+    model.to(pick_device(device)).eval()
+    return LoadedModel(model, src_tokenizer, tgt_tokenizer, config, paths, task)

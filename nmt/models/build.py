@@ -1,0 +1,17 @@
+"""Building a model from its config group: the sub-configs (``pos``, ``norm``, ...) arrive as factories."""
+
+from torch import nn
+
+from nmt.data.tokenizer import PAD_ID
+from nmt.utils.instantiate import as_config, instantiate
+
+
+def build_model(model_cfg, src_vocab_size: int, tgt_vocab_size: int) -> nn.Module:
+    """The model of group ``model`` for these vocabulary sizes."""
+    return instantiate(
+        as_config(model_cfg), src_vocab_size=src_vocab_size, tgt_vocab_size=tgt_vocab_size, pad_id=PAD_ID
+    )
+
+
+def count_parameters(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)

@@ -1,0 +1,120 @@
+"""The Task interface: everything that differs between kinds of runs (translation, language modelling,
+summarisation, ...) and nothing else.
+
+A task is built from the config group ``task`` (``conf/task/<name>.yaml`` names its class in
+``_target_``), stored in every run's config and so in every checkpoint, and asked by the layers above:
+
+- the config check (``check``): which models, corpora and options apply;
+- training (``build_datamodule``, ``build_model``, ``training_loss``, ``validation_metrics``,
+  ``validation_step``, ``validation_epoch_end``, ``batch_sequences``, ``batch_target_tokens``);
+- evaluation (``test`` after training, ``evaluate`` for evaluate.py);
+- sweeps (``sweep_metrics``, ``report_metric``).
+
+The layers above never ask which task a run is; they call these methods. Loaded checkpoints arrive as
+objects with ``model``, ``src_tokenizer``, ``tgt_tokenizer``, ``config``, ``checkpoints`` and ``run_dir``
+(built by the inference layer, which sits above the tasks).
+"""
+
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from omegaconf import DictConfig
+from torch import nn
+from torchmetrics import SumMetric
+
+from nmt.data.build import build_datamodule
+from nmt.data.tokenizer import PAD_ID
+from nmt.models.build import build_model
+
+
+class Task:
+    """Defaults shared by every task; a subclass overrides what its runs do differently."""
+
+    #: how messages name the task (the option of group ``task``)
+    name = "task"
+    #: the metric a sweep report ranks by unless told otherwise, and its direction
+    report_metric = "test_bleu"
+    #: validation metrics computed only on epochs that decode (a "best" checkpoint on them saves then)
+    decoded_metrics: tuple[str, ...] = ()
+
+    # ---- configuration ---------------------------------------------------------------------------
+    def check(self, cfg: DictConfig) -> list[str]:
+        """Problems of ``cfg`` for this task, one line each (a model or corpus it cannot use, an option
+        that does not apply); empty when the run can start."""
+        return []
+
+    def check_evaluation(self, cfg: DictConfig) -> None:
+        """Raise ValueError when an evaluate.py option does not apply to this task."""
+
+    # ---- data and model --------------------------------------------------------------------------
+    def build_datamodule(self, data_cfg, cache_dir: str, seed: int, **overrides):
+        return build_datamodule(data_cfg, cache_dir, seed, **overrides)
+
+    def build_model(self, model_cfg, src_tokenizer, tgt_tokenizer) -> nn.Module:
+        return build_model(model_cfg, src_tokenizer.vocab_size, tgt_tokenizer.vocab_size)
+
+    # ---- training (called by the Lightning module, which passes itself as ``module``) -------------
+    def training_loss(self, model: nn.Module, loss: nn.Module, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
+        """(mean loss to minimise, number of target tokens) of a training batch."""
+        raise NotImplementedError
+
+    def validation_metrics(self, datamodule) -> nn.ModuleDict:
+        """The metric states validation accumulates (registered on the module: they move with it and
+        synchronise across processes)."""
+        return nn.ModuleDict()
+
+    def validation_step(self, module, batch: dict, batch_idx: int) -> None:
+        raise NotImplementedError
+
+    def validation_epoch_end(self, module) -> None:
+        """Log the epoch's validation metrics with ``module.log`` (the module resets their states)."""
+        raise NotImplementedError
+
+    def batch_sequences(self, batch: dict) -> int:
+        """Sequences in a batch (the throughput monitor's batch size)."""
+        raise NotImplementedError
+
+    def batch_target_tokens(self, batch: dict) -> int:
+        """Target tokens in a batch (the throughput monitor's unit of work)."""
+        raise NotImplementedError
+
+    # ---- evaluation ------------------------------------------------------------------------------
+    def test(self, loaded, cfg: DictConfig, out_dir: Path, attention_maps=()) -> dict:
+        """Score the test split after training with the run's own config ``cfg``; writes into
+        ``out_dir`` and returns what results.json records under "test"."""
+        raise NotImplementedError
+
+    def test_tag(self, cfg: DictConfig, average_last: int) -> str:
+        """The folder name under <run_dir>/eval of the final test."""
+        raise NotImplementedError
+
+    def evaluate(self, cfg: DictConfig, load: Callable[[], object]) -> dict:
+        """evaluate.py on a checkpoint of this task; ``load()`` returns the loaded model."""
+        raise NotImplementedError
+
+    # ---- sweeps ----------------------------------------------------------------------------------
+    def sweep_metrics(self, results: dict) -> dict:
+        """The metrics a sweep records for one finished run, from its results.json."""
+        return {}
+
+
+# ---- the teacher-forced validation metrics every task with targets reports ------------------------
+def target_metrics() -> dict:
+    """Sums, not means, so that loss and perplexity are exact per token, across batches and processes."""
+    return {"nll": SumMetric(), "tokens": SumMetric(), "correct": SumMetric()}
+
+
+def update_target_metrics(metrics, logits: torch.Tensor, target: torch.Tensor, nll, tokens) -> None:
+    metrics["nll"].update(nll)
+    metrics["tokens"].update(tokens)
+    metrics["correct"].update(((logits.argmax(dim=-1) == target) & (target != PAD_ID)).sum())
+
+
+def log_target_metrics(module, metrics, ppl_in_progress_bar: bool = False) -> None:
+    """val_loss (nats per target token), val_ppl and val_acc (next-token accuracy)."""
+    tokens = metrics["tokens"].compute().clamp(min=1)
+    nll = metrics["nll"].compute() / tokens
+    module.log("val_loss", nll, prog_bar=True)
+    module.log("val_ppl", torch.exp(nll.clamp(max=50)), prog_bar=ppl_in_progress_bar)  # no inf from a bad start
+    module.log("val_acc", metrics["correct"].compute() / tokens)

@@ -1,0 +1,196 @@
+"""Language modelling (``task=lm``): next-token training on windows of a word stream, perplexity over a
+whole split, and generation from a prompt."""
+
+import math
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+from hydra.utils import get_class
+from omegaconf import DictConfig, OmegaConf
+from rich.console import Console
+from rich.table import Table
+from torch import nn
+
+from nmt.data.lm import LanguageModelDataModule
+from nmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from nmt.decoding.search import SearchConfig, decode
+from nmt.tasks.base import Task, log_target_metrics, target_metrics, update_target_metrics
+from nmt.tasks.translation import decoder_only
+from nmt.utils.io import atomic_write_json
+from nmt.utils.plots import save_attention_maps
+
+console = Console(stderr=True)
+
+
+class LanguageModelTask(Task):
+    """Trains p(w_t | w_<t); validation reports the per-token loss, the perplexity exp(total NLL / total
+    scored tokens) over the whole split (sums, not per-batch means, so a short last window weighs what
+    its tokens weigh), and next-token accuracy."""
+
+    name = "lm"
+    report_metric = "test_ppl"
+
+    # ---- configuration ---------------------------------------------------------------------------
+    def check(self, cfg: DictConfig) -> list[str]:
+        problems = []
+        if cfg.get("model") is not None and not decoder_only(cfg.model):
+            problems.append(f"  task={self.name} cannot train {cfg.model._target_}: use model=transformer_lm")
+        data = OmegaConf.select(cfg, "data._target_", default=None)
+        if data is not None and not issubclass(get_class(data), LanguageModelDataModule):
+            problems.append(f"  task={self.name} cannot read {data}: use data=ptb")
+        every = OmegaConf.select(cfg, "validation.bleu_every_n_epochs", default=0)
+        if every:
+            problems.append(
+                f"  validation.bleu_every_n_epochs={every}: a language model decodes nothing in validation "
+                "(task=lm reports perplexity); leave it at 0"
+            )
+        return problems
+
+    def check_evaluation(self, cfg: DictConfig) -> None:
+        if cfg.get("input") is not None:
+            raise ValueError(f"input={cfg.input!r}: a language model translates nothing; use prompt=... or split=...")
+
+    # ---- training --------------------------------------------------------------------------------
+    def training_loss(self, model, loss, batch):
+        logits = model(batch["input"])  # (batch, block, vocab)
+        value, _, tokens = loss(logits, batch["target"])
+        return value, tokens
+
+    def validation_metrics(self, datamodule) -> nn.ModuleDict:
+        return nn.ModuleDict(target_metrics())
+
+    def validation_step(self, module, batch, batch_idx):
+        metrics = module.val_metrics
+        logits = module.model(batch["input"])
+        _, nll, tokens = module.loss(logits, batch["target"])
+        update_target_metrics(metrics, logits, batch["target"], nll, tokens)
+
+    def validation_epoch_end(self, module):
+        metrics = module.val_metrics
+        log_target_metrics(module, metrics, ppl_in_progress_bar=True)
+
+    def batch_sequences(self, batch):
+        return batch["input"].size(0)
+
+    def batch_target_tokens(self, batch):
+        return int((batch["target"] != PAD_ID).sum())
+
+    # ---- evaluation ------------------------------------------------------------------------------
+    def evaluate_split(self, loaded, split: str = "test", data_overrides: dict | None = None, out=None) -> dict:
+        """Perplexity of a split (train, val or test) of the checkpoint's corpus; writes metrics.json."""
+        if split not in ("train", "val", "test"):
+            raise ValueError(f"split={split!r}: a language model is scored on train, val or test")
+        data_cfg = OmegaConf.create(loaded.config["data"])
+        for key, value in (data_overrides or {}).items():
+            if value is not None:
+                data_cfg[key] = value
+        datamodule = self.build_datamodule(data_cfg, loaded.config["cache_dir"], loaded.config["seed"])
+        datamodule.set_tokenizers(loaded.src_tokenizer, loaded.tgt_tokenizer)
+        result = {
+            "checkpoints": loaded.checkpoints,
+            "data": datamodule.describe(),
+            "split": split,
+            **stream_perplexity(loaded.model, datamodule.loader(split)),
+        }
+        tag = f"{split}_ppl" + (f"_avg{len(loaded.checkpoints)}" if len(loaded.checkpoints) > 1 else "")
+        if (data_overrides or {}).get("eval_stride") is not None:  # one folder per evaluation setting
+            tag += f"_stride{datamodule.eval_stride}"
+        out = Path(out) if out else loaded.run_dir / "eval" / tag
+        atomic_write_json(out / "metrics.json", result)
+        table = Table(title=f"{result['data']} - {split}")
+        for column in ("metric", "value"):
+            table.add_column(column)
+        table.add_row("perplexity (per word and sentence end)", f"{result['ppl']:.2f}")
+        table.add_row("loss (nats per token)", f"{result['loss']:.4f}")
+        table.add_row("scored tokens", f"{result['tokens']:,}")
+        console.print(table)
+        return result
+
+    def test_tag(self, cfg, average_last):
+        return "test_ppl" + (f"_avg{average_last}" if average_last > 1 else "")
+
+    def test(self, loaded, cfg, out_dir, attention_maps=()):
+        return self.evaluate_split(loaded, "test", out=out_dir)
+
+    def evaluate(self, cfg: DictConfig, load: Callable[[], object]) -> dict:
+        """Generate from ``prompt`` when given, else the perplexity of each split."""
+        loaded = load()
+        if cfg.prompt is not None:
+            search = SearchConfig(**cfg.decode)
+            texts = generate(loaded, str(cfg.prompt), search, cfg.num_samples, cfg.max_new_tokens)
+            for text in texts:
+                print(text)
+            result = {"prompt": cfg.prompt, "generations": texts}
+            if cfg.attention_maps:
+                folder = Path(cfg.out_dir) if cfg.out_dir else loaded.run_dir / "eval" / "prompt"
+                result["attention_maps"] = [str(p) for p in write_self_attention_maps(loaded, texts[0], folder)]
+                console.print(f"attention heatmaps: {folder}")
+            return result
+        overrides = OmegaConf.to_container(cfg.data, resolve=True)
+        splits = list(cfg.split) if OmegaConf.is_list(cfg.split) else [cfg.split]
+        results = {}
+        for split in splits:
+            out = Path(cfg.out_dir) / split if cfg.out_dir and len(splits) > 1 else cfg.out_dir
+            results[split] = self.evaluate_split(loaded, split, overrides, out)
+        return results[splits[0]] if len(splits) == 1 else results
+
+    # ---- sweeps ----------------------------------------------------------------------------------
+    def sweep_metrics(self, results: dict) -> dict:
+        test, final = results.get("test") or {}, results.get("final_metrics") or {}
+        return {
+            "test_ppl": test.get("ppl"),
+            "best_val_ppl": results.get("best_val_ppl"),
+            "final_val_ppl": final.get("val_ppl"),
+            "final_val_loss": final.get("val_loss"),
+        }
+
+
+@torch.no_grad()
+def stream_perplexity(model: torch.nn.Module, loader) -> dict:
+    """exp(sum of NLL / number of scored tokens) over every window of ``loader``: one number for the
+    whole stream, each token counted once whatever the batch it falls in."""
+    device = next(model.parameters()).device
+    nll, tokens = 0.0, 0
+    for batch in loader:
+        logits = model(batch["input"].to(device)).float()  # (batch, block, vocab)
+        target = batch["target"].to(device)
+        nll += float(
+            torch.nn.functional.cross_entropy(
+                logits.reshape(-1, logits.size(-1)), target.reshape(-1), ignore_index=PAD_ID, reduction="sum"
+            )
+        )
+        tokens += int((target != PAD_ID).sum())
+    loss = nll / max(tokens, 1)
+    return {"loss": loss, "ppl": math.exp(loss), "tokens": tokens}
+
+
+@torch.no_grad()
+def generate(loaded, prompt: str, search: SearchConfig, num_samples: int = 1, max_new_tokens: int = 50) -> list[str]:
+    """Continuations of ``prompt`` (up to the end of its sentence or ``max_new_tokens`` words), each
+    returned with the prompt in front. The prompt follows a sentence end, as every sentence of the
+    training stream does; greedy and beam give one continuation, sampling ``num_samples``."""
+    vocab = loaded.tgt_tokenizer
+    ids = vocab.encode(prompt)
+    unknown = [w for w, i in zip(prompt.split(), ids, strict=True) if i == UNK_ID and w != "<unk>"]
+    if unknown:
+        console.print(f"[yellow]prompt words outside the vocabulary, read as <unk>: {', '.join(unknown)}")
+    rows = num_samples if search.strategy == "sample" else 1
+    device = next(loaded.model.parameters()).device
+    context = torch.tensor([[EOS_ID, *ids]] * rows, device=device)
+    limit = replace(search, max_len_a=0.0, max_len_b=max_new_tokens + 1)  # the limit counts the end token
+    outputs = decode(loaded.model, context, BOS_ID, EOS_ID, limit)
+    return [" ".join(filter(None, (prompt.strip(), vocab.decode(out)))) for out in outputs]
+
+
+@torch.no_grad()
+def write_self_attention_maps(loaded, text: str, folder: Path) -> list[Path]:
+    """Heatmaps of how each word of ``text`` (a prompt and its continuation) attended to the words
+    before it, per layer and head."""
+    vocab = loaded.tgt_tokenizer
+    ids = [EOS_ID, *vocab.encode(text)]
+    tokens = torch.tensor([ids], device=next(loaded.model.parameters()).device)
+    maps = {name: weights[0] for name, weights in loaded.model.attention_maps(tokens).items()}
+    labels = ["</s>", *vocab.pieces(ids[1:])]
+    return save_attention_maps(maps, labels, labels, folder, "self_attention")

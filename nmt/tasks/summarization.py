@@ -1,0 +1,38 @@
+"""Summarisation: translation of a long document into a short summary, with ROUGE-1/2/L beside BLEU.
+
+The decoding constraints summarisers use (a minimum length, no repeated trigram, an output length that
+does not grow with the document) are search options; ``conf/task/summarization.yaml`` sets them."""
+
+from omegaconf import DictConfig, OmegaConf
+
+from nmt.tasks.translation import TranslationTask
+
+
+class SummarizationTask(TranslationTask):
+    """TranslationTask with ROUGE on in validation and test (ROUGE-L picks the best checkpoint)."""
+
+    name = "summarization"
+    report_metric = "test_rougeL"
+
+    def __init__(self, val_search: dict | None = None, bleu_every_n_epochs: int = 1, rouge: bool = True) -> None:
+        if not rouge:
+            raise ValueError("task.rouge=false: summarisation is scored by ROUGE; use task=translation instead")
+        super().__init__(val_search, bleu_every_n_epochs, rouge=True)
+
+    def check(self, cfg: DictConfig) -> list[str]:
+        problems = super().check(cfg)
+        if OmegaConf.select(cfg, "validation.bleu_every_n_epochs", default=1) == 0:
+            problems.append(
+                "  validation.bleu_every_n_epochs=0: summarisation picks its best checkpoint by validation "
+                "ROUGE, which needs decoded epochs; set it to 1 or more"
+            )
+        return problems
+
+    def sweep_metrics(self, results: dict) -> dict:
+        test, final = results.get("test") or {}, results.get("final_metrics") or {}
+        return {
+            **super().sweep_metrics(results),
+            **{f"test_{key}": test.get(key) for key in ("rouge1", "rouge2", "rougeL")},
+            "best_val_rougeL": results.get("best_val_rougeL"),
+            "final_val_rougeL": final.get("val_rougeL"),
+        }

@@ -1,0 +1,235 @@
+"""Translation: a parallel corpus, teacher-forced training of an encoder-decoder, and BLEU / chrF (ROUGE
+on request) of decoded sentences in validation and test."""
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from hydra.utils import get_class
+from omegaconf import DictConfig, OmegaConf
+from torch import nn
+from torchmetrics.text import CHRFScore, SacreBLEUScore
+from torchmetrics.text.rouge import ROUGEScore
+
+from nmt.data.datamodule import ParallelDataModule
+from nmt.data.sources import decode_lines, read_lines
+from nmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from nmt.decoding.search import SearchConfig, decode
+from nmt.decoding.translate import translate_lines
+from nmt.metrics.corpus import ROUGE_KEYS, bleu_tokenizer, corpus_scores
+from nmt.tasks.base import Task, log_target_metrics, target_metrics, update_target_metrics
+from nmt.tasks.translation_eval import (
+    load_eval_set,
+    print_scores,
+    print_summary,
+    split_tag,
+    write_attention_maps,
+    write_outputs,
+)
+from nmt.utils.io import atomic_write_json
+
+
+def decoder_only(model_cfg) -> bool:
+    """Whether the model of this config reads no source (a language model)."""
+    target = OmegaConf.select(model_cfg, "_target_", default=None) if model_cfg is not None else None
+    return bool(target) and bool(getattr(get_class(target), "decoder_only", False))
+
+
+class TranslationTask(Task):
+    """Sentence pairs; validation reports loss, perplexity and token accuracy of the references, and every
+    ``bleu_every_n_epochs`` epochs BLEU and chrF (and ROUGE with ``rouge``) of greedy/beam outputs."""
+
+    name = "translation"
+    report_metric = "test_bleu"
+    decoded_metrics = ("val_bleu", "val_chrf", *(f"val_{key}" for key in ROUGE_KEYS))
+
+    def __init__(self, val_search: dict | None = None, bleu_every_n_epochs: int = 1, rouge: bool = False) -> None:
+        self.val_search = SearchConfig(**(val_search or {"strategy": "greedy"}))
+        self.bleu_every_n_epochs = int(bleu_every_n_epochs)
+        self.rouge = bool(rouge)
+        self.val_samples: list[tuple[str, str, str]] = []
+
+    # ---- configuration ---------------------------------------------------------------------------
+    def check(self, cfg: DictConfig) -> list[str]:
+        problems = []
+        if decoder_only(cfg.get("model")):
+            problems.append(f"  task={self.name} cannot train {cfg.model._target_}: use model=transformer or model=rnn")
+        data = OmegaConf.select(cfg, "data._target_", default=None)
+        if data is not None and not issubclass(get_class(data), ParallelDataModule):
+            problems.append(
+                f"  task={self.name} cannot read {data}: use a parallel corpus (multi30k, zh_en, files, ...)"
+            )
+        return problems
+
+    def check_evaluation(self, cfg: DictConfig) -> None:
+        if cfg.get("prompt") is not None:
+            raise ValueError(f"prompt={cfg.prompt!r}: prompts are for language-model checkpoints (task=lm)")
+        if OmegaConf.select(cfg, "data.eval_stride", default=None) is not None:
+            raise ValueError("data.eval_stride is a language-model setting (task=lm); this checkpoint translates")
+
+    # ---- training --------------------------------------------------------------------------------
+    def training_loss(self, model, loss, batch):
+        logits = model(batch["src"], batch["tgt_in"])  # (batch, tgt_len, vocab)
+        value, _, tokens = loss(logits, batch["tgt_out"])
+        return value, tokens
+
+    def validation_metrics(self, datamodule) -> nn.ModuleDict:
+        metrics = nn.ModuleDict(
+            {
+                **target_metrics(),
+                "bleu": SacreBLEUScore(tokenize=bleu_tokenizer(datamodule.tgt_lang)),
+                "chrf": CHRFScore(n_word_order=0),
+            }
+        )
+        if self.rouge:  # summarisation: ROUGE-1/2/L F-measures of the decoded validation set
+            metrics["rouge"] = ROUGEScore(rouge_keys=ROUGE_KEYS)
+        return metrics
+
+    def decodes_this_epoch(self, epoch: int) -> bool:
+        return self.bleu_every_n_epochs > 0 and (epoch + 1) % self.bleu_every_n_epochs == 0
+
+    def validation_step(self, module, batch, batch_idx):
+        metrics = module.val_metrics
+        logits = module.model(batch["src"], batch["tgt_in"])
+        _, nll, tokens = module.loss(logits, batch["tgt_out"])
+        update_target_metrics(metrics, logits, batch["tgt_out"], nll, tokens)
+        if not self.decodes_this_epoch(module.current_epoch):
+            return
+        outputs = decode(module.model, batch["src"], BOS_ID, EOS_ID, self.val_search)
+        hypotheses = [module.tgt_tokenizer.decode(ids) for ids in outputs]
+        metrics["bleu"].update(hypotheses, [[r] for r in batch["refs"]])
+        metrics["chrf"].update(hypotheses, [[r] for r in batch["refs"]])
+        if "rouge" in metrics:
+            metrics["rouge"].update(hypotheses, list(batch["refs"]))
+        if batch_idx == 0:
+            sources = [module.src_tokenizer.decode(s.tolist()) for s in batch["src"][:3]]
+            self.val_samples = list(zip(sources, batch["refs"][:3], hypotheses[:3], strict=True))
+
+    def validation_epoch_end(self, module):
+        metrics = module.val_metrics
+        log_target_metrics(module, metrics)
+        if self.decodes_this_epoch(module.current_epoch) and not module.trainer.sanity_checking:
+            module.log("val_bleu", metrics["bleu"].compute() * 100, prog_bar=True)
+            module.log("val_chrf", metrics["chrf"].compute() * 100)
+            if "rouge" in metrics:
+                scores = metrics["rouge"].compute()
+                for key in ROUGE_KEYS:
+                    module.log(f"val_{key}", scores[f"{key}_fmeasure"] * 100)
+            for logger in module.loggers:
+                if hasattr(logger, "log_text") and self.val_samples:  # W&B: a table of sample translations
+                    rows = [[module.current_epoch, *sample] for sample in self.val_samples]
+                    logger.log_text("val_samples", columns=["epoch", "source", "reference", "hypothesis"], data=rows)
+
+    def batch_sequences(self, batch):
+        return batch["src"].size(0)
+
+    def batch_target_tokens(self, batch):
+        return int((batch["tgt_out"] != PAD_ID).sum())
+
+    # ---- evaluation ------------------------------------------------------------------------------
+    def evaluate_split(
+        self,
+        loaded,
+        split: str = "test",
+        search: SearchConfig | None = None,
+        data_overrides: dict | None = None,
+        max_tokens: int = 6000,
+        out: Path | None = None,
+        samples: int = 5,
+        attention_maps=(),
+        rouge: bool | None = None,
+    ) -> dict:
+        """Decode a split of the checkpoint's corpus (or another evaluation set), score it, write the
+        hypotheses and metrics into ``out``, print a table. ROUGE when ``rouge`` (None: as the run)."""
+        search = search or SearchConfig()
+        data_cfg = OmegaConf.create(loaded.config["data"])
+        for key, value in (data_overrides or {}).items():
+            if value is not None:
+                data_cfg[key] = value
+        datamodule = self.build_datamodule(data_cfg, loaded.config["cache_dir"], loaded.config["seed"])
+        sources, references, description = load_eval_set(split, datamodule, data_cfg, loaded.config, self)
+        # a model trained on truncated sources (summarisation) reads test sources truncated the same way
+        max_input_len = data_cfg.get("max_src_len") or 256
+        hypotheses = translate_lines(
+            loaded.model, loaded.src_tokenizer, loaded.tgt_tokenizer, sources, search, max_tokens, max_input_len
+        )
+        rouge = self.rouge if rouge is None else rouge
+        scores = corpus_scores(hypotheses, references, datamodule.tgt_lang, rouge=rouge)
+        out = Path(out) if out else loaded.run_dir / "eval" / split_tag(split, search, len(loaded.checkpoints))
+        result = {
+            "checkpoints": loaded.checkpoints,
+            "data": description,
+            "split": split,
+            "search": search.__dict__,
+            **scores,
+            **write_outputs(out, sources, references, hypotheses),
+        }
+        if attention_maps:
+            folder = out / "attention"
+            paths = write_attention_maps(loaded, sources, hypotheses, attention_maps, folder)
+            result["attention_maps"] = [str(p) for p in paths]
+        atomic_write_json(out / "metrics.json", result)
+        print_scores(result, sources, references, hypotheses, samples)
+        return result
+
+    def test_tag(self, cfg, average_last):
+        return split_tag("test", SearchConfig(**cfg.decode), average_last)
+
+    def test(self, loaded, cfg, out_dir, attention_maps=()):
+        return self.evaluate_split(
+            loaded, "test", SearchConfig(**cfg.decode), out=out_dir, attention_maps=attention_maps
+        )
+
+    def evaluate(self, cfg: DictConfig, load: Callable[[], object]) -> dict:
+        """Score ``split`` (one or a list), or translate ``input`` (a file, or "-" for standard input)."""
+        search = SearchConfig(**cfg.decode)
+        loaded = load()
+        if cfg.input is not None:
+            return self._translate_input(cfg, loaded, search)
+        overrides = OmegaConf.to_container(cfg.data, resolve=True)
+        splits = list(cfg.split) if OmegaConf.is_list(cfg.split) else [cfg.split]
+        results = {}
+        for split in splits:
+            out = cfg.out_dir
+            if out and len(splits) > 1:  # one sub-folder per set
+                out = str(Path(out) / split.replace(":", "_").replace("/", "_"))
+            results[split] = self.evaluate_split(
+                loaded,
+                split,
+                search,
+                overrides,
+                cfg.max_tokens,
+                Path(out) if out else None,
+                cfg.samples,
+                list(cfg.attention_maps),
+                cfg.get("rouge"),
+            )
+        if len(splits) == 1:
+            return results[splits[0]]
+        print_summary(results)
+        return results
+
+    def _translate_input(self, cfg, loaded, search: SearchConfig) -> dict:
+        lines = decode_lines(sys.stdin.buffer, "<stdin>") if cfg.input == "-" else read_lines(cfg.input)
+        translations = translate_lines(
+            loaded.model, loaded.src_tokenizer, loaded.tgt_tokenizer, lines, search, cfg.max_tokens, cfg.max_input_len
+        )
+        text = "".join(t + "\n" for t in translations)
+        if cfg.output in (None, "-"):
+            sys.stdout.write(text)
+        else:
+            Path(cfg.output).write_text(text, encoding="utf-8")
+            print(f"{len(translations)} translations written to {cfg.output}", file=sys.stderr)
+        return {"translations": len(translations), "output": cfg.output or "-"}
+
+    # ---- sweeps ----------------------------------------------------------------------------------
+    def sweep_metrics(self, results: dict) -> dict:
+        test, final = results.get("test") or {}, results.get("final_metrics") or {}
+        return {
+            "test_bleu": test.get("bleu"),
+            "test_chrf": test.get("chrf"),
+            "test_bleu_tok_lc": test.get("bleu_tok_lc"),
+            "best_val_bleu": results.get("best_val_bleu"),
+            "final_val_bleu": final.get("val_bleu"),
+            "final_val_loss": final.get("val_loss"),
+        }

@@ -1,0 +1,127 @@
+"""What translation evaluation reads and writes: evaluation sets beyond the corpus' own splits, the
+output files, attention heatmaps, and the tables printed."""
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+from rich.console import Console
+from rich.table import Table
+
+from nmt.data.files import read_split_files
+from nmt.data.sources import locate, read_parallel
+from nmt.data.tokenizer import BOS_ID, EOS_ID
+from nmt.decoding.search import SearchConfig
+from nmt.utils.io import atomic_write_text
+from nmt.utils.plots import save_attention_maps
+
+console = Console(stderr=True)
+IWSLT16_FOLDER = "iwslt16_de_en_devtest"
+
+
+def split_tag(split: str, search: SearchConfig, averaged: int = 1) -> str:
+    """The folder name of an evaluation: set, search and how many checkpoints were averaged."""
+    tag = f"{split.replace(':', '_').replace('/', '_')}_{search.strategy}"
+    tag += str(search.beam_size) if search.strategy == "beam" else ""
+    return tag + (f"_avg{averaged}" if averaged > 1 else "")
+
+
+def load_eval_set(split: str, datamodule, data_cfg, config: dict, task) -> tuple[list[str], list[str], str]:
+    """(sources, references, description) of an evaluation set:
+
+    - ``train`` / ``val`` / ``test``: the corpus' own splits;
+    - another test set of the corpus (e.g. ``test_2017_flickr`` for Multi30k);
+    - ``iwslt16:<set>`` (e.g. ``iwslt16:tst2014``): IWSLT16 TED de-en, from data.root or
+      $NMT_DATA/iwslt16_de_en_devtest (files IWSLT16.TED.<set>.de-en.<lang>.gz);
+    - ``files:<prefix>`` or ``files:<file.tsv>``: any line-aligned pair of files.
+    """
+    src_lang, tgt_lang = datamodule.src_lang, datamodule.tgt_lang
+    if split in ("train", "val", "test"):
+        return *datamodule.text(split), f"{datamodule.describe()} {split}"
+    if split.startswith("iwslt16:"):
+        name = split.split(":", 1)[1]
+        corpus = "TEDX" if name.startswith("TEDX.") else "TED"
+        name = name.removeprefix("TEDX.").removeprefix("TED.")
+        files = [f"IWSLT16.{corpus}.{name}.de-en.{lang}.gz" for lang in (src_lang, tgt_lang)]
+        folder = locate(IWSLT16_FOLDER, files, data_cfg.get("root"), config["cache_dir"], download=False)
+        return *read_parallel(folder / files[0], folder / files[1]), f"IWSLT16 {corpus} {name} {src_lang}-{tgt_lang}"
+    if split.startswith("files:"):
+        spec = split.split(":", 1)[1]
+        return *read_split_files(spec, src_lang, tgt_lang), f"{spec} {src_lang}-{tgt_lang}"
+    if "test_set" in data_cfg:
+        data_cfg.test_set = split
+        other = task.build_datamodule(data_cfg, config["cache_dir"], config["seed"])
+        return *other.text("test"), other.describe()
+    raise ValueError(f"split={split!r}: use train, val, test, iwslt16:<set> or files:<prefix>")
+
+
+def write_outputs(out: Path, sources, references, hypotheses) -> dict:
+    """hypotheses.txt, references.txt and sources.txt (one line per sentence); returns their paths."""
+    files = {
+        "hypotheses": "".join(h + "\n" for h in hypotheses),
+        "references": "".join(r + "\n" for r in references),
+        "sources": "".join(" ".join(s.splitlines()) + "\n" for s in sources),
+    }
+    for name, text in files.items():
+        atomic_write_text(out / f"{name}.txt", text)
+    return {name: str(out / f"{name}.txt") for name in files}
+
+
+@torch.no_grad()
+def write_attention_maps(loaded, sources: Sequence[str], hypotheses: Sequence[str], indices, folder: Path) -> list:
+    """Heatmaps of how each hypothesis token attended to the source (teacher-forced on the hypothesis)."""
+    device = next(loaded.model.parameters()).device
+    paths = []
+    for index in indices:
+        if not 0 <= index < len(sources):
+            raise ValueError(f"attention_maps: sentence {index} does not exist (the set has {len(sources)})")
+        src_ids = loaded.src_tokenizer.encode(sources[index]) + [EOS_ID]
+        hyp_ids = loaded.tgt_tokenizer.encode(hypotheses[index])
+        src = torch.tensor([src_ids], device=device)
+        tgt_in = torch.tensor([[BOS_ID, *hyp_ids]], device=device)
+        maps = {name: weights[0] for name, weights in loaded.model.attention_maps(src, tgt_in).items()}
+        src_tokens = loaded.src_tokenizer.pieces(src_ids[:-1]) + ["</s>"]
+        tgt_tokens = loaded.tgt_tokenizer.pieces(hyp_ids) + ["</s>"]
+        # row t of the maps is the step that predicts hypothesis token t
+        paths += save_attention_maps(maps, src_tokens, tgt_tokens, folder, f"sentence{index}")
+    return paths
+
+
+def _interval(result: dict, key: str) -> str:
+    if key not in result:
+        return ""
+    lower, upper = result[key]
+    return f"  (95% bootstrap interval {lower:.2f}-{upper:.2f}, {result['bootstrap']['resamples']} resamples)"
+
+
+def print_scores(result: dict, sources, references, hypotheses, samples: int) -> None:
+    table = Table(title=f"{result['data']} - {result['split']} ({result['sentences']} sentences)")
+    for column in ("metric", "value"):
+        table.add_column(column)
+    table.add_row("BLEU (sacreBLEU, cased)", f"{result['bleu']:.2f}{_interval(result, 'bleu_ci95')}")
+    table.add_row("BLEU 1-4 precisions", " / ".join(f"{p:.1f}" for p in result["bleu_precisions"]))
+    table.add_row("brevity penalty / length ratio", f"{result['brevity_penalty']:.3f} / {result['length_ratio']:.3f}")
+    table.add_row("chrF", f"{result['chrf']:.2f}")
+    table.add_row("BLEU (lowercased, tokenised)", f"{result['bleu_tok_lc']:.2f}{_interval(result, 'bleu_tok_lc_ci95')}")
+    table.add_row("signature", result["bleu_signature"])
+    for key in ("rouge1", "rouge2", "rougeL"):
+        if key in result:
+            table.add_row(f"ROUGE-{key.removeprefix('rouge')} (F)", f"{result[key]:.2f}")
+    console.print(table)
+    if samples:
+        examples = Table(title="sample translations", show_lines=True)
+        for column in ("source", "reference", "hypothesis"):
+            examples.add_column(column)
+        for i in range(min(samples, len(sources))):
+            examples.add_row(sources[i], references[i], hypotheses[i])
+        console.print(examples)
+    console.print(f"hypotheses and metrics: {Path(result['hypotheses']).parent}")
+
+
+def print_summary(results: dict) -> None:
+    table = Table(title="all evaluation sets")
+    for column in ("set", "sentences", "BLEU", "chrF", "BLEU (lc, tok)"):
+        table.add_column(column)
+    for split, r in results.items():
+        table.add_row(split, str(r["sentences"]), f"{r['bleu']:.2f}", f"{r['chrf']:.2f}", f"{r['bleu_tok_lc']:.2f}")
+    console.print(table)

@@ -1,0 +1,107 @@
+"""Callbacks: keep a run's work when the process is told to stop; measure its wall time."""
+
+import signal
+import time
+from pathlib import Path
+
+import lightning as L
+from lightning.fabric.plugins.environments import SLURMEnvironment
+from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+from nmt.training.loggers import ResumableCSVLogger
+
+
+class SaveOnSignal(Callback):
+    """SIGTERM or SIGUSR1 (the preemption warnings of clusters): finish the current batch, write
+    ``last.ckpt`` (atomically) and stop; running the same command again resumes from it.
+
+    Lightning turns SIGTERM into a SIGTERMException after the batch; SIGUSR1 is routed the same way. A
+    signal that arrives during validation takes effect when validation ends: Lightning would stop in the
+    middle of it, and a run resumed from there neither redoes that validation nor keeps its epoch count
+    (it skips an epoch). Under SLURM with auto-requeue, Lightning's own SIGUSR1 handler saves and requeues
+    the job instead.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.saved = False
+        self.deferred: list = []  # (handler, signum) to run when the current validation ends
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        def stop_after_batch(signum, frame) -> None:
+            trainer._signal_connector.received_sigterm = True
+
+        lightnings = signal.getsignal(signal.SIGTERM)  # sets received_sigterm, and tells DDP's other ranks
+        signal.signal(
+            signal.SIGTERM, self._unless_validating(trainer, lightnings if callable(lightnings) else stop_after_batch)
+        )
+        environment = trainer._accelerator_connector.cluster_environment
+        if not (isinstance(environment, SLURMEnvironment) and environment.auto_requeue):
+            signal.signal(signal.SIGUSR1, self._unless_validating(trainer, stop_after_batch))
+
+    def _unless_validating(self, trainer: L.Trainer, handler):
+        def handle(signum, frame) -> None:
+            if trainer.validating or trainer.sanity_checking:
+                self.deferred.append((handler, signum))
+            else:
+                handler(signum, frame)
+
+        return handle
+
+    def _handle_deferred(self) -> None:
+        deferred, self.deferred = self.deferred, []
+        for handler, signum in deferred:
+            handler(signum, None)
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._handle_deferred()  # Lightning stops once the checkpoint callbacks after this hook have run
+
+    # a signal that arrived after this callback's on_validation_end
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._handle_deferred()
+
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch, batch_idx: int) -> None:
+        self._handle_deferred()
+
+    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
+        if isinstance(exception, SIGTERMException):
+            trainer.save_checkpoint(self.path)
+            self.saved = True
+
+
+class ResumeLogs(Callback):
+    """A run that starts from scratch in a folder that already has a CSV log (loggers.ResumableCSVLogger)
+    starts a new log; a resumed run keeps it (the logger drops the rows that training is about to redo)."""
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.global_step == 0 and trainer.is_global_zero:
+            for logger in trainer.loggers:
+                if isinstance(logger, ResumableCSVLogger):
+                    logger.experiment.drop_rows_from(0)
+
+
+class WallClock(Callback):
+    """Logs ``wall_time_s``: seconds since training started, summed over resumed runs, at every validation
+    (with the step), so that learning curves can be drawn against time. Validation time is included:
+    it is part of what a run costs."""
+
+    def __init__(self) -> None:
+        self.elapsed_before = 0.0  # seconds spent by earlier (killed and resumed) processes of this run
+        self.started: float | None = None
+
+    def elapsed(self) -> float:
+        return self.elapsed_before + (time.monotonic() - self.started if self.started is not None else 0.0)
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.started = time.monotonic()
+
+    def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if not trainer.sanity_checking and self.started is not None:
+            pl_module.log("wall_time_s", self.elapsed(), sync_dist=False)
+
+    def state_dict(self) -> dict:
+        return {"elapsed": self.elapsed()}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self.elapsed_before = float(state_dict.get("elapsed", 0.0))

@@ -1,0 +1,128 @@
+"""Checks of the composed config, run before any data is read: each problem names the key, the value
+and what is allowed; options the chosen task or model does not use are errors too. (Unknown group
+options are rejected by Hydra itself; misspelt keys by nmt.cli with a suggestion.)"""
+
+from collections.abc import Callable
+
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf
+
+from nmt.tasks import build_task
+
+MATMUL_PRECISIONS = ("highest", "high", "medium")  # torch.set_float32_matmul_precision
+
+
+class ConfigError(ValueError):
+    """The config asks for something impossible; the message lists every problem found."""
+
+
+def _rules() -> list[tuple[str, Callable[[object], bool], str]]:
+    positive = (lambda v: isinstance(v, int) and v > 0, "a positive integer")
+    non_negative = (lambda v: isinstance(v, int) and v >= 0, "an integer >= 0")
+    probability = (lambda v: isinstance(v, int | float) and 0 <= v < 1, "a number in [0, 1)")
+    rules = []
+    for key in ("d_model", "num_heads", "ffn_dim", "hidden_size", "embed_dim"):
+        rules.append((f"model.{key}", *positive))
+    for key in ("encoder_layers", "decoder_layers", "num_layers"):
+        rules.append((f"model.{key}", *positive))
+    for key in ("dropout", "attention_dropout", "activation_dropout"):
+        rules.append((f"model.{key}", *probability))
+    rules += [
+        ("smoothing.smoothing", *probability),
+        ("data.max_tokens", *positive),
+        ("data.eval_max_tokens", *positive),
+        ("data.max_len", *positive),
+        ("data.num_workers", *non_negative),
+        ("data.tokenizer.vocab_size", lambda v: isinstance(v, int) and v >= 8, "an integer >= 8"),
+        ("decode.beam_size", *positive),
+        ("validation.search.beam_size", *positive),
+        ("validation.bleu_every_n_epochs", *non_negative),
+        ("checkpoint.keep_last_epochs", *non_negative),
+        ("checkpoint.mode", lambda v: v in ("min", "max"), "one of ['min', 'max']"),
+        ("early_stopping.mode", lambda v: v in ("min", "max"), "one of ['min', 'max']"),
+        ("trainer.max_epochs", lambda v: isinstance(v, int) and v >= -1, "an integer >= -1"),
+        ("matmul_precision", lambda v: v in MATMUL_PRECISIONS, f"one of {list(MATMUL_PRECISIONS)}"),
+        (
+            "trainer.precision",
+            lambda v: str(v) in ("auto", "32-true", "32", "bf16-mixed", "16-mixed", "bf16-true", "64-true"),
+            "one of ['auto', '32-true', 'bf16-mixed', '16-mixed', 'bf16-true', '64-true']",
+        ),
+    ]
+    return rules
+
+
+def check_config(cfg: DictConfig) -> None:
+    """Raise ConfigError listing every invalid value in ``cfg``, and every option that its task
+    (``task.check``) or its model (groups it does not use, :func:`unused_groups`) cannot take."""
+    problems = []
+    for key, ok, allowed in _rules():
+        value = OmegaConf.select(cfg, key, default=None)
+        if value is not None and not ok(value):
+            problems.append(f"  {key}={value!r}: must be {allowed}")
+    d_model = OmegaConf.select(cfg, "model.d_model", default=None)
+    heads = OmegaConf.select(cfg, "model.num_heads", default=None)
+    if isinstance(d_model, int) and isinstance(heads, int) and heads > 0 and d_model % heads:
+        divisors = [h for h in range(1, d_model + 1) if d_model % h == 0 and h <= 64]
+        problems.append(
+            f"  model.d_model={d_model} is not divisible by model.num_heads={heads}; "
+            f"valid head counts for this d_model: {divisors}"
+        )
+    for key, allowed in (
+        ("model.norm_position", ["pre", "post"]),
+        ("model.activation", ["relu", "gelu"]),
+        ("model.tie_embeddings", ["none", "decoder", "all"]),
+        ("decode.strategy", ["greedy", "beam", "sample"]),
+        ("validation.search.strategy", ["greedy", "beam", "sample"]),
+    ):
+        value = OmegaConf.select(cfg, key, default=None)
+        if value is not None and value not in allowed:
+            problems.append(f"  {key}={value!r}: must be one of {allowed}")
+    if cfg.get("task") is not None:
+        problems += build_task(cfg.task).check(cfg)
+    problems += unused_groups(cfg)
+    if problems:
+        raise ConfigError("invalid configuration:\n" + "\n".join(problems))
+
+
+# groups that configure a part of the model: they matter only when the chosen model's config refers to
+# them (conf/model/transformer.yaml has `position: ${pos}`; the RNN has no position encoding)
+MODEL_PART_GROUPS = ("pos", "norm", "attention")
+
+
+def unused_groups(cfg: DictConfig, choices: dict | None = None, overrides: list[str] | None = None) -> list[str]:
+    """A model-part group given on the command line (``model=rnn pos=relative``) that the chosen model
+    does not use: one line naming it and the groups that do apply. ``choices`` and ``overrides`` default
+    to Hydra's record of this run (no check when the config was composed without Hydra's runtime)."""
+    if choices is None or overrides is None:
+        if not HydraConfig.initialized():
+            return []
+        runtime = HydraConfig.get()
+        choices, overrides = dict(runtime.runtime.choices), list(runtime.overrides.task)
+    given = {o.lstrip("+~").split("=", 1)[0] for o in overrides}
+    model_cfg = OmegaConf.to_container(cfg.model, resolve=False) if cfg.get("model") is not None else {}
+    used = {g for g in MODEL_PART_GROUPS if "${" + g + "}" in str(model_cfg)}
+    problems = []
+    for group in MODEL_PART_GROUPS:
+        if group in given and group not in used:
+            applies = ", ".join(sorted(used)) or "none of them"
+            problems.append(
+                f"  {group}={choices.get(group)}: model={choices.get('model')} does not use group '{group}' "
+                f"(of {', '.join(MODEL_PART_GROUPS)} it uses {applies}); remove it"
+            )
+    return problems
+
+
+def describe_recipe(cfg: DictConfig) -> str:
+    """One line saying which default recipe (conf/recipe/<data>_<model>.yaml) shaped this run and why."""
+    if not HydraConfig.initialized():
+        return "Recipe: (config composed without Hydra's runtime; see config.yaml)"
+    choices = HydraConfig.get().runtime.choices
+    recipe, data, model = choices.get("recipe"), choices.get("data"), choices.get("model")
+    experiment = choices.get("experiment")
+    if recipe in (None, "none"):
+        why = f"experiment={experiment} is a recipe of its own" if experiment else "recipe=none"
+        return f"Recipe: none ({why}); every value comes from the groups and the command line"
+    return (
+        f"Recipe: {recipe}, the default for data={data} model={model} (conf/recipe/{recipe}.yaml); "
+        "recipe=none trains without it; the resolved config is saved in the run folder as config.yaml"
+    )

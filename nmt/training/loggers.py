@@ -1,0 +1,93 @@
+"""Logger factories that need more than a class constructor."""
+
+import csv
+import os
+
+from lightning.fabric.loggers.logger import rank_zero_experiment
+from lightning.pytorch.loggers import CSVLogger, WandbLogger
+from lightning.pytorch.loggers.csv_logs import ExperimentWriter
+
+
+class _KeepingWriter(ExperimentWriter):
+    """Lightning's CSV writer, except that it keeps the rows already in metrics.csv (and their columns) and
+    lets the first row of a resumed process decide which of them are redone (see ResumableCSVLogger)."""
+
+    def _check_log_dir_exists(self) -> None:
+        self.resuming = self._fs.isfile(self.metrics_file_path)
+        if self.resuming:
+            with self._fs.open(self.metrics_file_path, "r", newline="") as handle:
+                self.metrics_keys = list(csv.DictReader(handle).fieldnames or [])
+
+    def log_metrics(self, metrics_dict: dict, step: int | None = None) -> None:
+        if self.resuming and step is not None:
+            # the first row of this process: rows from this step on were logged by the killed process after
+            # its last checkpoint, and are about to be logged again
+            self.drop_rows_from(step)
+        super().log_metrics(metrics_dict, step)
+
+    def drop_rows_from(self, step: int) -> None:
+        """Forget the rows logged at ``step`` or later."""
+        self.resuming = False
+        if not self._fs.isfile(self.metrics_file_path):
+            return
+        with self._fs.open(self.metrics_file_path, "r", newline="") as handle:
+            rows = [row for row in csv.DictReader(handle) if int(float(row.get("step") or 0)) < step]
+        with self._fs.open(self.metrics_file_path, "w", newline="") as handle:
+            writer = csv.DictWriter(handle, fieldnames=self.metrics_keys)
+            writer.writeheader()
+            writer.writerows(rows)
+
+
+class ResumableCSVLogger(CSVLogger):
+    """Lightning's CSVLogger for runs that are killed and resumed. Lightning's deletes metrics.csv whenever a
+    logger starts, so each resumed sitting of a killed run would lose the curve so far, and it writes rows
+    to disk every 100 steps, so a kill loses those not yet written. This one writes every row as it is
+    logged (appending a line: cheap), keeps the earlier rows when it starts, and when the resumed process
+    logs its first row, at step s, drops the rows at step s or later: the killed process logged them after
+    its last checkpoint, and training is redoing those steps. A run started from scratch in the same folder
+    clears the log (callbacks.ResumeLogs)."""
+
+    def __init__(self, *args, flush_logs_every_n_steps: int = 1, **kwargs) -> None:
+        super().__init__(*args, flush_logs_every_n_steps=flush_logs_every_n_steps, **kwargs)
+
+    @property
+    @rank_zero_experiment
+    def experiment(self) -> _KeepingWriter:
+        if self._experiment is None:
+            self._fs.makedirs(self.root_dir, exist_ok=True)
+            self._experiment = _KeepingWriter(log_dir=self.log_dir)
+        return self._experiment
+
+
+def wandb_logger(
+    save_dir: str,
+    project: str = "nmt",
+    group: str | None = None,
+    tags=(),
+    name: str | None = None,
+    config: dict | None = None,
+    dir: str | None = None,
+) -> WandbLogger:
+    """W&B, offline when no API key is configured (then: `wandb sync <dir>/wandb/offline-run-*`).
+
+    W&B writes its files under ``<dir>/wandb`` (``dir`` defaults to the run's folder). A sweep points every
+    run at its own folder, so one ``wandb sync`` uploads the whole group and ``wandb leet <dir>/wandb``
+    browses it in a terminal without an account."""
+    dir = dir or save_dir
+    offline = not os.environ.get("WANDB_API_KEY") or os.environ.get("WANDB_MODE") == "offline"
+    if offline:
+        print(f"W&B: no WANDB_API_KEY, logging offline; upload later with: wandb sync {dir}/wandb/offline-run-*")
+    logger = WandbLogger(project=project, group=group, tags=list(tags), name=name, save_dir=dir, offline=offline)
+    if config:
+        logger.log_hyperparams(config)
+    return logger
+
+
+def log_results_to_wandb(logger: WandbLogger, results: dict) -> None:
+    """Final results into the run's summary, and the test attention heatmaps as images."""
+    test = results.get("test", {})
+    summary = {f"test_{k}": v for k, v in test.items() if isinstance(v, int | float)}
+    summary.update({k: v for k, v in results.items() if isinstance(v, int | float)})
+    logger.experiment.summary.update(summary)
+    if test.get("attention_maps"):
+        logger.log_image("test_attention", images=list(test["attention_maps"]))

@@ -1,0 +1,158 @@
+"""The one LightningModule that trains and validates every nmt model, whatever its task."""
+
+import math
+
+import lightning as L
+import torch
+from torch import nn
+
+from nmt.data.tokenizer import Tokenizer
+from nmt.inference.checkpoint import CHECKPOINT_FORMAT, CHECKPOINT_KEY
+from nmt.tasks import Task
+
+# below this loss scale an fp16 overflow is no longer the scaler's business: the gradients themselves are
+# non-finite (a scale of 1 means fp16 overflows even unscaled)
+MIN_LOSS_SCALE = 1.0
+
+
+class TaskModule(L.LightningModule):
+    """The optimiser and schedule, the guard against non-finite updates, and checkpoints that carry the
+    resolved config and the tokenizers (plain data only); the task says what a training and validation
+    step compute and which metrics validation logs.
+
+    The task, model, loss, optimiser and schedule arrive built (or as factories), so nothing here depends
+    on the architecture or on the task.
+    """
+
+    def __init__(
+        self,
+        task: Task,
+        model: torch.nn.Module,
+        loss: torch.nn.Module,
+        optimizer,
+        scheduler,
+        src_tokenizer: Tokenizer,
+        tgt_tokenizer: Tokenizer,
+        config: dict,
+        val_metrics: nn.ModuleDict | None = None,
+        max_bad_steps: int = 10,
+    ) -> None:
+        super().__init__()
+        self.task = task
+        self.val_metrics = val_metrics if val_metrics is not None else nn.ModuleDict()
+        self.model = model
+        self.loss = loss
+        self.optimizer_factory = optimizer
+        self.scheduler_factory = scheduler
+        self.src_tokenizer, self.tgt_tokenizer = src_tokenizer, tgt_tokenizer
+        self.config = config
+        self.max_bad_steps = max_bad_steps
+        self.bad_steps = 0  # consecutive batches with a non-finite loss or gradient
+        self.scaler_skips = 0  # 16-mixed: updates the loss scaler skipped after an overflow (not failures)
+        self._rng_to_restore: torch.Tensor | None = None
+
+    def _log_training(self, loss: torch.Tensor, tokens: torch.Tensor) -> None:
+        self.log("train_loss", loss, prog_bar=True, batch_size=int(tokens))
+        self.log("train_tokens", tokens.float(), reduce_fx="sum", on_step=False, on_epoch=True)
+        self.log("lr", self.optimizers().param_groups[0]["lr"], on_step=True, on_epoch=False)
+
+    def _check_loss(self, loss: torch.Tensor) -> bool:
+        """False (and counted) when the loss is not finite: the step then returns None, and Lightning
+        skips backward and the optimiser step."""
+        if torch.isfinite(loss):
+            return True
+        self._bad_step(f"non-finite loss at step {self.global_step}")
+        return False
+
+    # ---- training ------------------------------------------------------------------------------
+    def on_before_optimizer_step(self, optimizer) -> None:
+        grads = [p.grad for p in self.parameters() if p.grad is not None]
+        if not grads:  # the batch was skipped (non-finite loss): nothing to check
+            return
+        # one fused kernel per dtype and device rather than one per parameter: on a GPU a small model's
+        # step is bound by kernel launches
+        norm = torch.linalg.vector_norm(torch.stack([n.float() for n in torch._foreach_norm(grads)]))
+        if torch.isfinite(norm):
+            self.bad_steps = 0  # the limit is on consecutive failures: a good update ends a streak
+            self.log("grad_norm", norm, on_step=True, on_epoch=False)
+            return
+        scaler = self._grad_scaler()
+        if scaler is not None and scaler.get_scale() >= MIN_LOSS_SCALE:
+            # 16-mixed: Lightning unscales before this hook, so an fp16 overflow shows here as inf. The
+            # scaler skips this update itself and lowers its scale; that is its normal working, not a
+            # failure, and must not count (a long fp16 run has many of them)
+            self.scaler_skips += 1
+            return
+        self._bad_step(f"non-finite gradient norm at step {self.global_step}")
+        for p in self.parameters():
+            p.grad = None  # optimisers skip parameters without a gradient: the step changes nothing
+
+    def _grad_scaler(self):
+        """The loss scaler of 16-mixed precision, or None."""
+        return getattr(getattr(self._trainer, "precision_plugin", None), "scaler", None)
+
+    def _bad_step(self, what: str) -> None:
+        self.bad_steps += 1
+        if self.bad_steps > self.max_bad_steps:
+            raise FloatingPointError(
+                f"{what} ({self.bad_steps} bad batches in a row, more than max_bad_steps={self.max_bad_steps}): "
+                "lower the learning rate, clip gradients (trainer.gradient_clip_val) or use precision=32-true"
+            )
+        self.print(f"warning: {what}; batch skipped ({self.bad_steps}/{self.max_bad_steps} in a row allowed)")
+
+    def configure_optimizers(self):
+        optimizer = self.optimizer_factory(self.parameters())
+        if self.scheduler_factory is None:
+            return optimizer
+        scheduler = self.scheduler_factory(optimizer, total_steps=self._planned_steps())
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    def _planned_steps(self) -> int:
+        """Optimiser steps the run will take (for schedules that decay to the end). Counted from a fresh
+        loader: Lightning's estimated_stepping_batches would build the training loader before a resumed
+        run restores its position in the epoch."""
+        trainer = self.trainer
+        if trainer.max_steps and trainer.max_steps > 0:
+            return trainer.max_steps
+        batches = len(trainer.datamodule.train_dataloader())
+        return math.ceil(batches / trainer.accumulate_grad_batches) * max(trainer.max_epochs or 1, 1)
+
+    def on_train_batch_start(self, batch, batch_idx: int) -> None:
+        if self._rng_to_restore is not None:
+            # resumed mid-epoch: continue with the random numbers (dropout) the killed run would have used
+            torch.set_rng_state(self._rng_to_restore)
+            self._rng_to_restore = None
+
+    # ---- checkpoints: plain data only, so they load with weights_only=True --------------------
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        checkpoint[CHECKPOINT_KEY] = {
+            "format": CHECKPOINT_FORMAT,
+            "config": self.config,
+            "src_tokenizer": self.src_tokenizer.model_proto,
+            "tgt_tokenizer": self.tgt_tokenizer.model_proto,
+            "src_segmenter": self.src_tokenizer.segmenter.spec(),
+            "tgt_segmenter": self.tgt_tokenizer.segmenter.spec(),
+            "rng_state": torch.get_rng_state(),
+            "bad_steps": self.bad_steps,
+        }
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        section = checkpoint.get(CHECKPOINT_KEY, {})
+        self._rng_to_restore = section.get("rng_state")
+        self.bad_steps = section.get("bad_steps", 0)
+
+    # ---- the task's steps ------------------------------------------------------------------------
+    def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor | None:
+        loss, tokens = self.task.training_loss(self.model, self.loss, batch)
+        if not self._check_loss(loss):
+            return None  # Lightning skips backward and the optimiser step
+        self._log_training(loss, tokens)
+        return loss
+
+    def validation_step(self, batch: dict, batch_idx: int) -> None:
+        self.task.validation_step(self, batch, batch_idx)
+
+    def on_validation_epoch_end(self) -> None:
+        self.task.validation_epoch_end(self)
+        for metric in self.val_metrics.values():
+            metric.reset()  # the next validation starts from zero

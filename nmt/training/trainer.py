@@ -1,0 +1,126 @@
+"""The Lightning Trainer of a run: its callbacks (checkpoints, early stopping, signals, throughput),
+loggers, precision and checkpoint writer, all from the config."""
+
+import warnings
+from pathlib import Path
+
+import lightning as L
+import torch
+from lightning.pytorch.callbacks import (
+    EarlyStopping,
+    ModelCheckpoint,
+    RichModelSummary,
+    RichProgressBar,
+    ThroughputMonitor,
+)
+from lightning.pytorch.loggers import CSVLogger
+from omegaconf import DictConfig, OmegaConf
+
+from nmt.tasks import Task
+from nmt.training.callbacks import ResumeLogs, SaveOnSignal, WallClock
+from nmt.training.checkpoint_io import AtomicCheckpointIO
+from nmt.training.loggers import ResumableCSVLogger
+from nmt.utils.instantiate import instantiate
+
+
+def _callbacks(cfg: DictConfig, checkpoint_dir: Path, task: Task) -> list:
+    # a "best" checkpoint on a metric that only decoded epochs compute is saved on those epochs
+    decoded = cfg.checkpoint.monitor in task.decoded_metrics
+    every = cfg.validation.bleu_every_n_epochs if decoded else 1
+    callbacks = [
+        ModelCheckpoint(
+            dirpath=checkpoint_dir,
+            filename="best",
+            monitor=cfg.checkpoint.monitor,
+            mode=cfg.checkpoint.mode,
+            save_top_k=1,
+            every_n_epochs=max(every, 1),
+            auto_insert_metric_name=False,
+            enable_version_counter=False,
+        ),
+        # the most recent epochs, for resuming (last.ckpt) and for weight averaging
+        ModelCheckpoint(
+            dirpath=checkpoint_dir,
+            filename="epoch{epoch:03d}",
+            monitor="step",
+            mode="max",
+            save_top_k=cfg.checkpoint.keep_last_epochs,
+            save_last=True,
+            auto_insert_metric_name=False,
+            enable_version_counter=False,
+        ),
+    ]
+    if cfg.checkpoint.every_n_train_steps:
+        callbacks.append(
+            ModelCheckpoint(
+                dirpath=checkpoint_dir,
+                save_top_k=0,
+                save_last=True,
+                every_n_train_steps=cfg.checkpoint.every_n_train_steps,
+                enable_version_counter=False,
+            )
+        )
+    if cfg.early_stopping.patience:
+        callbacks.append(
+            EarlyStopping(
+                monitor=cfg.early_stopping.monitor,
+                mode=cfg.early_stopping.mode,
+                patience=cfg.early_stopping.patience,
+                strict=False,
+                check_on_train_epoch_end=False,
+            )
+        )
+    callbacks.append(SaveOnSignal(checkpoint_dir / "last.ckpt"))
+    callbacks.append(WallClock())
+    callbacks.append(ResumeLogs())
+    # logs train/device/items_per_sec: target tokens per second of training (the speed a sweep can afford);
+    # it warns that without a FLOPs count per batch it cannot report MFU (we do not count FLOPs per batch)
+    warnings.filterwarnings("ignore", message=".*ThroughputMonitor.*flops_per_batch")
+    callbacks.append(
+        ThroughputMonitor(batch_size_fn=task.batch_sequences, length_fn=task.batch_target_tokens, window_size=20)
+    )
+    if cfg.trainer.enable_progress_bar:
+        callbacks.append(RichProgressBar())
+    if cfg.trainer.enable_model_summary:
+        callbacks.append(RichModelSummary(max_depth=2))
+    return callbacks
+
+
+def _cpu_has_bf16_units() -> bool:
+    checks = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")  # private: absent from some builds
+    return any(getattr(torch.cpu, name, lambda: False)() for name in checks)
+
+
+def resolve_precision(precision: str, accelerator: str = "auto") -> str:
+    """``precision=auto``: bf16-mixed where the device multiplies bf16 matrices in hardware (a GPU with
+    bf16, a CPU with AVX512-BF16 or AMX), otherwise 32-true (emulated bf16 is slower than fp32). Any other
+    value is returned as given."""
+    if str(precision) != "auto":
+        return precision
+    if accelerator in ("auto", "gpu", "cuda") and torch.cuda.is_available():
+        return "bf16-mixed" if torch.cuda.is_bf16_supported() else "32-true"
+    if accelerator in ("auto", "cpu"):
+        return "bf16-mixed" if _cpu_has_bf16_units() else "32-true"
+    return "32-true"
+
+
+def build_trainer(cfg: DictConfig, run_dir: Path, task: Task) -> L.Trainer:
+    # null means "Lightning's default", except for check_val_every_n_epoch where null means "count
+    # val_check_interval in updates across epochs"
+    trainer_args = {
+        k: v
+        for k, v in OmegaConf.to_container(cfg.trainer, resolve=True).items()
+        if v is not None or k == "check_val_every_n_epoch"
+    }
+    logger = instantiate(cfg.logger, save_dir=str(run_dir))
+    loggers = [logger]
+    if not isinstance(logger, CSVLogger):  # curves for sweep reports, whatever the dashboard
+        loggers.append(ResumableCSVLogger(str(run_dir), name="logs", version=""))
+    return L.Trainer(
+        **trainer_args,
+        callbacks=_callbacks(cfg, run_dir / "checkpoints", task),
+        logger=loggers,
+        default_root_dir=str(run_dir),
+        use_distributed_sampler=False,  # our token-budget sampler shards batches across ranks itself
+        plugins=[AtomicCheckpointIO()],
+    )

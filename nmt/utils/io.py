@@ -1,0 +1,41 @@
+"""Atomic file writes: every file the project writes either appears whole or not at all.
+
+A process killed while writing (Ctrl-C, a preempted job, a full disk) leaves the previous version of the
+file, never half of a new one. Write through :func:`atomic_path` (for writers that take a path, such as
+``torch.save``) or the ``atomic_write_*`` helpers.
+"""
+
+import json
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+
+@contextmanager
+def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary path beside ``path``; on success it replaces ``path`` in one rename, on failure
+    it is removed. The name holds the process id, so parallel writers (sweep jobs sharing a cache) never
+    write into each other's temporary file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(data)
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+
+
+def atomic_write_json(path: str | os.PathLike, data) -> None:
+    atomic_write_text(path, json.dumps(data, indent=2) + "\n")

@@ -1,0 +1,50 @@
+"""Attention heatmaps: source tokens along x, target tokens along y (used by evaluation and tasks)."""
+
+import math
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only, no display needed
+import matplotlib.pyplot as plt  # noqa: E402
+import torch  # noqa: E402
+
+
+def attention_figure(weights: torch.Tensor, src_tokens: list[str], tgt_tokens: list[str], title: str):
+    """weights: (heads, tgt_len, src_len) -> one panel per head, plus their mean when there are several."""
+    panels = [(f"head {h}", weights[h]) for h in range(weights.size(0))]
+    if len(panels) > 1:
+        panels.append(("mean of heads", weights.mean(dim=0)))
+    columns = min(len(panels), 3)
+    rows = math.ceil(len(panels) / columns)
+    cell = 0.28
+    width = max(4.0, cell * len(src_tokens) + 1.5) * columns
+    height = max(3.0, cell * len(tgt_tokens) + 1.5) * rows
+    figure, axes = plt.subplots(rows, columns, figsize=(width, height), squeeze=False)
+    for ax in axes.flat[len(panels) :]:
+        ax.axis("off")
+    for ax, (name, matrix) in zip(axes.flat, panels, strict=False):
+        ax.imshow(matrix.float().cpu().numpy(), cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
+        ax.set_xticks(range(len(src_tokens)), src_tokens, rotation=90, fontsize=8)
+        ax.set_yticks(range(len(tgt_tokens)), tgt_tokens, fontsize=8)
+        ax.set_title(name, fontsize=9)
+    figure.suptitle(title, fontsize=10)
+    figure.tight_layout()
+    return figure
+
+
+def save_attention_maps(maps: dict[str, torch.Tensor], src_tokens, tgt_tokens, folder: Path, prefix: str) -> list[Path]:
+    """maps: name -> (heads, tgt_len, src_len) for one sentence; one PNG per entry (and the mean over
+    layers when there are several). Returns the files written."""
+    folder.mkdir(parents=True, exist_ok=True)
+    entries = dict(maps)
+    if len(maps) > 1:
+        entries["mean_of_layers"] = torch.stack([m.mean(dim=0) for m in maps.values()]).mean(dim=0, keepdim=True)
+    paths = []
+    for name, weights in entries.items():
+        figure = attention_figure(weights, src_tokens, tgt_tokens, f"{prefix}: {name}")
+        path = folder / f"{prefix}_{name}.png"
+        figure.savefig(path, dpi=100)
+        plt.close(figure)
+        paths.append(path)
+    return paths

@@ -1,0 +1,195 @@
+"""Export a run's data and configuration for JoeyNMT 2.3, so both toolkits train on identical splits
+with the same SentencePiece models, model shape, schedule and budget.
+
+    python -m peers.joeynmt_export OUT_DIR data=tatoeba_de_en [any train.py override ...]
+    JOEY_PYTHON -m joeynmt train OUT_DIR/joeynmt.yaml
+    JOEY_PYTHON -m joeynmt test OUT_DIR/joeynmt.yaml -o OUT_DIR/hyp      # writes OUT_DIR/hyp.test
+
+The exported ``test.<tgt>`` holds the raw references to score both toolkits' outputs with sacreBLEU.
+"""
+
+import sys
+from pathlib import Path
+
+import yaml
+from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig
+
+from nmt.data.build import build_datamodule
+from nmt.data.tokenizer import EOS_ID, Tokenizer
+
+CONF = Path(__file__).resolve().parents[1] / "conf"
+SPLITS = {"train": "train", "val": "dev", "test": "test"}  # ours -> JoeyNMT's names
+
+
+def write_lines(path: Path, lines) -> None:
+    path.write_text("".join(line.replace("\n", " ") + "\n" for line in lines), encoding="utf-8")
+
+
+def write_tokenizer(tokenizer: Tokenizer, out: Path, name: str) -> tuple[Path, Path]:
+    """The SentencePiece model and JoeyNMT's vocabulary file: one piece per line in id order, without
+    our four specials (JoeyNMT adds its own <unk> <pad> <s> </s>)."""
+    model, vocab = out / f"{name}.model", out / f"{name}.vocab"
+    model.write_bytes(tokenizer.model_proto)
+    write_lines(vocab, (tokenizer.sp.id_to_piece(i) for i in range(EOS_ID + 1, tokenizer.vocab_size)))
+    return model, vocab
+
+
+def joeynmt_schedule(cfg: DictConfig) -> dict:
+    """JoeyNMT's optimiser and schedule for ours: optim=noam is its `noam` (the same formula), optim=adamw
+    with inverse-sqrt decay its `warmupinversesquareroot` (linear warm-up to the peak, then
+    peak * sqrt(warmup / step)); nothing else has an equal there."""
+    scheduler = cfg.optim.scheduler
+    if scheduler is not None and scheduler._target_ == "nmt.training.optim.noam":
+        return {"optimizer": "adam", "scheduling": "noam", "learning_rate_factor": float(scheduler.factor)}
+    adamw = cfg.optim.optimizer._target_ == "torch.optim.AdamW"
+    if adamw and scheduler is not None and scheduler.get("decay") == "inverse_sqrt":
+        peak = float(cfg.optim.optimizer.lr)
+        return {
+            "optimizer": "adamw",
+            "scheduling": "warmupinversesquareroot",
+            "learning_rate": peak,
+            "learning_rate_peak": peak,
+        }
+    raise ValueError(
+        "the JoeyNMT export covers optim=noam and optim=adamw with optim.scheduler.decay=inverse_sqrt "
+        "(JoeyNMT has the same schedules)"
+    )
+
+
+def joeynmt_config(cfg: DictConfig, dm, out: Path, files: dict, validation_freq: int) -> dict:
+    """JoeyNMT's configuration equivalent to our Transformer run ``cfg``; it validates every
+    ``validation_freq`` updates (JoeyNMT has no per-epoch validation). ``dm`` is the run's data module."""
+    model = cfg.model
+    if model._target_.rsplit(".", 1)[-1] != "Transformer":
+        raise ValueError("the JoeyNMT export covers model=transformer")
+    schedule = joeynmt_schedule(cfg)
+    tied_all = model.tie_embeddings == "all"
+
+    def side(lang: str, key: str) -> dict:
+        return {
+            "lang": lang,
+            "level": "bpe",
+            "lowercase": False,
+            "normalize": False,
+            "max_length": int(dm.max_len),
+            "voc_file": str(files[f"{key}_vocab"]),
+            "tokenizer_type": "sentencepiece",
+            "tokenizer_cfg": {"model_file": str(files[f"{key}_model"]), "pretokenizer": "none"},
+        }
+
+    def stack() -> dict:
+        return {
+            "type": "transformer",
+            "num_layers": int(model.encoder_layers),
+            "num_heads": int(model.num_heads),
+            "embeddings": {"embedding_dim": int(model.d_model), "scale": True, "dropout": 0.0},
+            "hidden_size": int(model.d_model),
+            "ff_size": int(model.ffn_dim),
+            "dropout": float(model.dropout),
+            "layer_norm": model.norm_position,
+        }
+
+    return {
+        "name": f"joeynmt_{dm.src_lang}_{dm.tgt_lang}",
+        "joeynmt_version": "2.3.0",
+        "data": {
+            "train": str(out / "train"),
+            "dev": str(out / "dev"),
+            "test": str(out / "test"),
+            "dataset_type": "plain",
+            "src": side(dm.src_lang, "src"),
+            "trg": side(dm.tgt_lang, "tgt"),
+        },
+        "testing": {
+            "n_best": 1,
+            "beam_size": int(cfg.decode.beam_size),
+            "beam_alpha": float(cfg.decode.length_penalty),
+            "batch_size": int(dm.eval_max_tokens),
+            "batch_type": "token",
+            "max_output_length": int(dm.max_len),
+            "eval_metrics": ["bleu"],
+            "sacrebleu_cfg": {"tokenize": "13a"},
+        },
+        "training": {
+            "random_seed": int(cfg.seed),
+            **schedule,
+            "normalization": "tokens",
+            "adam_betas": [float(b) for b in cfg.optim.optimizer.betas],
+            "learning_rate_warmup": int(cfg.warmup),
+            "learning_rate_min": 1.0e-8,
+            "weight_decay": float(cfg.optim.optimizer.weight_decay),
+            "clip_grad_norm": float(cfg.trainer.gradient_clip_val or 0) or None,
+            "label_smoothing": float(cfg.smoothing.smoothing),
+            "loss": "crossentropy",
+            "batch_size": int(dm.max_tokens),
+            "batch_type": "token",
+            "batch_multiplier": int(cfg.trainer.accumulate_grad_batches),
+            "epochs": int(cfg.trainer.max_epochs),
+            "updates": int(cfg.trainer.max_steps) if cfg.trainer.max_steps > 0 else float("inf"),
+            "early_stopping_metric": "bleu",
+            "validation_freq": validation_freq,
+            "logging_freq": 50,
+            "model_dir": str(out / "model"),
+            "overwrite": True,
+            "shuffle": True,
+            "use_cuda": False,
+            "print_valid_sents": [0],
+            "keep_best_ckpts": 1,
+        },
+        "model": {
+            "initializer": "xavier_uniform",
+            "bias_initializer": "zeros",
+            "init_gain": 1.0,
+            "embed_initializer": "xavier_uniform",
+            "embed_init_gain": 1.0,
+            "tied_embeddings": tied_all,
+            "tied_softmax": model.tie_embeddings in ("decoder", "all"),
+            "encoder": stack(),
+            "decoder": stack(),
+        },
+    }
+
+
+def export(cfg: DictConfig, out: Path) -> Path:
+    """Write the splits (the source side segmented as our tokenizer sees it), tokenizers and config."""
+    out.mkdir(parents=True, exist_ok=True)
+    dm = build_datamodule(cfg.data, cfg.cache_dir, cfg.seed)
+    dm.prepare_data()
+    src_tok, tgt_tok = dm.build_tokenizers()
+    src_lang, tgt_lang = dm.src_lang, dm.tgt_lang
+    for ours, theirs in SPLITS.items():
+        src, tgt = dm.text(ours)
+        write_lines(out / f"{theirs}.{src_lang}", (src_tok.segmenter(s) for s in src))
+        # training targets segmented like ours; dev/test targets raw, they are the BLEU references
+        write_lines(out / f"{theirs}.{tgt_lang}", (tgt_tok.segmenter(t) for t in tgt) if ours == "train" else tgt)
+    files = {}
+    if cfg.model.tie_embeddings == "all":
+        files["src_model"], files["src_vocab"] = write_tokenizer(src_tok, out, "joint")
+        files["tgt_model"], files["tgt_vocab"] = files["src_model"], files["src_vocab"]
+    else:
+        files["src_model"], files["src_vocab"] = write_tokenizer(src_tok, out, src_lang)
+        files["tgt_model"], files["tgt_vocab"] = write_tokenizer(tgt_tok, out, tgt_lang)
+    interval = cfg.trainer.val_check_interval
+    if not isinstance(interval, int) or cfg.trainer.check_val_every_n_epoch is not None:
+        raise ValueError(
+            "JoeyNMT validates every N updates: give the run trainer.val_check_interval=N "
+            "trainer.check_val_every_n_epoch=null so both toolkits validate at the same steps"
+        )
+    settings = joeynmt_config(cfg, dm, out, files, interval)
+    path = out / "joeynmt.yaml"
+    path.write_text(yaml.safe_dump(settings, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv:
+        sys.exit(__doc__)
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose("train", overrides=argv[1:])
+    print(export(cfg, Path(argv[0])))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,92 @@
+"""The command line: misspelt keys get a suggestion, options the model does not use are refused, and the
+default recipe is announced."""
+
+import subprocess
+import sys
+
+import pytest
+
+from nmt.cli import unknown_key_message
+from nmt.training.config import ConfigError, check_config, unused_groups
+
+from .conftest import ROOT, compose_train
+
+
+@pytest.mark.parametrize(
+    ("argv", "suggestion"),
+    [
+        (["modle=rnn"], "'model'"),
+        (["model.d_modle=64"], "'model.d_model'"),
+        (["model=rnn", "model.hiden_size=64"], "'model.hidden_size'"),  # keys of the chosen model
+        (["trainer.max_epoch=1"], "'trainer.max_epochs'"),
+        (["~warmpu"], "'warmup'"),
+    ],
+)
+def test_a_misspelt_key_gets_the_closest_names(argv, suggestion):
+    message = unknown_key_message(argv, "train")
+    assert message is not None and suggestion in message and message.count("\n") == 0
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["model=rnn", "model.hidden_size=64"],
+        ["data=toy", "lr=1e-3", "trainer.max_epochs=2"],
+        ["+new_key=1", "hydra.run.dir=x"],  # additions and Hydra's own keys are Hydra's business
+        ["pos=absolute,relative", "seed=1,2"],  # sweep lists
+        ["model=nonexistent"],  # a bad group option: Hydra lists the valid ones
+    ],
+)
+def test_known_keys_pass(argv):
+    assert unknown_key_message(argv, "train") is None
+
+
+def test_sweep_and_evaluate_keys_are_checked_against_their_own_configs():
+    assert "'baseline'" in unknown_key_message(["baseline_cell=x"], "sweep")
+    assert "'beam_size'" not in (unknown_key_message(["decode.beam_size=4"], "evaluate") or "")
+    assert "'decode.beam_size'" in unknown_key_message(["decode.beam_sise=4"], "evaluate")
+
+
+@pytest.mark.parametrize(
+    ("model", "group", "option"),
+    [("rnn", "pos", "relative"), ("rnn", "norm", "rms"), ("transformer", "attention", "additive")],
+)
+def test_a_group_the_model_does_not_use_is_refused(model, group, option):
+    cfg = compose_train(f"model={model}", f"{group}={option}")
+    choices = {"model": model, group: option}
+    problems = unused_groups(cfg, choices, [f"model={model}", f"{group}={option}"])
+    assert len(problems) == 1 and f"{group}={option}: model={model} does not use group '{group}'" in problems[0]
+
+
+def test_groups_the_model_uses_are_accepted():
+    cfg = compose_train("model=rnn", "attention=additive")
+    assert unused_groups(cfg, {"model": "rnn", "attention": "additive"}, ["model=rnn", "attention=additive"]) == []
+    cfg = compose_train("pos=relative", "norm=rms")
+    assert unused_groups(cfg, {"model": "transformer"}, ["pos=relative", "norm=rms"]) == []
+
+
+def test_a_language_model_option_on_a_translation_run_is_refused():
+    cfg = compose_train("task=lm", "validation.bleu_every_n_epochs=1")
+    with pytest.raises(ConfigError, match="validation.bleu_every_n_epochs=1: a language model decodes nothing"):
+        check_config(cfg)
+
+
+def run_train(*args: str, cwd) -> subprocess.CompletedProcess:
+    command = [sys.executable, str(ROOT / "train.py"), *args]
+    return subprocess.run(command, capture_output=True, text=True, cwd=cwd, timeout=300)
+
+
+@pytest.mark.slow
+def test_train_py_names_its_recipe_refuses_an_unused_group_and_a_misspelt_key(tmp_path):
+    quick = ["data=toy", "trainer.max_epochs=0", "trainer.enable_progress_bar=false", "test_after_training=false"]
+    result = run_train(*quick, f"run_dir={tmp_path / 'a'}", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "Recipe: toy_transformer, the default for data=toy model=transformer" in result.stdout
+    assert (tmp_path / "a" / "config.yaml").is_file()
+    result = run_train(*quick, "recipe=none", f"run_dir={tmp_path / 'b'}", cwd=tmp_path)
+    assert "Recipe: none (recipe=none)" in result.stdout
+    result = run_train(*quick, "model=rnn", "pos=relative", cwd=tmp_path)
+    assert result.returncode == 2 and "model=rnn does not use group 'pos'" in result.stderr
+    assert "Traceback" not in result.stderr and not list(tmp_path.glob("runs/rnn_toy/*/config.yaml"))  # before any data
+    result = run_train("modle=rnn", cwd=tmp_path)
+    assert result.returncode == 2 and "did you mean 'model'" in result.stderr and "Traceback" not in result.stderr

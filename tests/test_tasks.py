@@ -1,0 +1,192 @@
+"""Tasks: a new task is one module and one config file; nothing outside the tasks asks which task runs."""
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+from torch import nn
+from torchmetrics import SumMetric
+
+from nmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from nmt.decoding.search import SearchConfig, decode
+from nmt.decoding.translate import translate_lines
+from nmt.evaluation.evaluate import evaluate
+from nmt.sweep.runner import run_record
+from nmt.tasks import Task, build_task, task_config
+from nmt.tasks.language_model import LanguageModelTask
+from nmt.tasks.summarization import SummarizationTask
+from nmt.tasks.translation import TranslationTask
+from nmt.training.train import train
+from nmt.utils.io import atomic_write_json
+
+from .conftest import CONF, ROOT, tiny_overrides
+
+
+class ExactMatchTask(Task):
+    """A task the project does not have: sentence pairs scored by the percentage of outputs that equal
+    their reference exactly (validation and test), ranked by that in sweeps."""
+
+    name = "exact_match"
+    report_metric = "test_exact"
+
+    def training_loss(self, model, loss, batch):
+        value, _, tokens = loss(model(batch["src"], batch["tgt_in"]), batch["tgt_out"])
+        return value, tokens
+
+    def validation_metrics(self, datamodule):
+        return nn.ModuleDict({"exact": SumMetric(), "sentences": SumMetric()})
+
+    def validation_step(self, module, batch, batch_idx):
+        outputs = decode(module.model, batch["src"], BOS_ID, EOS_ID, SearchConfig(strategy="greedy"))
+        hypotheses = [module.tgt_tokenizer.decode(ids) for ids in outputs]
+        module.val_metrics["exact"].update(sum(h == r for h, r in zip(hypotheses, batch["refs"], strict=True)))
+        module.val_metrics["sentences"].update(len(hypotheses))
+
+    def validation_epoch_end(self, module):
+        exact, sentences = module.val_metrics["exact"].compute(), module.val_metrics["sentences"].compute()
+        module.log("val_exact", 100 * exact / sentences.clamp(min=1))
+
+    def batch_sequences(self, batch):
+        return batch["src"].size(0)
+
+    def batch_target_tokens(self, batch):
+        return int((batch["tgt_out"] != PAD_ID).sum())
+
+    def test_tag(self, cfg, average_last):
+        return "test_exact"
+
+    def test(self, loaded, cfg, out_dir, attention_maps=()):
+        datamodule = self.build_datamodule(loaded.config["data"], loaded.config["cache_dir"], loaded.config["seed"])
+        sources, references = datamodule.text("test")
+        search = SearchConfig(strategy="greedy")
+        hypotheses = translate_lines(loaded.model, loaded.src_tokenizer, loaded.tgt_tokenizer, sources, search)
+        (Path(out_dir) / "hypotheses.txt").parent.mkdir(parents=True, exist_ok=True)
+        (Path(out_dir) / "hypotheses.txt").write_text("".join(h + "\n" for h in hypotheses))
+        (Path(out_dir) / "references.txt").write_text("".join(r + "\n" for r in references))
+        exact = 100 * sum(h == r for h, r in zip(hypotheses, references, strict=True)) / len(references)
+        result = {"exact": exact, "sentences": len(references), "hypotheses": str(Path(out_dir) / "hypotheses.txt")}
+        atomic_write_json(Path(out_dir) / "metrics.json", result)
+        return result
+
+    def evaluate(self, cfg, load):
+        loaded = load()
+        return self.test(loaded, cfg, cfg.out_dir or loaded.run_dir / "eval" / "test_exact")
+
+    def sweep_metrics(self, results):
+        return {"test_exact": results["test"]["exact"], "best_val_exact": results.get("best_val_exact")}
+
+
+TASK_YAML = """# @package _global_
+task:
+  _target_: tests.test_tasks.ExactMatchTask
+checkpoint:
+  monitor: val_exact
+  mode: max
+early_stopping:
+  monitor: val_exact
+  mode: max
+"""
+
+
+@pytest.mark.slow
+def test_a_task_defined_in_one_module_and_one_config_file_trains_evaluates_and_reports(tmp_path):
+    """The task above plus conf/task/exact_match.yaml (in a folder of its own, added to Hydra's search
+    path): train.py's function trains and tests it, evaluate.py's scores its checkpoint, and a sweep
+    records its metric, with no other change anywhere."""
+    (tmp_path / "conf" / "task").mkdir(parents=True)
+    (tmp_path / "conf" / "task" / "exact_match.yaml").write_text(TASK_YAML)
+    run_dir = tmp_path / "run"
+    overrides = [*tiny_overrides(), "task=exact_match", "trainer.max_epochs=2", f"run_dir={run_dir}"]
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose("train", overrides=[*overrides, f"hydra.searchpath=[file://{tmp_path / 'conf'}]"])
+    results = train(cfg)
+
+    saved = OmegaConf.load(run_dir / "config.yaml")
+    assert saved.task._target_ == "tests.test_tasks.ExactMatchTask"
+    assert "val_exact" in results["final_metrics"] and results["best_val_exact"] is not None
+    hypotheses = (run_dir / "eval" / "test_exact" / "hypotheses.txt").read_text().splitlines()
+    references = (run_dir / "eval" / "test_exact" / "references.txt").read_text().splitlines()
+    assert results["test"]["exact"] == pytest.approx(
+        100 * sum(h == r for h, r in zip(hypotheses, references, strict=True)) / len(references)
+    )
+
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        eval_cfg = compose(
+            "evaluate", overrides=[f"ckpt_path={results['best_checkpoint']}", f"out_dir={tmp_path / 'eval'}"]
+        )
+    assert evaluate(eval_cfg)["exact"] == pytest.approx(results["test"]["exact"])
+    assert json.loads((tmp_path / "eval" / "metrics.json").read_text())["sentences"] == len(references)
+
+    record = run_record(run_dir, {"pos": "absolute"}, seed=1, wall_time_s=1.0)
+    assert record["report_metric"] == "test_exact"
+    assert record["metrics"] == {"test_exact": results["test"]["exact"], "best_val_exact": results["best_val_exact"]}
+
+
+@pytest.mark.parametrize(
+    ("option", "task_class"),
+    [("translation", TranslationTask), ("lm", LanguageModelTask), ("summarization", SummarizationTask)],
+)
+def test_each_task_option_builds_its_task(option, task_class):
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose("train", overrides=[f"task={option}", "name=test"])
+    task = build_task(cfg.task)
+    assert type(task) is task_class
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    assert type(build_task(task_config(resolved))) is task_class  # as a checkpoint's saved config rebuilds it
+
+
+@pytest.mark.parametrize(
+    ("saved", "task_class", "rouge"),
+    [
+        ({"task": "translation", "rouge": False}, TranslationTask, False),
+        ({"task": "translation", "rouge": True}, TranslationTask, True),
+        ({"task": "lm"}, LanguageModelTask, None),
+        ({}, TranslationTask, False),
+    ],
+)
+def test_configs_saved_before_tasks_were_objects_still_build_their_task(saved, task_class, rouge):
+    config = {**saved, "validation": {"search": {"strategy": "greedy"}, "bleu_every_n_epochs": 2}}
+    task = build_task(task_config(config))
+    assert type(task) is task_class
+    if rouge is not None:
+        assert task.rouge is rouge and task.bleu_every_n_epochs == 2
+
+
+def test_a_saved_config_with_an_unknown_task_names_the_valid_ones():
+    with pytest.raises(ValueError, match=r"task='mt'.*\['lm', 'translation'\]"):
+        task_config({"task": "mt"})
+
+
+# a comparison of a task's name with a string: `task == "lm"`, `cfg.task != 'translation'`, `"lm" == task`
+TASK_NAME_TEST = re.compile(r"""task\w*(\.name)?\s*[!=]=\s*["']|["'](lm|translation|summarization)["']\s*[!=]=""")
+
+
+def test_no_code_outside_the_tasks_compares_a_task_name_with_a_string():
+    offenders = []
+    for path in sorted((ROOT / "nmt").rglob("*.py")):
+        if "tasks" in path.relative_to(ROOT / "nmt").parts:
+            continue
+        for number, line in enumerate(path.read_text().splitlines(), start=1):
+            if TASK_NAME_TEST.search(line) or re.search(r"""in \(["'](lm|translation)["']""", line):
+                offenders.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
+    assert not offenders, "\n".join(offenders)
+
+
+def test_the_layers_reach_tasks_only_through_their_interface():
+    """Training, evaluation, inference and sweeps import nmt.tasks (the interface and its builder), never a
+    particular task's module."""
+    offenders = []
+    for room in ("training", "evaluation", "inference", "sweep"):
+        for path in sorted((ROOT / "nmt" / room).rglob("*.py")):
+            for number, line in enumerate(path.read_text().splitlines(), start=1):
+                if re.match(r"\s*(from|import) nmt\.tasks\.(?!base\b)\w+", line):
+                    offenders.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
+    assert not offenders, "\n".join(offenders)
+
+
+def test_a_task_says_which_checkpoint_metric_needs_decoded_epochs():
+    assert "val_bleu" in TranslationTask.decoded_metrics and "val_rougeL" in TranslationTask.decoded_metrics
+    assert LanguageModelTask.decoded_metrics == ()
