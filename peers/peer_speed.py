@@ -3,7 +3,7 @@
 Run with the peer's own Python (its environment has neither our package nor Hydra, so this file imports
 only torch and the peer):
 
-    PEER_PYTHON nmt/peers/peer_speed.py joeynmt BATCHES.pt --mode train --arch transformer --d-model 256 ...
+    PEER_PYTHON peers/peer_speed.py joeynmt BATCHES.pt --mode train --arch transformer --d-model 256 ...
 
 It prints one JSON line: training target tokens/s (``--mode train``) or decoding sentences/s for greedy and
 beam 5 (``--mode decode``), with the process's peak resident memory.

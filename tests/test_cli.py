@@ -90,3 +90,29 @@ def test_train_py_names_its_recipe_refuses_an_unused_group_and_a_misspelt_key(tm
     assert "Traceback" not in result.stderr and not list(tmp_path.glob("runs/rnn_toy/*/config.yaml"))  # before any data
     result = run_train("modle=rnn", cwd=tmp_path)
     assert result.returncode == 2 and "did you mean 'model'" in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        ([], "Recipe: multi30k_transformer, the default for data=multi30k model=transformer"),
+        (["model=rnn"], "Recipe: multi30k_rnn, the default for data=multi30k model=rnn"),
+        (["data=tatoeba_de_en"], "Recipe: none (no conf/recipe/tatoeba_de_en_transformer.yaml"),
+        (["recipe=none"], "Recipe: none (recipe=none)"),
+        (["experiment=course_baseline"], "Recipe: none (experiment=course_baseline is a recipe of its own)"),
+        (["task=lm"], "Recipe: none (no conf/recipe/ptb_transformer_lm.yaml"),
+    ],
+)
+def test_the_recipe_line_names_the_file_that_applied_or_why_none_did(overrides, expected):
+    from hydra import compose, initialize_config_dir
+    from hydra.core.hydra_config import HydraConfig
+
+    from nmt.training.config import describe_recipe
+
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("train", overrides=overrides, return_hydra_config=True)
+    HydraConfig.instance().set_config(cfg)
+    try:
+        assert describe_recipe(cfg).startswith(expected)
+    finally:
+        HydraConfig.instance().cfg = None

@@ -78,7 +78,7 @@ def test_the_fitted_recipe_is_a_default_that_any_choice_overrides():
 
 @pytest.mark.parametrize("experiment", [e for e in options("experiment") if e != "summarization"])
 def test_no_experiment_changes_with_the_corpus_default_recipe(experiment):
-    """A recipe means what its file says: the fitted default of its corpus (conf/fit) never leaks into it."""
+    """A recipe means what its file says: the fitted default of its corpus (conf/recipe) never leaks into it."""
     data = [] if "override /data" in (CONF / "experiment" / f"{experiment}.yaml").read_text() else ["data=multi30k"]
     assert plain(f"experiment={experiment}", *data) == plain(f"experiment={experiment}", *data, "~recipe")
 

@@ -5,6 +5,7 @@ from pathlib import Path
 
 from nmt.data.sources import DataNotFoundError, locate, read_parallel
 from nmt.data.unsplit import UnsplitCorpusDataModule
+from nmt.utils.io import atomic_path
 
 RELEASE = "https://www.statmt.org/europarl/v7"
 PAIRS = (
@@ -73,6 +74,6 @@ def extract(archive: Path, names: list[str], target: Path) -> Path:
         for name in names:
             if name not in members:
                 raise ValueError(f"{archive} has no member {name} (it holds {sorted(members)[:5]})")
-            with bundle.extractfile(members[name]) as source, open(target / name, "wb") as out:
-                out.write(source.read())
+            with bundle.extractfile(members[name]) as source, atomic_path(target / name) as tmp:
+                tmp.write_bytes(source.read())
     return target

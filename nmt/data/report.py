@@ -5,7 +5,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from nmt.utils.io import atomic_write_json
+from nmt.utils.io import atomic_path, atomic_write_json
 
 
 def render_report(report: dict, title: str) -> Table:
@@ -64,5 +64,5 @@ def write_report(report: dict, title: str, run_dir: Path, console: Console | Non
     table = render_report(report, title)
     (console or Console()).print(table)
     atomic_write_json(run_dir / "data_report.json", {"data": title, "splits": report})
-    with open(run_dir / "data_report.txt", "w") as handle:
+    with atomic_path(run_dir / "data_report.txt") as tmp, open(tmp, "w") as handle:
         Console(file=handle, width=140).print(table)

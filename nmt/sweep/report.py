@@ -16,6 +16,7 @@ from nmt.metrics.corpus import bleu_tokenizer
 from nmt.sweep import analysis
 from nmt.sweep.document import Document
 from nmt.sweep.figures import effect_plot, interaction_heatmap, training_curves
+from nmt.utils.io import atomic_path, atomic_write_text
 
 RESULT = "sweep_result.json"  # one run's record, written by nmt.sweep.runner.run_cell when the run has finished
 
@@ -134,15 +135,15 @@ def write_report(sweep_dir: str | Path, metric: str = "auto", baseline: dict | N
     _interactions_section(doc, sweep_dir, pairs, pair_effects, metric)
     _outputs_section(doc, records, factors, sentence)
     report = sweep_dir / "report.md"
-    report.write_text(doc.markdown() + "\n")
-    (sweep_dir / "report.html").write_text(doc.html(), encoding="utf-8")
+    atomic_write_text(report, doc.markdown() + "\n")
+    atomic_write_text(sweep_dir / "report.html", doc.html())
     print(f"[sweep] report: {report} (and report.html)")
     return report
 
 
 def _write_csv(path: Path, records: list[dict], factors: list[str]) -> None:
     metric_names = sorted({m for r in records for m in r["metrics"]})
-    with open(path, "w", newline="") as handle:
+    with atomic_path(path) as tmp, open(tmp, "w", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow([*factors, "seed", *metric_names, "epochs", "steps", "parameters", "wall_time_s", "run_dir"])
         for r in records:

@@ -26,7 +26,7 @@ from nmt.tasks.translation_eval import (
     write_attention_maps,
     write_outputs,
 )
-from nmt.utils.io import atomic_write_json
+from nmt.utils.io import atomic_write_json, atomic_write_text
 
 
 def decoder_only(model_cfg) -> bool:
@@ -218,7 +218,7 @@ class TranslationTask(Task):
         if cfg.output in (None, "-"):
             sys.stdout.write(text)
         else:
-            Path(cfg.output).write_text(text, encoding="utf-8")
+            atomic_write_text(cfg.output, text)
             print(f"{len(translations)} translations written to {cfg.output}", file=sys.stderr)
         return {"translations": len(translations), "output": cfg.output or "-"}
 

@@ -3,6 +3,7 @@ and what is allowed; options the chosen task or model does not use are errors to
 options are rejected by Hydra itself; misspelt keys by nmt.cli with a suggestion.)"""
 
 from collections.abc import Callable
+from pathlib import Path
 
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
@@ -119,8 +120,15 @@ def describe_recipe(cfg: DictConfig) -> str:
     choices = HydraConfig.get().runtime.choices
     recipe, data, model = choices.get("recipe"), choices.get("data"), choices.get("model")
     experiment = choices.get("experiment")
-    if recipe in (None, "none"):
-        why = f"experiment={experiment} is a recipe of its own" if experiment else "recipe=none"
+    # Hydra records the optional default's name even when no such file exists
+    recipe_file = Path(__file__).resolve().parents[2] / "conf" / "recipe" / f"{recipe}.yaml"
+    if recipe in (None, "none") or not recipe_file.is_file():
+        if experiment:
+            why = f"experiment={experiment} is a recipe of its own"
+        elif recipe in (None, "none"):
+            why = "recipe=none"
+        else:
+            why = f"no conf/recipe/{recipe}.yaml for data={data} model={model}"
         return f"Recipe: none ({why}); every value comes from the groups and the command line"
     return (
         f"Recipe: {recipe}, the default for data={data} model={model} (conf/recipe/{recipe}.yaml); "

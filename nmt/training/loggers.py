@@ -7,6 +7,8 @@ from lightning.fabric.loggers.logger import rank_zero_experiment
 from lightning.pytorch.loggers import CSVLogger, WandbLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 
+from nmt.utils.io import atomic_path
+
 
 class _KeepingWriter(ExperimentWriter):
     """Lightning's CSV writer, except that it keeps the rows already in metrics.csv (and their columns) and
@@ -32,7 +34,7 @@ class _KeepingWriter(ExperimentWriter):
             return
         with self._fs.open(self.metrics_file_path, "r", newline="") as handle:
             rows = [row for row in csv.DictReader(handle) if int(float(row.get("step") or 0)) < step]
-        with self._fs.open(self.metrics_file_path, "w", newline="") as handle:
+        with atomic_path(self.metrics_file_path) as tmp, open(tmp, "w", newline="") as handle:
             writer = csv.DictWriter(handle, fieldnames=self.metrics_keys)
             writer.writeheader()
             writer.writerows(rows)

@@ -1,0 +1,178 @@
+"""A run folder's identity and ownership: what determines a run's result, who is writing into the folder,
+and whether the run in it has finished.
+
+- ``fingerprint.json`` records what determines the result: the resolved config minus the keys that cannot
+  change it (output paths, loggers, progress display, threads), and the code version. A rerun resumes
+  only a run with the same fingerprint; otherwise it stops and lists the keys that differ (``resume=force``
+  continues anyway and says so).
+- ``.lock`` is held (``flock``) by the process training in the folder; a second one refuses to start and
+  names the holder. The kernel drops the lock when its holder dies, however it dies.
+- ``results.json`` with ``"finished": true`` marks a finished run: rerunning its command reports it and
+  keeps its results.
+"""
+
+import fcntl
+import json
+import os
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+from nmt.utils.io import atomic_write_json
+
+FINGERPRINT = "fingerprint.json"
+LOCK = ".lock"
+RESULTS = "results.json"
+
+# keys that say where and how a run is shown or stored, never what it computes
+NOT_RESULT_KEYS = (
+    "run_dir",
+    "ckpt_path",
+    "cache_dir",
+    "resume",
+    "name",
+    "group",
+    "tags",
+    "logger",
+    "threads",
+    "data.root",
+    "data.num_workers",
+    "trainer.enable_progress_bar",
+    "trainer.enable_model_summary",
+    "trainer.log_every_n_steps",
+    "progress",
+)
+
+
+class RunFolderError(ValueError):
+    """The run folder belongs to another run (other settings, another process)."""
+
+
+def code_version() -> dict:
+    """The git commit of the code and whether it had uncommitted changes; the package version outside git."""
+    root = Path(__file__).resolve().parents[2]
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no", "--", "nmt", "conf"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
+        return {"commit": commit, "dirty": bool(dirty)}
+    except (OSError, subprocess.SubprocessError):
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            return {"package": version("nmt")}
+        except PackageNotFoundError:
+            return {"package": "unknown"}
+
+
+def _flatten(node, prefix: str = "") -> dict:
+    if isinstance(node, dict):
+        flat = {}
+        for key, value in node.items():
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        return flat
+    return {prefix[:-1]: node}
+
+
+def result_config(config: dict) -> dict:
+    """The flattened config keys that can change a run's result."""
+    flat = _flatten(config)
+    return {
+        key: value
+        for key, value in flat.items()
+        if not any(key == k or key.startswith(k + ".") for k in NOT_RESULT_KEYS)
+    }
+
+
+def fingerprint(config: dict) -> dict:
+    return {"config": result_config(config), "code": code_version()}
+
+
+def differences(saved: dict, current: dict) -> list[str]:
+    """One entry per key whose value differs: 'key: saved -> current'."""
+    old, new = saved.get("config", {}), current.get("config", {})
+    lines = [
+        f"{key}: {old.get(key, '(absent)')!r} -> {new.get(key, '(absent)')!r}"
+        for key in sorted(set(old) | set(new))
+        if old.get(key, "(absent)") != new.get(key, "(absent)")
+    ]
+    old_code, new_code = saved.get("code", {}), current.get("code", {})
+    if old_code.get("commit") != new_code.get("commit") and "commit" in old_code and "commit" in new_code:
+        lines.append(f"code: commit {old_code['commit'][:12]} -> {new_code['commit'][:12]}")
+    return lines
+
+
+def check_identity(run_dir: Path, current: dict, force: bool) -> str | None:
+    """Compare the folder's recorded fingerprint with this run's. Same (or nothing recorded): None. Other
+    settings: RunFolderError listing the keys, unless ``force``, which returns a warning to print."""
+    path = run_dir / FINGERPRINT
+    if not path.is_file():
+        return None
+    saved = json.loads(path.read_text())
+    changed = differences(saved, current)
+    if not changed:
+        return None
+    listing = "; ".join(changed[:12]) + (f"; and {len(changed) - 12} more" if len(changed) > 12 else "")
+    if force:
+        return f"warning: resume=force: continuing {run_dir} under other settings ({listing})"
+    raise RunFolderError(
+        f"{run_dir} holds a run made with other settings ({listing}); choose another run_dir, or pass "
+        "resume=force to continue it anyway"
+    )
+
+
+def record_identity(run_dir: Path, current: dict) -> None:
+    atomic_write_json(run_dir / FINGERPRINT, current)
+
+
+def finished_results(run_dir: Path) -> dict | None:
+    """The results of a run that finished in this folder, or None."""
+    path = run_dir / RESULTS
+    if not path.is_file():
+        return None
+    try:
+        results = json.loads(path.read_text())
+    except json.JSONDecodeError:
+        return None
+    return results if results.get("finished") else None
+
+
+class RunLock:
+    """Exclusive ownership of a run folder for as long as the process trains in it."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.path = Path(run_dir) / LOCK
+        self.handle = None
+
+    def __enter__(self) -> "RunLock":
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        handle = open(self.path, "a+")  # noqa: SIM115 - held until __exit__
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            handle.close()
+            raise RunFolderError(
+                f"{self.path.parent} is in use by {holder}; wait for that run to end, or choose another run_dir"
+            ) from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"pid {os.getpid()} on {socket.gethostname()}, since {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+        handle.flush()
+        self.handle = handle
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.handle is not None:
+            fcntl.flock(self.handle, fcntl.LOCK_UN)
+            self.handle.close()
+            self.handle = None
