@@ -6,11 +6,39 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from lightning.fabric.utilities.exceptions import MisconfigurationException
+from omegaconf.errors import MissingMandatoryValue
+
 from nmt.data.sources import DataNotFoundError
 from nmt.inference.checkpoint import CheckpointError
+from nmt.training.checkpoint_io import CheckpointWriteError
 from nmt.training.config import ConfigError
 
-USER_ERRORS = (ConfigError, CheckpointError, DataNotFoundError, ValueError, FileNotFoundError)
+USER_ERRORS = (
+    ConfigError,
+    CheckpointError,
+    CheckpointWriteError,
+    DataNotFoundError,
+    ValueError,  # our own checks, each naming the key or file and what to do
+    FileNotFoundError,
+    NotADirectoryError,
+    PermissionError,
+    FloatingPointError,  # training diverged: the message says what to lower
+    MisconfigurationException,  # Lightning's own check of trainer.* settings
+)
+
+
+def user_message(err: BaseException) -> str:
+    """One line for a user error (the first line of the exception's own message, or a hint)."""
+    if isinstance(err, MissingMandatoryValue):
+        key = getattr(err, "full_key", None) or "a key"
+        return f"{key} is required and has no value: add {key}=... to the command line"
+    if isinstance(err, OSError) and err.filename:
+        return f"{err.filename}: {err.strerror}"
+    text = str(err).strip()
+    return text if isinstance(err, ConfigError) else text.splitlines()[0] if text else type(err).__name__
+
+
 CONF = Path(__file__).resolve().parents[1] / "conf"
 
 
@@ -19,10 +47,10 @@ def run_cli(function: Callable, cfg) -> None:
     (set NMT_DEBUG=1 to see the traceback)."""
     try:
         function(cfg)
-    except USER_ERRORS as err:
+    except (*USER_ERRORS, MissingMandatoryValue) as err:
         if os.environ.get("NMT_DEBUG"):
             raise
-        print(f"error: {err}", file=sys.stderr)
+        print(f"error: {user_message(err)}", file=sys.stderr)
         raise SystemExit(2) from None
 
 

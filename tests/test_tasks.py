@@ -120,7 +120,7 @@ def test_a_task_defined_in_one_module_and_one_config_file_trains_evaluates_and_r
     assert evaluate(eval_cfg)["exact"] == pytest.approx(results["test"]["exact"])
     assert json.loads((tmp_path / "eval" / "metrics.json").read_text())["sentences"] == len(references)
 
-    record = run_record(run_dir, {"pos": "absolute"}, seed=1, wall_time_s=1.0)
+    record = run_record(run_dir, {"pos": "absolute"}, seed=1)
     assert record["report_metric"] == "test_exact"
     assert record["metrics"] == {"test_exact": results["test"]["exact"], "best_val_exact": results["best_val_exact"]}
 

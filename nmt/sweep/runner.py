@@ -8,6 +8,7 @@ is written by :mod:`nmt.sweep.report` when the last job has ended.
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -24,6 +25,8 @@ from nmt.utils.io import atomic_write_json, atomic_write_text
 ROOT = Path(__file__).resolve().parents[2]
 SWEEP_KEYS = ("grid", "sweep_name", "pin_gpus", "baseline", "report_metric", "report_sentence", "start_runs_for")
 LAUNCHED = "launched_at"  # when this invocation of the sweep began (seconds since the epoch)
+PLAN = "plan.json"  # the sweep's factors with their levels, and how many runs they make
+FAILED = "sweep_failed.json"  # in a run folder whose last attempt failed
 
 
 def default_sweep_name(*, _root_: DictConfig) -> str:
@@ -69,15 +72,53 @@ def _override_pairs(overrides) -> list[tuple[str, str]]:
     return pairs
 
 
+def sweep_levels(config: DictConfig) -> dict[str, list[str]]:
+    """Each key of the sweep with its values: the grid's parameters, then the command line's (a key given
+    there replaces the grid's)."""
+    levels = {k: str(v).split(",") for k, v in (config.hydra.sweeper.get("params") or {}).items()}
+    levels.update({k: v.split(",") for k, v in _override_pairs(config.hydra.overrides.task)})
+    return levels
+
+
 def swept_keys(sweep_dir: Path) -> set[str]:
     """Keys with several values in this sweep: the grid's parameters and comma lists on the command line
     (read from the multirun.yaml Hydra writes before launching)."""
-    from omegaconf import OmegaConf
-
     saved = OmegaConf.load(sweep_dir / "multirun.yaml")
-    keys = {k for k, v in (saved.hydra.sweeper.get("params") or {}).items() if "," in str(v)}
-    keys |= {k for k, v in _override_pairs(saved.hydra.overrides.task) if "," in v}
-    return keys | {"seed"}
+    return {k for k, values in sweep_levels(saved).items() if len(values) > 1} | {"seed"}
+
+
+def planned_runs(config: DictConfig) -> int:
+    runs = 1
+    for values in sweep_levels(config).values():
+        runs *= len(values)
+    return runs
+
+
+def stop_with_parent() -> None:
+    """In a sweep's training child, before it runs: the kernel sends it SIGTERM when the sweep process
+    dies, however it dies; the child then saves last.ckpt and exits, and a rerun resumes it."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        pr_set_pdeathsig = 1
+        libc.prctl(pr_set_pdeathsig, signal.SIGTERM)
+    except (OSError, AttributeError):  # not Linux: the child is at least in the sweep's process group
+        pass
+
+
+def progress_line(sweep_dir: Path, planned: int, started_at: float, finished_here: int) -> str:
+    """'[sweep] 12/48 done, 1 failed, ETA 1 h 10 min': runs done and failed on disk, the rest at the pace
+    of this sitting."""
+    done = len(list(sweep_dir.glob(f"*/{RESULT}")))
+    failed = len(list(sweep_dir.glob(f"*/{FAILED}")))
+    line = f"[sweep] {done}/{planned} done, {failed} failed"
+    remaining = planned - done - failed
+    if finished_here and remaining > 0:
+        seconds = (time.time() - started_at) / finished_here * remaining
+        hours, minutes = divmod(round(seconds / 60), 60)
+        line += f", ETA {hours} h {minutes} min" if hours else f", ETA {minutes} min"
+    return line
 
 
 def run_cell(cfg: DictConfig) -> dict | None:
@@ -119,21 +160,50 @@ def run_cell(cfg: DictConfig) -> dict | None:
             gpus = [str(i) for i in range(torch.cuda.device_count())]
         if gpus:
             env["CUDA_VISIBLE_DEVICES"] = gpus[hydra_cfg.job.num % len(gpus)]
-    print(f"[sweep] running: {run_dir.name}")
-    start = time.time()
-    result = subprocess.run(command, env=env, cwd=os.getcwd(), capture_output=True, text=True)
-    wall = time.time() - start
-    atomic_write_text(run_dir / "train_stdout.log", result.stdout)
-    atomic_write_text(run_dir / "train_stderr.log", result.stderr)
-    if result.returncode != 0:
-        print(f"[sweep] FAILED ({result.returncode}): {run_dir.name}; see {run_dir / 'train_stderr.log'}")
-        return None
-    record = run_record(run_dir, factors, int(cfg.seed), wall)
-    atomic_write_json(record_path, record)
+    print(f"[sweep] running: {run_dir.name} (log: {run_dir / 'train_stdout.log'})", flush=True)
+    (run_dir / FAILED).unlink(missing_ok=True)
+    returncode = run_child(command, env, run_dir)
+    sweep_dir = Path(hydra_cfg.sweep.dir)
+    if returncode != 0:
+        atomic_write_json(run_dir / FAILED, {"returncode": returncode})
+        print(f"[sweep] FAILED ({returncode}): {run_dir.name}; see {run_dir / 'train_stderr.log'}")
+        record = None
+    else:
+        record = run_record(run_dir, factors, int(cfg.seed))
+        atomic_write_json(record_path, record)
+    _SITTING["finished"] += 1
+    print(progress_line(sweep_dir, _plan(sweep_dir), _SITTING["started"], _SITTING["finished"]), flush=True)
     return record
 
 
-def run_record(run_dir: Path, factors: dict, seed: int, wall_time_s: float) -> dict:
+_SITTING = {"started": time.time(), "finished": 0}  # this process's share of the sweep, for the ETA
+
+
+def _plan(sweep_dir: Path) -> int:
+    path = sweep_dir / PLAN
+    return json.loads(path.read_text())["runs"] if path.is_file() else 0
+
+
+def run_child(command: list[str], env: dict, run_dir: Path) -> int:
+    """Run train.py with its output streamed into the run folder as it is written (each sitting appends
+    under a header); the child stops when the sweep process dies."""
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+    with open(run_dir / "train_stdout.log", "a") as out, open(run_dir / "train_stderr.log", "a") as err:
+        for handle in (out, err):
+            handle.write(f"==== sitting started {stamp}\n")
+            handle.flush()
+        process = subprocess.Popen(
+            command, env=env, cwd=os.getcwd(), stdout=out, stderr=err, preexec_fn=stop_with_parent
+        )
+        try:
+            return process.wait()
+        except BaseException:  # the sweep is interrupted: the child saves its state and stops too
+            process.send_signal(signal.SIGTERM)
+            process.wait()
+            raise
+
+
+def run_record(run_dir: Path, factors: dict, seed: int) -> dict:
     """What a sweep keeps of a finished run: its factor levels and seed, the metrics its task reports
     (from results.json; the task is read from the run's config.yaml), size, cost and test outputs."""
     results = json.loads((run_dir / "results.json").read_text())
@@ -147,7 +217,7 @@ def run_record(run_dir: Path, factors: dict, seed: int, wall_time_s: float) -> d
         "epochs": results["epochs"],
         "steps": results["steps"],
         "parameters": results["parameters"],
-        "wall_time_s": round(wall_time_s, 1),
+        "wall_time_s": results["wall_time_s"],  # every sitting of a run that was killed and resumed
         "run_dir": str(run_dir),
         "hypotheses": test.get("hypotheses"),
         "references": test.get("references"),
@@ -162,17 +232,37 @@ class SweepReport(Callback):
         if config.get("start_runs_for") is not None:
             parse_duration(config.start_runs_for)  # a bad value fails before any run starts
         sweep_dir = Path(config.hydra.sweep.dir)
+        levels = sweep_levels(config)
+        factors = sorted(k for k, v in levels.items() if len(v) > 1)
+        plan_path = sweep_dir / PLAN
+        if plan_path.is_file():
+            before = json.loads(plan_path.read_text())["factors"]
+            if sorted(before) != factors:
+                # raised as SystemExit: Hydra turns an exception in a callback into a warning and goes on
+                print(
+                    f"error: {sweep_dir} holds a sweep of the factors {sorted(before)}; this one sweeps {factors}. "
+                    "Give it its own sweep_name=..., or remove that folder",
+                    file=sys.stderr,
+                )
+                raise SystemExit(2)
         sweep_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(plan_path, {"factors": {k: levels[k] for k in factors}, "runs": planned_runs(config)})
         atomic_write_text(sweep_dir / LAUNCHED, f"{time.time():.3f}\n")  # a rerun gets a fresh time window
+        print(f"[sweep] {planned_runs(config)} runs: " + " x ".join(f"{k} {levels[k]}" for k in factors), flush=True)
 
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
         if not collect_records(Path(config.hydra.sweep.dir)):
             print(f"[sweep] no finished runs in {config.hydra.sweep.dir}: no report yet; rerun the sweep to resume")
             return
         baseline = dict(config.baseline) if config.get("baseline") else None
-        report = write_report(
-            config.hydra.sweep.dir, config.get("report_metric", "auto"), baseline, config.get("report_sentence", 0)
-        )
+        try:
+            report = write_report(
+                config.hydra.sweep.dir, config.get("report_metric", "auto"), baseline, config.get("report_sentence", 0)
+            )
+        except (KeyError, ValueError, FileNotFoundError) as err:
+            # raised as SystemExit: Hydra would turn the exception into a warning and exit 0
+            print(f"error: the report of {config.hydra.sweep.dir} failed: {err!r}", file=sys.stderr)
+            raise SystemExit(1) from None
         if logs_to_wandb(config):
             from nmt.sweep.dashboard import log_report_to_wandb
 

@@ -47,6 +47,11 @@ class Task:
     def check_evaluation(self, cfg: DictConfig) -> None:
         """Raise ValueError when an evaluate.py option does not apply to this task."""
 
+    def validation_metric_names(self) -> set[str] | None:
+        """The metrics validation logs, which checkpoint.monitor and early_stopping.monitor may name
+        (None: not declared, not checked)."""
+        return None
+
     # ---- data and model --------------------------------------------------------------------------
     def build_datamodule(self, data_cfg, cache_dir: str, seed: int, **overrides):
         return build_datamodule(data_cfg, cache_dir, seed, **overrides)

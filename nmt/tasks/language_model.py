@@ -48,6 +48,9 @@ class LanguageModelTask(Task):
             )
         return problems
 
+    def validation_metric_names(self) -> set[str]:
+        return {"val_loss", "val_ppl", "val_acc", "train_loss"}
+
     def check_evaluation(self, cfg: DictConfig) -> None:
         if cfg.get("input") is not None:
             raise ValueError(f"input={cfg.input!r}: a language model translates nothing; use prompt=... or split=...")

@@ -61,6 +61,10 @@ class TranslationTask(Task):
             )
         return problems
 
+    def validation_metric_names(self) -> set[str]:
+        rouge = {f"val_{key}" for key in ROUGE_KEYS} if self.rouge else set()
+        return {"val_loss", "val_ppl", "val_acc", "val_bleu", "val_chrf", "train_loss", *rouge}
+
     def check_evaluation(self, cfg: DictConfig) -> None:
         if cfg.get("prompt") is not None:
             raise ValueError(f"prompt={cfg.prompt!r}: prompts are for language-model checkpoints (task=lm)")
@@ -85,15 +89,19 @@ class TranslationTask(Task):
             metrics["rouge"] = ROUGEScore(rouge_keys=ROUGE_KEYS)
         return metrics
 
-    def decodes_this_epoch(self, epoch: int) -> bool:
-        return self.bleu_every_n_epochs > 0 and (epoch + 1) % self.bleu_every_n_epochs == 0
+    def decodes_now(self, module) -> bool:
+        """Every ``bleu_every_n_epochs`` epochs, and when the weights after the last update are validated
+        (a run stopped by max_steps between two decoded epochs)."""
+        if self.bleu_every_n_epochs <= 0:
+            return False
+        return getattr(module, "final_validation", False) or (module.current_epoch + 1) % self.bleu_every_n_epochs == 0
 
     def validation_step(self, module, batch, batch_idx):
         metrics = module.val_metrics
         logits = module.model(batch["src"], batch["tgt_in"])
         _, nll, tokens = module.loss(logits, batch["tgt_out"])
         update_target_metrics(metrics, logits, batch["tgt_out"], nll, tokens)
-        if not self.decodes_this_epoch(module.current_epoch):
+        if not self.decodes_now(module):
             return
         outputs = decode(module.model, batch["src"], BOS_ID, EOS_ID, self.val_search)
         hypotheses = [module.tgt_tokenizer.decode(ids) for ids in outputs]
@@ -108,7 +116,7 @@ class TranslationTask(Task):
     def validation_epoch_end(self, module):
         metrics = module.val_metrics
         log_target_metrics(module, metrics)
-        if self.decodes_this_epoch(module.current_epoch) and not module.trainer.sanity_checking:
+        if self.decodes_now(module) and not module.trainer.sanity_checking:
             module.log("val_bleu", metrics["bleu"].compute() * 100, prog_bar=True)
             module.log("val_chrf", metrics["chrf"].compute() * 100)
             if "rouge" in metrics:

@@ -13,8 +13,9 @@ from nmt.training.loggers import ResumableCSVLogger
 
 
 class SaveOnSignal(Callback):
-    """SIGTERM or SIGUSR1 (the preemption warnings of clusters): finish the current batch, write
-    ``last.ckpt`` (atomically) and stop; running the same command again resumes from it.
+    """SIGTERM or SIGUSR1 (the preemption warnings of clusters), or a first Ctrl-C (SIGINT): finish the
+    current batch, write ``last.ckpt`` (atomically) and stop; running the same command again resumes from
+    it. A second Ctrl-C interrupts at once, as Ctrl-C usually does.
 
     Lightning turns SIGTERM into a SIGTERMException after the batch; SIGUSR1 is routed the same way. A
     signal that arrives during validation takes effect when validation ends: Lightning would stop in the
@@ -32,13 +33,30 @@ class SaveOnSignal(Callback):
         def stop_after_batch(signum, frame) -> None:
             trainer._signal_connector.received_sigterm = True
 
+        def named(handler):
+            def handle(signum, frame) -> None:
+                trainer.nmt_stop_signal = signal.Signals(signum).name  # train() says which stopped the run
+                handler(signum, frame)
+
+            return handle
+
         lightnings = signal.getsignal(signal.SIGTERM)  # sets received_sigterm, and tells DDP's other ranks
-        signal.signal(
-            signal.SIGTERM, self._unless_validating(trainer, lightnings if callable(lightnings) else stop_after_batch)
-        )
+        on_term = lightnings if callable(lightnings) else stop_after_batch
+        signal.signal(signal.SIGTERM, named(self._unless_validating(trainer, on_term)))
         environment = trainer._accelerator_connector.cluster_environment
         if not (isinstance(environment, SLURMEnvironment) and environment.auto_requeue):
-            signal.signal(signal.SIGUSR1, self._unless_validating(trainer, stop_after_batch))
+            signal.signal(signal.SIGUSR1, named(self._unless_validating(trainer, stop_after_batch)))
+
+        def first_interrupt(signum, frame) -> None:
+            signal.signal(signal.SIGINT, signal.default_int_handler)  # a second Ctrl-C stops at once
+            print("\nCtrl-C: stopping after this batch and saving last.ckpt (Ctrl-C again to stop at once)")
+            named(self._unless_validating(trainer, on_term))(signum, frame)
+
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # the main thread of a program
+            signal.signal(signal.SIGINT, first_interrupt)
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
     def _unless_validating(self, trainer: L.Trainer, handler):
         def handle(signum, frame) -> None:
@@ -65,6 +83,7 @@ class SaveOnSignal(Callback):
         self._handle_deferred()
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         if isinstance(exception, SIGTERMException):
             trainer.save_checkpoint(self.path)
             self.saved = True

@@ -1,15 +1,68 @@
-"""Writing checkpoints safely."""
+"""Writing checkpoints safely: whole or not at all, never with non-finite numbers, and a full disk named."""
+
+import errno
+import math
+from pathlib import Path
 
 import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
+from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 
 from nmt.utils.io import atomic_path
 
 
+class CheckpointWriteError(RuntimeError):
+    """A checkpoint could not be written (a full disk); the earlier checkpoints are intact."""
+
+
+def non_finite_tensors(checkpoint: dict) -> list[str]:
+    """Names of the parameters and optimiser states in ``checkpoint`` that hold a NaN or an infinity."""
+    found = []
+
+    def visit(node, name: str) -> None:
+        if isinstance(node, torch.Tensor):
+            if node.is_floating_point() and not bool(torch.isfinite(node).all()):
+                found.append(name)
+        elif isinstance(node, float):
+            if not math.isfinite(node) and not name.endswith(("best_model_score", "best_k_models", "kth_value")):
+                found.append(name)
+        elif isinstance(node, dict):
+            for key, value in node.items():
+                visit(value, f"{name}.{key}" if name else str(key))
+        elif isinstance(node, list | tuple):
+            for index, value in enumerate(node):
+                visit(value, f"{name}.{index}")
+
+    visit(checkpoint.get("state_dict", {}), "state_dict")
+    visit(checkpoint.get("optimizer_states", []), "optimizer_states")
+    return found
+
+
 class AtomicCheckpointIO(TorchCheckpointIO):
     """Lightning's checkpoint writer, but through a temporary file and a rename: a process killed
-    while saving leaves the previous checkpoint intact, never a truncated one."""
+    while saving leaves the previous checkpoint intact, never a truncated one. Weights or optimiser state
+    with NaN or infinities are not written (the previous checkpoint stays the last good one), and a full
+    disk is reported as such, with the temporary file removed."""
 
     def save_checkpoint(self, checkpoint: dict, path, storage_options=None) -> None:
-        with atomic_path(path) as tmp:
-            torch.save(checkpoint, tmp)
+        path = Path(path)
+        bad = non_finite_tensors(checkpoint)
+        if bad:
+            rank_zero_warn(
+                f"not writing {path}: {len(bad)} tensor(s) hold NaN or infinity (first: {bad[0]}); the previous "
+                "checkpoint stays the last good one"
+            )
+            return
+        try:
+            with atomic_path(path) as tmp:
+                torch.save(checkpoint, tmp)
+        except (OSError, RuntimeError) as err:
+            if isinstance(err, OSError) and err.errno != errno.ENOSPC and "No space" not in str(err):
+                raise
+            if isinstance(err, RuntimeError) and "unexpected pos" not in str(err) and "No space" not in str(err):
+                raise
+            raise CheckpointWriteError(
+                errno.ENOSPC,
+                f"no space left on {path.parent} to write {path.name}; free some space and rerun the "
+                "same command to resume from the last checkpoint written",
+            ) from None

@@ -43,6 +43,16 @@ def _rules() -> list[tuple[str, Callable[[object], bool], str]]:
         ("early_stopping.mode", lambda v: v in ("min", "max"), "one of ['min', 'max']"),
         ("trainer.max_epochs", lambda v: isinstance(v, int) and v >= -1, "an integer >= -1"),
         ("matmul_precision", lambda v: v in MATMUL_PRECISIONS, f"one of {list(MATMUL_PRECISIONS)}"),
+        ("warmup", *non_negative),
+        ("lr", lambda v: isinstance(v, int | float) and 0 < v < float("inf"), "a positive finite number"),
+        ("weight_decay", lambda v: isinstance(v, int | float) and v >= 0, "a number >= 0"),
+        ("max_bad_steps", *non_negative),
+        ("resume", lambda v: v in ("auto", "force"), "one of ['auto', 'force']"),
+        (
+            "trainer.devices",
+            lambda v: v == "auto" or (isinstance(v, int) and (v > 0 or v == -1)) or isinstance(v, list | str),
+            "'auto', -1 (all) or a positive number of devices",
+        ),
         (
             "trainer.precision",
             lambda v: str(v) in ("auto", "32-true", "32", "bf16-mixed", "16-mixed", "bf16-true", "64-true"),
@@ -79,7 +89,13 @@ def check_config(cfg: DictConfig) -> None:
         if value is not None and value not in allowed:
             problems.append(f"  {key}={value!r}: must be one of {allowed}")
     if cfg.get("task") is not None:
-        problems += build_task(cfg.task).check(cfg)
+        task = build_task(cfg.task)
+        problems += task.check(cfg)
+        names = task.validation_metric_names()
+        for key in ("checkpoint.monitor", "early_stopping.monitor"):
+            value = OmegaConf.select(cfg, key, default=None)
+            if names is not None and value is not None and value not in names:
+                problems.append(f"  {key}={value!r}: task={task.name} logs {sorted(names)}")
     problems += unused_groups(cfg)
     if problems:
         raise ConfigError("invalid configuration:\n" + "\n".join(problems))

@@ -39,6 +39,8 @@ class TaskModule(L.LightningModule):
     ) -> None:
         super().__init__()
         self.task = task
+        self.last_validated_step = -1  # the update whose weights the last validation scored
+        self.final_validation = False  # set while the weights after the last update are validated
         self.val_metrics = val_metrics if val_metrics is not None else nn.ModuleDict()
         self.model = model
         self.loss = loss
@@ -154,5 +156,7 @@ class TaskModule(L.LightningModule):
 
     def on_validation_epoch_end(self) -> None:
         self.task.validation_epoch_end(self)
+        if not self.trainer.sanity_checking:
+            self.last_validated_step = self.global_step
         for metric in self.val_metrics.values():
             metric.reset()  # the next validation starts from zero

@@ -42,6 +42,7 @@ NOT_RESULT_KEYS = (
     "trainer.enable_model_summary",
     "trainer.log_every_n_steps",
     "progress",
+    "checkpoint.resume_fallback",
 )
 
 

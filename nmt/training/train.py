@@ -1,6 +1,9 @@
 """train(cfg): everything ``train.py`` does, as a plain function of the composed config."""
 
+import contextlib
+import json
 import logging
+import os
 import time
 from datetime import datetime
 from pathlib import Path
@@ -14,13 +17,23 @@ from omegaconf import DictConfig, OmegaConf
 
 from nmt.data.report import write_report
 from nmt.data.tokenizer import PAD_ID
-from nmt.inference.checkpoint import epoch_checkpoints
+from nmt.inference.checkpoint import CheckpointError, epoch_checkpoints, load_checkpoint
 from nmt.inference.loading import load_model
 from nmt.models.build import count_parameters
 from nmt.tasks import build_task
+from nmt.training.callbacks import WallClock
 from nmt.training.config import check_config, describe_recipe
 from nmt.training.loggers import log_results_to_wandb
 from nmt.training.module import TaskModule
+from nmt.training.run_folder import (
+    FINGERPRINT,
+    RESULTS,
+    RunLock,
+    check_identity,
+    fingerprint,
+    finished_results,
+    record_identity,
+)
 from nmt.training.trainer import build_trainer, resolve_precision
 from nmt.utils.instantiate import instantiate
 from nmt.utils.io import atomic_write_bytes, atomic_write_json, atomic_write_text
@@ -29,11 +42,18 @@ log = logging.getLogger(__name__)
 
 
 def resolve_run_dir(cfg: DictConfig) -> Path:
-    """run_dir if given; else the folder of a resumed checkpoint; else Hydra's output folder."""
+    """run_dir if given; else the run folder of a resumed checkpoint (<run_dir>/checkpoints/<file>); else
+    Hydra's output folder."""
     if cfg.run_dir:
         return Path(cfg.run_dir).expanduser().resolve()
     if cfg.ckpt_path and cfg.ckpt_path != "last":
-        return Path(cfg.ckpt_path).expanduser().resolve().parent.parent
+        path = Path(cfg.ckpt_path).expanduser().resolve()
+        if path.parent.name != "checkpoints":
+            raise ValueError(
+                f"ckpt_path={cfg.ckpt_path}: not inside a run's checkpoints/ folder, so the run folder to "
+                "continue in is unknown; add run_dir=<folder for this run>"
+            )
+        return path.parent.parent
     if HydraConfig.initialized():
         return Path(HydraConfig.get().runtime.output_dir).resolve()
     return Path("runs", str(cfg.name), datetime.now().strftime("%Y-%m-%d_%H-%M-%S")).resolve()
@@ -41,34 +61,104 @@ def resolve_run_dir(cfg: DictConfig) -> Path:
 
 def resolve_resume(cfg: DictConfig, checkpoint_dir: Path) -> str | None:
     """The checkpoint to resume from: ckpt_path if given ("last": the run's last.ckpt); otherwise the
-    run directory's last.ckpt when there is one, so that rerunning a killed command continues it."""
+    run directory's last.ckpt when there is one, so that rerunning a killed command continues it. The file
+    is read before anything else happens: an unreadable one is named in one line, or, with
+    checkpoint.resume_fallback=true, replaced by the newest readable epoch checkpoint (said aloud)."""
     if not cfg.ckpt_path:
-        last = checkpoint_dir / "last.ckpt"
-        return str(last) if last.is_file() else None
-    path = checkpoint_dir / "last.ckpt" if cfg.ckpt_path == "last" else Path(cfg.ckpt_path).expanduser()
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"ckpt_path={cfg.ckpt_path!r}: {path} does not exist (to resume, pass the "
-            "run's checkpoints/last.ckpt, or run_dir=<that run> with ckpt_path=last)"
-        )
-    return str(path)
+        path = checkpoint_dir / "last.ckpt"
+        if not path.is_file():
+            return None
+    else:
+        path = checkpoint_dir / "last.ckpt" if cfg.ckpt_path == "last" else Path(cfg.ckpt_path).expanduser()
+        if not path.is_file():
+            raise FileNotFoundError(
+                f"ckpt_path={cfg.ckpt_path!r}: {path} does not exist (to resume, pass the "
+                "run's checkpoints/last.ckpt, or run_dir=<that run> with ckpt_path=last)"
+            )
+    try:
+        load_checkpoint(path)
+        return str(path)
+    except CheckpointError as err:
+        if not OmegaConf.select(cfg, "checkpoint.resume_fallback", default=False):
+            raise CheckpointError(
+                f"cannot resume: {err}; pass checkpoint.resume_fallback=true to resume from the newest "
+                "readable epoch checkpoint instead, or another ckpt_path"
+            ) from None
+    for candidate in reversed(epoch_checkpoints(path.parent)):
+        try:
+            load_checkpoint(candidate)
+        except CheckpointError:
+            continue
+        print(f"warning: {path} cannot be read; resuming from {candidate} (checkpoint.resume_fallback=true)")
+        return str(candidate)
+    raise CheckpointError(f"cannot resume: {path} cannot be read and no epoch checkpoint beside it can")
+
+
+def is_smoke_run(config: dict) -> bool:
+    """trainer.fast_dev_run: a check that the code runs, whose weights mean nothing."""
+    return bool((config.get("trainer") or {}).get("fast_dev_run"))
 
 
 def train(cfg: DictConfig) -> dict:
     """Train a model as ``cfg`` says, test its best checkpoint, and return the results (also written to
-    <run_dir>/results.json)."""
+    <run_dir>/results.json). The run folder is locked while the run lives; a finished run with the same
+    settings is reported, not trained again; a run folder made under other settings is refused."""
     task = build_task(cfg.task)
     check_config(cfg)
     if str(cfg.trainer.precision) == "auto":  # the checkpoint's config records what was used
         cfg.trainer.precision = resolve_precision("auto", cfg.trainer.accelerator)
         log.info("trainer.precision=auto: %s", cfg.trainer.precision)
     run_dir = resolve_run_dir(cfg)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except (NotADirectoryError, FileExistsError):
+        raise ValueError(
+            f"run_dir={run_dir}: a file stands where the run folder or one of its parents should be"
+        ) from None
+    config = OmegaConf.to_container(cfg, resolve=True)
+    config["run_dir"] = str(run_dir)
+    # DDP starts one process per device, each running this function: rank 0 owns the folder
+    main_process = int(os.environ.get("LOCAL_RANK", 0)) == 0 and int(os.environ.get("NODE_RANK", 0)) == 0
+    with RunLock(run_dir) if main_process else contextlib.nullcontext():
+        return _train_in_folder(cfg, task, run_dir, config, main_process)
+
+
+def _claim_folder(cfg: DictConfig, run_dir: Path, identity: dict) -> dict | None:
+    """Check the folder against this run's fingerprint before anything is read or written. Returns the
+    results of a finished run with the same settings (nothing to do), else None."""
+    force = str(cfg.get("resume", "auto")) == "force"
+    saved_path = run_dir / FINGERPRINT
+    if saved_path.is_file() and is_smoke_run(json.loads(saved_path.read_text()).get("config", {})):
+        if not is_smoke_run(identity["config"]):
+            # a fast_dev_run's checkpoints are not a start for a real run
+            for stale in (run_dir / "checkpoints").glob("*.ckpt"):
+                stale.unlink()
+            (run_dir / RESULTS).unlink(missing_ok=True)
+            saved_path.unlink()
+            print(f"{run_dir} held a smoke run (trainer.fast_dev_run): its checkpoints are removed, training afresh")
+    warning = check_identity(run_dir, identity, force)
+    if warning:
+        print(warning)
+    finished = finished_results(run_dir)
+    if finished is not None and not warning:
+        print(
+            f"{run_dir} holds this run, finished ({run_dir / RESULTS}); nothing to train. "
+            "Choose another run_dir to train again."
+        )
+        return finished
+    record_identity(run_dir, identity)
+    return None
+
+
+def _train_in_folder(cfg: DictConfig, task, run_dir: Path, config: dict, main_process: bool) -> dict:
+    identity = fingerprint(config)
+    if main_process:
+        finished = _claim_folder(cfg, run_dir, identity)
+        if finished is not None:
+            return finished
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     torch.set_float32_matmul_precision(cfg.get("matmul_precision") or "highest")
-    config = OmegaConf.to_container(cfg, resolve=True)
-    config["run_dir"] = str(run_dir)
     # everything that can reject an option is built before any data is read
     datamodule = task.build_datamodule(cfg.data, cfg.cache_dir, cfg.seed)
     loss = instantiate(cfg.smoothing, pad_id=PAD_ID)
@@ -112,14 +202,22 @@ def train(cfg: DictConfig) -> dict:
     try:
         trainer.fit(module, datamodule=datamodule, ckpt_path=resume)
     except SIGTERMException:
+        signal_name = getattr(trainer, "nmt_stop_signal", "a signal")
         print(
-            f"Stopped by a signal; the state is saved in {checkpoint_dir / 'last.ckpt'}. "
+            f"Stopped by {signal_name}; the state is saved in {checkpoint_dir / 'last.ckpt'}. "
             "Run the same command again (or pass that file as ckpt_path) to resume."
         )
-        raise SystemExit(143) from None
+        raise SystemExit(130 if signal_name == "SIGINT" else 143) from None
 
+    fit_end = time.time()
+    final_metrics = {k: _float(v) for k, v in trainer.callback_metrics.items()}
+    if not is_smoke_run(config):
+        final_metrics.update(_validate_final_weights(cfg, trainer, module, datamodule, checkpoint_dir))
     best = trainer.checkpoint_callbacks[0]
-    best_path = best.best_model_path or str(checkpoint_dir / "last.ckpt")
+    # a copied run folder carries the original's absolute path in its checkpoint state: use this folder's
+    best_path = str(checkpoint_dir / Path(best.best_model_path).name) if best.best_model_path else ""
+    if not Path(best_path).is_file():
+        best_path = str(checkpoint_dir / "last.ckpt")
     results = {
         "run_dir": str(run_dir),
         "best_checkpoint": best_path,
@@ -127,18 +225,49 @@ def train(cfg: DictConfig) -> dict:
         "epochs": trainer.current_epoch,
         "steps": trainer.global_step,
         "parameters": count_parameters(model),
-        "wall_time_s": round(time.time() - start, 1),
-        "final_metrics": {k: _float(v) for k, v in trainer.callback_metrics.items()},
+        "wall_time_s": None,  # below, once the test has run
+        "final_metrics": final_metrics,
     }
     if trainer.is_global_zero:
-        if cfg.test_after_training and Path(best_path).is_file():
+        if cfg.test_after_training and Path(best_path).is_file() and not is_smoke_run(config):
             results["test"] = _final_test(cfg, task, trainer, best_path, checkpoint_dir, run_dir)
             wandb = next((lg for lg in trainer.loggers if isinstance(lg, WandbLogger)), None)
             if wandb:
                 log_results_to_wandb(wandb, results)
-        atomic_write_json(run_dir / "results.json", results)
-        print(f"Results: {run_dir / 'results.json'}")
+        # every sitting of a resumed run counts: training and validation from the checkpointed clock, the
+        # test of this sitting on top
+        clock = next(c for c in trainer.callbacks if isinstance(c, WallClock))
+        results["wall_time_s"] = round(clock.elapsed() + (time.time() - fit_end), 1)
+        results["sitting_wall_time_s"] = round(time.time() - start, 1)
+        results["finished"] = not is_smoke_run(config)
+        atomic_write_json(run_dir / RESULTS, results)
+        print(f"Results: {run_dir / RESULTS}")
     return results
+
+
+def _validate_final_weights(cfg: DictConfig, trainer: L.Trainer, module, datamodule, checkpoint_dir: Path) -> dict:
+    """A run stopped by max_steps (or early) after its last validation has updates no validation saw:
+    validate them, decoding, and keep them as best.ckpt when they are the best. Returns the metrics."""
+    if trainer.global_step == module.last_validated_step or trainer.limit_val_batches == 0:
+        return {}
+    module.final_validation = True
+    try:
+        trainer.validate(module, datamodule=datamodule, verbose=False)
+    finally:
+        module.final_validation = False
+    metrics = {k: _float(v) for k, v in trainer.callback_metrics.items()}
+    value = trainer.callback_metrics.get(cfg.checkpoint.monitor)
+    best = trainer.checkpoint_callbacks[0]
+    if value is None:
+        return metrics
+    score = best.best_model_score
+    better = score is None or (value > score if cfg.checkpoint.mode == "max" else value < score)
+    if better:
+        path = checkpoint_dir / "best.ckpt"
+        trainer.save_checkpoint(path)
+        best.best_model_path, best.best_model_score = str(path), value.detach().clone()
+        print(f"The final updates validate best ({cfg.checkpoint.monitor}={float(value):.4f}): saved as {path}")
+    return metrics
 
 
 def _final_test(cfg: DictConfig, task, trainer: L.Trainer, best_path: str, checkpoint_dir: Path, run_dir: Path):

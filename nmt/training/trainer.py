@@ -35,6 +35,9 @@ def _callbacks(cfg: DictConfig, checkpoint_dir: Path, task: Task) -> list:
             mode=cfg.checkpoint.mode,
             save_top_k=1,
             every_n_epochs=max(every, 1),
+            # after validation, never at the end of a training epoch: an epoch cut short by max_steps has
+            # no validation, and so no monitored value, at its end
+            save_on_train_epoch_end=False,
             auto_insert_metric_name=False,
             enable_version_counter=False,
         ),
