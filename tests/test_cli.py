@@ -116,3 +116,14 @@ def test_the_recipe_line_names_the_file_that_applied_or_why_none_did(overrides, 
         assert describe_recipe(cfg).startswith(expected)
     finally:
         HydraConfig.instance().cfg = None
+
+
+@pytest.mark.slow
+def test_training_into_a_file_prints_plain_progress_lines(tmp_path):
+    quick = ["data=toy", "trainer.max_steps=6", "progress.every_s=0", "test_after_training=false", "threads=1"]
+    result = run_train(*quick, f"run_dir={tmp_path / 'run'}", cwd=tmp_path)  # stdout is a pipe, not a terminal
+    assert result.returncode == 0, result.stderr[-2000:]
+    lines = [line for line in result.stdout.splitlines() if line.startswith("[train] update ")]
+    assert len(lines) >= 5 and lines[-1].startswith("[train] update 6/6, epoch 0, loss ")
+    assert all(" tokens/s" in line for line in lines) and "ETA" in lines[0]
+    assert "The final updates validate best (val_bleu=" in result.stdout  # max_steps ended mid-epoch: validated

@@ -39,3 +39,27 @@ def test_a_run_started_from_scratch_in_the_same_folder_starts_a_new_log(tmp_path
     again.experiment.drop_rows_from(0)  # what callbacks.ResumeLogs does when training starts at step 0
     again.log_metrics({"train_loss": 7.0}, step=1)
     assert rows(tmp_path) == [("1", "7.0", "")]
+
+
+def test_wandb_is_online_after_wandb_login_and_follows_wandb_mode(tmp_path, monkeypatch, capsys):
+    from nmt.training import loggers
+
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.delenv("WANDB_BASE_URL", raising=False)
+    monkeypatch.setattr(loggers, "_SAID_OFFLINE", [])
+    netrc = tmp_path / "netrc"
+    monkeypatch.setenv("NETRC", str(netrc))
+    assert loggers.wandb_offline("d") and loggers.wandb_offline("d")  # no credentials: offline ...
+    assert capsys.readouterr().out.count("logging offline") == 1  # ... said once
+    netrc.write_text("machine api.wandb.ai\n  login user\n  password 0123456789abcdef\n")  # what `wandb login` writes
+    netrc.chmod(0o600)
+    assert not loggers.wandb_offline("d")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    assert loggers.wandb_offline("d")
+    monkeypatch.setenv("WANDB_MODE", "online")
+    netrc.unlink()
+    assert not loggers.wandb_offline("d")
+    monkeypatch.delenv("WANDB_MODE")
+    monkeypatch.setenv("WANDB_API_KEY", "x" * 40)
+    assert not loggers.wandb_offline("d")

@@ -91,7 +91,7 @@ def uninterrupted(tmp_path_factory):
 
 def logged_curves(run_dir: Path) -> list[tuple[int, str, float]]:
     """(step, metric, value) of every training and validation value in the run's CSV log, in log order."""
-    keys = ("epoch", "train_loss", "lr", "val_loss", "val_acc", "val_bleu")
+    keys = ("epoch", "train_loss", "lr", "val_loss", "val_acc", "val_bleu", "train_tokens")
     with open(run_dir / "logs" / "metrics.csv", newline="") as handle:
         return [(int(row["step"]), k, float(row[k])) for row in csv.DictReader(handle) for k in keys if row.get(k)]
 
@@ -112,7 +112,10 @@ def test_sigkill_mid_epoch_then_same_command_resumes_exactly(uninterrupted, tmp_
     assert killed.returncode == -signal.SIGKILL, "the run ended before it could be killed"
     step = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)["global_step"]
     assert 0 < step < uninterrupted["steps"] / 2, "not killed in the first epoch"
-    assert_same_training(run_to_end(tmp_path), uninterrupted, tmp_path)
+    resumed = run_to_end(tmp_path)
+    assert_same_training(resumed, uninterrupted, tmp_path)  # train_tokens of the resumed epoch included
+    # the run's cost counts both sittings: the killed one's training time came back with its checkpoint
+    assert resumed["wall_time_s"] > resumed["sitting_wall_time_s"]
 
 
 def test_sigkill_in_the_second_epoch_resumes_from_the_first_epochs_checkpoint(uninterrupted, tmp_path):
@@ -194,11 +197,16 @@ def test_sigterm_around_the_end_of_an_epoch_resumes_exactly(uninterrupted_in_pro
     assert_same_training(train_in_process(tmp_path), uninterrupted_in_process, tmp_path)
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGUSR1])
-def test_preemption_signal_saves_and_the_run_resumes(uninterrupted, tmp_path, signum):
+@pytest.mark.parametrize(
+    ("signum", "code"),
+    [(signal.SIGTERM, 143), (signal.SIGUSR1, 143), (signal.SIGINT, 130)],
+    ids=["TERM", "USR1", "INT"],
+)
+def test_preemption_signal_or_ctrl_c_saves_and_the_run_resumes(uninterrupted, tmp_path, signum, code):
     stopped = interrupt(tmp_path, signum)
-    assert stopped.returncode == 143, stopped.stdout[-2000:] + stopped.stderr[-2000:]
-    assert "Run the same command again" in stopped.stdout
+    assert stopped.returncode == code, stopped.stdout[-2000:] + stopped.stderr[-2000:]
+    assert f"Stopped by {signal.Signals(signum).name}" in stopped.stdout
+    assert "Run the same command again" in stopped.stdout and "Traceback" not in stopped.stderr
     assert_same_training(run_to_end(tmp_path), uninterrupted, tmp_path)
 
 

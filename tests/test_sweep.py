@@ -459,6 +459,18 @@ def test_the_readme_sweep_command_runs_as_typed_in_a_fresh_folder(tmp_path):
         "pos=relative,seed=1",
     ]
     assert (sweep_dir / "report.md").is_file()
+    assert "[sweep] 2/2 done, 0 failed" in result.stdout
+
+    # the plan of the same sweep: both runs done (their recorded settings are the ones it would use)
+    plan = subprocess.run([*command, "plan=true"], capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert plan.returncode == 0, plan.stderr[-2000:]
+    assert "factor pos: absolute, relative   [command line]" in plan.stdout
+    assert "done: 2 (0 of them under other settings); to run: 0" in plan.stdout
+    # another budget under the same sweep name: stopped before any run, naming the key that changed
+    other = [c if c != "trainer.max_steps=2" else "trainer.max_steps=3" for c in command]
+    changed = subprocess.run(other, capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert changed.returncode == 2 and "[sweep] running" not in changed.stdout
+    assert "were made under other settings or code" in changed.stderr and "trainer.max_steps: 2 -> 3" in changed.stderr
 
 
 @pytest.mark.parametrize(("grid", "folder"), [(None, "transformer"), ("rnn", "rnn"), ("none", "none")])

@@ -3,16 +3,24 @@
 The checkpoint alone says what it is (config, tokenizers, weights, task); its task decides what scoring
 means (BLEU of decoded sentences, perplexity of a stream, ...) and which options apply."""
 
+import sys
+
 import torch
 from omegaconf import DictConfig
 
-from nmt.inference.loading import checkpoint_task, load_model
+from nmt.inference.loading import checkpoint_task, load_model, resolve_checkpoint_path
 
 
 def evaluate(cfg: DictConfig) -> dict:
     """Score a split of a checkpoint's corpus, or use the model on new input, as its task does."""
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
+    cfg.ckpt_path = str(resolve_checkpoint_path(cfg.ckpt_path))  # a run folder: its best checkpoint
     task = checkpoint_task(cfg.ckpt_path)
     task.check_evaluation(cfg)
+    print(
+        f"Checkpoint: {cfg.ckpt_path}"
+        + (f" (the mean of the last {cfg.average_last} epochs)" if cfg.average_last > 1 else ""),
+        file=sys.stderr,  # standard output may carry translations
+    )
     return task.evaluate(cfg, lambda: load_model(cfg.ckpt_path, cfg.average_last, cfg.device))

@@ -40,6 +40,23 @@ def pick_device(name: str = "auto") -> torch.device:
     return torch.device(name)
 
 
+def resolve_checkpoint_path(path: str | os.PathLike) -> Path:
+    """A checkpoint file as given, or the best checkpoint of a run folder (or of its checkpoints/ folder);
+    a folder without one lists the checkpoints it holds."""
+    path = Path(path).expanduser()
+    if not path.is_dir():
+        return path
+    folder = path / "checkpoints" if (path / "checkpoints").is_dir() else path
+    if (folder / "best.ckpt").is_file():
+        return folder / "best.ckpt"
+    found = sorted(p.name for p in folder.glob("*.ckpt"))
+    if not found:
+        raise CheckpointError(
+            f"ckpt_path={path} is a folder without checkpoints (train.py writes <run_dir>/checkpoints/)"
+        )
+    raise CheckpointError(f"ckpt_path={path} is a folder without best.ckpt: pass one of {found} inside {folder}")
+
+
 def checkpoint_task(ckpt_path: str | os.PathLike) -> Task:
     """The task of the run that wrote the checkpoint (without building its model)."""
     return build_task(task_config(load_checkpoint(ckpt_path)[CHECKPOINT_KEY]["config"]))
@@ -52,12 +69,15 @@ def load_model(ckpt_path: str | os.PathLike, average_last: int = 0, device: str 
     paths = [str(ckpt_path)]
     state_dict = checkpoint["state_dict"]
     if average_last > 1:
-        candidates = epoch_checkpoints(Path(ckpt_path).expanduser().parent)[-average_last:]
-        if len(candidates) < 2:
+        available = epoch_checkpoints(Path(ckpt_path).expanduser().parent)
+        if len(available) < average_last:
             raise CheckpointError(
-                f"average_last={average_last}: found {len(candidates)} epoch*.ckpt beside "
-                f"{ckpt_path}; keep more with checkpoint.keep_last_epochs when training"
+                f"average_last={average_last}: only {len(available)} epoch checkpoint(s) beside {ckpt_path}; "
+                f"pass average_last={len(available)} or fewer"
+                + (" " if len(available) >= 2 else " (at least 2) ")
+                + "or keep more with checkpoint.keep_last_epochs when training"
             )
+        candidates = available[-average_last:]
         paths = [str(p) for p in candidates]
         state_dict = average_state_dicts([load_checkpoint(p)["state_dict"] for p in candidates])
     section = checkpoint[CHECKPOINT_KEY]

@@ -1,7 +1,8 @@
 """A sweep's report as a W&B run of its own, in the sweep's group."""
 
 import csv
-import os
+
+from nmt.training.loggers import wandb_offline
 
 
 def log_report_to_wandb(report_path, project: str, group: str, metric: str = "auto") -> None:
@@ -21,7 +22,7 @@ def log_report_to_wandb(report_path, project: str, group: str, metric: str = "au
     records = collect_records(sweep_dir)
     metric = resolve_metric(metric, records)
     records = [{**r, "metrics": {k: v for k, v in r["metrics"].items() if v is not None}} for r in records]
-    offline = not os.environ.get("WANDB_API_KEY") or os.environ.get("WANDB_MODE") == "offline"
+    offline = wandb_offline(str(sweep_dir))
     run = wandb.init(
         project=project,
         group=group,

@@ -23,7 +23,16 @@ from nmt.tasks import build_task, task_config
 from nmt.utils.io import atomic_write_json, atomic_write_text
 
 ROOT = Path(__file__).resolve().parents[2]
-SWEEP_KEYS = ("grid", "sweep_name", "pin_gpus", "baseline", "report_metric", "report_sentence", "start_runs_for")
+SWEEP_KEYS = (
+    "grid",
+    "sweep_name",
+    "pin_gpus",
+    "baseline",
+    "report_metric",
+    "report_sentence",
+    "start_runs_for",
+    "plan",
+)
 LAUNCHED = "launched_at"  # when this invocation of the sweep began (seconds since the epoch)
 PLAN = "plan.json"  # the sweep's factors with their levels, and how many runs they make
 FAILED = "sweep_failed.json"  # in a run folder whose last attempt failed
@@ -85,6 +94,86 @@ def swept_keys(sweep_dir: Path) -> set[str]:
     (read from the multirun.yaml Hydra writes before launching)."""
     saved = OmegaConf.load(sweep_dir / "multirun.yaml")
     return {k for k, values in sweep_levels(saved).items() if len(values) > 1} | {"seed"}
+
+
+def run_name(values: dict[str, str], swept: set[str]) -> str:
+    """A run's folder in the sweep: its values of the swept keys, sorted by key (as run_cell names it)."""
+    return ",".join(f"{k}={v}" for k, v in sorted(values.items()) if k in swept)
+
+
+def planned_values(config: DictConfig) -> list[dict[str, str]]:
+    """Every run of the sweep as {key: value}, in the sweeper's order (the first key varies slowest)."""
+    runs = [{}]
+    for key, values in sweep_levels(config).items():
+        runs = [{**run, key: value} for run in runs for value in values]
+    return runs
+
+
+def expected_fingerprint(values: dict[str, str]) -> dict:
+    """The fingerprint train.py will record for the run with these values (composed here as it will be)."""
+    from hydra import compose
+
+    from nmt.training.run_folder import fingerprint
+    from nmt.training.trainer import resolve_precision
+
+    cfg = compose(config_name="train", overrides=[f"{k}={v}" for k, v in values.items()])
+    keep = [k for k in cfg if k not in (*SWEEP_KEYS, "name")]
+    job = OmegaConf.to_container(OmegaConf.masked_copy(cfg, keep), resolve=True)
+    job["trainer"]["precision"] = resolve_precision(str(job["trainer"]["precision"]), job["trainer"]["accelerator"])
+    return fingerprint(job)
+
+
+def changed_runs(sweep_dir: Path, config: DictConfig) -> dict[str, list[str]]:
+    """Run folders of this sweep holding a run made under other settings or code: name -> differences."""
+    from nmt.training.run_folder import FINGERPRINT, differences
+
+    swept = {k for k, v in sweep_levels(config).items() if len(v) > 1} | {"seed"}
+    changed = {}
+    for values in planned_values(config):
+        saved = sweep_dir / run_name(values, swept) / FINGERPRINT
+        if saved.is_file():
+            try:
+                expected = expected_fingerprint(values)
+            except Exception as err:  # an override this check cannot compose (e.g. +new_key=...)
+                print(f"[sweep] cannot check the settings of {saved.parent.name}: {type(err).__name__}")
+                continue
+            found = differences(json.loads(saved.read_text()), expected)
+            if found:
+                changed[saved.parent.name] = found
+    return changed
+
+
+def print_plan(sweep_dir: Path, config: DictConfig) -> None:
+    """What the sweep will do, without training: factors and where their levels come from, constants,
+    runs done and to run, and the expected cost from the runs already finished."""
+    grid = {k: str(v).split(",") for k, v in (config.hydra.sweeper.get("params") or {}).items()}
+    given = dict((k, v.split(",")) for k, v in _override_pairs(config.hydra.overrides.task))
+    levels = sweep_levels(config)
+    swept = {k for k, v in levels.items() if len(v) > 1} | {"seed"}
+    print(f"Sweep {config.sweep_name} in {sweep_dir}")
+    for key, values in levels.items():
+        if len(values) > 1:
+            source = "command line" + (" (replaces the grid's)" if key in grid else "") if key in given else "grid"
+            print(f"  factor {key}: {', '.join(values)}   [{source}]")
+    constants = [f"{k}={v[0]}" for k, v in given.items() if len(v) == 1]
+    print(f"  constants from the command line: {' '.join(constants) or 'none'}")
+    runs = planned_values(config)
+    cells = len(runs) // max(len(levels.get("seed", ["1"])), 1)
+    print(f"  {cells} cells x {len(levels.get('seed', ['1']))} seeds = {len(runs)} runs")
+    done, to_run = [], []
+    for values in runs:
+        folder = sweep_dir / run_name(values, swept)
+        (done if (folder / RESULT).is_file() else to_run).append(folder)
+    changed = changed_runs(sweep_dir, config)
+    print(f"  done: {len(done)} ({len(changed)} of them under other settings); to run: {len(to_run)}")
+    walls = [json.loads((f / RESULT).read_text()).get("wall_time_s") or 0 for f in done]
+    if walls and to_run:
+        hours = sum(walls) / len(walls) * len(to_run) / 3600
+        print(f"  expected cost: about {hours:.1f} h of run time (the mean of the {len(walls)} finished runs)")
+    else:
+        print("  expected cost: " + ("nothing left to run" if not to_run else "unknown until a run has finished"))
+    for name, found in list(changed.items())[:5]:
+        print(f"  under other settings: {name}: {'; '.join(found[:4])}")
 
 
 def planned_runs(config: DictConfig) -> int:
@@ -245,6 +334,18 @@ class SweepReport(Callback):
                     file=sys.stderr,
                 )
                 raise SystemExit(2)
+        if config.get("plan"):
+            print_plan(sweep_dir, config)
+            raise SystemExit(0)  # a plan trains nothing
+        changed = changed_runs(sweep_dir, config) if sweep_dir.is_dir() else {}
+        if changed:
+            listing = "; ".join(f"{name} ({', '.join(found[:3])})" for name, found in list(changed.items())[:3])
+            print(
+                f"error: {len(changed)} run(s) of {sweep_dir} were made under other settings or code: {listing}. "
+                "Give this sweep its own sweep_name=... to keep both, or remove those run folders",
+                file=sys.stderr,
+            )
+            raise SystemExit(2)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         atomic_write_json(plan_path, {"factors": {k: levels[k] for k in factors}, "runs": planned_runs(config)})
         atomic_write_text(sweep_dir / LAUNCHED, f"{time.time():.3f}\n")  # a rerun gets a fresh time window

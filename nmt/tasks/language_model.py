@@ -97,7 +97,9 @@ class LanguageModelTask(Task):
             "split": split,
             **stream_perplexity(loaded.model, datamodule.loader(split)),
         }
-        tag = f"{split}_ppl" + (f"_avg{len(loaded.checkpoints)}" if len(loaded.checkpoints) > 1 else "")
+        stem = Path(loaded.checkpoints[-1]).stem if len(loaded.checkpoints) == 1 else "best"
+        tag = ("" if stem == "best" else f"{stem}_") + f"{split}_ppl"
+        tag += f"_avg{len(loaded.checkpoints)}" if len(loaded.checkpoints) > 1 else ""
         if (data_overrides or {}).get("eval_stride") is not None:  # one folder per evaluation setting
             tag += f"_stride{datamodule.eval_stride}"
         out = Path(out) if out else loaded.run_dir / "eval" / tag

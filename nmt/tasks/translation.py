@@ -163,7 +163,11 @@ class TranslationTask(Task):
         )
         rouge = self.rouge if rouge is None else rouge
         scores = corpus_scores(hypotheses, references, datamodule.tgt_lang, rouge=rouge)
-        out = Path(out) if out else loaded.run_dir / "eval" / split_tag(split, search, len(loaded.checkpoints))
+        if not out:
+            own = SearchConfig(**loaded.config["decode"]) if "decode" in loaded.config else None
+            checkpoint = Path(loaded.checkpoints[-1]).stem if len(loaded.checkpoints) == 1 else "best"
+            out = loaded.run_dir / "eval" / split_tag(split, search, len(loaded.checkpoints), checkpoint, own)
+        out = Path(out)
         result = {
             "checkpoints": loaded.checkpoints,
             "data": description,
@@ -181,7 +185,7 @@ class TranslationTask(Task):
         return result
 
     def test_tag(self, cfg, average_last):
-        return split_tag("test", SearchConfig(**cfg.decode), average_last)
+        return split_tag("test", SearchConfig(**cfg.decode), average_last)  # best.ckpt, the run's own search
 
     def test(self, loaded, cfg, out_dir, attention_maps=()):
         return self.evaluate_split(

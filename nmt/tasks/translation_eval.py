@@ -19,10 +19,34 @@ console = Console(stderr=True)
 IWSLT16_FOLDER = "iwslt16_de_en_devtest"
 
 
-def split_tag(split: str, search: SearchConfig, averaged: int = 1) -> str:
-    """The folder name of an evaluation: set, search and how many checkpoints were averaged."""
-    tag = f"{split.replace(':', '_').replace('/', '_')}_{search.strategy}"
+SEARCH_TAGS = {  # search options and their short names in folder names
+    "length_penalty": "lp",
+    "max_len_a": "lena",
+    "max_len_b": "lenb",
+    "early_stopping": "early",
+    "temperature": "temp",
+    "top_k": "topk",
+    "top_p": "topp",
+    "seed": "seed",
+    "min_len": "minlen",
+    "no_repeat_ngram_size": "norepeat",
+}
+
+
+def split_tag(
+    split: str, search: SearchConfig, averaged: int = 1, checkpoint: str = "best", reference: SearchConfig | None = None
+) -> str:
+    """The folder name of an evaluation, so that evaluations with other settings never overwrite each
+    other: the checkpoint (unless best.ckpt), the set, the search, every search option that differs from
+    ``reference`` (the run's own decoding settings), and how many checkpoints were averaged."""
+    tag = "" if checkpoint == "best" else f"{checkpoint}_"
+    tag += f"{split.replace(':', '_').replace('/', '_')}_{search.strategy}"
     tag += str(search.beam_size) if search.strategy == "beam" else ""
+    reference = reference or search
+    for key, short in SEARCH_TAGS.items():
+        value = getattr(search, key)
+        if value != getattr(reference, key):
+            tag += f"_{short}{value}"
     return tag + (f"_avg{averaged}" if averaged > 1 else "")
 
 

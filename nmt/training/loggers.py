@@ -61,6 +61,39 @@ class ResumableCSVLogger(CSVLogger):
         return self._experiment
 
 
+def wandb_has_credentials() -> bool:
+    """An API key in WANDB_API_KEY, or the one `wandb login` stored in the netrc file for the W&B host."""
+    if os.environ.get("WANDB_API_KEY"):
+        return True
+    import netrc
+    from urllib.parse import urlparse
+
+    host = urlparse(os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")).hostname
+    path = os.environ.get("NETRC") or os.path.expanduser("~/.netrc")
+    try:
+        return netrc.netrc(path).authenticators(host) is not None
+    except (FileNotFoundError, netrc.NetrcParseError, OSError):
+        return False
+
+
+_SAID_OFFLINE = []
+
+
+def wandb_offline(dir: str) -> bool:
+    """Offline when WANDB_MODE says so, or when it is unset and there are no credentials (said once per
+    process, with the command that uploads later); otherwise online, as `wandb login` users expect."""
+    mode = os.environ.get("WANDB_MODE")
+    if mode:
+        return mode in ("offline", "dryrun")
+    if wandb_has_credentials():
+        return False
+    if not _SAID_OFFLINE:
+        print(f"W&B: no credentials (wandb login or WANDB_API_KEY): logging offline; upload later with: "
+              f"wandb sync {dir}/wandb/offline-run-*")  # fmt: skip
+        _SAID_OFFLINE.append(True)
+    return True
+
+
 def wandb_logger(
     save_dir: str,
     project: str = "nmt",
@@ -70,15 +103,14 @@ def wandb_logger(
     config: dict | None = None,
     dir: str | None = None,
 ) -> WandbLogger:
-    """W&B, offline when no API key is configured (then: `wandb sync <dir>/wandb/offline-run-*`).
+    """W&B, offline when there are no credentials or WANDB_MODE=offline (then: `wandb sync
+    <dir>/wandb/offline-run-*`).
 
     W&B writes its files under ``<dir>/wandb`` (``dir`` defaults to the run's folder). A sweep points every
     run at its own folder, so one ``wandb sync`` uploads the whole group and ``wandb leet <dir>/wandb``
     browses it in a terminal without an account."""
     dir = dir or save_dir
-    offline = not os.environ.get("WANDB_API_KEY") or os.environ.get("WANDB_MODE") == "offline"
-    if offline:
-        print(f"W&B: no WANDB_API_KEY, logging offline; upload later with: wandb sync {dir}/wandb/offline-run-*")
+    offline = wandb_offline(dir)
     logger = WandbLogger(project=project, group=group, tags=list(tags), name=name, save_dir=dir, offline=offline)
     if config:
         logger.log_hyperparams(config)

@@ -5,6 +5,7 @@ import math
 import lightning as L
 import torch
 from torch import nn
+from torchmetrics import SumMetric
 
 from nmt.data.tokenizer import Tokenizer
 from nmt.inference.checkpoint import CHECKPOINT_FORMAT, CHECKPOINT_KEY
@@ -52,10 +53,13 @@ class TaskModule(L.LightningModule):
         self.bad_steps = 0  # consecutive batches with a non-finite loss or gradient
         self.scaler_skips = 0  # 16-mixed: updates the loss scaler skipped after an overflow (not failures)
         self._rng_to_restore: torch.Tensor | None = None
+        # target tokens trained on in this epoch, summed over processes; kept across a mid-epoch resume
+        self.epoch_tokens = SumMetric()
+        self._tokens_to_restore: float | None = None
 
     def _log_training(self, loss: torch.Tensor, tokens: torch.Tensor) -> None:
         self.log("train_loss", loss, prog_bar=True, batch_size=int(tokens))
-        self.log("train_tokens", tokens.float(), reduce_fx="sum", on_step=False, on_epoch=True)
+        self.epoch_tokens.update(tokens.float())  # logged once, at the end of the epoch
         self.log("lr", self.optimizers().param_groups[0]["lr"], on_step=True, on_epoch=False)
 
     def _check_loss(self, loss: torch.Tensor) -> bool:
@@ -119,7 +123,18 @@ class TaskModule(L.LightningModule):
         batches = len(trainer.datamodule.train_dataloader())
         return math.ceil(batches / trainer.accumulate_grad_batches) * max(trainer.max_epochs or 1, 1)
 
+    def on_train_epoch_end(self) -> None:
+        # not a logged Metric object: Lightning would restore its state on resume into the wrong epoch
+        self.log("train_tokens", self.epoch_tokens.compute() if self.epoch_tokens.update_called else 0.0)
+        self.epoch_tokens.reset()
+
     def on_train_batch_start(self, batch, batch_idx: int) -> None:
+        if self._tokens_to_restore is not None:
+            # resumed mid-epoch (the first batch is not the epoch's first): the epoch's tokens so far, the
+            # total of every process, counted once
+            if batch_idx > 0 and self.global_rank == 0 and self._tokens_to_restore:
+                self.epoch_tokens.update(torch.tensor(self._tokens_to_restore))
+            self._tokens_to_restore = None
         if self._rng_to_restore is not None:
             # resumed mid-epoch: continue with the random numbers (dropout) the killed run would have used
             torch.set_rng_state(self._rng_to_restore)
@@ -136,12 +151,15 @@ class TaskModule(L.LightningModule):
             "tgt_segmenter": self.tgt_tokenizer.segmenter.spec(),
             "rng_state": torch.get_rng_state(),
             "bad_steps": self.bad_steps,
+            # every process saves (DDP calls this hook on all of them), so the sum over processes is exact
+            "epoch_tokens": float(self.epoch_tokens.compute()) if self.epoch_tokens.update_called else 0.0,
         }
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         section = checkpoint.get(CHECKPOINT_KEY, {})
         self._rng_to_restore = section.get("rng_state")
         self.bad_steps = section.get("bad_steps", 0)
+        self._tokens_to_restore = section.get("epoch_tokens")
 
     # ---- the task's steps ------------------------------------------------------------------------
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor | None:

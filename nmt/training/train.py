@@ -95,8 +95,8 @@ def resolve_resume(cfg: DictConfig, checkpoint_dir: Path) -> str | None:
 
 
 def is_smoke_run(config: dict) -> bool:
-    """trainer.fast_dev_run: a check that the code runs, whose weights mean nothing."""
-    return bool((config.get("trainer") or {}).get("fast_dev_run"))
+    """trainer.fast_dev_run: a check that the code runs, whose weights mean nothing (config nested or flat)."""
+    return bool((config.get("trainer") or {}).get("fast_dev_run") or config.get("trainer.fast_dev_run"))
 
 
 def train(cfg: DictConfig) -> dict:

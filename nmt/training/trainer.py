@@ -20,6 +20,7 @@ from nmt.tasks import Task
 from nmt.training.callbacks import ResumeLogs, SaveOnSignal, WallClock
 from nmt.training.checkpoint_io import AtomicCheckpointIO
 from nmt.training.loggers import ResumableCSVLogger
+from nmt.training.progress import PlainProgress, plain_output
 from nmt.utils.instantiate import instantiate
 
 
@@ -83,7 +84,9 @@ def _callbacks(cfg: DictConfig, checkpoint_dir: Path, task: Task) -> list:
         ThroughputMonitor(batch_size_fn=task.batch_sequences, length_fn=task.batch_target_tokens, window_size=20)
     )
     if cfg.trainer.enable_progress_bar:
-        callbacks.append(RichProgressBar())
+        every_s = OmegaConf.select(cfg, "progress.every_s", default=30)
+        monitor = cfg.checkpoint.monitor
+        callbacks.append(PlainProgress(every_s, monitor) if plain_output() else RichProgressBar())
     if cfg.trainer.enable_model_summary:
         callbacks.append(RichModelSummary(max_depth=2))
     return callbacks

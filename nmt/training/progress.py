@@ -1,0 +1,83 @@
+"""Progress for output that is not a terminal (a log file, a sweep, a cluster job): a plain line every few
+seconds instead of a bar that a file cannot show."""
+
+import sys
+import time
+
+import lightning as L
+from lightning.pytorch.callbacks import ProgressBar
+
+
+def _duration(seconds: float) -> str:
+    minutes = round(seconds / 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes} min" if hours else f"{minutes} min" if minutes else f"{round(seconds)} s"
+
+
+class PlainProgress(ProgressBar):
+    """One line every ``every_s`` seconds of training: update (of max_steps), epoch, training loss,
+    learning rate, target tokens per second, the last validation value of ``monitor`` and the ETA; and one
+    line per validation. Flushed, so ``tail -f`` shows it as it happens."""
+
+    def __init__(self, every_s: float = 30.0, monitor: str = "val_loss") -> None:
+        super().__init__()
+        self.every_s, self.monitor = float(every_s), monitor
+        self._enabled = True
+        self._last_time = self._start_time = 0.0
+        self._last_step = self._start_step = 0
+        self._last_tokens = 0.0
+
+    def disable(self) -> None:
+        self._enabled = False
+
+    def enable(self) -> None:
+        self._enabled = True
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._last_time = self._start_time = time.monotonic()
+        self._last_step = self._start_step = trainer.global_step
+        self._last_tokens = 0.0
+
+    def _planned_steps(self, trainer: L.Trainer) -> int | None:
+        if trainer.max_steps and trainer.max_steps > 0:
+            return trainer.max_steps
+        if trainer.max_epochs and trainer.max_epochs > 0 and trainer.num_training_batches != float("inf"):
+            return int(trainer.max_epochs * trainer.num_training_batches // max(trainer.accumulate_grad_batches, 1))
+        return None
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch, batch_idx) -> None:
+        now = time.monotonic()
+        if not (self._enabled and trainer.is_global_zero) or now - self._last_time < self.every_s:
+            return
+        step, metrics = trainer.global_step, trainer.callback_metrics
+        tokens_metric = getattr(pl_module, "epoch_tokens", None)
+        tokens = float(tokens_metric.sum_value) if tokens_metric is not None else 0.0
+        if tokens < self._last_tokens:  # a new epoch started counting from zero
+            self._last_tokens = 0.0
+        speed = (tokens - self._last_tokens) / max(now - self._last_time, 1e-9)
+        planned = self._planned_steps(trainer)
+        parts = [f"[train] update {step}" + (f"/{planned}" if planned else "")]
+        parts.append(f"epoch {trainer.current_epoch}")
+        for name, fmt in (("train_loss", "loss {:.4f}"), ("lr", "lr {:.3g}")):
+            if name in metrics:
+                parts.append(fmt.format(float(metrics[name])))
+        parts.append(f"{speed:,.0f} tokens/s")
+        if self.monitor in metrics:
+            parts.append(f"{self.monitor} {float(metrics[self.monitor]):.4f}")
+        if planned and step > self._start_step:
+            seconds = (now - self._start_time) / (step - self._start_step) * (planned - step)
+            parts.append(f"ETA {_duration(seconds)}")
+        print(", ".join(parts), flush=True)
+        self._last_time, self._last_step, self._last_tokens = now, step, tokens
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if not (self._enabled and trainer.is_global_zero) or trainer.sanity_checking:
+            return
+        values = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val_")}
+        shown = ", ".join(f"{k} {v:.4f}" for k, v in sorted(values.items()))
+        print(f"[valid] update {trainer.global_step}, epoch {trainer.current_epoch}: {shown}", flush=True)
+
+
+def plain_output() -> bool:
+    """Whether standard output is a file or a pipe rather than a terminal."""
+    return not sys.stdout.isatty()

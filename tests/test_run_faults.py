@@ -1,0 +1,280 @@
+"""Runs that never lose or mislabel work: each fault found by trying to break training, reproduced and
+checked (on the toy task, or with a fake file system or process where a real one is impractical)."""
+
+import errno
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from nmt.cli import run_cli
+from nmt.inference.checkpoint import CheckpointError
+from nmt.sweep.runner import SweepReport
+from nmt.training.checkpoint_io import AtomicCheckpointIO, CheckpointWriteError
+from nmt.training.config import ConfigError, check_config
+from nmt.training.run_folder import RunFolderError, RunLock
+from nmt.training.train import resolve_run_dir, train
+
+from .conftest import ROOT, compose_train
+
+QUICK = ["trainer.max_epochs=2", "test_after_training=false", "threads=1"]
+
+
+def steps_per_epoch(cfg) -> int:
+    from nmt.data.build import build_datamodule
+
+    datamodule = build_datamodule(cfg.data, cfg.cache_dir, cfg.seed)
+    datamodule.prepare_data()
+    datamodule.build_tokenizers()
+    return len(datamodule.train_dataloader())
+
+
+# ---- 1, 2: max_steps between two decoded validations; rerunning a finished run ------------------------
+@pytest.mark.slow
+def test_max_steps_between_decoded_epochs_validates_the_last_updates_and_a_rerun_keeps_the_results(tmp_path):
+    probe = compose_train("validation.bleu_every_n_epochs=2")
+    steps = 3 * steps_per_epoch(probe)  # ends with epoch 3, whose validation does not decode
+    args = ["validation.bleu_every_n_epochs=2", "trainer.max_epochs=6", f"trainer.max_steps={steps}"]
+    cfg = compose_train(*args, f"run_dir={tmp_path}")
+    results = train(cfg)
+    assert results["steps"] == steps and results["finished"]
+    assert results["best_checkpoint"].endswith("best.ckpt") and Path(results["best_checkpoint"]).is_file()
+    assert "val_bleu" in results["final_metrics"]  # the final weights were decoded
+    assert results["test"]["bleu"] is not None
+    saved = (tmp_path / "results.json").read_text()
+
+    again = train(compose_train(*args, f"run_dir={tmp_path}"))
+    assert again == json.loads(saved) and (tmp_path / "results.json").read_text() == saved
+
+
+# ---- 3: an unreadable last.ckpt ----------------------------------------------------------------------
+@pytest.mark.slow
+def test_a_truncated_last_checkpoint_is_named_in_one_line_or_replaced_when_the_config_says_so(tmp_path, capsys):
+    train(compose_train(*QUICK, f"run_dir={tmp_path}"))
+    (tmp_path / "results.json").unlink()  # as if killed before the end
+    last = tmp_path / "checkpoints" / "last.ckpt"
+    last.write_bytes(last.read_bytes()[:1000])
+    config_before = (tmp_path / "config.yaml").stat().st_mtime_ns
+    with pytest.raises(CheckpointError, match=r"cannot resume: .*last\.ckpt.*checkpoint\.resume_fallback=true"):
+        train(compose_train(*QUICK, f"run_dir={tmp_path}"))
+    assert (tmp_path / "config.yaml").stat().st_mtime_ns == config_before  # nothing rewritten
+
+    results = train(compose_train(*QUICK, "checkpoint.resume_fallback=true", f"run_dir={tmp_path}"))
+    out = capsys.readouterr().out
+    assert "last.ckpt cannot be read; resuming from" in out and "epoch001.ckpt (checkpoint.resume_fallback=true)" in out
+    assert results["finished"]
+
+
+# ---- 4, 5: what a checkpoint write refuses, and a full disk ------------------------------------------
+def good_checkpoint(value: float = 1.0) -> dict:
+    return {
+        "state_dict": {"w": torch.full((2,), value)},
+        "optimizer_states": [{"state": {0: {"exp_avg": torch.ones(2)}}}],
+    }
+
+
+@pytest.mark.parametrize("where", ["state_dict", "optimizer_states"])
+def test_a_checkpoint_with_non_finite_tensors_is_not_written(tmp_path, where):
+    io, path = AtomicCheckpointIO(), tmp_path / "last.ckpt"
+    io.save_checkpoint(good_checkpoint(1.0), path)
+    bad = good_checkpoint(1.0)
+    if where == "state_dict":
+        bad["state_dict"]["w"][0] = float("inf")
+    else:
+        bad["optimizer_states"][0]["state"][0]["exp_avg"][1] = float("nan")
+    with pytest.warns(UserWarning, match=rf"not writing .*last\.ckpt: 1 tensor\(s\).*{where}"):
+        io.save_checkpoint(bad, path)
+    assert torch.equal(torch.load(path, weights_only=True)["state_dict"]["w"], torch.ones(2))  # the good one
+
+
+@pytest.mark.parametrize(
+    "failure", [OSError(errno.ENOSPC, "No space left on device"), RuntimeError("[enforce fail] unexpected pos 512")]
+)
+def test_a_full_disk_is_named_and_leaves_the_earlier_checkpoint_and_no_temporary_file(tmp_path, monkeypatch, failure):
+    io, path = AtomicCheckpointIO(), tmp_path / "last.ckpt"
+    io.save_checkpoint(good_checkpoint(1.0), path)
+    real_save = torch.save
+
+    def full_disk(obj, target, *args, **kwargs):
+        Path(target).write_bytes(b"partial")
+        raise failure
+
+    monkeypatch.setattr(torch, "save", full_disk)
+    with pytest.raises(CheckpointWriteError, match=rf"no space left on {tmp_path} to write last\.ckpt"):
+        io.save_checkpoint(good_checkpoint(2.0), path)
+    monkeypatch.setattr(torch, "save", real_save)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["last.ckpt"]
+    assert torch.equal(torch.load(path, weights_only=True)["state_dict"]["w"], torch.ones(2))
+
+
+# ---- 6: two runs in one folder -----------------------------------------------------------------------
+def test_a_second_run_in_a_locked_folder_refuses_and_names_the_holder(tmp_path):
+    with RunLock(tmp_path):
+        with pytest.raises(RunFolderError, match=rf"{tmp_path} is in use by pid {os.getpid()} on .*choose another"):
+            train(compose_train(*QUICK, f"run_dir={tmp_path}"))
+    with RunLock(tmp_path):  # released when its holder ends
+        pass
+
+
+def test_a_lock_dies_with_its_holder(tmp_path):
+    script = (
+        f"from nmt.training.run_folder import RunLock; lock = RunLock({str(tmp_path)!r}).__enter__(); "
+        "import time; print('locked', flush=True); time.sleep(60)"
+    )
+    holder = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    assert holder.stdout.readline().strip() == "locked"
+    with pytest.raises(RunFolderError, match=f"pid {holder.pid}"), RunLock(tmp_path):
+        pass
+    holder.kill()
+    holder.wait()
+    with RunLock(tmp_path):
+        pass
+
+
+# ---- identity: other settings, smoke runs ------------------------------------------------------------
+@pytest.mark.slow
+def test_a_folder_made_under_other_settings_is_refused_listing_the_keys_unless_forced(tmp_path, capsys):
+    train(compose_train(*QUICK, "trainer.max_epochs=1", f"run_dir={tmp_path}"))
+    with pytest.raises(RunFolderError, match=r"other settings \(trainer\.max_epochs: 1 -> 2\).*resume=force"):
+        train(compose_train(*QUICK, f"run_dir={tmp_path}"))
+    results = train(compose_train(*QUICK, "resume=force", f"run_dir={tmp_path}"))
+    assert "resume=force: continuing" in capsys.readouterr().out and results["epochs"] == 2
+
+
+@pytest.mark.slow
+def test_a_smoke_run_leaves_nothing_that_a_real_run_resumes(tmp_path, capsys):
+    train(compose_train(*QUICK, "++trainer.fast_dev_run=true", f"run_dir={tmp_path}"))
+    capsys.readouterr()
+    results = train(compose_train(*QUICK, f"run_dir={tmp_path}"))
+    out = capsys.readouterr().out
+    assert "held a smoke run (trainer.fast_dev_run)" in out and "Resuming" not in out
+    assert results["epochs"] == 2 and results["finished"]
+
+
+# ---- 7, 8: sweeps ------------------------------------------------------------------------------------
+def test_a_sweeps_training_child_stops_when_the_sweep_process_is_killed(tmp_path):
+    pid_file = tmp_path / "child.pid"
+    child = f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(120)"
+    parent = (
+        "import sys; from pathlib import Path; from nmt.sweep.runner import run_child; "
+        f"run_child([sys.executable, '-c', {child!r}], dict(__import__('os').environ), Path({str(tmp_path)!r}))"
+    )
+    sweep = subprocess.Popen([sys.executable, "-c", parent], cwd=ROOT)
+    deadline = time.time() + 60
+    while not pid_file.exists() or not pid_file.read_text():
+        assert time.time() < deadline, "the child never started"
+        time.sleep(0.05)
+    child_pid = int(pid_file.read_text())
+    sweep.kill()  # SIGKILL: the sweep gets no chance to clean up
+    sweep.wait()
+    deadline = time.time() + 20
+    while Path(f"/proc/{child_pid}").exists() and "Z" not in Path(f"/proc/{child_pid}/stat").read_text().split()[2]:
+        assert time.time() < deadline, "the training child outlived its sweep"
+        time.sleep(0.05)
+    assert "sitting started" in (tmp_path / "train_stdout.log").read_text()  # its log was opened as it ran
+
+
+def sweep_config(sweep_dir: Path, params: dict, command_line: list[str]):
+    return OmegaConf.create(
+        {
+            "start_runs_for": None,
+            "hydra": {
+                "sweep": {"dir": str(sweep_dir)},
+                "sweeper": {"params": params},
+                "overrides": {"task": command_line},
+            },
+        }
+    )
+
+
+def test_a_second_sweep_with_other_factors_under_one_name_is_refused_before_any_run(tmp_path, capsys):
+    callback = SweepReport()
+    callback.on_multirun_start(sweep_config(tmp_path, {"seed": "1,2"}, ["pos=absolute,relative"]))
+    plan = json.loads((tmp_path / "plan.json").read_text())
+    assert plan == {"factors": {"pos": ["absolute", "relative"], "seed": ["1", "2"]}, "runs": 4}
+    callback.on_multirun_start(sweep_config(tmp_path, {"seed": "1,2,3"}, ["pos=absolute,rope"]))  # more levels: fine
+    with pytest.raises(SystemExit) as stopped:
+        callback.on_multirun_start(sweep_config(tmp_path, {"seed": "1,2"}, ["norm=layer,rms"]))
+    assert stopped.value.code == 2
+    assert "holds a sweep of the factors ['pos', 'seed']; this one sweeps ['norm', 'seed']" in capsys.readouterr().err
+
+
+def test_a_command_line_factor_replaces_the_grids_factor_of_the_same_key(tmp_path):
+    callback = SweepReport()
+    callback.on_multirun_start(sweep_config(tmp_path, {"seed": "1,2,3", "pos": "absolute,relative"}, ["pos=rope"]))
+    assert json.loads((tmp_path / "plan.json").read_text()) == {"factors": {"seed": ["1", "2", "3"]}, "runs": 3}
+
+
+# ---- 11, 12: one line for each user error, before data loads ------------------------------------------
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("warmup=-5", "warmup=-5: must be an integer >= 0"),
+        ("lr=-1", "lr=-1: must be a positive finite number"),
+        ("weight_decay=-0.1", "weight_decay=-0.1: must be a number >= 0"),
+        ("checkpoint.monitor=val_blue", "checkpoint.monitor='val_blue': task=translation logs"),
+        ("trainer.devices=0", "trainer.devices=0: must be 'auto', -1 (all) or a positive number"),
+        ("resume=always", "resume='always': must be one of ['auto', 'force']"),
+    ],
+)
+def test_settings_that_cannot_work_are_refused_naming_the_key(override, message):
+    with pytest.raises(ConfigError) as err:
+        check_config(compose_train(override))
+    assert message in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("error", "line"),
+    [
+        (FloatingPointError("non-finite loss at step 3 (11 bad batches in a row ...): lower the learning rate"),
+         "error: non-finite loss at step 3"),
+        (NotADirectoryError(errno.ENOTDIR, "Not a directory", "/x/file/run"), "error: /x/file/run: Not a directory"),
+    ],
+)  # fmt: skip
+def test_user_errors_end_in_one_line(error, line, capsys):
+    def fail(cfg):
+        raise error
+
+    with pytest.raises(SystemExit) as stopped:
+        run_cli(fail, None)
+    err = capsys.readouterr().err
+    assert stopped.value.code == 2 and err.startswith(line) and err.count("\n") == 1
+
+
+def test_a_checkpoint_outside_a_checkpoints_folder_needs_a_run_dir(tmp_path):
+    cfg = OmegaConf.create({"run_dir": None, "ckpt_path": str(tmp_path / "model.ckpt"), "name": "x"})
+    with pytest.raises(ValueError, match="not inside a run's checkpoints/ folder.*add run_dir="):
+        resolve_run_dir(cfg)
+    cfg.ckpt_path = str(tmp_path / "run" / "checkpoints" / "last.ckpt")
+    assert resolve_run_dir(cfg) == tmp_path / "run"
+
+
+def run_script(script: str, *args: str, cwd) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(ROOT / script), *args], capture_output=True, text=True, cwd=cwd, timeout=300
+    )
+
+
+@pytest.mark.slow
+def test_entry_points_answer_user_errors_in_one_line(tmp_path):
+    (tmp_path / "file").write_text("")
+    trap = tmp_path / "run" / "checkpoints" / "last.ckpt"
+    trap.parent.mkdir(parents=True)
+    torch.save({"payload": signal.Signals.SIGTERM}, trap)  # not plain data: refused by weights_only
+    cases = [
+        (run_script("evaluate.py", cwd=tmp_path), "ckpt_path is required"),
+        (run_script("train.py", "data=toy", f"run_dir={tmp_path / 'file' / 'run'}", cwd=tmp_path), "a file stands"),
+        (run_script("train.py", "data=toy", f"run_dir={trap.parent.parent}", cwd=tmp_path), "cannot resume"),
+        (run_script("train.py", "data=toy", "trainer.devices=0", cwd=tmp_path), "trainer.devices=0"),
+    ]
+    for result, text in cases:
+        assert result.returncode == 2, result.stderr[-2000:]
+        assert text in result.stderr and "Traceback" not in result.stderr, result.stderr[-2000:]
+        assert result.stderr.strip().startswith("error:")
