@@ -278,3 +278,27 @@ def test_entry_points_answer_user_errors_in_one_line(tmp_path):
         assert result.returncode == 2, result.stderr[-2000:]
         assert text in result.stderr and "Traceback" not in result.stderr, result.stderr[-2000:]
         assert result.stderr.strip().startswith("error:")
+
+
+@pytest.mark.parametrize(
+    ("params", "command_line", "baseline", "message"),
+    [
+        ({}, ["pos=absolute,relativ"], None, "pos=relativ: not an option of group pos; valid: ['absolute', 'learned'"),
+        ({}, ["model.d_modle=64,128"], None, "model.d_modle: not a key of the config"),
+        ({}, ["pos=absolute,rope"], {"norm": "rms"}, "baseline: norm is not a factor of this sweep (factors: ['pos'])"),
+        ({}, ["pos=absolute,rope"], {"pos": "relative"}, "baseline: pos=relative is not a level of pos"),
+    ],
+)
+def test_bad_sweep_input_stops_before_any_run_with_one_line(tmp_path, capsys, params, command_line, baseline, message):
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        config = compose("sweep", overrides=["grid=none", "name=x"], return_hydra_config=True)
+    config.hydra.sweep.dir = str(tmp_path / "sweep")
+    config.hydra.overrides.task = command_line
+    config.baseline = baseline
+    with pytest.raises(SystemExit) as stopped:
+        SweepReport().on_multirun_start(config)
+    err = capsys.readouterr().err
+    assert stopped.value.code == 2 and message in err and err.count("\n") == 1
+    assert not (tmp_path / "sweep").exists()

@@ -491,3 +491,25 @@ def test_the_sweep_folder_is_named_after_the_grid_without_a_hydra_config(grid, f
         assert job.sweep_name == folder
     finally:
         HydraConfig.instance().cfg = None
+
+
+@pytest.mark.slow
+def test_the_cluster_path_runs_a_two_run_sweep_through_submitit_local(tmp_path):
+    """hydra-submitit-launcher's local executor: the SLURM launcher's path (each run a submitit job,
+    pickled and run in a process of its own) on this machine."""
+    overrides = [o for o in SWEEP if not o.startswith(("hydra/launcher", "hydra.launcher", "norm="))]
+    command = [
+        sys.executable,
+        str(ROOT / "sweep.py"),
+        *overrides,
+        "hydra/launcher=submitit_local",
+        "hydra.launcher.timeout_min=10",
+        f"hydra.sweep.dir={tmp_path}",
+    ]
+    result = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=900)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    assert sorted(p.parent.name for p in tmp_path.glob("*/sweep_result.json")) == [
+        "pos=absolute,seed=1",
+        "pos=rope,seed=1",
+    ]
+    assert (tmp_path / "report.md").is_file() and list(tmp_path.glob(".submitit/*"))

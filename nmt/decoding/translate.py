@@ -1,6 +1,8 @@
 """Decoding raw sentences: encode, batch by length, search, detokenise, in input order."""
 
 import logging
+import sys
+import time
 from collections.abc import Sequence
 
 import torch
@@ -21,9 +23,11 @@ def translate_lines(
     search: SearchConfig,
     max_tokens: int = 6000,
     max_input_len: int = 256,
+    progress: bool = False,
 ) -> list[str]:
     """Translate raw sentences: batched by length for speed, returned in input order. Empty lines stay
-    empty; inputs longer than ``max_input_len`` subword tokens are truncated (counted in a warning)."""
+    empty; inputs longer than ``max_input_len`` subword tokens are truncated (counted in a warning).
+    ``progress``: a bar on a terminal, else a plain line on standard error every 30 seconds."""
     device = next(model.parameters()).device
     encoded = src_tokenizer.encode_batch(list(lines))
     long_lines = [number for number, ids in enumerate(encoded, start=1) if len(ids) > max_input_len]
@@ -41,10 +45,46 @@ def translate_lines(
     order = sorted(non_empty, key=lengths.__getitem__)
     beams = search.beam_size if search.strategy == "beam" else 1
     budget = max(max_tokens // max(beams, 1), max(lengths.values(), default=1))
-    for batch in token_batches(lengths, budget, order):
-        src = torch.nn.utils.rnn.pad_sequence(
-            [torch.tensor(encoded[i] + [EOS_ID]) for i in batch], batch_first=True, padding_value=PAD_ID
-        ).to(device)
-        for i, ids in zip(batch, decode(model, src, BOS_ID, EOS_ID, search), strict=True):
-            outputs[i] = tgt_tokenizer.decode(ids)
+    batches = list(token_batches(lengths, budget, order))
+    with DecodingProgress(len(non_empty), enabled=progress) as shown:
+        for batch in batches:
+            src = torch.nn.utils.rnn.pad_sequence(
+                [torch.tensor(encoded[i] + [EOS_ID]) for i in batch], batch_first=True, padding_value=PAD_ID
+            ).to(device)
+            for i, ids in zip(batch, decode(model, src, BOS_ID, EOS_ID, search), strict=True):
+                outputs[i] = tgt_tokenizer.decode(ids)
+            shown.advance(len(batch))
     return outputs
+
+
+class DecodingProgress:
+    """Sentences decoded so far: a rich bar on a terminal, a plain line every 30 s in a log file."""
+
+    def __init__(self, total: int, enabled: bool, every_s: float = 30.0) -> None:
+        self.total, self.done, self.every_s = total, 0, every_s
+        self.enabled = enabled and total > 0
+        self.bar = None
+        self.started = self.last = time.monotonic()
+
+    def __enter__(self) -> "DecodingProgress":
+        if self.enabled and sys.stderr.isatty():
+            from rich.console import Console
+            from rich.progress import Progress
+
+            self.bar = Progress(console=Console(stderr=True), transient=True)
+            self.bar.start()
+            self.task = self.bar.add_task("decoding", total=self.total)
+        return self
+
+    def advance(self, sentences: int) -> None:
+        self.done += sentences
+        if self.bar is not None:
+            self.bar.update(self.task, advance=sentences)
+        elif self.enabled and time.monotonic() - self.last >= self.every_s:
+            self.last = time.monotonic()
+            rate = self.done / max(self.last - self.started, 1e-9)
+            print(f"[decode] {self.done}/{self.total} sentences, {rate:.1f}/s", file=sys.stderr, flush=True)
+
+    def __exit__(self, *exc) -> None:
+        if self.bar is not None:
+            self.bar.stop()

@@ -18,6 +18,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
+from nmt.sweep.gpus import GpuPool, visible_gpus
 from nmt.sweep.report import RESULT, collect_records, write_report
 from nmt.tasks import build_task, task_config
 from nmt.utils.io import atomic_write_json, atomic_write_text
@@ -26,7 +27,9 @@ ROOT = Path(__file__).resolve().parents[2]
 SWEEP_KEYS = (
     "grid",
     "sweep_name",
-    "pin_gpus",
+    "gpu_pool",
+    "runs_per_gpu",
+    "gpus_per_run",
     "baseline",
     "report_metric",
     "report_sentence",
@@ -176,6 +179,36 @@ def print_plan(sweep_dir: Path, config: DictConfig) -> None:
         print(f"  under other settings: {name}: {'; '.join(found[:4])}")
 
 
+def input_problem(config: DictConfig) -> str | None:
+    """One line for the first thing in the sweep's factors or baseline that cannot work, before anything
+    runs: an unknown key, a level that is not an option of its group, a baseline that is not a level."""
+    import difflib
+
+    conf = ROOT / "conf"
+    levels = sweep_levels(config)
+    for key, values in levels.items():
+        group = conf / key
+        if group.is_dir():
+            options = sorted(p.stem for p in group.glob("*.yaml"))
+            for value in values:
+                if value not in options and value != "null":
+                    return f"{key}={value}: not an option of group {key}; valid: {options}"
+        elif OmegaConf.select(config, key, default="__missing__", throw_on_missing=False) == "__missing__":
+            known = [k for k in config if k != "hydra"]
+            close = difflib.get_close_matches(key, known, n=2)
+            hint = f" (did you mean {' or '.join(close)}?)" if close else ""
+            return f"{key}: not a key of the config, so it cannot be a factor{hint}"
+    baseline = config.get("baseline")
+    if baseline:
+        factors = {k: v for k, v in levels.items() if len(v) > 1 and k != "seed"}
+        for key, value in dict(baseline).items():
+            if key not in factors:
+                return f"baseline: {key} is not a factor of this sweep (factors: {sorted(factors)})"
+            if str(value) not in factors[key]:
+                return f"baseline: {key}={value} is not a level of {key} (levels: {factors[key]})"
+    return None
+
+
 def planned_runs(config: DictConfig) -> int:
     runs = 1
     for values in sweep_levels(config).values():
@@ -241,17 +274,20 @@ def run_cell(cfg: DictConfig) -> dict | None:
         if not cfg.logger.get("dir"):
             command.append(f"logger.dir='{Path(hydra_cfg.sweep.dir).resolve()}'")
     env = dict(os.environ)
-    if cfg.pin_gpus:
-        gpus = env.get("CUDA_VISIBLE_DEVICES", "").split(",") if env.get("CUDA_VISIBLE_DEVICES") else None
-        if gpus is None:
-            import torch
-
-            gpus = [str(i) for i in range(torch.cuda.device_count())]
-        if gpus:
-            env["CUDA_VISIBLE_DEVICES"] = gpus[hydra_cfg.job.num % len(gpus)]
+    held = None
+    if cfg.gpu_pool:  # free GPUs from the machine's pool, given back when the run ends
+        pool = GpuPool(visible_gpus(), int(cfg.runs_per_gpu), int(cfg.gpus_per_run))
+        held = pool.take()
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(held.devices)
+        command.append(f"trainer.devices={len(held.devices)}")
+        print(f"[sweep] {run_dir.name}: GPU {','.join(held.devices)}", flush=True)
     print(f"[sweep] running: {run_dir.name} (log: {run_dir / 'train_stdout.log'})", flush=True)
     (run_dir / FAILED).unlink(missing_ok=True)
-    returncode = run_child(command, env, run_dir)
+    try:
+        returncode = run_child(command, env, run_dir)
+    finally:
+        if held is not None:
+            held.release()
     sweep_dir = Path(hydra_cfg.sweep.dir)
     if returncode != 0:
         atomic_write_json(run_dir / FAILED, {"returncode": returncode})
@@ -321,6 +357,10 @@ class SweepReport(Callback):
         if config.get("start_runs_for") is not None:
             parse_duration(config.start_runs_for)  # a bad value fails before any run starts
         sweep_dir = Path(config.hydra.sweep.dir)
+        problem = input_problem(config)
+        if problem:  # SystemExit: Hydra turns an exception in a callback into a warning and goes on
+            print(f"error: {problem}", file=sys.stderr)
+            raise SystemExit(2)
         levels = sweep_levels(config)
         factors = sorted(k for k, v in levels.items() if len(v) > 1)
         plan_path = sweep_dir / PLAN

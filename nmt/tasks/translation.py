@@ -159,7 +159,7 @@ class TranslationTask(Task):
         # a model trained on truncated sources (summarisation) reads test sources truncated the same way
         max_input_len = data_cfg.get("max_src_len") or 256
         hypotheses = translate_lines(
-            loaded.model, loaded.src_tokenizer, loaded.tgt_tokenizer, sources, search, max_tokens, max_input_len
+            loaded.model, loaded.src_tokenizer, loaded.tgt_tokenizer, sources, search, max_tokens, max_input_len, True
         )
         rouge = self.rouge if rouge is None else rouge
         scores = corpus_scores(hypotheses, references, datamodule.tgt_lang, rouge=rouge)
@@ -224,7 +224,14 @@ class TranslationTask(Task):
     def _translate_input(self, cfg, loaded, search: SearchConfig) -> dict:
         lines = decode_lines(sys.stdin.buffer, "<stdin>") if cfg.input == "-" else read_lines(cfg.input)
         translations = translate_lines(
-            loaded.model, loaded.src_tokenizer, loaded.tgt_tokenizer, lines, search, cfg.max_tokens, cfg.max_input_len
+            loaded.model,
+            loaded.src_tokenizer,
+            loaded.tgt_tokenizer,
+            lines,
+            search,
+            cfg.max_tokens,
+            cfg.max_input_len,
+            progress=cfg.input != "-",  # a file: a bar on the terminal; standard input: nothing but translations
         )
         text = "".join(t + "\n" for t in translations)
         if cfg.output in (None, "-"):

@@ -1,0 +1,71 @@
+"""The GPU pool of a sweep, on simulated device lists: free GPUs handed out and taken back, least busy first,
+several runs per GPU, several GPUs per run, and two sweeps (processes) on one machine never colliding."""
+
+import subprocess
+import sys
+
+import pytest
+
+from nmt.sweep.gpus import GpuPool, visible_gpus
+
+from .conftest import ROOT
+
+
+def test_each_run_gets_a_free_gpu_and_gives_it_back(tmp_path):
+    pool = GpuPool(["0", "1"], lock_dir=tmp_path)
+    first, second = pool.try_take(), pool.try_take()
+    assert sorted(first.devices + second.devices) == ["0", "1"]
+    assert pool.try_take() is None  # both busy: a third run waits
+    freed = first.devices
+    first.release()
+    assert pool.try_take().devices == freed
+
+
+def test_runs_share_a_gpu_up_to_runs_per_gpu_least_busy_first(tmp_path):
+    pool = GpuPool(["0", "1", "2"], runs_per_gpu=2, lock_dir=tmp_path)
+    held = [pool.try_take() for _ in range(6)]
+    counts = sorted(sum(h.devices == [d] for h in held) for d in ("0", "1", "2"))
+    assert counts == [2, 2, 2]  # spread: no GPU gets a second run while another has none
+    assert [h.devices[0] for h in held[:3]] == sorted(h.devices[0] for h in held[:3])  # one each first
+    assert len({h.devices[0] for h in held[:3]}) == 3
+    assert pool.try_take() is None
+
+
+def test_a_run_with_several_gpus_gets_distinct_ones_or_none(tmp_path):
+    pool = GpuPool(["0", "1", "2", "3"], gpus_per_run=2, lock_dir=tmp_path)
+    a, b = pool.try_take(), pool.try_take()
+    assert len(set(a.devices)) == 2 and len(set(b.devices)) == 2 and not set(a.devices) & set(b.devices)
+    assert pool.try_take() is None
+    with pytest.raises(ValueError, match=r"gpus_per_run=5: this machine shows 4 GPU\(s\)"):
+        GpuPool(["0", "1", "2", "3"], gpus_per_run=5, lock_dir=tmp_path)
+
+
+def test_two_sweeps_on_one_machine_share_the_pool_and_a_dead_holders_slot_is_free(tmp_path):
+    script = (
+        f"from nmt.sweep.gpus import GpuPool; h = GpuPool(['0', '1'], lock_dir={str(tmp_path)!r}).try_take(); "
+        "print(h.devices[0], flush=True); import time; time.sleep(60)"
+    )
+    holder = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    taken = holder.stdout.readline().strip()
+    pool = GpuPool(["0", "1"], lock_dir=tmp_path)
+    mine = pool.try_take()
+    assert mine.devices != [taken] and pool.try_take() is None
+    holder.kill()
+    holder.wait()
+    assert pool.try_take().devices == [taken]
+
+
+def test_take_waits_then_times_out_with_a_message(tmp_path):
+    pool = GpuPool(["0"], lock_dir=tmp_path, poll_s=0.01)
+    with pool.take():
+        with pytest.raises(TimeoutError, match=r"no 1 free GPU slot\(s\) among \['0'\]"):
+            pool.take(timeout_s=0.05)
+    with pool.take(timeout_s=0.05) as devices:
+        assert devices == ["0"]
+
+
+def test_visible_gpus_follow_cuda_visible_devices(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,5")
+    assert visible_gpus() == ["2", "5"]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert visible_gpus() == []
