@@ -185,6 +185,7 @@ def sweep_config(sweep_dir: Path, params: dict, command_line: list[str]):
     return OmegaConf.create(
         {
             "start_runs_for": None,
+            "seed": 1,
             "hydra": {
                 "sweep": {"dir": str(sweep_dir)},
                 "sweeper": {"params": params},
