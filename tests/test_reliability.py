@@ -71,10 +71,16 @@ def in_the_second_epoch(run_dir: Path) -> bool:
     return (run_dir / "checkpoints" / "epoch000.ckpt").exists() and max(epochs, default=0) >= 1
 
 
+def interruptible() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def interrupt(run_dir: Path, signum: int, when=after_first_step_checkpoint, *extra: str) -> subprocess.CompletedProcess:
     """Start a run and send it ``signum`` as soon as ``when(run_dir)`` holds."""
+    # a shell that starts the tests in the background makes them ignore SIGINT, and so their children: a
+    # terminal's Ctrl-C reaches a program that does not ignore it
     process = subprocess.Popen(train_command(run_dir, *extra), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True, cwd=ROOT)  # fmt: skip
+                               text=True, cwd=ROOT, preexec_fn=interruptible)  # fmt: skip
     deadline = time.time() + 300
     while process.poll() is None and time.time() < deadline and not when(run_dir):
         time.sleep(0.01)

@@ -303,3 +303,20 @@ def test_bad_sweep_input_stops_before_any_run_with_one_line(tmp_path, capsys, pa
     err = capsys.readouterr().err
     assert stopped.value.code == 2 and message in err and err.count("\n") == 1
     assert not (tmp_path / "sweep").exists()
+
+
+@pytest.mark.slow
+def test_a_folder_trained_on_other_data_is_refused(tmp_path, capsys):
+    args = [*QUICK, "trainer.max_epochs=1", f"run_dir={tmp_path}"]
+    train(compose_train(*args))
+    (tmp_path / "results.json").unlink()  # as if killed: a rerun would resume
+    saved = json.loads((tmp_path / "fingerprint.json").read_text())
+    assert saved["data"]["splits"]["train"]["pairs"] > 0 and saved["data"]["tokenizers"]
+    # the same settings, other text (a corpus file edited in place): its tokenizers differ
+    saved["data"]["tokenizers"] = "0" * 16
+    (tmp_path / "fingerprint.json").write_text(json.dumps(saved))
+    with pytest.raises(RunFolderError, match=r"trained on other data \(data\.tokenizers differ\).*resume=force"):
+        train(compose_train(*args))
+    capsys.readouterr()
+    train(compose_train(*args, "resume=force"))
+    assert "resume=force: continuing" in capsys.readouterr().out

@@ -347,12 +347,7 @@ def test_a_sweep_of_ddp_runs_on_two_cpu_processes(tmp_path):
         "pos=absolute,rope",
         f"hydra.sweep.dir={tmp_path}",
     ]
-    result = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=900)
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
-    assert sorted(p.parent.name for p in tmp_path.glob("*/sweep_result.json")) == [
-        "pos=absolute,seed=1",
-        "pos=rope,seed=1",
-    ]
+    run_two_cell_sweep(command, tmp_path)
     assert not list(tmp_path.glob("*/.hydra/multirun.yaml"))  # no nested sweep started by a DDP rank
     config = (tmp_path / "pos=rope,seed=1" / "config.yaml").read_text()
     assert "strategy: ddp" in config and "devices: 2" in config
@@ -493,6 +488,15 @@ def test_the_sweep_folder_is_named_after_the_grid_without_a_hydra_config(grid, f
         HydraConfig.instance().cfg = None
 
 
+def run_two_cell_sweep(command: list[str], sweep_dir) -> subprocess.CompletedProcess:
+    """Run a sweep of pos=absolute,rope with seed 1 and check that both runs finished."""
+    result = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=900)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    runs = sorted(p.parent.name for p in sweep_dir.glob("*/sweep_result.json"))
+    assert runs == ["pos=absolute,seed=1", "pos=rope,seed=1"]
+    return result
+
+
 @pytest.mark.slow
 def test_the_cluster_path_runs_a_two_run_sweep_through_submitit_local(tmp_path):
     """hydra-submitit-launcher's local executor: the SLURM launcher's path (each run a submitit job,
@@ -506,10 +510,5 @@ def test_the_cluster_path_runs_a_two_run_sweep_through_submitit_local(tmp_path):
         "hydra.launcher.timeout_min=10",
         f"hydra.sweep.dir={tmp_path}",
     ]
-    result = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=900)
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
-    assert sorted(p.parent.name for p in tmp_path.glob("*/sweep_result.json")) == [
-        "pos=absolute,seed=1",
-        "pos=rope,seed=1",
-    ]
+    run_two_cell_sweep(command, tmp_path)
     assert (tmp_path / "report.md").is_file() and list(tmp_path.glob(".submitit/*"))

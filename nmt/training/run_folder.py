@@ -130,6 +130,33 @@ def check_identity(run_dir: Path, current: dict, force: bool) -> str | None:
     )
 
 
+def data_identity(description: str, report: dict, src_tokenizer, tgt_tokenizer) -> dict:
+    """What the data was: the corpus and languages, the pairs (or tokens) of each split, and a hash of the
+    tokenizers, which are trained on the training text (so another text gives another hash)."""
+    import hashlib
+
+    digest = hashlib.sha256(src_tokenizer.model_proto + tgt_tokenizer.model_proto).hexdigest()[:16]
+    sizes = {split: {k: v for k, v in counts.items() if isinstance(v, int)} for split, counts in report.items()}
+    return {"corpus": description, "splits": sizes, "tokenizers": digest}
+
+
+def check_data(run_dir: Path, current: dict, force: bool) -> str | None:
+    """After the data is read: the folder's run was trained on the same data, or RunFolderError (a
+    warning with ``force``)."""
+    path = run_dir / FINGERPRINT
+    saved = json.loads(path.read_text()).get("data") if path.is_file() else None
+    if not saved or saved == current["data"]:
+        return None
+    changed = [k for k in sorted(set(saved) | set(current["data"])) if saved.get(k) != current["data"].get(k)]
+    what = ", ".join(f"data.{k}" for k in changed)
+    if force:
+        return f"warning: resume=force: continuing {run_dir} on other data ({what})"
+    raise RunFolderError(
+        f"{run_dir} holds a run trained on other data ({what} differ); choose another run_dir, or pass "
+        "resume=force to continue it anyway"
+    )
+
+
 def record_identity(run_dir: Path, current: dict) -> None:
     atomic_write_json(run_dir / FINGERPRINT, current)
 

@@ -29,7 +29,9 @@ from nmt.training.run_folder import (
     FINGERPRINT,
     RESULTS,
     RunLock,
+    check_data,
     check_identity,
+    data_identity,
     fingerprint,
     finished_results,
     record_identity,
@@ -139,6 +141,8 @@ def _claim_folder(cfg: DictConfig, run_dir: Path, identity: dict) -> dict | None
     warning = check_identity(run_dir, identity, force)
     if warning:
         print(warning)
+    # the data is checked once it is read (check_data): keep the folder's record of it until then
+    saved_data = json.loads(saved_path.read_text()).get("data") if saved_path.is_file() else None
     finished = finished_results(run_dir)
     if finished is not None and not warning:
         print(
@@ -146,7 +150,7 @@ def _claim_folder(cfg: DictConfig, run_dir: Path, identity: dict) -> dict | None
             "Choose another run_dir to train again."
         )
         return finished
-    record_identity(run_dir, identity)
+    record_identity(run_dir, {**identity, "data": saved_data} if saved_data else identity)
     return None
 
 
@@ -168,6 +172,13 @@ def _train_in_folder(cfg: DictConfig, task, run_dir: Path, config: dict, main_pr
 
     datamodule.prepare_data()
     src_tokenizer, tgt_tokenizer = datamodule.build_tokenizers()
+    data_report = datamodule.report() if main_process else None
+    if main_process:  # the data too must be the data the folder's run was trained on
+        identity["data"] = data_identity(datamodule.describe(), data_report, src_tokenizer, tgt_tokenizer)
+        warning = check_data(run_dir, identity, str(cfg.get("resume", "auto")) == "force")
+        if warning:
+            print(warning)
+        record_identity(run_dir, identity)
     model = task.build_model(cfg.model, src_tokenizer, tgt_tokenizer)
     if cfg.get("compile"):
         # in place: parameter names (and so checkpoints) stay those of the plain model; dynamic shapes
@@ -193,7 +204,7 @@ def _train_in_folder(cfg: DictConfig, task, run_dir: Path, config: dict, main_pr
         atomic_write_text(run_dir / "config.yaml", OmegaConf.to_yaml(OmegaConf.create(config)))
         atomic_write_bytes(run_dir / "tokenizers" / "src.model", src_tokenizer.model_proto)
         atomic_write_bytes(run_dir / "tokenizers" / "tgt.model", tgt_tokenizer.model_proto)
-        write_report(datamodule.report(), datamodule.describe(), run_dir)
+        write_report(data_report or datamodule.report(), datamodule.describe(), run_dir)
     if resume:
         print(f"Resuming from {resume}")
     for logger in trainer.loggers:
