@@ -36,7 +36,10 @@ def user_message(err: BaseException) -> str:
     if isinstance(err, OSError) and err.filename:
         return f"{err.filename}: {err.strerror}"
     text = str(err).strip()
-    return text if isinstance(err, ConfigError) else text.splitlines()[0] if text else type(err).__name__
+    if isinstance(err, ConfigError):  # every problem, on one line
+        head, *problems = text.splitlines()
+        return f"{head} " + "; ".join(p.strip() for p in problems)
+    return text.splitlines()[0] if text else type(err).__name__
 
 
 CONF = Path(__file__).resolve().parents[1] / "conf"

@@ -130,15 +130,25 @@ def test_a_checkpoint_written_before_the_restructuring_still_evaluates(toy_run, 
     old = tmp_path / "run" / "checkpoints" / "old.ckpt"
     old.parent.mkdir(parents=True)
     torch.save(checkpoint, old)
-    run("evaluate.py", f"ckpt_path={old}", f"out_dir={tmp_path / 'eval'}", "samples=0")
+    evaluate_here(f"ckpt_path={old}", f"out_dir={tmp_path / 'eval'}")
     metrics = json.loads((tmp_path / "eval" / "metrics.json").read_text())
     assert metrics["bleu"] == pytest.approx(results["test"]["bleu"], abs=0.01)
 
 
+def evaluate_here(*overrides: str) -> dict:
+    """evaluate.py's function in this process (the entry point itself is run by the tests above)."""
+    from hydra import compose, initialize_config_dir
+
+    from nmt.evaluation.evaluate import evaluate
+
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        return evaluate(compose("evaluate", overrides=["samples=0", *overrides]))
+
+
 def test_evaluate_takes_a_run_folder_and_never_overwrites_an_evaluation_of_other_settings(toy_run, tmp_path):
-    run("evaluate.py", f"ckpt_path={toy_run}", "samples=0")  # the folder: its best checkpoint
-    run("evaluate.py", f"ckpt_path={toy_run}", "samples=0", "decode.length_penalty=0.6")
-    run("evaluate.py", f"ckpt_path={toy_run / 'checkpoints' / 'last.ckpt'}", "samples=0")
+    evaluate_here(f"ckpt_path={toy_run}")  # the folder: its best checkpoint
+    evaluate_here(f"ckpt_path={toy_run}", "decode.length_penalty=0.6")
+    evaluate_here(f"ckpt_path={toy_run / 'checkpoints' / 'last.ckpt'}")
     folders = {p.name for p in (toy_run / "eval").iterdir()}
     assert {"test_beam5", "test_beam5_lp0.6", "last_test_beam5"} <= folders, folders
     lp = json.loads((toy_run / "eval" / "test_beam5_lp0.6" / "metrics.json").read_text())
@@ -146,10 +156,8 @@ def test_evaluate_takes_a_run_folder_and_never_overwrites_an_evaluation_of_other
 
 
 def test_average_last_beyond_the_epoch_checkpoints_is_refused_with_the_number_there_is(toy_run):
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    command = [sys.executable, str(ROOT / "evaluate.py"), f"ckpt_path={toy_run}", "average_last=99", "samples=0"]
-    result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
-    assert result.returncode == 2 and "Traceback" not in result.stderr
     kept = len(list((toy_run / "checkpoints").glob("epoch*.ckpt")))
-    assert f"average_last=99: only {kept} epoch checkpoint(s)" in result.stderr
-    assert f"pass average_last={kept} or fewer" in result.stderr
+    with pytest.raises(
+        CheckpointError, match=rf"average_last=99: only {kept} epoch checkpoint\(s\).*average_last={kept} or fewer"
+    ):
+        evaluate_here(f"ckpt_path={toy_run}", "average_last=99")

@@ -257,28 +257,29 @@ def test_a_checkpoint_outside_a_checkpoints_folder_needs_a_run_dir(tmp_path):
     assert resolve_run_dir(cfg) == tmp_path / "run"
 
 
-def run_script(script: str, *args: str, cwd) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, str(ROOT / script), *args], capture_output=True, text=True, cwd=cwd, timeout=300
-    )
+def test_entry_points_answer_user_errors_in_one_line(tmp_path, capsys):
+    """What train.py and evaluate.py run (run_cli around train and evaluate), in this process."""
+    from hydra import compose, initialize_config_dir
 
+    from nmt.evaluation.evaluate import evaluate
 
-@pytest.mark.slow
-def test_entry_points_answer_user_errors_in_one_line(tmp_path):
     (tmp_path / "file").write_text("")
     trap = tmp_path / "run" / "checkpoints" / "last.ckpt"
     trap.parent.mkdir(parents=True)
     torch.save({"payload": signal.Signals.SIGTERM}, trap)  # not plain data: refused by weights_only
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        no_checkpoint = compose("evaluate")
     cases = [
-        (run_script("evaluate.py", cwd=tmp_path), "ckpt_path is required"),
-        (run_script("train.py", "data=toy", f"run_dir={tmp_path / 'file' / 'run'}", cwd=tmp_path), "a file stands"),
-        (run_script("train.py", "data=toy", f"run_dir={trap.parent.parent}", cwd=tmp_path), "cannot resume"),
-        (run_script("train.py", "data=toy", "trainer.devices=0", cwd=tmp_path), "trainer.devices=0"),
+        (evaluate, no_checkpoint, "error: ckpt_path is required and has no value: add ckpt_path=..."),
+        (train, compose_train(*QUICK, f"run_dir={tmp_path / 'file' / 'run'}"), "a file stands where the run folder"),
+        (train, compose_train(*QUICK, f"run_dir={trap.parent.parent}"), "error: cannot resume: "),
+        (train, compose_train(*QUICK, "trainer.devices=0", f"run_dir={tmp_path / 'd'}"), "trainer.devices=0"),
     ]
-    for result, text in cases:
-        assert result.returncode == 2, result.stderr[-2000:]
-        assert text in result.stderr and "Traceback" not in result.stderr, result.stderr[-2000:]
-        assert result.stderr.strip().startswith("error:")
+    for function, cfg, text in cases:
+        with pytest.raises(SystemExit) as stopped:
+            run_cli(function, cfg)
+        err = capsys.readouterr().err
+        assert stopped.value.code == 2 and text in err and err.startswith("error:"), err
 
 
 @pytest.mark.parametrize(
