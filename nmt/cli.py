@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from lightning.fabric.utilities.exceptions import MisconfigurationException
+from omegaconf import OmegaConf
 from omegaconf.errors import MissingMandatoryValue
 
 from nmt.data.sources import DataNotFoundError
@@ -88,7 +89,14 @@ def unknown_key_message(argv: list[str], config_name: str, conf: Path = CONF) ->
         return None  # inside a test or a program that composes configs itself
     try:
         with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
-            cfg = compose(config_name, overrides=group_overrides)
+            cfg = compose(config_name, overrides=group_overrides, return_hydra_config=True)
+            # a sweep's grid may choose groups too (grid=rnn sets model=rnn): compose with its first levels
+            params = OmegaConf.select(cfg, "hydra.sweeper.params") or {}
+            chosen = {o.partition("=")[0] for o in group_overrides}
+            grid_groups = [f"{k}={str(v).split(',')[0]}" for k, v in params.items() if k in groups and k not in chosen]
+            if grid_groups:
+                cfg = compose(config_name, overrides=[*grid_groups, *group_overrides], return_hydra_config=True)
+            cfg = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
     except Exception:  # a bad group option or the like: Hydra's own message names it
         return None
     known = _keys(cfg)

@@ -30,6 +30,12 @@ def default_lock_dir() -> Path:
     return Path(os.environ.get(LOCK_DIR_ENV) or Path(tempfile.gettempdir()) / "nmt-gpu-slots")
 
 
+def _open_slot(path: Path):
+    """A slot file opened read-only (enough for flock), created writable by every user."""
+    descriptor = os.open(path, os.O_RDONLY | os.O_CREAT, 0o666)
+    return os.fdopen(descriptor, "r")
+
+
 class GpuPool:
     """``with GpuPool(devices, ...).take() as gpus:`` runs with ``gpus`` (device ids) held."""
 
@@ -48,11 +54,15 @@ class GpuPool:
         self.devices, self.runs_per_gpu, self.gpus_per_run = list(devices), runs_per_gpu, gpus_per_run
         self.lock_dir, self.poll_s = Path(lock_dir or default_lock_dir()), poll_s
         self.lock_dir.mkdir(parents=True, exist_ok=True)
+        try:  # shared by every user of the machine, as /tmp is
+            os.chmod(self.lock_dir, 0o1777)
+        except PermissionError:
+            pass
 
     def _try_slot(self, device: str):
         """An open, locked slot file of ``device``, or None when all its slots are taken."""
         for slot in range(self.runs_per_gpu):
-            handle = open(self.lock_dir / f"gpu{device}.slot{slot}.lock", "a")  # noqa: SIM115 - kept while held
+            handle = _open_slot(self.lock_dir / f"gpu{device}.slot{slot}.lock")
             try:
                 fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 return handle
@@ -80,7 +90,7 @@ class GpuPool:
             path = self.lock_dir / f"gpu{device}.slot{slot}.lock"
             if not path.exists():
                 continue
-            with open(path, "a") as handle:
+            with _open_slot(path) as handle:
                 try:
                     fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
                     fcntl.flock(handle, fcntl.LOCK_UN)

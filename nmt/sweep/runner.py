@@ -84,6 +84,31 @@ def _override_pairs(overrides) -> list[tuple[str, str]]:
     return pairs
 
 
+def _prefixes(overrides) -> dict[str, str]:
+    """The Hydra prefix (+, ++, ~) each command-line key came with."""
+    found = {}
+    for override in overrides:
+        key = override.lstrip("+~").partition("=")[0]
+        found[key] = override[: len(override) - len(override.lstrip("+~"))]
+    return found
+
+
+def as_override(key: str, value: str, prefix: str = "") -> str:
+    """The override string of a key and value, with its prefix given back (``~key`` deletes it)."""
+    return f"~{key}" if prefix == "~" and not value else f"{prefix}{key}={value}"
+
+
+def _compose_train(overrides: list[str]):
+    """The train config with these overrides (inside a running Hydra app or outside one)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    if GlobalHydra.instance().is_initialized():
+        return compose(config_name="train", overrides=overrides)
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        return compose(config_name="train", overrides=overrides)
+
+
 def sweep_levels(config: DictConfig) -> dict[str, list[str]]:
     """Each key of the sweep with its values: the grid's parameters, then the command line's (a key given
     there replaces the grid's)."""
@@ -112,17 +137,26 @@ def planned_values(config: DictConfig) -> list[dict[str, str]]:
     return runs
 
 
-def expected_fingerprint(values: dict[str, str]) -> dict:
-    """The fingerprint train.py will record for the run with these values (composed here as it will be)."""
-    from hydra import compose
+def run_overrides(config: DictConfig, values: dict[str, str]) -> list[str]:
+    """The train.py overrides of the run with these values, as run_cell passes them (prefixes kept; the
+    GPU pool's device count added)."""
+    prefixes = _prefixes(config.hydra.overrides.task)
+    overrides = [as_override(k, v, prefixes.get(k, "")) for k, v in values.items()]
+    if config.get("gpu_pool"):
+        overrides.append(f"trainer.devices={int(config.gpus_per_run)}")
+    return overrides
 
+
+def expected_fingerprint(overrides: list[str]) -> dict:
+    """The fingerprint train.py will record for the run with these overrides (composed here as it will be)."""
     from nmt.training.run_folder import fingerprint
     from nmt.training.trainer import resolve_precision
 
-    cfg = compose(config_name="train", overrides=[f"{k}={v}" for k, v in values.items()])
+    cfg = _compose_train(overrides)
     keep = [k for k in cfg if k not in (*SWEEP_KEYS, "name")]
     job = OmegaConf.to_container(OmegaConf.masked_copy(cfg, keep), resolve=True)
-    job["trainer"]["precision"] = resolve_precision(str(job["trainer"]["precision"]), job["trainer"]["accelerator"])
+    if str(job["trainer"]["precision"]) == "auto":  # as train() resolves it; other values stay as composed
+        job["trainer"]["precision"] = resolve_precision("auto", job["trainer"]["accelerator"])
     return fingerprint(job)
 
 
@@ -136,7 +170,7 @@ def changed_runs(sweep_dir: Path, config: DictConfig) -> dict[str, list[str]]:
         saved = sweep_dir / run_name(values, swept) / FINGERPRINT
         if saved.is_file():
             try:
-                expected = expected_fingerprint(values)
+                expected = expected_fingerprint(run_overrides(config, values))
             except Exception as err:  # an override this check cannot compose (e.g. +new_key=...)
                 print(f"[sweep] cannot check the settings of {saved.parent.name}: {type(err).__name__}")
                 continue
@@ -193,11 +227,27 @@ def input_problem(config: DictConfig) -> str | None:
             for value in values:
                 if value not in options and value != "null":
                     return f"{key}={value}: not an option of group {key}; valid: {options}"
-        elif OmegaConf.select(config, key, default="__missing__", throw_on_missing=False) == "__missing__":
-            known = [k for k in config if k != "hydra"]
-            close = difflib.get_close_matches(key, known, n=2)
-            hint = f" (did you mean {' or '.join(close)}?)" if close else ""
-            return f"{key}: not a key of the config, so it cannot be a factor{hint}"
+    # every key of every run exists once the run's groups are chosen (the grid may choose model=rnn)
+    prefixes = _prefixes(config.hydra.overrides.task)
+    seen = set()
+    for values in planned_values(config):
+        groups = tuple(sorted((k, v) for k, v in values.items() if (conf / k).is_dir()))
+        if groups in seen:
+            continue
+        seen.add(groups)
+        try:
+            composed = _compose_train(
+                [as_override(k, v, prefixes.get(k, "")) for k, v in values.items() if (conf / k).is_dir()]
+            )
+        except Exception as err:  # a group option Hydra cannot compose: its own message says which
+            return str(err).splitlines()[0]
+        for key in values:
+            if (conf / key).is_dir() or prefixes.get(key):
+                continue
+            if OmegaConf.select(composed, key, default="__missing__", throw_on_missing=False) == "__missing__":
+                close = difflib.get_close_matches(key, [k for k in _all_keys(composed)], n=2)
+                hint = f" (did you mean {' or '.join(close)}?)" if close else ""
+                return f"{key}: not a key of the config, so it cannot be a factor{hint}"
     baseline = config.get("baseline")
     if baseline:
         factors = {k: v for k, v in levels.items() if len(v) > 1 and k != "seed"}
@@ -207,6 +257,16 @@ def input_problem(config: DictConfig) -> str | None:
             if str(value) not in factors[key]:
                 return f"baseline: {key}={value} is not a level of {key} (levels: {factors[key]})"
     return None
+
+
+def _all_keys(node, prefix: str = "") -> list[str]:
+    keys = []
+    for key in node:
+        child = node._get_node(key)
+        keys.append(f"{prefix}{key}")
+        if isinstance(child, DictConfig):
+            keys += _all_keys(child, f"{prefix}{key}.")
+    return keys
 
 
 def planned_runs(config: DictConfig) -> int:
@@ -247,6 +307,7 @@ def run_cell(cfg: DictConfig) -> dict | None:
     """One run of the sweep (a Hydra multirun job): train.py in a subprocess, unless already done."""
     hydra_cfg = HydraConfig.get()
     pairs = _override_pairs(hydra_cfg.overrides.task)
+    prefixes = _prefixes(hydra_cfg.overrides.task)  # ++key=..., ~key reach train.py as given
     swept = swept_keys(Path(hydra_cfg.sweep.dir))
     run_dir = (Path(hydra_cfg.sweep.dir) / ",".join(f"{k}={v}" for k, v in sorted(pairs) if k in swept)).resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -262,7 +323,7 @@ def run_cell(cfg: DictConfig) -> dict | None:
     command = [
         sys.executable,
         str(ROOT / "train.py"),
-        *(f"{k}={v}" for k, v in pairs),
+        *(as_override(k, v, prefixes.get(k, "")) for k, v in pairs),
         f"run_dir='{run_dir}'",
         f"hydra.run.dir='{run_dir}'",
         f"group={cfg.sweep_name}",

@@ -50,8 +50,28 @@ class RunFolderError(ValueError):
     """The run folder belongs to another run (other settings, another process)."""
 
 
+def code_hash() -> str:
+    """A hash of what computes a result: the package's source and the configs. A commit that changes
+    neither (documents, tests, benchmarks) keeps it; an uncommitted edit of the code changes it."""
+    import hashlib
+
+    root = Path(__file__).resolve().parents[2]
+    digest = hashlib.sha256()
+    for path in sorted([*(root / "nmt").rglob("*.py"), *(root / "conf").rglob("*.yaml")]):
+        digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
 def code_version() -> dict:
-    """The git commit of the code and whether it had uncommitted changes; the package version outside git."""
+    """The hash of the code that computes results (compared), with the git commit and whether it had
+    uncommitted changes (for the record), or the package version outside git."""
+    try:
+        return {"hash": code_hash(), **_git_version()}
+    except OSError:
+        return {"hash": "unknown"}
+
+
+def _git_version() -> dict:
     root = Path(__file__).resolve().parents[2]
     try:
         commit = subprocess.run(
@@ -106,8 +126,9 @@ def differences(saved: dict, current: dict) -> list[str]:
         if old.get(key, "(absent)") != new.get(key, "(absent)")
     ]
     old_code, new_code = saved.get("code", {}), current.get("code", {})
-    if old_code.get("commit") != new_code.get("commit") and "commit" in old_code and "commit" in new_code:
-        lines.append(f"code: commit {old_code['commit'][:12]} -> {new_code['commit'][:12]}")
+    if "hash" in old_code and old_code.get("hash") != new_code.get("hash"):
+        commits = f" (commit {old_code.get('commit', '?')[:12]} -> {new_code.get('commit', '?')[:12]})"
+        lines.append(f"code: the source of nmt/ or conf/ changed{commits}")
     return lines
 
 

@@ -120,7 +120,8 @@ def train(cfg: DictConfig) -> dict:
     config = OmegaConf.to_container(cfg, resolve=True)
     config["run_dir"] = str(run_dir)
     # DDP starts one process per device, each running this function: rank 0 owns the folder
-    main_process = int(os.environ.get("LOCAL_RANK", 0)) == 0 and int(os.environ.get("NODE_RANK", 0)) == 0
+    ranks = ("LOCAL_RANK", "NODE_RANK", "RANK", "SLURM_PROCID")  # Lightning's launcher, torchrun, srun
+    main_process = all(int(os.environ.get(name, 0) or 0) == 0 for name in ranks)
     with RunLock(run_dir) if main_process else contextlib.nullcontext():
         return _train_in_folder(cfg, task, run_dir, config, main_process)
 
