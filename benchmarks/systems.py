@@ -1,6 +1,6 @@
 """The systems ``make bench`` times: our Transformer and GRU, and torch.nn.Transformer of the same shape
 (the fused reference). Each measurement runs in a fresh worker process (``python -m benchmarks.systems``)
-so that its peak memory is its own. The timing and memory helpers come from ``nmt/peers/peer_speed.py``
+so that its peak memory is its own. The timing and memory helpers come from ``peers/peer_speed.py``
 (torch only, so peers' environments can run it), so ours and the peers are measured by the same code."""
 
 import argparse
