@@ -213,6 +213,32 @@ def test_a_command_line_factor_replaces_the_grids_factor_of_the_same_key(tmp_pat
     assert json.loads((tmp_path / "plan.json").read_text()) == {"factors": {"seed": ["1", "2", "3"]}, "runs": 3}
 
 
+def test_runs_made_under_other_settings_stop_the_sweep_or_are_moved_aside(tmp_path, capsys):
+    """on_changed=stop (the default) lists them and launches nothing; on_changed=move keeps them in
+    superseded/ (nothing computed is lost) and leaves their folders free for the runs of these settings."""
+    from nmt.sweep.runner import expected_fingerprint, run_overrides
+
+    config = sweep_config(tmp_path, {"seed": "1"}, ["pos=absolute,relative", "trainer.max_steps=3"])
+    fingerprint = expected_fingerprint(run_overrides(config, {"seed": "1", "pos": "absolute", "trainer.max_steps": "3"}))
+    fingerprint["config"]["trainer.max_steps"] = 2  # the folder's run had another budget
+    run = tmp_path / "pos=absolute,seed=1"
+    run.mkdir()
+    (run / "fingerprint.json").write_text(json.dumps(fingerprint))
+    (run / "sweep_result.json").write_text("{}")
+    with pytest.raises(SystemExit) as stopped:
+        SweepReport().on_multirun_start(config)
+    err = capsys.readouterr().err
+    assert stopped.value.code == 2 and "pos=absolute,seed=1 (trainer.max_steps: 2 -> 3)" in err and "on_changed=move" in err
+    assert run.is_dir() and not (tmp_path / "plan.json").exists()
+
+    config.on_changed = "move"
+    SweepReport().on_multirun_start(config)
+    assert "moved to" in capsys.readouterr().out and not run.exists()
+    (moved,) = (tmp_path / "superseded").glob("*/pos=absolute,seed=1")
+    assert json.loads((moved / "fingerprint.json").read_text()) == fingerprint
+    assert (tmp_path / "plan.json").is_file()
+
+
 # ---- 11, 12: one line for each user error, before data loads ------------------------------------------
 @pytest.mark.parametrize(
     ("override", "message"),
@@ -289,6 +315,8 @@ def test_entry_points_answer_user_errors_in_one_line(tmp_path, capsys):
         ({}, ["model.d_modle=64,128"], None, "model.d_modle: not a key of the config"),
         ({}, ["pos=absolute,rope"], {"norm": "rms"}, "baseline: norm is not a factor of this sweep (factors: ['pos'])"),
         ({}, ["pos=absolute,rope"], {"pos": "relative"}, "baseline: pos=relative is not a level of pos"),
+        ({}, ["pos=rope,rope"], None, "pos=rope,rope: the factor has one level (rope given 2 times)"),
+        ({}, ["pos=rope,absolute,rope"], None, "pos=rope,absolute,rope: the factor repeats a level (rope given 2"),
     ],
 )
 def test_bad_sweep_input_stops_before_any_run_with_one_line(tmp_path, capsys, params, command_line, baseline, message):
@@ -313,10 +341,12 @@ def test_a_folder_trained_on_other_data_is_refused(tmp_path, capsys):
     (tmp_path / "results.json").unlink()  # as if killed: a rerun would resume
     saved = json.loads((tmp_path / "fingerprint.json").read_text())
     assert saved["data"]["splits"]["train"]["pairs"] > 0 and saved["data"]["tokenizers"]
-    # the same settings, other text (a corpus file edited in place): its tokenizers differ
-    saved["data"]["tokenizers"] = "0" * 16
+    assert sorted(saved["data"]["text"]) == ["test", "train", "val"]
+    # the same settings and sizes, another test text (a test file edited in place; the tokenizers, trained
+    # on the training text, are the same)
+    saved["data"]["text"]["test"] = "0" * 16
     (tmp_path / "fingerprint.json").write_text(json.dumps(saved))
-    with pytest.raises(RunFolderError, match=r"trained on other data \(data\.tokenizers differ\).*resume=force"):
+    with pytest.raises(RunFolderError, match=r"trained on other data \(data\.text differ\).*resume=force"):
         train(compose_train(*args))
     capsys.readouterr()
     train(compose_train(*args, "resume=force"))

@@ -512,3 +512,19 @@ def test_the_cluster_path_runs_a_two_run_sweep_through_submitit_local(tmp_path):
     ]
     run_two_cell_sweep(command, tmp_path)
     assert (tmp_path / "report.md").is_file() and list(tmp_path.glob(".submitit/*"))
+
+
+@pytest.mark.parametrize(
+    ("grid", "override", "group", "option"),
+    [("rnn", "model.hidden_size=64", "model", "rnn"), ("lm_position", "model.num_layers=2", "task", "lm")],
+)
+def test_a_grid_brings_its_own_model_so_its_keys_can_be_set_on_the_command_line(grid, override, group, option):
+    """grid=rnn sweeps an RNN: `grid=rnn model.hidden_size=64` composes (the default model has no such key)."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("sweep", overrides=[f"grid={grid}", override], return_hydra_config=True)
+    key, value = override.split("=")
+    assert str(OmegaConf.select(cfg, key)) == value
+    assert cfg.hydra.runtime.choices[group] == option

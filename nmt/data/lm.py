@@ -113,6 +113,10 @@ class LanguageModelDataModule(L.LightningDataModule):
     def describe(self) -> str:
         return f"{self.name} (block {self.block_size}, eval stride {self.eval_stride})"
 
+    def text_hashes(self) -> dict[str, str]:
+        """Per split, a hash of the text read (part of a run's identity)."""
+        return {split: content_hash(split, lines=self.text(split)) for split in ("train", "val", "test")}
+
     # ---- vocabulary and streams ------------------------------------------------------------------
     def set_tokenizers(self, src, tgt) -> None:
         self.vocab = tgt

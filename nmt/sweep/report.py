@@ -22,7 +22,8 @@ RESULT = "sweep_result.json"  # one run's record, written by nmt.sweep.runner.ru
 
 
 def collect_records(sweep_dir: Path) -> list[dict]:
-    return [json.loads(p.read_text()) for p in sorted(Path(sweep_dir).rglob(RESULT))]
+    """The records of the sweep's finished runs (its run folders; not those set aside as superseded)."""
+    return [json.loads(p.read_text()) for p in sorted(Path(sweep_dir).glob(f"*/{RESULT}"))]
 
 
 def _fmt(value: float, digits: int = 2) -> str:

@@ -37,6 +37,7 @@ SWEEP_KEYS = (
     "plan",
 )
 LAUNCHED = "launched_at"  # when this invocation of the sweep began (seconds since the epoch)
+SUPERSEDED = "superseded"  # run folders made under other settings, moved aside by on_changed=move
 PLAN = "plan.json"  # the sweep's factors with their levels, and how many runs they make
 FAILED = "sweep_failed.json"  # in a run folder whose last attempt failed
 
@@ -192,8 +193,14 @@ def print_plan(sweep_dir: Path, config: DictConfig) -> None:
         if len(values) > 1:
             source = "command line" + (" (replaces the grid's)" if key in grid else "") if key in given else "grid"
             print(f"  factor {key}: {', '.join(values)}   [{source}]")
+    for key, values in given.items():
+        if len(values) == 1 and len(grid.get(key, [])) > 1:
+            print(f"  {key} held at {values[0]} by the command line (the grid's factor: {', '.join(grid[key])})")
     constants = [f"{k}={v[0]}" for k, v in given.items() if len(v) == 1]
     print(f"  constants from the command line: {' '.join(constants) or 'none'}")
+    grid_constants = [f"{k}={v[0]}" for k, v in grid.items() if len(v) == 1 and k not in given]
+    if grid_constants:
+        print(f"  constants from the grid: {' '.join(grid_constants)}")
     runs = planned_values(config)
     cells = len(runs) // max(len(levels.get("seed", ["1"])), 1)
     print(f"  {cells} cells x {len(levels.get('seed', ['1']))} seeds = {len(runs)} runs")
@@ -221,6 +228,13 @@ def input_problem(config: DictConfig) -> str | None:
     conf = ROOT / "conf"
     levels = sweep_levels(config)
     for key, values in levels.items():
+        repeated = sorted({v for v in values if values.count(v) > 1})
+        if repeated:
+            kind = "has one level" if len(set(values)) == 1 else "repeats a level"
+            return (
+                f"{key}={','.join(values)}: the factor {kind} ({', '.join(repeated)} given {values.count(repeated[0])} "
+                f"times); give distinct levels, or one value to hold {key} constant"
+            )
         group = conf / key
         if group.is_dir():
             options = sorted(p.stem for p in group.glob("*.yaml"))
@@ -439,11 +453,19 @@ class SweepReport(Callback):
             print_plan(sweep_dir, config)
             raise SystemExit(0)  # a plan trains nothing
         changed = changed_runs(sweep_dir, config) if sweep_dir.is_dir() else {}
+        if changed and config.get("on_changed", "stop") == "move":
+            aside = sweep_dir / SUPERSEDED / time.strftime("%Y%m%d-%H%M%S")
+            aside.mkdir(parents=True, exist_ok=True)
+            for name, found in changed.items():
+                (sweep_dir / name).rename(aside / name)
+                print(f"[sweep] {name} was made under other settings ({', '.join(found[:3])}): moved to {aside / name}")
+            changed = {}
         if changed:
             listing = "; ".join(f"{name} ({', '.join(found[:3])})" for name, found in list(changed.items())[:3])
             print(
                 f"error: {len(changed)} run(s) of {sweep_dir} were made under other settings or code: {listing}. "
-                "Give this sweep its own sweep_name=... to keep both, or remove those run folders",
+                "Give this sweep its own sweep_name=... to keep both, on_changed=move to set those runs aside "
+                f"(in {sweep_dir / SUPERSEDED}) and run them again, or remove them",
                 file=sys.stderr,
             )
             raise SystemExit(2)

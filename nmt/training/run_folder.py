@@ -151,14 +151,14 @@ def check_identity(run_dir: Path, current: dict, force: bool) -> str | None:
     )
 
 
-def data_identity(description: str, report: dict, src_tokenizer, tgt_tokenizer) -> dict:
-    """What the data was: the corpus and languages, the pairs (or tokens) of each split, and a hash of the
-    tokenizers, which are trained on the training text (so another text gives another hash)."""
+def data_identity(description: str, report: dict, text: dict, src_tokenizer, tgt_tokenizer) -> dict:
+    """What the data was: the corpus and languages, the pairs (or tokens) of each split, a hash of each
+    split's text, and a hash of the tokenizers trained on it."""
     import hashlib
 
     digest = hashlib.sha256(src_tokenizer.model_proto + tgt_tokenizer.model_proto).hexdigest()[:16]
     sizes = {split: {k: v for k, v in counts.items() if isinstance(v, int)} for split, counts in report.items()}
-    return {"corpus": description, "splits": sizes, "tokenizers": digest}
+    return {"corpus": description, "splits": sizes, "text": text, "tokenizers": digest}
 
 
 def check_data(run_dir: Path, current: dict, force: bool) -> str | None:

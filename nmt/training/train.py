@@ -175,7 +175,9 @@ def _train_in_folder(cfg: DictConfig, task, run_dir: Path, config: dict, main_pr
     src_tokenizer, tgt_tokenizer = datamodule.build_tokenizers()
     data_report = datamodule.report() if main_process else None
     if main_process:  # the data too must be the data the folder's run was trained on
-        identity["data"] = data_identity(datamodule.describe(), data_report, src_tokenizer, tgt_tokenizer)
+        identity["data"] = data_identity(
+            datamodule.describe(), data_report, datamodule.text_hashes(), src_tokenizer, tgt_tokenizer
+        )
         warning = check_data(run_dir, identity, str(cfg.get("resume", "auto")) == "force")
         if warning:
             print(warning)
