@@ -92,8 +92,8 @@ def test_score_command_rescores_saved_files(tmp_path, capsys):
     assert "short.txt has 1 lines but" in capsys.readouterr().err
 
 
-def test_score_command_compares_two_outputs_with_sacrebleus_paired_bootstrap(tmp_path, capsys):
-    """Same p-value as sacreBLEU's own --paired-bs on the same files (1,000 resamples, its default seed)."""
+def test_score_command_compares_two_outputs_with_sacrebleus_paired_randomisation(tmp_path, capsys):
+    """Same p-value as sacreBLEU's own --paired-ar on the same files (2,000 trials, its default seed)."""
     import random
 
     from nmt.evaluation.score import main
@@ -106,14 +106,14 @@ def test_score_command_compares_two_outputs_with_sacrebleus_paired_bootstrap(tmp
     for name, lines in (("ref", refs), ("good", good), ("bad", bad)):
         (tmp_path / f"{name}.txt").write_text("".join(x + "\n" for x in lines), encoding="utf-8")
     good_file, ref_file, bad_file = (str(tmp_path / f"{name}.txt") for name in ("good", "ref", "bad"))
-    scores = main([good_file, ref_file, "--lang", "de", "--baseline", bad_file])
+    scores = main([good_file, ref_file, "--lang", "de", "--baseline", bad_file, "--trials", "2000"])
     capsys.readouterr()
     exe = shutil.which("sacrebleu") or [sys.executable, "-m", "sacrebleu"]
     cmd = ([exe] if isinstance(exe, str) else exe) + [
         str(tmp_path / "ref.txt"), "-i", str(tmp_path / "bad.txt"), str(tmp_path / "good.txt"),
-        "-m", "bleu", "--paired-bs", "--paired-bs-n", "1000", "-f", "json",
+        "-m", "bleu", "--paired-ar", "--paired-ar-n", "2000", "-f", "json",
     ]  # fmt: skip
     reference = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)
     system = next(entry for entry in reference if entry["system"].endswith("good.txt"))
-    assert scores["paired_bootstrap_p"] == pytest.approx(system["BLEU"]["p_value"], abs=1e-9)
-    assert 0.01 < scores["paired_bootstrap_p"] < 1  # a p-value that depends on the resamples, not a floor
+    assert scores["paired_ar_p"] == pytest.approx(system["BLEU"]["p_value"], abs=1e-9)
+    assert 0.01 < scores["paired_ar_p"] < 1  # a p-value that depends on the trials, not a floor

@@ -9,7 +9,7 @@ import pytest
 from nmt.sweep.document import Document
 from nmt.sweep.report import write_report
 
-from .test_sweep import synthetic_sweep
+from .test_statistics import synthetic_sweep
 
 BROWSERS = ("chromium-headless-shell", "chromium", "chromium-browser", "google-chrome")
 
@@ -31,7 +31,7 @@ def test_the_page_needs_nothing_but_itself(report_html):
     assert sources and all(s.startswith("data:image/png;base64,") for s in sources)
     assert "http://" not in page and "https://" not in page
     # the same content as report.md: the ranking, effects, interaction with its interval, the outputs
-    for text in ("Ranking of cells", "Main effect relative - absolute: 4.00", "changes by 2.00 (95% CI ± 4.30"):
+    for text in ("Ranking of cells", "pos: relative - absolute", "changes by 2.00 (95% CI ± 4.21"):
         assert text in page
     assert "a small test sentence 3 ." in page and "a big test sentence 3 ." in page
 
@@ -68,7 +68,8 @@ def test_headless_chromium_renders_every_table_and_figure_without_errors(report_
     tables = int(re.search(r'data-tables="(\d+)"', body).group(1))
     page = report_html.read_text()
     assert figures == page.count("<img ") >= 2 and rendered == figures  # every figure decoded
-    assert tables == page.count("<table>") == 6  # ranking, effects at a glance, 2 factors, the interaction, the outputs
+    # what ran, ranking, effects at a glance, 2 factors, the interaction, the outputs
+    assert tables == page.count("<table>") == 7
     assert "Uncaught" not in result.stderr and ":ERROR:CONSOLE" not in result.stderr
 
 

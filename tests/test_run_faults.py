@@ -219,7 +219,9 @@ def test_runs_made_under_other_settings_stop_the_sweep_or_are_moved_aside(tmp_pa
     from nmt.sweep.runner import expected_fingerprint, run_overrides
 
     config = sweep_config(tmp_path, {"seed": "1"}, ["pos=absolute,relative", "trainer.max_steps=3"])
-    fingerprint = expected_fingerprint(run_overrides(config, {"seed": "1", "pos": "absolute", "trainer.max_steps": "3"}))
+    fingerprint = expected_fingerprint(
+        run_overrides(config, {"seed": "1", "pos": "absolute", "trainer.max_steps": "3"})
+    )
     fingerprint["config"]["trainer.max_steps"] = 2  # the folder's run had another budget
     run = tmp_path / "pos=absolute,seed=1"
     run.mkdir()
@@ -228,7 +230,11 @@ def test_runs_made_under_other_settings_stop_the_sweep_or_are_moved_aside(tmp_pa
     with pytest.raises(SystemExit) as stopped:
         SweepReport().on_multirun_start(config)
     err = capsys.readouterr().err
-    assert stopped.value.code == 2 and "pos=absolute,seed=1 (trainer.max_steps: 2 -> 3)" in err and "on_changed=move" in err
+    assert (
+        stopped.value.code == 2
+        and "pos=absolute,seed=1 (trainer.max_steps: 2 -> 3)" in err
+        and "on_changed=move" in err
+    )
     assert run.is_dir() and not (tmp_path / "plan.json").exists()
 
     config.on_changed = "move"

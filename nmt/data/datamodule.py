@@ -185,7 +185,10 @@ class ParallelDataModule(L.LightningDataModule):
     def text_hashes(self) -> dict[str, str]:
         """Per split, a hash of the text read (source and target lines, after dropping empty pairs): part
         of a run's identity, so that edited or replaced corpus files are not taken for the same data."""
-        return {split: content_hash(split, lines=[*self.text(split)[0], *self.text(split)[1]]) for split in ("train", "val", "test")}
+        return {
+            split: content_hash(split, lines=[*self.text(split)[0], *self.text(split)[1]])
+            for split in ("train", "val", "test")
+        }
 
     # ---- tokenizers ----------------------------------------------------------------------------
     def set_tokenizers(self, src: Tokenizer, tgt: Tokenizer) -> None:

@@ -3,8 +3,8 @@
 The metrics of ``evaluate.py`` (sacreBLEU with its signature, chrF, the lowercased tokenised BLEU of older
 papers, both BLEUs with 95% bootstrap intervals) for files already written, e.g. a run's
 ``eval/<tag>/hypotheses.txt`` and ``references.txt``: rescoring never decodes the test set again.
-``--baseline OTHER`` adds the paired bootstrap p-value (Koehn 2004) of the difference in sacreBLEU
-between the two outputs of the same sentences.
+``--baseline OTHER`` adds the p-value of the paired approximate randomisation test (sacreBLEU's
+``--paired-ar``) of the difference in sacreBLEU between the two outputs of the same sentences.
 """
 
 import argparse
@@ -12,8 +12,8 @@ import json
 import sys
 
 from nmt.data.sources import read_parallel
-from nmt.metrics.bootstrap import paired_bootstrap
 from nmt.metrics.corpus import bleu_tokenizer, corpus_scores
+from nmt.metrics.randomization import paired_randomization, sentence_statistics
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -23,8 +23,11 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--lang", required=True, help="target language code (zh selects Chinese tokenisation)")
     parser.add_argument("--bootstrap", type=int, default=1000, help="resamples for the 95%% intervals (0: none)")
     parser.add_argument("--rouge", action="store_true", help="also ROUGE-1/2/L")
-    parser.add_argument("--baseline", help="another system's translations of the same sentences: paired bootstrap")
+    parser.add_argument("--baseline", help="another system's translations of the same sentences: paired test")
+    parser.add_argument("--trials", type=int, default=10_000, help="approximate randomisation trials (--baseline)")
     args = parser.parse_args(argv)
+    if args.trials < 1:
+        parser.error(f"--trials {args.trials}: give a positive number of trials")
     if args.bootstrap < 0:
         parser.error(f"--bootstrap {args.bootstrap}: give 0 (no interval) or a number of resamples")
     try:
@@ -36,9 +39,14 @@ def main(argv: list[str] | None = None) -> dict:
     if baseline is not None:
         base = corpus_scores(baseline, references, args.lang, bootstrap=0)
         scores["baseline"] = {"file": args.baseline, "bleu": base["bleu"], "bleu_tok_lc": base["bleu_tok_lc"]}
-        scores["paired_bootstrap_p"] = paired_bootstrap(
-            [baseline], [hypotheses], references, tokenize=bleu_tokenizer(args.lang), n_samples=args.bootstrap or 1000
+        tokenize = bleu_tokenizer(args.lang)
+        scores["paired_ar_p"] = paired_randomization(
+            [sentence_statistics(baseline, references, "bleu", tokenize)],
+            [sentence_statistics(hypotheses, references, "bleu", tokenize)],
+            tokenize=tokenize,
+            n_samples=args.trials,
         )
+        scores["paired_ar_trials"] = args.trials
     json.dump(scores, sys.stdout, indent=1, ensure_ascii=False)
     sys.stdout.write("\n")
     return scores

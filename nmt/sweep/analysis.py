@@ -1,13 +1,23 @@
-"""Statistics of a sweep: rankings with confidence intervals, main effects, interactions, significance.
+"""Statistics of a sweep's cells: rankings with confidence intervals over seeds, each cell compared with
+the baseline by a test over seeds, Holm's adjustment, and the order of levels.
 
-Input: one record per run, ``{"factors": {name: level}, "seed": int, "metrics": {name: value}, ...}``.
-Every interval is a two-sided 95% interval from Student's t distribution.
+Input: one record per finished run, ``{"factors": {name: level}, "seed": int, "metrics": {name: value}}``.
+Seeds are the replicates: a configuration is compared with another by the scatter of its runs, not by
+the scatter of test sentences within one run. Every interval is a two-sided 95% interval from Student's
+t distribution. Factorial effects and interactions are in :mod:`nmt.sweep.effects`.
 """
 
 import math
 import statistics
 from collections.abc import Sequence
 from itertools import combinations
+
+LOWER_IS_BETTER = ("ppl", "loss", "ter")  # metric names ending so improve downwards
+
+
+def lower_is_better(metric: str) -> bool:
+    """Perplexities, losses and TER improve downwards; BLEU, chrF, ROUGE and accuracies upwards."""
+    return metric.endswith(LOWER_IS_BETTER)
 
 
 def t_critical(df: float) -> float:
@@ -19,6 +29,13 @@ def t_critical(df: float) -> float:
     return float(t.ppf(0.975, df))
 
 
+def t_p_value(t_value: float, df: float) -> float:
+    """Two-sided p of Student's t statistic with ``df`` degrees of freedom."""
+    from scipy.stats import t
+
+    return float(2 * t.sf(abs(t_value), df))
+
+
 def mean_ci(values: Sequence[float]) -> tuple[float, float]:
     """Mean and the half-width of its 95% confidence interval (nan with fewer than two values)."""
     n = len(values)
@@ -28,38 +45,33 @@ def mean_ci(values: Sequence[float]) -> tuple[float, float]:
     return mean, t_critical(n - 1) * statistics.stdev(values) / math.sqrt(n)
 
 
-def one_sample_p(values: Sequence[float]) -> float:
-    """Two-sided p-value of Student's one-sample t-test of mean zero: the test that matches
-    :func:`mean_ci` (p < 0.05 exactly when the 95% interval excludes zero). nan with fewer than two values."""
-    n = len(values)
-    if n < 2:
-        return math.nan
-    mean, std = statistics.fmean(values), statistics.stdev(values)
-    if std == 0:
-        return 1.0 if mean == 0 else 0.0
-    from scipy.stats import t
-
-    return float(2 * t.sf(abs(mean) / (std / math.sqrt(n)), n - 1))
-
-
-def welch_difference(a: Sequence[float], b: Sequence[float]) -> tuple[float, float]:
-    """mean(a) - mean(b) and the half-width of its 95% interval (Welch's unequal-variance t)."""
+def welch_test(a: Sequence[float], b: Sequence[float]) -> dict:
+    """mean(a) - mean(b) with the half-width of its 95% interval, Welch's degrees of freedom and the
+    two-sided p-value of Welch's unequal-variance t-test (the runs of each side are its replicates).
+    Interval and p are nan when either side has fewer than two runs."""
     diff = statistics.fmean(a) - statistics.fmean(b)
     if len(a) < 2 or len(b) < 2:
-        return diff, math.nan
+        return {"diff": diff, "ci95": math.nan, "df": math.nan, "p": math.nan}
     va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
-    if va + vb == 0:
-        return diff, 0.0
+    if va + vb == 0:  # no scatter on either side: the difference is exact
+        return {"diff": diff, "ci95": 0.0, "df": math.inf, "p": 1.0 if diff == 0 else 0.0}
     df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
-    return diff, t_critical(df) * math.sqrt(va + vb)
+    se = math.sqrt(va + vb)
+    return {"diff": diff, "ci95": t_critical(df) * se, "df": df, "p": t_p_value(diff / se, df)}
 
 
-def level_order(level: str) -> tuple:
-    """Sort key for factor levels: numbers by value (2 before 10), then other names alphabetically."""
+def level_order(level: str, written: Sequence[str] = ()) -> tuple:
+    """Sort key for factor levels: numbers by value (2 before 10); other names in the order the sweep
+    wrote them (``written``), else alphabetically."""
     try:
-        return (0, float(level), "")
+        return (0, float(level), 0, "")
     except ValueError:
-        return (1, 0.0, level)
+        position = list(written).index(level) if level in written else len(written)
+        return (1, 0.0, position, level)
+
+
+def ordered_levels(records: Sequence[dict], factor: str, written: Sequence[str] = ()) -> list[str]:
+    return sorted({str(r["factors"].get(factor)) for r in records}, key=lambda v: level_order(v, written))
 
 
 def factor_names(records: Sequence[dict]) -> list[str]:
@@ -68,24 +80,25 @@ def factor_names(records: Sequence[dict]) -> list[str]:
     return [n for n in names if len({str(r["factors"].get(n)) for r in records}) > 1]
 
 
-def _cell(record: dict, factors: Sequence[str]) -> tuple:
+def cell_of(record: dict, factors: Sequence[str]) -> tuple:
     return tuple(str(record["factors"].get(f)) for f in factors)
 
 
-def lower_is_better(metric: str) -> bool:
-    """Perplexities and losses improve downwards; BLEU, chrF and accuracies upwards."""
-    return metric.endswith(("ppl", "loss"))
-
-
-def ranking(records: Sequence[dict], metric: str) -> list[dict]:
-    """One row per cell (combination of factor levels): n, mean, CI half-width, std; best first."""
-    factors = factor_names(records)
+def cell_values(records: Sequence[dict], metric: str, factors: Sequence[str]) -> dict[tuple, list[float]]:
+    """Each cell's values of ``metric``, one per finished run that has it."""
     cells: dict[tuple, list[float]] = {}
     for r in records:
         if r["metrics"].get(metric) is not None:
-            cells.setdefault(_cell(r, factors), []).append(r["metrics"][metric])
+            cells.setdefault(cell_of(r, factors), []).append(float(r["metrics"][metric]))
+    return cells
+
+
+def ranking(records: Sequence[dict], metric: str) -> list[dict]:
+    """One row per cell (combination of factor levels): n, mean, CI half-width, std; best first (the
+    metric's own direction)."""
+    factors = factor_names(records)
     rows = []
-    for cell, values in cells.items():
+    for cell, values in cell_values(records, metric, factors).items():
         mean, ci = mean_ci(values)
         std = statistics.stdev(values) if len(values) > 1 else math.nan
         rows.append({**dict(zip(factors, cell, strict=True)), "n": len(values), "mean": mean, "ci95": ci, "std": std})
@@ -93,112 +106,51 @@ def ranking(records: Sequence[dict], metric: str) -> list[dict]:
     return sorted(rows, key=lambda row: sign * row["mean"])
 
 
-def main_effects(records: Sequence[dict], metric: str) -> dict[str, dict]:
-    """Per factor: for each level mean, std, min, max, n over all runs at that level (description); and
-    for each level but the first, the factorial main effect against the first level (:func:`factorial_effect`)."""
-    effects = {}
-    for factor in factor_names(records):
-        by_level: dict[str, list[float]] = {}
-        for r in records:
-            if r["metrics"].get(metric) is not None:
-                by_level.setdefault(str(r["factors"].get(factor)), []).append(r["metrics"][metric])
-        levels = sorted(by_level, key=level_order)
-        rows = {
-            level: {
-                "n": len(by_level[level]),
-                "mean": statistics.fmean(by_level[level]),
-                "std": statistics.stdev(by_level[level]) if len(by_level[level]) > 1 else math.nan,
-                "min": min(by_level[level]),
-                "max": max(by_level[level]),
-            }
-            for level in levels
-        }
-        differences = {
-            f"{level} - {levels[0]}": factorial_effect(records, metric, factor, level, levels[0])
-            for level in levels[1:]
-        }
-        effects[factor] = {"levels": rows, "differences": differences}
-    return effects
+def compare_with_baseline(records: Sequence[dict], metric: str, factors: Sequence[str], baseline: tuple) -> dict:
+    """Every other cell against the baseline cell by Welch's t-test over their runs: cell -> welch_test."""
+    cells = cell_values(records, metric, factors)
+    base = cells.get(tuple(baseline))
+    if not base:
+        return {}
+    return {cell: welch_test(values, base) for cell, values in cells.items() if cell != tuple(baseline)}
 
 
-def factorial_effect(records: Sequence[dict], metric: str, factor: str, level: str, reference: str) -> dict:
-    """The main effect of ``factor`` (``level`` - ``reference``) as a factorial design defines it: the
-    difference of the two levels within each combination of the other factors, averaged over those
-    combinations (each counts once, however many runs it has).
+def separated(rows: Sequence[dict]) -> bool:
+    """Whether every two neighbours of a ranking have 95% intervals that do not overlap (whatever the
+    metric's direction); False when any interval is missing."""
+    for first, second in zip(rows, rows[1:], strict=False):
+        if math.isnan(first["ci95"]) or math.isnan(second["ci95"]):
+            return False
+        if abs(first["mean"] - second["mean"]) <= first["ci95"] + second["ci95"]:
+            return False
+    return True
 
-    Seeds are paired: a seed that ran in every cell involved gives one value (its difference, averaged
-    over the other factors' combinations); the 95% t-interval and the t-test's p-value are over those
-    values. Seeds missing from some cell (failed runs) are left out and reported: ``unbalanced`` lists the
-    cells short of them.
-    """
-    others = [f for f in factor_names(records) if f != factor]
-    values: dict[tuple, dict[int, float]] = {}
+
+def level_summary(records: Sequence[dict], metric: str, factor: str, written: Sequence[str] = ()) -> dict:
+    """Per level of ``factor``: runs, mean, std, min, max over every run at that level (a description;
+    the effects are in nmt.sweep.effects)."""
+    by_level: dict[str, list[float]] = {}
     for r in records:
         if r["metrics"].get(metric) is not None:
-            values.setdefault(_cell(r, [factor, *others]), {})[r["seed"]] = r["metrics"][metric]
-    combos = sorted({cell[1:] for cell in values})
-    cells = [values.get((side, *combo), {}) for combo in combos for side in (level, reference)]
-    all_seeds = set().union(*cells) if cells else set()
-    seeds = sorted(set.intersection(*(set(c) for c in cells))) if cells else []
-    unbalanced = [
-        f"{factor}={side}, " + ", ".join(f"{o}={v}" for o, v in zip(others, combo, strict=True))
-        for combo in combos
-        for side in (level, reference)
-        if set(values.get((side, *combo), {})) != all_seeds
-    ]
-    per_seed = [statistics.fmean(values[(level, *c)][s] - values[(reference, *c)][s] for c in combos) for s in seeds]
-    if not per_seed:
-        return {"diff": math.nan, "ci95": math.nan, "p": math.nan, "seeds": 0, "unbalanced": unbalanced}
-    diff, ci = mean_ci(per_seed)
-    return {"diff": diff, "ci95": ci, "p": one_sample_p(per_seed), "seeds": len(per_seed), "unbalanced": unbalanced}
+            by_level.setdefault(str(r["factors"].get(factor)), []).append(float(r["metrics"][metric]))
+    return {
+        level: {
+            "n": len(values),
+            "mean": statistics.fmean(values),
+            "std": statistics.stdev(values) if len(values) > 1 else math.nan,
+            "min": min(values),
+            "max": max(values),
+        }
+        for level, values in sorted(by_level.items(), key=lambda item: level_order(item[0], written))
+    }
 
 
 def interactions(records: Sequence[dict], metric: str) -> dict[tuple[str, str], dict[tuple[str, str], float]]:
-    """For every pair of factors: the mean metric of each pair of levels."""
+    """For every pair of factors: the mean metric of each pair of levels (over all runs there)."""
     tables = {}
     for a, b in combinations(factor_names(records), 2):
-        cells: dict[tuple[str, str], list[float]] = {}
-        for r in records:
-            if r["metrics"].get(metric) is not None:
-                key = (str(r["factors"].get(a)), str(r["factors"].get(b)))
-                cells.setdefault(key, []).append(r["metrics"][metric])
-        tables[(a, b)] = {key: statistics.fmean(v) for key, v in cells.items()}
+        tables[(a, b)] = {key: statistics.fmean(v) for key, v in cell_values(records, metric, (a, b)).items()}
     return tables
-
-
-def interaction_effect(records: Sequence[dict], metric: str, a: str, b: str) -> dict | None:
-    """The two-way interaction of two two-level factors: how much the effect of ``a`` changes when ``b``
-    changes, (a1b1 - a1b0) - (a0b1 - a0b0), within each combination of the other factors and averaged
-    over them; seeds paired as in :func:`factorial_effect`. None unless both factors have two levels."""
-    levels_a = sorted({str(r["factors"].get(a)) for r in records}, key=level_order)
-    levels_b = sorted({str(r["factors"].get(b)) for r in records}, key=level_order)
-    if len(levels_a) != 2 or len(levels_b) != 2:
-        return None
-    others = [f for f in factor_names(records) if f not in (a, b)]
-    values: dict[tuple, dict[int, float]] = {}
-    for r in records:
-        if r["metrics"].get(metric) is not None:
-            values.setdefault(_cell(r, [a, b, *others]), {})[r["seed"]] = r["metrics"][metric]
-    combos = sorted({cell[2:] for cell in values})
-    (a0, a1), (b0, b1) = levels_a, levels_b
-    corners = [(x, y, *c) for c in combos for x in (a0, a1) for y in (b0, b1)]
-    seeds = sorted(set.intersection(*(set(values.get(k, {})) for k in corners))) if corners else []
-
-    def contrast(seed: int, c: tuple) -> float:
-        v = {k: values[k][seed] for k in ((a1, b1, *c), (a1, b0, *c), (a0, b1, *c), (a0, b0, *c))}
-        return v[(a1, b1, *c)] - v[(a1, b0, *c)] - v[(a0, b1, *c)] + v[(a0, b0, *c)]
-
-    per_seed = [statistics.fmean(contrast(s, c) for c in combos) for s in seeds]
-    if not per_seed:
-        return {"diff": math.nan, "ci95": math.nan, "p": math.nan, "seeds": 0, "levels": (levels_a, levels_b)}
-    diff, ci = mean_ci(per_seed)
-    return {
-        "diff": diff,
-        "ci95": ci,
-        "p": one_sample_p(per_seed),
-        "seeds": len(per_seed),
-        "levels": (levels_a, levels_b),
-    }
 
 
 def holm(p_values: dict) -> dict:

@@ -34,11 +34,12 @@ def log_report_to_wandb(report_path, project: str, group: str, metric: str = "au
     with open(sweep_dir / "results.csv") as handle:
         rows = list(csv.reader(handle))
     panels = {}
-    for factor, effect in analysis.main_effects(records, metric).items():
-        run.summary.update({f"{factor}/{level}": s["mean"] for level, s in effect["levels"].items()})
+    for factor in analysis.factor_names(records):
+        by_level = analysis.level_summary(records, metric, factor)
+        run.summary.update({f"{factor}/{level}": s["mean"] for level, s in by_level.items()})
         table = wandb.Table(
             columns=["level", metric, "runs"],
-            data=[[level, s["mean"], s["n"]] for level, s in effect["levels"].items()],
+            data=[[level, s["mean"], s["n"]] for level, s in by_level.items()],
         )
         panels[f"{factor}_by_level"] = wandb.plot.bar(table, "level", metric, title=f"{metric} by {factor}")
     page = sweep_dir / "report.html"

@@ -30,6 +30,8 @@ window.addEventListener("load", () => {
 """
 
 _CODE = re.compile(r"`([^`]+)`")
+_STRONG = re.compile(r"\*\*([^*]+)\*\*")
+_EMPHASIS = re.compile(r"\*([^*\s][^*]*)\*")
 
 
 @dataclass
@@ -102,5 +104,6 @@ def _md_cell(text: str) -> str:
 
 
 def _inline(text: str) -> str:
-    """Escaped text with `code` spans."""
-    return _CODE.sub(r"<code>\1</code>", html.escape(text, quote=False))
+    """Escaped text with `code` spans, **strong** and *emphasised* words."""
+    text = _CODE.sub(r"<code>\1</code>", html.escape(text, quote=False))
+    return _EMPHASIS.sub(r"<em>\1</em>", _STRONG.sub(r"<strong>\1</strong>", text))

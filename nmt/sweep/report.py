@@ -1,7 +1,12 @@
-"""A sweep's report: results.csv, report.md, report.html and figures from the finished runs' records
-(``sweep_result.json`` in each run folder): ranking with intervals and paired bootstrap p-values,
-main effects and interactions with paired-seed intervals and Holm-adjusted p-values, validation
-curves per level, and one test sentence as every cell translated it."""
+"""A sweep's report: results.csv, report.md, report.html, figures and statistics.json.gz from the
+finished runs' records (``sweep_result.json`` in each run folder).
+
+It opens with what ran and the question the sweep answers, then: the ranking of cells with intervals over
+seeds and each cell against the baseline by a test over seeds (Welch; seeds are the replicates), and,
+for a test corpus score, the paired randomisation test of the trained models' outputs (conditional on
+those models); main effects and two-way interactions from one least-squares fit to every finished run;
+plain-language findings; validation curves; one test sentence as every cell translated it.
+"""
 
 import csv
 import json
@@ -11,14 +16,16 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from nmt.data.sources import read_lines
-from nmt.metrics.bootstrap import paired_bootstrap
 from nmt.metrics.corpus import bleu_tokenizer
-from nmt.sweep import analysis
+from nmt.sweep import analysis, effects, store, summary
 from nmt.sweep.document import Document
 from nmt.sweep.figures import effect_plot, interaction_heatmap, training_curves
+from nmt.sweep.sections import findings, what_ran
 from nmt.utils.io import atomic_path, atomic_write_text
 
 RESULT = "sweep_result.json"  # one run's record, written by nmt.sweep.runner.run_cell when the run has finished
+MIN_SEEDS = 3  # fewer seeds in a cell: its interval is too wide (or absent) to conclude anything from
+DASH = "–"  # where no number can exist (one seed: no interval); explained under each table that has one
 
 
 def collect_records(sweep_dir: Path) -> list[dict]:
@@ -26,61 +33,279 @@ def collect_records(sweep_dir: Path) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted(Path(sweep_dir).glob(f"*/{RESULT}"))]
 
 
-def _fmt(value: float, digits: int = 2) -> str:
-    return "n/a" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}f}"
+def fmt(value: float | None, digits: int = 2) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return DASH
+    text = f"{value:.{digits}f}"
+    return text[1:] if text.startswith("-") and float(text) == 0 else text  # never "-0.00"
 
 
-def _baseline_cell(records: list[dict], factors: list[str], baseline: dict | None) -> dict:
-    if baseline:
-        return {f: str(baseline.get(f, sorted({r["factors"][f] for r in records})[0])) for f in factors}
-    return {f: sorted({str(r["factors"][f]) for r in records})[0] for f in factors}
-
-
-def significance(records: list[dict], factors: list[str], baseline: dict, metric: str = "test_bleu") -> dict:
-    """Paired bootstrap p-value of each cell against the baseline on the test set, with the seeds the two
-    cells share kept together (see analysis.paired_bootstrap), in the report's metric (chrF for a chrF
-    report, else BLEU) with the target language's BLEU tokenizer."""
-
-    def cell_of(r):
-        return tuple(str(r["factors"][f]) for f in factors)
-
-    by_cell: dict[tuple, dict[int, dict]] = {}
-    for r in records:
-        by_cell.setdefault(cell_of(r), {})[r["seed"]] = r
-    base = by_cell.get(tuple(baseline[f] for f in factors), {})
-    score_name = "chrf" if "chrf" in metric else "bleu"
-    p_values = {}
-    for cell, runs in by_cell.items():
-        seeds = sorted(set(runs) & set(base))
-        files = [(base[s].get("hypotheses"), runs[s].get("hypotheses"), base[s].get("references")) for s in seeds]
-        if not seeds or cell == tuple(baseline[f] for f in factors) or not all(all(f) for f in files):
-            continue
-        references = read_lines(files[0][2])
-        p_values[cell] = paired_bootstrap(
-            [read_lines(b) for b, _, _ in files],
-            [read_lines(h) for _, h, _ in files],
-            references,
-            metric=score_name,
-            tokenize=_bleu_tokenize(runs[seeds[0]]),
-        )
-    return p_values
+def fmt_p(p: float | None) -> str:
+    if p is None or math.isnan(p):
+        return DASH
+    return "< 0.0001" if p < 1e-4 else f"{p:.4f}"
 
 
 def _bleu_tokenize(record: dict) -> str:
-    """sacreBLEU's tokenizer for the run's target language (zh, ja, ko have their own)."""
+    """sacreBLEU's tokenizer for the run's target language ('zh' for Chinese; every other language, ja
+    and ko included, '13a': sacreBLEU's ja/ko tokenizers need MeCab, which the project does not install)."""
     config = Path(record.get("run_dir", "")) / "config.yaml"
     lang = OmegaConf.load(config).data.get("tgt_lang") if config.is_file() else None
     return bleu_tokenizer(lang) if lang else "13a"
 
 
-def _overlapping(rows: list[dict]) -> bool:
-    """Whether any two neighbours in the ranking have overlapping intervals (or no interval at all)."""
-    for upper, lower in zip(rows, rows[1:], strict=False):
-        if math.isnan(upper["ci95"]) or math.isnan(lower["ci95"]):
-            return True
-        if upper["mean"] - upper["ci95"] <= lower["mean"] + lower["ci95"]:
-            return True
-    return False
+def resolve_metric(metric: str, records: list[dict]) -> str:
+    """``auto``: the metric the runs' task ranks by (recorded with each run). A metric that no run has is
+    an error listing those that some run has."""
+    available = sorted({m for r in records for m, v in r["metrics"].items() if v is not None})
+    if metric == "auto":
+        recorded = {r["report_metric"] for r in records if r.get("report_metric")}
+        if len(recorded) > 1:
+            raise ValueError(
+                f"report_metric=auto: the runs' tasks rank by different metrics {sorted(recorded)}; name one"
+            )
+        # records written before runs recorded their task's metric
+        metric = recorded.pop() if recorded else ("test_ppl" if "test_ppl" in available else "test_bleu")
+    if metric not in available:
+        raise ValueError(f"report_metric={metric}: no finished run has it; the runs have {available}")
+    return metric
+
+
+def resolve_baseline(records: list[dict], factors: list[str], written: dict, baseline: dict | None) -> dict:
+    """The baseline cell: the declared levels, and for any factor not declared its first level as the
+    sweep wrote it. A declared factor or level the sweep does not have is an error listing the valid ones."""
+    levels = {f: analysis.ordered_levels(records, f, written.get(f, ())) for f in factors}
+    baseline = {str(k): str(v) for k, v in (baseline or {}).items()}
+    for key, value in baseline.items():
+        if key not in levels:
+            raise ValueError(f"baseline: {key} is not a factor of this sweep (factors: {factors})")
+        if value not in levels[key]:
+            raise ValueError(f"baseline: {key}={value} is not a level of {key} (levels: {levels[key]})")
+    first = {f: next((v for v in written.get(f, ()) if v in levels[f]), levels[f][0]) for f in factors}
+    return {f: baseline.get(f, first[f]) for f in factors}
+
+
+def write_report(sweep_dir: str | Path, metric: str = "auto", baseline: dict | None = None, sentence: int = 0) -> Path:
+    """results.csv, report.md, report.html (the same report, self-contained), figures and
+    statistics.json.gz for the finished runs under ``sweep_dir`` (or, when its run folders are gone, for
+    the runs statistics.json.gz holds); ``sentence``: the test sentence whose outputs the report shows."""
+    sweep_dir = Path(sweep_dir)
+    saved = store.load(sweep_dir)
+    records = collect_records(sweep_dir)
+    from_file = not records and bool(saved["runs"])
+    if from_file:
+        records = store.records_from(saved)
+    if not records:
+        raise FileNotFoundError(f"{sweep_dir}: no finished runs ({RESULT}) to report on")
+    records = [{**r, "metrics": {k: v for k, v in r["metrics"].items() if v is not None}} for r in records]
+    metric = resolve_metric(metric, records)
+    factors = analysis.factor_names(records)
+    written = summary.planned(sweep_dir).get("factors") or saved["facts"].get("written") or {}
+    base = resolve_baseline(records, factors, written, baseline)
+    levels = {f: [base[f], *(v for v in analysis.ordered_levels(records, f, written.get(f, ())) if v != base[f])]
+              for f in factors}  # fmt: skip
+    facts = saved["facts"] if from_file else {**summary.describe(sweep_dir, records), "written": written}
+    runs = saved["runs"] if from_file else {
+        store.run_key(r): store.entry(r, _bleu_tokenize(r), saved["runs"].get(store.run_key(r))) for r in records
+    }  # fmt: skip
+    store.save(sweep_dir, runs, facts)
+    _write_csv(sweep_dir / "results.csv", records, factors)
+
+    lower = analysis.lower_is_better(metric)
+    fit = effects.fit(records, metric, levels) if factors else None
+    ranking = _ranking(records, factors, levels, base, metric, runs)
+    doc = Document(f"Sweep {facts['name']}: " + _question(factors, metric))
+    what_ran(doc, facts, factors, levels, metric, lower)
+    small = {cell: n for cell, n in ranking["seeds"].items() if n < MIN_SEEDS}
+    if small:
+        doc.paragraph(
+            f"**Warning:** {len(small)} of {len(ranking['seeds'])} cells have fewer than {MIN_SEEDS} seeds "
+            f"(seeds per cell: {', '.join(sorted({str(n) for n in small.values()}))}). Their intervals are "
+            "wide or absent; this report draws no conclusion from them. Run more seeds (seed=1,2,3)."
+        )
+    findings(doc, ranking, fit, levels, metric, lower, conclusive=not small)
+    _ranking_section(doc, ranking, factors, base, metric, lower)
+    if fit is not None:
+        _effects_section(doc, sweep_dir, records, fit, levels, written, metric, lower)
+        _interactions_section(doc, sweep_dir, records, fit, levels, metric, lower)
+    _outputs_section(doc, records, factors, levels, sentence)
+    report = sweep_dir / "report.md"
+    atomic_write_text(report, doc.markdown() + "\n")
+    atomic_write_text(sweep_dir / "report.html", doc.html())
+    print(f"[sweep] report: {report} (and report.html)")
+    return report
+
+
+def _question(factors: list[str], metric: str) -> str:
+    if not factors:
+        return f"{metric} over seeds of one configuration"
+    if len(factors) == 1:
+        return f"does {factors[0]} change {metric}?"
+    return f"do {', '.join(factors[:-1])} and {factors[-1]} change {metric}, and do they interact?"
+
+
+def _write_csv(path: Path, records: list[dict], factors: list[str]) -> None:
+    metric_names = sorted({m for r in records for m in r["metrics"]})
+    with atomic_path(path) as tmp, open(tmp, "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow([*factors, "seed", *metric_names, "epochs", "steps", "parameters", "wall_time_s", "run_dir"])
+        for r in records:
+            writer.writerow(
+                [r["factors"].get(f) for f in factors]
+                + [r["seed"]]
+                + [r["metrics"].get(m) for m in metric_names]
+                + [r.get(k) for k in ("epochs", "steps", "parameters", "wall_time_s", "run_dir")]
+            )
+
+
+def _ranking(records, factors, levels, base, metric, runs) -> dict:
+    """The ranking rows, the seed-level comparisons with the baseline (Holm-adjusted), and for a test
+    corpus score the randomisation test of the trained models' outputs."""
+    from nmt.metrics.randomization import paired_randomization, samples_for
+
+    rows = analysis.ranking(records, metric)
+    base_cell = tuple(base[f] for f in factors)
+    compared = analysis.compare_with_baseline(records, metric, factors, base_cell) if factors else {}
+    tested = {cell: c["p"] for cell, c in compared.items() if not math.isnan(c["p"])}
+    ranking = {"rows": rows, "base": base_cell, "compared": compared, "holm": analysis.holm(tested)}
+    ranking["seeds"] = {tuple(r[f] for f in factors): r["n"] for r in rows}
+    corpus_metric = {"test_bleu": "bleu", "test_chrf": "chrf"}.get(metric)
+    ranking["conditional"], ranking["trials"] = {}, 0
+    if corpus_metric and factors:
+        stats: dict[tuple, dict[int, list]] = {}
+        for r in records:
+            sentences = runs.get(store.run_key(r), {}).get("sentences")
+            if sentences:
+                stats.setdefault(analysis.cell_of(r, factors), {})[int(r["seed"])] = sentences[corpus_metric]
+        base_stats = stats.get(base_cell, {})
+        trials = samples_for(len(stats) - 1)
+        tokenize = next((e.get("tokenize") for e in runs.values() if e.get("tokenize")), "13a")
+        for cell, by_seed in stats.items():
+            shared = sorted(set(by_seed) & set(base_stats))
+            if cell != base_cell and shared:
+                import numpy as np
+
+                ranking["conditional"][cell] = paired_randomization(
+                    [np.array(base_stats[s]) for s in shared],
+                    [np.array(by_seed[s]) for s in shared],
+                    corpus_metric,
+                    tokenize,
+                    n_samples=trials,
+                )
+        ranking["trials"] = trials if ranking["conditional"] else 0
+    return ranking
+
+
+def _ranking_section(doc: Document, ranking: dict, factors, base: dict, metric: str, lower: bool) -> None:
+    doc.heading(f"Ranking of cells by {metric} ({'lower' if lower else 'higher'} is better)")
+    rows, compared, adjusted = ranking["rows"], ranking["compared"], ranking["holm"]
+    conditional = ranking["conditional"]
+    if factors:
+        doc.paragraph(
+            f"Mean over seeds with its 95% t-interval. Baseline: {', '.join(f'{k}={v}' for k, v in base.items())}. "
+            "*difference* and *p (seeds)*: each cell against the baseline by Welch's t-test over their runs, "
+            "so a seed is one replicate of a configuration; *p (Holm)* adjusts those p-values for the "
+            f"{len(adjusted)} comparisons."
+        )
+    if conditional:
+        doc.paragraph(
+            "*p, these models*: the paired approximate randomisation test of the test outputs "
+            f"({ranking['trials']:,} trials, seeds paired; the smallest p it can give is "
+            f"{1 / (ranking['trials'] + 1):.1e}). It asks whether *these trained models* differ on these "
+            "sentences, not whether the configurations do: other seeds give other models. Use it for "
+            "single models, and the seed-level p to compare configurations."
+        )
+    header = ["rank", *factors, "seeds", "mean", "± 95% CI", "std"]
+    if factors:
+        header += ["difference", "p (seeds)", "p (Holm)"] + (["p, these models"] if conditional else [])
+    table = []
+    for i, row in enumerate(rows, start=1):
+        cell = tuple(row[f] for f in factors)
+        line = [str(i), *cell, str(row["n"]), fmt(row["mean"]), fmt(row["ci95"]), fmt(row["std"])]
+        if factors and cell == ranking["base"]:
+            line += ["baseline", "", ""] + ([""] if conditional else [])
+        elif factors:
+            c = compared.get(cell)
+            line += [fmt(c["diff"]) if c else DASH, fmt_p(c["p"]) if c else DASH, fmt_p(adjusted.get(cell))]
+            line += [fmt_p(conditional.get(cell))] if conditional else []
+        table.append(line)
+    doc.table(header, table)
+    if any(row["n"] < 2 for row in rows):
+        doc.paragraph(f"{DASH}: a cell with one seed has no interval and no test; the baseline's p is blank.")
+    if len(rows) > 1 and all(row["n"] >= MIN_SEEDS for row in rows):
+        if analysis.separated(rows):
+            doc.paragraph("Neighbouring cells' 95% intervals do not overlap anywhere in this ranking.")
+        else:
+            doc.paragraph("Some neighbouring cells' 95% intervals overlap: their order is not established.")
+
+
+def _effects_section(doc, sweep_dir: Path, records, fit: dict, levels, written, metric: str, lower: bool) -> None:
+    doc.heading("Effects at a glance")
+    if fit["model"] is None:
+        doc.paragraph(
+            f"No effect can be tested: {fit['runs']} runs leave no degree of freedom for the error of any model "
+            "of these factors. Run more seeds."
+        )
+        return
+    names = {key: effects.effect_name(*key, levels) for key in fit["effects"]}
+    adjusted = analysis.holm({names[k]: e["p"] for k, e in fit["effects"].items()})
+    doc.paragraph(
+        f"One least-squares fit to all {fit['runs']} finished runs ({fit['model']}; seeds are the replicates; "
+        f"{fit['df']} degrees of freedom for the error, residual sd {fit['residual_sd']:.2f}). A main effect "
+        "is the difference between a level and the factor's reference level within each combination of the "
+        "other factors, averaged over those combinations; an interaction *a x b* is how much a's effect "
+        "changes when b leaves its reference level. p: the t-test of the coefficient; p (Holm): adjusted "
+        f"for the {len(adjusted)} effects of this table. {'Lower' if lower else 'Higher'} {metric} is better."
+    )
+    doc.table(
+        ["effect", "estimate", "± 95% CI", "df", "p", "p (Holm)"],
+        [
+            [names[k], fmt(e["diff"]), fmt(e["ci95"]), str(e["df"]), fmt_p(e["p"]), fmt_p(adjusted[names[k]])]
+            for k, e in fit["effects"].items()
+        ],
+    )
+    mains = {k: e for k, e in fit["effects"].items() if len(k[0]) == 1}
+    effect_plot({names[k]: e for k, e in mains.items()}, metric, lower, sweep_dir / "main_effects.png")
+    doc.figure(sweep_dir / "main_effects.png", f"main effects on {metric} with 95% intervals")
+    doc.heading("Main effects")
+    curve_metric = "val_ppl" if lower else "val_bleu"
+    for factor in levels:
+        doc.heading(factor, 3)
+        level_rows = analysis.level_summary(records, metric, factor, written.get(factor, ()))
+        doc.table(
+            ["level", "runs", "mean", "std", "min", "max"],
+            [
+                [level, str(s["n"]), fmt(s["mean"]), fmt(s["std"]), fmt(s["min"]), fmt(s["max"])]
+                for level, s in level_rows.items()
+            ],
+        )
+        curves = _curves(records, factor, curve_metric)
+        if curves:
+            path = sweep_dir / f"curves_{factor}.png".replace("/", "_")
+            training_curves(curves, factor, curve_metric, path, order=levels[factor])
+            doc.figure(path, f"{curve_metric} by {factor}: each run thin; the mean over the runs that reached an epoch")
+
+
+def _interactions_section(doc, sweep_dir: Path, records, fit: dict, levels, metric: str, lower: bool) -> None:
+    pairs = analysis.interactions(records, metric)
+    if not pairs:
+        return
+    doc.heading("Two-way interactions (mean over the other factors and seeds)")
+    for (a, b), table in pairs.items():
+        doc.heading(f"{a} x {b}", 3)
+        doc.table(
+            [f"{a} \\ {b}", *levels[b]],
+            [[x, *(fmt(table.get((x, y))) for y in levels[b])] for x in levels[a]],
+        )
+        for (term, column), e in fit["effects"].items():
+            if term == (a, b):
+                doc.paragraph(
+                    f"Interaction: the effect of {a}={column[0]} (vs {levels[a][0]}) changes by {fmt(e['diff'])} "
+                    f"(95% CI ± {fmt(e['ci95'])}, {e['df']} df) when {b}={column[1]} instead of {levels[b][0]}."
+                )
+        figure = sweep_dir / f"interaction_{a}_{b}.png".replace("/", "_")
+        interaction_heatmap(table, (a, b), (levels[a], levels[b]), metric, lower, figure)
+        doc.figure(figure, f"{a} x {b}")
 
 
 def _curves(records: list[dict], factor: str, metric: str) -> dict[str, list[list[tuple[int, float]]]]:
@@ -95,179 +320,7 @@ def _curves(records: list[dict], factor: str, metric: str) -> dict[str, list[lis
     return curves
 
 
-def resolve_metric(metric: str, records: list[dict]) -> str:
-    """``auto``: the metric the runs' task ranks by (recorded with each run: test BLEU for translation,
-    test perplexity for language models, ...)."""
-    if metric != "auto":
-        return metric
-    recorded = {r["report_metric"] for r in records if r.get("report_metric")}
-    if len(recorded) > 1:
-        raise ValueError(f"report_metric=auto: the runs' tasks rank by different metrics {sorted(recorded)}; name one")
-    if recorded:
-        return recorded.pop()
-    # records written before runs recorded their task's metric
-    return "test_ppl" if any(r["metrics"].get("test_ppl") is not None for r in records) else "test_bleu"
-
-
-def write_report(sweep_dir: str | Path, metric: str = "auto", baseline: dict | None = None, sentence: int = 0) -> Path:
-    """results.csv, report.md, report.html (the same report, self-contained) and figures for the finished
-    runs under ``sweep_dir``; ``sentence``: the test sentence whose outputs the report shows per cell."""
-    sweep_dir = Path(sweep_dir)
-    records = collect_records(sweep_dir)
-    if not records:
-        raise FileNotFoundError(f"{sweep_dir}: no finished runs ({RESULT}) to report on")
-    metric = resolve_metric(metric, records)
-    records = [{**r, "metrics": {k: v for k, v in r["metrics"].items() if v is not None}} for r in records]
-    factors = analysis.factor_names(records)
-    _write_csv(sweep_dir / "results.csv", records, factors)
-    doc = Document(f"Sweep report: {sweep_dir.name}")
-    doc.paragraph(
-        f"{len(records)} finished runs; factors: {', '.join(factors) or 'none'}; metric: `{metric}`; "
-        f"total run time {sum(r['wall_time_s'] for r in records) / 3600:.2f} h."
-    )
-    base = _baseline_cell(records, factors, baseline) if factors else {}
-    perplexity = analysis.lower_is_better(metric)
-    _ranking_section(doc, records, factors, metric, base, perplexity)
-    effects = analysis.main_effects(records, metric)
-    pairs = analysis.interactions(records, metric)  # per pair of factors: mean of each pair of levels
-    pair_effects = {pair: analysis.interaction_effect(records, metric, *pair) for pair in pairs}
-    _effects_summary(doc, effects, pair_effects, metric)
-    _effects_section(doc, sweep_dir, records, effects, metric, perplexity)
-    _interactions_section(doc, sweep_dir, pairs, pair_effects, metric)
-    _outputs_section(doc, records, factors, sentence)
-    report = sweep_dir / "report.md"
-    atomic_write_text(report, doc.markdown() + "\n")
-    atomic_write_text(sweep_dir / "report.html", doc.html())
-    print(f"[sweep] report: {report} (and report.html)")
-    return report
-
-
-def _write_csv(path: Path, records: list[dict], factors: list[str]) -> None:
-    metric_names = sorted({m for r in records for m in r["metrics"]})
-    with atomic_path(path) as tmp, open(tmp, "w", newline="") as handle:
-        writer = csv.writer(handle)
-        writer.writerow([*factors, "seed", *metric_names, "epochs", "steps", "parameters", "wall_time_s", "run_dir"])
-        for r in records:
-            writer.writerow(
-                [r["factors"].get(f) for f in factors]
-                + [r["seed"]]
-                + [r["metrics"].get(m) for m in metric_names]
-                + [r["epochs"], r["steps"], r["parameters"], r["wall_time_s"], r["run_dir"]]
-            )
-
-
-def _ranking_section(doc: Document, records, factors, metric: str, base: dict, perplexity: bool) -> None:
-    p_values = significance(records, factors, base, metric) if factors and not perplexity else {}
-    adjusted = analysis.holm(p_values)
-    rows = analysis.ranking(records, metric)
-    doc.heading("Ranking of cells (mean over seeds, 95% CI)")
-    if perplexity:
-        doc.paragraph(
-            f"Lower is better. No paired test over test sentences for `{metric}` (it is not a corpus score of "
-            "decoded text): compare cells by their intervals over seeds and by the main effects below, whose "
-            "intervals pair the seeds."
-        )
-    else:
-        doc.paragraph(
-            f"Baseline for the paired bootstrap (1000 resamples of test sentences, each resample scoring every "
-            f"shared seed's output on the same sentences): {', '.join(f'{k}={v}' for k, v in base.items())}. "
-            f"p: raw; p (Holm): adjusted for the {len(p_values)} comparisons of this report."
-        )
-    header = ["rank", *factors, "seeds", "mean", "± 95% CI", "std"]
-    header += [] if perplexity else ["p vs baseline", "p (Holm)"]
-    table = []
-    for i, row in enumerate(rows, start=1):
-        cell = tuple(row[f] for f in factors)
-        line = [str(i), *cell, str(row["n"]), _fmt(row["mean"]), _fmt(row["ci95"]), _fmt(row["std"])]
-        if not perplexity:
-            p = p_values.get(cell)
-            is_base = cell == tuple(base.get(f) for f in factors)
-            line.append("baseline" if is_base else _fmt(p, 4) if p is not None else "n/a")
-            line.append("" if is_base else _fmt(adjusted.get(cell), 4) if p is not None else "n/a")
-        table.append(line)
-    doc.table(header, table)
-    if _overlapping(rows):
-        doc.paragraph("The 95% intervals of neighbouring cells overlap: this ranking is exploratory, not a finding.")
-
-
-def _effects_summary(doc: Document, effects: dict, pair_effects: dict, metric: str) -> None:
-    """Every main effect and two-way interaction in one table, with p-values adjusted as one family."""
-    rows = {f"{factor}: {name}": d for factor, effect in effects.items() for name, d in effect["differences"].items()}
-    rows |= {f"{a} x {b}": d for (a, b), d in pair_effects.items() if d is not None}
-    tested = {name: d["p"] for name, d in rows.items() if not math.isnan(d["p"])}
-    if not tested:
-        return
-    adjusted = analysis.holm(tested)
-    doc.heading("Effects at a glance (seeds paired, 95% CI)")
-    doc.paragraph(
-        f"Main effects (level - first level) and two-way interactions (how much the first factor's effect "
-        f"changes at the second factor's other level; see their sections) on `{metric}`, each averaged over "
-        f"the other factors; p: Student's t-test over the paired seeds (the same test as the interval); "
-        f"p (Holm): adjusted for the {len(tested)} effects of this table."
-    )
-    doc.table(
-        ["effect", "estimate", "± 95% CI", "seeds", "p", "p (Holm)"],
-        [
-            [name, _fmt(d["diff"]), _fmt(d["ci95"]), str(d["seeds"]), _fmt(d["p"], 4), _fmt(adjusted.get(name), 4)]
-            for name, d in rows.items()
-        ],
-    )
-
-
-def _effects_section(doc: Document, sweep_dir: Path, records, effects: dict, metric: str, perplexity: bool) -> None:
-    doc.heading("Main effects")
-    if any(effect["differences"] for effect in effects.values()):
-        effect_plot(effects, metric, sweep_dir / "main_effects.png")
-        doc.figure(sweep_dir / "main_effects.png", f"main effects on {metric}, 95% intervals")
-    for factor, effect in effects.items():
-        doc.heading(factor, 3)
-        doc.table(
-            ["level", "runs", "mean", "std", "min", "max"],
-            [
-                [level, str(s["n"]), _fmt(s["mean"]), _fmt(s["std"]), _fmt(s["min"]), _fmt(s["max"])]
-                for level, s in effect["levels"].items()
-            ],
-        )
-        for name, d in effect["differences"].items():
-            doc.paragraph(
-                f"Main effect {name}: {_fmt(d['diff'])} (95% CI ± {_fmt(d['ci95'])}; the difference within "
-                f"each combination of the other factors, averaged over them, seeds paired: {d['seeds']} seeds)"
-            )
-            if d["unbalanced"]:
-                doc.paragraph(
-                    f"Unbalanced: runs are missing (failed) in {len(d['unbalanced'])} cells "
-                    f"({'; '.join(d['unbalanced'][:4])}{' ...' if len(d['unbalanced']) > 4 else ''}); "
-                    "only seeds present in every cell are used."
-                )
-        curve_metric = "val_ppl" if perplexity else "val_bleu"
-        curves = _curves(records, factor, curve_metric)
-        if curves:
-            training_curves(curves, factor, curve_metric, sweep_dir / f"curves_{factor}.png")
-            doc.figure(sweep_dir / f"curves_{factor}.png", f"{curve_metric} by {factor}")
-
-
-def _interactions_section(doc: Document, sweep_dir: Path, pairs: dict, pair_effects: dict, metric: str) -> None:
-    doc.heading("Two-way interactions (mean over all other factors and seeds)")
-    for (a, b), table in pairs.items():
-        doc.heading(f"{a} x {b}", 3)
-        columns = sorted({y for _, y in table})
-        doc.table(
-            [f"{a} \\ {b}", *columns],
-            [[x, *(_fmt(table.get((x, y))) for y in columns)] for x in sorted({x for x, _ in table})],
-        )
-        effect = pair_effects[(a, b)]
-        if effect is not None:
-            (a0, a1), (b0, b1) = effect["levels"]
-            doc.paragraph(
-                f"Interaction: the effect of {a}={a1} (vs {a0}) changes by {_fmt(effect['diff'])} "
-                f"(95% CI ± {_fmt(effect['ci95'])}, {effect['seeds']} paired seeds) when {b}={b1} instead of {b0}."
-            )
-        figure = sweep_dir / f"interaction_{a}_{b}.png".replace("/", "_")
-        interaction_heatmap(table, (a, b), metric, figure)
-        doc.figure(figure, f"{a} x {b}")
-
-
-def _outputs_section(doc: Document, records, factors, sentence: int) -> None:
+def _outputs_section(doc: Document, records, factors, levels, sentence: int) -> None:
     """One test sentence as every cell translated it (the first seed of each cell), beside the reference."""
     runs = {}
     for r in sorted(records, key=lambda r: r["seed"]):
@@ -284,7 +337,14 @@ def _outputs_section(doc: Document, records, factors, sentence: int) -> None:
     if sources and Path(sources).is_file():
         doc.paragraph(f"Source: {read_lines(sources)[sentence]}")
     doc.paragraph(f"Reference: {references[sentence]}")
+
+    def position(cell):
+        return tuple(levels[f].index(v) if v in levels[f] else 0 for f, v in zip(factors, cell, strict=True))
+
     doc.table(
         [*factors, "seed", "output"],
-        [[*cell, str(r["seed"]), read_lines(r["hypotheses"])[sentence]] for cell, r in sorted(runs.items())],
+        [
+            [*cell, str(r["seed"]), read_lines(r["hypotheses"])[sentence]]
+            for cell, r in sorted(runs.items(), key=lambda i: position(i[0]))
+        ],
     )

@@ -20,6 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from nmt.sweep.gpus import GpuPool, visible_gpus
 from nmt.sweep.report import RESULT, collect_records, write_report
+from nmt.sweep.summary import FAILED, PLAN
 from nmt.tasks import build_task, task_config
 from nmt.utils.io import atomic_write_json, atomic_write_text
 
@@ -38,8 +39,6 @@ SWEEP_KEYS = (
 )
 LAUNCHED = "launched_at"  # when this invocation of the sweep began (seconds since the epoch)
 SUPERSEDED = "superseded"  # run folders made under other settings, moved aside by on_changed=move
-PLAN = "plan.json"  # the sweep's factors with their levels, and how many runs they make
-FAILED = "sweep_failed.json"  # in a run folder whose last attempt failed
 
 
 def default_sweep_name(*, _root_: DictConfig) -> str:

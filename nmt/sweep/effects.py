@@ -1,0 +1,105 @@
+"""Main effects and two-way interactions of a factorial sweep, from one least-squares fit to every
+finished run (seeds are the replicates).
+
+Coding: a factor with levels L0 (its reference, the baseline's level) .. L(k-1) gets k - 1 columns; the
+column of level Lj is 1 - 1/k at Lj and -1/k elsewhere (for two levels: +1/2 and -1/2). Interaction
+columns are products of their factors' columns. With that coding, in a model holding every interaction
+of the design, a main-effect coefficient is the difference between level Lj and L0 within each
+combination of the other factors, averaged over those combinations (each combination counts once,
+however many runs it has), and a two-way coefficient (a: Lj, b: Lm) is how much a's effect changes when b
+moves from its reference to Lm: (a_j b_m - a_j b_0) - (a_0 b_m - a_0 b_0), averaged over the others.
+
+The model: every interaction of the design when every cell has a run and there are replicates (the error
+is then the scatter of seeds within cells); otherwise main effects and two-way interactions (higher
+interactions pooled into the error), or main effects only; the report names the model. Failed runs only
+make the design unbalanced: every finished run counts, and the coefficients keep their meaning.
+"""
+
+from collections.abc import Sequence
+from itertools import combinations
+
+import numpy as np
+
+from nmt.sweep.analysis import cell_of, t_critical, t_p_value
+
+MODELS = ("all interactions", "main effects and two-way interactions", "main effects")
+
+
+def coding(level: str, levels: Sequence[str]) -> list[float]:
+    """The k - 1 columns of one run's level (``levels[0]`` is the reference)."""
+    k = len(levels)
+    return [(1 - 1 / k) if level == other else -1 / k for other in levels[1:]]
+
+
+def _terms(factors: Sequence[str], order: int) -> list[tuple[str, ...]]:
+    return [term for size in range(1, order + 1) for term in combinations(factors, size)]
+
+
+def _columns(term: tuple[str, ...], levels: dict[str, list[str]]) -> list[tuple[str, ...]]:
+    """The non-reference level of each factor of ``term``, one tuple per column."""
+    columns = [()]
+    for factor in term:
+        columns = [(*c, level) for c in columns for level in levels[factor][1:]]
+    return columns
+
+
+def design(records: Sequence[dict], levels: dict[str, list[str]], order: int) -> tuple[np.ndarray, list[tuple]]:
+    """The design matrix (intercept first) of the model with interactions up to ``order`` factors, and
+    each column's (term, levels)."""
+    factors = list(levels)
+    names = [(term, column) for term in _terms(factors, order) for column in _columns(term, levels)]
+    rows = []
+    for r in records:
+        codes = {f: dict(zip(levels[f][1:], coding(str(r["factors"][f]), levels[f]), strict=True)) for f in factors}
+        rows.append([1.0] + [float(np.prod([codes[f][lv] for f, lv in zip(t, c, strict=True)])) for t, c in names])
+    return np.array(rows, dtype=float).reshape(len(records), 1 + len(names)), names
+
+
+def fit(records: Sequence[dict], metric: str, levels: dict[str, list[str]]) -> dict:
+    """OLS over every run with ``metric``: ``{"model", "runs", "df", "residual_sd", "effects"}``, where
+    effects maps (term, levels) to ``{"diff", "se", "ci95", "p", "df"}`` for main effects and two-way
+    interactions. ``model`` is None (and effects empty) when no model leaves a degree of freedom for the
+    error: then nothing can be tested."""
+    runs = [r for r in records if r["metrics"].get(metric) is not None]
+    y = np.array([float(r["metrics"][metric]) for r in runs])
+    factors = list(levels)
+    cells = {cell_of(r, factors) for r in runs}
+    full = int(np.prod([len(v) for v in levels.values()]))
+    candidates = [(MODELS[0], len(factors))] if len(cells) == full else []
+    candidates += [(MODELS[1], 2), (MODELS[2], 1)]
+    for model, order in candidates:
+        if order > len(factors) and model != MODELS[0]:
+            continue
+        x, names = design(runs, levels, min(order, len(factors)))
+        df = len(runs) - x.shape[1]
+        if df < 1 or np.linalg.matrix_rank(x) < x.shape[1]:
+            continue
+        coef, *_ = np.linalg.lstsq(x, y, rcond=None)
+        residual = y - x @ coef
+        sigma2 = float(residual @ residual) / df
+        cov = sigma2 * np.linalg.inv(x.T @ x)
+        effects = {}
+        for i, (term, column) in enumerate(names, start=1):
+            if len(term) > 2:
+                continue  # in the model (so the error is the within-cell scatter), not reported
+            se = float(np.sqrt(cov[i, i]))
+            effects[(term, column)] = {
+                "diff": float(coef[i]),
+                "se": se,
+                "ci95": t_critical(df) * se,
+                "p": t_p_value(coef[i] / se, df) if se > 0 else (1.0 if coef[i] == 0 else 0.0),
+                "df": df,
+            }
+        return {"model": model, "runs": len(runs), "df": df, "residual_sd": float(np.sqrt(sigma2)), "effects": effects}
+    return {"model": None, "runs": len(runs), "df": 0, "residual_sd": float("nan"), "effects": {}}
+
+
+def effect_name(term: tuple[str, ...], column: tuple[str, ...], levels: dict[str, list[str]]) -> str:
+    """'pos: relative - absolute' for a main effect; 'norm x pos' for two two-level factors, else
+    'norm x pos (rms, relative)': the interaction of those levels against each factor's reference."""
+    if len(term) == 1:
+        return f"{term[0]}: {column[0]} - {levels[term[0]][0]}"
+    name = " x ".join(term)
+    if all(len(levels[f]) == 2 for f in term):
+        return name
+    return f"{name} ({', '.join(column)})"

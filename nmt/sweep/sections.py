@@ -1,0 +1,112 @@
+"""The report's opening sections: what ran, and the findings in plain language (only those the
+statistics support: Holm-adjusted, from cells with enough seeds)."""
+
+from nmt.sweep import effects
+from nmt.sweep.document import Document
+from nmt.sweep.summary import budget_text, plural
+
+ALPHA = 0.05
+
+
+def what_ran(doc: Document, facts: dict, factors: list[str], levels: dict, metric: str, lower: bool) -> None:
+    doc.heading("What ran")
+    choices = facts.get("choices") or {}
+    rows = []
+    if choices:
+        rows.append(["task, data, model", ", ".join(choices.get(g, "?") for g in ("task", "data", "model"))])
+        if facts.get("languages"):
+            rows[-1][1] += f" ({facts['languages']})"
+        rows.append(["recipe", choices.get("recipe") or "none"])
+    for factor in factors:
+        rows.append([f"factor {factor}", f"{levels[factor][0]} (reference), " + ", ".join(levels[factor][1:])])
+    rows.append(["settings for every run", " ".join(facts.get("constants") or []) or "the defaults"])
+    rows.append(["budget and stopping", budget_text(facts.get("budget"))])
+    if facts.get("steps"):
+        steps = facts["steps"]
+        rows.append(["updates trained", str(steps[0]) if len(steps) == 1 else f"{steps[0]} to {steps[-1]}"])
+    if facts.get("parameters"):
+        sizes = facts["parameters"]
+        rows.append(["parameters", f"{sizes[0]:,}" if len(sizes) == 1 else f"{sizes[0]:,} to {sizes[-1]:,}"])
+    rows.append(["seeds", ", ".join(str(s) for s in facts.get("seeds", [])) or "none"])
+    planned, finished, failed = facts.get("planned"), facts.get("finished", 0), facts.get("failed") or []
+    runs = f"{finished} finished"
+    if planned:
+        missing = planned - finished - len(failed)
+        runs = f"{planned} planned, {finished} finished"
+        runs += f", {len(failed)} failed ({', '.join(failed[:6])}{' ...' if len(failed) > 6 else ''})" if failed else ""
+        runs += f", {missing} not run yet" if missing > 0 else ""
+    elif failed:
+        runs += f", {len(failed)} failed ({', '.join(failed[:6])})"
+    rows.append(["runs", runs])
+    codes = facts.get("code") or []
+    rows.append(["code", ", ".join(codes) if codes else "not recorded"])
+    rows.append(["run time", f"{facts.get('wall_time_h', 0):.2f} h in all"])
+    rows.append(["metric", f"`{metric}` ({'lower' if lower else 'higher'} is better)"])
+    doc.table(["", ""], rows)
+    if len(codes) > 1:
+        doc.paragraph(f"**Warning:** the runs were made by {len(codes)} code versions: {', '.join(codes)}.")
+    if failed:
+        doc.paragraph(
+            "Failed runs are left out of every statistic; the design is unbalanced where they are missing "
+            "(the effects below still use every finished run). Their logs: <run folder>/train_stderr.log."
+        )
+
+
+def findings(
+    doc: Document, ranking: dict, fit: dict | None, levels: dict, metric: str, lower: bool, conclusive: bool
+) -> None:
+    doc.heading("Findings")
+    if not conclusive:
+        doc.paragraph(
+            "None drawn: some cells have fewer than 3 seeds. The numbers below describe the runs; they do not "
+            "establish a difference."
+        )
+        return
+    sentences = []
+    if fit is not None and fit["model"] is not None:
+        from nmt.sweep.analysis import holm
+
+        names = {key: effects.effect_name(*key, levels) for key in fit["effects"]}
+        adjusted = holm({names[k]: e["p"] for k, e in fit["effects"].items()})
+        for key, e in fit["effects"].items():
+            if adjusted[names[key]] >= ALPHA:
+                continue
+            (term, column), better = key, (e["diff"] < 0) == lower
+            evidence = f"{abs(e['diff']):.2f} ± {e['ci95']:.2f}, p (Holm) {adjusted[names[key]]:.2g}"
+            if len(term) == 1:
+                verb = "lowers" if e["diff"] < 0 else "raises"
+                sentences.append(
+                    f"{term[0]}={column[0]} {verb} {metric} against {term[0]}={levels[term[0]][0]} "
+                    f"({evidence}), averaged over the other factors: {'better' if better else 'worse'}."
+                )
+            else:
+                a, b = term
+                size = "larger" if e["diff"] > 0 else "smaller"
+                sentences.append(
+                    f"{a} and {b} interact: the effect of {a}={column[0]} is {size} "
+                    f"by {evidence} when {b}={column[1]} rather than {levels[b][0]}; read the main effects of "
+                    f"{a} and {b} with that in mind."
+                )
+        if not sentences:
+            widths = [e["ci95"] for (term, _), e in fit["effects"].items() if len(term) == 1]
+            sentences.append(
+                "No main effect or interaction is detectable at the 5% level after Holm's adjustment"
+                + (f" (the main effects' 95% intervals are ± {min(widths):.2f} to ± {max(widths):.2f} wide: "
+                   "smaller effects cannot be told from seed noise here)." if widths else ".")
+            )  # fmt: skip
+    better = [c for c, p in ranking["holm"].items() if p < ALPHA and (ranking["compared"][c]["diff"] < 0) == lower]
+    worse = [c for c, p in ranking["holm"].items() if p < ALPHA and c not in better]
+    if ranking["compared"]:
+        if better or worse:
+            for label, cells in (("better", better), ("worse", worse)):
+                if cells:
+                    sentences.append(
+                        f"{plural(len(cells), 'cell')} {'is' if len(cells) == 1 else 'are'} {label} than the baseline "
+                        f"by the seed-level test after Holm: {'; '.join(', '.join(c) for c in cells)}."
+                    )
+        else:
+            sentences.append(
+                "No cell differs detectably from the baseline by the seed-level test after Holm's adjustment."
+            )
+    for sentence in sentences:
+        doc.paragraph(sentence)

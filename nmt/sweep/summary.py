@@ -1,0 +1,98 @@
+"""What a sweep ran, for the head of its report: task, data, model, recipe, budget and stopping rule,
+the settings that differ from the defaults, the code version, the seeds, and the runs that failed or are
+missing. Read from the sweep folder (multirun.yaml, plan.json) and its run folders (each run's
+``.hydra/hydra.yaml``, ``config.yaml`` and ``fingerprint.json``)."""
+
+import json
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+PLAN = "plan.json"  # written by nmt.sweep.runner before the runs: factors with their levels as written
+FAILED = "sweep_failed.json"  # in a run folder whose last attempt failed (nmt.sweep.runner)
+GROUPS = ("task", "data", "model", "recipe", "pos", "norm", "optim", "smoothing", "attention")
+
+
+def planned(sweep_dir: Path) -> dict:
+    """plan.json: {"factors": {key: [levels as written]}, "runs": n}; empty when absent."""
+    path = Path(sweep_dir) / PLAN
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def failed_runs(sweep_dir: Path) -> list[str]:
+    return sorted(p.parent.name for p in Path(sweep_dir).glob(f"*/{FAILED}"))
+
+
+def _constants(sweep_dir: Path) -> list[str]:
+    """key=value settings of the whole sweep: one-valued command-line overrides and grid parameters."""
+    path = Path(sweep_dir) / "multirun.yaml"
+    if not path.is_file():
+        return []
+    saved = OmegaConf.load(path)
+    given = [o for o in saved.hydra.overrides.task if "," not in o.split("=", 1)[-1]]
+    keys = {o.lstrip("+~").split("=", 1)[0] for o in given}
+    params = saved.hydra.sweeper.get("params") or {}
+    grid = [f"{k}={v}" for k, v in params.items() if "," not in str(v) and k not in keys]
+    return [*grid, *given]
+
+
+def describe(sweep_dir: Path, records: list[dict]) -> dict:
+    """The facts the report opens with (values that cannot be read are left out)."""
+    sweep_dir = Path(sweep_dir)
+    facts: dict = {"name": sweep_dir.name, "constants": _constants(sweep_dir)}
+    facts["seeds"] = sorted({int(r["seed"]) for r in records})
+    facts["finished"] = len(records)
+    facts["planned"] = planned(sweep_dir).get("runs")
+    facts["failed"] = failed_runs(sweep_dir)
+    facts["parameters"] = sorted({int(r["parameters"]) for r in records if r.get("parameters")})
+    facts["epochs"] = sorted({int(r["epochs"]) for r in records if r.get("epochs") is not None})
+    facts["steps"] = sorted({int(r["steps"]) for r in records if r.get("steps") is not None})
+    facts["wall_time_h"] = sum(r.get("wall_time_s") or 0 for r in records) / 3600
+    codes, choices, config = set(), {}, None
+    for r in records:
+        run_dir = Path(r.get("run_dir", ""))
+        fingerprint = run_dir / "fingerprint.json"
+        if fingerprint.is_file():
+            code = json.loads(fingerprint.read_text()).get("code", {})
+            commit = code.get("commit", "")[:12] or f"code {code.get('hash', '?')[:12]}"
+            codes.add(commit + (" with uncommitted changes" if code.get("dirty") else ""))
+        hydra = run_dir / ".hydra" / "hydra.yaml"
+        if hydra.is_file() and not choices:
+            saved = OmegaConf.load(hydra).hydra.runtime.choices
+            choices = {g: str(saved.get(g)) for g in GROUPS if saved.get(g) is not None}
+        if config is None and (run_dir / "config.yaml").is_file():
+            config = OmegaConf.load(run_dir / "config.yaml")
+    facts["code"] = sorted(codes)
+    facts["choices"] = choices
+    if config is not None:
+        trainer = config.get("trainer", {})
+        stopping = config.get("early_stopping", {})
+        facts["budget"] = {
+            "max_steps": trainer.get("max_steps"),
+            "max_epochs": trainer.get("max_epochs"),
+            "patience": stopping.get("patience"),
+            "monitor": stopping.get("monitor"),
+        }
+        data = config.get("data", {})
+        facts["languages"] = f"{data.get('src_lang')}-{data.get('tgt_lang')}" if data.get("tgt_lang") else None
+    return facts
+
+
+def budget_text(budget: dict | None) -> str:
+    if not budget:
+        return "not recorded"
+    limits = []
+    if budget.get("max_steps") not in (None, -1):
+        limits.append(f"{budget['max_steps']} updates")
+    if budget.get("max_epochs") not in (None, -1):
+        limits.append(f"{budget['max_epochs']} epochs")
+    text = "at most " + " or ".join(limits) if limits else "no fixed budget"
+    if budget.get("patience"):
+        text += f"; early stopping after {budget['patience']} validations without a better {budget['monitor']}"
+    else:
+        text += "; no early stopping (a fixed budget: cells may not have converged)"
+    return text
+
+
+def plural(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")

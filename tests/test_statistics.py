@@ -1,0 +1,476 @@
+"""The sweep report's statistics against independent references (scipy, statsmodels, sacreBLEU's CLI,
+arithmetic by hand) and by simulation (false-positive rates of null sweeps), and the report built on them."""
+
+import gzip
+import json
+import math
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from nmt.metrics.randomization import corpus_score, paired_randomization, samples_for, sentence_statistics
+from nmt.sweep import analysis, effects
+from nmt.sweep import report as sweep_report
+from nmt.sweep.report import write_report
+
+
+def record(pos, norm, seed, bleu, run_dir="/nonexistent"):
+    return {
+        "factors": {"pos": pos, "norm": norm},
+        "seed": seed,
+        "metrics": {"test_bleu": bleu},
+        "epochs": 1,
+        "steps": 1,
+        "parameters": 1,
+        "wall_time_s": 60.0,
+        "run_dir": run_dir,
+    }
+
+
+# pos x norm, 3 seeds each; numbers chosen so that every statistic is easy to compute by hand
+BLEU = {
+    ("absolute", "layer"): [30.0, 31.0, 32.0],
+    ("absolute", "rms"): [29.0, 30.0, 31.0],
+    ("relative", "layer"): [33.0, 34.0, 35.0],
+    ("relative", "rms"): [33.0, 34.0, 38.0],
+}
+RECORDS = [record(p, n, s + 1, v) for (p, n), values in BLEU.items() for s, v in enumerate(values)]
+LEVELS = {"norm": ["layer", "rms"], "pos": ["absolute", "relative"]}
+
+
+# ---- intervals, tests over seeds, order ----------------------------------------------------------------
+def test_mean_and_confidence_interval_by_hand():
+    mean, half = analysis.mean_ci([30.0, 31.0, 32.0])
+    assert mean == 31.0 and half == pytest.approx(4.302653 * 1.0 / math.sqrt(3))
+    assert math.isnan(analysis.mean_ci([5.0])[1])
+
+
+@pytest.mark.parametrize(("df", "expected"), [(1, 12.7062), (7.9, 2.3111), (31, 2.0395), (60, 2.0003), (1000, 1.9623)])
+def test_t_critical_is_exact_beyond_30_degrees_of_freedom(df, expected):
+    assert analysis.t_critical(df) == pytest.approx(expected, abs=1e-4)
+
+
+def test_ranking_by_hand_in_the_metrics_direction():
+    rows = analysis.ranking(RECORDS, "test_bleu")
+    assert [(r["pos"], r["norm"]) for r in rows] == [
+        ("relative", "rms"),
+        ("relative", "layer"),
+        ("absolute", "layer"),
+        ("absolute", "rms"),
+    ]
+    top = rows[0]  # 33, 34, 38: mean 35, sample std sqrt(7)
+    assert top["mean"] == 35.0 and top["std"] == pytest.approx(math.sqrt(7))
+    assert top["ci95"] == pytest.approx(4.302653 * math.sqrt(7) / math.sqrt(3))
+    ppl = [{**r, "metrics": {"test_ppl": r["metrics"]["test_bleu"]}} for r in RECORDS]
+    assert [(r["pos"], r["norm"]) for r in analysis.ranking(ppl, "test_ppl")][0] == ("absolute", "rms")
+
+
+def test_the_overlap_check_works_in_both_directions():
+    apart = [{"mean": 40.0, "ci95": 1.0}, {"mean": 30.0, "ci95": 1.0}]
+    close = [{"mean": 40.0, "ci95": 6.0}, {"mean": 30.0, "ci95": 6.0}]
+    assert analysis.separated(apart) and analysis.separated(apart[::-1])  # perplexities rank ascending
+    assert not analysis.separated(close) and not analysis.separated(close[::-1])
+    assert not analysis.separated([{"mean": 40.0, "ci95": math.nan}, {"mean": 30.0, "ci95": 1.0}])
+
+
+def test_the_comparison_with_the_baseline_is_welchs_test_over_seeds():
+    compared = analysis.compare_with_baseline(RECORDS, "test_bleu", ["pos", "norm"], ("absolute", "layer"))
+    for (pos, norm), result in compared.items():
+        reference = stats.ttest_ind(BLEU[(pos, norm)], BLEU[("absolute", "layer")], equal_var=False)
+        assert result["p"] == pytest.approx(reference.pvalue, rel=1e-9)
+        assert result["df"] == pytest.approx(reference.df, rel=1e-9)
+        low, high = reference.confidence_interval(0.95)
+        assert result["diff"] == pytest.approx((low + high) / 2) and result["ci95"] == pytest.approx((high - low) / 2)
+    assert math.isnan(analysis.welch_test([1.0], [2.0, 3.0])["p"])  # one seed: no test
+
+
+def test_holm_by_hand():
+    adjusted = analysis.holm({"a": 0.01, "b": 0.04, "c": 0.03, "d": 0.5})
+    # sorted 0.01, 0.03, 0.04, 0.5 times 4, 3, 2, 1, then made monotone
+    assert adjusted == pytest.approx({"a": 0.04, "c": 0.09, "b": 0.09, "d": 0.5})
+
+
+def test_levels_sort_numerically_and_names_as_written():
+    assert sorted(["10", "2", "5", "none"], key=analysis.level_order) == ["2", "5", "10", "none"]
+    assert sorted(
+        ["rope", "absolute", "learned"], key=lambda v: analysis.level_order(v, ["rope", "learned", "absolute"])
+    ) == [
+        "rope",
+        "learned",
+        "absolute",
+    ]
+
+
+# ---- effects: one least-squares fit, against statsmodels ------------------------------------------------
+def test_effects_by_hand_on_a_balanced_design():
+    fit = effects.fit(RECORDS, "test_bleu", LEVELS)
+    assert fit["model"] == "all interactions" and fit["df"] == 12 - 4
+    found = {effects.effect_name(*key, LEVELS): e["diff"] for key, e in fit["effects"].items()}
+    # cell means: absolute 31 (layer), 30 (rms); relative 34, 35
+    assert found == pytest.approx({"norm: rms - layer": 0.0, "pos: relative - absolute": 4.0, "norm x pos": 2.0})
+
+
+def _design(seed: int, drop: list[int]):
+    """A 2^3 x 3 seeds design with real effects and seed noise; ``drop``: runs that failed."""
+    rng = np.random.default_rng(seed)
+    records = []
+    for a in ("a0", "a1"):
+        for b in ("b0", "b1"):
+            for c in ("c0", "c1"):
+                for s in (1, 2, 3):
+                    y = (
+                        30
+                        + 1.5 * (a == "a1")
+                        + 0.8 * (b == "b1")
+                        + 1.2 * (a == "a1") * (c == "c1")
+                        + rng.normal(0, 0.7)
+                    )
+                    records.append({"factors": {"a": a, "b": b, "c": c}, "seed": s, "metrics": {"m": y}})
+    return [r for i, r in enumerate(records) if i not in drop]
+
+
+@pytest.mark.parametrize(
+    ("drop", "formula", "model"),
+    [
+        ([], "y ~ a * b * c", "all interactions"),
+        ([5], "y ~ a * b * c", "all interactions"),  # one failed run: unbalanced, still every run counts
+        ([0, 7, 17], "y ~ a * b * c", "all interactions"),  # failures in three different seeds
+        ([0, 1, 2], "y ~ (a + b + c) ** 2", "main effects and two-way interactions"),  # a cell lost entirely
+    ],
+)
+def test_effects_equal_statsmodels_ols_with_plus_minus_half_coding(drop, formula, model):
+    pd = pytest.importorskip("pandas")
+    smf = pytest.importorskip("statsmodels.formula.api")
+    records = _design(1, drop)
+    levels = {"a": ["a0", "a1"], "b": ["b0", "b1"], "c": ["c0", "c1"]}
+    fit = effects.fit(records, "m", levels)
+    frame = pd.DataFrame(
+        [
+            {**{k: 0.5 if v.endswith("1") else -0.5 for k, v in r["factors"].items()}, "y": r["metrics"]["m"]}
+            for r in records
+        ]
+    )
+    reference = smf.ols(formula, frame).fit()
+    assert fit["model"] == model and fit["df"] == reference.df_resid and fit["runs"] == len(records)
+    assert len(fit["effects"]) == 6  # 3 main effects, 3 two-way interactions
+    for (term, _), e in fit["effects"].items():
+        name = ":".join(term)
+        assert e["diff"] == pytest.approx(reference.params[name], abs=1e-9)
+        assert e["se"] == pytest.approx(reference.bse[name], rel=1e-9)
+        assert e["p"] == pytest.approx(reference.pvalues[name], rel=1e-6)
+        low, high = reference.conf_int().loc[name]
+        assert e["ci95"] == pytest.approx((high - low) / 2, rel=1e-9)
+
+
+def test_a_three_level_factor_gets_simple_coding_equal_to_statsmodels():
+    pd = pytest.importorskip("pandas")
+    smf = pytest.importorskip("statsmodels.formula.api")
+    rng = np.random.default_rng(2)
+    records = [
+        {
+            "factors": {"a": a, "b": b},
+            "seed": s,
+            "metrics": {"m": 20 + {"x": 0, "y": 2, "z": 5}[a] + (b == "q") + rng.normal()},
+        }
+        for a in ("x", "y", "z")
+        for b in ("p", "q")
+        for s in (1, 2, 3)
+    ][:-1]
+    levels = {"a": ["x", "y", "z"], "b": ["p", "q"]}
+    fit = effects.fit(records, "m", levels)
+    # the same columns built independently: level j of k is 1 - 1/k there, -1/k elsewhere
+    frame = pd.DataFrame(
+        [
+            {
+                "ay": 2 / 3 if r["factors"]["a"] == "y" else -1 / 3,
+                "az": 2 / 3 if r["factors"]["a"] == "z" else -1 / 3,
+                "bq": 0.5 if r["factors"]["b"] == "q" else -0.5,
+                "y": r["metrics"]["m"],
+            }
+            for r in records
+        ]
+    )
+    reference = smf.ols("y ~ (ay + az) * bq", frame).fit()
+    names = {
+        "a: y - x": "ay",
+        "a: z - x": "az",
+        "b: q - p": "bq",
+        "a x b (y, q)": "ay:bq",
+        "a x b (z, q)": "az:bq",
+    }
+    found = {effects.effect_name(*key, levels): e for key, e in fit["effects"].items()}
+    assert sorted(found) == sorted(names)
+    for ours, theirs in names.items():
+        assert found[ours]["diff"] == pytest.approx(reference.params[theirs], abs=1e-9)
+        assert found[ours]["p"] == pytest.approx(reference.pvalues[theirs], rel=1e-6)
+
+
+def test_no_model_without_a_degree_of_freedom_for_the_error():
+    one_seed = [r for r in RECORDS if r["seed"] == 1]  # 4 runs, 4 cells: nothing left to estimate the error
+    assert effects.fit(one_seed, "test_bleu", LEVELS)["model"] == "main effects"
+    assert effects.fit(one_seed[:3], "test_bleu", LEVELS)["model"] is None
+
+
+# ---- null sweeps: the seed-level tests keep their nominal false-positive rate ---------------------------
+def _null_sweep(rng, cells: int, seeds: int, seed_sd: float) -> list[dict]:
+    """Identical configurations: every run's score is the same expected quality plus its seed's noise."""
+    return [
+        {"factors": {"f": f"c{c}"}, "seed": s, "metrics": {"m": 30 + rng.normal(0, seed_sd)}}
+        for c in range(cells)
+        for s in range(1, seeds + 1)
+    ]
+
+
+@pytest.mark.parametrize("seed_sd", [0.3, 1.5])
+def test_null_sweeps_reject_at_about_the_nominal_rate(seed_sd):
+    rng = np.random.default_rng(7)
+    ranking_rejections = effect_rejections = 0
+    sweeps = 2000
+    for _ in range(sweeps):
+        records = _null_sweep(rng, cells=2, seeds=3, seed_sd=seed_sd)
+        compared = analysis.compare_with_baseline(records, "m", ["f"], ("c0",))
+        ranking_rejections += compared[("c1",)]["p"] < 0.05
+        fit = effects.fit(records, "m", {"f": ["c0", "c1"]})
+        effect_rejections += next(iter(fit["effects"].values()))["p"] < 0.05
+    # binomial(2000, 0.05): sd 0.0049; Welch's test is a little conservative at 2 x 3 runs
+    assert 0.025 < ranking_rejections / sweeps < 0.065
+    assert 0.035 < effect_rejections / sweeps < 0.065
+
+
+def test_the_sentence_level_test_answers_another_question_than_the_seed_level_one():
+    """Two identical configurations whose seeds differ (a seed shifts a run's quality on every sentence):
+    the randomisation test, conditional on the trained models, rejects far more often than 5% (it is
+    right that these two models differ); the seed-level test does not."""
+    rng = np.random.default_rng(11)
+    sentences, sweeps = 60, 60
+    conditional = seed_level = 0
+    for _ in range(sweeps):
+        runs = []
+        for _cell in range(2):
+            cell = []
+            for _seed in range(3):
+                quality = float(np.clip(0.6 + rng.normal(0, 0.08), 0.05, 0.95))
+                correct = rng.random((sentences, 8)) < quality  # 8 reference words per sentence
+                cell.append(_words_statistics(correct))
+            runs.append(cell)
+        conditional += paired_randomization(runs[0], runs[1], n_samples=200, seed=int(rng.integers(1 << 30))) < 0.05
+        scores = [[corpus_score(s.sum(0)) for s in cell] for cell in runs]
+        seed_level += analysis.welch_test(scores[1], scores[0])["p"] < 0.05
+    assert conditional / sweeps > 0.3 and seed_level / sweeps < 0.15
+
+
+def _words_statistics(correct: np.ndarray) -> np.ndarray:
+    """BLEU statistics of sentences of distinct words where ``correct`` marks the hypothesis words that
+    match the reference (an n-gram matches when its n words do)."""
+    refs = [" ".join(f"w{i}_{j}" for j in range(correct.shape[1])) for i in range(len(correct))]
+    hyps = [" ".join(f"w{i}_{j}" if ok else f"x{i}_{j}" for j, ok in enumerate(row)) for i, row in enumerate(correct)]
+    return sentence_statistics(hyps, refs)
+
+
+# ---- the randomisation test: sacreBLEU's, calibrated ------------------------------------------------------
+def _noisy_systems(n: int = 80):
+    rng = random.Random(3)
+    refs = [f"the {w} dog number {i} runs over the green field ." for i, w in enumerate(rng.choices("abc", k=n))]
+    base = [r.replace("green", "grey") if rng.random() < 0.4 else r for r in refs]
+    system = [r.replace("runs", "walks") if rng.random() < 0.35 else r for r in refs]
+    return refs, base, system
+
+
+@pytest.mark.parametrize("metric", ["bleu", "chrf"])
+def test_randomisation_equals_sacrebleus_paired_ar_command(metric, tmp_path):
+    refs, base, system = _noisy_systems()
+    for name, lines in (("refs", refs), ("base", base), ("sys", system)):
+        (tmp_path / f"{name}.txt").write_text("".join(line + "\n" for line in lines))
+    command = [sys.executable, "-m", "sacrebleu", "refs.txt", "-i", "base.txt", "sys.txt", "--paired-ar"]
+    command += ["--paired-ar-n", "1000", "-m", metric, "-f", "text"]
+    env = {**os.environ, "SACREBLEU_SEED": "12345"}
+    out = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, env=env, check=True).stdout
+    theirs = float(re.search(r"\(p = ([0-9.]+)\)", out).group(1))
+    ours = paired_randomization(
+        [sentence_statistics(base, refs, metric)], [sentence_statistics(system, refs, metric)], metric, n_samples=1000
+    )
+    assert 0.01 < ours < 0.99  # a case where the p-value is informative
+    assert round(ours, 4) == theirs
+
+
+def test_identical_outputs_give_p_one_and_copied_seeds_add_no_evidence():
+    refs, base, system = _noisy_systems()
+    same = sentence_statistics(base, refs)
+    assert paired_randomization([same], [same.copy()], n_samples=200) == 1.0
+    b, s = sentence_statistics(base, refs), sentence_statistics(system, refs)
+    p = [paired_randomization([b] * k, [s] * k, n_samples=300) for k in (1, 3)]
+    assert 0.01 < p[0] < 0.99 and p[0] == pytest.approx(p[1])
+
+
+def test_randomisation_is_calibrated_when_the_outputs_are_exchangeable():
+    """Under its null hypothesis (each sentence's two outputs equally likely to come from either system)
+    the test rejects at most at its level; the abs-centred bootstrap the report used before did not."""
+    rng = np.random.default_rng(5)
+    sweeps, rejections = 300, 0
+    for _ in range(sweeps):
+        correct = rng.random((2, 40, 6)) < rng.uniform(0.3, 0.9, size=(1, 40, 1))  # sentence difficulty shared
+        a, b = _words_statistics(correct[0]), _words_statistics(correct[1])
+        rejections += paired_randomization([a], [b], n_samples=199, seed=int(rng.integers(1 << 30))) < 0.05
+    assert rejections / sweeps < 0.075  # binomial(300, 0.05): sd 0.0126
+
+
+def test_enough_trials_for_the_comparisons():
+    assert samples_for(3) == 10_000
+    assert 1 / (samples_for(60) + 1) < 0.05 / 60 / 10
+
+
+# ---- the report ----------------------------------------------------------------------------------------
+def synthetic_sweep(tmp_path, records=RECORDS):
+    """The runs of ``records`` on disk, with test outputs: relative positions translate right, absolute wrong."""
+    refs = [f"a small test sentence {i} ." for i in range(40)]
+    for r in records:
+        run_dir = tmp_path / f"pos={r['factors']['pos']},norm={r['factors']['norm']},seed={r['seed']}"
+        run_dir.mkdir()
+        hyps = refs if r["factors"]["pos"] == "relative" else [h.replace("small", "big") for h in refs]
+        (run_dir / "hyps.txt").write_text("\n".join(hyps) + "\n")
+        (run_dir / "refs.txt").write_text("\n".join(refs) + "\n")
+        (run_dir / "sweep_result.json").write_text(
+            json.dumps(
+                {
+                    **r,
+                    "run_dir": str(run_dir),
+                    "hypotheses": str(run_dir / "hyps.txt"),
+                    "references": str(run_dir / "refs.txt"),
+                }
+            )
+        )
+
+
+def _row(report: str, start: str) -> list[str]:
+    line = next(line for line in report.splitlines() if line.startswith(start))
+    return [cell.strip() for cell in line.strip("|").split("|")]
+
+
+def test_report_from_synthetic_runs(tmp_path):
+    synthetic_sweep(tmp_path)
+    report = write_report(tmp_path).read_text()
+    assert report.startswith(f"# Sweep {tmp_path.name}: do norm and pos change test_bleu, and do they interact?")
+    assert "## What ran" in report and "| seeds | 1, 2, 3 |" in report and "| runs | 12 finished |" in report
+    assert "n/a" not in report and "1 seeds" not in report
+    # ranking: the baseline is each factor's first level; the seed-level p is Welch's over the runs
+    assert _row(report, "| 3 | layer | absolute |")[7:] == ["baseline", "", "", ""]
+    relative = _row(report, "| 2 | layer | relative |")
+    welch = stats.ttest_ind(BLEU[("relative", "layer")], BLEU[("absolute", "layer")], equal_var=False).pvalue
+    assert relative[3:7] == ["3", "34.00", f"{4.302653:.2f}".replace("4.30", "2.48"), "1.00"]
+    assert relative[7] == "3.00" and relative[8] == f"{welch:.4f}"
+    assert relative[10] == "< 0.0001"  # these models' outputs differ on every sentence
+    # effects: one fit of all 12 runs; Holm over the 3 effects
+    fit = effects.fit(RECORDS, "test_bleu", LEVELS)
+    p = {effects.effect_name(*k, LEVELS): e["p"] for k, e in fit["effects"].items()}
+    holm = analysis.holm(p)
+    assert _row(report, "| pos: relative - absolute |") == [
+        "pos: relative - absolute", "4.00", "2.11", "8", f"{p['pos: relative - absolute']:.4f}",
+        f"{holm['pos: relative - absolute']:.4f}",
+    ]  # fmt: skip
+    assert _row(report, "| norm: rms - layer |")[1] == "0.00"  # never "-0.00"
+    assert "pos=relative raises test_bleu against pos=absolute (4.00 ± 2.11" in report
+    assert "| layer | 31.00 | 34.00 |" in report  # norm x pos interaction row
+    assert (tmp_path / "interaction_norm_pos.png").read_bytes().startswith(b"\x89PNG")
+    lines = (tmp_path / "results.csv").read_text().splitlines()
+    assert lines[0].startswith("norm,pos,seed,test_bleu") and len(lines) == 13
+
+
+def test_a_report_with_failed_runs_and_two_seeds_names_them_and_concludes_nothing(tmp_path):
+    records = [r for r in RECORDS if r["seed"] != 3 and not (r["factors"]["pos"] == "relative" and r["seed"] == 2)]
+    synthetic_sweep(tmp_path, records)
+    (tmp_path / "plan.json").write_text(json.dumps({"factors": {"pos": ["absolute", "relative"]}, "runs": 8}))
+    for name in ("pos=relative,norm=layer,seed=2", "pos=relative,norm=rms,seed=2"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "sweep_failed.json").write_text('{"returncode": 1}')
+    report = write_report(tmp_path).read_text()
+    assert (
+        "| runs | 8 planned, 6 finished, 2 failed (pos=relative,norm=layer,seed=2, pos=relative,norm=rms,seed=2) |"
+        in report
+    )
+    assert "fewer than 3 seeds" in report and "None drawn" in report
+    assert "–: a cell with one seed has no interval" in report
+    assert "n/a" not in report and "intervals overlap" not in report and "intervals do not overlap" not in report
+
+
+def test_a_perplexity_report_ranks_lower_first_and_makes_no_sentence_test(tmp_path):
+    for r in RECORDS:
+        run_dir = tmp_path / f"pos={r['factors']['pos']},norm={r['factors']['norm']},seed={r['seed']}"
+        run_dir.mkdir()
+        ppl = {**r, "metrics": {"test_ppl": r["metrics"]["test_bleu"] * 3, "test_bleu": None}}
+        (run_dir / "sweep_result.json").write_text(json.dumps({**ppl, "run_dir": str(run_dir)}))
+    report = write_report(tmp_path).read_text()  # metric "auto": test_ppl, as the runs are language models
+    assert "`test_ppl` (lower is better)" in report and "by test_ppl (lower is better)" in report
+    assert report.count("| 1 | rms | absolute | 3 | 90.00 |") == 1  # the lowest perplexity ranks first
+    assert "pos=relative raises test_ppl against pos=absolute (12.00" in report and ": worse." in report
+    assert "p, these models" not in report
+
+
+def test_the_baseline_is_declared_or_the_first_level_as_written_and_checked(tmp_path):
+    synthetic_sweep(tmp_path)
+    (tmp_path / "plan.json").write_text(json.dumps({"factors": {"pos": ["relative", "absolute"]}, "runs": 12}))
+    report = write_report(tmp_path).read_text()
+    assert "Baseline: norm=layer, pos=relative." in report and "| pos: absolute - relative | -4.00 |" in report
+    report = write_report(tmp_path, baseline={"norm": "rms"}).read_text()
+    assert "Baseline: norm=rms, pos=relative." in report
+    with pytest.raises(
+        ValueError, match=r"baseline: pos=rope is not a level of pos \(levels: \['relative', 'absolute'\]\)"
+    ):
+        write_report(tmp_path, baseline={"pos": "rope"})
+    with pytest.raises(
+        ValueError, match=r"baseline: heads is not a factor of this sweep \(factors: \['norm', 'pos'\]\)"
+    ):
+        write_report(tmp_path, baseline={"heads": "4"})
+    with pytest.raises(
+        ValueError, match=r"report_metric=test_blue: no finished run has it; the runs have \['test_bleu'\]"
+    ):
+        write_report(tmp_path, metric="test_blue")
+
+
+def test_numeric_levels_sort_numerically_in_every_table(tmp_path):
+    records = [
+        {**record("absolute", "layer", s, 30.0 + int(h) / 10 + s / 10), "factors": {"heads": h, "norm": n}}
+        for h in ("10", "2", "4")
+        for n in ("layer", "rms")
+        for s in (1, 2, 3)
+    ]
+    for r in records:
+        run_dir = tmp_path / f"heads={r['factors']['heads']},norm={r['factors']['norm']},seed={r['seed']}"
+        run_dir.mkdir()
+        (run_dir / "sweep_result.json").write_text(json.dumps({**r, "run_dir": str(run_dir)}))
+    report = write_report(tmp_path).read_text()
+    assert "| factor heads | 2 (reference), 4, 10 |" in report
+    levels = [line.split("|")[1].strip() for line in report.split("### heads")[1].splitlines() if line.startswith("| ")]
+    assert levels[1:4] == ["2", "4", "10"]
+    assert report.index("| heads: 4 - 2 |") < report.index("| heads: 10 - 2 |")
+    rows = [
+        line.split("|")[1].strip() for line in report.split("### heads x norm")[1].splitlines() if line.startswith("| ")
+    ]
+    assert rows[1:4] == ["2", "4", "10"]
+
+
+def test_a_finished_sweep_is_re_reported_from_its_statistics_file_alone(tmp_path):
+    synthetic_sweep(tmp_path)
+    first = write_report(tmp_path).read_text()
+    with gzip.open(tmp_path / "statistics.json.gz", "rt") as handle:
+        saved = json.load(handle)
+    assert len(saved["runs"]) == 12 and "a small test sentence" not in json.dumps(saved)  # no corpus text
+    for folder in tmp_path.glob("pos=*"):
+        shutil.rmtree(folder)
+    again = write_report(tmp_path).read_text()
+    keep = [s.strip() for s in first.split("\n## ") if not s.startswith("Test sentence")]
+    assert keep == [
+        s.strip() for s in again.split("\n## ")
+    ]  # the same report but for the outputs it cannot show any more
+
+
+def test_a_report_metric_no_run_has_is_one_clear_error(tmp_path):
+    synthetic_sweep(tmp_path)
+    with pytest.raises(ValueError, match="the runs have"):
+        sweep_report.resolve_metric("test_ppl", RECORDS)
