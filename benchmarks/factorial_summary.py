@@ -1,0 +1,89 @@
+"""Re-test a published factorial from its per-cell summary (mean and 95% t-interval over n seeds), with
+the statistics the sweep report uses now: Welch's test of each cell against the baseline over seeds, and
+effects from the least-squares fit of the full factorial model (balanced design: the fit's estimates are
+contrasts of cell means and its error is the pooled within-cell variance, both recoverable from the
+summary). Rounding of the published figures to two decimals carries into the results.
+
+    python -m benchmarks.factorial_summary BENCHMARKS.md "zh->en" --seeds 3
+"""
+
+import argparse
+import math
+import re
+from itertools import combinations
+
+from scipy import stats
+
+FACTORS = ("optim", "pos", "norm", "smoothing")
+BASELINE = ("adam", "absolute", "layer", "ls01")
+
+
+def read_cells(path: str, column: str) -> dict[tuple, tuple[float, float]]:
+    """(optim, pos, norm, smoothing) -> (mean, interval half-width) from the factorial's Markdown table."""
+    lines = open(path, encoding="utf-8").read().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("| optim | pos | norm | smoothing |"))
+    header = [c.strip() for c in lines[start].strip("|").split("|")]
+    index = header.index(column)
+    cells = {}
+    for line in lines[start + 2 :]:
+        if not line.startswith("|"):
+            break
+        row = [c.strip() for c in line.strip("|").split("|")]
+        mean, half = (float(x) for x in re.match(r"([-\d.]+) ± ([-\d.]+)", row[index]).groups())
+        cells[tuple(row[:4])] = (mean, half)
+    return cells
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("benchmarks")
+    parser.add_argument("column")
+    parser.add_argument("--seeds", type=int, default=3)
+    args = parser.parse_args()
+    n = args.seeds
+    cells = read_cells(args.benchmarks, args.column)
+    sd = {c: half * math.sqrt(n) / stats.t.ppf(0.975, n - 1) for c, (_, half) in cells.items()}
+    mean = {c: m for c, (m, _) in cells.items()}
+    base = mean[BASELINE]
+    comparisons = {}
+    for cell in cells:
+        if cell != BASELINE:
+            test = stats.ttest_ind_from_stats(mean[cell], sd[cell], n, base, sd[BASELINE], n, equal_var=False)
+            comparisons[cell] = test.pvalue
+    holm = _holm(comparisons)
+    print(f"cells against {BASELINE} (Welch over seeds, Holm over {len(comparisons)}):")
+    for cell in sorted(cells, key=lambda c: -mean[c]):
+        p = "baseline" if cell == BASELINE else f"{comparisons[cell]:.4f} / {holm[cell]:.4f}"
+        print(f"  {' '.join(cell):40s} {mean[cell]:6.2f}  p / Holm {p}")
+    # the full model on a balanced 2^k design: a +-1/2-coded coefficient is a contrast of the 2^k cell means
+    # with weights +-1/2^(k-1) (main effects) or +-1/2^(k-2) (two-way), its variance sigma^2 * sum(w^2) / n
+    levels = {f: sorted({c[i] for c in cells}, key=lambda v: v != BASELINE[i]) for i, f in enumerate(FACTORS)}
+    df = len(cells) * (n - 1)
+    sigma2 = sum(s**2 for s in sd.values()) / len(cells)
+    effects = {}
+    for size in (1, 2):
+        for term in combinations(range(len(FACTORS)), size):
+            weights = {c: math.prod(1 if c[i] != levels[FACTORS[i]][0] else -1 for i in term) for c in cells}
+            scale = 2 ** (len(FACTORS) - size)
+            estimate = sum(weights[c] * mean[c] for c in cells) / scale
+            se = math.sqrt(sigma2 * len(cells) / scale**2 / n)
+            p = 2 * stats.t.sf(abs(estimate / se), df)
+            name = " x ".join(FACTORS[i] for i in term) if size == 2 else f"{FACTORS[term[0]]}: {levels[FACTORS[term[0]]][1]} - {levels[FACTORS[term[0]]][0]}"
+            effects[name] = (estimate, stats.t.ppf(0.975, df) * se, p)
+    adjusted = _holm({k: v[2] for k, v in effects.items()})
+    print(f"effects (full model, {df} df for the error, Holm over {len(effects)}):")
+    for name, (estimate, half, p) in effects.items():
+        print(f"  {name:28s} {estimate:6.2f} ± {half:4.2f}  p {p:.4f}  Holm {adjusted[name]:.4f}")
+
+
+def _holm(p_values: dict) -> dict:
+    order = sorted(p_values, key=p_values.get)
+    adjusted, running = {}, 0.0
+    for rank, key in enumerate(order):
+        running = max(running, min(1.0, (len(order) - rank) * p_values[key]))
+        adjusted[key] = running
+    return adjusted
+
+
+if __name__ == "__main__":
+    main()
