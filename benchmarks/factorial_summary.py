@@ -68,7 +68,11 @@ def main() -> None:
             estimate = sum(weights[c] * mean[c] for c in cells) / scale
             se = math.sqrt(sigma2 * len(cells) / scale**2 / n)
             p = 2 * stats.t.sf(abs(estimate / se), df)
-            name = " x ".join(FACTORS[i] for i in term) if size == 2 else f"{FACTORS[term[0]]}: {levels[FACTORS[term[0]]][1]} - {levels[FACTORS[term[0]]][0]}"
+            if size == 2:
+                name = " x ".join(FACTORS[i] for i in term)
+            else:
+                factor = FACTORS[term[0]]
+                name = f"{factor}: {levels[factor][1]} - {levels[factor][0]}"
             effects[name] = (estimate, stats.t.ppf(0.975, df) * se, p)
     adjusted = _holm({k: v[2] for k, v in effects.items()})
     print(f"effects (full model, {df} df for the error, Holm over {len(effects)}):")

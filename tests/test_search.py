@@ -140,3 +140,39 @@ def test_beam_search_keeps_searching_past_early_low_scoring_endings():
     assert beam_search(model, src, BOS, EOS, cfg) == [[4, 7, 8]]  # p = 0.5 * 0.9
     early = beam_search(model, src, BOS, EOS, SearchConfig(**{**cfg.__dict__, "early_stopping": True}))
     assert early == [[5]]  # p = 0.18: it stopped at the endings [5] and [5, 9]
+
+
+def test_beam_hypotheses_are_the_n_best_with_their_log_probabilities():
+    from nmt.decoding.search import beam_hypotheses
+
+    (found,) = beam_hypotheses(
+        ScriptedModel(TRAP), torch.tensor([[5, 5, 3]]), BOS, EOS, SearchConfig(beam_size=3, length_penalty=0.0)
+    )
+    # [5, 6]: 0.4 * 0.9 * 1.0; [4]: 0.5 * 0.4; then [4, 6] and [4, 7]: 0.5 * 0.3 * 1.0 each
+    assert [ids for _, ids in found[:2]] == [[5, 6], [4]]
+    assert [score for score, _ in found[:4]] == pytest.approx(
+        [math.log(0.36), math.log(0.2), math.log(0.15), math.log(0.15)]
+    )
+
+
+def test_a_forced_prefix_is_followed_by_the_best_continuation():
+    src = torch.tensor([[5, 5, 3]])
+    model = ScriptedModel(TRAP)
+    beam = SearchConfig(beam_size=3, length_penalty=0.0)
+    assert decode(model, src, BOS, EOS, beam, prefixes=[[4]]) == [[4]]  # 4 then EOS (0.4) beats 4 6 / 4 7 (0.3)
+    assert decode(model, src, BOS, EOS, beam, prefixes=[[4, 7]]) == [[4, 7]]
+    assert greedy(model, src, BOS, EOS) == [[4]] and decode(
+        model, src, BOS, EOS, SearchConfig(strategy="greedy"), [[5]]
+    ) == [[5, 6]]
+    # a prefix longer than the output limit still fits (the limit grows to hold it and its end)
+    assert decode(model, src, BOS, EOS, SearchConfig(strategy="greedy", max_len_a=0.0, max_len_b=1), [[5, 6, 6]]) == [
+        [5, 6, 6]
+    ]
+
+
+def test_the_start_and_padding_tokens_are_never_output():
+    # a table that prefers BOS and PAD (0) over everything: the search takes the best real token instead
+    table = {BOS: {BOS: 0.5, 0: 0.3, 4: 0.15, EOS: 0.05}, 4: {EOS: 1.0}}
+    model, src = ScriptedModel(table), torch.tensor([[5, 3]])
+    assert greedy(model, src, BOS, EOS) == [[4]]
+    assert beam_search(model, src, BOS, EOS, SearchConfig(beam_size=2, length_penalty=0.0)) == [[4]]

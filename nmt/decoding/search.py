@@ -82,11 +82,46 @@ def max_lengths(src: torch.Tensor, pad_id: int, cfg: SearchConfig) -> torch.Tens
 
 
 @torch.no_grad()
-def decode(model, src: torch.Tensor, bos_id: int, eos_id: int, cfg: SearchConfig) -> list[list[int]]:
-    """Translate a padded batch src: (batch, src_len); returns token ids per sentence, without BOS/EOS."""
+def decode(
+    model, src: torch.Tensor, bos_id: int, eos_id: int, cfg: SearchConfig, prefixes: list[list[int]] | None = None
+) -> list[list[int]]:
+    """Translate a padded batch src: (batch, src_len); returns token ids per sentence, without BOS/EOS.
+    ``prefixes``: per sentence, target tokens the output must begin with (forced, then searched on)."""
     if cfg.strategy == "beam":
-        return beam_search(model, src, bos_id, eos_id, cfg)
-    return _step_by_step(model, src, bos_id, eos_id, cfg)
+        return [hyps[0][1] if hyps else [] for hyps in beam_hypotheses(model, src, bos_id, eos_id, cfg, prefixes)]
+    return _step_by_step(model, src, bos_id, eos_id, cfg, prefixes)
+
+
+def never_emitted(logits: torch.Tensor, bos_id: int, pad_id: int) -> torch.Tensor:
+    """logits or log-probabilities (rows, vocab) with the start and padding tokens ruled out: they are
+    inputs, never outputs (a barely trained model may rank them high; its output would hold invisible
+    tokens). Not renormalised: a hypothesis keeps its log-probability under the model."""
+    logits = logits.clone()
+    logits[:, [bos_id, pad_id]] = float("-inf")
+    return logits
+
+
+def force_prefixes(log_probs: torch.Tensor, step: int, prefixes: list[list[int]]) -> torch.Tensor:
+    """log_probs: (rows, vocab) at ``step``; a row whose prefix is longer than ``step`` may only continue
+    with its prefix token (its own log-probability kept, floored so that the hypothesis lives on)."""
+    rows = [row for row, prefix in enumerate(prefixes) if step < len(prefix)]
+    if not rows:
+        return log_probs
+    index = torch.tensor(rows, device=log_probs.device)
+    tokens = torch.tensor([prefixes[row][step] for row in rows], device=log_probs.device)
+    kept = log_probs[index, tokens].clamp(min=-1e4)
+    log_probs = log_probs.clone()
+    log_probs[index] = float("-inf")
+    log_probs[index, tokens] = kept
+    return log_probs
+
+
+def _with_prefixes(limits: torch.Tensor, prefixes: list[list[int]] | None) -> torch.Tensor:
+    """Output limits long enough for each prefix and its end token."""
+    if not prefixes:
+        return limits
+    needed = torch.tensor([len(p) + 1 for p in prefixes], device=limits.device)
+    return torch.maximum(limits, needed)
 
 
 def greedy(model, src, bos_id: int, eos_id: int, cfg: SearchConfig | None = None) -> list[list[int]]:
@@ -95,11 +130,11 @@ def greedy(model, src, bos_id: int, eos_id: int, cfg: SearchConfig | None = None
 
 
 @torch.no_grad()
-def _step_by_step(model, src, bos_id: int, eos_id: int, cfg: SearchConfig) -> list[list[int]]:
+def _step_by_step(model, src, bos_id: int, eos_id: int, cfg: SearchConfig, prefixes=None) -> list[list[int]]:
     """Greedy or sampling: one token per sentence per step; finished sentences leave the batch.
     Bookkeeping stays on the host, so a GPU waits for it once per step (reading the new tokens)."""
     batch = src.size(0)
-    limits = max_lengths(src, model.pad_id, cfg).tolist()
+    limits = _with_prefixes(max_lengths(src, model.pad_id, cfg), prefixes).tolist()
     state = model.encode(src)
     alive = list(range(batch))  # original row of each row still decoding
     prev = torch.full((batch,), bos_id, dtype=torch.long, device=src.device)
@@ -109,8 +144,11 @@ def _step_by_step(model, src, bos_id: int, eos_id: int, cfg: SearchConfig) -> li
         generator = torch.Generator(device=src.device).manual_seed(cfg.seed)
     for step in range(max(limits)):
         logits, state = model.decode_step(prev, state)  # (alive, vocab)
+        logits = never_emitted(logits, bos_id, model.pad_id)
         if cfg.min_len or cfg.no_repeat_ngram_size:
             logits = constrain(logits, [outputs[row] for row in alive], eos_id, cfg)
+        if prefixes:
+            logits = force_prefixes(logits.float(), step, [prefixes[row] for row in alive])
         if cfg.strategy == "greedy":
             next_tokens = logits.argmax(dim=-1)
         else:
@@ -153,12 +191,22 @@ def length_penalty(length: int | torch.Tensor, alpha: float):
     return ((5.0 + length) / 6.0) ** alpha
 
 
-@torch.no_grad()
 def beam_search(model, src, bos_id: int, eos_id: int, cfg: SearchConfig) -> list[list[int]]:
-    """Batched beam search: all sentences and beams advance together as batch * beam rows."""
+    """The best hypothesis of each sentence (see :func:`beam_hypotheses`)."""
+    return decode(model, src, bos_id, eos_id, SearchConfig(**{**cfg.__dict__, "strategy": "beam"}))
+
+
+@torch.no_grad()
+def beam_hypotheses(
+    model, src, bos_id: int, eos_id: int, cfg: SearchConfig, prefixes: list[list[int]] | None = None
+) -> list[list[tuple[float, list[int]]]]:
+    """Batched beam search: all sentences and beams advance together as batch * beam rows. Returns, per
+    sentence, its finished hypotheses as (score, token ids) best first (at least beam_size of them unless
+    the search ran out): score is the log-probability divided by the length penalty."""
     batch, k = src.size(0), cfg.beam_size
     device = src.device
-    limits = max_lengths(src, model.pad_id, cfg)  # (batch,)
+    limits = _with_prefixes(max_lengths(src, model.pad_id, cfg), prefixes)  # (batch,)
+    row_prefixes = [p for p in prefixes for _ in range(k)] if prefixes else None
     state = model.encode(src).reorder(torch.arange(batch, device=device).repeat_interleave(k))
     scores = torch.zeros(batch, k, device=device)
     scores[:, 1:] = float("-inf")  # all beams start identical: keep one until they diverge
@@ -170,9 +218,11 @@ def beam_search(model, src, bos_id: int, eos_id: int, cfg: SearchConfig) -> list
 
     for step in range(int(limits.max())):
         logits, state = model.decode_step(prev, state)  # (batch * k, vocab)
-        log_probs = F.log_softmax(logits.float(), dim=-1)
+        log_probs = never_emitted(F.log_softmax(logits.float(), dim=-1), bos_id, model.pad_id)
         if cfg.min_len or cfg.no_repeat_ngram_size:
             log_probs = constrain(log_probs, tokens.tolist(), eos_id, cfg)
+        if row_prefixes:
+            log_probs = force_prefixes(log_probs, step, row_prefixes)
         log_probs = log_probs.view(batch, k, -1)
         vocab = log_probs.size(-1)
         at_limit = limits <= step + 1  # (batch,) the last step allowed: only EOS may follow
@@ -211,7 +261,7 @@ def beam_search(model, src, bos_id: int, eos_id: int, cfg: SearchConfig) -> list
         scores = scores.masked_fill(done[:, None], float("-inf"))
         if done.all():
             break
-    return [max(hyps, key=lambda h: h[0])[1] if hyps else [] for hyps in finished]
+    return [sorted(hyps, key=lambda h: -h[0]) for hyps in finished]
 
 
 def _is_finished(hyps, best_alive: float, limit: int, cfg: SearchConfig) -> bool:

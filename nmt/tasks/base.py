@@ -37,6 +37,9 @@ class Task:
     report_metric = "test_bleu"
     #: validation metrics computed only on epochs that decode (a "best" checkpoint on them saves then)
     decoded_metrics: tuple[str, ...] = ()
+    #: whether the model maps a source sentence to an output (encoder-decoder), so that the Translator,
+    #: translate.py and the web page can serve it; a language model continues a prompt instead
+    reads_source = True
 
     # ---- configuration ---------------------------------------------------------------------------
     def check(self, cfg: DictConfig) -> list[str]:

@@ -31,6 +31,7 @@ class LanguageModelTask(Task):
 
     name = "lm"
     report_metric = "test_ppl"
+    reads_source = False
 
     # ---- configuration ---------------------------------------------------------------------------
     def check(self, cfg: DictConfig) -> list[str]:

@@ -1,0 +1,130 @@
+"""translate.py: a checkpoint (or an ensemble) translating standard input line by line, or a file.
+
+Standard input: each line is translated as soon as it is read and its output written and flushed, so the
+command works in a terminal and in a pipe. A file: translated in token batches with a progress bar on a
+terminal, written in input order. Outputs: the text; ``scores=true``: ``score<TAB>text``; ``n_best=N``:
+N lines ``index<TAB>score<TAB>text`` per input (index: the input line's number from 0); ``alignments=true``
+appends a tab and Pharaoh pairs ``i-j`` (source piece i, output piece j).
+"""
+
+import sys
+from collections.abc import Iterator
+from contextlib import nullcontext
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from nmt.data.sources import read_lines
+from nmt.decoding.translate import DecodingProgress
+from nmt.inference.translator import Hypothesis, InputError, Translator
+from nmt.utils.io import atomic_path
+
+CHUNK = 2000  # lines of a file translated between two writes (the progress bar moves per batch inside)
+
+
+def format_output(index: int, hypotheses: list[Hypothesis], cfg: DictConfig) -> str:
+    """The lines written for one input."""
+    lines = []
+    for hypothesis in hypotheses[: int(cfg.n_best)]:
+        text = hypothesis.text
+        if int(cfg.n_best) > 1:
+            text = f"{index}\t{hypothesis.score:.4f}\t{text}"
+        elif cfg.scores:
+            text = f"{hypothesis.score:.4f}\t{text}"
+        if cfg.alignments:
+            text += "\t" + " ".join(f"{s}-{t}" for s, t in hypothesis.alignment)
+        lines.append(text + "\n")
+    return "".join(lines)
+
+
+def _stdin_lines() -> Iterator[str]:
+    """Standard input decoded line by line as it arrives (a pipe or a terminal); invalid UTF-8 is an
+    error naming the line."""
+    for number, raw in enumerate(iter(sys.stdin.buffer.readline, b""), start=1):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise InputError(
+                f"<stdin>, line {number}: invalid UTF-8 ({err.reason} at byte {err.start}); "
+                "re-encode the text as UTF-8 (e.g. iconv -f latin1 -t utf-8)"
+            ) from None
+        yield (line.removeprefix("\ufeff") if number == 1 else line).rstrip("\r\n")
+
+
+def run_translate(cfg: DictConfig) -> dict:
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    paths = list(cfg.ckpt_path) if OmegaConf.is_list(cfg.ckpt_path) else [cfg.ckpt_path]
+    translator = Translator.from_checkpoint(
+        paths,
+        device=cfg.device,
+        average_last=cfg.average_last,
+        max_tokens=cfg.max_tokens,
+        max_input_len=cfg.max_input_len,
+        on_long_input=cfg.on_long_input,
+        **OmegaConf.to_container(cfg.decode, resolve=True),
+    )
+    beams = translator.search.beam_size if translator.search.strategy == "beam" else 1
+    if not 1 <= int(cfg.n_best) <= beams:
+        raise ValueError(
+            f"n_best={cfg.n_best}: must be between 1 and the beam size ({beams}; greedy and sampling give 1)"
+        )
+    prefixes = read_lines(cfg.prefix_file) if cfg.prefix_file else None
+    scored = bool(cfg.scores or cfg.alignments or int(cfg.n_best) > 1)
+    if cfg.input == "-":
+        return _stream(translator, cfg, prefixes, scored)
+    lines = read_lines(cfg.input)
+    if prefixes is not None and len(prefixes) != len(lines):
+        raise ValueError(f"prefix_file={cfg.prefix_file} has {len(prefixes)} lines but {cfg.input} has {len(lines)}")
+    target = atomic_path(cfg.output) if cfg.output != "-" else nullcontext(None)
+    with target as tmp, open(tmp, "w", encoding="utf-8") if tmp else nullcontext(sys.stdout) as out:
+        with DecodingProgress(len(lines), enabled=True) as progress:
+            for start in range(0, len(lines), CHUNK):
+                chunk = lines[start : start + CHUNK]
+                found = _translate(
+                    translator, chunk, prefixes[start : start + CHUNK] if prefixes else None, cfg, scored, start + 1
+                )
+                out.write("".join(format_output(start + i, hyps, cfg) for i, hyps in enumerate(found)))
+                progress.advance(len(chunk))
+    if cfg.output != "-":
+        print(f"{len(lines)} translations written to {cfg.output}", file=sys.stderr)
+    return {"translations": len(lines), "output": cfg.output}
+
+
+def _stream(translator: Translator, cfg: DictConfig, prefixes, scored: bool) -> dict:
+    count = 0
+    out = sys.stdout if cfg.output == "-" else open(cfg.output, "w", encoding="utf-8")  # noqa: SIM115
+    try:
+        for index, line in enumerate(_stdin_lines()):
+            prefix = None
+            if prefixes is not None:
+                if index >= len(prefixes):
+                    raise ValueError(
+                        f"prefix_file={cfg.prefix_file} has {len(prefixes)} lines; input line {index + 1} has none"
+                    )
+                prefix = [prefixes[index]]
+            found = _translate(translator, [line], prefix, cfg, scored, index + 1)
+            out.write(format_output(index, found[0], cfg))
+            out.flush()
+            count += 1
+    finally:
+        if out is not sys.stdout:
+            out.close()
+    return {"translations": count, "output": cfg.output}
+
+
+def _translate(translator: Translator, lines: list[str], prefixes, cfg, scored: bool, first_line: int):
+    """Translate, and name the input line when something fails (found by retrying line by line)."""
+    try:
+        return translator.translate_nbest(lines, int(cfg.n_best), prefixes, scores=scored, first_line=first_line)
+    except InputError:
+        raise
+    except (RuntimeError, ValueError, IndexError) as err:
+        for offset, line in enumerate(lines):
+            try:
+                translator.translate_nbest(
+                    [line], int(cfg.n_best), prefixes[offset : offset + 1] if prefixes else None, scored
+                )
+            except (RuntimeError, ValueError, IndexError) as single:
+                raise InputError(f"line {first_line + offset}: {type(single).__name__}: {single}") from single
+        raise InputError(f"lines {first_line}-{first_line + len(lines) - 1}: {type(err).__name__}: {err}") from err

@@ -1,0 +1,214 @@
+"""A trained model put to work from Python:
+
+    from nmt.inference.translator import Translator
+    translator = Translator.from_checkpoint("runs/multi30k/checkpoints/best.ckpt", beam_size=5)
+    translator.translate(["A man rides a bike ."])                      # ['Ein Mann fährt Fahrrad .']
+    best, second = translator.translate_nbest(["A dog runs ."], n_best=2)[0]
+    best.score, best.token_log_probs, best.alignment                     # search score, per token, (src, tgt)
+
+Several checkpoints that share their vocabularies decode as one ensemble (``from_checkpoint([a, b])``).
+The checkpoint alone suffices (config, tokenizers and weights are inside it): no training data needed.
+Encoder-decoder tasks (translation, summarisation) are served; a language model generates with
+``python evaluate.py ckpt_path=... prompt="..."``.
+"""
+
+import logging
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+from torch.nn import functional as F
+
+from nmt.data.batching import token_batches
+from nmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from nmt.decoding.ensemble import Ensemble
+from nmt.decoding.search import SearchConfig, beam_hypotheses, decode
+from nmt.inference.checkpoint import CheckpointError
+from nmt.inference.loading import LoadedModel, load_model, resolve_checkpoint_path
+
+log = logging.getLogger(__name__)
+LONG_INPUT = ("truncate", "error")
+
+
+class InputError(ValueError):
+    """A line the translator cannot take (too long with on_long_input=error): names the line."""
+
+
+@dataclass
+class Hypothesis:
+    """One output: ``text``; ``score``, what ranks the n-best (the search's log-probability divided by its
+    length penalty); ``log_prob``, the output's total log-probability under the model (its tokens and the
+    end token); ``tokens`` and ``token_log_probs``, the target pieces and each one's log-probability (the
+    end token's last); ``alignment``: (source piece, target piece) pairs, each target piece with the
+    source piece it attended to most (``src_tokens`` are the source pieces, the end token last)."""
+
+    text: str
+    score: float
+    log_prob: float
+    tokens: list[str] = field(default_factory=list)
+    token_log_probs: list[float] = field(default_factory=list)
+    src_tokens: list[str] = field(default_factory=list)
+    alignment: list[tuple[int, int]] = field(default_factory=list)
+    attention: torch.Tensor | None = None  # (layers x heads, target pieces + 1, source pieces + 1), with_attention
+
+
+class Translator:
+    """Decode raw sentences with a model (or an ensemble) and its tokenizers; see the module's example."""
+
+    def __init__(
+        self,
+        loaded: list[LoadedModel],
+        search: SearchConfig,
+        max_tokens: int = 6000,
+        max_input_len: int = 256,
+        on_long_input: str = "truncate",
+        alignment_layer: int = -1,
+    ) -> None:
+        if on_long_input not in LONG_INPUT:
+            raise ValueError(f"on_long_input={on_long_input!r} is not one of {list(LONG_INPUT)}")
+        first = loaded[0]
+        if not first.task.reads_source:
+            raise CheckpointError(
+                f"{first.checkpoints[0]} is a {type(first.task).__name__}: it continues a prompt and has no "
+                'source to translate; use python evaluate.py ckpt_path=... prompt="..."'
+            )
+        for other in loaded[1:]:
+            if type(other.task) is not type(first.task):
+                raise CheckpointError(
+                    f"ensemble: {other.checkpoints[0]} is a {type(other.task).__name__}, "
+                    f"{first.checkpoints[0]} a {type(first.task).__name__}: ensemble checkpoints of one task"
+                )
+            for side in ("src_tokenizer", "tgt_tokenizer"):
+                if getattr(other, side).model_proto != getattr(first, side).model_proto:
+                    raise CheckpointError(
+                        f"ensemble: {other.checkpoints[0]} and {first.checkpoints[0]} have different "
+                        f"{side.split('_')[0]} vocabularies; ensemble only models trained with the same tokenizers"
+                    )
+        self.loaded, self.search = loaded, search
+        self.model = first.model if len(loaded) == 1 else Ensemble([m.model for m in loaded]).eval()
+        self.src_tokenizer, self.tgt_tokenizer = first.src_tokenizer, first.tgt_tokenizer
+        self.max_tokens, self.max_input_len, self.on_long_input = max_tokens, max_input_len, on_long_input
+        self.alignment_layer = alignment_layer
+        self.device = next(self.model.parameters()).device
+
+    @classmethod
+    def from_checkpoint(
+        cls,
+        path: str | os.PathLike | Sequence[str | os.PathLike],
+        device: str = "auto",
+        average_last: int = 0,
+        max_tokens: int = 6000,
+        max_input_len: int = 256,
+        on_long_input: str = "truncate",
+        **search,
+    ) -> "Translator":
+        """A translator for one checkpoint (a file or a run folder: its best checkpoint), or an ensemble of
+        several. ``search``: the decoding settings of :class:`SearchConfig` (strategy, beam_size,
+        length_penalty, max_len_a, max_len_b, ...)."""
+        paths = [path] if isinstance(path, (str, os.PathLike)) else list(path)
+        if not paths:
+            raise ValueError("from_checkpoint needs at least one checkpoint")
+        loaded = [load_model(resolve_checkpoint_path(p), average_last, device) for p in paths]
+        return cls(loaded, SearchConfig(**search), max_tokens, max_input_len, on_long_input)
+
+    # ---- translation -------------------------------------------------------------------------------
+    def translate(self, lines: Sequence[str]) -> list[str]:
+        """The best output of each line, in input order."""
+        return [hyps[0].text for hyps in self.translate_nbest(lines, n_best=1, scores=False)]
+
+    @torch.no_grad()
+    def translate_nbest(
+        self,
+        lines: Sequence[str],
+        n_best: int = 1,
+        prefixes: Sequence[str] | None = None,
+        scores: bool = True,
+        with_attention: bool = False,
+        first_line: int = 1,
+    ) -> list[list[Hypothesis]]:
+        """Per line, its ``n_best`` outputs best first (beam search: n_best <= beam_size; greedy and
+        sampling: 1). ``prefixes``: per line, text the output must begin with. ``scores``: also the
+        per-token log-probabilities and alignments (one teacher-forced pass over the outputs);
+        ``with_attention``: also each output's cross-attention. An empty line gives one empty output.
+        ``first_line``: the number of ``lines[0]`` in its file, for error messages."""
+        beams = self.search.beam_size if self.search.strategy == "beam" else 1
+        if not 1 <= n_best <= beams:
+            raise ValueError(
+                f"n_best={n_best}: must be between 1 and the beam size ({beams}; greedy and sampling give 1)"
+            )
+        if prefixes is not None and len(prefixes) != len(lines):
+            raise ValueError(f"{len(prefixes)} prefixes for {len(lines)} lines: give one per line (may be empty)")
+        encoded = self._encode_sources(lines, first_line)
+        forced = [self.tgt_tokenizer.encode(p) if p else [] for p in prefixes] if prefixes else None
+        results: list[list[Hypothesis]] = [[Hypothesis("", 0.0, 0.0)] for _ in lines]
+        non_empty = [i for i, ids in enumerate(encoded) if ids]
+        lengths = {i: len(encoded[i]) + 1 for i in non_empty}
+        order = sorted(non_empty, key=lengths.__getitem__)
+        budget = max(self.max_tokens // beams, max(lengths.values(), default=1))
+        for batch in token_batches(lengths, budget, order):
+            src = self._pad([encoded[i] + [EOS_ID] for i in batch])
+            batch_prefixes = [forced[i] for i in batch] if forced else None
+            if self.search.strategy == "beam":
+                found = beam_hypotheses(self.model, src, BOS_ID, EOS_ID, self.search, batch_prefixes)
+                found = [hyps[:n_best] or [(0.0, [])] for hyps in found]
+            else:
+                found = [
+                    [(float("nan"), ids)]
+                    for ids in decode(self.model, src, BOS_ID, EOS_ID, self.search, batch_prefixes)
+                ]
+            for i, hyps in zip(batch, found, strict=True):
+                results[i] = [Hypothesis(self.tgt_tokenizer.decode(ids), score, float("nan")) for score, ids in hyps]
+            if scores or with_attention:
+                self._score(src, batch, encoded, found, results, with_attention)
+        return results
+
+    # ---- internals ---------------------------------------------------------------------------------
+    def _encode_sources(self, lines: Sequence[str], first_line: int) -> list[list[int]]:
+        encoded = self.src_tokenizer.encode_batch(list(lines))
+        long_lines = [n for n, ids in enumerate(encoded) if len(ids) > self.max_input_len]
+        if long_lines and self.on_long_input == "error":
+            n = long_lines[0]
+            raise InputError(
+                f"line {first_line + n}: {len(encoded[n])} subword tokens, more than max_input_len="
+                f"{self.max_input_len}; shorten it, raise max_input_len, or pass on_long_input=truncate"
+            )
+        if long_lines:
+            log.warning(
+                "%d input line(s) longer than max_input_len=%d subword tokens were truncated (first: line %d)",
+                len(long_lines),
+                self.max_input_len,
+                first_line + long_lines[0],
+            )
+        return [ids[: self.max_input_len] for ids in encoded]
+
+    def _pad(self, rows: list[list[int]]) -> torch.Tensor:
+        tensors = [torch.tensor(row, dtype=torch.long) for row in rows]
+        return torch.nn.utils.rnn.pad_sequence(tensors, batch_first=True, padding_value=PAD_ID).to(self.device)
+
+    def _score(self, src, batch, encoded, found, results, with_attention: bool) -> None:
+        """Teacher-force every output of the batch: per-token log-probabilities, alignments, attention."""
+        rows = [(b, h) for b, hyps in enumerate(found) for h in range(len(hyps))]
+        src_rows = src[[b for b, _ in rows]]
+        outputs = [found[b][h][1] for b, h in rows]
+        tgt_in = self._pad([[BOS_ID, *ids] for ids in outputs])
+        targets = self._pad([[*ids, EOS_ID] for ids in outputs])
+        log_probs = F.log_softmax(self.model(src_rows, tgt_in).float(), dim=-1)
+        picked = log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # (rows, tgt_len)
+        maps = self.model.attention_maps(src_rows, tgt_in)
+        names = list(maps)
+        chosen = maps[names[self.alignment_layer]].float().mean(1)  # (rows, tgt_len, src_len): heads averaged
+        for row, (b, h) in enumerate(rows):
+            ids, source = outputs[row], encoded[batch[b]]
+            hypothesis = results[batch[b]][h]
+            hypothesis.tokens = self.tgt_tokenizer.pieces(ids)
+            hypothesis.token_log_probs = [float(x) for x in picked[row, : len(ids) + 1]]
+            hypothesis.log_prob = sum(hypothesis.token_log_probs)
+            if hypothesis.score != hypothesis.score:  # greedy and sampling rank nothing: their score is the log-prob
+                hypothesis.score = hypothesis.log_prob
+            hypothesis.src_tokens = [*self.src_tokenizer.pieces(source), "</s>"]
+            weights = chosen[row, : len(ids), : len(source) + 1]
+            hypothesis.alignment = [(int(s), t) for t, s in enumerate(weights.argmax(-1).tolist()) if s < len(source)]
+            if with_attention:
+                stacked = torch.cat([m[row] for m in maps.values()])  # (layers x heads, tgt_len, src_len)
+                hypothesis.attention = stacked[:, : len(ids) + 1, : len(source) + 1].cpu()

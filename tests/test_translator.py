@@ -1,0 +1,217 @@
+"""The Translator API and translate.py: n-best with scores equal to the model's own log-probabilities,
+prefixes, alignments from attention, ensembles checked against their members, and the command line in a
+pipe (line by line, flushed), with its bad-input messages."""
+
+import os
+import subprocess
+import sys
+from dataclasses import replace
+
+import pytest
+import torch
+from torch.nn import functional as F
+
+from nmt.data.tokenizer import BOS_ID, EOS_ID, Tokenizer, TokenizerSettings
+from nmt.decoding.search import SearchConfig
+from nmt.decoding.translate import translate_lines
+from nmt.inference.checkpoint import CheckpointError
+from nmt.inference.loading import load_model
+from nmt.inference.translator import InputError, Translator
+from nmt.tasks.language_model import LanguageModelTask
+from nmt.training.train import train
+
+from .conftest import ROOT, compose_train
+
+SOURCES = ["one two three", "seven eight", "", "four four nine two"]
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory):
+    """Two tiny Transformers on the toy task (seeds 1 and 2) and a tiny RNN, briefly trained."""
+    paths = {}
+    for name, extra in (("seed1", ["seed=1"]), ("seed2", ["seed=2"]), ("rnn", ["model=rnn", "seed=1"])):
+        run_dir = tmp_path_factory.mktemp(name)
+        train(
+            compose_train(
+                *extra, "trainer.max_epochs=12", "test_after_training=false", "threads=1", f"run_dir={run_dir}"
+            )
+        )
+        paths[name] = str(run_dir / "checkpoints" / "best.ckpt")
+    return paths
+
+
+def exact(**search) -> dict:
+    return {"beam_size": 4, "length_penalty": 0.0, "device": "cpu", **search}
+
+
+def test_translate_equals_the_decoding_evaluate_uses(checkpoints):
+    translator = Translator.from_checkpoint(checkpoints["seed1"], beam_size=3, device="cpu")
+    loaded = load_model(checkpoints["seed1"], device="cpu")
+    expected = translate_lines(
+        loaded.model, loaded.src_tokenizer, loaded.tgt_tokenizer, SOURCES, SearchConfig(beam_size=3)
+    )
+    assert translator.translate(SOURCES) == expected and expected[2] == ""
+
+
+@pytest.mark.parametrize("model", ["seed1", "rnn"])
+def test_nbest_scores_are_the_models_own_log_probabilities(checkpoints, model):
+    """With no length penalty the search's score of a hypothesis is its log-probability, which a separate
+    teacher-forced pass computes again token by token."""
+    translator = Translator.from_checkpoint(checkpoints[model], **exact())
+    for line, hyps in zip(SOURCES, translator.translate_nbest(SOURCES, n_best=3), strict=True):
+        if not line:
+            assert [(h.text, h.score) for h in hyps] == [("", 0.0)]
+            continue
+        assert len(hyps) == 3 and [h.score for h in hyps] == sorted((h.score for h in hyps), reverse=True)
+        for h in hyps:
+            assert h.score == pytest.approx(h.log_prob, abs=1e-4)
+            assert len(h.token_log_probs) == len(h.tokens) + 1 and all(p <= 0 for p in h.token_log_probs)
+            assert translator.tgt_tokenizer.decode(translator.tgt_tokenizer.sp.piece_to_id(h.tokens)) == h.text
+
+
+def test_a_prefix_starts_every_output(checkpoints):
+    translator = Translator.from_checkpoint(checkpoints["seed1"], **exact())
+    prefixes = ["acht", "zwei zwei", "", "drei"]
+    for strategy in ("beam", "greedy"):
+        translator.search = replace(translator.search, strategy=strategy)
+        found = translator.translate_nbest(SOURCES, prefixes=prefixes)
+        for prefix, line, hyps in zip(prefixes, SOURCES, found, strict=True):
+            if line:
+                assert hyps[0].text.startswith(prefix), (strategy, prefix, hyps[0].text)
+    with pytest.raises(ValueError, match="2 prefixes for 4 lines"):
+        translator.translate_nbest(SOURCES, prefixes=prefixes[:2])
+
+
+def test_alignments_follow_the_attention_of_the_last_layer(checkpoints):
+    translator = Translator.from_checkpoint(checkpoints["seed1"], **exact())
+    (best,) = translator.translate_nbest(["one two three"], with_attention=True)[0]
+    loaded = translator.loaded[0]
+    src = torch.tensor([[*loaded.src_tokenizer.encode("one two three"), EOS_ID]])
+    ids = [loaded.tgt_tokenizer.sp.piece_to_id(piece) for piece in best.tokens]
+    maps = loaded.model.attention_maps(src, torch.tensor([[BOS_ID, *ids]]))
+    last = maps[list(maps)[-1]][0].mean(0)  # (tgt, src), heads averaged
+    expected = [(s, t) for t, s in enumerate(last[: len(ids)].argmax(-1).tolist()) if s < src.size(1) - 1]
+    assert best.alignment == expected and best.alignment
+    assert best.src_tokens[-1] == "</s>" and len(best.src_tokens) == src.size(1)
+    assert best.attention.shape[1:] == (len(ids) + 1, src.size(1))
+
+
+def test_an_ensemble_of_a_model_with_itself_is_that_model(checkpoints):
+    one = Translator.from_checkpoint(checkpoints["seed1"], **exact())
+    two = Translator.from_checkpoint([checkpoints["seed1"], checkpoints["seed1"]], **exact())
+    for a, b in zip(one.translate_nbest(SOURCES, n_best=2), two.translate_nbest(SOURCES, n_best=2), strict=True):
+        assert [h.text for h in a] == [h.text for h in b]
+        assert [h.score for h in a] == pytest.approx([h.score for h in b], abs=1e-4)
+
+
+def test_an_ensemble_scores_the_renormalised_mean_of_its_members(checkpoints):
+    ensemble = Translator.from_checkpoint([checkpoints["seed1"], checkpoints["seed2"]], **exact())
+    members = [m.model for m in ensemble.loaded]
+    tokenizer = ensemble.loaded[0]
+    for line, hyps in zip(SOURCES, ensemble.translate_nbest(SOURCES, n_best=2), strict=True):
+        if not line:
+            continue
+        src = torch.tensor([[*tokenizer.src_tokenizer.encode(line), EOS_ID]])
+        for h in hyps:
+            ids = [tokenizer.tgt_tokenizer.sp.piece_to_id(piece) for piece in h.tokens]
+            tgt_in, target = torch.tensor([[BOS_ID, *ids]]), torch.tensor([*ids, EOS_ID])
+            with torch.no_grad():
+                each = [F.log_softmax(m(src, tgt_in)[0].float(), dim=-1) for m in members]
+            mean = F.log_softmax(torch.stack(each).mean(0), dim=-1)
+            expected = mean[torch.arange(len(target)), target]
+            assert h.token_log_probs == pytest.approx(expected.tolist(), abs=1e-4)
+            assert h.score == pytest.approx(float(expected.sum()), abs=1e-4)
+            # the ensemble's probability of its output lies between its members' (a geometric mean, renormalised)
+            alone = [float(e[torch.arange(len(target)), target].sum()) for e in each]
+            assert (
+                min(alone) - 1e-4
+                <= float(torch.stack(each).mean(0)[torch.arange(len(target)), target].sum())
+                <= max(alone) + 1e-4
+            )
+
+
+def test_ensembles_of_other_vocabularies_or_tasks_and_language_models_are_refused(checkpoints):
+    a, b = load_model(checkpoints["seed1"], device="cpu"), load_model(checkpoints["seed2"], device="cpu")
+    words = [f"wort{i} ding{i % 7} sache{i % 5}" for i in range(400)]
+    elsewhere = Tokenizer.train(words, TokenizerSettings(vocab_size=300, byte_fallback=True))
+    other = replace(b, tgt_tokenizer=elsewhere)  # a checkpoint trained on other text
+    with pytest.raises(CheckpointError, match="different tgt vocabularies"):
+        Translator([a, other], SearchConfig())
+    with pytest.raises(
+        CheckpointError, match="continues a prompt and has no source to translate; use python evaluate.py"
+    ):
+        Translator([replace(a, task=LanguageModelTask())], SearchConfig())
+    with pytest.raises(ValueError, match=r"n_best=3: must be between 1 and the beam size \(1"):
+        Translator([a], SearchConfig(strategy="greedy")).translate_nbest(SOURCES, n_best=3)
+
+
+def test_a_long_line_is_truncated_with_a_warning_or_refused_naming_it(checkpoints, caplog):
+    translator = Translator.from_checkpoint(checkpoints["seed1"], max_input_len=5, device="cpu", beam_size=2)
+    long = " ".join(["seven"] * 20)
+    assert len(translator.translate(["one", long])) == 2
+    assert "truncated (first: line 2)" in caplog.text
+    strict = Translator.from_checkpoint(checkpoints["seed1"], max_input_len=5, on_long_input="error", device="cpu")
+    with pytest.raises(InputError, match=r"line 12: \d+ subword tokens, more than max_input_len=5"):
+        strict.translate_nbest(["one", long], first_line=11)
+
+
+# ---- translate.py -------------------------------------------------------------------------------------
+def command(*args: str) -> list[str]:
+    return [sys.executable, str(ROOT / "translate.py"), *args, "decode.beam_size=3", "threads=1", "device=cpu"]
+
+
+def test_translate_py_writes_each_line_as_soon_as_it_is_read(checkpoints):
+    """In a pipe: the first output arrives while standard input is still open (flushed line by line)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    process = subprocess.Popen(
+        command(f"ckpt_path={checkpoints['seed1']}"), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    try:
+        process.stdin.write("one two three\n")
+        process.stdin.flush()
+        first = process.stdout.readline()
+        process.stdin.write("\nseven eight\n")
+        process.stdin.close()
+        rest = process.stdout.read()
+        assert process.wait(timeout=120) == 0, process.stderr.read()
+    finally:
+        process.kill()
+    expected = Translator.from_checkpoint(checkpoints["seed1"], beam_size=3, device="cpu").translate(
+        ["one two three", "", "seven eight"]
+    )
+    assert [first, *rest.splitlines(keepends=True)] == [t + "\n" for t in expected]
+
+
+def test_translate_py_nbest_alignments_and_prefixes(checkpoints, tmp_path):
+    source = tmp_path / "in.txt"
+    source.write_text("one two three\nseven eight\n", encoding="utf-8")
+    (tmp_path / "prefix.txt").write_text("zwei\n\n", encoding="utf-8")
+    out = subprocess.run(
+        command(f"ckpt_path={checkpoints['seed1']}", f"input={source}", "n_best=2", "alignments=true",
+                f"prefix_file={tmp_path / 'prefix.txt'}"),
+        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = out.stdout.splitlines()
+    assert [line.split("\t")[0] for line in lines] == ["0", "0", "1", "1"]
+    for line in lines:
+        index, score, text, alignment = line.split("\t")
+        assert float(score) <= 0 and all(len(pair.split("-")) == 2 for pair in alignment.split())
+    assert lines[0].split("\t")[2].startswith("zwei") and lines[1].split("\t")[2].startswith("zwei")
+
+
+@pytest.mark.parametrize(
+    ("stdin", "args", "message"),
+    [
+        (b"one\n\xff\xfe two\n", [], "error: <stdin>, line 2: invalid UTF-8"),
+        (b"one\n" + b"seven " * 40 + b"\n", ["max_input_len=8", "on_long_input=error"], "error: line 2: "),
+        (b"one\n", ["n_best=9"], "error: n_best=9: must be between 1 and the beam size (3"),
+    ],
+)
+def test_translate_py_bad_input_is_one_line_naming_it(checkpoints, stdin, args, message):
+    result = subprocess.run(
+        command(f"ckpt_path={checkpoints['seed1']}", *args), input=stdin, capture_output=True, timeout=300
+    )
+    err = result.stderr.decode()
+    assert result.returncode == 2 and message in err and "Traceback" not in err, err[-2000:]
