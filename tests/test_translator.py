@@ -93,7 +93,7 @@ def test_alignments_follow_the_attention_of_the_last_layer(checkpoints):
     expected = [(s, t) for t, s in enumerate(last[: len(ids)].argmax(-1).tolist()) if s < src.size(1) - 1]
     assert best.alignment == expected and best.alignment
     assert best.src_tokens[-1] == "</s>" and len(best.src_tokens) == src.size(1)
-    assert best.attention.shape[1:] == (len(ids) + 1, src.size(1))
+    assert {name: w.shape for name, w in best.attention.items()} == {"layer0": (4, len(ids) + 1, src.size(1))}
 
 
 def test_an_ensemble_of_a_model_with_itself_is_that_model(checkpoints):

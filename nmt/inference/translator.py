@@ -50,7 +50,8 @@ class Hypothesis:
     token_log_probs: list[float] = field(default_factory=list)
     src_tokens: list[str] = field(default_factory=list)
     alignment: list[tuple[int, int]] = field(default_factory=list)
-    attention: torch.Tensor | None = None  # (layers x heads, target pieces + 1, source pieces + 1), with_attention
+    #: with_attention: per decoder layer, its cross-attention (heads, target pieces + 1, source pieces + 1)
+    attention: dict[str, torch.Tensor] | None = None
 
 
 class Translator:
@@ -210,5 +211,7 @@ class Translator:
             weights = chosen[row, : len(ids), : len(source) + 1]
             hypothesis.alignment = [(int(s), t) for t, s in enumerate(weights.argmax(-1).tolist()) if s < len(source)]
             if with_attention:
-                stacked = torch.cat([m[row] for m in maps.values()])  # (layers x heads, tgt_len, src_len)
-                hypothesis.attention = stacked[:, : len(ids) + 1, : len(source) + 1].cpu()
+                hypothesis.attention = {
+                    name: weights[row, :, : len(ids) + 1, : len(source) + 1].float().cpu()
+                    for name, weights in maps.items()
+                }

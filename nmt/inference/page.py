@@ -1,0 +1,115 @@
+"""The web page of ``serve.py``: one HTML document with its script and styles inline (nothing is fetched
+from the network). It posts the sentence to /api/translate and shows the translation, the n-best list
+and the heatmap of the chosen layer and head (drawn on a canvas; ``data-heatmap`` on the canvas says when
+it is drawn, for tests and scripts)."""
+
+PAGE = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>{{title}}</title>
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<style>
+body { font-family: system-ui, sans-serif; max-width: 60rem; margin: 2rem auto; padding: 0 1rem; color: #222; }
+textarea { width: 100%; font-size: 1rem; padding: 0.4rem; box-sizing: border-box; }
+button { font-size: 1rem; padding: 0.3rem 1rem; margin: 0.5rem 0.5rem 0.5rem 0; }
+#translation { font-size: 1.3rem; margin: 1rem 0; min-height: 1.6rem; }
+#error { color: #b00020; } table { border-collapse: collapse; margin: 0.5rem 0; }
+th, td { border: 1px solid #ccc; padding: 0.2rem 0.5rem; text-align: left; } th { background: #f3f3f3; }
+canvas { border: 1px solid #eee; margin-top: 0.5rem; } label { margin-right: 1rem; }
+</style></head>
+<body>
+<h1>{{title}}</h1>
+<form id="form">
+  <textarea id="source" rows="3" placeholder="Type a sentence"></textarea><br>
+  <label>n-best <select id="nbest"></select></label>
+  <button id="go" type="submit">Translate</button>
+</form>
+<div id="error" role="alert"></div>
+<div id="translation" aria-live="polite"></div>
+<table id="nbest-table" hidden><thead><tr><th>#</th><th>score</th><th>output</th></tr></thead><tbody></tbody></table>
+<div id="choose" hidden>
+  <label>layer <select id="layer"></select></label><label>head <select id="head"></select></label>
+</div>
+<canvas id="heatmap" width="10" height="10" hidden></canvas>
+<script>
+"use strict";
+let result = null;
+const $ = (id) => document.getElementById(id);
+
+async function info() {
+  const response = await fetch("/api/info");
+  const data = await response.json();
+  for (let n = 1; n <= data.beam_size; n++) $("nbest").add(new Option(String(n), String(n)));
+  $("source").maxLength = data.max_chars;
+}
+
+function fill(select, values) {
+  select.innerHTML = "";
+  values.forEach((v, i) => select.add(new Option(String(v), String(i))));
+}
+
+function draw() {
+  const canvas = $("heatmap");
+  const layers = Object.keys(result.attention);
+  if (!layers.length) { canvas.hidden = true; return; }
+  const weights = result.attention[layers[$("layer").value]][$("head").value];
+  const src = result.source_tokens, tgt = result.target_tokens;
+  const cell = 28, left = 110, top = 90;
+  canvas.width = left + cell * src.length + 10;
+  canvas.height = top + cell * tgt.length + 10;
+  const ctx = canvas.getContext("2d");
+  ctx.fillStyle = "#fff"; ctx.fillRect(0, 0, canvas.width, canvas.height);
+  ctx.font = "12px sans-serif"; ctx.fillStyle = "#222";
+  src.forEach((token, j) => {
+    ctx.save(); ctx.translate(left + cell * j + cell / 2, top - 6); ctx.rotate(-Math.PI / 3);
+    ctx.fillText(token, 0, 0); ctx.restore();
+  });
+  tgt.forEach((token, i) => {
+    ctx.fillStyle = "#222"; ctx.fillText(token, 4, top + cell * i + cell * 0.65);
+    weights[i].forEach((w, j) => {
+      const shade = Math.round(255 * (1 - w));
+      ctx.fillStyle = `rgb(${shade}, ${shade}, 255)`;
+      ctx.fillRect(left + cell * j, top + cell * i, cell - 1, cell - 1);
+    });
+  });
+  canvas.hidden = false;
+  canvas.dataset.heatmap = `${tgt.length}x${src.length}`;
+}
+
+async function translate(event) {
+  event.preventDefault();
+  $("error").textContent = ""; $("go").disabled = true;
+  $("heatmap").removeAttribute("data-heatmap");
+  try {
+    const response = await fetch("/api/translate", {
+      method: "POST", headers: {"Content-Type": "application/json"},
+      body: JSON.stringify({text: $("source").value, n_best: Number($("nbest").value || 1)}),
+    });
+    const data = await response.json();
+    if (!response.ok) { $("error").textContent = data.error || response.statusText; return; }
+    result = data;
+    $("translation").textContent = data.translation;
+    const body = $("nbest-table").tBodies[0]; body.innerHTML = "";
+    data.nbest.forEach((h, i) => {
+      const row = body.insertRow();
+      [String(i + 1), h.score.toFixed(3), h.text].forEach((text) => { row.insertCell().textContent = text; });
+    });
+    $("nbest-table").hidden = false;
+    const layers = Object.keys(data.attention);
+    fill($("layer"), layers);
+    $("layer").value = String(layers.length - 1);
+    fill($("head"), layers.length ? data.attention[layers[0]].map((_, h) => h) : []);
+    $("choose").hidden = !layers.length;
+    draw();
+  } catch (err) {
+    $("error").textContent = String(err);
+  } finally {
+    $("go").disabled = false;
+  }
+}
+
+$("form").addEventListener("submit", translate);
+$("layer").addEventListener("change", draw);
+$("head").addEventListener("change", draw);
+info();
+</script>
+</body></html>
+"""

@@ -1,0 +1,93 @@
+"""A small web page for a trained model (``python serve.py ckpt_path=...``): type a sentence, read its
+translation, the n-best list with scores, and the cross-attention heatmap of a chosen layer and head.
+
+The page is one self-contained HTML document (inline script and styles, the heatmap drawn on a canvas):
+it works offline. The server answers JSON at ``POST /api/translate``; requests are decoded one at a time
+(the model is shared and its attention capture is not reentrant), so concurrent requests never mix.
+A request carries text only (no path, no checkpoint: the model is fixed at start), is limited in size,
+and a bad one gets a 4xx with a message, never a stack trace.
+"""
+
+import threading
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from nmt.inference.page import PAGE
+from nmt.inference.translator import InputError, Translator
+
+MAX_BODY_BYTES = 16_384
+
+
+class TranslateRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")  # anything else (a path, a checkpoint) is refused
+
+    text: str = Field(min_length=1)
+    n_best: int = Field(default=1, ge=1)
+
+
+def create_app(translator: Translator, max_chars: int = 1000, title: str = "nmt") -> FastAPI:
+    app = FastAPI(title=title, docs_url=None, redoc_url=None, openapi_url=None)
+    lock = threading.Lock()
+    beams = translator.search.beam_size if translator.search.strategy == "beam" else 1
+
+    @app.middleware("http")
+    async def limit_size(request: Request, call_next):
+        declared = request.headers.get("content-length")
+        if request.method == "POST" and declared is None:  # a chunked body could be of any size
+            return JSONResponse({"error": "a request body needs a Content-Length"}, status_code=411)
+        if declared is not None and (not declared.isdigit() or int(declared) > MAX_BODY_BYTES):
+            return JSONResponse({"error": f"request larger than {MAX_BODY_BYTES} bytes"}, status_code=413)
+        return await call_next(request)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, err: RequestValidationError):
+        problems = "; ".join(
+            "the body is not valid JSON"
+            if e["type"] == "json_invalid"
+            else f"{'.'.join(str(p) for p in e['loc'][1:]) or 'body'}: {e['msg']}"
+            for e in err.errors()
+        )
+        return JSONResponse({"error": problems}, status_code=422)
+
+    @app.exception_handler(Exception)
+    async def failed(request: Request, err: Exception):  # never a stack trace to the client
+        return JSONResponse({"error": f"the server failed: {type(err).__name__}"}, status_code=500)
+
+    @app.get("/", response_class=HTMLResponse)
+    def page() -> str:
+        return PAGE.replace("{{title}}", title)
+
+    @app.get("/api/info")
+    def info() -> dict:
+        return {"beam_size": beams, "max_chars": max_chars, "strategy": translator.search.strategy}
+
+    @app.post("/api/translate")
+    def translate(request: TranslateRequest):
+        text = request.text.replace("\r", " ").replace("\n", " ").strip()
+        if len(text) > max_chars:
+            return JSONResponse({"error": f"text longer than {max_chars} characters"}, status_code=422)
+        if not text:
+            return JSONResponse({"error": "text is empty"}, status_code=422)
+        if request.n_best > beams:
+            return JSONResponse({"error": f"n_best must be at most the beam size ({beams})"}, status_code=422)
+        try:
+            with lock:
+                (hypotheses,) = translator.translate_nbest([text], n_best=request.n_best, with_attention=True)
+        except InputError as err:
+            return JSONResponse({"error": str(err)}, status_code=422)
+        best = hypotheses[0]
+        return {
+            "translation": best.text,
+            "nbest": [
+                {"text": h.text, "score": round(h.score, 4), "log_prob": round(h.log_prob, 4)} for h in hypotheses
+            ],
+            "source_tokens": best.src_tokens,
+            "target_tokens": [*best.tokens, "</s>"],
+            # per decoder layer: heads x target pieces x source pieces
+            "attention": {name: weights.tolist() for name, weights in (best.attention or {}).items()},
+        }
+
+    return app

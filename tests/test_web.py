@@ -1,0 +1,147 @@
+"""serve.py's page and API: a sentence translated in headless Chromium with its n-best list and heatmap,
+concurrent requests answered without mixing, bad requests answered with a 4xx and a message."""
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from nmt.inference.translator import Translator
+from nmt.training.train import train
+
+from .conftest import ROOT, compose_train
+
+BROWSERS = ("chromium-headless-shell", "chromium", "chromium-browser", "google-chrome")
+SENTENCES = ["one two three", "seven eight", "four four nine two", "five", "six seven", "two", "nine one", "three"]
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("web")
+    train(compose_train("trainer.max_epochs=12", "test_after_training=false", "threads=1", f"run_dir={run_dir}"))
+    return str(run_dir / "checkpoints" / "best.ckpt")
+
+
+@pytest.fixture(scope="module")
+def client(checkpoint):
+    from fastapi.testclient import TestClient
+
+    from nmt.inference.web import create_app
+
+    translator = Translator.from_checkpoint(
+        checkpoint, beam_size=3, device="cpu", on_long_input="error", max_input_len=40
+    )
+    return TestClient(create_app(translator, max_chars=200)), translator
+
+
+def test_a_translation_with_its_nbest_list_and_attention(client):
+    app, translator = client
+    answer = app.post("/api/translate", json={"text": "one two three", "n_best": 3})
+    assert answer.status_code == 200
+    data = answer.json()
+    (expected,) = translator.translate_nbest(["one two three"], n_best=3)
+    assert data["translation"] == expected[0].text and [h["text"] for h in data["nbest"]] == [h.text for h in expected]
+    heads = data["attention"]["layer0"]
+    assert (
+        len(heads) == 4
+        and len(heads[0]) == len(data["target_tokens"])
+        and len(heads[0][0]) == len(data["source_tokens"])
+    )
+    assert all(abs(sum(row) - 1) < 1e-4 for row in heads[0])  # each target piece's attention sums to one
+
+
+def test_concurrent_requests_are_answered_without_mixing(client):
+    app, translator = client
+    expected = dict(zip(SENTENCES, translator.translate(SENTENCES), strict=True))
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        answers = list(pool.map(lambda s: app.post("/api/translate", json={"text": s}).json(), SENTENCES * 2))
+    assert [a["translation"] for a in answers] == [expected[s] for s in SENTENCES * 2]
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "message"),
+    [
+        ({"text": ""}, 422, "text: String should have at least 1 character"),
+        ({"text": "x" * 201}, 422, "text longer than 200 characters"),
+        ({"text": "one", "ckpt_path": "/etc/passwd"}, 422, "ckpt_path: Extra inputs are not permitted"),
+        ({"text": "one", "n_best": 9}, 422, "n_best must be at most the beam size (3)"),
+        ({"text": " ".join(["seven"] * 30)}, 422, "more than max_input_len=40"),
+        (b"{not json", 422, "the body is not valid JSON"),
+        (b"x" * 20_000, 413, "request larger than 16384 bytes"),
+    ],
+)
+def test_bad_requests_get_a_4xx_and_a_message(client, body, status, message):
+    app, _ = client
+    if isinstance(body, bytes):
+        answer = app.post("/api/translate", content=body, headers={"content-type": "application/json"})
+    else:
+        answer = app.post("/api/translate", json=body)
+    assert answer.status_code == status and message in answer.json()["error"]
+    assert "Traceback" not in answer.text
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def browser() -> str | None:
+    return next((path for name in BROWSERS if (path := shutil.which(name))), None)
+
+
+@pytest.mark.skipif(browser() is None, reason="no headless Chromium (make test installs chromium-headless-shell)")
+def test_the_page_translates_a_sentence_in_headless_chromium(checkpoint):
+    playwright = pytest.importorskip("playwright.sync_api", reason="playwright is a dev dependency (make install)")
+    port = free_port()
+    command = [
+        sys.executable,
+        str(ROOT / "serve.py"),
+        f"ckpt_path={checkpoint}",
+        f"port={port}",
+        "device=cpu",
+        "threads=1",
+    ]
+    server = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        deadline = time.time() + 120
+        while True:  # until the server answers (it binds to 127.0.0.1 by default)
+            try:
+                info = json.load(urllib.request.urlopen(f"http://127.0.0.1:{port}/api/info", timeout=2))
+                break
+            except OSError:
+                assert server.poll() is None and time.time() < deadline, server.stderr.read()
+                time.sleep(0.3)
+        assert info["beam_size"] == 5
+        with playwright.sync_playwright() as p:
+            chromium = p.chromium.launch(executable_path=browser(), args=["--no-sandbox"])
+            page = chromium.new_page()
+            errors = []
+            page.on("pageerror", lambda err: errors.append(str(err)))
+            page.goto(f"http://127.0.0.1:{port}/")
+            page.fill("#source", "one two three")
+            page.select_option("#nbest", "3")
+            page.click("#go")
+            page.wait_for_selector("#heatmap[data-heatmap]", timeout=60_000)
+            translation = page.inner_text("#translation")
+            rows = page.locator("#nbest-table tbody tr").count()
+            drawn = page.evaluate(
+                """() => { const c = document.getElementById('heatmap');
+                const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+                let coloured = 0; for (let i = 0; i < d.length; i += 4) if (d[i] !== d[i + 2]) coloured++;
+                return coloured; }"""
+            )
+            page.select_option("#head", "1")  # another head redraws
+            chromium.close()
+        expected = Translator.from_checkpoint(checkpoint, beam_size=5, device="cpu").translate(["one two three"])[0]
+        assert translation == expected and rows == 3 and drawn > 100 and not errors
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
