@@ -1,0 +1,197 @@
+"""A checkpoint as a CTranslate2 model, for fast CPU and GPU serving (``python export.py``).
+
+Every Transformer variant of this project maps onto CTranslate2's Transformer specification: pre- or
+post-norm, LayerNorm or RMSNorm, ReLU or GELU, sinusoidal or learned absolute positions (their table is
+written out, so CTranslate2 adds exactly ours), none, Shaw et al.'s relative positions (keys and values,
+clipped distances), rotary positions (the half-split layout), and tied or separate embeddings. What the
+specification cannot hold is refused in one line naming the option: recurrent models, language models,
+and relative positions without value vectors are not exported.
+
+The folder holds CTranslate2's model and vocabularies plus our SentencePiece models (``source.model``,
+``target.model``): pieces in, pieces out, as :func:`translate_pieces` shows.
+"""
+
+import json
+from pathlib import Path
+
+import torch
+
+from nmt.inference.loading import LoadedModel
+from nmt.modules.position import LearnedPosition, RelativePosition, RotaryPosition, SinusoidalPosition, sinusoid_table
+
+MAX_POSITIONS = 1024  # rows of the absolute position table written for CTranslate2
+FORMATS = ("ctranslate2",)
+
+
+class ExportError(ValueError):
+    """A model the target format cannot represent; the message names the option."""
+
+
+def _norm_kind(norm) -> tuple[bool, float]:
+    """(rms, eps) of one of our norms."""
+    rms = not hasattr(norm, "bias")
+    return rms, float(norm.eps)
+
+
+def _set_norm(spec, norm) -> None:
+    spec.gamma = norm.weight.detach().float().numpy()
+    if hasattr(norm, "bias"):
+        spec.beta = norm.bias.detach().float().numpy()
+
+
+def _linear(spec, *layers) -> None:
+    """One CTranslate2 linear from one or several of ours (fused along the output axis)."""
+    spec.weight = torch.cat([layer.weight.detach().float() for layer in layers]).numpy()
+    biases = [layer.bias for layer in layers]
+    if all(b is not None for b in biases):
+        spec.bias = torch.cat([b.detach().float() for b in biases]).numpy()
+
+
+def check_exportable(loaded: LoadedModel) -> None:
+    """ExportError naming what CTranslate2's Transformer specification cannot represent."""
+    from nmt.models.transformer import Transformer
+
+    if not loaded.task.reads_source:
+        raise ExportError(f"task={loaded.task.name}: a language model; the export writes encoder-decoder models only")
+    model = loaded.model
+    if not isinstance(model, Transformer):
+        raise ExportError(
+            f"model={loaded.config['model'].get('_target_', '?').rsplit('.', 1)[-1]}: CTranslate2's Transformer "
+            "specification holds Transformers only (recurrent models are not exported)"
+        )
+    position = model.src_pos
+    if isinstance(position, RelativePosition) and not position.use_values:
+        raise ExportError("pos.use_values=false: CTranslate2's relative positions always add value vectors")
+    known = (SinusoidalPosition, LearnedPosition, RelativePosition, RotaryPosition)
+    if type(position).__name__ != "PositionEncoding" and not isinstance(position, known):
+        raise ExportError(f"pos={type(position).__name__}: no CTranslate2 equivalent")
+    activation = loaded.config["model"].get("activation", "relu")
+    if activation not in ("relu", "gelu"):
+        raise ExportError(f"model.activation={activation}: CTranslate2 takes relu or gelu here")
+
+
+def build_spec(loaded: LoadedModel):
+    """CTranslate2's TransformerSpec holding this model's weights."""
+    from ctranslate2.specs import common_spec, transformer_spec
+
+    check_exportable(loaded)
+    model = loaded.model
+    first = model.encoder[0]
+    pre_norm = first.attn_block.pre_norm
+    rms, eps = _norm_kind(first.attn_block.norm)
+    position = model.src_pos
+    relative = isinstance(position, RelativePosition)
+    rotary = isinstance(position, RotaryPosition)
+    activation = (
+        common_spec.Activation.GELU
+        if loaded.config["model"].get("activation") == "gelu"
+        else common_spec.Activation.RELU
+    )
+    heads = first.self_attn.num_heads
+    options = {"pre_norm": pre_norm, "activation": activation, "relative_position": relative, "rms_norm": rms}
+    if rotary:
+        options |= {"rotary_dim": 0, "rotary_interleave": False, "rotary_base": float(_rotary_base(position))}
+    encoder = transformer_spec.TransformerEncoderSpec(len(model.encoder), heads, **options)
+    decoder = transformer_spec.TransformerDecoderSpec(len(model.decoder), heads, **options)
+    spec = transformer_spec.TransformerSpec(encoder, decoder)
+
+    encoder.embeddings[0].weight = model.src_embed.weight.detach().float().numpy()
+    decoder.embeddings.weight = model.tgt_embed.weight.detach().float().numpy()
+    for stack, ours in ((encoder, model.src_pos), (decoder, model.tgt_pos)):
+        if hasattr(stack, "position_encodings"):
+            stack.position_encodings.encodings = _absolute_table(ours, model.d_model).numpy()
+    for layer, theirs in zip(model.encoder, encoder.layer, strict=True):
+        _attention(theirs.self_attention, layer.self_attn, layer.attn_block.norm, self_attention=True)
+        _ffn(theirs.ffn, layer.ffn, layer.ffn_block.norm)
+    for layer, theirs in zip(model.decoder, decoder.layer, strict=True):
+        _attention(theirs.self_attention, layer.self_attn, layer.self_block.norm, self_attention=True)
+        _attention(theirs.attention, layer.cross_attn, layer.cross_block.norm, self_attention=False)
+        _ffn(theirs.ffn, layer.ffn, layer.ffn_block.norm)
+    if pre_norm:
+        _set_norm(encoder.layer_norm, model.encoder_norm)
+        _set_norm(decoder.layer_norm, model.decoder_norm)
+    decoder.projection.weight = model.output.weight.detach().float().numpy()
+    if relative:
+        for stack, ours in ((encoder, model.src_pos), (decoder, model.tgt_pos)):
+            for layer in stack.layer:
+                layer.self_attention.relative_position_keys = ours.keys.weight.detach().float().numpy()
+                layer.self_attention.relative_position_values = ours.vals.weight.detach().float().numpy()
+    spec.config.layer_norm_epsilon = eps
+    spec.config.add_source_eos = True  # our encoder reads the source pieces and then </s>
+    spec.register_source_vocabulary(_vocabulary(loaded.src_tokenizer))
+    spec.register_target_vocabulary(_vocabulary(loaded.tgt_tokenizer))
+    return spec
+
+
+def _rotary_base(position: RotaryPosition) -> float:
+    inv_freq = position.inv_freq  # base ** (-2i / head_dim): the second entry gives the base back
+    head_dim = 2 * len(inv_freq)
+    return float(inv_freq[1] ** (-head_dim / 2)) if len(inv_freq) > 1 else 10000.0
+
+
+def _absolute_table(position, d_model: int) -> torch.Tensor:
+    """What our stack adds to its scaled embeddings at positions 0.. (zeros: nothing)."""
+    if isinstance(position, SinusoidalPosition):
+        return sinusoid_table(torch.arange(MAX_POSITIONS), d_model)
+    if isinstance(position, LearnedPosition):
+        return position.table.weight.detach().float()
+    return torch.zeros(MAX_POSITIONS, d_model)
+
+
+def _attention(spec, attention, norm, self_attention: bool) -> None:
+    if self_attention:
+        _linear(spec.linear[0], attention.q_proj, attention.k_proj, attention.v_proj)
+        _linear(spec.linear[1], attention.out_proj)
+    else:
+        _linear(spec.linear[0], attention.q_proj)
+        _linear(spec.linear[1], attention.k_proj, attention.v_proj)
+        _linear(spec.linear[2], attention.out_proj)
+    _set_norm(spec.layer_norm, norm)
+
+
+def _ffn(spec, ffn, norm) -> None:
+    _linear(spec.linear_0, ffn.up)
+    _linear(spec.linear_1, ffn.down)
+    _set_norm(spec.layer_norm, norm)
+
+
+def _vocabulary(tokenizer) -> list[str]:
+    return [tokenizer.sp.id_to_piece(i) for i in range(tokenizer.sp.get_piece_size())]
+
+
+def export_ctranslate2(loaded: LoadedModel, out_dir: str | Path, quantization: str | None = None) -> Path:
+    """Write the CTranslate2 model of ``loaded`` (weights in ``quantization``: None keeps float32; int8,
+    int8_float32, float16, bfloat16, ...) with our SentencePiece models beside it."""
+    out_dir = Path(out_dir)
+    spec = build_spec(loaded)
+    spec.validate()
+    spec.optimize(quantization=quantization)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    spec.save(str(out_dir))
+    (out_dir / "source.model").write_bytes(loaded.src_tokenizer.model_proto)
+    (out_dir / "target.model").write_bytes(loaded.tgt_tokenizer.model_proto)
+    segmenters = {"source": loaded.src_tokenizer.segmenter.spec(), "target": loaded.tgt_tokenizer.segmenter.spec()}
+    (out_dir / "nmt_export.json").write_text(
+        json.dumps(
+            {"checkpoints": loaded.checkpoints, "quantization": quantization, "segmenters": segmenters}, indent=1
+        )
+        + "\n"
+    )
+    return out_dir
+
+
+def translate_pieces(model_dir: str | Path, lines: list[str], device: str = "cpu", **options) -> list[str]:
+    """Translate raw lines with an exported folder: our tokenizers (SentencePiece, and the word segmenter
+    of languages that need one) around CTranslate2; ``options`` go to ``translate_batch``."""
+    import ctranslate2
+
+    from nmt.data.tokenizer import Tokenizer
+
+    model_dir = Path(model_dir)
+    segmenters = json.loads((model_dir / "nmt_export.json").read_text()).get("segmenters", {})
+    source = Tokenizer((model_dir / "source.model").read_bytes(), segmenters.get("source"))
+    target = Tokenizer((model_dir / "target.model").read_bytes(), segmenters.get("target"))
+    translator = ctranslate2.Translator(str(model_dir), device=device)
+    batch = [source.pieces(source.encode(line)) for line in lines]
+    results = translator.translate_batch(batch, **options)
+    return [target.decode([target.sp.piece_to_id(p) for p in result.hypotheses[0]]) for result in results]

@@ -1,0 +1,86 @@
+"""export.py: every Transformer variant CTranslate2's specification can hold decodes token for token as
+ours does (greedy), and what it cannot hold is refused in one line naming the option."""
+
+import subprocess
+import sys
+from dataclasses import replace
+
+import pytest
+
+from nmt.decoding.search import SearchConfig
+from nmt.inference.export import ExportError, check_exportable, export_ctranslate2, translate_pieces
+from nmt.inference.loading import load_model
+from nmt.inference.translator import Translator
+from nmt.tasks.language_model import LanguageModelTask
+from nmt.training.train import train
+
+from .conftest import ROOT, compose_train
+
+pytest.importorskip("ctranslate2", reason="ctranslate2 is a dependency of the export (make install)")
+
+LINES = ["one two three", "seven eight", "four four nine two", "five six seven eight nine", "two", "three one"]
+VARIANTS = {
+    "absolute-layer-pre-relu": [],
+    "absolute-rms-post-gelu": ["norm=rms", "model.norm_position=post", "model.activation=gelu"],
+    "learned-layer-post": ["pos=learned", "model.norm_position=post"],
+    "relative-layer-pre": ["pos=relative"],
+    "rope-rms-pre": ["pos=rope", "norm=rms"],
+    "none-layer-pre-tied": ["pos=none", "model.tie_embeddings=all"],
+}
+
+
+def trained(tmp_path_factory, name: str, overrides: list[str]) -> str:
+    run_dir = tmp_path_factory.mktemp(name)
+    train(
+        compose_train(
+            *overrides, "trainer.max_epochs=10", "test_after_training=false", "threads=1", f"run_dir={run_dir}"
+        )
+    )
+    return str(run_dir / "checkpoints" / "best.ckpt")
+
+
+@pytest.fixture(scope="module", params=list(VARIANTS))
+def variant(request, tmp_path_factory):
+    return request.param, trained(tmp_path_factory, request.param, VARIANTS[request.param])
+
+
+def test_ctranslate2_greedy_output_is_token_identical(variant, tmp_path):
+    name, checkpoint = variant
+    loaded = load_model(checkpoint, device="cpu")
+    export_ctranslate2(loaded, tmp_path / "ct2")
+    greedy = SearchConfig(strategy="greedy", max_len_a=0.0, max_len_b=40)
+    (ours,) = [Translator([loaded], greedy).translate_nbest(LINES, scores=True)]
+    # our search never outputs the start or padding token, and its limit of 40 counts the end token:
+    # CTranslate2 is told the same
+    theirs = translate_pieces(
+        tmp_path / "ct2", LINES, beam_size=1, max_decoding_length=39, suppress_sequences=[["<s>"], ["<pad>"]]
+    )
+    assert [h[0].text for h in ours] == theirs, name
+    assert any(theirs), name  # a model that says something
+
+
+def test_export_py_writes_a_model_folder(variant, tmp_path):
+    name, checkpoint = variant
+    if name != "absolute-layer-pre-relu":
+        pytest.skip("the command is checked once")
+    out = tmp_path / "int8"
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "export.py"), f"ckpt_path={checkpoint}", f"out={out}", "quantization=int8"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert {p.name for p in out.iterdir()} >= {"model.bin", "config.json", "source.model", "target.model"}
+    assert len(translate_pieces(out, LINES[:2], beam_size=2)) == 2
+
+
+def test_what_ctranslate2_cannot_hold_is_refused_naming_the_option(tmp_path_factory):
+    rnn = load_model(trained(tmp_path_factory, "rnn", ["model=rnn"]), device="cpu")
+    with pytest.raises(
+        ExportError, match=r"^model=RNNSeq2Seq: CTranslate2's Transformer specification holds Transformers only"
+    ):
+        check_exportable(rnn)
+    keys_only = load_model(trained(tmp_path_factory, "keys", ["pos=relative", "pos.use_values=false"]), device="cpu")
+    with pytest.raises(ExportError, match=r"^pos.use_values=false: CTranslate2's relative positions always add value"):
+        check_exportable(keys_only)
+    with pytest.raises(ExportError, match=r"^task=lm: a language model"):
+        check_exportable(replace(keys_only, task=LanguageModelTask()))
