@@ -474,3 +474,23 @@ def test_a_report_metric_no_run_has_is_one_clear_error(tmp_path):
     synthetic_sweep(tmp_path)
     with pytest.raises(ValueError, match="the runs have"):
         sweep_report.resolve_metric("test_ppl", RECORDS)
+
+
+def test_vectorised_bleu_equals_sacrebleu_on_every_kind_of_statistics():
+    """Random corpus statistics, with orders without n-grams, unmatched orders, short and empty outputs."""
+    import sacrebleu
+
+    from nmt.metrics.randomization import corpus_scores
+
+    rng = np.random.default_rng(0)
+    rows = []
+    for _ in range(3000):
+        total = np.sort(rng.integers(0, 40, 4))[::-1]
+        if rng.random() < 0.2:
+            total[rng.integers(0, 4) :] = 0
+        correct = np.minimum(total, rng.integers(0, 30, 4)) * (rng.random(4) > 0.2)
+        sys_len = total[0] if rng.random() < 0.8 else rng.integers(0, 50)
+        rows.append([sys_len, rng.integers(0, 60), *correct, *total])
+    rows = np.array(rows, dtype=float)
+    bleu = sacrebleu.metrics.BLEU()
+    assert corpus_scores(rows).tolist() == [bleu._compute_score_from_stats(row).score for row in rows]

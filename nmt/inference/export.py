@@ -180,18 +180,28 @@ def export_ctranslate2(loaded: LoadedModel, out_dir: str | Path, quantization: s
     return out_dir
 
 
+class CTranslate2Model:
+    """An exported folder ready to translate raw lines: our tokenizers (SentencePiece, and the word
+    segmenter of languages that need one) around a ``ctranslate2.Translator`` loaded once."""
+
+    def __init__(self, model_dir: str | Path, device: str = "cpu", **translator_options) -> None:
+        import ctranslate2
+
+        from nmt.data.tokenizer import Tokenizer
+
+        model_dir = Path(model_dir)
+        segmenters = json.loads((model_dir / "nmt_export.json").read_text()).get("segmenters", {})
+        self.source = Tokenizer((model_dir / "source.model").read_bytes(), segmenters.get("source"))
+        self.target = Tokenizer((model_dir / "target.model").read_bytes(), segmenters.get("target"))
+        self.translator = ctranslate2.Translator(str(model_dir), device=device, **translator_options)
+
+    def translate(self, lines: list[str], **options) -> list[str]:
+        """``options`` go to ``translate_batch`` (beam_size, max_decoding_length, ...)."""
+        batch = [self.source.pieces(self.source.encode(line)) for line in lines]
+        results = self.translator.translate_batch(batch, **options)
+        return [self.target.decode([self.target.sp.piece_to_id(p) for p in r.hypotheses[0]]) for r in results]
+
+
 def translate_pieces(model_dir: str | Path, lines: list[str], device: str = "cpu", **options) -> list[str]:
-    """Translate raw lines with an exported folder: our tokenizers (SentencePiece, and the word segmenter
-    of languages that need one) around CTranslate2; ``options`` go to ``translate_batch``."""
-    import ctranslate2
-
-    from nmt.data.tokenizer import Tokenizer
-
-    model_dir = Path(model_dir)
-    segmenters = json.loads((model_dir / "nmt_export.json").read_text()).get("segmenters", {})
-    source = Tokenizer((model_dir / "source.model").read_bytes(), segmenters.get("source"))
-    target = Tokenizer((model_dir / "target.model").read_bytes(), segmenters.get("target"))
-    translator = ctranslate2.Translator(str(model_dir), device=device)
-    batch = [source.pieces(source.encode(line)) for line in lines]
-    results = translator.translate_batch(batch, **options)
-    return [target.decode([target.sp.piece_to_id(p) for p in result.hypotheses[0]]) for result in results]
+    """Translate raw lines with an exported folder (loaded for this call; see CTranslate2Model)."""
+    return CTranslate2Model(model_dir, device).translate(lines, **options)
