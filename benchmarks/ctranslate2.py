@@ -45,39 +45,45 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     sources, references = read_parallel(args.sources, args.references)
     loaded = load_model(args.checkpoint, device="cpu")
-    ours = Translator([loaded], SearchConfig(beam_size=args.beam))
     bleu = sacrebleu.metrics.BLEU(tokenize=bleu_tokenizer(args.lang))
+    limit = int(1.5 * max(len(loaded.src_tokenizer.encode(s)) for s in sources) + 10)
     rows = []
-    seconds, outputs = best_time(lambda: ours.translate(sources), args.repeat)
-    rows.append(("ours (PyTorch, float32)", seconds, bleu.corpus_score(outputs, [references]).score))
-    limit = int(
-        ours.search.max_len_a * max(len(loaded.src_tokenizer.encode(s)) for s in sources) + ours.search.max_len_b
-    )
-    for quantization in (None, "int8"):
-        with tempfile.TemporaryDirectory() as folder:
-            export_ctranslate2(loaded, folder, quantization)
-            model = CTranslate2Model(folder, intra_threads=args.threads)
-            options = {
-                "beam_size": args.beam,
-                "max_decoding_length": limit,
-                "suppress_sequences": [["<s>"], ["<pad>"]],
-                "length_penalty": ours.search.length_penalty,  # CTranslate2 divides by length ** alpha
-                "max_batch_size": 64,
-            }
-
-            def run(model=model, options=options):
-                return model.translate(sources, **options)
-
-            seconds, outputs = best_time(run, args.repeat)
-            rows.append(
-                (f"CTranslate2 {quantization or 'float32'}", seconds, bleu.corpus_score(outputs, [references]).score)
-            )
+    with tempfile.TemporaryDirectory() as folder:
+        models = {}
+        for quantization in (None, "int8"):
+            export_ctranslate2(loaded, f"{folder}/{quantization}", quantization)
+            models[quantization or "float32"] = CTranslate2Model(f"{folder}/{quantization}", intra_threads=args.threads)
+        # length penalty 0: the same search on both sides (raw log-probability); 1: ours is GNMT's
+        # ((5 + len) / 6) ** alpha, CTranslate2's len ** alpha, which it cannot replace
+        for alpha in (0.0, 1.0):
+            ours = Translator([loaded], SearchConfig(beam_size=args.beam, length_penalty=alpha))
+            seconds, reference_outputs = best_time(lambda ours=ours: ours.translate(sources), args.repeat)
+            score = bleu.corpus_score(reference_outputs, [references]).score
+            rows.append((f"ours, PyTorch float32, lp {alpha:g}", seconds, score, len(sources)))
+            for name, model in models.items():
+                options = {
+                    "beam_size": args.beam,
+                    "max_decoding_length": limit,
+                    "suppress_sequences": [["<s>"], ["<pad>"]],
+                    "length_penalty": alpha,
+                    "max_batch_size": 64,
+                }
+                seconds, outputs = best_time(
+                    lambda model=model, options=options: model.translate(sources, **options), args.repeat
+                )
+                same = sum(a == b for a, b in zip(outputs, reference_outputs, strict=True))
+                score = bleu.corpus_score(outputs, [references]).score
+                rows.append((f"CTranslate2 {name}, lp {alpha:g}", seconds, score, same))
     cpu = platform.processor() or platform.machine()
     print(f"{len(sources)} sentences, beam {args.beam}, {args.threads} threads, {cpu}")
-    print("| system | BLEU | sentences/s | speed-up |")
-    print("|---|---|---|---|")
-    for name, seconds, score in rows:
-        print(f"| {name} | {score:.2f} | {len(sources) / seconds:.1f} | {rows[0][1] / seconds:.2f}x |")
+    print("| system | BLEU | outputs equal to ours (same lp) | sentences/s | speed-up over ours (same lp) |")
+    print("|---|---|---|---|---|")
+    base = None
+    for name, seconds, score, same in rows:
+        base = seconds if name.startswith("ours") else base
+        print(
+            f"| {name} | {score:.2f} | {same} / {len(sources)} | {len(sources) / seconds:.1f} | {base / seconds:.2f}x |"
+        )
 
 
 if __name__ == "__main__":

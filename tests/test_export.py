@@ -84,3 +84,16 @@ def test_what_ctranslate2_cannot_hold_is_refused_naming_the_option(tmp_path_fact
         check_exportable(keys_only)
     with pytest.raises(ExportError, match=r"^task=lm: a language model"):
         check_exportable(replace(keys_only, task=LanguageModelTask()))
+
+
+def test_exporting_leaves_the_model_untouched(variant, tmp_path):
+    """CTranslate2 quantizes its arrays in place: they must be copies, not the model's parameters."""
+    import torch
+
+    name, checkpoint = variant
+    if name != "absolute-layer-pre-relu":
+        pytest.skip("checked once")
+    loaded = load_model(checkpoint, device="cpu")
+    before = {k: v.clone() for k, v in loaded.model.state_dict().items()}
+    export_ctranslate2(loaded, tmp_path / "int8", quantization="int8")
+    assert all(torch.equal(before[k], v) for k, v in loaded.model.state_dict().items())

@@ -33,18 +33,24 @@ def _norm_kind(norm) -> tuple[bool, float]:
     return rms, float(norm.eps)
 
 
+def _array(tensor: torch.Tensor):
+    """A float32 copy: CTranslate2 converts and quantizes its arrays in place, which must not reach the
+    model's own parameters (``.numpy()`` of a float32 tensor shares its memory)."""
+    return tensor.detach().to(torch.float32).cpu().numpy().copy()
+
+
 def _set_norm(spec, norm) -> None:
-    spec.gamma = norm.weight.detach().float().numpy()
+    spec.gamma = _array(norm.weight)
     if hasattr(norm, "bias"):
-        spec.beta = norm.bias.detach().float().numpy()
+        spec.beta = _array(norm.bias)
 
 
 def _linear(spec, *layers) -> None:
     """One CTranslate2 linear from one or several of ours (fused along the output axis)."""
-    spec.weight = torch.cat([layer.weight.detach().float() for layer in layers]).numpy()
+    spec.weight = _array(torch.cat([layer.weight for layer in layers]))
     biases = [layer.bias for layer in layers]
     if all(b is not None for b in biases):
-        spec.bias = torch.cat([b.detach().float() for b in biases]).numpy()
+        spec.bias = _array(torch.cat(biases))
 
 
 def check_exportable(loaded: LoadedModel) -> None:
@@ -95,11 +101,11 @@ def build_spec(loaded: LoadedModel):
     decoder = transformer_spec.TransformerDecoderSpec(len(model.decoder), heads, **options)
     spec = transformer_spec.TransformerSpec(encoder, decoder)
 
-    encoder.embeddings[0].weight = model.src_embed.weight.detach().float().numpy()
-    decoder.embeddings.weight = model.tgt_embed.weight.detach().float().numpy()
+    encoder.embeddings[0].weight = _array(model.src_embed.weight)
+    decoder.embeddings.weight = _array(model.tgt_embed.weight)
     for stack, ours in ((encoder, model.src_pos), (decoder, model.tgt_pos)):
         if hasattr(stack, "position_encodings"):
-            stack.position_encodings.encodings = _absolute_table(ours, model.d_model).numpy()
+            stack.position_encodings.encodings = _array(_absolute_table(ours, model.d_model))
     for layer, theirs in zip(model.encoder, encoder.layer, strict=True):
         _attention(theirs.self_attention, layer.self_attn, layer.attn_block.norm, self_attention=True)
         _ffn(theirs.ffn, layer.ffn, layer.ffn_block.norm)
@@ -110,12 +116,12 @@ def build_spec(loaded: LoadedModel):
     if pre_norm:
         _set_norm(encoder.layer_norm, model.encoder_norm)
         _set_norm(decoder.layer_norm, model.decoder_norm)
-    decoder.projection.weight = model.output.weight.detach().float().numpy()
+    decoder.projection.weight = _array(model.output.weight)
     if relative:
         for stack, ours in ((encoder, model.src_pos), (decoder, model.tgt_pos)):
             for layer in stack.layer:
-                layer.self_attention.relative_position_keys = ours.keys.weight.detach().float().numpy()
-                layer.self_attention.relative_position_values = ours.vals.weight.detach().float().numpy()
+                layer.self_attention.relative_position_keys = _array(ours.keys.weight)
+                layer.self_attention.relative_position_values = _array(ours.vals.weight)
     spec.config.layer_norm_epsilon = eps
     spec.config.add_source_eos = True  # our encoder reads the source pieces and then </s>
     spec.register_source_vocabulary(_vocabulary(loaded.src_tokenizer))
