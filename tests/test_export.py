@@ -29,14 +29,22 @@ VARIANTS = {
 }
 
 
+_TRAINED: dict[str, str] = {}
+
+
 def trained(tmp_path_factory, name: str, overrides: list[str]) -> str:
-    run_dir = tmp_path_factory.mktemp(name)
-    train(
-        compose_train(
-            *overrides, "trainer.max_epochs=10", "test_after_training=false", "threads=1", f"run_dir={run_dir}"
-        )
-    )
-    return str(run_dir / "checkpoints" / "best.ckpt")
+    """A briefly trained toy model of this variant (trained once per test session)."""
+    if name not in _TRAINED:
+        run_dir = tmp_path_factory.mktemp(name)
+        overrides = [*overrides, "trainer.max_epochs=10", "test_after_training=false", "threads=1"]
+        train(compose_train(*overrides, f"run_dir={run_dir}"))
+        _TRAINED[name] = str(run_dir / "checkpoints" / "best.ckpt")
+    return _TRAINED[name]
+
+
+@pytest.fixture(scope="module")
+def default_checkpoint(tmp_path_factory):
+    return trained(tmp_path_factory, "absolute-layer-pre-relu", [])
 
 
 @pytest.fixture(scope="module", params=list(VARIANTS))
@@ -59,10 +67,8 @@ def test_ctranslate2_greedy_output_is_token_identical(variant, tmp_path):
     assert any(theirs), name  # a model that says something
 
 
-def test_export_py_writes_a_model_folder(variant, tmp_path):
-    name, checkpoint = variant
-    if name != "absolute-layer-pre-relu":
-        pytest.skip("the command is checked once")
+def test_export_py_writes_a_model_folder(default_checkpoint, tmp_path):
+    checkpoint = default_checkpoint
     out = tmp_path / "int8"
     result = subprocess.run(
         [sys.executable, str(ROOT / "export.py"), f"ckpt_path={checkpoint}", f"out={out}", "quantization=int8"],
@@ -86,14 +92,11 @@ def test_what_ctranslate2_cannot_hold_is_refused_naming_the_option(tmp_path_fact
         check_exportable(replace(keys_only, task=LanguageModelTask()))
 
 
-def test_exporting_leaves_the_model_untouched(variant, tmp_path):
+def test_exporting_leaves_the_model_untouched(default_checkpoint, tmp_path):
     """CTranslate2 quantizes its arrays in place: they must be copies, not the model's parameters."""
     import torch
 
-    name, checkpoint = variant
-    if name != "absolute-layer-pre-relu":
-        pytest.skip("checked once")
-    loaded = load_model(checkpoint, device="cpu")
+    loaded = load_model(default_checkpoint, device="cpu")
     before = {k: v.clone() for k, v in loaded.model.state_dict().items()}
     export_ctranslate2(loaded, tmp_path / "int8", quantization="int8")
     assert all(torch.equal(before[k], v) for k, v in loaded.model.state_dict().items())
