@@ -291,6 +291,16 @@ def test_a_tiny_language_model_learns_the_counting_corpus_and_generates(ptb_fold
     text = generate(loaded, "w3 w4", SearchConfig(strategy="greedy"), max_new_tokens=5)[0]
     assert text.startswith("w3 w4 w5")  # the counting continues
     samples = generate(loaded, "w3", SearchConfig(strategy="sample", seed=1), num_samples=3, max_new_tokens=4)
+    # the Translator continues prompts the same way, with n-best scores that are the model's log-probabilities
+    from nmt.inference.translator import Translator
+
+    greedy = Translator.from_checkpoint(results["best_checkpoint"], strategy="greedy", max_new_tokens=5)
+    assert greedy.translate(["w3 w4"]) == [text]
+    beam = Translator.from_checkpoint(results["best_checkpoint"], beam_size=3, length_penalty=0.0, max_new_tokens=5)
+    (hypotheses,) = beam.translate_nbest(["w3 w4"], n_best=2)
+    assert hypotheses[0].text.startswith("w3 w4 w5") and len(hypotheses) == 2
+    for h in hypotheses:
+        assert h.score == pytest.approx(h.log_prob, abs=1e-4) and len(h.token_log_probs) == len(h.tokens) + 1
     assert len(samples) == 3 and all(s.startswith("w3") and len(s.split()) <= 5 for s in samples)
     metrics = json.loads((run_dir / "data_report.json").read_text())
     assert metrics["splits"]["train"]["lines"] == 600

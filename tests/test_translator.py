@@ -137,10 +137,13 @@ def test_ensembles_of_other_vocabularies_or_tasks_and_language_models_are_refuse
     other = replace(b, tgt_tokenizer=elsewhere)  # a checkpoint trained on other text
     with pytest.raises(CheckpointError, match="different tgt vocabularies"):
         Translator([a, other], SearchConfig())
+    lm = replace(a, task=LanguageModelTask())
     with pytest.raises(
-        CheckpointError, match="continues a prompt and has no source to translate; use python evaluate.py"
+        CheckpointError, match="is a LanguageModelTask, .* a TranslationTask: ensemble checkpoints of one task"
     ):
-        Translator([replace(a, task=LanguageModelTask())], SearchConfig())
+        Translator([a, lm], SearchConfig())
+    with pytest.raises(CheckpointError, match="is a language model: ensembles are of encoder-decoder models only"):
+        Translator([lm, lm], SearchConfig())
     with pytest.raises(ValueError, match=r"n_best=3: must be between 1 and the beam size \(1"):
         Translator([a], SearchConfig(strategy="greedy")).translate_nbest(SOURCES, n_best=3)
 

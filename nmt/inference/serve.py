@@ -20,6 +20,7 @@ def serve(cfg: DictConfig) -> None:
         device=cfg.device,
         average_last=cfg.average_last,
         max_input_len=cfg.max_input_len,
+        max_new_tokens=cfg.max_new_tokens,
         on_long_input="error",  # a request gets a message, never a silently cut sentence
         **OmegaConf.to_container(cfg.decode, resolve=True),
     )

@@ -61,6 +61,7 @@ def run_translate(cfg: DictConfig) -> dict:
         average_last=cfg.average_last,
         max_tokens=cfg.max_tokens,
         max_input_len=cfg.max_input_len,
+        max_new_tokens=cfg.max_new_tokens,
         on_long_input=cfg.on_long_input,
         **OmegaConf.to_container(cfg.decode, resolve=True),
     )

@@ -8,14 +8,16 @@
 
 Several checkpoints that share their vocabularies decode as one ensemble (``from_checkpoint([a, b])``).
 The checkpoint alone suffices (config, tokenizers and weights are inside it): no training data needed.
-Encoder-decoder tasks (translation, summarisation) are served; a language model generates with
-``python evaluate.py ckpt_path=... prompt="..."``.
+Every task is served: translation and summarisation map a source to an output; a language model's
+"translation" of a line is the line continued (up to ``max_new_tokens`` words or its sentence end),
+returned with the line in front, its n-best and scores computed the same way (no alignment: there is no
+source to align to).
 """
 
 import logging
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 from torch.nn import functional as F
@@ -65,14 +67,15 @@ class Translator:
         max_input_len: int = 256,
         on_long_input: str = "truncate",
         alignment_layer: int = -1,
+        max_new_tokens: int = 50,
     ) -> None:
         if on_long_input not in LONG_INPUT:
             raise ValueError(f"on_long_input={on_long_input!r} is not one of {list(LONG_INPUT)}")
         first = loaded[0]
-        if not first.task.reads_source:
+        self.continues = not first.task.reads_source  # a language model: lines are prompts to continue
+        if self.continues and len(loaded) > 1:
             raise CheckpointError(
-                f"{first.checkpoints[0]} is a {type(first.task).__name__}: it continues a prompt and has no "
-                'source to translate; use python evaluate.py ckpt_path=... prompt="..."'
+                f"{first.checkpoints[0]} is a language model: ensembles are of encoder-decoder models only"
             )
         for other in loaded[1:]:
             if type(other.task) is not type(first.task):
@@ -90,7 +93,7 @@ class Translator:
         self.model = first.model if len(loaded) == 1 else Ensemble([m.model for m in loaded]).eval()
         self.src_tokenizer, self.tgt_tokenizer = first.src_tokenizer, first.tgt_tokenizer
         self.max_tokens, self.max_input_len, self.on_long_input = max_tokens, max_input_len, on_long_input
-        self.alignment_layer = alignment_layer
+        self.alignment_layer, self.max_new_tokens = alignment_layer, max_new_tokens
         self.device = next(self.model.parameters()).device
 
     @classmethod
@@ -102,16 +105,19 @@ class Translator:
         max_tokens: int = 6000,
         max_input_len: int = 256,
         on_long_input: str = "truncate",
+        max_new_tokens: int = 50,
         **search,
     ) -> "Translator":
         """A translator for one checkpoint (a file or a run folder: its best checkpoint), or an ensemble of
         several. ``search``: the decoding settings of :class:`SearchConfig` (strategy, beam_size,
-        length_penalty, max_len_a, max_len_b, ...)."""
+        length_penalty, max_len_a, max_len_b, ...); ``max_new_tokens``: the words a language model adds."""
         paths = [path] if isinstance(path, (str, os.PathLike)) else list(path)
         if not paths:
             raise ValueError("from_checkpoint needs at least one checkpoint")
         loaded = [load_model(resolve_checkpoint_path(p), average_last, device) for p in paths]
-        return cls(loaded, SearchConfig(**search), max_tokens, max_input_len, on_long_input)
+        return cls(
+            loaded, SearchConfig(**search), max_tokens, max_input_len, on_long_input, max_new_tokens=max_new_tokens
+        )
 
     # ---- translation -------------------------------------------------------------------------------
     def translate(self, lines: Sequence[str]) -> list[str]:
@@ -140,6 +146,10 @@ class Translator:
             )
         if prefixes is not None and len(prefixes) != len(lines):
             raise ValueError(f"{len(prefixes)} prefixes for {len(lines)} lines: give one per line (may be empty)")
+        if self.continues:
+            if prefixes is not None:
+                raise ValueError("a language model continues its prompt: give the prefix as part of the line")
+            return [self._continue(line, n_best, scores, first_line + i) for i, line in enumerate(lines)]
         encoded = self._encode_sources(lines, first_line)
         forced = [self.tgt_tokenizer.encode(p) if p else [] for p in prefixes] if prefixes else None
         results: list[list[Hypothesis]] = [[Hypothesis("", 0.0, 0.0)] for _ in lines]
@@ -165,6 +175,34 @@ class Translator:
         return results
 
     # ---- internals ---------------------------------------------------------------------------------
+    def _continue(self, line: str, n_best: int, scores: bool, number: int) -> list[Hypothesis]:
+        """A language model's continuations of one prompt (prompts are not padded, so one at a time): the
+        prompt follows a sentence end, as every sentence of its training stream does."""
+        prompt = self._encode_sources([line], number)[0]
+        context = torch.tensor([[EOS_ID, *prompt]], device=self.device)
+        search = replace(self.search, max_len_a=0.0, max_len_b=self.max_new_tokens + 1)  # the limit counts the end
+        if search.strategy == "beam":
+            found = beam_hypotheses(self.model, context, BOS_ID, EOS_ID, search)[0][:n_best] or [(0.0, [])]
+        else:
+            found = [(float("nan"), decode(self.model, context, BOS_ID, EOS_ID, search)[0])]
+        results = []
+        for score, ids in found:
+            text = " ".join(filter(None, (line.strip(), self.tgt_tokenizer.decode(ids))))
+            hypothesis = Hypothesis(text, score, float("nan"), src_tokens=self.tgt_tokenizer.pieces(prompt))
+            if scores:
+                sequence = torch.tensor([[EOS_ID, *prompt, *ids]], device=self.device)
+                log_probs = F.log_softmax(self.model(sequence).float(), dim=-1)[0]  # (len, vocab)
+                start = len(prompt)  # the prediction after the prompt's last token
+                targets = torch.tensor([*ids, EOS_ID], device=self.device)
+                picked = log_probs[start : start + len(targets)].gather(-1, targets[:, None]).squeeze(-1)
+                hypothesis.tokens = self.tgt_tokenizer.pieces(ids)
+                hypothesis.token_log_probs = [float(x) for x in picked]
+                hypothesis.log_prob = sum(hypothesis.token_log_probs)
+                if hypothesis.score != hypothesis.score:
+                    hypothesis.score = hypothesis.log_prob
+            results.append(hypothesis)
+        return results
+
     def _encode_sources(self, lines: Sequence[str], first_line: int) -> list[list[int]]:
         encoded = self.src_tokenizer.encode_batch(list(lines))
         long_lines = [n for n, ids in enumerate(encoded) if len(ids) > self.max_input_len]
