@@ -208,6 +208,20 @@ class CTranslate2Model:
         return [self.target.decode([self.target.sp.piece_to_id(p) for p in r.hypotheses[0]]) for r in results]
 
 
+def run_export(cfg) -> Path:
+    """export.py: the checkpoint (or run folder) of ``cfg.ckpt_path`` written in ``cfg.format`` to ``cfg.out``."""
+    import sys
+
+    from nmt.inference.loading import load_model, resolve_checkpoint_path
+
+    if cfg.format not in FORMATS:
+        raise ValueError(f"format={cfg.format}: not one of {list(FORMATS)}")
+    loaded = load_model(resolve_checkpoint_path(cfg.ckpt_path), cfg.average_last, "cpu")
+    out = export_ctranslate2(loaded, cfg.out, cfg.quantization)
+    print(f"CTranslate2 model written to {out} (quantization: {cfg.quantization or 'none, float32'})", file=sys.stderr)
+    return out
+
+
 def translate_pieces(model_dir: str | Path, lines: list[str], device: str = "cpu", **options) -> list[str]:
     """Translate raw lines with an exported folder (loaded for this call; see CTranslate2Model)."""
     return CTranslate2Model(model_dir, device).translate(lines, **options)
