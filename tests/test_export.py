@@ -100,3 +100,21 @@ def test_exporting_leaves_the_model_untouched(default_checkpoint, tmp_path):
     before = {k: v.clone() for k, v in loaded.model.state_dict().items()}
     export_ctranslate2(loaded, tmp_path / "int8", quantization="int8")
     assert all(torch.equal(before[k], v) for k, v in loaded.model.state_dict().items())
+
+
+def test_an_unknown_format_is_refused_listing_the_formats(default_checkpoint, tmp_path):
+    from omegaconf import OmegaConf
+
+    from nmt.inference.export import run_export
+
+    cfg = OmegaConf.create(
+        {
+            "ckpt_path": default_checkpoint,
+            "format": "onnx",
+            "out": str(tmp_path),
+            "average_last": 0,
+            "quantization": None,
+        }
+    )
+    with pytest.raises(ValueError, match=r"^format=onnx: not one of \['ctranslate2'\]$"):
+        run_export(cfg)
