@@ -213,6 +213,23 @@ def test_a_command_line_factor_replaces_the_grids_factor_of_the_same_key(tmp_pat
     assert json.loads((tmp_path / "plan.json").read_text()) == {"factors": {"seed": ["1", "2", "3"]}, "runs": 3}
 
 
+def test_sweep_levels_are_expanded_as_hydras_sweeper_writes_them(tmp_path, capsys):
+    """range(), choice() and numbers in other spellings: the plan and the run folders use the values the
+    jobs receive (lr=1e-3 reaches a job as lr=0.001)."""
+    callback = SweepReport()
+    callback.on_multirun_start(
+        sweep_config(tmp_path, {"seed": "range(1,3)"}, ["lr=1e-3,5e-4", "pos=choice(absolute,rope)"])
+    )
+    plan = json.loads((tmp_path / "plan.json").read_text())
+    assert plan == {
+        "factors": {"lr": ["0.001", "0.0005"], "pos": ["absolute", "rope"], "seed": ["1", "2"]},
+        "runs": 8,
+    }
+    with pytest.raises(SystemExit):
+        callback.on_multirun_start(sweep_config(tmp_path / "b", {}, ["lr=interval(0,1)"]))
+    assert "lr=interval(0,1): an interval is not a grid" in capsys.readouterr().err
+
+
 def test_runs_made_under_other_settings_stop_the_sweep_or_are_moved_aside(tmp_path, capsys):
     """on_changed=stop (the default) lists them and launches nothing; on_changed=move keeps them in
     superseded/ (nothing computed is lost) and leaves their folders free for the runs of these settings."""

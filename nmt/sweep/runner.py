@@ -110,10 +110,28 @@ def _compose_train(overrides: list[str]):
 
 
 def sweep_levels(config: DictConfig) -> dict[str, list[str]]:
-    """Each key of the sweep with its values: the grid's parameters, then the command line's (a key given
-    there replaces the grid's)."""
-    levels = {k: str(v).split(",") for k, v in (config.hydra.sweeper.get("params") or {}).items()}
-    levels.update({k: v.split(",") for k, v in _override_pairs(config.hydra.overrides.task)})
+    """Each key of the sweep with its values, as Hydra's sweeper expands and writes them into the jobs'
+    overrides (``a,b``, ``range(1,4)``, ``choice(x,y)``; ``1e-3`` becomes ``0.001``): the grid's
+    parameters, then the command line's (a key given there replaces the grid's)."""
+    params = [f"{k}={v}" for k, v in (config.hydra.sweeper.get("params") or {}).items()]
+    given = [o for o in config.hydra.overrides.task if o.lstrip("+~").partition("=")[0] in dict(_override_pairs([o]))]
+    return {**_expand(params), **_expand(given)}
+
+
+def _expand(overrides: list[str]) -> dict[str, list[str]]:
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    levels = {}
+    for override in OverridesParser.create().parse_overrides(list(overrides)):
+        key = override.key_or_group
+        if override.is_interval_sweep():
+            raise ValueError(f"{override.input_line}: an interval is not a grid; give levels (a,b or range(...))")
+        if override.is_delete():
+            levels[key] = [""]  # ~key: deleted in every run
+        elif override.is_sweep_override():
+            levels[key] = [str(v) for v in override.sweep_string_iterator()]
+        else:
+            levels[key] = [override.get_value_element_as_str() or ""]
     return levels
 
 
@@ -225,7 +243,10 @@ def input_problem(config: DictConfig) -> str | None:
     import difflib
 
     conf = ROOT / "conf"
-    levels = sweep_levels(config)
+    try:
+        levels = sweep_levels(config)
+    except ValueError as err:
+        return str(err).splitlines()[0]
     for key, values in levels.items():
         repeated = sorted({v for v in values if values.count(v) > 1})
         if repeated:
