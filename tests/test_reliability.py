@@ -320,3 +320,15 @@ def test_the_final_test_runs_on_the_training_device_wherever_fit_leaves_the_modu
     monkeypatch.setattr(SingleDeviceStrategy, "teardown", teardown_elsewhere)
     training.train(compose_train("trainer.max_epochs=1", f"run_dir={tmp_path}"))
     assert devices == ["cpu"]
+
+
+def test_token_and_loss_sums_stay_exact_beyond_float32():
+    """2^24 + 1 is the first integer float32 cannot hold: a corpus passes it within a few epochs."""
+    import torch
+
+    from nmt.tasks import exact_sum
+
+    total = exact_sum()
+    total.update(torch.tensor(2.0**24))
+    total.update(torch.tensor(1.0))
+    assert total.compute().item() == 2**24 + 1

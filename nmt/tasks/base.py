@@ -108,9 +108,15 @@ class Task:
 
 
 # ---- the teacher-forced validation metrics every task with targets reports ------------------------
+def exact_sum() -> SumMetric:
+    """A sum in float64: float32 counts stop being exact at 2^24 (16.7M tokens, a few epochs of a large
+    corpus) and a float32 loss sum loses digits long before."""
+    return SumMetric().set_dtype(torch.float64)
+
+
 def target_metrics() -> dict:
     """Sums, not means, so that loss and perplexity are exact per token, across batches and processes."""
-    return {"nll": SumMetric(), "tokens": SumMetric(), "correct": SumMetric()}
+    return {"nll": exact_sum(), "tokens": exact_sum(), "correct": exact_sum()}
 
 
 def update_target_metrics(metrics, logits: torch.Tensor, target: torch.Tensor, nll, tokens) -> None:

@@ -5,11 +5,10 @@ import math
 import lightning as L
 import torch
 from torch import nn
-from torchmetrics import SumMetric
 
 from nmt.data.tokenizer import Tokenizer
 from nmt.inference.checkpoint import CHECKPOINT_FORMAT, CHECKPOINT_KEY
-from nmt.tasks import Task
+from nmt.tasks import Task, exact_sum
 
 # below this loss scale an fp16 overflow is no longer the scaler's business: the gradients themselves are
 # non-finite (a scale of 1 means fp16 overflows even unscaled)
@@ -53,8 +52,9 @@ class TaskModule(L.LightningModule):
         self.bad_steps = 0  # consecutive batches with a non-finite loss or gradient
         self.scaler_skips = 0  # 16-mixed: updates the loss scaler skipped after an overflow (not failures)
         self._rng_to_restore: torch.Tensor | None = None
+        self._cuda_rng_to_restore: torch.Tensor | None = None
         # target tokens trained on in this epoch, summed over processes; kept across a mid-epoch resume
-        self.epoch_tokens = SumMetric()
+        self.epoch_tokens = exact_sum()
         self._tokens_to_restore: float | None = None
 
     def _log_training(self, loss: torch.Tensor, tokens: torch.Tensor) -> None:
@@ -136,9 +136,12 @@ class TaskModule(L.LightningModule):
                 self.epoch_tokens.update(torch.tensor(self._tokens_to_restore))
             self._tokens_to_restore = None
         if self._rng_to_restore is not None:
-            # resumed mid-epoch: continue with the random numbers (dropout) the killed run would have used
+            # resumed mid-epoch: continue with the random numbers (dropout) the killed run would have used,
+            # on the CPU and on the GPU
             torch.set_rng_state(self._rng_to_restore)
-            self._rng_to_restore = None
+            if self._cuda_rng_to_restore is not None and torch.cuda.is_available():
+                torch.cuda.set_rng_state(self._cuda_rng_to_restore)
+            self._rng_to_restore = self._cuda_rng_to_restore = None
 
     # ---- checkpoints: plain data only, so they load with weights_only=True --------------------
     def on_save_checkpoint(self, checkpoint: dict) -> None:
@@ -150,6 +153,9 @@ class TaskModule(L.LightningModule):
             "src_segmenter": self.src_tokenizer.segmenter.spec(),
             "tgt_segmenter": self.tgt_tokenizer.segmenter.spec(),
             "rng_state": torch.get_rng_state(),
+            "cuda_rng_state": torch.cuda.get_rng_state()
+            if torch.cuda.is_available() and torch.cuda.is_initialized()
+            else None,
             "bad_steps": self.bad_steps,
             # every process saves (DDP calls this hook on all of them), so the sum over processes is exact
             "epoch_tokens": float(self.epoch_tokens.compute()) if self.epoch_tokens.update_called else 0.0,
@@ -158,6 +164,7 @@ class TaskModule(L.LightningModule):
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         section = checkpoint.get(CHECKPOINT_KEY, {})
         self._rng_to_restore = section.get("rng_state")
+        self._cuda_rng_to_restore = section.get("cuda_rng_state")
         self.bad_steps = section.get("bad_steps", 0)
         self._tokens_to_restore = section.get("epoch_tokens")
 
