@@ -1,6 +1,6 @@
 """Each checkpoint alone and all of them as one ensemble, on the same test sentences: BLEU and speed.
 
-    python -m benchmarks.ensemble SOURCES REFERENCES --lang de CKPT [CKPT ...] [--beam 5] [--threads 2]
+python -m benchmarks.ensemble SOURCES REFERENCES --lang de CKPT [CKPT ...] [--beam 5] [--threads 2]
 """
 
 import argparse

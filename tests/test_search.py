@@ -176,3 +176,22 @@ def test_the_start_and_padding_tokens_are_never_output():
     model, src = ScriptedModel(table), torch.tensor([[5, 3]])
     assert greedy(model, src, BOS, EOS) == [[4]]
     assert beam_search(model, src, BOS, EOS, SearchConfig(beam_size=2, length_penalty=0.0)) == [[4]]
+
+
+def test_an_evaluation_searches_as_the_run_did_unless_told_otherwise():
+    """evaluate.py, translate.py and serve.py leave every search option null: a summariser is evaluated
+    with its own minimum length and trigram blocking, and an option given on the command line wins."""
+    from omegaconf import OmegaConf
+
+    from nmt.decoding.search import search_settings
+
+    from .conftest import CONF
+
+    own = {"beam_size": 4, "min_len": 5, "no_repeat_ngram_size": 3, "length_penalty": 2.0}
+    assert search_settings(own, {"beam_size": None, "length_penalty": 0.6}) == SearchConfig(
+        beam_size=4, min_len=5, no_repeat_ngram_size=3, length_penalty=0.6
+    )
+    assert search_settings(None, {}) == SearchConfig()
+    for name in ("evaluate", "translate", "serve"):
+        block = OmegaConf.load(CONF / f"{name}.yaml").decode
+        assert set(block) == set(SearchConfig.__dataclass_fields__) and all(v is None for v in block.values()), name

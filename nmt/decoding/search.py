@@ -52,6 +52,16 @@ class SearchConfig:
             raise ValueError(f"decode.no_repeat_ngram_size={self.no_repeat_ngram_size} must be >= 0 (0: off)")
 
 
+def search_settings(own: dict | None, given: dict | None) -> SearchConfig:
+    """The search of an evaluation or a translation: the options ``given`` (the command line's ``decode``
+    block, where null means "not given"), else the run's ``own`` (its config's ``decode`` block: a
+    summariser keeps its minimum length and trigram blocking), else the defaults."""
+    fields = SearchConfig.__dataclass_fields__
+    values = {k: v for k, v in (own or {}).items() if k in fields}
+    values.update({k: v for k, v in (given or {}).items() if v is not None})
+    return SearchConfig(**values)
+
+
 def banned_tokens(history: list[int], n: int) -> list[int]:
     """Tokens that would complete an n-gram already present in ``history`` (n-gram blocking)."""
     if n <= 0 or len(history) < n - 1:

@@ -25,7 +25,7 @@ from torch.nn import functional as F
 from nmt.data.batching import token_batches
 from nmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from nmt.decoding.ensemble import Ensemble
-from nmt.decoding.search import SearchConfig, beam_hypotheses, decode
+from nmt.decoding.search import SearchConfig, beam_hypotheses, decode, search_settings
 from nmt.inference.checkpoint import CheckpointError
 from nmt.inference.loading import LoadedModel, load_model, resolve_checkpoint_path
 
@@ -110,13 +110,19 @@ class Translator:
     ) -> "Translator":
         """A translator for one checkpoint (a file or a run folder: its best checkpoint), or an ensemble of
         several. ``search``: the decoding settings of :class:`SearchConfig` (strategy, beam_size,
-        length_penalty, max_len_a, max_len_b, ...); ``max_new_tokens``: the words a language model adds."""
+        length_penalty, max_len_a, max_len_b, ...); those not given (or None) are the run's own, from the
+        first checkpoint's config. ``max_new_tokens``: the words a language model adds."""
         paths = [path] if isinstance(path, (str, os.PathLike)) else list(path)
         if not paths:
             raise ValueError("from_checkpoint needs at least one checkpoint")
         loaded = [load_model(resolve_checkpoint_path(p), average_last, device) for p in paths]
         return cls(
-            loaded, SearchConfig(**search), max_tokens, max_input_len, on_long_input, max_new_tokens=max_new_tokens
+            loaded,
+            search_settings(loaded[0].config.get("decode"), search),
+            max_tokens,
+            max_input_len,
+            on_long_input,
+            max_new_tokens=max_new_tokens,
         )
 
     # ---- translation -------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from torch import nn
 
 from nmt.data.lm import LanguageModelDataModule
 from nmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
-from nmt.decoding.search import SearchConfig, decode
+from nmt.decoding.search import SearchConfig, decode, search_settings
 from nmt.tasks.base import Task, log_target_metrics, target_metrics, update_target_metrics
 from nmt.tasks.translation import decoder_only
 from nmt.utils.io import atomic_write_json
@@ -124,7 +124,7 @@ class LanguageModelTask(Task):
         """Generate from ``prompt`` when given, else the perplexity of each split."""
         loaded = load()
         if cfg.prompt is not None:
-            search = SearchConfig(**cfg.decode)
+            search = search_settings(loaded.config.get("decode"), OmegaConf.to_container(cfg.decode, resolve=True))
             texts = generate(loaded, str(cfg.prompt), search, cfg.num_samples, cfg.max_new_tokens)
             for text in texts:
                 print(text)

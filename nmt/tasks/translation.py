@@ -14,7 +14,7 @@ from torchmetrics.text.rouge import ROUGEScore
 from nmt.data.datamodule import ParallelDataModule
 from nmt.data.sources import decode_lines, read_lines
 from nmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
-from nmt.decoding.search import SearchConfig, decode
+from nmt.decoding.search import SearchConfig, decode, search_settings
 from nmt.decoding.translate import translate_lines
 from nmt.metrics.corpus import ROUGE_KEYS, bleu_tokenizer, corpus_scores
 from nmt.tasks.base import Task, log_target_metrics, target_metrics, update_target_metrics
@@ -194,8 +194,8 @@ class TranslationTask(Task):
 
     def evaluate(self, cfg: DictConfig, load: Callable[[], object]) -> dict:
         """Score ``split`` (one or a list), or translate ``input`` (a file, or "-" for standard input)."""
-        search = SearchConfig(**cfg.decode)
         loaded = load()
+        search = search_settings(loaded.config.get("decode"), OmegaConf.to_container(cfg.decode, resolve=True))
         if cfg.input is not None:
             return self._translate_input(cfg, loaded, search)
         overrides = OmegaConf.to_container(cfg.data, resolve=True)
