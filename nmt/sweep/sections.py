@@ -108,5 +108,7 @@ def findings(
             sentences.append(
                 "No cell differs detectably from the baseline by the seed-level test after Holm's adjustment."
             )
+    if not sentences:  # one configuration (seeds only): nothing to compare
+        sentences.append("One configuration: nothing to compare. The table below gives its mean over seeds.")
     for sentence in sentences:
         doc.paragraph(sentence)
