@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 TORCH_VERSION := 2.13.0
 ARGS ?=
 
-.PHONY: help install train test test-fast browser lint format bench bench-mfu clean
+.PHONY: help install train test test-fast browser lint format bench bench-mfu bench-gpu clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-10s %s\n", $$1, $$2}'
@@ -50,6 +50,9 @@ format: $(STAMP)  ## apply ruff fixes and formatting
 bench: $(STAMP)  ## speed benchmarks, appended to BENCHMARKS.md (ARGS="--steps 50 ..."), then CPU MFU
 	$(BIN)/python -m benchmarks $(ARGS)
 	$(BIN)/python -m benchmarks.mfu
+
+bench-gpu: $(STAMP)  ## tiny recipe on the GPU: ms/update, greedy validation, 1-8 runs sharing it (ARGS="--full --mfu")
+	$(BIN)/python -m benchmarks.gpu $(ARGS)
 
 bench-mfu: $(STAMP)  ## model-FLOPs utilisation of training, fp32 and bf16 (ARGS="--device cuda --compile ...")
 	$(BIN)/python -m benchmarks.mfu $(ARGS)

@@ -6,27 +6,25 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from lightning.fabric.utilities.exceptions import MisconfigurationException
 from omegaconf import OmegaConf
 from omegaconf.errors import MissingMandatoryValue
 
-from nmt.data.sources import DataNotFoundError
-from nmt.inference.checkpoint import CheckpointError
-from nmt.training.checkpoint_io import CheckpointWriteError
-from nmt.training.config import ConfigError
-
-USER_ERRORS = (
-    ConfigError,
-    CheckpointError,
-    CheckpointWriteError,
-    DataNotFoundError,
-    ValueError,  # our own checks, each naming the key or file and what to do
-    FileNotFoundError,
-    NotADirectoryError,
-    PermissionError,
-    FloatingPointError,  # training diverged: the message says what to lower
-    MisconfigurationException,  # Lightning's own check of trainer.* settings
+# user errors: builtins raised by our own checks (each naming the key or file and what to do), and classes
+# named by module, looked up only if their module was loaded (an error cannot come from a module that was
+# not imported), so that translate.py or serve.py never import Lightning just to catch its exceptions
+BUILTIN_USER_ERRORS = (ValueError, FileNotFoundError, NotADirectoryError, PermissionError, FloatingPointError)
+NAMED_USER_ERRORS = (
+    ("nmt.training.config", "ConfigError"),
+    ("nmt.inference.checkpoint", "CheckpointError"),
+    ("nmt.training.checkpoint_io", "CheckpointWriteError"),
+    ("nmt.data.sources", "DataNotFoundError"),
+    ("lightning.fabric.utilities.exceptions", "MisconfigurationException"),  # Lightning's check of trainer.*
 )
+
+
+def user_errors() -> tuple[type, ...]:
+    named = [getattr(sys.modules[module], name) for module, name in NAMED_USER_ERRORS if module in sys.modules]
+    return (*BUILTIN_USER_ERRORS, *named, MissingMandatoryValue)
 
 
 def user_message(err: BaseException) -> str:
@@ -37,7 +35,7 @@ def user_message(err: BaseException) -> str:
     if isinstance(err, OSError) and err.filename:
         return f"{err.filename}: {err.strerror}"
     text = str(err).strip()
-    if isinstance(err, ConfigError):  # every problem, on one line
+    if type(err).__name__ == "ConfigError":  # every problem, on one line
         head, *problems = text.splitlines()
         return f"{head} " + "; ".join(p.strip() for p in problems)
     return text.splitlines()[0] if text else type(err).__name__
@@ -51,7 +49,9 @@ def run_cli(function: Callable, cfg) -> None:
     (set NMT_DEBUG=1 to see the traceback)."""
     try:
         function(cfg)
-    except (*USER_ERRORS, MissingMandatoryValue) as err:
+    except Exception as err:
+        if not isinstance(err, user_errors()):
+            raise
         if os.environ.get("NMT_DEBUG"):
             raise
         print(f"error: {user_message(err)}", file=sys.stderr)

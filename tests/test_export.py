@@ -36,7 +36,7 @@ def trained(tmp_path_factory, name: str, overrides: list[str]) -> str:
     """A briefly trained toy model of this variant (trained once per test session)."""
     if name not in _TRAINED:
         run_dir = tmp_path_factory.mktemp(name)
-        overrides = [*overrides, "trainer.max_epochs=10", "test_after_training=false", "threads=1"]
+        overrides = [*overrides, "trainer.max_epochs=4", "test_after_training=false", "threads=1"]
         train(compose_train(*overrides, f"run_dir={run_dir}"))
         _TRAINED[name] = str(run_dir / "checkpoints" / "best.ckpt")
     return _TRAINED[name]

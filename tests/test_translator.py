@@ -33,7 +33,7 @@ def checkpoints(tmp_path_factory):
         run_dir = tmp_path_factory.mktemp(name)
         train(
             compose_train(
-                *extra, "trainer.max_epochs=12", "test_after_training=false", "threads=1", f"run_dir={run_dir}"
+                *extra, "trainer.max_epochs=5", "test_after_training=false", "threads=1", f"run_dir={run_dir}"
             )
         )
         paths[name] = str(run_dir / "checkpoints" / "best.ckpt")

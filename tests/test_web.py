@@ -25,7 +25,7 @@ SENTENCES = ["one two three", "seven eight", "four four nine two", "five", "six 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("web")
-    train(compose_train("trainer.max_epochs=12", "test_after_training=false", "threads=1", f"run_dir={run_dir}"))
+    train(compose_train("trainer.max_epochs=5", "test_after_training=false", "threads=1", f"run_dir={run_dir}"))
     return str(run_dir / "checkpoints" / "best.ckpt")
 
 

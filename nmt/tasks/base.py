@@ -21,7 +21,6 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig
 from torch import nn
-from torchmetrics import SumMetric
 
 from nmt.data.build import build_datamodule
 from nmt.data.tokenizer import PAD_ID
@@ -108,9 +107,11 @@ class Task:
 
 
 # ---- the teacher-forced validation metrics every task with targets reports ------------------------
-def exact_sum() -> SumMetric:
-    """A sum in float64: float32 counts stop being exact at 2^24 (16.7M tokens, a few epochs of a large
-    corpus) and a float32 loss sum loses digits long before."""
+def exact_sum():
+    """A torchmetrics SumMetric in float64: float32 counts stop being exact at 2^24 (16.7M tokens, a few
+    epochs of a large corpus) and a float32 loss sum loses digits long before."""
+    from torchmetrics import SumMetric  # imported here: torchmetrics loads scipy, which inference does not need
+
     return SumMetric().set_dtype(torch.float64)
 
 

@@ -8,8 +8,6 @@ from pathlib import Path
 from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
-from torchmetrics.text import CHRFScore, SacreBLEUScore
-from torchmetrics.text.rouge import ROUGEScore
 
 from nmt.data.datamodule import ParallelDataModule
 from nmt.data.sources import decode_lines, read_lines
@@ -78,6 +76,10 @@ class TranslationTask(Task):
         return value, tokens
 
     def validation_metrics(self, datamodule) -> nn.ModuleDict:
+        # imported here: torchmetrics loads scipy, seconds that translate.py and serve.py need not pay
+        from torchmetrics.text import CHRFScore, SacreBLEUScore
+        from torchmetrics.text.rouge import ROUGEScore
+
         metrics = nn.ModuleDict(
             {
                 **target_metrics(),
