@@ -129,13 +129,13 @@ def main(argv: list[str] | None = None) -> dict:
     }
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        for n in sorted(set(args.runs) | {1}):
+        for n in sorted(set(args.runs)):
             rates = concurrent_runs(n, args.device, args.data, args.steps, args.extra, folder)
             results[f"runs_{n}"] = {"updates_per_s_each": rates, "updates_per_s_total": sum(rates)}
             print(f"{n} run(s): {sum(rates):.1f} updates/s in all ({', '.join(f'{r:.1f}' for r in rates)})", flush=True)
-        single = results["runs_1"]["updates_per_s_each"][0]
-        results["ms_per_update"] = 1000.0 / single
-        seconds, sentences = greedy_validation_seconds(folder / "runs1_0", args.device)
+        alone = min(args.runs)  # 1 unless told otherwise: ms per update of a run with the device to itself
+        results["ms_per_update"] = 1000.0 / results[f"runs_{alone}"]["updates_per_s_each"][0]
+        seconds, sentences = greedy_validation_seconds(folder / f"runs{alone}_0", args.device)
         results["greedy_validation_s"], results["validation_sentences"] = seconds, sentences
         print(
             f"{results['ms_per_update']:.1f} ms per update; greedy validation of {sentences} sentences {seconds:.2f} s"
