@@ -14,6 +14,8 @@ from itertools import combinations
 
 from scipy import stats
 
+from nmt.sweep.analysis import holm
+
 FACTORS = ("optim", "pos", "norm", "smoothing")
 BASELINE = ("adam", "absolute", "layer", "ls01")
 
@@ -50,10 +52,10 @@ def main() -> None:
         if cell != BASELINE:
             test = stats.ttest_ind_from_stats(mean[cell], sd[cell], n, base, sd[BASELINE], n, equal_var=False)
             comparisons[cell] = test.pvalue
-    holm = _holm(comparisons)
+    adjusted_cells = holm(comparisons)
     print(f"cells against {BASELINE} (Welch over seeds, Holm over {len(comparisons)}):")
     for cell in sorted(cells, key=lambda c: -mean[c]):
-        p = "baseline" if cell == BASELINE else f"{comparisons[cell]:.4f} / {holm[cell]:.4f}"
+        p = "baseline" if cell == BASELINE else f"{comparisons[cell]:.4f} / {adjusted_cells[cell]:.4f}"
         print(f"  {' '.join(cell):40s} {mean[cell]:6.2f}  p / Holm {p}")
     # the full model on a balanced 2^k design: a +-1/2-coded coefficient is a contrast of the 2^k cell means
     # with weights +-1/2^(k-1) (main effects) or +-1/2^(k-2) (two-way), its variance sigma^2 * sum(w^2) / n
@@ -74,19 +76,10 @@ def main() -> None:
                 factor = FACTORS[term[0]]
                 name = f"{factor}: {levels[factor][1]} - {levels[factor][0]}"
             effects[name] = (estimate, stats.t.ppf(0.975, df) * se, p)
-    adjusted = _holm({k: v[2] for k, v in effects.items()})
+    adjusted = holm({k: v[2] for k, v in effects.items()})
     print(f"effects (full model, {df} df for the error, Holm over {len(effects)}):")
     for name, (estimate, half, p) in effects.items():
         print(f"  {name:28s} {estimate:6.2f} ± {half:4.2f}  p {p:.4f}  Holm {adjusted[name]:.4f}")
-
-
-def _holm(p_values: dict) -> dict:
-    order = sorted(p_values, key=p_values.get)
-    adjusted, running = {}, 0.0
-    for rank, key in enumerate(order):
-        running = max(running, min(1.0, (len(order) - rank) * p_values[key]))
-        adjusted[key] = running
-    return adjusted
 
 
 if __name__ == "__main__":

@@ -11,8 +11,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import nullcontext
 
-import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from nmt.data.sources import read_lines
 from nmt.decoding.translate import DecodingProgress
@@ -52,19 +51,7 @@ def _stdin_lines() -> Iterator[str]:
 
 
 def run_translate(cfg: DictConfig) -> dict:
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
-    paths = list(cfg.ckpt_path) if OmegaConf.is_list(cfg.ckpt_path) else [cfg.ckpt_path]
-    translator = Translator.from_checkpoint(
-        paths,
-        device=cfg.device,
-        average_last=cfg.average_last,
-        max_tokens=cfg.max_tokens,
-        max_input_len=cfg.max_input_len,
-        max_new_tokens=cfg.max_new_tokens,
-        on_long_input=cfg.on_long_input,
-        **OmegaConf.to_container(cfg.decode, resolve=True),
-    )
+    translator = Translator.from_config(cfg)
     beams = translator.search.beam_size if translator.search.strategy == "beam" else 1
     if not 1 <= int(cfg.n_best) <= beams:
         raise ValueError(

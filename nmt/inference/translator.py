@@ -125,6 +125,26 @@ class Translator:
             max_new_tokens=max_new_tokens,
         )
 
+    @classmethod
+    def from_config(cls, cfg, **fixed) -> "Translator":
+        """The translator of an entry point's config (translate.py, serve.py): ``ckpt_path`` (one or a list),
+        ``device``, ``threads``, ``average_last``, the input limits, ``decode``; ``fixed`` overrides them."""
+        from omegaconf import OmegaConf
+
+        if cfg.get("threads"):
+            torch.set_num_threads(cfg.threads)
+        paths = list(cfg.ckpt_path) if OmegaConf.is_list(cfg.ckpt_path) else [cfg.ckpt_path]
+        options = {
+            "device": cfg.device,
+            "average_last": cfg.average_last,
+            "max_tokens": cfg.get("max_tokens", 6000),
+            "max_input_len": cfg.max_input_len,
+            "max_new_tokens": cfg.max_new_tokens,
+            "on_long_input": cfg.get("on_long_input", "truncate"),
+            **OmegaConf.to_container(cfg.decode, resolve=True),
+        }
+        return cls.from_checkpoint(paths, **{**options, **fixed})
+
     # ---- translation -------------------------------------------------------------------------------
     def translate(self, lines: Sequence[str]) -> list[str]:
         """The best output of each line, in input order."""
