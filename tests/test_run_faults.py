@@ -20,7 +20,7 @@ from nmt.sweep.runner import SweepReport
 from nmt.training.checkpoint_io import AtomicCheckpointIO, CheckpointWriteError
 from nmt.training.config import ConfigError, check_config
 from nmt.training.run_folder import RunFolderError, RunLock
-from nmt.training.train import resolve_run_dir, train
+from nmt.training.train import resolve_resume, resolve_run_dir, train
 
 from .conftest import ROOT, compose_train
 
@@ -70,6 +70,27 @@ def test_a_truncated_last_checkpoint_is_named_in_one_line_or_replaced_when_the_c
     out = capsys.readouterr().out
     assert "last.ckpt cannot be read; resuming from" in out and "epoch001.ckpt (checkpoint.resume_fallback=true)" in out
     assert results["finished"]
+
+
+def _fake_checkpoint(path: Path, step: int) -> None:
+    section = {"config": {"x": 1}, "src_tokenizer": b"s", "tgt_tokenizer": b"t"}
+    torch.save({"nmt": section, "state_dict": {}, "global_step": step}, path)
+
+
+def test_a_slurm_requeue_resumes_from_lightnings_preemption_checkpoint_when_it_is_newer(tmp_path, capsys):
+    checkpoints = tmp_path / "checkpoints"
+    checkpoints.mkdir()
+    cfg = OmegaConf.create({"ckpt_path": None, "checkpoint": {"resume_fallback": False}})
+    _fake_checkpoint(checkpoints / "last.ckpt", 100)
+    assert resolve_resume(cfg, checkpoints) == str(checkpoints / "last.ckpt")
+    for n, step in ((1, 150), (2, 180)):  # Lightning numbers its saves; the highest is the newest
+        _fake_checkpoint(tmp_path / f"hpc_ckpt_{n}.ckpt", step)
+    assert resolve_resume(cfg, checkpoints) == str(tmp_path / "hpc_ckpt_2.ckpt")
+    assert "saved by Lightning on SLURM's preemption signal" in capsys.readouterr().out
+    _fake_checkpoint(checkpoints / "last.ckpt", 200)  # the requeued run went on and saved again
+    assert resolve_resume(cfg, checkpoints) == str(checkpoints / "last.ckpt")
+    (tmp_path / "hpc_ckpt_3.ckpt").write_bytes(b"truncated")  # an unreadable save never wins
+    assert resolve_resume(cfg, checkpoints) == str(checkpoints / "last.ckpt")
 
 
 # ---- 4, 5: what a checkpoint write refuses, and a full disk ------------------------------------------

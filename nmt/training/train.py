@@ -68,6 +68,10 @@ def resolve_resume(cfg: DictConfig, checkpoint_dir: Path) -> str | None:
     checkpoint.resume_fallback=true, replaced by the newest readable epoch checkpoint (said aloud)."""
     if not cfg.ckpt_path:
         path = checkpoint_dir / "last.ckpt"
+        hpc = _newest_hpc_checkpoint(checkpoint_dir.parent)
+        if hpc is not None and (not path.is_file() or _global_step(hpc) > _global_step(path)):
+            print(f"Resuming from {hpc}: saved by Lightning on SLURM's preemption signal, after last.ckpt")
+            path = hpc
         if not path.is_file():
             return None
     else:
@@ -94,6 +98,25 @@ def resolve_resume(cfg: DictConfig, checkpoint_dir: Path) -> str | None:
         print(f"warning: {path} cannot be read; resuming from {candidate} (checkpoint.resume_fallback=true)")
         return str(candidate)
     raise CheckpointError(f"cannot resume: {path} cannot be read and no epoch checkpoint beside it can")
+
+
+def _newest_hpc_checkpoint(run_dir: Path) -> Path | None:
+    """Under SLURM with auto-requeue Lightning saves ``hpc_ckpt_<n>.ckpt`` in the run folder on the preemption
+    signal (the highest n is the newest) and requeues the job; that state is newer than last.ckpt."""
+    numbered = []
+    for path in run_dir.glob("hpc_ckpt_*.ckpt"):
+        suffix = path.stem.removeprefix("hpc_ckpt_")
+        if suffix.isdigit():
+            numbered.append((int(suffix), path))
+    return max(numbered)[1] if numbered else None
+
+
+def _global_step(path: Path) -> int:
+    """The update a checkpoint was saved at (-1 when the file cannot be read: the caller's checks name it)."""
+    try:
+        return int(load_checkpoint(path).get("global_step", -1))
+    except CheckpointError:
+        return -1
 
 
 def is_smoke_run(config: dict) -> bool:
