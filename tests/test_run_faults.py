@@ -177,6 +177,13 @@ def test_a_smoke_run_leaves_nothing_that_a_real_run_resumes(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "held a smoke run (trainer.fast_dev_run)" in out and "Resuming" not in out
     assert results["epochs"] == 2 and results["finished"]
+    # a smoke run never writes into a real run's folder, even forced: the next real rerun would purge it
+    kept = {p: p.read_bytes() for p in [tmp_path / "results.json", *tmp_path.glob("checkpoints/*.ckpt")]}
+    smoke = compose_train(*QUICK, "++trainer.fast_dev_run=true", "resume=force", f"run_dir={tmp_path}")
+    with pytest.raises(RunFolderError, match=r"smoke run \(trainer\.fast_dev_run\) never writes into it"):
+        train(smoke)
+    assert {p: p.read_bytes() for p in kept} == kept
+    assert train(compose_train(*QUICK, f"run_dir={tmp_path}")) == results  # still finished, nothing purged
 
 
 # ---- 7, 8: sweeps ------------------------------------------------------------------------------------

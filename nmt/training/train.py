@@ -28,6 +28,7 @@ from nmt.training.module import TaskModule
 from nmt.training.run_folder import (
     FINGERPRINT,
     RESULTS,
+    RunFolderError,
     RunLock,
     check_data,
     check_identity,
@@ -154,7 +155,16 @@ def _claim_folder(cfg: DictConfig, run_dir: Path, identity: dict) -> dict | None
     results of a finished run with the same settings (nothing to do), else None."""
     force = str(cfg.get("resume", "auto")) == "force"
     saved_path = run_dir / FINGERPRINT
-    if saved_path.is_file() and is_smoke_run(json.loads(saved_path.read_text()).get("config", {})):
+    real_work = any((run_dir / "checkpoints").glob("*.ckpt")) or (run_dir / RESULTS).is_file()
+    saved_smoke = saved_path.is_file() and is_smoke_run(json.loads(saved_path.read_text()).get("config", {}))
+    if is_smoke_run(identity["config"]) and real_work and not saved_smoke:
+        # even with resume=force: its fingerprint and results would replace the run's, and the next real run
+        # would then purge that run's checkpoints as a smoke run's
+        raise RunFolderError(
+            f"run_dir={run_dir} holds a run's checkpoints or results; a smoke run (trainer.fast_dev_run) "
+            "never writes into it: give the smoke run another run_dir"
+        )
+    if saved_smoke:
         if not is_smoke_run(identity["config"]):
             # a fast_dev_run's checkpoints are not a start for a real run
             for stale in (run_dir / "checkpoints").glob("*.ckpt"):
