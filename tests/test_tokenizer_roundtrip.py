@@ -99,3 +99,20 @@ def test_decoded_text_never_breaks_a_line():
     newline_byte = tokenizer.sp.piece_to_id("<0x0A>")
     ids = tokenizer.encode("a man") + [newline_byte] + tokenizer.encode("runs")
     assert "\n" not in tokenizer.decode(ids)
+
+
+def test_a_corpus_larger_than_the_sample_gives_the_same_tokenizer_in_every_process():
+    """SentencePiece samples max_sentences lines with a fresh seed in each process; the project samples
+    them itself with a fixed one, so a tokenizer retrained after the cache was cleared is the same."""
+    import subprocess
+    import sys
+
+    program = (
+        "import hashlib, random; from nmt.data.tokenizer import Tokenizer, TokenizerSettings; "
+        "rng = random.Random(0); words = [''.join(rng.choices('abcdefghij', k=rng.randint(2, 8))) "
+        "for _ in range(3000)]; lines = [' '.join(rng.choices(words, k=12)) for _ in range(3000)]; "
+        "tok = Tokenizer.train(lines, TokenizerSettings(vocab_size=300, max_sentences=400)); "
+        "print(hashlib.sha256(tok.sp.serialized_model_proto()).hexdigest())"
+    )
+    runs = [subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, check=True) for _ in "ab"]
+    assert runs[0].stdout == runs[1].stdout and len(runs[0].stdout.strip()) == 64

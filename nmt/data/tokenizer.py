@@ -4,6 +4,7 @@ import hashlib
 import io
 import json
 import os
+import random
 import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -53,6 +54,9 @@ class Segmenter:
 
     def spec(self) -> dict:
         return {"name": self.name, "user_dict": self.user_dict}
+
+
+TRAINING_SEED = 1234  # the sample of a corpus larger than max_sentences (Tokenizer.train)
 
 
 @dataclass(frozen=True)
@@ -122,6 +126,12 @@ class Tokenizer:
     @classmethod
     def train(cls, sentences: Sequence[str], settings: TokenizerSettings) -> "Tokenizer":
         model = io.BytesIO()
+        if len(sentences) > settings.max_sentences:
+            # sampled here with a fixed seed: SentencePiece's own sampling draws a fresh seed in each process
+            # (its seed setter does not reach it), so a tokenizer retrained after the cache was cleared would
+            # differ, and the data check of a resumed run (which hashes the tokenizers) would refuse it
+            keep = random.Random(TRAINING_SEED).sample(range(len(sentences)), settings.max_sentences)
+            sentences = [sentences[i] for i in sorted(keep)]
         spm.SentencePieceTrainer.train(
             sentence_iterator=iter(sentences),
             model_writer=model,
