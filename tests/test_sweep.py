@@ -158,6 +158,21 @@ def test_no_run_starts_after_start_runs_for(tmp_path):
     assert not list(tmp_path.glob("*/sweep_result.json")) and not (tmp_path / "report.md").exists()
 
 
+def test_a_cell_another_process_is_training_is_skipped_not_failed(tmp_path):
+    """Two sweep processes of one sweep reach the same cell: the second skips it (train.py's run folder
+    lock says another process trains there) and writes no failure beside the first one's result."""
+    from nmt.training.run_folder import RunLock
+
+    cell = tmp_path / "norm=layer,pos=absolute,seed=1"
+    command = [sys.executable, str(ROOT / "sweep.py"), *SWEEP, "start_runs_for=00:00:00", f"hydra.sweep.dir={tmp_path}"]
+    with RunLock(cell):
+        done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    assert "[sweep] being trained by another process, skipped: norm=layer,pos=absolute,seed=1" in done.stdout
+    assert done.stdout.count("[sweep] not started") == 3 and not list(tmp_path.glob("*/sweep_failed.json"))
+    assert not sweep._in_use_elsewhere(cell)  # free again once the holder let go
+
+
 @pytest.mark.parametrize(("text", "seconds"), [("00:00:00", 0.0), ("02:15:30", 8130.0), ("30:00:00", 108000.0)])
 def test_start_runs_for_reads_hours_minutes_seconds(text, seconds):
     assert sweep.parse_duration(text) == seconds

@@ -22,6 +22,7 @@ from nmt.sweep.gpus import GpuPool, visible_gpus
 from nmt.sweep.report import RESULT, collect_records, write_report
 from nmt.sweep.summary import FAILED, PLAN
 from nmt.tasks import build_task, task_config
+from nmt.training.run_folder import RunFolderError, RunLock
 from nmt.utils.io import atomic_write_json, atomic_write_text
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -349,6 +350,9 @@ def run_cell(cfg: DictConfig) -> dict | None:
     if record_path.exists():
         print(f"[sweep] done already, skipped: {run_dir.name}")
         return json.loads(record_path.read_text())
+    if _in_use_elsewhere(run_dir):  # another sweep process of the same sweep reached this cell first
+        print(f"[sweep] being trained by another process, skipped: {run_dir.name}")
+        return None
     if too_late_to_start(Path(hydra_cfg.sweep.dir), cfg.get("start_runs_for")):
         print(f"[sweep] not started (start_runs_for={cfg.start_runs_for} has passed): {run_dir.name}; rerun to resume")
         return None
@@ -384,6 +388,10 @@ def run_cell(cfg: DictConfig) -> dict | None:
         if held is not None:
             held.release()
     sweep_dir = Path(hydra_cfg.sweep.dir)
+    if returncode != 0 and (record_path.exists() or _in_use_elsewhere(run_dir)):
+        # refused by the run folder's lock: another process trains (or trained) this cell; not a failure
+        print(f"[sweep] trained by another process, not here: {run_dir.name}")
+        return json.loads(record_path.read_text()) if record_path.exists() else None
     if returncode != 0:
         atomic_write_json(run_dir / FAILED, {"returncode": returncode})
         print(f"[sweep] FAILED ({returncode}): {run_dir.name}; see {run_dir / 'train_stderr.log'}")
@@ -391,9 +399,19 @@ def run_cell(cfg: DictConfig) -> dict | None:
     else:
         record = run_record(run_dir, factors, int(cfg.seed))
         atomic_write_json(record_path, record)
+        (run_dir / FAILED).unlink(missing_ok=True)  # an earlier attempt's, whichever process made it
     _SITTING["finished"] += 1
     print(progress_line(sweep_dir, _plan(sweep_dir), _SITTING["started"], _SITTING["finished"]), flush=True)
     return record
+
+
+def _in_use_elsewhere(run_dir: Path) -> bool:
+    """Whether another process holds the run folder's lock (train.py holds it while it trains there)."""
+    try:
+        with RunLock(run_dir):
+            return False
+    except RunFolderError:
+        return True
 
 
 _SITTING = {"started": time.time(), "finished": 0}  # this process's share of the sweep, for the ETA
