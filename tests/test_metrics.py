@@ -7,7 +7,8 @@ import sys
 
 import pytest
 
-from nmt.metrics.corpus import corpus_scores, tokenized_lowercase_bleu
+from nmt.metrics import corpus
+from nmt.metrics.corpus import bleu_tokenizer, corpus_scores, tokenized_lowercase_bleu
 
 HYPS = ["Ein Mann fährt Fahrrad.", "Zwei Hunde spielen im Schnee!", "Eine Frau liest ein Buch", "Kinder lachen."]
 REFS = [
@@ -117,3 +118,14 @@ def test_score_command_compares_two_outputs_with_sacrebleus_paired_randomisation
     system = next(entry for entry in reference if entry["system"].endswith("good.txt"))
     assert scores["paired_ar_p"] == pytest.approx(system["BLEU"]["p_value"], abs=1e-9)
     assert 0.01 < scores["paired_ar_p"] < 1  # a p-value that depends on the trials, not a floor
+
+
+@pytest.mark.parametrize("lang", ["ja", "ko"])
+def test_japanese_and_korean_bleu_use_mecab_or_say_which_package_is_missing(lang, monkeypatch):
+    assert (bleu_tokenizer("de"), bleu_tokenizer("zh")) == ("13a", "zh")
+    monkeypatch.setattr(corpus.importlib.util, "find_spec", lambda name: None)
+    message = rf"needs sacreBLEU's {lang}-mecab tokenizer.*pip install 'sacrebleu\[{lang}\]'"
+    with pytest.raises(ValueError, match=message):
+        bleu_tokenizer(lang)
+    monkeypatch.setattr(corpus.importlib.util, "find_spec", lambda name: object())
+    assert bleu_tokenizer(lang) == f"{lang}-mecab"

