@@ -250,10 +250,11 @@ def _train_in_folder(cfg: DictConfig, task, run_dir: Path, config: dict, main_pr
         trainer.fit(module, datamodule=datamodule, ckpt_path=resume)
     except SIGTERMException:
         signal_name = getattr(trainer, "nmt_stop_signal", "a signal")
-        print(
-            f"Stopped by {signal_name}; the state is saved in {checkpoint_dir / 'last.ckpt'}. "
-            "Run the same command again (or pass that file as ckpt_path) to resume."
-        )
+        if main_process:  # one message, from the rank that owns the folder
+            print(
+                f"Stopped by {signal_name}; the state is saved in {checkpoint_dir / 'last.ckpt'}. "
+                "Run the same command again (or pass that file as ckpt_path) to resume."
+            )
         raise SystemExit(130 if signal_name == "SIGINT" else 143) from None
 
     fit_end = time.time()
