@@ -1,4 +1,5 @@
-"""Full-factorial sweeps: python sweep.py [grid=...] [key=a,b ...]; python sweep.py report DIR."""
+"""Full-factorial sweeps: python sweep.py [grid=...] [key=a,b ...]; python sweep.py report DIR;
+python sweep.py tune DIR [DIR ...] --level KEY (each level's settings, chosen on validation data)."""
 
 import sys
 
@@ -6,6 +7,7 @@ import hydra
 from omegaconf import DictConfig
 
 from nmt.cli import check_command_line
+from nmt.sweep.levels import main as tune_main
 from nmt.sweep.report import write_report
 from nmt.sweep.runner import run_cell
 
@@ -18,6 +20,8 @@ def main(cfg: DictConfig) -> None:
 if __name__ == "__main__":
     if len(sys.argv) >= 3 and sys.argv[1] == "report":
         write_report(sys.argv[2])  # regenerate the report of a (possibly unfinished) sweep
+    elif len(sys.argv) >= 2 and sys.argv[1] == "tune":
+        tune_main(sys.argv[2:])
     else:
         check_command_line("sweep")
         main()

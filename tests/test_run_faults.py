@@ -91,6 +91,9 @@ def test_a_slurm_requeue_resumes_from_lightnings_preemption_checkpoint_when_it_i
     assert resolve_resume(cfg, checkpoints) == str(checkpoints / "last.ckpt")
     (tmp_path / "hpc_ckpt_3.ckpt").write_bytes(b"truncated")  # an unreadable save never wins
     assert resolve_resume(cfg, checkpoints) == str(checkpoints / "last.ckpt")
+    (checkpoints / "last.ckpt").write_bytes(b"truncated")  # nor does an older one over an unreadable last.ckpt
+    with pytest.raises(CheckpointError, match=r"cannot resume: .*last\.ckpt"):
+        resolve_resume(cfg, checkpoints)
 
 
 # ---- 4, 5: what a checkpoint write refuses, and a full disk ------------------------------------------

@@ -493,4 +493,7 @@ def test_vectorised_bleu_equals_sacrebleu_on_every_kind_of_statistics():
         rows.append([sys_len, rng.integers(0, 60), *correct, *total])
     rows = np.array(rows, dtype=float)
     bleu = sacrebleu.metrics.BLEU()
-    assert corpus_scores(rows).tolist() == [bleu._compute_score_from_stats(row).score for row in rows]
+    theirs = [bleu._compute_score_from_stats(row).score for row in rows]
+    # equal to the last bit or two: numpy's vectorised exp/log (AVX-512 where the CPU has it) and the C
+    # library's scalar ones may round the last bit differently
+    np.testing.assert_allclose(corpus_scores(rows), theirs, rtol=1e-14, atol=0)

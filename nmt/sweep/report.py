@@ -47,11 +47,15 @@ def fmt_p(p: float | None) -> str:
 
 
 def _bleu_tokenize(record: dict) -> str:
-    """sacreBLEU's tokenizer for the run's target language ('zh' for Chinese; every other language, ja
-    and ko included, '13a': sacreBLEU's ja/ko tokenizers need MeCab, which the project does not install)."""
+    """sacreBLEU's tokenizer for the run's target language, as its test BLEU was scored ('zh' for Chinese,
+    'ja-mecab' / 'ko-mecab' where their packages are installed, '13a' otherwise)."""
     config = Path(record.get("run_dir", "")) / "config.yaml"
     lang = OmegaConf.load(config).data.get("tgt_lang") if config.is_file() else None
-    return bleu_tokenizer(lang) if lang else "13a"
+    try:
+        return bleu_tokenizer(lang) if lang else "13a"
+    except ValueError as err:  # a run scored before its language needed MeCab can still be re-reported
+        print(f"warning: {err}; the sentence-level statistics of {lang} outputs use 13a")
+        return "13a"
 
 
 def resolve_metric(metric: str, records: list[dict]) -> str:
@@ -179,7 +183,11 @@ def _ranking(records, factors, levels, base, metric, runs) -> dict:
                 stats.setdefault(analysis.cell_of(r, factors), {})[int(r["seed"])] = sentences[corpus_metric]
         base_stats = stats.get(base_cell, {})
         trials = samples_for(len(stats) - 1)
-        tokenize = next((e.get("tokenize") for e in runs.values() if e.get("tokenize")), "13a")
+        tokenizers = {e.get("tokenize") for e in runs.values() if e.get("tokenize")}
+        tokenize = next(iter(tokenizers), "13a")
+        if len(tokenizers) > 1:  # statistics counted with different tokenizers cannot be compared
+            print(f"warning: the runs' outputs were scored with the tokenizers {sorted(tokenizers)}: no sentence test")
+            stats = {}
         for cell, by_seed in stats.items():
             shared = sorted(set(by_seed) & set(base_stats))
             if cell != base_cell and shared:

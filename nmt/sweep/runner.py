@@ -19,6 +19,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from nmt.sweep.gpus import GpuPool, visible_gpus
+from nmt.sweep.levels import SWEEP_KEYS, level_overrides, level_settings_problem, override_pairs, sweep_levels
 from nmt.sweep.report import RESULT, collect_records, write_report
 from nmt.sweep.summary import FAILED, PLAN
 from nmt.tasks import build_task, task_config
@@ -26,18 +27,6 @@ from nmt.training.run_folder import RunFolderError, RunLock
 from nmt.utils.io import atomic_write_json, atomic_write_text
 
 ROOT = Path(__file__).resolve().parents[2]
-SWEEP_KEYS = (
-    "grid",
-    "sweep_name",
-    "gpu_pool",
-    "runs_per_gpu",
-    "gpus_per_run",
-    "baseline",
-    "report_metric",
-    "report_sentence",
-    "start_runs_for",
-    "plan",
-)
 LAUNCHED = "launched_at"  # when this invocation of the sweep began (seconds since the epoch)
 SUPERSEDED = "superseded"  # run folders made under other settings, moved aside by on_changed=move
 
@@ -76,15 +65,6 @@ def logs_to_wandb(cfg: DictConfig) -> bool:
     return str(cfg.get("logger", {}).get("_target_", "")).endswith("wandb_logger")
 
 
-def _override_pairs(overrides) -> list[tuple[str, str]]:
-    pairs = []
-    for override in overrides:
-        key, _, value = override.lstrip("+~").partition("=")
-        if key not in SWEEP_KEYS and not key.startswith("hydra"):
-            pairs.append((key, value))
-    return pairs
-
-
 def _prefixes(overrides) -> dict[str, str]:
     """The Hydra prefix (+, ++, ~) each command-line key came with."""
     found = {}
@@ -108,32 +88,6 @@ def _compose_train(overrides: list[str]):
         return compose(config_name="train", overrides=overrides)
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         return compose(config_name="train", overrides=overrides)
-
-
-def sweep_levels(config: DictConfig) -> dict[str, list[str]]:
-    """Each key of the sweep with its values, as Hydra's sweeper expands and writes them into the jobs'
-    overrides (``a,b``, ``range(1,4)``, ``choice(x,y)``; ``1e-3`` becomes ``0.001``): the grid's
-    parameters, then the command line's (a key given there replaces the grid's)."""
-    params = [f"{k}={v}" for k, v in (config.hydra.sweeper.get("params") or {}).items()]
-    given = [o for o in config.hydra.overrides.task if o.lstrip("+~").partition("=")[0] in dict(_override_pairs([o]))]
-    return {**_expand(params), **_expand(given)}
-
-
-def _expand(overrides: list[str]) -> dict[str, list[str]]:
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    levels = {}
-    for override in OverridesParser.create().parse_overrides(list(overrides)):
-        key = override.key_or_group
-        if override.is_interval_sweep():
-            raise ValueError(f"{override.input_line}: an interval is not a grid; give levels (a,b or range(...))")
-        if override.is_delete():
-            levels[key] = [""]  # ~key: deleted in every run
-        elif override.is_sweep_override():
-            levels[key] = [str(v) for v in override.sweep_string_iterator()]
-        else:
-            levels[key] = [override.get_value_element_as_str() or ""]
-    return levels
 
 
 def swept_keys(sweep_dir: Path) -> set[str]:
@@ -161,6 +115,7 @@ def run_overrides(config: DictConfig, values: dict[str, str]) -> list[str]:
     GPU pool's device count added)."""
     prefixes = _prefixes(config.hydra.overrides.task)
     overrides = [as_override(k, v, prefixes.get(k, "")) for k, v in values.items()]
+    overrides += level_overrides(config.get("level_settings"), values)
     if config.get("gpu_pool"):
         overrides.append(f"trainer.devices={int(config.gpus_per_run)}")
     return overrides
@@ -203,7 +158,7 @@ def print_plan(sweep_dir: Path, config: DictConfig) -> None:
     """What the sweep will do, without training: factors and where their levels come from, constants,
     runs done and to run, and the expected cost from the runs already finished."""
     grid = {k: str(v).split(",") for k, v in (config.hydra.sweeper.get("params") or {}).items()}
-    given = dict((k, v.split(",")) for k, v in _override_pairs(config.hydra.overrides.task))
+    given = dict((k, v.split(",")) for k, v in override_pairs(config.hydra.overrides.task))
     levels = sweep_levels(config)
     swept = {k for k, v in levels.items() if len(v) > 1} | {"seed"}
     print(f"Sweep {config.sweep_name} in {sweep_dir}")
@@ -214,6 +169,9 @@ def print_plan(sweep_dir: Path, config: DictConfig) -> None:
     for key, values in given.items():
         if len(values) == 1 and len(grid.get(key, [])) > 1:
             print(f"  {key} held at {values[0]} by the command line (the grid's factor: {', '.join(grid[key])})")
+    for key, by_level in (OmegaConf.to_container(config.get("level_settings") or {}) or {}).items():
+        for level, overrides in by_level.items():
+            print(f"  with {key}={level}: {' '.join(map(str, overrides))}   [level_settings]")
     constants = [f"{k}={v[0]}" for k, v in given.items() if len(v) == 1]
     print(f"  constants from the command line: {' '.join(constants) or 'none'}")
     grid_constants = [f"{k}={v[0]}" for k, v in grid.items() if len(v) == 1 and k not in given]
@@ -248,6 +206,9 @@ def input_problem(config: DictConfig) -> str | None:
         levels = sweep_levels(config)
     except ValueError as err:
         return str(err).splitlines()[0]
+    problem = level_settings_problem(config.get("level_settings"), levels)
+    if problem:
+        return problem
     for key, values in levels.items():
         repeated = sorted({v for v in values if values.count(v) > 1})
         if repeated:
@@ -341,7 +302,7 @@ def progress_line(sweep_dir: Path, planned: int, started_at: float, finished_her
 def run_cell(cfg: DictConfig) -> dict | None:
     """One run of the sweep (a Hydra multirun job): train.py in a subprocess, unless already done."""
     hydra_cfg = HydraConfig.get()
-    pairs = _override_pairs(hydra_cfg.overrides.task)
+    pairs = override_pairs(hydra_cfg.overrides.task)
     prefixes = _prefixes(hydra_cfg.overrides.task)  # ++key=..., ~key reach train.py as given
     swept = swept_keys(Path(hydra_cfg.sweep.dir))
     run_dir = (Path(hydra_cfg.sweep.dir) / ",".join(f"{k}={v}" for k, v in sorted(pairs) if k in swept)).resolve()
@@ -362,6 +323,7 @@ def run_cell(cfg: DictConfig) -> dict | None:
         sys.executable,
         str(ROOT / "train.py"),
         *(as_override(k, v, prefixes.get(k, "")) for k, v in pairs),
+        *level_overrides(cfg.get("level_settings"), dict(pairs)),
         f"run_dir='{run_dir}'",
         f"hydra.run.dir='{run_dir}'",
         f"group={cfg.sweep_name}",
@@ -508,7 +470,9 @@ class SweepReport(Callback):
             )
             raise SystemExit(2)
         sweep_dir.mkdir(parents=True, exist_ok=True)
-        atomic_write_json(plan_path, {"factors": {k: levels[k] for k in factors}, "runs": planned_runs(config)})
+        settings = OmegaConf.to_container(config.get("level_settings") or {}, resolve=True)
+        plan = {"factors": {k: levels[k] for k in factors}, "runs": planned_runs(config), "level_settings": settings}
+        atomic_write_json(plan_path, plan)
         atomic_write_text(sweep_dir / LAUNCHED, f"{time.time():.3f}\n")  # a rerun gets a fresh time window
         print(f"[sweep] {planned_runs(config)} runs: " + " x ".join(f"{k} {levels[k]}" for k in factors), flush=True)
 

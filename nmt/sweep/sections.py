@@ -20,6 +20,9 @@ def what_ran(doc: Document, facts: dict, factors: list[str], levels: dict, metri
     for factor in factors:
         rows.append([f"factor {factor}", f"{levels[factor][0]} (reference), " + ", ".join(levels[factor][1:])])
     rows.append(["settings for every run", " ".join(facts.get("constants") or []) or "the defaults"])
+    for key, by_level in (facts.get("level_settings") or {}).items():
+        for level, overrides in by_level.items():
+            rows.append([f"settings with {key}={level}", " ".join(map(str, overrides))])
     rows.append(["budget and stopping", budget_text(facts.get("budget"))])
     if facts.get("steps"):
         steps = facts["steps"]

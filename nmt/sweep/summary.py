@@ -43,6 +43,7 @@ def describe(sweep_dir: Path, records: list[dict]) -> dict:
     facts["seeds"] = sorted({int(r["seed"]) for r in records})
     facts["finished"] = len(records)
     facts["planned"] = planned(sweep_dir).get("runs")
+    facts["level_settings"] = planned(sweep_dir).get("level_settings") or {}
     facts["failed"] = failed_runs(sweep_dir)
     facts["parameters"] = sorted({int(r["parameters"]) for r in records if r.get("parameters")})
     facts["epochs"] = sorted({int(r["epochs"]) for r in records if r.get("epochs") is not None})

@@ -158,6 +158,7 @@ class TranslationTask(Task):
                 data_cfg[key] = value
         datamodule = self.build_datamodule(data_cfg, loaded.config["cache_dir"], loaded.config["seed"])
         sources, references, description = load_eval_set(split, datamodule, data_cfg, loaded.config, self)
+        bleu_tokenizer(datamodule.tgt_lang)  # a scorer's missing package stops here, not after the decoding
         # a model trained on truncated sources (summarisation) reads test sources truncated the same way
         max_input_len = data_cfg.get("max_src_len") or 256
         hypotheses = translate_lines(

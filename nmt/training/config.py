@@ -8,6 +8,7 @@ from pathlib import Path
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
+from nmt.metrics.corpus import bleu_tokenizer
 from nmt.tasks import build_task
 
 MATMUL_PRECISIONS = ("highest", "high", "medium")  # torch.set_float32_matmul_precision
@@ -88,6 +89,12 @@ def check_config(cfg: DictConfig) -> None:
         value = OmegaConf.select(cfg, key, default=None)
         if value is not None and value not in allowed:
             problems.append(f"  {key}={value!r}: must be one of {allowed}")
+    target = OmegaConf.select(cfg, "data.tgt_lang", default=None)
+    if target:  # scoring its text may need extra packages: say so before any data is read
+        try:
+            bleu_tokenizer(str(target))
+        except ValueError as err:
+            problems.append(f"  data.tgt_lang={target!r}: {err}")
     if cfg.get("task") is not None:
         task = build_task(cfg.task)
         problems += task.check(cfg)

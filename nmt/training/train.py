@@ -70,7 +70,9 @@ def resolve_resume(cfg: DictConfig, checkpoint_dir: Path) -> str | None:
     if not cfg.ckpt_path:
         path = checkpoint_dir / "last.ckpt"
         hpc = _newest_hpc_checkpoint(checkpoint_dir.parent)
-        if hpc is not None and (not path.is_file() or _global_step(hpc) > _global_step(path)):
+        # only against a readable last.ckpt: an unreadable one goes the way below (named, or resume_fallback)
+        last_step = _global_step(path) if path.is_file() else -1
+        if hpc is not None and (not path.is_file() or last_step >= 0) and _global_step(hpc) > last_step:
             print(f"Resuming from {hpc}: saved by Lightning on SLURM's preemption signal, after last.ckpt")
             path = hpc
         if not path.is_file():
@@ -91,7 +93,7 @@ def resolve_resume(cfg: DictConfig, checkpoint_dir: Path) -> str | None:
                 f"cannot resume: {err}; pass checkpoint.resume_fallback=true to resume from the newest "
                 "readable epoch checkpoint instead, or another ckpt_path"
             ) from None
-    for candidate in reversed(epoch_checkpoints(path.parent)):
+    for candidate in reversed(epoch_checkpoints(checkpoint_dir if not cfg.ckpt_path else path.parent)):
         try:
             load_checkpoint(candidate)
         except CheckpointError:
@@ -155,7 +157,8 @@ def _claim_folder(cfg: DictConfig, run_dir: Path, identity: dict) -> dict | None
     results of a finished run with the same settings (nothing to do), else None."""
     force = str(cfg.get("resume", "auto")) == "force"
     saved_path = run_dir / FINGERPRINT
-    real_work = any((run_dir / "checkpoints").glob("*.ckpt")) or (run_dir / RESULTS).is_file()
+    saved_states = [*(run_dir / "checkpoints").glob("*.ckpt"), *run_dir.glob("hpc_ckpt_*.ckpt")]
+    real_work = bool(saved_states) or (run_dir / RESULTS).is_file()
     saved_smoke = saved_path.is_file() and is_smoke_run(json.loads(saved_path.read_text()).get("config", {}))
     if is_smoke_run(identity["config"]) and real_work and not saved_smoke:
         # even with resume=force: its fingerprint and results would replace the run's, and the next real run
@@ -167,7 +170,7 @@ def _claim_folder(cfg: DictConfig, run_dir: Path, identity: dict) -> dict | None
     if saved_smoke:
         if not is_smoke_run(identity["config"]):
             # a fast_dev_run's checkpoints are not a start for a real run
-            for stale in (run_dir / "checkpoints").glob("*.ckpt"):
+            for stale in saved_states:
                 stale.unlink()
             (run_dir / RESULTS).unlink(missing_ok=True)
             saved_path.unlink()

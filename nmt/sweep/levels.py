@@ -1,0 +1,180 @@
+"""Settings that go with a factor's level, and choosing them on validation data (tuning).
+
+A fair factorial gives each level its own good settings: Adam at a fixed rate needs its rate, Noam its
+warm-up and scale. ``level_settings`` maps a sweep key's level to train.py overrides that every run at that
+level gets::
+
+    level_settings:
+      optim:
+        adam: [optim.optimizer.lr=0.001]
+        noam: [warmup=400, optim.scheduler.factor=2.0]
+
+``python sweep.py tune DIR [DIR ...] --level optim`` writes that block from finished tuning sweeps (one
+sweep per level, holding the level constant and sweeping the candidate settings): for each, the candidate
+with the best mean validation metric over its seeds. The test set is never looked at.
+"""
+
+import json
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from nmt.sweep.analysis import lower_is_better, mean_ci
+from nmt.sweep.report import collect_records
+
+SWEEP_KEYS = (
+    "grid",
+    "sweep_name",
+    "gpu_pool",
+    "runs_per_gpu",
+    "gpus_per_run",
+    "baseline",
+    "report_metric",
+    "report_sentence",
+    "start_runs_for",
+    "plan",
+    "on_changed",
+    "level_settings",
+    "tuned",  # +tuned=<name>: conf/tuned/<name>.yaml, the level_settings that `python sweep.py tune` wrote
+)
+TUNING_METRIC = "best_val_bleu"  # validation, never test: tuned settings are chosen where the test is not seen
+
+
+def override_pairs(overrides) -> list[tuple[str, str]]:
+    pairs = []
+    for override in overrides:
+        key, _, value = override.lstrip("+~").partition("=")
+        if key not in SWEEP_KEYS and not key.startswith("hydra"):
+            pairs.append((key, value))
+    return pairs
+
+
+def sweep_levels(config: DictConfig) -> dict[str, list[str]]:
+    """Each key of the sweep with its values, as Hydra's sweeper expands and writes them into the jobs'
+    overrides (``a,b``, ``range(1,4)``, ``choice(x,y)``; ``1e-3`` becomes ``0.001``): the grid's
+    parameters, then the command line's (a key given there replaces the grid's)."""
+    params = [f"{k}={v}" for k, v in (config.hydra.sweeper.get("params") or {}).items()]
+    given = [o for o in config.hydra.overrides.task if o.lstrip("+~").partition("=")[0] in dict(override_pairs([o]))]
+    return {**_expand(params), **_expand(given)}
+
+
+def _expand(overrides: list[str]) -> dict[str, list[str]]:
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    levels = {}
+    for override in OverridesParser.create().parse_overrides(list(overrides)):
+        key = override.key_or_group
+        if override.is_interval_sweep():
+            raise ValueError(f"{override.input_line}: an interval is not a grid; give levels (a,b or range(...))")
+        if override.is_delete():
+            levels[key] = [""]  # ~key: deleted in every run
+        elif override.is_sweep_override():
+            levels[key] = [str(v) for v in override.sweep_string_iterator()]
+        else:
+            levels[key] = [override.get_value_element_as_str() or ""]
+    return levels
+
+
+def _plain(level_settings) -> dict:
+    if OmegaConf.is_config(level_settings):
+        return OmegaConf.to_container(level_settings, resolve=True) or {}
+    return level_settings or {}
+
+
+def level_overrides(level_settings, values: dict[str, str]) -> list[str]:
+    """The overrides that the levels in ``values`` (a run's {key: value}) bring, in a stable order."""
+    settings = _plain(level_settings)
+    overrides = []
+    for key, by_level in sorted((settings or {}).items()):
+        overrides += [str(o) for o in (by_level or {}).get(str(values.get(key)), [])]
+    return overrides
+
+
+def level_settings_problem(level_settings, levels: dict[str, list[str]]) -> str | None:
+    """One line for level settings that cannot work: a key the sweep does not set, a setting that is not
+    key=value, or one that the command line or the sweep's factors also set (which would win is unclear)."""
+    settings = _plain(level_settings)
+    for key, by_level in (settings or {}).items():
+        if key not in levels:
+            return f"level_settings.{key}: {key} is not a key of this sweep (its keys: {sorted(levels)})"
+        if not isinstance(by_level, dict):
+            return f"level_settings.{key}: expected level: [key=value, ...], got {by_level!r}"
+        for level, overrides in by_level.items():
+            for override in overrides if isinstance(overrides, list) else [overrides]:
+                name, sep, _ = str(override).lstrip("+~").partition("=")
+                where = f"level_settings.{key}.{level}: {override!r}"
+                if not sep:
+                    return f"{where} is not key=value"
+                if name in levels:
+                    source = "a factor of this sweep" if len(levels[name]) > 1 else "set by the command line or grid"
+                    return f"{where}: {name} is also {source}; set it in one place"
+    return None
+
+
+def tune(sweep_dirs: list[str | Path], level_key: str, metric: str = TUNING_METRIC) -> tuple[dict, list[str]]:
+    """From finished tuning sweeps, the best candidate settings of each level: ({level: [key=value, ...]},
+    lines of a table of every candidate with its mean and 95% interval over seeds)."""
+    lower = lower_is_better(metric)
+    chosen, lines = {}, [f"| {level_key} | candidate | {metric} (mean ± 95% CI) | seeds |", "|---|---|---|---|"]
+    for sweep_dir in map(Path, sweep_dirs):
+        level = _constant_level(sweep_dir, level_key)
+        records = [r for r in collect_records(sweep_dir) if r["metrics"].get(metric) is not None]
+        if not records:
+            raise ValueError(f"{sweep_dir}: no finished run with {metric}; finish the tuning sweep first")
+        if level in chosen:
+            raise ValueError(f"{sweep_dir}: a second tuning sweep of {level_key}={level}; give one sweep per level")
+        candidates: dict[tuple, list[float]] = {}
+        for record in records:
+            setting = tuple(sorted((k, str(v)) for k, v in record["factors"].items() if k != level_key))
+            candidates.setdefault(setting, []).append(float(record["metrics"][metric]))
+        scored = sorted(candidates.items(), key=lambda item: (sum(item[1]) / len(item[1])) * (1 if lower else -1))
+        for setting, values in scored:
+            mean, half = mean_ci(values)
+            name = " ".join(f"{k}={v}" for k, v in setting) or "(one candidate)"
+            interval = f" ± {half:.2f}" if len(values) > 1 else ""
+            lines.append(f"| {level} | {name} | {mean:.2f}{interval} | {len(values)} |")
+        chosen[level] = [f"{k}={v}" for k, v in scored[0][0]]
+    return {level_key: chosen}, lines
+
+
+def _constant_level(sweep_dir: Path, key: str) -> str:
+    """The value a tuning sweep held ``key`` at (one value, on its command line or in its grid)."""
+    saved = sweep_dir / "multirun.yaml"
+    if not saved.is_file():
+        raise ValueError(f"{sweep_dir}: not a sweep folder (no multirun.yaml)")
+    values = sweep_levels(OmegaConf.load(saved)).get(key)
+    if not values or len(values) != 1:
+        found = "not set" if not values else f"swept over {values}"
+        raise ValueError(f"{sweep_dir}: a tuning sweep holds {key} at one level; here it is {found}")
+    return values[0]
+
+
+def write_level_settings(path: str | Path, settings: dict, note: str) -> None:
+    """A config file of the chosen settings: ``python sweep.py +tuned=<name>`` (conf/tuned/<name>.yaml)."""
+    from nmt.utils.io import atomic_write_text
+
+    body = OmegaConf.to_yaml(OmegaConf.create({"level_settings": settings}))
+    atomic_write_text(Path(path), f"# @package _global_\n# {note}\n{body}")
+
+
+def main(argv: list[str]) -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python sweep.py tune", description="choose each level's settings")
+    parser.add_argument("sweep_dirs", nargs="+", help="finished tuning sweeps, one per level")
+    parser.add_argument("--level", required=True, help="the factor whose levels get settings (e.g. optim)")
+    parser.add_argument("--metric", default=TUNING_METRIC, help="a validation metric the runs recorded")
+    parser.add_argument("--out", help="write the level_settings block here (e.g. conf/tuned/factorial.yaml)")
+    args = parser.parse_args(argv)
+    if args.metric.startswith("test"):
+        parser.error(f"--metric {args.metric}: settings are chosen on validation data, never on the test set")
+    try:
+        settings, table = tune(args.sweep_dirs, args.level, args.metric)
+    except ValueError as err:
+        raise SystemExit(f"error: {err}") from None
+    print("\n".join(table))
+    print(json.dumps(settings, indent=2))
+    if args.out:
+        dirs = " ".join(str(d) for d in args.sweep_dirs)
+        write_level_settings(args.out, settings, f"chosen by: python sweep.py tune {dirs} --level {args.level}")
+        print(f"written to {args.out}")
