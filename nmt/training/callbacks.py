@@ -7,6 +7,7 @@ from pathlib import Path
 import lightning as L
 from lightning.fabric.plugins.environments import LightningEnvironment, SLURMEnvironment
 from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.strategies.launchers.subprocess_script import _SubprocessScriptLauncher
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from nmt.training.loggers import ResumableCSVLogger
@@ -63,7 +64,14 @@ class SaveOnSignal(Callback):
             signal.signal(signal.SIGINT, signal.default_int_handler)  # a second Ctrl-C stops at once
 
         if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # the main thread of a program
-            spawned = isinstance(environment, LightningEnvironment) and trainer.local_rank != 0
+            # Lightning's launcher of strategy=ddp (ddp_spawn, torchrun and srun start ranks that each take
+            # the terminal's signal once)
+            launcher = getattr(getattr(trainer, "strategy", None), "launcher", None)
+            spawned = (
+                isinstance(environment, LightningEnvironment)
+                and isinstance(launcher, _SubprocessScriptLauncher)
+                and trainer.local_rank != 0
+            )
             signal.signal(signal.SIGINT, spawned_rank_interrupt if spawned else first_interrupt)
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
