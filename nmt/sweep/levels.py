@@ -75,7 +75,8 @@ def _expand(overrides: list[str]) -> dict[str, list[str]]:
     return levels
 
 
-def _plain(level_settings) -> dict:
+def plain_settings(level_settings) -> dict:
+    """level_settings as plain dicts and lists (empty when unset)."""
     if OmegaConf.is_config(level_settings):
         return OmegaConf.to_container(level_settings, resolve=True) or {}
     return level_settings or {}
@@ -83,7 +84,7 @@ def _plain(level_settings) -> dict:
 
 def level_overrides(level_settings, values: dict[str, str]) -> list[str]:
     """The overrides that the levels in ``values`` (a run's {key: value}) bring, in a stable order."""
-    settings = _plain(level_settings)
+    settings = plain_settings(level_settings)
     overrides = []
     for key, by_level in sorted((settings or {}).items()):
         overrides += [str(o) for o in (by_level or {}).get(str(values.get(key)), [])]
@@ -93,7 +94,7 @@ def level_overrides(level_settings, values: dict[str, str]) -> list[str]:
 def level_settings_problem(level_settings, levels: dict[str, list[str]]) -> str | None:
     """One line for level settings that cannot work: a key the sweep does not set, a setting that is not
     key=value, or one that the command line or the sweep's factors also set (which would win is unclear)."""
-    settings = _plain(level_settings)
+    settings = plain_settings(level_settings)
     for key, by_level in (settings or {}).items():
         if key not in levels:
             return f"level_settings.{key}: {key} is not a key of this sweep (its keys: {sorted(levels)})"

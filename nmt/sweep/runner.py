@@ -19,7 +19,14 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from nmt.sweep.gpus import GpuPool, visible_gpus
-from nmt.sweep.levels import SWEEP_KEYS, level_overrides, level_settings_problem, override_pairs, sweep_levels
+from nmt.sweep.levels import (
+    SWEEP_KEYS,
+    level_overrides,
+    level_settings_problem,
+    override_pairs,
+    plain_settings,
+    sweep_levels,
+)
 from nmt.sweep.report import RESULT, collect_records, write_report
 from nmt.sweep.summary import FAILED, PLAN
 from nmt.tasks import build_task, task_config
@@ -169,7 +176,7 @@ def print_plan(sweep_dir: Path, config: DictConfig) -> None:
     for key, values in given.items():
         if len(values) == 1 and len(grid.get(key, [])) > 1:
             print(f"  {key} held at {values[0]} by the command line (the grid's factor: {', '.join(grid[key])})")
-    for key, by_level in (OmegaConf.to_container(config.get("level_settings") or {}) or {}).items():
+    for key, by_level in plain_settings(config.get("level_settings")).items():
         for level, overrides in by_level.items():
             print(f"  with {key}={level}: {' '.join(map(str, overrides))}   [level_settings]")
     constants = [f"{k}={v[0]}" for k, v in given.items() if len(v) == 1]
@@ -470,7 +477,7 @@ class SweepReport(Callback):
             )
             raise SystemExit(2)
         sweep_dir.mkdir(parents=True, exist_ok=True)
-        settings = OmegaConf.to_container(config.get("level_settings") or {}, resolve=True)
+        settings = plain_settings(config.get("level_settings"))
         plan = {"factors": {k: levels[k] for k in factors}, "runs": planned_runs(config), "level_settings": settings}
         atomic_write_json(plan_path, plan)
         atomic_write_text(sweep_dir / LAUNCHED, f"{time.time():.3f}\n")  # a rerun gets a fresh time window
