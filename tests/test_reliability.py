@@ -218,59 +218,6 @@ def test_preemption_signal_or_ctrl_c_saves_and_the_run_resumes(uninterrupted, tm
     assert_same_training(run_to_end(tmp_path), uninterrupted, tmp_path)
 
 
-def test_a_ctrl_c_reaches_ddp_children_as_sigterm_so_they_save_rather_than_die():
-    """A Ctrl-C goes from the terminal to every DDP process; rank 0's handler (Lightning's) passes its signal
-    on to the child ranks. Passed on as SIGINT it was a second Ctrl-C for them (stop at once, unsaved)."""
-    from types import SimpleNamespace
-
-    from nmt.training.callbacks import SaveOnSignal
-
-    passed_on = []
-    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)}
-    trainer = SimpleNamespace(
-        validating=False,
-        sanity_checking=False,
-        _signal_connector=SimpleNamespace(received_sigterm=False),
-        _accelerator_connector=SimpleNamespace(cluster_environment=None),
-    )
-    try:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        signal.signal(signal.SIGTERM, lambda signum, frame: passed_on.append(signum))  # as Lightning's
-        SaveOnSignal("last.ckpt").on_train_start(trainer, None)
-        signal.getsignal(signal.SIGINT)(signal.SIGINT, None)  # the first Ctrl-C
-        assert passed_on == [signal.SIGTERM] and trainer.nmt_stop_signal == "SIGINT"  # exit status 130
-        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # a second one stops at once
-    finally:
-        for number, handler in previous.items():
-            signal.signal(number, handler)
-
-
-DDP_TWO_CPU = ["trainer=ddp", "trainer.devices=2", "trainer.accelerator=cpu", "data.max_tokens=750", "optim=noam",
-               "trainer.max_epochs=4", "test_after_training=false"]  # fmt: skip
-
-
-@pytest.mark.slow
-def test_a_terminal_ctrl_c_stops_every_ddp_rank_saved_and_the_run_resumes(tmp_path):
-    """Ctrl-C in a terminal signals the whole process group: rank 0 and the rank Lightning started. Both
-    stop after the batch (rank 0 passes SIGTERM on; the other rank leaves the terminal's SIGINT to it), the
-    state is saved, nothing hangs, and the same command resumes to the end."""
-    process = subprocess.Popen(train_command(tmp_path, *DDP_TWO_CPU), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True, cwd=ROOT, preexec_fn=lambda: (os.setpgrp(), interruptible()))  # fmt: skip
-    deadline = time.time() + 300
-    while process.poll() is None and time.time() < deadline and not after_first_step_checkpoint(tmp_path):
-        time.sleep(0.01)
-    os.killpg(process.pid, signal.SIGINT)  # what a terminal does
-    try:
-        stdout, stderr = process.communicate(timeout=120)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        raise
-    assert process.returncode == 130, stdout[-2000:] + stderr[-3000:]
-    assert stdout.count("Stopped by SIGINT") == 1 and "Traceback" not in stderr
-    results = run_to_end(tmp_path, *DDP_TWO_CPU)
-    assert results["finished"] and results["epochs"] == 4
-
-
 def test_ddp_on_two_cpu_processes_trains_like_one(tmp_path):
     # optim=noam: its peak scales with this test's d_model 32 (the toy recipe's AdamW rate is fitted to 64)
     common = ["trainer.max_epochs=4", "data.train_size=1500", "test_after_training=false",

@@ -478,7 +478,9 @@ class SweepReport(Callback):
             raise SystemExit(2)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         settings = plain_settings(config.get("level_settings"))
-        plan = {"factors": {k: levels[k] for k in factors}, "runs": planned_runs(config), "level_settings": settings}
+        plan = {"factors": {k: levels[k] for k in factors}, "runs": planned_runs(config)}
+        if settings:
+            plan["level_settings"] = settings
         atomic_write_json(plan_path, plan)
         atomic_write_text(sweep_dir / LAUNCHED, f"{time.time():.3f}\n")  # a rerun gets a fresh time window
         print(f"[sweep] {planned_runs(config)} runs: " + " x ".join(f"{k} {levels[k]}" for k in factors), flush=True)

@@ -5,9 +5,8 @@ import time
 from pathlib import Path
 
 import lightning as L
-from lightning.fabric.plugins.environments import LightningEnvironment, SLURMEnvironment
+from lightning.fabric.plugins.environments import SLURMEnvironment
 from lightning.pytorch.callbacks import Callback
-from lightning.pytorch.strategies.launchers.subprocess_script import _SubprocessScriptLauncher
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from nmt.training.loggers import ResumableCSVLogger
@@ -51,28 +50,10 @@ class SaveOnSignal(Callback):
         def first_interrupt(signum, frame) -> None:
             signal.signal(signal.SIGINT, signal.default_int_handler)  # a second Ctrl-C stops at once
             print("\nCtrl-C: stopping after this batch and saving last.ckpt (Ctrl-C again to stop at once)")
-            trainer.nmt_stop_signal = "SIGINT"
-            # Lightning's handler passes the signal it is given on to DDP's child processes, which got this
-            # Ctrl-C from the terminal too: a second SIGINT would stop them at once, unsaved, so they get
-            # SIGTERM, which stops them after the batch like this process
-            self._unless_validating(trainer, on_term)(signal.SIGTERM, frame)
-
-        def spawned_rank_interrupt(signum, frame) -> None:
-            # a DDP rank started by Lightning's launcher gets a terminal's Ctrl-C twice: from the terminal, and
-            # from rank 0's handler, which passes it on as SIGTERM; handling both would run Lightning's
-            # handler (and its collective broadcast) twice here and once on rank 0: the ranks would hang
-            signal.signal(signal.SIGINT, signal.default_int_handler)  # a second Ctrl-C stops at once
+            named(self._unless_validating(trainer, on_term))(signum, frame)
 
         if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # the main thread of a program
-            # Lightning's launcher of strategy=ddp (ddp_spawn, torchrun and srun start ranks that each take
-            # the terminal's signal once)
-            launcher = getattr(getattr(trainer, "strategy", None), "launcher", None)
-            spawned = (
-                isinstance(environment, LightningEnvironment)
-                and isinstance(launcher, _SubprocessScriptLauncher)
-                and trainer.local_rank != 0
-            )
-            signal.signal(signal.SIGINT, spawned_rank_interrupt if spawned else first_interrupt)
+            signal.signal(signal.SIGINT, first_interrupt)
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
