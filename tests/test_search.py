@@ -195,3 +195,56 @@ def test_an_evaluation_searches_as_the_run_did_unless_told_otherwise():
     for name in ("evaluate", "translate", "serve"):
         block = OmegaConf.load(CONF / f"{name}.yaml").decode
         assert set(block) == set(SearchConfig.__dataclass_fields__) and all(v is None for v in block.values()), name
+
+
+@pytest.mark.parametrize("every", [1, 3, 8])
+@pytest.mark.parametrize("pos", ["absolute", "rope"])
+def test_greedy_on_the_device_equals_step_by_step_greedy(pos, every):
+    """The greedy search that keeps its tokens on the device, reading which sentences ended only every
+    few steps, chooses the tokens of the step-by-step search (in float64: no near-ties by rounding)."""
+    from nmt.decoding.search import _greedy, _step_by_step
+
+    model = make_model(pos, seed=12).double()
+    src, _ = batch(seed=13, batch_size=9, src_len=10)
+    src[3, 4:] = 0
+    src[6, 2:] = 0
+    cfg = SearchConfig(strategy="greedy", max_len_a=1.2, max_len_b=3)
+    reference = _step_by_step(model, src, BOS, EOS, cfg)
+    assert _greedy(model, src, BOS, EOS, cfg, every=every) == reference
+    assert any(len(o) < len(max(reference, key=len)) for o in reference)  # the batch did shrink on the way
+
+
+def test_greedy_on_the_device_reads_the_device_once_every_few_steps():
+    """Reads of tensor values by the host (each one a wait on a GPU): one for the length limit, one per
+    ``every`` steps, one for the outputs; the step-by-step search reads at every step."""
+    from nmt.decoding.search import _greedy, _step_by_step
+
+    from .host_reads import HostReads
+
+    model = ScriptedModel({t: {4: 1.0} for t in range(8)})  # never ends by itself: runs to its limit
+    src = torch.tensor([[5] * 19 + [3]])
+    cfg = SearchConfig(strategy="greedy", max_len_a=1.0, max_len_b=4)  # 24 steps
+    with HostReads() as device_reads:
+        out = _greedy(model, src, BOS, EOS, cfg, every=8)
+    with HostReads() as stepwise_reads:
+        assert _step_by_step(model, src, BOS, EOS, cfg) == out == [[4] * 23]
+    # the scripted model itself reads its input once per step (a real model does not)
+    model_reads = 24
+    assert device_reads.count - model_reads == 1 + 2 + 1  # limit, steps 8 and 16, outputs
+    assert stepwise_reads.count - model_reads >= 24
+
+
+@pytest.mark.parametrize("pos", ["absolute", "relative", "rope", "none"])
+def test_a_decoding_step_reads_nothing_back(pos):
+    """Encoding and each decoding step of the Transformer queue work without reading a value back."""
+    from .host_reads import HostReads
+
+    model = make_model(pos, seed=14).eval()
+    src, _ = batch(seed=15, batch_size=4)
+    with HostReads() as reads, torch.no_grad():
+        state = model.encode(src)
+        prev = torch.full((4,), BOS)
+        for _ in range(3):
+            logits, state = model.decode_step(prev, state)
+            prev = logits.argmax(-1)
+    assert reads.calls == []

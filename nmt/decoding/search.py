@@ -99,7 +99,17 @@ def decode(
     ``prefixes``: per sentence, target tokens the output must begin with (forced, then searched on)."""
     if cfg.strategy == "beam":
         return [hyps[0][1] if hyps else [] for hyps in beam_hypotheses(model, src, bos_id, eos_id, cfg, prefixes)]
+    if cfg.strategy == "greedy" and not (cfg.min_len or cfg.no_repeat_ngram_size or prefixes):
+        return _greedy(model, src, bos_id, eos_id, cfg)
     return _step_by_step(model, src, bos_id, eos_id, cfg, prefixes)
+
+
+def read_every(device: torch.device) -> int:
+    """Steps between two reads of which sentences have ended, in greedy search. Every step on a CPU, where
+    reading is free and an ended sentence then costs nothing more; every few steps on an accelerator, where
+    each read makes the host wait for the device, so that the host queues steps ahead instead (an ended
+    sentence rides along, ignored, until the next read)."""
+    return 1 if device.type == "cpu" else 8
 
 
 def never_emitted(logits: torch.Tensor, bos_id: int, pad_id: int) -> torch.Tensor:
@@ -107,7 +117,9 @@ def never_emitted(logits: torch.Tensor, bos_id: int, pad_id: int) -> torch.Tenso
     inputs, never outputs (a barely trained model may rank them high; its output would hold invisible
     tokens). Not renormalised: a hypothesis keeps its log-probability under the model."""
     logits = logits.clone()
-    logits[:, [bos_id, pad_id]] = float("-inf")
+    # two scalar fills: a list index would be copied to the device, and a copy waits for the device
+    logits[:, bos_id] = float("-inf")
+    logits[:, pad_id] = float("-inf")
     return logits
 
 
@@ -140,9 +152,41 @@ def greedy(model, src, bos_id: int, eos_id: int, cfg: SearchConfig | None = None
 
 
 @torch.no_grad()
+def _greedy(model, src, bos_id: int, eos_id: int, cfg: SearchConfig, every: int | None = None) -> list[list[int]]:
+    """Greedy search with the chosen tokens kept on the device: one read every ``every`` steps (default
+    :func:`read_every`) says which sentences have ended, and they leave the batch; one read at the end
+    fetches the outputs. The tokens are those of :func:`_step_by_step` (a sentence's rows are computed
+    alike whichever other sentences share its batch)."""
+    batch, device, pad_id = src.size(0), src.device, model.pad_id
+    every = every or read_every(device)
+    limits = max_lengths(src, pad_id, cfg)  # (batch,) tokens allowed, counting the final EOS
+    steps = int(limits.max())
+    state = model.encode(src)
+    out = torch.full((batch, steps), pad_id, dtype=torch.long, device=device)  # padding where nothing was chosen
+    rows = torch.arange(batch, device=device)  # the sentence of each row still in the batch
+    ended = torch.zeros(batch, dtype=torch.bool, device=device)  # (rows,)
+    prev = torch.full((batch,), bos_id, dtype=torch.long, device=device)
+    for step in range(steps):
+        logits, state = model.decode_step(prev, state)  # (rows, vocab)
+        prev = never_emitted(logits, bos_id, pad_id).argmax(dim=-1)  # (rows,)
+        # the last step allowed ends a sentence (as if EOS were forced), like beam search does
+        ended = ended | (prev == eos_id) | (limits[rows] <= step + 1)
+        out[rows, step] = prev.masked_fill(ended, pad_id)
+        if (step + 1) % every == 0 and step + 1 < steps:
+            going = (~ended).nonzero().squeeze(1)  # the read
+            if going.numel() == 0:
+                break
+            if going.numel() < rows.numel():  # shrink the batch: ended sentences cost nothing from here on
+                state, prev, rows, ended = state.reorder(going), prev[going], rows[going], ended[going]
+    # a sentence's tokens are written one after another from its first step, and padding is never chosen
+    return [ids[: ids.index(pad_id)] if pad_id in ids else ids for ids in out.tolist()]
+
+
+@torch.no_grad()
 def _step_by_step(model, src, bos_id: int, eos_id: int, cfg: SearchConfig, prefixes=None) -> list[list[int]]:
-    """Greedy or sampling: one token per sentence per step; finished sentences leave the batch.
-    Bookkeeping stays on the host, so a GPU waits for it once per step (reading the new tokens)."""
+    """Sampling, and greedy search with a minimum length, n-gram blocking or forced prefixes: one token per
+    sentence per step; finished sentences leave the batch. Bookkeeping stays on the host, so a GPU waits
+    for it once per step (reading the new tokens)."""
     batch = src.size(0)
     limits = _with_prefixes(max_lengths(src, model.pad_id, cfg), prefixes).tolist()
     state = model.encode(src)
@@ -224,9 +268,12 @@ def beam_hypotheses(
     prev = torch.full((batch * k,), bos_id, dtype=torch.long, device=device)
     finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(batch)]
     done = torch.zeros(batch, dtype=torch.bool, device=device)
+    # the limits and which sentences are done are kept on the host too: each read of the device makes a
+    # GPU's host wait, so a step reads what ended and the best scores in a few reads, never one per sentence
+    limits_host, done_host = limits.tolist(), [False] * batch
     offsets = (torch.arange(batch, device=device) * k)[:, None]  # (batch, 1)
 
-    for step in range(int(limits.max())):
+    for step in range(max(limits_host)):
         logits, state = model.decode_step(prev, state)  # (batch * k, vocab)
         log_probs = never_emitted(F.log_softmax(logits.float(), dim=-1), bos_id, model.pad_id)
         if cfg.min_len or cfg.no_repeat_ngram_size:
@@ -236,7 +283,7 @@ def beam_hypotheses(
         log_probs = log_probs.view(batch, k, -1)
         vocab = log_probs.size(-1)
         at_limit = limits <= step + 1  # (batch,) the last step allowed: only EOS may follow
-        if at_limit.any():
+        if min(limits_host) <= step + 1:
             # keep EOS's own log-probability (floored, so that a hypothesis always ends), nothing else
             forced = torch.full_like(log_probs, float("-inf"))
             forced[:, :, eos_id] = log_probs[:, :, eos_id].clamp(min=-1e4)
@@ -249,11 +296,14 @@ def beam_hypotheses(
 
         # hypotheses that end now: EOS among the top k candidates of a sentence still searching
         in_top_k = torch.arange(top_ids.size(1), device=device) < k
-        ends = is_eos & in_top_k & (top_scores > float("-inf")) & ~done[:, None]
-        divisor = length_penalty(step + 1, cfg.length_penalty)  # length counts the EOS
-        for b, c in ends.nonzero().tolist():
-            history = tokens[offsets[b, 0] + beam_of[b, c]].tolist()
-            finished[b].append((float(top_scores[b, c]) / divisor, history))
+        ends = (is_eos & in_top_k & (top_scores > float("-inf")) & ~done[:, None]).nonzero()  # (ending, 2)
+        if ends.numel():
+            sentence, candidate = ends[:, 0], ends[:, 1]
+            histories = tokens[offsets[sentence, 0] + beam_of[sentence, candidate]].tolist()
+            divisor = length_penalty(step + 1, cfg.length_penalty)  # length counts the EOS
+            ended = zip(sentence.tolist(), top_scores[sentence, candidate].tolist(), histories, strict=True)
+            for b, score, history in ended:
+                finished[b].append((score / divisor, history))
 
         # continue with the best k candidates that do not end
         rank = is_eos.float() * top_ids.size(1) + torch.arange(top_ids.size(1), device=device)
@@ -264,12 +314,22 @@ def beam_hypotheses(
         tokens = torch.cat((tokens[rows], prev[:, None]), dim=1)
         state = state.reorder(rows)
 
-        done |= at_limit
-        for b in (~done).nonzero().squeeze(1).tolist():
-            if len(finished[b]) >= k and _is_finished(finished[b], float(scores[b, 0]), int(limits[b]), cfg):
-                done[b] = True
+        best_alive = scores[:, 0].tolist()
+        newly_done = [
+            b
+            for b in range(batch)
+            if not done_host[b]
+            and (
+                limits_host[b] <= step + 1
+                or (len(finished[b]) >= k and _is_finished(finished[b], best_alive[b], limits_host[b], cfg))
+            )
+        ]
+        if newly_done:
+            for b in newly_done:
+                done_host[b] = True
+            done = done.index_fill(0, torch.tensor(newly_done, device=device), True)
         scores = scores.masked_fill(done[:, None], float("-inf"))
-        if done.all():
+        if all(done_host):
             break
     return [sorted(hyps, key=lambda h: -h[0]) for hyps in finished]
 

@@ -273,7 +273,7 @@ class Transformer(nn.Module):
     def decode_step(self, prev_tokens: torch.Tensor, state: DecoderState) -> tuple[torch.Tensor, DecoderState]:
         """prev_tokens: (batch,) the token at position ``state.step`` -> logits (batch, tgt_vocab)."""
         t = state.tensors
-        positions = torch.tensor([state.step], device=prev_tokens.device)
+        positions = torch.arange(state.step, state.step + 1, device=prev_tokens.device)  # no copy from the host
         x = self._embed(self.tgt_embed, self.tgt_pos, prev_tokens[:, None], positions)  # (batch, 1, d_model)
         new = dict(t)
         for i, layer in enumerate(self.decoder):

@@ -146,7 +146,7 @@ class TransformerLM(nn.Module):
         tensors = dict(state.tensors)
         if "next_logits" in tensors:
             return tensors.pop("next_logits"), DecoderState(tensors, state.step)
-        positions = torch.tensor([state.step], device=prev_tokens.device)
+        positions = torch.arange(state.step, state.step + 1, device=prev_tokens.device)  # no copy from the host
         logits, cache = self._run(prev_tokens[:, None], positions, None, tensors)
         return logits[:, -1], DecoderState(cache, state.step + 1)
 
