@@ -7,9 +7,12 @@
    model of 1;
 3. aggregate updates per second with 1, 2, 4 and 8 tiny runs sharing the device (separate processes);
 4. with ``--full``: the whole tiny recipe (all its updates, validations and the beam-5 test), wall time;
-5. MFU of the d_model 512, 6+6-layer model (``benchmarks.mfu``; against 989 TFLOP/s on an H100).
+5. MFU of the d_model 512, 6+6-layer model (``benchmarks.mfu``; against 989 TFLOP/s on an H100);
+6. with ``--means``: which means of speed help by how much, one run alone per row, each row adding one
+   (:data:`MEANS`) to the rows before it, and greedy validation reading the device every step or every
+   few steps.
 
-    python -m benchmarks.gpu [--device cuda] [--steps 300] [--runs 1 2 4 8] [--full] [--json OUT.json]
+    python -m benchmarks.gpu [--device cuda] [--steps 300] [--runs 1 2 4 8] [--full] [--means] [--json OUT.json]
 
 Without the corpus (``NMT_DATA`` or the cache) it says so and stops; ``--data toy`` measures the toy task.
 """
@@ -28,6 +31,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 H100_BF16_PEAK = 989e12
+
+# each row of --means adds its overrides to those of the rows above it
+MEANS = [
+    ("as the recipe is", ["compile=false", "check_every=1", "optim.optimizer.fused=null"]),
+    ("+ fused AdamW", ["optim.optimizer.fused=true"]),
+    ("+ no read of the device in an update", ["check_every=50"]),
+    ("+ torch.compile", ["compile=true"]),
+]
 
 
 def device_name(device: str) -> str:
@@ -89,7 +100,21 @@ def concurrent_runs(n: int, device: str, data: str, steps: int, extra: list[str]
     return [updates_per_second(r) for r in runs]
 
 
-def greedy_validation_seconds(run_dir: Path, device: str) -> tuple[float, int]:
+def greedy_validation_seconds(run_dir: Path, device: str, every: int | None = None) -> tuple[float, int]:
+    """Seconds to decode the validation set greedily; ``every``: steps between two reads of which
+    sentences ended (default: the search's own choice for the device)."""
+    from nmt.decoding import search as search_module
+
+    chosen = search_module.read_every
+    if every is not None:
+        search_module.read_every = lambda _device: every
+    try:
+        return _time_validation(run_dir, device)
+    finally:
+        search_module.read_every = chosen
+
+
+def _time_validation(run_dir: Path, device: str) -> tuple[float, int]:
     import torch
 
     from nmt.decoding.search import SearchConfig
@@ -110,6 +135,28 @@ def greedy_validation_seconds(run_dir: Path, device: str) -> tuple[float, int]:
     return time.perf_counter() - started, len(sources)
 
 
+def speed_means(device: str, data: str, steps: int, extra: list[str]) -> dict:
+    """ms per update alone for each row of MEANS (cumulative), then greedy validation reading which
+    sentences ended every step against every few steps."""
+    rows, overrides = {}, []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, added in MEANS:
+            overrides = [o for o in overrides if o.split("=")[0] not in {a.split("=")[0] for a in added}] + added
+            folder = Path(tmp) / f"means{len(rows)}"
+            folder.mkdir()
+            rate = concurrent_runs(1, device, data, steps, [*extra, *overrides], folder)[0]
+            rows[name] = {"overrides": list(overrides), "ms_per_update": 1000.0 / rate}
+            print(f"{name:40s} {1000.0 / rate:8.1f} ms per update", flush=True)
+        model_run = Path(tmp) / "means0" / "runs1_0"
+        for every in (1, 8):
+            seconds, sentences = greedy_validation_seconds(model_run, device, every)
+            rows[f"greedy validation, a read every {every} step(s)"] = {"seconds": seconds, "sentences": sentences}
+            print(
+                f"greedy validation, a read every {every} step(s): {seconds:.2f} s ({sentences} sentences)", flush=True
+            )
+    return rows
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
@@ -118,6 +165,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--runs", type=int, nargs="*", default=[1, 2, 4, 8], help="runs sharing the device")
     parser.add_argument("--full", action="store_true", help="also the whole tiny recipe, start to end")
     parser.add_argument("--mfu", action="store_true", help="also the MFU of the d_model 512 6+6 model")
+    parser.add_argument("--means", action="store_true", help="also each means of speed alone, added one by one")
     parser.add_argument("--json", help="write the results here too")
     parser.add_argument("extra", nargs="*", help="train.py overrides for every run (e.g. compile=true)")
     args = parser.parse_args(argv)
@@ -140,6 +188,8 @@ def main(argv: list[str] | None = None) -> dict:
         print(
             f"{results['ms_per_update']:.1f} ms per update; greedy validation of {sentences} sentences {seconds:.2f} s"
         )
+    if args.means:
+        results["means"] = speed_means(args.device, args.data, args.steps, args.extra)
     if args.full:
         with tempfile.TemporaryDirectory() as tmp:
             run_dir = Path(tmp) / "full"

@@ -10,7 +10,8 @@ from nmt.tasks.translation import TranslationTask
 from nmt.training.module import TaskModule
 
 
-def module_with(scaler=None, max_bad_steps: int = 3) -> TaskModule:
+def module_with(scaler=None, max_bad_steps: int = 3, check_every: int = 1, printed: list | None = None) -> TaskModule:
+    torch.manual_seed(0)
     model = torch.nn.Linear(4, 4)
     module = TaskModule(
         task=TranslationTask(),
@@ -22,10 +23,11 @@ def module_with(scaler=None, max_bad_steps: int = 3) -> TaskModule:
         tgt_tokenizer=None,
         config={},
         max_bad_steps=max_bad_steps,
+        check_every=check_every,
     )
     module._trainer = SimpleNamespace(precision_plugin=SimpleNamespace(scaler=scaler), global_step=0)
     module.log = lambda *args, **kwargs: None  # no logger attached
-    module.print = lambda *args, **kwargs: None
+    module.print = (lambda *args, **kwargs: None) if printed is None else printed.append
     return module
 
 
@@ -81,3 +83,160 @@ def test_non_finite_gradients_count_once_the_scale_is_below_one():
     set_grads(module, float("nan"))
     with pytest.raises(FloatingPointError):
         module.on_before_optimizer_step(None)
+
+
+def test_the_deferred_guard_skips_the_same_updates_without_reading_the_device():
+    """check_every > 1: a non-finite update is skipped by the fused optimiser on the device (found_inf),
+    with no read by the host in the update; the weights and optimiser state are those of the guard that
+    reads every update, and the counts, read every few updates, warn and stop the run as that one does."""
+    from .host_reads import HostReads
+
+    printed: list[str] = []
+    deferred, every_update = module_with(max_bad_steps=2, check_every=4, printed=printed), module_with(max_bad_steps=2)
+    optimizers = [torch.optim.Adam(m.parameters(), lr=0.1, fused=True) for m in (deferred, every_update)]
+    for value in [1.0, float("nan"), 1.0, float("inf"), float("nan"), 0.5, 2.0, 1.0]:
+        for module, optimizer in zip((deferred, every_update), optimizers, strict=True):
+            set_grads(module, value)
+            with HostReads() as reads:
+                module.on_before_optimizer_step(optimizer)
+            assert module is every_update or reads.calls == []
+            optimizer.step()
+            optimizer.zero_grad()
+    for a, b in zip(deferred.parameters(), every_update.parameters(), strict=True):
+        assert torch.equal(a, b)
+        state_a, state_b = (opt.state[p] for opt, p in zip(optimizers, (a, b), strict=True))
+        assert all(torch.equal(state_a[k], state_b[k]) for k in ("step", "exp_avg", "exp_avg_sq"))
+    assert state_a["step"] == 5  # 8 updates, 3 skipped
+    deferred.read_guard()
+    assert deferred.bad_steps == 0 and printed == [
+        "warning: 3 update(s) with a non-finite loss or gradient skipped by step 0 (0 in a row now, 2 allowed)"
+    ]
+    # three in a row and a good one before the read: the streak is over, but it was longer than allowed
+    for value in [float("nan")] * 3 + [1.0]:
+        set_grads(deferred, value)
+        deferred.on_before_optimizer_step(optimizers[0])
+        optimizers[0].step()
+    with pytest.raises(FloatingPointError, match="3 updates in a row"):
+        deferred.read_guard()
+
+
+def test_the_deferred_guard_needs_a_fused_optimiser():
+    module = module_with(check_every=8)
+    module.optimizer_factory = lambda params: torch.optim.Adam(params)
+    with pytest.raises(ValueError, match="check_every=8 needs .*fused=true"):
+        module.configure_optimizers()
+
+
+@pytest.mark.slow
+def test_a_run_with_the_deferred_guard_trains_as_one_that_checks_every_update(monkeypatch, tmp_path, capsys):
+    """A toy run whose third batch has a NaN loss: with check_every=4 nothing in an update reads the
+    device (the task's token count comes from the host), and the run ends with the weights, step count,
+    schedule and token count of the run that checks every update."""
+    import csv
+
+    from nmt.training.train import train
+
+    from .conftest import compose_train
+    from .host_reads import HostReads
+
+    real_loss = TranslationTask.training_loss
+    calls: list[int] = []
+
+    def third_batch_nan(self, model, loss, batch):
+        value, tokens = real_loss(self, model, loss, batch)
+        calls.append(1)
+        return (value * float("nan") if len(calls) == 3 else value), tokens
+
+    reads: dict[str, list[str]] = {}
+    for hook in ("training_step", "on_before_optimizer_step", "on_train_batch_end"):
+        real_hook = getattr(TaskModule, hook)
+
+        def counted(self, *args, _hook=real_hook, **kwargs):
+            with HostReads() as seen:
+                result = _hook(self, *args, **kwargs)
+            if self.check_every > 1:
+                reads.setdefault(_hook.__name__, []).extend(seen.calls)
+            return result
+
+        monkeypatch.setattr(TaskModule, hook, counted)
+    monkeypatch.setattr(TranslationTask, "training_loss", third_batch_nan)
+    runs = {}
+    for every in (1, 4):
+        calls.clear()  # the same batch is the third of each run
+        run_dir = tmp_path / f"every{every}"
+        cfg = compose_train(
+            "optim.optimizer.fused=true",
+            f"check_every={every}",
+            "test_after_training=false",
+            f"run_dir={run_dir}",
+            "checkpoint.monitor=val_loss",
+            "checkpoint.mode=min",
+            "early_stopping.monitor=val_loss",
+            "early_stopping.mode=min",
+        )
+        torch.manual_seed(0)
+        train(cfg)
+        rows = list(csv.DictReader((run_dir / "logs" / "metrics.csv").open()))
+        checkpoint = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)
+        runs[every] = (checkpoint, [r["train_tokens"] for r in rows if r.get("train_tokens")])
+    (first, tokens_first), (second, tokens_second) = runs[1], runs[4]
+    printed = capsys.readouterr().out
+    assert "non-finite loss at step 2; batch skipped" in printed
+    assert "1 update(s) with a non-finite loss or gradient skipped" in printed
+    # the updates read nothing; the guard's counts are read once every 4 updates (after updates 4, 8, ...)
+    steps = second["global_step"]
+    assert reads["training_step"] == reads["on_before_optimizer_step"] == []
+    assert reads["on_train_batch_end"] == ["tolist"] * (steps // 4)
+    assert first["global_step"] == second["global_step"] > 3
+    assert first["lr_schedulers"] == second["lr_schedulers"]
+    assert tokens_first == tokens_second
+    assert all(torch.equal(first["state_dict"][k], v) for k, v in second["state_dict"].items())
+
+
+def test_the_deferred_guard_is_refused_where_it_cannot_skip_an_update():
+    from nmt.training.config import ConfigError, check_config
+
+    from .conftest import compose_train
+
+    check_config(compose_train("check_every=8", "optim.optimizer.fused=true"))
+    with pytest.raises(ConfigError, match=r"check_every=8: needs optim.optimizer.fused=true"):
+        check_config(compose_train("check_every=8"))
+    with pytest.raises(ConfigError, match=r"check_every=8: trainer.precision=16-mixed has a loss scaler"):
+        check_config(compose_train("check_every=8", "optim.optimizer.fused=true", "trainer.precision=16-mixed"))
+    with pytest.raises(ConfigError, match=r"check_every=0: must be a positive integer"):
+        check_config(compose_train("check_every=0"))
+
+
+@pytest.mark.slow
+def test_throughput_timed_only_at_logged_updates_counts_every_batch(monkeypatch, tmp_path):
+    """The throughput monitor as on a GPU (timing, so synchronising, only at the updates it logs): the
+    target tokens it reports are every batch's, equal to the epochs' own counts, and its rates appear
+    once three logged updates span a window."""
+    import csv
+
+    from nmt.training import callbacks
+    from nmt.training.train import train
+
+    from .conftest import compose_train
+
+    real_init = callbacks.Throughput.__init__
+    monkeypatch.setattr(callbacks.Throughput, "__init__", lambda self, *a, **k: real_init(self, *a, **k, sparse=True))
+    cfg = compose_train(
+        "trainer.max_epochs=2",
+        "trainer.log_every_n_steps=2",
+        "test_after_training=false",
+        f"run_dir={tmp_path}",
+        "checkpoint.monitor=val_loss",
+        "checkpoint.mode=min",
+        "early_stopping.monitor=val_loss",
+        "early_stopping.mode=min",
+    )
+    train(cfg)
+    rows = list(csv.DictReader((tmp_path / "logs" / "metrics.csv").open()))
+    timed = [r for r in rows if r.get("train/lengths")]
+    assert [int(r["step"]) % 2 for r in timed] == [1] * len(timed)  # logged (0-based) steps 1, 3, 5, ...
+    epoch_tokens = sum(float(r["train_tokens"]) for r in rows if r.get("train_tokens"))
+    assert max(int(r["step"]) for r in rows if r.get("step")) == int(timed[-1]["step"])  # 10 updates, 2 epochs
+    assert float(timed[-1]["train/lengths"]) == epoch_tokens  # the monitor's total covers every batch
+    rates = [r for r in timed if r.get("train/device/items_per_sec")]
+    assert len(rates) == len(timed) - 2 and all(float(r["train/device/items_per_sec"]) > 0 for r in rates)

@@ -94,7 +94,9 @@ class TranslationDataset(Dataset):
 def collate(items) -> dict:
     """Pad a list of (index, src, tgt, ref) into a batch.
 
-    src: tokens + EOS; tgt_in: BOS + tokens; tgt_out: tokens + EOS (what tgt_in should predict).
+    src: tokens + EOS; tgt_in: BOS + tokens; tgt_out: tokens + EOS (what tgt_in should predict);
+    target_tokens: tokens of tgt_out that are not padding, counted on the host (reading them from the batch
+    once it is on a GPU would wait for the device).
     """
     index, src, tgt, refs = zip(*items, strict=True)
     eos, bos = torch.tensor([EOS_ID]), torch.tensor([BOS_ID])
@@ -104,6 +106,7 @@ def collate(items) -> dict:
         "tgt_in": pad_sequence([torch.cat((bos, t.long())) for t in tgt], batch_first=True, padding_value=PAD_ID),
         "tgt_out": pad_sequence([torch.cat((t.long(), eos)) for t in tgt], batch_first=True, padding_value=PAD_ID),
         "refs": list(refs),
+        "target_tokens": sum(len(t) + 1 for t in tgt),
     }
 
 

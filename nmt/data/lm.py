@@ -65,6 +65,7 @@ def collate_blocks(items) -> dict:
     return {
         "input": pad_sequence(list(inputs), batch_first=True, padding_value=PAD_ID),
         "target": pad_sequence(list(targets), batch_first=True, padding_value=PAD_ID),
+        "target_tokens": sum(int((t != PAD_ID).sum()) for t in targets),  # counted here, on the host
     }
 
 

@@ -112,7 +112,9 @@ def exact_sum():
     epochs of a large corpus) and a float32 loss sum loses digits long before."""
     from torchmetrics import SumMetric  # imported here: torchmetrics loads scipy, which inference does not need
 
-    return SumMetric().set_dtype(torch.float64)
+    # no NaN check: it reads the value back (a wait for the device at every update), and its default drops
+    # NaNs from the sum, where a NaN loss should show as one
+    return SumMetric(nan_strategy="disable").set_dtype(torch.float64)
 
 
 def target_metrics() -> dict:

@@ -79,6 +79,8 @@ class LanguageModelTask(Task):
         return batch["input"].size(0)
 
     def batch_target_tokens(self, batch):
+        if "target_tokens" in batch:  # counted by the collate function: no wait for the device
+            return batch["target_tokens"]
         return int((batch["target"] != PAD_ID).sum())
 
     # ---- evaluation ------------------------------------------------------------------------------

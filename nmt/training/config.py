@@ -48,6 +48,7 @@ def _rules() -> list[tuple[str, Callable[[object], bool], str]]:
         ("lr", lambda v: isinstance(v, int | float) and 0 < v < float("inf"), "a positive finite number"),
         ("weight_decay", lambda v: isinstance(v, int | float) and v >= 0, "a number >= 0"),
         ("max_bad_steps", *non_negative),
+        ("check_every", *positive),
         ("resume", lambda v: v in ("auto", "force"), "one of ['auto', 'force']"),
         (
             "trainer.devices",
@@ -89,6 +90,7 @@ def check_config(cfg: DictConfig) -> None:
         value = OmegaConf.select(cfg, key, default=None)
         if value is not None and value not in allowed:
             problems.append(f"  {key}={value!r}: must be one of {allowed}")
+    problems += _deferred_guard_problems(cfg)
     target = OmegaConf.select(cfg, "data.tgt_lang", default=None)
     if target:  # scoring its text may need extra packages: say so before any data is read
         try:
@@ -106,6 +108,25 @@ def check_config(cfg: DictConfig) -> None:
     problems += unused_groups(cfg)
     if problems:
         raise ConfigError("invalid configuration:\n" + "\n".join(problems))
+
+
+def _deferred_guard_problems(cfg: DictConfig) -> list[str]:
+    """check_every > 1 leaves skipping a non-finite update to the optimiser on the device."""
+    every = cfg.get("check_every")
+    if not isinstance(every, int) or every <= 1:
+        return []
+    problems = []
+    if OmegaConf.select(cfg, "optim.optimizer.fused", default=None) is not True:
+        problems.append(
+            f"  check_every={every}: needs optim.optimizer.fused=true (a fused Adam or AdamW skips a non-finite "
+            "update on the device), or check_every=1"
+        )
+    if str(OmegaConf.select(cfg, "trainer.precision", default="")) in ("16-mixed", "16"):
+        problems.append(
+            f"  check_every={every}: trainer.precision=16-mixed has a loss scaler that decides which updates "
+            "to skip; use check_every=1"
+        )
+    return problems
 
 
 # groups that configure a part of the model: they matter only when the chosen model's config refers to

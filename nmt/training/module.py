@@ -36,6 +36,7 @@ class TaskModule(L.LightningModule):
         config: dict,
         val_metrics: nn.ModuleDict | None = None,
         max_bad_steps: int = 10,
+        check_every: int = 1,
     ) -> None:
         super().__init__()
         self.task = task
@@ -50,6 +51,15 @@ class TaskModule(L.LightningModule):
         self.config = config
         self.max_bad_steps = max_bad_steps
         self.bad_steps = 0  # consecutive batches with a non-finite loss or gradient
+        # updates between two reads of the guard by the host. 1: every update is checked on the host (free on
+        # a CPU). More: nothing in an update waits for the device; a fused optimiser skips a non-finite
+        # update on the device itself, and the counts below are read every check_every updates
+        self.check_every = check_every
+        self._streak: torch.Tensor | None = None  # (deferred) consecutive skipped updates, on the device
+        self._worst: torch.Tensor | None = None  # (deferred) the longest streak since the last read
+        self._skipped: torch.Tensor | None = None  # (deferred) skipped updates in all
+        self._skipped_read = 0
+        self._last_tokens: torch.Tensor | None = None
         self.scaler_skips = 0  # 16-mixed: updates the loss scaler skipped after an overflow (not failures)
         self._rng_to_restore: torch.Tensor | None = None
         self._cuda_rng_to_restore: torch.Tensor | None = None
@@ -57,10 +67,15 @@ class TaskModule(L.LightningModule):
         self.epoch_tokens = exact_sum()
         self._tokens_to_restore: float | None = None
 
-    def _log_training(self, loss: torch.Tensor, tokens: torch.Tensor) -> None:
-        self.log("train_loss", loss, prog_bar=True, batch_size=int(tokens))
+    def _log_training(self, loss: torch.Tensor, tokens: torch.Tensor, batch: dict) -> None:
+        # the batch size from the host's own count: reading ``tokens`` would wait for the device
+        self.log("train_loss", loss, prog_bar=True, batch_size=self.task.batch_target_tokens(batch))
         self.epoch_tokens.update(tokens.float())  # logged once, at the end of the epoch
-        self.log("lr", self.optimizers().param_groups[0]["lr"], on_step=True, on_epoch=False)
+        self._last_tokens = tokens.float() if self._last_tokens is None else self._last_tokens + tokens.float()
+        # only when the loggers write it: a Python number is logged as a new device tensor, and that copy
+        # from the host waits for the device
+        if self.trainer._logger_connector.should_update_logs:
+            self.log("lr", self.optimizers().param_groups[0]["lr"], on_step=True, on_epoch=False)
 
     def _check_loss(self, loss: torch.Tensor) -> bool:
         """False (and counted) when the loss is not finite: the step then returns None, and Lightning
@@ -72,12 +87,16 @@ class TaskModule(L.LightningModule):
 
     # ---- training ------------------------------------------------------------------------------
     def on_before_optimizer_step(self, optimizer) -> None:
+        pending_tokens, self._last_tokens = self._last_tokens, None  # this update's batches' target tokens
         grads = [p.grad for p in self.parameters() if p.grad is not None]
         if not grads:  # the batch was skipped (non-finite loss): nothing to check
             return
         # one fused kernel per dtype and device rather than one per parameter: on a GPU a small model's
         # step is bound by kernel launches
         norm = torch.linalg.vector_norm(torch.stack([n.float() for n in torch._foreach_norm(grads)]))
+        if self.check_every > 1:
+            self._guard_on_device(optimizer, norm, pending_tokens)
+            return
         if torch.isfinite(norm):
             self.bad_steps = 0  # the limit is on consecutive failures: a good update ends a streak
             self.log("grad_norm", norm, on_step=True, on_epoch=False)
@@ -92,6 +111,49 @@ class TaskModule(L.LightningModule):
         self._bad_step(f"non-finite gradient norm at step {self.global_step}")
         for p in self.parameters():
             p.grad = None  # optimisers skip parameters without a gradient: the step changes nothing
+
+    def _guard_on_device(self, optimizer, norm: torch.Tensor, tokens: torch.Tensor | None) -> None:
+        """The guard without a read by the host: a non-finite gradient norm (a non-finite loss gives one)
+        sets the fused optimiser's ``found_inf``, the flag by which it skips an update on the device (as
+        under the fp16 loss scaler), and the counts stay on the device until :meth:`read_guard`."""
+        bad = ~torch.isfinite(norm)
+        optimizer.found_inf = bad.float()
+        if self._streak is None:
+            self._streak = torch.full((), self.bad_steps, dtype=torch.long, device=norm.device)
+            self._worst, self._skipped = self._streak.clone(), torch.zeros_like(self._streak)
+        self._streak = torch.where(bad, self._streak + 1, 0)
+        self._worst = torch.maximum(self._worst, self._streak)
+        self._skipped = self._skipped + bad
+        self.log("grad_norm", norm, on_step=True, on_epoch=False)
+        if tokens is not None:  # a skipped update's tokens were not trained on
+            self.epoch_tokens.update(-tokens * bad)
+
+    def read_guard(self) -> None:
+        """Deferred guard: read its counts (one wait for the device), warn about skipped updates, and stop
+        the run when more than max_bad_steps came in a row."""
+        if self._streak is None:
+            return
+        streak, worst, skipped = torch.stack((self._streak, self._worst, self._skipped)).tolist()
+        self.bad_steps, self._worst = streak, self._streak.clone()
+        new, self._skipped_read = skipped - self._skipped_read, skipped
+        if worst > self.max_bad_steps:
+            raise FloatingPointError(
+                f"non-finite loss or gradient norm in {worst} updates in a row by step {self.global_step}, more "
+                f"than max_bad_steps={self.max_bad_steps}: lower the learning rate, clip gradients "
+                "(trainer.gradient_clip_val) or use precision=32-true"
+            )
+        if new:
+            self.print(
+                f"warning: {new} update(s) with a non-finite loss or gradient skipped by step {self.global_step} "
+                f"({streak} in a row now, {self.max_bad_steps} allowed)"
+            )
+
+    def on_train_batch_end(self, outputs, batch, batch_idx: int) -> None:
+        if self.check_every > 1 and self.global_step % self.check_every == 0:
+            self.read_guard()
+
+    def on_train_end(self) -> None:
+        self.read_guard()
 
     def _grad_scaler(self):
         """The loss scaler of 16-mixed precision, or None."""
@@ -108,6 +170,13 @@ class TaskModule(L.LightningModule):
 
     def configure_optimizers(self):
         optimizer = self.optimizer_factory(self.parameters())
+        if self.check_every > 1 and not (
+            getattr(optimizer, "_step_supports_amp_scaling", False) and optimizer.defaults.get("fused")
+        ):
+            raise ValueError(
+                f"check_every={self.check_every} needs an optimiser that skips an update on the device: "
+                f"{type(optimizer).__name__} with optim.optimizer.fused=true (Adam or AdamW), or check_every=1"
+            )
         if self.scheduler_factory is None:
             return optimizer
         scheduler = self.scheduler_factory(optimizer, total_steps=self._planned_steps())
@@ -124,6 +193,7 @@ class TaskModule(L.LightningModule):
         return math.ceil(batches / trainer.accumulate_grad_batches) * max(trainer.max_epochs or 1, 1)
 
     def on_train_epoch_end(self) -> None:
+        self.read_guard()  # the epoch's token count below is exact only once skipped batches are known
         # not a logged Metric object: Lightning would restore its state on resume into the wrong epoch
         self.log("train_tokens", self.epoch_tokens.compute() if self.epoch_tokens.update_called else 0.0)
         self.epoch_tokens.reset()
@@ -145,6 +215,8 @@ class TaskModule(L.LightningModule):
 
     # ---- checkpoints: plain data only, so they load with weights_only=True --------------------
     def on_save_checkpoint(self, checkpoint: dict) -> None:
+        if self._streak is not None:
+            self.bad_steps = int(self._streak)  # the deferred guard's streak, read for the checkpoint
         checkpoint[CHECKPOINT_KEY] = {
             "format": CHECKPOINT_FORMAT,
             "config": self.config,
@@ -171,9 +243,10 @@ class TaskModule(L.LightningModule):
     # ---- the task's steps ------------------------------------------------------------------------
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor | None:
         loss, tokens = self.task.training_loss(self.model, self.loss, batch)
-        if not self._check_loss(loss):
+        # (deferred guard: a non-finite loss shows as a non-finite gradient norm, without a read here)
+        if self.check_every == 1 and not self._check_loss(loss):
             return None  # Lightning skips backward and the optimiser step
-        self._log_training(loss, tokens)
+        self._log_training(loss, tokens, batch)
         return loss
 
     def validation_step(self, batch: dict, batch_idx: int) -> None:

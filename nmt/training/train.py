@@ -234,6 +234,7 @@ def _train_in_folder(cfg: DictConfig, task, run_dir: Path, config: dict, main_pr
         config=config,
         val_metrics=task.validation_metrics(datamodule),
         max_bad_steps=cfg.max_bad_steps,
+        check_every=cfg.get("check_every") or 1,
     )
     trainer = build_trainer(cfg, run_dir, task)
     if trainer.is_global_zero:

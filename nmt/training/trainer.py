@@ -11,13 +11,12 @@ from lightning.pytorch.callbacks import (
     ModelCheckpoint,
     RichModelSummary,
     RichProgressBar,
-    ThroughputMonitor,
 )
 from lightning.pytorch.loggers import CSVLogger
 from omegaconf import DictConfig, OmegaConf
 
 from nmt.tasks import Task
-from nmt.training.callbacks import ResumeLogs, SaveOnSignal, WallClock
+from nmt.training.callbacks import ResumeLogs, SaveOnSignal, Throughput, WallClock
 from nmt.training.checkpoint_io import AtomicCheckpointIO
 from nmt.training.loggers import ResumableCSVLogger
 from nmt.training.progress import PlainProgress, plain_output
@@ -80,9 +79,7 @@ def _callbacks(cfg: DictConfig, checkpoint_dir: Path, task: Task) -> list:
     # logs train/device/items_per_sec: target tokens per second of training (the speed a sweep can afford);
     # it warns that without a FLOPs count per batch it cannot report MFU (we do not count FLOPs per batch)
     warnings.filterwarnings("ignore", message=".*ThroughputMonitor.*flops_per_batch")
-    callbacks.append(
-        ThroughputMonitor(batch_size_fn=task.batch_sequences, length_fn=task.batch_target_tokens, window_size=20)
-    )
+    callbacks.append(Throughput(batch_size_fn=task.batch_sequences, length_fn=task.batch_target_tokens, window_size=20))
     if cfg.trainer.enable_progress_bar:
         every_s = OmegaConf.select(cfg, "progress.every_s", default=30)
         monitor = cfg.checkpoint.monitor
