@@ -84,6 +84,10 @@ def concurrent_runs(n: int, device: str, data: str, steps: int, extra: list[str]
     """n tiny runs at once on the device: each one's updates per second."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     runs = [folder / f"runs{n}_{i}" for i in range(n)]
+    if device == "cpu" and not any(o.startswith("threads=") for o in extra):
+        # the cores shared out: more threads than cores, and the spinning threads of one run slow the
+        # others by an order of magnitude
+        extra = [*extra, f"threads={max(1, (os.cpu_count() or 1) // n)}"]
     processes = [
         subprocess.Popen(
             train_command(r, device, data, steps, [*extra, f"seed={i + 1}"]),

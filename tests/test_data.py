@@ -62,6 +62,8 @@ def test_collate_adds_eos_to_source_and_shifts_target():
     assert batch["tgt_in"].tolist() == [[BOS_ID, 7, PAD_ID], [BOS_ID, 8, 9]]
     assert batch["tgt_out"].tolist() == [[7, EOS_ID, PAD_ID], [8, 9, EOS_ID]]
     assert batch["refs"] == ["a", "b"]
+    # counted on the host, so that reading it needs no wait for a GPU: the target tokens that are not padding
+    assert batch["target_tokens"] == int((batch["tgt_out"] != PAD_ID).sum()) == 5
 
 
 def write_gz(path: Path, lines: list[str]) -> None:
@@ -169,3 +171,18 @@ def test_real_multi30k_has_the_published_sizes(tmp_path):
     dm = Multi30kDataModule(root=str(MULTI30K), download=False, cache_dir=str(tmp_path))
     assert [len(dm.text(s)[0]) for s in ("train", "val", "test")] == [29000, 1014, 1000]
     assert dm.text("test")[1][0].startswith("Ein Mann mit einem orangefarbenen Hut")
+
+
+def test_batches_for_a_gpu_come_from_pinned_memory():
+    """A copy to a GPU from pageable memory makes the host wait for the device: batches bound for a GPU
+    are pinned by the loader, CPU runs are not."""
+    from types import SimpleNamespace
+
+    from nmt.data.datamodule import sharded_loader
+
+    for device, pinned in (("cuda", True), ("cpu", False)):
+        trainer = SimpleNamespace(
+            world_size=1, global_rank=0, strategy=SimpleNamespace(root_device=torch.device(device))
+        )
+        loader = sharded_loader(SimpleNamespace(trainer=trainer), [0, 1], lambda w, r: [[0, 1]], list, 0, False)
+        assert loader.pin_memory is pinned

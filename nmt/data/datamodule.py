@@ -67,6 +67,8 @@ def sharded_loader(datamodule, dataset, make_sampler, collate_fn, num_workers: i
         collate_fn=collate_fn,
         num_workers=num_workers,
         persistent_workers=num_workers > 0,
+        # a copy to a GPU from pageable memory makes the host wait for the device; from pinned memory not
+        pin_memory=trainer is not None and trainer.strategy.root_device.type == "cuda",
     )
     if resumable and trainer is not None:
         progress = trainer.fit_loop.epoch_loop.batch_progress.current
