@@ -34,7 +34,8 @@ H100_BF16_PEAK = 989e12
 
 # each row of --means adds its overrides to those of the rows above it
 MEANS = [
-    ("as the recipe is", ["compile=false", "check_every=1", "optim.optimizer.fused=null"]),
+    ("none", ["compile=false", "check_every=1", "optim.optimizer.fused=null", "data.batches_on_device=false"]),
+    ("+ batches built on the device", ["data.batches_on_device=true"]),
     ("+ fused AdamW", ["optim.optimizer.fused=true"]),
     ("+ no read of the device in an update", ["check_every=50"]),
     ("+ torch.compile", ["compile=true"]),

@@ -27,6 +27,11 @@ def test_the_means_of_speed_are_measured_one_by_one(monkeypatch):
     rows = gpu.speed_means("cpu", "toy", 30, [])
     names = [name for name, _ in gpu.MEANS]
     assert list(rows)[:3] == names and all(rows[n]["ms_per_update"] > 0 for n in names)
-    assert rows[names[2]]["overrides"] == ["compile=false", "optim.optimizer.fused=true", "check_every=50"]
+    assert rows[names[2]]["overrides"] == [
+        "compile=false",
+        "check_every=1",
+        "data.batches_on_device=true",
+        "optim.optimizer.fused=true",
+    ]
     for every in (1, 8):
         assert rows[f"greedy validation, a read every {every} step(s)"]["seconds"] > 0

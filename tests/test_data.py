@@ -186,3 +186,59 @@ def test_batches_for_a_gpu_come_from_pinned_memory():
         )
         loader = sharded_loader(SimpleNamespace(trainer=trainer), [0, 1], lambda w, r: [[0, 1]], list, 0, False)
         assert loader.pin_memory is pinned
+
+
+def test_a_batch_built_on_the_device_is_the_collated_batch():
+    """data.batches_on_device: the batch cut from the split's flat tensors (indices only from the host)
+    equals the one collate pads on the host, empty sentences included, without reading the device."""
+    from nmt.data.packed import PackedPairs
+
+    from .host_reads import HostReads
+
+    g = torch.Generator().manual_seed(3)
+    lengths = [(5, 7), (0, 3), (9, 0), (1, 1), (4, 12), (6, 6)]
+    src = [torch.randint(4, 50, (n,), generator=g, dtype=torch.int32) for n, _ in lengths]
+    tgt = [torch.randint(4, 50, (m,), generator=g, dtype=torch.int32) for _, m in lengths]
+    refs = [f"ref {i}" for i in range(len(lengths))]
+    packed = PackedPairs(src, tgt, refs)
+    for indices in ([0, 1, 2, 3, 4, 5], [4, 1], [2], [3, 0]):
+        expected = collate([(i, src[i], tgt[i], refs[i]) for i in indices])
+        with HostReads() as reads:
+            got = packed.batch(indices)
+        assert reads.calls == []
+        assert got.keys() == expected.keys()
+        for key, value in expected.items():
+            if isinstance(value, torch.Tensor):
+                assert got[key].dtype == value.dtype and torch.equal(got[key], value), key
+            else:
+                assert got[key] == value, key
+
+
+@pytest.mark.slow
+def test_a_run_with_batches_built_on_the_device_trains_alike(tmp_path, monkeypatch):
+    """Through Lightning's batch hook: a toy run whose batches are built from the split's tokens on the
+    model's device ends with the weights of the run whose batches were collated on the host."""
+    from nmt.data.packed import PackedPairs
+    from nmt.training.train import train
+
+    from .conftest import compose_train
+
+    built: list[int] = []
+    real_batch = PackedPairs.batch
+    monkeypatch.setattr(
+        PackedPairs, "batch", lambda self, indices: built.append(len(indices)) or real_batch(self, indices)
+    )
+    weights = []
+    for on_device in ("false", "true"):
+        run_dir = tmp_path / on_device
+        cfg = compose_train(
+            f"data.batches_on_device={on_device}",
+            "trainer.max_steps=4",
+            "test_after_training=false",
+            f"run_dir={run_dir}",
+        )
+        train(cfg)
+        weights.append(torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"])
+    assert len(built) >= 4  # the second run's training and validation batches were built on the device
+    assert weights[0].keys() == weights[1].keys()
+    assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])

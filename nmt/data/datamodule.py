@@ -15,6 +15,7 @@ from torch.nn.utils.rnn import pad_sequence
 from torch.utils.data import DataLoader, Dataset
 
 from nmt.data.batching import TokenBatchSampler
+from nmt.data.packed import PackedPairs, index_batch
 from nmt.data.tokenizer import (
     BOS_ID,
     EOS_ID,
@@ -132,6 +133,7 @@ class ParallelDataModule(L.LightningDataModule):
         segmenter: dict | None = None,
         user_dict: str | None = None,
         max_src_len: int | None = None,
+        batches_on_device: bool | None = None,
     ) -> None:
         super().__init__()
         self.src_lang, self.tgt_lang = src_lang, tgt_lang
@@ -145,6 +147,10 @@ class ParallelDataModule(L.LightningDataModule):
         self.max_src_len = max_src_len
         self.truncated: dict[str, int] = {}
         self.num_workers = num_workers
+        # the split's tokens on the model's device and each batch cut from them there (nmt/data/packed.py);
+        # None: when the model is on a GPU
+        self.batches_on_device = batches_on_device
+        self._packed: dict[str, PackedPairs] = {}
         self.seed = seed
         self.cache_dir = Path(cache_dir).expanduser()
         self.src_tokenizer: Tokenizer | None = None
@@ -303,7 +309,27 @@ class ParallelDataModule(L.LightningDataModule):
                 lengths, budget, shuffle=shuffle, seed=self.seed, num_replicas=num_replicas, rank=rank
             )
 
-        return sharded_loader(self, dataset, sampler, collate, self.num_workers, resumable=shuffle)
+        collate_fn = index_batch if self._builds_on_device() else collate
+        return sharded_loader(self, dataset, sampler, collate_fn, self.num_workers, resumable=shuffle)
+
+    def _builds_on_device(self) -> bool:
+        if self.batches_on_device is not None:
+            return self.batches_on_device
+        trainer = getattr(self, "trainer", None)
+        return trainer is not None and trainer.strategy.root_device.type == "cuda"
+
+    def on_after_batch_transfer(self, batch, dataloader_idx: int):
+        """Lightning's hook once a batch is on the model's device: a batch of indices becomes the batch."""
+        if not isinstance(batch, dict) or "batch_indices" not in batch:
+            return batch
+        trainer = self.trainer
+        split = "train" if trainer.training else "test" if trainer.testing else "val"
+        device = trainer.strategy.root_device
+        packed = self._packed.get(split)
+        if packed is None or packed.device != device:
+            dataset = self.datasets[split]
+            self._packed[split] = packed = PackedPairs(dataset.src_ids, dataset.tgt_ids, dataset.tgt_text).to(device)
+        return packed.batch(batch["batch_indices"])
 
     def train_dataloader(self) -> DataLoader:
         return self._loader("train", shuffle=True)

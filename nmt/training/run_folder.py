@@ -38,6 +38,7 @@ NOT_RESULT_KEYS = (
     "threads",
     "data.root",
     "data.num_workers",
+    "data.batches_on_device",
     "trainer.enable_progress_bar",
     "trainer.enable_model_summary",
     "trainer.log_every_n_steps",
