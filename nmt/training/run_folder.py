@@ -39,6 +39,7 @@ NOT_RESULT_KEYS = (
     "data.root",
     "data.num_workers",
     "data.batches_on_device",
+    "check_every",  # when the guard is read, not what it skips (the same updates, tested)
     "trainer.enable_progress_bar",
     "trainer.enable_model_summary",
     "trainer.log_every_n_steps",
