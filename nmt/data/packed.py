@@ -69,7 +69,8 @@ def _flatten(ids: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
     starts = torch.zeros(len(ids), dtype=torch.long)
     if len(ids) > 1:
         starts[1:] = lengths.cumsum(0)[:-1]
-    flat = torch.cat([*(s.long() for s in ids), torch.tensor([PAD_ID])])
+    # int32, as the encoding cache holds them: half the device memory of int64 for a large corpus
+    flat = torch.cat([*(s.to(torch.int32) for s in ids), torch.tensor([PAD_ID], dtype=torch.int32)])
     return flat, starts
 
 
@@ -82,7 +83,7 @@ def _rows(
     column = torch.arange(width, device=flat.device)[None, :] - shift  # (1, width): position among the tokens
     inside = (column >= 0) & (column < lengths[:, None])  # (batch, width)
     gather = (starts[:, None] + column.clamp(min=0)).clamp(max=flat.numel() - 1)
-    rows = torch.where(inside, flat[gather], PAD_ID)
+    rows = torch.where(inside, flat[gather].long(), PAD_ID)
     if before is not None:
         rows[:, 0] = before
     if after is not None:

@@ -148,7 +148,7 @@ def _with_prefixes(limits: torch.Tensor, prefixes: list[list[int]] | None) -> to
 
 def greedy(model, src, bos_id: int, eos_id: int, cfg: SearchConfig | None = None) -> list[list[int]]:
     cfg = cfg or SearchConfig()
-    return _step_by_step(model, src, bos_id, eos_id, SearchConfig(**{**cfg.__dict__, "strategy": "greedy"}))
+    return decode(model, src, bos_id, eos_id, SearchConfig(**{**cfg.__dict__, "strategy": "greedy"}))
 
 
 @torch.no_grad()
@@ -282,8 +282,8 @@ def beam_hypotheses(
             log_probs = force_prefixes(log_probs, step, row_prefixes)
         log_probs = log_probs.view(batch, k, -1)
         vocab = log_probs.size(-1)
-        at_limit = limits <= step + 1  # (batch,) the last step allowed: only EOS may follow
-        if min(limits_host) <= step + 1:
+        if min(limits_host) <= step + 1:  # some sentence's last step allowed: only EOS may follow
+            at_limit = limits <= step + 1  # (batch,)
             # keep EOS's own log-probability (floored, so that a hypothesis always ends), nothing else
             forced = torch.full_like(log_probs, float("-inf"))
             forced[:, :, eos_id] = log_probs[:, :, eos_id].clamp(min=-1e4)
