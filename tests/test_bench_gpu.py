@@ -1,6 +1,8 @@
 """benchmarks.gpu, the GPU benchmark, run on the CPU with the toy task so that a GPU session only has to
 run it: every figure it reports is produced and plausible."""
 
+import json
+
 import pytest
 
 pytestmark = pytest.mark.slow
@@ -35,3 +37,32 @@ def test_the_means_of_speed_are_measured_one_by_one(monkeypatch):
     ]
     for every in (1, 8):
         assert rows[f"greedy validation, a read every {every} step(s)"]["seconds"] > 0
+
+
+def test_all_measures_in_order_within_a_budget_and_writes_after_each(monkeypatch, tmp_path):
+    """--all, as a GPU session runs it: the figure before the means, then after them (falling back to all
+    but the last means when that one fails, and saying why), greedy validation of that run and of a given
+    model, runs sharing the device; a measurement that no longer fits the budget is skipped with why, and
+    the results file holds everything measured."""
+    from benchmarks import gpu
+
+    # compile left out (minutes on a CPU); a last means that cannot run, so that the fallback is taken
+    monkeypatch.setattr(gpu, "MEANS", [*gpu.MEANS[:2], ("+ a means that fails", ["compile=sometimes"])])
+    monkeypatch.setitem(gpu.SESSION_NEEDS, "full", 10**6)
+    out = tmp_path / "r.json"
+    gpu.main(
+        ["--device", "cpu", "--data", "toy", "--steps", "30", "--runs", "1", "2", "--all", "--budget", "900"]
+        + ["--only", "none", "every", "validation", "sharing", "full", "--json", str(out)]
+    )
+    results = json.loads(out.read_text())
+    assert results["session"]["order"] == ["none", "every", "validation", "sharing", "full"]
+    assert results["none"]["overrides"] == gpu.means_overrides(1) and results["none"]["ms_per_update"] > 0
+    assert "compile='sometimes'" in results["every (+ a means that fails)"]["error"]  # the failed run's own words
+    assert results["every"]["overrides"] == gpu.means_overrides(2) and results["every"]["ms_per_update"] > 0
+    assert results["every"]["overrides"][-1] == "data.batches_on_device=true"
+    timings = {k: v for k, v in results["validation"].items() if k != "wall_s"}
+    assert set(timings) == {"trained 30 updates, a read every 1", "trained 30 updates, a read every 8"}
+    assert all(t["seconds"] > 0 and t["sentences"] > 0 for t in timings.values())
+    assert len(results["sharing"]["runs_2"]["updates_per_s_each"]) == 2 and "runs_4" not in results["sharing"]
+    assert results["full"]["skipped"].endswith("at least 1000000 needed")
+    assert "mfu" not in results and not list(tmp_path.glob("*.partial"))
