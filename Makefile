@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 TORCH_VERSION := 2.13.0
 ARGS ?=
 
-.PHONY: help install train test test-fast browser lint format bench bench-mfu bench-gpu clean
+.PHONY: help install train test test-fast browser lint format bench bench-mfu bench-gpu wheelhouse clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-10s %s\n", $$1, $$2}'
@@ -53,6 +53,16 @@ bench: $(STAMP)  ## speed benchmarks, appended to BENCHMARKS.md (ARGS="--steps 5
 
 bench-gpu: $(STAMP)  ## tiny recipe on the GPU: ms/update, greedy validation, 1-8 runs sharing it (ARGS="--full --mfu")
 	$(BIN)/python -m benchmarks.gpu $(ARGS)
+
+# a GPU machine without internet whose Python already holds PyTorch and Lightning lacks only these: fetch
+# them here as wheels for its Python (PY=3.12), copy wheelhouse/ there and install them with
+#   pip install --no-index --no-deps --target DIR wheelhouse/*.whl; export PYTHONPATH=DIR
+# (antlr4's runtime is published as source only: built into a wheel here)
+PY ?= 3.12
+wheelhouse: $(STAMP)  ## wheels of hydra-core, omegaconf, antlr4 and sacremoses for an offline GPU machine (PY=3.12)
+	$(BIN)/pip download -q --no-deps --only-binary=:all: --python-version $(PY) --implementation py \
+	  --platform any -d wheelhouse hydra-core==1.3.8 omegaconf==2.3.1 sacremoses==0.2.0
+	$(BIN)/pip wheel -q --no-deps -w wheelhouse antlr4-python3-runtime==4.9.3
 
 bench-mfu: $(STAMP)  ## model-FLOPs utilisation of training, fp32 and bf16 (ARGS="--device cuda --compile ...")
 	$(BIN)/python -m benchmarks.mfu $(ARGS)

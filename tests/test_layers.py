@@ -63,6 +63,48 @@ def test_attention_equals_torch_multihead_attention(fused, causal):
     torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-4)
 
 
+@pytest.mark.parametrize("fused", [False, True])
+def test_causal_attention_equals_torch_with_its_causal_mask(fused):
+    """causal=True (the decoder's self-attention in training): torch's attention with the causal mask, also
+    for the last queries of a longer key sequence (a prefix already cached)."""
+    d_model, heads = 32, 4
+    ours = MultiHeadAttention(d_model, heads, fused=fused).eval()
+    ref = _copy_into_torch_mha(ours, d_model, heads)
+    keys = torch.randn(3, 7, d_model)
+    for q_len in (7, 3):
+        query = keys[:, -q_len:]
+        k, v = ours.project_kv(keys)
+        future = ~torch.ones(q_len, 7, dtype=torch.bool).tril(7 - q_len)
+        expected, _ = ref(query, keys, keys, attn_mask=future, need_weights=False)
+        torch.testing.assert_close(ours(query, k, v, causal=True), expected, atol=1e-5, rtol=1e-4)
+
+
+def test_causal_self_attention_reaches_the_kernel_without_a_mask_tensor(monkeypatch):
+    """So that PyTorch may pick its flash kernel (which takes no mask) on a GPU; with a padding mask or a
+    position bias the causal mask is built and folded in instead."""
+    from nmt.modules import attention as module
+
+    calls = []
+    kernel = module.F.scaled_dot_product_attention
+
+    def spy(*args, **kwargs):
+        calls.append(kwargs)
+        return kernel(*args, **kwargs)
+
+    monkeypatch.setattr(module.F, "scaled_dot_product_attention", spy)
+    attention = MultiHeadAttention(32, 4, fused=True).eval()
+    x = torch.randn(2, 5, 32)
+    k, v = attention.project_kv(x)
+    attention(x, k, v, causal=True)
+    assert calls[-1].get("attn_mask") is None and calls[-1]["is_causal"] is True
+    padded = (torch.arange(5) < 4)[None, None, None, :]
+    out = attention(x, k, v, padded, causal=True)
+    assert calls[-1]["attn_mask"].shape == (1, 1, 5, 5) and not calls[-1].get("is_causal")
+    explicit = MultiHeadAttention(32, 4, fused=False).eval()
+    explicit.load_state_dict(attention.state_dict())
+    torch.testing.assert_close(out, explicit(x, k, v, padded & torch.ones(5, 5, dtype=torch.bool).tril()))
+
+
 POSITIONS = {
     "none": lambda: PositionEncoding(32, 8),
     "absolute": lambda: SinusoidalPosition(32, 8),

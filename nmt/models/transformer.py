@@ -125,9 +125,11 @@ class DecoderLayer(nn.Module):
         self.cross_block = spec.residual()
         self.ffn_block = spec.residual()
 
-    def forward(self, x, positions, self_mask, cross_k, cross_v, cross_mask, past_k=None, past_v=None):
-        """x: (batch, tgt_len, d_model) for tgt positions ``positions``; past_k/v: (batch, heads, past, hd)
-        cached keys/values of earlier positions. Returns x and the keys/values of all positions so far."""
+    def forward(self, x, positions, causal, cross_k, cross_v, cross_mask, past_k=None, past_v=None):
+        """x: (batch, tgt_len, d_model) for tgt positions ``positions``; causal: each position attends to
+        itself and those before it only (training; a step of decoding has no later position to hide);
+        past_k/v: (batch, heads, past, hd) cached keys/values of earlier positions. Returns x and the
+        keys/values of all positions so far."""
         cache = {}
 
         def self_attend(h: torch.Tensor) -> torch.Tensor:
@@ -136,7 +138,8 @@ class DecoderLayer(nn.Module):
                 k, v = torch.cat((past_k, k), dim=2), torch.cat((past_v, v), dim=2)
             cache["k"], cache["v"] = k, v
             k_pos = torch.arange(k.size(2), device=k.device)
-            return self.self_attn(h, k, v, self_mask, positions, k_pos)
+            # padding only follows the real tokens, so the causal mask alone keeps it out of their context
+            return self.self_attn(h, k, v, None, positions, k_pos, causal=causal)
 
         x = self.self_block(x, self_attend)
         x = self.cross_block(x, lambda h: self.cross_attn(h, cross_k, cross_v, cross_mask))
@@ -251,11 +254,10 @@ class Transformer(nn.Module):
         memory, src_mask = self._encode(src)
         tgt_len = tgt_in.size(1)
         positions = torch.arange(tgt_len, device=src.device)
-        causal = torch.ones(tgt_len, tgt_len, dtype=torch.bool, device=src.device).tril()[None, None]
         x = self._embed(self.tgt_embed, self.tgt_pos, tgt_in, positions)
         for layer in self.decoder:
             cross_k, cross_v = layer.cross_attn.project_kv(memory)
-            x, _, _ = layer(x, positions, causal, cross_k, cross_v, src_mask)
+            x, _, _ = layer(x, positions, True, cross_k, cross_v, src_mask)
         return self.output(self.decoder_norm(x))
 
     # ---- inference: one step at a time from a cache --------------------------------------------
@@ -280,7 +282,7 @@ class Transformer(nn.Module):
             x, new[f"self_k{i}"], new[f"self_v{i}"] = layer(
                 x,
                 positions,
-                None,
+                False,
                 t[f"cross_k{i}"],
                 t[f"cross_v{i}"],
                 t["src_mask"],

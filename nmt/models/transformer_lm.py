@@ -27,9 +27,10 @@ class CausalLayer(nn.Module):
         self.attn_block = spec.residual()
         self.ffn_block = spec.residual()
 
-    def forward(self, x, positions, mask, past_k=None, past_v=None):
-        """x: (batch, len, d_model) at positions ``positions``; past_k/v: (batch, heads, past, head_dim).
-        Returns x and the keys/values of every position so far."""
+    def forward(self, x, positions, causal, past_k=None, past_v=None):
+        """x: (batch, len, d_model) at positions ``positions``; causal: each position sees itself and
+        those before it only (a step of generation has no later one to hide); past_k/v: (batch, heads,
+        past, head_dim). Returns x and the keys/values of every position so far."""
         cache = {}
 
         def self_attend(h: torch.Tensor) -> torch.Tensor:
@@ -38,7 +39,7 @@ class CausalLayer(nn.Module):
                 k, v = torch.cat((past_k, k), dim=2), torch.cat((past_v, v), dim=2)
             cache["k"], cache["v"] = k, v
             k_pos = torch.arange(k.size(2), device=k.device)
-            return self.self_attn(h, k, v, mask, positions, k_pos)
+            return self.self_attn(h, k, v, None, positions, k_pos, causal=causal)
 
         x = self.attn_block(x, self_attend)
         return self.ffn_block(x, self.ffn), cache["k"], cache["v"]
@@ -112,13 +113,13 @@ class TransformerLM(nn.Module):
                 nn.init.zeros_(param)
         nn.init.zeros_(self.embed.weight[self.pad_id])
 
-    def _run(self, tokens: torch.Tensor, positions: torch.Tensor, mask, past: dict | None):
+    def _run(self, tokens: torch.Tensor, positions: torch.Tensor, causal: bool, past: dict | None):
         """tokens: (batch, len) at ``positions`` -> logits (batch, len, vocab) and the per-layer caches."""
         x = self.dropout(self.pos.embed(self.embed(tokens) * self.embed_scale, positions))
         cache = {}
         for i, layer in enumerate(self.layers):
             past_k, past_v = (past[f"self_k{i}"], past[f"self_v{i}"]) if past else (None, None)
-            x, cache[f"self_k{i}"], cache[f"self_v{i}"] = layer(x, positions, mask, past_k, past_v)
+            x, cache[f"self_k{i}"], cache[f"self_v{i}"] = layer(x, positions, causal, past_k, past_v)
         return self.output(self.final_norm(x)), cache
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
@@ -126,8 +127,7 @@ class TransformerLM(nn.Module):
         Padding may only follow the real tokens (the causal mask keeps it out of their context)."""
         length = tokens.size(1)
         positions = torch.arange(length, device=tokens.device)
-        causal = torch.ones(length, length, dtype=torch.bool, device=tokens.device).tril()[None, None]
-        return self._run(tokens, positions, causal, None)[0]
+        return self._run(tokens, positions, True, None)[0]
 
     # ---- generation: the incremental interface -------------------------------------------------
     def encode(self, prompt: torch.Tensor) -> DecoderState:
@@ -136,8 +136,7 @@ class TransformerLM(nn.Module):
             raise ValueError("a language model generates from prompts of equal length: give one prompt per batch")
         length = prompt.size(1)
         positions = torch.arange(length, device=prompt.device)
-        causal = torch.ones(length, length, dtype=torch.bool, device=prompt.device).tril()[None, None]
-        logits, cache = self._run(prompt, positions, causal, None)
+        logits, cache = self._run(prompt, positions, True, None)
         return DecoderState({**cache, "next_logits": logits[:, -1]}, step=length)
 
     def decode_step(self, prev_tokens: torch.Tensor, state: DecoderState) -> tuple[torch.Tensor, DecoderState]:
@@ -147,7 +146,7 @@ class TransformerLM(nn.Module):
         if "next_logits" in tensors:
             return tensors.pop("next_logits"), DecoderState(tensors, state.step)
         positions = torch.arange(state.step, state.step + 1, device=prev_tokens.device)  # no copy from the host
-        logits, cache = self._run(prev_tokens[:, None], positions, None, tensors)
+        logits, cache = self._run(prev_tokens[:, None], positions, False, tensors)
         return logits[:, -1], DecoderState(cache, state.step + 1)
 
     @torch.no_grad()

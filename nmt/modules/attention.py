@@ -69,9 +69,11 @@ class MultiHeadAttention(nn.Module):
         mask: torch.Tensor | None = None,
         q_pos: torch.Tensor | None = None,
         k_pos: torch.Tensor | None = None,
+        causal: bool = False,
     ) -> torch.Tensor:
         """x: (batch, q_len, d_model) queries; k, v: (batch, heads, k_len, head_dim);
-        mask: bool, broadcastable to (batch, heads, q_len, k_len), True where attention is allowed.
+        mask: bool, broadcastable to (batch, heads, q_len, k_len), True where attention is allowed;
+        causal: the last query sees every key, each earlier one a key fewer (ANDed with ``mask``).
         Returns (batch, q_len, d_model)."""
         q = self._split(self.q_proj(x))  # (batch, heads, q_len, head_dim)
         pos = self.position
@@ -86,9 +88,11 @@ class MultiHeadAttention(nn.Module):
             not self.fused or cpu_training or self.keep_weights or (pos is not None and pos.needs_attention_weights)
         )
         if explicit:
-            out = self._explicit(q, k, v, mask, bias, q_pos, k_pos)
+            out = self._explicit(
+                q, k, v, causal_mask(mask, q.size(2), k.size(2)) if causal else mask, bias, q_pos, k_pos
+            )
         else:
-            out = self._fused(q, k, v, mask, bias)
+            out = self._fused(q, k, v, mask, bias, causal)
         batch, _, q_len, _ = out.shape
         out = out.transpose(1, 2).reshape(batch, q_len, self.num_heads * self.head_dim)
         return self.out_proj(out)
@@ -111,12 +115,25 @@ class MultiHeadAttention(nn.Module):
                 out = out + extra
         return out
 
-    def _fused(self, q, k, v, mask, bias) -> torch.Tensor:
+    def _fused(self, q, k, v, mask, bias, causal) -> torch.Tensor:
+        dropout_p = self.dropout if self.training else 0.0
+        if causal and mask is None and bias is None and q.size(2) == k.size(2):
+            # no mask tensor: the kernel masks the future itself, and flash attention applies on a GPU
+            return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)
+        if causal:
+            mask = causal_mask(mask, q.size(2), k.size(2))
         attn_mask = mask
         if bias is not None:
             # the kernel takes one additive mask: fold the (pre-scaling) bias and the boolean mask into it
             attn_mask = bias / math.sqrt(self.head_dim)
             if mask is not None:
                 attn_mask = attn_mask.masked_fill(~mask, float("-inf"))
-        dropout_p = self.dropout if self.training else 0.0
         return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p)
+
+
+def causal_mask(mask: torch.Tensor | None, q_len: int, k_len: int) -> torch.Tensor:
+    """``mask`` (or all True) with the future of each query masked, the queries being the last ``q_len``
+    of the ``k_len`` positions: (q_len, k_len) broadcast against ``mask``."""
+    device = mask.device if mask is not None else None
+    future = torch.ones(q_len, k_len, dtype=torch.bool, device=device).tril(k_len - q_len)
+    return future if mask is None else mask & future
