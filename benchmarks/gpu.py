@@ -298,7 +298,8 @@ class Session:
 
     def full(self) -> dict:
         overrides = self.best or means_overrides()  # every means unless 'every' found one failing
-        run = whole_recipe(self.args.device, [*self.args.extra, *overrides], self.folder / "full", self.left() - 30)
+        a = self.args
+        run = whole_recipe(a.device, a.data, [*a.extra, *overrides], self.folder / "full", self.left() - 30)
         return {**run, "overrides": overrides}
 
     def write(self) -> None:
@@ -324,6 +325,68 @@ class Session:
         return self.results
 
 
+def table(results: dict) -> str:
+    """A results file of ``--all`` as the Markdown table of BENCHMARKS.md: one row per figure, a failed or
+    skipped measurement with its reason."""
+    rows = [f"| measurement ({results.get('device')}, torch {results.get('torch')}) | result |", "|---|---|"]
+
+    def row(what: str, value: str) -> None:
+        cells = (" ".join(cell.split()).replace("|", "\\|") for cell in (what, value))  # a cell is one line
+        rows.append("| {} | {} |".format(*cells))
+
+    def reason(entry: dict) -> str | None:
+        return entry.get("error") or (f"skipped: {entry['skipped']}" if "skipped" in entry else None)
+
+    for name in results.get("session", {}).get("order", []):
+        entry = results.get(name, {})
+        if name in ("none", "every"):
+            for key, failed in results.items():
+                if key.startswith(f"{name} ("):
+                    row(f"update alone, {key[len(name) + 2 : -1]}", f"failed: {failed['error']}")
+            what = "update alone, " + ("none of the means" if name == "none" else "every means that ran")
+            if "ms_per_update" in entry:
+                row(f"{what} (`{' '.join(entry['overrides'])}`)", f"{entry['ms_per_update']:.1f} ms")
+            else:
+                row(what, str(reason(entry)))
+        elif name == "validation":
+            timings = {k: v for k, v in entry.items() if isinstance(v, dict)}
+            for label, t in timings.items():
+                row(f"greedy validation, {label}", f"{t['seconds']:.2f} s ({t['sentences']} sentences)")
+            if not timings:
+                row("greedy validation", str(reason(entry)))
+        elif name == "sharing":
+            runs = {k: v for k, v in entry.items() if k.startswith("runs_")}
+            for key, r in runs.items():
+                each = ", ".join(f"{x:.1f}" for x in r["updates_per_s_each"])
+                row(f"{key[5:]} runs sharing the device", f"{r['updates_per_s_total']:.1f} updates/s in all ({each})")
+            if reason(entry) or not runs:
+                row("runs sharing the device", str(reason(entry)))
+        elif name == "mfu":
+            output = entry.get("output", "")
+            mfu = [line for line in output.splitlines() if "%" in line]
+            row("MFU, d_model 512 6+6, bf16, compiled", mfu[-1] if mfu else str(reason(entry)))
+        elif name == "means":
+            for label, m in entry.items():
+                if isinstance(m, dict):
+                    row(
+                        f"update alone, means up to '{label}'",
+                        f"{m['ms_per_update']:.1f} ms" if "ms_per_update" in m else f"failed: {m['error']}",
+                    )
+            if reason(entry):
+                row("the means one by one", str(reason(entry)))
+        elif name == "full":
+            if "wall_s" in entry and "updates" in entry:
+                cut = ", cut short by the budget" if entry.get("cut_short_by_cap") else ""
+                row(
+                    f"whole recipe (`{' '.join(entry['overrides'])}`)",
+                    f"{entry['wall_s'] / 60:.1f} min, {entry['updates']} updates, best validation BLEU "
+                    f"{entry['best_val_bleu']}, test BLEU {entry['test_bleu']}{cut}",
+                )
+            else:
+                row("whole recipe", str(reason(entry)))
+    return "\n".join(rows)
+
+
 def _write(path: str | None, results: dict) -> None:
     if path:  # atomically, so that a run killed while writing leaves the last complete results
         target = Path(path)
@@ -339,11 +402,11 @@ def mfu_output(device: str, timeout: float | None = None) -> str:
     return subprocess.run(command, check=True, cwd=ROOT, capture_output=True, text=True, timeout=timeout).stdout
 
 
-def whole_recipe(device: str, extra: list[str], run_dir: Path, cap_s: float | None = None) -> dict:
-    """The tiny recipe start to end (its updates, validations and beam-5 test), timed; ``cap_s``: a cap
-    on its training time (the result then says it was cut short)."""
+def whole_recipe(device: str, data: str, extra: list[str], run_dir: Path, cap_s: float | None = None) -> dict:
+    """The default recipe of ``data`` (on multi30k the tiny recipe) start to end (its updates, validations
+    and beam-5 test), timed; ``cap_s``: a cap on its training time (the result then says it was cut short)."""
     trainer = ["trainer=gpu"] if device == "cuda" else ["trainer.accelerator=cpu"]
-    command = [sys.executable, str(ROOT / "train.py"), *trainer, f"run_dir={run_dir}", *extra]
+    command = [sys.executable, str(ROOT / "train.py"), f"data={data}", *trainer, f"run_dir={run_dir}", *extra]
     if cap_s is not None:
         seconds = max(1, int(cap_s))
         command.append(f"trainer.max_time=00:{seconds // 3600:02d}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}")
@@ -378,8 +441,12 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--budget", type=float, default=480, help="--all: seconds for all its measurements")
     parser.add_argument("--only", nargs="*", choices=SESSION, help="--all: these measurements only")
     parser.add_argument("--model", help="also time greedy validation with this trained checkpoint")
+    parser.add_argument("--table", metavar="RESULTS", help="print a results file of --all as a Markdown table")
     parser.add_argument("extra", nargs="*", help="train.py overrides for every run (e.g. compile=true)")
     args = parser.parse_args(argv)
+    if args.table:
+        print(table(json.loads(Path(args.table).read_text())))
+        return {}
     results: dict = {
         "device": device_name(args.device),
         "data": args.data,
@@ -413,7 +480,7 @@ def main(argv: list[str] | None = None) -> dict:
         results["means"] = speed_means(args.device, args.data, args.steps, args.extra)
     if args.full:
         with tempfile.TemporaryDirectory() as tmp:
-            full = whole_recipe(args.device, args.extra, Path(tmp) / "full")
+            full = whole_recipe(args.device, args.data, args.extra, Path(tmp) / "full")
         results["full_recipe_s"], results["full_recipe_test_bleu"] = full["wall_s"], full["test_bleu"]
         print(f"whole tiny recipe: {full['wall_s'] / 60:.1f} min, test BLEU {full['test_bleu']}")
     if args.mfu:

@@ -66,3 +66,10 @@ def test_all_measures_in_order_within_a_budget_and_writes_after_each(monkeypatch
     assert len(results["sharing"]["runs_2"]["updates_per_s_each"]) == 2 and "runs_4" not in results["sharing"]
     assert results["full"]["skipped"].endswith("at least 1000000 needed")
     assert "mfu" not in results and not list(tmp_path.glob("*.partial"))
+    # --table: the rows of BENCHMARKS.md, each figure as measured, and why one is missing
+    lines = gpu.table(results).splitlines()
+    assert len(lines) == 2 + 1 + 1 + 1 + 2 + 1 + 1 and all(line.count(" | ") == 1 for line in lines[2:])
+    assert f"| {results['none']['ms_per_update']:.1f} ms |" in lines[2]
+    assert lines[3].startswith("| update alone, + a means that fails | failed: ")
+    assert lines[7].startswith("| 2 runs sharing the device | ")
+    assert lines[8].startswith("| whole recipe | skipped: ")
