@@ -105,6 +105,17 @@ def test_causal_self_attention_reaches_the_kernel_without_a_mask_tensor(monkeypa
     torch.testing.assert_close(out, explicit(x, k, v, padded & torch.ones(5, 5, dtype=torch.bool).tril()))
 
 
+def test_causal_masks_are_built_on_the_device_of_the_scores():
+    """A causal mask built for the explicit path or folded into a position bias lives where the scores do
+    (on a GPU, a CPU mask fails); "meta" tensors stand in for another device here."""
+    x = torch.randn(2, 5, 32, device="meta")
+    pos = torch.arange(5, device="meta")
+    for fused, position in ((False, None), (True, RelativePosition(32, 8, clip=3, use_values=False))):
+        attention = MultiHeadAttention(32, 4, position=position, fused=fused).eval().to("meta")
+        k, v = attention.project_kv(x, pos)
+        assert attention(x, k, v, None, pos, pos, causal=True).device.type == "meta"
+
+
 POSITIONS = {
     "none": lambda: PositionEncoding(32, 8),
     "absolute": lambda: SinusoidalPosition(32, 8),

@@ -89,7 +89,7 @@ class MultiHeadAttention(nn.Module):
         )
         if explicit:
             out = self._explicit(
-                q, k, v, causal_mask(mask, q.size(2), k.size(2)) if causal else mask, bias, q_pos, k_pos
+                q, k, v, causal_mask(mask, q.size(2), k.size(2), q.device) if causal else mask, bias, q_pos, k_pos
             )
         else:
             out = self._fused(q, k, v, mask, bias, causal)
@@ -121,7 +121,7 @@ class MultiHeadAttention(nn.Module):
             # no mask tensor: the kernel masks the future itself, and flash attention applies on a GPU
             return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)
         if causal:
-            mask = causal_mask(mask, q.size(2), k.size(2))
+            mask = causal_mask(mask, q.size(2), k.size(2), q.device)
         attn_mask = mask
         if bias is not None:
             # the kernel takes one additive mask: fold the (pre-scaling) bias and the boolean mask into it
@@ -131,9 +131,8 @@ class MultiHeadAttention(nn.Module):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p)
 
 
-def causal_mask(mask: torch.Tensor | None, q_len: int, k_len: int) -> torch.Tensor:
+def causal_mask(mask: torch.Tensor | None, q_len: int, k_len: int, device: torch.device) -> torch.Tensor:
     """``mask`` (or all True) with the future of each query masked, the queries being the last ``q_len``
-    of the ``k_len`` positions: (q_len, k_len) broadcast against ``mask``."""
-    device = mask.device if mask is not None else None
+    of the ``k_len`` positions: (q_len, k_len) broadcast against ``mask``, on ``device`` (the scores')."""
     future = torch.ones(q_len, k_len, dtype=torch.bool, device=device).tril(k_len - q_len)
     return future if mask is None else mask & future
