@@ -57,7 +57,8 @@ bench-gpu: $(STAMP)  ## tiny recipe on the GPU: ms/update, greedy validation, 1-
 # a GPU machine without internet whose Python already holds PyTorch and Lightning lacks only these: fetch
 # them here as wheels for its Python (PY=3.12), copy wheelhouse/ there and install them with
 #   pip install --no-index --no-deps --target DIR wheelhouse/*.whl; export PYTHONPATH=DIR
-# (antlr4's runtime is published as source only: built into a wheel here)
+# (antlr4's runtime is published as source only: built into a wheel here; sacremoses needs regex, joblib,
+# click and tqdm, which such an image holds)
 PY ?= 3.12
 wheelhouse: $(STAMP)  ## wheels of hydra-core, omegaconf, antlr4 and sacremoses for an offline GPU machine (PY=3.12)
 	$(BIN)/pip download -q --no-deps --only-binary=:all: --python-version $(PY) --implementation py \

@@ -4,6 +4,7 @@ run it: every figure it reports is produced and plausible."""
 import json
 
 import pytest
+import yaml
 
 pytestmark = pytest.mark.slow
 
@@ -23,7 +24,7 @@ def test_the_gpu_benchmark_runs_end_to_end_on_the_cpu(tmp_path):
 def test_the_means_of_speed_are_measured_one_by_one(monkeypatch):
     """--means: one run per row, each row's overrides holding those above it (compile left out here: it
     takes minutes on a CPU), and greedy validation at both read intervals."""
-    from benchmarks import gpu
+    from benchmarks import gpu_measures as gpu
 
     monkeypatch.setattr(gpu, "MEANS", gpu.MEANS[:3])
     rows = gpu.speed_means("cpu", "toy", 30, [])
@@ -41,14 +42,16 @@ def test_the_means_of_speed_are_measured_one_by_one(monkeypatch):
 
 def test_all_measures_in_order_within_a_budget_and_writes_after_each(monkeypatch, tmp_path):
     """--all, as a GPU session runs it: the figure before the means, then after them (falling back to all
-    but the last means when that one fails, and saying why), greedy validation of that run and of a given
-    model, runs sharing the device; a measurement that no longer fits the budget is skipped with why, and
+    but the last means when that one fails, and saying why), greedy validation of that run, runs sharing
+    the device; a measurement that no longer fits the budget is skipped with why, and
     the results file holds everything measured."""
-    from benchmarks import gpu
+    from benchmarks import gpu, gpu_measures, gpu_session
 
     # compile left out (minutes on a CPU); a last means that cannot run, so that the fallback is taken
-    monkeypatch.setattr(gpu, "MEANS", [*gpu.MEANS[:2], ("+ a means that fails", ["compile=sometimes"])])
-    monkeypatch.setitem(gpu.SESSION_NEEDS, "full", 10**6)
+    monkeypatch.setattr(
+        gpu_measures, "MEANS", [*gpu_measures.MEANS[:2], ("+ a means that fails", ["compile=sometimes"])]
+    )
+    monkeypatch.setitem(gpu_session.SESSION_NEEDS, "full", 10**6)
     out = tmp_path / "r.json"
     gpu.main(
         ["--device", "cpu", "--data", "toy", "--steps", "30", "--runs", "1", "2", "--all", "--budget", "900"]
@@ -56,9 +59,9 @@ def test_all_measures_in_order_within_a_budget_and_writes_after_each(monkeypatch
     )
     results = json.loads(out.read_text())
     assert results["session"]["order"] == ["none", "every", "validation", "sharing", "full"]
-    assert results["none"]["overrides"] == gpu.means_overrides(1) and results["none"]["ms_per_update"] > 0
+    assert results["none"]["overrides"] == gpu_measures.means_overrides(1) and results["none"]["ms_per_update"] > 0
     assert "compile='sometimes'" in results["every (+ a means that fails)"]["error"]  # the failed run's own words
-    assert results["every"]["overrides"] == gpu.means_overrides(2) and results["every"]["ms_per_update"] > 0
+    assert results["every"]["overrides"] == gpu_measures.means_overrides(2) and results["every"]["ms_per_update"] > 0
     assert results["every"]["overrides"][-1] == "data.batches_on_device=true"
     timings = {k: v for k, v in results["validation"].items() if k != "wall_s"}
     assert set(timings) == {"trained 30 updates, a read every 1", "trained 30 updates, a read every 8"}
@@ -67,9 +70,21 @@ def test_all_measures_in_order_within_a_budget_and_writes_after_each(monkeypatch
     assert results["full"]["skipped"].endswith("at least 1000000 needed")
     assert "mfu" not in results and not list(tmp_path.glob("*.partial"))
     # --table: the rows of BENCHMARKS.md, each figure as measured, and why one is missing
-    lines = gpu.table(results).splitlines()
+    lines = gpu_session.table(results).splitlines()
     assert len(lines) == 2 + 1 + 1 + 1 + 2 + 1 + 1 and all(line.count(" | ") == 1 for line in lines[2:])
     assert f"| {results['none']['ms_per_update']:.1f} ms |" in lines[2]
     assert lines[3].startswith("| update alone, + a means that fails | failed: ")
     assert lines[7].startswith("| 2 runs sharing the device | ")
     assert lines[8].startswith("| whole recipe | skipped: ")
+
+
+def test_the_whole_recipe_keeps_to_its_budget_and_says_when_the_cap_cut_it(monkeypatch, tmp_path):
+    """--all's last measurement trains the whole recipe in the budget left: its training is capped so that
+    start-up and the test decode still fit, and the result says the cap, not early stopping, ended it."""
+    from benchmarks import gpu_measures
+
+    monkeypatch.setattr(gpu_measures, "RECIPE_OVERHEAD_S", 60)
+    run = gpu_measures.whole_recipe("cpu", "toy", ["threads=1"], tmp_path / "full", budget_s=68)
+    assert run["cut_short_by_cap"] and run["finished"] and run["test_bleu"] is not None
+    assert 0 < run["updates"] < 12 * 40 and run["wall_s"] < 68  # 12 epochs of about 40 updates, uncut
+    assert yaml.safe_load((tmp_path / "full" / "config.yaml").read_text())["trainer"]["max_time"] == "00:00:00:08"

@@ -1,0 +1,266 @@
+"""What ``make bench-gpu`` measures, each through the real entry points: training runs of the tiny recipe
+(alone or several sharing the device, with or without each means of speed), greedy validation with a
+trained checkpoint, the d_model 512 MFU and the whole recipe. Every run is a subprocess whose output goes
+to a log, so that a failure is reported with the run's own last lines."""
+
+import csv
+import json
+import os
+import platform
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# each row of --means adds its overrides to those of the rows above it
+MEANS = [
+    ("none", ["compile=false", "check_every=1", "optim.optimizer.fused=null", "data.batches_on_device=false"]),
+    ("+ batches built on the device", ["data.batches_on_device=true"]),
+    ("+ fused AdamW", ["optim.optimizer.fused=true"]),
+    ("+ no read of the device in an update", ["check_every=50"]),
+    ("+ torch.compile", ["compile=true"]),
+    ("+ CUDA graphs", ["compile=reduce-overhead"]),
+]
+
+
+def with_means(overrides: list[str], added: list[str]) -> list[str]:
+    """``overrides`` with those of ``added`` put in (a key given again takes the later value)."""
+    keys = {a.split("=")[0] for a in added}
+    return [o for o in overrides if o.split("=")[0] not in keys] + added
+
+
+def means_overrides(rows: int | None = None) -> list[str]:
+    """The overrides of the first ``rows`` rows of MEANS together (all of them by default)."""
+    overrides: list[str] = []
+    for _, added in MEANS[:rows]:
+        overrides = with_means(overrides, added)
+    return overrides
+
+
+def device_name(device: str) -> str:
+    import torch
+
+    if device == "cuda" and torch.cuda.is_available():
+        return torch.cuda.get_device_name(0)
+    return platform.processor() or platform.machine()
+
+
+def train_command(run_dir: Path, device: str, data: str, steps: int, extra: list[str]) -> list[str]:
+    trainer = ["trainer=gpu"] if device == "cuda" else ["trainer.accelerator=cpu"]
+    return [
+        sys.executable,
+        str(ROOT / "train.py"),
+        f"data={data}",
+        *trainer,
+        f"trainer.max_steps={steps}",
+        "trainer.log_every_n_steps=20",
+        "trainer.enable_progress_bar=false",
+        "test_after_training=false",
+        "validation.bleu_every_n_epochs=0",
+        "checkpoint.monitor=val_loss",
+        "checkpoint.mode=min",
+        "early_stopping.monitor=val_loss",
+        "early_stopping.mode=min",
+        f"run_dir={run_dir}",
+        *extra,
+    ]
+
+
+def updates_per_second(run_dir: Path) -> float:
+    """The run's throughput after its warm-up: the median of its later logged windows (batches/s)."""
+    rows = list(csv.DictReader((run_dir / "logs" / "metrics.csv").open()))
+    rates = [float(r["train/device/batches_per_sec"]) for r in rows if r.get("train/device/batches_per_sec")]
+    if not rates:
+        raise RuntimeError(f"{run_dir}: no throughput logged; train more steps (--steps)")
+    later = rates[len(rates) // 2 :] or rates
+    return statistics.median(later)
+
+
+def run_env() -> dict:
+    """The project first on the path, then whatever the caller's path holds (packages installed beside
+    the interpreter's)."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
+
+
+def start(command: list[str], log: Path) -> subprocess.Popen:
+    """A run in its own process group (so that a timeout ends the compile workers it started too), its
+    output in ``log``."""
+    with log.open("w") as out:
+        return subprocess.Popen(
+            command, stdout=out, stderr=subprocess.STDOUT, env=run_env(), cwd=ROOT, start_new_session=True
+        )
+
+
+def stop(process: subprocess.Popen) -> None:
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
+def log_tail(log: Path, lines: int = 15) -> str:
+    """The end of a failed run's log, so that a results file read far from the machine says why."""
+    text = log.read_text(errors="replace").strip().splitlines() if log.is_file() else []
+    return f"see {log}: " + " | ".join(text[-lines:])
+
+
+def run_logged(command: list[str], log: Path, timeout: float | None = None) -> str:
+    """Run ``command`` to its end; its output (also in ``log``), or an error with its last lines."""
+    process = start(command, log)
+    try:
+        code = process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired as err:
+        raise RuntimeError(f"not done after {timeout:.0f} s: {log_tail(log)}") from err
+    finally:
+        stop(process)
+    if code != 0:
+        raise RuntimeError(f"failed (exit {code}): {log_tail(log)}")
+    return log.read_text(errors="replace")
+
+
+def concurrent_runs(
+    n: int, device: str, data: str, steps: int, extra: list[str], folder: Path, timeout: float | None = None
+) -> list[float]:
+    """n tiny runs at once on the device: each one's updates per second (``timeout``: seconds for all of
+    them, after which they are killed and this raises)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    runs = [folder / f"runs{n}_{i}" for i in range(n)]
+    if device == "cpu" and not any(o.startswith("threads=") for o in extra):
+        # the cores shared out: more threads than cores, and the spinning threads of one run slow the
+        # others by an order of magnitude
+        extra = [*extra, f"threads={max(1, (os.cpu_count() or 1) // n)}"]
+    processes = [
+        start(train_command(r, device, data, steps, [*extra, f"seed={i + 1}"]), folder / f"{r.name}.log")
+        for i, r in enumerate(runs)
+    ]
+    deadline = None if timeout is None else time.monotonic() + timeout
+    try:
+        for process, run in zip(processes, runs, strict=True):
+            left = None if deadline is None else max(1.0, deadline - time.monotonic())
+            if process.wait(timeout=left) != 0:
+                raise RuntimeError(f"a benchmark run failed: {log_tail(folder / f'{run.name}.log')}")
+    except subprocess.TimeoutExpired as err:
+        raise RuntimeError(f"{n} run(s) not done after {timeout:.0f} s") from err
+    finally:
+        for process in processes:
+            stop(process)
+    return [updates_per_second(r) for r in runs]
+
+
+def greedy_validation_seconds(model: Path, device: str, every: int | None = None) -> tuple[float, int]:
+    """Seconds to decode the validation set greedily with ``model`` (a run folder or a checkpoint);
+    ``every``: steps between two reads of which sentences ended (default: the search's own choice for
+    the device)."""
+    from nmt.decoding import search as search_module
+
+    chosen = search_module.read_every
+    if every is not None:
+        search_module.read_every = lambda _device: every
+    try:
+        return _time_validation(model if model.suffix == ".ckpt" else model / "checkpoints" / "last.ckpt", device)
+    finally:
+        search_module.read_every = chosen
+
+
+def _time_validation(checkpoint: Path, device: str) -> tuple[float, int]:
+    import torch
+
+    from nmt.decoding.search import SearchConfig
+    from nmt.decoding.translate import translate_lines
+    from nmt.inference.loading import load_model
+
+    loaded = load_model(checkpoint, device=device)
+    datamodule = loaded.task.build_datamodule(loaded.config["data"], loaded.config["cache_dir"], loaded.config["seed"])
+    sources, _ = datamodule.text("val")
+    search = SearchConfig(**{**loaded.config.get("validation", {}).get("search", {}), "strategy": "greedy"})
+    translate_lines(loaded.model, loaded.src_tokenizer, loaded.tgt_tokenizer, sources[:64], search)  # warm-up
+    if device == "cuda":
+        torch.cuda.synchronize()
+    started = time.perf_counter()
+    translate_lines(loaded.model, loaded.src_tokenizer, loaded.tgt_tokenizer, sources, search)
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter() - started, len(sources)
+
+
+def speed_means(device: str, data: str, steps: int, extra: list[str]) -> dict:
+    """ms per update alone for each row of MEANS (cumulative), then greedy validation reading which
+    sentences ended every step against every few steps."""
+    rows, overrides = {}, []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, added in MEANS:
+            previous = overrides
+            overrides = with_means(overrides, added)
+            folder = Path(tmp) / f"means{len(rows)}"
+            folder.mkdir()
+            try:
+                rate = concurrent_runs(1, device, data, steps, [*extra, *overrides], folder)[0]
+            except RuntimeError as err:  # one means failing on this device leaves the others measured
+                rows[name] = {"overrides": list(overrides), "error": str(err)}
+                print(f"{name:40s} failed: {err}", flush=True)
+                overrides = previous  # the next row adds its means to the last that worked
+                continue
+            rows[name] = {"overrides": list(overrides), "ms_per_update": 1000.0 / rate}
+            print(f"{name:40s} {1000.0 / rate:8.1f} ms per update", flush=True)
+        model_run = Path(tmp) / "means0" / "runs1_0"
+        for every in (1, 8):
+            seconds, sentences = greedy_validation_seconds(model_run, device, every)
+            rows[f"greedy validation, a read every {every} step(s)"] = {"seconds": seconds, "sentences": sentences}
+            print(
+                f"greedy validation, a read every {every} step(s): {seconds:.2f} s ({sentences} sentences)", flush=True
+            )
+    return rows
+
+
+def mfu_output(device: str, timeout: float | None = None) -> str:
+    """benchmarks.mfu on the d_model 512, 6+6-layer model, bf16, compiled with its loss: its printed table.
+    On a GPU with the batch of BENCHMARKS.md's best row (1,024 sentences of 64 tokens, vocabulary 10,000)."""
+    command = [sys.executable, "-m", "benchmarks.mfu", "--device", device, "--d-model", "512", "--layers", "6"]
+    command += ["--heads", "8", "--ffn", "2048", "--precision", "bf16", "--compile-loss", "--fused-optim"]
+    if device == "cuda":
+        command += ["--batch", "1024", "--src-len", "64", "--tgt-len", "64", "--vocab", "10000", "--steps", "20"]
+    with tempfile.TemporaryDirectory() as tmp:
+        return run_logged(command, Path(tmp) / "mfu.log", timeout)
+
+
+# seconds a run needs besides its training: start-up, data, compiling, the final validation and the test
+RECIPE_OVERHEAD_S = 120
+
+
+def whole_recipe(device: str, data: str, extra: list[str], run_dir: Path, budget_s: float | None = None) -> dict:
+    """The default recipe of ``data`` (on multi30k the tiny recipe) start to end (its updates, validations
+    and beam-5 test), timed; ``budget_s``: seconds for all of it, its training capped to leave
+    :data:`RECIPE_OVERHEAD_S` of them for the rest (the result then says whether the cap cut it short)."""
+    trainer = ["trainer=gpu"] if device == "cuda" else ["trainer.accelerator=cpu"]
+    command = [sys.executable, str(ROOT / "train.py"), f"data={data}", *trainer, f"run_dir={run_dir}", *extra]
+    cap = None
+    if budget_s is not None:
+        cap = max(1, int(budget_s - RECIPE_OVERHEAD_S))
+        command.append(f"trainer.max_time=00:{cap // 3600:02d}:{cap % 3600 // 60:02d}:{cap % 60:02d}")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    run_logged(command, run_dir.parent / f"{run_dir.name}.log", budget_s)
+    wall = time.perf_counter() - started
+    done = json.loads((run_dir / "results.json").read_text())
+    max_steps = (yaml.safe_load((run_dir / "config.yaml").read_text()).get("trainer") or {}).get("max_steps")
+    # cut short: stopped before its last update by the cap (its training time reached it), not by early stopping
+    cut = (
+        cap is not None
+        and (max_steps is None or max_steps < 0 or done.get("steps", 0) < max_steps)
+        and done.get("wall_time_s", 0) >= 0.95 * cap
+    )
+    return {
+        "wall_s": wall,
+        "updates": done.get("steps"),
+        "epochs": done.get("epochs"),
+        "best_val_bleu": done.get("best_val_bleu"),
+        "test_bleu": done.get("test", {}).get("bleu"),
+        "finished": done.get("finished"),
+        "cut_short_by_cap": cut,
+    }

@@ -1,0 +1,240 @@
+"""``make bench-gpu ARGS="--all"``: every figure of the GPU benchmark within a time budget, most important
+first, each written to the results file as soon as it is measured, so that a session cut short keeps what
+it measured; a measurement that fails is recorded with its run's own error and the next one runs. Then
+:func:`table` turns a results file into BENCHMARKS.md's rows."""
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+
+from benchmarks import gpu_measures
+from benchmarks.gpu_measures import (
+    concurrent_runs,
+    greedy_validation_seconds,
+    means_overrides,
+    mfu_output,
+    whole_recipe,
+)
+
+H100_BF16_PEAK_TFLOPS = 989.0
+
+# the measurements in the order they matter, each with the seconds it needs at least (an H100, compiled
+# kernels cached by the runs before it); one that no longer fits the budget is skipped, saying so
+SESSION = ["none", "every", "validation", "sharing", "mfu", "means", "full"]
+SESSION_NEEDS = {"none": 40, "every": 90, "validation": 20, "sharing": 60, "mfu": 60, "means": 60, "full": 150}
+
+
+class Session:
+    """One method per measurement:
+
+    none        ms per update alone with none of the means (the figure before them)
+    every       ms per update alone with every means (after them); while that fails, without the last
+    validation  greedy validation of the run of ``every`` (and of ``--model``), reading every 1 and 8 steps
+    sharing     aggregate updates per second of 2, 4 and 8 runs (``--runs``) with the means of ``every``
+    mfu         the d_model 512 model's MFU
+    means       the rows of MEANS between none and every, one by one
+    full        the whole tiny recipe with the means of ``every`` (all, if not measured), within the budget left
+    """
+
+    def __init__(self, args: argparse.Namespace, results: dict, folder: Path):
+        self.args, self.results, self.folder = args, results, folder
+        self.started = time.monotonic()
+        self.best: list[str] = []  # the overrides of the most means that ran
+
+    def left(self) -> float:
+        return self.args.budget - (time.monotonic() - self.started)
+
+    def fits(self, name: str) -> bool:
+        return self.left() >= SESSION_NEEDS[name]
+
+    def skipped(self, name: str) -> dict:
+        return {"skipped": f"{self.left():.0f} s of the budget left, at least {SESSION_NEEDS[name]} needed"}
+
+    def alone(self, overrides: list[str], name: str) -> float:
+        a = self.args
+        rates = concurrent_runs(1, a.device, a.data, a.steps, [*a.extra, *overrides], self.folder / name, self.left())
+        return 1000.0 / rates[0]
+
+    def none(self) -> dict:
+        return {"overrides": means_overrides(1), "ms_per_update": self.alone(means_overrides(1), "none")}
+
+    def every(self) -> dict:
+        means = gpu_measures.MEANS
+        for rows in range(len(means), 1, -1):  # the last means dropped while one fails
+            if rows < len(means) and not self.fits("every"):
+                break
+            try:
+                ms = self.alone(means_overrides(rows), f"every{rows}")
+            except RuntimeError as err:
+                self.results[f"every ({means[rows - 1][0]})"] = {"error": str(err)}
+                continue
+            self.best = means_overrides(rows)
+            return {"overrides": self.best, "ms_per_update": ms, "run": f"every{rows}"}
+        raise RuntimeError("no row of the means ran (each one's error is beside this)")
+
+    def validation(self) -> dict:
+        models = {}
+        if "run" in self.results.get("every", {}):
+            models[f"trained {self.args.steps} updates"] = self.folder / self.results["every"]["run"] / "runs1_0"
+        if self.args.model:
+            models["the given model"] = Path(self.args.model)
+        if not models:
+            raise RuntimeError("no model: measure 'every' first, or give --model")
+        timings = self.results["validation"] = {}
+        for label, model in models.items():
+            for every in (1, 8):
+                key = f"{label}, a read every {every}"
+                try:  # one model failing (a wrong path) leaves the other's figures
+                    seconds, sentences = greedy_validation_seconds(model, self.args.device, every)
+                    timings[key] = {"seconds": seconds, "sentences": sentences}
+                except Exception as err:  # noqa: BLE001
+                    timings[key] = {"error": f"{type(err).__name__}: {err}"}
+                self.write()
+        return timings
+
+    def sharing(self) -> dict:
+        a, overrides = self.args, self.best or means_overrides(1)
+        shared = self.results["sharing"] = {"overrides": overrides}
+        for n in sorted({n for n in a.runs if n > 1}):
+            if not self.fits("sharing"):
+                shared[f"runs_{n}"] = self.skipped("sharing")
+                continue
+            try:
+                folder = self.folder / f"sharing{n}"
+                rates = concurrent_runs(n, a.device, a.data, a.steps, [*a.extra, *overrides], folder, self.left())
+                shared[f"runs_{n}"] = {"updates_per_s_each": rates, "updates_per_s_total": sum(rates)}
+            except RuntimeError as err:
+                shared[f"runs_{n}"] = {"error": str(err)}
+            self.write()
+        return shared
+
+    def mfu(self) -> dict:
+        output = mfu_output(self.args.device, self.left())
+        rows = [json.loads(line) for line in output.splitlines() if line.startswith("{")]
+        if not rows:
+            raise RuntimeError(f"benchmarks.mfu printed no result: {output[-2000:]}")
+        row = rows[-1]
+        return {**row, "mfu_of_989_tflops_percent": round(100 * row["model_tflops"] / H100_BF16_PEAK_TFLOPS, 2)}
+
+    def means(self) -> dict:
+        measured = self.results["means"] = {}
+        for rows in range(2, len(gpu_measures.MEANS)):
+            label = gpu_measures.MEANS[rows - 1][0]
+            if not self.fits("means"):
+                measured[label] = self.skipped("means")
+                continue
+            try:
+                measured[label] = {"ms_per_update": self.alone(means_overrides(rows), f"means{rows}")}
+            except RuntimeError as err:
+                measured[label] = {"error": str(err)}
+            self.write()
+        return measured
+
+    def full(self) -> dict:
+        overrides = self.best or means_overrides()  # every means unless 'every' found one failing
+        a = self.args
+        run = whole_recipe(a.device, a.data, [*a.extra, *overrides], self.folder / "full", self.left())
+        return {**run, "overrides": overrides}
+
+    def write(self) -> None:
+        write_results(self.args.json, self.results)
+
+    def run(self) -> dict:
+        chosen = [name for name in SESSION if not self.args.only or name in self.args.only]
+        self.results["session"] = {"budget_s": self.args.budget, "order": chosen}
+        for name in chosen:
+            if not self.fits(name):
+                self.results[name] = self.skipped(name)
+            else:
+                began = time.monotonic()
+                try:
+                    self.results[name] = getattr(self, name)()
+                except Exception as err:  # noqa: BLE001 - one measurement failing leaves the others to run
+                    self.results[name] = {**self.results.get(name, {}), "error": f"{type(err).__name__}: {err}"}
+                self.results[name]["wall_s"] = round(time.monotonic() - began, 1)
+            print(f"{name}: {json.dumps(self.results[name])}", flush=True)
+            self.write()
+        return self.results
+
+
+def write_results(path: str | None, results: dict) -> None:
+    if path:  # atomically, so that a session killed while writing leaves the last complete results
+        target = Path(path)
+        partial = target.with_suffix(target.suffix + ".partial")
+        partial.write_text(json.dumps(results, indent=1) + "\n")
+        os.replace(partial, target)
+
+
+def table(results: dict) -> str:
+    """A results file of ``--all`` as the Markdown table of BENCHMARKS.md: one row per figure, a failed or
+    skipped measurement with its reason."""
+    rows = [f"| measurement ({results.get('device')}, torch {results.get('torch')}) | result |", "|---|---|"]
+
+    def row(what: str, value: str) -> None:
+        cells = (" ".join(cell.split()).replace("|", "\\|") for cell in (what, value))  # a cell is one line
+        rows.append("| {} | {} |".format(*cells))
+
+    def reason(entry: dict) -> str:
+        if "error" in entry:
+            return f"failed: {entry['error']}"
+        return f"skipped: {entry['skipped']}" if "skipped" in entry else "not measured (the session ended first)"
+
+    for name in results.get("session", {}).get("order", []):
+        entry = results.get(name, {})
+        if name in ("none", "every"):
+            for key, failed in results.items():
+                if key.startswith(f"{name} ("):
+                    row(f"update alone, {key[len(name) + 2 : -1]}", reason(failed))
+            what = "update alone, " + ("none of the means" if name == "none" else "every means that ran")
+            if "ms_per_update" in entry:
+                row(f"{what} (`{' '.join(entry['overrides'])}`)", f"{entry['ms_per_update']:.1f} ms")
+            else:
+                row(what, reason(entry))
+        elif name == "validation":
+            timings = {k: v for k, v in entry.items() if isinstance(v, dict)}
+            for label, t in timings.items():
+                value = f"{t['seconds']:.2f} s ({t['sentences']} sentences)" if "seconds" in t else reason(t)
+                row(f"greedy validation, {label}", value)
+            if not timings or "error" in entry:
+                row("greedy validation", reason(entry))
+        elif name == "sharing":
+            runs = {k: v for k, v in entry.items() if k.startswith("runs_")}
+            for key, r in runs.items():
+                if "updates_per_s_total" in r:
+                    each = ", ".join(f"{x:.1f}" for x in r["updates_per_s_each"])
+                    value = f"{r['updates_per_s_total']:.1f} updates/s in all ({each})"
+                else:
+                    value = reason(r)
+                row(f"{key[5:]} runs sharing the device", value)
+            if not runs or "error" in entry:
+                row("runs sharing the device", reason(entry))
+        elif name == "mfu":
+            if "mfu_percent" in entry:
+                row(
+                    f"MFU, d_model 512 6+6, bf16, {entry['compile']} compiled, batch {entry['batch']}",
+                    f"{entry['mfu_of_989_tflops_percent']}% of 989 TFLOP/s ({entry['model_tflops']} TFLOP/s, "
+                    f"{entry['mfu_percent']}% of the {entry['gemm_peak_tflops']} TFLOP/s measured alongside; "
+                    f"{entry['step_ms']} ms a step)",
+                )
+            else:
+                row("MFU, d_model 512 6+6", reason(entry))
+        elif name == "means":
+            for label, m in entry.items():
+                if isinstance(m, dict):
+                    value = f"{m['ms_per_update']:.1f} ms" if "ms_per_update" in m else reason(m)
+                    row(f"update alone, the means up to '{label}'", value)
+            if "error" in entry or not any(isinstance(m, dict) for m in entry.values()):
+                row("the means one by one", reason(entry))
+        elif name == "full":
+            if "updates" in entry:
+                cut = ", cut short by the budget" if entry.get("cut_short_by_cap") else ""
+                row(
+                    f"whole recipe (`{' '.join(entry['overrides'])}`)",
+                    f"{entry['wall_s'] / 60:.1f} min, {entry['updates']} updates, best validation BLEU "
+                    f"{entry['best_val_bleu']}, test BLEU {entry['test_bleu']}{cut}",
+                )
+            else:
+                row("whole recipe", reason(entry))
+    return "\n".join(rows)
