@@ -6,6 +6,8 @@ import json
 import os
 import random
 import re
+import sys
+import tempfile
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -18,8 +20,10 @@ from nmt.utils.io import atomic_write_bytes
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 MODEL_TYPES = ("bpe", "unigram")
 SEGMENTERS = ("none", "jieba")
-# SentencePiece's rules; "identity" keeps every character as written (the default, see TokenizerSettings)
-NORMALIZATIONS = ("identity", "nmt_nfkc", "nfkc", "nmt_nfkc_cf", "nfkc_cf")
+# SentencePiece's rules; "identity" keeps every character as written (the default, see TokenizerSettings);
+# "lowercase" is identity with every letter lowercased (as the lowercased releases of Multi30k that papers
+# train on), a rule of ours that the model file carries like SentencePiece's own
+NORMALIZATIONS = ("identity", "lowercase", "nmt_nfkc", "nfkc", "nmt_nfkc_cf", "nfkc_cf")
 # spaces that word segmentation put next to CJK characters, removed again after decoding
 # (CJK punctuation, ideographs, full-width forms, and the general punctuation Chinese text uses: … — “ ”)
 _CJK = "\u2010-\u2027\u2030-\u205e\u3000-\u303f\u4e00-\u9fff\uff00-\uffef"
@@ -104,6 +108,12 @@ class Tokenizer:
     def vocab_size(self) -> int:
         return self.sp.get_piece_size()
 
+    @property
+    def lowercases(self) -> bool:
+        """Whether the model's normalisation lowercases what it encodes (``lowercase`` and the case-folding
+        rules): its output is then lowercase, and it is scored against lowercased references."""
+        return self.sp.normalize("AZ\u00c4").lstrip("\u2581") == "az\u00e4"
+
     def encode(self, text: str) -> list[int]:
         return self.sp.encode(self.segmenter(text), out_type=int)
 
@@ -132,25 +142,45 @@ class Tokenizer:
             # differ, and the data check of a resumed run (which hashes the tokenizers) would refuse it
             keep = random.Random(TRAINING_SEED).sample(range(len(sentences)), settings.max_sentences)
             sentences = [sentences[i] for i in sorted(keep)]
-        spm.SentencePieceTrainer.train(
-            sentence_iterator=iter(sentences),
-            model_writer=model,
-            vocab_size=settings.vocab_size,
-            model_type=settings.model_type,
-            character_coverage=settings.character_coverage,
-            input_sentence_size=settings.max_sentences,
-            shuffle_input_sentence=True,
-            pad_id=PAD_ID,
-            unk_id=UNK_ID,
-            bos_id=BOS_ID,
-            eos_id=EOS_ID,
-            hard_vocab_limit=False,  # small corpora (the toy task) may not support the requested size
-            normalization_rule_name=settings.normalization,
-            byte_fallback=settings.byte_fallback,
-            num_threads=max(1, min(4, os.cpu_count() or 1)),
-            minloglevel=2,
-        )
+        with tempfile.TemporaryDirectory() as folder:  # the lowercase rule is a file SentencePiece reads
+            spm.SentencePieceTrainer.train(
+                sentence_iterator=iter(sentences),
+                model_writer=model,
+                vocab_size=settings.vocab_size,
+                model_type=settings.model_type,
+                character_coverage=settings.character_coverage,
+                input_sentence_size=settings.max_sentences,
+                shuffle_input_sentence=True,
+                pad_id=PAD_ID,
+                unk_id=UNK_ID,
+                bos_id=BOS_ID,
+                eos_id=EOS_ID,
+                hard_vocab_limit=False,  # small corpora (the toy task) may not support the requested size
+                byte_fallback=settings.byte_fallback,
+                num_threads=max(1, min(4, os.cpu_count() or 1)),
+                minloglevel=2,
+                **_normalization_rule(settings.normalization, Path(folder)),
+            )
         return cls(model.getvalue())
+
+
+def _normalization_rule(name: str, folder: Path) -> dict:
+    """SentencePiece's option for a normalisation: its own rules by name; ``lowercase`` as a rule file
+    mapping each code point that Python lowercases to its lowercase form and leaving every other character
+    as written (the ``*_cf`` rules lowercase too, but only on top of NFKC, which rewrites characters)."""
+    if name != "lowercase":
+        return {"normalization_rule_name": name}
+    lines = []
+    for code in range(sys.maxunicode + 1):
+        if 0xD800 <= code <= 0xDFFF:  # surrogates are not characters
+            continue
+        char = chr(code)
+        lower = char.lower()
+        if lower != char:
+            lines.append(f"{code:X}\t{' '.join(f'{ord(c):X}' for c in lower)}\n")
+    path = folder / "lowercase.tsv"
+    path.write_text("".join(lines), encoding="utf-8")
+    return {"normalization_rule_tsv": str(path)}
 
 
 def content_hash(*parts: object, lines: Sequence[str] = ()) -> str:

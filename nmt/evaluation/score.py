@@ -23,6 +23,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--lang", required=True, help="target language code (zh selects Chinese tokenisation)")
     parser.add_argument("--bootstrap", type=int, default=1000, help="resamples for the 95%% intervals (0: none)")
     parser.add_argument("--rouge", action="store_true", help="also ROUGE-1/2/L")
+    parser.add_argument(
+        "--lowercase", action="store_true", help="sacreBLEU's BLEU and chrF ignore case (a model writing lowercase)"
+    )
     parser.add_argument("--baseline", help="another system's translations of the same sentences: paired test")
     parser.add_argument("--trials", type=int, default=10_000, help="approximate randomisation trials (--baseline)")
     args = parser.parse_args(argv)
@@ -35,9 +38,15 @@ def main(argv: list[str] | None = None) -> dict:
         baseline = read_parallel(args.baseline, args.references)[0] if args.baseline else None
     except (OSError, ValueError) as err:
         parser.exit(2, f"error: {err}\n")
-    scores = corpus_scores(hypotheses, references, args.lang, rouge=args.rouge, bootstrap=args.bootstrap)
+    scores = corpus_scores(
+        hypotheses, references, args.lang, rouge=args.rouge, bootstrap=args.bootstrap, lowercase=args.lowercase
+    )
     if baseline is not None:
-        base = corpus_scores(baseline, references, args.lang, bootstrap=0)
+        base = corpus_scores(baseline, references, args.lang, bootstrap=0, lowercase=args.lowercase)
+        if args.lowercase:  # as sacreBLEU's lowercase option: every side lowercased
+            baseline, hypotheses, references = (
+                [t.lower() for t in texts] for texts in (baseline, hypotheses, references)
+            )
         scores["baseline"] = {"file": args.baseline, "bleu": base["bleu"], "bleu_tok_lc": base["bleu_tok_lc"]}
         tokenize = bleu_tokenizer(args.lang)
         scores["paired_ar_p"] = paired_randomization(

@@ -19,14 +19,20 @@ def rouge_scores(hypotheses: Sequence[str], references: Sequence[str]) -> dict:
 
 
 def corpus_scores(
-    hypotheses: Sequence[str], references: Sequence[str], tgt_lang: str, rouge: bool = False, bootstrap: int = 1000
+    hypotheses: Sequence[str],
+    references: Sequence[str],
+    tgt_lang: str,
+    rouge: bool = False,
+    bootstrap: int = 1000,
+    lowercase: bool = False,
 ) -> dict:
     """sacreBLEU BLEU (13a, cased) with its signature and n-gram precisions, chrF, and the lowercased
     tokenised BLEU that older papers report (Moses-tokenised, lowercased, multi-bleu style), both BLEUs
     with a 95% bootstrap interval over ``bootstrap`` resamples of the sentences (0: none); with
-    ``rouge``, also ROUGE-1/2/L."""
+    ``rouge``, also ROUGE-1/2/L. With ``lowercase`` (a model that writes lowercase text), sacreBLEU's
+    BLEU and chrF ignore case, and their signatures say so (``case:lc``)."""
     hypotheses, references = list(hypotheses), list(references)
-    bleu = sacrebleu.metrics.BLEU(tokenize=bleu_tokenizer(tgt_lang))
+    bleu = sacrebleu.metrics.BLEU(tokenize=bleu_tokenizer(tgt_lang), lowercase=lowercase)
     bleu_score = bleu.corpus_score(hypotheses, [references])
     intervals = {}
     if bootstrap:
@@ -36,7 +42,7 @@ def corpus_scores(
             "bleu_tok_lc_ci95": bootstrap_interval(lc_scorer, lc_hyps, lc_refs, bootstrap),
             "bootstrap": {"resamples": bootstrap, "seed": BOOTSTRAP_SEED},
         }
-    chrf = sacrebleu.metrics.CHRF()
+    chrf = sacrebleu.metrics.CHRF(lowercase=lowercase)
     chrf_score = chrf.corpus_score(hypotheses, [references])
     return {
         "bleu": round(bleu_score.score, 2),

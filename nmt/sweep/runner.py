@@ -429,6 +429,8 @@ def run_record(run_dir: Path, factors: dict, seed: int) -> dict:
         "hypotheses": test.get("hypotheses"),
         "references": test.get("references"),
         "sources": test.get("sources"),
+        # a model that writes lowercase text was scored ignoring case: its sentence statistics are too
+        "lowercase": "case:lc" in str(test.get("bleu_signature", "")),
     }
 
 

@@ -80,11 +80,13 @@ class TranslationTask(Task):
         from torchmetrics.text import CHRFScore, SacreBLEUScore
         from torchmetrics.text.rouge import ROUGEScore
 
+        # a model that writes lowercase text (data.tokenizer.normalization=lowercase) is scored ignoring case
+        lowercase = datamodule.build_tokenizers()[1].lowercases
         metrics = nn.ModuleDict(
             {
                 **target_metrics(),
-                "bleu": SacreBLEUScore(tokenize=bleu_tokenizer(datamodule.tgt_lang)),
-                "chrf": CHRFScore(n_word_order=0),
+                "bleu": SacreBLEUScore(tokenize=bleu_tokenizer(datamodule.tgt_lang), lowercase=lowercase),
+                "chrf": CHRFScore(n_word_order=0, lowercase=lowercase),
             }
         )
         if self.rouge:  # summarisation: ROUGE-1/2/L F-measures of the decoded validation set
@@ -167,7 +169,8 @@ class TranslationTask(Task):
             loaded.model, loaded.src_tokenizer, loaded.tgt_tokenizer, sources, search, max_tokens, max_input_len, True
         )
         rouge = self.rouge if rouge is None else rouge
-        scores = corpus_scores(hypotheses, references, datamodule.tgt_lang, rouge=rouge)
+        lowercase = loaded.tgt_tokenizer.lowercases
+        scores = corpus_scores(hypotheses, references, datamodule.tgt_lang, rouge=rouge, lowercase=lowercase)
         if not out:
             own = SearchConfig(**loaded.config["decode"]) if "decode" in loaded.config else None
             checkpoint = Path(loaded.checkpoints[-1]).stem if len(loaded.checkpoints) == 1 else "best"
