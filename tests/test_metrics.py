@@ -43,6 +43,21 @@ def test_bleu_and_chrf_equal_the_sacrebleu_cli(tmp_path):
     json.dumps(scores)  # everything in the metrics file is plain data
 
 
+def test_lowercase_bleu_and_chrf_equal_the_sacrebleu_cli_with_lc(tmp_path):
+    """A model that writes lowercase text is scored ignoring case, as ``sacrebleu -lc``, and says so."""
+    lower = [h.lower() for h in HYPS]
+    scores = corpus_scores(lower, REFS, "de", bootstrap=0, lowercase=True)
+    assert scores["bleu"] == pytest.approx(sacrebleu_cli(tmp_path, "-lc"), abs=0.01)
+    assert scores["chrf"] == pytest.approx(sacrebleu_cli(tmp_path, "-m", "chrf", "-lc"), abs=0.01)
+    assert "case:lc" in scores["bleu_signature"] and "case:lc" in scores["chrf_signature"]
+    assert corpus_scores(lower, REFS, "de", bootstrap=0)["bleu"] < scores["bleu"]  # cased, it would lose
+    from nmt.evaluation.score import main
+
+    (tmp_path / "lower.txt").write_text("".join(h + "\n" for h in lower), encoding="utf-8")
+    rescored = main([str(tmp_path / "lower.txt"), str(tmp_path / "ref.txt"), "--lang", "de", "--lowercase"])
+    assert rescored["bleu"] == scores["bleu"] and "case:lc" in rescored["bleu_signature"]
+
+
 def test_tokenized_lowercase_bleu_splits_punctuation_and_ignores_case():
     assert tokenized_lowercase_bleu(["EIN MANN, der läuft."], ["ein Mann , der läuft ."], "de") == pytest.approx(100)
     assert tokenized_lowercase_bleu(["ein Mann"], ["eine Frau"], "de") < 1

@@ -116,3 +116,21 @@ def test_a_corpus_larger_than_the_sample_gives_the_same_tokenizer_in_every_proce
     )
     runs = [subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, check=True) for _ in "ab"]
     assert runs[0].stdout == runs[1].stdout and len(runs[0].stdout.strip()) == 64
+
+
+def test_lowercase_normalisation_lowercases_letters_and_keeps_every_other_character(tmp_path):
+    """``lowercase``: what encode/decode gives back is Python's str.lower of the text, German ß and every
+    character NFKC would rewrite included; the model file carries the rule, so a checkpoint's copy does."""
+    settings = TokenizerSettings(vocab_size=300, normalization="lowercase")
+    sentences = [s.capitalize() for s in corpus("de")]
+    tokenizer = Tokenizer(load_or_train(sentences, settings, tmp_path, "de").model_proto)
+    texts = HARD["de"] + HARD["en"] + ["STRASSE Straße ÄÖÜ İstanbul ΣΟΦΊΑ Кошка", *sentences[:20]]
+    for text in texts:
+        assert tokenizer.decode(tokenizer.encode(text)) == text.lower()
+    assert tokenizer.lowercases
+    assert Tokenizer(tokenizer.model_proto).lowercases  # rebuilt from its bytes, as from a checkpoint
+    lower_only = Tokenizer.train(sentences, TokenizerSettings(vocab_size=300))
+    assert not lower_only.lowercases  # identity keeps the case
+    assert lower_only.decode(lower_only.encode("Ein Mann")) == "Ein Mann"
+    assert Tokenizer.train(sentences, replace(settings, normalization="nfkc_cf")).lowercases
+    assert not Tokenizer.train(sentences, replace(settings, normalization="nmt_nfkc")).lowercases

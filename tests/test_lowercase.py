@@ -1,0 +1,65 @@
+"""A model trained on lowercased text (``data.tokenizer.normalization=lowercase``, as Multi30k papers train)
+writes lowercase, and every place that scores it ignores case, as sacreBLEU's own lowercase option does:
+validation, the test at the end of training, evaluate.py on its checkpoint, and a sweep's statistics."""
+
+import json
+from pathlib import Path
+
+import pytest
+import sacrebleu
+from hydra import compose, initialize_config_dir
+
+from nmt.data.build import build_datamodule
+from nmt.evaluation.evaluate import evaluate
+from nmt.sweep import store
+from nmt.sweep.runner import run_record
+from nmt.tasks.translation import TranslationTask
+from nmt.training.train import train
+
+from .conftest import CONF, compose_train
+
+REFERENCE = "Die Katze sieht den Hund im Haus"
+
+
+def test_validation_bleu_and_chrf_ignore_case_only_for_a_lowercasing_tokenizer(tmp_path):
+    scores = {}
+    for normalization in ("identity", "lowercase"):
+        cfg = compose_train(f"data.tokenizer.normalization={normalization}")
+        datamodule = build_datamodule(cfg.data, str(tmp_path / normalization), 1)
+        metrics = TranslationTask().validation_metrics(datamodule)
+        for name in ("bleu", "chrf"):
+            metrics[name].update([REFERENCE.lower()], [[REFERENCE]])
+        scores[normalization] = {name: float(metrics[name].compute()) * 100 for name in ("bleu", "chrf")}
+    for name in ("bleu", "chrf"):
+        scorer = sacrebleu.metrics.BLEU(lowercase=True) if name == "bleu" else sacrebleu.metrics.CHRF(lowercase=True)
+        expected = scorer.corpus_score([REFERENCE.lower()], [[REFERENCE]]).score
+        assert scores["lowercase"][name] == pytest.approx(expected, abs=1e-3)
+        assert scores["lowercase"][name] == pytest.approx(100)
+        assert scores["identity"][name] < 90  # a cased model's lowercase output still loses
+
+
+def test_a_lowercase_run_is_tested_evaluated_and_swept_ignoring_case(tmp_path):
+    run_dir = tmp_path / "run"
+    results = train(
+        compose_train("data.tokenizer.normalization=lowercase", "trainer.max_epochs=2", f"run_dir={run_dir}")
+    )
+    test = results["test"]
+    assert "case:lc" in test["bleu_signature"] and "case:lc" in test["chrf_signature"]
+    hypotheses = Path(test["hypotheses"]).read_text(encoding="utf-8").splitlines()
+    references = Path(test["references"]).read_text(encoding="utf-8").splitlines()
+    assert all(h == h.lower() for h in hypotheses)
+    assert any(r != r.lower() for r in references)  # the references stay as published
+    reference = sacrebleu.corpus_bleu(hypotheses, [references], lowercase=True)
+    assert test["bleu"] == pytest.approx(round(reference.score, 2))
+
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose("evaluate", overrides=[f"ckpt_path={results['best_checkpoint']}", f"out_dir={tmp_path / 'eval'}"])
+    again = evaluate(cfg)
+    assert "case:lc" in again["bleu_signature"]
+    assert json.loads((tmp_path / "eval" / "metrics.json").read_text())["bleu"] == again["bleu"]
+
+    record = run_record(run_dir, {"pos": "absolute"}, seed=1)
+    assert record["lowercase"] is True
+    stored = store.entry(record, "13a", None)["sentences"]["bleu"]
+    scorer = sacrebleu.metrics.BLEU(lowercase=True)
+    assert stored == [list(map(int, row)) for row in scorer._extract_corpus_statistics(hypotheses, [references])]
