@@ -45,7 +45,8 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     sources, references = read_parallel(args.sources, args.references)
     loaded = load_model(args.checkpoint, device="cpu")
-    bleu = sacrebleu.metrics.BLEU(tokenize=bleu_tokenizer(args.lang))
+    # a model that writes lowercase text is scored ignoring case (signature case:lc), as everywhere
+    bleu = sacrebleu.metrics.BLEU(tokenize=bleu_tokenizer(args.lang), lowercase=loaded.tgt_tokenizer.lowercases)
     limit = int(1.5 * max(len(loaded.src_tokenizer.encode(s)) for s in sources) + 10)
     # ours first, both length penalties: CTranslate2's worker threads keep spinning for a while after each
     # call and would slow whatever runs next in this process

@@ -25,7 +25,6 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     sources, references = read_parallel(args.sources, args.references)
-    bleu = sacrebleu.metrics.BLEU(tokenize=bleu_tokenizer(args.lang))
     systems = [(f"checkpoint {i + 1}", [path]) for i, path in enumerate(args.checkpoints)]
     systems.append((f"ensemble of {len(args.checkpoints)}", args.checkpoints))
     print(f"{len(sources)} sentences, beam {args.beam}, {args.threads} threads")
@@ -33,6 +32,8 @@ def main() -> None:
     print("|---|---|---|")
     for name, paths in systems:
         translator = Translator.from_checkpoint(paths, beam_size=args.beam, device="cpu")
+        # a model that writes lowercase text is scored ignoring case (signature case:lc), as everywhere
+        bleu = sacrebleu.metrics.BLEU(tokenize=bleu_tokenizer(args.lang), lowercase=translator.tgt_tokenizer.lowercases)
         started = time.perf_counter()
         outputs = translator.translate(sources)
         seconds = time.perf_counter() - started

@@ -11,7 +11,9 @@ from hydra import compose, initialize_config_dir
 
 from nmt.data.build import build_datamodule
 from nmt.evaluation.evaluate import evaluate
+from nmt.evaluation.score import main as score_main
 from nmt.sweep import store
+from nmt.sweep.report import resolve_metric
 from nmt.sweep.runner import run_record
 from nmt.tasks.translation import TranslationTask
 from nmt.training.train import train
@@ -58,8 +60,24 @@ def test_a_lowercase_run_is_tested_evaluated_and_swept_ignoring_case(tmp_path):
     assert "case:lc" in again["bleu_signature"]
     assert json.loads((tmp_path / "eval" / "metrics.json").read_text())["bleu"] == again["bleu"]
 
+    rescored = score_main([test["hypotheses"], test["references"], "--lang", "de", "--bootstrap", "0"])
+    assert rescored["bleu"] == test["bleu"] and "case:lc" in rescored["bleu_signature"]  # from metrics.json
+
     record = run_record(run_dir, {"pos": "absolute"}, seed=1)
     assert record["lowercase"] is True
     stored = store.entry(record, "13a", None)["sentences"]["bleu"]
     scorer = sacrebleu.metrics.BLEU(lowercase=True)
     assert stored == [list(map(int, row)) for row in scorer._extract_corpus_statistics(hypotheses, [references])]
+
+
+def test_a_sweep_refuses_to_compare_the_bleu_of_lowercase_and_cased_runs(tmp_path):
+    """Their test_bleu and best_val_bleu are different measures; test_bleu_tok_lc is shared."""
+    records = [
+        {"lowercase": lowercase, "metrics": {"test_bleu": 40.0, "best_val_bleu": 39.0, "test_bleu_tok_lc": 40.0}}
+        for lowercase in (True, False, False)
+    ]
+    for metric in ("test_bleu", "best_val_bleu"):
+        with pytest.raises(ValueError, match=r"1 of 3 runs write lowercase text.*report_metric=test_bleu_tok_lc"):
+            resolve_metric(metric, records)
+    assert resolve_metric("test_bleu_tok_lc", records) == "test_bleu_tok_lc"
+    assert resolve_metric("test_bleu", records[1:]) == "test_bleu"  # one kind of run: comparable

@@ -108,8 +108,10 @@ def test_score_command_rescores_saved_files(tmp_path, capsys):
     assert "short.txt has 1 lines but" in capsys.readouterr().err
 
 
-def test_score_command_compares_two_outputs_with_sacrebleus_paired_randomisation(tmp_path, capsys):
-    """Same p-value as sacreBLEU's own --paired-ar on the same files (2,000 trials, its default seed)."""
+@pytest.mark.parametrize("case", [[], ["--lowercase"]])
+def test_score_command_compares_two_outputs_with_sacrebleus_paired_randomisation(tmp_path, capsys, case):
+    """Same p-value as sacreBLEU's own --paired-ar on the same files (2,000 trials, its default seed),
+    also ignoring case (its -lc) for the outputs of a model that writes lowercase."""
     import random
 
     from nmt.evaluation.score import main
@@ -119,15 +121,17 @@ def test_score_command_compares_two_outputs_with_sacrebleus_paired_randomisation
     refs = [" ".join(rng.choices(words, k=rng.randint(4, 12))) for _ in range(150)]
     good = [" ".join(w if rng.random() < 0.75 else rng.choice(words) for w in r.split()) for r in refs]
     bad = [" ".join(w if rng.random() < 0.72 else rng.choice(words) for w in r.split()) for r in refs]
+    if case:  # lowercase outputs: the comparison ignores case, or both would lose every capital
+        good, bad = [g.lower() for g in good], [b.lower() for b in bad]
     for name, lines in (("ref", refs), ("good", good), ("bad", bad)):
         (tmp_path / f"{name}.txt").write_text("".join(x + "\n" for x in lines), encoding="utf-8")
     good_file, ref_file, bad_file = (str(tmp_path / f"{name}.txt") for name in ("good", "ref", "bad"))
-    scores = main([good_file, ref_file, "--lang", "de", "--baseline", bad_file, "--trials", "2000"])
+    scores = main([good_file, ref_file, "--lang", "de", "--baseline", bad_file, "--trials", "2000", *case])
     capsys.readouterr()
     exe = shutil.which("sacrebleu") or [sys.executable, "-m", "sacrebleu"]
     cmd = ([exe] if isinstance(exe, str) else exe) + [
         str(tmp_path / "ref.txt"), "-i", str(tmp_path / "bad.txt"), str(tmp_path / "good.txt"),
-        "-m", "bleu", "--paired-ar", "--paired-ar-n", "2000", "-f", "json",
+        "-m", "bleu", "--paired-ar", "--paired-ar-n", "2000", "-f", "json", *(["-lc"] if case else []),
     ]  # fmt: skip
     reference = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)
     system = next(entry for entry in reference if entry["system"].endswith("good.txt"))

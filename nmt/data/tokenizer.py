@@ -8,6 +8,7 @@ import random
 import re
 import sys
 import tempfile
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -195,7 +196,9 @@ def content_hash(*parts: object, lines: Sequence[str] = ()) -> str:
 
 def load_or_train(sentences: Sequence[str], settings: TokenizerSettings, cache_dir: Path, tag: str) -> Tokenizer:
     """The tokenizer for these sentences and settings: from the cache, or trained and cached."""
-    key = content_hash(asdict(settings), tag, lines=sentences)
+    # the lowercase rule is Python's Unicode table, which grows with Python's Unicode version
+    unicode = unicodedata.unidata_version if settings.normalization == "lowercase" else None
+    key = content_hash(asdict(settings), tag, *([unicode] if unicode else []), lines=sentences)
     path = Path(cache_dir) / "tokenizers" / f"{tag}-{key}.model"
     if path.exists():
         return Tokenizer(path.read_bytes())

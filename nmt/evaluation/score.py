@@ -5,11 +5,14 @@ papers, both BLEUs with 95% bootstrap intervals) for files already written, e.g.
 ``eval/<tag>/hypotheses.txt`` and ``references.txt``: rescoring never decodes the test set again.
 ``--baseline OTHER`` adds the p-value of the paired approximate randomisation test (sacreBLEU's
 ``--paired-ar``) of the difference in sacreBLEU between the two outputs of the same sentences.
+The outputs of a model that writes lowercase text are scored ignoring case (``--lowercase``, taken from the
+metrics.json beside them where evaluate.py wrote one), as evaluate.py scored them.
 """
 
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from nmt.data.sources import read_parallel
 from nmt.metrics.corpus import bleu_tokenizer, corpus_scores
@@ -24,7 +27,10 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--bootstrap", type=int, default=1000, help="resamples for the 95%% intervals (0: none)")
     parser.add_argument("--rouge", action="store_true", help="also ROUGE-1/2/L")
     parser.add_argument(
-        "--lowercase", action="store_true", help="sacreBLEU's BLEU and chrF ignore case (a model writing lowercase)"
+        "--lowercase",
+        action="store_true",
+        help="sacreBLEU's BLEU and chrF ignore case (a model writing lowercase; the default where the metrics.json "
+        "beside the hypotheses says case:lc)",
     )
     parser.add_argument("--baseline", help="another system's translations of the same sentences: paired test")
     parser.add_argument("--trials", type=int, default=10_000, help="approximate randomisation trials (--baseline)")
@@ -38,6 +44,12 @@ def main(argv: list[str] | None = None) -> dict:
         baseline = read_parallel(args.baseline, args.references)[0] if args.baseline else None
     except (OSError, ValueError) as err:
         parser.exit(2, f"error: {err}\n")
+    if not args.lowercase and _scored_ignoring_case(args.hypotheses):
+        args.lowercase = True
+        print(
+            f"{args.hypotheses}: its metrics.json scored it ignoring case (a lowercasing model): so does this",
+            file=sys.stderr,
+        )
     scores = corpus_scores(
         hypotheses, references, args.lang, rouge=args.rouge, bootstrap=args.bootstrap, lowercase=args.lowercase
     )
@@ -59,6 +71,16 @@ def main(argv: list[str] | None = None) -> dict:
     json.dump(scores, sys.stdout, indent=1, ensure_ascii=False)
     sys.stdout.write("\n")
     return scores
+
+
+def _scored_ignoring_case(hypotheses: str) -> bool:
+    """Whether the metrics.json that evaluate.py wrote beside these outputs says it scored them ignoring
+    case (a model that writes lowercase text)."""
+    metrics = Path(hypotheses).with_name("metrics.json")
+    try:
+        return "case:lc" in json.loads(metrics.read_text(encoding="utf-8")).get("bleu_signature", "")
+    except (OSError, ValueError, AttributeError):  # no such file, or not evaluate.py's
+        return False
 
 
 if __name__ == "__main__":

@@ -20,6 +20,20 @@ def lower_is_better(metric: str) -> bool:
     return metric.endswith(LOWER_IS_BETTER)
 
 
+def check_same_case(records: Sequence[dict], metric: str) -> None:
+    """The BLEU or chrF of runs that write lowercase text (scored ignoring case) and of runs that do not are
+    different measures: comparing them is an error that names the measure they share."""
+    if "tok_lc" in metric or not any(name in metric for name in ("bleu", "chrf")):
+        return
+    lowercase = sum(bool(r.get("lowercase")) for r in records)
+    if 0 < lowercase < len(records):
+        raise ValueError(
+            f"{metric}: {lowercase} of {len(records)} runs write lowercase text and were scored ignoring case, "
+            f"the others case-sensitively, so their {metric} are different measures: compare test_bleu_tok_lc "
+            "(lowercased for every run; report_metric=test_bleu_tok_lc), or runs of one kind"
+        )
+
+
 def t_critical(df: float) -> float:
     """The exact two-sided 95% quantile t_{0.975, df} (Welch's fractional df included)."""
     if df < 1:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from nmt.sweep.analysis import lower_is_better, mean_ci
+from nmt.sweep.analysis import check_same_case, lower_is_better, mean_ci
 from nmt.sweep.report import collect_records
 
 SWEEP_KEYS = (
@@ -122,6 +122,7 @@ def tune(sweep_dirs: list[str | Path], level_key: str, metric: str = TUNING_METR
         records = [r for r in collect_records(sweep_dir) if r["metrics"].get(metric) is not None]
         if not records:
             raise ValueError(f"{sweep_dir}: no finished run with {metric}; finish the tuning sweep first")
+        check_same_case(records, metric)
         if level in chosen:
             raise ValueError(f"{sweep_dir}: a second tuning sweep of {level_key}={level}; give one sweep per level")
         candidates: dict[tuple, list[float]] = {}

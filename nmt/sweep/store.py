@@ -17,7 +17,17 @@ from nmt.metrics.randomization import METRICS, sentence_statistics
 from nmt.utils.io import atomic_path
 
 STATISTICS = "statistics.json.gz"
-RECORD_KEYS = ("factors", "seed", "metrics", "report_metric", "epochs", "steps", "parameters", "wall_time_s")
+RECORD_KEYS = (
+    "factors",
+    "seed",
+    "metrics",
+    "report_metric",
+    "epochs",
+    "steps",
+    "parameters",
+    "wall_time_s",
+    "lowercase",  # its BLEU and chrF ignore case (a model writing lowercase text)
+)
 
 
 def run_key(record: dict) -> str:

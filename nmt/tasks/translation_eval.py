@@ -122,11 +122,11 @@ def print_scores(result: dict, sources, references, hypotheses, samples: int) ->
     table = Table(title=f"{result['data']} - {result['split']} ({result['sentences']} sentences)")
     for column in ("metric", "value"):
         table.add_column(column)
-    case = "lowercased" if "case:lc" in result["bleu_signature"] else "cased"
+    case = "case-insensitive" if "case:lc" in result["bleu_signature"] else "cased"
     table.add_row(f"BLEU (sacreBLEU, {case})", f"{result['bleu']:.2f}{_interval(result, 'bleu_ci95')}")
     table.add_row("BLEU 1-4 precisions", " / ".join(f"{p:.1f}" for p in result["bleu_precisions"]))
     table.add_row("brevity penalty / length ratio", f"{result['brevity_penalty']:.3f} / {result['length_ratio']:.3f}")
-    table.add_row("chrF", f"{result['chrf']:.2f}")
+    table.add_row("chrF" + (" (case-insensitive)" if case != "cased" else ""), f"{result['chrf']:.2f}")
     table.add_row("BLEU (lowercased, tokenised)", f"{result['bleu_tok_lc']:.2f}{_interval(result, 'bleu_tok_lc_ci95')}")
     table.add_row("signature", result["bleu_signature"])
     for key in ("rouge1", "rouge2", "rougeL"):
