@@ -167,9 +167,9 @@ class Tokenizer:
 
 def _normalization_rule(name: str, folder: Path) -> dict:
     """SentencePiece's option for a normalisation: its own rules by name; ``lowercase`` as a rule file
-    mapping each code point that Python lowercases to its lowercase form (one character at a time: a
-    Greek final sigma becomes σ, not ς) and leaving every other character
-    as written (the ``*_cf`` rules lowercase too, but only on top of NFKC, which rewrites characters)."""
+    mapping each code point that Python lowercases to its lowercase form, one character at a time (a Greek
+    final sigma becomes σ, not ς), and leaving every other character as written (the ``*_cf`` rules
+    lowercase too, but on top of NFKC, which rewrites characters)."""
     if name != "lowercase":
         return {"normalization_rule_name": name}
     lines = []

@@ -55,15 +55,11 @@ def main(argv: list[str] | None = None) -> dict:
     )
     if baseline is not None:
         base = corpus_scores(baseline, references, args.lang, bootstrap=0, lowercase=args.lowercase)
-        if args.lowercase:  # as sacreBLEU's lowercase option: every side lowercased
-            baseline, hypotheses, references = (
-                [t.lower() for t in texts] for texts in (baseline, hypotheses, references)
-            )
         scores["baseline"] = {"file": args.baseline, "bleu": base["bleu"], "bleu_tok_lc": base["bleu_tok_lc"]}
         tokenize = bleu_tokenizer(args.lang)
         scores["paired_ar_p"] = paired_randomization(
-            [sentence_statistics(baseline, references, "bleu", tokenize)],
-            [sentence_statistics(hypotheses, references, "bleu", tokenize)],
+            [sentence_statistics(baseline, references, "bleu", tokenize, args.lowercase)],
+            [sentence_statistics(hypotheses, references, "bleu", tokenize, args.lowercase)],
             tokenize=tokenize,
             n_samples=args.trials,
         )

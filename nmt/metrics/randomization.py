@@ -17,24 +17,30 @@ import numpy as np
 METRICS = ("bleu", "chrf")
 
 
-def scorer(metric: str = "bleu", tokenize: str = "13a"):
+def scorer(metric: str = "bleu", tokenize: str = "13a", lowercase: bool = False):
+    """sacreBLEU's metric; ``lowercase`` ignores case (it only changes the statistics, not the score formula)."""
     import sacrebleu
 
     if metric == "chrf":
-        return sacrebleu.metrics.CHRF()
+        return sacrebleu.metrics.CHRF(lowercase=lowercase)
     if metric == "bleu":
-        return sacrebleu.metrics.BLEU(tokenize=tokenize)
+        return sacrebleu.metrics.BLEU(tokenize=tokenize, lowercase=lowercase)
     raise ValueError(f"metric={metric!r} is not one of {list(METRICS)}")
 
 
 def sentence_statistics(
-    hypotheses: Sequence[str], references: Sequence[str], metric: str = "bleu", tokenize: str = "13a"
+    hypotheses: Sequence[str],
+    references: Sequence[str],
+    metric: str = "bleu",
+    tokenize: str = "13a",
+    lowercase: bool = False,
 ) -> np.ndarray:
-    """(sentences, statistics) integer array: each sentence's sufficient statistics for ``metric``; their
-    column sums give the corpus score (:func:`corpus_score`)."""
+    """(sentences, statistics) integer array: each sentence's sufficient statistics for ``metric`` (ignoring
+    case with ``lowercase``: a model that writes lowercase text); their column sums give the corpus score
+    (:func:`corpus_score`)."""
     if len(hypotheses) != len(references):
         raise ValueError(f"{len(hypotheses)} hypotheses for {len(references)} references")
-    stats = scorer(metric, tokenize)._extract_corpus_statistics(list(hypotheses), [list(references)])
+    stats = scorer(metric, tokenize, lowercase)._extract_corpus_statistics(list(hypotheses), [list(references)])
     return np.asarray(stats, dtype=np.int64).reshape(len(hypotheses), -1)
 
 

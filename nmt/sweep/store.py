@@ -61,14 +61,14 @@ def entry(record: dict, tokenize: str, saved: dict | None) -> dict:
     hypotheses, references = record.get("hypotheses"), record.get("references")
     if hypotheses and references and Path(hypotheses).is_file() and Path(references).is_file():
         hyps, refs = read_lines(hypotheses), read_lines(references)
-        if record.get("lowercase"):  # as sacreBLEU's lowercase option: both sides lowercased
-            hyps, refs = [h.lower() for h in hyps], [r.lower() for r in refs]
-        digest = hashlib.sha256("\n".join([tokenize, *hyps, "", *refs]).encode("utf-8")).hexdigest()[:16]
+        lowercase = bool(record.get("lowercase"))  # a model that writes lowercase text: scored ignoring case
+        scoring = tokenize + (" lowercase" if lowercase else "")
+        digest = hashlib.sha256("\n".join([scoring, *hyps, "", *refs]).encode("utf-8")).hexdigest()[:16]
         if saved and saved.get("outputs") == digest and "sentences" in saved:
             stored["sentences"] = saved["sentences"]
         else:
             stored["sentences"] = {
-                metric: sentence_statistics(hyps, refs, metric, tokenize).tolist() for metric in METRICS
+                metric: sentence_statistics(hyps, refs, metric, tokenize, lowercase).tolist() for metric in METRICS
             }
         stored["outputs"], stored["tokenize"] = digest, tokenize
     elif saved and "sentences" in saved:
