@@ -24,8 +24,11 @@ install: $(STAMP)  ## create .venv with torch==2.13.0 and the project (editable,
 train: $(STAMP)  ## train the default recipe (Multi30k en-de, tiny Transformer); e.g. make train ARGS="data=toy"
 	$(BIN)/python train.py $(ARGS)
 
+# the suite runs its test files on one worker per core (at most 4: each worker holds its own torch and
+# caches); conftest.py gives each worker its share of the cores. TEST_WORKERS=0 runs it in one process.
+TEST_WORKERS ?= auto
 test: $(STAMP) browser  ## run the whole test suite (CPU, offline)
-	$(BIN)/python -m pytest $(ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --maxprocesses=4 --dist loadfile $(ARGS)
 
 # headless Chromium for the test that opens a sweep's report.html; where the system packages cannot be
 # installed (no root, no apt) that test is skipped with its reason, nothing fails here
@@ -37,7 +40,7 @@ browser:  ## install headless Chromium from the system packages (for the report.
 	  echo "headless Chromium not installed: the report.html rendering test will be skipped"
 
 test-fast: $(STAMP)  ## tests without the end-to-end training runs
-	$(BIN)/python -m pytest -m "not slow" $(ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --maxprocesses=4 --dist loadfile -m "not slow" $(ARGS)
 
 lint: $(STAMP)  ## ruff check + format check
 	$(BIN)/ruff check .

@@ -10,7 +10,14 @@ from hydra import compose, initialize_config_dir
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
 
-torch.set_num_threads(min(2, os.cpu_count() or 1))
+# Under pytest-xdist the workers share the cores: each gets its part, and the runs a test starts inherit it
+# (OMP_NUM_THREADS), so that the suite never spins more threads than the machine has. Oversubscribed
+# intra-op threads busy-wait on each other and make a run several times slower, not a little.
+WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+CORE_SHARE = max(1, min(2, len(os.sched_getaffinity(0)) // WORKERS))
+torch.set_num_threads(CORE_SHARE)
+if WORKERS > 1:
+    os.environ["OMP_NUM_THREADS"] = str(CORE_SHARE)
 
 
 @pytest.fixture(scope="session", autouse=True)
