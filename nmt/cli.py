@@ -22,16 +22,6 @@ NAMED_USER_ERRORS = (
 )
 
 
-def run_folder(run_dir: str | None, default: str) -> str:
-    """Hydra's output folder for a training run: ``run_dir`` when given (so that its ``.hydra/`` files sit
-    with the run they describe, not in a stray dated folder), else ``default``."""
-    return os.path.expanduser(str(run_dir)) if run_dir else default
-
-
-if not OmegaConf.has_resolver("nmt.run_folder"):
-    OmegaConf.register_new_resolver("nmt.run_folder", run_folder)
-
-
 def user_errors() -> tuple[type, ...]:
     named = [getattr(sys.modules[module], name) for module, name in NAMED_USER_ERRORS if module in sys.modules]
     return (*BUILTIN_USER_ERRORS, *named, MissingMandatoryValue)
