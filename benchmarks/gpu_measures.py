@@ -133,8 +133,10 @@ def concurrent_runs(
     runs = [folder / f"runs{n}_{i}" for i in range(n)]
     if device == "cpu" and not any(o.startswith("threads=") for o in extra):
         # the cores shared out: more threads than cores, and the spinning threads of one run slow the
-        # others by an order of magnitude
-        extra = [*extra, f"threads={max(1, (os.cpu_count() or 1) // n)}"]
+        # others by an order of magnitude; the cores are this process's (its affinity, or OMP_NUM_THREADS
+        # where a caller gave it a share, as the test suite's workers do)
+        cores = int(os.environ.get("OMP_NUM_THREADS") or 0) or len(os.sched_getaffinity(0))
+        extra = [*extra, f"threads={max(1, cores // n)}"]
     processes = [
         start(train_command(r, device, data, steps, [*extra, f"seed={i + 1}"]), folder / f"{r.name}.log")
         for i, r in enumerate(runs)

@@ -11,8 +11,9 @@ ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
 
 # Under pytest-xdist the workers share the cores: each gets its part, and the runs a test starts inherit it
-# (OMP_NUM_THREADS), so that the suite never spins more threads than the machine has. Oversubscribed
-# intra-op threads busy-wait on each other and make a run several times slower, not a little.
+# (OMP_NUM_THREADS, which the benchmarks' concurrent runs share out in turn), so that the PyTorch threads
+# of the suite never outnumber the cores. Oversubscribed intra-op threads busy-wait on each other and make
+# a run several times slower, not a little.
 WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 CORE_SHARE = max(1, min(2, len(os.sched_getaffinity(0)) // WORKERS))
 torch.set_num_threads(CORE_SHARE)

@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -17,7 +18,7 @@ from .conftest import ROOT
 pytestmark = pytest.mark.slow
 
 
-def run(script: str, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+def run(script: str, *args: str, stdin: str | None = None, cwd: Path = ROOT) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     result = subprocess.run(
         [sys.executable, str(ROOT / script), *args],
@@ -25,7 +26,7 @@ def run(script: str, *args: str, stdin: str | None = None) -> subprocess.Complet
         text=True,
         env=env,
         input=stdin,
-        cwd=ROOT,
+        cwd=cwd,
         timeout=900,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
@@ -36,7 +37,8 @@ def run(script: str, *args: str, stdin: str | None = None) -> subprocess.Complet
 def toy_run(tmp_path_factory):
     """`python train.py data=toy` with its own defaults (the advertised demo)."""
     run_dir = tmp_path_factory.mktemp("toy_run")
-    result = run("train.py", "data=toy", f"run_dir={run_dir}", "trainer.enable_progress_bar=false")
+    # from a scratch folder: Hydra's dated record of the command goes there, not into the checkout's runs/
+    result = run("train.py", "data=toy", f"run_dir={run_dir}", "trainer.enable_progress_bar=false", cwd=run_dir.parent)
     assert f"Run directory: {run_dir}" in result.stdout
     return run_dir
 

@@ -43,7 +43,9 @@ def train_command(run_dir: Path, *extra: str) -> list[str]:
 
 
 def run_to_end(run_dir: Path, *extra: str) -> dict:
-    result = subprocess.run(train_command(run_dir, *extra), capture_output=True, text=True, cwd=ROOT, timeout=600)
+    # from the run's parent folder: Hydra's dated record of each command goes there, not into the checkout
+    command = train_command(run_dir, *extra)
+    result = subprocess.run(command, capture_output=True, text=True, cwd=run_dir.parent, timeout=600)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
     return json.loads((run_dir / "results.json").read_text())
 
@@ -80,7 +82,7 @@ def interrupt(run_dir: Path, signum: int, when=after_first_step_checkpoint, *ext
     # a shell that starts the tests in the background makes them ignore SIGINT, and so their children: a
     # terminal's Ctrl-C reaches a program that does not ignore it
     process = subprocess.Popen(train_command(run_dir, *extra), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True, cwd=ROOT, preexec_fn=interruptible)  # fmt: skip
+                               text=True, cwd=run_dir.parent, preexec_fn=interruptible)  # fmt: skip
     deadline = time.time() + 300
     while process.poll() is None and time.time() < deadline and not when(run_dir):
         time.sleep(0.01)
