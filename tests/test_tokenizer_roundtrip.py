@@ -134,3 +134,24 @@ def test_lowercase_normalisation_lowercases_letters_and_keeps_every_other_charac
     assert lower_only.decode(lower_only.encode("Ein Mann")) == "Ein Mann"
     assert Tokenizer.train(sentences, replace(settings, normalization="nfkc_cf")).lowercases
     assert not Tokenizer.train(sentences, replace(settings, normalization="nmt_nfkc")).lowercases
+
+
+def test_a_lowercase_tokenizer_trained_twice_is_the_same_byte_for_byte(tmp_path):
+    """The rule file SentencePiece reads lives in a temporary folder; its path, written into the model,
+    made every training differ, and a resumed run's data check then refused its own tokenizer."""
+    from sentencepiece import sentencepiece_model_pb2
+
+    settings = TokenizerSettings(vocab_size=300, normalization="lowercase")
+    sentences = [s.capitalize() for s in corpus("de")]
+    first, second = (Tokenizer.train(sentences, settings) for _ in "ab")
+    assert first.model_proto == second.model_proto
+    model = sentencepiece_model_pb2.ModelProto()
+    model.ParseFromString(first.model_proto)
+    assert model.normalizer_spec.normalization_rule_tsv == "" and model.normalizer_spec.precompiled_charsmap
+    # a model cached with the path (as earlier versions wrote it) comes back without it, rule intact
+    model.normalizer_spec.normalization_rule_tsv = "/a/temporary/folder/lowercase.tsv"
+    cached = load_or_train(sentences, settings, tmp_path, "de")  # writes the cache file
+    next((tmp_path / "tokenizers").glob("de-*.model")).write_bytes(model.SerializeToString())
+    again = load_or_train(sentences, settings, tmp_path, "de")
+    assert again.model_proto == cached.model_proto == first.model_proto
+    assert again.decode(again.encode("Straße ÄÖÜ")) == "straße äöü"

@@ -162,7 +162,7 @@ class Tokenizer:
                 minloglevel=2,
                 **_normalization_rule(settings.normalization, Path(folder)),
             )
-        return cls(model.getvalue())
+        return cls(_without_rule_path(model.getvalue()))
 
 
 def _normalization_rule(name: str, folder: Path) -> dict:
@@ -185,6 +185,22 @@ def _normalization_rule(name: str, folder: Path) -> dict:
     return {"normalization_rule_tsv": str(path)}
 
 
+def _without_rule_path(model_proto: bytes) -> bytes:
+    """The model without the path of the rule file it was trained with (a temporary file): the rule itself
+    is compiled into the model, and the path alone would make two trainings of the same tokenizer differ
+    byte for byte, and with them the data identity of a run (a resume, or a sweep's rerun, elsewhere)."""
+    if b"lowercase.tsv" not in model_proto:  # the models of SentencePiece's own rules stay byte for byte
+        return model_proto
+    from sentencepiece import sentencepiece_model_pb2
+
+    model = sentencepiece_model_pb2.ModelProto()
+    model.ParseFromString(model_proto)
+    if not model.normalizer_spec.normalization_rule_tsv:
+        return model_proto
+    model.normalizer_spec.ClearField("normalization_rule_tsv")
+    return model.SerializeToString()
+
+
 def content_hash(*parts: object, lines: Sequence[str] = ()) -> str:
     """A short, stable key for cached artefacts: settings (JSON) plus the text they were derived from."""
     digest = hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode())
@@ -200,8 +216,8 @@ def load_or_train(sentences: Sequence[str], settings: TokenizerSettings, cache_d
     unicode = unicodedata.unidata_version if settings.normalization == "lowercase" else None
     key = content_hash(asdict(settings), tag, *([unicode] if unicode else []), lines=sentences)
     path = Path(cache_dir) / "tokenizers" / f"{tag}-{key}.model"
-    if path.exists():
-        return Tokenizer(path.read_bytes())
+    if path.exists():  # cached before rule paths were dropped: the same model, without the path
+        return Tokenizer(_without_rule_path(path.read_bytes()))
     tokenizer = Tokenizer.train(sentences, settings)
     atomic_write_bytes(path, tokenizer.model_proto)
     return tokenizer
