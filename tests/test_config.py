@@ -15,7 +15,7 @@ from nmt.training.config import ConfigError, check_config
 from nmt.training.train import resolve_precision, train
 from nmt.utils.instantiate import instantiate
 
-from .conftest import CONF, compose_train
+from .conftest import CONF, ROOT, compose_train
 
 
 def options(group: str) -> list[str]:
@@ -165,3 +165,22 @@ def test_config_resolves_to_plain_data():
     cfg = compose_train()
     plain = OmegaConf.to_container(cfg, resolve=True)
     assert plain["model"]["position"]["_target_"].startswith("nmt.modules.position")
+
+
+def test_the_readme_lists_every_option_of_every_config_group():
+    """The README's table of groups is how a newcomer finds an option: each file of conf/<group>/ is named
+    there, and nothing that is not one."""
+    import re
+
+    rows = {}
+    for line in (ROOT / "README.md").read_text(encoding="utf-8").splitlines():
+        match = re.match(r"\| `(\w+)` \| (.*?) \|", line)
+        if match and (CONF / match.group(1)).is_dir():
+            rows[match.group(1)] = set(re.findall(r"`(\w+)`", match.group(2)))
+    # tuned/: values that `python sweep.py tune` writes, loaded with +tuned=<name> (docs/sweeps.md)
+    groups = {p.name for p in CONF.iterdir() if p.is_dir() and any(p.glob("*.yaml"))} - {"tuned"}
+    assert set(rows) == groups, "groups missing from the README's table: " + ", ".join(sorted(groups - set(rows)))
+    for group, listed in rows.items():
+        options = {p.stem for p in (CONF / group).glob("*.yaml")}
+        extra, missing = sorted(listed - options), sorted(options - listed)
+        assert listed == options, f"README.md, group {group}: lists {extra}, omits {missing}"
