@@ -145,13 +145,20 @@ def test_a_lowercase_tokenizer_trained_twice_is_the_same_byte_for_byte(tmp_path)
     sentences = [s.capitalize() for s in corpus("de")]
     first, second = (Tokenizer.train(sentences, settings) for _ in "ab")
     assert first.model_proto == second.model_proto
+    # protobuf's own reading of the model: no path, the compiled rule kept, every other field as written
     model = sentencepiece_model_pb2.ModelProto()
     model.ParseFromString(first.model_proto)
     assert model.normalizer_spec.normalization_rule_tsv == "" and model.normalizer_spec.precompiled_charsmap
-    # a model cached with the path (as earlier versions wrote it) comes back without it, rule intact
+    assert first.model_proto == model.SerializeToString()
+    # a model with the path (as a checkpoint or cache of an earlier version holds it) loses it, rule intact
     model.normalizer_spec.normalization_rule_tsv = "/a/temporary/folder/lowercase.tsv"
+    with_path = model.SerializeToString()
+    assert Tokenizer(with_path).model_proto == first.model_proto
     cached = load_or_train(sentences, settings, tmp_path, "de")  # writes the cache file
-    next((tmp_path / "tokenizers").glob("de-*.model")).write_bytes(model.SerializeToString())
+    next((tmp_path / "tokenizers").glob("de-*.model")).write_bytes(with_path)
     again = load_or_train(sentences, settings, tmp_path, "de")
     assert again.model_proto == cached.model_proto == first.model_proto
     assert again.decode(again.encode("Straße ÄÖÜ")) == "straße äöü"
+    # the models of SentencePiece's own rules are left byte for byte
+    plain = Tokenizer.train(sentences, TokenizerSettings(vocab_size=300))
+    assert Tokenizer(plain.sp.serialized_model_proto()).model_proto == plain.sp.serialized_model_proto()

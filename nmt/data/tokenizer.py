@@ -101,7 +101,9 @@ class Tokenizer:
         if isinstance(segmenter, dict):
             segmenter = Segmenter(**segmenter)
         self.segmenter = segmenter or Segmenter()
-        self.model_proto = bytes(model_proto)
+        # the same model has the same bytes however it was made (trained, cached, or from a checkpoint of an
+        # earlier version): a run's data identity and an ensemble's vocabulary check compare these bytes
+        self.model_proto = _without_rule_path(bytes(model_proto))
         self.sp = spm.SentencePieceProcessor(model_proto=self.model_proto)
         self.pad_id, self.unk_id, self.bos_id, self.eos_id = PAD_ID, UNK_ID, BOS_ID, EOS_ID
 
@@ -162,7 +164,7 @@ class Tokenizer:
                 minloglevel=2,
                 **_normalization_rule(settings.normalization, Path(folder)),
             )
-        return cls(_without_rule_path(model.getvalue()))
+        return cls(model.getvalue())
 
 
 def _normalization_rule(name: str, folder: Path) -> dict:
@@ -185,20 +187,69 @@ def _normalization_rule(name: str, folder: Path) -> dict:
     return {"normalization_rule_tsv": str(path)}
 
 
+# field numbers of sentencepiece_model.proto: ModelProto.normalizer_spec, NormalizerSpec.normalization_rule_tsv
+_NORMALIZER_SPEC, _RULE_TSV = 3, 6
+
+
 def _without_rule_path(model_proto: bytes) -> bytes:
     """The model without the path of the rule file it was trained with (a temporary file): the rule itself
-    is compiled into the model, and the path alone would make two trainings of the same tokenizer differ
-    byte for byte, and with them the data identity of a run (a resume, or a sweep's rerun, elsewhere)."""
+    is compiled into the model (``precompiled_charsmap``), and the path alone would make two trainings of
+    the same tokenizer differ byte for byte, and with them the data identity of a run. Edited in the wire
+    format: SentencePiece's generated protobuf module accepts only the protobuf release it was built with."""
     if b"lowercase.tsv" not in model_proto:  # the models of SentencePiece's own rules stay byte for byte
         return model_proto
-    from sentencepiece import sentencepiece_model_pb2
+    drop_path = lambda number, payload: None if number == _RULE_TSV else payload  # noqa: E731
+    return _edit_fields(
+        model_proto, lambda number, payload: _edit_fields(payload, drop_path) if number == _NORMALIZER_SPEC else payload
+    )
 
-    model = sentencepiece_model_pb2.ModelProto()
-    model.ParseFromString(model_proto)
-    if not model.normalizer_spec.normalization_rule_tsv:
-        return model_proto
-    model.normalizer_spec.ClearField("normalization_rule_tsv")
-    return model.SerializeToString()
+
+def _edit_fields(message: bytes, edit) -> bytes:
+    """A protobuf message rebuilt field by field: ``edit(number, payload)`` gives each length-delimited
+    field's new payload (the same object: unchanged; None: dropped); other fields are copied as they are."""
+    out, i = bytearray(), 0
+    while i < len(message):
+        start = i
+        key, i = _read_varint(message, i)
+        wire = key & 7
+        if wire == 0:
+            i = _read_varint(message, i)[1]
+        elif wire in (1, 5):
+            i += 8 if wire == 1 else 4
+        elif wire == 2:
+            size, i = _read_varint(message, i)
+            payload = message[i : i + size]
+            i += size
+            new = edit(key >> 3, payload)
+            if new is None:
+                continue
+            if new is not payload:
+                out += _varint(key) + _varint(len(new)) + new
+                continue
+        else:
+            raise ValueError(f"not a SentencePiece model: protobuf wire type {wire} at byte {start}")
+        out += message[start:i]
+    return bytes(out)
+
+
+def _read_varint(data: bytes, i: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = data[i]
+        i += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, i
+        shift += 7
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
 
 
 def content_hash(*parts: object, lines: Sequence[str] = ()) -> str:
@@ -216,8 +267,8 @@ def load_or_train(sentences: Sequence[str], settings: TokenizerSettings, cache_d
     unicode = unicodedata.unidata_version if settings.normalization == "lowercase" else None
     key = content_hash(asdict(settings), tag, *([unicode] if unicode else []), lines=sentences)
     path = Path(cache_dir) / "tokenizers" / f"{tag}-{key}.model"
-    if path.exists():  # cached before rule paths were dropped: the same model, without the path
-        return Tokenizer(_without_rule_path(path.read_bytes()))
+    if path.exists():
+        return Tokenizer(path.read_bytes())
     tokenizer = Tokenizer.train(sentences, settings)
     atomic_write_bytes(path, tokenizer.model_proto)
     return tokenizer
