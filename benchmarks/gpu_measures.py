@@ -69,6 +69,7 @@ def train_command(run_dir: Path, device: str, data: str, steps: int, extra: list
         "early_stopping.monitor=val_loss",
         "early_stopping.mode=min",
         f"run_dir={run_dir}",
+        f"hydra.run.dir={run_dir}",  # Hydra's record of the command with the run, not in the checkout's runs/
         *extra,
     ]
 
@@ -240,7 +241,8 @@ def whole_recipe(device: str, data: str, extra: list[str], run_dir: Path, budget
     and beam-5 test), timed; ``budget_s``: seconds for all of it, its training capped to leave
     :data:`RECIPE_OVERHEAD_S` of them for the rest (the result then says whether the cap cut it short)."""
     trainer = ["trainer=gpu"] if device == "cuda" else ["trainer.accelerator=cpu"]
-    command = [sys.executable, str(ROOT / "train.py"), f"data={data}", *trainer, f"run_dir={run_dir}", *extra]
+    folder = [f"run_dir={run_dir}", f"hydra.run.dir={run_dir}"]
+    command = [sys.executable, str(ROOT / "train.py"), f"data={data}", *trainer, *folder, *extra]
     cap = None
     if budget_s is not None:
         cap = max(1, int(budget_s - RECIPE_OVERHEAD_S))

@@ -153,7 +153,7 @@ def test_course_rnn_has_the_reported_shape():
 @pytest.mark.slow
 def test_tiny_rnn_learns_the_toy_task_and_evaluate_reproduces_it(tmp_path):
     run_dir = tmp_path / "rnn"
-    run("train.py", "data=toy", "model=rnn", f"run_dir={run_dir}", "trainer.enable_progress_bar=false")
+    run("train.py", "data=toy", "model=rnn", f"run_dir={run_dir}", "trainer.enable_progress_bar=false", cwd=tmp_path)
     results = json.loads((run_dir / "results.json").read_text())
     assert results["test"]["bleu"] >= 80, results["test"]
     out = tmp_path / "eval"
