@@ -81,3 +81,23 @@ def test_a_sweep_refuses_to_compare_the_bleu_of_lowercase_and_cased_runs(tmp_pat
             resolve_metric(metric, records)
     assert resolve_metric("test_bleu_tok_lc", records) == "test_bleu_tok_lc"
     assert resolve_metric("test_bleu", records[1:]) == "test_bleu"  # one kind of run: comparable
+
+
+def test_tuning_refuses_to_rank_lowercase_and_cased_candidates_and_names_a_validation_measure(monkeypatch):
+    """Tuning chooses on validation data, so its way out is evaluate.py on the validation set, not a test score."""
+    from nmt.sweep import levels
+
+    runs = ((True, "lowercase", 39.0), (False, "identity", 38.0))
+    key = "data.tokenizer.normalization"
+    records = [
+        {"lowercase": lc, "factors": {"optim": "adam", key: name}, "metrics": {"best_val_bleu": value}}
+        for lc, name, value in runs
+    ]
+    monkeypatch.setattr(levels, "collect_records", lambda sweep_dir: records)
+    monkeypatch.setattr(levels, "_constant_level", lambda sweep_dir, key: "adam")
+    with pytest.raises(ValueError, match=r"1 of 2 runs write lowercase text") as raised:
+        levels.tune(["sweeps/tune_case"], "optim")
+    assert "split=val" in str(raised.value) and "test_bleu_tok_lc" not in str(raised.value)
+    monkeypatch.setattr(levels, "collect_records", lambda sweep_dir: records[1:])  # one kind: ranked
+    settings, _ = levels.tune(["sweeps/tune_case"], "optim")
+    assert settings == {"optim": {"adam": ["data.tokenizer.normalization=identity"]}}

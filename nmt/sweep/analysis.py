@@ -20,17 +20,21 @@ def lower_is_better(metric: str) -> bool:
     return metric.endswith(LOWER_IS_BETTER)
 
 
-def check_same_case(records: Sequence[dict], metric: str) -> None:
+SHARED_TEST_MEASURE = (
+    "compare test_bleu_tok_lc (lowercased for every run; report_metric=test_bleu_tok_lc), or runs of one kind"
+)
+
+
+def check_same_case(records: Sequence[dict], metric: str, advice: str = SHARED_TEST_MEASURE) -> None:
     """The BLEU or chrF of runs that write lowercase text (scored ignoring case) and of runs that do not are
-    different measures: comparing them is an error that names the measure they share."""
+    different measures: comparing them is an error that says what to compare instead (``advice``)."""
     if "tok_lc" in metric or not any(name in metric for name in ("bleu", "chrf")):
         return
     lowercase = sum(bool(r.get("lowercase")) for r in records)
     if 0 < lowercase < len(records):
         raise ValueError(
             f"{metric}: {lowercase} of {len(records)} runs write lowercase text and were scored ignoring case, "
-            f"the others case-sensitively, so their {metric} are different measures: compare test_bleu_tok_lc "
-            "(lowercased for every run; report_metric=test_bleu_tok_lc), or runs of one kind"
+            f"the others case-sensitively, so their {metric} are different measures: {advice}"
         )
 
 

@@ -37,6 +37,10 @@ SWEEP_KEYS = (
     "level_settings",
     "tuned",  # +tuned=<name>: conf/tuned/<name>.yaml, the level_settings that `python sweep.py tune` wrote
 )
+SAME_CASE_ON_VALIDATION = (
+    "tune lowercase and cased runs in sweeps of their own, or choose between them on validation with "
+    "`python evaluate.py ckpt_path=<run> split=val`, whose bleu_tok_lc is lowercased for every run"
+)
 TUNING_METRIC = "best_val_bleu"  # validation, never test: tuned settings are chosen where the test is not seen
 
 
@@ -122,7 +126,8 @@ def tune(sweep_dirs: list[str | Path], level_key: str, metric: str = TUNING_METR
         records = [r for r in collect_records(sweep_dir) if r["metrics"].get(metric) is not None]
         if not records:
             raise ValueError(f"{sweep_dir}: no finished run with {metric}; finish the tuning sweep first")
-        check_same_case(records, metric)
+        # a test measure is no way out here: settings are chosen on validation data
+        check_same_case(records, metric, SAME_CASE_ON_VALIDATION)
         if level in chosen:
             raise ValueError(f"{sweep_dir}: a second tuning sweep of {level_key}={level}; give one sweep per level")
         candidates: dict[tuple, list[float]] = {}
