@@ -2,6 +2,7 @@
 writes lowercase, and every place that scores it ignores case, as sacreBLEU's own lowercase option does:
 validation, the test at the end of training, evaluate.py on its checkpoint, and a sweep's statistics."""
 
+import csv
 import json
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from hydra import compose, initialize_config_dir
 from nmt.data.build import build_datamodule
 from nmt.evaluation.evaluate import evaluate
 from nmt.evaluation.score import main as score_main
+from nmt.metrics.corpus import tokenized_lowercase_bleu
 from nmt.sweep import store
 from nmt.sweep.report import resolve_metric
 from nmt.sweep.runner import run_record
@@ -40,10 +42,31 @@ def test_validation_bleu_and_chrf_ignore_case_only_for_a_lowercasing_tokenizer(t
         assert scores["identity"][name] < 90  # a cased model's lowercase output still loses
 
 
+def test_validation_scores_every_model_by_the_lowercased_tokenised_bleu_of_the_test(tmp_path):
+    """val_bleu_tok_lc, cased model or lowercase: the number the test's bleu_tok_lc gives for the same texts."""
+    hypotheses = ["Ein Mann fährt Fahrrad.", "zwei Hunde spielen im Schnee-Feld", "Eine Frau, die Gitarre spielt."]
+    references = ["Ein Mann fährt ein Fahrrad.", "Zwei Hunde spielen im Schnee-Feld.", "Eine Frau spielt Gitarre."]
+    expected = tokenized_lowercase_bleu(hypotheses, references, "de")
+    for normalization in ("identity", "lowercase"):
+        cfg = compose_train(f"data.tokenizer.normalization={normalization}")
+        datamodule = build_datamodule(cfg.data, str(tmp_path / normalization), 1)
+        task = TranslationTask()
+        metrics = task.validation_metrics(datamodule)
+        prepare = task.tok_lc_prepare
+        for h, r in zip(hypotheses, references, strict=True):  # batch by batch, as validation feeds it
+            metrics["bleu_tok_lc"].update([prepare(h)], [[prepare(r)]])
+        assert float(metrics["bleu_tok_lc"].compute()) * 100 == pytest.approx(expected, abs=1e-3)
+
+
 def test_a_lowercase_run_is_tested_evaluated_and_swept_ignoring_case(tmp_path):
     run_dir = tmp_path / "run"
     results = train(
-        compose_train("data.tokenizer.normalization=lowercase", "trainer.max_epochs=2", f"run_dir={run_dir}")
+        compose_train(
+            "data.tokenizer.normalization=lowercase",
+            "trainer.max_epochs=2",
+            "validation.bleu_every_n_epochs=1",
+            f"run_dir={run_dir}",
+        )
     )
     test = results["test"]
     assert "case:lc" in test["bleu_signature"] and "case:lc" in test["chrf_signature"]
@@ -65,6 +88,12 @@ def test_a_lowercase_run_is_tested_evaluated_and_swept_ignoring_case(tmp_path):
 
     record = run_record(run_dir, {"pos": "absolute"}, seed=1)
     assert record["lowercase"] is True
+    # the shared validation measure, at its best over the run's validations (the CSV log's rows)
+    with open(run_dir / "logs" / "metrics.csv", newline="") as handle:
+        logged = [float(row["val_bleu_tok_lc"]) for row in csv.DictReader(handle) if row.get("val_bleu_tok_lc")]
+    assert len(logged) == 2 and record["metrics"]["best_val_bleu_tok_lc"] == results["best_val_bleu_tok_lc"] == max(
+        logged
+    )
     stored = store.entry(record, "13a", None)["sentences"]["bleu"]
     scorer = sacrebleu.metrics.BLEU(lowercase=True)
     assert stored == [list(map(int, row)) for row in scorer._extract_corpus_statistics(hypotheses, [references])]
@@ -84,7 +113,8 @@ def test_a_sweep_refuses_to_compare_the_bleu_of_lowercase_and_cased_runs(tmp_pat
 
 
 def test_tuning_refuses_to_rank_lowercase_and_cased_candidates_and_names_a_validation_measure(monkeypatch):
-    """Tuning chooses on validation data, so its way out is evaluate.py on the validation set, not a test score."""
+    """Tuning chooses on validation data, so its way out is the validation measure both kinds share, never a
+    test score."""
     from nmt.sweep import levels
 
     runs = ((True, "lowercase", 39.0), (False, "identity", 38.0))
@@ -97,7 +127,11 @@ def test_tuning_refuses_to_rank_lowercase_and_cased_candidates_and_names_a_valid
     monkeypatch.setattr(levels, "_constant_level", lambda sweep_dir, key: "adam")
     with pytest.raises(ValueError, match=r"1 of 2 runs write lowercase text") as raised:
         levels.tune(["sweeps/tune_case"], "optim")
-    assert "split=val" in str(raised.value) and "test_bleu_tok_lc" not in str(raised.value)
+    assert "--metric best_val_bleu_tok_lc" in str(raised.value) and "test_bleu_tok_lc" not in str(raised.value)
+    for record, shared in zip(records, (40.1, 40.3), strict=True):
+        record["metrics"]["best_val_bleu_tok_lc"] = shared
+    settings, _ = levels.tune(["sweeps/tune_case"], "optim", "best_val_bleu_tok_lc")  # the measure both share
+    assert settings == {"optim": {"adam": ["data.tokenizer.normalization=identity"]}}
     monkeypatch.setattr(levels, "collect_records", lambda sweep_dir: records[1:])  # one kind: ranked
     settings, _ = levels.tune(["sweeps/tune_case"], "optim")
     assert settings == {"optim": {"adam": ["data.tokenizer.normalization=identity"]}}

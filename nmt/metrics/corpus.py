@@ -90,16 +90,27 @@ def tokenized_lowercase_bleu(hypotheses: Sequence[str], references: Sequence[str
 
 def _tokenized_lowercase_inputs(hypotheses: Sequence[str], references: Sequence[str], lang: str):
     """The scorer and the texts it scores for :func:`tokenized_lowercase_bleu`."""
+    settings, prepare = tokenized_lowercase_scoring(lang)
+    scorer = sacrebleu.metrics.BLEU(**settings, force=settings["tokenize"] == "none")
+    return scorer, [prepare(h) for h in hypotheses], [prepare(r) for r in references]
+
+
+def tokenized_lowercase_scoring(lang: str):
+    """({tokenize, lowercase}: sacreBLEU's BLEU settings, prepare: str -> str): the lowercased tokenised
+    BLEU of :func:`tokenized_lowercase_bleu` is that BLEU of the prepared texts (validation feeds them to
+    torchmetrics' SacreBLEUScore, with the same settings)."""
     if lang == "zh" or lang in MECAB:  # Moses does not segment these: sacreBLEU's own tokenizer for them
-        scorer = sacrebleu.metrics.BLEU(tokenize=bleu_tokenizer(lang), lowercase=True)
-        return scorer, list(hypotheses), list(references)
+        return {"tokenize": bleu_tokenizer(lang), "lowercase": True}, _unchanged
     tokenizer = MosesTokenizer(lang=lang)
 
     def prepare(text: str) -> str:
         return tokenizer.tokenize(text.lower(), aggressive_dash_splits=True, escape=False, return_str=True)
 
-    scorer = sacrebleu.metrics.BLEU(tokenize="none", force=True)
-    return scorer, [prepare(h) for h in hypotheses], [prepare(r) for r in references]
+    return {"tokenize": "none", "lowercase": False}, prepare
+
+
+def _unchanged(text: str) -> str:
+    return text
 
 
 BOOTSTRAP_SEED = 12345  # sacreBLEU's default seed for --confidence

@@ -14,7 +14,7 @@ from nmt.data.sources import decode_lines, read_lines
 from nmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from nmt.decoding.search import SearchConfig, decode, search_settings
 from nmt.decoding.translate import translate_lines
-from nmt.metrics.corpus import ROUGE_KEYS, bleu_tokenizer, corpus_scores
+from nmt.metrics.corpus import ROUGE_KEYS, bleu_tokenizer, corpus_scores, tokenized_lowercase_scoring
 from nmt.tasks.base import Task, log_target_metrics, target_metrics, update_target_metrics
 from nmt.tasks.translation_eval import (
     load_eval_set,
@@ -82,11 +82,15 @@ class TranslationTask(Task):
 
         # a model that writes lowercase text (data.tokenizer.normalization=lowercase) is scored ignoring case
         lowercase = datamodule.build_tokenizers()[1].lowercases
+        # and every model by the lowercased tokenised BLEU too: the measure that cased and lowercase runs
+        # share (and the one Multi30k papers report), so that validation can choose between them
+        tok_lc, self.tok_lc_prepare = tokenized_lowercase_scoring(datamodule.tgt_lang)
         metrics = nn.ModuleDict(
             {
                 **target_metrics(),
                 "bleu": SacreBLEUScore(tokenize=bleu_tokenizer(datamodule.tgt_lang), lowercase=lowercase),
                 "chrf": CHRFScore(n_word_order=0, lowercase=lowercase),
+                "bleu_tok_lc": SacreBLEUScore(**tok_lc),
             }
         )
         if self.rouge:  # summarisation: ROUGE-1/2/L F-measures of the decoded validation set
@@ -111,6 +115,8 @@ class TranslationTask(Task):
         hypotheses = [module.tgt_tokenizer.decode(ids) for ids in outputs]
         metrics["bleu"].update(hypotheses, [[r] for r in batch["refs"]])
         metrics["chrf"].update(hypotheses, [[r] for r in batch["refs"]])
+        prepare = self.tok_lc_prepare
+        metrics["bleu_tok_lc"].update([prepare(h) for h in hypotheses], [[prepare(r)] for r in batch["refs"]])
         if "rouge" in metrics:
             metrics["rouge"].update(hypotheses, list(batch["refs"]))
         if batch_idx == 0:
@@ -123,6 +129,7 @@ class TranslationTask(Task):
         if self.decodes_now(module) and not module.trainer.sanity_checking:
             module.log("val_bleu", metrics["bleu"].compute() * 100, prog_bar=True)
             module.log("val_chrf", metrics["chrf"].compute() * 100)
+            module.log("val_bleu_tok_lc", metrics["bleu_tok_lc"].compute() * 100)
             if "rouge" in metrics:
                 scores = metrics["rouge"].compute()
                 for key in ROUGE_KEYS:
@@ -257,6 +264,7 @@ class TranslationTask(Task):
             "test_chrf": test.get("chrf"),
             "test_bleu_tok_lc": test.get("bleu_tok_lc"),
             "best_val_bleu": results.get("best_val_bleu"),
+            "best_val_bleu_tok_lc": results.get("best_val_bleu_tok_lc"),  # comparable across cased and lowercase
             "final_val_bleu": final.get("val_bleu"),
             "final_val_loss": final.get("val_loss"),
         }
