@@ -18,6 +18,7 @@ from nmt.sweep import store
 from nmt.sweep.report import resolve_metric
 from nmt.sweep.runner import run_record
 from nmt.tasks.translation import TranslationTask
+from nmt.training.config import check_config
 from nmt.training.train import train
 
 from .conftest import CONF, compose_train
@@ -56,6 +57,8 @@ def test_validation_scores_every_model_by_the_lowercased_tokenised_bleu_of_the_t
         for h, r in zip(hypotheses, references, strict=True):  # batch by batch, as validation feeds it
             metrics["bleu_tok_lc"].update([prepare(h)], [[prepare(r)]])
         assert float(metrics["bleu_tok_lc"].compute()) * 100 == pytest.approx(expected, abs=1e-3)
+    # a measure a run may keep its best checkpoint by, or stop on
+    check_config(compose_train("checkpoint.monitor=val_bleu_tok_lc", "early_stopping.monitor=val_bleu_tok_lc"))
 
 
 def test_a_lowercase_run_is_tested_evaluated_and_swept_ignoring_case(tmp_path):
@@ -132,6 +135,11 @@ def test_tuning_refuses_to_rank_lowercase_and_cased_candidates_and_names_a_valid
         record["metrics"]["best_val_bleu_tok_lc"] = shared
     settings, _ = levels.tune(["sweeps/tune_case"], "optim", "best_val_bleu_tok_lc")  # the measure both share
     assert settings == {"optim": {"adam": ["data.tokenizer.normalization=identity"]}}
+    # a finished run without the measure (an earlier version's) is named, not silently left out
+    older = {"lowercase": True, "factors": {"optim": "adam", key: "lowercase"}, "metrics": {"best_val_bleu": 41.0}}
+    monkeypatch.setattr(levels, "collect_records", lambda sweep_dir: [*records, {**older, "run_dir": "/s/old"}])
+    with pytest.raises(ValueError, match=r"1 finished runs have no best_val_bleu_tok_lc \(old\)"):
+        levels.tune(["sweeps/tune_case"], "optim", "best_val_bleu_tok_lc")
     monkeypatch.setattr(levels, "collect_records", lambda sweep_dir: records[1:])  # one kind: ranked
     settings, _ = levels.tune(["sweeps/tune_case"], "optim")
     assert settings == {"optim": {"adam": ["data.tokenizer.normalization=identity"]}}

@@ -123,9 +123,17 @@ def tune(sweep_dirs: list[str | Path], level_key: str, metric: str = TUNING_METR
     chosen, lines = {}, [f"| {level_key} | candidate | {metric} (mean ± 95% CI) | seeds |", "|---|---|---|---|"]
     for sweep_dir in map(Path, sweep_dirs):
         level = _constant_level(sweep_dir, level_key)
-        records = [r for r in collect_records(sweep_dir) if r["metrics"].get(metric) is not None]
+        finished = collect_records(sweep_dir)
+        records = [r for r in finished if r["metrics"].get(metric) is not None]
         if not records:
             raise ValueError(f"{sweep_dir}: no finished run with {metric}; finish the tuning sweep first")
+        if len(records) < len(finished):  # never a choice among some of the candidates without saying so
+            missing = sorted(Path(r.get("run_dir", "?")).name for r in finished if r["metrics"].get(metric) is None)
+            raise ValueError(
+                f"{sweep_dir}: {len(missing)} finished runs have no {metric} ({', '.join(missing)}): made by an "
+                "earlier version or without decoded validations (validation.bleu_every_n_epochs); run them "
+                "again (on_changed=move) or choose another --metric"
+            )
         # a test measure is no way out here: settings are chosen on validation data
         check_same_case(records, metric, SAME_CASE_ON_VALIDATION)
         if level in chosen:

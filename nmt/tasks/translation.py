@@ -35,11 +35,12 @@ def decoder_only(model_cfg) -> bool:
 
 class TranslationTask(Task):
     """Sentence pairs; validation reports loss, perplexity and token accuracy of the references, and every
-    ``bleu_every_n_epochs`` epochs BLEU and chrF (and ROUGE with ``rouge``) of greedy/beam outputs."""
+    ``bleu_every_n_epochs`` epochs BLEU, chrF and the lowercased tokenised BLEU (and ROUGE with ``rouge``) of
+    greedy/beam outputs."""
 
     name = "translation"
     report_metric = "test_bleu"
-    decoded_metrics = ("val_bleu", "val_chrf", *(f"val_{key}" for key in ROUGE_KEYS))
+    decoded_metrics = ("val_bleu", "val_chrf", "val_bleu_tok_lc", *(f"val_{key}" for key in ROUGE_KEYS))
 
     def __init__(self, val_search: dict | None = None, bleu_every_n_epochs: int = 1, rouge: bool = False) -> None:
         self.val_search = SearchConfig(**(val_search or {"strategy": "greedy"}))
@@ -61,7 +62,7 @@ class TranslationTask(Task):
 
     def validation_metric_names(self) -> set[str]:
         rouge = {f"val_{key}" for key in ROUGE_KEYS} if self.rouge else set()
-        return {"val_loss", "val_ppl", "val_acc", "val_bleu", "val_chrf", "train_loss", *rouge}
+        return {"val_loss", "val_ppl", "val_acc", "val_bleu", "val_chrf", "val_bleu_tok_lc", "train_loss", *rouge}
 
     def check_evaluation(self, cfg: DictConfig) -> None:
         if cfg.get("prompt") is not None:
