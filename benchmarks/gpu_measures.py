@@ -68,10 +68,14 @@ def train_command(run_dir: Path, device: str, data: str, steps: int, extra: list
         "checkpoint.mode=min",
         "early_stopping.monitor=val_loss",
         "early_stopping.mode=min",
-        f"run_dir={run_dir}",
-        f"hydra.run.dir={run_dir}",  # Hydra's record of the command with the run, not in the checkout's runs/
+        *in_folder(run_dir),
         *extra,
     ]
+
+
+def in_folder(run_dir: Path) -> list[str]:
+    """A benchmark run and Hydra's record of its command both in ``run_dir``, not in the checkout's runs/."""
+    return [f"run_dir={run_dir}", f"hydra.run.dir={run_dir}"]
 
 
 def updates_per_second(run_dir: Path) -> float:
@@ -241,8 +245,7 @@ def whole_recipe(device: str, data: str, extra: list[str], run_dir: Path, budget
     and beam-5 test), timed; ``budget_s``: seconds for all of it, its training capped to leave
     :data:`RECIPE_OVERHEAD_S` of them for the rest (the result then says whether the cap cut it short)."""
     trainer = ["trainer=gpu"] if device == "cuda" else ["trainer.accelerator=cpu"]
-    folder = [f"run_dir={run_dir}", f"hydra.run.dir={run_dir}"]
-    command = [sys.executable, str(ROOT / "train.py"), f"data={data}", *trainer, *folder, *extra]
+    command = [sys.executable, str(ROOT / "train.py"), f"data={data}", *trainer, *in_folder(run_dir), *extra]
     cap = None
     if budget_s is not None:
         cap = max(1, int(budget_s - RECIPE_OVERHEAD_S))

@@ -198,10 +198,14 @@ def _without_rule_path(model_proto: bytes) -> bytes:
     format: SentencePiece's generated protobuf module accepts only the protobuf release it was built with."""
     if b"lowercase.tsv" not in model_proto:  # the models of SentencePiece's own rules stay byte for byte
         return model_proto
-    drop_path = lambda number, payload: None if number == _RULE_TSV else payload  # noqa: E731
-    return _edit_fields(
-        model_proto, lambda number, payload: _edit_fields(payload, drop_path) if number == _NORMALIZER_SPEC else payload
-    )
+
+    def drop_path(number: int, payload: bytes) -> bytes | None:
+        return None if number == _RULE_TSV else payload
+
+    def in_normalizer(number: int, payload: bytes) -> bytes:
+        return _edit_fields(payload, drop_path) if number == _NORMALIZER_SPEC else payload
+
+    return _edit_fields(model_proto, in_normalizer)
 
 
 def _edit_fields(message: bytes, edit) -> bytes:

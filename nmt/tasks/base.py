@@ -15,6 +15,7 @@ objects with ``model``, ``src_tokenizer``, ``tgt_tokenizer``, ``config``, ``chec
 (built by the inference layer, which sits above the tasks).
 """
 
+import csv
 from collections.abc import Callable
 from pathlib import Path
 
@@ -100,10 +101,25 @@ class Task:
         """evaluate.py on a checkpoint of this task; ``load()`` returns the loaded model."""
         raise NotImplementedError
 
+    def results_from_log(self, csv_log: Path) -> dict:
+        """What results.json keeps from the run's CSV log (every sitting of a resumed run) beyond the best of
+        the monitored metric."""
+        return {}
+
     # ---- sweeps ----------------------------------------------------------------------------------
     def sweep_metrics(self, results: dict) -> dict:
         """The metrics a sweep records for one finished run, from its results.json."""
         return {}
+
+
+def best_logged(csv_log: Path, name: str) -> float | None:
+    """The highest value of ``name`` in a run's CSV log, or None where it was never logged."""
+    try:
+        with open(csv_log, newline="") as handle:
+            values = [float(row[name]) for row in csv.DictReader(handle) if row.get(name)]
+    except FileNotFoundError:
+        return None
+    return max(values) if values else None
 
 
 # ---- the teacher-forced validation metrics every task with targets reports ------------------------

@@ -15,7 +15,7 @@ from nmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from nmt.decoding.search import SearchConfig, decode, search_settings
 from nmt.decoding.translate import translate_lines
 from nmt.metrics.corpus import ROUGE_KEYS, bleu_tokenizer, corpus_scores, tokenized_lowercase_scoring
-from nmt.tasks.base import Task, log_target_metrics, target_metrics, update_target_metrics
+from nmt.tasks.base import Task, best_logged, log_target_metrics, target_metrics, update_target_metrics
 from nmt.tasks.translation_eval import (
     load_eval_set,
     print_scores,
@@ -256,6 +256,11 @@ class TranslationTask(Task):
             atomic_write_text(cfg.output, text)
             print(f"{len(translations)} translations written to {cfg.output}", file=sys.stderr)
         return {"translations": len(translations), "output": cfg.output or "-"}
+
+    def results_from_log(self, csv_log: Path) -> dict:
+        # the measure cased and lowercase runs share, at its best over the run
+        best = best_logged(csv_log, "val_bleu_tok_lc")
+        return {} if best is None else {"best_val_bleu_tok_lc": best}
 
     # ---- sweeps ----------------------------------------------------------------------------------
     def sweep_metrics(self, results: dict) -> dict:

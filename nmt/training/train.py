@@ -1,7 +1,6 @@
 """train(cfg): everything ``train.py`` does, as a plain function of the composed config."""
 
 import contextlib
-import csv
 import json
 import logging
 import os
@@ -57,17 +56,6 @@ def compile_model(model: torch.nn.Module, setting) -> None:
     in 100 epochs of Multi30k)."""
     if setting:
         model.compile(mode="reduce-overhead" if setting == "reduce-overhead" else None, dynamic=True)
-
-
-def best_logged(csv_log: Path, name: str) -> float | None:
-    """The highest value of ``name`` in the run's CSV log (which every sitting of a resumed run extends),
-    or None where it was never logged."""
-    try:
-        with open(csv_log, newline="") as handle:
-            values = [float(row[name]) for row in csv.DictReader(handle) if row.get(name)]
-    except FileNotFoundError:
-        return None
-    return max(values) if values else None
 
 
 def resolve_run_dir(cfg: DictConfig) -> Path:
@@ -304,10 +292,7 @@ def _train_in_folder(cfg: DictConfig, task, run_dir: Path, config: dict, main_pr
         "final_metrics": final_metrics,
     }
     if trainer.is_global_zero:
-        # the measure cased and lowercase runs share, at its best over the run (every sitting's rows)
-        shared = best_logged(run_dir / "logs" / "metrics.csv", "val_bleu_tok_lc")
-        if shared is not None:
-            results["best_val_bleu_tok_lc"] = shared
+        results.update(task.results_from_log(run_dir / "logs" / "metrics.csv"))
         if cfg.test_after_training and Path(best_path).is_file() and not is_smoke_run(config):
             results["test"] = _final_test(cfg, task, trainer, best_path, checkpoint_dir, run_dir)
             wandb = next((lg for lg in trainer.loggers if isinstance(lg, WandbLogger)), None)
