@@ -62,6 +62,7 @@ def train_command(run_dir: Path, device: str, data: str, steps: int, extra: list
         f"trainer.max_steps={steps}",
         "trainer.log_every_n_steps=20",
         "trainer.enable_progress_bar=false",
+        "val_after_training=false",
         "test_after_training=false",
         "validation.bleu_every_n_epochs=0",
         "checkpoint.monitor=val_loss",
@@ -236,14 +237,16 @@ def mfu_output(device: str, timeout: float | None = None) -> str:
         return run_logged(command, Path(tmp) / "mfu.log", timeout)
 
 
-# seconds a run needs besides its training: start-up, data, compiling, the final validation and the test
+# seconds a run needs besides its training: start-up, data, compiling, the final validation, and the
+# beam-5 decodes of the validation and test sets
 RECIPE_OVERHEAD_S = 120
 
 
 def whole_recipe(device: str, data: str, extra: list[str], run_dir: Path, budget_s: float | None = None) -> dict:
     """The default recipe of ``data`` (on multi30k the tiny recipe) start to end (its updates, validations
-    and beam-5 test), timed; ``budget_s``: seconds for all of it, its training capped to leave
-    :data:`RECIPE_OVERHEAD_S` of them for the rest (the result then says whether the cap cut it short)."""
+    and the final model's beam-5 decodes of the validation and test sets), timed; ``budget_s``: seconds for
+    all of it, its training capped to leave :data:`RECIPE_OVERHEAD_S` of them for the rest (the result then
+    says whether the cap cut it short)."""
     trainer = ["trainer=gpu"] if device == "cuda" else ["trainer.accelerator=cpu"]
     command = [sys.executable, str(ROOT / "train.py"), f"data={data}", *trainer, *in_folder(run_dir), *extra]
     cap = None
@@ -267,6 +270,7 @@ def whole_recipe(device: str, data: str, extra: list[str], run_dir: Path, budget
         "updates": done.get("steps"),
         "epochs": done.get("epochs"),
         "best_val_bleu": done.get("best_val_bleu"),
+        "val_as_test_bleu": done.get("val_as_test", {}).get("bleu"),
         "test_bleu": done.get("test", {}).get("bleu"),
         "finished": done.get("finished"),
         "cut_short_by_cap": cut,

@@ -42,6 +42,8 @@ TINY = [
     "trainer.enable_model_summary=false",
     "trainer.accelerator=cpu",
 ]
+# a run that ends without scoring its final model (neither the validation set decoded as the test is, nor the test)
+NO_FINAL_SCORES = ["val_after_training=false", "test_after_training=false"]
 TINY_TOY = ["data=toy", "data.train_size=300", "data.val_size=20", "data.test_size=20"]
 
 

@@ -136,7 +136,7 @@ def test_a_run_with_the_deferred_guard_trains_as_one_that_checks_every_update(mo
 
     from nmt.training.train import train
 
-    from .conftest import compose_train
+    from .conftest import NO_FINAL_SCORES, compose_train
     from .host_reads import HostReads
 
     real_loss = TranslationTask.training_loss
@@ -167,7 +167,7 @@ def test_a_run_with_the_deferred_guard_trains_as_one_that_checks_every_update(mo
         cfg = compose_train(
             "optim.optimizer.fused=true",
             f"check_every={every}",
-            "test_after_training=false",
+            *NO_FINAL_SCORES,
             f"run_dir={run_dir}",
             "checkpoint.monitor=val_loss",
             "checkpoint.mode=min",
@@ -217,14 +217,14 @@ def test_throughput_timed_only_at_logged_updates_counts_every_batch(monkeypatch,
     from nmt.training import callbacks
     from nmt.training.train import train
 
-    from .conftest import compose_train
+    from .conftest import NO_FINAL_SCORES, compose_train
 
     real_init = callbacks.Throughput.__init__
     monkeypatch.setattr(callbacks.Throughput, "__init__", lambda self, *a, **k: real_init(self, *a, **k, sparse=True))
     cfg = compose_train(
         "trainer.max_epochs=2",
         "trainer.log_every_n_steps=2",
-        "test_after_training=false",
+        *NO_FINAL_SCORES,
         f"run_dir={tmp_path}",
         "checkpoint.monitor=val_loss",
         "checkpoint.mode=min",

@@ -9,7 +9,7 @@ import pytest
 from nmt.cli import unknown_key_message
 from nmt.training.config import ConfigError, check_config, unused_groups
 
-from .conftest import ROOT, compose_train
+from .conftest import NO_FINAL_SCORES, ROOT, compose_train
 
 
 @pytest.mark.parametrize(
@@ -78,7 +78,7 @@ def run_train(*args: str, cwd) -> subprocess.CompletedProcess:
 
 @pytest.mark.slow
 def test_train_py_refuses_an_unused_group_and_a_misspelt_key(tmp_path):
-    quick = ["data=toy", "trainer.max_epochs=0", "trainer.enable_progress_bar=false", "test_after_training=false"]
+    quick = ["data=toy", "trainer.max_epochs=0", "trainer.enable_progress_bar=false", *NO_FINAL_SCORES]
     result = run_train(*quick, "model=rnn", "pos=relative", cwd=tmp_path)
     assert result.returncode == 2 and "model=rnn does not use group 'pos'" in result.stderr
     assert "Traceback" not in result.stderr and not list(tmp_path.glob("runs/rnn_toy/*/config.yaml"))  # before any data
@@ -114,7 +114,7 @@ def test_the_recipe_line_names_the_file_that_applied_or_why_none_did(overrides, 
 
 @pytest.mark.slow
 def test_training_into_a_file_prints_plain_progress_lines(tmp_path):
-    quick = ["data=toy", "trainer.max_steps=6", "progress.every_s=0", "test_after_training=false", "threads=1"]
+    quick = ["data=toy", "trainer.max_steps=6", "progress.every_s=0", *NO_FINAL_SCORES, "threads=1"]
     result = run_train(*quick, f"run_dir={tmp_path / 'run'}", cwd=tmp_path)  # stdout is a pipe, not a terminal
     assert result.returncode == 0, result.stderr[-2000:]
     assert "Recipe: toy_transformer, the default for data=toy model=transformer" in result.stdout

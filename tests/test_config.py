@@ -15,7 +15,7 @@ from nmt.training.config import ConfigError, check_config
 from nmt.training.train import resolve_precision, train
 from nmt.utils.instantiate import instantiate
 
-from .conftest import CONF, ROOT, compose_train
+from .conftest import CONF, NO_FINAL_SCORES, ROOT, compose_train
 
 
 def options(group: str) -> list[str]:
@@ -142,9 +142,7 @@ def test_a_run_with_precision_auto_records_the_precision_it_used(monkeypatch, tm
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: True, raising=False)
     assert compose_train("experiment=multi30k_tiny", tiny=False).trainer.precision == "auto"  # the recipe's
-    cfg = compose_train(
-        "trainer.precision=auto", "trainer.max_steps=2", "test_after_training=false", f"run_dir={tmp_path}"
-    )
+    cfg = compose_train("trainer.precision=auto", "trainer.max_steps=2", *NO_FINAL_SCORES, f"run_dir={tmp_path}")
     train(cfg)
     assert OmegaConf.load(tmp_path / "config.yaml").trainer.precision == "bf16-mixed"
     checkpoint = load_checkpoint(tmp_path / "checkpoints" / "last.ckpt")

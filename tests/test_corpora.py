@@ -18,7 +18,7 @@ from nmt.data.toy import toy_pairs
 from nmt.data.zh_en import ZhEnDataModule
 from nmt.training.train import train
 
-from .conftest import ROOT, compose_train
+from .conftest import NO_FINAL_SCORES, ROOT, compose_train
 from .test_end_to_end import run
 
 EN, DE = toy_pairs(400, seed=7)
@@ -214,7 +214,7 @@ def test_a_tiny_transformer_trains_an_epoch_on_each_module(corpus, tmp_path):
         "data.max_tokens=800",
         *extra,
         f"run_dir={tmp_path / 'run'}",
-        "test_after_training=false",
+        *NO_FINAL_SCORES,
     )
     results = train(cfg)
     # one epoch at the start of warm-up barely moves the model: its per-token loss must sit near a uniform
@@ -243,7 +243,7 @@ def test_evaluate_scores_several_test_sets_including_iwslt16(tmp_path):
         "data.tokenizer.vocab_size=80",
         "data.tokenizer.byte_fallback=false",
         f"run_dir={run_dir}",
-        "test_after_training=false",
+        *NO_FINAL_SCORES,
     )
     train(cfg)
     env_data = os.environ.get("NMT_DATA")

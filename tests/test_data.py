@@ -221,7 +221,7 @@ def test_a_run_with_batches_built_on_the_device_trains_alike(tmp_path, monkeypat
     from nmt.data.packed import PackedPairs
     from nmt.training.train import train
 
-    from .conftest import compose_train
+    from .conftest import NO_FINAL_SCORES, compose_train
 
     built: list[int] = []
     real_batch = PackedPairs.batch
@@ -234,7 +234,7 @@ def test_a_run_with_batches_built_on_the_device_trains_alike(tmp_path, monkeypat
         cfg = compose_train(
             f"data.batches_on_device={on_device}",
             "trainer.max_steps=4",
-            "test_after_training=false",
+            *NO_FINAL_SCORES,
             f"run_dir={run_dir}",
         )
         train(cfg)

@@ -66,6 +66,21 @@ def test_evaluate_reproduces_the_test_score_from_the_checkpoint_alone(toy_run, t
     assert len((tmp_path / "hypotheses.txt").read_text().splitlines()) == 200
 
 
+def test_the_validation_set_is_scored_as_the_test_is_and_evaluate_reproduces_it(toy_run, tmp_path):
+    """results.json's val_as_test: the final model with the run's own search on the validation set, in the
+    folder evaluate.py names for those settings, with evaluate.py's score."""
+    results = json.loads((toy_run / "results.json").read_text())
+    val, test = results["val_as_test"], results["test"]
+    assert val["split"] == "val" and val["search"] == test["search"] and val["checkpoints"] == test["checkpoints"]
+    assert Path(val["hypotheses"]).parent.name == Path(test["hypotheses"]).parent.name.replace("test", "val", 1)
+    run("evaluate.py", f"ckpt_path={results['best_checkpoint']}", "split=val", f"out_dir={tmp_path}", "samples=0")
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert metrics["bleu"] == val["bleu"] and metrics["bleu_tok_lc"] == val["bleu_tok_lc"]
+    assert len((tmp_path / "hypotheses.txt").read_text().splitlines()) == len(
+        Path(val["hypotheses"]).read_text().splitlines()
+    )
+
+
 def test_greedy_validation_bleu_matches_training(toy_run, tmp_path):
     results = json.loads((toy_run / "results.json").read_text())
     run(

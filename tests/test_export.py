@@ -14,7 +14,7 @@ from nmt.inference.translator import Translator
 from nmt.tasks.language_model import LanguageModelTask
 from nmt.training.train import train
 
-from .conftest import ROOT, compose_train
+from .conftest import NO_FINAL_SCORES, ROOT, compose_train
 
 pytest.importorskip("ctranslate2", reason="ctranslate2 is a dependency of the export (make install)")
 
@@ -36,7 +36,7 @@ def trained(tmp_path_factory, name: str, overrides: list[str]) -> str:
     """A briefly trained toy model of this variant (trained once per test session)."""
     if name not in _TRAINED:
         run_dir = tmp_path_factory.mktemp(name)
-        overrides = [*overrides, "trainer.max_epochs=4", "test_after_training=false", "threads=1"]
+        overrides = [*overrides, "trainer.max_epochs=4", *NO_FINAL_SCORES, "threads=1"]
         train(compose_train(*overrides, f"run_dir={run_dir}"))
         _TRAINED[name] = str(run_dir / "checkpoints" / "best.ckpt")
     return _TRAINED[name]

@@ -20,7 +20,7 @@ from nmt.training.train import train
 from peers.joeynmt_export import export, joeynmt_schedule
 from peers.peer_speed import PEER_PAD, output_length, remap
 
-from .conftest import ROOT, compose_train
+from .conftest import NO_FINAL_SCORES, ROOT, compose_train
 
 STEP_BUDGET = ["trainer.max_steps=40", "trainer.val_check_interval=20", "trainer.check_val_every_n_epoch=null"]
 
@@ -104,7 +104,7 @@ def test_validation_every_n_updates_across_epochs(tmp_path):
         "validation.bleu_every_n_epochs=0",
         "checkpoint.monitor=val_loss",
         "checkpoint.mode=min",
-        "test_after_training=false",
+        *NO_FINAL_SCORES,
         f"run_dir={tmp_path / 'run'}",
     )
     results = train(cfg)

@@ -20,7 +20,7 @@ from nmt.tasks.translation import TranslationTask
 from nmt.training.module import TaskModule
 from nmt.utils.instantiate import instantiate
 
-from .conftest import ROOT, compose_train, tiny_overrides
+from .conftest import NO_FINAL_SCORES, ROOT, compose_train, tiny_overrides
 
 pytestmark = pytest.mark.slow
 
@@ -32,7 +32,7 @@ RESUMABLE = [
     "trainer.deterministic=true",
     "checkpoint.every_n_train_steps=4",
     "validation.bleu_every_n_epochs=1",
-    "test_after_training=false",
+    *NO_FINAL_SCORES,
     "threads=1",
     "trainer.log_every_n_steps=2",  # rows before the interruption, so that the test sees them kept
 ]
@@ -222,7 +222,7 @@ def test_preemption_signal_or_ctrl_c_saves_and_the_run_resumes(uninterrupted, tm
 
 def test_ddp_on_two_cpu_processes_trains_like_one(tmp_path):
     # optim=noam: its peak scales with this test's d_model 32 (the toy recipe's AdamW rate is fitted to 64)
-    common = ["trainer.max_epochs=4", "data.train_size=1500", "test_after_training=false",
+    common = ["trainer.max_epochs=4", "data.train_size=1500", *NO_FINAL_SCORES,
               "validation.bleu_every_n_epochs=4", "optim=noam"]  # fmt: skip
     single = run_to_end(tmp_path / "single", *common, "data.max_tokens=1500")
     # two processes, each with half the token budget: the same examples per optimiser step

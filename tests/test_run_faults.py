@@ -22,9 +22,9 @@ from nmt.training.config import ConfigError, check_config
 from nmt.training.run_folder import RunFolderError, RunLock
 from nmt.training.train import resolve_resume, resolve_run_dir, train
 
-from .conftest import ROOT, compose_train
+from .conftest import NO_FINAL_SCORES, ROOT, compose_train
 
-QUICK = ["trainer.max_epochs=2", "test_after_training=false", "threads=1"]
+QUICK = ["trainer.max_epochs=2", *NO_FINAL_SCORES, "threads=1"]
 
 
 def steps_per_epoch(cfg) -> int:

@@ -55,12 +55,12 @@ class ExactMatchTask(Task):
     def batch_target_tokens(self, batch):
         return int((batch["tgt_out"] != PAD_ID).sum())
 
-    def test_tag(self, cfg, average_last):
-        return "test_exact"
+    def final_tag(self, cfg, split, average_last):
+        return f"{split}_exact"
 
-    def test(self, loaded, cfg, out_dir, attention_maps=()):
+    def final_score(self, loaded, cfg, split, out_dir, attention_maps=()):
         datamodule = self.build_datamodule(loaded.config["data"], loaded.config["cache_dir"], loaded.config["seed"])
-        sources, references = datamodule.text("test")
+        sources, references = datamodule.text(split)
         search = SearchConfig(strategy="greedy")
         hypotheses = translate_lines(loaded.model, loaded.src_tokenizer, loaded.tgt_tokenizer, sources, search)
         (Path(out_dir) / "hypotheses.txt").parent.mkdir(parents=True, exist_ok=True)
@@ -73,10 +73,14 @@ class ExactMatchTask(Task):
 
     def evaluate(self, cfg, load):
         loaded = load()
-        return self.test(loaded, cfg, cfg.out_dir or loaded.run_dir / "eval" / "test_exact")
+        return self.final_score(loaded, cfg, "test", cfg.out_dir or loaded.run_dir / "eval" / "test_exact")
 
     def sweep_metrics(self, results):
-        return {"test_exact": results["test"]["exact"], "best_val_exact": results.get("best_val_exact")}
+        return {
+            "test_exact": results["test"]["exact"],
+            "val_as_test_exact": results["val_as_test"]["exact"],
+            "best_val_exact": results.get("best_val_exact"),
+        }
 
 
 TASK_YAML = """# @package _global_
@@ -107,11 +111,12 @@ def test_a_task_defined_in_one_module_and_one_config_file_trains_evaluates_and_r
     saved = OmegaConf.load(run_dir / "config.yaml")
     assert saved.task._target_ == "tests.test_tasks.ExactMatchTask"
     assert "val_exact" in results["final_metrics"] and results["best_val_exact"] is not None
-    hypotheses = (run_dir / "eval" / "test_exact" / "hypotheses.txt").read_text().splitlines()
-    references = (run_dir / "eval" / "test_exact" / "references.txt").read_text().splitlines()
-    assert results["test"]["exact"] == pytest.approx(
-        100 * sum(h == r for h, r in zip(hypotheses, references, strict=True)) / len(references)
-    )
+    for split, key in (("val", "val_as_test"), ("test", "test")):  # the final model scored on both, by the task
+        hypotheses = (run_dir / "eval" / f"{split}_exact" / "hypotheses.txt").read_text().splitlines()
+        references = (run_dir / "eval" / f"{split}_exact" / "references.txt").read_text().splitlines()
+        assert results[key]["exact"] == pytest.approx(
+            100 * sum(h == r for h, r in zip(hypotheses, references, strict=True)) / len(references)
+        )
 
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         eval_cfg = compose(
@@ -122,7 +127,11 @@ def test_a_task_defined_in_one_module_and_one_config_file_trains_evaluates_and_r
 
     record = run_record(run_dir, {"pos": "absolute"}, seed=1)
     assert record["report_metric"] == "test_exact"
-    assert record["metrics"] == {"test_exact": results["test"]["exact"], "best_val_exact": results["best_val_exact"]}
+    assert record["metrics"] == {
+        "test_exact": results["test"]["exact"],
+        "val_as_test_exact": results["val_as_test"]["exact"],
+        "best_val_exact": results["best_val_exact"],
+    }
 
 
 @pytest.mark.parametrize(

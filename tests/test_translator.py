@@ -20,7 +20,7 @@ from nmt.inference.translator import InputError, Translator
 from nmt.tasks.language_model import LanguageModelTask
 from nmt.training.train import train
 
-from .conftest import ROOT, compose_train
+from .conftest import NO_FINAL_SCORES, ROOT, compose_train
 
 SOURCES = ["one two three", "seven eight", "", "four four nine two"]
 
@@ -31,11 +31,7 @@ def checkpoints(tmp_path_factory):
     paths = {}
     for name, extra in (("seed1", ["seed=1"]), ("seed2", ["seed=2"]), ("rnn", ["model=rnn", "seed=1"])):
         run_dir = tmp_path_factory.mktemp(name)
-        train(
-            compose_train(
-                *extra, "trainer.max_epochs=5", "test_after_training=false", "threads=1", f"run_dir={run_dir}"
-            )
-        )
+        train(compose_train(*extra, "trainer.max_epochs=5", *NO_FINAL_SCORES, "threads=1", f"run_dir={run_dir}"))
         paths[name] = str(run_dir / "checkpoints" / "best.ckpt")
     return paths
 

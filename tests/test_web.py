@@ -16,7 +16,7 @@ import pytest
 from nmt.inference.translator import Translator
 from nmt.training.train import train
 
-from .conftest import ROOT, compose_train
+from .conftest import NO_FINAL_SCORES, ROOT, compose_train
 
 BROWSERS = ("chromium-headless-shell", "chromium", "chromium-browser", "google-chrome")
 SENTENCES = ["one two three", "seven eight", "four four nine two", "five", "six seven", "two", "nine one", "three"]
@@ -25,7 +25,7 @@ SENTENCES = ["one two three", "seven eight", "four four nine two", "five", "six 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("web")
-    train(compose_train("trainer.max_epochs=5", "test_after_training=false", "threads=1", f"run_dir={run_dir}"))
+    train(compose_train("trainer.max_epochs=5", *NO_FINAL_SCORES, "threads=1", f"run_dir={run_dir}"))
     return str(run_dir / "checkpoints" / "best.ckpt")
 
 

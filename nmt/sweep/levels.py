@@ -38,8 +38,8 @@ SWEEP_KEYS = (
     "tuned",  # +tuned=<name>: conf/tuned/<name>.yaml, the level_settings that `python sweep.py tune` wrote
 )
 SAME_CASE_ON_VALIDATION = (
-    "rank them by --metric best_val_bleu_tok_lc (validation, lowercased for every run), or tune each kind of "
-    "run in a sweep of its own"
+    "rank them by --metric best_val_bleu_tok_lc or val_as_test_bleu_tok_lc (validation, lowercased for every "
+    "run), or tune each kind of run in a sweep of its own"
 )
 TUNING_METRIC = "best_val_bleu"  # validation, never test: tuned settings are chosen where the test is not seen
 

@@ -30,6 +30,7 @@ from nmt.sweep.levels import (
 from nmt.sweep.report import RESULT, collect_records, write_report
 from nmt.sweep.summary import FAILED, PLAN
 from nmt.tasks import build_task, task_config
+from nmt.tasks.base import FINAL_RESULTS
 from nmt.training.run_folder import RunFolderError, RunLock
 from nmt.utils.io import atomic_write_json, atomic_write_text
 
@@ -430,7 +431,10 @@ def run_record(run_dir: Path, factors: dict, seed: int) -> dict:
         "references": test.get("references"),
         "sources": test.get("sources"),
         # a model that writes lowercase text was scored ignoring case: its sentence statistics are too
-        "lowercase": "case:lc" in str(test.get("bleu_signature", "")),
+        "lowercase": any(
+            "case:lc" in str(scores.get("bleu_signature", ""))
+            for scores in (test, results.get(FINAL_RESULTS["val"]) or {})
+        ),
     }
 
 

@@ -7,7 +7,8 @@ A task is built from the config group ``task`` (``conf/task/<name>.yaml`` names 
 - the config check (``check``): which models, corpora and options apply;
 - training (``build_datamodule``, ``build_model``, ``training_loss``, ``validation_metrics``,
   ``validation_step``, ``validation_epoch_end``, ``batch_sequences``, ``batch_target_tokens``);
-- evaluation (``test`` after training, ``evaluate`` for evaluate.py);
+- evaluation (``final_score`` of the validation and test sets after training, ``evaluate`` for
+  evaluate.py);
 - sweeps (``sweep_metrics``, ``report_metric``).
 
 The layers above never ask which task a run is; they call these methods. Loaded checkpoints arrive as
@@ -26,6 +27,10 @@ from torch import nn
 from nmt.data.build import build_datamodule
 from nmt.data.tokenizer import PAD_ID
 from nmt.models.build import build_model
+
+# results.json's key for each split the final model is scored on: the validation set decoded as the test is
+# ("val_as_test": the measure to choose recipes by; "final_val_*" are the last logged validation's)
+FINAL_RESULTS = {"val": "val_as_test", "test": "test"}
 
 
 class Task:
@@ -88,13 +93,14 @@ class Task:
         raise NotImplementedError
 
     # ---- evaluation ------------------------------------------------------------------------------
-    def test(self, loaded, cfg: DictConfig, out_dir: Path, attention_maps=()) -> dict:
-        """Score the test split after training with the run's own config ``cfg``; writes into
-        ``out_dir`` and returns what results.json records under "test"."""
+    def final_score(self, loaded, cfg: DictConfig, split: str, out_dir: Path, attention_maps=()) -> dict:
+        """Score ``split`` ("val" or "test") with the final model after training, as the run's own config
+        ``cfg`` says (its search); writes into ``out_dir`` and returns what results.json records under
+        ``FINAL_RESULTS[split]``."""
         raise NotImplementedError
 
-    def test_tag(self, cfg: DictConfig, average_last: int) -> str:
-        """The folder name under <run_dir>/eval of the final test."""
+    def final_tag(self, cfg: DictConfig, split: str, average_last: int) -> str:
+        """The folder name under <run_dir>/eval of that score (evaluate.py's name for the same settings)."""
         raise NotImplementedError
 
     def evaluate(self, cfg: DictConfig, load: Callable[[], object]) -> dict:

@@ -16,7 +16,7 @@ from torch import nn
 from nmt.data.lm import LanguageModelDataModule
 from nmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from nmt.decoding.search import SearchConfig, decode, search_settings
-from nmt.tasks.base import Task, log_target_metrics, target_metrics, update_target_metrics
+from nmt.tasks.base import FINAL_RESULTS, Task, log_target_metrics, target_metrics, update_target_metrics
 from nmt.tasks.translation import decoder_only
 from nmt.utils.io import atomic_write_json
 from nmt.utils.plots import save_attention_maps
@@ -116,11 +116,11 @@ class LanguageModelTask(Task):
         console.print(table)
         return result
 
-    def test_tag(self, cfg, average_last):
-        return "test_ppl" + (f"_avg{average_last}" if average_last > 1 else "")
+    def final_tag(self, cfg, split, average_last):
+        return f"{split}_ppl" + (f"_avg{average_last}" if average_last > 1 else "")
 
-    def test(self, loaded, cfg, out_dir, attention_maps=()):
-        return self.evaluate_split(loaded, "test", out=out_dir)
+    def final_score(self, loaded, cfg, split, out_dir, attention_maps=()):
+        return self.evaluate_split(loaded, split, out=out_dir)
 
     def evaluate(self, cfg: DictConfig, load: Callable[[], object]) -> dict:
         """Generate from ``prompt`` when given, else the perplexity of each split."""
@@ -149,6 +149,7 @@ class LanguageModelTask(Task):
         test, final = results.get("test") or {}, results.get("final_metrics") or {}
         return {
             "test_ppl": test.get("ppl"),
+            "val_as_test_ppl": (results.get(FINAL_RESULTS["val"]) or {}).get("ppl"),
             "best_val_ppl": results.get("best_val_ppl"),
             "final_val_ppl": final.get("val_ppl"),
             "final_val_loss": final.get("val_loss"),

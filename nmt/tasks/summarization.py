@@ -5,6 +5,7 @@ does not grow with the document) are search options; ``conf/task/summarization.y
 
 from omegaconf import DictConfig, OmegaConf
 
+from nmt.tasks.base import FINAL_RESULTS
 from nmt.tasks.translation import TranslationTask
 
 
@@ -33,6 +34,7 @@ class SummarizationTask(TranslationTask):
         return {
             **super().sweep_metrics(results),
             **{f"test_{key}": test.get(key) for key in ("rouge1", "rouge2", "rougeL")},
+            "val_as_test_rougeL": (results.get(FINAL_RESULTS["val"]) or {}).get("rougeL"),
             "best_val_rougeL": results.get("best_val_rougeL"),
             "final_val_rougeL": final.get("val_rougeL"),
         }

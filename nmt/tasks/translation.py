@@ -15,7 +15,14 @@ from nmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from nmt.decoding.search import SearchConfig, decode, search_settings
 from nmt.decoding.translate import translate_lines
 from nmt.metrics.corpus import ROUGE_KEYS, bleu_tokenizer, corpus_scores, tokenized_lowercase_scoring
-from nmt.tasks.base import Task, best_logged, log_target_metrics, target_metrics, update_target_metrics
+from nmt.tasks.base import (
+    FINAL_RESULTS,
+    Task,
+    best_logged,
+    log_target_metrics,
+    target_metrics,
+    update_target_metrics,
+)
 from nmt.tasks.translation_eval import (
     load_eval_set,
     print_scores,
@@ -200,12 +207,12 @@ class TranslationTask(Task):
         print_scores(result, sources, references, hypotheses, samples)
         return result
 
-    def test_tag(self, cfg, average_last):
-        return split_tag("test", SearchConfig(**cfg.decode), average_last)  # best.ckpt, the run's own search
+    def final_tag(self, cfg, split, average_last):
+        return split_tag(split, SearchConfig(**cfg.decode), average_last)  # best.ckpt, the run's own search
 
-    def test(self, loaded, cfg, out_dir, attention_maps=()):
+    def final_score(self, loaded, cfg, split, out_dir, attention_maps=()):
         return self.evaluate_split(
-            loaded, "test", SearchConfig(**cfg.decode), out=out_dir, attention_maps=attention_maps
+            loaded, split, SearchConfig(**cfg.decode), out=out_dir, attention_maps=attention_maps
         )
 
     def evaluate(self, cfg: DictConfig, load: Callable[[], object]) -> dict:
@@ -265,10 +272,15 @@ class TranslationTask(Task):
     # ---- sweeps ----------------------------------------------------------------------------------
     def sweep_metrics(self, results: dict) -> dict:
         test, final = results.get("test") or {}, results.get("final_metrics") or {}
+        val = results.get(FINAL_RESULTS["val"]) or {}
         return {
             "test_bleu": test.get("bleu"),
             "test_chrf": test.get("chrf"),
             "test_bleu_tok_lc": test.get("bleu_tok_lc"),
+            # the final model and search on the validation set: what to choose a recipe by
+            "val_as_test_bleu": val.get("bleu"),
+            "val_as_test_chrf": val.get("chrf"),
+            "val_as_test_bleu_tok_lc": val.get("bleu_tok_lc"),
             "best_val_bleu": results.get("best_val_bleu"),
             "best_val_bleu_tok_lc": results.get("best_val_bleu_tok_lc"),  # comparable across cased and lowercase
             "final_val_bleu": final.get("val_bleu"),

@@ -7,6 +7,7 @@ from lightning.fabric.loggers.logger import rank_zero_experiment
 from lightning.pytorch.loggers import CSVLogger, WandbLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 
+from nmt.tasks.base import FINAL_RESULTS
 from nmt.utils.io import atomic_path
 
 
@@ -121,6 +122,8 @@ def log_results_to_wandb(logger: WandbLogger, results: dict) -> None:
     """Final results into the run's summary, and the test attention heatmaps as images."""
     test = results.get("test", {})
     summary = {f"test_{k}": v for k, v in test.items() if isinstance(v, int | float)}
+    val = results.get(FINAL_RESULTS["val"], {})
+    summary.update({f"{FINAL_RESULTS['val']}_{k}": v for k, v in val.items() if isinstance(v, int | float)})
     summary.update({k: v for k, v in results.items() if isinstance(v, int | float)})
     logger.experiment.summary.update(summary)
     if test.get("attention_maps"):

@@ -21,6 +21,7 @@ from nmt.inference.checkpoint import CheckpointError, epoch_checkpoints, load_ch
 from nmt.inference.loading import load_model
 from nmt.models.build import count_parameters
 from nmt.tasks import build_task
+from nmt.tasks.base import FINAL_RESULTS
 from nmt.training.callbacks import WallClock
 from nmt.training.config import check_config, describe_recipe
 from nmt.training.loggers import log_results_to_wandb
@@ -293,8 +294,8 @@ def _train_in_folder(cfg: DictConfig, task, run_dir: Path, config: dict, main_pr
     }
     if trainer.is_global_zero:
         results.update(task.results_from_log(run_dir / "logs" / "metrics.csv"))
-        if cfg.test_after_training and Path(best_path).is_file() and not is_smoke_run(config):
-            results["test"] = _final_test(cfg, task, trainer, best_path, checkpoint_dir, run_dir)
+        if _final_splits(cfg) and Path(best_path).is_file() and not is_smoke_run(config):
+            results.update(_final_scores(cfg, task, trainer, best_path, checkpoint_dir, run_dir))
             wandb = next((lg for lg in trainer.loggers if isinstance(lg, WandbLogger)), None)
             if wandb:
                 log_results_to_wandb(wandb, results)
@@ -334,17 +335,29 @@ def _validate_final_weights(cfg: DictConfig, trainer: L.Trainer, module, datamod
     return metrics
 
 
-def _final_test(cfg: DictConfig, task, trainer: L.Trainer, best_path: str, checkpoint_dir: Path, run_dir: Path):
-    """The task's test of the best checkpoint (or of the mean of the last epochs, test_average_last)."""
+def _final_splits(cfg: DictConfig) -> list[str]:
+    """The splits scored at the end: validation first (the measure to choose a recipe by), then test."""
+    return [split for split, key in (("val", "val_after_training"), ("test", "test_after_training")) if cfg.get(key)]
+
+
+def _final_scores(cfg: DictConfig, task, trainer: L.Trainer, best_path: str, checkpoint_dir: Path, run_dir: Path):
+    """The task's scores of the final model (the best checkpoint, or the mean of the last epochs:
+    test_average_last) with the run's own search: {"val_as_test": ..., "test": ...} as configured. The
+    validation set is decoded exactly as the test is, so that recipes are compared on the model and
+    search they ship with, and the test is never the one to choose by."""
     average = _test_average(cfg, checkpoint_dir)
     if average:
-        print(f"Testing the average of the last {average} epoch checkpoints (test_average_last)")
-    # Lightning moves the module back to the CPU when fit ends: test on the device that trained
+        print(f"Scoring the average of the last {average} epoch checkpoints (test_average_last)")
+    # Lightning moves the module back to the CPU when fit ends: score on the device that trained
     device = str(trainer.strategy.root_device)
     loaded = load_model(best_path, average, device)
     wandb = any(isinstance(lg, WandbLogger) for lg in trainer.loggers)
-    out_dir = run_dir / "eval" / task.test_tag(cfg, average)
-    return task.test(loaded, cfg, out_dir, attention_maps=[0] if wandb else ())
+    scores = {}
+    for split in _final_splits(cfg):
+        out_dir = run_dir / "eval" / task.final_tag(cfg, split, average)
+        maps = [0] if wandb and split == "test" else ()
+        scores[FINAL_RESULTS[split]] = task.final_score(loaded, cfg, split, out_dir, attention_maps=maps)
+    return scores
 
 
 def _test_average(cfg: DictConfig, checkpoint_dir: Path) -> int:
