@@ -4,6 +4,7 @@ validation, the test at the end of training, evaluate.py on its checkpoint, and 
 
 import csv
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -91,6 +92,13 @@ def test_a_lowercase_run_is_tested_evaluated_and_swept_ignoring_case(tmp_path):
 
     record = run_record(run_dir, {"pos": "absolute"}, seed=1)
     assert record["lowercase"] is True
+    # the validation set decoded as the test is: ignoring case too, and the lowercased tokenised BLEU of its texts
+    val = results["val_as_test"]
+    assert "case:lc" in val["bleu_signature"]
+    val_hypotheses = Path(val["hypotheses"]).read_text(encoding="utf-8").splitlines()
+    val_references = Path(val["references"]).read_text(encoding="utf-8").splitlines()
+    expected = tokenized_lowercase_bleu(val_hypotheses, val_references, "de")
+    assert record["metrics"]["val_as_test_bleu_tok_lc"] == val["bleu_tok_lc"] == pytest.approx(expected, abs=0.01)
     # the shared validation measure, at its best over the run's validations (the CSV log's rows)
     with open(run_dir / "logs" / "metrics.csv", newline="") as handle:
         logged = [float(row["val_bleu_tok_lc"]) for row in csv.DictReader(handle) if row.get("val_bleu_tok_lc")]
@@ -130,11 +138,18 @@ def test_tuning_refuses_to_rank_lowercase_and_cased_candidates_and_names_a_valid
     monkeypatch.setattr(levels, "_constant_level", lambda sweep_dir, key: "adam")
     with pytest.raises(ValueError, match=r"1 of 2 runs write lowercase text") as raised:
         levels.tune(["sweeps/tune_case"], "optim")
-    assert "--metric best_val_bleu_tok_lc" in str(raised.value) and "test_bleu_tok_lc" not in str(raised.value)
+    assert "--metric best_val_bleu_tok_lc" in str(raised.value) and "val_as_test_bleu_tok_lc" in str(raised.value)
+    assert not re.search(r"\btest_", str(raised.value))  # no test measure suggested
     for record, shared in zip(records, (40.1, 40.3), strict=True):
         record["metrics"]["best_val_bleu_tok_lc"] = shared
     settings, _ = levels.tune(["sweeps/tune_case"], "optim", "best_val_bleu_tok_lc")  # the measure both share
     assert settings == {"optim": {"adam": ["data.tokenizer.normalization=identity"]}}
+    for record, cased, shared in zip(records, (41.0, 39.0), (40.2, 40.0), strict=True):  # the final models'
+        record["metrics"].update(val_as_test_bleu=cased, val_as_test_bleu_tok_lc=shared)
+    with pytest.raises(ValueError, match=r"1 of 2 runs write lowercase text"):
+        levels.tune(["sweeps/tune_case"], "optim", "val_as_test_bleu")
+    settings, _ = levels.tune(["sweeps/tune_case"], "optim", "val_as_test_bleu_tok_lc")
+    assert settings == {"optim": {"adam": ["data.tokenizer.normalization=lowercase"]}}
     # a finished run without the measure (an earlier version's) is named, not silently left out
     older = {"lowercase": True, "factors": {"optim": "adam", key: "lowercase"}, "metrics": {"best_val_bleu": 41.0}}
     monkeypatch.setattr(levels, "collect_records", lambda sweep_dir: [*records, {**older, "run_dir": "/s/old"}])
