@@ -286,6 +286,10 @@ def test_a_tiny_language_model_learns_the_counting_corpus_and_generates(ptb_fold
     # uniform guessing would give ~24; the structure leaves only the first word and the end uncertain
     assert test["ppl"] < vocab_size / 3, test
     assert results["best_val_ppl"] == pytest.approx(min(results["best_val_ppl"], test["ppl"] * 2))
+    # the best checkpoint's perplexity of the validation stream, scored at the end as the test is: the number
+    # validation logged for it
+    assert results["val_as_test"]["ppl"] == pytest.approx(results["best_val_ppl"], rel=1e-4)
+    assert results["val_as_test"]["tokens"] == sum(len(s.split()) + 1 for s in counting_sentences(60, 2))
     loaded = load_model(results["best_checkpoint"])
     assert isinstance(loaded.tgt_tokenizer, WordVocabulary)
     text = generate(loaded, "w3 w4", SearchConfig(strategy="greedy"), max_new_tokens=5)[0]

@@ -150,10 +150,15 @@ def test_tuning_refuses_to_rank_lowercase_and_cased_candidates_and_names_a_valid
         levels.tune(["sweeps/tune_case"], "optim", "val_as_test_bleu")
     settings, _ = levels.tune(["sweeps/tune_case"], "optim", "val_as_test_bleu_tok_lc")
     assert settings == {"optim": {"adam": ["data.tokenizer.normalization=lowercase"]}}
+    without = {**records[0], "metrics": {"best_val_bleu": 40.0}, "run_dir": "/s/no_val_decode"}
+    monkeypatch.setattr(levels, "collect_records", lambda sweep_dir: [*records, without])
+    with pytest.raises(ValueError, match=r"no_val_decode\): .*\(val_after_training=false\)"):
+        levels.tune(["sweeps/tune_case"], "optim", "val_as_test_bleu_tok_lc")
+    monkeypatch.setattr(levels, "collect_records", lambda sweep_dir: records)
     # a finished run without the measure (an earlier version's) is named, not silently left out
     older = {"lowercase": True, "factors": {"optim": "adam", key: "lowercase"}, "metrics": {"best_val_bleu": 41.0}}
     monkeypatch.setattr(levels, "collect_records", lambda sweep_dir: [*records, {**older, "run_dir": "/s/old"}])
-    with pytest.raises(ValueError, match=r"1 finished runs have no best_val_bleu_tok_lc \(old\)"):
+    with pytest.raises(ValueError, match=r"1 of 3 finished runs have no best_val_bleu_tok_lc \(old\)"):
         levels.tune(["sweeps/tune_case"], "optim", "best_val_bleu_tok_lc")
     monkeypatch.setattr(levels, "collect_records", lambda sweep_dir: records[1:])  # one kind: ranked
     settings, _ = levels.tune(["sweeps/tune_case"], "optim")

@@ -303,9 +303,10 @@ def test_a_save_that_dies_half_way_leaves_the_previous_checkpoint_intact(tmp_pat
     assert torch.load(path, weights_only=True) == {"step": 1}
 
 
-def test_the_final_test_runs_on_the_training_device_wherever_fit_leaves_the_module(tmp_path, monkeypatch):
+def test_the_final_scores_run_on_the_training_device_wherever_fit_leaves_the_module(tmp_path, monkeypatch):
     """Lightning moves the module to the CPU when fit ends, so GPU runs once decoded their test set on the
-    CPU. Here fit leaves the module on the meta device instead; the test must still get the trainer's."""
+    CPU. Here fit leaves the module on the meta device instead; the final scores must still get the trainer's,
+    and load the final model once for the validation and test sets."""
     from lightning.pytorch.strategies import SingleDeviceStrategy
 
     from nmt.training import train as training

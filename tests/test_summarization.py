@@ -141,3 +141,8 @@ def test_the_summarisation_recipe_trains_and_scores_rouge(tmp_path):
     assert test["rouge1"] > 90, test  # the topic is learnt (a wrong topic scores 80: 4 of 5 words)
     hypotheses = (run_dir / "eval" / "test_beam2" / "hypotheses.txt").read_text().splitlines()
     assert all(len(tokenizer.encode(h)) >= 3 for h in hypotheses)  # decode.min_len in subword tokens
+    # the validation set decoded as the test is: the run's beam and minimum length, not validation.search's
+    val = results["val_as_test"]
+    assert {"rouge1", "rouge2", "rougeL"} <= set(val) and val["search"] == test["search"]
+    val_hypotheses = (run_dir / "eval" / "val_beam2" / "hypotheses.txt").read_text().splitlines()
+    assert all(len(tokenizer.encode(h)) >= 3 for h in val_hypotheses)

@@ -41,6 +41,12 @@ SAME_CASE_ON_VALIDATION = (
     "rank them by --metric best_val_bleu_tok_lc or val_as_test_bleu_tok_lc (validation, lowercased for every "
     "run), or tune each kind of run in a sweep of its own"
 )
+# why a finished run may lack a validation metric, by the metric's first word
+_WITHOUT = {
+    "best": "without decoded validations (validation.bleu_every_n_epochs=0)",
+    "final": "without decoded validations (validation.bleu_every_n_epochs=0)",
+    "val": "without the final decode of the validation set (val_after_training=false)",
+}
 TUNING_METRIC = "best_val_bleu"  # validation, never test: tuned settings are chosen where the test is not seen
 
 
@@ -125,14 +131,15 @@ def tune(sweep_dirs: list[str | Path], level_key: str, metric: str = TUNING_METR
         level = _constant_level(sweep_dir, level_key)
         finished = collect_records(sweep_dir)
         records = [r for r in finished if r["metrics"].get(metric) is not None]
-        if not records:
-            raise ValueError(f"{sweep_dir}: no finished run with {metric}; finish the tuning sweep first")
+        if not finished:
+            raise ValueError(f"{sweep_dir}: no finished run; finish the tuning sweep first")
         if len(records) < len(finished):  # never a choice among some of the candidates without saying so
             missing = sorted(Path(r.get("run_dir", "?")).name for r in finished if r["metrics"].get(metric) is None)
+            why = _WITHOUT.get(metric.split("_")[0], _WITHOUT["best"])
             raise ValueError(
-                f"{sweep_dir}: {len(missing)} finished runs have no {metric} ({', '.join(missing)}): made by an "
-                "earlier version or without decoded validations (validation.bleu_every_n_epochs); run them "
-                "again (on_changed=move) or choose another --metric"
+                f"{sweep_dir}: {len(missing)} of {len(finished)} finished runs have no {metric} "
+                f"({', '.join(missing)}): made by an earlier version or {why}; run them again (on_changed=move) "
+                "or choose another --metric"
             )
         # a test measure is no way out here: settings are chosen on validation data
         check_same_case(records, metric, SAME_CASE_ON_VALIDATION)

@@ -29,7 +29,7 @@ from nmt.data.tokenizer import PAD_ID
 from nmt.models.build import build_model
 
 # results.json's key for each split the final model is scored on: the validation set decoded as the test is
-# ("val_as_test": the measure to choose recipes by; "final_val_*" are the last logged validation's)
+# ("val_as_test": a measure to choose recipes by; "final_val_*" are the last logged validation's)
 FINAL_RESULTS = {"val": "val_as_test", "test": "test"}
 
 
@@ -98,6 +98,10 @@ class Task:
         ``cfg`` says (its search); writes into ``out_dir`` and returns what results.json records under
         ``FINAL_RESULTS[split]``."""
         raise NotImplementedError
+
+    def scores_final_model(self) -> bool:
+        """Whether this task implements :meth:`final_score` (checked before training, not after it)."""
+        return type(self).final_score is not Task.final_score
 
     def final_tag(self, cfg: DictConfig, split: str, average_last: int) -> str:
         """The folder name under <run_dir>/eval of that score (evaluate.py's name for the same settings)."""

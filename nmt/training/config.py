@@ -106,6 +106,12 @@ def check_config(cfg: DictConfig) -> None:
             value = OmegaConf.select(cfg, key, default=None)
             if names is not None and value is not None and value not in names:
                 problems.append(f"  {key}={value!r}: task={task.name} logs {sorted(names)}")
+        final = [key for key in ("val_after_training", "test_after_training") if cfg.get(key)]
+        if final and not task.scores_final_model():
+            problems.append(
+                f"  {'/'.join(final)}=true: task={task.name} does not implement final_score and final_tag (formerly "
+                "test and test_tag, for the test set alone); implement them, or set these false"
+            )
     problems += unused_groups(cfg)
     if problems:
         raise ConfigError("invalid configuration:\n" + "\n".join(problems))

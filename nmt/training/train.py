@@ -143,9 +143,10 @@ def is_smoke_run(config: dict) -> bool:
 
 
 def train(cfg: DictConfig) -> dict:
-    """Train a model as ``cfg`` says, test its best checkpoint, and return the results (also written to
-    <run_dir>/results.json). The run folder is locked while the run lives; a finished run with the same
-    settings is reported, not trained again; a run folder made under other settings is refused."""
+    """Train a model as ``cfg`` says, score its final model on the validation and test sets, and return the
+    results (also written to <run_dir>/results.json). The run folder is locked while the run lives; a
+    finished run with the same settings is reported, not trained again; a run folder made under other
+    settings is refused."""
     task = build_task(cfg.task)
     check_config(cfg)
     if str(cfg.trainer.precision) == "auto":  # the checkpoint's config records what was used
@@ -289,13 +290,14 @@ def _train_in_folder(cfg: DictConfig, task, run_dir: Path, config: dict, main_pr
         "epochs": trainer.current_epoch,
         "steps": trainer.global_step,
         "parameters": count_parameters(model),
-        "wall_time_s": None,  # below, once the test has run
+        "wall_time_s": None,  # below, once the final scores are in
         "final_metrics": final_metrics,
     }
     if trainer.is_global_zero:
         results.update(task.results_from_log(run_dir / "logs" / "metrics.csv"))
-        if _final_splits(cfg) and Path(best_path).is_file() and not is_smoke_run(config):
-            results.update(_final_scores(cfg, task, trainer, best_path, checkpoint_dir, run_dir))
+        splits = _final_splits(cfg)
+        if splits and Path(best_path).is_file() and not is_smoke_run(config):
+            results.update(_final_scores(cfg, task, trainer, splits, best_path, checkpoint_dir, run_dir))
             wandb = next((lg for lg in trainer.loggers if isinstance(lg, WandbLogger)), None)
             if wandb:
                 log_results_to_wandb(wandb, results)
@@ -336,14 +338,21 @@ def _validate_final_weights(cfg: DictConfig, trainer: L.Trainer, module, datamod
 
 
 def _final_splits(cfg: DictConfig) -> list[str]:
-    """The splits scored at the end: validation first (the measure to choose a recipe by), then test."""
-    return [split for split, key in (("val", "val_after_training"), ("test", "test_after_training")) if cfg.get(key)]
+    """The splits scored at the end: validation first (a measure to choose recipes by), then test. A run
+    told not to validate (trainer.limit_val_batches=0) does not decode the validation set at its end either."""
+    splits = [split for split, key in (("val", "val_after_training"), ("test", "test_after_training")) if cfg.get(key)]
+    if "val" in splits and OmegaConf.select(cfg, "trainer.limit_val_batches", default=None) == 0:
+        print("val_after_training: the validation set is not decoded at the end (trainer.limit_val_batches=0)")
+        splits.remove("val")
+    return splits
 
 
-def _final_scores(cfg: DictConfig, task, trainer: L.Trainer, best_path: str, checkpoint_dir: Path, run_dir: Path):
+def _final_scores(
+    cfg: DictConfig, task, trainer: L.Trainer, splits, best_path: str, checkpoint_dir: Path, run_dir: Path
+):
     """The task's scores of the final model (the best checkpoint, or the mean of the last epochs:
-    test_average_last) with the run's own search: {"val_as_test": ..., "test": ...} as configured. The
-    validation set is decoded exactly as the test is, so that recipes are compared on the model and
+    test_average_last) with the run's own search on ``splits``: {"val_as_test": ..., "test": ...}. The
+    validation set is decoded exactly as the test is, so that recipes can be compared on the model and
     search they ship with, and the test is never the one to choose by."""
     average = _test_average(cfg, checkpoint_dir)
     if average:
@@ -353,7 +362,7 @@ def _final_scores(cfg: DictConfig, task, trainer: L.Trainer, best_path: str, che
     loaded = load_model(best_path, average, device)
     wandb = any(isinstance(lg, WandbLogger) for lg in trainer.loggers)
     scores = {}
-    for split in _final_splits(cfg):
+    for split in splits:
         out_dir = run_dir / "eval" / task.final_tag(cfg, split, average)
         maps = [0] if wandb and split == "test" else ()
         scores[FINAL_RESULTS[split]] = task.final_score(loaded, cfg, split, out_dir, attention_maps=maps)
@@ -361,7 +370,7 @@ def _final_scores(cfg: DictConfig, task, trainer: L.Trainer, best_path: str, che
 
 
 def _test_average(cfg: DictConfig, checkpoint_dir: Path) -> int:
-    """How many epoch checkpoints the final test averages (0: test best.ckpt alone)."""
+    """How many epoch checkpoints the final scores average (0: best.ckpt alone)."""
     wanted = int(cfg.get("test_average_last") or 0)
     if wanted <= 1:
         return 0

@@ -1,0 +1,78 @@
+"""The final scores after training: the validation set decoded exactly as the test is (the same
+checkpoints, the same search), then the test; each switched on or off on its own."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from nmt.sweep.runner import run_record
+from nmt.tasks.base import Task
+from nmt.tasks.translation import TranslationTask
+from nmt.training.config import ConfigError, check_config
+from nmt.training.train import train
+
+from .conftest import NO_FINAL_SCORES, compose_train
+
+pytestmark = pytest.mark.slow
+
+
+def test_both_splits_score_the_mean_of_the_last_epochs_with_the_run_search(tmp_path):
+    run_dir = tmp_path / "run"
+    results = train(
+        compose_train(
+            "trainer.max_epochs=3",
+            "checkpoint.keep_last_epochs=2",
+            "test_average_last=2",
+            "decode.beam_size=3",
+            "threads=1",
+            f"run_dir={run_dir}",
+        )
+    )
+    val, test = results["val_as_test"], results["test"]
+    assert len(val["checkpoints"]) == 2 and val["checkpoints"] == test["checkpoints"]
+    assert val["search"] == test["search"] and val["search"]["beam_size"] == 3  # decode.*, not validation.search
+    assert Path(val["hypotheses"]).parent == run_dir / "eval" / "val_beam3_avg2"
+    assert Path(test["hypotheses"]).parent == run_dir / "eval" / "test_beam3_avg2"
+    written = json.loads((run_dir / "eval" / "val_beam3_avg2" / "metrics.json").read_text())
+    assert written["bleu"] == val["bleu"] and written["split"] == "val"
+    assert json.loads((run_dir / "results.json").read_text())["val_as_test"]["bleu"] == val["bleu"]
+    metrics = run_record(run_dir, {"pos": "absolute"}, seed=1)["metrics"]
+    assert metrics["val_as_test_bleu"] == val["bleu"] and metrics["val_as_test_chrf"] == val["chrf"]
+    assert metrics["val_as_test_bleu_tok_lc"] == val["bleu_tok_lc"]
+
+
+@pytest.mark.parametrize(
+    ("switches", "expected"),
+    [
+        (["val_after_training=true", "test_after_training=false"], {"val_as_test"}),
+        (["val_after_training=false", "test_after_training=true"], {"test"}),
+        (["trainer.limit_val_batches=0", "checkpoint.monitor=train_loss"], {"test"}),  # not validated: not at the end
+    ],
+)
+def test_each_final_score_is_switched_on_its_own(tmp_path, capsys, switches, expected):
+    results = train(compose_train("trainer.max_epochs=1", "threads=1", *switches, f"run_dir={tmp_path / 'run'}"))
+    assert {"val_as_test", "test"} & set(results) == expected
+    skipped = "val_after_training: the validation set is not decoded at the end (trainer.limit_val_batches=0)"
+    assert (skipped in capsys.readouterr().out) == ("trainer.limit_val_batches=0" in switches)
+
+
+class LegacyTranslationTask(TranslationTask):
+    """A task written before final_score existed: it scored the test set with ``test`` and ``test_tag``."""
+
+    final_score = Task.final_score
+    final_tag = Task.final_tag
+
+    def test(self, loaded, cfg, out_dir, attention_maps=()):
+        raise AssertionError("never called")
+
+
+def test_a_task_without_final_scores_is_refused_before_training():
+    """Otherwise it would train for hours, then fail where the final scores begin."""
+    assert TranslationTask().scores_final_model() and not LegacyTranslationTask().scores_final_model()
+    legacy = "task._target_=tests.test_final_scores.LegacyTranslationTask"
+    with pytest.raises(ConfigError, match=r"val_after_training/test_after_training=true: task=translation does not"):
+        check_config(compose_train(legacy))
+    with pytest.raises(ConfigError, match=r"  test_after_training=true: .*formerly test and test_tag"):
+        check_config(compose_train(legacy, "val_after_training=false"))
+    check_config(compose_train(legacy, *NO_FINAL_SCORES))  # nothing to score: it may train
