@@ -89,6 +89,7 @@ def test_a_wandb_sweep_logs_every_run_and_the_report_into_one_offline_folder(tmp
         result = json.loads((tmp_path / name / "sweep_result.json").read_text())
         assert summaries[name]["tags"] == [name.split(",")[0].replace("=", ":")]
         assert summaries[name]["summary"]["test_bleu"] == pytest.approx(result["metrics"]["test_bleu"])
+        assert summaries[name]["summary"]["val_as_test_bleu"] == pytest.approx(result["metrics"]["val_as_test_bleu"])
         level = name.split(",")[0].replace("=", "/")  # one seed: the level's mean is this run's score
         assert summaries["g1-report"]["summary"][level] == pytest.approx(result["metrics"]["test_bleu"])
 
