@@ -382,6 +382,29 @@ def test_report_from_synthetic_runs(tmp_path):
     assert lines[0].startswith("norm,pos,seed,test_bleu") and len(lines) == 13
 
 
+def test_the_ranking_shows_the_same_score_on_validation_and_what_it_would_choose(tmp_path):
+    """Beside a test metric, each cell's mean of val_as_test_* (the same models and search on the validation
+    set): here validation prefers relative/layer, the test relative/rms."""
+    val = {("absolute", "layer"): 1.0, ("absolute", "rms"): 0.0, ("relative", "layer"): 5.0, ("relative", "rms"): 4.0}
+    records = [
+        {**r, "metrics": {**r["metrics"], "val_as_test_bleu": r["metrics"]["test_bleu"] / 2 + val[cell] + r["seed"]}}
+        for r in RECORDS
+        for cell in [(r["factors"]["pos"], r["factors"]["norm"])]
+    ]
+    synthetic_sweep(tmp_path, records)
+    report = write_report(tmp_path).read_text()
+    first = _row(report, "| 1 | rms | relative |")
+    assert first[3:5] == ["3", "35.00"] and first[7] == f"{(33 + 34 + 38) / 6 + 4 + 2:.2f}"  # the validation mean
+    assert _row(report, "| 2 | layer | relative |")[7] == f"{34 / 2 + 5 + 2:.2f}"
+    assert "mean over seeds of val_as_test_bleu" in report
+    assert "Chosen on validation: norm=layer, pos=relative, not first on the test set." in report
+    without = tmp_path / "without"
+    without.mkdir()
+    synthetic_sweep(without, [*records[:-1], RECORDS[-1]])  # one run lacks it: no column, no choice
+    report = write_report(without).read_text()
+    assert "val_as_test_bleu" not in report and len(_row(report, "| 1 | rms | relative |")) == 11
+
+
 def test_a_report_with_failed_runs_and_two_seeds_names_them_and_concludes_nothing(tmp_path):
     records = [r for r in RECORDS if r["seed"] != 3 and not (r["factors"]["pos"] == "relative" and r["seed"] == 2)]
     synthetic_sweep(tmp_path, records)

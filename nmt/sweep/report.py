@@ -21,6 +21,7 @@ from nmt.sweep import analysis, effects, store, summary
 from nmt.sweep.document import Document
 from nmt.sweep.figures import effect_plot, interaction_heatmap, training_curves
 from nmt.sweep.sections import findings, what_ran
+from nmt.tasks.base import FINAL_RESULTS
 from nmt.utils.io import atomic_path, atomic_write_text
 
 RESULT = "sweep_result.json"  # one run's record, written by nmt.sweep.runner.run_cell when the run has finished
@@ -174,6 +175,7 @@ def _ranking(records, factors, levels, base, metric, runs) -> dict:
     tested = {cell: c["p"] for cell, c in compared.items() if not math.isnan(c["p"])}
     ranking = {"rows": rows, "base": base_cell, "compared": compared, "holm": analysis.holm(tested)}
     ranking["seeds"] = {tuple(r[f] for f in factors): r["n"] for r in rows}
+    ranking["validation"] = _validation_means(records, factors, metric)
     corpus_metric = {"test_bleu": "bleu", "test_chrf": "chrf"}.get(metric)
     ranking["conditional"], ranking["trials"] = {}, 0
     if corpus_metric and factors:
@@ -205,6 +207,22 @@ def _ranking(records, factors, levels, base, metric, runs) -> dict:
     return ranking
 
 
+def validation_counterpart(metric: str) -> str | None:
+    """The validation score of the same model and search as a test metric: test_X -> val_as_test_X."""
+    return f"{FINAL_RESULTS['val']}_{metric.removeprefix('test_')}" if metric.startswith("test_") else None
+
+
+def _validation_means(records, factors, metric: str) -> dict | None:
+    """For a test metric: each cell's mean over seeds of the same score on the validation set
+    (val_as_test_*), when every run has it; None otherwise."""
+    val_metric = validation_counterpart(metric)
+    if val_metric is None or any(r["metrics"].get(val_metric) is None for r in records):
+        return None
+    rows = analysis.ranking(records, val_metric)
+    return {"metric": val_metric, "means": {tuple(row[f] for f in factors): row["mean"] for row in rows},
+            "first": tuple(rows[0][f] for f in factors)}  # fmt: skip
+
+
 def _ranking_section(doc: Document, ranking: dict, factors, base: dict, metric: str, lower: bool) -> None:
     doc.heading(f"Ranking of cells by {metric} ({'lower' if lower else 'higher'} is better)")
     rows, compared, adjusted = ranking["rows"], ranking["compared"], ranking["holm"]
@@ -224,13 +242,25 @@ def _ranking_section(doc: Document, ranking: dict, factors, base: dict, metric: 
             "sentences, not whether the configurations do: other seeds give other models. Use it for "
             "single models, and the seed-level p to compare configurations."
         )
-    header = ["rank", *factors, "seeds", "mean", "± 95% CI", "std"]
+    validation = ranking.get("validation")
+    if validation:
+        text = (
+            f"*validation*: the mean over seeds of {validation['metric']}, the same models and search scoring the "
+            "validation set, where a choice may be made."
+        )
+        if len(rows) > 1:
+            chosen = ", ".join(f"{f}={v}" for f, v in zip(factors, validation["first"], strict=True))
+            first = validation["first"] == tuple(rows[0][f] for f in factors)
+            text += f" Chosen on validation: {chosen}, {'also' if first else 'not'} first on the test set."
+        doc.paragraph(text)
+    header = ["rank", *factors, "seeds", "mean", "± 95% CI", "std"] + (["validation"] if validation else [])
     if factors:
         header += ["difference", "p (seeds)", "p (Holm)"] + (["p, these models"] if conditional else [])
     table = []
     for i, row in enumerate(rows, start=1):
         cell = tuple(row[f] for f in factors)
         line = [str(i), *cell, str(row["n"]), fmt(row["mean"]), fmt(row["ci95"]), fmt(row["std"])]
+        line += [fmt(validation["means"][cell])] if validation else []
         if factors and cell == ranking["base"]:
             line += ["baseline", "", ""] + ([""] if conditional else [])
         elif factors:
