@@ -382,27 +382,89 @@ def test_report_from_synthetic_runs(tmp_path):
     assert lines[0].startswith("norm,pos,seed,test_bleu") and len(lines) == 13
 
 
-def test_the_ranking_shows_the_same_score_on_validation_and_what_it_would_choose(tmp_path):
-    """Beside a test metric, each cell's mean of val_as_test_* (the same models and search on the validation
-    set): here validation prefers relative/layer, the test relative/rms."""
-    val = {("absolute", "layer"): 1.0, ("absolute", "rms"): 0.0, ("relative", "layer"): 5.0, ("relative", "rms"): 4.0}
-    records = [
-        {**r, "metrics": {**r["metrics"], "val_as_test_bleu": r["metrics"]["test_bleu"] / 2 + val[cell] + r["seed"]}}
-        for r in RECORDS
+def with_validation(records, offsets, metric="test_bleu"):
+    """``records`` with val_as_test_* = half the test score + the cell's offset + the seed."""
+    val = "val_as_test_" + metric.removeprefix("test_")
+    return [
+        {**r, "metrics": {**r["metrics"], val: r["metrics"][metric] / 2 + offsets[cell] + r["seed"]}}
+        for r in records
         for cell in [(r["factors"]["pos"], r["factors"]["norm"])]
     ]
-    synthetic_sweep(tmp_path, records)
+
+
+def test_the_ranking_shows_the_same_score_on_validation_and_how_firmly_it_chooses(tmp_path):
+    """Beside a test metric, each cell's mean of val_as_test_* (the same models and search on the validation
+    set): here validation prefers relative/layer by 1.5, within the seeds' scatter; the test relative/rms."""
+    offsets = {
+        ("absolute", "layer"): 1.0,
+        ("absolute", "rms"): 0.0,
+        ("relative", "layer"): 5.0,
+        ("relative", "rms"): 3.0,
+    }
+    synthetic_sweep(tmp_path, with_validation(RECORDS, offsets))
     report = write_report(tmp_path).read_text()
+    text = " ".join(report.split())  # paragraphs wrap
     first = _row(report, "| 1 | rms | relative |")
-    assert first[3:5] == ["3", "35.00"] and first[7] == f"{(33 + 34 + 38) / 6 + 4 + 2:.2f}"  # the validation mean
-    assert _row(report, "| 2 | layer | relative |")[7] == f"{34 / 2 + 5 + 2:.2f}"
-    assert "mean over seeds of val_as_test_bleu" in report
-    assert "Chosen on validation: norm=layer, pos=relative, not first on the test set." in report
-    without = tmp_path / "without"
-    without.mkdir()
-    synthetic_sweep(without, [*records[:-1], RECORDS[-1]])  # one run lacks it: no column, no choice
-    report = write_report(without).read_text()
-    assert "val_as_test_bleu" not in report and len(_row(report, "| 1 | rms | relative |")) == 11
+    assert first[3:5] == ["3", "35.00"] and first[-1] == f"{(33 + 34 + 38) / 6 + 3 + 2:.2f}"  # the validation mean
+    assert _row(report, "| 2 | layer | relative |")[-1] == f"{34 / 2 + 5 + 2:.2f}"
+    assert "*validation mean*: the mean over seeds of val_as_test_bleu" in text
+    assert (
+        "The best validation mean is norm=layer, pos=relative's, 1.50 ahead of norm=rms, pos=relative's; a lead the "
+        "seeds do not establish (intervals overlap, or too few seeds). On the test set it ranks 2 of 4, 1.00 behind "
+        "the first." in text
+    )
+
+
+def flat_report(sweep_dir) -> str:
+    """The report with its whitespace collapsed: paragraphs wrap."""
+    return " ".join(write_report(sweep_dir).read_text().split())
+
+
+def test_a_validation_lead_beyond_the_seeds_scatter_is_called_firm_and_a_tie_chooses_nothing(tmp_path):
+    offsets = dict.fromkeys(BLEU, 0.0) | {
+        ("absolute", "layer"): 1.0,
+        ("relative", "layer"): 2.0,
+        ("relative", "rms"): 20.0,
+    }
+    (tmp_path / "firm").mkdir()
+    synthetic_sweep(tmp_path / "firm", with_validation(RECORDS, offsets))
+    text = flat_report(tmp_path / "firm")
+    assert (
+        "norm=rms, pos=relative's, 18.50 ahead of norm=layer, pos=relative's; their intervals do not overlap." in text
+    )
+    assert "On the test set it ranks first." in text
+    flat = [{**r, "metrics": {**r["metrics"], "val_as_test_bleu": 10.0}} for r in RECORDS]
+    (tmp_path / "tie").mkdir()
+    synthetic_sweep(tmp_path / "tie", flat)
+    assert "tie for the best mean: validation chooses neither." in flat_report(tmp_path / "tie")
+
+
+def test_perplexity_is_chosen_lowest_first_on_validation_too(tmp_path):
+    ppl = {("absolute", "layer"): [90.0, 91.0, 92.0], ("absolute", "rms"): [80.0, 81.0, 82.0],
+           ("relative", "layer"): [70.0, 71.0, 72.0], ("relative", "rms"): [60.0, 61.0, 62.0]}  # fmt: skip
+    records = [
+        {"factors": {"pos": p, "norm": n}, "seed": s + 1, "metrics": {"test_ppl": v}, "report_metric": "test_ppl"}
+        for (p, n), values in ppl.items()
+        for s, v in enumerate(values)
+    ]
+    offsets = {
+        ("absolute", "layer"): 0.0,
+        ("absolute", "rms"): 0.0,
+        ("relative", "layer"): 0.0,
+        ("relative", "rms"): 30.0,
+    }
+    synthetic_sweep(tmp_path, with_validation(records, offsets, "test_ppl"))
+    text = " ".join(write_report(tmp_path).read_text().split())
+    assert "The best validation mean is norm=layer, pos=relative's" in text  # 37 against the others' 42+
+    assert "On the test set it ranks 2 of 4, 10.00 behind the first." in text
+
+
+def test_without_the_validation_score_in_every_run_the_column_is_left_out_and_said_so(tmp_path):
+    records = with_validation(RECORDS, dict.fromkeys(BLEU, 0.0))
+    synthetic_sweep(tmp_path, [*records[:-1], RECORDS[-1]])  # one run lacks it (an earlier version's)
+    report = write_report(tmp_path).read_text()
+    assert "No validation column: 1 of the ranked runs lack val_as_test_bleu" in " ".join(report.split())
+    assert "validation mean" not in report and len(_row(report, "| 1 | rms | relative |")) == 11
 
 
 def test_a_report_with_failed_runs_and_two_seeds_names_them_and_concludes_nothing(tmp_path):

@@ -213,14 +213,40 @@ def validation_counterpart(metric: str) -> str | None:
 
 
 def _validation_means(records, factors, metric: str) -> dict | None:
-    """For a test metric: each cell's mean over seeds of the same score on the validation set
-    (val_as_test_*), when every run has it; None otherwise."""
+    """For a test metric: the ranking of the cells by the same score on the validation set (val_as_test_*),
+    over the runs the test ranking has, when every one of them has it ({"missing": n} when some do not);
+    None for a metric without a validation counterpart."""
     val_metric = validation_counterpart(metric)
-    if val_metric is None or any(r["metrics"].get(val_metric) is None for r in records):
+    if val_metric is None:
         return None
-    rows = analysis.ranking(records, val_metric)
-    return {"metric": val_metric, "means": {tuple(row[f] for f in factors): row["mean"] for row in rows},
-            "first": tuple(rows[0][f] for f in factors)}  # fmt: skip
+    scored = [r for r in records if r["metrics"].get(metric) is not None]
+    missing = sum(r["metrics"].get(val_metric) is None for r in scored)
+    if missing:
+        return {"metric": val_metric, "missing": missing}
+    rows = analysis.ranking(scored, val_metric)
+    return {"metric": val_metric, "rows": rows, "means": {tuple(row[f] for f in factors): row["mean"] for row in rows}}
+
+
+def _validation_choice(validation: dict, rows: list[dict], factors) -> str:
+    """What validation would choose, how firmly, and where the test ranks that cell."""
+    best, second = validation["rows"][:2]
+
+    def name(row: dict) -> str:
+        return ", ".join(f"{f}={row[f]}" for f in factors)
+
+    if best["mean"] == second["mean"]:
+        return f" On validation {name(best)} and {name(second)} tie for the best mean: validation chooses neither."
+    firm = all(row["n"] >= MIN_SEEDS for row in (best, second)) and analysis.separated([best, second])
+    text = f" The best validation mean is {name(best)}'s, {fmt(abs(best['mean'] - second['mean']))} ahead of "
+    text += f"{name(second)}'s; " + (
+        "their intervals do not overlap."
+        if firm
+        else "a lead the seeds do not establish (intervals overlap, or too few seeds)."
+    )
+    rank = next(i for i, row in enumerate(rows, start=1) if all(row[f] == best[f] for f in factors))
+    behind = fmt(abs(rows[0]["mean"] - rows[rank - 1]["mean"]))
+    where = "first" if rank == 1 else f"{rank} of {len(rows)}, {behind} behind the first"
+    return text + f" On the test set it ranks {where}."
 
 
 def _ranking_section(doc: Document, ranking: dict, factors, base: dict, metric: str, lower: bool) -> None:
@@ -243,30 +269,33 @@ def _ranking_section(doc: Document, ranking: dict, factors, base: dict, metric: 
             "single models, and the seed-level p to compare configurations."
         )
     validation = ranking.get("validation")
-    if validation:
-        text = (
-            f"*validation*: the mean over seeds of {validation['metric']}, the same models and search scoring the "
-            "validation set, where a choice may be made."
+    if validation and validation.get("missing"):
+        doc.paragraph(
+            f"No validation column: {validation['missing']} of the ranked runs lack {validation['metric']} "
+            "(made by an earlier version, or with val_after_training=false)."
         )
-        if len(rows) > 1:
-            chosen = ", ".join(f"{f}={v}" for f, v in zip(factors, validation["first"], strict=True))
-            first = validation["first"] == tuple(rows[0][f] for f in factors)
-            text += f" Chosen on validation: {chosen}, {'also' if first else 'not'} first on the test set."
-        doc.paragraph(text)
-    header = ["rank", *factors, "seeds", "mean", "± 95% CI", "std"] + (["validation"] if validation else [])
+        validation = None
+    elif validation:
+        text = (
+            f"*validation mean*: the mean over seeds of {validation['metric']}, the same models and search scoring "
+            "the validation set, where a choice may be made."
+        )
+        doc.paragraph(text + (_validation_choice(validation, rows, factors) if len(rows) > 1 else ""))
+    header = ["rank", *factors, "seeds", "mean", "± 95% CI", "std"]
     if factors:
         header += ["difference", "p (seeds)", "p (Holm)"] + (["p, these models"] if conditional else [])
+    header += ["validation mean"] if validation else []
     table = []
     for i, row in enumerate(rows, start=1):
         cell = tuple(row[f] for f in factors)
         line = [str(i), *cell, str(row["n"]), fmt(row["mean"]), fmt(row["ci95"]), fmt(row["std"])]
-        line += [fmt(validation["means"][cell])] if validation else []
         if factors and cell == ranking["base"]:
             line += ["baseline", "", ""] + ([""] if conditional else [])
         elif factors:
             c = compared.get(cell)
             line += [fmt(c["diff"]) if c else DASH, fmt_p(c["p"]) if c else DASH, fmt_p(adjusted.get(cell))]
             line += [fmt_p(conditional.get(cell))] if conditional else []
+        line += [fmt(validation["means"][cell])] if validation else []
         table.append(line)
     doc.table(header, table)
     if any(row["n"] < 2 for row in rows):
