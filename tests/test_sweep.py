@@ -40,6 +40,9 @@ def test_two_by_two_sweep_through_joblib_reports_and_resumes(tmp_path):
     ]
     report = (tmp_path / "report.md").read_text()
     assert "| factor pos | absolute (reference), rope |" in report and (tmp_path / "results.csv").exists()
+    # every run scored the validation set as its test: the ranking shows it beside the test score
+    header = next(line for line in report.splitlines() if line.startswith("| rank |"))
+    assert header.endswith("| validation mean |") and "mean over seeds of val_as_test_bleu" in report
     second = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=900)
     assert second.returncode == 0 and second.stdout.count("done already, skipped") == 4
     assert "[sweep] running:" not in second.stdout
