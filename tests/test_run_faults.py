@@ -264,7 +264,7 @@ def test_sweep_levels_are_expanded_as_hydras_sweeper_writes_them(tmp_path, capsy
 def test_runs_made_under_other_settings_stop_the_sweep_or_are_moved_aside(tmp_path, capsys):
     """on_changed=stop (the default) lists them and launches nothing; on_changed=move keeps them in
     superseded/ (nothing computed is lost) and leaves their folders free for the runs of these settings."""
-    from nmt.sweep.runner import expected_fingerprint, run_overrides
+    from nmt.sweep.plan import expected_fingerprint, run_overrides
 
     config = sweep_config(tmp_path, {"seed": "1"}, ["pos=absolute,relative", "trainer.max_steps=3"])
     fingerprint = expected_fingerprint(

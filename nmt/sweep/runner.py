@@ -20,12 +20,20 @@ from omegaconf import DictConfig, OmegaConf
 
 from nmt.sweep.gpus import GpuPool, visible_gpus
 from nmt.sweep.levels import (
-    SWEEP_KEYS,
     level_overrides,
-    level_settings_problem,
     override_pairs,
     plain_settings,
     sweep_levels,
+)
+from nmt.sweep.plan import (
+    ROOT,
+    as_override,
+    changed_runs,
+    command_prefixes,
+    input_problem,
+    planned_runs,
+    print_plan,
+    swept_keys,
 )
 from nmt.sweep.report import RESULT, collect_records, write_report
 from nmt.sweep.summary import FAILED, PLAN
@@ -34,21 +42,8 @@ from nmt.tasks.base import FINAL_RESULTS
 from nmt.training.run_folder import RunFolderError, RunLock
 from nmt.utils.io import atomic_write_json, atomic_write_text
 
-ROOT = Path(__file__).resolve().parents[2]
 LAUNCHED = "launched_at"  # when this invocation of the sweep began (seconds since the epoch)
 SUPERSEDED = "superseded"  # run folders made under other settings, moved aside by on_changed=move
-
-
-def default_sweep_name(*, _root_: DictConfig) -> str:
-    """The grid's name, read where it is: the sweeper composes the sweep folder from a config that holds
-    the ``hydra`` node while HydraConfig is not set yet; each job gets HydraConfig and loses the node."""
-    if HydraConfig.initialized():
-        return str(HydraConfig.get().runtime.choices.grid)
-    return str(OmegaConf.select(_root_, "hydra.runtime.choices.grid", default="none"))
-
-
-if not OmegaConf.has_resolver("nmt.grid_name"):
-    OmegaConf.register_new_resolver("nmt.grid_name", default_sweep_name)
 
 
 def parse_duration(text: str) -> float:
@@ -71,213 +66,6 @@ def too_late_to_start(sweep_dir: Path, start_runs_for: str | None) -> bool:
 
 def logs_to_wandb(cfg: DictConfig) -> bool:
     return str(cfg.get("logger", {}).get("_target_", "")).endswith("wandb_logger")
-
-
-def _prefixes(overrides) -> dict[str, str]:
-    """The Hydra prefix (+, ++, ~) each command-line key came with."""
-    found = {}
-    for override in overrides:
-        key = override.lstrip("+~").partition("=")[0]
-        found[key] = override[: len(override) - len(override.lstrip("+~"))]
-    return found
-
-
-def as_override(key: str, value: str, prefix: str = "") -> str:
-    """The override string of a key and value, with its prefix given back (``~key`` deletes it)."""
-    return f"~{key}" if prefix == "~" and not value else f"{prefix}{key}={value}"
-
-
-def _compose_train(overrides: list[str]):
-    """The train config with these overrides (inside a running Hydra app or outside one)."""
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
-    if GlobalHydra.instance().is_initialized():
-        return compose(config_name="train", overrides=overrides)
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        return compose(config_name="train", overrides=overrides)
-
-
-def swept_keys(sweep_dir: Path) -> set[str]:
-    """Keys with several values in this sweep: the grid's parameters and comma lists on the command line
-    (read from the multirun.yaml Hydra writes before launching)."""
-    saved = OmegaConf.load(sweep_dir / "multirun.yaml")
-    return {k for k, values in sweep_levels(saved).items() if len(values) > 1} | {"seed"}
-
-
-def run_name(values: dict[str, str], swept: set[str]) -> str:
-    """A run's folder in the sweep: its values of the swept keys, sorted by key (as run_cell names it)."""
-    return ",".join(f"{k}={v}" for k, v in sorted(values.items()) if k in swept)
-
-
-def planned_values(config: DictConfig) -> list[dict[str, str]]:
-    """Every run of the sweep as {key: value}, in the sweeper's order (the first key varies slowest)."""
-    runs = [{}]
-    for key, values in sweep_levels(config).items():
-        runs = [{**run, key: value} for run in runs for value in values]
-    return runs
-
-
-def run_overrides(config: DictConfig, values: dict[str, str]) -> list[str]:
-    """The train.py overrides of the run with these values, as run_cell passes them (prefixes kept; the
-    GPU pool's device count added)."""
-    prefixes = _prefixes(config.hydra.overrides.task)
-    overrides = [as_override(k, v, prefixes.get(k, "")) for k, v in values.items()]
-    overrides += level_overrides(config.get("level_settings"), values)
-    if config.get("gpu_pool"):
-        overrides.append(f"trainer.devices={int(config.gpus_per_run)}")
-    return overrides
-
-
-def expected_fingerprint(overrides: list[str]) -> dict:
-    """The fingerprint train.py will record for the run with these overrides (composed here as it will be)."""
-    from nmt.training.run_folder import fingerprint
-    from nmt.training.trainer import resolve_precision
-
-    cfg = _compose_train(overrides)
-    keep = [k for k in cfg if k not in (*SWEEP_KEYS, "name")]
-    job = OmegaConf.to_container(OmegaConf.masked_copy(cfg, keep), resolve=True)
-    if str(job["trainer"]["precision"]) == "auto":  # as train() resolves it; other values stay as composed
-        job["trainer"]["precision"] = resolve_precision("auto", job["trainer"]["accelerator"])
-    return fingerprint(job)
-
-
-def changed_runs(sweep_dir: Path, config: DictConfig) -> dict[str, list[str]]:
-    """Run folders of this sweep holding a run made under other settings or code: name -> differences."""
-    from nmt.training.run_folder import FINGERPRINT, differences
-
-    swept = {k for k, v in sweep_levels(config).items() if len(v) > 1} | {"seed"}
-    changed = {}
-    for values in planned_values(config):
-        saved = sweep_dir / run_name(values, swept) / FINGERPRINT
-        if saved.is_file():
-            try:
-                expected = expected_fingerprint(run_overrides(config, values))
-            except Exception as err:  # an override this check cannot compose (e.g. +new_key=...)
-                print(f"[sweep] cannot check the settings of {saved.parent.name}: {type(err).__name__}")
-                continue
-            found = differences(json.loads(saved.read_text()), expected)
-            if found:
-                changed[saved.parent.name] = found
-    return changed
-
-
-def print_plan(sweep_dir: Path, config: DictConfig) -> None:
-    """What the sweep will do, without training: factors and where their levels come from, constants,
-    runs done and to run, and the expected cost from the runs already finished."""
-    grid = {k: str(v).split(",") for k, v in (config.hydra.sweeper.get("params") or {}).items()}
-    given = dict((k, v.split(",")) for k, v in override_pairs(config.hydra.overrides.task))
-    levels = sweep_levels(config)
-    swept = {k for k, v in levels.items() if len(v) > 1} | {"seed"}
-    print(f"Sweep {config.sweep_name} in {sweep_dir}")
-    for key, values in levels.items():
-        if len(values) > 1:
-            source = "command line" + (" (replaces the grid's)" if key in grid else "") if key in given else "grid"
-            print(f"  factor {key}: {', '.join(values)}   [{source}]")
-    for key, values in given.items():
-        if len(values) == 1 and len(grid.get(key, [])) > 1:
-            print(f"  {key} held at {values[0]} by the command line (the grid's factor: {', '.join(grid[key])})")
-    for key, by_level in plain_settings(config.get("level_settings")).items():
-        for level, overrides in by_level.items():
-            print(f"  with {key}={level}: {' '.join(map(str, overrides))}   [level_settings]")
-    constants = [f"{k}={v[0]}" for k, v in given.items() if len(v) == 1]
-    print(f"  constants from the command line: {' '.join(constants) or 'none'}")
-    grid_constants = [f"{k}={v[0]}" for k, v in grid.items() if len(v) == 1 and k not in given]
-    if grid_constants:
-        print(f"  constants from the grid: {' '.join(grid_constants)}")
-    runs = planned_values(config)
-    cells = len(runs) // max(len(levels.get("seed", ["1"])), 1)
-    print(f"  {cells} cells x {len(levels.get('seed', ['1']))} seeds = {len(runs)} runs")
-    done, to_run = [], []
-    for values in runs:
-        folder = sweep_dir / run_name(values, swept)
-        (done if (folder / RESULT).is_file() else to_run).append(folder)
-    changed = changed_runs(sweep_dir, config)
-    print(f"  done: {len(done)} ({len(changed)} of them under other settings); to run: {len(to_run)}")
-    walls = [json.loads((f / RESULT).read_text()).get("wall_time_s") or 0 for f in done]
-    if walls and to_run:
-        hours = sum(walls) / len(walls) * len(to_run) / 3600
-        print(f"  expected cost: about {hours:.1f} h of run time (the mean of the {len(walls)} finished runs)")
-    else:
-        print("  expected cost: " + ("nothing left to run" if not to_run else "unknown until a run has finished"))
-    for name, found in list(changed.items())[:5]:
-        print(f"  under other settings: {name}: {'; '.join(found[:4])}")
-
-
-def input_problem(config: DictConfig) -> str | None:
-    """One line for the first thing in the sweep's factors or baseline that cannot work, before anything
-    runs: an unknown key, a level that is not an option of its group, a baseline that is not a level."""
-    import difflib
-
-    conf = ROOT / "conf"
-    try:
-        levels = sweep_levels(config)
-    except ValueError as err:
-        return str(err).splitlines()[0]
-    problem = level_settings_problem(config.get("level_settings"), levels)
-    if problem:
-        return problem
-    for key, values in levels.items():
-        repeated = sorted({v for v in values if values.count(v) > 1})
-        if repeated:
-            kind = "has one level" if len(set(values)) == 1 else "repeats a level"
-            return (
-                f"{key}={','.join(values)}: the factor {kind} ({', '.join(repeated)} given {values.count(repeated[0])} "
-                f"times); give distinct levels, or one value to hold {key} constant"
-            )
-        group = conf / key
-        if group.is_dir():
-            options = sorted(p.stem for p in group.glob("*.yaml"))
-            for value in values:
-                if value not in options and value != "null":
-                    return f"{key}={value}: not an option of group {key}; valid: {options}"
-    # every key of every run exists once the run's groups are chosen (the grid may choose model=rnn)
-    prefixes = _prefixes(config.hydra.overrides.task)
-    seen = set()
-    for values in planned_values(config):
-        groups = tuple(sorted((k, v) for k, v in values.items() if (conf / k).is_dir()))
-        if groups in seen:
-            continue
-        seen.add(groups)
-        try:
-            composed = _compose_train(
-                [as_override(k, v, prefixes.get(k, "")) for k, v in values.items() if (conf / k).is_dir()]
-            )
-        except Exception as err:  # a group option Hydra cannot compose: its own message says which
-            return str(err).splitlines()[0]
-        for key in values:
-            if (conf / key).is_dir() or prefixes.get(key):
-                continue
-            if OmegaConf.select(composed, key, default="__missing__", throw_on_missing=False) == "__missing__":
-                close = difflib.get_close_matches(key, [k for k in _all_keys(composed)], n=2)
-                hint = f" (did you mean {' or '.join(close)}?)" if close else ""
-                return f"{key}: not a key of the config, so it cannot be a factor{hint}"
-    baseline = config.get("baseline")
-    if baseline:
-        factors = {k: v for k, v in levels.items() if len(v) > 1 and k != "seed"}
-        for key, value in dict(baseline).items():
-            if key not in factors:
-                return f"baseline: {key} is not a factor of this sweep (factors: {sorted(factors)})"
-            if str(value) not in factors[key]:
-                return f"baseline: {key}={value} is not a level of {key} (levels: {factors[key]})"
-    return None
-
-
-def _all_keys(node, prefix: str = "") -> list[str]:
-    keys = []
-    for key in node:
-        child = node._get_node(key)
-        keys.append(f"{prefix}{key}")
-        if isinstance(child, DictConfig):
-            keys += _all_keys(child, f"{prefix}{key}.")
-    return keys
-
-
-def planned_runs(config: DictConfig) -> int:
-    runs = 1
-    for values in sweep_levels(config).values():
-        runs *= len(values)
-    return runs
 
 
 def stop_with_parent() -> None:
@@ -311,7 +99,7 @@ def run_cell(cfg: DictConfig) -> dict | None:
     """One run of the sweep (a Hydra multirun job): train.py in a subprocess, unless already done."""
     hydra_cfg = HydraConfig.get()
     pairs = override_pairs(hydra_cfg.overrides.task)
-    prefixes = _prefixes(hydra_cfg.overrides.task)  # ++key=..., ~key reach train.py as given
+    prefixes = command_prefixes(hydra_cfg.overrides.task)  # ++key=..., ~key reach train.py as given
     swept = swept_keys(Path(hydra_cfg.sweep.dir))
     run_dir = (Path(hydra_cfg.sweep.dir) / ",".join(f"{k}={v}" for k, v in sorted(pairs) if k in swept)).resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
