@@ -10,6 +10,7 @@ from nmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
 from nmt.decoding.search import SearchConfig, banned_tokens, decode
 from nmt.metrics.corpus import rouge_scores
 from nmt.models.state import DecoderState
+from nmt.tasks.summarization import SummarizationTask
 from nmt.training.train import train
 
 from .conftest import compose_train
@@ -144,5 +145,7 @@ def test_the_summarisation_recipe_trains_and_scores_rouge(tmp_path):
     # the validation set decoded as the test is: the run's beam and minimum length, not validation.search's
     val = results["val_as_test"]
     assert {"rouge1", "rouge2", "rougeL"} <= set(val) and val["search"] == test["search"]
+    metrics = SummarizationTask().sweep_metrics(results)  # every test ROUGE has its validation counterpart
+    assert all(metrics[f"val_as_test_{key}"] == val[key] for key in ("rouge1", "rouge2", "rougeL"))
     val_hypotheses = (run_dir / "eval" / "val_beam2" / "hypotheses.txt").read_text().splitlines()
     assert all(len(tokenizer.encode(h)) >= 3 for h in val_hypotheses)

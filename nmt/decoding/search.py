@@ -101,7 +101,9 @@ def decode(
         return [hyps[0][1] if hyps else [] for hyps in beam_hypotheses(model, src, bos_id, eos_id, cfg, prefixes)]
     if cfg.strategy == "greedy" and not (cfg.min_len or cfg.no_repeat_ngram_size or prefixes):
         return _greedy(model, src, bos_id, eos_id, cfg)
-    return _step_by_step(model, src, bos_id, eos_id, cfg, prefixes)
+    if cfg.strategy in ("greedy", "sample"):  # one token a step, with constraints or drawn
+        return _step_by_step(model, src, bos_id, eos_id, cfg, prefixes)
+    raise ValueError(f"decode.strategy={cfg.strategy!r}: in STRATEGIES but not dispatched here; valid: {STRATEGIES}")
 
 
 def read_every(device: torch.device) -> int:

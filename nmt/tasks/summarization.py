@@ -31,10 +31,11 @@ class SummarizationTask(TranslationTask):
 
     def sweep_metrics(self, results: dict) -> dict:
         test, final = results.get("test") or {}, results.get("final_metrics") or {}
+        val = results.get(FINAL_RESULTS["val"]) or {}
         return {
             **super().sweep_metrics(results),
             **{f"test_{key}": test.get(key) for key in ("rouge1", "rouge2", "rougeL")},
-            "val_as_test_rougeL": (results.get(FINAL_RESULTS["val"]) or {}).get("rougeL"),
+            **{f"val_as_test_{key}": val.get(key) for key in ("rouge1", "rouge2", "rougeL")},
             "best_val_rougeL": results.get("best_val_rougeL"),
             "final_val_rougeL": final.get("val_rougeL"),
         }

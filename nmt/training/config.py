@@ -8,6 +8,7 @@ from pathlib import Path
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
+from nmt.decoding.search import STRATEGIES
 from nmt.metrics.corpus import bleu_tokenizer
 from nmt.tasks import build_task
 
@@ -85,8 +86,8 @@ def check_config(cfg: DictConfig) -> None:
         ("model.norm_position", ["pre", "post"]),
         ("model.activation", ["relu", "gelu"]),
         ("model.tie_embeddings", ["none", "decoder", "all"]),
-        ("decode.strategy", ["greedy", "beam", "sample"]),
-        ("validation.search.strategy", ["greedy", "beam", "sample"]),
+        ("decode.strategy", list(STRATEGIES)),
+        ("validation.search.strategy", list(STRATEGIES)),
     ):
         value = OmegaConf.select(cfg, key, default=None)
         if value is not None and value not in allowed:
