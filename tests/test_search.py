@@ -248,3 +248,12 @@ def test_a_decoding_step_reads_nothing_back(pos):
             logits, state = model.decode_step(prev, state)
             prev = logits.argmax(-1)
     assert reads.calls == []
+
+
+def test_a_strategy_named_but_not_dispatched_is_an_error_not_a_silent_sample(monkeypatch):
+    from nmt.decoding import search
+
+    monkeypatch.setattr(search, "STRATEGIES", (*search.STRATEGIES, "diverse_beam"))
+    cfg = SearchConfig(strategy="diverse_beam")
+    with pytest.raises(ValueError, match=r"decode.strategy='diverse_beam': in STRATEGIES but not dispatched"):
+        decode(make_model(), batch()[0], 1, 2, cfg)
