@@ -1,4 +1,4 @@
-"""Full-factorial sweeps: python sweep.py [grid=...] [key=a,b ...]; python sweep.py report DIR;
+"""Full-factorial sweeps: python sweep.py [grid=...] [key=a,b ...]; python sweep.py report DIR [--metric M];
 python sweep.py tune DIR [DIR ...] --level KEY (each level's settings, chosen on validation data)."""
 
 import sys
@@ -8,7 +8,7 @@ from omegaconf import DictConfig
 
 from nmt.cli import check_command_line
 from nmt.sweep.levels import main as tune_main
-from nmt.sweep.report import write_report
+from nmt.sweep.report import main as report_main
 from nmt.sweep.runner import run_cell
 
 
@@ -18,8 +18,8 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) >= 3 and sys.argv[1] == "report":
-        write_report(sys.argv[2])  # regenerate the report of a (possibly unfinished) sweep
+    if len(sys.argv) >= 2 and sys.argv[1] == "report":
+        report_main(sys.argv[2:])  # the report of a (possibly unfinished) sweep, written again
     elif len(sys.argv) >= 2 and sys.argv[1] == "tune":
         tune_main(sys.argv[2:])
     else:

@@ -555,6 +555,24 @@ def test_a_finished_sweep_is_re_reported_from_its_statistics_file_alone(tmp_path
     ]  # the same report but for the outputs it cannot show any more
 
 
+def test_sweep_py_report_writes_again_with_the_sweep_own_metric_unless_told_another(tmp_path, capsys):
+    from nmt.sweep.report import main as report_main
+
+    offsets = dict.fromkeys(BLEU, 0.0) | {("relative", "layer"): 5.0}
+    synthetic_sweep(tmp_path, with_validation(RECORDS, offsets))
+    saved = {"report_metric": "val_as_test_bleu", "baseline": {"pos": "relative"}, "report_sentence": 0}
+    saved["hydra"] = {"overrides": {"task": []}, "sweeper": {"params": {}}}  # as Hydra writes it, in short
+    (tmp_path / "multirun.yaml").write_text(json.dumps(saved))  # JSON is YAML
+    report_main([str(tmp_path)])
+    report = (tmp_path / "report.md").read_text()
+    assert "## Ranking of cells by val_as_test_bleu (higher is better)" in report
+    assert _row(report, "| 1 | layer | relative |")[7:8] == ["baseline"]  # the sweep's own baseline
+    report_main([str(tmp_path), "--metric", "test_bleu"])
+    assert "## Ranking of cells by test_bleu (higher is better)" in (tmp_path / "report.md").read_text()
+    with pytest.raises(SystemExit, match=r"error: report_metric=test_blue: no finished run has it"):
+        report_main([str(tmp_path), "--metric", "test_blue"])
+
+
 def test_a_report_metric_no_run_has_is_one_clear_error(tmp_path):
     synthetic_sweep(tmp_path)
     with pytest.raises(ValueError, match="the runs have"):

@@ -416,3 +416,24 @@ def _outputs_section(doc: Document, records, factors, levels, sentence: int) -> 
             for cell, r in sorted(runs.items(), key=lambda i: position(i[0]))
         ],
     )
+
+
+def main(argv: list[str]) -> None:
+    """``python sweep.py report DIR [--metric M] [--sentence N]``: the report written again, by default with
+    the settings the sweep itself reported with (its multirun.yaml: report_metric, baseline, report_sentence)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python sweep.py report", description="write a sweep's report again")
+    parser.add_argument("sweep_dir", help="the sweep folder (finished or not)")
+    parser.add_argument("--metric", help="rank by this metric (default: the sweep's report_metric)")
+    parser.add_argument("--sentence", type=int, help="the test sentence whose outputs the report shows")
+    args = parser.parse_args(argv)
+    saved = Path(args.sweep_dir) / "multirun.yaml"
+    config = OmegaConf.load(saved) if saved.is_file() else OmegaConf.create()
+    metric = args.metric or config.get("report_metric") or "auto"
+    baseline = dict(config.baseline) if config.get("baseline") else None
+    sentence = args.sentence if args.sentence is not None else int(config.get("report_sentence") or 0)
+    try:
+        write_report(args.sweep_dir, metric, baseline, sentence)
+    except (KeyError, ValueError, FileNotFoundError) as err:
+        raise SystemExit(f"error: {err}") from None
