@@ -21,7 +21,17 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # each row of --means adds its overrides to those of the rows above it
 MEANS = [
-    ("none", ["compile=false", "check_every=1", "optim.optimizer.fused=null", "data.batches_on_device=false"]),
+    (
+        "none",
+        [
+            "compile=false",
+            "check_every=1",
+            "optim.optimizer.fused=null",
+            "data.batches_on_device=false",
+            "norm.fused=false",
+        ],
+    ),  # fmt: skip
+    ("+ one kernel per norm", ["norm.fused=true"]),
     ("+ batches built on the device", ["data.batches_on_device=true"]),
     ("+ fused AdamW", ["optim.optimizer.fused=true"]),
     ("+ no read of the device in an update", ["check_every=50"]),

@@ -34,7 +34,8 @@ def test_the_means_of_speed_are_measured_one_by_one(monkeypatch):
         "compile=false",
         "check_every=1",
         "optim.optimizer.fused=null",
-        "data.batches_on_device=true",
+        "data.batches_on_device=false",
+        "norm.fused=true",
     ]
     for every in (1, 8):
         assert rows[f"greedy validation, a read every {every} step(s)"]["seconds"] > 0
@@ -62,7 +63,7 @@ def test_all_measures_in_order_within_a_budget_and_writes_after_each(monkeypatch
     assert results["none"]["overrides"] == gpu_measures.means_overrides(1) and results["none"]["ms_per_update"] > 0
     assert "compile='sometimes'" in results["every (+ a means that fails)"]["error"]  # the failed run's own words
     assert results["every"]["overrides"] == gpu_measures.means_overrides(2) and results["every"]["ms_per_update"] > 0
-    assert results["every"]["overrides"][-1] == "data.batches_on_device=true"
+    assert results["every"]["overrides"][-1] == "norm.fused=true"
     timings = {k: v for k, v in results["validation"].items() if k != "wall_s"}
     assert set(timings) == {"trained 30 updates, a read every 1", "trained 30 updates, a read every 8"}
     assert all(t["seconds"] > 0 and t["sentences"] > 0 for t in timings.values())

@@ -12,8 +12,9 @@ from nmt.modules.position import PositionEncoding, RelativePosition, RotaryPosit
 torch.manual_seed(0)
 
 
-def test_layer_norm_equals_torch():
-    ours, ref = LayerNorm(16), nn.LayerNorm(16)
+@pytest.mark.parametrize("fused", [False, True])
+def test_layer_norm_equals_torch(fused):
+    ours, ref = LayerNorm(16, fused=fused), nn.LayerNorm(16)
     with torch.no_grad():
         ours.weight.normal_(), ours.bias.normal_()
         ref.weight.copy_(ours.weight), ref.bias.copy_(ours.bias)
@@ -21,13 +22,34 @@ def test_layer_norm_equals_torch():
     torch.testing.assert_close(ours(x), ref(x))
 
 
-def test_rms_norm_equals_torch():
-    ours, ref = RMSNorm(16, eps=1e-6), nn.RMSNorm(16, eps=1e-6)
+@pytest.mark.parametrize("fused", [False, True])
+def test_rms_norm_equals_torch(fused):
+    ours, ref = RMSNorm(16, eps=1e-6, fused=fused), nn.RMSNorm(16, eps=1e-6)
     with torch.no_grad():
         ours.weight.normal_()
         ref.weight.copy_(ours.weight)
     x = torch.randn(3, 5, 16) * 3
     torch.testing.assert_close(ours(x), ref(x))
+
+
+@pytest.mark.parametrize("norm_class", [LayerNorm, RMSNorm])
+def test_the_written_out_norm_and_the_one_kernel_agree_in_value_and_gradient(norm_class):
+    """In float64, so that any difference is the formula's, not rounding's: outputs and the gradients of the
+    input, weight and bias."""
+    explicit, fused = norm_class(16, fused=False).double(), norm_class(16, fused=True).double()
+    with torch.no_grad():
+        for p in explicit.parameters():
+            p.normal_()
+    fused.load_state_dict(explicit.state_dict())  # the same parameters: a checkpoint of one loads into the other
+    x = (torch.randn(4, 7, 16, dtype=torch.float64) * 3 + 1).requires_grad_()
+    x2 = x.detach().clone().requires_grad_()
+    upstream = torch.randn(4, 7, 16, dtype=torch.float64)
+    (explicit(x) * upstream).sum().backward()
+    (fused(x2) * upstream).sum().backward()
+    torch.testing.assert_close(fused(x2), explicit(x), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(x2.grad, x.grad, rtol=1e-10, atol=1e-10)
+    for (name, a), b in zip(explicit.named_parameters(), fused.parameters(), strict=True):
+        torch.testing.assert_close(b.grad, a.grad, rtol=1e-10, atol=1e-10, msg=name)
 
 
 def _copy_into_torch_mha(ours: MultiHeadAttention, d_model: int, heads: int) -> nn.MultiheadAttention:

@@ -1,34 +1,55 @@
-"""Normalisation layers, written out so students can read them (config group `norm`)."""
+"""Normalisation layers, written out so students can read them (config group `norm`).
+
+Each has two interchangeable paths, as attention has: the formula written out (``fused=False``), and
+PyTorch's one-kernel version of the same formula (``F.layer_norm``, ``F.rms_norm``; the default). They give
+the same result up to floating-point rounding (tested against each other and against ``nn.LayerNorm`` /
+``nn.RMSNorm`` with the same weights). The written-out formula is a chain of element-wise operations, about
+ten forward and more backward, each a kernel launch on a GPU without torch.compile; the one kernel trains
+no faster on a CPU (BENCHMARKS.md, "Means toward the GPU targets").
+"""
 
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 
 class LayerNorm(nn.Module):
     """Ba et al. 2016: normalise each vector to zero mean and unit variance, then scale and shift."""
 
-    def __init__(self, dim: int, eps: float = 1e-5) -> None:
+    def __init__(self, dim: int, eps: float = 1e-5, fused: bool = True) -> None:
         super().__init__()
         self.eps = eps
+        self.fused = fused
         self.weight = nn.Parameter(torch.ones(dim))
         self.bias = nn.Parameter(torch.zeros(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.fused:
+            return F.layer_norm(x, self.weight.shape, self.weight, self.bias, self.eps)
         # x: (..., dim); statistics over the last axis, biased variance as in the paper
         mean = x.mean(dim=-1, keepdim=True)
         var = (x - mean).pow(2).mean(dim=-1, keepdim=True)
         return (x - mean) * torch.rsqrt(var + self.eps) * self.weight + self.bias
 
+    def extra_repr(self) -> str:
+        return f"{self.weight.numel()}, eps={self.eps}, fused={self.fused}"
+
 
 class RMSNorm(nn.Module):
     """Zhang & Sennrich 2019: rescale by the root mean square only (no centring, no bias)."""
 
-    def __init__(self, dim: int, eps: float = 1e-6) -> None:
+    def __init__(self, dim: int, eps: float = 1e-6, fused: bool = True) -> None:
         super().__init__()
         self.eps = eps
+        self.fused = fused
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.fused:
+            return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
         # x: (..., dim)
         rms_inv = torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + self.eps)
         return x * rms_inv * self.weight
+
+    def extra_repr(self) -> str:
+        return f"{self.weight.numel()}, eps={self.eps}, fused={self.fused}"
