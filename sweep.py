@@ -1,4 +1,5 @@
-"""Full-factorial sweeps: python sweep.py [grid=...] [key=a,b ...]; python sweep.py report DIR [--metric M];
+"""Full-factorial sweeps: python sweep.py [grid=...] [key=a,b ...];
+python sweep.py report DIR [--metric M] [--sentence N] (the report written again);
 python sweep.py tune DIR [DIR ...] --level KEY (each level's settings, chosen on validation data)."""
 
 import sys

@@ -560,17 +560,21 @@ def test_sweep_py_report_writes_again_with_the_sweep_own_metric_unless_told_anot
 
     offsets = dict.fromkeys(BLEU, 0.0) | {("relative", "layer"): 5.0}
     synthetic_sweep(tmp_path, with_validation(RECORDS, offsets))
-    saved = {"report_metric": "val_as_test_bleu", "baseline": {"pos": "relative"}, "report_sentence": 0}
+    saved = {"report_metric": "val_as_test_bleu", "baseline": {"pos": "relative"}, "report_sentence": 3}
     saved["hydra"] = {"overrides": {"task": []}, "sweeper": {"params": {}}}  # as Hydra writes it, in short
     (tmp_path / "multirun.yaml").write_text(json.dumps(saved))  # JSON is YAML
     report_main([str(tmp_path)])
     report = (tmp_path / "report.md").read_text()
     assert "## Ranking of cells by val_as_test_bleu (higher is better)" in report
     assert _row(report, "| 1 | layer | relative |")[7:8] == ["baseline"]  # the sweep's own baseline
+    assert "a small test sentence 3 ." in report and "a small test sentence 0 ." not in report  # and sentence
     report_main([str(tmp_path), "--metric", "test_bleu"])
     assert "## Ranking of cells by test_bleu (higher is better)" in (tmp_path / "report.md").read_text()
     with pytest.raises(SystemExit, match=r"error: report_metric=test_blue: no finished run has it"):
         report_main([str(tmp_path), "--metric", "test_blue"])
+    (tmp_path / "multirun.yaml").unlink()  # copied without it: the defaults, said
+    report_main([str(tmp_path)])
+    assert "multirun.yaml is missing: the report ranks by the task's metric" in capsys.readouterr().out
 
 
 def test_a_report_metric_no_run_has_is_one_clear_error(tmp_path):

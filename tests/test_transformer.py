@@ -134,6 +134,20 @@ def test_norm_option_builds_the_named_class():
         assert isinstance(instantiate(OmegaConf.load(CONF / "norm" / f"{name}.yaml"))(8), cls)
 
 
+@pytest.mark.parametrize("fused", [True, False])
+def test_norm_fused_reaches_every_norm_and_a_saved_config_without_it_builds_the_fused_path(fused):
+    norms = OmegaConf.load(CONF / "norm" / "layer.yaml")
+    assert norms.fused is True  # the default
+    norms.fused = fused
+    cfg = OmegaConf.load(CONF / "model" / "transformer.yaml")
+    cfg.position, cfg.norm = OmegaConf.load(CONF / "pos" / "absolute.yaml"), norms
+    cfg.update(d_model=32, num_heads=4, ffn_dim=64, encoder_layers=1, decoder_layers=1)
+    built = [m for m in build_model(cfg, 20, 20).modules() if isinstance(m, LayerNorm)]
+    assert built and all(m.fused is fused for m in built)
+    del cfg.norm["fused"]  # as a checkpoint saved before the option existed
+    assert all(m.fused for m in build_model(cfg, 20, 20).modules() if isinstance(m, LayerNorm))
+
+
 def test_no_torch_transformer_building_blocks_inside():
     banned = (torch.nn.Transformer, torch.nn.MultiheadAttention, torch.nn.LayerNorm, torch.nn.RMSNorm)
     for pos, norm in itertools.product(POS_OPTIONS, NORM_OPTIONS):

@@ -1,11 +1,13 @@
 """Normalisation layers, written out so students can read them (config group `norm`).
 
 Each has two interchangeable paths, as attention has: the formula written out (``fused=False``), and
-PyTorch's one-kernel version of the same formula (``F.layer_norm``, ``F.rms_norm``; the default). They give
-the same result up to floating-point rounding (tested against each other and against ``nn.LayerNorm`` /
-``nn.RMSNorm`` with the same weights). The written-out formula is a chain of element-wise operations, about
-ten forward and more backward, each a kernel launch on a GPU without torch.compile; the one kernel trains
-no faster on a CPU (BENCHMARKS.md, "Means toward the GPU targets").
+PyTorch's own implementation of the same formula (``F.layer_norm``, ``F.rms_norm``; the default), one fused
+kernel each way (``F.rms_norm`` from torch 2.8). They give the same result up to floating-point rounding
+(tested in float64, values and gradients, and against ``nn.LayerNorm`` / ``nn.RMSNorm``); in bf16-mixed runs
+the norms see fp32 (the residual stream), while with ``bf16-true`` PyTorch's computes in fp32 and rounds
+once, the formula rounds at each step. The written-out formula is a chain of element-wise operations, about
+ten forward and more backward, each a kernel launch on a GPU without torch.compile; the fused path trains no
+faster on a CPU (BENCHMARKS.md, "Means toward the GPU targets").
 """
 
 import torch

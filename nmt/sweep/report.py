@@ -429,7 +429,11 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--sentence", type=int, help="the test sentence whose outputs the report shows")
     args = parser.parse_args(argv)
     saved = Path(args.sweep_dir) / "multirun.yaml"
-    config = OmegaConf.load(saved) if saved.is_file() else OmegaConf.create()
+    if saved.is_file():
+        config = OmegaConf.load(saved)
+    else:
+        print(f"{saved} is missing: the report ranks by the task's metric, against each factor's first level")
+        config = OmegaConf.create()
     metric = args.metric or config.get("report_metric") or "auto"
     baseline = dict(config.baseline) if config.get("baseline") else None
     sentence = args.sentence if args.sentence is not None else int(config.get("report_sentence") or 0)
