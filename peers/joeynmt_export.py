@@ -63,6 +63,16 @@ def joeynmt_config(cfg: DictConfig, dm, out: Path, files: dict, validation_freq:
     model = cfg.model
     if model._target_.rsplit(".", 1)[-1] != "Transformer":
         raise ValueError("the JoeyNMT export covers model=transformer")
+    # JoeyNMT 2.3's Transformer has sinusoidal positions and LayerNorm only: anything else would train
+    # another model under the same name
+    for group, needed in (("pos", ("position", "SinusoidalPosition")), ("norm", ("norm", "LayerNorm"))):
+        key, name = needed
+        found = str(model[key]["_target_"]).rsplit(".", 1)[-1]
+        if found != name:
+            raise ValueError(
+                f"{group}: JoeyNMT's Transformer has {name} only, this run has {found}; export a run with "
+                f"{'pos=absolute' if group == 'pos' else 'norm=layer'}"
+            )
     schedule = joeynmt_schedule(cfg)
     tied_all = model.tie_embeddings == "all"
 

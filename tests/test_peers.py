@@ -90,6 +90,10 @@ def test_joeynmt_export_needs_validation_counted_in_updates(tmp_path):
 def test_joeynmt_export_of_a_model_it_cannot_express_says_so(tmp_path):
     with pytest.raises(ValueError, match="model=transformer"):
         export(compose_train("model=rnn", *STEP_BUDGET), tmp_path / "joey")
+    with pytest.raises(ValueError, match=r"norm: JoeyNMT's Transformer has LayerNorm only, this run has RMSNorm"):
+        export(compose_train("norm=rms", *STEP_BUDGET), tmp_path / "joey")
+    with pytest.raises(ValueError, match=r"pos: .* SinusoidalPosition only, this run has RotaryPosition.*pos=absolute"):
+        export(compose_train("pos=rope", *STEP_BUDGET), tmp_path / "joey")
 
 
 def test_validation_every_n_updates_across_epochs(tmp_path):
