@@ -105,12 +105,17 @@ def run_env() -> dict:
     return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
 
 
-def start(command: list[str], log: Path) -> subprocess.Popen:
+def start(command: list[str], log: Path, env: dict | None = None) -> subprocess.Popen:
     """A run in its own process group (so that a timeout ends the compile workers it started too), its
-    output in ``log``."""
+    output in ``log``; ``env`` added to its environment."""
     with log.open("w") as out:
         return subprocess.Popen(
-            command, stdout=out, stderr=subprocess.STDOUT, env=run_env(), cwd=ROOT, start_new_session=True
+            command,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**run_env(), **(env or {})},
+            cwd=ROOT,
+            start_new_session=True,
         )
 
 
@@ -141,10 +146,17 @@ def run_logged(command: list[str], log: Path, timeout: float | None = None) -> s
 
 
 def concurrent_runs(
-    n: int, device: str, data: str, steps: int, extra: list[str], folder: Path, timeout: float | None = None
+    n: int,
+    device: str,
+    data: str,
+    steps: int,
+    extra: list[str],
+    folder: Path,
+    timeout: float | None = None,
+    env: dict | None = None,
 ) -> list[float]:
     """n tiny runs at once on the device: each one's updates per second (``timeout``: seconds for all of
-    them, after which they are killed and this raises)."""
+    them, after which they are killed and this raises; ``env``: added to the runs' environment)."""
     folder.mkdir(parents=True, exist_ok=True)
     runs = [folder / f"runs{n}_{i}" for i in range(n)]
     if device == "cpu" and not any(o.startswith("threads=") for o in extra):
@@ -154,7 +166,7 @@ def concurrent_runs(
         cores = int(os.environ.get("OMP_NUM_THREADS") or 0) or len(os.sched_getaffinity(0))
         extra = [*extra, f"threads={max(1, cores // n)}"]
     processes = [
-        start(train_command(r, device, data, steps, [*extra, f"seed={i + 1}"]), folder / f"{r.name}.log")
+        start(train_command(r, device, data, steps, [*extra, f"seed={i + 1}"]), folder / f"{r.name}.log", env)
         for i, r in enumerate(runs)
     ]
     deadline = None if timeout is None else time.monotonic() + timeout
@@ -169,6 +181,25 @@ def concurrent_runs(
         for process in processes:
             stop(process)
     return [updates_per_second(r) for r in runs]
+
+
+def concurrent_runs_mps(
+    n: int, device: str, data: str, steps: int, extra: list[str], folder: Path, timeout: float | None = None
+) -> tuple[list[float], dict]:
+    """:func:`concurrent_runs` under CUDA's MPS (a daemon started for them, shut down after): each run's
+    updates per second, and the MPS servers seen while they ran (none: the runs did not reach the daemon,
+    and the figure is not one of MPS)."""
+    from nmt.sweep.mps import MpsDaemon, ServerWatch
+
+    daemon = MpsDaemon(Path(tempfile.mkdtemp(prefix="nmt-mps-")))  # short: socket paths are limited
+    daemon.start()
+    watch = ServerWatch(daemon, every_s=2.0).start()
+    try:
+        rates = concurrent_runs(n, device, data, steps, extra, folder, timeout, env=daemon.env)
+    finally:
+        seen = watch.stop()
+        daemon.stop()
+    return rates, seen
 
 
 def greedy_validation_seconds(model: Path, device: str, every: int | None = None) -> tuple[float, int]:

@@ -12,11 +12,13 @@ from pathlib import Path
 from benchmarks import gpu_measures
 from benchmarks.gpu_measures import (
     concurrent_runs,
+    concurrent_runs_mps,
     greedy_validation_seconds,
     means_overrides,
     mfu_output,
     whole_recipe,
 )
+from nmt.sweep.mps import MpsError
 
 H100_BF16_PEAK_TFLOPS = 989.0
 
@@ -32,7 +34,8 @@ class Session:
     none        ms per update alone with none of the means (the figure before them)
     every       ms per update alone with every means (after them); while that fails, without the last
     validation  greedy validation of the run of ``every`` (and of ``--model``), reading every 1 and 8 steps
-    sharing     aggregate updates per second of 2, 4 and 8 runs (``--runs``) with the means of ``every``
+    sharing     aggregate updates per second of 2, 4 and 8 runs (``--runs``) with the means of ``every``,
+                taking turns on the GPU; then the most of them side by side under CUDA's MPS
     mfu         the d_model 512 model's MFU
     means       the rows of MEANS between none and every, one by one
     full        the whole tiny recipe with the means of ``every`` (all, if not measured), within the budget left
@@ -108,7 +111,26 @@ class Session:
             except RuntimeError as err:
                 shared[f"runs_{n}"] = {"error": str(err)}
             self.write()
+        most = max([n for n in a.runs if n > 1], default=0)
+        if most and a.device == "cuda":  # MPS is CUDA's; on a CPU there are no turns to remove
+            fits = self.fits("sharing")
+            shared[f"runs_{most}_mps"] = self.sharing_mps(most, overrides) if fits else self.skipped("sharing")
+            self.write()
         return shared
+
+    def sharing_mps(self, n: int, overrides: list[str]) -> dict:
+        """n runs side by side under MPS."""
+        a = self.args
+        try:
+            rates, seen = concurrent_runs_mps(
+                n, a.device, a.data, a.steps, [*a.extra, *overrides], self.folder / f"sharing{n}_mps", self.left()
+            )
+        except (MpsError, RuntimeError) as err:
+            return {"error": str(err)}
+        result = {"updates_per_s_each": rates, "updates_per_s_total": sum(rates), "mps": seen}
+        if not seen["servers_seen"]:
+            result["error"] = "no MPS server appeared: the runs did not reach the daemon (they took turns)"
+        return result
 
     def mfu(self) -> dict:
         output = mfu_output(self.args.device, self.left())
@@ -202,12 +224,14 @@ def table(results: dict) -> str:
         elif name == "sharing":
             runs = {k: v for k, v in entry.items() if k.startswith("runs_")}
             for key, r in runs.items():
-                if "updates_per_s_total" in r:
+                if "updates_per_s_total" in r and "error" not in r:
                     each = ", ".join(f"{x:.1f}" for x in r["updates_per_s_each"])
                     value = f"{r['updates_per_s_total']:.1f} updates/s in all ({each})"
                 else:
                     value = reason(r)
-                row(f"{key[5:]} runs sharing the device", value)
+                n, _, mps = key[5:].partition("_")
+                how = "side by side under MPS" if mps else "taking turns"
+                row(f"{n} runs sharing the device, {how}", value)
             if not runs or "error" in entry:
                 row("runs sharing the device", reason(entry))
         elif name == "mfu":

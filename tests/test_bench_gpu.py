@@ -75,7 +75,7 @@ def test_all_measures_in_order_within_a_budget_and_writes_after_each(monkeypatch
     assert len(lines) == 2 + 1 + 1 + 1 + 2 + 1 + 1 and all(line.count(" | ") == 1 for line in lines[2:])
     assert f"| {results['none']['ms_per_update']:.1f} ms |" in lines[2]
     assert lines[3].startswith("| update alone, + a means that fails | failed: ")
-    assert lines[7].startswith("| 2 runs sharing the device | ")
+    assert lines[7].startswith("| 2 runs sharing the device, taking turns | ")
     assert lines[8].startswith("| whole recipe | skipped: ")
 
 

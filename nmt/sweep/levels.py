@@ -28,6 +28,7 @@ SWEEP_KEYS = (
     "gpu_pool",
     "runs_per_gpu",
     "gpus_per_run",
+    "gpu_mps",
     "baseline",
     "report_metric",
     "report_sentence",

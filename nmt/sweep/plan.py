@@ -16,6 +16,7 @@ from nmt.sweep.levels import (
     plain_settings,
     sweep_levels,
 )
+from nmt.sweep.mps import setting_problem as mps_setting_problem
 from nmt.sweep.report import RESULT
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -174,7 +175,7 @@ def input_problem(config: DictConfig) -> str | None:
         levels = sweep_levels(config)
     except ValueError as err:
         return str(err).splitlines()[0]
-    problem = level_settings_problem(config.get("level_settings"), levels)
+    problem = level_settings_problem(config.get("level_settings"), levels) or mps_setting_problem(config)
     if problem:
         return problem
     for key, values in levels.items():

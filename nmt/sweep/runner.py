@@ -25,6 +25,7 @@ from nmt.sweep.levels import (
     plain_settings,
     sweep_levels,
 )
+from nmt.sweep.mps import MpsDaemon, client_devices, finish_mps, start_mps, sweep_folder
 from nmt.sweep.plan import (
     ROOT,
     as_override,
@@ -135,7 +136,11 @@ def run_cell(cfg: DictConfig) -> dict | None:
     if cfg.gpu_pool:  # free GPUs from the machine's pool, given back when the run ends
         pool = GpuPool(visible_gpus(), int(cfg.runs_per_gpu), int(cfg.gpus_per_run))
         held = pool.take()
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(held.devices)
+        devices = held.devices
+        if cfg.get("gpu_mps"):  # the sweep's MPS daemon: its pipes, and the GPUs numbered as it numbers them
+            env.update(MpsDaemon(sweep_folder(Path(hydra_cfg.sweep.dir))).env)
+            devices = client_devices(devices, visible_gpus())
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(devices)
         command.append(f"trainer.devices={len(held.devices)}")
         print(f"[sweep] {run_dir.name}: GPU {','.join(held.devices)}", flush=True)
     print(f"[sweep] running: {run_dir.name} (log: {run_dir / 'train_stdout.log'})", flush=True)
@@ -173,6 +178,9 @@ def _in_use_elsewhere(run_dir: Path) -> bool:
 
 
 _SITTING = {"started": time.time(), "finished": 0}  # this process's share of the sweep, for the ETA
+# the MPS daemon and its watch of each sweep this process launched (gpu_mps): kept out of the callback,
+# which the joblib launcher sends to its workers and which therefore holds nothing a thread owns
+_MPS: dict = {}
 
 
 def _plan(sweep_dir: Path) -> int:
@@ -278,8 +286,13 @@ class SweepReport(Callback):
         atomic_write_json(plan_path, plan)
         atomic_write_text(sweep_dir / LAUNCHED, f"{time.time():.3f}\n")  # a rerun gets a fresh time window
         print(f"[sweep] {planned_runs(config)} runs: " + " x ".join(f"{k} {levels[k]}" for k in factors), flush=True)
+        if config.get("gpu_mps"):
+            _MPS[str(sweep_dir)] = start_mps(config, sweep_dir)
 
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
+        mps = _MPS.pop(str(Path(config.hydra.sweep.dir)), None)
+        if mps is not None:
+            finish_mps(*mps, Path(config.hydra.sweep.dir))
         if not collect_records(Path(config.hydra.sweep.dir)):
             print(f"[sweep] no finished runs in {config.hydra.sweep.dir}: no report yet; rerun the sweep to resume")
             return
