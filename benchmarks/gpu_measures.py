@@ -7,6 +7,7 @@ import csv
 import json
 import os
 import platform
+import shutil
 import signal
 import statistics
 import subprocess
@@ -186,19 +187,24 @@ def concurrent_runs(
 def concurrent_runs_mps(
     n: int, device: str, data: str, steps: int, extra: list[str], folder: Path, timeout: float | None = None
 ) -> tuple[list[float], dict]:
-    """:func:`concurrent_runs` under CUDA's MPS (a daemon started for them, shut down after): each run's
-    updates per second, and the MPS servers seen while they ran (none: the runs did not reach the daemon,
-    and the figure is not one of MPS)."""
+    """:func:`concurrent_runs` under CUDA's MPS (a daemon of their own, shut down after): each run's updates
+    per second, and what the daemon was seen serving while they ran (no server: the runs did not reach it,
+    and the figure is not one of MPS). The runs take GPU 0 in the daemon's numbering, which is the first of
+    this process's visible GPUs, as a run without MPS takes."""
     from nmt.sweep.mps import MpsDaemon, ServerWatch
 
-    daemon = MpsDaemon(Path(tempfile.mkdtemp(prefix="nmt-mps-")))  # short: socket paths are limited
-    daemon.start()
-    watch = ServerWatch(daemon, every_s=2.0).start()
+    daemon = MpsDaemon(Path(tempfile.mkdtemp(prefix="nmt-mps-", dir="/tmp")))  # short: socket paths are limited
     try:
-        rates = concurrent_runs(n, device, data, steps, extra, folder, timeout, env=daemon.env)
+        daemon.join()
+        watch = ServerWatch(daemon, every_s=2.0).start()
+        try:
+            env = {**daemon.env, "CUDA_VISIBLE_DEVICES": "0"}
+            rates = concurrent_runs(n, device, data, steps, extra, folder, timeout, env=env)
+        finally:
+            seen = watch.stop()
+            seen["daemon"] = daemon.leave()
     finally:
-        seen = watch.stop()
-        daemon.stop()
+        shutil.rmtree(daemon.folder, ignore_errors=True)
     return rates, seen
 
 

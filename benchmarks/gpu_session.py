@@ -18,7 +18,7 @@ from benchmarks.gpu_measures import (
     mfu_output,
     whole_recipe,
 )
-from nmt.sweep.mps import MpsError
+from nmt.sweep.mps import MpsError, machine_wide_daemon
 
 H100_BF16_PEAK_TFLOPS = 989.0
 
@@ -111,6 +111,8 @@ class Session:
             except RuntimeError as err:
                 shared[f"runs_{n}"] = {"error": str(err)}
             self.write()
+        if a.device == "cuda" and machine_wide_daemon():
+            shared["machine_wide_mps"] = "a daemon answers at /tmp/nvidia-mps: the runs above may have run under MPS"
         most = max([n for n in a.runs if n > 1], default=0)
         if most and a.device == "cuda":  # MPS is CUDA's; on a CPU there are no turns to remove
             fits = self.fits("sharing")
@@ -130,6 +132,8 @@ class Session:
         result = {"updates_per_s_each": rates, "updates_per_s_total": sum(rates), "mps": seen}
         if not seen["servers_seen"]:
             result["error"] = "no MPS server appeared: the runs did not reach the daemon (they took turns)"
+        elif (seen["most_clients_at_once"] or n) < n:  # None: the daemon does not list its clients
+            result["error"] = f"at most {seen['most_clients_at_once']} of the {n} runs were seen connected at once"
         return result
 
     def mfu(self) -> dict:
@@ -234,6 +238,8 @@ def table(results: dict) -> str:
                 row(f"{n} runs sharing the device, {how}", value)
             if not runs or "error" in entry:
                 row("runs sharing the device", reason(entry))
+            if "machine_wide_mps" in entry:
+                row("runs sharing the device, taking turns", f"caveat: {entry['machine_wide_mps']}")
         elif name == "mfu":
             if "mfu_percent" in entry:
                 row(

@@ -6,6 +6,7 @@ environment."""
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -18,8 +19,8 @@ from nmt.sweep.mps import (
     MpsError,
     ServerWatch,
     client_devices,
+    daemon_folder,
     setting_problem,
-    sweep_folder,
 )
 
 from .conftest import ROOT, tiny_overrides
@@ -38,34 +39,43 @@ STAND_IN = textwrap.dedent(
             with open(record, "a") as out:
                 out.write(line + "\\n")
 
+    def clients():
+        found = []
+        for proc in Path("/proc").glob("[0-9]*"):
+            try:
+                words = (proc / "environ").read_bytes().decode(errors="replace").split("\\0")
+                line = (proc / "cmdline").read_bytes().decode(errors="replace")
+            except OSError:
+                continue
+            env = dict(w.split("=", 1) for w in words if "=" in w)
+            if env.get("CUDA_MPS_PIPE_DIRECTORY") == str(pipe) and "train.py" in line:
+                found.append(int(proc.name))
+                note(f"client {{proc.name}} CUDA_VISIBLE_DEVICES={{env.get('CUDA_VISIBLE_DEVICES')}}")
+        return sorted(found)
+
     if sys.argv[1:] == ["-d"]:
         if os.environ.get("STAND_IN_FAILS"):
             (log / "control.log").write_text("[ERROR] no device may be opened by this user\\n")
+            print("Cannot start the daemon", file=sys.stderr)
             sys.exit(1)
         if marker.exists():
             print("An instance of this daemon is already running")
             sys.exit(1)
         marker.write_text(str(os.getpid()))
-        note("started")
+        (log / "control.log").write_text("[INFO] Starting control daemon\\n")
+        note(f"started CUDA_VISIBLE_DEVICES={{os.environ.get('CUDA_VISIBLE_DEVICES')}}")
         sys.exit(0)
     if not marker.exists():
         print("Cannot find MPS control daemon process")
         sys.exit(1)
-    for command in sys.stdin.read().split():
+    for command in sys.stdin.read().splitlines():
+        # a process started with this daemon's pipes is a client: one server (the lowest client id) for them
         if command == "get_server_list":
-            clients = []
-            for proc in Path("/proc").glob("[0-9]*"):
-                try:
-                    words = (proc / "environ").read_bytes().decode(errors="replace").split("\\0")
-                    line = (proc / "cmdline").read_bytes().decode(errors="replace")
-                except OSError:
-                    continue
-                env = dict(w.split("=", 1) for w in words if "=" in w)
-                if env.get("CUDA_MPS_PIPE_DIRECTORY") == str(pipe) and "train.py" in line:
-                    clients.append(proc.name)
-                    note(f"client {{proc.name}} CUDA_VISIBLE_DEVICES={{env.get('CUDA_VISIBLE_DEVICES')}}")
-            if clients:
-                print(min(clients))  # one server for this user's clients
+            found = clients()
+            if found:
+                print(found[0])
+        elif command.startswith("get_client_list "):
+            print("\\n".join(map(str, clients())))
         elif command == "quit":
             marker.unlink()
             note("quit")
@@ -87,17 +97,36 @@ def stand_in(tmp_path, monkeypatch):
     return record
 
 
-def test_the_daemon_starts_answers_is_adopted_and_shuts_down(stand_in, tmp_path):
-    daemon = MpsDaemon(tmp_path / "mps")
-    assert not daemon.running()
-    assert daemon.start() is True and daemon.running()
-    assert daemon.servers() == []  # no client yet
-    assert MpsDaemon(tmp_path / "mps").start() is False  # a daemon left running is adopted, not started twice
-    daemon.stop()
-    assert not daemon.running() and not (tmp_path / "mps").exists()
-    assert stand_in.read_text().split() == ["started", "quit"]
+def test_the_daemon_starts_is_joined_and_only_the_last_sitting_out_shuts_it_down(stand_in, tmp_path):
+    """Two sittings (two sweeps, or two processes of one) on one daemon: the first starts it, the second
+    joins it, the first to end leaves it running for the other, the last shuts it down."""
+    first, second = MpsDaemon(tmp_path / "mps"), MpsDaemon(tmp_path / "mps")
+    assert not first.running()
+    assert first.join() is True and first.running() and first.servers() == []
+    assert second.join() is False  # running: joined, not started twice
+    assert first.leave() == "left running for the other sittings using it" and second.running()
+    assert second.leave() == "shut down" and not second.running()
+    assert stand_in.read_text().splitlines()[0].startswith("started") and stand_in.read_text().split()[-1] == "quit"
     with pytest.raises(MpsError, match="does not answer"):
-        daemon.servers()
+        first.servers()
+    # a sitting that was killed drops its lock with its process: the next one joins what it left and ends it
+    killed = subprocess.run(
+        [sys.executable, "-c", f"from nmt.sweep.mps import MpsDaemon; MpsDaemon({str(tmp_path / 'mps')!r}).join()"],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert killed.returncode == 0 and first.running()
+    assert first.join() is False and first.leave() == "shut down" and not first.running()
+
+
+def test_the_daemon_folder_is_private_and_named_by_user_and_gpus(stand_in, tmp_path):
+    assert daemon_folder("2,5") != daemon_folder("5") and daemon_folder("5") == daemon_folder("5")
+    assert len(str(daemon_folder("GPU-" + "f" * 36) / "pipe" / "control")) < 100  # a socket path's limit is 108
+    open_to_all = tmp_path / "shared"
+    open_to_all.mkdir(mode=0o777)
+    open_to_all.chmod(0o777)
+    with pytest.raises(MpsError, match="is not a folder of this user's that only it may enter: remove it"):
+        MpsDaemon(open_to_all).join()
 
 
 def test_a_missing_program_or_a_daemon_that_cannot_start_says_what_to_do(stand_in, tmp_path, monkeypatch):
@@ -106,35 +135,35 @@ def test_a_missing_program_or_a_daemon_that_cannot_start_says_what_to_do(stand_i
         with pytest.raises(
             MpsError, match=r"needs nvidia-cuda-mps-control, CUDA's MPS control program .*gpu_mps=false"
         ):
-            MpsDaemon(tmp_path / "a").start()
+            MpsDaemon(tmp_path / "a").join()
     monkeypatch.setenv("STAND_IN_FAILS", "1")
-    with pytest.raises(MpsError, match=r"did not start .* control.log: \[ERROR\] no device may be opened"):
-        MpsDaemon(tmp_path / "b").start()
+    with pytest.raises(MpsError, match=r"did not start .*Cannot start the daemon.* control.log: \[ERROR\] no device"):
+        MpsDaemon(tmp_path / "b").join()
 
 
 def test_runs_name_their_gpus_as_the_daemon_numbers_them():
     # the daemon renumbers what it sees: started with GPUs 2 and 5, a run on GPU 5 must ask for "1"
     assert client_devices(["5"], ["2", "5"]) == ["1"]
     assert client_devices(["0", "1"], ["0", "1", "2"]) == ["0", "1"]
+    assert client_devices(["GPU-b"], ["GPU-a", "GPU-b"]) == ["1"]
 
 
-def test_a_sweeps_daemon_folder_is_short_its_own_and_the_same_at_every_sitting(tmp_path):
-    a, b = sweep_folder(tmp_path / "sweeps" / "a"), sweep_folder(tmp_path / "sweeps" / "b")
-    assert a != b and a == sweep_folder(tmp_path / "sweeps" / "a")
-    assert len(str(a / "pipe" / "control")) < 100  # a UNIX socket's path is limited to 108 bytes
-
-
-def test_gpu_mps_without_runs_sharing_a_gpu_is_refused_before_any_run(tmp_path, capsys):
+def test_gpu_mps_where_it_cannot_apply_is_refused_before_any_run(tmp_path):
     from omegaconf import OmegaConf
 
+    def problem(**given):
+        return setting_problem(OmegaConf.create({"gpu_mps": True, "gpu_pool": True, "runs_per_gpu": 4, **given}))
+
     assert setting_problem(OmegaConf.create({"gpu_mps": False})) is None
-    assert setting_problem(OmegaConf.create({"gpu_mps": True, "gpu_pool": True, "runs_per_gpu": 4})) is None
+    assert problem() is None and problem(hydra={"launcher": {"_target_": "x.JoblibLauncher"}}) is None
     for pool, per_gpu in ((False, 4), (True, 1)):
-        problem = setting_problem(OmegaConf.create({"gpu_mps": True, "gpu_pool": pool, "runs_per_gpu": per_gpu}))
-        assert problem == (
+        assert problem(gpu_pool=pool, runs_per_gpu=per_gpu) == (
             "gpu_mps=true runs the runs of one GPU side by side: it needs gpu_pool=true and runs_per_gpu >= 2 "
             f"(given gpu_pool={pool}, runs_per_gpu={per_gpu})"
         )
+    assert problem(gpus_per_run=2).startswith("gpu_mps=true is for runs of one GPU each (given gpus_per_run=2)")
+    slurm = problem(hydra={"launcher": {"_target_": "hydra_plugins.x.SlurmLauncher"}})
+    assert slurm.startswith("gpu_mps=true starts the daemon on this machine, where the launcher SlurmLauncher")
     command = [sys.executable, str(ROOT / "sweep.py"), "grid=none", "gpu_mps=true", "plan=true"]
     refused = subprocess.run(
         [*command, f"hydra.sweep.dir={tmp_path}"], capture_output=True, text=True, cwd=ROOT, timeout=300
@@ -142,26 +171,27 @@ def test_gpu_mps_without_runs_sharing_a_gpu_is_refused_before_any_run(tmp_path, 
     assert refused.returncode == 2 and "gpu_mps=true runs the runs of one GPU side by side" in refused.stderr
 
 
-def test_the_watch_sees_a_client_that_comes_and_goes(stand_in, tmp_path):
+def test_the_watch_counts_the_runs_connected(stand_in, tmp_path):
     daemon = MpsDaemon(tmp_path / "mps")
-    daemon.start()
+    daemon.join()
     watch = ServerWatch(daemon, every_s=0.1).start()
-    client = subprocess.Popen(
-        [sys.executable, "-c", "import time; time.sleep(3)", "train.py"], env={**os.environ, **daemon.env}
-    )
-    client.wait()
+    clients = [
+        subprocess.Popen(
+            [sys.executable, "-c", "import time; time.sleep(3)", "train.py"], env={**os.environ, **daemon.env}
+        )
+        for _ in range(2)
+    ]
+    for client in clients:
+        client.wait()
     seen = watch.stop()
-    daemon.stop()
-    assert seen == {"servers_seen": [client.pid], "most_servers_at_once": 1}
+    daemon.leave()
+    assert seen["servers_seen"] and set(seen["servers_seen"]) <= {c.pid for c in clients}
+    assert seen["most_clients_at_once"] == 2 and seen["looks_unanswered"] == 0
+    assert seen["answers_at_end"] is True
 
 
-@pytest.mark.slow
-def test_a_sweep_under_mps_gives_its_runs_the_daemon_and_renumbered_gpus_then_shuts_it(stand_in, tmp_path):
-    """Two toy runs sharing "GPU 4" (the only GPU the sweep sees; they train on the CPU): each finds the
-    daemon's pipes and GPU 0 in its environment, the sweep records the server its runs reached, and no
-    daemon outlives the sweep."""
-    sweep_dir = tmp_path / "sweep"
-    command = [
+def sweep_command(sweep_dir, *extra):
+    return [
         sys.executable,
         str(ROOT / "sweep.py"),
         "grid=none",
@@ -175,30 +205,59 @@ def test_a_sweep_under_mps_gives_its_runs_the_daemon_and_renumbered_gpus_then_sh
         "runs_per_gpu=2",
         "gpu_mps=true",
         f"hydra.sweep.dir={sweep_dir}",
+        *extra,
     ]
-    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "4", "NMT_GPU_LOCKS": str(tmp_path / "locks")}
-    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=900, env=env)
+
+
+def test_a_sweep_whose_daemon_cannot_start_stops_before_any_run(stand_in, tmp_path):
+    gpu = f"GPU-{tmp_path.name}"  # a folder of the test's own
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": gpu, "NMT_GPU_LOCKS": str(tmp_path / "locks"), "STAND_IN_FAILS": "1"}
+    done = subprocess.run(
+        sweep_command(tmp_path / "sweep"), capture_output=True, text=True, cwd=ROOT, timeout=300, env=env
+    )
+    shutil.rmtree(daemon_folder(gpu), ignore_errors=True)
+    assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-3000:]
+    assert "error: gpu_mps=true: nvidia-cuda-mps-control -d did not start a daemon" in done.stderr
+    assert not list((tmp_path / "sweep").glob("*seed=*"))
+
+
+@pytest.mark.slow
+def test_a_sweep_under_mps_gives_its_runs_the_daemon_and_renumbered_gpus_then_shuts_it(stand_in, tmp_path):
+    """Two toy runs sharing the one GPU the sweep sees (they train on the CPU): the daemon starts with the
+    sweep's GPUs, each run finds its pipes and GPU 0 in its environment, the sweep records the runs it
+    reached and shuts it down; a rerun with nothing left to train says nothing of MPS having failed."""
+    gpu = f"GPU-{tmp_path.name}"
+    sweep_dir = tmp_path / "sweep"
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": gpu, "NMT_GPU_LOCKS": str(tmp_path / "locks")}
+    try:
+        done = subprocess.run(sweep_command(sweep_dir), capture_output=True, text=True, cwd=ROOT, timeout=900, env=env)
+        again = subprocess.run(sweep_command(sweep_dir), capture_output=True, text=True, cwd=ROOT, timeout=900, env=env)
+    finally:
+        shutil.rmtree(daemon_folder(gpu), ignore_errors=True)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     assert "[sweep] MPS daemon started" in done.stdout and "daemon shut down" in done.stdout
     calls = stand_in.read_text().splitlines()
-    assert calls[0] == "started" and calls[-1] == "quit"
+    assert calls[0] == f"started CUDA_VISIBLE_DEVICES={gpu}" and "quit" in calls
     clients = {line.split()[1]: line.split()[2] for line in calls if line.startswith("client ")}
     assert len(clients) == 2 and set(clients.values()) == {"CUDA_VISIBLE_DEVICES=0"}
-    record = json.loads((sweep_dir / "mps.json").read_text())
-    assert record["servers_seen"] and record[PIPE_ENV] == str(sweep_folder(sweep_dir) / "pipe")
-    assert not sweep_folder(sweep_dir).exists()
+    first, second = json.loads((sweep_dir / "mps.json").read_text())["sittings"]
+    assert first["servers_seen"] and first["runs_started"] == 2 and first["daemon"] == "shut down"
+    assert first[PIPE_ENV] == str(daemon_folder(gpu) / "pipe")
+    assert (sweep_dir / "mps_logs" / "control.log").is_file()
     assert len(list(sweep_dir.glob("*/sweep_result.json"))) == 2
+    assert again.returncode == 0 and second["runs_started"] == 0 and "warning" not in again.stdout
 
 
 def test_the_gpu_benchmark_measures_the_most_runs_again_under_mps_and_tables_both(monkeypatch, tmp_path):
     """--all's sharing on a GPU: 2 and 4 runs taking turns, then 4 side by side under MPS; a figure whose
-    runs never reached the daemon is not passed off as one of MPS."""
+    runs never all reached the daemon is not passed off as one of MPS."""
     import argparse
 
     from benchmarks import gpu_session
 
+    monkeypatch.setattr(gpu_session, "machine_wide_daemon", lambda: False)
     monkeypatch.setattr(gpu_session, "concurrent_runs", lambda n, *a, **k: [10.0] * n)
-    seen = {"servers_seen": [41], "most_servers_at_once": 1}
+    seen = {"servers_seen": [41], "most_clients_at_once": 4}
     monkeypatch.setattr(gpu_session, "concurrent_runs_mps", lambda n, *a, **k: ([25.0] * n, seen))
     args = argparse.Namespace(device="cuda", data="toy", steps=30, runs=[1, 2, 4], extra=[], budget=900, json=None)
     results = {"session": {"order": ["sharing"]}}
@@ -215,20 +274,29 @@ def test_the_gpu_benchmark_measures_the_most_runs_again_under_mps_and_tables_bot
         "| 4 runs sharing the device, taking turns | 40.0 updates/s in all (10.0, 10.0, 10.0, 10.0) |",
         "| 4 runs sharing the device, side by side under MPS | 100.0 updates/s in all (25.0, 25.0, 25.0, 25.0) |",
     ]
-    nobody = {"servers_seen": [], "most_servers_at_once": 0}
-    monkeypatch.setattr(gpu_session, "concurrent_runs_mps", lambda n, *a, **k: ([10.0] * n, nobody))
+    for seen, said in (
+        ({"servers_seen": [], "most_clients_at_once": 0}, "no MPS server appeared"),
+        ({"servers_seen": [41], "most_clients_at_once": 3}, "at most 3 of the 4 runs were seen connected at once"),
+    ):
+        monkeypatch.setattr(gpu_session, "concurrent_runs_mps", lambda n, *a, s=seen, **k: ([10.0] * n, s))
+        results["sharing"] = gpu_session.Session(args, results, tmp_path).sharing()
+        assert said in gpu_session.table(results).splitlines()[-1]
+    monkeypatch.setattr(gpu_session, "machine_wide_daemon", lambda: True)
     results["sharing"] = gpu_session.Session(args, results, tmp_path).sharing()
-    assert "no MPS server appeared" in gpu_session.table(results).splitlines()[-1]
+    assert "caveat: a daemon answers at /tmp/nvidia-mps" in gpu_session.table(results)
     args.device = "cpu"  # no MPS on a CPU: no row for it
     assert "runs_4_mps" not in gpu_session.Session(args, results, tmp_path).sharing()
 
 
 @pytest.mark.slow
-def test_the_benchmarks_runs_under_mps_reach_its_daemon(stand_in, tmp_path):
+def test_the_benchmarks_runs_under_mps_reach_its_daemon_on_its_gpu_0(stand_in, tmp_path, monkeypatch):
+    """The benchmark's daemon sees this process's GPUs (here only "GPU 3"); its runs ask for GPU 0 of them."""
     from benchmarks.gpu_measures import concurrent_runs_mps
 
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
     rates, seen = concurrent_runs_mps(1, "cpu", "toy", 30, ["threads=1"], tmp_path / "runs", timeout=300)
     assert len(rates) == 1 and rates[0] > 0
-    assert seen["servers_seen"] and seen["most_servers_at_once"] == 1
+    assert seen["servers_seen"] and seen["most_clients_at_once"] == 1 and seen["daemon"] == "shut down"
     calls = stand_in.read_text().splitlines()
-    assert calls[0] == "started" and calls[-1] == "quit" and any(c.startswith("client ") for c in calls)
+    assert calls[0] == "started CUDA_VISIBLE_DEVICES=3" and calls[-1] == "quit"
+    assert {c.split()[2] for c in calls if c.startswith("client ")} == {"CUDA_VISIBLE_DEVICES=0"}

@@ -4,18 +4,24 @@ Without MPS the processes on one GPU take turns: each has its own context, and t
 kernels at a time, so small models whose kernels each fill a few of its multiprocessors leave the rest idle
 while the other runs wait. Under MPS their kernels run side by side. A CUDA program that finds no MPS
 daemon runs without it and says nothing, so the sweep starts the daemon itself (``nvidia-cuda-mps-control
--d``, with its pipes and logs in a folder of its own), gives its runs that folder, watches whether any run
-connected, and shuts the daemon down at its end.
+-d``), gives its runs the daemon's pipes, watches how many runs are connected, and shuts it down at its end.
+
+One daemon serves a user's sweeps that see the same GPUs (its folder is named by the user and by
+``CUDA_VISIBLE_DEVICES``), so that two sweeps sharing the GPU pool share one MPS server as well. Each sitting
+of a sweep holds a shared lock on the folder while it runs; the last one out shuts the daemon down. A sitting
+that was killed drops its lock with its process, and the next sitting adopts the daemon it left.
 
 The daemon renumbers the GPUs it sees: a run's ``CUDA_VISIBLE_DEVICES`` counts among the sweep's visible
 GPUs (:func:`client_devices`), not among the machine's.
 """
 
+import contextlib
+import fcntl
 import hashlib
 import os
 import shutil
+import stat
 import subprocess
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -23,19 +29,23 @@ from pathlib import Path
 CONTROL = "nvidia-cuda-mps-control"
 PIPE_ENV = "CUDA_MPS_PIPE_DIRECTORY"
 LOG_ENV = "CUDA_MPS_LOG_DIRECTORY"
-RECORD = "mps.json"  # in the sweep folder: the daemon's folder and the MPS servers seen while the runs went
+RECORD = "mps.json"  # in the sweep folder: each sitting's daemon and the connections seen while its runs went
+LOGS = "mps_logs"  # in the sweep folder: the daemon's logs, copied at the end of each sitting
+LAUNCHERS = ("BasicLauncher", "JoblibLauncher", "LocalLauncher")  # runs on this machine, where the daemon is
 
 
 class MpsError(RuntimeError):
     """The daemon could not be started or reached; the message says what to do."""
 
 
-def sweep_folder(sweep_dir: Path) -> Path:
-    """The daemon's folder for a sweep: short (its sockets' paths are limited to about 100 characters), one
-    per user and sweep, and the same at every sitting, so that a rerun finds a daemon that a killed sitting
-    left running and shuts it down at its end."""
-    digest = hashlib.sha256(str(Path(sweep_dir).resolve()).encode()).hexdigest()[:12]
-    return Path(tempfile.gettempdir()) / f"nmt-mps-{os.getuid()}-{digest}"
+def daemon_folder(visible: str | None = None) -> Path:
+    """The daemon's folder for this user and these visible GPUs (``CUDA_VISIBLE_DEVICES`` by default): in
+    /tmp, as NVIDIA's own default, so that its sockets' paths stay short (about 100 characters at most) and
+    every sitting finds it whatever its own temporary folder."""
+    if visible is None:
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES", "<all>")
+    digest = hashlib.sha256(visible.encode()).hexdigest()[:12]
+    return Path("/tmp") / f"nmt-mps-{os.getuid()}-{digest}"
 
 
 def client_devices(devices: list[str], visible: list[str]) -> list[str]:
@@ -45,11 +55,13 @@ def client_devices(devices: list[str], visible: list[str]) -> list[str]:
 
 
 class MpsDaemon:
-    """One MPS control daemon with its pipes in ``folder/pipe`` and its logs in ``folder/log``."""
+    """One MPS control daemon with its pipes in ``folder/pipe`` and its logs in ``folder/log``; ``join``
+    before the runs start (starting it, or adopting the one running), ``leave`` after."""
 
     def __init__(self, folder: Path, program: str = CONTROL) -> None:
         self.folder, self.program = Path(folder), program
         self.env = {PIPE_ENV: str(self.folder / "pipe"), LOG_ENV: str(self.folder / "log")}
+        self._sitting = None  # the open lock file while this process takes part
 
     def _control(self, command: str, timeout_s: float = 20.0) -> subprocess.CompletedProcess:
         return subprocess.run(
@@ -65,51 +77,103 @@ class MpsDaemon:
         """Whether a daemon answers at this folder's pipes."""
         try:
             return self._control("get_server_list").returncode == 0
-        except (OSError, subprocess.TimeoutExpired):
+        except (OSError, subprocess.SubprocessError):
             return False
 
     def servers(self) -> list[int]:
-        """The process ids of the MPS servers the daemon runs (one per GPU context shared by clients)."""
+        """The process ids of the daemon's MPS servers (one per user whose clients it serves)."""
         done = self._control("get_server_list")
         if done.returncode != 0:
-            raise MpsError(f"the MPS daemon in {self.folder} does not answer: {self._said(done)}")
+            raise MpsError(f"the MPS daemon in {self.folder} does not answer: {_said(done)}")
         return [int(word) for word in done.stdout.split() if word.isdigit()]
 
-    def start(self, wait_s: float = 20.0) -> bool:
-        """Start the daemon, or adopt the one already answering here; True when it was started now."""
+    def clients(self, server: int) -> list[int] | None:
+        """The process ids of the clients connected to ``server``; None when the daemon does not say."""
+        done = self._control(f"get_client_list {server}")
+        return [int(w) for w in done.stdout.split() if w.isdigit()] if done.returncode == 0 else None
+
+    def _make_folder(self) -> None:
+        """The folder, private to this user: a folder of that name that another user made, or that others
+        may write to, is refused (the daemon's sockets would be theirs to replace)."""
+        try:
+            self.folder.mkdir(mode=0o700)
+        except FileExistsError:
+            pass
+        found = self.folder.lstat()
+        if not stat.S_ISDIR(found.st_mode) or found.st_uid != os.getuid() or found.st_mode & 0o077:
+            raise MpsError(
+                f"{self.folder} is not a folder of this user's that only it may enter: remove it, or set gpu_mps=false"
+            )
+        for sub in self.env.values():
+            Path(sub).mkdir(mode=0o700, exist_ok=True)
+
+    def join(self, wait_s: float = 20.0) -> bool:
+        """Take part: start the daemon, or adopt the one that answers here. True when it was started now."""
         if shutil.which(self.program) is None:
             raise MpsError(
                 f"gpu_mps=true needs {self.program}, CUDA's MPS control program (it comes with NVIDIA's driver "
                 "utilities), and it is not on PATH here: install it, or set gpu_mps=false (the runs of a GPU "
                 "then take turns on it)"
             )
-        for sub in self.env.values():
-            Path(sub).mkdir(parents=True, exist_ok=True, mode=0o700)
-        if self.running():
-            return False
-        done = subprocess.run(
-            [self.program, "-d"], env={**os.environ, **self.env}, capture_output=True, text=True, timeout=wait_s
-        )
-        deadline = time.monotonic() + wait_s
-        while done.returncode == 0 and not self.running():
-            if time.monotonic() > deadline:
-                break
-            time.sleep(0.2)
-        if done.returncode != 0 or not self.running():
-            raise MpsError(
-                f"{self.program} -d did not start a daemon that answers ({self._said(done)}); its log: "
-                f"{self.log_tail()}; or set gpu_mps=false"
-            )
-        return True
+        self._make_folder()
+        with self._changing():  # one sitting at a time starts or stops the daemon
+            started = not self.running()
+            if started:
+                self._start(wait_s)
+            sitting = open(self.folder / "sittings.lock", "a")  # noqa: SIM115 - held until leave()
+            fcntl.flock(sitting, fcntl.LOCK_SH)  # held while this sitting uses the daemon
+        self._sitting = sitting
+        return started
 
-    def stop(self, wait_s: float = 30.0) -> None:
-        """Shut the daemon and its servers down (they wait for their clients to end) and remove the folder."""
-        if self.running():
-            self._control("quit", timeout_s=wait_s)
+    @contextlib.contextmanager
+    def _changing(self):
+        with open(self.folder / "change.lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            yield
+
+    def _start(self, wait_s: float) -> None:
+        log = Path(self.env[LOG_ENV]) / "start.out"
+        with log.open("w") as out:  # a file, not a pipe: the daemon may keep what it inherits open
+            code = subprocess.run(
+                [self.program, "-d"], env={**os.environ, **self.env}, stdout=out, stderr=out, timeout=wait_s
+            ).returncode
+        deadline = time.monotonic() + wait_s
+        while code == 0 and not self.running() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if code != 0 or not self.running():
+            said = " ".join(log.read_text(errors="replace").split()) or f"exit {code}"
+            raise MpsError(
+                f"{self.program} -d did not start a daemon that answers ({said}); its log: {self.log_tail()}; "
+                "or set gpu_mps=false"
+            )
+
+    def leave(self, wait_s: float = 30.0) -> str:
+        """Stop taking part; the last sitting out shuts the daemon down (its servers wait for their clients).
+        Returns what happened, in words."""
+        sitting, self._sitting = self._sitting, None
+        if sitting is None:
+            return "not joined"
+        with self._changing():
+            fcntl.flock(sitting, fcntl.LOCK_UN)
+            try:
+                fcntl.flock(sitting, fcntl.LOCK_EX | fcntl.LOCK_NB)  # taken only when no other sitting holds it
+            except BlockingIOError:
+                sitting.close()
+                return "left running for the other sittings using it"
+            try:
+                self._control("quit", timeout_s=wait_s)
+            except (OSError, subprocess.SubprocessError):
+                pass
             deadline = time.monotonic() + wait_s
             while self.running() and time.monotonic() < deadline:
                 time.sleep(0.2)
-        shutil.rmtree(self.folder, ignore_errors=True)
+            sitting.close()
+        if self.running():
+            return (
+                f"still running after {wait_s:.0f} s: stop it with "
+                f"`echo quit | {PIPE_ENV}={self.env[PIPE_ENV]} {self.program}`"
+            )
+        return "shut down"
 
     def log_tail(self, lines: int = 5) -> str:
         texts = []
@@ -118,19 +182,38 @@ class MpsDaemon:
             texts.append(f"{log.name}: " + " | ".join(tail))
         return "; ".join(texts) or "empty"
 
-    @staticmethod
-    def _said(done: subprocess.CompletedProcess) -> str:
-        return " ".join(f"{done.stdout} {done.stderr}".split()) or f"exit {done.returncode}"
+    def copy_logs(self, to: Path) -> None:
+        to.mkdir(parents=True, exist_ok=True)
+        for log in Path(self.env[LOG_ENV]).glob("*.log"):
+            shutil.copyfile(log, to / log.name)
+
+
+def _said(done: subprocess.CompletedProcess) -> str:
+    return " ".join(f"{done.stdout} {done.stderr}".split()) or f"exit {done.returncode}"
+
+
+def machine_wide_daemon() -> bool:
+    """Whether a daemon answers at NVIDIA's default pipes (/tmp/nvidia-mps): then every CUDA program of the
+    machine that is not told otherwise runs under MPS, runs meant to take turns included."""
+    if shutil.which(CONTROL) is None:
+        return False
+    env = {k: v for k, v in os.environ.items() if k != PIPE_ENV}
+    try:
+        done = subprocess.run([CONTROL], input="get_server_list\n", env=env, capture_output=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return done.returncode == 0
 
 
 class ServerWatch:
-    """Asks the daemon for its servers every ``every_s`` seconds while runs go, in a thread: a run that
-    reached the daemon made a server appear, a sweep whose runs never did ran without MPS."""
+    """Asks the daemon every ``every_s`` seconds, in a thread, for its servers and their clients while the
+    runs go: a run that reached the daemon is one of those clients."""
 
     def __init__(self, daemon: MpsDaemon, every_s: float = 10.0) -> None:
         self.daemon, self.every_s = daemon, every_s
         self.seen: set[int] = set()
-        self.most = 0  # the most servers at one time
+        self.most_clients: int | None = None  # the most runs connected at one time (None: never told)
+        self.misses = 0  # looks at which the daemon did not answer
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="mps-watch", daemon=True)
 
@@ -140,70 +223,103 @@ class ServerWatch:
             if self._stop.wait(self.every_s):
                 return
 
-    def look(self) -> None:
+    def look(self) -> bool:
+        """One look; False when the daemon did not answer."""
         try:
             servers = self.daemon.servers()
-        except (MpsError, OSError, subprocess.TimeoutExpired):
-            return  # a daemon gone missing is found by the look at the end
+            clients = [self.daemon.clients(server) for server in servers]
+        except (MpsError, OSError, subprocess.SubprocessError):
+            self.misses += 1
+            return False
         self.seen.update(servers)
-        self.most = max(self.most, len(servers))
+        if all(c is not None for c in clients):
+            self.most_clients = max(self.most_clients or 0, sum(len(c) for c in clients))
+        return True
 
     def start(self) -> "ServerWatch":
         self._thread.start()
         return self
 
     def stop(self) -> dict:
-        """Stop watching (with a last look); what was seen."""
+        """Stop watching; what was seen, and whether the daemon still answers."""
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join()
-        self.look()
-        return {"servers_seen": sorted(self.seen), "most_servers_at_once": self.most}
+        return {
+            "servers_seen": sorted(self.seen),
+            "most_clients_at_once": self.most_clients,
+            "looks_unanswered": self.misses,
+            "answers_at_end": self.look(),
+        }
 
 
 def setting_problem(config) -> str | None:
     """One line when ``gpu_mps=true`` cannot apply: it runs the runs of one GPU side by side, so it needs
-    the GPU pool with more than one run per GPU."""
+    the GPU pool with more than one run per GPU, one GPU per run, and runs on this machine."""
     if not config.get("gpu_mps"):
         return None
+    given = f"given gpu_pool={config.get('gpu_pool')}, runs_per_gpu={config.get('runs_per_gpu')}"
     if not config.get("gpu_pool") or int(config.get("runs_per_gpu", 1)) < 2:
+        return "gpu_mps=true runs the runs of one GPU side by side: it needs gpu_pool=true and runs_per_gpu >= 2 " + (
+            f"({given})"
+        )
+    if int(config.get("gpus_per_run", 1)) != 1:
+        return f"gpu_mps=true is for runs of one GPU each (given gpus_per_run={config.gpus_per_run}): set gpu_mps=false"
+    launcher = str((config.get("hydra") or {}).get("launcher", {}).get("_target_", ""))
+    if launcher and not launcher.endswith(LAUNCHERS):
         return (
-            f"gpu_mps=true runs the runs of one GPU side by side: it needs gpu_pool=true and runs_per_gpu >= 2 "
-            f"(given gpu_pool={config.get('gpu_pool')}, runs_per_gpu={config.get('runs_per_gpu')})"
+            f"gpu_mps=true starts the daemon on this machine, where the launcher {launcher.split('.')[-1]} does not "
+            "run the runs: use hydra/launcher=joblib, or set gpu_mps=false"
         )
     return None
 
 
-def start_mps(config, sweep_dir: Path) -> tuple[MpsDaemon, ServerWatch]:
-    """The sweep's daemon, started (or adopted from a killed sitting) and watched; a daemon that cannot
-    start stops the sweep before any run (SystemExit: Hydra turns a callback's exception into a warning)."""
+def start_mps(sweep_dir: Path) -> tuple[MpsDaemon, ServerWatch]:
+    """The sweep's daemon, started or adopted, and watched. Anything that keeps it from answering stops the
+    sweep before any run (SystemExit: Hydra turns a callback's exception into a warning and goes on)."""
     import atexit
     import sys
 
-    daemon = MpsDaemon(sweep_folder(sweep_dir))
+    daemon = MpsDaemon(daemon_folder())
     try:
-        started = daemon.start()
-    except MpsError as err:
-        print(f"error: {err}", file=sys.stderr)
+        started = daemon.join()
+    except Exception as err:  # noqa: BLE001 - a timeout or a folder error too: no run may start without MPS
+        print(f"error: gpu_mps=true: {err}", file=sys.stderr)
         raise SystemExit(2) from None
-    atexit.register(daemon.stop)  # a sweep that dies before its end leaves no daemon behind
-    how = "started" if started else "left running by an earlier sitting, adopted"
+    atexit.register(daemon.leave)  # on an exception or Ctrl-C; a killed sweep's lock goes with its process
+    how = "started" if started else "running already (another sweep, or a sitting that was killed), joined"
     print(f"[sweep] MPS daemon {how} ({PIPE_ENV}={daemon.env[PIPE_ENV]}): the runs of a GPU run side by side")
     return daemon, ServerWatch(daemon).start()
 
 
-def finish_mps(daemon: MpsDaemon, watch: ServerWatch, sweep_dir: Path) -> dict:
-    """Record whether the runs reached the daemon (``mps.json``), say so, and shut the daemon down."""
+def finish_mps(daemon: MpsDaemon, watch: ServerWatch, sweep_dir: Path, runs_started: int) -> dict:
+    """Say whether this sitting's runs reached the daemon, add the sitting to ``mps.json``, keep the
+    daemon's logs in ``mps_logs/``, and leave the daemon (the last sitting out shuts it down). A failure
+    here is said, not raised: the report comes next."""
+    import json
+
     from nmt.utils.io import atomic_write_json
 
-    seen = {**watch.stop(), PIPE_ENV: daemon.env[PIPE_ENV]}
-    atomic_write_json(Path(sweep_dir) / RECORD, seen)
-    daemon.stop()
-    if seen["servers_seen"]:
-        print(f"[sweep] MPS: {len(seen['servers_seen'])} server(s) ran the runs' kernels; daemon shut down")
-    else:
+    try:
+        seen = {**watch.stop(), "runs_started": runs_started, PIPE_ENV: daemon.env[PIPE_ENV]}
+        daemon.copy_logs(Path(sweep_dir) / LOGS)
+        log = daemon.log_tail()
+        seen["daemon"] = daemon.leave()
+        path = Path(sweep_dir) / RECORD
+        sittings = json.loads(path.read_text())["sittings"] if path.is_file() else []
+        atomic_write_json(path, {"sittings": [*sittings, seen]})
+    except Exception as err:  # noqa: BLE001
+        print(f"[sweep] warning: the MPS daemon's end could not be recorded: {type(err).__name__}: {err}")
+        return {}
+    if runs_started and not seen["servers_seen"]:
         print(
-            "[sweep] warning: no run reached the MPS daemon (no server appeared): the runs of a GPU took turns "
-            f"on it. Its log: {daemon.log_tail()}"
+            f"[sweep] warning: none of the {runs_started} run(s) started in this sitting reached the MPS daemon: "
+            f"the runs of a GPU took turns on it. Its log ({LOGS}/): {log}"
         )
+    elif runs_started:
+        most = seen["most_clients_at_once"]
+        connected = "an unknown number of" if most is None else f"at most {most}"
+        print(f"[sweep] MPS: {connected} run(s) connected at once; daemon {seen['daemon']}")
+    if seen["looks_unanswered"] or not seen["answers_at_end"]:
+        print(f"[sweep] warning: the MPS daemon did not always answer (see {LOGS}/); runs due then were not started")
     return seen

@@ -3,6 +3,7 @@ plan that ``plan=true`` prints, and the first problem of its factors or baseline
 runs). :mod:`nmt.sweep.runner` launches the runs."""
 
 import json
+import shutil
 from pathlib import Path
 
 from hydra.core.hydra_config import HydraConfig
@@ -16,6 +17,7 @@ from nmt.sweep.levels import (
     plain_settings,
     sweep_levels,
 )
+from nmt.sweep.mps import CONTROL, daemon_folder
 from nmt.sweep.mps import setting_problem as mps_setting_problem
 from nmt.sweep.report import RESULT
 
@@ -163,6 +165,9 @@ def print_plan(sweep_dir: Path, config: DictConfig) -> None:
         print("  expected cost: " + ("nothing left to run" if not to_run else "unknown until a run has finished"))
     for name, found in list(changed.items())[:5]:
         print(f"  under other settings: {name}: {'; '.join(found[:4])}")
+    if config.get("gpu_mps"):
+        found = "found" if shutil.which(CONTROL) else "NOT on PATH here: the sweep would stop before any run"
+        print(f"  the runs of a GPU side by side under CUDA's MPS, daemon in {daemon_folder()} ({CONTROL}: {found})")
 
 
 def input_problem(config: DictConfig) -> str | None:

@@ -25,7 +25,7 @@ from nmt.sweep.levels import (
     plain_settings,
     sweep_levels,
 )
-from nmt.sweep.mps import MpsDaemon, client_devices, finish_mps, start_mps, sweep_folder
+from nmt.sweep.mps import MpsDaemon, client_devices, daemon_folder, finish_mps, start_mps
 from nmt.sweep.plan import (
     ROOT,
     as_override,
@@ -138,7 +138,13 @@ def run_cell(cfg: DictConfig) -> dict | None:
         held = pool.take()
         devices = held.devices
         if cfg.get("gpu_mps"):  # the sweep's MPS daemon: its pipes, and the GPUs numbered as it numbers them
-            env.update(MpsDaemon(sweep_folder(Path(hydra_cfg.sweep.dir))).env)
+            daemon = MpsDaemon(daemon_folder())
+            if not daemon.running():  # a CUDA program that finds no daemon would run without it, silently
+                held.release()
+                atomic_write_json(run_dir / FAILED, {"returncode": None, "error": "the MPS daemon did not answer"})
+                print(f"[sweep] FAILED: {run_dir.name} not started: the MPS daemon ({daemon.folder}) does not answer")
+                return None
+            env.update(daemon.env)
             devices = client_devices(devices, visible_gpus())
         env["CUDA_VISIBLE_DEVICES"] = ",".join(devices)
         command.append(f"trainer.devices={len(held.devices)}")
@@ -166,6 +172,13 @@ def run_cell(cfg: DictConfig) -> dict | None:
     _SITTING["finished"] += 1
     print(progress_line(sweep_dir, _plan(sweep_dir), _SITTING["started"], _SITTING["finished"]), flush=True)
     return record
+
+
+def runs_started_this_sitting(sweep_dir: Path) -> int:
+    """Runs whose log was opened since this invocation of the sweep began (every run appends a header to
+    it as it starts): what the main process can know of the runs its launcher's workers started."""
+    launched = float((sweep_dir / LAUNCHED).read_text())
+    return sum(log.stat().st_mtime >= launched for log in sweep_dir.glob("*/train_stdout.log"))
 
 
 def _in_use_elsewhere(run_dir: Path) -> bool:
@@ -287,12 +300,12 @@ class SweepReport(Callback):
         atomic_write_text(sweep_dir / LAUNCHED, f"{time.time():.3f}\n")  # a rerun gets a fresh time window
         print(f"[sweep] {planned_runs(config)} runs: " + " x ".join(f"{k} {levels[k]}" for k in factors), flush=True)
         if config.get("gpu_mps"):
-            _MPS[str(sweep_dir)] = start_mps(config, sweep_dir)
+            _MPS[str(sweep_dir)] = start_mps(sweep_dir)
 
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
         mps = _MPS.pop(str(Path(config.hydra.sweep.dir)), None)
         if mps is not None:
-            finish_mps(*mps, Path(config.hydra.sweep.dir))
+            finish_mps(*mps, Path(config.hydra.sweep.dir), runs_started_this_sitting(Path(config.hydra.sweep.dir)))
         if not collect_records(Path(config.hydra.sweep.dir)):
             print(f"[sweep] no finished runs in {config.hydra.sweep.dir}: no report yet; rerun the sweep to resume")
             return

@@ -86,7 +86,7 @@ class SaveOnSignal(Callback):
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
         if isinstance(exception, SIGTERMException):
-            trainer.save_checkpoint(self.path)
+            trainer.save_checkpoint(self.path, weights_only=False)  # the whole state: a rerun resumes it
             self.saved = True
 
 
