@@ -331,7 +331,7 @@ def _validate_final_weights(cfg: DictConfig, trainer: L.Trainer, module, datamod
     better = score is None or (value > score if cfg.checkpoint.mode == "max" else value < score)
     if better:
         path = checkpoint_dir / "best.ckpt"
-        trainer.save_checkpoint(path)
+        trainer.save_checkpoint(path, weights_only=False)  # as ModelCheckpoint saves best.ckpt
         best.best_model_path, best.best_model_score = str(path), value.detach().clone()
         print(f"The final updates validate best ({cfg.checkpoint.monitor}={float(value):.4f}): saved as {path}")
     return metrics
