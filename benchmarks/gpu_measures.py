@@ -204,7 +204,8 @@ def concurrent_runs_mps(
             seen = watch.stop()
             seen["daemon"] = daemon.leave()
     finally:
-        shutil.rmtree(daemon.folder, ignore_errors=True)
+        if not daemon.running():  # a daemon still waiting for its clients keeps its pipes, to be stopped by hand
+            shutil.rmtree(daemon.folder, ignore_errors=True)
     return rates, seen
 
 

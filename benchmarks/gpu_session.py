@@ -132,7 +132,7 @@ class Session:
         result = {"updates_per_s_each": rates, "updates_per_s_total": sum(rates), "mps": seen}
         if not seen["servers_seen"]:
             result["error"] = "no MPS server appeared: the runs did not reach the daemon (they took turns)"
-        elif (seen["most_clients_at_once"] or n) < n:  # None: the daemon does not list its clients
+        elif seen["most_clients_at_once"] is not None and seen["most_clients_at_once"] < n:  # None: not listed
             result["error"] = f"at most {seen['most_clients_at_once']} of the {n} runs were seen connected at once"
         return result
 

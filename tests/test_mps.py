@@ -65,20 +65,33 @@ STAND_IN = textwrap.dedent(
         (log / "control.log").write_text("[INFO] Starting control daemon\\n")
         note(f"started CUDA_VISIBLE_DEVICES={{os.environ.get('CUDA_VISIBLE_DEVICES')}}")
         sys.exit(0)
+    server, quitting = pipe / "server.pid", pipe / "quit.pending"
+    if quitting.exists() and not clients():  # told to quit, it ends with its last client
+        marker.unlink()
+        quitting.unlink()
+        server.unlink(missing_ok=True)
+        note("quit")
     if not marker.exists():
         print("Cannot find MPS control daemon process")
         sys.exit(1)
     for command in sys.stdin.read().splitlines():
-        # a process started with this daemon's pipes is a client: one server (the lowest client id) for them
+        # a process started with this daemon's pipes is a client; the first one's id names the server, which
+        # stays up after its clients end, as the real one does, until the daemon quits
+        found = clients()
+        if found and not server.exists():
+            server.write_text(str(found[0]))
         if command == "get_server_list":
-            found = clients()
-            if found:
-                print(found[0])
+            if server.exists():
+                print(server.read_text())
         elif command.startswith("get_client_list "):
-            print("\\n".join(map(str, clients())))
+            print("\\n".join(map(str, found)))
         elif command == "quit":
-            marker.unlink()
-            note("quit")
+            if found:
+                quitting.touch()
+            else:
+                marker.unlink()
+                server.unlink(missing_ok=True)
+                note("quit")
     """
 )
 
@@ -162,8 +175,9 @@ def test_gpu_mps_where_it_cannot_apply_is_refused_before_any_run(tmp_path):
             f"(given gpu_pool={pool}, runs_per_gpu={per_gpu})"
         )
     assert problem(gpus_per_run=2).startswith("gpu_mps=true is for runs of one GPU each (given gpus_per_run=2)")
-    slurm = problem(hydra={"launcher": {"_target_": "hydra_plugins.x.SlurmLauncher"}})
-    assert slurm.startswith("gpu_mps=true starts the daemon on this machine, where the launcher SlurmLauncher")
+    for launcher in ("SlurmLauncher", "LocalLauncher"):  # submitit's local one sets each job's own GPUs
+        refused = problem(hydra={"launcher": {"_target_": f"hydra_plugins.x.{launcher}"}})
+        assert refused.startswith(f"gpu_mps=true starts the daemon on this machine, where the launcher {launcher}")
     command = [sys.executable, str(ROOT / "sweep.py"), "grid=none", "gpu_mps=true", "plan=true"]
     refused = subprocess.run(
         [*command, f"hydra.sweep.dir={tmp_path}"], capture_output=True, text=True, cwd=ROOT, timeout=300
@@ -171,23 +185,47 @@ def test_gpu_mps_where_it_cannot_apply_is_refused_before_any_run(tmp_path):
     assert refused.returncode == 2 and "gpu_mps=true runs the runs of one GPU side by side" in refused.stderr
 
 
-def test_the_watch_counts_the_runs_connected(stand_in, tmp_path):
+def client(daemon: MpsDaemon, seconds: float, *words: str) -> subprocess.Popen:
+    """A process the stand-in takes for a run connected to ``daemon``."""
+    code = f"import time; time.sleep({seconds})"
+    return subprocess.Popen([sys.executable, "-c", code, "train.py", *words], env={**os.environ, **daemon.env})
+
+
+def test_the_watch_counts_this_sweeps_runs_connected(stand_in, tmp_path):
     daemon = MpsDaemon(tmp_path / "mps")
     daemon.join()
-    watch = ServerWatch(daemon, every_s=0.1).start()
-    clients = [
-        subprocess.Popen(
-            [sys.executable, "-c", "import time; time.sleep(3)", "train.py"], env={**os.environ, **daemon.env}
-        )
-        for _ in range(2)
-    ]
-    for client in clients:
-        client.wait()
+    watch = ServerWatch(daemon, every_s=0.1, mine="sweeps/ours").start()
+    clients = [client(daemon, 3, "run_dir=sweeps/ours/seed=1"), client(daemon, 3, "run_dir=sweeps/ours/seed=2")]
+    other = client(daemon, 3, "run_dir=sweeps/another/seed=1")  # another sweep's run on the same daemon
+    for process in (*clients, other):
+        process.wait()
     seen = watch.stop()
-    daemon.leave()
-    assert seen["servers_seen"] and set(seen["servers_seen"]) <= {c.pid for c in clients}
+    assert daemon.leave() == "shut down"
+    assert len(seen["servers_seen"]) == 1 and seen["servers_seen"][0] in {c.pid for c in (*clients, other)}
     assert seen["most_clients_at_once"] == 2 and seen["looks_unanswered"] == 0
     assert seen["answers_at_end"] is True
+
+
+def test_a_daemon_still_waiting_for_its_clients_is_not_joined_but_waited_for(stand_in, tmp_path):
+    """The last sitting out tells the daemon to quit; while runs of it still end, the daemon answers but
+    takes no new client: the next sitting waits for it to go (or says why it cannot), then starts anew."""
+    first = MpsDaemon(tmp_path / "mps")
+    first.join()
+    late = client(first, 4)
+    said = first.leave(wait_s=0.5)
+    assert said.startswith("still running after 0 s: stop it with `echo quit | CUDA_MPS_PIPE_DIRECTORY=")
+    with pytest.raises(MpsError, match="is still shutting down"):
+        MpsDaemon(tmp_path / "mps").join(wait_s=0.5)
+    late.wait()
+    second = MpsDaemon(tmp_path / "mps")
+    assert second.join() is True  # the old daemon gone, a new one started
+    assert second.leave() == "shut down"
+    assert [c.split()[0] for c in stand_in.read_text().splitlines() if not c.startswith("client")] == [
+        "started",
+        "quit",
+        "started",
+        "quit",
+    ]
 
 
 def sweep_command(sweep_dir, *extra):
@@ -229,6 +267,7 @@ def test_a_sweep_under_mps_gives_its_runs_the_daemon_and_renumbered_gpus_then_sh
     gpu = f"GPU-{tmp_path.name}"
     sweep_dir = tmp_path / "sweep"
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": gpu, "NMT_GPU_LOCKS": str(tmp_path / "locks")}
+    env["NMT_MPS_WATCH_S"] = "0.3"  # a look while the runs go, however fast this machine trains them
     try:
         done = subprocess.run(sweep_command(sweep_dir), capture_output=True, text=True, cwd=ROOT, timeout=900, env=env)
         again = subprocess.run(sweep_command(sweep_dir), capture_output=True, text=True, cwd=ROOT, timeout=900, env=env)
@@ -242,6 +281,7 @@ def test_a_sweep_under_mps_gives_its_runs_the_daemon_and_renumbered_gpus_then_sh
     assert len(clients) == 2 and set(clients.values()) == {"CUDA_VISIBLE_DEVICES=0"}
     first, second = json.loads((sweep_dir / "mps.json").read_text())["sittings"]
     assert first["servers_seen"] and first["runs_started"] == 2 and first["daemon"] == "shut down"
+    assert first["most_clients_at_once"] == 2  # both runs at once, each recognised as this sweep's
     assert first[PIPE_ENV] == str(daemon_folder(gpu) / "pipe")
     assert (sweep_dir / "mps_logs" / "control.log").is_file()
     assert len(list(sweep_dir.glob("*/sweep_result.json"))) == 2
@@ -277,6 +317,7 @@ def test_the_gpu_benchmark_measures_the_most_runs_again_under_mps_and_tables_bot
     for seen, said in (
         ({"servers_seen": [], "most_clients_at_once": 0}, "no MPS server appeared"),
         ({"servers_seen": [41], "most_clients_at_once": 3}, "at most 3 of the 4 runs were seen connected at once"),
+        ({"servers_seen": [41], "most_clients_at_once": 0}, "at most 0 of the 4 runs were seen connected at once"),
     ):
         monkeypatch.setattr(gpu_session, "concurrent_runs_mps", lambda n, *a, s=seen, **k: ([10.0] * n, s))
         results["sharing"] = gpu_session.Session(args, results, tmp_path).sharing()

@@ -31,7 +31,11 @@ PIPE_ENV = "CUDA_MPS_PIPE_DIRECTORY"
 LOG_ENV = "CUDA_MPS_LOG_DIRECTORY"
 RECORD = "mps.json"  # in the sweep folder: each sitting's daemon and the connections seen while its runs went
 LOGS = "mps_logs"  # in the sweep folder: the daemon's logs, copied at the end of each sitting
-LAUNCHERS = ("BasicLauncher", "JoblibLauncher", "LocalLauncher")  # runs on this machine, where the daemon is
+# the launchers whose jobs run on this machine and see its CUDA_VISIBLE_DEVICES (submitit's local launcher
+# sets each job's own, which the daemon would not number the same)
+LAUNCHERS = ("BasicLauncher", "JoblibLauncher")
+WATCH_S = float(os.environ.get("NMT_MPS_WATCH_S", "10"))  # seconds between two looks at the daemon's clients
+QUITTING = "quitting"  # in the daemon's folder: a quit that was still waiting for clients when its sitting left
 
 
 class MpsError(RuntimeError):
@@ -117,6 +121,7 @@ class MpsDaemon:
             )
         self._make_folder()
         with self._changing():  # one sitting at a time starts or stops the daemon
+            self._wait_for_quit(wait_s)
             started = not self.running()
             if started:
                 self._start(wait_s)
@@ -131,11 +136,34 @@ class MpsDaemon:
             fcntl.flock(lock, fcntl.LOCK_EX)
             yield
 
+    def _wait_for_quit(self, wait_s: float) -> None:
+        """A daemon told to quit accepts no new client but answers until its last client ends: wait for it to
+        go, rather than join it."""
+        marker = self.folder / QUITTING
+        if not marker.exists():
+            return
+        deadline = time.monotonic() + wait_s
+        while self.running() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        if self.running():
+            raise MpsError(
+                f"the MPS daemon in {self.folder} is still shutting down (runs of an earlier sweep have not ended): "
+                f"wait for them, or end them and `echo quit | {PIPE_ENV}={self.env[PIPE_ENV]} {self.program}`"
+            )
+        marker.unlink()
+
     def _start(self, wait_s: float) -> None:
+        for old in Path(self.env[LOG_ENV]).glob("*.log"):  # an earlier daemon's: its lines would mislead
+            old.unlink()
         log = Path(self.env[LOG_ENV]) / "start.out"
         with log.open("w") as out:  # a file, not a pipe: the daemon may keep what it inherits open
             code = subprocess.run(
-                [self.program, "-d"], env={**os.environ, **self.env}, stdout=out, stderr=out, timeout=wait_s
+                [self.program, "-d"],
+                env={**os.environ, **self.env},
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=out,
+                timeout=wait_s,
             ).returncode
         deadline = time.monotonic() + wait_s
         while code == 0 and not self.running() and time.monotonic() < deadline:
@@ -168,6 +196,8 @@ class MpsDaemon:
             while self.running() and time.monotonic() < deadline:
                 time.sleep(0.2)
             sitting.close()
+            if self.running():  # its clients still end: the next sitting waits for it to go
+                (self.folder / QUITTING).touch()
         if self.running():
             return (
                 f"still running after {wait_s:.0f} s: stop it with "
@@ -209,8 +239,10 @@ class ServerWatch:
     """Asks the daemon every ``every_s`` seconds, in a thread, for its servers and their clients while the
     runs go: a run that reached the daemon is one of those clients."""
 
-    def __init__(self, daemon: MpsDaemon, every_s: float = 10.0) -> None:
-        self.daemon, self.every_s = daemon, every_s
+    def __init__(self, daemon: MpsDaemon, every_s: float = WATCH_S, mine: str | None = None) -> None:
+        """``mine``: count only the clients whose command line holds it (the sweep's folder: the daemon may
+        serve other sweeps' runs too)."""
+        self.daemon, self.every_s, self.mine = daemon, every_s, mine
         self.seen: set[int] = set()
         self.most_clients: int | None = None  # the most runs connected at one time (None: never told)
         self.misses = 0  # looks at which the daemon did not answer
@@ -233,7 +265,8 @@ class ServerWatch:
             return False
         self.seen.update(servers)
         if all(c is not None for c in clients):
-            self.most_clients = max(self.most_clients or 0, sum(len(c) for c in clients))
+            ours = [pid for c in clients for pid in c if self.mine is None or self.mine in _command_line(pid)]
+            self.most_clients = max(self.most_clients or 0, len(ours))
         return True
 
     def start(self) -> "ServerWatch":
@@ -251,6 +284,13 @@ class ServerWatch:
             "looks_unanswered": self.misses,
             "answers_at_end": self.look(),
         }
+
+
+def _command_line(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:  # ended, or another user's
+        return ""
 
 
 def setting_problem(config) -> str | None:
@@ -286,10 +326,11 @@ def start_mps(sweep_dir: Path) -> tuple[MpsDaemon, ServerWatch]:
     except Exception as err:  # noqa: BLE001 - a timeout or a folder error too: no run may start without MPS
         print(f"error: gpu_mps=true: {err}", file=sys.stderr)
         raise SystemExit(2) from None
-    atexit.register(daemon.leave)  # on an exception or Ctrl-C; a killed sweep's lock goes with its process
+    # on an exception or Ctrl-C (after on_multirun_end, a no-op); a killed sweep's lock goes with its process
+    atexit.register(lambda: (said := daemon.leave()) == "not joined" or print(f"[sweep] MPS daemon: {said}"))
     how = "started" if started else "running already (another sweep, or a sitting that was killed), joined"
     print(f"[sweep] MPS daemon {how} ({PIPE_ENV}={daemon.env[PIPE_ENV]}): the runs of a GPU run side by side")
-    return daemon, ServerWatch(daemon).start()
+    return daemon, ServerWatch(daemon, mine=str(Path(sweep_dir).resolve())).start()
 
 
 def finish_mps(daemon: MpsDaemon, watch: ServerWatch, sweep_dir: Path, runs_started: int) -> dict:
@@ -306,20 +347,20 @@ def finish_mps(daemon: MpsDaemon, watch: ServerWatch, sweep_dir: Path, runs_star
         log = daemon.log_tail()
         seen["daemon"] = daemon.leave()
         path = Path(sweep_dir) / RECORD
-        sittings = json.loads(path.read_text())["sittings"] if path.is_file() else []
+        sittings = json.loads(path.read_text()).get("sittings", []) if path.is_file() else []
         atomic_write_json(path, {"sittings": [*sittings, seen]})
     except Exception as err:  # noqa: BLE001
         print(f"[sweep] warning: the MPS daemon's end could not be recorded: {type(err).__name__}: {err}")
         return {}
-    if runs_started and not seen["servers_seen"]:
+    most = seen["most_clients_at_once"]  # this sweep's runs only; None: the daemon does not list clients
+    if runs_started and (not seen["servers_seen"] or most == 0):
         print(
-            f"[sweep] warning: none of the {runs_started} run(s) started in this sitting reached the MPS daemon: "
-            f"the runs of a GPU took turns on it. Its log ({LOGS}/): {log}"
+            f"[sweep] warning: none of the {runs_started} run(s) started in this sitting was seen connected to the "
+            f"MPS daemon: they may have taken turns on their GPU. Its log ({LOGS}/): {log}"
         )
     elif runs_started:
-        most = seen["most_clients_at_once"]
         connected = "an unknown number of" if most is None else f"at most {most}"
-        print(f"[sweep] MPS: {connected} run(s) connected at once; daemon {seen['daemon']}")
+        print(f"[sweep] MPS: {connected} of this sweep's runs connected at once; daemon {seen['daemon']}")
     if seen["looks_unanswered"] or not seen["answers_at_end"]:
-        print(f"[sweep] warning: the MPS daemon did not always answer (see {LOGS}/); runs due then were not started")
+        print(f"[sweep] warning: the MPS daemon did not always answer (see {LOGS}/); a run due then was not started")
     return seen

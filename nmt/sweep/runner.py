@@ -69,17 +69,26 @@ def logs_to_wandb(cfg: DictConfig) -> bool:
     return str(cfg.get("logger", {}).get("_target_", "")).endswith("wandb_logger")
 
 
-def stop_with_parent() -> None:
-    """In a sweep's training child, before it runs: the kernel sends it SIGTERM when the sweep process
-    dies, however it dies; the child then saves last.ckpt and exits, and a rerun resumes it."""
+def _prctl():
+    """prctl, found in the sweep process: the child that calls it (between fork and exec, where a thread of
+    the parent, such as the MPS watch, may have held a lock) then loads nothing."""
     try:
         import ctypes
 
-        libc = ctypes.CDLL(None, use_errno=True)
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):  # not Linux
+        return None
+
+
+_PRCTL = _prctl()
+
+
+def stop_with_parent() -> None:
+    """In a sweep's training child, before it runs: the kernel sends it SIGTERM when the sweep process
+    dies, however it dies; the child then saves last.ckpt and exits, and a rerun resumes it."""
+    if _PRCTL is not None:  # elsewhere the child is at least in the sweep's process group
         pr_set_pdeathsig = 1
-        libc.prctl(pr_set_pdeathsig, signal.SIGTERM)
-    except (OSError, AttributeError):  # not Linux: the child is at least in the sweep's process group
-        pass
+        _PRCTL(pr_set_pdeathsig, signal.SIGTERM)
 
 
 def progress_line(sweep_dir: Path, planned: int, started_at: float, finished_here: int) -> str:
@@ -139,10 +148,14 @@ def run_cell(cfg: DictConfig) -> dict | None:
         devices = held.devices
         if cfg.get("gpu_mps"):  # the sweep's MPS daemon: its pipes, and the GPUs numbered as it numbers them
             daemon = MpsDaemon(daemon_folder())
-            if not daemon.running():  # a CUDA program that finds no daemon would run without it, silently
+            # a CUDA program that finds no daemon would run without it, silently; a busy machine may be slow to
+            # answer, so ask twice
+            if not daemon.running() and not (time.sleep(2) or daemon.running()):
                 held.release()
                 atomic_write_json(run_dir / FAILED, {"returncode": None, "error": "the MPS daemon did not answer"})
                 print(f"[sweep] FAILED: {run_dir.name} not started: the MPS daemon ({daemon.folder}) does not answer")
+                here = Path(hydra_cfg.sweep.dir)
+                print(progress_line(here, _plan(here), _SITTING["started"], _SITTING["finished"]), flush=True)
                 return None
             env.update(daemon.env)
             devices = client_devices(devices, visible_gpus())
