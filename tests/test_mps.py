@@ -132,8 +132,10 @@ def test_the_daemon_starts_is_joined_and_only_the_last_sitting_out_shuts_it_down
     assert first.join() is False and first.leave() == "shut down" and not first.running()
 
 
-def test_the_daemon_folder_is_private_and_named_by_user_and_gpus(stand_in, tmp_path):
+def test_the_daemon_folder_is_private_and_named_by_user_and_gpus(stand_in, tmp_path, monkeypatch):
     assert daemon_folder("2,5") != daemon_folder("5") and daemon_folder("5") == daemon_folder("5")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", " 2, 5")  # the GPUs as CUDA reads the list
+    assert daemon_folder() == daemon_folder("2,5")
     assert len(str(daemon_folder("GPU-" + "f" * 36) / "pipe" / "control")) < 100  # a socket path's limit is 108
     open_to_all = tmp_path / "shared"
     open_to_all.mkdir(mode=0o777)
@@ -175,9 +177,12 @@ def test_gpu_mps_where_it_cannot_apply_is_refused_before_any_run(tmp_path):
             f"(given gpu_pool={pool}, runs_per_gpu={per_gpu})"
         )
     assert problem(gpus_per_run=2).startswith("gpu_mps=true is for runs of one GPU each (given gpus_per_run=2)")
-    for launcher in ("SlurmLauncher", "LocalLauncher"):  # submitit's local one sets each job's own GPUs
+    # one after another; on other machines; each job with GPUs of its own
+    for launcher in ("BasicLauncher", "SlurmLauncher", "LocalLauncher"):
         refused = problem(hydra={"launcher": {"_target_": f"hydra_plugins.x.{launcher}"}})
-        assert refused.startswith(f"gpu_mps=true starts the daemon on this machine, where the launcher {launcher}")
+        assert refused.startswith(
+            f"gpu_mps=true needs the runs started side by side on this machine, with its GPUs: the launcher {launcher}"
+        )
     command = [sys.executable, str(ROOT / "sweep.py"), "grid=none", "gpu_mps=true", "plan=true"]
     refused = subprocess.run(
         [*command, f"hydra.sweep.dir={tmp_path}"], capture_output=True, text=True, cwd=ROOT, timeout=300
@@ -194,9 +199,9 @@ def client(daemon: MpsDaemon, seconds: float, *words: str) -> subprocess.Popen:
 def test_the_watch_counts_this_sweeps_runs_connected(stand_in, tmp_path):
     daemon = MpsDaemon(tmp_path / "mps")
     daemon.join()
-    watch = ServerWatch(daemon, every_s=0.1, mine="sweeps/ours").start()
+    watch = ServerWatch(daemon, every_s=0.1, mine="sweeps/ours/").start()
     clients = [client(daemon, 3, "run_dir=sweeps/ours/seed=1"), client(daemon, 3, "run_dir=sweeps/ours/seed=2")]
-    other = client(daemon, 3, "run_dir=sweeps/another/seed=1")  # another sweep's run on the same daemon
+    other = client(daemon, 3, "run_dir=sweeps/ours_too/seed=1")  # another sweep's run on the same daemon
     for process in (*clients, other):
         process.wait()
     seen = watch.stop()

@@ -31,9 +31,10 @@ PIPE_ENV = "CUDA_MPS_PIPE_DIRECTORY"
 LOG_ENV = "CUDA_MPS_LOG_DIRECTORY"
 RECORD = "mps.json"  # in the sweep folder: each sitting's daemon and the connections seen while its runs went
 LOGS = "mps_logs"  # in the sweep folder: the daemon's logs, copied at the end of each sitting
-# the launchers whose jobs run on this machine and see its CUDA_VISIBLE_DEVICES (submitit's local launcher
-# sets each job's own, which the daemon would not number the same)
-LAUNCHERS = ("BasicLauncher", "JoblibLauncher")
+# the launcher that starts a sweep's runs side by side on this machine with its CUDA_VISIBLE_DEVICES (the
+# basic one starts them one after another; submitit's local one sets each job's own GPUs, which the daemon
+# would not number the same; the others run them on other machines)
+LAUNCHERS = ("JoblibLauncher",)
 WATCH_S = float(os.environ.get("NMT_MPS_WATCH_S", "10"))  # seconds between two looks at the daemon's clients
 QUITTING = "quitting"  # in the daemon's folder: a quit that was still waiting for clients when its sitting left
 
@@ -43,11 +44,14 @@ class MpsError(RuntimeError):
 
 
 def daemon_folder(visible: str | None = None) -> Path:
-    """The daemon's folder for this user and these visible GPUs (``CUDA_VISIBLE_DEVICES`` by default): in
-    /tmp, as NVIDIA's own default, so that its sockets' paths stay short (about 100 characters at most) and
-    every sitting finds it whatever its own temporary folder."""
+    """The daemon's folder for this user and these visible GPUs (by default those this process sees, in
+    their order: the daemon numbers them so): in /tmp, as NVIDIA's own default, so that its sockets' paths
+    stay short (about 100 characters at most) and every sitting finds it whatever its own temporary folder.
+    ``ls -d /tmp/nmt-mps-$(id -u)-*`` lists a user's."""
     if visible is None:
-        visible = os.environ.get("CUDA_VISIBLE_DEVICES", "<all>")
+        from nmt.sweep.gpus import visible_gpus
+
+        visible = ",".join(visible_gpus())
     digest = hashlib.sha256(visible.encode()).hexdigest()[:12]
     return Path("/tmp") / f"nmt-mps-{os.getuid()}-{digest}"
 
@@ -308,8 +312,9 @@ def setting_problem(config) -> str | None:
     launcher = str((config.get("hydra") or {}).get("launcher", {}).get("_target_", ""))
     if launcher and not launcher.endswith(LAUNCHERS):
         return (
-            f"gpu_mps=true starts the daemon on this machine, where the launcher {launcher.split('.')[-1]} does not "
-            "run the runs: use hydra/launcher=joblib, or set gpu_mps=false"
+            f"gpu_mps=true needs the runs started side by side on this machine, with its GPUs: the launcher "
+            f"{launcher.split('.')[-1]} does not; use hydra/launcher=joblib hydra.launcher.n_jobs=<GPUs x "
+            "runs_per_gpu>, or set gpu_mps=false"
         )
     return None
 
@@ -330,7 +335,9 @@ def start_mps(sweep_dir: Path) -> tuple[MpsDaemon, ServerWatch]:
     atexit.register(lambda: (said := daemon.leave()) == "not joined" or print(f"[sweep] MPS daemon: {said}"))
     how = "started" if started else "running already (another sweep, or a sitting that was killed), joined"
     print(f"[sweep] MPS daemon {how} ({PIPE_ENV}={daemon.env[PIPE_ENV]}): the runs of a GPU run side by side")
-    return daemon, ServerWatch(daemon, mine=str(Path(sweep_dir).resolve())).start()
+    # a run's command line names its folder, <sweep>/<factor values>: the slash keeps sweeps/tune_adam's runs
+    # out of sweeps/tune's count
+    return daemon, ServerWatch(daemon, mine=f"{Path(sweep_dir).resolve()}/").start()
 
 
 def finish_mps(daemon: MpsDaemon, watch: ServerWatch, sweep_dir: Path, runs_started: int) -> dict:

@@ -25,7 +25,7 @@ from nmt.sweep.levels import (
     plain_settings,
     sweep_levels,
 )
-from nmt.sweep.mps import MpsDaemon, client_devices, daemon_folder, finish_mps, start_mps
+from nmt.sweep.mps import MpsDaemon, client_devices, daemon_folder, finish_mps, machine_wide_daemon, start_mps
 from nmt.sweep.plan import (
     ROOT,
     as_override,
@@ -314,6 +314,8 @@ class SweepReport(Callback):
         print(f"[sweep] {planned_runs(config)} runs: " + " x ".join(f"{k} {levels[k]}" for k in factors), flush=True)
         if config.get("gpu_mps"):
             _MPS[str(sweep_dir)] = start_mps(sweep_dir)
+        elif config.get("gpu_pool") and machine_wide_daemon():
+            print("[sweep] note: an MPS daemon answers at /tmp/nvidia-mps: these runs run under it (gpu_mps=false)")
 
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
         mps = _MPS.pop(str(Path(config.hydra.sweep.dir)), None)
