@@ -13,15 +13,8 @@ import textwrap
 
 import pytest
 
-from nmt.sweep.mps import (
-    PIPE_ENV,
-    MpsDaemon,
-    MpsError,
-    ServerWatch,
-    client_devices,
-    daemon_folder,
-    setting_problem,
-)
+from nmt.sweep.gpus import mps_folder, setting_problem
+from nmt.sweep.mps import PIPE_ENV, MpsDaemon, MpsError, ServerWatch, client_devices, daemon_folder
 
 from .conftest import ROOT, tiny_overrides
 
@@ -135,7 +128,7 @@ def test_the_daemon_starts_is_joined_and_only_the_last_sitting_out_shuts_it_down
 def test_the_daemon_folder_is_private_and_named_by_user_and_gpus(stand_in, tmp_path, monkeypatch):
     assert daemon_folder("2,5") != daemon_folder("5") and daemon_folder("5") == daemon_folder("5")
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", " 2, 5")  # the GPUs as CUDA reads the list
-    assert daemon_folder() == daemon_folder("2,5")
+    assert mps_folder() == daemon_folder("2,5")
     assert len(str(daemon_folder("GPU-" + "f" * 36) / "pipe" / "control")) < 100  # a socket path's limit is 108
     open_to_all = tmp_path / "shared"
     open_to_all.mkdir(mode=0o777)

@@ -1,4 +1,5 @@
-"""CUDA's Multi-Process Service (MPS) for the runs of a sweep that share a GPU (``gpu_mps=true``).
+"""CUDA's Multi-Process Service (MPS) daemon, for the runs of a sweep that share a GPU (``gpu_mps=true``; the
+sweep's side is in :mod:`nmt.sweep.gpus`).
 
 Without MPS the processes on one GPU take turns: each has its own context, and the GPU runs one context's
 kernels at a time, so small models whose kernels each fill a few of its multiprocessors leave the rest idle
@@ -29,12 +30,6 @@ from pathlib import Path
 CONTROL = "nvidia-cuda-mps-control"
 PIPE_ENV = "CUDA_MPS_PIPE_DIRECTORY"
 LOG_ENV = "CUDA_MPS_LOG_DIRECTORY"
-RECORD = "mps.json"  # in the sweep folder: each sitting's daemon and the connections seen while its runs went
-LOGS = "mps_logs"  # in the sweep folder: the daemon's logs, copied at the end of each sitting
-# the launcher that starts a sweep's runs side by side on this machine with its CUDA_VISIBLE_DEVICES (the
-# basic one starts them one after another; submitit's local one sets each job's own GPUs, which the daemon
-# would not number the same; the others run them on other machines)
-LAUNCHERS = ("JoblibLauncher",)
 WATCH_S = float(os.environ.get("NMT_MPS_WATCH_S", "10"))  # seconds between two looks at the daemon's clients
 QUITTING = "quitting"  # in the daemon's folder: a quit that was still waiting for clients when its sitting left
 
@@ -43,15 +38,11 @@ class MpsError(RuntimeError):
     """The daemon could not be started or reached; the message says what to do."""
 
 
-def daemon_folder(visible: str | None = None) -> Path:
-    """The daemon's folder for this user and these visible GPUs (by default those this process sees, in
-    their order: the daemon numbers them so): in /tmp, as NVIDIA's own default, so that its sockets' paths
-    stay short (about 100 characters at most) and every sitting finds it whatever its own temporary folder.
-    ``ls -d /tmp/nmt-mps-$(id -u)-*`` lists a user's."""
-    if visible is None:
-        from nmt.sweep.gpus import visible_gpus
-
-        visible = ",".join(visible_gpus())
+def daemon_folder(visible: str) -> Path:
+    """The daemon's folder for this user and these visible GPUs (a list, in the order the daemon numbers
+    them): in /tmp, as NVIDIA's own default, so that its sockets' paths stay short (about 100 characters at
+    most) and every sitting finds it whatever its own temporary folder. ``ls -d /tmp/nmt-mps-$(id -u)-*``
+    lists a user's."""
     digest = hashlib.sha256(visible.encode()).hexdigest()[:12]
     return Path("/tmp") / f"nmt-mps-{os.getuid()}-{digest}"
 
@@ -295,79 +286,3 @@ def _command_line(pid: int) -> str:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
     except OSError:  # ended, or another user's
         return ""
-
-
-def setting_problem(config) -> str | None:
-    """One line when ``gpu_mps=true`` cannot apply: it runs the runs of one GPU side by side, so it needs
-    the GPU pool with more than one run per GPU, one GPU per run, and runs on this machine."""
-    if not config.get("gpu_mps"):
-        return None
-    given = f"given gpu_pool={config.get('gpu_pool')}, runs_per_gpu={config.get('runs_per_gpu')}"
-    if not config.get("gpu_pool") or int(config.get("runs_per_gpu", 1)) < 2:
-        return "gpu_mps=true runs the runs of one GPU side by side: it needs gpu_pool=true and runs_per_gpu >= 2 " + (
-            f"({given})"
-        )
-    if int(config.get("gpus_per_run", 1)) != 1:
-        return f"gpu_mps=true is for runs of one GPU each (given gpus_per_run={config.gpus_per_run}): set gpu_mps=false"
-    launcher = str((config.get("hydra") or {}).get("launcher", {}).get("_target_", ""))
-    if launcher and not launcher.endswith(LAUNCHERS):
-        return (
-            f"gpu_mps=true needs the runs started side by side on this machine, with its GPUs: the launcher "
-            f"{launcher.split('.')[-1]} does not; use hydra/launcher=joblib hydra.launcher.n_jobs=<GPUs x "
-            "runs_per_gpu>, or set gpu_mps=false"
-        )
-    return None
-
-
-def start_mps(sweep_dir: Path) -> tuple[MpsDaemon, ServerWatch]:
-    """The sweep's daemon, started or adopted, and watched. Anything that keeps it from answering stops the
-    sweep before any run (SystemExit: Hydra turns a callback's exception into a warning and goes on)."""
-    import atexit
-    import sys
-
-    daemon = MpsDaemon(daemon_folder())
-    try:
-        started = daemon.join()
-    except Exception as err:  # noqa: BLE001 - a timeout or a folder error too: no run may start without MPS
-        print(f"error: gpu_mps=true: {err}", file=sys.stderr)
-        raise SystemExit(2) from None
-    # on an exception or Ctrl-C (after on_multirun_end, a no-op); a killed sweep's lock goes with its process
-    atexit.register(lambda: (said := daemon.leave()) == "not joined" or print(f"[sweep] MPS daemon: {said}"))
-    how = "started" if started else "running already (another sweep, or a sitting that was killed), joined"
-    print(f"[sweep] MPS daemon {how} ({PIPE_ENV}={daemon.env[PIPE_ENV]}): the runs of a GPU run side by side")
-    # a run's command line names its folder, <sweep>/<factor values>: the slash keeps sweeps/tune_adam's runs
-    # out of sweeps/tune's count
-    return daemon, ServerWatch(daemon, mine=f"{Path(sweep_dir).resolve()}/").start()
-
-
-def finish_mps(daemon: MpsDaemon, watch: ServerWatch, sweep_dir: Path, runs_started: int) -> dict:
-    """Say whether this sitting's runs reached the daemon, add the sitting to ``mps.json``, keep the
-    daemon's logs in ``mps_logs/``, and leave the daemon (the last sitting out shuts it down). A failure
-    here is said, not raised: the report comes next."""
-    import json
-
-    from nmt.utils.io import atomic_write_json
-
-    try:
-        seen = {**watch.stop(), "runs_started": runs_started, PIPE_ENV: daemon.env[PIPE_ENV]}
-        daemon.copy_logs(Path(sweep_dir) / LOGS)
-        log = daemon.log_tail()
-        seen["daemon"] = daemon.leave()
-        path = Path(sweep_dir) / RECORD
-        sittings = json.loads(path.read_text()).get("sittings", []) if path.is_file() else []
-        atomic_write_json(path, {"sittings": [*sittings, seen]})
-    except Exception as err:  # noqa: BLE001
-        print(f"[sweep] warning: the MPS daemon's end could not be recorded: {type(err).__name__}: {err}")
-        return {}
-    most = seen["most_clients_at_once"]  # this sweep's runs only; None: the daemon does not list clients
-    if runs_started and (not seen["servers_seen"] or most == 0):
-        print(
-            f"[sweep] warning: none of the {runs_started} run(s) started in this sitting was seen connected to the "
-            f"MPS daemon: they may have taken turns on their GPU. Its log ({LOGS}/): {log}"
-        )
-    elif runs_started:
-        connected = "an unknown number of" if most is None else f"at most {most}"
-        print(f"[sweep] MPS: {connected} of this sweep's runs connected at once; daemon {seen['daemon']}")
-    if seen["looks_unanswered"] or not seen["answers_at_end"]:
-        print(f"[sweep] warning: the MPS daemon did not always answer (see {LOGS}/); a run due then was not started")
-    return seen

@@ -9,6 +9,8 @@ from pathlib import Path
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
+from nmt.sweep.gpus import mps_folder
+from nmt.sweep.gpus import setting_problem as mps_setting_problem
 from nmt.sweep.levels import (
     SWEEP_KEYS,
     level_overrides,
@@ -17,8 +19,7 @@ from nmt.sweep.levels import (
     plain_settings,
     sweep_levels,
 )
-from nmt.sweep.mps import CONTROL, daemon_folder
-from nmt.sweep.mps import setting_problem as mps_setting_problem
+from nmt.sweep.mps import CONTROL
 from nmt.sweep.report import RESULT
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -167,7 +168,7 @@ def print_plan(sweep_dir: Path, config: DictConfig) -> None:
         print(f"  under other settings: {name}: {'; '.join(found[:4])}")
     if config.get("gpu_mps"):
         found = "found" if shutil.which(CONTROL) else "NOT on PATH here: the sweep would stop before any run"
-        print(f"  the runs of a GPU side by side under CUDA's MPS, daemon in {daemon_folder()} ({CONTROL}: {found})")
+        print(f"  the runs of a GPU side by side under CUDA's MPS, daemon in {mps_folder()} ({CONTROL}: {found})")
 
 
 def input_problem(config: DictConfig) -> str | None:

@@ -18,14 +18,14 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from nmt.sweep.gpus import GpuPool, visible_gpus
+from nmt.sweep.gpus import GpuPool, finish_mps, mps_folder, start_mps, visible_gpus
 from nmt.sweep.levels import (
     level_overrides,
     override_pairs,
     plain_settings,
     sweep_levels,
 )
-from nmt.sweep.mps import MpsDaemon, client_devices, daemon_folder, finish_mps, machine_wide_daemon, start_mps
+from nmt.sweep.mps import MpsDaemon, client_devices, machine_wide_daemon
 from nmt.sweep.plan import (
     ROOT,
     as_override,
@@ -147,7 +147,7 @@ def run_cell(cfg: DictConfig) -> dict | None:
         held = pool.take()
         devices = held.devices
         if cfg.get("gpu_mps"):  # the sweep's MPS daemon: its pipes, and the GPUs numbered as it numbers them
-            daemon = MpsDaemon(daemon_folder())
+            daemon = MpsDaemon(mps_folder())
             # a CUDA program that finds no daemon would run without it, silently; a busy machine may be slow to
             # answer, so ask twice
             if not daemon.running() and not (time.sleep(2) or daemon.running()):
