@@ -7,8 +7,8 @@ while the other runs wait. Under MPS their kernels run side by side. A CUDA prog
 daemon runs without it and says nothing, so the sweep starts the daemon itself (``nvidia-cuda-mps-control
 -d``), gives its runs the daemon's pipes, watches how many runs are connected, and shuts it down at its end.
 
-One daemon serves a user's sweeps that see the same GPUs (its folder is named by the user and by
-``CUDA_VISIBLE_DEVICES``), so that two sweeps sharing the GPU pool share one MPS server as well. Each sitting
+One daemon serves a user's sweeps that see the same GPUs (its folder is named by the user and by the list
+of visible GPUs), so that two sweeps sharing the GPU pool share one MPS server as well. Each sitting
 of a sweep holds a shared lock on the folder while it runs; the last one out shuts the daemon down. A sitting
 that was killed drops its lock with its process, and the next sitting adopts the daemon it left.
 
