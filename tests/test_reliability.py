@@ -160,13 +160,28 @@ class SignalAt(L.Callback):
     def on_train_epoch_start(self, trainer, pl_module):
         self._signal("train_epoch_start", trainer)
 
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        if batch_idx == trainer.num_training_batches - 1:
+            self._signal("last_train_batch", trainer)
+
 
 # several validation batches, so that a signal can arrive in the middle of validation; no step checkpoints,
-# so that the run resumes from the point the signal stopped it
-AT_EPOCH_ENDS = [*RESUMABLE, "data.eval_max_tokens=300", "checkpoint.every_n_train_steps=0"]
+# so that the run resumes from the point the signal stopped it; bounded by max_steps too, as the recipes are
+# (Lightning's restart of a checkpoint written between two epochs then skips the next epoch's batches)
+AT_EPOCH_ENDS = [*RESUMABLE, "data.eval_max_tokens=300", "checkpoint.every_n_train_steps=0", "trainer.max_steps=10000"]
 
 
-def train_in_process(run_dir: Path, signal_at: SignalAt | None = None) -> dict:
+class BatchOrder(L.Callback):
+    """Records the example indices of every training batch, by epoch."""
+
+    def __init__(self):
+        self.epochs: dict[int, list[list[int]]] = {}
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        self.epochs.setdefault(trainer.current_epoch, []).append(batch["index"].tolist())
+
+
+def train_in_process(run_dir: Path, *extra: L.Callback) -> dict:
     from nmt.training import train as training
     from nmt.training import trainer
 
@@ -174,8 +189,8 @@ def train_in_process(run_dir: Path, signal_at: SignalAt | None = None) -> dict:
     threads = torch.get_num_threads()
     callbacks = trainer._callbacks
     try:
-        if signal_at:
-            trainer._callbacks = lambda *args: [*callbacks(*args), signal_at]
+        if extra:
+            trainer._callbacks = lambda *args: [*callbacks(*args), *extra]
         return {**training.train(cfg), "run_dir": run_dir}
     finally:
         trainer._callbacks = callbacks
@@ -191,10 +206,11 @@ def uninterrupted_in_process(tmp_path_factory):
     "signal_at",
     [
         SignalAt("validation_batch", epoch=0, batch=1),  # Lightning alone would skip an epoch on resume
+        SignalAt("last_train_batch", epoch=0),
         SignalAt("validation_end", epoch=0),
         SignalAt("train_epoch_start", epoch=1),
     ],
-    ids=["mid-validation", "after-validation", "next-epoch-start"],
+    ids=["mid-validation", "last-batch", "after-validation", "next-epoch-start"],
 )
 def test_sigterm_around_the_end_of_an_epoch_resumes_exactly(uninterrupted_in_process, tmp_path, signal_at):
     with pytest.raises(SystemExit) as stopped:
@@ -205,6 +221,24 @@ def test_sigterm_around_the_end_of_an_epoch_resumes_exactly(uninterrupted_in_pro
         < (uninterrupted_in_process["steps"])
     )
     assert_same_training(train_in_process(tmp_path), uninterrupted_in_process, tmp_path)
+
+
+def test_each_epoch_draws_its_own_batch_order(tmp_path):
+    """Lightning sets the epoch of a loader's sampler, not of a batch sampler: without the loader's own
+    call every epoch would repeat the first epoch's order."""
+    order = BatchOrder()
+    cfg = train_in_process(tmp_path / "whole", order)
+    assert set(order.epochs) == {0, 1}
+    first, second = order.epochs[0], order.epochs[1]
+    assert first != second and sorted(sum(first, [])) == sorted(sum(second, []))  # every pair once, reshuffled
+    config = compose_train(*AT_EPOCH_ENDS, f"run_dir={tmp_path / 'whole'}", tiny=False)
+    datamodule = build_datamodule(config.data, config.cache_dir, config.seed)
+    datamodule.setup("fit")
+    loader = datamodule.train_dataloader()  # not attached to a trainer: the sampler as configured
+    for epoch in (0, 1):
+        loader.batch_sampler.set_epoch(epoch)
+        assert [batch["index"].tolist() for batch in loader] == order.epochs[epoch]
+    assert cfg["steps"] == len(first) + len(second)
 
 
 @pytest.mark.parametrize(

@@ -33,24 +33,39 @@ log = logging.getLogger(__name__)
 
 
 class ResumableDataLoader(DataLoader):
-    """A DataLoader that Lightning can checkpoint mid-epoch: its state is the epoch and the number of
-    batches already trained on, and a resumed run continues with the next batch instead of starting
-    the epoch over (Lightning calls ``state_dict`` / ``load_state_dict``)."""
+    """The training loader of a run: each epoch its own shuffle, and a checkpoint can be taken mid-epoch.
 
-    def __init__(self, *args, batches_done: Callable[[], int], **kwargs) -> None:
+    Lightning sets the epoch of a loader's ``sampler`` or of ``batch_sampler.sampler``, never of a batch
+    sampler itself, so this loader gives the run's epoch (``epoch()``) to its batch sampler each time an
+    epoch's batches are drawn. Its state is that epoch and the number of its batches already trained on
+    (Lightning calls ``state_dict`` / ``load_state_dict``): a run resumed in the middle of that epoch
+    continues with the next batch, one resumed after the epoch ended starts the next epoch whole.
+    """
+
+    def __init__(self, *args, epoch: Callable[[], int], batches_done: Callable[[], int], **kwargs) -> None:
         # a DataLoader draws its workers' base seed from the global random numbers each time an epoch
         # starts, unless it has a generator of its own; with one, the dropout masks after a checkpoint
         # saved at the end of an epoch are the same whether the run went on or was resumed from it
         kwargs.setdefault("generator", torch.Generator().manual_seed(0))
         super().__init__(*args, **kwargs)
-        self.batches_done = batches_done
+        self.run_epoch, self.batches_done = epoch, batches_done
+        self.resume_at: tuple[int, int] | None = None  # (epoch, batches done) of the checkpoint resumed
+
+    def __iter__(self):
+        epoch = int(self.run_epoch())
+        self.batch_sampler.set_epoch(epoch)
+        if self.resume_at is not None:
+            (saved_epoch, done), self.resume_at = self.resume_at, None
+            # a checkpoint written after its epoch's last batch (at validation, or by a signal during it)
+            # resumes in the next epoch, which starts whole
+            self.batch_sampler.skip = done if saved_epoch == epoch else 0
+        return super().__iter__()
 
     def state_dict(self) -> dict:
         return {"epoch": self.batch_sampler.epoch, "batches_done": int(self.batches_done())}
 
     def load_state_dict(self, state: dict) -> None:
-        self.batch_sampler.set_epoch(state["epoch"])
-        self.batch_sampler.skip = state["batches_done"]
+        self.resume_at = (state["epoch"], state["batches_done"])
 
 
 # the splits Lightning's stages read (anything else: all three)
@@ -72,8 +87,11 @@ def sharded_loader(datamodule, dataset, make_sampler, collate_fn, num_workers: i
         pin_memory=trainer is not None and trainer.strategy.root_device.type == "cuda",
     )
     if resumable and trainer is not None:
-        progress = trainer.fit_loop.epoch_loop.batch_progress.current
-        return ResumableDataLoader(dataset, batches_done=lambda: progress.processed, **options)
+        # read when an epoch's batches are drawn: the epochs that the run has finished training
+        epochs, batches = trainer.fit_loop.epoch_progress.current, trainer.fit_loop.epoch_loop.batch_progress.current
+        return ResumableDataLoader(
+            dataset, epoch=lambda: epochs.processed, batches_done=lambda: batches.processed, **options
+        )
     return DataLoader(dataset, **options)
 
 

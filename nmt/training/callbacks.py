@@ -19,10 +19,11 @@ class SaveOnSignal(Callback):
     it. A second Ctrl-C interrupts at once, as Ctrl-C usually does.
 
     Lightning turns SIGTERM into a SIGTERMException after the batch; SIGUSR1 is routed the same way. A
-    signal that arrives during validation takes effect when validation ends: Lightning would stop in the
-    middle of it, and a run resumed from there neither redoes that validation nor keeps its epoch count
-    (it skips an epoch). Under SLURM with auto-requeue, Lightning's own SIGUSR1 handler saves and requeues
-    the job instead.
+    signal that arrives during an epoch's last batch or during validation takes effect when validation
+    ends: Lightning would stop in the middle of it, and a run resumed from there neither redoes that
+    validation nor keeps its epoch count. A stop between two epochs is saved as the next epoch's start
+    (see ``_start_next_epoch``). Under SLURM with auto-requeue, Lightning's own SIGUSR1 handler saves and
+    requeues the job instead.
     """
 
     def __init__(self, path: str | Path) -> None:
@@ -61,7 +62,9 @@ class SaveOnSignal(Callback):
 
     def _unless_validating(self, trainer: L.Trainer, handler):
         def handle(signum, frame) -> None:
-            if trainer.validating or trainer.sanity_checking:
+            batches = trainer.fit_loop.epoch_loop.batch_progress.current.ready
+            last_batch = trainer.training and batches >= trainer.num_training_batches  # validation follows it
+            if trainer.validating or trainer.sanity_checking or last_batch:
                 self.deferred.append((handler, signum))
             else:
                 handler(signum, frame)
@@ -86,8 +89,32 @@ class SaveOnSignal(Callback):
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
         if isinstance(exception, SIGTERMException):
+            if _between_epochs(trainer):
+                _start_next_epoch(trainer)
             trainer.save_checkpoint(self.path, weights_only=False)  # the whole state: a rerun resumes it
             self.saved = True
+
+
+def _between_epochs(trainer: L.Trainer) -> bool:
+    """Lightning stopped after an epoch's end hooks (a signal during its last batch or its validation
+    raises there) and before the next epoch started."""
+    epochs = trainer.fit_loop.epoch_progress.current
+    batches = trainer.fit_loop.epoch_loop.batch_progress
+    return epochs.ready == epochs.started == epochs.processed == epochs.completed and batches.current.ready > 0
+
+
+def _start_next_epoch(trainer: L.Trainer) -> None:
+    """Resets the per-epoch counters as the next epoch's start would. Saved as they are, the finished epoch's
+    counters make a resumed Lightning take the next epoch for finished too: it ends with no batch trained,
+    validates the same weights again (a step of early stopping's patience) and counts an epoch."""
+    loop = trainer.fit_loop.epoch_loop
+    loop.batch_progress.reset_on_run()
+    loop.scheduler_progress.reset_on_run()
+    loop.automatic_optimization.optim_progress.reset_on_run()
+    loop.val_loop.batch_progress.total.reset()
+    # a restarted Lightning counts one more logging step, assuming the save came before the last batch's
+    # count (as a save in a batch's hooks does); this one came after it
+    loop._batches_that_stepped -= 1
 
 
 class ResumeLogs(Callback):
