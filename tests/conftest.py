@@ -69,6 +69,16 @@ def tiny_overrides(*overrides: str) -> list[str]:
     return [*TINY, *toy, *TINY_MODELS[model]]
 
 
+def steps_per_epoch(cfg) -> int:
+    """Training batches an epoch of ``cfg`` has (its data prepared on the way)."""
+    from nmt.data.build import build_datamodule
+
+    datamodule = build_datamodule(cfg.data, cfg.cache_dir, cfg.seed)
+    datamodule.prepare_data()
+    datamodule.build_tokenizers()
+    return len(datamodule.train_dataloader())
+
+
 def compose_train(*overrides: str, tiny: bool = True):
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         return compose("train", overrides=[*(tiny_overrides(*overrides) if tiny else ["name=test"]), *overrides])

@@ -20,7 +20,7 @@ from nmt.tasks.translation import TranslationTask
 from nmt.training.module import TaskModule
 from nmt.utils.instantiate import instantiate
 
-from .conftest import NO_FINAL_SCORES, ROOT, compose_train, tiny_overrides
+from .conftest import NO_FINAL_SCORES, ROOT, compose_train, steps_per_epoch, tiny_overrides
 
 pytestmark = pytest.mark.slow
 
@@ -104,13 +104,18 @@ def logged_curves(run_dir: Path) -> list[tuple[int, str, float]]:
         return [(int(row["step"]), k, float(row[k])) for row in csv.DictReader(handle) for k in keys if row.get(k)]
 
 
-def assert_same_training(resumed: dict, reference: dict, run_dir: Path) -> None:
+def assert_same_training(resumed: dict, reference: dict, run_dir: Path, lost: tuple = ()) -> None:
+    """``lost``: (step, key) of the reference's log that the interrupted run cannot have (the last row of
+    each)."""
     assert resumed["steps"] == reference["steps"]
     for key in ("val_loss", "val_acc", "val_bleu", "train_loss"):
         assert resumed["final_metrics"][key] == pytest.approx(reference["final_metrics"][key], rel=1e-5), key
     # the log of the interrupted run holds the whole curve once: rows of the first sitting kept, rows
     # logged after its last checkpoint (redone on resume) not repeated
-    curve, reference_curve = logged_curves(run_dir), logged_curves(reference["run_dir"])
+    curve = logged_curves(run_dir)
+    reference_curve = logged_curves(reference["run_dir"])
+    for step_key in lost:
+        reference_curve.pop(max(i for i, row in enumerate(reference_curve) if row[:2] == step_key))
     assert [(step, key) for step, key, _ in curve] == [(step, key) for step, key, _ in reference_curve]
     assert [value for *_, value in curve] == pytest.approx([value for *_, value in reference_curve], rel=1e-5)
 
@@ -166,9 +171,15 @@ class SignalAt(L.Callback):
 
 
 # several validation batches, so that a signal can arrive in the middle of validation; no step checkpoints,
-# so that the run resumes from the point the signal stopped it; bounded by max_steps too, as the recipes are
-# (Lightning's restart of a checkpoint written between two epochs then skips the next epoch's batches)
-AT_EPOCH_ENDS = [*RESUMABLE, "data.eval_max_tokens=300", "checkpoint.every_n_train_steps=0", "trainer.max_steps=10000"]
+# so that the run resumes from the point the signal stopped it; a third epoch, trained after the resume
+AT_EPOCH_ENDS = [
+    *[o for o in RESUMABLE if not o.startswith("trainer.max_epochs")],
+    "trainer.max_epochs=3",
+    "data.eval_max_tokens=300",
+    "checkpoint.every_n_train_steps=0",
+]
+# a run bounded by updates (as the recipes are) or by epochs alone: Lightning restores the two differently
+BOUNDS = {"steps": ("trainer.max_steps=10000",), "epochs": ()}
 
 
 class BatchOrder(L.Callback):
@@ -180,65 +191,117 @@ class BatchOrder(L.Callback):
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
         self.epochs.setdefault(trainer.current_epoch, []).append(batch["index"].tolist())
 
+    def then(self, resumed: "BatchOrder") -> dict[int, list[list[int]]]:
+        """The batches of two sittings of one run, by epoch."""
+        epochs = {epoch: list(batches) for epoch, batches in self.epochs.items()}
+        for epoch, batches in resumed.epochs.items():
+            epochs.setdefault(epoch, []).extend(batches)
+        return epochs
 
-def train_in_process(run_dir: Path, *extra: L.Callback) -> dict:
+
+def train_in_process(run_dir: Path, *callbacks: L.Callback, overrides: tuple[str, ...] = ()) -> dict:
     from nmt.training import train as training
     from nmt.training import trainer
 
-    cfg = compose_train(*AT_EPOCH_ENDS, f"run_dir={run_dir}", tiny=False)
+    cfg = compose_train(*AT_EPOCH_ENDS, *overrides, f"run_dir={run_dir}", tiny=False)
     threads = torch.get_num_threads()
-    callbacks = trainer._callbacks
+    built = trainer._callbacks
     try:
-        if extra:
-            trainer._callbacks = lambda *args: [*callbacks(*args), *extra]
+        trainer._callbacks = lambda *args: [*built(*args), *callbacks]
         return {**training.train(cfg), "run_dir": run_dir}
     finally:
-        trainer._callbacks = callbacks
+        trainer._callbacks = built
         torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")
 def uninterrupted_in_process(tmp_path_factory):
-    return train_in_process(tmp_path_factory.mktemp("uninterrupted_in_process"))
+    """The uninterrupted run of each set of overrides, with its batches (trained once per module)."""
+    runs = {}
+
+    def run(overrides: tuple[str, ...]) -> tuple[dict, BatchOrder]:
+        if overrides not in runs:
+            order = BatchOrder()
+            runs[overrides] = (
+                train_in_process(tmp_path_factory.mktemp("uninterrupted"), order, overrides=overrides),
+                order,
+            )
+        return runs[overrides]
+
+    return run
 
 
+@pytest.mark.parametrize("bound", BOUNDS)
 @pytest.mark.parametrize(
-    "signal_at",
+    "point",
     [
-        SignalAt("validation_batch", epoch=0, batch=1),  # Lightning alone would skip an epoch on resume
-        SignalAt("last_train_batch", epoch=0),
-        SignalAt("validation_end", epoch=0),
-        SignalAt("train_epoch_start", epoch=1),
+        ("validation_batch", 0, 1),  # Lightning alone would skip an epoch on resume
+        ("last_train_batch", 0, None),  # Lightning alone would stop in the middle of validation
+        ("validation_end", 0, None),
+        ("train_epoch_start", 1, None),
     ],
     ids=["mid-validation", "last-batch", "after-validation", "next-epoch-start"],
 )
-def test_sigterm_around_the_end_of_an_epoch_resumes_exactly(uninterrupted_in_process, tmp_path, signal_at):
+def test_sigterm_around_the_end_of_an_epoch_resumes_exactly(uninterrupted_in_process, tmp_path, point, bound):
+    signal_at = SignalAt(*point)
+    reference, reference_order = uninterrupted_in_process(BOUNDS[bound])
+    first, second = BatchOrder(), BatchOrder()
     with pytest.raises(SystemExit) as stopped:
-        train_in_process(tmp_path, signal_at)
+        train_in_process(tmp_path, signal_at, first, overrides=BOUNDS[bound])
     assert stopped.value.code == 143 and signal_at.sent
-    assert (
-        torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)["global_step"]
-        < (uninterrupted_in_process["steps"])
-    )
-    assert_same_training(train_in_process(tmp_path), uninterrupted_in_process, tmp_path)
+    assert torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] < reference["steps"]
+    assert_same_training(train_in_process(tmp_path, second, overrides=BOUNDS[bound]), reference, tmp_path)
+    assert first.then(second) == reference_order.epochs  # the same batches in the same epochs
 
 
-def test_each_epoch_draws_its_own_batch_order(tmp_path):
+class KilledAt(BaseException):
+    """Stands for a kill: no signal handler runs, nothing is saved."""
+
+
+class KillAtEpochEnd(L.Callback):
+    """Kills the run at the end of epoch ``epoch``'s training, before that epoch's checkpoint is written
+    (Lightning runs checkpoint callbacks after the others)."""
+
+    def __init__(self, epoch: int):
+        self.epoch = epoch
+
+    def on_train_epoch_end(self, trainer, pl_module):
+        if trainer.current_epoch == self.epoch:
+            raise KilledAt
+
+
+def test_a_kill_after_a_step_checkpoint_on_an_epochs_last_batch_resumes_exactly(uninterrupted_in_process, tmp_path):
+    """last.ckpt then holds the epoch's last batch, with no validation at the epoch's end (validation every
+    second epoch): the resumed run starts the next epoch whole, neither an empty epoch nor a repeated one."""
+    probe = compose_train(*AT_EPOCH_ENDS, tiny=False)
+    overrides = ("trainer.check_val_every_n_epoch=2", f"checkpoint.every_n_train_steps={steps_per_epoch(probe)}")
+    reference, reference_order = uninterrupted_in_process(overrides)
+    first, second = BatchOrder(), BatchOrder()
+    with pytest.raises(KilledAt):
+        train_in_process(tmp_path, KillAtEpochEnd(0), first, overrides=overrides)
+    epoch_end = len(first.epochs[0])
+    assert torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == epoch_end
+    # Lightning does not rerun the end of an epoch whose last batch a checkpoint holds: the killed epoch's
+    # end-of-epoch row (its token count) is lost, the training is not
+    lost = ((epoch_end - 1, "epoch"), (epoch_end - 1, "train_tokens"))
+    assert_same_training(train_in_process(tmp_path, second, overrides=overrides), reference, tmp_path, lost)
+    assert first.then(second) == reference_order.epochs
+
+
+def test_each_epoch_draws_its_own_batch_order(uninterrupted_in_process, tmp_path):
     """Lightning sets the epoch of a loader's sampler, not of a batch sampler: without the loader's own
     call every epoch would repeat the first epoch's order."""
-    order = BatchOrder()
-    cfg = train_in_process(tmp_path / "whole", order)
-    assert set(order.epochs) == {0, 1}
+    _, order = uninterrupted_in_process(())
+    assert set(order.epochs) == {0, 1, 2}
     first, second = order.epochs[0], order.epochs[1]
     assert first != second and sorted(sum(first, [])) == sorted(sum(second, []))  # every pair once, reshuffled
-    config = compose_train(*AT_EPOCH_ENDS, f"run_dir={tmp_path / 'whole'}", tiny=False)
+    config = compose_train(*AT_EPOCH_ENDS, f"run_dir={tmp_path}", tiny=False)
     datamodule = build_datamodule(config.data, config.cache_dir, config.seed)
     datamodule.setup("fit")
     loader = datamodule.train_dataloader()  # not attached to a trainer: the sampler as configured
-    for epoch in (0, 1):
+    for epoch in (0, 1, 2):
         loader.batch_sampler.set_epoch(epoch)
         assert [batch["index"].tolist() for batch in loader] == order.epochs[epoch]
-    assert cfg["steps"] == len(first) + len(second)
 
 
 @pytest.mark.parametrize(

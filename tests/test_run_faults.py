@@ -22,18 +22,9 @@ from nmt.training.config import ConfigError, check_config
 from nmt.training.run_folder import RunFolderError, RunLock
 from nmt.training.train import resolve_resume, resolve_run_dir, train
 
-from .conftest import NO_FINAL_SCORES, ROOT, compose_train
+from .conftest import NO_FINAL_SCORES, ROOT, compose_train, steps_per_epoch
 
 QUICK = ["trainer.max_epochs=2", *NO_FINAL_SCORES, "threads=1"]
-
-
-def steps_per_epoch(cfg) -> int:
-    from nmt.data.build import build_datamodule
-
-    datamodule = build_datamodule(cfg.data, cfg.cache_dir, cfg.seed)
-    datamodule.prepare_data()
-    datamodule.build_tokenizers()
-    return len(datamodule.train_dataloader())
 
 
 # ---- 1, 2: max_steps between two decoded validations; rerunning a finished run ------------------------

@@ -33,39 +33,51 @@ log = logging.getLogger(__name__)
 
 
 class ResumableDataLoader(DataLoader):
-    """The training loader of a run: each epoch its own shuffle, and a checkpoint can be taken mid-epoch.
+    """The training loader of a run: each epoch its own shuffle, and a run resumed mid-epoch continues with
+    the next batch.
 
+    Where the loader stands is computed, each time an epoch's batches are drawn, from the number of batches
+    the run has trained (``batches_trained()``, a count that Lightning keeps in every checkpoint): with
+    ``epoch_length`` batches an epoch, the epoch is their quotient and the batches to skip the remainder.
     Lightning sets the epoch of a loader's ``sampler`` or of ``batch_sampler.sampler``, never of a batch
-    sampler itself, so this loader gives the run's epoch (``epoch()``) to its batch sampler each time an
-    epoch's batches are drawn. Its state is that epoch and the number of its batches already trained on
-    (Lightning calls ``state_dict`` / ``load_state_dict``): a run resumed in the middle of that epoch
-    continues with the next batch, one resumed after the epoch ended starts the next epoch whole.
+    sampler itself, and its epoch counters do not say where a resumed run stands in every case (a checkpoint
+    written after an epoch's last batch, a resumed run's later epochs), while that count always does.
     """
 
-    def __init__(self, *args, epoch: Callable[[], int], batches_done: Callable[[], int], **kwargs) -> None:
+    def __init__(self, *args, batches_trained: Callable[[], int], limit: int | float | None, **kwargs) -> None:
         # a DataLoader draws its workers' base seed from the global random numbers each time an epoch
         # starts, unless it has a generator of its own; with one, the dropout masks after a checkpoint
         # saved at the end of an epoch are the same whether the run went on or was resumed from it
         kwargs.setdefault("generator", torch.Generator().manual_seed(0))
         super().__init__(*args, **kwargs)
-        self.run_epoch, self.batches_done = epoch, batches_done
-        self.resume_at: tuple[int, int] | None = None  # (epoch, batches done) of the checkpoint resumed
+        self.batches_trained, self.limit = batches_trained, limit
+
+    def epoch_length(self) -> int:
+        """Batches an epoch trains: all of the sampler's, or as many as ``trainer.limit_train_batches``
+        lets Lightning take (its rule: an int caps them, a fraction scales them down)."""
+        batches = len(self.batch_sampler)
+        if self.limit is None or isinstance(self.limit, bool):
+            return batches
+        return min(batches, self.limit) if isinstance(self.limit, int) else max(int(batches * self.limit), 1)
+
+    def position(self) -> tuple[int, int]:
+        """(epoch, batches of it already trained)."""
+        return divmod(int(self.batches_trained()), self.epoch_length())
 
     def __iter__(self):
-        epoch = int(self.run_epoch())
+        epoch, done = self.position()
         self.batch_sampler.set_epoch(epoch)
-        if self.resume_at is not None:
-            (saved_epoch, done), self.resume_at = self.resume_at, None
-            # a checkpoint written after its epoch's last batch (at validation, or by a signal during it)
-            # resumes in the next epoch, which starts whole
-            self.batch_sampler.skip = done if saved_epoch == epoch else 0
+        self.batch_sampler.skip = done
         return super().__iter__()
 
+    # a stateful loader tells Lightning that a run resumed mid-epoch continues where it stopped (otherwise it
+    # warns); the state itself is only a record: the position comes from the count of batches trained
     def state_dict(self) -> dict:
-        return {"epoch": self.batch_sampler.epoch, "batches_done": int(self.batches_done())}
+        epoch, done = self.position()
+        return {"epoch": epoch, "batches_done": done}
 
     def load_state_dict(self, state: dict) -> None:
-        self.resume_at = (state["epoch"], state["batches_done"])
+        pass
 
 
 # the splits Lightning's stages read (anything else: all three)
@@ -87,11 +99,9 @@ def sharded_loader(datamodule, dataset, make_sampler, collate_fn, num_workers: i
         pin_memory=trainer is not None and trainer.strategy.root_device.type == "cuda",
     )
     if resumable and trainer is not None:
-        # read when an epoch's batches are drawn: the epochs that the run has finished training
-        epochs, batches = trainer.fit_loop.epoch_progress.current, trainer.fit_loop.epoch_loop.batch_progress.current
-        return ResumableDataLoader(
-            dataset, epoch=lambda: epochs.processed, batches_done=lambda: batches.processed, **options
-        )
+        trained = trainer.fit_loop.epoch_loop.batch_progress.total  # the run's, across epochs and resumes
+        limit = trainer.limit_train_batches
+        return ResumableDataLoader(dataset, batches_trained=lambda: trained.processed, limit=limit, **options)
     return DataLoader(dataset, **options)
 
 

@@ -30,6 +30,7 @@ class SaveOnSignal(Callback):
         self.path = Path(path)
         self.saved = False
         self.deferred: list = []  # (handler, signum) to run when the current validation ends
+        self.epoch_ended = False  # between an epoch's end hooks and the next epoch's first batch
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         def stop_after_batch(signum, frame) -> None:
@@ -59,6 +60,10 @@ class SaveOnSignal(Callback):
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+        if self.deferred:  # it came after the last epoch's end hooks: nothing is left to stop
+            names = ", ".join(sorted({signal.Signals(signum).name for _, signum in self.deferred}))
+            print(f"{names} arrived as training ended: the final scores follow (Ctrl-C stops them at once)")
+            self.deferred = []
 
     def _unless_validating(self, trainer: L.Trainer, handler):
         def handle(signum, frame) -> None:
@@ -81,26 +86,24 @@ class SaveOnSignal(Callback):
 
     # a signal that arrived after this callback's on_validation_end
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.epoch_ended = True
         self._handle_deferred()
 
+    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.epoch_ended = False
+
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch, batch_idx: int) -> None:
+        self.epoch_ended = False
         self._handle_deferred()
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
         if isinstance(exception, SIGTERMException):
-            if _between_epochs(trainer):
+            # Lightning raises after an epoch's end hooks when a signal came in its last batch or validation
+            if self.epoch_ended:
                 _start_next_epoch(trainer)
             trainer.save_checkpoint(self.path, weights_only=False)  # the whole state: a rerun resumes it
             self.saved = True
-
-
-def _between_epochs(trainer: L.Trainer) -> bool:
-    """Lightning stopped after an epoch's end hooks (a signal during its last batch or its validation
-    raises there) and before the next epoch started."""
-    epochs = trainer.fit_loop.epoch_progress.current
-    batches = trainer.fit_loop.epoch_loop.batch_progress
-    return epochs.ready == epochs.started == epochs.processed == epochs.completed and batches.current.ready > 0
 
 
 def _start_next_epoch(trainer: L.Trainer) -> None:
@@ -112,9 +115,11 @@ def _start_next_epoch(trainer: L.Trainer) -> None:
     loop.scheduler_progress.reset_on_run()
     loop.automatic_optimization.optim_progress.reset_on_run()
     loop.val_loop.batch_progress.total.reset()
-    # a restarted Lightning counts one more logging step, assuming the save came before the last batch's
-    # count (as a save in a batch's hooks does); this one came after it
-    loop._batches_that_stepped -= 1
+    # a run bounded by max_steps restarts (Lightning's fit loop restarts a finished epoch only then), and a
+    # restarted Lightning counts one more logging step, assuming the save came before the last batch's count
+    # (as a save in a batch's hooks does); this one came after it
+    if trainer.max_steps != -1:
+        loop._batches_that_stepped -= 1
 
 
 class ResumeLogs(Callback):
