@@ -254,6 +254,19 @@ def test_sigterm_around_the_end_of_an_epoch_resumes_exactly(uninterrupted_in_pro
     assert first.then(second) == reference_order.epochs  # the same batches in the same epochs
 
 
+def test_sigterm_in_a_validation_in_the_middle_of_an_epoch_resumes_exactly(uninterrupted_in_process, tmp_path):
+    """Validation every 50 updates, across epochs (as the language model's recipe): the run stops after the
+    next update, and its log goes on at the right steps."""
+    overrides = ("trainer.val_check_interval=50", "trainer.check_val_every_n_epoch=null", *BOUNDS["steps"])
+    reference, reference_order = uninterrupted_in_process(overrides)
+    first, second, signal_at = BatchOrder(), BatchOrder(), SignalAt("validation_batch", 0, 1)
+    with pytest.raises(SystemExit):
+        train_in_process(tmp_path, signal_at, first, overrides=overrides)
+    assert signal_at.sent and len(first.epochs[0]) == 51
+    assert_same_training(train_in_process(tmp_path, second, overrides=overrides), reference, tmp_path)
+    assert first.then(second) == reference_order.epochs
+
+
 class KilledAt(BaseException):
     """Stands for a kill: no signal handler runs, nothing is saved."""
 

@@ -19,17 +19,18 @@ class SaveOnSignal(Callback):
     it. A second Ctrl-C interrupts at once, as Ctrl-C usually does.
 
     Lightning turns SIGTERM into a SIGTERMException after the batch; SIGUSR1 is routed the same way. A
-    signal that arrives during an epoch's last batch or during validation takes effect when validation
-    ends: Lightning would stop in the middle of it, and a run resumed from there neither redoes that
-    validation nor keeps its epoch count. A stop between two epochs is saved as the next epoch's start
-    (see ``_start_next_epoch``). Under SLURM with auto-requeue, Lightning's own SIGUSR1 handler saves and
+    signal that arrives during an epoch's last batch or during validation takes effect at the end of the
+    epoch or at the next batch: Lightning would stop in the middle of validation, and a run resumed from
+    there neither redoes that validation nor keeps its epoch count (and one stopped as validation ends
+    resumes logging a step off). A stop between two epochs is saved as the next epoch's start (see
+    ``_start_next_epoch``). Under SLURM with auto-requeue, Lightning's own SIGUSR1 handler saves and
     requeues the job instead.
     """
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.saved = False
-        self.deferred: list = []  # (handler, signum) to run when the current validation ends
+        self.deferred: list = []  # (handler, signum) to run at the epoch's end or the next batch
         self.epoch_ended = False  # between an epoch's end hooks and the next epoch's first batch
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -81,10 +82,6 @@ class SaveOnSignal(Callback):
         for handler, signum in deferred:
             handler(signum, None)
 
-    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._handle_deferred()  # Lightning stops once the checkpoint callbacks after this hook have run
-
-    # a signal that arrived after this callback's on_validation_end
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.epoch_ended = True
         self._handle_deferred()
