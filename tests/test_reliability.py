@@ -168,6 +168,7 @@ class SignalAt(L.Callback):
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
         if batch_idx == trainer.num_training_batches - 1:
             self._signal("last_train_batch", trainer)
+        self._signal("train_batch", trainer, batch_idx)
 
 
 # several validation batches, so that a signal can arrive in the middle of validation; no step checkpoints,
@@ -265,6 +266,33 @@ def test_sigterm_in_a_validation_in_the_middle_of_an_epoch_resumes_exactly(unint
     assert signal_at.sent and len(first.epochs[0]) == 51
     assert_same_training(train_in_process(tmp_path, second, overrides=overrides), reference, tmp_path)
     assert first.then(second) == reference_order.epochs
+
+
+def test_sigterm_in_the_middle_of_an_accumulated_update_resumes_exactly(uninterrupted_in_process, tmp_path):
+    """Two batches an update: a signal in the first batch of an update takes effect after the second."""
+    overrides = ("trainer.accumulate_grad_batches=2", *BOUNDS["steps"])
+    reference, reference_order = uninterrupted_in_process(overrides)
+    first, second, signal_at = BatchOrder(), BatchOrder(), SignalAt("train_batch", 0, 10)
+    with pytest.raises(SystemExit):
+        train_in_process(tmp_path, signal_at, first, overrides=overrides)
+    assert signal_at.sent and len(first.epochs[0]) == 12
+    assert torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 6
+    assert_same_training(train_in_process(tmp_path, second, overrides=overrides), reference, tmp_path)
+    assert first.then(second) == reference_order.epochs
+
+
+def test_a_signal_in_the_validation_where_early_stopping_ends_the_run_lets_it_end(
+    uninterrupted_in_process, tmp_path, capsys
+):
+    """Early stopping's decision is not in a checkpoint: a run saved there would train on when resumed."""
+    # the validation loss falls, so watching for a rise stops the run at its second validation
+    overrides = ("early_stopping.monitor=val_loss", "early_stopping.mode=max", "early_stopping.patience=1")
+    reference, _ = uninterrupted_in_process(overrides)
+    assert reference["epochs"] == 2, "early stopping did not end the reference run after its second epoch"
+    signal_at = SignalAt("validation_batch", 1, 1)
+    result = train_in_process(tmp_path, signal_at, overrides=overrides)
+    assert signal_at.sent and "SIGTERM arrived as training ended" in capsys.readouterr().out
+    assert_same_training(result, reference, tmp_path)
 
 
 class KilledAt(BaseException):

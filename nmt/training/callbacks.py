@@ -14,23 +14,23 @@ from nmt.training.loggers import ResumableCSVLogger
 
 
 class SaveOnSignal(Callback):
-    """SIGTERM or SIGUSR1 (the preemption warnings of clusters), or a first Ctrl-C (SIGINT): finish the
-    current batch, write ``last.ckpt`` (atomically) and stop; running the same command again resumes from
-    it. A second Ctrl-C interrupts at once, as Ctrl-C usually does.
+    """SIGTERM or SIGUSR1 (the preemption warnings of clusters), or a first Ctrl-C (SIGINT): stop at the next
+    point where the state can be saved whole, write ``last.ckpt`` (atomically) and stop; running the same
+    command again resumes from it. A second Ctrl-C interrupts at once, as Ctrl-C usually does.
 
-    Lightning turns SIGTERM into a SIGTERMException after the batch; SIGUSR1 is routed the same way. A
-    signal that arrives during an epoch's last batch or during validation takes effect at the end of the
-    epoch or at the next batch: Lightning would stop in the middle of validation, and a run resumed from
-    there neither redoes that validation nor keeps its epoch count (and one stopped as validation ends
-    resumes logging a step off). A stop between two epochs is saved as the next epoch's start (see
-    ``_start_next_epoch``). Under SLURM with auto-requeue, Lightning's own SIGUSR1 handler saves and
-    requeues the job instead.
+    The handlers only note the signal; it takes effect at the start of the next batch that ends an update
+    (Lightning stops after that batch: no gradient of a partial accumulation is lost, and no validation has
+    started), or at the epoch's end when the epoch's last batch comes first. Lightning, told at once, would
+    stop in the middle of a validation that follows the batch, and resume without redoing it. A stop at an
+    epoch's end is saved as the next epoch's start (see ``_start_next_epoch``); one that comes as training
+    ends (a limit reached, early stopping) is reported, and the final scores follow. Under SLURM with
+    auto-requeue, Lightning's own SIGUSR1 handler saves and requeues the job instead.
     """
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.saved = False
-        self.deferred: list = []  # (handler, signum) to run at the epoch's end or the next batch
+        self.deferred: list = []  # (handler, signum) to run at the next point where a stop is safe
         self.epoch_ended = False  # between an epoch's end hooks and the next epoch's first batch
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -46,15 +46,16 @@ class SaveOnSignal(Callback):
 
         lightnings = signal.getsignal(signal.SIGTERM)  # sets received_sigterm, and tells DDP's other ranks
         on_term = lightnings if callable(lightnings) else stop_after_batch
-        signal.signal(signal.SIGTERM, named(self._unless_validating(trainer, on_term)))
+        signal.signal(signal.SIGTERM, named(self._later(on_term)))
         environment = trainer._accelerator_connector.cluster_environment
         if not (isinstance(environment, SLURMEnvironment) and environment.auto_requeue):
-            signal.signal(signal.SIGUSR1, named(self._unless_validating(trainer, stop_after_batch)))
+            signal.signal(signal.SIGUSR1, named(self._later(stop_after_batch)))
 
         def first_interrupt(signum, frame) -> None:
             signal.signal(signal.SIGINT, signal.default_int_handler)  # a second Ctrl-C stops at once
-            print("\nCtrl-C: stopping after this batch and saving last.ckpt (Ctrl-C again to stop at once)")
-            named(self._unless_validating(trainer, on_term))(signum, frame)
+            print("\nCtrl-C: stopping after the next update (or at this epoch's end) and saving last.ckpt "
+                  "(Ctrl-C again to stop at once)")  # fmt: skip
+            named(self._later(on_term))(signum, frame)
 
         if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # the main thread of a program
             signal.signal(signal.SIGINT, first_interrupt)
@@ -66,41 +67,50 @@ class SaveOnSignal(Callback):
             print(f"{names} arrived as training ended: the final scores follow (Ctrl-C stops them at once)")
             self.deferred = []
 
-    def _unless_validating(self, trainer: L.Trainer, handler):
+    def _later(self, handler):
         def handle(signum, frame) -> None:
-            batches = trainer.fit_loop.epoch_loop.batch_progress.current.ready
-            last_batch = trainer.training and batches >= trainer.num_training_batches  # validation follows it
-            if trainer.validating or trainer.sanity_checking or last_batch:
-                self.deferred.append((handler, signum))
-            else:
-                handler(signum, frame)
+            self.deferred.append((handler, signum))
 
         return handle
 
-    def _handle_deferred(self) -> None:
+    def _act(self) -> None:
         deferred, self.deferred = self.deferred, []
         for handler, signum in deferred:
             handler(signum, None)
 
-    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self.epoch_ended = True
-        self._handle_deferred()
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch, batch_idx: int) -> None:
+        self.epoch_ended = False
+        # Lightning stops after the batch in which it learns of the signal: this one ends an update, and
+        # unless it is the epoch's last, no validation follows it within the batch
+        ends_update = (batch_idx + 1) % trainer.accumulate_grad_batches == 0
+        last_update = trainer.max_steps != -1 and trainer.global_step + 1 >= trainer.max_steps
+        if ends_update and batch_idx + 1 < trainer.num_training_batches and not last_update:
+            self._act()
 
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.epoch_ended = False
 
-    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch, batch_idx: int) -> None:
-        self.epoch_ended = False
-        self._handle_deferred()
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.epoch_ended = True
+        if not _training_ends(trainer):  # a stop saved now would resume into training that had ended
+            self._act()
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
         if isinstance(exception, SIGTERMException):
-            # Lightning raises after an epoch's end hooks when a signal came in its last batch or validation
-            if self.epoch_ended:
+            if self.epoch_ended:  # Lightning raises after an epoch's end hooks
                 _start_next_epoch(trainer)
             trainer.save_checkpoint(self.path, weights_only=False)  # the whole state: a rerun resumes it
             self.saved = True
+
+
+def _training_ends(trainer: L.Trainer) -> bool:
+    """At an epoch's end: whether Lightning ends training there (a limit reached, or early stopping, whose
+    decision a checkpoint does not keep)."""
+    loop = trainer.fit_loop
+    steps = loop.max_steps != -1 and trainer.global_step >= loop.max_steps
+    epochs = loop.max_epochs not in (None, -1) and loop.epoch_progress.current.processed >= loop.max_epochs
+    return steps or epochs or (trainer.should_stop and loop._can_stop_early)
 
 
 def _start_next_epoch(trainer: L.Trainer) -> None:
