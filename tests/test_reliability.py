@@ -174,8 +174,9 @@ class SignalAt(L.Callback):
 # several validation batches, so that a signal can arrive in the middle of validation; no step checkpoints,
 # so that the run resumes from the point the signal stopped it; a third epoch, trained after the resume
 AT_EPOCH_ENDS = [
-    *[o for o in RESUMABLE if not o.startswith("trainer.max_epochs")],
+    *[o for o in RESUMABLE if not o.startswith(("trainer.max_epochs", "data.train_size"))],
     "trainer.max_epochs=3",
+    "data.train_size=750",
     "data.eval_max_tokens=300",
     "checkpoint.every_n_train_steps=0",
 ]
