@@ -359,26 +359,38 @@ def test_preemption_signal_or_ctrl_c_saves_and_the_run_resumes(uninterrupted, tm
     assert_same_training(run_to_end(tmp_path), uninterrupted, tmp_path)
 
 
-def test_ddp_on_two_cpu_processes_trains_like_one(tmp_path):
-    # optim=noam: its peak scales with this test's d_model 32 (the toy recipe's AdamW rate is fitted to 64)
-    common = ["trainer.max_epochs=4", "data.train_size=1500", *NO_FINAL_SCORES,
+# optim=noam: its peak scales with this test's d_model 32 (the toy recipe's AdamW rate is fitted to 64)
+DDP_COMMON = ["trainer.max_epochs=4", "data.train_size=1500", *NO_FINAL_SCORES,
               "validation.bleu_every_n_epochs=4", "optim=noam"]  # fmt: skip
-    single = run_to_end(tmp_path / "single", *common, "data.max_tokens=1500")
-    # two processes, each with half the token budget: the same examples per optimiser step
-    ddp = run_to_end(
-        tmp_path / "ddp",
-        *common,
-        "trainer=ddp",
-        "trainer.devices=2",
-        "trainer.accelerator=cpu",
-        "data.max_tokens=750",
-        "trainer.enable_progress_bar=false",
-        "trainer.enable_model_summary=false",
-    )
-    for result in (single, ddp):
+# two processes, each with half the token budget: the same examples per optimiser step as one with 1500
+DDP = [*DDP_COMMON, "trainer=ddp", "trainer.devices=2", "trainer.accelerator=cpu", "data.max_tokens=750",
+       "trainer.enable_progress_bar=false", "trainer.enable_model_summary=false"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def ddp_run(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("ddp")
+    return {**run_to_end(run_dir, *DDP), "run_dir": run_dir}
+
+
+def test_ddp_on_two_cpu_processes_trains_like_one(ddp_run, tmp_path):
+    single = run_to_end(tmp_path / "single", *DDP_COMMON, "data.max_tokens=1500")
+    for result in (single, ddp_run):
         assert result["final_metrics"]["val_acc"] > 0.5  # chance is about 1/30
-    assert ddp["final_metrics"]["val_loss"] == pytest.approx(single["final_metrics"]["val_loss"], rel=0.15)
-    assert ddp["steps"] == pytest.approx(single["steps"], rel=0.1)
+    assert ddp_run["final_metrics"]["val_loss"] == pytest.approx(single["final_metrics"]["val_loss"], rel=0.15)
+    assert ddp_run["steps"] == pytest.approx(single["steps"], rel=0.1)
+
+
+def test_sigterm_under_ddp_stops_every_process_at_one_batch_and_resumes_exactly(ddp_run, tmp_path):
+    """Lightning's own handler runs a collective inside the signal handler, which can meet the other
+    process at another collective and wait for ever; each process here only notes the signal, and all
+    agree when to stop. The resumed run trains the same updates; its metrics are close, not equal: a
+    checkpoint holds the first process's random state, which the second takes on (other dropout masks)."""
+    stopped = interrupt(tmp_path, signal.SIGTERM, in_the_second_epoch, *DDP)
+    assert stopped.returncode == 143, stopped.stdout[-2000:] + stopped.stderr[-2000:]
+    resumed = run_to_end(tmp_path, *DDP)
+    assert resumed["steps"] == ddp_run["steps"]
+    assert resumed["final_metrics"]["val_loss"] == pytest.approx(ddp_run["final_metrics"]["val_loss"], rel=0.03)
 
 
 class NaNAfter(torch.nn.Module):

@@ -30,53 +30,43 @@ class SaveOnSignal(Callback):
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.saved = False
-        self.deferred: list = []  # (handler, signum) to run at the next point where a stop is safe
+        self.deferred: list[int] = []  # signals noted, acted on at the next point where a stop is safe
         self.epoch_ended = False  # between an epoch's end hooks and the next epoch's first batch
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        def stop_after_batch(signum, frame) -> None:
-            trainer._signal_connector.received_sigterm = True
+        def note(signum, frame) -> None:
+            trainer.nmt_stop_signal = signal.Signals(signum).name  # train() says which stopped the run
+            self.deferred.append(signum)
 
-        def named(handler):
-            def handle(signum, frame) -> None:
-                trainer.nmt_stop_signal = signal.Signals(signum).name  # train() says which stopped the run
-                handler(signum, frame)
-
-            return handle
-
-        lightnings = signal.getsignal(signal.SIGTERM)  # sets received_sigterm, and tells DDP's other ranks
-        on_term = lightnings if callable(lightnings) else stop_after_batch
-        signal.signal(signal.SIGTERM, named(self._later(on_term)))
+        # not Lightning's SIGTERM handler: it runs a collective of the process group from inside the handler,
+        # which waits for ever when the other processes are at another collective at that moment
+        signal.signal(signal.SIGTERM, note)
         environment = trainer._accelerator_connector.cluster_environment
         if not (isinstance(environment, SLURMEnvironment) and environment.auto_requeue):
-            signal.signal(signal.SIGUSR1, named(self._later(stop_after_batch)))
+            signal.signal(signal.SIGUSR1, note)
 
         def first_interrupt(signum, frame) -> None:
             signal.signal(signal.SIGINT, signal.default_int_handler)  # a second Ctrl-C stops at once
             print("\nCtrl-C: stopping after the next update (or at this epoch's end) and saving last.ckpt "
                   "(Ctrl-C again to stop at once)")  # fmt: skip
-            named(self._later(on_term))(signum, frame)
+            note(signum, frame)
 
         if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # the main thread of a program
             signal.signal(signal.SIGINT, first_interrupt)
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
-        if self.deferred:  # it came after the last epoch's end hooks: nothing is left to stop
-            names = ", ".join(sorted({signal.Signals(signum).name for _, signum in self.deferred}))
+        if self.deferred and trainer.is_global_zero:  # it came after the last epoch's end hooks
+            names = ", ".join(sorted({signal.Signals(signum).name for signum in self.deferred}))
             print(f"{names} arrived as training ended: the final scores follow (Ctrl-C stops them at once)")
+        self.deferred = []
+
+    def _act(self, trainer: L.Trainer) -> None:
+        # every process of a multi-process run stops after the same batch, or they wait for each other for
+        # ever: a signal noted by any one of them (a cluster signals them at different moments) stops all
+        if trainer.strategy.reduce_boolean_decision(bool(self.deferred), all=False):
             self.deferred = []
-
-    def _later(self, handler):
-        def handle(signum, frame) -> None:
-            self.deferred.append((handler, signum))
-
-        return handle
-
-    def _act(self) -> None:
-        deferred, self.deferred = self.deferred, []
-        for handler, signum in deferred:
-            handler(signum, None)
+            trainer._signal_connector.received_sigterm = True  # Lightning stops after this batch
 
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch, batch_idx: int) -> None:
         self.epoch_ended = False
@@ -85,7 +75,7 @@ class SaveOnSignal(Callback):
         ends_update = (batch_idx + 1) % trainer.accumulate_grad_batches == 0
         last_update = trainer.max_steps != -1 and trainer.global_step + 1 >= trainer.max_steps
         if ends_update and batch_idx + 1 < trainer.num_training_batches and not last_update:
-            self._act()
+            self._act(trainer)
 
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.epoch_ended = False
@@ -93,7 +83,7 @@ class SaveOnSignal(Callback):
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.epoch_ended = True
         if not _training_ends(trainer):  # a stop saved now would resume into training that had ended
-            self._act()
+            self._act(trainer)
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
