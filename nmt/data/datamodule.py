@@ -44,7 +44,7 @@ class ResumableDataLoader(DataLoader):
     written after an epoch's last batch, a resumed run's later epochs), while that count always does.
     """
 
-    def __init__(self, *args, batches_trained: Callable[[], int], limit: int | float | None, **kwargs) -> None:
+    def __init__(self, *args, batches_trained: Callable[[], int], limit: int | float, **kwargs) -> None:
         # a DataLoader draws its workers' base seed from the global random numbers each time an epoch
         # starts, unless it has a generator of its own; with one, the dropout masks after a checkpoint
         # saved at the end of an epoch are the same whether the run went on or was resumed from it
@@ -56,8 +56,6 @@ class ResumableDataLoader(DataLoader):
         """Batches an epoch trains: all of the sampler's, or as many as ``trainer.limit_train_batches``
         lets Lightning take (its rule: an int caps them, a fraction scales them down)."""
         batches = len(self.batch_sampler)
-        if self.limit is None or isinstance(self.limit, bool):
-            return batches
         return min(batches, self.limit) if isinstance(self.limit, int) else max(int(batches * self.limit), 1)
 
     def position(self) -> tuple[int, int]:

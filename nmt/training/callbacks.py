@@ -73,8 +73,7 @@ class SaveOnSignal(Callback):
         # Lightning stops after the batch in which it learns of the signal: this one ends an update, and
         # unless it is the epoch's last, no validation follows it within the batch
         ends_update = (batch_idx + 1) % trainer.accumulate_grad_batches == 0
-        last_update = trainer.max_steps != -1 and trainer.global_step + 1 >= trainer.max_steps
-        if ends_update and batch_idx + 1 < trainer.num_training_batches and not last_update:
+        if ends_update and batch_idx + 1 < trainer.num_training_batches and not _training_ends(trainer, 1):
             self._act(trainer)
 
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -82,7 +81,7 @@ class SaveOnSignal(Callback):
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.epoch_ended = True
-        if not _training_ends(trainer):  # a stop saved now would resume into training that had ended
+        if not _training_ends(trainer):
             self._act(trainer)
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
@@ -94,11 +93,11 @@ class SaveOnSignal(Callback):
             self.saved = True
 
 
-def _training_ends(trainer: L.Trainer) -> bool:
-    """At an epoch's end: whether Lightning ends training there (a limit reached, or early stopping, whose
-    decision a checkpoint does not keep)."""
+def _training_ends(trainer: L.Trainer, updates_to_come: int = 0) -> bool:
+    """Whether Lightning ends training after ``updates_to_come`` more updates: a limit reached, or early
+    stopping, whose decision a checkpoint does not keep (a stop saved there would resume and train on)."""
     loop = trainer.fit_loop
-    steps = loop.max_steps != -1 and trainer.global_step >= loop.max_steps
+    steps = loop.max_steps != -1 and trainer.global_step + updates_to_come >= loop.max_steps
     epochs = loop.max_epochs not in (None, -1) and loop.epoch_progress.current.processed >= loop.max_epochs
     return steps or epochs or (trainer.should_stop and loop._can_stop_early)
 
