@@ -3,6 +3,7 @@ reproduces the scores."""
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -178,3 +179,55 @@ def test_average_last_beyond_the_epoch_checkpoints_is_refused_with_the_number_th
         CheckpointError, match=rf"average_last=99: only {kept} epoch checkpoint\(s\).*average_last={kept} or fewer"
     ):
         evaluate_here(f"ckpt_path={toy_run}", "average_last=99")
+
+
+def test_a_decoding_grid_scores_each_setting_as_evaluate_does_alone_and_chooses_the_best(toy_run, tmp_path):
+    axes = ["average_last=[0,2]", "decode.beam_size=[1,3]"]
+    grid = evaluate_here(f"ckpt_path={toy_run}", "split=val", *axes, f"out_dir={tmp_path / 'grid'}")
+    settings = [row["setting"] for row in grid["rows"]]
+    assert settings == [
+        {"average_last": a, "decode.beam_size": b} for a in (0, 2) for b in (1, 3)
+    ]  # every combination, the first axis slowest
+    for row in grid["rows"]:
+        alone = evaluate_here(
+            f"ckpt_path={toy_run}",
+            "split=val",
+            *(f"{key}={value}" for key, value in row["setting"].items()),
+            f"out_dir={tmp_path / 'alone'}",
+        )
+        assert {k: row["scores"][k] for k in ("bleu", "chrf", "bleu_tok_lc")} == {
+            k: alone[k] for k in ("bleu", "chrf", "bleu_tok_lc")
+        }, row["setting"]
+        assert json.loads((Path(row["folder"]) / "metrics.json").read_text())["bleu"] == alone["bleu"]
+    assert grid["best"]["scores"]["bleu"] == max(row["scores"]["bleu"] for row in grid["rows"])
+    assert grid["select_by"] == "bleu" and grid["split"] == "val"
+    saved = tmp_path / "grid" / "val_grid_avg0-2_beam1-3.json"
+    assert json.loads(saved.read_text())["best"] == grid["best"]
+    # the command it prints scores the test with the chosen setting
+    options = shlex.split(grid["test_command"])[2:]
+    test = evaluate_here(*options, f"out_dir={tmp_path / 'test'}")
+    best = grid["best"]["setting"]
+    assert test["split"] == "test" and test["search"]["beam_size"] == best["decode.beam_size"]
+    assert len(test["checkpoints"]) == max(1, best["average_last"])
+
+
+def test_a_grid_is_refused_off_the_validation_set_and_its_options_are_checked(toy_run):
+    grid = ("decode.beam_size=[1,3]",)
+    with pytest.raises(
+        ValueError, match=r"split=test: a grid of decoding settings .*\(split=val\), never on a test set"
+    ):
+        evaluate_here(f"ckpt_path={toy_run}", *grid)
+    with pytest.raises(ValueError, match=r"split=\['val', 'test'\]: a grid"):
+        evaluate_here(f"ckpt_path={toy_run}", "split=[val,test]", *grid)
+    with pytest.raises(ValueError, match=r"select_by=chrf: it ranks a grid"):
+        evaluate_here(f"ckpt_path={toy_run}", "split=val", "select_by=chrf")
+    with pytest.raises(ValueError, match=r"decode.beam_size=\[\]: a grid axis needs at least one value"):
+        evaluate_here(f"ckpt_path={toy_run}", "split=val", "decode.beam_size=[]")
+    with pytest.raises(
+        ValueError, match=r"select_by=ppl: not a score to choose by; valid: bleu, bleu_tok_lc, chrf, rouge1"
+    ):
+        evaluate_here(f"ckpt_path={toy_run}", "split=val", "select_by=ppl", "decode.beam_size=[1]")
+    with pytest.raises(
+        ValueError, match=r"select_by=rougeL: these evaluations did not score it; valid: bleu, bleu_tok_lc, chrf$"
+    ):
+        evaluate_here(f"ckpt_path={toy_run}", "split=val", "select_by=rougeL", "decode.beam_size=[1]")

@@ -8,6 +8,7 @@ import sys
 import torch
 from omegaconf import DictConfig
 
+from nmt.evaluation.grid import check_grid, evaluate_grid, grid_axes
 from nmt.inference.loading import checkpoint_task, load_model, resolve_checkpoint_path
 
 
@@ -17,6 +18,11 @@ def evaluate(cfg: DictConfig) -> dict:
         torch.set_num_threads(cfg.threads)
     cfg.ckpt_path = str(resolve_checkpoint_path(cfg.ckpt_path))  # a run folder: its best checkpoint
     task = checkpoint_task(cfg.ckpt_path)
+    axes = grid_axes(cfg)
+    check_grid(cfg, task, axes)
+    if axes:  # options given as lists: every combination on the validation set, and the best of them
+        print(f"Checkpoint: {cfg.ckpt_path}", file=sys.stderr)
+        return evaluate_grid(cfg, task, lambda average: load_model(cfg.ckpt_path, average, cfg.device), axes)
     task.check_evaluation(cfg)
     print(
         f"Checkpoint: {cfg.ckpt_path}"
