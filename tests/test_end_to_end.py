@@ -183,51 +183,78 @@ def test_average_last_beyond_the_epoch_checkpoints_is_refused_with_the_number_th
 
 def test_a_decoding_grid_scores_each_setting_as_evaluate_does_alone_and_chooses_the_best(toy_run, tmp_path):
     axes = ["average_last=[0,2]", "decode.beam_size=[1,3]"]
-    grid = evaluate_here(f"ckpt_path={toy_run}", "split=val", *axes, f"out_dir={tmp_path / 'grid'}")
-    settings = [row["setting"] for row in grid["rows"]]
-    assert settings == [
+    grid = evaluate_here(f"ckpt_path={toy_run}", "split=val", *axes)
+    assert [row["setting"] for row in grid["rows"]] == [
         {"average_last": a, "decode.beam_size": b} for a in (0, 2) for b in (1, 3)
     ]  # every combination, the first axis slowest
     for row in grid["rows"]:
-        alone = evaluate_here(
-            f"ckpt_path={toy_run}",
-            "split=val",
-            *(f"{key}={value}" for key, value in row["setting"].items()),
-            f"out_dir={tmp_path / 'alone'}",
-        )
-        assert {k: row["scores"][k] for k in ("bleu", "chrf", "bleu_tok_lc")} == {
-            k: alone[k] for k in ("bleu", "chrf", "bleu_tok_lc")
-        }, row["setting"]
-        assert json.loads((Path(row["folder"]) / "metrics.json").read_text())["bleu"] == alone["bleu"]
-    assert grid["best"]["scores"]["bleu"] == max(row["scores"]["bleu"] for row in grid["rows"])
-    assert grid["select_by"] == "bleu" and grid["split"] == "val"
-    saved = tmp_path / "grid" / "val_grid_avg0-2_beam1-3.json"
+        alone = evaluate_here(f"ckpt_path={toy_run}", "split=val", *(f"{k}={v}" for k, v in row["setting"].items()))
+        assert Path(row["folder"]) == Path(alone["hypotheses"]).parent  # the folder evaluate.py names
+        cell = json.loads((Path(row["folder"]) / "metrics.json").read_text())
+        for key in ("search", "checkpoints", "bleu", "chrf", "bleu_tok_lc"):  # the same evaluation
+            assert cell[key] == alone[key], (row["setting"], key)
+        assert row["scores"]["bleu"] == alone["bleu"]
+    chosen = next(row for row in grid["rows"] if row["setting"] == grid["best"])
+    assert chosen["scores"]["bleu"] == max(row["scores"]["bleu"] for row in grid["rows"])
+    # each p-value is the paired randomisation test that rescoring the two folders' outputs gives
+    for row in grid["rows"]:
+        if row is chosen:
+            assert row["p_vs_chosen"] is None
+            continue
+        cli = score_against(Path(chosen["folder"]), Path(row["folder"]))
+        assert row["p_vs_chosen"] == pytest.approx(cli["paired_ar_p"]), row["setting"]
+    saved = toy_run / "eval" / "val_grid_avg0-2_beam1-3.json"
     assert json.loads(saved.read_text())["best"] == grid["best"]
     # the command it prints scores the test with the chosen setting
-    options = shlex.split(grid["test_command"])[2:]
-    test = evaluate_here(*options, f"out_dir={tmp_path / 'test'}")
-    best = grid["best"]["setting"]
-    assert test["split"] == "test" and test["search"]["beam_size"] == best["decode.beam_size"]
-    assert len(test["checkpoints"]) == max(1, best["average_last"])
+    test = evaluate_here(*shlex.split(grid["test_command"])[2:], f"out_dir={tmp_path / 'test'}")
+    assert test["split"] == "test" and test["search"]["beam_size"] == grid["best"]["decode.beam_size"]
+    assert len(test["checkpoints"]) == max(1, grid["best"]["average_last"])
+
+
+def score_against(baseline: Path, system: Path) -> dict:
+    """python -m nmt.evaluation.score SYSTEM REFS --baseline BASELINE: the paired test of saved outputs."""
+    command = [sys.executable, "-m", "nmt.evaluation.score", str(system / "hypotheses.txt")]
+    command += [str(system / "references.txt"), "--baseline", str(baseline / "hypotheses.txt"), "--lang", "de"]
+    result = subprocess.run(command + ["--bootstrap", "0"], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout)
+
+
+def test_a_grid_scores_same_evaluations_once_and_names_its_file_and_test_command_by_every_option(toy_run, tmp_path):
+    options = ("split=val", "decode.strategy=[greedy,beam]", "decode.beam_size=[1,3]", "max_tokens=3000")
+    grid = evaluate_here(f"ckpt_path={toy_run}", *options, "decode.length_penalty=0.6", f"out_dir={tmp_path}")
+    greedy = [row for row in grid["rows"] if row["setting"]["decode.strategy"] == "greedy"]
+    assert len(grid["rows"]) == 3 and len(greedy) == 1  # greedy search at beam 1 and 3 is one evaluation
+    assert greedy[0]["also"] == [{"decode.strategy": "greedy", "decode.beam_size": 3}]
+    assert {Path(row["folder"]).name for row in grid["rows"]} == {
+        "val_greedy_lp0.6",
+        "val_beam1_lp0.6",
+        "val_beam3_lp0.6",
+    }
+    assert (tmp_path / "val_grid_greedy-beam_beam1-3_lp0.6.json").is_file()
+    assert "decode.length_penalty=0.6" in grid["test_command"] and "max_tokens=3000" in grid["test_command"]
+    last = evaluate_here(f"ckpt_path={toy_run / 'checkpoints' / 'last.ckpt'}", *options, f"out_dir={tmp_path}")
+    assert (tmp_path / "last_val_grid_greedy-beam_beam1-3.json").is_file() and last["checkpoint"].endswith("last.ckpt")
 
 
 def test_a_grid_is_refused_off_the_validation_set_and_its_options_are_checked(toy_run):
     grid = ("decode.beam_size=[1,3]",)
-    with pytest.raises(
-        ValueError, match=r"split=test: a grid of decoding settings .*\(split=val\), never on a test set"
-    ):
-        evaluate_here(f"ckpt_path={toy_run}", *grid)
-    with pytest.raises(ValueError, match=r"split=\['val', 'test'\]: a grid"):
-        evaluate_here(f"ckpt_path={toy_run}", "split=[val,test]", *grid)
-    with pytest.raises(ValueError, match=r"select_by=chrf: it ranks a grid"):
-        evaluate_here(f"ckpt_path={toy_run}", "split=val", "select_by=chrf")
-    with pytest.raises(ValueError, match=r"decode.beam_size=\[\]: a grid axis needs at least one value"):
-        evaluate_here(f"ckpt_path={toy_run}", "split=val", "decode.beam_size=[]")
-    with pytest.raises(
-        ValueError, match=r"select_by=ppl: not a score to choose by; valid: bleu, bleu_tok_lc, chrf, rouge1"
-    ):
-        evaluate_here(f"ckpt_path={toy_run}", "split=val", "select_by=ppl", "decode.beam_size=[1]")
-    with pytest.raises(
-        ValueError, match=r"select_by=rougeL: these evaluations did not score it; valid: bleu, bleu_tok_lc, chrf$"
-    ):
-        evaluate_here(f"ckpt_path={toy_run}", "split=val", "select_by=rougeL", "decode.beam_size=[1]")
+    refusals = {
+        r"split=test: a grid of decoding settings .*\(split=val\), never on a test set": grid,
+        r"split=\['val', 'test'\]: a grid": ("split=[val,test]", *grid),
+        r"split=test: a grid": ("average_last=[0,2]",),
+        r"input= with decode.beam_size=\[1, 3\]: a grid scores the validation set": ("input=x.txt", *grid),
+        r"select_by=chrf: it ranks a grid": ("split=val", "select_by=chrf"),
+        r"decode.beam_size=\[\]: a grid axis needs at least one value": ("split=val", "decode.beam_size=[]"),
+        r"decode.min_len=\[None, 2\]: null in a grid": ("split=val", "decode.min_len=[null,2]"),
+        r"select_by=ppl: not a score of these evaluations; valid: bleu, bleu_tok_lc, chrf$": (
+            "split=val",
+            "select_by=ppl",
+            *grid,
+        ),
+        r"select_by=rougeL: .*\(ROUGE needs rouge=true\)": ("split=val", "select_by=rougeL", *grid),
+        r"average_last=\[2, 99\]: only \d+ epoch checkpoint": ("split=val", "average_last=[2,99]"),
+    }
+    for message, options in refusals.items():
+        with pytest.raises(ValueError, match=message):
+            evaluate_here(f"ckpt_path={toy_run}", *options)

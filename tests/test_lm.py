@@ -327,3 +327,6 @@ def test_a_tiny_language_model_learns_the_counting_corpus_and_generates(ptb_fold
     ).stdout
     assert any(line.startswith("w5 w6 w7") for line in printed.splitlines())
     assert (tmp_path / "maps" / "self_attention_layer0.png").read_bytes().startswith(b"\x89PNG")
+    # a grid of settings chooses by decoded scores, which perplexity is not
+    with pytest.raises(AssertionError, match="a grid chooses by the scores of decoded outputs"):
+        run("evaluate.py", f"ckpt_path={checkpoint}", "split=val", "average_last=[0,2]")

@@ -4,13 +4,17 @@
         decode.beam_size=[4,5,10] decode.length_penalty=[0.6,1.0,1.5] [select_by=bleu_tok_lc]
 
 Any ``decode.*`` option or ``average_last`` given as a list is an axis. Every setting is scored exactly as
-``evaluate.py`` scores it alone (its own folder under ``<run_dir>/eval/``), the checkpoints loaded and
-averaged once per averaging count. A table ranks the settings by ``select_by``; a JSON file beside the
-folders keeps every row, the choice and the command that scores the test with it. Decoding settings are
-chosen on validation data only, so a grid on any other set is refused.
+``evaluate.py`` scores it alone, in the folder it would write (under ``out_dir`` when given), the
+checkpoints loaded and averaged once per averaging count; settings that come to the same evaluation (greedy
+search at two beam sizes) are scored once. A table ranks the settings by ``select_by`` beside each one's
+paired randomisation p-value against the chosen one; a JSON file beside the folders keeps every row, the
+choice and the command that scores the test with it. Decoding settings are chosen on validation data only,
+so a grid on any other set is refused.
 """
 
+import hashlib
 import itertools
+import json
 import shlex
 import sys
 from pathlib import Path
@@ -19,12 +23,18 @@ from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 from rich.table import Table
 
-from nmt.tasks.translation_eval import SEARCH_TAGS
+from nmt.decoding.search import search_settings
+from nmt.inference.checkpoint import epoch_checkpoints
+from nmt.metrics.corpus import bleu_tokenizer, tokenized_lowercase_scoring
+from nmt.metrics.randomization import paired_randomization, sentence_statistics
+from nmt.tasks.translation_eval import SEARCH_TAGS, eval_folder_name
 from nmt.utils.io import atomic_write_json
 
-# scores where higher is better, which a grid may choose by (those its task writes)
-CHOICE_METRICS = ("bleu", "bleu_tok_lc", "chrf", "rouge1", "rouge2", "rougeL")
-SHORT = {"average_last": "avg", "strategy": "", "beam_size": "beam", **SEARCH_TAGS}
+DECODED = ("bleu", "bleu_tok_lc", "chrf")  # scores every decoding task writes, higher is better
+ROUGE = ("rouge1", "rouge2", "rougeL")  # with rouge
+TAGS = {"average_last": "avg", "beam_size": "beam", "strategy": "", **SEARCH_TAGS}  # as the folders name them
+# options the test command repeats: they change what is scored (the corpus, ROUGE, batching, the device)
+PASSED_ON = ("rouge", "max_tokens", "max_input_len", "device")
 
 
 def grid_axes(cfg: DictConfig) -> dict[str, list]:
@@ -47,13 +57,21 @@ def check_grid(cfg: DictConfig, task, axes: dict[str, list]) -> None:
                 "e.g. decode.beam_size=[4,5,10], or drop select_by"
             )
         return
+    given = ", ".join(f"{key}={values}" for key, values in axes.items())
+    for key in ("input", "prompt"):
+        if cfg.get(key) is not None:
+            raise ValueError(f"{key}= with {given}: a grid scores the validation set; give one value of each")
     for key, values in axes.items():
         if not values:
             raise ValueError(f"{key}=[]: a grid axis needs at least one value")
+        if any(value is None for value in values):
+            raise ValueError(
+                f"{key}={values}: null in a grid means nothing; name the value (the run's own is in its config)"
+            )
     if not task.reads_source:
         raise ValueError(
-            f"{', '.join(axes)} given as a list: a {task.name}'s scores on a set do not depend on decoding "
-            "settings; give one value"
+            f"{given}: a grid chooses by the scores of decoded outputs (BLEU, chrF, ROUGE), and a "
+            f"{task.name} checkpoint is scored by perplexity; give one value"
         )
     splits = list(cfg.split) if OmegaConf.is_list(cfg.split) else [cfg.split]
     if splits != ["val"]:
@@ -61,9 +79,22 @@ def check_grid(cfg: DictConfig, task, axes: dict[str, list]) -> None:
             f"split={cfg.split}: a grid of decoding settings chooses one of them, and choices are made on "
             "the validation set (split=val), never on a test set; score the test with the chosen setting"
         )
-    for key in ("input", "prompt"):
-        if cfg.get(key) is not None:
-            raise ValueError(f"{key}={cfg.get(key)!r}: a grid scores the validation set; translate with one setting")
+    averages = axes.get("average_last", [cfg.average_last])
+    kept = len(epoch_checkpoints(Path(cfg.ckpt_path).parent))
+    if max(averages) > 1 and max(averages) > kept:
+        raise ValueError(f"average_last={averages}: only {kept} epoch checkpoint(s) beside {cfg.ckpt_path}")
+    choose_by(cfg, task)
+
+
+def choose_by(cfg: DictConfig, task) -> str:
+    """The score the grid chooses by: ``select_by``, else the one the task's sweep reports rank by."""
+    metric = cfg.get("select_by") or task.report_metric.removeprefix("test_")
+    rouge = cfg.get("rouge") if cfg.get("rouge") is not None else getattr(task, "rouge", False)
+    valid = DECODED + (ROUGE if rouge else ())
+    if metric not in valid:
+        hint = "" if rouge or metric not in ROUGE else " (ROUGE needs rouge=true)"
+        raise ValueError(f"select_by={metric}: not a score of these evaluations{hint}; valid: {', '.join(valid)}")
+    return metric
 
 
 def settings(axes: dict[str, list]) -> list[dict]:
@@ -73,94 +104,138 @@ def settings(axes: dict[str, list]) -> list[dict]:
 
 def evaluate_grid(cfg: DictConfig, task, load, axes: dict[str, list]) -> dict:
     """Score every setting of ``axes`` on the validation set (``load(average_last)`` loads the model) and
-    choose the best by ``cfg.select_by`` (default: the score the task's sweep reports rank by)."""
-    metric = cfg.get("select_by") or task.report_metric.removeprefix("test_")
-    if metric not in CHOICE_METRICS:
-        raise ValueError(f"select_by={metric}: not a score to choose by; valid: {', '.join(CHOICE_METRICS)}")
+    choose the best by :func:`choose_by`."""
+    metric = choose_by(cfg, task)
     rows: list[dict] = []
+    scored: dict[str, dict] = {}  # folder name -> its row
     loaded, loaded_average = None, None
     for setting in settings(axes):
-        one = OmegaConf.merge(cfg, {"samples": 0})  # the samples would repeat in every setting's table
+        cell = OmegaConf.merge(cfg, {"samples": 0, "select_by": None})  # samples would repeat in every table
         for key, value in setting.items():
-            OmegaConf.update(one, key, value, merge=False)
-        one.select_by = None
-        task.check_evaluation(one)
-        average = one.average_last
-        if loaded is None or average != loaded_average:
-            loaded, loaded_average = load(average), average  # the settings of one average follow each other
+            OmegaConf.update(cell, key, value, merge=False)
+        task.check_evaluation(cell)
+        if loaded is None or cell.average_last != loaded_average:
+            loaded = None  # one model in memory at a time
+            loaded, loaded_average = load(cell.average_last), cell.average_last
+        search = search_settings(loaded.config.get("decode"), OmegaConf.to_container(cell.decode, resolve=True))
+        folder = eval_folder_name(loaded, "val", search)
+        if folder in scored:  # e.g. greedy search at another beam size: the same evaluation
+            scored[folder]["also"].append(setting)
+            continue
         if cfg.out_dir:
-            one.out_dir = str(Path(cfg.out_dir) / label(setting).replace(" ", "_"))
-        result = task.evaluate(one, lambda loaded=loaded: loaded)
-        rows.append({"setting": setting, "folder": str(Path(result["hypotheses"]).parent), "scores": scores(result)})
-    valid = [m for m in CHOICE_METRICS if all(m in row["scores"] for row in rows)]
-    if metric not in valid:
-        raise ValueError(f"select_by={metric}: these evaluations did not score it; valid: {', '.join(valid)}")
+            cell.out_dir = str(Path(cfg.out_dir) / folder)
+        result = task.evaluate(cell, lambda loaded=loaded: loaded)
+        row = {
+            "setting": setting,
+            "also": [],  # settings that come to the same evaluation
+            "folder": str(Path(result["hypotheses"]).parent),
+            "scores": scores(result),
+            "signature": result["bleu_signature"],
+            "tgt_lang": result["tgt_lang"],
+        }
+        rows.append(scored.setdefault(folder, row))
     best = max(rows, key=lambda row: row["scores"][metric])  # the first of equals: the earlier setting
-    own = {key: value for key, value in (loaded.config.get("decode") or {}).items()}
+    for row in rows:
+        row["p_vs_chosen"] = None if row is best else paired_p(row, best, metric)
     record = {
         "checkpoint": cfg.ckpt_path,
         "split": "val",
         "select_by": metric,
         "axes": axes,
         "rows": rows,
-        "best": best,
-        "run_decode": own,
+        "best": best["setting"],
+        "run_decode": loaded.config.get("decode"),
         "test_command": test_command(cfg, best["setting"]),
     }
-    folder = Path(cfg.out_dir) if cfg.out_dir else loaded.run_dir / "eval"
-    path = folder / f"val_grid_{name(axes)}.json"
+    path = (Path(cfg.out_dir) if cfg.out_dir else loaded.run_dir / "eval") / grid_file_name(cfg, axes)
     atomic_write_json(path, record)
-    print_grid(rows, metric, best, path, record["test_command"])
+    print_grid(rows, best, metric, path, record["test_command"])
     return record
 
 
 def scores(result: dict) -> dict:
-    keep = (*CHOICE_METRICS, "brevity_penalty", "length_ratio", "bleu_ci95", "bleu_tok_lc_ci95")
+    """The scores of one setting that the table and the record keep."""
+    keep = (*DECODED, *ROUGE, "brevity_penalty", "length_ratio", "bleu_ci95", "bleu_tok_lc_ci95")
     return {key: result[key] for key in keep if key in result}
 
 
+def paired_p(row: dict, best: dict, metric: str) -> float | None:
+    """Two-sided p-value of the paired approximate randomisation test (10,000 trials, sacreBLEU's
+    ``--paired-ar``) of a setting's outputs against the chosen setting's on ``metric``, scored as the
+    evaluation scored it (its tokenizer and case); None for ROUGE, which the test does not cover."""
+    if metric not in DECODED:
+        return None
+    texts = {
+        name: [Path(r["folder"], f"{name}.txt").read_text(encoding="utf-8").splitlines() for r in (row, best)]
+        for name in ("hypotheses", "references")
+    }
+    lowercase = "case:lc" in row["signature"]  # a model that writes lowercase is scored ignoring case
+    tokenize = bleu_tokenizer(row["tgt_lang"])
+    if metric == "bleu_tok_lc":  # sacreBLEU's BLEU of the Moses-tokenised, lowercased texts
+        options, prepare = tokenized_lowercase_scoring(row["tgt_lang"])
+        tokenize, lowercase = options["tokenize"], options["lowercase"]
+        texts = {name: [[prepare(t) for t in side] for side in sides] for name, sides in texts.items()}
+        metric = "bleu"
+    stats = [
+        sentence_statistics(hyps, refs, metric, tokenize, lowercase)
+        for hyps, refs in zip(texts["hypotheses"], texts["references"], strict=True)
+    ]
+    return paired_randomization([stats[1]], [stats[0]], metric, tokenize)
+
+
 def label(setting: dict) -> str:
-    """beam10 lp1.5 avg5: the setting as the evaluation folders name it."""
-    return " ".join(f"{SHORT.get(key.removeprefix('decode.'), key)}{value}" for key, value in setting.items())
+    """avg5 beam10 lp1.5: the setting as the evaluation folders name its options."""
+    return " ".join(f"{TAGS.get(key.removeprefix('decode.'), key)}{value}" for key, value in setting.items())
 
 
-def name(axes: dict[str, list]) -> str:
-    """The file name of a grid: its axes and their values, so that other grids never overwrite it."""
-    parts = [SHORT.get(key.removeprefix("decode."), key) or "strategy" for key in axes]
-    return "_".join(
-        f"{part}{'-'.join(str(v) for v in values)}" for part, values in zip(parts, axes.values(), strict=True)
-    )
+def grid_file_name(cfg: DictConfig, axes: dict[str, list]) -> str:
+    """The checkpoint (unless best.ckpt), the axes and their values, the fixed options given (and a hash of
+    any data option), so that a grid of other settings never overwrites this one's file."""
+    stem = Path(cfg.ckpt_path).stem
+    parts = [] if stem == "best" else [stem]
+    parts.append("val_grid")
+    parts += [f"{TAGS.get(k.removeprefix('decode.'), k)}{'-'.join(str(v) for v in vs)}" for k, vs in axes.items()]
+    if "average_last" not in axes and cfg.average_last > 1:
+        parts.append(f"avg{cfg.average_last}")
+    for key, value in cfg.decode.items():
+        if value is not None and f"decode.{key}" not in axes:
+            parts.append(f"{TAGS.get(key, key)}{value}")
+    fixed = {k: v for k, v in OmegaConf.to_container(cfg.data, resolve=True).items() if v is not None}
+    if fixed or cfg.get("rouge") is not None:
+        fixed["rouge"] = cfg.get("rouge")
+        parts.append("opts" + hashlib.sha1(json.dumps(fixed, sort_keys=True).encode()).hexdigest()[:8])
+    return "_".join(parts) + ".json"
 
 
 def test_command(cfg: DictConfig, setting: dict) -> str:
-    """The command that scores the test set with the chosen setting and the grid's other options."""
+    """The command that scores the test set with the chosen setting and every other option the grid used."""
     options = [f"ckpt_path={cfg.ckpt_path}", "split=test"]
     if "average_last" not in setting and cfg.average_last:
         options.append(f"average_last={cfg.average_last}")
     options += [f"{key}={value}" for key, value in setting.items()]
-    options += [
-        f"decode.{key}={value}"
-        for key, value in cfg.decode.items()
-        if value is not None and f"decode.{key}" not in setting
-    ]
+    for key, value in cfg.decode.items():
+        if value is not None and f"decode.{key}" not in setting:
+            options.append(f"decode.{key}={value}")
+    options += [f"data.{k}={v}" for k, v in OmegaConf.to_container(cfg.data, resolve=True).items() if v is not None]
+    options += [f"{key}={cfg.get(key)}" for key in PASSED_ON if cfg.get(key) is not None]
     return "python evaluate.py " + " ".join(shlex.quote(o) for o in options)
 
 
-def print_grid(rows: list[dict], metric: str, best: dict, path: Path, command: str) -> None:
-    shown = [m for m in CHOICE_METRICS if m in rows[0]["scores"]]
+def print_grid(rows: list[dict], best: dict, metric: str, path: Path, command: str) -> None:
+    shown = [m for m in (*DECODED, *ROUGE) if m in rows[0]["scores"]]
     table = Table(title=f"validation set, ranked by {metric}")
-    for column in ("setting", *shown, "BP"):
+    for column in ("setting", *shown, "BP", f"p ({metric}) vs chosen"):
         table.add_column(column, justify="left" if column == "setting" else "right")
     for row in sorted(rows, key=lambda r: -r["scores"][metric]):
-        cells = [f"{row['scores'][m]:.2f}" for m in shown]
-        mark = " (chosen)" if row is best else ""
-        table.add_row(label(row["setting"]) + mark, *cells, f"{row['scores'].get('brevity_penalty', float('nan')):.3f}")
-    Console(file=sys.stderr).print(table)
-    interval = best["scores"].get(f"{metric}_ci95")
-    if interval:
-        print(
-            f"95% interval of the chosen setting's {metric}: {interval[0]:.2f}-{interval[1]:.2f} (bootstrap over "
-            "sentences): settings inside it are not shown to differ",
-            file=sys.stderr,
-        )
+        name = label(row["setting"]) + "".join(f" = {label(s)}" for s in row["also"])
+        p = "chosen" if row is best else ("" if row["p_vs_chosen"] is None else f"{row['p_vs_chosen']:.4f}")
+        bp = row["scores"].get("brevity_penalty")
+        table.add_row(name, *(f"{row['scores'][m]:.2f}" for m in shown), "" if bp is None else f"{bp:.3f}", p)
+    Console(file=sys.stderr, width=None if sys.stderr.isatty() else 120).print(table)
+    print(
+        "p: paired approximate randomisation over the validation sentences (10,000 trials); a setting with "
+        "p >= 0.05 is not shown to differ from the chosen one. The chosen setting's own score is biased "
+        "upward by the choice: the test scores it.",
+        file=sys.stderr,
+    )
     print(f"Grid: {path}\nThe test with the chosen setting: {command}", file=sys.stderr)  # unwrapped: to copy

@@ -24,6 +24,7 @@ from nmt.tasks.base import (
     update_target_metrics,
 )
 from nmt.tasks.translation_eval import (
+    eval_folder_name,
     load_eval_set,
     print_scores,
     print_summary,
@@ -186,15 +187,12 @@ class TranslationTask(Task):
         rouge = self.rouge if rouge is None else rouge
         lowercase = loaded.tgt_tokenizer.lowercases
         scores = corpus_scores(hypotheses, references, datamodule.tgt_lang, rouge=rouge, lowercase=lowercase)
-        if not out:
-            own = SearchConfig(**loaded.config["decode"]) if "decode" in loaded.config else None
-            checkpoint = Path(loaded.checkpoints[-1]).stem if len(loaded.checkpoints) == 1 else "best"
-            out = loaded.run_dir / "eval" / split_tag(split, search, len(loaded.checkpoints), checkpoint, own)
-        out = Path(out)
+        out = Path(out) if out else loaded.run_dir / "eval" / eval_folder_name(loaded, split, search)
         result = {
             "checkpoints": loaded.checkpoints,
             "data": description,
             "split": split,
+            "tgt_lang": datamodule.tgt_lang,  # what the scores tokenised by (rescoring, paired tests)
             "search": search.__dict__,
             **scores,
             **write_outputs(out, sources, references, hypotheses),
