@@ -4,6 +4,7 @@ reproduces the scores."""
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -203,7 +204,9 @@ def test_a_decoding_grid_scores_each_setting_as_evaluate_does_alone_and_chooses_
             continue
         cli = score_against(Path(chosen["folder"]), Path(row["folder"]))
         assert row["p_vs_chosen"] == pytest.approx(cli["paired_ar_p"]), row["setting"]
-    saved = toy_run / "eval" / "val_grid_avg0-2_beam1-3.json"
+    assert min(row["p_vs_chosen"] or 1 for row in grid["rows"]) < 0.05  # outputs that differ: a real test
+    saved = Path(grid["json"])
+    assert saved.parent == toy_run / "eval" and saved.name.startswith("val_grid_avg0-2_beam1-3_bybleu_")
     assert json.loads(saved.read_text())["best"] == grid["best"]
     # the command it prints scores the test with the chosen setting
     test = evaluate_here(*shlex.split(grid["test_command"])[2:], f"out_dir={tmp_path / 'test'}")
@@ -221,23 +224,62 @@ def score_against(baseline: Path, system: Path) -> dict:
 
 
 def test_a_grid_scores_same_evaluations_once_and_names_its_file_and_test_command_by_every_option(toy_run, tmp_path):
-    options = ("split=val", "decode.strategy=[greedy,beam]", "decode.beam_size=[1,3]", "max_tokens=3000")
-    grid = evaluate_here(f"ckpt_path={toy_run}", *options, "decode.length_penalty=0.6", f"out_dir={tmp_path}")
+    options = ("split=val", "decode.strategy=[greedy,beam]", "decode.length_penalty=[0.6,1.0]", "max_tokens=3000")
+    grid = evaluate_here(f"ckpt_path={toy_run}", *options, "decode.beam_size=3", f"out_dir={tmp_path}")
     greedy = [row for row in grid["rows"] if row["setting"]["decode.strategy"] == "greedy"]
-    assert len(grid["rows"]) == 3 and len(greedy) == 1  # greedy search at beam 1 and 3 is one evaluation
-    assert greedy[0]["also"] == [{"decode.strategy": "greedy", "decode.beam_size": 3}]
-    assert {Path(row["folder"]).name for row in grid["rows"]} == {
-        "val_greedy_lp0.6",
-        "val_beam1_lp0.6",
-        "val_beam3_lp0.6",
-    }
-    assert (tmp_path / "val_grid_greedy-beam_beam1-3_lp0.6.json").is_file()
-    assert "decode.length_penalty=0.6" in grid["test_command"] and "max_tokens=3000" in grid["test_command"]
-    last = evaluate_here(f"ckpt_path={toy_run / 'checkpoints' / 'last.ckpt'}", *options, f"out_dir={tmp_path}")
-    assert (tmp_path / "last_val_grid_greedy-beam_beam1-3.json").is_file() and last["checkpoint"].endswith("last.ckpt")
+    assert len(grid["rows"]) == 3 and len(greedy) == 1  # greedy search reads no length penalty: one evaluation
+    assert greedy[0]["also"] == [{"decode.strategy": "greedy", "decode.length_penalty": 1.0}]
+    assert {Path(row["folder"]).name for row in grid["rows"]} == {"val_greedy_lp0.6", "val_beam3_lp0.6", "val_beam3"}
+    assert sorted(p.name for p in tmp_path.glob("*.json")) == [
+        f"val_grid_greedy-beam_lp0.6-1.0_beam3_bybleu_{Path(grid['json']).stem.rsplit('_', 1)[1]}.json"
+    ]
+    assert "decode.beam_size=3" in grid["test_command"] and "max_tokens=3000" in grid["test_command"]
+    # another checkpoint, or another score to choose by: another file
+    evaluate_here(f"ckpt_path={toy_run / 'checkpoints' / 'last.ckpt'}", *options, f"out_dir={tmp_path / 'last'}")
+    assert [p.name.split("_by")[0] for p in (tmp_path / "last").glob("*.json")] == [
+        "last_val_grid_greedy-beam_lp0.6-1.0"
+    ]
+    by_chrf = evaluate_here(
+        f"ckpt_path={toy_run}", *options, "decode.beam_size=3", "select_by=chrf", f"out_dir={tmp_path}"
+    )
+    assert Path(by_chrf["json"]).name != Path(grid["json"]).name and len(list(tmp_path.glob("*.json"))) == 2
 
 
-def test_a_grid_is_refused_off_the_validation_set_and_its_options_are_checked(toy_run):
+def test_a_grids_p_values_are_paired_tests_of_the_score_it_chooses_by(toy_run, tmp_path):
+    from nmt.metrics.corpus import tokenized_lowercase_scoring
+    from nmt.metrics.randomization import paired_randomization, sentence_statistics
+
+    for metric in ("chrf", "bleu_tok_lc"):
+        grid = evaluate_here(
+            f"ckpt_path={toy_run}", "split=val", "average_last=[0,2]", f"select_by={metric}", f"out_dir={tmp_path}"
+        )
+        chosen, other = sorted(grid["rows"], key=lambda row: row["p_vs_chosen"] is not None)
+        texts = [
+            [(Path(row["folder"]) / f"{n}.txt").read_text().split("\n")[:-1] for n in ("hypotheses", "references")]
+            for row in (chosen, other)
+        ]
+        if metric == "bleu_tok_lc":  # sacreBLEU's BLEU of the Moses-tokenised lowercased texts, no tokenizer
+            options, prepare = tokenized_lowercase_scoring("de")
+            texts = [[[prepare(t) for t in side] for side in pair] for pair in texts]
+            stats = [sentence_statistics(h, r, "bleu", options["tokenize"]) for h, r in texts]
+            expected = paired_randomization([stats[0]], [stats[1]], "bleu", options["tokenize"])
+        else:
+            stats = [sentence_statistics(h, r, "chrf") for h, r in texts]
+            expected = paired_randomization([stats[0]], [stats[1]], "chrf")
+        assert other["p_vs_chosen"] == pytest.approx(expected) and expected < 0.05  # averaging helps the toy model
+
+
+def test_a_grids_test_command_reads_back_a_sweep_runs_folder_name(toy_run, tmp_path):
+    run_dir = tmp_path / "optim.optimizer.lr=0.001,seed=1"  # how a sweep names its runs
+    shutil.copytree(toy_run / "checkpoints", run_dir / "checkpoints")
+    from nmt.evaluation.grid import hydra_escape
+
+    grid = evaluate_here(f"ckpt_path={hydra_escape(run_dir)}", "split=val", "decode.beam_size=[1,2]")
+    test = evaluate_here(*shlex.split(grid["test_command"])[2:], f"out_dir={tmp_path / 'test'}")
+    assert test["checkpoints"] == [str(run_dir / "checkpoints" / "best.ckpt")] and test["split"] == "test"
+
+
+def test_a_grid_is_refused_off_the_validation_set_and_its_options_are_checked(toy_run, tmp_path):
     grid = ("decode.beam_size=[1,3]",)
     refusals = {
         r"split=test: a grid of decoding settings .*\(split=val\), never on a test set": grid,
@@ -254,7 +296,9 @@ def test_a_grid_is_refused_off_the_validation_set_and_its_options_are_checked(to
         ),
         r"select_by=rougeL: .*\(ROUGE needs rouge=true\)": ("split=val", "select_by=rougeL", *grid),
         r"average_last=\[2, 99\]: only \d+ epoch checkpoint": ("split=val", "average_last=[2,99]"),
+        r"decode.beam_size=0 must be at least 1": ("split=val", "decode.beam_size=[3,0]", f"out_dir={tmp_path}"),
     }
     for message, options in refusals.items():
         with pytest.raises(ValueError, match=message):
             evaluate_here(f"ckpt_path={toy_run}", *options)
+    assert not tmp_path.exists() or not any(tmp_path.iterdir())  # refused before anything was decoded

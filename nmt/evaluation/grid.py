@@ -15,6 +15,7 @@ so a grid on any other set is refused.
 import hashlib
 import itertools
 import json
+import re
 import shlex
 import sys
 from pathlib import Path
@@ -23,7 +24,8 @@ from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 from rich.table import Table
 
-from nmt.decoding.search import search_settings
+from nmt.data.sources import read_lines
+from nmt.decoding.search import SearchConfig, search_settings
 from nmt.inference.checkpoint import epoch_checkpoints
 from nmt.metrics.corpus import bleu_tokenizer, tokenized_lowercase_scoring
 from nmt.metrics.randomization import paired_randomization, sentence_statistics
@@ -33,8 +35,13 @@ from nmt.utils.io import atomic_write_json
 DECODED = ("bleu", "bleu_tok_lc", "chrf")  # scores every decoding task writes, higher is better
 ROUGE = ("rouge1", "rouge2", "rougeL")  # with rouge
 TAGS = {"average_last": "avg", "beam_size": "beam", "strategy": "", **SEARCH_TAGS}  # as the folders name them
-# options the test command repeats: they change what is scored (the corpus, ROUGE, batching, the device)
-PASSED_ON = ("rouge", "max_tokens", "max_input_len", "device")
+# options the test command repeats, so that the test is decoded and scored as the grid's settings were
+PASSED_ON = ("rouge", "max_tokens", "device")
+# search options a strategy does not read: two settings that differ only in them are one evaluation
+UNREAD = {
+    "greedy": ("beam_size", "length_penalty", "early_stopping", "temperature", "top_k", "top_p", "seed"),
+    "beam": ("temperature", "top_k", "top_p", "seed"),
+}
 
 
 def grid_axes(cfg: DictConfig) -> dict[str, list]:
@@ -58,6 +65,11 @@ def check_grid(cfg: DictConfig, task, axes: dict[str, list]) -> None:
             )
         return
     given = ", ".join(f"{key}={values}" for key, values in axes.items())
+    if not task.reads_source:
+        raise ValueError(
+            f"{given}: a grid chooses by the scores of decoded outputs (BLEU, chrF, ROUGE), and a "
+            f"{task.name} checkpoint is scored by perplexity; give one value"
+        )
     for key in ("input", "prompt"):
         if cfg.get(key) is not None:
             raise ValueError(f"{key}= with {given}: a grid scores the validation set; give one value of each")
@@ -68,11 +80,6 @@ def check_grid(cfg: DictConfig, task, axes: dict[str, list]) -> None:
             raise ValueError(
                 f"{key}={values}: null in a grid means nothing; name the value (the run's own is in its config)"
             )
-    if not task.reads_source:
-        raise ValueError(
-            f"{given}: a grid chooses by the scores of decoded outputs (BLEU, chrF, ROUGE), and a "
-            f"{task.name} checkpoint is scored by perplexity; give one value"
-        )
     splits = list(cfg.split) if OmegaConf.is_list(cfg.split) else [cfg.split]
     if splits != ["val"]:
         raise ValueError(
@@ -84,6 +91,9 @@ def check_grid(cfg: DictConfig, task, axes: dict[str, list]) -> None:
     if max(averages) > 1 and max(averages) > kept:
         raise ValueError(f"average_last={averages}: only {kept} epoch checkpoint(s) beside {cfg.ckpt_path}")
     choose_by(cfg, task)
+    for setting in settings(axes):  # a bad value stops the grid before anything is decoded
+        decode = {k.removeprefix("decode."): v for k, v in setting.items() if k.startswith("decode.")}
+        SearchConfig(**{**{k: v for k, v in cfg.decode.items() if v is not None}, **decode})
 
 
 def choose_by(cfg: DictConfig, task) -> str:
@@ -119,8 +129,9 @@ def evaluate_grid(cfg: DictConfig, task, load, axes: dict[str, list]) -> dict:
             loaded, loaded_average = load(cell.average_last), cell.average_last
         search = search_settings(loaded.config.get("decode"), OmegaConf.to_container(cell.decode, resolve=True))
         folder = eval_folder_name(loaded, "val", search)
-        if folder in scored:  # e.g. greedy search at another beam size: the same evaluation
-            scored[folder]["also"].append(setting)
+        same = eval_folder_name(loaded, "val", read_options(search))
+        if same in scored:  # e.g. greedy search at another beam size: the same evaluation
+            scored[same]["also"].append(setting)
             continue
         if cfg.out_dir:
             cell.out_dir = str(Path(cfg.out_dir) / folder)
@@ -133,7 +144,7 @@ def evaluate_grid(cfg: DictConfig, task, load, axes: dict[str, list]) -> dict:
             "signature": result["bleu_signature"],
             "tgt_lang": result["tgt_lang"],
         }
-        rows.append(scored.setdefault(folder, row))
+        rows.append(scored.setdefault(same, row))
     best = max(rows, key=lambda row: row["scores"][metric])  # the first of equals: the earlier setting
     for row in rows:
         row["p_vs_chosen"] = None if row is best else paired_p(row, best, metric)
@@ -147,10 +158,17 @@ def evaluate_grid(cfg: DictConfig, task, load, axes: dict[str, list]) -> dict:
         "run_decode": loaded.config.get("decode"),
         "test_command": test_command(cfg, best["setting"]),
     }
-    path = (Path(cfg.out_dir) if cfg.out_dir else loaded.run_dir / "eval") / grid_file_name(cfg, axes)
+    path = (Path(cfg.out_dir) if cfg.out_dir else loaded.run_dir / "eval") / grid_file_name(cfg, axes, metric)
     atomic_write_json(path, record)
+    record["json"] = str(path)
     print_grid(rows, best, metric, path, record["test_command"])
     return record
+
+
+def read_options(search: SearchConfig) -> SearchConfig:
+    """``search`` with the options its strategy does not read at their defaults."""
+    defaults = SearchConfig()
+    return SearchConfig(**{**search.__dict__, **{k: getattr(defaults, k) for k in UNREAD.get(search.strategy, ())}})
 
 
 def scores(result: dict) -> dict:
@@ -166,7 +184,7 @@ def paired_p(row: dict, best: dict, metric: str) -> float | None:
     if metric not in DECODED:
         return None
     texts = {
-        name: [Path(r["folder"], f"{name}.txt").read_text(encoding="utf-8").splitlines() for r in (row, best)]
+        name: [read_lines(Path(r["folder"], f"{name}.txt")) for r in (row, best)]
         for name in ("hypotheses", "references")
     }
     lowercase = "case:lc" in row["signature"]  # a model that writes lowercase is scored ignoring case
@@ -188,9 +206,10 @@ def label(setting: dict) -> str:
     return " ".join(f"{TAGS.get(key.removeprefix('decode.'), key)}{value}" for key, value in setting.items())
 
 
-def grid_file_name(cfg: DictConfig, axes: dict[str, list]) -> str:
-    """The checkpoint (unless best.ckpt), the axes and their values, the fixed options given (and a hash of
-    any data option), so that a grid of other settings never overwrites this one's file."""
+def grid_file_name(cfg: DictConfig, axes: dict[str, list], metric: str) -> str:
+    """The checkpoint (unless best.ckpt), the axes and their values, the fixed options given, the score it
+    chooses by (and a hash of the data options and those the test command repeats), so that a grid of other
+    settings never overwrites this one's file."""
     stem = Path(cfg.ckpt_path).stem
     parts = [] if stem == "best" else [stem]
     parts.append("val_grid")
@@ -200,25 +219,30 @@ def grid_file_name(cfg: DictConfig, axes: dict[str, list]) -> str:
     for key, value in cfg.decode.items():
         if value is not None and f"decode.{key}" not in axes:
             parts.append(f"{TAGS.get(key, key)}{value}")
+    parts.append(f"by{metric}")
     fixed = {k: v for k, v in OmegaConf.to_container(cfg.data, resolve=True).items() if v is not None}
-    if fixed or cfg.get("rouge") is not None:
-        fixed["rouge"] = cfg.get("rouge")
-        parts.append("opts" + hashlib.sha1(json.dumps(fixed, sort_keys=True).encode()).hexdigest()[:8])
-    return "_".join(parts) + ".json"
+    fixed.update({key: cfg.get(key) for key in PASSED_ON})
+    return "_".join(parts) + "_" + hashlib.sha1(json.dumps(fixed, sort_keys=True).encode()).hexdigest()[:8] + ".json"
 
 
 def test_command(cfg: DictConfig, setting: dict) -> str:
     """The command that scores the test set with the chosen setting and every other option the grid used."""
-    options = [f"ckpt_path={cfg.ckpt_path}", "split=test"]
+    options = {"ckpt_path": cfg.ckpt_path, "split": "test"}
     if "average_last" not in setting and cfg.average_last:
-        options.append(f"average_last={cfg.average_last}")
-    options += [f"{key}={value}" for key, value in setting.items()]
+        options["average_last"] = cfg.average_last
+    options.update(setting)
     for key, value in cfg.decode.items():
         if value is not None and f"decode.{key}" not in setting:
-            options.append(f"decode.{key}={value}")
-    options += [f"data.{k}={v}" for k, v in OmegaConf.to_container(cfg.data, resolve=True).items() if v is not None]
-    options += [f"{key}={cfg.get(key)}" for key in PASSED_ON if cfg.get(key) is not None]
-    return "python evaluate.py " + " ".join(shlex.quote(o) for o in options)
+            options[f"decode.{key}"] = value
+    options.update({f"data.{k}": v for k, v in OmegaConf.to_container(cfg.data, resolve=True).items() if v is not None})
+    options.update({key: cfg.get(key) for key in PASSED_ON if cfg.get(key) is not None})
+    return "python evaluate.py " + " ".join(shlex.quote(f"{k}={hydra_escape(v)}") for k, v in options.items())
+
+
+def hydra_escape(value) -> str:
+    """A value as Hydra's override grammar reads it back: its special characters escaped (a sweep's run
+    folders are named like ``optim.optimizer.lr=0.001,seed=1``)."""
+    return re.sub(r"([\\()\[\]{}:=, \t])", r"\\\1", str(value))
 
 
 def print_grid(rows: list[dict], best: dict, metric: str, path: Path, command: str) -> None:
