@@ -117,7 +117,7 @@ def evaluate_grid(cfg: DictConfig, task, load, axes: dict[str, list]) -> dict:
     choose the best by :func:`choose_by`."""
     metric = choose_by(cfg, task)
     rows: list[dict] = []
-    scored: dict[str, dict] = {}  # folder name -> its row
+    scored: dict[str, dict] = {}  # folder name with the options its search does not read at defaults -> row
     loaded, loaded_average = None, None
     for setting in settings(axes):
         cell = OmegaConf.merge(cfg, {"samples": 0, "select_by": None})  # samples would repeat in every table
