@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+import sacrebleu
 
 from nmt.metrics import corpus
 from nmt.metrics.corpus import bleu_tokenizer, corpus_scores, tokenized_lowercase_bleu
@@ -148,3 +149,36 @@ def test_japanese_and_korean_bleu_use_mecab_or_say_which_package_is_missing(lang
         bleu_tokenizer(lang)
     monkeypatch.setattr(corpus.importlib.util, "find_spec", lambda name: object())
     assert bleu_tokenizer(lang) == f"{lang}-mecab"
+
+
+@pytest.mark.parametrize("lowercase", [False, True])
+def test_validation_scores_fed_batch_by_batch_equal_sacrebleus_corpus_scores(tmp_path, lowercase):
+    """Validation's BLEU, chrF and lowercased tokenised BLEU (SacreScore, fed one batch at a time, its
+    state summed over two processes as DDP sums it) equal the sacreBLEU command line on the whole set, with
+    its smoothing where an n-gram order has no match."""
+    from nmt.metrics.corpus import tokenized_lowercase_scoring
+    from nmt.metrics.streaming import SacreScore
+
+    hyps = [h.lower() for h in HYPS] if lowercase else HYPS
+    case = ["-lc"] if lowercase else []  # ignoring case, the CLI scores HYPS as their lowercased forms
+    expected = {
+        "bleu": sacrebleu_cli(tmp_path, *case),
+        "chrf": sacrebleu_cli(tmp_path, *case, "-m", "chrf"),
+        "bleu_tok_lc": tokenized_lowercase_bleu(hyps, REFS, "de"),
+    }
+    tok_lc, prepare = tokenized_lowercase_scoring("de")
+    for name, value in expected.items():
+        metric, options, texts = ("chrf" if name == "chrf" else "bleu"), {"lowercase": lowercase}, (hyps, REFS)
+        if name == "bleu_tok_lc":
+            options, texts = tok_lc, ([prepare(h) for h in hyps], [prepare(r) for r in REFS])
+        processes = [SacreScore(metric, **options), SacreScore(metric, **options)]
+        for i, (h, r) in enumerate(zip(*texts, strict=True)):  # one sentence a batch, alternating processes
+            processes[i % 2].update([h], [[r]])
+        processes[0].merge_state(processes[1])  # what the sum over processes gives
+        assert float(processes[0].compute()) * 100 == pytest.approx(value, abs=5e-4), name
+    # no 4-gram matches: sacreBLEU smooths that order, so the score is small, not 0
+    tiny = SacreScore("bleu")
+    hypothesis, reference = "Ein Hund läuft schnell nach Hause", "Ein Hund rennt schnell nach Hause"
+    tiny.update([hypothesis], [[reference]])
+    smoothed = sacrebleu.metrics.BLEU().corpus_score([hypothesis], [[reference]]).score
+    assert 0 < float(tiny.compute()) * 100 == pytest.approx(smoothed, abs=1e-4)

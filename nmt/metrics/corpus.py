@@ -97,10 +97,8 @@ def _tokenized_lowercase_inputs(hypotheses: Sequence[str], references: Sequence[
 
 def tokenized_lowercase_scoring(lang: str):
     """({tokenize, lowercase}: sacreBLEU's BLEU settings, prepare: str -> str): the lowercased tokenised
-    BLEU of :func:`tokenized_lowercase_bleu` is that BLEU of the prepared texts. Validation feeds them to
-    torchmetrics' SacreBLEUScore with the same settings: the same number wherever every n-gram order has a
-    match, as on any real validation set (torchmetrics does not smooth, so where an order has none it gives
-    0 and sacreBLEU's exponential smoothing a small positive score)."""
+    BLEU of :func:`tokenized_lowercase_bleu` is that BLEU of the prepared texts. Validation feeds them,
+    batch by batch, to the same sacreBLEU scorer (:class:`~nmt.metrics.streaming.SacreScore`)."""
     if lang == "zh" or lang in MECAB:  # Moses does not segment these: sacreBLEU's own tokenizer for them
         return {"tokenize": bleu_tokenizer(lang), "lowercase": True}, _unchanged
     tokenizer = MosesTokenizer(lang=lang)

@@ -24,7 +24,8 @@ def scorer(metric: str = "bleu", tokenize: str = "13a", lowercase: bool = False)
     if metric == "chrf":
         return sacrebleu.metrics.CHRF(lowercase=lowercase)
     if metric == "bleu":
-        return sacrebleu.metrics.BLEU(tokenize=tokenize, lowercase=lowercase)
+        # tokenize="none": texts tokenised beforehand (the lowercased tokenised BLEU), no warning about it
+        return sacrebleu.metrics.BLEU(tokenize=tokenize, lowercase=lowercase, force=tokenize == "none")
     raise ValueError(f"metric={metric!r} is not one of {list(METRICS)}")
 
 

@@ -86,8 +86,9 @@ class TranslationTask(Task):
 
     def validation_metrics(self, datamodule) -> nn.ModuleDict:
         # imported here: torchmetrics loads scipy, seconds that translate.py and serve.py need not pay
-        from torchmetrics.text import CHRFScore, SacreBLEUScore
         from torchmetrics.text.rouge import ROUGEScore
+
+        from nmt.metrics.streaming import SacreScore  # the test's scorers, batch by batch
 
         # a model that writes lowercase text (data.tokenizer.normalization=lowercase) is scored ignoring case
         lowercase = datamodule.build_tokenizers()[1].lowercases
@@ -97,9 +98,9 @@ class TranslationTask(Task):
         metrics = nn.ModuleDict(
             {
                 **target_metrics(),
-                "bleu": SacreBLEUScore(tokenize=bleu_tokenizer(datamodule.tgt_lang), lowercase=lowercase),
-                "chrf": CHRFScore(n_word_order=0, lowercase=lowercase),
-                "bleu_tok_lc": SacreBLEUScore(**tok_lc),
+                "bleu": SacreScore("bleu", bleu_tokenizer(datamodule.tgt_lang), lowercase),
+                "chrf": SacreScore("chrf", lowercase=lowercase),
+                "bleu_tok_lc": SacreScore("bleu", **tok_lc),
             }
         )
         if self.rouge:  # summarisation: ROUGE-1/2/L F-measures of the decoded validation set
