@@ -172,8 +172,9 @@ def test_validation_scores_fed_batch_by_batch_equal_sacrebleus_corpus_scores(tmp
         if name == "bleu_tok_lc":
             options, texts = tok_lc, ([prepare(h) for h in hyps], [prepare(r) for r in REFS])
         processes = [SacreScore(metric, **options), SacreScore(metric, **options)]
-        for i, (h, r) in enumerate(zip(*texts, strict=True)):  # one sentence a batch, alternating processes
-            processes[i % 2].update([h], [[r]])
+        for i, start in enumerate((0, 1, 3)):  # batches of 1, 2 and 1 sentences, alternating processes
+            batch = slice(start, {0: 1, 1: 3, 3: 4}[start])
+            processes[i % 2].update(texts[0][batch], [[r] for r in texts[1][batch]])
         processes[0].merge_state(processes[1])  # what the sum over processes gives
         assert float(processes[0].compute()) * 100 == pytest.approx(value, abs=5e-4), name
     # no 4-gram matches: sacreBLEU smooths that order, so the score is small, not 0
@@ -182,3 +183,9 @@ def test_validation_scores_fed_batch_by_batch_equal_sacrebleus_corpus_scores(tmp
     tiny.update([hypothesis], [[reference]])
     smoothed = sacrebleu.metrics.BLEU().corpus_score([hypothesis], [[reference]]).score
     assert 0 < float(tiny.compute()) * 100 == pytest.approx(smoothed, abs=1e-4)
+    # two references a sentence, as sacreBLEU takes them (one list per reference)
+    two = SacreScore("bleu")
+    second = [r.replace("Ein ", "Der ") for r in REFS]
+    two.update(HYPS, [[a, b] for a, b in zip(REFS, second, strict=True)])
+    expected = sacrebleu.metrics.BLEU().corpus_score(HYPS, [REFS, second]).score
+    assert float(two.compute()) * 100 == pytest.approx(expected, abs=1e-4)

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import torch
 from torchmetrics import Metric
 
-from nmt.metrics.randomization import METRICS, corpus_score, scorer
+from nmt.metrics.randomization import METRICS, scorer
 
 
 class SacreScore(Metric):
@@ -51,5 +51,5 @@ class SacreScore(Metric):
         self.stats += summed.to(self.stats.device)
 
     def compute(self) -> torch.Tensor:
-        score = corpus_score(self.stats.cpu().numpy(), self.metric, self.tokenize)
+        score = self._scorer._compute_score_from_stats(self.stats.cpu().double().numpy()).score
         return torch.tensor(score / 100.0, dtype=torch.float32)
