@@ -52,6 +52,20 @@ class SearchConfig:
             raise ValueError(f"decode.no_repeat_ngram_size={self.no_repeat_ngram_size} must be >= 0 (0: off)")
 
 
+SEARCH_TAGS = {  # options and their short names in evaluation folder names (evaluate.py, a decoding grid)
+    "length_penalty": "lp",
+    "max_len_a": "lena",
+    "max_len_b": "lenb",
+    "early_stopping": "early",
+    "temperature": "temp",
+    "top_k": "topk",
+    "top_p": "topp",
+    "seed": "seed",
+    "min_len": "minlen",
+    "no_repeat_ngram_size": "norepeat",
+}
+
+
 def search_settings(own: dict | None, given: dict | None) -> SearchConfig:
     """The search of an evaluation or a translation: the options ``given`` (the command line's ``decode``
     block, where null means "not given"), else the run's ``own`` (its config's ``decode`` block: a

@@ -25,11 +25,10 @@ from rich.console import Console
 from rich.table import Table
 
 from nmt.data.sources import read_lines
-from nmt.decoding.search import SearchConfig, search_settings
+from nmt.decoding.search import SEARCH_TAGS, SearchConfig, search_settings
 from nmt.inference.checkpoint import epoch_checkpoints
 from nmt.metrics.corpus import bleu_tokenizer, tokenized_lowercase_scoring
 from nmt.metrics.randomization import paired_randomization, sentence_statistics
-from nmt.tasks.translation_eval import SEARCH_TAGS, eval_folder_name
 from nmt.utils.io import atomic_write_json
 
 DECODED = ("bleu", "bleu_tok_lc", "chrf")  # scores every decoding task writes, higher is better
@@ -128,8 +127,8 @@ def evaluate_grid(cfg: DictConfig, task, load, axes: dict[str, list]) -> dict:
             loaded = None  # one model in memory at a time
             loaded, loaded_average = load(cell.average_last), cell.average_last
         search = search_settings(loaded.config.get("decode"), OmegaConf.to_container(cell.decode, resolve=True))
-        folder = eval_folder_name(loaded, "val", search)
-        same = eval_folder_name(loaded, "val", read_options(search))
+        folder = task.evaluation_folder(loaded, "val", search)
+        same = task.evaluation_folder(loaded, "val", read_options(search))
         if same in scored:  # e.g. greedy search at another beam size: the same evaluation
             scored[same]["also"].append(setting)
             continue

@@ -111,6 +111,11 @@ class Task:
         """evaluate.py on a checkpoint of this task; ``load()`` returns the loaded model."""
         raise NotImplementedError
 
+    def evaluation_folder(self, loaded, split: str, search) -> str:
+        """The folder under <run_dir>/eval where evaluate.py scores ``split`` of the loaded model decoding
+        with ``search`` (a SearchConfig): tasks that decode, which a decoding grid can choose for."""
+        raise NotImplementedError(f"task {self.name} does not decode its evaluations")
+
     def results_from_log(self, csv_log: Path) -> dict:
         """What results.json keeps from the run's CSV log (every sitting of a resumed run) beyond the best of
         the monitored metric."""

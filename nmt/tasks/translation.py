@@ -209,6 +209,9 @@ class TranslationTask(Task):
     def final_tag(self, cfg, split, average_last):
         return split_tag(split, SearchConfig(**cfg.decode), average_last)  # best.ckpt, the run's own search
 
+    def evaluation_folder(self, loaded, split, search):
+        return eval_folder_name(loaded, split, search)
+
     def final_score(self, loaded, cfg, split, out_dir, attention_maps=()):
         return self.evaluate_split(
             loaded, split, SearchConfig(**cfg.decode), out=out_dir, attention_maps=attention_maps

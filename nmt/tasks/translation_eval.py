@@ -11,26 +11,12 @@ from rich.table import Table
 from nmt.data.files import read_split_files
 from nmt.data.sources import locate, read_parallel
 from nmt.data.tokenizer import BOS_ID, EOS_ID
-from nmt.decoding.search import SearchConfig
+from nmt.decoding.search import SEARCH_TAGS, SearchConfig
 from nmt.utils.io import atomic_write_text
 from nmt.utils.plots import save_attention_maps
 
 console = Console(stderr=True)
 IWSLT16_FOLDER = "iwslt16_de_en_devtest"
-
-
-SEARCH_TAGS = {  # search options and their short names in folder names
-    "length_penalty": "lp",
-    "max_len_a": "lena",
-    "max_len_b": "lenb",
-    "early_stopping": "early",
-    "temperature": "temp",
-    "top_k": "topk",
-    "top_p": "topp",
-    "seed": "seed",
-    "min_len": "minlen",
-    "no_repeat_ngram_size": "norepeat",
-}
 
 
 def eval_folder_name(loaded, split: str, search: SearchConfig) -> str:
