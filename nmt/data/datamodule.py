@@ -20,6 +20,7 @@ from nmt.data.tokenizer import (
     BOS_ID,
     EOS_ID,
     PAD_ID,
+    SEGMENTERS,
     UNK_ID,
     Segmenter,
     Tokenizer,
@@ -182,9 +183,18 @@ class ParallelDataModule(L.LightningDataModule):
         self.src_tokenizer: Tokenizer | None = None
         self.tgt_tokenizer: Tokenizer | None = None
         self.datasets: dict[str, TranslationDataset] = {}
-        # word segmentation per language before SentencePiece, e.g. {"zh": "jieba"}
+        # word segmentation per language before SentencePiece, e.g. {"zh": "jieba"} or {"en": "moses", "de": "moses"}
+        unknown = sorted(set(segmenter or {}) - {src_lang, tgt_lang})
+        if unknown:
+            raise ValueError(
+                f"data.segmenter names {unknown}, not languages of this pair: give segmenters for "
+                f"{[src_lang, tgt_lang]} only (each one of {list(SEGMENTERS)})"
+            )
+        for lang, name in (segmenter or {}).items():
+            if name not in SEGMENTERS:
+                raise ValueError(f"data.segmenter.{lang}={name!r} is not one of {list(SEGMENTERS)}")
         self.segmenters = {
-            lang: Segmenter((segmenter or {}).get(lang, "none"), user_dict) for lang in (src_lang, tgt_lang)
+            lang: Segmenter((segmenter or {}).get(lang, "none"), user_dict, lang) for lang in (src_lang, tgt_lang)
         }
         self.dropped: dict[str, Counter] = {}
         self._text: dict[str, tuple[list[str], list[str]]] = {}

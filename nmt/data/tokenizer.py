@@ -20,7 +20,7 @@ from nmt.utils.io import atomic_write_bytes
 # fixed ids, the same in every vocabulary, so models and search code can rely on them
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 MODEL_TYPES = ("bpe", "unigram")
-SEGMENTERS = ("none", "jieba")
+SEGMENTERS = ("none", "jieba", "moses")
 # SentencePiece's rules; "identity" keeps every character as written (the default, see TokenizerSettings);
 # "lowercase" is identity with every letter lowercased (as the lowercased releases of Multi30k that papers
 # train on), a rule of ours that the model file carries like SentencePiece's own
@@ -33,17 +33,25 @@ _CJK_GAP = re.compile(rf"(?<=[{_CJK}])\s+(?=\S)|(?<=\S)\s+(?=[{_CJK}])")
 
 
 class Segmenter:
-    """Word segmentation applied before SentencePiece (``jieba`` for Chinese) and undone after decoding."""
+    """Word segmentation applied before SentencePiece and undone after decoding, per language: ``jieba``
+    splits Chinese into words; ``moses`` tokenises as the Moses tokenizer with aggressive hyphen splitting
+    (``tokenizer.perl -a``, without escaping), the preprocessing of the tokenised releases that most
+    Multi30k and WMT papers train on, and detokenises what the model writes, so that it is scored as text."""
 
-    def __init__(self, name: str = "none", user_dict: str | None = None) -> None:
+    def __init__(self, name: str = "none", user_dict: str | None = None, lang: str | None = None) -> None:
         if name not in SEGMENTERS:
             raise ValueError(f"segmenter={name!r} is not one of {list(SEGMENTERS)}")
-        self.name, self.user_dict = name, user_dict
+        if name == "moses" and not lang:
+            raise ValueError("the moses segmenter needs the language of its text (lang='de', 'en', ...)")
+        self.name, self.user_dict, self.lang = name, user_dict, lang
         self._jieba = None
+        self._moses = None
 
     def __call__(self, text: str) -> str:
         if self.name == "none":
             return text
+        if self.name == "moses":
+            return self._moses_pair()[0].tokenize(text, aggressive_dash_splits=True, escape=False, return_str=True)
         if self._jieba is None:
             import jieba
 
@@ -55,10 +63,22 @@ class Segmenter:
         return " ".join(w for w in self._jieba.cut(text) if w.strip())
 
     def undo(self, text: str) -> str:
+        if self.name == "moses":  # joins what tokenising split: "a @-@ b" -> "a-b", "Haus ." -> "Haus."
+            return self._moses_pair()[1].detokenize(text.split(), unescape=False)
         return text if self.name == "none" else _CJK_GAP.sub("", text)
 
+    def _moses_pair(self):
+        if self._moses is None:
+            from sacremoses import MosesDetokenizer, MosesTokenizer
+
+            self._moses = (MosesTokenizer(lang=self.lang), MosesDetokenizer(lang=self.lang))
+        return self._moses
+
     def spec(self) -> dict:
-        return {"name": self.name, "user_dict": self.user_dict}
+        # the language only where it matters: the specs of the other segmenters, and with them the cache keys
+        # and checkpoints made before, stay as they were
+        spec = {"name": self.name, "user_dict": self.user_dict}
+        return {**spec, "lang": self.lang} if self.name == "moses" else spec
 
 
 TRAINING_SEED = 1234  # the sample of a corpus larger than max_sentences (Tokenizer.train)

@@ -1,0 +1,123 @@
+"""``data.segmenter.<lang>=moses``: text tokenised as the Moses tokenizer does before SentencePiece (the
+preprocessing of the tokenised releases papers train on), and what the model writes detokenised again."""
+
+import gzip
+import os
+from pathlib import Path
+
+import pytest
+
+from nmt.data.multi30k import Multi30kDataModule
+from nmt.data.tokenizer import Segmenter, Tokenizer, TokenizerSettings, load_or_train
+from nmt.data.vocab import load_tokenizer
+
+# Moses's tokenizer.perl -a (aggressive hyphen splitting) on these lines, without escaping: punctuation split
+# off, a hyphen inside a word written " @-@ ", an English clitic kept with its apostrophe
+MOSES = {
+    "de": [
+        ("Ein Fußball-Spieler läuft, im Freien.", "Ein Fußball @-@ Spieler läuft , im Freien ."),
+        ("Zwei Hunde (braun) spielen: Ball!", "Zwei Hunde ( braun ) spielen : Ball !"),
+    ],
+    "en": [
+        ("A man's dog runs, on a T-shirt.", "A man 's dog runs , on a T @-@ shirt ."),
+        ('She says "hello" to him?', 'She says " hello " to him ?'),
+    ],
+}
+
+
+@pytest.mark.parametrize("lang", sorted(MOSES))
+def test_moses_segmenter_tokenises_as_moses_does_and_detokenises_back(lang):
+    segmenter = Segmenter("moses", lang=lang)
+    for text, tokenised in MOSES[lang]:
+        assert segmenter(text) == tokenised
+        assert segmenter.undo(tokenised) == text
+
+
+MULTI30K = Path(os.environ.get("NMT_DATA", "../shared/data")) / "multi30k"
+
+
+@pytest.mark.skipif(not (MULTI30K / "val.de.gz").exists(), reason="real Multi30k not available")
+@pytest.mark.parametrize("lang", ["en", "de"])
+def test_almost_every_real_validation_sentence_survives_tokenising_and_detokenising(lang):
+    """What a model trained on tokenised text writes is scored after detokenising: on Multi30k's validation
+    references, detokenising the tokenised text gives back all but a few lines exactly (the rest differ in
+    spacing: a double space, a clitic of an English name inside German text)."""
+    lines = gzip.open(MULTI30K / f"val.{lang}.gz", "rt", encoding="utf-8").read().splitlines()
+    segmenter = Segmenter("moses", lang=lang)
+    changed = [line for line in lines if segmenter.undo(segmenter(line)) != line]
+    assert len(changed) <= 5  # 2 of the 1,014 English lines, 4 German ones (sacremoses 0.2)
+    for line in changed:  # the same characters, spaced differently
+        assert "".join(segmenter.undo(segmenter(line)).split()) == "".join(line.split())
+
+
+def test_only_the_moses_spec_names_its_language():
+    """The specs of the other segmenters are part of tokenizer cache keys and of checkpoints made before the
+    moses segmenter existed: they must stay the same."""
+    assert Segmenter("none", None, "de").spec() == {"name": "none", "user_dict": None}
+    assert Segmenter("jieba", None, "zh").spec() == {"name": "jieba", "user_dict": None}
+    assert Segmenter("moses", None, "de").spec() == {"name": "moses", "user_dict": None, "lang": "de"}
+    with pytest.raises(ValueError, match="needs the language"):
+        Segmenter("moses")
+
+
+def sentences(n: int) -> list[str]:
+    nouns = ["Hund", "Katze", "Ball-Spieler", "T-Shirt", "Haus", "Fußball-Feld"]
+    verbs = ["läuft", "spielt", "sitzt", "springt"]
+    return [f"Ein {nouns[i % 6]} {verbs[i % 4]}, im {nouns[(i * 5) % 6]}." for i in range(n)]
+
+
+def test_a_tokenizer_with_the_moses_segmenter_round_trips_and_travels_in_its_spec(tmp_path):
+    segmenter = Segmenter("moses", lang="de")
+    settings = TokenizerSettings(vocab_size=300, normalization="lowercase")
+    model = load_or_train([segmenter(s) for s in sentences(200)], settings, tmp_path, "de").model_proto
+    tokenizer = Tokenizer(model, segmenter)
+    text = "Ein Ball-Spieler springt, im T-Shirt."
+    ids = tokenizer.encode(text)
+    assert "@-@" in "".join(tokenizer.pieces(ids))  # the model reads the hyphen as Moses split it
+    assert tokenizer.decode(ids) == text.lower()  # and writes text: "ball-spieler", "springt,"
+    # a checkpoint stores the spec; the tokenizer rebuilt from it (as evaluate.py, translate.py and export.py
+    # rebuild theirs) tokenises and detokenises the same
+    loaded = load_tokenizer(model, segmenter.spec())
+    assert loaded.encode(text) == ids and loaded.decode(ids) == text.lower()
+
+
+def write_multi30k(folder: Path) -> None:
+    folder.mkdir()
+    for split, count in (("train", 200), ("val", 20), ("test_2016_flickr", 20)):
+        de = sentences(count)
+        en = [s.replace("Ein", "A").replace("läuft", "runs") for s in de]
+        for lang, lines in (("en", en), ("de", de)):
+            with gzip.open(folder / f"{split}.{lang}.gz", "wt", encoding="utf-8") as handle:
+                handle.write("".join(line + "\n" for line in lines))
+
+
+def test_multi30k_with_moses_segmenters_tokenises_both_sides_and_keys_its_caches(tmp_path):
+    write_multi30k(tmp_path / "multi30k")
+    made = {}
+    for segmenter in ({}, {"en": "moses", "de": "moses"}):
+        dm = Multi30kDataModule(
+            root=str(tmp_path / "multi30k"),
+            download=False,
+            segmenter=segmenter,
+            tokenizer={"vocab_size": 300, "byte_fallback": True},
+            cache_dir=str(tmp_path / "cache"),
+        )
+        src_tok, tgt_tok = dm.build_tokenizers()
+        made[bool(segmenter)] = (src_tok, tgt_tok)
+        dm.setup("fit")
+    src_tok, tgt_tok = made[True]
+    assert (src_tok.segmenter.lang, tgt_tok.segmenter.lang) == ("en", "de")
+    line = sentences(3)[2]
+    assert tgt_tok.decode(tgt_tok.encode(line)) == line
+    assert "@-@" in "".join(tgt_tok.pieces(tgt_tok.encode(line)))
+    assert "@-@" not in "".join(made[False][1].pieces(made[False][1].encode(line)))
+    # a tokenizer and an encoding of their own, never one made without segmentation
+    assert len(list((tmp_path / "cache" / "tokenizers").glob("*-moses-moses-*.model"))) == 1
+    assert len(list((tmp_path / "cache" / "encoded").glob("multi30k-train-*.pt"))) == 2
+
+
+def test_a_segmenter_for_another_language_or_an_unknown_one_is_refused():
+    with pytest.raises(ValueError, match=r"names \['fr'\], not languages of this pair.*\['en', 'de'\]"):
+        Multi30kDataModule(download=False, segmenter={"fr": "moses"})
+    with pytest.raises(ValueError, match=r"data.segmenter.de='mose' is not one of \['none', 'jieba', 'moses'\]"):
+        Multi30kDataModule(download=False, segmenter={"de": "mose"})
