@@ -165,6 +165,12 @@ def export(cfg: DictConfig, out: Path) -> Path:
     """Write the splits (the source side segmented as our tokenizer sees it), tokenizers and config."""
     out.mkdir(parents=True, exist_ok=True)
     dm = build_datamodule(cfg.data, cfg.cache_dir, cfg.seed)
+    if dm.segmenters[dm.tgt_lang].name == "moses":
+        # JoeyNMT would write Moses-tokenised text and score it against the raw references
+        raise ValueError(
+            f"data.segmenter.{dm.tgt_lang}=moses: JoeyNMT does not detokenise what it writes as ours does; "
+            "export a run without a Moses segmenter on the target side"
+        )
     dm.prepare_data()
     src_tok, tgt_tok = dm.build_tokenizers()
     src_lang, tgt_lang = dm.src_lang, dm.tgt_lang

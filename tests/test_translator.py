@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-from nmt.data.tokenizer import BOS_ID, EOS_ID, Tokenizer, TokenizerSettings
+from nmt.data.tokenizer import BOS_ID, EOS_ID, Segmenter, Tokenizer, TokenizerSettings
 from nmt.decoding.search import SearchConfig
 from nmt.decoding.translate import translate_lines
 from nmt.inference.checkpoint import CheckpointError
@@ -133,6 +133,10 @@ def test_ensembles_of_other_vocabularies_or_tasks_and_language_models_are_refuse
     other = replace(b, tgt_tokenizer=elsewhere)  # a checkpoint trained on other text
     with pytest.raises(CheckpointError, match="different tgt vocabularies"):
         Translator([a, other], SearchConfig())
+    # the same subwords over Moses-tokenised text: the members would read and write different text
+    tokenised = replace(b, tgt_tokenizer=Tokenizer(b.tgt_tokenizer.model_proto, Segmenter("moses", lang="de")))
+    with pytest.raises(CheckpointError, match="different tgt vocabularies or word segmentation"):
+        Translator([a, tokenised], SearchConfig())
     lm = replace(a, task=LanguageModelTask())
     with pytest.raises(
         CheckpointError, match="is a LanguageModelTask, .* a TranslationTask: ensemble checkpoints of one task"

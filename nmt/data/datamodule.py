@@ -193,9 +193,12 @@ class ParallelDataModule(L.LightningDataModule):
         for lang, name in (segmenter or {}).items():
             if name not in SEGMENTERS:
                 raise ValueError(f"data.segmenter.{lang}={name!r} is not one of {list(SEGMENTERS)}")
-        self.segmenters = {
-            lang: Segmenter((segmenter or {}).get(lang, "none"), user_dict, lang) for lang in (src_lang, tgt_lang)
-        }
+        self.segmenters = {}
+        for lang in (src_lang, tgt_lang):
+            try:
+                self.segmenters[lang] = Segmenter((segmenter or {}).get(lang, "none"), user_dict, lang)
+            except ValueError as error:
+                raise ValueError(f"data.segmenter.{lang}: {error}") from None
         self.dropped: dict[str, Counter] = {}
         self._text: dict[str, tuple[list[str], list[str]]] = {}
 
@@ -263,7 +266,7 @@ class ParallelDataModule(L.LightningDataModule):
         src_text, tgt_text = self.text(split)
         src_tok, tgt_tok = self.build_tokenizers()
         proto_hash = hashlib.sha256(src_tok.model_proto + tgt_tok.model_proto).hexdigest()
-        segmenters = (src_tok.segmenter.spec(), tgt_tok.segmenter.spec())
+        segmenters = (src_tok.segmenter.cache_key(), tgt_tok.segmenter.cache_key())
         key = content_hash(self.name, split, proto_hash, segmenters, lines=src_text + tgt_text)
         path = self.cache_dir / "encoded" / f"{self.name}-{split}-{key}.pt"
         if path.exists():

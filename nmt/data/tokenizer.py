@@ -41,8 +41,11 @@ class Segmenter:
     def __init__(self, name: str = "none", user_dict: str | None = None, lang: str | None = None) -> None:
         if name not in SEGMENTERS:
             raise ValueError(f"segmenter={name!r} is not one of {list(SEGMENTERS)}")
-        if name == "moses" and not lang:
-            raise ValueError("the moses segmenter needs the language of its text (lang='de', 'en', ...)")
+        if name == "moses" and lang not in moses_languages():
+            raise ValueError(
+                f"the moses segmenter has rules for the languages {sorted(moses_languages())}, not for {lang!r}"
+                " (Chinese needs jieba)"
+            )
         self.name, self.user_dict, self.lang = name, user_dict, lang
         self._jieba = None
         self._moses = None
@@ -74,11 +77,27 @@ class Segmenter:
             self._moses = (MosesTokenizer(lang=self.lang), MosesDetokenizer(lang=self.lang))
         return self._moses
 
+    def cache_key(self) -> dict:
+        """:meth:`spec` and, for Moses, the version of its rules: encoded corpora are cached under it, and a
+        release that tokenises otherwise might still leave the SentencePiece model unchanged."""
+        if self.name != "moses":
+            return self.spec()
+        import sacremoses
+
+        return {**self.spec(), "version": sacremoses.__version__}
+
     def spec(self) -> dict:
         # the language only where it matters: the specs of the other segmenters, and with them the cache keys
         # and checkpoints made before, stay as they were
         spec = {"name": self.name, "user_dict": self.user_dict}
         return {**spec, "lang": self.lang} if self.name == "moses" else spec
+
+
+def moses_languages() -> set[str]:
+    """The language codes sacremoses has Moses's rules for, less those whose script Moses cannot segment."""
+    from sacremoses.corpus import NonbreakingPrefixes
+
+    return {code for code in NonbreakingPrefixes().available_langs.values() if code not in ("zh", "yue")}
 
 
 TRAINING_SEED = 1234  # the sample of a corpus larger than max_sentences (Tokenizer.train)

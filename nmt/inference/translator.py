@@ -84,10 +84,12 @@ class Translator:
                     f"{first.checkpoints[0]} a {type(first.task).__name__}: ensemble checkpoints of one task"
                 )
             for side in ("src_tokenizer", "tgt_tokenizer"):
-                if getattr(other, side).model_proto != getattr(first, side).model_proto:
+                mine, theirs = getattr(other, side), getattr(first, side)
+                if mine.model_proto != theirs.model_proto or mine.segmenter.spec() != theirs.segmenter.spec():
                     raise CheckpointError(
                         f"ensemble: {other.checkpoints[0]} and {first.checkpoints[0]} have different "
-                        f"{side.split('_')[0]} vocabularies; ensemble only models trained with the same tokenizers"
+                        f"{side.split('_')[0]} vocabularies or word segmentation; ensemble only models trained "
+                        "with the same tokenizers"
                     )
         self.loaded, self.search = loaded, search
         self.model = first.model if len(loaded) == 1 else Ensemble([m.model for m in loaded]).eval()
