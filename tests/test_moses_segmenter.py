@@ -136,7 +136,9 @@ def test_the_same_subwords_with_and_without_moses_are_encoded_and_cached_apart(t
 def test_a_segmenter_for_another_language_or_an_unknown_one_is_refused():
     with pytest.raises(ValueError, match=r"names \['fr'\], not languages of this pair.*\['en', 'de'\]"):
         Multi30kDataModule(download=False, segmenter={"fr": "moses"})
-    with pytest.raises(ValueError, match=r"data.segmenter.de='mose' is not one of \['none', 'jieba', 'moses'\]"):
+    with pytest.raises(
+        ValueError, match=r"data.segmenter.de: segmenter='mose' is not one of \['none', 'jieba', 'moses'\]"
+    ):
         Multi30kDataModule(download=False, segmenter={"de": "mose"})
 
 
