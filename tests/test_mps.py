@@ -14,7 +14,15 @@ import textwrap
 import pytest
 
 from nmt.sweep.gpus import mps_folder, setting_problem
-from nmt.sweep.mps import PIPE_ENV, MpsDaemon, MpsError, ServerWatch, client_devices, daemon_folder
+from nmt.sweep.mps import (
+    PIPE_ENV,
+    MpsDaemon,
+    MpsError,
+    ServerWatch,
+    client_devices,
+    daemon_folder,
+    machine_wide_daemon,
+)
 
 from .conftest import ROOT, tiny_overrides
 
@@ -23,7 +31,8 @@ STAND_IN = textwrap.dedent(
     #!{python}
     import os, sys
     from pathlib import Path
-    pipe = Path(os.environ.get("CUDA_MPS_PIPE_DIRECTORY", "/tmp/nvidia-mps"))
+    # NVIDIA's default folder, or the test's stand-in for it
+    pipe = Path(os.environ.get("CUDA_MPS_PIPE_DIRECTORY", os.environ.get("STAND_IN_DEFAULT_PIPE", "/tmp/nvidia-mps")))
     log = Path(os.environ.get("CUDA_MPS_LOG_DIRECTORY", "/var/log/nvidia-mps"))
     marker, record = pipe / "control.pid", os.environ.get("STAND_IN_RECORD")
 
@@ -147,6 +156,20 @@ def test_a_missing_program_or_a_daemon_that_cannot_start_says_what_to_do(stand_i
     monkeypatch.setenv("STAND_IN_FAILS", "1")
     with pytest.raises(MpsError, match=r"did not start .*Cannot start the daemon.* control.log: \[ERROR\] no device"):
         MpsDaemon(tmp_path / "b").join()
+
+
+def test_a_daemon_at_the_default_pipes_is_found_and_its_absence_too(stand_in, tmp_path, monkeypatch):
+    """The question put to the control program at NVIDIA's default pipes, the sweep's own folder aside
+    (asked with bytes for text it once failed on a GPU machine, and the benchmark lost its MPS row)."""
+    default = tmp_path / "default-pipes"
+    default.mkdir()
+    monkeypatch.setenv("STAND_IN_DEFAULT_PIPE", str(default))
+    monkeypatch.setenv(PIPE_ENV, str(tmp_path / "the-sweeps-own"))  # not where the question goes
+    assert machine_wide_daemon() is False  # the program answers: no daemon
+    (default / "control.pid").write_text("1")  # a daemon started by someone else, machine-wide
+    assert machine_wide_daemon() is True
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    assert machine_wide_daemon() is False  # no control program at all
 
 
 def test_runs_name_their_gpus_as_the_daemon_numbers_them():

@@ -224,7 +224,7 @@ def machine_wide_daemon() -> bool:
         return False
     env = {k: v for k, v in os.environ.items() if k != PIPE_ENV}
     try:
-        done = subprocess.run([CONTROL], input="get_server_list\n", env=env, capture_output=True, timeout=20)
+        done = subprocess.run([CONTROL], input="get_server_list\n", env=env, capture_output=True, text=True, timeout=20)
     except (OSError, subprocess.SubprocessError):
         return False
     return done.returncode == 0
