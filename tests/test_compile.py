@@ -28,13 +28,15 @@ def test_compiled_model_matches_eager():
 def test_compile_settings_keep_one_graph_across_many_batch_shapes():
     """Token batches come in many shapes. A frame compiled for static shapes is recompiled for each new one
     until Dynamo's recompile limit, then runs eagerly: both settings must compile once for all of them (the
-    CUDA graphs of reduce-overhead are recorded per shape without a recompile, on a GPU only)."""
+    CUDA graphs of reduce-overhead are recorded per shape without a recompile, on a GPU only). The first
+    batch has equal source and target lengths, as a sorted corpus's batches mostly do: Dynamo's duck sizing
+    would give both one symbol, and the first batch whose lengths differ would be compiled again."""
     from torch._dynamo.utils import counters
 
     from nmt.training.train import compile_model
 
     limit = torch._dynamo.config.recompile_limit
-    shapes = [(2 + i % 3, 5 + i, 4 + (2 * i) % 7) for i in range(limit + 2)]
+    shapes = [(3, 6, 6)] + [(2 + i % 3, 5 + i, 4 + (2 * i) % 7) for i in range(limit + 2)]
     for setting in ("reduce-overhead", True):
         torch._dynamo.reset()
         counters.clear()
@@ -49,3 +51,33 @@ def test_compile_settings_keep_one_graph_across_many_batch_shapes():
             torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-4)
         assert counters["frames"]["ok"] <= 2, (setting, dict(counters["frames"]), dict(counters["recompiles"]))
         assert not counters["recompiles"], (setting, dict(counters["recompiles"]))
+
+
+def test_validation_runs_a_compiled_model_eagerly():
+    """The eval mode of a compiled model would be compiled a second time (Dynamo guards on ``training``),
+    for a validation of a few batches: the module's validation step runs it eagerly, compiling nothing."""
+    from types import SimpleNamespace
+
+    from torch._dynamo.utils import counters
+
+    from nmt.training.module import TaskModule
+
+    torch._dynamo.reset()
+    counters.clear()
+    torch.manual_seed(0)
+    model = our_transformer(vocab=60, d_model=32, heads=4, layers=1, ffn=64, dropout=0.0)
+    model.compile(backend="aot_eager", dynamic=True)  # Dynamo's side alone: no kernels to build
+    src, tgt = torch.randint(4, 60, (3, 7)), torch.randint(4, 60, (3, 6))
+    model(src, tgt).sum().backward()
+    assert counters["stats"]["unique_graphs"] == 1  # training compiled
+    model.eval()
+    seen = []
+    task = SimpleNamespace(validation_step=lambda module, batch, index: seen.append(model(*batch)))
+    with torch.no_grad():
+        TaskModule.validation_step(SimpleNamespace(task=task), (src, tgt), 0)
+        expected = model.forward(src, tgt)  # the plain module's forward, not the compiled call
+    torch.testing.assert_close(seen[0], expected)
+    assert counters["stats"]["unique_graphs"] == 1, dict(counters["recompiles"])  # nothing compiled for eval
+    with torch.no_grad():
+        model(src, tgt)  # outside validation the eval mode is compiled: the test would see it
+    assert counters["stats"]["unique_graphs"] == 2

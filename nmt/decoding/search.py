@@ -121,11 +121,12 @@ def decode(
 
 
 def read_every(device: torch.device) -> int:
-    """Steps between two reads of which sentences have ended, in greedy search. Every step on a CPU, where
-    reading is free and an ended sentence then costs nothing more; every few steps on an accelerator, where
-    each read makes the host wait for the device, so that the host queues steps ahead instead (an ended
-    sentence rides along, ignored, until the next read)."""
-    return 1 if device.type == "cpu" else 8
+    """Steps between two reads of which sentences have ended, in greedy search: every step, on every device.
+    A read makes the host wait for an accelerator, where reading every few steps would let the host queue
+    steps ahead; but an ended sentence then rides along until the next read, and on an H100 that cost more
+    than the waits (greedy validation of Multi30k's 1,014 sentences, BENCHMARKS.md). The benchmark times
+    both (``benchmarks/gpu_measures.py`` replaces this function)."""
+    return 1
 
 
 def never_emitted(logits: torch.Tensor, bos_id: int, pad_id: int) -> torch.Tensor:

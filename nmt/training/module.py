@@ -250,7 +250,10 @@ class TaskModule(L.LightningModule):
         return loss
 
     def validation_step(self, batch: dict, batch_idx: int) -> None:
-        self.task.validation_step(self, batch, batch_idx)
+        # a compiled model (compile=true) runs eagerly here: its eval mode would be compiled a second time, and
+        # CUDA graphs recorded for each validation shape, to save milliseconds in a validation of a few batches
+        with torch.compiler.set_stance("force_eager"):
+            self.task.validation_step(self, batch, batch_idx)
 
     def on_validation_epoch_end(self) -> None:
         self.task.validation_epoch_end(self)

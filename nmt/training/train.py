@@ -54,8 +54,16 @@ def compile_model(model: torch.nn.Module, setting) -> None:
     is recompiled for each new one until Dynamo's recompile limit (8), then runs eagerly. One dynamic
     compile serves every shape, and under ``reduce-overhead`` the CUDA graph trees record a graph per
     shape without recompiling (token batches of a sorted corpus take few shapes: the tiny recipe's, 27
-    in 100 epochs of Multi30k)."""
+    in 100 epochs of Multi30k). Dynamo's duck sizing is turned off: it gives dimensions of equal size at the
+    first trace one symbol, and source and target lengths are mostly equal in a sorted corpus's first batch,
+    so the first batch whose lengths differ recompiled the model (a second compile, minutes on a CPU).
+    Validation runs the model eagerly (:class:`~nmt.training.module.TaskModule`): the eval mode would be
+    compiled again."""
     if setting:
+        from torch.fx.experimental import _config as fx_config  # private; the switch Dynamo's own hint names
+
+        if hasattr(fx_config, "use_duck_shape"):
+            fx_config.use_duck_shape = False
         model.compile(mode="reduce-overhead" if setting == "reduce-overhead" else None, dynamic=True)
 
 
