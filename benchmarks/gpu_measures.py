@@ -146,6 +146,29 @@ def run_logged(command: list[str], log: Path, timeout: float | None = None) -> s
     return log.read_text(errors="replace")
 
 
+PROFILER = "+trainer.profiler=simple"  # Lightning's host timer around each loop step and hook
+
+
+def host_profile(log: Path, top: int = 12) -> list[dict]:
+    """The ``top`` actions of a run's training by host time, from the report Lightning's simple profiler
+    (:data:`PROFILER`) writes at the end of ``fit``: each with its calls and milliseconds per call. On a GPU
+    the host times its own work (and any wait for the device), not the kernels."""
+    text = log.read_text(errors="replace")
+    start = text.find("FIT Profiler Report")
+    if start < 0:
+        raise RuntimeError(f"no profiler report in {log}")
+    rows = []
+    for line in text[start:].splitlines()[1:]:
+        if "Profiler Report" in line:
+            break  # the next stage's report
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 5 or cells[0] in ("Action", "Total") or not cells[2].isdigit():
+            continue
+        action, mean_s, calls, total_s = cells[0], cells[1], int(cells[2]), float(cells[3])
+        rows.append({"action": action, "calls": calls, "ms_per_call": 1000 * float(mean_s), "total_s": total_s})
+    return sorted(rows, key=lambda r: -r["total_s"])[:top]
+
+
 def concurrent_runs(
     n: int,
     device: str,

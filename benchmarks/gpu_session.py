@@ -11,9 +11,11 @@ from pathlib import Path
 
 from benchmarks import gpu_measures
 from benchmarks.gpu_measures import (
+    PROFILER,
     concurrent_runs,
     concurrent_runs_mps,
     greedy_validation_seconds,
+    host_profile,
     means_overrides,
     mfu_output,
     whole_recipe,
@@ -32,7 +34,8 @@ class Session:
     """One method per measurement:
 
     none        ms per update alone with none of the means (the figure before them)
-    every       ms per update alone with every means (after them); while that fails, without the last
+    every       ms per update alone with every means (after them); while that fails, without the last; with
+                the host's time by action (Lightning's simple profiler, in that run)
     validation  greedy validation of the run of ``every`` (and of ``--model``), reading every 1 and 8 steps
     sharing     aggregate updates per second of 2, 4 and 8 runs (``--runs``) with the means of ``every``,
                 taking turns on the GPU; then the most of them side by side under CUDA's MPS
@@ -60,6 +63,13 @@ class Session:
         rates = concurrent_runs(1, a.device, a.data, a.steps, [*a.extra, *overrides], self.folder / name, self.left())
         return 1000.0 / rates[0]
 
+    def profiled(self, name: str) -> list[dict] | dict:
+        """The host's time by action in run ``name`` (run with :data:`~benchmarks.gpu_measures.PROFILER`)."""
+        try:
+            return host_profile(self.folder / name / "runs1_0.log")
+        except (OSError, RuntimeError) as err:
+            return {"error": str(err)}
+
     def none(self) -> dict:
         return {"overrides": means_overrides(1), "ms_per_update": self.alone(means_overrides(1), "none")}
 
@@ -68,13 +78,14 @@ class Session:
         for rows in range(len(means), 1, -1):  # the last means dropped while one fails
             if rows < len(means) and not self.fits("every"):
                 break
-            try:
-                ms = self.alone(means_overrides(rows), f"every{rows}")
+            try:  # with the host's time by action: where an update bound by host work spends it
+                ms = self.alone([*means_overrides(rows), PROFILER], f"every{rows}")
             except RuntimeError as err:
                 self.results[f"every ({means[rows - 1][0]})"] = {"error": str(err)}
                 continue
             self.best = means_overrides(rows)
-            return {"overrides": self.best, "ms_per_update": ms, "run": f"every{rows}"}
+            profile = self.profiled(f"every{rows}")
+            return {"overrides": self.best, "ms_per_update": ms, "run": f"every{rows}", "host_profile": profile}
         raise RuntimeError("no row of the means ran (each one's error is beside this)")
 
     def validation(self) -> dict:
@@ -218,6 +229,14 @@ def table(results: dict) -> str:
                 row(f"{what} (`{' '.join(entry['overrides'])}`)", f"{entry['ms_per_update']:.1f} ms")
             else:
                 row(what, reason(entry))
+            profile = entry.get("host_profile")
+            if isinstance(profile, dict):
+                row("host time by action (Lightning's simple profiler)", reason(profile))
+            for action in profile if isinstance(profile, list) else []:
+                row(
+                    f"host time, {action['action']}",
+                    f"{action['ms_per_call']:.2f} ms a call, {action['calls']} calls, {action['total_s']:.1f} s",
+                )
         elif name == "validation":
             timings = {k: v for k, v in entry.items() if isinstance(v, dict)}
             for label, t in timings.items():

@@ -64,6 +64,13 @@ def test_all_measures_in_order_within_a_budget_and_writes_after_each(monkeypatch
     assert "compile='sometimes'" in results["every (+ a means that fails)"]["error"]  # the failed run's own words
     assert results["every"]["overrides"] == gpu_measures.means_overrides(2) and results["every"]["ms_per_update"] > 0
     assert results["every"]["overrides"][-1] == "norm.fused=true"
+    # the host's time by action in that run, from Lightning's own profiler: the loop's steps and hooks
+    profile = results["every"]["host_profile"]
+    actions = {a["action"]: a for a in profile}
+    assert 0 < len(profile) <= 12 and [a["total_s"] for a in profile] == sorted(
+        (a["total_s"] for a in profile), reverse=True
+    )
+    assert actions["run_training_batch"]["calls"] == 30 and actions["run_training_batch"]["ms_per_call"] > 0
     timings = {k: v for k, v in results["validation"].items() if k != "wall_s"}
     assert set(timings) == {"trained 30 updates, a read every 1", "trained 30 updates, a read every 8"}
     assert all(t["seconds"] > 0 and t["sentences"] > 0 for t in timings.values())
@@ -72,11 +79,13 @@ def test_all_measures_in_order_within_a_budget_and_writes_after_each(monkeypatch
     assert "mfu" not in results and not list(tmp_path.glob("*.partial"))
     # --table: the rows of BENCHMARKS.md, each figure as measured, and why one is missing
     lines = gpu_session.table(results).splitlines()
-    assert len(lines) == 2 + 1 + 1 + 1 + 2 + 1 + 1 and all(line.count(" | ") == 1 for line in lines[2:])
+    p = len(profile)
+    assert len(lines) == 2 + 1 + 1 + 1 + p + 2 + 1 + 1 and all(line.count(" | ") == 1 for line in lines[2:])
     assert f"| {results['none']['ms_per_update']:.1f} ms |" in lines[2]
     assert lines[3].startswith("| update alone, + a means that fails | failed: ")
-    assert lines[7].startswith("| 2 runs sharing the device, taking turns | ")
-    assert lines[8].startswith("| whole recipe | skipped: ")
+    assert lines[5].startswith(f"| host time, {profile[0]['action']} | ")
+    assert lines[7 + p].startswith("| 2 runs sharing the device, taking turns | ")
+    assert lines[8 + p].startswith("| whole recipe | skipped: ")
 
 
 def test_the_whole_recipe_keeps_to_its_budget_and_says_when_the_cap_cut_it(monkeypatch, tmp_path):
