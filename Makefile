@@ -63,9 +63,9 @@ bench-gpu: $(STAMP)  ## tiny recipe on the GPU: ms/update, greedy validation, 1-
 # (antlr4's runtime is published as source only: built into a wheel here; sacremoses needs regex, joblib,
 # click and tqdm, which such an image holds)
 PY ?= 3.12
-wheelhouse: $(STAMP)  ## wheels of hydra-core, omegaconf, antlr4 and sacremoses for an offline GPU machine (PY=3.12)
+wheelhouse: $(STAMP)  ## wheels of hydra-core, omegaconf, antlr4, sacremoses and the joblib launcher for an offline GPU machine (PY=3.12)
 	$(BIN)/pip download -q --no-deps --only-binary=:all: --python-version $(PY) --implementation py \
-	  --platform any -d wheelhouse hydra-core==1.3.8 omegaconf==2.3.1 sacremoses==0.2.0
+	  --platform any -d wheelhouse hydra-core==1.3.8 omegaconf==2.3.1 sacremoses==0.2.0 hydra-joblib-launcher==1.2.0
 	$(BIN)/pip wheel -q --no-deps -w wheelhouse antlr4-python3-runtime==4.9.3
 
 bench-mfu: $(STAMP)  ## model-FLOPs utilisation of training, fp32 and bf16 (ARGS="--device cuda --compile ...")
