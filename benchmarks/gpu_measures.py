@@ -63,11 +63,20 @@ def device_name(device: str) -> str:
     return platform.processor() or platform.machine()
 
 
+PROFILER = "+trainer.profiler=simple"  # Lightning's host timer around each loop step and hook (see host_profile)
+
+
 def train_command(run_dir: Path, device: str, data: str, steps: int, extra: list[str]) -> list[str]:
     trainer = ["trainer=gpu"] if device == "cuda" else ["trainer.accelerator=cpu"]
+    # a profiled run's report covers its last two thirds: compiling and recording graphs are done by then
+    program = (
+        ["-m", "benchmarks.profiled_train", "--after", str(steps // 3)]
+        if PROFILER in extra
+        else [str(ROOT / "train.py")]
+    )
     return [
         sys.executable,
-        str(ROOT / "train.py"),
+        *program,
         f"data={data}",
         *trainer,
         f"trainer.max_steps={steps}",
@@ -146,13 +155,11 @@ def run_logged(command: list[str], log: Path, timeout: float | None = None) -> s
     return log.read_text(errors="replace")
 
 
-PROFILER = "+trainer.profiler=simple"  # Lightning's host timer around each loop step and hook
-
-
 def host_profile(log: Path, top: int = 12) -> list[dict]:
     """The ``top`` actions of a run's training by host time, from the report Lightning's simple profiler
-    (:data:`PROFILER`) writes at the end of ``fit``: each with its calls and milliseconds per call. On a GPU
-    the host times its own work (and any wait for the device), not the kernels."""
+    (:data:`PROFILER`) writes at the end of ``fit``, after the warm-up (``benchmarks/profiled_train.py``): each
+    with its calls and milliseconds per call. Actions nest (a batch holds its training step, which holds
+    the forward pass). On a GPU the host times its own work (and any wait for the device), not the kernels."""
     text = log.read_text(errors="replace")
     start = text.find("FIT Profiler Report")
     if start < 0:

@@ -31,9 +31,16 @@ def test_compile_settings_keep_one_graph_across_many_batch_shapes():
     CUDA graphs of reduce-overhead are recorded per shape without a recompile, on a GPU only). The first
     batch has equal source and target lengths, as a sorted corpus's batches mostly do: Dynamo's duck sizing
     would give both one symbol, and the first batch whose lengths differ would be compiled again."""
-    from torch._dynamo.utils import counters
+    from torch.fx.experimental import _config as fx_config
 
     from nmt.training.train import compile_model
+
+    with fx_config.patch(use_duck_shape=fx_config.use_duck_shape):  # compile_model turns it off: restored after
+        _one_graph_for_every_shape(compile_model)
+
+
+def _one_graph_for_every_shape(compile_model) -> None:
+    from torch._dynamo.utils import counters
 
     limit = torch._dynamo.config.recompile_limit
     shapes = [(3, 6, 6)] + [(2 + i % 3, 5 + i, 4 + (2 * i) % 7) for i in range(limit + 2)]

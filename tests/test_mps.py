@@ -160,7 +160,8 @@ def test_a_missing_program_or_a_daemon_that_cannot_start_says_what_to_do(stand_i
 
 def test_a_daemon_at_the_default_pipes_is_found_and_its_absence_too(stand_in, tmp_path, monkeypatch):
     """The question put to the control program at NVIDIA's default pipes, the sweep's own folder aside
-    (asked with bytes for text it once failed on a GPU machine, and the benchmark lost its MPS row)."""
+    (the question, given as text to a pipe opened for bytes, once failed on a GPU machine, and the benchmark
+    lost its MPS row)."""
     default = tmp_path / "default-pipes"
     default.mkdir()
     monkeypatch.setenv("STAND_IN_DEFAULT_PIPE", str(default))

@@ -125,7 +125,8 @@ def read_every(device: torch.device) -> int:
     A read makes the host wait for an accelerator, where reading every few steps would let the host queue
     steps ahead; but an ended sentence then rides along until the next read, and on an H100 that cost more
     than the waits (greedy validation of Multi30k's 1,014 sentences, BENCHMARKS.md). The benchmark times
-    both (``benchmarks/gpu_measures.py`` replaces this function)."""
+    both, one timing each so far (``benchmarks/gpu_measures.py`` replaces this function, which is why it
+    still takes the device)."""
     return 1
 
 

@@ -57,8 +57,9 @@ def compile_model(model: torch.nn.Module, setting) -> None:
     in 100 epochs of Multi30k). Dynamo's duck sizing is turned off: it gives dimensions of equal size at the
     first trace one symbol, and source and target lengths are mostly equal in a sorted corpus's first batch,
     so the first batch whose lengths differ recompiled the model (a second compile, minutes on a CPU).
-    Validation runs the model eagerly (:class:`~nmt.training.module.TaskModule`): the eval mode would be
-    compiled again."""
+    The switch is the process's (Dynamo reads it when it first traces, so it stays off), for any other
+    compile in it too. Validation runs the model eagerly (:class:`~nmt.training.module.TaskModule`): the
+    eval mode would be compiled again."""
     if setting:
         from torch.fx.experimental import _config as fx_config  # private; the switch Dynamo's own hint names
 
