@@ -322,15 +322,22 @@ def mfu_output(device: str, timeout: float | None = None) -> str:
 RECIPE_OVERHEAD_S = 120
 
 
-def whole_recipe(device: str, data: str, extra: list[str], run_dir: Path, budget_s: float | None = None) -> dict:
+def whole_recipe(
+    device: str, data: str, extra: list[str], run_dir: Path, budget_s: float | None = None, profile_after: int = 300
+) -> dict:
     """The default recipe of ``data`` (on multi30k the tiny recipe) start to end (its updates, validations
     and beam-5 test), timed; ``budget_s``: seconds for all of it, its training capped to leave
     :data:`RECIPE_OVERHEAD_S` of them for the rest (the result then says whether the cap cut it short). The final
     beam decode of the validation set that a user's run adds (``val_after_training``) is left out, so that
-    the figure stays the one measured before it existed."""
+    the figure stays the one measured before it existed. Its ms per update is the median of its later logged
+    rates; with :data:`PROFILER` among ``extra``, the host's time by action after ``profile_after`` updates
+    comes with it (the profiler's own cost is in the wall time then)."""
     trainer = ["trainer=gpu"] if device == "cuda" else ["trainer.accelerator=cpu"]
     no_val_decode = "val_after_training=false"
-    command = [sys.executable, str(ROOT / "train.py"), f"data={data}", *trainer, no_val_decode, *in_folder(run_dir)]
+    program = [str(ROOT / "train.py")]
+    if PROFILER in extra:
+        program = ["-m", "benchmarks.profiled_train", "--after", str(profile_after)]
+    command = [sys.executable, *program, f"data={data}", *trainer, no_val_decode, *in_folder(run_dir)]
     command += extra
     cap = None
     if budget_s is not None:
@@ -338,7 +345,8 @@ def whole_recipe(device: str, data: str, extra: list[str], run_dir: Path, budget
         command.append(f"trainer.max_time=00:{cap // 3600:02d}:{cap % 3600 // 60:02d}:{cap % 60:02d}")
     run_dir.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    run_logged(command, run_dir.parent / f"{run_dir.name}.log", budget_s)
+    log = run_dir.parent / f"{run_dir.name}.log"
+    run_logged(command, log, budget_s)
     wall = time.perf_counter() - started
     done = json.loads((run_dir / "results.json").read_text())
     max_steps = (yaml.safe_load((run_dir / "config.yaml").read_text()).get("trainer") or {}).get("max_steps")
@@ -348,8 +356,20 @@ def whole_recipe(device: str, data: str, extra: list[str], run_dir: Path, budget
         and (max_steps is None or max_steps < 0 or done.get("steps", 0) < max_steps)
         and done.get("wall_time_s", 0) >= 0.95 * cap
     )
+    try:
+        ms_per_update = 1000.0 / updates_per_second(run_dir)
+    except (OSError, RuntimeError):
+        ms_per_update = None
+    profile = {}
+    if PROFILER in extra:
+        try:
+            profile = {"host_profile": host_profile(log)}
+        except (OSError, RuntimeError) as err:
+            profile = {"host_profile": {"error": str(err)}}
     return {
         "wall_s": wall,
+        "ms_per_update": ms_per_update,
+        **profile,
         "updates": done.get("steps"),
         "epochs": done.get("epochs"),
         "best_val_bleu": done.get("best_val_bleu"),

@@ -41,7 +41,8 @@ class Session:
                 taking turns on the GPU; then the most of them side by side under CUDA's MPS
     mfu         the d_model 512 model's MFU
     means       the rows of MEANS between none and every, one by one
-    full        the whole tiny recipe with the means of ``every`` (all, if not measured), within the budget left
+    full        the whole tiny recipe with the means of ``every`` (all, if not measured), within the budget left;
+                its ms per update and the host's time by action after its first 300 updates
     """
 
     def __init__(self, args: argparse.Namespace, results: dict, folder: Path):
@@ -172,7 +173,8 @@ class Session:
     def full(self) -> dict:
         overrides = self.best or means_overrides()  # every means unless 'every' found one failing
         a = self.args
-        run = whole_recipe(a.device, a.data, [*a.extra, *overrides], self.folder / "full", self.left())
+        # with the host's profile after its first 300 updates: the steady state of a whole run
+        run = whole_recipe(a.device, a.data, [*a.extra, *overrides, PROFILER], self.folder / "full", self.left())
         return {**run, "overrides": overrides}
 
     def write(self) -> None:
@@ -218,6 +220,15 @@ def table(results: dict) -> str:
             return f"failed: {entry['error']}"
         return f"skipped: {entry['skipped']}" if "skipped" in entry else "not measured (the session ended first)"
 
+    def profile_rows(profile, of: str) -> None:
+        if isinstance(profile, dict):
+            row(f"host time by action{of} (Lightning's simple profiler)", reason(profile))
+        for action in profile if isinstance(profile, list) else []:
+            row(
+                f"host time{of}, {action['action']}",
+                f"{action['ms_per_call']:.2f} ms a call, {action['calls']} calls, {action['total_s']:.1f} s",
+            )
+
     for name in results.get("session", {}).get("order", []):
         entry = results.get(name, {})
         if name in ("none", "every"):
@@ -229,14 +240,7 @@ def table(results: dict) -> str:
                 row(f"{what} (`{' '.join(entry['overrides'])}`)", f"{entry['ms_per_update']:.1f} ms")
             else:
                 row(what, reason(entry))
-            profile = entry.get("host_profile")
-            if isinstance(profile, dict):
-                row("host time by action (Lightning's simple profiler)", reason(profile))
-            for action in profile if isinstance(profile, list) else []:
-                row(
-                    f"host time, {action['action']}",
-                    f"{action['ms_per_call']:.2f} ms a call, {action['calls']} calls, {action['total_s']:.1f} s",
-                )
+            profile_rows(entry.get("host_profile"), "")
         elif name == "validation":
             timings = {k: v for k, v in entry.items() if isinstance(v, dict)}
             for label, t in timings.items():
@@ -279,11 +283,13 @@ def table(results: dict) -> str:
         elif name == "full":
             if "updates" in entry:
                 cut = ", cut short by the budget" if entry.get("cut_short_by_cap") else ""
+                ms = f", {entry['ms_per_update']:.1f} ms an update" if entry.get("ms_per_update") else ""
                 row(
                     f"whole recipe (`{' '.join(entry['overrides'])}`)",
-                    f"{entry['wall_s'] / 60:.1f} min, {entry['updates']} updates, best validation BLEU "
+                    f"{entry['wall_s'] / 60:.1f} min, {entry['updates']} updates{ms}, best validation BLEU "
                     f"{entry['best_val_bleu']}, test BLEU {entry['test_bleu']}{cut}",
                 )
+                profile_rows(entry.get("host_profile"), " in the whole recipe")
             else:
                 row("whole recipe", reason(entry))
     return "\n".join(rows)

@@ -95,7 +95,12 @@ def test_the_whole_recipe_keeps_to_its_budget_and_says_when_the_cap_cut_it(monke
     from benchmarks import gpu_measures
 
     monkeypatch.setattr(gpu_measures, "RECIPE_OVERHEAD_S", 60)
-    run = gpu_measures.whole_recipe("cpu", "toy", ["threads=1"], tmp_path / "full", budget_s=68)
+    extra = ["threads=1", gpu_measures.PROFILER]
+    run = gpu_measures.whole_recipe("cpu", "toy", extra, tmp_path / "full", budget_s=68, profile_after=5)
     assert run["cut_short_by_cap"] and run["finished"] and run["test_bleu"] is not None
     assert 0 < run["updates"] < 12 * 40 and run["wall_s"] < 68  # 12 epochs of about 40 updates, uncut
+    assert run["ms_per_update"] > 0
+    # the host's profile of the updates after the first 5
+    batches = {a["action"]: a for a in run["host_profile"]}["run_training_batch"]
+    assert batches["calls"] == run["updates"] - 5
     assert yaml.safe_load((tmp_path / "full" / "config.yaml").read_text())["trainer"]["max_time"] == "00:00:00:08"
