@@ -66,17 +66,18 @@ def device_name(device: str) -> str:
 PROFILER = "+trainer.profiler=simple"  # Lightning's host timer around each loop step and hook (see host_profile)
 
 
+def train_program(extra: list[str], profile_after: int) -> list[str]:
+    """``train.py``; with :data:`PROFILER` among ``extra``, the same with the profiler cleared after
+    ``profile_after`` updates (compiling and recording graphs are done by then)."""
+    if PROFILER in extra:
+        return [sys.executable, "-m", "benchmarks.profiled_train", "--after", str(profile_after)]
+    return [sys.executable, str(ROOT / "train.py")]
+
+
 def train_command(run_dir: Path, device: str, data: str, steps: int, extra: list[str]) -> list[str]:
     trainer = ["trainer=gpu"] if device == "cuda" else ["trainer.accelerator=cpu"]
-    # a profiled run's report covers its last two thirds: compiling and recording graphs are done by then
-    program = (
-        ["-m", "benchmarks.profiled_train", "--after", str(steps // 3)]
-        if PROFILER in extra
-        else [str(ROOT / "train.py")]
-    )
     return [
-        sys.executable,
-        *program,
+        *train_program(extra, steps // 3),  # a profiled run's report covers its last two thirds
         f"data={data}",
         *trainer,
         f"trainer.max_steps={steps}",
@@ -334,10 +335,7 @@ def whole_recipe(
     comes with it (the profiler's own cost is in the wall time then)."""
     trainer = ["trainer=gpu"] if device == "cuda" else ["trainer.accelerator=cpu"]
     no_val_decode = "val_after_training=false"
-    program = [str(ROOT / "train.py")]
-    if PROFILER in extra:
-        program = ["-m", "benchmarks.profiled_train", "--after", str(profile_after)]
-    command = [sys.executable, *program, f"data={data}", *trainer, no_val_decode, *in_folder(run_dir)]
+    command = [*train_program(extra, profile_after), f"data={data}", *trainer, no_val_decode, *in_folder(run_dir)]
     command += extra
     cap = None
     if budget_s is not None:
