@@ -123,3 +123,30 @@ def test_training_into_a_file_prints_plain_progress_lines(tmp_path):
     assert len(lines) >= 5 and lines[-1].startswith("[train] update 6/6, epoch 0, loss ")
     assert all(" tokens/s" in line for line in lines) and "ETA" in lines[0]
     assert "The final updates validate best (val_bleu=" in result.stdout  # max_steps ended mid-epoch: validated
+
+
+def test_a_progress_line_counts_the_tokens_of_every_epoch_its_interval_spans(monkeypatch, capsys):
+    """Epochs shorter than the interval between two lines (small models on a GPU): the rate is the tokens
+    trained on since the last line, across the epochs' resets of their count, over the time since then."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from nmt.training import progress
+
+    times = iter([0.0, 1.0, 5.0, 11.0])  # start, first batch (the baseline), a batch, a batch of the next epoch
+    monkeypatch.setattr(progress.time, "monotonic", lambda: next(times))
+    bar = progress.PlainProgress(every_s=10)
+    trainer = SimpleNamespace(is_global_zero=True, global_step=0, current_epoch=0, callback_metrics={}, max_steps=-1)
+    trainer.max_epochs = None
+    module = SimpleNamespace(epoch_tokens=SimpleNamespace(sum_value=torch.tensor(0.0)))
+    bar.on_train_start(trainer, module)
+    for step, epoch, epoch_tokens in ((1, 0, 100.0), (5, 0, 500.0), (None, 0, 600.0), (9, 1, 400.0)):
+        module.epoch_tokens.sum_value = torch.tensor(epoch_tokens)
+        if step is None:  # the epoch ends with 600 tokens; the module's own hook then resets its count
+            bar.on_train_epoch_end(trainer, module)
+            continue
+        trainer.global_step, trainer.current_epoch = step, epoch
+        bar.on_train_batch_end(trainer, module, None, None, 0)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == ["[train] update 9, epoch 1, 90 tokens/s"]  # (600 + 400 - 100) tokens in 10 s

@@ -76,3 +76,34 @@ def test_a_task_without_final_scores_is_refused_before_training():
     with pytest.raises(ConfigError, match=r"  test_after_training=true: .*formerly test and test_tag"):
         check_config(compose_train(legacy, "val_after_training=false"))
     check_config(compose_train(legacy, *NO_FINAL_SCORES))  # nothing to score: it may train
+
+
+def test_mixed_precision_validation_decodes_as_the_final_score_does(tmp_path, monkeypatch):
+    """Under bf16-mixed, validation's search runs outside the training's autocast, in the weights' own
+    precision, as the final score (evaluate.py's decode) does: its greedy BLEU of the best epoch is the one
+    the final score gives the same checkpoint."""
+    import torch
+
+    from nmt.tasks import translation
+
+    under_autocast = []
+
+    def recording(*args, **kwargs):
+        under_autocast.append(torch.is_autocast_enabled("cpu"))
+        return translation_decode(*args, **kwargs)
+
+    translation_decode = translation.decode
+    monkeypatch.setattr(translation, "decode", recording)
+    results = train(
+        compose_train(
+            "trainer.precision=bf16-mixed",
+            "trainer.max_epochs=3",
+            "decode.strategy=greedy",
+            "test_after_training=false",
+            "threads=1",
+            f"run_dir={tmp_path / 'run'}",
+        )
+    )
+    assert under_autocast and not any(under_autocast)  # each validation batch, none under autocast
+    assert results["val_as_test"]["search"]["strategy"] == "greedy"
+    assert results["val_as_test"]["bleu"] == pytest.approx(results["best_val_bleu"], abs=0.01)

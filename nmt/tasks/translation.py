@@ -5,6 +5,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import torch
 from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
@@ -121,7 +122,11 @@ class TranslationTask(Task):
         update_target_metrics(metrics, logits, batch["tgt_out"], nll, tokens)
         if not self.decodes_now(module):
             return
-        outputs = decode(module.model, batch["src"], BOS_ID, EOS_ID, self.val_search)
+        # decoded as evaluate.py decodes, in the weights' own precision: the score is the one evaluate.py
+        # gives these weights, and no step casts the weights again (under a mixed-precision run's autocast
+        # and Lightning's inference mode, every step of the search cast every weight anew)
+        with torch.autocast(batch["src"].device.type, enabled=False):
+            outputs = decode(module.model, batch["src"], BOS_ID, EOS_ID, self.val_search)
         hypotheses = [module.tgt_tokenizer.decode(ids) for ids in outputs]
         metrics["bleu"].update(hypotheses, [[r] for r in batch["refs"]])
         metrics["chrf"].update(hypotheses, [[r] for r in batch["refs"]])

@@ -25,7 +25,8 @@ class PlainProgress(ProgressBar):
         self._enabled = True
         self._last_time = self._start_time = 0.0
         self._last_step = self._start_step = 0
-        self._last_tokens = 0.0
+        self._last_tokens: float | None = None  # tokens trained on when the last line was printed
+        self._earlier_tokens = 0.0  # of the epochs ended since training started
 
     def disable(self) -> None:
         self._enabled = False
@@ -36,7 +37,18 @@ class PlainProgress(ProgressBar):
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._last_time = self._start_time = time.monotonic()
         self._last_step = self._start_step = trainer.global_step
-        self._last_tokens = 0.0
+        self._last_tokens, self._earlier_tokens = None, 0.0
+
+    @staticmethod
+    def _epoch_tokens(pl_module: L.LightningModule) -> float:
+        counted = getattr(pl_module, "epoch_tokens", None)  # the module's count of the epoch so far
+        return float(counted.sum_value) if counted is not None else 0.0
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # callbacks run before the module's own hook, which resets the epoch's count: keep its total, so that
+        # a line whose interval spans epochs (short epochs on a GPU) counts every token of it
+        if self._enabled and trainer.is_global_zero and self._last_tokens is not None:
+            self._earlier_tokens += self._epoch_tokens(pl_module)
 
     def _planned_steps(self, trainer: L.Trainer) -> int | None:
         if trainer.max_steps and trainer.max_steps > 0:
@@ -47,13 +59,17 @@ class PlainProgress(ProgressBar):
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch, batch_idx) -> None:
         now = time.monotonic()
-        if not (self._enabled and trainer.is_global_zero) or now - self._last_time < self.every_s:
+        if not (self._enabled and trainer.is_global_zero):
             return
+        if self._last_tokens is None:
+            # the first batch after the start: the baseline (a resumed run restores its epoch's count only
+            # at that batch's start, and those tokens were not trained on in this sitting)
+            self._last_time, self._last_tokens = now, self._epoch_tokens(pl_module)
+            return
+        if now - self._last_time < self.every_s:
+            return
+        tokens = self._earlier_tokens + self._epoch_tokens(pl_module)
         step, metrics = trainer.global_step, trainer.callback_metrics
-        tokens_metric = getattr(pl_module, "epoch_tokens", None)
-        tokens = float(tokens_metric.sum_value) if tokens_metric is not None else 0.0
-        if tokens < self._last_tokens:  # a new epoch started counting from zero
-            self._last_tokens = 0.0
         speed = (tokens - self._last_tokens) / max(now - self._last_time, 1e-9)
         planned = self._planned_steps(trainer)
         parts = [f"[train] update {step}" + (f"/{planned}" if planned else "")]
