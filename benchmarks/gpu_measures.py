@@ -364,6 +364,8 @@ def whole_recipe(
             profile = {"host_profile": host_profile(log)}
         except (OSError, RuntimeError) as err:
             profile = {"host_profile": {"error": str(err)}}
+        trace = run_dir / "trace.json"  # benchmarks/profiled_train.py's op-level trace after the warm-up
+        profile["trace"] = json.loads(trace.read_text()) if trace.is_file() else {"error": f"no {trace.name}"}
     return {
         "wall_s": wall,
         "ms_per_update": ms_per_update,

@@ -229,6 +229,20 @@ def table(results: dict) -> str:
                 f"{action['ms_per_call']:.2f} ms a call, {action['calls']} calls, {action['total_s']:.1f} s",
             )
 
+    def trace_rows(trace, of: str) -> None:
+        if not isinstance(trace, dict) or "error" in trace:
+            if trace is not None:
+                row(f"op-level trace{of} (torch.profiler)", reason(trace or {}))
+            return
+        for part, t in trace.items():
+            row(
+                f"op-level trace{of}, {part}, per {t['unit']}",
+                f"{t['wall_ms_per_unit']:.1f} ms; {t['operator_calls_per_unit']:.0f} operator calls, "
+                f"{t['kernel_launches_per_unit']:.0f} kernel and {t['graph_launches_per_unit']:.0f} graph launches, "
+                f"{t['copies_per_unit']:.1f} copies, {t['host_waits_ms_per_unit']:.1f} ms of host waits, device busy "
+                f"{t['device_busy_ms_per_unit']:.2f} ms (over {t['units']})",
+            )
+
     for name in results.get("session", {}).get("order", []):
         entry = results.get(name, {})
         if name in ("none", "every"):
@@ -290,6 +304,7 @@ def table(results: dict) -> str:
                     f"{entry['best_val_bleu']}, test BLEU {entry['test_bleu']}{cut}",
                 )
                 profile_rows(entry.get("host_profile"), " in the whole recipe")
+                trace_rows(entry.get("trace"), " in the whole recipe")
             else:
                 row("whole recipe", reason(entry))
     return "\n".join(rows)

@@ -92,7 +92,7 @@ def test_all_measures_in_order_within_a_budget_and_writes_after_each(monkeypatch
 def test_the_whole_recipe_keeps_to_its_budget_and_says_when_the_cap_cut_it(monkeypatch, tmp_path):
     """--all's last measurement trains the whole recipe in the budget left: its training is capped so that
     start-up and the test decode still fit, and the result says the cap, not early stopping, ended it."""
-    from benchmarks import gpu_measures
+    from benchmarks import gpu_measures, gpu_session
 
     monkeypatch.setattr(gpu_measures, "RECIPE_OVERHEAD_S", 60)
     extra = ["threads=1", gpu_measures.PROFILER]
@@ -103,4 +103,12 @@ def test_the_whole_recipe_keeps_to_its_budget_and_says_when_the_cap_cut_it(monke
     # the host's profile of the updates after the first 5
     batches = {a["action"]: a for a in run["host_profile"]}["run_training_batch"]
     assert batches["calls"] == run["updates"] - 5
+    # and torch.profiler's trace of 20 updates after those 5, then of the next validation epoch
+    training, validation = run["trace"]["training"], run["trace"]["validation"]
+    assert training["units"] == 20 and training["operator_calls_per_unit"] > 100
+    assert validation["unit"] == "validation batch" and validation["units"] >= 1
+    assert (tmp_path / "full" / "trace_validation.txt").read_text().count("aten::") > 10
+    assert "op-level trace in the whole recipe, validation" in gpu_session.table(
+        {"session": {"order": ["full"]}, "full": {**run, "overrides": extra}}
+    )
     assert yaml.safe_load((tmp_path / "full" / "config.yaml").read_text())["trainer"]["max_time"] == "00:00:00:08"
