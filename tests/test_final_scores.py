@@ -107,3 +107,20 @@ def test_mixed_precision_validation_decodes_as_the_final_score_does(tmp_path, mo
     assert under_autocast and not any(under_autocast)  # each validation batch, none under autocast
     assert results["val_as_test"]["search"]["strategy"] == "greedy"
     assert results["val_as_test"]["bleu"] == pytest.approx(results["best_val_bleu"], abs=0.01)
+
+
+@pytest.mark.parametrize(
+    ("limits", "ended_by"),
+    [
+        (["trainer.max_epochs=1"], "max_epochs"),
+        (["trainer.max_epochs=50", "trainer.max_steps=3"], "max_steps"),
+        (["trainer.max_epochs=50", "early_stopping.monitor=val_loss", "early_stopping.mode=max"], "early stopping"),
+        (["trainer.max_epochs=10000", "+trainer.max_time=00:00:00:03"], "max_time"),
+    ],
+)
+def test_results_say_what_ended_the_training(tmp_path, limits, ended_by):
+    """A run cut short by a cap on its time says so: it is not trained to its end (a sweep's report warns)."""
+    patience = ["early_stopping.patience=1"] if ended_by == "early stopping" else []  # the loss falls: max never
+    results = train(compose_train(*limits, *patience, *NO_FINAL_SCORES, "threads=1", f"run_dir={tmp_path / 'r'}"))
+    assert results["ended_by"] == ended_by
+    assert json.loads((tmp_path / "r" / "results.json").read_text())["ended_by"] == ended_by

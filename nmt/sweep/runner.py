@@ -246,6 +246,7 @@ def run_record(run_dir: Path, factors: dict, seed: int) -> dict:
         "report_metric": task.report_metric,
         "epochs": results["epochs"],
         "steps": results["steps"],
+        "ended_by": results.get("ended_by"),  # absent from runs made before it was recorded
         "parameters": results["parameters"],
         "wall_time_s": results["wall_time_s"],  # every sitting of a run that was killed and resumed
         "run_dir": str(run_dir),

@@ -30,6 +30,9 @@ def what_ran(doc: Document, facts: dict, factors: list[str], levels: dict, metri
     if facts.get("parameters"):
         sizes = facts["parameters"]
         rows.append(["parameters", f"{sizes[0]:,}" if len(sizes) == 1 else f"{sizes[0]:,} to {sizes[-1]:,}"])
+    ended = facts.get("ended_by") or {}
+    if ended:
+        rows.append(["runs ended by", ", ".join(f"{reason} ({count})" for reason, count in ended.items())])
     rows.append(["seeds", ", ".join(str(s) for s in facts.get("seeds", [])) or "none"])
     planned, finished, failed = facts.get("planned"), facts.get("finished", 0), facts.get("failed") or []
     runs = f"{finished} finished"
@@ -48,6 +51,12 @@ def what_ran(doc: Document, facts: dict, factors: list[str], levels: dict, metri
     doc.table(["", ""], rows)
     if len(codes) > 1:
         doc.paragraph(f"**Warning:** the runs were made by {len(codes)} code versions: {', '.join(codes)}.")
+    if ended.get("max_time"):
+        doc.paragraph(
+            f"**Warning:** {ended['max_time']} run(s) were ended by `trainer.max_time`, a cap on the time, not by "
+            "their recipe's own end (early stopping, max_steps or max_epochs): they are not trained to their end, "
+            "and their scores are those of shorter training."
+        )
     if failed:
         doc.paragraph(
             "Failed runs are left out of every statistic; the design is unbalanced where they are missing "

@@ -48,6 +48,8 @@ def describe(sweep_dir: Path, records: list[dict]) -> dict:
     facts["parameters"] = sorted({int(r["parameters"]) for r in records if r.get("parameters")})
     facts["epochs"] = sorted({int(r["epochs"]) for r in records if r.get("epochs") is not None})
     facts["steps"] = sorted({int(r["steps"]) for r in records if r.get("steps") is not None})
+    ended = [r["ended_by"] for r in records if r.get("ended_by")]
+    facts["ended_by"] = {reason: ended.count(reason) for reason in sorted(set(ended))}
     facts["wall_time_h"] = sum(r.get("wall_time_s") or 0 for r in records) / 3600
     codes, choices, config = set(), {}, None
     for r in records:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import lightning as L
 from lightning.fabric.plugins.environments import SLURMEnvironment
-from lightning.pytorch.callbacks import Callback, ThroughputMonitor
+from lightning.pytorch.callbacks import Callback, EarlyStopping, ThroughputMonitor, Timer
 from lightning.pytorch.trainer.states import RunningStage
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
@@ -100,6 +100,22 @@ def _training_ends(trainer: L.Trainer, updates_to_come: int = 0) -> bool:
     steps = loop.max_steps != -1 and trainer.global_step + updates_to_come >= loop.max_steps
     epochs = loop.max_epochs not in (None, -1) and loop.epoch_progress.current.processed >= loop.max_epochs
     return steps or epochs or (trainer.should_stop and loop._can_stop_early)
+
+
+def what_ended(trainer: L.Trainer) -> str:
+    """What ended a training that ran to its end: "early stopping", "max_steps", "max_epochs" or "max_time"
+    (``trainer.max_time``, a cap on the time, not the recipe's stopping rule); "unknown" when none says so."""
+    if any(isinstance(c, EarlyStopping) and c.stopped_epoch > 0 for c in trainer.callbacks):
+        return "early stopping"
+    loop = trainer.fit_loop
+    if loop.max_steps not in (None, -1) and trainer.global_step >= loop.max_steps:
+        return "max_steps"
+    if loop.max_epochs not in (None, -1) and loop.epoch_progress.current.processed >= loop.max_epochs:
+        return "max_epochs"
+    timers = [c for c in trainer.callbacks if isinstance(c, Timer)]
+    if any(t.time_remaining("train") is not None and t.time_remaining("train") <= 0 for t in timers):
+        return "max_time"
+    return "unknown"
 
 
 def _start_next_epoch(trainer: L.Trainer) -> None:

@@ -22,7 +22,7 @@ from nmt.inference.loading import load_model
 from nmt.models.build import count_parameters
 from nmt.tasks import build_task
 from nmt.tasks.base import FINAL_RESULTS
-from nmt.training.callbacks import WallClock
+from nmt.training.callbacks import WallClock, what_ended
 from nmt.training.config import check_config, describe_recipe
 from nmt.training.loggers import log_results_to_wandb
 from nmt.training.module import TaskModule
@@ -284,6 +284,7 @@ def _train_in_folder(cfg: DictConfig, task, run_dir: Path, config: dict, main_pr
         raise SystemExit(130 if signal_name == "SIGINT" else 143) from None
 
     fit_end = time.time()
+    ended_by = what_ended(trainer)  # before the final weights' validation below
     final_metrics = {k: _float(v) for k, v in trainer.callback_metrics.items()}
     if not is_smoke_run(config):
         final_metrics.update(_validate_final_weights(cfg, trainer, module, datamodule, checkpoint_dir))
@@ -298,6 +299,7 @@ def _train_in_folder(cfg: DictConfig, task, run_dir: Path, config: dict, main_pr
         "best_" + cfg.checkpoint.monitor: _float(best.best_model_score),
         "epochs": trainer.current_epoch,
         "steps": trainer.global_step,
+        "ended_by": ended_by,  # max_time: cut short by a time cap, not trained to its end
         "parameters": count_parameters(model),
         "wall_time_s": None,  # below, once the final scores are in
         "final_metrics": final_metrics,
