@@ -32,6 +32,7 @@ from benchmarks.gpu_measures import (
     device_name,
     greedy_validation_seconds,
     mfu_output,
+    run_validation_seconds,
     speed_means,
     whole_recipe,
 )
@@ -84,6 +85,11 @@ def main(argv: list[str] | None = None) -> dict:
         results["greedy_validation_s"], results["validation_sentences"] = seconds, sentences
         print(
             f"{results['ms_per_update']:.1f} ms per update; greedy validation of {sentences} sentences {seconds:.2f} s"
+        )
+        in_run, _, precision = run_validation_seconds(folder / f"runs{alone}_0", args.device)
+        results["run_validation_s"] = in_run
+        print(
+            f"validation as a run pays it (Lightning's loop, {precision}: loss, greedy search, scores): {in_run:.2f} s"
         )
         if args.model:
             results["greedy_validation_given_model_s"], _ = greedy_validation_seconds(Path(args.model), args.device)

@@ -276,6 +276,61 @@ def _time_validation(checkpoint: Path, device: str) -> tuple[float, int]:
     return time.perf_counter() - started, len(sources)
 
 
+def run_validation_seconds(model: Path, device: str, precision: str = "auto") -> tuple[float, int, str]:
+    """Seconds of one validation epoch as a run pays it, with ``model`` (a run folder or a checkpoint):
+    Lightning's validation loop at the run's precision (``auto``: bf16-mixed where the device has bf16
+    units), over the run's own validation batches, with the loss, the greedy search and the scores. The
+    second of two epochs (the first warms up). Returns (seconds, sentences, precision)."""
+    import lightning as L
+    from omegaconf import OmegaConf
+
+    from nmt.data.tokenizer import PAD_ID
+    from nmt.inference.loading import load_model
+    from nmt.tasks import build_task, task_config
+    from nmt.training.module import TaskModule
+    from nmt.training.trainer import resolve_precision
+    from nmt.utils.instantiate import instantiate
+
+    checkpoint = model if model.suffix == ".ckpt" else model / "checkpoints" / "last.ckpt"
+    loaded = load_model(checkpoint, device="cpu")
+    cfg = OmegaConf.create(loaded.config)
+    task_cfg = dict(task_config(loaded.config))
+    if "bleu_every_n_epochs" in task_cfg:  # every validation decodes, as the epochs whose BLEU a run computes
+        task_cfg["bleu_every_n_epochs"] = 1
+    task = build_task(task_cfg)
+    datamodule = task.build_datamodule(cfg.data, cfg.cache_dir, cfg.seed)
+    datamodule.set_tokenizers(loaded.src_tokenizer, loaded.tgt_tokenizer)
+    module = TaskModule(
+        task=task,
+        model=loaded.model,
+        loss=instantiate(cfg.smoothing, pad_id=PAD_ID),
+        optimizer=None,
+        scheduler=None,
+        src_tokenizer=loaded.src_tokenizer,
+        tgt_tokenizer=loaded.tgt_tokenizer,
+        config=loaded.config,
+        val_metrics=task.validation_metrics(datamodule),
+    )
+    accelerator = "gpu" if device == "cuda" else "cpu"
+    precision = resolve_precision(precision, accelerator)
+    trainer = L.Trainer(
+        accelerator=accelerator,
+        devices=1,
+        precision=precision,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    trainer.validate(module, datamodule=datamodule, verbose=False)  # warm-up: the device, the batches
+    started = time.perf_counter()
+    scores = trainer.validate(module, datamodule=datamodule, verbose=False)
+    seconds = time.perf_counter() - started
+    if "val_bleu" not in scores[0]:
+        raise RuntimeError(f"the validation decoded nothing (no val_bleu among {sorted(scores[0])})")
+    return seconds, len(datamodule.text("val")[0]), precision
+
+
 def speed_means(device: str, data: str, steps: int, extra: list[str]) -> dict:
     """ms per update alone for each row of MEANS (cumulative), then greedy validation reading which
     sentences ended every step against every few steps."""

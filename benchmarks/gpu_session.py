@@ -18,6 +18,7 @@ from benchmarks.gpu_measures import (
     host_profile,
     means_overrides,
     mfu_output,
+    run_validation_seconds,
     whole_recipe,
 )
 from nmt.sweep.mps import MpsError, machine_wide_daemon
@@ -107,6 +108,13 @@ class Session:
                 except Exception as err:  # noqa: BLE001
                     timings[key] = {"error": f"{type(err).__name__}: {err}"}
                 self.write()
+            key = f"{label}, as a run validates (Lightning's loop: the loss, the search, the scores)"
+            try:
+                seconds, sentences, precision = run_validation_seconds(model, self.args.device)
+                timings[key] = {"seconds": seconds, "sentences": sentences, "precision": precision}
+            except Exception as err:  # noqa: BLE001
+                timings[key] = {"error": f"{type(err).__name__}: {err}"}
+            self.write()
         return timings
 
     def sharing(self) -> dict:

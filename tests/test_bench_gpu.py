@@ -18,6 +18,7 @@ def test_the_gpu_benchmark_runs_end_to_end_on_the_cpu(tmp_path):
     assert results["ms_per_update"] > 0 and len(results["runs_2"]["updates_per_s_each"]) == 2
     assert results["runs_2"]["updates_per_s_total"] == pytest.approx(sum(results["runs_2"]["updates_per_s_each"]))
     assert results["greedy_validation_s"] > 0 and results["validation_sentences"] > 0
+    assert results["run_validation_s"] > 0  # the same model's validation in Lightning's loop
     assert (tmp_path / "r.json").is_file()
 
 
@@ -73,20 +74,22 @@ def test_all_measures_in_order_within_a_budget_and_writes_after_each(monkeypatch
     # cleared after the first third of the 30 updates: the report holds the last 20 only
     assert actions["run_training_batch"]["calls"] == 20 and actions["run_training_batch"]["ms_per_call"] > 0
     timings = {k: v for k, v in results["validation"].items() if k != "wall_s"}
-    assert set(timings) == {"trained 30 updates, a read every 1", "trained 30 updates, a read every 8"}
+    in_run = "trained 30 updates, as a run validates (Lightning's loop: the loss, the search, the scores)"
+    assert set(timings) == {"trained 30 updates, a read every 1", "trained 30 updates, a read every 8", in_run}
     assert all(t["seconds"] > 0 and t["sentences"] > 0 for t in timings.values())
+    assert timings[in_run]["precision"] in ("bf16-mixed", "32-true")  # the run's, as precision=auto chooses
     assert len(results["sharing"]["runs_2"]["updates_per_s_each"]) == 2 and "runs_4" not in results["sharing"]
     assert results["full"]["skipped"].endswith("at least 1000000 needed")
     assert "mfu" not in results and not list(tmp_path.glob("*.partial"))
     # --table: the rows of BENCHMARKS.md, each figure as measured, and why one is missing
     lines = gpu_session.table(results).splitlines()
     p = len(profile)
-    assert len(lines) == 2 + 1 + 1 + 1 + p + 2 + 1 + 1 and all(line.count(" | ") == 1 for line in lines[2:])
+    assert len(lines) == 2 + 1 + 1 + 1 + p + 3 + 1 + 1 and all(line.count(" | ") == 1 for line in lines[2:])
     assert f"| {results['none']['ms_per_update']:.1f} ms |" in lines[2]
     assert lines[3].startswith("| update alone, + a means that fails | failed: ")
     assert lines[5].startswith(f"| host time, {profile[0]['action']} | ")
-    assert lines[7 + p].startswith("| 2 runs sharing the device, taking turns | ")
-    assert lines[8 + p].startswith("| whole recipe | skipped: ")
+    assert lines[8 + p].startswith("| 2 runs sharing the device, taking turns | ")
+    assert lines[9 + p].startswith("| whole recipe | skipped: ")
 
 
 def test_the_whole_recipe_keeps_to_its_budget_and_says_when_the_cap_cut_it(monkeypatch, tmp_path):
