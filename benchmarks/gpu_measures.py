@@ -16,8 +16,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import yaml
-
 ROOT = Path(__file__).resolve().parents[1]
 
 # each row of --means adds its overrides to those of the rows above it
@@ -66,11 +64,13 @@ def device_name(device: str) -> str:
 PROFILER = "+trainer.profiler=simple"  # Lightning's host timer around each loop step and hook (see host_profile)
 
 
-def train_program(extra: list[str], profile_after: int) -> list[str]:
+def train_program(extra: list[str], profile_after: int, trace: bool = False) -> list[str]:
     """``train.py``; with :data:`PROFILER` among ``extra``, the same with the profiler cleared after
-    ``profile_after`` updates (compiling and recording graphs are done by then)."""
+    ``profile_after`` updates (compiling and recording graphs are done by then); ``trace``: and an op-level
+    trace of some updates and a validation epoch after them (``benchmarks/profiled_train.py``)."""
     if PROFILER in extra:
-        return [sys.executable, "-m", "benchmarks.profiled_train", "--after", str(profile_after)]
+        program = [sys.executable, "-m", "benchmarks.profiled_train", "--after", str(profile_after)]
+        return [*program, "--trace"] if trace else program
     return [sys.executable, str(ROOT / "train.py")]
 
 
@@ -390,7 +390,13 @@ def whole_recipe(
     comes with it (the profiler's own cost is in the wall time then)."""
     trainer = ["trainer=gpu"] if device == "cuda" else ["trainer.accelerator=cpu"]
     no_val_decode = "val_after_training=false"
-    command = [*train_program(extra, profile_after), f"data={data}", *trainer, no_val_decode, *in_folder(run_dir)]
+    command = [
+        *train_program(extra, profile_after, trace=True),
+        f"data={data}",
+        *trainer,
+        no_val_decode,
+        *in_folder(run_dir),
+    ]
     command += extra
     cap = None
     if budget_s is not None:
@@ -402,13 +408,7 @@ def whole_recipe(
     run_logged(command, log, budget_s)
     wall = time.perf_counter() - started
     done = json.loads((run_dir / "results.json").read_text())
-    max_steps = (yaml.safe_load((run_dir / "config.yaml").read_text()).get("trainer") or {}).get("max_steps")
-    # cut short: stopped before its last update by the cap (its training time reached it), not by early stopping
-    cut = (
-        cap is not None
-        and (max_steps is None or max_steps < 0 or done.get("steps", 0) < max_steps)
-        and done.get("wall_time_s", 0) >= 0.95 * cap
-    )
+    cut = cap is not None and done.get("ended_by") == "max_time"  # the cap ended it, not the recipe's own end
     try:
         ms_per_update = 1000.0 / updates_per_second(run_dir)
     except (OSError, RuntimeError):

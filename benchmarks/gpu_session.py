@@ -243,6 +243,8 @@ def table(results: dict) -> str:
                 row(f"op-level trace{of} (torch.profiler)", reason(trace or {}))
             return
         for part, t in trace.items():
+            if not isinstance(t, dict):  # a fact beside the parts (when the simple profiler was cleared)
+                continue
             row(
                 f"op-level trace{of}, {part}, per {t['unit']}",
                 f"{t['wall_ms_per_unit']:.1f} ms; {t['operator_calls_per_unit']:.0f} operator calls, "

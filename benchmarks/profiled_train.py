@@ -1,12 +1,13 @@
-"""``python -m benchmarks.profiled_train --after N [train.py overrides]``: ``train.py`` with Lightning's simple
-profiler (``+trainer.profiler=simple``) cleared after a warm-up of N updates, so that its report
+"""``python -m benchmarks.profiled_train --after N [--trace] [train.py overrides]``: ``train.py`` with
+Lightning's simple profiler (``+trainer.profiler=simple``) cleared after a warm-up of N updates, so that its report
 (printed when ``fit`` ends) holds the steady state: the host's time per loop step and hook once compiling
 and CUDA-graph recording are done, not their minutes spread over a few hundred updates.
 
-After the warm-up, PyTorch's profiler also traces :data:`TRACED_UPDATES` updates and then the next
-validation epoch, op by op (:class:`TraceOnce`): what the host spends its time on inside a step (operator
-calls, kernel launches, waits for the device) and how long the device was busy, which the loop-level
-report cannot say."""
+With ``--trace``, PyTorch's profiler first traces :data:`TRACED_UPDATES` updates after the warm-up and then
+the next validation epoch, op by op (:class:`TraceOnce`): what the host spends its time on inside a step
+(operator calls, kernel launches, waits for the device) and how long the device was busy, which the
+loop-level report cannot say. The simple profiler is then cleared once the trace is done, so that the
+tracing's own cost stays out of its report."""
 
 import json
 import runpy
@@ -23,16 +24,20 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 class ClearProfilerAfter(Callback):
-    """Forget every duration recorded before update ``after`` (once)."""
+    """Forget every duration recorded before update ``after`` (once), or, with ``trace``, before the end
+    of that trace, whichever comes later; the update it cleared at goes into the trace's summary."""
 
-    def __init__(self, after: int) -> None:
-        self.after, self.done = after, False
+    def __init__(self, after: int, trace: "TraceOnce | None" = None) -> None:
+        self.after, self.trace, self.done = after, trace, False
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
         recorded = getattr(trainer.profiler, "recorded_durations", None)  # the simple profiler's
-        if not self.done and trainer.global_step >= self.after and recorded is not None:
+        traced = self.trace is None or self.trace.state == "done"
+        if not self.done and traced and trainer.global_step >= self.after and recorded is not None:
             recorded.clear()  # actions in progress (the epoch, this batch) still record when they end
             self.done = True
+            if self.trace is not None:
+                self.trace.note(trainer, simple_profiler_cleared_at_update=trainer.global_step)
 
 
 TRACED_UPDATES = 20
@@ -68,14 +73,24 @@ def trace_summary(profile, seconds: float, units: int, unit: str) -> dict:
 
 
 class TraceOnce(Callback):
-    """torch.profiler over ``updates`` training updates from update ``after``, then over the next whole
-    validation epoch; writes ``trace.json`` (:func:`trace_summary` of each) and ``trace_training.txt``,
-    ``trace_validation.txt`` (the operators by host time, and by device time on a GPU) into the run folder."""
+    """torch.profiler over ``updates`` training updates from update ``after`` (fewer when a validation comes
+    first), then over the next whole validation epoch; writes ``trace.json`` (:func:`trace_summary` of each)
+    and ``trace_training.txt``, ``trace_validation.txt`` (the operators by host time, and by device time on a
+    GPU) into the run folder."""
 
     def __init__(self, after: int, updates: int = TRACED_UPDATES) -> None:
         self.after, self.updates = after, updates
         self.state, self.profile, self.started, self.first, self.batches = "wait", None, 0.0, 0, 0
         self.summaries: dict = {}
+
+    def setup(self, trainer, pl_module, stage: str) -> None:
+        init = getattr(torch.profiler._utils, "_init_for_cuda_graphs", None)
+        if torch.cuda.is_available() and init is not None:
+            init()  # torch's own step before tracing a process that records CUDA graphs (compile=reduce-overhead)
+
+    def note(self, trainer, **facts) -> None:
+        self.summaries.update(facts)
+        (Path(trainer.default_root_dir) / "trace.json").write_text(json.dumps(self.summaries, indent=1))
 
     def _start(self) -> None:
         activities = [torch.profiler.ProfilerActivity.CPU]
@@ -90,18 +105,14 @@ class TraceOnce(Callback):
             torch.cuda.synchronize()
         seconds = time.perf_counter() - self.started
         self.profile.__exit__(None, None, None)
-        folder = Path(trainer.default_root_dir)
         events = self.profile.key_averages()
         tables = [events.table(sort_by="self_cpu_time_total", row_limit=30)]
         if torch.cuda.is_available():
-            try:
-                tables.append(events.table(sort_by="self_device_time_total", row_limit=30))
-            except (KeyError, AttributeError, ValueError):  # the older name of the column
-                tables.append(events.table(sort_by="self_cuda_time_total", row_limit=30))
-        (folder / f"trace_{part}.txt").write_text("\n\n".join(tables))
-        self.summaries[part] = trace_summary(self.profile, seconds, units, unit)
-        (folder / "trace.json").write_text(json.dumps(self.summaries, indent=1))
+            tables.append(events.table(sort_by="self_device_time_total", row_limit=30))
+        (Path(trainer.default_root_dir) / f"trace_{part}.txt").write_text("\n\n".join(tables))
+        summary = trace_summary(self.profile, seconds, units, unit)
         self.profile = None
+        self.note(trainer, **{part: summary})
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx: int) -> None:
         if self.state == "wait" and trainer.global_step >= self.after and trainer.is_global_zero:
@@ -114,7 +125,12 @@ class TraceOnce(Callback):
             self.state = "wait validation"
 
     def on_validation_epoch_start(self, trainer, pl_module) -> None:
-        if self.state == "wait validation" and not trainer.sanity_checking:
+        if trainer.sanity_checking:
+            return
+        if self.state == "training":  # an epoch ended inside the window: its updates alone, not the validation
+            self._stop(trainer, "training", trainer.global_step - self.first, "update")
+            self.state = "wait validation"
+        if self.state == "wait validation":
             self.state, self.batches = "validation", 0
             self._start()
 
@@ -128,21 +144,23 @@ class TraceOnce(Callback):
             self.state = "done"
 
     def on_train_end(self, trainer, pl_module) -> None:
-        if self.profile is not None:  # training ended inside a traced stretch: keep what it holds
-            self._stop(trainer, self.state, max(trainer.global_step - self.first, self.batches), "part")
+        if self.state == "training":  # training ended inside the window: keep what it holds
+            self._stop(trainer, "training", trainer.global_step - self.first, "update")
+        elif self.state == "validation":
+            self._stop(trainer, "validation", self.batches, "validation batch")
+        self.state = "done"
 
 
 def main() -> None:
+    usage = "usage: python -m benchmarks.profiled_train --after UPDATES [--trace] [train.py overrides]"
     if sys.argv[1:2] != ["--after"] or len(sys.argv) < 3:
-        raise SystemExit("usage: python -m benchmarks.profiled_train --after UPDATES [train.py overrides]")
+        raise SystemExit(usage)
     after = int(sys.argv[2])
-    del sys.argv[1:3]
+    trace = TraceOnce(after) if sys.argv[3:4] == ["--trace"] else None
+    del sys.argv[1 : 4 if trace else 3]
     build = trainer_module._callbacks
-    trainer_module._callbacks = lambda *args, **kwargs: [
-        *build(*args, **kwargs),
-        ClearProfilerAfter(after),
-        TraceOnce(after),
-    ]
+    ours = [ClearProfilerAfter(after, trace), *([trace] if trace else [])]
+    trainer_module._callbacks = lambda *args, **kwargs: [*build(*args, **kwargs), *ours]
     script = ROOT / "train.py"
     sys.argv[0] = str(script)
     runpy.run_path(str(script), run_name="__main__")

@@ -604,3 +604,16 @@ def test_vectorised_bleu_equals_sacrebleu_on_every_kind_of_statistics():
     # equal to the last bit or two: numpy's vectorised exp/log (AVX-512 where the CPU has it) and the C
     # library's scalar ones may round the last bit differently
     np.testing.assert_allclose(corpus_scores(rows), theirs, rtol=1e-14, atol=0)
+
+
+def test_the_report_says_what_ended_each_run_and_warns_of_runs_cut_by_a_time_cap(tmp_path):
+    """Two runs cut by trainer.max_time, eight ended by early stopping, two made before ended_by was recorded."""
+    ended = ["max_time"] * 2 + ["early stopping"] * 8 + [None] * 2
+    synthetic_sweep(tmp_path, [{**r, "ended_by": e} if e else r for r, e in zip(RECORDS, ended, strict=True)])
+    report = write_report(tmp_path).read_text()
+    row = "| runs ended by | early stopping (8), max_time (2); not recorded (2: runs made before it was) |"
+    assert row in report
+    assert "**Warning:** 2 run(s) were ended by `trainer.max_time`" in report
+    lines = (tmp_path / "results.csv").read_text().splitlines()
+    column = lines[0].split(",").index("ended_by")
+    assert sorted(line.split(",")[column] for line in lines[1:]) == ["", ""] + ["early stopping"] * 8 + ["max_time"] * 2

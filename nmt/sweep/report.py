@@ -154,13 +154,15 @@ def _write_csv(path: Path, records: list[dict], factors: list[str]) -> None:
     metric_names = sorted({m for r in records for m in r["metrics"]})
     with atomic_path(path) as tmp, open(tmp, "w", newline="") as handle:
         writer = csv.writer(handle)
-        writer.writerow([*factors, "seed", *metric_names, "epochs", "steps", "parameters", "wall_time_s", "run_dir"])
+        writer.writerow(
+            [*factors, "seed", *metric_names, "epochs", "steps", "ended_by", "parameters", "wall_time_s", "run_dir"]
+        )
         for r in records:
             writer.writerow(
                 [r["factors"].get(f) for f in factors]
                 + [r["seed"]]
                 + [r["metrics"].get(m) for m in metric_names]
-                + [r.get(k) for k in ("epochs", "steps", "parameters", "wall_time_s", "run_dir")]
+                + [r.get(k) for k in ("epochs", "steps", "ended_by", "parameters", "wall_time_s", "run_dir")]
             )
 
 

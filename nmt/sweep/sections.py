@@ -32,7 +32,10 @@ def what_ran(doc: Document, facts: dict, factors: list[str], levels: dict, metri
         rows.append(["parameters", f"{sizes[0]:,}" if len(sizes) == 1 else f"{sizes[0]:,} to {sizes[-1]:,}"])
     ended = facts.get("ended_by") or {}
     if ended:
-        rows.append(["runs ended by", ", ".join(f"{reason} ({count})" for reason, count in ended.items())])
+        text = ", ".join(f"{reason} ({count})" for reason, count in ended.items())
+        unrecorded = facts.get("finished", 0) - sum(ended.values())
+        text += f"; not recorded ({unrecorded}: runs made before it was)" if unrecorded > 0 else ""
+        rows.append(["runs ended by", text])
     rows.append(["seeds", ", ".join(str(s) for s in facts.get("seeds", [])) or "none"])
     planned, finished, failed = facts.get("planned"), facts.get("finished", 0), facts.get("failed") or []
     runs = f"{finished} finished"

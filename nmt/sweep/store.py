@@ -24,6 +24,7 @@ RECORD_KEYS = (
     "report_metric",
     "epochs",
     "steps",
+    "ended_by",
     "parameters",
     "wall_time_s",
     "lowercase",  # its BLEU and chrF ignore case (a model writing lowercase text)

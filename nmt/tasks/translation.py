@@ -123,8 +123,8 @@ class TranslationTask(Task):
         if not self.decodes_now(module):
             return
         # decoded as evaluate.py decodes, in the weights' own precision: the score is the one evaluate.py
-        # gives these weights, and no step casts the weights again (under a mixed-precision run's autocast
-        # and Lightning's inference mode, every step of the search cast every weight anew)
+        # gives these weights, and no step casts the weights again (a mixed-precision run's autocast, which
+        # Lightning creates without its cache of cast weights, cast every weight anew at every step)
         with torch.autocast(batch["src"].device.type, enabled=False):
             outputs = decode(module.model, batch["src"], BOS_ID, EOS_ID, self.val_search)
         hypotheses = [module.tgt_tokenizer.decode(ids) for ids in outputs]

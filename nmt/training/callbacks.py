@@ -105,17 +105,27 @@ def _training_ends(trainer: L.Trainer, updates_to_come: int = 0) -> bool:
 def what_ended(trainer: L.Trainer) -> str:
     """What ended a training that ran to its end: "early stopping", "max_steps", "max_epochs" or "max_time"
     (``trainer.max_time``, a cap on the time, not the recipe's stopping rule); "unknown" when none says so."""
-    if any(isinstance(c, EarlyStopping) and c.stopped_epoch > 0 for c in trainer.callbacks):
-        return "early stopping"
     loop = trainer.fit_loop
+    # should_stop: early stopping decided in this sitting (its state, restored on resume, may be older)
+    if trainer.should_stop and any(_stopped_early(c) for c in trainer.callbacks if isinstance(c, EarlyStopping)):
+        return "early stopping"
     if loop.max_steps not in (None, -1) and trainer.global_step >= loop.max_steps:
         return "max_steps"
-    if loop.max_epochs not in (None, -1) and loop.epoch_progress.current.processed >= loop.max_epochs:
+    # an epoch cut short (by the time cap) counts as processed too: max_epochs only when the last one ran whole
+    whole = loop.epoch_loop.batch_progress.is_last_batch
+    if loop.max_epochs not in (None, -1) and loop.epoch_progress.current.processed >= loop.max_epochs and whole:
         return "max_epochs"
     timers = [c for c in trainer.callbacks if isinstance(c, Timer)]
     if any(t.time_remaining("train") is not None and t.time_remaining("train") <= 0 for t in timers):
         return "max_time"
     return "unknown"
+
+
+def _stopped_early(callback: EarlyStopping) -> bool:
+    reason = getattr(callback, "stopping_reason", None)  # newer Lightning: also a stop in epoch 0
+    if reason is not None:
+        return reason.name != "NOT_STOPPED"
+    return callback.stopped_epoch > 0
 
 
 def _start_next_epoch(trainer: L.Trainer) -> None:
