@@ -287,3 +287,21 @@ def test_a_grid_brings_its_own_model_so_its_keys_can_be_set_on_the_command_line(
     key, value = override.split("=")
     assert str(OmegaConf.select(cfg, key)) == value
     assert cfg.hydra.runtime.choices[group] == option
+
+
+def test_the_eta_is_at_the_pace_of_every_process_of_this_sitting(tmp_path):
+    """A parallel launcher's workers each end runs: the pace is the sweep's on disk, not one worker's; runs
+    ended in an earlier sitting count as done but not toward the pace."""
+    import time
+
+    launched = time.time() - 600
+    (tmp_path / sweep.LAUNCHED).write_text(f"{launched:.3f}\n")
+    for i in range(4):
+        (tmp_path / f"run{i}").mkdir()
+        (tmp_path / f"run{i}" / sweep.RESULT).write_text("{}")
+    os.utime(tmp_path / "run0" / sweep.RESULT, (launched - 100, launched - 100))  # an earlier sitting's
+    (tmp_path / "run4").mkdir()
+    (tmp_path / "run4" / sweep.FAILED).write_text("{}")
+    # 4 runs ended in the 600 s of this sitting (3 done, 1 failed), 6 remain: 900 s
+    assert sweep.progress_line(tmp_path, 11, now=launched + 600) == "[sweep] 4/11 done, 1 failed, ETA 15 min"
+    assert sweep.progress_line(tmp_path, 5) == "[sweep] 4/5 done, 1 failed"  # nothing left

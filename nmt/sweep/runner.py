@@ -91,15 +91,21 @@ def stop_with_parent() -> None:
         _PRCTL(pr_set_pdeathsig, signal.SIGTERM)
 
 
-def progress_line(sweep_dir: Path, planned: int, started_at: float, finished_here: int) -> str:
-    """'[sweep] 12/48 done, 1 failed, ETA 1 h 10 min': runs done and failed on disk, the rest at the pace
-    of this sitting."""
-    done = len(list(sweep_dir.glob(f"*/{RESULT}")))
-    failed = len(list(sweep_dir.glob(f"*/{FAILED}")))
-    line = f"[sweep] {done}/{planned} done, {failed} failed"
-    remaining = planned - done - failed
-    if finished_here and remaining > 0:
-        seconds = (time.time() - started_at) / finished_here * remaining
+def progress_line(sweep_dir: Path, planned: int, now: float | None = None) -> str:
+    """'[sweep] 12/48 done, 1 failed, ETA 1 h 10 min': runs done and failed on disk, the rest at the pace of
+    this sitting: the runs every process of it (a parallel launcher's workers too) ended since it was
+    launched."""
+    done = list(sweep_dir.glob(f"*/{RESULT}"))
+    failed = list(sweep_dir.glob(f"*/{FAILED}"))
+    line = f"[sweep] {len(done)}/{planned} done, {len(failed)} failed"
+    remaining = planned - len(done) - len(failed)
+    launched_file = sweep_dir / LAUNCHED
+    if remaining <= 0 or not launched_file.is_file():
+        return line
+    launched = float(launched_file.read_text())
+    ended_here = sum(path.stat().st_mtime >= launched for path in (*done, *failed))
+    if ended_here:
+        seconds = ((now or time.time()) - launched) / ended_here * remaining
         hours, minutes = divmod(round(seconds / 60), 60)
         line += f", ETA {hours} h {minutes} min" if hours else f", ETA {minutes} min"
     return line
@@ -155,7 +161,7 @@ def run_cell(cfg: DictConfig) -> dict | None:
                 atomic_write_json(run_dir / FAILED, {"returncode": None, "error": "the MPS daemon did not answer"})
                 print(f"[sweep] FAILED: {run_dir.name} not started: the MPS daemon ({daemon.folder}) does not answer")
                 here = Path(hydra_cfg.sweep.dir)
-                print(progress_line(here, _plan(here), _SITTING["started"], _SITTING["finished"]), flush=True)
+                print(progress_line(here, _plan(here)), flush=True)
                 return None
             env.update(daemon.env)
             devices = client_devices(devices, visible_gpus())
@@ -182,8 +188,7 @@ def run_cell(cfg: DictConfig) -> dict | None:
         record = run_record(run_dir, factors, int(cfg.seed))
         atomic_write_json(record_path, record)
         (run_dir / FAILED).unlink(missing_ok=True)  # an earlier attempt's, whichever process made it
-    _SITTING["finished"] += 1
-    print(progress_line(sweep_dir, _plan(sweep_dir), _SITTING["started"], _SITTING["finished"]), flush=True)
+    print(progress_line(sweep_dir, _plan(sweep_dir)), flush=True)
     return record
 
 
@@ -203,7 +208,6 @@ def _in_use_elsewhere(run_dir: Path) -> bool:
         return True
 
 
-_SITTING = {"started": time.time(), "finished": 0}  # this process's share of the sweep, for the ETA
 # the MPS daemon and its watch of each sweep this process launched (gpu_mps): kept out of the callback,
 # which the joblib launcher sends to its workers and which therefore holds nothing a thread owns
 _MPS: dict = {}
