@@ -276,12 +276,14 @@ def _time_validation(checkpoint: Path, device: str) -> tuple[float, int]:
     return time.perf_counter() - started, len(sources)
 
 
-def run_validation_seconds(model: Path, device: str, precision: str = "auto") -> tuple[float, int, str]:
+def run_validation_seconds(model: Path, device: str, precision: str | None = None) -> tuple[float, int, str]:
     """Seconds of one validation epoch as a run pays it, with ``model`` (a run folder or a checkpoint):
-    Lightning's validation loop at the run's precision (``auto``: bf16-mixed where the device has bf16
-    units), over the run's own validation batches, with the loss, the greedy search and the scores. The
-    second of two epochs (the first warms up). Returns (seconds, sentences, precision)."""
+    Lightning's validation loop at the run's precision (``precision``: another), over the run's own
+    validation batches, with the loss, the greedy search and the scores, from the epoch's start to the end
+    of its scores (not the data's preparation or the model's copy that ``trainer.validate`` adds around it).
+    The second of two epochs (the first warms up). Returns (seconds, sentences, precision)."""
     import lightning as L
+    import torch
     from omegaconf import OmegaConf
 
     from nmt.data.tokenizer import PAD_ID
@@ -290,6 +292,17 @@ def run_validation_seconds(model: Path, device: str, precision: str = "auto") ->
     from nmt.training.module import TaskModule
     from nmt.training.trainer import resolve_precision
     from nmt.utils.instantiate import instantiate
+
+    class EpochTimer(L.Callback):
+        def on_validation_epoch_start(self, trainer, pl_module) -> None:
+            if device == "cuda":
+                torch.cuda.synchronize()
+            self.started = time.perf_counter()
+
+        def on_validation_end(self, trainer, pl_module) -> None:  # after the epoch's scores are computed
+            if device == "cuda":
+                torch.cuda.synchronize()
+            self.seconds = time.perf_counter() - self.started
 
     checkpoint = model if model.suffix == ".ckpt" else model / "checkpoints" / "last.ckpt"
     loaded = load_model(checkpoint, device="cpu")
@@ -312,7 +325,9 @@ def run_validation_seconds(model: Path, device: str, precision: str = "auto") ->
         val_metrics=task.validation_metrics(datamodule),
     )
     accelerator = "gpu" if device == "cuda" else "cpu"
-    precision = resolve_precision(precision, accelerator)
+    precision = resolve_precision(precision or OmegaConf.select(cfg, "trainer.precision", default="auto"), accelerator)
+    torch.set_float32_matmul_precision(cfg.get("matmul_precision") or "highest")
+    timer = EpochTimer()
     trainer = L.Trainer(
         accelerator=accelerator,
         devices=1,
@@ -321,14 +336,13 @@ def run_validation_seconds(model: Path, device: str, precision: str = "auto") ->
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,
+        callbacks=[timer],
     )
     trainer.validate(module, datamodule=datamodule, verbose=False)  # warm-up: the device, the batches
-    started = time.perf_counter()
     scores = trainer.validate(module, datamodule=datamodule, verbose=False)
-    seconds = time.perf_counter() - started
     if "val_bleu" not in scores[0]:
         raise RuntimeError(f"the validation decoded nothing (no val_bleu among {sorted(scores[0])})")
-    return seconds, len(datamodule.text("val")[0]), precision
+    return timer.seconds, len(datamodule.text("val")[0]), precision
 
 
 def speed_means(device: str, data: str, steps: int, extra: list[str]) -> dict:
@@ -386,8 +400,9 @@ def whole_recipe(
     :data:`RECIPE_OVERHEAD_S` of them for the rest (the result then says whether the cap cut it short). The final
     beam decode of the validation set that a user's run adds (``val_after_training``) is left out, so that
     the figure stays the one measured before it existed. Its ms per update is the median of its later logged
-    rates; with :data:`PROFILER` among ``extra``, the host's time by action after ``profile_after`` updates
-    comes with it (the profiler's own cost is in the wall time then)."""
+    rates; with :data:`PROFILER` among ``extra``, an op-level trace of up to 20 updates after
+    ``profile_after`` and of the next validation epoch comes with it, and the host's time by action after
+    that trace (the profilers' own cost is in the wall time then)."""
     trainer = ["trainer=gpu"] if device == "cuda" else ["trainer.accelerator=cpu"]
     no_val_decode = "val_after_training=false"
     command = [
@@ -421,6 +436,8 @@ def whole_recipe(
             profile = {"host_profile": {"error": str(err)}}
         trace = run_dir / "trace.json"  # benchmarks/profiled_train.py's op-level trace after the warm-up
         profile["trace"] = json.loads(trace.read_text()) if trace.is_file() else {"error": f"no {trace.name}"}
+        if "simple_profiler_cleared_at_update" not in profile["trace"]:  # training ended before the trace did
+            profile["host_profile"] = {"error": "not cleared after the warm-up: the report would include it"}
     return {
         "wall_s": wall,
         "ms_per_update": ms_per_update,

@@ -43,7 +43,8 @@ class Session:
     mfu         the d_model 512 model's MFU
     means       the rows of MEANS between none and every, one by one
     full        the whole tiny recipe with the means of ``every`` (all, if not measured), within the budget left;
-                its ms per update and the host's time by action after its first 300 updates
+                its ms per update, an op-level trace of some updates after its first 300 and of the next
+                validation epoch, and the host's time by action after that trace
     """
 
     def __init__(self, args: argparse.Namespace, results: dict, folder: Path):
@@ -181,7 +182,7 @@ class Session:
     def full(self) -> dict:
         overrides = self.best or means_overrides()  # every means unless 'every' found one failing
         a = self.args
-        # with the host's profile after its first 300 updates: the steady state of a whole run
+        # with the op-level trace after its first 300 updates, then the host's profile: a whole run's steady state
         run = whole_recipe(a.device, a.data, [*a.extra, *overrides, PROFILER], self.folder / "full", self.left())
         return {**run, "overrides": overrides}
 

@@ -126,3 +126,24 @@ def test_results_say_what_ended_the_training(tmp_path, limits, ended_by):
     results = train(compose_train(*limits, *patience, *NO_FINAL_SCORES, "threads=1", f"run_dir={tmp_path / 'r'}"))
     assert results["ended_by"] == ended_by
     assert json.loads((tmp_path / "r" / "results.json").read_text())["ended_by"] == ended_by
+
+
+def test_a_resumed_sitting_starts_without_the_early_stop_decision_its_checkpoint_kept():
+    """The decision is restored from a checkpoint with the patience count, but the stop it caused is not:
+    the resumed sitting trains on, and what ends it is its own. Checkpoints of Lightning's EarlyStopping
+    restore into the project's (the same state key)."""
+    from types import SimpleNamespace
+
+    from lightning.pytorch.callbacks import EarlyStopping
+
+    from nmt.training.callbacks import SittingEarlyStopping
+
+    ours = SittingEarlyStopping(monitor="val_loss", mode="min", patience=3)
+    assert ours.state_key == EarlyStopping(monitor="val_loss", mode="min").state_key
+    decided = EarlyStopping(monitor="val_loss", mode="min", patience=3)
+    decided.stopped_epoch, decided.wait_count = 7, 3
+    decided.stopping_reason = type(decided.stopping_reason)["PATIENCE_EXHAUSTED"]
+    ours.load_state_dict(decided.state_dict())
+    ours.on_train_start(SimpleNamespace(), SimpleNamespace())
+    assert ours.stopping_reason.name == "NOT_STOPPED" and ours.stopped_epoch == 0
+    assert ours.wait_count == 3  # the patience already spent is kept

@@ -296,6 +296,7 @@ def test_the_eta_is_at_the_pace_of_every_process_of_this_sitting(tmp_path):
 
     launched = time.time() - 600
     (tmp_path / sweep.LAUNCHED).write_text(f"{launched:.3f}\n")
+    os.utime(tmp_path / sweep.LAUNCHED, (launched, launched))  # written when the sweep was launched
     for i in range(4):
         (tmp_path / f"run{i}").mkdir()
         (tmp_path / f"run{i}" / sweep.RESULT).write_text("{}")

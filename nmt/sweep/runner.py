@@ -102,8 +102,15 @@ def progress_line(sweep_dir: Path, planned: int, now: float | None = None) -> st
     launched_file = sweep_dir / LAUNCHED
     if remaining <= 0 or not launched_file.is_file():
         return line
-    launched = float(launched_file.read_text())
-    ended_here = sum(path.stat().st_mtime >= launched for path in (*done, *failed))
+    launched = launched_file.stat().st_mtime  # the file system's clock, as the results' times below
+
+    def ended_since(path: Path) -> bool:
+        try:
+            return path.stat().st_mtime >= launched
+        except OSError:  # another process of the sweep removed it (a failure retried) since the glob
+            return False
+
+    ended_here = sum(ended_since(path) for path in (*done, *failed))
     if ended_here:
         seconds = ((now or time.time()) - launched) / ended_here * remaining
         hours, minutes = divmod(round(seconds / 60), 60)
@@ -195,7 +202,7 @@ def run_cell(cfg: DictConfig) -> dict | None:
 def runs_started_this_sitting(sweep_dir: Path) -> int:
     """Runs whose log was opened since this invocation of the sweep began (every run appends a header to
     it as it starts): what the main process can know of the runs its launcher's workers started."""
-    launched = float((sweep_dir / LAUNCHED).read_text())
+    launched = (sweep_dir / LAUNCHED).stat().st_mtime  # the file system's clock, as the logs' times
     return sum(log.stat().st_mtime >= launched for log in sweep_dir.glob("*/train_stdout.log"))
 
 

@@ -121,6 +121,23 @@ def what_ended(trainer: L.Trainer) -> str:
     return "unknown"
 
 
+class SittingEarlyStopping(EarlyStopping):
+    """Lightning's early stopping, whose decision belongs to the sitting that made it: a checkpoint keeps the
+    decision (saved after the validation that made it) but not the stop, so a run resumed from it trains on,
+    and :func:`what_ended` must not take the old decision for what ended the new sitting."""
+
+    @property
+    def state_key(self) -> str:
+        # Lightning's own key: checkpoints saved with EarlyStopping restore into this class, and back
+        return f"EarlyStopping{repr({'monitor': self.monitor, 'mode': self.mode})}"
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        super().on_train_start(trainer, pl_module)
+        if hasattr(self, "stopping_reason"):
+            self.stopping_reason = type(self.stopping_reason)["NOT_STOPPED"]
+        self.stopped_epoch = 0
+
+
 def _stopped_early(callback: EarlyStopping) -> bool:
     reason = getattr(callback, "stopping_reason", None)  # newer Lightning: also a stop in epoch 0
     if reason is not None:

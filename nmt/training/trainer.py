@@ -7,7 +7,6 @@ from pathlib import Path
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import (
-    EarlyStopping,
     ModelCheckpoint,
     RichModelSummary,
     RichProgressBar,
@@ -16,7 +15,7 @@ from lightning.pytorch.loggers import CSVLogger
 from omegaconf import DictConfig, OmegaConf
 
 from nmt.tasks import Task
-from nmt.training.callbacks import ResumeLogs, SaveOnSignal, Throughput, WallClock
+from nmt.training.callbacks import ResumeLogs, SaveOnSignal, SittingEarlyStopping, Throughput, WallClock
 from nmt.training.checkpoint_io import AtomicCheckpointIO
 from nmt.training.loggers import ResumableCSVLogger
 from nmt.training.progress import PlainProgress, plain_output
@@ -65,7 +64,7 @@ def _callbacks(cfg: DictConfig, checkpoint_dir: Path, task: Task) -> list:
         )
     if cfg.early_stopping.patience:
         callbacks.append(
-            EarlyStopping(
+            SittingEarlyStopping(
                 monitor=cfg.early_stopping.monitor,
                 mode=cfg.early_stopping.mode,
                 patience=cfg.early_stopping.patience,
