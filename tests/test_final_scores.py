@@ -117,7 +117,7 @@ def test_mixed_precision_validation_decodes_as_the_final_score_does(tmp_path, mo
         (["trainer.max_epochs=50", "early_stopping.monitor=val_loss", "early_stopping.mode=max"], "early stopping"),
         (["trainer.max_epochs=10000", "+trainer.max_time=00:00:00:03"], "max_time"),
         # the cap strikes inside the last epoch allowed: that epoch counts as done, yet max_epochs did not end it
-        (["trainer.max_epochs=1", "data.train_size=60000", "+trainer.max_time=00:00:00:02"], "max_time"),
+        (["trainer.max_epochs=1", "data.train_size=120000", "+trainer.max_time=00:00:00:01"], "max_time"),
     ],
 )
 def test_results_say_what_ended_the_training(tmp_path, limits, ended_by):
