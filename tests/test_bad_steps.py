@@ -27,6 +27,7 @@ def module_with(scaler=None, max_bad_steps: int = 3, check_every: int = 1, print
     )
     module._trainer = SimpleNamespace(precision_plugin=SimpleNamespace(scaler=scaler), global_step=0)
     module.log = lambda *args, **kwargs: None  # no logger attached
+    module._logs_now = lambda: True
     module.print = (lambda *args, **kwargs: None) if printed is None else printed.append
     return module
 
@@ -240,3 +241,49 @@ def test_throughput_timed_only_at_logged_updates_counts_every_batch(monkeypatch,
     assert float(timed[-1]["train/lengths"]) == epoch_tokens  # the monitor's total covers every batch
     rates = [r for r in timed if r.get("train/device/items_per_sec")]
     assert len(rates) == len(timed) - 2 and all(float(r["train/device/items_per_sec"]) > 0 for r in rates)
+
+
+@pytest.mark.slow
+def test_update_scalars_are_logged_where_they_are_read_and_the_token_count_stays_exact(monkeypatch, tmp_path):
+    """train_loss, grad_norm and lr are logged at the updates the loggers write, at each epoch's last batch
+    and at the run's last update (each ``self.log`` costs host time that a small model's update on a GPU
+    feels), and nowhere else; the epoch's token count, added up on the device between reads, is every
+    batch's target tokens."""
+    import csv
+
+    from nmt.training.module import TaskModule
+    from nmt.training.train import train
+
+    from .conftest import NO_FINAL_SCORES, compose_train, steps_per_epoch
+
+    logged: dict[str, set[int]] = {}
+    tokens: list[int] = []  # of every training batch
+    real_log, real_step = TaskModule.log, TaskModule.training_step
+
+    def log(self, name, value, *args, **kwargs):
+        if name in ("train_loss", "grad_norm", "lr"):
+            logged.setdefault(name, set()).add(self.global_step)
+        return real_log(self, name, value, *args, **kwargs)
+
+    def training_step(self, batch, batch_idx):
+        tokens.append(self.task.batch_target_tokens(batch))
+        return real_step(self, batch, batch_idx)
+
+    monkeypatch.setattr(TaskModule, "log", log)
+    monkeypatch.setattr(TaskModule, "training_step", training_step)
+    settings = ["checkpoint.monitor=val_loss", "checkpoint.mode=min", "early_stopping.monitor=val_loss"]
+    settings += ["early_stopping.mode=min", *NO_FINAL_SCORES, f"run_dir={tmp_path}"]
+    epoch = steps_per_epoch(compose_train(*settings))
+    assert epoch >= 3
+    steps = 2 * epoch + 2  # ends inside the third epoch
+    train(compose_train(*settings, "trainer.max_epochs=3", f"trainer.max_steps={steps}", "trainer.log_every_n_steps=3"))
+    rows = list(csv.DictReader((tmp_path / "logs" / "metrics.csv").open()))
+    # the updates (0-based, before each update's step) the loggers write, the epochs' last, the run's last
+    expected = {u for u in range(steps) if (u + 1) % 3 == 0} | {epoch - 1, 2 * epoch - 1, steps - 1}
+    assert logged == {"train_loss": expected, "grad_norm": expected, "lr": expected}
+    written = sorted(int(r["step"]) for r in rows if r.get("train_loss"))
+    assert written == sorted(int(r["step"]) for r in rows if r.get("lr"))
+    assert {u for u in range(steps) if (u + 1) % 3 == 0} <= set(written) <= expected
+    # every batch's target tokens are in the epochs' counts (the last epoch's too, cut by max_steps)
+    per_epoch = [int(float(r["train_tokens"])) for r in rows if r.get("train_tokens")]
+    assert len(tokens) == steps and sum(per_epoch) == sum(tokens)

@@ -118,3 +118,17 @@ def test_the_whole_recipe_keeps_to_its_budget_and_says_when_the_cap_cut_it(monke
         {"session": {"order": ["full"]}, "full": {**run, "overrides": extra}}
     )
     assert yaml.safe_load((tmp_path / "full" / "config.yaml").read_text())["trainer"]["max_time"] == "00:00:00:30"
+
+
+def test_the_host_cost_benchmark_times_train_py_against_a_bare_loop_of_the_same_updates():
+    """benchmarks.host_cost: both loops train the micro model on the same batches; the profiled run's
+    table is the steady state after the warm-up (its update count is the timed updates)."""
+    from benchmarks.host_cost import main
+
+    result = main(["--updates", "120", "--warmup", "20", "--repeats", "1"])
+    assert result["train_py_ms_per_update"] > 0 and result["bare_loop_ms_per_update"] > 0
+    assert result["framework_host_ms_per_update"] == pytest.approx(
+        result["train_py_ms_per_update"] - result["bare_loop_ms_per_update"], abs=1e-3
+    )
+    assert result["updates_timed"] == 100
+    assert 95 <= result["profiled_updates"] <= 100  # cleared at the warm-up's end: the steady state only

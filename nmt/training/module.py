@@ -59,23 +59,60 @@ class TaskModule(L.LightningModule):
         self._worst: torch.Tensor | None = None  # (deferred) the longest streak since the last read
         self._skipped: torch.Tensor | None = None  # (deferred) skipped updates in all
         self._skipped_read = 0
-        self._last_tokens: torch.Tensor | None = None
+        self._last_tokens: torch.Tensor | None = None  # (deferred) this update's target tokens
+        self._params: list[torch.Tensor] | None = None  # the trained parameters, listed once (see _grads)
         self.scaler_skips = 0  # 16-mixed: updates the loss scaler skipped after an overflow (not failures)
         self._rng_to_restore: torch.Tensor | None = None
         self._cuda_rng_to_restore: torch.Tensor | None = None
-        # target tokens trained on in this epoch, summed over processes; kept across a mid-epoch resume
+        # target tokens trained on in this epoch, summed over processes; kept across a mid-epoch resume. The
+        # updates add theirs to _pending_tokens, an integer on the device (exact at any count), and the
+        # metric takes it where it is read (epoch_tokens_so_far): a metric's update costs the host more than
+        # a small model's update leaves it on a GPU
         self.epoch_tokens = exact_sum()
+        self._pending_tokens: torch.Tensor | None = None
         self._tokens_to_restore: float | None = None
 
+    def _logs_now(self) -> bool:
+        """Whether this update logs its scalars (train_loss, grad_norm, lr): at the updates whose values the
+        loggers write (every trainer.log_every_n_steps), and at an epoch's last batch and the run's last
+        update, whose values callbacks and the run's end read. Logged at every update, they were written no
+        more often, and each ``self.log`` costs the host a fraction of a millisecond, a share of a small
+        model's update on a GPU; the progress bar shows the last logged value."""
+        trainer = self.trainer
+        last_update = 0 < trainer.max_steps <= trainer.global_step + 1
+        return bool(
+            trainer._logger_connector.should_update_logs
+            or trainer.fit_loop.epoch_loop.batch_progress.is_last_batch
+            or last_update
+        )
+
     def _log_training(self, loss: torch.Tensor, tokens: torch.Tensor, batch: dict) -> None:
+        tokens = tokens.detach()
+        self._pending_tokens = tokens if self._pending_tokens is None else self._pending_tokens + tokens
+        self._last_tokens = tokens if self._last_tokens is None else self._last_tokens + tokens
+        if not self._logs_now():
+            return
         # the batch size from the host's own count: reading ``tokens`` would wait for the device
         self.log("train_loss", loss, prog_bar=True, batch_size=self.task.batch_target_tokens(batch))
-        self.epoch_tokens.update(tokens.float())  # logged once, at the end of the epoch
-        self._last_tokens = tokens.float() if self._last_tokens is None else self._last_tokens + tokens.float()
-        # only when the loggers write it: a Python number is logged as a new device tensor, and that copy
-        # from the host waits for the device
-        if self.trainer._logger_connector.should_update_logs:
-            self.log("lr", self.optimizers().param_groups[0]["lr"], on_step=True, on_epoch=False)
+        # a Python number is logged as a new device tensor, and that copy from the host waits for the device
+        self.log("lr", self.optimizers().param_groups[0]["lr"], on_step=True, on_epoch=False)
+
+    def epoch_tokens_so_far(self) -> float:
+        """Target tokens trained on in this epoch by this process (one read of the device)."""
+        self._count_pending_tokens()
+        return float(self.epoch_tokens.sum_value)
+
+    def _count_pending_tokens(self) -> None:
+        if self._pending_tokens is not None:
+            self.epoch_tokens.update(self._pending_tokens)
+            self._pending_tokens = None
+
+    def _grads(self) -> list[torch.Tensor]:
+        """The gradients of this update. The parameters are listed once: walking the module tree at every
+        update costs the host about as much as the fused optimiser's step."""
+        if self._params is None:
+            self._params = [p for p in self.parameters() if p.requires_grad]
+        return [p.grad for p in self._params if p.grad is not None]
 
     def _check_loss(self, loss: torch.Tensor) -> bool:
         """False (and counted) when the loss is not finite: the step then returns None, and Lightning
@@ -88,7 +125,7 @@ class TaskModule(L.LightningModule):
     # ---- training ------------------------------------------------------------------------------
     def on_before_optimizer_step(self, optimizer) -> None:
         pending_tokens, self._last_tokens = self._last_tokens, None  # this update's batches' target tokens
-        grads = [p.grad for p in self.parameters() if p.grad is not None]
+        grads = self._grads()
         if not grads:  # the batch was skipped (non-finite loss): nothing to check
             return
         # one fused kernel per dtype and device rather than one per parameter: on a GPU a small model's
@@ -99,7 +136,8 @@ class TaskModule(L.LightningModule):
             return
         if torch.isfinite(norm):
             self.bad_steps = 0  # the limit is on consecutive failures: a good update ends a streak
-            self.log("grad_norm", norm, on_step=True, on_epoch=False)
+            if self._logs_now():
+                self.log("grad_norm", norm, on_step=True, on_epoch=False)
             return
         scaler = self._grad_scaler()
         if scaler is not None and scaler.get_scale() >= MIN_LOSS_SCALE:
@@ -124,9 +162,11 @@ class TaskModule(L.LightningModule):
         self._streak = torch.where(bad, self._streak + 1, 0)
         self._worst = torch.maximum(self._worst, self._streak)
         self._skipped = self._skipped + bad
-        self.log("grad_norm", norm, on_step=True, on_epoch=False)
+        if self._logs_now():
+            self.log("grad_norm", norm, on_step=True, on_epoch=False)
         if tokens is not None:  # a skipped update's tokens were not trained on
-            self.epoch_tokens.update(-tokens * bad)
+            untrained = -tokens * bad
+            self._pending_tokens = untrained if self._pending_tokens is None else self._pending_tokens + untrained
 
     def read_guard(self) -> None:
         """Deferred guard: read its counts (one wait for the device), warn about skipped updates, and stop
@@ -195,6 +235,7 @@ class TaskModule(L.LightningModule):
     def on_train_epoch_end(self) -> None:
         self.read_guard()  # the epoch's token count below is exact only once skipped batches are known
         # not a logged Metric object: Lightning would restore its state on resume into the wrong epoch
+        self._count_pending_tokens()
         self.log("train_tokens", self.epoch_tokens.compute() if self.epoch_tokens.update_called else 0.0)
         self.epoch_tokens.reset()
 
@@ -217,6 +258,7 @@ class TaskModule(L.LightningModule):
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         if self._streak is not None:
             self.bad_steps = int(self._streak)  # the deferred guard's streak, read for the checkpoint
+        self._count_pending_tokens()
         checkpoint[CHECKPOINT_KEY] = {
             "format": CHECKPOINT_FORMAT,
             "config": self.config,

@@ -41,8 +41,8 @@ class PlainProgress(ProgressBar):
 
     @staticmethod
     def _epoch_tokens(pl_module: L.LightningModule) -> float:
-        counted = getattr(pl_module, "epoch_tokens", None)  # the module's count of the epoch so far
-        return float(counted.sum_value) if counted is not None else 0.0
+        counted = getattr(pl_module, "epoch_tokens_so_far", None)  # the module's count of the epoch so far
+        return counted() if counted is not None else 0.0
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         # callbacks run before the module's own hook, which resets the epoch's count: keep its total, so that

@@ -1,0 +1,174 @@
+"""``python -m benchmarks.host_cost [--device cpu|cuda] [--updates N] [train.py overrides]``: what a training
+update costs the host beyond the model, loss and optimiser.
+
+A model so small that each operator's arithmetic is negligible (toy task, d_model 8, one layer each side,
+batches of at most 64 tokens) is trained twice on the same batches:
+
+- by ``train.py``: Lightning's loop, the data path, the task's hooks, the guard, logging and callbacks;
+- by a bare PyTorch loop: forward, loss, backward, optimiser and schedule steps, nothing else, on batches
+  already on the device.
+
+Both pay for every operator the host dispatches (on a GPU, each one a kernel launch), so the difference per
+update is the framework's own host work. It bounds a small model's update on a GPU where CUDA graphs
+remove the model's launches (``compile=reduce-overhead``), and it is what the simple profiler's table
+(printed, steady state after a warm-up) breaks down by loop step and hook. On a CPU the bare loop is
+run in the same thread count as ``train.py``.
+
+Prints one JSON line: ms per update of each and their difference, with the machine.
+"""
+
+import argparse
+import csv
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from benchmarks.gpu_measures import cpu_name
+
+ROOT = Path(__file__).resolve().parents[1]
+MICRO = [
+    "data=toy",
+    "data.max_tokens=64",
+    "model.d_model=8",
+    "model.num_heads=2",
+    "model.encoder_layers=1",
+    "model.decoder_layers=1",
+    "model.ffn_dim=8",
+    "trainer.precision=32-true",
+    "trainer.gradient_clip_val=null",
+    "optim.optimizer.fused=true",
+    "check_every=50",
+    "validation.bleu_every_n_epochs=0",
+    "checkpoint.monitor=val_loss",
+    "checkpoint.mode=min",
+    "val_after_training=false",
+    "test_after_training=false",
+    "trainer.max_epochs=1",
+    "threads=1",
+]
+
+
+def compose(overrides: list[str]):
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        return hydra_compose("train", overrides=overrides)
+
+
+def framework_ms(overrides: list[str], updates: int, warmup: int, folder: Path, profile: bool) -> tuple[float, str]:
+    """ms per update of ``train.py`` between update ``warmup`` and the last (the throughput monitor's
+    clock in metrics.csv), and with ``profile`` the simple profiler's table of the updates after ``warmup``
+    (its timers cost time too, so the ms per update of that run is not the one to quote)."""
+    command = [sys.executable, "-m", "benchmarks.profiled_train", "--after", str(warmup), *overrides]
+    command += [f"trainer.max_steps={updates}", "trainer.log_every_n_steps=50", f"run_dir={folder}"]
+    command += ["+trainer.profiler=simple"] if profile else []
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} failed:\n{done.stderr[-3000:]}")
+    rows = [r for r in csv.DictReader((folder / "logs" / "metrics.csv").open()) if r.get("train/time")]
+    timed = [(int(float(r["train/batches"])), float(r["train/time"])) for r in rows]
+    timed = [(b, t) for b, t in timed if b >= warmup]
+    if len(timed) < 2:
+        raise RuntimeError(f"fewer than two timed updates after {warmup}: raise --updates")
+    (b0, t0), (b1, t1) = timed[0], timed[-1]
+    table = "\n".join(line for line in (done.stdout + done.stderr).splitlines() if line.startswith("|"))
+    return (t1 - t0) / (b1 - b0) * 1000, table
+
+
+def bare_ms(overrides: list[str], updates: int, warmup: int, device: str) -> float:
+    """ms per update of the same model, loss, optimiser and schedule on the same batches, in a plain loop."""
+    from nmt.data.build import build_datamodule
+    from nmt.data.tokenizer import PAD_ID
+    from nmt.tasks import build_task
+    from nmt.utils.instantiate import instantiate
+
+    cfg = compose([*overrides, "data.batches_on_device=false"])
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    torch.manual_seed(cfg.seed)
+    task = build_task(cfg.task)
+    datamodule = build_datamodule(cfg.data, cfg.cache_dir, cfg.seed)
+    datamodule.prepare_data()
+    src_tokenizer, tgt_tokenizer = datamodule.build_tokenizers()
+    datamodule.setup("fit")
+    batches = []
+    for batch in datamodule.train_dataloader():
+        batches.append({k: batch[k].to(device) for k in ("src", "tgt_in", "tgt_out")})
+        if len(batches) == updates:
+            break
+    model = task.build_model(cfg.model, src_tokenizer, tgt_tokenizer).to(device).train()
+    loss = instantiate(cfg.smoothing, pad_id=PAD_ID).to(device)
+    optimizer = instantiate(cfg.optim.optimizer)(model.parameters())
+    scheduler = instantiate(cfg.optim.scheduler)(optimizer, total_steps=updates) if cfg.optim.scheduler else None
+
+    def update(batch: dict) -> None:
+        value, _ = task.training_loss(model, loss, batch)
+        value.backward()
+        optimizer.step()
+        if scheduler is not None:
+            scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    for batch in batches[:warmup]:
+        update(batch)
+    if device == "cuda":
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    for batch in batches[warmup:]:
+        update(batch)
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return (time.perf_counter() - start) / max(len(batches) - warmup, 1) * 1000
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument("--updates", type=int, default=1500)
+    parser.add_argument("--warmup", type=int, default=200)
+    parser.add_argument("--repeats", type=int, default=3, help="timed runs of each (the median is reported)")
+    parser.add_argument("--no-table", action="store_true", help="skip the profiled run and its table")
+    parser.add_argument("overrides", nargs="*", help="train.py overrides after the micro model's own")
+    args = parser.parse_args(argv)
+    overrides = [*MICRO, *(["trainer=gpu", "trainer.precision=32-true"] if args.device == "cuda" else [])]
+    overrides += args.overrides
+    frameworks, bares, profiled_updates = [], [], None
+    with tempfile.TemporaryDirectory() as folder:
+        for repeat in range(args.repeats):  # interleaved, so that a noisy spell of the machine hits both
+            run = Path(folder) / f"timed{repeat}"
+            frameworks.append(framework_ms(overrides, args.updates, args.warmup, run, profile=False)[0])
+            bares.append(bare_ms(overrides, args.updates, args.warmup, args.device))
+        if not args.no_table:
+            _, table = framework_ms(overrides, args.updates, args.warmup, Path(folder) / "profiled", profile=True)
+            print(table)
+            batches = next((r for r in table.splitlines() if "run_training_batch" in r), "")
+            profiled_updates = int(batches.split("|")[3]) if batches else 0
+    framework, bare = statistics.median(frameworks), statistics.median(bares)
+    device = torch.cuda.get_device_name() if args.device == "cuda" else cpu_name()
+    result = {
+        "device": device,
+        "cpu_threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "updates_timed": args.updates - args.warmup,
+        "repeats": args.repeats,
+        "profiled_updates": profiled_updates,  # the profiler's table covers these (after the warm-up)
+        "train_py_ms_each": [round(v, 3) for v in frameworks],
+        "bare_loop_ms_each": [round(v, 3) for v in bares],
+        "train_py_ms_per_update": round(framework, 3),
+        "bare_loop_ms_per_update": round(bare, 3),
+        "framework_host_ms_per_update": round(framework - bare, 3),
+        "overrides": overrides,
+    }
+    print(json.dumps(result))
+    return result
+
+
+if __name__ == "__main__":
+    main()
