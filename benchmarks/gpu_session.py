@@ -27,8 +27,17 @@ H100_BF16_PEAK_TFLOPS = 989.0
 
 # the measurements in the order they matter, each with the seconds it needs at least (an H100, compiled
 # kernels cached by the runs before it); one that no longer fits the budget is skipped, saying so
-SESSION = ["none", "every", "validation", "sharing", "mfu", "means", "full"]
-SESSION_NEEDS = {"none": 40, "every": 90, "validation": 20, "sharing": 60, "mfu": 60, "means": 60, "full": 150}
+SESSION = ["none", "every", "validation", "host", "sharing", "mfu", "means", "full"]
+SESSION_NEEDS = {
+    "none": 40,
+    "every": 90,
+    "validation": 20,
+    "host": 60,
+    "sharing": 60,
+    "mfu": 60,
+    "means": 60,
+    "full": 150,
+}
 
 
 class Session:
@@ -38,6 +47,8 @@ class Session:
     every       ms per update alone with every means (after them); while that fails, without the last; with
                 the host's time by action (Lightning's simple profiler, in that run)
     validation  greedy validation of the run of ``every`` (and of ``--model``), reading every 1 and 8 steps
+    host        the framework's host work per update: train.py against a bare loop, on a micro model
+                (benchmarks/host_cost.py), once each
     sharing     aggregate updates per second of 2, 4 and 8 runs (``--runs``) with the means of ``every``,
                 taking turns on the GPU; then the most of them side by side under CUDA's MPS
     mfu         the d_model 512 model's MFU
@@ -117,6 +128,11 @@ class Session:
                 timings[key] = {"error": f"{type(err).__name__}: {err}"}
             self.write()
         return timings
+
+    def host(self) -> dict:
+        from benchmarks.host_cost import measure
+
+        return measure(self.args.device, repeats=1, table=False, timeout=max(self.left() / 2 - 10, 10))
 
     def sharing(self) -> dict:
         a, overrides = self.args, self.best or means_overrides(1)
@@ -273,6 +289,15 @@ def table(results: dict) -> str:
                 row(f"greedy validation, {label}", value)
             if not timings or "error" in entry:
                 row("greedy validation", reason(entry))
+        elif name == "host":
+            if "framework_host_ms_per_update" in entry:
+                row(
+                    "the framework's host work per update (micro model: `train.py` less a bare loop)",
+                    f"{entry['framework_host_ms_per_update']:.2f} ms ({entry['train_py_ms_per_update']:.2f} against "
+                    f"{entry['bare_loop_ms_per_update']:.2f} ms, {entry['updates_timed']} updates)",
+                )
+            else:
+                row("the framework's host work per update", reason(entry))
         elif name == "sharing":
             runs = {k: v for k, v in entry.items() if k.startswith("runs_")}
             for key, r in runs.items():

@@ -62,14 +62,19 @@ def compose(overrides: list[str]):
         return hydra_compose("train", overrides=overrides)
 
 
-def framework_ms(overrides: list[str], updates: int, warmup: int, folder: Path, profile: bool) -> tuple[float, str]:
+def framework_ms(
+    overrides: list[str], updates: int, warmup: int, folder: Path, profile: bool, timeout: float | None = None
+) -> tuple[float, str]:
     """ms per update of ``train.py`` between update ``warmup`` and the last (the throughput monitor's
     clock in metrics.csv), and with ``profile`` the simple profiler's table of the updates after ``warmup``
     (its timers cost time too, so the ms per update of that run is not the one to quote)."""
     command = [sys.executable, "-m", "benchmarks.profiled_train", "--after", str(warmup), *overrides]
     command += [f"trainer.max_steps={updates}", "trainer.log_every_n_steps=50", f"run_dir={folder}"]
     command += ["+trainer.profiler=simple"] if profile else []
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+    try:
+        done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as err:
+        raise RuntimeError(f"{' '.join(command)} ran past {timeout:.0f} s") from err
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(command)} failed:\n{done.stderr[-3000:]}")
     rows = [r for r in csv.DictReader((folder / "logs" / "metrics.csv").open()) if r.get("train/time")]
@@ -128,6 +133,45 @@ def bare_ms(overrides: list[str], updates: int, warmup: int, device: str) -> flo
     return (time.perf_counter() - start) / max(len(batches) - warmup, 1) * 1000
 
 
+def measure(
+    device: str = "cpu",
+    updates: int = 1500,
+    warmup: int = 200,
+    repeats: int = 3,
+    table: bool = True,
+    extra: list[str] | None = None,
+    timeout: float | None = None,
+) -> dict:
+    """The figures :func:`main` prints (``timeout``: seconds for each ``train.py`` run)."""
+    overrides = [*MICRO, *(["trainer=gpu", "trainer.precision=32-true"] if device == "cuda" else []), *(extra or [])]
+    frameworks, bares, profiled_updates = [], [], None
+    with tempfile.TemporaryDirectory() as folder:
+        for repeat in range(repeats):  # interleaved, so that a noisy spell of the machine hits both
+            run = Path(folder) / f"timed{repeat}"
+            frameworks.append(framework_ms(overrides, updates, warmup, run, False, timeout)[0])
+            bares.append(bare_ms(overrides, updates, warmup, device))
+        if table:
+            _, text = framework_ms(overrides, updates, warmup, Path(folder) / "profiled", True, timeout)
+            print(text)
+            batches = next((r for r in text.splitlines() if "run_training_batch" in r), "")
+            profiled_updates = int(batches.split("|")[3]) if batches else 0
+    framework, bare = statistics.median(frameworks), statistics.median(bares)
+    return {
+        "device": torch.cuda.get_device_name() if device == "cuda" else cpu_name(),
+        "cpu_threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "updates_timed": updates - warmup,
+        "repeats": repeats,
+        "profiled_updates": profiled_updates,  # the profiler's table covers these (after the warm-up)
+        "train_py_ms_each": [round(v, 3) for v in frameworks],
+        "bare_loop_ms_each": [round(v, 3) for v in bares],
+        "train_py_ms_per_update": round(framework, 3),
+        "bare_loop_ms_per_update": round(bare, 3),
+        "framework_host_ms_per_update": round(framework - bare, 3),
+        "overrides": overrides,
+    }
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
@@ -137,35 +181,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--no-table", action="store_true", help="skip the profiled run and its table")
     parser.add_argument("overrides", nargs="*", help="train.py overrides after the micro model's own")
     args = parser.parse_args(argv)
-    overrides = [*MICRO, *(["trainer=gpu", "trainer.precision=32-true"] if args.device == "cuda" else [])]
-    overrides += args.overrides
-    frameworks, bares, profiled_updates = [], [], None
-    with tempfile.TemporaryDirectory() as folder:
-        for repeat in range(args.repeats):  # interleaved, so that a noisy spell of the machine hits both
-            run = Path(folder) / f"timed{repeat}"
-            frameworks.append(framework_ms(overrides, args.updates, args.warmup, run, profile=False)[0])
-            bares.append(bare_ms(overrides, args.updates, args.warmup, args.device))
-        if not args.no_table:
-            _, table = framework_ms(overrides, args.updates, args.warmup, Path(folder) / "profiled", profile=True)
-            print(table)
-            batches = next((r for r in table.splitlines() if "run_training_batch" in r), "")
-            profiled_updates = int(batches.split("|")[3]) if batches else 0
-    framework, bare = statistics.median(frameworks), statistics.median(bares)
-    device = torch.cuda.get_device_name() if args.device == "cuda" else cpu_name()
-    result = {
-        "device": device,
-        "cpu_threads": torch.get_num_threads(),
-        "torch": torch.__version__,
-        "updates_timed": args.updates - args.warmup,
-        "repeats": args.repeats,
-        "profiled_updates": profiled_updates,  # the profiler's table covers these (after the warm-up)
-        "train_py_ms_each": [round(v, 3) for v in frameworks],
-        "bare_loop_ms_each": [round(v, 3) for v in bares],
-        "train_py_ms_per_update": round(framework, 3),
-        "bare_loop_ms_per_update": round(bare, 3),
-        "framework_host_ms_per_update": round(framework - bare, 3),
-        "overrides": overrides,
-    }
+    result = measure(args.device, args.updates, args.warmup, args.repeats, not args.no_table, args.overrides)
     print(json.dumps(result))
     return result
 

@@ -132,3 +132,9 @@ def test_the_host_cost_benchmark_times_train_py_against_a_bare_loop_of_the_same_
     )
     assert result["updates_timed"] == 100
     assert 95 <= result["profiled_updates"] <= 100  # cleared at the warm-up's end: the steady state only
+    # as the GPU session (--all) records and tables it
+    from benchmarks.gpu_session import table
+
+    rows = table({"session": {"order": ["host"]}, "host": result}).splitlines()
+    assert rows[2].startswith("| the framework's host work per update (micro model") and "100 updates" in rows[2]
+    assert table({"session": {"order": ["host"]}, "host": {"error": "boom"}}).endswith("| failed: boom |")
