@@ -294,7 +294,7 @@ def table(results: dict) -> str:
                 row(
                     "the framework's host work per update (micro model: `train.py` less a bare loop)",
                     f"{entry['framework_host_ms_per_update']:.2f} ms ({entry['train_py_ms_per_update']:.2f} against "
-                    f"{entry['bare_loop_ms_per_update']:.2f} ms, {entry['updates_timed']} updates)",
+                    f"{entry['bare_loop_ms_per_update']:.2f} ms, {entry['updates_timed'][0]} updates)",
                 )
             else:
                 row("the framework's host work per update", reason(entry))

@@ -6,7 +6,8 @@ batches of at most 64 tokens) is trained twice on the same batches:
 
 - by ``train.py``: Lightning's loop, the data path, the task's hooks, the guard, logging and callbacks;
 - by a bare PyTorch loop: forward, loss, backward, optimiser and schedule steps, nothing else, on batches
-  already on the device.
+  already on the device, at the run's precision, compile setting, gradient clipping and matmul precision
+  (gradient accumulation is refused), timing the same updates as the run's throughput log does.
 
 Both pay for every operator the host dispatches (on a GPU, each one a kernel launch), so the difference per
 update is the framework's own host work. It bounds a small model's update on a GPU where CUDA graphs
@@ -14,7 +15,8 @@ remove the model's launches (``compile=reduce-overhead``), and it is what the si
 (printed, steady state after a warm-up) breaks down by loop step and hook. On a CPU the bare loop is
 run in the same thread count as ``train.py``.
 
-Prints one JSON line: ms per update of each and their difference, with the machine.
+Prints one JSON line: ms per update of each (medians over ``--repeats`` interleaved runs) and the median of
+the paired differences, with the machine.
 """
 
 import argparse
@@ -49,7 +51,7 @@ MICRO = [
     "checkpoint.mode=min",
     "val_after_training=false",
     "test_after_training=false",
-    "trainer.max_epochs=1",
+    "trainer.max_epochs=1",  # one epoch of the toy task holds about 1,700 batches of 64 tokens
     "threads=1",
 ]
 
@@ -64,10 +66,11 @@ def compose(overrides: list[str]):
 
 def framework_ms(
     overrides: list[str], updates: int, warmup: int, folder: Path, profile: bool, timeout: float | None = None
-) -> tuple[float, str]:
-    """ms per update of ``train.py`` between update ``warmup`` and the last (the throughput monitor's
-    clock in metrics.csv), and with ``profile`` the simple profiler's table of the updates after ``warmup``
-    (its timers cost time too, so the ms per update of that run is not the one to quote)."""
+) -> tuple[float, tuple[int, int], str]:
+    """ms per update of ``train.py`` over the updates after the first throughput row at or after update
+    ``warmup`` up to the last row (the throughput monitor's clock in metrics.csv), that window (updates
+    after the first, up to the last), and with ``profile`` the simple profiler's table of the updates after
+    ``warmup`` (its timers cost time too, so the ms per update of that run is not the one to quote)."""
     command = [sys.executable, "-m", "benchmarks.profiled_train", "--after", str(warmup), *overrides]
     command += [f"trainer.max_steps={updates}", "trainer.log_every_n_steps=50", f"run_dir={folder}"]
     command += ["+trainer.profiler=simple"] if profile else []
@@ -79,58 +82,78 @@ def framework_ms(
         raise RuntimeError(f"{' '.join(command)} failed:\n{done.stderr[-3000:]}")
     rows = [r for r in csv.DictReader((folder / "logs" / "metrics.csv").open()) if r.get("train/time")]
     timed = [(int(float(r["train/batches"])), float(r["train/time"])) for r in rows]
+    if not timed or timed[-1][0] < updates - 50:  # the last row: within one logging interval of the end
+        raise RuntimeError(f"train.py trained fewer than {updates} updates: an epoch is shorter; lower --updates")
     timed = [(b, t) for b, t in timed if b >= warmup]
     if len(timed) < 2:
         raise RuntimeError(f"fewer than two timed updates after {warmup}: raise --updates")
     (b0, t0), (b1, t1) = timed[0], timed[-1]
     table = "\n".join(line for line in (done.stdout + done.stderr).splitlines() if line.startswith("|"))
-    return (t1 - t0) / (b1 - b0) * 1000, table
+    return (t1 - t0) / (b1 - b0) * 1000, (b0, b1), table
 
 
-def bare_ms(overrides: list[str], updates: int, warmup: int, device: str) -> float:
-    """ms per update of the same model, loss, optimiser and schedule on the same batches, in a plain loop."""
+def bare_ms(overrides: list[str], window: tuple[int, int], device: str) -> float:
+    """ms per update of the same model, loss, optimiser and schedule, at the same precision, on the same
+    batches, in a plain loop: the updates before ``window`` warm up, those in it are timed."""
     from nmt.data.build import build_datamodule
     from nmt.data.tokenizer import PAD_ID
     from nmt.tasks import build_task
+    from nmt.training.train import compile_model
+    from nmt.training.trainer import resolve_precision
     from nmt.utils.instantiate import instantiate
 
     cfg = compose([*overrides, "data.batches_on_device=false"])
+    if (cfg.trainer.get("accumulate_grad_batches") or 1) != 1:
+        raise ValueError("trainer.accumulate_grad_batches: the bare loop makes one batch an update")
+    precision = resolve_precision(cfg.trainer.precision, "gpu" if device == "cuda" else "cpu")
+    if precision not in ("32-true", "bf16-mixed"):
+        raise ValueError(f"trainer.precision={precision}: the bare loop runs 32-true or bf16-mixed")
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
+    torch.set_float32_matmul_precision(cfg.get("matmul_precision") or "highest")
     torch.manual_seed(cfg.seed)
     task = build_task(cfg.task)
     datamodule = build_datamodule(cfg.data, cfg.cache_dir, cfg.seed)
     datamodule.prepare_data()
     src_tokenizer, tgt_tokenizer = datamodule.build_tokenizers()
     datamodule.setup("fit")
+    start, end = window
     batches = []
     for batch in datamodule.train_dataloader():
         batches.append({k: batch[k].to(device) for k in ("src", "tgt_in", "tgt_out")})
-        if len(batches) == updates:
+        if len(batches) == end:
             break
+    if len(batches) < end:
+        raise RuntimeError(f"an epoch has {len(batches)} batches, fewer than the {end} to time")
     model = task.build_model(cfg.model, src_tokenizer, tgt_tokenizer).to(device).train()
+    compile_model(model, cfg.get("compile"))
     loss = instantiate(cfg.smoothing, pad_id=PAD_ID).to(device)
     optimizer = instantiate(cfg.optim.optimizer)(model.parameters())
-    scheduler = instantiate(cfg.optim.scheduler)(optimizer, total_steps=updates) if cfg.optim.scheduler else None
+    scheduler = instantiate(cfg.optim.scheduler)(optimizer, total_steps=end) if cfg.optim.scheduler else None
+    clip = cfg.trainer.get("gradient_clip_val")
+    autocast = torch.autocast(device, dtype=torch.bfloat16, enabled=precision == "bf16-mixed")
 
     def update(batch: dict) -> None:
-        value, _ = task.training_loss(model, loss, batch)
+        with autocast:
+            value, _ = task.training_loss(model, loss, batch)
         value.backward()
+        if clip:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
         optimizer.step()
         if scheduler is not None:
             scheduler.step()
         optimizer.zero_grad(set_to_none=True)
 
-    for batch in batches[:warmup]:
+    for batch in batches[:start]:
         update(batch)
     if device == "cuda":
         torch.cuda.synchronize()
-    start = time.perf_counter()
-    for batch in batches[warmup:]:
+    began = time.perf_counter()
+    for batch in batches[start:end]:
         update(batch)
     if device == "cuda":
         torch.cuda.synchronize()
-    return (time.perf_counter() - start) / max(len(batches) - warmup, 1) * 1000
+    return (time.perf_counter() - began) / (end - start) * 1000
 
 
 def measure(
@@ -144,30 +167,34 @@ def measure(
 ) -> dict:
     """The figures :func:`main` prints (``timeout``: seconds for each ``train.py`` run)."""
     overrides = [*MICRO, *(["trainer=gpu", "trainer.precision=32-true"] if device == "cuda" else []), *(extra or [])]
-    frameworks, bares, profiled_updates = [], [], None
+    frameworks, bares, windows, profiled_updates = [], [], [], None
     with tempfile.TemporaryDirectory() as folder:
         for repeat in range(repeats):  # interleaved, so that a noisy spell of the machine hits both
             run = Path(folder) / f"timed{repeat}"
-            frameworks.append(framework_ms(overrides, updates, warmup, run, False, timeout)[0])
-            bares.append(bare_ms(overrides, updates, warmup, device))
+            ms, window, _ = framework_ms(overrides, updates, warmup, run, False, timeout)
+            frameworks.append(ms)
+            windows.append(window)
+            bares.append(bare_ms(overrides, window, device))  # the same updates timed
         if table:
-            _, text = framework_ms(overrides, updates, warmup, Path(folder) / "profiled", True, timeout)
+            _, _, text = framework_ms(overrides, updates, warmup, Path(folder) / "profiled", True, timeout)
             print(text)
             batches = next((r for r in text.splitlines() if "run_training_batch" in r), "")
             profiled_updates = int(batches.split("|")[3]) if batches else 0
     framework, bare = statistics.median(frameworks), statistics.median(bares)
+    differences = [f - b for f, b in zip(frameworks, bares, strict=True)]  # paired: each repeat's own
     return {
         "device": torch.cuda.get_device_name() if device == "cuda" else cpu_name(),
         "cpu_threads": torch.get_num_threads(),
         "torch": torch.__version__,
-        "updates_timed": updates - warmup,
+        "updates_timed": [end - start for start, end in windows],  # after update start, up to update end
         "repeats": repeats,
         "profiled_updates": profiled_updates,  # the profiler's table covers these (after the warm-up)
         "train_py_ms_each": [round(v, 3) for v in frameworks],
         "bare_loop_ms_each": [round(v, 3) for v in bares],
         "train_py_ms_per_update": round(framework, 3),
         "bare_loop_ms_per_update": round(bare, 3),
-        "framework_host_ms_per_update": round(framework - bare, 3),
+        "framework_host_ms_each": [round(v, 3) for v in differences],
+        "framework_host_ms_per_update": round(statistics.median(differences), 3),  # the median of the pairs
         "overrides": overrides,
     }
 

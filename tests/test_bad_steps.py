@@ -27,7 +27,6 @@ def module_with(scaler=None, max_bad_steps: int = 3, check_every: int = 1, print
     )
     module._trainer = SimpleNamespace(precision_plugin=SimpleNamespace(scaler=scaler), global_step=0)
     module.log = lambda *args, **kwargs: None  # no logger attached
-    module._logs_now = lambda: True
     module.print = (lambda *args, **kwargs: None) if printed is None else printed.append
     return module
 
@@ -243,47 +242,109 @@ def test_throughput_timed_only_at_logged_updates_counts_every_batch(monkeypatch,
     assert len(rates) == len(timed) - 2 and all(float(r["train/device/items_per_sec"]) > 0 for r in rates)
 
 
-@pytest.mark.slow
-def test_update_scalars_are_logged_where_they_are_read_and_the_token_count_stays_exact(monkeypatch, tmp_path):
-    """train_loss, grad_norm and lr are logged at the updates the loggers write, at each epoch's last batch
-    and at the run's last update (each ``self.log`` costs host time that a small model's update on a GPU
-    feels), and nowhere else; the epoch's token count, added up on the device between reads, is every
-    batch's target tokens."""
+def _logging_run(monkeypatch, tmp_path, *overrides: str, stop_at: int | None = None) -> dict:
+    """A toy run that records, per scalar, the updates (1-based) it was logged at and each update's loss;
+    with ``stop_at``, a callback stops it at the end of that update, as a time cap does."""
     import csv
 
+    from lightning.pytorch.callbacks import Callback
+
+    from nmt.training import trainer as trainer_module
     from nmt.training.module import TaskModule
     from nmt.training.train import train
 
-    from .conftest import NO_FINAL_SCORES, compose_train, steps_per_epoch
+    from .conftest import NO_FINAL_SCORES, compose_train
 
-    logged: dict[str, set[int]] = {}
-    tokens: list[int] = []  # of every training batch
-    real_log, real_step = TaskModule.log, TaskModule.training_step
+    seen = {"logged": {}, "losses": [], "tokens": [], "at_validation": []}
+    real_log, real_loss = TaskModule.log, TaskModule._log_training
 
     def log(self, name, value, *args, **kwargs):
         if name in ("train_loss", "grad_norm", "lr"):
-            logged.setdefault(name, set()).add(self.global_step)
+            update = self.trainer.fit_loop.epoch_loop._batches_that_stepped + 1  # the update whose value it is
+            seen["logged"].setdefault(name, set()).add(update)
         return real_log(self, name, value, *args, **kwargs)
 
-    def training_step(self, batch, batch_idx):
-        tokens.append(self.task.batch_target_tokens(batch))
-        return real_step(self, batch, batch_idx)
+    def log_training(self, loss, tokens, batch):
+        seen["losses"].append(float(loss))
+        seen["tokens"].append(self.task.batch_target_tokens(batch))
+        return real_loss(self, loss, tokens, batch)
 
+    class Watch(Callback):
+        def on_validation_start(self, trainer, pl_module):
+            if trainer.state.fn == "fit":  # not the final weights' validation, after fit
+                seen["at_validation"].append(float(trainer.callback_metrics["train_loss"]))
+
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            if stop_at is not None and trainer.global_step == stop_at:
+                trainer.should_stop = True
+
+    build = trainer_module._callbacks
+    monkeypatch.setattr(trainer_module, "_callbacks", lambda *a, **k: [*build(*a, **k), Watch()])
     monkeypatch.setattr(TaskModule, "log", log)
-    monkeypatch.setattr(TaskModule, "training_step", training_step)
+    monkeypatch.setattr(TaskModule, "_log_training", log_training)
     settings = ["checkpoint.monitor=val_loss", "checkpoint.mode=min", "early_stopping.monitor=val_loss"]
-    settings += ["early_stopping.mode=min", *NO_FINAL_SCORES, f"run_dir={tmp_path}"]
-    epoch = steps_per_epoch(compose_train(*settings))
-    assert epoch >= 3
+    settings += ["early_stopping.mode=min", *NO_FINAL_SCORES, f"run_dir={tmp_path}", *overrides]
+    seen["results"] = train(compose_train(*settings))
+    seen["rows"] = list(csv.DictReader((tmp_path / "logs" / "metrics.csv").open()))
+    return seen
+
+
+@pytest.mark.slow
+def test_update_scalars_are_logged_where_they_are_read_and_the_token_count_stays_exact(monkeypatch, tmp_path):
+    """train_loss, grad_norm and lr are logged at the updates the loggers write, at each epoch's last
+    batch, before a validation and at the run's last update (each ``self.log`` costs host time that a
+    small model's update on a GPU feels), and nowhere else; each is that update's own value; the epoch's
+    token count, added up on the device between reads, is every batch's target tokens."""
+    from .conftest import compose_train, steps_per_epoch
+
+    epoch = steps_per_epoch(compose_train())
+    assert epoch >= 4
     steps = 2 * epoch + 2  # ends inside the third epoch
-    train(compose_train(*settings, "trainer.max_epochs=3", f"trainer.max_steps={steps}", "trainer.log_every_n_steps=3"))
-    rows = list(csv.DictReader((tmp_path / "logs" / "metrics.csv").open()))
-    # the updates (0-based, before each update's step) the loggers write, the epochs' last, the run's last
-    expected = {u for u in range(steps) if (u + 1) % 3 == 0} | {epoch - 1, 2 * epoch - 1, steps - 1}
-    assert logged == {"train_loss": expected, "grad_norm": expected, "lr": expected}
-    written = sorted(int(r["step"]) for r in rows if r.get("train_loss"))
-    assert written == sorted(int(r["step"]) for r in rows if r.get("lr"))
-    assert {u for u in range(steps) if (u + 1) % 3 == 0} <= set(written) <= expected
+    # validation every 4 updates, not a multiple of the loggers' 3
+    seen = _logging_run(
+        monkeypatch,
+        tmp_path,
+        "trainer.max_epochs=3",
+        f"trainer.max_steps={steps}",
+        "trainer.log_every_n_steps=3",
+        "trainer.val_check_interval=4",
+        "trainer.check_val_every_n_epoch=null",
+    )
+    validated = {u for u in range(1, steps + 1) if u % 4 == 0}
+    expected = {u for u in range(1, steps + 1) if u % 3 == 0} | {epoch, 2 * epoch, steps} | validated
+    assert seen["logged"] == {"train_loss": expected, "grad_norm": expected, "lr": expected}
+    # a validation sees the loss of the update just before it, not an older one
+    assert seen["at_validation"][: len(validated)] == [seen["losses"][u - 1] for u in sorted(validated)]
+    rows = seen["rows"]
+    written = {int(r["step"]) + 1: float(r["train_loss"]) for r in rows if r.get("train_loss")}
+    assert {u for u in range(1, steps + 1) if u % 3 == 0} <= set(written) <= expected  # the loggers' updates
+    assert written == {u: seen["losses"][u - 1] for u in written}  # each update's own loss
+    assert sorted(written) == sorted(int(r["step"]) + 1 for r in rows if r.get("lr"))
     # every batch's target tokens are in the epochs' counts (the last epoch's too, cut by max_steps)
     per_epoch = [int(float(r["train_tokens"])) for r in rows if r.get("train_tokens")]
-    assert len(tokens) == steps and sum(per_epoch) == sum(tokens)
+    assert len(seen["tokens"]) == steps and sum(per_epoch) == sum(seen["tokens"])
+
+
+@pytest.mark.slow
+def test_a_run_stopped_between_logged_updates_keeps_its_last_updates_values(monkeypatch, tmp_path):
+    """A stop decided at the end of an update (a time cap) logs that update's values, which the loggers
+    write and results.json keeps."""
+    seen = _logging_run(monkeypatch, tmp_path, "trainer.log_every_n_steps=50", "trainer.max_epochs=3", stop_at=5)
+    assert len(seen["losses"]) == 5 and 5 in seen["logged"]["train_loss"] and 5 in seen["logged"]["grad_norm"]
+    assert seen["results"]["final_metrics"]["train_loss"] == pytest.approx(seen["losses"][-1])
+    last = [r for r in seen["rows"] if r.get("train_loss")][-1]
+    assert int(last["step"]) == 4 and float(last["train_loss"]) == pytest.approx(seen["losses"][-1])
+
+
+@pytest.mark.slow
+def test_a_watched_update_scalar_is_logged_at_every_update(monkeypatch, tmp_path):
+    """checkpoint.monitor=train_loss: a checkpoint callback may read it at any update."""
+    seen = _logging_run(
+        monkeypatch,
+        tmp_path,
+        "trainer.max_steps=6",
+        "trainer.max_epochs=3",
+        "trainer.log_every_n_steps=50",
+        "checkpoint.monitor=train_loss",
+    )
+    assert seen["logged"]["train_loss"] == seen["logged"]["grad_norm"] == set(range(1, 7))

@@ -9,6 +9,7 @@ from torch import nn
 from nmt.data.tokenizer import Tokenizer
 from nmt.inference.checkpoint import CHECKPOINT_FORMAT, CHECKPOINT_KEY
 from nmt.tasks import Task, exact_sum
+from nmt.training.update_scalars import UpdateScalars
 
 # below this loss scale an fp16 overflow is no longer the scaler's business: the gradients themselves are
 # non-finite (a scale of 1 means fp16 overflows even unscaled)
@@ -71,31 +72,14 @@ class TaskModule(L.LightningModule):
         self.epoch_tokens = exact_sum()
         self._pending_tokens: torch.Tensor | None = None
         self._tokens_to_restore: float | None = None
-
-    def _logs_now(self) -> bool:
-        """Whether this update logs its scalars (train_loss, grad_norm, lr): at the updates whose values the
-        loggers write (every trainer.log_every_n_steps), and at an epoch's last batch and the run's last
-        update, whose values callbacks and the run's end read. Logged at every update, they were written no
-        more often, and each ``self.log`` costs the host a fraction of a millisecond, a share of a small
-        model's update on a GPU; the progress bar shows the last logged value."""
-        trainer = self.trainer
-        last_update = 0 < trainer.max_steps <= trainer.global_step + 1
-        return bool(
-            trainer._logger_connector.should_update_logs
-            or trainer.fit_loop.epoch_loop.batch_progress.is_last_batch
-            or last_update
-        )
+        self.update_scalars = UpdateScalars()  # train_loss, grad_norm and lr, logged where they are read
 
     def _log_training(self, loss: torch.Tensor, tokens: torch.Tensor, batch: dict) -> None:
         tokens = tokens.detach()
         self._pending_tokens = tokens if self._pending_tokens is None else self._pending_tokens + tokens
         self._last_tokens = tokens if self._last_tokens is None else self._last_tokens + tokens
-        if not self._logs_now():
-            return
         # the batch size from the host's own count: reading ``tokens`` would wait for the device
-        self.log("train_loss", loss, prog_bar=True, batch_size=self.task.batch_target_tokens(batch))
-        # a Python number is logged as a new device tensor, and that copy from the host waits for the device
-        self.log("lr", self.optimizers().param_groups[0]["lr"], on_step=True, on_epoch=False)
+        self.update_scalars.loss_made(self, loss, self.task.batch_target_tokens(batch))
 
     def epoch_tokens_so_far(self) -> float:
         """Target tokens trained on in this epoch by this process (one read of the device)."""
@@ -136,8 +120,7 @@ class TaskModule(L.LightningModule):
             return
         if torch.isfinite(norm):
             self.bad_steps = 0  # the limit is on consecutive failures: a good update ends a streak
-            if self._logs_now():
-                self.log("grad_norm", norm, on_step=True, on_epoch=False)
+            self.update_scalars.norm_made(self, norm)
             return
         scaler = self._grad_scaler()
         if scaler is not None and scaler.get_scale() >= MIN_LOSS_SCALE:
@@ -162,8 +145,7 @@ class TaskModule(L.LightningModule):
         self._streak = torch.where(bad, self._streak + 1, 0)
         self._worst = torch.maximum(self._worst, self._streak)
         self._skipped = self._skipped + bad
-        if self._logs_now():
-            self.log("grad_norm", norm, on_step=True, on_epoch=False)
+        self.update_scalars.norm_made(self, norm)
         if tokens is not None:  # a skipped update's tokens were not trained on
             untrained = -tokens * bad
             self._pending_tokens = untrained if self._pending_tokens is None else self._pending_tokens + untrained
@@ -188,9 +170,13 @@ class TaskModule(L.LightningModule):
                 f"({streak} in a row now, {self.max_bad_steps} allowed)"
             )
 
+    def on_train_start(self) -> None:
+        self.update_scalars.start(self.trainer)
+
     def on_train_batch_end(self, outputs, batch, batch_idx: int) -> None:
         if self.check_every > 1 and self.global_step % self.check_every == 0:
             self.read_guard()
+        self.update_scalars.batch_ended(self)
 
     def on_train_end(self) -> None:
         self.read_guard()

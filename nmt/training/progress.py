@@ -74,9 +74,12 @@ class PlainProgress(ProgressBar):
         planned = self._planned_steps(trainer)
         parts = [f"[train] update {step}" + (f"/{planned}" if planned else "")]
         parts.append(f"epoch {trainer.current_epoch}")
+        # the last update's own values where the module keeps them (it logs them only where they are read)
+        scalars = getattr(pl_module, "update_scalars", None)
+        latest = scalars.latest() if scalars is not None else {}
         for name, fmt in (("train_loss", "loss {:.4f}"), ("lr", "lr {:.3g}")):
-            if name in metrics:
-                parts.append(fmt.format(float(metrics[name])))
+            if name in latest or name in metrics:
+                parts.append(fmt.format(latest[name] if name in latest else float(metrics[name])))
         parts.append(f"{speed:,.0f} tokens/s")
         if self.monitor in metrics:
             parts.append(f"{self.monitor} {float(metrics[self.monitor]):.4f}")
