@@ -9,7 +9,9 @@ stopping) and the run's last update, whose values ``results.json`` keeps. The pr
 last logged value.
 
 When a callback watches one of them (``checkpoint.monitor=train_loss``: a checkpoint callback may read it
-at any update, before the module's own end-of-batch hook), every update logs its values as it makes them.
+at any update, before the module's own end-of-batch hook), every update logs its loss and gradient norm as
+it makes them (the rate still where it is read). A batch skipped for a non-finite loss or gradient makes no
+values of its own: the last good update's stand.
 """
 
 import torch
@@ -38,9 +40,6 @@ class UpdateScalars:
         self.lr = module.optimizers().param_groups[0]["lr"]
         if self.every_update:
             module.log("train_loss", loss, prog_bar=True, batch_size=batch_size)
-            # a Python number is logged as a new device tensor, and that copy from the host waits for the device
-            if module.trainer._logger_connector.should_update_logs:
-                module.log("lr", self.lr, on_step=True, on_epoch=False)
 
     def norm_made(self, module, norm: torch.Tensor) -> None:
         """Before the optimiser's step, for an update whose gradient norm is logged (a finite one, or any
@@ -55,13 +54,17 @@ class UpdateScalars:
         return {name: float(value) for name, value in values.items() if value is not None}
 
     def batch_ended(self, module) -> None:
-        """In the module's ``on_train_batch_end``, after the callbacks' (a time cap has set its stop by then)."""
-        if self.every_update or self.loss is None or self.logged is self.loss or not read_next(module.trainer):
+        """In the module's ``on_train_batch_end``, after the callbacks' (a time cap has set its stop by then).
+        A batch skipped for a non-finite loss makes no values: the last good update's stand."""
+        if self.loss is None or not read_next(module.trainer):
             return
-        self.logged = self.loss
-        module.log("train_loss", self.loss, prog_bar=True, batch_size=self.batch_size)
-        if self.norm is not None:
-            module.log("grad_norm", self.norm, on_step=True, on_epoch=False)
+        if not self.every_update and self.logged is not self.loss:
+            self.logged = self.loss
+            module.log("train_loss", self.loss, prog_bar=True, batch_size=self.batch_size)
+            if self.norm is not None:
+                module.log("grad_norm", self.norm, on_step=True, on_epoch=False)
+        # in both modes only where read: a Python number is logged as a new device tensor, and that copy from
+        # the host waits for the device
         module.log("lr", self.lr, on_step=True, on_epoch=False)
 
 
@@ -72,8 +75,12 @@ def read_next(trainer) -> bool:
     loop = trainer.fit_loop.epoch_loop
     validates = getattr(loop, "_should_check_val_fx", None)  # Lightning's own decision, without side effects
     fetcher = getattr(trainer.fit_loop, "_data_fetcher", None)
+    # a validation every so much time (val_check_interval as a duration) is decided on the clock, after this
+    # hook: every update then logs
+    timed_validation = getattr(trainer, "_val_check_time_interval", None) is not None
     return bool(
-        trainer._logger_connector.should_update_logs
+        timed_validation
+        or trainer._logger_connector.should_update_logs
         or loop.batch_progress.is_last_batch
         or 0 < trainer.max_steps <= trainer.global_step
         or validates is None
