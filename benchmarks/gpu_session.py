@@ -269,6 +269,15 @@ def table(results: dict) -> str:
                 f"{t['copies_per_unit']:.1f} copies, {t['host_waits_ms_per_unit']:.1f} ms of host waits, device busy "
                 f"{t['device_busy_ms_per_unit']:.2f} ms (over {t['units']})",
             )
+            for key, unit_ms, what in (
+                ("top_kernels", "device_ms_per_unit", "kernels by device time"),
+                ("top_host_operators", "host_ms_per_unit", "operators by host time"),
+            ):
+                if t.get(key):  # traces from before these lists, and a CPU's kernels, have none
+                    listed = "; ".join(
+                        f"`{e['name']}` {e[unit_ms]:.2f} ms ({e['calls_per_unit']:.1f} calls)" for e in t[key][:8]
+                    )
+                    row(f"op-level trace{of}, {part}, {what} per {t['unit']}", listed)
 
     for name in results.get("session", {}).get("order", []):
         entry = results.get(name, {})

@@ -41,6 +41,7 @@ class ClearProfilerAfter(Callback):
 
 
 TRACED_UPDATES = 20
+TOP_EVENTS = 15  # kernels and host operators listed in a trace's summary
 
 
 def trace_summary(profile, seconds: float, units: int, unit: str) -> dict:
@@ -53,9 +54,17 @@ def trace_summary(profile, seconds: float, units: int, unit: str) -> dict:
     def self_host_ms(word: str) -> float:
         return sum(e.self_cpu_time_total for e in events if word in e.key) / 1000
 
-    kernels_ms = sum(
-        getattr(e, "self_device_time_total", 0) for e in events if e.device_type == torch.autograd.DeviceType.CUDA
-    )
+    on_device = [e for e in events if e.device_type == torch.autograd.DeviceType.CUDA]
+    kernels_ms = sum(getattr(e, "self_device_time_total", 0) for e in on_device)
+
+    def top(rows, time_of, unit_ms: str) -> list[dict]:
+        """The TOP_EVENTS of ``rows`` with the most time (µs from the profiler), per unit."""
+        ranked = sorted(rows, key=time_of, reverse=True)[:TOP_EVENTS]
+        return [
+            {"name": e.key[:120], "calls_per_unit": e.count / max(units, 1), unit_ms: time_of(e) / 1000 / max(units, 1)}
+            for e in ranked
+        ]
+
     return {
         "unit": unit,
         "units": units,
@@ -69,6 +78,14 @@ def trace_summary(profile, seconds: float, units: int, unit: str) -> dict:
         "host_waits_ms_per_unit": self_host_ms("Synchronize") / max(units, 1),  # the host waiting for the device
         "copies_per_unit": sum(e.count for e in events if e.key.startswith("cudaMemcpy")) / max(units, 1),
         "device_busy_ms_per_unit": kernels_ms / 1000 / max(units, 1),
+        # which kernels the device time is (a graph's kernels are listed one by one), and which operators the
+        # host's: what a summary's totals alone cannot say
+        "top_kernels": top(on_device, lambda e: getattr(e, "self_device_time_total", 0), "device_ms_per_unit"),
+        "top_host_operators": top(
+            [e for e in events if e.device_type == torch.autograd.DeviceType.CPU],
+            lambda e: e.self_cpu_time_total,
+            "host_ms_per_unit",
+        ),
     }
 
 

@@ -114,9 +114,14 @@ def test_the_whole_recipe_keeps_to_its_budget_and_says_when_the_cap_cut_it(monke
     assert batches["calls"] == run["updates"] - cleared
     assert validation["unit"] == "validation batch" and validation["units"] >= 1
     assert (tmp_path / "full" / "trace_validation.txt").read_text().count("aten::") > 10
-    assert "op-level trace in the whole recipe, validation" in gpu_session.table(
-        {"session": {"order": ["full"]}, "full": {**run, "overrides": extra}}
-    )
+    # the operators of most host time, largest first, per unit; a CPU launches no kernels
+    hosts = validation["top_host_operators"]
+    assert 1 <= len(hosts) <= 15 and validation["top_kernels"] == []
+    assert [h["host_ms_per_unit"] for h in hosts] == sorted((h["host_ms_per_unit"] for h in hosts), reverse=True)
+    assert any(h["name"].startswith("aten::") for h in hosts) and all(h["calls_per_unit"] > 0 for h in hosts)
+    table = gpu_session.table({"session": {"order": ["full"]}, "full": {**run, "overrides": extra}})
+    assert "op-level trace in the whole recipe, validation" in table
+    assert f"validation, operators by host time per validation batch | `{hosts[0]['name']}` " in table
     assert yaml.safe_load((tmp_path / "full" / "config.yaml").read_text())["trainer"]["max_time"] == "00:00:00:30"
 
 
