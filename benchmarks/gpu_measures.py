@@ -3,6 +3,7 @@
 trained checkpoint, the d_model 512 MFU and the whole recipe. Every run is a subprocess whose output goes
 to a log, so that a failure is reported with the run's own last lines."""
 
+import contextlib
 import csv
 import json
 import os
@@ -258,19 +259,38 @@ def concurrent_runs_mps(
     return rates, seen
 
 
-def greedy_validation_seconds(model: Path, device: str, every: int | None = None) -> tuple[float, int]:
+def greedy_validation_seconds(
+    model: Path, device: str, every: int | None = None, graphs: bool | None = None
+) -> tuple[float, int]:
     """Seconds to decode the validation set greedily with ``model`` (a run folder or a checkpoint);
-    ``every``: steps between two reads of which sentences ended (default: the search's own choice for
-    the device)."""
+    ``every``: steps between two reads of which sentences ended, in the search step by step; ``graphs``:
+    whether each step is a CUDA graph's replay (``nmt/decoding/graphed.py``; False: step by step). None:
+    the search's own choice for the device."""
     from nmt.decoding import search as search_module
 
-    chosen = search_module.read_every
+    chosen = search_module.read_every, search_module.use_graphs
     if every is not None:
         search_module.read_every = lambda _device: every
+    if graphs is not None:
+        search_module.use_graphs = lambda model, device: graphs and chosen[1](model, device)
     try:
-        return _time_validation(model if model.suffix == ".ckpt" else model / "checkpoints" / "last.ckpt", device)
+        with graphs_recorded(graphs):
+            return _time_validation(model if model.suffix == ".ckpt" else model / "checkpoints" / "last.ckpt", device)
     finally:
-        search_module.read_every = chosen
+        search_module.read_every, search_module.use_graphs = chosen
+
+
+@contextlib.contextmanager
+def graphs_recorded(graphs: bool | None):
+    """Fails a timing meant to replay CUDA graphs whose step could not be recorded (the search then
+    decoded step by step, and only a warning said so): its seconds would be passed off as the graphs'."""
+    from nmt.decoding import graphed
+
+    before = dict(graphed.FELL_BACK)
+    yield
+    new = sorted(reason for reason, n in graphed.FELL_BACK.items() if n > before.get(reason, 0))
+    if graphs and new:
+        raise RuntimeError(f"the step could not be recorded as a CUDA graph: {new}")
 
 
 def _time_validation(checkpoint: Path, device: str) -> tuple[float, int]:
@@ -294,12 +314,28 @@ def _time_validation(checkpoint: Path, device: str) -> tuple[float, int]:
     return time.perf_counter() - started, len(sources)
 
 
-def run_validation_seconds(model: Path, device: str, precision: str | None = None) -> tuple[float, int, str]:
+def run_validation_seconds(
+    model: Path, device: str, precision: str | None = None, graphs: bool | None = None
+) -> tuple[float, int, str]:
     """Seconds of one validation epoch as a run pays it, with ``model`` (a run folder or a checkpoint):
     Lightning's validation loop at the run's precision (``precision``: another), over the run's own
     validation batches, with the loss, the greedy search and the scores, from the epoch's start to the end
     of its scores (not the data's preparation or the model's copy that ``trainer.validate`` adds around it).
-    The second of two epochs (the first warms up). Returns (seconds, sentences, precision)."""
+    The second of two epochs (the first warms up); ``graphs`` as in :func:`greedy_validation_seconds`.
+    Returns (seconds, sentences, precision)."""
+    from nmt.decoding import search as search_module
+
+    chosen = search_module.use_graphs
+    if graphs is not None:
+        search_module.use_graphs = lambda model, device: graphs and chosen(model, device)
+    try:
+        with graphs_recorded(graphs):
+            return _time_run_validation(model, device, precision)
+    finally:
+        search_module.use_graphs = chosen
+
+
+def _time_run_validation(model: Path, device: str, precision: str | None) -> tuple[float, int, str]:
     import lightning as L
     import torch
     from omegaconf import OmegaConf
@@ -387,7 +423,7 @@ def speed_means(device: str, data: str, steps: int, extra: list[str]) -> dict:
         second = Path(tmp) / "means1" / "runs1_0"
         model_run = second if "error" not in rows.get(MEANS[1][0], {}) else Path(tmp) / "means0" / "runs1_0"
         for every in (1, 8):
-            seconds, sentences = greedy_validation_seconds(model_run, device, every)
+            seconds, sentences = greedy_validation_seconds(model_run, device, every, graphs=False)
             rows[f"greedy validation, a read every {every} step(s)"] = {"seconds": seconds, "sentences": sentences}
             print(
                 f"greedy validation, a read every {every} step(s): {seconds:.2f} s ({sentences} sentences)", flush=True

@@ -111,22 +111,28 @@ class Session:
         if not models:
             raise RuntimeError("no model: measure 'every' first, or give --model")
         timings = self.results["validation"] = {}
+        # each step a CUDA graph's replay (nmt/decoding/graphed.py), then step by step, reading which sentences
+        # ended every step or every 8; a CPU has no graphs
+        gpu = self.args.device == "cuda"
+        searches = [("each step a CUDA graph", None, True)] if gpu else []
+        searches += [(f"step by step, a read every {every}", every, False) for every in (1, 8)]
         for label, model in models.items():
-            for every in (1, 8):
-                key = f"{label}, a read every {every}"
+            for search, every, graphs in searches:
+                key = f"{label}, {search}"
                 try:  # one model failing (a wrong path) leaves the other's figures
-                    seconds, sentences = greedy_validation_seconds(model, self.args.device, every)
+                    seconds, sentences = greedy_validation_seconds(model, self.args.device, every, graphs)
                     timings[key] = {"seconds": seconds, "sentences": sentences}
                 except Exception as err:  # noqa: BLE001
                     timings[key] = {"error": f"{type(err).__name__}: {err}"}
                 self.write()
-            key = f"{label}, as a run validates (Lightning's loop: the loss, the search, the scores)"
-            try:
-                seconds, sentences, precision = run_validation_seconds(model, self.args.device)
-                timings[key] = {"seconds": seconds, "sentences": sentences, "precision": precision}
-            except Exception as err:  # noqa: BLE001
-                timings[key] = {"error": f"{type(err).__name__}: {err}"}
-            self.write()
+            for search, graphs in [("each step a CUDA graph", True)] * gpu + [("step by step", False)]:
+                key = f"{label}, as a run validates (Lightning's loop: the loss, the search, the scores), {search}"
+                try:
+                    seconds, sentences, precision = run_validation_seconds(model, self.args.device, graphs=graphs)
+                    timings[key] = {"seconds": seconds, "sentences": sentences, "precision": precision}
+                except Exception as err:  # noqa: BLE001
+                    timings[key] = {"error": f"{type(err).__name__}: {err}"}
+                self.write()
         return timings
 
     def host(self) -> dict:

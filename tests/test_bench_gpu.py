@@ -74,8 +74,13 @@ def test_all_measures_in_order_within_a_budget_and_writes_after_each(monkeypatch
     # cleared after the first third of the 30 updates: the report holds the last 20 only
     assert actions["run_training_batch"]["calls"] == 20 and actions["run_training_batch"]["ms_per_call"] > 0
     timings = {k: v for k, v in results["validation"].items() if k != "wall_s"}
-    in_run = "trained 30 updates, as a run validates (Lightning's loop: the loss, the search, the scores)"
-    assert set(timings) == {"trained 30 updates, a read every 1", "trained 30 updates, a read every 8", in_run}
+    # on a CPU: step by step only (CUDA graphs are a GPU's)
+    in_run = "trained 30 updates, as a run validates (Lightning's loop: the loss, the search, the scores), step by step"
+    assert set(timings) == {
+        "trained 30 updates, step by step, a read every 1",
+        "trained 30 updates, step by step, a read every 8",
+        in_run,
+    }
     assert all(t["seconds"] > 0 and t["sentences"] > 0 for t in timings.values())
     assert timings[in_run]["precision"] in ("bf16-mixed", "32-true")  # the run's, as precision=auto chooses
     assert len(results["sharing"]["runs_2"]["updates_per_s_each"]) == 2 and "runs_4" not in results["sharing"]
@@ -143,3 +148,19 @@ def test_the_host_cost_benchmark_times_train_py_against_a_bare_loop_of_the_same_
     rows = table({"session": {"order": ["host"]}, "host": result}).splitlines()
     assert rows[2].startswith("| the framework's host work per update (micro model") and "50 updates" in rows[2]
     assert table({"session": {"order": ["host"]}, "host": {"error": "boom"}}).endswith("| failed: boom |")
+
+
+def test_a_timing_meant_for_cuda_graphs_fails_when_the_search_fell_back_to_steps(monkeypatch):
+    """The search decodes step by step when its step cannot be recorded (a warning says so once): the
+    benchmark then fails the graphs' figure rather than report step-by-step seconds under its name."""
+    from benchmarks import gpu_measures
+    from nmt.decoding import graphed
+
+    monkeypatch.setattr(graphed, "FELL_BACK", {"an earlier reason": 1})
+    with pytest.raises(RuntimeError, match=r"could not be recorded as a CUDA graph: \['an earlier reason'\]"):
+        with gpu_measures.graphs_recorded(True):
+            graphed.FELL_BACK["an earlier reason"] += 1  # the same reason again: counted, not warned
+    with gpu_measures.graphs_recorded(True):
+        pass
+    with gpu_measures.graphs_recorded(False):  # step by step on purpose
+        graphed.FELL_BACK["another"] = 1

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 import torch
 from torch.nn import functional as F
 
+from nmt.decoding.graphed import graphed_greedy, supports_graphs
+
 STRATEGIES = ("greedy", "beam", "sample")
 
 
@@ -130,6 +132,14 @@ def read_every(device: torch.device) -> int:
     return 1
 
 
+def use_graphs(model, device: torch.device) -> bool:
+    """Whether greedy search replays each step as a CUDA graph (``nmt.decoding.graphed``): on a GPU, for a
+    model with caches of fixed size. Elsewhere nothing waits on kernel launches, and leaving ended
+    sentences in the batch would only add arithmetic. (``benchmarks/gpu_measures.py`` replaces this
+    function to time both.)"""
+    return device.type == "cuda" and supports_graphs(model)
+
+
 def never_emitted(logits: torch.Tensor, bos_id: int, pad_id: int) -> torch.Tensor:
     """logits or log-probabilities (rows, vocab) with the start and padding tokens ruled out: they are
     inputs, never outputs (a barely trained model may rank them high; its output would hold invisible
@@ -176,8 +186,14 @@ def _greedy(model, src, bos_id: int, eos_id: int, cfg: SearchConfig, every: int 
     fetches the outputs. The tokens are those of :func:`_step_by_step` (a sentence's rows are computed
     alike whichever other sentences share its batch)."""
     batch, device, pad_id = src.size(0), src.device, model.pad_id
-    every = every or read_every(device)
     limits = max_lengths(src, pad_id, cfg)  # (batch,) tokens allowed, counting the final EOS
+    if every is None and use_graphs(model, device):
+        outputs = graphed_greedy(
+            model, src, limits, bos_id, eos_id, lambda x: never_emitted(x, bos_id, pad_id).argmax(-1)
+        )
+        if outputs is not None:
+            return outputs
+    every = every or read_every(device)
     steps = int(limits.max())
     state = model.encode(src)
     out = torch.full((batch, steps), pad_id, dtype=torch.long, device=device)  # padding where nothing was chosen

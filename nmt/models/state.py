@@ -15,6 +15,9 @@ class DecoderState:
 
     tensors: dict[str, torch.Tensor] = field(default_factory=dict)
     step: int = 0
+    # the step count as a (1,) tensor on the device, for a model's caches of fixed size that each step
+    # fills in place (``fixed_cache``); None: the caches grow and ``step`` counts
+    position: torch.Tensor | None = None
 
     @property
     def batch_size(self) -> int:
@@ -22,4 +25,4 @@ class DecoderState:
 
     def reorder(self, index: torch.Tensor) -> "DecoderState":
         """Gather every tensor along the batch axis: row i of the result is row index[i] of this state."""
-        return DecoderState({k: v.index_select(0, index) for k, v in self.tensors.items()}, self.step)
+        return DecoderState({k: v.index_select(0, index) for k, v in self.tensors.items()}, self.step, self.position)

@@ -125,21 +125,32 @@ class DecoderLayer(nn.Module):
         self.cross_block = spec.residual()
         self.ffn_block = spec.residual()
 
-    def forward(self, x, positions, causal, cross_k, cross_v, cross_mask, past_k=None, past_v=None):
+    def forward(self, x, positions, causal, cross_k, cross_v, cross_mask, past_k=None, past_v=None, fixed=False):
         """x: (batch, tgt_len, d_model) for tgt positions ``positions``; causal: each position attends to
         itself and those before it only (training; a step of decoding has no later position to hide);
         past_k/v: (batch, heads, past, hd) cached keys/values of earlier positions. Returns x and the
-        keys/values of all positions so far."""
+        keys/values of all positions so far. ``fixed``: past_k/v are a cache of fixed size (batch, heads,
+        room, hd) into which this one step's keys/values are written at ``positions`` (a (1,) tensor on
+        the device), in place; the step attends to the slots up to its own (the shapes never change, so
+        a CUDA graph can replay the step)."""
         cache = {}
 
         def self_attend(h: torch.Tensor) -> torch.Tensor:
             k, v = self.self_attn.project_kv(h, positions)
-            if past_k is not None:
+            mask = None
+            if fixed:
+                past_k.index_copy_(2, positions, k)
+                past_v.index_copy_(2, positions, v)
+                k, v = past_k, past_v
+                k_pos = torch.arange(k.size(2), device=k.device)
+                mask = (k_pos <= positions)[None, None, None, :]  # the slots written so far, this one included
+            elif past_k is not None:
                 k, v = torch.cat((past_k, k), dim=2), torch.cat((past_v, v), dim=2)
             cache["k"], cache["v"] = k, v
-            k_pos = torch.arange(k.size(2), device=k.device)
+            if not fixed:
+                k_pos = torch.arange(k.size(2), device=k.device)
             # padding only follows the real tokens, so the causal mask alone keeps it out of their context
-            return self.self_attn(h, k, v, None, positions, k_pos, causal=causal)
+            return self.self_attn(h, k, v, mask, positions, k_pos, causal=causal)
 
         x = self.self_block(x, self_attend)
         x = self.cross_block(x, lambda h: self.cross_attn(h, cross_k, cross_v, cross_mask))
@@ -272,10 +283,28 @@ class Transformer(nn.Module):
             tensors[f"self_k{i}"], tensors[f"self_v{i}"] = empty, empty
         return DecoderState(tensors, step=0)
 
+    def fixed_cache(self, state: DecoderState, room: int) -> DecoderState:
+        """``state`` (from :meth:`encode`, no step taken) with self-attention caches of ``room`` positions,
+        filled in place by :meth:`decode_step`, and its position a tensor on the device that each step
+        advances in place: a step then has the same shapes and memory at every position, which a CUDA
+        graph needs (``nmt.decoding.graphed``)."""
+        tensors = dict(state.tensors)
+        for i in range(len(self.decoder)):
+            past = tensors[f"self_k{i}"]
+            tensors[f"self_k{i}"] = past.new_zeros(past.size(0), past.size(1), room, past.size(3))
+            tensors[f"self_v{i}"] = past.new_zeros(past.size(0), past.size(1), room, past.size(3))
+        position = torch.zeros(1, dtype=torch.long, device=past.device)
+        return DecoderState(tensors, step=state.step, position=position)
+
     def decode_step(self, prev_tokens: torch.Tensor, state: DecoderState) -> tuple[torch.Tensor, DecoderState]:
-        """prev_tokens: (batch,) the token at position ``state.step`` -> logits (batch, tgt_vocab)."""
+        """prev_tokens: (batch,) the token at position ``state.step`` -> logits (batch, tgt_vocab).
+        A state of :meth:`fixed_cache` is updated in place (its caches and position) and returned."""
         t = state.tensors
-        positions = torch.arange(state.step, state.step + 1, device=prev_tokens.device)  # no copy from the host
+        fixed = state.position is not None
+        if fixed:
+            positions = state.position
+        else:
+            positions = torch.arange(state.step, state.step + 1, device=prev_tokens.device)  # no copy from the host
         x = self._embed(self.tgt_embed, self.tgt_pos, prev_tokens[:, None], positions)  # (batch, 1, d_model)
         new = dict(t)
         for i, layer in enumerate(self.decoder):
@@ -288,8 +317,12 @@ class Transformer(nn.Module):
                 t["src_mask"],
                 t[f"self_k{i}"],
                 t[f"self_v{i}"],
+                fixed,
             )
         logits = self.output(self.decoder_norm(x))[:, -1]
+        if fixed:
+            state.position += 1
+            return logits, state
         return logits, DecoderState(new, state.step + 1)
 
     @torch.no_grad()

@@ -1,0 +1,109 @@
+"""Greedy search replayed as one CUDA graph per step.
+
+A small model's decoding step on a GPU is a few hundred kernel launches of microseconds each: the host
+issuing them, not the device running them, sets the pace (a validation batch of the tiny recipe: 8,378
+launches for 34.5 ms of kernels in 397 ms, BENCHMARKS.md). Recorded once as a CUDA graph, a step is one
+launch. A graph replays the same kernels on the same memory, so the step keeps every shape and address:
+
+- the model's caches have a fixed size (``model.fixed_cache``), written in place at a position held on
+  the device, which the step advances itself;
+- sentences that ended stay in the batch (their tokens are no longer written) instead of leaving it;
+- the chosen token, what ended and the outputs live in buffers the step updates in place.
+
+The host then replays the graph and reads whether every sentence ended every :data:`READ_EVERY` steps.
+The tokens are those of :func:`nmt.decoding.search._greedy` up to floating-point rounding: the attention
+of a step spans the whole cache, its unwritten slots masked out (tested on the CPU, where the same step
+runs without a graph).
+"""
+
+import warnings
+from collections.abc import Callable
+
+import torch
+
+READ_EVERY = 8  # steps between two reads of whether every sentence ended; each read waits for the device
+
+
+def supports_graphs(model) -> bool:
+    """Whether ``model`` offers caches of fixed size (the Transformer does; others decode eagerly)."""
+    return callable(getattr(model, "fixed_cache", None))
+
+
+class GreedyStep:
+    """One greedy step on fixed buffers: ``prev`` (rows,) in, the next token chosen by ``choose`` from the
+    logits (rows, vocab), ``ended`` and ``out`` (rows, steps) updated, the model's state advanced;
+    :meth:`run` takes it, :meth:`reset` rewinds. ``limits``: (rows,) tokens allowed, counting the EOS."""
+
+    Choose = Callable[[torch.Tensor], torch.Tensor]
+
+    def __init__(self, model, src: torch.Tensor, limits: torch.Tensor, bos_id: int, eos_id: int, choose: Choose):
+        self.model, self.bos_id, self.eos_id, self.pad_id = model, bos_id, eos_id, model.pad_id
+        self.limits, self.choose = limits, choose
+        self.steps = int(self.limits.max())  # the one read before decoding
+        self.state = model.fixed_cache(model.encode(src), self.steps)
+        rows, device = src.size(0), src.device
+        self.prev = torch.full((rows,), bos_id, dtype=torch.long, device=device)
+        self.ended = torch.zeros(rows, dtype=torch.bool, device=device)
+        self.out = torch.full((rows, self.steps), self.pad_id, dtype=torch.long, device=device)
+
+    def run(self) -> None:
+        position = self.state.position.clone()  # this step's (the model advances the state's)
+        logits, _ = self.model.decode_step(self.prev, self.state)  # (rows, vocab)
+        chosen = self.choose(logits)  # (rows,)
+        # the last step allowed ends a sentence (as if EOS were forced), as the eager search does
+        self.ended |= (chosen == self.eos_id) | (self.limits <= position + 1)
+        self.out.index_copy_(1, position, chosen.masked_fill(self.ended, self.pad_id)[:, None])
+        self.prev.copy_(chosen)
+
+    def reset(self) -> None:
+        self.state.position.zero_()
+        self.prev.fill_(self.bos_id)
+        self.ended.zero_()
+        self.out.fill_(self.pad_id)
+
+    def tokens(self) -> list[list[int]]:
+        # a sentence's tokens are written one after another from its first step, and padding is never chosen
+        return [ids[: ids.index(self.pad_id)] if self.pad_id in ids else ids for ids in self.out.tolist()]
+
+
+def record(step: GreedyStep) -> torch.cuda.CUDAGraph:
+    """The step recorded as a CUDA graph, after one run on a side stream (PyTorch's recipe: lazy
+    initialisations happen outside the recording); the buffers are rewound after both."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        step.run()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step.run()
+    step.reset()
+    return graph
+
+
+FELL_BACK: dict[str, int] = {}  # why a step could not be recorded: how many searches fell back for it
+
+
+@torch.no_grad()
+def graphed_greedy(model, src, limits, bos_id: int, eos_id: int, choose: GreedyStep.Choose) -> list[list[int]] | None:
+    """Greedy search (``choose``: logits (rows, vocab) -> tokens (rows,)) of a padded CUDA batch src:
+    (batch, src_len), each step one graph replay; token ids per sentence, without BOS/EOS. None where
+    this model's step cannot be recorded (a read of the device inside it, such as the learned position
+    table's length check): the caller decodes eagerly, and a warning says why, once per reason."""
+    step = GreedyStep(model, src, limits, bos_id, eos_id, choose)
+    try:
+        graph = record(step)
+    except RuntimeError as err:
+        reason = f"{type(err).__name__}: {str(err).splitlines()[0]}"
+        FELL_BACK[reason] = FELL_BACK.get(reason, 0) + 1
+        if FELL_BACK[reason] == 1:
+            warnings.warn(
+                f"greedy search runs step by step without a CUDA graph: its step could not be recorded ({reason})",
+                stacklevel=2,
+            )
+        return None
+    for done in range(1, step.steps + 1):
+        graph.replay()
+        if done % READ_EVERY == 0 and done < step.steps and bool(step.ended.all()):
+            break
+    return step.tokens()

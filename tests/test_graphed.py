@@ -1,0 +1,157 @@
+"""Greedy search replayed as a CUDA graph (nmt/decoding/graphed.py), checked on the CPU: the model's
+caches of fixed size give the logits of its growing caches, a step reads nothing back (a read cannot be
+recorded), and the search's buffers, rewinding and reads give the eager search's tokens. Only recording
+the graph itself needs a GPU (the GPU benchmark times it)."""
+
+import warnings
+
+import pytest
+import torch
+
+from nmt.decoding import graphed, search
+from nmt.decoding.search import SearchConfig, _greedy, decode, max_lengths, never_emitted
+
+from .host_reads import HostReads
+from .test_transformer import batch, make_model
+
+BOS, EOS = 2, 3
+CFG = SearchConfig(strategy="greedy", max_len_a=1.2, max_len_b=3)
+
+
+def padded_batch():
+    src, _ = batch(seed=13, batch_size=9, src_len=10)
+    src[3, 4:] = 0
+    src[6, 2:] = 0
+    return src
+
+
+def choose(pad_id):
+    return lambda logits: never_emitted(logits, BOS, pad_id).argmax(-1)
+
+
+@pytest.mark.parametrize(
+    ("pos", "norm_position"), [("absolute", "pre"), ("relative", "post"), ("rope", "pre"), ("learned", "pre")]
+)
+def test_a_fixed_cache_gives_the_logits_of_the_growing_cache(pos, norm_position):
+    """Every step's logits from caches of fixed size, written in place and masked beyond the step, equal
+    those of the caches that grow by concatenation (float64), for each kind of position encoding."""
+    model = make_model(pos, norm_position=norm_position, seed=21).double().eval()
+    src = padded_batch()
+    with torch.no_grad():
+        growing = model.encode(src)
+        fixed = model.fixed_cache(model.encode(src), room=7)
+        prev = torch.full((src.size(0),), BOS)
+        for step in range(7):
+            expected, growing = model.decode_step(prev, growing)
+            logits, state = model.decode_step(prev, fixed)
+            assert state is fixed and int(fixed.position) == step + 1  # advanced in place
+            torch.testing.assert_close(logits, expected, rtol=1e-10, atol=1e-10)
+            prev = expected.argmax(-1)
+
+
+@pytest.mark.parametrize("pos", ["absolute", "relative", "rope", "none"])
+def test_a_fixed_cache_step_reads_nothing_back(pos):
+    """A read of the device cannot be recorded in a CUDA graph: the step of a fixed cache makes none."""
+    model = make_model(pos, seed=22).eval()
+    src = padded_batch()
+    with torch.no_grad():
+        step = graphed.GreedyStep(model, src, max_lengths(src, 0, CFG), BOS, EOS, choose(model.pad_id))
+        with HostReads() as reads:
+            for _ in range(3):
+                step.run()
+    assert reads.calls == []
+
+
+@pytest.mark.parametrize("pos", ["absolute", "relative", "rope"])
+def test_the_graphed_step_run_to_the_end_chooses_the_tokens_of_the_eager_search(pos):
+    """Run without a graph (the kernels a graph would replay), after a run and a rewind as the recording
+    does: the outputs are those of the eager greedy search, which drops ended sentences (float64)."""
+    model = make_model(pos, seed=12).double().eval()
+    src = padded_batch()
+    limits = max_lengths(src, model.pad_id, CFG)
+    step = graphed.GreedyStep(model, src, limits, BOS, EOS, choose(model.pad_id))
+    with torch.no_grad():
+        step.run()  # the warm-up run before recording
+        step.reset()
+        for _ in range(step.steps):
+            step.run()
+    reference = _greedy(model, src, BOS, EOS, CFG, every=1)
+    assert step.tokens() == reference
+    assert len({len(o) for o in reference}) > 1  # sentences ended at different steps
+
+
+class ReplayedOnTheCpu:
+    """Stands in for a recorded graph: each replay runs the step (the CPU has no CUDA graphs)."""
+
+    def __init__(self, step):
+        step.run()  # what record() does: a run, then a rewind
+        step.reset()
+        self.step, self.replays = step, 0
+
+    def replay(self):
+        self.replays += 1
+        self.step.run()
+
+
+class EndsAt:
+    """The Transformer, with each sentence's end token made certain at a chosen step (an untrained model
+    rarely ends by itself): the steps ride in the state, so they follow the rows the eager search drops."""
+
+    def __init__(self, model, ends_at: list[int]):
+        self.model, self.pad_id, self.ends_at = model, model.pad_id, torch.tensor(ends_at)
+
+    def encode(self, src):
+        state = self.model.encode(src)
+        state.tensors["ends_at"] = self.ends_at.clone()
+        return state
+
+    def fixed_cache(self, state, room):
+        return self.model.fixed_cache(state, room)
+
+    def decode_step(self, prev, state):
+        step = state.position.clone() if state.position is not None else torch.tensor(state.step)
+        ends = state.tensors["ends_at"]
+        logits, state = self.model.decode_step(prev, state)
+        return logits.index_add(1, torch.tensor([EOS]), 1e3 * (ends <= step).to(logits.dtype)[:, None]), state
+
+
+def test_the_search_dispatches_to_the_graphed_search_and_stops_at_a_read_once_all_ended(monkeypatch):
+    """decode() of a greedy search uses the graphed search where use_graphs says so; it replays until a
+    read every READ_EVERY steps sees every sentence ended, and chooses the eager search's tokens."""
+    src = padded_batch()
+    model = EndsAt(make_model("absolute", seed=12).double().eval(), [3, 5, 2, 5, 4, 6, 3, 8, 5])
+    reference = _greedy(model, src, BOS, EOS, CFG, every=1)
+    graphs = []
+    monkeypatch.setattr(search, "use_graphs", lambda model, device: True)
+    monkeypatch.setattr(graphed, "record", lambda step: graphs.append(ReplayedOnTheCpu(step)) or graphs[-1])
+    monkeypatch.setattr(graphed, "READ_EVERY", 2)
+    assert decode(model, src, BOS, EOS, CFG) == reference
+    (graph,) = graphs
+    assert [len(o) for o in reference] == [3, 5, 2, 5, 4, 6, 3, 8, 5]  # then the end token
+    assert graph.step.steps == 15 and graph.replays == 10  # the first read after the last end (step 9)
+
+
+def test_a_step_that_cannot_be_recorded_falls_back_to_the_eager_search_and_says_why_once(monkeypatch):
+    def cannot(step):
+        raise RuntimeError("operation not permitted when stream is capturing\nmore")
+
+    model = make_model("learned", seed=12).double().eval()
+    src = padded_batch()
+    reference = _greedy(model, src, BOS, EOS, CFG, every=1)
+    monkeypatch.setattr(search, "use_graphs", lambda model, device: True)
+    monkeypatch.setattr(graphed, "record", cannot)
+    monkeypatch.setattr(graphed, "FELL_BACK", {})
+    with pytest.warns(UserWarning, match=r"without a CUDA graph.*\(RuntimeError: operation not permitted when"):
+        assert decode(model, src, BOS, EOS, CFG) == reference
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the same reason again: no second warning
+        assert decode(model, src, BOS, EOS, CFG) == reference
+    assert list(graphed.FELL_BACK.values()) == [2]  # counted each time (the GPU benchmark fails a timing on it)
+
+
+def test_graphs_only_on_a_gpu_and_for_models_with_fixed_caches():
+    from nmt.models.rnn import RNNSeq2Seq
+
+    assert graphed.supports_graphs(make_model()) and not graphed.supports_graphs(RNNSeq2Seq.__new__(RNNSeq2Seq))
+    assert not search.use_graphs(make_model(), torch.device("cpu"))
+    assert search.use_graphs(make_model(), torch.device("cuda"))
