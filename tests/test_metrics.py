@@ -177,6 +177,20 @@ def test_validation_scores_fed_batch_by_batch_equal_sacrebleus_corpus_scores(tmp
             processes[i % 2].update(texts[0][batch], [[r] for r in texts[1][batch]])
         processes[0].merge_state(processes[1])  # what the sum over processes gives
         assert float(processes[0].compute()) * 100 == pytest.approx(value, abs=5e-4), name
+    # a second epoch over the same batches, after a reset: the references' n-grams kept from the first
+    # give the same statistics; other references are not mistaken for them
+    again = SacreScore("chrf")
+    for _ in range(2):
+        again.reset()
+        again.update(HYPS[:2], [[r] for r in REFS[:2]])
+        again.update(HYPS[2:], [[r] for r in REFS[2:]])
+        assert float(again.compute()) * 100 == pytest.approx(expected["chrf"], abs=5e-4)
+    assert len(again._references) == 2
+    again.reset()
+    again.update(HYPS, [[r.upper()] for r in REFS])
+    assert float(again.compute()) * 100 == pytest.approx(
+        sacrebleu.metrics.CHRF().corpus_score(HYPS, [[r.upper() for r in REFS]]).score, abs=1e-4
+    )
     # no 4-gram matches: sacreBLEU smooths that order, so the score is small, not 0
     tiny = SacreScore("bleu")
     hypothesis, reference = "Ein Hund läuft schnell nach Hause", "Ein Hund rennt schnell nach Hause"

@@ -17,6 +17,10 @@ from torchmetrics import Metric
 
 from nmt.metrics.randomization import METRICS, scorer
 
+# batches whose references' n-grams are kept: validation scores the same batches every epoch, and
+# extracting the references' n-grams is about half of scoring a batch
+REFERENCE_BATCHES_KEPT = 64
+
 
 class SacreScore(Metric):
     """sacreBLEU's corpus BLEU or chrF (``metric``) over every update since the last reset, as a fraction
@@ -36,6 +40,7 @@ class SacreScore(Metric):
         width = len(self._scorer._extract_corpus_statistics(["a"], [["a"]])[0])
         # integer counts: exact at any corpus size, and a dtype every device has (MPS has no float64)
         self.add_state("stats", default=torch.zeros(width, dtype=torch.long), dist_reduce_fx="sum")
+        self._references: dict[tuple, list] = {}  # a batch's references -> sacreBLEU's cache of their n-grams
 
     def update(self, hypotheses: Sequence[str], references: Sequence[Sequence[str]]) -> None:
         if len(hypotheses) != len(references):
@@ -46,7 +51,14 @@ class SacreScore(Metric):
         if len(counts) != 1:
             raise ValueError(f"every hypothesis needs the same number of references; got {sorted(counts)}")
         streams = [list(stream) for stream in zip(*references, strict=True)]  # sacreBLEU: one list per reference
-        rows = self._scorer._extract_corpus_statistics(list(hypotheses), streams)
+        key = tuple(map(tuple, streams))
+        cached = self._references.get(key)
+        if cached is None:
+            if len(self._references) >= REFERENCE_BATCHES_KEPT:
+                self._references.clear()
+            cached = self._references[key] = self._scorer._cache_references(streams)
+        self._scorer._ref_cache = cached  # what sacreBLEU reads when no references are passed
+        rows = self._scorer._extract_corpus_statistics(list(hypotheses), None)
         summed = torch.tensor(rows, dtype=torch.long).sum(dim=0)
         self.stats += summed.to(self.stats.device)
 

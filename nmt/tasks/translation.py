@@ -96,6 +96,7 @@ class TranslationTask(Task):
         # and every model by the lowercased tokenised BLEU too: the measure that cased and lowercase runs
         # share (and the one Multi30k papers report), so that validation can choose between them
         tok_lc, self.tok_lc_prepare = tokenized_lowercase_scoring(datamodule.tgt_lang)
+        self._prepared_refs: dict[str, str] = {}  # the same references every validation: tokenised once
         metrics = nn.ModuleDict(
             {
                 **target_metrics(),
@@ -130,8 +131,11 @@ class TranslationTask(Task):
         hypotheses = [module.tgt_tokenizer.decode(ids) for ids in outputs]
         metrics["bleu"].update(hypotheses, [[r] for r in batch["refs"]])
         metrics["chrf"].update(hypotheses, [[r] for r in batch["refs"]])
-        prepare = self.tok_lc_prepare
-        metrics["bleu_tok_lc"].update([prepare(h) for h in hypotheses], [[prepare(r)] for r in batch["refs"]])
+        prepare, prepared = self.tok_lc_prepare, self._prepared_refs
+        if len(prepared) > 2**17:  # a bound for validation sets far larger than any here
+            prepared.clear()
+        refs = [prepared[r] if r in prepared else prepared.setdefault(r, prepare(r)) for r in batch["refs"]]
+        metrics["bleu_tok_lc"].update([prepare(h) for h in hypotheses], [[r] for r in refs])
         if "rouge" in metrics:
             metrics["rouge"].update(hypotheses, list(batch["refs"]))
         if batch_idx == 0:
