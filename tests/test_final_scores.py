@@ -2,6 +2,7 @@
 checkpoints, the same search), then the test; each switched on or off on its own."""
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -40,6 +41,12 @@ def test_both_splits_score_the_mean_of_the_last_epochs_with_the_run_search(tmp_p
     metrics = run_record(run_dir, {"pos": "absolute"}, seed=1)["metrics"]
     assert metrics["val_as_test_bleu"] == val["bleu"] and metrics["val_as_test_chrf"] == val["chrf"]
     assert metrics["val_as_test_bleu_tok_lc"] == val["bleu_tok_lc"]
+    # last.ckpt: a copy of the newest epoch checkpoint (the state serialised once an epoch), a file of its own
+    folder = run_dir / "checkpoints"
+    assert sorted(p.name for p in folder.iterdir()) == ["best.ckpt", "epoch001.ckpt", "epoch002.ckpt", "last.ckpt"]
+    last = folder / "last.ckpt"
+    assert not last.is_symlink() and not os.path.samefile(last, folder / "epoch002.ckpt")
+    assert last.read_bytes() == (folder / "epoch002.ckpt").read_bytes()
 
 
 @pytest.mark.parametrize(

@@ -149,9 +149,12 @@ def test_a_step_that_cannot_be_recorded_falls_back_to_the_eager_search_and_says_
     assert list(graphed.FELL_BACK.values()) == [2]  # counted each time (the GPU benchmark fails a timing on it)
 
 
-def test_graphs_only_on_a_gpu_and_for_models_with_fixed_caches():
+def test_graphs_only_on_a_gpu_for_models_with_fixed_caches_and_not_under_autocast(monkeypatch):
     from nmt.models.rnn import RNNSeq2Seq
 
     assert graphed.supports_graphs(make_model()) and not graphed.supports_graphs(RNNSeq2Seq.__new__(RNNSeq2Seq))
     assert not search.use_graphs(make_model(), torch.device("cpu"))
     assert search.use_graphs(make_model(), torch.device("cuda"))
+    # autocast's cache of cast weights cannot be recorded (the CPU has no CUDA autocast to switch on)
+    monkeypatch.setattr(torch, "is_autocast_enabled", lambda device_type: device_type == "cuda")
+    assert not search.use_graphs(make_model(), torch.device("cuda"))

@@ -109,6 +109,54 @@ def test_a_checkpoint_with_non_finite_tensors_is_not_written(tmp_path, where):
     assert torch.equal(torch.load(path, weights_only=True)["state_dict"]["w"], torch.ones(2))  # the good one
 
 
+def test_the_non_finite_check_names_each_bad_tensor_with_one_read_of_the_device():
+    """Every NaN or infinity named, in the checkpoint's order, integer tensors and finite floats left out,
+    and the values read once (on a GPU each read waits for the device; a checkpoint holds hundreds)."""
+    from nmt.training.checkpoint_io import non_finite_tensors
+
+    from .host_reads import HostReads
+
+    checkpoint = {
+        "state_dict": {"a": torch.ones(3), "b": torch.tensor([1.0, float("nan")]), "steps": torch.tensor([7])},
+        "optimizer_states": [{"state": {0: {"exp_avg": torch.tensor([float("-inf")]), "step": torch.tensor(3.0)}}}],
+    }
+    with HostReads() as reads:
+        bad = non_finite_tensors(checkpoint)
+    assert bad == ["state_dict.b", "optimizer_states.0.state.0.exp_avg"]
+    assert reads.calls == ["tolist"]
+    assert non_finite_tensors(good_checkpoint()) == []
+
+
+def test_last_ckpt_is_copied_atomically_from_the_epoch_checkpoint_and_kept_without_one(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from nmt.training.checkpoint_io import EpochCheckpoints
+
+    trainer = SimpleNamespace(is_global_zero=True, strategy=SimpleNamespace(barrier=lambda: None))
+    io, epoch, last = AtomicCheckpointIO(), tmp_path / "epoch003.ckpt", tmp_path / "last.ckpt"
+    io.save_checkpoint(good_checkpoint(1.0), last)
+    io.save_checkpoint(good_checkpoint(3.0), epoch)
+    EpochCheckpoints._link_checkpoint(trainer, str(epoch), str(last))
+    assert last.read_bytes() == epoch.read_bytes() and not os.path.samefile(last, epoch)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [epoch.name, last.name]  # no temporary file left
+    epoch.unlink()  # rotated away: last.ckpt keeps the state
+    assert torch.equal(torch.load(last, weights_only=True)["state_dict"]["w"], torch.full((2,), 3.0))
+    # an epoch checkpoint that was not written (non-finite values): the previous last.ckpt stays
+    EpochCheckpoints._link_checkpoint(trainer, str(epoch), str(last))
+    assert torch.equal(torch.load(last, weights_only=True)["state_dict"]["w"], torch.full((2,), 3.0))
+
+    def killed(source, target):  # the copy dies half-way: the previous last.ckpt is untouched
+        Path(target).write_bytes(b"partial")
+        raise KeyboardInterrupt
+
+    io.save_checkpoint(good_checkpoint(4.0), epoch)
+    monkeypatch.setattr("shutil.copyfile", killed)
+    with pytest.raises(KeyboardInterrupt):
+        EpochCheckpoints._link_checkpoint(trainer, str(epoch), str(last))
+    assert torch.equal(torch.load(last, weights_only=True)["state_dict"]["w"], torch.full((2,), 3.0))
+    assert sorted(p.name for p in tmp_path.iterdir()) == [epoch.name, last.name]
+
+
 @pytest.mark.parametrize(
     "failure", [OSError(errno.ENOSPC, "No space left on device"), RuntimeError("[enforce fail] unexpected pos 512")]
 )

@@ -135,9 +135,10 @@ def read_every(device: torch.device) -> int:
 def use_graphs(model, device: torch.device) -> bool:
     """Whether greedy search replays each step as a CUDA graph (``nmt.decoding.graphed``): on a GPU, for a
     model with caches of fixed size. Elsewhere nothing waits on kernel launches, and leaving ended
-    sentences in the batch would only add arithmetic. (``benchmarks/gpu_measures.py`` replaces this
-    function to time both.)"""
-    return device.type == "cuda" and supports_graphs(model)
+    sentences in the batch would only add arithmetic. Not under autocast: its cache of cast weights
+    cannot be recorded into a graph (validation decodes with autocast off). (``benchmarks/gpu_measures.py``
+    replaces this function to time both.)"""
+    return device.type == "cuda" and supports_graphs(model) and not torch.is_autocast_enabled(device.type)
 
 
 def never_emitted(logits: torch.Tensor, bos_id: int, pad_id: int) -> torch.Tensor:

@@ -2,9 +2,12 @@
 
 import errno
 import math
+import os
+import shutil
 from pathlib import Path
 
 import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 
@@ -16,13 +19,15 @@ class CheckpointWriteError(RuntimeError):
 
 
 def non_finite_tensors(checkpoint: dict) -> list[str]:
-    """Names of the parameters and optimiser states in ``checkpoint`` that hold a NaN or an infinity."""
-    found = []
+    """Names of the parameters and optimiser states in ``checkpoint`` that hold a NaN or an infinity.
+    One read per device, not one per tensor: on a GPU each read waits for the device, and a checkpoint
+    holds hundreds of tensors."""
+    found, tensors = [], {}  # device -> [(name, tensor)]
 
     def visit(node, name: str) -> None:
         if isinstance(node, torch.Tensor):
-            if node.is_floating_point() and not bool(torch.isfinite(node).all()):
-                found.append(name)
+            if node.is_floating_point():
+                tensors.setdefault(node.device, []).append((name, node))
         elif isinstance(node, float):
             if not math.isfinite(node) and not name.endswith(("best_model_score", "best_k_models", "kth_value")):
                 found.append(name)
@@ -35,6 +40,9 @@ def non_finite_tensors(checkpoint: dict) -> list[str]:
 
     visit(checkpoint.get("state_dict", {}), "state_dict")
     visit(checkpoint.get("optimizer_states", []), "optimizer_states")
+    for named in tensors.values():
+        finite = torch.stack([torch.isfinite(t).all() for _, t in named]).tolist()  # the one read
+        found += [name for (name, _), ok in zip(named, finite, strict=True) if not ok]
     return found
 
 
@@ -66,3 +74,24 @@ class AtomicCheckpointIO(TorchCheckpointIO):
                 f"no space left on {path.parent} to write {path.name}; free some space and rerun the "
                 "same command to resume from the last checkpoint written",
             ) from None
+
+
+class EpochCheckpoints(ModelCheckpoint):
+    """Lightning's ModelCheckpoint for the most recent epochs, whose ``last.ckpt`` is a copy of the epoch
+    checkpoint just written, made by the file system (Lightning's ``save_last="link"``, with a copy for
+    the link): the state is gathered from the device, checked and serialised once an epoch, not twice.
+    The copy is written atomically, as every checkpoint here, and is a file of its own, not a second name
+    of the same one: a damaged ``last.ckpt`` leaves the epoch checkpoint to resume from
+    (``checkpoint.resume_fallback``). Where the epoch checkpoint was not written (non-finite values),
+    the previous ``last.ckpt`` stays."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(save_last="link", **kwargs)
+
+    @staticmethod
+    def _link_checkpoint(trainer, filepath: str, linkpath: str) -> None:
+        if trainer.is_global_zero and os.path.abspath(filepath) != os.path.abspath(linkpath):
+            if os.path.isfile(filepath):
+                with atomic_path(linkpath) as tmp:
+                    shutil.copyfile(filepath, tmp)
+        trainer.strategy.barrier()

@@ -16,7 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from nmt.tasks import Task
 from nmt.training.callbacks import ResumeLogs, SaveOnSignal, SittingEarlyStopping, Throughput, WallClock
-from nmt.training.checkpoint_io import AtomicCheckpointIO
+from nmt.training.checkpoint_io import AtomicCheckpointIO, EpochCheckpoints
 from nmt.training.loggers import ResumableCSVLogger
 from nmt.training.progress import PlainProgress, plain_output
 from nmt.utils.instantiate import instantiate
@@ -40,14 +40,13 @@ def _callbacks(cfg: DictConfig, checkpoint_dir: Path, task: Task) -> list:
             auto_insert_metric_name=False,
             enable_version_counter=False,
         ),
-        # the most recent epochs, for resuming (last.ckpt) and for weight averaging
-        ModelCheckpoint(
+        # the most recent epochs, for resuming (last.ckpt, a copy of the newest) and for weight averaging
+        EpochCheckpoints(
             dirpath=checkpoint_dir,
             filename="epoch{epoch:03d}",
             monitor="step",
             mode="max",
             save_top_k=cfg.checkpoint.keep_last_epochs,
-            save_last=True,
             auto_insert_metric_name=False,
             enable_version_counter=False,
         ),
