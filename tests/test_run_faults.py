@@ -127,34 +127,49 @@ def test_the_non_finite_check_names_each_bad_tensor_with_one_read_of_the_device(
     assert non_finite_tensors(good_checkpoint()) == []
 
 
-def test_last_ckpt_is_copied_atomically_from_the_epoch_checkpoint_and_kept_without_one(tmp_path, monkeypatch):
+def test_last_ckpt_is_copied_atomically_from_the_epoch_checkpoint_this_save_wrote(tmp_path, monkeypatch):
     from types import SimpleNamespace
 
     from nmt.training.checkpoint_io import EpochCheckpoints
 
-    trainer = SimpleNamespace(is_global_zero=True, strategy=SimpleNamespace(barrier=lambda: None))
     io, epoch, last = AtomicCheckpointIO(), tmp_path / "epoch003.ckpt", tmp_path / "last.ckpt"
+    barriers = []
+    strategy = SimpleNamespace(checkpoint_io=io, barrier=lambda: barriers.append(1))
+    trainer = SimpleNamespace(is_global_zero=True, strategy=strategy)
+
+    def weights(path):
+        return float(torch.load(path, weights_only=True)["state_dict"]["w"][0])
+
     io.save_checkpoint(good_checkpoint(1.0), last)
     io.save_checkpoint(good_checkpoint(3.0), epoch)
     EpochCheckpoints._link_checkpoint(trainer, str(epoch), str(last))
     assert last.read_bytes() == epoch.read_bytes() and not os.path.samefile(last, epoch)
     assert sorted(p.name for p in tmp_path.iterdir()) == [epoch.name, last.name]  # no temporary file left
     epoch.unlink()  # rotated away: last.ckpt keeps the state
-    assert torch.equal(torch.load(last, weights_only=True)["state_dict"]["w"], torch.full((2,), 3.0))
-    # an epoch checkpoint that was not written (non-finite values): the previous last.ckpt stays
-    EpochCheckpoints._link_checkpoint(trainer, str(epoch), str(last))
-    assert torch.equal(torch.load(last, weights_only=True)["state_dict"]["w"], torch.full((2,), 3.0))
-
-    def killed(source, target):  # the copy dies half-way: the previous last.ckpt is untouched
-        Path(target).write_bytes(b"partial")
-        raise KeyboardInterrupt
-
-    io.save_checkpoint(good_checkpoint(4.0), epoch)
-    monkeypatch.setattr("shutil.copyfile", killed)
-    with pytest.raises(KeyboardInterrupt):
+    assert weights(last) == 3.0
+    # this save's epoch checkpoint not written (non-finite values), whether or not an older file has its
+    # name (an earlier sitting's): the previous last.ckpt stays
+    bad = good_checkpoint(4.0)
+    bad["state_dict"]["w"][0] = float("nan")
+    for older in (None, 2.0):
+        if older is not None:
+            torch.save(good_checkpoint(older), epoch)
+        with pytest.warns(UserWarning, match="not writing"):
+            io.save_checkpoint(bad, epoch)
         EpochCheckpoints._link_checkpoint(trainer, str(epoch), str(last))
-    assert torch.equal(torch.load(last, weights_only=True)["state_dict"]["w"], torch.full((2,), 3.0))
-    assert sorted(p.name for p in tmp_path.iterdir()) == [epoch.name, last.name]
+        assert weights(last) == 3.0
+    # a full disk while copying: named, the previous last.ckpt intact, and the other processes not left waiting
+    io.save_checkpoint(good_checkpoint(5.0), epoch)
+
+    def full_disk(source, target):
+        Path(target).write_bytes(b"partial")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr("shutil.copyfile", full_disk)
+    with pytest.raises(CheckpointWriteError, match=r"no space left on .* to write last\.ckpt"):
+        EpochCheckpoints._link_checkpoint(trainer, str(epoch), str(last))
+    assert weights(last) == 3.0 and sorted(p.name for p in tmp_path.iterdir()) == [epoch.name, last.name]
+    assert len(barriers) == 4  # every call, the failed one too
 
 
 @pytest.mark.parametrize(

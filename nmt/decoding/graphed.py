@@ -16,6 +16,7 @@ of a step spans the whole cache, its unwritten slots masked out (tested on the C
 runs without a graph).
 """
 
+import contextlib
 import warnings
 from collections.abc import Callable
 
@@ -67,43 +68,67 @@ class GreedyStep:
 
 
 def record(step: GreedyStep) -> torch.cuda.CUDAGraph:
-    """The step recorded as a CUDA graph, after one run on a side stream (PyTorch's recipe: lazy
-    initialisations happen outside the recording); the buffers are rewound after both."""
+    """The step recorded as a CUDA graph on a side stream, after one run there (PyTorch's recipe: lazy
+    initialisations happen outside the recording); the buffers are rewound after both. Unlike
+    ``torch.cuda.graph``, no ``empty_cache`` and garbage collection at every recording (validation records
+    a graph per batch, and emptying the allocator's cache would make training allocate anew), and the
+    stream is left even when recording fails. Only this thread's unsafe calls end a recording (a data
+    loader's pinning thread may run beside it)."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
+    graph = torch.cuda.CUDAGraph()
     with torch.cuda.stream(side):
         step.run()
+        torch.cuda.synchronize()  # the warm-up's work done before the recording begins
+        graph.capture_begin(capture_error_mode="thread_local")
+        try:
+            step.run()
+        finally:
+            graph.capture_end()
     torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        step.run()
     step.reset()
     return graph
 
 
 FELL_BACK: dict[str, int] = {}  # why a step could not be recorded: how many searches fell back for it
+FAILED: list[str] = []  # the reason recording failed in this process: graphs are off for the rest of it
+
+
+def _fall_back(reason: str, first: bool) -> None:
+    FELL_BACK[reason] = FELL_BACK.get(reason, 0) + 1
+    if first:
+        warnings.warn(
+            f"greedy search decodes step by step without CUDA graphs for the rest of this process: its step "
+            f"could not be recorded ({reason})",
+            stacklevel=3,
+        )
 
 
 @torch.no_grad()
 def graphed_greedy(model, src, limits, bos_id: int, eos_id: int, choose: GreedyStep.Choose) -> list[list[int]] | None:
     """Greedy search (``choose``: logits (rows, vocab) -> tokens (rows,)) of a padded CUDA batch src:
     (batch, src_len), each step one graph replay; token ids per sentence, without BOS/EOS. None where
-    this model's step cannot be recorded (a read of the device inside it, such as the learned position
-    table's length check): the caller decodes eagerly, and a warning says why, once per reason."""
-    step = GreedyStep(model, src, limits, bos_id, eos_id, choose)
-    try:
-        graph = record(step)
-    except RuntimeError as err:
-        reason = f"{type(err).__name__}: {str(err).splitlines()[0]}"
-        FELL_BACK[reason] = FELL_BACK.get(reason, 0) + 1
-        if FELL_BACK[reason] == 1:
-            warnings.warn(
-                f"greedy search runs step by step without a CUDA graph: its step could not be recorded ({reason})",
-                stacklevel=2,
-            )
+    the caller decodes step by step instead: the model cannot hold a cache of this size (a learned position
+    table too short; the step-by-step search fails only if a sentence gets that long), or a step could not
+    be recorded, in this search or an earlier one (a warning says why, once: a failed recording may leave
+    the allocator's bookkeeping behind, so it is not tried again)."""
+    if FAILED:
+        _fall_back(FAILED[0], first=False)
         return None
-    for done in range(1, step.steps + 1):
-        graph.replay()
-        if done % READ_EVERY == 0 and done < step.steps and bool(step.ended.all()):
-            break
-    return step.tokens()
+    # streams and graph on the batch's device, whichever is current (a CPU batch: the tests' stand-in graph)
+    with torch.cuda.device(src.device) if src.is_cuda else contextlib.nullcontext():
+        try:
+            step = GreedyStep(model, src, limits, bos_id, eos_id, choose)
+        except ValueError:
+            return None
+        try:
+            graph = record(step)
+        except RuntimeError as err:
+            FAILED.append(f"{type(err).__name__}: {str(err).splitlines()[0]}")
+            _fall_back(FAILED[0], first=True)
+            return None
+        for done in range(1, step.steps + 1):
+            graph.replay()
+            if done % READ_EVERY == 0 and done < step.steps and bool(step.ended.all()):
+                break
+        return step.tokens()

@@ -287,7 +287,9 @@ class Transformer(nn.Module):
         """``state`` (from :meth:`encode`, no step taken) with self-attention caches of ``room`` positions,
         filled in place by :meth:`decode_step`, and its position a tensor on the device that each step
         advances in place: a step then has the same shapes and memory at every position, which a CUDA
-        graph needs (``nmt.decoding.graphed``)."""
+        graph needs (``nmt.decoding.graphed``). ValueError when the position encoding cannot encode
+        ``room`` positions."""
+        self.tgt_pos.check_positions(room)
         tensors = dict(state.tensors)
         for i in range(len(self.decoder)):
             past = tensors[f"self_k{i}"]

@@ -32,6 +32,9 @@ class PositionEncoding(nn.Module):
         """x: (batch, len, d_model), positions: (len,) -> (batch, len, d_model)."""
         return x
 
+    def check_positions(self, count: int) -> None:
+        """Raise ValueError when positions 0 .. count - 1 cannot all be encoded (a table of fixed size)."""
+
     def rotate(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """x: (batch, heads, len, head_dim) queries or keys -> same shape."""
         return x
@@ -77,12 +80,17 @@ class LearnedPosition(PositionEncoding):
         self.table = nn.Embedding(max_len, d_model)
         nn.init.normal_(self.table.weight, std=d_model**-0.5)
 
-    def embed(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        if int(positions.max()) >= self.max_len:
+    def check_positions(self, count: int) -> None:
+        if count > self.max_len:
             raise ValueError(
-                f"position {int(positions.max())} is beyond pos.max_len={self.max_len} of the learned "
+                f"position {count - 1} is beyond pos.max_len={self.max_len} of the learned "
                 "position table: raise pos.max_len or lower data.max_len"
             )
+
+    def embed(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        # a step recorded as a CUDA graph cannot read the device; its cache's size was checked instead
+        if not (positions.is_cuda and torch.cuda.is_current_stream_capturing()):
+            self.check_positions(int(positions.max()) + 1)
         return x + self.table(positions)
 
 

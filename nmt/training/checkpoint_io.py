@@ -4,6 +4,8 @@ import errno
 import math
 import os
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -52,8 +54,11 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     with NaN or infinities are not written (the previous checkpoint stays the last good one), and a full
     disk is reported as such, with the temporary file removed."""
 
+    last_written: str | None = None  # the file the last save wrote (None: that save wrote nothing)
+
     def save_checkpoint(self, checkpoint: dict, path, storage_options=None) -> None:
         path = Path(path)
+        self.last_written = None
         bad = non_finite_tensors(checkpoint)
         if bad:
             rank_zero_warn(
@@ -61,19 +66,26 @@ class AtomicCheckpointIO(TorchCheckpointIO):
                 "checkpoint stays the last good one"
             )
             return
-        try:
-            with atomic_path(path) as tmp:
-                torch.save(checkpoint, tmp)
-        except (OSError, RuntimeError) as err:
-            if isinstance(err, OSError) and err.errno != errno.ENOSPC and "No space" not in str(err):
-                raise
-            if isinstance(err, RuntimeError) and "unexpected pos" not in str(err) and "No space" not in str(err):
-                raise
-            raise CheckpointWriteError(
-                errno.ENOSPC,
-                f"no space left on {path.parent} to write {path.name}; free some space and rerun the "
-                "same command to resume from the last checkpoint written",
-            ) from None
+        with full_disk_named(path), atomic_path(path) as tmp:
+            torch.save(checkpoint, tmp)
+        self.last_written = os.path.abspath(path)
+
+
+@contextmanager
+def full_disk_named(path: Path) -> Iterator[None]:
+    """A full disk while writing ``path`` as :class:`CheckpointWriteError`, which says what to do."""
+    try:
+        yield
+    except (OSError, RuntimeError) as err:
+        if isinstance(err, OSError) and err.errno != errno.ENOSPC and "No space" not in str(err):
+            raise
+        if isinstance(err, RuntimeError) and "unexpected pos" not in str(err) and "No space" not in str(err):
+            raise
+        raise CheckpointWriteError(
+            errno.ENOSPC,
+            f"no space left on {path.parent} to write {path.name}; free some space and rerun the "
+            "same command to resume from the last checkpoint written",
+        ) from None
 
 
 class EpochCheckpoints(ModelCheckpoint):
@@ -90,8 +102,13 @@ class EpochCheckpoints(ModelCheckpoint):
 
     @staticmethod
     def _link_checkpoint(trainer, filepath: str, linkpath: str) -> None:
-        if trainer.is_global_zero and os.path.abspath(filepath) != os.path.abspath(linkpath):
-            if os.path.isfile(filepath):
-                with atomic_path(linkpath) as tmp:
-                    shutil.copyfile(filepath, tmp)
-        trainer.strategy.barrier()
+        try:
+            if trainer.is_global_zero and os.path.abspath(filepath) != os.path.abspath(linkpath):
+                writer = getattr(trainer.strategy, "checkpoint_io", None)
+                # only a file this save wrote: an older one of the same name (an earlier sitting's) is not it
+                written = getattr(writer, "last_written", None) == os.path.abspath(filepath)
+                if written or (not isinstance(writer, AtomicCheckpointIO) and os.path.isfile(filepath)):
+                    with full_disk_named(Path(linkpath)), atomic_path(linkpath) as tmp:
+                        shutil.copyfile(filepath, tmp)
+        finally:
+            trainer.strategy.barrier()
