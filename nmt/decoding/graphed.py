@@ -83,8 +83,11 @@ def record(step: GreedyStep) -> torch.cuda.CUDAGraph:
         graph.capture_begin(capture_error_mode="thread_local")
         try:
             step.run()
-        finally:
-            graph.capture_end()
+        except BaseException:
+            with contextlib.suppress(RuntimeError):  # "a previous error during capture": the cause is above
+                graph.capture_end()
+            raise
+        graph.capture_end()
     torch.cuda.current_stream().wait_stream(side)
     step.reset()
     return graph
