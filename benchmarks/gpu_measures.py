@@ -282,15 +282,18 @@ def greedy_validation_seconds(
 
 @contextlib.contextmanager
 def graphs_recorded(graphs: bool | None):
-    """Fails a timing meant to replay CUDA graphs whose step could not be recorded (the search then
-    decoded step by step, and only a warning said so): its seconds would be passed off as the graphs'."""
+    """Fails a timing meant to replay CUDA graphs where the search decoded step by step instead (a step
+    that could not be recorded, of which only a warning speaks, or no search that recorded one at all):
+    its seconds would be passed off as the graphs'."""
     from nmt.decoding import graphed
 
-    before = dict(graphed.FELL_BACK)
+    before, recorded = dict(graphed.FELL_BACK), graphed.RECORDED
     yield
     new = sorted(reason for reason, n in graphed.FELL_BACK.items() if n > before.get(reason, 0))
     if graphs and new:
         raise RuntimeError(f"the step could not be recorded as a CUDA graph: {new}")
+    if graphs and graphed.RECORDED == recorded:  # a model without fixed caches, autocast on, a table too short
+        raise RuntimeError("no search replayed a recorded step: the figure would be the step-by-step search's")
 
 
 def _time_validation(checkpoint: Path, device: str) -> tuple[float, int]:

@@ -139,7 +139,7 @@ def test_a_step_that_cannot_be_recorded_falls_back_to_the_eager_search_and_is_no
 
     def cannot(step):
         tries.append(step)
-        raise RuntimeError("operation not permitted when stream is capturing\nmore")
+        raise graphed.RecordingError("RuntimeError: operation not permitted when stream is capturing")
 
     model = make_model("absolute", seed=12).double().eval()
     src = padded_batch()
@@ -154,6 +154,21 @@ def test_a_step_that_cannot_be_recorded_falls_back_to_the_eager_search_and_is_no
         warnings.simplefilter("error")  # no second warning
         assert decode(model, src, BOS, EOS, CFG) == reference
     assert len(tries) == 1 and graphed.FELL_BACK == {graphed.FAILED[0]: 2}
+
+
+def test_an_error_outside_the_recording_is_raised_not_taken_for_a_step_that_cannot_be_recorded(monkeypatch):
+    """An error of the warm-up run (out of memory, a bug in the model) is the step-by-step search's too:
+    it is raised, and graphs stay on."""
+
+    def out_of_memory(step):
+        raise RuntimeError("CUDA out of memory")
+
+    monkeypatch.setattr(search, "use_graphs", lambda model, device: True)
+    monkeypatch.setattr(graphed, "record", out_of_memory)
+    monkeypatch.setattr(graphed, "FAILED", [])
+    with pytest.raises(RuntimeError, match="out of memory"):
+        decode(make_model("absolute", seed=12).eval(), padded_batch(), BOS, EOS, CFG)
+    assert graphed.FAILED == []
 
 
 def test_a_cache_the_position_table_cannot_hold_is_decoded_step_by_step(monkeypatch):

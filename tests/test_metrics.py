@@ -152,10 +152,11 @@ def test_japanese_and_korean_bleu_use_mecab_or_say_which_package_is_missing(lang
 
 
 @pytest.mark.parametrize("lowercase", [False, True])
-def test_validation_scores_fed_batch_by_batch_equal_sacrebleus_corpus_scores(tmp_path, lowercase):
+def test_validation_scores_fed_batch_by_batch_equal_sacrebleus_corpus_scores(tmp_path, monkeypatch, lowercase):
     """Validation's BLEU, chrF and lowercased tokenised BLEU (SacreScore, fed one batch at a time, its
     state summed over two processes as DDP sums it) equal the sacreBLEU command line on the whole set, with
     its smoothing where an n-gram order has no match."""
+    from nmt.metrics import streaming
     from nmt.metrics.corpus import tokenized_lowercase_scoring
     from nmt.metrics.streaming import SacreScore
 
@@ -180,12 +181,22 @@ def test_validation_scores_fed_batch_by_batch_equal_sacrebleus_corpus_scores(tmp
     # a second epoch over the same batches, after a reset: the references' n-grams kept from the first
     # give the same statistics; other references are not mistaken for them
     again = SacreScore("chrf")
+    chrf = sacrebleu.metrics.CHRF().corpus_score(HYPS, [REFS]).score
     for _ in range(2):
         again.reset()
         again.update(HYPS[:2], [[r] for r in REFS[:2]])
         again.update(HYPS[2:], [[r] for r in REFS[2:]])
-        assert float(again.compute()) * 100 == pytest.approx(expected["chrf"], abs=5e-4)
+        assert float(again.compute()) * 100 == pytest.approx(chrf, abs=1e-4)
     assert len(again._references) == 2
+    # a validation of more batches than are kept: the first ones stay cached, the others are extracted anew
+    monkeypatch.setattr(streaming, "REFERENCE_BATCHES_KEPT", 1)
+    few = SacreScore("chrf")
+    for _ in range(2):
+        few.reset()
+        few.update(HYPS[:2], [[r] for r in REFS[:2]])
+        few.update(HYPS[2:], [[r] for r in REFS[2:]])
+        assert float(few.compute()) * 100 == pytest.approx(chrf, abs=1e-4)
+    assert list(few._references) == [(tuple(REFS[:2]),)]
     again.reset()
     again.update(HYPS, [[r.upper()] for r in REFS])
     assert float(again.compute()) * 100 == pytest.approx(

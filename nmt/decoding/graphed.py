@@ -67,34 +67,54 @@ class GreedyStep:
         return [ids[: ids.index(self.pad_id)] if self.pad_id in ids else ids for ids in self.out.tolist()]
 
 
+class RecordingError(RuntimeError):
+    """The step could not be recorded as a CUDA graph (an error inside the recording, not in the warm-up
+    run before it, which the step-by-step search would meet as well)."""
+
+
+_POOLS: dict[int, tuple] = {}  # device -> the memory pool every graph recorded on it shares
+
+
 def record(step: GreedyStep) -> torch.cuda.CUDAGraph:
     """The step recorded as a CUDA graph on a side stream, after one run there (PyTorch's recipe: lazy
     initialisations happen outside the recording); the buffers are rewound after both. Unlike
     ``torch.cuda.graph``, no ``empty_cache`` and garbage collection at every recording (validation records
-    a graph per batch, and emptying the allocator's cache would make training allocate anew), and the
-    stream is left even when recording fails. Only this thread's unsafe calls end a recording (a data
-    loader's pinning thread may run beside it)."""
+    a graph per batch, and emptying the allocator's cache would make training allocate anew); instead the
+    graphs of a device share one memory pool, which a graph's successor reuses (a graph is replayed only
+    inside its own search, never beside another). The stream is left even when recording fails, and
+    only this thread's unsafe calls end a recording (a data loader's pinning thread may run beside it)."""
+    device = torch.cuda.current_device()
+    if device not in _POOLS:
+        _POOLS[device] = torch.cuda.graph_pool_handle()
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.stream(side):
-        step.run()
-        torch.cuda.synchronize()  # the warm-up's work done before the recording begins
-        graph.capture_begin(capture_error_mode="thread_local")
-        try:
+    try:
+        with torch.cuda.stream(side):
             step.run()
-        except BaseException:
-            with contextlib.suppress(RuntimeError):  # "a previous error during capture": the cause is above
+            torch.cuda.synchronize()  # the warm-up's work done before the recording begins
+            graph.capture_begin(pool=_POOLS[device], capture_error_mode="thread_local")
+            try:
+                step.run()
+            except BaseException as err:
+                with contextlib.suppress(RuntimeError):  # "a previous error during capture": the cause is err
+                    graph.capture_end()
+                if isinstance(err, RuntimeError):
+                    raise RecordingError(f"{type(err).__name__}: {str(err).splitlines()[0]}") from err
+                raise
+            try:
                 graph.capture_end()
-            raise
-        graph.capture_end()
-    torch.cuda.current_stream().wait_stream(side)
+            except RuntimeError as err:
+                raise RecordingError(f"{type(err).__name__}: {str(err).splitlines()[0]}") from err
+    finally:  # the buffers are not used again before the side stream's work on them is done
+        torch.cuda.current_stream().wait_stream(side)
     step.reset()
     return graph
 
 
 FELL_BACK: dict[str, int] = {}  # why a step could not be recorded: how many searches fell back for it
 FAILED: list[str] = []  # the reason recording failed in this process: graphs are off for the rest of it
+RECORDED = 0  # searches that replayed a recorded step (the GPU benchmark checks that its figure is theirs)
 
 
 def _fall_back(reason: str, first: bool) -> None:
@@ -126,12 +146,14 @@ def graphed_greedy(model, src, limits, bos_id: int, eos_id: int, choose: GreedyS
             return None
         try:
             graph = record(step)
-        except RuntimeError as err:
-            FAILED.append(f"{type(err).__name__}: {str(err).splitlines()[0]}")
+        except RecordingError as err:
+            FAILED.append(str(err))
             _fall_back(FAILED[0], first=True)
             return None
         for done in range(1, step.steps + 1):
             graph.replay()
             if done % READ_EVERY == 0 and done < step.steps and bool(step.ended.all()):
                 break
+        global RECORDED
+        RECORDED += 1
         return step.tokens()

@@ -54,9 +54,9 @@ class SacreScore(Metric):
         key = tuple(map(tuple, streams))
         cached = self._references.get(key)
         if cached is None:
-            if len(self._references) >= REFERENCE_BATCHES_KEPT:
-                self._references.clear()
-            cached = self._references[key] = self._scorer._cache_references(streams)
+            cached = self._scorer._cache_references(streams)
+            if len(self._references) < REFERENCE_BATCHES_KEPT:  # full: the first batches stay (each epoch's)
+                self._references[key] = cached
         self._scorer._ref_cache = cached  # what sacreBLEU reads when no references are passed
         rows = self._scorer._extract_corpus_statistics(list(hypotheses), None)
         summed = torch.tensor(rows, dtype=torch.long).sum(dim=0)
