@@ -260,12 +260,12 @@ def concurrent_runs_mps(
 
 
 def greedy_validation_seconds(
-    model: Path, device: str, every: int | None = None, graphs: bool | None = None
+    model: Path, device: str, every: int | None = None, graphs: bool | None = None, outputs: list | None = None
 ) -> tuple[float, int]:
     """Seconds to decode the validation set greedily with ``model`` (a run folder or a checkpoint);
     ``every``: steps between two reads of which sentences ended, in the search step by step; ``graphs``:
     whether each step is a CUDA graph's replay (``nmt/decoding/graphed.py``; False: step by step). None:
-    the search's own choice for the device."""
+    the search's own choice for the device. ``outputs``: a list that receives the translations."""
     from nmt.decoding import search as search_module
 
     chosen = search_module.read_every, search_module.use_graphs
@@ -275,7 +275,8 @@ def greedy_validation_seconds(
         search_module.use_graphs = lambda model, device: graphs and chosen[1](model, device)
     try:
         with graphs_recorded(graphs):
-            return _time_validation(model if model.suffix == ".ckpt" else model / "checkpoints" / "last.ckpt", device)
+            checkpoint = model if model.suffix == ".ckpt" else model / "checkpoints" / "last.ckpt"
+            return _time_validation(checkpoint, device, [] if outputs is None else outputs)
     finally:
         search_module.read_every, search_module.use_graphs = chosen
 
@@ -296,7 +297,7 @@ def graphs_recorded(graphs: bool | None):
         raise RuntimeError("no search replayed a recorded step: the figure would be the step-by-step search's")
 
 
-def _time_validation(checkpoint: Path, device: str) -> tuple[float, int]:
+def _time_validation(checkpoint: Path, device: str, outputs: list) -> tuple[float, int]:
     import torch
 
     from nmt.decoding.search import SearchConfig
@@ -311,7 +312,7 @@ def _time_validation(checkpoint: Path, device: str) -> tuple[float, int]:
     if device == "cuda":
         torch.cuda.synchronize()
     started = time.perf_counter()
-    translate_lines(loaded.model, loaded.src_tokenizer, loaded.tgt_tokenizer, sources, search)
+    outputs[:] = translate_lines(loaded.model, loaded.src_tokenizer, loaded.tgt_tokenizer, sources, search)
     if device == "cuda":
         torch.cuda.synchronize()
     return time.perf_counter() - started, len(sources)

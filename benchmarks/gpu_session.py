@@ -117,14 +117,23 @@ class Session:
         searches = [("each step a CUDA graph", None, True)] if gpu else []
         searches += [(f"step by step, a read every {every}", every, False) for every in (1, 8)]
         for label, model in models.items():
+            translations = {}
             for search, every, graphs in searches:
                 key = f"{label}, {search}"
                 try:  # one model failing (a wrong path) leaves the other's figures
-                    seconds, sentences = greedy_validation_seconds(model, self.args.device, every, graphs)
+                    out = translations[search] = []
+                    seconds, sentences = greedy_validation_seconds(model, self.args.device, every, graphs, out)
                     timings[key] = {"seconds": seconds, "sentences": sentences}
                 except Exception as err:  # noqa: BLE001
                     timings[key] = {"error": f"{type(err).__name__}: {err}"}
                 self.write()
+            graphed, stepwise = translations.get(searches[0][0]), translations.get(searches[-1][0])
+            if gpu and graphed and stepwise:  # the graphs' tokens against the step-by-step search's
+                same = sum(a == b for a, b in zip(graphed, stepwise, strict=True))
+                timings[f"{label}, the graphs' translations equal to step by step"] = {
+                    "same": same,
+                    "sentences": len(stepwise),
+                }
             for search, graphs in [("each step a CUDA graph", True)] * gpu + [("step by step", False)]:
                 key = f"{label}, as a run validates (Lightning's loop: the loss, the search, the scores), {search}"
                 try:
@@ -301,6 +310,8 @@ def table(results: dict) -> str:
             timings = {k: v for k, v in entry.items() if isinstance(v, dict)}
             for label, t in timings.items():
                 value = f"{t['seconds']:.2f} s ({t['sentences']} sentences)" if "seconds" in t else reason(t)
+                if "same" in t:
+                    value = f"{t['same']} of {t['sentences']}"
                 row(f"greedy validation, {label}", value)
             if not timings or "error" in entry:
                 row("greedy validation", reason(entry))

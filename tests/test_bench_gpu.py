@@ -170,3 +170,11 @@ def test_a_timing_meant_for_cuda_graphs_fails_when_the_search_fell_back_to_steps
         graphed.RECORDED += 2
     with gpu_measures.graphs_recorded(False):  # step by step on purpose
         graphed.FELL_BACK["another"] = 1
+
+
+def test_the_table_shows_how_many_translations_the_graphs_share_with_the_step_by_step_search():
+    from benchmarks import gpu_session
+
+    label = "the given model, the graphs' translations equal to step by step"
+    results = {"session": {"order": ["validation"]}, "validation": {label: {"same": 1011, "sentences": 1014}}}
+    assert f"| greedy validation, {label} | 1011 of 1014 |" in gpu_session.table(results)
