@@ -17,6 +17,7 @@ runs without a graph).
 """
 
 import contextlib
+import threading
 import warnings
 from collections.abc import Callable
 
@@ -72,7 +73,9 @@ class RecordingError(RuntimeError):
     run before it, which the step-by-step search would meet as well)."""
 
 
-_POOLS: dict[int, tuple] = {}  # device -> the memory pool every graph recorded on it shares
+# (device, thread) -> the memory pool its graphs share: graphs recorded at the same time (searches in
+# several threads) must not share one
+_POOLS: dict[tuple[int, int], tuple] = {}
 
 
 def record(step: GreedyStep) -> torch.cuda.CUDAGraph:
@@ -80,12 +83,12 @@ def record(step: GreedyStep) -> torch.cuda.CUDAGraph:
     initialisations happen outside the recording); the buffers are rewound after both. Unlike
     ``torch.cuda.graph``, no ``empty_cache`` and garbage collection at every recording (validation records
     a graph per batch, and emptying the allocator's cache would make training allocate anew); instead the
-    graphs of a device share one memory pool, which a graph's successor reuses (a graph is replayed only
-    inside its own search, never beside another). The stream is left even when recording fails, and
+    graphs of a device and thread share one memory pool, which a graph's successor reuses (a graph is
+    replayed only inside its own search, never beside another). The stream is left even when recording fails, and
     only this thread's unsafe calls end a recording (a data loader's pinning thread may run beside it)."""
-    device = torch.cuda.current_device()
-    if device not in _POOLS:
-        _POOLS[device] = torch.cuda.graph_pool_handle()
+    key = (torch.cuda.current_device(), threading.get_ident())
+    if key not in _POOLS:
+        _POOLS[key] = torch.cuda.graph_pool_handle()
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     graph = torch.cuda.CUDAGraph()
@@ -93,7 +96,7 @@ def record(step: GreedyStep) -> torch.cuda.CUDAGraph:
         with torch.cuda.stream(side):
             step.run()
             torch.cuda.synchronize()  # the warm-up's work done before the recording begins
-            graph.capture_begin(pool=_POOLS[device], capture_error_mode="thread_local")
+            graph.capture_begin(pool=_POOLS[key], capture_error_mode="thread_local")
             try:
                 step.run()
             except BaseException as err:
