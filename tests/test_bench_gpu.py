@@ -138,8 +138,8 @@ def test_the_host_cost_benchmark_times_train_py_against_a_bare_loop_of_the_same_
     result = main(["--updates", "120", "--warmup", "20", "--repeats", "1"])
     assert result["train_py_ms_per_update"] > 0 and result["bare_loop_ms_per_update"] > 0
     assert result["framework_host_ms_per_update"] == pytest.approx(
-        result["train_py_ms_per_update"] - result["bare_loop_ms_per_update"], abs=1e-3
-    )  # one repeat: the pair's difference
+        result["train_py_ms_per_update"] - result["bare_loop_ms_per_update"], abs=2e-3
+    )  # one repeat: the pair's difference (each of the three rounded to 0.001 ms)
     assert result["updates_timed"] == [50]  # the throughput rows at updates 50 and 100: the bare loop times the same
     assert 95 <= result["profiled_updates"] <= 100  # cleared at the warm-up's end: the steady state only
     # as the GPU session (--all) records and tables it
