@@ -129,6 +129,26 @@ def updates_per_second(run_dir: Path) -> float:
     return statistics.median(later)
 
 
+def wall_time_parts(run_dir: Path, wall: float) -> dict:
+    """Where a whole run's ``wall`` seconds went, from the seconds since training began that each
+    validation logs (``wall_time_s`` in metrics.csv) and from results.json: before training (imports,
+    data, tokenizers, the model, Lightning's sanity check), the first epoch (with the compile and graph
+    recordings), the median epoch of the later half, and the final scores after training."""
+    rows = list(csv.DictReader((run_dir / "logs" / "metrics.csv").open()))
+    marks = sorted({float(r["wall_time_s"]) for r in rows if r.get("wall_time_s")})
+    done = json.loads((run_dir / "results.json").read_text())
+    if not marks or done.get("wall_time_s") is None:
+        raise RuntimeError(f"{run_dir}: no validation's wall time or no final wall time logged")
+    epochs = [b - a for a, b in zip(marks, marks[1:], strict=False)]
+    later = epochs[len(epochs) // 2 :]
+    return {
+        "before_training_s": round(wall - done["wall_time_s"], 1),
+        "first_epoch_s": round(marks[0], 1),
+        "epoch_s_median_later_half": round(statistics.median(later), 2) if later else None,
+        "final_scores_s": round(done["wall_time_s"] - marks[-1], 1),
+    }
+
+
 def run_env() -> dict:
     """The project first on the path, then whatever the caller's path holds (packages installed beside
     the interpreter's)."""
@@ -496,9 +516,14 @@ def whole_recipe(
         profile["trace"] = json.loads(trace.read_text()) if trace.is_file() else {"error": f"no {trace.name}"}
         if "simple_profiler_cleared_at_update" not in profile["trace"]:  # training ended before the trace did
             profile["host_profile"] = {"error": "not cleared after the warm-up: the report would include it"}
+    try:
+        parts = {"wall_parts": wall_time_parts(run_dir, wall)}
+    except (OSError, RuntimeError) as err:
+        parts = {"wall_parts": {"error": str(err)}}
     return {
         "wall_s": wall,
         "ms_per_update": ms_per_update,
+        **parts,
         **profile,
         "updates": done.get("steps"),
         "epochs": done.get("epochs"),

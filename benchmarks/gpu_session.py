@@ -365,6 +365,17 @@ def table(results: dict) -> str:
                     f"{entry['wall_s'] / 60:.1f} min, {entry['updates']} updates{ms}, best validation BLEU "
                     f"{entry['best_val_bleu']}, test BLEU {entry['test_bleu']}{cut}",
                 )
+                parts = entry.get("wall_parts")
+                if isinstance(parts, dict) and "error" not in parts:
+                    epoch = parts["epoch_s_median_later_half"]
+                    row(
+                        "whole recipe, where its time went",
+                        f"{parts['before_training_s']:.1f} s before training, {parts['first_epoch_s']:.1f} s its first "
+                        f"epoch (the compile in it), {'-' if epoch is None else f'{epoch:.2f}'} s an epoch later on, "
+                        f"{parts['final_scores_s']:.1f} s the final scores",
+                    )
+                elif parts is not None:
+                    row("whole recipe, where its time went", reason(parts))
                 profile_rows(entry.get("host_profile"), " in the whole recipe")
                 trace_rows(entry.get("trace"), " in the whole recipe")
             else:

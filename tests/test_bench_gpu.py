@@ -108,6 +108,11 @@ def test_the_whole_recipe_keeps_to_its_budget_and_says_when_the_cap_cut_it(monke
     assert run["cut_short_by_cap"] and run["finished"] and run["test_bleu"] is not None
     assert 0 < run["updates"] < 12 * 40 and run["wall_s"] < 90  # 12 epochs of about 40 updates, uncut
     assert run["ms_per_update"] > 0
+    # where the wall time went: before training, the first epoch, a later epoch, the final scores
+    parts = run["wall_parts"]
+    assert all(parts[k] > 0 for k in ("before_training_s", "first_epoch_s", "final_scores_s"))
+    assert 0 < parts["epoch_s_median_later_half"] < parts["first_epoch_s"] + 5
+    assert parts["before_training_s"] + parts["first_epoch_s"] + parts["final_scores_s"] < run["wall_s"]
     # the host's profile of the updates after the first 5
     # and torch.profiler's trace of the updates after those 5 (20, or fewer when an epoch ends first), then of
     # the next validation epoch; the simple profiler's report holds only the updates after that trace
@@ -126,6 +131,7 @@ def test_the_whole_recipe_keeps_to_its_budget_and_says_when_the_cap_cut_it(monke
     assert any(h["name"].startswith("aten::") for h in hosts) and all(h["calls_per_unit"] > 0 for h in hosts)
     table = gpu_session.table({"session": {"order": ["full"]}, "full": {**run, "overrides": extra}})
     assert "op-level trace in the whole recipe, validation" in table
+    assert f"| whole recipe, where its time went | {parts['before_training_s']:.1f} s before training, " in table
     assert f"validation, operators by host time per validation batch | `{hosts[0]['name']}` " in table
     assert yaml.safe_load((tmp_path / "full" / "config.yaml").read_text())["trainer"]["max_time"] == "00:00:00:30"
 
