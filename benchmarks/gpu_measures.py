@@ -283,9 +283,21 @@ def greedy_validation_seconds(
     model: Path, device: str, every: int | None = None, graphs: bool | None = None, outputs: list | None = None
 ) -> tuple[float, int]:
     """Seconds to decode the validation set greedily with ``model`` (a run folder or a checkpoint);
-    ``every``: steps between two reads of which sentences ended, in the search step by step; ``graphs``:
-    whether each step is a CUDA graph's replay (``nmt/decoding/graphed.py``; False: step by step). None:
-    the search's own choice for the device. ``outputs``: a list that receives the translations."""
+    ``every`` and ``graphs`` as in :func:`searching`; ``outputs``: a list that receives the translations."""
+    checkpoint = model if model.suffix == ".ckpt" else model / "checkpoints" / "last.ckpt"
+    with searching(every, graphs):
+        return _time_validation(checkpoint, device, [] if outputs is None else outputs)
+
+
+@contextlib.contextmanager
+def searching(every: int | None = None, graphs: bool | None = None):
+    """Greedy search, inside, as chosen: ``every``, steps between two reads of which sentences ended in
+    the search step by step; ``graphs``, whether each step is a CUDA graph's replay
+    (``nmt/decoding/graphed.py``; False: step by step); None, the search's own choice for the device. A
+    timing meant to replay graphs fails where the search decoded step by step instead (a step that could
+    not be recorded, of which only a warning speaks, or no search that recorded one at all): its seconds
+    would be passed off as the graphs'."""
+    from nmt.decoding import graphed
     from nmt.decoding import search as search_module
 
     chosen = search_module.read_every, search_module.use_graphs
@@ -293,23 +305,11 @@ def greedy_validation_seconds(
         search_module.read_every = lambda _device: every
     if graphs is not None:
         search_module.use_graphs = lambda model, device: graphs and chosen[1](model, device)
+    before, recorded = dict(graphed.FELL_BACK), graphed.RECORDED
     try:
-        with graphs_recorded(graphs):
-            checkpoint = model if model.suffix == ".ckpt" else model / "checkpoints" / "last.ckpt"
-            return _time_validation(checkpoint, device, [] if outputs is None else outputs)
+        yield
     finally:
         search_module.read_every, search_module.use_graphs = chosen
-
-
-@contextlib.contextmanager
-def graphs_recorded(graphs: bool | None):
-    """Fails a timing meant to replay CUDA graphs where the search decoded step by step instead (a step
-    that could not be recorded, of which only a warning speaks, or no search that recorded one at all):
-    its seconds would be passed off as the graphs'."""
-    from nmt.decoding import graphed
-
-    before, recorded = dict(graphed.FELL_BACK), graphed.RECORDED
-    yield
     new = sorted(reason for reason, n in graphed.FELL_BACK.items() if n > before.get(reason, 0))
     if graphs and new:
         raise RuntimeError(f"the step could not be recorded as a CUDA graph: {new}")
@@ -345,18 +345,10 @@ def run_validation_seconds(
     Lightning's validation loop at the run's precision (``precision``: another), over the run's own
     validation batches, with the loss, the greedy search and the scores, from the epoch's start to the end
     of its scores (not the data's preparation or the model's copy that ``trainer.validate`` adds around it).
-    The second of two epochs (the first warms up); ``graphs`` as in :func:`greedy_validation_seconds`.
+    The second of two epochs (the first warms up); ``graphs`` as in :func:`searching`.
     Returns (seconds, sentences, precision)."""
-    from nmt.decoding import search as search_module
-
-    chosen = search_module.use_graphs
-    if graphs is not None:
-        search_module.use_graphs = lambda model, device: graphs and chosen(model, device)
-    try:
-        with graphs_recorded(graphs):
-            return _time_run_validation(model, device, precision)
-    finally:
-        search_module.use_graphs = chosen
+    with searching(graphs=graphs):
+        return _time_run_validation(model, device, precision)
 
 
 def _time_run_validation(model: Path, device: str, precision: str | None) -> tuple[float, int, str]:

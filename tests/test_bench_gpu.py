@@ -165,16 +165,16 @@ def test_a_timing_meant_for_cuda_graphs_fails_when_the_search_fell_back_to_steps
     monkeypatch.setattr(graphed, "FELL_BACK", {"an earlier reason": 1})
     monkeypatch.setattr(graphed, "RECORDED", 0)
     with pytest.raises(RuntimeError, match=r"could not be recorded as a CUDA graph: \['an earlier reason'\]"):
-        with gpu_measures.graphs_recorded(True):
+        with gpu_measures.searching(graphs=True):
             graphed.RECORDED += 1  # one batch recorded,
             graphed.FELL_BACK["an earlier reason"] += 1  # another fell back (counted, not warned again)
     # no search recorded a step (a model without fixed caches, autocast on): not the graphs' figure either
     with pytest.raises(RuntimeError, match="no search replayed a recorded step"):
-        with gpu_measures.graphs_recorded(True):
+        with gpu_measures.searching(graphs=True):
             pass
-    with gpu_measures.graphs_recorded(True):
+    with gpu_measures.searching(graphs=True):
         graphed.RECORDED += 2
-    with gpu_measures.graphs_recorded(False):  # step by step on purpose
+    with gpu_measures.searching(graphs=False):  # step by step on purpose
         graphed.FELL_BACK["another"] = 1
 
 

@@ -134,7 +134,10 @@ class TranslationTask(Task):
         prepare, prepared = self.tok_lc_prepare, self._prepared_refs
         if len(prepared) > 2**17:  # a bound for validation sets far larger than any here
             prepared.clear()
-        refs = [prepared[r] if r in prepared else prepared.setdefault(r, prepare(r)) for r in batch["refs"]]
+        for r in batch["refs"]:
+            if r not in prepared:
+                prepared[r] = prepare(r)
+        refs = [prepared[r] for r in batch["refs"]]
         metrics["bleu_tok_lc"].update([prepare(h) for h in hypotheses], [[r] for r in refs])
         if "rouge" in metrics:
             metrics["rouge"].update(hypotheses, list(batch["refs"]))
