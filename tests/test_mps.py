@@ -51,9 +51,20 @@ STAND_IN = textwrap.dedent(
                 continue
             env = dict(w.split("=", 1) for w in words if "=" in w)
             if env.get("CUDA_MPS_PIPE_DIRECTORY") == str(pipe) and "train.py" in line:
-                found.append(int(proc.name))
-                note(f"client {{proc.name}} CUDA_VISIBLE_DEVICES={{env.get('CUDA_VISIBLE_DEVICES')}}")
-        return sorted(found)
+                found.append((int(proc.name), parent(proc), env.get('CUDA_VISIBLE_DEVICES')))
+        # a run's forked child (a moment before it runs another program) holds the run's command line and
+        # environment but no GPU context of its own: the driver would not list it, so neither does this
+        pids = {{pid for pid, _, _ in found}}
+        found = [(pid, devices) for pid, ppid, devices in found if ppid not in pids]
+        for pid, devices in found:
+            note(f"client {{pid}} CUDA_VISIBLE_DEVICES={{devices}}")
+        return sorted(pid for pid, _ in found)
+
+    def parent(proc):
+        try:
+            return int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            return None
 
     if sys.argv[1:] == ["-d"]:
         if os.environ.get("STAND_IN_FAILS"):
