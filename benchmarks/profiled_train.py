@@ -54,7 +54,14 @@ def trace_summary(profile, seconds: float, units: int, unit: str) -> dict:
     def self_host_ms(word: str) -> float:
         return sum(e.self_cpu_time_total for e in events if word in e.key) / 1000
 
-    on_device = [e for e in events if e.device_type == torch.autograd.DeviceType.CUDA]
+    # kernels and copies only: a range named on the host (``Optimizer.step#AdamW.step``, which in Lightning
+    # holds the whole forward and backward) is listed on the device too, spanning its kernels, and counted
+    # twice it made the device look busy for longer than the update took
+    on_device = [
+        e
+        for e in events
+        if e.device_type == torch.autograd.DeviceType.CUDA and not getattr(e, "is_user_annotation", False)
+    ]
     kernels_ms = sum(getattr(e, "self_device_time_total", 0) for e in on_device)
 
     def top(rows, time_of, unit_ms: str) -> list[dict]:

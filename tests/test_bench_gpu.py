@@ -4,6 +4,7 @@ run it: every figure it reports is produced and plausible."""
 import json
 
 import pytest
+import torch
 import yaml
 
 pytestmark = pytest.mark.slow
@@ -184,3 +185,34 @@ def test_the_table_shows_how_many_translations_the_graphs_share_with_the_step_by
     label = "the given model, the graphs' translations equal to step by step"
     results = {"session": {"order": ["validation"]}, "validation": {label: {"same": 1011, "sentences": 1014}}}
     assert f"| greedy validation, {label} | 1011 of 1014 |" in gpu_session.table(results)
+
+
+def test_a_traces_device_time_counts_kernels_not_the_host_ranges_that_span_them():
+    from types import SimpleNamespace
+
+    from benchmarks.profiled_train import trace_summary
+
+    cuda, cpu = torch.autograd.DeviceType.CUDA, torch.autograd.DeviceType.CPU
+
+    def event(key, device, device_us=0, cpu_us=0, count=1, annotation=False):
+        return SimpleNamespace(
+            key=key,
+            count=count,
+            device_type=device,
+            self_device_time_total=device_us,
+            self_cpu_time_total=cpu_us,
+            is_user_annotation=annotation,
+        )
+
+    events = [
+        event("Optimizer.step#AdamW.step", cpu, cpu_us=8000),
+        event("Optimizer.step#AdamW.step", cuda, device_us=12000, annotation=True),  # spans the kernels below
+        event("gemm", cuda, device_us=3000, count=40),
+        event("flash_fwd", cuda, device_us=1000, count=12),
+        event("cudaLaunchKernel", cpu, cpu_us=1000, count=52),
+    ]
+    summary = trace_summary(SimpleNamespace(key_averages=lambda: events), seconds=0.03, units=2, unit="update")
+    assert summary["device_busy_ms_per_unit"] == pytest.approx((3000 + 1000) / 1000 / 2)
+    assert [k["name"] for k in summary["top_kernels"]] == ["gemm", "flash_fwd"]
+    assert summary["kernel_launches_per_unit"] == 26
+    assert summary["top_host_operators"][0]["name"] == "Optimizer.step#AdamW.step"

@@ -3,6 +3,8 @@ caches of fixed size give the logits of its growing caches, a step reads nothing
 recorded), and the search's buffers, rewinding and reads give the eager search's tokens. Only recording
 the graph itself needs a GPU (the GPU benchmark times it)."""
 
+import contextlib
+import threading
 import warnings
 
 import pytest
@@ -194,3 +196,86 @@ def test_graphs_only_on_a_gpu_for_models_with_fixed_caches_and_not_under_autocas
     # autocast's cache of cast weights cannot be recorded (the CPU has no CUDA autocast to switch on)
     monkeypatch.setattr(torch, "is_autocast_enabled", lambda device_type: device_type == "cuda")
     assert not search.use_graphs(make_model(), torch.device("cuda"))
+
+
+class PoolBookkeeping:
+    """A stand-in for torch.cuda's graphs, streams and pools that keeps the caching allocator's count of a
+    private pool's users: recording into a pool adds one, destroying a graph takes it away, and a pool
+    that is known but has no user left cannot be recorded into again (PyTorch's internal assertion
+    ``use_count > 0``). The step runs on the CPU meanwhile."""
+
+    def __init__(self):
+        self.users: dict[int, int] = {}
+        self.handles = 0
+        book = self
+
+        class Graph:
+            def __init__(self):
+                self.pool = None
+
+            def capture_begin(self, pool, capture_error_mode):
+                if pool in book.users and book.users[pool] == 0:
+                    raise RuntimeError("it->second->use_count > 0 INTERNAL ASSERT FAILED")
+                book.users[pool] = book.users.get(pool, 0) + 1
+                self.pool = pool
+
+            def capture_end(self):
+                pass
+
+            def __del__(self):
+                if self.pool is not None:
+                    book.users[self.pool] -= 1
+
+        self.Graph = Graph
+
+    def handle(self):
+        self.handles += 1
+        return self.handles
+
+    def install(self, monkeypatch):
+        class Stream:
+            def wait_stream(self, other):
+                pass
+
+        cuda = torch.cuda
+        for name, value in {
+            "CUDAGraph": self.Graph,
+            "graph_pool_handle": self.handle,
+            "Stream": Stream,
+            "current_stream": Stream,
+            "stream": lambda s: contextlib.nullcontext(),
+            "synchronize": lambda: None,
+            "current_device": lambda: 0,
+        }.items():
+            monkeypatch.setattr(cuda, name, value)
+        monkeypatch.setattr(graphed, "_POOLS", {})
+
+
+def test_each_recording_finds_the_shared_pool_still_in_use_after_the_last_search_ended(monkeypatch):
+    """Validation records a graph per batch into one pool per device and thread. Once a search ends its
+    graph is dropped; were it the pool's only user, the next recording into that pool would meet the
+    allocator's assertion (seen on an H100). The pool keeps its last graph until the next is recorded."""
+    book = PoolBookkeeping()
+    book.install(monkeypatch)
+    model = make_model("absolute", seed=12).double().eval()
+    src = padded_batch()
+    limits = max_lengths(src, model.pad_id, CFG)
+    for _ in range(3):  # three searches, each recording a graph and dropping it at its end
+        graph = graphed.record(graphed.GreedyStep(model, src, limits, BOS, EOS, choose(model.pad_id)))
+        del graph
+        assert book.users == {1: 1}  # one pool, the last graph its user
+    assert book.handles == 1
+
+
+def test_a_recording_the_allocator_refuses_to_begin_is_a_recording_error(monkeypatch):
+    """An error at the start of the recording (here the allocator's assertion) is the recording's, so the
+    search falls back to steps rather than failing the run."""
+    book = PoolBookkeeping()
+    book.install(monkeypatch)
+    graphed._POOLS[(0, threading.get_ident())] = [1, None]
+    book.users[1] = 0  # a pool whose graphs are all gone
+    model = make_model("absolute", seed=12).double().eval()
+    src = padded_batch()
+    step = graphed.GreedyStep(model, src, max_lengths(src, model.pad_id, CFG), BOS, EOS, choose(model.pad_id))
+    with pytest.raises(graphed.RecordingError, match="use_count > 0"):
+        graphed.record(step)

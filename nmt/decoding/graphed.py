@@ -73,9 +73,11 @@ class RecordingError(RuntimeError):
     run before it, which the step-by-step search would meet as well)."""
 
 
-# (device, thread) -> the memory pool its graphs share: graphs recorded at the same time (searches in
-# several threads) must not share one
-_POOLS: dict[tuple[int, int], tuple] = {}
+# (device, thread) -> the memory pool its graphs share (graphs recorded at the same time, searches in
+# several threads, must not share one) and the last graph recorded in it. That graph is kept until its
+# successor is recorded: a pool whose every graph was destroyed counts no users, and PyTorch's allocator
+# refuses to record into it again (an internal assertion, ``use_count > 0``).
+_POOLS: dict[tuple[int, int], list] = {}
 
 
 def record(step: GreedyStep) -> torch.cuda.CUDAGraph:
@@ -88,7 +90,8 @@ def record(step: GreedyStep) -> torch.cuda.CUDAGraph:
     only this thread's unsafe calls end a recording (a data loader's pinning thread may run beside it)."""
     key = (torch.cuda.current_device(), threading.get_ident())
     if key not in _POOLS:
-        _POOLS[key] = torch.cuda.graph_pool_handle()
+        _POOLS[key] = [torch.cuda.graph_pool_handle(), None]
+    pool = _POOLS[key]
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     graph = torch.cuda.CUDAGraph()
@@ -96,7 +99,10 @@ def record(step: GreedyStep) -> torch.cuda.CUDAGraph:
         with torch.cuda.stream(side):
             step.run()
             torch.cuda.synchronize()  # the warm-up's work done before the recording begins
-            graph.capture_begin(pool=_POOLS[key], capture_error_mode="thread_local")
+            try:
+                graph.capture_begin(pool=pool[0], capture_error_mode="thread_local")
+            except RuntimeError as err:
+                raise RecordingError(f"{type(err).__name__}: {str(err).splitlines()[0]}") from err
             try:
                 step.run()
             except BaseException as err:
@@ -112,6 +118,7 @@ def record(step: GreedyStep) -> torch.cuda.CUDAGraph:
     finally:  # the buffers are not used again before the side stream's work on them is done
         torch.cuda.current_stream().wait_stream(side)
     step.reset()
+    pool[1] = graph  # the pool keeps a user until the next recording (its predecessor released only now)
     return graph
 
 
