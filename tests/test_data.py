@@ -191,7 +191,9 @@ def test_batches_for_a_gpu_come_from_pinned_memory():
 def test_a_batch_built_on_the_device_is_the_collated_batch():
     """data.batches_on_device: the batch cut from the split's flat tensors (indices only from the host)
     equals the one collate pads on the host, empty sentences included, without reading the device."""
-    from nmt.data.packed import PackedPairs
+    from lightning.fabric.utilities.apply_func import move_data_to_device
+
+    from nmt.data.packed import IndexBatch, PackedPairs, index_batch
 
     from .host_reads import HostReads
 
@@ -202,16 +204,44 @@ def test_a_batch_built_on_the_device_is_the_collated_batch():
     refs = [f"ref {i}" for i in range(len(lengths))]
     packed = PackedPairs(src, tgt, refs)
     for indices in ([0, 1, 2, 3, 4, 5], [4, 1], [2], [3, 0]):
+        items = [(i, src[i], tgt[i], refs[i]) for i in indices]
+        expected = collate(items)
+        # as the loader yields it and Lightning moves it (one object with ``to``), and from a plain list
+        moved = move_data_to_device(index_batch(items), torch.device("cpu"))
+        assert isinstance(moved, IndexBatch) and moved.indices == indices
+        for given in (moved, indices):
+            with HostReads() as reads:
+                got = packed.batch(given)
+            assert reads.calls == []
+            assert got.keys() == expected.keys()
+            for key, value in expected.items():
+                if isinstance(value, torch.Tensor):
+                    assert got[key].dtype == value.dtype and torch.equal(got[key], value), key
+                else:
+                    assert got[key] == value, key
+
+
+def test_batches_cut_from_a_larger_split_equal_the_collated_ones():
+    """Random lengths (empty sentences first and last too) and random batches: every batch cut from the
+    flat tensors equals collate's, the last sentence's window included."""
+    from nmt.data.packed import PackedPairs
+
+    g = torch.Generator().manual_seed(5)
+    n = 300
+    src_len = torch.randint(0, 30, (n,), generator=g).tolist()
+    tgt_len = torch.randint(0, 30, (n,), generator=g).tolist()
+    src_len[0] = tgt_len[0] = src_len[-1] = tgt_len[-1] = 0
+    src = [torch.randint(4, 900, (k,), generator=g, dtype=torch.int32) for k in src_len]
+    tgt = [torch.randint(4, 900, (k,), generator=g, dtype=torch.int32) for k in tgt_len]
+    refs = [str(i) for i in range(n)]
+    packed = PackedPairs(src, tgt, refs)
+    for size in (1, 7, 64, n):
+        indices = torch.randperm(n, generator=g)[:size].tolist() + [n - 1]
         expected = collate([(i, src[i], tgt[i], refs[i]) for i in indices])
-        with HostReads() as reads:
-            got = packed.batch(indices)
-        assert reads.calls == []
-        assert got.keys() == expected.keys()
-        for key, value in expected.items():
-            if isinstance(value, torch.Tensor):
-                assert got[key].dtype == value.dtype and torch.equal(got[key], value), key
-            else:
-                assert got[key] == value, key
+        got = packed.batch(indices)
+        for key in ("index", "src", "tgt_in", "tgt_out"):
+            assert torch.equal(got[key], expected[key]), key
+        assert got["target_tokens"] == expected["target_tokens"] and got["refs"] == expected["refs"]
 
 
 @pytest.mark.slow

@@ -15,7 +15,7 @@ from torch.nn.utils.rnn import pad_sequence
 from torch.utils.data import DataLoader, Dataset
 
 from nmt.data.batching import TokenBatchSampler
-from nmt.data.packed import PackedPairs, index_batch
+from nmt.data.packed import IndexBatch, PackedPairs, index_batch
 from nmt.data.tokenizer import (
     BOS_ID,
     EOS_ID,
@@ -356,7 +356,7 @@ class ParallelDataModule(L.LightningDataModule):
 
     def on_after_batch_transfer(self, batch, dataloader_idx: int):
         """Lightning's hook once a batch is on the model's device: a batch of indices becomes the batch."""
-        if not isinstance(batch, dict) or "batch_indices" not in batch:
+        if not isinstance(batch, IndexBatch):
             return batch
         trainer = self.trainer
         split = "train" if trainer.training else "test" if trainer.testing else "val"
@@ -365,7 +365,7 @@ class ParallelDataModule(L.LightningDataModule):
         if packed is None or packed.device != device:
             dataset = self.datasets[split]
             self._packed[split] = packed = PackedPairs(dataset.src_ids, dataset.tgt_ids, dataset.tgt_text).to(device)
-        return packed.batch(batch["batch_indices"])
+        return packed.batch(batch)
 
     def train_dataloader(self) -> DataLoader:
         return self._loader("train", shuffle=True)

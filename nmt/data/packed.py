@@ -1,9 +1,15 @@
 """Batches built where the model is (``data.batches_on_device``).
 
 A split's token ids are kept as one flat tensor per side on the model's device, sent there once. The
-loader then hands over only a batch's sentence indices, and the padded batch is cut from the flat tensors
-by a few gathers on the device: no padded copy assembled on the host and sent at every step (on a GPU that
-host work and copy cost more than a small model's update). The result is the batch :func:`collate` builds.
+loader then hands over only a batch's sentence indices (:class:`IndexBatch`), and the padded batch is cut
+from the flat tensors by a few gathers on the device: no padded copy assembled on the host and sent at
+every step (on a GPU that host work and copy cost more than a small model's update). The result is the
+batch :func:`collate` builds.
+
+On a GPU, a small model's update is bound by the host, so the cutting is written for few operators: each
+sentence is stored with the tokens it gets in a batch (the source with its EOS, the target between BOS
+and EOS), and one gather per side, masked beyond the sentence, gives a side's rows; the target's input and
+output are two masked views of one gather.
 """
 
 from collections.abc import Sequence
@@ -13,10 +19,33 @@ import torch
 from nmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 
-def index_batch(items) -> dict:
+class IndexBatch:
+    """What the loader yields when batches are built on the device: the sentence indices as a tensor
+    (which the loader pins and Lightning moves to the device) and as a host list (for the batch's shape,
+    token count and reference text, known without reading the device). Lightning's transfer and the
+    loader's pinning see one object with ``to`` and ``pin_memory``: a plain list of indices they would
+    walk element by element, at a cost on the host comparable with a small model's update."""
+
+    __slots__ = ("indices", "tensor")
+
+    def __init__(self, indices: list[int], tensor: torch.Tensor | None = None) -> None:
+        self.indices = indices
+        self.tensor = torch.tensor(indices, dtype=torch.long) if tensor is None else tensor
+
+    def to(self, device, non_blocking: bool = False, **kwargs) -> "IndexBatch":
+        return IndexBatch(self.indices, self.tensor.to(device, non_blocking=non_blocking, **kwargs))
+
+    def pin_memory(self, *args) -> "IndexBatch":
+        return IndexBatch(self.indices, self.tensor.pin_memory(*args))
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+
+def index_batch(items) -> IndexBatch:
     """The loader's collate function when batches are built on the device: the indices only (the
     dataset's items are (index, src, tgt, ref) tuples)."""
-    return {"batch_indices": [item[0] for item in items]}
+    return IndexBatch([item[0] for item in items])
 
 
 class PackedPairs:
@@ -27,65 +56,70 @@ class PackedPairs:
         self.src_len = [len(s) for s in src_ids]
         self.tgt_len = [len(t) for t in tgt_ids]
         self.tgt_text = tgt_text
-        # one padding token at the end, so that a gather is never out of range, whatever the lengths
-        self.src_flat, self.src_start = _flatten(src_ids)
-        self.tgt_flat, self.tgt_start = _flatten(tgt_ids)
-        self.src_len_t = torch.tensor(self.src_len, dtype=torch.long)
-        self.tgt_len_t = torch.tensor(self.tgt_len, dtype=torch.long)
+        # the source as it enters a batch (tokens + EOS), the target as BOS + tokens + EOS: a batch's
+        # target input is a row's first len + 1 tokens, its output the len + 1 after the BOS
+        self.src_flat, src_start = _flatten(src_ids, before=None, after=EOS_ID)
+        self.tgt_flat, tgt_start = _flatten(tgt_ids, before=BOS_ID, after=EOS_ID)
+        # per sentence: where each side starts, and how many of its tokens a row holds (both len + 1)
+        spans = [torch.tensor(self.src_len) + 1, torch.tensor(self.tgt_len) + 1]
+        self.table = torch.stack([src_start, spans[0], tgt_start, spans[1]], dim=1)  # (sentences, 4)
         self.device = torch.device("cpu")
 
     def to(self, device: torch.device) -> "PackedPairs":
         """Move the token tensors to ``device`` (once: the whole split)."""
-        for name in ("src_flat", "src_start", "tgt_flat", "tgt_start", "src_len_t", "tgt_len_t"):
+        for name in ("src_flat", "tgt_flat", "table"):
             setattr(self, name, getattr(self, name).to(device))
         self.device = torch.device(device)
         return self
 
-    def batch(self, indices: list[int]) -> dict:
+    def batch(self, indices: IndexBatch | list[int]) -> dict:
         """The batch of sentences ``indices``, as :func:`nmt.data.datamodule.collate` makes it, on this
-        object's device. Only the indices travel from the host (from pinned memory on a GPU)."""
-        index = torch.tensor(indices, dtype=torch.long)
-        if self.device.type == "cuda":
-            index = index.pin_memory().to(self.device, non_blocking=True)
-        else:
-            index = index.to(self.device)
-        src_width = max(self.src_len[i] for i in indices) + 1  # + EOS
-        tgt_width = max(self.tgt_len[i] for i in indices) + 1  # + BOS (in) or EOS (out)
-        src_len, tgt_len = self.src_len_t[index], self.tgt_len_t[index]
-        src_start, tgt_start = self.src_start[index], self.tgt_start[index]
+        object's device. Only the indices travel from the host (pinned by the loader on a GPU)."""
+        if not isinstance(indices, IndexBatch):
+            indices = IndexBatch(list(indices))
+        host = indices.indices
+        index = indices.tensor.to(self.device)  # already there when Lightning moved the batch
+        src_width = max(self.src_len[i] for i in host) + 1  # + EOS
+        tgt_width = max(self.tgt_len[i] for i in host) + 1  # + BOS (in) or EOS (out)
+        src_start, src_span, tgt_start, tgt_span = self.table[index].unbind(1)  # (batch,) each
+        column = torch.arange(max(src_width, tgt_width + 1), device=index.device)  # one for every row
+        tgt = _window(self.tgt_flat, tgt_start, column[: tgt_width + 1])  # (batch, tgt_width + 1): BOS, tokens, EOS
+        inside = column[:tgt_width] < tgt_span[:, None]  # (batch, tgt_width)
         return {
             "index": index,
-            "src": _rows(self.src_flat, src_start, src_len, src_width, before=None, after=EOS_ID),
-            "tgt_in": _rows(self.tgt_flat, tgt_start, tgt_len, tgt_width, before=BOS_ID, after=None),
-            "tgt_out": _rows(self.tgt_flat, tgt_start, tgt_len, tgt_width, before=None, after=EOS_ID),
-            "refs": [self.tgt_text[i] for i in indices],
-            "target_tokens": sum(self.tgt_len[i] + 1 for i in indices),
+            "src": torch.where(
+                column[:src_width] < src_span[:, None], _window(self.src_flat, src_start, column[:src_width]), PAD_ID
+            ),
+            "tgt_in": torch.where(inside, tgt[:, :-1], PAD_ID),
+            "tgt_out": torch.where(inside, tgt[:, 1:], PAD_ID),
+            "refs": [self.tgt_text[i] for i in host],
+            "target_tokens": sum(self.tgt_len[i] + 1 for i in host),
         }
 
 
-def _flatten(ids: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-    """(all tokens, then one padding token), and the start of each sentence in it."""
-    lengths = torch.tensor([len(s) for s in ids], dtype=torch.long)
-    starts = torch.zeros(len(ids), dtype=torch.long)
-    if len(ids) > 1:
-        starts[1:] = lengths.cumsum(0)[:-1]
-    # int32, as the encoding cache holds them: half the device memory of int64 for a large corpus
-    flat = torch.cat([*(s.to(torch.int32) for s in ids), torch.tensor([PAD_ID], dtype=torch.int32)])
+def _flatten(ids: Sequence[torch.Tensor], before: int | None, after: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(every sentence as [before] + tokens + [after], one after another, then padding as long as the longest
+    such sentence), and where each starts. The padding at the end keeps a window of a row's width from the
+    last sentence's start inside the tensor. Built with whole-tensor writes, not one piece per sentence: a
+    large corpus has millions."""
+    lead = 0 if before is None else 1
+    n = torch.tensor([len(s) for s in ids], dtype=torch.long)  # tokens per sentence
+    spans = n + lead + 1
+    starts = torch.cumsum(spans, 0) - spans  # where each sentence starts in the flat tensor
+    room = int(spans.max()) if len(ids) else 1
+    flat = torch.full((int(spans.sum()) + room,), PAD_ID, dtype=torch.int32)
+    if len(ids):
+        # int32, as the encoding cache holds them: half the device memory of int64 for a large corpus
+        tokens = torch.cat([s.to(torch.int32) for s in ids])
+        token_starts = torch.cumsum(n, 0) - n  # where each sentence starts among the tokens alone
+        flat[torch.arange(len(tokens)) + torch.repeat_interleave(starts + lead - token_starts, n)] = tokens
+        if before is not None:
+            flat[starts] = before
+        flat[starts + lead + n] = after
     return flat, starts
 
 
-def _rows(
-    flat: torch.Tensor, starts: torch.Tensor, lengths: torch.Tensor, width: int, before: int | None, after: int | None
-) -> torch.Tensor:
-    """(batch, width): row r holds [before] + flat[starts[r] : starts[r] + lengths[r]] + [after], then
-    padding."""
-    shift = 0 if before is None else 1
-    column = torch.arange(width, device=flat.device)[None, :] - shift  # (1, width): position among the tokens
-    inside = (column >= 0) & (column < lengths[:, None])  # (batch, width)
-    gather = (starts[:, None] + column.clamp(min=0)).clamp(max=flat.numel() - 1)
-    rows = torch.where(inside, flat[gather].long(), PAD_ID)
-    if before is not None:
-        rows[:, 0] = before
-    if after is not None:
-        rows.scatter_(1, (lengths + shift)[:, None], after)
-    return rows
+def _window(flat: torch.Tensor, starts: torch.Tensor, column: torch.Tensor) -> torch.Tensor:
+    """(batch, width): row r holds flat[starts[r] + column], column (width,) being 0 .. width - 1, as int64
+    (what the model and the loss take); what lies beyond the row's sentence is masked by the caller."""
+    return flat[starts[:, None] + column].long()
