@@ -88,3 +88,37 @@ def test_validation_runs_a_compiled_model_eagerly():
     with torch.no_grad():
         model(src, tgt)  # outside validation the eval mode is compiled: the test would see it
     assert counters["stats"]["unique_graphs"] == 2
+
+
+def test_the_compiled_loss_gives_the_written_out_formula_and_its_gradient_for_every_batch_shape():
+    """compile=true compiles the loss's path off the CPU (the formula written out, several passes over the
+    logits) with the model: Inductor's kernels must give the same loss, NLL and gradient, in fp32 and from
+    bf16 logits as autocast gives them, for token counts of every batch, compiled once."""
+    from torch._dynamo.utils import counters
+    from torch.fx.experimental import _config as fx_config
+
+    from nmt.modules.loss import LabelSmoothedCrossEntropy, smoothed_cross_entropy_sums
+    from nmt.training.train import compile_model
+
+    loss = LabelSmoothedCrossEntropy(0.1, pad_id=0)
+    torch._dynamo.reset()
+    counters.clear()
+    with fx_config.patch(use_duck_shape=fx_config.use_duck_shape):  # compile_model turns it off: restored after
+        compile_model(torch.nn.Linear(2, 2), True, loss)
+        assert loss._sums is not smoothed_cross_entropy_sums
+        g = torch.Generator().manual_seed(4)
+        for dtype in (torch.float32, torch.bfloat16):
+            for tokens in (37, 90, 64):
+                logits = (3 * torch.randn(tokens, 50, generator=g)).to(dtype)
+                target = torch.randint(1, 50, (tokens,), generator=g)
+                target[::7] = 0  # padding
+                results = []
+                for sums in (smoothed_cross_entropy_sums, loss._sums):
+                    x = logits.clone().requires_grad_()
+                    value, nll = sums(x, target, 0.1, 0)
+                    value.backward()
+                    results.append((value.detach(), nll.detach(), x.grad))
+                for expected, got in zip(*results, strict=True):
+                    tolerance = 1e-5 if dtype == torch.float32 else 1e-2
+                    torch.testing.assert_close(got, expected, rtol=tolerance, atol=tolerance)
+    assert counters["frames"]["ok"] <= 2, dict(counters["frames"])  # one per dtype, not one per shape

@@ -18,6 +18,14 @@ class LabelSmoothedCrossEntropy(nn.Module):
             raise ValueError(f"smoothing.smoothing={smoothing} must be in [0, 1)")
         self.smoothing = smoothing
         self.pad_id = pad_id
+        self._sums = smoothed_cross_entropy_sums  # the path off the CPU; :meth:`compile` replaces it
+
+    def compile(self, *args, **kwargs) -> None:
+        """Compile the loss off the CPU (``torch.compile``'s arguments): written out, the formula makes
+        several passes over the (tokens x vocab) logits and their fp32 copy, each its own kernel, where
+        Inductor's kernels read the logits once forward and write their gradient once backward. The CPU's
+        loss stays as it is: a loop over blocks that Dynamo would unroll for each batch size."""
+        self._sums = torch.compile(smoothed_cross_entropy_sums, *args, **kwargs)
 
     def forward(self, logits: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """logits: (batch, len, vocab), target: (batch, len).
@@ -30,7 +38,7 @@ class LabelSmoothedCrossEntropy(nn.Module):
                 flat_logits, flat_target, self.smoothing, self.pad_id
             )
             return loss_rows.sum() / tokens.clamp(min=1), nll_rows.sum(), tokens
-        loss_sum, nll_sum = smoothed_cross_entropy_sums(flat_logits, flat_target, self.smoothing, self.pad_id)
+        loss_sum, nll_sum = self._sums(flat_logits, flat_target, self.smoothing, self.pad_id)
         return loss_sum / tokens.clamp(min=1), nll_sum.detach(), tokens
 
 

@@ -45,7 +45,7 @@ from nmt.utils.io import atomic_write_bytes, atomic_write_json, atomic_write_tex
 log = logging.getLogger(__name__)
 
 
-def compile_model(model: torch.nn.Module, setting) -> None:
+def compile_model(model: torch.nn.Module, setting, loss: torch.nn.Module | None = None) -> None:
     """``compile``: false, true (Inductor's kernels) or ``reduce-overhead`` (the same kernels, each batch
     shape captured once as a CUDA graph and replayed without a launch per kernel), in place, so that
     parameter names (and so checkpoints) stay those of the plain model.
@@ -59,13 +59,17 @@ def compile_model(model: torch.nn.Module, setting) -> None:
     so the first batch whose lengths differ recompiled the model (a second compile, minutes on a CPU).
     The switch is the process's (Dynamo reads it when it first traces, so it stays off), for any other
     compile in it too. Validation runs the model eagerly (:class:`~nmt.training.module.TaskModule`): the
-    eval mode would be compiled again."""
+    eval mode would be compiled again. The loss, where given, is compiled too (``loss.compile``),
+    without CUDA graphs (it takes the model's logits, the largest tensor of the update, which a graph would
+    copy into its own memory first)."""
     if setting:
         from torch.fx.experimental import _config as fx_config  # private; the switch Dynamo's own hint names
 
         if hasattr(fx_config, "use_duck_shape"):
             fx_config.use_duck_shape = False
         model.compile(mode="reduce-overhead" if setting == "reduce-overhead" else None, dynamic=True)
+        if loss is not None:
+            loss.compile(dynamic=True)
 
 
 def resolve_run_dir(cfg: DictConfig) -> Path:
@@ -244,7 +248,7 @@ def _train_in_folder(cfg: DictConfig, task, run_dir: Path, config: dict, main_pr
             print(warning)
         record_identity(run_dir, identity)
     model = task.build_model(cfg.model, src_tokenizer, tgt_tokenizer)
-    compile_model(model, cfg.get("compile"))
+    compile_model(model, cfg.get("compile"), loss)
     module = TaskModule(
         task=task,
         model=model,
