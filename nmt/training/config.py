@@ -6,11 +6,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from nmt.decoding.search import STRATEGIES
 from nmt.metrics.corpus import bleu_tokenizer
 from nmt.tasks import build_task
+from nmt.training import graph_updates
 
 MATMUL_PRECISIONS = ("highest", "high", "medium")  # torch.set_float32_matmul_precision
 
@@ -93,6 +94,19 @@ def check_config(cfg: DictConfig) -> None:
         if value is not None and value not in allowed:
             problems.append(f"  {key}={value!r}: must be one of {allowed}")
     problems += _deferred_guard_problems(cfg)
+    if cfg.get("graph_updates"):
+        problems += [
+            f"  {problem}"
+            for problem in graph_updates.unsupported(
+                check_every=cfg.get("check_every"),
+                fused=OmegaConf.select(cfg, "optim.optimizer.fused", default=None),
+                accumulate=OmegaConf.select(cfg, "trainer.accumulate_grad_batches", default=1),
+                precision=OmegaConf.select(cfg, "trainer.precision", default=""),
+                compile=cfg.get("compile"),
+                world_size=_devices(OmegaConf.select(cfg, "trainer.devices", default=1)),
+                accelerator=OmegaConf.select(cfg, "trainer.accelerator", default="auto"),
+            )
+        ]
     target = OmegaConf.select(cfg, "data.tgt_lang", default=None)
     if target:  # scoring its text may need extra packages: say so before any data is read
         try:
@@ -116,6 +130,15 @@ def check_config(cfg: DictConfig) -> None:
     problems += unused_groups(cfg)
     if problems:
         raise ConfigError("invalid configuration:\n" + "\n".join(problems))
+
+
+def _devices(devices) -> int:
+    """How many devices ``trainer.devices`` names, where the config alone says (1 otherwise)."""
+    if isinstance(devices, int) and devices > 1:
+        return devices
+    if isinstance(devices, list | ListConfig):
+        return len(devices)
+    return 1
 
 
 def _deferred_guard_problems(cfg: DictConfig) -> list[str]:

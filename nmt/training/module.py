@@ -1,6 +1,7 @@
 """The one LightningModule that trains and validates every nmt model, whatever its task."""
 
 import math
+import warnings
 
 import lightning as L
 import torch
@@ -9,6 +10,8 @@ from torch import nn
 from nmt.data.tokenizer import Tokenizer
 from nmt.inference.checkpoint import CHECKPOINT_FORMAT, CHECKPOINT_KEY
 from nmt.tasks import Task, exact_sum
+from nmt.training import graph_updates
+from nmt.training.graph_updates import GraphedUpdates
 from nmt.training.update_scalars import UpdateScalars
 
 # below this loss scale an fp16 overflow is no longer the scaler's business: the gradients themselves are
@@ -38,6 +41,7 @@ class TaskModule(L.LightningModule):
         val_metrics: nn.ModuleDict | None = None,
         max_bad_steps: int = 10,
         check_every: int = 1,
+        graph_updates: bool = False,
     ) -> None:
         super().__init__()
         self.task = task
@@ -56,6 +60,8 @@ class TaskModule(L.LightningModule):
         # a CPU). More: nothing in an update waits for the device; a fused optimiser skips a non-finite
         # update on the device itself, and the counts below are read every check_every updates
         self.check_every = check_every
+        self.graph_updates = graph_updates  # each update one CUDA graph replay (nmt/training/graph_updates.py)
+        self._graphed: GraphedUpdates | None = None
         self._streak: torch.Tensor | None = None  # (deferred) consecutive skipped updates, on the device
         self._worst: torch.Tensor | None = None  # (deferred) the longest streak since the last read
         self._skipped: torch.Tensor | None = None  # (deferred) skipped updates in all
@@ -139,6 +145,11 @@ class TaskModule(L.LightningModule):
         under the fp16 loss scaler), and the counts stay on the device until :meth:`read_guard`."""
         bad = ~torch.isfinite(norm)
         optimizer.found_inf = bad.float()
+        self._count_guarded(norm, bad, tokens)
+
+    def _count_guarded(self, norm: torch.Tensor, bad: torch.Tensor, tokens: torch.Tensor | None) -> None:
+        """The deferred guard's counts and the logged norm, on the device, for an update that ``bad`` says
+        the optimiser skipped or made."""
         if self._streak is None:
             self._streak = torch.full((), self.bad_steps, dtype=torch.long, device=norm.device)
             self._worst, self._skipped = self._streak.clone(), torch.zeros_like(self._streak)
@@ -172,6 +183,9 @@ class TaskModule(L.LightningModule):
 
     def on_train_start(self) -> None:
         self.update_scalars.start(self.trainer)
+        if self._graphed is not None:  # a resumed optimiser's rates come back as they were saved
+            optimizer = self.optimizers().optimizer
+            graph_updates.learning_rates_on_device(optimizer, self.device, capturable=self.device.type == "cuda")
 
     def on_train_batch_end(self, outputs, batch, batch_idx: int) -> None:
         if self.check_every > 1 and self.global_step % self.check_every == 0:
@@ -196,6 +210,8 @@ class TaskModule(L.LightningModule):
 
     def configure_optimizers(self):
         optimizer = self.optimizer_factory(self.parameters())
+        if self.graph_updates:
+            self._graphed = self._graph_updates(optimizer)
         if self.check_every > 1 and not (
             getattr(optimizer, "_step_supports_amp_scaling", False) and optimizer.defaults.get("fused")
         ):
@@ -207,6 +223,42 @@ class TaskModule(L.LightningModule):
             return optimizer
         scheduler = self.scheduler_factory(optimizer, total_steps=self._planned_steps())
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    def _graph_updates(self, optimizer) -> GraphedUpdates:
+        """graph_updates=true: checked, the learning rate made a tensor on the device (before the schedule
+        reads its base rate), and the whole update written once for its eager run and its recording."""
+        trainer, device = self.trainer, self.device
+        problems = graph_updates.unsupported(
+            check_every=self.check_every,
+            fused=optimizer.defaults.get("fused"),
+            accumulate=trainer.accumulate_grad_batches,
+            precision=trainer.precision,
+            compile=self.config.get("compile"),
+            world_size=trainer.world_size,
+            accelerator="gpu" if device.type == "cuda" else "cpu",
+        )
+        if problems:
+            raise ValueError("; ".join(problems))
+        # the step returns no loss on purpose (the update is made in it): Lightning's warning says so once
+        warnings.filterwarnings("ignore", message=r".*`training_step` returned `None`")
+        graph_updates.learning_rates_on_device(optimizer, device, capturable=device.type == "cuda")
+        params = [p for p in self.parameters() if p.requires_grad]
+        self._params = params
+        clip, clip_by = trainer.gradient_clip_val, trainer.gradient_clip_algorithm
+
+        def update(batch: dict) -> graph_updates.Outputs:
+            loss, tokens = self.task.training_loss(self.model, self.loss, batch)
+            loss.backward()
+            grads = [p.grad for p in params if p.grad is not None]
+            norm = torch.linalg.vector_norm(torch.stack([n.float() for n in torch._foreach_norm(grads)]))
+            bad = ~torch.isfinite(norm)
+            optimizer.found_inf = bad.float()  # the fused optimiser skips a non-finite update on the device
+            if clip:  # as Lightning clips after the hook that guards (the norm above is the unclipped one)
+                self.clip_gradients(optimizer, gradient_clip_val=clip, gradient_clip_algorithm=clip_by)
+            optimizer.step()
+            return loss.detach(), tokens, norm, bad
+
+        return GraphedUpdates(update, params)
 
     def _planned_steps(self) -> int:
         """Optimiser steps the run will take (for schedules that decay to the end). Counted from a fresh
@@ -270,6 +322,13 @@ class TaskModule(L.LightningModule):
 
     # ---- the task's steps ------------------------------------------------------------------------
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor | None:
+        if self._graphed is not None:
+            # the whole update made here; None: Lightning's backward is skipped, and its optimiser step
+            # finds no gradients (the schedule still steps)
+            loss, tokens, norm, bad = self._graphed.update(batch)
+            self._log_training(loss, tokens, batch)
+            self._count_guarded(norm, bad, tokens)
+            return None
         loss, tokens = self.task.training_loss(self.model, self.loss, batch)
         # (deferred guard: a non-finite loss shows as a non-finite gradient norm, without a read here)
         if self.check_every == 1 and not self._check_loss(loss):

@@ -261,6 +261,7 @@ def _train_in_folder(cfg: DictConfig, task, run_dir: Path, config: dict, main_pr
         val_metrics=task.validation_metrics(datamodule),
         max_bad_steps=cfg.max_bad_steps,
         check_every=cfg.get("check_every") or 1,
+        graph_updates=bool(cfg.get("graph_updates")),
     )
     trainer = build_trainer(cfg, run_dir, task)
     if trainer.is_global_zero:

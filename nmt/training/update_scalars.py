@@ -37,7 +37,9 @@ class UpdateScalars:
     def loss_made(self, module, loss: torch.Tensor, batch_size: int) -> None:
         """In the training step, once the loss is known to be kept."""
         self.loss, self.batch_size, self.norm = loss.detach(), batch_size, None
-        self.lr = module.optimizers().param_groups[0]["lr"]
+        lr = module.optimizers().param_groups[0]["lr"]
+        # a rate on the device (graph_updates) is filled in place by the schedule: this update's, copied
+        self.lr = lr.detach().clone() if isinstance(lr, torch.Tensor) else lr
         if self.every_update:
             module.log("train_loss", loss, prog_bar=True, batch_size=batch_size)
 

@@ -1,0 +1,163 @@
+"""Each training update replayed as one CUDA graph (``graph_updates=true``, on a GPU).
+
+A small model's update on a GPU is bound by the host: Lightning's loop, the autograd engine, the optimiser
+and the guard issue a few hundred launches and Python calls for a few milliseconds of kernels
+(BENCHMARKS.md). ``compile=reduce-overhead`` replays the model's forward and backward as graphs; here the
+whole update is one graph: the forward, the loss, the backward, the gradient norm that guards against a
+non-finite update, the clipping, and the fused optimiser's step (skipped on the device when the norm is
+not finite).
+
+A graph replays fixed kernels on fixed memory, so per batch shape (source and target lengths, batch size;
+a sorted corpus's token batches take few):
+
+- the first batch of a shape is an ordinary update, run eagerly (it also warms up what a recording must
+  not do for the first time: kernels chosen, optimiser state made), and the update is then recorded;
+- its later batches are copied into the recording's input tensors, and the graph replays;
+- the learning rate is a tensor on the device that the schedule fills in place (a number would be baked
+  into the recording), and the optimiser is told it runs in a graph (``capturable``).
+
+The gradients live in the graphs' memory: after an update the parameters hold none, so Lightning's own
+optimiser step (which still runs, as does the schedule's) finds nothing to do. The recordings share one
+memory pool and are all kept: they never run at the same time, and a pool whose recordings are gone
+cannot be recorded into again.
+"""
+
+import contextlib
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+Outputs = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]  # loss, tokens, gradient norm, bad
+
+
+def unsupported(
+    *, check_every, fused, accumulate, precision, compile, world_size: int = 1, accelerator: str = "gpu"
+) -> list[str]:
+    """Why a run with these settings cannot replay its updates as graphs, each with what to do (none: it
+    can). Checked from the config before a run starts, and again from the trainer."""
+    problems = []
+    if str(accelerator) == "cpu" and record is RECORD_ON_GPU:  # (the tests record on the CPU with a stand-in)
+        problems.append("graph_updates=true records CUDA graphs: train on a GPU (trainer=gpu)")
+    if world_size > 1:
+        problems.append("graph_updates=true trains on one device: the gradient exchange of several is not recorded")
+    if accumulate and accumulate > 1:
+        problems.append("graph_updates=true makes one update per batch: set trainer.accumulate_grad_batches=1")
+    if str(precision).startswith("16"):
+        problems.append(f"graph_updates=true: precision={precision} has a loss scaler, not recorded; use bf16-mixed")
+    if not isinstance(check_every, int) or check_every <= 1:
+        problems.append("graph_updates=true reads no guard inside an update: set check_every (e.g. 50)")
+    if fused is not True:
+        problems.append("graph_updates=true needs a fused optimiser: set optim.optimizer.fused=true (Adam or AdamW)")
+    if str(compile) == "reduce-overhead":
+        problems.append(
+            "graph_updates=true records the whole update as one graph, which cannot hold "
+            "compile=reduce-overhead's: use compile=true"
+        )
+    return problems
+
+
+def learning_rates_on_device(optimizer: torch.optim.Optimizer, device: torch.device, capturable: bool) -> None:
+    """Each group's rate as a one-element tensor on ``device`` (kept a tensor: the schedule fills it in
+    place), its schedule's base rate (``initial_lr``) kept a number. ``capturable``: the optimiser may run
+    inside a recording (on a GPU)."""
+    for group in optimizer.param_groups:
+        rate = float(group["lr"])  # a number, or a tensor restored from a checkpoint (once, before training)
+        group.setdefault("initial_lr", rate)
+        if isinstance(group["initial_lr"], torch.Tensor):
+            group["initial_lr"] = float(group["initial_lr"])
+        group["lr"] = torch.tensor(rate, dtype=torch.float32, device=device)
+        if capturable:
+            group["capturable"] = True
+
+
+@dataclass
+class Recording:
+    graph: object  # torch.cuda.CUDAGraph (a stand-in on the CPU)
+    inputs: dict[str, torch.Tensor]  # the batch's tensors the graph reads
+    outputs: Outputs
+
+
+def shape_of(batch: dict) -> tuple:
+    return tuple((k, tuple(v.shape), v.dtype) for k, v in batch.items() if isinstance(v, torch.Tensor))
+
+
+# (device, thread) -> the memory pool its recordings share
+_POOLS: dict[tuple[int, int], tuple] = {}
+
+
+def record(run: Callable[[dict], Outputs], inputs: dict[str, torch.Tensor], stream) -> Recording:
+    """One update recorded as a CUDA graph on ``stream`` (the one its eager updates ran on), into the
+    device's shared pool; only this thread's unsafe calls end a recording (a loader's pinning thread may
+    run beside it)."""
+    key = (torch.cuda.current_device(), threading.get_ident())
+    if key not in _POOLS:
+        _POOLS[key] = torch.cuda.graph_pool_handle()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, pool=_POOLS[key], stream=stream, capture_error_mode="thread_local"):
+        outputs = run(inputs)
+    return Recording(graph, inputs, outputs)
+
+
+RECORD_ON_GPU = record  # the recorder that needs a GPU (tests put a stand-in in its place on the CPU)
+
+
+class GraphedUpdates:
+    """The updates of a run, each a replay of the recording of its batch's shape; ``step`` is the update
+    itself (forward, loss, backward, guard, optimiser step) on a batch, written once for both paths."""
+
+    def __init__(self, step: Callable[[dict], Outputs], params: list[torch.nn.Parameter], recorder=None) -> None:
+        self.step, self.params = step, params
+        self.recorder = recorder or record
+        self.recordings: dict[tuple, Recording] = {}
+        self.eager_updates = 0  # the first of each shape
+        self.replays = 0
+
+    def update(self, batch: dict) -> Outputs:
+        """One update on ``batch``; its loss, target tokens, gradient norm and whether it was skipped (copies:
+        a recording's outputs change at its next replay)."""
+        key = shape_of(batch)
+        recording = self.recordings.get(key)
+        on_gpu = next(iter(self.params)).is_cuda
+        side = torch.cuda.Stream() if on_gpu and recording is None else None
+        with self._on(side):
+            if recording is None:
+                outputs = self.step(batch)  # an ordinary update, and the warm-up of the recording
+                self.eager_updates += 1
+                self._drop_grads()
+                inputs = {k: v.clone() for k, v in batch.items() if isinstance(v, torch.Tensor)}
+                try:
+                    self.recordings[key] = self.recorder(self.step, inputs, side)
+                except RuntimeError as err:
+                    shapes = ", ".join(f"{name} {tuple(t.shape)}" for name, t in inputs.items())
+                    raise RuntimeError(
+                        f"graph_updates=true: the update of a batch of {shapes} could not be recorded as a CUDA "
+                        f"graph ({str(err).splitlines()[0]}); train with graph_updates=false"
+                    ) from err
+            else:
+                for name, tensor in recording.inputs.items():
+                    tensor.copy_(batch[name], non_blocking=True)
+                recording.graph.replay()
+                self.replays += 1
+                outputs = recording.outputs
+        self._drop_grads()
+        return tuple(t.detach().clone() for t in outputs)
+
+    @contextlib.contextmanager
+    def _on(self, side):
+        """On a GPU, a new shape's eager update and recording run on a side stream (PyTorch's recipe: lazy
+        set-up on the stream the recording uses), ordered after and before the default stream's work."""
+        if side is None:
+            yield
+            return
+        side.wait_stream(torch.cuda.current_stream())
+        try:
+            with torch.cuda.stream(side):
+                yield
+        finally:
+            torch.cuda.current_stream().wait_stream(side)
+
+    def _drop_grads(self) -> None:
+        for p in self.params:
+            p.grad = None
