@@ -31,6 +31,8 @@ from nmt.utils.io import atomic_path, atomic_write_json
 
 ROOT = Path(__file__).resolve().parent.parent
 GRACE_S = 20  # after SIGTERM, for the runs to save and the sweeps to write their report
+START_MARGIN_S = 30
+KILLED = {-15, -9, 143, 137}  # a run's return code when the deadline's SIGTERM (or SIGKILL) ended it
 # not carried back: what only resuming or decoding with the run would need (the report reads neither), and
 # the run folder's lock
 LEFT_OUT = {"checkpoints", "tokenizers"}
@@ -57,7 +59,8 @@ def clock(seconds: float) -> str:
 def run_sweeps(sweeps: list[list[str]], minutes: float, run_minutes: float) -> list[int | None]:
     """Each sweep in its own process group; stopped (SIGTERM, then SIGKILL) at the deadline. The return
     codes, None for a sweep that was stopped."""
-    start_for = clock(60 * (minutes - run_minutes))
+    # the sweep counts start_runs_for from its own start, a few seconds after this one's
+    start_for = clock(60 * (minutes - run_minutes) - START_MARGIN_S)
     processes = [
         subprocess.Popen(
             [sys.executable, str(ROOT / "sweep.py"), *arguments, f"start_runs_for={start_for}"], start_new_session=True
@@ -96,19 +99,21 @@ def carried(folder: Path) -> list[Path]:
     return files
 
 
-def bundle(folders: list[Path], include: list[Path], out: Path) -> dict[str, tuple[int, int]]:
+def bundle(folders: list[Path], include: list[Path], out: Path) -> dict[str, tuple[int, int, int]]:
     """Write the bundle (gzip'd tar, names relative to the working folder) atomically; per sweep, its
-    finished and failed runs."""
+    finished runs, those that failed, and those the deadline stopped."""
     counts = {}
     with atomic_path(out) as tmp, tarfile.open(tmp, "w:gz") as tar:
         for folder in folders:
             if not folder.is_dir():
-                counts[str(folder)] = (0, 0)
+                counts[str(folder)] = (0, 0, 0)
                 continue
             for path in carried(folder):
                 tar.add(path, arcname=str(path), recursive=False)
             finished = len(list(folder.glob(f"*/{RESULT}")))
-            counts[str(folder)] = (finished, len(list(folder.glob(f"*/{FAILED}"))))
+            codes = [json.loads(p.read_text()).get("returncode") for p in folder.glob(f"*/{FAILED}")]
+            stopped = sum(code in KILLED for code in codes)
+            counts[str(folder)] = (finished, len(codes) - stopped, stopped)
         for path in include:
             if path.is_file():
                 tar.add(path, arcname=str(path), recursive=False)
@@ -155,9 +160,13 @@ def main(argv: list[str] | None = None) -> int:
     codes = run_sweeps(sweeps, args.minutes, args.run_minutes)
     counts = bundle(folders, args.include, args.bundle)
     for folder, code in zip(folders, codes, strict=True):
-        finished, failed = counts[str(folder)]
+        finished, failed, stopped = counts[str(folder)]
         ended = "stopped at the deadline" if code is None else f"ended ({code})"
-        print(f"[sweep_lease] {folder}: {finished} runs finished, {failed} failed; the sweep {ended}", flush=True)
+        print(
+            f"[sweep_lease] {folder}: {finished} runs finished, {failed} failed, {stopped} stopped at the deadline "
+            f"(trained again by the next piece); the sweep {ended}",
+            flush=True,
+        )
     print(f"[sweep_lease] bundle {args.bundle}: {args.bundle.stat().st_size / 2**20:.1f} MiB", flush=True)
     return 0 if all(code in (0, None) for code in codes) else 1
 

@@ -37,8 +37,8 @@ class ReplayedOnTheCpu:
 def on_the_cpu(monkeypatch) -> list[ReplayedOnTheCpu]:
     recordings: list[ReplayedOnTheCpu] = []
 
-    def recorder(step, inputs, stream):
-        assert stream is None  # no side stream off a GPU
+    def recorder(step, inputs, stream, pool):
+        assert stream is None and pool is None  # no side stream and no pool off a GPU
         graph = ReplayedOnTheCpu(step, inputs)
         recordings.append(graph)
         return Recording(graph, inputs, graph.outputs)
@@ -145,11 +145,11 @@ def test_graph_updates_are_refused_where_an_update_cannot_be_one_recording():
             check_config(compose_train(*ok, *overrides))
 
 
-def test_a_recording_that_fails_names_the_batch_and_what_to_do():
+def test_a_recording_that_fails_names_the_batch_and_what_to_do(monkeypatch):
     """The batch's own update is made (eagerly) before the recording; a recording that fails stops the run
     with the batch's shapes and the way out, not a bare CUDA error."""
 
-    def fails(step, inputs, stream):
+    def fails(step, inputs, stream, pool):
         raise RuntimeError("CUDA error: operation not permitted when stream is capturing\nmore")
 
     made = []
@@ -159,9 +159,69 @@ def test_a_recording_that_fails_names_the_batch_and_what_to_do():
         made.append(batch["src"].shape)
         return torch.zeros(()), torch.zeros((), dtype=torch.long), torch.zeros(()), torch.zeros((), dtype=torch.bool)
 
-    updates = graph_updates.GraphedUpdates(step, [param], recorder=fails)
+    monkeypatch.setattr(graph_updates, "record", fails)
+    updates = graph_updates.GraphedUpdates(step, [param])
     with pytest.raises(
         RuntimeError, match=r"batch of src \(3, 5\) could not be recorded.*not permitted.*graph_updates=false"
     ):
         updates.update({"src": torch.zeros(3, 5, dtype=torch.long), "refs": ["a", "b", "c"]})
     assert made == [(3, 5)]
+
+
+def test_a_model_that_does_not_say_its_step_can_be_recorded_is_refused(monkeypatch, tmp_path):
+    """The RNN's teacher-forcing schedule is a Python number read from the device: recorded, it would stay
+    frozen. A model is recorded only where it declares ``replayable_updates``."""
+    from nmt.training.train import train
+
+    on_the_cpu(monkeypatch)
+    cfg = compose_train(
+        "model=rnn",
+        "optim.optimizer.fused=true",
+        "check_every=4",
+        "graph_updates=true",
+        *NO_FINAL_SCORES,
+        f"run_dir={tmp_path}",
+    )
+    with pytest.raises(ValueError, match="RNNSeq2Seq does not say its training step can be recorded"):
+        train(cfg)
+
+
+@pytest.mark.slow
+def test_a_fused_optimiser_clips_under_bf16_mixed(tmp_path):
+    """Lightning refuses to clip for a fused optimiser under any mixed precision (under 16-mixed it would clip
+    scaled gradients); under bf16-mixed there is no scaler, and the recipes that clip (the default) with the
+    deferred guard (check_every > 1, fused) must train, on a GPU as here."""
+    from nmt.training.train import train
+
+    cfg = compose_train(
+        "optim.optimizer.fused=true",
+        "check_every=4",
+        "trainer.precision=bf16-mixed",
+        "trainer.gradient_clip_val=0.5",
+        "trainer.max_steps=3",
+        *NO_FINAL_SCORES,
+        f"run_dir={tmp_path}",
+    )
+    train(cfg)
+    assert torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 3
+
+
+@pytest.mark.parametrize("algorithm", ["norm", "value"])
+def test_clipping_without_a_loss_scaler_is_torchs(algorithm):
+    from types import SimpleNamespace
+
+    g = torch.Generator().manual_seed(2)
+    params = [torch.nn.Parameter(torch.zeros(n)) for n in (3, 7)]
+    grads = [3 * torch.randn(p.shape, generator=g) for p in params]
+    expected = [x.clone() for x in grads]
+    clip = torch.nn.utils.clip_grad_value_ if algorithm == "value" else torch.nn.utils.clip_grad_norm_
+    for p, x in zip(params, grads, strict=True):
+        p.grad = x.clone()
+    reference = [torch.nn.Parameter(torch.zeros(p.shape)) for p in params]
+    for p, x in zip(reference, expected, strict=True):
+        p.grad = x
+    clip(reference, 0.5)
+    optimizer = torch.optim.AdamW(params, fused=True)
+    TaskModule.configure_gradient_clipping(SimpleNamespace(_grad_scaler=lambda: None), optimizer, 0.5, algorithm)
+    for p, r in zip(params, reference, strict=True):
+        assert torch.equal(p.grad, r.grad)

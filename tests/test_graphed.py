@@ -6,6 +6,7 @@ the graph itself needs a GPU (the GPU benchmark times it)."""
 import contextlib
 import threading
 import warnings
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -233,7 +234,13 @@ class PoolBookkeeping:
         return self.handles
 
     def install(self, monkeypatch):
+        book = self
+        book.streams = 0
+
         class Stream:
+            def __init__(self):
+                book.streams += 1
+
             def wait_stream(self, other):
                 pass
 
@@ -242,7 +249,7 @@ class PoolBookkeeping:
             "CUDAGraph": self.Graph,
             "graph_pool_handle": self.handle,
             "Stream": Stream,
-            "current_stream": Stream,
+            "current_stream": lambda: SimpleNamespace(wait_stream=lambda other: None),
             "stream": lambda s: contextlib.nullcontext(),
             "synchronize": lambda: None,
             "current_device": lambda: 0,
@@ -265,6 +272,7 @@ def test_each_recording_finds_the_shared_pool_still_in_use_after_the_last_search
         del graph
         assert book.users == {1: 1}  # one pool, the last graph its user
     assert book.handles == 1
+    assert book.streams == 1  # recorded on one stream: the allocator reuses a freed block on its own stream only
 
 
 def test_a_recording_the_allocator_refuses_to_begin_is_a_recording_error(monkeypatch):
@@ -272,7 +280,7 @@ def test_a_recording_the_allocator_refuses_to_begin_is_a_recording_error(monkeyp
     search falls back to steps rather than failing the run."""
     book = PoolBookkeeping()
     book.install(monkeypatch)
-    graphed._POOLS[(0, threading.get_ident())] = [1, None]
+    graphed._POOLS[(0, threading.get_ident())] = [1, None, torch.cuda.Stream()]
     book.users[1] = 0  # a pool whose graphs are all gone
     model = make_model("absolute", seed=12).double().eval()
     src = padded_batch()

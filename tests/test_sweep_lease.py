@@ -64,7 +64,7 @@ def test_a_second_piece_restores_the_first_ones_runs_and_skips_them(tmp_path):
         capture_output=True, text=True, cwd=first_dir, timeout=600, env={**os.environ, **env},
     )  # fmt: skip
     assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-3000:]
-    assert "[sweep_lease] sweeps/piece: 1 runs finished, 0 failed; the sweep ended (0)" in first.stdout
+    assert "[sweep_lease] sweeps/piece: 1 runs finished, 0 failed, 0 stopped at the deadline" in first.stdout
     with tarfile.open(tmp_path / "one.tgz") as tar:
         names = tar.getnames()
     assert "sweeps/piece/seed=1/sweep_result.json" in names

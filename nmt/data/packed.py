@@ -32,7 +32,9 @@ class IndexBatch:
         self.indices = indices
         self.tensor = torch.tensor(indices, dtype=torch.long) if tensor is None else tensor
 
-    def to(self, device, non_blocking: bool = False, **kwargs) -> "IndexBatch":
+    def to(self, device, non_blocking: bool = True, **kwargs) -> "IndexBatch":
+        # without waiting by default: Lightning passes non_blocking to tensors only, and calls an object's
+        # ``to`` with the device alone; from the loader's pinned memory the copy then waits for nothing
         return IndexBatch(self.indices, self.tensor.to(device, non_blocking=non_blocking, **kwargs))
 
     def pin_memory(self, *args) -> "IndexBatch":
@@ -111,8 +113,11 @@ def _flatten(ids: Sequence[torch.Tensor], before: int | None, after: int) -> tup
     if len(ids):
         # int32, as the encoding cache holds them: half the device memory of int64 for a large corpus
         tokens = torch.cat([s.to(torch.int32) for s in ids])
+        # positions as int32 where they fit: two of them per token, on the host, for a large corpus
+        index = torch.int32 if len(flat) < 2**31 else torch.long
         token_starts = torch.cumsum(n, 0) - n  # where each sentence starts among the tokens alone
-        flat[torch.arange(len(tokens)) + torch.repeat_interleave(starts + lead - token_starts, n)] = tokens
+        shift = torch.repeat_interleave((starts + lead - token_starts).to(index), n)
+        flat[torch.arange(len(tokens), dtype=index).add_(shift)] = tokens
         if before is not None:
             flat[starts] = before
         flat[starts + lead + n] = after

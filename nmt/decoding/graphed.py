@@ -74,9 +74,9 @@ class RecordingError(RuntimeError):
 
 
 # (device, thread) -> the memory pool its graphs share (graphs recorded at the same time, searches in
-# several threads, must not share one) and the last graph recorded in it. That graph is kept until its
-# successor is recorded: a pool whose every graph was destroyed counts no users, and PyTorch's allocator
-# refuses to record into it again (an internal assertion, ``use_count > 0``).
+# several threads, must not share one), the last graph recorded in it, and the stream they are recorded
+# on. That graph is kept until its successor is recorded: a pool whose every graph was destroyed counts no
+# users, and PyTorch's allocator refuses to record into it again (an internal assertion, ``use_count > 0``).
 _POOLS: dict[tuple[int, int], list] = {}
 
 
@@ -90,9 +90,9 @@ def record(step: GreedyStep) -> torch.cuda.CUDAGraph:
     only this thread's unsafe calls end a recording (a data loader's pinning thread may run beside it)."""
     key = (torch.cuda.current_device(), threading.get_ident())
     if key not in _POOLS:
-        _POOLS[key] = [torch.cuda.graph_pool_handle(), None]
+        _POOLS[key] = [torch.cuda.graph_pool_handle(), None, torch.cuda.Stream()]
     pool = _POOLS[key]
-    side = torch.cuda.Stream()
+    side = pool[2]  # one stream for the pool's recordings: the allocator reuses a block on its own stream only
     side.wait_stream(torch.cuda.current_stream())
     graph = torch.cuda.CUDAGraph()
     try:

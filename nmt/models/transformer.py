@@ -164,6 +164,10 @@ class Transformer(nn.Module):
     ``encode(src) -> state``, ``decode_step(prev_tokens, state) -> (logits, state)``, ``state.reorder``.
     """
 
+    # graph_updates=true may record its training step: it reads nothing from the device and keeps no Python
+    # value that changes between batches
+    replayable_updates = True
+
     def __init__(
         self,
         src_vocab_size: int,

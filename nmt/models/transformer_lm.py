@@ -49,6 +49,10 @@ class TransformerLM(nn.Module):
     """p(w_t | w_<t) with a stack of causal self-attention layers; the output layer shares the embedding
     table unless ``tie_output`` is false (Press and Wolf 2017)."""
 
+    # graph_updates=true may record its training step: it reads nothing from the device and keeps no Python
+    # value that changes between batches
+    replayable_updates = True
+
     decoder_only = True  # reads no source: tasks that translate refuse it, task=lm requires it
 
     def __init__(

@@ -18,12 +18,15 @@ a sorted corpus's token batches take few):
 
 The gradients live in the graphs' memory: after an update the parameters hold none, so Lightning's own
 optimiser step (which still runs, as does the schedule's) finds nothing to do. The recordings share one
-memory pool and are all kept: they never run at the same time, and a pool whose recordings are gone
-cannot be recorded into again.
+memory pool (they never run at the same time, and nothing one of them leaves in it is read by another)
+and are kept until training ends.
+
+A model is recorded only where it says its training step can be (``replayable_updates``): one that reads
+the device or keeps a Python number that changes between batches (the RNN's teacher-forcing schedule)
+would have that value frozen into its recording.
 """
 
 import contextlib
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -83,20 +86,25 @@ def shape_of(batch: dict) -> tuple:
     return tuple((k, tuple(v.shape), v.dtype) for k, v in batch.items() if isinstance(v, torch.Tensor))
 
 
-# (device, thread) -> the memory pool its recordings share
-_POOLS: dict[tuple[int, int], tuple] = {}
+MAX_RECORDINGS = 256  # batch shapes recorded; later new shapes update eagerly (a corpus of very many shapes)
 
 
-def record(run: Callable[[dict], Outputs], inputs: dict[str, torch.Tensor], stream) -> Recording:
-    """One update recorded as a CUDA graph on ``stream`` (the one its eager updates ran on), into the
-    device's shared pool; only this thread's unsafe calls end a recording (a loader's pinning thread may
-    run beside it)."""
-    key = (torch.cuda.current_device(), threading.get_ident())
-    if key not in _POOLS:
-        _POOLS[key] = torch.cuda.graph_pool_handle()
+def record(run: Callable[[dict], Outputs], inputs: dict[str, torch.Tensor], stream, pool) -> Recording:
+    """One update recorded as a CUDA graph on ``stream`` (the one its eager updates ran on) into ``pool``,
+    after the work queued before it is done; only this thread's unsafe calls end a recording (a loader's
+    pinning thread may run beside it). Unlike ``torch.cuda.graph``, the allocator's cache is not emptied at
+    each recording (a new batch shape), and a recording that fails leaves its own error, not the one of
+    ending a broken recording."""
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, pool=_POOLS[key], stream=stream, capture_error_mode="thread_local"):
+    torch.cuda.synchronize()
+    graph.capture_begin(pool=pool, capture_error_mode="thread_local")
+    try:
         outputs = run(inputs)
+    except BaseException:
+        with contextlib.suppress(RuntimeError):  # "a previous error during capture": the cause is raised
+            graph.capture_end()
+        raise
+    graph.capture_end()
     return Recording(graph, inputs, outputs)
 
 
@@ -105,58 +113,65 @@ RECORD_ON_GPU = record  # the recorder that needs a GPU (tests put a stand-in in
 
 class GraphedUpdates:
     """The updates of a run, each a replay of the recording of its batch's shape; ``step`` is the update
-    itself (forward, loss, backward, guard, optimiser step) on a batch, written once for both paths."""
+    itself (forward, loss, backward, guard, optimiser step) on a batch, written once for both paths. The
+    recordings share one memory pool and one stream, the run's own: the allocator reuses a freed block only
+    on the stream it was made on, and a pool outliving the run's recordings could not be recorded into by a
+    later run (PyTorch's ``use_count > 0``)."""
 
-    def __init__(self, step: Callable[[dict], Outputs], params: list[torch.nn.Parameter], recorder=None) -> None:
+    def __init__(self, step: Callable[[dict], Outputs], params: list[torch.nn.Parameter]) -> None:
         self.step, self.params = step, params
-        self.recorder = recorder or record
         self.recordings: dict[tuple, Recording] = {}
-        self.eager_updates = 0  # the first of each shape
+        self.eager_updates = 0  # the first of each shape (and every update of a shape past MAX_RECORDINGS)
         self.replays = 0
+        on_gpu = next(iter(params)).is_cuda
+        self.stream = torch.cuda.Stream() if on_gpu else None
+        self.pool = torch.cuda.graph_pool_handle() if on_gpu else None
 
     def update(self, batch: dict) -> Outputs:
         """One update on ``batch``; its loss, target tokens, gradient norm and whether it was skipped (copies:
         a recording's outputs change at its next replay)."""
         key = shape_of(batch)
         recording = self.recordings.get(key)
-        on_gpu = next(iter(self.params)).is_cuda
-        side = torch.cuda.Stream() if on_gpu and recording is None else None
-        with self._on(side):
-            if recording is None:
+        if recording is None:
+            with self._on_side_stream():
                 outputs = self.step(batch)  # an ordinary update, and the warm-up of the recording
                 self.eager_updates += 1
                 self._drop_grads()
-                inputs = {k: v.clone() for k, v in batch.items() if isinstance(v, torch.Tensor)}
-                try:
-                    self.recordings[key] = self.recorder(self.step, inputs, side)
-                except RuntimeError as err:
-                    shapes = ", ".join(f"{name} {tuple(t.shape)}" for name, t in inputs.items())
-                    raise RuntimeError(
-                        f"graph_updates=true: the update of a batch of {shapes} could not be recorded as a CUDA "
-                        f"graph ({str(err).splitlines()[0]}); train with graph_updates=false"
-                    ) from err
-            else:
-                for name, tensor in recording.inputs.items():
-                    tensor.copy_(batch[name], non_blocking=True)
-                recording.graph.replay()
-                self.replays += 1
-                outputs = recording.outputs
+                if len(self.recordings) < MAX_RECORDINGS:
+                    inputs = {k: v.clone() for k, v in batch.items() if isinstance(v, torch.Tensor)}
+                    self.recordings[key] = self._record(inputs)
+        else:
+            for name, tensor in recording.inputs.items():
+                tensor.copy_(batch[name], non_blocking=True)
+            recording.graph.replay()
+            self.replays += 1
+            outputs = recording.outputs
         self._drop_grads()
         return tuple(t.detach().clone() for t in outputs)
 
+    def _record(self, inputs: dict[str, torch.Tensor]) -> Recording:
+        try:
+            return record(self.step, inputs, self.stream, self.pool)
+        except RuntimeError as err:
+            shapes = ", ".join(f"{name} {tuple(t.shape)}" for name, t in inputs.items())
+            raise RuntimeError(
+                f"graph_updates=true: the update of a batch of {shapes} could not be recorded as a CUDA "
+                f"graph ({str(err).splitlines()[0]}); train with graph_updates=false"
+            ) from err
+
     @contextlib.contextmanager
-    def _on(self, side):
-        """On a GPU, a new shape's eager update and recording run on a side stream (PyTorch's recipe: lazy
-        set-up on the stream the recording uses), ordered after and before the default stream's work."""
-        if side is None:
+    def _on_side_stream(self):
+        """On a GPU, a new shape's eager update and recording run on the run's side stream (PyTorch's recipe:
+        lazy set-up on the stream the recording uses), after the default stream's work and before its next."""
+        if self.stream is None:
             yield
             return
-        side.wait_stream(torch.cuda.current_stream())
+        self.stream.wait_stream(torch.cuda.current_stream())
         try:
-            with torch.cuda.stream(side):
+            with torch.cuda.stream(self.stream):
                 yield
         finally:
-            torch.cuda.current_stream().wait_stream(side)
+            torch.cuda.current_stream().wait_stream(self.stream)
 
     def _drop_grads(self) -> None:
         for p in self.params:

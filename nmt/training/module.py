@@ -5,6 +5,7 @@ import warnings
 
 import lightning as L
 import torch
+from lightning.pytorch.utilities import GradClipAlgorithmType
 from torch import nn
 
 from nmt.data.tokenizer import Tokenizer
@@ -194,6 +195,22 @@ class TaskModule(L.LightningModule):
 
     def on_train_end(self) -> None:
         self.read_guard()
+        self._graphed = None  # the recordings and their memory, not needed by the final scores
+
+    def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None) -> None:
+        """Lightning's clipping, but also for a fused optimiser under bf16-mixed: Lightning refuses that pair
+        under any mixed precision, because under 16-mixed such an optimiser unscales the gradients itself
+        (they would be clipped while scaled); without a loss scaler the gradients are the true ones."""
+        if not gradient_clip_val:
+            return
+        if self._grad_scaler() is not None:
+            self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
+            return
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        if gradient_clip_algorithm == GradClipAlgorithmType.VALUE:
+            torch.nn.utils.clip_grad_value_(params, gradient_clip_val)
+        else:
+            torch.nn.utils.clip_grad_norm_(params, gradient_clip_val)
 
     def _grad_scaler(self):
         """The loss scaler of 16-mixed precision, or None."""
@@ -237,6 +254,11 @@ class TaskModule(L.LightningModule):
             world_size=trainer.world_size,
             accelerator="gpu" if device.type == "cuda" else "cpu",
         )
+        if not getattr(self.model, "replayable_updates", False):
+            problems.append(
+                f"graph_updates=true: {type(self.model).__name__} does not say its training step can be recorded "
+                "(replayable_updates: it reads nothing from the device and keeps no changing Python value)"
+            )
         if problems:
             raise ValueError("; ".join(problems))
         # the step returns no loss on purpose (the update is made in it): Lightning's warning says so once
@@ -254,7 +276,7 @@ class TaskModule(L.LightningModule):
             bad = ~torch.isfinite(norm)
             optimizer.found_inf = bad.float()  # the fused optimiser skips a non-finite update on the device
             if clip:  # as Lightning clips after the hook that guards (the norm above is the unclipped one)
-                self.clip_gradients(optimizer, gradient_clip_val=clip, gradient_clip_algorithm=clip_by)
+                self.configure_gradient_clipping(optimizer, clip, clip_by)
             optimizer.step()
             return loss.detach(), tokens, norm, bad
 
