@@ -53,6 +53,14 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--budget", type=float, default=480, help="--all: seconds for all its measurements")
     parser.add_argument("--only", nargs="*", choices=SESSION, help="--all: these measurements only")
     parser.add_argument("--model", help="also time greedy validation with this trained checkpoint")
+    parser.add_argument(
+        "--full-with",
+        nargs="*",
+        default=[],
+        metavar="KEY=VALUE",
+        help="--all: train.py overrides for the whole recipe alone, after the means (e.g. compile=false: its "
+        "updates as graphs of uncompiled kernels, without the compile that a single run pays)",
+    )
     parser.add_argument("--table", nargs="+", metavar="RESULTS", help="print results files of --all as table rows")
     parser.add_argument("extra", nargs="*", help="train.py overrides for every run (e.g. compile=true)")
     args = parser.parse_args(argv)

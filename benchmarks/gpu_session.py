@@ -211,7 +211,8 @@ class Session:
         return measured
 
     def full(self) -> dict:
-        overrides = self.best or means_overrides()  # every means unless 'every' found one failing
+        # every means unless 'every' found one failing, then the whole recipe's own (--full-with)
+        overrides = [*(self.best or means_overrides()), *getattr(self.args, "full_with", [])]
         a = self.args
         # with the op-level trace after its first 300 updates, then the host's profile: a whole run's steady state
         run = whole_recipe(a.device, a.data, [*a.extra, *overrides, PROFILER], self.folder / "full", self.left())

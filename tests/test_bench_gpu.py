@@ -216,3 +216,25 @@ def test_a_traces_device_time_counts_kernels_not_the_host_ranges_that_span_them(
     assert [k["name"] for k in summary["top_kernels"]] == ["gemm", "flash_fwd"]
     assert summary["kernel_launches_per_unit"] == 26
     assert summary["top_host_operators"][0]["name"] == "Optimizer.step#AdamW.step"
+
+
+def test_the_whole_recipe_takes_its_own_overrides_after_the_means(monkeypatch, tmp_path):
+    """--full-with: the whole recipe alone with other settings than the per-update figure's (compile=false:
+    a single run pays the compile), given after the means so that they win."""
+    from benchmarks import gpu, gpu_session
+
+    seen = []
+
+    def whole_recipe(device, data, overrides, folder, budget):
+        seen.append(overrides)
+        return {"wall_s": 1.0, "test_bleu": None}
+
+    monkeypatch.setattr(gpu_session, "whole_recipe", whole_recipe)
+    out = tmp_path / "r.json"
+    gpu.main(
+        ["--device", "cpu", "--data", "toy", "--all", "--only", "full", "--budget", "600", "--json", str(out)]
+        + ["--full-with", "compile=false", "trainer.max_steps=7"]
+    )
+    (overrides,) = seen
+    assert overrides[-3:-1] == ["compile=false", "trainer.max_steps=7"]  # then the profiler's
+    assert json.loads(out.read_text())["full"]["overrides"][-2:] == ["compile=false", "trainer.max_steps=7"]
