@@ -214,3 +214,36 @@ def test_validation_scores_fed_batch_by_batch_equal_sacrebleus_corpus_scores(tmp
     two.update(HYPS, [[a, b] for a, b in zip(REFS, second, strict=True)])
     expected = sacrebleu.metrics.BLEU().corpus_score(HYPS, [REFS, second]).score
     assert float(two.compute()) * 100 == pytest.approx(expected, abs=1e-4)
+
+
+@pytest.mark.slow
+def test_validation_scores_are_computed_beside_the_decoding_and_their_errors_raised(tmp_path, monkeypatch):
+    """A decoded validation batch is scored in a worker thread while the next batches decode; the sums
+    reach the metrics at the epoch's end (the logged score is evaluate.py's: tests/test_end_to_end.py), and
+    an error of the scoring stops the run there, with its own message."""
+    import threading
+
+    from nmt.metrics.streaming import SacreScore
+    from nmt.training.train import train
+
+    from .conftest import NO_FINAL_SCORES, compose_train
+
+    threads = []
+    real = SacreScore.statistics
+
+    def recorded(self, hypotheses, references):
+        threads.append(threading.current_thread().name)
+        return real(self, hypotheses, references)
+
+    monkeypatch.setattr(SacreScore, "statistics", recorded)
+    overrides = ("validation.bleu_every_n_epochs=1", "trainer.max_epochs=1", *NO_FINAL_SCORES)
+    results = train(compose_train(*overrides, f"run_dir={tmp_path / 'a'}"))
+    assert results["best_val_bleu"] is not None
+    assert threads and all(name.startswith("validation-scores") for name in threads)
+
+    def fails(self, hypotheses, references):
+        raise ValueError("a reference file that cannot be scored")
+
+    monkeypatch.setattr(SacreScore, "statistics", fails)
+    with pytest.raises(ValueError, match="a reference file that cannot be scored"):
+        train(compose_train(*overrides, f"run_dir={tmp_path / 'b'}"))

@@ -43,10 +43,22 @@ class SacreScore(Metric):
         self._references: dict[tuple, list] = {}  # a batch's references -> sacreBLEU's cache of their n-grams
 
     def update(self, hypotheses: Sequence[str], references: Sequence[Sequence[str]]) -> None:
+        summed = self.statistics(hypotheses, references)
+        if summed is not None:
+            self.add(summed)
+
+    def add(self, summed: torch.Tensor) -> None:
+        """Add the summed sentence statistics of a batch (:meth:`statistics`) to the running sum."""
+        self.stats += summed.to(self.stats.device)
+
+    def statistics(self, hypotheses: Sequence[str], references: Sequence[Sequence[str]]) -> torch.Tensor | None:
+        """A batch's sentence statistics, summed, on the host (None for no sentences): the costly part of an
+        update, touching nothing but the references' cache, so that a worker thread may compute it while
+        the caller goes on (one thread at a time: the scorer holds the batch's references)."""
         if len(hypotheses) != len(references):
             raise ValueError(f"{len(hypotheses)} hypotheses for {len(references)} reference lists")
         if not hypotheses:
-            return
+            return None
         counts = {len(refs) for refs in references}
         if len(counts) != 1:
             raise ValueError(f"every hypothesis needs the same number of references; got {sorted(counts)}")
@@ -59,8 +71,7 @@ class SacreScore(Metric):
                 self._references[key] = cached
         self._scorer._ref_cache = cached  # what sacreBLEU reads when no references are passed
         rows = self._scorer._extract_corpus_statistics(list(hypotheses), None)
-        summed = torch.tensor(rows, dtype=torch.long).sum(dim=0)
-        self.stats += summed.to(self.stats.device)
+        return torch.tensor(rows, dtype=torch.long).sum(dim=0)
 
     def compute(self) -> torch.Tensor:
         score = self._scorer._compute_score_from_stats(self.stats.cpu().double().numpy()).score

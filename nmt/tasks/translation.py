@@ -1,8 +1,10 @@
 """Translation: a parallel corpus, teacher-forced training of an encoder-decoder, and BLEU / chrF (ROUGE
 on request) of decoded sentences in validation and test."""
 
+import os
 import sys
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import torch
@@ -97,6 +99,7 @@ class TranslationTask(Task):
         # share (and the one Multi30k papers report), so that validation can choose between them
         tok_lc, self.tok_lc_prepare = tokenized_lowercase_scoring(datamodule.tgt_lang)
         self._prepared_refs: dict[str, str] = {}  # the same references every validation: tokenised once
+        self._scoring: list = []  # the batches' statistics being computed by the worker thread
         metrics = nn.ModuleDict(
             {
                 **target_metrics(),
@@ -129,24 +132,57 @@ class TranslationTask(Task):
         with torch.autocast(batch["src"].device.type, enabled=False):
             outputs = decode(module.model, batch["src"], BOS_ID, EOS_ID, self.val_search)
         hypotheses = [module.tgt_tokenizer.decode(ids) for ids in outputs]
-        metrics["bleu"].update(hypotheses, [[r] for r in batch["refs"]])
-        metrics["chrf"].update(hypotheses, [[r] for r in batch["refs"]])
-        prepare, prepared = self.tok_lc_prepare, self._prepared_refs
-        if len(prepared) > 2**17:  # a bound for validation sets far larger than any here
-            prepared.clear()
-        for r in batch["refs"]:
-            if r not in prepared:
-                prepared[r] = prepare(r)
-        refs = [prepared[r] for r in batch["refs"]]
-        metrics["bleu_tok_lc"].update([prepare(h) for h in hypotheses], [[r] for r in refs])
+        # scored in a worker thread while the next batches decode (a GPU's decoding mostly waits for the
+        # device, which frees the interpreter); the sums reach the metrics at the epoch's end
+        job = self._scorer().submit(self._statistics, metrics, hypotheses, list(batch["refs"]))
+        self.__dict__.setdefault("_scoring", []).append(job)
         if "rouge" in metrics:
             metrics["rouge"].update(hypotheses, list(batch["refs"]))
         if batch_idx == 0:
             sources = [module.src_tokenizer.decode(s.tolist()) for s in batch["src"][:3]]
             self.val_samples = list(zip(sources, batch["refs"][:3], hypotheses[:3], strict=True))
 
+    def _scorer(self) -> ThreadPoolExecutor:
+        """The process's scoring thread (made anew in a forked process, where a parent's thread does not run)."""
+        pid, executor = getattr(self, "_scoring_thread", (None, None))
+        if pid != os.getpid():
+            executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="validation-scores")
+            self._scoring_thread = (os.getpid(), executor)
+        return executor
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)  # a thread and futures do not travel to another process
+        state.pop("_scoring_thread", None)
+        state["_scoring"] = []
+        return state
+
+    def _statistics(self, metrics, hypotheses: list[str], references: list[str]) -> dict:
+        """A batch's BLEU, chrF and lowercased tokenised BLEU statistics (the worker thread's part)."""
+        prepare, prepared = self.tok_lc_prepare, self._prepared_refs
+        if len(prepared) > 2**17:  # a bound for validation sets far larger than any here
+            prepared.clear()
+        for r in references:
+            if r not in prepared:
+                prepared[r] = prepare(r)
+        return {
+            "bleu": metrics["bleu"].statistics(hypotheses, [[r] for r in references]),
+            "chrf": metrics["chrf"].statistics(hypotheses, [[r] for r in references]),
+            "bleu_tok_lc": metrics["bleu_tok_lc"].statistics(
+                [prepare(h) for h in hypotheses], [[prepared[r]] for r in references]
+            ),
+        }
+
+    def collect_scores(self, metrics) -> None:
+        """Wait for the batches' statistics and add them to the metrics (a scoring error is raised here)."""
+        pending, self._scoring = getattr(self, "_scoring", []), []
+        for job in pending:
+            for name, summed in job.result().items():
+                if summed is not None:
+                    metrics[name].add(summed)
+
     def validation_epoch_end(self, module):
         metrics = module.val_metrics
+        self.collect_scores(metrics)
         log_target_metrics(module, metrics)
         if self.decodes_now(module) and not module.trainer.sanity_checking:
             module.log("val_bleu", metrics["bleu"].compute() * 100, prog_bar=True)
