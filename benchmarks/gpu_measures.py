@@ -341,19 +341,19 @@ def _time_validation(checkpoint: Path, device: str, outputs: list) -> tuple[floa
 
 
 def run_validation_seconds(
-    model: Path, device: str, precision: str | None = None, graphs: bool | None = None
+    model: Path, device: str, precision: str | None = None, graphs: bool | None = None, scores_in_thread=None
 ) -> tuple[float, int, str]:
     """Seconds of one validation epoch as a run pays it, with ``model`` (a run folder or a checkpoint):
     Lightning's validation loop at the run's precision (``precision``: another), over the run's own
     validation batches, with the loss, the greedy search and the scores, from the epoch's start to the end
     of its scores (not the data's preparation or the model's copy that ``trainer.validate`` adds around it).
-    The second of two epochs (the first warms up); ``graphs`` as in :func:`searching`.
-    Returns (seconds, sentences, precision)."""
+    The second of two epochs (the first warms up); ``graphs`` as in :func:`searching`; ``scores_in_thread``:
+    the task's (None: its default for the device). Returns (seconds, sentences, precision)."""
     with searching(graphs=graphs):
-        return _time_run_validation(model, device, precision)
+        return _time_run_validation(model, device, precision, scores_in_thread)
 
 
-def _time_run_validation(model: Path, device: str, precision: str | None) -> tuple[float, int, str]:
+def _time_run_validation(model: Path, device: str, precision: str | None, scores_in_thread) -> tuple[float, int, str]:
     import lightning as L
     import torch
     from omegaconf import OmegaConf
@@ -383,6 +383,8 @@ def _time_run_validation(model: Path, device: str, precision: str | None) -> tup
     if "bleu_every_n_epochs" in task_cfg:  # every validation decodes, as the epochs whose BLEU a run computes
         task_cfg["bleu_every_n_epochs"] = 1
     task = build_task(task_cfg)
+    if scores_in_thread is not None:
+        task.scores_in_thread = scores_in_thread
     datamodule = task.build_datamodule(cfg.data, cfg.cache_dir, cfg.seed)
     datamodule.set_tokenizers(loaded.src_tokenizer, loaded.tgt_tokenizer)
     module = TaskModule(

@@ -134,10 +134,17 @@ class Session:
                     "same": same,
                     "sentences": len(stepwise),
                 }
-            for search, graphs in [("each step a CUDA graph", True)] * gpu + [("step by step", False)]:
+            # on a GPU also with the scores in a worker thread (a CPU's default; a GPU's to be chosen by this)
+            in_run = [
+                ("each step a CUDA graph", True, None),
+                ("each step a CUDA graph, scores in a thread", True, True),
+            ]
+            for search, graphs, threaded in in_run * gpu + [("step by step", False, None)]:
                 key = f"{label}, as a run validates (Lightning's loop: the loss, the search, the scores), {search}"
                 try:
-                    seconds, sentences, precision = run_validation_seconds(model, self.args.device, graphs=graphs)
+                    seconds, sentences, precision = run_validation_seconds(
+                        model, self.args.device, graphs=graphs, scores_in_thread=threaded
+                    )
                     timings[key] = {"seconds": seconds, "sentences": sentences, "precision": precision}
                 except Exception as err:  # noqa: BLE001
                     timings[key] = {"error": f"{type(err).__name__}: {err}"}

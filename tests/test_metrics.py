@@ -224,6 +224,7 @@ def test_validation_scores_are_computed_beside_the_decoding_and_their_errors_rai
     import threading
 
     from nmt.metrics.streaming import SacreScore
+    from nmt.tasks.translation import TranslationTask
     from nmt.training.train import train
 
     from .conftest import NO_FINAL_SCORES, compose_train
@@ -240,6 +241,13 @@ def test_validation_scores_are_computed_beside_the_decoding_and_their_errors_rai
     results = train(compose_train(*overrides, f"run_dir={tmp_path / 'a'}"))
     assert results["best_val_bleu"] is not None
     assert threads and all(name.startswith("validation-scores") for name in threads)
+    # where the task scores inline (a GPU's default until timed there), the same scores in the loop's thread
+    threads.clear()
+    monkeypatch.setattr(TranslationTask, "scores_in_thread", False)
+    inline = train(compose_train(*overrides, f"run_dir={tmp_path / 'c'}"))
+    assert inline["best_val_bleu"] == results["best_val_bleu"]
+    assert threads and set(threads) == {threading.current_thread().name}
+    monkeypatch.setattr(TranslationTask, "scores_in_thread", None)
 
     def fails(self, hypotheses, references):
         raise ValueError("a reference file that cannot be scored")

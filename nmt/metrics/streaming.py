@@ -42,14 +42,22 @@ class SacreScore(Metric):
         self.add_state("stats", default=torch.zeros(width, dtype=torch.long), dist_reduce_fx="sum")
         self._references: dict[tuple, list] = {}  # a batch's references -> sacreBLEU's cache of their n-grams
 
-    def update(self, hypotheses: Sequence[str], references: Sequence[Sequence[str]]) -> None:
-        summed = self.statistics(hypotheses, references)
+    def update(
+        self,
+        hypotheses: Sequence[str] = (),
+        references: Sequence[Sequence[str]] = (),
+        statistics: torch.Tensor | None = None,
+    ) -> None:
+        """Add a batch: its hypotheses and references, or its summed statistics (:meth:`statistics`, computed
+        elsewhere) without them."""
+        summed = self.statistics(hypotheses, references) if statistics is None else statistics
         if summed is not None:
-            self.add(summed)
+            self.stats += summed.to(self.stats.device)
 
     def add(self, summed: torch.Tensor) -> None:
-        """Add the summed sentence statistics of a batch (:meth:`statistics`) to the running sum."""
-        self.stats += summed.to(self.stats.device)
+        """Add the summed sentence statistics of a batch (:meth:`statistics`), through :meth:`update`, so
+        that torchmetrics counts the update and forgets a computed value."""
+        self.update(statistics=summed)
 
     def statistics(self, hypotheses: Sequence[str], references: Sequence[Sequence[str]]) -> torch.Tensor | None:
         """A batch's sentence statistics, summed, on the host (None for no sentences): the costly part of an

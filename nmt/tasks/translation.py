@@ -4,7 +4,7 @@ on request) of decoded sentences in validation and test."""
 import os
 import sys
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import torch
@@ -42,6 +42,22 @@ def decoder_only(model_cfg) -> bool:
     """Whether the model of this config reads no source (a language model)."""
     target = OmegaConf.select(model_cfg, "_target_", default=None) if model_cfg is not None else None
     return bool(target) and bool(getattr(get_class(target), "decoder_only", False))
+
+
+class _Inline:
+    """An executor that runs each job as it is given (validation's scores where no thread computes them)."""
+
+    @staticmethod
+    def submit(fn, *args) -> Future:
+        job = Future()
+        try:
+            job.set_result(fn(*args))
+        except Exception as err:  # noqa: BLE001 - raised where the jobs are collected, as the thread's are
+            job.set_exception(err)
+        return job
+
+
+_INLINE = _Inline()
 
 
 class TranslationTask(Task):
@@ -99,7 +115,6 @@ class TranslationTask(Task):
         # share (and the one Multi30k papers report), so that validation can choose between them
         tok_lc, self.tok_lc_prepare = tokenized_lowercase_scoring(datamodule.tgt_lang)
         self._prepared_refs: dict[str, str] = {}  # the same references every validation: tokenised once
-        self._scoring: list = []  # the batches' statistics being computed by the worker thread
         metrics = nn.ModuleDict(
             {
                 **target_metrics(),
@@ -132,28 +147,45 @@ class TranslationTask(Task):
         with torch.autocast(batch["src"].device.type, enabled=False):
             outputs = decode(module.model, batch["src"], BOS_ID, EOS_ID, self.val_search)
         hypotheses = [module.tgt_tokenizer.decode(ids) for ids in outputs]
-        # scored in a worker thread while the next batches decode (a GPU's decoding mostly waits for the
-        # device, which frees the interpreter); the sums reach the metrics at the epoch's end
-        job = self._scorer().submit(self._statistics, metrics, hypotheses, list(batch["refs"]))
-        self.__dict__.setdefault("_scoring", []).append(job)
+        # on a CPU scored in a worker thread while the next batches decode; the sums reach the metrics at the
+        # epoch's end
+        job = self._scorer(batch["src"].device).submit(self._statistics, metrics, hypotheses, list(batch["refs"]))
+        self._jobs().append(job)
         if "rouge" in metrics:
             metrics["rouge"].update(hypotheses, list(batch["refs"]))
         if batch_idx == 0:
             sources = [module.src_tokenizer.decode(s.tolist()) for s in batch["src"][:3]]
             self.val_samples = list(zip(sources, batch["refs"][:3], hypotheses[:3], strict=True))
 
-    def _scorer(self) -> ThreadPoolExecutor:
-        """The process's scoring thread (made anew in a forked process, where a parent's thread does not run)."""
+    # where validation's scores are computed beside the decoding, in a worker thread. None: on a CPU, where
+    # it made a validation epoch faster (BENCHMARKS.md); a GPU scores inline until timed: its decoding hands
+    # the interpreter back and forth at each graph replay and read, and a busy worker could hold it for up
+    # to the switch interval each time
+    scores_in_thread: bool | None = None
+
+    def _scorer(self, device: torch.device):
+        """The process's scoring thread (made anew in a forked process, where a parent's thread does not
+        run), or, where scores are computed inline, an executor that runs each job as it is given."""
+        if not (self.scores_in_thread if self.scores_in_thread is not None else device.type == "cpu"):
+            return _INLINE
         pid, executor = getattr(self, "_scoring_thread", (None, None))
         if pid != os.getpid():
             executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="validation-scores")
             self._scoring_thread = (os.getpid(), executor)
         return executor
 
+    def _jobs(self) -> list:
+        """This process's pending scoring jobs (a forked process's are its own: its parent's never finish)."""
+        pid, jobs = getattr(self, "_scoring", (None, []))
+        if pid != os.getpid():
+            jobs = []
+            self._scoring = (os.getpid(), jobs)
+        return jobs
+
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)  # a thread and futures do not travel to another process
         state.pop("_scoring_thread", None)
-        state["_scoring"] = []
+        state.pop("_scoring", None)
         return state
 
     def _statistics(self, metrics, hypotheses: list[str], references: list[str]) -> dict:
@@ -173,12 +205,19 @@ class TranslationTask(Task):
         }
 
     def collect_scores(self, metrics) -> None:
-        """Wait for the batches' statistics and add them to the metrics (a scoring error is raised here)."""
-        pending, self._scoring = getattr(self, "_scoring", []), []
-        for job in pending:
-            for name, summed in job.result().items():
-                if summed is not None:
-                    metrics[name].add(summed)
+        """Wait for the batches' statistics and add them to the metrics. A scoring error is raised here,
+        the jobs not yet started cancelled (an exit would otherwise wait for them)."""
+        pending = list(self._jobs())
+        self._jobs().clear()
+        try:
+            for job in pending:
+                for name, summed in job.result().items():
+                    if summed is not None:
+                        metrics[name].add(summed)
+        except BaseException:
+            for job in pending:
+                job.cancel()
+            raise
 
     def validation_epoch_end(self, module):
         metrics = module.val_metrics

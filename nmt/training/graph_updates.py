@@ -97,14 +97,15 @@ def record(run: Callable[[dict], Outputs], inputs: dict[str, torch.Tensor], stre
     ending a broken recording."""
     graph = torch.cuda.CUDAGraph()
     torch.cuda.synchronize()
-    graph.capture_begin(pool=pool, capture_error_mode="thread_local")
-    try:
-        outputs = run(inputs)
-    except BaseException:
-        with contextlib.suppress(RuntimeError):  # "a previous error during capture": the cause is raised
-            graph.capture_end()
-        raise
-    graph.capture_end()
+    with torch.cuda.stream(stream):
+        graph.capture_begin(pool=pool, capture_error_mode="thread_local")
+        try:
+            outputs = run(inputs)
+        except BaseException:
+            with contextlib.suppress(RuntimeError):  # "a previous error during capture": the cause is raised
+                graph.capture_end()
+            raise
+        graph.capture_end()
     return Recording(graph, inputs, outputs)
 
 

@@ -201,9 +201,10 @@ class TaskModule(L.LightningModule):
         """Lightning's clipping, but also for a fused optimiser under bf16-mixed: Lightning refuses that pair
         under any mixed precision, because under 16-mixed such an optimiser unscales the gradients itself
         (they would be clipped while scaled); without a loss scaler the gradients are the true ones."""
-        if not gradient_clip_val:
+        if gradient_clip_val is None or gradient_clip_val <= 0:
             return
-        if self._grad_scaler() is not None:
+        # only the pair Lightning refuses without cause; every other case (16-mixed, FSDP, ...) is Lightning's
+        if self._grad_scaler() is not None or not getattr(optimizer, "_step_supports_amp_scaling", False):
             self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
             return
         params = [p for group in optimizer.param_groups for p in group["params"]]
