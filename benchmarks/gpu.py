@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> dict:
         default=[],
         metavar="KEY=VALUE",
         help="--all: train.py overrides for the whole recipe alone, after the means (e.g. compile=false: its "
-        "updates as graphs of uncompiled kernels, without the compile that a single run pays)",
+        "updates as graphs of uncompiled kernels, without the compile that a single run pays); give it last",
     )
     parser.add_argument("--table", nargs="+", metavar="RESULTS", help="print results files of --all as table rows")
     parser.add_argument("extra", nargs="*", help="train.py overrides for every run (e.g. compile=true)")

@@ -99,12 +99,16 @@ def carried(folder: Path) -> list[Path]:
     return files
 
 
-def bundle(folders: list[Path], include: list[Path], out: Path) -> dict[str, tuple[int, int, int]]:
+def bundle(
+    folders: list[Path], include: list[Path], out: Path, stopped: list[bool] | None = None
+) -> dict[str, tuple[int, int, int]]:
     """Write the bundle (gzip'd tar, names relative to the working folder) atomically; per sweep, its
-    finished runs, those that failed, and those the deadline stopped."""
+    finished runs, those that failed, and those the deadline stopped (``stopped``: per sweep, whether
+    the deadline stopped it; a run killed in a sweep that ended by itself failed, out of memory say)."""
     counts = {}
+    stopped = stopped or [False] * len(folders)
     with atomic_path(out) as tmp, tarfile.open(tmp, "w:gz") as tar:
-        for folder in folders:
+        for folder, deadline in zip(folders, stopped, strict=True):
             if not folder.is_dir():
                 counts[str(folder)] = (0, 0, 0)
                 continue
@@ -112,8 +116,8 @@ def bundle(folders: list[Path], include: list[Path], out: Path) -> dict[str, tup
                 tar.add(path, arcname=str(path), recursive=False)
             finished = len(list(folder.glob(f"*/{RESULT}")))
             codes = [json.loads(p.read_text()).get("returncode") for p in folder.glob(f"*/{FAILED}")]
-            stopped = sum(code in KILLED for code in codes)
-            counts[str(folder)] = (finished, len(codes) - stopped, stopped)
+            killed = sum(code in KILLED for code in codes) if deadline else 0
+            counts[str(folder)] = (finished, len(codes) - killed, killed)
         for path in include:
             if path.is_file():
                 tar.add(path, arcname=str(path), recursive=False)
@@ -149,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--restore", type=Path, help="an earlier piece's bundle, unpacked first")
     parser.add_argument("--include", type=Path, nargs="*", default=[], help="other files the bundle carries")
     args = parser.parse_args(argv)
-    if args.run_minutes >= args.minutes:
+    if 60 * (args.minutes - args.run_minutes) <= START_MARGIN_S:
         parser.error(f"--run-minutes {args.run_minutes} leaves no time to start a run in --minutes {args.minutes}")
     sweeps = [shlex.split(s) for s in args.sweeps]
     folders = [sweep_folder(a) for a in sweeps]
@@ -158,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--restore {args.restore}: no such file (a first piece has none: leave it out)")
         print(f"[sweep_lease] restored {restore(args.restore)} files from {args.restore}", flush=True)
     codes = run_sweeps(sweeps, args.minutes, args.run_minutes)
-    counts = bundle(folders, args.include, args.bundle)
+    counts = bundle(folders, args.include, args.bundle, [code is None for code in codes])
     for folder, code in zip(folders, codes, strict=True):
         finished, failed, stopped = counts[str(folder)]
         ended = "stopped at the deadline" if code is None else f"ended ({code})"
