@@ -459,3 +459,23 @@ def test_a_folder_trained_on_other_data_is_refused(tmp_path, capsys):
     capsys.readouterr()
     train(compose_train(*args, "resume=force"))
     assert "resume=force: continuing" in capsys.readouterr().out
+
+
+def test_a_checkpoint_is_written_from_host_copies_with_its_mappings_as_they_were(tmp_path):
+    """The checkpoint's tensors reach the file through host copies made together (on a GPU one wait, not one
+    per tensor); the mappings keep their kind and attributes (a state dict's ``_metadata``, which
+    ``load_state_dict`` reads), and the values are the checkpoint's."""
+    from collections import OrderedDict
+
+    from nmt.training.checkpoint_io import on_host
+
+    state = torch.nn.Linear(3, 2).state_dict()
+    checkpoint = {"state_dict": state, "optimizer_states": [{"state": {0: {"step": torch.tensor(3.0)}}}], "epoch": 4}
+    moved = on_host(checkpoint)
+    assert isinstance(moved["state_dict"], OrderedDict) and moved["state_dict"]._metadata == state._metadata
+    assert all(torch.equal(moved["state_dict"][k], v) for k, v in state.items())
+    io, path = AtomicCheckpointIO(), tmp_path / "a.ckpt"
+    io.save_checkpoint(checkpoint, path)
+    loaded = torch.load(path, weights_only=True)
+    assert loaded["epoch"] == 4 and torch.equal(loaded["state_dict"]["weight"], state["weight"])
+    assert loaded["state_dict"]._metadata == state._metadata
