@@ -4,6 +4,9 @@ update on the recording's input tensors: the first batch of each shape updates e
 later ones are copied in and replayed, and the run ends as the run whose updates Lightning makes. Only
 recording itself needs a GPU (the GPU benchmark times it)."""
 
+import contextlib
+from types import SimpleNamespace
+
 import pytest
 import torch
 
@@ -225,3 +228,111 @@ def test_clipping_without_a_loss_scaler_is_torchs(algorithm):
     TaskModule.configure_gradient_clipping(SimpleNamespace(_grad_scaler=lambda: None), optimizer, 0.5, algorithm)
     for p, r in zip(params, reference, strict=True):
         assert torch.equal(p.grad, r.grad)
+
+
+class CudaStandIn:
+    """torch.cuda's streams, graphs and pools as plain objects that note how they are used, so that the
+    GPU path of GraphedUpdates (side stream, pool, recording, replay) runs on the CPU."""
+
+    def __init__(self, monkeypatch):
+        self.streams, self.pools, self.captures, self.ended, self.replays = [], [], [], 0, 0
+        self.current = ["default"]
+        book = self
+
+        class Stream:
+            def __init__(self):
+                book.streams.append(self)
+
+            def wait_stream(self, other):
+                pass
+
+        class Graph:
+            def capture_begin(self, pool, capture_error_mode):
+                assert capture_error_mode == "thread_local"
+                book.captures.append((pool, book.current[-1]))
+
+            def capture_end(self):
+                book.ended += 1
+
+            def replay(self):
+                book.replays += 1
+
+        @contextlib.contextmanager
+        def stream(s):
+            book.current.append(s)
+            try:
+                yield
+            finally:
+                book.current.pop()
+
+        def handle():
+            book.pools.append(object())
+            return book.pools[-1]
+
+        for name, value in {
+            "Stream": Stream,
+            "CUDAGraph": Graph,
+            "stream": stream,
+            "graph_pool_handle": handle,
+            "current_stream": lambda: SimpleNamespace(wait_stream=lambda other: None),
+            "synchronize": lambda: None,
+        }.items():
+            monkeypatch.setattr(torch.cuda, name, value)
+
+
+def gpu_like_param():
+    return SimpleNamespace(is_cuda=True, grad=None)
+
+
+def test_a_runs_recordings_share_its_one_stream_and_pool_and_later_batches_replay(monkeypatch):
+    """On a GPU: each new shape's eager update and recording on the run's one side stream, into its one pool
+    (the allocator reuses a freed block on its own stream only); a known shape copies its batch into the
+    recording's inputs and replays."""
+    cuda = CudaStandIn(monkeypatch)
+    steps = []
+
+    def step(batch):
+        steps.append((batch["src"].shape, cuda.current[-1]))
+        return torch.zeros(()), torch.zeros((), dtype=torch.long), torch.zeros(()), torch.zeros((), dtype=torch.bool)
+
+    updates = graph_updates.GraphedUpdates(step, [gpu_like_param()])
+    (side,) = cuda.streams
+    first, second = {"src": torch.ones(2, 3)}, {"src": torch.ones(4, 5)}
+    updates.update(first)
+    updates.update(second)
+    again = {"src": torch.full((2, 3), 7.0)}
+    updates.update(again)
+    assert len(cuda.streams) == 1 and len(cuda.pools) == 1
+    # the eager update and the recording of each new shape on the side stream, both recordings in the pool
+    assert steps == [((2, 3), side), ((2, 3), side), ((4, 5), side), ((4, 5), side)]
+    assert cuda.captures == [(cuda.pools[0], side)] * 2 and cuda.ended == 2
+    assert cuda.replays == 1 and updates.replays == 1 and updates.eager_updates == 2
+    recorded = updates.recordings[graph_updates.shape_of(first)]
+    assert torch.equal(recorded.inputs["src"], again["src"])  # the batch copied into the recording's inputs
+
+
+def test_a_recording_that_fails_inside_ends_it_and_raises_its_own_error(monkeypatch):
+    """A recording that fails inside (an operation the recording does not allow) is ended, and the run stops
+    on that error, not on the one ending a broken recording gives ("a previous error during capture")."""
+    cuda = CudaStandIn(monkeypatch)
+    calls = []
+
+    def step(batch):
+        calls.append(cuda.current[-1])
+        if len(calls) == 2:  # the recording's run (the first was the eager update)
+            raise RuntimeError("operation not permitted when stream is capturing")
+        return torch.zeros(()), torch.zeros((), dtype=torch.long), torch.zeros(()), torch.zeros((), dtype=torch.bool)
+
+    real_end = torch.cuda.CUDAGraph.capture_end
+
+    def broken_end(self):
+        real_end(self)
+        raise RuntimeError("a previous error during capture")
+
+    monkeypatch.setattr(torch.cuda.CUDAGraph, "capture_end", broken_end)
+    updates = graph_updates.GraphedUpdates(step, [gpu_like_param()])
+    with pytest.raises(
+        RuntimeError, match=r"could not be recorded .*\(operation not permitted when stream is capturing\)"
+    ):
+        updates.update({"src": torch.ones(2, 3)})
+    assert cuda.ended == 1 and cuda.current == ["default"]  # the recording ended, the stream left
