@@ -1,8 +1,8 @@
 """Greedy search replayed as one CUDA graph per step.
 
 A small model's decoding step on a GPU is a few hundred kernel launches of microseconds each: the host
-issuing them, not the device running them, sets the pace (a validation batch of the tiny recipe: 8,378
-launches for 34.5 ms of kernels in 397 ms, BENCHMARKS.md). Recorded once as a CUDA graph, a step is one
+issuing them, not the device running them, sets the pace (a validation batch's kernels ran a small share
+of its time: BENCHMARKS.md, the second H100 lease). Recorded once as a CUDA graph, a step is one
 launch. A graph replays the same kernels on the same memory, so the step keeps every shape and address:
 
 - the model's caches have a fixed size (``model.fixed_cache``), written in place at a position held on

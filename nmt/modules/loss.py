@@ -60,9 +60,9 @@ def smoothed_cross_entropy_sums(
 class BlockedSmoothedCrossEntropy(torch.autograd.Function):
     """The same loss per row, for a CPU: a block of rows at a time, in fp32 whatever the logits' dtype,
     so that neither fp32 logits nor their log-softmax is ever written whole. The backward pass writes
-    the gradient, softmax - (1 - eps) * onehot - eps / V, straight into the logits' dtype. On a 2-core
-    CPU this is 2.8x faster than the formula above for 4,096 x 8,000 bf16 logits (BENCHMARKS.md), where
-    each pass over the whole (tokens x vocab) array costs memory traffic, not arithmetic."""
+    the gradient, softmax - (1 - eps) * onehot - eps / V, straight into the logits' dtype. On a CPU this
+    is faster than the formula above (BENCHMARKS.md, "The loss in blocks"), where each pass over the whole
+    (tokens x vocab) array costs memory traffic, not arithmetic."""
 
     @staticmethod
     def forward(ctx, logits: torch.Tensor, target: torch.Tensor, smoothing: float, pad_id: int):
