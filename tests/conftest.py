@@ -87,3 +87,20 @@ def compose_train(*overrides: str, tiny: bool = True):
 @pytest.fixture
 def train_config():
     return compose_train
+
+
+def nan_loss_in_batch(monkeypatch, which: int = 3) -> list[int]:
+    """Make the ``which``-th training batch's loss NaN (from the translation task's loss, counted over the
+    process); the returned list counts the batches: clear it before each run, so that the same batch is hit."""
+    from nmt.tasks.translation import TranslationTask
+
+    real_loss = TranslationTask.training_loss
+    calls: list[int] = []
+
+    def nan_in_one_batch(self, model, loss, batch):
+        value, tokens = real_loss(self, model, loss, batch)
+        calls.append(1)
+        return (value * float("nan") if len(calls) == which else value), tokens
+
+    monkeypatch.setattr(TranslationTask, "training_loss", nan_in_one_batch)
+    return calls

@@ -136,16 +136,10 @@ def test_a_run_with_the_deferred_guard_trains_as_one_that_checks_every_update(mo
 
     from nmt.training.train import train
 
-    from .conftest import NO_FINAL_SCORES, compose_train
+    from .conftest import NO_FINAL_SCORES, compose_train, nan_loss_in_batch
     from .host_reads import HostReads
 
-    real_loss = TranslationTask.training_loss
-    calls: list[int] = []
-
-    def third_batch_nan(self, model, loss, batch):
-        value, tokens = real_loss(self, model, loss, batch)
-        calls.append(1)
-        return (value * float("nan") if len(calls) == 3 else value), tokens
+    calls = nan_loss_in_batch(monkeypatch, 3)
 
     reads: dict[str, list[str]] = {}
     for hook in ("training_step", "on_before_optimizer_step", "on_train_batch_end"):
@@ -159,7 +153,6 @@ def test_a_run_with_the_deferred_guard_trains_as_one_that_checks_every_update(mo
             return result
 
         monkeypatch.setattr(TaskModule, hook, counted)
-    monkeypatch.setattr(TranslationTask, "training_loss", third_batch_nan)
     runs = {}
     for every in (1, 4):
         calls.clear()  # the same batch is the third of each run

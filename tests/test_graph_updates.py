@@ -10,12 +10,11 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from nmt.tasks.translation import TranslationTask
 from nmt.training import graph_updates
 from nmt.training.graph_updates import Recording
 from nmt.training.module import TaskModule
 
-from .conftest import NO_FINAL_SCORES, compose_train
+from .conftest import NO_FINAL_SCORES, compose_train, nan_loss_in_batch
 
 
 class ReplayedOnTheCpu:
@@ -58,15 +57,8 @@ def test_a_run_of_replayed_updates_ends_as_the_run_lightning_updates(monkeypatch
     from nmt.training.train import train
 
     recordings = on_the_cpu(monkeypatch)
-    real_loss = TranslationTask.training_loss
-    calls: list[int] = []
+    calls = nan_loss_in_batch(monkeypatch, 3)
 
-    def third_batch_nan(self, model, loss, batch):
-        value, tokens = real_loss(self, model, loss, batch)
-        calls.append(1)
-        return (value * float("nan") if len(calls) == 3 else value), tokens
-
-    monkeypatch.setattr(TranslationTask, "training_loss", third_batch_nan)
     real_configure = TaskModule.configure_optimizers
 
     def rate_on_the_device(self):
