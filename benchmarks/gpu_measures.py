@@ -462,6 +462,18 @@ def mfu_output(device: str, timeout: float | None = None) -> str:
         return run_logged(command, Path(tmp) / "mfu.log", timeout)
 
 
+def stacked_output(device: str, timeout: float | None = None) -> str:
+    """benchmarks.stacked on a GPU: 1, 4, 8 and 16 tiny-recipe models trained stacked in one process, against
+    the same models updated one after another, each update one CUDA graph. Its printed rows and table."""
+    command = [sys.executable, "-m", "benchmarks.stacked", "--device", device]
+    if device == "cuda":
+        command += ["--members", "1", "4", "8", "16", "--graph"]
+    else:  # a check that it runs: a CPU's cores are busy with one small model already
+        command += ["--members", "1", "2", "--dropout", "0", "--steps", "2", "--batch", "16", "8", "8"]
+    with tempfile.TemporaryDirectory() as tmp:
+        return run_logged(command, Path(tmp) / "stacked.log", timeout)
+
+
 # seconds a run needs besides its training: start-up, data, compiling, the final validation and the test
 RECIPE_OVERHEAD_S = 120
 

@@ -19,6 +19,7 @@ from benchmarks.gpu_measures import (
     means_overrides,
     mfu_output,
     run_validation_seconds,
+    stacked_output,
     whole_recipe,
 )
 from nmt.sweep.mps import MpsError, machine_wide_daemon
@@ -27,13 +28,14 @@ H100_BF16_PEAK_TFLOPS = 989.0
 
 # the measurements in the order they matter, each with the seconds it needs at least (an H100, compiled
 # kernels cached by the runs before it); one that no longer fits the budget is skipped, saying so
-SESSION = ["none", "every", "validation", "host", "sharing", "mfu", "means", "full"]
+SESSION = ["none", "every", "validation", "host", "sharing", "stacked", "mfu", "means", "full"]
 SESSION_NEEDS = {
     "none": 40,
     "every": 90,
     "validation": 20,
     "host": 60,
     "sharing": 60,
+    "stacked": 60,
     "mfu": 60,
     "means": 60,
     "full": 150,
@@ -51,6 +53,8 @@ class Session:
                 (benchmarks/host_cost.py), once each
     sharing     aggregate updates per second of 2, 4 and 8 runs (``--runs``) with the means of ``every``,
                 taking turns on the GPU; then the most of them side by side under CUDA's MPS
+    stacked     1, 4, 8 and 16 tiny models trained stacked in one process (benchmarks/stacked.py): member
+                updates per second, against the same models updated one after another
     mfu         the d_model 512 model's MFU
     means       the rows of MEANS between none and every, one by one
     full        the whole tiny recipe with the means of ``every`` (all, if not measured), within the budget left;
@@ -194,6 +198,13 @@ class Session:
         elif seen["most_clients_at_once"] is not None and seen["most_clients_at_once"] < n:  # None: not listed
             result["error"] = f"at most {seen['most_clients_at_once']} of the {n} runs were seen connected at once"
         return result
+
+    def stacked(self) -> dict:
+        output = stacked_output(self.args.device, self.left())
+        rows = [json.loads(line) for line in output.splitlines() if line.startswith("{")]
+        if not rows:
+            raise RuntimeError(f"benchmarks.stacked printed no result: {output[-2000:]}")
+        return {"rows": rows}
 
     def mfu(self) -> dict:
         output = mfu_output(self.args.device, self.left())
@@ -347,6 +358,19 @@ def table(results: dict) -> str:
                 row("runs sharing the device", reason(entry))
             if "machine_wide_mps" in entry:
                 row("runs sharing the device, taking turns", f"caveat: {entry['machine_wide_mps']}")
+        elif name == "stacked":
+            for r in entry.get("rows", []):
+                what = f"{r['members']} tiny models {r['way']} in one process" + (
+                    ", each update one graph" if r.get("graph") else ""
+                )
+                value = (
+                    f"{r['member_updates_per_s']} member updates/s ({r['step_ms']} ms an update of all)"
+                    if "step_ms" in r
+                    else f"failed: {r['error']}"
+                )
+                row(what, value)
+            if not entry.get("rows") or "error" in entry:
+                row("tiny models stacked in one process", reason(entry))
         elif name == "mfu":
             if "mfu_percent" in entry:
                 row(

@@ -238,3 +238,21 @@ def test_the_whole_recipe_takes_its_own_overrides_after_the_means(monkeypatch, t
     (overrides,) = seen
     assert overrides[-3:-1] == ["compile=false", "trainer.max_steps=7"]  # then the profiler's
     assert json.loads(out.read_text())["full"]["overrides"][-2:] == ["compile=false", "trainer.max_steps=7"]
+
+
+def test_the_session_measures_stacked_models_against_the_same_models_one_after_another(tmp_path):
+    from benchmarks import gpu, gpu_session
+
+    out = tmp_path / "r.json"
+    gpu.main(["--device", "cpu", "--all", "--budget", "300", "--only", "stacked", "--json", str(out)])
+    rows = json.loads(out.read_text())["stacked"]["rows"]
+    assert [(r["members"], r["way"]) for r in rows] == [
+        (1, "stacked"),
+        (1, "separate"),
+        (2, "stacked"),
+        (2, "separate"),
+    ]
+    assert all(r["member_updates_per_s"] > 0 and r["dropout"] == 0 for r in rows)
+    lines = gpu_session.table(json.loads(out.read_text())).splitlines()
+    assert lines[2].startswith("| 1 tiny models stacked in one process | ") and "member updates/s" in lines[2]
+    assert len(lines) == 2 + 4

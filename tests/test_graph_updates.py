@@ -163,6 +163,30 @@ def test_a_recording_that_fails_names_the_batch_and_what_to_do(monkeypatch):
     assert made == [(3, 5)]
 
 
+def test_optimiser_state_made_inside_a_recording_is_refused(monkeypatch):
+    """Adam makes a weight's state the first time it has a gradient. Made inside a recording, that state would
+    be made again at each replay (moments and step count restarting every update), so it is refused."""
+    always, sometimes = torch.nn.Parameter(torch.ones(2)), torch.nn.Parameter(torch.ones(2))
+    optimizer = torch.optim.AdamW([always, sometimes], lr=0.1)
+    calls = []
+
+    def step(batch):  # the second call (the recording) also reaches a weight the eager update did not
+        calls.append(1)
+        loss = (always * batch["src"]).sum() + (sometimes.sum() if len(calls) > 1 else 0)
+        loss.backward()
+        optimizer.step()
+        return loss.detach(), torch.zeros((), dtype=torch.long), torch.zeros(()), torch.zeros((), dtype=torch.bool)
+
+    def records_by_running(step, inputs, stream, pool):  # a capture runs the update once
+        return Recording(None, inputs, step(inputs))
+
+    monkeypatch.setattr(graph_updates, "record", records_by_running)
+    updates = graph_updates.GraphedUpdates(step, [always, sometimes], optimizer)
+    with pytest.raises(RuntimeError, match=r"optimiser state was created inside the recording.*graph_updates=false"):
+        updates.update({"src": torch.ones(2)})
+    assert len(calls) == 2 and len(optimizer.state) == 2
+
+
 def test_a_model_that_does_not_say_its_step_can_be_recorded_is_refused(monkeypatch, tmp_path):
     """The RNN's teacher-forcing schedule is a Python number read from the device: recorded, it would stay
     frozen. A model is recorded only where it declares ``replayable_updates``."""
@@ -328,3 +352,88 @@ def test_a_recording_that_fails_inside_ends_it_and_raises_its_own_error(monkeypa
     ):
         updates.update({"src": torch.ones(2, 3)})
     assert cuda.ended == 1 and cuda.current == ["default"]  # the recording ended, the stream left
+
+
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="records real CUDA graphs: needs a GPU")
+
+
+@CUDA
+def test_on_a_gpu_replayed_updates_train_as_lightnings(monkeypatch, tmp_path):
+    """The real recordings on a GPU (bf16-mixed, no dropout, clipping): the run ends where the run Lightning
+    updates ends, within the rounding of kernels that add in their own order; every shape recorded once."""
+    from nmt.training.train import train
+
+    recorded = []
+    real_record = graph_updates.record
+
+    def counted(step, inputs, stream, pool):
+        recorded.append(tuple(tuple(t.shape) for t in inputs.values()))
+        return real_record(step, inputs, stream, pool)
+
+    monkeypatch.setattr(graph_updates, "record", counted)
+    real_configure = TaskModule.configure_optimizers
+
+    def rate_on_the_device(self):  # the Lightning-updated run with the same float32 tensor rate
+        factory = self.optimizer_factory
+
+        def made(params):
+            optimizer = factory(params)
+            graph_updates.learning_rates_on_device(optimizer, self.device, capturable=True)
+            return optimizer
+
+        if not self.graph_updates:
+            self.optimizer_factory = made
+        return real_configure(self)
+
+    monkeypatch.setattr(TaskModule, "configure_optimizers", rate_on_the_device)
+    ends = {}
+    for graphed in (False, True):
+        run_dir = tmp_path / str(graphed)
+        cfg = compose_train(
+            "trainer=gpu",
+            "trainer.accelerator=gpu",  # after the test runs' CPU
+            "optim.optimizer.fused=true",
+            "check_every=4",
+            "trainer.gradient_clip_val=0.5",
+            "model.dropout=0.0",
+            f"graph_updates={str(graphed).lower()}",
+            "trainer.max_epochs=3",
+            "validation.bleu_every_n_epochs=0",
+            "checkpoint.monitor=val_loss",
+            "checkpoint.mode=min",
+            "early_stopping.monitor=val_loss",
+            "early_stopping.mode=min",
+            *NO_FINAL_SCORES,
+            f"run_dir={run_dir}",
+        )
+        torch.manual_seed(0)
+        train(cfg)
+        ends[graphed] = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)
+    eager, graphed = ends[False], ends[True]
+    assert graphed["global_step"] == eager["global_step"] > 10
+    assert recorded and len(set(recorded)) == len(recorded) < graphed["global_step"]  # later batches replayed
+    for name, value in eager["state_dict"].items():
+        if name.endswith("k_proj.bias"):  # its gradient is rounding noise, which Adam scales to full steps
+            continue
+        difference = (graphed["state_dict"][name].float() - value.float()).norm()
+        assert difference <= 1e-2 * value.float().norm() + 1e-4, name
+    print(f"\nmemory reserved after both runs: {torch.cuda.memory_reserved() / 2**20:.0f} MiB")
+
+
+@CUDA
+def test_on_a_gpu_each_replay_draws_new_dropout_masks():
+    weight = torch.nn.Parameter(torch.ones(4096, device="cuda"))
+    optimizer = torch.optim.AdamW([weight], lr=torch.tensor(0.0, device="cuda"), fused=True, capturable=True)
+
+    def step(batch):
+        loss = torch.nn.functional.dropout(weight * batch["src"], 0.5).sum()
+        loss.backward()
+        optimizer.step()
+        none = torch.zeros((), device="cuda")
+        return loss.detach(), none.long(), none, none.bool()
+
+    updates = graph_updates.GraphedUpdates(step, [weight], optimizer)
+    batch = {"src": torch.ones(4096, device="cuda")}
+    losses = [updates.update(batch)[0].item() for _ in range(4)]  # one eager update, then three replays
+    assert updates.replays == 3
+    assert len(set(losses)) == 4, losses  # a mask fixed at recording would repeat its sum

@@ -97,6 +97,9 @@ def record(run: Callable[[dict], Outputs], inputs: dict[str, torch.Tensor], stre
     ending a broken recording."""
     graph = torch.cuda.CUDAGraph()
     torch.cuda.synchronize()
+    # weights cast by autocast before the recording (the eager update, same autocast region) must not be
+    # reused inside it: the replays would read those casts, not the updated weights
+    torch.clear_autocast_cache()
     with torch.cuda.stream(stream):
         graph.capture_begin(pool=pool, capture_error_mode="thread_local")
         try:
@@ -119,8 +122,8 @@ class GraphedUpdates:
     on the stream it was made on, and a pool outliving the run's recordings could not be recorded into by a
     later run (PyTorch's ``use_count > 0``)."""
 
-    def __init__(self, step: Callable[[dict], Outputs], params: list[torch.nn.Parameter]) -> None:
-        self.step, self.params = step, params
+    def __init__(self, step: Callable[[dict], Outputs], params: list[torch.nn.Parameter], optimizer=None) -> None:
+        self.step, self.params, self.optimizer = step, params, optimizer
         self.recordings: dict[tuple, Recording] = {}
         self.eager_updates = 0  # the first of each shape (and every update of a shape past MAX_RECORDINGS)
         self.replays = 0
@@ -151,14 +154,23 @@ class GraphedUpdates:
         return tuple(t.detach().clone() for t in outputs)
 
     def _record(self, inputs: dict[str, torch.Tensor]) -> Recording:
+        shapes = ", ".join(f"{name} {tuple(t.shape)}" for name, t in inputs.items())
+        states = len(self.optimizer.state) if self.optimizer is not None else None
         try:
-            return record(self.step, inputs, self.stream, self.pool)
+            recording = record(self.step, inputs, self.stream, self.pool)
         except RuntimeError as err:
-            shapes = ", ".join(f"{name} {tuple(t.shape)}" for name, t in inputs.items())
             raise RuntimeError(
                 f"graph_updates=true: the update of a batch of {shapes} could not be recorded as a CUDA "
                 f"graph ({str(err).splitlines()[0]}); train with graph_updates=false"
             ) from err
+        if states is not None and len(self.optimizer.state) != states:
+            # state made inside a recording is made again at each replay: the moments would restart every update
+            raise RuntimeError(
+                f"graph_updates=true: the update of a batch of {shapes} gave a gradient to weights that the "
+                "earlier updates did not, so their optimiser state was created inside the recording; train "
+                "with graph_updates=false"
+            )
+        return recording
 
     @contextlib.contextmanager
     def _on_side_stream(self):

@@ -271,17 +271,21 @@ class TaskModule(L.LightningModule):
 
         def update(batch: dict) -> graph_updates.Outputs:
             loss, tokens = self.task.training_loss(self.model, self.loss, batch)
-            loss.backward()
-            grads = [p.grad for p in params if p.grad is not None]
-            norm = torch.linalg.vector_norm(torch.stack([n.float() for n in torch._foreach_norm(grads)]))
-            bad = ~torch.isfinite(norm)
-            optimizer.found_inf = bad.float()  # the fused optimiser skips a non-finite update on the device
-            if clip:  # as Lightning clips after the hook that guards (the norm above is the unclipped one)
-                self.configure_gradient_clipping(optimizer, clip, clip_by)
-            optimizer.step()
+            # the rest outside the precision's autocast (this runs inside training_step), as Lightning runs it
+            with torch.autocast(device.type, enabled=False):
+                loss.backward()
+                grads = [p.grad for p in params if p.grad is not None]
+                norm = torch.linalg.vector_norm(torch.stack([n.float() for n in torch._foreach_norm(grads)]))
+                bad = ~torch.isfinite(norm)
+                optimizer.found_inf = bad.float()  # the fused optimiser skips a non-finite update on the device
+                if clip:  # as Lightning clips after the hook that guards (the norm above is the unclipped one)
+                    self.configure_gradient_clipping(optimizer, clip, clip_by)
+                optimizer.step()
+            # a recording's tensor, which the next recording's memory may overwrite: no later step may read it
+            optimizer.found_inf = None
             return loss.detach(), tokens, norm, bad
 
-        return GraphedUpdates(update, params)
+        return GraphedUpdates(update, params, optimizer)
 
     def _planned_steps(self) -> int:
         """Optimiser steps the run will take (for schedules that decay to the end). Counted from a fresh

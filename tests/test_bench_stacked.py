@@ -1,0 +1,63 @@
+"""Stacked runs (benchmarks/stacked.py): G models trained as one through vmap must train exactly as the same G
+models trained one after another, PyTorch's own per-model path being the reference."""
+
+import contextlib
+
+import pytest
+import torch
+
+from benchmarks.stacked import (
+    Stack,
+    adamw,
+    loss_of,
+    measure,
+    members_of,
+    separate_update,
+    stacked_update,
+    synthetic_batch,
+)
+
+SMALL = {"vocab": 60, "d_model": 32, "heads": 4, "layers": 2, "ffn": 48, "dropout": 0.0}
+CPU = torch.device("cpu")
+
+
+def test_a_stacked_update_is_each_members_own_update():
+    members = 3
+    separate = members_of(members, CPU, 0.0, SMALL)
+    stack = Stack(members_of(members, CPU, 0.0, SMALL))
+    start = [{name: p.detach().clone() for name, p in m.named_parameters()} for m in separate]
+    # the members start apart (a seed each), and the stack where the separate models do
+    assert not torch.equal(start[0]["src_embed.weight"], start[1]["src_embed.weight"])
+    for i in range(members):
+        for name, p in start[i].items():
+            assert torch.equal(stack.member(i)[name], p)
+
+    no_autocast = contextlib.nullcontext()
+    stacked_optimizer = adamw(stack.params.values(), CPU, graph=False)
+    optimizers = [adamw(m.parameters(), CPU, graph=False) for m in separate]
+    for step in range(3):  # a new batch each update, the same one for every member
+        batch = synthetic_batch(6, 7, 5, SMALL["vocab"], CPU, seed=step)
+        with torch.no_grad():
+            expected = torch.stack([loss_of(m, *batch, 0.1) for m in separate])
+            torch.testing.assert_close(stack.losses(*batch), expected, rtol=1e-5, atol=1e-6)
+        stacked_update(stack, batch, no_autocast, stacked_optimizer)
+        separate_update(separate, batch, no_autocast, optimizers)
+        if step == 0:  # each member's gradient is its own loss's, the key biases' included (all near zero)
+            for i, model in enumerate(separate):
+                for name, p in model.named_parameters():
+                    torch.testing.assert_close(stack.params[stack.aliases[name]].grad[i], p.grad, rtol=1e-4, atol=1e-6)
+
+    for i, model in enumerate(separate):
+        weights = stack.member(i)
+        for name, p in model.named_parameters():
+            assert not torch.equal(p.detach(), start[i][name])  # the updates moved every weight
+            if name.endswith("k_proj.bias"):
+                # a key bias adds the same score to every key of a query, which softmax ignores: its gradient
+                # is rounding noise, which Adam scales up to steps of the full rate, different on each path
+                continue
+            torch.testing.assert_close(weights[name], p.detach(), rtol=1e-4, atol=1e-6, msg=f"member {i}, {name}")
+
+
+def test_stacked_members_on_a_cpu_need_dropout_off():
+    with pytest.raises(ValueError, match="--dropout 0"):
+        measure(2, "stacked", CPU, (4, 5, 5), 1, "32", graph=False, dropout=0.3)
