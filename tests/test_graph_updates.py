@@ -49,6 +49,27 @@ def on_the_cpu(monkeypatch) -> list[ReplayedOnTheCpu]:
     return recordings
 
 
+def lightning_runs_with_a_tensor_rate(monkeypatch, capturable: bool) -> None:
+    """The Lightning-updated run with the graphed run's rate, a float32 tensor: a Python number rounds
+    otherwise in the optimiser's arithmetic, and the noise that is the whole gradient of an attention
+    key's bias (the softmax ignores it) then turns either way under Adam's normalisation."""
+    real_configure = TaskModule.configure_optimizers
+
+    def rate_on_the_device(self):
+        factory = self.optimizer_factory
+
+        def made(params):
+            optimizer = factory(params)
+            graph_updates.learning_rates_on_device(optimizer, self.device, capturable=capturable)
+            return optimizer
+
+        if not self.graph_updates:
+            self.optimizer_factory = made
+        return real_configure(self)
+
+    monkeypatch.setattr(TaskModule, "configure_optimizers", rate_on_the_device)
+
+
 @pytest.mark.slow
 def test_a_run_of_replayed_updates_ends_as_the_run_lightning_updates(monkeypatch, tmp_path, capsys):
     """Two toy runs with the deferred guard and a NaN loss in the third batch, one with graph_updates: the
@@ -59,24 +80,7 @@ def test_a_run_of_replayed_updates_ends_as_the_run_lightning_updates(monkeypatch
     recordings = on_the_cpu(monkeypatch)
     calls = nan_loss_in_batch(monkeypatch, 3)
 
-    real_configure = TaskModule.configure_optimizers
-
-    def rate_on_the_device(self):
-        """The Lightning-updated run with the graphed run's rate, a float32 tensor: a Python number rounds
-        otherwise in the optimiser's arithmetic, and the noise that is the whole gradient of an attention
-        key's bias (the softmax ignores it) then turns either way under Adam's normalisation."""
-        factory = self.optimizer_factory
-
-        def made(params):
-            optimizer = factory(params)
-            graph_updates.learning_rates_on_device(optimizer, self.device, capturable=False)
-            return optimizer
-
-        if not self.graph_updates:
-            self.optimizer_factory = made
-        return real_configure(self)
-
-    monkeypatch.setattr(TaskModule, "configure_optimizers", rate_on_the_device)
+    lightning_runs_with_a_tensor_rate(monkeypatch, capturable=False)
     ends = {}
     for graphed in (False, True):
         calls.clear()
@@ -371,21 +375,7 @@ def test_on_a_gpu_replayed_updates_train_as_lightnings(monkeypatch, tmp_path):
         return real_record(step, inputs, stream, pool)
 
     monkeypatch.setattr(graph_updates, "record", counted)
-    real_configure = TaskModule.configure_optimizers
-
-    def rate_on_the_device(self):  # the Lightning-updated run with the same float32 tensor rate
-        factory = self.optimizer_factory
-
-        def made(params):
-            optimizer = factory(params)
-            graph_updates.learning_rates_on_device(optimizer, self.device, capturable=True)
-            return optimizer
-
-        if not self.graph_updates:
-            self.optimizer_factory = made
-        return real_configure(self)
-
-    monkeypatch.setattr(TaskModule, "configure_optimizers", rate_on_the_device)
+    lightning_runs_with_a_tensor_rate(monkeypatch, capturable=True)
     ends = {}
     for graphed in (False, True):
         run_dir = tmp_path / str(graphed)
