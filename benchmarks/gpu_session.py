@@ -368,6 +368,8 @@ def table(results: dict) -> str:
                     if "step_ms" in r
                     else f"failed: {r['error']}"
                 )
+                if r.get("vmap_looped_ops"):
+                    value += f"; run member by member: {', '.join(r['vmap_looped_ops'])}"
                 row(what, value)
             if not entry.get("rows") or "error" in entry:
                 row("tiny models stacked in one process", reason(entry))

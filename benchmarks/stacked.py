@@ -18,10 +18,13 @@ stacked update equals the members' separate updates.
 """
 
 import argparse
+import contextlib
 import copy
 import json
+import re
 import statistics
 import time
+import warnings
 
 import torch
 from torch.func import functional_call, stack_module_state, vmap
@@ -144,6 +147,27 @@ def timed(step, device: torch.device, steps: int, graph: bool) -> float:
     return statistics.median(times)
 
 
+@contextlib.contextmanager
+def looped_ops():
+    """The operators that vmap ran member by member (its fallback warns of each: a private switch turns the
+    warnings on), collected into the yielded set."""
+    switch = getattr(torch._C._functorch, "_set_vmap_fallback_warning_enabled", None)
+    names: set[str] = set()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        if switch is not None:
+            switch(True)
+        try:
+            yield names
+        finally:
+            if switch is not None:
+                switch(False)
+    for warning in caught:
+        found = re.search(r"batching rule for (\S+)", str(warning.message))
+        if found:
+            names.add(found.group(1).strip(".,"))
+
+
 def sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize()
@@ -179,7 +203,8 @@ def measure(
         def step() -> None:
             separate_update(models, data, autocast, optimizers)
 
-    seconds = timed(step, device, steps, graph)
+    with looped_ops() as looped:
+        seconds = timed(step, device, steps, graph)
     tokens = batch[0] * batch[2]
     return {
         "members": members,
@@ -191,6 +216,8 @@ def measure(
         "step_ms": round(1000 * seconds, 2),
         "member_updates_per_s": round(members / seconds, 1),
         "target_tokens_per_s": round(members * tokens / seconds),
+        # operators vmap has no batched kernel for and runs once per member: a stack's launches grow with G
+        "vmap_looped_ops": sorted(looped),
         "peak_memory_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2) if device.type == "cuda" else None,
     }
 
