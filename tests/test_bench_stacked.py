@@ -17,7 +17,6 @@ from benchmarks.stacked import (
     stacked_update,
     synthetic_batch,
 )
-
 from nmt.data.tokenizer import PAD_ID
 
 SMALL = {"vocab": 60, "d_model": 32, "heads": 4, "layers": 2, "ffn": 48, "dropout": 0.0}
