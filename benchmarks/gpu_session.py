@@ -209,9 +209,10 @@ class Session:
     def mfu(self) -> dict:
         output = mfu_output(self.args.device, self.left())
         rows = [json.loads(line) for line in output.splitlines() if line.startswith("{")]
-        if not rows:
-            raise RuntimeError(f"benchmarks.mfu printed no result: {output[-2000:]}")
-        row = rows[-1]
+        measured = [r for r in rows if "model_tflops" in r]
+        if not measured:
+            raise RuntimeError(f"benchmarks.mfu printed no result: {rows[-1]['error'] if rows else output[-2000:]}")
+        row = measured[-1]
         return {**row, "mfu_of_989_tflops_percent": round(100 * row["model_tflops"] / H100_BF16_PEAK_TFLOPS, 2)}
 
     def means(self) -> dict:

@@ -11,6 +11,7 @@ tokens, no padding), so the figure needs no corpus and means the same on every m
 """
 
 import argparse
+import contextlib
 import json
 import statistics
 import time
@@ -97,12 +98,15 @@ def measure(
     profile: bool = False,
     compile_loss: bool = False,
     compile_mode: str | None = None,
+    dropout: float = 0.1,
+    attention: str = "default",
 ) -> dict:
     """Median step time of forward, label-smoothed loss, backward and Adam, as Lightning's
     ``bf16-mixed`` runs it (autocast; weights and optimiser in fp32). ``compile_loss`` compiles the loss
     into the same graph as the model, so the fp32 logits over the vocabulary need not be written out."""
     torch.manual_seed(0)
-    model = our_transformer(shape.vocab, shape.d_model, shape.heads, shape.layers, shape.ffn).to(device).train()
+    model = our_transformer(shape.vocab, shape.d_model, shape.heads, shape.layers, shape.ffn, dropout)
+    model = model.to(device).train()
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), fused=fused_optim or None)
     src, tgt_in, tgt_out = synthetic_batch(shape, batch, src_len, tgt_len, device)
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
@@ -118,7 +122,8 @@ def measure(
         loss_of = torch.compile(loss_of, mode=compile_mode)
 
     def step() -> None:
-        loss_of(src, tgt_in, tgt_out).backward()
+        with attention_kernels(attention):
+            loss_of(src, tgt_in, tgt_out).backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
@@ -143,6 +148,8 @@ def measure(
         "compile": ("model + loss" if compile_loss else "model" if compile_model else "no")
         + (f" ({compile_mode})" if compile_mode and (compile_model or compile_loss) else ""),
         "fused_optim": fused_optim,
+        "dropout": dropout,
+        "attention": attention,
         "batch": f"{batch}x{src_len}/{tgt_len}",
         "step_ms": round(seconds * 1000, 2),
         "target_tokens_per_s": round(batch * tgt_len / seconds),
@@ -150,6 +157,25 @@ def measure(
         "gemm_peak_tflops": round(peak / 1e12, 3),
         "mfu_percent": round(100 * flops / seconds / peak, 2),
     }
+
+
+ATTENTION = ["default", "cudnn", "flash", "efficient", "math"]
+
+
+def attention_kernels(choice: str):
+    """PyTorch's scaled-dot-product attention restricted to one kernel ("default": its own choice). A kernel
+    that cannot take a call (flash takes no mask tensor) makes the step fail, and the row says so."""
+    if choice == "default":
+        return contextlib.nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    backends = {
+        "cudnn": SDPBackend.CUDNN_ATTENTION,
+        "flash": SDPBackend.FLASH_ATTENTION,
+        "efficient": SDPBackend.EFFICIENT_ATTENTION,
+        "math": SDPBackend.MATH,
+    }
+    return sdpa_kernel(backends[choice])
 
 
 def print_profile(step, device: torch.device, title: str, steps: int = 3, top: int = 15) -> None:
@@ -184,6 +210,10 @@ def main(argv=None) -> None:
     parser.add_argument("--compile-loss", action="store_true", help="torch.compile the model and the loss as one")
     parser.add_argument("--compile-mode", default=None, help="torch.compile mode, e.g. max-autotune-no-cudagraphs")
     parser.add_argument("--fused-optim", action="store_true", help="Adam(fused=True)")
+    parser.add_argument("--dropout", type=float, default=0.1, help="the model's dropout (what it costs: 0)")
+    parser.add_argument(
+        "--attention", choices=ATTENTION, default="default", help="the attention kernel (default: PyTorch's choice)"
+    )
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument(
         "--matmul-precision",
@@ -198,38 +228,50 @@ def main(argv=None) -> None:
         torch.set_num_threads(args.threads)
     torch.set_float32_matmul_precision(args.matmul_precision)
     device = torch.device(args.device)
+    if args.attention != "default" and device.type == "cpu":
+        # the model writes attention out when it trains on a CPU (nmt/modules/attention.py): no kernel to choose
+        parser.error("--attention chooses PyTorch's attention kernel, which the model trains with on a GPU only")
     rows = []
     for i, d_model in enumerate(args.d_model):
         shape = Shape(d_model, args.layers[i], args.heads[i], args.ffn[i], args.vocab)
         for precision in args.precision:
-            row = measure(
-                shape,
-                precision,
-                device,
-                args.batch,
-                args.src_len,
-                args.tgt_len,
-                args.steps,
-                args.compile,
-                args.fused_optim,
-                args.profile,
-                args.compile_loss,
-                args.compile_mode,
-            )
+            try:  # one variant failing (a kernel that cannot take the call, memory) leaves the others
+                row = measure(
+                    shape,
+                    precision,
+                    device,
+                    args.batch,
+                    args.src_len,
+                    args.tgt_len,
+                    args.steps,
+                    args.compile,
+                    args.fused_optim,
+                    args.profile,
+                    args.compile_loss,
+                    args.compile_mode,
+                    args.dropout,
+                    args.attention,
+                )
+            except Exception as err:  # noqa: BLE001
+                row = {"d_model": d_model, "layers": args.layers[i], "precision": precision}
+                row["error"] = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
             rows.append(row)
             print(json.dumps(row), flush=True)
     name = torch.cuda.get_device_name() if device.type == "cuda" else f"CPU, {torch.get_num_threads()} threads"
     print(f"\nMFU ({name}, torch {torch.__version__}):")
     print(
-        "| d_model x layers | precision | compile | fused Adam | step (ms) | target tokens/s | model TFLOP/s "
-        "| GEMM peak TFLOP/s | MFU |"
+        "| d_model x layers | precision | compile | fused Adam | dropout | attention | step (ms) | target tokens/s "
+        "| model TFLOP/s | GEMM peak TFLOP/s | MFU |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
+        head = f"| {r['d_model']} x {r['layers']}+{r['layers']} | {r['precision']} |"
+        if "error" in r:
+            print(f"{head} failed: {r['error'][:120]} | | | | | | | | |")
+            continue
         print(
-            f"| {r['d_model']} x {r['layers']}+{r['layers']} | {r['precision']} | {r['compile']} | "
-            f"{r['fused_optim']} | {r['step_ms']} | {r['target_tokens_per_s']:,} | {r['model_tflops']} | "
-            f"{r['gemm_peak_tflops']} | {r['mfu_percent']}% |"
+            f"{head} {r['compile']} | {r['fused_optim']} | {r['dropout']} | {r['attention']} | {r['step_ms']} | "
+            f"{r['target_tokens_per_s']:,} | {r['model_tflops']} | {r['gemm_peak_tflops']} | {r['mfu_percent']}% |"
         )
     if args.json:
         with open(args.json, "w") as f:

@@ -1,5 +1,6 @@
 """The MFU benchmark's FLOP count against PyTorch's own FLOP counter."""
 
+import json
 import subprocess
 import sys
 
@@ -35,3 +36,28 @@ def test_the_loss_benchmark_times_both_paths_from_the_command_line():
     command = [sys.executable, *"-m benchmarks.loss --threads 1 --tokens 64 --vocab 300 --repeats 1".split()]
     result = subprocess.run(command, capture_output=True, text=True, check=True)
     assert "64 x 300 bf16 logits, 1 threads: formula" in result.stdout and "blocked" in result.stdout
+
+
+def test_an_mfu_variant_that_fails_is_a_failed_row_and_the_others_run(monkeypatch, capsys):
+    """Variants for finding where a step's time goes (the dropout; on a GPU the attention kernel): one that
+    fails (a kernel that cannot take the call, memory) is a row with its reason, and the others are measured."""
+    from benchmarks import mfu
+
+    real_measure = mfu.measure
+
+    def fails_in_bf16(shape, precision, *args):
+        if precision == "bf16":
+            raise RuntimeError("No available kernel. Aborting execution.\nmore")
+        return real_measure(shape, precision, *args)
+
+    monkeypatch.setattr(mfu, "measure", fails_in_bf16)
+    small = "--d-model 32 --layers 1 --heads 4 --ffn 48 --vocab 60 --batch 2 --src-len 5 --tgt-len 4 --steps 1"
+    mfu.main([*small.split(), "--precision", "32", "bf16", "--dropout", "0"])
+    out = capsys.readouterr().out
+    measured, failed = (json.loads(line) for line in out.splitlines() if line.startswith("{"))
+    assert measured["dropout"] == 0.0 and measured["attention"] == "default" and measured["step_ms"] > 0
+    assert failed["error"] == "RuntimeError: No available kernel. Aborting execution."
+    assert "| 32 x 1+1 | bf16 | failed: RuntimeError: No available kernel" in out
+    with pytest.raises(SystemExit):  # a CPU trains with attention written out: no kernel to choose
+        mfu.main([*small.split(), "--attention", "cudnn"])
+    assert "on a GPU only" in capsys.readouterr().err
