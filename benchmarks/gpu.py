@@ -8,6 +8,7 @@
 3. aggregate updates per second with 1, 2, 4 and 8 tiny runs sharing the device (separate processes);
 4. with ``--full``: the whole tiny recipe (all its updates, validations and the beam-5 test), wall time;
 5. MFU of the d_model 512, 6+6-layer model (``benchmarks.mfu``; against 989 TFLOP/s on an H100);
+   with ``--all``, also tiny models stacked in one process (``benchmarks.stacked``);
 6. with ``--means``: which means of speed help by how much, one run alone per row, each row adding one
    (:data:`~benchmarks.gpu_measures.MEANS`) to the rows before it, and greedy validation reading the
    device every step or every few steps;

@@ -462,16 +462,24 @@ def mfu_output(device: str, timeout: float | None = None) -> str:
         return run_logged(command, Path(tmp) / "mfu.log", timeout)
 
 
-def stacked_output(device: str, timeout: float | None = None) -> str:
+def stacked_rows(device: str, timeout: float | None = None) -> tuple[list[dict], str | None]:
     """benchmarks.stacked on a GPU: 1, 4, 8 and 16 tiny-recipe models trained stacked in one process, against
-    the same models updated one after another, each update one CUDA graph. Its printed rows and table."""
+    the same models updated one after another, each update one CUDA graph. Its rows, and why it stopped
+    early if it did (the rows measured by then are kept)."""
     command = [sys.executable, "-m", "benchmarks.stacked", "--device", device]
     if device == "cuda":
         command += ["--members", "1", "4", "8", "16", "--graph"]
     else:  # a check that it runs: a CPU's cores are busy with one small model already
         command += ["--members", "1", "2", "--dropout", "0", "--steps", "2", "--batch", "16", "8", "8"]
     with tempfile.TemporaryDirectory() as tmp:
-        return run_logged(command, Path(tmp) / "stacked.log", timeout)
+        log = Path(tmp) / "stacked.log"
+        try:
+            run_logged(command, log, timeout)
+            stopped = None
+        except RuntimeError as err:
+            stopped = str(err)
+        rows = [json.loads(line) for line in log.read_text(errors="replace").splitlines() if line.startswith("{")]
+    return rows, stopped
 
 
 # seconds a run needs besides its training: start-up, data, compiling, the final validation and the test

@@ -19,7 +19,7 @@ from benchmarks.gpu_measures import (
     means_overrides,
     mfu_output,
     run_validation_seconds,
-    stacked_output,
+    stacked_rows,
     whole_recipe,
 )
 from nmt.sweep.mps import MpsError, machine_wide_daemon
@@ -200,11 +200,10 @@ class Session:
         return result
 
     def stacked(self) -> dict:
-        output = stacked_output(self.args.device, self.left())
-        rows = [json.loads(line) for line in output.splitlines() if line.startswith("{")]
+        rows, stopped = stacked_rows(self.args.device, self.left())
         if not rows:
-            raise RuntimeError(f"benchmarks.stacked printed no result: {output[-2000:]}")
-        return {"rows": rows}
+            raise RuntimeError(f"benchmarks.stacked measured nothing: {stopped}")
+        return {"rows": rows, **({"error": stopped} if stopped else {})}
 
     def mfu(self) -> dict:
         output = mfu_output(self.args.device, self.left())
@@ -361,7 +360,7 @@ def table(results: dict) -> str:
                 row("runs sharing the device, taking turns", f"caveat: {entry['machine_wide_mps']}")
         elif name == "stacked":
             for r in entry.get("rows", []):
-                what = f"{r['members']} tiny models {r['way']} in one process" + (
+                what = f"{r['members']} tiny model(s) {r['way']} in one process" + (
                     ", each update one graph" if r.get("graph") else ""
                 )
                 value = (

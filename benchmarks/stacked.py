@@ -8,13 +8,14 @@ one. This measures whether they do, before the training loop is taught to train 
 seeds, or its cells of one architecture and optimiser):
 
     python -m benchmarks.stacked --device cuda --members 1 4 8 16 --graph      # whole update one CUDA graph
-    python -m benchmarks.stacked --members 1 2                                 # a CPU: correctness, not speed
+    python -m benchmarks.stacked --members 1 2 --dropout 0                     # a CPU: that it runs
 
 Each member has its own initialisation and dropout masks (``randomness="different"``) and sees the same batch
 (synthetic tokens of the tiny recipe's batch shape, no padding), so stacked members differ from separate runs
 only in their data order. The loss is PyTorch's label-smoothed cross-entropy; AdamW is element-wise, so one
 AdamW over the stacked tensors is each member's own AdamW. ``tests/test_bench_stacked.py`` checks that a
-stacked update equals the members' separate updates.
+stacked update equals the members' separate updates. As built, a stack has one label smoothing and one
+batch order for all members, and a guard or clipping would act on the whole stack.
 """
 
 import argparse
@@ -25,26 +26,40 @@ import re
 import statistics
 import time
 import warnings
+from pathlib import Path
 
 import torch
+from omegaconf import OmegaConf
 from torch.func import functional_call, stack_module_state, vmap
 from torch.nn import functional as F
 
-from benchmarks.systems import our_transformer
 from nmt.data.tokenizer import PAD_ID
+from nmt.models.build import build_model
 
-TINY = {"vocab": 10000, "d_model": 128, "heads": 4, "layers": 4, "ffn": 256, "dropout": 0.3}
+CONF = Path(__file__).resolve().parents[1] / "conf"
+RECIPE = OmegaConf.load(CONF / "recipe" / "multi30k_transformer.yaml")
+VOCAB = RECIPE.data.tokenizer.vocab_size  # its joint vocabulary
 
 
-def members_of(count: int, device: torch.device, dropout: float, shape: dict = TINY) -> list[torch.nn.Module]:
+def recipe_model(vocab: int, dropout: float, **overrides) -> torch.nn.Module:
+    """The tiny recipe's Transformer (conf/recipe/multi30k_transformer.yaml's model: post-norm, d_model 128,
+    4+4 layers, FFN 256, no activation dropout, all embeddings tied), with ``overrides`` of its keys."""
+    cfg = OmegaConf.load(CONF / "model" / "transformer.yaml")
+    cfg.position = OmegaConf.load(CONF / "pos" / "absolute.yaml")
+    cfg.norm = OmegaConf.load(CONF / "norm" / "layer.yaml")
+    cfg.update(RECIPE.model)
+    cfg.update(dropout=dropout, **overrides)
+    return build_model(cfg, vocab, vocab)
+
+
+def members_of(
+    count: int, device: torch.device, dropout: float, vocab: int = VOCAB, **overrides
+) -> list[torch.nn.Module]:
     """``count`` models of one shape, member i initialised from seed i."""
     models = []
     for seed in range(count):
         torch.manual_seed(seed)
-        model = our_transformer(
-            shape["vocab"], shape["d_model"], shape["heads"], shape["layers"], shape["ffn"], dropout
-        )
-        models.append(model.to(device).train())
+        models.append(recipe_model(vocab, dropout, **overrides).to(device).train())
     return models
 
 
@@ -181,7 +196,7 @@ def measure(
     steps: int,
     precision: str,
     graph: bool,
-    dropout: float = TINY["dropout"],
+    dropout: float = RECIPE.model.dropout,
 ) -> dict:
     """One row: ``members`` models updated ``way`` ("stacked" or "separate")."""
     if way == "stacked" and device.type == "cpu" and dropout > 0:
@@ -189,10 +204,11 @@ def measure(
         # cannot give each member; a GPU's is F.dropout, which it can
         raise ValueError("stacked members on a CPU train without dropout: give --dropout 0")
     models = members_of(members, device, dropout)
-    data = synthetic_batch(*batch, TINY["vocab"], device)
+    data = synthetic_batch(*batch, VOCAB, device)
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
     if way == "stacked":
         stack = Stack(models)
+        del models  # the stack holds its own copies of the weights
         optimizer = adamw(stack.params.values(), device, graph)
 
         def step() -> None:
@@ -238,7 +254,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--precision", choices=["32", "bf16"], default="bf16")
     parser.add_argument("--graph", action="store_true", help="each update one CUDA graph (a GPU only)")
-    parser.add_argument("--dropout", type=float, default=TINY["dropout"], help="the tiny recipe's 0.3; 0 on a CPU")
+    parser.add_argument("--dropout", type=float, default=RECIPE.model.dropout, help="the recipe's; 0 on a CPU")
     parser.add_argument("--threads", type=int)
     parser.add_argument("--json", help="also write the rows to this file")
     args = parser.parse_args(argv)

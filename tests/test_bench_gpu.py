@@ -254,5 +254,17 @@ def test_the_session_measures_stacked_models_against_the_same_models_one_after_a
     ]
     assert all(r["member_updates_per_s"] > 0 and r["dropout"] == 0 for r in rows)
     lines = gpu_session.table(json.loads(out.read_text())).splitlines()
-    assert lines[2].startswith("| 1 tiny models stacked in one process | ") and "member updates/s" in lines[2]
+    assert lines[2].startswith("| 1 tiny model(s) stacked in one process | ") and "member updates/s" in lines[2]
     assert len(lines) == 2 + 4
+
+
+def test_stacked_runs_cut_by_the_budget_keep_the_rows_measured_by_then(monkeypatch):
+    from benchmarks import gpu_measures
+
+    def cut(command, log, timeout):
+        log.write_text('{"members": 1, "way": "stacked", "step_ms": 5.0}\nnoise\n')
+        raise RuntimeError(f"not done after {timeout:.0f} s: ...")
+
+    monkeypatch.setattr(gpu_measures, "run_logged", cut)
+    rows, stopped = gpu_measures.stacked_rows("cuda", timeout=60)
+    assert rows == [{"members": 1, "way": "stacked", "step_ms": 5.0}] and stopped.startswith("not done after 60 s")

@@ -2,6 +2,7 @@
 models trained one after another, PyTorch's own per-model path being the reference."""
 
 import contextlib
+import copy
 
 import pytest
 import torch
@@ -19,14 +20,21 @@ from benchmarks.stacked import (
 )
 from nmt.data.tokenizer import PAD_ID
 
-SMALL = {"vocab": 60, "d_model": 32, "heads": 4, "layers": 2, "ffn": 48, "dropout": 0.0}
+VOCAB = 60
+SMALL = {"d_model": 32, "num_heads": 4, "encoder_layers": 2, "decoder_layers": 2, "ffn_dim": 48}
 CPU = torch.device("cpu")
 
 
-def test_a_stacked_update_is_each_members_own_update():
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="the GPU's attention kernels and dropout")
+
+
+@pytest.mark.parametrize("device", [CPU, pytest.param(torch.device("cuda"), marks=CUDA, id="on_a_gpu")])
+def test_a_stacked_update_is_each_members_own_update(device):
+    """On a CPU the model writes attention out; on a GPU it calls PyTorch's fused attention kernels, whose
+    batched forms vmap must find."""
     members = 3
-    separate = members_of(members, CPU, 0.0, SMALL)
-    stack = Stack(members_of(members, CPU, 0.0, SMALL))
+    separate = members_of(members, device, 0.0, VOCAB, **SMALL)
+    stack = Stack(members_of(members, device, 0.0, VOCAB, **SMALL))
     start = [{name: p.detach().clone() for name, p in m.named_parameters()} for m in separate]
     # the members start apart (a seed each), and the stack where the separate models do
     assert not torch.equal(start[0]["src_embed.weight"], start[1]["src_embed.weight"])
@@ -35,10 +43,10 @@ def test_a_stacked_update_is_each_members_own_update():
             assert torch.equal(stack.member(i)[name], p)
 
     no_autocast = contextlib.nullcontext()
-    stacked_optimizer = adamw(stack.params.values(), CPU, graph=False)
-    optimizers = [adamw(m.parameters(), CPU, graph=False) for m in separate]
+    stacked_optimizer = adamw(stack.params.values(), device, graph=False)
+    optimizers = [adamw(m.parameters(), device, graph=False) for m in separate]
     for step in range(3):  # a new batch each update, the same one for every member
-        batch = synthetic_batch(6, 7, 5, SMALL["vocab"], CPU, seed=step)
+        batch = synthetic_batch(6, 7, 5, VOCAB, device, seed=step)
         with torch.no_grad():
             expected = torch.stack([loss_of(m, *batch, 0.1) for m in separate])
             torch.testing.assert_close(stack.losses(*batch), expected, rtol=1e-5, atol=1e-6)
@@ -71,9 +79,19 @@ def test_the_operators_vmap_runs_member_by_member_are_named():
     with looped_ops() as looped:
         torch.func.vmap(lambda t: torch.histc(t, bins=4))(torch.randn(3, 5))
     assert looped == {"aten::histc"}
-    stack = Stack(members_of(2, CPU, 0.0, SMALL))
-    src, tgt_in, tgt_out = synthetic_batch(6, 7, 5, SMALL["vocab"], CPU)
+    stack = Stack(members_of(2, CPU, 0.0, VOCAB, **SMALL))
+    src, tgt_in, tgt_out = synthetic_batch(6, 7, 5, VOCAB, CPU)
     src[0, -2:] = PAD_ID  # padding: the attention's masked path
     with looped_ops() as looped:
         stack.losses(src, tgt_in, tgt_out).sum().backward()
     assert looped == set()
+
+
+@CUDA
+def test_on_a_gpu_each_member_draws_its_own_dropout_masks():
+    twin = members_of(1, torch.device("cuda"), 0.3, VOCAB, **SMALL)[0]
+    stack = Stack([twin, copy.deepcopy(twin)])  # the same weights: only the masks can tell them apart
+    batch = synthetic_batch(6, 7, 5, VOCAB, torch.device("cuda"))
+    with torch.no_grad():
+        first, second = stack.losses(*batch).tolist()
+    assert first != second
