@@ -25,11 +25,21 @@ SMALL = {"d_model": 32, "num_heads": 4, "encoder_layers": 2, "decoder_layers": 2
 CPU = torch.device("cpu")
 
 
+@pytest.fixture
+def full_precision_products():
+    """fp32 matrix products in full precision (not TF32, which an earlier run in the process may have chosen):
+    the stacked and separate products have different shapes, so reduced precision would round them apart."""
+    before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("highest")
+    yield
+    torch.set_float32_matmul_precision(before)
+
+
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="the GPU's attention kernels and dropout")
 
 
 @pytest.mark.parametrize("device", [CPU, pytest.param(torch.device("cuda"), marks=CUDA, id="on_a_gpu")])
-def test_a_stacked_update_is_each_members_own_update(device):
+def test_a_stacked_update_is_each_members_own_update(device, full_precision_products):
     """On a CPU the model writes attention out; on a GPU it calls PyTorch's fused attention kernels, whose
     batched forms vmap must find."""
     members = 3
