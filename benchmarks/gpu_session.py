@@ -51,8 +51,9 @@ class Session:
     validation  greedy validation of the run of ``every`` (and of ``--model``), reading every 1 and 8 steps
     host        the framework's host work per update: train.py against a bare loop, on a micro model
                 (benchmarks/host_cost.py), once each
-    sharing     aggregate updates per second of 2, 4 and 8 runs (``--runs``) with the means of ``every``,
-                taking turns on the GPU; then the most of them side by side under CUDA's MPS
+    sharing     aggregate updates per second of 2, 4 and 8 runs (``--runs``) with the means of ``every`` (all
+                of them when it did not run in this call), taking turns on the GPU; then the most of them side
+                by side under CUDA's MPS
     stacked     1, 4, 8 and 16 tiny models trained stacked in one process (benchmarks/stacked.py): member
                 updates per second, against the same models updated one after another
     mfu         the d_model 512 model's MFU
@@ -161,7 +162,9 @@ class Session:
         return measure(self.args.device, repeats=1, table=False, timeout=max(self.left() / 2 - 10, 10))
 
     def sharing(self) -> dict:
-        a, overrides = self.args, self.best or means_overrides(1)
+        # the means of 'every' when it ran in this call, else all of them (as 'full'): the runs' overrides
+        # are written beside their figures
+        a, overrides = self.args, self.best or means_overrides()
         shared = self.results["sharing"] = {"overrides": overrides}
         for n in sorted({n for n in a.runs if n > 1}):
             if not self.fits("sharing"):
@@ -344,6 +347,8 @@ def table(results: dict) -> str:
             else:
                 row("the framework's host work per update", reason(entry))
         elif name == "sharing":
+            if entry.get("overrides"):
+                row("runs sharing the device, their overrides", f"`{' '.join(entry['overrides'])}`")
             runs = {k: v for k, v in entry.items() if k.startswith("runs_")}
             for key, r in runs.items():
                 if "updates_per_s_total" in r and "error" not in r:

@@ -90,12 +90,14 @@ def test_all_measures_in_order_within_a_budget_and_writes_after_each(monkeypatch
     # --table: the rows of BENCHMARKS.md, each figure as measured, and why one is missing
     lines = gpu_session.table(results).splitlines()
     p = len(profile)
-    assert len(lines) == 2 + 1 + 1 + 1 + p + 3 + 1 + 1 and all(line.count(" | ") == 1 for line in lines[2:])
+    assert len(lines) == 2 + 1 + 1 + 1 + p + 3 + 2 + 1 and all(line.count(" | ") == 1 for line in lines[2:])
     assert f"| {results['none']['ms_per_update']:.1f} ms |" in lines[2]
     assert lines[3].startswith("| update alone, + a means that fails | failed: ")
     assert lines[5].startswith(f"| host time, {profile[0]['action']} | ")
-    assert lines[8 + p].startswith("| 2 runs sharing the device, taking turns | ")
-    assert lines[9 + p].startswith("| whole recipe | skipped: ")
+    assert results["sharing"]["overrides"] == results["every"]["overrides"]  # the runs of 'every', with its means
+    assert lines[8 + p] == f"| runs sharing the device, their overrides | `{' '.join(results['every']['overrides'])}` |"
+    assert lines[9 + p].startswith("| 2 runs sharing the device, taking turns | ")
+    assert lines[10 + p].startswith("| whole recipe | skipped: ")
 
 
 def test_the_whole_recipe_keeps_to_its_budget_and_says_when_the_cap_cut_it(monkeypatch, tmp_path):
@@ -268,3 +270,25 @@ def test_stacked_runs_cut_by_the_budget_keep_the_rows_measured_by_then(monkeypat
     monkeypatch.setattr(gpu_measures, "run_logged", cut)
     rows, stopped = gpu_measures.stacked_rows("cuda", timeout=60)
     assert rows == [{"members": 1, "way": "stacked", "step_ms": 5.0}] and stopped.startswith("not done after 60 s")
+
+
+def test_runs_sharing_the_device_take_every_means_when_every_did_not_run_in_the_call(monkeypatch, tmp_path):
+    """A call of --only sharing (a lease of its own) measures the runs with all the means, as the whole recipe
+    does, not with none of them, and says which."""
+    import argparse
+
+    from benchmarks import gpu_measures, gpu_session
+
+    given = []
+
+    def rates(n, device, data, steps, overrides, folder, budget=None):
+        given.append(overrides)
+        return [10.0] * n
+
+    monkeypatch.setattr(gpu_session, "concurrent_runs", rates)
+    args = argparse.Namespace(
+        device="cpu", data="toy", steps=30, runs=[1, 2, 4], extra=["seed=3"], budget=100, json=None
+    )
+    shared = gpu_session.Session(args, {}, tmp_path).sharing()
+    assert given == [["seed=3", *gpu_measures.means_overrides()]] * 2
+    assert shared["overrides"] == gpu_measures.means_overrides() and shared["runs_4"]["updates_per_s_total"] == 40.0
