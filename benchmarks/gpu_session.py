@@ -162,9 +162,10 @@ class Session:
         return measure(self.args.device, repeats=1, table=False, timeout=max(self.left() / 2 - 10, 10))
 
     def sharing(self) -> dict:
-        # the means of 'every' when it ran in this call, else all of them (as 'full'): the runs' overrides
-        # are written beside their figures
-        a, overrides = self.args, self.best or means_overrides()
+        # the means of 'every' when it ran in this call, else all of them on a GPU (as 'full'; on a CPU, whose
+        # runs cannot record CUDA graphs, none): the runs' overrides are written beside their figures
+        a = self.args
+        overrides = self.best or (means_overrides() if a.device == "cuda" else means_overrides(1))
         shared = self.results["sharing"] = {"overrides": overrides}
         for n in sorted({n for n in a.runs if n > 1}):
             if not self.fits("sharing"):

@@ -286,9 +286,13 @@ def test_runs_sharing_the_device_take_every_means_when_every_did_not_run_in_the_
         return [10.0] * n
 
     monkeypatch.setattr(gpu_session, "concurrent_runs", rates)
+    monkeypatch.setattr(gpu_session, "machine_wide_daemon", lambda: False)
+    monkeypatch.setattr(gpu_session.Session, "sharing_mps", lambda self, n, overrides: {"mps": "not here"})
     args = argparse.Namespace(
-        device="cpu", data="toy", steps=30, runs=[1, 2, 4], extra=["seed=3"], budget=100, json=None
+        device="cuda", data="toy", steps=30, runs=[1, 2, 4], extra=["seed=3"], budget=100, json=None
     )
     shared = gpu_session.Session(args, {}, tmp_path).sharing()
     assert given == [["seed=3", *gpu_measures.means_overrides()]] * 2
     assert shared["overrides"] == gpu_measures.means_overrides() and shared["runs_4"]["updates_per_s_total"] == 40.0
+    args.device = "cpu"  # a CPU's runs cannot record CUDA graphs: none of the means there
+    assert gpu_session.Session(args, {}, tmp_path).sharing()["overrides"] == gpu_measures.means_overrides(1)
