@@ -366,7 +366,7 @@ def table(results: dict) -> str:
                 row("runs sharing the device, taking turns", f"caveat: {entry['machine_wide_mps']}")
         elif name == "stacked":
             for r in entry.get("rows", []):
-                what = f"{r['members']} tiny model(s) {r['way']} in one process" + (
+                what = f"{r['members']} tiny model(s) {r['way']} in one process, batches of {r['batch']}" + (
                     ", each update one graph" if r.get("graph") else ""
                 )
                 value = (
