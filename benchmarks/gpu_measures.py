@@ -464,31 +464,36 @@ def mfu_output(device: str, timeout: float | None = None) -> str:
 
 def stacked_rows(device: str, timeout: float | None = None) -> tuple[list[dict], str | None]:
     """benchmarks.stacked on a GPU: 1, 4, 8 and 16 tiny-recipe models trained stacked in one process, against
-    the same models updated one after another, each update one CUDA graph, on the recipe's batches and on the
-    fair factorial's (a quarter of the tokens). Its rows, and why it stopped early if it did (the rows
-    measured by then are kept)."""
+    the same models updated one after another, each update one CUDA graph, on the fair factorial's batches
+    (2,048 tokens) and on the recipe's (8,192). Its rows, and what stopped a call if one was (the rows measured
+    by then are kept)."""
     command = [sys.executable, "-m", "benchmarks.stacked", "--device", device]
-    if device == "cuda":  # the tiny recipe's 8,192-token batches, then the fair factorial's 2,048
+    if device == "cuda":
         calls = [command + ["--members", "1", "4", "8", "16", "--graph", "--batch", *b] for b in STACKED_BATCHES]
     else:  # a check that it runs: a CPU's cores are busy with one small model already
         calls = [command + ["--members", "1", "2", "--dropout", "0", "--steps", "2", "--batch", "16", "8", "8"]]
-    rows, stopped, began = [], None, time.monotonic()
+    rows, problems, began = [], [], time.monotonic()
     with tempfile.TemporaryDirectory() as tmp:
         for i, call in enumerate(calls):
+            batch = "{}x{}/{}".format(*call[call.index("--batch") + 1 :][:3])
+            left = None if timeout is None else timeout - (time.monotonic() - began)
+            if left is not None and left < STACKED_CALL_S:
+                problems.append(f"batches {batch}: not started, {max(left, 0):.0f} s of the budget left")
+                break
             log = Path(tmp) / f"stacked{i}.log"
             try:
-                left = None if timeout is None else timeout - (time.monotonic() - began)
                 run_logged(call, log, left)
-            except RuntimeError as err:
-                stopped = str(err)
+            except RuntimeError as err:  # a crash of the whole process: the next batch shape runs anew
+                problems.append(f"batches {batch}: {err}")
             text = log.read_text(errors="replace") if log.exists() else ""
             rows += [json.loads(line) for line in text.splitlines() if line.startswith("{")]
-            if stopped:
-                break
-    return rows, stopped
+    return rows, "; ".join(problems) or None
 
 
-STACKED_BATCHES = [("512", "16", "16"), ("128", "16", "16")]  # sentences, source and target tokens
+# the fair factorial's batches first (the ones its pieces need), then the tiny recipe's: sentences, source and
+# target tokens
+STACKED_BATCHES = [("128", "16", "16"), ("512", "16", "16")]
+STACKED_CALL_S = 30  # the least a call needs: its start and one row
 
 
 # seconds a run needs besides its training: start-up, data, compiling, the final validation and the test

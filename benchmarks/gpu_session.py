@@ -35,7 +35,7 @@ SESSION_NEEDS = {
     "validation": 20,
     "host": 60,
     "sharing": 60,
-    "stacked": 60,
+    "stacked": 90,
     "mfu": 60,
     "means": 60,
     "full": 150,
@@ -55,7 +55,8 @@ class Session:
                 of them when it did not run in this call), taking turns on the GPU; then the most of them side
                 by side under CUDA's MPS
     stacked     1, 4, 8 and 16 tiny models trained stacked in one process (benchmarks/stacked.py): member
-                updates per second, against the same models updated one after another
+                updates per second, against the same models updated one after another; on the fair
+                factorial's batches, then on the tiny recipe's
     mfu         the d_model 512 model's MFU
     means       the rows of MEANS between none and every, one by one
     full        the whole tiny recipe with the means of ``every`` (all, if not measured), within the budget left;
@@ -167,21 +168,24 @@ class Session:
         a = self.args
         overrides = self.best or (means_overrides() if a.device == "cuda" else means_overrides(1))
         shared = self.results["sharing"] = {"overrides": overrides}
+        most = max([n for n in a.runs if n > 1], default=0)
+        mps_after = bool(most) and a.device == "cuda"
         for n in sorted({n for n in a.runs if n > 1}):
             if not self.fits("sharing"):
                 shared[f"runs_{n}"] = self.skipped("sharing")
                 continue
+            # the most runs under MPS come after: taking turns leaves them half of what is left
+            budget = self.left() / 2 if mps_after and n == most else self.left()
             try:
                 folder = self.folder / f"sharing{n}"
-                rates = concurrent_runs(n, a.device, a.data, a.steps, [*a.extra, *overrides], folder, self.left())
+                rates = concurrent_runs(n, a.device, a.data, a.steps, [*a.extra, *overrides], folder, budget)
                 shared[f"runs_{n}"] = {"updates_per_s_each": rates, "updates_per_s_total": sum(rates)}
             except RuntimeError as err:
                 shared[f"runs_{n}"] = {"error": str(err)}
             self.write()
         if a.device == "cuda" and machine_wide_daemon():
             shared["machine_wide_mps"] = "a daemon answers at /tmp/nvidia-mps: the runs above may have run under MPS"
-        most = max([n for n in a.runs if n > 1], default=0)
-        if most and a.device == "cuda":  # MPS is CUDA's; on a CPU there are no turns to remove
+        if mps_after:  # MPS is CUDA's; on a CPU there are no turns to remove
             fits = self.fits("sharing")
             shared[f"runs_{most}_mps"] = self.sharing_mps(most, overrides) if fits else self.skipped("sharing")
             self.write()
@@ -366,7 +370,7 @@ def table(results: dict) -> str:
                 row("runs sharing the device, taking turns", f"caveat: {entry['machine_wide_mps']}")
         elif name == "stacked":
             for r in entry.get("rows", []):
-                what = f"{r['members']} tiny model(s) {r['way']} in one process, batches of {r['batch']}" + (
+                what = f"{r['members']} tiny model(s) {r['way']} in one process, batches of {r.get('batch', '?')}" + (
                     ", each update one graph" if r.get("graph") else ""
                 )
                 value = (

@@ -274,7 +274,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
                     members, way, device, tuple(args.batch), args.steps, args.precision, args.graph, args.dropout
                 )
             except Exception as err:  # noqa: BLE001
-                row = {"members": members, "way": way, "graph": args.graph, "error": f"{type(err).__name__}: {err}"}
+                row = {"members": members, "way": way, "graph": args.graph, "batch": "{}x{}/{}".format(*args.batch)}
+                row["error"] = f"{type(err).__name__}: {err}"
             rows.append(row)
             print(json.dumps(row), flush=True)
     name = torch.cuda.get_device_name() if device.type == "cuda" else f"CPU, {torch.get_num_threads()} threads"

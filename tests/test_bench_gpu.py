@@ -2,6 +2,7 @@
 run it: every figure it reports is produced and plausible."""
 
 import json
+import time
 
 import pytest
 import torch
@@ -261,17 +262,69 @@ def test_the_session_measures_stacked_models_against_the_same_models_one_after_a
     assert len(lines) == 2 + 4
 
 
-def test_stacked_runs_cut_by_the_budget_keep_the_rows_measured_by_then(monkeypatch):
+def test_stacked_runs_take_both_batch_shapes_in_one_budget_and_keep_what_was_measured(monkeypatch):
+    """The factorial's batches, then the recipe's, in what is left of one budget; a call cut by the budget
+    keeps its rows and the next is not started; a call whose process crashed does not stop the next."""
     from benchmarks import gpu_measures
 
-    def cut(command, log, timeout):
-        log.write_text('{"members": 1, "way": "stacked", "step_ms": 5.0}\nnoise\n')
-        raise RuntimeError(f"not done after {timeout:.0f} s: ...")
+    calls = []
 
-    monkeypatch.setattr(gpu_measures, "run_logged", cut)
-    rows, stopped = gpu_measures.stacked_rows("cuda", timeout=60)
-    assert rows == [{"members": 1, "way": "stacked", "step_ms": 5.0}]  # the second batch shape is not started
-    assert stopped.startswith("not done after 6")
+    def one_row_then(outcome):
+        def run(command, log, timeout):
+            batch = command[command.index("--batch") + 1 :][:3]
+            calls.append((batch, timeout))
+            log.write_text(json.dumps({"members": 1, "batch": "x".join(batch)}) + "\nnoise\n")
+            if outcome == "cut":
+                time.sleep(0.05)
+                raise RuntimeError(f"not done after {timeout:.0f} s: ...")
+            if outcome == "crash":
+                raise RuntimeError("failed (exit -9): killed")
+
+        return run
+
+    monkeypatch.setattr(gpu_measures, "run_logged", one_row_then("ok"))
+    rows, stopped = gpu_measures.stacked_rows("cuda", timeout=100)
+    assert [b for b, _ in calls] == [["128", "16", "16"], ["512", "16", "16"]] and stopped is None
+    assert calls[1][1] < calls[0][1] == pytest.approx(100, abs=1)  # the second takes what the first left
+    assert [r["batch"] for r in rows] == ["128x16x16", "512x16x16"]
+
+    calls.clear()
+    monkeypatch.setattr(gpu_measures, "run_logged", one_row_then("crash"))
+    rows, stopped = gpu_measures.stacked_rows("cuda", timeout=100)
+    assert len(calls) == 2 and len(rows) == 2  # a crash of the first process: the second shape still runs
+    assert stopped.startswith("batches 128x16/16: failed (exit -9)") and "batches 512x16/16: failed" in stopped
+
+    calls.clear()
+    monkeypatch.setattr(gpu_measures, "STACKED_CALL_S", 99.99)
+    monkeypatch.setattr(gpu_measures, "run_logged", one_row_then("cut"))
+    rows, stopped = gpu_measures.stacked_rows("cuda", timeout=100)
+    assert len(calls) == 1 and len(rows) == 1  # cut by the budget: the rows kept, the next shape not started
+    assert stopped.startswith("batches 128x16/16: not done after 100 s")
+    assert stopped.endswith("; batches 512x16/16: not started, 100 s of the budget left")
+
+
+def test_a_failed_stacked_row_is_a_table_row_with_its_reason():
+    from benchmarks import gpu_session
+
+    results = {
+        "session": {"order": ["stacked"]},
+        "stacked": {
+            "rows": [
+                {
+                    "members": 16,
+                    "way": "stacked",
+                    "graph": True,
+                    "batch": "512x16/16",
+                    "error": "OutOfMemoryError: CUDA out of memory",
+                }
+            ]
+        },
+    }
+    lines = gpu_session.table(results).splitlines()
+    assert lines[2] == (
+        "| 16 tiny model(s) stacked in one process, batches of 512x16/16, each update one graph "
+        "| failed: OutOfMemoryError: CUDA out of memory |"
+    )
 
 
 def test_runs_sharing_the_device_take_every_means_when_every_did_not_run_in_the_call(monkeypatch, tmp_path):
@@ -281,10 +334,11 @@ def test_runs_sharing_the_device_take_every_means_when_every_did_not_run_in_the_
 
     from benchmarks import gpu_measures, gpu_session
 
-    given = []
+    given, budgets = [], []
 
     def rates(n, device, data, steps, overrides, folder, budget=None):
         given.append(overrides)
+        budgets.append(budget)
         return [10.0] * n
 
     monkeypatch.setattr(gpu_session, "concurrent_runs", rates)
@@ -296,5 +350,7 @@ def test_runs_sharing_the_device_take_every_means_when_every_did_not_run_in_the_
     shared = gpu_session.Session(args, {}, tmp_path).sharing()
     assert given == [["seed=3", *gpu_measures.means_overrides()]] * 2
     assert shared["overrides"] == gpu_measures.means_overrides() and shared["runs_4"]["updates_per_s_total"] == 40.0
+    # the most runs taking turns leave half of what is left to the same runs under MPS, which come after
+    assert budgets[0] == pytest.approx(100, abs=1) and budgets[1] == pytest.approx(50, abs=1)
     args.device = "cpu"  # a CPU's runs cannot record CUDA graphs: none of the means there
     assert gpu_session.Session(args, {}, tmp_path).sharing()["overrides"] == gpu_measures.means_overrides(1)
