@@ -17,13 +17,12 @@ import torch
 from nmt.data.sources import read_lines
 from nmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from nmt.inference.loading import load_model
+from nmt.modules.attention import attention_entropy
 
 
 def mean_entropy(weights: torch.Tensor, queries: torch.Tensor) -> float:
-    """weights (batch, heads, queries, keys), rows summing to 1; queries (batch, queries), 1 where a query is
-    a real token: the entropy of a row, averaged over real queries and heads."""
-    rows = -(weights.clamp_min(1e-30).log() * weights).sum(-1)  # (batch, heads, queries)
-    return ((rows * queries[:, None, :]).sum() / (queries.sum() * weights.size(1))).item()
+    """:func:`nmt.modules.attention.attention_entropy` as a number."""
+    return attention_entropy(weights, queries).item()
 
 
 def padded(rows: list[list[int]]) -> torch.Tensor:
@@ -33,25 +32,24 @@ def padded(rows: list[list[int]]) -> torch.Tensor:
 
 def entropies(model, src: torch.Tensor, tgt_in: torch.Tensor) -> dict:
     """One teacher-forced forward pass with every attention keeping its weights."""
-    if not hasattr(model, "decoder") or not all(hasattr(layer, "cross_attn") for layer in model.decoder):
+    if not hasattr(model, "cross_attention_entropy"):
         raise ValueError(f"{type(model).__name__} has no Transformer decoder with cross-attention to measure")
-    cross = [layer.cross_attn for layer in model.decoder]
+    cross, even = model.cross_attention_entropy(src, tgt_in)
     encoder = [layer.self_attn for layer in model.encoder]
-    for attention in cross + encoder:
+    for attention in encoder:
         attention.keep_weights = True  # the explicit formula, whose weights it keeps
     try:
         with torch.no_grad():
             model(src, tgt_in)
+        sources = src != PAD_ID
+        by_layer = [round(mean_entropy(a.last_weights, sources), 3) for a in encoder]
     finally:
-        for attention in cross + encoder:
-            attention.keep_weights = False
-    targets, sources = (tgt_in != PAD_ID).float(), (src != PAD_ID).float()
-    source_lengths = sources.sum(1)
-    even = (source_lengths.log()[:, None] * targets).sum() / targets.sum()  # over each query's own source
+        for attention in encoder:
+            attention.keep_weights, attention.last_weights = False, None
     return {
         "even_over_the_source": round(even.item(), 3),
-        "cross_attention_by_layer": [round(mean_entropy(a.last_weights, targets), 3) for a in cross],
-        "encoder_self_attention_by_layer": [round(mean_entropy(a.last_weights, sources), 3) for a in encoder],
+        "cross_attention_by_layer": [round(e, 3) for e in cross.tolist()],
+        "encoder_self_attention_by_layer": by_layer,
     }
 
 

@@ -20,6 +20,8 @@ def test_mean_entropy_of_even_and_of_one_hot_attention():
 
 
 def test_a_decoder_whose_queries_are_zero_attends_evenly_over_each_source():
+    """The model's own measure (logged at each validation) and the diagnostic's, against the even spread
+    worked out by hand."""
     torch.manual_seed(0)
     model = recipe_model(40, 0.0, d_model=16, num_heads=2, encoder_layers=2, decoder_layers=2, ffn_dim=24).eval()
     for layer in model.decoder:  # a zero query scores every key alike: attention even over the real source
@@ -29,6 +31,9 @@ def test_a_decoder_whose_queries_are_zero_attends_evenly_over_each_source():
     tgt_in = torch.tensor([[2, 11, 12], [2, 13, PAD_ID]])  # 3 and 2 real queries
     measured = entropies(model, src, tgt_in)
     even = (3 * math.log(5) + 2 * math.log(3)) / 5  # each real query over its own source
+    by_layer, model_even = model.cross_attention_entropy(src, tgt_in)
+    assert model_even.item() == pytest.approx(even, abs=1e-5)
+    assert by_layer.tolist() == pytest.approx([even, even], abs=1e-4)
     assert measured["even_over_the_source"] == pytest.approx(even, abs=1e-3)
     assert measured["cross_attention_by_layer"] == pytest.approx([even, even], abs=1e-3)
     assert all(0 <= e <= math.log(5) for e in measured["encoder_self_attention_by_layer"])

@@ -59,6 +59,20 @@ def test_toy_model_learns_the_task(toy_run):
         assert (toy_run / name).is_file(), name
 
 
+def test_each_validation_logs_how_spread_the_decoders_attention_over_the_source_is(toy_run):
+    """val_cross_attn_entropy, averaged over the decoder's layers, never above val_cross_attn_even (a row's
+    entropy is at most the log of its source's length); a model that learnt the task attends, so it ends
+    well below the even spread."""
+    import csv
+
+    rows = [r for r in csv.DictReader((toy_run / "logs" / "metrics.csv").open()) if r.get("val_cross_attn_entropy")]
+    assert len(rows) >= 2
+    for row in rows:
+        entropy, even = float(row["val_cross_attn_entropy"]), float(row["val_cross_attn_even"])
+        assert 0 < entropy <= even + 1e-4
+    assert float(rows[-1]["val_cross_attn_entropy"]) < 0.8 * float(rows[-1]["val_cross_attn_even"])
+
+
 def test_evaluate_reproduces_the_test_score_from_the_checkpoint_alone(toy_run, tmp_path):
     results = json.loads((toy_run / "results.json").read_text())
     run("evaluate.py", f"ckpt_path={results['best_checkpoint']}", f"out_dir={tmp_path}", "samples=0")

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from nmt.models.state import DecoderState
-from nmt.modules.attention import MultiHeadAttention
+from nmt.modules.attention import MultiHeadAttention, attention_entropy
 from nmt.modules.dropout import Dropout
 from nmt.modules.feedforward import FeedForward
 from nmt.modules.position import PositionEncoding
@@ -274,6 +274,27 @@ class Transformer(nn.Module):
             cross_k, cross_v = layer.cross_attn.project_kv(memory)
             x, _, _ = layer(x, positions, True, cross_k, cross_v, src_mask)
         return self.output(self.decoder_norm(x))
+
+    def cross_attention_entropy(self, src: torch.Tensor, tgt_in: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """How spread each decoder layer's attention over the source is on a teacher-forced batch: (layers,)
+        entropies in nats (mean over heads and real target tokens), and the entropy of attention spread evenly
+        over each query's source. At that even level in every layer the decoder reads only the mean of the
+        encoder's states (BENCHMARKS.md: a seed stalled so for 1,900 updates)."""
+        attentions = [layer.cross_attn for layer in self.decoder]
+        before = [(a.keep_weights, a.last_weights) for a in attentions]  # an attention-map tool's, kept
+        for attention in attentions:
+            attention.keep_weights = True  # the explicit path, which keeps its weights
+        try:
+            with torch.no_grad():
+                self(src, tgt_in)
+            queries = tgt_in != self.pad_id
+            entropies = torch.stack([attention_entropy(a.last_weights, queries) for a in attentions])
+        finally:
+            for attention, (keep, weights) in zip(attentions, before, strict=True):
+                attention.keep_weights, attention.last_weights = keep, weights
+        source_lengths = (src != self.pad_id).sum(1).float()
+        even = (source_lengths.log()[:, None] * queries).sum() / queries.sum()
+        return entropies, even
 
     # ---- inference: one step at a time from a cache --------------------------------------------
     def encode(self, src: torch.Tensor) -> DecoderState:

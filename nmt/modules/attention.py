@@ -136,3 +136,12 @@ def causal_mask(mask: torch.Tensor | None, q_len: int, k_len: int, device: torch
     of the ``k_len`` positions: (q_len, k_len) broadcast against ``mask``, on ``device`` (the scores')."""
     future = torch.ones(q_len, k_len, dtype=torch.bool, device=device).tril(k_len - q_len)
     return future if mask is None else mask & future
+
+
+def attention_entropy(weights: torch.Tensor, queries: torch.Tensor) -> torch.Tensor:
+    """How spread attention is, in nats: ``weights`` (batch, heads, queries, keys), each row summing to 1;
+    ``queries`` (batch, queries), 1 where a query is a real token. The entropy of a row, averaged over the
+    heads and the real queries (log of the keys' count for attention spread evenly over them, 0 for one)."""
+    rows = -(weights.float().clamp_min(1e-30).log() * weights.float()).sum(-1)  # (batch, heads, queries)
+    queries = queries.float()
+    return (rows * queries[:, None, :]).sum() / (queries.sum() * weights.size(1))

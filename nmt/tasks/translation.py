@@ -139,6 +139,11 @@ class TranslationTask(Task):
         logits = module.model(batch["src"], batch["tgt_in"])
         _, nll, tokens = module.loss(logits, batch["tgt_out"])
         update_target_metrics(metrics, logits, batch["tgt_out"], nll, tokens)
+        if batch_idx == 0 and hasattr(module.model, "cross_attention_entropy"):
+            # how spread the decoder's attention over the source is, on the first batch: pinned at the even
+            # level, the decoder reads only the mean of the encoder's states (a stalled run)
+            entropies, even = module.model.cross_attention_entropy(batch["src"], batch["tgt_in"])
+            self.cross_attention = (entropies.mean(), even)
         if not self.decodes_now(module):
             return
         # decoded as evaluate.py decodes, in the weights' own precision: the score is the one evaluate.py
@@ -223,6 +228,10 @@ class TranslationTask(Task):
         metrics = module.val_metrics
         self.collect_scores(metrics)
         log_target_metrics(module, metrics)
+        spread, self.cross_attention = getattr(self, "cross_attention", None), None
+        if spread is not None and not module.trainer.sanity_checking:
+            module.log("val_cross_attn_entropy", spread[0])
+            module.log("val_cross_attn_even", spread[1])
         if self.decodes_now(module) and not module.trainer.sanity_checking:
             module.log("val_bleu", metrics["bleu"].compute() * 100, prog_bar=True)
             module.log("val_chrf", metrics["chrf"].compute() * 100)
