@@ -73,6 +73,18 @@ def gemm_peak(device: torch.device, dtype: torch.dtype, size: int, repeats: int 
     return 2 * size**3 / best
 
 
+def median_seconds(step, device: torch.device, steps: int) -> float:
+    """The median wall time of ``steps`` calls of ``step``, each waited for on the device."""
+    times = []
+    for _ in range(steps):
+        _sync(device)
+        start = time.perf_counter()
+        step()
+        _sync(device)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize()
@@ -131,14 +143,7 @@ def measure(
         step()
     if profile:
         print_profile(step, device, f"d_model {shape.d_model}, {precision}")
-    times = []
-    for _ in range(steps):
-        _sync(device)
-        start = time.perf_counter()
-        step()
-        _sync(device)
-        times.append(time.perf_counter() - start)
-    seconds = statistics.median(times)
+    seconds = median_seconds(step, device, steps)
     flops = training_flops(shape, batch, src_len, tgt_len)
     peak = gemm_peak(device, DTYPES[precision], PEAK_SIZES.get(device.type, 2048))
     return {

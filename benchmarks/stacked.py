@@ -23,8 +23,6 @@ import contextlib
 import copy
 import json
 import re
-import statistics
-import time
 import warnings
 from pathlib import Path
 
@@ -33,6 +31,7 @@ from omegaconf import OmegaConf
 from torch.func import functional_call, stack_module_state, vmap
 from torch.nn import functional as F
 
+from benchmarks.mfu import median_seconds
 from nmt.data.tokenizer import PAD_ID
 from nmt.models.build import build_model
 
@@ -152,14 +151,7 @@ def timed(step, device: torch.device, steps: int, graph: bool) -> float:
     else:
         for _ in range(3):
             step()
-    times = []
-    for _ in range(steps):
-        sync(device)
-        began = time.perf_counter()
-        step()
-        sync(device)
-        times.append(time.perf_counter() - began)
-    return statistics.median(times)
+    return median_seconds(step, device, steps)
 
 
 @contextlib.contextmanager
@@ -181,11 +173,6 @@ def looped_ops():
         found = re.search(r"batching rule for (\S+)", str(warning.message))
         if found:
             names.add(found.group(1).strip(".,"))
-
-
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize()
 
 
 def measure(

@@ -49,6 +49,37 @@ def on_the_cpu(monkeypatch) -> list[ReplayedOnTheCpu]:
     return recordings
 
 
+def lightning_and_graphed_runs(tmp_path, *overrides: str, before_each=None) -> tuple[dict, dict]:
+    """Two toy runs from the same seed, their updates made by Lightning and replayed as graphs: fused AdamW,
+    the deferred guard, clipping (in the graph as Lightning clips), 3 epochs; their last checkpoints."""
+    from nmt.training.train import train
+
+    ends = {}
+    for graphed in (False, True):
+        if before_each is not None:
+            before_each()
+        run_dir = tmp_path / str(graphed)
+        cfg = compose_train(
+            "optim.optimizer.fused=true",
+            "check_every=4",
+            "trainer.gradient_clip_val=0.5",
+            f"graph_updates={str(graphed).lower()}",
+            "trainer.max_epochs=3",
+            "validation.bleu_every_n_epochs=0",
+            "checkpoint.monitor=val_loss",
+            "checkpoint.mode=min",
+            "early_stopping.monitor=val_loss",
+            "early_stopping.mode=min",
+            *NO_FINAL_SCORES,
+            *overrides,
+            f"run_dir={run_dir}",
+        )
+        torch.manual_seed(0)
+        train(cfg)
+        ends[graphed] = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)
+    return ends[False], ends[True]
+
+
 def lightning_runs_with_a_tensor_rate(monkeypatch, capturable: bool) -> None:
     """The Lightning-updated run with the graphed run's rate, a float32 tensor: a Python number rounds
     otherwise in the optimiser's arithmetic, and the noise that is the whole gradient of an attention
@@ -75,34 +106,12 @@ def test_a_run_of_replayed_updates_ends_as_the_run_lightning_updates(monkeypatch
     """Two toy runs with the deferred guard and a NaN loss in the third batch, one with graph_updates: the
     same weights, optimiser state, schedule, step count and skipped update; every shape recorded once after
     its first (eager) update, and replayed for its later batches."""
-    from nmt.training.train import train
 
     recordings = on_the_cpu(monkeypatch)
     calls = nan_loss_in_batch(monkeypatch, 3)
 
     lightning_runs_with_a_tensor_rate(monkeypatch, capturable=False)
-    ends = {}
-    for graphed in (False, True):
-        calls.clear()
-        run_dir = tmp_path / str(graphed)
-        cfg = compose_train(
-            "optim.optimizer.fused=true",
-            "check_every=4",
-            "trainer.gradient_clip_val=0.5",  # clipped, in the graph as Lightning clips
-            f"graph_updates={str(graphed).lower()}",
-            "trainer.max_epochs=3",
-            "validation.bleu_every_n_epochs=0",
-            "checkpoint.monitor=val_loss",
-            "checkpoint.mode=min",
-            "early_stopping.monitor=val_loss",
-            "early_stopping.mode=min",
-            *NO_FINAL_SCORES,
-            f"run_dir={run_dir}",
-        )
-        torch.manual_seed(0)
-        train(cfg)
-        ends[graphed] = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)
-    eager, graphed = ends[False], ends[True]
+    eager, graphed = lightning_and_graphed_runs(tmp_path, before_each=calls.clear)
     assert capsys.readouterr().out.count("1 update(s) with a non-finite loss or gradient skipped") == 2
     steps = graphed["global_step"]
     assert steps == eager["global_step"] > 10
@@ -365,7 +374,6 @@ CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="records real CU
 def test_on_a_gpu_replayed_updates_train_as_lightnings(monkeypatch, tmp_path):
     """The real recordings on a GPU (bf16-mixed, no dropout, clipping): the run ends where the run Lightning
     updates ends, within the rounding of kernels that add in their own order; every shape recorded once."""
-    from nmt.training.train import train
 
     recorded = []
     real_record = graph_updates.record
@@ -384,31 +392,13 @@ def test_on_a_gpu_replayed_updates_train_as_lightnings(monkeypatch, tmp_path):
         return real_start(self)
 
     monkeypatch.setattr(TaskModule, "on_train_start", noted)
-    ends = {}
-    for graphed in (False, True):
-        run_dir = tmp_path / str(graphed)
-        cfg = compose_train(
-            "trainer=gpu",
-            "trainer.accelerator=gpu",  # after the test runs' CPU
-            "optim.optimizer.fused=true",
-            "check_every=4",
-            "trainer.gradient_clip_val=0.5",
-            "warmup=1",  # at the full rate from the start: the weights move far, so a wrong update shows
-            "model.dropout=0.0",
-            f"graph_updates={str(graphed).lower()}",
-            "trainer.max_epochs=3",
-            "validation.bleu_every_n_epochs=0",
-            "checkpoint.monitor=val_loss",
-            "checkpoint.mode=min",
-            "early_stopping.monitor=val_loss",
-            "early_stopping.mode=min",
-            *NO_FINAL_SCORES,
-            f"run_dir={run_dir}",
-        )
-        torch.manual_seed(0)
-        train(cfg)
-        ends[graphed] = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)
-    eager, graphed = ends[False], ends[True]
+    eager, graphed = lightning_and_graphed_runs(
+        tmp_path,
+        "trainer=gpu",
+        "trainer.accelerator=gpu",  # after the test runs' CPU
+        "warmup=1",  # at the full rate from the start: the weights move far, so a wrong update shows
+        "model.dropout=0.0",
+    )
     assert graphed["global_step"] == eager["global_step"] > 10
     assert recorded and len(set(recorded)) == len(recorded) < graphed["global_step"]  # later batches replayed
     start = starts[0]
