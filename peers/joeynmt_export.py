@@ -16,7 +16,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
 from nmt.data.build import build_datamodule
-from nmt.data.tokenizer import EOS_ID, Tokenizer
+from nmt.data.tokenizer import EOS_ID, MOSES, Tokenizer
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 SPLITS = {"train": "train", "val": "dev", "test": "test"}  # ours -> JoeyNMT's names
@@ -165,10 +165,11 @@ def export(cfg: DictConfig, out: Path) -> Path:
     """Write the splits (the source side segmented as our tokenizer sees it), tokenizers and config."""
     out.mkdir(parents=True, exist_ok=True)
     dm = build_datamodule(cfg.data, cfg.cache_dir, cfg.seed)
-    if dm.segmenters[dm.tgt_lang].name == "moses":
+    target = dm.segmenters[dm.tgt_lang].name
+    if target in MOSES:
         # JoeyNMT would write Moses-tokenised text and score it against the raw references
         raise ValueError(
-            f"data.segmenter.{dm.tgt_lang}=moses: JoeyNMT does not detokenise what it writes as ours does; "
+            f"data.segmenter.{dm.tgt_lang}={target}: JoeyNMT does not detokenise what it writes as ours does; "
             "export a run without a Moses segmenter on the target side"
         )
     dm.prepare_data()

@@ -1,9 +1,12 @@
 """Our scores against sacreBLEU's own command line on the same files."""
 
+import gzip
 import json
+import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import sacrebleu
@@ -62,6 +65,33 @@ def test_lowercase_bleu_and_chrf_equal_the_sacrebleu_cli_with_lc(tmp_path):
 def test_tokenized_lowercase_bleu_splits_punctuation_and_ignores_case():
     assert tokenized_lowercase_bleu(["EIN MANN, der läuft."], ["ein Mann , der läuft ."], "de") == pytest.approx(100)
     assert tokenized_lowercase_bleu(["ein Mann"], ["eine Frau"], "de") < 1
+
+
+def test_tokenized_lowercase_bleu_keeps_a_hyphen_inside_its_word_as_multi30ks_release():
+    """Multi30k's tokenised release (tokenizer.perl without -a) keeps "t-shirt" one token: a hypothesis with
+    another word there has one wrong unigram of five, not one of seven as with "t @-@ shirt"."""
+    _, prepare = corpus.tokenized_lowercase_scoring("de")
+    assert prepare("Ein Junge im T-Shirt läuft, über saftig-grünes Gras.") == (
+        "ein junge im t-shirt läuft , über saftig-grünes gras ."
+    )
+    expected = sacrebleu.metrics.BLEU(tokenize="none").corpus_score(
+        ["ein junge im t-hemd ."], [["ein junge im t-shirt ."]]
+    )
+    assert tokenized_lowercase_bleu(["Ein Junge im T-Hemd."], ["Ein Junge im T-Shirt."], "de") == pytest.approx(
+        expected.score
+    )
+    assert expected.precisions[0] == pytest.approx(80.0)
+
+
+MULTI30K_TEST = Path(os.environ.get("NMT_DATA", "../shared/data")) / "multi30k" / "test_2016_flickr.de.gz"
+
+
+@pytest.mark.skipif(not MULTI30K_TEST.exists(), reason="real Multi30k not available")
+def test_tokenized_lowercase_bleu_scores_test2016_against_references_as_long_as_wu_et_als():
+    """Wu et al. 2021's fairseq log line for test2016 says reflen=12103: the references it scores against."""
+    references = gzip.open(MULTI30K_TEST, "rt", encoding="utf-8").read().splitlines()
+    score = corpus._tokenized_lowercase_inputs(references, references, "de")
+    assert score[0].corpus_score(score[1], [score[2]]).ref_len == 12_103
 
 
 def test_bootstrap_interval_is_sacrebleus_confidence_interval():

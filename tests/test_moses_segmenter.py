@@ -11,54 +11,83 @@ from nmt.data.multi30k import Multi30kDataModule
 from nmt.data.tokenizer import Segmenter, Tokenizer, TokenizerSettings, load_or_train
 from nmt.data.vocab import load_tokenizer
 
-# Moses's tokenizer.perl -a (aggressive hyphen splitting) on these lines, without escaping: punctuation split
-# off, a hyphen inside a word written " @-@ ", an English clitic kept with its apostrophe
+# Moses's tokenizer.perl on these lines, without escaping: punctuation split off, an English clitic kept with
+# its apostrophe, a hyphen inside a word kept there (as in Multi30k's tokenised release: "saftig-grünes",
+# "t-shirt") or, with -a (moses_aggressive), written " @-@ "
 MOSES = {
     "de": [
-        ("Ein Fußball-Spieler läuft, im Freien.", "Ein Fußball @-@ Spieler läuft , im Freien ."),
-        ("Zwei Hunde (braun) spielen: Ball!", "Zwei Hunde ( braun ) spielen : Ball !"),
+        ("Ein Fußball-Spieler läuft, im Freien.", "Ein Fußball-Spieler läuft , im Freien .", "Fußball @-@ Spieler"),
+        ("Zwei Hunde (braun) spielen: Ball!", "Zwei Hunde ( braun ) spielen : Ball !", None),
     ],
     "en": [
-        ("A man's dog runs, on a T-shirt.", "A man 's dog runs , on a T @-@ shirt ."),
-        ('She says "hello" to him?', 'She says " hello " to him ?'),
+        ("A man's dog runs, on a T-shirt.", "A man 's dog runs , on a T-shirt .", "T @-@ shirt"),
+        ('She says "hello" to him?', 'She says " hello " to him ?', None),
     ],
 }
 
 
 @pytest.mark.parametrize("lang", sorted(MOSES))
-def test_moses_segmenter_tokenises_as_moses_does_and_detokenises_back(lang):
-    segmenter = Segmenter("moses", lang=lang)
-    for text, tokenised in MOSES[lang]:
-        assert segmenter(text) == tokenised
-        assert segmenter.undo(tokenised) == text
+def test_moses_segmenters_tokenise_as_moses_does_and_detokenise_back(lang):
+    release, aggressive = Segmenter("moses", lang=lang), Segmenter("moses_aggressive", lang=lang)
+    for text, tokenised, hyphen_split in MOSES[lang]:
+        assert release(text) == tokenised
+        split = tokenised.replace(hyphen_split.replace(" @-@ ", "-"), hyphen_split) if hyphen_split else tokenised
+        assert aggressive(text) == split and (split != tokenised) == bool(hyphen_split)
+        assert release.undo(tokenised) == text and aggressive.undo(split) == text
 
 
 MULTI30K = Path(os.environ.get("NMT_DATA", "../shared/data")) / "multi30k"
 
 
+@pytest.mark.skipif(not (MULTI30K / "test_2016_flickr.de.gz").exists(), reason="real Multi30k not available")
+def test_the_moses_segmenter_tokenises_test2016_as_the_release_wu_et_al_score_against():
+    """Wu et al. 2021 report their test2016 BLEU with fairseq's log line, whose reference length is 12,103
+    tokens (reflen=12103) of the lowercased, tokenised release; -a would split 140 more tokens off."""
+    lines = gzip.open(MULTI30K / "test_2016_flickr.de.gz", "rt", encoding="utf-8").read().splitlines()
+    lengths = {
+        name: sum(len(Segmenter(name, lang="de")(line.lower()).split()) for line in lines)
+        for name in ("moses", "moses_aggressive")
+    }
+    assert lengths == {"moses": 12_103, "moses_aggressive": 12_243}
+
+
 @pytest.mark.skipif(not (MULTI30K / "val.de.gz").exists(), reason="real Multi30k not available")
+@pytest.mark.parametrize("name", ["moses", "moses_aggressive"])
 @pytest.mark.parametrize("lang", ["en", "de"])
-def test_almost_every_real_validation_sentence_survives_tokenising_and_detokenising(lang):
+def test_almost_every_real_validation_sentence_survives_tokenising_and_detokenising(lang, name):
     """What a model trained on tokenised text writes is scored after detokenising: on Multi30k's validation
     references, detokenising the tokenised text gives back all but a few lines exactly (the rest differ in
     spacing: a double space, a clitic of an English name inside German text)."""
     lines = gzip.open(MULTI30K / f"val.{lang}.gz", "rt", encoding="utf-8").read().splitlines()
-    segmenter = Segmenter("moses", lang=lang)
+    segmenter = Segmenter(name, lang=lang)
     changed = [line for line in lines if segmenter.undo(segmenter(line)) != line]
     assert len(changed) == {"en": 2, "de": 4}[lang]  # of 1,014 (sacremoses 0.2), as docs/data.md says
     for line in changed:  # the same characters, spaced differently
         assert "".join(segmenter.undo(segmenter(line)).split()) == "".join(line.split())
 
 
-def test_only_the_moses_spec_names_its_language():
+def test_only_the_moses_specs_name_their_language_and_a_spec_from_before_reads_as_it_was_trained():
     """The specs of the other segmenters are part of tokenizer cache keys and of checkpoints made before the
-    moses segmenter existed: they must stay the same."""
+    moses segmenter existed: they must stay the same. ``moses`` split hyphens before it tokenised as the
+    release: a checkpoint's spec from then (no "hyphens") must still split them."""
     assert Segmenter("none", None, "de").spec() == {"name": "none", "user_dict": None}
     assert Segmenter("jieba", None, "zh").spec() == {"name": "jieba", "user_dict": None}
-    assert Segmenter("moses", None, "de").spec() == {"name": "moses", "user_dict": None, "lang": "de"}
-    for lang in (None, "src", "zh"):  # no language, a corpus's key that is none, a script Moses cannot split
-        with pytest.raises(ValueError, match=r"moses segmenter has rules for the languages \[.*'de'.*\], not for"):
-            Segmenter("moses", lang=lang)
+    release = {"name": "moses", "user_dict": None, "lang": "de", "hyphens": "kept"}
+    assert Segmenter("moses", None, "de").spec() == release
+    aggressive = {"name": "moses_aggressive", "user_dict": None, "lang": "de"}
+    assert Segmenter("moses_aggressive", None, "de").spec() == aggressive
+    before = {"name": "moses", "user_dict": None, "lang": "de"}
+    assert Segmenter.from_spec(before).spec() == aggressive
+    assert Segmenter.from_spec(release).spec() == release and Segmenter.from_spec(aggressive).spec() == aggressive
+    assert Tokenizer(sentencepiece_model(), before).segmenter("Ein T-Shirt.") == "Ein T @-@ Shirt ."
+    for name in ("moses", "moses_aggressive"):
+        for lang in (None, "src", "zh"):  # no language, a corpus's key that is none, a script Moses cannot split
+            with pytest.raises(ValueError, match=r"moses segmenter has rules for the languages \[.*'de'.*\], not"):
+                Segmenter(name, lang=lang)
+
+
+def sentencepiece_model() -> bytes:
+    return Tokenizer.train(sentences(50), TokenizerSettings(vocab_size=300)).model_proto
 
 
 def sentences(n: int) -> list[str]:
@@ -68,7 +97,7 @@ def sentences(n: int) -> list[str]:
 
 
 def test_a_tokenizer_with_the_moses_segmenter_round_trips_and_travels_in_its_spec(tmp_path):
-    segmenter = Segmenter("moses", lang="de")
+    segmenter = Segmenter("moses_aggressive", lang="de")
     settings = TokenizerSettings(vocab_size=300, normalization="lowercase")
     model = load_or_train([segmenter(s) for s in sentences(200)], settings, tmp_path, "de").model_proto
     tokenizer = Tokenizer(model, segmenter)
@@ -95,7 +124,7 @@ def write_multi30k(folder: Path) -> None:
 def test_multi30k_with_moses_segmenters_tokenises_both_sides_and_keys_its_caches(tmp_path):
     write_multi30k(tmp_path / "multi30k")
     made = {}
-    for segmenter in ({}, {"en": "moses", "de": "moses"}):
+    for segmenter in ({}, {"en": "moses_aggressive", "de": "moses_aggressive"}):
         dm = Multi30kDataModule(
             root=str(tmp_path / "multi30k"),
             download=False,
@@ -113,7 +142,7 @@ def test_multi30k_with_moses_segmenters_tokenises_both_sides_and_keys_its_caches
     assert "@-@" in "".join(tgt_tok.pieces(tgt_tok.encode(line)))
     assert "@-@" not in "".join(made[False][1].pieces(made[False][1].encode(line)))
     # a tokenizer and an encoding of their own, never one made without segmentation
-    assert len(list((tmp_path / "cache" / "tokenizers").glob("*-moses-moses-*.model"))) == 1
+    assert len(list((tmp_path / "cache" / "tokenizers").glob("*-moses_aggressive-moses_aggressive-*.model"))) == 1
     assert len(list((tmp_path / "cache" / "encoded").glob("multi30k-train-*.pt"))) == 2
 
 
@@ -123,7 +152,7 @@ def test_the_same_subwords_with_and_without_moses_are_encoded_and_cached_apart(t
     write_multi30k(tmp_path / "multi30k")
     model = load_or_train(sentences(200), TokenizerSettings(vocab_size=300), tmp_path, "both").model_proto
     encoded = []
-    for segmenter in ({}, {"en": "moses", "de": "moses"}):
+    for segmenter in ({}, {"en": "moses_aggressive", "de": "moses_aggressive"}):
         dm = Multi30kDataModule(
             root=str(tmp_path / "multi30k"), download=False, segmenter=segmenter, cache_dir=str(tmp_path / "c")
         )
@@ -137,7 +166,8 @@ def test_a_segmenter_for_another_language_or_an_unknown_one_is_refused():
     with pytest.raises(ValueError, match=r"names \['fr'\], not languages of this pair.*\['en', 'de'\]"):
         Multi30kDataModule(download=False, segmenter={"fr": "moses"})
     with pytest.raises(
-        ValueError, match=r"data.segmenter.de: segmenter='mose' is not one of \['none', 'jieba', 'moses'\]"
+        ValueError,
+        match=r"data.segmenter.de: segmenter='mose' is not one of \['none', 'jieba', 'moses', 'moses_aggressive'\]",
     ):
         Multi30kDataModule(download=False, segmenter={"de": "mose"})
 

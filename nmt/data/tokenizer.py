@@ -20,7 +20,8 @@ from nmt.utils.io import atomic_write_bytes
 # fixed ids, the same in every vocabulary, so models and search code can rely on them
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 MODEL_TYPES = ("bpe", "unigram")
-SEGMENTERS = ("none", "jieba", "moses")
+SEGMENTERS = ("none", "jieba", "moses", "moses_aggressive")
+MOSES = ("moses", "moses_aggressive")
 # SentencePiece's rules; "identity" keeps every character as written (the default, see TokenizerSettings);
 # "lowercase" is identity with every letter lowercased (as the lowercased releases of Multi30k that papers
 # train on), a rule of ours that the model file carries like SentencePiece's own
@@ -34,14 +35,15 @@ _CJK_GAP = re.compile(rf"(?<=[{_CJK}])\s+(?=\S)|(?<=\S)\s+(?=[{_CJK}])")
 
 class Segmenter:
     """Word segmentation applied before SentencePiece and undone after decoding, per language: ``jieba``
-    splits Chinese into words; ``moses`` tokenises as the Moses tokenizer with aggressive hyphen splitting
-    (``tokenizer.perl -a``, without escaping), the preprocessing of the tokenised releases that most
-    Multi30k and WMT papers train on, and detokenises what the model writes, so that it is scored as text."""
+    splits Chinese into words; ``moses`` tokenises as the Moses tokenizer (``tokenizer.perl``, without
+    escaping), the preprocessing of Multi30k's tokenised release, which keeps a hyphen inside its word;
+    ``moses_aggressive`` also splits such hyphens off (``tokenizer.perl -a``, as WMT preparation scripts do).
+    Both detokenise what the model writes, so that it is scored as text."""
 
     def __init__(self, name: str = "none", user_dict: str | None = None, lang: str | None = None) -> None:
         if name not in SEGMENTERS:
             raise ValueError(f"segmenter={name!r} is not one of {list(SEGMENTERS)}")
-        if name == "moses" and lang not in moses_languages():
+        if name in MOSES and lang not in moses_languages():
             raise ValueError(
                 f"the moses segmenter has rules for the languages {sorted(moses_languages())}, not for {lang!r}"
                 " (Chinese needs jieba)"
@@ -53,8 +55,11 @@ class Segmenter:
     def __call__(self, text: str) -> str:
         if self.name == "none":
             return text
-        if self.name == "moses":
-            return self._moses_pair()[0].tokenize(text, aggressive_dash_splits=True, escape=False, return_str=True)
+        if self.name in MOSES:
+            aggressive = self.name == "moses_aggressive"
+            return self._moses_pair()[0].tokenize(
+                text, aggressive_dash_splits=aggressive, escape=False, return_str=True
+            )
         if self._jieba is None:
             import jieba
 
@@ -66,7 +71,7 @@ class Segmenter:
         return " ".join(w for w in self._jieba.cut(text) if w.strip())
 
     def undo(self, text: str) -> str:
-        if self.name == "moses":  # joins what tokenising split: "a @-@ b" -> "a-b", "Haus ." -> "Haus."
+        if self.name in MOSES:  # joins what tokenising split: "a @-@ b" -> "a-b", "Haus ." -> "Haus."
             return self._moses_pair()[1].detokenize(text.split(), unescape=False)
         return text if self.name == "none" else _CJK_GAP.sub("", text)
 
@@ -80,7 +85,7 @@ class Segmenter:
     def cache_key(self) -> dict:
         """:meth:`spec` and, for Moses, the version of its rules: encoded corpora are cached under it, and a
         release that tokenises otherwise might still leave the SentencePiece model unchanged."""
-        if self.name != "moses":
+        if self.name not in MOSES:
             return self.spec()
         import sacremoses
 
@@ -88,9 +93,22 @@ class Segmenter:
 
     def spec(self) -> dict:
         # the language only where it matters: the specs of the other segmenters, and with them the cache keys
-        # and checkpoints made before, stay as they were
+        # and checkpoints made before, stay as they were. ``moses`` split hyphens until it was made to
+        # tokenise as Multi30k's release: its spec now says "hyphens": "kept", and a spec without it (a
+        # checkpoint made before) is read as moses_aggressive (from_spec), so such a model reads text as it
+        # was trained to
         spec = {"name": self.name, "user_dict": self.user_dict}
-        return {**spec, "lang": self.lang} if self.name == "moses" else spec
+        if self.name == "moses":
+            return {**spec, "lang": self.lang, "hyphens": "kept"}
+        return {**spec, "lang": self.lang} if self.name in MOSES else spec
+
+    @classmethod
+    def from_spec(cls, spec: dict) -> "Segmenter":
+        """The segmenter a checkpoint's or an export's :meth:`spec` describes."""
+        spec = dict(spec)
+        if spec.get("name") == "moses" and spec.pop("hyphens", None) != "kept":
+            spec["name"] = "moses_aggressive"
+        return cls(**spec)
 
 
 def moses_languages() -> set[str]:
@@ -138,7 +156,7 @@ class Tokenizer:
 
     def __init__(self, model_proto: bytes, segmenter: Segmenter | dict | None = None) -> None:
         if isinstance(segmenter, dict):
-            segmenter = Segmenter(**segmenter)
+            segmenter = Segmenter.from_spec(segmenter)
         self.segmenter = segmenter or Segmenter()
         # the same model has the same bytes however it was made (trained, cached, or from a checkpoint of an
         # earlier version): a run's data identity and an ensemble's vocabulary check compare these bytes

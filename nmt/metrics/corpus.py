@@ -82,8 +82,11 @@ def bleu_tokenizer(lang: str) -> str:
 
 
 def tokenized_lowercase_bleu(hypotheses: Sequence[str], references: Sequence[str], lang: str) -> float:
-    """BLEU on lowercased, Moses-tokenised text (aggressive hyphen splitting), scored without further
-    tokenisation: the number multi-bleu.perl gives in most Multi30k papers. Not comparable to sacreBLEU."""
+    """BLEU on lowercased, Moses-tokenised text, scored without further tokenisation: the number
+    multi-bleu.perl (or fairseq's scorer) gives on Multi30k's lowercased, tokenised release, which most
+    Multi30k papers report. The text is tokenised as that release was (``tokenizer.perl`` without ``-a``: a
+    hyphen stays inside its word), so that the references are the release's to the token. Not comparable to
+    sacreBLEU."""
     scorer, hyps, refs = _tokenized_lowercase_inputs(hypotheses, references, lang)
     return scorer.corpus_score(hyps, [refs]).score
 
@@ -104,7 +107,7 @@ def tokenized_lowercase_scoring(lang: str):
     tokenizer = MosesTokenizer(lang=lang)
 
     def prepare(text: str) -> str:
-        return tokenizer.tokenize(text.lower(), aggressive_dash_splits=True, escape=False, return_str=True)
+        return tokenizer.tokenize(text.lower(), aggressive_dash_splits=False, escape=False, return_str=True)
 
     return {"tokenize": "none", "lowercase": False}, prepare
 
