@@ -123,6 +123,23 @@ def test_a_sweep_refuses_to_compare_the_bleu_of_lowercase_and_cased_runs(tmp_pat
     assert resolve_metric("test_bleu", records[1:]) == "test_bleu"  # one kind of run: comparable
 
 
+def test_a_sweep_refuses_to_compare_lowercased_tokenised_bleus_that_tokenised_differently():
+    """A run scored before the measure kept hyphens inside words (no signature) against one scored after."""
+    from nmt.metrics.corpus import corpus_scores
+
+    signature = corpus_scores(["Ein T-Shirt."], ["Ein T-Shirt."], "de")["bleu_tok_lc_signature"]
+    assert "hyphens-kept" in signature and "moses-de" in signature
+    records = [
+        {"bleu_tok_lc_signature": kind, "metrics": {"test_bleu_tok_lc": 40.0}} for kind in (signature, None, None)
+    ]
+    with pytest.raises(
+        ValueError, match=r"tokenised differently \(1 run: lc\|tok:moses-de-hyphens-kept.*; 2 runs: none"
+    ):
+        resolve_metric("test_bleu_tok_lc", records)
+    assert resolve_metric("test_bleu_tok_lc", records[1:]) == "test_bleu_tok_lc"  # one kind: comparable
+    assert resolve_metric("test_bleu_tok_lc", records[:1]) == "test_bleu_tok_lc"
+
+
 def test_tuning_refuses_to_rank_lowercase_and_cased_candidates_and_names_a_validation_measure(monkeypatch):
     """Tuning chooses on validation data, so its way out is the validation measure both kinds share, never a
     test score."""

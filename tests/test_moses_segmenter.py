@@ -148,18 +148,20 @@ def test_multi30k_with_moses_segmenters_tokenises_both_sides_and_keys_its_caches
 
 def test_the_same_subwords_with_and_without_moses_are_encoded_and_cached_apart(tmp_path):
     """The encoded-corpus cache is keyed on the segmenters as well as the SentencePiece model: one model
-    over raw and over tokenised text gives two encodings."""
+    over raw text, over text tokenised as the release and over text with hyphens split gives three
+    encodings."""
     write_multi30k(tmp_path / "multi30k")
     model = load_or_train(sentences(200), TokenizerSettings(vocab_size=300), tmp_path, "both").model_proto
     encoded = []
-    for segmenter in ({}, {"en": "moses_aggressive", "de": "moses_aggressive"}):
+    for segmenter in ({}, {"en": "moses", "de": "moses"}, {"en": "moses_aggressive", "de": "moses_aggressive"}):
         dm = Multi30kDataModule(
             root=str(tmp_path / "multi30k"), download=False, segmenter=segmenter, cache_dir=str(tmp_path / "c")
         )
         dm.set_tokenizers(*(Tokenizer(model, dm.segmenters[lang]) for lang in ("en", "de")))
         encoded.append(dm._encoded("val").tgt_ids)
-    assert len(list((tmp_path / "c" / "encoded").glob("multi30k-val-*.pt"))) == 2
-    assert [ids.tolist() for ids in encoded[0]] != [ids.tolist() for ids in encoded[1]]
+    assert len(list((tmp_path / "c" / "encoded").glob("multi30k-val-*.pt"))) == 3
+    as_lists = [[ids.tolist() for ids in e] for e in encoded]
+    assert as_lists[0] != as_lists[1] != as_lists[2] != as_lists[0]
 
 
 def test_a_segmenter_for_another_language_or_an_unknown_one_is_refused():
@@ -172,14 +174,15 @@ def test_a_segmenter_for_another_language_or_an_unknown_one_is_refused():
         Multi30kDataModule(download=False, segmenter={"de": "mose"})
 
 
-def test_the_joeynmt_export_refuses_a_moses_tokenised_target(tmp_path):
+@pytest.mark.parametrize("name", ["moses", "moses_aggressive"])
+def test_the_joeynmt_export_refuses_a_moses_tokenised_target(tmp_path, name):
     """JoeyNMT would write tokenised text and score it against raw references: no fair comparison."""
     from peers.joeynmt_export import export
 
     from .conftest import compose_train
 
     cfg = compose_train(
-        "+data.segmenter={de:moses}", "trainer.val_check_interval=20", "trainer.check_val_every_n_epoch=null"
+        f"+data.segmenter={{de:{name}}}", "trainer.val_check_interval=20", "trainer.check_val_every_n_epoch=null"
     )
-    with pytest.raises(ValueError, match="data.segmenter.de=moses: JoeyNMT does not detokenise"):
+    with pytest.raises(ValueError, match=f"data.segmenter.de={name}: JoeyNMT does not detokenise"):
         export(cfg, tmp_path / "joey")

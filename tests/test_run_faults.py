@@ -459,6 +459,17 @@ def test_a_folder_trained_on_other_data_is_refused(tmp_path, capsys):
     capsys.readouterr()
     train(compose_train(*args, "resume=force"))
     assert "resume=force: continuing" in capsys.readouterr().out
+    # other tokenizers (here: other segmenters before them): the checkpoint's embeddings would index other
+    # pieces, so not even resume=force continues it
+    (tmp_path / "results.json").unlink()
+    saved = json.loads((tmp_path / "fingerprint.json").read_text())
+    assert saved["data"]["segmenters"] == [{"name": "none", "user_dict": None}] * 2
+    saved["data"]["segmenters"][1] = {"name": "moses", "user_dict": None, "lang": "de", "hyphens": "kept"}
+    (tmp_path / "fingerprint.json").write_text(json.dumps(saved))
+    with pytest.raises(
+        RunFolderError, match=r"trained with other segmenters \(data\.segmenters differ\).*config\.yaml"
+    ):
+        train(compose_train(*args, "resume=force"))
 
 
 def test_a_checkpoint_is_written_from_host_copies_with_its_mappings_as_they_were(tmp_path):

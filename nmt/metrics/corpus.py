@@ -53,6 +53,7 @@ def corpus_scores(
         "chrf": round(chrf_score.score, 2),
         "chrf_signature": str(chrf.get_signature()),
         "bleu_tok_lc": round(tokenized_lowercase_bleu(hypotheses, references, tgt_lang), 2),
+        "bleu_tok_lc_signature": tokenized_lowercase_signature(tgt_lang),
         **intervals,
         "sentences": len(hypotheses),
         **(rouge_scores(hypotheses, references) if rouge else {}),
@@ -89,6 +90,17 @@ def tokenized_lowercase_bleu(hypotheses: Sequence[str], references: Sequence[str
     sacreBLEU."""
     scorer, hyps, refs = _tokenized_lowercase_inputs(hypotheses, references, lang)
     return scorer.corpus_score(hyps, [refs]).score
+
+
+def tokenized_lowercase_signature(lang: str) -> str:
+    """How :func:`tokenized_lowercase_bleu` tokenised: recorded beside each score, so that scores of other
+    definitions are not compared with it (scores recorded without one split hyphens, ``tokenizer.perl -a``)."""
+    settings, _ = tokenized_lowercase_scoring(lang)
+    if settings["tokenize"] != "none":
+        return f"lc|tok:{settings['tokenize']}|sacrebleu:{sacrebleu.__version__}"
+    import sacremoses
+
+    return f"lc|tok:moses-{lang}-hyphens-kept|sacremoses:{sacremoses.__version__}"
 
 
 def _tokenized_lowercase_inputs(hypotheses: Sequence[str], references: Sequence[str], lang: str):

@@ -9,6 +9,7 @@ t distribution. Factorial effects and interactions are in :mod:`nmt.sweep.effect
 
 import math
 import statistics
+from collections import Counter
 from collections.abc import Sequence
 from itertools import combinations
 
@@ -27,8 +28,18 @@ SHARED_TEST_MEASURE = (
 
 def check_same_case(records: Sequence[dict], metric: str, advice: str = SHARED_TEST_MEASURE) -> None:
     """The BLEU or chrF of runs that write lowercase text (scored ignoring case) and of runs that do not are
-    different measures: comparing them is an error that says what to compare instead (``advice``)."""
-    if "tok_lc" in metric or not any(name in metric for name in ("bleu", "chrf")):
+    different measures: comparing them is an error that says what to compare instead (``advice``). So are
+    lowercased tokenised BLEUs that tokenised differently (their signatures; none: hyphens split)."""
+    if "tok_lc" in metric:
+        kinds = Counter(str(r.get("bleu_tok_lc_signature") or "none (hyphens split)") for r in records)
+        if len(kinds) > 1:
+            listing = "; ".join(f"{n} run{'s' * (n > 1)}: {kind}" for kind, n in sorted(kinds.items()))
+            raise ValueError(
+                f"{metric}: the runs' lowercased tokenised BLEUs tokenised differently ({listing}): rescore "
+                "their saved outputs (python -m nmt.evaluation.score), or compare runs of one kind"
+            )
+        return
+    if not any(name in metric for name in ("bleu", "chrf")):
         return
     lowercase = sum(bool(r.get("lowercase")) for r in records)
     if 0 < lowercase < len(records):

@@ -269,6 +269,8 @@ def run_record(run_dir: Path, factors: dict, seed: int) -> dict:
             "case:lc" in str(scores.get("bleu_signature", ""))
             for scores in (test, results.get(FINAL_RESULTS["val"]) or {})
         ),
+        # how its lowercased tokenised BLEU tokenised (None: recorded before the signature, hyphens split)
+        "bleu_tok_lc_signature": (test or results.get(FINAL_RESULTS["val"]) or {}).get("bleu_tok_lc_signature"),
     }
 
 

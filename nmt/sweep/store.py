@@ -28,6 +28,7 @@ RECORD_KEYS = (
     "parameters",
     "wall_time_s",
     "lowercase",  # its BLEU and chrF ignore case (a model writing lowercase text)
+    "bleu_tok_lc_signature",  # how its lowercased tokenised BLEU tokenised
 )
 
 

@@ -155,23 +155,37 @@ def check_identity(run_dir: Path, current: dict, force: bool) -> str | None:
 
 def data_identity(description: str, report: dict, text: dict, src_tokenizer, tgt_tokenizer) -> dict:
     """What the data was: the corpus and languages, the pairs (or tokens) of each split, a hash of each
-    split's text, and a hash of the tokenizers trained on it."""
+    split's text, a hash of the tokenizers trained on it, and the word segmenters before them."""
     import hashlib
 
     digest = hashlib.sha256(src_tokenizer.model_proto + tgt_tokenizer.model_proto).hexdigest()[:16]
     sizes = {split: {k: v for k, v in counts.items() if isinstance(v, int)} for split, counts in report.items()}
-    return {"corpus": description, "splits": sizes, "text": text, "tokenizers": digest}
+    segmenters = [src_tokenizer.segmenter.spec(), tgt_tokenizer.segmenter.spec()]
+    return {"corpus": description, "splits": sizes, "text": text, "tokenizers": digest, "segmenters": segmenters}
 
 
-def check_data(run_dir: Path, current: dict, force: bool) -> str | None:
+# a checkpoint's embeddings index its tokenizers' pieces of its segmenters' words: continued with others, the
+# model would read every token as another, so not even resume=force continues it (a folder's record from
+# before the segmenters were part of it has none, and only its tokenizers are compared)
+READS_THE_PIECES = ("tokenizers", "segmenters")
+
+
+def check_data(run_dir: Path, current: dict, force: bool, resuming: bool = False) -> str | None:
     """After the data is read: the folder's run was trained on the same data, or RunFolderError (a
-    warning with ``force``)."""
+    warning with ``force``, unless a checkpoint is resumed whose tokenizers or segmenters differ)."""
     path = run_dir / FINGERPRINT
     saved = json.loads(path.read_text()).get("data") if path.is_file() else None
     if not saved or saved == current["data"]:
         return None
     changed = [k for k in sorted(set(saved) | set(current["data"])) if saved.get(k) != current["data"].get(k)]
     what = ", ".join(f"data.{k}" for k in changed)
+    unreadable = [k for k in READS_THE_PIECES if k in changed and k in saved]
+    if resuming and unreadable:
+        raise RunFolderError(
+            f"{run_dir} holds a checkpoint trained with other {' and '.join(unreadable)} ({what} differ), whose "
+            "embeddings index other pieces: not even resume=force continues it. Give the data settings the run "
+            f"had (its config.yaml: data.tokenizer, data.segmenter), or choose another run_dir"
+        )
     if force:
         return f"warning: resume=force: continuing {run_dir} on other data ({what})"
     raise RunFolderError(

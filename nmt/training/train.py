@@ -243,7 +243,8 @@ def _train_in_folder(cfg: DictConfig, task, run_dir: Path, config: dict, main_pr
         identity["data"] = data_identity(
             datamodule.describe(), data_report, datamodule.text_hashes(), src_tokenizer, tgt_tokenizer
         )
-        warning = check_data(run_dir, identity, str(cfg.get("resume", "auto")) == "force")
+        force = str(cfg.get("resume", "auto")) == "force"
+        warning = check_data(run_dir, identity, force, resuming=resume is not None)
         if warning:
             print(warning)
         record_identity(run_dir, identity)
