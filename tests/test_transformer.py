@@ -25,6 +25,7 @@ def make_model(
     tie: str = "decoder",
     fused: bool = True,
     seed: int = 0,
+    init: str = "xavier",
 ) -> Transformer:
     torch.manual_seed(seed)
     cfg = OmegaConf.load(CONF / "model" / "transformer.yaml")
@@ -39,6 +40,7 @@ def make_model(
         norm_position=norm_position,
         tie_embeddings=tie,
         fused_attention=fused,
+        init=init,
     )
     return build_model(cfg, VOCAB, VOCAB).eval()
 
@@ -118,6 +120,44 @@ def test_tied_embeddings_share_storage():
     assert model.output.weight is model.tgt_embed.weight is model.src_embed.weight
     untied = make_model(tie="none")
     assert untied.output.weight is not untied.tgt_embed.weight
+
+
+def test_fairseq_init_scales_the_query_key_value_projections_as_fairseq_and_keeps_their_biases():
+    """Xavier-uniform draws from +-gain * sqrt(6 / (fan_in + fan_out)) (variance bound^2 / 3); fairseq gives
+    the query, key and value projections gain 1/sqrt(2) and leaves their biases as nn.Linear draws them,
+    uniform in +-1/sqrt(fan_in). Everything else is initialised as by default."""
+    import math
+
+    def projections(model):
+        return {n: p for n, p in model.named_parameters() if ".self_attn." in n or ".cross_attn." in n}
+
+    default, fairseq = make_model(seed=3), make_model(seed=3, init="fairseq")
+    d = 32
+    bound = math.sqrt(6 / (d + d))
+    qkv = [n for n in projections(fairseq) if n.split(".")[-2] in ("q_proj", "k_proj", "v_proj")]
+    assert len(qkv) == (2 + 2 * 2) * 3 * 2  # 2 encoder attentions, 2 x 2 decoder; 3 projections; weight, bias
+    for name in qkv:
+        mine, theirs = fairseq.get_parameter(name), default.get_parameter(name)
+        if name.endswith("weight"):
+            assert mine.abs().max() <= bound / math.sqrt(2) < theirs.abs().max() <= bound
+        else:
+            assert 0 < mine.abs().max() <= 1 / math.sqrt(d) and not theirs.any()
+    stacked = torch.cat([fairseq.get_parameter(n).flatten() for n in qkv if n.endswith("weight")])
+    assert stacked.var().item() == pytest.approx((bound / math.sqrt(2)) ** 2 / 3, rel=0.1)
+    others = [n for n in projections(fairseq) if n.split(".")[-2] == "out_proj"]
+    for name in others:  # the output projections: as by default
+        assert fairseq.get_parameter(name).abs().max() <= bound
+        if name.endswith("bias"):
+            assert not fairseq.get_parameter(name).any()
+
+
+def test_an_unknown_init_is_refused_with_the_valid_ones():
+    cfg = OmegaConf.load(CONF / "model" / "transformer.yaml")
+    cfg.position = OmegaConf.load(CONF / "pos" / "absolute.yaml")
+    cfg.norm = OmegaConf.load(CONF / "norm" / "layer.yaml")
+    cfg.update(d_model=32, num_heads=4, init="kaiming")
+    with pytest.raises(ValueError, match=r"model.init='kaiming' is not one of \['xavier', 'fairseq'\]"):
+        build_model(cfg, 20, 20)
 
 
 def test_all_tying_needs_a_joint_vocabulary():

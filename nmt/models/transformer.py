@@ -23,6 +23,11 @@ PositionFactory = Callable[..., PositionEncoding]
 
 TIE_OPTIONS = ("none", "decoder", "all")
 NORM_POSITIONS = ("pre", "post")
+# xavier: every projection Xavier-uniform, every bias 0; fairseq: as fairseq's Transformer (the code of the
+# published tiny recipe), whose query, key and value projections take gain 1/sqrt(2) (the scale of the one
+# combined projection they replaced) and keep PyTorch's default bias, uniform in +-1/sqrt(d_model)
+INITS = ("xavier", "fairseq")
+QKV = ("q_proj", "k_proj", "v_proj")
 
 
 class Residual(nn.Module):
@@ -187,8 +192,11 @@ class Transformer(nn.Module):
         norm_position: str = "pre",
         tie_embeddings: str = "decoder",
         fused_attention: bool = True,
+        init: str = "xavier",
     ) -> None:
         super().__init__()
+        if init not in INITS:
+            raise ValueError(f"model.init={init!r} is not one of {list(INITS)}")
         if tie_embeddings not in TIE_OPTIONS:
             raise ValueError(f"model.tie_embeddings={tie_embeddings!r} is not one of {list(TIE_OPTIONS)}")
         if norm_position not in NORM_POSITIONS:
@@ -232,19 +240,20 @@ class Transformer(nn.Module):
         self.encoder_norm = norm(d_model) if pre_norm else nn.Identity()
         self.decoder_norm = norm(d_model) if pre_norm else nn.Identity()
         self.output = nn.Linear(d_model, tgt_vocab_size, bias=False)
-        self._init_weights()
+        self._init_weights(init)
         if tie_embeddings != "none":
             self.output.weight = self.tgt_embed.weight
 
-    def _init_weights(self) -> None:
+    def _init_weights(self, init: str = "xavier") -> None:
         for name, param in self.named_parameters():
+            qkv = init == "fairseq" and name.split(".")[-2] in QKV
             if name.endswith("weight") and param.dim() == 2 and "_pos." not in name:
                 if "embed" in name:
                     # std d^-1/2: with the sqrt(d) scale, embeddings enter at unit variance
                     nn.init.normal_(param, std=self.d_model**-0.5)
                 else:
-                    nn.init.xavier_uniform_(param)
-            elif name.endswith("bias") and "_pos." not in name and "norm" not in name:
+                    nn.init.xavier_uniform_(param, gain=2**-0.5 if qkv else 1.0)
+            elif name.endswith("bias") and "_pos." not in name and "norm" not in name and not qkv:
                 nn.init.zeros_(param)
         for embed in (self.src_embed, self.tgt_embed):
             nn.init.zeros_(embed.weight[self.pad_id])
