@@ -138,6 +138,18 @@ def test_a_sweep_refuses_to_compare_lowercased_tokenised_bleus_that_tokenised_di
         resolve_metric("test_bleu_tok_lc", records)
     assert resolve_metric("test_bleu_tok_lc", records[1:]) == "test_bleu_tok_lc"  # one kind: comparable
     assert resolve_metric("test_bleu_tok_lc", records[:1]) == "test_bleu_tok_lc"
+    # one definition under another release of the tokenizer: comparable
+    other_release = {**records[0], "bleu_tok_lc_signature": signature.rsplit(":", 1)[0] + ":9.9.9"}
+    assert resolve_metric("test_bleu_tok_lc", [records[0], other_release]) == "test_bleu_tok_lc"
+    # Chinese was tokenised by sacreBLEU's own tokenizer before and after: an unsigned record is today's kind
+    from nmt.metrics.corpus import tokenized_lowercase_signature, unsigned_tokenized_lowercase_signature
+
+    assert unsigned_tokenized_lowercase_signature("de") is None
+    assert (
+        unsigned_tokenized_lowercase_signature("zh")
+        == tokenized_lowercase_signature("zh")
+        == (corpus_scores(["你好"], ["你好"], "zh")["bleu_tok_lc_signature"])
+    )
 
 
 def test_tuning_refuses_to_rank_lowercase_and_cased_candidates_and_names_a_validation_measure(monkeypatch):

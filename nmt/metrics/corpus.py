@@ -103,6 +103,14 @@ def tokenized_lowercase_signature(lang: str) -> str:
     return f"lc|tok:moses-{lang}-hyphens-kept|sacremoses:{sacremoses.__version__}"
 
 
+def unsigned_tokenized_lowercase_signature(lang: str | None) -> str | None:
+    """The signature of a score recorded before scores carried one: None (Moses with hyphens split) for the
+    languages Moses tokenises; for Chinese, Japanese and Korean, whose definition has not changed, today's."""
+    if lang == "zh" or lang in MECAB:
+        return tokenized_lowercase_signature(lang)
+    return None
+
+
 def _tokenized_lowercase_inputs(hypotheses: Sequence[str], references: Sequence[str], lang: str):
     """The scorer and the texts it scores for :func:`tokenized_lowercase_bleu`."""
     settings, prepare = tokenized_lowercase_scoring(lang)

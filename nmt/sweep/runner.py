@@ -18,6 +18,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
+from nmt.metrics.corpus import unsigned_tokenized_lowercase_signature
 from nmt.sweep.gpus import GpuPool, finish_mps, mps_folder, start_mps, visible_gpus
 from nmt.sweep.levels import (
     level_overrides,
@@ -248,8 +249,13 @@ def run_record(run_dir: Path, factors: dict, seed: int) -> dict:
     """What a sweep keeps of a finished run: its factor levels and seed, the metrics its task reports
     (from results.json; the task is read from the run's config.yaml), size, cost and test outputs."""
     results = json.loads((run_dir / "results.json").read_text())
-    task = build_task(task_config(OmegaConf.to_container(OmegaConf.load(run_dir / "config.yaml"))))
+    config = OmegaConf.to_container(OmegaConf.load(run_dir / "config.yaml"))
+    task = build_task(task_config(config))
     test = results.get("test") or {}
+    scores = test or results.get(FINAL_RESULTS["val"]) or {}
+    tok_lc_signature = scores.get("bleu_tok_lc_signature")
+    if tok_lc_signature is None and "bleu_tok_lc" in scores:  # scored before the signature
+        tok_lc_signature = unsigned_tokenized_lowercase_signature((config.get("data") or {}).get("tgt_lang"))
     return {
         "factors": factors,
         "seed": seed,
@@ -270,7 +276,7 @@ def run_record(run_dir: Path, factors: dict, seed: int) -> dict:
             for scores in (test, results.get(FINAL_RESULTS["val"]) or {})
         ),
         # how its lowercased tokenised BLEU tokenised (None: recorded before the signature, hyphens split)
-        "bleu_tok_lc_signature": (test or results.get(FINAL_RESULTS["val"]) or {}).get("bleu_tok_lc_signature"),
+        "bleu_tok_lc_signature": tok_lc_signature,
     }
 
 
