@@ -92,6 +92,12 @@ def test_a_lowercase_run_is_tested_evaluated_and_swept_ignoring_case(tmp_path):
 
     record = run_record(run_dir, {"pos": "absolute"}, seed=1)
     assert record["lowercase"] is True
+    # which lowercased tokenised BLEU the run's scores are: in results.json, its final scores and its record
+    from nmt.metrics.corpus import tokenized_lowercase_signature
+
+    signature = tokenized_lowercase_signature("de")
+    assert results["bleu_tok_lc_signature"] == test["bleu_tok_lc_signature"] == signature
+    assert record["bleu_tok_lc_signature"] == signature
     # the validation set decoded as the test is: ignoring case too, and the lowercased tokenised BLEU of its texts
     val = results["val_as_test"]
     assert "case:lc" in val["bleu_signature"]

@@ -252,9 +252,9 @@ def run_record(run_dir: Path, factors: dict, seed: int) -> dict:
     config = OmegaConf.to_container(OmegaConf.load(run_dir / "config.yaml"))
     task = build_task(task_config(config))
     test = results.get("test") or {}
-    scores = test or results.get(FINAL_RESULTS["val"]) or {}
-    tok_lc_signature = scores.get("bleu_tok_lc_signature")
-    if tok_lc_signature is None and "bleu_tok_lc" in scores:  # scored before the signature
+    final = test or results.get(FINAL_RESULTS["val"]) or {}
+    tok_lc_signature = final.get("bleu_tok_lc_signature") or results.get("bleu_tok_lc_signature")
+    if tok_lc_signature is None:  # scored before the signature
         tok_lc_signature = unsigned_tokenized_lowercase_signature((config.get("data") or {}).get("tgt_lang"))
     return {
         "factors": factors,

@@ -17,7 +17,13 @@ from nmt.data.sources import decode_lines, read_lines
 from nmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from nmt.decoding.search import SearchConfig, decode, search_settings
 from nmt.decoding.translate import translate_lines
-from nmt.metrics.corpus import ROUGE_KEYS, bleu_tokenizer, corpus_scores, tokenized_lowercase_scoring
+from nmt.metrics.corpus import (
+    ROUGE_KEYS,
+    bleu_tokenizer,
+    corpus_scores,
+    tokenized_lowercase_scoring,
+    tokenized_lowercase_signature,
+)
 from nmt.tasks.base import (
     FINAL_RESULTS,
     Task,
@@ -114,6 +120,7 @@ class TranslationTask(Task):
         # and every model by the lowercased tokenised BLEU too: the measure that cased and lowercase runs
         # share (and the one Multi30k papers report), so that validation can choose between them
         tok_lc, self.tok_lc_prepare = tokenized_lowercase_scoring(datamodule.tgt_lang)
+        self.tok_lc_signature = tokenized_lowercase_signature(datamodule.tgt_lang)  # results.json says which
         self._prepared_refs: dict[str, str] = {}  # the same references every validation: tokenised once
         metrics = nn.ModuleDict(
             {
@@ -365,7 +372,10 @@ class TranslationTask(Task):
     def results_from_log(self, csv_log: Path) -> dict:
         # the measure cased and lowercase runs share, at its best over the run
         best = best_logged(csv_log, "val_bleu_tok_lc")
-        return {} if best is None else {"best_val_bleu_tok_lc": best}
+        if best is None:
+            return {}
+        signature = getattr(self, "tok_lc_signature", None)  # set where validation's scorers are built
+        return {"best_val_bleu_tok_lc": best, **({"bleu_tok_lc_signature": signature} if signature else {})}
 
     # ---- sweeps ----------------------------------------------------------------------------------
     def sweep_metrics(self, results: dict) -> dict:
