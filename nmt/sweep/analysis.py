@@ -26,7 +26,7 @@ SHARED_TEST_MEASURE = (
 )
 
 
-def check_same_case(records: Sequence[dict], metric: str, advice: str = SHARED_TEST_MEASURE) -> None:
+def check_same_measure(records: Sequence[dict], metric: str, advice: str = SHARED_TEST_MEASURE) -> None:
     """The BLEU or chrF of runs that write lowercase text (scored ignoring case) and of runs that do not are
     different measures: comparing them is an error that says what to compare instead (``advice``). So are
     lowercased tokenised BLEUs that tokenised differently (their signatures; none: hyphens split)."""

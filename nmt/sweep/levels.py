@@ -19,7 +19,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from nmt.sweep.analysis import check_same_case, lower_is_better, mean_ci
+from nmt.sweep.analysis import check_same_measure, lower_is_better, mean_ci
 from nmt.sweep.report import collect_records
 
 SWEEP_KEYS = (
@@ -143,7 +143,7 @@ def tune(sweep_dirs: list[str | Path], level_key: str, metric: str = TUNING_METR
                 "or choose another --metric"
             )
         # a test measure is no way out here: settings are chosen on validation data
-        check_same_case(records, metric, SAME_CASE_ON_VALIDATION)
+        check_same_measure(records, metric, SAME_CASE_ON_VALIDATION)
         if level in chosen:
             raise ValueError(f"{sweep_dir}: a second tuning sweep of {level_key}={level}; give one sweep per level")
         candidates: dict[tuple, list[float]] = {}

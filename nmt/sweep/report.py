@@ -73,7 +73,7 @@ def resolve_metric(metric: str, records: list[dict]) -> str:
         metric = recorded.pop() if recorded else ("test_ppl" if "test_ppl" in available else "test_bleu")
     if metric not in available:
         raise ValueError(f"report_metric={metric}: no finished run has it; the runs have {available}")
-    analysis.check_same_case(records, metric)
+    analysis.check_same_measure(records, metric)
     return metric
 
 
