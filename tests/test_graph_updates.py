@@ -176,6 +176,24 @@ def test_a_recording_that_fails_names_the_batch_and_what_to_do(monkeypatch):
     assert made == [(3, 5)]
 
 
+def test_a_recording_out_of_memory_names_the_batch_size_as_a_way_out(monkeypatch):
+    """Out of memory while recording (the eager warm-up's blocks stay cached beside the recording's pool): the
+    message offers a smaller batch as well as leaving the recordings off."""
+
+    def fails(step, inputs, stream, pool):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    param = torch.nn.Parameter(torch.zeros(2))
+
+    def step(batch):
+        return torch.zeros(()), torch.zeros((), dtype=torch.long), torch.zeros(()), torch.zeros((), dtype=torch.bool)
+
+    monkeypatch.setattr(graph_updates, "record", fails)
+    updates = graph_updates.GraphedUpdates(step, [param])
+    with pytest.raises(RuntimeError, match=r"out of memory.*lower data\.max_tokens or train with graph_updates=false"):
+        updates.update({"src": torch.zeros(3, 5, dtype=torch.long)})
+
+
 def test_optimiser_state_made_inside_a_recording_is_refused(monkeypatch):
     """Adam makes a weight's state the first time it has a gradient. Made inside a recording, that state would
     be made again at each replay (moments and step count restarting every update), so it is refused."""

@@ -159,9 +159,16 @@ class GraphedUpdates:
         try:
             recording = record(self.step, inputs, self.stream, self.pool)
         except RuntimeError as err:
+            # out of memory: the eager warm-up's blocks stay cached beside the recording's own pool, so a
+            # batch that trains eagerly may still not fit twice
+            remedy = (
+                "lower data.max_tokens or train with graph_updates=false"
+                if isinstance(err, torch.OutOfMemoryError)
+                else "train with graph_updates=false"
+            )
             raise RuntimeError(
                 f"graph_updates=true: the update of a batch of {shapes} could not be recorded as a CUDA "
-                f"graph ({str(err).splitlines()[0]}); train with graph_updates=false"
+                f"graph ({str(err).splitlines()[0]}); {remedy}"
             ) from err
         if states is not None and len(self.optimizer.state) != states:
             # state made inside a recording is made again at each replay: the moments would restart every update
