@@ -190,7 +190,10 @@ def test_a_recording_out_of_memory_names_the_batch_size_as_a_way_out(monkeypatch
 
     monkeypatch.setattr(graph_updates, "record", fails)
     updates = graph_updates.GraphedUpdates(step, [param])
-    with pytest.raises(RuntimeError, match=r"out of memory.*lower data\.max_tokens or train with graph_updates=false"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"out of memory.*smaller batches \(data\.max_tokens, or data\.batch_size .*graph_updates=false",
+    ):
         updates.update({"src": torch.zeros(3, 5, dtype=torch.long)})
 
 

@@ -162,7 +162,8 @@ class GraphedUpdates:
             # out of memory: the eager warm-up's blocks stay cached beside the recording's own pool, so a
             # batch that trains eagerly may still not fit twice
             remedy = (
-                "lower data.max_tokens or train with graph_updates=false"
+                "train on smaller batches (data.max_tokens, or data.batch_size where batches count sentences or "
+                "windows) or with graph_updates=false"
                 if isinstance(err, torch.OutOfMemoryError)
                 else "train with graph_updates=false"
             )
