@@ -606,6 +606,27 @@ def test_vectorised_bleu_equals_sacrebleu_on_every_kind_of_statistics():
     np.testing.assert_allclose(corpus_scores(rows), theirs, rtol=1e-14, atol=0)
 
 
+@pytest.mark.parametrize("patience", [None, 4])
+def test_findings_name_a_fixed_budget_and_untuned_levels_beside_the_differences_they_limit(tmp_path, patience):
+    """A difference found at a fixed budget with levels run alike is said to be limited by both."""
+    synthetic_sweep(tmp_path)
+    for run_dir in tmp_path.iterdir():
+        stopping = f"early_stopping: {{patience: {patience}, monitor: val_loss}}" if patience else "early_stopping: {}"
+        (run_dir / "config.yaml").write_text(f"data: {{}}\ntrainer: {{max_steps: 300, max_epochs: -1}}\n{stopping}\n")
+    findings = write_report(tmp_path).read_text().split("## Findings")[1].split("\n## ")[0]
+    assert "pos=relative raises test_bleu" in findings
+    fixed = "**Caveat:** They hold at this sweep's fixed budget (at most 300 updates, no early stopping)"
+    assert (fixed in findings) == (patience is None)
+    assert "**Caveat:** Every level ran with the same settings (no level_settings)" in findings
+
+
+def test_findings_carry_no_caveat_when_nothing_differs(tmp_path):
+    same = [{**r, "metrics": {"test_bleu": 30.0 + r["seed"]}} for r in RECORDS]
+    synthetic_sweep(tmp_path, same)
+    findings = write_report(tmp_path).read_text().split("## Findings")[1].split("\n## ")[0]
+    assert "No main effect or interaction is detectable" in findings and "Caveat" not in findings
+
+
 def test_the_report_says_what_ended_each_run_and_warns_of_runs_cut_by_a_time_cap(tmp_path):
     """Two runs cut by trainer.max_time, eight ended by early stopping, two made before ended_by was recorded."""
     ended = ["max_time"] * 2 + ["early stopping"] * 8 + [None] * 2

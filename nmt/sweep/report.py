@@ -129,7 +129,7 @@ def write_report(sweep_dir: str | Path, metric: str = "auto", baseline: dict | N
             f"(seeds per cell: {', '.join(sorted({str(n) for n in small.values()}))}). Their intervals are "
             "wide or absent; this report draws no conclusion from them. Run more seeds (seed=1,2,3)."
         )
-    findings(doc, ranking, fit, levels, metric, lower, conclusive=not small)
+    findings(doc, ranking, fit, levels, metric, lower, conclusive=not small, facts=facts)
     _ranking_section(doc, ranking, factors, base, metric, lower)
     if fit is not None:
         _effects_section(doc, sweep_dir, records, fit, levels, written, metric, lower)

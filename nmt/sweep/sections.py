@@ -67,8 +67,34 @@ def what_ran(doc: Document, facts: dict, factors: list[str], levels: dict, metri
         )
 
 
+def caveats(facts: dict) -> list[str]:
+    """What limits every difference found: a fixed budget (cells may not have converged) and levels that all
+    ran with the same settings (a level whose good settings differ, an optimiser's rate say, was not tuned)."""
+    said = []
+    budget = facts.get("budget")
+    if budget and not budget.get("patience"):
+        said.append(
+            f"They hold at this sweep's fixed budget ({budget_text(budget).split(';')[0]}, no early stopping): they "
+            "say how each level does after that much training, not where it ends when trained to convergence."
+        )
+    if not facts.get("level_settings"):
+        said.append(
+            "Every level ran with the same settings (no level_settings): a level whose good settings differ "
+            "from the others' (an optimiser's learning rate and warm-up, say) was compared untuned. Tune such "
+            "levels on validation first (`python sweep.py tune`, docs/sweeps.md)."
+        )
+    return said
+
+
 def findings(
-    doc: Document, ranking: dict, fit: dict | None, levels: dict, metric: str, lower: bool, conclusive: bool
+    doc: Document,
+    ranking: dict,
+    fit: dict | None,
+    levels: dict,
+    metric: str,
+    lower: bool,
+    conclusive: bool,
+    facts: dict | None = None,
 ) -> None:
     doc.heading("Findings")
     if not conclusive:
@@ -77,7 +103,7 @@ def findings(
             "establish a difference."
         )
         return
-    sentences = []
+    sentences, effects_found = [], False
     if fit is not None and fit["model"] is not None:
         from nmt.sweep.analysis import holm
 
@@ -102,6 +128,7 @@ def findings(
                     f"by {evidence} when {b}={column[1]} rather than {levels[b][0]}; read the main effects of "
                     f"{a} and {b} with that in mind."
                 )
+        effects_found = bool(sentences)
         if not sentences:
             widths = [e["ci95"] for (term, _), e in fit["effects"].items() if len(term) == 1]
             sentences.append(
@@ -125,5 +152,7 @@ def findings(
             )
     if not sentences:  # one configuration (seeds only): nothing to compare
         sentences.append("One configuration: nothing to compare. The table below gives its mean over seeds.")
+    if effects_found or better or worse:
+        sentences += [f"**Caveat:** {c}" for c in caveats(facts or {})]
     for sentence in sentences:
         doc.paragraph(sentence)
