@@ -102,6 +102,29 @@ def test_exporting_leaves_the_model_untouched(default_checkpoint, tmp_path):
     assert all(torch.equal(before[k], v) for k, v in loaded.model.state_dict().items())
 
 
+def test_an_export_that_fails_leaves_the_previous_one_whole(default_checkpoint, tmp_path):
+    """A failure half-way (a full disk, say) leaves the folder's previous export byte for byte, and nothing
+    beside it."""
+
+    loaded = load_model(default_checkpoint, device="cpu")
+
+    class UnwritableTokenizer:  # the real one, whose model cannot be written
+        def __getattr__(self, name):
+            return getattr(loaded.tgt_tokenizer, name)
+
+        @property
+        def model_proto(self):
+            raise OSError("No space left on device")
+
+    out = tmp_path / "model"
+    export_ctranslate2(loaded, out)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    with pytest.raises(OSError, match="No space left"):
+        export_ctranslate2(replace(loaded, tgt_tokenizer=UnwritableTokenizer()), out, quantization="int8")
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert [p.name for p in tmp_path.iterdir()] == ["model"]
+
+
 def test_an_unknown_format_is_refused_listing_the_formats(default_checkpoint, tmp_path):
     from omegaconf import OmegaConf
 

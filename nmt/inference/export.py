@@ -12,12 +12,15 @@ The folder holds CTranslate2's model and vocabularies plus our SentencePiece mod
 """
 
 import json
+import os
+import shutil
 from pathlib import Path
 
 import torch
 
 from nmt.inference.loading import LoadedModel
 from nmt.modules.position import LearnedPosition, RelativePosition, RotaryPosition, SinusoidalPosition, sinusoid_table
+from nmt.utils.io import atomic_write_text
 
 MAX_POSITIONS = 1024  # rows of the absolute position table written for CTranslate2
 FORMATS = ("ctranslate2",)
@@ -172,17 +175,24 @@ def export_ctranslate2(loaded: LoadedModel, out_dir: str | Path, quantization: s
     spec = build_spec(loaded)
     spec.validate()
     spec.optimize(quantization=quantization)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    spec.save(str(out_dir))
-    (out_dir / "source.model").write_bytes(loaded.src_tokenizer.model_proto)
-    (out_dir / "target.model").write_bytes(loaded.tgt_tokenizer.model_proto)
-    segmenters = {"source": loaded.src_tokenizer.segmenter.spec(), "target": loaded.tgt_tokenizer.segmenter.spec()}
-    (out_dir / "nmt_export.json").write_text(
-        json.dumps(
-            {"checkpoints": loaded.checkpoints, "quantization": quantization, "segmenters": segmenters}, indent=1
-        )
-        + "\n"
-    )
+    # written whole into a folder beside it, then moved in file by file (each a rename), our manifest last: a
+    # killed export leaves the previous one, or a folder without nmt_export.json, never a half-written file
+    staging = out_dir.with_name(f".{out_dir.name}.{os.getpid()}.tmp")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    try:
+        spec.save(str(staging))
+        (staging / "source.model").write_bytes(loaded.src_tokenizer.model_proto)
+        (staging / "target.model").write_bytes(loaded.tgt_tokenizer.model_proto)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for path in sorted(staging.iterdir()):
+            os.replace(path, out_dir / path.name)
+        tok = loaded.src_tokenizer, loaded.tgt_tokenizer
+        segmenters = {"source": tok[0].segmenter.spec(), "target": tok[1].segmenter.spec()}
+        manifest = {"checkpoints": loaded.checkpoints, "quantization": quantization, "segmenters": segmenters}
+        atomic_write_text(out_dir / "nmt_export.json", json.dumps(manifest, indent=1) + "\n")
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     return out_dir
 
 

@@ -8,6 +8,8 @@ import matplotlib
 matplotlib.use("Agg")  # files only, no display needed
 import matplotlib.pyplot as plt  # noqa: E402
 
+from nmt.utils.io import atomic_save_figure  # noqa: E402
+
 
 def interaction_heatmap(
     table: dict[tuple[str, str], float],
@@ -41,7 +43,7 @@ def interaction_heatmap(
     figure.colorbar(image, ax=ax, label=f"{metric} ({'lower' if lower_is_better else 'higher'} is better)")
     ax.set_title(f"{metric}: {names[0]} x {names[1]}")
     figure.tight_layout()
-    figure.savefig(path, dpi=100)
+    atomic_save_figure(figure, path, dpi=100)
     plt.close(figure)
 
 
@@ -72,7 +74,7 @@ def training_curves(
     ax.legend()
     ax.set_title(f"{metric} by {factor}")
     figure.tight_layout()
-    figure.savefig(path, dpi=100)
+    atomic_save_figure(figure, path, dpi=100)
     plt.close(figure)
 
 
@@ -111,5 +113,5 @@ def effect_plot(effects: dict[str, dict], metric: str, lower_is_better: bool, pa
     ax.set_xlabel(f"difference in {metric} ({'lower' if lower_is_better else 'higher'} is better)")
     ax.set_title(f"main effects on {metric}")
     figure.tight_layout()
-    figure.savefig(path, dpi=100)
+    atomic_save_figure(figure, path, dpi=100)
     plt.close(figure)

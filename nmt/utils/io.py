@@ -39,3 +39,10 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
 
 def atomic_write_json(path: str | os.PathLike, data) -> None:
     atomic_write_text(path, json.dumps(data, indent=2) + "\n")
+
+
+def atomic_save_figure(figure, path: str | os.PathLike, **savefig_kwargs) -> None:
+    """``figure.savefig`` through a temporary file (its format named by the suffix of ``path``, which the
+    temporary name lacks)."""
+    with atomic_path(path) as tmp:
+        figure.savefig(tmp, format=Path(path).suffix.lstrip(".") or None, **savefig_kwargs)

@@ -9,6 +9,8 @@ matplotlib.use("Agg")  # files only, no display needed
 import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
+from nmt.utils.io import atomic_save_figure  # noqa: E402
+
 
 def attention_figure(weights: torch.Tensor, src_tokens: list[str], tgt_tokens: list[str], title: str):
     """weights: (heads, tgt_len, src_len) -> one panel per head, plus their mean when there are several."""
@@ -44,7 +46,7 @@ def save_attention_maps(maps: dict[str, torch.Tensor], src_tokens, tgt_tokens, f
     for name, weights in entries.items():
         figure = attention_figure(weights, src_tokens, tgt_tokens, f"{prefix}: {name}")
         path = folder / f"{prefix}_{name}.png"
-        figure.savefig(path, dpi=100)
+        atomic_save_figure(figure, path, dpi=100)
         plt.close(figure)
         paths.append(path)
     return paths
