@@ -125,6 +125,35 @@ def test_an_export_that_fails_leaves_the_previous_one_whole(default_checkpoint, 
     assert [p.name for p in tmp_path.iterdir()] == ["model"]
 
 
+def test_an_export_killed_while_moving_in_leaves_no_manifest_of_the_previous_one(
+    default_checkpoint, tmp_path, monkeypatch
+):
+    """Files moved in from a new export next to the old manifest would be read as the old export: the manifest
+    goes first, so the folder is refused until an export completes."""
+    import os
+
+    loaded = load_model(default_checkpoint, device="cpu")
+    out = tmp_path / "model"
+    export_ctranslate2(loaded, out)
+    replace_file, moves = os.replace, []
+
+    def dies_on_the_second_move(src, dst):
+        moves.append(dst)
+        if len(moves) == 2:
+            raise KeyboardInterrupt
+        replace_file(src, dst)
+
+    monkeypatch.setattr(os, "replace", dies_on_the_second_move)
+    with pytest.raises(KeyboardInterrupt):
+        export_ctranslate2(loaded, out, quantization="int8")
+    monkeypatch.undo()
+    assert not (out / "nmt_export.json").exists()
+    with pytest.raises(FileNotFoundError, match="nmt_export.json"):
+        translate_pieces(out, LINES[:1])
+    export_ctranslate2(loaded, out, quantization="int8")  # and the next export completes it
+    assert len(translate_pieces(out, LINES[:2], beam_size=2)) == 2
+
+
 def test_an_unknown_format_is_refused_listing_the_formats(default_checkpoint, tmp_path):
     from omegaconf import OmegaConf
 

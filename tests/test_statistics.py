@@ -615,9 +615,19 @@ def test_findings_name_a_fixed_budget_and_untuned_levels_beside_the_differences_
         (run_dir / "config.yaml").write_text(f"data: {{}}\ntrainer: {{max_steps: 300, max_epochs: -1}}\n{stopping}\n")
     findings = write_report(tmp_path).read_text().split("## Findings")[1].split("\n## ")[0]
     assert "pos=relative raises test_bleu" in findings
-    fixed = "**Caveat:** They hold at this sweep's fixed budget (at most 300 updates, no early stopping)"
+    fixed = "**Caveat:** The differences above hold at this sweep's fixed budget (at most 300 updates, no early"
     assert (fixed in findings) == (patience is None)
     assert "**Caveat:** Every level ran with the same settings (no level_settings)" in findings
+
+
+def test_findings_say_nothing_of_untuned_levels_when_each_level_ran_its_own_settings(tmp_path):
+    synthetic_sweep(tmp_path)
+    settings = {"pos": {"absolute": ["lr=1e-3"], "relative": ["lr=2e-3"]}}
+    (tmp_path / "plan.json").write_text(json.dumps({"runs": 12, "level_settings": settings}))
+    report = write_report(tmp_path).read_text()
+    findings = report.split("## Findings")[1].split("\n## ")[0]
+    assert "pos=relative raises test_bleu" in findings and "Caveat" not in findings
+    assert "| settings with pos=relative | lr=2e-3 |" in report
 
 
 def test_findings_carry_no_caveat_when_nothing_differs(tmp_path):

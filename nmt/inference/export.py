@@ -171,12 +171,13 @@ def _vocabulary(tokenizer) -> list[str]:
 def export_ctranslate2(loaded: LoadedModel, out_dir: str | Path, quantization: str | None = None) -> Path:
     """Write the CTranslate2 model of ``loaded`` (weights in ``quantization``: None keeps float32; int8,
     int8_float32, float16, bfloat16, ...) with our SentencePiece models beside it."""
-    out_dir = Path(out_dir)
+    out_dir = Path(out_dir).resolve()  # "." and ".." have no name to put a staging folder beside
     spec = build_spec(loaded)
     spec.validate()
     spec.optimize(quantization=quantization)
-    # written whole into a folder beside it, then moved in file by file (each a rename), our manifest last: a
-    # killed export leaves the previous one, or a folder without nmt_export.json, never a half-written file
+    # written whole into a folder beside it, then moved in file by file (each a rename), the previous manifest
+    # removed first and ours written last: a killed export leaves the previous export whole, or a folder
+    # without nmt_export.json (which loading refuses), never a half-written file or a mismatched manifest
     staging = out_dir.with_name(f".{out_dir.name}.{os.getpid()}.tmp")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
@@ -185,6 +186,7 @@ def export_ctranslate2(loaded: LoadedModel, out_dir: str | Path, quantization: s
         (staging / "source.model").write_bytes(loaded.src_tokenizer.model_proto)
         (staging / "target.model").write_bytes(loaded.tgt_tokenizer.model_proto)
         out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / "nmt_export.json").unlink(missing_ok=True)
         for path in sorted(staging.iterdir()):
             os.replace(path, out_dir / path.name)
         tok = loaded.src_tokenizer, loaded.tgt_tokenizer

@@ -71,17 +71,19 @@ def caveats(facts: dict) -> list[str]:
     """What limits every difference found: a fixed budget (cells may not have converged) and levels that all
     ran with the same settings (a level whose good settings differ, an optimiser's rate say, was not tuned)."""
     said = []
-    budget = facts.get("budget")
-    if budget and not budget.get("patience"):
+    budget = facts.get("budget") or {}
+    limited = any(budget.get(k) not in (None, -1) for k in ("max_steps", "max_epochs"))
+    if limited and not budget.get("patience"):
         said.append(
-            f"They hold at this sweep's fixed budget ({budget_text(budget).split(';')[0]}, no early stopping): they "
-            "say how each level does after that much training, not where it ends when trained to convergence."
+            f"The differences above hold at this sweep's fixed budget ({budget_text(budget).split(';')[0]}, no "
+            "early stopping): they say how each level does after that much training, not where it ends when "
+            "trained to convergence."
         )
     if not facts.get("level_settings"):
         said.append(
             "Every level ran with the same settings (no level_settings): a level whose good settings differ "
-            "from the others' (an optimiser's learning rate and warm-up, say) was compared untuned. Tune such "
-            "levels on validation first (`python sweep.py tune`, docs/sweeps.md)."
+            "from the others' (an optimiser's learning rate and warm-up, say) was compared untuned. Where "
+            "that matters, tune such levels on validation first (`python sweep.py tune`, docs/sweeps.md)."
         )
     return said
 

@@ -42,7 +42,11 @@ def atomic_write_json(path: str | os.PathLike, data) -> None:
 
 
 def atomic_save_figure(figure, path: str | os.PathLike, **savefig_kwargs) -> None:
-    """``figure.savefig`` through a temporary file (its format named by the suffix of ``path``, which the
-    temporary name lacks)."""
+    """``figure.savefig`` through a temporary file: the format is the one given, else the suffix of ``path``
+    (which the temporary name lacks), else matplotlib's default."""
+    if not savefig_kwargs.get("format"):
+        import matplotlib
+
+        savefig_kwargs["format"] = Path(path).suffix.lstrip(".") or matplotlib.rcParams["savefig.format"]
     with atomic_path(path) as tmp:
-        figure.savefig(tmp, format=Path(path).suffix.lstrip(".") or None, **savefig_kwargs)
+        figure.savefig(tmp, **savefig_kwargs)
