@@ -2,6 +2,7 @@
 
 import difflib
 import os
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -112,9 +113,33 @@ def unknown_key_message(argv: list[str], config_name: str, conf: Path = CONF) ->
     return None
 
 
+def unknown_option_message(argv: list[str], conf: Path = CONF) -> str | None:
+    """One line for the first ``group=option`` of ``argv`` whose option has no file in the group (Hydra's own
+    report spans a screen: the search path, the options, a hint about a stack trace), listing the valid ones.
+    Values with Hydra's sweep syntax (choice(...), glob(...), ...) are left to Hydra."""
+    for arg in argv:
+        key, sep, value = arg.lstrip("+").partition("=")
+        group = conf / key
+        if not sep or arg.startswith(("-", "~", "hydra")) or not key or not group.is_dir():
+            continue
+        if not re.fullmatch(r"[\w./-]+(,[\w./-]+)*", value):
+            continue
+        options = sorted(str(p.relative_to(group).with_suffix("")) for p in group.rglob("*.yaml"))
+        for option in value.split(","):
+            if option not in options and option != "null":
+                close = difflib.get_close_matches(option, options, n=1, cutoff=0.6)
+                hint = f" (did you mean {key}={close[0]}?)" if close else ""
+                return (
+                    f"error: {key}={option} (on the command line): not an option of group {key}{hint}; "
+                    f"valid: {', '.join(options)}"
+                )
+    return None
+
+
 def check_command_line(config_name: str) -> None:
-    """Before Hydra starts: a misspelt key stops the program with one line suggesting the right one."""
-    message = unknown_key_message(sys.argv[1:], config_name)
+    """Before Hydra starts: a misspelt group option or key stops the program with one line suggesting the
+    right one."""
+    message = unknown_option_message(sys.argv[1:]) or unknown_key_message(sys.argv[1:], config_name)
     if message:
         print(message, file=sys.stderr)
         raise SystemExit(2)

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from nmt.cli import unknown_key_message
+from nmt.cli import unknown_key_message, unknown_option_message
 from nmt.training.config import ConfigError, check_config, unused_groups
 
 from .conftest import NO_FINAL_SCORES, ROOT, compose_train
@@ -34,11 +34,50 @@ def test_a_misspelt_key_gets_the_closest_names(argv, suggestion):
         ["data=toy", "lr=1e-3", "trainer.max_epochs=2"],
         ["+new_key=1", "hydra.run.dir=x"],  # additions and Hydra's own keys are Hydra's business
         ["pos=absolute,relative", "seed=1,2"],  # sweep lists
-        ["model=nonexistent"],  # a bad group option: Hydra lists the valid ones
+        ["model=nonexistent"],  # a bad group option: unknown_option_message's, below
     ],
 )
 def test_known_keys_pass(argv):
     assert unknown_key_message(argv, "train") is None
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["pos=rotary"], "error: pos=rotary (on the command line): not an option of group pos; valid: absolute, "
+         "learned, none, relative, rope"),
+        (["data=toy", "norm=rsm"], "error: norm=rsm (on the command line): not an option of group norm (did you mean "
+         "norm=rms?); valid: layer, rms"),
+        (["-m", "pos=absolute,relatve"], "error: pos=relatve (on the command line): not an option of group pos "
+         "(did you mean pos=relative?)"),
+        (["+tuned=nothing_tuned"], "error: tuned=nothing_tuned (on the command line): not an option of group tuned"),
+    ],
+)  # fmt: skip
+def test_a_misspelt_group_option_is_one_line_with_the_valid_ones(argv, expected):
+    message = unknown_option_message(argv)
+    assert message.startswith(expected) and "\n" not in message
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["pos=absolute,relative", "norm=null", "data=toy"],
+        ["hydra/launcher=joblib", "pos=choice(absolute,relative)", "~norm", "+tuned=factorial_converged_toy"],
+        ["experiment=multi30k_tiny_lc", "model.d_model=64", "lr=1e-3"],
+    ],
+)
+def test_group_options_that_exist_or_hydras_sweep_syntax_pass(argv):
+    assert unknown_option_message(argv) is None
+
+
+def test_train_py_stops_at_a_misspelt_group_option_with_one_line():
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "train.py"), "pos=rotary"], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 2 and result.stderr.strip().splitlines() == [
+        "error: pos=rotary (on the command line): not an option of group pos; valid: absolute, learned, none, "
+        "relative, rope"
+    ]
 
 
 def test_sweep_and_evaluate_keys_are_checked_against_their_own_configs():

@@ -243,7 +243,7 @@ def test_a_grid_scores_same_evaluations_once_and_names_its_file_and_test_command
     greedy = [row for row in grid["rows"] if row["setting"]["decode.strategy"] == "greedy"]
     assert len(grid["rows"]) == 3 and len(greedy) == 1  # greedy search reads no length penalty: one evaluation
     assert greedy[0]["also"] == [{"decode.strategy": "greedy", "decode.length_penalty": 1.0}]
-    assert {Path(row["folder"]).name for row in grid["rows"]} == {"val_greedy_lp0.6", "val_beam3_lp0.6", "val_beam3"}
+    assert {Path(row["folder"]).name for row in grid["rows"]} == {"val_greedy", "val_beam3_lp0.6", "val_beam3"}
     assert sorted(p.name for p in tmp_path.glob("*.json")) == [
         f"val_grid_greedy-beam_lp0.6-1.0_beam3_bybleu_{Path(grid['json']).stem.rsplit('_', 1)[1]}.json"
     ]
@@ -311,6 +311,18 @@ def test_a_grid_is_refused_off_the_validation_set_and_its_options_are_checked(to
         r"select_by=rougeL: .*\(ROUGE needs rouge=true\)": ("split=val", "select_by=rougeL", *grid),
         r"average_last=\[2, 99\]: only \d+ epoch checkpoint": ("split=val", "average_last=[2,99]"),
         r"decode.beam_size=0 must be at least 1": ("split=val", "decode.beam_size=[3,0]", f"out_dir={tmp_path}"),
+        r"decode.top_p=0.9: no strategy of this grid \(beam\) reads it": (
+            "split=val",
+            "decode.top_p=0.9",
+            *grid,
+            f"out_dir={tmp_path}",
+        ),
+        r"decode.beam_size=4: no strategy of this grid \(greedy, sample\) reads it": (
+            "split=val",
+            "decode.strategy=[greedy,sample]",
+            "decode.beam_size=4",
+            f"out_dir={tmp_path}",
+        ),
     }
     for message, options in refusals.items():
         with pytest.raises(ValueError, match=message):

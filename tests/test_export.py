@@ -154,6 +154,13 @@ def test_an_export_killed_while_moving_in_leaves_no_manifest_of_the_previous_one
     assert len(translate_pieces(out, LINES[:2], beam_size=2)) == 2
 
 
+def test_an_unknown_quantization_is_refused_naming_the_key(default_checkpoint, tmp_path):
+    loaded = load_model(default_checkpoint, device="cpu")
+    with pytest.raises(ValueError, match=r"^quantization=int3: .*int8"):
+        export_ctranslate2(loaded, tmp_path / "model", quantization="int3")
+    assert not any(tmp_path.iterdir())
+
+
 def test_an_unknown_format_is_refused_listing_the_formats(default_checkpoint, tmp_path):
     from omegaconf import OmegaConf
 

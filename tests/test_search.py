@@ -192,6 +192,20 @@ def test_an_evaluation_searches_as_the_run_did_unless_told_otherwise():
         beam_size=4, min_len=5, no_repeat_ngram_size=3, length_penalty=0.6
     )
     assert search_settings(None, {}) == SearchConfig()
+    # an option given that the chosen strategy does not read changes nothing: refused, naming who reads it
+    with pytest.raises(
+        ValueError,
+        match=r"^decode.top_p=0.9: decode.strategy=beam does not read it \(it applies with "
+        r"decode.strategy=sample\)",
+    ):
+        search_settings(own, {"top_p": 0.9})
+    with pytest.raises(ValueError, match=r"^decode.beam_size=4: decode.strategy=greedy .* with decode.strategy=beam\)"):
+        search_settings({"strategy": "greedy"}, {"beam_size": 4})
+    with pytest.raises(ValueError, match=r"^decode.length_penalty=0.6: decode.strategy=sample"):
+        search_settings(own, {"strategy": "sample", "length_penalty": 0.6})
+    assert search_settings(own, {"strategy": "greedy"}).strategy == "greedy"  # the run's own beam options stay
+    assert search_settings(own, {"strategy": "sample", "top_p": 0.9, "seed": 1}).top_p == 0.9
+    assert search_settings(own, {"top_p": 0.9}, refuse_unread=False).top_p == 0.9  # a grid's cells
     for name in ("evaluate", "translate", "serve"):
         block = OmegaConf.load(CONF / f"{name}.yaml").decode
         assert set(block) == set(SearchConfig.__dataclass_fields__) and all(v is None for v in block.values()), name

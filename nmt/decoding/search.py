@@ -68,14 +68,32 @@ SEARCH_TAGS = {  # options and their short names in evaluation folder names (eva
 }
 
 
-def search_settings(own: dict | None, given: dict | None) -> SearchConfig:
+# the options each strategy does not read (the length limits, min_len and no_repeat_ngram_size apply to all)
+UNREAD = {
+    "greedy": ("beam_size", "length_penalty", "early_stopping", "temperature", "top_k", "top_p", "seed"),
+    "beam": ("temperature", "top_k", "top_p", "seed"),
+    "sample": ("beam_size", "length_penalty", "early_stopping"),
+}
+
+
+def search_settings(own: dict | None, given: dict | None, refuse_unread: bool = True) -> SearchConfig:
     """The search of an evaluation or a translation: the options ``given`` (the command line's ``decode``
     block, where null means "not given"), else the run's ``own`` (its config's ``decode`` block: a
-    summariser keeps its minimum length and trigram blocking), else the defaults."""
+    summariser keeps its minimum length and trigram blocking), else the defaults. An option given that the
+    chosen strategy does not read is refused (a decoding grid, which crosses strategies with options,
+    passes ``refuse_unread=False`` and treats settings that differ only in those as one)."""
     fields = SearchConfig.__dataclass_fields__
+    given = {k: v for k, v in (given or {}).items() if v is not None}
     values = {k: v for k, v in (own or {}).items() if k in fields}
-    values.update({k: v for k, v in (given or {}).items() if v is not None})
-    return SearchConfig(**values)
+    search = SearchConfig(**{**values, **given})
+    unread = [k for k in UNREAD[search.strategy] if k in given]
+    if refuse_unread and unread:
+        readers = [f"decode.strategy={s}" for s in STRATEGIES if unread[0] not in UNREAD[s]]
+        raise ValueError(
+            f"decode.{unread[0]}={given[unread[0]]}: decode.strategy={search.strategy} does not read it (it applies "
+            f"with {' or '.join(readers)}); remove it, or choose such a strategy"
+        )
+    return search
 
 
 def banned_tokens(history: list[int], n: int) -> list[int]:

@@ -25,7 +25,7 @@ from rich.console import Console
 from rich.table import Table
 
 from nmt.data.sources import read_lines
-from nmt.decoding.search import SEARCH_TAGS, SearchConfig, search_settings
+from nmt.decoding.search import SEARCH_TAGS, UNREAD, SearchConfig, search_settings
 from nmt.inference.checkpoint import epoch_checkpoints
 from nmt.metrics.corpus import bleu_tokenizer, tokenized_lowercase_scoring
 from nmt.metrics.randomization import paired_randomization, sentence_statistics
@@ -36,11 +36,6 @@ ROUGE = ("rouge1", "rouge2", "rougeL")  # with rouge
 TAGS = {"average_last": "avg", "beam_size": "beam", "strategy": "", **SEARCH_TAGS}  # as the folders name them
 # options the test command repeats, so that the test is decoded and scored as the grid's settings were
 PASSED_ON = ("rouge", "max_tokens", "device")
-# search options a strategy does not read: two settings that differ only in them are one evaluation
-UNREAD = {
-    "greedy": ("beam_size", "length_penalty", "early_stopping", "temperature", "top_k", "top_p", "seed"),
-    "beam": ("temperature", "top_k", "top_p", "seed"),
-}
 
 
 def grid_axes(cfg: DictConfig) -> dict[str, list]:
@@ -111,6 +106,20 @@ def settings(axes: dict[str, list]) -> list[dict]:
     return [dict(zip(axes, values, strict=True)) for values in itertools.product(*axes.values())]
 
 
+def refuse_unread_everywhere(cfg: DictConfig, axes: dict[str, list], strategy: str) -> None:
+    """A decoding option given once (not a list) that no strategy of the grid reads is an error: it would
+    change nothing. ``strategy``: the first setting's, which is the run's own when the grid does not vary it."""
+    strategies = [str(s) for s in axes.get("decode.strategy", [strategy])]
+    for key, value in cfg.decode.items():
+        if value is None or f"decode.{key}" in axes or key == "strategy":
+            continue
+        if all(key in UNREAD[s] for s in strategies):
+            raise ValueError(
+                f"decode.{key}={value}: no strategy of this grid ({', '.join(strategies)}) reads it; remove it, or "
+                "add a strategy that does (decode.strategy=[...])"
+            )
+
+
 def evaluate_grid(cfg: DictConfig, task, load, axes: dict[str, list]) -> dict:
     """Score every setting of ``axes`` on the validation set (``load(average_last)`` loads the model) and
     choose the best by :func:`choose_by`."""
@@ -126,14 +135,18 @@ def evaluate_grid(cfg: DictConfig, task, load, axes: dict[str, list]) -> dict:
         if loaded is None or cell.average_last != loaded_average:
             loaded = None  # one model in memory at a time
             loaded, loaded_average = load(cell.average_last), cell.average_last
-        search = search_settings(loaded.config.get("decode"), OmegaConf.to_container(cell.decode, resolve=True))
-        folder = task.evaluation_folder(loaded, "val", search)
+        given = OmegaConf.to_container(cell.decode, resolve=True)
+        search = search_settings(loaded.config.get("decode"), given, refuse_unread=False)
+        if not rows and not scored:
+            refuse_unread_everywhere(cfg, axes, search.strategy)
         same = task.evaluation_folder(loaded, "val", read_options(search))
         if same in scored:  # e.g. greedy search at another beam size: the same evaluation
             scored[same]["also"].append(setting)
             continue
+        for key in UNREAD[search.strategy]:  # the evaluation is given only what its search reads
+            cell.decode[key] = None
         if cfg.out_dir:
-            cell.out_dir = str(Path(cfg.out_dir) / folder)
+            cell.out_dir = str(Path(cfg.out_dir) / same)
         result = task.evaluate(cell, lambda loaded=loaded: loaded)
         row = {
             "setting": setting,

@@ -174,7 +174,10 @@ def export_ctranslate2(loaded: LoadedModel, out_dir: str | Path, quantization: s
     out_dir = Path(out_dir).resolve()  # "." and ".." have no name to put a staging folder beside
     spec = build_spec(loaded)
     spec.validate()
-    spec.optimize(quantization=quantization)
+    try:
+        spec.optimize(quantization=quantization)
+    except ValueError as err:  # CTranslate2's list of the types it accepts, with the key named
+        raise ValueError(f"quantization={quantization}: {err}") from None
     # written whole into a folder beside it, then moved in file by file (each a rename), the previous manifest
     # removed first and ours written last: a killed export leaves the previous export whole, or a folder
     # without nmt_export.json (which loading refuses), never a half-written file or a mismatched manifest
