@@ -89,7 +89,7 @@ class Stack:
     def losses(self, src, tgt_in, tgt_out) -> torch.Tensor:
         """(members,): each member's loss on the same batch, with its own dropout masks."""
 
-        def one(params, buffers):
+        def one(params, buffers, src, tgt_in, tgt_out):
             every = {name: params[key] for name, key in self.aliases.items()}
 
             def forward(*x):
@@ -97,7 +97,12 @@ class Stack:
 
             return loss_of(forward, src, tgt_in, tgt_out, self.smoothing)
 
-        return vmap(one, randomness="different")(self.params, self.buffers)
+        # the batch given to each member as a view along the members' dimension, not shared: PyTorch's batching
+        # rule for its memory-efficient attention kernel (a GPU's) folds the members into the kernel's batch and
+        # rejects a mask that lacks that dimension ("attn_bias: wrong shape")
+        members = next(iter(self.params.values())).size(0)
+        batch = [t.expand(members, *t.shape) for t in (src, tgt_in, tgt_out)]
+        return vmap(one, randomness="different")(self.params, self.buffers, *batch)
 
     def member(self, index: int) -> dict[str, torch.Tensor]:
         """Member ``index``'s weights, by the names of a single model's state dict."""
