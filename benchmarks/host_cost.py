@@ -92,12 +92,23 @@ def framework_ms(
     return (t1 - t0) / (b1 - b0) * 1000, (b0, b1), table
 
 
+def training_data(cfg):
+    """The run's task, its datamodule set up for training, and the source and target tokenizers."""
+    from nmt.data.build import build_datamodule
+    from nmt.tasks import build_task
+
+    task = build_task(cfg.task)
+    datamodule = build_datamodule(cfg.data, cfg.cache_dir, cfg.seed)
+    datamodule.prepare_data()
+    src_tokenizer, tgt_tokenizer = datamodule.build_tokenizers()
+    datamodule.setup("fit")
+    return task, datamodule, src_tokenizer, tgt_tokenizer
+
+
 def bare_ms(overrides: list[str], window: tuple[int, int], device: str) -> float:
     """ms per update of the same model, loss, optimiser and schedule, at the same precision, on the same
     batches, in a plain loop: the updates before ``window`` warm up, those in it are timed."""
-    from nmt.data.build import build_datamodule
     from nmt.data.tokenizer import PAD_ID
-    from nmt.tasks import build_task
     from nmt.training.train import compile_model
     from nmt.training.trainer import resolve_precision
     from nmt.utils.instantiate import instantiate
@@ -112,11 +123,7 @@ def bare_ms(overrides: list[str], window: tuple[int, int], device: str) -> float
         torch.set_num_threads(cfg.threads)
     torch.set_float32_matmul_precision(cfg.get("matmul_precision") or "highest")
     torch.manual_seed(cfg.seed)
-    task = build_task(cfg.task)
-    datamodule = build_datamodule(cfg.data, cfg.cache_dir, cfg.seed)
-    datamodule.prepare_data()
-    src_tokenizer, tgt_tokenizer = datamodule.build_tokenizers()
-    datamodule.setup("fit")
+    task, datamodule, src_tokenizer, tgt_tokenizer = training_data(cfg)
     start, end = window
     batches = []
     for batch in datamodule.train_dataloader():

@@ -122,3 +122,44 @@ def test_the_compiled_loss_gives_the_written_out_formula_and_its_gradient_for_ev
                     tolerance = 1e-5 if dtype == torch.float32 else 1e-2
                     torch.testing.assert_close(got, expected, rtol=tolerance, atol=tolerance)
     assert counters["frames"]["ok"] <= 2, dict(counters["frames"])  # one per dtype, not one per shape
+
+
+def test_compile_layers_compiles_one_graph_per_kind_of_layer_for_every_shape(monkeypatch):
+    """compile=layers: each repeated layer compiled on its own, the layers of one kind sharing one compile
+    (the encoder's and the decoder's: two graphs for four layers and every batch shape), the model around
+    them left eager, the outputs and parameter names those of the plain model."""
+    from torch._dynamo.utils import counters
+    from torch.fx.experimental import _config as fx_config
+
+    from nmt.training.train import compile_model
+
+    real = torch.nn.Module.compile
+    # Dynamo's side alone (no kernels to build): what is compiled, and how often, is Dynamo's choice
+    monkeypatch.setattr(torch.nn.Module, "compile", lambda self, **kw: real(self, backend="aot_eager", **kw))
+    torch._dynamo.reset()
+    counters.clear()
+    torch.manual_seed(0)
+    model = our_transformer(vocab=60, d_model=32, heads=4, layers=2, ffn=64, dropout=0.0).eval()
+    names = list(model.state_dict())
+    shapes = [(3, 6, 6), (2, 9, 5), (4, 5, 11), (3, 12, 7)]
+    batches = [(torch.randint(4, 60, (b, s)), torch.randint(4, 60, (b, t))) for b, s, t in shapes]
+    with torch.no_grad(), fx_config.patch(use_duck_shape=fx_config.use_duck_shape):
+        expected = [model(src, tgt) for src, tgt in batches]
+        compile_model(model, "layers")
+        got = [model(src, tgt) for src, tgt in batches]
+    for e, g in zip(expected, got, strict=True):
+        torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-4)
+    layers = model.repeated_layers()
+    assert len(layers) == 4 and all(layer._compiled_call_impl is not None for layer in layers)
+    assert model._compiled_call_impl is None  # the embeddings and the output projection stay eager
+    assert counters["stats"]["unique_graphs"] == 2, dict(counters["recompiles"])
+    assert not counters["recompiles"], dict(counters["recompiles"])
+    assert list(model.state_dict()) == names
+
+
+def test_compile_layers_is_refused_by_a_model_without_repeated_layers():
+    from benchmarks.systems import our_rnn
+    from nmt.training.train import compile_model
+
+    with pytest.raises(ValueError, match=r"compile=layers: RNNSeq2Seq has no repeated layers .* compile=true"):
+        compile_model(our_rnn(vocab=60, hidden=16, layers=1), "layers")

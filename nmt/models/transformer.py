@@ -244,6 +244,10 @@ class Transformer(nn.Module):
         if tie_embeddings != "none":
             self.output.weight = self.tgt_embed.weight
 
+    def repeated_layers(self) -> list[nn.Module]:
+        """The layers ``compile=layers`` compiles one by one: one compile serves every layer of a kind."""
+        return [*self.encoder, *self.decoder]
+
     def _init_weights(self, init: str = "xavier") -> None:
         for name, param in self.named_parameters():
             qkv = init == "fairseq" and name.split(".")[-2] in QKV

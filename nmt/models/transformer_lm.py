@@ -104,6 +104,10 @@ class TransformerLM(nn.Module):
         if tie_output:
             self.output.weight = self.embed.weight
 
+    def repeated_layers(self) -> list[nn.Module]:
+        """The layers ``compile=layers`` compiles one by one: one compile serves them all."""
+        return list(self.layers)
+
     def _init_weights(self) -> None:
         for name, param in self.named_parameters():
             if name.startswith("pos.") or ".pos." in name:

@@ -51,7 +51,11 @@ def _rules() -> list[tuple[str, Callable[[object], bool], str]]:
         ("weight_decay", lambda v: isinstance(v, int | float) and v >= 0, "a number >= 0"),
         ("max_bad_steps", *non_negative),
         ("check_every", *positive),
-        ("compile", lambda v: v in (True, False, "reduce-overhead"), "true, false or 'reduce-overhead'"),
+        (
+            "compile",
+            lambda v: v in (True, False, "reduce-overhead", "layers"),
+            "true, false, 'reduce-overhead' or 'layers'",
+        ),
         ("resume", lambda v: v in ("auto", "force"), "one of ['auto', 'force']"),
         (
             "trainer.devices",

@@ -56,7 +56,7 @@ def unsupported(
     if str(compile) == "reduce-overhead":
         problems.append(
             "graph_updates=true records the whole update as one graph, which cannot hold "
-            "compile=reduce-overhead's: use compile=true"
+            "compile=reduce-overhead's: use compile=true or compile=layers"
         )
     return problems
 
