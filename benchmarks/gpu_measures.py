@@ -249,7 +249,10 @@ def concurrent_runs(
             if process.wait(timeout=left) != 0:
                 raise RuntimeError(f"a benchmark run failed: {log_tail(folder / f'{run.name}.log')}")
     except subprocess.TimeoutExpired as err:
-        raise RuntimeError(f"{n} run(s) not done after {timeout:.0f} s") from err
+        # where the first run was (compiling, recording, training), read far from the machine
+        raise RuntimeError(
+            f"{n} run(s) not done after {timeout:.0f} s; {log_tail(folder / f'{runs[0].name}.log', lines=5)}"
+        ) from err
     finally:
         for process in processes:
             stop(process)

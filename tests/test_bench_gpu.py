@@ -354,3 +354,10 @@ def test_runs_sharing_the_device_take_every_means_when_every_did_not_run_in_the_
     assert budgets[0] == pytest.approx(100, abs=1) and budgets[1] == pytest.approx(50, abs=1)
     args.device = "cpu"  # a CPU's runs cannot record CUDA graphs: none of the means there
     assert gpu_session.Session(args, {}, tmp_path).sharing()["overrides"] == gpu_measures.means_overrides(1)
+
+
+def test_runs_not_done_in_their_time_are_stopped_and_the_error_shows_where_the_first_one_was(tmp_path):
+    from benchmarks.gpu_measures import concurrent_runs
+
+    with pytest.raises(RuntimeError, match=r"1 run\(s\) not done after 1 s; see .*runs1_0\.log: "):
+        concurrent_runs(1, "cpu", "toy", 10_000, [], tmp_path, timeout=1.0)
