@@ -25,7 +25,7 @@ import time
 
 import torch
 
-from benchmarks.gpu_measures import device_name
+from benchmarks.gpu_measures import ROOT, device_name, run_env
 from benchmarks.host_cost import compose, training_data
 
 
@@ -86,6 +86,7 @@ def one(setting: str, device: str, overrides: list[str], shapes: int, timed: int
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,
         "overrides": overrides,
+        "compile_cache": os.environ.get("TORCHINDUCTOR_CACHE_DIR"),  # the empty one its parent made for it
     }
 
 
@@ -113,14 +114,15 @@ def main(argv: list[str] | None = None) -> list[dict]:
     for setting in settings:
         with tempfile.TemporaryDirectory() as cache:
             env = {
-                **os.environ,
+                **run_env(),
                 "TORCHINDUCTOR_CACHE_DIR": cache,
+                "TRITON_CACHE_DIR": os.path.join(cache, "triton"),  # else a caller's may hold compiled kernels
                 "TORCHINDUCTOR_FX_GRAPH_CACHE": "0",
                 "TORCHINDUCTOR_AUTOGRAD_CACHE": "0",
             }
             command = [sys.executable, "-m", "benchmarks.compile_cost", "--one", setting, "--device", args.device]
             command += ["--shapes", str(args.shapes), "--timed", str(args.timed), *overrides]
-            done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+            done = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, check=False)
         if done.returncode != 0:
             raise RuntimeError(f"compile={setting} failed:\n{done.stderr[-3000:]}")
         results.append(json.loads(done.stdout.strip().splitlines()[-1]))

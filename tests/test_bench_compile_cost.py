@@ -18,7 +18,13 @@ MICRO = [
 
 
 def test_each_setting_is_timed_on_batches_of_distinct_shapes_in_a_process_of_its_own(capsys):
+    import os
+    import tempfile
+
     (result,) = main(["--settings", "false", "--shapes", "3", "--timed", "2", *MICRO])
+    cache = result["compile_cache"]  # the child's compile cache: a fresh temporary folder, not this process's
+    assert cache and cache != os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    assert os.path.dirname(cache) == tempfile.gettempdir() and not os.path.exists(cache)  # removed after
     assert result["compile"] == "false" and result["new_shapes"] == 2  # the first shape, then two new ones
     assert result["first_update_s"] >= 0 and result["new_shapes_s"] >= 0 and result["ms_per_update"] > 0
     assert result["overrides"] == MICRO and result["threads"] == 1  # the child ran the recipe it was given

@@ -163,3 +163,65 @@ def test_compile_layers_is_refused_by_a_model_without_repeated_layers():
 
     with pytest.raises(ValueError, match=r"compile=layers: RNNSeq2Seq has no repeated layers .* compile=true"):
         compile_model(our_rnn(vocab=60, hidden=16, layers=1), "layers")
+
+
+def test_compile_layers_is_refused_before_any_data_for_a_model_class_without_repeated_layers():
+    from nmt.training.config import ConfigError, check_config
+
+    from .conftest import compose_train
+
+    with pytest.raises(ConfigError, match=r"compile=layers: RNNSeq2Seq has no repeated layers .* compile=true"):
+        check_config(compose_train("model=rnn", "compile=layers"))
+    check_config(compose_train("model=transformer", "compile=layers"))  # a Transformer lists its layers
+
+
+@pytest.mark.parametrize("kind", ["transformer", "lm"])
+def test_compile_layers_trains_as_the_plain_model_one_graph_per_kind_of_layer(monkeypatch, kind):
+    """In training (the setting's use): the loss and every gradient those of the plain model, for batches
+    of several shapes, with one compiled graph per kind of layer (the forward's; the backward is compiled
+    from it, never traced again)."""
+    import copy
+
+    from torch._dynamo.utils import counters
+    from torch.fx.experimental import _config as fx_config
+
+    from nmt.data.tokenizer import PAD_ID
+    from nmt.modules.loss import LabelSmoothedCrossEntropy
+    from nmt.training.train import compile_model
+
+    from .test_lm import language_model
+
+    real = torch.nn.Module.compile
+    monkeypatch.setattr(torch.nn.Module, "compile", lambda self, **kw: real(self, backend="aot_eager", **kw))
+    torch._dynamo.reset()
+    counters.clear()
+    torch.manual_seed(0)
+    if kind == "lm":
+        plain, kinds = language_model(dropout=0.0).train(), 1
+        shapes = [(3, 6), (2, 9), (4, 5)]
+        batches = [(torch.randint(4, 23, (b, t + 1)),) for b, t in shapes]
+    else:
+        plain, kinds = our_transformer(vocab=60, d_model=32, heads=4, layers=2, ffn=64, dropout=0.0).train(), 2
+        shapes = [(3, 6, 6), (2, 9, 5), (4, 5, 11)]
+        batches = [(torch.randint(4, 60, (b, s)), torch.randint(4, 60, (b, t + 1))) for b, s, t in shapes]
+    compiled = copy.deepcopy(plain)
+    loss = LabelSmoothedCrossEntropy(0.1, PAD_ID)
+
+    def loss_and_grads(model, batch):
+        *src, tgt = batch
+        model.zero_grad(set_to_none=True)
+        value = loss(model(*src, tgt[:, :-1]), tgt[:, 1:])[0]
+        value.backward()
+        return value.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    with fx_config.patch(use_duck_shape=fx_config.use_duck_shape):
+        compile_model(compiled, "layers")
+        for batch in batches:
+            expected, expected_grads = loss_and_grads(plain, batch)
+            got, grads = loss_and_grads(compiled, batch)
+            torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+            assert grads.keys() == expected_grads.keys()
+            for name, grad in grads.items():
+                torch.testing.assert_close(grad, expected_grads[name], rtol=1e-4, atol=1e-5, msg=name)
+    assert counters["stats"]["unique_graphs"] == kinds, dict(counters["recompiles"])
+    assert not counters["recompiles"], dict(counters["recompiles"])

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from hydra.core.hydra_config import HydraConfig
+from hydra.utils import get_class
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from nmt.decoding.search import STRATEGIES
@@ -98,6 +99,7 @@ def check_config(cfg: DictConfig) -> None:
         if value is not None and value not in allowed:
             problems.append(f"  {key}={value!r}: must be one of {allowed}")
     problems += _deferred_guard_problems(cfg)
+    problems += _compile_layers_problems(cfg)
     if cfg.get("graph_updates"):
         problems += [
             f"  {problem}"
@@ -143,6 +145,24 @@ def _devices(devices) -> int:
     if isinstance(devices, list | ListConfig):
         return len(devices)
     return 1
+
+
+def _compile_layers_problems(cfg: DictConfig) -> list[str]:
+    """compile=layers compiles the layers a model lists (``repeated_layers``): refused, before any data is
+    read, for a model class that lists none."""
+    target = OmegaConf.select(cfg, "model._target_", default=None)
+    if cfg.get("compile") != "layers" or not target:
+        return []
+    try:
+        model_class = get_class(str(target))
+    except Exception:  # noqa: BLE001  (a wrong target is reported where the model is built)
+        return []
+    if hasattr(model_class, "repeated_layers"):
+        return []
+    return [
+        f"  compile=layers: {model_class.__name__} has no repeated layers to compile one by one; "
+        "use compile=true (or false)"
+    ]
 
 
 def _deferred_guard_problems(cfg: DictConfig) -> list[str]:
