@@ -48,12 +48,13 @@ log = logging.getLogger(__name__)
 def compile_model(model: torch.nn.Module, setting, loss: torch.nn.Module | None = None) -> None:
     """``compile``: false, true (Inductor's kernels), ``reduce-overhead`` (the same kernels, each batch
     shape captured once as a CUDA graph and replayed without a launch per kernel) or ``layers`` (each of
-    the model's ``repeated_layers`` compiled on its own, the embeddings and the output projection left
-    eager: layers of one kind share one compile, so the cold compile is a fraction of the whole model's,
-    for slightly slower kernels; meant with ``graph_updates=true``, which records the update whole), in
-    place, so that parameter names (and so checkpoints) stay those of the plain model.
+    the model's ``repeated_layers`` compiled on its own, layers of one kind sharing one compile, so that
+    the cold compile is a fraction of the whole model's; the rest runs eagerly: the embeddings, the final
+    norms, the decoder's projection of the encoder's output, the output projection; meant with
+    ``graph_updates=true``, which records the update whole). In place, so that parameter names (and so
+    checkpoints) stay those of the plain model.
 
-    Shapes are dynamic in both: every batch has its own lengths, and a frame compiled for static shapes
+    Shapes are dynamic in all three: every batch has its own lengths, and a frame compiled for static shapes
     is recompiled for each new one until Dynamo's recompile limit (8), then runs eagerly. One dynamic
     compile serves every shape, and under ``reduce-overhead`` the CUDA graph trees record a graph per
     shape without recompiling (token batches of a sorted corpus take few shapes: the tiny recipe's, 27
