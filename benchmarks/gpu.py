@@ -62,6 +62,14 @@ def main(argv: list[str] | None = None) -> dict:
         help="--all: train.py overrides for the whole recipe alone, after the means (e.g. compile=false: its "
         "updates as graphs of uncompiled kernels, without the compile that a single run pays); give it last",
     )
+    parser.add_argument(
+        "--sharing-with",
+        nargs="*",
+        default=[],
+        metavar="KEY=VALUE",
+        help="--all: train.py overrides for the runs sharing the GPU, after the means (e.g. compile=false: "
+        "n runs would each pay their own compile at once); give it last",
+    )
     parser.add_argument("--table", nargs="+", metavar="RESULTS", help="print results files of --all as table rows")
     parser.add_argument("extra", nargs="*", help="train.py overrides for every run (e.g. compile=true)")
     args = parser.parse_args(argv)

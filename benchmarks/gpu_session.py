@@ -164,9 +164,11 @@ class Session:
 
     def sharing(self) -> dict:
         # the means of 'every' when it ran in this call, else all of them on a GPU (as 'full'; on a CPU, whose
-        # runs cannot record CUDA graphs, none): the runs' overrides are written beside their figures
+        # runs cannot record CUDA graphs, none), then --sharing-with: the runs' overrides are written beside
+        # their figures
         a = self.args
         overrides = self.best or (means_overrides() if a.device == "cuda" else means_overrides(1))
+        overrides = [*overrides, *getattr(a, "sharing_with", [])]
         shared = self.results["sharing"] = {"overrides": overrides}
         most = max([n for n in a.runs if n > 1], default=0)
         mps_after = bool(most) and a.device == "cuda"

@@ -354,6 +354,11 @@ def test_runs_sharing_the_device_take_every_means_when_every_did_not_run_in_the_
     assert budgets[0] == pytest.approx(100, abs=1) and budgets[1] == pytest.approx(50, abs=1)
     args.device = "cpu"  # a CPU's runs cannot record CUDA graphs: none of the means there
     assert gpu_session.Session(args, {}, tmp_path).sharing()["overrides"] == gpu_measures.means_overrides(1)
+    # --sharing-with comes after the means, so that it wins (compile=false: n runs need not compile at once)
+    args.device, args.sharing_with = "cuda", ["compile=false"]
+    given.clear()
+    assert gpu_session.Session(args, {}, tmp_path).sharing()["overrides"][-1] == "compile=false"
+    assert given[0] == ["seed=3", *gpu_measures.means_overrides(), "compile=false"]
 
 
 def test_runs_not_done_in_their_time_are_stopped_and_the_error_shows_where_the_first_one_was(tmp_path):
