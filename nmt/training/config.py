@@ -157,12 +157,15 @@ def _compile_layers_problems(cfg: DictConfig) -> list[str]:
         model_class = get_class(str(target))
     except Exception:  # noqa: BLE001  (a wrong target is reported where the model is built)
         return []
-    if hasattr(model_class, "repeated_layers"):
-        return []
-    return [
-        f"  compile=layers: {model_class.__name__} has no repeated layers to compile one by one; "
+    return [] if hasattr(model_class, "repeated_layers") else [f"  {no_repeated_layers(model_class)}"]
+
+
+def no_repeated_layers(model_class: type) -> str:
+    """Why compile=layers cannot apply to ``model_class``, and what to set instead."""
+    return (
+        f"compile=layers: {model_class.__name__} has no repeated layers to compile one by one; "
         "use compile=true (or false)"
-    ]
+    )
 
 
 def _deferred_guard_problems(cfg: DictConfig) -> list[str]:

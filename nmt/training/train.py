@@ -23,7 +23,7 @@ from nmt.models.build import count_parameters
 from nmt.tasks import build_task
 from nmt.tasks.base import FINAL_RESULTS
 from nmt.training.callbacks import WallClock, what_ended
-from nmt.training.config import check_config, describe_recipe
+from nmt.training.config import check_config, describe_recipe, no_repeated_layers
 from nmt.training.loggers import log_results_to_wandb
 from nmt.training.module import TaskModule
 from nmt.training.run_folder import (
@@ -74,10 +74,7 @@ def compile_model(model: torch.nn.Module, setting, loss: torch.nn.Module | None 
         if setting == "layers":
             layers = getattr(model, "repeated_layers", None)
             if layers is None:
-                raise ValueError(
-                    f"compile=layers: {type(model).__name__} has no repeated layers to compile one by one; "
-                    "use compile=true (or false)"
-                )
+                raise ValueError(no_repeated_layers(type(model)))
             for layer in layers():
                 layer.compile(dynamic=True)
         else:
