@@ -393,9 +393,12 @@ CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="records real CU
 
 
 @CUDA
-def test_on_a_gpu_replayed_updates_train_as_lightnings(monkeypatch, tmp_path):
+@pytest.mark.parametrize("compiled", ["false", "layers"])
+def test_on_a_gpu_replayed_updates_train_as_lightnings(monkeypatch, tmp_path, compiled):
     """The real recordings on a GPU (bf16-mixed, no dropout, clipping): the run ends where the run Lightning
-    updates ends, within the rounding of kernels that add in their own order; every shape recorded once."""
+    updates ends, within the rounding of kernels that add in their own order; every shape recorded once.
+    Also with each layer compiled (``compile=layers``, both runs): Inductor's kernels inside the recording,
+    compiled by each shape's eager update before it is recorded."""
 
     recorded = []
     real_record = graph_updates.record
@@ -420,6 +423,7 @@ def test_on_a_gpu_replayed_updates_train_as_lightnings(monkeypatch, tmp_path):
         "trainer.accelerator=gpu",  # after the test runs' CPU
         "warmup=1",  # at the full rate from the start: the weights move far, so a wrong update shows
         "model.dropout=0.0",
+        f"compile={compiled}",
     )
     assert graphed["global_step"] == eager["global_step"] > 10
     assert recorded and len(set(recorded)) == len(recorded) < graphed["global_step"]  # later batches replayed
@@ -452,6 +456,29 @@ def test_on_a_gpu_each_replay_draws_new_dropout_masks():
     losses = [updates.update(batch)[0].item() for _ in range(4)]  # one eager update, then three replays
     assert updates.replays == 3
     assert len(set(losses)) == 4, losses  # a mask fixed at recording would repeat its sum
+
+
+@CUDA
+def test_on_a_gpu_compiled_dropout_draws_new_masks_at_each_replay():
+    """Inductor's dropout (compile=layers or true) takes its seeds from the generator at each call: inside
+    a recording that draw must be replayed anew, not the seeds of the moment of recording frozen."""
+    layer = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Dropout(0.5)).cuda()
+    layer.compile(dynamic=True)
+    params = list(layer.parameters())
+    optimizer = torch.optim.AdamW(params, lr=torch.tensor(0.0, device="cuda"), fused=True, capturable=True)
+
+    def step(batch):
+        loss = layer(batch["src"]).sum()
+        loss.backward()
+        optimizer.step()
+        none = torch.zeros((), device="cuda")
+        return loss.detach(), none.long(), none, none.bool()
+
+    updates = graph_updates.GraphedUpdates(step, params, optimizer)
+    batch = {"src": torch.rand(256, 64, device="cuda")}
+    losses = [updates.update(batch)[0].item() for _ in range(4)]  # one eager update (the compile), 3 replays
+    assert updates.replays == 3
+    assert len(set(losses)) == 4, losses  # the rate is 0: only the masks can change the sum
 
 
 @CUDA
