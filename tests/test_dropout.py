@@ -74,28 +74,3 @@ def test_training_on_a_cpu_takes_the_explicit_path_with_the_kernels_result(monke
     monkeypatch.setattr(attention_module.F, "scaled_dot_product_attention", no_kernel)
     trained = attention.train()(x, k, v, mask)
     torch.testing.assert_close(trained, kernel, atol=1e-5, rtol=1e-4)
-
-
-def test_compiled_on_a_cpu_a_model_with_dropout_is_one_graph():
-    """Compiled code takes ``F.dropout`` (Inductor draws the mask in its fused kernel): the raw draw's in-place
-    ``random_`` would break the graph at every dropout, and each piece compile on its own."""
-    from benchmarks.systems import our_transformer
-
-    torch.manual_seed(0)
-    model = our_transformer(vocab=60, d_model=32, heads=4, layers=2, ffn=64, dropout=0.3).train()
-    src, tgt = torch.randint(4, 60, (3, 7)), torch.randint(4, 60, (3, 6))
-    torch._dynamo.reset()
-    compiled = torch.compile(model, backend="aot_eager", fullgraph=True, dynamic=True)  # a break raises
-    compiled(src, tgt).float().pow(2).mean().backward()
-    assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
-
-
-def test_compiled_dropout_on_a_cpu_drops_p_and_scales_the_survivors():
-    torch.manual_seed(4)
-    x = torch.rand(1 << 18) + 0.5
-    torch._dynamo.reset()
-    y = torch.compile(lambda t: dropout(t, 0.3, training=True), fullgraph=True)(x)  # Inductor's own mask
-    kept = y != 0
-    tolerance = 5 * math.sqrt(0.3 * 0.7 / x.numel())
-    assert abs(kept.float().mean().item() - 0.7) < tolerance
-    torch.testing.assert_close(y[kept], x[kept] / 0.7)

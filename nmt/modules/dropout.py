@@ -6,9 +6,7 @@ mask with ``bernoulli_``, one generator call per element, which costs more than 
 same tensor (BENCHMARKS.md, "CPU dropout cost"). Here the mask comes from raw random bits instead: one
 64-bit draw gives four 16-bit uniform integers, each compared with a threshold. The drop probability is
 then p rounded to a multiple of 1/65,536 (0.3 becomes 0.300003), and the scale uses that rounded value, so
-the output's expectation is still exactly the input. On a GPU ``F.dropout`` is one fused kernel and is kept,
-and so it is in compiled code on a CPU: Inductor draws the mask inside its own fused kernel, and the raw
-draw (an in-place ``random_``) would break the compiled graph at every dropout.
+the output's expectation is still exactly the input. On a GPU ``F.dropout`` is one fused kernel and is kept.
 """
 
 import torch
@@ -33,7 +31,7 @@ def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
     """``F.dropout(x, p, training)``, with the cheap mask on a CPU."""
     if not training or p == 0.0:
         return x
-    if x.device.type != "cpu" or p > 0.999 or torch.compiler.is_compiling():  # near 1 the rounded p could reach 1
+    if x.device.type != "cpu" or p > 0.999:  # near 1 the rounded p could reach 1
         return F.dropout(x, p, training)
     mask, p_rounded = keep_mask(x.shape, p, x.device)
     if p_rounded == 0.0:
