@@ -23,6 +23,11 @@ NAMED_USER_ERRORS = (
 )
 
 
+# errors whose message is a head line, then one line per problem (ConfigError) or per place tried with the
+# fix last (DataNotFoundError): all of it is the message, not only its head
+LISTING_ERRORS = ("ConfigError", "DataNotFoundError")
+
+
 def user_errors() -> tuple[type, ...]:
     named = [getattr(sys.modules[module], name) for module, name in NAMED_USER_ERRORS if module in sys.modules]
     return (*BUILTIN_USER_ERRORS, *named, MissingMandatoryValue)
@@ -36,7 +41,7 @@ def user_message(err: BaseException) -> str:
     if isinstance(err, OSError) and err.filename:
         return f"{err.filename}: {err.strerror}"
     text = str(err).strip()
-    if type(err).__name__ == "ConfigError":  # every problem, on one line
+    if type(err).__name__ in LISTING_ERRORS:  # every problem (or place tried), on one line
         head, *problems = text.splitlines()
         return f"{head} " + "; ".join(p.strip() for p in problems)
     return text.splitlines()[0] if text else type(err).__name__
@@ -97,6 +102,7 @@ def unknown_key_message(argv: list[str], config_name: str, conf: Path = CONF) ->
             grid_groups = [f"{k}={str(v).split(',')[0]}" for k, v in params.items() if k in groups and k not in chosen]
             if grid_groups:
                 cfg = compose(config_name, overrides=[*grid_groups, *group_overrides], return_hydra_config=True)
+            choices = dict(cfg.hydra.runtime.choices)
             cfg = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
     except Exception:  # a bad group option or the like: Hydra's own message names it
         return None
@@ -104,13 +110,36 @@ def unknown_key_message(argv: list[str], config_name: str, conf: Path = CONF) ->
     for key in plain:
         if key in known:
             continue
+        owners = _other_options_with(key, conf, groups)
         close = difflib.get_close_matches(key, list(dict.fromkeys(known + groups)), n=3, cutoff=0.6)
-        hint = f"did you mean {' or '.join(repr(c) for c in close)}?" if close else "no key or group has a similar name"
+        if owners:
+            group = key.split(".")[0]
+            hint = f"it is a key of {' or '.join(f'{group}={o}' for o in owners)}, not of {group}={choices.get(group)}"
+        elif close:
+            hint = f"did you mean {' or '.join(repr(c) for c in close)}?"
+        else:
+            hint = "no key or group has a similar name"
         return (
             f"error: {key!r} (on the command line) is neither a key of the {config_name} config nor a config "
             f"group: {hint} (python {config_name}.py --help lists the groups; +{key}=... adds a new key)"
         )
     return None
+
+
+def _other_options_with(key: str, conf: Path, groups: list[str]) -> list[str]:
+    """For ``group.sub.key``: the options of that config group whose file sets ``sub.key`` (``model.num_heads``
+    is a key of model=transformer), so that a key of another option is named as such."""
+    group, _, rest = key.partition(".")
+    if not rest or group not in groups:
+        return []
+    owners = []
+    for path in sorted((conf / group).glob("*.yaml")):
+        try:
+            if OmegaConf.select(OmegaConf.load(path), rest, default=None) is not None:
+                owners.append(path.stem)
+        except Exception:  # noqa: BLE001  (a file that does not load alone: not an owner to name)
+            continue
+    return owners
 
 
 def unknown_option_message(argv: list[str], conf: Path = CONF) -> str | None:
@@ -136,9 +165,47 @@ def unknown_option_message(argv: list[str], conf: Path = CONF) -> str | None:
     return None
 
 
+# characters of Hydra's override grammar that a sweep's run folders hold (pos=rope,seed=1)
+GRAMMAR_CHARACTERS = re.compile(r"[=,\[\]{}()' \"]")
+
+
+def quoted_paths(argv: list[str]) -> list[str]:
+    """``key=value`` whose value is an existing file or folder with characters of Hydra's grammar in its
+    name (``ckpt_path=sweeps/pos/pos=rope,seed=1``), quoted so that Hydra reads it as one path (it would
+    otherwise fail on the ``=``, or read a list at the ``,``)."""
+    quoted = []
+    for arg in argv:
+        key, sep, value = arg.partition("=")
+        if (
+            sep
+            and not arg.startswith(("-", "~"))
+            and GRAMMAR_CHARACTERS.search(value)
+            and "'" not in value
+            and not value.startswith(("[", '"'))
+            and Path(value).expanduser().exists()
+        ):
+            arg = f"{key}='{value}'"
+        quoted.append(arg)
+    return quoted
+
+
+def hydra_dir_from_run_dir(argv: list[str]) -> list[str]:
+    """train.py given ``run_dir=...``: Hydra's own output (``.hydra/``, the log) goes into that folder too, as a
+    sweep's runs do, not into a second folder under ``runs/`` of the working directory."""
+    given = [a.partition("=")[2] for a in argv if a.startswith("run_dir=")]
+    multirun = any(a in ("-m", "--multirun") for a in argv)
+    if not given or given[-1] in ("", "null") or multirun or any("hydra.run.dir=" in a for a in argv):
+        return argv
+    return [*argv, f"hydra.run.dir={given[-1]}"]
+
+
 def check_command_line(config_name: str) -> None:
     """Before Hydra starts: a misspelt group option or key stops the program with one line suggesting the
-    right one."""
+    right one. Existing paths holding Hydra's grammar are quoted (:func:`quoted_paths`), and train.py's
+    ``run_dir`` becomes Hydra's output folder too (:func:`hydra_dir_from_run_dir`)."""
+    sys.argv[1:] = quoted_paths(sys.argv[1:])
+    if config_name == "train":
+        sys.argv[1:] = hydra_dir_from_run_dir(sys.argv[1:])
     message = unknown_option_message(sys.argv[1:]) or unknown_key_message(sys.argv[1:], config_name)
     if message:
         print(message, file=sys.stderr)

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from nmt.cli import unknown_key_message, unknown_option_message
+from nmt.cli import hydra_dir_from_run_dir, quoted_paths, unknown_key_message, unknown_option_message, user_message
 from nmt.training.config import ConfigError, check_config, unused_groups
 
 from .conftest import NO_FINAL_SCORES, ROOT, compose_train
@@ -188,3 +188,57 @@ def test_a_progress_line_counts_the_tokens_of_every_epoch_its_interval_spans(mon
         bar.on_train_batch_end(trainer, module, None, None, 0)
     lines = capsys.readouterr().out.splitlines()
     assert lines == ["[train] update 9, epoch 1, 90 tokens/s"]  # (600 + 400 - 100) tokens in 10 s
+
+
+def test_a_key_of_another_option_of_its_group_is_named_so():
+    message = unknown_key_message(["model=rnn", "model.num_heads=4"], "train")
+    assert message is not None and "it is a key of model=transformer" in message and "not of model=rnn" in message
+
+
+def test_model_keys_that_the_chosen_model_does_not_take_are_refused_before_the_data():
+    cfg = compose_train("model=transformer", "recipe=toy_rnn")  # the RNN's recipe with the Transformer
+    with pytest.raises(ConfigError, match=r"model\.embed_dim, model\.hidden_size.*: not options of model="):
+        check_config(cfg)
+    check_config(compose_train("model=rnn", "recipe=toy_rnn"))  # its own model: accepted
+
+
+def test_a_monitored_score_that_no_validation_computes_is_refused():
+    cfg = compose_train("validation.bleu_every_n_epochs=0", "checkpoint.monitor=val_bleu", "checkpoint.mode=max")
+    with pytest.raises(ConfigError, match=r"checkpoint.monitor='val_bleu': validation.bleu_every_n_epochs=0 never"):
+        check_config(cfg)
+
+
+def test_every_place_a_missing_corpus_was_looked_for_is_in_its_one_line(tmp_path):
+    from nmt.data.sources import locate
+
+    with pytest.raises(FileNotFoundError) as missing:
+        locate("multi30k", ["train.en"], tmp_path / "none", tmp_path / "cache", download=False)
+    message = user_message(missing.value)
+    assert "\n" not in message and f"data.root: {tmp_path / 'none'}" in message and "Fix: set data.root=" in message
+
+
+def test_an_existing_path_with_hydras_grammar_in_its_name_is_quoted(tmp_path):
+    run = tmp_path / "pos=rope,seed=1"
+    run.mkdir()
+    assert quoted_paths([f"ckpt_path={run}", "pos=absolute,rope", f"ckpt_path=[{run},{run}]"]) == [
+        f"ckpt_path='{run}'",  # one path, not a key and a list
+        "pos=absolute,rope",  # a sweep's list: no such path
+        f"ckpt_path=[{run},{run}]",  # a list, as written
+    ]
+
+
+def test_train_pys_run_dir_is_hydras_output_folder_too():
+    assert hydra_dir_from_run_dir(["data=toy", "run_dir=/x/y"]) == ["data=toy", "run_dir=/x/y", "hydra.run.dir=/x/y"]
+    for argv in (["data=toy"], ["run_dir=null"], ["run_dir=/x", "hydra.run.dir=/z"], ["-m", "run_dir=/x"]):
+        assert hydra_dir_from_run_dir(argv) == argv
+
+
+@pytest.mark.slow
+def test_train_py_writes_nothing_outside_its_run_dir(tmp_path):
+    work, run = tmp_path / "work", tmp_path / "run"
+    work.mkdir()
+    quick = ["data=toy", "trainer.max_epochs=0", "trainer.enable_progress_bar=false", *NO_FINAL_SCORES]
+    result = run_train(*quick, f"run_dir={run}", "threads=1", cwd=work)
+    assert result.returncode == 0, result.stderr
+    assert not list(work.iterdir())  # no runs/<name>/<date>/ of Hydra's beside it
+    assert (run / ".hydra" / "config.yaml").is_file() and (run / "train.log").is_file()

@@ -45,6 +45,16 @@ def test_max_steps_between_decoded_epochs_validates_the_last_updates_and_a_rerun
     assert again == json.loads(saved) and (tmp_path / "results.json").read_text() == saved
 
 
+@pytest.mark.slow
+def test_a_run_shorter_than_the_decoding_interval_still_gets_a_best_checkpoint(tmp_path):
+    """Two epochs, BLEU decoded every third, checkpoint.monitor=val_bleu: no validation computed the score,
+    so the final weights are validated decoding, and they become best.ckpt."""
+    results = train(compose_train("validation.bleu_every_n_epochs=3", *QUICK, f"run_dir={tmp_path}"))
+    assert results["epochs"] == 2 and results["best_val_bleu"] is not None
+    assert results["best_checkpoint"] == str(tmp_path / "checkpoints" / "best.ckpt")
+    assert Path(results["best_checkpoint"]).is_file()
+
+
 # ---- 3: an unreadable last.ckpt ----------------------------------------------------------------------
 @pytest.mark.slow
 def test_a_truncated_last_checkpoint_is_named_in_one_line_or_replaced_when_the_config_says_so(tmp_path, capsys):
@@ -224,6 +234,18 @@ def test_a_folder_made_under_other_settings_is_refused_listing_the_keys_unless_f
         train(compose_train(*QUICK, f"run_dir={tmp_path}"))
     results = train(compose_train(*QUICK, "resume=force", f"run_dir={tmp_path}"))
     assert "resume=force: continuing" in capsys.readouterr().out and results["epochs"] == 2
+
+
+@pytest.mark.slow
+def test_a_folder_where_nothing_was_trained_takes_the_corrected_command(tmp_path):
+    """A run that stopped on a mistake after claiming its folder (its data missing, say) left only its
+    fingerprint: the command with the mistake fixed trains there, not refused as another run's."""
+    from nmt.training.run_folder import record_identity
+
+    record_identity(tmp_path, {"config": {"data.train": "/a/wrong/path"}, "code": {}})
+    results = train(compose_train(*QUICK, f"run_dir={tmp_path}"))
+    assert results["finished"] and results["epochs"] == 2
+    assert "data.train" not in json.loads((tmp_path / "fingerprint.json").read_text())["config"]
 
 
 @pytest.mark.slow

@@ -227,6 +227,21 @@ def test_the_readme_sweep_command_runs_as_typed_in_a_fresh_folder(tmp_path):
     assert "were made under other settings or code" in changed.stderr and "trainer.max_steps: 2 -> 3" in changed.stderr
 
 
+@pytest.mark.slow
+def test_a_sweep_whose_runs_fail_says_why_and_ends_with_status_1(tmp_path):
+    command = [sys.executable, str(ROOT / "sweep.py"), "grid=none", "data=toy", "model=rnn", "pos=absolute,rope"]
+    result = subprocess.run(
+        [*command, "seed=1", "threads=1"], capture_output=True, text=True, cwd=tmp_path, timeout=300
+    )
+    assert result.returncode == 1, result.stdout[-2000:] + result.stderr[-2000:]
+    # each failure with the run's own one-line error, then the sweep's verdict
+    assert "[sweep] FAILED (2): pos=rope,seed=1: error: invalid configuration: pos=rope: model=rnn does not use" in (
+        result.stdout
+    )
+    assert "error: 2 run(s) of the sweep failed (pos=absolute,seed=1, pos=rope,seed=1)" in result.stderr
+    assert "rerun the sweep to resume" not in result.stdout  # a rerun would fail the same way
+
+
 @pytest.mark.parametrize(("grid", "folder"), [(None, "transformer"), ("rnn", "rnn"), ("none", "none")])
 def test_the_sweep_folder_is_named_after_the_grid_without_a_hydra_config(grid, folder):
     """The sweeper reads hydra.sweep.dir before any job exists (HydraConfig unset); a job reads sweep_name

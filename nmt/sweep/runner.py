@@ -38,7 +38,7 @@ from nmt.sweep.plan import (
     swept_keys,
 )
 from nmt.sweep.report import RESULT, collect_records, write_report
-from nmt.sweep.summary import FAILED, PLAN
+from nmt.sweep.summary import FAILED, PLAN, failed_runs
 from nmt.tasks import build_task, task_config
 from nmt.tasks.base import FINAL_RESULTS
 from nmt.training.run_folder import RunFolderError, RunLock
@@ -189,8 +189,9 @@ def run_cell(cfg: DictConfig) -> dict | None:
         print(f"[sweep] trained by another process, not here: {run_dir.name}")
         return json.loads(record_path.read_text()) if record_path.exists() else None
     if returncode != 0:
-        atomic_write_json(run_dir / FAILED, {"returncode": returncode})
-        print(f"[sweep] FAILED ({returncode}): {run_dir.name}; see {run_dir / 'train_stderr.log'}")
+        error = last_error(run_dir / "train_stderr.log")
+        atomic_write_json(run_dir / FAILED, {"returncode": returncode, "error": error})
+        print(f"[sweep] FAILED ({returncode}): {run_dir.name}: {error} (log: {run_dir / 'train_stderr.log'})")
         record = None
     else:
         record = run_record(run_dir, factors, int(cfg.seed))
@@ -198,6 +199,19 @@ def run_cell(cfg: DictConfig) -> dict | None:
         (run_dir / FAILED).unlink(missing_ok=True)  # an earlier attempt's, whichever process made it
     print(progress_line(sweep_dir, _plan(sweep_dir)), flush=True)
     return record
+
+
+def last_error(log: Path) -> str:
+    """What a failed run said last: its one-line ``error: ...`` (a user error), else the last line of its
+    log (a traceback's exception)."""
+    try:
+        with open(log, "rb") as handle:
+            handle.seek(max(0, handle.seek(0, os.SEEK_END) - 16384))
+            lines = [line.strip() for line in handle.read().decode("utf-8", "replace").splitlines() if line.strip()]
+    except OSError:
+        return "no log"
+    errors = [line for line in lines if line.startswith("error:")]
+    return (errors or lines or ["an empty log"])[-1]
 
 
 def runs_started_this_sitting(sweep_dir: Path) -> int:
@@ -341,8 +355,11 @@ class SweepReport(Callback):
         mps = _MPS.pop(str(Path(config.hydra.sweep.dir)), None)
         if mps is not None:
             finish_mps(*mps, Path(config.hydra.sweep.dir), runs_started_this_sitting(Path(config.hydra.sweep.dir)))
+        failed = failed_runs(config.hydra.sweep.dir)
         if not collect_records(Path(config.hydra.sweep.dir)):
-            print(f"[sweep] no finished runs in {config.hydra.sweep.dir}: no report yet; rerun the sweep to resume")
+            resume = "" if failed else "; rerun the sweep to resume"
+            print(f"[sweep] no finished runs in {config.hydra.sweep.dir}: no report yet{resume}")
+            _stop_if_failed(failed)
             return
         baseline = dict(config.baseline) if config.get("baseline") else None
         try:
@@ -362,3 +379,17 @@ class SweepReport(Callback):
                 group=config.sweep_name,
                 metric=config.get("report_metric", "auto"),
             )
+        _stop_if_failed(failed)
+
+
+def _stop_if_failed(failed: list[str]) -> None:
+    """A sweep with failed runs ends with status 1 (after its report of the runs that finished), naming
+    them; each one's error is on its FAILED line above and in its sweep_failed.json."""
+    if failed:
+        shown = ", ".join(failed[:5]) + (f" and {len(failed) - 5} more" if len(failed) > 5 else "")
+        print(
+            f"error: {len(failed)} run(s) of the sweep failed ({shown}): fix what their errors say, then rerun the "
+            "sweep (its finished runs are kept)",
+            file=sys.stderr,
+        )
+        raise SystemExit(1)

@@ -2,6 +2,7 @@
 and what is allowed; options the chosen task or model does not use are errors too. (Unknown group
 options are rejected by Hydra itself; misspelt keys by nmt.cli with a suggestion.)"""
 
+import inspect
 from collections.abc import Callable
 from pathlib import Path
 
@@ -98,6 +99,7 @@ def check_config(cfg: DictConfig) -> None:
         value = OmegaConf.select(cfg, key, default=None)
         if value is not None and value not in allowed:
             problems.append(f"  {key}={value!r}: must be one of {allowed}")
+    problems += _model_key_problems(cfg)
     problems += _deferred_guard_problems(cfg)
     problems += _compile_layers_problems(cfg)
     if cfg.get("graph_updates"):
@@ -127,6 +129,18 @@ def check_config(cfg: DictConfig) -> None:
             value = OmegaConf.select(cfg, key, default=None)
             if names is not None and value is not None and value not in names:
                 problems.append(f"  {key}={value!r}: task={task.name} logs {sorted(names)}")
+        if OmegaConf.select(cfg, "validation.bleu_every_n_epochs", default=1) == 0:
+            watched = ["checkpoint.monitor"]
+            if OmegaConf.select(cfg, "early_stopping.patience", default=None) is not None:
+                watched.append("early_stopping.monitor")
+            for key in watched:
+                value = OmegaConf.select(cfg, key, default=None)
+                if value in task.decoded_metrics:
+                    problems.append(
+                        f"  {key}={value!r}: validation.bleu_every_n_epochs=0 never decodes the validation set, "
+                        f"so {value} is never computed; monitor val_loss (mode=min), or decode "
+                        "(bleu_every_n_epochs >= 1)"
+                    )
         final = [key for key in ("val_after_training", "test_after_training") if cfg.get(key)]
         if final and not task.scores_final_model():
             problems.append(
@@ -145,6 +159,37 @@ def _devices(devices) -> int:
     if isinstance(devices, list | ListConfig):
         return len(devices)
     return 1
+
+
+def _model_key_problems(cfg: DictConfig) -> list[str]:
+    """Keys under ``model`` that the chosen model's class does not take (a recipe or experiment meant for
+    another model, ``model=transformer recipe=toy_rnn``): refused here, in one line, rather than by the
+    constructor once the data is read."""
+    target = OmegaConf.select(cfg, "model._target_", default=None)
+    if not target:
+        return []
+    try:
+        model_class = get_class(str(target))
+    except Exception:  # noqa: BLE001  (a wrong target is reported where the model is built)
+        return []
+    params = inspect.signature(model_class.__init__).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return []
+    unknown = [str(k) for k in cfg.model if not str(k).startswith("_") and k not in params]
+    if not unknown:
+        return []
+    choices = HydraConfig.get().runtime.choices if HydraConfig.initialized() else {}
+    model = choices.get("model") or model_class.__name__
+    source = ""
+    if choices.get("experiment"):
+        source = f" (experiment={choices['experiment']} or the command line set them?)"
+    elif choices.get("recipe") not in (None, "none"):
+        source = f" (recipe={choices['recipe']} or the command line set them?)"
+    taken = sorted(str(k) for k in cfg.model if k in params)  # its own keys (the task gives the vocabularies)
+    return [
+        f"  {', '.join('model.' + k for k in unknown)}: not options of model={model}{source}; "
+        f"it takes {', '.join(taken)}"
+    ]
 
 
 def _compile_layers_problems(cfg: DictConfig) -> list[str]:

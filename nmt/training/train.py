@@ -215,6 +215,10 @@ def _claim_folder(cfg: DictConfig, run_dir: Path, identity: dict) -> dict | None
             (run_dir / RESULTS).unlink(missing_ok=True)
             saved_path.unlink()
             print(f"{run_dir} held a smoke run (trainer.fast_dev_run): its checkpoints are removed, training afresh")
+    if not real_work and saved_path.is_file():
+        # nothing was trained here (a run that stopped on a mistake before its first checkpoint): its record
+        # binds nothing, so the corrected command trains in the folder afresh
+        saved_path.unlink()
     warning = check_identity(run_dir, identity, force)
     if warning:
         print(warning)
@@ -343,7 +347,11 @@ def _train_in_folder(cfg: DictConfig, task, run_dir: Path, config: dict, main_pr
 def _validate_final_weights(cfg: DictConfig, trainer: L.Trainer, module, datamodule, checkpoint_dir: Path) -> dict:
     """A run stopped by max_steps (or early) after its last validation has updates no validation saw:
     validate them, decoding, and keep them as best.ckpt when they are the best. Returns the metrics."""
-    if trainer.global_step == module.last_validated_step or trainer.limit_val_batches == 0:
+    best = trainer.checkpoint_callbacks[0]
+    # a monitored score that only decoded validations compute may never have been computed (a run shorter
+    # than validation.bleu_every_n_epochs): validate the final weights then too, so that a best.ckpt exists
+    never_scored = best.best_model_score is None
+    if (trainer.global_step == module.last_validated_step and not never_scored) or trainer.limit_val_batches == 0:
         return {}
     module.final_validation = True
     try:
@@ -352,7 +360,6 @@ def _validate_final_weights(cfg: DictConfig, trainer: L.Trainer, module, datamod
         module.final_validation = False
     metrics = {k: _float(v) for k, v in trainer.callback_metrics.items()}
     value = trainer.callback_metrics.get(cfg.checkpoint.monitor)
-    best = trainer.checkpoint_callbacks[0]
     if value is None:
         return metrics
     score = best.best_model_score
