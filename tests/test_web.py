@@ -87,6 +87,16 @@ def test_bad_requests_get_a_4xx_and_a_message(client, body, status, message):
     assert "Traceback" not in answer.text
 
 
+def test_json_sent_without_its_content_type_is_named_as_the_cause(client):
+    app, _ = client
+    # curl -d '{"text": "one"}' without -H: sent as a form
+    answer = app.post(
+        "/api/translate", content=b'{"text": "one"}', headers={"content-type": "application/x-www-form-urlencoded"}
+    )
+    assert answer.status_code == 415 and "Content-Type: application/json" in answer.json()["error"]
+    assert "application/x-www-form-urlencoded" in answer.json()["error"]
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

@@ -44,6 +44,16 @@ def create_app(translator: Translator, max_chars: int = 1000, title: str = "nmt"
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, err: RequestValidationError):
+        kind = request.headers.get("content-type", "")
+        if request.method == "POST" and not kind.startswith("application/json"):
+            # curl's -d sends application/x-www-form-urlencoded: the body is then never read as JSON
+            return JSONResponse(
+                {
+                    "error": f"the body must be JSON sent as Content-Type: application/json (this request's: "
+                    f"{kind or 'none'}); with curl: -H 'Content-Type: application/json'"
+                },
+                status_code=415,
+            )
         problems = "; ".join(
             "the body is not valid JSON"
             if e["type"] == "json_invalid"
