@@ -242,3 +242,13 @@ def test_train_py_writes_nothing_outside_its_run_dir(tmp_path):
     assert result.returncode == 0, result.stderr
     assert not list(work.iterdir())  # no runs/<name>/<date>/ of Hydra's beside it
     assert (run / ".hydra" / "config.yaml").is_file() and (run / "train.log").is_file()
+
+
+def test_translate_names_a_missing_input_file_before_loading_any_model(tmp_path):
+    from omegaconf import OmegaConf
+
+    from nmt.inference.stream import run_translate
+
+    cfg = OmegaConf.create({"ckpt_path": str(tmp_path / "no.ckpt"), "input": str(tmp_path / "missing.en")})
+    with pytest.raises(ValueError, match=r"^input=.*missing\.en: no such file"):
+        run_translate(cfg)  # not the missing checkpoint's error: the input is checked first

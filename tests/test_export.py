@@ -82,7 +82,7 @@ def test_export_py_writes_a_model_folder(default_checkpoint, tmp_path):
 def test_what_ctranslate2_cannot_hold_is_refused_naming_the_option(tmp_path_factory):
     rnn = load_model(trained(tmp_path_factory, "rnn", ["model=rnn"]), device="cpu")
     with pytest.raises(
-        ExportError, match=r"^model=RNNSeq2Seq: CTranslate2's Transformer specification holds Transformers only"
+        ExportError, match=r"^model=rnn \(RNNSeq2Seq\): CTranslate2's Transformer specification holds Transformers only"
     ):
         check_exportable(rnn)
     keys_only = load_model(trained(tmp_path_factory, "keys", ["pos=relative", "pos.use_values=false"]), device="cpu")

@@ -24,9 +24,15 @@ def evaluate(cfg: DictConfig) -> dict:
         print(f"Checkpoint: {cfg.ckpt_path}", file=sys.stderr)
         return evaluate_grid(cfg, task, lambda average: load_model(cfg.ckpt_path, average, cfg.device), axes)
     task.check_evaluation(cfg)
-    print(
-        f"Checkpoint: {cfg.ckpt_path}"
-        + (f" (the mean of the last {cfg.average_last} epochs)" if cfg.average_last > 1 else ""),
-        file=sys.stderr,  # standard output may carry translations
-    )
-    return task.evaluate(cfg, lambda: load_model(cfg.ckpt_path, cfg.average_last, cfg.device))
+
+    def loaded():
+        model = load_model(cfg.ckpt_path, cfg.average_last, cfg.device)
+        # once loaded: too few epoch checkpoints to average is an error, not a line announcing their mean
+        print(
+            f"Checkpoint: {cfg.ckpt_path}"
+            + (f" (the mean of the last {cfg.average_last} epochs)" if cfg.average_last > 1 else ""),
+            file=sys.stderr,  # standard output may carry translations
+        )
+        return model
+
+    return task.evaluate(cfg, loaded)

@@ -26,6 +26,18 @@ MAX_POSITIONS = 1024  # rows of the absolute position table written for CTransla
 FORMATS = ("ctranslate2",)
 
 
+def _model_option(target: str) -> str:
+    """The ``model`` group option whose config builds ``target`` (what a user names it), else the class name."""
+    from omegaconf import OmegaConf
+
+    from nmt.cli import CONF
+
+    for path in sorted((CONF / "model").glob("*.yaml")):
+        if OmegaConf.load(path).get("_target_") == target:
+            return path.stem
+    return target.rsplit(".", 1)[-1]
+
+
 class ExportError(ValueError):
     """A model the target format cannot represent; the message names the option."""
 
@@ -64,8 +76,9 @@ def check_exportable(loaded: LoadedModel) -> None:
         raise ExportError(f"task={loaded.task.name}: a language model; the export writes encoder-decoder models only")
     model = loaded.model
     if not isinstance(model, Transformer):
+        target = str(loaded.config["model"].get("_target_", "?"))
         raise ExportError(
-            f"model={loaded.config['model'].get('_target_', '?').rsplit('.', 1)[-1]}: CTranslate2's Transformer "
+            f"model={_model_option(target)} ({target.rsplit('.', 1)[-1]}): CTranslate2's Transformer "
             "specification holds Transformers only (recurrent models are not exported)"
         )
     position = model.src_pos

@@ -10,6 +10,7 @@ appends a tab and Pharaoh pairs ``i-j`` (source piece i, output piece j).
 import sys
 from collections.abc import Iterator
 from contextlib import nullcontext
+from pathlib import Path
 
 from omegaconf import DictConfig
 
@@ -51,6 +52,14 @@ def _stdin_lines() -> Iterator[str]:
 
 
 def run_translate(cfg: DictConfig) -> dict:
+    # the files first: a misspelt name is told at once, not after the model is loaded
+    for key, what in (
+        ("input", "the source sentences, one per line, or input=- for standard input"),
+        ("prefix_file", "how each output begins, one line per input line"),
+    ):
+        path = cfg.get(key)
+        if path and path != "-" and not Path(path).expanduser().is_file():
+            raise ValueError(f"{key}={path}: no such file ({what})")
     translator = Translator.from_config(cfg)
     beams = translator.search.beam_size if translator.search.strategy == "beam" else 1
     if not 1 <= int(cfg.n_best) <= beams:
