@@ -1,6 +1,7 @@
 """The Lightning Trainer of a run: its callbacks (checkpoints, early stopping, signals, throughput),
 loggers, precision and checkpoint writer, all from the config."""
 
+import logging
 import warnings
 from pathlib import Path
 
@@ -105,7 +106,23 @@ def resolve_precision(precision: str, accelerator: str = "auto") -> str:
     return "32-true"
 
 
+# Lightning's lines that say nothing about this run: an advertisement, that our own model summary replaces
+# its default one, and a deprecation inside Lightning itself (not in code a user can change)
+QUIET = ("💡 Tip:", "Trainer already configured with model summary callbacks")
+
+
+def _quiet_lightning() -> None:
+    logger = logging.getLogger("lightning.pytorch.utilities.rank_zero")
+    if not any(getattr(f, "nmt_quiet", False) for f in logger.filters):
+        drop = logging.Filter()
+        drop.filter = lambda record: not str(record.getMessage()).startswith(QUIET)
+        drop.nmt_quiet = True
+        logger.addFilter(drop)
+    warnings.filterwarnings("ignore", message=r".*LeafSpec.*is deprecated", category=Warning)
+
+
 def build_trainer(cfg: DictConfig, run_dir: Path, task: Task) -> L.Trainer:
+    _quiet_lightning()
     # null means "Lightning's default", except for check_val_every_n_epoch where null means "count
     # val_check_interval in updates across epochs"
     trainer_args = {
