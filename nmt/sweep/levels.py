@@ -21,23 +21,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from nmt.sweep.analysis import check_same_measure, lower_is_better, mean_ci
 from nmt.sweep.report import collect_records
+from nmt.sweep.summary import SWEEP_KEYS
 
-SWEEP_KEYS = (
-    "grid",
-    "sweep_name",
-    "gpu_pool",
-    "runs_per_gpu",
-    "gpus_per_run",
-    "gpu_mps",
-    "baseline",
-    "report_metric",
-    "report_sentence",
-    "start_runs_for",
-    "plan",
-    "on_changed",
-    "level_settings",
-    "tuned",  # +tuned=<name>: conf/tuned/<name>.yaml, the level_settings that `python sweep.py tune` wrote
-)
 SAME_CASE_ON_VALIDATION = (
     "rank them by --metric best_val_bleu_tok_lc or val_as_test_bleu_tok_lc (validation, lowercased for every "
     "run), or tune each kind of run in a sweep of its own"

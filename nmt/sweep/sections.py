@@ -49,7 +49,8 @@ def what_ran(doc: Document, facts: dict, factors: list[str], levels: dict, metri
     rows.append(["runs", runs])
     codes = facts.get("code") or []
     rows.append(["code", ", ".join(codes) if codes else "not recorded"])
-    rows.append(["run time", f"{facts.get('wall_time_h', 0):.2f} h in all"])
+    hours = facts.get("wall_time_h", 0)
+    rows.append(["run time", f"{hours:.2f} h in all" if hours >= 1 else f"{hours * 60:.1f} min in all"])
     rows.append(["metric", f"`{metric}` ({'lower' if lower else 'higher'} is better)"])
     doc.table(["", ""], rows)
     if len(codes) > 1:

@@ -10,6 +10,24 @@ from omegaconf import OmegaConf
 
 PLAN = "plan.json"  # written by nmt.sweep.runner before the runs: factors with their levels as written
 FAILED = "sweep_failed.json"  # in a run folder whose last attempt failed (nmt.sweep.runner)
+
+# keys of the sweep itself (which runs, where, how reported), not of what a run computes
+SWEEP_KEYS = (
+    "grid",
+    "sweep_name",
+    "gpu_pool",
+    "runs_per_gpu",
+    "gpus_per_run",
+    "gpu_mps",
+    "baseline",
+    "report_metric",
+    "report_sentence",
+    "start_runs_for",
+    "plan",
+    "on_changed",
+    "level_settings",
+    "tuned",  # +tuned=<name>: conf/tuned/<name>.yaml, the level_settings that `python sweep.py tune` wrote
+)
 GROUPS = ("task", "data", "model", "recipe", "pos", "norm", "optim", "smoothing", "attention")
 
 
@@ -33,7 +51,18 @@ def _constants(sweep_dir: Path) -> list[str]:
     keys = {o.lstrip("+~").split("=", 1)[0] for o in given}
     params = saved.hydra.sweeper.get("params") or {}
     grid = [f"{k}={v}" for k, v in params.items() if "," not in str(v) and k not in keys]
-    return [*grid, *given]
+    # what each run computes with: not the sweep's own keys, nor those that change no result (threads, ...)
+    return [o for o in (*grid, *given) if not _not_a_setting(o.lstrip("+~").split("=", 1)[0])]
+
+
+def _not_a_setting(key: str) -> bool:
+    from nmt.training.run_folder import NOT_RESULT_KEYS
+
+    return (
+        key in SWEEP_KEYS
+        or key.startswith("hydra")
+        or any(key == k or key.startswith(k + ".") for k in NOT_RESULT_KEYS)
+    )
 
 
 def describe(sweep_dir: Path, records: list[dict]) -> dict:
