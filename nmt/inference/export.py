@@ -30,9 +30,8 @@ def _model_option(target: str) -> str:
     """The ``model`` group option whose config builds ``target`` (what a user names it), else the class name."""
     from omegaconf import OmegaConf
 
-    from nmt.cli import CONF
-
-    for path in sorted((CONF / "model").glob("*.yaml")):
+    conf = Path(__file__).resolve().parents[2] / "conf"  # the configs beside the package
+    for path in sorted((conf / "model").glob("*.yaml")):
         if OmegaConf.load(path).get("_target_") == target:
             return path.stem
     return target.rsplit(".", 1)[-1]
