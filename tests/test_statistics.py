@@ -570,7 +570,7 @@ def test_sweep_py_report_writes_again_with_the_sweep_own_metric_unless_told_anot
     assert "a small test sentence 3 ." in report and "a small test sentence 0 ." not in report  # and sentence
     report_main([str(tmp_path), "--metric", "test_bleu"])
     assert "## Ranking of cells by test_bleu (higher is better)" in (tmp_path / "report.md").read_text()
-    with pytest.raises(SystemExit, match=r"error: report_metric=test_blue: no finished run has it"):
+    with pytest.raises(SystemExit, match=r"error: --metric test_blue: no finished run has it"):
         report_main([str(tmp_path), "--metric", "test_blue"])
     (tmp_path / "multirun.yaml").unlink()  # copied without it: the defaults, said
     report_main([str(tmp_path)])

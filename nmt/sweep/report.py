@@ -442,4 +442,7 @@ def main(argv: list[str]) -> None:
     try:
         write_report(args.sweep_dir, metric, baseline, sentence)
     except (KeyError, ValueError, FileNotFoundError) as err:
-        raise SystemExit(f"error: {err}") from None
+        message = str(err)
+        if args.metric:  # named as this command's option, not as the sweep's config key
+            message = message.replace(f"report_metric={args.metric}", f"--metric {args.metric}")
+        raise SystemExit(f"error: {message}") from None
