@@ -227,18 +227,29 @@ def test_the_readme_sweep_command_runs_as_typed_in_a_fresh_folder(tmp_path):
     assert "were made under other settings or code" in changed.stderr and "trainer.max_steps: 2 -> 3" in changed.stderr
 
 
-@pytest.mark.slow
-def test_a_sweep_whose_runs_fail_says_why_and_ends_with_status_1(tmp_path):
+def test_a_cell_that_train_py_would_refuse_stops_the_sweep_before_any_run(tmp_path):
     command = [sys.executable, str(ROOT / "sweep.py"), "grid=none", "data=toy", "model=rnn", "pos=absolute,rope"]
     result = subprocess.run(
         [*command, "seed=1", "threads=1"], capture_output=True, text=True, cwd=tmp_path, timeout=300
     )
+    assert result.returncode == 2, result.stdout[-2000:] + result.stderr[-2000:]
+    assert "error: the runs of pos=absolute would be refused: pos=absolute: model=rnn does not use group 'pos'" in (
+        result.stderr
+    )
+    assert "[sweep] running" not in result.stdout and not list(tmp_path.glob("sweeps/*/*/fingerprint.json"))
+
+
+@pytest.mark.slow
+def test_a_sweep_whose_runs_fail_says_why_and_ends_with_status_1(tmp_path):
+    missing = tmp_path / "missing" / "train"  # found only when a run reads its data
+    command = [sys.executable, str(ROOT / "sweep.py"), "grid=none", "data=files", f"data.train={missing}"]
+    result = subprocess.run(
+        [*command, "seed=1,2", "threads=1"], capture_output=True, text=True, cwd=tmp_path, timeout=300
+    )
     assert result.returncode == 1, result.stdout[-2000:] + result.stderr[-2000:]
     # each failure with the run's own one-line error, then the sweep's verdict
-    assert "[sweep] FAILED (2): pos=rope,seed=1: error: invalid configuration: pos=rope: model=rnn does not use" in (
-        result.stdout
-    )
-    assert "error: 2 run(s) of the sweep failed (pos=absolute,seed=1, pos=rope,seed=1)" in result.stderr
+    assert f"[sweep] FAILED (2): seed=2: error: {missing}.src: No such file or directory" in result.stdout
+    assert "error: 2 run(s) of the sweep failed (seed=1, seed=2)" in result.stderr
     assert "rerun the sweep to resume" not in result.stdout  # a rerun would fail the same way
 
 

@@ -51,15 +51,46 @@ def as_override(key: str, value: str, prefix: str = "") -> str:
     return f"~{key}" if prefix == "~" and not value else f"{prefix}{key}={value}"
 
 
-def _compose_train(overrides: list[str]):
-    """The train config with these overrides (inside a running Hydra app or outside one)."""
+def _compose_train(overrides: list[str], hydra: bool = False):
+    """The train config with these overrides (inside a running Hydra app or outside one); ``hydra``: with
+    Hydra's own node (its record of the group choices)."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
     if GlobalHydra.instance().is_initialized():
-        return compose(config_name="train", overrides=overrides)
+        return compose(config_name="train", overrides=overrides, return_hydra_config=hydra)
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        return compose(config_name="train", overrides=overrides)
+        return compose(config_name="train", overrides=overrides, return_hydra_config=hydra)
+
+
+def run_config_problem(config: DictConfig) -> str | None:
+    """One line for the first cell whose runs train.py would refuse (its config checks, or a group its model
+    does not use), before any run is started: every run of that cell would fail the same way."""
+    from nmt.training.config import ConfigError, check_config, unused_groups
+
+    swept = {k for k, v in sweep_levels(config).items() if len(v) > 1}
+    seen = set()
+    for values in planned_values(config):
+        cell = tuple(sorted((k, v) for k, v in values.items() if k != "seed"))
+        if cell in seen:
+            continue
+        seen.add(cell)
+        overrides = run_overrides(config, values)
+        try:
+            composed = _compose_train(overrides, hydra=True)
+        except Exception:  # noqa: BLE001  (what cannot compose is input_problem's to report)
+            continue
+        choices = dict(composed.hydra.runtime.choices)
+        cfg = OmegaConf.masked_copy(composed, [k for k in composed if k != "hydra"])
+        problems = [p.strip() for p in unused_groups(cfg, choices, overrides)]
+        try:
+            check_config(cfg)
+        except ConfigError as err:
+            problems += [line.strip() for line in str(err).splitlines()[1:]]
+        if problems:
+            where = ",".join(f"{k}={v}" for k, v in cell if k in swept) or "every run"
+            return f"the runs of {where} would be refused: {'; '.join(problems)}"
+    return None
 
 
 def swept_keys(sweep_dir: Path) -> set[str]:

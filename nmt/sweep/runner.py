@@ -35,6 +35,7 @@ from nmt.sweep.plan import (
     input_problem,
     planned_runs,
     print_plan,
+    run_config_problem,
     swept_keys,
 )
 from nmt.sweep.report import RESULT, collect_records, write_report
@@ -301,7 +302,7 @@ class SweepReport(Callback):
         if config.get("start_runs_for") is not None:
             parse_duration(config.start_runs_for)  # a bad value fails before any run starts
         sweep_dir = Path(config.hydra.sweep.dir)
-        problem = input_problem(config)
+        problem = input_problem(config) or run_config_problem(config)
         if problem:  # SystemExit: Hydra turns an exception in a callback into a warning and goes on
             print(f"error: {problem}", file=sys.stderr)
             raise SystemExit(2)
