@@ -134,6 +134,8 @@ def _other_options_with(key: str, conf: Path, groups: list[str]) -> list[str]:
         return []
     owners = []
     for path in sorted((conf / group).glob("*.yaml")):
+        if any("@package _global_" in line for line in path.read_text().splitlines()[:3]):
+            continue  # its keys are top-level keys, not keys under the group's name
         try:
             if OmegaConf.select(OmegaConf.load(path), rest, default=None) is not None:
                 owners.append(path.stem)
@@ -196,7 +198,15 @@ def hydra_dir_from_run_dir(argv: list[str]) -> list[str]:
     multirun = any(a in ("-m", "--multirun") for a in argv)
     if not given or given[-1] in ("", "null") or multirun or any("hydra.run.dir=" in a for a in argv):
         return argv
-    return [*argv, f"hydra.run.dir={given[-1]}"]
+    folder = Path(given[-1].strip("'\"")).expanduser()
+    if any(p.exists() and not p.is_dir() for p in (folder, *folder.parents)):
+        return argv  # a file in the way: train.py's own check names it
+    extra = [f"hydra.run.dir={given[-1]}"]
+    if (folder / "fingerprint.json").is_file():
+        extra.append(
+            "hydra.output_subdir=null"
+        )  # a run's folder: its record is not rewritten by a command it may refuse
+    return [*argv, *extra]
 
 
 def check_command_line(config_name: str) -> None:

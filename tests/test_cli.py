@@ -203,9 +203,10 @@ def test_model_keys_that_the_chosen_model_does_not_take_are_refused_before_the_d
 
 
 def test_a_monitored_score_that_no_validation_computes_is_refused():
-    cfg = compose_train("validation.bleu_every_n_epochs=0", "checkpoint.monitor=val_bleu", "checkpoint.mode=max")
+    never = ["validation.bleu_every_n_epochs=0", "checkpoint.monitor=val_bleu", "checkpoint.mode=max"]
     with pytest.raises(ConfigError, match=r"checkpoint.monitor='val_bleu': validation.bleu_every_n_epochs=0 never"):
-        check_config(cfg)
+        check_config(compose_train(*never))
+    check_config(compose_train(*never, "trainer.limit_val_batches=0"))  # no validation at all: nothing to monitor
 
 
 def test_every_place_a_missing_corpus_was_looked_for_is_in_its_one_line(tmp_path):
@@ -227,10 +228,17 @@ def test_an_existing_path_with_hydras_grammar_in_its_name_is_quoted(tmp_path):
     ]
 
 
-def test_train_pys_run_dir_is_hydras_output_folder_too():
-    assert hydra_dir_from_run_dir(["data=toy", "run_dir=/x/y"]) == ["data=toy", "run_dir=/x/y", "hydra.run.dir=/x/y"]
+def test_train_pys_run_dir_is_hydras_output_folder_too(tmp_path):
+    new = tmp_path / "new"
+    assert hydra_dir_from_run_dir([f"run_dir={new}"]) == [f"run_dir={new}", f"hydra.run.dir={new}"]
     for argv in (["data=toy"], ["run_dir=null"], ["run_dir=/x", "hydra.run.dir=/z"], ["-m", "run_dir=/x"]):
         assert hydra_dir_from_run_dir(argv) == argv
+    (tmp_path / "file").write_text("")
+    assert hydra_dir_from_run_dir([f"run_dir={tmp_path / 'file' / 'run'}"]) == [f"run_dir={tmp_path / 'file' / 'run'}"]
+    run = tmp_path / "run"  # a run's folder: Hydra's record of it is not rewritten before train.py's checks
+    run.mkdir()
+    (run / "fingerprint.json").write_text("{}")
+    assert hydra_dir_from_run_dir([f"run_dir={run}"])[-1] == "hydra.output_subdir=null"
 
 
 @pytest.mark.slow

@@ -10,7 +10,7 @@ import pytest
 
 from nmt.sweep import runner as sweep
 
-from .conftest import ROOT, tiny_overrides
+from .conftest import NO_FINAL_SCORES, ROOT, tiny_overrides
 
 SWEEP = [
     "grid=none",
@@ -251,6 +251,34 @@ def test_a_sweep_whose_runs_fail_says_why_and_ends_with_status_1(tmp_path):
     assert f"[sweep] FAILED (2): seed=2: error: {missing}.src: No such file or directory" in result.stdout
     assert "error: 2 run(s) of the sweep failed (seed=1, seed=2)" in result.stderr
     assert "rerun the sweep to resume" not in result.stdout  # a rerun would fail the same way
+    # the mistake fixed (here: another corpus), the same sweep trains both runs: their folders hold no work
+    fixed = [sys.executable, str(ROOT / "sweep.py"), "grid=none", "data=toy", "seed=1,2", "threads=1"]
+    rerun = subprocess.run(
+        [
+            *fixed,
+            "trainer.max_steps=2",
+            "trainer.enable_progress_bar=false",
+            *NO_FINAL_SCORES,
+            "report_metric=best_val_bleu",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+    )
+    assert rerun.returncode == 0, rerun.stdout[-2000:] + rerun.stderr[-2000:]
+    assert "[sweep] 2/2 done, 0 failed" in rerun.stdout
+
+
+def test_a_failed_runs_error_is_that_of_its_last_attempt(tmp_path):
+    from nmt.sweep.runner import last_error
+
+    log = tmp_path / "train_stderr.log"
+    log.write_text(
+        "==== sitting started 1\nerror: a.src: No such file or directory\n"
+        "==== sitting started 2\nTraceback (most recent call last):\ntorch.OutOfMemoryError: CUDA out of memory\n"
+    )
+    assert last_error(log) == "torch.OutOfMemoryError: CUDA out of memory"
 
 
 @pytest.mark.parametrize(("grid", "folder"), [(None, "transformer"), ("rnn", "rnn"), ("none", "none")])

@@ -95,6 +95,11 @@ def test_json_sent_without_its_content_type_is_named_as_the_cause(client):
     )
     assert answer.status_code == 415 and "Content-Type: application/json" in answer.json()["error"]
     assert "application/x-www-form-urlencoded" in answer.json()["error"]
+    answer = app.post("/api/translate", content=b'{"text": "one"}')  # no type at all
+    assert answer.status_code == 415 and "this request's: none" in answer.json()["error"]
+    # a JSON body of the right type with a wrong field: that field is named, not the type
+    answer = app.post("/api/translate", json={"txt": "one"})
+    assert answer.status_code == 422 and "text: Field required" in answer.json()["error"]
 
 
 def free_port() -> int:

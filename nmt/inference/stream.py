@@ -58,7 +58,7 @@ def run_translate(cfg: DictConfig) -> dict:
         ("prefix_file", "how each output begins, one line per input line"),
     ):
         path = cfg.get(key)
-        if path and path != "-" and not Path(path).expanduser().is_file():
+        if path and path != "-" and (not Path(path).exists() or Path(path).is_dir()):  # a pipe is readable
             raise ValueError(f"{key}={path}: no such file ({what})")
     translator = Translator.from_config(cfg)
     beams = translator.search.beam_size if translator.search.strategy == "beam" else 1

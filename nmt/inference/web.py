@@ -45,7 +45,11 @@ def create_app(translator: Translator, max_chars: int = 1000, title: str = "nmt"
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, err: RequestValidationError):
         kind = request.headers.get("content-type", "")
-        if request.method == "POST" and not kind.startswith("application/json"):
+        base = kind.split(";")[0].strip().lower()
+        # a body FastAPI did not read as JSON (its type is not application/json or application/*+json) fails
+        # as "not a dictionary": name the type as the cause, not the fields
+        unread = any(e["type"] in ("model_attributes_type", "dict_type") for e in err.errors())
+        if unread and base != "application/json" and not base.endswith("+json"):
             # curl's -d sends application/x-www-form-urlencoded: the body is then never read as JSON
             return JSONResponse(
                 {

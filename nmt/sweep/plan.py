@@ -84,7 +84,7 @@ def run_config_problem(config: DictConfig) -> str | None:
         cfg = OmegaConf.masked_copy(composed, [k for k in composed if k != "hydra"])
         problems = [p.strip() for p in unused_groups(cfg, choices, overrides)]
         try:
-            check_config(cfg)
+            check_config(cfg, choices)
         except ConfigError as err:
             problems += [line.strip() for line in str(err).splitlines()[1:]]
         if problems:
@@ -139,13 +139,14 @@ def expected_fingerprint(overrides: list[str]) -> dict:
 
 def changed_runs(sweep_dir: Path, config: DictConfig) -> dict[str, list[str]]:
     """Run folders of this sweep holding a run made under other settings or code: name -> differences."""
-    from nmt.training.run_folder import FINGERPRINT, differences
+    from nmt.training.run_folder import FINGERPRINT, differences, holds_work
 
     swept = {k for k, v in sweep_levels(config).items() if len(v) > 1} | {"seed"}
     changed = {}
     for values in planned_values(config):
         saved = sweep_dir / run_name(values, swept) / FINGERPRINT
-        if saved.is_file():
+        # a run that failed before its first checkpoint binds nothing: the corrected sweep runs it afresh
+        if saved.is_file() and holds_work(saved.parent):
             try:
                 expected = expected_fingerprint(run_overrides(config, values))
             except Exception as err:  # an override this check cannot compose (e.g. +new_key=...)

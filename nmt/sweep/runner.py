@@ -191,6 +191,8 @@ def run_cell(cfg: DictConfig) -> dict | None:
         return json.loads(record_path.read_text()) if record_path.exists() else None
     if returncode != 0:
         error = last_error(run_dir / "train_stderr.log")
+        if returncode < 0:  # ended by a signal, whatever its log says last
+            error = f"killed by signal {-returncode}; its log ends: {error}"
         atomic_write_json(run_dir / FAILED, {"returncode": returncode, "error": error})
         print(f"[sweep] FAILED ({returncode}): {run_dir.name}: {error} (log: {run_dir / 'train_stderr.log'})")
         record = None
@@ -211,8 +213,10 @@ def last_error(log: Path) -> str:
             lines = [line.strip() for line in handle.read().decode("utf-8", "replace").splitlines() if line.strip()]
     except OSError:
         return "no log"
+    starts = [i for i, line in enumerate(lines) if line.startswith("==== sitting started")]
+    lines = lines[starts[-1] + 1 :] if starts else lines  # this attempt's lines, not an earlier one's error
     errors = [line for line in lines if line.startswith("error:")]
-    return (errors or lines or ["an empty log"])[-1]
+    return (errors or lines or ["nothing in its log"])[-1]
 
 
 def runs_started_this_sitting(sweep_dir: Path) -> int:

@@ -73,7 +73,7 @@ def _rules() -> list[tuple[str, Callable[[object], bool], str]]:
     return rules
 
 
-def check_config(cfg: DictConfig) -> None:
+def check_config(cfg: DictConfig, choices: dict | None = None) -> None:
     """Raise ConfigError listing every invalid value in ``cfg``, and every option that its task
     (``task.check``) or its model (groups it does not use, :func:`unused_groups`) cannot take."""
     problems = []
@@ -99,7 +99,7 @@ def check_config(cfg: DictConfig) -> None:
         value = OmegaConf.select(cfg, key, default=None)
         if value is not None and value not in allowed:
             problems.append(f"  {key}={value!r}: must be one of {allowed}")
-    problems += _model_key_problems(cfg)
+    problems += _model_key_problems(cfg, choices)
     problems += _deferred_guard_problems(cfg)
     problems += _compile_layers_problems(cfg)
     if cfg.get("graph_updates"):
@@ -129,7 +129,8 @@ def check_config(cfg: DictConfig) -> None:
             value = OmegaConf.select(cfg, key, default=None)
             if names is not None and value is not None and value not in names:
                 problems.append(f"  {key}={value!r}: task={task.name} logs {sorted(names)}")
-        if OmegaConf.select(cfg, "validation.bleu_every_n_epochs", default=1) == 0:
+        validates = OmegaConf.select(cfg, "trainer.limit_val_batches", default=None) != 0  # 0: no validation at all
+        if validates and OmegaConf.select(cfg, "validation.bleu_every_n_epochs", default=1) == 0:
             watched = ["checkpoint.monitor"]
             if OmegaConf.select(cfg, "early_stopping.patience", default=None) is not None:
                 watched.append("early_stopping.monitor")
@@ -161,7 +162,7 @@ def _devices(devices) -> int:
     return 1
 
 
-def _model_key_problems(cfg: DictConfig) -> list[str]:
+def _model_key_problems(cfg: DictConfig, choices: dict | None = None) -> list[str]:
     """Keys under ``model`` that the chosen model's class does not take (a recipe or experiment meant for
     another model, ``model=transformer recipe=toy_rnn``): refused here, in one line, rather than by the
     constructor once the data is read."""
@@ -178,13 +179,16 @@ def _model_key_problems(cfg: DictConfig) -> list[str]:
     unknown = [str(k) for k in cfg.model if not str(k).startswith("_") and k not in params]
     if not unknown:
         return []
-    choices = HydraConfig.get().runtime.choices if HydraConfig.initialized() else {}
+    if choices is None:
+        choices = HydraConfig.get().runtime.choices if HydraConfig.initialized() else {}
     model = choices.get("model") or model_class.__name__
     source = ""
+    recipe = choices.get("recipe")
+    recipe_file = Path(__file__).resolve().parents[2] / "conf" / "recipe" / f"{recipe}.yaml"
     if choices.get("experiment"):
         source = f" (experiment={choices['experiment']} or the command line set them?)"
-    elif choices.get("recipe") not in (None, "none"):
-        source = f" (recipe={choices['recipe']} or the command line set them?)"
+    elif recipe not in (None, "none") and recipe_file.is_file():  # Hydra names an optional recipe that is absent
+        source = f" (recipe={recipe} or the command line set them?)"
     taken = sorted(str(k) for k in cfg.model if k in params)  # its own keys (the task gives the vocabularies)
     return [
         f"  {', '.join('model.' + k for k in unknown)}: not options of model={model}{source}; "

@@ -198,6 +198,18 @@ def record_identity(run_dir: Path, current: dict) -> None:
     atomic_write_json(run_dir / FINGERPRINT, current)
 
 
+def saved_states(run_dir: Path) -> list[Path]:
+    """The checkpoints a run wrote into its folder (epoch, best, last, and a cluster's requeue checkpoints)."""
+    run_dir = Path(run_dir)
+    return [*(run_dir / "checkpoints").glob("*.ckpt"), *run_dir.glob("hpc_ckpt_*.ckpt")]
+
+
+def holds_work(run_dir: Path) -> bool:
+    """Whether anything was trained in the folder: a checkpoint or results. A folder holding only its
+    fingerprint (a run that stopped on a mistake before its first checkpoint) binds no later run."""
+    return bool(saved_states(run_dir)) or (Path(run_dir) / RESULTS).is_file()
+
+
 def finished_results(run_dir: Path) -> dict | None:
     """The results of a run that finished in this folder, or None."""
     path = run_dir / RESULTS

@@ -36,7 +36,9 @@ from nmt.training.run_folder import (
     data_identity,
     fingerprint,
     finished_results,
+    holds_work,
     record_identity,
+    saved_states,
 )
 from nmt.training.trainer import build_trainer, resolve_precision
 from nmt.utils.instantiate import instantiate
@@ -197,8 +199,8 @@ def _claim_folder(cfg: DictConfig, run_dir: Path, identity: dict) -> dict | None
     results of a finished run with the same settings (nothing to do), else None."""
     force = str(cfg.get("resume", "auto")) == "force"
     saved_path = run_dir / FINGERPRINT
-    saved_states = [*(run_dir / "checkpoints").glob("*.ckpt"), *run_dir.glob("hpc_ckpt_*.ckpt")]
-    real_work = bool(saved_states) or (run_dir / RESULTS).is_file()
+    states = saved_states(run_dir)
+    real_work = holds_work(run_dir)
     saved_smoke = saved_path.is_file() and is_smoke_run(json.loads(saved_path.read_text()).get("config", {}))
     if is_smoke_run(identity["config"]) and real_work and not saved_smoke:
         # even with resume=force: its fingerprint and results would replace the run's, and the next real run
@@ -210,7 +212,7 @@ def _claim_folder(cfg: DictConfig, run_dir: Path, identity: dict) -> dict | None
     if saved_smoke:
         if not is_smoke_run(identity["config"]):
             # a fast_dev_run's checkpoints are not a start for a real run
-            for stale in saved_states:
+            for stale in states:
                 stale.unlink()
             (run_dir / RESULTS).unlink(missing_ok=True)
             saved_path.unlink()
