@@ -146,7 +146,7 @@ def changed_runs(sweep_dir: Path, config: DictConfig) -> dict[str, list[str]]:
     for values in planned_values(config):
         saved = sweep_dir / run_name(values, swept) / FINGERPRINT
         # a run that failed before its first checkpoint binds nothing: the corrected sweep runs it afresh
-        if saved.is_file() and holds_work(saved.parent):
+        if saved.is_file() and (holds_work(saved.parent) or (saved.parent / RESULT).is_file()):
             try:
                 expected = expected_fingerprint(run_overrides(config, values))
             except Exception as err:  # an override this check cannot compose (e.g. +new_key=...)
