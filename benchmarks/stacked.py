@@ -30,6 +30,7 @@ import torch
 from omegaconf import OmegaConf
 from torch.func import functional_call, stack_module_state, vmap
 from torch.nn import functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from benchmarks.mfu import median_seconds
 from nmt.data.tokenizer import PAD_ID
@@ -38,6 +39,8 @@ from nmt.models.build import build_model
 CONF = Path(__file__).resolve().parents[1] / "conf"
 RECIPE = OmegaConf.load(CONF / "recipe" / "multi30k_transformer.yaml")
 VOCAB = RECIPE.data.tokenizer.vocab_size  # its joint vocabulary
+# the attention kernels a stack may run on: every one but cuDNN's (Stack.losses says why)
+STACK_ATTENTION = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 
 def recipe_model(vocab: int, dropout: float, **overrides) -> torch.nn.Module:
@@ -102,7 +105,11 @@ class Stack:
         # rejects a mask that lacks that dimension ("attn_bias: wrong shape")
         members = next(iter(self.params.values())).size(0)
         batch = [t.expand(members, *t.shape) for t in (src, tgt_in, tgt_out)]
-        return vmap(one, randomness="different")(self.params, self.buffers, *batch)
+        # not cuDNN's attention kernel: with the members folded into its batch, its backward rejects the strides
+        # of its own log-sum-exp output on an H100 ("LSE is not correctly aligned (strideH)"); the kernel used
+        # in the forward is the one whose backward runs, so choosing here covers both
+        with sdpa_kernel(STACK_ATTENTION):
+            return vmap(one, randomness="different")(self.params, self.buffers, *batch)
 
     def member(self, index: int) -> dict[str, torch.Tensor]:
         """Member ``index``'s weights, by the names of a single model's state dict."""
