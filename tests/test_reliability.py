@@ -256,6 +256,28 @@ def test_sigterm_around_the_end_of_an_epoch_resumes_exactly(uninterrupted_in_pro
     assert first.then(second) == reference_order.epochs  # the same batches in the same epochs
 
 
+def test_a_run_writing_checkpoints_behind_training_resumes_exactly(uninterrupted_in_process, tmp_path):
+    """``checkpoint.write_behind=true`` (a GPU's default; here on the CPU): the epoch checkpoints and the
+    signal's last.ckpt written by the worker thread are the state at each save, all on disk before the
+    process exits, and the run resumes as the one writing them in the foreground trains uninterrupted."""
+    behind = (*BOUNDS["steps"], "checkpoint.write_behind=true")
+    signal_at = SignalAt("train_epoch_start", 1)
+    reference, reference_order = uninterrupted_in_process(BOUNDS["steps"])
+    first, second = BatchOrder(), BatchOrder()
+    with pytest.raises(SystemExit) as stopped:
+        train_in_process(tmp_path, signal_at, first, overrides=behind)
+    assert stopped.value.code == 143 and signal_at.sent
+    # the first epoch's checkpoint is the state at its save, as the foreground writer's of the reference
+    saved = torch.load(tmp_path / "checkpoints" / "epoch000.ckpt", weights_only=True)
+    expected = torch.load(reference["run_dir"] / "checkpoints" / "epoch000.ckpt", weights_only=True)
+    assert saved["global_step"] == expected["global_step"]
+    torch.testing.assert_close(saved["state_dict"], expected["state_dict"], rtol=1e-5, atol=1e-7)
+    torch.testing.assert_close(saved["optimizer_states"], expected["optimizer_states"], rtol=1e-5, atol=1e-7)
+    assert torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] < reference["steps"]
+    assert_same_training(train_in_process(tmp_path, second, overrides=behind), reference, tmp_path)
+    assert first.then(second) == reference_order.epochs
+
+
 def test_sigterm_in_a_validation_in_the_middle_of_an_epoch_resumes_exactly(uninterrupted_in_process, tmp_path):
     """Validation every 50 updates, across epochs (as the language model's recipe): the run stops after the
     next update, and its log goes on at the right steps."""

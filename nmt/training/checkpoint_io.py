@@ -2,15 +2,17 @@
 
 import copy
 import errno
+import functools
 import math
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
 import torch
-from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 
@@ -55,15 +57,19 @@ def non_finite_tensors(checkpoint: dict) -> list[str]:
     return found
 
 
-def on_host(checkpoint):
+def on_host(checkpoint, copy_host_tensors: bool = False):
     """``checkpoint`` with every tensor on an accelerator copied to host memory, the copies queued together
-    and waited for once: ``torch.save`` would copy them one at a time, each copy a wait for the device."""
+    and waited for once: ``torch.save`` would copy them one at a time, each copy a wait for the device.
+    ``copy_host_tensors``: tensors already in host memory copied too, so that what is returned is a snapshot
+    that training, going on, cannot change (a background write reads it later)."""
     copies = []
 
     def visit(node):
         if isinstance(node, torch.Tensor) and node.device.type != "cpu":
-            copies.append(node.to("cpu", non_blocking=True))  # pinned host memory: nothing waits yet
+            copies.append(node.detach().to("cpu", non_blocking=True))  # pinned host memory: nothing waits yet
             return copies[-1]
+        if isinstance(node, torch.Tensor) and copy_host_tensors:
+            return node.detach().clone()
         if isinstance(node, dict):
             out = copy.copy(node)  # the same kind of mapping, with its attributes (a state dict's _metadata)
             for key, value in node.items():
@@ -87,11 +93,25 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     """Lightning's checkpoint writer, but through a temporary file and a rename: a process killed
     while saving leaves the previous checkpoint intact, never a truncated one. Weights or optimiser state
     with NaN or infinities are not written (the previous checkpoint stays the last good one), and a full
-    disk is reported as such, with the temporary file removed."""
+    disk is reported as such, with the temporary file removed.
 
-    last_written: str | None = None  # the file the last save wrote (None: that save wrote nothing)
+    With ``background`` on (:class:`WriteBehind` turns it on while training runs), the state is checked and
+    copied to host memory at once, and its bytes are written by one worker thread, in the order the saves,
+    copies and removals were asked for: an epoch's end then does not wait for the disk. A write that fails
+    is raised at the next save or at :meth:`wait`, and nothing queued after it is written or removed, so
+    the files written before it stay as they were."""
+
+    last_written: str | None = None  # the file the last save wrote or queued (None: that save wrote nothing)
+
+    def __init__(self, background: bool = False) -> None:
+        super().__init__()
+        self.background = background
+        self._worker: ThreadPoolExecutor | None = None
+        self._queued: list[Future] = []
+        self._failed: BaseException | None = None
 
     def save_checkpoint(self, checkpoint: dict, path, storage_options=None) -> None:
+        self._raise_failed()
         path = Path(path)
         self.last_written = None
         bad = non_finite_tensors(checkpoint)
@@ -101,9 +121,75 @@ class AtomicCheckpointIO(TorchCheckpointIO):
                 "checkpoint stays the last good one"
             )
             return
-        with full_disk_named(path), atomic_path(path) as tmp:
-            torch.save(on_host(checkpoint), tmp)
+        state = on_host(checkpoint, copy_host_tensors=self.background)
+        self.then(functools.partial(_write, state, path))
         self.last_written = os.path.abspath(path)
+
+    def remove_checkpoint(self, path) -> None:
+        # queued too: a removal never overtakes a write asked for before it
+        self.then(functools.partial(super().remove_checkpoint, path))
+
+    def then(self, job: Callable[[], None]) -> None:
+        """Run ``job`` after every write queued before it: now, or in the worker thread while ``background``."""
+        if not self.background:
+            self.wait()
+            job()
+            return
+        if self._worker is None:
+            self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint-writer")
+        self._queued.append(self._worker.submit(self._unless_failed, job))
+
+    def _unless_failed(self, job: Callable[[], None]) -> None:
+        if self._failed is not None:  # after a failed write nothing more is written or removed
+            return
+        try:
+            job()
+        except BaseException as err:  # noqa: BLE001 - raised in the training thread, at the next save or wait
+            self._failed = err
+
+    def wait(self) -> None:
+        """Wait until every queued write is done; raise the first that failed."""
+        queued, self._queued = self._queued, []
+        for job in queued:
+            job.result()
+        self._raise_failed()
+
+    def _raise_failed(self) -> None:
+        if self._failed is not None:
+            failed, self._failed = self._failed, None
+            raise failed
+
+    def teardown(self) -> None:
+        try:
+            self.wait()
+        finally:
+            if self._worker is not None:
+                self._worker.shutdown(wait=True)
+                self._worker = None
+
+
+def _write(checkpoint: dict, path: Path) -> None:
+    with full_disk_named(path), atomic_path(path) as tmp:
+        torch.save(checkpoint, tmp)
+
+
+class WriteBehind(Callback):
+    """Checkpoints written in the background while training runs (``checkpoint.write_behind``): on an
+    accelerator by default, where the state is copied off the device before training goes on, so the copy
+    costs no more than the synchronous write's own copy. On a CPU the state would be copied for the writer
+    first, so only when asked. Every write is done before training's end returns, and before an interrupted
+    run exits (the writer's teardown waits)."""
+
+    def __init__(self, writer: AtomicCheckpointIO, setting: bool | None) -> None:
+        self.writer, self.setting = writer, setting
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        on_device = trainer.strategy.root_device.type != "cpu"
+        self.writer.background = self.setting if self.setting is not None else on_device
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        self.writer.background = False
+        self.writer.wait()
 
 
 @contextmanager
@@ -142,8 +228,14 @@ class EpochCheckpoints(ModelCheckpoint):
                 writer = getattr(trainer.strategy, "checkpoint_io", None)
                 # only a file this save wrote: an older one of the same name (an earlier sitting's) is not it
                 written = getattr(writer, "last_written", None) == os.path.abspath(filepath)
-                if written or (not isinstance(writer, AtomicCheckpointIO) and os.path.isfile(filepath)):
-                    with full_disk_named(Path(linkpath)), atomic_path(linkpath) as tmp:
-                        shutil.copyfile(filepath, tmp)
+                if written:  # after the write itself, which may still be queued
+                    writer.then(functools.partial(_copy, filepath, linkpath))
+                elif not isinstance(writer, AtomicCheckpointIO) and os.path.isfile(filepath):
+                    _copy(filepath, linkpath)
         finally:
             trainer.strategy.barrier()
+
+
+def _copy(source: str, target: str) -> None:
+    with full_disk_named(Path(target)), atomic_path(target) as tmp:
+        shutil.copyfile(source, tmp)

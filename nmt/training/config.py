@@ -45,6 +45,7 @@ def _rules() -> list[tuple[str, Callable[[object], bool], str]]:
         ("validation.bleu_every_n_epochs", *non_negative),
         ("checkpoint.keep_last_epochs", *non_negative),
         ("checkpoint.mode", lambda v: v in ("min", "max"), "one of ['min', 'max']"),
+        ("checkpoint.write_behind", lambda v: isinstance(v, bool), "true, false or null (on an accelerator)"),
         ("early_stopping.mode", lambda v: v in ("min", "max"), "one of ['min', 'max']"),
         ("trainer.max_epochs", lambda v: isinstance(v, int) and v >= -1, "an integer >= -1"),
         ("matmul_precision", lambda v: v in MATMUL_PRECISIONS, f"one of {list(MATMUL_PRECISIONS)}"),

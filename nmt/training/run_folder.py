@@ -45,6 +45,7 @@ NOT_RESULT_KEYS = (
     "trainer.log_every_n_steps",
     "progress",
     "checkpoint.resume_fallback",
+    "checkpoint.write_behind",  # when a checkpoint's bytes are written, not what they hold
 )
 
 

@@ -17,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from nmt.tasks import Task
 from nmt.training.callbacks import ResumeLogs, SaveOnSignal, SittingEarlyStopping, Throughput, WallClock
-from nmt.training.checkpoint_io import AtomicCheckpointIO, EpochCheckpoints
+from nmt.training.checkpoint_io import AtomicCheckpointIO, EpochCheckpoints, WriteBehind
 from nmt.training.loggers import ResumableCSVLogger
 from nmt.training.progress import PlainProgress, plain_output
 from nmt.utils.instantiate import instantiate
@@ -130,15 +130,18 @@ def build_trainer(cfg: DictConfig, run_dir: Path, task: Task) -> L.Trainer:
         for k, v in OmegaConf.to_container(cfg.trainer, resolve=True).items()
         if v is not None or k == "check_val_every_n_epoch"
     }
+    writer = AtomicCheckpointIO()
+    callbacks = _callbacks(cfg, run_dir / "checkpoints", task)
+    callbacks.append(WriteBehind(writer, OmegaConf.select(cfg, "checkpoint.write_behind", default=None)))
     logger = instantiate(cfg.logger, save_dir=str(run_dir))
     loggers = [logger]
     if not isinstance(logger, CSVLogger):  # curves for sweep reports, whatever the dashboard
         loggers.append(ResumableCSVLogger(str(run_dir), name="logs", version=""))
     return L.Trainer(
         **trainer_args,
-        callbacks=_callbacks(cfg, run_dir / "checkpoints", task),
+        callbacks=callbacks,
         logger=loggers,
         default_root_dir=str(run_dir),
         use_distributed_sampler=False,  # our token-budget sampler shards batches across ranks itself
-        plugins=[AtomicCheckpointIO()],
+        plugins=[writer],
     )

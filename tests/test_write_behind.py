@@ -1,0 +1,129 @@
+"""Checkpoints written behind training (``checkpoint.write_behind``): each file the state at its save, the
+writes, copies and removals in the order asked, a failed write raised in the training thread with nothing
+after it touched, and every write done when training ends."""
+
+import errno
+import threading
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from nmt.training.checkpoint_io import AtomicCheckpointIO, CheckpointWriteError, EpochCheckpoints, WriteBehind
+
+
+def state(value: float) -> dict:
+    return {
+        "state_dict": {"w": torch.full((3,), value)},
+        "optimizer_states": [{"state": {0: {"step": torch.tensor(1.0)}}}],
+    }
+
+
+def weights(path: Path) -> float:
+    return float(torch.load(path, weights_only=True)["state_dict"]["w"][0])
+
+
+@pytest.fixture
+def held(monkeypatch):
+    """torch.save made to wait for ``release``, so that the test sees what happens while a write is queued."""
+    release, started = threading.Event(), threading.Event()
+    real_save = torch.save
+
+    def save(obj, target, *args, **kwargs):
+        started.set()
+        assert release.wait(30)
+        return real_save(obj, target, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "save", save)
+    return SimpleNamespace(release=release, started=started)
+
+
+def test_a_checkpoint_written_behind_is_the_state_at_its_save(tmp_path, held):
+    io, path = AtomicCheckpointIO(background=True), tmp_path / "epoch000.ckpt"
+    checkpoint = state(1.0)
+    io.save_checkpoint(checkpoint, path)  # returns while the write waits
+    assert held.started.wait(30) and not path.exists()
+    checkpoint["state_dict"]["w"].add_(10.0)  # training goes on, in place
+    checkpoint["optimizer_states"][0]["state"][0]["step"].add_(1.0)
+    held.release.set()
+    io.wait()
+    saved = torch.load(path, weights_only=True)
+    assert torch.equal(saved["state_dict"]["w"], torch.ones(3))
+    assert float(saved["optimizer_states"][0]["state"][0]["step"]) == 1.0
+    assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]  # no temporary file left
+
+
+def test_writes_copies_and_removals_happen_in_the_order_asked(tmp_path, held):
+    io = AtomicCheckpointIO(background=True)
+    trainer = SimpleNamespace(is_global_zero=True, strategy=SimpleNamespace(checkpoint_io=io, barrier=lambda: None))
+    old, new, last = tmp_path / "epoch000.ckpt", tmp_path / "epoch001.ckpt", tmp_path / "last.ckpt"
+    io.save_checkpoint(state(1.0), old)
+    io.save_checkpoint(state(2.0), new)
+    EpochCheckpoints._link_checkpoint(trainer, str(new), str(last))  # the copy: after the write it copies
+    io.remove_checkpoint(old)  # a removal never overtakes the write of the same file
+    assert held.started.wait(30) and list(tmp_path.iterdir()) == []
+    held.release.set()
+    io.teardown()  # Lightning's strategy calls this at the end of a fit, and of an interrupted one
+    assert sorted(p.name for p in tmp_path.iterdir()) == [new.name, last.name]
+    assert weights(last) == weights(new) == 2.0
+
+
+def test_a_failed_write_is_raised_at_the_next_save_and_nothing_after_it_is_touched(tmp_path, monkeypatch):
+    io = AtomicCheckpointIO()
+    trainer = SimpleNamespace(is_global_zero=True, strategy=SimpleNamespace(checkpoint_io=io, barrier=lambda: None))
+    epoch, last = tmp_path / "epoch001.ckpt", tmp_path / "last.ckpt"
+    io.save_checkpoint(state(1.0), last)  # the state a rerun would resume from
+    io.background = True
+    real_save = torch.save
+
+    def full_disk(obj, target, *args, **kwargs):
+        Path(target).write_bytes(b"partial")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(torch, "save", full_disk)
+    io.save_checkpoint(state(2.0), epoch)
+    EpochCheckpoints._link_checkpoint(trainer, str(epoch), str(last))
+    io.remove_checkpoint(last)
+    for job in list(io._queued):
+        job.result()
+    monkeypatch.setattr(torch, "save", real_save)
+    with pytest.raises(CheckpointWriteError, match=r"no space left on .* to write epoch001\.ckpt"):
+        io.save_checkpoint(state(3.0), tmp_path / "epoch002.ckpt")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [last.name] and weights(last) == 1.0
+    io.save_checkpoint(state(4.0), epoch)  # the error raised once; later saves write again
+    io.wait()
+    assert weights(epoch) == 4.0
+
+
+def test_wait_raises_a_failed_write(tmp_path, monkeypatch):
+    io = AtomicCheckpointIO(background=True)
+
+    def full_disk(obj, target, *args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(torch, "save", full_disk)
+    io.save_checkpoint(state(1.0), tmp_path / "best.ckpt")
+    with pytest.raises(CheckpointWriteError, match="to write best.ckpt"):
+        io.teardown()
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("setting", "device", "background"),
+    [(None, "cuda", True), (None, "cpu", False), (True, "cpu", True), (False, "cuda", False)],
+)
+def test_write_behind_is_on_while_training_runs_where_set(tmp_path, held, setting, device, background):
+    io = AtomicCheckpointIO()
+    callback = WriteBehind(io, setting)
+    trainer = SimpleNamespace(strategy=SimpleNamespace(root_device=torch.device(device)))
+    path = tmp_path / "epoch000.ckpt"
+    callback.on_train_start(trainer, None)
+    assert io.background is background
+    if background:
+        io.save_checkpoint(state(1.0), path)
+        assert not path.exists()
+        threading.Timer(0.2, held.release.set).start()
+    callback.on_train_end(trainer, None)  # every write done before training's end returns
+    assert io.background is False
+    assert path.exists() is background
