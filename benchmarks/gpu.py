@@ -63,6 +63,12 @@ def main(argv: list[str] | None = None) -> dict:
         "updates as graphs of uncompiled kernels, without the compile that a single run pays); give it last",
     )
     parser.add_argument(
+        "--full-unprofiled",
+        action="store_true",
+        help="--all: the whole recipe without Lightning's profiler and the op-level trace (its wall time as a "
+        "user's run pays it; no table of where it went)",
+    )
+    parser.add_argument(
         "--sharing-with",
         nargs="*",
         default=[],

@@ -242,9 +242,12 @@ class Session:
         # every means unless 'every' found one failing, then the whole recipe's own (--full-with)
         overrides = [*(self.best or means_overrides()), *getattr(self.args, "full_with", [])]
         a = self.args
-        # with the op-level trace after its first 300 updates, then the host's profile: a whole run's steady state
-        run = whole_recipe(a.device, a.data, [*a.extra, *overrides, PROFILER], self.folder / "full", self.left())
-        return {**run, "overrides": overrides}
+        # with the op-level trace after its first 300 updates, then the host's profile: a whole run's steady
+        # state; unprofiled, the wall time a user's run pays
+        profiled = not getattr(a, "full_unprofiled", False)
+        extra = [*a.extra, *overrides, *([PROFILER] if profiled else [])]
+        run = whole_recipe(a.device, a.data, extra, self.folder / "full", self.left())
+        return {**run, "overrides": overrides, "profiled": profiled}
 
     def write(self) -> None:
         write_results(self.args.json, self.results)
@@ -407,7 +410,8 @@ def table(results: dict) -> str:
                 cut = ", cut short by the budget" if entry.get("cut_short_by_cap") else ""
                 ms = f", {entry['ms_per_update']:.1f} ms an update" if entry.get("ms_per_update") else ""
                 row(
-                    f"whole recipe (`{' '.join(entry['overrides'])}`)",
+                    f"whole recipe (`{' '.join(entry['overrides'])}`"
+                    f"{', profilers on' if entry.get('profiled', True) else ', no profiler'})",
                     f"{entry['wall_s'] / 60:.1f} min, {entry['updates']} updates{ms}, best validation BLEU "
                     f"{entry['best_val_bleu']}, test BLEU {entry['test_bleu']}{cut}",
                 )

@@ -240,7 +240,16 @@ def test_the_whole_recipe_takes_its_own_overrides_after_the_means(monkeypatch, t
     )
     (overrides,) = seen
     assert overrides[-3:-1] == ["compile=false", "trainer.max_steps=7"]  # then the profiler's
-    assert json.loads(out.read_text())["full"]["overrides"][-2:] == ["compile=false", "trainer.max_steps=7"]
+    assert overrides[-1] == gpu_session.PROFILER
+    full = json.loads(out.read_text())["full"]
+    assert full["overrides"][-2:] == ["compile=false", "trainer.max_steps=7"] and full["profiled"] is True
+    # --full-unprofiled: the wall time a user's run pays, without the profiler's own cost
+    gpu.main(
+        ["--device", "cpu", "--data", "toy", "--all", "--only", "full", "--budget", "600", "--json", str(out)]
+        + ["--full-unprofiled", "--full-with", "compile=false"]
+    )
+    assert seen[-1][-1] == "compile=false" and gpu_session.PROFILER not in seen[-1]
+    assert json.loads(out.read_text())["full"]["profiled"] is False
 
 
 def test_the_session_measures_stacked_models_against_the_same_models_one_after_another(tmp_path):

@@ -4,6 +4,7 @@ after it touched, and every write done when training ends."""
 
 import errno
 import threading
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -127,3 +128,30 @@ def test_write_behind_is_on_while_training_runs_where_set(tmp_path, held, settin
     callback.on_train_end(trainer, None)  # every write done before training's end returns
     assert io.background is False
     assert path.exists() is background
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="a CUDA graph recorded while the writer runs")
+def test_on_a_gpu_a_write_behind_leaves_a_recording_whole(tmp_path, held):
+    """The writer thread finishing a write, its state freed, while the training thread records a CUDA graph:
+    the recording replays right, and the file holds the weights of the save."""
+    model = torch.nn.Linear(64, 64).cuda()
+    io, path = AtomicCheckpointIO(background=True), tmp_path / "epoch000.ckpt"
+    io.save_checkpoint({"state_dict": model.state_dict()}, path)
+    at_save = model.weight.detach().cpu().clone()
+    x = torch.randn(8, 64, device="cuda")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up on a side stream, as a recording requires
+        model(x)
+    torch.cuda.current_stream().wait_stream(side)
+    recording = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(recording):
+        held.release.set()
+        time.sleep(0.2)  # the write done and its state freed inside the recording
+        y = model(x)
+    io.wait()
+    with torch.no_grad():
+        model.weight.add_(1.0)
+    recording.replay()
+    torch.testing.assert_close(y, model(x))
+    assert torch.equal(torch.load(path, weights_only=True)["state_dict"]["weight"], at_save)

@@ -57,18 +57,22 @@ def non_finite_tensors(checkpoint: dict) -> list[str]:
     return found
 
 
-def on_host(checkpoint, copy_host_tensors: bool = False):
+def on_host(checkpoint, snapshot: bool = False):
     """``checkpoint`` with every tensor on an accelerator copied to host memory, the copies queued together
     and waited for once: ``torch.save`` would copy them one at a time, each copy a wait for the device.
-    ``copy_host_tensors``: tensors already in host memory copied too, so that what is returned is a snapshot
-    that training, going on, cannot change (a background write reads it later)."""
+    ``snapshot``: for a write in another thread, a copy that training, going on, cannot change (tensors
+    already in host memory copied too), in ordinary host memory, each copy waited for: pinned buffers,
+    freed in the writer thread, would query the device there, which a CUDA graph being recorded at that
+    moment in the training thread forbids."""
     copies = []
 
     def visit(node):
         if isinstance(node, torch.Tensor) and node.device.type != "cpu":
+            if snapshot:
+                return node.detach().to("cpu")
             copies.append(node.detach().to("cpu", non_blocking=True))  # pinned host memory: nothing waits yet
             return copies[-1]
-        if isinstance(node, torch.Tensor) and copy_host_tensors:
+        if isinstance(node, torch.Tensor) and snapshot:
             return node.detach().clone()
         if isinstance(node, dict):
             out = copy.copy(node)  # the same kind of mapping, with its attributes (a state dict's _metadata)
@@ -97,7 +101,9 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 
     With ``background`` on (:class:`WriteBehind` turns it on while training runs), the state is checked and
     copied to host memory at once, and its bytes are written by one worker thread, in the order the saves,
-    copies and removals were asked for: an epoch's end then does not wait for the disk. A write that fails
+    copies and removals were asked for: an epoch's end then does not wait for the disk. The thread calls
+    nothing of CUDA's (the state it writes is in ordinary host memory), so it cannot disturb a CUDA graph
+    that training records meanwhile. A write that fails
     is raised at the next save or at :meth:`wait`, and nothing queued after it is written or removed, so
     the files written before it stay as they were."""
 
@@ -121,7 +127,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
                 "checkpoint stays the last good one"
             )
             return
-        state = on_host(checkpoint, copy_host_tensors=self.background)
+        state = on_host(checkpoint, snapshot=self.background)
         self.then(functools.partial(_write, state, path))
         self.last_written = os.path.abspath(path)
 
@@ -175,10 +181,9 @@ def _write(checkpoint: dict, path: Path) -> None:
 
 class WriteBehind(Callback):
     """Checkpoints written in the background while training runs (``checkpoint.write_behind``): on an
-    accelerator by default, where the state is copied off the device before training goes on, so the copy
-    costs no more than the synchronous write's own copy. On a CPU the state would be copied for the writer
-    first, so only when asked. Every write is done before training's end returns, and before an interrupted
-    run exits (the writer's teardown waits)."""
+    accelerator by default, where the state has to be copied off the device for any write. On a CPU the
+    state would be copied for the writer only, so only when asked. Every write is done before training's
+    end returns, and before an interrupted run exits (the writer's teardown waits)."""
 
     def __init__(self, writer: AtomicCheckpointIO, setting: bool | None) -> None:
         self.writer, self.setting = writer, setting
