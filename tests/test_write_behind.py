@@ -155,3 +155,73 @@ def test_on_a_gpu_a_write_behind_leaves_a_recording_whole(tmp_path, held):
     recording.replay()
     torch.testing.assert_close(y, model(x))
     assert torch.equal(torch.load(path, weights_only=True)["state_dict"]["weight"], at_save)
+
+
+def test_at_most_two_checkpoints_wait_for_the_writer(tmp_path, held):
+    """Each waiting checkpoint is a copy of the state in host memory: a third save waits for the oldest."""
+    io = AtomicCheckpointIO(background=True)
+    io.save_checkpoint(state(1.0), tmp_path / "a.ckpt")
+    io.save_checkpoint(state(2.0), tmp_path / "b.ckpt")
+    third = threading.Thread(target=io.save_checkpoint, args=(state(3.0), tmp_path / "c.ckpt"))
+    third.start()
+    third.join(0.3)
+    assert third.is_alive()  # blocked behind the first write
+    held.release.set()
+    third.join(30)
+    io.wait()
+    assert [weights(tmp_path / f"{n}.ckpt") for n in "abc"] == [1.0, 2.0, 3.0]
+
+
+def test_after_a_failed_write_the_queued_copy_is_skipped_and_the_error_raised_once(tmp_path, monkeypatch):
+    io = AtomicCheckpointIO(background=True)
+    trainer = SimpleNamespace(is_global_zero=True, strategy=SimpleNamespace(checkpoint_io=io, barrier=lambda: None))
+    epoch, last = tmp_path / "epoch001.ckpt", tmp_path / "last.ckpt"
+    release = threading.Event()
+
+    def full_disk(obj, target, *args, **kwargs):
+        assert release.wait(30)
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(torch, "save", full_disk)
+    io.save_checkpoint(state(2.0), epoch)
+    EpochCheckpoints._link_checkpoint(trainer, str(epoch), str(last))  # would copy a file never written
+    release.set()
+    with pytest.raises(CheckpointWriteError, match="to write epoch001.ckpt"):
+        io.wait()
+    io.teardown()  # nothing more to raise: the copy skipped itself instead of failing on the missing file
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_failed_write_does_not_replace_the_exception_a_run_stops_on(tmp_path, monkeypatch):
+    io = AtomicCheckpointIO(background=True)
+
+    def full_disk(obj, target, *args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(torch, "save", full_disk)
+    io.save_checkpoint(state(1.0), tmp_path / "epoch000.ckpt")
+    with pytest.raises(ValueError, match="the run's own error"), pytest.warns(UserWarning, match="no space left"):
+        try:
+            raise ValueError("the run's own error")
+        except ValueError:
+            io.teardown()  # as Lightning's strategy tears down while the exception unwinds
+            raise
+    assert io.background is False  # a save after the fit is written before it returns
+
+
+def test_lightnings_save_before_a_slurm_requeue_is_written_before_it_returns(tmp_path):
+    io = AtomicCheckpointIO(background=True)
+    io.save_checkpoint(state(1.0), tmp_path / "hpc_ckpt_1.ckpt")
+    assert weights(tmp_path / "hpc_ckpt_1.ckpt") == 1.0 and io._worker is None
+
+
+def test_a_snapshot_keeps_tied_weights_one_tensor(tmp_path):
+    from nmt.training.checkpoint_io import on_host
+
+    shared = torch.arange(6.0)
+    checkpoint = {"state_dict": {"embed": shared.detach(), "output": shared.detach(), "half": shared[:3]}}
+    copy = on_host(checkpoint, snapshot=True)["state_dict"]
+    assert copy["embed"] is copy["output"] and copy["embed"].data_ptr() != shared.data_ptr()
+    assert torch.equal(copy["half"], shared[:3])
+    shared.add_(1.0)  # the snapshot does not follow the live tensor
+    assert torch.equal(copy["embed"], torch.arange(6.0))

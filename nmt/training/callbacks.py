@@ -10,6 +10,7 @@ from lightning.pytorch.callbacks import Callback, EarlyStopping, ThroughputMonit
 from lightning.pytorch.trainer.states import RunningStage
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+from nmt.training.checkpoint_io import AtomicCheckpointIO
 from nmt.training.loggers import ResumableCSVLogger
 
 
@@ -89,6 +90,9 @@ class SaveOnSignal(Callback):
         if isinstance(exception, SIGTERMException):
             if self.epoch_ended:  # Lightning raises after an epoch's end hooks
                 _start_next_epoch(trainer)
+            writer = trainer.strategy.checkpoint_io
+            if isinstance(writer, AtomicCheckpointIO):  # on disk before the barrier that lets the other ranks exit
+                writer.background = False
             trainer.save_checkpoint(self.path, weights_only=False)  # the whole state: a rerun resumes it
             self.saved = True
 

@@ -6,6 +6,7 @@ import functools
 import math
 import os
 import shutil
+import sys
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
@@ -64,22 +65,28 @@ def on_host(checkpoint, snapshot: bool = False):
     already in host memory copied too), in ordinary host memory, each copy waited for: pinned buffers,
     freed in the writer thread, would query the device there, which a CUDA graph being recorded at that
     moment in the training thread forbids."""
-    copies = []
+    copies, made = [], {}  # the copy of each tensor view, so that tied weights stay one tensor in the file
+
+    def copied(tensor: torch.Tensor) -> torch.Tensor:
+        if tensor.device.type != "cpu" and not snapshot:
+            copies.append(tensor.detach().to("cpu", non_blocking=True))  # pinned host memory: nothing waits yet
+            return copies[-1]
+        return tensor.detach().to("cpu") if tensor.device.type != "cpu" else tensor.detach().clone()
 
     def visit(node):
-        if isinstance(node, torch.Tensor) and node.device.type != "cpu":
-            if snapshot:
-                return node.detach().to("cpu")
-            copies.append(node.detach().to("cpu", non_blocking=True))  # pinned host memory: nothing waits yet
-            return copies[-1]
-        if isinstance(node, torch.Tensor) and snapshot:
-            return node.detach().clone()
+        if isinstance(node, torch.Tensor) and (snapshot or node.device.type != "cpu"):
+            view = (node.untyped_storage().data_ptr(), node.storage_offset(), node.shape, node.stride(), node.dtype)
+            if view not in made:
+                made[view] = copied(node)
+            return made[view]
         if isinstance(node, dict):
             out = copy.copy(node)  # the same kind of mapping, with its attributes (a state dict's _metadata)
             for key, value in node.items():
                 out[key] = visit(value)
             return out
-        if isinstance(node, list | tuple) and not hasattr(node, "_fields"):
+        if isinstance(node, tuple) and hasattr(node, "_fields"):  # a named tuple
+            return type(node)(*(visit(value) for value in node))
+        if isinstance(node, list | tuple):
             return type(node)(visit(value) for value in node)
         return node
 
@@ -91,6 +98,9 @@ def on_host(checkpoint, snapshot: bool = False):
         else:
             torch.cuda.synchronize()
     return moved
+
+
+MAX_QUEUED = 2  # checkpoints waiting for the writer thread at most; a save beyond waits for the oldest
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
@@ -113,7 +123,8 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         super().__init__()
         self.background = background
         self._worker: ThreadPoolExecutor | None = None
-        self._queued: list[Future] = []
+        self._queued: list[Future] = []  # every job not known to be done, in order
+        self._writes: list[Future] = []  # the writes among them (each holds a copy of the state)
         self._failed: BaseException | None = None
 
     def save_checkpoint(self, checkpoint: dict, path, storage_options=None) -> None:
@@ -127,23 +138,34 @@ class AtomicCheckpointIO(TorchCheckpointIO):
                 "checkpoint stays the last good one"
             )
             return
-        state = on_host(checkpoint, snapshot=self.background)
-        self.then(functools.partial(_write, state, path))
+        # Lightning's save on SLURM's requeue signal is followed at once by the requeue, which kills the job:
+        # it is written before the call returns
+        behind = self.background and not path.name.startswith("hpc_ckpt")
+        self._writes = [write for write in self._writes if not write.done()]
+        while behind and len(self._writes) >= MAX_QUEUED:  # each holds a copy of the state in host memory
+            self._writes.pop(0).result()
+        state = on_host(checkpoint, snapshot=behind)
+        written = self.then(functools.partial(_write, state, path), behind)
+        if written is not None:
+            self._writes.append(written)
         self.last_written = os.path.abspath(path)
 
     def remove_checkpoint(self, path) -> None:
         # queued too: a removal never overtakes a write asked for before it
         self.then(functools.partial(super().remove_checkpoint, path))
 
-    def then(self, job: Callable[[], None]) -> None:
-        """Run ``job`` after every write queued before it: now, or in the worker thread while ``background``."""
-        if not self.background:
+    def then(self, job: Callable[[], None], behind: bool | None = None) -> Future | None:
+        """Run ``job`` after every write queued before it: now, or in the worker thread while ``background``
+        (``behind``: this once, whether in the worker thread; its future is returned)."""
+        if not (self.background if behind is None else behind):
             self.wait()
             job()
-            return
+            return None
         if self._worker is None:
             self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint-writer")
+        self._queued = [queued for queued in self._queued if not queued.done()]
         self._queued.append(self._worker.submit(self._unless_failed, job))
+        return self._queued[-1]
 
     def _unless_failed(self, job: Callable[[], None]) -> None:
         if self._failed is not None:  # after a failed write nothing more is written or removed
@@ -155,19 +177,32 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 
     def wait(self) -> None:
         """Wait until every queued write is done; raise the first that failed."""
-        queued, self._queued = self._queued, []
-        for job in queued:
-            job.result()
+        while self._queued:
+            self._queued[0].result()
+            self._queued.pop(0)
         self._raise_failed()
 
     def _raise_failed(self) -> None:
         if self._failed is not None:
+            # the jobs queued after the failed one skip themselves first: none runs once the error is raised
+            for job in self._queued:
+                job.result()
+            self._queued = []
             failed, self._failed = self._failed, None
             raise failed
 
     def teardown(self) -> None:
+        """Every queued write done (Lightning's strategy calls this at the end of a fit, an interrupted one
+        too). A write that failed is raised, unless another exception is already on its way out: then it is
+        named in a warning, and that exception stays the one reported."""
+        self.background = False  # a save after a fit (the caller's) is written before it returns
+        unwinding = sys.exc_info()[1] is not None
         try:
             self.wait()
+        except Exception as err:
+            if not unwinding:
+                raise
+            rank_zero_warn(f"a checkpoint write failed as the run stopped: {err}")
         finally:
             if self._worker is not None:
                 self._worker.shutdown(wait=True)
