@@ -108,11 +108,14 @@ def test_course_baseline_has_the_reported_shape():
         ("model.norm_position=middle", "['pre', 'post']"),
         ("trainer.precision=fp8", "['auto', '32-true', 'bf16-mixed'"),
         ("matmul_precision=fast", "['highest', 'high', 'medium']"),
+        ("checkpoint.write_behind=sometimes", "checkpoint.write_behind='sometimes': must be true, false or null"),
+        ("cudnn_attention=off", "cudnn_attention='off': must be true, false or null"),
+        ("cudnn_attention=false trainer.accelerator=cpu", "a CPU run has none of cuDNN's"),
     ],
 )
 def test_invalid_values_are_rejected_with_the_key_and_what_is_allowed(override, expected):
     with pytest.raises(ConfigError, match=expected.replace("[", r"\[").replace("]", r"\]")):
-        check_config(compose_train(override))
+        check_config(compose_train(*override.split()))
 
 
 @pytest.mark.parametrize(
@@ -183,3 +186,15 @@ def test_the_readme_lists_every_option_of_every_config_group():
         options = {p.stem for p in (CONF / group).glob("*.yaml")}
         extra, missing = sorted(listed - options), sorted(options - listed)
         assert listed == options, f"README.md, group {group}: lists {extra}, omits {missing}"
+
+
+def test_cudnn_attention_is_set_at_every_run_so_that_none_carries_into_the_next(tmp_path, monkeypatch):
+    """cudnn_attention=false leaves PyTorch's cuDNN attention kernels out of a run, and the next run in the
+    same process (a sweep's in-process runs, a notebook) gets PyTorch's choice back unless it asks too."""
+    seen = []
+    monkeypatch.setattr(torch.backends.cuda, "enable_cudnn_sdp", seen.append)
+    for setting in ("false", "null"):
+        run = tmp_path / setting
+        overrides = ["trainer.max_steps=1", "threads=1", *NO_FINAL_SCORES, "trainer.accelerator=auto"]
+        train(compose_train(*overrides, f"cudnn_attention={setting}", f"run_dir={run}"))
+    assert seen == [False, True]

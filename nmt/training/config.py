@@ -60,6 +60,7 @@ def _rules() -> list[tuple[str, Callable[[object], bool], str]]:
             "true, false, 'reduce-overhead' or 'layers'",
         ),
         ("resume", lambda v: v in ("auto", "force"), "one of ['auto', 'force']"),
+        ("cudnn_attention", lambda v: isinstance(v, bool), "true, false or null (PyTorch's choice)"),
         (
             "trainer.devices",
             lambda v: v == "auto" or (isinstance(v, int) and (v > 0 or v == -1)) or isinstance(v, list | str),
@@ -116,6 +117,11 @@ def check_config(cfg: DictConfig, choices: dict | None = None) -> None:
                 accelerator=OmegaConf.select(cfg, "trainer.accelerator", default="auto"),
             )
         ]
+    if cfg.get("cudnn_attention") is not None and OmegaConf.select(cfg, "trainer.accelerator", default="") == "cpu":
+        problems.append(
+            f"  cudnn_attention={cfg.cudnn_attention}: chooses among a GPU's attention kernels; a CPU run has "
+            "none of cuDNN's (leave it null)"
+        )
     target = OmegaConf.select(cfg, "data.tgt_lang", default=None)
     if target:  # scoring its text may need extra packages: say so before any data is read
         try:

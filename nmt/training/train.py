@@ -246,6 +246,8 @@ def _train_in_folder(cfg: DictConfig, task, run_dir: Path, config: dict, main_pr
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     torch.set_float32_matmul_precision(cfg.get("matmul_precision") or "highest")
+    # set at every run (not only when false), so that one run's choice never carries into the next in a process
+    torch.backends.cuda.enable_cudnn_sdp(cfg.get("cudnn_attention") is not False)
     # everything that can reject an option is built before any data is read
     datamodule = task.build_datamodule(cfg.data, cfg.cache_dir, cfg.seed)
     loss = instantiate(cfg.smoothing, pad_id=PAD_ID)
