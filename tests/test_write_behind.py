@@ -157,39 +157,54 @@ def test_on_a_gpu_a_write_behind_leaves_a_recording_whole(tmp_path, held):
     assert torch.equal(torch.load(path, weights_only=True)["state_dict"]["weight"], at_save)
 
 
-def test_at_most_two_checkpoints_wait_for_the_writer(tmp_path, held):
-    """Each waiting checkpoint is a copy of the state in host memory: a third save waits for the oldest."""
+def test_at_most_two_checkpoints_wait_for_the_writer(tmp_path, held, monkeypatch):
+    """Each waiting checkpoint is a copy of the state in host memory: a third save waits for the oldest
+    before it copies the state."""
+    from nmt.training import checkpoint_io
+
+    copies, real_on_host = [], checkpoint_io.on_host
+    monkeypatch.setattr(checkpoint_io, "on_host", lambda *a, **k: copies.append(1) or real_on_host(*a, **k))
     io = AtomicCheckpointIO(background=True)
     io.save_checkpoint(state(1.0), tmp_path / "a.ckpt")
     io.save_checkpoint(state(2.0), tmp_path / "b.ckpt")
     third = threading.Thread(target=io.save_checkpoint, args=(state(3.0), tmp_path / "c.ckpt"))
     third.start()
-    third.join(0.3)
-    assert third.is_alive()  # blocked behind the first write
+    third.join(0.5)
+    assert third.is_alive() and len(copies) == 2  # blocked behind the first write, no third copy taken
     held.release.set()
     third.join(30)
     io.wait()
-    assert [weights(tmp_path / f"{n}.ckpt") for n in "abc"] == [1.0, 2.0, 3.0]
+    assert len(copies) == 3 and [weights(tmp_path / f"{n}.ckpt") for n in "abc"] == [1.0, 2.0, 3.0]
 
 
-def test_after_a_failed_write_the_queued_copy_is_skipped_and_the_error_raised_once(tmp_path, monkeypatch):
+def test_after_a_failed_write_nothing_queued_runs_though_the_error_is_raised_at_once(tmp_path, monkeypatch):
+    """The next save raises the failure as soon as it is known; the copy and the removal queued after the
+    failed write skip themselves all the same (they would copy a file never written, remove the last good one)."""
+    import time
+
     io = AtomicCheckpointIO(background=True)
     trainer = SimpleNamespace(is_global_zero=True, strategy=SimpleNamespace(checkpoint_io=io, barrier=lambda: None))
     epoch, last = tmp_path / "epoch001.ckpt", tmp_path / "last.ckpt"
-    release = threading.Event()
+    torch.save(state(1.0), last)
+    release, removed = threading.Event(), []
 
     def full_disk(obj, target, *args, **kwargs):
         assert release.wait(30)
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(torch, "save", full_disk)
+    monkeypatch.setattr(io, "remove_checkpoint", lambda path: io.then(lambda: removed.append(path)))
     io.save_checkpoint(state(2.0), epoch)
     EpochCheckpoints._link_checkpoint(trainer, str(epoch), str(last))  # would copy a file never written
+    io.remove_checkpoint(last)
     release.set()
+    deadline = time.monotonic() + 30
+    while io._failed is None and time.monotonic() < deadline:
+        pass  # the next save comes as soon as the failure is known, before the worker reaches the jobs after it
     with pytest.raises(CheckpointWriteError, match="to write epoch001.ckpt"):
-        io.wait()
-    io.teardown()  # nothing more to raise: the copy skipped itself instead of failing on the missing file
-    assert list(tmp_path.iterdir()) == []
+        io.save_checkpoint(state(3.0), tmp_path / "epoch002.ckpt")
+    io.teardown()  # nothing more to raise
+    assert removed == [] and sorted(p.name for p in tmp_path.iterdir()) == [last.name] and weights(last) == 1.0
 
 
 def test_a_failed_write_does_not_replace_the_exception_a_run_stops_on(tmp_path, monkeypatch):
@@ -225,3 +240,70 @@ def test_a_snapshot_keeps_tied_weights_one_tensor(tmp_path):
     assert torch.equal(copy["half"], shared[:3])
     shared.add_(1.0)  # the snapshot does not follow the live tensor
     assert torch.equal(copy["embed"], torch.arange(6.0))
+
+
+def test_a_save_from_a_signal_handler_while_the_writer_is_waited_for(tmp_path, held):
+    """Lightning's SLURM handler saves from inside a signal handler, which may run while training waits for
+    the writer: the nested save waits for the same writes, and the outer wait then finds nothing left."""
+    import os
+    import signal
+
+    io = AtomicCheckpointIO(background=True)
+    io.save_checkpoint(state(1.0), tmp_path / "epoch000.ckpt")
+    previous = signal.signal(signal.SIGUSR1, lambda *_: io.save_checkpoint(state(2.0), tmp_path / "hpc_ckpt_1.ckpt"))
+    try:
+        threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGUSR1)).start()
+        threading.Timer(0.5, held.release.set).start()
+        io.wait()
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+    assert weights(tmp_path / "epoch000.ckpt") == 1.0 and weights(tmp_path / "hpc_ckpt_1.ckpt") == 2.0
+
+
+def test_a_signals_save_is_written_in_the_foreground_after_an_earlier_write_failed(tmp_path, monkeypatch):
+    """SaveOnSignal writes the state to resume from before the run goes on (under DDP, the barrier after it
+    lets the other ranks exit); an earlier write that failed in the background is named, not raised."""
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+    from nmt.training.callbacks import SaveOnSignal
+
+    io = AtomicCheckpointIO(background=True)
+    real_save = torch.save
+
+    def full_disk(obj, target, *args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(torch, "save", full_disk)
+    io.save_checkpoint(state(1.0), tmp_path / "epoch000.ckpt")
+    io._queued[-1].result()
+    monkeypatch.setattr(torch, "save", real_save)
+    last = tmp_path / "last.ckpt"
+    trainer = SimpleNamespace(
+        strategy=SimpleNamespace(checkpoint_io=io),
+        save_checkpoint=lambda path, weights_only: io.save_checkpoint(state(2.0), path),
+    )
+    callback = SaveOnSignal(last)
+    with pytest.warns(UserWarning, match="an earlier checkpoint write failed: .*epoch000.ckpt"):
+        callback.on_exception(trainer, None, SIGTERMException())
+    assert io.background is False and callback.saved and weights(last) == 2.0  # on disk when the call returns
+
+
+def test_a_snapshot_copies_lazy_views_and_sparse_tensors_as_they_read():
+    from nmt.training.checkpoint_io import on_host
+
+    z = torch.tensor([1 + 2j, 3 - 1j])
+    sparse = torch.eye(3).to_sparse()
+    copy = on_host(
+        {
+            "z": z,
+            "conj": z.conj(),
+            "neg": torch._neg_view(z),
+            "sparse": sparse,
+            "e": torch.ones(0),
+            "f": torch.zeros(0),
+        },
+        snapshot=True,
+    )
+    assert torch.equal(copy["conj"].resolve_conj(), z.conj().resolve_conj()) and copy["conj"] is not copy["z"]
+    assert torch.equal(copy["neg"].resolve_neg(), -z) and torch.equal(copy["sparse"].to_dense(), torch.eye(3))
+    assert copy["e"] is not copy["f"]

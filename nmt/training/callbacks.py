@@ -9,6 +9,7 @@ from lightning.fabric.plugins.environments import SLURMEnvironment
 from lightning.pytorch.callbacks import Callback, EarlyStopping, ThroughputMonitor, Timer
 from lightning.pytorch.trainer.states import RunningStage
 from lightning.pytorch.utilities.exceptions import SIGTERMException
+from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 
 from nmt.training.checkpoint_io import AtomicCheckpointIO
 from nmt.training.loggers import ResumableCSVLogger
@@ -93,6 +94,10 @@ class SaveOnSignal(Callback):
             writer = trainer.strategy.checkpoint_io
             if isinstance(writer, AtomicCheckpointIO):  # on disk before the barrier that lets the other ranks exit
                 writer.background = False
+                try:  # an earlier write that failed must not stop this save, the state to resume from
+                    writer.wait()
+                except Exception as err:  # noqa: BLE001 - named, and the save below tells whether the disk is full
+                    rank_zero_warn(f"an earlier checkpoint write failed: {err}")
             trainer.save_checkpoint(self.path, weights_only=False)  # the whole state: a rerun resumes it
             self.saved = True
 

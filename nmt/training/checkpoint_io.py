@@ -75,7 +75,10 @@ def on_host(checkpoint, snapshot: bool = False):
 
     def visit(node):
         if isinstance(node, torch.Tensor) and (snapshot or node.device.type != "cpu"):
-            view = (node.untyped_storage().data_ptr(), node.storage_offset(), node.shape, node.stride(), node.dtype)
+            if node.layout != torch.strided or node.is_conj() or node.is_neg() or not node.numel():
+                return copied(node)  # no storage to compare, or one read through a lazy view: never merged
+            view = (node.device, node.untyped_storage().data_ptr(), node.storage_offset(), node.shape, node.stride())
+            view += (node.dtype,)
             if view not in made:
                 made[view] = copied(node)
             return made[view]
@@ -128,8 +131,14 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         self._failed: BaseException | None = None
 
     def save_checkpoint(self, checkpoint: dict, path, storage_options=None) -> None:
-        self._raise_failed()
         path = Path(path)
+        # Lightning's save on SLURM's requeue signal is followed at once by the requeue, which kills the job:
+        # it is written before the call returns, after every write before it (even if it is itself refused)
+        behind = self.background and not path.name.startswith("hpc_ckpt")
+        if behind:
+            self._raise_failed()
+        else:
+            self.wait()
         self.last_written = None
         bad = non_finite_tensors(checkpoint)
         if bad:
@@ -138,9 +147,6 @@ class AtomicCheckpointIO(TorchCheckpointIO):
                 "checkpoint stays the last good one"
             )
             return
-        # Lightning's save on SLURM's requeue signal is followed at once by the requeue, which kills the job:
-        # it is written before the call returns
-        behind = self.background and not path.name.startswith("hpc_ckpt")
         self._writes = [write for write in self._writes if not write.done()]
         while behind and len(self._writes) >= MAX_QUEUED:  # each holds a copy of the state in host memory
             self._writes.pop(0).result()
@@ -176,10 +182,13 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             self._failed = err
 
     def wait(self) -> None:
-        """Wait until every queued write is done; raise the first that failed."""
+        """Wait until every queued write is done; raise the first that failed. A signal handler may save
+        (synchronously, so waiting too) while this waits: the list is emptied by whichever wait gets there."""
         while self._queued:
-            self._queued[0].result()
-            self._queued.pop(0)
+            job = self._queued[0]
+            job.result()
+            if self._queued and self._queued[0] is job:
+                self._queued.pop(0)
         self._raise_failed()
 
     def _raise_failed(self) -> None:
