@@ -116,9 +116,8 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     copied to host memory at once, and its bytes are written by one worker thread, in the order the saves,
     copies and removals were asked for: an epoch's end then does not wait for the disk. The thread calls
     nothing of CUDA's (the state it writes is in ordinary host memory), so it cannot disturb a CUDA graph
-    that training records meanwhile. A write that fails
-    is raised at the next save or at :meth:`wait`, and nothing queued after it is written or removed, so
-    the files written before it stay as they were."""
+    that training records meanwhile. A write that fails is raised at the next save or at :meth:`wait`, and
+    nothing queued after it is written or removed, so the files written before it stay as they were."""
 
     last_written: str | None = None  # the file the last save wrote or queued (None: that save wrote nothing)
 
