@@ -21,6 +21,11 @@ def state(value: float) -> dict:
     }
 
 
+def full_disk(obj, target, *args, **kwargs):
+    """torch.save on a full disk."""
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
 def weights(path: Path) -> float:
     return float(torch.load(path, weights_only=True)["state_dict"]["w"][0])
 
@@ -99,9 +104,6 @@ def test_a_failed_write_is_raised_at_the_next_save_and_nothing_after_it_is_touch
 
 def test_wait_raises_a_failed_write(tmp_path, monkeypatch):
     io = AtomicCheckpointIO(background=True)
-
-    def full_disk(obj, target, *args, **kwargs):
-        raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(torch, "save", full_disk)
     io.save_checkpoint(state(1.0), tmp_path / "best.ckpt")
@@ -210,9 +212,6 @@ def test_after_a_failed_write_nothing_queued_runs_though_the_error_is_raised_at_
 def test_a_failed_write_does_not_replace_the_exception_a_run_stops_on(tmp_path, monkeypatch):
     io = AtomicCheckpointIO(background=True)
 
-    def full_disk(obj, target, *args, **kwargs):
-        raise OSError(errno.ENOSPC, "No space left on device")
-
     monkeypatch.setattr(torch, "save", full_disk)
     io.save_checkpoint(state(1.0), tmp_path / "epoch000.ckpt")
     with pytest.raises(ValueError, match="the run's own error"), pytest.warns(UserWarning, match="no space left"):
@@ -269,9 +268,6 @@ def test_a_signals_save_is_written_in_the_foreground_after_an_earlier_write_fail
 
     io = AtomicCheckpointIO(background=True)
     real_save = torch.save
-
-    def full_disk(obj, target, *args, **kwargs):
-        raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(torch, "save", full_disk)
     io.save_checkpoint(state(1.0), tmp_path / "epoch000.ckpt")
