@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 TORCH_VERSION := 2.13.0
 ARGS ?=
 
-.PHONY: help install train test test-fast browser lint format bench bench-mfu bench-gpu wheelhouse clean
+.PHONY: help install train test test-fast browser lint format bench bench-mfu bench-gpu wheelhouse gpu-kit clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-10s %s\n", $$1, $$2}'
@@ -67,6 +67,11 @@ wheelhouse: $(STAMP)  ## wheels of hydra-core, omegaconf, antlr4, sacremoses and
 	$(BIN)/pip download -q --no-deps --only-binary=:all: --python-version $(PY) --implementation py \
 	  --platform any -d wheelhouse hydra-core==1.3.8 omegaconf==2.3.1 sacremoses==0.2.0 hydra-joblib-launcher==1.2.0
 	$(BIN)/pip wheel -q --no-deps -w wheelhouse antlr4-python3-runtime==4.9.3
+
+# the corpora (from NMT_DATA) and the tokenizers and encodings derived from them, for the same machine: with
+# wheelhouse/ and gpu-kit/ there, export NMT_DATA=$$PWD/gpu-kit/data NMT_CACHE=$$PWD/gpu-kit/cache
+gpu-kit: wheelhouse  ## wheelhouse/, and gpu-kit/ with Multi30k and its cached encodings for an offline GPU machine
+	$(BIN)/python -m benchmarks.gpu_kit --out gpu-kit $(ARGS)
 
 bench-mfu: $(STAMP)  ## model-FLOPs utilisation of training, fp32 and bf16 (ARGS="--device cuda --compile ...")
 	$(BIN)/python -m benchmarks.mfu $(ARGS)
