@@ -465,16 +465,20 @@ def mfu_output(device: str, timeout: float | None = None) -> str:
         return run_logged(command, Path(tmp) / "mfu.log", timeout)
 
 
-def stacked_rows(device: str, timeout: float | None = None) -> tuple[list[dict], str | None]:
-    """benchmarks.stacked on a GPU: 1, 4, 8 and 16 tiny-recipe models trained stacked in one process, against
-    the same models updated one after another, each update one CUDA graph, on the fair factorial's batches
-    (2,048 tokens) and on the recipe's (8,192). Its rows, and what stopped a call if one was (the rows measured
-    by then are kept)."""
+def stacked_rows(
+    device: str, timeout: float | None = None, config: list[str] | None = None
+) -> tuple[list[dict], str | None]:
+    """benchmarks.stacked on a GPU: 1, 4, 8 and 16 tiny models trained stacked in one process, against the
+    same models updated one after another, each update one CUDA graph, on the fair factorial's batches (2,048
+    tokens) and on the recipe's (8,192); the models those of train.py's overrides ``config`` (default: the
+    tiny recipe's). Its rows, and what stopped a call if one was (the rows measured by then are kept)."""
     command = [sys.executable, "-m", "benchmarks.stacked", "--device", device]
     if device == "cuda":
         calls = [command + ["--members", "1", "4", "8", "16", "--graph", "--batch", *b] for b in STACKED_BATCHES]
     else:  # a check that it runs: a CPU's cores are busy with one small model already
         calls = [command + ["--members", "1", "2", "--dropout", "0", "--steps", "2", "--batch", "16", "8", "8"]]
+    if config:
+        calls = [[*call, "--config", *config] for call in calls]
     rows, problems, began = [], [], time.monotonic()
     with tempfile.TemporaryDirectory() as tmp:
         for i, call in enumerate(calls):

@@ -75,6 +75,13 @@ class Session:
     def fits(self, name: str) -> bool:
         return self.left() >= SESSION_NEEDS[name]
 
+    def left_for(self, name: str) -> float:
+        """What is left of the budget less the least the chosen measurements after ``name`` need: a slow
+        measurement is cut before it takes their time."""
+        order = self.results.get("session", {}).get("order", [])
+        later = order[order.index(name) + 1 :] if name in order else []
+        return max(self.left() - sum(SESSION_NEEDS[n] for n in later), SESSION_NEEDS[name])
+
     def skipped(self, name: str) -> dict:
         return {"skipped": f"{self.left():.0f} s of the budget left, at least {SESSION_NEEDS[name]} needed"}
 
@@ -177,7 +184,7 @@ class Session:
                 shared[f"runs_{n}"] = self.skipped("sharing")
                 continue
             # the most runs under MPS come after: taking turns leaves them half of what is left
-            budget = self.left() / 2 if mps_after and n == most else self.left()
+            budget = self.left_for("sharing") / (2 if mps_after and n == most else 1)
             try:
                 folder = self.folder / f"sharing{n}"
                 rates = concurrent_runs(n, a.device, a.data, a.steps, [*a.extra, *overrides], folder, budget)
@@ -198,7 +205,13 @@ class Session:
         a = self.args
         try:
             rates, seen = concurrent_runs_mps(
-                n, a.device, a.data, a.steps, [*a.extra, *overrides], self.folder / f"sharing{n}_mps", self.left()
+                n,
+                a.device,
+                a.data,
+                a.steps,
+                [*a.extra, *overrides],
+                self.folder / f"sharing{n}_mps",
+                self.left_for("sharing"),
             )
         except (MpsError, RuntimeError) as err:
             return {"error": str(err)}
@@ -210,7 +223,10 @@ class Session:
         return result
 
     def stacked(self) -> dict:
-        rows, stopped = stacked_rows(self.args.device, self.left())
+        a = self.args
+        # the models of the runs measured (experiment=...), or the tiny recipe's where no override is given
+        config = [f"data={a.data}", *a.extra] if a.extra else None
+        rows, stopped = stacked_rows(a.device, self.left(), config)
         if not rows:
             raise RuntimeError(f"benchmarks.stacked measured nothing: {stopped}")
         return {"rows": rows, **({"error": stopped} if stopped else {})}

@@ -9,13 +9,17 @@ seeds, or its cells of one architecture and optimiser):
 
     python -m benchmarks.stacked --device cuda --members 1 4 8 16 --graph      # whole update one CUDA graph
     python -m benchmarks.stacked --members 1 2 --dropout 0                     # a CPU: that it runs
+    python -m benchmarks.stacked --device cuda --graph --batch 128 16 16 \
+        --config experiment=factorial_converged data=multi30k                # the model of train.py's config
 
 Each member has its own initialisation and dropout masks (``randomness="different"``) and sees the same batch
 (synthetic tokens of the tiny recipe's batch shape, no padding), so stacked members differ from separate runs
 only in their data order. The loss is PyTorch's label-smoothed cross-entropy; AdamW is element-wise, so one
 AdamW over the stacked tensors is each member's own AdamW. ``tests/test_bench_stacked.py`` checks that a
 stacked update equals the members' separate updates. As built, a stack has one label smoothing and one
-batch order for all members, and a guard or clipping would act on the whole stack.
+batch order for all members, and a guard or clipping would act on the whole stack. A stack's attention is
+PyTorch's written-out one (no fused kernel's backward accepts the members folded into its batch); the models
+updated one after another take the kernel PyTorch chooses, as runs do.
 """
 
 import argparse
@@ -24,10 +28,12 @@ import copy
 import json
 import re
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from omegaconf import OmegaConf
+from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig, OmegaConf
 from torch.func import functional_call, stack_module_state, vmap
 from torch.nn import functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -39,29 +45,59 @@ from nmt.models.build import build_model
 CONF = Path(__file__).resolve().parents[1] / "conf"
 RECIPE = OmegaConf.load(CONF / "recipe" / "multi30k_transformer.yaml")
 VOCAB = RECIPE.data.tokenizer.vocab_size  # its joint vocabulary
-# the attention kernels a stack may run on: every one but cuDNN's (Stack.losses says why)
-STACK_ATTENTION = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+# the attention a stack runs on: PyTorch's written-out one (Stack.losses says why)
+STACK_ATTENTION = [SDPBackend.MATH]
 
 
-def recipe_model(vocab: int, dropout: float, **overrides) -> torch.nn.Module:
+def recipe_model_config() -> DictConfig:
     """The tiny recipe's Transformer (conf/recipe/multi30k_transformer.yaml's model: post-norm, d_model 128,
-    4+4 layers, FFN 256, no activation dropout, all embeddings tied), with ``overrides`` of its keys."""
+    4+4 layers, FFN 256, no activation dropout, all embeddings tied)."""
     cfg = OmegaConf.load(CONF / "model" / "transformer.yaml")
     cfg.position = OmegaConf.load(CONF / "pos" / "absolute.yaml")
     cfg.norm = OmegaConf.load(CONF / "norm" / "layer.yaml")
     cfg.update(RECIPE.model)
+    return cfg
+
+
+@dataclass(frozen=True)
+class Spec:
+    """What the stacked and the separate models are: a model group's config, the (joint) vocabulary, the loss's
+    label smoothing, and a name for the rows."""
+
+    model: DictConfig
+    vocab: int
+    smoothing: float
+    name: str
+
+
+RECIPE_SPEC = Spec(recipe_model_config(), VOCAB, 0.1, "the tiny recipe's model")
+
+
+def configured_spec(overrides: list[str]) -> Spec:
+    """The model, vocabulary size and label smoothing of the run ``python train.py <overrides>`` would make
+    (a vocabulary of the tokenizer's configured size: the sizes SentencePiece gives)."""
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose("train", overrides=overrides)
+    model = OmegaConf.create(OmegaConf.to_container(cfg.model, resolve=True))
+    return Spec(model, int(cfg.data.tokenizer.vocab_size), float(cfg.smoothing.smoothing), " ".join(overrides))
+
+
+def recipe_model(vocab: int, dropout: float, model: DictConfig | None = None, **overrides) -> torch.nn.Module:
+    """A Transformer of ``model``'s config (the tiny recipe's by default) with dropout ``dropout`` and
+    ``overrides`` of its keys."""
+    cfg = copy.deepcopy(model if model is not None else RECIPE_SPEC.model)
     cfg.update(dropout=dropout, **overrides)
     return build_model(cfg, vocab, vocab)
 
 
 def members_of(
-    count: int, device: torch.device, dropout: float, vocab: int = VOCAB, **overrides
+    count: int, device: torch.device, dropout: float, vocab: int = VOCAB, model: DictConfig | None = None, **overrides
 ) -> list[torch.nn.Module]:
     """``count`` models of one shape, member i initialised from seed i."""
     models = []
     for seed in range(count):
         torch.manual_seed(seed)
-        models.append(recipe_model(vocab, dropout, **overrides).to(device).train())
+        models.append(recipe_model(vocab, dropout, model, **overrides).to(device).train())
     return models
 
 
@@ -105,9 +141,10 @@ class Stack:
         # rejects a mask that lacks that dimension ("attn_bias: wrong shape")
         members = next(iter(self.params.values())).size(0)
         batch = [t.expand(members, *t.shape) for t in (src, tgt_in, tgt_out)]
-        # not cuDNN's attention kernel: with the members folded into its batch, its backward rejects the strides
-        # of its own log-sum-exp output on an H100 ("LSE is not correctly aligned (strideH)"); the kernel used
-        # in the forward is the one whose backward runs, so choosing here covers both
+        # the written-out attention, not a fused kernel: with the members folded into its batch, the backward of
+        # the memory-efficient kernel (the one masked attention takes on a GPU; flash takes no mask, cuDNN's no
+        # fp32) rejects the strides of its own log-sum-exp output ("LSE is not correctly aligned (strideH)", on
+        # an H100). The kernel used in the forward is the one whose backward runs: choosing here covers both
         with sdpa_kernel(STACK_ATTENTION):
             return vmap(one, randomness="different")(self.params, self.buffers, *batch)
 
@@ -195,18 +232,21 @@ def measure(
     steps: int,
     precision: str,
     graph: bool,
-    dropout: float = RECIPE.model.dropout,
+    dropout: float | None = None,
+    spec: Spec = RECIPE_SPEC,
 ) -> dict:
-    """One row: ``members`` models updated ``way`` ("stacked" or "separate")."""
+    """One row: ``members`` models of ``spec`` updated ``way`` ("stacked" or "separate"), with dropout
+    ``dropout`` (None: the model's own)."""
+    dropout = spec.model.dropout if dropout is None else dropout
     if way == "stacked" and device.type == "cpu" and dropout > 0:
         # a CPU's dropout draws raw random bits into a tensor of its own (nmt/modules/dropout.py), which vmap
         # cannot give each member; a GPU's is F.dropout, which it can
         raise ValueError("stacked members on a CPU train without dropout: give --dropout 0")
-    models = members_of(members, device, dropout)
-    data = synthetic_batch(*batch, VOCAB, device)
+    models = members_of(members, device, dropout, spec.vocab, spec.model)
+    data = synthetic_batch(*batch, spec.vocab, device)
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
     if way == "stacked":
-        stack = Stack(models)
+        stack = Stack(models, spec.smoothing)
         del models  # the stack holds its own copies of the weights
         optimizer = adamw(stack.params.values(), device, graph)
 
@@ -216,7 +256,7 @@ def measure(
         optimizers = [adamw(m.parameters(), device, graph) for m in models]
 
         def step() -> None:
-            separate_update(models, data, autocast, optimizers)
+            separate_update(models, data, autocast, optimizers, spec.smoothing)
 
     with looped_ops() as looped:
         seconds = timed(step, device, steps, graph)
@@ -224,6 +264,7 @@ def measure(
     return {
         "members": members,
         "way": way,
+        "model": spec.name,
         "graph": graph,
         "precision": precision,
         "dropout": dropout,
@@ -253,7 +294,14 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--precision", choices=["32", "bf16"], default="bf16")
     parser.add_argument("--graph", action="store_true", help="each update one CUDA graph (a GPU only)")
-    parser.add_argument("--dropout", type=float, default=RECIPE.model.dropout, help="the recipe's; 0 on a CPU")
+    parser.add_argument("--dropout", type=float, help="default: the model's own; 0 on a CPU")
+    parser.add_argument(
+        "--config",
+        nargs="+",
+        metavar="KEY=VALUE",
+        help="train.py overrides whose model, vocabulary size and label smoothing to stack (default: the tiny "
+        "recipe's); give it last",
+    )
     parser.add_argument("--threads", type=int)
     parser.add_argument("--json", help="also write the rows to this file")
     args = parser.parse_args(argv)
@@ -262,6 +310,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         parser.error("--graph records CUDA graphs: it needs --device cuda")
     if args.threads:
         torch.set_num_threads(args.threads)
+    spec = configured_spec(args.config) if args.config else RECIPE_SPEC
     rows = []
     for members in args.members:
         for way in args.ways:
@@ -270,7 +319,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
                 torch.cuda.reset_peak_memory_stats()
             try:  # one row failing (memory, a recording refused) leaves the others
                 row = measure(
-                    members, way, device, tuple(args.batch), args.steps, args.precision, args.graph, args.dropout
+                    members, way, device, tuple(args.batch), args.steps, args.precision, args.graph, args.dropout, spec
                 )
             except Exception as err:  # noqa: BLE001
                 row = {"members": members, "way": way, "graph": args.graph, "batch": "{}x{}/{}".format(*args.batch)}
@@ -278,7 +327,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
             rows.append(row)
             print(json.dumps(row), flush=True)
     name = torch.cuda.get_device_name() if device.type == "cuda" else f"CPU, {torch.get_num_threads()} threads"
-    print(f"\nStacked against separate ({name}, torch {torch.__version__}, {args.precision}):")
+    print(f"\nStacked against separate ({spec.name}; {name}, torch {torch.__version__}, {args.precision}):")
     print("| members | way | CUDA graph | step (ms) | member updates/s | target tokens/s |")
     print("|---|---|---|---|---|---|")
     for r in rows:

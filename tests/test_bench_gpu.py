@@ -298,6 +298,12 @@ def test_stacked_runs_take_both_batch_shapes_in_one_budget_and_keep_what_was_mea
     assert [r["batch"] for r in rows] == ["128x16x16", "512x16x16"]
 
     calls.clear()
+    commands = []
+    monkeypatch.setattr(gpu_measures, "run_logged", lambda command, log, timeout: commands.append(command))
+    gpu_measures.stacked_rows("cuda", timeout=100, config=["data=multi30k", "experiment=factorial_converged"])
+    assert len(commands) == 2  # both batch shapes stack the configured runs' model
+    assert all(c[c.index("--config") + 1 :] == ["data=multi30k", "experiment=factorial_converged"] for c in commands)
+
     monkeypatch.setattr(gpu_measures, "run_logged", one_row_then("crash"))
     rows, stopped = gpu_measures.stacked_rows("cuda", timeout=100)
     assert len(calls) == 2 and len(rows) == 2  # a crash of the first process: the second shape still runs
@@ -361,6 +367,13 @@ def test_runs_sharing_the_device_take_every_means_when_every_did_not_run_in_the_
     assert shared["overrides"] == gpu_measures.means_overrides() and shared["runs_4"]["updates_per_s_total"] == 40.0
     # the most runs taking turns leave half of what is left to the same runs under MPS, which come after
     assert budgets[0] == pytest.approx(100, abs=1) and budgets[1] == pytest.approx(50, abs=1)
+    # chosen with measurements after it, the sharing leaves them the least they need
+    budgets.clear()
+    args.budget = 400
+    results = {"session": {"order": ["sharing", "stacked", "mfu"]}}
+    gpu_session.Session(args, results, tmp_path).sharing()
+    after = gpu_session.SESSION_NEEDS["stacked"] + gpu_session.SESSION_NEEDS["mfu"]
+    assert budgets[1] == pytest.approx((400 - after) / 2, abs=1)
     args.device = "cpu"  # a CPU's runs cannot record CUDA graphs: none of the means there
     assert gpu_session.Session(args, {}, tmp_path).sharing()["overrides"] == gpu_measures.means_overrides(1)
     # --sharing-with comes after the means, so that it wins (compile=false: n runs need not compile at once)

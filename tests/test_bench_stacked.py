@@ -3,13 +3,18 @@ models trained one after another, PyTorch's own per-model path being the referen
 
 import contextlib
 import copy
+import functools
 
 import pytest
 import torch
+from torch.nn.attention import sdpa_kernel
 
 from benchmarks.stacked import (
+    RECIPE_SPEC,
+    STACK_ATTENTION,
     Stack,
     adamw,
+    configured_spec,
     looped_ops,
     loss_of,
     measure,
@@ -53,15 +58,18 @@ def test_a_stacked_update_is_each_members_own_update(device, full_precision_prod
             assert torch.equal(stack.member(i)[name], p)
 
     no_autocast = contextlib.nullcontext()
+    # the separate models on the stack's attention too: what is compared is the stacking, not two kernels
+    same_attention = functools.partial(sdpa_kernel, STACK_ATTENTION)  # a new context each time
     stacked_optimizer = adamw(stack.params.values(), device, graph=False)
     optimizers = [adamw(m.parameters(), device, graph=False) for m in separate]
     for step in range(3):  # a new batch each update, the same one for every member
         batch = synthetic_batch(6, 7, 5, VOCAB, device, seed=step)
-        with torch.no_grad():
+        with torch.no_grad(), same_attention():
             expected = torch.stack([loss_of(m, *batch, 0.1) for m in separate])
             torch.testing.assert_close(stack.losses(*batch), expected, rtol=1e-5, atol=1e-6)
         stacked_update(stack, batch, no_autocast, stacked_optimizer)
-        separate_update(separate, batch, no_autocast, optimizers)
+        with same_attention():
+            separate_update(separate, batch, no_autocast, optimizers)
         if step == 0:  # each member's gradient is its own loss's, the key biases' included (all near zero)
             for i, model in enumerate(separate):
                 for name, p in model.named_parameters():
@@ -76,6 +84,31 @@ def test_a_stacked_update_is_each_members_own_update(device, full_precision_prod
                 # is rounding noise, which Adam scales up to steps of the full rate, different on each path
                 continue
             torch.testing.assert_close(weights[name], p.detach(), rtol=1e-4, atol=1e-6, msg=f"member {i}, {name}")
+
+
+def test_the_stacked_models_are_those_of_a_train_py_config():
+    """The fair factorial's rows stack the factorial's own model (pre-norm, its vocabulary and dropout), not
+    the tiny recipe's; members of a config are the model train.py builds from it, parameter for parameter."""
+    from tests.conftest import compose_train
+
+    overrides = ["experiment=factorial_converged", "data=multi30k"]
+    spec = configured_spec(overrides)
+    assert (spec.vocab, spec.smoothing, spec.model.norm_position, spec.model.dropout) == (8000, 0.1, "pre", 0.1)
+    assert (RECIPE_SPEC.vocab, RECIPE_SPEC.model.norm_position) == (10000, "post")
+    assert spec.name == "experiment=factorial_converged data=multi30k"
+
+    from nmt.models.build import build_model
+
+    cfg = compose_train(*overrides, tiny=False)
+    torch.manual_seed(0)
+    expected = build_model(cfg.model, spec.vocab, spec.vocab).state_dict()
+    member = members_of(1, CPU, spec.model.dropout, spec.vocab, spec.model)[0].state_dict()
+    assert member.keys() == expected.keys()
+    for name, tensor in expected.items():
+        assert torch.equal(member[name], tensor), name
+
+    row = measure(2, "stacked", CPU, (4, 5, 5), 1, "32", graph=False, dropout=0.0, spec=spec)
+    assert row["model"] == spec.name and row["step_ms"] > 0
 
 
 def test_stacked_members_on_a_cpu_need_dropout_off():

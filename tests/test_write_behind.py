@@ -135,11 +135,14 @@ def test_write_behind_is_on_while_training_runs_where_set(tmp_path, held, settin
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="a CUDA graph recorded while the writer runs")
 def test_on_a_gpu_a_write_behind_leaves_a_recording_whole(tmp_path, held):
     """The writer thread finishing a write, its state freed, while the training thread records a CUDA graph:
-    the recording replays right, and the file holds the weights of the save."""
+    the recording replays right, and the file holds the weights of the save, not those training wrote on the
+    device after it (while the write waited)."""
     model = torch.nn.Linear(64, 64).cuda()
     io, path = AtomicCheckpointIO(background=True), tmp_path / "epoch000.ckpt"
-    io.save_checkpoint({"state_dict": model.state_dict()}, path)
     at_save = model.weight.detach().cpu().clone()
+    io.save_checkpoint({"state_dict": model.state_dict()}, path)
+    with torch.no_grad():
+        model.weight.mul_(-2.0)  # training goes on before the writer has written anything
     x = torch.randn(8, 64, device="cuda")
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
