@@ -13,12 +13,17 @@ then, on the GPU machine, from the project's folder with ``gpu-kit/`` and ``whee
     export PYTHONPATH=/tmp/site NMT_DATA=$PWD/gpu-kit/data NMT_CACHE=$PWD/gpu-kit/cache
 
 The cache's file names are hashes of the text read and the tokenizers' settings, not of where the text
-lies, so the machine's runs find them from another folder.
+lies, so the machine's runs find them from another folder. (A lowercasing tokenizer's settings include the
+Unicode version of the Python that made it: made here under another Python than the GPU machine's, those
+are trained again there.) The corpora are read from ``NMT_DATA`` only: a config whose data names a folder
+of its own (``data.root``, ``data=files``) is not gathered.
 """
 
 import argparse
 import os
+import shlex
 import shutil
+import tempfile
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
@@ -29,16 +34,28 @@ CONF = Path(__file__).resolve().parents[1] / "conf"
 
 
 def copy_corpora(names: list[str], source: Path, data: Path) -> list[Path]:
-    """``source``/<name> copied into ``data``/<name> for each name (replacing an earlier copy)."""
+    """``source``/<name> copied into ``data``/<name> for each name, replacing an earlier copy only once the
+    new one is whole. A source inside the kit (NMT_DATA left pointing at an earlier kit) is refused: the
+    copy would replace what it copies."""
     copied = []
     for name in names:
-        folder = source / name
+        folder, target = (source / name).resolve(), (data / name).resolve()
         if not folder.is_dir():
             raise SystemExit(f"gpu_kit: {folder} is not a folder: set NMT_DATA to the folder that holds {name}/")
-        target = data / name
-        if target.exists():
-            shutil.rmtree(target)
-        shutil.copytree(folder, target)
+        if folder == target or target in folder.parents or folder in target.parents:
+            raise SystemExit(
+                f"gpu_kit: NMT_DATA's {folder} is the kit's own copy (or holds it): set NMT_DATA to the corpora's "
+                "original folder"
+            )
+        data.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=data))
+        try:
+            shutil.copytree(folder, staging / name)
+            if target.exists():
+                shutil.rmtree(target)
+            (staging / name).rename(target)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
         copied.append(target)
     return copied
 
@@ -50,7 +67,7 @@ def warm_cache(configs: list[str], overrides: list[str], cache: Path) -> list[st
     names = []
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         for config in configs:
-            cfg = compose("train", overrides=[*config.split(), *overrides])
+            cfg = compose("train", overrides=[*shlex.split(config), *overrides])
             no_download = {"download": False} if "download" in cfg.data else {}
             datamodule = build_datamodule(cfg.data, str(cache), cfg.seed, **no_download)
             datamodule.prepare_data()

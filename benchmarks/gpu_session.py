@@ -76,14 +76,24 @@ class Session:
         return self.left() >= SESSION_NEEDS[name]
 
     def left_for(self, name: str) -> float:
-        """What is left of the budget less the least the chosen measurements after ``name`` need: a slow
-        measurement is cut before it takes their time."""
+        """What is left of the budget less the least the chosen measurements after ``name`` need (all of it
+        for a measurement outside the session's order): a slow measurement is cut before it takes their
+        time. It may be less than ``name`` needs: then the part of it that would run in it is skipped."""
         order = self.results.get("session", {}).get("order", [])
         later = order[order.index(name) + 1 :] if name in order else []
-        return max(self.left() - sum(SESSION_NEEDS[n] for n in later), SESSION_NEEDS[name])
+        return self.left() - sum(SESSION_NEEDS[n] for n in later)
 
     def skipped(self, name: str) -> dict:
         return {"skipped": f"{self.left():.0f} s of the budget left, at least {SESSION_NEEDS[name]} needed"}
+
+    def fits_before_later(self, name: str) -> bool:
+        return self.left_for(name) >= SESSION_NEEDS[name]
+
+    def skipped_for_later(self, name: str) -> dict:
+        return {
+            "skipped": f"{self.left_for(name):.0f} s of the budget left once the later measurements' least is "
+            f"kept, at least {SESSION_NEEDS[name]} needed"
+        }
 
     def alone(self, overrides: list[str], name: str) -> float:
         a = self.args
@@ -180,8 +190,8 @@ class Session:
         most = max([n for n in a.runs if n > 1], default=0)
         mps_after = bool(most) and a.device == "cuda"
         for n in sorted({n for n in a.runs if n > 1}):
-            if not self.fits("sharing"):
-                shared[f"runs_{n}"] = self.skipped("sharing")
+            if not self.fits_before_later("sharing"):
+                shared[f"runs_{n}"] = self.skipped_for_later("sharing")
                 continue
             # the most runs under MPS come after: taking turns leaves them half of what is left
             budget = self.left_for("sharing") / (2 if mps_after and n == most else 1)
@@ -195,8 +205,10 @@ class Session:
         if a.device == "cuda" and machine_wide_daemon():
             shared["machine_wide_mps"] = "a daemon answers at /tmp/nvidia-mps: the runs above may have run under MPS"
         if mps_after:  # MPS is CUDA's; on a CPU there are no turns to remove
-            fits = self.fits("sharing")
-            shared[f"runs_{most}_mps"] = self.sharing_mps(most, overrides) if fits else self.skipped("sharing")
+            fits = self.fits_before_later("sharing")
+            shared[f"runs_{most}_mps"] = (
+                self.sharing_mps(most, overrides) if fits else self.skipped_for_later("sharing")
+            )
             self.write()
         return shared
 
@@ -226,7 +238,7 @@ class Session:
         a = self.args
         # the models of the runs measured (experiment=...), or the tiny recipe's where no override is given
         config = [f"data={a.data}", *a.extra] if a.extra else None
-        rows, stopped = stacked_rows(a.device, self.left(), config)
+        rows, stopped = stacked_rows(a.device, self.left_for("stacked"), config)
         if not rows:
             raise RuntimeError(f"benchmarks.stacked measured nothing: {stopped}")
         return {"rows": rows, **({"error": stopped} if stopped else {})}
@@ -394,6 +406,8 @@ def table(results: dict) -> str:
                 what = f"{r['members']} tiny model(s) {r['way']} in one process, batches of {r.get('batch', '?')}" + (
                     ", each update one graph" if r.get("graph") else ""
                 )
+                if r.get("model"):
+                    what += f" ({r['model']})"
                 value = (
                     f"{r['member_updates_per_s']} member updates/s ({r['step_ms']} ms an update of all)"
                     if "step_ms" in r

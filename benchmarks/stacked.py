@@ -9,7 +9,7 @@ seeds, or its cells of one architecture and optimiser):
 
     python -m benchmarks.stacked --device cuda --members 1 4 8 16 --graph      # whole update one CUDA graph
     python -m benchmarks.stacked --members 1 2 --dropout 0                     # a CPU: that it runs
-    python -m benchmarks.stacked --device cuda --graph --batch 128 16 16 \
+    python -m benchmarks.stacked --device cuda --graph --batch 128 16 16 \\
         --config experiment=factorial_converged data=multi30k                # the model of train.py's config
 
 Each member has its own initialisation and dropout masks (``randomness="different"``) and sees the same batch
@@ -18,8 +18,9 @@ only in their data order. The loss is PyTorch's label-smoothed cross-entropy; Ad
 AdamW over the stacked tensors is each member's own AdamW. ``tests/test_bench_stacked.py`` checks that a
 stacked update equals the members' separate updates. As built, a stack has one label smoothing and one
 batch order for all members, and a guard or clipping would act on the whole stack. A stack's attention is
-PyTorch's written-out one (no fused kernel's backward accepts the members folded into its batch); the models
-updated one after another take the kernel PyTorch chooses, as runs do.
+the MATH backend of ``F.scaled_dot_product_attention`` (the memory-efficient kernel's backward rejected the
+members folded into its batch, Stack.losses); the models updated one after another take the kernel PyTorch
+chooses, as runs do.
 """
 
 import argparse
@@ -45,7 +46,7 @@ from nmt.models.build import build_model
 CONF = Path(__file__).resolve().parents[1] / "conf"
 RECIPE = OmegaConf.load(CONF / "recipe" / "multi30k_transformer.yaml")
 VOCAB = RECIPE.data.tokenizer.vocab_size  # its joint vocabulary
-# the attention a stack runs on: PyTorch's written-out one (Stack.losses says why)
+# the attention a stack runs on: scaled_dot_product_attention's MATH backend (Stack.losses says why)
 STACK_ATTENTION = [SDPBackend.MATH]
 
 
@@ -75,9 +76,18 @@ RECIPE_SPEC = Spec(recipe_model_config(), VOCAB, 0.1, "the tiny recipe's model")
 
 def configured_spec(overrides: list[str]) -> Spec:
     """The model, vocabulary size and label smoothing of the run ``python train.py <overrides>`` would make
-    (a vocabulary of the tokenizer's configured size: the sizes SentencePiece gives)."""
+    (a vocabulary of the tokenizer's configured size: the sizes SentencePiece gives): an encoder-decoder
+    Transformer's, the model this benchmark stacks."""
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = compose("train", overrides=overrides)
+    if cfg.model.get("_target_") != "nmt.models.transformer.Transformer":
+        raise ValueError(
+            f"--config {' '.join(overrides)}: model {cfg.model.get('_target_')} is not the Transformer this stacks"
+        )
+    if "tokenizer" not in cfg.data or "vocab_size" not in cfg.data.tokenizer:
+        raise ValueError(
+            f"--config {' '.join(overrides)}: data {cfg.data.get('_target_')} sets no data.tokenizer.vocab_size"
+        )
     model = OmegaConf.create(OmegaConf.to_container(cfg.model, resolve=True))
     return Spec(model, int(cfg.data.tokenizer.vocab_size), float(cfg.smoothing.smoothing), " ".join(overrides))
 
@@ -141,7 +151,7 @@ class Stack:
         # rejects a mask that lacks that dimension ("attn_bias: wrong shape")
         members = next(iter(self.params.values())).size(0)
         batch = [t.expand(members, *t.shape) for t in (src, tgt_in, tgt_out)]
-        # the written-out attention, not a fused kernel: with the members folded into its batch, the backward of
+        # SDPA's MATH backend, not a fused kernel: with the members folded into its batch, the backward of
         # the memory-efficient kernel (the one masked attention takes on a GPU; flash takes no mask, cuDNN's no
         # fp32) rejects the strides of its own log-sum-exp output ("LSE is not correctly aligned (strideH)", on
         # an H100). The kernel used in the forward is the one whose backward runs: choosing here covers both
@@ -322,7 +332,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
                     members, way, device, tuple(args.batch), args.steps, args.precision, args.graph, args.dropout, spec
                 )
             except Exception as err:  # noqa: BLE001
-                row = {"members": members, "way": way, "graph": args.graph, "batch": "{}x{}/{}".format(*args.batch)}
+                row = {"members": members, "way": way, "model": spec.name, "graph": args.graph}
+                row["batch"] = "{}x{}/{}".format(*args.batch)
                 row["error"] = f"{type(err).__name__}: {err}"
             rows.append(row)
             print(json.dumps(row), flush=True)

@@ -266,7 +266,9 @@ def test_the_session_measures_stacked_models_against_the_same_models_one_after_a
     ]
     assert all(r["member_updates_per_s"] > 0 and r["dropout"] == 0 for r in rows)
     lines = gpu_session.table(json.loads(out.read_text())).splitlines()
-    assert lines[2].startswith("| 1 tiny model(s) stacked in one process, batches of 16x8/8 | ")
+    assert lines[2].startswith(
+        "| 1 tiny model(s) stacked in one process, batches of 16x8/8 (the tiny recipe's model) | "
+    )
     assert "member updates/s" in lines[2]
     assert len(lines) == 2 + 4
 
@@ -374,6 +376,12 @@ def test_runs_sharing_the_device_take_every_means_when_every_did_not_run_in_the_
     gpu_session.Session(args, results, tmp_path).sharing()
     after = gpu_session.SESSION_NEEDS["stacked"] + gpu_session.SESSION_NEEDS["mfu"]
     assert budgets[1] == pytest.approx((400 - after) / 2, abs=1)
+    # too little left for it once theirs is kept: skipped, saying so, their time untouched
+    budgets.clear()
+    args.budget = after + 30
+    shared = gpu_session.Session(args, results, tmp_path).sharing()
+    assert budgets == [] and "once the later measurements' least is kept" in shared["runs_2"]["skipped"]
+    args.budget = 100
     args.device = "cpu"  # a CPU's runs cannot record CUDA graphs: none of the means there
     assert gpu_session.Session(args, {}, tmp_path).sharing()["overrides"] == gpu_measures.means_overrides(1)
     # --sharing-with comes after the means, so that it wins (compile=false: n runs need not compile at once)

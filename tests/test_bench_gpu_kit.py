@@ -46,8 +46,12 @@ def test_a_run_on_the_kit_finds_all_its_data_in_it(corpora, tmp_path, monkeypatc
     assert len(list((cache / "tokenizers").glob("*.model"))) == 2
     assert len(list((cache / "encoded").glob("multi30k-*.pt"))) == 6
 
-    # the GPU machine: the corpus read from the kit (the original folder gone), the cache the kit's
+    # the GPU machine: the kit carried to another folder, the corpus read from it (the original gone), the
+    # cache the kit's
     os.rename(corpora, tmp_path / "gone")
+    (tmp_path / "elsewhere").mkdir()
+    kit = kit.rename(tmp_path / "elsewhere" / "kit")
+    cache = kit / "cache"
     monkeypatch.setenv("NMT_DATA", str(kit / "data"))
     before = files_under(cache)
     for config in configs:
@@ -57,6 +61,22 @@ def test_a_run_on_the_kit_finds_all_its_data_in_it(corpora, tmp_path, monkeypatc
         datamodule.setup("fit")
         assert len(datamodule.datasets["train"]) == 300
     assert files_under(cache) == before  # nothing trained or encoded again, nothing rewritten
+
+
+def test_a_kit_made_again_replaces_its_copy_and_never_copies_from_itself(corpora, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # a relative --out, as make gpu-kit gives it
+    monkeypatch.setenv("NMT_DATA", str(corpora))
+    gpu_kit.main(["--out", "kit", "--configs", "data=multi30k", "--", *SMALL])
+    (corpora / "multi30k" / "val.en.gz").unlink()  # the corpus changed since the first kit
+    monkeypatch.setenv("NMT_DATA", str(corpora))
+    gpu_kit.main(["--out", "kit", "--configs", "data=toy"])
+    assert not (tmp_path / "kit" / "data" / "multi30k" / "val.en.gz").exists()
+    assert [p.name for p in (tmp_path / "kit" / "data").iterdir()] == ["multi30k"]  # no staging left behind
+    # NMT_DATA still exported from the first kit (as its instructions say): refused, the copy intact
+    monkeypatch.setenv("NMT_DATA", "kit/data")
+    with pytest.raises(SystemExit, match="the kit's own copy"):
+        gpu_kit.main(["--out", str(tmp_path / "kit"), "--configs", "data=toy"])
+    assert (tmp_path / "kit" / "data" / "multi30k" / "train.en.gz").exists()
 
 
 def test_the_kit_names_what_to_set_when_the_corpora_are_missing(tmp_path, monkeypatch):

@@ -109,6 +109,8 @@ def test_the_stacked_models_are_those_of_a_train_py_config():
 
     row = measure(2, "stacked", CPU, (4, 5, 5), 1, "32", graph=False, dropout=0.0, spec=spec)
     assert row["model"] == spec.name and row["step_ms"] > 0
+    with pytest.raises(ValueError, match="model=rnn|is not the Transformer"):
+        configured_spec(["model=rnn"])
 
 
 def test_stacked_members_on_a_cpu_need_dropout_off():
