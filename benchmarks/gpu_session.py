@@ -76,12 +76,14 @@ class Session:
         return self.left() >= SESSION_NEEDS[name]
 
     def left_for(self, name: str) -> float:
-        """What is left of the budget less the least the chosen measurements after ``name`` need (all of it
-        for a measurement outside the session's order): a slow measurement is cut before it takes their
-        time. It may be less than ``name`` needs: then the part of it that would run in it is skipped."""
+        """What is left of the budget less the least the chosen measurements after ``name`` need (those that
+        could still run in what is left; all of it for a measurement outside the session's order): a slow
+        measurement is cut before it takes their time. It may be less than ``name`` needs: then the part of
+        it that would run in it is skipped."""
         order = self.results.get("session", {}).get("order", [])
         later = order[order.index(name) + 1 :] if name in order else []
-        return self.left() - sum(SESSION_NEEDS[n] for n in later)
+        left = self.left()
+        return left - sum(SESSION_NEEDS[n] for n in later if SESSION_NEEDS[n] <= left)
 
     def skipped(self, name: str) -> dict:
         return {"skipped": f"{self.left():.0f} s of the budget left, at least {SESSION_NEEDS[name]} needed"}
