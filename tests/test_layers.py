@@ -101,6 +101,50 @@ def test_causal_attention_equals_torch_with_its_causal_mask(fused):
         torch.testing.assert_close(ours(query, k, v, causal=True), expected, atol=1e-5, rtol=1e-4)
 
 
+@pytest.mark.parametrize("rotary", [False, True])
+def test_joint_projections_equal_the_separate_products_and_their_gradients(rotary):
+    """With gradients (a training update) self-attention projects queries, keys and values as one product of
+    their concatenated weights, and cross-attention keys and values as one: the same outputs and the same
+    gradient for each projection's weight and bias and for x as the separate products (float64), and the
+    same outputs as the separate products taken without gradients (decoding)."""
+    d_model, heads = 32, 4
+    position = RotaryPosition(d_model, d_model // heads) if rotary else None
+    attention = MultiHeadAttention(d_model, heads, position=position, fused=False).double()
+    x = torch.randn(3, 5, d_model, dtype=torch.float64, requires_grad=True)
+    positions = torch.arange(5)
+    upstream = torch.randn(3, 5, d_model, dtype=torch.float64)
+
+    def separate(x):
+        q = attention._split(attention.q_proj(x))
+        k, v = attention._split(attention.k_proj(x)), attention._split(attention.v_proj(x))
+        if position is not None:
+            k = position.rotate(k, positions)
+        return q, k, v
+
+    def gradients(project):
+        attention.zero_grad()
+        x.grad = None
+        q, k, v = project(x)
+        out = attention(x, k, v, None, positions, positions, causal=True, q=q)
+        (out * upstream).sum().backward()
+        return out.detach(), {name: p.grad.clone() for name, p in attention.named_parameters()}, x.grad.clone()
+
+    joint_out, joint_grads, joint_x = gradients(lambda x: attention.project_qkv(x, positions))
+    out, grads, x_grad = gradients(separate)
+    torch.testing.assert_close(joint_out, out)
+    assert joint_grads.keys() == grads.keys() and len(grads) == 8
+    for name in grads:
+        torch.testing.assert_close(joint_grads[name], grads[name], msg=name)
+    torch.testing.assert_close(joint_x, x_grad)
+    with torch.no_grad():
+        for joint, alone in zip(attention.project_qkv(x, positions), separate(x), strict=True):
+            torch.testing.assert_close(joint, alone)
+    with torch.enable_grad():
+        keys, values = attention.project_kv(x, positions)
+    torch.testing.assert_close(keys, separate(x)[1])
+    torch.testing.assert_close(values, separate(x)[2])
+
+
 def test_causal_self_attention_reaches_the_kernel_without_a_mask_tensor(monkeypatch):
     """So that PyTorch may pick its flash kernel (which takes no mask) on a GPU; with a padding mask or a
     position bias the causal mask is built and folded in instead."""

@@ -113,8 +113,8 @@ class EncoderLayer(nn.Module):
     def forward(self, x: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         # x: (batch, src_len, d_model); mask: (batch, 1, 1, src_len)
         def attend(h: torch.Tensor) -> torch.Tensor:
-            k, v = self.self_attn.project_kv(h, positions)
-            return self.self_attn(h, k, v, mask, positions, positions)
+            q, k, v = self.self_attn.project_qkv(h, positions)
+            return self.self_attn(h, k, v, mask, positions, positions, q=q)
 
         x = self.attn_block(x, attend)
         return self.ffn_block(x, self.ffn)
@@ -141,7 +141,7 @@ class DecoderLayer(nn.Module):
         cache = {}
 
         def self_attend(h: torch.Tensor) -> torch.Tensor:
-            k, v = self.self_attn.project_kv(h, positions)
+            q, k, v = self.self_attn.project_qkv(h, positions)
             mask = None
             if fixed:
                 past_k.index_copy_(2, positions, k)
@@ -155,7 +155,7 @@ class DecoderLayer(nn.Module):
             if not fixed:
                 k_pos = torch.arange(k.size(2), device=k.device)
             # padding only follows the real tokens, so the causal mask alone keeps it out of their context
-            return self.self_attn(h, k, v, mask, positions, k_pos, causal=causal)
+            return self.self_attn(h, k, v, mask, positions, k_pos, causal=causal, q=q)
 
         x = self.self_block(x, self_attend)
         x = self.cross_block(x, lambda h: self.cross_attn(h, cross_k, cross_v, cross_mask))

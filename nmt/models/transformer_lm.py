@@ -34,12 +34,12 @@ class CausalLayer(nn.Module):
         cache = {}
 
         def self_attend(h: torch.Tensor) -> torch.Tensor:
-            k, v = self.self_attn.project_kv(h, positions)
+            q, k, v = self.self_attn.project_qkv(h, positions)
             if past_k is not None:
                 k, v = torch.cat((past_k, k), dim=2), torch.cat((past_v, v), dim=2)
             cache["k"], cache["v"] = k, v
             k_pos = torch.arange(k.size(2), device=k.device)
-            return self.self_attn(h, k, v, None, positions, k_pos, causal=causal)
+            return self.self_attn(h, k, v, None, positions, k_pos, causal=causal, q=q)
 
         x = self.attn_block(x, self_attend)
         return self.ffn_block(x, self.ffn), cache["k"], cache["v"]

@@ -26,6 +26,11 @@ class MultiHeadAttention(nn.Module):
     the encoder output once per sentence).
     """
 
+    # PyTorch's fused kernel has a slow backward pass on a CPU (a quarter of a bf16 training step of the tiny
+    # model; the explicit formula trains faster there, BENCHMARKS.md), so CPU training skips it. False: a CPU
+    # trains on the path a GPU takes (benchmarks/op_count.py counts a GPU's operators so)
+    explicit_cpu_training = True
+
     def __init__(
         self,
         d_model: int,
@@ -54,12 +59,42 @@ class MultiHeadAttention(nn.Module):
         batch, length, _ = x.shape
         return x.view(batch, length, self.num_heads, self.head_dim).transpose(1, 2)
 
+    def _joint(self, x: torch.Tensor, projections: tuple[nn.Linear, ...]) -> tuple[torch.Tensor, ...]:
+        """Several projections of the same x as one product: (batch, len, d_model) -> one (batch, heads,
+        len, head_dim) per projection. Its weights are concatenated at each call (the parameters stay the
+        three modules', as checkpoints and exports hold them)."""
+        weight = torch.cat([p.weight for p in projections])
+        bias = torch.cat([p.bias for p in projections])
+        batch, length, _ = x.shape
+        out = F.linear(x, weight, bias).view(batch, length, len(projections), self.num_heads, self.head_dim)
+        return out.permute(2, 0, 3, 1, 4).unbind(0)
+
+    def _joint_pays(self) -> bool:
+        # with gradients (a training update): one product, its two backward products and, under autocast, one
+        # cast of x in place of one each per projection; a tiny model's update on a GPU is bound by the count
+        # of its kernels. Without (decoding, validation) the separate products read each weight once, where
+        # concatenating would first copy them all at every decoding step
+        return torch.is_grad_enabled()
+
     def project_kv(self, x: torch.Tensor, positions: torch.Tensor | None = None):
         """x: (batch, k_len, d_model) -> keys, values: (batch, heads, k_len, head_dim)."""
-        k, v = self._split(self.k_proj(x)), self._split(self.v_proj(x))
+        if self._joint_pays():
+            k, v = self._joint(x, (self.k_proj, self.v_proj))
+        else:
+            k, v = self._split(self.k_proj(x)), self._split(self.v_proj(x))
         if self.position is not None:
             k = self.position.rotate(k, positions)
         return k, v
+
+    def project_qkv(self, x: torch.Tensor, positions: torch.Tensor | None = None):
+        """Self-attention's projections of x: (batch, len, d_model) -> queries (not yet rotated: ``forward``
+        rotates them), keys and values (as :meth:`project_kv`), each (batch, heads, len, head_dim)."""
+        if not self._joint_pays():
+            return (self._split(self.q_proj(x)), *self.project_kv(x, positions))
+        q, k, v = self._joint(x, (self.q_proj, self.k_proj, self.v_proj))
+        if self.position is not None:
+            k = self.position.rotate(k, positions)
+        return q, k, v
 
     def forward(
         self,
@@ -70,20 +105,21 @@ class MultiHeadAttention(nn.Module):
         q_pos: torch.Tensor | None = None,
         k_pos: torch.Tensor | None = None,
         causal: bool = False,
+        q: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """x: (batch, q_len, d_model) queries; k, v: (batch, heads, k_len, head_dim);
         mask: bool, broadcastable to (batch, heads, q_len, k_len), True where attention is allowed;
-        causal: the last query sees every key, each earlier one a key fewer (ANDed with ``mask``).
+        causal: the last query sees every key, each earlier one a key fewer (ANDed with ``mask``);
+        q: x already projected (:meth:`project_qkv`), or None to project it here.
         Returns (batch, q_len, d_model)."""
-        q = self._split(self.q_proj(x))  # (batch, heads, q_len, head_dim)
+        if q is None:
+            q = self._split(self.q_proj(x))  # (batch, heads, q_len, head_dim)
         pos = self.position
         bias = None
         if pos is not None:
             q = pos.rotate(q, q_pos)
             bias = pos.scores(q, q_pos, k_pos)  # (batch, heads, q_len, k_len) or None
-        # PyTorch's fused kernel has a slow backward pass on a CPU (a quarter of a bf16 training step of the
-        # tiny model; the explicit formula trains faster there, BENCHMARKS.md), so CPU training skips it
-        cpu_training = self.training and q.device.type == "cpu"
+        cpu_training = self.explicit_cpu_training and self.training and q.device.type == "cpu"
         explicit = (
             not self.fused or cpu_training or self.keep_weights or (pos is not None and pos.needs_attention_weights)
         )

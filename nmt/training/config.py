@@ -13,7 +13,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from nmt.decoding.search import STRATEGIES
 from nmt.metrics.corpus import bleu_tokenizer
 from nmt.tasks import build_task
-from nmt.training import graph_updates
+from nmt.training import graph_updates, weight_casts
 
 MATMUL_PRECISIONS = ("highest", "high", "medium")  # torch.set_float32_matmul_precision
 
@@ -115,6 +115,13 @@ def check_config(cfg: DictConfig, choices: dict | None = None) -> None:
                 compile=cfg.get("compile"),
                 world_size=_devices(OmegaConf.select(cfg, "trainer.devices", default=1)),
                 accelerator=OmegaConf.select(cfg, "trainer.accelerator", default="auto"),
+            )
+        ]
+    if cfg.get("cast_weights_once"):
+        problems += [
+            f"  {problem}"
+            for problem in weight_casts.unsupported(
+                precision=OmegaConf.select(cfg, "trainer.precision", default=""), compile=cfg.get("compile")
             )
         ]
     if cfg.get("cudnn_attention") is not None and OmegaConf.select(cfg, "trainer.accelerator", default="") == "cpu":

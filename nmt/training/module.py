@@ -11,7 +11,7 @@ from torch import nn
 from nmt.data.tokenizer import Tokenizer
 from nmt.inference.checkpoint import CHECKPOINT_FORMAT, CHECKPOINT_KEY
 from nmt.tasks import Task, exact_sum
-from nmt.training import graph_updates
+from nmt.training import graph_updates, weight_casts
 from nmt.training.graph_updates import GraphedUpdates
 from nmt.training.update_scalars import UpdateScalars
 
@@ -43,6 +43,7 @@ class TaskModule(L.LightningModule):
         max_bad_steps: int = 10,
         check_every: int = 1,
         graph_updates: bool = False,
+        cast_weights_once: bool | None = None,
     ) -> None:
         super().__init__()
         self.task = task
@@ -63,6 +64,10 @@ class TaskModule(L.LightningModule):
         self.check_every = check_every
         self.graph_updates = graph_updates  # each update one CUDA graph replay (nmt/training/graph_updates.py)
         self._graphed: GraphedUpdates | None = None
+        # linear weights cast to the autocast dtype once per update (nmt/training/weight_casts.py); None:
+        # where updates are replayed as graphs (mixed precision, the model not compiled, one device)
+        self.cast_weights_once = cast_weights_once
+        self._cast_once: weight_casts.CastOnce | bool | None = None  # made at the first update; False: off
         self._streak: torch.Tensor | None = None  # (deferred) consecutive skipped updates, on the device
         self._worst: torch.Tensor | None = None  # (deferred) the longest streak since the last read
         self._skipped: torch.Tensor | None = None  # (deferred) skipped updates in all
@@ -104,6 +109,26 @@ class TaskModule(L.LightningModule):
         if self._params is None:
             self._params = [p for p in self.parameters() if p.requires_grad]
         return [p.grad for p in self._params if p.grad is not None]
+
+    def _training_model(self):
+        """The model as an update calls it: with its linear weights cast once (``cast_weights_once``), decided
+        at the first update, once the trainer's precision and devices are known."""
+        if self._cast_once is None:
+            precision, compile = self.trainer.precision, self.config.get("compile")
+            setting = self.cast_weights_once
+            if setting is None:
+                setting = weight_casts.applies(
+                    precision=precision,
+                    compile=compile,
+                    world_size=self.trainer.world_size,
+                    graph_updates=self.graph_updates,
+                )
+            elif setting:
+                problems = weight_casts.unsupported(precision=precision, compile=compile)
+                if problems:
+                    raise ValueError("; ".join(problems))
+            self._cast_once = weight_casts.CastOnce(self.model) if setting else False
+        return self._cast_once or self.model
 
     def _check_loss(self, loss: torch.Tensor) -> bool:
         """False (and counted) when the loss is not finite: the step then returns None, and Lightning
@@ -270,7 +295,7 @@ class TaskModule(L.LightningModule):
         clip, clip_by = trainer.gradient_clip_val, trainer.gradient_clip_algorithm
 
         def update(batch: dict) -> graph_updates.Outputs:
-            loss, tokens = self.task.training_loss(self.model, self.loss, batch)
+            loss, tokens = self.task.training_loss(self._training_model(), self.loss, batch)
             # the rest outside the precision's autocast (this runs inside training_step), as Lightning runs it
             with torch.autocast(device.type, enabled=False):
                 loss.backward()
@@ -356,7 +381,7 @@ class TaskModule(L.LightningModule):
             self._log_training(loss, tokens, batch)
             self._count_guarded(norm, bad, tokens)
             return None
-        loss, tokens = self.task.training_loss(self.model, self.loss, batch)
+        loss, tokens = self.task.training_loss(self._training_model(), self.loss, batch)
         # (deferred guard: a non-finite loss shows as a non-finite gradient norm, without a read here)
         if self.check_every == 1 and not self._check_loss(loss):
             return None  # Lightning skips backward and the optimiser step

@@ -282,6 +282,7 @@ def _train_in_folder(cfg: DictConfig, task, run_dir: Path, config: dict, main_pr
         max_bad_steps=cfg.max_bad_steps,
         check_every=cfg.get("check_every") or 1,
         graph_updates=bool(cfg.get("graph_updates")),
+        cast_weights_once=cfg.get("cast_weights_once"),
     )
     trainer = build_trainer(cfg, run_dir, task)
     if trainer.is_global_zero:
