@@ -344,19 +344,19 @@ def _time_validation(checkpoint: Path, device: str, outputs: list) -> tuple[floa
 
 
 def run_validation_seconds(
-    model: Path, device: str, precision: str | None = None, graphs: bool | None = None, scores_in_thread=None
+    model: Path, device: str, precision: str | None = None, graphs: bool | None = None, scores_in: str | None = None
 ) -> tuple[float, int, str]:
     """Seconds of one validation epoch as a run pays it, with ``model`` (a run folder or a checkpoint):
     Lightning's validation loop at the run's precision (``precision``: another), over the run's own
     validation batches, with the loss, the greedy search and the scores, from the epoch's start to the end
     of its scores (not the data's preparation or the model's copy that ``trainer.validate`` adds around it).
-    The second of two epochs (the first warms up); ``graphs`` as in :func:`searching`; ``scores_in_thread``:
+    The second of two epochs (the first warms up); ``graphs`` as in :func:`searching`; ``scores_in``:
     the task's (None: its default for the device). Returns (seconds, sentences, precision)."""
     with searching(graphs=graphs):
-        return _time_run_validation(model, device, precision, scores_in_thread)
+        return _time_run_validation(model, device, precision, scores_in)
 
 
-def _time_run_validation(model: Path, device: str, precision: str | None, scores_in_thread) -> tuple[float, int, str]:
+def _time_run_validation(model: Path, device: str, precision: str | None, scores_in) -> tuple[float, int, str]:
     import lightning as L
     import torch
     from omegaconf import OmegaConf
@@ -386,8 +386,8 @@ def _time_run_validation(model: Path, device: str, precision: str | None, scores
     if "bleu_every_n_epochs" in task_cfg:  # every validation decodes, as the epochs whose BLEU a run computes
         task_cfg["bleu_every_n_epochs"] = 1
     task = build_task(task_cfg)
-    if scores_in_thread is not None:
-        task.scores_in_thread = scores_in_thread
+    if scores_in is not None:
+        task.scores_in = scores_in
     datamodule = task.build_datamodule(cfg.data, cfg.cache_dir, cfg.seed)
     datamodule.set_tokenizers(loaded.src_tokenizer, loaded.tgt_tokenizer)
     module = TaskModule(
@@ -415,8 +415,11 @@ def _time_run_validation(model: Path, device: str, precision: str | None, scores
         enable_model_summary=False,
         callbacks=[timer],
     )
-    trainer.validate(module, datamodule=datamodule, verbose=False)  # warm-up: the device, the batches
-    scores = trainer.validate(module, datamodule=datamodule, verbose=False)
+    try:
+        trainer.validate(module, datamodule=datamodule, verbose=False)  # warm-up: the device, the batches, workers
+        scores = trainer.validate(module, datamodule=datamodule, verbose=False)
+    finally:
+        task.stop_workers(module)
     if "val_bleu" not in scores[0]:
         raise RuntimeError(f"the validation decoded nothing (no val_bleu among {sorted(scores[0])})")
     return timer.seconds, len(datamodule.text("val")[0]), precision

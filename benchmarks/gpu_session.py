@@ -159,16 +159,17 @@ class Session:
                     "same": same,
                     "sentences": len(stepwise),
                 }
-            # on a GPU also with the scores in a worker thread (a CPU's default; a GPU's to be chosen by this)
+            # on a GPU with the scores in a worker process (its default), in a thread (a CPU's) and inline
             in_run = [
-                ("each step a CUDA graph", True, None),
-                ("each step a CUDA graph, scores in a thread", True, True),
+                ("each step a CUDA graph, scores in a process", True, None),
+                ("each step a CUDA graph, scores in a thread", True, "thread"),
+                ("each step a CUDA graph, scores inline", True, "inline"),
             ]
-            for search, graphs, threaded in in_run * gpu + [("step by step", False, None)]:
+            for search, graphs, where in in_run * gpu + [("step by step", False, None)]:
                 key = f"{label}, as a run validates (Lightning's loop: the loss, the search, the scores), {search}"
                 try:
                     seconds, sentences, precision = run_validation_seconds(
-                        model, self.args.device, graphs=graphs, scores_in_thread=threaded
+                        model, self.args.device, graphs=graphs, scores_in=where
                     )
                     timings[key] = {"seconds": seconds, "sentences": sentences, "precision": precision}
                 except Exception as err:  # noqa: BLE001

@@ -106,7 +106,7 @@ def test_joint_projections_equal_the_separate_products_and_their_gradients(rotar
     """With gradients (a training update) self-attention projects queries, keys and values as one product of
     their concatenated weights, and cross-attention keys and values as one: the same outputs and the same
     gradient for each projection's weight and bias and for x as the separate products (float64), and the
-    same outputs as the separate products taken without gradients (decoding)."""
+    same outputs as the separate products taken without gradients (decoding) or with ``joint=False``."""
     d_model, heads = 32, 4
     position = RotaryPosition(d_model, d_model // heads) if rotary else None
     attention = MultiHeadAttention(d_model, heads, position=position, fused=False).double()
@@ -139,10 +139,22 @@ def test_joint_projections_equal_the_separate_products_and_their_gradients(rotar
     with torch.no_grad():
         for joint, alone in zip(attention.project_qkv(x, positions), separate(x), strict=True):
             torch.testing.assert_close(joint, alone)
-    with torch.enable_grad():
-        keys, values = attention.project_kv(x, positions)
-    torch.testing.assert_close(keys, separate(x)[1])
-    torch.testing.assert_close(values, separate(x)[2])
+    # cross-attention's keys and values (project_kv): the same values and gradients
+    upstream_kv = torch.randn(2, *separate(x)[1].shape, dtype=torch.float64)
+    grads_kv = []
+    for project in (lambda x: attention.project_kv(x, positions), lambda x: separate(x)[1:]):
+        attention.zero_grad()
+        x.grad = None
+        keys, values = project(x)
+        ((keys * upstream_kv[0]).sum() + (values * upstream_kv[1]).sum()).backward()
+        grads_kv.append(({n: p.grad.clone() for n, p in attention.named_parameters() if p.grad is not None}, x.grad))
+    assert set(grads_kv[0][0]) == {"k_proj.weight", "k_proj.bias", "v_proj.weight", "v_proj.bias"}
+    for name, grad in grads_kv[1][0].items():
+        torch.testing.assert_close(grads_kv[0][0][name], grad, msg=name)
+    torch.testing.assert_close(grads_kv[0][1], grads_kv[1][1])
+    attention.joint = False  # model.joint_projections=false: the separate products in training too
+    for apart, alone in zip(attention.project_qkv(x, positions), separate(x), strict=True):
+        assert apart.grad_fn is not None and torch.equal(apart, alone)
 
 
 def test_causal_self_attention_reaches_the_kernel_without_a_mask_tensor(monkeypatch):

@@ -248,9 +248,10 @@ def test_validation_scores_fed_batch_by_batch_equal_sacrebleus_corpus_scores(tmp
 
 @pytest.mark.slow
 def test_validation_scores_are_computed_beside_the_decoding_and_their_errors_raised(tmp_path, monkeypatch):
-    """A decoded validation batch is scored in a worker thread while the next batches decode; the sums
-    reach the metrics at the epoch's end (the logged score is evaluate.py's: tests/test_end_to_end.py), and
-    an error of the scoring stops the run there, with its own message."""
+    """A decoded validation batch is scored while the next batches decode: in a worker thread (a CPU's
+    default), in a worker process (a GPU's) or inline, the same scores (the logged score is evaluate.py's:
+    tests/test_end_to_end.py); the sums reach the metrics at the epoch's end, and an error of the scoring
+    stops the run there, with its own message."""
     import threading
 
     from nmt.metrics.streaming import SacreScore
@@ -271,13 +272,21 @@ def test_validation_scores_are_computed_beside_the_decoding_and_their_errors_rai
     results = train(compose_train(*overrides, f"run_dir={tmp_path / 'a'}"))
     assert results["best_val_bleu"] is not None
     assert threads and all(name.startswith("validation-scores") for name in threads)
-    # where the task scores inline (a GPU's default until timed there), the same scores in the loop's thread
+    # inline: the same scores in the loop's thread
     threads.clear()
-    monkeypatch.setattr(TranslationTask, "scores_in_thread", False)
+    monkeypatch.setattr(TranslationTask, "scores_in", "inline")
     inline = train(compose_train(*overrides, f"run_dir={tmp_path / 'c'}"))
     assert inline["best_val_bleu"] == results["best_val_bleu"]
     assert threads and set(threads) == {threading.current_thread().name}
-    monkeypatch.setattr(TranslationTask, "scores_in_thread", None)
+    # in a worker process (spawned, with scorers of its own): the same scores, none computed here
+    threads.clear()
+    monkeypatch.setattr(TranslationTask, "scores_in", "process")
+    in_process = train(compose_train(*overrides, f"run_dir={tmp_path / 'd'}"))
+    assert in_process["best_val_bleu"] == results["best_val_bleu"] and not threads
+    monkeypatch.setattr(TranslationTask, "scores_in", "elsewhere")
+    with pytest.raises(ValueError, match=r"scores_in='elsewhere' is not one of \['inline', 'thread', 'process'\]"):
+        train(compose_train(*overrides, f"run_dir={tmp_path / 'e'}"))
+    monkeypatch.setattr(TranslationTask, "scores_in", None)
 
     def fails(self, hypotheses, references):
         raise ValueError("a reference file that cannot be scored")

@@ -61,7 +61,8 @@ def update(model, call, inputs, target, autocast=True):
             logits = call(*inputs)
         loss, _ = smoothed_cross_entropy_sums(logits.reshape(-1, VOCAB), target.reshape(-1), 0.1, 0)
         loss.backward()
-    return loss.detach(), {name: p.grad.clone() for name, p in model.named_parameters()}, casts.count
+    grads = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+    return loss.detach(), grads, casts.count
 
 
 def batch(decoder_only: bool = False):
@@ -79,7 +80,7 @@ def test_one_update_equals_autocasts_bit_for_bit_with_fewer_casts(build):
     loss, grads, casts = update(model, model, inputs, target)
     loss_once, grads_once, casts_once = update(model, CastOnce(model), inputs, target)
     assert torch.equal(loss_once, loss)
-    assert grads_once.keys() == grads.keys()
+    assert grads_once.keys() == grads.keys() == {name for name, _ in model.named_parameters()}
     for name, grad in grads.items():
         assert torch.equal(grads_once[name], grad), name
     linear = len(linear_weights(model))
@@ -116,7 +117,18 @@ def test_without_autocast_the_model_is_called_as_it_is():
     assert CastOnce(model).pad_id == model.pad_id  # other attributes are the model's
 
 
-def test_where_it_applies_and_where_it_is_refused():
+def test_an_unused_linear_layer_gets_no_gradient_as_under_autocast():
+    """Not zeros: the optimiser skips a parameter without a gradient (no weight decay, no moments' step)."""
+    model = transformer("none")
+    model.unused = torch.nn.Linear(32, 32)
+    inputs, target = batch()
+    _, grads, _ = update(model, CastOnce(model), inputs, target)
+    assert "unused.weight" in linear_weights(model)
+    assert all(p.grad is None for p in model.unused.parameters())
+    assert grads["output.weight"].abs().sum() > 0  # the layers in use have theirs
+
+
+def test_where_it_applies_and_where_it_is_refused(monkeypatch, tmp_path):
     from nmt.training.config import ConfigError, check_config
 
     where = {"precision": "bf16-mixed", "compile": False, "world_size": 1, "graph_updates": True}
@@ -128,6 +140,16 @@ def test_where_it_applies_and_where_it_is_refused():
         check_config(compose_train("cast_weights_once=true", "trainer.precision=32-true"))
     with pytest.raises(ConfigError, match=r"compile=true fuses the casts"):
         check_config(compose_train("cast_weights_once=true", "trainer.precision=bf16-mixed", "compile=true"))
+    with pytest.raises(ConfigError, match=r"cast_weights_once.*true, false or null"):
+        check_config(compose_train("cast_weights_once=auto", "trainer.precision=bf16-mixed"))
+    # precision=auto: refused once resolved, before any data is read or folder made
+    from nmt.training import train as training
+
+    monkeypatch.setattr(training, "resolve_precision", lambda precision, accelerator: "32-true")
+    run_dir = tmp_path / "run"
+    with pytest.raises(ConfigError, match=r"trainer.precision=32-true casts none"):
+        training.train(compose_train("cast_weights_once=true", "trainer.precision=auto", f"run_dir={run_dir}"))
+    assert not run_dir.exists()
 
 
 @pytest.mark.slow

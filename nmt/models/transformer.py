@@ -59,6 +59,7 @@ class LayerSpec:
     norm: NormFactory
     pre_norm: bool
     fused: bool
+    joint: bool = True  # self-attention's three projections (cross-attention's two) one product in training
 
     @classmethod
     def build(
@@ -73,6 +74,7 @@ class LayerSpec:
         norm,
         norm_position,
         fused_attention,
+        joint_projections: bool = True,
     ) -> "LayerSpec":
         """From the models' constructor options (activation_dropout None: the same as dropout)."""
         if norm_position not in NORM_POSITIONS:
@@ -90,10 +92,13 @@ class LayerSpec:
             norm=norm,
             pre_norm=norm_position == "pre",
             fused=fused_attention,
+            joint=joint_projections,
         )
 
     def attention(self, position: PositionEncoding | None) -> MultiHeadAttention:
-        return MultiHeadAttention(self.d_model, self.num_heads, self.attention_dropout, position, self.fused)
+        return MultiHeadAttention(
+            self.d_model, self.num_heads, self.attention_dropout, position, self.fused, self.joint
+        )
 
     def feedforward(self) -> FeedForward:
         return FeedForward(self.d_model, self.ffn_dim, self.activation_dropout, self.activation)
@@ -193,6 +198,7 @@ class Transformer(nn.Module):
         tie_embeddings: str = "decoder",
         fused_attention: bool = True,
         init: str = "xavier",
+        joint_projections: bool = True,
     ) -> None:
         super().__init__()
         if init not in INITS:
@@ -233,6 +239,7 @@ class Transformer(nn.Module):
             norm,
             norm_position,
             fused_attention,
+            joint_projections,
         )
         self.encoder = nn.ModuleList(EncoderLayer(spec, self.src_pos) for _ in range(encoder_layers))
         self.decoder = nn.ModuleList(DecoderLayer(spec, self.tgt_pos) for _ in range(decoder_layers))

@@ -73,6 +73,7 @@ class TransformerLM(nn.Module):
         norm_position: str = "pre",
         tie_output: bool = True,
         fused_attention: bool = True,
+        joint_projections: bool = True,
     ) -> None:
         super().__init__()
         # the builder passes both vocabulary sizes; a prompt is text of the same vocabulary
@@ -96,6 +97,7 @@ class TransformerLM(nn.Module):
             norm,
             norm_position,
             fused_attention,
+            joint_projections,
         )
         self.layers = nn.ModuleList(CausalLayer(spec, self.pos) for _ in range(num_layers))
         self.final_norm = norm(d_model) if pre_norm else nn.Identity()

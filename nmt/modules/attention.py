@@ -38,6 +38,7 @@ class MultiHeadAttention(nn.Module):
         dropout: float = 0.0,
         position: PositionEncoding | None = None,
         fused: bool = True,
+        joint: bool = True,
     ) -> None:
         super().__init__()
         if d_model % num_heads:
@@ -51,6 +52,7 @@ class MultiHeadAttention(nn.Module):
         self.dropout = dropout
         self.position = position
         self.fused = fused
+        self.joint = joint  # projections of one input as one product where gradients are taken (_joint_pays)
         self.keep_weights = False  # set by attention-map tools; forces the explicit path
         self.last_weights: torch.Tensor | None = None
 
@@ -67,14 +69,16 @@ class MultiHeadAttention(nn.Module):
         bias = torch.cat([p.bias for p in projections])
         batch, length, _ = x.shape
         out = F.linear(x, weight, bias).view(batch, length, len(projections), self.num_heads, self.head_dim)
-        return out.permute(2, 0, 3, 1, 4).unbind(0)
+        # unbound along the projections' own dimension, so that backward stacks their gradients straight into
+        # the product's layout (unbinding a permuted view would need a copy of the stacked gradient back)
+        return tuple(part.transpose(1, 2) for part in out.unbind(2))
 
     def _joint_pays(self) -> bool:
         # with gradients (a training update): one product, its two backward products and, under autocast, one
         # cast of x in place of one each per projection; a tiny model's update on a GPU is bound by the count
         # of its kernels. Without (decoding, validation) the separate products read each weight once, where
         # concatenating would first copy them all at every decoding step
-        return torch.is_grad_enabled()
+        return self.joint and torch.is_grad_enabled()
 
     def project_kv(self, x: torch.Tensor, positions: torch.Tensor | None = None):
         """x: (batch, k_len, d_model) -> keys, values: (batch, heads, k_len, head_dim)."""

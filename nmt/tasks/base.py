@@ -80,6 +80,14 @@ class Task:
     def validation_step(self, module, batch: dict, batch_idx: int) -> None:
         raise NotImplementedError
 
+    def start_workers(self, module) -> None:
+        """Training starts (the module on its device, before the sanity check): workers that the task's
+        validation uses may start here."""
+
+    def stop_workers(self, module) -> None:
+        """Training and the final weights' validation ended, or failed: the task's workers are stopped (a
+        worker started later, by a validation of its own, ends with the process)."""
+
     def validation_epoch_end(self, module) -> None:
         """Log the epoch's validation metrics with ``module.log`` (the module resets their states)."""
         raise NotImplementedError

@@ -17,13 +17,8 @@ from nmt.data.sources import decode_lines, read_lines
 from nmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from nmt.decoding.search import SearchConfig, decode, search_settings
 from nmt.decoding.translate import translate_lines
-from nmt.metrics.corpus import (
-    ROUGE_KEYS,
-    bleu_tokenizer,
-    corpus_scores,
-    tokenized_lowercase_scoring,
-    tokenized_lowercase_signature,
-)
+from nmt.metrics.corpus import ROUGE_KEYS, bleu_tokenizer, corpus_scores, tokenized_lowercase_signature
+from nmt.metrics.validation_scores import BatchScorer, ScoreSpec, ScoringProcess
 from nmt.tasks.base import (
     FINAL_RESULTS,
     Task,
@@ -64,6 +59,7 @@ class _Inline:
 
 
 _INLINE = _Inline()
+SCORES_IN = ("inline", "thread", "process")
 
 
 class TranslationTask(Task):
@@ -113,23 +109,12 @@ class TranslationTask(Task):
         # imported here: torchmetrics loads scipy, seconds that translate.py and serve.py need not pay
         from torchmetrics.text.rouge import ROUGEScore
 
-        from nmt.metrics.streaming import SacreScore  # the test's scorers, batch by batch
-
-        # a model that writes lowercase text (data.tokenizer.normalization=lowercase) is scored ignoring case
-        lowercase = datamodule.build_tokenizers()[1].lowercases
-        # and every model by the lowercased tokenised BLEU too: the measure that cased and lowercase runs
-        # share (and the one Multi30k papers report), so that validation can choose between them
-        tok_lc, self.tok_lc_prepare = tokenized_lowercase_scoring(datamodule.tgt_lang)
+        # the test's scorers, batch by batch; a model that writes lowercase text
+        # (data.tokenizer.normalization=lowercase) is scored ignoring case
+        self.score_spec = ScoreSpec(datamodule.tgt_lang, datamodule.build_tokenizers()[1].lowercases)
+        self._batch_scorer = BatchScorer(self.score_spec)
         self.tok_lc_signature = tokenized_lowercase_signature(datamodule.tgt_lang)  # results.json says which
-        self._prepared_refs: dict[str, str] = {}  # the same references every validation: tokenised once
-        metrics = nn.ModuleDict(
-            {
-                **target_metrics(),
-                "bleu": SacreScore("bleu", bleu_tokenizer(datamodule.tgt_lang), lowercase),
-                "chrf": SacreScore("chrf", lowercase=lowercase),
-                "bleu_tok_lc": SacreScore("bleu", **tok_lc),
-            }
-        )
+        metrics = nn.ModuleDict({**target_metrics(), **self._batch_scorer.metrics})
         if self.rouge:  # summarisation: ROUGE-1/2/L F-measures of the decoded validation set
             metrics["rouge"] = ROUGEScore(rouge_keys=ROUGE_KEYS)
         return metrics
@@ -159,9 +144,13 @@ class TranslationTask(Task):
         with torch.autocast(batch["src"].device.type, enabled=False):
             outputs = decode(module.model, batch["src"], BOS_ID, EOS_ID, self.val_search)
         hypotheses = [module.tgt_tokenizer.decode(ids) for ids in outputs]
-        # on a CPU scored in a worker thread while the next batches decode; the sums reach the metrics at the
-        # epoch's end
-        job = self._scorer(batch["src"].device).submit(self._statistics, metrics, hypotheses, list(batch["refs"]))
+        # scored beside the next batches' decoding (a worker thread on a CPU, a worker process on a GPU); the
+        # sums reach the metrics at the epoch's end
+        references = list(batch["refs"])
+        if self._scores_in(batch["src"].device) == "process":
+            job = self._scoring_process().submit(hypotheses, references)
+        else:
+            job = self._scorer(batch["src"].device).submit(self._batch_scorer.statistics, hypotheses, references)
         self._jobs().append(job)
         if "rouge" in metrics:
             metrics["rouge"].update(hypotheses, list(batch["refs"]))
@@ -169,16 +158,43 @@ class TranslationTask(Task):
             sources = [module.src_tokenizer.decode(s.tolist()) for s in batch["src"][:3]]
             self.val_samples = list(zip(sources, batch["refs"][:3], hypotheses[:3], strict=True))
 
-    # where validation's scores are computed beside the decoding, in a worker thread. None: on a CPU, where
-    # it made a validation epoch faster (BENCHMARKS.md); a GPU scores inline until timed: its decoding hands
-    # the interpreter back and forth at each graph replay and read, and a busy worker could hold it for up
-    # to the switch interval each time
-    scores_in_thread: bool | None = None
+    # where validation's scores are computed: "inline", in a worker "thread" or in a worker "process". None:
+    # a thread on a CPU, where it made a validation epoch faster (BENCHMARKS.md); a process on a GPU, whose
+    # decoding hands the interpreter back and forth at each graph replay and read, which a busy thread would
+    # hold for up to the switch interval each time (a process holds none of it; not yet timed on a GPU)
+    scores_in: str | None = None
+
+    def _scores_in(self, device: torch.device) -> str:
+        where = self.scores_in or ("thread" if device.type == "cpu" else "process")
+        if where not in SCORES_IN:
+            raise ValueError(f"TranslationTask.scores_in={where!r} is not one of {list(SCORES_IN)}")
+        return where
+
+    def start_workers(self, module) -> None:
+        # a worker process is started before the sanity check, so that it has imported and built its scorers
+        # by the first decoded batch
+        if self.bleu_every_n_epochs > 0 and self._scores_in(module.device) == "process":
+            self._scoring_process()
+
+    def stop_workers(self, module) -> None:
+        pid, worker = getattr(self, "_scoring_worker", (None, None))
+        if worker is not None and pid == os.getpid():
+            worker.shutdown()
+        self._scoring_worker = (None, None)
+
+    def _scoring_process(self) -> ScoringProcess:
+        """This process's scoring process (started once per run; it builds its scorers as it starts)."""
+        pid, worker = getattr(self, "_scoring_worker", (None, None))
+        if pid != os.getpid():
+            worker = ScoringProcess(self.score_spec)
+            worker.submit([], [])  # the scorers made, nothing scored: ready for the first batch
+            self._scoring_worker = (os.getpid(), worker)
+        return worker
 
     def _scorer(self, device: torch.device):
         """The process's scoring thread (made anew in a forked process, where a parent's thread does not
         run), or, where scores are computed inline, an executor that runs each job as it is given."""
-        if not (self.scores_in_thread if self.scores_in_thread is not None else device.type == "cpu"):
+        if self._scores_in(device) == "inline":
             return _INLINE
         pid, executor = getattr(self, "_scoring_thread", (None, None))
         if pid != os.getpid():
@@ -197,24 +213,9 @@ class TranslationTask(Task):
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)  # a thread and futures do not travel to another process
         state.pop("_scoring_thread", None)
+        state.pop("_scoring_worker", None)
         state.pop("_scoring", None)
         return state
-
-    def _statistics(self, metrics, hypotheses: list[str], references: list[str]) -> dict:
-        """A batch's BLEU, chrF and lowercased tokenised BLEU statistics (the worker thread's part)."""
-        prepare, prepared = self.tok_lc_prepare, self._prepared_refs
-        if len(prepared) > 2**17:  # a bound for validation sets far larger than any here
-            prepared.clear()
-        for r in references:
-            if r not in prepared:
-                prepared[r] = prepare(r)
-        return {
-            "bleu": metrics["bleu"].statistics(hypotheses, [[r] for r in references]),
-            "chrf": metrics["chrf"].statistics(hypotheses, [[r] for r in references]),
-            "bleu_tok_lc": metrics["bleu_tok_lc"].statistics(
-                [prepare(h) for h in hypotheses], [[prepared[r]] for r in references]
-            ),
-        }
 
     def collect_scores(self, metrics) -> None:
         """Wait for the batches' statistics and add them to the metrics. A scoring error is raised here,

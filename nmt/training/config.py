@@ -61,6 +61,7 @@ def _rules() -> list[tuple[str, Callable[[object], bool], str]]:
         ),
         ("resume", lambda v: v in ("auto", "force"), "one of ['auto', 'force']"),
         ("cudnn_attention", lambda v: isinstance(v, bool), "true, false or null (PyTorch's choice)"),
+        ("cast_weights_once", lambda v: isinstance(v, bool), "true, false or null (with graph_updates=true)"),
         (
             "trainer.devices",
             lambda v: v == "auto" or (isinstance(v, int) and (v > 0 or v == -1)) or isinstance(v, list | str),

@@ -394,6 +394,9 @@ class TaskModule(L.LightningModule):
         with torch.compiler.set_stance("force_eager"):
             self.task.validation_step(self, batch, batch_idx)
 
+    def on_fit_start(self) -> None:
+        self.task.start_workers(self)  # stopped by train(), after the final weights' validation too
+
     def on_validation_epoch_end(self) -> None:
         self.task.validation_epoch_end(self)
         if not self.trainer.sanity_checking:

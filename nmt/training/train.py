@@ -22,8 +22,9 @@ from nmt.inference.loading import load_model
 from nmt.models.build import count_parameters
 from nmt.tasks import build_task
 from nmt.tasks.base import FINAL_RESULTS
+from nmt.training import weight_casts
 from nmt.training.callbacks import WallClock, what_ended
-from nmt.training.config import check_config, describe_recipe, no_repeated_layers
+from nmt.training.config import ConfigError, check_config, describe_recipe, no_repeated_layers
 from nmt.training.loggers import log_results_to_wandb
 from nmt.training.module import TaskModule
 from nmt.training.run_folder import (
@@ -178,6 +179,10 @@ def train(cfg: DictConfig) -> dict:
     if str(cfg.trainer.precision) == "auto":  # the checkpoint's config records what was used
         cfg.trainer.precision = resolve_precision("auto", cfg.trainer.accelerator)
         log.info("trainer.precision=auto: %s", cfg.trainer.precision)
+        if cfg.get("cast_weights_once"):  # checked again, now that the precision is known
+            problems = weight_casts.unsupported(precision=cfg.trainer.precision, compile=cfg.get("compile"))
+            if problems:
+                raise ConfigError("invalid configuration:\n" + "\n".join(f"  {p}" for p in problems))
     run_dir = resolve_run_dir(cfg)
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -299,21 +304,24 @@ def _train_in_folder(cfg: DictConfig, task, run_dir: Path, config: dict, main_pr
         logger.log_hyperparams(config)
     start = time.time()
     try:
-        trainer.fit(module, datamodule=datamodule, ckpt_path=resume)
-    except SIGTERMException:
-        signal_name = getattr(trainer, "nmt_stop_signal", "a signal")
-        if main_process:  # one message, from the rank that owns the folder
-            print(
-                f"Stopped by {signal_name}; the state is saved in {checkpoint_dir / 'last.ckpt'}. "
-                "Run the same command again (or pass that file as ckpt_path) to resume."
-            )
-        raise SystemExit(130 if signal_name == "SIGINT" else 143) from None
+        try:
+            trainer.fit(module, datamodule=datamodule, ckpt_path=resume)
+        except SIGTERMException:
+            signal_name = getattr(trainer, "nmt_stop_signal", "a signal")
+            if main_process:  # one message, from the rank that owns the folder
+                print(
+                    f"Stopped by {signal_name}; the state is saved in {checkpoint_dir / 'last.ckpt'}. "
+                    "Run the same command again (or pass that file as ckpt_path) to resume."
+                )
+            raise SystemExit(130 if signal_name == "SIGINT" else 143) from None
 
-    fit_end = time.time()
-    ended_by = what_ended(trainer)  # before the final weights' validation below
-    final_metrics = {k: _float(v) for k, v in trainer.callback_metrics.items()}
-    if not is_smoke_run(config):
-        final_metrics.update(_validate_final_weights(cfg, trainer, module, datamodule, checkpoint_dir))
+        fit_end = time.time()
+        ended_by = what_ended(trainer)  # before the final weights' validation below
+        final_metrics = {k: _float(v) for k, v in trainer.callback_metrics.items()}
+        if not is_smoke_run(config):
+            final_metrics.update(_validate_final_weights(cfg, trainer, module, datamodule, checkpoint_dir))
+    finally:
+        task.stop_workers(module)  # validation's workers (a scoring process), started as training started
     best = trainer.checkpoint_callbacks[0]
     # a copied run folder carries the original's absolute path in its checkpoint state: use this folder's
     best_path = str(checkpoint_dir / Path(best.best_model_path).name) if best.best_model_path else ""

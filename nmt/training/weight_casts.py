@@ -35,16 +35,24 @@ class _CastAll(torch.autograd.Function):
     @staticmethod
     def forward(ctx, dtype: torch.dtype, *weights: torch.Tensor):
         ctx.shapes = [w.shape for w in weights]
-        ctx.sizes = [w.numel() for w in weights]
         ctx.source = weights[0].dtype
+        ctx.set_materialize_grads(False)  # a copy the forward pass did not use: None, not zeros
         flat = torch.cat([w.reshape(-1) for w in weights]).to(dtype)
-        return tuple(part.view(shape) for part, shape in zip(flat.split(ctx.sizes), ctx.shapes, strict=True))
+        return tuple(
+            part.view(shape) for part, shape in zip(flat.split([w.numel() for w in weights]), ctx.shapes, strict=True)
+        )
 
     @staticmethod
-    def backward(ctx, *grads: torch.Tensor):
-        # a copy that the forward pass did not use arrives as zeros (autograd materialises it)
-        flat = torch.cat([g.reshape(-1) for g in grads]).to(ctx.source)
-        return (None, *(part.view(shape) for part, shape in zip(flat.split(ctx.sizes), ctx.shapes, strict=True)))
+    def backward(ctx, *grads: torch.Tensor | None):
+        # the weights of an unused layer get no gradient, as under autocast (not zeros: the optimiser skips them)
+        used = [g for g in grads if g is not None]
+        if not used:
+            return (None, *grads)
+        flat = iter(torch.cat([g.reshape(-1) for g in used]).to(ctx.source).split([g.numel() for g in used]))
+        return (
+            None,
+            *(None if g is None else next(flat).view(shape) for g, shape in zip(grads, ctx.shapes, strict=True)),
+        )
 
 
 def linear_weights(model: nn.Module) -> dict[str, nn.Parameter]:
