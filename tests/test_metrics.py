@@ -255,7 +255,6 @@ def test_validation_scores_are_computed_beside_the_decoding_and_their_errors_rai
     import threading
 
     from nmt.metrics.streaming import SacreScore
-    from nmt.tasks.translation import TranslationTask
     from nmt.training.train import train
 
     from .conftest import NO_FINAL_SCORES, compose_train
@@ -272,21 +271,17 @@ def test_validation_scores_are_computed_beside_the_decoding_and_their_errors_rai
     results = train(compose_train(*overrides, f"run_dir={tmp_path / 'a'}"))
     assert results["best_val_bleu"] is not None
     assert threads and all(name.startswith("validation-scores") for name in threads)
+    scores = {k: v for k, v in results["final_metrics"].items() if k in ("val_bleu", "val_chrf", "val_bleu_tok_lc")}
+    assert len(scores) == 3
     # inline: the same scores in the loop's thread
     threads.clear()
-    monkeypatch.setattr(TranslationTask, "scores_in", "inline")
-    inline = train(compose_train(*overrides, f"run_dir={tmp_path / 'c'}"))
-    assert inline["best_val_bleu"] == results["best_val_bleu"]
+    inline = train(compose_train(*overrides, "validation.scores_in=inline", f"run_dir={tmp_path / 'c'}"))
+    assert {k: inline["final_metrics"][k] for k in scores} == scores
     assert threads and set(threads) == {threading.current_thread().name}
-    # in a worker process (spawned, with scorers of its own): the same scores, none computed here
+    # in a worker process (with scorers of its own): the same scores, none computed here
     threads.clear()
-    monkeypatch.setattr(TranslationTask, "scores_in", "process")
-    in_process = train(compose_train(*overrides, f"run_dir={tmp_path / 'd'}"))
-    assert in_process["best_val_bleu"] == results["best_val_bleu"] and not threads
-    monkeypatch.setattr(TranslationTask, "scores_in", "elsewhere")
-    with pytest.raises(ValueError, match=r"scores_in='elsewhere' is not one of \['inline', 'thread', 'process'\]"):
-        train(compose_train(*overrides, f"run_dir={tmp_path / 'e'}"))
-    monkeypatch.setattr(TranslationTask, "scores_in", None)
+    in_process = train(compose_train(*overrides, "validation.scores_in=process", f"run_dir={tmp_path / 'd'}"))
+    assert {k: in_process["final_metrics"][k] for k in scores} == scores and not threads
 
     def fails(self, hypotheses, references):
         raise ValueError("a reference file that cannot be scored")

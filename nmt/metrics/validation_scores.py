@@ -12,15 +12,18 @@ import contextlib
 import os
 import pickle
 import queue
+import signal
 import subprocess
 import sys
 import threading
+import traceback
 from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 
-from nmt.metrics.corpus import bleu_tokenizer, tokenized_lowercase_scoring
+# (this module imports nothing heavy at its top: run as the worker, it first moves the process's stdout out of
+# the way of its answers, then imports the scorers)
 
 # the references' tokenised forms kept (validation scores the same references every epoch); a bound for
 # validation sets far larger than any here
@@ -41,6 +44,7 @@ class BatchScorer:
     statistics are added to) and :meth:`statistics` (a batch's statistics, touching no metric state)."""
 
     def __init__(self, spec: ScoreSpec) -> None:
+        from nmt.metrics.corpus import bleu_tokenizer, tokenized_lowercase_scoring
         from nmt.metrics.streaming import SacreScore  # torchmetrics: only where validation runs
 
         tok_lc, self.prepare = tokenized_lowercase_scoring(spec.tgt_lang)
@@ -87,36 +91,53 @@ class ScoringProcess:
     """A worker process computing batches' statistics for one :class:`ScoreSpec`, with an executor's
     ``submit`` and ``shutdown``. It runs this module (``python -m nmt.metrics.validation_scores``), not the
     caller's main script as a process of ``multiprocessing`` would (a script without a main guard would run
-    again in it); jobs and results travel pickled through its stdin and stdout, written and read by two
-    threads of the caller, so that a submit never waits for the worker."""
+    again in it); jobs and answers travel pickled through its stdin and stdout, written and read by two
+    threads of the caller, so that a submit never waits for the worker. It ignores the signals that stop a
+    run gracefully (Ctrl-C, a cluster's SIGTERM or SIGUSR1: the run still validates before it stops) and
+    ends when its stdin closes (the caller's shutdown, or its death). Once it has ended, for whatever
+    reason, every job still pending and every later submit fails at once, naming why: no wait is left
+    without an answer."""
+
+    SHUTDOWN_GRACE_S = 10.0  # after shutdown: a worker still alive then (its stdin held open) is killed
 
     def __init__(self, spec: ScoreSpec) -> None:
+        self.spec = spec
         package_root = str(Path(__file__).resolve().parents[2])  # where ``nmt`` is imported from here
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
         self._process = subprocess.Popen(
-            [sys.executable, "-m", "nmt.metrics.validation_scores"],
+            [sys.executable, "-c", _WORKER_MAIN, package_root],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
-            env=env,
+            start_new_session=True,  # a terminal's Ctrl-C goes to the run, which decides when to stop
         )
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()  # what the writer sends; None: close stdin
         self._pending: collections.deque[Future] = collections.deque()  # answered in the order sent
         self._lock = threading.Lock()
+        self._ended: str | None = None  # why the worker no longer answers
         self._jobs.put(spec)
         threading.Thread(target=self._write, name="validation-scores-writer", daemon=True).start()
         threading.Thread(target=self._read, name="validation-scores-reader", daemon=True).start()
 
-    def submit(self, hypotheses: list[str], references: list[str]) -> Future:
+    def submit(self, hypotheses: Sequence[str], references: Sequence[str]) -> Future:
         job = Future()
         with self._lock:
+            if self._ended is not None:
+                job.set_exception(RuntimeError(self._ended))
+                return job
             self._pending.append(job)
-        self._jobs.put((list(hypotheses), list(references)))
+            self._jobs.put((list(hypotheses), list(references)))  # in the order of the pending jobs
         return job
 
     def shutdown(self) -> None:
-        """No more jobs: the worker ends once it has answered those sent (its stdin closed)."""
+        """No more jobs: the worker ends once it has answered those sent (its stdin closed), or is killed
+        after a grace period."""
         self._jobs.put(None)
+        threading.Thread(target=self._reap, name="validation-scores-reaper", daemon=True).start()
+
+    def _reap(self) -> None:
+        try:
+            self._process.wait(timeout=self.SHUTDOWN_GRACE_S)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
 
     def _write(self) -> None:
         stdin = self._process.stdin
@@ -132,26 +153,42 @@ class ScoringProcess:
 
     def _read(self) -> None:
         stdout = self._process.stdout
-        while True:
+        why = None
+        while why is None:
             try:
                 ok, value = pickle.load(stdout)
-            except (EOFError, OSError, pickle.UnpicklingError):
+                with self._lock:
+                    job = self._pending.popleft()
+            except EOFError:
                 break
-            with self._lock:
-                job = self._pending.popleft()
-            job.set_result(value) if ok else job.set_exception(value)
+            except Exception as err:  # noqa: BLE001 - an answer out of step or unreadable: the worker is stopped
+                why = f"its answer could not be read ({type(err).__name__}: {err})"
+                self._process.kill()
+                break
+            if job.set_running_or_notify_cancel():  # a job cancelled meanwhile takes no answer
+                job.set_result(value) if ok else job.set_exception(RuntimeError(f"validation's scoring: {value}"))
         code = self._process.wait()
         with self._lock:
+            self._ended = f"validation's scoring process ended (exit code {code}): {why or 'no answer'}"
             pending, self._pending = list(self._pending), collections.deque()
         for job in pending:
-            job.set_exception(RuntimeError(f"validation's scoring process ended (exit code {code}) before its answer"))
+            if job.set_running_or_notify_cancel():
+                job.set_exception(RuntimeError(self._ended))
 
 
-def _serve() -> None:
+# the worker's entry: the package's root first on its path (the caller's own ``nmt``, whatever the cwd)
+_WORKER_MAIN = "import sys; sys.path.insert(0, sys.argv[1]); from nmt.metrics.validation_scores import serve; serve()"
+
+
+def serve() -> None:
     """The worker's loop: a :class:`ScoreSpec`, then (hypotheses, references) jobs until stdin closes, each
-    answered with (True, statistics) or (False, the exception)."""
-    answers = sys.stdout.buffer
-    sys.stdout = sys.stderr  # whatever an import prints must not enter the answers
+    answered with (True, statistics) or (False, the error's text with its traceback)."""
+    answers = os.fdopen(os.dup(1), "wb")  # its own descriptor: whatever else writes to stdout goes to stderr
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    for name in ("SIGINT", "SIGTERM", "SIGUSR1", "SIGUSR2"):
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), signal.SIG_IGN)
     jobs = sys.stdin.buffer
     spec = pickle.load(jobs)
     while True:
@@ -162,14 +199,6 @@ def _serve() -> None:
         try:
             answer = (True, statistics_in_worker(spec, hypotheses, references))
         except Exception as err:  # noqa: BLE001 - raised in the caller, where the jobs are collected
-            answer = (False, err)
-        try:
-            data = pickle.dumps(answer)
-        except Exception as err:  # noqa: BLE001 - an exception that does not pickle: its text does
-            data = pickle.dumps((False, RuntimeError(f"{type(answer[1]).__name__}: {answer[1]} ({err})")))
-        answers.write(data)
+            answer = (False, f"{type(err).__name__}: {err}\n{traceback.format_exc()}")
+        answers.write(pickle.dumps(answer))
         answers.flush()
-
-
-if __name__ == "__main__":
-    _serve()

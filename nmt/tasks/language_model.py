@@ -47,6 +47,12 @@ class LanguageModelTask(Task):
                 f"  validation.bleu_every_n_epochs={every}: a language model decodes nothing in validation "
                 "(task=lm reports perplexity); leave it at 0"
             )
+        scores_in = OmegaConf.select(cfg, "validation.scores_in", default=None)
+        if scores_in is not None:
+            problems.append(
+                f"  validation.scores_in={scores_in}: a language model scores no decoded sentences in validation "
+                "(task=lm reports perplexity); leave it null"
+            )
         return problems
 
     def validation_metric_names(self) -> set[str]:

@@ -15,10 +15,16 @@ class SummarizationTask(TranslationTask):
     name = "summarization"
     report_metric = "test_rougeL"
 
-    def __init__(self, val_search: dict | None = None, bleu_every_n_epochs: int = 1, rouge: bool = True) -> None:
+    def __init__(
+        self,
+        val_search: dict | None = None,
+        bleu_every_n_epochs: int = 1,
+        rouge: bool = True,
+        scores_in: str | None = None,
+    ) -> None:
         if not rouge:
             raise ValueError("task.rouge=false: summarisation is scored by ROUGE; use task=translation instead")
-        super().__init__(val_search, bleu_every_n_epochs, rouge=True)
+        super().__init__(val_search, bleu_every_n_epochs, rouge=True, scores_in=scores_in)
 
     def check(self, cfg: DictConfig) -> list[str]:
         problems = super().check(cfg)

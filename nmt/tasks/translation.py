@@ -71,7 +71,16 @@ class TranslationTask(Task):
     report_metric = "test_bleu"
     decoded_metrics = ("val_bleu", "val_chrf", "val_bleu_tok_lc", *(f"val_{key}" for key in ROUGE_KEYS))
 
-    def __init__(self, val_search: dict | None = None, bleu_every_n_epochs: int = 1, rouge: bool = False) -> None:
+    def __init__(
+        self,
+        val_search: dict | None = None,
+        bleu_every_n_epochs: int = 1,
+        rouge: bool = False,
+        scores_in: str | None = None,
+    ) -> None:
+        if scores_in is not None and scores_in not in SCORES_IN:
+            raise ValueError(f"validation.scores_in={scores_in!r} is not one of {[*SCORES_IN, None]}")
+        self.scores_in = scores_in
         self.val_search = SearchConfig(**(val_search or {"strategy": "greedy"}))
         self.bleu_every_n_epochs = int(bleu_every_n_epochs)
         self.rouge = bool(rouge)
@@ -158,17 +167,13 @@ class TranslationTask(Task):
             sources = [module.src_tokenizer.decode(s.tolist()) for s in batch["src"][:3]]
             self.val_samples = list(zip(sources, batch["refs"][:3], hypotheses[:3], strict=True))
 
-    # where validation's scores are computed: "inline", in a worker "thread" or in a worker "process". None:
-    # a thread on a CPU, where it made a validation epoch faster (BENCHMARKS.md); a process on a GPU, whose
-    # decoding hands the interpreter back and forth at each graph replay and read, which a busy thread would
-    # hold for up to the switch interval each time (a process holds none of it; not yet timed on a GPU)
-    scores_in: str | None = None
-
     def _scores_in(self, device: torch.device) -> str:
-        where = self.scores_in or ("thread" if device.type == "cpu" else "process")
-        if where not in SCORES_IN:
-            raise ValueError(f"TranslationTask.scores_in={where!r} is not one of {list(SCORES_IN)}")
-        return where
+        """Where validation's scores are computed (``validation.scores_in``): "inline", in a worker "thread"
+        or in a worker "process". None: a thread on a CPU (it made a validation epoch faster on one CPU,
+        BENCHMARKS.md); a process on a GPU, whose decoding hands the interpreter back and forth at each graph
+        replay and read, which a busy thread would hold for up to the switch interval each time (a process
+        holds it only to pickle a batch; not yet timed on a GPU)."""
+        return self.scores_in or ("thread" if device.type == "cpu" else "process")
 
     def start_workers(self, module) -> None:
         # a worker process is started before the sanity check, so that it has imported and built its scorers
@@ -185,7 +190,7 @@ class TranslationTask(Task):
     def _scoring_process(self) -> ScoringProcess:
         """This process's scoring process (started once per run; it builds its scorers as it starts)."""
         pid, worker = getattr(self, "_scoring_worker", (None, None))
-        if pid != os.getpid():
+        if pid != os.getpid() or worker.spec != self.score_spec:
             worker = ScoringProcess(self.score_spec)
             worker.submit([], [])  # the scorers made, nothing scored: ready for the first batch
             self._scoring_worker = (os.getpid(), worker)

@@ -98,6 +98,7 @@ def check_config(cfg: DictConfig, choices: dict | None = None) -> None:
         ("model.tie_embeddings", ["none", "decoder", "all"]),
         ("decode.strategy", list(STRATEGIES)),
         ("validation.search.strategy", list(STRATEGIES)),
+        ("validation.scores_in", ["inline", "thread", "process"]),
     ):
         value = OmegaConf.select(cfg, key, default=None)
         if value is not None and value not in allowed:

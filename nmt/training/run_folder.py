@@ -46,6 +46,8 @@ NOT_RESULT_KEYS = (
     "progress",
     "checkpoint.resume_fallback",
     "checkpoint.write_behind",  # when a checkpoint's bytes are written, not what they hold
+    "validation.scores_in",  # where validation's scores are computed, not what they are (tested)
+    "task.scores_in",
 )
 
 
