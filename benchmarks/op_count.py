@@ -7,8 +7,9 @@ is not a view launches at least one kernel, so the count is the measure of what 
 needs no GPU. One update as a GPU trains it: bf16 autocast, PyTorch's fused attention (the path a CPU's
 training would otherwise leave for the written-out formula), the loss as written out for a GPU, the backward
 pass and fused AdamW's step; counted twice, with autocast's casts at each use and with the weights cast
-once (``cast_weights_once``). The count does not depend on the batch's size, so a small synthetic batch is
-used; dropout is 0 by default (a CPU draws its masks in four operators, a GPU in one).
+once (``cast_weights_once``); and validation's loss pass (eval mode, no gradients, under autocast). The count
+does not depend on the batch's size, so a small synthetic batch is used; dropout is 0 by default (a CPU draws
+its masks in four operators, a GPU in one).
 
 Prints a table of the operators (not views) by count, and one JSON line with the totals.
 """
@@ -65,6 +66,18 @@ def count_update(spec, cast_once: bool, dropout: float) -> Operators:
     return ops
 
 
+def count_validation_loss(spec) -> Operators:
+    """The operators of validation's loss pass over a batch (eval mode, no gradients, under autocast)."""
+    torch.manual_seed(0)
+    model = recipe_model(spec.vocab, 0.0, spec.model).eval()
+    src, tgt_in, tgt_out = synthetic_batch(8, 12, 10, spec.vocab, torch.device("cpu"))
+    with torch.no_grad(), Operators() as ops:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            logits = model(src, tgt_in)
+        smoothed_cross_entropy_sums(logits.flatten(0, 1), tgt_out.flatten(), spec.smoothing, 0)
+    return ops
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", nargs="*", default=None, help="train.py overrides (default: the tiny recipe)")
@@ -75,6 +88,7 @@ def main(argv: list[str] | None = None) -> dict:
     MultiHeadAttention.explicit_cpu_training = False  # the fused attention a GPU trains with
     try:
         per_use, once = count_update(spec, False, args.dropout), count_update(spec, True, args.dropout)
+        validation = count_validation_loss(spec)
     finally:
         MultiHeadAttention.explicit_cpu_training = True
     print("| operator | autocast's casts at each use | cast_weights_once |\n|---|---|---|")
@@ -86,6 +100,7 @@ def main(argv: list[str] | None = None) -> dict:
         "operators": {"per_use": sum(per_use.counts.values()), "once": sum(once.counts.values())},
         "casts": {"per_use": per_use.counts["_to_copy"], "once": once.counts["_to_copy"]},
         "views": {"per_use": per_use.views, "once": once.views},
+        "validation_loss_pass": sum(validation.counts.values()),
         "torch": torch.__version__,
         "machine": cpu_name(),
     }

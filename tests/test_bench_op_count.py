@@ -17,3 +17,4 @@ def test_the_count_takes_the_gpus_attention_and_shows_the_casts_saved(capsys):
     # once in their place (the three projections of each self-attention are already one cast)
     assert casts["per_use"] - casts["once"] > linear
     assert operators["per_use"] - operators["once"] == casts["per_use"] - casts["once"] - 2  # + 2 cats
+    assert 0 < result["validation_loss_pass"] < operators["once"]  # a forward pass, no backward, no step

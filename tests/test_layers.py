@@ -106,7 +106,9 @@ def test_joint_projections_equal_the_separate_products_and_their_gradients(rotar
     """With gradients (a training update) self-attention projects queries, keys and values as one product of
     their concatenated weights, and cross-attention keys and values as one: the same outputs and the same
     gradient for each projection's weight and bias and for x as the separate products (float64), and the
-    same outputs as the separate products taken without gradients (decoding) or with ``joint=False``."""
+    same outputs as the separate products taken without gradients. The one product is taken where it pays:
+    with gradients, or over several positions (validation's loss, encoding), not in a one-position decoding
+    step, nor with ``joint=False`` (``model.joint_projections=false``)."""
     d_model, heads = 32, 4
     position = RotaryPosition(d_model, d_model // heads) if rotary else None
     attention = MultiHeadAttention(d_model, heads, position=position, fused=False).double()
@@ -152,9 +154,19 @@ def test_joint_projections_equal_the_separate_products_and_their_gradients(rotar
     for name, grad in grads_kv[1][0].items():
         torch.testing.assert_close(grads_kv[0][0][name], grad, msg=name)
     torch.testing.assert_close(grads_kv[0][1], grads_kv[1][1])
+    joint_calls = []
+    real_joint = attention._joint
+    attention._joint = lambda *args: joint_calls.append(1) or real_joint(*args)
+    with torch.no_grad():
+        attention.project_qkv(x, positions)  # validation's loss pass, an encoder: five positions
+        assert len(joint_calls) == 1
+        step = attention.project_qkv(x[:, -1:], positions[-1:])  # a decoding step: one position
+        assert len(joint_calls) == 1
+    for alone, whole in zip(step, separate(x), strict=True):
+        torch.testing.assert_close(alone, whole[:, :, -1:])
     attention.joint = False  # model.joint_projections=false: the separate products in training too
-    for apart, alone in zip(attention.project_qkv(x, positions), separate(x), strict=True):
-        assert apart.grad_fn is not None and torch.equal(apart, alone)
+    attention.project_qkv(x, positions), attention.project_kv(x, positions)
+    assert len(joint_calls) == 1
 
 
 def test_causal_self_attention_reaches_the_kernel_without_a_mask_tensor(monkeypatch):

@@ -157,8 +157,8 @@ class DecoderLayer(nn.Module):
             elif past_k is not None:
                 k, v = torch.cat((past_k, k), dim=2), torch.cat((past_v, v), dim=2)
             cache["k"], cache["v"] = k, v
-            if not fixed:
-                k_pos = torch.arange(k.size(2), device=k.device)
+            if not fixed:  # the whole target at once (training) attends to its own positions
+                k_pos = positions if past_k is None else torch.arange(k.size(2), device=k.device)
             # padding only follows the real tokens, so the causal mask alone keeps it out of their context
             return self.self_attn(h, k, v, mask, positions, k_pos, causal=causal, q=q)
 

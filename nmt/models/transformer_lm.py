@@ -38,7 +38,7 @@ class CausalLayer(nn.Module):
             if past_k is not None:
                 k, v = torch.cat((past_k, k), dim=2), torch.cat((past_v, v), dim=2)
             cache["k"], cache["v"] = k, v
-            k_pos = torch.arange(k.size(2), device=k.device)
+            k_pos = positions if past_k is None else torch.arange(k.size(2), device=k.device)
             return self.self_attn(h, k, v, None, positions, k_pos, causal=causal, q=q)
 
         x = self.attn_block(x, self_attend)

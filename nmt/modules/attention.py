@@ -52,7 +52,7 @@ class MultiHeadAttention(nn.Module):
         self.dropout = dropout
         self.position = position
         self.fused = fused
-        self.joint = joint  # projections of one input as one product where gradients are taken (_joint_pays)
+        self.joint = joint  # projections of one input as one product where it pays (_joint_pays)
         self.keep_weights = False  # set by attention-map tools; forces the explicit path
         self.last_weights: torch.Tensor | None = None
 
@@ -73,16 +73,17 @@ class MultiHeadAttention(nn.Module):
         # the product's layout (unbinding a permuted view would need a copy of the stacked gradient back)
         return tuple(part.transpose(1, 2) for part in out.unbind(2))
 
-    def _joint_pays(self) -> bool:
+    def _joint_pays(self, x: torch.Tensor) -> bool:
         # with gradients (a training update): one product, its two backward products and, under autocast, one
         # cast of x in place of one each per projection; a tiny model's update on a GPU is bound by the count
-        # of its kernels. Without (decoding, validation) the separate products read each weight once, where
-        # concatenating would first copy them all at every decoding step
-        return self.joint and torch.is_grad_enabled()
+        # of its kernels. So too without gradients over many positions (validation's loss, encoding). A
+        # decoding step (one position) keeps the separate products, which read each weight once, where
+        # concatenating would first copy them all at every step
+        return self.joint and (torch.is_grad_enabled() or x.size(1) > 1)
 
     def project_kv(self, x: torch.Tensor, positions: torch.Tensor | None = None):
         """x: (batch, k_len, d_model) -> keys, values: (batch, heads, k_len, head_dim)."""
-        if self._joint_pays():
+        if self._joint_pays(x):
             k, v = self._joint(x, (self.k_proj, self.v_proj))
         else:
             k, v = self._split(self.k_proj(x)), self._split(self.v_proj(x))
@@ -93,7 +94,7 @@ class MultiHeadAttention(nn.Module):
     def project_qkv(self, x: torch.Tensor, positions: torch.Tensor | None = None):
         """Self-attention's projections of x: (batch, len, d_model) -> queries (not yet rotated: ``forward``
         rotates them), keys and values (as :meth:`project_kv`), each (batch, heads, len, head_dim)."""
-        if not self._joint_pays():
+        if not self._joint_pays(x):
             return (self._split(self.q_proj(x)), *self.project_kv(x, positions))
         q, k, v = self._joint(x, (self.q_proj, self.k_proj, self.v_proj))
         if self.position is not None:
