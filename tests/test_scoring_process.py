@@ -93,3 +93,15 @@ def test_validation_scores_in_takes_the_three_places_and_only_where_sentences_ar
         check_config(compose_train("validation.scores_in=elsewhere"))
     with pytest.raises(ConfigError, match=r"validation.scores_in=thread: a language model scores no decoded"):
         check_config(compose_train("task=lm", "validation.scores_in=thread"))
+
+
+def test_scorers_that_cannot_be_built_fail_every_batch_with_the_reason():
+    process = ScoringProcess("not a ScoreSpec")
+    try:
+        with pytest.raises(RuntimeError, match="its scorers could not be built: AttributeError"):
+            process.submit(*BATCHES[0]).result(timeout=WAIT)
+        with pytest.raises(RuntimeError, match="its scorers could not be built"):
+            process.submit(*BATCHES[1]).result(timeout=WAIT)
+    finally:
+        process.shutdown()
+        process._process.wait(timeout=WAIT)

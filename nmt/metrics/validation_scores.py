@@ -3,8 +3,8 @@ BLEU, each summed over the batch for :class:`~nmt.metrics.streaming.SacreScore` 
 
 Computing them is host work in Python (chrF's character n-grams most of it), so the translation task runs it
 beside the decoding: in a worker thread on a CPU, in a worker process on a GPU (``TranslationTask.scores_in``).
-A worker process (:class:`ScoringProcess`) builds its own scorers from a :class:`ScoreSpec` and keeps them,
-with their caches of the references, from one validation to the next.
+A worker process (:class:`ScoringProcess`) builds its own scorers from a :class:`ScoreSpec` as it starts and
+keeps them, with their caches of the references, from one validation to the next.
 """
 
 import collections
@@ -75,22 +75,10 @@ class BatchScorer:
         }
 
 
-_WORKER_SCORERS: dict[ScoreSpec, BatchScorer] = {}  # a worker process's scorers, kept between validations
-
-
-def statistics_in_worker(spec: ScoreSpec, hypotheses: list[str], references: list[str]) -> dict:
-    """:meth:`BatchScorer.statistics` in a worker process, with the scorers it keeps for ``spec`` (no
-    sentences: the scorers made, nothing scored, so that a started worker is ready for the first batch)."""
-    scorer = _WORKER_SCORERS.get(spec)
-    if scorer is None:
-        scorer = _WORKER_SCORERS[spec] = BatchScorer(spec)
-    return scorer.statistics(hypotheses, references)
-
-
 class ScoringProcess:
     """A worker process computing batches' statistics for one :class:`ScoreSpec`, with an executor's
-    ``submit`` and ``shutdown``. It runs this module (``python -m nmt.metrics.validation_scores``), not the
-    caller's main script as a process of ``multiprocessing`` would (a script without a main guard would run
+    ``submit`` and ``shutdown``. It runs this module's :func:`serve`, which builds the scorers as it starts, not
+    the caller's main script as a process of ``multiprocessing`` would (a script without a main guard would run
     again in it); jobs and answers travel pickled through its stdin and stdout, written and read by two
     threads of the caller, so that a submit never waits for the worker. It ignores the signals that stop a
     run gracefully (Ctrl-C, a cluster's SIGTERM or SIGUSR1: the run still validates before it stops) and
@@ -190,14 +178,19 @@ def serve() -> None:
         if hasattr(signal, name):
             signal.signal(getattr(signal, name), signal.SIG_IGN)
     jobs = sys.stdin.buffer
-    spec = pickle.load(jobs)
+    try:  # built before the first batch arrives (while the run starts)
+        scorer, failure = BatchScorer(pickle.load(jobs)), None
+    except Exception as err:  # noqa: BLE001 - every batch is answered with it
+        scorer, failure = None, f"{type(err).__name__}: {err}\n{traceback.format_exc()}"
     while True:
         try:
             hypotheses, references = pickle.load(jobs)
         except EOFError:
             return
         try:
-            answer = (True, statistics_in_worker(spec, hypotheses, references))
+            if scorer is None:
+                raise RuntimeError(f"its scorers could not be built: {failure}")
+            answer = (True, scorer.statistics(hypotheses, references))
         except Exception as err:  # noqa: BLE001 - raised in the caller, where the jobs are collected
             answer = (False, f"{type(err).__name__}: {err}\n{traceback.format_exc()}")
         answers.write(pickle.dumps(answer))

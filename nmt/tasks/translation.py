@@ -192,7 +192,6 @@ class TranslationTask(Task):
         pid, worker = getattr(self, "_scoring_worker", (None, None))
         if pid != os.getpid() or worker.spec != self.score_spec:
             worker = ScoringProcess(self.score_spec)
-            worker.submit([], [])  # the scorers made, nothing scored: ready for the first batch
             self._scoring_worker = (os.getpid(), worker)
         return worker
 
