@@ -7,7 +7,7 @@ from nmt.training.weight_casts import linear_weights
 
 
 def test_the_count_takes_the_gpus_attention_and_shows_the_casts_saved(capsys):
-    result = op_count.main(["--top", "40"])
+    result = op_count.main(["--top", "40", "--loss-tokens", "64"])
     table = capsys.readouterr().out
     assert MultiHeadAttention.explicit_cpu_training  # restored for the rest of the process
     assert "| _scaled_dot_product_flash_attention_for_cpu_backward |" in table  # PyTorch's kernel, not the formula
@@ -18,3 +18,7 @@ def test_the_count_takes_the_gpus_attention_and_shows_the_casts_saved(capsys):
     assert casts["per_use"] - casts["once"] > linear
     assert operators["per_use"] - operators["once"] == casts["per_use"] - casts["once"] - 2  # + 2 cats
     assert 0 < result["validation_loss_pass"] < operators["once"]  # a forward pass, no backward, no step
+    # the loss the GPU computes uncompiled passes over the logits less than the formula's autograd
+    loss = result["loss_over_logits"]
+    assert len(loss["fused"]["passes"]) < len(loss["formula"]["passes"])
+    assert loss["fused"]["mb_kept"] <= loss["formula"]["mb_kept"]

@@ -35,6 +35,7 @@ def _rules() -> list[tuple[str, Callable[[object], bool], str]]:
         rules.append((f"model.{key}", *probability))
     rules += [
         ("smoothing.smoothing", *probability),
+        ("smoothing.fused", lambda v: isinstance(v, bool), "true or false"),
         ("data.max_tokens", *positive),
         ("data.eval_max_tokens", *positive),
         ("data.max_len", *positive),
