@@ -70,7 +70,8 @@ class LogitTraffic(TorchDispatchMode):
         if func.is_view or name.startswith(("empty", "new_")):  # allocations: no pass over data
             return out
         outs = out if isinstance(out, (tuple, list)) else (out,)
-        reads = [] if name in _INDEXED else [*args, *(kwargs or {}).values()]
+        inputs = [*args, *(value for key, value in (kwargs or {}).items() if key != "out")]  # out=: written
+        reads = [] if name in _INDEXED else inputs
         writes = [] if name == "scatter_add_" else outs
         moved = self._full_size_bytes(reads) + self._full_size_bytes(writes)
         if moved:

@@ -106,6 +106,7 @@ def test_the_compiled_loss_gives_the_written_out_formula_and_its_gradient_for_ev
     with fx_config.patch(use_duck_shape=fx_config.use_duck_shape):  # compile_model turns it off: restored after
         compile_model(torch.nn.Linear(2, 2), True, loss)
         assert loss._sums is not smoothed_cross_entropy_sums
+        assert loss._compiled  # off the CPU the compiled formula then replaces the fused loss
         g = torch.Generator().manual_seed(4)
         for dtype in (torch.float32, torch.bfloat16):
             for tokens in (37, 90, 64):

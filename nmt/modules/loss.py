@@ -2,6 +2,7 @@
 
 import torch
 from torch import nn
+from torch.autograd.function import once_differentiable
 from torch.nn import functional as F
 
 # rows of logits per block on a CPU: 2^18 fp32 values (1 MiB) stay in a core's cache between passes
@@ -25,10 +26,11 @@ class LabelSmoothedCrossEntropy(nn.Module):
         self._compiled = False
 
     def compile(self, *args, **kwargs) -> None:
-        """Compile the loss off the CPU (``torch.compile``'s arguments): Inductor fuses the written-out
-        formula into kernels that read the logits once forward and write their gradient once backward, so
-        the compiled formula replaces :class:`FusedSmoothedCrossEntropy` there. The CPU's loss stays as it
-        is: a loop over blocks that Dynamo would unroll for each batch size."""
+        """Compile the formula (``torch.compile``'s arguments): off the CPU, Inductor fuses it into kernels
+        that read the logits once forward and write their gradient once backward, so the compiled formula
+        replaces :class:`FusedSmoothedCrossEntropy` there. With ``fused`` the CPU's loss stays as it is (a
+        loop over blocks that Dynamo would unroll for each batch size); ``fused=false`` takes the compiled
+        formula everywhere."""
         self._sums = torch.compile(smoothed_cross_entropy_sums, *args, **kwargs)
         self._compiled = True
 
@@ -99,6 +101,7 @@ class BlockedSmoothedCrossEntropy(torch.autograd.Function):
         return loss, nll
 
     @staticmethod
+    @once_differentiable  # its gradient is written out, not differentiable again: a second derivative is refused
     def backward(ctx, grad_loss: torch.Tensor, _grad_nll: torch.Tensor):
         logits, target, log_z, keep = ctx.saved_tensors
         rows, vocab = logits.shape
@@ -155,6 +158,7 @@ class FusedSmoothedCrossEntropy(torch.autograd.Function):
         return loss_sum, nll_sum
 
     @staticmethod
+    @once_differentiable  # its gradient is written out, not differentiable again: a second derivative is refused
     def backward(ctx, grad_loss: torch.Tensor, _grad_nll: torch.Tensor):
         log_probs, target, keep = ctx.saved_tensors
         eps, vocab = ctx.smoothing, log_probs.size(-1)

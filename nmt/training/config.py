@@ -104,6 +104,9 @@ def check_config(cfg: DictConfig, choices: dict | None = None) -> None:
         value = OmegaConf.select(cfg, key, default=None)
         if value is not None and value not in allowed:
             problems.append(f"  {key}={value!r}: must be one of {allowed}")
+    if OmegaConf.select(cfg, "smoothing", default=None) is not None and "fused" in cfg.smoothing:
+        if cfg.smoothing.fused is None:
+            problems.append("  smoothing.fused=None: must be true or false")
     problems += _model_key_problems(cfg, choices)
     problems += _deferred_guard_problems(cfg)
     problems += _compile_layers_problems(cfg)
