@@ -10,8 +10,10 @@ masked ones; the written-out formula (``attention.fused=false``) is a few small 
 attention's forward and the gradients of its queries, keys and values, under the model's masks (a key padding
 mask of shape (batch, 1, 1, keys) for the encoder's self-attention and the cross-attention, ``is_causal`` and
 no mask for the decoder's self-attention), in bf16; on a GPU timed as CUDA graph replays (the device's time
-alone, as a replayed update pays it), elsewhere by the wall clock. Each kernel's output and gradients are
-compared with the written-out formula in float32; a kernel that cannot take a call says why.
+alone, as a replayed update pays it), elsewhere by the wall clock; beside it, what a call at a shape not
+seen before costs beyond a second call (a plan built per shape: a replayed update records each batch shape
+once, and the fifth lease's first epoch took about 1 s for each of its 25 new shapes). Each kernel's output
+and gradients are compared with the written-out formula in float32; a kernel that cannot take a call says why.
 """
 
 import argparse
@@ -119,10 +121,37 @@ def time_call(call, device: torch.device, reps: int, iters: int) -> float:
     return start.elapsed_time(end) * 1e3 / (iters * reps)
 
 
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def new_shape_ms(backend, kind: str, lengths: list[int], args, device: torch.device) -> float:
+    """What a call at a shape not seen before costs beyond a second call at it (a kernel's plan for the
+    shape, a library's choice of algorithm), in ms, the mean over ``lengths`` (source and target positions
+    alike). A replayed update records each batch shape once, so each new shape pays this at its first batch."""
+    extra = []
+    for length in lengths:
+        q, k, v, mask, causal, grad_out = kinds(
+            args.batch, length, length, args.heads, args.head_dim, device, torch.bfloat16
+        )[kind]
+        q, k, v = (x.requires_grad_() for x in (q, k, v))
+        seconds = []
+        for _ in range(2):
+            _sync(device)
+            start = time.perf_counter()
+            step(backend, q, k, v, mask, causal, grad_out)
+            _sync(device)
+            seconds.append(time.perf_counter() - start)
+        extra.append(seconds[0] - seconds[1])
+    return sum(extra) / len(extra) * 1e3
+
+
 def measure(args) -> list[dict]:
     device = torch.device(args.device)
     dtype = torch.bfloat16
     rows = []
+    unseen = args.src_len + max(args.src_len, args.tgt_len)  # lengths no row has used, 3 new ones a row
     shapes = kinds(args.batch, args.src_len, args.tgt_len, args.heads, args.head_dim, device, dtype)
     for kind, (q, k, v, mask, causal, grad_out) in shapes.items():
         q, k, v = (x.requires_grad_() for x in (q, k, v))
@@ -137,6 +166,10 @@ def measure(args) -> list[dict]:
                 row["max_difference_from_fp32"] = max(differences)
                 call = functools.partial(step, backend, q, k, v, mask, causal, grad_out)
                 row["us_per_call"] = round(time_call(call, device, args.reps, args.iters), 2)
+                if args.new_shapes:
+                    lengths = list(range(unseen, unseen + args.new_shapes))
+                    unseen += args.new_shapes
+                    row["ms_new_shape"] = round(new_shape_ms(backend, kind, lengths, args, device), 2)
             except RuntimeError as error:  # a kernel that cannot take the call (flash: no mask tensor)
                 row["failed"] = str(error).strip().splitlines()[0].split(". ")[0][:160]
             rows.append(row)
@@ -153,16 +186,21 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--head-dim", type=int, default=32)
     parser.add_argument("--reps", type=int, default=20, help="calls in one recorded graph (GPU)")
     parser.add_argument("--iters", type=int, default=20, help="graph replays (GPU) or calls (CPU) timed")
+    parser.add_argument("--new-shapes", type=int, default=3, help="unseen shapes timed a row (0: none)")
     parser.add_argument("--json", default=None, help="also write the rows to this file")
     args = parser.parse_args(argv)
     rows = measure(args)
     shape = f"{args.batch} x {args.heads} heads x {args.src_len} / {args.tgt_len} positions x {args.head_dim}"
-    print(f"| attention ({shape}, bf16) | kernel | us a forward and backward | largest difference from fp32 |")
-    print("|---|---|---|---|")
+    print(
+        f"| attention ({shape}, bf16) | kernel | us a forward and backward | ms more at a new shape | "
+        "largest difference from fp32 |"
+    )
+    print("|---|---|---|---|---|")
     for row in rows:
         timing = f"{row['us_per_call']:,.1f}" if "us_per_call" in row else f"failed: {row['failed']}"
+        new_shape = f"{row['ms_new_shape']:,.2f}" if "ms_new_shape" in row else ""
         difference = f"{row['max_difference_from_fp32']:.2e}" if "max_difference_from_fp32" in row else ""
-        print(f"| {row['attention']} | {row['kernel']} | {timing} | {difference} |")
+        print(f"| {row['attention']} | {row['kernel']} | {timing} | {new_shape} | {difference} |")
     device = torch.cuda.get_device_name() if args.device.startswith("cuda") else cpu_name()
     result = {"device": device, "torch": torch.__version__, "shape": shape, "rows": rows}
     if args.json:
