@@ -285,13 +285,27 @@ def concurrent_runs_mps(
 
 
 def greedy_validation_seconds(
-    model: Path, device: str, every: int | None = None, graphs: bool | None = None, outputs: list | None = None
+    model: Path,
+    device: str,
+    every: int | None = None,
+    graphs: bool | None = None,
+    outputs: list | None = None,
+    explicit_steps: bool = False,
 ) -> tuple[float, int]:
     """Seconds to decode the validation set greedily with ``model`` (a run folder or a checkpoint);
-    ``every`` and ``graphs`` as in :func:`searching`; ``outputs``: a list that receives the translations."""
+    ``every`` and ``graphs`` as in :func:`searching`; ``outputs``: a list that receives the translations;
+    ``explicit_steps``: each step's attentions by the written-out formula
+    (``MultiHeadAttention.explicit_decoding_steps``) rather than PyTorch's kernel."""
+    from nmt.modules.attention import MultiHeadAttention
+
     checkpoint = model if model.suffix == ".ckpt" else model / "checkpoints" / "last.ckpt"
-    with searching(every, graphs):
-        return _time_validation(checkpoint, device, [] if outputs is None else outputs)
+    default = MultiHeadAttention.explicit_decoding_steps
+    MultiHeadAttention.explicit_decoding_steps = explicit_steps
+    try:
+        with searching(every, graphs):
+            return _time_validation(checkpoint, device, [] if outputs is None else outputs)
+    finally:
+        MultiHeadAttention.explicit_decoding_steps = default
 
 
 @contextlib.contextmanager

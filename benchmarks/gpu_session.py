@@ -139,25 +139,37 @@ class Session:
         # each step a CUDA graph's replay (nmt/decoding/graphed.py), then step by step, reading which sentences
         # ended every step or every 8; a CPU has no graphs
         gpu = self.args.device == "cuda"
-        searches = [("each step a CUDA graph", None, True)] if gpu else []
-        searches += [(f"step by step, a read every {every}", every, False) for every in (1, 8)]
+        searches = [("each step a CUDA graph", None, True, False)] if gpu else []
+        searches += [(f"step by step, a read every {every}", every, False, False) for every in (1, 8)]
+        # the steps' attentions by the written-out formula (benchmarks/attention_kernels.py: one query over a
+        # few dozen keys, where the fused kernel may cost more than four small ones)
+        searches += [("each step a CUDA graph, the written-out attention", None, True, True)] if gpu else []
         for label, model in models.items():
             translations = {}
-            for search, every, graphs in searches:
+            for search, every, graphs, explicit in searches:
                 key = f"{label}, {search}"
                 try:  # one model failing (a wrong path) leaves the other's figures
                     out = translations[search] = []
-                    seconds, sentences = greedy_validation_seconds(model, self.args.device, every, graphs, out)
+                    seconds, sentences = greedy_validation_seconds(
+                        model, self.args.device, every, graphs, out, explicit_steps=explicit
+                    )
                     timings[key] = {"seconds": seconds, "sentences": sentences}
                 except Exception as err:  # noqa: BLE001
                     timings[key] = {"error": f"{type(err).__name__}: {err}"}
                 self.write()
-            graphed, stepwise = translations.get(searches[0][0]), translations.get(searches[-1][0])
+            graphed, stepwise = translations.get(searches[0][0]), translations.get(searches[2][0] if gpu else "")
             if gpu and graphed and stepwise:  # the graphs' tokens against the step-by-step search's
                 same = sum(a == b for a, b in zip(graphed, stepwise, strict=True))
                 timings[f"{label}, the graphs' translations equal to step by step"] = {
                     "same": same,
                     "sentences": len(stepwise),
+                }
+            written_out = translations.get(searches[-1][0]) if gpu else None
+            if graphed and written_out:  # the formula's tokens against the kernel's
+                same = sum(a == b for a, b in zip(graphed, written_out, strict=True))
+                timings[f"{label}, the written-out attention's translations equal to the kernel's"] = {
+                    "same": same,
+                    "sentences": len(graphed),
                 }
             # on a GPU with the scores in a worker process (its default), in a thread (a CPU's) and inline
             in_run = [

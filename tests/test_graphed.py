@@ -52,6 +52,41 @@ def test_a_fixed_cache_gives_the_logits_of_the_growing_cache(pos, norm_position)
             prev = expected.argmax(-1)
 
 
+@pytest.mark.parametrize("pos", ["absolute", "rope"])
+def test_decoding_steps_by_the_written_out_formula_give_the_kernels_logits(pos, monkeypatch):
+    """``MultiHeadAttention.explicit_decoding_steps``: a step's attentions (one query, no gradients) by the
+    written-out formula give the fused kernel's logits over fixed caches (float64), and the switch touches
+    nothing else: a training forward and a pass over several positions keep the kernel."""
+    from nmt.modules.attention import MultiHeadAttention
+
+    model = make_model(pos, seed=23).double().eval()
+    src = padded_batch()
+    explicit_calls = []
+    real_explicit = MultiHeadAttention._explicit
+    monkeypatch.setattr(
+        MultiHeadAttention, "_explicit", lambda self, *a: explicit_calls.append(a[0].size(2)) or real_explicit(self, *a)
+    )
+    logits = {}
+    for explicit in (False, True):
+        monkeypatch.setattr(MultiHeadAttention, "explicit_decoding_steps", explicit)
+        with torch.no_grad():
+            state = model.fixed_cache(model.encode(src), room=6)
+            prev, logits[explicit] = torch.full((src.size(0),), BOS), []
+            for _ in range(6):
+                step_logits, state = model.decode_step(prev, state)
+                logits[explicit].append(step_logits)
+                prev = step_logits.argmax(-1)
+    torch.testing.assert_close(torch.stack(logits[True]), torch.stack(logits[False]), rtol=1e-10, atol=1e-10)
+    # the written-out formula ran for the steps only: 2 attentions x 2 layers x 6 steps, one query each
+    assert explicit_calls == [1] * 24, explicit_calls
+    explicit_calls.clear()
+    tgt = torch.full((src.size(0), 4), BOS)
+    model(src, tgt).sum()  # several positions (encoding, a whole target) with gradients on
+    with torch.no_grad():
+        model(src, tgt)
+    assert explicit_calls == []
+
+
 @pytest.mark.parametrize("pos", ["absolute", "relative", "rope", "none"])
 def test_a_fixed_cache_step_reads_nothing_back(pos):
     """A read of the device cannot be recorded in a CUDA graph: the step of a fixed cache makes none."""

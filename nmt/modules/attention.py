@@ -30,6 +30,11 @@ class MultiHeadAttention(nn.Module):
     # model; the explicit formula trains faster there, BENCHMARKS.md), so CPU training skips it. False: a CPU
     # trains on the path a GPU takes (benchmarks/op_count.py counts a GPU's operators so)
     explicit_cpu_training = True
+    # a decoding step's attention (one query, no gradients) by PyTorch's kernel; True: by the written-out
+    # formula, four small kernels where a GPU's fused kernel may cost more for one query over a few dozen keys
+    # (benchmarks/attention_kernels.py and the GPU benchmark's validation time both; the kernel stays the
+    # default until a GPU has)
+    explicit_decoding_steps = False
 
     def __init__(
         self,
@@ -125,8 +130,13 @@ class MultiHeadAttention(nn.Module):
             q = pos.rotate(q, q_pos)
             bias = pos.scores(q, q_pos, k_pos)  # (batch, heads, q_len, k_len) or None
         cpu_training = self.explicit_cpu_training and self.training and q.device.type == "cpu"
+        decoding_step = self.explicit_decoding_steps and q.size(2) == 1 and not torch.is_grad_enabled()
         explicit = (
-            not self.fused or cpu_training or self.keep_weights or (pos is not None and pos.needs_attention_weights)
+            not self.fused
+            or cpu_training
+            or decoding_step
+            or self.keep_weights
+            or (pos is not None and pos.needs_attention_weights)
         )
         if explicit:
             out = self._explicit(
