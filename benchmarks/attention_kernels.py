@@ -6,7 +6,7 @@ A tiny model's update on a GPU is bound by its kernels' device time (the fifth l
 cuDNN's attention forward and backward about 0.8 ms each over the update's twelve attentions, for arithmetic
 of a few microseconds). PyTorch chooses cuDNN's kernel on an H100 (``cudnn_attention=null``); without it
 (``false``) flash attention takes the decoder's causal self-attention and the memory-efficient kernel the
-masked ones; the written-out formula (``attention.fused=false``) is a few small kernels. Each row here: one
+masked ones; the written-out formula (``model.fused_attention=false``) is a few small kernels. Each row here: one
 attention's forward and the gradients of its queries, keys and values, under the model's masks (a key padding
 mask of shape (batch, 1, 1, keys) for the encoder's self-attention and the cross-attention, ``is_causal`` and
 no mask for the decoder's self-attention), in bf16; on a GPU timed as CUDA graph replays (the device's time
