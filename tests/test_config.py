@@ -111,11 +111,32 @@ def test_course_baseline_has_the_reported_shape():
         ("checkpoint.write_behind=sometimes", "checkpoint.write_behind='sometimes': must be true, false or null"),
         ("cudnn_attention=off", "cudnn_attention='off': must be true, false or null"),
         ("cudnn_attention=false trainer.accelerator=cpu", "a CPU run has none of cuDNN's"),
+        ("trainer.max_steps=abc", "trainer.max_steps='abc': must be an integer >= -1"),
+        ("seed=x", "seed='x': must be an integer"),
+        ("smoothing.fused=maybe", "smoothing.fused='maybe': must be true or false"),
+        ("smoothing.fused=null", "smoothing.fused=None: must be true or false"),
     ],
 )
 def test_invalid_values_are_rejected_with_the_key_and_what_is_allowed(override, expected):
     with pytest.raises(ConfigError, match=expected.replace("[", r"\[").replace("]", r"\]")):
         check_config(compose_train(*override.split()))
+
+
+def test_a_negative_d_model_is_named_once_without_an_empty_list_of_head_counts():
+    with pytest.raises(ConfigError) as caught:
+        check_config(compose_train("model.d_model=-5"))
+    assert "model.d_model=-5: must be a positive integer" in str(caught.value)
+    assert "valid head counts" not in str(caught.value)
+
+
+def test_trainer_gpu_without_a_gpu_is_one_line_naming_the_key(monkeypatch, tmp_path):
+    from nmt.tasks import build_task
+    from nmt.training.trainer import build_trainer
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    cfg = compose_train("trainer=gpu", "trainer.accelerator=gpu")  # the tests pin the CPU: unpinned here
+    with pytest.raises(ValueError, match=r"trainer.accelerator=gpu \(trainer=gpu\): this process sees no GPU"):
+        build_trainer(cfg, tmp_path, build_task(cfg.task))
 
 
 @pytest.mark.parametrize(

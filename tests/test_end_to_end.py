@@ -137,6 +137,10 @@ def test_foreign_files_get_a_clear_error(tmp_path):
     text.write_text("not a checkpoint")
     with pytest.raises(CheckpointError, match="not a readable PyTorch checkpoint"):
         load_checkpoint(text)
+    empty = tmp_path / "empty.ckpt"  # torch's error for it has no message: the type alone is named
+    empty.write_bytes(b"")
+    with pytest.raises(CheckpointError, match=r"not a readable PyTorch checkpoint \(EOFError\); pass a \.ckpt"):
+        load_checkpoint(empty)
     other = tmp_path / "other.ckpt"
     torch.save({"state_dict": {}}, other)
     with pytest.raises(CheckpointError, match="not a checkpoint of nmt"):

@@ -222,6 +222,15 @@ def test_the_readme_sweep_command_runs_as_typed_in_a_fresh_folder(tmp_path):
     assert "done: 2 (0 of them under other settings); to run: 0" in plan.stdout
     # another budget under the same sweep name: stopped before any run, naming the key that changed
     other = [c if c != "trainer.max_steps=2" else "trainer.max_steps=3" for c in command]
+    # its plan says so first: the sweep would stop; with on_changed=move both runs would be set aside and rerun
+    plan = subprocess.run([*other, "plan=true"], capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert "done: 2 (2 of them under other settings); to run: 0" in plan.stdout
+    assert "the sweep would stop before any run, on the 2 run(s) made under other settings" in plan.stdout
+    plan = subprocess.run(
+        [*other, "plan=true", "on_changed=move"], capture_output=True, text=True, cwd=tmp_path, timeout=300
+    )
+    assert "done: 0; to run: 2 (2 made under other settings, set aside first)" in plan.stdout
+    assert "would stop" not in plan.stdout
     changed = subprocess.run(other, capture_output=True, text=True, cwd=tmp_path, timeout=300)
     assert changed.returncode == 2 and "[sweep] running" not in changed.stdout
     assert "were made under other settings or code" in changed.stderr and "trainer.max_steps: 2 -> 3" in changed.stderr

@@ -210,6 +210,7 @@ def test_translate_py_nbest_alignments_and_prefixes(checkpoints, tmp_path):
         (b"one\n\xff\xfe two\n", [], "error: <stdin>, line 2: invalid UTF-8"),
         (b"one\n" + b"seven " * 40 + b"\n", ["max_input_len=8", "on_long_input=error"], "error: line 2: "),
         (b"one\n", ["n_best=9"], "error: n_best=9: must be between 1 and the beam size (3"),
+        (b"one\n", ["max_new_tokens=5"], "error: max_new_tokens=5: the words a language model adds to a prompt"),
     ],
 )
 def test_translate_py_bad_input_is_one_line_naming_it(checkpoints, stdin, args, message):

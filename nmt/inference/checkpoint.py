@@ -20,10 +20,10 @@ def load_checkpoint(path: str | os.PathLike) -> dict:
         raise CheckpointError(f"{path}: no such checkpoint file (train.py writes them under <run_dir>/checkpoints/)")
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:  # torch raises several types for foreign or damaged files
+    except Exception as err:  # torch raises several types for foreign or damaged files, some without a message
+        reason = type(err).__name__ + "".join(f": {line}" for line in str(err).splitlines()[:1])
         raise CheckpointError(
-            f"{path} is not a readable PyTorch checkpoint ({type(err).__name__}: {str(err).splitlines()[0]}); "
-            "pass a .ckpt written by train.py"
+            f"{path} is not a readable PyTorch checkpoint ({reason}); pass a .ckpt written by train.py"
         ) from None
     if not isinstance(checkpoint, dict) or CHECKPOINT_KEY not in checkpoint or "state_dict" not in checkpoint:
         raise CheckpointError(

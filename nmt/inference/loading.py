@@ -71,11 +71,14 @@ def load_model(ckpt_path: str | os.PathLike, average_last: int = 0, device: str 
     if average_last > 1:
         available = epoch_checkpoints(Path(ckpt_path).expanduser().parent)
         if len(available) < average_last:
+            fewer = (
+                f"pass average_last={len(available)} or fewer, "
+                if len(available) >= 2
+                else "pass average_last=0 (the checkpoint's own weights), "
+            )
             raise CheckpointError(
                 f"average_last={average_last}: only {len(available)} epoch checkpoint(s) beside {ckpt_path}; "
-                f"pass average_last={len(available)} or fewer"
-                + (" " if len(available) >= 2 else " (at least 2) ")
-                + "or keep more with checkpoint.keep_last_epochs when training"
+                f"{fewer}or keep more with checkpoint.keep_last_epochs when training"
             )
         candidates = available[-average_last:]
         paths = [str(p) for p in candidates]

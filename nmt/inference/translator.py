@@ -28,6 +28,7 @@ from nmt.decoding.ensemble import Ensemble
 from nmt.decoding.search import SearchConfig, beam_hypotheses, decode, search_settings
 from nmt.inference.checkpoint import CheckpointError
 from nmt.inference.loading import LoadedModel, load_model, resolve_checkpoint_path
+from nmt.tasks.language_model import NEW_TOKENS
 
 log = logging.getLogger(__name__)
 LONG_INPUT = ("truncate", "error")
@@ -67,12 +68,18 @@ class Translator:
         max_input_len: int = 256,
         on_long_input: str = "truncate",
         alignment_layer: int = -1,
-        max_new_tokens: int = 50,
+        max_new_tokens: int | None = None,
     ) -> None:
         if on_long_input not in LONG_INPUT:
             raise ValueError(f"on_long_input={on_long_input!r} is not one of {list(LONG_INPUT)}")
         first = loaded[0]
         self.continues = not first.task.reads_source  # a language model: lines are prompts to continue
+        if max_new_tokens is not None and not self.continues:
+            raise ValueError(
+                f"max_new_tokens={max_new_tokens}: the words a language model adds to a prompt; "
+                f"{first.checkpoints[0]} translates (its outputs end at the end token or decode.max_len_a / "
+                "decode.max_len_b)"
+            )
         if self.continues and len(loaded) > 1:
             raise CheckpointError(
                 f"{first.checkpoints[0]} is a language model: ensembles are of encoder-decoder models only"
@@ -95,7 +102,8 @@ class Translator:
         self.model = first.model if len(loaded) == 1 else Ensemble([m.model for m in loaded]).eval()
         self.src_tokenizer, self.tgt_tokenizer = first.src_tokenizer, first.tgt_tokenizer
         self.max_tokens, self.max_input_len, self.on_long_input = max_tokens, max_input_len, on_long_input
-        self.alignment_layer, self.max_new_tokens = alignment_layer, max_new_tokens
+        self.alignment_layer = alignment_layer
+        self.max_new_tokens = NEW_TOKENS if max_new_tokens is None else max_new_tokens
         self.device = next(self.model.parameters()).device
 
     @classmethod
@@ -107,13 +115,14 @@ class Translator:
         max_tokens: int = 6000,
         max_input_len: int = 256,
         on_long_input: str = "truncate",
-        max_new_tokens: int = 50,
+        max_new_tokens: int | None = None,
         **search,
     ) -> "Translator":
         """A translator for one checkpoint (a file or a run folder: its best checkpoint), or an ensemble of
         several. ``search``: the decoding settings of :class:`SearchConfig` (strategy, beam_size,
         length_penalty, max_len_a, max_len_b, ...); those not given (or None) are the run's own, from the
-        first checkpoint's config. ``max_new_tokens``: the words a language model adds."""
+        first checkpoint's config. ``max_new_tokens``: the words a language model adds (None: 50; refused for
+        a translation model)."""
         paths = [path] if isinstance(path, (str, os.PathLike)) else list(path)
         if not paths:
             raise ValueError("from_checkpoint needs at least one checkpoint")
@@ -141,7 +150,7 @@ class Translator:
             "average_last": cfg.average_last,
             "max_tokens": cfg.get("max_tokens", 6000),
             "max_input_len": cfg.max_input_len,
-            "max_new_tokens": cfg.max_new_tokens,
+            "max_new_tokens": cfg.get("max_new_tokens"),
             "on_long_input": cfg.get("on_long_input", "truncate"),
             **OmegaConf.to_container(cfg.decode, resolve=True),
         }

@@ -189,7 +189,13 @@ def print_plan(sweep_dir: Path, config: DictConfig) -> None:
         folder = sweep_dir / run_name(values, swept)
         (done if (folder / RESULT).is_file() else to_run).append(folder)
     changed = changed_runs(sweep_dir, config)
-    print(f"  done: {len(done)} ({len(changed)} of them under other settings); to run: {len(to_run)}")
+    moving = config.get("on_changed", "stop") == "move"
+    if moving:  # set aside, then trained again
+        to_run += [folder for folder in done if folder.name in changed]
+        done = [folder for folder in done if folder.name not in changed]
+        print(f"  done: {len(done)}; to run: {len(to_run)} ({len(changed)} made under other settings, set aside first)")
+    else:
+        print(f"  done: {len(done)} ({len(changed)} of them under other settings); to run: {len(to_run)}")
     walls = [json.loads((f / RESULT).read_text()).get("wall_time_s") or 0 for f in done]
     if walls and to_run:
         hours = sum(walls) / len(walls) * len(to_run) / 3600
@@ -198,6 +204,11 @@ def print_plan(sweep_dir: Path, config: DictConfig) -> None:
         print("  expected cost: " + ("nothing left to run" if not to_run else "unknown until a run has finished"))
     for name, found in list(changed.items())[:5]:
         print(f"  under other settings: {name}: {'; '.join(found[:4])}")
+    if changed and not moving:
+        print(
+            f"  the sweep would stop before any run, on the {len(changed)} run(s) made under other settings or "
+            "code: give it its own sweep_name=..., or on_changed=move to set them aside and run them again"
+        )
     if config.get("gpu_mps"):
         found = "found" if shutil.which(CONTROL) else "NOT on PATH here: the sweep would stop before any run"
         print(f"  the runs of a GPU side by side under CUDA's MPS, daemon in {mps_folder()} ({CONTROL}: {found})")

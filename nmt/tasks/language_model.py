@@ -23,6 +23,8 @@ from nmt.utils.plots import save_attention_maps
 
 console = Console(stderr=True)
 
+NEW_TOKENS = 50  # words a continuation adds when max_new_tokens is not given
+
 
 class LanguageModelTask(Task):
     """Trains p(w_t | w_<t); validation reports the per-token loss, the perplexity exp(total NLL / total
@@ -133,7 +135,8 @@ class LanguageModelTask(Task):
         loaded = load()
         if cfg.prompt is not None:
             search = search_settings(loaded.config.get("decode"), OmegaConf.to_container(cfg.decode, resolve=True))
-            texts = generate(loaded, str(cfg.prompt), search, cfg.num_samples, cfg.max_new_tokens)
+            new_tokens = NEW_TOKENS if cfg.get("max_new_tokens") is None else cfg.max_new_tokens
+            texts = generate(loaded, str(cfg.prompt), search, cfg.num_samples, new_tokens)
             for text in texts:
                 print(text)
             result = {"prompt": cfg.prompt, "generations": texts}
@@ -182,7 +185,9 @@ def stream_perplexity(model: torch.nn.Module, loader) -> dict:
 
 
 @torch.no_grad()
-def generate(loaded, prompt: str, search: SearchConfig, num_samples: int = 1, max_new_tokens: int = 50) -> list[str]:
+def generate(
+    loaded, prompt: str, search: SearchConfig, num_samples: int = 1, max_new_tokens: int = NEW_TOKENS
+) -> list[str]:
     """Continuations of ``prompt`` (up to the end of its sentence or ``max_new_tokens`` words), each
     returned with the prompt in front. The prompt follows a sentence end, as every sentence of the
     training stream does; greedy and beam give one continuation, sampling ``num_samples``."""

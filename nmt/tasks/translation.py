@@ -105,6 +105,11 @@ class TranslationTask(Task):
     def check_evaluation(self, cfg: DictConfig) -> None:
         if cfg.get("prompt") is not None:
             raise ValueError(f"prompt={cfg.prompt!r}: prompts are for language-model checkpoints (task=lm)")
+        if cfg.get("max_new_tokens") is not None:
+            raise ValueError(
+                f"max_new_tokens={cfg.max_new_tokens}: the words a language model adds to a prompt; this checkpoint "
+                "translates (its outputs end at the end token or decode.max_len_a / decode.max_len_b)"
+            )
         if OmegaConf.select(cfg, "data.eval_stride", default=None) is not None:
             raise ValueError("data.eval_stride is a language-model setting (task=lm); this checkpoint translates")
 

@@ -49,6 +49,8 @@ def _rules() -> list[tuple[str, Callable[[object], bool], str]]:
         ("checkpoint.write_behind", lambda v: isinstance(v, bool), "true, false or null (on an accelerator)"),
         ("early_stopping.mode", lambda v: v in ("min", "max"), "one of ['min', 'max']"),
         ("trainer.max_epochs", lambda v: isinstance(v, int) and v >= -1, "an integer >= -1"),
+        ("trainer.max_steps", lambda v: isinstance(v, int) and v >= -1, "an integer >= -1 (-1: no limit)"),
+        ("seed", lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer"),
         ("matmul_precision", lambda v: v in MATMUL_PRECISIONS, f"one of {list(MATMUL_PRECISIONS)}"),
         ("warmup", *non_negative),
         ("lr", lambda v: isinstance(v, int | float) and 0 < v < float("inf"), "a positive finite number"),
@@ -87,7 +89,7 @@ def check_config(cfg: DictConfig, choices: dict | None = None) -> None:
             problems.append(f"  {key}={value!r}: must be {allowed}")
     d_model = OmegaConf.select(cfg, "model.d_model", default=None)
     heads = OmegaConf.select(cfg, "model.num_heads", default=None)
-    if isinstance(d_model, int) and isinstance(heads, int) and heads > 0 and d_model % heads:
+    if isinstance(d_model, int) and d_model > 0 and isinstance(heads, int) and heads > 0 and d_model % heads:
         divisors = [h for h in range(1, d_model + 1) if d_model % h == 0 and h <= 64]
         problems.append(
             f"  model.d_model={d_model} is not divisible by model.num_heads={heads}; "
