@@ -165,6 +165,31 @@ def test_files_module_reads_pairs_tsv_and_prefixes(tmp_path):
         ).text("val")
 
 
+def test_duplicates_split_off_are_counted_and_a_missing_split_file_is_named_first(tmp_path):
+    """Pairs cut into splits from one pool are deduplicated: the copies dropped are in the data report's
+    train row. A split file given but missing is named before the others are split (not hidden behind a
+    split that could not be made)."""
+    write(tmp_path / "pool.src", EN[:60] + EN[:25])  # 25 pairs twice
+    write(tmp_path / "pool.tgt", DE[:60] + DE[:25])
+    dm = FilesDataModule(
+        train=str(tmp_path / "pool"),
+        valid_size=5,
+        test_size=5,
+        tokenizer={"vocab_size": 100, "byte_fallback": False},
+        cache_dir=str(tmp_path / "c"),
+    )
+    dm.prepare_data()
+    report = dm.report()
+    assert report["train"]["dropped"]["duplicate"] == 25
+    assert sum(report[split]["pairs"] for split in ("train", "val", "test")) == 60
+    missing = FilesDataModule(
+        train=str(tmp_path / "pool"), val=str(tmp_path / "nope"), test_size=10_000, cache_dir=str(tmp_path / "d")
+    )
+    with pytest.raises(FileNotFoundError, match=r"No such file or directory \(data\.val\)") as caught:
+        missing.text("train")
+    assert caught.value.filename == str(tmp_path / "nope.src")
+
+
 def test_long_inputs_and_length_drops_are_reported(tmp_path):
     long_src = [" ".join(EN[i : i + 40]) for i in range(0, 200)]  # summarisation-like long inputs
     write(tmp_path / "a.src", long_src + ["", "x"])

@@ -248,6 +248,16 @@ def test_a_cell_that_train_py_would_refuse_stops_the_sweep_before_any_run(tmp_pa
     assert "[sweep] running" not in result.stdout and not list(tmp_path.glob("sweeps/*/*/fingerprint.json"))
 
 
+def test_a_report_metric_the_runs_do_not_record_stops_the_sweep_before_any_run(tmp_path):
+    command = [sys.executable, str(ROOT / "sweep.py"), "grid=none", "data=toy", "pos=absolute,rope", "seed=1"]
+    result = subprocess.run(
+        [*command, "report_metric=test_bleuu", "threads=1"], capture_output=True, text=True, cwd=tmp_path, timeout=300
+    )
+    assert result.returncode == 2, result.stdout[-2000:] + result.stderr[-2000:]
+    assert "report_metric=test_bleuu: not a metric these runs record (did you mean test_bleu?)" in result.stderr
+    assert "[sweep] running" not in result.stdout and not list(tmp_path.glob("sweeps/*/*/fingerprint.json"))
+
+
 @pytest.mark.slow
 def test_a_sweep_whose_runs_fail_says_why_and_ends_with_status_1(tmp_path):
     missing = tmp_path / "missing" / "train"  # found only when a run reads its data

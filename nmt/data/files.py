@@ -1,10 +1,29 @@
 """Any parallel corpus from files: a pair of line-aligned files or one TSV file per split."""
 
+import errno
+from collections import Counter
 from pathlib import Path
 
 from nmt.data.datamodule import ParallelDataModule
 from nmt.data.sources import read_lines, read_parallel
-from nmt.data.splits import seeded_split
+from nmt.data.splits import duplicate_pairs, seeded_split
+
+
+def spec_paths(spec, src_lang: str, tgt_lang: str) -> list[Path]:
+    """The files a split's ``spec`` names (none for a split not given)."""
+    if spec is None:
+        return []
+    if isinstance(spec, str) and (spec.endswith(".tsv") or spec.endswith(".tsv.gz")):
+        return [Path(spec)]
+    if isinstance(spec, str):
+        paths = []
+        for lang in (src_lang, tgt_lang):
+            plain, gz = Path(f"{spec}.{lang}"), Path(f"{spec}.{lang}.gz")
+            paths.append(plain if plain.exists() or not gz.exists() else gz)
+        return paths
+    if len(spec) != 2:
+        raise ValueError(f"{list(spec)}: a split is [src_file, tgt_file], a .tsv file, or a file prefix")
+    return [Path(p) for p in spec]
 
 
 def read_split_files(spec, src_lang: str, tgt_lang: str, columns=(0, 1)) -> tuple[list[str], list[str]]:
@@ -22,14 +41,7 @@ def read_split_files(spec, src_lang: str, tgt_lang: str, columns=(0, 1)) -> tupl
             src.append(fields[columns[0]])
             tgt.append(fields[columns[1]])
         return src, tgt
-    if isinstance(spec, str):
-        paths = []
-        for lang in (src_lang, tgt_lang):
-            plain, gz = Path(f"{spec}.{lang}"), Path(f"{spec}.{lang}.gz")
-            paths.append(plain if plain.exists() or not gz.exists() else gz)
-        return read_parallel(*paths)
-    src_path, tgt_path = spec
-    return read_parallel(src_path, tgt_path)
+    return read_parallel(*spec_paths(spec, src_lang, tgt_lang))
 
 
 class FilesDataModule(ParallelDataModule):
@@ -64,6 +76,10 @@ class FilesDataModule(ParallelDataModule):
     def read_split(self, split: str) -> tuple[list[str], list[str]]:
         if split not in self.specs:
             raise ValueError(f"data=files has splits ['train', 'val', 'test'], not {split!r}")
+        for given in ("train", "val", "test"):  # a missing file named first, not after a split of the others
+            for path in spec_paths(self.specs[given], self.src_lang, self.tgt_lang):
+                if not path.exists():
+                    raise FileNotFoundError(errno.ENOENT, f"No such file or directory (data.{given})", str(path))
         if self.specs["val"] is None or self.specs["test"] is None:
             src, tgt = read_split_files(self.specs["train"], self.src_lang, self.tgt_lang, self.columns)
             splits = seeded_split(
@@ -73,6 +89,7 @@ class FilesDataModule(ParallelDataModule):
                 self.test_size if self.specs["test"] is None else 0,
                 self.split_seed,
             )
+            self.dropped.setdefault("train", Counter())["duplicate"] = duplicate_pairs(src, tgt)  # in the report
             if self.specs[split] is None or split == "train":
                 return splits[split]
         return read_split_files(self.specs[split], self.src_lang, self.tgt_lang, self.columns)

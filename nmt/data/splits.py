@@ -4,6 +4,11 @@ import random
 from collections.abc import Sequence
 
 
+def duplicate_pairs(src: Sequence[str], tgt: Sequence[str]) -> int:
+    """How many pairs repeat an earlier one (the copies :func:`seeded_split` keeps once)."""
+    return len(src) - len(set(zip(src, tgt, strict=True)))
+
+
 def seeded_split(
     src: Sequence[str],
     tgt: Sequence[str],

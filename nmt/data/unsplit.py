@@ -1,7 +1,9 @@
 """Base class for corpora that come without a train/valid/test split."""
 
+from collections import Counter
+
 from nmt.data.datamodule import ParallelDataModule
-from nmt.data.splits import seeded_split
+from nmt.data.splits import duplicate_pairs, seeded_split
 
 
 class UnsplitCorpusDataModule(ParallelDataModule):
@@ -31,6 +33,7 @@ class UnsplitCorpusDataModule(ParallelDataModule):
         if self._splits is None:
             src, tgt = self.load_pairs()
             self._splits = seeded_split(src, tgt, self.valid_size, self.test_size, self.split_seed, self.max_samples)
+            self.dropped.setdefault("train", Counter())["duplicate"] = duplicate_pairs(src, tgt)  # in the report
         return self._splits[split]
 
     def describe(self) -> str:

@@ -150,10 +150,16 @@ def _constant_level(sweep_dir: Path, key: str) -> str:
     saved = sweep_dir / "multirun.yaml"
     if not saved.is_file():
         raise ValueError(f"{sweep_dir}: not a sweep folder (no multirun.yaml)")
-    values = sweep_levels(OmegaConf.load(saved)).get(key)
-    if not values or len(values) != 1:
-        found = "not set" if not values else f"swept over {values}"
-        raise ValueError(f"{sweep_dir}: a tuning sweep holds {key} at one level; here it is {found}")
+    levels = sweep_levels(OmegaConf.load(saved))
+    values = levels.get(key)
+    if not values:
+        held = [f"{k}={v[0]}" for k, v in levels.items() if len(v) == 1 and k != "seed"]
+        raise ValueError(
+            f"{sweep_dir}: --level {key}: this tuning sweep does not set {key} on its command line or grid; "
+            f"--level names the factor it holds at the level being tuned, one of {held or 'none given'}"
+        )
+    if len(values) != 1:
+        raise ValueError(f"{sweep_dir}: a tuning sweep holds {key} at one level; this one sweeps it over {values}")
     return values[0]
 
 

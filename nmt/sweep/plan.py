@@ -165,7 +165,7 @@ def print_plan(sweep_dir: Path, config: DictConfig) -> None:
     given = dict((k, v.split(",")) for k, v in override_pairs(config.hydra.overrides.task))
     levels = sweep_levels(config)
     swept = {k for k, v in levels.items() if len(v) > 1} | {"seed"}
-    print(f"Sweep {config.sweep_name} in {sweep_dir}")
+    print(f"Sweep {sweep_dir.name} in {sweep_dir}")  # hydra.sweep.dir may name the folder, not sweep_name
     for key, values in levels.items():
         if len(values) > 1:
             source = "command line" + (" (replaces the grid's)" if key in grid else "") if key in given else "grid"
@@ -216,7 +216,8 @@ def print_plan(sweep_dir: Path, config: DictConfig) -> None:
 
 def input_problem(config: DictConfig) -> str | None:
     """One line for the first thing in the sweep's factors or baseline that cannot work, before anything
-    runs: an unknown key, a level that is not an option of its group, a baseline that is not a level."""
+    runs: an unknown key, a level that is not an option of its group, a baseline that is not a level, a
+    report metric the runs do not record."""
     import difflib
 
     conf = ROOT / "conf"
@@ -255,6 +256,15 @@ def input_problem(config: DictConfig) -> str | None:
             )
         except Exception as err:  # a group option Hydra cannot compose: its own message says which
             return str(err).splitlines()[0]
+        metric = config.get("report_metric", "auto")
+        if metric != "auto":  # the names a run of its task records (a task lists them for empty results)
+            from nmt.tasks import build_task
+
+            recorded = sorted(build_task(composed.task).sweep_metrics({}))
+            if metric not in recorded:
+                close = difflib.get_close_matches(str(metric), recorded, n=1)
+                hint = f" (did you mean {close[0]}?)" if close else ""
+                return f"report_metric={metric}: not a metric these runs record{hint}; they record {recorded}"
         for key in values:
             if (conf / key).is_dir() or prefixes.get(key):
                 continue
