@@ -16,6 +16,8 @@ from nmt.decoding.graphed import graphed_greedy, supports_graphs
 
 STRATEGIES = ("greedy", "beam", "sample")
 
+NEW_TOKENS = 50  # words a language model's continuation adds when max_new_tokens is not given
+
 
 @dataclass
 class SearchConfig:

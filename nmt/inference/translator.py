@@ -25,10 +25,9 @@ from torch.nn import functional as F
 from nmt.data.batching import token_batches
 from nmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from nmt.decoding.ensemble import Ensemble
-from nmt.decoding.search import SearchConfig, beam_hypotheses, decode, search_settings
+from nmt.decoding.search import NEW_TOKENS, SearchConfig, beam_hypotheses, decode, search_settings
 from nmt.inference.checkpoint import CheckpointError
 from nmt.inference.loading import LoadedModel, load_model, resolve_checkpoint_path
-from nmt.tasks.language_model import NEW_TOKENS
 
 log = logging.getLogger(__name__)
 LONG_INPUT = ("truncate", "error")

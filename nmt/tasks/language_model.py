@@ -15,15 +15,13 @@ from torch import nn
 
 from nmt.data.lm import LanguageModelDataModule
 from nmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
-from nmt.decoding.search import SearchConfig, decode, search_settings
+from nmt.decoding.search import NEW_TOKENS, SearchConfig, decode, search_settings
 from nmt.tasks.base import FINAL_RESULTS, Task, log_target_metrics, target_metrics, update_target_metrics
 from nmt.tasks.translation import decoder_only
 from nmt.utils.io import atomic_write_json
 from nmt.utils.plots import save_attention_maps
 
 console = Console(stderr=True)
-
-NEW_TOKENS = 50  # words a continuation adds when max_new_tokens is not given
 
 
 class LanguageModelTask(Task):
