@@ -332,3 +332,6 @@ def test_a_grid_is_refused_off_the_validation_set_and_its_options_are_checked(to
         with pytest.raises(ValueError, match=message):
             evaluate_here(f"ckpt_path={toy_run}", *options)
     assert not tmp_path.exists() or not any(tmp_path.iterdir())  # refused before anything was decoded
+    # an ensemble is translate.py's: evaluate.py names the way in one line
+    with pytest.raises(ValueError, match=r"evaluate.py scores one checkpoint .* translate.py ckpt_path=\[\.\.\.\]"):
+        evaluate_here(f"ckpt_path=[{toy_run},{toy_run}]")

@@ -72,7 +72,7 @@ def test_concurrent_requests_are_answered_without_mixing(client):
         ({"text": "x" * 201}, 422, "text longer than 200 characters"),
         ({"text": "one", "ckpt_path": "/etc/passwd"}, 422, "ckpt_path: Extra inputs are not permitted"),
         ({"text": "one", "n_best": 9}, 422, "n_best must be at most the beam size (3)"),
-        ({"text": " ".join(["seven"] * 30)}, 422, "more than max_input_len=40"),
+        ({"text": " ".join(["seven"] * 30)}, 422, "subword tokens, more than this server takes (40); send a shorter"),
         (b"{not json", 422, "the body is not valid JSON"),
         (b"x" * 20_000, 413, "request larger than 16384 bytes"),
     ],

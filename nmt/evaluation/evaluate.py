@@ -6,7 +6,7 @@ means (BLEU of decoded sentences, perplexity of a stream, ...) and which options
 import sys
 
 import torch
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from nmt.evaluation.grid import check_grid, evaluate_grid, grid_axes
 from nmt.inference.loading import checkpoint_task, load_model, resolve_checkpoint_path
@@ -16,6 +16,12 @@ def evaluate(cfg: DictConfig) -> dict:
     """Score a split of a checkpoint's corpus, or use the model on new input, as its task does."""
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
+    if OmegaConf.is_list(cfg.ckpt_path):
+        raise ValueError(
+            f"ckpt_path={list(cfg.ckpt_path)}: evaluate.py scores one checkpoint (or the mean of its run's last "
+            "epochs: average_last=N); an ensemble decodes with translate.py ckpt_path=[...], whose outputs "
+            "python -m nmt.evaluation.score scores against the references"
+        )
     cfg.ckpt_path = str(resolve_checkpoint_path(cfg.ckpt_path))  # a run folder: its best checkpoint
     task = checkpoint_task(cfg.ckpt_path)
     axes = grid_axes(cfg)

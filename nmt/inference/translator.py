@@ -34,7 +34,13 @@ LONG_INPUT = ("truncate", "error")
 
 
 class InputError(ValueError):
-    """A line the translator cannot take (too long with on_long_input=error): names the line."""
+    """A line the translator cannot take (too long with on_long_input=error): names the line.
+    ``too_long``: (its subword tokens, max_input_len) when that is why, so that a server can say it in its
+    own terms (a request cannot change the command's options)."""
+
+    def __init__(self, message: str, too_long: tuple[int, int] | None = None) -> None:
+        super().__init__(message)
+        self.too_long = too_long
 
 
 @dataclass
@@ -246,7 +252,8 @@ class Translator:
             n = long_lines[0]
             raise InputError(
                 f"line {first_line + n}: {len(encoded[n])} subword tokens, more than max_input_len="
-                f"{self.max_input_len}; shorten it, raise max_input_len, or pass on_long_input=truncate"
+                f"{self.max_input_len}; shorten it, raise max_input_len, or pass on_long_input=truncate",
+                too_long=(len(encoded[n]), self.max_input_len),
             )
         if long_lines:
             log.warning(

@@ -91,6 +91,12 @@ def create_app(translator: Translator, max_chars: int = 1000, title: str = "nmt"
             with lock:
                 (hypotheses,) = translator.translate_nbest([text], n_best=request.n_best, with_attention=True)
         except InputError as err:
+            if err.too_long:  # the command line's remedies are not the requester's to take
+                tokens, limit = err.too_long
+                message = (
+                    f"the text has {tokens} subword tokens, more than this server takes ({limit}); send a shorter text"
+                )
+                return JSONResponse({"error": message}, status_code=422)
             return JSONResponse({"error": str(err)}, status_code=422)
         best = hypotheses[0]
         return {
