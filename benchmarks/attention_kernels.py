@@ -199,7 +199,7 @@ def measure(args) -> list[dict]:
                     unseen += args.new_shapes
                     row["ms_new_shape"] = round(new_shape_ms(backend, kind, lengths, args, device), 2)
             except RuntimeError as error:  # a kernel that cannot take the call (flash: no mask tensor)
-                row["failed"] = str(error).strip().splitlines()[0].split(". ")[0][:160]
+                row["failed"] = (str(error).strip().splitlines() or [type(error).__name__])[0].split(". ")[0][:160]
             rows.append(row)
     return rows
 

@@ -188,6 +188,11 @@ def test_duplicates_split_off_are_counted_and_a_missing_split_file_is_named_firs
     with pytest.raises(FileNotFoundError, match=r"No such file or directory \(data\.val\)") as caught:
         missing.text("train")
     assert caught.value.filename == str(tmp_path / "nope.src")
+    # scoring a given test set needs its own file only (a finished run's training files may be gone)
+    scored = FilesDataModule(
+        train=str(tmp_path / "gone"), val=str(tmp_path / "pool"), test=str(tmp_path / "pool"), cache_dir=str(tmp_path)
+    )
+    assert scored.text("test") == (EN[:60] + EN[:25], DE[:60] + DE[:25])
 
 
 def test_long_inputs_and_length_drops_are_reported(tmp_path):

@@ -82,6 +82,7 @@ def test_decoding_steps_by_the_written_out_formula_give_the_kernels_logits(pos, 
     explicit_calls.clear()
     tgt = torch.full((src.size(0), 4), BOS)
     model(src, tgt).sum()  # several positions (encoding, a whole target) with gradients on
+    model(src, tgt[:, :1]).sum()  # one position, but gradients on: a training step, not a decoding one
     with torch.no_grad():
         model(src, tgt)
     assert explicit_calls == []

@@ -254,7 +254,7 @@ def test_a_report_metric_the_runs_do_not_record_stops_the_sweep_before_any_run(t
         [*command, "report_metric=test_bleuu", "threads=1"], capture_output=True, text=True, cwd=tmp_path, timeout=300
     )
     assert result.returncode == 2, result.stdout[-2000:] + result.stderr[-2000:]
-    assert "report_metric=test_bleuu: not a metric these runs record (did you mean test_bleu?)" in result.stderr
+    assert "report_metric=test_bleuu: no run of this sweep records it (did you mean test_bleu?)" in result.stderr
     assert "[sweep] running" not in result.stdout and not list(tmp_path.glob("sweeps/*/*/fingerprint.json"))
 
 

@@ -76,7 +76,12 @@ class FilesDataModule(ParallelDataModule):
     def read_split(self, split: str) -> tuple[list[str], list[str]]:
         if split not in self.specs:
             raise ValueError(f"data=files has splits ['train', 'val', 'test'], not {split!r}")
-        for given in ("train", "val", "test"):  # a missing file named first, not after a split of the others
+        # a missing file named first, not after a split of the others: for training, every split given; for an
+        # evaluation, the file it reads (the training files may be gone where a finished run is scored)
+        needed = (
+            ("train", "val", "test") if split == "train" else (split if self.specs[split] is not None else "train",)
+        )
+        for given in needed:
             for path in spec_paths(self.specs[given], self.src_lang, self.tgt_lang):
                 if not path.exists():
                     raise FileNotFoundError(errno.ENOENT, f"No such file or directory (data.{given})", str(path))

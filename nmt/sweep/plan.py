@@ -243,8 +243,10 @@ def input_problem(config: DictConfig) -> str | None:
                 if value not in options and value != "null":
                     return f"{key}={value}: not an option of group {key}; valid: {options}"
     # every key of every run exists once the run's groups are chosen (the grid may choose model=rnn)
+    from nmt.tasks import build_task
+
     prefixes = command_prefixes(config.hydra.overrides.task)
-    seen = set()
+    seen, recorded = set(), set()
     for values in planned_values(config):
         groups = tuple(sorted((k, v) for k, v in values.items() if (conf / k).is_dir()))
         if groups in seen:
@@ -256,15 +258,10 @@ def input_problem(config: DictConfig) -> str | None:
             )
         except Exception as err:  # a group option Hydra cannot compose: its own message says which
             return str(err).splitlines()[0]
-        metric = config.get("report_metric", "auto")
-        if metric != "auto":  # the names a run of its task records (a task lists them for empty results)
-            from nmt.tasks import build_task
-
-            recorded = sorted(build_task(composed.task).sweep_metrics({}))
-            if metric not in recorded:
-                close = difflib.get_close_matches(str(metric), recorded, n=1)
-                hint = f" (did you mean {close[0]}?)" if close else ""
-                return f"report_metric={metric}: not a metric these runs record{hint}; they record {recorded}"
+        try:  # the names a run of its task records (a task lists them for empty results)
+            recorded |= set(build_task(composed.task).sweep_metrics({}))
+        except Exception as err:  # noqa: BLE001  a task that cannot be built: its own message says why
+            return str(err).splitlines()[0] or type(err).__name__
         for key in values:
             if (conf / key).is_dir() or prefixes.get(key):
                 continue
@@ -272,6 +269,11 @@ def input_problem(config: DictConfig) -> str | None:
                 close = difflib.get_close_matches(key, [k for k in _all_keys(composed)], n=2)
                 hint = f" (did you mean {' or '.join(close)}?)" if close else ""
                 return f"{key}: not a key of the config, so it cannot be a factor{hint}"
+    metric = config.get("report_metric", "auto")
+    if metric != "auto" and metric not in recorded:  # the report ranks by a metric some run records
+        close = difflib.get_close_matches(str(metric), sorted(recorded), n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        return f"report_metric={metric}: no run of this sweep records it{hint}; they record {sorted(recorded)}"
     baseline = config.get("baseline")
     if baseline:
         factors = {k: v for k, v in levels.items() if len(v) > 1 and k != "seed"}

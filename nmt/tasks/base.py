@@ -131,7 +131,9 @@ class Task:
 
     # ---- sweeps ----------------------------------------------------------------------------------
     def sweep_metrics(self, results: dict) -> dict:
-        """The metrics a sweep records for one finished run, from its results.json."""
+        """The metrics a sweep records for one finished run, from its results.json: every name, None where
+        the results lack it (given ``{}``, the names a run of this task can record, which a sweep checks its
+        report_metric against before any run)."""
         return {}
 
 

@@ -49,7 +49,11 @@ def _rules() -> list[tuple[str, Callable[[object], bool], str]]:
         ("checkpoint.write_behind", lambda v: isinstance(v, bool), "true, false or null (on an accelerator)"),
         ("early_stopping.mode", lambda v: v in ("min", "max"), "one of ['min', 'max']"),
         ("trainer.max_epochs", lambda v: isinstance(v, int) and v >= -1, "an integer >= -1"),
-        ("trainer.max_steps", lambda v: isinstance(v, int) and v >= -1, "an integer >= -1 (-1: no limit)"),
+        (
+            "trainer.max_steps",
+            lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= -1,
+            "an integer >= -1 (-1: no limit)",
+        ),
         ("seed", lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer"),
         ("matmul_precision", lambda v: v in MATMUL_PRECISIONS, f"one of {list(MATMUL_PRECISIONS)}"),
         ("warmup", *non_negative),

@@ -124,9 +124,12 @@ def _quiet_lightning() -> None:
 def build_trainer(cfg: DictConfig, run_dir: Path, task: Task) -> L.Trainer:
     _quiet_lightning()
     accelerator = str(OmegaConf.select(cfg, "trainer.accelerator", default="auto"))
-    if accelerator in ("gpu", "cuda") and not torch.cuda.is_available():  # Lightning's own error names no key
+    # Lightning's own error names no key (an Apple GPU, which Lightning's "gpu" would also take, is not one
+    # this project trains on)
+    if accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
+        group = " (trainer=gpu)" if accelerator == "gpu" else ""
         raise ValueError(
-            f"trainer.accelerator={accelerator} (trainer=gpu): this process sees no GPU; train on the CPU with "
+            f"trainer.accelerator={accelerator}{group}: this process sees no GPU; train on the CPU with "
             "trainer=default, or run where a GPU is visible"
         )
     # null means "Lightning's default", except for check_val_every_n_epoch where null means "count
