@@ -129,14 +129,17 @@ def test_a_negative_d_model_is_named_once_without_an_empty_list_of_head_counts()
     assert "valid head counts" not in str(caught.value)
 
 
-def test_trainer_gpu_without_a_gpu_is_one_line_naming_the_key(monkeypatch, tmp_path):
-    from nmt.tasks import build_task
-    from nmt.training.trainer import build_trainer
+def test_trainer_gpu_without_a_gpu_is_one_line_naming_the_key_before_any_data_is_read(monkeypatch, tmp_path):
+    from nmt.training import train as train_module
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    cfg = compose_train("trainer=gpu", "trainer.accelerator=gpu")  # the tests pin the CPU: unpinned here
+    monkeypatch.setattr(train_module, "_train_in_folder", lambda *a: pytest.fail("went on past the checks"))
+    cfg = compose_train("trainer=gpu", "trainer.accelerator=gpu", f"run_dir={tmp_path}")  # the tests pin the CPU
     with pytest.raises(ValueError, match=r"trainer.accelerator=gpu \(trainer=gpu\): this process sees no GPU"):
-        build_trainer(cfg, tmp_path, build_task(cfg.task))
+        train_module.train(cfg)
+    cfg = compose_train("trainer.accelerator=cuda", f"run_dir={tmp_path}")
+    with pytest.raises(ValueError, match=r"^trainer.accelerator=cuda: this process sees no GPU"):
+        train_module.train(cfg)
 
 
 @pytest.mark.parametrize(

@@ -41,7 +41,7 @@ from nmt.training.run_folder import (
     record_identity,
     saved_states,
 )
-from nmt.training.trainer import build_trainer, resolve_precision
+from nmt.training.trainer import build_trainer, check_accelerator, resolve_precision
 from nmt.utils.instantiate import instantiate
 from nmt.utils.io import atomic_write_bytes, atomic_write_json, atomic_write_text
 
@@ -176,6 +176,7 @@ def train(cfg: DictConfig) -> dict:
     settings is refused."""
     task = build_task(cfg.task)
     check_config(cfg)
+    check_accelerator(cfg)
     if str(cfg.trainer.precision) == "auto":  # the checkpoint's config records what was used
         cfg.trainer.precision = resolve_precision("auto", cfg.trainer.accelerator)
         log.info("trainer.precision=auto: %s", cfg.trainer.precision)

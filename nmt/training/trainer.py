@@ -121,17 +121,22 @@ def _quiet_lightning() -> None:
     warnings.filterwarnings("ignore", message=r".*LeafSpec.*is deprecated", category=Warning)
 
 
-def build_trainer(cfg: DictConfig, run_dir: Path, task: Task) -> L.Trainer:
-    _quiet_lightning()
+def check_accelerator(cfg: DictConfig) -> None:
+    """A GPU asked for where this process sees none: one line naming the key, before any data is read
+    (Lightning's own error names no key; an Apple GPU, which its "gpu" would also take, is not one this
+    project trains on). Not part of the config's checks: a sweep plans where its runs need not train."""
     accelerator = str(OmegaConf.select(cfg, "trainer.accelerator", default="auto"))
-    # Lightning's own error names no key (an Apple GPU, which Lightning's "gpu" would also take, is not one
-    # this project trains on)
     if accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
         group = " (trainer=gpu)" if accelerator == "gpu" else ""
         raise ValueError(
             f"trainer.accelerator={accelerator}{group}: this process sees no GPU; train on the CPU with "
             "trainer=default, or run where a GPU is visible"
         )
+
+
+def build_trainer(cfg: DictConfig, run_dir: Path, task: Task) -> L.Trainer:
+    _quiet_lightning()
+    check_accelerator(cfg)
     # null means "Lightning's default", except for check_val_every_n_epoch where null means "count
     # val_check_interval in updates across epochs"
     trainer_args = {
