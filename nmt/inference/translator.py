@@ -79,12 +79,10 @@ class Translator:
             raise ValueError(f"on_long_input={on_long_input!r} is not one of {list(LONG_INPUT)}")
         first = loaded[0]
         self.continues = not first.task.reads_source  # a language model: lines are prompts to continue
-        if max_new_tokens is not None and not self.continues:
-            raise ValueError(
-                f"max_new_tokens={max_new_tokens}: the words a language model adds to a prompt; "
-                f"{first.checkpoints[0]} translates (its outputs end at the end token or decode.max_len_a / "
-                "decode.max_len_b)"
-            )
+        if max_new_tokens is not None:  # the task refuses it where it does not apply, as in evaluate.py
+            from omegaconf import OmegaConf
+
+            first.task.check_evaluation(OmegaConf.create({"max_new_tokens": max_new_tokens}))
         if self.continues and len(loaded) > 1:
             raise CheckpointError(
                 f"{first.checkpoints[0]} is a language model: ensembles are of encoder-decoder models only"
