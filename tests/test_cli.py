@@ -132,6 +132,7 @@ def test_train_py_refuses_an_unused_group_and_a_misspelt_key(tmp_path):
         (["model=rnn"], "Recipe: multi30k_rnn, the default for data=multi30k model=rnn"),
         (["data=tatoeba_de_en"], "Recipe: none (no conf/recipe/tatoeba_de_en_transformer.yaml"),
         (["recipe=none"], "Recipe: none (recipe=none)"),
+        (["data=files", "recipe=toy_transformer"], "Recipe: toy_transformer, as given (recipe=toy_transformer; conf/"),
         (["experiment=course_baseline"], "Recipe: none (experiment=course_baseline is a recipe of its own)"),
         (["task=lm"], "Recipe: none (no conf/recipe/ptb_transformer_lm.yaml"),
     ],

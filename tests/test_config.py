@@ -1,6 +1,7 @@
 """Every option of every config group composes and runs; invalid values fail before data is read."""
 
 import itertools
+import re
 
 import pytest
 import torch
@@ -115,11 +116,27 @@ def test_course_baseline_has_the_reported_shape():
         ("seed=x", "seed='x': must be an integer"),
         ("smoothing.fused=maybe", "smoothing.fused='maybe': must be true or false"),
         ("smoothing.fused=null", "smoothing.fused=None: must be true or false"),
+        # every search option, before training (not when the final decode meets it), naming its own block
+        ("decode.strategy=sample decode.top_p=0", "decode.top_p=0 must be in (0, 1]"),
+        ("decode.temperature=0", "decode.temperature=0 must be positive"),
+        ("decode.max_len_a=-1", "decode.max_len_a=-1 must be a number >= 0"),
+        ("decode.early_stopping=2", "decode.early_stopping=2 must be true or false"),
+        ("validation.search.strategy=nucleus", "validation.search.strategy='nucleus' is not one of"),
+        ("+validation.search.top_p=0", "validation.search.top_p=0 must be in (0, 1]"),
+        # an option set that its strategy does not read: an error, not a silent default
+        ("decode.top_p=0.9", "decode.top_p=0.9: decode.strategy=beam does not read it (it applies with decode.strat"),
+        ("+validation.search.beam_size=4", "validation.search.beam_size=4: validation.search.strategy=greedy does no"),
     ],
 )
 def test_invalid_values_are_rejected_with_the_key_and_what_is_allowed(override, expected):
-    with pytest.raises(ConfigError, match=expected.replace("[", r"\[").replace("]", r"\]")):
+    with pytest.raises(ConfigError, match=re.escape(expected)):
         check_config(compose_train(*override.split()))
+
+
+def test_search_options_that_their_strategy_reads_are_accepted():
+    check_config(compose_train("decode.strategy=sample", "decode.top_p=0.9", "decode.seed=3"))
+    check_config(compose_train("validation.search.strategy=beam", "+validation.search.beam_size=4"))
+    check_config(compose_train("decode.top_p=1.0"))  # the default, which no strategy needs to read
 
 
 def test_a_negative_d_model_is_named_once_without_an_empty_list_of_head_counts():

@@ -6,6 +6,7 @@ import sys
 from dataclasses import replace
 
 import pytest
+import torch
 
 from nmt.decoding.search import SearchConfig
 from nmt.inference.export import ExportError, check_exportable, export_ctranslate2, translate_pieces
@@ -79,7 +80,7 @@ def test_export_py_writes_a_model_folder(default_checkpoint, tmp_path):
     assert len(translate_pieces(out, LINES[:2], beam_size=2)) == 2
 
 
-def test_what_ctranslate2_cannot_hold_is_refused_naming_the_option(tmp_path_factory):
+def test_what_ctranslate2_cannot_hold_is_refused_naming_the_option(tmp_path_factory, default_checkpoint):
     rnn = load_model(trained(tmp_path_factory, "rnn", ["model=rnn"]), device="cpu")
     with pytest.raises(
         ExportError, match=r"^model=rnn \(RNNSeq2Seq\): CTranslate2's Transformer specification holds Transformers only"
@@ -90,6 +91,22 @@ def test_what_ctranslate2_cannot_hold_is_refused_naming_the_option(tmp_path_fact
         check_exportable(keys_only)
     with pytest.raises(ExportError, match=r"^task=lm: a language model"):
         check_exportable(replace(keys_only, task=LanguageModelTask()))
+
+    # a norm of another kind (here one with a weight and no bias, which must not pass for RMSNorm)
+    class ScaleNorm(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight, self.eps = torch.nn.Parameter(torch.ones(1)), 1e-5
+
+    other = load_model(default_checkpoint, device="cpu")
+    for layer in [*other.model.encoder, *other.model.decoder]:
+        for module in layer.modules():
+            if hasattr(module, "norm") and isinstance(module.norm, torch.nn.Module):
+                module.norm = ScaleNorm()
+    with pytest.raises(
+        ExportError, match=r"^norm=ScaleNorm: no CTranslate2 equivalent \(it takes LayerNorm or RMSNorm\)"
+    ):
+        check_exportable(other)
 
 
 def test_exporting_leaves_the_model_untouched(default_checkpoint, tmp_path):

@@ -3,11 +3,15 @@ shift invariance of relative and rotary position encodings."""
 
 import pytest
 import torch
+from omegaconf import OmegaConf
 from torch import nn
 
 from nmt.modules.attention import MultiHeadAttention
 from nmt.modules.norm import LayerNorm, RMSNorm
-from nmt.modules.position import PositionEncoding, RelativePosition, RotaryPosition, SinusoidalPosition
+from nmt.modules.position import RelativePosition, RotaryPosition, SinusoidalPosition
+from nmt.utils.instantiate import instantiate
+
+from .conftest import CONF
 
 torch.manual_seed(0)
 
@@ -206,12 +210,14 @@ def test_causal_masks_are_built_on_the_device_of_the_scores():
         assert attention(x, k, v, None, pos, pos, causal=True).device.type == "meta"
 
 
-POSITIONS = {
-    "none": lambda: PositionEncoding(32, 8),
-    "absolute": lambda: SinusoidalPosition(32, 8),
-    "rope": lambda: RotaryPosition(32, 8),
+def _configured(name: str):
+    return lambda: instantiate(OmegaConf.load(CONF / "pos" / f"{name}.yaml"))(d_model=32, head_dim=8)
+
+
+# every option of the `pos` group (a new encoding is tested without being listed here), and variants
+POSITIONS = {name: _configured(name) for name in (p.stem for p in (CONF / "pos").glob("*.yaml"))} | {
     "relative_keys": lambda: RelativePosition(32, 8, clip=3, use_values=False),
-    "relative": lambda: RelativePosition(32, 8, clip=3),
+    "relative": lambda: RelativePosition(32, 8, clip=3),  # clipped nearer than its default: clipping is used
 }
 
 

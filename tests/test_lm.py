@@ -20,10 +20,11 @@ from nmt.tasks.language_model import generate, stream_perplexity
 from nmt.training.config import ConfigError, check_config
 from nmt.training.train import train
 
-from .conftest import compose_train
+from .conftest import CONF, compose_train
 from .test_end_to_end import run
 
-POSITIONS = ["absolute", "learned", "rope", "relative", "none"]
+POSITIONS = sorted(p.stem for p in (CONF / "pos").glob("*.yaml"))  # a new encoding is tested unlisted
+NORMS = sorted(p.stem for p in (CONF / "norm").glob("*.yaml"))
 
 
 def language_model(pos: str = "absolute", norm: str = "layer", vocab: int = 23, **kwargs) -> TransformerLM:
@@ -44,7 +45,7 @@ def language_model(pos: str = "absolute", norm: str = "layer", vocab: int = 23, 
 
 
 @pytest.mark.parametrize("pos", POSITIONS)
-@pytest.mark.parametrize("norm", ["layer", "rms"])
+@pytest.mark.parametrize("norm", NORMS)
 def test_a_prediction_never_sees_later_tokens(pos, norm):
     model = language_model(pos, norm)
     tokens = torch.randint(4, 23, (2, 12))

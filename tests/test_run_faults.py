@@ -512,3 +512,18 @@ def test_a_checkpoint_is_written_from_host_copies_with_its_mappings_as_they_were
     loaded = torch.load(path, weights_only=True)
     assert loaded["epoch"] == 4 and torch.equal(loaded["state_dict"]["weight"], state["weight"])
     assert loaded["state_dict"]._metadata == state._metadata
+
+
+def test_a_changed_code_hash_says_whether_the_commit_changed_or_only_uncommitted_edits():
+    from nmt.training.run_folder import differences
+
+    saved = {"config": {"seed": 1}, "code": {"hash": "a", "commit": "1" * 40, "dirty": False}}
+    edited = {"config": {"seed": 1}, "code": {"hash": "b", "commit": "1" * 40, "dirty": True}}
+    committed = {"config": {"seed": 1}, "code": {"hash": "c", "commit": "2" * 40, "dirty": False}}
+    assert differences(saved, edited) == [
+        "code: the source of nmt/ or conf/ changed (commit 111111111111 both times, now with uncommitted changes)"
+    ]
+    assert differences(saved, committed) == [
+        "code: the source of nmt/ or conf/ changed (commit 111111111111 -> 222222222222)"
+    ]
+    assert differences(saved, {**saved}) == []

@@ -109,10 +109,56 @@ def test_top_p_keeps_only_the_nucleus():
     assert first == {4, 5}  # 0.7 alone is below 0.8, 0.7 + 0.2 reaches it; 6 is never drawn
 
 
-@pytest.mark.parametrize("bad", [{"beam_size": 0}, {"strategy": "viterbi"}, {"top_p": 0.0}, {"temperature": 0}])
+@pytest.mark.parametrize(
+    "bad",
+    [{"beam_size": 0}, {"strategy": "viterbi"}, {"top_p": 0.0}, {"temperature": 0}, {"top_k": "x"}, {"seed": 1.5}],
+)
 def test_invalid_search_settings_are_rejected(bad):
-    with pytest.raises(ValueError, match="decode"):
+    (name,) = bad
+    with pytest.raises(ValueError, match=rf"^decode\.{name}="):
         SearchConfig(**bad)
+
+
+def test_every_search_option_is_read_by_a_strategy_and_named_in_evaluation_folders():
+    """An option added to SearchConfig must say which strategies read it (else every strategy refuses it),
+    and two evaluations that differ in any one option never share a folder."""
+    from dataclasses import fields
+
+    from nmt.decoding.search import READS, STRATEGIES, UNREAD, unread_problems
+    from nmt.tasks.translation_eval import split_tag
+
+    names = [f.name for f in fields(SearchConfig) if f.name != "strategy"]
+    assert set(READS) == set(UNREAD) == set(STRATEGIES)
+    for name in names:
+        assert any(name in READS[s] for s in STRATEGIES), f"no strategy reads {name}"
+        for s in STRATEGIES:
+            assert (name in READS[s]) != (name in UNREAD[s]), (name, s)
+    base = SearchConfig(strategy="sample", seed=1)
+    changed = {
+        "beam_size": 4,
+        "length_penalty": 0.6,
+        "max_len_a": 2.0,
+        "max_len_b": 3,
+        "early_stopping": True,
+        "temperature": 0.5,
+        "top_k": 3,
+        "top_p": 0.5,
+        "seed": 2,
+        "min_len": 1,
+        "no_repeat_ngram_size": 2,
+    }
+    assert set(changed) == set(names)
+    for name, value in changed.items():
+        strategy = "beam" if name in READS["beam"] and name not in READS["sample"] else "sample"
+        other = SearchConfig(**{**base.__dict__, "strategy": strategy, name: value})
+        reference = SearchConfig(**{**base.__dict__, "strategy": strategy})
+        assert split_tag("val", other, reference=base) != split_tag("val", reference, reference=base), name
+    # a run's config: an option set away from its default that its strategy does not read is named
+    assert unread_problems({"strategy": "greedy", "temperature": 0.7}) == [
+        "decode.temperature=0.7: decode.strategy=greedy does not read it (it applies with decode.strategy=sample); "
+        "remove it, or choose such a strategy"
+    ]
+    assert unread_problems({"strategy": "greedy", "temperature": 1.0}) == []  # the default: nothing set
 
 
 @pytest.mark.parametrize("strategy", ["greedy", "beam"])

@@ -7,7 +7,7 @@
 Nothing here knows which architecture it drives.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
 from torch.nn import functional as F
@@ -40,20 +40,45 @@ class SearchConfig:
     no_repeat_ngram_size: int = 0  # >0: no n-gram of this size occurs twice in an output (0 = off)
 
     def __post_init__(self) -> None:
-        if self.strategy not in STRATEGIES:
-            raise ValueError(f"decode.strategy={self.strategy!r} is not one of {list(STRATEGIES)}")
-        if self.beam_size < 1:
-            raise ValueError(f"decode.beam_size={self.beam_size} must be at least 1")
-        if self.temperature <= 0:
-            raise ValueError(f"decode.temperature={self.temperature} must be positive")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"decode.top_p={self.top_p} must be in (0, 1]")
-        if self.top_k < 0:
-            raise ValueError(f"decode.top_k={self.top_k} must be >= 0")
-        if self.min_len < 0:
-            raise ValueError(f"decode.min_len={self.min_len} must be >= 0")
-        if self.no_repeat_ngram_size < 0:
-            raise ValueError(f"decode.no_repeat_ngram_size={self.no_repeat_ngram_size} must be >= 0 (0: off)")
+        problems = search_problems(self.__dict__)
+        if problems:
+            raise ValueError(problems[0])
+
+
+def search_problems(values: dict, key: str = "decode") -> list[str]:
+    """Every invalid option of a search block ``values`` (absent options take their defaults), one line
+    each naming ``key`` (``decode``, or ``validation.search`` for validation's search)."""
+    names = [f.name for f in fields(SearchConfig)]
+    unknown = [k for k in values if k not in names]
+    if unknown:
+        return [f"{key}.{unknown[0]}: not a search option; valid: {names}"]
+    v = {f.name: f.default for f in fields(SearchConfig)} | dict(values)
+
+    def integer(x) -> bool:
+        return isinstance(x, int) and not isinstance(x, bool)
+
+    def number(x) -> bool:
+        return isinstance(x, int | float) and not isinstance(x, bool)
+
+    checks = [
+        ("strategy", v["strategy"] in STRATEGIES, f"is not one of {list(STRATEGIES)}"),
+        ("beam_size", integer(v["beam_size"]) and v["beam_size"] >= 1, "must be at least 1"),
+        ("length_penalty", number(v["length_penalty"]), "must be a number (0: raw log-probability)"),
+        ("max_len_a", number(v["max_len_a"]) and v["max_len_a"] >= 0, "must be a number >= 0"),
+        ("max_len_b", integer(v["max_len_b"]) and v["max_len_b"] >= 0, "must be an integer >= 0"),
+        ("early_stopping", isinstance(v["early_stopping"], bool), "must be true or false"),
+        ("temperature", number(v["temperature"]) and v["temperature"] > 0, "must be positive"),
+        ("top_k", integer(v["top_k"]) and v["top_k"] >= 0, "must be >= 0"),
+        ("top_p", number(v["top_p"]) and 0 < v["top_p"] <= 1, "must be in (0, 1]"),
+        ("seed", v["seed"] is None or integer(v["seed"]), "must be an integer or null"),
+        ("min_len", integer(v["min_len"]) and v["min_len"] >= 0, "must be >= 0"),
+        (
+            "no_repeat_ngram_size",
+            integer(v["no_repeat_ngram_size"]) and v["no_repeat_ngram_size"] >= 0,
+            "must be >= 0 (0: off)",
+        ),
+    ]
+    return [f"{key}.{name}={v[name]!r} {what}" for name, ok, what in checks if not ok]
 
 
 SEARCH_TAGS = {  # options and their short names in evaluation folder names (evaluate.py, a decoding grid)
@@ -70,12 +95,37 @@ SEARCH_TAGS = {  # options and their short names in evaluation folder names (eva
 }
 
 
-# the options each strategy does not read (the length limits, min_len and no_repeat_ngram_size apply to all)
-UNREAD = {
-    "greedy": ("beam_size", "length_penalty", "early_stopping", "temperature", "top_k", "top_p", "seed"),
-    "beam": ("temperature", "top_k", "top_p", "seed"),
-    "sample": ("beam_size", "length_penalty", "early_stopping"),
+# the options each strategy reads; every other option of SearchConfig is refused when given with it, so an
+# option added to SearchConfig is refused everywhere until a strategy here says it reads it
+COMMON = ("max_len_a", "max_len_b", "min_len", "no_repeat_ngram_size")
+READS = {
+    "greedy": COMMON,
+    "beam": (*COMMON, "beam_size", "length_penalty", "early_stopping"),
+    "sample": (*COMMON, "temperature", "top_k", "top_p", "seed"),
 }
+UNREAD = {
+    strategy: tuple(f.name for f in fields(SearchConfig) if f.name != "strategy" and f.name not in READS[strategy])
+    for strategy in STRATEGIES
+}
+
+
+def readers(name: str, key: str = "decode") -> str:
+    """Which strategies read option ``name``, in words."""
+    reading = [f"{key}.strategy={s}" for s in STRATEGIES if name in READS[s]]
+    return f"it applies with {' or '.join(reading)}" if reading else "no strategy reads it"
+
+
+def unread_problems(values: dict, key: str = "decode") -> list[str]:
+    """The options of a search block ``values`` set away from their defaults that its strategy does not read
+    (a run's config: an option that does not apply is an error, not a silent default)."""
+    search = SearchConfig(**values)
+    defaults = SearchConfig()
+    return [
+        f"{key}.{name}={getattr(search, name)!r}: {key}.strategy={search.strategy} does not read it "
+        f"({readers(name, key)}); remove it, or choose such a strategy"
+        for name in UNREAD[search.strategy]
+        if name in values and getattr(search, name) != getattr(defaults, name)
+    ]
 
 
 def search_settings(own: dict | None, given: dict | None, refuse_unread: bool = True) -> SearchConfig:
@@ -90,10 +140,9 @@ def search_settings(own: dict | None, given: dict | None, refuse_unread: bool = 
     search = SearchConfig(**{**values, **given})
     unread = [k for k in UNREAD[search.strategy] if k in given]
     if refuse_unread and unread:
-        readers = [f"decode.strategy={s}" for s in STRATEGIES if unread[0] not in UNREAD[s]]
         raise ValueError(
-            f"decode.{unread[0]}={given[unread[0]]}: decode.strategy={search.strategy} does not read it (it applies "
-            f"with {' or '.join(readers)}); remove it, or choose such a strategy"
+            f"decode.{unread[0]}={given[unread[0]]}: decode.strategy={search.strategy} does not read it "
+            f"({readers(unread[0])}); remove it, or choose such a strategy"
         )
     return search
 

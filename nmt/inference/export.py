@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 
 from nmt.inference.loading import LoadedModel
+from nmt.modules.norm import LayerNorm, RMSNorm
 from nmt.modules.position import LearnedPosition, RelativePosition, RotaryPosition, SinusoidalPosition, sinusoid_table
 from nmt.utils.io import atomic_write_text
 
@@ -42,9 +43,8 @@ class ExportError(ValueError):
 
 
 def _norm_kind(norm) -> tuple[bool, float]:
-    """(rms, eps) of one of our norms."""
-    rms = not hasattr(norm, "bias")
-    return rms, float(norm.eps)
+    """(rms, eps) of one of our norms (check_exportable refused any other)."""
+    return isinstance(norm, RMSNorm), float(norm.eps)
 
 
 def _array(tensor: torch.Tensor):
@@ -86,6 +86,9 @@ def check_exportable(loaded: LoadedModel) -> None:
     known = (SinusoidalPosition, LearnedPosition, RelativePosition, RotaryPosition)
     if type(position).__name__ != "PositionEncoding" and not isinstance(position, known):
         raise ExportError(f"pos={type(position).__name__}: no CTranslate2 equivalent")
+    norm = model.encoder[0].attn_block.norm
+    if not isinstance(norm, LayerNorm | RMSNorm):
+        raise ExportError(f"norm={type(norm).__name__}: no CTranslate2 equivalent (it takes LayerNorm or RMSNorm)")
     activation = loaded.config["model"].get("activation", "relu")
     if activation not in ("relu", "gelu"):
         raise ExportError(f"model.activation={activation}: CTranslate2 takes relu or gelu here")

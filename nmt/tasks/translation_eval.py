@@ -2,6 +2,7 @@
 output files, attention heatmaps, and the tables printed."""
 
 from collections.abc import Sequence
+from dataclasses import fields
 from pathlib import Path
 
 import torch
@@ -37,10 +38,10 @@ def split_tag(
     tag += f"{split.replace(':', '_').replace('/', '_')}_{search.strategy}"
     tag += str(search.beam_size) if search.strategy == "beam" else ""
     reference = reference or search
-    for key, short in SEARCH_TAGS.items():
+    for key in (f.name for f in fields(SearchConfig) if f.name not in ("strategy", "beam_size")):
         value = getattr(search, key)
-        if value != getattr(reference, key):
-            tag += f"_{short}{value}"
+        if value != getattr(reference, key):  # an option without a short name is named in full
+            tag += f"_{SEARCH_TAGS.get(key, key)}{value}"
     return tag + (f"_avg{averaged}" if averaged > 1 else "")
 
 

@@ -10,7 +10,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.utils import get_class
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from nmt.decoding.search import STRATEGIES
+from nmt.decoding.search import search_problems, unread_problems
 from nmt.metrics.corpus import bleu_tokenizer
 from nmt.tasks import build_task
 from nmt.training import graph_updates, weight_casts
@@ -41,8 +41,6 @@ def _rules() -> list[tuple[str, Callable[[object], bool], str]]:
         ("data.max_len", *positive),
         ("data.num_workers", *non_negative),
         ("data.tokenizer.vocab_size", lambda v: isinstance(v, int) and v >= 8, "an integer >= 8"),
-        ("decode.beam_size", *positive),
-        ("validation.search.beam_size", *positive),
         ("validation.bleu_every_n_epochs", *non_negative),
         ("checkpoint.keep_last_epochs", *non_negative),
         ("checkpoint.mode", lambda v: v in ("min", "max"), "one of ['min', 'max']"),
@@ -103,13 +101,17 @@ def check_config(cfg: DictConfig, choices: dict | None = None) -> None:
         ("model.norm_position", ["pre", "post"]),
         ("model.activation", ["relu", "gelu"]),
         ("model.tie_embeddings", ["none", "decoder", "all"]),
-        ("decode.strategy", list(STRATEGIES)),
-        ("validation.search.strategy", list(STRATEGIES)),
         ("validation.scores_in", ["inline", "thread", "process"]),
     ):
         value = OmegaConf.select(cfg, key, default=None)
         if value is not None and value not in allowed:
             problems.append(f"  {key}={value!r}: must be one of {allowed}")
+    for key in ("decode", "validation.search"):  # checked now, not when the final decode meets them
+        block = OmegaConf.select(cfg, key, default=None)
+        if isinstance(block, DictConfig):
+            values = OmegaConf.to_container(block, resolve=True)
+            found = search_problems(values, key)
+            problems += [f"  {problem}" for problem in found or unread_problems(values, key)]
     if OmegaConf.select(cfg, "smoothing", default=None) is not None and "fused" in cfg.smoothing:
         if cfg.smoothing.fused is None:
             problems.append("  smoothing.fused=None: must be true or false")
@@ -147,8 +149,14 @@ def check_config(cfg: DictConfig, choices: dict | None = None) -> None:
             bleu_tokenizer(str(target))
         except ValueError as err:
             problems.append(f"  data.tgt_lang={target!r}: {err}")
+    task = None
     if cfg.get("task") is not None:
-        task = build_task(cfg.task)
+        try:
+            task = build_task(cfg.task)
+        except ValueError as err:  # e.g. validation's search, named above by its own key
+            if not problems:
+                problems.append(f"  task: {err}")
+    if task is not None:
         problems += task.check(cfg)
         names = task.validation_metric_names()
         for key in ("checkpoint.monitor", "early_stopping.monitor"):
@@ -296,6 +304,7 @@ def describe_recipe(cfg: DictConfig) -> str:
         return "Recipe: (config composed without Hydra's runtime; see config.yaml)"
     choices = HydraConfig.get().runtime.choices
     recipe, data, model = choices.get("recipe"), choices.get("data"), choices.get("model")
+    chosen = recipe not in (None, "none", f"{data}_{model}")  # named on the command line, not the default
     experiment = choices.get("experiment")
     # Hydra records the optional default's name even when no such file exists
     recipe_file = Path(__file__).resolve().parents[2] / "conf" / "recipe" / f"{recipe}.yaml"
@@ -307,6 +316,11 @@ def describe_recipe(cfg: DictConfig) -> str:
         else:
             why = f"no conf/recipe/{recipe}.yaml for data={data} model={model}"
         return f"Recipe: none ({why}); every value comes from the groups and the command line"
+    if chosen:
+        return (
+            f"Recipe: {recipe}, as given (recipe={recipe}; conf/recipe/{recipe}.yaml, not the default of data={data} "
+            f"model={model}); the resolved config is saved in the run folder as config.yaml"
+        )
     return (
         f"Recipe: {recipe}, the default for data={data} model={model} (conf/recipe/{recipe}.yaml); "
         "recipe=none trains without it; the resolved config is saved in the run folder as config.yaml"

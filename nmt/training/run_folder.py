@@ -132,7 +132,11 @@ def differences(saved: dict, current: dict) -> list[str]:
     ]
     old_code, new_code = saved.get("code", {}), current.get("code", {})
     if "hash" in old_code and old_code.get("hash") != new_code.get("hash"):
-        commits = f" (commit {old_code.get('commit', '?')[:12]} -> {new_code.get('commit', '?')[:12]})"
+        before, now = old_code.get("commit", "?")[:12], new_code.get("commit", "?")[:12]
+        edits = {(False, True): ", now with uncommitted changes", (True, False): ", then with uncommitted changes"}
+        edits[True, True] = ", each time with uncommitted changes"
+        edited = edits.get((bool(old_code.get("dirty")), bool(new_code.get("dirty"))), "")
+        commits = f" (commit {before} -> {now}{edited})" if before != now else f" (commit {now} both times{edited})"
         lines.append(f"code: the source of nmt/ or conf/ changed{commits}")
     return lines
 
