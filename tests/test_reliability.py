@@ -278,6 +278,44 @@ def test_a_run_writing_checkpoints_behind_training_resumes_exactly(uninterrupted
     assert first.then(second) == reference_order.epochs
 
 
+class TrackedAtStart(L.Callback):
+    """What the checkpoint callbacks hold once a sitting's state is restored."""
+
+    def on_train_start(self, trainer, pl_module):
+        best, epochs = trainer.checkpoint_callbacks[:2]
+        self.best = (best.best_model_score, best.best_model_path)
+        self.kept = dict(epochs.best_k_models)
+
+
+def test_a_run_resumed_in_a_moved_folder_keeps_its_best_score_and_its_epoch_checkpoints(
+    uninterrupted_in_process, tmp_path
+):
+    """Lightning forgets a checkpoint callback's best score and kept files when the folder's path changed:
+    the next validation would replace best.ckpt by whatever it scored, and the epoch checkpoints of the
+    first sitting would never be deleted. A run folder moved between two sittings keeps both."""
+    import shutil
+    import warnings
+
+    overrides = (*BOUNDS["steps"], "checkpoint.keep_last_epochs=1")
+    reference, _ = uninterrupted_in_process(overrides)
+    before, after = tmp_path / "before", tmp_path / "after"
+    before.mkdir()
+    with pytest.raises(SystemExit):
+        train_in_process(before, SignalAt("train_epoch_start", 2), overrides=overrides)
+    saved = torch.load(before / "checkpoints" / "last.ckpt", weights_only=True)["callbacks"]
+    best_saved = next(state for name, state in saved.items() if name.startswith("FolderCheckpoint"))
+    shutil.move(before, after)
+    tracked = TrackedAtStart()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        resumed = train_in_process(after, tracked, overrides=overrides)
+    assert not [w for w in caught if "dirpath has changed" in str(w.message)]
+    assert tracked.best == (best_saved["best_model_score"], str(after / "checkpoints" / "best.ckpt"))
+    assert list(tracked.kept) == [str(after / "checkpoints" / "epoch001.ckpt")]
+    assert resumed["best_val_bleu"] == pytest.approx(reference["best_val_bleu"], rel=1e-6)
+    assert sorted(p.name for p in (after / "checkpoints").glob("epoch*.ckpt")) == ["epoch002.ckpt"]
+
+
 def test_sigterm_in_a_validation_in_the_middle_of_an_epoch_resumes_exactly(uninterrupted_in_process, tmp_path):
     """Validation every 50 updates, across epochs (as the language model's recipe): the run stops after the
     next update, and its log goes on at the right steps."""

@@ -257,7 +257,35 @@ def full_disk_named(path: Path) -> Iterator[None]:
         ) from None
 
 
-class EpochCheckpoints(ModelCheckpoint):
+class FolderCheckpoint(ModelCheckpoint):
+    """Lightning's ModelCheckpoint, whose saved state follows the run folder: a run resumed in a moved or
+    copied folder keeps its best score and the files it tracks, renamed into this folder (Lightning drops
+    them when the folder's path changed, so the next validation would replace the best checkpoint with
+    whatever it scored, and the epoch checkpoints kept would no longer be counted)."""
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        before = state_dict.get("dirpath")
+        if before and self.dirpath and os.path.normpath(before) != os.path.normpath(self.dirpath):
+            state_dict = {**state_dict, "dirpath": self.dirpath}
+
+            def moved(path):
+                if (
+                    isinstance(path, str)
+                    and path
+                    and os.path.dirname(os.path.normpath(path)) == os.path.normpath(before)
+                ):
+                    return os.path.join(self.dirpath, os.path.basename(path))
+                return path
+
+            for key in ("best_model_path", "kth_best_model_path", "last_model_path"):
+                if key in state_dict:
+                    state_dict[key] = moved(state_dict[key])
+            if "best_k_models" in state_dict:
+                state_dict["best_k_models"] = {moved(k): v for k, v in state_dict["best_k_models"].items()}
+        super().load_state_dict(state_dict)
+
+
+class EpochCheckpoints(FolderCheckpoint):
     """Lightning's ModelCheckpoint for the most recent epochs, whose ``last.ckpt`` is a copy of the epoch
     checkpoint just written, made by the file system (Lightning's ``save_last="link"``, with a copy for
     the link): the state is gathered from the device, checked and serialised once an epoch, not twice.

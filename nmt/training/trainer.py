@@ -8,7 +8,6 @@ from pathlib import Path
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import (
-    ModelCheckpoint,
     RichModelSummary,
     RichProgressBar,
 )
@@ -17,7 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from nmt.tasks import Task
 from nmt.training.callbacks import ResumeLogs, SaveOnSignal, SittingEarlyStopping, Throughput, WallClock
-from nmt.training.checkpoint_io import AtomicCheckpointIO, EpochCheckpoints, WriteBehind
+from nmt.training.checkpoint_io import AtomicCheckpointIO, EpochCheckpoints, FolderCheckpoint, WriteBehind
 from nmt.training.loggers import ResumableCSVLogger
 from nmt.training.progress import PlainProgress, plain_output
 from nmt.utils.instantiate import instantiate
@@ -28,7 +27,7 @@ def _callbacks(cfg: DictConfig, checkpoint_dir: Path, task: Task) -> list:
     decoded = cfg.checkpoint.monitor in task.decoded_metrics
     every = cfg.validation.bleu_every_n_epochs if decoded else 1
     callbacks = [
-        ModelCheckpoint(
+        FolderCheckpoint(
             dirpath=checkpoint_dir,
             filename="best",
             monitor=cfg.checkpoint.monitor,
@@ -54,7 +53,7 @@ def _callbacks(cfg: DictConfig, checkpoint_dir: Path, task: Task) -> list:
     ]
     if cfg.checkpoint.every_n_train_steps:
         callbacks.append(
-            ModelCheckpoint(
+            FolderCheckpoint(
                 dirpath=checkpoint_dir,
                 save_top_k=0,
                 save_last=True,
