@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import lightning as L
 import pytest
 import torch
 from omegaconf import OmegaConf
@@ -234,6 +235,68 @@ def test_a_folder_made_under_other_settings_is_refused_listing_the_keys_unless_f
         train(compose_train(*QUICK, f"run_dir={tmp_path}"))
     results = train(compose_train(*QUICK, "resume=force", f"run_dir={tmp_path}"))
     assert "resume=force: continuing" in capsys.readouterr().out and results["epochs"] == 2
+    # the record says from which update the run went on under which other settings
+    first_epoch = steps_per_epoch(compose_train(*QUICK))
+    forced = [{"changed": ["trainer.max_epochs: 1 -> 2"], "from_step": first_epoch}]
+    assert results["continued_under_other_settings"] == forced
+    assert json.loads((tmp_path / "fingerprint.json").read_text())["forced"] == forced
+
+
+class RatesSeen(L.Callback):
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        group = trainer.optimizers[0].param_groups[0]
+        scheduler = trainer.lr_scheduler_configs[0].scheduler
+        self.seen = (
+            group["lr"],
+            group["initial_lr"],
+            group["weight_decay"],
+            scheduler.lr_lambdas[0](scheduler.last_epoch),
+        )
+
+
+@pytest.mark.slow
+def test_a_run_continued_under_another_rate_trains_with_it(tmp_path, monkeypatch):
+    """A resumed optimiser comes back with the rate it was saved with; continued under other settings
+    (resume=force), it trains with the config's rate and weight decay, at the schedule's position."""
+    from nmt.training import trainer as trainer_module
+
+    train(compose_train(*QUICK, "trainer.max_epochs=1", "lr=1e-3", f"run_dir={tmp_path}"))
+    seen, built = RatesSeen(), trainer_module._callbacks
+    monkeypatch.setattr(trainer_module, "_callbacks", lambda *args: [*built(*args), seen])
+    train(compose_train(*QUICK, "lr=4e-3", "weight_decay=0.5", "resume=force", f"run_dir={tmp_path}"))
+    lr, initial, decay, factor = seen.seen
+    assert (initial, decay) == (4e-3, 0.5) and lr == pytest.approx(4e-3 * factor, rel=1e-12)
+
+
+@pytest.mark.slow
+def test_a_run_folder_without_a_readable_fingerprint_is_judged_by_its_config(tmp_path, capsys):
+    """A lost or damaged fingerprint.json never lets other settings reuse the run: its config.yaml says what
+    it was made with; without either, the folder is refused (resume=force takes it as this command's)."""
+    train(compose_train(*QUICK, "trainer.max_epochs=1", f"run_dir={tmp_path}"))
+    (tmp_path / "fingerprint.json").unlink()
+    capsys.readouterr()
+    assert train(compose_train(*QUICK, "trainer.max_epochs=1", f"run_dir={tmp_path}"))["finished"]
+    out = capsys.readouterr().out
+    assert f"no fingerprint.json: its settings are taken from {tmp_path / 'config.yaml'}" in out
+    assert "holds this run, finished" in out
+    (tmp_path / "fingerprint.json").write_text("{not json")
+    with pytest.raises(RunFolderError, match=r"other settings \(trainer\.max_epochs: 1 -> 2\)"):
+        train(compose_train(*QUICK, f"run_dir={tmp_path}"))
+    assert "fingerprint.json cannot be read (Expecting property name" in capsys.readouterr().out
+    (tmp_path / "config.yaml").unlink()
+    with pytest.raises(RunFolderError, match=r"config\.yaml cannot be read .*: the run's settings cannot be checked"):
+        train(compose_train(*QUICK, "trainer.max_epochs=1", f"run_dir={tmp_path}"))
+
+
+@pytest.mark.slow
+def test_a_damaged_results_file_is_named_and_the_run_scored_again(tmp_path, capsys):
+    results = train(compose_train(*QUICK, "trainer.max_epochs=1", f"run_dir={tmp_path}"))
+    text = (tmp_path / "results.json").read_text()
+    (tmp_path / "results.json").write_text(text[: len(text) // 2])
+    capsys.readouterr()
+    again = train(compose_train(*QUICK, "trainer.max_epochs=1", f"run_dir={tmp_path}"))
+    assert f"warning: {tmp_path / 'results.json'} cannot be read" in capsys.readouterr().out
+    assert again["finished"] and again["steps"] == results["steps"]
 
 
 @pytest.mark.slow
@@ -367,6 +430,35 @@ def test_runs_made_under_other_settings_stop_the_sweep_or_are_moved_aside(tmp_pa
     (moved,) = (tmp_path / "superseded").glob("*/pos=absolute,seed=1")
     assert json.loads((moved / "fingerprint.json").read_text()) == fingerprint
     assert (tmp_path / "plan.json").is_file()
+
+
+def test_a_sweep_run_without_its_fingerprint_is_judged_by_its_config(tmp_path, capsys):
+    """A sweep's finished run whose fingerprint.json was lost is not reused as if made with these settings:
+    its config.yaml says what it was made with, and with neither the run is listed as unverifiable."""
+    import yaml
+
+    from nmt.sweep.plan import expected_fingerprint, run_overrides
+
+    config = sweep_config(tmp_path, {"seed": "1"}, ["pos=absolute,relative", "trainer.max_steps=3"])
+    for pos, budget in (("absolute", 3), ("relative", 2)):
+        flat = expected_fingerprint(run_overrides(config, {"seed": "1", "pos": pos, "trainer.max_steps": "3"}))
+        nested: dict = {}
+        for key, value in {**flat["config"], "trainer.max_steps": budget}.items():
+            *parents, leaf = key.split(".")
+            node = nested
+            for part in parents:
+                node = node.setdefault(part, {})
+            node[leaf] = value
+        run = tmp_path / f"pos={pos},seed=1"
+        run.mkdir()
+        (run / "config.yaml").write_text(yaml.safe_dump(nested))
+        (run / "sweep_result.json").write_text("{}")
+    (tmp_path / "pos=absolute,seed=1" / "config.yaml").write_text(": not yaml")
+    with pytest.raises(SystemExit):
+        SweepReport().on_multirun_start(config)
+    err = capsys.readouterr().err
+    assert "pos=relative,seed=1 (trainer.max_steps: 2 -> 3)" in err
+    assert "pos=absolute,seed=1 (its settings cannot be checked" in err
 
 
 # ---- 11, 12: one line for each user error, before data loads ------------------------------------------

@@ -139,22 +139,30 @@ def expected_fingerprint(overrides: list[str]) -> dict:
 
 def changed_runs(sweep_dir: Path, config: DictConfig) -> dict[str, list[str]]:
     """Run folders of this sweep holding a run made under other settings or code: name -> differences."""
-    from nmt.training.run_folder import FINGERPRINT, differences, holds_work
+    from nmt.training.run_folder import RunFolderError, differences, holds_work, saved_fingerprint
 
     swept = {k for k, v in sweep_levels(config).items() if len(v) > 1} | {"seed"}
     changed = {}
     for values in planned_values(config):
-        saved = sweep_dir / run_name(values, swept) / FINGERPRINT
+        run = sweep_dir / run_name(values, swept)
         # a run that failed before its first checkpoint binds nothing: the corrected sweep runs it afresh
-        if saved.is_file() and (holds_work(saved.parent) or (saved.parent / RESULT).is_file()):
-            try:
-                expected = expected_fingerprint(run_overrides(config, values))
-            except Exception as err:  # an override this check cannot compose (e.g. +new_key=...)
-                print(f"[sweep] cannot check the settings of {saved.parent.name}: {type(err).__name__}")
-                continue
-            found = differences(json.loads(saved.read_text()), expected)
-            if found:
-                changed[saved.parent.name] = found
+        if not (holds_work(run) or (run / RESULT).is_file()):
+            continue
+        try:  # without a readable fingerprint.json, the run's config.yaml says what it was made with
+            saved, _ = saved_fingerprint(run, holds=True)
+        except RunFolderError:
+            changed[run.name] = [
+                "its settings cannot be checked (neither fingerprint.json nor config.yaml is readable)"
+            ]
+            continue
+        try:
+            expected = expected_fingerprint(run_overrides(config, values))
+        except Exception as err:  # an override this check cannot compose (e.g. +new_key=...)
+            print(f"[sweep] cannot check the settings of {run.name}: {type(err).__name__}")
+            continue
+        found = differences(saved, expected)
+        if found:
+            changed[run.name] = found
     return changed
 
 

@@ -84,6 +84,7 @@ class TaskModule(L.LightningModule):
         self.epoch_tokens = exact_sum()
         self._pending_tokens: torch.Tensor | None = None
         self._tokens_to_restore: float | None = None
+        self._configured: list[dict] = []  # the optimiser's settings as the config built them, by group
         self.update_scalars = UpdateScalars()  # train_loss, grad_norm and lr, logged where they are read
 
     def _log_training(self, loss: torch.Tensor, tokens: torch.Tensor, batch: dict) -> None:
@@ -209,6 +210,8 @@ class TaskModule(L.LightningModule):
 
     def on_train_start(self) -> None:
         self.update_scalars.start(self.trainer)
+        if self._configured:
+            self._apply_configured_settings()
         if self._graphed is not None:  # a resumed optimiser's rates come back as they were saved
             optimizer = self.optimizers().optimizer
             graph_updates.learning_rates_on_device(optimizer, self.device, capturable=self.device.type == "cuda")
@@ -262,10 +265,42 @@ class TaskModule(L.LightningModule):
                 f"check_every={self.check_every} needs an optimiser that skips an update on the device: "
                 f"{type(optimizer).__name__} with optim.optimizer.fused=true (Adam or AdamW), or check_every=1"
             )
-        if self.scheduler_factory is None:
+        scheduler = None
+        if self.scheduler_factory is not None:
+            scheduler = self.scheduler_factory(optimizer, total_steps=self._planned_steps())
+        self._configured = [
+            {k: float(v) if k == "lr" else v for k, v in group.items() if k not in ("params", "param_names")}
+            for group in optimizer.param_groups
+        ]
+        if scheduler is None:
             return optimizer
-        scheduler = self.scheduler_factory(optimizer, total_steps=self._planned_steps())
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    def _apply_configured_settings(self) -> None:
+        """A resumed optimiser comes back with the settings it was saved with (its rate, betas, epsilon,
+        weight decay...) beside its state. Its state and the schedule's position stay the checkpoint's; its
+        settings become the config's, so that a run continued under other settings (resume=force) trains
+        with the ones it records. The current step's rate is recomputed from the config's base rate."""
+        optimizer = self.optimizers().optimizer
+        for group, configured in zip(optimizer.param_groups, self._configured, strict=True):
+            for key, value in configured.items():
+                if key != "lr":
+                    group[key] = value
+        schedulers = self.lr_schedulers()
+        scheduler = schedulers[0] if isinstance(schedulers, list) else schedulers
+        if scheduler is not None and hasattr(scheduler, "lr_lambdas"):
+            scheduler.base_lrs = [float(c.get("initial_lr", c["lr"])) for c in self._configured]
+            rates = [
+                base * f(scheduler.last_epoch) for f, base in zip(scheduler.lr_lambdas, scheduler.base_lrs, strict=True)
+            ]
+            scheduler._last_lr = list(rates)
+        else:
+            rates = [c["lr"] for c in self._configured]
+        for group, rate in zip(optimizer.param_groups, rates, strict=True):
+            if isinstance(group["lr"], torch.Tensor):
+                group["lr"].fill_(rate)
+            else:
+                group["lr"] = rate
 
     def _graph_updates(self, optimizer) -> GraphedUpdates:
         """graph_updates=true: checked, the learning rate made a tensor on the device (before the schedule

@@ -141,13 +141,50 @@ def differences(saved: dict, current: dict) -> list[str]:
     return lines
 
 
-def check_identity(run_dir: Path, current: dict, force: bool) -> str | None:
-    """Compare the folder's recorded fingerprint with this run's. Same (or nothing recorded): None. Other
-    settings: RunFolderError listing the keys, unless ``force``, which returns a warning to print."""
+def saved_fingerprint(run_dir: Path, force: bool = False, holds: bool | None = None) -> tuple[dict | None, str | None]:
+    """The folder's recorded fingerprint and, where it had to be rebuilt, a line saying so. Without a
+    readable ``fingerprint.json`` a folder that holds work is judged by its ``config.yaml`` (the settings;
+    the code version is then unknown); without either, its settings cannot be checked: RunFolderError,
+    unless ``force``. None for a folder with nothing recorded (``holds``: whether it holds work, if the
+    caller knows better than its checkpoints and results, e.g. a sweep's record of the run)."""
     path = run_dir / FINGERPRINT
-    if not path.is_file():
+    if path.is_file():
+        try:
+            saved = json.loads(path.read_text())
+            if isinstance(saved, dict):
+                return saved, None
+            problem = f"{path} is not a fingerprint (a JSON object)"
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            problem = f"{path} cannot be read ({err})"
+    elif holds_work(run_dir) if holds is None else holds:
+        problem = f"{run_dir} holds a run's checkpoints or results but no {FINGERPRINT}"
+    else:
+        return None, None
+    config_path = run_dir / "config.yaml"
+    try:
+        import yaml
+
+        config = yaml.safe_load(config_path.read_text())
+        if not isinstance(config, dict):
+            raise ValueError("not a mapping")
+    except (OSError, ValueError, yaml.YAMLError) as err:
+        detail = str(err).splitlines()[0] if str(err) else type(err).__name__
+        if force:
+            return None, f"warning: resume=force: {problem}, and {config_path} cannot be read ({detail}): continuing"
+        raise RunFolderError(
+            f"{problem}, and {config_path} cannot be read ({detail}): the run's settings cannot be checked; "
+            "choose another run_dir, or pass resume=force to continue it as this command's run"
+        ) from None
+    note = f"note: {problem}: its settings are taken from {config_path} (its code version is unknown)"
+    return {"config": result_config(config), "code": {}}, note
+
+
+def check_identity(run_dir: Path, current: dict, force: bool, saved: dict | None = None) -> str | None:
+    """Compare the folder's recorded fingerprint (``saved``: :func:`saved_fingerprint`) with this run's.
+    Same (or nothing recorded): None. Other settings: RunFolderError listing the keys, unless ``force``,
+    which returns a warning to print."""
+    if saved is None:
         return None
-    saved = json.loads(path.read_text())
     changed = differences(saved, current)
     if not changed:
         return None
@@ -224,9 +261,10 @@ def finished_results(run_dir: Path) -> dict | None:
         return None
     try:
         results = json.loads(path.read_text())
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        print(f"warning: {path} cannot be read ({err}): the run is taken up from its checkpoints and scored again")
         return None
-    return results if results.get("finished") else None
+    return results if isinstance(results, dict) and results.get("finished") else None
 
 
 class RunLock:

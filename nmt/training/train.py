@@ -1,7 +1,6 @@
 """train(cfg): everything ``train.py`` does, as a plain function of the composed config."""
 
 import contextlib
-import json
 import logging
 import os
 import time
@@ -35,10 +34,12 @@ from nmt.training.run_folder import (
     check_data,
     check_identity,
     data_identity,
+    differences,
     fingerprint,
     finished_results,
     holds_work,
     record_identity,
+    saved_fingerprint,
     saved_states,
 )
 from nmt.training.trainer import build_trainer, check_accelerator, resolve_precision
@@ -207,7 +208,10 @@ def _claim_folder(cfg: DictConfig, run_dir: Path, identity: dict) -> dict | None
     saved_path = run_dir / FINGERPRINT
     states = saved_states(run_dir)
     real_work = holds_work(run_dir)
-    saved_smoke = saved_path.is_file() and is_smoke_run(json.loads(saved_path.read_text()).get("config", {}))
+    saved, note = saved_fingerprint(run_dir, force)
+    if note:
+        print(note)
+    saved_smoke = saved is not None and is_smoke_run(saved.get("config", {}))
     if is_smoke_run(identity["config"]) and real_work and not saved_smoke:
         # even with resume=force: its fingerprint and results would replace the run's, and the next real run
         # would then purge that run's checkpoints as a smoke run's
@@ -221,17 +225,26 @@ def _claim_folder(cfg: DictConfig, run_dir: Path, identity: dict) -> dict | None
             for stale in states:
                 stale.unlink()
             (run_dir / RESULTS).unlink(missing_ok=True)
-            saved_path.unlink()
+            saved_path.unlink(missing_ok=True)
+            saved = None
             print(f"{run_dir} held a smoke run (trainer.fast_dev_run): its checkpoints are removed, training afresh")
     if not real_work and saved_path.is_file():
         # nothing was trained here (a run that stopped on a mistake before its first checkpoint): its record
         # binds nothing, so the corrected command trains in the folder afresh
         saved_path.unlink()
-    warning = check_identity(run_dir, identity, force)
+        saved = None
+    warning = check_identity(run_dir, identity, force, saved)
     if warning:
         print(warning)
+    # every sitting continued under other settings stays on record (at which update: once the checkpoint is
+    # known), so that the fingerprint, which now holds this command's settings, does not pass for the run's
+    identity["forced"] = list((saved or {}).get("forced", []))
+    if warning:
+        last = run_dir / "checkpoints" / "last.ckpt"  # what a rerun resumes from (-1: unreadable)
+        step = _global_step(last) if last.is_file() else 0
+        identity["forced"].append({"changed": differences(saved, identity), "from_step": step})
     # the data is checked once it is read (check_data): keep the folder's record of it until then
-    saved_data = json.loads(saved_path.read_text()).get("data") if saved_path.is_file() else None
+    saved_data = (saved or {}).get("data")
     finished = finished_results(run_dir)
     if finished is not None and not warning:
         print(
@@ -339,6 +352,8 @@ def _train_in_folder(cfg: DictConfig, task, run_dir: Path, config: dict, main_pr
         "wall_time_s": None,  # below, once the final scores are in
         "final_metrics": final_metrics,
     }
+    if identity.get("forced"):  # continued under other settings (resume=force): from which update, what changed
+        results["continued_under_other_settings"] = identity["forced"]
     if trainer.is_global_zero:
         results.update(task.results_from_log(run_dir / "logs" / "metrics.csv"))
         splits = _final_splits(cfg)
