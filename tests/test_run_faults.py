@@ -520,7 +520,9 @@ def test_entry_points_answer_user_errors_in_one_line(tmp_path, capsys):
     cases = [
         (evaluate, no_checkpoint, "error: ckpt_path is required and has no value: add ckpt_path=..."),
         (train, compose_train(*QUICK, f"run_dir={tmp_path / 'file' / 'run'}"), "a file stands where the run folder"),
-        (train, compose_train(*QUICK, f"run_dir={trap.parent.parent}"), "error: cannot resume: "),
+        # (a folder with a checkpoint and no record of its settings is refused as such, unless forced)
+        (train, compose_train(*QUICK, f"run_dir={trap.parent.parent}"), "the run's settings cannot be checked"),
+        (train, compose_train(*QUICK, "resume=force", f"run_dir={trap.parent.parent}"), "error: cannot resume: "),
         (train, compose_train(*QUICK, "trainer.devices=0", f"run_dir={tmp_path / 'd'}"), "trainer.devices=0"),
     ]
     for function, cfg, text in cases:
@@ -619,3 +621,40 @@ def test_a_changed_code_hash_says_whether_the_commit_changed_or_only_uncommitted
         "code: the source of nmt/ or conf/ changed (commit 111111111111 -> 222222222222)"
     ]
     assert differences(saved, {**saved}) == []
+
+
+@pytest.mark.slow
+def test_a_stop_during_the_final_scores_is_said_and_a_rerun_only_scores(tmp_path, monkeypatch, capsys):
+    """SIGTERM while the final model is scored: one line and exit 143; the training's record is kept, so the
+    rerun neither trains nor validates again (no extra row in the log) and ends with the uninterrupted
+    run's results."""
+    from nmt.training import train as training
+
+    args = [*QUICK, "trainer.max_epochs=1", "val_after_training=true", "test_after_training=true"]
+    reference = train(compose_train(*args, f"run_dir={tmp_path / 'reference'}"))
+    scores = training._final_scores
+
+    def stopped(*a, **k):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # the handler raises at once
+        raise AssertionError("SIGTERM did not stop the final scores")
+
+    monkeypatch.setattr(training, "_final_scores", stopped)
+    run = tmp_path / "stopped"
+    with pytest.raises(SystemExit) as stop:
+        train(compose_train(*args, f"run_dir={run}"))
+    assert stop.value.code == 143
+    assert "Stopped by SIGTERM during the final scores; run the same command again" in capsys.readouterr().out
+    assert json.loads((run / "results.json").read_text())["stage"] == "trained"
+    log = (run / "logs" / "metrics.csv").read_text()
+    monkeypatch.setattr(training, "_final_scores", scores)
+    again = train(compose_train(*args, f"run_dir={run}"))
+    assert "Training ended in an earlier sitting" in capsys.readouterr().out
+    assert (run / "logs" / "metrics.csv").read_text() == log
+    assert again["finished"] and "stage" not in json.loads((run / "results.json").read_text())
+    for key in ("steps", "epochs", "ended_by"):
+        assert again[key] == reference[key], key
+    for split in ("test", "val_as_test"):  # the scores (their files lie in each run's own folder)
+        numbers = [{k: v for k, v in r[split].items() if isinstance(v, float)} for r in (again, reference)]
+        assert numbers[0] == numbers[1] and "bleu" in numbers[0], split
+    assert again["final_metrics"].keys() == reference["final_metrics"].keys()

@@ -267,6 +267,17 @@ def finished_results(run_dir: Path) -> dict | None:
     return results if isinstance(results, dict) and results.get("finished") else None
 
 
+def trained_results(run_dir: Path) -> dict | None:
+    """The record of a run whose training ended but whose final scores were stopped (``"stage":
+    "trained"``), or None: a rerun then scores the final model without training or validating again."""
+    try:
+        results = json.loads((run_dir / RESULTS).read_text())
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+        return None
+    trained = isinstance(results, dict) and results.get("stage") == "trained" and not results.get("finished")
+    return results if trained else None
+
+
 class RunLock:
     """Exclusive ownership of a run folder for as long as the process trains in it."""
 

@@ -3,6 +3,8 @@
 import contextlib
 import logging
 import os
+import signal
+import threading
 import time
 from datetime import datetime
 from pathlib import Path
@@ -41,6 +43,7 @@ from nmt.training.run_folder import (
     record_identity,
     saved_fingerprint,
     saved_states,
+    trained_results,
 )
 from nmt.training.trainer import build_trainer, check_accelerator, resolve_precision
 from nmt.utils.instantiate import instantiate
@@ -317,55 +320,72 @@ def _train_in_folder(cfg: DictConfig, task, run_dir: Path, config: dict, main_pr
     for logger in trainer.loggers:
         logger.log_hyperparams(config)
     start = time.time()
-    try:
+    # a run stopped during its final scores: its training's record stands, only the scores are computed again
+    trained = None if str(cfg.get("resume", "auto")) == "force" else trained_results(run_dir)
+    if trained is not None:
+        if main_process:
+            print(f"Training ended in an earlier sitting ({run_dir / RESULTS}): scoring the final model")
+        fit_end, earlier = time.time(), float(trained.get("wall_time_s") or 0.0)
+        results = {k: v for k, v in trained.items() if k not in ("stage", "finished")}
+        best_path = str(checkpoint_dir / Path(results["best_checkpoint"]).name)  # the folder may have moved
+        results.update(run_dir=str(run_dir), best_checkpoint=best_path)
+    else:
         try:
-            trainer.fit(module, datamodule=datamodule, ckpt_path=resume)
-        except SIGTERMException:
-            signal_name = getattr(trainer, "nmt_stop_signal", "a signal")
-            if main_process:  # one message, from the rank that owns the folder
-                print(
-                    f"Stopped by {signal_name}; the state is saved in {checkpoint_dir / 'last.ckpt'}. "
-                    "Run the same command again (or pass that file as ckpt_path) to resume."
-                )
-            raise SystemExit(130 if signal_name == "SIGINT" else 143) from None
+            try:
+                trainer.fit(module, datamodule=datamodule, ckpt_path=resume)
+            except SIGTERMException:
+                signal_name = getattr(trainer, "nmt_stop_signal", "a signal")
+                if main_process:  # one message, from the rank that owns the folder
+                    print(
+                        f"Stopped by {signal_name}; the state is saved in {checkpoint_dir / 'last.ckpt'}. "
+                        "Run the same command again (or pass that file as ckpt_path) to resume."
+                    )
+                raise SystemExit(130 if signal_name == "SIGINT" else 143) from None
 
-        fit_end = time.time()
-        ended_by = what_ended(trainer)  # before the final weights' validation below
-        final_metrics = {k: _float(v) for k, v in trainer.callback_metrics.items()}
-        if not is_smoke_run(config):
-            final_metrics.update(_validate_final_weights(cfg, trainer, module, datamodule, checkpoint_dir))
-    finally:
-        task.stop_workers(module)  # validation's workers (a scoring process), started as training started
-    best = trainer.checkpoint_callbacks[0]
-    # a copied run folder carries the original's absolute path in its checkpoint state: use this folder's
-    best_path = str(checkpoint_dir / Path(best.best_model_path).name) if best.best_model_path else ""
-    if not Path(best_path).is_file():
-        best_path = str(checkpoint_dir / "last.ckpt")
-    results = {
-        "run_dir": str(run_dir),
-        "best_checkpoint": best_path,
-        "best_" + cfg.checkpoint.monitor: _float(best.best_model_score),
-        "epochs": trainer.current_epoch,
-        "steps": trainer.global_step,
-        "ended_by": ended_by,  # max_time: cut short by a time cap, not trained to its end
-        "parameters": count_parameters(model),
-        "wall_time_s": None,  # below, once the final scores are in
-        "final_metrics": final_metrics,
-    }
-    if identity.get("forced"):  # continued under other settings (resume=force): from which update, what changed
-        results["continued_under_other_settings"] = identity["forced"]
+            fit_end = time.time()
+            ended_by = what_ended(trainer)  # before the final weights' validation below
+            final_metrics = {k: _float(v) for k, v in trainer.callback_metrics.items()}
+            if not is_smoke_run(config):
+                with _stopped_by_signals("the final validation", "it trains no more, and validates the final weights"):
+                    final_metrics.update(_validate_final_weights(cfg, trainer, module, datamodule, checkpoint_dir))
+        finally:
+            task.stop_workers(module)  # validation's workers (a scoring process), started as training started
+        best = trainer.checkpoint_callbacks[0]
+        # a copied run folder carries the original's absolute path in its checkpoint state: use this folder's
+        best_path = str(checkpoint_dir / Path(best.best_model_path).name) if best.best_model_path else ""
+        if not Path(best_path).is_file():
+            best_path = str(checkpoint_dir / "last.ckpt")
+        results = {
+            "run_dir": str(run_dir),
+            "best_checkpoint": best_path,
+            "best_" + cfg.checkpoint.monitor: _float(best.best_model_score),
+            "epochs": trainer.current_epoch,
+            "steps": trainer.global_step,
+            "ended_by": ended_by,  # max_time: cut short by a time cap, not trained to its end
+            "parameters": count_parameters(model),
+            "wall_time_s": None,  # below, once the final scores are in
+            "final_metrics": final_metrics,
+        }
+        if identity.get("forced"):  # continued under other settings (resume=force): from which update, what changed
+            results["continued_under_other_settings"] = identity["forced"]
+        # every sitting of a resumed run counts: training and validation from the checkpointed clock
+        earlier = next(c for c in trainer.callbacks if isinstance(c, WallClock)).elapsed()
+        if trainer.is_global_zero:
+            results.update(task.results_from_log(run_dir / "logs" / "metrics.csv"))
+            if _final_splits(cfg, quiet=True) and not is_smoke_run(config):
+                # the training's record, kept if the final scores are stopped: a rerun only scores
+                results["wall_time_s"] = round(earlier + (time.time() - fit_end), 1)
+                atomic_write_json(run_dir / RESULTS, {**results, "finished": False, "stage": "trained"})
     if trainer.is_global_zero:
-        results.update(task.results_from_log(run_dir / "logs" / "metrics.csv"))
         splits = _final_splits(cfg)
         if splits and Path(best_path).is_file() and not is_smoke_run(config):
-            results.update(_final_scores(cfg, task, trainer, splits, best_path, checkpoint_dir, run_dir))
+            with _stopped_by_signals("the final scores", "it only scores the final model, whose training is recorded"):
+                results.update(_final_scores(cfg, task, trainer, splits, best_path, checkpoint_dir, run_dir))
             wandb = next((lg for lg in trainer.loggers if isinstance(lg, WandbLogger)), None)
             if wandb:
                 log_results_to_wandb(wandb, results)
-        # every sitting of a resumed run counts: training and validation from the checkpointed clock, the
-        # test of this sitting on top
-        clock = next(c for c in trainer.callbacks if isinstance(c, WallClock))
-        results["wall_time_s"] = round(clock.elapsed() + (time.time() - fit_end), 1)
+        # the final scores of this sitting on top of the training and validation of every sitting
+        results["wall_time_s"] = round(earlier + (time.time() - fit_end), 1)
         results["sitting_wall_time_s"] = round(time.time() - start, 1)
         results["finished"] = not is_smoke_run(config)
         atomic_write_json(run_dir / RESULTS, results)
@@ -401,14 +421,42 @@ def _validate_final_weights(cfg: DictConfig, trainer: L.Trainer, module, datamod
     return metrics
 
 
-def _final_splits(cfg: DictConfig) -> list[str]:
+def _final_splits(cfg: DictConfig, quiet: bool = False) -> list[str]:
     """The splits scored at the end: validation first (a measure to choose recipes by), then test. A run
     told not to validate (trainer.limit_val_batches=0) does not decode the validation set at its end either."""
     splits = [split for split, key in (("val", "val_after_training"), ("test", "test_after_training")) if cfg.get(key)]
     if "val" in splits and OmegaConf.select(cfg, "trainer.limit_val_batches", default=None) == 0:
-        print("val_after_training: the validation set is not decoded at the end (trainer.limit_val_batches=0)")
+        if not quiet:
+            print("val_after_training: the validation set is not decoded at the end (trainer.limit_val_batches=0)")
         splits.remove("val")
     return splits
+
+
+class _Stopped(BaseException):
+    """A stop signal during the final validation or scores (raised by the handler, as Ctrl-C raises)."""
+
+
+@contextlib.contextmanager
+def _stopped_by_signals(what: str, rerun: str):
+    """SIGTERM, SIGUSR1 or Ctrl-C while ``what`` runs (after training: nothing left to save) stops the
+    process with one line saying what a rerun of the same command does (``rerun``), exit 143 (130)."""
+    names = ("SIGTERM", "SIGUSR1")
+    handled = [getattr(signal, n) for n in names if hasattr(signal, n)]
+    main = threading.current_thread() is threading.main_thread()
+
+    def stop(signum, frame):
+        raise _Stopped(signal.Signals(signum).name)
+
+    previous = {s: signal.signal(s, stop) for s in handled} if main else {}
+    try:
+        yield
+    except (_Stopped, KeyboardInterrupt) as err:
+        name = err.args[0] if isinstance(err, _Stopped) else "SIGINT"
+        print(f"Stopped by {name} during {what}; run the same command again: {rerun}")
+        raise SystemExit(130 if name == "SIGINT" else 143) from None
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
 
 
 def _final_scores(
