@@ -149,6 +149,20 @@ def test_foreign_files_get_a_clear_error(tmp_path):
         load_checkpoint(tmp_path / "missing.ckpt")
 
 
+def test_a_checkpoint_whose_weights_do_not_fit_its_model_is_named_in_one_line(toy_run, tmp_path):
+    checkpoint = torch.load(toy_run / "checkpoints" / "best.ckpt", weights_only=True)
+    del checkpoint["state_dict"]["model.output.weight"]
+    checkpoint["state_dict"]["model.extra"] = torch.zeros(1)
+    edited = tmp_path / "edited.ckpt"
+    torch.save(checkpoint, edited)
+    with pytest.raises(
+        CheckpointError,
+        match=rf"^{edited}: the weights do not fit the model its config describes: it lacks 1 weight\(s\) "
+        r"\(output\.weight\); has unknown 1 weight\(s\) \(extra\); the file is damaged",
+    ):
+        load_model(edited, device="cpu")
+
+
 def legacy_config(config: dict) -> dict:
     """The config section as checkpoints wrote it before tasks were objects and modules moved into rooms:
     the task a name, ROUGE a top-level key, the loss and schedules under their old module paths."""

@@ -90,6 +90,18 @@ def load_model(ckpt_path: str | os.PathLike, average_last: int = 0, device: str 
     task = build_task(task_config(config))
     model = task.build_model(config["model"], src_tokenizer, tgt_tokenizer)
     weights = {k.removeprefix("model."): v for k, v in state_dict.items() if k.startswith("model.")}
+    expected = model.state_dict()
+    missing = sorted(set(expected) - set(weights))
+    unexpected = sorted(set(weights) - set(expected))
+    misshapen = sorted(k for k in set(expected) & set(weights) if expected[k].shape != weights[k].shape)
+    if missing or unexpected or misshapen:
+        found = [("lacks", missing), ("has unknown", unexpected), ("has other shapes of", misshapen)]
+        what = "; ".join(f"{verb} {len(keys)} weight(s) ({', '.join(keys[:3])}{', ...' if len(keys) > 3 else ''})"
+                         for verb, keys in found if keys)  # fmt: skip
+        raise CheckpointError(
+            f"{', '.join(paths)}: the weights do not fit the model its config describes: it {what}; the file is "
+            "damaged or was edited: use another checkpoint of the run (an epoch checkpoint, last.ckpt)"
+        )
     model.load_state_dict(weights)
     model.to(pick_device(device)).eval()
     return LoadedModel(model, src_tokenizer, tgt_tokenizer, config, paths, task)
