@@ -658,3 +658,32 @@ def test_a_stop_during_the_final_scores_is_said_and_a_rerun_only_scores(tmp_path
         numbers = [{k: v for k, v in r[split].items() if isinstance(v, float)} for r in (again, reference)]
         assert numbers[0] == numbers[1] and "bleu" in numbers[0], split
     assert again["final_metrics"].keys() == reference["final_metrics"].keys()
+
+
+class SeenAtValidationEnd(L.Callback):
+    def __init__(self):
+        self.seen = []
+
+    def on_validation_end(self, trainer, pl_module):
+        if not trainer.sanity_checking:
+            stopping = next(c for c in trainer.callbacks if type(c).__name__ == "SittingEarlyStopping")
+            self.seen.append((trainer.current_epoch, "val_bleu" in trainer.callback_metrics, stopping.wait_count))
+
+
+@pytest.mark.slow
+def test_early_stopping_counts_only_validations_that_decoded(tmp_path, monkeypatch):
+    """Patience on a decoded metric (val_bleu, decoded every second epoch) counts decoded validations: the
+    validation between two decoded ones has no val_bleu, neither for early stopping nor for the printed
+    line, and leaves the patience spent as it was."""
+    from nmt.training import trainer as trainer_module
+
+    watcher, built = SeenAtValidationEnd(), trainer_module._callbacks
+    monkeypatch.setattr(trainer_module, "_callbacks", lambda *args: [*built(*args), watcher])
+    args = [*QUICK, "trainer.max_epochs=6", "validation.bleu_every_n_epochs=2", "early_stopping.patience=1"]
+    train(compose_train(*args, f"run_dir={tmp_path}"))
+    seen = watcher.seen
+    assert len(seen) >= 4
+    assert [decoded for _, decoded, _ in seen] == [epoch % 2 == 1 for epoch, *_ in seen]
+    for (epoch, decoded, waited), (_, _, before) in zip(seen[1:], seen, strict=False):
+        if not decoded:
+            assert waited == before, f"epoch {epoch}: a validation without val_bleu spent patience"

@@ -432,6 +432,13 @@ class TaskModule(L.LightningModule):
     def on_fit_start(self) -> None:
         self.task.start_workers(self)  # stopped by train(), after the final weights' validation too
 
+    def on_validation_epoch_start(self) -> None:
+        # Lightning keeps a metric logged at an earlier validation among the current ones: a validation that
+        # does not decode would pass the last decoded BLEU on to early stopping (counted as no improvement)
+        # and to the printed line, as if measured now
+        for name in self.task.decoded_metrics:
+            self.trainer.callback_metrics.pop(name, None)
+
     def on_validation_epoch_end(self) -> None:
         self.task.validation_epoch_end(self)
         if not self.trainer.sanity_checking:
