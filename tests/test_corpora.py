@@ -226,6 +226,37 @@ def test_long_inputs_and_length_drops_are_reported(tmp_path):
     assert report["val"]["sources_also_in_train"] == 0
 
 
+def test_data_no_batch_can_hold_is_one_line_naming_the_setting(tmp_path):
+    """No training pair left, an empty training text, a validation sentence longer than the evaluation
+    budget and too few pieces for the characters each stop in one line naming the setting, before a model
+    is built; a blank TSV line is an empty pair (dropped and counted), as in the two-file form."""
+
+    def module(**kwargs) -> FilesDataModule:
+        settings = {"train": str(tmp_path / "a"), "valid_size": 5, "test_size": 5, "cache_dir": str(tmp_path / "c")}
+        return FilesDataModule(**{**settings, "tokenizer": {"vocab_size": 100, "byte_fallback": False}, **kwargs})
+
+    write(tmp_path / "a.src", EN[:60])
+    write(tmp_path / "a.tgt", DE[:60])
+    nothing_left = r"^data: no training pair is left \(\d+ too long\): check data\.train, or raise data\.max_len \(2\)"
+    with pytest.raises(ValueError, match=nothing_left):
+        module(max_len=2).prepare_data()
+    with pytest.raises(ValueError, match=r"^data\.eval_max_tokens=3 is smaller than the longest val sentence"):
+        module(eval_max_tokens=3).prepare_data()
+    write(tmp_path / "empty.tsv", [])
+    with pytest.raises(ValueError, match=r"^data: the training text is empty, nothing to train the tokenizer on"):
+        module(train=str(tmp_path / "empty.tsv"), val=str(tmp_path / "a"), test=str(tmp_path / "a")).prepare_data()
+    chars = [" ".join(chr(0x4E00 + 3 * i + j) for j in range(3)) for i in range(120)]  # 360 distinct characters
+    write(tmp_path / "b.src", chars)
+    write(tmp_path / "b.tgt", chars)
+    with pytest.raises(ValueError, match=r"^data\.tokenizer\.vocab_size=100 is smaller than the \d+ characters"):
+        module(train=str(tmp_path / "b")).prepare_data()
+    pairs = [f"{e}\t{d}" for e, d in zip(EN[:60], DE[:60], strict=True)]
+    write(tmp_path / "blank.tsv", [*pairs[:30], "", *pairs[30:]])
+    blank = module(train=str(tmp_path / "blank.tsv"), val=str(tmp_path / "a"), test=str(tmp_path / "a"))
+    blank.prepare_data()
+    assert blank.report()["train"]["dropped"]["empty"] == 1
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("corpus", ["tatoeba_de_en", "zh_en", "europarl", "files"])
 def test_a_tiny_transformer_trains_an_epoch_on_each_module(corpus, tmp_path):

@@ -39,11 +39,12 @@ class TokenBatchSampler(Sampler[list[int]]):
         seed: int = 0,
         num_replicas: int = 1,
         rank: int = 0,
+        key: str = "data.max_tokens",
     ) -> None:
         if max_tokens < max(lengths, default=0):
+            remedy = "or lower data.max_len" if key == "data.max_tokens" else "(evaluation sets are kept whole)"
             raise ValueError(
-                f"data.max_tokens={max_tokens} is smaller than the longest sentence ({max(lengths)} tokens): "
-                "raise data.max_tokens or lower data.max_len"
+                f"{key}={max_tokens} is smaller than the longest sentence ({max(lengths)} tokens): raise {key} {remedy}"
             )
         self.lengths = list(lengths)
         self.max_tokens = max_tokens

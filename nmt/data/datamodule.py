@@ -325,9 +325,30 @@ class ParallelDataModule(L.LightningDataModule):
 
     # ---- LightningDataModule -------------------------------------------------------------------
     def prepare_data(self) -> None:
-        # runs once per machine: downloads, trains the tokenizers and fills the encoding cache
+        # runs once per machine: downloads, trains the tokenizers and fills the encoding cache; what no
+        # batch could hold is said here, before a model is built
         for split in ("train", "val", "test"):
-            self._encoded(split)
+            dataset = self._encoded(split)
+            if split == "train" and len(dataset) == 0:
+                dropped = ", ".join(
+                    f"{n} {why.replace('_', ' ')}" for why, n in self.dropped.get(split, {}).items() if n
+                )
+                raise ValueError(
+                    f"data: no training pair is left ({dropped or 'the training split is empty'}): check "
+                    f"data.train, or raise data.max_len ({self.max_len}) if the pairs are long"
+                )
+            key, budget = (
+                ("data.max_tokens", self.max_tokens)
+                if split == "train"
+                else ("data.eval_max_tokens", self.eval_max_tokens)
+            )
+            longest = max(dataset.lengths(), default=0)
+            if longest > budget:
+                remedy = "or lower data.max_len" if split == "train" else "(evaluation sets are kept whole)"
+                raise ValueError(
+                    f"{key}={budget} is smaller than the longest {split} sentence ({longest} tokens): "
+                    f"raise {key} {remedy}"
+                )
 
     def setup(self, stage: str | None = None) -> None:
         for split in STAGE_SPLITS.get(stage, ("train", "val", "test")):
@@ -341,8 +362,9 @@ class ParallelDataModule(L.LightningDataModule):
 
         def sampler(num_replicas: int, rank: int) -> TokenBatchSampler:
             lengths = dataset.lengths()
+            key = "data.max_tokens" if shuffle else "data.eval_max_tokens"
             return TokenBatchSampler(
-                lengths, budget, shuffle=shuffle, seed=self.seed, num_replicas=num_replicas, rank=rank
+                lengths, budget, shuffle=shuffle, seed=self.seed, num_replicas=num_replicas, rank=rank, key=key
             )
 
         collate_fn = index_batch if self._builds_on_device() else collate

@@ -33,6 +33,8 @@ def read_split_files(spec, src_lang: str, tgt_lang: str, columns=(0, 1)) -> tupl
         src, tgt = [], []
         for number, line in enumerate(read_lines(spec), start=1):
             fields = line.split("\t")
+            if not line.strip():  # a blank line is a pair with both sides empty, as in the two-file form
+                fields = [""] * (max(columns) + 1)
             if len(fields) <= max(columns):
                 raise ValueError(
                     f"{spec}, line {number}: {len(fields)} tab-separated fields, needs column "

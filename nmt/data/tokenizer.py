@@ -1,5 +1,6 @@
 """SentencePiece subword tokenizers, trained on the training split and cached by a hash of their inputs."""
 
+import contextlib
 import hashlib
 import io
 import json
@@ -202,7 +203,9 @@ class Tokenizer:
             # differ, and the data check of a resumed run (which hashes the tokenizers) would refuse it
             keep = random.Random(TRAINING_SEED).sample(range(len(sentences)), settings.max_sentences)
             sentences = [sentences[i] for i in sorted(keep)]
-        with tempfile.TemporaryDirectory() as folder:  # the lowercase rule is a file SentencePiece reads
+        if not any(sentence.strip() for sentence in sentences):
+            raise ValueError("data: the training text is empty, nothing to train the tokenizer on: check data.train")
+        with tempfile.TemporaryDirectory() as folder, _trainer_errors(settings):
             spm.SentencePieceTrainer.train(
                 sentence_iterator=iter(sentences),
                 model_writer=model,
@@ -222,6 +225,24 @@ class Tokenizer:
                 **_normalization_rule(settings.normalization, Path(folder)),
             )
         return cls(model.getvalue())
+
+
+@contextlib.contextmanager
+def _trainer_errors(settings: TokenizerSettings):
+    """SentencePiece's training errors as one line naming the setting to change."""
+    try:
+        yield
+    except RuntimeError as err:
+        text = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
+        needed = re.search(r"smaller than required_chars\. (\d+) vs (\d+)", text)
+        if needed:
+            raise ValueError(
+                f"data.tokenizer.vocab_size={settings.vocab_size} is smaller than the {needed.group(2)} characters "
+                f"the training text needs (data.tokenizer.character_coverage={settings.character_coverage}): raise "
+                "vocab_size, or lower character_coverage (e.g. 0.9995 for Chinese), whose rare characters then "
+                "become byte pieces or unknown"
+            ) from None
+        raise ValueError(f"data: SentencePiece could not train the tokenizer: {text}") from None
 
 
 def _normalization_rule(name: str, folder: Path) -> dict:
