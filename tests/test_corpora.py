@@ -221,8 +221,8 @@ def test_long_inputs_and_length_drops_are_reported(tmp_path):
         tokenizer={"vocab_size": 100, "byte_fallback": False},
         cache_dir=str(tmp_path / "c"),
     )
-    short.prepare_data()
-    assert short.report()["train"]["dropped"]["too_long"] > 100
+    with pytest.raises(ValueError, match=r"no training pair is left \(2 empty, 1\d\d too long\)"):  # all dropped
+        short.prepare_data()
     assert report["val"]["sources_also_in_train"] == 0
 
 

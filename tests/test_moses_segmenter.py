@@ -71,7 +71,12 @@ def test_only_the_moses_specs_name_their_language_and_a_spec_from_before_reads_a
     moses segmenter existed: they must stay the same. ``moses`` split hyphens before it tokenised as the
     release: a checkpoint's spec from then (no "hyphens") must still split them."""
     assert Segmenter("none", None, "de").spec() == {"name": "none", "user_dict": None}
-    assert Segmenter("jieba", None, "zh").spec() == {"name": "jieba", "user_dict": None}
+    # jieba segments Chinese runs only; over the whole text before (a spec without "runs"): jieba_all
+    assert Segmenter("jieba", None, "zh").spec() == {"name": "jieba", "user_dict": None, "runs": "cjk"}
+    assert Segmenter("jieba_all", None, "zh").spec() == {"name": "jieba", "user_dict": None}
+    old_jieba = Segmenter.from_spec({"name": "jieba", "user_dict": None})
+    assert old_jieba.name == "jieba_all" and old_jieba.undo(old_jieba("10,000日元")) == "10 , 000日元"
+    assert Segmenter.from_spec(Segmenter("jieba", None, "zh").spec()).name == "jieba"
     release = {"name": "moses", "user_dict": None, "lang": "de", "hyphens": "kept"}
     assert Segmenter("moses", None, "de").spec() == release
     aggressive = {"name": "moses_aggressive", "user_dict": None, "lang": "de"}
@@ -169,7 +174,8 @@ def test_a_segmenter_for_another_language_or_an_unknown_one_is_refused():
         Multi30kDataModule(download=False, segmenter={"fr": "moses"})
     with pytest.raises(
         ValueError,
-        match=r"data.segmenter.de: segmenter='mose' is not one of \['none', 'jieba', 'moses', 'moses_aggressive'\]",
+        match=r"data.segmenter.de: segmenter='mose' is not one of \['none', 'jieba', 'jieba_all', 'moses', "
+        r"'moses_aggressive'\]",
     ):
         Multi30kDataModule(download=False, segmenter={"de": "mose"})
 

@@ -20,7 +20,14 @@ HARD = {
         "Ｆｕｌｌ－ｗｉｄｔｈ ＡＢＣ １２３ and ① ﬁ ligature.",
     ],
     "de": ["Ein Mann … trinkt 1½ Liter „Kaffee“.", "Straße\u00a0Nr.\u00a012 — über ﬁve Äpfel²."],
-    "zh": ["你好，世界！（１００）", "他说：“我们明天见……”", "价格是１２３元，约２½小时。"],
+    # ASCII digits, punctuation and Latin words beside Chinese: jieba segments the Chinese runs only
+    "zh": [
+        "你好，世界！（１００）",
+        "他说：“我们明天见……”",
+        "价格是１２３元，约２½小时。",
+        "10,000日元，约2:30到。",
+        "R&D部门买了iPhone 15。",
+    ],  # fmt: skip
 }
 WORDS = {
     "en": "a man woman dog runs on the street in front of white house with red hat".split(),

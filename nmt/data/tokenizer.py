@@ -21,7 +21,7 @@ from nmt.utils.io import atomic_write_bytes
 # fixed ids, the same in every vocabulary, so models and search code can rely on them
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 MODEL_TYPES = ("bpe", "unigram")
-SEGMENTERS = ("none", "jieba", "moses", "moses_aggressive")
+SEGMENTERS = ("none", "jieba", "jieba_all", "moses", "moses_aggressive")
 MOSES = ("moses", "moses_aggressive")
 # SentencePiece's rules; "identity" keeps every character as written (the default, see TokenizerSettings);
 # "lowercase" is identity with every letter lowercased (as the lowercased releases of Multi30k that papers
@@ -32,14 +32,20 @@ NORMALIZATIONS = ("identity", "lowercase", "nmt_nfkc", "nfkc", "nmt_nfkc_cf", "n
 _CJK = "\u2010-\u2027\u2030-\u205e\u3000-\u303f\u4e00-\u9fff\uff00-\uffef"
 _LINE_BREAKS = re.compile(r"[\n\r]")
 _CJK_GAP = re.compile(rf"(?<=[{_CJK}])\s+(?=\S)|(?<=\S)\s+(?=[{_CJK}])")
+_CJK_RUN = re.compile(rf"[{_CJK}]+")  # what jieba segments; the text between runs stays as written
+_RUN_EDGE = re.compile(r"\s*\0[\s\0]*")
 
 
 class Segmenter:
     """Word segmentation applied before SentencePiece and undone after decoding, per language: ``jieba``
-    splits Chinese into words; ``moses`` tokenises as the Moses tokenizer (``tokenizer.perl``, without
-    escaping), the preprocessing of Multi30k's tokenised release, which keeps a hyphen inside its word;
-    ``moses_aggressive`` also splits such hyphens off (``tokenizer.perl -a``, as WMT preparation scripts do).
-    Both detokenise what the model writes, so that it is scored as text."""
+    splits the runs of Chinese characters into words and sets them apart, leaving the text between runs
+    as written, so that undoing (removing the spaces next to Chinese characters) gives digits, Latin words
+    and ASCII punctuation back as they were (``10,000日元``, ``R&D``); ``jieba_all`` is how checkpoints made
+    before segmented, jieba over the whole text (``10 , 000日元`` after undoing); ``moses`` tokenises as the
+    Moses tokenizer (``tokenizer.perl``, without escaping), the preprocessing of Multi30k's tokenised
+    release, which keeps a hyphen inside its word; ``moses_aggressive`` also splits such hyphens off
+    (``tokenizer.perl -a``, as WMT preparation scripts do). Both detokenise what the model writes, so that
+    it is scored as text."""
 
     def __init__(self, name: str = "none", user_dict: str | None = None, lang: str | None = None) -> None:
         if name not in SEGMENTERS:
@@ -69,7 +75,13 @@ class Segmenter:
             if self.user_dict:
                 tokenizer.load_userdict(self.user_dict)
             self._jieba = tokenizer
-        return " ".join(w for w in self._jieba.cut(text) if w.strip())
+        if self.name == "jieba_all":
+            return " ".join(w for w in self._jieba.cut(text) if w.strip())
+        # each run's words set apart; a run's edge and the whitespace beside it become one space
+        marked = _CJK_RUN.sub(
+            lambda run: "\0" + " ".join(w for w in self._jieba.cut(run.group()) if w.strip()) + "\0", text
+        )
+        return _RUN_EDGE.sub(" ", marked).strip()
 
     def undo(self, text: str) -> str:
         if self.name in MOSES:  # joins what tokenising split: "a @-@ b" -> "a-b", "Haus ." -> "Haus."
@@ -99,6 +111,10 @@ class Segmenter:
         # checkpoint made before) is read as moses_aggressive (from_spec), so such a model reads text as it
         # was trained to
         spec = {"name": self.name, "user_dict": self.user_dict}
+        if self.name == "jieba":  # "runs": Chinese runs only; a spec without it is jieba_all's (from_spec)
+            return {**spec, "runs": "cjk"}
+        if self.name == "jieba_all":
+            return {"name": "jieba", "user_dict": self.user_dict}
         if self.name == "moses":
             return {**spec, "lang": self.lang, "hyphens": "kept"}
         return {**spec, "lang": self.lang} if self.name in MOSES else spec
@@ -109,6 +125,8 @@ class Segmenter:
         spec = dict(spec)
         if spec.get("name") == "moses" and spec.pop("hyphens", None) != "kept":
             spec["name"] = "moses_aggressive"
+        if spec.get("name") == "jieba" and spec.pop("runs", None) != "cjk":
+            spec["name"] = "jieba_all"
         return cls(**spec)
 
 
