@@ -259,7 +259,7 @@ def test_data_no_batch_can_hold_is_one_line_naming_the_setting(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("corpus", ["tatoeba_de_en", "zh_en", "europarl", "files"])
-def test_a_tiny_transformer_trains_an_epoch_on_each_module(corpus, tmp_path):
+def test_a_tiny_transformer_trains_an_epoch_on_each_module(corpus, tmp_path, capsys):
     data = tmp_path / "data"
     write(data / "deu.txt", [f"{e}\t{d}" for e, d in zip(EN, DE, strict=True)])
     write(data / "cmn.txt", [f"{e}\t{z}" for e, z in zip(ZH_EN, ZH, strict=True)])
@@ -286,6 +286,9 @@ def test_a_tiny_transformer_trains_an_epoch_on_each_module(corpus, tmp_path):
     assert metrics["val_ppl"] == pytest.approx(math.exp(metrics["val_loss"]), rel=1e-4)
     report = json.loads((tmp_path / "run" / "data_report.json").read_text())
     assert report["splits"]["val"]["pairs"] >= 30
+    # files name their languages only when told: without, the scores' tokenisation is not the language's
+    unnamed = "note: data.tgt_lang=tgt names no language known here: BLEU tokenises the target as '13a'"
+    assert (unnamed in capsys.readouterr().out) == (corpus == "files")
 
 
 @pytest.mark.slow

@@ -17,7 +17,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf
 
 from nmt.data.report import write_report
-from nmt.data.tokenizer import PAD_ID
+from nmt.data.tokenizer import PAD_ID, moses_languages
 from nmt.inference.checkpoint import CheckpointError, epoch_checkpoints, load_checkpoint
 from nmt.inference.loading import load_model
 from nmt.models.build import count_parameters
@@ -311,6 +311,12 @@ def _train_in_folder(cfg: DictConfig, task, run_dir: Path, config: dict, main_pr
         print(f"Run directory: {run_dir}")
         print(describe_recipe(cfg))
         print(f"Data: {datamodule.describe()}; model: {count_parameters(model):,} parameters")
+        target = str(OmegaConf.select(cfg, "data.tgt_lang", default="") or "")
+        if target and target not in moses_languages() | {"zh", "ja", "ko", "yue"}:
+            print(
+                f"note: data.tgt_lang={target} names no language known here: BLEU tokenises the target as '13a', "
+                "the tokenised BLEU without a language's Moses rules; name it (data.tgt_lang=zh, ja, de, ...)"
+            )
         atomic_write_text(run_dir / "config.yaml", OmegaConf.to_yaml(OmegaConf.create(config)))
         atomic_write_bytes(run_dir / "tokenizers" / "src.model", src_tokenizer.model_proto)
         atomic_write_bytes(run_dir / "tokenizers" / "tgt.model", tgt_tokenizer.model_proto)
