@@ -366,3 +366,14 @@ def test_official_test_sets_keep_pairs_with_an_empty_side(tmp_path):
     assert report["train"]["dropped"]["empty"] == 1
     batch = next(iter(dm._loader("test", shuffle=False)))  # the empty reference makes a valid batch
     assert "" in batch["refs"]
+
+
+def test_iwslt16_sets_are_refused_for_a_model_of_other_languages():
+    from types import SimpleNamespace
+
+    from nmt.tasks.translation_eval import load_eval_set
+
+    zh_en = SimpleNamespace(src_lang="zh", tgt_lang="en")
+    with pytest.raises(ValueError, match=r"^split=iwslt16:tst2013: the IWSLT16 TED sets are German-English; this model "
+                       r"translates zh-en \(score another set with split=files:<prefix>\)"):  # fmt: skip
+        load_eval_set("iwslt16:tst2013", zh_en, {}, {"cache_dir": "/nonexistent"}, None)

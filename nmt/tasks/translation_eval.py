@@ -58,6 +58,11 @@ def load_eval_set(split: str, datamodule, data_cfg, config: dict, task) -> tuple
     if split in ("train", "val", "test"):
         return *datamodule.text(split), f"{datamodule.describe()} {split}"
     if split.startswith("iwslt16:"):
+        if {src_lang, tgt_lang} != {"de", "en"}:
+            raise ValueError(
+                f"split={split}: the IWSLT16 TED sets are German-English; this model translates {src_lang}-{tgt_lang} "
+                "(score another set with split=files:<prefix>)"
+            )
         name = split.split(":", 1)[1]
         corpus = "TEDX" if name.startswith("TEDX.") else "TED"
         name = name.removeprefix("TEDX.").removeprefix("TED.")
