@@ -648,3 +648,15 @@ def test_the_report_says_what_ended_each_run_and_warns_of_runs_cut_by_a_time_cap
     lines = (tmp_path / "results.csv").read_text().splitlines()
     column = lines[0].split(",").index("ended_by")
     assert sorted(line.split(",")[column] for line in lines[1:]) == ["", ""] + ["early stopping"] * 8 + ["max_time"] * 2
+
+
+def test_a_run_whose_config_cannot_be_read_is_named_and_the_report_still_written(tmp_path, capsys):
+    synthetic_sweep(tmp_path)
+    runs = sorted(tmp_path.iterdir())
+    for run_dir in runs:
+        (run_dir / "config.yaml").write_text("data: {tgt_lang: de}\ntrainer: {max_steps: 300}\n")
+    (runs[0] / "config.yaml").write_text(": not yaml [")
+    report = write_report(tmp_path).read_text()
+    out = capsys.readouterr().out
+    assert f"{runs[0] / 'config.yaml'} cannot be read" in out
+    assert "pos=relative raises test_bleu" in report

@@ -51,7 +51,11 @@ def _bleu_tokenize(record: dict) -> str:
     """sacreBLEU's tokenizer for the run's target language, as its test BLEU was scored ('zh' for Chinese,
     'ja-mecab' / 'ko-mecab' where their packages are installed, '13a' otherwise)."""
     config = Path(record.get("run_dir", "")) / "config.yaml"
-    lang = OmegaConf.load(config).data.get("tgt_lang") if config.is_file() else None
+    try:
+        lang = OmegaConf.select(OmegaConf.load(config), "data.tgt_lang") if config.is_file() else None
+    except Exception as err:  # noqa: BLE001 - one run's damaged record: named, its statistics tokenised as 13a
+        print(f"warning: {config} cannot be read ({type(err).__name__}); its outputs' sentence statistics use 13a")
+        lang = None
     try:
         return bleu_tokenizer(lang) if lang else "13a"
     except ValueError as err:  # a run scored before its language needed MeCab can still be re-reported

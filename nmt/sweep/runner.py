@@ -371,7 +371,7 @@ class SweepReport(Callback):
             report = write_report(
                 config.hydra.sweep.dir, config.get("report_metric", "auto"), baseline, config.get("report_sentence", 0)
             )
-        except (KeyError, ValueError, FileNotFoundError) as err:
+        except Exception as err:  # noqa: BLE001 - any failure of the report is the sweep's failure
             # raised as SystemExit: Hydra would turn the exception into a warning and exit 0
             print(f"error: the report of {config.hydra.sweep.dir} failed: {err!r}", file=sys.stderr)
             raise SystemExit(1) from None

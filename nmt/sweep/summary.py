@@ -6,7 +6,7 @@ missing. Read from the sweep folder (multirun.yaml, plan.json) and its run folde
 import json
 from pathlib import Path
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 PLAN = "plan.json"  # written by nmt.sweep.runner before the runs: factors with their levels as written
 FAILED = "sweep_failed.json"  # in a run folder whose last attempt failed (nmt.sweep.runner)
@@ -29,6 +29,16 @@ SWEEP_KEYS = (
     "tuned",  # +tuned=<name>: conf/tuned/<name>.yaml, the level_settings that `python sweep.py tune` wrote
 )
 GROUPS = ("task", "data", "model", "recipe", "pos", "norm", "optim", "smoothing", "attention")
+
+
+def _readable_yaml(path: Path):
+    """A run's YAML record, or None (said once) where it cannot be read: the facts come from another run."""
+    try:
+        loaded = OmegaConf.load(path)
+    except Exception as err:  # noqa: BLE001 - a damaged file of one run must not cost the sweep its report
+        print(f"[sweep] {path} cannot be read ({type(err).__name__}): the report's facts come from other runs")
+        return None
+    return loaded if isinstance(loaded, DictConfig) else None
 
 
 def planned(sweep_dir: Path) -> dict:
@@ -90,10 +100,12 @@ def describe(sweep_dir: Path, records: list[dict]) -> dict:
             codes.add(commit + (" with uncommitted changes" if code.get("dirty") else ""))
         hydra = run_dir / ".hydra" / "hydra.yaml"
         if hydra.is_file() and not choices:
-            saved = OmegaConf.load(hydra).hydra.runtime.choices
-            choices = {g: str(saved.get(g)) for g in GROUPS if saved.get(g) is not None}
+            saved = _readable_yaml(hydra)
+            if saved is not None and OmegaConf.select(saved, "hydra.runtime.choices") is not None:
+                saved = saved.hydra.runtime.choices
+                choices = {g: str(saved.get(g)) for g in GROUPS if saved.get(g) is not None}
         if config is None and (run_dir / "config.yaml").is_file():
-            config = OmegaConf.load(run_dir / "config.yaml")
+            config = _readable_yaml(run_dir / "config.yaml")
     facts["code"] = sorted(codes)
     facts["choices"] = choices
     if config is not None:
