@@ -687,3 +687,15 @@ def test_early_stopping_counts_only_validations_that_decoded(tmp_path, monkeypat
     for (epoch, decoded, waited), (_, _, before) in zip(seen[1:], seen, strict=False):
         if not decoded:
             assert waited == before, f"epoch {epoch}: a validation without val_bleu spent patience"
+
+
+@pytest.mark.slow
+def test_a_missing_last_checkpoint_beside_epoch_checkpoints_is_named_not_trained_over(tmp_path, capsys):
+    train(compose_train(*QUICK, f"run_dir={tmp_path}"))
+    (tmp_path / "results.json").unlink()
+    (tmp_path / "checkpoints" / "last.ckpt").unlink()
+    with pytest.raises(CheckpointError, match=r"last\.ckpt is missing, but 2 epoch checkpoint\(s\) lie beside it; pass "
+                       r"checkpoint\.resume_fallback=true"):  # fmt: skip
+        train(compose_train(*QUICK, f"run_dir={tmp_path}"))
+    results = train(compose_train(*QUICK, "checkpoint.resume_fallback=true", f"run_dir={tmp_path}"))
+    assert "resuming from" in capsys.readouterr().out and results["finished"] and results["epochs"] == 2

@@ -122,7 +122,15 @@ def resolve_resume(cfg: DictConfig, checkpoint_dir: Path) -> str | None:
             print(f"Resuming from {hpc}: saved by Lightning on SLURM's preemption signal, after last.ckpt")
             path = hpc
         if not path.is_file():
-            return None
+            epochs = epoch_checkpoints(checkpoint_dir)
+            if not epochs:
+                return None
+            # trained before, its last.ckpt gone: training afresh would write over the epochs kept
+            if not OmegaConf.select(cfg, "checkpoint.resume_fallback", default=False):
+                raise CheckpointError(
+                    f"cannot resume: {path} is missing, but {len(epochs)} epoch checkpoint(s) lie beside it; pass "
+                    "checkpoint.resume_fallback=true to resume from the newest readable one, or choose another run_dir"
+                )
     else:
         path = checkpoint_dir / "last.ckpt" if cfg.ckpt_path == "last" else Path(cfg.ckpt_path).expanduser()
         if not path.is_file():
