@@ -207,10 +207,11 @@ def print_plan(sweep_dir: Path, config: DictConfig) -> None:
     walls = [json.loads((f / RESULT).read_text()).get("wall_time_s") or 0 for f in done]
     if walls and to_run:
         hours = sum(walls) / len(walls) * len(to_run) / 3600
-        print(f"  expected cost: about {hours:.1f} h of run time (the mean of the {len(walls)} finished runs)")
+        cost = f"{hours:.1f} h" if hours >= 0.1 else f"{hours * 60:.1f} min"
+        print(f"  expected cost: about {cost} of run time (the mean of the {len(walls)} finished runs)")
     else:
         print("  expected cost: " + ("nothing left to run" if not to_run else "unknown until a run has finished"))
-    for name, found in list(changed.items())[:5]:
+    for name, found in changed.items():
         print(f"  under other settings: {name}: {'; '.join(found[:4])}")
     if changed and not moving:
         print(

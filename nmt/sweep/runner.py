@@ -336,6 +336,7 @@ class SweepReport(Callback):
             changed = {}
         if changed:
             listing = "; ".join(f"{name} ({', '.join(found[:3])})" for name, found in list(changed.items())[:3])
+            listing += f"; and {len(changed) - 3} more (plan=true lists them)" if len(changed) > 3 else ""
             print(
                 f"error: {len(changed)} run(s) of {sweep_dir} were made under other settings or code: {listing}. "
                 "Give this sweep its own sweep_name=... to keep both, on_changed=move to set those runs aside "
