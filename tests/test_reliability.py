@@ -256,6 +256,31 @@ def test_sigterm_around_the_end_of_an_epoch_resumes_exactly(uninterrupted_in_pro
     assert first.then(second) == reference_order.epochs  # the same batches in the same epochs
 
 
+class CrashAt(L.Callback):
+    """Raises (as a crash or SIGKILL would end the process: nothing saved) at a batch of an epoch."""
+
+    def __init__(self, epoch: int, batch: int):
+        self.epoch, self.batch = epoch, batch
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        if trainer.current_epoch == self.epoch and batch_idx == self.batch:
+            raise RuntimeError("crashed")
+
+
+@pytest.mark.parametrize("bound", BOUNDS)
+def test_a_crash_resumes_from_the_last_epochs_checkpoint_exactly(uninterrupted_in_process, tmp_path, bound):
+    """The epoch checkpoint, saved at the epoch's end, resumes at the next epoch's start with the same batches
+    and the same log: a run bounded by max_steps logged each later row one step late (and an empty epoch
+    end) before the saved state said where the epoch ended."""
+    reference, reference_order = uninterrupted_in_process(BOUNDS[bound])
+    first, second = BatchOrder(), BatchOrder()
+    with pytest.raises(RuntimeError, match="crashed"):
+        train_in_process(tmp_path, CrashAt(1, 3), first, overrides=BOUNDS[bound])
+    assert torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)["epoch"] == 0
+    assert_same_training(train_in_process(tmp_path, second, overrides=BOUNDS[bound]), reference, tmp_path)
+    assert {0: first.epochs[0], **second.epochs} == reference_order.epochs  # the crashed epoch redone whole
+
+
 def test_a_run_writing_checkpoints_behind_training_resumes_exactly(uninterrupted_in_process, tmp_path):
     """``checkpoint.write_behind=true`` (a GPU's default; here on the CPU): the epoch checkpoints and the
     signal's last.ckpt written by the worker thread are the state at each save, all on disk before the

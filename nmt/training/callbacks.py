@@ -1,8 +1,10 @@
 """Callbacks: keep a run's work when the process is told to stop; measure its wall time and throughput."""
 
+import copy
 import signal
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import lightning as L
 from lightning.fabric.plugins.environments import SLURMEnvironment
@@ -86,11 +88,17 @@ class SaveOnSignal(Callback):
         if not _training_ends(trainer):
             self._act(trainer)
 
+    def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict) -> None:
+        # a save at an epoch's end (the epoch checkpoints, last.ckpt) is the next epoch's start to resume from
+        if self.epoch_ended and "fit_loop" in checkpoint.get("loops", {}):
+            checkpoint["loops"]["fit_loop"] = as_next_epoch_start(trainer, checkpoint["loops"]["fit_loop"])
+
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
         if isinstance(exception, SIGTERMException):
             if self.epoch_ended:  # Lightning raises after an epoch's end hooks
                 _start_next_epoch(trainer)
+                self.epoch_ended = False  # the live state is the next epoch's start now (on_save_checkpoint)
             writer = trainer.strategy.checkpoint_io
             if isinstance(writer, AtomicCheckpointIO):  # on disk before the barrier that lets the other ranks exit
                 writer.background = False
@@ -154,11 +162,12 @@ def _stopped_early(callback: EarlyStopping) -> bool:
     return callback.stopped_epoch > 0
 
 
-def _start_next_epoch(trainer: L.Trainer) -> None:
-    """Resets the per-epoch counters as the next epoch's start would. Saved as they are, the finished epoch's
-    counters make a resumed Lightning take the next epoch for finished too: it ends with no batch trained,
-    validates the same weights again (a step of early stopping's patience) and counts an epoch."""
-    loop = trainer.fit_loop.epoch_loop
+def _start_next_epoch(trainer: L.Trainer, loop=None) -> None:
+    """Resets the per-epoch counters as the next epoch's start would (of ``loop``, the fit loop's epoch loop
+    by default). Saved as they are, the finished epoch's counters make a resumed Lightning take the next
+    epoch for finished too: it ends with no batch trained, validates the same weights again (a step of early
+    stopping's patience) and counts an epoch."""
+    loop = trainer.fit_loop.epoch_loop if loop is None else loop
     loop.batch_progress.reset_on_run()
     loop.scheduler_progress.reset_on_run()
     loop.automatic_optimization.optim_progress.reset_on_run()
@@ -168,6 +177,42 @@ def _start_next_epoch(trainer: L.Trainer) -> None:
     # (as a save in a batch's hooks does); this one came after it
     if trainer.max_steps != -1:
         loop._batches_that_stepped -= 1
+
+
+def as_next_epoch_start(trainer: L.Trainer, fit_loop_state: dict) -> dict:
+    """The fit loop's saved state (``checkpoint["loops"]["fit_loop"]``) of a save at an epoch's end, as
+    :func:`_start_next_epoch` would leave it, the live loop untouched: a checkpoint saved at an epoch's end
+    (the epoch checkpoints, last.ckpt) resumes at the next epoch's start."""
+    loop = trainer.fit_loop.epoch_loop
+    parts = {
+        "batch_progress": loop.batch_progress,
+        "scheduler_progress": loop.scheduler_progress,
+        "automatic_optimization.optim_progress": loop.automatic_optimization.optim_progress,
+    }
+    copies = {name: copy.deepcopy(part) for name, part in parts.items()}
+    val_progress = copy.deepcopy(loop.val_loop.batch_progress)
+    stand_in = SimpleNamespace(
+        batch_progress=copies["batch_progress"],
+        scheduler_progress=copies["scheduler_progress"],
+        automatic_optimization=SimpleNamespace(optim_progress=copies["automatic_optimization.optim_progress"]),
+        val_loop=SimpleNamespace(batch_progress=val_progress),
+        _batches_that_stepped=loop._batches_that_stepped,
+    )
+    _start_next_epoch(trainer, stand_in)
+    state = dict(fit_loop_state)
+    for name, part in copies.items():
+        state[f"epoch_loop.{name}"] = part.state_dict()
+    state["epoch_loop.val_loop.batch_progress"] = val_progress.state_dict()
+    state["epoch_loop.state_dict"] = {
+        **state["epoch_loop.state_dict"],
+        "_batches_that_stepped": stand_in._batches_that_stepped,
+    }
+    # the epoch counted as completed, as Lightning counts it right after its end hooks (a signal's save comes then)
+    epochs = copy.deepcopy(trainer.fit_loop.epoch_progress)
+    if epochs.current.completed < epochs.current.processed:
+        epochs.increment_completed()
+    state["epoch_progress"] = epochs.state_dict()
+    return state
 
 
 class ResumeLogs(Callback):

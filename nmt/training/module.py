@@ -48,6 +48,7 @@ class TaskModule(L.LightningModule):
         super().__init__()
         self.task = task
         self.last_validated_step = -1  # the update whose weights the last validation scored
+        self.last_decoded_step = -1  # ... and the last validation that decoded (BLEU and the like)
         self.final_validation = False  # set while the weights after the last update are validated
         self.val_metrics = val_metrics if val_metrics is not None else nn.ModuleDict()
         self.model = model
@@ -443,5 +444,7 @@ class TaskModule(L.LightningModule):
         self.task.validation_epoch_end(self)
         if not self.trainer.sanity_checking:
             self.last_validated_step = self.global_step
+            if any(name in self.trainer.callback_metrics for name in self.task.decoded_metrics):
+                self.last_decoded_step = self.global_step
         for metric in self.val_metrics.values():
             metric.reset()  # the next validation starts from zero

@@ -414,7 +414,13 @@ def _validate_final_weights(cfg: DictConfig, trainer: L.Trainer, module, datamod
     # a monitored score that only decoded validations compute may never have been computed (a run shorter
     # than validation.bleu_every_n_epochs): validate the final weights then too, so that a best.ckpt exists
     never_scored = best.best_model_score is None
-    if (trainer.global_step == module.last_validated_step and not never_scored) or trainer.limit_val_batches == 0:
+    # a monitored score that only decoded validations compute: the final weights' validation must have decoded
+    decoded = (
+        cfg.checkpoint.monitor not in module.task.decoded_metrics or module.last_decoded_step == trainer.global_step
+    )
+    if (
+        trainer.global_step == module.last_validated_step and decoded and not never_scored
+    ) or trainer.limit_val_batches == 0:
         return {}
     module.final_validation = True
     try:
