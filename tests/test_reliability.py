@@ -281,6 +281,26 @@ def test_a_crash_resumes_from_the_last_epochs_checkpoint_exactly(uninterrupted_i
     assert {0: first.epochs[0], **second.epochs} == reference_order.epochs  # the crashed epoch redone whole
 
 
+@pytest.mark.parametrize("stop", ["crash", "sigterm"])
+def test_a_run_without_validation_resumes_from_an_epochs_end_with_the_same_log(tmp_path, stop):
+    """max_steps with no validation (limit_val_batches=0): a restarted Lightning counts no extra logging step
+    where no validation ran at the epoch's end, so the saved state keeps its count; the log, the steps and
+    what ended the run are the uninterrupted run's."""
+    overrides = (*BOUNDS["steps"], "trainer.limit_val_batches=0")
+    reference = train_in_process(tmp_path / "reference", overrides=overrides)
+    run = tmp_path / "stopped"
+    run.mkdir()
+    stopper = CrashAt(1, 3) if stop == "crash" else SignalAt("train_epoch_start", 1)
+    with pytest.raises(RuntimeError if stop == "crash" else SystemExit):
+        train_in_process(run, stopper, overrides=overrides)
+    resumed = train_in_process(run, overrides=overrides)
+    assert (resumed["steps"], resumed["ended_by"]) == (reference["steps"], "max_epochs")
+    assert reference["ended_by"] == "max_epochs"
+    assert [(step, key) for step, key, _ in logged_curves(run)] == [
+        (step, key) for step, key, _ in logged_curves(reference["run_dir"])
+    ]
+
+
 def test_a_run_writing_checkpoints_behind_training_resumes_exactly(uninterrupted_in_process, tmp_path):
     """``checkpoint.write_behind=true`` (a GPU's default; here on the CPU): the epoch checkpoints and the
     signal's last.ckpt written by the worker thread are the state at each save, all on disk before the

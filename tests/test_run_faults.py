@@ -690,12 +690,16 @@ def test_early_stopping_counts_only_validations_that_decoded(tmp_path, monkeypat
 
 
 @pytest.mark.slow
-def test_a_missing_last_checkpoint_beside_epoch_checkpoints_is_named_not_trained_over(tmp_path, capsys):
+def test_a_missing_last_checkpoint_beside_epoch_checkpoints_resumes_from_the_newest_not_afresh(tmp_path, capsys):
     train(compose_train(*QUICK, f"run_dir={tmp_path}"))
     (tmp_path / "results.json").unlink()
     (tmp_path / "checkpoints" / "last.ckpt").unlink()
-    with pytest.raises(CheckpointError, match=r"last\.ckpt is missing, but 2 epoch checkpoint\(s\) lie beside it; pass "
-                       r"checkpoint\.resume_fallback=true"):  # fmt: skip
-        train(compose_train(*QUICK, f"run_dir={tmp_path}"))
-    results = train(compose_train(*QUICK, "checkpoint.resume_fallback=true", f"run_dir={tmp_path}"))
-    assert "resuming from" in capsys.readouterr().out and results["finished"] and results["epochs"] == 2
+    capsys.readouterr()
+    results = train(compose_train(*QUICK, f"run_dir={tmp_path}"))
+    newest = tmp_path / "checkpoints" / "epoch001.ckpt"
+    assert f"last.ckpt is missing; resuming from {newest}, the newest epoch checkpoint" in capsys.readouterr().out
+    assert (
+        results["finished"]
+        and results["epochs"] == 2
+        and results["steps"] == 2 * steps_per_epoch(compose_train(*QUICK))
+    )

@@ -30,7 +30,8 @@ SAME_CASE_ON_VALIDATION = (
 # why a finished run may lack a validation metric, by the metric's first word
 _WITHOUT = {
     "best": "without decoded validations (validation.bleu_every_n_epochs=0)",
-    "final": "without decoded validations (validation.bleu_every_n_epochs=0)",
+    "final": "without a decoded validation of the final weights (validation.bleu_every_n_epochs=0, or an interval "
+    "whose last validation did not decode, with checkpoint.monitor=val_loss)",
     "val": "without the final decode of the validation set (val_after_training=false)",
 }
 TUNING_METRIC = "best_val_bleu"  # validation, never test: tuned settings are chosen where the test is not seen

@@ -59,6 +59,7 @@ class SaveOnSignal(Callback):
             signal.signal(signal.SIGINT, first_interrupt)
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.epoch_ended = False  # the final weights' best.ckpt, saved after this, is no epoch's end
         signal.signal(signal.SIGINT, signal.default_int_handler)
         if self.deferred and trainer.is_global_zero:  # it came after the last epoch's end hooks
             names = ", ".join(sorted({signal.Signals(signum).name for signum in self.deferred}))
@@ -129,7 +130,10 @@ def what_ended(trainer: L.Trainer) -> str:
     if loop.max_steps not in (None, -1) and trainer.global_step >= loop.max_steps:
         return "max_steps"
     # an epoch cut short (by the time cap) counts as processed too: max_epochs only when the last one ran whole
-    whole = loop.epoch_loop.batch_progress.is_last_batch
+    # (or a checkpoint saved at its end was resumed: the next epoch's start, no batch of it begun)
+    progress = loop.epoch_loop.batch_progress
+    resumed_at_end = progress.current.ready == 0 and loop.epoch_progress.current.completed >= (loop.max_epochs or 0)
+    whole = progress.is_last_batch or resumed_at_end
     if loop.max_epochs not in (None, -1) and loop.epoch_progress.current.processed >= loop.max_epochs and whole:
         return "max_epochs"
     timers = [c for c in trainer.callbacks if isinstance(c, Timer)]
@@ -173,9 +177,11 @@ def _start_next_epoch(trainer: L.Trainer, loop=None) -> None:
     loop.automatic_optimization.optim_progress.reset_on_run()
     loop.val_loop.batch_progress.total.reset()
     # a run bounded by max_steps restarts (Lightning's fit loop restarts a finished epoch only then), and a
-    # restarted Lightning counts one more logging step, assuming the save came before the last batch's count
-    # (as a save in a batch's hooks does); this one came after it
-    if trainer.max_steps != -1:
+    # restarted Lightning that finds the epoch's validation done counts one more logging step as it skips it,
+    # assuming the save came before the last batch's count (as a save in a batch's hooks does); this one came
+    # after it. An epoch that ended without a validation is restarted without that count.
+    validated = getattr(trainer.lightning_module, "last_validated_step", None) == trainer.global_step
+    if trainer.max_steps != -1 and validated:
         loop._batches_that_stepped -= 1
 
 

@@ -271,6 +271,7 @@ class TaskModule(L.LightningModule):
             scheduler = self.scheduler_factory(optimizer, total_steps=self._planned_steps())
         self._configured = [
             {k: float(v) if k == "lr" else v for k, v in group.items() if k not in ("params", "param_names")}
+            | {"lr_is_tensor": isinstance(group["lr"], torch.Tensor)}
             for group in optimizer.param_groups
         ]
         if scheduler is None:
@@ -285,7 +286,7 @@ class TaskModule(L.LightningModule):
         optimizer = self.optimizers().optimizer
         for group, configured in zip(optimizer.param_groups, self._configured, strict=True):
             for key, value in configured.items():
-                if key != "lr":
+                if key not in ("lr", "lr_is_tensor"):
                     group[key] = value
         schedulers = self.lr_schedulers()
         scheduler = schedulers[0] if isinstance(schedulers, list) else schedulers
@@ -297,10 +298,10 @@ class TaskModule(L.LightningModule):
             scheduler._last_lr = list(rates)
         else:
             rates = [c["lr"] for c in self._configured]
-        for group, rate in zip(optimizer.param_groups, rates, strict=True):
-            if isinstance(group["lr"], torch.Tensor):
+        for group, configured, rate in zip(optimizer.param_groups, self._configured, rates, strict=True):
+            if configured["lr_is_tensor"] and isinstance(group["lr"], torch.Tensor):
                 group["lr"].fill_(rate)
-            else:
+            else:  # a number as configured (a checkpoint of graph_updates=true restores a tensor)
                 group["lr"] = rate
 
     def _graph_updates(self, optimizer) -> GraphedUpdates:

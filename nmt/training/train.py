@@ -122,15 +122,18 @@ def resolve_resume(cfg: DictConfig, checkpoint_dir: Path) -> str | None:
             print(f"Resuming from {hpc}: saved by Lightning on SLURM's preemption signal, after last.ckpt")
             path = hpc
         if not path.is_file():
-            epochs = epoch_checkpoints(checkpoint_dir)
-            if not epochs:
+            if not epoch_checkpoints(checkpoint_dir):
                 return None
-            # trained before, its last.ckpt gone: training afresh would write over the epochs kept
-            if not OmegaConf.select(cfg, "checkpoint.resume_fallback", default=False):
-                raise CheckpointError(
-                    f"cannot resume: {path} is missing, but {len(epochs)} epoch checkpoint(s) lie beside it; pass "
-                    "checkpoint.resume_fallback=true to resume from the newest readable one, or choose another run_dir"
-                )
+            # trained before, its last.ckpt gone (removed, or a kill before a checkpoint written behind training
+            # was copied to it): the newest readable epoch checkpoint, said aloud, not a fresh start over them
+            for candidate in reversed(epoch_checkpoints(checkpoint_dir)):
+                try:
+                    load_checkpoint(candidate)
+                except CheckpointError:
+                    continue
+                print(f"warning: {path} is missing; resuming from {candidate}, the newest epoch checkpoint")
+                return str(candidate)
+            raise CheckpointError(f"cannot resume: {path} is missing and no epoch checkpoint beside it can be read")
     else:
         path = checkpoint_dir / "last.ckpt" if cfg.ckpt_path == "last" else Path(cfg.ckpt_path).expanduser()
         if not path.is_file():
