@@ -377,3 +377,30 @@ def test_iwslt16_sets_are_refused_for_a_model_of_other_languages():
     with pytest.raises(ValueError, match=r"^split=iwslt16:tst2013: the IWSLT16 TED sets are German-English; this model "
                        r"translates zh-en \(score another set with split=files:<prefix>\)"):  # fmt: skip
         load_eval_set("iwslt16:tst2013", zh_en, {}, {"cache_dir": "/nonexistent"}, None)
+
+
+def test_an_unknown_split_names_the_corpus_test_sets_and_every_other_kind():
+    from types import SimpleNamespace
+
+    from nmt.tasks.translation import TranslationTask
+    from nmt.tasks.translation_eval import load_eval_set
+
+    data = compose_train("data=multi30k").data
+    de_en = SimpleNamespace(src_lang="en", tgt_lang="de")
+    with pytest.raises(ValueError, match=r"^split=bogus: data\.test_set='bogus' is not a Multi30k test set; choose "
+                       r"from \[.*\]; or train, val, test, iwslt16:<set> or files:<prefix>$"):  # fmt: skip
+        load_eval_set("bogus", de_en, data, {"cache_dir": "/nonexistent", "seed": 1}, TranslationTask())
+
+
+def test_a_failed_download_leaves_no_empty_folder_in_the_cache(tmp_path, monkeypatch):
+    from nmt.data import sources
+
+    def offline(url, target):
+        Path(target).parent.mkdir(parents=True, exist_ok=True)  # as a download starts
+        raise OSError("network is unreachable")
+
+    monkeypatch.delenv("NMT_DATA", raising=False)
+    monkeypatch.setattr(sources, "_download", offline)
+    with pytest.raises(sources.DataNotFoundError, match="network is unreachable"):
+        sources.locate("corpus", ["a.txt"], None, tmp_path, url_for={"a.txt": "https://example.org/a.txt"})
+    assert not (tmp_path / "corpus").exists()

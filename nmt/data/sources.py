@@ -1,5 +1,6 @@
 """Finding corpus files (local folder, $NMT_DATA, cache, download) and reading them strictly."""
 
+import contextlib
 import gzip
 import os
 import urllib.request
@@ -43,6 +44,7 @@ def locate(
         missing = [f for f in filenames if not (folder / f).is_file()]
         tried.append(f"  {label}: {folder} (missing {', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''})")
     if download and url_for:
+        existed = cache.exists()
         try:
             for filename in filenames:
                 target = cache / filename
@@ -51,6 +53,9 @@ def locate(
             return cache
         except OSError as err:
             tried.append(f"  download from {url_for[filenames[0]].rsplit('/', 1)[0]}/: {err}")
+            if not existed:  # no empty folder left behind for a corpus that could not be fetched
+                with contextlib.suppress(OSError):
+                    cache.rmdir()
     elif url_for:
         tried.append("  download: disabled (data.download=false)")
     raise DataNotFoundError(

@@ -74,7 +74,10 @@ def load_eval_set(split: str, datamodule, data_cfg, config: dict, task) -> tuple
         return *read_split_files(spec, src_lang, tgt_lang), f"{spec} {src_lang}-{tgt_lang}"
     if "test_set" in data_cfg:
         data_cfg.test_set = split
-        other = task.build_datamodule(data_cfg, config["cache_dir"], config["seed"])
+        try:
+            other = task.build_datamodule(data_cfg, config["cache_dir"], config["seed"])
+        except ValueError as err:  # not one of the corpus's test sets: name every kind of split too
+            raise ValueError(f"split={split}: {err}; or train, val, test, iwslt16:<set> or files:<prefix>") from None
         return *other.text("test"), other.describe()
     raise ValueError(f"split={split!r}: use train, val, test, iwslt16:<set> or files:<prefix>")
 
