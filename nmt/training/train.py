@@ -126,14 +126,11 @@ def resolve_resume(cfg: DictConfig, checkpoint_dir: Path) -> str | None:
                 return None
             # trained before, its last.ckpt gone (removed, or a kill before a checkpoint written behind training
             # was copied to it): the newest readable epoch checkpoint, said aloud, not a fresh start over them
-            for candidate in reversed(epoch_checkpoints(checkpoint_dir)):
-                try:
-                    load_checkpoint(candidate)
-                except CheckpointError:
-                    continue
-                print(f"warning: {path} is missing; resuming from {candidate}, the newest epoch checkpoint")
-                return str(candidate)
-            raise CheckpointError(f"cannot resume: {path} is missing and no epoch checkpoint beside it can be read")
+            candidate = _newest_readable_epoch(checkpoint_dir)
+            if candidate is None:
+                raise CheckpointError(f"cannot resume: {path} is missing and no epoch checkpoint beside it can be read")
+            print(f"warning: {path} is missing; resuming from {candidate}, the newest epoch checkpoint")
+            return str(candidate)
     else:
         path = checkpoint_dir / "last.ckpt" if cfg.ckpt_path == "last" else Path(cfg.ckpt_path).expanduser()
         if not path.is_file():
@@ -150,14 +147,22 @@ def resolve_resume(cfg: DictConfig, checkpoint_dir: Path) -> str | None:
                 f"cannot resume: {err}; pass checkpoint.resume_fallback=true to resume from the newest "
                 "readable epoch checkpoint instead, or another ckpt_path"
             ) from None
-    for candidate in reversed(epoch_checkpoints(checkpoint_dir if not cfg.ckpt_path else path.parent)):
+    candidate = _newest_readable_epoch(checkpoint_dir if not cfg.ckpt_path else path.parent)
+    if candidate is None:
+        raise CheckpointError(f"cannot resume: {path} cannot be read and no epoch checkpoint beside it can")
+    print(f"warning: {path} cannot be read; resuming from {candidate} (checkpoint.resume_fallback=true)")
+    return str(candidate)
+
+
+def _newest_readable_epoch(folder: Path) -> Path | None:
+    """The newest epoch checkpoint in ``folder`` that can be read, or None."""
+    for candidate in reversed(epoch_checkpoints(folder)):
         try:
             load_checkpoint(candidate)
         except CheckpointError:
             continue
-        print(f"warning: {path} cannot be read; resuming from {candidate} (checkpoint.resume_fallback=true)")
-        return str(candidate)
-    raise CheckpointError(f"cannot resume: {path} cannot be read and no epoch checkpoint beside it can")
+        return candidate
+    return None
 
 
 def _newest_hpc_checkpoint(run_dir: Path) -> Path | None:
