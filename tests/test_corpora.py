@@ -165,19 +165,19 @@ def test_files_module_reads_pairs_tsv_and_prefixes(tmp_path):
         ).text("val")
 
 
+def small_files(tmp_path, **settings) -> FilesDataModule:
+    """data=files with 5 + 5 pairs split off, a 100-piece tokenizer without byte fallback and its own cache."""
+    defaults = {"valid_size": 5, "test_size": 5, "cache_dir": str(tmp_path / "c")}
+    return FilesDataModule(**{**defaults, "tokenizer": {"vocab_size": 100, "byte_fallback": False}, **settings})
+
+
 def test_duplicates_split_off_are_counted_and_a_missing_split_file_is_named_first(tmp_path):
     """Pairs cut into splits from one pool are deduplicated: the copies dropped are in the data report's
     train row. A split file given but missing is named before the others are split (not hidden behind a
     split that could not be made)."""
     write(tmp_path / "pool.src", EN[:60] + EN[:25])  # 25 pairs twice
     write(tmp_path / "pool.tgt", DE[:60] + DE[:25])
-    dm = FilesDataModule(
-        train=str(tmp_path / "pool"),
-        valid_size=5,
-        test_size=5,
-        tokenizer={"vocab_size": 100, "byte_fallback": False},
-        cache_dir=str(tmp_path / "c"),
-    )
+    dm = small_files(tmp_path, train=str(tmp_path / "pool"))
     dm.prepare_data()
     report = dm.report()
     assert report["train"]["dropped"]["duplicate"] == 25
@@ -199,28 +199,12 @@ def test_long_inputs_and_length_drops_are_reported(tmp_path):
     long_src = [" ".join(EN[i : i + 40]) for i in range(0, 200)]  # summarisation-like long inputs
     write(tmp_path / "a.src", long_src + ["", "x"])
     write(tmp_path / "a.tgt", DE[:200] + ["y", ""])
-    dm = FilesDataModule(
-        train=str(tmp_path / "a"),
-        valid_size=10,
-        test_size=10,
-        max_len=300,
-        max_tokens=3000,
-        tokenizer={"vocab_size": 100, "byte_fallback": False},
-        cache_dir=str(tmp_path / "c"),
-    )
+    dm = small_files(tmp_path, train=str(tmp_path / "a"), valid_size=10, test_size=10, max_len=300, max_tokens=3000)
     dm.prepare_data()
     report = dm.report()
     assert report["train"]["dropped"]["empty"] == 2
     assert report["train"]["src_len_p50_p90_p99_max"][3] > 100  # long sources kept
-    short = FilesDataModule(
-        train=str(tmp_path / "a"),
-        valid_size=10,
-        test_size=10,
-        max_len=50,
-        max_tokens=3000,
-        tokenizer={"vocab_size": 100, "byte_fallback": False},
-        cache_dir=str(tmp_path / "c"),
-    )
+    short = small_files(tmp_path, train=str(tmp_path / "a"), valid_size=10, test_size=10, max_len=50, max_tokens=3000)
     with pytest.raises(ValueError, match=r"no training pair is left \(2 empty, 1\d\d too long\)"):  # all dropped
         short.prepare_data()
     assert report["val"]["sources_also_in_train"] == 0
@@ -232,8 +216,7 @@ def test_data_no_batch_can_hold_is_one_line_naming_the_setting(tmp_path):
     is built; a blank TSV line is an empty pair (dropped and counted), as in the two-file form."""
 
     def module(**kwargs) -> FilesDataModule:
-        settings = {"train": str(tmp_path / "a"), "valid_size": 5, "test_size": 5, "cache_dir": str(tmp_path / "c")}
-        return FilesDataModule(**{**settings, "tokenizer": {"vocab_size": 100, "byte_fallback": False}, **kwargs})
+        return small_files(tmp_path, **{"train": str(tmp_path / "a"), **kwargs})
 
     write(tmp_path / "a.src", EN[:60])
     write(tmp_path / "a.tgt", DE[:60])

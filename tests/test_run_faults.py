@@ -309,6 +309,10 @@ def test_a_folder_where_nothing_was_trained_takes_the_corrected_command(tmp_path
     results = train(compose_train(*QUICK, f"run_dir={tmp_path}"))
     assert results["finished"] and results["epochs"] == 2
     assert "data.train" not in json.loads((tmp_path / "fingerprint.json").read_text())["config"]
+    damaged = tmp_path / "damaged"  # a record that cannot even be read binds nothing either
+    damaged.mkdir()
+    (damaged / "fingerprint.json").write_text("{not json")
+    assert train(compose_train(*QUICK, f"run_dir={damaged}"))["finished"]
 
 
 @pytest.mark.slow

@@ -156,10 +156,10 @@ def saved_fingerprint(run_dir: Path, force: bool = False, holds: bool | None = N
             problem = f"{path} is not a fingerprint (a JSON object)"
         except (json.JSONDecodeError, UnicodeDecodeError) as err:
             problem = f"{path} cannot be read ({err})"
-    elif holds_work(run_dir) if holds is None else holds:
-        problem = f"{run_dir} holds a run's checkpoints or results but no {FINGERPRINT}"
     else:
-        return None, None
+        problem = f"{run_dir} holds a run's checkpoints or results but no {FINGERPRINT}"
+    if not (holds_work(run_dir) if holds is None else holds):
+        return None, None  # nothing trained here: whatever the record says binds no run
     config_path = run_dir / "config.yaml"
     try:
         import yaml
