@@ -163,6 +163,8 @@ def test_training_into_a_file_prints_plain_progress_lines(tmp_path):
     assert len(lines) >= 5 and lines[-1].startswith("[train] update 6/6, epoch 0, loss ")
     assert all(" tokens/s" in line for line in lines) and "ETA" in lines[0]
     assert "The final updates validate best (val_bleu=" in result.stdout  # max_steps ended mid-epoch: validated
+    valid = [line for line in result.stdout.splitlines() if line.startswith("[valid] update ")]
+    assert valid[-1].startswith("[valid] update 6, the final weights: val_acc ") and " val_bleu " in valid[-1]
 
 
 def test_a_progress_line_counts_the_tokens_of_every_epoch_its_interval_spans(monkeypatch, capsys):

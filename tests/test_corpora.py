@@ -42,7 +42,8 @@ def write(path: Path, lines, gz=False):
 
 def small(cls, **kwargs):
     kwargs.setdefault("tokenizer", {"vocab_size": 80, "byte_fallback": False})
-    return cls(valid_size=30, test_size=30, max_tokens=600, download=False, **kwargs)
+    kwargs.setdefault("download", False)
+    return cls(valid_size=30, test_size=30, max_tokens=600, **kwargs)
 
 
 def test_seeded_split_is_deterministic_deduplicated_and_leak_free():
@@ -108,6 +109,23 @@ def test_ted_folder_of_line_aligned_sets(tmp_path):
     assert total == len(set(zip(ZH_EN, ZH, strict=True)))
 
 
+def test_missing_ted_sets_and_tatoeba_file_name_the_places_tried_and_the_file(tmp_path, monkeypatch):
+    from nmt.data import sources
+
+    monkeypatch.setenv("NMT_DATA", str(tmp_path / "data"))
+    (tmp_path / "empty").mkdir()
+    dm = small(ZhEnDataModule, source="ted", root=str(tmp_path / "empty"), cache_dir=str(tmp_path / "c"))
+    with pytest.raises(sources.DataNotFoundError) as err:
+        dm.text("train")
+    assert f"data.root: {tmp_path / 'empty'} (no <name>.en file)" in str(err.value)
+    assert f"$NMT_DATA/ted_en_zh: {tmp_path / 'data' / 'ted_en_zh'} (no such folder)" in str(err.value)
+    # offline, the Tatoeba message names the text file too, not only the zip it would download
+    monkeypatch.setattr(sources, "_download", lambda url, target: (_ for _ in ()).throw(OSError("offline")))
+    dm = small(TatoebaDataModule, src_lang="de", tgt_lang="en", download=True, cache_dir=str(tmp_path / "c"))
+    with pytest.raises(sources.DataNotFoundError, match=r"deu-eng\.zip(.|\n)*Or put deu\.txt"):
+        dm.text("train")
+
+
 def europarl_archive(path: Path) -> None:
     """A tiny copy of statmt.org's de-en.tgz layout: the two text files at the archive's top level."""
     with tarfile.open(path, "w:gz") as bundle:
@@ -163,6 +181,22 @@ def test_files_module_reads_pairs_tsv_and_prefixes(tmp_path):
             columns=[0, 2],
             cache_dir=str(tmp_path),
         ).text("val")
+
+
+def test_a_tsv_line_with_other_fields_than_the_first_is_refused_by_its_number(tmp_path):
+    """A tab inside a sentence would shift (or cut) that line's columns: one pair silently wrong."""
+    lines = [f"{e}\t{d}" for e, d in zip(EN[:6], DE[:6], strict=True)]
+    lines[3] = f"{EN[3]}\t{DE[3]}\twith a tab"
+    write(tmp_path / "train.tsv", lines[:3] + [""] + lines[3:])
+    dm = FilesDataModule(train=str(tmp_path / "train.tsv"), valid_size=1, test_size=1, cache_dir=str(tmp_path / "c"))
+    with pytest.raises(ValueError, match=r"train\.tsv, line 5: 3 tab-separated fields where line 1 has 2"):
+        dm.text("train")
+    # a file of three fields throughout reads the columns asked for
+    write(tmp_path / "three.tsv", [f"{i}\t{e}\t{d}" for i, (e, d) in enumerate(zip(EN[:6], DE[:6], strict=True))])
+    dm = FilesDataModule(
+        train=str(tmp_path / "three.tsv"), columns=[1, 2], valid_size=0, test_size=0, cache_dir=str(tmp_path / "d")
+    )
+    assert sorted(zip(*dm.text("train"), strict=True)) == sorted(zip(EN[:6], DE[:6], strict=True))
 
 
 def small_files(tmp_path, **settings) -> FilesDataModule:

@@ -671,14 +671,17 @@ class SeenAtValidationEnd(L.Callback):
     def on_validation_end(self, trainer, pl_module):
         if not trainer.sanity_checking:
             stopping = next(c for c in trainer.callbacks if type(c).__name__ == "SittingEarlyStopping")
-            self.seen.append((trainer.current_epoch, "val_bleu" in trainer.callback_metrics, stopping.wait_count))
+            decoded = "val_bleu" in trainer.callback_metrics
+            # a progress bar shows what was measured now, not the BLEU of an earlier validation
+            assert decoded == ("val_bleu" in trainer.progress_bar_metrics)
+            self.seen.append((trainer.current_epoch, decoded, stopping.wait_count))
 
 
 @pytest.mark.slow
 def test_early_stopping_counts_only_validations_that_decoded(tmp_path, monkeypatch):
     """Patience on a decoded metric (val_bleu, decoded every second epoch) counts decoded validations: the
     validation between two decoded ones has no val_bleu, neither for early stopping nor for the printed
-    line, and leaves the patience spent as it was."""
+    line or the progress bar, and leaves the patience spent as it was."""
     from nmt.training import trainer as trainer_module
 
     watcher, built = SeenAtValidationEnd(), trainer_module._callbacks

@@ -31,10 +31,19 @@ def read_split_files(spec, src_lang: str, tgt_lang: str, columns=(0, 1)) -> tupl
     ``.<src_lang>`` / ``.<tgt_lang>`` files (optionally .gz) exist."""
     if isinstance(spec, str) and (spec.endswith(".tsv") or spec.endswith(".tsv.gz")):
         src, tgt = [], []
+        width = None  # the first line's number of fields, which every line must have
         for number, line in enumerate(read_lines(spec), start=1):
             fields = line.split("\t")
             if not line.strip():  # a blank line is a pair with both sides empty, as in the two-file form
                 fields = [""] * (max(columns) + 1)
+            elif width is None:
+                width = (number, len(fields))
+            elif len(fields) != width[1]:
+                # a tab inside a sentence shifts or cuts the columns: the pair read would be silently wrong
+                raise ValueError(
+                    f"{spec}, line {number}: {len(fields)} tab-separated fields where line {width[0]} has "
+                    f"{width[1]}; a tab inside a sentence? Every line needs the same fields"
+                )
             if len(fields) <= max(columns):
                 raise ValueError(
                     f"{spec}, line {number}: {len(fields)} tab-separated fields, needs column "

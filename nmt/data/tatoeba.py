@@ -37,7 +37,10 @@ def locate_tatoeba(lang: str, root, cache_dir, download: bool) -> Path:
         if not download:
             raise
     archive = f"{stem}-eng.zip"
-    folder_path = locate(folder, [archive], root, cache_dir, url_for={archive: f"{MANYTHINGS}/{archive}"})
+    try:
+        folder_path = locate(folder, [archive], root, cache_dir, url_for={archive: f"{MANYTHINGS}/{archive}"})
+    except DataNotFoundError as err:
+        raise DataNotFoundError(f"{err}\nOr put {name} (the text file inside the zip; .gz allowed) there.") from None
     with zipfile.ZipFile(folder_path / archive) as bundle:
         bundle.extract(f"{stem}.txt", Path(cache_dir).expanduser() / folder)
     return Path(cache_dir).expanduser() / folder / f"{stem}.txt"

@@ -54,12 +54,18 @@ class ZhEnDataModule(UnsplitCorpusDataModule):
         return (chinese, english) if self.src_lang == "zh" else (english, chinese)
 
     def _ted_folder(self) -> Path:
-        for folder in ([Path(self.root).expanduser()] if self.root else []) + _env_folder("ted_en_zh"):
+        tried = []
+        places = [("data.root", Path(self.root).expanduser())] if self.root else []
+        places += [("$NMT_DATA/ted_en_zh", folder) for folder in _env_folder("ted_en_zh")]
+        for label, folder in places:
             if any(folder.glob("*.en*")):
                 return folder
+            tried.append(f"  {label}: {folder} ({'no <name>.en file' if folder.is_dir() else 'no such folder'})")
         raise DataNotFoundError(
-            "Could not find TED en-zh sets: set data.root to a folder of line-aligned <name>.en / <name>.zh "
-            "files (optionally .gz), or $NMT_DATA to a folder containing 'ted_en_zh/'"
+            "Could not find TED en-zh sets. Tried, in order:\n"
+            + ("\n".join(tried) if tried else "  nothing: neither data.root nor $NMT_DATA is set")
+            + "\nFix: set data.root to a folder of line-aligned <name>.en / <name>.zh files (optionally .gz), "
+            "or $NMT_DATA to a folder containing 'ted_en_zh/' (TED sets are not downloaded)"
         )
 
 

@@ -437,9 +437,10 @@ class TaskModule(L.LightningModule):
     def on_validation_epoch_start(self) -> None:
         # Lightning keeps a metric logged at an earlier validation among the current ones: a validation that
         # does not decode would pass the last decoded BLEU on to early stopping (counted as no improvement)
-        # and to the printed line, as if measured now
+        # and to the printed line and the progress bar, as if measured now
         for name in self.task.decoded_metrics:
             self.trainer.callback_metrics.pop(name, None)
+            self.trainer.progress_bar_metrics.pop(name, None)
 
     def on_validation_epoch_end(self) -> None:
         self.task.validation_epoch_end(self)

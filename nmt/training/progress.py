@@ -94,7 +94,11 @@ class PlainProgress(ProgressBar):
             return
         values = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val_")}
         shown = ", ".join(f"{k} {v:.4f}" for k, v in sorted(values.items()))
-        print(f"[valid] update {trainer.global_step}, epoch {trainer.current_epoch}: {shown}", flush=True)
+        # after fit the epoch counter has moved past the last epoch trained: the final weights are named so
+        where = (
+            "the final weights" if getattr(pl_module, "final_validation", False) else f"epoch {trainer.current_epoch}"
+        )
+        print(f"[valid] update {trainer.global_step}, {where}: {shown}", flush=True)
 
 
 def plain_output() -> bool:
