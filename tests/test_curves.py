@@ -6,7 +6,7 @@ from omegaconf import OmegaConf
 
 from benchmarks.curves import main, plot_curves, validation_curve
 from nmt.training.callbacks import WallClock
-from nmt.training.train import _test_average
+from nmt.training.final import checkpoints_to_average
 
 
 def test_wall_clock_adds_the_time_of_earlier_processes():
@@ -41,11 +41,11 @@ def test_curves_of_another_metric_against_updates(tmp_path, capsys):
 
 def test_test_average_uses_what_exists(tmp_path):
     cfg = OmegaConf.create({"test_average_last": 10})
-    assert _test_average(cfg, tmp_path) == 0  # no epoch checkpoints: best.ckpt alone
+    assert checkpoints_to_average(cfg, tmp_path) == 0  # no epoch checkpoints: best.ckpt alone
     for epoch in range(3):
         (tmp_path / f"epoch{epoch:03d}.ckpt").write_bytes(b"")
-    assert _test_average(cfg, tmp_path) == 3
-    assert _test_average(OmegaConf.create({"test_average_last": 0}), tmp_path) == 0
+    assert checkpoints_to_average(cfg, tmp_path) == 3
+    assert checkpoints_to_average(OmegaConf.create({"test_average_last": 0}), tmp_path) == 0
 
 
 def test_exported_validations_draw_the_same_curve(tmp_path, capsys):

@@ -20,8 +20,9 @@ from nmt.inference.checkpoint import CheckpointError
 from nmt.sweep.runner import SweepReport
 from nmt.training.checkpoint_io import AtomicCheckpointIO, CheckpointWriteError
 from nmt.training.config import ConfigError, check_config
+from nmt.training.resume import resolve_resume, resolve_run_dir
 from nmt.training.run_folder import RunFolderError, RunLock
-from nmt.training.train import resolve_resume, resolve_run_dir, train
+from nmt.training.train import train
 
 from .conftest import NO_FINAL_SCORES, ROOT, compose_train, steps_per_epoch
 
@@ -636,14 +637,14 @@ def test_a_stop_during_the_final_scores_is_said_and_a_rerun_only_scores(tmp_path
 
     args = [*QUICK, "trainer.max_epochs=1", "val_after_training=true", "test_after_training=true"]
     reference = train(compose_train(*args, f"run_dir={tmp_path / 'reference'}"))
-    scores = training._final_scores
+    scores = training.final_scores
 
     def stopped(*a, **k):
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(5)  # the handler raises at once
         raise AssertionError("SIGTERM did not stop the final scores")
 
-    monkeypatch.setattr(training, "_final_scores", stopped)
+    monkeypatch.setattr(training, "final_scores", stopped)
     run = tmp_path / "stopped"
     with pytest.raises(SystemExit) as stop:
         train(compose_train(*args, f"run_dir={run}"))
@@ -651,7 +652,7 @@ def test_a_stop_during_the_final_scores_is_said_and_a_rerun_only_scores(tmp_path
     assert "Stopped by SIGTERM during the final scores; run the same command again" in capsys.readouterr().out
     assert json.loads((run / "results.json").read_text())["stage"] == "trained"
     log = (run / "logs" / "metrics.csv").read_text()
-    monkeypatch.setattr(training, "_final_scores", scores)
+    monkeypatch.setattr(training, "final_scores", scores)
     again = train(compose_train(*args, f"run_dir={run}"))
     assert "Training ended in an earlier sitting" in capsys.readouterr().out
     assert (run / "logs" / "metrics.csv").read_text() == log

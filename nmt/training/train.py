@@ -3,31 +3,26 @@
 import contextlib
 import logging
 import os
-import signal
-import threading
 import time
-from datetime import datetime
 from pathlib import Path
 
 import lightning as L
 import torch
-from hydra.core.hydra_config import HydraConfig
 from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf
 
 from nmt.data.report import write_report
 from nmt.data.tokenizer import PAD_ID, moses_languages
-from nmt.inference.checkpoint import CheckpointError, epoch_checkpoints, load_checkpoint
-from nmt.inference.loading import load_model
 from nmt.models.build import count_parameters
 from nmt.tasks import build_task
-from nmt.tasks.base import FINAL_RESULTS
 from nmt.training import weight_casts
 from nmt.training.callbacks import WallClock, what_ended
 from nmt.training.config import ConfigError, check_config, describe_recipe, no_repeated_layers
+from nmt.training.final import as_float, final_scores, final_splits, stopped_by_signals, validate_final_weights
 from nmt.training.loggers import log_results_to_wandb
 from nmt.training.module import TaskModule
+from nmt.training.resume import global_step, is_smoke_run, resolve_resume, resolve_run_dir
 from nmt.training.run_folder import (
     FINGERPRINT,
     RESULTS,
@@ -88,105 +83,6 @@ def compile_model(model: torch.nn.Module, setting, loss: torch.nn.Module | None 
             model.compile(mode="reduce-overhead" if setting == "reduce-overhead" else None, dynamic=True)
         if loss is not None:
             loss.compile(dynamic=True)
-
-
-def resolve_run_dir(cfg: DictConfig) -> Path:
-    """run_dir if given; else the run folder of a resumed checkpoint (<run_dir>/checkpoints/<file>); else
-    Hydra's output folder."""
-    if cfg.run_dir:
-        return Path(cfg.run_dir).expanduser().resolve()
-    if cfg.ckpt_path and cfg.ckpt_path != "last":
-        path = Path(cfg.ckpt_path).expanduser().resolve()
-        if path.parent.name != "checkpoints":
-            raise ValueError(
-                f"ckpt_path={cfg.ckpt_path}: not inside a run's checkpoints/ folder, so the run folder to "
-                "continue in is unknown; add run_dir=<folder for this run>"
-            )
-        return path.parent.parent
-    if HydraConfig.initialized():
-        return Path(HydraConfig.get().runtime.output_dir).resolve()
-    return Path("runs", str(cfg.name), datetime.now().strftime("%Y-%m-%d_%H-%M-%S")).resolve()
-
-
-def resolve_resume(cfg: DictConfig, checkpoint_dir: Path) -> str | None:
-    """The checkpoint to resume from: ckpt_path if given ("last": the run's last.ckpt); otherwise the
-    run directory's last.ckpt when there is one, so that rerunning a killed command continues it. The file
-    is read before anything else happens: an unreadable one is named in one line, or, with
-    checkpoint.resume_fallback=true, replaced by the newest readable epoch checkpoint (said aloud)."""
-    if not cfg.ckpt_path:
-        path = checkpoint_dir / "last.ckpt"
-        hpc = _newest_hpc_checkpoint(checkpoint_dir.parent)
-        # only against a readable last.ckpt: an unreadable one goes the way below (named, or resume_fallback)
-        last_step = _global_step(path) if path.is_file() else -1
-        if hpc is not None and (not path.is_file() or last_step >= 0) and _global_step(hpc) > last_step:
-            print(f"Resuming from {hpc}: saved by Lightning on SLURM's preemption signal, after last.ckpt")
-            path = hpc
-        if not path.is_file():
-            if not epoch_checkpoints(checkpoint_dir):
-                return None
-            # trained before, its last.ckpt gone (removed, or a kill before a checkpoint written behind training
-            # was copied to it): the newest readable epoch checkpoint, said aloud, not a fresh start over them
-            candidate = _newest_readable_epoch(checkpoint_dir)
-            if candidate is None:
-                raise CheckpointError(f"cannot resume: {path} is missing and no epoch checkpoint beside it can be read")
-            print(f"warning: {path} is missing; resuming from {candidate}, the newest epoch checkpoint")
-            return str(candidate)
-    else:
-        path = checkpoint_dir / "last.ckpt" if cfg.ckpt_path == "last" else Path(cfg.ckpt_path).expanduser()
-        if not path.is_file():
-            raise FileNotFoundError(
-                f"ckpt_path={cfg.ckpt_path!r}: {path} does not exist (to resume, pass the "
-                "run's checkpoints/last.ckpt, or run_dir=<that run> with ckpt_path=last)"
-            )
-    try:
-        load_checkpoint(path)
-        return str(path)
-    except CheckpointError as err:
-        if not OmegaConf.select(cfg, "checkpoint.resume_fallback", default=False):
-            raise CheckpointError(
-                f"cannot resume: {err}; pass checkpoint.resume_fallback=true to resume from the newest "
-                "readable epoch checkpoint instead, or another ckpt_path"
-            ) from None
-    candidate = _newest_readable_epoch(checkpoint_dir if not cfg.ckpt_path else path.parent)
-    if candidate is None:
-        raise CheckpointError(f"cannot resume: {path} cannot be read and no epoch checkpoint beside it can")
-    print(f"warning: {path} cannot be read; resuming from {candidate} (checkpoint.resume_fallback=true)")
-    return str(candidate)
-
-
-def _newest_readable_epoch(folder: Path) -> Path | None:
-    """The newest epoch checkpoint in ``folder`` that can be read, or None."""
-    for candidate in reversed(epoch_checkpoints(folder)):
-        try:
-            load_checkpoint(candidate)
-        except CheckpointError:
-            continue
-        return candidate
-    return None
-
-
-def _newest_hpc_checkpoint(run_dir: Path) -> Path | None:
-    """Under SLURM with auto-requeue Lightning saves ``hpc_ckpt_<n>.ckpt`` in the run folder on the preemption
-    signal (the highest n is the newest) and requeues the job; that state is newer than last.ckpt."""
-    numbered = []
-    for path in run_dir.glob("hpc_ckpt_*.ckpt"):
-        suffix = path.stem.removeprefix("hpc_ckpt_")
-        if suffix.isdigit():
-            numbered.append((int(suffix), path))
-    return max(numbered)[1] if numbered else None
-
-
-def _global_step(path: Path) -> int:
-    """The update a checkpoint was saved at (-1 when the file cannot be read: the caller's checks name it)."""
-    try:
-        return int(load_checkpoint(path).get("global_step", -1))
-    except CheckpointError:
-        return -1
-
-
-def is_smoke_run(config: dict) -> bool:
-    """trainer.fast_dev_run: a check that the code runs, whose weights mean nothing (config nested or flat)."""
-    return bool((config.get("trainer") or {}).get("fast_dev_run") or config.get("trainer.fast_dev_run"))
 
 
 def train(cfg: DictConfig) -> dict:
@@ -260,7 +156,7 @@ def _claim_folder(cfg: DictConfig, run_dir: Path, identity: dict) -> dict | None
     identity["forced"] = list((saved or {}).get("forced", []))
     if warning:
         last = run_dir / "checkpoints" / "last.ckpt"  # what a rerun resumes from (-1: unreadable)
-        step = _global_step(last) if last.is_file() else 0
+        step = global_step(last) if last.is_file() else 0
         identity["forced"].append({"changed": differences(saved, identity), "from_step": step})
     # the data is checked once it is read (check_data): keep the folder's record of it until then
     saved_data = (saved or {}).get("data")
@@ -366,10 +262,10 @@ def _train_in_folder(cfg: DictConfig, task, run_dir: Path, config: dict, main_pr
 
             fit_end = time.time()
             ended_by = what_ended(trainer)  # before the final weights' validation below
-            final_metrics = {k: _float(v) for k, v in trainer.callback_metrics.items()}
+            final_metrics = {k: as_float(v) for k, v in trainer.callback_metrics.items()}
             if not is_smoke_run(config):
-                with _stopped_by_signals("the final validation", "it trains no more, and validates the final weights"):
-                    final_metrics.update(_validate_final_weights(cfg, trainer, module, datamodule, checkpoint_dir))
+                with stopped_by_signals("the final validation", "it trains no more, and validates the final weights"):
+                    final_metrics.update(validate_final_weights(cfg, trainer, module, datamodule, checkpoint_dir))
         finally:
             task.stop_workers(module)  # validation's workers (a scoring process), started as training started
         best = trainer.checkpoint_callbacks[0]
@@ -380,7 +276,7 @@ def _train_in_folder(cfg: DictConfig, task, run_dir: Path, config: dict, main_pr
         results = {
             "run_dir": str(run_dir),
             "best_checkpoint": best_path,
-            "best_" + cfg.checkpoint.monitor: _float(best.best_model_score),
+            "best_" + cfg.checkpoint.monitor: as_float(best.best_model_score),
             "epochs": trainer.current_epoch,
             "steps": trainer.global_step,
             "ended_by": ended_by,  # max_time: cut short by a time cap, not trained to its end
@@ -394,15 +290,15 @@ def _train_in_folder(cfg: DictConfig, task, run_dir: Path, config: dict, main_pr
         earlier = next(c for c in trainer.callbacks if isinstance(c, WallClock)).elapsed()
         if trainer.is_global_zero:
             results.update(task.results_from_log(run_dir / "logs" / "metrics.csv"))
-            if _final_splits(cfg, quiet=True) and not is_smoke_run(config):
+            if final_splits(cfg, quiet=True) and not is_smoke_run(config):
                 # the training's record, kept if the final scores are stopped: a rerun only scores
                 results["wall_time_s"] = round(earlier + (time.time() - fit_end), 1)
                 atomic_write_json(run_dir / RESULTS, {**results, "finished": False, "stage": "trained"})
     if trainer.is_global_zero:
-        splits = _final_splits(cfg)
+        splits = final_splits(cfg)
         if splits and Path(best_path).is_file() and not is_smoke_run(config):
-            with _stopped_by_signals("the final scores", "it only scores the final model, whose training is recorded"):
-                results.update(_final_scores(cfg, task, trainer, splits, best_path, checkpoint_dir, run_dir))
+            with stopped_by_signals("the final scores", "it only scores the final model, whose training is recorded"):
+                results.update(final_scores(cfg, task, trainer, splits, best_path, checkpoint_dir, run_dir))
             wandb = next((lg for lg in trainer.loggers if isinstance(lg, WandbLogger)), None)
             if wandb:
                 log_results_to_wandb(wandb, results)
@@ -413,115 +309,3 @@ def _train_in_folder(cfg: DictConfig, task, run_dir: Path, config: dict, main_pr
         atomic_write_json(run_dir / RESULTS, results)
         print(f"Results: {run_dir / RESULTS}")
     return results
-
-
-def _validate_final_weights(cfg: DictConfig, trainer: L.Trainer, module, datamodule, checkpoint_dir: Path) -> dict:
-    """A run stopped by max_steps (or early) after its last validation has updates no validation saw:
-    validate them, decoding, and keep them as best.ckpt when they are the best. Returns the metrics."""
-    best = trainer.checkpoint_callbacks[0]
-    # a monitored score that only decoded validations compute may never have been computed (a run shorter
-    # than validation.bleu_every_n_epochs): validate the final weights then too, so that a best.ckpt exists
-    never_scored = best.best_model_score is None
-    # a monitored score that only decoded validations compute: the final weights' validation must have decoded
-    decoded = (
-        cfg.checkpoint.monitor not in module.task.decoded_metrics or module.last_decoded_step == trainer.global_step
-    )
-    if (
-        trainer.global_step == module.last_validated_step and decoded and not never_scored
-    ) or trainer.limit_val_batches == 0:
-        return {}
-    module.final_validation = True
-    try:
-        trainer.validate(module, datamodule=datamodule, verbose=False)
-    finally:
-        module.final_validation = False
-    metrics = {k: _float(v) for k, v in trainer.callback_metrics.items()}
-    value = trainer.callback_metrics.get(cfg.checkpoint.monitor)
-    if value is None:
-        return metrics
-    score = best.best_model_score
-    better = score is None or (value > score if cfg.checkpoint.mode == "max" else value < score)
-    if better:
-        path = checkpoint_dir / "best.ckpt"
-        trainer.save_checkpoint(path, weights_only=False)  # as ModelCheckpoint saves best.ckpt
-        best.best_model_path, best.best_model_score = str(path), value.detach().clone()
-        print(f"The final updates validate best ({cfg.checkpoint.monitor}={float(value):.4f}): saved as {path}")
-    return metrics
-
-
-def _final_splits(cfg: DictConfig, quiet: bool = False) -> list[str]:
-    """The splits scored at the end: validation first (a measure to choose recipes by), then test. A run
-    told not to validate (trainer.limit_val_batches=0) does not decode the validation set at its end either."""
-    splits = [split for split, key in (("val", "val_after_training"), ("test", "test_after_training")) if cfg.get(key)]
-    if "val" in splits and OmegaConf.select(cfg, "trainer.limit_val_batches", default=None) == 0:
-        if not quiet:
-            print("val_after_training: the validation set is not decoded at the end (trainer.limit_val_batches=0)")
-        splits.remove("val")
-    return splits
-
-
-class _Stopped(BaseException):
-    """A stop signal during the final validation or scores (raised by the handler, as Ctrl-C raises)."""
-
-
-@contextlib.contextmanager
-def _stopped_by_signals(what: str, rerun: str):
-    """SIGTERM, SIGUSR1 or Ctrl-C while ``what`` runs (after training: nothing left to save) stops the
-    process with one line saying what a rerun of the same command does (``rerun``), exit 143 (130)."""
-    names = ("SIGTERM", "SIGUSR1")
-    handled = [getattr(signal, n) for n in names if hasattr(signal, n)]
-    main = threading.current_thread() is threading.main_thread()
-
-    def stop(signum, frame):
-        raise _Stopped(signal.Signals(signum).name)
-
-    previous = {s: signal.signal(s, stop) for s in handled} if main else {}
-    try:
-        yield
-    except (_Stopped, KeyboardInterrupt) as err:
-        name = err.args[0] if isinstance(err, _Stopped) else "SIGINT"
-        print(f"Stopped by {name} during {what}; run the same command again: {rerun}")
-        raise SystemExit(130 if name == "SIGINT" else 143) from None
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
-
-
-def _final_scores(
-    cfg: DictConfig, task, trainer: L.Trainer, splits, best_path: str, checkpoint_dir: Path, run_dir: Path
-):
-    """The task's scores of the final model (the best checkpoint, or the mean of the last epochs:
-    test_average_last) with the run's own search on ``splits``: {"val_as_test": ..., "test": ...}. The
-    validation set is decoded exactly as the test is, so that recipes can be compared on the model and
-    search they ship with, and the test is never the one to choose by."""
-    average = _test_average(cfg, checkpoint_dir)
-    if average:
-        print(f"Scoring the average of the last {average} epoch checkpoints (test_average_last)")
-    # Lightning moves the module back to the CPU when fit ends: score on the device that trained
-    device = str(trainer.strategy.root_device)
-    loaded = load_model(best_path, average, device)
-    wandb = any(isinstance(lg, WandbLogger) for lg in trainer.loggers)
-    scores = {}
-    for split in splits:
-        out_dir = run_dir / "eval" / task.final_tag(cfg, split, average)
-        maps = [0] if wandb and split == "test" else ()
-        scores[FINAL_RESULTS[split]] = task.final_score(loaded, cfg, split, out_dir, attention_maps=maps)
-    return scores
-
-
-def _test_average(cfg: DictConfig, checkpoint_dir: Path) -> int:
-    """How many epoch checkpoints the final scores average (0: best.ckpt alone)."""
-    wanted = int(cfg.get("test_average_last") or 0)
-    if wanted <= 1:
-        return 0
-    found = len(epoch_checkpoints(checkpoint_dir))
-    if found < 2:
-        print(f"test_average_last={wanted}: only {found} epoch checkpoint(s); testing best.ckpt alone")
-        return 0
-    return min(wanted, found)
-
-
-def _float(value) -> float | None:
-    if value is None:
-        return None
-    return float(value.item() if isinstance(value, torch.Tensor) else value)

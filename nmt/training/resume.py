@@ -1,0 +1,108 @@
+"""Where a run lives and where it continues from: the run folder, and the checkpoint a rerun resumes."""
+
+from datetime import datetime
+from pathlib import Path
+
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf
+
+from nmt.inference.checkpoint import CheckpointError, epoch_checkpoints, load_checkpoint
+
+
+def resolve_run_dir(cfg: DictConfig) -> Path:
+    """run_dir if given; else the run folder of a resumed checkpoint (<run_dir>/checkpoints/<file>); else
+    Hydra's output folder."""
+    if cfg.run_dir:
+        return Path(cfg.run_dir).expanduser().resolve()
+    if cfg.ckpt_path and cfg.ckpt_path != "last":
+        path = Path(cfg.ckpt_path).expanduser().resolve()
+        if path.parent.name != "checkpoints":
+            raise ValueError(
+                f"ckpt_path={cfg.ckpt_path}: not inside a run's checkpoints/ folder, so the run folder to "
+                "continue in is unknown; add run_dir=<folder for this run>"
+            )
+        return path.parent.parent
+    if HydraConfig.initialized():
+        return Path(HydraConfig.get().runtime.output_dir).resolve()
+    return Path("runs", str(cfg.name), datetime.now().strftime("%Y-%m-%d_%H-%M-%S")).resolve()
+
+
+def resolve_resume(cfg: DictConfig, checkpoint_dir: Path) -> str | None:
+    """The checkpoint to resume from: ckpt_path if given ("last": the run's last.ckpt); otherwise the
+    run directory's last.ckpt when there is one, so that rerunning a killed command continues it. The file
+    is read before anything else happens: an unreadable one is named in one line, or, with
+    checkpoint.resume_fallback=true, replaced by the newest readable epoch checkpoint (said aloud)."""
+    if not cfg.ckpt_path:
+        path = checkpoint_dir / "last.ckpt"
+        hpc = _newest_hpc_checkpoint(checkpoint_dir.parent)
+        # only against a readable last.ckpt: an unreadable one goes the way below (named, or resume_fallback)
+        last_step = global_step(path) if path.is_file() else -1
+        if hpc is not None and (not path.is_file() or last_step >= 0) and global_step(hpc) > last_step:
+            print(f"Resuming from {hpc}: saved by Lightning on SLURM's preemption signal, after last.ckpt")
+            path = hpc
+        if not path.is_file():
+            if not epoch_checkpoints(checkpoint_dir):
+                return None
+            # trained before, its last.ckpt gone (removed, or a kill before a checkpoint written behind training
+            # was copied to it): the newest readable epoch checkpoint, said aloud, not a fresh start over them
+            candidate = _newest_readable_epoch(checkpoint_dir)
+            if candidate is None:
+                raise CheckpointError(f"cannot resume: {path} is missing and no epoch checkpoint beside it can be read")
+            print(f"warning: {path} is missing; resuming from {candidate}, the newest epoch checkpoint")
+            return str(candidate)
+    else:
+        path = checkpoint_dir / "last.ckpt" if cfg.ckpt_path == "last" else Path(cfg.ckpt_path).expanduser()
+        if not path.is_file():
+            raise FileNotFoundError(
+                f"ckpt_path={cfg.ckpt_path!r}: {path} does not exist (to resume, pass the "
+                "run's checkpoints/last.ckpt, or run_dir=<that run> with ckpt_path=last)"
+            )
+    try:
+        load_checkpoint(path)
+        return str(path)
+    except CheckpointError as err:
+        if not OmegaConf.select(cfg, "checkpoint.resume_fallback", default=False):
+            raise CheckpointError(
+                f"cannot resume: {err}; pass checkpoint.resume_fallback=true to resume from the newest "
+                "readable epoch checkpoint instead, or another ckpt_path"
+            ) from None
+    candidate = _newest_readable_epoch(checkpoint_dir if not cfg.ckpt_path else path.parent)
+    if candidate is None:
+        raise CheckpointError(f"cannot resume: {path} cannot be read and no epoch checkpoint beside it can")
+    print(f"warning: {path} cannot be read; resuming from {candidate} (checkpoint.resume_fallback=true)")
+    return str(candidate)
+
+
+def _newest_readable_epoch(folder: Path) -> Path | None:
+    """The newest epoch checkpoint in ``folder`` that can be read, or None."""
+    for candidate in reversed(epoch_checkpoints(folder)):
+        try:
+            load_checkpoint(candidate)
+        except CheckpointError:
+            continue
+        return candidate
+    return None
+
+
+def _newest_hpc_checkpoint(run_dir: Path) -> Path | None:
+    """Under SLURM with auto-requeue Lightning saves ``hpc_ckpt_<n>.ckpt`` in the run folder on the preemption
+    signal (the highest n is the newest) and requeues the job; that state is newer than last.ckpt."""
+    numbered = []
+    for path in run_dir.glob("hpc_ckpt_*.ckpt"):
+        suffix = path.stem.removeprefix("hpc_ckpt_")
+        if suffix.isdigit():
+            numbered.append((int(suffix), path))
+    return max(numbered)[1] if numbered else None
+
+
+def global_step(path: Path) -> int:
+    """The update a checkpoint was saved at (-1 when the file cannot be read: the caller's checks name it)."""
+    try:
+        return int(load_checkpoint(path).get("global_step", -1))
+    except CheckpointError:
+        return -1
+
+
+def is_smoke_run(config: dict) -> bool:
+    """trainer.fast_dev_run: a check that the code runs, whose weights mean nothing (config nested or flat)."""
+    return bool((config.get("trainer") or {}).get("fast_dev_run") or config.get("trainer.fast_dev_run"))
