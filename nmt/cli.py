@@ -112,8 +112,11 @@ def unknown_key_message(argv: list[str], config_name: str, conf: Path = CONF) ->
             continue
         owners = _other_options_with(key, conf, groups)
         close = difflib.get_close_matches(key, list(dict.fromkeys(known + groups)), n=3, cutoff=0.6)
-        if owners:
-            group = key.split(".")[0]
+        group = key.split(".")[0]
+        if owners and choices.get(group) is None:  # not a group here: the config's own block of that name
+            keys = [k for k in known if k.startswith(f"{group}.")]
+            hint = f"{config_name}.py's {group} block takes only {', '.join(keys) or 'no keys'}"
+        elif owners:
             hint = f"it is a key of {' or '.join(f'{group}={o}' for o in owners)}, not of {group}={choices.get(group)}"
         elif close:
             hint = f"did you mean {' or '.join(repr(c) for c in close)}?"

@@ -6,9 +6,10 @@ import random
 
 import pytest
 import torch
+from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 
-from nmt.data.lm import BlockDataset, collate_blocks, windows
+from nmt.data.lm import BlockDataset, LanguageModelDataModule, collate_blocks, windows
 from nmt.data.ptb import PTBDataModule
 from nmt.data.sources import DataNotFoundError
 from nmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
@@ -16,7 +17,7 @@ from nmt.data.vocab import WordVocabulary, load_tokenizer
 from nmt.decoding.search import SearchConfig, decode
 from nmt.inference.loading import load_model
 from nmt.models.transformer_lm import TransformerLM
-from nmt.tasks.language_model import generate, stream_perplexity
+from nmt.tasks.language_model import LanguageModelTask, generate, stream_perplexity
 from nmt.training.config import ConfigError, check_config
 from nmt.training.train import train
 
@@ -187,6 +188,41 @@ def test_invalid_strides_are_rejected():
         windows(20, 8, 9)
 
 
+def evaluate_config(*overrides: str):
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return compose("evaluate", overrides=["ckpt_path=x", *overrides])
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["num_samples=0", "prompt=the"], r"num_samples=0: how many continuations to sample, an integer >= 1"),
+        (["max_new_tokens=-3", "prompt=the"], r"max_new_tokens=-3: the words a continuation may add"),
+        (["rouge=true"], r"rouge=True: a language model is scored by perplexity"),
+        (["samples=3"], r"samples=3: the sample translations printed"),
+        (["decode.beam_size=8"], r"decode.beam_size=8: options of generation from a prompt; without prompt="),
+        (["max_new_tokens=5", "num_samples=2"], r"max_new_tokens=5, num_samples=2: options of generation"),
+        (["attention_maps=[0]"], r"attention_maps=\[0\]: options of generation"),
+    ],
+)
+def test_evaluate_options_that_a_language_model_cannot_use_are_refused(overrides, message):
+    with pytest.raises(ValueError, match=message):
+        LanguageModelTask().check_evaluation(evaluate_config(*overrides))
+
+
+def test_num_samples_is_refused_for_a_checkpoint_that_translates():
+    from nmt.tasks.translation import TranslationTask
+
+    with pytest.raises(ValueError, match=r"num_samples=3: continuations of a language model's prompt"):
+        TranslationTask().check_evaluation(evaluate_config("num_samples=3"))
+
+
+def test_options_of_generation_are_taken_with_a_prompt_and_a_zero_stride_is_refused():
+    LanguageModelTask().check_evaluation(evaluate_config("prompt=the", "decode.beam_size=8", "max_new_tokens=0"))
+    with pytest.raises(ValueError, match=r"data.eval_stride=0 must be in \[1, data.block_size=16\]"):
+        LanguageModelDataModule(block_size=16, eval_stride=0)
+
+
 def test_the_word_vocabulary_keeps_unk_as_a_word_and_round_trips():
     vocab = WordVocabulary.build(["the cat <unk> sat", "the dog"], max_size=None)
     ids = vocab.encode("the <unk> dog zebra")
@@ -328,6 +364,17 @@ def test_a_tiny_language_model_learns_the_counting_corpus_and_generates(ptb_fold
     ).stdout
     assert any(line.startswith("w5 w6 w7") for line in printed.splitlines())
     assert (tmp_path / "maps" / "self_attention_layer0.png").read_bytes().startswith(b"\x89PNG")
+    # options that give nothing here are refused, not ignored
+    with pytest.raises(ValueError, match=r"num_samples=2: only sampling gives several continuations"):
+        LanguageModelTask().evaluate(
+            evaluate_config("prompt=w3", "decode.strategy=greedy", "num_samples=2"), lambda: loaded
+        )
+    from nmt.inference.stream import run_translate
+
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        translate_cfg = compose("translate", overrides=[f"ckpt_path={checkpoint}", "alignments=true", "input=-"])
+    with pytest.raises(ValueError, match=r"alignments=true: a language model's continuation has no source"):
+        run_translate(translate_cfg)
     # a grid of settings chooses by decoded scores, which perplexity is not
     with pytest.raises(AssertionError, match="a grid chooses by the scores of decoded outputs"):
         run("evaluate.py", f"ckpt_path={checkpoint}", "split=val", "average_last=[0,2]")

@@ -149,3 +149,11 @@ def test_the_summarisation_recipe_trains_and_scores_rouge(tmp_path):
     assert all(metrics[f"val_as_test_{key}"] == val[key] for key in ("rouge1", "rouge2", "rougeL"))
     val_hypotheses = (run_dir / "eval" / "val_beam2" / "hypotheses.txt").read_text().splitlines()
     assert all(len(tokenizer.encode(h)) >= 3 for h in val_hypotheses)
+
+
+def test_task_rouge_false_is_refused_with_the_reason_not_as_an_unknown_key():
+    from nmt.tasks import build_task
+
+    cfg = compose_train("task=summarization", "task.rouge=false")
+    with pytest.raises(ValueError, match=r"task.rouge=false: summarisation is scored by ROUGE; use task=translation"):
+        build_task(cfg.task)

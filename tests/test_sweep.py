@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from omegaconf import OmegaConf
 
 from nmt.sweep import runner as sweep
 
@@ -379,3 +380,16 @@ def test_the_eta_is_at_the_pace_of_every_process_of_this_sitting(tmp_path):
     # 4 runs ended in the 600 s of this sitting (3 done, 1 failed), 6 remain: 900 s
     assert sweep.progress_line(tmp_path, 11, now=launched + 600) == "[sweep] 4/11 done, 1 failed, ETA 15 min"
     assert sweep.progress_line(tmp_path, 5) == "[sweep] 4/5 done, 1 failed"  # nothing left
+
+
+def test_the_report_names_the_recipe_only_where_one_was_applied(tmp_path):
+    """Hydra records the optional default recipe's name (<data>_<model>) even when no such file exists:
+    the report says "none" then, as the runs themselves printed."""
+    from nmt.sweep.summary import describe
+
+    for recipe, shown in (("ptb_transformer_lm", "none"), ("toy_transformer", "toy_transformer")):
+        run = tmp_path / recipe / "run"
+        (run / ".hydra").mkdir(parents=True)
+        choices = {"task": "lm", "data": "ptb", "model": "transformer_lm", "recipe": recipe}
+        OmegaConf.save(OmegaConf.create({"hydra": {"runtime": {"choices": choices}}}), run / ".hydra" / "hydra.yaml")
+        assert describe(tmp_path / recipe, [{"run_dir": str(run), "seed": 1}])["choices"]["recipe"] == shown

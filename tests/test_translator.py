@@ -49,6 +49,22 @@ def test_translate_equals_the_decoding_evaluate_uses(checkpoints):
     assert translator.translate(SOURCES) == expected and expected[2] == ""
 
 
+def test_a_sampling_seed_is_one_stream_for_all_lines_and_batches(checkpoints):
+    """The same line twice gets two samples (each call once restarted the seed's stream: copies); the same
+    calls in a new translator give the same samples; translate_lines' batches share one stream too."""
+    settings = {"strategy": "sample", "seed": 3, "temperature": 3.0, "device": "cpu"}
+    lines = ["one two three four five six"] * 6
+    translator = Translator.from_checkpoint(checkpoints["seed1"], **settings)
+    one_by_one = [translator.translate([line])[0] for line in lines]
+    assert len(set(one_by_one)) > 1, one_by_one
+    again = Translator.from_checkpoint(checkpoints["seed1"], **settings)
+    assert [again.translate([line])[0] for line in lines] == one_by_one
+    loaded = load_model(checkpoints["seed1"], device="cpu")
+    search = SearchConfig(strategy="sample", seed=3, temperature=3.0)
+    batched = translate_lines(loaded.model, loaded.src_tokenizer, loaded.tgt_tokenizer, lines, search, max_tokens=8)
+    assert len(set(batched)) > 1, batched  # max_tokens=8: one line a batch
+
+
 @pytest.mark.parametrize("model", ["seed1", "rnn"])
 def test_nbest_scores_are_the_models_own_log_probabilities(checkpoints, model):
     """With no length penalty the search's score of a hypothesis is its log-probability, which a separate

@@ -92,7 +92,7 @@ class LanguageModelDataModule(L.LightningDataModule):
             raise ValueError(f"data.block_size={block_size} must be at least 1")
         self.block_size, self.batch_size = block_size, batch_size
         self.eval_batch_size = eval_batch_size or batch_size
-        self.eval_stride = eval_stride or block_size
+        self.eval_stride = block_size if eval_stride is None else eval_stride
         windows(block_size + 2, block_size, self.eval_stride)  # rejects an invalid stride now
         self.max_vocab = max_vocab
         self.src_lang = self.tgt_lang = lang

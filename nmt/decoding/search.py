@@ -178,16 +178,24 @@ def max_lengths(src: torch.Tensor, pad_id: int, cfg: SearchConfig) -> torch.Tens
 
 @torch.no_grad()
 def decode(
-    model, src: torch.Tensor, bos_id: int, eos_id: int, cfg: SearchConfig, prefixes: list[list[int]] | None = None
+    model,
+    src: torch.Tensor,
+    bos_id: int,
+    eos_id: int,
+    cfg: SearchConfig,
+    prefixes: list[list[int]] | None = None,
+    generator: torch.Generator | None = None,
 ) -> list[list[int]]:
     """Translate a padded batch src: (batch, src_len); returns token ids per sentence, without BOS/EOS.
-    ``prefixes``: per sentence, target tokens the output must begin with (forced, then searched on)."""
+    ``prefixes``: per sentence, target tokens the output must begin with (forced, then searched on).
+    ``generator``: sampling's random stream, to go on across calls (:func:`sampling_generator`); None: one
+    seeded with ``cfg.seed`` for this call alone (or the global stream without a seed)."""
     if cfg.strategy == "beam":
         return [hyps[0][1] if hyps else [] for hyps in beam_hypotheses(model, src, bos_id, eos_id, cfg, prefixes)]
     if cfg.strategy == "greedy" and not (cfg.min_len or cfg.no_repeat_ngram_size or prefixes):
         return _greedy(model, src, bos_id, eos_id, cfg)
     if cfg.strategy in ("greedy", "sample"):  # one token a step, with constraints or drawn
-        return _step_by_step(model, src, bos_id, eos_id, cfg, prefixes)
+        return _step_by_step(model, src, bos_id, eos_id, cfg, prefixes, generator)
     raise ValueError(f"decode.strategy={cfg.strategy!r}: in STRATEGIES but not dispatched here; valid: {STRATEGIES}")
 
 
@@ -287,7 +295,18 @@ def _greedy(model, src, bos_id: int, eos_id: int, cfg: SearchConfig, every: int 
 
 
 @torch.no_grad()
-def _step_by_step(model, src, bos_id: int, eos_id: int, cfg: SearchConfig, prefixes=None) -> list[list[int]]:
+def sampling_generator(cfg: SearchConfig, device: torch.device) -> torch.Generator | None:
+    """The random stream of a seeded sampling search (None: not sampling, or no seed). A command that decodes
+    several batches or prompts passes one stream to every :func:`decode` call, so that its samples are
+    reproducible without each batch (or each identical prompt) drawing the same numbers again."""
+    if cfg.strategy != "sample" or cfg.seed is None:
+        return None
+    return torch.Generator(device=device).manual_seed(cfg.seed)
+
+
+def _step_by_step(
+    model, src, bos_id: int, eos_id: int, cfg: SearchConfig, prefixes=None, generator=None
+) -> list[list[int]]:
     """Sampling, and greedy search with a minimum length, n-gram blocking or forced prefixes: one token per
     sentence per step; finished sentences leave the batch. Bookkeeping stays on the host, so a GPU waits
     for it once per step (reading the new tokens)."""
@@ -297,9 +316,8 @@ def _step_by_step(model, src, bos_id: int, eos_id: int, cfg: SearchConfig, prefi
     alive = list(range(batch))  # original row of each row still decoding
     prev = torch.full((batch,), bos_id, dtype=torch.long, device=src.device)
     outputs: list[list[int]] = [[] for _ in range(batch)]
-    generator = None
-    if cfg.strategy == "sample" and cfg.seed is not None:
-        generator = torch.Generator(device=src.device).manual_seed(cfg.seed)
+    if generator is None:
+        generator = sampling_generator(cfg, src.device)
     for step in range(max(limits)):
         logits, state = model.decode_step(prev, state)  # (alive, vocab)
         logits = never_emitted(logits, bos_id, model.pad_id)

@@ -61,6 +61,8 @@ def run_translate(cfg: DictConfig) -> dict:
         if path and path != "-" and (not Path(path).exists() or Path(path).is_dir()):  # a pipe is readable
             raise ValueError(f"{key}={path}: no such file ({what})")
     translator = Translator.from_config(cfg)
+    if cfg.alignments and translator.continues:
+        raise ValueError("alignments=true: a language model's continuation has no source to align with; leave it out")
     beams = translator.search.beam_size if translator.search.strategy == "beam" else 1
     if not 1 <= int(cfg.n_best) <= beams:
         raise ValueError(

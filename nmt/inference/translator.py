@@ -25,9 +25,17 @@ from torch.nn import functional as F
 from nmt.data.batching import token_batches
 from nmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from nmt.decoding.ensemble import Ensemble
-from nmt.decoding.search import NEW_TOKENS, SearchConfig, beam_hypotheses, decode, search_settings
+from nmt.decoding.search import (
+    NEW_TOKENS,
+    SearchConfig,
+    beam_hypotheses,
+    decode,
+    sampling_generator,
+    search_settings,
+)
 from nmt.inference.checkpoint import CheckpointError
 from nmt.inference.loading import LoadedModel, load_model, resolve_checkpoint_path
+from nmt.tasks.language_model import unknown_words
 
 log = logging.getLogger(__name__)
 LONG_INPUT = ("truncate", "error")
@@ -108,6 +116,9 @@ class Translator:
         self.alignment_layer = alignment_layer
         self.max_new_tokens = NEW_TOKENS if max_new_tokens is None else max_new_tokens
         self.device = next(self.model.parameters()).device
+        # a seeded sampling search: one random stream for every line this translator decodes, so that the
+        # same prompt twice (or two batches) gets new samples, and the same calls in a new process the same
+        self.generator = sampling_generator(search, self.device)
 
     @classmethod
     def from_checkpoint(
@@ -177,7 +188,8 @@ class Translator:
         """Per line, its ``n_best`` outputs best first (beam search: n_best <= beam_size; greedy and
         sampling: 1). ``prefixes``: per line, text the output must begin with. ``scores``: also the
         per-token log-probabilities and alignments (one teacher-forced pass over the outputs);
-        ``with_attention``: also each output's cross-attention. An empty line gives one empty output.
+        ``with_attention``: also each output's cross-attention. An empty line gives one empty output (a language
+        model continues it from a sentence start).
         ``first_line``: the number of ``lines[0]`` in its file, for error messages."""
         beams = self.search.beam_size if self.search.strategy == "beam" else 1
         if not 1 <= n_best <= beams:
@@ -206,7 +218,7 @@ class Translator:
             else:
                 found = [
                     [(float("nan"), ids)]
-                    for ids in decode(self.model, src, BOS_ID, EOS_ID, self.search, batch_prefixes)
+                    for ids in decode(self.model, src, BOS_ID, EOS_ID, self.search, batch_prefixes, self.generator)
                 ]
             for i, hyps in zip(batch, found, strict=True):
                 results[i] = [Hypothesis(self.tgt_tokenizer.decode(ids), score, float("nan")) for score, ids in hyps]
@@ -219,12 +231,15 @@ class Translator:
         """A language model's continuations of one prompt (prompts are not padded, so one at a time): the
         prompt follows a sentence end, as every sentence of its training stream does."""
         prompt = self._encode_sources([line], number)[0]
+        unknown = unknown_words(line, prompt)
+        if unknown:
+            log.warning("line %d: words outside the vocabulary, read as <unk>: %s", number, ", ".join(unknown))
         context = torch.tensor([[EOS_ID, *prompt]], device=self.device)
         search = replace(self.search, max_len_a=0.0, max_len_b=self.max_new_tokens + 1)  # the limit counts the end
         if search.strategy == "beam":
             found = beam_hypotheses(self.model, context, BOS_ID, EOS_ID, search)[0][:n_best] or [(0.0, [])]
         else:
-            found = [(float("nan"), decode(self.model, context, BOS_ID, EOS_ID, search)[0])]
+            found = [(float("nan"), decode(self.model, context, BOS_ID, EOS_ID, search, generator=self.generator)[0])]
         results = []
         for score, ids in found:
             text = " ".join(filter(None, (line.strip(), self.tgt_tokenizer.decode(ids))))

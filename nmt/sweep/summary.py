@@ -8,6 +8,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from nmt.training.config import recipe_applied
+
 PLAN = "plan.json"  # written by nmt.sweep.runner before the runs: factors with their levels as written
 FAILED = "sweep_failed.json"  # in a run folder whose last attempt failed (nmt.sweep.runner)
 
@@ -104,6 +106,8 @@ def describe(sweep_dir: Path, records: list[dict]) -> dict:
             if saved is not None and OmegaConf.select(saved, "hydra.runtime.choices") is not None:
                 saved = saved.hydra.runtime.choices
                 choices = {g: str(saved.get(g)) for g in GROUPS if saved.get(g) is not None}
+                if "recipe" in choices and not recipe_applied(choices["recipe"]):
+                    choices["recipe"] = "none"  # the default's name, recorded though no such recipe exists
         if config is None and (run_dir / "config.yaml").is_file():
             config = _readable_yaml(run_dir / "config.yaml")
     facts["code"] = sorted(codes)

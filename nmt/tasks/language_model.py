@@ -61,6 +61,31 @@ class LanguageModelTask(Task):
     def check_evaluation(self, cfg: DictConfig) -> None:
         if cfg.get("input") is not None:
             raise ValueError(f"input={cfg.input!r}: a language model translates nothing; use prompt=... or split=...")
+        new_tokens = cfg.get("max_new_tokens")
+        if new_tokens is not None and (type(new_tokens) is not int or new_tokens < 0):
+            raise ValueError(
+                f"max_new_tokens={new_tokens!r}: the words a continuation may add, an integer >= 0 (null: {NEW_TOKENS})"
+            )
+        samples = cfg.get("num_samples", 1)
+        if type(samples) is not int or samples < 1:
+            raise ValueError(f"num_samples={samples!r}: how many continuations to sample, an integer >= 1")
+        if cfg.get("rouge") is not None:
+            raise ValueError(f"rouge={cfg.rouge}: a language model is scored by perplexity, not ROUGE; leave it out")
+        if cfg.get("samples", 5) != 5:
+            raise ValueError(
+                f"samples={cfg.samples}: the sample translations printed; a language model translates nothing "
+                "(prompt=... prints its continuations); leave it out"
+            )
+        if "prompt" in cfg and cfg.prompt is None:  # evaluate.py without a prompt: perplexity, nothing generated
+            given = [f"decode.{k}={v}" for k, v in (cfg.get("decode") or {}).items() if v is not None]
+            given += [f"max_new_tokens={new_tokens}"] if new_tokens is not None else []
+            given += [f"num_samples={samples}"] if samples != 1 else []
+            given += [f"attention_maps={list(cfg.attention_maps)}"] if cfg.get("attention_maps") else []
+            if given:
+                raise ValueError(
+                    f"{', '.join(given)}: options of generation from a prompt; without prompt=... a language model "
+                    'is scored by perplexity: add prompt="..." or leave them out'
+                )
 
     # ---- training --------------------------------------------------------------------------------
     def training_loss(self, model, loss, batch):
@@ -134,6 +159,11 @@ class LanguageModelTask(Task):
         if cfg.prompt is not None:
             search = search_settings(loaded.config.get("decode"), OmegaConf.to_container(cfg.decode, resolve=True))
             new_tokens = NEW_TOKENS if cfg.get("max_new_tokens") is None else cfg.max_new_tokens
+            if cfg.num_samples != 1 and search.strategy != "sample":
+                raise ValueError(
+                    f"num_samples={cfg.num_samples}: only sampling gives several continuations, and the search is "
+                    f"{search.strategy}; add decode.strategy=sample"
+                )
             texts = generate(loaded, str(cfg.prompt), search, cfg.num_samples, new_tokens)
             for text in texts:
                 print(text)
@@ -182,6 +212,15 @@ def stream_perplexity(model: torch.nn.Module, loader) -> dict:
     return {"loss": loss, "ppl": math.exp(loss), "tokens": tokens}
 
 
+def unknown_words(prompt: str, ids: list[int]) -> list[str]:
+    """The words of ``prompt`` that a word vocabulary read as <unk> (``ids``: its encoding, one id a word;
+    none for a subword encoding, which has no unknown words)."""
+    words = prompt.split()
+    if len(words) != len(ids):
+        return []
+    return [w for w, i in zip(words, ids, strict=True) if i == UNK_ID and w != "<unk>"]
+
+
 @torch.no_grad()
 def generate(
     loaded, prompt: str, search: SearchConfig, num_samples: int = 1, max_new_tokens: int = NEW_TOKENS
@@ -191,7 +230,7 @@ def generate(
     training stream does; greedy and beam give one continuation, sampling ``num_samples``."""
     vocab = loaded.tgt_tokenizer
     ids = vocab.encode(prompt)
-    unknown = [w for w, i in zip(prompt.split(), ids, strict=True) if i == UNK_ID and w != "<unk>"]
+    unknown = unknown_words(prompt, ids)
     if unknown:
         console.print(f"[yellow]prompt words outside the vocabulary, read as <unk>: {', '.join(unknown)}")
     rows = num_samples if search.strategy == "sample" else 1

@@ -112,6 +112,11 @@ class TranslationTask(Task):
             )
         if OmegaConf.select(cfg, "data.eval_stride", default=None) is not None:
             raise ValueError("data.eval_stride is a language-model setting (task=lm); this checkpoint translates")
+        if cfg.get("num_samples", 1) != 1:
+            raise ValueError(
+                f"num_samples={cfg.num_samples}: continuations of a language model's prompt; this checkpoint "
+                "translates (several outputs a sentence: translate.py n_best=N with beam search)"
+            )
 
     # ---- training --------------------------------------------------------------------------------
     def training_loss(self, model, loss, batch):

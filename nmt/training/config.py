@@ -298,6 +298,15 @@ def unused_groups(cfg: DictConfig, choices: dict | None = None, overrides: list[
     return problems
 
 
+def recipe_applied(recipe: str | None) -> bool:
+    """Whether the recipe Hydra records as chosen was applied: Hydra records the optional default's name
+    (``<data>_<model>``) even when no such file exists."""
+    return (
+        recipe not in (None, "none")
+        and (Path(__file__).resolve().parents[2] / "conf" / "recipe" / f"{recipe}.yaml").is_file()
+    )
+
+
 def describe_recipe(cfg: DictConfig) -> str:
     """One line saying which default recipe (conf/recipe/<data>_<model>.yaml) shaped this run and why."""
     if not HydraConfig.initialized():
@@ -306,9 +315,7 @@ def describe_recipe(cfg: DictConfig) -> str:
     recipe, data, model = choices.get("recipe"), choices.get("data"), choices.get("model")
     chosen = recipe not in (None, "none", f"{data}_{model}")  # named on the command line, not the default
     experiment = choices.get("experiment")
-    # Hydra records the optional default's name even when no such file exists
-    recipe_file = Path(__file__).resolve().parents[2] / "conf" / "recipe" / f"{recipe}.yaml"
-    if recipe in (None, "none") or not recipe_file.is_file():
+    if not recipe_applied(recipe):
         if experiment:
             why = f"experiment={experiment} is a recipe of its own"
         elif recipe in (None, "none"):
