@@ -49,20 +49,26 @@ def test_translate_equals_the_decoding_evaluate_uses(checkpoints):
     assert translator.translate(SOURCES) == expected and expected[2] == ""
 
 
-def test_a_sampling_seed_is_one_stream_for_all_lines_and_batches(checkpoints):
-    """The same line twice gets two samples (each call once restarted the seed's stream: copies); the same
-    calls in a new translator give the same samples; translate_lines' batches share one stream too."""
+def test_a_sampling_seed_fixes_each_lines_sample_whatever_the_batching(checkpoints):
+    """decode.seed: a line's sample depends on the seed and its line number only: the same in a batch of
+    all lines, one line at a time, and in evaluate.py's batches; equal lines draw apart (each call once
+    restarted one stream: copies, and samples that changed with the batching)."""
     settings = {"strategy": "sample", "seed": 3, "temperature": 3.0, "device": "cpu"}
     lines = ["one two three four five six"] * 6
     translator = Translator.from_checkpoint(checkpoints["seed1"], **settings)
-    one_by_one = [translator.translate([line])[0] for line in lines]
-    assert len(set(one_by_one)) > 1, one_by_one
-    again = Translator.from_checkpoint(checkpoints["seed1"], **settings)
-    assert [again.translate([line])[0] for line in lines] == one_by_one
+    together = translator.translate(lines)
+    assert len(set(together)) > 1, together
+    one_by_one = [translator.translate_nbest([line], first_line=n)[0][0].text for n, line in enumerate(lines, 1)]
+    assert one_by_one == together
     loaded = load_model(checkpoints["seed1"], device="cpu")
     search = SearchConfig(strategy="sample", seed=3, temperature=3.0)
-    batched = translate_lines(loaded.model, loaded.src_tokenizer, loaded.tgt_tokenizer, lines, search, max_tokens=8)
-    assert len(set(batched)) > 1, batched  # max_tokens=8: one line a batch
+    for max_tokens in (8, 6000):  # one line a batch, all lines in one
+        assert (
+            translate_lines(loaded.model, loaded.src_tokenizer, loaded.tgt_tokenizer, lines, search, max_tokens)
+            == together
+        )
+    other_seed = Translator.from_checkpoint(checkpoints["seed1"], **{**settings, "seed": 4}).translate(lines)
+    assert other_seed != together
 
 
 @pytest.mark.parametrize("model", ["seed1", "rnn"])

@@ -7,6 +7,8 @@
 Nothing here knows which architecture it drives.
 """
 
+import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
 
 import torch
@@ -184,18 +186,18 @@ def decode(
     eos_id: int,
     cfg: SearchConfig,
     prefixes: list[list[int]] | None = None,
-    generator: torch.Generator | None = None,
+    numbers: Sequence[int] | None = None,
 ) -> list[list[int]]:
     """Translate a padded batch src: (batch, src_len); returns token ids per sentence, without BOS/EOS.
     ``prefixes``: per sentence, target tokens the output must begin with (forced, then searched on).
-    ``generator``: sampling's random stream, to go on across calls (:func:`sampling_generator`); None: one
-    seeded with ``cfg.seed`` for this call alone (or the global stream without a seed)."""
+    ``numbers``: per sentence, its number in the input (its line, from 1; default: 1 to batch), from which
+    seeded sampling draws its random stream (:func:`sentence_generators`)."""
     if cfg.strategy == "beam":
         return [hyps[0][1] if hyps else [] for hyps in beam_hypotheses(model, src, bos_id, eos_id, cfg, prefixes)]
     if cfg.strategy == "greedy" and not (cfg.min_len or cfg.no_repeat_ngram_size or prefixes):
         return _greedy(model, src, bos_id, eos_id, cfg)
     if cfg.strategy in ("greedy", "sample"):  # one token a step, with constraints or drawn
-        return _step_by_step(model, src, bos_id, eos_id, cfg, prefixes, generator)
+        return _step_by_step(model, src, bos_id, eos_id, cfg, prefixes, numbers)
     raise ValueError(f"decode.strategy={cfg.strategy!r}: in STRATEGIES but not dispatched here; valid: {STRATEGIES}")
 
 
@@ -295,17 +297,19 @@ def _greedy(model, src, bos_id: int, eos_id: int, cfg: SearchConfig, every: int 
 
 
 @torch.no_grad()
-def sampling_generator(cfg: SearchConfig, device: torch.device) -> torch.Generator | None:
-    """The random stream of a seeded sampling search (None: not sampling, or no seed). A command that decodes
-    several batches or prompts passes one stream to every :func:`decode` call, so that its samples are
-    reproducible without each batch (or each identical prompt) drawing the same numbers again."""
+def sentence_generators(cfg: SearchConfig, numbers: Sequence[int], device: torch.device) -> list | None:
+    """Seeded sampling (``decode.seed``): one random stream per sentence, seeded by the seed and the
+    sentence's number in its input, so that a sentence's sample depends neither on the batch it is decoded
+    in nor on the lines before it, and two lines (equal ones too) draw apart. None: not sampling, or no
+    seed (the global stream)."""
     if cfg.strategy != "sample" or cfg.seed is None:
         return None
-    return torch.Generator(device=device).manual_seed(cfg.seed)
+    seeds = [hashlib.blake2b(f"{cfg.seed}:{n}".encode(), digest_size=8).digest() for n in numbers]
+    return [torch.Generator(device=device).manual_seed(int.from_bytes(s, "little") >> 1) for s in seeds]
 
 
 def _step_by_step(
-    model, src, bos_id: int, eos_id: int, cfg: SearchConfig, prefixes=None, generator=None
+    model, src, bos_id: int, eos_id: int, cfg: SearchConfig, prefixes=None, numbers=None
 ) -> list[list[int]]:
     """Sampling, and greedy search with a minimum length, n-gram blocking or forced prefixes: one token per
     sentence per step; finished sentences leave the batch. Bookkeeping stays on the host, so a GPU waits
@@ -316,8 +320,7 @@ def _step_by_step(
     alive = list(range(batch))  # original row of each row still decoding
     prev = torch.full((batch,), bos_id, dtype=torch.long, device=src.device)
     outputs: list[list[int]] = [[] for _ in range(batch)]
-    if generator is None:
-        generator = sampling_generator(cfg, src.device)
+    generators = sentence_generators(cfg, numbers or range(1, batch + 1), src.device)
     for step in range(max(limits)):
         logits, state = model.decode_step(prev, state)  # (alive, vocab)
         logits = never_emitted(logits, bos_id, model.pad_id)
@@ -328,7 +331,7 @@ def _step_by_step(
         if cfg.strategy == "greedy":
             next_tokens = logits.argmax(dim=-1)
         else:
-            next_tokens = _sample(logits.float(), cfg, generator)
+            next_tokens = _sample(logits.float(), cfg, generators=generators and [generators[row] for row in alive])
         # the last step allowed ends the sentence (as if EOS were forced), like beam search does
         tokens = next_tokens.tolist()
         keep = [token != eos_id and limits[row] > step + 1 for row, token in zip(alive, tokens, strict=True)]
@@ -346,7 +349,9 @@ def _step_by_step(
     return outputs
 
 
-def _sample(logits: torch.Tensor, cfg: SearchConfig, generator) -> torch.Tensor:
+def _sample(logits: torch.Tensor, cfg: SearchConfig, generator=None, generators=None) -> torch.Tensor:
+    """One token per row of ``logits`` (rows, vocab) drawn after temperature, top-k and top-p; from
+    ``generator`` for all rows, or from ``generators``, one per row."""
     logits = logits / cfg.temperature
     if cfg.top_k > 0:
         kth = logits.topk(min(cfg.top_k, logits.size(-1)), dim=-1).values[:, -1:]
@@ -359,6 +364,10 @@ def _sample(logits: torch.Tensor, cfg: SearchConfig, generator) -> torch.Tensor:
         drop = drop_sorted.scatter(1, order, drop_sorted)
         logits = logits.masked_fill(drop, float("-inf"))
     probs = logits.softmax(dim=-1)
+    if generators:
+        return torch.cat(
+            [torch.multinomial(row[None], 1, generator=g)[0] for row, g in zip(probs, generators, strict=True)]
+        )
     return torch.multinomial(probs, 1, generator=generator).squeeze(1)
 
 

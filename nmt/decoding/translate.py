@@ -9,7 +9,7 @@ import torch
 
 from nmt.data.batching import token_batches
 from nmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
-from nmt.decoding.search import SearchConfig, decode, sampling_generator
+from nmt.decoding.search import SearchConfig, decode
 
 log = logging.getLogger(__name__)
 
@@ -46,13 +46,14 @@ def translate_lines(
     beams = search.beam_size if search.strategy == "beam" else 1
     budget = max(max_tokens // max(beams, 1), max(lengths.values(), default=1))
     batches = list(token_batches(lengths, budget, order))
-    generator = sampling_generator(search, device)  # one stream for all batches
     with DecodingProgress(len(non_empty), enabled=progress) as shown:
         for batch in batches:
             src = torch.nn.utils.rnn.pad_sequence(
                 [torch.tensor(encoded[i] + [EOS_ID]) for i in batch], batch_first=True, padding_value=PAD_ID
             ).to(device)
-            for i, ids in zip(batch, decode(model, src, BOS_ID, EOS_ID, search, generator=generator), strict=True):
+            for i, ids in zip(
+                batch, decode(model, src, BOS_ID, EOS_ID, search, numbers=[i + 1 for i in batch]), strict=True
+            ):
                 outputs[i] = tgt_tokenizer.decode(ids)
             shown.advance(len(batch))
     return outputs

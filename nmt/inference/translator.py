@@ -30,7 +30,6 @@ from nmt.decoding.search import (
     SearchConfig,
     beam_hypotheses,
     decode,
-    sampling_generator,
     search_settings,
 )
 from nmt.inference.checkpoint import CheckpointError
@@ -116,9 +115,6 @@ class Translator:
         self.alignment_layer = alignment_layer
         self.max_new_tokens = NEW_TOKENS if max_new_tokens is None else max_new_tokens
         self.device = next(self.model.parameters()).device
-        # a seeded sampling search: one random stream for every line this translator decodes, so that the
-        # same prompt twice (or two batches) gets new samples, and the same calls in a new process the same
-        self.generator = sampling_generator(search, self.device)
 
     @classmethod
     def from_checkpoint(
@@ -218,7 +214,9 @@ class Translator:
             else:
                 found = [
                     [(float("nan"), ids)]
-                    for ids in decode(self.model, src, BOS_ID, EOS_ID, self.search, batch_prefixes, self.generator)
+                    for ids in decode(
+                        self.model, src, BOS_ID, EOS_ID, self.search, batch_prefixes, [first_line + i for i in batch]
+                    )
                 ]
             for i, hyps in zip(batch, found, strict=True):
                 results[i] = [Hypothesis(self.tgt_tokenizer.decode(ids), score, float("nan")) for score, ids in hyps]
@@ -239,7 +237,7 @@ class Translator:
         if search.strategy == "beam":
             found = beam_hypotheses(self.model, context, BOS_ID, EOS_ID, search)[0][:n_best] or [(0.0, [])]
         else:
-            found = [(float("nan"), decode(self.model, context, BOS_ID, EOS_ID, search, generator=self.generator)[0])]
+            found = [(float("nan"), decode(self.model, context, BOS_ID, EOS_ID, search, numbers=[number])[0])]
         results = []
         for score, ids in found:
             text = " ".join(filter(None, (line.strip(), self.tgt_tokenizer.decode(ids))))
