@@ -194,3 +194,17 @@ def test_an_unknown_format_is_refused_listing_the_formats(default_checkpoint, tm
     )
     with pytest.raises(ValueError, match=r"^format=onnx: not one of \['ctranslate2'\]$"):
         run_export(cfg)
+
+
+def test_an_ensemble_or_a_file_as_the_folder_is_refused_in_one_line(tmp_path):
+    from omegaconf import OmegaConf
+
+    from nmt.inference.export import run_export
+
+    taken = tmp_path / "taken"
+    taken.write_text("a file")
+    base = {"format": "ctranslate2", "average_last": 0, "quantization": None}
+    with pytest.raises(ValueError, match=r"^ckpt_path=\['a', 'b'\]: export.py writes one model"):
+        run_export(OmegaConf.create({**base, "ckpt_path": ["a", "b"], "out": str(tmp_path / "m")}))
+    with pytest.raises(ValueError, match=rf"^out={taken}: a file stands there"):
+        run_export(OmegaConf.create({**base, "ckpt_path": "a", "out": str(taken)}))

@@ -16,7 +16,7 @@ from nmt.decoding.search import SearchConfig
 from nmt.decoding.translate import translate_lines
 from nmt.inference.checkpoint import CheckpointError
 from nmt.inference.loading import load_model
-from nmt.inference.translator import InputError, Translator
+from nmt.inference.translator import Hypothesis, InputError, Translator
 from nmt.tasks.language_model import LanguageModelTask
 from nmt.training.train import train
 
@@ -241,3 +241,39 @@ def test_translate_py_bad_input_is_one_line_naming_it(checkpoints, stdin, args, 
     )
     err = result.stderr.decode()
     assert result.returncode == 2 and message in err and "Traceback" not in err, err[-2000:]
+
+
+def test_nbest_output_has_n_lines_for_every_input_an_empty_line_too():
+    """An empty line is not decoded: its one empty output is padded, so that every input has N lines."""
+    from omegaconf import OmegaConf
+
+    from nmt.inference.stream import format_output
+
+    cfg = OmegaConf.create({"n_best": 3, "scores": False, "alignments": False})
+    assert format_output(4, [Hypothesis("", 0.0, 0.0)], cfg) == "4\t0.0000\t\n4\t-inf\t\n4\t-inf\t\n"
+
+
+def test_a_string_is_one_line_and_bad_limits_or_devices_are_refused_before_loading(checkpoints):
+    """A string given where lines are expected is one sentence (it was translated character by character);
+    a negative max_input_len cut lines from their end."""
+    translator = Translator.from_checkpoint(checkpoints["seed1"], beam_size=3, device="cpu")
+    assert translator.translate("one two three") == translator.translate(["one two three"])[0]
+    (hypotheses,) = translator.translate_nbest(["one two three"], n_best=2)
+    assert [h.text for h in translator.translate_nbest("one two three", n_best=2)] == [h.text for h in hypotheses]
+    for limit, value in (("max_input_len", -5), ("max_input_len", 0), ("max_tokens", -3)):
+        with pytest.raises(ValueError, match=rf"^{limit}={value}: must be an integer >= 1$"):
+            Translator.from_checkpoint("nowhere.ckpt", **{limit: value})
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match=r"^device=cuda: this machine has no CUDA GPU"):
+            Translator.from_checkpoint("nowhere.ckpt", device="cuda")
+
+
+def test_evaluate_output_without_input_is_refused():
+    from hydra import compose, initialize_config_dir
+
+    from nmt.tasks.translation import TranslationTask
+
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("evaluate", overrides=["ckpt_path=x", "split=val", "output=out.txt"])
+    with pytest.raises(ValueError, match=r"^output=out.txt: where the translations of input= go"):
+        TranslationTask().check_evaluation(cfg)

@@ -75,6 +75,10 @@ def test_concurrent_requests_are_answered_without_mixing(client):
         ({"text": " ".join(["seven"] * 30)}, 422, "subword tokens, more than this server takes (40); send a shorter"),
         (b"{not json", 422, "the body is not valid JSON"),
         (b"x" * 20_000, 413, "request larger than 16384 bytes"),
+        ({"text": "one", "n_best": "2"}, 422, "n_best: Input should be a valid integer"),
+        ({"text": "one", "n_best": True}, 422, "n_best: Input should be a valid integer"),
+        ({"text": 5}, 422, "text: Input should be a valid string"),
+        (b'{"text": "\xff\xfe"}', 400, "the body could not be read: send UTF-8 JSON"),
     ],
 )
 def test_bad_requests_get_a_4xx_and_a_message(client, body, status, message):
@@ -100,6 +104,20 @@ def test_json_sent_without_its_content_type_is_named_as_the_cause(client):
     # a JSON body of the right type with a wrong field: that field is named, not the type
     answer = app.post("/api/translate", json={"txt": "one"})
     assert answer.status_code == 422 and "text: Field required" in answer.json()["error"]
+
+
+def test_every_error_has_the_error_shape_and_a_taken_port_is_named_before_loading(client):
+    from nmt.inference.serve import check_port
+
+    app, _ = client
+    for answer, status in ((app.get("/nowhere"), 404), (app.get("/api/translate"), 405)):
+        assert answer.status_code == status and answer.json() == {"error": answer.json()["error"]}
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(ValueError, match=rf"^port={port}: 127.0.0.1:{port} cannot be served"):
+            check_port("127.0.0.1", port)
 
 
 def free_port() -> int:

@@ -9,7 +9,8 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from nmt.evaluation.grid import check_grid, evaluate_grid, grid_axes
-from nmt.inference.loading import checkpoint_task, load_model, resolve_checkpoint_path
+from nmt.inference.loading import checkpoint_task, load_model, pick_device, resolve_checkpoint_path
+from nmt.inference.translator import check_limits
 
 
 def evaluate(cfg: DictConfig) -> dict:
@@ -22,6 +23,8 @@ def evaluate(cfg: DictConfig) -> dict:
             "epochs: average_last=N); an ensemble decodes with translate.py ckpt_path=[...], whose outputs "
             "python -m nmt.evaluation.score scores against the references"
         )
+    check_limits(max_tokens=cfg.max_tokens, max_input_len=cfg.max_input_len)
+    pick_device(cfg.device)  # a device this machine lacks, named before the checkpoint is read
     cfg.ckpt_path = str(resolve_checkpoint_path(cfg.ckpt_path))  # a run folder: its best checkpoint
     task = checkpoint_task(cfg.ckpt_path)
     axes = grid_axes(cfg)

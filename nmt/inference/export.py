@@ -242,10 +242,19 @@ def run_export(cfg) -> Path:
     """export.py: the checkpoint (or run folder) of ``cfg.ckpt_path`` written in ``cfg.format`` to ``cfg.out``."""
     import sys
 
+    from omegaconf import OmegaConf
+
     from nmt.inference.loading import load_model, resolve_checkpoint_path
 
     if cfg.format not in FORMATS:
         raise ValueError(f"format={cfg.format}: not one of {list(FORMATS)}")
+    if OmegaConf.is_list(cfg.ckpt_path):
+        raise ValueError(
+            f"ckpt_path={list(cfg.ckpt_path)}: export.py writes one model; an ensemble is not exported (export each "
+            "checkpoint, or the mean of a run's last epochs with average_last=N)"
+        )
+    if Path(cfg.out).exists() and not Path(cfg.out).is_dir():
+        raise ValueError(f"out={cfg.out}: a file stands there; the export is a folder: name another out=")
     loaded = load_model(resolve_checkpoint_path(cfg.ckpt_path), cfg.average_last, "cpu")
     out = export_ctranslate2(loaded, cfg.out, cfg.quantization)
     print(f"CTranslate2 model written to {out} (quantization: {cfg.quantization or 'none, float32'})", file=sys.stderr)

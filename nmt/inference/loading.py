@@ -35,9 +35,18 @@ class LoadedModel:
 
 
 def pick_device(name: str = "auto") -> torch.device:
+    """``device``: auto (a GPU when there is one), cpu, cuda or cuda:N; one that this machine lacks is named."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise ValueError(f"device={name}: not a device; use auto, cpu, cuda or cuda:N") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device={name}: this machine has no CUDA GPU that PyTorch can use; use device=auto or cpu")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise ValueError(f"device={name}: this machine has {torch.cuda.device_count()} GPU(s), cuda:0 to cuda:N-1")
+    return device
 
 
 def resolve_checkpoint_path(path: str | os.PathLike) -> Path:

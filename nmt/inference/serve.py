@@ -1,5 +1,6 @@
 """serve(cfg): the web page of ``serve.py`` for a checkpoint (see nmt.inference.web)."""
 
+import socket
 import sys
 
 from omegaconf import DictConfig
@@ -8,9 +9,19 @@ from nmt.inference.translator import Translator
 from nmt.inference.web import create_app
 
 
+def check_port(host: str, port: int) -> None:
+    """The address is free: said before the model is loaded, not after it, as the server's bind error."""
+    try:
+        with socket.create_server((host, port)):
+            pass
+    except OSError as err:
+        raise ValueError(f"port={port}: {host}:{port} cannot be served ({err.strerror}); pass another port=") from None
+
+
 def serve(cfg: DictConfig) -> None:
     import uvicorn
 
+    check_port(cfg.host, int(cfg.port))
     translator = Translator.from_config(cfg, on_long_input="error")  # a request gets a message, never a cut sentence
     title = cfg.title or " + ".join(str(m.run_dir.name) for m in translator.loaded)
     app = create_app(translator, max_chars=int(cfg.max_chars), title=title)

@@ -3,7 +3,8 @@
 Standard input: each line is translated as soon as it is read and its output written and flushed, so the
 command works in a terminal and in a pipe. A file: translated in token batches with a progress bar on a
 terminal, written in input order. Outputs: the text; ``scores=true``: ``score<TAB>text``; ``n_best=N``:
-N lines ``index<TAB>score<TAB>text`` per input (index: the input line's number from 0); ``alignments=true``
+N lines ``index<TAB>score<TAB>text`` per input (index: the input line's number from 0; an input with fewer
+outputs, such as an empty line, padded with empty ones scored -inf); ``alignments=true``
 appends a tab and Pharaoh pairs ``i-j`` (source piece i, output piece j).
 """
 
@@ -25,6 +26,10 @@ CHUNK = 2000  # lines of a file translated between two writes (the progress bar 
 def format_output(index: int, hypotheses: list[Hypothesis], cfg: DictConfig) -> str:
     """The lines written for one input."""
     lines = []
+    # N lines for every input, as the format promises: an input with fewer outputs (an empty line, which is not
+    # decoded) is padded with empty outputs scored -inf
+    missing = max(int(cfg.n_best) - len(hypotheses), 0)
+    hypotheses = [*hypotheses, *[Hypothesis("", float("-inf"), float("-inf"))] * missing]
     for hypothesis in hypotheses[: int(cfg.n_best)]:
         text = hypothesis.text
         if int(cfg.n_best) > 1:

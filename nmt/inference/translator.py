@@ -33,7 +33,7 @@ from nmt.decoding.search import (
     search_settings,
 )
 from nmt.inference.checkpoint import CheckpointError
-from nmt.inference.loading import LoadedModel, load_model, resolve_checkpoint_path
+from nmt.inference.loading import LoadedModel, load_model, pick_device, resolve_checkpoint_path
 from nmt.tasks.language_model import unknown_words
 
 log = logging.getLogger(__name__)
@@ -69,6 +69,13 @@ class Hypothesis:
     attention: dict[str, torch.Tensor] | None = None
 
 
+def check_limits(**limits) -> None:
+    """max_tokens, max_input_len: positive integers (a negative max_input_len would cut lines from the end)."""
+    for name, value in limits.items():
+        if type(value) is not int or value < 1:
+            raise ValueError(f"{name}={value!r}: must be an integer >= 1")
+
+
 class Translator:
     """Decode raw sentences with a model (or an ensemble) and its tokenizers; see the module's example."""
 
@@ -84,6 +91,7 @@ class Translator:
     ) -> None:
         if on_long_input not in LONG_INPUT:
             raise ValueError(f"on_long_input={on_long_input!r} is not one of {list(LONG_INPUT)}")
+        check_limits(max_tokens=max_tokens, max_input_len=max_input_len)
         first = loaded[0]
         self.continues = not first.task.reads_source  # a language model: lines are prompts to continue
         if max_new_tokens is not None:  # the task refuses it where it does not apply, as in evaluate.py
@@ -136,6 +144,8 @@ class Translator:
         paths = [path] if isinstance(path, (str, os.PathLike)) else list(path)
         if not paths:
             raise ValueError("from_checkpoint needs at least one checkpoint")
+        check_limits(max_tokens=max_tokens, max_input_len=max_input_len)  # before a checkpoint is read
+        pick_device(device)
         loaded = [load_model(resolve_checkpoint_path(p), average_last, device) for p in paths]
         return cls(
             loaded,
@@ -167,14 +177,16 @@ class Translator:
         return cls.from_checkpoint(paths, **{**options, **fixed})
 
     # ---- translation -------------------------------------------------------------------------------
-    def translate(self, lines: Sequence[str]) -> list[str]:
-        """The best output of each line, in input order."""
+    def translate(self, lines: Sequence[str] | str) -> list[str] | str:
+        """The best output of each line, in input order (one line given as a string: its output)."""
+        if isinstance(lines, str):  # not a sequence of one-character lines
+            return self.translate([lines])[0]
         return [hyps[0].text for hyps in self.translate_nbest(lines, n_best=1, scores=False)]
 
     @torch.no_grad()
     def translate_nbest(
         self,
-        lines: Sequence[str],
+        lines: Sequence[str] | str,
         n_best: int = 1,
         prefixes: Sequence[str] | None = None,
         scores: bool = True,
@@ -186,7 +198,11 @@ class Translator:
         per-token log-probabilities and alignments (one teacher-forced pass over the outputs);
         ``with_attention``: also each output's cross-attention. An empty line gives one empty output (a language
         model continues it from a sentence start).
-        ``first_line``: the number of ``lines[0]`` in its file, for error messages."""
+        ``first_line``: the number of ``lines[0]`` in its file, for error messages and seeded sampling. One
+        line given as a string: its list of outputs (``prefixes`` then a string too)."""
+        if isinstance(lines, str):
+            one = [prefixes] if isinstance(prefixes, str) else prefixes
+            return self.translate_nbest([lines], n_best, one, scores, with_attention, first_line)[0]
         beams = self.search.beam_size if self.search.strategy == "beam" else 1
         if not 1 <= n_best <= beams:
             raise ValueError(

@@ -13,7 +13,8 @@ import threading
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
+from starlette.exceptions import HTTPException
 
 from nmt.inference.page import PAGE
 from nmt.inference.translator import InputError, Translator
@@ -24,8 +25,9 @@ MAX_BODY_BYTES = 16_384
 class TranslateRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")  # anything else (a path, a checkpoint) is refused
 
-    text: str = Field(min_length=1)
-    n_best: int = Field(default=1, ge=1)
+    # strict: "3", 2.0 or true are not a number of outputs, nor 5 a text
+    text: StrictStr = Field(min_length=1)
+    n_best: StrictInt = Field(default=1, ge=1)
 
 
 def create_app(translator: Translator, max_chars: int = 1000, title: str = "nmt") -> FastAPI:
@@ -65,6 +67,13 @@ def create_app(translator: Translator, max_chars: int = 1000, title: str = "nmt"
             for e in err.errors()
         )
         return JSONResponse({"error": problems}, status_code=422)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, err: HTTPException):  # 404, 405, a body that cannot be parsed
+        message = err.detail
+        if err.status_code == 400 and "parsing the body" in str(err.detail):
+            message = "the body could not be read: send UTF-8 JSON"
+        return JSONResponse({"error": str(message)}, status_code=err.status_code, headers=err.headers)
 
     @app.exception_handler(Exception)
     async def failed(request: Request, err: Exception):  # never a stack trace to the client

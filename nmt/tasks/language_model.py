@@ -61,6 +61,10 @@ class LanguageModelTask(Task):
     def check_evaluation(self, cfg: DictConfig) -> None:
         if cfg.get("input") is not None:
             raise ValueError(f"input={cfg.input!r}: a language model translates nothing; use prompt=... or split=...")
+        if cfg.get("output") is not None:
+            raise ValueError(
+                f"output={cfg.output}: a language model writes no translations; its continuations are printed"
+            )
         new_tokens = cfg.get("max_new_tokens")
         if new_tokens is not None and (type(new_tokens) is not int or new_tokens < 0):
             raise ValueError(

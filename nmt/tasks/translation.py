@@ -112,6 +112,11 @@ class TranslationTask(Task):
             )
         if OmegaConf.select(cfg, "data.eval_stride", default=None) is not None:
             raise ValueError("data.eval_stride is a language-model setting (task=lm); this checkpoint translates")
+        if cfg.get("output") is not None and cfg.get("input") is None:
+            raise ValueError(
+                f"output={cfg.output}: where the translations of input= go; a split's hypotheses and scores go to "
+                "out_dir (default: <run folder>/eval/<split>_<search>)"
+            )
         if cfg.get("num_samples", 1) != 1:
             raise ValueError(
                 f"num_samples={cfg.num_samples}: continuations of a language model's prompt; this checkpoint "
