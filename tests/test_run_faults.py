@@ -374,18 +374,25 @@ def test_a_second_sweep_with_other_factors_under_one_name_is_refused_before_any_
     callback = SweepReport()
     callback.on_multirun_start(sweep_config(tmp_path, {"seed": "1,2"}, ["pos=absolute,relative"]))
     plan = json.loads((tmp_path / "plan.json").read_text())
-    assert plan == {"factors": {"pos": ["absolute", "relative"], "seed": ["1", "2"]}, "runs": 4}
+    assert plan["factors"] == {"pos": ["absolute", "relative"], "seed": ["1", "2"]} and plan["runs"] == 4
+    assert plan["run_names"] == [
+        "pos=absolute,seed=1",
+        "pos=relative,seed=1",
+        "pos=absolute,seed=2",
+        "pos=relative,seed=2",
+    ]
     callback.on_multirun_start(sweep_config(tmp_path, {"seed": "1,2,3"}, ["pos=absolute,rope"]))  # more levels: fine
     with pytest.raises(SystemExit) as stopped:
         callback.on_multirun_start(sweep_config(tmp_path, {"seed": "1,2"}, ["norm=layer,rms"]))
     assert stopped.value.code == 2
-    assert "holds a sweep of the factors ['pos', 'seed']; this one sweeps ['norm', 'seed']" in capsys.readouterr().err
+    assert "holds a sweep of the factors ['pos']; this one sweeps ['norm']" in capsys.readouterr().err
 
 
 def test_a_command_line_factor_replaces_the_grids_factor_of_the_same_key(tmp_path):
     callback = SweepReport()
     callback.on_multirun_start(sweep_config(tmp_path, {"seed": "1,2,3", "pos": "absolute,relative"}, ["pos=rope"]))
-    assert json.loads((tmp_path / "plan.json").read_text()) == {"factors": {"seed": ["1", "2", "3"]}, "runs": 3}
+    plan = json.loads((tmp_path / "plan.json").read_text())
+    assert plan["factors"] == {"seed": ["1", "2", "3"]} and plan["runs"] == 3
 
 
 def test_sweep_levels_are_expanded_as_hydras_sweeper_writes_them(tmp_path, capsys):
@@ -396,10 +403,8 @@ def test_sweep_levels_are_expanded_as_hydras_sweeper_writes_them(tmp_path, capsy
         sweep_config(tmp_path, {"seed": "range(1,3)"}, ["lr=1e-3,5e-4", "pos=choice(absolute,rope)"])
     )
     plan = json.loads((tmp_path / "plan.json").read_text())
-    assert plan == {
-        "factors": {"lr": ["0.001", "0.0005"], "pos": ["absolute", "rope"], "seed": ["1", "2"]},
-        "runs": 8,
-    }
+    assert plan["factors"] == {"lr": ["0.001", "0.0005"], "pos": ["absolute", "rope"], "seed": ["1", "2"]}
+    assert plan["runs"] == 8 and "lr=0.0005,pos=rope,seed=2" in plan["run_names"]
     with pytest.raises(SystemExit):
         callback.on_multirun_start(sweep_config(tmp_path / "b", {}, ["lr=interval(0,1)"]))
     assert "lr=interval(0,1): an interval is not a grid" in capsys.readouterr().err
@@ -563,6 +568,51 @@ def test_bad_sweep_input_stops_before_any_run_with_one_line(tmp_path, capsys, pa
     assert not (tmp_path / "sweep").exists()
 
 
+def composed_sweep(tmp_path, factors: list[str], settings: list[str]):
+    """The sweep's config as its callback sees it: ``settings`` composed, ``factors`` (comma lists) and
+    both on its command line."""
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        config = compose("sweep", overrides=["grid=none", "name=x", *settings], return_hydra_config=True)
+    config.hydra.sweep.dir = str(tmp_path / "sweep")
+    config.hydra.overrides.task = [*factors, *settings]
+    return config
+
+
+def test_a_misspelt_level_setting_or_a_failing_plan_stops_the_sweep_before_any_run(tmp_path, capsys, monkeypatch):
+    """A level setting's misspelt key would fail every run of its level; any failure while the sweep starts
+    (Hydra makes a callback's exception a warning and launches the runs: plan=true trained) stops it."""
+    from nmt.sweep import runner
+
+    settings = "level_settings={optim: {adam: ['optim.optimizer.lrr=0.001']}}"
+    with pytest.raises(SystemExit) as stopped:
+        SweepReport().on_multirun_start(composed_sweep(tmp_path, ["optim=adam,noam"], [settings]))
+    err = capsys.readouterr().err
+    assert stopped.value.code == 2 and "the runs of optim=adam cannot be composed: Could not override" in err
+
+    def broken(*args):
+        raise json.JSONDecodeError("Invalid control character", "{", 0)
+
+    monkeypatch.setattr(runner, "print_plan", broken)
+    with pytest.raises(SystemExit) as stopped:
+        SweepReport().on_multirun_start(composed_sweep(tmp_path, ["pos=absolute,rope"], ["plan=true"]))
+    err = capsys.readouterr().err
+    assert stopped.value.code == 2 and err.startswith("error: the sweep did not start: Invalid control character")
+
+
+def test_seeds_added_to_a_one_seed_sweep_are_the_same_sweep(tmp_path, capsys):
+    """A one-seed sweep's plan has no seed factor: adding seeds (docs: rerun with more seeds) was refused
+    as another sweep, with the advice to remove the folder of finished runs."""
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    (sweep / "plan.json").write_text(json.dumps({"factors": {"pos": ["absolute", "rope"]}, "runs": 2}))
+    SweepReport().on_multirun_start(composed_sweep(tmp_path, ["pos=absolute,rope", "seed=1,2"], []))
+    plan = json.loads((sweep / "plan.json").read_text())
+    assert plan["factors"] == {"pos": ["absolute", "rope"], "seed": ["1", "2"]} and len(plan["run_names"]) == 4
+    assert "pos=rope,seed=2" in plan["run_names"]
+
+
 @pytest.mark.slow
 def test_a_folder_trained_on_other_data_is_refused(tmp_path, capsys):
     args = [*QUICK, "trainer.max_epochs=1", f"run_dir={tmp_path}"]
@@ -711,3 +761,23 @@ def test_a_missing_last_checkpoint_beside_epoch_checkpoints_resumes_from_the_new
         and results["epochs"] == 2
         and results["steps"] == 2 * steps_per_epoch(compose_train(*QUICK))
     )
+
+
+def test_writing_tuned_settings_or_a_grid_leaves_the_code_hash_as_it_was(monkeypatch, tmp_path):
+    """`sweep.py tune --out conf/tuned/<name>.yaml` (docs/sweeps.md) changed the hash of every finished run:
+    configs that no training run composes are not part of it; a training config is."""
+    import shutil
+
+    from nmt.training import run_folder
+
+    root = tmp_path / "copy"
+    (root / "nmt" / "training").mkdir(parents=True)
+    shutil.copytree(ROOT / "conf", root / "conf")
+    (root / "nmt" / "x.py").write_text("x = 1\n")
+    monkeypatch.setattr(run_folder, "__file__", str(root / "nmt" / "training" / "run_folder.py"))
+    before = run_folder.code_hash()
+    (root / "conf" / "tuned" / "mine.yaml").write_text("level_settings: {}\n")
+    (root / "conf" / "grid" / "mine.yaml").write_text("hydra: {}\n")
+    assert run_folder.code_hash() == before
+    (root / "conf" / "recipe" / "mine.yaml").write_text("model: {}\n")
+    assert run_folder.code_hash() != before

@@ -31,9 +31,15 @@ def test_each_run_gets_the_settings_of_its_levels():
         ({"optim": {"adam": ["pos=relative"]}}, r"pos is also set by the command line or grid; set it in one place"),
         ({"optim": {"adam": ["seed=3"]}}, r"seed is also a factor of this sweep"),
         ({"optim": ["lr=1"]}, r"expected level: \[key=value, ...\]"),
+        # a misspelt level would give its runs nothing, and the report would call the levels tuned
+        ({"optim": {"noma": ["warmup=4"]}}, r"level_settings.optim.noma: noma is not a level of optim \(levels: \["),
+        ({"pos": {"rope": ["warmup=4"]}}, None),  # an option of the group, not swept here (a tuned file's): taken
     ],
 )
 def test_level_settings_that_cannot_work_are_one_line(settings, message):
+    if message is None:
+        assert level_settings_problem(settings, LEVELS) is None
+        return
     assert level_settings_problem(settings, LEVELS) is not None
     assert __import__("re").search(message, level_settings_problem(settings, LEVELS))
     assert level_settings_problem(SETTINGS, LEVELS) is None

@@ -98,6 +98,11 @@ def level_settings_problem(level_settings, levels: dict[str, list[str]]) -> str 
         if not isinstance(by_level, dict):
             return f"level_settings.{key}: expected level: [key=value, ...], got {by_level!r}"
         for level, overrides in by_level.items():
+            group = Path(__file__).resolve().parents[2] / "conf" / key
+            options = sorted(p.stem for p in group.glob("*.yaml")) if group.is_dir() else []
+            if str(level) not in levels[key] and str(level) not in options:  # a misspelt level gets nothing
+                known = sorted(set(levels[key]) | set(options))
+                return f"level_settings.{key}.{level}: {level} is not a level of {key} (levels: {known})"
             for override in overrides if isinstance(overrides, list) else [overrides]:
                 name, sep, _ = str(override).lstrip("+~").partition("=")
                 where = f"level_settings.{key}.{level}: {override!r}"
@@ -143,6 +148,12 @@ def tune(sweep_dirs: list[str | Path], level_key: str, metric: str = TUNING_METR
             interval = f" ± {half:.2f}" if len(values) > 1 else ""
             lines.append(f"| {level} | {name} | {mean:.2f}{interval} | {len(values)} |")
         chosen[level] = [f"{k}={v}" for k, v in scored[0][0]]
+        counts = {len(values) for _, values in scored}
+        if len(counts) > 1:  # a failed run leaves its candidate fewer seeds: a mean of less evidence can win
+            lines.append(
+                f"note: the candidates of {level_key}={level} ran {min(counts)} to {max(counts)} seeds (failed or "
+                f"unfinished runs); the chosen one ran {len(scored[0][1])}: rerun the tuning sweep to finish them"
+            )
     return {level_key: chosen}, lines
 
 
@@ -191,5 +202,6 @@ def main(argv: list[str]) -> None:
     print(json.dumps(settings, indent=2))
     if args.out:
         dirs = " ".join(str(d) for d in args.sweep_dirs)
-        write_level_settings(args.out, settings, f"chosen by: python sweep.py tune {dirs} --level {args.level}")
+        command = f"python sweep.py tune {dirs} --level {args.level} --metric {args.metric}"
+        write_level_settings(args.out, settings, f"chosen by: {command}")
         print(f"written to {args.out}")

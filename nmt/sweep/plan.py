@@ -2,7 +2,6 @@
 plan that ``plan=true`` prints, and the first problem of its factors or baseline (refused before anything
 runs). :mod:`nmt.sweep.runner` launches the runs."""
 
-import json
 import shutil
 from pathlib import Path
 
@@ -20,7 +19,7 @@ from nmt.sweep.levels import (
     sweep_levels,
 )
 from nmt.sweep.mps import CONTROL
-from nmt.sweep.report import RESULT
+from nmt.sweep.report import RESULT, read_record
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -78,8 +77,10 @@ def run_config_problem(config: DictConfig) -> str | None:
         overrides = run_overrides(config, values)
         try:
             composed = _compose_train(overrides, hydra=True)
-        except Exception:  # noqa: BLE001  (what cannot compose is input_problem's to report)
-            continue
+        except Exception as err:  # noqa: BLE001  input_problem passed its factors: a level setting, or a constant
+            where = ",".join(f"{k}={v}" for k, v in cell if k in swept) or "every run"
+            first = str(err).splitlines()[0] if str(err) else type(err).__name__
+            return f"the runs of {where} cannot be composed: {first} (a key of level_settings or of the command line?)"
         choices = dict(composed.hydra.runtime.choices)
         cfg = OmegaConf.masked_copy(composed, [k for k in composed if k != "hydra"])
         problems = [p.strip() for p in unused_groups(cfg, choices, overrides)]
@@ -204,7 +205,7 @@ def print_plan(sweep_dir: Path, config: DictConfig) -> None:
         print(f"  done: {len(done)}; to run: {len(to_run)} ({len(changed)} made under other settings, set aside first)")
     else:
         print(f"  done: {len(done)} ({len(changed)} of them under other settings); to run: {len(to_run)}")
-    walls = [json.loads((f / RESULT).read_text()).get("wall_time_s") or 0 for f in done]
+    walls = [read_record(f / RESULT).get("wall_time_s") or 0 for f in done]
     if walls and to_run:
         hours = sum(walls) / len(walls) * len(to_run) / 3600
         cost = f"{hours:.1f} h" if hours >= 0.1 else f"{hours * 60:.1f} min"

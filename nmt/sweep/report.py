@@ -29,9 +29,36 @@ MIN_SEEDS = 3  # fewer seeds in a cell: its interval is too wide (or absent) to 
 DASH = "–"  # where no number can exist (one seed: no interval); explained under each table that has one
 
 
+def read_record(path: Path) -> dict:
+    """One run's record; a damaged one is named with what to do (the run's own results make it again)."""
+    try:
+        record = json.loads(Path(path).read_text())
+        if isinstance(record, dict):
+            return record
+        reason = "not a JSON object"
+    except (OSError, ValueError) as err:
+        reason = str(err)
+    raise ValueError(
+        f"{path} cannot be read ({reason}): remove it and rerun the sweep, which records the finished run again "
+        "from its results.json without training it"
+    )
+
+
+def finished_runs(sweep_dir: Path) -> tuple[list[Path], list[str]]:
+    """The record files of the sweep's finished runs (not those set aside as superseded), and the names of
+    finished run folders that this sweep's plan does not hold: runs of an earlier sweep in the same folder
+    (other levels, seeds), which its report leaves out."""
+    paths = sorted(Path(sweep_dir).glob(f"*/{RESULT}"))
+    names = summary.planned(sweep_dir).get("run_names")
+    if names is None:  # a plan written before it listed its runs
+        return paths, []
+    names = set(names)
+    return [p for p in paths if p.parent.name in names], [p.parent.name for p in paths if p.parent.name not in names]
+
+
 def collect_records(sweep_dir: Path) -> list[dict]:
-    """The records of the sweep's finished runs (its run folders; not those set aside as superseded)."""
-    return [json.loads(p.read_text()) for p in sorted(Path(sweep_dir).glob(f"*/{RESULT}"))]
+    """The records of the planned runs of the sweep that have finished (see :func:`finished_runs`)."""
+    return [read_record(p) for p in finished_runs(sweep_dir)[0]]
 
 
 def fmt(value: float | None, digits: int = 2) -> str:
@@ -132,6 +159,12 @@ def write_report(sweep_dir: str | Path, metric: str = "auto", baseline: dict | N
             f"**Warning:** {len(small)} of {len(ranking['seeds'])} cells have fewer than {MIN_SEEDS} seeds "
             f"(seeds per cell: {', '.join(sorted({str(n) for n in small.values()}))}). Their intervals are "
             "wide or absent; this report draws no conclusion from them. Run more seeds (seed=1,2,3)."
+        )
+    outside = [] if from_file else finished_runs(sweep_dir)[1]
+    if outside:
+        doc.paragraph(
+            f"**Note:** {len(outside)} finished run(s) in this folder are not of this sweep's plan (an earlier sweep's "
+            f"levels or seeds) and are left out: {', '.join(outside[:6])}{' ...' if len(outside) > 6 else ''}."
         )
     findings(doc, ranking, fit, levels, metric, lower, conclusive=not small, facts=facts)
     _ranking_section(doc, ranking, factors, base, metric, lower)

@@ -34,11 +34,13 @@ from nmt.sweep.plan import (
     command_prefixes,
     input_problem,
     planned_runs,
+    planned_values,
     print_plan,
     run_config_problem,
+    run_name,
     swept_keys,
 )
-from nmt.sweep.report import RESULT, collect_records, write_report
+from nmt.sweep.report import RESULT, collect_records, finished_runs, read_record, write_report
 from nmt.sweep.summary import FAILED, PLAN, failed_runs
 from nmt.tasks import build_task, task_config
 from nmt.tasks.base import FINAL_RESULTS
@@ -97,7 +99,7 @@ def progress_line(sweep_dir: Path, planned: int, now: float | None = None) -> st
     """'[sweep] 12/48 done, 1 failed, ETA 1 h 10 min': runs done and failed on disk, the rest at the pace of
     this sitting: the runs every process of it (a parallel launcher's workers too) ended since it was
     launched."""
-    done = list(sweep_dir.glob(f"*/{RESULT}"))
+    done = finished_runs(sweep_dir)[0]  # of this sweep's plan
     failed = list(sweep_dir.glob(f"*/{FAILED}"))
     line = f"[sweep] {len(done)}/{planned} done, {len(failed)} failed"
     remaining = planned - len(done) - len(failed)
@@ -130,8 +132,13 @@ def run_cell(cfg: DictConfig) -> dict | None:
     run_dir.mkdir(parents=True, exist_ok=True)
     record_path = run_dir / RESULT
     if record_path.exists():
-        print(f"[sweep] done already, skipped: {run_dir.name}")
-        return json.loads(record_path.read_text())
+        try:
+            record = read_record(record_path)
+            print(f"[sweep] done already, skipped: {run_dir.name}")
+            return record
+        except ValueError as err:  # the run's folder says whether it finished: train.py then only reports it
+            print(f"[sweep] {err}: recorded again")
+            record_path.unlink()
     if _in_use_elsewhere(run_dir):  # another sweep process of the same sweep reached this cell first
         print(f"[sweep] being trained by another process, skipped: {run_dir.name}")
         return None
@@ -188,7 +195,7 @@ def run_cell(cfg: DictConfig) -> dict | None:
     if returncode != 0 and (record_path.exists() or _in_use_elsewhere(run_dir)):
         # refused by the run folder's lock: another process trains (or trained) this cell; not a failure
         print(f"[sweep] trained by another process, not here: {run_dir.name}")
-        return json.loads(record_path.read_text()) if record_path.exists() else None
+        return read_record(record_path) if record_path.exists() else None
     if returncode != 0:
         error = last_error(run_dir / "train_stderr.log")
         if returncode < 0:  # ended by a signal, whatever its log says last
@@ -303,6 +310,20 @@ class SweepReport(Callback):
     """Hydra callback: when every job of the multirun has ended, write the report."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+        # Hydra turns an exception in a callback into a warning and launches every run anyway (plan=true too):
+        # any failure here stops the sweep, in one line
+        try:
+            self._start(config)
+        except SystemExit:
+            raise
+        except Exception as err:  # noqa: BLE001
+            print(
+                f"error: the sweep did not start: {str(err).splitlines()[0] if str(err) else repr(err)}",
+                file=sys.stderr,
+            )
+            raise SystemExit(2) from None
+
+    def _start(self, config: DictConfig) -> None:
         if config.get("start_runs_for") is not None:
             parse_duration(config.start_runs_for)  # a bad value fails before any run starts
         sweep_dir = Path(config.hydra.sweep.dir)
@@ -314,11 +335,14 @@ class SweepReport(Callback):
         factors = sorted(k for k, v in levels.items() if len(v) > 1)
         plan_path = sweep_dir / PLAN
         if plan_path.is_file():
-            before = json.loads(plan_path.read_text())["factors"]
-            if sorted(before) != factors:
+            # seeds are not a factor of the design: adding seeds to a one-seed sweep (or running one of them
+            # again) is the same sweep, its run folders named by their seed either way
+            before = sorted(k for k in json.loads(plan_path.read_text())["factors"] if k != "seed")
+            now = [k for k in factors if k != "seed"]
+            if before != now:
                 # raised as SystemExit: Hydra turns an exception in a callback into a warning and goes on
                 print(
-                    f"error: {sweep_dir} holds a sweep of the factors {sorted(before)}; this one sweeps {factors}. "
+                    f"error: {sweep_dir} holds a sweep of the factors {before}; this one sweeps {now}. "
                     "Give it its own sweep_name=..., or remove that folder",
                     file=sys.stderr,
                 )
@@ -346,7 +370,9 @@ class SweepReport(Callback):
             raise SystemExit(2)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         settings = plain_settings(config.get("level_settings"))
-        plan = {"factors": {k: levels[k] for k in factors}, "runs": planned_runs(config)}
+        swept = set(factors) | {"seed"}  # as run_cell names the folders
+        names = [run_name(values, swept) for values in planned_values(config)]
+        plan = {"factors": {k: levels[k] for k in factors}, "runs": planned_runs(config), "run_names": names}
         if settings:
             plan["level_settings"] = settings
         atomic_write_json(plan_path, plan)
