@@ -334,6 +334,36 @@ def test_a_smoke_run_leaves_nothing_that_a_real_run_resumes(tmp_path, capsys):
 
 
 # ---- 7, 8: sweeps ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["SIGINT", "SIGTERM"])
+def test_a_stopped_sweep_passes_its_run_the_one_signal_and_ends_in_one_line(tmp_path, name):
+    """Ctrl-C (or SIGTERM) to the sweep: its run gets that signal once, saves, and the sweep says so in one
+    line, exit 130 (143); a traceback and a SIGTERM to the run after the terminal's SIGINT were before."""
+    seen = tmp_path / "seen"
+    child = (
+        f"import signal, sys, time\n"
+        f"def got(n, f):\n    open({str(seen)!r}, 'a').write(signal.Signals(n).name + '\\n'); sys.exit(0)\n"
+        "signal.signal(signal.SIGINT, got); signal.signal(signal.SIGTERM, got)\n"
+        f"open({str(tmp_path / 'ready')!r}, 'w').close(); time.sleep(60)"
+    )
+    parent = (
+        "import sys; from pathlib import Path; from nmt.sweep.runner import run_child; "
+        f"run_child([sys.executable, '-c', {child!r}], dict(__import__('os').environ), Path({str(tmp_path)!r}))"
+    )
+    sweep = subprocess.Popen([sys.executable, "-c", parent], cwd=ROOT, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while not (tmp_path / "ready").exists():
+        assert time.time() < deadline, "the child never started"
+        time.sleep(0.05)
+    sweep.send_signal(getattr(signal, name))
+    _, err = sweep.communicate(timeout=60)
+    assert sweep.returncode == (130 if name == "SIGINT" else 143), err
+    assert err.strip().splitlines() == [
+        f"[sweep] stopped by {name}: {tmp_path.name} saved its state; run the same command again to resume the "
+        "sweep (finished runs are kept)"
+    ]
+    assert seen.read_text() == f"{name}\n"
+
+
 def test_a_sweeps_training_child_stops_when_the_sweep_process_is_killed(tmp_path):
     pid_file = tmp_path / "child.pid"
     child = f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(120)"

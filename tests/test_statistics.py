@@ -675,3 +675,16 @@ def test_the_report_holds_only_the_planned_runs_and_names_a_damaged_record(tmp_p
     (tmp_path / names[0] / "sweep_result.json").write_text('{"factors": {"pos": "rel')
     with pytest.raises(ValueError, match=rf"{names[0]}/sweep_result.json cannot be read .*remove it and rerun"):
         write_report(tmp_path)
+
+
+def test_findings_name_each_cell_by_its_factors():
+    """A cell better than the baseline is named factor=level (it was a bare "layer, relative")."""
+    from nmt.sweep.document import Document
+    from nmt.sweep.sections import findings
+
+    doc = Document("t")
+    ranking = {"holm": {("layer", "relative"): 0.01}, "compared": {("layer", "relative"): {"diff": 3.0}}}
+    findings(doc, ranking, None, LEVELS, "test_bleu", False, conclusive=True)
+    assert "1 cell is better than the baseline by the seed-level test after Holm: norm=layer, pos=relative." in (
+        doc.markdown()
+    )

@@ -206,7 +206,9 @@ def print_plan(sweep_dir: Path, config: DictConfig) -> None:
     else:
         print(f"  done: {len(done)} ({len(changed)} of them under other settings); to run: {len(to_run)}")
     walls = [read_record(f / RESULT).get("wall_time_s") or 0 for f in done]
-    if walls and to_run:
+    if changed and not moving:
+        print("  expected cost: none: the sweep would stop first (below)")
+    elif walls and to_run:
         hours = sum(walls) / len(walls) * len(to_run) / 3600
         cost = f"{hours:.1f} h" if hours >= 0.1 else f"{hours * 60:.1f} min"
         print(f"  expected cost: about {cost} of run time (the mean of the {len(walls)} finished runs)")

@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -114,8 +115,9 @@ def progress_line(sweep_dir: Path, planned: int, now: float | None = None) -> st
         except OSError:  # another process of the sweep removed it (a failure retried) since the glob
             return False
 
-    ended_here = sum(ended_since(path) for path in (*done, *failed))
-    if ended_here:
+    finished_here = sum(ended_since(path) for path in done)
+    ended_here = finished_here + sum(ended_since(path) for path in failed)
+    if finished_here:  # failures alone (a run refused at once) tell nothing of a run's time
         seconds = ((now or time.time()) - launched) / ended_here * remaining
         hours, minutes = divmod(round(seconds / 60), 60)
         line += f", ETA {hours} h {minutes} min" if hours else f", ETA {minutes} min"
@@ -252,23 +254,56 @@ def _plan(sweep_dir: Path) -> int:
     return json.loads(path.read_text())["runs"] if path.is_file() else 0
 
 
+class _Stopped(BaseException):
+    """SIGTERM to the sweep process while a run trains (raised by its handler, as Ctrl-C raises)."""
+
+
 def run_child(command: list[str], env: dict, run_dir: Path) -> int:
     """Run train.py with its output streamed into the run folder as it is written (each sitting appends
-    under a header); the child stops when the sweep process dies."""
+    under a header); the child stops when the sweep process dies. The child has a process group of its
+    own, so that a terminal's Ctrl-C reaches the sweep alone, which passes the child that one signal (two,
+    the terminal's and the sweep's, would be a second Ctrl-C to it), waits for it to save its state, and
+    ends in one line; SIGTERM the same."""
     stamp = time.strftime("%Y-%m-%d %H:%M:%S")
     with open(run_dir / "train_stdout.log", "a") as out, open(run_dir / "train_stderr.log", "a") as err:
         for handle in (out, err):
             handle.write(f"==== sitting started {stamp}\n")
             handle.flush()
         process = subprocess.Popen(
-            command, env=env, cwd=os.getcwd(), stdout=out, stderr=err, preexec_fn=stop_with_parent
+            command,
+            env=env,
+            cwd=os.getcwd(),
+            stdout=out,
+            stderr=err,
+            preexec_fn=stop_with_parent,
+            start_new_session=True,
         )
+
+        def stopped(signum, frame):
+            raise _Stopped
+
+        main = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(signal.SIGTERM, stopped) if main else None
         try:
             return process.wait()
-        except BaseException:  # the sweep is interrupted: the child saves its state and stops too
+        except (KeyboardInterrupt, _Stopped) as stop:
+            name = "SIGINT" if isinstance(stop, KeyboardInterrupt) else "SIGTERM"
+            process.send_signal(getattr(signal, name))
+            process.wait()
+            print(
+                f"[sweep] stopped by {name}: {run_dir.name} saved its state; run the same command again to resume "
+                "the sweep (finished runs are kept)",
+                file=sys.stderr,
+                flush=True,
+            )
+            raise SystemExit(130 if name == "SIGINT" else 143) from None
+        except BaseException:  # the sweep fails otherwise: the child saves its state and stops too
             process.send_signal(signal.SIGTERM)
             process.wait()
             raise
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
 
 
 def run_record(run_dir: Path, factors: dict, seed: int) -> dict:

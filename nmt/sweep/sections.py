@@ -121,7 +121,8 @@ def findings(
                 verb = "lowers" if e["diff"] < 0 else "raises"
                 sentences.append(
                     f"{term[0]}={column[0]} {verb} {metric} against {term[0]}={levels[term[0]][0]} "
-                    f"({evidence}), averaged over the other factors: {'better' if better else 'worse'}."
+                    f"({evidence}){', averaged over the other factors' if len(levels) > 1 else ''}: "
+                    f"{'better' if better else 'worse'}."
                 )
             else:
                 a, b = term
@@ -147,7 +148,8 @@ def findings(
                 if cells:
                     sentences.append(
                         f"{plural(len(cells), 'cell')} {'is' if len(cells) == 1 else 'are'} {label} than the baseline "
-                        f"by the seed-level test after Holm: {'; '.join(', '.join(c) for c in cells)}."
+                        f"by the seed-level test after Holm: "
+                        f"{'; '.join(', '.join(f'{f}={v}' for f, v in zip(levels, c, strict=True)) for c in cells)}."
                     )
         else:
             sentences.append(
