@@ -114,6 +114,23 @@ def test_alignments_follow_the_attention_of_the_last_layer(checkpoints):
     assert {name: w.shape for name, w in best.attention.items()} == {"layer0": (4, len(ids) + 1, src.size(1))}
 
 
+def test_an_ensembles_alignments_average_each_members_own_last_layer(checkpoints):
+    """A Transformer with an RNN: each member's last layer (the RNN's one attention), heads averaged, then
+    their mean (the merged maps' last name was the RNN's alone)."""
+    translator = Translator.from_checkpoint([checkpoints["seed1"], checkpoints["rnn"]], **exact())
+    (best,) = translator.translate_nbest(["one two three"])[0]
+    first = translator.loaded[0]
+    src = torch.tensor([[*first.src_tokenizer.encode("one two three"), EOS_ID]])
+    tgt_in = torch.tensor([[BOS_ID, *[first.tgt_tokenizer.sp.piece_to_id(p) for p in best.tokens]]])
+    lasts = []
+    for loaded in translator.loaded:
+        maps = loaded.model.attention_maps(src, tgt_in)
+        lasts.append(maps[list(maps)[-1]][0].float().mean(0))
+    mean = torch.stack(lasts).mean(0)[: len(best.tokens)]
+    expected = [(s, t) for t, s in enumerate(mean.argmax(-1).tolist()) if s < src.size(1) - 1]
+    assert best.alignment == expected and best.alignment
+
+
 def test_an_ensemble_of_a_model_with_itself_is_that_model(checkpoints):
     one = Translator.from_checkpoint(checkpoints["seed1"], **exact())
     two = Translator.from_checkpoint([checkpoints["seed1"], checkpoints["seed1"]], **exact())

@@ -295,6 +295,10 @@ class Translator:
         tensors = [torch.tensor(row, dtype=torch.long) for row in rows]
         return torch.nn.utils.rnn.pad_sequence(tensors, batch_first=True, padding_value=PAD_ID).to(self.device)
 
+    def _alignment_weights(self, maps: dict[str, torch.Tensor]) -> torch.Tensor:
+        """(rows, tgt_len, src_len): the cross-attention of layer ``alignment_layer``, heads averaged."""
+        return maps[list(maps)[self.alignment_layer]].float().mean(1)
+
     def _score(self, src, batch, encoded, found, results, with_attention: bool) -> None:
         """Teacher-force every output of the batch: per-token log-probabilities, alignments, attention."""
         rows = [(b, h) for b, hyps in enumerate(found) for h in range(len(hyps))]
@@ -305,8 +309,15 @@ class Translator:
         log_probs = F.log_softmax(self.model(src_rows, tgt_in).float(), dim=-1)
         picked = log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # (rows, tgt_len)
         maps = self.model.attention_maps(src_rows, tgt_in)
-        names = list(maps)
-        chosen = maps[names[self.alignment_layer]].float().mean(1)  # (rows, tgt_len, src_len): heads averaged
+        # (rows, tgt_len, src_len): the alignment layer's heads averaged; an ensemble's, the mean over its members
+        # of each one's own alignment layer (a Transformer and an RNN name their layers differently)
+        members = self.model.members if isinstance(self.model, Ensemble) else [self.model]
+        chosen = torch.stack(
+            [
+                self._alignment_weights(maps if len(members) == 1 else m.attention_maps(src_rows, tgt_in))
+                for m in members
+            ]
+        ).mean(0)
         for row, (b, h) in enumerate(rows):
             ids, source = outputs[row], encoded[batch[b]]
             hypothesis = results[batch[b]][h]
