@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from nmt.inference.checkpoint import CheckpointError, load_checkpoint
+from nmt.inference.checkpoint import CheckpointError, load_checkpoint, weights_checksum
 from nmt.inference.loading import load_model
 
 from .conftest import ROOT
@@ -153,6 +153,7 @@ def test_a_checkpoint_whose_weights_do_not_fit_its_model_is_named_in_one_line(to
     checkpoint = torch.load(toy_run / "checkpoints" / "best.ckpt", weights_only=True)
     del checkpoint["state_dict"]["model.output.weight"]
     checkpoint["state_dict"]["model.extra"] = torch.zeros(1)
+    del checkpoint["nmt"]["weights_crc32"]  # as a checkpoint written before the checksum was
     edited = tmp_path / "edited.ckpt"
     torch.save(checkpoint, edited)
     with pytest.raises(
@@ -161,6 +162,20 @@ def test_a_checkpoint_whose_weights_do_not_fit_its_model_is_named_in_one_line(to
         r"\(output\.weight\); has unknown 1 weight\(s\) \(extra\); the file is damaged",
     ):
         load_model(edited, device="cpu")
+
+
+def test_a_checkpoint_damaged_after_it_was_written_is_named_not_used(toy_run, tmp_path):
+    """A few bytes of a weight changed (a bad disk, a broken copy): the model loaded and translated wrongly."""
+    checkpoint = torch.load(toy_run / "checkpoints" / "best.ckpt", weights_only=True)
+    assert load_checkpoint(toy_run / "checkpoints" / "best.ckpt")["nmt"]["weights_crc32"] == weights_checksum(
+        checkpoint["state_dict"]
+    )
+    weight = checkpoint["state_dict"]["model.output.weight"]
+    weight.view(-1)[weight.numel() // 2] += 1.0
+    damaged = tmp_path / "damaged.ckpt"
+    torch.save(checkpoint, damaged)
+    with pytest.raises(CheckpointError, match=rf"^{damaged}: its weights differ from the checksum written with them"):
+        load_model(damaged, device="cpu")
 
 
 def legacy_config(config: dict) -> dict:

@@ -1,12 +1,14 @@
 """Reading the checkpoints train.py writes: plain data only, loaded with ``weights_only=True``."""
 
 import os
+import zlib
 from pathlib import Path
 
 import torch
 
 CHECKPOINT_KEY = "nmt"  # the checkpoint's section holding the config and tokenizers
 CHECKPOINT_FORMAT = 1
+CHECKSUM_KEY = "weights_crc32"  # in the section: weights_checksum of the state_dict as written
 
 
 class CheckpointError(ValueError):
@@ -37,7 +39,25 @@ def load_checkpoint(path: str | os.PathLike) -> dict:
                 f"{path}: the checkpoint's '{CHECKPOINT_KEY}' section lacks '{key}'; "
                 "it was not written completely: use another checkpoint of the run"
             )
+    expected = section.get(CHECKSUM_KEY)  # absent from checkpoints written before it was
+    if expected is not None and weights_checksum(checkpoint["state_dict"]) != expected:
+        raise CheckpointError(
+            f"{path}: its weights differ from the checksum written with them: the file was damaged after it was "
+            "written; use another checkpoint of the run (an epoch checkpoint, last.ckpt)"
+        )
     return checkpoint
+
+
+def weights_checksum(state_dict: dict) -> int:
+    """CRC-32 of every tensor's bytes, in key order: written with a checkpoint, checked when it is read, so
+    that a file damaged after it was written (a disk, a copy) is named instead of translating wrongly."""
+    crc = 0
+    for key in sorted(state_dict):
+        value = state_dict[key]
+        if isinstance(value, torch.Tensor):
+            data = value.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy()
+            crc = zlib.crc32(data, zlib.crc32(key.encode(), crc))
+    return crc
 
 
 def epoch_checkpoints(folder: str | os.PathLike) -> list[Path]:

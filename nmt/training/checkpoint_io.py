@@ -17,6 +17,7 @@ from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 
+from nmt.inference.checkpoint import CHECKPOINT_KEY, CHECKSUM_KEY, weights_checksum
 from nmt.utils.io import atomic_path
 
 
@@ -218,6 +219,10 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 
 
 def _write(checkpoint: dict, path: Path) -> None:
+    section = checkpoint.get(CHECKPOINT_KEY)
+    if isinstance(section, dict) and "state_dict" in checkpoint:  # the weights' checksum, checked when read
+        section = {**section, CHECKSUM_KEY: weights_checksum(checkpoint["state_dict"])}
+        checkpoint = {**checkpoint, CHECKPOINT_KEY: section}
     with full_disk_named(path), atomic_path(path) as tmp:
         torch.save(checkpoint, tmp)
 
