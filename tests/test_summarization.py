@@ -157,3 +157,17 @@ def test_task_rouge_false_is_refused_with_the_reason_not_as_an_unknown_key():
     cfg = compose_train("task=summarization", "task.rouge=false")
     with pytest.raises(ValueError, match=r"task.rouge=false: summarisation is scored by ROUGE; use task=translation"):
         build_task(cfg.task)
+
+
+def test_a_minimum_length_beyond_the_output_limit_is_said_once(caplog):
+    """min_len=30 with at most 20 output tokens cannot hold: the outputs end at their limit, and a warning
+    says so (once), where they ended shorter than min_len in silence."""
+    src = torch.full((2, 8), 9)
+    cfg = SearchConfig(strategy="greedy", max_len_a=0, max_len_b=20, min_len=30)
+    with caplog.at_level("WARNING", logger="nmt.decoding.search"):
+        outputs = decode(Looping(eager_to_stop=True), src, BOS_ID, EOS_ID, cfg)
+        decode(Looping(eager_to_stop=True), src, BOS_ID, EOS_ID, cfg)
+    assert [len(out) for out in outputs] == [19, 19]
+    warned = [r.getMessage() for r in caplog.records if "decode.min_len=30" in r.getMessage()]
+    assert warned == ["decode.min_len=30 is more than the 19 tokens some outputs may have (decode.max_len_a=0 x "
+                      "source length + max_len_b=20): those end at their limit, shorter than min_len"]  # fmt: skip

@@ -8,6 +8,7 @@ Nothing here knows which architecture it drives.
 """
 
 import hashlib
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 
@@ -15,6 +16,8 @@ import torch
 from torch.nn import functional as F
 
 from nmt.decoding.graphed import graphed_greedy, supports_graphs
+
+log = logging.getLogger(__name__)
 
 STRATEGIES = ("greedy", "beam", "sample")
 
@@ -192,6 +195,8 @@ def decode(
     ``prefixes``: per sentence, target tokens the output must begin with (forced, then searched on).
     ``numbers``: per sentence, its number in the input (its line, from 1; default: 1 to batch), from which
     seeded sampling draws its random stream (:func:`sentence_generators`)."""
+    if cfg.min_len:
+        _warn_if_min_len_unreachable(src, model.pad_id, cfg)
     if cfg.strategy == "beam":
         return [hyps[0][1] if hyps else [] for hyps in beam_hypotheses(model, src, bos_id, eos_id, cfg, prefixes)]
     if cfg.strategy == "greedy" and not (cfg.min_len or cfg.no_repeat_ngram_size or prefixes):
@@ -199,6 +204,27 @@ def decode(
     if cfg.strategy in ("greedy", "sample"):  # one token a step, with constraints or drawn
         return _step_by_step(model, src, bos_id, eos_id, cfg, prefixes, numbers)
     raise ValueError(f"decode.strategy={cfg.strategy!r}: in STRATEGIES but not dispatched here; valid: {STRATEGIES}")
+
+
+_WARNED_MIN_LEN: set = set()
+
+
+def _warn_if_min_len_unreachable(src: torch.Tensor, pad_id: int, cfg: SearchConfig) -> None:
+    """Once per setting: decode.min_len at or above a sentence's output limit cannot hold (the limit ends it)."""
+    key = (cfg.min_len, cfg.max_len_a, cfg.max_len_b)
+    if key in _WARNED_MIN_LEN:
+        return
+    shortest = int(max_lengths(src, pad_id, cfg).min()) - 1  # tokens before the end token
+    if shortest < cfg.min_len:
+        _WARNED_MIN_LEN.add(key)
+        log.warning(
+            "decode.min_len=%d is more than the %d tokens some outputs may have (decode.max_len_a=%s x source "
+            "length + max_len_b=%s): those end at their limit, shorter than min_len",
+            cfg.min_len,
+            shortest,
+            cfg.max_len_a,
+            cfg.max_len_b,
+        )
 
 
 def read_every(device: torch.device) -> int:
