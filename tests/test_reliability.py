@@ -565,11 +565,12 @@ def test_the_final_scores_run_on_the_training_device_wherever_fit_leaves_the_mod
     and load the final model once for the validation and test sets."""
     from lightning.pytorch.strategies import SingleDeviceStrategy
 
+    from nmt.training import final
     from nmt.training import train as training
 
     devices = []
-    load = training.load_model
-    monkeypatch.setattr(training, "load_model", lambda path, average, device: devices.append(device) or load(path))
+    load = final.load_model
+    monkeypatch.setattr(final, "load_model", lambda path, average, device: devices.append(device) or load(path))
     teardown = SingleDeviceStrategy.teardown
 
     def teardown_elsewhere(self) -> None:

@@ -345,8 +345,9 @@ def test_a_stopped_sweep_passes_its_run_the_one_signal_and_ends_in_one_line(tmp_
         "signal.signal(signal.SIGINT, got); signal.signal(signal.SIGTERM, got)\n"
         f"open({str(tmp_path / 'ready')!r}, 'w').close(); time.sleep(60)"
     )
-    parent = (
-        "import sys; from pathlib import Path; from nmt.sweep.runner import run_child; "
+    parent = (  # Ctrl-C raising KeyboardInterrupt, as in a terminal (a test runner's worker may ignore SIGINT)
+        "import signal, sys; from pathlib import Path; from nmt.sweep.runner import run_child; "
+        "signal.signal(signal.SIGINT, signal.default_int_handler); "
         f"run_child([sys.executable, '-c', {child!r}], dict(__import__('os').environ), Path({str(tmp_path)!r}))"
     )
     sweep = subprocess.Popen([sys.executable, "-c", parent], cwd=ROOT, stderr=subprocess.PIPE, text=True)

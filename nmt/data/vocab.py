@@ -56,6 +56,10 @@ class WordVocabulary:
     def pieces(self, ids: Sequence[int]) -> list[str]:
         return [self.words[i] for i in ids]
 
+    def unknown_words(self, text: str) -> list[str]:
+        """The words of ``text`` outside the vocabulary, which encode reads as <unk>."""
+        return [word for word in text.split() if word not in self.ids and word != "<unk>"]
+
 
 def is_word_vocabulary(model_proto: bytes) -> bool:
     return bytes(model_proto).startswith(MAGIC)

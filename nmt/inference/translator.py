@@ -34,7 +34,6 @@ from nmt.decoding.search import (
 )
 from nmt.inference.checkpoint import CheckpointError
 from nmt.inference.loading import LoadedModel, load_model, pick_device, resolve_checkpoint_path
-from nmt.tasks.language_model import unknown_words
 
 log = logging.getLogger(__name__)
 LONG_INPUT = ("truncate", "error")
@@ -245,7 +244,8 @@ class Translator:
         """A language model's continuations of one prompt (prompts are not padded, so one at a time): the
         prompt follows a sentence end, as every sentence of its training stream does."""
         prompt = self._encode_sources([line], number)[0]
-        unknown = unknown_words(line, prompt)
+        # a word vocabulary's unknown words (a subword vocabulary has none)
+        unknown = self.src_tokenizer.unknown_words(line) if hasattr(self.src_tokenizer, "unknown_words") else []
         if unknown:
             log.warning("line %d: words outside the vocabulary, read as <unk>: %s", number, ", ".join(unknown))
         context = torch.tensor([[EOS_ID, *prompt]], device=self.device)

@@ -14,7 +14,7 @@ from rich.table import Table
 from torch import nn
 
 from nmt.data.lm import LanguageModelDataModule
-from nmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from nmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from nmt.decoding.search import NEW_TOKENS, SearchConfig, decode, search_settings
 from nmt.tasks.base import FINAL_RESULTS, Task, log_target_metrics, target_metrics, update_target_metrics
 from nmt.tasks.translation import decoder_only
@@ -216,15 +216,6 @@ def stream_perplexity(model: torch.nn.Module, loader) -> dict:
     return {"loss": loss, "ppl": math.exp(loss), "tokens": tokens}
 
 
-def unknown_words(prompt: str, ids: list[int]) -> list[str]:
-    """The words of ``prompt`` that a word vocabulary read as <unk> (``ids``: its encoding, one id a word;
-    none for a subword encoding, which has no unknown words)."""
-    words = prompt.split()
-    if len(words) != len(ids):
-        return []
-    return [w for w, i in zip(words, ids, strict=True) if i == UNK_ID and w != "<unk>"]
-
-
 @torch.no_grad()
 def generate(
     loaded, prompt: str, search: SearchConfig, num_samples: int = 1, max_new_tokens: int = NEW_TOKENS
@@ -234,7 +225,7 @@ def generate(
     training stream does; greedy and beam give one continuation, sampling ``num_samples``."""
     vocab = loaded.tgt_tokenizer
     ids = vocab.encode(prompt)
-    unknown = unknown_words(prompt, ids)
+    unknown = vocab.unknown_words(prompt) if hasattr(vocab, "unknown_words") else []  # subwords: none unknown
     if unknown:
         console.print(f"[yellow]prompt words outside the vocabulary, read as <unk>: {', '.join(unknown)}")
     rows = num_samples if search.strategy == "sample" else 1
