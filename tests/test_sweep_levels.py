@@ -32,8 +32,9 @@ def test_each_run_gets_the_settings_of_its_levels():
         ({"optim": {"adam": ["seed=3"]}}, r"seed is also a factor of this sweep"),
         ({"optim": ["lr=1"]}, r"expected level: \[key=value, ...\]"),
         # a misspelt level would give its runs nothing, and the report would call the levels tuned
-        ({"optim": {"noma": ["warmup=4"]}}, r"level_settings.optim.noma: noma is not a level of optim \(levels: \["),
+        ({"optim": {"noma": ["warmup=4"]}}, r"level_settings.optim.noma: noma is not an option of group optim"),
         ({"pos": {"rope": ["warmup=4"]}}, None),  # an option of the group, not swept here (a tuned file's): taken
+        ({"seed": {"7": ["warmup=4"]}}, None),  # not a group: another sweep's level, taken
     ],
 )
 def test_level_settings_that_cannot_work_are_one_line(settings, message):

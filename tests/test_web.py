@@ -116,8 +116,9 @@ def test_every_error_has_the_error_shape_and_a_taken_port_is_named_before_loadin
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        with pytest.raises(ValueError, match=rf"^port={port}: 127.0.0.1:{port} cannot be served"):
+        with pytest.raises(ValueError, match=rf"^host=127.0.0.1 port={port}: cannot be served there"):
             check_port("127.0.0.1", port)
+    check_port("127.0.0.1", free_port())
 
 
 def free_port() -> int:

@@ -43,7 +43,8 @@ def load_checkpoint(path: str | os.PathLike) -> dict:
     if expected is not None and weights_checksum(checkpoint["state_dict"]) != expected:
         raise CheckpointError(
             f"{path}: its weights differ from the checksum written with them: the file was damaged after it was "
-            "written; use another checkpoint of the run (an epoch checkpoint, last.ckpt)"
+            "written (or edited: an edit that keeps the nmt section deletes its 'weights_crc32'); use another "
+            "checkpoint of the run (an epoch checkpoint, last.ckpt)"
         )
     return checkpoint
 

@@ -12,10 +12,13 @@ from nmt.inference.web import create_app
 def check_port(host: str, port: int) -> None:
     """The address is free: said before the model is loaded, not after it, as the server's bind error."""
     try:
-        with socket.create_server((host, port)):
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]  # IPv4 or IPv6, as the host is
+        with socket.create_server((host, port), family=family):
             pass
     except OSError as err:
-        raise ValueError(f"port={port}: {host}:{port} cannot be served ({err.strerror}); pass another port=") from None
+        raise ValueError(
+            f"host={host} port={port}: cannot be served there ({err.strerror}); pass another port= (or host=)"
+        ) from None
 
 
 def serve(cfg: DictConfig) -> None:

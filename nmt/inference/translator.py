@@ -308,16 +308,15 @@ class Translator:
         targets = self._pad([[*ids, EOS_ID] for ids in outputs])
         log_probs = F.log_softmax(self.model(src_rows, tgt_in).float(), dim=-1)
         picked = log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # (rows, tgt_len)
-        maps = self.model.attention_maps(src_rows, tgt_in)
         # (rows, tgt_len, src_len): the alignment layer's heads averaged; an ensemble's, the mean over its members
         # of each one's own alignment layer (a Transformer and an RNN name their layers differently)
-        members = self.model.members if isinstance(self.model, Ensemble) else [self.model]
-        chosen = torch.stack(
-            [
-                self._alignment_weights(maps if len(members) == 1 else m.attention_maps(src_rows, tgt_in))
-                for m in members
-            ]
-        ).mean(0)
+        if isinstance(self.model, Ensemble):
+            own = [m.attention_maps(src_rows, tgt_in) for m in self.model.members]
+            chosen = torch.stack([self._alignment_weights(m) for m in own]).mean(0)
+            maps = self.model.attention_maps(src_rows, tgt_in) if with_attention else {}
+        else:
+            maps = self.model.attention_maps(src_rows, tgt_in)
+            chosen = self._alignment_weights(maps)
         for row, (b, h) in enumerate(rows):
             ids, source = outputs[row], encoded[batch[b]]
             hypothesis = results[batch[b]][h]

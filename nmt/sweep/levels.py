@@ -98,11 +98,12 @@ def level_settings_problem(level_settings, levels: dict[str, list[str]]) -> str 
         if not isinstance(by_level, dict):
             return f"level_settings.{key}: expected level: [key=value, ...], got {by_level!r}"
         for level, overrides in by_level.items():
+            # a group's level is one of its options: a misspelt one (noma) would give its runs nothing; a key's
+            # other values may be levels of another sweep (a tuned file's), and a value cannot be misspelt
             group = Path(__file__).resolve().parents[2] / "conf" / key
             options = sorted(p.stem for p in group.glob("*.yaml")) if group.is_dir() else []
-            if str(level) not in levels[key] and str(level) not in options:  # a misspelt level gets nothing
-                known = sorted(set(levels[key]) | set(options))
-                return f"level_settings.{key}.{level}: {level} is not a level of {key} (levels: {known})"
+            if options and str(level) not in options:
+                return f"level_settings.{key}.{level}: {level} is not an option of group {key} (options: {options})"
             for override in overrides if isinstance(overrides, list) else [overrides]:
                 name, sep, _ = str(override).lstrip("+~").partition("=")
                 where = f"level_settings.{key}.{level}: {override!r}"

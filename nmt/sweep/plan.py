@@ -205,7 +205,12 @@ def print_plan(sweep_dir: Path, config: DictConfig) -> None:
         print(f"  done: {len(done)}; to run: {len(to_run)} ({len(changed)} made under other settings, set aside first)")
     else:
         print(f"  done: {len(done)} ({len(changed)} of them under other settings); to run: {len(to_run)}")
-    walls = [read_record(f / RESULT).get("wall_time_s") or 0 for f in done]
+    walls = []
+    for folder in done:
+        try:
+            walls.append(read_record(folder / RESULT).get("wall_time_s") or 0)
+        except ValueError:  # the sweep records that run again from its folder
+            print(f"  {folder / RESULT} cannot be read: the sweep would record it again from the run's folder")
     if changed and not moving:
         print("  expected cost: none: the sweep would stop first (below)")
     elif walls and to_run:

@@ -91,7 +91,7 @@ _PRCTL = _prctl()
 def stop_with_parent() -> None:
     """In a sweep's training child, before it runs: the kernel sends it SIGTERM when the sweep process
     dies, however it dies; the child then saves last.ckpt and exits, and a rerun resumes it."""
-    if _PRCTL is not None:  # elsewhere the child is at least in the sweep's process group
+    if _PRCTL is not None:  # not Linux: a sweep that dies without handling a signal leaves its run training
         pr_set_pdeathsig = 1
         _PRCTL(pr_set_pdeathsig, signal.SIGTERM)
 
@@ -101,7 +101,7 @@ def progress_line(sweep_dir: Path, planned: int, now: float | None = None) -> st
     this sitting: the runs every process of it (a parallel launcher's workers too) ended since it was
     launched."""
     done = finished_runs(sweep_dir)[0]  # of this sweep's plan
-    failed = list(sweep_dir.glob(f"*/{FAILED}"))
+    failed = [sweep_dir / name / FAILED for name in failed_runs(sweep_dir)]
     line = f"[sweep] {len(done)}/{planned} done, {len(failed)} failed"
     remaining = planned - len(done) - len(failed)
     launched_file = sweep_dir / LAUNCHED
@@ -138,8 +138,8 @@ def run_cell(cfg: DictConfig) -> dict | None:
             record = read_record(record_path)
             print(f"[sweep] done already, skipped: {run_dir.name}")
             return record
-        except ValueError as err:  # the run's folder says whether it finished: train.py then only reports it
-            print(f"[sweep] {err}: recorded again")
+        except ValueError:  # the run's folder says whether it finished: train.py then only reports it
+            print(f"[sweep] {record_path} cannot be read: recorded again from the run's folder")
             record_path.unlink()
     if _in_use_elsewhere(run_dir):  # another sweep process of the same sweep reached this cell first
         print(f"[sweep] being trained by another process, skipped: {run_dir.name}")
@@ -254,7 +254,7 @@ def _plan(sweep_dir: Path) -> int:
     return json.loads(path.read_text())["runs"] if path.is_file() else 0
 
 
-class _Stopped(BaseException):
+class _SweepStopped(BaseException):
     """SIGTERM to the sweep process while a run trains (raised by its handler, as Ctrl-C raises)."""
 
 
@@ -263,7 +263,8 @@ def run_child(command: list[str], env: dict, run_dir: Path) -> int:
     under a header); the child stops when the sweep process dies. The child has a process group of its
     own, so that a terminal's Ctrl-C reaches the sweep alone, which passes the child that one signal (two,
     the terminal's and the sweep's, would be a second Ctrl-C to it), waits for it to save its state, and
-    ends in one line; SIGTERM the same."""
+    ends in one line; SIGTERM the same. With the basic launcher, where runs are this process's children;
+    a parallel launcher's workers (joblib) are stopped by that launcher itself (docs/sweeps.md)."""
     stamp = time.strftime("%Y-%m-%d %H:%M:%S")
     with open(run_dir / "train_stdout.log", "a") as out, open(run_dir / "train_stderr.log", "a") as err:
         for handle in (out, err):
@@ -280,18 +281,22 @@ def run_child(command: list[str], env: dict, run_dir: Path) -> int:
         )
 
         def stopped(signum, frame):
-            raise _Stopped
+            raise _SweepStopped
 
         main = threading.current_thread() is threading.main_thread()
         previous = signal.signal(signal.SIGTERM, stopped) if main else None
         try:
             return process.wait()
-        except (KeyboardInterrupt, _Stopped) as stop:
+        except (KeyboardInterrupt, _SweepStopped) as stop:
             name = "SIGINT" if isinstance(stop, KeyboardInterrupt) else "SIGTERM"
             process.send_signal(getattr(signal, name))
-            process.wait()
+            code = process.wait()
+            # train.py exits 130/143 once its state is saved (0: it had finished)
+            state = (
+                "saved its state" if code in (0, 130, 143) else f"ended with status {code} (see its train_stderr.log)"
+            )
             print(
-                f"[sweep] stopped by {name}: {run_dir.name} saved its state; run the same command again to resume "
+                f"[sweep] stopped by {name}: {run_dir.name} {state}; run the same command again to resume "
                 "the sweep (finished runs are kept)",
                 file=sys.stderr,
                 flush=True,

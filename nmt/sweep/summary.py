@@ -50,7 +50,11 @@ def planned(sweep_dir: Path) -> dict:
 
 
 def failed_runs(sweep_dir: Path) -> list[str]:
-    return sorted(p.parent.name for p in Path(sweep_dir).glob(f"*/{FAILED}"))
+    """The run folders whose last attempt failed, of this sweep's plan (an earlier sweep's in the same
+    folder, other levels or seeds, are not this one's failures)."""
+    names = planned(sweep_dir).get("run_names")
+    failed = sorted(p.parent.name for p in Path(sweep_dir).glob(f"*/{FAILED}"))
+    return failed if names is None else [name for name in failed if name in set(names)]
 
 
 def _constants(sweep_dir: Path) -> list[str]:
