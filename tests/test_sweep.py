@@ -396,3 +396,17 @@ def test_the_report_names_the_recipe_only_where_one_was_applied(tmp_path):
         choices = {"task": "lm", "data": "ptb", "model": "transformer_lm", "recipe": recipe}
         OmegaConf.save(OmegaConf.create({"hydra": {"runtime": {"choices": choices}}}), run / ".hydra" / "hydra.yaml")
         assert describe(tmp_path / recipe, [{"run_dir": str(run), "seed": 1}])["choices"]["recipe"] == shown
+
+
+def test_failures_outside_the_plan_are_not_this_sweeps(tmp_path):
+    """A run of an earlier sweep in the folder that failed (a level no longer swept) neither counts as this
+    sweep's failure nor stops it."""
+    from nmt.sweep.summary import failed_runs
+
+    for name in ("lr=0.01,seed=1", "lr=0.001,seed=1"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "sweep_failed.json").write_text("{}")
+    assert failed_runs(tmp_path) == ["lr=0.001,seed=1", "lr=0.01,seed=1"]  # no plan listing its runs: all
+    (tmp_path / "plan.json").write_text(json.dumps({"runs": 2, "run_names": ["lr=0.001,seed=1", "lr=0.0003,seed=1"]}))
+    assert failed_runs(tmp_path) == ["lr=0.001,seed=1"]
+    assert sweep.progress_line(tmp_path, 2) == "[sweep] 0/2 done, 1 failed"
