@@ -365,6 +365,33 @@ def test_a_stopped_sweep_passes_its_run_the_one_signal_and_ends_in_one_line(tmp_
     assert seen.read_text() == f"{name}\n"
 
 
+def test_a_second_ctrl_c_stops_the_sweeps_run_at_once_still_in_one_line(tmp_path):
+    """A run slow to save after the first Ctrl-C: the second stops it at once (a traceback before)."""
+    child = (
+        "import signal, time\nsignal.signal(signal.SIGINT, lambda n, f: None)\n"
+        f"open({str(tmp_path / 'ready')!r}, 'w').close(); time.sleep(60)"
+    )
+    parent = (
+        "import signal, sys; from pathlib import Path; from nmt.sweep.runner import run_child; "
+        "signal.signal(signal.SIGINT, signal.default_int_handler); "
+        f"run_child([sys.executable, '-c', {child!r}], dict(__import__('os').environ), Path({str(tmp_path)!r}))"
+    )
+    sweep = subprocess.Popen([sys.executable, "-c", parent], cwd=ROOT, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while not (tmp_path / "ready").exists():
+        assert time.time() < deadline, "the child never started"
+        time.sleep(0.05)
+    sweep.send_signal(signal.SIGINT)
+    time.sleep(1)
+    sweep.send_signal(signal.SIGINT)
+    _, err = sweep.communicate(timeout=60)
+    assert sweep.returncode == 130, err
+    assert err.strip().splitlines() == [
+        f"[sweep] stopped by SIGINT: {tmp_path.name} was stopped at once by a second signal (its last checkpoint "
+        "stands); run the same command again to resume the sweep (finished runs are kept)"
+    ]
+
+
 def test_a_sweeps_training_child_stops_when_the_sweep_process_is_killed(tmp_path):
     pid_file = tmp_path / "child.pid"
     child = f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(120)"

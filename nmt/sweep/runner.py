@@ -290,11 +290,16 @@ def run_child(command: list[str], env: dict, run_dir: Path) -> int:
         except (KeyboardInterrupt, _SweepStopped) as stop:
             name = "SIGINT" if isinstance(stop, KeyboardInterrupt) else "SIGTERM"
             process.send_signal(getattr(signal, name))
-            code = process.wait()
-            # train.py exits 130/143 once its state is saved (0: it had finished)
-            state = (
-                "saved its state" if code in (0, 130, 143) else f"ended with status {code} (see its train_stderr.log)"
-            )
+            try:
+                code = process.wait()
+                # train.py exits 130/143 once its state is saved (0: it had finished)
+                state = (
+                    "saved its state" if code in (0, 130, 143) else f"ended with status {code} (its train_stderr.log)"
+                )
+            except (KeyboardInterrupt, _SweepStopped):  # a second signal: the run stops at once, as a second Ctrl-C
+                process.kill()
+                process.wait()
+                state = "was stopped at once by a second signal (its last checkpoint stands)"
             print(
                 f"[sweep] stopped by {name}: {run_dir.name} {state}; run the same command again to resume "
                 "the sweep (finished runs are kept)",
