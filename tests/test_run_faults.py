@@ -334,6 +334,23 @@ def test_a_smoke_run_leaves_nothing_that_a_real_run_resumes(tmp_path, capsys):
 
 
 # ---- 7, 8: sweeps ------------------------------------------------------------------------------------
+def sweep_running(tmp_path, child: str) -> subprocess.Popen:
+    """A sweep process running ``child`` (Python source that creates tmp_path/ready, then sleeps) as its run,
+    Ctrl-C raising KeyboardInterrupt in it as in a terminal (a test runner's worker may ignore SIGINT);
+    returned once the child is ready."""
+    parent = (
+        "import signal, sys; from pathlib import Path; from nmt.sweep.runner import run_child; "
+        "signal.signal(signal.SIGINT, signal.default_int_handler); "
+        f"run_child([sys.executable, '-c', {child!r}], dict(__import__('os').environ), Path({str(tmp_path)!r}))"
+    )
+    sweep = subprocess.Popen([sys.executable, "-c", parent], cwd=ROOT, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while not (tmp_path / "ready").exists():
+        assert time.time() < deadline, "the child never started"
+        time.sleep(0.05)
+    return sweep
+
+
 @pytest.mark.parametrize("name", ["SIGINT", "SIGTERM"])
 def test_a_stopped_sweep_passes_its_run_the_one_signal_and_ends_in_one_line(tmp_path, name):
     """Ctrl-C (or SIGTERM) to the sweep: its run gets that signal once, saves, and the sweep says so in one
@@ -345,16 +362,7 @@ def test_a_stopped_sweep_passes_its_run_the_one_signal_and_ends_in_one_line(tmp_
         "signal.signal(signal.SIGINT, got); signal.signal(signal.SIGTERM, got)\n"
         f"open({str(tmp_path / 'ready')!r}, 'w').close(); time.sleep(60)"
     )
-    parent = (  # Ctrl-C raising KeyboardInterrupt, as in a terminal (a test runner's worker may ignore SIGINT)
-        "import signal, sys; from pathlib import Path; from nmt.sweep.runner import run_child; "
-        "signal.signal(signal.SIGINT, signal.default_int_handler); "
-        f"run_child([sys.executable, '-c', {child!r}], dict(__import__('os').environ), Path({str(tmp_path)!r}))"
-    )
-    sweep = subprocess.Popen([sys.executable, "-c", parent], cwd=ROOT, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 60
-    while not (tmp_path / "ready").exists():
-        assert time.time() < deadline, "the child never started"
-        time.sleep(0.05)
+    sweep = sweep_running(tmp_path, child)
     sweep.send_signal(getattr(signal, name))
     _, err = sweep.communicate(timeout=60)
     assert sweep.returncode == (130 if name == "SIGINT" else 143), err
@@ -371,16 +379,7 @@ def test_a_second_ctrl_c_stops_the_sweeps_run_at_once_still_in_one_line(tmp_path
         "import signal, time\nsignal.signal(signal.SIGINT, lambda n, f: None)\n"
         f"open({str(tmp_path / 'ready')!r}, 'w').close(); time.sleep(60)"
     )
-    parent = (
-        "import signal, sys; from pathlib import Path; from nmt.sweep.runner import run_child; "
-        "signal.signal(signal.SIGINT, signal.default_int_handler); "
-        f"run_child([sys.executable, '-c', {child!r}], dict(__import__('os').environ), Path({str(tmp_path)!r}))"
-    )
-    sweep = subprocess.Popen([sys.executable, "-c", parent], cwd=ROOT, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 60
-    while not (tmp_path / "ready").exists():
-        assert time.time() < deadline, "the child never started"
-        time.sleep(0.05)
+    sweep = sweep_running(tmp_path, child)
     sweep.send_signal(signal.SIGINT)
     time.sleep(1)
     sweep.send_signal(signal.SIGINT)
