@@ -378,3 +378,12 @@ def test_a_tiny_language_model_learns_the_counting_corpus_and_generates(ptb_fold
     # a grid of settings chooses by decoded scores, which perplexity is not
     with pytest.raises(AssertionError, match="a grid chooses by the scores of decoded outputs"):
         run("evaluate.py", f"ckpt_path={checkpoint}", "split=val", "average_last=[0,2]")
+
+
+def test_both_kinds_of_vocabulary_name_the_words_they_read_as_unknown():
+    from nmt.data.tokenizer import Tokenizer, TokenizerSettings
+
+    words = WordVocabulary.build(["a b c", "b c"])
+    assert words.unknown_words("a zz <unk> c") == ["zz"]
+    pieces = Tokenizer.train(["a b c abc", "b c a"] * 50, TokenizerSettings(vocab_size=10, byte_fallback=False))
+    assert pieces.unknown_words("abc zq cab") == ["zq"]

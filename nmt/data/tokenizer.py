@@ -212,6 +212,11 @@ class Tokenizer:
     def pieces(self, ids: Sequence[int]) -> list[str]:
         return [self.sp.id_to_piece(i) for i in ids]
 
+    def unknown_words(self, text: str) -> list[str]:
+        """The words of ``text`` with a character the pieces cannot spell, read as <unk> (none with byte
+        fallback), as :meth:`nmt.data.vocab.WordVocabulary.unknown_words` names the words it lacks."""
+        return [word for word in text.split() if UNK_ID in self.encode(word)]
+
     @classmethod
     def train(cls, sentences: Sequence[str], settings: TokenizerSettings) -> "Tokenizer":
         model = io.BytesIO()

@@ -25,13 +25,7 @@ from torch.nn import functional as F
 from nmt.data.batching import token_batches
 from nmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from nmt.decoding.ensemble import Ensemble
-from nmt.decoding.search import (
-    NEW_TOKENS,
-    SearchConfig,
-    beam_hypotheses,
-    decode,
-    search_settings,
-)
+from nmt.decoding.search import NEW_TOKENS, SearchConfig, beam_hypotheses, decode, search_settings
 from nmt.inference.checkpoint import CheckpointError
 from nmt.inference.loading import LoadedModel, load_model, pick_device, resolve_checkpoint_path
 
@@ -244,8 +238,7 @@ class Translator:
         """A language model's continuations of one prompt (prompts are not padded, so one at a time): the
         prompt follows a sentence end, as every sentence of its training stream does."""
         prompt = self._encode_sources([line], number)[0]
-        # a word vocabulary's unknown words (a subword vocabulary has none)
-        unknown = self.src_tokenizer.unknown_words(line) if hasattr(self.src_tokenizer, "unknown_words") else []
+        unknown = self.src_tokenizer.unknown_words(line)
         if unknown:
             log.warning("line %d: words outside the vocabulary, read as <unk>: %s", number, ", ".join(unknown))
         context = torch.tensor([[EOS_ID, *prompt]], device=self.device)

@@ -48,12 +48,8 @@ def finished_runs(sweep_dir: Path) -> tuple[list[Path], list[str]]:
     """The record files of the sweep's finished runs (not those set aside as superseded), and the names of
     finished run folders that this sweep's plan does not hold: runs of an earlier sweep in the same folder
     (other levels, seeds), which its report leaves out."""
-    paths = sorted(Path(sweep_dir).glob(f"*/{RESULT}"))
-    names = summary.planned(sweep_dir).get("run_names")
-    if names is None:  # a plan written before it listed its runs
-        return paths, []
-    names = set(names)
-    return [p for p in paths if p.parent.name in names], [p.parent.name for p in paths if p.parent.name not in names]
+    kept, others = summary.of_plan(sweep_dir, [p.parent.name for p in sorted(Path(sweep_dir).glob(f"*/{RESULT}"))])
+    return [Path(sweep_dir) / name / RESULT for name in kept], others
 
 
 def collect_records(sweep_dir: Path) -> list[dict]:

@@ -49,12 +49,19 @@ def planned(sweep_dir: Path) -> dict:
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
+def of_plan(sweep_dir: Path, names: list[str]) -> tuple[list[str], list[str]]:
+    """Run folder ``names`` split into those of this sweep's plan and the others (an earlier sweep's in the
+    same folder: other levels or seeds). A plan written before it listed its runs holds them all."""
+    planned_names = planned(sweep_dir).get("run_names")
+    if planned_names is None:
+        return list(names), []
+    keep = set(planned_names)
+    return [n for n in names if n in keep], [n for n in names if n not in keep]
+
+
 def failed_runs(sweep_dir: Path) -> list[str]:
-    """The run folders whose last attempt failed, of this sweep's plan (an earlier sweep's in the same
-    folder, other levels or seeds, are not this one's failures)."""
-    names = planned(sweep_dir).get("run_names")
-    failed = sorted(p.parent.name for p in Path(sweep_dir).glob(f"*/{FAILED}"))
-    return failed if names is None else [name for name in failed if name in set(names)]
+    """The run folders of this sweep's plan whose last attempt failed."""
+    return of_plan(sweep_dir, sorted(p.parent.name for p in Path(sweep_dir).glob(f"*/{FAILED}")))[0]
 
 
 def _constants(sweep_dir: Path) -> list[str]:

@@ -75,7 +75,7 @@ class LanguageModelTask(Task):
             raise ValueError(f"num_samples={samples!r}: how many continuations to sample, an integer >= 1")
         if cfg.get("rouge") is not None:
             raise ValueError(f"rouge={cfg.rouge}: a language model is scored by perplexity, not ROUGE; leave it out")
-        if cfg.get("samples", 5) != 5:
+        if cfg.get("samples", 5) != 5:  # evaluate.yaml's default
             raise ValueError(
                 f"samples={cfg.samples}: the sample translations printed; a language model translates nothing "
                 "(prompt=... prints its continuations); leave it out"
@@ -225,7 +225,7 @@ def generate(
     training stream does; greedy and beam give one continuation, sampling ``num_samples``."""
     vocab = loaded.tgt_tokenizer
     ids = vocab.encode(prompt)
-    unknown = vocab.unknown_words(prompt) if hasattr(vocab, "unknown_words") else []  # subwords: none unknown
+    unknown = vocab.unknown_words(prompt)
     if unknown:
         console.print(f"[yellow]prompt words outside the vocabulary, read as <unk>: {', '.join(unknown)}")
     rows = num_samples if search.strategy == "sample" else 1
