@@ -114,6 +114,22 @@ def test_alignments_follow_the_attention_of_the_last_layer(checkpoints):
     assert {name: w.shape for name, w in best.attention.items()} == {"layer0": (4, len(ids) + 1, src.size(1))}
 
 
+def test_an_alignment_layer_the_model_lacks_is_refused_naming_its_layers(checkpoints):
+    """The toy models have one decoder layer: layer 1 (an IndexError before) and -2 are refused, 0 is -1."""
+    for layer in (1, -2):
+        translator = Translator.from_checkpoint(checkpoints["seed1"], alignment_layer=layer, **exact())
+        with pytest.raises(
+            ValueError,
+            match=r"alignment_layer=-?\d: the model has 1 cross-attention layer\(s\) \(layer0\); pass one of -1..0",
+        ):
+            translator.translate_nbest(["one two three"])
+    first, last = (
+        Translator.from_checkpoint(checkpoints["seed1"], alignment_layer=layer, **exact()).translate_nbest(SOURCES)
+        for layer in (0, -1)
+    )
+    assert [[h.alignment for h in hyps] for hyps in first] == [[h.alignment for h in hyps] for hyps in last]
+
+
 def test_an_ensembles_alignments_average_each_members_own_last_layer(checkpoints):
     """A Transformer with an RNN: each member's last layer (the RNN's one attention), heads averaged, then
     their mean (the merged maps' last name was the RNN's alone)."""

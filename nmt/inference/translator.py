@@ -127,13 +127,15 @@ class Translator:
         max_input_len: int = 256,
         on_long_input: str = "truncate",
         max_new_tokens: int | None = None,
+        alignment_layer: int = -1,
         **search,
     ) -> "Translator":
         """A translator for one checkpoint (a file or a run folder: its best checkpoint), or an ensemble of
         several. ``search``: the decoding settings of :class:`SearchConfig` (strategy, beam_size,
         length_penalty, max_len_a, max_len_b, ...); those not given (or None) are the run's own, from the
         first checkpoint's config. ``max_new_tokens``: the words a language model adds (None: 50; refused for
-        a translation model)."""
+        a translation model). ``alignment_layer``: the decoder layer whose cross-attention gives the
+        alignments (-1: the last)."""
         paths = [path] if isinstance(path, (str, os.PathLike)) else list(path)
         if not paths:
             raise ValueError("from_checkpoint needs at least one checkpoint")
@@ -147,6 +149,7 @@ class Translator:
             max_input_len,
             on_long_input,
             max_new_tokens=max_new_tokens,
+            alignment_layer=alignment_layer,
         )
 
     @classmethod
@@ -290,7 +293,13 @@ class Translator:
 
     def _alignment_weights(self, maps: dict[str, torch.Tensor]) -> torch.Tensor:
         """(rows, tgt_len, src_len): the cross-attention of layer ``alignment_layer``, heads averaged."""
-        return maps[list(maps)[self.alignment_layer]].float().mean(1)
+        names = list(maps)
+        if not -len(names) <= self.alignment_layer < len(names):
+            raise ValueError(
+                f"alignment_layer={self.alignment_layer}: the model has {len(names)} cross-attention layer(s) "
+                f"({', '.join(names)}); pass one of {-len(names)}..{len(names) - 1} (-1: the last)"
+            )
+        return maps[names[self.alignment_layer]].float().mean(1)
 
     def _score(self, src, batch, encoded, found, results, with_attention: bool) -> None:
         """Teacher-force every output of the batch: per-token log-probabilities, alignments, attention."""

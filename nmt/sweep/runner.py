@@ -36,6 +36,7 @@ from nmt.sweep.plan import (
     input_problem,
     planned_runs,
     planned_values,
+    with_seed,
     print_plan,
     run_config_problem,
     run_name,
@@ -127,7 +128,7 @@ def progress_line(sweep_dir: Path, planned: int, now: float | None = None) -> st
 def run_cell(cfg: DictConfig) -> dict | None:
     """One run of the sweep (a Hydra multirun job): train.py in a subprocess, unless already done."""
     hydra_cfg = HydraConfig.get()
-    pairs = override_pairs(hydra_cfg.overrides.task)
+    pairs = list(with_seed(dict(override_pairs(hydra_cfg.overrides.task)), cfg.get("seed")).items())
     prefixes = command_prefixes(hydra_cfg.overrides.task)  # ++key=..., ~key reach train.py as given
     swept = swept_keys(Path(hydra_cfg.sweep.dir))
     run_dir = (Path(hydra_cfg.sweep.dir) / ",".join(f"{k}={v}" for k, v in sorted(pairs) if k in swept)).resolve()
