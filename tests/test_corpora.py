@@ -122,7 +122,7 @@ def test_missing_ted_sets_and_tatoeba_file_name_the_places_tried_and_the_file(tm
     # offline, the Tatoeba message names the text file too, not only the zip it would download
     monkeypatch.setattr(sources, "_download", lambda url, target: (_ for _ in ()).throw(OSError("offline")))
     dm = small(TatoebaDataModule, src_lang="de", tgt_lang="en", download=True, cache_dir=str(tmp_path / "c"))
-    with pytest.raises(sources.DataNotFoundError, match=r"deu-eng\.zip(.|\n)*Or put deu\.txt"):
+    with pytest.raises(sources.DataNotFoundError, match=r"holding deu\.txt, or the release archive deu-eng\.zip"):
         dm.text("train")
 
 
@@ -141,12 +141,38 @@ def test_europarl_extracts_the_release_archive_into_the_cache(tmp_path):
     cache = tmp_path / "c"
     dm = small(EuroparlDataModule, root=str(tmp_path), cache_dir=str(cache), max_samples=300)
     src, tgt = dm.text("train")
-    assert (cache / "europarl" / "europarl-v7.de-en.de").exists()
+    (extracted,) = (cache / "europarl" / "extracted").iterdir()
+    assert (extracted / "europarl-v7.de-en.de").exists()
     assert len(src) + 60 <= 300 and src[0] in DE and tgt[0] in EN
-    # the extracted files are found next time, even without the archive
+    # the extracted files are found next time, even without the archive (and said to be those)
     (tmp_path / "de-en.tgz").unlink()
     again = small(EuroparlDataModule, root=None, cache_dir=str(cache), max_samples=300)
     assert again.text("train") == (src, tgt)
+
+
+def test_an_archive_given_is_read_not_the_extraction_of_another(tmp_path):
+    """Two de-en.tgz in two folders given in turn as data.root: each run reads its own (the second read the
+    first one's files, extracted into the cache before)."""
+    for name, lines in (("one", DE), ("two", [f"{line} zwei" for line in DE])):
+        (tmp_path / name).mkdir()
+        with tarfile.open(tmp_path / name / "de-en.tgz", "w:gz") as bundle:
+            for lang, text in (("de", lines), ("en", EN)):
+                data = "".join(line + "\n" for line in text).encode()
+                info = tarfile.TarInfo(f"europarl-v7.de-en.{lang}")
+                info.size = len(data)
+                bundle.addfile(info, io.BytesIO(data))
+    cache = tmp_path / "c"
+    read = {}
+    for name in ("one", "two", "one"):
+        dm = EuroparlDataModule(root=str(tmp_path / name), cache_dir=str(cache), valid_size=30, test_size=30)
+        read.setdefault(name, []).append(dm.load_pairs()[0])  # German, the default source
+    assert read["one"][0] == read["one"][1] == DE and read["two"][0] == [f"{line} zwei" for line in DE]
+    assert len(list((cache / "europarl" / "extracted").iterdir())) == 2
+    # with both archives gone, two extractions are two candidates: named, not chosen
+    for name in ("one", "two"):
+        (tmp_path / name / "de-en.tgz").unlink()
+    with pytest.raises(FileNotFoundError, match="2 extractions of other archives"):
+        EuroparlDataModule(cache_dir=str(cache), download=False).load_pairs()
 
 
 def test_europarl_without_data_says_what_to_do(tmp_path, monkeypatch):

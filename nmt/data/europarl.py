@@ -3,9 +3,8 @@
 import tarfile
 from pathlib import Path
 
-from nmt.data.sources import DataNotFoundError, locate, read_parallel
+from nmt.data.sources import locate_or_extract, read_parallel
 from nmt.data.unsplit import UnsplitCorpusDataModule
-from nmt.utils.io import atomic_path
 
 RELEASE = "https://www.statmt.org/europarl/v7"
 PAIRS = (
@@ -33,9 +32,10 @@ PAIRS = (
 
 
 class EuroparlDataModule(UnsplitCorpusDataModule):
-    """``data=europarl``: ``europarl-v7.<pair>.<lang>`` files from data.root, $NMT_DATA/europarl or the
-    cache; otherwise the release archive ``<pair>.tgz`` (found there, or downloaded) is extracted into
-    the cache. Seeded, deduplicated split; ``max_samples`` (e.g. 200000) caps its size."""
+    """``data=europarl``: ``europarl-v7.<pair>.<lang>`` files, or the release archive ``<pair>.tgz``
+    (extracted into the cache), from data.root, $NMT_DATA/europarl or the cache, the first place holding
+    either; otherwise the archive downloaded. Seeded, deduplicated split; ``max_samples`` (e.g. 200000)
+    caps its size."""
 
     name = "europarl"
 
@@ -50,30 +50,26 @@ class EuroparlDataModule(UnsplitCorpusDataModule):
 
     def load_pairs(self) -> tuple[list[str], list[str]]:
         names = [f"europarl-v7.{self.pair}.{lang}" for lang in (self.src_lang, self.tgt_lang)]
-        try:
-            folder = locate("europarl", names, self.root, self.cache_dir, download=False)
-        except DataNotFoundError:
-            archive = f"{self.pair}.tgz"
-            folder = locate(
-                "europarl",
-                [archive],
-                self.root,
-                self.cache_dir,
-                url_for={archive: f"{RELEASE}/{archive}"},
-                download=self.download,
-            )
-            folder = extract(folder / archive, names, Path(self.cache_dir).expanduser() / "europarl")
+        archive = f"{self.pair}.tgz"
+        folder = locate_or_extract(
+            "europarl",
+            names,
+            archive,
+            lambda path, target: extract(path, names, target),
+            self.root,
+            self.cache_dir,
+            url=f"{RELEASE}/{archive}",
+            download=self.download,
+        )
         return read_parallel(folder / names[0], folder / names[1])
 
 
-def extract(archive: Path, names: list[str], target: Path) -> Path:
+def extract(archive: Path, names: list[str], target: Path) -> None:
     """Extract the members called ``names`` (at any depth) of a .tgz into ``target``."""
-    target.mkdir(parents=True, exist_ok=True)
     with tarfile.open(archive, "r:gz") as bundle:
         members = {Path(m.name).name: m for m in bundle.getmembers() if m.isfile()}
         for name in names:
             if name not in members:
                 raise ValueError(f"{archive} has no member {name} (it holds {sorted(members)[:5]})")
-            with bundle.extractfile(members[name]) as source, atomic_path(target / name) as tmp:
-                tmp.write_bytes(source.read())
-    return target
+            with bundle.extractfile(members[name]) as source:
+                (target / name).write_bytes(source.read())

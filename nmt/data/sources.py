@@ -2,18 +2,50 @@
 
 import contextlib
 import gzip
+import hashlib
+import logging
 import os
+import shutil
+import tempfile
 import urllib.request
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from nmt.utils.io import atomic_path
 
 DATA_ENV = "NMT_DATA"
+log = logging.getLogger(__name__)
+SOURCE_NOTE = "ARCHIVE"  # in an extraction's cache folder: the archive it came from
 
 
 class DataNotFoundError(FileNotFoundError):
     """No place held the corpus and it could not be downloaded."""
+
+
+def _places(name: str, root, cache_dir) -> list[tuple[str, Path]]:
+    """Where a corpus is looked for, in order: data.root, ``$NMT_DATA/<name>``, the cache ``<cache_dir>/<name>``."""
+    places = [("data.root", Path(root).expanduser())] if root else []
+    if os.environ.get(DATA_ENV):
+        places.append((f"${DATA_ENV}/{name}", Path(os.environ[DATA_ENV]).expanduser() / name))
+    return [*places, ("cache", Path(cache_dir).expanduser() / name)]
+
+
+def _holds(folder: Path, filenames: Sequence[str], suffixes: Sequence[str]) -> bool:
+    return any(all((folder / (f + suffix)).is_file() for f in filenames) for suffix in suffixes)
+
+
+def _missing(label: str, folder: Path, filenames: Sequence[str]) -> str:
+    missing = [f for f in filenames if not (folder / f).is_file()]
+    return f"  {label}: {folder} (missing {', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''})"
+
+
+def _not_found(name: str, tried: list[str], wanted: str, downloadable: bool) -> DataNotFoundError:
+    return DataNotFoundError(
+        f"Could not find the {name} corpus. Tried, in order:\n" + "\n".join(tried) + "\n"
+        f"Fix: set data.root=/path/to/folder (or the environment variable {DATA_ENV} to a folder "
+        f"containing '{name}/') holding {wanted}"
+        + (", or connect to the internet so it can be downloaded." if downloadable else ".")
+    )
 
 
 def locate(
@@ -30,19 +62,12 @@ def locate(
     ``<cache_dir>/<name>``, then a download of the plain names into that cache. A place earlier in the
     order wins whatever the suffix: a corpus given in data.root is never overridden by another copy."""
     tried: list[str] = []
-    candidates: list[tuple[str, Path]] = []
-    if root:
-        candidates.append(("data.root", Path(root).expanduser()))
-    if os.environ.get(DATA_ENV):
-        candidates.append((f"${DATA_ENV}/{name}", Path(os.environ[DATA_ENV]).expanduser() / name))
-    cache = Path(cache_dir).expanduser() / name
-    candidates.append(("cache", cache))
-    for label, folder in candidates:
-        for suffix in suffixes:
-            if all((folder / (f + suffix)).is_file() for f in filenames):
-                return folder
-        missing = [f for f in filenames if not (folder / f).is_file()]
-        tried.append(f"  {label}: {folder} (missing {', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''})")
+    places = _places(name, root, cache_dir)
+    for label, folder in places:
+        if _holds(folder, filenames, suffixes):
+            return folder
+        tried.append(_missing(label, folder, filenames))
+    cache = places[-1][1]
     if download and url_for:
         existed = cache.exists()
         try:
@@ -58,12 +83,81 @@ def locate(
                     cache.rmdir()
     elif url_for:
         tried.append("  download: disabled (data.download=false)")
-    raise DataNotFoundError(
-        f"Could not find the {name} corpus. Tried, in order:\n" + "\n".join(tried) + "\n"
-        f"Fix: set data.root=/path/to/folder (or the environment variable {DATA_ENV} to a folder "
-        f"containing '{name}/') holding {', '.join(filenames[:4])}{' ...' if len(filenames) > 4 else ''}"
-        + (", or connect to the internet so it can be downloaded." if url_for else ".")
-    )
+    wanted = f"{', '.join(filenames[:4])}{' ...' if len(filenames) > 4 else ''}"
+    raise _not_found(name, tried, wanted, bool(url_for))
+
+
+def locate_or_extract(
+    name: str,
+    filenames: Sequence[str],
+    archive: str,
+    extract: Callable[[Path, Path], None],
+    root: str | os.PathLike | None,
+    cache_dir: str | os.PathLike,
+    url: str | None = None,
+    download: bool = True,
+    suffixes: Sequence[str] = ("",),
+) -> Path:
+    """The folder of ``filenames`` for a corpus released as an ``archive``: at each place in
+    :func:`locate`'s order, the files themselves or the archive (extracted into a cache folder of that
+    archive's own, never into one another archive filled), then the archive downloaded into the cache.
+    ``extract(archive_path, folder)`` writes the files into folder."""
+    tried: list[str] = []
+    places = _places(name, root, cache_dir)
+    cache = places[-1][1]
+    for label, folder in places:
+        if _holds(folder, filenames, suffixes):
+            return folder
+        if (folder / archive).is_file():
+            return _extracted(folder / archive, filenames, extract, cache)
+        tried.append(f"  {label}: {folder} (neither {' and '.join(filenames)} nor {archive})")
+    kept = _extractions(cache, filenames)
+    if len(kept) == 1:  # the archive it came from is gone (deleted after a first run, say): its files are still these
+        log.warning(
+            "%s: the files extracted from %s (no longer there)", name, (kept[0] / SOURCE_NOTE).read_text().strip()
+        )
+        return kept[0]
+    if len(kept) > 1:
+        tried.append(f"  cache: {len(kept)} extractions of other archives ({cache / 'extracted'}); which is meant?")
+    elif download and url:
+        try:
+            _download(url, cache / archive)
+            return _extracted(cache / archive, filenames, extract, cache)
+        except OSError as err:
+            tried.append(f"  download from {url.rsplit('/', 1)[0]}/: {err}")
+    elif url:
+        tried.append("  download: disabled (data.download=false)")
+    wanted = f"{' and '.join(filenames)}, or the release archive {archive}"
+    raise _not_found(name, tried, wanted, bool(url))
+
+
+def _extractions(cache: Path, filenames: Sequence[str]) -> list[Path]:
+    """The complete extractions in a corpus's cache."""
+    folders = sorted((cache / "extracted").glob("[!.]*"))
+    return [f for f in folders if (f / SOURCE_NOTE).is_file() and all((f / n).is_file() for n in filenames)]
+
+
+def _extracted(archive: Path, filenames: Sequence[str], extract: Callable[[Path, Path], None], cache: Path) -> Path:
+    """The cache folder of this archive's files (named by its path, size and time of change), extracted
+    once; a folder is complete or absent (extracted beside it, then renamed)."""
+    stat = archive.stat()
+    key = hashlib.sha1(f"{archive.resolve()}|{stat.st_size}|{stat.st_mtime_ns}".encode()).hexdigest()[:16]
+    target = cache / "extracted" / key
+    if all((target / f).is_file() for f in filenames):
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=target.parent))
+    try:
+        extract(archive, partial)
+        (partial / SOURCE_NOTE).write_text(f"{archive.resolve()}\n")
+        missing = [f for f in filenames if not (partial / f).is_file()]
+        if missing:
+            raise ValueError(f"{archive} holds no {', '.join(missing)}")
+        shutil.rmtree(target, ignore_errors=True)
+        partial.rename(target)
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
+    return target
 
 
 def _download(url: str, target: Path) -> None:

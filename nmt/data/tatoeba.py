@@ -3,7 +3,7 @@
 import zipfile
 from pathlib import Path
 
-from nmt.data.sources import DataNotFoundError, locate, read_lines
+from nmt.data.sources import locate_or_extract, read_lines
 from nmt.data.unsplit import UnsplitCorpusDataModule
 
 MANYTHINGS = "https://www.manythings.org/anki"
@@ -26,24 +26,28 @@ def read_manythings(path: Path) -> tuple[list[str], list[str]]:
 
 
 def locate_tatoeba(lang: str, root, cache_dir, download: bool) -> Path:
-    """The manythings text file for ``lang``: ``<stem>.txt`` or ``<stem>.txt.gz`` in data.root,
-    $NMT_DATA/<folder>, the cache; else the upstream zip, downloaded and extracted into the cache."""
+    """The manythings text file for ``lang``: ``<stem>.txt`` (or ``.txt.gz``), or the upstream zip
+    (extracted into the cache), from data.root, $NMT_DATA/<folder> or the cache, the first place holding
+    either; otherwise the zip downloaded."""
     stem, folder = TATOEBA[lang]
-    name = f"{stem}.txt"
-    try:
-        found = locate(folder, [name], root, cache_dir, download=False, suffixes=("", ".gz"))
-        return found / name if (found / name).is_file() else found / f"{name}.gz"
-    except DataNotFoundError:
-        if not download:
-            raise
-    archive = f"{stem}-eng.zip"
-    try:
-        folder_path = locate(folder, [archive], root, cache_dir, url_for={archive: f"{MANYTHINGS}/{archive}"})
-    except DataNotFoundError as err:
-        raise DataNotFoundError(f"{err}\nOr put {name} (the text file inside the zip; .gz allowed) there.") from None
-    with zipfile.ZipFile(folder_path / archive) as bundle:
-        bundle.extract(f"{stem}.txt", Path(cache_dir).expanduser() / folder)
-    return Path(cache_dir).expanduser() / folder / f"{stem}.txt"
+    name, archive = f"{stem}.txt", f"{stem}-eng.zip"
+
+    def extract(path: Path, target: Path) -> None:
+        with zipfile.ZipFile(path) as bundle:
+            bundle.extract(name, target)
+
+    found = locate_or_extract(
+        folder,
+        [name],
+        archive,
+        extract,
+        root,
+        cache_dir,
+        url=f"{MANYTHINGS}/{archive}",
+        download=download,
+        suffixes=("", ".gz"),
+    )
+    return found / name if (found / name).is_file() else found / f"{name}.gz"
 
 
 class TatoebaDataModule(UnsplitCorpusDataModule):

@@ -36,11 +36,11 @@ from nmt.sweep.plan import (
     input_problem,
     planned_runs,
     planned_values,
-    with_seed,
     print_plan,
     run_config_problem,
     run_name,
     swept_keys,
+    with_seed,
 )
 from nmt.sweep.report import RESULT, collect_records, finished_runs, read_record, write_report
 from nmt.sweep.summary import FAILED, PLAN, failed_runs
