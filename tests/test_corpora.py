@@ -12,7 +12,7 @@ import pytest
 
 from nmt.data.europarl import EuroparlDataModule
 from nmt.data.files import FilesDataModule
-from nmt.data.splits import seeded_split
+from nmt.data.splits import pool_drops, seeded_split
 from nmt.data.tatoeba import TatoebaDataModule
 from nmt.data.toy import toy_pairs
 from nmt.data.zh_en import ZhEnDataModule
@@ -55,6 +55,47 @@ def test_seeded_split_is_deterministic_deduplicated_and_leak_free():
     assert not (sets["train"] & sets["val"] or sets["train"] & sets["test"] or sets["val"] & sets["test"])
     all_pairs = [p for name in a for p in zip(*a[name], strict=True)]
     assert len(all_pairs) == len(set(all_pairs)) == len(set(zip(src, tgt, strict=True)))
+
+
+def test_pairs_with_an_empty_side_leave_the_pool_before_it_is_split(tmp_path):
+    """A quarter of the German side empty (as in Europarl): each split still gets the pairs asked for (the
+    empty ones, one group of one empty source, took the whole test share and left it 20 pairs), and the
+    data report counts the corpus's empty pairs and copies."""
+    de = ["" if i % 4 == 0 else line for i, line in enumerate(DE)]
+    splits = seeded_split(de, EN, 30, 30, seed=4)
+    assert [len(splits[name][0]) >= 30 for name in ("val", "test")] == [True, True]
+    assert all(s.strip() and t.strip() for name in splits for s, t in zip(*splits[name], strict=True))
+    folder = tmp_path / "ep"
+    folder.mkdir()
+    write(folder / "europarl-v7.de-en.de", de)
+    write(folder / "europarl-v7.de-en.en", EN)
+    dm = small(EuroparlDataModule, root=str(folder), cache_dir=str(tmp_path / "c"))
+    sizes = {name: len(dm.text(name)[0]) for name in ("train", "val", "test")}
+    assert sizes["val"] >= 30 and sizes["test"] >= 30
+    empty, copies = pool_drops(de, EN)
+    assert empty == 100 and dm.dropped["train"]["empty"] == 100
+    unique = {(d, e) for d, e in zip(de, EN, strict=True) if d}
+    assert dm.dropped["train"]["duplicate"] == copies == len(DE) - 100 - len(unique)
+    assert sizes["train"] + sizes["val"] + sizes["test"] == len(DE) - 100 - copies
+
+
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        ({"test_size": 0}, r"data\.test_size=0: the pairs a seeded split sets aside must be a number >= 1"),
+        ({"valid_size": -5}, r"data\.valid_size=-5"),
+        ({"max_samples": 50}, r"data\.max_samples=50 leaves no training pairs .* raise it above 60"),
+    ],
+)
+def test_split_sizes_that_leave_nothing_are_refused_at_once(tmp_path, settings, message):
+    with pytest.raises(ValueError, match=message):
+        EuroparlDataModule(cache_dir=str(tmp_path), **{"valid_size": 30, "test_size": 30, **settings})
+    if "max_samples" not in settings:
+        with pytest.raises(ValueError, match=message):
+            small_files(tmp_path, train=str(tmp_path / "t.tsv"), **settings)
+    small_files(
+        tmp_path, train=str(tmp_path / "t.tsv"), val=str(tmp_path / "v.tsv"), test=str(tmp_path / "v.tsv"), test_size=0
+    )
 
 
 def test_tatoeba_reads_a_manythings_file(tmp_path):
@@ -220,7 +261,11 @@ def test_a_tsv_line_with_other_fields_than_the_first_is_refused_by_its_number(tm
     # a file of three fields throughout reads the columns asked for
     write(tmp_path / "three.tsv", [f"{i}\t{e}\t{d}" for i, (e, d) in enumerate(zip(EN[:6], DE[:6], strict=True))])
     dm = FilesDataModule(
-        train=str(tmp_path / "three.tsv"), columns=[1, 2], valid_size=0, test_size=0, cache_dir=str(tmp_path / "d")
+        train=str(tmp_path / "three.tsv"),
+        val=str(tmp_path / "three.tsv"),
+        test=str(tmp_path / "three.tsv"),
+        columns=[1, 2],
+        cache_dir=str(tmp_path / "d"),
     )
     assert sorted(zip(*dm.text("train"), strict=True)) == sorted(zip(EN[:6], DE[:6], strict=True))
 

@@ -222,7 +222,7 @@ class ParallelDataModule(L.LightningDataModule):
             else:
                 skip = set(empty)
                 keep = [i for i in range(len(src)) if i not in skip]
-                self.dropped.setdefault(split, Counter())["empty"] = len(empty)
+                self.dropped.setdefault(split, Counter())["empty"] += len(empty)  # a split pool counted its own
                 self._text[split] = ([src[i] for i in keep], [tgt[i] for i in keep])
         return self._text[split]
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from nmt.data.datamodule import ParallelDataModule
 from nmt.data.sources import read_lines, read_parallel
-from nmt.data.splits import duplicate_pairs, seeded_split
+from nmt.data.splits import check_split_sizes, pool_drops, seeded_split
 
 
 def spec_paths(spec, src_lang: str, tgt_lang: str) -> list[Path]:
@@ -79,6 +79,7 @@ class FilesDataModule(ParallelDataModule):
         super().__init__(src_lang=src_lang, tgt_lang=tgt_lang, **kwargs)
         self.specs = {"train": train, "val": val, "test": test}
         self.columns = tuple(columns)
+        check_split_sizes(valid_size if val is None else None, test_size if test is None else None)
         self.valid_size, self.test_size, self.split_seed = valid_size, test_size, split_seed
 
     def official(self, split: str) -> bool:
@@ -105,7 +106,8 @@ class FilesDataModule(ParallelDataModule):
                 self.test_size if self.specs["test"] is None else 0,
                 self.split_seed,
             )
-            self.dropped.setdefault("train", Counter())["duplicate"] = duplicate_pairs(src, tgt)  # in the report
+            drops = self.dropped.setdefault("train", Counter())  # the pool's, in the data report (set, not added:
+            drops["empty"], drops["duplicate"] = pool_drops(src, tgt)  # this may run once per split)
             if self.specs[split] is None or split == "train":
                 return splits[split]
         return read_split_files(self.specs[split], self.src_lang, self.tgt_lang, self.columns)

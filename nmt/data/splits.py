@@ -4,9 +4,23 @@ import random
 from collections.abc import Sequence
 
 
-def duplicate_pairs(src: Sequence[str], tgt: Sequence[str]) -> int:
-    """How many pairs repeat an earlier one (the copies :func:`seeded_split` keeps once)."""
-    return len(src) - len(set(zip(src, tgt, strict=True)))
+def pool_drops(src: Sequence[str], tgt: Sequence[str]) -> tuple[int, int]:
+    """What :func:`seeded_split` leaves out of a pool of pairs, for the data report: (pairs with an empty
+    or blank side, copies of an earlier pair)."""
+    kept = [(s, t) for s, t in zip(src, tgt, strict=True) if s.strip() and t.strip()]
+    return len(src) - len(kept), len(kept) - len(set(kept))
+
+
+def check_split_sizes(valid_size, test_size, max_samples=None) -> None:
+    """The sizes of a seeded split, refused at start-up (a size of 0 trained, then failed at scoring)."""
+    for key, size in (("valid_size", valid_size), ("test_size", test_size)):
+        if size is not None and (not isinstance(size, int) or size < 1):
+            raise ValueError(f"data.{key}={size!r}: the pairs a seeded split sets aside must be a number >= 1")
+    if max_samples is not None and max_samples <= (valid_size or 0) + (test_size or 0):
+        raise ValueError(
+            f"data.max_samples={max_samples} leaves no training pairs after data.valid_size={valid_size} and "
+            f"data.test_size={test_size}: raise it above {(valid_size or 0) + (test_size or 0)}, or null for every pair"
+        )
 
 
 def seeded_split(
@@ -19,11 +33,13 @@ def seeded_split(
 ) -> dict[str, tuple[list[str], list[str]]]:
     """Split pairs into 'train', 'val' and 'test' by a seeded shuffle of *source sentences*: identical
     pairs are kept once, and all pairs sharing a source go to the same split, so no source sentence is
-    in two splits. ``max_samples`` caps the pairs used in all (a random subset, also seeded)."""
+    in two splits. ``max_samples`` caps the pairs used in all (a random subset, also seeded). Pairs with an
+    empty or blank side are left out before the split (they were dropped from its parts after it, and a
+    corpus with many, such as Europarl, gave one group of them, an empty source, a split's whole share)."""
     groups: dict[str, list[str]] = {}
     seen: set[tuple[str, str]] = set()
     for s, t in zip(src, tgt, strict=True):
-        if (s, t) not in seen:
+        if (s, t) not in seen and s.strip() and t.strip():
             seen.add((s, t))
             groups.setdefault(s, []).append(t)
     sources = list(groups)

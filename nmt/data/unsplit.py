@@ -3,7 +3,7 @@
 from collections import Counter
 
 from nmt.data.datamodule import ParallelDataModule
-from nmt.data.splits import duplicate_pairs, seeded_split
+from nmt.data.splits import check_split_sizes, pool_drops, seeded_split
 
 
 class UnsplitCorpusDataModule(ParallelDataModule):
@@ -19,6 +19,7 @@ class UnsplitCorpusDataModule(ParallelDataModule):
         **kwargs,
     ) -> None:
         super().__init__(**kwargs)
+        check_split_sizes(valid_size, test_size, max_samples)
         self.valid_size, self.test_size = valid_size, test_size
         self.max_samples, self.split_seed = max_samples, split_seed
         self._splits: dict | None = None
@@ -33,7 +34,8 @@ class UnsplitCorpusDataModule(ParallelDataModule):
         if self._splits is None:
             src, tgt = self.load_pairs()
             self._splits = seeded_split(src, tgt, self.valid_size, self.test_size, self.split_seed, self.max_samples)
-            self.dropped.setdefault("train", Counter())["duplicate"] = duplicate_pairs(src, tgt)  # in the report
+            drops = self.dropped.setdefault("train", Counter())  # the pool's, in the data report (set, not added:
+            drops["empty"], drops["duplicate"] = pool_drops(src, tgt)  # this may run once per split)
         return self._splits[split]
 
     def describe(self) -> str:
