@@ -310,3 +310,36 @@ def test_evaluate_output_without_input_is_refused():
         cfg = compose("evaluate", overrides=["ckpt_path=x", "split=val", "output=out.txt"])
     with pytest.raises(ValueError, match=r"^output=out.txt: where the translations of input= go"):
         TranslationTask().check_evaluation(cfg)
+
+
+def test_evaluation_refuses_a_split_whose_text_is_not_the_one_the_model_was_trained_with(tmp_path):
+    """The checkpoint keeps each split's text hash: the run's test file edited after training (or another
+    copy found first) is refused, not scored as the run's test set (it was, silently)."""
+    from hydra import compose, initialize_config_dir
+
+    from nmt.evaluation.evaluate import evaluate
+
+    def evaluate_test(ckpt):
+        with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+            cfg = compose(
+                "evaluate", overrides=[f"ckpt_path={ckpt}", "split=test", "device=cpu", "threads=1", "samples=0"]
+            )
+        return evaluate(cfg)
+
+    pairs = [f"{' '.join(['one', 'two', 'three'][: 1 + i % 3])} {i % 7}\teins {i % 7}" for i in range(300)]
+    (tmp_path / "train.tsv").write_text("".join(p + "\n" for p in pairs))
+    (tmp_path / "test.tsv").write_text("".join(p + "\n" for p in pairs[:20]))
+    run_dir = tmp_path / "run"
+    data = ["data=files", f"data.train={tmp_path / 'train.tsv'}", f"data.test={tmp_path / 'test.tsv'}"]
+    sizes = ["data.valid_size=20", "data.tokenizer.vocab_size=40", "data.tokenizer.byte_fallback=false"]
+    train(compose_train(*data, *sizes, "trainer.max_steps=2", *NO_FINAL_SCORES, "threads=1", f"run_dir={run_dir}"))
+    ckpt = run_dir / "checkpoints" / "last.ckpt"
+    loaded = load_model(ckpt, device="cpu")
+    assert set(loaded.data_text) == {"train", "val", "test"}
+    scored = evaluate_test(ckpt)
+    assert scored["bleu"] is not None
+    (tmp_path / "test.tsv").write_text("".join(p + "\n" for p in pairs[20:40]))
+    with pytest.raises(
+        ValueError, match=r"split=test: the test text of files .* read now is not the text .* was trained with"
+    ):
+        evaluate_test(ckpt)

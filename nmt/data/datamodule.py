@@ -229,13 +229,14 @@ class ParallelDataModule(L.LightningDataModule):
     def describe(self) -> str:
         return f"{self.name} {self.src_lang}-{self.tgt_lang}"
 
+    def text_hash(self, split: str) -> str:
+        """A hash of a split's text as read (source and target lines, after dropping empty pairs)."""
+        return content_hash(split, lines=[*self.text(split)[0], *self.text(split)[1]])
+
     def text_hashes(self) -> dict[str, str]:
-        """Per split, a hash of the text read (source and target lines, after dropping empty pairs): part
-        of a run's identity, so that edited or replaced corpus files are not taken for the same data."""
-        return {
-            split: content_hash(split, lines=[*self.text(split)[0], *self.text(split)[1]])
-            for split in ("train", "val", "test")
-        }
+        """Per split, :meth:`text_hash`: part of a run's identity, so that edited or replaced corpus files
+        are not taken for the same data (kept in its checkpoints too, which evaluation compares)."""
+        return {split: self.text_hash(split) for split in ("train", "val", "test")}
 
     # ---- tokenizers ----------------------------------------------------------------------------
     def set_tokenizers(self, src: Tokenizer, tgt: Tokenizer) -> None:

@@ -114,9 +114,13 @@ class LanguageModelDataModule(L.LightningDataModule):
     def describe(self) -> str:
         return f"{self.name} (block {self.block_size}, eval stride {self.eval_stride})"
 
+    def text_hash(self, split: str) -> str:
+        """A hash of a split's text as read."""
+        return content_hash(split, lines=self.text(split))
+
     def text_hashes(self) -> dict[str, str]:
-        """Per split, a hash of the text read (part of a run's identity)."""
-        return {split: content_hash(split, lines=self.text(split)) for split in ("train", "val", "test")}
+        """Per split, :meth:`text_hash` (part of a run's identity, and kept in its checkpoints)."""
+        return {split: self.text_hash(split) for split in ("train", "val", "test")}
 
     # ---- vocabulary and streams ------------------------------------------------------------------
     def set_tokenizers(self, src, tgt) -> None:

@@ -27,6 +27,7 @@ class LoadedModel:
     config: dict
     checkpoints: list[str]
     task: Task
+    data_text: dict[str, str] | None = None  # each split's text hash when trained (older checkpoints: None)
 
     @property
     def run_dir(self) -> Path:
@@ -113,4 +114,4 @@ def load_model(ckpt_path: str | os.PathLike, average_last: int = 0, device: str 
         )
     model.load_state_dict(weights)
     model.to(pick_device(device)).eval()
-    return LoadedModel(model, src_tokenizer, tgt_tokenizer, config, paths, task)
+    return LoadedModel(model, src_tokenizer, tgt_tokenizer, config, paths, task, section.get("data_text"))

@@ -137,6 +137,20 @@ class Task:
         return {}
 
 
+def check_split_text(loaded, datamodule, split: str, elsewhere: str) -> None:
+    """A split of the run's own corpus (train, val, test) must be the text the model was trained with: a
+    corpus found elsewhere (another data.root, $NMT_DATA, a cache holding another copy) or edited since
+    is refused, not scored as the run's. ``elsewhere``: how this task scores other text. Checkpoints
+    saved before they kept the text's hash are not checked."""
+    trained = (loaded.data_text or {}).get(split)
+    if trained is not None and datamodule.text_hash(split) != trained:
+        raise ValueError(
+            f"split={split}: the {split} text of {datamodule.describe()} read now is not the text "
+            f"{loaded.checkpoints[0]} was trained with (its hash differs): the corpus changed, or another copy was "
+            f"found first (data.root, $NMT_DATA, the cache); point data.root at the run's copy, {elsewhere}"
+        )
+
+
 def best_logged(csv_log: Path, name: str) -> float | None:
     """The highest value of ``name`` in a run's CSV log, or None where it was never logged."""
     try:

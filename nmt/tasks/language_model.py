@@ -16,7 +16,14 @@ from torch import nn
 from nmt.data.lm import LanguageModelDataModule
 from nmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from nmt.decoding.search import NEW_TOKENS, SearchConfig, decode, search_settings
-from nmt.tasks.base import FINAL_RESULTS, Task, log_target_metrics, target_metrics, update_target_metrics
+from nmt.tasks.base import (
+    FINAL_RESULTS,
+    Task,
+    check_split_text,
+    log_target_metrics,
+    target_metrics,
+    update_target_metrics,
+)
 from nmt.tasks.translation import decoder_only
 from nmt.utils.io import atomic_write_json
 from nmt.utils.plots import save_attention_maps
@@ -129,6 +136,7 @@ class LanguageModelTask(Task):
                 data_cfg[key] = value
         datamodule = self.build_datamodule(data_cfg, loaded.config["cache_dir"], loaded.config["seed"])
         datamodule.set_tokenizers(loaded.src_tokenizer, loaded.tgt_tokenizer)
+        check_split_text(loaded, datamodule, split, "or train a model on the text to score")
         result = {
             "checkpoints": loaded.checkpoints,
             "data": datamodule.describe(),

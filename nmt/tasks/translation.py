@@ -23,6 +23,7 @@ from nmt.tasks.base import (
     FINAL_RESULTS,
     Task,
     best_logged,
+    check_split_text,
     log_target_metrics,
     target_metrics,
     update_target_metrics,
@@ -302,6 +303,8 @@ class TranslationTask(Task):
                 data_cfg[key] = value
         datamodule = self.build_datamodule(data_cfg, loaded.config["cache_dir"], loaded.config["seed"])
         sources, references, description = load_eval_set(split, datamodule, data_cfg, loaded.config, self)
+        if split in ("train", "val", "test"):
+            check_split_text(loaded, datamodule, split, "or score other text with split=files:<prefix>")
         bleu_tokenizer(datamodule.tgt_lang)  # a scorer's missing package stops here, not after the decoding
         # a model trained on truncated sources (summarisation) reads test sources truncated the same way
         max_input_len = data_cfg.get("max_src_len") or 256

@@ -57,6 +57,7 @@ class TaskModule(L.LightningModule):
         self.scheduler_factory = scheduler
         self.src_tokenizer, self.tgt_tokenizer = src_tokenizer, tgt_tokenizer
         self.config = config
+        self.data_text: dict[str, str] | None = None  # each split's text hash: evaluation checks it reads the same
         self.max_bad_steps = max_bad_steps
         self.bad_steps = 0  # consecutive batches with a non-finite loss or gradient
         # updates between two reads of the guard by the host. 1: every update is checked on the host (free on
@@ -398,6 +399,7 @@ class TaskModule(L.LightningModule):
             if torch.cuda.is_available() and torch.cuda.is_initialized()
             else None,
             "bad_steps": self.bad_steps,
+            "data_text": self.data_text,
             # every process saves (DDP calls this hook on all of them), so the sum over processes is exact
             "epoch_tokens": float(self.epoch_tokens.compute()) if self.epoch_tokens.update_called else 0.0,
         }

@@ -192,10 +192,9 @@ def _train_in_folder(cfg: DictConfig, task, run_dir: Path, config: dict, main_pr
     datamodule.prepare_data()
     src_tokenizer, tgt_tokenizer = datamodule.build_tokenizers()
     data_report = datamodule.report() if main_process else None
+    text_hashes = datamodule.text_hashes()
     if main_process:  # the data too must be the data the folder's run was trained on
-        identity["data"] = data_identity(
-            datamodule.describe(), data_report, datamodule.text_hashes(), src_tokenizer, tgt_tokenizer
-        )
+        identity["data"] = data_identity(datamodule.describe(), data_report, text_hashes, src_tokenizer, tgt_tokenizer)
         force = str(cfg.get("resume", "auto")) == "force"
         warning = check_data(run_dir, identity, force, resuming=resume is not None)
         if warning:
@@ -218,6 +217,7 @@ def _train_in_folder(cfg: DictConfig, task, run_dir: Path, config: dict, main_pr
         graph_updates=bool(cfg.get("graph_updates")),
         cast_weights_once=cfg.get("cast_weights_once"),
     )
+    module.data_text = text_hashes
     trainer = build_trainer(cfg, run_dir, task)
     if trainer.is_global_zero:
         print(f"Run directory: {run_dir}")
