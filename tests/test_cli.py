@@ -97,6 +97,24 @@ def test_a_group_the_model_does_not_use_is_refused(model, group, option):
     assert len(problems) == 1 and f"{group}={option}: model={model} does not use group '{group}'" in problems[0]
 
 
+@pytest.mark.parametrize(
+    ("optim", "given", "refused"),
+    [
+        ("adam", ["lr=0.001", "warmup=30", "weight_decay=0.1"], ["lr", "warmup", "weight_decay"]),
+        ("noam", ["lr=0.001", "warmup=30"], ["lr"]),
+        ("adamw", ["lr=0.001", "warmup=30", "weight_decay=0.1"], []),
+    ],
+)
+def test_a_top_level_rate_the_optimiser_does_not_read_is_refused(optim, given, refused):
+    """optim=adam lr=1e-3 trained at adam's own 5e-4 and recorded lr=0.001 (a sweep over lr: equal cells)."""
+    cfg = compose_train(f"optim={optim}", *given)
+    problems = unused_groups(cfg, {"optim": optim}, [f"optim={optim}", *given])
+    assert [p.split("=")[0].strip() for p in problems] == refused
+    assert all(f"optim={optim} does not read the top-level" in p for p in problems)
+    if "lr" in refused:
+        assert "(read by optim=adamw)" in problems[0]
+
+
 def test_groups_the_model_uses_are_accepted():
     cfg = compose_train("model=rnn", "attention=additive")
     assert unused_groups(cfg, {"model": "rnn", "attention": "additive"}, ["model=rnn", "attention=additive"]) == []

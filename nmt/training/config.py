@@ -285,15 +285,36 @@ def unused_groups(cfg: DictConfig, choices: dict | None = None, overrides: list[
         runtime = HydraConfig.get()
         choices, overrides = dict(runtime.runtime.choices), list(runtime.overrides.task)
     given = {o.lstrip("+~").split("=", 1)[0] for o in overrides}
+    problems = _unread_shared_keys(cfg, choices, overrides)
     model_cfg = OmegaConf.to_container(cfg.model, resolve=False) if cfg.get("model") is not None else {}
     used = {g for g in MODEL_PART_GROUPS if "${" + g + "}" in str(model_cfg)}
-    problems = []
     for group in MODEL_PART_GROUPS:
         if group in given and group not in used:
             applies = ", ".join(sorted(used)) or "none of them"
             problems.append(
                 f"  {group}={choices.get(group)}: model={choices.get('model')} does not use group '{group}' "
                 f"(of {', '.join(MODEL_PART_GROUPS)} it uses {applies}); remove it"
+            )
+    return problems
+
+
+# top-level keys that the optimiser groups read where they apply (conf/optim/*.yaml: ${lr}, ${warmup}, ...)
+SHARED_KEYS = ("lr", "warmup", "weight_decay")
+
+
+def _unread_shared_keys(cfg: DictConfig, choices: dict, overrides: list[str]) -> list[str]:
+    """``lr=``, ``warmup=`` or ``weight_decay=`` given on the command line that nothing in the config reads
+    (``optim=adam lr=1e-3`` trained at adam's own rate, and a sweep over lr under it gave equal cells)."""
+    text = str(OmegaConf.to_container(cfg, resolve=False))
+    folder = Path(__file__).resolve().parents[2] / "conf" / "optim"
+    problems = []
+    for override in overrides:
+        key, _, value = override.lstrip("+~").partition("=")
+        if key in SHARED_KEYS and "${" + key + "}" not in text:
+            readers = sorted(p.stem for p in folder.glob("*.yaml") if "${" + key + "}" in p.read_text())
+            problems.append(
+                f"  {key}={value}: optim={choices.get('optim')} does not read the top-level {key} (read by optim="
+                f"{', '.join(readers) or 'none'}); set its own key (optim.optimizer.*, optim.scheduler.*)"
             )
     return problems
 
