@@ -115,6 +115,25 @@ def test_a_top_level_rate_the_optimiser_does_not_read_is_refused(optim, given, r
         assert "(read by optim=adamw)" in problems[0]
 
 
+@pytest.mark.parametrize(
+    ("overrides", "fix"),
+    [
+        (["checkpoint.monitor=val_loss"], "checkpoint.mode=min"),
+        (["early_stopping.patience=2", "early_stopping.monitor=val_loss"], "early_stopping.mode=min"),
+        (["data=multi30k", "early_stopping.monitor=val_bleu"], "early_stopping.mode=max"),
+    ],
+)
+def test_a_mode_against_its_metrics_direction_is_refused(overrides, fix):
+    """checkpoint.monitor=val_loss kept mode=max: best.ckpt was the checkpoint of the highest loss."""
+    section, metric = fix.split(".")[0], overrides[-1].split("=")[1]
+    better = "lower" if fix.endswith("min") else "higher"
+    with pytest.raises(
+        ConfigError, match=rf"{section}\.mode=\w+: {section}\.monitor={metric} is better {better}; set {fix}"
+    ):
+        check_config(compose_train(*overrides))
+    check_config(compose_train(*overrides, fix))
+
+
 def test_groups_the_model_uses_are_accepted():
     cfg = compose_train("model=rnn", "attention=additive")
     assert unused_groups(cfg, {"model": "rnn", "attention": "additive"}, ["model=rnn", "attention=additive"]) == []

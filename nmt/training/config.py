@@ -163,6 +163,7 @@ def check_config(cfg: DictConfig, choices: dict | None = None) -> None:
             value = OmegaConf.select(cfg, key, default=None)
             if names is not None and value is not None and value not in names:
                 problems.append(f"  {key}={value!r}: task={task.name} logs {sorted(names)}")
+            problems += _mode_problems(cfg, key.split(".")[0], value)
         validates = OmegaConf.select(cfg, "trainer.limit_val_batches", default=None) != 0  # 0: no validation at all
         if validates and OmegaConf.select(cfg, "validation.bleu_every_n_epochs", default=1) == 0:
             watched = ["checkpoint.monitor"]
@@ -185,6 +186,23 @@ def check_config(cfg: DictConfig, choices: dict | None = None) -> None:
     problems += unused_groups(cfg)
     if problems:
         raise ConfigError("invalid configuration:\n" + "\n".join(problems))
+
+
+def _mode_problems(cfg: DictConfig, section: str, metric) -> list[str]:
+    """A ``mode`` against its metric's direction: losses and perplexities fall, the other validation scores
+    (BLEU, chrF, ROUGE) rise. Watched the wrong way, best.ckpt was the worst checkpoint and early stopping
+    ended runs that were improving."""
+    mode = OmegaConf.select(cfg, f"{section}.mode", default=None)
+    stopping_off = section == "early_stopping" and OmegaConf.select(cfg, "early_stopping.patience") is None
+    if not isinstance(metric, str) or mode not in ("min", "max") or stopping_off:
+        return []
+    falls = metric.endswith(("loss", "ppl"))
+    if mode == ("max" if falls else "min"):
+        return [
+            f"  {section}.mode={mode}: {section}.monitor={metric} is better {'lower' if falls else 'higher'}; "
+            f"set {section}.mode={'min' if falls else 'max'}"
+        ]
+    return []
 
 
 def _devices(devices) -> int:
