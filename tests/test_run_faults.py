@@ -849,3 +849,30 @@ def test_writing_tuned_settings_or_a_grid_leaves_the_code_hash_as_it_was(monkeyp
     assert run_folder.code_hash() == before
     (root / "conf" / "recipe" / "mine.yaml").write_text("model: {}\n")
     assert run_folder.code_hash() != before
+
+
+def test_a_checkpoint_of_another_run_is_held_to_that_runs_tokenizers_and_settings(tmp_path, capsys):
+    """ckpt_path=<another run's checkpoint> run_dir=<new>: other tokenizers trained on (their ids read as
+    other pieces) and other settings went unchecked and unrecorded."""
+    first = tmp_path / "first"
+    done = train(compose_train(*QUICK, f"run_dir={first}"))
+    ckpt = first / "checkpoints" / "last.ckpt"
+    with pytest.raises(RunFolderError, match=r"ckpt_path=.*last\.ckpt: its model was trained with other tokenizers"):
+        train(
+            compose_train(*QUICK, f"ckpt_path={ckpt}", f"run_dir={tmp_path / 'a'}", "data.tokenizer.model_type=unigram")
+        )
+    other = (
+        r"was trained with other settings \(lr: [\d.]+ -> 0\.001; optim\.optimizer\.lr: [\d.]+ -> 0\.001\); pass resume"
+    )
+    with pytest.raises(RunFolderError, match=other):
+        train(compose_train(*QUICK, f"ckpt_path={ckpt}", f"run_dir={tmp_path / 'b'}", "lr=0.001"))
+    capsys.readouterr()
+    more = ["lr=0.001", "trainer.max_epochs=3", "resume=force"]
+    results = train(compose_train(*QUICK, f"ckpt_path={ckpt}", f"run_dir={tmp_path / 'c'}", *more))
+    assert "warning: resume=force: continuing" in capsys.readouterr().out
+    (record,) = results["continued_under_other_settings"]
+    assert [line.split(":")[0] for line in record["changed"]] == ["lr", "optim.optimizer.lr", "trainer.max_epochs"]
+    assert record["from"] == str(ckpt) and record["from_step"] == done["steps"] < results["steps"]
+    # the same settings continue as before, with nothing on record
+    same = train(compose_train(*QUICK, f"ckpt_path={ckpt}", f"run_dir={tmp_path / 'd'}"))
+    assert not same.get("continued_under_other_settings") and same["steps"] == done["steps"]

@@ -6,7 +6,8 @@ from pathlib import Path
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from nmt.inference.checkpoint import CheckpointError, epoch_checkpoints, load_checkpoint
+from nmt.inference.checkpoint import CHECKPOINT_KEY, CheckpointError, epoch_checkpoints, load_checkpoint
+from nmt.training.run_folder import RunFolderError, differences, fingerprint
 
 
 def resolve_run_dir(cfg: DictConfig) -> Path:
@@ -71,6 +72,27 @@ def resolve_resume(cfg: DictConfig, checkpoint_dir: Path) -> str | None:
         raise CheckpointError(f"cannot resume: {path} cannot be read and no epoch checkpoint beside it can")
     print(f"warning: {path} cannot be read; resuming from {candidate} (checkpoint.resume_fallback=true)")
     return str(candidate)
+
+
+def check_checkpoint_elsewhere(resume: str, identity: dict, force: bool, src_tokenizer, tgt_tokenizer) -> list[str]:
+    """A run continued from another run's checkpoint (``ckpt_path`` outside its own folder) is held to that
+    run's settings as a rerun in its folder is: other tokenizers are refused (the embeddings would read every
+    token as another piece), other settings need resume=force and are returned to be put on record."""
+    section = load_checkpoint(resume)[CHECKPOINT_KEY]
+    if (section["src_tokenizer"], section["tgt_tokenizer"]) != (src_tokenizer.model_proto, tgt_tokenizer.model_proto):
+        raise RunFolderError(
+            f"ckpt_path={resume}: its model was trained with other tokenizers than this run's data settings build "
+            "(data.tokenizer.*, the corpus); its embeddings would read every token as another: continue it with "
+            "its own run's settings, or train afresh without ckpt_path"
+        )
+    changed = [line for line in differences(fingerprint(section["config"]), identity) if not line.startswith("code:")]
+    if changed and not force:
+        listing = "; ".join(changed[:12]) + (f"; and {len(changed) - 12} more" if len(changed) > 12 else "")
+        raise RunFolderError(
+            f"ckpt_path={resume} was trained with other settings ({listing}); pass resume=force to continue it "
+            "under this command's settings (kept on record in fingerprint.json), or train afresh"
+        )
+    return changed
 
 
 def _newest_readable_epoch(folder: Path) -> Path | None:

@@ -22,7 +22,13 @@ from nmt.training.config import ConfigError, check_config, describe_recipe, no_r
 from nmt.training.final import as_float, final_scores, final_splits, stopped_by_signals, validate_final_weights
 from nmt.training.loggers import log_results_to_wandb
 from nmt.training.module import TaskModule
-from nmt.training.resume import global_step, is_smoke_run, resolve_resume, resolve_run_dir
+from nmt.training.resume import (
+    check_checkpoint_elsewhere,
+    global_step,
+    is_smoke_run,
+    resolve_resume,
+    resolve_run_dir,
+)
 from nmt.training.run_folder import (
     FINGERPRINT,
     RESULTS,
@@ -191,11 +197,17 @@ def _train_in_folder(cfg: DictConfig, task, run_dir: Path, config: dict, main_pr
 
     datamodule.prepare_data()
     src_tokenizer, tgt_tokenizer = datamodule.build_tokenizers()
+    force = str(cfg.get("resume", "auto")) == "force"
+    if resume is not None and Path(resume).resolve().parent not in (checkpoint_dir.resolve(), run_dir.resolve()):
+        changed = check_checkpoint_elsewhere(resume, identity, force, src_tokenizer, tgt_tokenizer)
+        if changed and main_process:
+            print(f"warning: resume=force: continuing {resume} under other settings ({'; '.join(changed)})")
+            forced = {"changed": changed, "from_step": global_step(Path(resume)), "from": resume}
+            identity["forced"] = [*identity.get("forced", []), forced]
     data_report = datamodule.report() if main_process else None
     text_hashes = datamodule.text_hashes()
     if main_process:  # the data too must be the data the folder's run was trained on
         identity["data"] = data_identity(datamodule.describe(), data_report, text_hashes, src_tokenizer, tgt_tokenizer)
-        force = str(cfg.get("resume", "auto")) == "force"
         warning = check_data(run_dir, identity, force, resuming=resume is not None)
         if warning:
             print(warning)
