@@ -318,6 +318,19 @@ def test_update_scalars_are_logged_where_they_are_read_and_the_token_count_stays
     assert len(seen["tokens"]) == steps and sum(per_epoch) == sum(seen["tokens"])
 
 
+def test_an_accumulated_updates_loss_is_the_mean_of_its_micro_batches(monkeypatch, tmp_path):
+    """trainer.accumulate_grad_batches=2: train_loss was the second micro-batch's loss alone."""
+    seen = _logging_run(
+        monkeypatch, tmp_path, "trainer.accumulate_grad_batches=2", "trainer.max_steps=3", "trainer.log_every_n_steps=1"
+    )
+    written = {int(r["step"]) + 1: float(r["train_loss"]) for r in seen["rows"] if r.get("train_loss")}
+    losses = seen["losses"]  # one per micro-batch; the toy epoch's 5 batches make updates of 2, 2 and 1
+    assert len(losses) == 5 and sorted(written) == [1, 2, 3]
+    for update, parts in ((1, losses[0:2]), (2, losses[2:4]), (3, losses[4:])):
+        assert written[update] == pytest.approx(sum(parts) / len(parts), rel=1e-6)
+    assert losses[1] != losses[0] and losses[3] != losses[2]
+
+
 @pytest.mark.slow
 def test_a_run_stopped_between_logged_updates_keeps_its_last_updates_values(monkeypatch, tmp_path):
     """A stop decided at the end of an update (a time cap) logs that update's values, which the loggers

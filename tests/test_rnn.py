@@ -96,10 +96,32 @@ def test_teacher_forcing_ratio_decays_linearly():
     model.train()
     src, tgt = batch()
     ratios = []
-    for _ in range(12):
+    for update in range(12):
+        model.set_update(update)
         ratios.append(model.teacher_forcing_ratio())
         model(src, tgt)
     assert ratios[0] == 1.0 and ratios[5] == pytest.approx(0.75) and ratios[-1] == 0.5
+    for given in ({"teacher_forcing_final": 0.5}, {"teacher_forcing_decay_steps": 10}):  # a decay half set
+        with pytest.raises(
+            ValueError, match=r"teacher_forcing_final and model\.teacher_forcing_decay_steps go together"
+        ):
+            make_rnn(**given)
+
+
+def test_teacher_forcing_decays_by_updates_not_micro_batches(tmp_path):
+    """trainer.accumulate_grad_batches=2 decayed the ratio twice as fast: it counted forward passes."""
+    from nmt.inference.checkpoint import load_checkpoint
+    from nmt.training.train import train
+
+    from .conftest import NO_FINAL_SCORES
+
+    decay = ["model.teacher_forcing_final=0.0", "model.teacher_forcing_decay_steps=20"]
+    run = ["model=rnn", *decay, "trainer.accumulate_grad_batches=2", "trainer.max_steps=2", "threads=1"]
+    train(compose_train(*run, *NO_FINAL_SCORES, f"run_dir={tmp_path}"))
+    checkpoint = load_checkpoint(tmp_path / "checkpoints" / "last.ckpt")
+    assert (
+        checkpoint["global_step"] == 2 and int(checkpoint["state_dict"]["model.train_steps"]) == 1
+    )  # the last update's
 
 
 @pytest.mark.parametrize("attention", ATTENTIONS)

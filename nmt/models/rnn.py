@@ -53,6 +53,12 @@ class RNNSeq2Seq(nn.Module):
             raise ValueError(f"model.cell={cell!r} is not one of {sorted(CELLS)}")
         if tie_embeddings not in ("none", "decoder"):
             raise ValueError(f"model.tie_embeddings={tie_embeddings!r} is not one of ['none', 'decoder'] for the RNN")
+        if (teacher_forcing_final is None) != (teacher_forcing_decay_steps <= 0):
+            raise ValueError(
+                f"model.teacher_forcing_final={teacher_forcing_final} with model.teacher_forcing_decay_steps="
+                f"{teacher_forcing_decay_steps}: model.teacher_forcing_final and model.teacher_forcing_decay_steps go "
+                "together (a decay to the one over the other); set both, or neither"
+            )
         for key, value in (("teacher_forcing", teacher_forcing), ("teacher_forcing_final", teacher_forcing_final)):
             if value is not None and not 0.0 <= value <= 1.0:
                 raise ValueError(f"model.{key}={value} must be in [0, 1]")
@@ -138,6 +144,11 @@ class RNNSeq2Seq(nn.Module):
         """(batch, steps, hidden) -> (batch, steps, vocab)"""
         return self.output(self.dropout(attentional))
 
+    def set_update(self, step: int) -> None:
+        """The training update the next forward pass belongs to (set by the training module before each
+        batch): the decay's clock counts updates, not forward passes (micro-batches under accumulation)."""
+        self.train_steps.fill_(step)
+
     def teacher_forcing_ratio(self) -> float:
         if self.teacher_forcing_decay_steps <= 0:
             return self.teacher_forcing
@@ -152,8 +163,6 @@ class RNNSeq2Seq(nn.Module):
         keys = self.attention.prepare_keys(memory)
         feed = memory.new_zeros(src.size(0), self.hidden_size)
         ratio = self.teacher_forcing_ratio() if self.training else 1.0
-        if self.training:
-            self.train_steps += 1
         embedded = self.dropout(self.tgt_embed(tgt_in))  # (batch, tgt_len, embed)
         if ratio >= 1.0 and not self.input_feeding:
             # all inputs known and no step-to-step feed: one call of the recurrence over the sequence

@@ -420,6 +420,8 @@ class TaskModule(L.LightningModule):
             self._log_training(loss, tokens, batch)
             self._count_guarded(norm, bad, tokens)
             return None
+        if hasattr(self.model, "set_update"):  # a model with a schedule of its own (the RNN's teacher forcing)
+            self.model.set_update(self.global_step)
         loss, tokens = self.task.training_loss(self._training_model(), self.loss, batch)
         # (deferred guard: a non-finite loss shows as a non-finite gradient norm, without a read here)
         if self.check_every == 1 and not self._check_loss(loss):

@@ -29,14 +29,27 @@ class UpdateScalars:
         self.norm: torch.Tensor | None = None  # (deferred) the update's gradient norm, on the device
         self.lr: float | None = None  # the rate the update used (the schedule steps before the batch ends)
         self.logged: torch.Tensor | None = None  # the loss last logged (a skipped batch makes none)
+        self._step, self._sum, self._parts = -1, None, 0  # the update being accumulated: its losses' sum and count
 
     def start(self, trainer) -> None:
         """At the start of training: whether a callback watches one of the scalars."""
         self.every_update = any(getattr(callback, "monitor", None) in UPDATE_SCALARS for callback in trainer.callbacks)
 
     def loss_made(self, module, loss: torch.Tensor, batch_size: int) -> None:
-        """In the training step, once the loss is known to be kept."""
-        self.loss, self.batch_size, self.norm = loss.detach(), batch_size, None
+        """In the training step, once the loss is known to be kept. Under gradient accumulation an update's
+        loss is the mean of its micro-batches' (the objective its gradient is of), not its last one's."""
+        step = module.trainer.global_step  # the same for every micro-batch of one update
+        if step == self._step and self._parts:
+            self._sum, self._parts, self.batch_size = (
+                self._sum + loss.detach(),
+                self._parts + 1,
+                self.batch_size + batch_size,
+            )
+        else:
+            self._sum, self._parts, self.batch_size = loss.detach(), 1, batch_size
+        self._step, self.norm = step, None
+        self.loss = self._sum if self._parts == 1 else self._sum / self._parts
+        loss = self.loss
         lr = module.optimizers().param_groups[0]["lr"]
         # a rate on the device (graph_updates) is filled in place by the schedule: this update's, copied
         self.lr = lr.detach().clone() if isinstance(lr, torch.Tensor) else lr
