@@ -116,6 +116,15 @@ def test_course_baseline_has_the_reported_shape():
         ("seed=x", "seed='x': must be an integer"),
         ("smoothing.fused=maybe", "smoothing.fused='maybe': must be true or false"),
         ("smoothing.fused=null", "smoothing.fused=None: must be true or false"),
+        # values that passed, then failed later (a ZeroDivisionError after the data was read, a TypeError at
+        # the first validation without a better score, a run without last.ckpt to resume)
+        ("trainer.accumulate_grad_batches=0", "trainer.accumulate_grad_batches=0: must be a positive integer"),
+        ("early_stopping.patience=abc", "early_stopping.patience='abc': must be a positive integer or null"),
+        ("trainer.gradient_clip_val=-1", "trainer.gradient_clip_val=-1: must be a positive number or null"),
+        ("threads=two", "threads='two': must be an integer >= 0"),
+        ("trainer.devices=abc", "trainer.devices='abc': must be 'auto', -1 (all), a positive number"),
+        ("checkpoint.keep_last_epochs=0", "checkpoint.keep_last_epochs=0: must be a positive integer (last.ckpt"),
+        ("test_average_last=3 checkpoint.keep_last_epochs=1", "test_average_last=3: the final scores would average 3"),
         # every search option, before training (not when the final decode meets it), naming its own block
         ("decode.strategy=sample decode.top_p=0", "decode.top_p=0 must be in (0, 1]"),
         ("decode.temperature=0", "decode.temperature=0 must be positive"),

@@ -3,6 +3,7 @@ and what is allowed; options the chosen task or model does not use are errors to
 options are rejected by Hydra itself; misspelt keys by nmt.cli with a suggestion.)"""
 
 import inspect
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -42,7 +43,24 @@ def _rules() -> list[tuple[str, Callable[[object], bool], str]]:
         ("data.num_workers", *non_negative),
         ("data.tokenizer.vocab_size", lambda v: isinstance(v, int) and v >= 8, "an integer >= 8"),
         ("validation.bleu_every_n_epochs", *non_negative),
-        ("checkpoint.keep_last_epochs", *non_negative),
+        (
+            "checkpoint.keep_last_epochs",
+            positive[0],
+            "a positive integer (last.ckpt, which a rerun resumes from, is a copy of the newest epoch checkpoint)",
+        ),
+        ("test_average_last", *non_negative),
+        ("threads", *non_negative),
+        ("trainer.accumulate_grad_batches", *positive),
+        (
+            "early_stopping.patience",
+            lambda v: v is None or (isinstance(v, int) and v > 0),
+            "a positive integer or null (off)",
+        ),
+        (
+            "trainer.gradient_clip_val",
+            lambda v: v is None or (isinstance(v, int | float) and v > 0),
+            "a positive number or null (no clipping)",
+        ),
         ("checkpoint.mode", lambda v: v in ("min", "max"), "one of ['min', 'max']"),
         ("checkpoint.write_behind", lambda v: isinstance(v, bool), "true, false or null (on an accelerator)"),
         ("early_stopping.mode", lambda v: v in ("min", "max"), "one of ['min', 'max']"),
@@ -69,8 +87,13 @@ def _rules() -> list[tuple[str, Callable[[object], bool], str]]:
         ("cast_weights_once", lambda v: isinstance(v, bool), "true, false or null (with graph_updates=true)"),
         (
             "trainer.devices",
-            lambda v: v == "auto" or (isinstance(v, int) and (v > 0 or v == -1)) or isinstance(v, list | str),
-            "'auto', -1 (all) or a positive number of devices",
+            lambda v: (
+                v == "auto"
+                or (isinstance(v, int) and not isinstance(v, bool) and (v > 0 or v == -1))
+                or isinstance(v, list | ListConfig)
+                or (isinstance(v, str) and bool(re.fullmatch(r"\d+(,\d*)*|-1", v)))
+            ),
+            "'auto', -1 (all), a positive number of devices, or a list of their indices ([0, 2] or '0,2')",
         ),
         (
             "trainer.precision",
@@ -183,6 +206,13 @@ def check_config(cfg: DictConfig, choices: dict | None = None) -> None:
                 f"  {'/'.join(final)}=true: task={task.name} does not implement final_score and final_tag (formerly "
                 "test and test_tag, for the test set alone); implement them, or set these false"
             )
+    average = OmegaConf.select(cfg, "test_average_last", default=0)
+    kept = OmegaConf.select(cfg, "checkpoint.keep_last_epochs", default=None)
+    if isinstance(average, int) and isinstance(kept, int) and average > 1 and kept < average:
+        problems.append(
+            f"  test_average_last={average}: the final scores would average {average} epoch checkpoints, and "
+            f"checkpoint.keep_last_epochs={kept} keeps {kept}; keep at least {average}, or average fewer"
+        )
     problems += unused_groups(cfg)
     if problems:
         raise ConfigError("invalid configuration:\n" + "\n".join(problems))
