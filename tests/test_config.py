@@ -166,6 +166,11 @@ def test_trainer_gpu_without_a_gpu_is_one_line_naming_the_key_before_any_data_is
     cfg = compose_train("trainer.accelerator=cuda", f"run_dir={tmp_path}")
     with pytest.raises(ValueError, match=r"^trainer.accelerator=cuda: this process sees no GPU"):
         train_module.train(cfg)
+    # float16 on a CPU: Lightning trained bf16-mixed, and config.yaml and fingerprint.json said 16-mixed
+    for accelerator in ("cpu", "auto"):
+        cfg = compose_train("trainer.precision=16-mixed", f"trainer.accelerator={accelerator}", f"run_dir={tmp_path}")
+        with pytest.raises(ValueError, match=r"^trainer.precision=16-mixed: float16 mixed precision needs a CUDA GPU"):
+            train_module.train(cfg)
 
 
 @pytest.mark.parametrize(

@@ -121,7 +121,8 @@ def _quiet_lightning() -> None:
 
 
 def check_accelerator(cfg: DictConfig) -> None:
-    """A GPU asked for where this process sees none: one line naming the key, before any data is read
+    """A GPU asked for where this process sees none, or float16 where it would not be used: one line
+    naming the key, before any data is read
     (Lightning's own error names no key; an Apple GPU, which its "gpu" would also take, is not one this
     project trains on). Not part of the config's checks: a sweep plans where its runs need not train."""
     accelerator = str(OmegaConf.select(cfg, "trainer.accelerator", default="auto"))
@@ -130,6 +131,12 @@ def check_accelerator(cfg: DictConfig) -> None:
         raise ValueError(
             f"trainer.accelerator={accelerator}{group}: this process sees no GPU; train on the CPU with "
             "trainer=default, or run where a GPU is visible"
+        )
+    precision = str(OmegaConf.select(cfg, "trainer.precision", default="auto"))
+    if precision.startswith("16") and (accelerator == "cpu" or not torch.cuda.is_available()):
+        raise ValueError(  # Lightning would train bf16-mixed, while the run's records said 16-mixed
+            f"trainer.precision={precision}: float16 mixed precision needs a CUDA GPU (on a CPU Lightning "
+            "trains bf16-mixed instead); use auto, bf16-mixed or 32-true"
         )
 
 
