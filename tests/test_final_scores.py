@@ -54,7 +54,10 @@ def test_both_splits_score_the_mean_of_the_last_epochs_with_the_run_search(tmp_p
     [
         (["val_after_training=true", "test_after_training=false"], {"val_as_test"}),
         (["val_after_training=false", "test_after_training=true"], {"test"}),
-        (["trainer.limit_val_batches=0", "checkpoint.monitor=train_loss"], {"test"}),  # not validated: not at the end
+        (
+            ["trainer.limit_val_batches=0", "checkpoint.monitor=train_loss", "checkpoint.mode=min"],
+            {"test"},
+        ),  # not validated: not at the end
     ],
 )
 def test_each_final_score_is_switched_on_its_own(tmp_path, capsys, switches, expected):
@@ -121,7 +124,8 @@ def test_mixed_precision_validation_decodes_as_the_final_score_does(tmp_path, mo
     [
         (["trainer.max_epochs=1"], "max_epochs"),
         (["trainer.max_epochs=50", "trainer.max_steps=3"], "max_steps"),
-        (["trainer.max_epochs=50", "early_stopping.monitor=val_loss", "early_stopping.mode=max"], "early stopping"),
+        # a rate too small to learn anything: validation BLEU never improves on the first
+        (["trainer.max_epochs=50", "lr=1e-9", "validation.bleu_every_n_epochs=1"], "early stopping"),
         (["trainer.max_epochs=10000", "+trainer.max_time=00:00:00:03"], "max_time"),
         # the cap strikes inside the last epoch allowed: that epoch counts as done, yet max_epochs did not end it
         (["trainer.max_epochs=1", "data.train_size=120000", "+trainer.max_time=00:00:00:01"], "max_time"),
@@ -129,7 +133,7 @@ def test_mixed_precision_validation_decodes_as_the_final_score_does(tmp_path, mo
 )
 def test_results_say_what_ended_the_training(tmp_path, limits, ended_by):
     """A run cut short by a cap on its time says so: it is not trained to its end (a sweep's report warns)."""
-    patience = ["early_stopping.patience=1"] if ended_by == "early stopping" else []  # the loss falls: max never
+    patience = ["early_stopping.patience=1"] if ended_by == "early stopping" else []
     results = train(compose_train(*limits, *patience, *NO_FINAL_SCORES, "threads=1", f"run_dir={tmp_path / 'r'}"))
     assert results["ended_by"] == ended_by
     assert json.loads((tmp_path / "r" / "results.json").read_text())["ended_by"] == ended_by

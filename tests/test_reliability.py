@@ -391,8 +391,8 @@ def test_a_signal_in_the_validation_where_early_stopping_ends_the_run_lets_it_en
     uninterrupted_in_process, tmp_path, capsys
 ):
     """Early stopping's decision is not in a checkpoint: a run saved there would train on when resumed."""
-    # the validation loss falls, so watching for a rise stops the run at its second validation
-    overrides = ("early_stopping.monitor=val_loss", "early_stopping.mode=max", "early_stopping.patience=1")
+    # a rate too small to learn anything: validation BLEU never improves, and the second validation stops the run
+    overrides = ("lr=1e-9", "validation.bleu_every_n_epochs=1", "early_stopping.patience=1")
     reference, _ = uninterrupted_in_process(overrides)
     assert reference["epochs"] == 2, "early stopping did not end the reference run after its second epoch"
     signal_at = SignalAt("validation_batch", 1, 1)

@@ -343,3 +343,19 @@ def test_evaluation_refuses_a_split_whose_text_is_not_the_one_the_model_was_trai
         ValueError, match=r"split=test: the test text of files .* read now is not the text .* was trained with"
     ):
         evaluate_test(ckpt)
+
+
+def test_average_last_ends_at_the_epoch_checkpoint_given(checkpoints):
+    """evaluate.py ckpt_path=.../epoch002.ckpt average_last=2 averaged the newest two epochs, said it was
+    epoch002's, and wrote into the folder of the newest mean."""
+    from pathlib import Path
+
+    folder = Path(checkpoints["seed1"]).parent
+    epochs = sorted(p.name for p in folder.glob("epoch*.ckpt"))
+    assert len(epochs) >= 4
+    middle = load_model(folder / epochs[2], average_last=2, device="cpu")
+    assert [Path(p).name for p in middle.checkpoints] == epochs[1:3] and middle.name == Path(epochs[2]).stem
+    newest = load_model(folder / "best.ckpt", average_last=2, device="cpu")
+    assert [Path(p).name for p in newest.checkpoints] == epochs[-2:] and newest.name == "best"
+    with pytest.raises(CheckpointError, match=r"average_last=4: only 3 epoch checkpoint\(s\) beside .* up to it"):
+        load_model(folder / epochs[2], average_last=4, device="cpu")

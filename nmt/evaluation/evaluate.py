@@ -4,6 +4,7 @@ The checkpoint alone says what it is (config, tokenizers, weights, task); its ta
 means (BLEU of decoded sentences, perplexity of a stream, ...) and which options apply."""
 
 import sys
+from pathlib import Path
 
 import torch
 from omegaconf import DictConfig, OmegaConf
@@ -37,9 +38,10 @@ def evaluate(cfg: DictConfig) -> dict:
     def loaded():
         model = load_model(cfg.ckpt_path, cfg.average_last, cfg.device)
         # once loaded: too few epoch checkpoints to average is an error, not a line announcing their mean
+        names = [Path(p).name for p in model.checkpoints]
         print(
             f"Checkpoint: {cfg.ckpt_path}"
-            + (f" (the mean of the last {cfg.average_last} epochs)" if cfg.average_last > 1 else ""),
+            + (f" (the mean of {len(names)} epoch checkpoints, {names[0]} to {names[-1]})" if len(names) > 1 else ""),
             file=sys.stderr,  # standard output may carry translations
         )
         return model

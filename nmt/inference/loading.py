@@ -30,6 +30,17 @@ class LoadedModel:
     data_text: dict[str, str] | None = None  # each split's text hash when trained (older checkpoints: None)
 
     @property
+    def name(self) -> str:
+        """How evaluation folders name the weights: the checkpoint's stem (``best``, ``last``, ``epoch040``);
+        a mean of epoch checkpoints as ``best`` when they are the run's newest (the mean its final scores
+        use), else by the last of them, so that two means never share a folder."""
+        last = Path(self.checkpoints[-1])
+        if len(self.checkpoints) == 1:
+            return last.stem
+        newest = epoch_checkpoints(last.expanduser().parent)
+        return "best" if newest and newest[-1].resolve() == last.expanduser().resolve() else last.stem
+
+    @property
     def run_dir(self) -> Path:
         """The run folder of the (first) checkpoint: <run_dir>/checkpoints/<name>.ckpt."""
         return Path(self.checkpoints[0]).expanduser().resolve().parent.parent
@@ -74,12 +85,16 @@ def checkpoint_task(ckpt_path: str | os.PathLike) -> Task:
 
 def load_model(ckpt_path: str | os.PathLike, average_last: int = 0, device: str = "auto") -> LoadedModel:
     """The model, tokenizers, config and task stored in a checkpoint; with ``average_last=N`` the
-    weights are the mean of the run's last N epoch checkpoints."""
+    weights are the mean of the run's last N epoch checkpoints, those up to ``ckpt_path`` when it is one
+    of them (``epoch040.ckpt``: epochs 40-N+1 to 40), else the newest N (best.ckpt, last.ckpt)."""
     checkpoint = load_checkpoint(ckpt_path)
     paths = [str(ckpt_path)]
     state_dict = checkpoint["state_dict"]
     if average_last > 1:
         available = epoch_checkpoints(Path(ckpt_path).expanduser().parent)
+        given = Path(ckpt_path).expanduser().resolve()
+        if given in [p.resolve() for p in available]:  # the N that end at the epoch given
+            available = available[: [p.resolve() for p in available].index(given) + 1]
         if len(available) < average_last:
             fewer = (
                 f"pass average_last={len(available)} or fewer, "
@@ -87,7 +102,8 @@ def load_model(ckpt_path: str | os.PathLike, average_last: int = 0, device: str 
                 else "pass average_last=0 (the checkpoint's own weights), "
             )
             raise CheckpointError(
-                f"average_last={average_last}: only {len(available)} epoch checkpoint(s) beside {ckpt_path}; "
+                f"average_last={average_last}: only {len(available)} epoch checkpoint(s) beside {ckpt_path}"
+                f"{' up to it' if given in [p.resolve() for p in available] else ''}; "
                 f"{fewer}or keep more with checkpoint.keep_last_epochs when training"
             )
         candidates = available[-average_last:]

@@ -143,7 +143,7 @@ class LanguageModelTask(Task):
             "split": split,
             **stream_perplexity(loaded.model, datamodule.loader(split)),
         }
-        stem = Path(loaded.checkpoints[-1]).stem if len(loaded.checkpoints) == 1 else "best"
+        stem = loaded.name
         tag = ("" if stem == "best" else f"{stem}_") + f"{split}_ppl"
         tag += f"_avg{len(loaded.checkpoints)}" if len(loaded.checkpoints) > 1 else ""
         if (data_overrides or {}).get("eval_stride") is not None:  # one folder per evaluation setting

@@ -24,7 +24,7 @@ def eval_folder_name(loaded, split: str, search: SearchConfig) -> str:
     """The folder under ``<run_dir>/eval/`` where an evaluation of ``loaded`` (a model as
     :func:`~nmt.inference.loading.load_model` returns it) on ``split`` with ``search`` goes."""
     own = SearchConfig(**loaded.config["decode"]) if "decode" in loaded.config else None
-    checkpoint = Path(loaded.checkpoints[-1]).stem if len(loaded.checkpoints) == 1 else "best"
+    checkpoint = loaded.name
     return split_tag(split, search, len(loaded.checkpoints), checkpoint, own)
 
 
