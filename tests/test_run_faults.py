@@ -876,3 +876,16 @@ def test_a_checkpoint_of_another_run_is_held_to_that_runs_tokenizers_and_setting
     # the same settings continue as before, with nothing on record
     same = train(compose_train(*QUICK, f"ckpt_path={ckpt}", f"run_dir={tmp_path / 'd'}"))
     assert not same.get("continued_under_other_settings") and same["steps"] == done["steps"]
+
+
+def test_a_stopped_run_without_run_dir_names_the_folder_to_resume_in(tmp_path):
+    """Without run_dir a rerun of the same command makes a new dated folder and trains afresh: the stop's
+    line said "run the same command again" all the same."""
+    from nmt.training.resume import how_to_rerun
+
+    named = {"run_dir": str(tmp_path), "ckpt_path": None}
+    assert how_to_rerun(OmegaConf.create(named), tmp_path) == "the same command again"
+    in_folder = {"run_dir": None, "ckpt_path": str(tmp_path / "checkpoints" / "last.ckpt")}
+    assert how_to_rerun(OmegaConf.create(in_folder), tmp_path) == "the same command again"
+    dated = {"run_dir": None, "ckpt_path": None}
+    assert how_to_rerun(OmegaConf.create(dated), tmp_path) == f"the same command with run_dir={tmp_path}"

@@ -65,9 +65,10 @@ class _Stopped(BaseException):
 
 
 @contextlib.contextmanager
-def stopped_by_signals(what: str, rerun: str):
+def stopped_by_signals(what: str, rerun: str, again: str = "the same command again"):
     """SIGTERM, SIGUSR1 or Ctrl-C while ``what`` runs (after training: nothing left to save) stops the
-    process with one line saying what a rerun of the same command does (``rerun``), exit 143 (130)."""
+    process with one line saying what a rerun (``again``: :func:`~nmt.training.resume.how_to_rerun`) does
+    (``rerun``), exit 143 (130)."""
     names = ("SIGTERM", "SIGUSR1")
     handled = [getattr(signal, n) for n in names if hasattr(signal, n)]
     main = threading.current_thread() is threading.main_thread()
@@ -80,7 +81,7 @@ def stopped_by_signals(what: str, rerun: str):
         yield
     except (_Stopped, KeyboardInterrupt) as err:
         name = err.args[0] if isinstance(err, _Stopped) else "SIGINT"
-        print(f"Stopped by {name} during {what}; run the same command again: {rerun}")
+        print(f"Stopped by {name} during {what}; run {again}: {rerun}")
         raise SystemExit(130 if name == "SIGINT" else 143) from None
     finally:
         for s, handler in previous.items():

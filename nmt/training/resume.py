@@ -28,6 +28,14 @@ def resolve_run_dir(cfg: DictConfig) -> Path:
     return Path("runs", str(cfg.name), datetime.now().strftime("%Y-%m-%d_%H-%M-%S")).resolve()
 
 
+def how_to_rerun(cfg: DictConfig, run_dir: Path) -> str:
+    """What continues this run: the same command, where it names its folder (run_dir, or a checkpoint in
+    it); else a rerun would make a new dated folder, so the folder is named."""
+    if cfg.run_dir or (cfg.ckpt_path and cfg.ckpt_path != "last"):
+        return "the same command again"
+    return f"the same command with run_dir={run_dir}"
+
+
 def resolve_resume(cfg: DictConfig, checkpoint_dir: Path) -> str | None:
     """The checkpoint to resume from: ckpt_path if given ("last": the run's last.ckpt); otherwise the
     run directory's last.ckpt when there is one, so that rerunning a killed command continues it. The file

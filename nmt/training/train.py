@@ -25,6 +25,7 @@ from nmt.training.module import TaskModule
 from nmt.training.resume import (
     check_checkpoint_elsewhere,
     global_step,
+    how_to_rerun,
     is_smoke_run,
     resolve_resume,
     resolve_run_dir,
@@ -268,7 +269,7 @@ def _train_in_folder(cfg: DictConfig, task, run_dir: Path, config: dict, main_pr
                 if main_process:  # one message, from the rank that owns the folder
                     print(
                         f"Stopped by {signal_name}; the state is saved in {checkpoint_dir / 'last.ckpt'}. "
-                        "Run the same command again (or pass that file as ckpt_path) to resume."
+                        f"Run {how_to_rerun(cfg, run_dir)} to resume."
                     )
                 raise SystemExit(130 if signal_name == "SIGINT" else 143) from None
 
@@ -276,7 +277,10 @@ def _train_in_folder(cfg: DictConfig, task, run_dir: Path, config: dict, main_pr
             ended_by = what_ended(trainer)  # before the final weights' validation below
             final_metrics = {k: as_float(v) for k, v in trainer.callback_metrics.items()}
             if not is_smoke_run(config):
-                with stopped_by_signals("the final validation", "it trains no more, and validates the final weights"):
+                again = how_to_rerun(cfg, run_dir)
+                with stopped_by_signals(
+                    "the final validation", "it trains no more, and validates the final weights", again
+                ):
                     final_metrics.update(validate_final_weights(cfg, trainer, module, datamodule, checkpoint_dir))
         finally:
             task.stop_workers(module)  # validation's workers (a scoring process), started as training started
@@ -309,7 +313,8 @@ def _train_in_folder(cfg: DictConfig, task, run_dir: Path, config: dict, main_pr
     if trainer.is_global_zero:
         splits = final_splits(cfg)
         if splits and Path(best_path).is_file() and not is_smoke_run(config):
-            with stopped_by_signals("the final scores", "it only scores the final model, whose training is recorded"):
+            rerun = "it only scores the final model, whose training is recorded"
+            with stopped_by_signals("the final scores", rerun, how_to_rerun(cfg, run_dir)):
                 results.update(final_scores(cfg, task, trainer, splits, best_path, checkpoint_dir, run_dir))
             wandb = next((lg for lg in trainer.loggers if isinstance(lg, WandbLogger)), None)
             if wandb:
