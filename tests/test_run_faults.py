@@ -889,3 +889,14 @@ def test_a_stopped_run_without_run_dir_names_the_folder_to_resume_in(tmp_path):
     assert how_to_rerun(OmegaConf.create(in_folder), tmp_path) == "the same command again"
     dated = {"run_dir": None, "ckpt_path": None}
     assert how_to_rerun(OmegaConf.create(dated), tmp_path) == f"the same command with run_dir={tmp_path}"
+
+
+def test_a_resumed_checkpoint_of_another_model_is_one_line(tmp_path):
+    """resume=force with model.d_model changed gave Lightning's list of every missing and misshapen weight."""
+    first = tmp_path / "first"
+    train(compose_train(*QUICK, f"run_dir={first}"))
+    (first / "results.json").unlink()  # as if killed: a rerun resumes
+    with pytest.raises(
+        RunFolderError, match=r"last\.ckpt does not hold this run's model: it has other shapes of \d+ weight"
+    ):
+        train(compose_train(*QUICK, f"run_dir={first}", "model.ffn_dim=48", "resume=force"))

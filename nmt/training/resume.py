@@ -103,6 +103,32 @@ def check_checkpoint_elsewhere(resume: str, identity: dict, force: bool, src_tok
     return changed
 
 
+def check_weights_fit(resume: str, model) -> None:
+    """The checkpoint resumed holds weights of this run's model (a model setting changed under resume=force,
+    or another model's checkpoint: one line, not Lightning's list of every missing and misshapen weight)."""
+    saved = {
+        k.removeprefix("model."): v.shape
+        for k, v in load_checkpoint(resume)["state_dict"].items()
+        if k.startswith("model.")
+    }
+    built = {k: v.shape for k, v in model.state_dict().items()}
+    found = [
+        ("lacks", sorted(set(built) - set(saved))),
+        ("has unknown", sorted(set(saved) - set(built))),
+        ("has other shapes of", sorted(k for k in set(built) & set(saved) if built[k] != saved[k])),
+    ]
+    what = "; ".join(
+        f"{verb} {len(keys)} weight(s) ({', '.join(keys[:3])}{', ...' if len(keys) > 3 else ''})"
+        for verb, keys in found
+        if keys
+    )
+    if what:
+        raise RunFolderError(
+            f"{resume} does not hold this run's model: it {what}; a model setting differs from the run it "
+            "continues (model.*, tokenizers): continue it with its own settings, or train afresh in another run_dir"
+        )
+
+
 def _newest_readable_epoch(folder: Path) -> Path | None:
     """The newest epoch checkpoint in ``folder`` that can be read, or None."""
     for candidate in reversed(epoch_checkpoints(folder)):

@@ -24,6 +24,7 @@ from nmt.training.loggers import log_results_to_wandb
 from nmt.training.module import TaskModule
 from nmt.training.resume import (
     check_checkpoint_elsewhere,
+    check_weights_fit,
     global_step,
     how_to_rerun,
     is_smoke_run,
@@ -214,6 +215,8 @@ def _train_in_folder(cfg: DictConfig, task, run_dir: Path, config: dict, main_pr
             print(warning)
         record_identity(run_dir, identity)
     model = task.build_model(cfg.model, src_tokenizer, tgt_tokenizer)
+    if resume is not None:
+        check_weights_fit(resume, model)
     compile_model(model, cfg.get("compile"), loss)
     module = TaskModule(
         task=task,
