@@ -317,3 +317,15 @@ def test_a_strategy_named_but_not_dispatched_is_an_error_not_a_silent_sample(mon
     cfg = SearchConfig(strategy="diverse_beam")
     with pytest.raises(ValueError, match=r"decode.strategy='diverse_beam': in STRATEGIES but not dispatched"):
         decode(make_model(), batch()[0], 1, 2, cfg)
+
+
+def test_one_predicate_says_which_strategies_rank_hypotheses():
+    """n-best limits, batch sizes and evaluation folder names all follow SearchConfig.ranks (they were six
+    copies of ``strategy == "beam"``, which a new ranking search had to find)."""
+    from nmt.decoding.search import RANKED, STRATEGIES, ranked_hypotheses
+
+    for strategy in STRATEGIES:
+        search = SearchConfig(strategy=strategy, beam_size=4)
+        assert search.ranks == (strategy in RANKED) and search.hypotheses == (4 if strategy in RANKED else 1)
+    with pytest.raises(ValueError, match=r"decode.strategy='greedy': not a ranking search"):
+        ranked_hypotheses(None, None, BOS, EOS, SearchConfig(strategy="greedy"))

@@ -20,6 +20,9 @@ from nmt.decoding.graphed import graphed_greedy, supports_graphs
 log = logging.getLogger(__name__)
 
 STRATEGIES = ("greedy", "beam", "sample")
+# the strategies that keep several hypotheses per sentence and rank them (n-best, a batch's tokens shared out
+# among them): ranked_hypotheses dispatches them; a new one goes in both
+RANKED = ("beam",)
 
 NEW_TOKENS = 50  # words a language model's continuation adds when max_new_tokens is not given
 
@@ -48,6 +51,16 @@ class SearchConfig:
         problems = search_problems(self.__dict__)
         if problems:
             raise ValueError(problems[0])
+
+    @property
+    def ranks(self) -> bool:
+        """Whether the search ranks several hypotheses per sentence (:func:`ranked_hypotheses`)."""
+        return self.strategy in RANKED
+
+    @property
+    def hypotheses(self) -> int:
+        """Hypotheses kept per sentence: the most n-best can return, and the rows each sentence takes."""
+        return self.beam_size if self.ranks else 1
 
 
 def search_problems(values: dict, key: str = "decode") -> list[str]:
@@ -197,8 +210,8 @@ def decode(
     seeded sampling draws its random stream (:func:`sentence_generators`)."""
     if cfg.min_len:
         _warn_if_min_len_unreachable(src, model.pad_id, cfg)
-    if cfg.strategy == "beam":
-        return [hyps[0][1] if hyps else [] for hyps in beam_hypotheses(model, src, bos_id, eos_id, cfg, prefixes)]
+    if cfg.ranks:
+        return [hyps[0][1] if hyps else [] for hyps in ranked_hypotheses(model, src, bos_id, eos_id, cfg, prefixes)]
     if cfg.strategy == "greedy" and not (cfg.min_len or cfg.no_repeat_ngram_size or prefixes):
         return _greedy(model, src, bos_id, eos_id, cfg)
     if cfg.strategy in ("greedy", "sample"):  # one token a step, with constraints or drawn
@@ -405,6 +418,15 @@ def length_penalty(length: int | torch.Tensor, alpha: float):
 def beam_search(model, src, bos_id: int, eos_id: int, cfg: SearchConfig) -> list[list[int]]:
     """The best hypothesis of each sentence (see :func:`beam_hypotheses`)."""
     return decode(model, src, bos_id, eos_id, SearchConfig(**{**cfg.__dict__, "strategy": "beam"}))
+
+
+def ranked_hypotheses(
+    model, src, bos_id: int, eos_id: int, cfg: SearchConfig, prefixes: list[list[int]] | None = None
+) -> list[list[tuple[float, list[int]]]]:
+    """Per sentence, the hypotheses of a ranking search (``cfg.ranks``) as (score, token ids), best first."""
+    if cfg.strategy == "beam":
+        return beam_hypotheses(model, src, bos_id, eos_id, cfg, prefixes)
+    raise ValueError(f"decode.strategy={cfg.strategy!r}: not a ranking search ({list(RANKED)}) dispatched here")
 
 
 @torch.no_grad()

@@ -43,7 +43,7 @@ def translate_lines(
     non_empty = [i for i, ids in enumerate(encoded) if ids]
     lengths = {i: len(encoded[i]) + 1 for i in non_empty}
     order = sorted(non_empty, key=lengths.__getitem__)
-    beams = search.beam_size if search.strategy == "beam" else 1
+    beams = search.hypotheses
     budget = max(max_tokens // max(beams, 1), max(lengths.values(), default=1))
     batches = list(token_batches(lengths, budget, order))
     with DecodingProgress(len(non_empty), enabled=progress) as shown:

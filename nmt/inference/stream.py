@@ -68,7 +68,7 @@ def run_translate(cfg: DictConfig) -> dict:
     translator = Translator.from_config(cfg)
     if cfg.alignments and translator.continues:
         raise ValueError("alignments=true: a language model's continuation has no source to align with; leave it out")
-    beams = translator.search.beam_size if translator.search.strategy == "beam" else 1
+    beams = translator.search.hypotheses
     if not 1 <= int(cfg.n_best) <= beams:
         raise ValueError(
             f"n_best={cfg.n_best}: must be between 1 and the beam size ({beams}; greedy and sampling give 1)"

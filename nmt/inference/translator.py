@@ -25,7 +25,7 @@ from torch.nn import functional as F
 from nmt.data.batching import token_batches
 from nmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from nmt.decoding.ensemble import Ensemble
-from nmt.decoding.search import NEW_TOKENS, SearchConfig, beam_hypotheses, decode, search_settings
+from nmt.decoding.search import NEW_TOKENS, SearchConfig, decode, ranked_hypotheses, search_settings
 from nmt.inference.checkpoint import CheckpointError
 from nmt.inference.loading import LoadedModel, load_model, pick_device, resolve_checkpoint_path
 
@@ -199,7 +199,7 @@ class Translator:
         if isinstance(lines, str):
             one = [prefixes] if isinstance(prefixes, str) else prefixes
             return self.translate_nbest([lines], n_best, one, scores, with_attention, first_line)[0]
-        beams = self.search.beam_size if self.search.strategy == "beam" else 1
+        beams = self.search.hypotheses
         if not 1 <= n_best <= beams:
             raise ValueError(
                 f"n_best={n_best}: must be between 1 and the beam size ({beams}; greedy and sampling give 1)"
@@ -220,8 +220,8 @@ class Translator:
         for batch in token_batches(lengths, budget, order):
             src = self._pad([encoded[i] + [EOS_ID] for i in batch])
             batch_prefixes = [forced[i] for i in batch] if forced else None
-            if self.search.strategy == "beam":
-                found = beam_hypotheses(self.model, src, BOS_ID, EOS_ID, self.search, batch_prefixes)
+            if self.search.ranks:
+                found = ranked_hypotheses(self.model, src, BOS_ID, EOS_ID, self.search, batch_prefixes)
                 found = [hyps[:n_best] or [(0.0, [])] for hyps in found]
             else:
                 found = [
@@ -246,8 +246,8 @@ class Translator:
             log.warning("line %d: words outside the vocabulary, read as <unk>: %s", number, ", ".join(unknown))
         context = torch.tensor([[EOS_ID, *prompt]], device=self.device)
         search = replace(self.search, max_len_a=0.0, max_len_b=self.max_new_tokens + 1)  # the limit counts the end
-        if search.strategy == "beam":
-            found = beam_hypotheses(self.model, context, BOS_ID, EOS_ID, search)[0][:n_best] or [(0.0, [])]
+        if search.ranks:
+            found = ranked_hypotheses(self.model, context, BOS_ID, EOS_ID, search)[0][:n_best] or [(0.0, [])]
         else:
             found = [(float("nan"), decode(self.model, context, BOS_ID, EOS_ID, search, numbers=[number])[0])]
         results = []

@@ -33,7 +33,7 @@ class TranslateRequest(BaseModel):
 def create_app(translator: Translator, max_chars: int = 1000, title: str = "nmt") -> FastAPI:
     app = FastAPI(title=title, docs_url=None, redoc_url=None, openapi_url=None)
     lock = threading.Lock()
-    beams = translator.search.beam_size if translator.search.strategy == "beam" else 1
+    beams = translator.search.hypotheses
 
     @app.middleware("http")
     async def limit_size(request: Request, call_next):

@@ -36,7 +36,7 @@ def split_tag(
     ``reference`` (the run's own decoding settings), and how many checkpoints were averaged."""
     tag = "" if checkpoint == "best" else f"{checkpoint}_"
     tag += f"{split.replace(':', '_').replace('/', '_')}_{search.strategy}"
-    tag += str(search.beam_size) if search.strategy == "beam" else ""
+    tag += str(search.beam_size) if search.ranks else ""
     reference = reference or search
     for key in (f.name for f in fields(SearchConfig) if f.name not in ("strategy", "beam_size")):
         value = getattr(search, key)
