@@ -40,7 +40,9 @@ class PositionEncoding(nn.Module):
         return x
 
     def scores(self, q: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor | None:
-        """Unscaled additive attention scores (batch, heads, q_len, k_len), or None."""
+        """A term added to the raw scores q k^T (batch, heads, q_len, k_len), or None. It is added *before*
+        the division by sqrt(head_dim), as Shaw et al.'s q a^T is: a bias meant for the scaled scores (ALiBi,
+        T5's buckets) is multiplied by sqrt(head_dim) here. The heads are ``d_model // head_dim``."""
         return None
 
     def values(self, weights: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor | None:
