@@ -492,3 +492,26 @@ def test_a_failed_download_leaves_no_empty_folder_in_the_cache(tmp_path, monkeyp
     with pytest.raises(sources.DataNotFoundError, match="network is unreachable"):
         sources.locate("corpus", ["a.txt"], None, tmp_path, url_for={"a.txt": "https://example.org/a.txt"})
     assert not (tmp_path / "corpus").exists()
+
+
+def test_a_damaged_cache_file_is_made_again_and_said(tmp_path, caplog):
+    """A truncated encoded split or tokenizer model in the cache was a raw traceback naming no file."""
+    cache = tmp_path / "c"
+    first = small(EuroparlDataModule, root=str(write_europarl(tmp_path)), cache_dir=str(cache))
+    first.prepare_data()
+    expected = [list(map(int, ids)) for ids in first._encoded("val").src_ids]
+    for path in [*cache.glob("encoded/*.pt"), *cache.glob("tokenizers/*.model")]:
+        path.write_bytes(path.read_bytes()[:40])
+    again = small(EuroparlDataModule, root=str(write_europarl(tmp_path)), cache_dir=str(cache))
+    with caplog.at_level("WARNING"):
+        again.prepare_data()
+        assert [list(map(int, ids)) for ids in again._encoded("val").src_ids] == expected
+    said = " ".join(r.getMessage() for r in caplog.records)
+    assert "cannot be read" in said and "training the tokenizer again" in said and "encoding the split again" in said
+
+
+def write_europarl(tmp_path: Path) -> Path:
+    folder = tmp_path / "ep"
+    write(folder / "europarl-v7.de-en.de", DE)
+    write(folder / "europarl-v7.de-en.en", EN)
+    return folder

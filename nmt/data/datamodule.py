@@ -140,6 +140,22 @@ def collate(items) -> dict:
     }
 
 
+def _read_cache(path: Path) -> dict | None:
+    """An encoded split from the cache, or None when absent; one that cannot be read (damaged on disk, cut
+    short) is said aloud and made again (it is derived, its name the hash of what it derives from)."""
+    if not path.exists():
+        return None
+    try:
+        cached = torch.load(path, weights_only=True)
+        if isinstance(cached, dict) and {"src", "src_lengths", "tgt", "tgt_lengths"} <= set(cached):
+            return cached
+        problem = "not an encoded split"
+    except Exception as err:  # noqa: BLE001  (a zip, pickle or EOF error, whichever the damage makes)
+        problem = str(err).splitlines()[0] if str(err) else type(err).__name__
+    log.warning("%s cannot be read (%s): encoding the split again", path, problem)
+    return None
+
+
 class ParallelDataModule(L.LightningDataModule):
     """Splits ``train``, ``val`` and ``test`` of a parallel corpus, tokenised with SentencePiece models
     trained on the training split only."""
@@ -267,8 +283,8 @@ class ParallelDataModule(L.LightningDataModule):
         segmenters = (src_tok.segmenter.cache_key(), tgt_tok.segmenter.cache_key())
         key = content_hash(self.name, split, proto_hash, segmenters, lines=src_text + tgt_text)
         path = self.cache_dir / "encoded" / f"{self.name}-{split}-{key}.pt"
-        if path.exists():
-            cached = torch.load(path, weights_only=True)
+        cached = _read_cache(path)
+        if cached is not None:
             src_ids = list(torch.split(cached["src"], cached["src_lengths"].tolist()))
             tgt_ids = list(torch.split(cached["tgt"], cached["tgt_lengths"].tolist()))
         else:

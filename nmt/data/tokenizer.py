@@ -4,6 +4,7 @@ import contextlib
 import hashlib
 import io
 import json
+import logging
 import os
 import random
 import re
@@ -17,6 +18,8 @@ from pathlib import Path
 import sentencepiece as spm
 
 from nmt.utils.io import atomic_write_bytes
+
+log = logging.getLogger(__name__)
 
 # fixed ids, the same in every vocabulary, so models and search code can rely on them
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
@@ -373,7 +376,11 @@ def load_or_train(sentences: Sequence[str], settings: TokenizerSettings, cache_d
     key = content_hash(asdict(settings), tag, *([unicode] if unicode else []), lines=sentences)
     path = Path(cache_dir) / "tokenizers" / f"{tag}-{key}.model"
     if path.exists():
-        return Tokenizer(path.read_bytes())
+        try:
+            return Tokenizer(path.read_bytes())
+        except Exception as err:  # noqa: BLE001  (SentencePiece's RuntimeError on a damaged model, ...)
+            problem = str(err).splitlines()[0] if str(err) else type(err).__name__
+            log.warning("%s cannot be read (%s): training the tokenizer again", path, problem)
     tokenizer = Tokenizer.train(sentences, settings)
     atomic_write_bytes(path, tokenizer.model_proto)
     return tokenizer
