@@ -119,6 +119,9 @@ def test_course_baseline_has_the_reported_shape():
         # values that passed, then failed later (a ZeroDivisionError after the data was read, a TypeError at
         # the first validation without a better score, a run without last.ckpt to resume)
         ("trainer.accumulate_grad_batches=0", "trainer.accumulate_grad_batches=0: must be a positive integer"),
+        # a model part given as a key, not its group: a Hydra error block about a str not being callable
+        ("model.position=rope", "model.position='rope': set by the config group pos: choose it as pos=rope"),
+        ("model=rnn model.attention=additive", "model.attention='additive': set by the config group attention"),
         ("early_stopping.patience=abc", "early_stopping.patience='abc': must be a positive integer or null"),
         ("trainer.gradient_clip_val=-1", "trainer.gradient_clip_val=-1: must be a positive number or null"),
         ("threads=two", "threads='two': must be an integer >= 0"),

@@ -251,6 +251,11 @@ def _model_key_problems(cfg: DictConfig, choices: dict | None = None) -> list[st
     target = OmegaConf.select(cfg, "model._target_", default=None)
     if not target:
         return []
+    # model.attention=additive replaced the group's node (conf/model/*.yaml: attention: ${attention}) by a word
+    for key, group in {"position": "pos", "norm": "norm", "attention": "attention"}.items():
+        value = cfg.model.get(key) if key in cfg.model else None
+        if value is not None and not OmegaConf.is_config(value):
+            return [f"  model.{key}={value!r}: set by the config group {group}: choose it as {group}={value}"]
     try:
         model_class = get_class(str(target))
     except Exception:  # noqa: BLE001  (a wrong target is reported where the model is built)
