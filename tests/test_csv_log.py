@@ -63,3 +63,16 @@ def test_wandb_is_online_after_wandb_login_and_follows_wandb_mode(tmp_path, monk
     monkeypatch.delenv("WANDB_MODE")
     monkeypatch.setenv("WANDB_API_KEY", "x" * 40)
     assert not loggers.wandb_offline("d")
+
+
+def test_every_sitting_of_a_run_logs_to_one_wandb_run(tmp_path, monkeypatch):
+    """A killed and resumed run became two offline W&B runs, the second without the first's history."""
+    from nmt.training import loggers
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    first = loggers.wandb_logger(save_dir=str(tmp_path))
+    again = loggers.wandb_logger(save_dir=str(tmp_path))
+    other = loggers.wandb_logger(save_dir=str(tmp_path / "other"))
+    assert first._wandb_init["id"] == again._wandb_init["id"] == (tmp_path / "wandb_id").read_text().strip()
+    assert first._wandb_init["resume"] == "allow" and other._wandb_init["id"] != first._wandb_init["id"]

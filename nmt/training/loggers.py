@@ -2,13 +2,17 @@
 
 import csv
 import os
+import uuid
+from pathlib import Path
 
 from lightning.fabric.loggers.logger import rank_zero_experiment
 from lightning.pytorch.loggers import CSVLogger, WandbLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 
 from nmt.tasks.base import FINAL_RESULTS
-from nmt.utils.io import atomic_path
+from nmt.utils.io import atomic_path, atomic_write_text
+
+WANDB_ID = "wandb_id"  # in a run folder: the id of its W&B run, which every sitting of the run continues
 
 
 class _KeepingWriter(ExperimentWriter):
@@ -112,10 +116,30 @@ def wandb_logger(
     browses it in a terminal without an account."""
     dir = dir or save_dir
     offline = wandb_offline(dir)
-    logger = WandbLogger(project=project, group=group, tags=list(tags), name=name, save_dir=dir, offline=offline)
+    # one W&B run per run folder: a resumed run continues its W&B run (each sitting was a new one)
+    logger = WandbLogger(
+        project=project,
+        group=group,
+        tags=list(tags),
+        name=name,
+        save_dir=dir,
+        offline=offline,
+        id=wandb_run_id(Path(save_dir)),
+        resume="allow",
+    )
     if config:
         logger.log_hyperparams(config)
     return logger
+
+
+def wandb_run_id(run_dir: Path) -> str:
+    """The W&B run id of a run folder, made at its first sitting and kept in the folder (``wandb_id``)."""
+    path = run_dir / WANDB_ID
+    if path.is_file() and path.read_text().strip():
+        return path.read_text().strip()
+    run_id = uuid.uuid4().hex[:16]
+    atomic_write_text(path, run_id + "\n")
+    return run_id
 
 
 def log_results_to_wandb(logger: WandbLogger, results: dict) -> None:
