@@ -192,3 +192,18 @@ def test_the_joeynmt_export_refuses_a_moses_tokenised_target(tmp_path, name):
     )
     with pytest.raises(ValueError, match=f"data.segmenter.de={name}: JoeyNMT does not detokenise"):
         export(cfg, tmp_path / "joey")
+
+
+def test_a_jieba_user_dictionary_travels_in_the_spec(tmp_path):
+    """The spec named the dictionary's file only: a model whose dictionary was moved failed to load, and one
+    whose dictionary was edited segmented otherwise than it was trained to, in silence."""
+    words = tmp_path / "words.txt"
+    words.write_text("龙猫翻译器 100000\n", encoding="utf-8")
+    segmenter = Segmenter("jieba", str(words), "zh")
+    spec = segmenter.spec()
+    assert spec["user_words"] == "龙猫翻译器 100000\n" and segmenter("我喜欢龙猫翻译器") == "我 喜欢 龙猫翻译器"
+    words.unlink()  # moved away: the checkpoint's spec still segments as trained
+    assert Segmenter.from_spec(spec)("我喜欢龙猫翻译器") == "我 喜欢 龙猫翻译器"
+    assert Segmenter("jieba", None, "zh")("我喜欢龙猫翻译器") == "我 喜欢 龙猫 翻译器"  # without the dictionary
+    with pytest.raises(ValueError, match=r"data\.user_dict=.*words\.txt: cannot be read"):
+        Segmenter("jieba", str(words), "zh")

@@ -50,7 +50,11 @@ class Segmenter:
     (``tokenizer.perl -a``, as WMT preparation scripts do). Both detokenise what the model writes, so that
     it is scored as text."""
 
-    def __init__(self, name: str = "none", user_dict: str | None = None, lang: str | None = None) -> None:
+    def __init__(
+        self, name: str = "none", user_dict: str | None = None, lang: str | None = None, user_words: str | None = None
+    ) -> None:
+        """``user_dict``: a jieba user dictionary's file; its text is read here and travels in the spec
+        (``user_words``), so that a checkpoint segments as it was trained to when the file is moved or edited."""
         if name not in SEGMENTERS:
             raise ValueError(f"segmenter={name!r} is not one of {list(SEGMENTERS)}")
         if name in MOSES and lang not in moses_languages():
@@ -58,7 +62,14 @@ class Segmenter:
                 f"the moses segmenter has rules for the languages {sorted(moses_languages())}, not for {lang!r}"
                 " (Chinese needs jieba)"
             )
-        self.name, self.user_dict, self.lang = name, user_dict, lang
+        if user_dict and user_words is None:
+            try:
+                user_words = Path(user_dict).expanduser().read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as err:
+                raise ValueError(
+                    f"data.user_dict={user_dict}: cannot be read ({err}); give a UTF-8 jieba dictionary"
+                ) from None
+        self.name, self.user_dict, self.lang, self.user_words = name, user_dict, lang, user_words
         self._jieba = None
         self._moses = None
 
@@ -75,8 +86,8 @@ class Segmenter:
 
             jieba.setLogLevel(60)  # silence its start-up banner
             tokenizer = jieba.Tokenizer()
-            if self.user_dict:
-                tokenizer.load_userdict(self.user_dict)
+            if self.user_words is not None:
+                tokenizer.load_userdict(io.StringIO(self.user_words))
             self._jieba = tokenizer
         if self.name == "jieba_all":
             return " ".join(w for w in self._jieba.cut(text) if w.strip())
@@ -114,10 +125,12 @@ class Segmenter:
         # checkpoint made before) is read as moses_aggressive (from_spec), so such a model reads text as it
         # was trained to
         spec = {"name": self.name, "user_dict": self.user_dict}
+        if self.user_words is not None:  # a spec without the words (made before) reads the file named
+            spec["user_words"] = self.user_words
         if self.name == "jieba":  # "runs": Chinese runs only; a spec without it is jieba_all's (from_spec)
             return {**spec, "runs": "cjk"}
         if self.name == "jieba_all":
-            return {"name": "jieba", "user_dict": self.user_dict}
+            return {k: v for k, v in spec.items() if k in ("name", "user_dict", "user_words")} | {"name": "jieba"}
         if self.name == "moses":
             return {**spec, "lang": self.lang, "hyphens": "kept"}
         return {**spec, "lang": self.lang} if self.name in MOSES else spec
