@@ -900,3 +900,13 @@ def test_a_resumed_checkpoint_of_another_model_is_one_line(tmp_path):
         RunFolderError, match=r"last\.ckpt does not hold this run's model: it has other shapes of \d+ weight"
     ):
         train(compose_train(*QUICK, f"run_dir={first}", "model.ffn_dim=48", "resume=force"))
+
+
+def test_a_write_cut_short_by_a_kill_leaves_no_temporary_file_after_the_rerun(tmp_path):
+    """SIGKILL while best.ckpt was written left .best.ckpt.<pid>.tmp in the folder for good."""
+    train(compose_train(*QUICK, f"run_dir={tmp_path}"))
+    (tmp_path / "results.json").unlink()  # as if killed: a rerun resumes
+    stale = tmp_path / "checkpoints" / ".best.ckpt.999999.tmp"
+    stale.write_bytes(b"half a checkpoint")
+    train(compose_train(*QUICK, f"run_dir={tmp_path}"))
+    assert not stale.exists() and (tmp_path / "checkpoints" / "best.ckpt").is_file()

@@ -185,6 +185,9 @@ def _train_in_folder(cfg: DictConfig, task, run_dir: Path, config: dict, main_pr
         finished = _claim_folder(cfg, run_dir, identity)
         if finished is not None:
             return finished
+        # the folder is locked: a temporary file in it is a write that a kill cut short, never one under way
+        for stale in (run_dir / "checkpoints").glob(".*.tmp"):
+            stale.unlink(missing_ok=True)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     torch.set_float32_matmul_precision(cfg.get("matmul_precision") or "highest")
