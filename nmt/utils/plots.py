@@ -22,7 +22,8 @@ def attention_figure(weights: torch.Tensor, src_tokens: list[str], tgt_tokens: l
     cell = 0.28
     width = max(4.0, cell * len(src_tokens) + 1.5) * columns
     height = max(3.0, cell * len(tgt_tokens) + 1.5) * rows
-    figure, axes = plt.subplots(rows, columns, figsize=(width, height), squeeze=False)
+    # constrained layout leaves the overall title room (tight_layout drew it over the panels' titles)
+    figure, axes = plt.subplots(rows, columns, figsize=(width, height), squeeze=False, layout="constrained")
     for ax in axes.flat[len(panels) :]:
         ax.axis("off")
     for ax, (name, matrix) in zip(axes.flat, panels, strict=False):
@@ -31,7 +32,6 @@ def attention_figure(weights: torch.Tensor, src_tokens: list[str], tgt_tokens: l
         ax.set_yticks(range(len(tgt_tokens)), tgt_tokens, fontsize=8)
         ax.set_title(name, fontsize=9)
     figure.suptitle(title, fontsize=10)
-    figure.tight_layout()
     return figure
 
 
