@@ -515,3 +515,18 @@ def write_europarl(tmp_path: Path) -> Path:
     write(folder / "europarl-v7.de-en.de", DE)
     write(folder / "europarl-v7.de-en.en", EN)
     return folder
+
+
+def test_an_evaluation_set_sharing_many_sources_with_training_is_warned_of(tmp_path, capsys):
+    """data.val given as the training files: 'sources also in train 2298' of 2,500 in the table, nothing said."""
+    from nmt.data.report import write_report
+
+    dm = small_files(tmp_path, train=str(tmp_path / "t.tsv"), val=str(tmp_path / "t.tsv"))
+    write(tmp_path / "t.tsv", [f"{e}\t{d}" for e, d in zip(EN, DE, strict=True)])
+    dm.prepare_data()
+    report = dm.report()
+    write_report(report, dm.describe(), tmp_path)
+    shared, pairs = report["val"]["sources_also_in_train"], report["val"]["pairs"]
+    said = capsys.readouterr().out
+    assert shared > 0.05 * pairs and f"warning: {shared} of the {pairs} val sources are also training sources" in said
+    assert "test sources" not in said  # split off the training data, apart from it

@@ -59,10 +59,31 @@ def _reason(reason: str, count: int) -> str:
     return f"{reason.replace('_', ' ')} {count}"
 
 
+# a larger share of an evaluation set's sources seen in training is said under the table: its scores would
+# measure recall of the training pairs (Multi30k's validation set shares 1 of 1,014)
+LEAK_SHARE = 0.05
+
+
+def leaks(report: dict) -> list[str]:
+    """One line per evaluation split with more than LEAK_SHARE of its sources also in the training split."""
+    lines = []
+    for split, row in report.items():
+        shared, pairs = row.get("sources_also_in_train"), row.get("pairs") or 0
+        if shared and pairs and shared > LEAK_SHARE * pairs:
+            lines.append(
+                f"warning: {shared} of the {pairs} {split} sources are also training sources: its scores measure "
+                f"recall of training pairs more than translation (a {split} set apart from the training data?)"
+            )
+    return lines
+
+
 def write_report(report: dict, title: str, run_dir: Path, console: Console | None = None) -> None:
-    """Print the report as a table and save it as data_report.json and data_report.txt."""
+    """Print the report as a table (and a warning under it for an evaluation set that shares many sources with
+    training) and save it as data_report.json and data_report.txt."""
     table = render_report(report, title)
     (console or Console()).print(table)
+    for line in leaks(report):
+        print(line)
     atomic_write_json(run_dir / "data_report.json", {"data": title, "splits": report})
     with atomic_path(run_dir / "data_report.txt") as tmp, open(tmp, "w") as handle:
         Console(file=handle, width=140).print(table)
