@@ -593,3 +593,18 @@ def test_token_and_loss_sums_stay_exact_beyond_float32():
     total.update(torch.tensor(2.0**24))
     total.update(torch.tensor(1.0))
     assert total.compute().item() == 2**24 + 1
+
+
+def test_a_run_ended_by_max_steps_inside_an_epoch_extends_as_a_longer_run_trains(uninterrupted_in_process, tmp_path):
+    """max_steps ends a run inside an epoch; rerun with a larger max_steps and resume=force, it resumed at the
+    next epoch's start: the epoch's rest skipped (its validation, its data), one epoch too many counted, and
+    other final weights than a run trained that long at once."""
+    epoch = uninterrupted_in_process(())[0]["steps"] // 3  # its 3 epochs
+    short, long = epoch + epoch // 2, 2 * epoch + epoch // 3  # each inside an epoch
+    reference, _ = uninterrupted_in_process((f"trainer.max_steps={long}",))
+    first = train_in_process(tmp_path, overrides=(f"trainer.max_steps={short}",))
+    assert first["steps"] == short and first["epochs"] == 2
+    extended = train_in_process(tmp_path, overrides=(f"trainer.max_steps={long}", "resume=force"))
+    assert (extended["steps"], extended["epochs"]) == (reference["steps"], reference["epochs"]) == (long, 3)
+    for key in ("val_loss", "val_acc", "train_loss"):
+        assert extended["final_metrics"][key] == pytest.approx(reference["final_metrics"][key], rel=1e-5), key

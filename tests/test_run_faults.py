@@ -536,7 +536,7 @@ def test_a_sweep_run_without_its_fingerprint_is_judged_by_its_config(tmp_path, c
         ("lr=-1", "lr=-1: must be a positive finite number"),
         ("weight_decay=-0.1", "weight_decay=-0.1: must be a number >= 0"),
         ("checkpoint.monitor=val_blue", "checkpoint.monitor='val_blue': task=translation logs"),
-        ("trainer.devices=0", "trainer.devices=0: must be 'auto', -1 (all) or a positive number"),
+        ("trainer.devices=0", "trainer.devices=0: must be 'auto', -1 (all), a positive number of devices"),
         ("resume=always", "resume='always': must be one of ['auto', 'force']"),
     ],
 )

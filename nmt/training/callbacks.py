@@ -36,6 +36,7 @@ class SaveOnSignal(Callback):
         self.saved = False
         self.deferred: list[int] = []  # signals noted, acted on at the next point where a stop is safe
         self.epoch_ended = False  # between an epoch's end hooks and the next epoch's first batch
+        self.cut_short = False  # in the end hooks of an epoch that max_steps or a stop cut short
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         def note(signum, frame) -> None:
@@ -59,7 +60,7 @@ class SaveOnSignal(Callback):
             signal.signal(signal.SIGINT, first_interrupt)
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self.epoch_ended = False  # the final weights' best.ckpt, saved after this, is no epoch's end
+        self.epoch_ended = self.cut_short = False  # the final weights' best.ckpt, saved after this, is no epoch's end
         signal.signal(signal.SIGINT, signal.default_int_handler)
         if self.deferred and trainer.is_global_zero:  # it came after the last epoch's end hooks
             names = ", ".join(sorted({signal.Signals(signum).name for signum in self.deferred}))
@@ -82,10 +83,13 @@ class SaveOnSignal(Callback):
             self._act(trainer)
 
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self.epoch_ended = False
+        self.epoch_ended = self.cut_short = False
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self.epoch_ended = True
+        # an epoch that max_steps (or a stop) cut short has not ended: its checkpoints resume inside it (as
+        # the next epoch's start, an extended run skipped the epoch's rest, its validation and its data)
+        self.epoch_ended = bool(trainer.fit_loop.epoch_loop.batch_progress.is_last_batch)
+        self.cut_short = not self.epoch_ended
         if not _training_ends(trainer):
             self._act(trainer)
 
@@ -93,6 +97,8 @@ class SaveOnSignal(Callback):
         # a save at an epoch's end (the epoch checkpoints, last.ckpt) is the next epoch's start to resume from
         if self.epoch_ended and "fit_loop" in checkpoint.get("loops", {}):
             checkpoint["loops"]["fit_loop"] = as_next_epoch_start(trainer, checkpoint["loops"]["fit_loop"])
+        elif self.cut_short and "fit_loop" in checkpoint.get("loops", {}):
+            checkpoint["loops"]["fit_loop"] = as_inside_epoch(checkpoint["loops"]["fit_loop"])
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -183,6 +189,19 @@ def _start_next_epoch(trainer: L.Trainer, loop=None) -> None:
     validated = getattr(trainer.lightning_module, "last_validated_step", None) == trainer.global_step
     if trainer.max_steps != -1 and validated:
         loop._batches_that_stepped -= 1
+
+
+def as_inside_epoch(fit_loop_state: dict) -> dict:
+    """The fit loop's saved state of a save in the end hooks of an epoch that max_steps (or a stop) cut short,
+    as a save at its last update would be: Lightning counts the epoch processed before those hooks, and a
+    run extended from there (a larger max_steps, resume=force) took the rest of the epoch as done."""
+    state = dict(fit_loop_state)
+    progress = copy.deepcopy(state["epoch_progress"])
+    for part in ("total", "current"):
+        if progress[part]["processed"] > progress[part]["completed"]:
+            progress[part]["processed"] -= 1
+    state["epoch_progress"] = progress
+    return state
 
 
 def as_next_epoch_start(trainer: L.Trainer, fit_loop_state: dict) -> dict:
