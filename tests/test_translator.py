@@ -359,3 +359,18 @@ def test_average_last_ends_at_the_epoch_checkpoint_given(checkpoints):
     assert [Path(p).name for p in newest.checkpoints] == epochs[-2:] and newest.name == "best"
     with pytest.raises(CheckpointError, match=r"average_last=4: only 3 epoch checkpoint\(s\) beside .* up to it"):
         load_model(folder / epochs[2], average_last=4, device="cpu")
+
+
+def test_a_list_of_sets_is_read_whole_before_the_first_is_decoded(checkpoints, tmp_path):
+    """split=[val, <a set that is missing>] decoded val, then stopped at the missing one."""
+    from hydra import compose, initialize_config_dir
+
+    from nmt.evaluation.evaluate import evaluate
+
+    out = tmp_path / "eval"
+    overrides = [f"ckpt_path={checkpoints['seed2']}", f"split=[val,files:{tmp_path / 'none.tsv'}]", f"out_dir={out}"]
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("evaluate", overrides=[*overrides, "device=cpu", "threads=1", "samples=0"])
+    with pytest.raises(FileNotFoundError):
+        evaluate(cfg)
+    assert not out.exists()  # val was not decoded (its folder, out/val, was written first)

@@ -297,14 +297,7 @@ class TranslationTask(Task):
         """Decode a split of the checkpoint's corpus (or another evaluation set), score it, write the
         hypotheses and metrics into ``out``, print a table. ROUGE when ``rouge`` (None: as the run)."""
         search = search or SearchConfig()
-        data_cfg = OmegaConf.create(loaded.config["data"])
-        for key, value in (data_overrides or {}).items():
-            if value is not None:
-                data_cfg[key] = value
-        datamodule = self.build_datamodule(data_cfg, loaded.config["cache_dir"], loaded.config["seed"])
-        sources, references, description = load_eval_set(split, datamodule, data_cfg, loaded.config, self)
-        if split in ("train", "val", "test"):
-            check_split_text(loaded, datamodule, split, "or score other text with split=files:<prefix>")
+        datamodule, data_cfg, (sources, references, description) = self._eval_set(loaded, split, data_overrides)
         bleu_tokenizer(datamodule.tgt_lang)  # a scorer's missing package stops here, not after the decoding
         # a model trained on truncated sources (summarisation) reads test sources truncated the same way
         max_input_len = data_cfg.get("max_src_len") or 256
@@ -332,6 +325,18 @@ class TranslationTask(Task):
         print_scores(result, sources, references, hypotheses, samples)
         return result
 
+    def _eval_set(self, loaded, split: str, data_overrides: dict | None):
+        """(data module, data config, (sources, references, description)) of an evaluation set, checked."""
+        data_cfg = OmegaConf.create(loaded.config["data"])
+        for key, value in (data_overrides or {}).items():
+            if value is not None:
+                data_cfg[key] = value
+        datamodule = self.build_datamodule(data_cfg, loaded.config["cache_dir"], loaded.config["seed"])
+        found = load_eval_set(split, datamodule, data_cfg, loaded.config, self)
+        if split in ("train", "val", "test"):
+            check_split_text(loaded, datamodule, split, "or score other text with split=files:<prefix>")
+        return datamodule, data_cfg, found
+
     def final_tag(self, cfg, split, average_last):
         return split_tag(split, SearchConfig(**cfg.decode), average_last)  # best.ckpt, the run's own search
 
@@ -351,6 +356,9 @@ class TranslationTask(Task):
             return self._translate_input(cfg, loaded, search)
         overrides = OmegaConf.to_container(cfg.data, resolve=True)
         splits = list(cfg.split) if OmegaConf.is_list(cfg.split) else [cfg.split]
+        if len(splits) > 1:  # every set found and read before the first is decoded (a missing one came after it)
+            for split in splits:
+                self._eval_set(loaded, split, overrides)
         results = {}
         for split in splits:
             out = cfg.out_dir
