@@ -36,11 +36,13 @@ def test_rms_norm_equals_torch(fused):
     torch.testing.assert_close(ours(x), ref(x))
 
 
-@pytest.mark.parametrize("norm_class", [LayerNorm, RMSNorm])
-def test_the_written_out_norm_and_the_one_kernel_agree_in_value_and_gradient(norm_class):
+@pytest.mark.parametrize("norm", sorted(p.stem for p in (CONF / "norm").glob("*.yaml")))  # every option of `norm`
+def test_the_written_out_norm_and_the_one_kernel_agree_in_value_and_gradient(norm):
     """In float64, so that any difference is the formula's, not rounding's: outputs and the gradients of the
     input, weight and bias."""
-    explicit, fused = norm_class(16, fused=False).double(), norm_class(16, fused=True).double()
+    configured = OmegaConf.load(CONF / "norm" / f"{norm}.yaml")
+    explicit = instantiate({**configured, "fused": False})(16).double()
+    fused = instantiate({**configured, "fused": True})(16).double()
     with torch.no_grad():
         for p in explicit.parameters():
             p.normal_()

@@ -8,6 +8,7 @@ import torch
 from nmt.decoding.search import SearchConfig, beam_search, decode, greedy, length_penalty
 from nmt.models.state import DecoderState
 
+from .conftest import CONF
 from .test_transformer import batch, make_model
 
 BOS, EOS = 2, 3
@@ -294,7 +295,18 @@ def test_greedy_on_the_device_reads_the_device_once_every_few_steps():
     assert stepwise_reads.count - model_reads >= 24
 
 
-@pytest.mark.parametrize("pos", ["absolute", "relative", "rope", "none"])
+READS_ITS_TABLE_SIZE = pytest.mark.xfail(
+    strict=True, reason="pos=learned checks its table's size by a read (skipped while a CUDA graph records)"
+)
+
+
+@pytest.mark.parametrize(
+    "pos",
+    [  # every option of `pos`, a new one too
+        pytest.param(p.stem, marks=READS_ITS_TABLE_SIZE) if p.stem == "learned" else p.stem
+        for p in sorted((CONF / "pos").glob("*.yaml"))
+    ],
+)
 def test_a_decoding_step_reads_nothing_back(pos):
     """Encoding and each decoding step of the Transformer queue work without reading a value back."""
     from .host_reads import HostReads

@@ -73,6 +73,11 @@ class SinusoidalPosition(PositionEncoding):
         return x + sinusoid_table(positions, self.d_model).to(x.dtype)  # (len, d_model) broadcasts
 
 
+def recording(tensor: torch.Tensor) -> bool:
+    """Whether the step that made ``tensor`` is being recorded as a CUDA graph (no read of the device then)."""
+    return tensor.is_cuda and torch.cuda.is_current_stream_capturing()
+
+
 class LearnedPosition(PositionEncoding):
     """A trained embedding per absolute position (``pos=learned``), as in BERT and GPT-2."""
 
@@ -91,7 +96,7 @@ class LearnedPosition(PositionEncoding):
 
     def embed(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         # a step recorded as a CUDA graph cannot read the device; its cache's size was checked instead
-        if not (positions.is_cuda and torch.cuda.is_current_stream_capturing()):
+        if not recording(positions):
             self.check_positions(int(positions.max()) + 1)
         return x + self.table(positions)
 
