@@ -20,22 +20,35 @@ import torch
 
 from nmt.inference.loading import LoadedModel
 from nmt.modules.norm import LayerNorm, RMSNorm
-from nmt.modules.position import LearnedPosition, RelativePosition, RotaryPosition, SinusoidalPosition, sinusoid_table
+from nmt.modules.position import (
+    LearnedPosition,
+    PositionEncoding,
+    RelativePosition,
+    RotaryPosition,
+    SinusoidalPosition,
+    sinusoid_table,
+)
 from nmt.utils.io import atomic_write_text
 
 MAX_POSITIONS = 1024  # rows of the absolute position table written for CTranslate2
 FORMATS = ("ctranslate2",)
 
 
-def _model_option(target: str) -> str:
-    """The ``model`` group option whose config builds ``target`` (what a user names it), else the class name."""
+def _model_option(target: str, group: str = "model") -> str:
+    """The option of config group ``group`` whose config builds ``target`` (what a user names it), else the
+    class name."""
     from omegaconf import OmegaConf
 
     conf = Path(__file__).resolve().parents[2] / "conf"  # the configs beside the package
-    for path in sorted((conf / "model").glob("*.yaml")):
+    for path in sorted((conf / group).glob("*.yaml")):
         if OmegaConf.load(path).get("_target_") == target:
             return path.stem
     return target.rsplit(".", 1)[-1]
+
+
+def _option(part, group: str) -> str:
+    """The ``group`` option (pos, norm) that built the module ``part``."""
+    return _model_option(f"{type(part).__module__}.{type(part).__qualname__}", group)
 
 
 class ExportError(ValueError):
@@ -84,11 +97,11 @@ def check_exportable(loaded: LoadedModel) -> None:
     if isinstance(position, RelativePosition) and not position.use_values:
         raise ExportError("pos.use_values=false: CTranslate2's relative positions always add value vectors")
     known = (SinusoidalPosition, LearnedPosition, RelativePosition, RotaryPosition)
-    if type(position).__name__ != "PositionEncoding" and not isinstance(position, known):
-        raise ExportError(f"pos={type(position).__name__}: no CTranslate2 equivalent")
+    if type(position) is not PositionEncoding and not isinstance(position, known):
+        raise ExportError(f"pos={_option(position, 'pos')}: no CTranslate2 equivalent")
     norm = model.encoder[0].attn_block.norm
     if not isinstance(norm, LayerNorm | RMSNorm):
-        raise ExportError(f"norm={type(norm).__name__}: no CTranslate2 equivalent (it takes LayerNorm or RMSNorm)")
+        raise ExportError(f"norm={_option(norm, 'norm')}: no CTranslate2 equivalent (it takes layer or rms)")
     activation = loaded.config["model"].get("activation", "relu")
     if activation not in ("relu", "gelu"):
         raise ExportError(f"model.activation={activation}: CTranslate2 takes relu or gelu here")
