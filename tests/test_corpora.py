@@ -5,6 +5,7 @@ import io
 import json
 import math
 import os
+import re
 import tarfile
 from pathlib import Path
 
@@ -336,8 +337,13 @@ def test_data_no_batch_can_hold_is_one_line_naming_the_setting(tmp_path):
     chars = [" ".join(chr(0x4E00 + 3 * i + j) for j in range(3)) for i in range(120)]  # 360 distinct characters
     write(tmp_path / "b.src", chars)
     write(tmp_path / "b.tgt", chars)
-    with pytest.raises(ValueError, match=r"^data\.tokenizer\.vocab_size=100 is smaller than the \d+ characters"):
+    with pytest.raises(
+        ValueError, match=r"^data\.tokenizer\.vocab_size=100 is smaller than the (\d+) characters"
+    ) as err:
         module(train=str(tmp_path / "b")).prepare_data()
+    needed, coverage = re.search(r"the (\d+) characters .*character_coverage=([\d.]+)\)", str(err.value)).groups()
+    # the advice starts from the settings given (it said 0.9995 to a corpus at 0.9995 already)
+    assert f"raise vocab_size to at least {needed}, or lower character_coverage (below {coverage})" in str(err.value)
     pairs = [f"{e}\t{d}" for e, d in zip(EN[:60], DE[:60], strict=True)]
     write(tmp_path / "blank.tsv", [*pairs[:30], "", *pairs[30:]])
     blank = module(train=str(tmp_path / "blank.tsv"), val=str(tmp_path / "a"), test=str(tmp_path / "a"))

@@ -103,9 +103,7 @@ def test_what_ctranslate2_cannot_hold_is_refused_naming_the_option(tmp_path_fact
         for module in layer.modules():
             if hasattr(module, "norm") and isinstance(module.norm, torch.nn.Module):
                 module.norm = ScaleNorm()
-    with pytest.raises(
-        ExportError, match=r"^norm=ScaleNorm: no CTranslate2 equivalent \(it takes layer or rms\)"
-    ):
+    with pytest.raises(ExportError, match=r"^norm=ScaleNorm: no CTranslate2 equivalent \(it takes layer or rms\)"):
         check_exportable(other)
 
 

@@ -278,8 +278,8 @@ def _trainer_errors(settings: TokenizerSettings):
             raise ValueError(
                 f"data.tokenizer.vocab_size={settings.vocab_size} is smaller than the {needed.group(2)} characters "
                 f"the training text needs (data.tokenizer.character_coverage={settings.character_coverage}): raise "
-                "vocab_size, or lower character_coverage (e.g. 0.9995 for Chinese), whose rare characters then "
-                "become byte pieces or unknown"
+                f"vocab_size to at least {needed.group(2)}, or lower character_coverage (below "
+                f"{settings.character_coverage}), whose rare characters then become byte pieces or unknown"
             ) from None
         raise ValueError(f"data: SentencePiece could not train the tokenizer: {text}") from None
 
