@@ -41,8 +41,8 @@ def read_split_files(spec, src_lang: str, tgt_lang: str, columns=(0, 1)) -> tupl
             elif len(fields) != width[1]:
                 # a tab inside a sentence shifts or cuts the columns: the pair read would be silently wrong
                 raise ValueError(
-                    f"{spec}, line {number}: {len(fields)} tab-separated fields where line {width[0]} has "
-                    f"{width[1]}; a tab inside a sentence? Every line needs the same fields"
+                    f"{spec}, line {number}: {len(fields)} tab-separated fields, line {width[0]} {width[1]}; a tab "
+                    f"inside a sentence of one of them? Every line needs the same fields"
                 )
             if len(fields) <= max(columns):
                 raise ValueError(
