@@ -140,7 +140,8 @@ def _other_options_with(key: str, conf: Path, groups: list[str]) -> list[str]:
         if any("@package _global_" in line for line in path.read_text().splitlines()[:3]):
             continue  # its keys are top-level keys, not keys under the group's name
         try:
-            if OmegaConf.select(OmegaConf.load(path), rest, default=None) is not None:
+            absent = object()  # a key set to null is still the option's key (additive's attention_dim: null)
+            if OmegaConf.select(OmegaConf.load(path), rest, default=absent) is not absent:
                 owners.append(path.stem)
         except Exception:  # noqa: BLE001  (a file that does not load alone: not an owner to name)
             continue

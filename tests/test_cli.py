@@ -233,6 +233,9 @@ def test_a_progress_line_counts_the_tokens_of_every_epoch_its_interval_spans(mon
 def test_a_key_of_another_option_of_its_group_is_named_so():
     message = unknown_key_message(["model=rnn", "model.num_heads=4"], "train")
     assert message is not None and "it is a key of model=transformer" in message and "not of model=rnn" in message
+    # a key whose value is null in its option (additive's attention_dim) is that option's key all the same
+    message = unknown_key_message(["model=rnn", "attention.attention_dim=16"], "train")
+    assert "it is a key of attention=additive, not of attention=multiplicative" in (message or "")
     # evaluate.py's data block is its own, not the data group: the keys it takes are named
     message = unknown_key_message(["data.block_size=32"], "evaluate")
     assert "evaluate.py's data block takes only data.root, data.eval_stride" in message and "None" not in message
