@@ -226,24 +226,31 @@ def test_config_resolves_to_plain_data():
     assert plain["model"]["position"]["_target_"].startswith("nmt.modules.position")
 
 
-def test_the_readme_lists_every_option_of_every_config_group():
-    """The README's table of groups is how a newcomer finds an option: each file of conf/<group>/ is named
-    there, and nothing that is not one."""
+@pytest.mark.parametrize(
+    ("document", "header", "left_out"),
+    [
+        # tuned/: values that `python sweep.py tune` writes, loaded with +tuned=<name> (docs/sweeps.md)
+        ("README.md", "| group | options | what |", {"tuned"}),
+        ("docs/configuration.md", "| group | options | keys |", set()),
+    ],
+)
+def test_the_documents_list_every_option_of_every_config_group(document, header, left_out):
+    """The tables of groups (the README's, and the one with every key) are how a newcomer finds an option:
+    each file of conf/<group>/ is named there, and nothing that is not one."""
     import re
 
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    table = readme[readme.index("| group | options | what |") :].split("\n\n")[0].splitlines()[2:]
+    text = (ROOT / document).read_text(encoding="utf-8")
+    table = text[text.index(header) :].split("\n\n")[0].splitlines()[2:]
     rows = {}
     for line in table:
         group, options = re.match(r"\| `([\w-]+)` \| (.*?) \|", line).groups()
         rows[group] = set(re.findall(r"`([\w.-]+)`", options))
-    # tuned/: values that `python sweep.py tune` writes, loaded with +tuned=<name> (docs/sweeps.md)
-    groups = {p.name for p in CONF.iterdir() if p.is_dir() and any(p.glob("*.yaml"))} - {"tuned"}
-    assert set(rows) == groups, "groups missing from the README's table: " + ", ".join(sorted(groups - set(rows)))
+    groups = {p.name for p in CONF.iterdir() if p.is_dir() and any(p.glob("*.yaml"))} - left_out
+    assert set(rows) == groups, f"groups missing from {document}'s table: " + ", ".join(sorted(groups - set(rows)))
     for group, listed in rows.items():
         options = {p.stem for p in (CONF / group).glob("*.yaml")}
         extra, missing = sorted(listed - options), sorted(options - listed)
-        assert listed == options, f"README.md, group {group}: lists {extra}, omits {missing}"
+        assert listed == options, f"{document}, group {group}: lists {extra}, omits {missing}"
 
 
 def test_cudnn_attention_is_set_at_every_run_so_that_none_carries_into_the_next(tmp_path, monkeypatch):
