@@ -76,3 +76,15 @@ def test_every_sitting_of_a_run_logs_to_one_wandb_run(tmp_path, monkeypatch):
     other = loggers.wandb_logger(save_dir=str(tmp_path / "other"))
     assert first._wandb_init["id"] == again._wandb_init["id"] == (tmp_path / "wandb_id").read_text().strip()
     assert first._wandb_init["resume"] == "allow" and other._wandb_init["id"] != first._wandb_init["id"]
+
+
+def test_only_the_process_that_owns_the_folder_makes_its_wandb_id(tmp_path, monkeypatch):
+    """Under DDP every process built the logger: each would have written its own id, racing."""
+    from nmt.training import loggers
+
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    assert loggers.wandb_run_id(tmp_path) is None and not (tmp_path / "wandb_id").exists()
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    made = loggers.wandb_run_id(tmp_path)
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    assert loggers.wandb_run_id(tmp_path) == made  # read, once there

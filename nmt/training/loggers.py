@@ -132,11 +132,14 @@ def wandb_logger(
     return logger
 
 
-def wandb_run_id(run_dir: Path) -> str:
-    """The W&B run id of a run folder, made at its first sitting and kept in the folder (``wandb_id``)."""
+def wandb_run_id(run_dir: Path) -> str | None:
+    """The W&B run id of a run folder, made at its first sitting and kept in the folder (``wandb_id``) by the
+    process that owns the folder (DDP's other processes log nothing to W&B, and would each make another)."""
     path = run_dir / WANDB_ID
     if path.is_file() and path.read_text().strip():
         return path.read_text().strip()
+    if any(int(os.environ.get(name, 0) or 0) for name in ("LOCAL_RANK", "NODE_RANK", "RANK", "SLURM_PROCID")):
+        return None
     run_id = uuid.uuid4().hex[:16]
     atomic_write_text(path, run_id + "\n")
     return run_id
