@@ -910,3 +910,30 @@ def test_a_write_cut_short_by_a_kill_leaves_no_temporary_file_after_the_rerun(tm
     stale.write_bytes(b"half a checkpoint")
     train(compose_train(*QUICK, f"run_dir={tmp_path}"))
     assert not stale.exists() and (tmp_path / "checkpoints" / "best.ckpt").is_file()
+
+
+@pytest.mark.slow
+def test_a_stop_during_the_final_validation_reruns_to_the_uninterrupted_runs_metrics(tmp_path, monkeypatch, capsys):
+    """SIGTERM while the final weights were validated: the rerun (which trains nothing) kept no training values
+    in its final metrics (train_loss, lr, grad_norm, train_tokens), which the uninterrupted run has."""
+    from nmt.training import train as training
+
+    args = [*QUICK, "trainer.max_epochs=1"]
+    reference = train(compose_train(*args, f"run_dir={tmp_path / 'reference'}"))
+    validate = training.validate_final_weights
+
+    def stopped(*a, **k):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # the handler raises at once
+        raise AssertionError("SIGTERM did not stop the final validation")
+
+    monkeypatch.setattr(training, "validate_final_weights", stopped)
+    run = tmp_path / "stopped"
+    with pytest.raises(SystemExit) as stop:
+        train(compose_train(*args, f"run_dir={run}"))
+    assert stop.value.code == 143 and "Stopped by SIGTERM during the final validation" in capsys.readouterr().out
+    monkeypatch.setattr(training, "validate_final_weights", validate)
+    again = train(compose_train(*args, f"run_dir={run}"))
+    assert again["final_metrics"].keys() == reference["final_metrics"].keys()
+    for key in ("train_loss", "lr", "train_tokens", "val_loss"):
+        assert again["final_metrics"][key] == pytest.approx(reference["final_metrics"][key], rel=1e-6), key

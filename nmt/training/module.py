@@ -57,6 +57,7 @@ class TaskModule(L.LightningModule):
         self.scheduler_factory = scheduler
         self.src_tokenizer, self.tgt_tokenizer = src_tokenizer, tgt_tokenizer
         self.config = config
+        self.restored_metrics: dict[str, float] = {}  # the values logged before the checkpoint resumed
         self.data_text: dict[str, str] | None = None  # each split's text hash: evaluation checks it reads the same
         self.max_bad_steps = max_bad_steps
         self.bad_steps = 0  # consecutive batches with a non-finite loss or gradient
@@ -400,6 +401,8 @@ class TaskModule(L.LightningModule):
             else None,
             "bad_steps": self.bad_steps,
             "data_text": self.data_text,
+            # the values logged so far (train_loss, lr, ...): a sitting resumed at training's end logs none
+            "metrics": {k: float(v) for k, v in self.trainer.callback_metrics.items() if v.numel() == 1},
             # every process saves (DDP calls this hook on all of them), so the sum over processes is exact
             "epoch_tokens": float(self.epoch_tokens.compute()) if self.epoch_tokens.update_called else 0.0,
         }
@@ -409,6 +412,7 @@ class TaskModule(L.LightningModule):
         self._rng_to_restore = section.get("rng_state")
         self._cuda_rng_to_restore = section.get("cuda_rng_state")
         self.bad_steps = section.get("bad_steps", 0)
+        self.restored_metrics = dict(section.get("metrics") or {})
         self._tokens_to_restore = section.get("epoch_tokens")
 
     # ---- the task's steps ------------------------------------------------------------------------

@@ -19,7 +19,13 @@ from nmt.tasks import build_task
 from nmt.training import weight_casts
 from nmt.training.callbacks import WallClock, what_ended
 from nmt.training.config import ConfigError, check_config, describe_recipe, no_repeated_layers
-from nmt.training.final import as_float, final_scores, final_splits, stopped_by_signals, validate_final_weights
+from nmt.training.final import (
+    as_float,
+    final_scores,
+    final_splits,
+    stopped_by_signals,
+    validate_final_weights,
+)
 from nmt.training.loggers import log_results_to_wandb
 from nmt.training.module import TaskModule
 from nmt.training.resume import (
@@ -282,6 +288,8 @@ def _train_in_folder(cfg: DictConfig, task, run_dir: Path, config: dict, main_pr
             fit_end = time.time()
             ended_by = what_ended(trainer)  # before the final weights' validation below
             final_metrics = {k: as_float(v) for k, v in trainer.callback_metrics.items()}
+            # a sitting that trained nothing (resumed at training's end) logged no training values: the checkpoint's
+            final_metrics = {**module.restored_metrics, **final_metrics}
             if not is_smoke_run(config):
                 again = how_to_rerun(cfg, run_dir)
                 with stopped_by_signals(
