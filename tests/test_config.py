@@ -122,8 +122,8 @@ def test_course_baseline_has_the_reported_shape():
         # a model part given as a key, not its group: a Hydra error block about a str not being callable
         ("model.position=rope", "model.position='rope': set by the config group pos: choose it as pos=rope"),
         ("model=rnn model.attention=additive", "model.attention='additive': set by the config group attention"),
-        ("early_stopping.patience=abc", "early_stopping.patience='abc': must be a positive integer or null"),
-        ("trainer.gradient_clip_val=-1", "trainer.gradient_clip_val=-1: must be a positive number or null"),
+        ("early_stopping.patience=abc", "early_stopping.patience='abc': must be an integer >= 0 or null"),
+        ("trainer.gradient_clip_val=-1", "trainer.gradient_clip_val=-1: must be a number >= 0 or null"),
         ("threads=two", "threads='two': must be an integer >= 0"),
         ("trainer.devices=abc", "trainer.devices='abc': must be 'auto', -1 (all), a positive number"),
         ("checkpoint.keep_last_epochs=0", "checkpoint.keep_last_epochs=0: must be a positive integer (last.ckpt"),

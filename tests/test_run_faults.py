@@ -670,17 +670,6 @@ def test_seeds_added_to_a_one_seed_sweep_are_the_same_sweep(tmp_path, capsys):
     assert "pos=rope,seed=2" in plan["run_names"]
 
 
-def test_a_sweep_that_names_no_seed_names_its_runs_by_the_configs_seed(tmp_path, capsys):
-    """Folders without a seed (``pos=absolute``) were not found by the same sweep rerun with seed=1,2,
-    which trained seed 1 again beside them: every run's folder names its seed."""
-    SweepReport().on_multirun_start(composed_sweep(tmp_path, ["pos=absolute,rope"], []))
-    first = json.loads((tmp_path / "sweep" / "plan.json").read_text())["run_names"]
-    assert first == ["pos=absolute,seed=1", "pos=rope,seed=1"]
-    SweepReport().on_multirun_start(composed_sweep(tmp_path, ["pos=absolute,rope", "seed=1,2"], []))
-    second = json.loads((tmp_path / "sweep" / "plan.json").read_text())["run_names"]
-    assert set(first) < set(second) and len(second) == 4
-
-
 @pytest.mark.slow
 def test_a_folder_trained_on_other_data_is_refused(tmp_path, capsys):
     args = [*QUICK, "trainer.max_epochs=1", f"run_dir={tmp_path}"]

@@ -53,12 +53,6 @@ class RNNSeq2Seq(nn.Module):
             raise ValueError(f"model.cell={cell!r} is not one of {sorted(CELLS)}")
         if tie_embeddings not in ("none", "decoder"):
             raise ValueError(f"model.tie_embeddings={tie_embeddings!r} is not one of ['none', 'decoder'] for the RNN")
-        if (teacher_forcing_final is None) != (teacher_forcing_decay_steps <= 0):
-            raise ValueError(
-                f"model.teacher_forcing_final={teacher_forcing_final} with model.teacher_forcing_decay_steps="
-                f"{teacher_forcing_decay_steps}: model.teacher_forcing_final and model.teacher_forcing_decay_steps go "
-                "together (a decay to the one over the other); set both, or neither"
-            )
         for key, value in (("teacher_forcing", teacher_forcing), ("teacher_forcing_final", teacher_forcing_final)):
             if value is not None and not 0.0 <= value <= 1.0:
                 raise ValueError(f"model.{key}={value} must be in [0, 1]")

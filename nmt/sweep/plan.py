@@ -111,15 +111,7 @@ def planned_values(config: DictConfig) -> list[dict[str, str]]:
     runs = [{}]
     for key, values in sweep_levels(config).items():
         runs = [{**run, key: value} for run in runs for value in values]
-    return [with_seed(run, config.get("seed")) for run in runs]
-
-
-def with_seed(values: dict[str, str], default) -> dict[str, str]:
-    """A run's values with its seed, the config's when the sweep names none: its folder then says which
-    seed it holds, and the same run in a later sweep over seeds is found and reused, not trained again."""
-    if "seed" in values or default is None:
-        return values
-    return {**values, "seed": str(default)}
+    return runs
 
 
 def run_overrides(config: DictConfig, values: dict[str, str]) -> list[str]:

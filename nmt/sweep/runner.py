@@ -40,7 +40,6 @@ from nmt.sweep.plan import (
     run_config_problem,
     run_name,
     swept_keys,
-    with_seed,
 )
 from nmt.sweep.report import RESULT, collect_records, finished_runs, read_record, write_report
 from nmt.sweep.summary import FAILED, PLAN, failed_runs
@@ -128,7 +127,7 @@ def progress_line(sweep_dir: Path, planned: int, now: float | None = None) -> st
 def run_cell(cfg: DictConfig) -> dict | None:
     """One run of the sweep (a Hydra multirun job): train.py in a subprocess, unless already done."""
     hydra_cfg = HydraConfig.get()
-    pairs = list(with_seed(dict(override_pairs(hydra_cfg.overrides.task)), cfg.get("seed")).items())
+    pairs = override_pairs(hydra_cfg.overrides.task)
     prefixes = command_prefixes(hydra_cfg.overrides.task)  # ++key=..., ~key reach train.py as given
     swept = swept_keys(Path(hydra_cfg.sweep.dir))
     run_dir = (Path(hydra_cfg.sweep.dir) / ",".join(f"{k}={v}" for k, v in sorted(pairs) if k in swept)).resolve()

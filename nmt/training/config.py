@@ -53,13 +53,13 @@ def _rules() -> list[tuple[str, Callable[[object], bool], str]]:
         ("trainer.accumulate_grad_batches", *positive),
         (
             "early_stopping.patience",
-            lambda v: v is None or (isinstance(v, int) and v > 0),
-            "a positive integer or null (off)",
+            lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool) and v >= 0),
+            "an integer >= 0 or null (0, null: off)",
         ),
         (
             "trainer.gradient_clip_val",
-            lambda v: v is None or (isinstance(v, int | float) and v > 0),
-            "a positive number or null (no clipping)",
+            lambda v: v is None or (isinstance(v, int | float) and not isinstance(v, bool) and v >= 0),
+            "a number >= 0 or null (0, null: no clipping)",
         ),
         ("checkpoint.mode", lambda v: v in ("min", "max"), "one of ['min', 'max']"),
         ("checkpoint.write_behind", lambda v: isinstance(v, bool), "true, false or null (on an accelerator)"),
@@ -190,7 +190,7 @@ def check_config(cfg: DictConfig, choices: dict | None = None) -> None:
         validates = OmegaConf.select(cfg, "trainer.limit_val_batches", default=None) != 0  # 0: no validation at all
         if validates and OmegaConf.select(cfg, "validation.bleu_every_n_epochs", default=1) == 0:
             watched = ["checkpoint.monitor"]
-            if OmegaConf.select(cfg, "early_stopping.patience", default=None) is not None:
+            if OmegaConf.select(cfg, "early_stopping.patience", default=None):  # 0, null: off
                 watched.append("early_stopping.monitor")
             for key in watched:
                 value = OmegaConf.select(cfg, key, default=None)
@@ -206,6 +206,13 @@ def check_config(cfg: DictConfig, choices: dict | None = None) -> None:
                 f"  {'/'.join(final)}=true: task={task.name} does not implement final_score and final_tag (formerly "
                 "test and test_tag, for the test set alone); implement them, or set these false"
             )
+    final = OmegaConf.select(cfg, "model.teacher_forcing_final", default=None)
+    decay = OmegaConf.select(cfg, "model.teacher_forcing_decay_steps", default=0) or 0
+    if (final is None) != (decay <= 0):  # at training only: checkpoints made before load as they were
+        problems.append(
+            f"  model.teacher_forcing_final={final} with model.teacher_forcing_decay_steps={decay}: they go together "
+            "(a decay to the one over the other); set both, or neither"
+        )
     average = OmegaConf.select(cfg, "test_average_last", default=0)
     kept = OmegaConf.select(cfg, "checkpoint.keep_last_epochs", default=None)
     if isinstance(average, int) and isinstance(kept, int) and average > 1 and kept < average:
@@ -223,7 +230,7 @@ def _mode_problems(cfg: DictConfig, section: str, metric) -> list[str]:
     (BLEU, chrF, ROUGE) rise. Watched the wrong way, best.ckpt was the worst checkpoint and early stopping
     ended runs that were improving."""
     mode = OmegaConf.select(cfg, f"{section}.mode", default=None)
-    stopping_off = section == "early_stopping" and OmegaConf.select(cfg, "early_stopping.patience") is None
+    stopping_off = section == "early_stopping" and not OmegaConf.select(cfg, "early_stopping.patience")
     if not isinstance(metric, str) or mode not in ("min", "max") or stopping_off:
         return []
     falls = metric.endswith(("loss", "ppl"))
