@@ -876,6 +876,12 @@ def test_a_stopped_run_without_run_dir_names_the_folder_to_resume_in(tmp_path):
     assert how_to_rerun(OmegaConf.create(named), tmp_path) == "the same command again"
     in_folder = {"run_dir": None, "ckpt_path": str(tmp_path / "checkpoints" / "last.ckpt")}
     assert how_to_rerun(OmegaConf.create(in_folder), tmp_path) == "the same command again"
+    # another checkpoint named (an epoch's, another run's): the same command would start from it again
+    for other in (tmp_path / "checkpoints" / "epoch010.ckpt", tmp_path.parent / "x" / "checkpoints" / "last.ckpt"):
+        given = {"run_dir": str(tmp_path), "ckpt_path": str(other)}
+        assert how_to_rerun(OmegaConf.create(given), tmp_path) == (
+            f"the same command with run_dir={tmp_path} and without ckpt_path (it resumes from the run's last.ckpt)"
+        )
     dated = {"run_dir": None, "ckpt_path": None}
     assert how_to_rerun(OmegaConf.create(dated), tmp_path) == f"the same command with run_dir={tmp_path}"
 

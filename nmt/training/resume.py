@@ -29,9 +29,17 @@ def resolve_run_dir(cfg: DictConfig) -> Path:
 
 
 def how_to_rerun(cfg: DictConfig, run_dir: Path) -> str:
-    """What continues this run: the same command, where it names its folder (run_dir, or a checkpoint in
-    it); else a rerun would make a new dated folder, so the folder is named."""
-    if cfg.run_dir or (cfg.ckpt_path and cfg.ckpt_path != "last"):
+    """What continues this run from its own last.ckpt: the same command where it names the folder and no other
+    checkpoint; a ckpt_path of another file would start from that file again (the progress since lost), and
+    without run_dir a rerun makes a new dated folder."""
+    given = cfg.ckpt_path
+    if (
+        given
+        and given != "last"
+        and Path(given).expanduser().resolve() != (run_dir / "checkpoints" / "last.ckpt").resolve()
+    ):
+        return f"the same command with run_dir={run_dir} and without ckpt_path (it resumes from the run's last.ckpt)"
+    if cfg.run_dir or given:
         return "the same command again"
     return f"the same command with run_dir={run_dir}"
 

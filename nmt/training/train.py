@@ -214,7 +214,8 @@ def _train_in_folder(cfg: DictConfig, task, run_dir: Path, config: dict, main_pr
         if changed and main_process:
             print(f"warning: resume=force: continuing {resume} under other settings ({'; '.join(changed)})")
             forced = {"changed": changed, "from_step": global_step(Path(resume)), "from": resume}
-            identity["forced"] = [*identity.get("forced", []), forced]
+            if forced not in identity.get("forced", []):  # a rerun from the same file is the same record
+                identity["forced"] = [*identity.get("forced", []), forced]
     data_report = datamodule.report() if main_process else None
     text_hashes = datamodule.text_hashes()
     if main_process:  # the data too must be the data the folder's run was trained on
