@@ -538,3 +538,33 @@ def test_an_evaluation_set_sharing_many_sources_with_training_is_warned_of(tmp_p
     said = capsys.readouterr().out
     assert shared > 0.05 * pairs and f"warning: {shared} of the {pairs} val sources are also training sources" in said
     assert "test sources" not in said  # split off the training data, apart from it
+
+
+def test_an_archive_extracted_by_another_process_meanwhile_is_used_not_removed(tmp_path, monkeypatch):
+    """Two sweep jobs extracting one archive: the second removed the folder the first was reading, or failed."""
+    from nmt.data import europarl
+
+    europarl_archive(tmp_path / "de-en.tgz")
+    cache = tmp_path / "c"
+    real = europarl.extract
+
+    def meanwhile(archive, names, target):  # another process finishes the same extraction first
+        done = next(iter((cache / "europarl" / "extracted").glob("[!.]*")), None)
+        if done is None:
+            other = small(EuroparlDataModule, root=str(tmp_path), cache_dir=str(cache))
+            monkeypatch.setattr(europarl, "extract", real)
+            other.load_pairs()
+            (next((cache / "europarl" / "extracted").glob("[!.]*")) / "being-read").touch()  # the other reads it
+        real(archive, names, target)
+
+    monkeypatch.setattr(europarl, "extract", meanwhile)
+    dm = small(EuroparlDataModule, root=str(tmp_path), cache_dir=str(cache))
+    assert dm.load_pairs()[0] == DE
+    (folder,) = (cache / "europarl" / "extracted").glob("[!.]*")
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "ARCHIVE",
+        "being-read",
+        "europarl-v7.de-en.de",
+        "europarl-v7.de-en.en",
+    ]
+    assert not list((cache / "europarl" / "extracted").glob(".*"))  # no partial folder left

@@ -153,8 +153,11 @@ def _extracted(archive: Path, filenames: Sequence[str], extract: Callable[[Path,
         missing = [f for f in filenames if not (partial / f).is_file()]
         if missing:
             raise ValueError(f"{archive} holds no {', '.join(missing)}")
-        shutil.rmtree(target, ignore_errors=True)
-        partial.rename(target)
+        try:  # a folder appears whole, by one rename; another process (sweep jobs share a cache) may win it
+            partial.rename(target)
+        except OSError:
+            if not all((target / f).is_file() for f in filenames):
+                raise
     finally:
         shutil.rmtree(partial, ignore_errors=True)
     return target
