@@ -207,3 +207,21 @@ def test_a_jieba_user_dictionary_travels_in_the_spec(tmp_path):
     assert Segmenter("jieba", None, "zh")("我喜欢龙猫翻译器") == "我 喜欢 龙猫 翻译器"  # without the dictionary
     with pytest.raises(ValueError, match=r"data\.user_dict=.*words\.txt: cannot be read"):
         Segmenter("jieba", str(words), "zh")
+    assert "user_words" not in Segmenter("none", str(words), "en").spec()  # jieba's dictionary, not the other side's
+
+
+def test_a_run_recorded_before_the_dictionarys_words_travelled_is_the_same_data(tmp_path):
+    """A folder's record from before named the dictionary's file only: its run resumes (it was refused, even
+    with resume=force, as trained with other segmenters)."""
+    from nmt.training.run_folder import check_data, record_identity
+
+    words = tmp_path / "words.txt"
+    words.write_text("龙猫翻译器 100000\n", encoding="utf-8")
+    now = [Segmenter("none", str(words), "en").spec(), Segmenter("jieba", str(words), "zh").spec()]
+    before = [{k: v for k, v in spec.items() if k != "user_words"} for spec in now]
+    record_identity(tmp_path, {"data": {"segmenters": before, "tokenizers": "abc"}})
+    assert check_data(tmp_path, {"data": {"segmenters": now, "tokenizers": "abc"}}, force=False, resuming=True) is None
+    other = [now[0], {**now[1], "user_words": "另一个词 5\n"}]
+    record_identity(tmp_path, {"data": {"segmenters": now, "tokenizers": "abc"}})
+    with pytest.raises(Exception, match=r"other segmenters"):  # an edited dictionary is other segmentation
+        check_data(tmp_path, {"data": {"segmenters": other, "tokenizers": "abc"}}, force=True, resuming=True)

@@ -62,7 +62,9 @@ class Segmenter:
                 f"the moses segmenter has rules for the languages {sorted(moses_languages())}, not for {lang!r}"
                 " (Chinese needs jieba)"
             )
-        if user_dict and user_words is None:
+        if not name.startswith("jieba"):  # the dictionary is jieba's: the other side's segmenter keeps none
+            user_words = None
+        elif user_dict and user_words is None:
             try:
                 user_words = Path(user_dict).expanduser().read_text(encoding="utf-8")
             except (OSError, UnicodeDecodeError) as err:

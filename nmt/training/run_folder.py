@@ -229,9 +229,16 @@ def check_data(run_dir: Path, current: dict, force: bool, resuming: bool = False
     warning with ``force``, unless a checkpoint is resumed whose tokenizers or segmenters differ)."""
     path = run_dir / FINGERPRINT
     saved = json.loads(path.read_text()).get("data") if path.is_file() else None
-    if not saved or saved == current["data"]:
+    data = dict(current["data"])
+    if saved and len(saved.get("segmenters") or []) == len(data.get("segmenters") or []):
+        # a record from before segmenters kept their user dictionary's words named only its file: compared so
+        data["segmenters"] = [
+            {k: v for k, v in now.items() if k != "user_words" or "user_words" in before}
+            for before, now in zip(saved["segmenters"], data["segmenters"], strict=True)
+        ]
+    if not saved or saved == data:
         return None
-    changed = [k for k in sorted(set(saved) | set(current["data"])) if saved.get(k) != current["data"].get(k)]
+    changed = [k for k in sorted(set(saved) | set(data)) if saved.get(k) != data.get(k)]
     what = ", ".join(f"data.{k}" for k in changed)
     unreadable = [k for k in READS_THE_PIECES if k in changed and k in saved]
     if resuming and unreadable:
