@@ -374,3 +374,21 @@ def test_a_list_of_sets_is_read_whole_before_the_first_is_decoded(checkpoints, t
     with pytest.raises(FileNotFoundError):
         evaluate(cfg)
     assert not out.exists()  # val was not decoded (its folder, out/val, was written first)
+
+
+def test_a_checkpoint_from_before_the_text_hashes_is_checked_against_its_run_folders_record(tmp_path):
+    """Checkpoints saved before they kept each split's text hash were scored on whatever split was read (a
+    seeded split that changed could overlap their training pairs): the run folder's record stands in."""
+    import json
+
+    from nmt.inference.loading import recorded_text
+
+    run = tmp_path / "run"
+    train(compose_train("trainer.max_steps=2", *NO_FINAL_SCORES, "threads=1", f"run_dir={run}"))
+    recorded = json.loads((run / "fingerprint.json").read_text())["data"]["text"]
+    assert recorded_text(run) == recorded == load_model(run / "checkpoints" / "last.ckpt", device="cpu").data_text
+    checkpoint = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
+    del checkpoint["nmt"]["data_text"]  # as saved before
+    torch.save(checkpoint, run / "checkpoints" / "old.ckpt")
+    assert load_model(run / "checkpoints" / "old.ckpt", device="cpu").data_text == recorded
+    assert recorded_text(tmp_path) is None  # no record: not checked

@@ -34,21 +34,24 @@ def seeded_split(
     """Split pairs into 'train', 'val' and 'test' by a seeded shuffle of *source sentences*: identical
     pairs are kept once, and all pairs sharing a source go to the same split, so no source sentence is
     in two splits. ``max_samples`` caps the pairs used in all (a random subset, also seeded). Pairs with an
-    empty or blank side are left out before the split (they were dropped from its parts after it, and a
-    corpus with many, such as Europarl, gave one group of them, an empty source, a split's whole share)."""
+    empty or blank side count towards no split's size (they were dropped from its parts after the split, and a
+    corpus with many, such as Europarl, gave one group of them, an empty source, a split's whole share); the
+    shuffle is of the same sources as before, so a corpus without such pairs splits as it always did."""
     groups: dict[str, list[str]] = {}
     seen: set[tuple[str, str]] = set()
     for s, t in zip(src, tgt, strict=True):
-        if (s, t) not in seen and s.strip() and t.strip():
+        if (s, t) not in seen:
             seen.add((s, t))
             groups.setdefault(s, []).append(t)
     sources = list(groups)
     random.Random(seed).shuffle(sources)
+    kept = {source: [t for t in targets if source.strip() and t.strip()] for source, targets in groups.items()}
     splits: dict[str, tuple[list[str], list[str]]] = {name: ([], []) for name in ("test", "val", "train")}
+    usable = sum(len(targets) for targets in kept.values())
     budget = {
         "test": test_size,
         "val": valid_size,
-        "train": max_samples - valid_size - test_size if max_samples else len(seen),
+        "train": max_samples - valid_size - test_size if max_samples else usable,
     }
     order = iter(sources)
     for name in ("test", "val", "train"):
@@ -57,11 +60,11 @@ def seeded_split(
             source = next(order, None)
             if source is None:
                 break
-            out_src += [source] * len(groups[source])
-            out_tgt += groups[source]
+            out_src += [source] * len(kept[source])
+            out_tgt += kept[source]
     if not splits["train"][0]:
         raise ValueError(
             f"nothing left for training after taking {valid_size} validation and {test_size} test pairs out of "
-            f"{len(seen)} unique pairs: lower data.valid_size / data.test_size"
+            f"{usable} unique pairs: lower data.valid_size / data.test_size"
         )
     return splits

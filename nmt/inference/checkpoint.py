@@ -7,6 +7,7 @@ from pathlib import Path
 import torch
 
 CHECKPOINT_KEY = "nmt"  # the checkpoint's section holding the config and tokenizers
+FINGERPRINT = "fingerprint.json"  # in a run folder: what determines its result, its data's text hashes included
 CHECKPOINT_FORMAT = 1
 CHECKSUM_KEY = "weights_crc32"  # in the section: weights_checksum of the state_dict as written
 

@@ -1,6 +1,7 @@
 """A trained model from its checkpoint alone: config, tokenizers and weights are all inside it, so a
 machine without the training data can use it."""
 
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,6 +12,7 @@ from nmt.data.tokenizer import Tokenizer
 from nmt.data.vocab import load_tokenizer
 from nmt.inference.checkpoint import (
     CHECKPOINT_KEY,
+    FINGERPRINT,
     CheckpointError,
     average_state_dicts,
     epoch_checkpoints,
@@ -130,4 +132,15 @@ def load_model(ckpt_path: str | os.PathLike, average_last: int = 0, device: str 
         )
     model.load_state_dict(weights)
     model.to(pick_device(device)).eval()
-    return LoadedModel(model, src_tokenizer, tgt_tokenizer, config, paths, task, section.get("data_text"))
+    data_text = section.get("data_text") or recorded_text(Path(ckpt_path).expanduser().resolve().parent.parent)
+    return LoadedModel(model, src_tokenizer, tgt_tokenizer, config, paths, task, data_text)
+
+
+def recorded_text(run_dir: Path) -> dict[str, str] | None:
+    """Each split's text hash from the run folder's record, for a checkpoint saved before checkpoints kept
+    them (None where the checkpoint lies outside its run folder, or the record has none)."""
+    try:
+        text = json.loads((run_dir / FINGERPRINT).read_text())["data"]["text"]
+        return dict(text) if isinstance(text, dict) else None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None

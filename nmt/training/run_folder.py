@@ -19,9 +19,9 @@ import subprocess
 import time
 from pathlib import Path
 
+from nmt.inference.checkpoint import FINGERPRINT
 from nmt.utils.io import atomic_write_json
 
-FINGERPRINT = "fingerprint.json"
 LOCK = ".lock"
 RESULTS = "results.json"
 
