@@ -293,11 +293,15 @@ class TranslationTask(Task):
         samples: int = 5,
         attention_maps=(),
         rouge: bool | None = None,
+        prepared: tuple | None = None,
     ) -> dict:
         """Decode a split of the checkpoint's corpus (or another evaluation set), score it, write the
-        hypotheses and metrics into ``out``, print a table. ROUGE when ``rouge`` (None: as the run)."""
+        hypotheses and metrics into ``out``, print a table. ROUGE when ``rouge`` (None: as the run).
+        ``prepared``: the set as ``_eval_set`` read it already."""
         search = search or SearchConfig()
-        datamodule, data_cfg, (sources, references, description) = self._eval_set(loaded, split, data_overrides)
+        datamodule, data_cfg, (sources, references, description) = prepared or self._eval_set(
+            loaded, split, data_overrides
+        )
         bleu_tokenizer(datamodule.tgt_lang)  # a scorer's missing package stops here, not after the decoding
         # a model trained on truncated sources (summarisation) reads test sources truncated the same way
         max_input_len = data_cfg.get("max_src_len") or 256
@@ -356,9 +360,8 @@ class TranslationTask(Task):
             return self._translate_input(cfg, loaded, search)
         overrides = OmegaConf.to_container(cfg.data, resolve=True)
         splits = list(cfg.split) if OmegaConf.is_list(cfg.split) else [cfg.split]
-        if len(splits) > 1:  # every set found and read before the first is decoded (a missing one came after it)
-            for split in splits:
-                self._eval_set(loaded, split, overrides)
+        # every set found and read before the first is decoded (a missing one came after it), and read once
+        prepared = {split: self._eval_set(loaded, split, overrides) for split in splits} if len(splits) > 1 else {}
         results = {}
         for split in splits:
             out = cfg.out_dir
@@ -374,6 +377,7 @@ class TranslationTask(Task):
                 cfg.samples,
                 list(cfg.attention_maps),
                 cfg.get("rouge"),
+                prepared.get(split),
             )
         if len(splits) == 1:
             return results[splits[0]]
