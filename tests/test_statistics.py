@@ -688,3 +688,12 @@ def test_findings_name_each_cell_by_its_factors():
     assert "1 cell is better than the baseline by the seed-level test after Holm: norm=layer, pos=relative." in (
         doc.markdown()
     )
+
+
+def test_a_runs_cost_is_its_whole_process_or_its_sittings_training_whichever_is_more():
+    """The report and the plan's expected cost added training time alone: short runs cost about 2.3x that."""
+    from nmt.sweep.summary import run_cost_s
+
+    assert run_cost_s({"wall_time_s": 10.0, "process_s": 25.0}) == 25.0  # one sitting: start-up and scores in
+    assert run_cost_s({"wall_time_s": 40.0, "process_s": 25.0}) == 40.0  # resumed: every sitting's training
+    assert run_cost_s({"wall_time_s": 12.0}) == 12.0 and run_cost_s({}) == 0.0  # recorded before process_s

@@ -92,6 +92,8 @@ def test_a_wandb_sweep_logs_every_run_and_the_report_into_one_offline_folder(tmp
     assert set(summaries) == {"g1-report", "pos=absolute,seed=1", "pos=rope,seed=1"}
     for name in ("pos=absolute,seed=1", "pos=rope,seed=1"):
         result = json.loads((tmp_path / name / "sweep_result.json").read_text())
+        # the cost of the whole process (start-up, data, final scores), not of its training alone
+        assert result["process_s"] > result["wall_time_s"] > 0
         assert summaries[name]["tags"] == [name.split(",")[0].replace("=", ":")]
         assert summaries[name]["summary"]["test_bleu"] == pytest.approx(result["metrics"]["test_bleu"])
         assert summaries[name]["summary"]["val_as_test_bleu"] == pytest.approx(result["metrics"]["val_as_test_bleu"])

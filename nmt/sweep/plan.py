@@ -20,6 +20,7 @@ from nmt.sweep.levels import (
 )
 from nmt.sweep.mps import CONTROL
 from nmt.sweep.report import RESULT, read_record
+from nmt.sweep.summary import run_cost_s
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -208,7 +209,7 @@ def print_plan(sweep_dir: Path, config: DictConfig) -> None:
     walls = []
     for folder in done:
         try:
-            walls.append(read_record(folder / RESULT).get("wall_time_s") or 0)
+            walls.append(run_cost_s(read_record(folder / RESULT)))
         except ValueError:  # the sweep records that run again from its folder
             print(f"  {folder / RESULT} cannot be read: the sweep would record it again from the run's folder")
     if changed and not moving:

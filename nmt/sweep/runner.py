@@ -188,6 +188,7 @@ def run_cell(cfg: DictConfig) -> dict | None:
         print(f"[sweep] {run_dir.name}: GPU {','.join(held.devices)}", flush=True)
     print(f"[sweep] running: {run_dir.name} (log: {run_dir / 'train_stdout.log'})", flush=True)
     (run_dir / FAILED).unlink(missing_ok=True)
+    started = time.monotonic()
     try:
         returncode = run_child(command, env, run_dir)
     finally:
@@ -206,7 +207,7 @@ def run_cell(cfg: DictConfig) -> dict | None:
         print(f"[sweep] FAILED ({returncode}): {run_dir.name}: {error} (log: {run_dir / 'train_stderr.log'})")
         record = None
     else:
-        record = run_record(run_dir, factors, int(cfg.seed))
+        record = {**run_record(run_dir, factors, int(cfg.seed)), "process_s": round(time.monotonic() - started, 1)}
         atomic_write_json(record_path, record)
         (run_dir / FAILED).unlink(missing_ok=True)  # an earlier attempt's, whichever process made it
     print(progress_line(sweep_dir, _plan(sweep_dir)), flush=True)

@@ -33,6 +33,12 @@ SWEEP_KEYS = (
 GROUPS = ("task", "data", "model", "recipe", "pos", "norm", "optim", "smoothing", "attention")
 
 
+def run_cost_s(record: dict) -> float:
+    """What a run cost, in seconds: its process from start to end (``process_s``: start-up, data, the final
+    scores), or where it ran in several sittings the training of them all (``wall_time_s``), whichever is more."""
+    return max(float(record.get("process_s") or 0), float(record.get("wall_time_s") or 0))
+
+
 def _readable_yaml(path: Path):
     """A run's YAML record, or None (said once) where it cannot be read: the facts come from another run."""
     try:
@@ -102,7 +108,7 @@ def describe(sweep_dir: Path, records: list[dict]) -> dict:
     facts["steps"] = sorted({int(r["steps"]) for r in records if r.get("steps") is not None})
     ended = [r["ended_by"] for r in records if r.get("ended_by")]
     facts["ended_by"] = {reason: ended.count(reason) for reason in sorted(set(ended))}
-    facts["wall_time_h"] = sum(r.get("wall_time_s") or 0 for r in records) / 3600
+    facts["wall_time_h"] = sum(run_cost_s(r) for r in records) / 3600
     codes, choices, config = set(), {}, None
     for r in records:
         run_dir = Path(r.get("run_dir", ""))
