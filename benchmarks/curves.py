@@ -94,12 +94,12 @@ def main(argv=None) -> None:
     parser.add_argument("--x", choices=["minutes", "step"], default="minutes", help="the horizontal axis")
     parser.add_argument("--export-to", metavar="DIR", help="also write each run directory's validations to DIR")
     args = parser.parse_args(argv)
-    runs = dict(item.rsplit("=", 1) for item in args.runs)
+    runs = dict(item.split("=", 1) for item in args.runs)  # a sweep's run folder has "=" in its name
     if args.export_to:
         for run_dir in runs.values():
             if Path(run_dir).is_dir():
                 print("wrote", export_validations(run_dir, Path(args.export_to) / f"{Path(run_dir).name}.csv"))
-    references = {label: _pairs(points) for label, points in (r.rsplit("=", 1) for r in args.reference)}
+    references = {label: _pairs(points) for label, points in (r.split("=", 1) for r in args.reference)}
     plot_curves(args.out, runs, references, args.metric, args.x)
     lower_is_better = "loss" in args.metric or "ppl" in args.metric
     for label, run_dir in runs.items():

@@ -50,9 +50,12 @@ def main(argv: list[str] | None = None) -> dict:
             f"{args.hypotheses}: its metrics.json scored it ignoring case (a lowercasing model): so does this",
             file=sys.stderr,
         )
-    scores = corpus_scores(
-        hypotheses, references, args.lang, rouge=args.rouge, bootstrap=args.bootstrap, lowercase=args.lowercase
-    )
+    try:  # a scorer the language needs and this machine lacks (MeCab for ja): one line
+        scores = corpus_scores(
+            hypotheses, references, args.lang, rouge=args.rouge, bootstrap=args.bootstrap, lowercase=args.lowercase
+        )
+    except ValueError as err:
+        parser.exit(2, f"error: {err}\n")
     if baseline is not None:
         base = corpus_scores(baseline, references, args.lang, bootstrap=0, lowercase=args.lowercase)
         scores["baseline"] = {"file": args.baseline, "bleu": base["bleu"], "bleu_tok_lc": base["bleu_tok_lc"]}
