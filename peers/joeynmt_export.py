@@ -163,6 +163,12 @@ def joeynmt_config(cfg: DictConfig, dm, out: Path, files: dict, validation_freq:
 
 def export(cfg: DictConfig, out: Path) -> Path:
     """Write the splits (the source side segmented as our tokenizer sees it), tokenizers and config."""
+    interval = cfg.trainer.val_check_interval
+    if not isinstance(interval, int) or cfg.trainer.check_val_every_n_epoch is not None:  # before anything is written
+        raise ValueError(
+            "JoeyNMT validates every N updates: give the run trainer.val_check_interval=N "
+            "trainer.check_val_every_n_epoch=null so both toolkits validate at the same steps"
+        )
     out.mkdir(parents=True, exist_ok=True)
     dm = build_datamodule(cfg.data, cfg.cache_dir, cfg.seed)
     target = dm.segmenters[dm.tgt_lang].name
@@ -187,12 +193,6 @@ def export(cfg: DictConfig, out: Path) -> Path:
     else:
         files["src_model"], files["src_vocab"] = write_tokenizer(src_tok, out, src_lang)
         files["tgt_model"], files["tgt_vocab"] = write_tokenizer(tgt_tok, out, tgt_lang)
-    interval = cfg.trainer.val_check_interval
-    if not isinstance(interval, int) or cfg.trainer.check_val_every_n_epoch is not None:
-        raise ValueError(
-            "JoeyNMT validates every N updates: give the run trainer.val_check_interval=N "
-            "trainer.check_val_every_n_epoch=null so both toolkits validate at the same steps"
-        )
     settings = joeynmt_config(cfg, dm, out, files, interval)
     path = out / "joeynmt.yaml"
     path.write_text(yaml.safe_dump(settings, sort_keys=False), encoding="utf-8")
@@ -201,11 +201,14 @@ def export(cfg: DictConfig, out: Path) -> Path:
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
-    if not argv:
-        sys.exit(__doc__)
+    if not argv or argv[0] in ("-h", "--help") or argv[0].startswith("-") or "=" in argv[0]:
+        sys.exit(__doc__)  # the first argument is the output folder, then train.py's overrides
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = compose("train", overrides=argv[1:])
-    print(export(cfg, Path(argv[0])))
+    try:
+        print(export(cfg, Path(argv[0])))
+    except (OSError, ValueError) as err:  # a corpus not found, a setting JoeyNMT cannot follow: one line
+        sys.exit(f"error: {err}")
 
 
 if __name__ == "__main__":
