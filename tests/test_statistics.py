@@ -697,3 +697,12 @@ def test_a_runs_cost_is_its_whole_process_or_its_sittings_training_whichever_is_
     assert run_cost_s({"wall_time_s": 10.0, "process_s": 25.0}) == 25.0  # one sitting: start-up and scores in
     assert run_cost_s({"wall_time_s": 40.0, "process_s": 25.0}) == 40.0  # resumed: every sitting's training
     assert run_cost_s({"wall_time_s": 12.0}) == 12.0 and run_cost_s({}) == 0.0  # recorded before process_s
+
+
+def test_a_sweep_whose_runs_all_score_the_same_draws_nothing(tmp_path):
+    """Every run at BLEU 0 (trained too little): the findings read '± 0.00 wide intervals' as a precise null."""
+    synthetic_sweep(tmp_path, [record(p, n, s, 0.0) for p, n in BLEU for s in (1, 2, 3)])
+    text = " ".join(write_report(tmp_path).read_text().split())
+    findings = text[text.index("## Findings") :]
+    assert findings.startswith("## Findings None drawn: every run scored 0 on test_bleu, so the runs do not differ")
+    assert "cannot be told from seed noise" not in findings

@@ -106,6 +106,15 @@ def findings(
             "establish a difference."
         )
         return
+    rows = ranking.get("rows") or []
+    means = {round(float(row["mean"]), 9) for row in rows}
+    if len(means) == 1 and all(float(row.get("std") or 0) == 0 for row in rows):
+        doc.paragraph(
+            f"None drawn: every run scored {means.pop():g} on {metric}, so the runs do not differ at all (trained "
+            "too little to score, or at a ceiling). The intervals of ± 0.00 below say that, not that the levels "
+            "are equal."
+        )
+        return
     sentences, effects_found = [], False
     if fit is not None and fit["model"] is not None:
         from nmt.sweep.analysis import holm
