@@ -14,7 +14,6 @@ ratios hold on a noisy machine.
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -23,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from benchmarks.gpu_measures import cpu_name
 from benchmarks.scaling import scaling_rows
 from nmt.data.multi30k import Multi30kDataModule
 from nmt.data.sources import DataNotFoundError
@@ -144,7 +144,8 @@ def main(argv=None) -> None:
 
 def report_header(args, dm, vocab: int, train_batches: int, sentences: int) -> list[str]:
     threads = torch.get_num_threads()
-    machine = f"{platform.machine()} CPU, {os.cpu_count()} cores, torch {torch.__version__}, {threads} threads"
+    # the CPU's model and bf16 units: the figures (and precision=auto's choice) depend on them
+    machine = f"{cpu_name()}, torch {torch.__version__}, {threads} threads"
     options, skip = [], False
     for option in sys.argv[1:]:  # the peers' environment paths belong to this machine only
         if not skip and not option.startswith(("--joeynmt", "--opennmt")):

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
+from benchmarks.gpu_measures import cpu_name
 from benchmarks.systems import our_transformer
 from nmt.data.tokenizer import PAD_ID
 from nmt.modules.loss import LabelSmoothedCrossEntropy
@@ -264,7 +265,7 @@ def main(argv=None) -> None:
                 row["error"] = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
             rows.append(row)
             print(json.dumps(row), flush=True)
-    name = torch.cuda.get_device_name() if device.type == "cuda" else f"CPU, {torch.get_num_threads()} threads"
+    name = torch.cuda.get_device_name() if device.type == "cuda" else f"{cpu_name()}, {torch.get_num_threads()} threads"
     print(f"\nMFU ({name}, torch {torch.__version__}):")
     print(
         "| d_model x layers | precision | compile | fused Adam | dropout | attention | step (ms) | target tokens/s "

@@ -228,7 +228,13 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     data = torch.load(args.batches, weights_only=True)
-    model, step, decoder = (joeynmt if args.toolkit == "joeynmt" else opennmt)(args, data)
+    try:
+        model, step, decoder = (joeynmt if args.toolkit == "joeynmt" else opennmt)(args, data)
+    except ModuleNotFoundError as err:  # this Python is not the peer's environment
+        sys.exit(
+            f"error: {err.name} is not installed in this Python ({sys.executable}): run this script with the "
+            f"{args.toolkit} environment's Python (docs/peers.md)"
+        )
     result = {"baseline_rss_mb": peak_rss_mb()}
     if args.mode == "train":
         model.train()
