@@ -1,7 +1,8 @@
 """``make bench``: training and decoding speed and peak memory of our Transformer and GRU, side by side with
 torch.nn.Transformer of identical shape and, when their environments are given, JoeyNMT and OpenNMT-py
-at equal model size, all on the same Multi30k batches; then how step time grows with sequence length and
-batch size (a plot). Results are appended to BENCHMARKS.md with the machine, date and command.
+at equal model size, all on the same Multi30k batches (the toy task's where Multi30k is not found, said
+so); then how step time grows with sequence length and batch size (a plot). Results are appended to
+BENCHMARKS.md with the machine, date and command.
 
     python -m benchmarks [--joeynmt PEER_PYTHON] [--opennmt PEER_PYTHON] [--steps 20] [--sentences 1000]
 
@@ -47,7 +48,8 @@ def load_data(cache_dir: str, max_tokens: int, sentences: int, decode_batch: int
     try:
         dm = Multi30kDataModule(cache_dir=cache_dir, max_tokens=max_tokens, download=False)
         dm.text("train")
-    except DataNotFoundError:
+    except DataNotFoundError:  # said here and in the table's "Data:" line: figures of another corpus
+        print("Multi30k en-de not found (data.root, $NMT_DATA, the cache): timing on the toy task instead")
         dm = ToyDataModule(cache_dir=cache_dir, max_tokens=max_tokens)
     dm.prepare_data()
     dm.setup("fit")
