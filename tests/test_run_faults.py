@@ -735,31 +735,38 @@ def test_a_changed_code_hash_says_whether_the_commit_changed_or_only_uncommitted
     assert differences(saved, {**saved}) == []
 
 
+def stopped_by_sigterm_in(step: str, args: list[str], tmp_path: Path, monkeypatch) -> tuple[dict, Path]:
+    """The uninterrupted run of ``args`` (its results), and the folder of the same run stopped by SIGTERM in
+    ``nmt.training.train.<step>`` (exit 143), the step restored for a rerun."""
+    from nmt.training import train as training
+
+    reference = train(compose_train(*args, f"run_dir={tmp_path / 'reference'}"))
+    real = getattr(training, step)
+
+    def stopped(*a, **k):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # the handler raises at once
+        raise AssertionError(f"SIGTERM did not stop {step}")
+
+    monkeypatch.setattr(training, step, stopped)
+    run = tmp_path / "stopped"
+    with pytest.raises(SystemExit) as stop:
+        train(compose_train(*args, f"run_dir={run}"))
+    assert stop.value.code == 143
+    monkeypatch.setattr(training, step, real)
+    return reference, run
+
+
 @pytest.mark.slow
 def test_a_stop_during_the_final_scores_is_said_and_a_rerun_only_scores(tmp_path, monkeypatch, capsys):
     """SIGTERM while the final model is scored: one line and exit 143; the training's record is kept, so the
     rerun neither trains nor validates again (no extra row in the log) and ends with the uninterrupted
     run's results."""
-    from nmt.training import train as training
-
     args = [*QUICK, "trainer.max_epochs=1", "val_after_training=true", "test_after_training=true"]
-    reference = train(compose_train(*args, f"run_dir={tmp_path / 'reference'}"))
-    scores = training.final_scores
-
-    def stopped(*a, **k):
-        os.kill(os.getpid(), signal.SIGTERM)
-        time.sleep(5)  # the handler raises at once
-        raise AssertionError("SIGTERM did not stop the final scores")
-
-    monkeypatch.setattr(training, "final_scores", stopped)
-    run = tmp_path / "stopped"
-    with pytest.raises(SystemExit) as stop:
-        train(compose_train(*args, f"run_dir={run}"))
-    assert stop.value.code == 143
+    reference, run = stopped_by_sigterm_in("final_scores", args, tmp_path, monkeypatch)
     assert "Stopped by SIGTERM during the final scores; run the same command again" in capsys.readouterr().out
     assert json.loads((run / "results.json").read_text())["stage"] == "trained"
     log = (run / "logs" / "metrics.csv").read_text()
-    monkeypatch.setattr(training, "final_scores", scores)
     again = train(compose_train(*args, f"run_dir={run}"))
     assert "Training ended in an earlier sitting" in capsys.readouterr().out
     assert (run / "logs" / "metrics.csv").read_text() == log
@@ -911,23 +918,9 @@ def test_a_write_cut_short_by_a_kill_leaves_no_temporary_file_after_the_rerun(tm
 def test_a_stop_during_the_final_validation_reruns_to_the_uninterrupted_runs_metrics(tmp_path, monkeypatch, capsys):
     """SIGTERM while the final weights were validated: the rerun (which trains nothing) kept no training values
     in its final metrics (train_loss, lr, grad_norm, train_tokens), which the uninterrupted run has."""
-    from nmt.training import train as training
-
     args = [*QUICK, "trainer.max_epochs=1"]
-    reference = train(compose_train(*args, f"run_dir={tmp_path / 'reference'}"))
-    validate = training.validate_final_weights
-
-    def stopped(*a, **k):
-        os.kill(os.getpid(), signal.SIGTERM)
-        time.sleep(5)  # the handler raises at once
-        raise AssertionError("SIGTERM did not stop the final validation")
-
-    monkeypatch.setattr(training, "validate_final_weights", stopped)
-    run = tmp_path / "stopped"
-    with pytest.raises(SystemExit) as stop:
-        train(compose_train(*args, f"run_dir={run}"))
-    assert stop.value.code == 143 and "Stopped by SIGTERM during the final validation" in capsys.readouterr().out
-    monkeypatch.setattr(training, "validate_final_weights", validate)
+    reference, run = stopped_by_sigterm_in("validate_final_weights", args, tmp_path, monkeypatch)
+    assert "Stopped by SIGTERM during the final validation" in capsys.readouterr().out
     again = train(compose_train(*args, f"run_dir={run}"))
     assert again["final_metrics"].keys() == reference["final_metrics"].keys()
     for key in ("train_loss", "lr", "train_tokens", "val_loss"):

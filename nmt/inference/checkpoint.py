@@ -62,6 +62,26 @@ def weights_checksum(state_dict: dict) -> int:
     return crc
 
 
+def weights_misfit(state_dict: dict, model: torch.nn.Module) -> str:
+    """How a checkpoint's ``model.*`` weights do not fit ``model`` ("lacks 2 weight(s) (...); has other shapes
+    of ..."), or "" when they fit."""
+    weights = {k.removeprefix("model."): v for k, v in state_dict.items() if k.startswith("model.")}
+    expected = model.state_dict()
+    found = [
+        ("lacks", sorted(set(expected) - set(weights))),
+        ("has unknown", sorted(set(weights) - set(expected))),
+        (
+            "has other shapes of",
+            sorted(k for k in set(expected) & set(weights) if expected[k].shape != weights[k].shape),
+        ),
+    ]
+    return "; ".join(
+        f"{verb} {len(keys)} weight(s) ({', '.join(keys[:3])}{', ...' if len(keys) > 3 else ''})"
+        for verb, keys in found
+        if keys
+    )
+
+
 def epoch_checkpoints(folder: str | os.PathLike) -> list[Path]:
     """The per-epoch checkpoints of a run, oldest first."""
     return sorted(Path(folder).glob("epoch*.ckpt"))

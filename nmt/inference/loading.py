@@ -17,6 +17,7 @@ from nmt.inference.checkpoint import (
     average_state_dicts,
     epoch_checkpoints,
     load_checkpoint,
+    weights_misfit,
 )
 from nmt.tasks import Task, build_task, task_config
 
@@ -94,9 +95,10 @@ def load_model(ckpt_path: str | os.PathLike, average_last: int = 0, device: str 
     state_dict = checkpoint["state_dict"]
     if average_last > 1:
         available = epoch_checkpoints(Path(ckpt_path).expanduser().parent)
-        given = Path(ckpt_path).expanduser().resolve()
-        if given in [p.resolve() for p in available]:  # the N that end at the epoch given
-            available = available[: [p.resolve() for p in available].index(given) + 1]
+        resolved = [p.resolve() for p in available]
+        ends_at_given = Path(ckpt_path).expanduser().resolve() in resolved  # an epoch checkpoint: the N up to it
+        if ends_at_given:
+            available = available[: resolved.index(Path(ckpt_path).expanduser().resolve()) + 1]
         if len(available) < average_last:
             fewer = (
                 f"pass average_last={len(available)} or fewer, "
@@ -105,7 +107,7 @@ def load_model(ckpt_path: str | os.PathLike, average_last: int = 0, device: str 
             )
             raise CheckpointError(
                 f"average_last={average_last}: only {len(available)} epoch checkpoint(s) beside {ckpt_path}"
-                f"{' up to it' if given in [p.resolve() for p in available] else ''}; "
+                f"{' up to it' if ends_at_given else ''}; "
                 f"{fewer}or keep more with checkpoint.keep_last_epochs when training"
             )
         candidates = available[-average_last:]
@@ -117,20 +119,13 @@ def load_model(ckpt_path: str | os.PathLike, average_last: int = 0, device: str 
     config = section["config"]
     task = build_task(task_config(config))
     model = task.build_model(config["model"], src_tokenizer, tgt_tokenizer)
-    weights = {k.removeprefix("model."): v for k, v in state_dict.items() if k.startswith("model.")}
-    expected = model.state_dict()
-    missing = sorted(set(expected) - set(weights))
-    unexpected = sorted(set(weights) - set(expected))
-    misshapen = sorted(k for k in set(expected) & set(weights) if expected[k].shape != weights[k].shape)
-    if missing or unexpected or misshapen:
-        found = [("lacks", missing), ("has unknown", unexpected), ("has other shapes of", misshapen)]
-        what = "; ".join(f"{verb} {len(keys)} weight(s) ({', '.join(keys[:3])}{', ...' if len(keys) > 3 else ''})"
-                         for verb, keys in found if keys)  # fmt: skip
+    what = weights_misfit(state_dict, model)
+    if what:
         raise CheckpointError(
             f"{', '.join(paths)}: the weights do not fit the model its config describes: it {what}; the file is "
             "damaged or was edited: use another checkpoint of the run (an epoch checkpoint, last.ckpt)"
         )
-    model.load_state_dict(weights)
+    model.load_state_dict({k.removeprefix("model."): v for k, v in state_dict.items() if k.startswith("model.")})
     model.to(pick_device(device)).eval()
     data_text = section.get("data_text") or recorded_text(Path(ckpt_path).expanduser().resolve().parent.parent)
     return LoadedModel(model, src_tokenizer, tgt_tokenizer, config, paths, task, data_text)

@@ -140,8 +140,8 @@ class Task:
 def check_split_text(loaded, datamodule, split: str, elsewhere: str) -> None:
     """A split of the run's own corpus (train, val, test) must be the text the model was trained with: a
     corpus found elsewhere (another data.root, $NMT_DATA, a cache holding another copy) or edited since
-    is refused, not scored as the run's. ``elsewhere``: how this task scores other text. Checkpoints
-    saved before they kept the text's hash are not checked."""
+    is refused, not scored as the run's. ``elsewhere``: how this task scores other text. A checkpoint saved
+    before checkpoints kept the hashes is checked against its run folder's record; without one, not at all."""
     trained = (loaded.data_text or {}).get(split)
     if trained is not None and datamodule.text_hash(split) != trained:
         raise ValueError(

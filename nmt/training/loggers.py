@@ -10,6 +10,7 @@ from lightning.pytorch.loggers import CSVLogger, WandbLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 
 from nmt.tasks.base import FINAL_RESULTS
+from nmt.training.run_folder import owns_run_folder
 from nmt.utils.io import atomic_path, atomic_write_text
 
 WANDB_ID = "wandb_id"  # in a run folder: the id of its W&B run, which every sitting of the run continues
@@ -138,7 +139,7 @@ def wandb_run_id(run_dir: Path) -> str | None:
     path = run_dir / WANDB_ID
     if path.is_file() and path.read_text().strip():
         return path.read_text().strip()
-    if any(int(os.environ.get(name, 0) or 0) for name in ("LOCAL_RANK", "NODE_RANK", "RANK", "SLURM_PROCID")):
+    if not owns_run_folder():
         return None
     run_id = uuid.uuid4().hex[:16]
     atomic_write_text(path, run_id + "\n")

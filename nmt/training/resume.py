@@ -6,7 +6,13 @@ from pathlib import Path
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from nmt.inference.checkpoint import CHECKPOINT_KEY, CheckpointError, epoch_checkpoints, load_checkpoint
+from nmt.inference.checkpoint import (
+    CHECKPOINT_KEY,
+    CheckpointError,
+    epoch_checkpoints,
+    load_checkpoint,
+    weights_misfit,
+)
 from nmt.training.run_folder import RunFolderError, differences, fingerprint
 
 
@@ -114,22 +120,7 @@ def check_checkpoint_elsewhere(resume: str, identity: dict, force: bool, src_tok
 def check_weights_fit(resume: str, model) -> None:
     """The checkpoint resumed holds weights of this run's model (a model setting changed under resume=force,
     or another model's checkpoint: one line, not Lightning's list of every missing and misshapen weight)."""
-    saved = {
-        k.removeprefix("model."): v.shape
-        for k, v in load_checkpoint(resume)["state_dict"].items()
-        if k.startswith("model.")
-    }
-    built = {k: v.shape for k, v in model.state_dict().items()}
-    found = [
-        ("lacks", sorted(set(built) - set(saved))),
-        ("has unknown", sorted(set(saved) - set(built))),
-        ("has other shapes of", sorted(k for k in set(built) & set(saved) if built[k] != saved[k])),
-    ]
-    what = "; ".join(
-        f"{verb} {len(keys)} weight(s) ({', '.join(keys[:3])}{', ...' if len(keys) > 3 else ''})"
-        for verb, keys in found
-        if keys
-    )
+    what = weights_misfit(load_checkpoint(resume)["state_dict"], model)
     if what:
         raise RunFolderError(
             f"{resume} does not hold this run's model: it {what}; a model setting differs from the run it "

@@ -255,6 +255,12 @@ def check_data(run_dir: Path, current: dict, force: bool, resuming: bool = False
     )
 
 
+def owns_run_folder() -> bool:
+    """Whether this process owns the run folder: DDP starts one process per device, and rank 0 owns it
+    (Lightning's launcher, torchrun and srun each name the rank in the environment)."""
+    return all(int(os.environ.get(name, 0) or 0) == 0 for name in ("LOCAL_RANK", "NODE_RANK", "RANK", "SLURM_PROCID"))
+
+
 def record_identity(run_dir: Path, current: dict) -> None:
     atomic_write_json(run_dir / FINGERPRINT, current)
 

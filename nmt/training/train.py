@@ -2,7 +2,6 @@
 
 import contextlib
 import logging
-import os
 import time
 from pathlib import Path
 
@@ -49,6 +48,7 @@ from nmt.training.run_folder import (
     fingerprint,
     finished_results,
     holds_work,
+    owns_run_folder,
     record_identity,
     saved_fingerprint,
     saved_states,
@@ -123,9 +123,7 @@ def train(cfg: DictConfig) -> dict:
         ) from None
     config = OmegaConf.to_container(cfg, resolve=True)
     config["run_dir"] = str(run_dir)
-    # DDP starts one process per device, each running this function: rank 0 owns the folder
-    ranks = ("LOCAL_RANK", "NODE_RANK", "RANK", "SLURM_PROCID")  # Lightning's launcher, torchrun, srun
-    main_process = all(int(os.environ.get(name, 0) or 0) == 0 for name in ranks)
+    main_process = owns_run_folder()  # DDP starts one process per device, each running this function
     with RunLock(run_dir) if main_process else contextlib.nullcontext():
         return _train_in_folder(cfg, task, run_dir, config, main_process)
 
