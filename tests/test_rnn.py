@@ -1,5 +1,6 @@
 """The RNN encoder-decoder: attention distributions, padding, teacher forcing, incremental decoding."""
 
+import csv
 import itertools
 import json
 
@@ -118,11 +119,15 @@ def test_teacher_forcing_decays_by_updates_not_micro_batches(tmp_path):
 
     decay = ["model.teacher_forcing_final=0.0", "model.teacher_forcing_decay_steps=20"]
     run = ["model=rnn", *decay, "trainer.accumulate_grad_batches=2", "trainer.max_steps=2", "threads=1"]
-    train(compose_train(*run, *NO_FINAL_SCORES, f"run_dir={tmp_path}"))
+    train(compose_train(*run, *NO_FINAL_SCORES, "trainer.log_every_n_steps=1", f"run_dir={tmp_path}"))
     checkpoint = load_checkpoint(tmp_path / "checkpoints" / "last.ckpt")
     assert (
         checkpoint["global_step"] == 2 and int(checkpoint["state_dict"]["model.train_steps"]) == 1
     )  # the last update's
+    # the ratio each update trained with is logged: 1 - update / 20
+    rows = list(csv.DictReader((tmp_path / "logs" / "metrics.csv").open()))
+    logged = {int(row["step"]): float(row["teacher_forcing"]) for row in rows if row.get("teacher_forcing")}
+    assert logged == {0: 1.0, 1: pytest.approx(0.95)}
 
 
 @pytest.mark.parametrize("attention", ATTENTIONS)

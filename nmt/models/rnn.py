@@ -149,6 +149,11 @@ class RNNSeq2Seq(nn.Module):
         progress = min(1.0, float(self.train_steps) / self.teacher_forcing_decay_steps)
         return self.teacher_forcing + progress * (self.teacher_forcing_final - self.teacher_forcing)
 
+    def scheduled_values(self) -> dict[str, float]:
+        """The values of the model's own schedule at this update, logged with the update's scalars: the
+        teacher-forcing ratio a decaying run trains with (a constant one is in the run's config)."""
+        return {"teacher_forcing": self.teacher_forcing_ratio()} if self.teacher_forcing_decay_steps > 0 else {}
+
     # ---- training ------------------------------------------------------------------------------
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor, return_attention: bool = False):
         """src: (batch, src_len), tgt_in: (batch, tgt_len) -> logits (batch, tgt_len, vocab)

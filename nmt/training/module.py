@@ -426,6 +426,8 @@ class TaskModule(L.LightningModule):
             return None
         if hasattr(self.model, "set_update"):  # a model with a schedule of its own (the RNN's teacher forcing)
             self.model.set_update(self.global_step)
+            for name, value in self.model.scheduled_values().items():  # e.g. the ratio a decay has reached
+                self.log(name, value, on_step=True, on_epoch=False, batch_size=1)
         loss, tokens = self.task.training_loss(self._training_model(), self.loss, batch)
         # (deferred guard: a non-finite loss shows as a non-finite gradient norm, without a read here)
         if self.check_every == 1 and not self._check_loss(loss):
