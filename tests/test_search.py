@@ -295,20 +295,10 @@ def test_greedy_on_the_device_reads_the_device_once_every_few_steps():
     assert stepwise_reads.count - model_reads >= 24
 
 
-READS_ITS_TABLE_SIZE = pytest.mark.xfail(
-    strict=True, reason="pos=learned checks its table's size by a read (skipped while a CUDA graph records)"
-)
-
-
-@pytest.mark.parametrize(
-    "pos",
-    [  # every option of `pos`, a new one too
-        pytest.param(p.stem, marks=READS_ITS_TABLE_SIZE) if p.stem == "learned" else p.stem
-        for p in sorted((CONF / "pos").glob("*.yaml"))
-    ],
-)
+@pytest.mark.parametrize("pos", [p.stem for p in sorted((CONF / "pos").glob("*.yaml"))])  # a new option too
 def test_a_decoding_step_reads_nothing_back(pos):
-    """Encoding and each decoding step of the Transformer queue work without reading a value back."""
+    """Encoding and each decoding step of the Transformer queue work without reading a value back (a
+    learned table read its largest position at every step to check its size)."""
     from .host_reads import HostReads
 
     model = make_model(pos, seed=14).eval()
@@ -341,3 +331,37 @@ def test_one_predicate_says_which_strategies_rank_hypotheses():
         assert search.ranks == (strategy in RANKED) and search.hypotheses == (4 if strategy in RANKED else 1)
     with pytest.raises(ValueError, match=r"decode.strategy='greedy': not a ranking search"):
         ranked_hypotheses(None, None, BOS, EOS, SearchConfig(strategy="greedy"))
+
+
+def test_a_learned_table_refuses_positions_beyond_it_from_the_host():
+    """The size check of ``pos=learned`` uses the host's numbers: the source, the teacher-forced target and a
+    decoding step past the table are refused in one line, for the translation model and the language model."""
+    from .test_lm import language_model
+
+    model = make_model("learned", seed=16).eval()
+    model.src_pos.max_len = model.tgt_pos.max_len = 6
+    src, tgt = batch(seed=17, batch_size=2)
+    beyond = r"position 6 is beyond pos.max_len=6 of the learned position table"
+    with pytest.raises(ValueError, match=beyond):
+        model.encode(torch.cat([src, src], dim=1)[:, :7])
+    with pytest.raises(ValueError, match=beyond):
+        model(src[:, :5], torch.cat([tgt, tgt], dim=1)[:, :7])
+    state, prev = model.encode(src[:, :5]), torch.full((2,), BOS)
+    with torch.no_grad():
+        for _ in range(6):
+            logits, state = model.decode_step(prev, state)
+            prev = logits.argmax(-1)
+        with pytest.raises(ValueError, match=beyond):
+            model.decode_step(prev, state)
+    lm = language_model("learned")
+    lm.pos.max_len = 6
+    with pytest.raises(ValueError, match=beyond):
+        lm(torch.randint(4, 23, (1, 7)))
+    with pytest.raises(ValueError, match=beyond):
+        lm.encode(torch.randint(4, 23, (1, 7)))
+    state = lm.encode(torch.randint(4, 23, (1, 5)))
+    with torch.no_grad():
+        for _ in range(2):  # the prediction after the prompt, then position 5
+            logits, state = lm.decode_step(logits.argmax(-1) if _ else prev[:1], state)
+        with pytest.raises(ValueError, match=beyond):
+            lm.decode_step(logits.argmax(-1), state)

@@ -16,7 +16,7 @@ from nmt.models.state import DecoderState
 from nmt.modules.attention import MultiHeadAttention, attention_entropy
 from nmt.modules.dropout import Dropout
 from nmt.modules.feedforward import FeedForward
-from nmt.modules.position import PositionEncoding
+from nmt.modules.position import PositionEncoding, checked_positions
 
 NormFactory = Callable[[int], nn.Module]
 PositionFactory = Callable[..., PositionEncoding]
@@ -277,7 +277,7 @@ class Transformer(nn.Module):
     def _encode(self, src: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """src: (batch, src_len) -> memory (batch, src_len, d_model), mask (batch, 1, 1, src_len)."""
         src_mask = (src != self.pad_id)[:, None, None, :]
-        positions = torch.arange(src.size(1), device=src.device)
+        positions = checked_positions(self.src_pos, 0, src.size(1), src.device)
         x = self._embed(self.src_embed, self.src_pos, src, positions)
         for layer in self.encoder:
             x = layer(x, src_mask, positions)
@@ -288,7 +288,7 @@ class Transformer(nn.Module):
         """src: (batch, src_len), tgt_in: (batch, tgt_len) -> logits (batch, tgt_len, tgt_vocab)."""
         memory, src_mask = self._encode(src)
         tgt_len = tgt_in.size(1)
-        positions = torch.arange(tgt_len, device=src.device)
+        positions = checked_positions(self.tgt_pos, 0, tgt_len, src.device)
         x = self._embed(self.tgt_embed, self.tgt_pos, tgt_in, positions)
         for layer in self.decoder:
             cross_k, cross_v = layer.cross_attn.project_kv(memory)
@@ -351,7 +351,7 @@ class Transformer(nn.Module):
         if fixed:
             positions = state.position
         else:
-            positions = torch.arange(state.step, state.step + 1, device=prev_tokens.device)  # no copy from the host
+            positions = checked_positions(self.tgt_pos, state.step, 1, prev_tokens.device)
         x = self._embed(self.tgt_embed, self.tgt_pos, prev_tokens[:, None], positions)  # (batch, 1, d_model)
         new = dict(t)
         for i, layer in enumerate(self.decoder):

@@ -14,7 +14,7 @@ from torch import nn
 from nmt.models.state import DecoderState
 from nmt.models.transformer import LayerSpec, NormFactory, PositionFactory
 from nmt.modules.dropout import Dropout
-from nmt.modules.position import PositionEncoding
+from nmt.modules.position import PositionEncoding, checked_positions
 
 
 class CausalLayer(nn.Module):
@@ -135,8 +135,7 @@ class TransformerLM(nn.Module):
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         """tokens: (batch, len) -> logits (batch, len, vocab); position t sees tokens 0..t only.
         Padding may only follow the real tokens (the causal mask keeps it out of their context)."""
-        length = tokens.size(1)
-        positions = torch.arange(length, device=tokens.device)
+        positions = checked_positions(self.pos, 0, tokens.size(1), tokens.device)
         return self._run(tokens, positions, True, None)[0]
 
     # ---- generation: the incremental interface -------------------------------------------------
@@ -145,7 +144,7 @@ class TransformerLM(nn.Module):
         if (prompt == self.pad_id).any():
             raise ValueError("a language model generates from prompts of equal length: give one prompt per batch")
         length = prompt.size(1)
-        positions = torch.arange(length, device=prompt.device)
+        positions = checked_positions(self.pos, 0, length, prompt.device)
         logits, cache = self._run(prompt, positions, True, None)
         return DecoderState({**cache, "next_logits": logits[:, -1]}, step=length)
 
@@ -155,7 +154,7 @@ class TransformerLM(nn.Module):
         tensors = dict(state.tensors)
         if "next_logits" in tensors:
             return tensors.pop("next_logits"), DecoderState(tensors, state.step)
-        positions = torch.arange(state.step, state.step + 1, device=prev_tokens.device)  # no copy from the host
+        positions = checked_positions(self.pos, state.step, 1, prev_tokens.device)
         logits, cache = self._run(prev_tokens[:, None], positions, False, tensors)
         return logits[:, -1], DecoderState(cache, state.step + 1)
 

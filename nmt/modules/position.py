@@ -73,9 +73,11 @@ class SinusoidalPosition(PositionEncoding):
         return x + sinusoid_table(positions, self.d_model).to(x.dtype)  # (len, d_model) broadcasts
 
 
-def recording(tensor: torch.Tensor) -> bool:
-    """Whether the step that made ``tensor`` is being recorded as a CUDA graph (no read of the device then)."""
-    return tensor.is_cuda and torch.cuda.is_current_stream_capturing()
+def checked_positions(encoding: PositionEncoding, start: int, count: int, device: torch.device) -> torch.Tensor:
+    """Positions ``start .. start + count - 1`` as a (count,) tensor on ``device``, made there (no copy from the
+    host). An encoding of fixed size (a learned table) refuses them here, from the host's numbers (ValueError)."""
+    encoding.check_positions(start + count)
+    return torch.arange(start, start + count, device=device)
 
 
 class LearnedPosition(PositionEncoding):
@@ -95,9 +97,8 @@ class LearnedPosition(PositionEncoding):
             )
 
     def embed(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        # a step recorded as a CUDA graph cannot read the device; its cache's size was checked instead
-        if not recording(positions):
-            self.check_positions(int(positions.max()) + 1)
+        # the positions' range was checked on the host where they were made (``positions``): reading their
+        # largest here would wait for the device at every decoding step
         return x + self.table(positions)
 
 
