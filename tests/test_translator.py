@@ -259,6 +259,18 @@ def test_translate_py_nbest_alignments_and_prefixes(checkpoints, tmp_path):
     assert lines[0].split("\t")[2].startswith("zwei") and lines[1].split("\t")[2].startswith("zwei")
 
 
+def test_translate_py_warnings_go_to_standard_error_not_among_the_translations(checkpoints):
+    """The truncation warning was logged to standard output: a pipe got one line more than it gave."""
+    stdin = "one two\n" + "seven " * 30 + "\nthree\n"
+    out = subprocess.run(
+        command(f"ckpt_path={checkpoints['seed1']}", "max_input_len=4"), input=stdin, capture_output=True,
+        text=True, timeout=300,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert len(out.stdout.splitlines()) == 3 and "truncated" not in out.stdout
+    assert "longer than max_input_len=4 subword tokens were truncated (first: line 2)" in out.stderr
+
+
 @pytest.mark.parametrize(
     ("stdin", "args", "message"),
     [
