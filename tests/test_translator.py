@@ -324,6 +324,48 @@ def test_evaluate_output_without_input_is_refused():
         TranslationTask().check_evaluation(cfg)
 
 
+@pytest.mark.parametrize(
+    "given", ["split=val", "out_dir=somewhere", "attention_maps=[0]", "rouge=true"]
+)  # fmt: skip
+def test_evaluate_input_refuses_the_options_of_scoring_a_split(given):
+    """They were accepted and ignored: input= printed the translations, wrote no heatmaps and no folder."""
+    from hydra import compose, initialize_config_dir
+
+    from nmt.tasks.translation import TranslationTask
+
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("evaluate", overrides=["ckpt_path=x", "input=in.txt", given])
+    key = given.split("=")[0]
+    with pytest.raises(ValueError, match=rf"^{key}=.* with input=in.txt: input= translates a file .* drop one of them"):
+        TranslationTask().check_evaluation(cfg)
+
+
+def test_evaluate_applies_max_input_len_to_a_split_and_checks_attention_indices_before_decoding(
+    checkpoints, tmp_path, monkeypatch
+):
+    """A split ignored max_input_len (the run's limit, or 256, stood); an attention map of a sentence the set
+    lacks failed after the whole set was decoded, leaving a folder without metrics."""
+    from hydra import compose, initialize_config_dir
+
+    from nmt.evaluation.evaluate import evaluate
+    from nmt.tasks import translation
+
+    def evaluate_val(*overrides):
+        with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+            base = [f"ckpt_path={checkpoints['seed1']}", "split=val", "device=cpu", "threads=1", "samples=0"]
+            return evaluate(compose("evaluate", overrides=[*base, *overrides]))
+
+    limits = []
+    real = translation.translate_lines
+    monkeypatch.setattr(translation, "translate_lines", lambda *a, **k: limits.append(a[6]) or real(*a, **k))
+    evaluate_val(f"out_dir={tmp_path / 'a'}")
+    evaluate_val(f"out_dir={tmp_path / 'b'}", "max_input_len=2")
+    assert limits == [256, 2]
+    with pytest.raises(ValueError, match=r"attention_maps: sentence 999 does not exist \(the set has \d+: indices 0"):
+        evaluate_val(f"out_dir={tmp_path / 'c'}", "attention_maps=[0,999]")
+    assert len(limits) == 2 and not (tmp_path / "c").exists()  # nothing decoded, nothing written
+
+
 def test_evaluation_refuses_a_split_whose_text_is_not_the_one_the_model_was_trained_with(tmp_path):
     """The checkpoint keeps each split's text hash: the run's test file edited after training (or another
     copy found first) is refused, not scored as the run's test set (it was, silently)."""

@@ -29,6 +29,7 @@ from nmt.tasks.base import (
     update_target_metrics,
 )
 from nmt.tasks.translation_eval import (
+    check_attention_indices,
     eval_folder_name,
     load_eval_set,
     print_scores,
@@ -44,6 +45,12 @@ def decoder_only(model_cfg) -> bool:
     """Whether the model of this config reads no source (a language model)."""
     target = OmegaConf.select(model_cfg, "_target_", default=None) if model_cfg is not None else None
     return bool(target) and bool(getattr(get_class(target), "decoder_only", False))
+
+
+def input_limit(data_cfg) -> int:
+    """The subword tokens a source is truncated to when no limit is given: a model trained on truncated
+    sources (a summariser's ``data.max_src_len``) reads them truncated the same way, others 256."""
+    return data_cfg.get("max_src_len") or 256
 
 
 class _Inline:
@@ -118,6 +125,18 @@ class TranslationTask(Task):
                 f"output={cfg.output}: where the translations of input= go; a split's hypotheses and scores go to "
                 "out_dir (default: <run folder>/eval/<split>_<search>)"
             )
+        if cfg.get("input") is not None:  # translations only: what scores a split would be ignored
+            given = {
+                "split": cfg.get("split", "test") != "test",
+                "out_dir": cfg.get("out_dir") is not None,
+                "attention_maps": bool(cfg.get("attention_maps")),
+                "rouge": cfg.get("rouge") is not None,
+            }
+            for key in (key for key, set_ in given.items() if set_):
+                raise ValueError(
+                    f"{key}={OmegaConf.select(cfg, key)} with input={cfg.input}: input= translates a file (output= "
+                    f"says where to), and {key} belongs to scoring a split; drop one of them"
+                )
         if cfg.get("num_samples", 1) != 1:
             raise ValueError(
                 f"num_samples={cfg.num_samples}: continuations of a language model's prompt; this checkpoint "
@@ -294,17 +313,19 @@ class TranslationTask(Task):
         attention_maps=(),
         rouge: bool | None = None,
         prepared: tuple | None = None,
+        max_input_len: int | None = None,
     ) -> dict:
         """Decode a split of the checkpoint's corpus (or another evaluation set), score it, write the
         hypotheses and metrics into ``out``, print a table. ROUGE when ``rouge`` (None: as the run).
-        ``prepared``: the set as ``_eval_set`` read it already."""
+        ``prepared``: the set as ``_eval_set`` read it already. ``max_input_len``: sources longer than it
+        are truncated (None: as the run's data, :func:`input_limit`)."""
         search = search or SearchConfig()
         datamodule, data_cfg, (sources, references, description) = prepared or self._eval_set(
             loaded, split, data_overrides
         )
         bleu_tokenizer(datamodule.tgt_lang)  # a scorer's missing package stops here, not after the decoding
-        # a model trained on truncated sources (summarisation) reads test sources truncated the same way
-        max_input_len = data_cfg.get("max_src_len") or 256
+        check_attention_indices(attention_maps, len(sources))  # and a sentence the set lacks
+        max_input_len = max_input_len or input_limit(data_cfg)
         hypotheses = translate_lines(
             loaded.model, loaded.src_tokenizer, loaded.tgt_tokenizer, sources, search, max_tokens, max_input_len, True
         )
@@ -378,6 +399,7 @@ class TranslationTask(Task):
                 list(cfg.attention_maps),
                 cfg.get("rouge"),
                 prepared.get(split),
+                cfg.get("max_input_len"),
             )
         if len(splits) == 1:
             return results[splits[0]]
@@ -393,7 +415,7 @@ class TranslationTask(Task):
             lines,
             search,
             cfg.max_tokens,
-            cfg.max_input_len,
+            cfg.get("max_input_len") or input_limit(loaded.config["data"]),
             progress=cfg.input != "-",  # a file: a bar on the terminal; standard input: nothing but translations
         )
         text = "".join(t + "\n" for t in translations)

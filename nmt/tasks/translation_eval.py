@@ -94,14 +94,22 @@ def write_outputs(out: Path, sources, references, hypotheses) -> dict:
     return {name: str(out / f"{name}.txt") for name in files}
 
 
+def check_attention_indices(indices, count: int) -> None:
+    """Before the set is decoded: each index names a sentence of it (ValueError)."""
+    for index in indices:
+        if type(index) is not int or not 0 <= index < count:
+            raise ValueError(
+                f"attention_maps: sentence {index!r} does not exist (the set has {count}: indices 0 to {count - 1})"
+            )
+
+
 @torch.no_grad()
 def write_attention_maps(loaded, sources: Sequence[str], hypotheses: Sequence[str], indices, folder: Path) -> list:
     """Heatmaps of how each hypothesis token attended to the source (teacher-forced on the hypothesis)."""
     device = next(loaded.model.parameters()).device
     paths = []
+    check_attention_indices(indices, len(sources))
     for index in indices:
-        if not 0 <= index < len(sources):
-            raise ValueError(f"attention_maps: sentence {index} does not exist (the set has {len(sources)})")
         src_ids = loaded.src_tokenizer.encode(sources[index]) + [EOS_ID]
         hyp_ids = loaded.tgt_tokenizer.encode(hypotheses[index])
         src = torch.tensor([src_ids], device=device)
