@@ -343,6 +343,9 @@ def test_a_tiny_language_model_learns_the_counting_corpus_and_generates(ptb_fold
     for h in hypotheses:
         assert h.score == pytest.approx(h.log_prob, abs=1e-4) and len(h.token_log_probs) == len(h.tokens) + 1
     assert len(samples) == 3 and all(s.startswith("w3") and len(s.split()) <= 5 for s in samples)
+    # a prompt longer than max_input_len keeps its end, which the continuation follows (it kept its start)
+    short = Translator.from_checkpoint(results["best_checkpoint"], strategy="greedy", max_new_tokens=1, max_input_len=2)
+    assert short.translate(["w1 w2 w3 w4"]) == ["w1 w2 w3 w4 w5"]
     metrics = json.loads((run_dir / "data_report.json").read_text())
     assert metrics["splits"]["train"]["lines"] == 600
     # evaluate.py from the checkpoint alone: the same test perplexity, and a prompt continued

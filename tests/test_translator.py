@@ -313,6 +313,22 @@ def test_a_string_is_one_line_and_bad_limits_or_devices_are_refused_before_loadi
             Translator.from_checkpoint("nowhere.ckpt", device="cuda")
 
 
+def test_a_negative_average_or_an_unknown_search_option_is_refused_not_ignored(checkpoints):
+    """average_last=-3 loaded the checkpoint's own weights; beamsize=5 was a TypeError's traceback."""
+    from nmt.inference.checkpoint import CheckpointError
+
+    with pytest.raises(CheckpointError, match=r"^average_last=-3: 0 \(the checkpoint's own weights\) or N >= 2"):
+        Translator.from_checkpoint(checkpoints["seed1"], average_last=-3, device="cpu")
+    with pytest.raises(ValueError, match=r"^decode.beamsize=5: not a search option; valid: strategy, beam_size, "):
+        Translator.from_checkpoint(checkpoints["seed1"], beamsize=5, device="cpu")
+    out = subprocess.run(
+        command(f"ckpt_path={checkpoints['seed1']}", "+decode.foo=1"), input="one\n", capture_output=True,
+        text=True, timeout=300,
+    )  # fmt: skip
+    assert out.returncode == 2 and "error: decode.foo=1: not a search option" in out.stderr, out.stderr[-2000:]
+    assert "Traceback" not in out.stderr
+
+
 def test_evaluate_output_without_input_is_refused():
     from hydra import compose, initialize_config_dir
 

@@ -90,6 +90,11 @@ def load_model(ckpt_path: str | os.PathLike, average_last: int = 0, device: str 
     """The model, tokenizers, config and task stored in a checkpoint; with ``average_last=N`` the
     weights are the mean of the run's last N epoch checkpoints, those up to ``ckpt_path`` when it is one
     of them (``epoch040.ckpt``: epochs 40-N+1 to 40), else the newest N (best.ckpt, last.ckpt)."""
+    if type(average_last) is not int or average_last < 0:  # a negative one loaded the checkpoint's own weights
+        raise CheckpointError(
+            f"average_last={average_last!r}: 0 (the checkpoint's own weights) or N >= 2 (the mean of the last N "
+            "epoch checkpoints beside it)"
+        )
     checkpoint = load_checkpoint(ckpt_path)
     paths = [str(ckpt_path)]
     state_dict = checkpoint["state_dict"]

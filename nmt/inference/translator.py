@@ -240,7 +240,7 @@ class Translator:
     def _continue(self, line: str, n_best: int, scores: bool, number: int) -> list[Hypothesis]:
         """A language model's continuations of one prompt (prompts are not padded, so one at a time): the
         prompt follows a sentence end, as every sentence of its training stream does."""
-        prompt = self._encode_sources([line], number)[0]
+        prompt = self._encode_sources([line], number, keep_end=True)[0]  # the context nearest the continuation
         unknown = self.src_tokenizer.unknown_words(line)
         if unknown:
             log.warning("line %d: words outside the vocabulary, read as <unk>: %s", number, ", ".join(unknown))
@@ -268,7 +268,9 @@ class Translator:
             results.append(hypothesis)
         return results
 
-    def _encode_sources(self, lines: Sequence[str], first_line: int) -> list[list[int]]:
+    def _encode_sources(self, lines: Sequence[str], first_line: int, keep_end: bool = False) -> list[list[int]]:
+        """Each line's ids, a line longer than ``max_input_len`` cut to its first tokens (``keep_end``: its
+        last, for a prompt, which its continuation follows), or refused (``on_long_input=error``)."""
         encoded = self.src_tokenizer.encode_batch(list(lines))
         long_lines = [n for n, ids in enumerate(encoded) if len(ids) > self.max_input_len]
         if long_lines and self.on_long_input == "error":
@@ -280,11 +282,14 @@ class Translator:
             )
         if long_lines:
             log.warning(
-                "%d input line(s) longer than max_input_len=%d subword tokens were truncated (first: line %d)",
+                "%d input line(s) longer than max_input_len=%d subword tokens were truncated%s (first: line %d)",
                 len(long_lines),
                 self.max_input_len,
+                " to their last tokens" if keep_end else "",
                 first_line + long_lines[0],
             )
+        if keep_end:
+            return [ids[-self.max_input_len :] for ids in encoded]
         return [ids[: self.max_input_len] for ids in encoded]
 
     def _pad(self, rows: list[list[int]]) -> torch.Tensor:
