@@ -101,11 +101,20 @@ def test_invalid_settings_name_the_key():
         TokenizerSettings(vocab_size=100)
 
 
-def test_decoded_text_never_breaks_a_line():
+@pytest.mark.parametrize("separator", ["\n", "\r", "\t", "\x0b", "\x0c", "\x1c", "\x85", "\u2028", "\u2029"])
+def test_decoded_text_never_breaks_a_line_or_a_tab_separated_field(separator):
+    """Byte pieces can spell any character: a tab split translate.py's "index<TAB>score<TAB>text" lines (a
+    sampled output held one), the other separators a file's lines (str.splitlines splits at each)."""
     tokenizer = Tokenizer.train(corpus("en"), TokenizerSettings(vocab_size=400))
-    newline_byte = tokenizer.sp.piece_to_id("<0x0A>")
-    ids = tokenizer.encode("a man") + [newline_byte] + tokenizer.encode("runs")
-    assert "\n" not in tokenizer.decode(ids)
+    byte_ids = [tokenizer.sp.piece_to_id(f"<0x{b:02X}>") for b in separator.encode("utf-8")]
+    ids = tokenizer.encode("a man") + byte_ids + tokenizer.encode("runs")
+    text = tokenizer.decode(ids)
+    assert (
+        separator not in text
+        and len(text.splitlines()) == 1
+        and "\t" not in text
+        and text.split() == ["a", "man", "runs"]
+    )
 
 
 def test_a_corpus_larger_than_the_sample_gives_the_same_tokenizer_in_every_process():

@@ -33,7 +33,9 @@ NORMALIZATIONS = ("identity", "lowercase", "nmt_nfkc", "nfkc", "nmt_nfkc_cf", "n
 # spaces that word segmentation put next to CJK characters, removed again after decoding
 # (CJK punctuation, ideographs, full-width forms, and the general punctuation Chinese text uses: … — “ ”)
 _CJK = "\u2010-\u2027\u2030-\u205e\u3000-\u303f\u4e00-\u9fff\uff00-\uffef"
-_LINE_BREAKS = re.compile(r"[\n\r]")
+# what would split an output line, or a field of translate.py's tab-separated output: a tab and every line
+# boundary of str.splitlines
+_SEPARATORS = re.compile("[\t\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
 _CJK_GAP = re.compile(rf"(?<=[{_CJK}])\s+(?=\S)|(?<=\S)\s+(?=[{_CJK}])")
 _CJK_RUN = re.compile(rf"[{_CJK}]+")  # what jieba segments; the text between runs stays as written
 _RUN_EDGE = re.compile(r"\s*\0[\s\0]*")
@@ -224,8 +226,8 @@ class Tokenizer:
         (which would shorten the hypothesis silently); with byte fallback, text never needs one."""
         text = self.sp.decode([i for i in ids if i == UNK_ID or i > EOS_ID])
         # byte pieces could spell a line break, which no reference holds and which would shift every
-        # later line of a hypothesis file
-        return self.segmenter.undo(_LINE_BREAKS.sub(" ", text))
+        # later line of a hypothesis file, or a tab, which would split a field of translate.py's output
+        return self.segmenter.undo(_SEPARATORS.sub(" ", text))
 
     def pieces(self, ids: Sequence[int]) -> list[str]:
         return [self.sp.id_to_piece(i) for i in ids]
