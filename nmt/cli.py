@@ -182,17 +182,28 @@ def quoted_paths(argv: list[str]) -> list[str]:
     quoted = []
     for arg in argv:
         key, sep, value = arg.partition("=")
-        if (
-            sep
-            and not arg.startswith(("-", "~"))
-            and GRAMMAR_CHARACTERS.search(value)
-            and "'" not in value
-            and not value.startswith(("[", '"'))
-            and Path(value).expanduser().exists()
-        ):
-            arg = f"{key}='{value}'"
+        if sep and not arg.startswith(("-", "~")) and GRAMMAR_CHARACTERS.search(value) and "'" not in value:
+            if not value.startswith(("[", '"')) and Path(value).expanduser().exists():
+                arg = f"{key}='{value}'"
+            elif value.startswith("[") and value.endswith("]") and (paths := _existing_paths(value[1:-1])):
+                listed = ",".join(f"'{p}'" for p in paths)
+                arg = f"{key}=[{listed}]"  # an ensemble of sweep runs' checkpoints
         quoted.append(arg)
     return quoted
+
+
+def _existing_paths(items: str) -> list[str] | None:
+    """``a,b,c`` read as existing paths whose names may hold commas (``pos=rope,seed=1/best.ckpt``): each
+    path the shortest run of comma-separated parts that exists; None unless every part belongs to one."""
+    paths, parts = [], []
+    for part in items.split(","):
+        parts.append(part)
+        if Path(",".join(parts)).expanduser().exists():
+            paths.append(",".join(parts))
+            parts = []
+    if parts or not any(GRAMMAR_CHARACTERS.search(p) for p in paths):
+        return None  # a part no path takes, or paths Hydra reads as written
+    return paths
 
 
 def hydra_dir_from_run_dir(argv: list[str]) -> list[str]:

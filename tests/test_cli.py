@@ -270,8 +270,17 @@ def test_an_existing_path_with_hydras_grammar_in_its_name_is_quoted(tmp_path):
     assert quoted_paths([f"ckpt_path={run}", "pos=absolute,rope", f"ckpt_path=[{run},{run}]"]) == [
         f"ckpt_path='{run}'",  # one path, not a key and a list
         "pos=absolute,rope",  # a sweep's list: no such path
-        f"ckpt_path=[{run},{run}]",  # a list, as written
+        f"ckpt_path=['{run}','{run}']",  # a list of such paths (an ensemble of sweep runs), each quoted
     ]
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    for as_written in (
+        f"ckpt_path=[{plain},{plain}]",
+        f"ckpt_path=[{run},{tmp_path / 'none'}]",
+        "decode.beam_size=[4,5]",
+    ):
+        assert quoted_paths([as_written]) == [as_written]  # paths Hydra reads, or not all existing: untouched
+    assert quoted_paths([f"ckpt_path=[{plain},{run}]"]) == [f"ckpt_path=['{plain}','{run}']"]
 
 
 def test_train_pys_run_dir_is_hydras_output_folder_too(tmp_path):

@@ -121,6 +121,25 @@ def test_every_error_has_the_error_shape_and_a_taken_port_is_named_before_loadin
     check_port("127.0.0.1", free_port())
 
 
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        ({"port": 70000}, r"^port=70000: must be an integer from 1 to 65535$"),  # was OverflowError's traceback
+        ({"port": "abc"}, r"^port='abc': must be an integer from 1 to 65535$"),  # named no key
+        ({"max_chars": 0}, r"^max_chars=0: must be an integer >= 1$"),  # a server that refused every request
+    ],
+)
+def test_a_port_or_a_length_limit_out_of_range_is_refused_before_loading(given, message):
+    from omegaconf import OmegaConf
+
+    from nmt.inference.serve import serve
+
+    with pytest.raises(ValueError, match=message):
+        serve(
+            OmegaConf.create({"ckpt_path": "nowhere.ckpt", "host": "127.0.0.1", "port": 8000, "max_chars": 9, **given})
+        )
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

@@ -21,12 +21,23 @@ def check_port(host: str, port: int) -> None:
         ) from None
 
 
+def check_settings(cfg: DictConfig) -> None:
+    """port and max_chars: numbers in range (a port of 70000 was a traceback, a max_chars of 0 a server
+    that refused every request)."""
+    for key, low, high in (("port", 1, 65535), ("max_chars", 1, None)):
+        value = cfg.get(key)
+        if type(value) is not int or value < low or (high is not None and value > high):
+            bound = f"from {low} to {high}" if high else f">= {low}"
+            raise ValueError(f"{key}={value!r}: must be an integer {bound}")
+
+
 def serve(cfg: DictConfig) -> None:
     import uvicorn
 
-    check_port(cfg.host, int(cfg.port))
+    check_settings(cfg)
+    check_port(cfg.host, cfg.port)
     translator = Translator.from_config(cfg, on_long_input="error")  # a request gets a message, never a cut sentence
     title = cfg.title or " + ".join(str(m.run_dir.name) for m in translator.loaded)
-    app = create_app(translator, max_chars=int(cfg.max_chars), title=title)
+    app = create_app(translator, max_chars=cfg.max_chars, title=title)
     print(f"Serving {title} at http://{cfg.host}:{cfg.port} (Ctrl-C stops)", file=sys.stderr, flush=True)
-    uvicorn.run(app, host=cfg.host, port=int(cfg.port), log_level="warning")
+    uvicorn.run(app, host=cfg.host, port=cfg.port, log_level="warning")
