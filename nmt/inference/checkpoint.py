@@ -1,6 +1,7 @@
 """Reading the checkpoints train.py writes: plain data only, loaded with ``weights_only=True``."""
 
 import os
+import re
 import zlib
 from pathlib import Path
 
@@ -84,7 +85,13 @@ def weights_misfit(state_dict: dict, model: torch.nn.Module) -> str:
 
 def epoch_checkpoints(folder: str | os.PathLike) -> list[Path]:
     """The per-epoch checkpoints of a run, oldest first."""
-    return sorted(Path(folder).glob("epoch*.ckpt"))
+    # by the epoch's number, not the name: epoch1000.ckpt sorts after epoch999.ckpt (names pad to 3 digits)
+    return sorted(Path(folder).glob("epoch*.ckpt"), key=lambda p: (_epoch_number(p.name), p.name))
+
+
+def _epoch_number(name: str) -> int:
+    found = re.match(r"epoch(\d+)", name)
+    return int(found.group(1)) if found else -1
 
 
 def average_state_dicts(state_dicts: list[dict]) -> dict:
