@@ -7,7 +7,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
 
 # user errors: builtins raised by our own checks (each naming the key or file and what to do), and classes
@@ -148,6 +148,26 @@ def _other_options_with(key: str, conf: Path, groups: list[str]) -> list[str]:
     return owners
 
 
+def foreign_group_message(argv: list[str], config_name: str, conf: Path = CONF) -> str | None:
+    """One line for a training group (``pos=rope``, ``+model=rnn``) given to a program whose config has no
+    such group (translate, evaluate, serve, export: the checkpoint's own settings apply). Hydra suggested
+    ``+pos=rope``, which was then accepted and read by nothing. None for train.py and sweep.py (whose
+    defaults take the groups)."""
+    defaults = OmegaConf.load(conf / f"{config_name}.yaml").get("defaults") or []
+    if any(isinstance(d, str) and d != "_self_" and not d.startswith("override") for d in defaults):
+        return None  # a config built on another (sweep: on train) takes its groups
+    own = {str(k).removeprefix("override ") for d in defaults if isinstance(d, DictConfig) for k in d}
+    for arg in argv:
+        key, sep, _ = arg.lstrip("+~").partition("=")
+        if arg.startswith(("-", "hydra")) or not key or "." in key or key in own or not (conf / key).is_dir():
+            continue
+        return (
+            f"error: {arg} (on the command line): {config_name}.py takes no {key} group; the checkpoint's own "
+            f"settings apply (its options: python {config_name}.py --help)"
+        )
+    return None
+
+
 def unknown_option_message(argv: list[str], conf: Path = CONF) -> str | None:
     """One line for the first ``group=option`` of ``argv`` whose option has no file in the group (Hydra's own
     report spans a screen: the search path, the options, a hint about a stack trace), listing the valid ones.
@@ -231,7 +251,11 @@ def check_command_line(config_name: str) -> None:
     sys.argv[1:] = quoted_paths(sys.argv[1:])
     if config_name == "train":
         sys.argv[1:] = hydra_dir_from_run_dir(sys.argv[1:])
-    message = unknown_option_message(sys.argv[1:]) or unknown_key_message(sys.argv[1:], config_name)
+    message = (
+        foreign_group_message(sys.argv[1:], config_name)
+        or unknown_option_message(sys.argv[1:])
+        or unknown_key_message(sys.argv[1:], config_name)
+    )
     if message:
         print(message, file=sys.stderr)
         raise SystemExit(2)

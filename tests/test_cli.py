@@ -6,7 +6,14 @@ import sys
 
 import pytest
 
-from nmt.cli import hydra_dir_from_run_dir, quoted_paths, unknown_key_message, unknown_option_message, user_message
+from nmt.cli import (
+    foreign_group_message,
+    hydra_dir_from_run_dir,
+    quoted_paths,
+    unknown_key_message,
+    unknown_option_message,
+    user_message,
+)
 from nmt.training.config import ConfigError, check_config, unused_groups
 
 from .conftest import NO_FINAL_SCORES, ROOT, compose_train
@@ -315,3 +322,15 @@ def test_translate_names_a_missing_input_file_before_loading_any_model(tmp_path)
     cfg = OmegaConf.create({"ckpt_path": str(tmp_path / "no.ckpt"), "input": str(tmp_path / "missing.en")})
     with pytest.raises(ValueError, match=r"^input=.*missing\.en: no such file"):
         run_translate(cfg)  # not the missing checkpoint's error: the input is checked first
+
+
+@pytest.mark.parametrize("name", ["translate", "evaluate", "serve", "export"])
+def test_a_training_group_given_to_a_program_of_a_checkpoint_is_refused(name):
+    """translate.py pos=rope got Hydra's hint to write +pos=rope, which was then accepted and read by nothing."""
+    for given in ("pos=rope", "+model=rnn", "data=toy"):
+        message = foreign_group_message(["ckpt_path=x", given], name)
+        assert message.startswith(f"error: {given} (on the command line): {name}.py takes no ")
+    assert (
+        foreign_group_message(["ckpt_path=x", "decode.beam_size=4", "data.root=/d", "hydra.verbose=true"], name) is None
+    )
+    assert foreign_group_message(["pos=rope"], "train") is None and foreign_group_message(["pos=rope"], "sweep") is None

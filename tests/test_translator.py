@@ -259,6 +259,17 @@ def test_translate_py_nbest_alignments_and_prefixes(checkpoints, tmp_path):
     assert lines[0].split("\t")[2].startswith("zwei") and lines[1].split("\t")[2].startswith("zwei")
 
 
+def test_translate_py_from_standard_input_refuses_a_prefix_file_with_lines_left_over(checkpoints, tmp_path):
+    """A file input with another count of prefixes was refused; standard input ignored the extra ones."""
+    (tmp_path / "prefix.txt").write_text("zwei\n\ndrei\n", encoding="utf-8")
+    out = subprocess.run(
+        command(f"ckpt_path={checkpoints['seed1']}", f"prefix_file={tmp_path / 'prefix.txt'}"),
+        input="one two\nthree\n", capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert len(out.stdout.splitlines()) == 2 and out.returncode == 2
+    assert f"error: prefix_file={tmp_path / 'prefix.txt'} has 3 lines but standard input had 2" in out.stderr
+
+
 def test_translate_py_warnings_go_to_standard_error_not_among_the_translations(checkpoints):
     """The truncation warning was logged to standard output: a pipe got one line more than it gave."""
     stdin = "one two\n" + "seven " * 30 + "\nthree\n"

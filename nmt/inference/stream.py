@@ -114,6 +114,8 @@ def _stream(translator: Translator, cfg: DictConfig, prefixes, scored: bool) -> 
     finally:
         if out is not sys.stdout:
             out.close()
+    if prefixes is not None and len(prefixes) != count:  # as a file input's count is checked
+        raise ValueError(f"prefix_file={cfg.prefix_file} has {len(prefixes)} lines but standard input had {count}")
     return {"translations": count, "output": cfg.output}
 
 
