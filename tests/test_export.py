@@ -206,3 +206,25 @@ def test_an_ensemble_or_a_file_as_the_folder_is_refused_in_one_line(tmp_path):
         run_export(OmegaConf.create({**base, "ckpt_path": ["a", "b"], "out": str(tmp_path / "m")}))
     with pytest.raises(ValueError, match=rf"^out={taken}: a file stands there"):
         run_export(OmegaConf.create({**base, "ckpt_path": "a", "out": str(taken)}))
+
+
+def test_a_learned_table_travels_as_ctranslate2s_default_limits_and_only_one_best_is_returned(
+    tmp_path_factory, tmp_path
+):
+    """CTranslate2's default limit (256 steps) ran past a learned table of fewer positions ("No position
+    encodings are defined for positions >= 64"); num_hypotheses > 1 returned the first alone, silently."""
+    import json
+
+    from nmt.inference.export import CTranslate2Model
+
+    checkpoint = trained(tmp_path_factory, "learned-layer-post", VARIANTS["learned-layer-post"])
+    export_ctranslate2(load_model(checkpoint, device="cpu"), tmp_path / "ct2")
+    assert json.loads((tmp_path / "ct2" / "nmt_export.json").read_text())["position_limits"] == [512, 512]
+    model = CTranslate2Model(tmp_path / "ct2")
+    assert model.position_limits == [512, 512] and len(model.translate(LINES[:2])) == 2
+    with pytest.raises(ValueError, match=r"^num_hypotheses=2: translate returns each line's best"):
+        model.translate(LINES[:2], beam_size=2, num_hypotheses=2)
+    export_ctranslate2(
+        load_model(trained(tmp_path_factory, "absolute-layer-pre-relu", []), device="cpu"), tmp_path / "a"
+    )
+    assert CTranslate2Model(tmp_path / "a").position_limits == [None, None]

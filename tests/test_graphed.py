@@ -213,8 +213,9 @@ def test_an_error_outside_the_recording_is_raised_not_taken_for_a_step_that_cann
 
 
 def test_a_cache_the_position_table_cannot_hold_is_decoded_step_by_step(monkeypatch):
-    """A learned table shorter than the output limit: no fixed cache (the step-by-step search fails only
-    if a sentence gets that long); here every sentence ends before it."""
+    """A learned table shorter than the output limit, in a model that does not report its size (a wrapper
+    without ``position_limits``): no fixed cache (the step-by-step search fails only if a sentence gets
+    that long); here every sentence ends before it."""
     model = make_model("learned", seed=12).double().eval()
     model.tgt_pos.max_len = 12  # the limit is 15 tokens
     src = padded_batch()
@@ -224,6 +225,28 @@ def test_a_cache_the_position_table_cannot_hold_is_decoded_step_by_step(monkeypa
     monkeypatch.setattr(search, "use_graphs", lambda model, device: True)
     monkeypatch.setattr(graphed, "record", lambda step: pytest.fail("no recording without a fixed cache"))
     assert [len(o) for o in decode(ends, src, BOS, EOS, CFG)] == [3, 5, 2, 5, 4, 6, 3, 8, 5]
+
+
+@pytest.mark.parametrize("strategy", ["greedy", "beam"])
+def test_outputs_stop_at_what_a_learned_position_table_holds(strategy, caplog):
+    """An output limit beyond the target table (decode.max_len_b=100, a table of 12) failed at position 12 of
+    any sentence that had not ended; the limit is now the table's size. A source beyond the source table
+    is cut to it, saying so (translate.py and serve.py failed with a training hint)."""
+    from nmt.data.tokenizer import Tokenizer, TokenizerSettings
+    from nmt.inference.loading import LoadedModel
+    from nmt.inference.translator import Translator
+    from nmt.tasks.translation import TranslationTask
+
+    model = make_model("learned", seed=12).eval()
+    model.src_pos.max_len, model.tgt_pos.max_len = 8, 12
+    never_ends = SearchConfig(strategy=strategy, beam_size=2, max_len_a=0.0, max_len_b=100)
+    outputs = decode(model, padded_batch()[:, :7], BOS, EOS, never_ends)
+    assert max(len(o) for o in outputs) <= 11  # 12 positions: 11 tokens and the end token
+    words = "one two three four five six seven eight nine ten"
+    tokenizer = Tokenizer.train([words] * 20, TokenizerSettings(vocab_size=24, byte_fallback=False))
+    translator = Translator([LoadedModel(model, tokenizer, tokenizer, {}, ["x.ckpt"], TranslationTask())], never_ends)
+    assert translator.max_input_len == 7 and "max_input_len=256 lowered to 7" in caplog.text
+    assert len(translator.translate([words])) == 1 and "were truncated (first: line 1)" in caplog.text
 
 
 def test_graphs_only_on_a_gpu_for_models_with_fixed_caches_and_not_under_autocast(monkeypatch):

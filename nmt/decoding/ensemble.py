@@ -12,6 +12,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from nmt.decoding.search import position_limits
+
 
 @dataclass
 class EnsembleState:
@@ -31,6 +33,13 @@ class Ensemble(nn.Module):
             raise ValueError(f"the models pad with different ids {sorted(pads)}: they do not share a vocabulary")
         self.members = nn.ModuleList(models)
         self.pad_id = models[0].pad_id
+
+    def position_limits(self) -> tuple[int | None, int | None]:
+        """The smallest of the members' limits (None: no member has one)."""
+        return tuple(
+            min((limit for limit in side if limit is not None), default=None)
+            for side in zip(*(position_limits(m) for m in self.members), strict=True)
+        )
 
     def encode(self, src: torch.Tensor) -> EnsembleState:
         return EnsembleState([m.encode(src) for m in self.members])

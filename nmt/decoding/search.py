@@ -191,10 +191,18 @@ def constrain(logits: torch.Tensor, histories: list[list[int]], eos_id: int, cfg
     return logits
 
 
-def max_lengths(src: torch.Tensor, pad_id: int, cfg: SearchConfig) -> torch.Tensor:
-    """(batch,) the number of tokens each output may have, counting the final EOS."""
+def position_limits(model) -> tuple[int | None, int | None]:
+    """The source and target positions ``model`` can encode (a learned position table's size), None for
+    any number: models without such a table need not say."""
+    limits = getattr(model, "position_limits", None)
+    return limits() if limits is not None else (None, None)
+
+
+def max_lengths(src: torch.Tensor, pad_id: int, cfg: SearchConfig, cap: int | None = None) -> torch.Tensor:
+    """(batch,) the number of tokens each output may have, counting the final EOS, at most ``cap`` (the
+    target positions the model can encode: output token t is decoded at position t)."""
     src_len = (src != pad_id).sum(dim=1)
-    return (src_len.float() * cfg.max_len_a + cfg.max_len_b).long().clamp(min=1)
+    return (src_len.float() * cfg.max_len_a + cfg.max_len_b).long().clamp(min=1, max=cap)
 
 
 @torch.no_grad()
@@ -308,7 +316,7 @@ def _greedy(model, src, bos_id: int, eos_id: int, cfg: SearchConfig, every: int 
     fetches the outputs. The tokens are those of :func:`_step_by_step` (a sentence's rows are computed
     alike whichever other sentences share its batch)."""
     batch, device, pad_id = src.size(0), src.device, model.pad_id
-    limits = max_lengths(src, pad_id, cfg)  # (batch,) tokens allowed, counting the final EOS
+    limits = max_lengths(src, pad_id, cfg, position_limits(model)[1])  # (batch,) tokens allowed, counting the EOS
     if every is None and use_graphs(model, device):
         outputs = graphed_greedy(
             model, src, limits, bos_id, eos_id, lambda x: never_emitted(x, bos_id, pad_id).argmax(-1)
@@ -357,7 +365,7 @@ def _step_by_step(
     sentence per step; finished sentences leave the batch. Bookkeeping stays on the host, so a GPU waits
     for it once per step (reading the new tokens)."""
     batch = src.size(0)
-    limits = _with_prefixes(max_lengths(src, model.pad_id, cfg), prefixes).tolist()
+    limits = _with_prefixes(max_lengths(src, model.pad_id, cfg, position_limits(model)[1]), prefixes).tolist()
     state = model.encode(src)
     alive = list(range(batch))  # original row of each row still decoding
     prev = torch.full((batch,), bos_id, dtype=torch.long, device=src.device)
@@ -441,7 +449,7 @@ def beam_hypotheses(
     the search ran out): score is the log-probability divided by the length penalty."""
     batch, k = src.size(0), cfg.beam_size
     device = src.device
-    limits = _with_prefixes(max_lengths(src, model.pad_id, cfg), prefixes)  # (batch,)
+    limits = _with_prefixes(max_lengths(src, model.pad_id, cfg, position_limits(model)[1]), prefixes)  # (batch,)
     row_prefixes = [p for p in prefixes for _ in range(k)] if prefixes else None
     state = model.encode(src).reorder(torch.arange(batch, device=device).repeat_interleave(k))
     scores = torch.zeros(batch, k, device=device)

@@ -9,9 +9,25 @@ import torch
 
 from nmt.data.batching import token_batches
 from nmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
-from nmt.decoding.search import SearchConfig, decode
+from nmt.decoding.search import SearchConfig, decode, position_limits
 
 log = logging.getLogger(__name__)
+
+
+def input_limit_for(model, max_input_len: int) -> int:
+    """``max_input_len``, lowered (with a warning) to what the model's source positions hold: a source is
+    its pieces and the end token, and a learned position table has a fixed size."""
+    table = position_limits(model)[0]
+    if table is not None and max_input_len > table - 1:
+        log.warning(
+            "max_input_len=%d lowered to %d: the model's learned position table (pos.max_len=%d) holds no longer "
+            "source with its end token",
+            max_input_len,
+            table - 1,
+            table,
+        )
+        return table - 1
+    return max_input_len
 
 
 @torch.no_grad()
@@ -29,6 +45,7 @@ def translate_lines(
     empty; inputs longer than ``max_input_len`` subword tokens are truncated (counted in a warning).
     ``progress``: a bar on a terminal, else a plain line on standard error every 30 seconds."""
     device = next(model.parameters()).device
+    max_input_len = input_limit_for(model, max_input_len)
     encoded = src_tokenizer.encode_batch(list(lines))
     long_lines = [number for number, ids in enumerate(encoded, start=1) if len(ids) > max_input_len]
     if long_lines:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import torch
 
+from nmt.decoding.search import position_limits
 from nmt.inference.loading import LoadedModel
 from nmt.modules.norm import LayerNorm, RMSNorm
 from nmt.modules.position import (
@@ -222,7 +223,13 @@ def export_ctranslate2(loaded: LoadedModel, out_dir: str | Path, quantization: s
             os.replace(path, out_dir / path.name)
         tok = loaded.src_tokenizer, loaded.tgt_tokenizer
         segmenters = {"source": tok[0].segmenter.spec(), "target": tok[1].segmenter.spec()}
-        manifest = {"checkpoints": loaded.checkpoints, "quantization": quantization, "segmenters": segmenters}
+        manifest = {
+            "checkpoints": loaded.checkpoints,
+            "quantization": quantization,
+            "segmenters": segmenters,
+            # a learned position table's sizes (source, target), which CTranslate2's default limits pass
+            "position_limits": list(position_limits(loaded.model)),
+        }
         atomic_write_text(out_dir / "nmt_export.json", json.dumps(manifest, indent=1) + "\n")
     finally:
         shutil.rmtree(staging, ignore_errors=True)
@@ -239,13 +246,27 @@ class CTranslate2Model:
         from nmt.data.tokenizer import Tokenizer
 
         model_dir = Path(model_dir)
-        segmenters = json.loads((model_dir / "nmt_export.json").read_text()).get("segmenters", {})
+        manifest = json.loads((model_dir / "nmt_export.json").read_text())
+        segmenters = manifest.get("segmenters", {})
+        self.position_limits = manifest.get("position_limits") or [None, None]
         self.source = Tokenizer((model_dir / "source.model").read_bytes(), segmenters.get("source"))
         self.target = Tokenizer((model_dir / "target.model").read_bytes(), segmenters.get("target"))
         self.translator = ctranslate2.Translator(str(model_dir), device=device, **translator_options)
 
     def translate(self, lines: list[str], **options) -> list[str]:
-        """``options`` go to ``translate_batch`` (beam_size, max_decoding_length, ...)."""
+        """The best translation of each line. ``options`` go to ``translate_batch`` (beam_size,
+        max_decoding_length, ...); a model with a learned position table has its limits by default (the
+        sources cut to what it holds, the outputs as long as it holds), as our translator does."""
+        if options.get("num_hypotheses", 1) != 1:
+            raise ValueError(
+                f"num_hypotheses={options['num_hypotheses']}: translate returns each line's best; for n-best lists "
+                "call self.translator.translate_batch on self.source's pieces"
+            )
+        source, target = self.position_limits
+        if source is not None:
+            options.setdefault("max_input_length", source - 1)  # the end token takes a position
+        if target is not None:
+            options.setdefault("max_decoding_length", target)
         batch = [self.source.pieces(self.source.encode(line)) for line in lines]
         results = self.translator.translate_batch(batch, **options)
         return [self.target.decode([self.target.sp.piece_to_id(p) for p in r.hypotheses[0]]) for r in results]

@@ -26,6 +26,7 @@ from nmt.data.batching import token_batches
 from nmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from nmt.decoding.ensemble import Ensemble
 from nmt.decoding.search import NEW_TOKENS, SearchConfig, decode, ranked_hypotheses, search_settings
+from nmt.decoding.translate import input_limit_for
 from nmt.inference.checkpoint import CheckpointError
 from nmt.inference.loading import LoadedModel, load_model, pick_device, resolve_checkpoint_path
 
@@ -112,7 +113,8 @@ class Translator:
         self.loaded, self.search = loaded, search
         self.model = first.model if len(loaded) == 1 else Ensemble([m.model for m in loaded]).eval()
         self.src_tokenizer, self.tgt_tokenizer = first.src_tokenizer, first.tgt_tokenizer
-        self.max_tokens, self.max_input_len, self.on_long_input = max_tokens, max_input_len, on_long_input
+        self.max_tokens, self.on_long_input = max_tokens, on_long_input
+        self.max_input_len = input_limit_for(self.model, max_input_len)
         self.alignment_layer = alignment_layer
         self.max_new_tokens = NEW_TOKENS if max_new_tokens is None else max_new_tokens
         self.device = next(self.model.parameters()).device

@@ -317,6 +317,11 @@ class Transformer(nn.Module):
         return entropies, even
 
     # ---- inference: one step at a time from a cache --------------------------------------------
+    def position_limits(self) -> tuple[int | None, int | None]:
+        """The source and target positions the model can encode (a learned table's size), None for any:
+        a search caps its outputs by the second, a translator its inputs by the first."""
+        return self.src_pos.max_positions, self.tgt_pos.max_positions
+
     def encode(self, src: torch.Tensor) -> DecoderState:
         """Run the encoder and project its output for every cross-attention once per sentence."""
         memory, src_mask = self._encode(src)

@@ -22,6 +22,8 @@ class PositionEncoding(nn.Module):
 
     #: True when the encoding adds to the attended values, which needs the explicit attention weights
     needs_attention_weights = False
+    #: the positions it can encode (a table's size), None for any number
+    max_positions: int | None = None
 
     def __init__(self, d_model: int, head_dim: int) -> None:
         super().__init__()
@@ -89,11 +91,16 @@ class LearnedPosition(PositionEncoding):
         self.table = nn.Embedding(max_len, d_model)
         nn.init.normal_(self.table.weight, std=d_model**-0.5)
 
+    @property
+    def max_positions(self) -> int:
+        return self.max_len
+
     def check_positions(self, count: int) -> None:
         if count > self.max_len:
             raise ValueError(
-                f"position {count - 1} is beyond pos.max_len={self.max_len} of the learned "
-                "position table: raise pos.max_len or lower data.max_len"
+                f"position {count - 1} is beyond pos.max_len={self.max_len} of the learned position table "
+                "(training: raise pos.max_len or lower data.max_len; decoding: a shorter input, max_input_len, "
+                "or a lower decode.max_len_a / max_len_b)"
             )
 
     def embed(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
