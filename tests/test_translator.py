@@ -473,3 +473,15 @@ def test_a_checkpoint_from_before_the_text_hashes_is_checked_against_its_run_fol
     torch.save(checkpoint, run / "checkpoints" / "old.ckpt")
     assert load_model(run / "checkpoints" / "old.ckpt", device="cpu").data_text == recorded
     assert recorded_text(tmp_path) is None  # no record: not checked
+
+
+def test_a_checkpoint_kept_outside_a_run_folder_is_evaluated_beside_itself(tmp_path):
+    """work/models/en-de.ckpt wrote its evaluations into work/eval/ (the folder above), as if work/ were its
+    run folder; a run's checkpoints/ folder still means the run folder."""
+    from nmt.inference.loading import LoadedModel
+
+    def run_dir(path):
+        return LoadedModel(None, None, None, {}, [str(path)], None).run_dir
+
+    assert run_dir(tmp_path / "work" / "models" / "en-de.ckpt") == tmp_path / "work" / "models"
+    assert run_dir(tmp_path / "run" / "checkpoints" / "best.ckpt") == tmp_path / "run"

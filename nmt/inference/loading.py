@@ -45,8 +45,11 @@ class LoadedModel:
 
     @property
     def run_dir(self) -> Path:
-        """The run folder of the (first) checkpoint: <run_dir>/checkpoints/<name>.ckpt."""
-        return Path(self.checkpoints[0]).expanduser().resolve().parent.parent
+        """The run folder of the (first) checkpoint: <run_dir>/checkpoints/<name>.ckpt; a checkpoint kept
+        elsewhere (not in a ``checkpoints`` folder) is its own folder's (its evaluations go beside it, not
+        into the folder above)."""
+        folder = Path(self.checkpoints[0]).expanduser().resolve().parent
+        return folder.parent if folder.name == "checkpoints" else folder
 
 
 def pick_device(name: str = "auto") -> torch.device:
