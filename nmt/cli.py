@@ -153,17 +153,21 @@ def foreign_group_message(argv: list[str], config_name: str, conf: Path = CONF) 
     such group (translate, evaluate, serve, export: the checkpoint's own settings apply). Hydra suggested
     ``+pos=rope``, which was then accepted and read by nothing. None for train.py and sweep.py (whose
     defaults take the groups)."""
-    defaults = OmegaConf.load(conf / f"{config_name}.yaml").get("defaults") or []
-    if any(isinstance(d, str) and d != "_self_" and not d.startswith("override") for d in defaults):
+    config = OmegaConf.load(conf / f"{config_name}.yaml")
+    defaults = config.get("defaults") or []
+    if any(isinstance(d, str) and d != "_self_" for d in defaults):
         return None  # a config built on another (sweep: on train) takes its groups
-    own = {str(k).removeprefix("override ") for d in defaults if isinstance(d, DictConfig) for k in d}
+    groups = {re.sub(r"^(override|optional)\s+", "", str(k)) for d in defaults if isinstance(d, DictConfig) for k in d}
+    if any(not group.startswith("hydra/") for group in groups):
+        return None  # a config of groups (train: model, pos, recipe, ...)
     for arg in argv:
         key, sep, _ = arg.lstrip("+~").partition("=")
-        if arg.startswith(("-", "hydra")) or not key or "." in key or key in own or not (conf / key).is_dir():
+        if arg.startswith(("-", "hydra")) or not key or "." in key or not (conf / key).is_dir():
             continue
+        block = f"; its {key} block takes {key}.<key>=..." if key in config else ""
         return (
-            f"error: {arg} (on the command line): {config_name}.py takes no {key} group; the checkpoint's own "
-            f"settings apply (its options: python {config_name}.py --help)"
+            f"error: {arg} (on the command line): {config_name}.py takes no {key} group, the checkpoint's own "
+            f"settings apply{block} (its options: python {config_name}.py --help)"
         )
     return None
 

@@ -333,4 +333,6 @@ def test_a_training_group_given_to_a_program_of_a_checkpoint_is_refused(name):
     assert (
         foreign_group_message(["ckpt_path=x", "decode.beam_size=4", "data.root=/d", "hydra.verbose=true"], name) is None
     )
-    assert foreign_group_message(["pos=rope"], "train") is None and foreign_group_message(["pos=rope"], "sweep") is None
+    for name in ("train", "sweep"):  # their groups, an optional one too
+        for given in ("pos=rope", "recipe=none", "+grid=rnn", "+tuned=factorial_converged_toy", "data=toy"):
+            assert foreign_group_message([given], name) is None
