@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
@@ -386,11 +387,14 @@ def test_evaluate_applies_max_input_len_to_a_split_and_checks_attention_indices_
     real = translation.translate_lines
     monkeypatch.setattr(translation, "translate_lines", lambda *a, **k: limits.append(a[6]) or real(*a, **k))
     evaluate_val(f"out_dir={tmp_path / 'a'}")
-    evaluate_val(f"out_dir={tmp_path / 'b'}", "max_input_len=2")
+    assert evaluate_val(f"out_dir={tmp_path / 'b'}", "max_input_len=2")["max_input_len"] == 2
     assert limits == [256, 2]
+    # without out_dir: a folder of its own, not the one of the run's own limit
+    evaluate_val("max_input_len=2")
+    assert limits == [256, 2, 2] and (Path(checkpoints["seed1"]).parents[1] / "eval" / "val_beam5_maxin2").is_dir()
     with pytest.raises(ValueError, match=r"attention_maps: sentence 999 does not exist \(the set has \d+: indices 0"):
         evaluate_val(f"out_dir={tmp_path / 'c'}", "attention_maps=[0,999]")
-    assert len(limits) == 2 and not (tmp_path / "c").exists()  # nothing decoded, nothing written
+    assert len(limits) == 3 and not (tmp_path / "c").exists()  # nothing decoded, nothing written
 
 
 def test_evaluation_refuses_a_split_whose_text_is_not_the_one_the_model_was_trained_with(tmp_path):
@@ -485,3 +489,22 @@ def test_a_checkpoint_kept_outside_a_run_folder_is_evaluated_beside_itself(tmp_p
 
     assert run_dir(tmp_path / "work" / "models" / "en-de.ckpt") == tmp_path / "work" / "models"
     assert run_dir(tmp_path / "run" / "checkpoints" / "best.ckpt") == tmp_path / "run"
+
+
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        (["decode.beam_size=[4,5]", "+decode.foo=1"], r"^decode.foo=1: not a search option; valid: "),  # a TypeError
+        (["average_last=[0,-1]"], r"^average_last=\[0, -1\]: each value 0 \(the checkpoint's own weights\) or N >= 2"),
+        (["max_tokens=null"], r"^max_tokens=None: must be an integer >= 1$"),  # after loading, a TypeError
+    ],
+)
+def test_an_evaluation_grid_or_limit_is_checked_before_anything_is_decoded(checkpoints, given, message):
+    from hydra import compose, initialize_config_dir
+
+    from nmt.evaluation.evaluate import evaluate
+
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("evaluate", overrides=[f"ckpt_path={checkpoints['seed1']}", "split=val", "device=cpu", *given])
+    with pytest.raises(ValueError, match=message):
+        evaluate(cfg)

@@ -24,8 +24,9 @@ def evaluate(cfg: DictConfig) -> dict:
             "epochs: average_last=N); an ensemble decodes with translate.py ckpt_path=[...], whose outputs "
             "python -m nmt.evaluation.score scores against the references"
         )
-    limits = {"max_tokens": cfg.max_tokens, "max_input_len": cfg.max_input_len}
-    check_limits(**{name: value for name, value in limits.items() if value is not None})  # null: the run's
+    check_limits(max_tokens=cfg.max_tokens)
+    if cfg.max_input_len is not None:  # null: the run's own limit
+        check_limits(max_input_len=cfg.max_input_len)
     pick_device(cfg.device)  # a device this machine lacks, named before the checkpoint is read
     cfg.ckpt_path = str(resolve_checkpoint_path(cfg.ckpt_path))  # a run folder: its best checkpoint
     task = checkpoint_task(cfg.ckpt_path)

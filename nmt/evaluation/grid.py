@@ -35,7 +35,7 @@ DECODED = ("bleu", "bleu_tok_lc", "chrf")  # scores every decoding task writes, 
 ROUGE = ("rouge1", "rouge2", "rougeL")  # with rouge
 TAGS = {"average_last": "avg", "beam_size": "beam", "strategy": "", **SEARCH_TAGS}  # as the folders name them
 # options the test command repeats, so that the test is decoded and scored as the grid's settings were
-PASSED_ON = ("rouge", "max_tokens", "device")
+PASSED_ON = ("rouge", "max_tokens", "device", "max_input_len")
 
 
 def grid_axes(cfg: DictConfig) -> dict[str, list]:
@@ -81,13 +81,16 @@ def check_grid(cfg: DictConfig, task, axes: dict[str, list]) -> None:
             "the validation set (split=val), never on a test set; score the test with the chosen setting"
         )
     averages = axes.get("average_last", [cfg.average_last])
+    for average in averages:  # each value, before the first cell is decoded
+        if type(average) is not int or average < 0:
+            raise ValueError(f"average_last={averages}: each value 0 (the checkpoint's own weights) or N >= 2")
     kept = len(epoch_checkpoints(Path(cfg.ckpt_path).parent))
     if max(averages) > 1 and max(averages) > kept:
         raise ValueError(f"average_last={averages}: only {kept} epoch checkpoint(s) beside {cfg.ckpt_path}")
     choose_by(cfg, task)
     for setting in settings(axes):  # a bad value stops the grid before anything is decoded
         decode = {k.removeprefix("decode."): v for k, v in setting.items() if k.startswith("decode.")}
-        SearchConfig(**{**{k: v for k, v in cfg.decode.items() if v is not None}, **decode})
+        search_settings(None, {**cfg.decode, **decode}, refuse_unread=False)  # an unknown key named too
 
 
 def choose_by(cfg: DictConfig, task) -> str:

@@ -332,13 +332,17 @@ class TranslationTask(Task):
         rouge = self.rouge if rouge is None else rouge
         lowercase = loaded.tgt_tokenizer.lowercases
         scores = corpus_scores(hypotheses, references, datamodule.tgt_lang, rouge=rouge, lowercase=lowercase)
-        out = Path(out) if out else loaded.run_dir / "eval" / eval_folder_name(loaded, split, search)
+        name = eval_folder_name(loaded, split, search)
+        if max_input_len != input_limit(data_cfg):  # sources cut elsewhere than the run's: a folder of its own
+            name += f"_maxin{max_input_len}"
+        out = Path(out) if out else loaded.run_dir / "eval" / name
         result = {
             "checkpoints": loaded.checkpoints,
             "data": description,
             "split": split,
             "tgt_lang": datamodule.tgt_lang,  # what the scores tokenised by (rescoring, paired tests)
             "search": search.__dict__,
+            "max_input_len": max_input_len,
             **scores,
             **write_outputs(out, sources, references, hypotheses),
         }
@@ -383,6 +387,8 @@ class TranslationTask(Task):
         splits = list(cfg.split) if OmegaConf.is_list(cfg.split) else [cfg.split]
         # every set found and read before the first is decoded (a missing one came after it), and read once
         prepared = {split: self._eval_set(loaded, split, overrides) for split in splits} if len(splits) > 1 else {}
+        for _, _, (sources, _, _) in prepared.values():  # an index one of the sets lacks, before any is decoded
+            check_attention_indices(list(cfg.attention_maps), len(sources))
         results = {}
         for split in splits:
             out = cfg.out_dir
