@@ -247,6 +247,15 @@ def test_outputs_stop_at_what_a_learned_position_table_holds(strategy, caplog):
     translator = Translator([LoadedModel(model, tokenizer, tokenizer, {}, ["x.ckpt"], TranslationTask())], never_ends)
     assert translator.max_input_len == 7 and "max_input_len=256 lowered to 7" in caplog.text
     assert len(translator.translate([words])) == 1 and "were truncated (first: line 1)" in caplog.text
+    with pytest.raises(ValueError, match=r"^a prefix of 12 tokens and its end token need more than the 12 target"):
+        decode(model, padded_batch()[:2, :7], BOS, EOS, never_ends, prefixes=[[5] * 12, [5]])
+    # an ensemble holds what every member holds
+    from nmt.decoding.ensemble import Ensemble
+
+    other = make_model("learned", seed=13).eval()
+    other.src_pos.max_len, other.tgt_pos.max_len = 10, 9
+    assert Ensemble([model, other]).position_limits() == (8, 9)
+    assert Ensemble([model, make_model("absolute")]).position_limits() == (8, 12)
 
 
 def test_graphs_only_on_a_gpu_for_models_with_fixed_caches_and_not_under_autocast(monkeypatch):

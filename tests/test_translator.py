@@ -281,6 +281,11 @@ def test_translate_py_warnings_go_to_standard_error_not_among_the_translations(c
     assert out.returncode == 0, out.stderr[-2000:]
     assert len(out.stdout.splitlines()) == 3 and "truncated" not in out.stdout
     assert "longer than max_input_len=4 subword tokens were truncated (first: line 2)" in out.stderr
+    quiet = subprocess.run(
+        command(f"ckpt_path={checkpoints['seed1']}", "max_input_len=4", "hydra/job_logging=disabled"), input=stdin,
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert quiet.returncode == 0 and quiet.stdout == out.stdout, quiet.stderr[-2000:]  # Hydra's other options too
 
 
 @pytest.mark.parametrize(
@@ -329,7 +334,7 @@ def test_a_negative_average_or_an_unknown_search_option_is_refused_not_ignored(c
     """average_last=-3 loaded the checkpoint's own weights; beamsize=5 was a TypeError's traceback."""
     from nmt.inference.checkpoint import CheckpointError
 
-    with pytest.raises(CheckpointError, match=r"^average_last=-3: 0 \(the checkpoint's own weights\) or N >= 2"):
+    with pytest.raises(CheckpointError, match=r"^average_last=-3: 0 or 1 \(the checkpoint's own weights\) or N >= 2"):
         Translator.from_checkpoint(checkpoints["seed1"], average_last=-3, device="cpu")
     with pytest.raises(ValueError, match=r"^decode.beamsize=5: not a search option; valid: strategy, beam_size, "):
         Translator.from_checkpoint(checkpoints["seed1"], beamsize=5, device="cpu")

@@ -142,7 +142,8 @@ def graphed_greedy(model, src, limits, bos_id: int, eos_id: int, choose: GreedyS
     """Greedy search (``choose``: logits (rows, vocab) -> tokens (rows,)) of a padded CUDA batch src:
     (batch, src_len), each step one graph replay; token ids per sentence, without BOS/EOS. None where
     the caller decodes step by step instead: the model cannot hold a cache of this size (a learned position
-    table too short; the step-by-step search fails only if a sentence gets that long), or a step could not
+    table shorter than ``limits``, which the search caps at the size a model reports through
+    ``position_limits``), or a step could not
     be recorded, in this search or an earlier one (a warning says why, once: a failed recording may leave
     the allocator's bookkeeping behind, so it is not tried again)."""
     if FAILED:

@@ -220,7 +220,7 @@ def decode(
     ``numbers``: per sentence, its number in the input (its line, from 1; default: 1 to batch), from which
     seeded sampling draws its random stream (:func:`sentence_generators`)."""
     if cfg.min_len:
-        _warn_if_min_len_unreachable(src, model.pad_id, cfg)
+        _warn_if_min_len_unreachable(src, model.pad_id, cfg, position_limits(model)[1])
     if cfg.ranks:
         return [hyps[0][1] if hyps else [] for hyps in ranked_hypotheses(model, src, bos_id, eos_id, cfg, prefixes)]
     if cfg.strategy == "greedy" and not (cfg.min_len or cfg.no_repeat_ngram_size or prefixes):
@@ -233,12 +233,12 @@ def decode(
 _WARNED_MIN_LEN: set = set()
 
 
-def _warn_if_min_len_unreachable(src: torch.Tensor, pad_id: int, cfg: SearchConfig) -> None:
+def _warn_if_min_len_unreachable(src: torch.Tensor, pad_id: int, cfg: SearchConfig, cap: int | None = None) -> None:
     """Once per setting: decode.min_len at or above a sentence's output limit cannot hold (the limit ends it)."""
     key = (cfg.min_len, cfg.max_len_a, cfg.max_len_b)
     if key in _WARNED_MIN_LEN:
         return
-    shortest = int(max_lengths(src, pad_id, cfg).min()) - 1  # tokens before the end token
+    shortest = int(max_lengths(src, pad_id, cfg, cap).min()) - 1  # tokens before the end token
     if shortest < cfg.min_len:
         _WARNED_MIN_LEN.add(key)
         log.warning(
@@ -296,10 +296,17 @@ def force_prefixes(log_probs: torch.Tensor, step: int, prefixes: list[list[int]]
     return log_probs
 
 
-def _with_prefixes(limits: torch.Tensor, prefixes: list[list[int]] | None) -> torch.Tensor:
-    """Output limits long enough for each prefix and its end token."""
+def _with_prefixes(limits: torch.Tensor, prefixes: list[list[int]] | None, cap: int | None = None) -> torch.Tensor:
+    """Output limits long enough for each prefix and its end token; a prefix beyond ``cap`` (the target
+    positions the model can encode) is refused before decoding (it failed at that step)."""
     if not prefixes:
         return limits
+    longest = max(len(p) for p in prefixes)
+    if cap is not None and longest + 1 > cap:
+        raise ValueError(
+            f"a prefix of {longest} tokens and its end token need more than the {cap} target positions of the "
+            "model's learned position table (pos.max_len); shorten the prefix"
+        )
     needed = torch.tensor([len(p) + 1 for p in prefixes], device=limits.device)
     return torch.maximum(limits, needed)
 
@@ -365,7 +372,9 @@ def _step_by_step(
     sentence per step; finished sentences leave the batch. Bookkeeping stays on the host, so a GPU waits
     for it once per step (reading the new tokens)."""
     batch = src.size(0)
-    limits = _with_prefixes(max_lengths(src, model.pad_id, cfg, position_limits(model)[1]), prefixes).tolist()
+    limits = _with_prefixes(
+        max_lengths(src, model.pad_id, cfg, cap := position_limits(model)[1]), prefixes, cap
+    ).tolist()
     state = model.encode(src)
     alive = list(range(batch))  # original row of each row still decoding
     prev = torch.full((batch,), bos_id, dtype=torch.long, device=src.device)
@@ -449,7 +458,9 @@ def beam_hypotheses(
     the search ran out): score is the log-probability divided by the length penalty."""
     batch, k = src.size(0), cfg.beam_size
     device = src.device
-    limits = _with_prefixes(max_lengths(src, model.pad_id, cfg, position_limits(model)[1]), prefixes)  # (batch,)
+    limits = _with_prefixes(
+        max_lengths(src, model.pad_id, cfg, cap := position_limits(model)[1]), prefixes, cap
+    )  # (batch,)
     row_prefixes = [p for p in prefixes for _ in range(k)] if prefixes else None
     state = model.encode(src).reorder(torch.arange(batch, device=device).repeat_interleave(k))
     scores = torch.zeros(batch, k, device=device)

@@ -48,8 +48,7 @@ class LoadedModel:
         """The run folder of the (first) checkpoint: <run_dir>/checkpoints/<name>.ckpt; a checkpoint kept
         elsewhere (not in a ``checkpoints`` folder) is its own folder's (its evaluations go beside it, not
         into the folder above)."""
-        folder = Path(self.checkpoints[0]).expanduser().resolve().parent
-        return folder.parent if folder.name == "checkpoints" else folder
+        return run_folder_of(self.checkpoints[0])
 
 
 def pick_device(name: str = "auto") -> torch.device:
@@ -95,8 +94,8 @@ def load_model(ckpt_path: str | os.PathLike, average_last: int = 0, device: str 
     of them (``epoch040.ckpt``: epochs 40-N+1 to 40), else the newest N (best.ckpt, last.ckpt)."""
     if type(average_last) is not int or average_last < 0:  # a negative one loaded the checkpoint's own weights
         raise CheckpointError(
-            f"average_last={average_last!r}: 0 (the checkpoint's own weights) or N >= 2 (the mean of the last N "
-            "epoch checkpoints beside it)"
+            f"average_last={average_last!r}: 0 or 1 (the checkpoint's own weights) or N >= 2 (the mean of the last "
+            "N epoch checkpoints beside it)"
         )
     checkpoint = load_checkpoint(ckpt_path)
     paths = [str(ckpt_path)]
@@ -135,8 +134,15 @@ def load_model(ckpt_path: str | os.PathLike, average_last: int = 0, device: str 
         )
     model.load_state_dict({k.removeprefix("model."): v for k, v in state_dict.items() if k.startswith("model.")})
     model.to(pick_device(device)).eval()
-    data_text = section.get("data_text") or recorded_text(Path(ckpt_path).expanduser().resolve().parent.parent)
+    data_text = section.get("data_text") or recorded_text(run_folder_of(ckpt_path))
     return LoadedModel(model, src_tokenizer, tgt_tokenizer, config, paths, task, data_text)
+
+
+def run_folder_of(ckpt_path: str | os.PathLike) -> Path:
+    """<run_dir> of <run_dir>/checkpoints/<name>.ckpt; a checkpoint kept outside a ``checkpoints`` folder:
+    its own folder (its evaluations go beside it, not into the folder above)."""
+    folder = Path(ckpt_path).expanduser().resolve().parent
+    return folder.parent if folder.name == "checkpoints" else folder
 
 
 def recorded_text(run_dir: Path) -> dict[str, str] | None:

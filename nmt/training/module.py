@@ -426,7 +426,7 @@ class TaskModule(L.LightningModule):
             return None
         if hasattr(self.model, "set_update"):  # a model with a schedule of its own (the RNN's teacher forcing)
             self.model.set_update(self.global_step)
-            for name, value in self.model.scheduled_values().items():  # e.g. the ratio a decay has reached
+            for name, value in getattr(self.model, "scheduled_values", dict)().items():  # the ratio a decay reached
                 self.log(name, value, on_step=True, on_epoch=False, batch_size=1)
         loss, tokens = self.task.training_loss(self._training_model(), self.loss, batch)
         # (deferred guard: a non-finite loss shows as a non-finite gradient norm, without a read here)
