@@ -412,3 +412,23 @@ def test_failures_outside_the_plan_are_not_this_sweeps(tmp_path):
     (tmp_path / "plan.json").write_text(json.dumps({"runs": 2, "run_names": ["lr=0.001,seed=1", "lr=0.0003,seed=1"]}))
     assert failed_runs(tmp_path) == ["lr=0.001,seed=1"]
     assert sweep.progress_line(tmp_path, 2) == "[sweep] 0/2 done, 1 failed"
+
+
+def test_a_finished_run_whose_record_cannot_be_made_says_to_rerun_the_sweep(tmp_path):
+    """Code edited while a sweep ran made the import of the run's task fail after hours of training, and the
+    finished run went unrecorded behind Hydra's "Error locating target"; the message now says what to do."""
+    import json
+
+    from omegaconf import OmegaConf
+
+    from nmt.sweep.runner import run_record
+
+    run = tmp_path / "pos=rope,seed=1"
+    run.mkdir()
+    (run / "results.json").write_text(json.dumps({"epochs": 1, "steps": 2, "parameters": 3, "wall_time_s": 4}))
+    OmegaConf.save(OmegaConf.create({"task": {"_target_": "nmt.tasks.edited_away.Task"}}), run / "config.yaml")
+    with pytest.raises(
+        RuntimeError,
+        match=r"^pos=rope,seed=1: trained, but its record could not be made .* Run the same sweep command again",
+    ):
+        run_record(run, {"pos": "rope"}, 1)

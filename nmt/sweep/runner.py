@@ -6,6 +6,7 @@ the sweep down. Finished runs leave ``sweep_result.json``; a rerun of the sweep 
 is written by :mod:`nmt.sweep.report` when the last job has ended.
 """
 
+import importlib
 import json
 import os
 import signal
@@ -147,6 +148,11 @@ def run_cell(cfg: DictConfig) -> dict | None:
     if too_late_to_start(Path(hydra_cfg.sweep.dir), cfg.get("start_runs_for")):
         print(f"[sweep] not started (start_runs_for={cfg.start_runs_for} has passed): {run_dir.name}; rerun to resume")
         return None
+    # the run's task, imported now: recording the run, hours later, must not import code edited meanwhile (a
+    # module imported then, against others imported now, failed and left a finished run unrecorded)
+    target = OmegaConf.select(cfg, "task._target_", default=None)
+    if isinstance(target, str) and "." in target:
+        importlib.import_module(target.rpartition(".")[0])
     factors = {k: v for k, v in pairs if k != "seed" and k in swept}
     tags = ",".join(json.dumps(f"{k}:{v}") for k, v in factors.items())
     command = [
@@ -322,7 +328,14 @@ def run_record(run_dir: Path, factors: dict, seed: int) -> dict:
     (from results.json; the task is read from the run's config.yaml), size, cost and test outputs."""
     results = json.loads((run_dir / "results.json").read_text())
     config = OmegaConf.to_container(OmegaConf.load(run_dir / "config.yaml"))
-    task = build_task(task_config(config))
+    try:
+        task = build_task(task_config(config))
+    except Exception as err:  # the run itself finished and stays; only its record is missing
+        raise RuntimeError(
+            f"{run_dir.name}: trained, but its record could not be made ({type(err).__name__}: {err}); was the "
+            "code edited while the sweep ran? Run the same sweep command again: it records the finished run "
+            "from its folder without training it"
+        ) from err
     test = results.get("test") or {}
     final = test or results.get(FINAL_RESULTS["val"]) or {}
     tok_lc_signature = final.get("bleu_tok_lc_signature") or results.get("bleu_tok_lc_signature")
