@@ -390,3 +390,21 @@ def test_both_kinds_of_vocabulary_name_the_words_they_read_as_unknown():
     assert words.unknown_words("a zz <unk> c") == ["zz"]
     pieces = Tokenizer.train(["a b c abc", "b c a"] * 50, TokenizerSettings(vocab_size=10, byte_fallback=False))
     assert pieces.unknown_words("abc zq cab") == ["zq"]
+
+
+@pytest.mark.parametrize(("new_tokens", "kept", "room"), [(3, 4, 4), (20, 1, 7)])
+def test_a_continuation_stays_within_a_learned_position_table(new_tokens, kept, room):
+    """A prompt and its continuation share the table's positions: the prompt keeps its end and the limit is
+    what the table leaves (a long prompt or max_new_tokens failed at the table's end while decoding)."""
+    from nmt.decoding.search import SearchConfig, continuation_room, decode
+
+    model = language_model("learned")
+    model.pos.max_len = 8
+    prompt = list(range(4, 10))
+    ids, limit = continuation_room(model, prompt, new_tokens)
+    assert ids == prompt[-kept:] and limit == room
+    for strategy in ("greedy", "beam"):
+        search = SearchConfig(strategy=strategy, beam_size=2, max_len_a=0.0, max_len_b=limit)
+        (out,) = decode(model, torch.tensor([[EOS_ID, *ids]]), BOS_ID, EOS_ID, search)  # no position beyond 7
+        assert len(out) <= limit
+    assert continuation_room(language_model("absolute"), prompt, new_tokens) == (prompt, new_tokens + 1)

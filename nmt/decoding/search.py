@@ -198,6 +198,18 @@ def position_limits(model) -> tuple[int | None, int | None]:
     return limits() if limits is not None else (None, None)
 
 
+def continuation_room(model, prompt: list[int], max_new_tokens: int) -> tuple[list[int], int]:
+    """A language model's prompt and the output limit (tokens, counting the end) of its continuation, within
+    the positions the model can encode: the context (a sentence end, then the prompt) and all but the last
+    output token take one each. A prompt that leaves no room for ``max_new_tokens`` keeps its end (at least
+    one token); the limit is then what the table leaves. Unbounded models: the prompt and max_new_tokens + 1."""
+    table = position_limits(model)[1]
+    if table is None:
+        return prompt, max_new_tokens + 1
+    kept = prompt[-max(table - 1 - max_new_tokens, 1) :] if prompt else prompt
+    return kept, max(min(max_new_tokens + 1, table - len(kept)), 1)
+
+
 def max_lengths(src: torch.Tensor, pad_id: int, cfg: SearchConfig, cap: int | None = None) -> torch.Tensor:
     """(batch,) the number of tokens each output may have, counting the final EOS, at most ``cap`` (the
     target positions the model can encode: output token t is decoded at position t)."""

@@ -25,7 +25,14 @@ from torch.nn import functional as F
 from nmt.data.batching import token_batches
 from nmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from nmt.decoding.ensemble import Ensemble
-from nmt.decoding.search import NEW_TOKENS, SearchConfig, decode, ranked_hypotheses, search_settings
+from nmt.decoding.search import (
+    NEW_TOKENS,
+    SearchConfig,
+    continuation_room,
+    decode,
+    ranked_hypotheses,
+    search_settings,
+)
 from nmt.decoding.translate import input_limit_for
 from nmt.inference.checkpoint import CheckpointError
 from nmt.inference.loading import LoadedModel, load_model, pick_device, resolve_checkpoint_path
@@ -246,8 +253,13 @@ class Translator:
         unknown = self.src_tokenizer.unknown_words(line)
         if unknown:
             log.warning("line %d: words outside the vocabulary, read as <unk>: %s", number, ", ".join(unknown))
+        kept, room = continuation_room(self.model, prompt, self.max_new_tokens)  # within a learned position table
+        if len(kept) < len(prompt):
+            log.warning("line %d: the continuation follows the prompt's last %d tokens (the model's position "
+                        "table holds no more)", number, len(kept))  # fmt: skip
+        prompt = kept
         context = torch.tensor([[EOS_ID, *prompt]], device=self.device)
-        search = replace(self.search, max_len_a=0.0, max_len_b=self.max_new_tokens + 1)  # the limit counts the end
+        search = replace(self.search, max_len_a=0.0, max_len_b=room)  # the limit counts the end token
         if search.ranks:
             found = ranked_hypotheses(self.model, context, BOS_ID, EOS_ID, search)[0][:n_best] or [(0.0, [])]
         else:

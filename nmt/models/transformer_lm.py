@@ -139,6 +139,11 @@ class TransformerLM(nn.Module):
         return self._run(tokens, positions, True, None)[0]
 
     # ---- generation: the incremental interface -------------------------------------------------
+    def position_limits(self) -> tuple[int | None, int | None]:
+        """The positions the model can encode (a learned table's size), None for any: prompts and their
+        continuations share them (``continuation_room``)."""
+        return self.pos.max_positions, self.pos.max_positions
+
     def encode(self, prompt: torch.Tensor) -> DecoderState:
         """prompt: (batch, len) of equal-length prompts (no padding) -> the state after the prompt."""
         if (prompt == self.pad_id).any():

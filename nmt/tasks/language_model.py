@@ -15,7 +15,7 @@ from torch import nn
 
 from nmt.data.lm import LanguageModelDataModule
 from nmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
-from nmt.decoding.search import NEW_TOKENS, SearchConfig, decode, search_settings
+from nmt.decoding.search import NEW_TOKENS, SearchConfig, continuation_room, decode, search_settings
 from nmt.tasks.base import (
     FINAL_RESULTS,
     Task,
@@ -238,8 +238,14 @@ def generate(
         console.print(f"[yellow]prompt words outside the vocabulary, read as <unk>: {', '.join(unknown)}")
     rows = num_samples if search.strategy == "sample" else 1
     device = next(loaded.model.parameters()).device
-    context = torch.tensor([[EOS_ID, *ids]] * rows, device=device)
-    limit = replace(search, max_len_a=0.0, max_len_b=max_new_tokens + 1)  # the limit counts the end token
+    kept, room = continuation_room(loaded.model, ids, max_new_tokens)  # within a learned position table
+    if len(kept) < len(ids):
+        console.print(
+            f"[yellow]the continuation follows the prompt's last {len(kept)} words: the model's position table "
+            "holds no more"
+        )
+    context = torch.tensor([[EOS_ID, *kept]] * rows, device=device)
+    limit = replace(search, max_len_a=0.0, max_len_b=room)  # the limit counts the end token
     outputs = decode(loaded.model, context, BOS_ID, EOS_ID, limit)
     return [" ".join(filter(None, (prompt.strip(), vocab.decode(out)))) for out in outputs]
 
