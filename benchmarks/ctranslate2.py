@@ -15,7 +15,7 @@ import sacrebleu
 import torch
 
 from nmt.data.sources import read_parallel
-from nmt.decoding.search import SearchConfig
+from nmt.decoding.settings import SearchConfig
 from nmt.inference.export import CTranslate2Model, export_ctranslate2
 from nmt.inference.loading import load_model
 from nmt.inference.translator import Translator

@@ -339,7 +339,7 @@ def searching(every: int | None = None, graphs: bool | None = None):
 def _time_validation(checkpoint: Path, device: str, outputs: list) -> tuple[float, int]:
     import torch
 
-    from nmt.decoding.search import SearchConfig
+    from nmt.decoding.settings import SearchConfig
     from nmt.decoding.translate import translate_lines
     from nmt.inference.loading import load_model
 

@@ -14,7 +14,8 @@ from torch import nn
 from torch.nn import functional as F
 
 from nmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
-from nmt.decoding.search import SearchConfig, decode
+from nmt.decoding.search import decode
+from nmt.decoding.settings import SearchConfig
 from nmt.models.build import build_model
 from nmt.models.recompute import RecomputingDecoder
 from nmt.modules.position import sinusoid_table

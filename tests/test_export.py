@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from nmt.decoding.search import SearchConfig
+from nmt.decoding.settings import SearchConfig
 from nmt.inference.export import ExportError, check_exportable, export_ctranslate2, translate_pieces
 from nmt.inference.loading import load_model
 from nmt.inference.translator import Translator

@@ -198,7 +198,8 @@ def test_shaw_relative_attention_matches_a_loop_over_the_papers_formula(use_valu
     ("temperature", "top_k", "top_p"), [(1.0, 0, 1.0), (0.5, 0, 1.0), (2.0, 0, 1.0), (1.0, 2, 1.0), (1.0, 0, 0.7)]
 )
 def test_sampling_follows_temperature_top_k_and_top_p_definitions(temperature, top_k, top_p):
-    from nmt.decoding.search import SearchConfig, _sample
+    from nmt.decoding.search import _sample
+    from nmt.decoding.settings import SearchConfig
 
     logits = torch.tensor([2.0, 1.0, 0.5, -1.0])
     # the definition: p_i proportional to exp(l_i / T); top-k keeps the k largest; top-p keeps the

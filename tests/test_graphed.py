@@ -12,7 +12,9 @@ import pytest
 import torch
 
 from nmt.decoding import graphed, search
-from nmt.decoding.search import SearchConfig, _greedy, decode, max_lengths, never_emitted
+from nmt.decoding.constraints import max_lengths, never_emitted
+from nmt.decoding.search import _greedy, decode
+from nmt.decoding.settings import SearchConfig
 
 from .conftest import CONF
 from .host_reads import HostReads

@@ -14,7 +14,8 @@ from nmt.data.ptb import PTBDataModule
 from nmt.data.sources import DataNotFoundError
 from nmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from nmt.data.vocab import WordVocabulary, load_tokenizer
-from nmt.decoding.search import SearchConfig, decode
+from nmt.decoding.search import decode
+from nmt.decoding.settings import SearchConfig
 from nmt.inference.loading import load_model
 from nmt.models.transformer_lm import TransformerLM
 from nmt.tasks.language_model import LanguageModelTask, generate, stream_perplexity
@@ -396,7 +397,9 @@ def test_both_kinds_of_vocabulary_name_the_words_they_read_as_unknown():
 def test_a_continuation_stays_within_a_learned_position_table(new_tokens, kept, room):
     """A prompt and its continuation share the table's positions: the prompt keeps its end and the limit is
     what the table leaves (a long prompt or max_new_tokens failed at the table's end while decoding)."""
-    from nmt.decoding.search import SearchConfig, continuation_room, decode
+    from nmt.decoding.constraints import continuation_room
+    from nmt.decoding.search import decode
+    from nmt.decoding.settings import SearchConfig
 
     model = language_model("learned")
     model.pos.max_len = 8

@@ -9,7 +9,8 @@ import torch
 from omegaconf import OmegaConf
 
 from nmt.data.tokenizer import PAD_ID
-from nmt.decoding.search import SearchConfig, beam_search, greedy
+from nmt.decoding.search import beam_search, greedy
+from nmt.decoding.settings import SearchConfig
 from nmt.models.build import build_model
 from nmt.training.config import check_config
 from nmt.utils.instantiate import instantiate

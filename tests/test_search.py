@@ -5,7 +5,9 @@ import math
 import pytest
 import torch
 
-from nmt.decoding.search import SearchConfig, beam_search, decode, greedy, length_penalty
+from nmt.decoding.beam import length_penalty
+from nmt.decoding.search import beam_search, decode, greedy
+from nmt.decoding.settings import SearchConfig
 from nmt.models.state import DecoderState
 
 from .conftest import CONF
@@ -125,7 +127,7 @@ def test_every_search_option_is_read_by_a_strategy_and_named_in_evaluation_folde
     and two evaluations that differ in any one option never share a folder."""
     from dataclasses import fields
 
-    from nmt.decoding.search import READS, STRATEGIES, UNREAD, unread_problems
+    from nmt.decoding.settings import READS, STRATEGIES, UNREAD, unread_problems
     from nmt.tasks.translation_eval import split_tag
 
     names = [f.name for f in fields(SearchConfig) if f.name != "strategy"]
@@ -190,7 +192,7 @@ def test_beam_search_keeps_searching_past_early_low_scoring_endings():
 
 
 def test_beam_hypotheses_are_the_n_best_with_their_log_probabilities():
-    from nmt.decoding.search import beam_hypotheses
+    from nmt.decoding.beam import beam_hypotheses
 
     (found,) = beam_hypotheses(
         ScriptedModel(TRAP), torch.tensor([[5, 5, 3]]), BOS, EOS, SearchConfig(beam_size=3, length_penalty=0.0)
@@ -230,7 +232,7 @@ def test_an_evaluation_searches_as_the_run_did_unless_told_otherwise():
     with its own minimum length and trigram blocking, and an option given on the command line wins."""
     from omegaconf import OmegaConf
 
-    from nmt.decoding.search import search_settings
+    from nmt.decoding.settings import search_settings
 
     from .conftest import CONF
 
@@ -313,9 +315,9 @@ def test_a_decoding_step_reads_nothing_back(pos):
 
 
 def test_a_strategy_named_but_not_dispatched_is_an_error_not_a_silent_sample(monkeypatch):
-    from nmt.decoding import search
+    from nmt.decoding import settings
 
-    monkeypatch.setattr(search, "STRATEGIES", (*search.STRATEGIES, "diverse_beam"))
+    monkeypatch.setattr(settings, "STRATEGIES", (*settings.STRATEGIES, "diverse_beam"))
     cfg = SearchConfig(strategy="diverse_beam")
     with pytest.raises(ValueError, match=r"decode.strategy='diverse_beam': in STRATEGIES but not dispatched"):
         decode(make_model(), batch()[0], 1, 2, cfg)
@@ -324,7 +326,8 @@ def test_a_strategy_named_but_not_dispatched_is_an_error_not_a_silent_sample(mon
 def test_one_predicate_says_which_strategies_rank_hypotheses():
     """n-best limits, batch sizes and evaluation folder names all follow SearchConfig.ranks (they were six
     copies of ``strategy == "beam"``, which a new ranking search had to find)."""
-    from nmt.decoding.search import RANKED, STRATEGIES, ranked_hypotheses
+    from nmt.decoding.beam import ranked_hypotheses
+    from nmt.decoding.settings import RANKED, STRATEGIES
 
     for strategy in STRATEGIES:
         search = SearchConfig(strategy=strategy, beam_size=4)

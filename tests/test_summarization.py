@@ -7,7 +7,9 @@ import pytest
 import torch
 
 from nmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
-from nmt.decoding.search import SearchConfig, banned_tokens, decode
+from nmt.decoding.constraints import banned_tokens
+from nmt.decoding.search import decode
+from nmt.decoding.settings import SearchConfig
 from nmt.metrics.corpus import rouge_scores
 from nmt.models.state import DecoderState
 from nmt.tasks.summarization import SummarizationTask

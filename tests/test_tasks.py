@@ -11,7 +11,8 @@ from torch import nn
 from torchmetrics import SumMetric
 
 from nmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
-from nmt.decoding.search import SearchConfig, decode
+from nmt.decoding.search import decode
+from nmt.decoding.settings import SearchConfig
 from nmt.decoding.translate import translate_lines
 from nmt.evaluation.evaluate import evaluate
 from nmt.sweep.runner import run_record

@@ -13,7 +13,7 @@ import torch
 from torch.nn import functional as F
 
 from nmt.data.tokenizer import BOS_ID, EOS_ID, Segmenter, Tokenizer, TokenizerSettings
-from nmt.decoding.search import SearchConfig
+from nmt.decoding.settings import SearchConfig
 from nmt.decoding.translate import translate_lines
 from nmt.inference.checkpoint import CheckpointError
 from nmt.inference.loading import load_model

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from nmt.decoding.search import position_limits
+from nmt.decoding.constraints import position_limits
 
 
 @dataclass

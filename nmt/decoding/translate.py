@@ -9,7 +9,9 @@ import torch
 
 from nmt.data.batching import token_batches
 from nmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
-from nmt.decoding.search import SearchConfig, decode, position_limits
+from nmt.decoding.constraints import position_limits
+from nmt.decoding.search import decode
+from nmt.decoding.settings import SearchConfig
 
 log = logging.getLogger(__name__)
 

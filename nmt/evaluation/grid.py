@@ -25,7 +25,7 @@ from rich.console import Console
 from rich.table import Table
 
 from nmt.data.sources import read_lines
-from nmt.decoding.search import SEARCH_TAGS, UNREAD, SearchConfig, search_settings
+from nmt.decoding.settings import SEARCH_TAGS, UNREAD, SearchConfig, search_settings
 from nmt.inference.checkpoint import epoch_checkpoints
 from nmt.metrics.corpus import bleu_tokenizer, tokenized_lowercase_scoring
 from nmt.metrics.randomization import paired_randomization, sentence_statistics

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from nmt.decoding.search import position_limits
+from nmt.decoding.constraints import position_limits
 from nmt.inference.loading import LoadedModel
 from nmt.modules.norm import LayerNorm, RMSNorm
 from nmt.modules.position import (

@@ -15,7 +15,9 @@ from torch import nn
 
 from nmt.data.lm import LanguageModelDataModule
 from nmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
-from nmt.decoding.search import NEW_TOKENS, SearchConfig, continuation_room, decode, search_settings
+from nmt.decoding.constraints import continuation_room
+from nmt.decoding.search import decode
+from nmt.decoding.settings import NEW_TOKENS, SearchConfig, search_settings
 from nmt.tasks.base import (
     FINAL_RESULTS,
     Task,

@@ -15,7 +15,8 @@ from torch import nn
 from nmt.data.datamodule import ParallelDataModule
 from nmt.data.sources import decode_lines, read_lines
 from nmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
-from nmt.decoding.search import SearchConfig, decode, search_settings
+from nmt.decoding.search import decode
+from nmt.decoding.settings import SearchConfig, search_settings
 from nmt.decoding.translate import translate_lines
 from nmt.metrics.corpus import ROUGE_KEYS, bleu_tokenizer, corpus_scores, tokenized_lowercase_signature
 from nmt.metrics.validation_scores import BatchScorer, ScoreSpec, ScoringProcess

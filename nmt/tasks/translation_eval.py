@@ -12,7 +12,7 @@ from rich.table import Table
 from nmt.data.files import read_split_files
 from nmt.data.sources import locate, read_parallel
 from nmt.data.tokenizer import BOS_ID, EOS_ID
-from nmt.decoding.search import SEARCH_TAGS, SearchConfig
+from nmt.decoding.settings import SEARCH_TAGS, SearchConfig
 from nmt.utils.io import atomic_write_text
 from nmt.utils.plots import save_attention_maps
 

@@ -11,7 +11,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.utils import get_class
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from nmt.decoding.search import search_problems, unread_problems
+from nmt.decoding.settings import search_problems, unread_problems
 from nmt.metrics.corpus import bleu_tokenizer
 from nmt.tasks import build_task
 from nmt.training import graph_updates, weight_casts

@@ -1,0 +1,160 @@
+"""What a search is told: the decoding options (a config's ``decode`` block), which strategy reads which,
+and the checks that refuse an option that is invalid or that the chosen strategy does not read. A new
+strategy or option starts here (ARCHITECTURE.md, "a decoding strategy")."""
+
+from dataclasses import dataclass, fields
+
+STRATEGIES = ("greedy", "beam", "sample")
+
+
+# the strategies that keep several hypotheses per sentence and rank them (n-best, a batch's tokens shared out
+# among them): ranked_hypotheses dispatches them; a new one goes in both
+RANKED = ("beam",)
+
+
+NEW_TOKENS = 50  # words a language model's continuation adds when max_new_tokens is not given
+
+
+@dataclass
+class SearchConfig:
+    """Decoding settings (the ``decode`` block of the configs)."""
+
+    strategy: str = "beam"
+    beam_size: int = 5
+    length_penalty: float = 1.0  # GNMT alpha: score / ((5 + len) / 6) ** alpha; 0 = raw log-probability
+    max_len_a: float = 1.5  # output length limit: a * source length + b
+    max_len_b: int = 10
+    # beam: True stops a sentence as soon as it has beam_size finished hypotheses, which can be short
+    # low-scoring ones while the best beam is still open; False (default) stops only when no open beam
+    # can still beat the beam_size-th finished one
+    early_stopping: bool = False
+    temperature: float = 1.0
+    top_k: int = 0  # 0 = no top-k filter
+    top_p: float = 1.0  # 1.0 = no nucleus filter
+    seed: int | None = None  # sampling seed
+    min_len: int = 0  # EOS is not allowed before this many output tokens (summaries need a floor)
+    no_repeat_ngram_size: int = 0  # >0: no n-gram of this size occurs twice in an output (0 = off)
+
+    def __post_init__(self) -> None:
+        problems = search_problems(self.__dict__)
+        if problems:
+            raise ValueError(problems[0])
+
+    @property
+    def ranks(self) -> bool:
+        """Whether the search ranks several hypotheses per sentence (:func:`ranked_hypotheses`)."""
+        return self.strategy in RANKED
+
+    @property
+    def hypotheses(self) -> int:
+        """Hypotheses kept per sentence: the most n-best can return, and the rows each sentence takes."""
+        return self.beam_size if self.ranks else 1
+
+
+def search_problems(values: dict, key: str = "decode") -> list[str]:
+    """Every invalid option of a search block ``values`` (absent options take their defaults), one line
+    each naming ``key`` (``decode``, or ``validation.search`` for validation's search)."""
+    names = [f.name for f in fields(SearchConfig)]
+    unknown = [k for k in values if k not in names]
+    if unknown:
+        return [f"{key}.{unknown[0]}: not a search option; valid: {names}"]
+    v = {f.name: f.default for f in fields(SearchConfig)} | dict(values)
+
+    def integer(x) -> bool:
+        return isinstance(x, int) and not isinstance(x, bool)
+
+    def number(x) -> bool:
+        return isinstance(x, int | float) and not isinstance(x, bool)
+
+    checks = [
+        ("strategy", v["strategy"] in STRATEGIES, f"is not one of {list(STRATEGIES)}"),
+        ("beam_size", integer(v["beam_size"]) and v["beam_size"] >= 1, "must be at least 1"),
+        ("length_penalty", number(v["length_penalty"]), "must be a number (0: raw log-probability)"),
+        ("max_len_a", number(v["max_len_a"]) and v["max_len_a"] >= 0, "must be a number >= 0"),
+        ("max_len_b", integer(v["max_len_b"]) and v["max_len_b"] >= 0, "must be an integer >= 0"),
+        ("early_stopping", isinstance(v["early_stopping"], bool), "must be true or false"),
+        ("temperature", number(v["temperature"]) and v["temperature"] > 0, "must be positive"),
+        ("top_k", integer(v["top_k"]) and v["top_k"] >= 0, "must be >= 0"),
+        ("top_p", number(v["top_p"]) and 0 < v["top_p"] <= 1, "must be in (0, 1]"),
+        ("seed", v["seed"] is None or integer(v["seed"]), "must be an integer or null"),
+        ("min_len", integer(v["min_len"]) and v["min_len"] >= 0, "must be >= 0"),
+        (
+            "no_repeat_ngram_size",
+            integer(v["no_repeat_ngram_size"]) and v["no_repeat_ngram_size"] >= 0,
+            "must be >= 0 (0: off)",
+        ),
+    ]
+    return [f"{key}.{name}={v[name]!r} {what}" for name, ok, what in checks if not ok]
+
+
+SEARCH_TAGS = {  # options and their short names in evaluation folder names (evaluate.py, a decoding grid)
+    "length_penalty": "lp",
+    "max_len_a": "lena",
+    "max_len_b": "lenb",
+    "early_stopping": "early",
+    "temperature": "temp",
+    "top_k": "topk",
+    "top_p": "topp",
+    "seed": "seed",
+    "min_len": "minlen",
+    "no_repeat_ngram_size": "norepeat",
+}
+
+
+# the options each strategy reads; every other option of SearchConfig is refused when given with it, so an
+# option added to SearchConfig is refused everywhere until a strategy here says it reads it
+COMMON = ("max_len_a", "max_len_b", "min_len", "no_repeat_ngram_size")
+
+
+READS = {
+    "greedy": COMMON,
+    "beam": (*COMMON, "beam_size", "length_penalty", "early_stopping"),
+    "sample": (*COMMON, "temperature", "top_k", "top_p", "seed"),
+}
+
+
+UNREAD = {
+    strategy: tuple(f.name for f in fields(SearchConfig) if f.name != "strategy" and f.name not in READS[strategy])
+    for strategy in STRATEGIES
+}
+
+
+def readers(name: str, key: str = "decode") -> str:
+    """Which strategies read option ``name``, in words."""
+    reading = [f"{key}.strategy={s}" for s in STRATEGIES if name in READS[s]]
+    return f"it applies with {' or '.join(reading)}" if reading else "no strategy reads it"
+
+
+def unread_problems(values: dict, key: str = "decode") -> list[str]:
+    """The options of a search block ``values`` set away from their defaults that its strategy does not read
+    (a run's config: an option that does not apply is an error, not a silent default)."""
+    search = SearchConfig(**values)
+    defaults = SearchConfig()
+    return [
+        f"{key}.{name}={getattr(search, name)!r}: {key}.strategy={search.strategy} does not read it "
+        f"({readers(name, key)}); remove it, or choose such a strategy"
+        for name in UNREAD[search.strategy]
+        if name in values and getattr(search, name) != getattr(defaults, name)
+    ]
+
+
+def search_settings(own: dict | None, given: dict | None, refuse_unread: bool = True) -> SearchConfig:
+    """The search of an evaluation or a translation: the options ``given`` (the command line's ``decode``
+    block, where null means "not given"), else the run's ``own`` (its config's ``decode`` block: a
+    summariser keeps its minimum length and trigram blocking), else the defaults. An option given that the
+    chosen strategy does not read is refused (a decoding grid, which crosses strategies with options,
+    passes ``refuse_unread=False`` and treats settings that differ only in those as one)."""
+    fields = SearchConfig.__dataclass_fields__
+    given = {k: v for k, v in (given or {}).items() if v is not None}
+    unknown = [k for k in given if k not in fields]
+    if unknown:  # (+decode.beamsize=5, or a misspelt keyword of the API): a TypeError's traceback
+        raise ValueError(f"decode.{unknown[0]}={given[unknown[0]]}: not a search option; valid: {', '.join(fields)}")
+    values = {k: v for k, v in (own or {}).items() if k in fields}
+    search = SearchConfig(**{**values, **given})
+    unread = [k for k in UNREAD[search.strategy] if k in given]
+    if refuse_unread and unread:
+        raise ValueError(
+            f"decode.{unread[0]}={given[unread[0]]}: decode.strategy={search.strategy} does not read it "
+            f"({readers(unread[0])}); remove it, or choose such a strategy"
+        )
+    return search
