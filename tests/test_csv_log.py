@@ -88,3 +88,54 @@ def test_only_the_process_that_owns_the_folder_makes_its_wandb_id(tmp_path, monk
     made = loggers.wandb_run_id(tmp_path)
     monkeypatch.setenv("LOCAL_RANK", "1")
     assert loggers.wandb_run_id(tmp_path) == made  # read, once there
+
+
+def tensorboard_scalars(log_dir, tag: str = "train_loss") -> list[tuple[int, float]]:
+    """What TensorBoard itself shows of ``tag`` (its own reader, which hides purged steps)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(log_dir), purge_orphaned_data=True)
+    events.Reload()
+    return [(e.step, e.value) for e in events.Scalars(tag)]
+
+
+def tensorboard_sitting(logger_class, run_dir, steps, resumed: bool = False, from_scratch: bool = False):
+    logger = logger_class(str(run_dir), name="tensorboard", version="")
+    if resumed:
+        logger.purge_at_next_log = True  # what callbacks.ResumeLogs does when a resumed run starts training
+    if from_scratch:
+        logger.drop_earlier()  # ... and when a run starts from step 0
+    for step in steps:
+        logger.log_metrics({"train_loss": float(step * (10 if resumed else 1))}, step=step)
+    logger.experiment.flush()  # a killed process: no finalize()
+    return logger
+
+
+def test_tensorboard_shows_each_step_of_a_resumed_run_once(tmp_path):
+    """Steps 4 and 5 were logged after the last checkpoint, then redone by the resumed sitting: TensorBoard
+    showed both copies (Lightning's logger); it now shows the resumed sitting's."""
+    from lightning.pytorch.loggers import TensorBoardLogger
+
+    from nmt.training.loggers import ResumableTensorBoardLogger
+
+    for logger_class, expected in [
+        (TensorBoardLogger, [(1, 1.0), (2, 2.0), (3, 3.0), (4, 4.0), (5, 5.0), (4, 40.0), (5, 50.0), (6, 60.0)]),
+        (ResumableTensorBoardLogger, [(1, 1.0), (2, 2.0), (3, 3.0), (4, 40.0), (5, 50.0), (6, 60.0)]),
+    ]:
+        run_dir = tmp_path / logger_class.__name__
+        tensorboard_sitting(logger_class, run_dir, range(1, 6))
+        tensorboard_sitting(logger_class, run_dir, range(4, 7), resumed=True)
+        assert tensorboard_scalars(run_dir / "tensorboard") == expected, logger_class
+
+
+def test_tensorboard_of_a_run_started_from_scratch_in_the_same_folder_starts_anew(tmp_path):
+    from nmt.training.loggers import ResumableTensorBoardLogger
+
+    tensorboard_sitting(ResumableTensorBoardLogger, tmp_path, range(1, 6))
+    again = ResumableTensorBoardLogger(str(tmp_path), name="tensorboard", version="")
+    again.log_hyperparams({"lr": 0.1})  # before training starts, as Lightning does: kept
+    again.drop_earlier()
+    again.log_metrics({"train_loss": 7.0}, step=1)
+    again.experiment.flush()
+    assert tensorboard_scalars(tmp_path / "tensorboard") == [(1, 7.0)]
+    assert tensorboard_scalars(tmp_path / "tensorboard", "hp_metric") == [(0, -1.0)]

@@ -608,3 +608,25 @@ def test_a_run_ended_by_max_steps_inside_an_epoch_extends_as_a_longer_run_trains
     assert (extended["steps"], extended["epochs"]) == (reference["steps"], reference["epochs"]) == (long, 3)
     for key in ("val_loss", "val_acc", "train_loss"):
         assert extended["final_metrics"][key] == pytest.approx(reference["final_metrics"][key], rel=1e-5), key
+
+
+@pytest.mark.parametrize("lightnings", [False, True], ids=["ours", "lightnings"])
+def test_tensorboard_of_a_crashed_and_resumed_run_shows_each_step_once(tmp_path, lightnings):
+    """The steps logged after the last checkpoint and redone on resume showed twice in TensorBoard (its
+    own reader: the crashed sitting's values beside the resumed one's, as Lightning's logger still shows);
+    it now shows the CSV log's curve."""
+    from .test_csv_log import tensorboard_scalars
+
+    overrides = (*BOUNDS["steps"], "logger=tensorboard")
+    if lightnings:
+        overrides += ("logger._target_=lightning.pytorch.loggers.TensorBoardLogger",)
+    with pytest.raises(RuntimeError, match="crashed"):
+        train_in_process(tmp_path, CrashAt(1, 3), overrides=overrides)
+    train_in_process(tmp_path, overrides=overrides)
+    curve = [(step, value) for step, key, value in logged_curves(tmp_path) if key == "train_loss"]
+    shown = tensorboard_scalars(tmp_path / "tensorboard", "train_loss")
+    if lightnings:  # the rows of epoch 1 before the crash, twice
+        assert len(shown) > len(curve) and sorted({step for step, _ in shown}) == [step for step, _ in curve]
+        return
+    assert [step for step, _ in shown] == [step for step, _ in curve]
+    assert [value for _, value in shown] == pytest.approx([value for _, value in curve], rel=1e-6)

@@ -14,7 +14,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 
 from nmt.training.checkpoint_io import AtomicCheckpointIO
-from nmt.training.loggers import ResumableCSVLogger
+from nmt.training.loggers import ResumableCSVLogger, ResumableTensorBoardLogger
 
 
 class SaveOnSignal(Callback):
@@ -242,13 +242,21 @@ def as_next_epoch_start(trainer: L.Trainer, fit_loop_state: dict) -> dict:
 
 class ResumeLogs(Callback):
     """A run that starts from scratch in a folder that already has a CSV log (loggers.ResumableCSVLogger)
-    starts a new log; a resumed run keeps it (the logger drops the rows that training is about to redo)."""
+    starts a new log; a resumed run keeps it (the logger drops the rows that training is about to redo).
+    TensorBoard's (loggers.ResumableTensorBoardLogger) likewise deletes the earlier runs' event files, or
+    hides the events of earlier sittings from the resumed sitting's first logged step on."""
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if trainer.global_step == 0 and trainer.is_global_zero:
-            for logger in trainer.loggers:
-                if isinstance(logger, ResumableCSVLogger):
-                    logger.experiment.drop_rows_from(0)
+        if not trainer.is_global_zero:
+            return
+        for logger in trainer.loggers:
+            if isinstance(logger, ResumableCSVLogger) and trainer.global_step == 0:
+                logger.experiment.drop_rows_from(0)
+            if isinstance(logger, ResumableTensorBoardLogger):
+                if trainer.global_step == 0:
+                    logger.drop_earlier()
+                else:
+                    logger.purge_at_next_log = True
 
 
 class WallClock(Callback):

@@ -6,7 +6,8 @@ import uuid
 from pathlib import Path
 
 from lightning.fabric.loggers.logger import rank_zero_experiment
-from lightning.pytorch.loggers import CSVLogger, WandbLogger
+from lightning.fabric.utilities.rank_zero import rank_zero_only
+from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger, WandbLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 
 from nmt.tasks.base import FINAL_RESULTS
@@ -65,6 +66,47 @@ class ResumableCSVLogger(CSVLogger):
             self._fs.makedirs(self.root_dir, exist_ok=True)
             self._experiment = _KeepingWriter(log_dir=self.log_dir)
         return self._experiment
+
+
+class ResumableTensorBoardLogger(TensorBoardLogger):
+    """Lightning's TensorBoardLogger for runs that are killed and resumed, and for runs started again in the
+    folder of an earlier one: every sitting writes its own event file into the same folder, and TensorBoard
+    showed the steps that a resumed sitting redid twice (and an earlier run's curve under a new one's).
+    When a resumed run's training starts (callbacks.ResumeLogs), the first scalars this process logs, at step
+    s, reopen the writer with ``purge_step=s`` (SummaryWriter's own option): TensorBoard then hides the
+    events of earlier sittings at step s or later, the ones the killed process logged after its last
+    checkpoint. A run started from scratch deletes the earlier runs' event files (``drop_earlier``), as the
+    CSV log starts anew."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.purge_at_next_log = False
+        # made before this process writes any: Lightning logs the hyperparameters before training starts
+        self.earlier_files = sorted(Path(self.log_dir).glob("events.out.tfevents.*"))
+
+    @rank_zero_only
+    def drop_earlier(self) -> None:
+        """Delete the event files of earlier runs in this folder (this process's own stay)."""
+        for path in self.earlier_files:
+            path.unlink(missing_ok=True)
+        self.earlier_files = []
+
+    @rank_zero_only
+    def purge_from(self, step: int) -> None:
+        """Hide the events of earlier sittings at ``step`` or later; this sitting's events from here on stay."""
+        self.purge_at_next_log = False
+        if self._experiment is not None:
+            self._experiment.close()
+            self._experiment = None
+        self._kwargs["purge_step"] = step
+        self.experiment  # noqa: B018  the writer opens with the purge event first
+        self._kwargs.pop("purge_step")
+
+    @rank_zero_only
+    def log_metrics(self, metrics, step: int | None = None) -> None:
+        if self.purge_at_next_log and step is not None:
+            self.purge_from(step)
+        super().log_metrics(metrics, step)
 
 
 def wandb_has_credentials() -> bool:
