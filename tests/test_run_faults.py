@@ -413,6 +413,48 @@ def test_a_sweeps_training_child_stops_when_the_sweep_process_is_killed(tmp_path
     assert "sitting started" in (tmp_path / "train_stdout.log").read_text()  # its log was opened as it ran
 
 
+def test_a_joblib_workers_run_stops_and_the_worker_ends_when_the_sweep_process_dies(tmp_path):
+    """joblib's workers are the sweep process's children and run the training children: a SIGTERM or a kill
+    of the sweep process reached neither, so the runs trained on and the workers started the next ones.
+    Here a sweep process starts a worker as joblib does, with the sweep's id in its environment."""
+    seen, ready, nothing_next = tmp_path / "seen", tmp_path / "ready", tmp_path / "next"
+    worker_pid, err = tmp_path / "worker.pid", tmp_path / "worker.err"
+    child = (
+        "import signal, sys, time\n"
+        f"def got(n, f):\n    open({str(seen)!r}, 'w').write(signal.Signals(n).name); sys.exit(143)\n"
+        "signal.signal(signal.SIGTERM, got)\n"
+        f"open({str(ready)!r}, 'w').close(); time.sleep(60)"
+    )
+    worker = (
+        "import os, sys; from pathlib import Path; from nmt.sweep.runner import run_child; "
+        f"open({str(worker_pid)!r}, 'w').write(str(os.getpid())); "
+        f"run_child([sys.executable, '-c', {child!r}], dict(os.environ), Path({str(tmp_path)!r})); "
+        f"open({str(nothing_next)!r}, 'w').close()"  # a worker going on would take the next run here
+    )
+    sweep_source = (
+        "import os, subprocess, sys, time; from nmt.sweep.runner import SWEEP_PID; "
+        "os.environ[SWEEP_PID] = str(os.getpid()); "
+        f"subprocess.Popen([sys.executable, '-c', {worker!r}], stderr=open({str(err)!r}, 'w')); time.sleep(120)"
+    )
+    sweep = subprocess.Popen([sys.executable, "-c", sweep_source], cwd=ROOT)
+    deadline = time.time() + 60
+    while not ready.exists():
+        assert time.time() < deadline, "the run never started"
+        time.sleep(0.05)
+    pid = int(worker_pid.read_text())
+    sweep.kill()  # SIGKILL: nothing of the sweep process runs again
+    sweep.wait()
+    deadline = time.time() + 30
+    while Path(f"/proc/{pid}").exists() and "Z" not in Path(f"/proc/{pid}/stat").read_text().split()[2]:
+        assert time.time() < deadline, "the worker outlived its sweep"
+        time.sleep(0.05)
+    assert seen.read_text() == "SIGTERM" and not nothing_next.exists()
+    assert (
+        f"[sweep] the sweep process ended: {tmp_path.name} saved its state; run the same command again to resume"
+        in err.read_text()
+    )
+
+
 def sweep_config(sweep_dir: Path, params: dict, command_line: list[str]):
     return OmegaConf.create(
         {

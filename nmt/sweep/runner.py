@@ -51,6 +51,9 @@ from nmt.utils.io import atomic_write_json, atomic_write_text
 
 LAUNCHED = "launched_at"  # when this invocation of the sweep began (seconds since the epoch)
 SUPERSEDED = "superseded"  # run folders made under other settings, moved aside by on_changed=move
+# the sweep process's id, in the environment of the processes it starts: a launcher's worker (joblib's) that
+# runs a training child stops it when the sweep process dies (watch_sweep)
+SWEEP_PID = "NMT_SWEEP_PID"
 
 
 def parse_duration(text: str) -> float:
@@ -261,6 +264,44 @@ def _plan(sweep_dir: Path) -> int:
     return json.loads(path.read_text())["runs"] if path.is_file() else 0
 
 
+def in_a_worker() -> bool:
+    """Whether this process is a launcher's worker rather than the sweep process itself (which runs its runs
+    with the basic launcher, and with joblib's at n_jobs=1)."""
+    sweep = os.environ.get(SWEEP_PID)
+    return bool(sweep) and int(sweep) != os.getpid()
+
+
+def watch_sweep(process: subprocess.Popen, every: float = 1.0) -> threading.Event:
+    """In a launcher's worker: when the sweep process dies (this worker's parent changes), stop the run
+    (SIGTERM: it saves its state) and set the event returned, on which run_child ends the worker, so that
+    it starts no further run. A signal to the sweep process reached neither the workers of joblib's
+    launcher nor their runs, which trained on (and the workers started the next runs) after it had gone."""
+    parent, gone = os.getppid(), threading.Event()
+
+    def watch() -> None:
+        while process.poll() is None:
+            if os.getppid() != parent:
+                gone.set()
+                process.send_signal(signal.SIGTERM)
+                return
+            time.sleep(every)
+
+    threading.Thread(target=watch, name="watch-sweep", daemon=True).start()
+    return gone
+
+
+def end_worker(code: int, run_dir: Path) -> None:
+    """The sweep process has gone: say what became of the run, and end this worker at once."""
+    state = "saved its state" if code in (0, 143) else f"ended with status {code} (its train_stderr.log)"
+    print(
+        f"[sweep] the sweep process ended: {run_dir.name} {state}; run the same command again to resume the "
+        "sweep (finished runs are kept)",
+        file=sys.stderr,
+        flush=True,
+    )
+    os._exit(143)  # not SystemExit: the launcher's worker would catch it and take the next run
+
+
 class _SweepStopped(BaseException):
     """SIGTERM to the sweep process while a run trains (raised by its handler, as Ctrl-C raises)."""
 
@@ -271,7 +312,7 @@ def run_child(command: list[str], env: dict, run_dir: Path) -> int:
     own, so that a terminal's Ctrl-C reaches the sweep alone, which passes the child that one signal (two,
     the terminal's and the sweep's, would be a second Ctrl-C to it), waits for it to save its state, and
     ends in one line; SIGTERM the same. With the basic launcher, where runs are this process's children;
-    a parallel launcher's workers (joblib) are stopped by that launcher itself (docs/sweeps.md)."""
+    in a parallel launcher's worker (joblib's), the run stops when the sweep process dies (watch_sweep)."""
     stamp = time.strftime("%Y-%m-%d %H:%M:%S")
     with open(run_dir / "train_stdout.log", "a") as out, open(run_dir / "train_stderr.log", "a") as err:
         for handle in (out, err):
@@ -286,6 +327,7 @@ def run_child(command: list[str], env: dict, run_dir: Path) -> int:
             preexec_fn=stop_with_parent,
             start_new_session=True,
         )
+        sweep_gone = watch_sweep(process) if in_a_worker() else None
 
         def stopped(signum, frame):
             raise _SweepStopped
@@ -293,7 +335,10 @@ def run_child(command: list[str], env: dict, run_dir: Path) -> int:
         main = threading.current_thread() is threading.main_thread()
         previous = signal.signal(signal.SIGTERM, stopped) if main else None
         try:
-            return process.wait()
+            code = process.wait()
+            if sweep_gone is not None and sweep_gone.is_set():
+                end_worker(code, run_dir)
+            return code
         except (KeyboardInterrupt, _SweepStopped) as stop:
             name = "SIGINT" if isinstance(stop, KeyboardInterrupt) else "SIGTERM"
             process.send_signal(getattr(signal, name))
@@ -428,6 +473,7 @@ class SweepReport(Callback):
             )
             raise SystemExit(2)
         sweep_dir.mkdir(parents=True, exist_ok=True)
+        os.environ[SWEEP_PID] = str(os.getpid())  # before the launcher starts its workers, which inherit it
         settings = plain_settings(config.get("level_settings"))
         swept = set(factors) | {"seed"}  # as run_cell names the folders
         names = [run_name(values, swept) for values in planned_values(config)]
