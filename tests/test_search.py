@@ -174,6 +174,20 @@ def test_cached_decoding_equals_recomputing_the_prefix(strategy):
     assert decode(model, src, BOS, EOS, cfg) == decode(RecomputingDecoder(model), src, BOS, EOS, cfg)
 
 
+@pytest.mark.parametrize("strategy", ["greedy", "beam"])
+def test_recomputing_decoding_stops_at_a_learned_tables_end_as_cached_decoding_does(strategy):
+    """The wrapper passes on the table's size: without it, its search ran past the table and failed."""
+    from nmt.models.recompute import RecomputingDecoder
+
+    model = make_model("learned", seed=9).eval()
+    model.src_pos.max_len = model.tgt_pos.max_len = 6
+    src, _ = batch(seed=10, batch_size=4, src_len=5)
+    cfg = SearchConfig(strategy=strategy, beam_size=3, max_len_b=20)  # the table, not max_len_b, bounds them
+    wrapped = RecomputingDecoder(model)
+    assert wrapped.position_limits() == model.position_limits() == (6, 6)
+    assert decode(model, src, BOS, EOS, cfg) == decode(wrapped, src, BOS, EOS, cfg)
+
+
 def test_beam_search_keeps_searching_past_early_low_scoring_endings():
     """Two unlikely endings found before the best beam ends must not stop the search (beam 2)."""
     table = {

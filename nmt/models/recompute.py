@@ -17,6 +17,11 @@ class RecomputingDecoder:
         self.model = model
         self.pad_id = model.pad_id
 
+    def position_limits(self) -> tuple[int | None, int | None]:
+        """The wrapped model's (a learned position table bounds the search the same way)."""
+        limits = getattr(self.model, "position_limits", None)
+        return limits() if limits is not None else (None, None)
+
     def encode(self, src: torch.Tensor) -> DecoderState:
         return DecoderState({"src": src, "prefix": src.new_zeros(src.size(0), 0)}, step=0)
 
