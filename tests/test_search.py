@@ -340,7 +340,7 @@ def test_a_strategy_named_but_not_dispatched_is_an_error_not_a_silent_sample(mon
 def test_one_predicate_says_which_strategies_rank_hypotheses():
     """n-best limits, batch sizes and evaluation folder names all follow SearchConfig.ranks (they were six
     copies of ``strategy == "beam"``, which a new ranking search had to find)."""
-    from nmt.decoding.beam import ranked_hypotheses
+    from nmt.decoding.search import ranked_hypotheses
     from nmt.decoding.settings import RANKED, STRATEGIES
 
     for strategy in STRATEGIES:

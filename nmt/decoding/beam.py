@@ -1,5 +1,6 @@
 """Batched beam search, the one search that keeps several hypotheses per sentence and ranks them (n-best
-lists), written against the models' ``encode``/``decode_step``/``reorder`` like the others."""
+lists; ``search.ranked_hypotheses`` dispatches it), written against the models' ``encode``/``decode_step``/
+``reorder`` like the others."""
 
 import torch
 from torch.nn import functional as F
@@ -12,21 +13,12 @@ from nmt.decoding.constraints import (
     position_limits,
     with_prefixes,
 )
-from nmt.decoding.settings import RANKED, SearchConfig
+from nmt.decoding.settings import SearchConfig
 
 
 def length_penalty(length: int | torch.Tensor, alpha: float):
     """Wu et al. 2016 (GNMT): ((5 + length) / 6) ** alpha."""
     return ((5.0 + length) / 6.0) ** alpha
-
-
-def ranked_hypotheses(
-    model, src, bos_id: int, eos_id: int, cfg: SearchConfig, prefixes: list[list[int]] | None = None
-) -> list[list[tuple[float, list[int]]]]:
-    """Per sentence, the hypotheses of a ranking search (``cfg.ranks``) as (score, token ids), best first."""
-    if cfg.strategy == "beam":
-        return beam_hypotheses(model, src, bos_id, eos_id, cfg, prefixes)
-    raise ValueError(f"decode.strategy={cfg.strategy!r}: not a ranking search ({list(RANKED)}) dispatched here")
 
 
 @torch.no_grad()
@@ -57,7 +49,7 @@ def beam_hypotheses(
     for step in range(max(limits_host)):
         logits, state = model.decode_step(prev, state)  # (batch * k, vocab)
         log_probs = never_emitted(F.log_softmax(logits.float(), dim=-1), bos_id, model.pad_id)
-        if cfg.min_len or cfg.no_repeat_ngram_size:
+        if cfg.constrains:
             log_probs = constrain(log_probs, tokens.tolist(), eos_id, cfg)
         if row_prefixes:
             log_probs = force_prefixes(log_probs, step, row_prefixes)

@@ -6,6 +6,8 @@ import torch
 
 from nmt.decoding.settings import SearchConfig
 
+NEW_TOKENS = 50  # words a language model's continuation adds when max_new_tokens is not given
+
 
 def banned_tokens(history: list[int], n: int) -> list[int]:
     """Tokens that would complete an n-gram already present in ``history`` (n-gram blocking)."""

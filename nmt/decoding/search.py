@@ -4,8 +4,10 @@
     logits, state = model.decode_step(prev_tokens, state)
     state = state.reorder(index)
 
-Nothing here knows which architecture it drives. The options are in ``settings.py``, what every search
-obeys at each step in ``constraints.py``, beam search in ``beam.py``; greedy search and sampling are here.
+Nothing here knows which architecture it drives. Here: the two entries (``decode``, the best output of each
+sentence; ``ranked_hypotheses``, the n-best of a ranking search), greedy search and sampling. The options
+are in ``settings.py``, what every search obeys at each step in ``constraints.py``, the batched beam search
+in ``beam.py``.
 """
 
 import hashlib
@@ -14,7 +16,7 @@ from collections.abc import Sequence
 
 import torch
 
-from nmt.decoding.beam import ranked_hypotheses
+from nmt.decoding.beam import beam_hypotheses
 from nmt.decoding.constraints import (
     constrain,
     force_prefixes,
@@ -24,7 +26,7 @@ from nmt.decoding.constraints import (
     with_prefixes,
 )
 from nmt.decoding.graphed import graphed_greedy, supports_graphs
-from nmt.decoding.settings import STRATEGIES, SearchConfig
+from nmt.decoding.settings import RANKED, STRATEGIES, SearchConfig
 
 log = logging.getLogger(__name__)
 
@@ -47,11 +49,20 @@ def decode(
         _warn_if_min_len_unreachable(src, model.pad_id, cfg, position_limits(model)[1])
     if cfg.ranks:
         return [hyps[0][1] if hyps else [] for hyps in ranked_hypotheses(model, src, bos_id, eos_id, cfg, prefixes)]
-    if cfg.strategy == "greedy" and not (cfg.min_len or cfg.no_repeat_ngram_size or prefixes):
+    if cfg.strategy == "greedy" and not (cfg.constrains or prefixes):
         return _greedy(model, src, bos_id, eos_id, cfg)
-    if cfg.strategy in ("greedy", "sample"):  # one token a step, with constraints or drawn
+    if cfg.strategy == "greedy" or cfg.samples:  # one token a step, with constraints or drawn
         return _step_by_step(model, src, bos_id, eos_id, cfg, prefixes, numbers)
     raise ValueError(f"decode.strategy={cfg.strategy!r}: in STRATEGIES but not dispatched here; valid: {STRATEGIES}")
+
+
+def ranked_hypotheses(
+    model, src, bos_id: int, eos_id: int, cfg: SearchConfig, prefixes: list[list[int]] | None = None
+) -> list[list[tuple[float, list[int]]]]:
+    """Per sentence, the hypotheses of a ranking search (``cfg.ranks``) as (score, token ids), best first."""
+    if cfg.strategy == "beam":
+        return beam_hypotheses(model, src, bos_id, eos_id, cfg, prefixes)
+    raise ValueError(f"decode.strategy={cfg.strategy!r}: not a ranking search ({list(RANKED)}) dispatched here")
 
 
 _WARNED_MIN_LEN: set = set()
@@ -142,7 +153,7 @@ def sentence_generators(cfg: SearchConfig, numbers: Sequence[int], device: torch
     sentence's number in its input, so that a sentence's sample depends neither on the batch it is decoded
     in nor on the lines before it, and two lines (equal ones too) draw apart. None: not sampling, or no
     seed (the global stream)."""
-    if cfg.strategy != "sample" or cfg.seed is None:
+    if not cfg.samples or cfg.seed is None:
         return None
     seeds = [hashlib.blake2b(f"{cfg.seed}:{n}".encode(), digest_size=8).digest() for n in numbers]
     return [torch.Generator(device=device).manual_seed(int.from_bytes(s, "little") >> 1) for s in seeds]
@@ -166,7 +177,7 @@ def _step_by_step(
     for step in range(max(limits)):
         logits, state = model.decode_step(prev, state)  # (alive, vocab)
         logits = never_emitted(logits, bos_id, model.pad_id)
-        if cfg.min_len or cfg.no_repeat_ngram_size:
+        if cfg.constrains:
             logits = constrain(logits, [outputs[row] for row in alive], eos_id, cfg)
         if prefixes:
             logits = force_prefixes(logits.float(), step, [prefixes[row] for row in alive])
@@ -214,5 +225,5 @@ def _sample(logits: torch.Tensor, cfg: SearchConfig, generator=None, generators=
 
 
 def beam_search(model, src, bos_id: int, eos_id: int, cfg: SearchConfig) -> list[list[int]]:
-    """The best hypothesis of each sentence (see :func:`beam_hypotheses`)."""
+    """The best hypothesis of each sentence (see ``beam.beam_hypotheses``)."""
     return decode(model, src, bos_id, eos_id, SearchConfig(**{**cfg.__dict__, "strategy": "beam"}))

@@ -8,11 +8,11 @@ STRATEGIES = ("greedy", "beam", "sample")
 
 
 # the strategies that keep several hypotheses per sentence and rank them (n-best, a batch's tokens shared out
-# among them): ranked_hypotheses dispatches them; a new one goes in both
+# among them): search.ranked_hypotheses dispatches them; a new one goes in both
 RANKED = ("beam",)
-
-
-NEW_TOKENS = 50  # words a language model's continuation adds when max_new_tokens is not given
+# the strategies that draw tokens at random: decode.seed seeds them (one stream per sentence), and a language
+# model's num_samples asks them for several continuations of one prompt
+SAMPLED = ("sample",)
 
 
 @dataclass
@@ -42,8 +42,19 @@ class SearchConfig:
 
     @property
     def ranks(self) -> bool:
-        """Whether the search ranks several hypotheses per sentence (:func:`ranked_hypotheses`)."""
+        """Whether the search ranks several hypotheses per sentence (``search.ranked_hypotheses``)."""
         return self.strategy in RANKED
+
+    @property
+    def samples(self) -> bool:
+        """Whether the search draws its tokens at random (``SAMPLED``)."""
+        return self.strategy in SAMPLED
+
+    @property
+    def constrains(self) -> bool:
+        """Whether a rule of ``constraints.constrain`` applies at each step (a minimum length, n-gram
+        blocking): every search checks this one predicate, so a new rule is switched on here, once."""
+        return bool(self.min_len or self.no_repeat_ngram_size)
 
     @property
     def hypotheses(self) -> int:

@@ -24,11 +24,10 @@ from torch.nn import functional as F
 
 from nmt.data.batching import token_batches
 from nmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
-from nmt.decoding.beam import ranked_hypotheses
-from nmt.decoding.constraints import continuation_room
+from nmt.decoding.constraints import NEW_TOKENS, continuation_room
 from nmt.decoding.ensemble import Ensemble
-from nmt.decoding.search import decode
-from nmt.decoding.settings import NEW_TOKENS, SearchConfig, search_settings
+from nmt.decoding.search import decode, ranked_hypotheses
+from nmt.decoding.settings import SearchConfig, search_settings
 from nmt.decoding.translate import input_limit_for
 from nmt.inference.checkpoint import CheckpointError
 from nmt.inference.loading import LoadedModel, load_model, pick_device, resolve_checkpoint_path

@@ -15,9 +15,9 @@ from torch import nn
 
 from nmt.data.lm import LanguageModelDataModule
 from nmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
-from nmt.decoding.constraints import continuation_room
+from nmt.decoding.constraints import NEW_TOKENS, continuation_room
 from nmt.decoding.search import decode
-from nmt.decoding.settings import NEW_TOKENS, SearchConfig, search_settings
+from nmt.decoding.settings import SearchConfig, search_settings
 from nmt.tasks.base import (
     FINAL_RESULTS,
     Task,
@@ -173,7 +173,7 @@ class LanguageModelTask(Task):
         if cfg.prompt is not None:
             search = search_settings(loaded.config.get("decode"), OmegaConf.to_container(cfg.decode, resolve=True))
             new_tokens = NEW_TOKENS if cfg.get("max_new_tokens") is None else cfg.max_new_tokens
-            if cfg.num_samples != 1 and search.strategy != "sample":
+            if cfg.num_samples != 1 and not search.samples:
                 raise ValueError(
                     f"num_samples={cfg.num_samples}: only sampling gives several continuations, and the search is "
                     f"{search.strategy}; add decode.strategy=sample"
@@ -238,7 +238,7 @@ def generate(
     unknown = vocab.unknown_words(prompt)
     if unknown:
         console.print(f"[yellow]prompt words outside the vocabulary, read as <unk>: {', '.join(unknown)}")
-    rows = num_samples if search.strategy == "sample" else 1
+    rows = num_samples if search.samples else 1
     device = next(loaded.model.parameters()).device
     kept, room = continuation_room(loaded.model, ids, max_new_tokens)  # within a learned position table
     if len(kept) < len(ids):
