@@ -111,31 +111,42 @@ def tensorboard_sitting(logger_class, run_dir, steps, resumed: bool = False, fro
     return logger
 
 
-def test_tensorboard_shows_each_step_of_a_resumed_run_once(tmp_path):
+def test_tensorboard_shows_each_step_of_a_resumed_run_once(tmp_path, monkeypatch):
     """Steps 4 and 5 were logged after the last checkpoint, then redone by the resumed sitting: TensorBoard
-    showed both copies (Lightning's logger); it now shows the resumed sitting's."""
+    showed both copies (Lightning's logger); it now shows the resumed sitting's. The event files' counter
+    starts at 9 here: a second sitting's file opened in the same second as the first's, numbered 10, would
+    sort (and be read) before it, and purge nothing."""
     from lightning.pytorch.loggers import TensorBoardLogger
+    from tensorboard.summary.writer import event_file_writer
+
+    monkeypatch.setattr(event_file_writer, "_global_uid", event_file_writer.AtomicCounter(9))
 
     from nmt.training.loggers import ResumableTensorBoardLogger
 
-    for logger_class, expected in [
-        (TensorBoardLogger, [(1, 1.0), (2, 2.0), (3, 3.0), (4, 4.0), (5, 5.0), (4, 40.0), (5, 50.0), (6, 60.0)]),
+    for logger_class, expected in [  # ours first: its two files are numbered 9 and 10
         (ResumableTensorBoardLogger, [(1, 1.0), (2, 2.0), (3, 3.0), (4, 40.0), (5, 50.0), (6, 60.0)]),
+        (TensorBoardLogger, [(1, 1.0), (2, 2.0), (3, 3.0), (4, 4.0), (4, 40.0), (5, 5.0), (5, 50.0), (6, 60.0)]),
     ]:
         run_dir = tmp_path / logger_class.__name__
         tensorboard_sitting(logger_class, run_dir, range(1, 6))
         tensorboard_sitting(logger_class, run_dir, range(4, 7), resumed=True)
-        assert tensorboard_scalars(run_dir / "tensorboard") == expected, logger_class
+        shown = tensorboard_scalars(run_dir / "tensorboard")
+        assert (shown if logger_class is ResumableTensorBoardLogger else sorted(shown)) == expected, logger_class
 
 
 def test_tensorboard_of_a_run_started_from_scratch_in_the_same_folder_starts_anew(tmp_path):
     from nmt.training.loggers import ResumableTensorBoardLogger
 
     tensorboard_sitting(ResumableTensorBoardLogger, tmp_path, range(1, 6))
+    first = ResumableTensorBoardLogger(str(tmp_path), name="tensorboard", version="")
+    first.log_hyperparams({"lr": 0.1})
+    first.save()
     again = ResumableTensorBoardLogger(str(tmp_path), name="tensorboard", version="")
-    again.log_hyperparams({"lr": 0.1})  # before training starts, as Lightning does: kept
+    again.log_hyperparams({"lr": 0.2})  # before training starts, as Lightning does: kept
     again.drop_earlier()
     again.log_metrics({"train_loss": 7.0}, step=1)
+    again.save()
     again.experiment.flush()
     assert tensorboard_scalars(tmp_path / "tensorboard") == [(1, 7.0)]
     assert tensorboard_scalars(tmp_path / "tensorboard", "hp_metric") == [(0, -1.0)]
+    assert "lr: 0.2" in (tmp_path / "tensorboard" / "hparams.yaml").read_text()  # not the earlier run's

@@ -2,6 +2,7 @@
 
 import csv
 import os
+import time
 import uuid
 from pathlib import Path
 
@@ -76,7 +77,8 @@ class ResumableTensorBoardLogger(TensorBoardLogger):
     s, reopen the writer with ``purge_step=s`` (SummaryWriter's own option): TensorBoard then hides the
     events of earlier sittings at step s or later, the ones the killed process logged after its last
     checkpoint. A run started from scratch deletes the earlier runs' event files (``drop_earlier``), as the
-    CSV log starts anew."""
+    CSV log starts anew. Both need ``version: ""`` (conf/logger/tensorboard.yaml): another version gives each
+    sitting a folder of its own."""
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -86,9 +88,12 @@ class ResumableTensorBoardLogger(TensorBoardLogger):
 
     @rank_zero_only
     def drop_earlier(self) -> None:
-        """Delete the event files of earlier runs in this folder (this process's own stay)."""
+        """Delete the event files of earlier runs in this folder (this process's own stay), and their
+        hparams.yaml, which Lightning writes only where there is none."""
         for path in self.earlier_files:
             path.unlink(missing_ok=True)
+        if self.earlier_files:
+            (Path(self.log_dir) / self.NAME_HPARAMS_FILE).unlink(missing_ok=True)
         self.earlier_files = []
 
     @rank_zero_only
@@ -98,6 +103,13 @@ class ResumableTensorBoardLogger(TensorBoardLogger):
         if self._experiment is not None:
             self._experiment.close()
             self._experiment = None
+        # TensorBoard reads a folder's event files in the order of their names, which hold the second they
+        # were opened, then the process id and a counter (not zero-padded): the file holding the purge must
+        # be opened in a later second than every file it purges, or it may be read before them
+        seconds = [p.name.split(".")[3] for p in Path(self.log_dir).glob("events.out.tfevents.*")]
+        newest = max((int(s) for s in seconds if s.isdigit()), default=0)
+        while int(time.time()) <= newest:
+            time.sleep(0.05)
         self._kwargs["purge_step"] = step
         self.experiment  # noqa: B018  the writer opens with the purge event first
         self._kwargs.pop("purge_step")
