@@ -339,7 +339,7 @@ def sweep_running(tmp_path, child: str) -> subprocess.Popen:
     Ctrl-C raising KeyboardInterrupt in it as in a terminal (a test runner's worker may ignore SIGINT);
     returned once the child is ready."""
     parent = (
-        "import signal, sys; from pathlib import Path; from nmt.sweep.runner import run_child; "
+        "import signal, sys; from pathlib import Path; from nmt.sweep.child import run_child; "
         "signal.signal(signal.SIGINT, signal.default_int_handler); "
         f"run_child([sys.executable, '-c', {child!r}], dict(__import__('os').environ), Path({str(tmp_path)!r}))"
     )
@@ -356,9 +356,9 @@ def test_a_stopped_sweep_passes_its_run_the_one_signal_and_ends_in_one_line(tmp_
     """Ctrl-C (or SIGTERM) to the sweep: its run gets that signal once, saves, and the sweep says so in one
     line, exit 130 (143); a traceback and a SIGTERM to the run after the terminal's SIGINT were before."""
     seen = tmp_path / "seen"
-    child = (
+    child = (  # it exits as train.py does once saved: 128 + the signal
         f"import signal, sys, time\n"
-        f"def got(n, f):\n    open({str(seen)!r}, 'a').write(signal.Signals(n).name + '\\n'); sys.exit(0)\n"
+        f"def got(n, f):\n    open({str(seen)!r}, 'a').write(signal.Signals(n).name + '\\n'); sys.exit(128 + n)\n"
         "signal.signal(signal.SIGINT, got); signal.signal(signal.SIGTERM, got)\n"
         f"open({str(tmp_path / 'ready')!r}, 'w').close(); time.sleep(60)"
     )
@@ -395,7 +395,7 @@ def test_a_sweeps_training_child_stops_when_the_sweep_process_is_killed(tmp_path
     pid_file = tmp_path / "child.pid"
     child = f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(120)"
     parent = (
-        "import sys; from pathlib import Path; from nmt.sweep.runner import run_child; "
+        "import sys; from pathlib import Path; from nmt.sweep.child import run_child; "
         f"run_child([sys.executable, '-c', {child!r}], dict(__import__('os').environ), Path({str(tmp_path)!r}))"
     )
     sweep = subprocess.Popen([sys.executable, "-c", parent], cwd=ROOT)
@@ -413,46 +413,64 @@ def test_a_sweeps_training_child_stops_when_the_sweep_process_is_killed(tmp_path
     assert "sitting started" in (tmp_path / "train_stdout.log").read_text()  # its log was opened as it ran
 
 
-def test_a_joblib_workers_run_stops_and_the_worker_ends_when_the_sweep_process_dies(tmp_path):
-    """joblib's workers are the sweep process's children and run the training children: a SIGTERM or a kill
-    of the sweep process reached neither, so the runs trained on and the workers started the next ones.
-    Here a sweep process starts a worker as joblib does, with the sweep's id in its environment."""
-    seen, ready, nothing_next = tmp_path / "seen", tmp_path / "ready", tmp_path / "next"
-    worker_pid, err = tmp_path / "worker.pid", tmp_path / "worker.err"
-    child = (
-        "import signal, sys, time\n"
-        f"def got(n, f):\n    open({str(seen)!r}, 'w').write(signal.Signals(n).name); sys.exit(143)\n"
-        "signal.signal(signal.SIGTERM, got)\n"
-        f"open({str(ready)!r}, 'w').close(); time.sleep(60)"
-    )
-    worker = (
-        "import os, sys; from pathlib import Path; from nmt.sweep.runner import run_child; "
-        f"open({str(worker_pid)!r}, 'w').write(str(os.getpid())); "
-        f"run_child([sys.executable, '-c', {child!r}], dict(os.environ), Path({str(tmp_path)!r})); "
-        f"open({str(nothing_next)!r}, 'w').close()"  # a worker going on would take the next run here
-    )
-    sweep_source = (
-        "import os, subprocess, sys, time; from nmt.sweep.runner import SWEEP_PID; "
-        "os.environ[SWEEP_PID] = str(os.getpid()); "
-        f"subprocess.Popen([sys.executable, '-c', {worker!r}], stderr=open({str(err)!r}, 'w')); time.sleep(120)"
-    )
-    sweep = subprocess.Popen([sys.executable, "-c", sweep_source], cwd=ROOT)
-    deadline = time.time() + 60
-    while not ready.exists():
-        assert time.time() < deadline, "the run never started"
+JOBLIB_SWEEP = """
+import os, sys, time
+from pathlib import Path
+from joblib import Parallel, delayed
+from nmt.sweep.child import handle_sweep_signals, mark_sweep_process, run_child
+
+here = Path(sys.argv[1])
+CHILD = (
+    "import signal, sys, time\\n"
+    "def got(n, f):\\n    open(sys.argv[1] + '/seen', 'w').write(signal.Signals(n).name); sys.exit(128 + n)\\n"
+    "signal.signal(signal.SIGTERM, got); signal.signal(signal.SIGINT, got)\\n"
+    "open(sys.argv[1] + '/started', 'w').close(); time.sleep(60)"
+)
+
+def run(n):
+    folder = here / f"run{n}"
+    folder.mkdir()
+    run_child([sys.executable, "-c", CHILD, str(folder)], dict(os.environ), folder)
+    (folder / "returned").touch()  # a worker going on after its sweep had gone
+
+mark_sweep_process()
+handle_sweep_signals()
+Parallel(n_jobs=2, backend="loky")(delayed(run)(n) for n in range(4))
+"""
+
+
+@pytest.mark.parametrize("stop", ["SIGKILL", "SIGTERM", "SIGTERM to the group", "Ctrl-C"])
+def test_a_joblib_sweeps_runs_save_and_stop_and_no_run_starts_after_the_sweep_stops(tmp_path, stop):
+    """Four runs, two at a time, through joblib's loky workers. A signal to the sweep process reached
+    neither the workers nor their runs, which trained on, and the workers started the next runs; a Ctrl-C
+    made joblib kill the workers and their runs at once, unsaved. Each run now gets one signal, saves (here:
+    says which signal it got) and stops, and no further run starts."""
+    sweep = subprocess.Popen(
+        [sys.executable, "-c", JOBLIB_SWEEP, str(tmp_path)], cwd=ROOT, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,  # its own group, as a terminal gives a command
+    )  # fmt: skip
+    deadline = time.time() + 90
+    while len(list(tmp_path.glob("run*/started"))) < 2:
+        assert time.time() < deadline and sweep.poll() is None, "the runs never started"
         time.sleep(0.05)
-    pid = int(worker_pid.read_text())
-    sweep.kill()  # SIGKILL: nothing of the sweep process runs again
-    sweep.wait()
+    if stop == "SIGKILL":
+        sweep.kill()
+    elif stop == "SIGTERM":
+        sweep.send_signal(signal.SIGTERM)
+    else:
+        os.killpg(sweep.pid, signal.SIGINT if stop == "Ctrl-C" else signal.SIGTERM)
+    _, err = sweep.communicate(timeout=60)
     deadline = time.time() + 30
-    while Path(f"/proc/{pid}").exists() and "Z" not in Path(f"/proc/{pid}/stat").read_text().split()[2]:
-        assert time.time() < deadline, "the worker outlived its sweep"
+    while len(list(tmp_path.glob("run*/seen"))) < 2:
+        assert time.time() < deadline, f"a run was not stopped: {err}"
         time.sleep(0.05)
-    assert seen.read_text() == "SIGTERM" and not nothing_next.exists()
-    assert (
-        f"[sweep] the sweep process ended: {tmp_path.name} saved its state; run the same command again to resume"
-        in err.read_text()
-    )
+    expected = "SIGINT" if stop == "Ctrl-C" else "SIGTERM"
+    assert sorted(p.read_text() for p in tmp_path.glob("run*/seen")) == [expected, expected]
+    time.sleep(2)  # a worker that went on would start a third run here
+    assert len(list(tmp_path.glob("run*/started"))) == 2 and not list(tmp_path.glob("run*/returned")), err
+    if stop != "SIGKILL":
+        assert f"[sweep] stopped by {stop.split()[0].replace('Ctrl-C', 'SIGINT')}: " in err, err
+    assert err.count("saved its state; run the same command again to resume the sweep") == 2, err
 
 
 def sweep_config(sweep_dir: Path, params: dict, command_line: list[str]):

@@ -9,10 +9,7 @@ is written by :mod:`nmt.sweep.report` when the last job has ended.
 import importlib
 import json
 import os
-import signal
-import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -21,6 +18,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from nmt.metrics.corpus import unsigned_tokenized_lowercase_signature
+from nmt.sweep.child import SWEEP_PROCESS, handle_sweep_signals, mark_sweep_process, run_child
 from nmt.sweep.gpus import GpuPool, finish_mps, mps_folder, start_mps, visible_gpus
 from nmt.sweep.levels import (
     level_overrides,
@@ -51,9 +49,6 @@ from nmt.utils.io import atomic_write_json, atomic_write_text
 
 LAUNCHED = "launched_at"  # when this invocation of the sweep began (seconds since the epoch)
 SUPERSEDED = "superseded"  # run folders made under other settings, moved aside by on_changed=move
-# the sweep process's id, in the environment of the processes it starts: a launcher's worker (joblib's) that
-# runs a training child stops it when the sweep process dies (watch_sweep)
-SWEEP_PID = "NMT_SWEEP_PID"
 
 
 def parse_duration(text: str) -> float:
@@ -76,28 +71,6 @@ def too_late_to_start(sweep_dir: Path, start_runs_for: str | None) -> bool:
 
 def logs_to_wandb(cfg: DictConfig) -> bool:
     return str(cfg.get("logger", {}).get("_target_", "")).endswith("wandb_logger")
-
-
-def _prctl():
-    """prctl, found in the sweep process: the child that calls it (between fork and exec, where a thread of
-    the parent, such as the MPS watch, may have held a lock) then loads nothing."""
-    try:
-        import ctypes
-
-        return ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):  # not Linux
-        return None
-
-
-_PRCTL = _prctl()
-
-
-def stop_with_parent() -> None:
-    """In a sweep's training child, before it runs: the kernel sends it SIGTERM when the sweep process
-    dies, however it dies; the child then saves last.ckpt and exits, and a rerun resumes it."""
-    if _PRCTL is not None:  # not Linux: a sweep that dies without handling a signal leaves its run training
-        pr_set_pdeathsig = 1
-        _PRCTL(pr_set_pdeathsig, signal.SIGTERM)
 
 
 def progress_line(sweep_dir: Path, planned: int, now: float | None = None) -> str:
@@ -264,110 +237,6 @@ def _plan(sweep_dir: Path) -> int:
     return json.loads(path.read_text())["runs"] if path.is_file() else 0
 
 
-def in_a_worker() -> bool:
-    """Whether this process is a launcher's worker rather than the sweep process itself (which runs its runs
-    with the basic launcher, and with joblib's at n_jobs=1)."""
-    sweep = os.environ.get(SWEEP_PID)
-    return bool(sweep) and int(sweep) != os.getpid()
-
-
-def watch_sweep(process: subprocess.Popen, every: float = 1.0) -> threading.Event:
-    """In a launcher's worker: when the sweep process dies (this worker's parent changes), stop the run
-    (SIGTERM: it saves its state) and set the event returned, on which run_child ends the worker, so that
-    it starts no further run. A signal to the sweep process reached neither the workers of joblib's
-    launcher nor their runs, which trained on (and the workers started the next runs) after it had gone."""
-    parent, gone = os.getppid(), threading.Event()
-
-    def watch() -> None:
-        while process.poll() is None:
-            if os.getppid() != parent:
-                gone.set()
-                process.send_signal(signal.SIGTERM)
-                return
-            time.sleep(every)
-
-    threading.Thread(target=watch, name="watch-sweep", daemon=True).start()
-    return gone
-
-
-def end_worker(code: int, run_dir: Path) -> None:
-    """The sweep process has gone: say what became of the run, and end this worker at once."""
-    state = "saved its state" if code in (0, 143) else f"ended with status {code} (its train_stderr.log)"
-    print(
-        f"[sweep] the sweep process ended: {run_dir.name} {state}; run the same command again to resume the "
-        "sweep (finished runs are kept)",
-        file=sys.stderr,
-        flush=True,
-    )
-    os._exit(143)  # not SystemExit: the launcher's worker would catch it and take the next run
-
-
-class _SweepStopped(BaseException):
-    """SIGTERM to the sweep process while a run trains (raised by its handler, as Ctrl-C raises)."""
-
-
-def run_child(command: list[str], env: dict, run_dir: Path) -> int:
-    """Run train.py with its output streamed into the run folder as it is written (each sitting appends
-    under a header); the child stops when the sweep process dies. The child has a process group of its
-    own, so that a terminal's Ctrl-C reaches the sweep alone, which passes the child that one signal (two,
-    the terminal's and the sweep's, would be a second Ctrl-C to it), waits for it to save its state, and
-    ends in one line; SIGTERM the same. With the basic launcher, where runs are this process's children;
-    in a parallel launcher's worker (joblib's), the run stops when the sweep process dies (watch_sweep)."""
-    stamp = time.strftime("%Y-%m-%d %H:%M:%S")
-    with open(run_dir / "train_stdout.log", "a") as out, open(run_dir / "train_stderr.log", "a") as err:
-        for handle in (out, err):
-            handle.write(f"==== sitting started {stamp}\n")
-            handle.flush()
-        process = subprocess.Popen(
-            command,
-            env=env,
-            cwd=os.getcwd(),
-            stdout=out,
-            stderr=err,
-            preexec_fn=stop_with_parent,
-            start_new_session=True,
-        )
-        sweep_gone = watch_sweep(process) if in_a_worker() else None
-
-        def stopped(signum, frame):
-            raise _SweepStopped
-
-        main = threading.current_thread() is threading.main_thread()
-        previous = signal.signal(signal.SIGTERM, stopped) if main else None
-        try:
-            code = process.wait()
-            if sweep_gone is not None and sweep_gone.is_set():
-                end_worker(code, run_dir)
-            return code
-        except (KeyboardInterrupt, _SweepStopped) as stop:
-            name = "SIGINT" if isinstance(stop, KeyboardInterrupt) else "SIGTERM"
-            process.send_signal(getattr(signal, name))
-            try:
-                code = process.wait()
-                # train.py exits 130/143 once its state is saved (0: it had finished)
-                state = (
-                    "saved its state" if code in (0, 130, 143) else f"ended with status {code} (its train_stderr.log)"
-                )
-            except (KeyboardInterrupt, _SweepStopped):  # a second signal: the run stops at once, as a second Ctrl-C
-                process.kill()
-                process.wait()
-                state = "was stopped at once by a second signal (its last checkpoint stands)"
-            print(
-                f"[sweep] stopped by {name}: {run_dir.name} {state}; run the same command again to resume "
-                "the sweep (finished runs are kept)",
-                file=sys.stderr,
-                flush=True,
-            )
-            raise SystemExit(130 if name == "SIGINT" else 143) from None
-        except BaseException:  # the sweep fails otherwise: the child saves its state and stops too
-            process.send_signal(signal.SIGTERM)
-            process.wait()
-            raise
-        finally:
-            if previous is not None:
-                signal.signal(signal.SIGTERM, previous)
-
-
 def run_record(run_dir: Path, factors: dict, seed: int) -> dict:
     """What a sweep keeps of a finished run: its factor levels and seed, the metrics its task reports
     (from results.json; the task is read from the run's config.yaml), size, cost and test outputs."""
@@ -473,7 +342,8 @@ class SweepReport(Callback):
             )
             raise SystemExit(2)
         sweep_dir.mkdir(parents=True, exist_ok=True)
-        os.environ[SWEEP_PID] = str(os.getpid())  # before the launcher starts its workers, which inherit it
+        mark_sweep_process()  # before the launcher starts its workers, which inherit it
+        handle_sweep_signals()
         settings = plain_settings(config.get("level_settings"))
         swept = set(factors) | {"seed"}  # as run_cell names the folders
         names = [run_name(values, swept) for values in planned_values(config)]
@@ -489,6 +359,7 @@ class SweepReport(Callback):
             print("[sweep] note: an MPS daemon answers at /tmp/nvidia-mps: these runs run under it (gpu_mps=false)")
 
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
+        os.environ.pop(SWEEP_PROCESS, None)
         mps = _MPS.pop(str(Path(config.hydra.sweep.dir)), None)
         if mps is not None:
             finish_mps(*mps, Path(config.hydra.sweep.dir), runs_started_this_sitting(Path(config.hydra.sweep.dir)))

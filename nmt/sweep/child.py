@@ -1,0 +1,200 @@
+"""A sweep's training processes: each run is ``train.py`` in a child process, started, watched and stopped
+here, so that a run stops (saving ``last.ckpt``, which a rerun of the sweep resumes) whenever the sweep
+stops, however it stops.
+
+- With the basic launcher (and joblib's at ``n_jobs=1``) the sweep process runs its runs itself: Ctrl-C or
+  SIGTERM reaches it, it passes the run that one signal, waits for it to save, and ends in one line; if it
+  dies without a word (SIGKILL), the kernel signals the run (``stop_with_parent``).
+- With a parallel launcher (joblib's), the runs belong to its worker processes. A signal to the sweep
+  process reached neither them nor their runs, and a Ctrl-C made joblib kill every worker and run at once,
+  unsaved. Now the sweep process ends at once on a signal (``handle_sweep_signals``), leaving joblib no
+  time to kill anything; each worker, watching the sweep process (``watch_sweep``), stops its run when it
+  has gone and then ends itself, so that it starts no further run; a worker signalled itself (Ctrl-C
+  reaches the whole terminal group) stops its run the same way.
+"""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+# the sweep process, in the environment of the processes it starts ("host pid start-time"): a launcher's
+# worker on the same machine watches it (watch_sweep)
+SWEEP_PROCESS = "NMT_SWEEP_PROCESS"
+_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}
+
+
+def _prctl():
+    """prctl, found in the sweep process: the child that calls it (between fork and exec, where a thread of
+    the parent, such as the MPS watch, may have held a lock) then loads nothing."""
+    try:
+        import ctypes
+
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):  # not Linux
+        return None
+
+
+_PRCTL = _prctl()
+
+
+def stop_with_parent() -> None:
+    """In a sweep's training child, before it runs: the kernel sends it SIGTERM when the thread that started
+    it dies (the sweep process, or a launcher's worker), however it dies; the child then saves last.ckpt and
+    exits, and a rerun resumes it."""
+    if _PRCTL is not None:  # not Linux: a sweep that dies without handling a signal leaves its run training
+        pr_set_pdeathsig = 1
+        _PRCTL(pr_set_pdeathsig, signal.SIGTERM)
+
+
+def process_identity(pid: int) -> str | None:
+    """ "host pid start-time" of a live process (its start in clock ticks since boot, so that a later process
+    given the same id is not taken for it); None when it has gone (or is a zombie), or without /proc."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rpartition(")")[2].split()  # after the command name, which may hold spaces
+    if fields[0] in ("Z", "X"):
+        return None
+    return f"{socket.gethostname()} {pid} {fields[19]}"
+
+
+def mark_sweep_process() -> None:
+    """In the sweep process, before the launcher starts its workers (which inherit its environment)."""
+    identity = process_identity(os.getpid())
+    if identity is not None:
+        os.environ[SWEEP_PROCESS] = identity
+
+
+def in_a_worker() -> bool:
+    """Whether this process runs a sweep's runs for it on the same machine: a parallel launcher's worker, not
+    the sweep process itself, nor a job on another machine (a cluster's, which outlives its sweep)."""
+    identity = os.environ.get(SWEEP_PROCESS, "").split()
+    return len(identity) == 3 and identity[0] == socket.gethostname() and int(identity[1]) != os.getpid()
+
+
+def sweep_alive() -> bool:
+    identity = os.environ[SWEEP_PROCESS]
+    return process_identity(int(identity.split()[1])) == identity
+
+
+def watch_sweep(process: subprocess.Popen, stopping: threading.Event, every: float = 1.0) -> threading.Event:
+    """In a launcher's worker: once the sweep process has gone, stop the run (SIGTERM: it saves its state)
+    and set the event returned, on which run_child ends the worker; not once ``stopping`` is set (the worker
+    got a signal itself and passed it on: a second one would stop the run before it has saved)."""
+    gone = threading.Event()
+
+    def watch() -> None:
+        while process.poll() is None and not stopping.is_set():
+            if not sweep_alive():
+                gone.set()
+                process.send_signal(signal.SIGTERM)
+                return
+            time.sleep(every)
+
+    threading.Thread(target=watch, name="watch-sweep", daemon=True).start()
+    return gone
+
+
+def end_worker(message: str, code: int) -> None:
+    """End a launcher's worker at once, saying why: not by SystemExit, which the launcher's worker catches
+    before taking the next run."""
+    print(f"[sweep] {message}; run the same command again to resume the sweep (finished runs are kept)",
+          file=sys.stderr, flush=True)  # fmt: skip
+    os._exit(code)
+
+
+def handle_sweep_signals() -> None:
+    """In the sweep process: SIGINT and SIGTERM end it at once, in one line, when no run of its own is
+    training (run_child then handles them); a parallel launcher's workers see it gone and stop their runs."""
+
+    def stop(signum, frame) -> None:
+        name = signal.Signals(signum).name
+        print(f"[sweep] stopped by {name}: each run still training saves its state and stops; run the same "
+              "command again to resume the sweep (finished runs are kept)", file=sys.stderr, flush=True)  # fmt: skip
+        os._exit(_CODES[signum])
+
+    if threading.current_thread() is threading.main_thread():
+        for signum in _CODES:
+            signal.signal(signum, stop)
+
+
+class _SweepStopped(BaseException):
+    """A signal to the process while its run trains (raised by the handler, as Ctrl-C raises)."""
+
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+
+
+def _state(code: int) -> str:
+    # train.py exits 130/143 once its state is saved, 0 when it had finished
+    if code == 0:
+        return "had finished"
+    return "saved its state" if code in (130, 143) else f"ended with status {code} (its train_stderr.log)"
+
+
+def run_child(command: list[str], env: dict, run_dir: Path) -> int:
+    """Run train.py with its output streamed into the run folder as it is written (each sitting appends
+    under a header). The child has a process group of its own, so that a terminal's Ctrl-C reaches this
+    process alone, which passes the child that one signal (two, the terminal's and this one's, would be a
+    second Ctrl-C to it), waits for it to save its state, and ends in one line; SIGTERM the same. In a
+    launcher's worker the run also stops when the sweep process has gone, and the worker then ends."""
+    worker = in_a_worker()
+    if worker and not sweep_alive():  # gone while this worker waited (for a GPU, or for this run)
+        end_worker(f"the sweep process has gone: {run_dir.name} not started", 143)
+    env = {k: v for k, v in env.items() if k != SWEEP_PROCESS}  # the run is no part of the sweep's machinery
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+    with open(run_dir / "train_stdout.log", "a") as out, open(run_dir / "train_stderr.log", "a") as err:
+        for handle in (out, err):
+            handle.write(f"==== sitting started {stamp}\n")
+            handle.flush()
+        process = subprocess.Popen(
+            command,
+            env=env,
+            cwd=os.getcwd(),
+            stdout=out,
+            stderr=err,
+            preexec_fn=stop_with_parent,
+            start_new_session=True,
+        )
+        stopping = threading.Event()
+        sweep_gone = watch_sweep(process, stopping) if worker else None
+
+        def stopped(signum, frame):
+            raise _SweepStopped(signum)
+
+        main = threading.current_thread() is threading.main_thread()
+        previous = {signum: signal.signal(signum, stopped) for signum in _CODES} if main else {}
+        try:
+            code = process.wait()
+            if sweep_gone is not None and sweep_gone.is_set():
+                end_worker(f"the sweep process has gone: {run_dir.name} {_state(code)}", 143)
+            return code
+        except _SweepStopped as stop:
+            name = signal.Signals(stop.signum).name
+            stopping.set()
+            process.send_signal(stop.signum)
+            try:
+                state = _state(process.wait())
+            except _SweepStopped:  # a second signal: the run stops at once, as a second Ctrl-C
+                process.kill()
+                process.wait()
+                state = "was stopped at once by a second signal (its last checkpoint stands)"
+            message = f"stopped by {name}: {run_dir.name} {state}"
+            if worker:
+                end_worker(message, _CODES[stop.signum])
+            print(f"[sweep] {message}; run the same command again to resume the sweep (finished runs are kept)",
+                  file=sys.stderr, flush=True)  # fmt: skip
+            raise SystemExit(_CODES[stop.signum]) from None
+        except BaseException:  # the sweep fails otherwise: the child saves its state and stops too
+            process.send_signal(signal.SIGTERM)
+            process.wait()
+            raise
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
