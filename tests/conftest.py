@@ -35,6 +35,25 @@ def isolated_cache(tmp_path_factory):
         os.environ["NMT_CACHE"] = old
 
 
+@pytest.fixture(autouse=True)
+def sweep_signals_restored():
+    """A test that starts a sweep in this process (SweepReport.on_multirun_start) without ending it leaves
+    the sweep's signal handlers (a Ctrl-C would end the test run at once) and its identity in the
+    environment (later subprocesses would take themselves for its workers): both are undone here."""
+    import signal
+
+    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    environ = {k: os.environ.get(k) for k in ("NMT_SWEEP_PROCESS", "PYTHONWARNINGS")}
+    yield
+    for signum, handler in handlers.items():
+        signal.signal(signum, handler)
+    for key, value in environ.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
 TINY = [
     "name=test",
     "trainer.max_epochs=1",

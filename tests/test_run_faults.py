@@ -386,7 +386,7 @@ def test_a_second_ctrl_c_stops_the_sweeps_run_at_once_still_in_one_line(tmp_path
     _, err = sweep.communicate(timeout=60)
     assert sweep.returncode == 130, err
     assert err.strip().splitlines() == [
-        f"[sweep] stopped by SIGINT: {tmp_path.name} was stopped at once by a second signal (its last checkpoint "
+        f"[sweep] stopped by SIGINT: {tmp_path.name} was stopped at once by a second Ctrl-C (its last checkpoint "
         "stands); run the same command again to resume the sweep (finished runs are kept)"
     ]
 
@@ -471,6 +471,41 @@ def test_a_joblib_sweeps_runs_save_and_stop_and_no_run_starts_after_the_sweep_st
     if stop != "SIGKILL":
         assert f"[sweep] stopped by {stop.split()[0].replace('Ctrl-C', 'SIGINT')}: " in err, err
     assert err.count("saved its state; run the same command again to resume the sweep") == 2, err
+
+
+def test_a_workers_run_gets_one_signal_when_its_launcher_passes_on_another(tmp_path):
+    """submitit's local controller passes the terminal's Ctrl-C to its job, then SIGTERM: the worker took
+    the second signal for a second Ctrl-C and killed its run before it had saved (or a signal between the
+    two raised out of the worker). The run now gets the first signal alone, and saves."""
+    from nmt.sweep.child import SWEEP_PROCESS, process_identity
+
+    seen = tmp_path / "seen"
+    child = (
+        "import signal, sys, time\n"
+        f"def got(n, f):\n    open({str(seen)!r}, 'a').write(signal.Signals(n).name + '\\n'); time.sleep(1); "
+        "sys.exit(128 + n)\n"
+        "signal.signal(signal.SIGINT, got); signal.signal(signal.SIGTERM, got)\n"
+        f"open({str(tmp_path / 'ready')!r}, 'w').close(); time.sleep(60)"
+    )
+    env = {**os.environ, SWEEP_PROCESS: process_identity(os.getpid())}  # a worker of this (live) process
+    worker = subprocess.Popen(
+        [sys.executable, "-c", "import sys; from pathlib import Path; from nmt.sweep.child import run_child; "
+         f"run_child([sys.executable, '-c', {child!r}], dict(__import__('os').environ), Path({str(tmp_path)!r}))"],
+        cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    deadline = time.time() + 60
+    while not (tmp_path / "ready").exists():
+        assert time.time() < deadline, "the run never started"
+        time.sleep(0.05)
+    worker.send_signal(signal.SIGINT)
+    time.sleep(0.2)
+    worker.send_signal(signal.SIGTERM)
+    _, err = worker.communicate(timeout=60)
+    assert worker.returncode == 130 and seen.read_text() == "SIGINT\n", err
+    assert err.strip().splitlines() == [
+        f"[sweep] stopped by SIGINT: {tmp_path.name} saved its state; run the same command again to resume the "
+        "sweep (finished runs are kept)"
+    ]
 
 
 def sweep_config(sweep_dir: Path, params: dict, command_line: list[str]):

@@ -13,6 +13,7 @@ stops, however it stops.
   reaches the whole terminal group) stops its run the same way.
 """
 
+import functools
 import os
 import signal
 import socket
@@ -20,12 +21,18 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 # the sweep process, in the environment of the processes it starts ("host pid start-time"): a launcher's
 # worker on the same machine watches it (watch_sweep)
 SWEEP_PROCESS = "NMT_SWEEP_PROCESS"
 _CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}
+# what the sweep process must still do when a signal ends it (leave its MPS daemon): atexit does not run
+ON_SWEEP_SIGNAL: list[Callable[[], None]] = []
+# loky's resource tracker outlives a sweep ended by a signal and warns of its leftovers, in lines that
+# would follow the sweep's one line
+_QUIET_TRACKER = "ignore::UserWarning:joblib.externals.loky.backend.resource_tracker"
 
 
 def _prctl():
@@ -42,18 +49,29 @@ def _prctl():
 _PRCTL = _prctl()
 
 
-def stop_with_parent() -> None:
+def stop_with_parent(parent: int) -> None:
     """In a sweep's training child, before it runs: the kernel sends it SIGTERM when the thread that started
-    it dies (the sweep process, or a launcher's worker), however it dies; the child then saves last.ckpt and
-    exits, and a rerun resumes it."""
+    it (in process ``parent``: the sweep process, or a launcher's worker) dies, however it dies; the child
+    then saves last.ckpt and exits, and a rerun resumes it. A parent gone before this was set: not run."""
     if _PRCTL is not None:  # not Linux: a sweep that dies without handling a signal leaves its run training
         pr_set_pdeathsig = 1
         _PRCTL(pr_set_pdeathsig, signal.SIGTERM)
+        if os.getppid() != parent:
+            os._exit(143)
 
 
 def process_identity(pid: int) -> str | None:
-    """ "host pid start-time" of a live process (its start in clock ticks since boot, so that a later process
-    given the same id is not taken for it); None when it has gone (or is a zombie), or without /proc."""
+    """The "host pid start-time" of a live process (its start in clock ticks since boot, so that a later process
+    given the same id is not taken for it); None when it has gone (or is a zombie). Without /proc, the id
+    alone ("-" for the start)."""
+    if not Path("/proc/self/stat").exists():
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return None
+        except PermissionError:
+            pass
+        return f"{socket.gethostname()} {pid} -"
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
@@ -66,9 +84,10 @@ def process_identity(pid: int) -> str | None:
 
 def mark_sweep_process() -> None:
     """In the sweep process, before the launcher starts its workers (which inherit its environment)."""
-    identity = process_identity(os.getpid())
-    if identity is not None:
-        os.environ[SWEEP_PROCESS] = identity
+    os.environ[SWEEP_PROCESS] = process_identity(os.getpid())
+    warnings = os.environ.get("PYTHONWARNINGS", "")
+    if _QUIET_TRACKER not in warnings:
+        os.environ["PYTHONWARNINGS"] = f"{warnings},{_QUIET_TRACKER}" if warnings else _QUIET_TRACKER
 
 
 def in_a_worker() -> bool:
@@ -79,8 +98,17 @@ def in_a_worker() -> bool:
 
 
 def sweep_alive() -> bool:
-    identity = os.environ[SWEEP_PROCESS]
-    return process_identity(int(identity.split()[1])) == identity
+    """Whether the sweep process this worker serves still runs (the same process: its id and its start)."""
+    _, pid, start = os.environ[SWEEP_PROCESS].split()
+    now = process_identity(int(pid))
+    return now is not None and now.split()[1:] == [pid, start]
+
+
+def end_worker_if_sweep_gone(run_name: str) -> None:
+    """In a launcher's worker, before a run: the sweep process has gone (while this worker waited for a GPU,
+    or since its last run), so this run does not start, and the worker ends."""
+    if in_a_worker() and not sweep_alive():
+        end_worker(f"the sweep process has gone: {run_name} not started", 143)
 
 
 def watch_sweep(process: subprocess.Popen, stopping: threading.Event, every: float = 1.0) -> threading.Event:
@@ -104,31 +132,41 @@ def watch_sweep(process: subprocess.Popen, stopping: threading.Event, every: flo
 def end_worker(message: str, code: int) -> None:
     """End a launcher's worker at once, saying why: not by SystemExit, which the launcher's worker catches
     before taking the next run."""
+    sys.stdout.flush()
     print(f"[sweep] {message}; run the same command again to resume the sweep (finished runs are kept)",
           file=sys.stderr, flush=True)  # fmt: skip
     os._exit(code)
 
 
-def handle_sweep_signals() -> None:
-    """In the sweep process: SIGINT and SIGTERM end it at once, in one line, when no run of its own is
-    training (run_child then handles them); a parallel launcher's workers see it gone and stop their runs."""
+def handle_sweep_signals() -> dict:
+    """In the sweep process, while its runs are launched: SIGINT and SIGTERM end it at once, in one line,
+    after ``ON_SWEEP_SIGNAL``, when no run of its own is training (run_child then handles them); a parallel
+    launcher's workers see it gone and stop their runs. Returns the handlers it replaced, for
+    ``restore_signals`` once the runs have ended."""
 
     def stop(signum, frame) -> None:
-        name = signal.Signals(signum).name
-        print(f"[sweep] stopped by {name}: each run still training saves its state and stops; run the same "
-              "command again to resume the sweep (finished runs are kept)", file=sys.stderr, flush=True)  # fmt: skip
+        for cleanup in ON_SWEEP_SIGNAL:
+            try:
+                cleanup()
+            except Exception as err:  # noqa: BLE001 - said, and the sweep still ends
+                print(f"[sweep] {err}", file=sys.stderr)
+        sys.stdout.flush()
+        print(f"[sweep] stopped by {signal.Signals(signum).name}: each run still training saves its state and "
+              "stops; run the same command again to resume the sweep (finished runs are kept)",
+              file=sys.stderr, flush=True)  # fmt: skip
         os._exit(_CODES[signum])
 
-    if threading.current_thread() is threading.main_thread():
-        for signum in _CODES:
-            signal.signal(signum, stop)
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    return {signum: signal.signal(signum, stop) for signum in _CODES}
 
 
-class _SweepStopped(BaseException):
-    """A signal to the process while its run trains (raised by the handler, as Ctrl-C raises)."""
-
-    def __init__(self, signum: int) -> None:
-        self.signum = signum
+def restore_signals(previous: dict) -> None:
+    """Undo handle_sweep_signals: the sweep's runs have ended (its report comes next), or it ran in a test."""
+    for signum, handler in previous.items():
+        signal.signal(signum, handler)
+    ON_SWEEP_SIGNAL.clear()
+    os.environ.pop(SWEEP_PROCESS, None)
 
 
 def _state(code: int) -> str:
@@ -142,59 +180,71 @@ def run_child(command: list[str], env: dict, run_dir: Path) -> int:
     """Run train.py with its output streamed into the run folder as it is written (each sitting appends
     under a header). The child has a process group of its own, so that a terminal's Ctrl-C reaches this
     process alone, which passes the child that one signal (two, the terminal's and this one's, would be a
-    second Ctrl-C to it), waits for it to save its state, and ends in one line; SIGTERM the same. In a
-    launcher's worker the run also stops when the sweep process has gone, and the worker then ends."""
+    second Ctrl-C to it), waits for it to save its state, and ends in one line; SIGTERM the same. Only a
+    second Ctrl-C to the sweep process stops the run at once; in a launcher's worker, further signals are
+    ignored (a launcher may pass on the terminal's signal too). In a worker the run also stops when the
+    sweep process has gone, and the worker then ends."""
     worker = in_a_worker()
-    if worker and not sweep_alive():  # gone while this worker waited (for a GPU, or for this run)
-        end_worker(f"the sweep process has gone: {run_dir.name} not started", 143)
+    end_worker_if_sweep_gone(run_dir.name)
     env = {k: v for k, v in env.items() if k != SWEEP_PROCESS}  # the run is no part of the sweep's machinery
     stamp = time.strftime("%Y-%m-%d %H:%M:%S")
-    with open(run_dir / "train_stdout.log", "a") as out, open(run_dir / "train_stderr.log", "a") as err:
-        for handle in (out, err):
-            handle.write(f"==== sitting started {stamp}\n")
-            handle.flush()
-        process = subprocess.Popen(
-            command,
-            env=env,
-            cwd=os.getcwd(),
-            stdout=out,
-            stderr=err,
-            preexec_fn=stop_with_parent,
-            start_new_session=True,
-        )
-        stopping = threading.Event()
-        sweep_gone = watch_sweep(process, stopping) if worker else None
+    main = threading.current_thread() is threading.main_thread()
+    received: list[int] = []  # the signals this process got while its run trained
+    stopping, at_once = threading.Event(), threading.Event()
+    process: subprocess.Popen | None = None
 
-        def stopped(signum, frame):
-            raise _SweepStopped(signum)
-
-        main = threading.current_thread() is threading.main_thread()
-        previous = {signum: signal.signal(signum, stopped) for signum in _CODES} if main else {}
-        try:
-            code = process.wait()
-            if sweep_gone is not None and sweep_gone.is_set():
-                end_worker(f"the sweep process has gone: {run_dir.name} {_state(code)}", 143)
-            return code
-        except _SweepStopped as stop:
-            name = signal.Signals(stop.signum).name
+    def on_signal(signum, frame) -> None:
+        # nothing raised here: the wait below goes on (PEP 475), and the state is read when it returns
+        received.append(signum)
+        if process is None:
+            return
+        if len(received) == 1:
             stopping.set()
-            process.send_signal(stop.signum)
+            process.send_signal(signum)
+        elif not worker and signum == received[0] == signal.SIGINT and not at_once.is_set():
+            at_once.set()
+            process.kill()
+
+    previous = {signum: signal.signal(signum, on_signal) for signum in _CODES} if main else {}
+    sweep_gone = None
+    try:
+        with open(run_dir / "train_stdout.log", "a") as out, open(run_dir / "train_stderr.log", "a") as err:
+            for handle in (out, err):
+                handle.write(f"==== sitting started {stamp}\n")
+                handle.flush()
+            process = subprocess.Popen(
+                command,
+                env=env,
+                cwd=os.getcwd(),
+                stdout=out,
+                stderr=err,
+                preexec_fn=functools.partial(stop_with_parent, os.getpid()),
+                start_new_session=True,
+            )
+            if received and not stopping.is_set():  # a signal while it started
+                stopping.set()
+                process.send_signal(received[0])
+            sweep_gone = watch_sweep(process, stopping) if worker else None
             try:
-                state = _state(process.wait())
-            except _SweepStopped:  # a second signal: the run stops at once, as a second Ctrl-C
-                process.kill()
+                code = process.wait()
+            except BaseException:  # the sweep fails otherwise: the child saves its state and stops too
+                process.send_signal(signal.SIGTERM)
                 process.wait()
-                state = "was stopped at once by a second signal (its last checkpoint stands)"
-            message = f"stopped by {name}: {run_dir.name} {state}"
-            if worker:
-                end_worker(message, _CODES[stop.signum])
-            print(f"[sweep] {message}; run the same command again to resume the sweep (finished runs are kept)",
-                  file=sys.stderr, flush=True)  # fmt: skip
-            raise SystemExit(_CODES[stop.signum]) from None
-        except BaseException:  # the sweep fails otherwise: the child saves its state and stops too
-            process.send_signal(signal.SIGTERM)
-            process.wait()
-            raise
-        finally:
-            for signum, handler in previous.items():
-                signal.signal(signum, handler)
+                raise
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    if received:
+        name = signal.Signals(received[0]).name
+        state = (
+            "was stopped at once by a second Ctrl-C (its last checkpoint stands)" if at_once.is_set() else _state(code)
+        )
+        message = f"stopped by {name}: {run_dir.name} {state}"
+        if worker:
+            end_worker(message, _CODES[received[0]])
+        print(f"[sweep] {message}; run the same command again to resume the sweep (finished runs are kept)",
+              file=sys.stderr, flush=True)  # fmt: skip
+        raise SystemExit(_CODES[received[0]])
+    if sweep_gone is not None and sweep_gone.is_set():
+        end_worker(f"the sweep process has gone: {run_dir.name} {_state(code)}", 143)
+    return code

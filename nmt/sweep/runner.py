@@ -18,7 +18,14 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from nmt.metrics.corpus import unsigned_tokenized_lowercase_signature
-from nmt.sweep.child import SWEEP_PROCESS, handle_sweep_signals, mark_sweep_process, run_child
+from nmt.sweep.child import (
+    ON_SWEEP_SIGNAL,
+    end_worker_if_sweep_gone,
+    handle_sweep_signals,
+    mark_sweep_process,
+    restore_signals,
+    run_child,
+)
 from nmt.sweep.gpus import GpuPool, finish_mps, mps_folder, start_mps, visible_gpus
 from nmt.sweep.levels import (
     level_overrides,
@@ -148,9 +155,14 @@ def run_cell(cfg: DictConfig) -> dict | None:
             command.append(f"logger.dir='{Path(hydra_cfg.sweep.dir).resolve()}'")
     env = dict(os.environ)
     held = None
+    end_worker_if_sweep_gone(run_dir.name)  # a launcher's worker: taking the next run after its sweep stopped
     if cfg.gpu_pool:  # free GPUs from the machine's pool, given back when the run ends
         pool = GpuPool(visible_gpus(), int(cfg.runs_per_gpu), int(cfg.gpus_per_run))
-        held = pool.take()
+        while held is None:  # a worker waiting for a GPU ends with its sweep
+            try:
+                held = pool.take(timeout_s=5)
+            except TimeoutError:
+                end_worker_if_sweep_gone(run_dir.name)
         devices = held.devices
         if cfg.get("gpu_mps"):  # the sweep's MPS daemon: its pipes, and the GPUs numbered as it numbers them
             daemon = MpsDaemon(mps_folder())
@@ -230,6 +242,7 @@ def _in_use_elsewhere(run_dir: Path) -> bool:
 # the MPS daemon and its watch of each sweep this process launched (gpu_mps): kept out of the callback,
 # which the joblib launcher sends to its workers and which therefore holds nothing a thread owns
 _MPS: dict = {}
+_SIGNALS: dict = {}  # per sweep folder: the signal handlers its launch replaced (child.handle_sweep_signals)
 
 
 def _plan(sweep_dir: Path) -> int:
@@ -343,7 +356,7 @@ class SweepReport(Callback):
             raise SystemExit(2)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         mark_sweep_process()  # before the launcher starts its workers, which inherit it
-        handle_sweep_signals()
+        _SIGNALS[str(sweep_dir)] = handle_sweep_signals()
         settings = plain_settings(config.get("level_settings"))
         swept = set(factors) | {"seed"}  # as run_cell names the folders
         names = [run_name(values, swept) for values in planned_values(config)]
@@ -354,12 +367,15 @@ class SweepReport(Callback):
         atomic_write_text(sweep_dir / LAUNCHED, f"{time.time():.3f}\n")  # a rerun gets a fresh time window
         print(f"[sweep] {planned_runs(config)} runs: " + " x ".join(f"{k} {levels[k]}" for k in factors), flush=True)
         if config.get("gpu_mps"):
-            _MPS[str(sweep_dir)] = start_mps(sweep_dir)
+            _MPS[str(sweep_dir)] = mps = start_mps(sweep_dir)
+            # a signal ends the sweep process without its exit handlers: it leaves the daemon first (the
+            # daemon shuts down once the runs, its clients, have saved and ended)
+            ON_SWEEP_SIGNAL.append(lambda: print(f"[sweep] MPS daemon: {mps[0].leave(wait_s=1)}", flush=True))
         elif config.get("gpu_pool") and machine_wide_daemon():
             print("[sweep] note: an MPS daemon answers at /tmp/nvidia-mps: these runs run under it (gpu_mps=false)")
 
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
-        os.environ.pop(SWEEP_PROCESS, None)
+        restore_signals(_SIGNALS.pop(str(Path(config.hydra.sweep.dir)), {}))
         mps = _MPS.pop(str(Path(config.hydra.sweep.dir)), None)
         if mps is not None:
             finish_mps(*mps, Path(config.hydra.sweep.dir), runs_started_this_sitting(Path(config.hydra.sweep.dir)))
