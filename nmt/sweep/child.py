@@ -33,6 +33,7 @@ ON_SWEEP_SIGNAL: list[Callable[[], None]] = []
 # loky's resource tracker outlives a sweep ended by a signal and warns of its leftovers, in lines that
 # would follow the sweep's one line
 _QUIET_TRACKER = "ignore::UserWarning:joblib.externals.loky.backend.resource_tracker"
+_WARNINGS_BEFORE: list[str | None] = []  # PYTHONWARNINGS before mark_sweep_process, for restore_signals
 
 
 def _prctl():
@@ -85,6 +86,7 @@ def process_identity(pid: int) -> str | None:
 def mark_sweep_process() -> None:
     """In the sweep process, before the launcher starts its workers (which inherit its environment)."""
     os.environ[SWEEP_PROCESS] = process_identity(os.getpid())
+    _WARNINGS_BEFORE.append(os.environ.get("PYTHONWARNINGS"))
     warnings = os.environ.get("PYTHONWARNINGS", "")
     if _QUIET_TRACKER not in warnings:
         os.environ["PYTHONWARNINGS"] = f"{warnings},{_QUIET_TRACKER}" if warnings else _QUIET_TRACKER
@@ -145,6 +147,8 @@ def handle_sweep_signals() -> dict:
     ``restore_signals`` once the runs have ended."""
 
     def stop(signum, frame) -> None:
+        for other in _CODES:  # a second Ctrl-C while it cleans up would cut the cleanup short
+            signal.signal(other, signal.SIG_IGN)
         for cleanup in ON_SWEEP_SIGNAL:
             try:
                 cleanup()
@@ -167,6 +171,13 @@ def restore_signals(previous: dict) -> None:
         signal.signal(signum, handler)
     ON_SWEEP_SIGNAL.clear()
     os.environ.pop(SWEEP_PROCESS, None)
+    if _WARNINGS_BEFORE:
+        before = _WARNINGS_BEFORE[0]
+        _WARNINGS_BEFORE.clear()
+        if before is None:
+            os.environ.pop("PYTHONWARNINGS", None)
+        else:
+            os.environ["PYTHONWARNINGS"] = before
 
 
 def _state(code: int) -> str:

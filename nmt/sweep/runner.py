@@ -108,6 +108,16 @@ def progress_line(sweep_dir: Path, planned: int, now: float | None = None) -> st
     return line
 
 
+def leave_on_signal(daemon: MpsDaemon) -> None:
+    """The sweep's part in its MPS daemon, given up as a signal ends the sweep: the daemon, told to quit,
+    shuts down once its clients (the runs, saving now) have ended."""
+    said = daemon.leave(wait_s=1)
+    if said.startswith("still running"):
+        said = "told to quit: it shuts down once the runs have saved and ended"
+    if said != "not joined":
+        print(f"[sweep] MPS daemon: {said}", flush=True)
+
+
 def run_cell(cfg: DictConfig) -> dict | None:
     """One run of the sweep (a Hydra multirun job): train.py in a subprocess, unless already done."""
     hydra_cfg = HydraConfig.get()
@@ -370,7 +380,7 @@ class SweepReport(Callback):
             _MPS[str(sweep_dir)] = mps = start_mps(sweep_dir)
             # a signal ends the sweep process without its exit handlers: it leaves the daemon first (the
             # daemon shuts down once the runs, its clients, have saved and ended)
-            ON_SWEEP_SIGNAL.append(lambda: print(f"[sweep] MPS daemon: {mps[0].leave(wait_s=1)}", flush=True))
+            ON_SWEEP_SIGNAL.append(lambda: leave_on_signal(mps[0]))
         elif config.get("gpu_pool") and machine_wide_daemon():
             print("[sweep] note: an MPS daemon answers at /tmp/nvidia-mps: these runs run under it (gpu_mps=false)")
 
