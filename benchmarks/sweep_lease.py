@@ -25,7 +25,7 @@ import tarfile
 import time
 from pathlib import Path
 
-from nmt.sweep.report import RESULT
+from nmt.sweep.records import RESULT
 from nmt.sweep.summary import FAILED
 from nmt.utils.io import atomic_path, atomic_write_json
 

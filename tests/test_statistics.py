@@ -17,7 +17,7 @@ from scipy import stats
 
 from nmt.metrics.randomization import corpus_score, paired_randomization, samples_for, sentence_statistics
 from nmt.sweep import analysis, effects
-from nmt.sweep import report as sweep_report
+from nmt.sweep import records as sweep_records
 from nmt.sweep.report import write_report
 
 
@@ -580,7 +580,7 @@ def test_sweep_py_report_writes_again_with_the_sweep_own_metric_unless_told_anot
 def test_a_report_metric_no_run_has_is_one_clear_error(tmp_path):
     synthetic_sweep(tmp_path)
     with pytest.raises(ValueError, match="the runs have"):
-        sweep_report.resolve_metric("test_ppl", RECORDS)
+        sweep_records.resolve_metric("test_ppl", RECORDS)
 
 
 def test_vectorised_bleu_equals_sacrebleu_on_every_kind_of_statistics():

@@ -15,7 +15,7 @@ def log_report_to_wandb(report_path, project: str, group: str, metric: str = "au
     import wandb
 
     from nmt.sweep import analysis
-    from nmt.sweep.report import collect_records, resolve_metric
+    from nmt.sweep.records import collect_records, resolve_metric
 
     report_path = Path(report_path)
     sweep_dir = report_path.parent

@@ -3,9 +3,26 @@
 
 import base64
 import html
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+
+DASH = "–"  # where no number can exist (one seed: no interval); explained under each table that has one
+
+
+def fmt(value: float | None, digits: int = 2) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return DASH
+    text = f"{value:.{digits}f}"
+    return text[1:] if text.startswith("-") and float(text) == 0 else text  # never "-0.00"
+
+
+def fmt_p(p: float | None) -> str:
+    if p is None or math.isnan(p):
+        return DASH
+    return "< 0.0001" if p < 1e-4 else f"{p:.4f}"
+
 
 STYLE = """
 body { font-family: system-ui, sans-serif; max-width: 70rem; margin: 2rem auto; padding: 0 1rem; color: #222; }

@@ -20,7 +20,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from nmt.sweep.analysis import check_same_measure, lower_is_better, mean_ci
-from nmt.sweep.report import collect_records
+from nmt.sweep.records import collect_records
 from nmt.sweep.summary import SWEEP_KEYS
 
 SAME_CASE_ON_VALIDATION = (

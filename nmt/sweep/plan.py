@@ -19,7 +19,7 @@ from nmt.sweep.levels import (
     sweep_levels,
 )
 from nmt.sweep.mps import CONTROL
-from nmt.sweep.report import RESULT, read_record
+from nmt.sweep.records import RESULT, read_record
 from nmt.sweep.summary import run_cost_s
 
 ROOT = Path(__file__).resolve().parents[2]

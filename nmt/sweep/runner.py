@@ -47,7 +47,8 @@ from nmt.sweep.plan import (
     run_name,
     swept_keys,
 )
-from nmt.sweep.report import RESULT, collect_records, finished_runs, read_record, write_report
+from nmt.sweep.records import RESULT, collect_records, finished_runs, read_record
+from nmt.sweep.report import write_report
 from nmt.sweep.summary import FAILED, PLAN, failed_runs
 from nmt.tasks import build_task, task_config
 from nmt.tasks.base import FINAL_RESULTS

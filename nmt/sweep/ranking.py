@@ -1,0 +1,154 @@
+"""The report's ranking of cells: each cell's mean over seeds with its interval, the comparison with the
+baseline by a test over seeds (Holm-adjusted), for a test corpus score the paired randomisation test of the
+trained models' outputs, and the same ranking on validation, where a choice may be made."""
+
+import math
+
+from nmt.sweep import analysis, store
+from nmt.sweep.document import DASH, Document, fmt, fmt_p
+from nmt.tasks.base import FINAL_RESULTS
+
+MIN_SEEDS = 3  # fewer seeds in a cell: its interval is too wide (or absent) to conclude anything from
+
+
+def rank_cells(records, factors, levels, base, metric, runs) -> dict:
+    """The ranking rows, the seed-level comparisons with the baseline (Holm-adjusted), and for a test
+    corpus score the randomisation test of the trained models' outputs."""
+    from nmt.metrics.randomization import paired_randomization, samples_for
+
+    rows = analysis.ranking(records, metric)
+    base_cell = tuple(base[f] for f in factors)
+    compared = analysis.compare_with_baseline(records, metric, factors, base_cell) if factors else {}
+    tested = {cell: c["p"] for cell, c in compared.items() if not math.isnan(c["p"])}
+    ranking = {"rows": rows, "base": base_cell, "compared": compared, "holm": analysis.holm(tested)}
+    ranking["seeds"] = {tuple(r[f] for f in factors): r["n"] for r in rows}
+    ranking["validation"] = validation_means(records, factors, metric)
+    corpus_metric = {"test_bleu": "bleu", "test_chrf": "chrf"}.get(metric)
+    ranking["conditional"], ranking["trials"] = {}, 0
+    if corpus_metric and factors:
+        stats: dict[tuple, dict[int, list]] = {}
+        for r in records:
+            sentences = runs.get(store.run_key(r), {}).get("sentences")
+            if sentences:
+                stats.setdefault(analysis.cell_of(r, factors), {})[int(r["seed"])] = sentences[corpus_metric]
+        base_stats = stats.get(base_cell, {})
+        trials = samples_for(len(stats) - 1)
+        tokenizers = {e.get("tokenize") for e in runs.values() if e.get("tokenize")}
+        tokenize = next(iter(tokenizers), "13a")
+        if len(tokenizers) > 1:  # statistics counted with different tokenizers cannot be compared
+            print(f"warning: the runs' outputs were scored with the tokenizers {sorted(tokenizers)}: no sentence test")
+            stats = {}
+        for cell, by_seed in stats.items():
+            shared = sorted(set(by_seed) & set(base_stats))
+            if cell != base_cell and shared:
+                import numpy as np
+
+                ranking["conditional"][cell] = paired_randomization(
+                    [np.array(base_stats[s]) for s in shared],
+                    [np.array(by_seed[s]) for s in shared],
+                    corpus_metric,
+                    tokenize,
+                    n_samples=trials,
+                )
+        ranking["trials"] = trials if ranking["conditional"] else 0
+    return ranking
+
+
+def validation_counterpart(metric: str) -> str | None:
+    """The validation score of the same model and search as a test metric: test_X -> val_as_test_X."""
+    return f"{FINAL_RESULTS['val']}_{metric.removeprefix('test_')}" if metric.startswith("test_") else None
+
+
+def validation_means(records, factors, metric: str) -> dict | None:
+    """For a test metric: the ranking of the cells by the same score on the validation set (val_as_test_*),
+    over the runs the test ranking has, when every one of them has it ({"missing": n} when some do not);
+    None for a metric without a validation counterpart."""
+    val_metric = validation_counterpart(metric)
+    if val_metric is None:
+        return None
+    scored = [r for r in records if r["metrics"].get(metric) is not None]
+    missing = sum(r["metrics"].get(val_metric) is None for r in scored)
+    if missing:
+        return {"metric": val_metric, "missing": missing}
+    rows = analysis.ranking(scored, val_metric)
+    return {"metric": val_metric, "rows": rows, "means": {tuple(row[f] for f in factors): row["mean"] for row in rows}}
+
+
+def validation_choice(validation: dict, rows: list[dict], factors) -> str:
+    """What validation would choose, how firmly, and where the test ranks that cell."""
+    best, second = validation["rows"][:2]
+
+    def name(row: dict) -> str:
+        return ", ".join(f"{f}={row[f]}" for f in factors)
+
+    if best["mean"] == second["mean"]:
+        return f" On validation {name(best)} and {name(second)} tie for the best mean: validation chooses neither."
+    firm = all(row["n"] >= MIN_SEEDS for row in (best, second)) and analysis.separated([best, second])
+    text = f" The best validation mean is {name(best)}'s, {fmt(abs(best['mean'] - second['mean']))} ahead of "
+    text += f"{name(second)}'s; " + (
+        "their intervals do not overlap."
+        if firm
+        else "a lead the seeds do not establish (intervals overlap, or too few seeds)."
+    )
+    rank = next(i for i, row in enumerate(rows, start=1) if all(row[f] == best[f] for f in factors))
+    behind = fmt(abs(rows[0]["mean"] - rows[rank - 1]["mean"]))
+    where = "first" if rank == 1 else f"{rank} of {len(rows)}, {behind} behind the first"
+    return text + f" On the test set it ranks {where}."
+
+
+def ranking_section(doc: Document, ranking: dict, factors, base: dict, metric: str, lower: bool) -> None:
+    doc.heading(f"Ranking of cells by {metric} ({'lower' if lower else 'higher'} is better)")
+    rows, compared, adjusted = ranking["rows"], ranking["compared"], ranking["holm"]
+    conditional = ranking["conditional"]
+    if factors:
+        doc.paragraph(
+            f"Mean over seeds with its 95% t-interval. Baseline: {', '.join(f'{k}={v}' for k, v in base.items())}. "
+            "*difference* and *p (seeds)*: each cell against the baseline by Welch's t-test over their runs, "
+            "so a seed is one replicate of a configuration; *p (Holm)* adjusts those p-values for the "
+            f"{len(adjusted)} comparisons."
+        )
+    if conditional:
+        doc.paragraph(
+            "*p, these models*: the paired approximate randomisation test of the test outputs "
+            f"({ranking['trials']:,} trials, seeds paired; the smallest p it can give is "
+            f"{1 / (ranking['trials'] + 1):.1e}). It asks whether *these trained models* differ on these "
+            "sentences, not whether the configurations do: other seeds give other models. Use it for "
+            "single models, and the seed-level p to compare configurations."
+        )
+    validation = ranking.get("validation")
+    if validation and validation.get("missing"):
+        doc.paragraph(
+            f"No validation column: {validation['missing']} of the ranked runs lack {validation['metric']} "
+            "(made by an earlier version, or with val_after_training=false)."
+        )
+        validation = None
+    elif validation:
+        text = (
+            f"*validation mean*: the mean over seeds of {validation['metric']}, the same models and search scoring "
+            "the validation set, where a choice may be made."
+        )
+        doc.paragraph(text + (validation_choice(validation, rows, factors) if len(rows) > 1 else ""))
+    header = ["rank", *factors, "seeds", "mean", "± 95% CI", "std"]
+    if factors:
+        header += ["difference", "p (seeds)", "p (Holm)"] + (["p, these models"] if conditional else [])
+    header += ["validation mean"] if validation else []
+    table = []
+    for i, row in enumerate(rows, start=1):
+        cell = tuple(row[f] for f in factors)
+        line = [str(i), *cell, str(row["n"]), fmt(row["mean"]), fmt(row["ci95"]), fmt(row["std"])]
+        if factors and cell == ranking["base"]:
+            line += ["baseline", "", ""] + ([""] if conditional else [])
+        elif factors:
+            c = compared.get(cell)
+            line += [fmt(c["diff"]) if c else DASH, fmt_p(c["p"]) if c else DASH, fmt_p(adjusted.get(cell))]
+            line += [fmt_p(conditional.get(cell))] if conditional else []
+        line += [fmt(validation["means"][cell])] if validation else []
+        table.append(line)
+    doc.table(header, table)
+    if any(row["n"] < 2 for row in rows):
+        doc.paragraph(f"{DASH}: a cell with one seed has no interval and no test; the baseline's p is blank.")
+    if len(rows) > 1 and all(row["n"] >= MIN_SEEDS for row in rows):
+        if analysis.separated(rows):
+            doc.paragraph("Neighbouring cells' 95% intervals do not overlap anywhere in this ranking.")
+        else:
+            doc.paragraph("Some neighbouring cells' 95% intervals overlap: their order is not established.")
