@@ -10,6 +10,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from hydra import compose, initialize_config_dir
 
 from nmt.data.europarl import EuroparlDataModule
 from nmt.data.files import FilesDataModule
@@ -17,6 +18,8 @@ from nmt.data.splits import pool_drops, seeded_split
 from nmt.data.tatoeba import TatoebaDataModule
 from nmt.data.toy import toy_pairs
 from nmt.data.zh_en import ZhEnDataModule
+from nmt.evaluation.evaluate import evaluate
+from nmt.training.config import check_config
 from nmt.training.train import train
 
 from .conftest import NO_FINAL_SCORES, ROOT, compose_train
@@ -83,7 +86,8 @@ def test_pairs_with_an_empty_side_leave_the_pool_before_it_is_split(tmp_path):
 @pytest.mark.parametrize(
     "settings, message",
     [
-        ({"test_size": 0}, r"data\.test_size=0: the pairs a seeded split sets aside must be a number >= 1"),
+        ({"valid_size": 0}, r"data\.valid_size=0: the pairs a seeded split sets aside must be a number >= 1"),
+        ({"test_size": -1}, r"data\.test_size=-1: .* a number >= 0 \(0: no test set, with test_after_training=false\)"),
         ({"valid_size": -5}, r"data\.valid_size=-5"),
         ({"max_samples": 50}, r"data\.max_samples=50 leaves no training pairs .* raise it above 60"),
     ],
@@ -97,6 +101,31 @@ def test_split_sizes_that_leave_nothing_are_refused_at_once(tmp_path, settings, 
     small_files(
         tmp_path, train=str(tmp_path / "t.tsv"), val=str(tmp_path / "v.tsv"), test=str(tmp_path / "v.tsv"), test_size=0
     )
+
+
+@pytest.mark.slow
+def test_a_seeded_split_without_a_test_set(tmp_path):
+    """data.test_size=0: every pair not held out for validation trains; a run that would score a test set is
+    refused before any data is read, and evaluating the missing split says what to score instead."""
+    write(tmp_path / "pairs.tsv", [f"{e}\t{d}" for e, d in zip(EN, DE, strict=True)])
+    settings = [f"data.train={tmp_path / 'pairs.tsv'}", "data.valid_size=30", "data.test_size=0"]
+    settings += ["data.tokenizer.vocab_size=80", "data.tokenizer.byte_fallback=false", "data.max_tokens=800"]
+    with pytest.raises(ValueError, match=r"data\.test_size=0 sets no test pairs aside, so test_after_training=true"):
+        check_config(compose_train("data=files", *settings, "test_after_training=true"))
+    run_dir = tmp_path / "run"
+    train(compose_train("data=files", *settings, f"run_dir={run_dir}", *NO_FINAL_SCORES))
+    report = json.loads((run_dir / "data_report.json").read_text())["splits"]
+    assert report["val"]["pairs"] == 30 and report["test"]["pairs"] == 0
+    assert report["train"]["pairs"] == len(set(zip(EN, DE, strict=True))) - 30
+    checkpoint = run_dir / "checkpoints" / "last.ckpt"
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        missing, val = (
+            compose("evaluate", overrides=[f"ckpt_path={checkpoint}", f"split={split}", f"out_dir={tmp_path / split}"])
+            for split in ("test", "val")
+        )
+    with pytest.raises(ValueError, match=r"split=test: .* has no test pairs; score another set with split=files:"):
+        evaluate(missing)
+    assert evaluate(val)["sentences"] == 30
 
 
 def test_tatoeba_reads_a_manythings_file(tmp_path):

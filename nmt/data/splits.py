@@ -12,10 +12,15 @@ def pool_drops(src: Sequence[str], tgt: Sequence[str]) -> tuple[int, int]:
 
 
 def check_split_sizes(valid_size, test_size, max_samples=None) -> None:
-    """The sizes of a seeded split, refused at start-up (a size of 0 trained, then failed at scoring)."""
-    for key, size in (("valid_size", valid_size), ("test_size", test_size)):
-        if size is not None and (not isinstance(size, int) or size < 1):
-            raise ValueError(f"data.{key}={size!r}: the pairs a seeded split sets aside must be a number >= 1")
+    """The sizes of a seeded split, refused at start-up. Validation needs pairs (early stopping, the best
+    checkpoint); a test set may be left out (``test_size=0``), which the run's own check then holds to
+    ``test_after_training=false`` (nmt.training.config)."""
+    for key, size, least in (("valid_size", valid_size, 1), ("test_size", test_size, 0)):
+        if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size < least):
+            also = " (0: no test set, with test_after_training=false)" if least == 0 else ""
+            raise ValueError(
+                f"data.{key}={size!r}: the pairs a seeded split sets aside must be a number >= {least}{also}"
+            )
     if max_samples is not None and max_samples <= (valid_size or 0) + (test_size or 0):
         raise ValueError(
             f"data.max_samples={max_samples} leaves no training pairs after data.valid_size={valid_size} and "

@@ -56,7 +56,13 @@ def load_eval_set(split: str, datamodule, data_cfg, config: dict, task) -> tuple
     """
     src_lang, tgt_lang = datamodule.src_lang, datamodule.tgt_lang
     if split in ("train", "val", "test"):
-        return *datamodule.text(split), f"{datamodule.describe()} {split}"
+        sources, references = datamodule.text(split)
+        if not sources:  # a seeded split with data.test_size=0
+            raise ValueError(
+                f"split={split}: {datamodule.describe()} has no {split} pairs; score another set with "
+                "split=files:<prefix>"
+            )
+        return sources, references, f"{datamodule.describe()} {split}"
     if split.startswith("iwslt16:"):
         if {src_lang, tgt_lang} != {"de", "en"}:
             raise ValueError(

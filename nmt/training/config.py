@@ -200,6 +200,16 @@ def check_config(cfg: DictConfig, choices: dict | None = None) -> None:
                         f"so {value} is never computed; monitor val_loss (mode=min), or decode "
                         "(bleu_every_n_epochs >= 1)"
                     )
+        test_size = OmegaConf.select(cfg, "data.test_size", default=None)
+        if (
+            test_size == 0
+            and OmegaConf.select(cfg, "data.test", default=None) is None
+            and cfg.get("test_after_training")
+        ):
+            problems.append(
+                "  data.test_size=0 sets no test pairs aside, so test_after_training=true has nothing to score: set "
+                "test_after_training=false, or data.test_size >= 1"
+            )
         final = [key for key in ("val_after_training", "test_after_training") if cfg.get(key)]
         if final and not task.scores_final_model():
             problems.append(
