@@ -38,8 +38,16 @@ def test_both_splits_score_the_mean_of_the_last_epochs_with_the_run_search(tmp_p
     written = json.loads((run_dir / "eval" / "val_beam3_avg2" / "metrics.json").read_text())
     assert written["bleu"] == val["bleu"] and written["split"] == "val"
     assert json.loads((run_dir / "results.json").read_text())["val_as_test"]["bleu"] == val["bleu"]
-    metrics = run_record(run_dir, {"pos": "absolute"}, seed=1)["metrics"]
+    record = run_record(run_dir, {"pos": "absolute"}, seed=1)
+    metrics = record["metrics"]
     assert metrics["val_as_test_bleu"] == val["bleu"] and metrics["val_as_test_chrf"] == val["chrf"]
+    # how the scores were made, for the sweep's report: the checkpoints, the search, sacreBLEU's signatures
+    assert record["scoring"] == {
+        "checkpoints": "the mean of 2 checkpoints",
+        "search": "beam 3, length penalty 1.0",
+        "bleu_signature": test["bleu_signature"],
+        "chrf_signature": test["chrf_signature"],
+    }
     assert metrics["val_as_test_bleu_tok_lc"] == val["bleu_tok_lc"]
     # last.ckpt: a copy of the newest epoch checkpoint (the state serialised once an epoch), a file of its own
     folder = run_dir / "checkpoints"

@@ -365,7 +365,11 @@ def test_report_from_synthetic_runs(tmp_path):
     welch = stats.ttest_ind(BLEU[("relative", "layer")], BLEU[("absolute", "layer")], equal_var=False).pvalue
     assert relative[3:7] == ["3", "34.00", f"{4.302653:.2f}".replace("4.30", "2.48"), "1.00"]
     assert relative[7] == "3.00" and relative[8] == f"{welch:.4f}"
-    assert relative[10] == "< 0.0001"  # these models' outputs differ on every sentence
+    # these models' outputs differ on every sentence: the smallest p of 10,000 trials, Holm over 3 comparisons
+    # (both relative cells at 1/10,001, the absolute rms cell at 1: its outputs are the baseline's)
+    assert "p, these models (Holm)" in report and relative[10] == f"{3 / 10_001:.4f}"
+    assert _row(report, "| 4 | rms | absolute |")[10] == "1.0000"
+    assert "Seeds paired:" not in report  # every cell has the baseline's seeds
     # effects: one fit of all 12 runs; Holm over the 3 effects
     fit = effects.fit(RECORDS, "test_bleu", LEVELS)
     p = {effects.effect_name(*k, LEVELS): e["p"] for k, e in fit["effects"].items()}
@@ -484,6 +488,25 @@ def test_a_report_with_failed_runs_and_two_seeds_names_them_and_concludes_nothin
     assert "n/a" not in report and "intervals overlap" not in report and "intervals do not overlap" not in report
 
 
+def test_the_sentence_test_names_the_difference_it_tests_when_seeds_are_missing(tmp_path):
+    """A cell and the baseline are paired on the seeds both have: without the baseline's seed 3, each row's
+    difference (all its seeds against the baseline's two) is not the one the randomisation test tests."""
+    synthetic_sweep(
+        tmp_path, [r for r in RECORDS if not (r["factors"] == {"pos": "absolute", "norm": "layer"} and r["seed"] == 3)]
+    )
+    report = write_report(tmp_path).read_text()
+    base = BLEU[("absolute", "layer")][:2]
+    relative = _row(report, "| 2 | layer | relative |")
+    assert relative[7] == f"{34.0 - sum(base) / 2:.2f}"  # the row: three seeds against two
+    tested = {
+        cell: sum(BLEU[cell][s] - base[s] for s in (0, 1)) / 2
+        for cell in (("relative", "rms"), ("relative", "layer"), ("absolute", "rms"))
+    }
+    assert "Seeds paired: a cell and the baseline are compared on the seeds both have" in report
+    for (pos, norm), diff in tested.items():
+        assert f"norm={norm}, pos={pos}: seeds 1, 2, difference {diff:.2f}" in report
+
+
 def test_a_perplexity_report_ranks_lower_first_and_makes_no_sentence_test(tmp_path):
     for r in RECORDS:
         run_dir = tmp_path / f"pos={r['factors']['pos']},norm={r['factors']['norm']},seed={r['seed']}"
@@ -553,6 +576,47 @@ def test_a_finished_sweep_is_re_reported_from_its_statistics_file_alone(tmp_path
     assert keep == [
         s.strip() for s in again.split("\n## ")
     ]  # the same report but for the outputs it cannot show any more
+
+
+def test_a_run_without_its_record_is_named_and_its_stored_statistics_kept(tmp_path):
+    """A finished run whose record is lost (its results.json still there) is named as trained but not
+    recorded, a planned run never started as not run yet, and writing the report again keeps the stored
+    statistics of the run it cannot read now."""
+    scoring = {"checkpoints": "best.ckpt", "search": "beam 5, length penalty 1.0", "bleu_signature": "nrefs:1|tok:13a"}
+    synthetic_sweep(tmp_path, [{**r, "scoring": scoring} for r in RECORDS])
+    names = sorted(folder.name for folder in tmp_path.glob("pos=*")) + ["pos=rope,norm=layer,seed=1"]
+    (tmp_path / "plan.json").write_text(json.dumps({"factors": {}, "runs": 13, "run_names": names}))
+    report = write_report(tmp_path).read_text()
+    # (a table cell escapes the signature's bars)
+    assert "| final scores made with | best.ckpt, beam 5, length penalty 1.0, bleu `nrefs:1\\|tok:13a` |" in report
+    assert "| runs | 13 planned, 12 finished, 1 not run yet (pos=rope,norm=layer,seed=1) |" in report
+    lost = tmp_path / "pos=relative,norm=rms,seed=3"
+    (lost / "sweep_result.json").unlink()
+    (lost / "results.json").write_text("{}")
+    report = write_report(tmp_path).read_text()
+    assert (
+        "| runs | 13 planned, 11 finished, 1 trained but not recorded (pos=relative,norm=rms,seed=3: the sweep "
+        "command records them), 1 not run yet (pos=rope,norm=layer,seed=1) |"
+    ) in report
+    assert (
+        "keeps the statistics of 1 run(s) reported before whose records are not found now, left out of this "
+        f"report: {lost.name}." in report
+    )
+    for _ in range(2):  # kept however often the report is written again
+        with gzip.open(tmp_path / "statistics.json.gz", "rt") as handle:
+            saved = json.load(handle)
+        assert len(saved["runs"]) == 11 and list(saved["kept"]) == [lost.name]
+        assert saved["kept"][lost.name]["sentences"]["bleu"]
+        write_report(tmp_path)
+    scored_otherwise = json.loads((tmp_path / "pos=absolute,norm=rms,seed=1" / "sweep_result.json").read_text())
+    scored_otherwise["scoring"] = {**scoring, "checkpoints": "the mean of 10 checkpoints"}
+    (tmp_path / "pos=absolute,norm=rms,seed=1" / "sweep_result.json").write_text(json.dumps(scored_otherwise))
+    report = write_report(tmp_path).read_text()
+    assert (
+        "| final scores made with (2 ways) | best.ckpt, beam 5" in report
+        and "; or the mean of 10 checkpoints" in report
+    )
+    assert "**Warning:** the runs' final scores were made in 2 ways" in report
 
 
 def test_sweep_py_report_writes_again_with_the_sweep_own_metric_unless_told_another(tmp_path, capsys):

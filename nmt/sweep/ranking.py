@@ -24,7 +24,7 @@ def rank_cells(records, factors, levels, base, metric, runs) -> dict:
     ranking["seeds"] = {tuple(r[f] for f in factors): r["n"] for r in rows}
     ranking["validation"] = validation_means(records, factors, metric)
     corpus_metric = {"test_bleu": "bleu", "test_chrf": "chrf"}.get(metric)
-    ranking["conditional"], ranking["trials"] = {}, 0
+    ranking["conditional"], ranking["conditional_holm"], ranking["paired_on"], ranking["trials"] = {}, {}, {}, 0
     if corpus_metric and factors:
         stats: dict[tuple, dict[int, list]] = {}
         for r in records:
@@ -38,6 +38,7 @@ def rank_cells(records, factors, levels, base, metric, runs) -> dict:
         if len(tokenizers) > 1:  # statistics counted with different tokenizers cannot be compared
             print(f"warning: the runs' outputs were scored with the tokenizers {sorted(tokenizers)}: no sentence test")
             stats = {}
+        values = {(analysis.cell_of(r, factors), int(r["seed"])): float(r["metrics"][metric]) for r in records}
         for cell, by_seed in stats.items():
             shared = sorted(set(by_seed) & set(base_stats))
             if cell != base_cell and shared:
@@ -50,6 +51,13 @@ def rank_cells(records, factors, levels, base, metric, runs) -> dict:
                     tokenize,
                     n_samples=trials,
                 )
+                seeds = {s for c, s in values if c == cell} | {s for c, s in values if c == base_cell}
+                if set(shared) != seeds:  # the test compares the seeds both cells have: not the row's difference
+                    ranking["paired_on"][cell] = {
+                        "seeds": shared,
+                        "diff": sum(values[cell, s] - values[base_cell, s] for s in shared) / len(shared),
+                    }
+        ranking["conditional_holm"] = analysis.holm(ranking["conditional"])
         ranking["trials"] = trials if ranking["conditional"] else 0
     return ranking
 
@@ -109,12 +117,25 @@ def ranking_section(doc: Document, ranking: dict, factors, base: dict, metric: s
         )
     if conditional:
         doc.paragraph(
-            "*p, these models*: the paired approximate randomisation test of the test outputs "
+            "*p, these models (Holm)*: the paired approximate randomisation test of the test outputs "
             f"({ranking['trials']:,} trials, seeds paired; the smallest p it can give is "
-            f"{1 / (ranking['trials'] + 1):.1e}). It asks whether *these trained models* differ on these "
-            "sentences, not whether the configurations do: other seeds give other models. Use it for "
-            "single models, and the seed-level p to compare configurations."
+            f"{1 / (ranking['trials'] + 1):.1e}), adjusted by Holm for its {len(conditional)} comparisons as "
+            "*p (Holm)* is. It asks whether *these trained models* differ on these sentences, not whether the "
+            "configurations do: other seeds give other models. Use it for single models, and the seed-level p "
+            "to compare configurations."
         )
+        paired_on = ranking.get("paired_on") or {}
+        if paired_on:
+            doc.paragraph(
+                "Seeds paired: a cell and the baseline are compared on the seeds both have, so where one lacks "
+                "a seed the test is of another difference than the row's: "
+                + "; ".join(
+                    f"{', '.join(f'{f}={v}' for f, v in zip(factors, cell, strict=True))}: seeds "
+                    f"{', '.join(map(str, on['seeds']))}, difference {fmt(on['diff'])}"
+                    for cell, on in paired_on.items()
+                )
+                + "."
+            )
     validation = ranking.get("validation")
     if validation and validation.get("missing"):
         doc.paragraph(
@@ -130,7 +151,7 @@ def ranking_section(doc: Document, ranking: dict, factors, base: dict, metric: s
         doc.paragraph(text + (validation_choice(validation, rows, factors) if len(rows) > 1 else ""))
     header = ["rank", *factors, "seeds", "mean", "± 95% CI", "std"]
     if factors:
-        header += ["difference", "p (seeds)", "p (Holm)"] + (["p, these models"] if conditional else [])
+        header += ["difference", "p (seeds)", "p (Holm)"] + (["p, these models (Holm)"] if conditional else [])
     header += ["validation mean"] if validation else []
     table = []
     for i, row in enumerate(rows, start=1):
@@ -141,7 +162,7 @@ def ranking_section(doc: Document, ranking: dict, factors, base: dict, metric: s
         elif factors:
             c = compared.get(cell)
             line += [fmt(c["diff"]) if c else DASH, fmt_p(c["p"]) if c else DASH, fmt_p(adjusted.get(cell))]
-            line += [fmt_p(conditional.get(cell))] if conditional else []
+            line += [fmt_p(ranking["conditional_holm"].get(cell))] if conditional else []
         line += [fmt(validation["means"][cell])] if validation else []
         table.append(line)
     doc.table(header, table)

@@ -60,7 +60,10 @@ def write_report(sweep_dir: str | Path, metric: str = "auto", baseline: dict | N
     runs = saved["runs"] if from_file else {
         store.run_key(r): store.entry(r, bleu_tokenize(r), saved["runs"].get(store.run_key(r))) for r in records
     }  # fmt: skip
-    store.save(sweep_dir, runs, facts)
+    kept = (
+        saved["kept"] if from_file else {k: e for k, e in {**saved["kept"], **saved["runs"]}.items() if k not in runs}
+    )
+    store.save(sweep_dir, runs, facts, kept)
     _write_csv(sweep_dir / "results.csv", records, factors)
 
     lower = analysis.lower_is_better(metric)
@@ -80,6 +83,13 @@ def write_report(sweep_dir: str | Path, metric: str = "auto", baseline: dict | N
         doc.paragraph(
             f"**Note:** {len(outside)} finished run(s) in this folder are not of this sweep's plan (an earlier sweep's "
             f"levels or seeds) and are left out: {', '.join(outside[:6])}{' ...' if len(outside) > 6 else ''}."
+        )
+    if kept:
+        names = sorted(kept)
+        doc.paragraph(
+            f"**Note:** {store.STATISTICS} keeps the statistics of {len(kept)} run(s) reported before whose records "
+            f"are not found now, left out of this report: {', '.join(names[:6])}{' ...' if len(names) > 6 else ''}. "
+            "Running the sweep command again records a finished run again from its folder."
         )
     findings(doc, ranking, fit, levels, metric, lower, conclusive=not small, facts=facts)
     ranking_section(doc, ranking, factors, base, metric, lower)

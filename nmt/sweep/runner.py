@@ -300,7 +300,24 @@ def run_record(run_dir: Path, factors: dict, seed: int) -> dict:
         ),
         # how its lowercased tokenised BLEU tokenised (None: recorded before the signature, hyphens split)
         "bleu_tok_lc_signature": tok_lc_signature,
+        "scoring": scoring_of(final),
     }
+
+
+def scoring_of(scores: dict) -> dict:
+    """How a run's final scores were made, from its results: the checkpoints (by name), the search and the
+    metrics' signatures, so that a report can say it and see when its runs differ in it."""
+    scoring: dict = {}
+    names = [Path(c).name for c in scores.get("checkpoints") or []]
+    if names:
+        scoring["checkpoints"] = names[0] if len(names) == 1 else f"the mean of {len(names)} checkpoints"
+    search = scores.get("search") or {}
+    if search.get("strategy") == "beam":
+        scoring["search"] = f"beam {search.get('beam_size')}, length penalty {search.get('length_penalty')}"
+    elif search.get("strategy"):
+        scoring["search"] = str(search["strategy"])
+    scoring.update({k: v for k, v in scores.items() if k.endswith("_signature") and k != "bleu_tok_lc_signature"})
+    return scoring
 
 
 class SweepReport(Callback):

@@ -40,10 +40,16 @@ def what_ran(doc: Document, facts: dict, factors: list[str], levels: dict, metri
     planned, finished, failed = facts.get("planned"), facts.get("finished", 0), facts.get("failed") or []
     runs = f"{finished} finished"
     if planned:
-        missing = planned - finished - len(failed)
+        unrecorded = facts.get("unrecorded") or []
+        missing = planned - finished - len(failed) - len(unrecorded)
         runs = f"{planned} planned, {finished} finished"
-        runs += f", {len(failed)} failed ({', '.join(failed[:6])}{' ...' if len(failed) > 6 else ''})" if failed else ""
-        runs += f", {missing} not run yet" if missing > 0 else ""
+        runs += f", {len(failed)} failed ({_names(failed)})" if failed else ""
+        if unrecorded:
+            runs += (
+                f", {len(unrecorded)} trained but not recorded ({_names(unrecorded)}: the sweep command records them)"
+            )
+        if missing > 0:
+            runs += f", {missing} not run yet" + (f" ({_names(facts['missing'])})" if facts.get("missing") else "")
     elif failed:
         runs += f", {len(failed)} failed ({', '.join(failed[:6])})"
     rows.append(["runs", runs])
@@ -52,9 +58,18 @@ def what_ran(doc: Document, facts: dict, factors: list[str], levels: dict, metri
     hours = facts.get("wall_time_h", 0)
     rows.append(["run time", f"{hours:.2f} h in all" if hours >= 1 else f"{hours * 60:.1f} min in all"])
     rows.append(["metric", f"`{metric}` ({'lower' if lower else 'higher'} is better)"])
+    scorings = facts.get("scoring") or []
+    if scorings:
+        text = "; or ".join(_scoring_text(scoring) for scoring in scorings)
+        rows.append(["final scores made with" + (f" ({len(scorings)} ways)" if len(scorings) > 1 else ""), text])
     doc.table(["", ""], rows)
     if len(codes) > 1:
         doc.paragraph(f"**Warning:** the runs were made by {len(codes)} code versions: {', '.join(codes)}.")
+    if len(scorings) > 1:
+        doc.paragraph(
+            f"**Warning:** the runs' final scores were made in {len(scorings)} ways (checkpoints, search or "
+            "scorer differ): unless that is a factor of this sweep, their scores do not measure the same thing."
+        )
     if ended.get("max_time"):
         doc.paragraph(
             f"**Warning:** {ended['max_time']} run(s) were ended by `trainer.max_time`, a cap on the time, not by "
@@ -66,6 +81,21 @@ def what_ran(doc: Document, facts: dict, factors: list[str], levels: dict, metri
             "Failed runs are left out of every statistic; the design is unbalanced where they are missing "
             "(the effects below still use every finished run). Their logs: <run folder>/train_stderr.log."
         )
+
+
+def _names(names: list[str], most: int = 6) -> str:
+    return ", ".join(names[:most]) + (" ..." if len(names) > most else "")
+
+
+def _scoring_text(scoring: dict) -> str:
+    """One way the final scores were made, as recorded with a run: checkpoints, search, signatures."""
+    parts = [scoring[key] for key in ("checkpoints", "search") if scoring.get(key)]
+    parts += [
+        f"{key.removesuffix('_signature')} `{value}`"
+        for key, value in sorted(scoring.items())
+        if key.endswith("_signature")
+    ]
+    return ", ".join(parts)
 
 
 def caveats(facts: dict) -> list[str]:

@@ -29,6 +29,7 @@ RECORD_KEYS = (
     "wall_time_s",
     "lowercase",  # its BLEU and chrF ignore case (a model writing lowercase text)
     "bleu_tok_lc_signature",  # how its lowercased tokenised BLEU tokenised
+    "scoring",  # how its final scores were made: checkpoints, search, the metrics' signatures
 )
 
 
@@ -39,14 +40,16 @@ def run_key(record: dict) -> str:
 def load(sweep_dir: Path) -> dict:
     path = Path(sweep_dir) / STATISTICS
     if not path.is_file():
-        return {"runs": {}, "facts": {}}
+        return {"runs": {}, "facts": {}, "kept": {}}
     with gzip.open(path, "rt", encoding="utf-8") as handle:
-        return json.load(handle)
+        return {"kept": {}, **json.load(handle)}
 
 
-def save(sweep_dir: Path, runs: dict, facts: dict) -> None:
+def save(sweep_dir: Path, runs: dict, facts: dict, kept: dict | None = None) -> None:
+    """``runs``: the runs the report holds; ``kept``: stored runs whose records are not found now (a record
+    deleted, a run folder moved), kept so that writing the report again loses none of their statistics."""
     with atomic_path(Path(sweep_dir) / STATISTICS) as tmp, gzip.open(tmp, "wt", encoding="utf-8") as handle:
-        json.dump({"runs": runs, "facts": facts}, handle, separators=(",", ":"))
+        json.dump({"runs": runs, "facts": facts, "kept": kept or {}}, handle, separators=(",", ":"))
 
 
 def records_from(saved: dict) -> list[dict]:

@@ -103,6 +103,13 @@ def describe(sweep_dir: Path, records: list[dict]) -> dict:
     facts["planned"] = planned(sweep_dir).get("runs")
     facts["level_settings"] = planned(sweep_dir).get("level_settings") or {}
     facts["failed"] = failed_runs(sweep_dir)
+    done = {Path(r.get("run_dir", "")).name for r in records} | set(facts["failed"])
+    missing = [name for name in planned(sweep_dir).get("run_names") or [] if name not in done]
+    # trained to their end (results.json) but not recorded: the sweep command records them again
+    facts["unrecorded"] = [name for name in missing if (sweep_dir / name / "results.json").is_file()]
+    facts["missing"] = [name for name in missing if name not in facts["unrecorded"]]
+    scorings = {json.dumps(r["scoring"], sort_keys=True) for r in records if r.get("scoring")}
+    facts["scoring"] = [json.loads(text) for text in sorted(scorings)]
     facts["parameters"] = sorted({int(r["parameters"]) for r in records if r.get("parameters")})
     facts["epochs"] = sorted({int(r["epochs"]) for r in records if r.get("epochs") is not None})
     facts["steps"] = sorted({int(r["steps"]) for r in records if r.get("steps") is not None})
