@@ -204,6 +204,22 @@ def test_ensembles_of_other_vocabularies_or_tasks_and_language_models_are_refuse
         Translator([a], SearchConfig(strategy="greedy")).translate_nbest(SOURCES, n_best=3)
 
 
+def test_sources_are_cut_where_the_run_cut_them_as_evaluate_cuts_them(checkpoints, caplog):
+    """A run trained on truncated sources (data.max_src_len: a summariser's) is read with them cut the same
+    way by the translator (translate.py, serve.py, the API), as evaluate.py decodes, unless told another
+    limit: the translator kept 256 and translated such inputs otherwise than evaluate.py."""
+    loaded = load_model(checkpoints["seed1"], device="cpu")
+    loaded.config["data"]["max_src_len"] = 3
+    search = SearchConfig(beam_size=2, length_penalty=0.0)
+    lines = ["one two three four five six", "seven", "two two nine nine four four"]
+    evaluated = translate_lines(loaded.model, loaded.src_tokenizer, loaded.tgt_tokenizer, lines, search, 6000, 3)
+    translator = Translator([loaded], search)
+    assert translator.max_input_len == 3 and translator.translate(lines) == evaluated
+    assert "2 input line(s) longer than max_input_len=3 subword tokens were truncated" in caplog.text
+    assert Translator([loaded], search, max_input_len=256).max_input_len == 256  # a limit given is kept
+    assert Translator([load_model(checkpoints["seed1"], device="cpu")], search).max_input_len == 256  # no run limit
+
+
 def test_a_long_line_is_truncated_with_a_warning_or_refused_naming_it(checkpoints, caplog):
     translator = Translator.from_checkpoint(checkpoints["seed1"], max_input_len=5, device="cpu", beam_size=2)
     long = " ".join(["seven"] * 20)
@@ -323,7 +339,8 @@ def test_a_string_is_one_line_and_bad_limits_or_devices_are_refused_before_loadi
     (hypotheses,) = translator.translate_nbest(["one two three"], n_best=2)
     assert [h.text for h in translator.translate_nbest("one two three", n_best=2)] == [h.text for h in hypotheses]
     for limit, value in (("max_input_len", -5), ("max_input_len", 0), ("max_tokens", -3)):
-        with pytest.raises(ValueError, match=rf"^{limit}={value}: must be an integer >= 1$"):
+        null = " or null" if limit == "max_input_len" else ""  # null: the run's own limit
+        with pytest.raises(ValueError, match=rf"^{limit}={value}: must be an integer >= 1{null}$"):
             Translator.from_checkpoint("nowhere.ckpt", **{limit: value})
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match=r"^device=cuda: this machine has no CUDA GPU"):

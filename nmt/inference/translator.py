@@ -31,6 +31,7 @@ from nmt.decoding.settings import SearchConfig, search_settings
 from nmt.decoding.translate import input_limit_for
 from nmt.inference.checkpoint import CheckpointError
 from nmt.inference.loading import LoadedModel, load_model, pick_device, resolve_checkpoint_path
+from nmt.tasks.translation import input_limit
 
 log = logging.getLogger(__name__)
 LONG_INPUT = ("truncate", "error")
@@ -66,10 +67,15 @@ class Hypothesis:
 
 
 def check_limits(**limits) -> None:
-    """max_tokens, max_input_len: positive integers (a negative max_input_len would cut lines from the end)."""
+    """max_tokens, max_input_len: positive integers (a negative max_input_len would cut lines from the end);
+    max_input_len may be None, the run's own limit."""
     for name, value in limits.items():
+        if value is None and name == "max_input_len":
+            continue
         if type(value) is not int or value < 1:
-            raise ValueError(f"{name}={value!r}: must be an integer >= 1")
+            raise ValueError(
+                f"{name}={value!r}: must be an integer >= 1" + (" or null" if name == "max_input_len" else "")
+            )
 
 
 class Translator:
@@ -80,7 +86,7 @@ class Translator:
         loaded: list[LoadedModel],
         search: SearchConfig,
         max_tokens: int = 6000,
-        max_input_len: int = 256,
+        max_input_len: int | None = None,
         on_long_input: str = "truncate",
         alignment_layer: int = -1,
         max_new_tokens: int | None = None,
@@ -116,7 +122,10 @@ class Translator:
         self.model = first.model if len(loaded) == 1 else Ensemble([m.model for m in loaded]).eval()
         self.src_tokenizer, self.tgt_tokenizer = first.src_tokenizer, first.tgt_tokenizer
         self.max_tokens, self.on_long_input = max_tokens, on_long_input
-        self.max_input_len = input_limit_for(self.model, max_input_len)
+        # None: the first model's run's own limit (a summariser trained on truncated sources reads them cut the
+        # same way), as evaluate.py decodes
+        limit = max_input_len if max_input_len is not None else input_limit(first.config.get("data") or {})
+        self.max_input_len = input_limit_for(self.model, limit)
         self.alignment_layer = alignment_layer
         self.max_new_tokens = NEW_TOKENS if max_new_tokens is None else max_new_tokens
         self.device = next(self.model.parameters()).device
@@ -128,7 +137,7 @@ class Translator:
         device: str = "auto",
         average_last: int = 0,
         max_tokens: int = 6000,
-        max_input_len: int = 256,
+        max_input_len: int | None = None,
         on_long_input: str = "truncate",
         max_new_tokens: int | None = None,
         alignment_layer: int = -1,
@@ -137,7 +146,8 @@ class Translator:
         """A translator for one checkpoint (a file or a run folder: its best checkpoint), or an ensemble of
         several. ``search``: the decoding settings of :class:`SearchConfig` (strategy, beam_size,
         length_penalty, max_len_a, max_len_b, ...); those not given (or None) are the run's own, from the
-        first checkpoint's config. ``max_new_tokens``: the words a language model adds (None: 50; refused for
+        first checkpoint's config. ``max_input_len``: the subword tokens a source may have (None: the run's
+        ``data.max_src_len``, else 256). ``max_new_tokens``: the words a language model adds (None: 50; refused for
         a translation model). ``alignment_layer``: the decoder layer whose cross-attention gives the
         alignments (-1: the last)."""
         paths = [path] if isinstance(path, (str, os.PathLike)) else list(path)
