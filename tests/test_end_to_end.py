@@ -316,6 +316,18 @@ def test_a_grids_p_values_are_paired_tests_of_the_score_it_chooses_by(toy_run, t
         assert other["p_vs_chosen"] == pytest.approx(expected) and expected < 0.05  # averaging helps the toy model
 
 
+def test_a_grids_test_command_holds_only_what_the_chosen_search_reads(toy_run, tmp_path):
+    """A grid over strategies that chose greedy search printed decode.temperature and decode.seed in its
+    test command, which evaluate.py then refused (greedy search does not read them)."""
+    options = ("split=val", "decode.strategy=[greedy,sample]", "decode.temperature=[1.5,3.0]", "decode.seed=1")
+    grid = evaluate_here(f"ckpt_path={toy_run}", *options, f"out_dir={tmp_path}")
+    chosen = next(row for row in grid["rows"] if row["setting"] == grid["best"])
+    command = grid["test_command"]
+    assert ("decode.temperature" in command) == ("decode.seed" in command) == (chosen["strategy"] == "sample")
+    test = evaluate_here(*shlex.split(command)[2:], f"out_dir={tmp_path / 'test'}")  # accepted as printed
+    assert test["split"] == "test" and test["search"]["strategy"] == chosen["strategy"]
+
+
 def test_a_grids_test_command_reads_back_a_sweep_runs_folder_name(toy_run, tmp_path):
     run_dir = tmp_path / "optim.optimizer.lr=0.001,seed=1"  # how a sweep names its runs
     shutil.copytree(toy_run / "checkpoints", run_dir / "checkpoints")
@@ -356,10 +368,22 @@ def test_a_grid_is_refused_off_the_validation_set_and_its_options_are_checked(to
             "decode.beam_size=4",
             f"out_dir={tmp_path}",
         ),
+        # an axis no strategy reads would score one evaluation under several names
+        r"decode.top_p=\[0.5, 0.9\]: no strategy of this grid \(beam\) reads it": (
+            "split=val",
+            "decode.top_p=[0.5,0.9]",
+            f"out_dir={tmp_path}",
+        ),
     }
     for message, options in refusals.items():
         with pytest.raises(ValueError, match=message):
             evaluate_here(f"ckpt_path={toy_run}", *options)
+    # an epoch checkpoint averages the N up to it: counted so before the first setting is decoded
+    first = sorted((toy_run / "checkpoints").glob("epoch*.ckpt"))[0]
+    with pytest.raises(
+        ValueError, match=rf"average_last=\[0, 2\]: only 1 epoch checkpoint\(s\) beside {first} up to it"
+    ):
+        evaluate_here(f"ckpt_path={first}", "split=val", "average_last=[0,2]", f"out_dir={tmp_path}")
     assert not tmp_path.exists() or not any(tmp_path.iterdir())  # refused before anything was decoded
     # an ensemble is translate.py's: evaluate.py names the way in one line
     with pytest.raises(ValueError, match=r"evaluate.py scores one checkpoint .* translate.py ckpt_path=\[\.\.\.\]"):

@@ -228,3 +228,37 @@ def test_a_learned_table_travels_as_ctranslate2s_default_limits_and_only_one_bes
         load_model(trained(tmp_path_factory, "absolute-layer-pre-relu", []), device="cpu"), tmp_path / "a"
     )
     assert CTranslate2Model(tmp_path / "a").position_limits == [None, None]
+
+
+def test_sources_are_cut_where_our_translator_cuts_them(tmp_path_factory, tmp_path):
+    """CTranslate2 counts the end token it appends within max_input_length: the wrapper cut sources one piece
+    shorter than our translator (a learned table's size less two), and a model without a table at 1,024
+    pieces, not at the run's limit."""
+    from nmt.inference.export import CTranslate2Model
+
+    loaded = load_model(trained(tmp_path_factory, "absolute-layer-pre-relu", []), device="cpu")
+    loaded.config["data"]["max_src_len"] = 4  # as a run trained on sources cut to 4 pieces
+    export_ctranslate2(loaded, tmp_path / "ct2")
+    model = CTranslate2Model(tmp_path / "ct2")
+    assert model.max_input_len == 4
+    pieces = model.source.pieces(model.source.encode("one two three four five six seven"))
+    assert len(pieces) > 5
+
+    def score(source, limit):  # CTranslate2's own score of its greedy output for this source
+        options = {"beam_size": 1, "max_decoding_length": 8, "return_scores": True, "max_input_length": limit}
+        return model.translator.translate_batch([source], **options)[0].scores[0]
+
+    # max_input_length=5 reads 4 pieces and the end token: as our translator reads a source cut to 4
+    assert score(pieces, 5) == score(pieces[:4], 0) != score(pieces[:3], 0)
+    given = []
+    real = model.translator
+
+    class Recording:
+        def translate_batch(self, batch, **options):
+            given.append(options)
+            return real.translate_batch(batch, **options)
+
+    model.translator = Recording()
+    model.translate(["one two"])
+    model.translate(["one two"], max_input_length=0)
+    assert [options["max_input_length"] for options in given] == [5, 0]  # by default ours; told, as told

@@ -26,7 +26,7 @@ from rich.table import Table
 
 from nmt.data.sources import read_lines
 from nmt.decoding.settings import SEARCH_TAGS, UNREAD, SearchConfig, search_settings
-from nmt.inference.checkpoint import epoch_checkpoints
+from nmt.inference.checkpoint import epochs_to_average
 from nmt.metrics.corpus import bleu_tokenizer, tokenized_lowercase_scoring
 from nmt.metrics.randomization import paired_randomization, sentence_statistics
 from nmt.utils.io import atomic_write_json
@@ -84,9 +84,12 @@ def check_grid(cfg: DictConfig, task, axes: dict[str, list]) -> None:
     for average in averages:  # each value, before the first cell is decoded
         if type(average) is not int or average < 0:
             raise ValueError(f"average_last={averages}: each value 0 (the checkpoint's own weights) or N >= 2")
-    kept = len(epoch_checkpoints(Path(cfg.ckpt_path).parent))
-    if max(averages) > 1 and max(averages) > kept:
-        raise ValueError(f"average_last={averages}: only {kept} epoch checkpoint(s) beside {cfg.ckpt_path}")
+    available, up_to_it = epochs_to_average(cfg.ckpt_path)  # as loading the model counts them
+    if max(averages) > 1 and max(averages) > len(available):
+        raise ValueError(
+            f"average_last={averages}: only {len(available)} epoch checkpoint(s) beside {cfg.ckpt_path}"
+            + (" up to it" if up_to_it else "")
+        )
     choose_by(cfg, task)
     for setting in settings(axes):  # a bad value stops the grid before anything is decoded
         decode = {k.removeprefix("decode."): v for k, v in setting.items() if k.startswith("decode.")}
@@ -110,16 +113,17 @@ def settings(axes: dict[str, list]) -> list[dict]:
 
 
 def refuse_unread_everywhere(cfg: DictConfig, axes: dict[str, list], strategy: str) -> None:
-    """A decoding option given once (not a list) that no strategy of the grid reads is an error: it would
-    change nothing. ``strategy``: the first setting's, which is the run's own when the grid does not vary it."""
+    """A decoding option, given once or as an axis, that no strategy of the grid reads is an error: it would
+    change nothing (an axis of it would score one evaluation under several names). ``strategy``: the first
+    setting's, which is the run's own when the grid does not vary it."""
     strategies = [str(s) for s in axes.get("decode.strategy", [strategy])]
     for key, value in cfg.decode.items():
-        if value is None or f"decode.{key}" in axes or key == "strategy":
+        if value is None or key == "strategy":
             continue
         if all(key in UNREAD[s] for s in strategies):
             raise ValueError(
-                f"decode.{key}={value}: no strategy of this grid ({', '.join(strategies)}) reads it; remove it, or "
-                "add a strategy that does (decode.strategy=[...])"
+                f"decode.{key}={axes.get(f'decode.{key}', value)}: no strategy of this grid ({', '.join(strategies)}) "
+                "reads it; remove it, or add a strategy that does (decode.strategy=[...])"
             )
 
 
@@ -158,6 +162,7 @@ def evaluate_grid(cfg: DictConfig, task, load, axes: dict[str, list]) -> dict:
             "scores": scores(result),
             "signature": result["bleu_signature"],
             "tgt_lang": result["tgt_lang"],
+            "strategy": search.strategy,
         }
         rows.append(scored.setdefault(same, row))
     best = max(rows, key=lambda row: row["scores"][metric])  # the first of equals: the earlier setting
@@ -171,7 +176,7 @@ def evaluate_grid(cfg: DictConfig, task, load, axes: dict[str, list]) -> dict:
         "rows": rows,
         "best": best["setting"],
         "run_decode": loaded.config.get("decode"),
-        "test_command": test_command(cfg, best["setting"]),
+        "test_command": test_command(cfg, best["setting"], best["strategy"]),
     }
     path = (Path(cfg.out_dir) if cfg.out_dir else loaded.run_dir / "eval") / grid_file_name(cfg, axes, metric)
     atomic_write_json(path, record)
@@ -240,14 +245,15 @@ def grid_file_name(cfg: DictConfig, axes: dict[str, list], metric: str) -> str:
     return "_".join(parts) + "_" + hashlib.sha1(json.dumps(fixed, sort_keys=True).encode()).hexdigest()[:8] + ".json"
 
 
-def test_command(cfg: DictConfig, setting: dict) -> str:
-    """The command that scores the test set with the chosen setting and every other option the grid used."""
+def test_command(cfg: DictConfig, setting: dict, strategy: str) -> str:
+    """The command that scores the test set with the chosen setting and every other option the grid used
+    that its search (``strategy``) reads: evaluate.py refuses an option its search does not read."""
     options = {"ckpt_path": cfg.ckpt_path, "split": "test"}
     if "average_last" not in setting and cfg.average_last:
         options["average_last"] = cfg.average_last
-    options.update(setting)
+    options.update({k: v for k, v in setting.items() if k.removeprefix("decode.") not in UNREAD[strategy]})
     for key, value in cfg.decode.items():
-        if value is not None and f"decode.{key}" not in setting:
+        if value is not None and f"decode.{key}" not in setting and key not in UNREAD[strategy]:
             options[f"decode.{key}"] = value
     options.update({f"data.{k}": v for k, v in OmegaConf.to_container(cfg.data, resolve=True).items() if v is not None})
     options.update({key: cfg.get(key) for key in PASSED_ON if cfg.get(key) is not None})

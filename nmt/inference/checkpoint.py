@@ -89,6 +89,17 @@ def epoch_checkpoints(folder: str | os.PathLike) -> list[Path]:
     return sorted(Path(folder).glob("epoch*.ckpt"), key=lambda p: (_epoch_number(p.name), p.name))
 
 
+def epochs_to_average(ckpt_path: str | os.PathLike) -> tuple[list[Path], bool]:
+    """The epoch checkpoints an ``average_last`` over ``ckpt_path`` takes its last N from: those up to it when
+    it is one of them (``epoch040.ckpt``), else all beside it (best.ckpt, last.ckpt); and whether it is one."""
+    given = Path(ckpt_path).expanduser()
+    available = epoch_checkpoints(given.parent)
+    resolved = [p.resolve() for p in available]
+    if given.resolve() in resolved:
+        return available[: resolved.index(given.resolve()) + 1], True
+    return available, False
+
+
 def _epoch_number(name: str) -> int:
     found = re.match(r"epoch(\d+)", name)
     return int(found.group(1)) if found else -1

@@ -29,6 +29,7 @@ from nmt.modules.position import (
     SinusoidalPosition,
     sinusoid_table,
 )
+from nmt.tasks.translation import input_limit
 from nmt.utils.io import atomic_write_text
 
 MAX_POSITIONS = 1024  # rows of the absolute position table written for CTranslate2
@@ -229,6 +230,8 @@ def export_ctranslate2(loaded: LoadedModel, out_dir: str | Path, quantization: s
             "segmenters": segmenters,
             # a learned position table's sizes (source, target), which CTranslate2's default limits pass
             "position_limits": list(position_limits(loaded.model)),
+            # the subword tokens our translator cuts a source to (the run's data.max_src_len, else 256)
+            "max_input_len": input_limit(loaded.config.get("data") or {}),
         }
         atomic_write_text(out_dir / "nmt_export.json", json.dumps(manifest, indent=1) + "\n")
     finally:
@@ -249,22 +252,25 @@ class CTranslate2Model:
         manifest = json.loads((model_dir / "nmt_export.json").read_text())
         segmenters = manifest.get("segmenters", {})
         self.position_limits = manifest.get("position_limits") or [None, None]
+        self.max_input_len = manifest.get("max_input_len", 256)  # exported before the manifest held it: the default
         self.source = Tokenizer((model_dir / "source.model").read_bytes(), segmenters.get("source"))
         self.target = Tokenizer((model_dir / "target.model").read_bytes(), segmenters.get("target"))
         self.translator = ctranslate2.Translator(str(model_dir), device=device, **translator_options)
 
     def translate(self, lines: list[str], **options) -> list[str]:
         """The best translation of each line. ``options`` go to ``translate_batch`` (beam_size,
-        max_decoding_length, ...); a model with a learned position table has its limits by default (the
-        sources cut to what it holds, the outputs as long as it holds), as our translator does."""
+        max_decoding_length, ...). By default a source is cut where our translator cuts it (the run's limit,
+        and a learned position table's size less the end token) and a model with such a table decodes
+        outputs as long as it holds."""
         if options.get("num_hypotheses", 1) != 1:
             raise ValueError(
                 f"num_hypotheses={options['num_hypotheses']}: translate returns each line's best; for n-best lists "
                 "call self.translator.translate_batch on self.source's pieces"
             )
         source, target = self.position_limits
-        if source is not None:
-            options.setdefault("max_input_length", source - 1)  # the end token takes a position
+        pieces = self.max_input_len if source is None else min(self.max_input_len, source - 1)
+        # CTranslate2 counts the end token it appends within max_input_length (its default cuts at 1,024)
+        options.setdefault("max_input_length", pieces + 1)
         if target is not None:
             options.setdefault("max_decoding_length", target)
         batch = [self.source.pieces(self.source.encode(line)) for line in lines]

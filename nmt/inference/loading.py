@@ -16,6 +16,7 @@ from nmt.inference.checkpoint import (
     CheckpointError,
     average_state_dicts,
     epoch_checkpoints,
+    epochs_to_average,
     load_checkpoint,
     weights_misfit,
 )
@@ -101,11 +102,7 @@ def load_model(ckpt_path: str | os.PathLike, average_last: int = 0, device: str 
     paths = [str(ckpt_path)]
     state_dict = checkpoint["state_dict"]
     if average_last > 1:
-        available = epoch_checkpoints(Path(ckpt_path).expanduser().parent)
-        resolved = [p.resolve() for p in available]
-        ends_at_given = Path(ckpt_path).expanduser().resolve() in resolved  # an epoch checkpoint: the N up to it
-        if ends_at_given:
-            available = available[: resolved.index(Path(ckpt_path).expanduser().resolve()) + 1]
+        available, ends_at_given = epochs_to_average(ckpt_path)  # an epoch checkpoint: the N up to it
         if len(available) < average_last:
             fewer = (
                 f"pass average_last={len(available)} or fewer, "
