@@ -1,6 +1,7 @@
 """serve.py's page and API: a sentence translated in headless Chromium with its n-best list and heatmap,
 concurrent requests answered without mixing, bad requests answered with a 4xx and a message."""
 
+import contextlib
 import json
 import os
 import shutil
@@ -150,14 +151,14 @@ def browser() -> str | None:
     return next((path for name in BROWSERS if (path := shutil.which(name))), None)
 
 
-@pytest.mark.skipif(browser() is None, reason="no headless Chromium (make test installs chromium-headless-shell)")
-def test_the_page_translates_a_sentence_in_headless_chromium(checkpoint):
-    playwright = pytest.importorskip("playwright.sync_api", reason="playwright is a dev dependency (make install)")
+@contextlib.contextmanager
+def serving(ckpt_path: str):
+    """serve.py on a free port, answering; its port."""
     port = free_port()
     command = [
         sys.executable,
         str(ROOT / "serve.py"),
-        f"ckpt_path={checkpoint}",
+        f"ckpt_path={ckpt_path}",
         f"port={port}",
         "device=cpu",
         "threads=1",
@@ -173,28 +174,72 @@ def test_the_page_translates_a_sentence_in_headless_chromium(checkpoint):
                 assert server.poll() is None and time.time() < deadline, server.stderr.read()
                 time.sleep(0.3)
         assert info["beam_size"] == 5
-        with playwright.sync_playwright() as p:
-            chromium = p.chromium.launch(executable_path=browser(), args=["--no-sandbox"])
-            page = chromium.new_page()
-            errors = []
-            page.on("pageerror", lambda err: errors.append(str(err)))
-            page.goto(f"http://127.0.0.1:{port}/")
-            page.fill("#source", "one two three")
-            page.select_option("#nbest", "3")
-            page.click("#go")
-            page.wait_for_selector("#heatmap[data-heatmap]", timeout=60_000)
-            translation = page.inner_text("#translation")
-            rows = page.locator("#nbest-table tbody tr").count()
-            drawn = page.evaluate(
-                """() => { const c = document.getElementById('heatmap');
-                const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
-                let coloured = 0; for (let i = 0; i < d.length; i += 4) if (d[i] !== d[i + 2]) coloured++;
-                return coloured; }"""
-            )
-            page.select_option("#head", "1")  # another head redraws
-            chromium.close()
-        expected = Translator.from_checkpoint(checkpoint, beam_size=5, device="cpu").translate(["one two three"])[0]
-        assert translation == expected and rows == 3 and drawn > 100 and not errors
+        yield port
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+@contextlib.contextmanager
+def browsing(port: int):
+    """A headless Chromium page on the served page, and the errors its script raised."""
+    playwright = pytest.importorskip("playwright.sync_api", reason="playwright is a dev dependency (make install)")
+    with playwright.sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=browser(), args=["--no-sandbox"])
+        page = chromium.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda err: errors.append(str(err)))
+        page.goto(f"http://127.0.0.1:{port}/")
+        try:
+            yield page, errors
+        finally:
+            chromium.close()
+
+
+HEADLESS = pytest.mark.skipif(
+    browser() is None, reason="no headless Chromium (make test installs chromium-headless-shell)"
+)
+
+
+@HEADLESS
+def test_the_page_translates_a_sentence_in_headless_chromium(checkpoint):
+    with serving(checkpoint) as port, browsing(port) as (page, errors):
+        page.fill("#source", "one two three")
+        page.select_option("#nbest", "3")
+        page.click("#go")
+        page.wait_for_selector("#heatmap[data-heatmap]", timeout=60_000)
+        translation = page.inner_text("#translation")
+        rows = page.locator("#nbest-table tbody tr").count()
+        drawn = page.evaluate(
+            """() => { const c = document.getElementById('heatmap');
+            const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+            let coloured = 0; for (let i = 0; i < d.length; i += 4) if (d[i] !== d[i + 2]) coloured++;
+            return coloured; }"""
+        )
+        page.select_option("#head", "1")  # another head redraws
+    expected = Translator.from_checkpoint(checkpoint, beam_size=5, device="cpu").translate(["one two three"])[0]
+    assert translation == expected and rows == 3 and drawn > 100 and not errors
+
+
+@HEADLESS
+def test_the_head_menu_follows_the_layer_of_an_ensemble_of_a_transformer_and_an_rnn(checkpoint, tmp_path):
+    """The heads were listed from the first layer's: with an RNN's single-head attention chosen, the menu
+    offered the Transformer's four heads, and choosing one broke the heatmap."""
+    rnn = tmp_path / "rnn"
+    train(compose_train("model=rnn", "trainer.max_epochs=2", *NO_FINAL_SCORES, "threads=1", f"run_dir={rnn}"))
+    with serving(f"[{checkpoint},{rnn / 'checkpoints' / 'best.ckpt'}]") as port, browsing(port) as (page, errors):
+        page.fill("#source", "one two three")
+        page.click("#go")
+        page.wait_for_selector("#heatmap[data-heatmap]", timeout=60_000)
+
+        def heads(layer: str) -> int:
+            page.select_option("#layer", label=layer)
+            return page.locator("#head option").count()
+
+        layers = page.locator("#layer option").all_inner_texts()
+        assert layers[-1] == "attention" and page.input_value("#layer") == str(len(layers) - 1)  # the RNN's
+        assert page.locator("#head option").count() == 1
+        assert heads(layers[0]) == 4  # a Transformer layer: the model's 4 heads
+        page.select_option("#head", "3")
+        assert heads("attention") == 1 and page.input_value("#head") == "0"
+        assert page.get_attribute("#heatmap", "data-heatmap") and not errors

@@ -46,6 +46,14 @@ function fill(select, values) {
   values.forEach((v, i) => select.add(new Option(String(v), String(i))));
 }
 
+function fillHeads() {
+  // the chosen layer's heads: an ensemble's members may have other numbers of heads (an RNN's attention: one)
+  const layers = Object.keys(result.attention), chosen = $("head").value;
+  const heads = layers.length ? result.attention[layers[$("layer").value]].map((_, h) => h) : [];
+  fill($("head"), heads);
+  if (chosen !== "" && Number(chosen) < heads.length) $("head").value = chosen;
+}
+
 function draw() {
   const canvas = $("heatmap");
   const layers = Object.keys(result.attention);
@@ -96,7 +104,8 @@ async function translate(event) {
     const layers = Object.keys(data.attention);
     fill($("layer"), layers);
     $("layer").value = String(layers.length - 1);
-    fill($("head"), layers.length ? data.attention[layers[0]].map((_, h) => h) : []);
+    $("head").innerHTML = "";
+    fillHeads();
     $("choose").hidden = !layers.length;
     draw();
   } catch (err) {
@@ -107,7 +116,7 @@ async function translate(event) {
 }
 
 $("form").addEventListener("submit", translate);
-$("layer").addEventListener("change", draw);
+$("layer").addEventListener("change", () => { fillHeads(); draw(); });
 $("head").addEventListener("change", draw);
 info();
 </script>
