@@ -322,6 +322,9 @@ def test_translate_names_a_missing_input_file_before_loading_any_model(tmp_path)
     cfg = OmegaConf.create({"ckpt_path": str(tmp_path / "no.ckpt"), "input": str(tmp_path / "missing.en")})
     with pytest.raises(ValueError, match=r"^input=.*missing\.en: no such file"):
         run_translate(cfg)  # not the missing checkpoint's error: the input is checked first
+    folder = OmegaConf.create({"ckpt_path": str(tmp_path / "no.ckpt"), "input": str(tmp_path)})
+    with pytest.raises(ValueError, match=r"^input=.*: a folder, not a file \(the source sentences"):
+        run_translate(folder)
 
 
 @pytest.mark.parametrize("name", ["translate", "evaluate", "serve", "export"])

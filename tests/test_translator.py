@@ -101,6 +101,17 @@ def test_a_prefix_starts_every_output(checkpoints):
         translator.translate_nbest(SOURCES, prefixes=prefixes[:2])
 
 
+def test_any_iterable_of_lines_is_read_once_and_an_unspellable_prefix_is_named(checkpoints, caplog):
+    """A generator of lines failed (read twice: IndexError); a prefix the target vocabulary cannot spell is
+    forced as <unk> pieces, so the output does not begin with its text: said, with the line."""
+    translator = Translator.from_checkpoint(checkpoints["seed1"], **exact())
+    assert translator.translate(line for line in SOURCES) == translator.translate(SOURCES)
+    found = translator.translate_nbest(iter(SOURCES[:2]), prefixes=iter(["acht", "Xylophon QQ"]), first_line=5)
+    assert found[0][0].text.startswith("acht") and not found[1][0].text.startswith("Xylophon")
+    assert "line 6: prefix words the target vocabulary cannot spell, forced as <unk>: Xylophon, QQ" in caplog.text
+    assert "line 5:" not in caplog.text
+
+
 def test_alignments_follow_the_attention_of_the_last_layer(checkpoints):
     translator = Translator.from_checkpoint(checkpoints["seed1"], **exact())
     (best,) = translator.translate_nbest(["one two three"], with_attention=True)[0]

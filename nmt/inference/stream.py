@@ -64,7 +64,8 @@ def run_translate(cfg: DictConfig) -> dict:
     ):
         path = cfg.get(key)
         if path and path != "-" and (not Path(path).exists() or Path(path).is_dir()):  # a pipe is readable
-            raise ValueError(f"{key}={path}: no such file ({what})")
+            found = "a folder, not a file" if Path(path).is_dir() else "no such file"
+            raise ValueError(f"{key}={path}: {found} ({what})")
     translator = Translator.from_config(cfg)
     if cfg.alignments and translator.continues:
         raise ValueError("alignments=true: a language model's continuation has no source to align with; leave it out")

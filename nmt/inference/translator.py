@@ -213,6 +213,8 @@ class Translator:
         if isinstance(lines, str):
             one = [prefixes] if isinstance(prefixes, str) else prefixes
             return self.translate_nbest([lines], n_best, one, scores, with_attention, first_line)[0]
+        lines = list(lines)  # any iterable, read once (a generator was read twice)
+        prefixes = None if prefixes is None else list(prefixes)
         beams = self.search.hypotheses
         if not 1 <= n_best <= beams:
             raise ValueError(
@@ -226,6 +228,14 @@ class Translator:
             return [self._continue(line, n_best, scores, first_line + i) for i, line in enumerate(lines)]
         encoded = self._encode_sources(lines, first_line)
         forced = [self.tgt_tokenizer.encode(p) if p else [] for p in prefixes] if prefixes else None
+        for number, prefix in enumerate(prefixes or [], start=first_line):
+            unknown = self.tgt_tokenizer.unknown_words(prefix) if prefix else []
+            if unknown:  # forced as <unk>: the output begins with it, not with the prefix's text
+                log.warning(
+                    "line %d: prefix words the target vocabulary cannot spell, forced as <unk>: %s",
+                    number,
+                    ", ".join(unknown),
+                )
         results: list[list[Hypothesis]] = [[Hypothesis("", 0.0, 0.0)] for _ in lines]
         non_empty = [i for i, ids in enumerate(encoded) if ids]
         lengths = {i: len(encoded[i]) + 1 for i in non_empty}
