@@ -123,7 +123,9 @@ def test_a_seeded_split_without_a_test_set(tmp_path):
             compose("evaluate", overrides=[f"ckpt_path={checkpoint}", f"split={split}", f"out_dir={tmp_path / split}"])
             for split in ("test", "val")
         )
-    with pytest.raises(ValueError, match=r"split=test: .* has no test pairs; score another set with split=files:"):
+    with pytest.raises(
+        ValueError, match=r"split=test: .* has no test pairs; score another set: split=val, split=files:"
+    ):
         evaluate(missing)
     assert evaluate(val)["sentences"] == 30
 

@@ -1,6 +1,7 @@
 """export.py: every Transformer variant CTranslate2's specification can hold decodes token for token as
 ours does (greedy), and what it cannot hold is refused in one line naming the option."""
 
+import json
 import subprocess
 import sys
 from dataclasses import replace
@@ -230,7 +231,7 @@ def test_a_learned_table_travels_as_ctranslate2s_default_limits_and_only_one_bes
     assert CTranslate2Model(tmp_path / "a").position_limits == [None, None]
 
 
-def test_sources_are_cut_where_our_translator_cuts_them(tmp_path_factory, tmp_path):
+def test_sources_are_cut_where_our_translator_cuts_them(tmp_path_factory, tmp_path, caplog):
     """CTranslate2 counts the end token it appends within max_input_length: the wrapper cut sources one piece
     shorter than our translator (a learned table's size less two), and a model without a table at 1,024
     pieces, not at the run's limit."""
@@ -262,3 +263,14 @@ def test_sources_are_cut_where_our_translator_cuts_them(tmp_path_factory, tmp_pa
     model.translate(["one two"])
     model.translate(["one two"], max_input_length=0)
     assert [options["max_input_length"] for options in given] == [5, 0]  # by default ours; told, as told
+    # an export made before the manifest held the run's limit keeps CTranslate2's own, and says so
+    manifest = json.loads((tmp_path / "ct2" / "nmt_export.json").read_text())
+    del manifest["max_input_len"]
+    (tmp_path / "ct2" / "nmt_export.json").write_text(json.dumps(manifest))
+    with caplog.at_level("WARNING"):
+        old = CTranslate2Model(tmp_path / "ct2")
+    assert "was exported before its manifest held the run's source limit" in caplog.text
+    given.clear()
+    old.translator = Recording()
+    old.translate(["one two"])
+    assert given == [{}]

@@ -17,6 +17,17 @@ from .conftest import NO_FINAL_SCORES, compose_train
 
 pytestmark = pytest.mark.slow
 
+# the search options beam search reads (sampling's temperature, top_k, top_p and seed are not)
+READ_BY_BEAM = (
+    "beam_size",
+    "length_penalty",
+    "max_len_a",
+    "max_len_b",
+    "early_stopping",
+    "min_len",
+    "no_repeat_ngram_size",
+)
+
 
 def test_both_splits_score_the_mean_of_the_last_epochs_with_the_run_search(tmp_path):
     run_dir = tmp_path / "run"
@@ -44,10 +55,11 @@ def test_both_splits_score_the_mean_of_the_last_epochs_with_the_run_search(tmp_p
     # how the scores were made, for the sweep's report: the checkpoints, the search, sacreBLEU's signatures
     assert record["scoring"] == {
         "checkpoints": "the mean of 2 checkpoints",
-        "search": "beam 3, length penalty 1.0",
+        "search": "beam " + " ".join(f"{k}={v}" for k, v in test["search"].items() if k in READ_BY_BEAM),
         "bleu_signature": test["bleu_signature"],
         "chrf_signature": test["chrf_signature"],
     }
+    assert record["scoring"]["search"].startswith("beam beam_size=3 length_penalty=1.0 max_len_a=")
     assert metrics["val_as_test_bleu_tok_lc"] == val["bleu_tok_lc"]
     # last.ckpt: a copy of the newest epoch checkpoint (the state serialised once an epoch), a file of its own
     folder = run_dir / "checkpoints"

@@ -507,6 +507,20 @@ def test_the_sentence_test_names_the_difference_it_tests_when_seeds_are_missing(
         assert f"norm={norm}, pos={pos}: seeds 1, 2, difference {diff:.2f}" in report
 
 
+def test_a_run_without_the_reports_metric_is_left_out_of_every_statistic(tmp_path):
+    """A run whose final test score is missing stopped the report (KeyError) once the sentence test paired
+    seeds by their scores."""
+    unscored = {"pos": "relative", "norm": "layer"}
+    records = [
+        {**r, "metrics": {"test_bleu": None}} if r["factors"] == unscored and r["seed"] == 3 else r for r in RECORDS
+    ]
+    synthetic_sweep(tmp_path, records)
+    report = write_report(tmp_path).read_text()
+    relative = _row(report, "| 2 | layer | relative |")
+    assert relative[3:5] == ["2", "33.50"]  # seeds 1 and 2 only, in the sentence test too:
+    assert "norm=layer, pos=relative: seeds 1, 2, difference 3.00" in report  # (33 + 34 - 30 - 31) / 2
+
+
 def test_a_perplexity_report_ranks_lower_first_and_makes_no_sentence_test(tmp_path):
     for r in RECORDS:
         run_dir = tmp_path / f"pos={r['factors']['pos']},norm={r['factors']['norm']},seed={r['seed']}"
@@ -590,24 +604,37 @@ def test_a_run_without_its_record_is_named_and_its_stored_statistics_kept(tmp_pa
     # (a table cell escapes the signature's bars)
     assert "| final scores made with | best.ckpt, beam 5, length penalty 1.0, bleu `nrefs:1\\|tok:13a` |" in report
     assert "| runs | 13 planned, 12 finished, 1 not run yet (pos=rope,norm=layer,seed=1) |" in report
-    lost = tmp_path / "pos=relative,norm=rms,seed=3"
+    lost, unscored = tmp_path / "pos=relative,norm=rms,seed=3", tmp_path / "pos=relative,norm=rms,seed=2"
     (lost / "sweep_result.json").unlink()
-    (lost / "results.json").write_text("{}")
+    (lost / "results.json").write_text('{"finished": true}')
+    (unscored / "sweep_result.json").unlink()  # stopped during its final scores
+    (unscored / "results.json").write_text('{"finished": false, "stage": "trained"}')
     report = write_report(tmp_path).read_text()
     assert (
-        "| runs | 13 planned, 11 finished, 1 trained but not recorded (pos=relative,norm=rms,seed=3: the sweep "
-        "command records them), 1 not run yet (pos=rope,norm=layer,seed=1) |"
+        "| runs | 13 planned, 10 finished, 1 finished but not recorded (pos=relative,norm=rms,seed=3: the sweep "
+        "command records them), 1 trained, final scores not made (pos=relative,norm=rms,seed=2: the sweep command "
+        "makes them), 1 not run yet (pos=rope,norm=layer,seed=1) |"
     ) in report
     assert (
-        "keeps the statistics of 1 run(s) reported before whose records are not found now, left out of this "
-        f"report: {lost.name}." in report
+        "keeps the statistics of 2 run(s) reported before whose records are not found now, left out of this "
+        f"report: {unscored.name}, {lost.name}." in report
     )
     for _ in range(2):  # kept however often the report is written again
         with gzip.open(tmp_path / "statistics.json.gz", "rt") as handle:
             saved = json.load(handle)
-        assert len(saved["runs"]) == 11 and list(saved["kept"]) == [lost.name]
+        assert len(saved["runs"]) == 10 and sorted(saved["kept"]) == [unscored.name, lost.name]
         assert saved["kept"][lost.name]["sentences"]["bleu"]
         write_report(tmp_path)
+    # a run of an earlier plan (its record still there) is named as such, not as a record not found
+    plan = json.loads((tmp_path / "plan.json").read_text())
+    earlier = "pos=absolute,norm=layer,seed=3"
+    plan["run_names"].remove(earlier)
+    (tmp_path / "plan.json").write_text(json.dumps({**plan, "runs": 12}))
+    report = write_report(tmp_path).read_text()
+    assert f"not of this sweep's plan (an earlier sweep's levels or seeds) and are left out: {earlier}." in report
+    assert "keeps the statistics of 2 run(s)" in report and earlier not in report.split("keeps the statistics")[1]
+    plan["run_names"].append(earlier)
+    (tmp_path / "plan.json").write_text(json.dumps({**plan, "runs": 13}))
     scored_otherwise = json.loads((tmp_path / "pos=absolute,norm=rms,seed=1" / "sweep_result.json").read_text())
     scored_otherwise["scoring"] = {**scoring, "checkpoints": "the mean of 10 checkpoints"}
     (tmp_path / "pos=absolute,norm=rms,seed=1" / "sweep_result.json").write_text(json.dumps(scored_otherwise))

@@ -16,6 +16,12 @@ from nmt.decoding.settings import SearchConfig
 log = logging.getLogger(__name__)
 
 
+def input_limit(data_cfg) -> int:
+    """The subword tokens a source is truncated to when no limit is given: a model trained on truncated
+    sources (a summariser's ``data.max_src_len``) reads them truncated the same way, others 256."""
+    return data_cfg.get("max_src_len") or 256
+
+
 def input_limit_for(model, max_input_len: int) -> int:
     """``max_input_len``, lowered (with a warning) to what the model's source positions hold: a source is
     its pieces and the end token, and a learned position table has a fixed size."""

@@ -12,6 +12,7 @@ The folder holds CTranslate2's model and vocabularies plus our SentencePiece mod
 """
 
 import json
+import logging
 import os
 import shutil
 from pathlib import Path
@@ -19,6 +20,7 @@ from pathlib import Path
 import torch
 
 from nmt.decoding.constraints import position_limits
+from nmt.decoding.translate import input_limit
 from nmt.inference.loading import LoadedModel
 from nmt.modules.norm import LayerNorm, RMSNorm
 from nmt.modules.position import (
@@ -29,9 +31,9 @@ from nmt.modules.position import (
     SinusoidalPosition,
     sinusoid_table,
 )
-from nmt.tasks.translation import input_limit
 from nmt.utils.io import atomic_write_text
 
+log = logging.getLogger(__name__)
 MAX_POSITIONS = 1024  # rows of the absolute position table written for CTranslate2
 FORMATS = ("ctranslate2",)
 
@@ -252,7 +254,15 @@ class CTranslate2Model:
         manifest = json.loads((model_dir / "nmt_export.json").read_text())
         segmenters = manifest.get("segmenters", {})
         self.position_limits = manifest.get("position_limits") or [None, None]
-        self.max_input_len = manifest.get("max_input_len", 256)  # exported before the manifest held it: the default
+        # exported before the manifest held our limit: CTranslate2's own (1,024) stands, as it did, and is said
+        self.max_input_len = manifest.get("max_input_len")
+        if self.max_input_len is None:
+            log.warning(
+                "%s was exported before its manifest held the run's source limit: sources are cut at CTranslate2's "
+                "own (1,024 pieces, or a learned table's size), not where this project's translator cuts them; "
+                "export it again to cut them alike",
+                model_dir,
+            )
         self.source = Tokenizer((model_dir / "source.model").read_bytes(), segmenters.get("source"))
         self.target = Tokenizer((model_dir / "target.model").read_bytes(), segmenters.get("target"))
         self.translator = ctranslate2.Translator(str(model_dir), device=device, **translator_options)
@@ -268,9 +278,9 @@ class CTranslate2Model:
                 "call self.translator.translate_batch on self.source's pieces"
             )
         source, target = self.position_limits
-        pieces = self.max_input_len if source is None else min(self.max_input_len, source - 1)
-        # CTranslate2 counts the end token it appends within max_input_length (its default cuts at 1,024)
-        options.setdefault("max_input_length", pieces + 1)
+        limits = [n for n in (self.max_input_len, None if source is None else source - 1) if n is not None]
+        if limits:  # CTranslate2 counts the end token it appends within max_input_length (its default: 1,024)
+            options.setdefault("max_input_length", min(limits) + 1)
         if target is not None:
             options.setdefault("max_decoding_length", target)
         batch = [self.source.pieces(self.source.encode(line)) for line in lines]

@@ -28,10 +28,9 @@ from nmt.decoding.constraints import NEW_TOKENS, continuation_room
 from nmt.decoding.ensemble import Ensemble
 from nmt.decoding.search import decode, ranked_hypotheses
 from nmt.decoding.settings import SearchConfig, search_settings
-from nmt.decoding.translate import input_limit_for
+from nmt.decoding.translate import input_limit, input_limit_for
 from nmt.inference.checkpoint import CheckpointError
 from nmt.inference.loading import LoadedModel, load_model, pick_device, resolve_checkpoint_path
-from nmt.tasks.translation import input_limit
 
 log = logging.getLogger(__name__)
 LONG_INPUT = ("truncate", "error")
@@ -228,8 +227,8 @@ class Translator:
             return [self._continue(line, n_best, scores, first_line + i) for i, line in enumerate(lines)]
         encoded = self._encode_sources(lines, first_line)
         forced = [self.tgt_tokenizer.encode(p) if p else [] for p in prefixes] if prefixes else None
-        for number, prefix in enumerate(prefixes or [], start=first_line):
-            unknown = self.tgt_tokenizer.unknown_words(prefix) if prefix else []
+        for number, (prefix, ids) in enumerate(zip(prefixes or [], encoded, strict=False), start=first_line):
+            unknown = self.tgt_tokenizer.unknown_words(prefix) if prefix and ids else []  # an empty line: not decoded
             if unknown:  # forced as <unk>: the output begins with it, not with the prefix's text
                 log.warning(
                     "line %d: prefix words the target vocabulary cannot spell, forced as <unk>: %s",

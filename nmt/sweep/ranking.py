@@ -29,7 +29,7 @@ def rank_cells(records, factors, levels, base, metric, runs) -> dict:
         stats: dict[tuple, dict[int, list]] = {}
         for r in records:
             sentences = runs.get(store.run_key(r), {}).get("sentences")
-            if sentences:
+            if sentences and r["metrics"].get(metric) is not None:  # a run without its score: in no statistic
                 stats.setdefault(analysis.cell_of(r, factors), {})[int(r["seed"])] = sentences[corpus_metric]
         base_stats = stats.get(base_cell, {})
         trials = samples_for(len(stats) - 1)
@@ -38,7 +38,11 @@ def rank_cells(records, factors, levels, base, metric, runs) -> dict:
         if len(tokenizers) > 1:  # statistics counted with different tokenizers cannot be compared
             print(f"warning: the runs' outputs were scored with the tokenizers {sorted(tokenizers)}: no sentence test")
             stats = {}
-        values = {(analysis.cell_of(r, factors), int(r["seed"])): float(r["metrics"][metric]) for r in records}
+        values = {
+            (analysis.cell_of(r, factors), int(r["seed"])): float(r["metrics"][metric])
+            for r in records
+            if r["metrics"].get(metric) is not None  # a run without its final score is in no statistic
+        }
         for cell, by_seed in stats.items():
             shared = sorted(set(by_seed) & set(base_stats))
             if cell != base_cell and shared:
@@ -52,10 +56,11 @@ def rank_cells(records, factors, levels, base, metric, runs) -> dict:
                     n_samples=trials,
                 )
                 seeds = {s for c, s in values if c == cell} | {s for c, s in values if c == base_cell}
-                if set(shared) != seeds:  # the test compares the seeds both cells have: not the row's difference
+                scored = [s for s in shared if (cell, s) in values and (base_cell, s) in values]
+                if set(shared) != seeds and scored:  # the test compares the seeds both cells have: not the row's
                     ranking["paired_on"][cell] = {
                         "seeds": shared,
-                        "diff": sum(values[cell, s] - values[base_cell, s] for s in shared) / len(shared),
+                        "diff": sum(values[cell, s] - values[base_cell, s] for s in scored) / len(scored),
                     }
         ranking["conditional_holm"] = analysis.holm(ranking["conditional"])
         ranking["trials"] = trials if ranking["conditional"] else 0
@@ -118,7 +123,7 @@ def ranking_section(doc: Document, ranking: dict, factors, base: dict, metric: s
     if conditional:
         doc.paragraph(
             "*p, these models (Holm)*: the paired approximate randomisation test of the test outputs "
-            f"({ranking['trials']:,} trials, seeds paired; the smallest p it can give is "
+            f"({ranking['trials']:,} trials, seeds paired; the smallest p it can give before the adjustment is "
             f"{1 / (ranking['trials'] + 1):.1e}), adjusted by Holm for its {len(conditional)} comparisons as "
             "*p (Holm)* is. It asks whether *these trained models* differ on these sentences, not whether the "
             "configurations do: other seeds give other models. Use it for single models, and the seed-level p "

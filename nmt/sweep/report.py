@@ -60,9 +60,9 @@ def write_report(sweep_dir: str | Path, metric: str = "auto", baseline: dict | N
     runs = saved["runs"] if from_file else {
         store.run_key(r): store.entry(r, bleu_tokenize(r), saved["runs"].get(store.run_key(r))) for r in records
     }  # fmt: skip
-    kept = (
-        saved["kept"] if from_file else {k: e for k, e in {**saved["kept"], **saved["runs"]}.items() if k not in runs}
-    )
+    outside = [] if from_file else finished_runs(sweep_dir)[1]  # an earlier plan's runs, named below
+    kept = {k: e for k, e in {**saved["kept"], **saved["runs"]}.items() if k not in runs and k not in outside}
+    kept = saved["kept"] if from_file else kept
     store.save(sweep_dir, runs, facts, kept)
     _write_csv(sweep_dir / "results.csv", records, factors)
 
@@ -78,7 +78,6 @@ def write_report(sweep_dir: str | Path, metric: str = "auto", baseline: dict | N
             f"(seeds per cell: {', '.join(sorted({str(n) for n in small.values()}))}). Their intervals are "
             "wide or absent; this report draws no conclusion from them. Run more seeds (seed=1,2,3)."
         )
-    outside = [] if from_file else finished_runs(sweep_dir)[1]
     if outside:
         doc.paragraph(
             f"**Note:** {len(outside)} finished run(s) in this folder are not of this sweep's plan (an earlier sweep's "

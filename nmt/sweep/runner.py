@@ -17,6 +17,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
+from nmt.decoding.settings import UNREAD
 from nmt.metrics.corpus import unsigned_tokenized_lowercase_signature
 from nmt.sweep.child import (
     ON_SWEEP_SIGNAL,
@@ -312,10 +313,10 @@ def scoring_of(scores: dict) -> dict:
     if names:
         scoring["checkpoints"] = names[0] if len(names) == 1 else f"the mean of {len(names)} checkpoints"
     search = scores.get("search") or {}
-    if search.get("strategy") == "beam":
-        scoring["search"] = f"beam {search.get('beam_size')}, length penalty {search.get('length_penalty')}"
-    elif search.get("strategy"):
-        scoring["search"] = str(search["strategy"])
+    if search.get("strategy"):  # the options its strategy reads, as evaluate.py would be given them
+        unread = UNREAD.get(search["strategy"], ())
+        read = [f"{k}={v}" for k, v in search.items() if k != "strategy" and k not in unread and v is not None]
+        scoring["search"] = " ".join([str(search["strategy"]), *read])
     scoring.update({k: v for k, v in scores.items() if k.endswith("_signature") and k != "bleu_tok_lc_signature"})
     return scoring
 

@@ -40,13 +40,17 @@ def what_ran(doc: Document, facts: dict, factors: list[str], levels: dict, metri
     planned, finished, failed = facts.get("planned"), facts.get("finished", 0), facts.get("failed") or []
     runs = f"{finished} finished"
     if planned:
-        unrecorded = facts.get("unrecorded") or []
-        missing = planned - finished - len(failed) - len(unrecorded)
+        unrecorded, unscored = facts.get("unrecorded") or [], facts.get("unscored") or []
+        missing = planned - finished - len(failed) - len(unrecorded) - len(unscored)
         runs = f"{planned} planned, {finished} finished"
         runs += f", {len(failed)} failed ({_names(failed)})" if failed else ""
         if unrecorded:
             runs += (
-                f", {len(unrecorded)} trained but not recorded ({_names(unrecorded)}: the sweep command records them)"
+                f", {len(unrecorded)} finished but not recorded ({_names(unrecorded)}: the sweep command records them)"
+            )
+        if unscored:
+            runs += (
+                f", {len(unscored)} trained, final scores not made ({_names(unscored)}: the sweep command makes them)"
             )
         if missing > 0:
             runs += f", {missing} not run yet" + (f" ({_names(facts['missing'])})" if facts.get("missing") else "")
@@ -65,10 +69,12 @@ def what_ran(doc: Document, facts: dict, factors: list[str], levels: dict, metri
     doc.table(["", ""], rows)
     if len(codes) > 1:
         doc.paragraph(f"**Warning:** the runs were made by {len(codes)} code versions: {', '.join(codes)}.")
-    if len(scorings) > 1:
+    # a factor of the search or of the checkpoints scored (decode.*, test_average_last) makes ways that differ
+    scored_by_factor = any(f.startswith("decode.") or f == "test_average_last" for f in factors)
+    if len(scorings) > 1 and (facts.get("scoring_within_cells") or not scored_by_factor):
         doc.paragraph(
             f"**Warning:** the runs' final scores were made in {len(scorings)} ways (checkpoints, search or "
-            "scorer differ): unless that is a factor of this sweep, their scores do not measure the same thing."
+            "scorer differ, and not by a factor of this sweep alone): their scores do not measure the same thing."
         )
     if ended.get("max_time"):
         doc.paragraph(

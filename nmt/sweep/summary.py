@@ -9,6 +9,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from nmt.training.config import recipe_applied
+from nmt.training.run_folder import finished_results, trained_results
 
 PLAN = "plan.json"  # written by nmt.sweep.runner before the runs: factors with their levels as written
 FAILED = "sweep_failed.json"  # in a run folder whose last attempt failed (nmt.sweep.runner)
@@ -105,11 +106,21 @@ def describe(sweep_dir: Path, records: list[dict]) -> dict:
     facts["failed"] = failed_runs(sweep_dir)
     done = {Path(r.get("run_dir", "")).name for r in records} | set(facts["failed"])
     missing = [name for name in planned(sweep_dir).get("run_names") or [] if name not in done]
-    # trained to their end (results.json) but not recorded: the sweep command records them again
-    facts["unrecorded"] = [name for name in missing if (sweep_dir / name / "results.json").is_file()]
-    facts["missing"] = [name for name in missing if name not in facts["unrecorded"]]
-    scorings = {json.dumps(r["scoring"], sort_keys=True) for r in records if r.get("scoring")}
-    facts["scoring"] = [json.loads(text) for text in sorted(scorings)]
+    # finished (results.json) but not recorded: the sweep command records them again; trained, their final
+    # scores stopped: it scores them
+    facts["unrecorded"] = [name for name in missing if finished_results(sweep_dir / name)]
+    facts["unscored"] = [
+        name for name in missing if name not in facts["unrecorded"] and trained_results(sweep_dir / name)
+    ]
+    facts["missing"] = [name for name in missing if name not in facts["unrecorded"] + facts["unscored"]]
+    by_cell: dict[str, set[str]] = {}
+    for r in records:
+        if r.get("scoring"):
+            cell = json.dumps(r.get("factors") or {}, sort_keys=True)
+            by_cell.setdefault(cell, set()).add(json.dumps(r["scoring"], sort_keys=True))
+    facts["scoring"] = [json.loads(text) for text in sorted(set().union(*by_cell.values()))]
+    # runs of one cell scored in other ways: their scores do not measure the same thing whatever the factors
+    facts["scoring_within_cells"] = any(len(ways) > 1 for ways in by_cell.values())
     facts["parameters"] = sorted({int(r["parameters"]) for r in records if r.get("parameters")})
     facts["epochs"] = sorted({int(r["epochs"]) for r in records if r.get("epochs") is not None})
     facts["steps"] = sorted({int(r["steps"]) for r in records if r.get("steps") is not None})

@@ -17,7 +17,7 @@ from nmt.data.sources import decode_lines, read_lines
 from nmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from nmt.decoding.search import decode
 from nmt.decoding.settings import SearchConfig, search_settings
-from nmt.decoding.translate import translate_lines
+from nmt.decoding.translate import input_limit, translate_lines
 from nmt.metrics.corpus import ROUGE_KEYS, bleu_tokenizer, corpus_scores, tokenized_lowercase_signature
 from nmt.metrics.validation_scores import BatchScorer, ScoreSpec, ScoringProcess
 from nmt.tasks.base import (
@@ -46,12 +46,6 @@ def decoder_only(model_cfg) -> bool:
     """Whether the model of this config reads no source (a language model)."""
     target = OmegaConf.select(model_cfg, "_target_", default=None) if model_cfg is not None else None
     return bool(target) and bool(getattr(get_class(target), "decoder_only", False))
-
-
-def input_limit(data_cfg) -> int:
-    """The subword tokens a source is truncated to when no limit is given: a model trained on truncated
-    sources (a summariser's ``data.max_src_len``) reads them truncated the same way, others 256."""
-    return data_cfg.get("max_src_len") or 256
 
 
 class _Inline:

@@ -59,7 +59,7 @@ def load_eval_set(split: str, datamodule, data_cfg, config: dict, task) -> tuple
         sources, references = datamodule.text(split)
         if not sources:  # a seeded split with data.test_size=0
             raise ValueError(
-                f"split={split}: {datamodule.describe()} has no {split} pairs; score another set with "
+                f"split={split}: {datamodule.describe()} has no {split} pairs; score another set: split=val, "
                 "split=files:<prefix>"
             )
         return sources, references, f"{datamodule.describe()} {split}"
