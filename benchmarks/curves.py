@@ -19,6 +19,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from nmt.metrics import lower_is_better  # noqa: E402
+
 
 def validation_rows(run: str | Path) -> list[dict[str, str]]:
     """The rows of a run's validations: ``run`` is a run directory (its ``logs/metrics.csv``) or a CSV."""
@@ -101,13 +103,12 @@ def main(argv=None) -> None:
                 print("wrote", export_validations(run_dir, Path(args.export_to) / f"{Path(run_dir).name}.csv"))
     references = {label: _pairs(points) for label, points in (r.split("=", 1) for r in args.reference)}
     plot_curves(args.out, runs, references, args.metric, args.x)
-    lower_is_better = "loss" in args.metric or "ppl" in args.metric
     for label, run_dir in runs.items():
         points = validation_curve(run_dir, args.metric)
         if not points:
             print(f"{label}: no validation logged {args.metric}")
             continue
-        best = (min if lower_is_better else max)(points, key=lambda p: p[1])
+        best = (min if lower_is_better(args.metric) else max)(points, key=lambda p: p[1])
         minutes, value, step = best
         print(f"{label}: {len(points)} validations; best {args.metric} {value:.3f} at step {step}, {minutes:.1f} min")
 

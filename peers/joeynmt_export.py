@@ -16,7 +16,8 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
 from nmt.data.build import build_datamodule
-from nmt.data.tokenizer import EOS_ID, MOSES, Tokenizer
+from nmt.data.segmenter import MOSES
+from nmt.data.tokenizer import EOS_ID, Tokenizer
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 SPLITS = {"train": "train", "val": "dev", "test": "test"}  # ours -> JoeyNMT's names

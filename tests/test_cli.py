@@ -14,7 +14,8 @@ from nmt.cli import (
     unknown_option_message,
     user_message,
 )
-from nmt.training.config import ConfigError, check_config, unused_groups
+from nmt.training.config import ConfigError, check_config
+from nmt.training.config_groups import unused_groups
 
 from .conftest import NO_FINAL_SCORES, ROOT, compose_train
 
@@ -141,6 +142,25 @@ def test_a_mode_against_its_metrics_direction_is_refused(overrides, fix):
     check_config(compose_train(*overrides, fix))
 
 
+@pytest.mark.parametrize(("metric", "mode"), [("val_ter", "min"), ("val_wer", "min"), ("val_chrf", "max")])
+def test_the_mode_check_reads_the_direction_the_sweep_ranks_by(metric, mode):
+    """An error rate improves downwards for checkpointing as for the sweep's ranking (one rule for both):
+    mode=min on val_ter is accepted, mode=max refused."""
+    from omegaconf import OmegaConf
+
+    from nmt.sweep.analysis import ranking
+    from nmt.training.config import _mode_problems
+
+    cfg = OmegaConf.create({"checkpoint": {"monitor": metric, "mode": mode}})
+    assert _mode_problems(cfg, "checkpoint", metric) == []
+    cfg.checkpoint.mode = "max" if mode == "min" else "min"
+    assert _mode_problems(cfg, "checkpoint", metric)
+    records = [
+        {"factors": {"cell": cell}, "seed": 1, "metrics": {metric: value}} for cell, value in (("a", 1.0), ("b", 2.0))
+    ]
+    assert ranking(records, metric)[0]["cell"] == ("a" if mode == "min" else "b")
+
+
 def test_groups_the_model_uses_are_accepted():
     cfg = compose_train("model=rnn", "attention=additive")
     assert unused_groups(cfg, {"model": "rnn", "attention": "additive"}, ["model=rnn", "attention=additive"]) == []
@@ -185,7 +205,7 @@ def test_the_recipe_line_names_the_file_that_applied_or_why_none_did(overrides, 
     from hydra import compose, initialize_config_dir
     from hydra.core.hydra_config import HydraConfig
 
-    from nmt.training.config import describe_recipe
+    from nmt.training.config_groups import describe_recipe
 
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         cfg = compose("train", overrides=overrides, return_hydra_config=True)

@@ -178,7 +178,7 @@ def test_batches_for_a_gpu_come_from_pinned_memory():
     are pinned by the loader, CPU runs are not."""
     from types import SimpleNamespace
 
-    from nmt.data.datamodule import sharded_loader
+    from nmt.data.loaders import sharded_loader
 
     for device, pinned in (("cuda", True), ("cpu", False)):
         trainer = SimpleNamespace(

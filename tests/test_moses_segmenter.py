@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from nmt.data.multi30k import Multi30kDataModule
-from nmt.data.tokenizer import Segmenter, Tokenizer, TokenizerSettings, load_or_train
+from nmt.data.segmenter import Segmenter
+from nmt.data.tokenizer import Tokenizer, TokenizerSettings, load_or_train
 from nmt.data.vocab import load_tokenizer
 
 # Moses's tokenizer.perl on these lines, without escaping: punctuation split off, an English clitic kept with

@@ -9,7 +9,8 @@ import pytest
 import sacrebleu
 from omegaconf import OmegaConf
 
-from nmt.data.tokenizer import UNK_ID, Segmenter, Tokenizer, TokenizerSettings, load_or_train
+from nmt.data.segmenter import Segmenter
+from nmt.data.tokenizer import UNK_ID, Tokenizer, TokenizerSettings, load_or_train
 from nmt.metrics.corpus import bleu_tokenizer
 
 CONF = Path(__file__).resolve().parents[1] / "conf" / "data"

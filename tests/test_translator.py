@@ -12,7 +12,8 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-from nmt.data.tokenizer import BOS_ID, EOS_ID, Segmenter, Tokenizer, TokenizerSettings
+from nmt.data.segmenter import Segmenter
+from nmt.data.tokenizer import BOS_ID, EOS_ID, Tokenizer, TokenizerSettings
 from nmt.decoding.settings import SearchConfig
 from nmt.decoding.translate import translate_lines
 from nmt.inference.checkpoint import CheckpointError

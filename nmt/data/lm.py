@@ -18,7 +18,7 @@ from torch.nn.utils.rnn import pad_sequence
 from torch.utils.data import DataLoader, Dataset
 
 from nmt.data.batching import FixedBatchSampler
-from nmt.data.datamodule import STAGE_SPLITS, sharded_loader
+from nmt.data.loaders import STAGE_SPLITS, sharded_loader
 from nmt.data.tokenizer import EOS_ID, PAD_ID, UNK_ID, content_hash
 from nmt.data.vocab import UNK_WORD, WordVocabulary
 from nmt.utils.io import atomic_path

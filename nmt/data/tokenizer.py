@@ -8,7 +8,6 @@ import logging
 import os
 import random
 import re
-import sys
 import tempfile
 import unicodedata
 from collections.abc import Sequence
@@ -17,6 +16,8 @@ from pathlib import Path
 
 import sentencepiece as spm
 
+from nmt.data.segmenter import Segmenter
+from nmt.data.spm_model import normalization_rule, without_rule_path
 from nmt.utils.io import atomic_write_bytes
 
 log = logging.getLogger(__name__)
@@ -24,138 +25,13 @@ log = logging.getLogger(__name__)
 # fixed ids, the same in every vocabulary, so models and search code can rely on them
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 MODEL_TYPES = ("bpe", "unigram")
-SEGMENTERS = ("none", "jieba", "jieba_all", "moses", "moses_aggressive")
-MOSES = ("moses", "moses_aggressive")
 # SentencePiece's rules; "identity" keeps every character as written (the default, see TokenizerSettings);
 # "lowercase" is identity with every letter lowercased (as the lowercased releases of Multi30k that papers
 # train on), a rule of ours that the model file carries like SentencePiece's own
 NORMALIZATIONS = ("identity", "lowercase", "nmt_nfkc", "nfkc", "nmt_nfkc_cf", "nfkc_cf")
-# spaces that word segmentation put next to CJK characters, removed again after decoding
-# (CJK punctuation, ideographs, full-width forms, and the general punctuation Chinese text uses: … — “ ”)
-_CJK = "\u2010-\u2027\u2030-\u205e\u3000-\u303f\u4e00-\u9fff\uff00-\uffef"
 # what would split an output line, or a field of translate.py's tab-separated output: a tab and every line
 # boundary of str.splitlines
 _SEPARATORS = re.compile("[\t\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
-_CJK_GAP = re.compile(rf"(?<=[{_CJK}])\s+(?=\S)|(?<=\S)\s+(?=[{_CJK}])")
-_CJK_RUN = re.compile(rf"[{_CJK}]+")  # what jieba segments; the text between runs stays as written
-_RUN_EDGE = re.compile(r"\s*\0[\s\0]*")
-
-
-class Segmenter:
-    """Word segmentation applied before SentencePiece and undone after decoding, per language: ``jieba``
-    splits the runs of Chinese characters into words and sets them apart, leaving the text between runs
-    as written, so that undoing (removing the spaces next to Chinese characters) gives digits, Latin words
-    and ASCII punctuation back as they were (``10,000日元``, ``R&D``); ``jieba_all`` is how checkpoints made
-    before segmented, jieba over the whole text (``10 , 000日元`` after undoing); ``moses`` tokenises as the
-    Moses tokenizer (``tokenizer.perl``, without escaping), the preprocessing of Multi30k's tokenised
-    release, which keeps a hyphen inside its word; ``moses_aggressive`` also splits such hyphens off
-    (``tokenizer.perl -a``, as WMT preparation scripts do). Both detokenise what the model writes, so that
-    it is scored as text."""
-
-    def __init__(
-        self, name: str = "none", user_dict: str | None = None, lang: str | None = None, user_words: str | None = None
-    ) -> None:
-        """``user_dict``: a jieba user dictionary's file; its text is read here and travels in the spec
-        (``user_words``), so that a checkpoint segments as it was trained to when the file is moved or edited."""
-        if name not in SEGMENTERS:
-            raise ValueError(f"segmenter={name!r} is not one of {list(SEGMENTERS)}")
-        if name in MOSES and lang not in moses_languages():
-            raise ValueError(
-                f"the moses segmenter has rules for the languages {sorted(moses_languages())}, not for {lang!r}"
-                " (Chinese needs jieba)"
-            )
-        if not name.startswith("jieba"):  # the dictionary is jieba's: the other side's segmenter keeps none
-            user_words = None
-        elif user_dict and user_words is None:
-            try:
-                user_words = Path(user_dict).expanduser().read_text(encoding="utf-8")
-            except (OSError, UnicodeDecodeError) as err:
-                raise ValueError(
-                    f"data.user_dict={user_dict}: cannot be read ({err}); give a UTF-8 jieba dictionary"
-                ) from None
-        self.name, self.user_dict, self.lang, self.user_words = name, user_dict, lang, user_words
-        self._jieba = None
-        self._moses = None
-
-    def __call__(self, text: str) -> str:
-        if self.name == "none":
-            return text
-        if self.name in MOSES:
-            aggressive = self.name == "moses_aggressive"
-            return self._moses_pair()[0].tokenize(
-                text, aggressive_dash_splits=aggressive, escape=False, return_str=True
-            )
-        if self._jieba is None:
-            import jieba
-
-            jieba.setLogLevel(60)  # silence its start-up banner
-            tokenizer = jieba.Tokenizer()
-            if self.user_words is not None:
-                tokenizer.load_userdict(io.StringIO(self.user_words))
-            self._jieba = tokenizer
-        if self.name == "jieba_all":
-            return " ".join(w for w in self._jieba.cut(text) if w.strip())
-        # each run's words set apart; a run's edge and the whitespace beside it become one space
-        marked = _CJK_RUN.sub(
-            lambda run: "\0" + " ".join(w for w in self._jieba.cut(run.group()) if w.strip()) + "\0", text
-        )
-        return _RUN_EDGE.sub(" ", marked).strip()
-
-    def undo(self, text: str) -> str:
-        if self.name in MOSES:  # joins what tokenising split: "a @-@ b" -> "a-b", "Haus ." -> "Haus."
-            return self._moses_pair()[1].detokenize(text.split(), unescape=False)
-        return text if self.name == "none" else _CJK_GAP.sub("", text)
-
-    def _moses_pair(self):
-        if self._moses is None:
-            from sacremoses import MosesDetokenizer, MosesTokenizer
-
-            self._moses = (MosesTokenizer(lang=self.lang), MosesDetokenizer(lang=self.lang))
-        return self._moses
-
-    def cache_key(self) -> dict:
-        """:meth:`spec` and, for Moses, the version of its rules: encoded corpora are cached under it, and a
-        release that tokenises otherwise might still leave the SentencePiece model unchanged."""
-        if self.name not in MOSES:
-            return self.spec()
-        import sacremoses
-
-        return {**self.spec(), "version": sacremoses.__version__}
-
-    def spec(self) -> dict:
-        # the language only where it matters: the specs of the other segmenters, and with them the cache keys
-        # and checkpoints made before, stay as they were. ``moses`` split hyphens until it was made to
-        # tokenise as Multi30k's release: its spec now says "hyphens": "kept", and a spec without it (a
-        # checkpoint made before) is read as moses_aggressive (from_spec), so such a model reads text as it
-        # was trained to
-        spec = {"name": self.name, "user_dict": self.user_dict}
-        if self.user_words is not None:  # a spec without the words (made before) reads the file named
-            spec["user_words"] = self.user_words
-        if self.name == "jieba":  # "runs": Chinese runs only; a spec without it is jieba_all's (from_spec)
-            return {**spec, "runs": "cjk"}
-        if self.name == "jieba_all":
-            return {k: v for k, v in spec.items() if k in ("name", "user_dict", "user_words")} | {"name": "jieba"}
-        if self.name == "moses":
-            return {**spec, "lang": self.lang, "hyphens": "kept"}
-        return {**spec, "lang": self.lang} if self.name in MOSES else spec
-
-    @classmethod
-    def from_spec(cls, spec: dict) -> "Segmenter":
-        """The segmenter a checkpoint's or an export's :meth:`spec` describes."""
-        spec = dict(spec)
-        if spec.get("name") == "moses" and spec.pop("hyphens", None) != "kept":
-            spec["name"] = "moses_aggressive"
-        if spec.get("name") == "jieba" and spec.pop("runs", None) != "cjk":
-            spec["name"] = "jieba_all"
-        return cls(**spec)
-
-
-def moses_languages() -> set[str]:
-    """The language codes sacremoses has Moses's rules for, less those whose script Moses cannot segment."""
-    from sacremoses.corpus import NonbreakingPrefixes
-
-    return {code for code in NonbreakingPrefixes().available_langs.values() if code not in ("zh", "yue")}
-
 
 TRAINING_SEED = 1234  # the sample of a corpus larger than max_sentences (Tokenizer.train)
 
@@ -199,7 +75,7 @@ class Tokenizer:
         self.segmenter = segmenter or Segmenter()
         # the same model has the same bytes however it was made (trained, cached, or from a checkpoint of an
         # earlier version): a run's data identity and an ensemble's vocabulary check compare these bytes
-        self.model_proto = _without_rule_path(bytes(model_proto))
+        self.model_proto = without_rule_path(bytes(model_proto))
         self.sp = spm.SentencePieceProcessor(model_proto=self.model_proto)
         self.pad_id, self.unk_id, self.bos_id, self.eos_id = PAD_ID, UNK_ID, BOS_ID, EOS_ID
 
@@ -265,7 +141,7 @@ class Tokenizer:
                 byte_fallback=settings.byte_fallback,
                 num_threads=max(1, min(4, os.cpu_count() or 1)),
                 minloglevel=2,
-                **_normalization_rule(settings.normalization, Path(folder)),
+                **normalization_rule(settings.normalization, Path(folder)),
             )
         return cls(model.getvalue())
 
@@ -286,95 +162,6 @@ def _trainer_errors(settings: TokenizerSettings):
                 f"{settings.character_coverage}), whose rare characters then become byte pieces or unknown"
             ) from None
         raise ValueError(f"data: SentencePiece could not train the tokenizer: {text}") from None
-
-
-def _normalization_rule(name: str, folder: Path) -> dict:
-    """SentencePiece's option for a normalisation: its own rules by name; ``lowercase`` as a rule file
-    mapping each code point that Python lowercases to its lowercase form, one character at a time (a Greek
-    final sigma becomes σ, not ς), and leaving every other character as written (the ``*_cf`` rules
-    lowercase too, but on top of NFKC, which rewrites characters)."""
-    if name != "lowercase":
-        return {"normalization_rule_name": name}
-    lines = []
-    for code in range(sys.maxunicode + 1):
-        if 0xD800 <= code <= 0xDFFF:  # surrogates are not characters
-            continue
-        char = chr(code)
-        lower = char.lower()
-        if lower != char:
-            lines.append(f"{code:X}\t{' '.join(f'{ord(c):X}' for c in lower)}\n")
-    path = folder / "lowercase.tsv"
-    path.write_text("".join(lines), encoding="utf-8")
-    return {"normalization_rule_tsv": str(path)}
-
-
-# field numbers of sentencepiece_model.proto: ModelProto.normalizer_spec, NormalizerSpec.normalization_rule_tsv
-_NORMALIZER_SPEC, _RULE_TSV = 3, 6
-
-
-def _without_rule_path(model_proto: bytes) -> bytes:
-    """The model without the path of the rule file it was trained with (a temporary file): the rule itself
-    is compiled into the model (``precompiled_charsmap``), and the path alone would make two trainings of
-    the same tokenizer differ byte for byte, and with them the data identity of a run. Edited in the wire
-    format: SentencePiece's generated protobuf module accepts only the protobuf release it was built with."""
-    if b"lowercase.tsv" not in model_proto:  # the models of SentencePiece's own rules stay byte for byte
-        return model_proto
-
-    def drop_path(number: int, payload: bytes) -> bytes | None:
-        return None if number == _RULE_TSV else payload
-
-    def in_normalizer(number: int, payload: bytes) -> bytes:
-        return _edit_fields(payload, drop_path) if number == _NORMALIZER_SPEC else payload
-
-    return _edit_fields(model_proto, in_normalizer)
-
-
-def _edit_fields(message: bytes, edit) -> bytes:
-    """A protobuf message rebuilt field by field: ``edit(number, payload)`` gives each length-delimited
-    field's new payload (the same object: unchanged; None: dropped); other fields are copied as they are."""
-    out, i = bytearray(), 0
-    while i < len(message):
-        start = i
-        key, i = _read_varint(message, i)
-        wire = key & 7
-        if wire == 0:
-            i = _read_varint(message, i)[1]
-        elif wire in (1, 5):
-            i += 8 if wire == 1 else 4
-        elif wire == 2:
-            size, i = _read_varint(message, i)
-            payload = message[i : i + size]
-            i += size
-            new = edit(key >> 3, payload)
-            if new is None:
-                continue
-            if new is not payload:
-                out += _varint(key) + _varint(len(new)) + new
-                continue
-        else:
-            raise ValueError(f"not a SentencePiece model: protobuf wire type {wire} at byte {start}")
-        out += message[start:i]
-    return bytes(out)
-
-
-def _read_varint(data: bytes, i: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        byte = data[i]
-        i += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value, i
-        shift += 7
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while value > 0x7F:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 def content_hash(*parts: object, lines: Sequence[str] = ()) -> str:

@@ -8,7 +8,8 @@ unchanged. Subword models would change what a "word" of perplexity is; PTB resul
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
-from nmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Segmenter
+from nmt.data.segmenter import Segmenter
+from nmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 MAGIC = b"nmt-word-vocabulary-1\n"
 UNK_WORD = "<unk>"  # PTB's own unknown-word token is the vocabulary's unknown id

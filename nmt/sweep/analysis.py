@@ -13,13 +13,7 @@ from collections import Counter
 from collections.abc import Sequence
 from itertools import combinations
 
-LOWER_IS_BETTER = ("ppl", "loss", "ter")  # metric names ending so improve downwards
-
-
-def lower_is_better(metric: str) -> bool:
-    """Perplexities, losses and TER improve downwards; BLEU, chrF, ROUGE and accuracies upwards."""
-    return metric.endswith(LOWER_IS_BETTER)
-
+from nmt.metrics import lower_is_better
 
 SHARED_TEST_MEASURE = (
     "compare test_bleu_tok_lc (lowercased for every run; report_metric=test_bleu_tok_lc), or runs of one kind"

@@ -19,7 +19,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from nmt.sweep.analysis import check_same_measure, lower_is_better, mean_ci
+from nmt.metrics import lower_is_better
+from nmt.sweep.analysis import check_same_measure, mean_ci
 from nmt.sweep.records import collect_records
 from nmt.sweep.summary import SWEEP_KEYS
 

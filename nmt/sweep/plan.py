@@ -66,7 +66,8 @@ def _compose_train(overrides: list[str], hydra: bool = False):
 def run_config_problem(config: DictConfig) -> str | None:
     """One line for the first cell whose runs train.py would refuse (its config checks, or a group its model
     does not use), before any run is started: every run of that cell would fail the same way."""
-    from nmt.training.config import ConfigError, check_config, unused_groups
+    from nmt.training.config import ConfigError, check_config
+    from nmt.training.config_groups import unused_groups
 
     swept = {k for k, v in sweep_levels(config).items() if len(v) > 1}
     seen = set()

@@ -14,6 +14,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from nmt.data.sources import read_lines
+from nmt.metrics import lower_is_better
 from nmt.sweep import analysis, effects, store, summary
 from nmt.sweep.document import Document, fmt, fmt_p
 from nmt.sweep.figures import effect_plot, interaction_heatmap, training_curves
@@ -66,7 +67,7 @@ def write_report(sweep_dir: str | Path, metric: str = "auto", baseline: dict | N
     store.save(sweep_dir, runs, facts, kept)
     _write_csv(sweep_dir / "results.csv", records, factors)
 
-    lower = analysis.lower_is_better(metric)
+    lower = lower_is_better(metric)
     fit = effects.fit(records, metric, levels) if factors else None
     ranking = rank_cells(records, factors, levels, base, metric, runs)
     doc = Document(f"Sweep {facts['name']}: " + _question(factors, metric))

@@ -12,12 +12,14 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf
 
 from nmt.data.report import write_report
-from nmt.data.tokenizer import PAD_ID, moses_languages
+from nmt.data.segmenter import moses_languages
+from nmt.data.tokenizer import PAD_ID
 from nmt.models.build import count_parameters
 from nmt.tasks import build_task
 from nmt.training import weight_casts
 from nmt.training.callbacks import WallClock, what_ended
-from nmt.training.config import ConfigError, check_config, describe_recipe, no_repeated_layers
+from nmt.training.config import ConfigError, check_config, no_repeated_layers
+from nmt.training.config_groups import describe_recipe
 from nmt.training.final import (
     as_float,
     final_scores,

@@ -1,0 +1,133 @@
+"""Which config groups and keys apply to a run: keys under ``model`` that the chosen model takes, model-part
+groups (``pos``, ``norm``, ``attention``) it uses, the top-level optimiser keys the chosen ``optim`` reads,
+and the recipe (``conf/recipe/<data>_<model>.yaml``) that shaped the run."""
+
+import inspect
+from pathlib import Path
+
+from hydra.core.hydra_config import HydraConfig
+from hydra.utils import get_class
+from omegaconf import DictConfig, OmegaConf
+
+CONF = Path(__file__).resolve().parents[2] / "conf"
+
+
+def model_key_problems(cfg: DictConfig, choices: dict | None = None) -> list[str]:
+    """Keys under ``model`` that the chosen model's class does not take (a recipe or experiment meant for
+    another model, ``model=transformer recipe=toy_rnn``): refused here, in one line, rather than by the
+    constructor once the data is read."""
+    target = OmegaConf.select(cfg, "model._target_", default=None)
+    if not target:
+        return []
+    # model.attention=additive replaced the group's node (conf/model/*.yaml: attention: ${attention}) by a word
+    for key, group in {"position": "pos", "norm": "norm", "attention": "attention"}.items():
+        value = cfg.model.get(key) if key in cfg.model else None
+        if value is not None and not OmegaConf.is_config(value):
+            return [f"  model.{key}={value!r}: set by the config group {group}: choose it as {group}={value}"]
+    try:
+        model_class = get_class(str(target))
+    except Exception:  # noqa: BLE001  (a wrong target is reported where the model is built)
+        return []
+    params = inspect.signature(model_class.__init__).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return []
+    unknown = [str(k) for k in cfg.model if not str(k).startswith("_") and k not in params]
+    if not unknown:
+        return []
+    if choices is None:
+        choices = HydraConfig.get().runtime.choices if HydraConfig.initialized() else {}
+    model = choices.get("model") or model_class.__name__
+    source = ""
+    recipe = choices.get("recipe")
+    recipe_file = CONF / "recipe" / f"{recipe}.yaml"
+    if choices.get("experiment"):
+        source = f" (experiment={choices['experiment']} or the command line set them?)"
+    elif recipe not in (None, "none") and recipe_file.is_file():  # Hydra names an optional recipe that is absent
+        source = f" (recipe={recipe} or the command line set them?)"
+    taken = sorted(str(k) for k in cfg.model if k in params)  # its own keys (the task gives the vocabularies)
+    return [
+        f"  {', '.join('model.' + k for k in unknown)}: not options of model={model}{source}; "
+        f"it takes {', '.join(taken)}"
+    ]
+
+
+# groups that configure a part of the model: they matter only when the chosen model's config refers to
+# them (conf/model/transformer.yaml has `position: ${pos}`; the RNN has no position encoding)
+MODEL_PART_GROUPS = ("pos", "norm", "attention")
+
+
+def unused_groups(cfg: DictConfig, choices: dict | None = None, overrides: list[str] | None = None) -> list[str]:
+    """A model-part group given on the command line (``model=rnn pos=relative``) that the chosen model
+    does not use: one line naming it and the groups that do apply. ``choices`` and ``overrides`` default
+    to Hydra's record of this run (no check when the config was composed without Hydra's runtime)."""
+    if choices is None or overrides is None:
+        if not HydraConfig.initialized():
+            return []
+        runtime = HydraConfig.get()
+        choices, overrides = dict(runtime.runtime.choices), list(runtime.overrides.task)
+    given = {o.lstrip("+~").split("=", 1)[0] for o in overrides}
+    problems = _unread_shared_keys(cfg, choices, overrides)
+    model_cfg = OmegaConf.to_container(cfg.model, resolve=False) if cfg.get("model") is not None else {}
+    used = {g for g in MODEL_PART_GROUPS if "${" + g + "}" in str(model_cfg)}
+    for group in MODEL_PART_GROUPS:
+        if group in given and group not in used:
+            applies = ", ".join(sorted(used)) or "none of them"
+            problems.append(
+                f"  {group}={choices.get(group)}: model={choices.get('model')} does not use group '{group}' "
+                f"(of {', '.join(MODEL_PART_GROUPS)} it uses {applies}); remove it"
+            )
+    return problems
+
+
+# top-level keys that the optimiser groups read where they apply (conf/optim/*.yaml: ${lr}, ${warmup}, ...)
+SHARED_KEYS = ("lr", "warmup", "weight_decay")
+
+
+def _unread_shared_keys(cfg: DictConfig, choices: dict, overrides: list[str]) -> list[str]:
+    """``lr=``, ``warmup=`` or ``weight_decay=`` given on the command line that nothing in the config reads
+    (``optim=adam lr=1e-3`` trained at adam's own rate, and a sweep over lr under it gave equal cells)."""
+    text = str(OmegaConf.to_container(cfg, resolve=False))
+    folder = CONF / "optim"
+    problems = []
+    for override in overrides:
+        key, _, value = override.lstrip("+~").partition("=")
+        if key in SHARED_KEYS and "${" + key + "}" not in text:
+            readers = sorted(p.stem for p in folder.glob("*.yaml") if "${" + key + "}" in p.read_text())
+            problems.append(
+                f"  {key}={value}: optim={choices.get('optim')} does not read the top-level {key} (read by optim="
+                f"{', '.join(readers) or 'none'}); set its own key (optim.optimizer.*, optim.scheduler.*)"
+            )
+    return problems
+
+
+def recipe_applied(recipe: str | None) -> bool:
+    """Whether the recipe Hydra records as chosen was applied: Hydra records the optional default's name
+    (``<data>_<model>``) even when no such file exists."""
+    return recipe not in (None, "none") and (CONF / "recipe" / f"{recipe}.yaml").is_file()
+
+
+def describe_recipe(cfg: DictConfig) -> str:
+    """One line saying which default recipe (conf/recipe/<data>_<model>.yaml) shaped this run and why."""
+    if not HydraConfig.initialized():
+        return "Recipe: (config composed without Hydra's runtime; see config.yaml)"
+    choices = HydraConfig.get().runtime.choices
+    recipe, data, model = choices.get("recipe"), choices.get("data"), choices.get("model")
+    chosen = recipe not in (None, "none", f"{data}_{model}")  # named on the command line, not the default
+    experiment = choices.get("experiment")
+    if not recipe_applied(recipe):
+        if experiment:
+            why = f"experiment={experiment} is a recipe of its own"
+        elif recipe in (None, "none"):
+            why = "recipe=none"
+        else:
+            why = f"no conf/recipe/{recipe}.yaml for data={data} model={model}"
+        return f"Recipe: none ({why}); every value comes from the groups and the command line"
+    if chosen:
+        return (
+            f"Recipe: {recipe}, as given (recipe={recipe}; conf/recipe/{recipe}.yaml, not the default of data={data} "
+            f"model={model}); the resolved config is saved in the run folder as config.yaml"
+        )
+    return (
+        f"Recipe: {recipe}, the default for data={data} model={model} (conf/recipe/{recipe}.yaml); "
+        "recipe=none trains without it; the resolved config is saved in the run folder as config.yaml"
+    )
