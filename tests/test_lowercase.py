@@ -55,7 +55,7 @@ def test_validation_scores_every_model_by_the_lowercased_tokenised_bleu_of_the_t
         task = TranslationTask()
         metrics = task.validation_metrics(datamodule)
         for h, r in zip(hypotheses, references, strict=True):  # batch by batch, as validation feeds it
-            metrics["bleu_tok_lc"].add(task._batch_scorer.statistics([h], [r])["bleu_tok_lc"])
+            metrics["bleu_tok_lc"].add(task.scoring.statistics([h], [r])["bleu_tok_lc"])
         assert float(metrics["bleu_tok_lc"].compute()) * 100 == pytest.approx(expected, abs=1e-3)
     # a measure a run may keep its best checkpoint by, or stop on
     check_config(compose_train("checkpoint.monitor=val_bleu_tok_lc", "early_stopping.monitor=val_bleu_tok_lc"))

@@ -2,7 +2,8 @@
 BLEU, each summed over the batch for :class:`~nmt.metrics.streaming.SacreScore` to add up.
 
 Computing them is host work in Python (chrF's character n-grams most of it), so the translation task runs it
-beside the decoding: in a worker thread on a CPU, in a worker process on a GPU (``TranslationTask.scores_in``).
+beside the decoding: in a worker thread on a CPU, in a worker process on a GPU (``validation.scores_in``,
+:mod:`nmt.metrics.score_jobs`).
 A worker process (:class:`ScoringProcess`) builds its own scorers from a :class:`ScoreSpec` as it starts and
 keeps them, with their caches of the references, from one validation to the next.
 """

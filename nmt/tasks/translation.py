@@ -1,10 +1,8 @@
 """Translation: a parallel corpus, teacher-forced training of an encoder-decoder, and BLEU / chrF (ROUGE
 on request) of decoded sentences in validation and test."""
 
-import os
 import sys
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import torch
@@ -19,7 +17,8 @@ from nmt.decoding.search import decode
 from nmt.decoding.settings import SearchConfig, search_settings
 from nmt.decoding.translate import input_limit, translate_lines
 from nmt.metrics.corpus import ROUGE_KEYS, bleu_tokenizer, corpus_scores, tokenized_lowercase_signature
-from nmt.metrics.validation_scores import BatchScorer, ScoreSpec, ScoringProcess
+from nmt.metrics.score_jobs import ScoreJobs
+from nmt.metrics.validation_scores import ScoreSpec
 from nmt.tasks.base import (
     FINAL_RESULTS,
     Task,
@@ -48,23 +47,6 @@ def decoder_only(model_cfg) -> bool:
     return bool(target) and bool(getattr(get_class(target), "decoder_only", False))
 
 
-class _Inline:
-    """An executor that runs each job as it is given (validation's scores where no thread computes them)."""
-
-    @staticmethod
-    def submit(fn, *args) -> Future:
-        job = Future()
-        try:
-            job.set_result(fn(*args))
-        except Exception as err:  # noqa: BLE001 - raised where the jobs are collected, as the thread's are
-            job.set_exception(err)
-        return job
-
-
-_INLINE = _Inline()
-SCORES_IN = ("inline", "thread", "process")
-
-
 class TranslationTask(Task):
     """Sentence pairs; validation reports loss, perplexity and token accuracy of the references, and every
     ``bleu_every_n_epochs`` epochs BLEU, chrF and the lowercased tokenised BLEU (and ROUGE with ``rouge``) of
@@ -81,9 +63,7 @@ class TranslationTask(Task):
         rouge: bool = False,
         scores_in: str | None = None,
     ) -> None:
-        if scores_in is not None and scores_in not in SCORES_IN:
-            raise ValueError(f"validation.scores_in={scores_in!r} is not one of {[*SCORES_IN, None]}")
-        self.scores_in = scores_in
+        self.scoring = ScoreJobs(scores_in)
         self.val_search = SearchConfig(**(val_search or {"strategy": "greedy"}))
         self.bleu_every_n_epochs = int(bleu_every_n_epochs)
         self.rouge = bool(rouge)
@@ -150,10 +130,9 @@ class TranslationTask(Task):
 
         # the test's scorers, batch by batch; a model that writes lowercase text
         # (data.tokenizer.normalization=lowercase) is scored ignoring case
-        self.score_spec = ScoreSpec(datamodule.tgt_lang, datamodule.build_tokenizers()[1].lowercases)
-        self._batch_scorer = BatchScorer(self.score_spec)
+        scored = self.scoring.prepare(ScoreSpec(datamodule.tgt_lang, datamodule.build_tokenizers()[1].lowercases))
         self.tok_lc_signature = tokenized_lowercase_signature(datamodule.tgt_lang)  # results.json says which
-        metrics = nn.ModuleDict({**target_metrics(), **self._batch_scorer.metrics})
+        metrics = nn.ModuleDict({**target_metrics(), **scored})
         if self.rouge:  # summarisation: ROUGE-1/2/L F-measures of the decoded validation set
             metrics["rouge"] = ROUGEScore(rouge_keys=ROUGE_KEYS)
         return metrics
@@ -185,90 +164,25 @@ class TranslationTask(Task):
         hypotheses = [module.tgt_tokenizer.decode(ids) for ids in outputs]
         # scored beside the next batches' decoding (a worker thread on a CPU, a worker process on a GPU); the
         # sums reach the metrics at the epoch's end
-        references = list(batch["refs"])
-        if self._scores_in(batch["src"].device) == "process":
-            job = self._scoring_process().submit(hypotheses, references)
-        else:
-            job = self._scorer(batch["src"].device).submit(self._batch_scorer.statistics, hypotheses, references)
-        self._jobs().append(job)
+        self.scoring.submit(batch["src"].device, hypotheses, list(batch["refs"]))
         if "rouge" in metrics:
             metrics["rouge"].update(hypotheses, list(batch["refs"]))
         if batch_idx == 0:
             sources = [module.src_tokenizer.decode(s.tolist()) for s in batch["src"][:3]]
             self.val_samples = list(zip(sources, batch["refs"][:3], hypotheses[:3], strict=True))
 
-    def _scores_in(self, device: torch.device) -> str:
-        """Where validation's scores are computed (``validation.scores_in``): "inline", in a worker "thread"
-        or in a worker "process". None: a thread on a CPU (it made a validation epoch faster on one CPU,
-        BENCHMARKS.md); a process on a GPU, whose decoding hands the interpreter back and forth at each graph
-        replay and read, which a busy thread would hold for up to the switch interval each time (a process
-        holds it only to pickle a batch; not yet timed on a GPU)."""
-        return self.scores_in or ("thread" if device.type == "cpu" else "process")
-
     def start_workers(self, module) -> None:
         # a worker process is started before the sanity check, so that it has imported and built its scorers
         # by the first decoded batch
-        if self.bleu_every_n_epochs > 0 and self._scores_in(module.device) == "process":
-            self._scoring_process()
+        if self.bleu_every_n_epochs > 0:
+            self.scoring.start(module.device)
 
     def stop_workers(self, module) -> None:
-        pid, worker = getattr(self, "_scoring_worker", (None, None))
-        if worker is not None and pid == os.getpid():
-            worker.shutdown()
-        self._scoring_worker = (None, None)
-
-    def _scoring_process(self) -> ScoringProcess:
-        """This process's scoring process (started once per run; it builds its scorers as it starts)."""
-        pid, worker = getattr(self, "_scoring_worker", (None, None))
-        if pid != os.getpid() or worker.spec != self.score_spec:
-            worker = ScoringProcess(self.score_spec)
-            self._scoring_worker = (os.getpid(), worker)
-        return worker
-
-    def _scorer(self, device: torch.device):
-        """The process's scoring thread (made anew in a forked process, where a parent's thread does not
-        run), or, where scores are computed inline, an executor that runs each job as it is given."""
-        if self._scores_in(device) == "inline":
-            return _INLINE
-        pid, executor = getattr(self, "_scoring_thread", (None, None))
-        if pid != os.getpid():
-            executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="validation-scores")
-            self._scoring_thread = (os.getpid(), executor)
-        return executor
-
-    def _jobs(self) -> list:
-        """This process's pending scoring jobs (a forked process's are its own: its parent's never finish)."""
-        pid, jobs = getattr(self, "_scoring", (None, []))
-        if pid != os.getpid():
-            jobs = []
-            self._scoring = (os.getpid(), jobs)
-        return jobs
-
-    def __getstate__(self) -> dict:
-        state = dict(self.__dict__)  # a thread and futures do not travel to another process
-        state.pop("_scoring_thread", None)
-        state.pop("_scoring_worker", None)
-        state.pop("_scoring", None)
-        return state
-
-    def collect_scores(self, metrics) -> None:
-        """Wait for the batches' statistics and add them to the metrics. A scoring error is raised here,
-        the jobs not yet started cancelled (an exit would otherwise wait for them)."""
-        pending = list(self._jobs())
-        self._jobs().clear()
-        try:
-            for job in pending:
-                for name, summed in job.result().items():
-                    if summed is not None:
-                        metrics[name].add(summed)
-        except BaseException:
-            for job in pending:
-                job.cancel()
-            raise
+        self.scoring.stop()
 
     def validation_epoch_end(self, module):
         metrics = module.val_metrics
-        self.collect_scores(metrics)
+        self.scoring.collect(metrics)
         log_target_metrics(module, metrics)
         spread, self.cross_attention = getattr(self, "cross_attention", None), None
         if spread is not None and not module.trainer.sanity_checking:
