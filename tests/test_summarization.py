@@ -104,6 +104,32 @@ def write_split(folder, name, n, seed):
     (folder / f"{name}.sum").write_text("\n".join(summaries) + "\n")
 
 
+def test_sources_cut_by_max_src_len_are_kept_whatever_max_len_says(tmp_path):
+    """experiment=summarization cuts sources at 400 pieces and drops summaries of 128 or more: a document
+    of 200 pieces is trained on, cut, not dropped as a pair with a side over max_len (it was, silently)."""
+    from nmt.data.files import FilesDataModule
+
+    documents, summaries = topic_corpus(60, 1)
+    (tmp_path / "train.tsv").write_text("".join(f"{d}\t{s}\n" for d, s in zip(documents, summaries, strict=True)))
+    summaries[0] = " ".join(["t1w1"] * 40)  # a summary of max_len pieces or more is still dropped
+    (tmp_path / "long.tsv").write_text("".join(f"{d}\t{s}\n" for d, s in zip(documents, summaries, strict=True)))
+    common = dict(val=str(tmp_path / "train.tsv"), test=str(tmp_path / "train.tsv"), max_len=12, max_src_len=30)
+    tokenizer = dict(vocab_size=60, byte_fallback=False)
+    dm = FilesDataModule(
+        train=str(tmp_path / "train.tsv"), cache_dir=str(tmp_path / "c"), tokenizer=tokenizer, **common
+    )
+    dm.prepare_data()
+    report = dm.report()["train"]
+    src_tokenizer = dm.build_tokenizers()[0]
+    lengths = [len(ids) for ids in src_tokenizer.encode_batch(documents)]
+    assert sum(n >= 12 for n in lengths) > 30 and report["src_truncated"] == sum(n > 30 for n in lengths) > 0
+    assert report["pairs"] == 60 and report["dropped"]["too_long"] == 0
+    assert report["src_len_p50_p90_p99_max"][-1] == 30
+    dm = FilesDataModule(train=str(tmp_path / "long.tsv"), cache_dir=str(tmp_path / "c"), tokenizer=tokenizer, **common)
+    dm.prepare_data()
+    assert dm.report()["train"]["pairs"] == 59
+
+
 @pytest.mark.slow
 def test_the_summarisation_recipe_trains_and_scores_rouge(tmp_path):
     for name, n, seed in (("train", 400, 1), ("val", 40, 2), ("test", 40, 3)):

@@ -233,11 +233,13 @@ class ParallelDataModule(L.LightningDataModule):
             self.truncated[split] = sum(len(ids) > self.max_src_len for ids in src_ids)
             src_ids = [ids[: self.max_src_len] for ids in src_ids]
         if split == "train":
-            # long or empty training pairs are dropped; evaluation sets are always kept whole
+            # empty training pairs are dropped, and those with a side of max_len tokens or more, except a source
+            # that max_src_len has cut (kept cut, as in every split); evaluation sets are always kept whole
+            source_limit = float("inf") if self.max_src_len else self.max_len
             keep = [
                 i
                 for i, (s, t) in enumerate(zip(src_ids, tgt_ids, strict=True))
-                if 0 < len(s) < self.max_len and 0 < len(t) < self.max_len
+                if 0 < len(s) < source_limit and 0 < len(t) < self.max_len
             ]
             self.dropped.setdefault(split, Counter())["too_long"] = len(src_ids) - len(keep)
             src_ids, tgt_ids = [src_ids[i] for i in keep], [tgt_ids[i] for i in keep]
