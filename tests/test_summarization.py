@@ -104,6 +104,15 @@ def write_split(folder, name, n, seed):
     (folder / f"{name}.sum").write_text("\n".join(summaries) + "\n")
 
 
+@pytest.mark.parametrize("overrides", [[], ["model=rnn"], ["data=toy"], ["experiment=summarization"]])
+def test_the_tasks_metrics_hold_whatever_recipe_applies(overrides):
+    """The default recipe of Multi30k's Transformer stops early on val_loss, as translation does; under
+    task=summarization it picked the task's val_rougeL for checkpoints but kept stopping on val_loss."""
+    cfg = compose_train("task=summarization", *overrides, tiny=False)
+    assert (cfg.checkpoint.monitor, cfg.checkpoint.mode) == ("val_rougeL", "max")
+    assert (cfg.early_stopping.monitor, cfg.early_stopping.mode) == ("val_rougeL", "max")
+
+
 def test_sources_cut_by_max_src_len_are_kept_whatever_max_len_says(tmp_path):
     """experiment=summarization cuts sources at 400 pieces and drops summaries of 128 or more: a document
     of 200 pieces is trained on, cut, not dropped as a pair with a side over max_len (it was, silently)."""
