@@ -123,6 +123,19 @@ def test_a_top_level_rate_the_optimiser_does_not_read_is_refused(optim, given, r
         assert "(read by optim=adamw)" in problems[0]
 
 
+@pytest.mark.parametrize("experiment", ["multi30k_transformer", "summarization", "ptb_lm"])
+def test_an_experiments_rate_is_the_top_level_key_the_command_line_sets(experiment):
+    """These experiments set optim.optimizer.lr in place of ${lr}: lr= was refused as a key optim=adamw
+    does not read ("read by optim=adamw"). Now they set lr itself, and lr= on the command line applies."""
+    cfg = compose_train(f"experiment={experiment}", "lr=0.002", "weight_decay=0.05", tiny=False)
+    assert unused_groups(cfg, {"optim": "adamw", "experiment": experiment}, ["lr=0.002", "weight_decay=0.05"]) == []
+    assert cfg.optim.optimizer.lr == 0.002 and cfg.optim.optimizer.weight_decay == 0.05
+    # a key set in place of the top-level one is named as such, not as one the optimiser never reads
+    cfg = compose_train(f"experiment={experiment}", "optim.optimizer.lr=0.003", "lr=0.002", tiny=False)
+    problems = unused_groups(cfg, {"optim": "adamw", "experiment": experiment}, ["lr=0.002"])
+    assert len(problems) == 1 and f"experiment={experiment} sets optim=adamw's own key in place of" in problems[0]
+
+
 @pytest.mark.parametrize(
     ("overrides", "fix"),
     [

@@ -93,8 +93,16 @@ def _unread_shared_keys(cfg: DictConfig, choices: dict, overrides: list[str]) ->
         key, _, value = override.lstrip("+~").partition("=")
         if key in SHARED_KEYS and "${" + key + "}" not in text:
             readers = sorted(p.stem for p in folder.glob("*.yaml") if "${" + key + "}" in p.read_text())
+            optim, experiment = choices.get("optim"), choices.get("experiment")
+            if optim in readers:  # the group reads it, but something composed after it set the key itself
+                setter = f"experiment={experiment}" if experiment else "the recipe or the command line"
+                problems.append(
+                    f"  {key}={value}: {setter} sets optim={optim}'s own key in place of the top-level {key}; "
+                    "set that key (optim.optimizer.*, optim.scheduler.*)"
+                )
+                continue
             problems.append(
-                f"  {key}={value}: optim={choices.get('optim')} does not read the top-level {key} (read by optim="
+                f"  {key}={value}: optim={optim} does not read the top-level {key} (read by optim="
                 f"{', '.join(readers) or 'none'}); set its own key (optim.optimizer.*, optim.scheduler.*)"
             )
     return problems
