@@ -138,11 +138,34 @@ def test_course_baseline_has_the_reported_shape():
         # an option set that its strategy does not read: an error, not a silent default
         ("decode.top_p=0.9", "decode.top_p=0.9: decode.strategy=beam does not read it (it applies with decode.strat"),
         ("+validation.search.beam_size=4", "validation.search.beam_size=4: validation.search.strategy=greedy does no"),
+        # refused by the model's constructor or the schedule, once the data was read and the tokenizers trained
+        (
+            "model=rnn model.tie_embeddings=all",
+            "model.tie_embeddings='all' is not one of ['none', 'decoder'] for the RNN",
+        ),
+        ("model=rnn model.cell=lstmx", "model.cell='lstmx' is not one of ['gru', 'lstm']"),
+        ("model.init=foo", "model.init='foo' is not one of ['xavier', 'fairseq']"),
+        ("model.teacher_forcing=2 model=rnn", "model.teacher_forcing=2 must be in [0, 1]"),
+        ("optim.scheduler.decay=cosin", "optim.scheduler.decay='cosin': must be one of ['inverse_sqrt', 'cosine'"),
+        (
+            "model=rnn graph_updates=true check_every=50 optim.optimizer.fused=true trainer=gpu",
+            "graph_updates=true: RNNSeq2Seq does not say its training step can be recorded",
+        ),
     ],
 )
 def test_invalid_values_are_rejected_with_the_key_and_what_is_allowed(override, expected):
     with pytest.raises(ConfigError, match=re.escape(expected)):
         check_config(compose_train(*override.split()))
+
+
+def test_a_model_the_constructor_refuses_stops_the_run_before_any_data_is_read(tmp_path):
+    """train() says it at once: no corpus folder is made, no tokenizer trained."""
+    cfg = compose_train(
+        "model=rnn", "model.cell=lstmx", f"cache_dir={tmp_path / 'cache'}", f"run_dir={tmp_path / 'run'}"
+    )
+    with pytest.raises(ConfigError, match="model.cell='lstmx'"):
+        train(cfg)
+    assert not (tmp_path / "cache").exists()
 
 
 def test_search_options_that_their_strategy_reads_are_accepted():

@@ -5,15 +5,18 @@ options are rejected by Hydra itself; misspelt keys by nmt.cli with a suggestion
 import re
 from collections.abc import Callable
 
+import torch
 from hydra.utils import get_class
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from nmt.decoding.settings import search_problems, unread_problems
 from nmt.metrics import lower_is_better
 from nmt.metrics.corpus import bleu_tokenizer
+from nmt.models.build import build_model
 from nmt.tasks import build_task
 from nmt.training import graph_updates, weight_casts
 from nmt.training.config_groups import model_key_problems, unused_groups
+from nmt.training.optim import DECAYS
 
 MATMUL_PRECISIONS = ("highest", "high", "medium")  # torch.set_float32_matmul_precision
 
@@ -124,6 +127,7 @@ def check_config(cfg: DictConfig, choices: dict | None = None) -> None:
         ("model.activation", ["relu", "gelu"]),
         ("model.tie_embeddings", ["none", "decoder", "all"]),
         ("validation.scores_in", ["inline", "thread", "process"]),
+        ("optim.scheduler.decay", list(DECAYS)),
     ):
         value = OmegaConf.select(cfg, key, default=None)
         if value is not None and value not in allowed:
@@ -140,6 +144,7 @@ def check_config(cfg: DictConfig, choices: dict | None = None) -> None:
     problems += model_key_problems(cfg, choices)
     problems += _deferred_guard_problems(cfg)
     problems += _compile_layers_problems(cfg)
+    problems += _graph_updates_model_problems(cfg)
     if cfg.get("graph_updates"):
         problems += [
             f"  {problem}"
@@ -230,6 +235,8 @@ def check_config(cfg: DictConfig, choices: dict | None = None) -> None:
             f"checkpoint.keep_last_epochs={kept} keeps {kept}; keep at least {average}, or average fewer"
         )
     problems += unused_groups(cfg)
+    if not problems:  # each problem above named once; the constructors' own checks only for a config without any
+        problems += _model_build_problems(cfg)
     if problems:
         raise ConfigError("invalid configuration:\n" + "\n".join(problems))
 
@@ -271,6 +278,43 @@ def _compile_layers_problems(cfg: DictConfig) -> list[str]:
     except Exception:  # noqa: BLE001  (a wrong target is reported where the model is built)
         return []
     return [] if hasattr(model_class, "repeated_layers") else [f"  {no_repeated_layers(model_class)}"]
+
+
+def _graph_updates_model_problems(cfg: DictConfig) -> list[str]:
+    """graph_updates=true records the training step of a model that says it can be (``replayable_updates``):
+    refused before any data is read for a model class that does not."""
+    target = OmegaConf.select(cfg, "model._target_", default=None)
+    if not cfg.get("graph_updates") or not target:
+        return []
+    try:
+        model_class = get_class(str(target))
+    except Exception:  # noqa: BLE001  (a wrong target is reported where the model is built)
+        return []
+    if getattr(model_class, "replayable_updates", False):
+        return []
+    return [
+        f"  graph_updates=true: {model_class.__name__} does not say its training step can be recorded "
+        "(replayable_updates: it reads nothing from the device and keeps no changing Python value)"
+    ]
+
+
+def _model_build_problems(cfg: DictConfig) -> list[str]:
+    """The model built on the meta device (no memory, no data) with stand-in vocabularies of the configured
+    size: what its constructor refuses (``model.cell=lstmx``, an RNN's ``tie_embeddings=all``,
+    ``model.init=foo``) is said now, not after the data is read and the tokenizers trained. Other failures
+    are left to the real build, which reports them in its own words."""
+    if OmegaConf.select(cfg, "model._target_", default=None) is None:
+        return []
+    vocab = OmegaConf.select(cfg, "data.tokenizer.vocab_size", default=None)
+    vocab = vocab if isinstance(vocab, int) and vocab > 0 else 64
+    try:
+        with torch.device("meta"):
+            build_model(cfg.model, vocab, vocab)
+    except ValueError as err:
+        return [f"  {err}"]
+    except Exception:  # noqa: BLE001
+        return []
+    return []
 
 
 def no_repeated_layers(model_class: type) -> str:
