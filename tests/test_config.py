@@ -146,6 +146,7 @@ def test_course_baseline_has_the_reported_shape():
         ("model=rnn model.cell=lstmx", "model.cell='lstmx' is not one of ['gru', 'lstm']"),
         ("model.init=foo", "model.init='foo' is not one of ['xavier', 'fairseq']"),
         ("model.teacher_forcing=2 model=rnn", "model.teacher_forcing=2 must be in [0, 1]"),
+        ("data=files data.train=x.tsv +data.max_samples=9", "data.max_samples is not an option of FilesDataModule; it"),
         ("optim.scheduler.decay=cosin", "optim.scheduler.decay='cosin': must be one of ['inverse_sqrt', 'cosine'"),
         (
             "model=rnn graph_updates=true check_every=50 optim.optimizer.fused=true trainer=gpu",

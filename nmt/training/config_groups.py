@@ -139,3 +139,41 @@ def describe_recipe(cfg: DictConfig) -> str:
         f"Recipe: {recipe}, the default for data={data} model={model} (conf/recipe/{recipe}.yaml); "
         "recipe=none trains without it; the resolved config is saved in the run folder as config.yaml"
     )
+
+
+def keywords(cls: type) -> set[str] | None:
+    """The keyword arguments ``cls(...)`` takes, following ``**kwargs`` up the classes it is passed on to
+    (None: a class that takes any keyword)."""
+    names: set[str] = set()
+    for klass in cls.__mro__:
+        if "__init__" not in vars(klass):
+            continue
+        params = inspect.signature(klass.__init__).parameters
+        names |= {n for n, p in params.items() if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL) and n != "self"}
+        if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+            return names
+    return None
+
+
+def data_key_problems(cfg: DictConfig) -> list[str]:
+    """Keys under ``data`` that the chosen corpus's module does not take (``data=files +data.max_samples=1000``:
+    a splitting option of the downloaded corpora): refused in one line naming the keys it does take, where
+    building the module stopped on a TypeError."""
+    target = OmegaConf.select(cfg, "data._target_", default=None)
+    if not target:
+        return []
+    try:
+        data_class = get_class(str(target))
+    except Exception:  # noqa: BLE001  (a wrong target is reported where the module is built)
+        return []
+    taken = keywords(data_class)
+    if taken is None:
+        return []
+    unknown = [str(k) for k in cfg.data if not str(k).startswith("_") and k not in taken]
+    if not unknown:
+        return []
+    options = sorted(taken - {"cache_dir", "seed"})  # those two are the run's, given by train()
+    verb = "is not an option" if len(unknown) == 1 else "are not options"
+    return [
+        f"  {', '.join('data.' + k for k in unknown)} {verb} of {data_class.__name__}; it takes {', '.join(options)}"
+    ]
