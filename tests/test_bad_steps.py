@@ -45,7 +45,7 @@ def test_consecutive_failures_stop_the_run_and_a_good_step_ends_a_streak():
             assert all(p.grad is None for p in module.parameters())  # the bad update changes nothing
         set_grads(module, 1.0)
         module.on_before_optimizer_step(None)
-        assert module.bad_steps == 0
+        assert module.guard.bad_steps == 0
     for _ in range(3):
         set_grads(module, float("inf"))
         module.on_before_optimizer_step(None)
@@ -69,7 +69,7 @@ def test_loss_scaler_overflow_steps_are_not_failures():
         scaler.step(optimizer)
         scaler.update()
         optimizer.zero_grad()
-    assert module.bad_steps == 0 and module.scaler_skips == 11
+    assert module.guard.bad_steps == 0 and module.guard.scaler_skips == 11
     assert scaler.get_scale() == 2.0**16 / 2**11
     assert all(torch.equal(a, b) for a, b in zip(before, module.parameters(), strict=True))  # nothing applied
 
@@ -79,7 +79,7 @@ def test_non_finite_gradients_count_once_the_scale_is_below_one():
     module = module_with(scaler, max_bad_steps=1)
     set_grads(module, float("nan"))
     module.on_before_optimizer_step(None)
-    assert module.bad_steps == 1
+    assert module.guard.bad_steps == 1
     set_grads(module, float("nan"))
     with pytest.raises(FloatingPointError):
         module.on_before_optimizer_step(None)
@@ -108,7 +108,7 @@ def test_the_deferred_guard_skips_the_same_updates_without_reading_the_device():
         assert all(torch.equal(state_a[k], state_b[k]) for k in ("step", "exp_avg", "exp_avg_sq"))
     assert state_a["step"] == 5  # 8 updates, 3 skipped
     deferred.read_guard()
-    assert deferred.bad_steps == 0 and printed == [
+    assert deferred.guard.bad_steps == 0 and printed == [
         "warning: 3 update(s) with a non-finite loss or gradient skipped by step 0 (0 in a row now, 2 allowed)"
     ]
     # three in a row and a good one before the read: the streak is over, but it was longer than allowed

@@ -529,7 +529,7 @@ def test_non_finite_losses_are_skipped_then_stop_the_run(tmp_path):
                         enable_model_summary=False, limit_val_batches=0, accelerator="cpu")  # fmt: skip
     with pytest.raises(FloatingPointError, match=r"non-finite loss at step \d+ \(3 bad batches"):
         trainer.fit(module, datamodule=dm)
-    assert module.bad_steps == 3
+    assert module.guard.bad_steps == 3
     assert any(not torch.equal(before[k], v) for k, v in model.state_dict().items())  # the good steps happened
     assert all(torch.isfinite(v).all() for v in model.state_dict().values())  # the bad ones changed nothing
 

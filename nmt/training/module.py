@@ -13,11 +13,9 @@ from nmt.inference.checkpoint import CHECKPOINT_FORMAT, CHECKPOINT_KEY
 from nmt.tasks import Task, exact_sum
 from nmt.training import graph_updates, weight_casts
 from nmt.training.graph_updates import GraphedUpdates
+from nmt.training.guard import UpdateGuard
+from nmt.training.optim import optimizer_settings, restore_settings
 from nmt.training.update_scalars import UpdateScalars
-
-# below this loss scale an fp16 overflow is no longer the scaler's business: the gradients themselves are
-# non-finite (a scale of 1 means fp16 overflows even unscaled)
-MIN_LOSS_SCALE = 1.0
 
 
 class TaskModule(L.LightningModule):
@@ -59,11 +57,9 @@ class TaskModule(L.LightningModule):
         self.config = config
         self.restored_metrics: dict[str, float] = {}  # the values logged before the checkpoint resumed
         self.data_text: dict[str, str] | None = None  # each split's text hash: evaluation checks it reads the same
-        self.max_bad_steps = max_bad_steps
-        self.bad_steps = 0  # consecutive batches with a non-finite loss or gradient
-        # updates between two reads of the guard by the host. 1: every update is checked on the host (free on
-        # a CPU). More: nothing in an update waits for the device; a fused optimiser skips a non-finite
-        # update on the device itself, and the counts below are read every check_every updates
+        # non-finite updates skipped, and the run stopped past max_bad_steps in a row; checked on the host
+        # every check_every updates (nmt/training/guard.py); its warnings through self.print, as Lightning's
+        self.guard = UpdateGuard(max_bad_steps, check_every, say=lambda text: self.print(text))
         self.check_every = check_every
         self.graph_updates = graph_updates  # each update one CUDA graph replay (nmt/training/graph_updates.py)
         self._graphed: GraphedUpdates | None = None
@@ -71,13 +67,8 @@ class TaskModule(L.LightningModule):
         # where updates are replayed as graphs (mixed precision, the model not compiled, one device)
         self.cast_weights_once = cast_weights_once
         self._cast_once: weight_casts.CastOnce | bool | None = None  # made at the first update; False: off
-        self._streak: torch.Tensor | None = None  # (deferred) consecutive skipped updates, on the device
-        self._worst: torch.Tensor | None = None  # (deferred) the longest streak since the last read
-        self._skipped: torch.Tensor | None = None  # (deferred) skipped updates in all
-        self._skipped_read = 0
         self._last_tokens: torch.Tensor | None = None  # (deferred) this update's target tokens
         self._params: list[torch.Tensor] | None = None  # the trained parameters, listed once (see _grads)
-        self.scaler_skips = 0  # 16-mixed: updates the loss scaler skipped after an overflow (not failures)
         self._rng_to_restore: torch.Tensor | None = None
         self._cuda_rng_to_restore: torch.Tensor | None = None
         # target tokens trained on in this epoch, summed over processes; kept across a mid-epoch resume. The
@@ -134,14 +125,6 @@ class TaskModule(L.LightningModule):
             self._cast_once = weight_casts.CastOnce(self.model) if setting else False
         return self._cast_once or self.model
 
-    def _check_loss(self, loss: torch.Tensor) -> bool:
-        """False (and counted) when the loss is not finite: the step then returns None, and Lightning
-        skips backward and the optimiser step."""
-        if torch.isfinite(loss):
-            return True
-        self._bad_step(f"non-finite loss at step {self.global_step}")
-        return False
-
     # ---- training ------------------------------------------------------------------------------
     def on_before_optimizer_step(self, optimizer) -> None:
         pending_tokens, self._last_tokens = self._last_tokens, None  # this update's batches' target tokens
@@ -151,70 +134,34 @@ class TaskModule(L.LightningModule):
         # one fused kernel per dtype and device rather than one per parameter: on a GPU a small model's
         # step is bound by kernel launches
         norm = torch.linalg.vector_norm(torch.stack([n.float() for n in torch._foreach_norm(grads)]))
-        if self.check_every > 1:
-            self._guard_on_device(optimizer, norm, pending_tokens)
+        if self.check_every > 1:  # skipped on the device if not finite, without a read by the host
+            self._guarded_on_device(norm, self.guard.skip_on_device(optimizer, norm), pending_tokens)
             return
-        if torch.isfinite(norm):
-            self.bad_steps = 0  # the limit is on consecutive failures: a good update ends a streak
+        # 16-mixed: Lightning unscales before this hook, so an fp16 overflow shows here as inf
+        passed = self.guard.norm_ok(norm, self.global_step, self._grad_scaler())
+        if passed:
             self.update_scalars.norm_made(self, norm)
-            return
-        scaler = self._grad_scaler()
-        if scaler is not None and scaler.get_scale() >= MIN_LOSS_SCALE:
-            # 16-mixed: Lightning unscales before this hook, so an fp16 overflow shows here as inf. The
-            # scaler skips this update itself and lowers its scale; that is its normal working, not a
-            # failure, and must not count (a long fp16 run has many of them)
-            self.scaler_skips += 1
-            return
-        self._bad_step(f"non-finite gradient norm at step {self.global_step}")
-        for p in self.parameters():
-            p.grad = None  # optimisers skip parameters without a gradient: the step changes nothing
+        elif passed is False:
+            for p in self.parameters():
+                p.grad = None  # optimisers skip parameters without a gradient: the step changes nothing
 
-    def _guard_on_device(self, optimizer, norm: torch.Tensor, tokens: torch.Tensor | None) -> None:
-        """The guard without a read by the host: a non-finite gradient norm (a non-finite loss gives one)
-        sets the fused optimiser's ``found_inf``, the flag by which it skips an update on the device (as
-        under the fp16 loss scaler), and the counts stay on the device until :meth:`read_guard`."""
-        bad = ~torch.isfinite(norm)
-        optimizer.found_inf = bad.float()
-        self._count_guarded(norm, bad, tokens)
-
-    def _count_guarded(self, norm: torch.Tensor, bad: torch.Tensor, tokens: torch.Tensor | None) -> None:
-        """The deferred guard's counts and the logged norm, on the device, for an update that ``bad`` says
-        the optimiser skipped or made."""
-        if self._streak is None:
-            self._streak = torch.full((), self.bad_steps, dtype=torch.long, device=norm.device)
-            self._worst, self._skipped = self._streak.clone(), torch.zeros_like(self._streak)
-        self._streak = torch.where(bad, self._streak + 1, 0)
-        self._worst = torch.maximum(self._worst, self._streak)
-        self._skipped = self._skipped + bad
+    def _guarded_on_device(self, norm: torch.Tensor, bad: torch.Tensor, tokens: torch.Tensor | None) -> None:
+        """The logged norm and the epoch's tokens of an update the deferred guard let through or skipped."""
         self.update_scalars.norm_made(self, norm)
         if tokens is not None:  # a skipped update's tokens were not trained on
             untrained = -tokens * bad
             self._pending_tokens = untrained if self._pending_tokens is None else self._pending_tokens + untrained
 
     def read_guard(self) -> None:
-        """Deferred guard: read its counts (one wait for the device), warn about skipped updates, and stop
-        the run when more than max_bad_steps came in a row."""
-        if self._streak is None:
-            return
-        streak, worst, skipped = torch.stack((self._streak, self._worst, self._skipped)).tolist()
-        self.bad_steps, self._worst = streak, self._streak.clone()
-        new, self._skipped_read = skipped - self._skipped_read, skipped
-        if worst > self.max_bad_steps:
-            raise FloatingPointError(
-                f"non-finite loss or gradient norm in {worst} updates in a row by step {self.global_step}, more "
-                f"than max_bad_steps={self.max_bad_steps}: lower the learning rate, clip gradients "
-                "(trainer.gradient_clip_val) or use precision=32-true"
-            )
-        if new:
-            self.print(
-                f"warning: {new} update(s) with a non-finite loss or gradient skipped by step {self.global_step} "
-                f"({streak} in a row now, {self.max_bad_steps} allowed)"
-            )
+        """The deferred guard's counts read: a warning for skipped updates, the run stopped past the limit."""
+        self.guard.read(self.global_step)
 
     def on_train_start(self) -> None:
         self.update_scalars.start(self.trainer)
-        if self._configured:
-            self._apply_configured_settings()
+        if self._configured:  # a resumed optimiser trains with the settings the config gives, not those saved
+            schedulers = self.lr_schedulers()
+            scheduler = schedulers[0] if isinstance(schedulers, list) else schedulers
+            restore_settings(self.optimizers().optimizer, scheduler, self._configured)
         if self._graphed is not None:  # a resumed optimiser's rates come back as they were saved
             optimizer = self.optimizers().optimizer
             graph_updates.learning_rates_on_device(optimizer, self.device, capturable=self.device.type == "cuda")
@@ -248,15 +195,6 @@ class TaskModule(L.LightningModule):
         """The loss scaler of 16-mixed precision, or None."""
         return getattr(getattr(self._trainer, "precision_plugin", None), "scaler", None)
 
-    def _bad_step(self, what: str) -> None:
-        self.bad_steps += 1
-        if self.bad_steps > self.max_bad_steps:
-            raise FloatingPointError(
-                f"{what} ({self.bad_steps} bad batches in a row, more than max_bad_steps={self.max_bad_steps}): "
-                "lower the learning rate, clip gradients (trainer.gradient_clip_val) or use precision=32-true"
-            )
-        self.print(f"warning: {what}; batch skipped ({self.bad_steps}/{self.max_bad_steps} in a row allowed)")
-
     def configure_optimizers(self):
         optimizer = self.optimizer_factory(self.parameters())
         if self.graph_updates:
@@ -271,40 +209,10 @@ class TaskModule(L.LightningModule):
         scheduler = None
         if self.scheduler_factory is not None:
             scheduler = self.scheduler_factory(optimizer, total_steps=self._planned_steps())
-        self._configured = [
-            {k: float(v) if k == "lr" else v for k, v in group.items() if k not in ("params", "param_names")}
-            | {"lr_is_tensor": isinstance(group["lr"], torch.Tensor)}
-            for group in optimizer.param_groups
-        ]
+        self._configured = optimizer_settings(optimizer)
         if scheduler is None:
             return optimizer
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
-
-    def _apply_configured_settings(self) -> None:
-        """A resumed optimiser comes back with the settings it was saved with (its rate, betas, epsilon,
-        weight decay...) beside its state. Its state and the schedule's position stay the checkpoint's; its
-        settings become the config's, so that a run continued under other settings (resume=force) trains
-        with the ones it records. The current step's rate is recomputed from the config's base rate."""
-        optimizer = self.optimizers().optimizer
-        for group, configured in zip(optimizer.param_groups, self._configured, strict=True):
-            for key, value in configured.items():
-                if key not in ("lr", "lr_is_tensor"):
-                    group[key] = value
-        schedulers = self.lr_schedulers()
-        scheduler = schedulers[0] if isinstance(schedulers, list) else schedulers
-        if scheduler is not None and hasattr(scheduler, "lr_lambdas"):
-            scheduler.base_lrs = [float(c.get("initial_lr", c["lr"])) for c in self._configured]
-            rates = [
-                base * f(scheduler.last_epoch) for f, base in zip(scheduler.lr_lambdas, scheduler.base_lrs, strict=True)
-            ]
-            scheduler._last_lr = list(rates)
-        else:
-            rates = [c["lr"] for c in self._configured]
-        for group, configured, rate in zip(optimizer.param_groups, self._configured, rates, strict=True):
-            if configured["lr_is_tensor"] and isinstance(group["lr"], torch.Tensor):
-                group["lr"].fill_(rate)
-            else:  # a number as configured (a checkpoint of graph_updates=true restores a tensor)
-                group["lr"] = rate
 
     def _graph_updates(self, optimizer) -> GraphedUpdates:
         """graph_updates=true: checked, the learning rate made a tensor on the device (before the schedule
@@ -385,8 +293,6 @@ class TaskModule(L.LightningModule):
 
     # ---- checkpoints: plain data only, so they load with weights_only=True --------------------
     def on_save_checkpoint(self, checkpoint: dict) -> None:
-        if self._streak is not None:
-            self.bad_steps = int(self._streak)  # the deferred guard's streak, read for the checkpoint
         self._count_pending_tokens()
         checkpoint[CHECKPOINT_KEY] = {
             "format": CHECKPOINT_FORMAT,
@@ -399,7 +305,7 @@ class TaskModule(L.LightningModule):
             "cuda_rng_state": torch.cuda.get_rng_state()
             if torch.cuda.is_available() and torch.cuda.is_initialized()
             else None,
-            "bad_steps": self.bad_steps,
+            "bad_steps": self.guard.streak(),
             "data_text": self.data_text,
             # the values logged so far (train_loss, lr, ...): a sitting resumed at training's end logs none
             "metrics": {k: float(v) for k, v in self.trainer.callback_metrics.items() if v.numel() == 1},
@@ -411,7 +317,7 @@ class TaskModule(L.LightningModule):
         section = checkpoint.get(CHECKPOINT_KEY, {})
         self._rng_to_restore = section.get("rng_state")
         self._cuda_rng_to_restore = section.get("cuda_rng_state")
-        self.bad_steps = section.get("bad_steps", 0)
+        self.guard.bad_steps = section.get("bad_steps", 0)
         self.restored_metrics = dict(section.get("metrics") or {})
         self._tokens_to_restore = section.get("epoch_tokens")
 
@@ -422,7 +328,8 @@ class TaskModule(L.LightningModule):
             # finds no gradients (the schedule still steps)
             loss, tokens, norm, bad = self._graphed.update(batch)
             self._log_training(loss, tokens, batch)
-            self._count_guarded(norm, bad, tokens)
+            self.guard.count(bad)
+            self._guarded_on_device(norm, bad, tokens)
             return None
         if hasattr(self.model, "set_update"):  # a model with a schedule of its own (the RNN's teacher forcing)
             self.model.set_update(self.global_step)
@@ -430,7 +337,7 @@ class TaskModule(L.LightningModule):
                 self.log(name, value, on_step=True, on_epoch=False, batch_size=1)
         loss, tokens = self.task.training_loss(self._training_model(), self.loss, batch)
         # (deferred guard: a non-finite loss shows as a non-finite gradient norm, without a read here)
-        if self.check_every == 1 and not self._check_loss(loss):
+        if self.check_every == 1 and not self.guard.loss_ok(loss, self.global_step):
             return None  # Lightning skips backward and the optimiser step
         self._log_training(loss, tokens, batch)
         return loss

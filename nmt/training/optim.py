@@ -1,4 +1,5 @@
-"""Learning-rate schedules (config group ``optim``; the optimiser itself is a torch class).
+"""Learning-rate schedules (config group ``optim``; the optimiser itself is a torch class), and the
+optimiser's configured settings put back over a checkpoint's.
 
 Each factory takes the optimiser and the planned number of optimiser steps, and returns a LambdaLR
 whose factor multiplies the optimiser's ``lr``.
@@ -6,6 +7,7 @@ whose factor multiplies the optimiser's ``lr``.
 
 import math
 
+import torch
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LambdaLR
 
@@ -44,3 +46,37 @@ def warmup_decay(
         return min_ratio + (1 - min_ratio) * shape
 
     return LambdaLR(optimizer, rate)
+
+
+def optimizer_settings(optimizer: Optimizer) -> list[dict]:
+    """Each parameter group's settings as the config built them (its rate as a number, and whether the
+    rate was a tensor), for :func:`restore_settings` once a checkpoint has put back the saved ones."""
+    return [
+        {k: float(v) if k == "lr" else v for k, v in group.items() if k not in ("params", "param_names")}
+        | {"lr_is_tensor": isinstance(group["lr"], torch.Tensor)}
+        for group in optimizer.param_groups
+    ]
+
+
+def restore_settings(optimizer: Optimizer, scheduler, configured: list[dict]) -> None:
+    """A resumed optimiser comes back with the settings it was saved with (its rate, betas, epsilon, weight
+    decay...) beside its state. Its state and the schedule's position stay the checkpoint's; its settings
+    become the config's (``configured``), so that a run continued under other settings (resume=force) trains
+    with the ones it records. The current step's rate is recomputed from the config's base rate."""
+    for group, settings in zip(optimizer.param_groups, configured, strict=True):
+        for key, value in settings.items():
+            if key not in ("lr", "lr_is_tensor"):
+                group[key] = value
+    if scheduler is not None and hasattr(scheduler, "lr_lambdas"):
+        scheduler.base_lrs = [float(c.get("initial_lr", c["lr"])) for c in configured]
+        rates = [
+            base * f(scheduler.last_epoch) for f, base in zip(scheduler.lr_lambdas, scheduler.base_lrs, strict=True)
+        ]
+        scheduler._last_lr = list(rates)
+    else:
+        rates = [c["lr"] for c in configured]
+    for group, settings, rate in zip(optimizer.param_groups, configured, rates, strict=True):
+        if settings["lr_is_tensor"] and isinstance(group["lr"], torch.Tensor):
+            group["lr"].fill_(rate)
+        else:  # a number as configured (a checkpoint of graph_updates=true restores a tensor)
+            group["lr"] = rate
