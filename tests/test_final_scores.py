@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from nmt.sweep.runner import run_record
+from nmt.sweep.records import run_record
 from nmt.tasks.base import Task
 from nmt.tasks.translation import TranslationTask
 from nmt.training.config import ConfigError, check_config

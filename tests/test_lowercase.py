@@ -16,8 +16,7 @@ from nmt.evaluation.evaluate import evaluate
 from nmt.evaluation.score import main as score_main
 from nmt.metrics.corpus import tokenized_lowercase_bleu
 from nmt.sweep import store
-from nmt.sweep.records import resolve_metric
-from nmt.sweep.runner import run_record
+from nmt.sweep.records import resolve_metric, run_record
 from nmt.tasks.translation import TranslationTask
 from nmt.training.config import check_config
 from nmt.training.train import train

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
+from nmt.sweep import progress
 from nmt.sweep import runner as sweep
 
 from .conftest import NO_FINAL_SCORES, ROOT, tiny_overrides
@@ -183,13 +184,13 @@ def test_a_cell_another_process_is_training_is_skipped_not_failed(tmp_path):
 
 @pytest.mark.parametrize(("text", "seconds"), [("00:00:00", 0.0), ("02:15:30", 8130.0), ("30:00:00", 108000.0)])
 def test_start_runs_for_reads_hours_minutes_seconds(text, seconds):
-    assert sweep.parse_duration(text) == seconds
+    assert progress.parse_duration(text) == seconds
 
 
 @pytest.mark.parametrize("text", ["2h", "01:30", "1:x:00", ""])
 def test_start_runs_for_rejects_other_formats_with_an_example(text):
     with pytest.raises(ValueError, match="HH:MM:SS"):
-        sweep.parse_duration(text)
+        progress.parse_duration(text)
 
 
 @pytest.mark.slow
@@ -371,8 +372,8 @@ def test_the_eta_is_at_the_pace_of_every_process_of_this_sitting(tmp_path):
     import time
 
     launched = time.time() - 600
-    (tmp_path / sweep.LAUNCHED).write_text(f"{launched:.3f}\n")
-    os.utime(tmp_path / sweep.LAUNCHED, (launched, launched))  # written when the sweep was launched
+    (tmp_path / progress.LAUNCHED).write_text(f"{launched:.3f}\n")
+    os.utime(tmp_path / progress.LAUNCHED, (launched, launched))  # written when the sweep was launched
     for i in range(4):
         (tmp_path / f"run{i}").mkdir()
         (tmp_path / f"run{i}" / sweep.RESULT).write_text("{}")
@@ -380,11 +381,11 @@ def test_the_eta_is_at_the_pace_of_every_process_of_this_sitting(tmp_path):
     (tmp_path / "run4").mkdir()
     (tmp_path / "run4" / sweep.FAILED).write_text("{}")
     # 4 runs ended in the 600 s of this sitting (3 done, 1 failed), 6 remain: 900 s
-    assert sweep.progress_line(tmp_path, 11, now=launched + 600) == "[sweep] 4/11 done, 1 failed, ETA 15 min"
-    assert sweep.progress_line(tmp_path, 5) == "[sweep] 4/5 done, 1 failed"  # nothing left
+    assert progress.progress_line(tmp_path, 11, now=launched + 600) == "[sweep] 4/11 done, 1 failed, ETA 15 min"
+    assert progress.progress_line(tmp_path, 5) == "[sweep] 4/5 done, 1 failed"  # nothing left
     for i in range(1, 4):  # only a failure ended in this sitting: no pace to tell
         os.utime(tmp_path / f"run{i}" / sweep.RESULT, (launched - 100, launched - 100))
-    assert sweep.progress_line(tmp_path, 11, now=launched + 600) == "[sweep] 4/11 done, 1 failed"
+    assert progress.progress_line(tmp_path, 11, now=launched + 600) == "[sweep] 4/11 done, 1 failed"
 
 
 def test_the_report_names_the_recipe_only_where_one_was_applied(tmp_path):
@@ -411,7 +412,7 @@ def test_failures_outside_the_plan_are_not_this_sweeps(tmp_path):
     assert failed_runs(tmp_path) == ["lr=0.001,seed=1", "lr=0.01,seed=1"]  # no plan listing its runs: all
     (tmp_path / "plan.json").write_text(json.dumps({"runs": 2, "run_names": ["lr=0.001,seed=1", "lr=0.0003,seed=1"]}))
     assert failed_runs(tmp_path) == ["lr=0.001,seed=1"]
-    assert sweep.progress_line(tmp_path, 2) == "[sweep] 0/2 done, 1 failed"
+    assert progress.progress_line(tmp_path, 2) == "[sweep] 0/2 done, 1 failed"
 
 
 def test_a_finished_run_whose_record_cannot_be_made_says_to_rerun_the_sweep(tmp_path):
@@ -421,7 +422,7 @@ def test_a_finished_run_whose_record_cannot_be_made_says_to_rerun_the_sweep(tmp_
 
     from omegaconf import OmegaConf
 
-    from nmt.sweep.runner import run_record
+    from nmt.sweep.records import run_record
 
     run = tmp_path / "pos=rope,seed=1"
     run.mkdir()

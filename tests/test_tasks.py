@@ -15,7 +15,7 @@ from nmt.decoding.search import decode
 from nmt.decoding.settings import SearchConfig
 from nmt.decoding.translate import translate_lines
 from nmt.evaluation.evaluate import evaluate
-from nmt.sweep.runner import run_record
+from nmt.sweep.records import run_record
 from nmt.tasks import Task, build_task, task_config
 from nmt.tasks.language_model import LanguageModelTask
 from nmt.tasks.summarization import SummarizationTask

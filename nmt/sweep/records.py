@@ -1,13 +1,16 @@
-"""The records of a sweep's finished runs (``sweep_result.json`` in each run folder): read, limited to the
-sweep's plan, and the metric a report ranks them by."""
+"""The records of a sweep's finished runs (``sweep_result.json`` in each run folder): made from a run's
+results, read, limited to the sweep's plan, and the metric a report ranks them by."""
 
 import json
 from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from nmt.metrics.corpus import bleu_tokenizer
+from nmt.decoding.settings import UNREAD
+from nmt.metrics.corpus import bleu_tokenizer, unsigned_tokenized_lowercase_signature
 from nmt.sweep import analysis, summary
+from nmt.tasks import build_task, task_config
+from nmt.tasks.base import FINAL_RESULTS
 
 RESULT = "sweep_result.json"  # one run's record, written by nmt.sweep.runner.run_cell when the run has finished
 
@@ -72,3 +75,62 @@ def resolve_metric(metric: str, records: list[dict]) -> str:
         raise ValueError(f"report_metric={metric}: no finished run has it; the runs have {available}")
     analysis.check_same_measure(records, metric)
     return metric
+
+
+def run_record(run_dir: Path, factors: dict, seed: int) -> dict:
+    """What a sweep keeps of a finished run: its factor levels and seed, the metrics its task reports
+    (from results.json; the task is read from the run's config.yaml), size, cost and test outputs."""
+    results = json.loads((run_dir / "results.json").read_text())
+    config = OmegaConf.to_container(OmegaConf.load(run_dir / "config.yaml"))
+    try:
+        task = build_task(task_config(config))
+    except Exception as err:  # the run itself finished and stays; only its record is missing
+        raise RuntimeError(
+            f"{run_dir.name}: trained, but its record could not be made ({type(err).__name__}: {err}); was the "
+            "code edited while the sweep ran? Run the same sweep command again: it records the finished run "
+            "from its folder without training it"
+        ) from err
+    test = results.get("test") or {}
+    final = test or results.get(FINAL_RESULTS["val"]) or {}
+    tok_lc_signature = final.get("bleu_tok_lc_signature") or results.get("bleu_tok_lc_signature")
+    if tok_lc_signature is None:  # scored before the signature
+        tok_lc_signature = unsigned_tokenized_lowercase_signature((config.get("data") or {}).get("tgt_lang"))
+    return {
+        "factors": factors,
+        "seed": seed,
+        "metrics": task.sweep_metrics(results),
+        "report_metric": task.report_metric,
+        "epochs": results["epochs"],
+        "steps": results["steps"],
+        "ended_by": results.get("ended_by"),  # absent from runs made before it was recorded
+        "parameters": results["parameters"],
+        "wall_time_s": results["wall_time_s"],  # every sitting of a run that was killed and resumed
+        "run_dir": str(run_dir),
+        "hypotheses": test.get("hypotheses"),
+        "references": test.get("references"),
+        "sources": test.get("sources"),
+        # a model that writes lowercase text was scored ignoring case: its sentence statistics are too
+        "lowercase": any(
+            "case:lc" in str(scores.get("bleu_signature", ""))
+            for scores in (test, results.get(FINAL_RESULTS["val"]) or {})
+        ),
+        # how its lowercased tokenised BLEU tokenised (None: recorded before the signature, hyphens split)
+        "bleu_tok_lc_signature": tok_lc_signature,
+        "scoring": scoring_of(final),
+    }
+
+
+def scoring_of(scores: dict) -> dict:
+    """How a run's final scores were made, from its results: the checkpoints (by name), the search and the
+    metrics' signatures, so that a report can say it and see when its runs differ in it."""
+    scoring: dict = {}
+    names = [Path(c).name for c in scores.get("checkpoints") or []]
+    if names:
+        scoring["checkpoints"] = names[0] if len(names) == 1 else f"the mean of {len(names)} checkpoints"
+    search = scores.get("search") or {}
+    if search.get("strategy"):  # the options its strategy reads, as evaluate.py would be given them
+        unread = UNREAD.get(search["strategy"], ())
+        read = [f"{k}={v}" for k, v in search.items() if k != "strategy" and k not in unread and v is not None]
+        scoring["search"] = " ".join([str(search["strategy"]), *read])
+    scoring.update({k: v for k, v in scores.items() if k.endswith("_signature") and k != "bleu_tok_lc_signature"})
+    return scoring

@@ -17,8 +17,6 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from nmt.decoding.settings import UNREAD
-from nmt.metrics.corpus import unsigned_tokenized_lowercase_signature
 from nmt.sweep.child import (
     ON_SWEEP_SIGNAL,
     end_worker_if_sweep_gone,
@@ -48,66 +46,25 @@ from nmt.sweep.plan import (
     run_name,
     swept_keys,
 )
-from nmt.sweep.records import RESULT, collect_records, finished_runs, read_record
+from nmt.sweep.progress import (
+    LAUNCHED,
+    parse_duration,
+    planned_count,
+    progress_line,
+    runs_started_this_sitting,
+    too_late_to_start,
+)
+from nmt.sweep.records import RESULT, collect_records, read_record, run_record
 from nmt.sweep.report import write_report
 from nmt.sweep.summary import FAILED, PLAN, failed_runs
-from nmt.tasks import build_task, task_config
-from nmt.tasks.base import FINAL_RESULTS
 from nmt.training.run_folder import RunFolderError, RunLock
 from nmt.utils.io import atomic_write_json, atomic_write_text
 
-LAUNCHED = "launched_at"  # when this invocation of the sweep began (seconds since the epoch)
 SUPERSEDED = "superseded"  # run folders made under other settings, moved aside by on_changed=move
-
-
-def parse_duration(text: str) -> float:
-    """Seconds in "HH:MM:SS" (hours may exceed 24)."""
-    parts = str(text).split(":")
-    if len(parts) != 3 or not all(p.strip().isdigit() for p in parts):
-        raise ValueError(f'start_runs_for={text!r}: expected "HH:MM:SS", e.g. "02:15:00"')
-    hours, minutes, seconds = (int(p) for p in parts)
-    return float(hours * 3600 + minutes * 60 + seconds)
-
-
-def too_late_to_start(sweep_dir: Path, start_runs_for: str | None) -> bool:
-    """True when ``start_runs_for`` has passed since this sweep was launched: a run started now could
-    not finish inside the time the user gave the sweep (a session, a job allocation)."""
-    if start_runs_for is None:
-        return False
-    launched = float((sweep_dir / LAUNCHED).read_text())
-    return time.time() - launched > parse_duration(start_runs_for)
 
 
 def logs_to_wandb(cfg: DictConfig) -> bool:
     return str(cfg.get("logger", {}).get("_target_", "")).endswith("wandb_logger")
-
-
-def progress_line(sweep_dir: Path, planned: int, now: float | None = None) -> str:
-    """'[sweep] 12/48 done, 1 failed, ETA 1 h 10 min': runs done and failed on disk, the rest at the pace of
-    this sitting: the runs every process of it (a parallel launcher's workers too) ended since it was
-    launched."""
-    done = finished_runs(sweep_dir)[0]  # of this sweep's plan
-    failed = [sweep_dir / name / FAILED for name in failed_runs(sweep_dir)]
-    line = f"[sweep] {len(done)}/{planned} done, {len(failed)} failed"
-    remaining = planned - len(done) - len(failed)
-    launched_file = sweep_dir / LAUNCHED
-    if remaining <= 0 or not launched_file.is_file():
-        return line
-    launched = launched_file.stat().st_mtime  # the file system's clock, as the results' times below
-
-    def ended_since(path: Path) -> bool:
-        try:
-            return path.stat().st_mtime >= launched
-        except OSError:  # another process of the sweep removed it (a failure retried) since the glob
-            return False
-
-    finished_here = sum(ended_since(path) for path in done)
-    ended_here = finished_here + sum(ended_since(path) for path in failed)
-    if finished_here:  # failures alone (a run refused at once) tell nothing of a run's time
-        seconds = ((now or time.time()) - launched) / ended_here * remaining
-        hours, minutes = divmod(round(seconds / 60), 60)
-        line += f", ETA {hours} h {minutes} min" if hours else f", ETA {minutes} min"
-    return line
 
 
 def leave_on_signal(daemon: MpsDaemon) -> None:
@@ -185,7 +142,7 @@ def run_cell(cfg: DictConfig) -> dict | None:
                 atomic_write_json(run_dir / FAILED, {"returncode": None, "error": "the MPS daemon did not answer"})
                 print(f"[sweep] FAILED: {run_dir.name} not started: the MPS daemon ({daemon.folder}) does not answer")
                 here = Path(hydra_cfg.sweep.dir)
-                print(progress_line(here, _plan(here)), flush=True)
+                print(progress_line(here, planned_count(here)), flush=True)
                 return None
             env.update(daemon.env)
             devices = client_devices(devices, visible_gpus())
@@ -216,7 +173,7 @@ def run_cell(cfg: DictConfig) -> dict | None:
         record = {**run_record(run_dir, factors, int(cfg.seed)), "process_s": round(time.monotonic() - started, 1)}
         atomic_write_json(record_path, record)
         (run_dir / FAILED).unlink(missing_ok=True)  # an earlier attempt's, whichever process made it
-    print(progress_line(sweep_dir, _plan(sweep_dir)), flush=True)
+    print(progress_line(sweep_dir, planned_count(sweep_dir)), flush=True)
     return record
 
 
@@ -235,13 +192,6 @@ def last_error(log: Path) -> str:
     return (errors or lines or ["nothing in its log"])[-1]
 
 
-def runs_started_this_sitting(sweep_dir: Path) -> int:
-    """Runs whose log was opened since this invocation of the sweep began (every run appends a header to
-    it as it starts): what the main process can know of the runs its launcher's workers started."""
-    launched = (sweep_dir / LAUNCHED).stat().st_mtime  # the file system's clock, as the logs' times
-    return sum(log.stat().st_mtime >= launched for log in sweep_dir.glob("*/train_stdout.log"))
-
-
 def _in_use_elsewhere(run_dir: Path) -> bool:
     """Whether another process holds the run folder's lock (train.py holds it while it trains there)."""
     try:
@@ -255,70 +205,6 @@ def _in_use_elsewhere(run_dir: Path) -> bool:
 # which the joblib launcher sends to its workers and which therefore holds nothing a thread owns
 _MPS: dict = {}
 _SIGNALS: dict = {}  # per sweep folder: the signal handlers its launch replaced (child.handle_sweep_signals)
-
-
-def _plan(sweep_dir: Path) -> int:
-    path = sweep_dir / PLAN
-    return json.loads(path.read_text())["runs"] if path.is_file() else 0
-
-
-def run_record(run_dir: Path, factors: dict, seed: int) -> dict:
-    """What a sweep keeps of a finished run: its factor levels and seed, the metrics its task reports
-    (from results.json; the task is read from the run's config.yaml), size, cost and test outputs."""
-    results = json.loads((run_dir / "results.json").read_text())
-    config = OmegaConf.to_container(OmegaConf.load(run_dir / "config.yaml"))
-    try:
-        task = build_task(task_config(config))
-    except Exception as err:  # the run itself finished and stays; only its record is missing
-        raise RuntimeError(
-            f"{run_dir.name}: trained, but its record could not be made ({type(err).__name__}: {err}); was the "
-            "code edited while the sweep ran? Run the same sweep command again: it records the finished run "
-            "from its folder without training it"
-        ) from err
-    test = results.get("test") or {}
-    final = test or results.get(FINAL_RESULTS["val"]) or {}
-    tok_lc_signature = final.get("bleu_tok_lc_signature") or results.get("bleu_tok_lc_signature")
-    if tok_lc_signature is None:  # scored before the signature
-        tok_lc_signature = unsigned_tokenized_lowercase_signature((config.get("data") or {}).get("tgt_lang"))
-    return {
-        "factors": factors,
-        "seed": seed,
-        "metrics": task.sweep_metrics(results),
-        "report_metric": task.report_metric,
-        "epochs": results["epochs"],
-        "steps": results["steps"],
-        "ended_by": results.get("ended_by"),  # absent from runs made before it was recorded
-        "parameters": results["parameters"],
-        "wall_time_s": results["wall_time_s"],  # every sitting of a run that was killed and resumed
-        "run_dir": str(run_dir),
-        "hypotheses": test.get("hypotheses"),
-        "references": test.get("references"),
-        "sources": test.get("sources"),
-        # a model that writes lowercase text was scored ignoring case: its sentence statistics are too
-        "lowercase": any(
-            "case:lc" in str(scores.get("bleu_signature", ""))
-            for scores in (test, results.get(FINAL_RESULTS["val"]) or {})
-        ),
-        # how its lowercased tokenised BLEU tokenised (None: recorded before the signature, hyphens split)
-        "bleu_tok_lc_signature": tok_lc_signature,
-        "scoring": scoring_of(final),
-    }
-
-
-def scoring_of(scores: dict) -> dict:
-    """How a run's final scores were made, from its results: the checkpoints (by name), the search and the
-    metrics' signatures, so that a report can say it and see when its runs differ in it."""
-    scoring: dict = {}
-    names = [Path(c).name for c in scores.get("checkpoints") or []]
-    if names:
-        scoring["checkpoints"] = names[0] if len(names) == 1 else f"the mean of {len(names)} checkpoints"
-    search = scores.get("search") or {}
-    if search.get("strategy"):  # the options its strategy reads, as evaluate.py would be given them
-        unread = UNREAD.get(search["strategy"], ())
-        read = [f"{k}={v}" for k, v in search.items() if k != "strategy" and k not in unread and v is not None]
-        scoring["search"] = " ".join([str(search["strategy"]), *read])
-    scoring.update({k: v for k, v in scores.items() if k.endswith("_signature") and k != "bleu_tok_lc_signature"})
-    return scoring
 
 
 class SweepReport(Callback):
