@@ -128,6 +128,14 @@ def test_a_seeded_split_without_a_test_set(tmp_path):
     ):
         evaluate(missing)
     assert evaluate(val)["sentences"] == 30
+    # a decoding grid chooses on validation and prints the test command: with a placeholder for a test set
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        grid = compose(
+            "evaluate",
+            overrides=[f"ckpt_path={checkpoint}", "split=val", "decode.beam_size=[1,2]", f"out_dir={tmp_path / 'g'}"],
+        )
+    command = evaluate(grid)["test_command"]
+    assert "'split=files\\:PREFIX'" in command and "split=test" not in command
 
 
 def test_tatoeba_reads_a_manythings_file(tmp_path):

@@ -176,7 +176,7 @@ def evaluate_grid(cfg: DictConfig, task, load, axes: dict[str, list]) -> dict:
         "rows": rows,
         "best": best["setting"],
         "run_decode": loaded.config.get("decode"),
-        "test_command": test_command(cfg, best["setting"], best["strategy"]),
+        "test_command": test_command(cfg, best["setting"], best["strategy"], test_split(cfg, loaded.config)),
     }
     path = (Path(cfg.out_dir) if cfg.out_dir else loaded.run_dir / "eval") / grid_file_name(cfg, axes, metric)
     atomic_write_json(path, record)
@@ -245,10 +245,20 @@ def grid_file_name(cfg: DictConfig, axes: dict[str, list], metric: str) -> str:
     return "_".join(parts) + "_" + hashlib.sha1(json.dumps(fixed, sort_keys=True).encode()).hexdigest()[:8] + ".json"
 
 
-def test_command(cfg: DictConfig, setting: dict, strategy: str) -> str:
-    """The command that scores the test set with the chosen setting and every other option the grid used
-    that its search (``strategy``) reads: evaluate.py refuses an option its search does not read."""
-    options = {"ckpt_path": cfg.ckpt_path, "split": "test"}
+NO_TEST_SET = "files:PREFIX"  # the test command's split for a run that set no test pairs aside
+
+
+def test_split(cfg: DictConfig, run_config: dict) -> str:
+    """The set the test command scores: the run's test set, or, for a run that set none aside (a seeded split
+    with ``data.test_size=0``), a placeholder for files of the user's own, which evaluate.py names if left."""
+    data = {**(run_config.get("data") or {}), **{k: v for k, v in cfg.data.items() if v is not None}}
+    return NO_TEST_SET if data.get("test_size") == 0 and data.get("test") is None else "test"
+
+
+def test_command(cfg: DictConfig, setting: dict, strategy: str, split: str = "test") -> str:
+    """The command that scores the test set (``split``) with the chosen setting and every other option the
+    grid used that its search (``strategy``) reads: evaluate.py refuses an option its search does not read."""
+    options = {"ckpt_path": cfg.ckpt_path, "split": split}
     if "average_last" not in setting and cfg.average_last:
         options["average_last"] = cfg.average_last
     options.update({k: v for k, v in setting.items() if k.removeprefix("decode.") not in UNREAD[strategy]})
@@ -283,4 +293,10 @@ def print_grid(rows: list[dict], best: dict, metric: str, path: Path, command: s
         "upward by the choice: the test scores it.",
         file=sys.stderr,
     )
+    if f"split={hydra_escape(NO_TEST_SET)}" in command:
+        print(
+            "This run set no test pairs aside (data.test_size=0): in the command below, PREFIX stands for a test "
+            "set's files (PREFIX.<src_lang> and PREFIX.<tgt_lang>, or a .tsv file)",
+            file=sys.stderr,
+        )
     print(f"Grid: {path}\nThe test with the chosen setting: {command}", file=sys.stderr)  # unwrapped: to copy
