@@ -55,7 +55,7 @@ def what_ran(doc: Document, facts: dict, factors: list[str], levels: dict, metri
         if missing > 0:
             runs += f", {missing} not run yet" + (f" ({_names(facts['missing'])})" if facts.get("missing") else "")
     elif failed:
-        runs += f", {len(failed)} failed ({', '.join(failed[:6])})"
+        runs += f", {len(failed)} failed ({_names(failed)})"
     rows.append(["runs", runs])
     codes = facts.get("code") or []
     rows.append(["code", ", ".join(codes) if codes else "not recorded"])
