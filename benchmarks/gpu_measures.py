@@ -399,9 +399,9 @@ def _time_run_validation(model: Path, device: str, precision: str | None, scores
     task_cfg = dict(task_config(loaded.config))
     if "bleu_every_n_epochs" in task_cfg:  # every validation decodes, as the epochs whose BLEU a run computes
         task_cfg["bleu_every_n_epochs"] = 1
+    if scores_in is not None:  # checked as validation.scores_in is
+        task_cfg["scores_in"] = scores_in
     task = build_task(task_cfg)
-    if scores_in is not None:
-        task.scores_in = scores_in
     datamodule = task.build_datamodule(cfg.data, cfg.cache_dir, cfg.seed)
     datamodule.set_tokenizers(loaded.src_tokenizer, loaded.tgt_tokenizer)
     module = TaskModule(

@@ -137,6 +137,13 @@ def test_sources_cut_by_max_src_len_are_kept_whatever_max_len_says(tmp_path):
     dm = FilesDataModule(train=str(tmp_path / "long.tsv"), cache_dir=str(tmp_path / "c"), tokenizer=tokenizer, **common)
     dm.prepare_data()
     assert dm.report()["train"]["pairs"] == 59
+    # a batch budget below the cut sources names the limit that shortens them, not max_len, which does not
+    small = {**common, "max_tokens": 20}
+    dm = FilesDataModule(train=str(tmp_path / "train.tsv"), cache_dir=str(tmp_path / "c"), tokenizer=tokenizer, **small)
+    with pytest.raises(
+        ValueError, match=r"data\.max_tokens=20 is smaller .* raise data\.max_tokens or lower data\.max_src_len"
+    ):
+        dm.prepare_data()
 
 
 @pytest.mark.slow

@@ -42,9 +42,9 @@ class TokenBatchSampler(Sampler[list[int]]):
         key: str = "data.max_tokens",
     ) -> None:
         if max_tokens < max(lengths, default=0):
-            remedy = "or lower data.max_len" if key == "data.max_tokens" else "(evaluation sets are kept whole)"
+            remedy = " or lower data.max_len (data.max_src_len for cut sources)" if key == "data.max_tokens" else ""
             raise ValueError(
-                f"{key}={max_tokens} is smaller than the longest sentence ({max(lengths)} tokens): raise {key} {remedy}"
+                f"{key}={max_tokens} is smaller than the longest sentence ({max(lengths)} tokens): raise {key}{remedy}"
             )
         self.lengths = list(lengths)
         self.max_tokens = max_tokens

@@ -292,7 +292,10 @@ class ParallelDataModule(L.LightningDataModule):
             )
             longest = max(dataset.lengths(), default=0)
             if longest > budget:
-                remedy = "or lower data.max_len" if split == "train" else "(evaluation sets are kept whole)"
+                if self.max_src_len:  # sources are cut in every split, and max_len no longer limits them
+                    remedy = "or lower data.max_src_len" + (" or data.max_len" if split == "train" else "")
+                else:
+                    remedy = "or lower data.max_len" if split == "train" else "(evaluation sets are kept whole)"
                 raise ValueError(
                     f"{key}={budget} is smaller than the longest {split} sentence ({longest} tokens): "
                     f"raise {key} {remedy}"

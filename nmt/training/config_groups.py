@@ -1,6 +1,7 @@
 """Which config groups and keys apply to a run: keys under ``model`` that the chosen model takes, model-part
 groups (``pos``, ``norm``, ``attention``) it uses, the top-level optimiser keys the chosen ``optim`` reads,
-and the recipe (``conf/recipe/<data>_<model>.yaml``) that shaped the run."""
+keys under ``data`` that the chosen corpus's module takes, and the recipe (``conf/recipe/<data>_<model>.yaml``)
+that shaped the run."""
 
 import inspect
 from pathlib import Path

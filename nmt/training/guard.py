@@ -18,6 +18,9 @@ ADVICE = "lower the learning rate, clip gradients (trainer.gradient_clip_val) or
 
 
 class UpdateGuard:
+    """A run's count of bad batches in a row, its limit, and how an update is checked: on the host
+    (:meth:`loss_ok`, :meth:`norm_ok`) or on the device (:meth:`skip_on_device`, :meth:`count`, :meth:`read`)."""
+
     def __init__(self, max_bad_steps: int = 10, check_every: int = 1, say: Callable[[str], None] = print) -> None:
         self.max_bad_steps, self.check_every, self.say = max_bad_steps, check_every, say
         self.bad_steps = 0  # consecutive batches with a non-finite loss or gradient
@@ -26,10 +29,6 @@ class UpdateGuard:
         self._worst: torch.Tensor | None = None  # (deferred) the longest streak since the last read
         self._skipped: torch.Tensor | None = None  # (deferred) skipped updates in all
         self._skipped_read = 0
-
-    @property
-    def deferred(self) -> bool:
-        return self.check_every > 1
 
     def loss_ok(self, loss: torch.Tensor, step: int) -> bool:
         """False (and counted) when the loss is not finite: the batch is then skipped."""

@@ -59,7 +59,7 @@ class TaskModule(L.LightningModule):
         self.data_text: dict[str, str] | None = None  # each split's text hash: evaluation checks it reads the same
         # non-finite updates skipped, and the run stopped past max_bad_steps in a row; checked on the host
         # every check_every updates (nmt/training/guard.py); its warnings through self.print, as Lightning's
-        self.guard = UpdateGuard(max_bad_steps, check_every, say=lambda text: self.print(text))
+        self.guard = UpdateGuard(max_bad_steps, check_every, say=self._say)
         self.check_every = check_every
         self.graph_updates = graph_updates  # each update one CUDA graph replay (nmt/training/graph_updates.py)
         self._graphed: GraphedUpdates | None = None
@@ -80,6 +80,9 @@ class TaskModule(L.LightningModule):
         self._tokens_to_restore: float | None = None
         self._configured: list[dict] = []  # the optimiser's settings as the config built them, by group
         self.update_scalars = UpdateScalars()  # train_loss, grad_norm and lr, logged where they are read
+
+    def _say(self, text: str) -> None:
+        self.print(text)  # a method, not a lambda: the module stays picklable, and print is looked up per call
 
     def _log_training(self, loss: torch.Tensor, tokens: torch.Tensor, batch: dict) -> None:
         tokens = tokens.detach()
