@@ -147,6 +147,7 @@ def test_course_baseline_has_the_reported_shape():
         ("model.init=foo", "model.init='foo' is not one of ['xavier', 'fairseq']"),
         ("model.teacher_forcing=2 model=rnn", "model.teacher_forcing=2 must be in [0, 1]"),
         ("data=files data.train=x.tsv +data.max_samples=9", "data.max_samples is not an option of FilesDataModule; it"),
+        ("optim=adam +optim.scheduler.factor=0.5", "optim.scheduler.factor: the chosen optim has no scheduler (optim"),
         ("optim.scheduler.decay=cosin", "optim.scheduler.decay='cosin': must be one of ['inverse_sqrt', 'cosine'"),
         (
             "model=rnn graph_updates=true check_every=50 optim.optimizer.fused=true trainer=gpu",

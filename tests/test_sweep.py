@@ -302,6 +302,12 @@ def test_a_failed_runs_error_is_that_of_its_last_attempt(tmp_path):
         "==== sitting started 2\nTraceback (most recent call last):\ntorch.OutOfMemoryError: CUDA out of memory\n"
     )
     assert last_error(log) == "torch.OutOfMemoryError: CUDA out of memory"
+    # a crash under Hydra ends with its hint, which says nothing of the error: the line before it does
+    log.write_text(
+        "==== sitting started 1\nTraceback (most recent call last):\nTypeError: 'DictConfig' object is not callable\n\n"
+        "Set the environment variable HYDRA_FULL_ERROR=1 for a complete stack trace.\n"
+    )
+    assert last_error(log) == "TypeError: 'DictConfig' object is not callable"
 
 
 @pytest.mark.parametrize(("grid", "folder"), [(None, "transformer"), ("rnn", "rnn"), ("none", "none")])

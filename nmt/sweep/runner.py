@@ -189,6 +189,8 @@ def last_error(log: Path) -> str:
     starts = [i for i, line in enumerate(lines) if line.startswith("==== sitting started")]
     lines = lines[starts[-1] + 1 :] if starts else lines  # this attempt's lines, not an earlier one's error
     errors = [line for line in lines if line.startswith("error:")]
+    # Hydra's hint after a traceback says nothing of the error, which is the line before it
+    lines = [line for line in lines if not line.startswith("Set the environment variable HYDRA_FULL_ERROR")]
     return (errors or lines or ["nothing in its log"])[-1]
 
 

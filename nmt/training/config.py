@@ -15,7 +15,13 @@ from nmt.metrics.corpus import bleu_tokenizer
 from nmt.models.build import build_model
 from nmt.tasks import build_task
 from nmt.training import graph_updates, weight_casts
-from nmt.training.config_groups import data_key_problems, model_key_problems, unused_groups
+from nmt.training.config_groups import (
+    data_key_problems,
+    hydra_choices,
+    model_key_problems,
+    optim_node_problems,
+    unused_groups,
+)
 from nmt.training.optim import DECAYS
 
 MATMUL_PRECISIONS = ("highest", "high", "medium")  # torch.set_float32_matmul_precision
@@ -143,6 +149,7 @@ def check_config(cfg: DictConfig, choices: dict | None = None) -> None:
             problems.append("  smoothing.fused=None: must be true or false")
     problems += model_key_problems(cfg, choices)
     problems += data_key_problems(cfg)
+    problems += optim_node_problems(cfg, choices if choices is not None else hydra_choices())
     problems += _deferred_guard_problems(cfg)
     problems += _compile_layers_problems(cfg)
     problems += _graph_updates_model_problems(cfg)

@@ -36,7 +36,7 @@ def model_key_problems(cfg: DictConfig, choices: dict | None = None) -> list[str
     if not unknown:
         return []
     if choices is None:
-        choices = HydraConfig.get().runtime.choices if HydraConfig.initialized() else {}
+        choices = hydra_choices()
     model = choices.get("model") or model_class.__name__
     source = ""
     recipe = choices.get("recipe")
@@ -178,3 +178,26 @@ def data_key_problems(cfg: DictConfig) -> list[str]:
     return [
         f"  {', '.join('data.' + k for k in unknown)} {verb} of {data_class.__name__}; it takes {', '.join(options)}"
     ]
+
+
+def optim_node_problems(cfg: DictConfig, choices: dict | None = None) -> list[str]:
+    """Keys added under an optimiser part that the chosen ``optim`` does not have (``optim=adam
+    +optim.scheduler.factor=0.5``: Adam at a fixed rate has ``scheduler: null``, and the run died on a
+    traceback once the data was read)."""
+    problems = []
+    for part in ("optimizer", "scheduler"):
+        node = OmegaConf.select(cfg, f"optim.{part}", default=None)
+        if isinstance(node, DictConfig) and "_target_" not in node:
+            optim = f"optim={choices['optim']}" if (choices or {}).get("optim") else "the chosen optim"
+            readers = sorted(p.stem for p in (CONF / "optim").glob("*.yaml") if f"{part}:\n  _target_" in p.read_text())
+            keys = ", ".join(f"optim.{part}.{k}" for k in node)
+            problems.append(
+                f"  {keys}: {optim} has no {part} (optim.{part}: null) to set them on; remove them, or choose "
+                f"an optim that has one: {', '.join(readers)}"
+            )
+    return problems
+
+
+def hydra_choices() -> dict:
+    """The group options Hydra chose for this run ({} for a config composed without Hydra's runtime)."""
+    return dict(HydraConfig.get().runtime.choices) if HydraConfig.initialized() else {}
