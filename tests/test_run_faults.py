@@ -753,6 +753,31 @@ def test_a_misspelt_level_setting_or_a_failing_plan_stops_the_sweep_before_any_r
     assert stopped.value.code == 2 and err.startswith("error: the sweep did not start: Invalid control character")
 
 
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ("on_changed=mvoe", "on_changed='mvoe': must be one of ['stop', 'move']"),
+        ("plan=maybe", "plan='maybe': must be one of [True, False]"),
+        ("report_sentence=-1", "report_sentence=-1: must be a test sentence's index"),
+    ],
+)
+def test_a_sweep_setting_out_of_its_values_stops_the_sweep_in_one_line(tmp_path, capsys, setting, message):
+    """on_changed=mvoe was taken as stop, and plan=maybe as true."""
+    with pytest.raises(SystemExit) as stopped:
+        SweepReport().on_multirun_start(composed_sweep(tmp_path, ["pos=absolute,rope"], [setting]))
+    assert stopped.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_a_sweep_given_its_folder_is_told_to_choose_another_folder_not_a_name(tmp_path):
+    """With hydra.sweep.dir given, sweep_name names nothing: the advice names the option that applies."""
+    from nmt.sweep.plan import own_folder
+
+    config = composed_sweep(tmp_path, ["pos=absolute,rope"], [])
+    assert own_folder(config) == "hydra.sweep.dir=..."
+    config.hydra.sweep.dir = f"sweeps/{config.sweep_name}"
+    assert own_folder(config) == "sweep_name=..."
+
+
 def test_seeds_added_to_a_one_seed_sweep_are_the_same_sweep(tmp_path, capsys):
     """A one-seed sweep's plan has no seed factor: adding seeds (docs: rerun with more seeds) was refused
     as another sweep, with the advice to remove the folder of finished runs."""

@@ -87,6 +87,11 @@ def test_tuning_refuses_the_test_set_a_swept_level_and_two_sweeps_of_one_level(t
     # a key the sweep does not set: the message lists those it holds at one level, the level's among them
     with pytest.raises(ValueError, match=r"--level pos: this tuning sweep does not set pos .* one of \[.*optim=adam"):
         tune([tmp_path / "a"], "pos")
+    # a metric no run records (misspelt): the metrics they do record, and the closest, not advice to rerun them
+    with pytest.raises(
+        ValueError, match=r"no run records best_val_bleuu \(did you mean --metric best_val_bleu\?\); its"
+    ):
+        tune([tmp_path / "a"], "optim", "best_val_bleuu")
     command = [sys.executable, str(ROOT / "sweep.py"), "tune", str(tmp_path / "a"), "--level", "optim"]
     refused = subprocess.run([*command, "--metric", "test_bleu"], capture_output=True, text=True, cwd=ROOT)
     assert refused.returncode == 2 and "never on the test set" in refused.stderr

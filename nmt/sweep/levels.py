@@ -14,6 +14,7 @@ sweep per level, holding the level constant and sweeping the candidate settings)
 with the best mean validation metric over its seeds. The test set is never looked at.
 """
 
+import difflib
 import json
 from pathlib import Path
 
@@ -127,6 +128,14 @@ def tune(sweep_dirs: list[str | Path], level_key: str, metric: str = TUNING_METR
         records = [r for r in finished if r["metrics"].get(metric) is not None]
         if not finished:
             raise ValueError(f"{sweep_dir}: no finished run; finish the tuning sweep first")
+        if not records:  # a misspelt or unrecorded metric: name those the runs record
+            recorded = sorted({name for r in finished for name, value in r["metrics"].items() if value is not None})
+            close = difflib.get_close_matches(metric, recorded, n=1)
+            hint = f" (did you mean --metric {close[0]}?)" if close else ""
+            raise ValueError(
+                f"{sweep_dir}: no run records {metric}{hint}; its runs record: {', '.join(recorded)} (choose by a "
+                "validation metric)"
+            )
         if len(records) < len(finished):  # never a choice among some of the candidates without saying so
             missing = sorted(Path(r.get("run_dir", "?")).name for r in finished if r["metrics"].get(metric) is None)
             why = _WITHOUT.get(metric.split("_")[0], _WITHOUT["best"])

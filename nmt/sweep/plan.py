@@ -226,11 +226,18 @@ def print_plan(sweep_dir: Path, config: DictConfig) -> None:
     if changed and not moving:
         print(
             f"  the sweep would stop before any run, on the {len(changed)} run(s) made under other settings or "
-            "code: give it its own sweep_name=..., or on_changed=move to set them aside and run them again"
+            f"code: give it its own {own_folder(config)}, or on_changed=move to set them aside and run them again"
         )
     if config.get("gpu_mps"):
         found = "found" if shutil.which(CONTROL) else "NOT on PATH here: the sweep would stop before any run"
         print(f"  the runs of a GPU side by side under CUDA's MPS, daemon in {mps_folder()} ({CONTROL}: {found})")
+
+
+def own_folder(config: DictConfig) -> str:
+    """How to give a sweep a folder of its own: ``sweep_name=...``, or ``hydra.sweep.dir=...`` where the
+    command gave the folder itself (sweep_name then names nothing)."""
+    by_name = Path(str(config.hydra.sweep.dir)) == Path("sweeps") / str(config.get("sweep_name"))
+    return "sweep_name=..." if by_name else "hydra.sweep.dir=..."
 
 
 def input_problem(config: DictConfig) -> str | None:
@@ -247,6 +254,13 @@ def input_problem(config: DictConfig) -> str | None:
     problem = level_settings_problem(config.get("level_settings"), levels) or mps_setting_problem(config)
     if problem:
         return problem
+    for key, allowed in (("on_changed", ("stop", "move")), ("plan", (True, False))):
+        value = config.get(key)
+        if value is not None and value not in allowed:
+            return f"{key}={value!r}: must be one of {list(allowed)}"
+    sentence = config.get("report_sentence")
+    if sentence is not None and (not isinstance(sentence, int) or isinstance(sentence, bool) or sentence < 0):
+        return f"report_sentence={sentence!r}: must be a test sentence's index, an integer >= 0 (or null)"
     for key, values in levels.items():
         repeated = sorted({v for v in values if values.count(v) > 1})
         if repeated:

@@ -219,7 +219,9 @@ def _outputs_section(doc: Document, records, factors, levels, sentence: int) -> 
         return
     first = next(iter(runs.values()))
     references = read_lines(first["references"])
-    if not 0 <= sentence < len(references):
+    if not 0 <= sentence < len(references):  # said where the section would be, not left out silently
+        doc.heading(f"Test sentence {sentence}")
+        doc.paragraph(f"The test set has sentences 0 to {len(references) - 1}: choose one with report_sentence=N.")
         return
     doc.heading(f"Test sentence {sentence}, as each cell translated it")
     sources = first.get("sources")

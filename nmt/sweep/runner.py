@@ -39,6 +39,7 @@ from nmt.sweep.plan import (
     changed_runs,
     command_prefixes,
     input_problem,
+    own_folder,
     planned_runs,
     planned_values,
     print_plan,
@@ -246,7 +247,7 @@ class SweepReport(Callback):
                 # raised as SystemExit: Hydra turns an exception in a callback into a warning and goes on
                 print(
                     f"error: {sweep_dir} holds a sweep of the factors {before}; this one sweeps {now}. "
-                    "Give it its own sweep_name=..., or remove that folder",
+                    f"Give it its own {own_folder(config)}, or remove that folder",
                     file=sys.stderr,
                 )
                 raise SystemExit(2)
@@ -266,7 +267,7 @@ class SweepReport(Callback):
             listing += f"; and {len(changed) - 3} more (plan=true lists them)" if len(changed) > 3 else ""
             print(
                 f"error: {len(changed)} run(s) of {sweep_dir} were made under other settings or code: {listing}. "
-                "Give this sweep its own sweep_name=... to keep both, on_changed=move to set those runs aside "
+                f"Give this sweep its own {own_folder(config)} to keep both, on_changed=move to set those runs aside "
                 f"(in {sweep_dir / SUPERSEDED}) and run them again, or remove them",
                 file=sys.stderr,
             )
