@@ -721,6 +721,18 @@ def test_findings_say_nothing_of_untuned_levels_when_each_level_ran_its_own_sett
     assert "| settings with pos=relative | lr=2e-3 |" in report
 
 
+def test_a_level_without_settings_beside_tuned_ones_is_named_untuned_and_a_level_not_run_is_not_shown(tmp_path):
+    """A tuned file loaded for another sweep listed settings of a level that never ran (noam), and the
+    caveat vanished although pos=relative ran on the defaults beside a tuned pos=absolute."""
+    synthetic_sweep(tmp_path)
+    settings = {"pos": {"absolute": ["lr=1e-3"], "rope": ["lr=3e-3"]}}
+    (tmp_path / "plan.json").write_text(json.dumps({"runs": 12, "level_settings": settings}))
+    report = write_report(tmp_path).read_text()
+    findings = report.split("## Findings")[1].split("\n## ")[0]
+    assert "**Caveat:** pos=relative ran without settings of its own, beside levels that had theirs" in findings
+    assert "| settings with pos=relative | none of its own" in report and "pos=rope" not in report
+
+
 def test_findings_carry_no_caveat_when_nothing_differs(tmp_path):
     same = [{**r, "metrics": {"test_bleu": 30.0 + r["seed"]}} for r in RECORDS]
     synthetic_sweep(tmp_path, same)

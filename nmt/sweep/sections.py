@@ -21,8 +21,11 @@ def what_ran(doc: Document, facts: dict, factors: list[str], levels: dict, metri
         rows.append([f"factor {factor}", f"{levels[factor][0]} (reference), " + ", ".join(levels[factor][1:])])
     rows.append(["settings for every run", " ".join(facts.get("constants") or []) or "the defaults"])
     for key, by_level in (facts.get("level_settings") or {}).items():
-        for level, overrides in by_level.items():
-            rows.append([f"settings with {key}={level}", " ".join(map(str, overrides))])
+        # a factor's levels as they ran, each with its own settings or none; a level that did not run, none
+        for level in levels[key] if key in levels else list(by_level):
+            overrides = by_level.get(level)
+            text = " ".join(map(str, overrides)) if overrides else "none of its own (the settings for every run)"
+            rows.append([f"settings with {key}={level}", text])
     rows.append(["budget and stopping", budget_text(facts.get("budget"))])
     if facts.get("steps"):
         steps = facts["steps"]
@@ -104,7 +107,7 @@ def _scoring_text(scoring: dict) -> str:
     return ", ".join(parts)
 
 
-def caveats(facts: dict) -> list[str]:
+def caveats(facts: dict, levels: dict | None = None) -> list[str]:
     """What limits every difference found: a fixed budget (cells may not have converged) and levels that all
     ran with the same settings (a level whose good settings differ, an optimiser's rate say, was not tuned)."""
     said = []
@@ -116,7 +119,16 @@ def caveats(facts: dict) -> list[str]:
             "early stopping): they say how each level does after that much training, not where it ends when "
             "trained to convergence."
         )
-    if not facts.get("level_settings"):
+    settings = facts.get("level_settings") or {}
+    untuned = [f"{key}={lv}" for key, by in settings.items() for lv in (levels or {}).get(key, []) if not by.get(lv)]
+    if settings and untuned:
+        said.append(
+            f"{', '.join(untuned)} ran without settings of {'its' if len(untuned) == 1 else 'their'} own, beside "
+            "levels that had theirs (level_settings): "
+            "those were compared untuned. Where that matters, tune them on validation too (`python sweep.py "
+            "tune`, docs/sweeps.md)."
+        )
+    if not settings:
         said.append(
             "Every level ran with the same settings (no level_settings): a level whose good settings differ "
             "from the others' (an optimiser's learning rate and warm-up, say) was compared untuned. Where "
@@ -203,6 +215,6 @@ def findings(
     if not sentences:  # one configuration (seeds only): nothing to compare
         sentences.append("One configuration: nothing to compare. The table below gives its mean over seeds.")
     if effects_found or better or worse:
-        sentences += [f"**Caveat:** {c}" for c in caveats(facts or {})]
+        sentences += [f"**Caveat:** {c}" for c in caveats(facts or {}, levels)]
     for sentence in sentences:
         doc.paragraph(sentence)
