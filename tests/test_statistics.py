@@ -809,3 +809,15 @@ def test_a_sweep_whose_runs_all_score_the_same_draws_nothing(tmp_path):
     findings = text[text.index("## Findings") :]
     assert findings.startswith("## Findings None drawn: every run scored 0 on test_bleu, so the runs do not differ")
     assert "cannot be told from seed noise" not in findings
+
+
+def test_level_tables_are_written_where_no_effect_can_be_tested(tmp_path):
+    """One seed per cell of a saturated design leaves the fit no degree of freedom: the level tables, which
+    need no fit, were dropped with it. A test sentence out of range is said, not left out."""
+    one_seed = [r for r in RECORDS if r["seed"] == 1 and r["factors"]["norm"] == "layer"]  # pos: 2 runs, 2 terms
+    synthetic_sweep(tmp_path, one_seed)
+    report = write_report(tmp_path, sentence=99).read_text()
+    assert "No effect can be tested" in report
+    main = report.split("## Main effects")[1].split("\n## ")[0]
+    assert "### pos" in main and "| relative | 1 | 33.00 |" in main
+    assert "The test set has sentences 0 to 39: choose one with report_sentence=N." in report

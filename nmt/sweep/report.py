@@ -135,6 +135,7 @@ def _effects_section(doc, sweep_dir: Path, records, fit: dict, levels, written, 
             f"No effect can be tested: {fit['runs']} runs leave no degree of freedom for the error of any model "
             "of these factors. Run more seeds."
         )
+        _main_effects(doc, sweep_dir, records, levels, written, lower, metric)
         return
     names = {key: effects.effect_name(*key, levels) for key in fit["effects"]}
     adjusted = analysis.holm({names[k]: e["p"] for k, e in fit["effects"].items()})
@@ -156,6 +157,11 @@ def _effects_section(doc, sweep_dir: Path, records, fit: dict, levels, written, 
     mains = {k: e for k, e in fit["effects"].items() if len(k[0]) == 1}
     effect_plot({names[k]: e for k, e in mains.items()}, metric, lower, sweep_dir / "main_effects.png")
     doc.figure(sweep_dir / "main_effects.png", f"main effects on {metric} with 95% intervals")
+    _main_effects(doc, sweep_dir, records, levels, written, lower, metric)
+
+
+def _main_effects(doc, sweep_dir: Path, records, levels, written, lower: bool, metric: str) -> None:
+    """Each factor's levels (runs, mean, spread) and validation curves: no fit needed."""
     doc.heading("Main effects")
     curve_metric = "val_ppl" if lower else "val_bleu"
     for factor in levels:
