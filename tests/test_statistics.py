@@ -615,6 +615,12 @@ def test_a_run_without_its_record_is_named_and_its_stored_statistics_kept(tmp_pa
         "command records them), 1 trained, final scores not made (pos=relative,norm=rms,seed=2: the sweep command "
         "makes them), 1 not run yet (pos=rope,norm=layer,seed=1) |"
     ) in report
+    # a run stopped mid-training, its state saved, is not "not run yet": the sweep command resumes it
+    (tmp_path / "pos=rope,norm=layer,seed=1" / "checkpoints").mkdir(parents=True)
+    (tmp_path / "pos=rope,norm=layer,seed=1" / "checkpoints" / "last.ckpt").write_bytes(b"")
+    assert "1 stopped before their end (pos=rope,norm=layer,seed=1: the sweep command resumes them) |" in (
+        write_report(tmp_path).read_text()
+    )
     assert (
         "keeps the statistics of 2 run(s) reported before whose records are not found now, left out of this "
         f"report: {unscored.name}, {lost.name}." in report

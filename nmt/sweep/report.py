@@ -89,7 +89,8 @@ def write_report(sweep_dir: str | Path, metric: str = "auto", baseline: dict | N
         doc.paragraph(
             f"**Note:** {store.STATISTICS} keeps the statistics of {len(kept)} run(s) reported before whose records "
             f"are not found now, left out of this report: {', '.join(names[:6])}{' ...' if len(names) > 6 else ''}. "
-            "Running the sweep command again records a finished run again from its folder."
+            "Running the sweep command again records a finished run again from its folder; a run whose folder is "
+            "gone is trained again."
         )
     findings(doc, ranking, fit, levels, metric, lower, conclusive=not small, facts=facts)
     ranking_section(doc, ranking, factors, base, metric, lower)

@@ -44,7 +44,8 @@ def what_ran(doc: Document, facts: dict, factors: list[str], levels: dict, metri
     runs = f"{finished} finished"
     if planned:
         unrecorded, unscored = facts.get("unrecorded") or [], facts.get("unscored") or []
-        missing = planned - finished - len(failed) - len(unrecorded) - len(unscored)
+        stopped = facts.get("stopped") or []
+        missing = planned - finished - len(failed) - len(unrecorded) - len(unscored) - len(stopped)
         runs = f"{planned} planned, {finished} finished"
         runs += f", {len(failed)} failed ({_names(failed)})" if failed else ""
         if unrecorded:
@@ -55,6 +56,8 @@ def what_ran(doc: Document, facts: dict, factors: list[str], levels: dict, metri
             runs += (
                 f", {len(unscored)} trained, final scores not made ({_names(unscored)}: the sweep command makes them)"
             )
+        if stopped:
+            runs += f", {len(stopped)} stopped before their end ({_names(stopped)}: the sweep command resumes them)"
         if missing > 0:
             runs += f", {missing} not run yet" + (f" ({_names(facts['missing'])})" if facts.get("missing") else "")
     elif failed:

@@ -112,7 +112,10 @@ def describe(sweep_dir: Path, records: list[dict]) -> dict:
     facts["unscored"] = [
         name for name in missing if name not in facts["unrecorded"] and trained_results(sweep_dir / name)
     ]
-    facts["missing"] = [name for name in missing if name not in facts["unrecorded"] + facts["unscored"]]
+    missing = [name for name in missing if name not in facts["unrecorded"] + facts["unscored"]]
+    # stopped mid-training (killed, cut off), its state saved: the sweep command resumes it
+    facts["stopped"] = [name for name in missing if (sweep_dir / name / "checkpoints" / "last.ckpt").is_file()]
+    facts["missing"] = [name for name in missing if name not in facts["stopped"]]
     by_cell: dict[str, set[str]] = {}
     for r in records:
         if r.get("scoring"):
