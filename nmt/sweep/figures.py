@@ -58,7 +58,8 @@ def training_curves(
     for color, (level, runs) in zip(plt.rcParams["axes.prop_cycle"].by_key()["color"], ordered, strict=False):
         by_epoch: dict[int, list[float]] = {}
         for run in runs:
-            ax.plot([e for e, _ in run], [v for _, v in run], color=color, alpha=0.25, linewidth=0.8)
+            # markers: a run validated once is a point, which a line alone does not draw
+            ax.plot([e for e, _ in run], [v for _, v in run], color=color, alpha=0.25, linewidth=0.8, marker=".")
             for epoch, value in run:
                 by_epoch.setdefault(epoch, []).append(value)
         epochs = sorted(e for e, values in by_epoch.items() if len(values) == len(runs))
@@ -67,6 +68,8 @@ def training_curves(
             [sum(by_epoch[e]) / len(by_epoch[e]) for e in epochs],
             color=color,
             linewidth=2,
+            marker="o",
+            markersize=3,
             label=f"{factor}={level}",
         )
     ax.set_xlabel("epoch")

@@ -117,8 +117,8 @@ def ranking_section(doc: Document, ranking: dict, factors, base: dict, metric: s
         doc.paragraph(
             f"Mean over seeds with its 95% t-interval. Baseline: {', '.join(f'{k}={v}' for k, v in base.items())}. "
             "*difference* and *p (seeds)*: each cell against the baseline by Welch's t-test over their runs, "
-            "so a seed is one replicate of a configuration; *p (Holm)* adjusts those p-values for the "
-            f"{len(adjusted)} comparisons."
+            "so a seed is one replicate of a configuration"
+            + (f"; *p (Holm)* adjusts those p-values for the {len(adjusted)} comparisons." if adjusted else ".")
         )
     if conditional:
         doc.paragraph(

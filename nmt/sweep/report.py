@@ -258,6 +258,8 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--metric", help="rank by this metric (default: the sweep's report_metric)")
     parser.add_argument("--sentence", type=int, help="the test sentence whose outputs the report shows")
     args = parser.parse_args(argv)
+    if not Path(args.sweep_dir).is_dir():
+        raise SystemExit(f"error: {args.sweep_dir}: no such folder; give a sweep's folder (sweeps/<sweep_name>)")
     saved = Path(args.sweep_dir) / "multirun.yaml"
     if saved.is_file():
         config = OmegaConf.load(saved)

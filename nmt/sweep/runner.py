@@ -58,7 +58,7 @@ from nmt.sweep.progress import (
 from nmt.sweep.records import RESULT, collect_records, read_record, run_record
 from nmt.sweep.report import write_report
 from nmt.sweep.summary import FAILED, PLAN, failed_runs
-from nmt.training.run_folder import RunFolderError, RunLock
+from nmt.training.run_folder import RunFolderError, RunLock, finished_results, trained_results
 from nmt.utils.io import atomic_write_json, atomic_write_text
 
 SUPERSEDED = "superseded"  # run folders made under other settings, moved aside by on_changed=move
@@ -150,7 +150,15 @@ def run_cell(cfg: DictConfig) -> dict | None:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(devices)
         command.append(f"trainer.devices={len(held.devices)}")
         print(f"[sweep] {run_dir.name}: GPU {','.join(held.devices)}", flush=True)
-    print(f"[sweep] running: {run_dir.name} (log: {run_dir / 'train_stdout.log'})", flush=True)
+    if finished_results(run_dir):  # trained and scored; only its record is made (train.py reports it)
+        state = "trained already, recorded now; "
+    elif trained_results(run_dir):
+        state = "trained already, its final scores made now; "
+    elif (run_dir / "checkpoints" / "last.ckpt").is_file():
+        state = "resumed from its last checkpoint; "
+    else:
+        state = ""
+    print(f"[sweep] running: {run_dir.name} ({state}log: {run_dir / 'train_stdout.log'})", flush=True)
     (run_dir / FAILED).unlink(missing_ok=True)
     started = time.monotonic()
     try:
