@@ -389,6 +389,7 @@ def test_the_eta_is_at_the_pace_of_every_process_of_this_sitting(tmp_path):
     # 4 runs ended in the 600 s of this sitting (3 done, 1 failed), 6 remain: 900 s
     assert progress.progress_line(tmp_path, 11, now=launched + 600) == "[sweep] 4/11 done, 1 failed, ETA 15 min"
     assert progress.progress_line(tmp_path, 5) == "[sweep] 4/5 done, 1 failed"  # nothing left
+    assert progress.progress_line(tmp_path, 11, now=launched + 10).endswith(", ETA < 1 min")  # not "ETA 0 min"
     for i in range(1, 4):  # only a failure ended in this sitting: no pace to tell
         os.utime(tmp_path / f"run{i}" / sweep.RESULT, (launched - 100, launched - 100))
     assert progress.progress_line(tmp_path, 11, now=launched + 600) == "[sweep] 4/11 done, 1 failed"

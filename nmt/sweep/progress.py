@@ -53,7 +53,7 @@ def progress_line(sweep_dir: Path, planned: int, now: float | None = None) -> st
     if finished_here:  # failures alone (a run refused at once) tell nothing of a run's time
         seconds = ((now or time.time()) - launched) / ended_here * remaining
         hours, minutes = divmod(round(seconds / 60), 60)
-        line += f", ETA {hours} h {minutes} min" if hours else f", ETA {minutes} min"
+        line += f", ETA {hours} h {minutes} min" if hours else f", ETA {minutes} min" if minutes else ", ETA < 1 min"
     return line
 
 
