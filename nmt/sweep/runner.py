@@ -58,7 +58,7 @@ from nmt.sweep.progress import (
 from nmt.sweep.records import RESULT, collect_records, read_record, run_record
 from nmt.sweep.report import write_report
 from nmt.sweep.summary import FAILED, PLAN, failed_runs
-from nmt.training.run_folder import RunFolderError, RunLock, finished_results, trained_results
+from nmt.training.run_folder import RunFolderError, RunLock, finished_results, resumable, trained_results
 from nmt.utils.io import atomic_write_json, atomic_write_text
 
 SUPERSEDED = "superseded"  # run folders made under other settings, moved aside by on_changed=move
@@ -154,7 +154,7 @@ def run_cell(cfg: DictConfig) -> dict | None:
         state = "trained already, recorded now; "
     elif trained_results(run_dir):
         state = "trained already, its final scores made now; "
-    elif (run_dir / "checkpoints" / "last.ckpt").is_file():
+    elif resumable(run_dir):
         state = "resumed from its last checkpoint; "
     else:
         state = ""

@@ -9,7 +9,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from nmt.training.config_groups import recipe_applied
-from nmt.training.run_folder import finished_results, trained_results
+from nmt.training.run_folder import finished_results, resumable, trained_results
 
 PLAN = "plan.json"  # written by nmt.sweep.runner before the runs: factors with their levels as written
 FAILED = "sweep_failed.json"  # in a run folder whose last attempt failed (nmt.sweep.runner)
@@ -114,7 +114,7 @@ def describe(sweep_dir: Path, records: list[dict]) -> dict:
     ]
     missing = [name for name in missing if name not in facts["unrecorded"] + facts["unscored"]]
     # stopped mid-training (killed, cut off), its state saved: the sweep command resumes it
-    facts["stopped"] = [name for name in missing if (sweep_dir / name / "checkpoints" / "last.ckpt").is_file()]
+    facts["stopped"] = [name for name in missing if resumable(sweep_dir / name)]
     facts["missing"] = [name for name in missing if name not in facts["stopped"]]
     by_cell: dict[str, set[str]] = {}
     for r in records:

@@ -6,7 +6,6 @@ import re
 from collections.abc import Callable
 
 import torch
-from hydra.utils import get_class
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from nmt.decoding.settings import search_problems, unread_problems
@@ -20,6 +19,7 @@ from nmt.training.config_groups import (
     hydra_choices,
     model_key_problems,
     optim_node_problems,
+    target_class,
     unused_groups,
 )
 from nmt.training.optim import DECAYS
@@ -151,8 +151,7 @@ def check_config(cfg: DictConfig, choices: dict | None = None) -> None:
     problems += data_key_problems(cfg)
     problems += optim_node_problems(cfg, choices if choices is not None else hydra_choices())
     problems += _deferred_guard_problems(cfg)
-    problems += _compile_layers_problems(cfg)
-    problems += _graph_updates_model_problems(cfg)
+    problems += _model_class_problems(cfg)
     if cfg.get("graph_updates"):
         problems += [
             f"  {problem}"
@@ -275,35 +274,20 @@ def _devices(devices) -> int:
     return 1
 
 
-def _compile_layers_problems(cfg: DictConfig) -> list[str]:
-    """compile=layers compiles the layers a model lists (``repeated_layers``): refused, before any data is
-    read, for a model class that lists none."""
-    target = OmegaConf.select(cfg, "model._target_", default=None)
-    if cfg.get("compile") != "layers" or not target:
+def _model_class_problems(cfg: DictConfig) -> list[str]:
+    """What the chosen model's class cannot do, before any data is read: compile=layers compiles the layers
+    it lists (``repeated_layers``), graph_updates=true records a training step it says can be recorded
+    (``replayable_updates``)."""
+    model_class = target_class(cfg, "model")
+    if model_class is None:
         return []
-    try:
-        model_class = get_class(str(target))
-    except Exception:  # noqa: BLE001  (a wrong target is reported where the model is built)
-        return []
-    return [] if hasattr(model_class, "repeated_layers") else [f"  {no_repeated_layers(model_class)}"]
-
-
-def _graph_updates_model_problems(cfg: DictConfig) -> list[str]:
-    """graph_updates=true records the training step of a model that says it can be (``replayable_updates``):
-    refused before any data is read for a model class that does not."""
-    target = OmegaConf.select(cfg, "model._target_", default=None)
-    if not cfg.get("graph_updates") or not target:
-        return []
-    try:
-        model_class = get_class(str(target))
-    except Exception:  # noqa: BLE001  (a wrong target is reported where the model is built)
-        return []
-    if getattr(model_class, "replayable_updates", False):
-        return []
-    return [
-        f"  graph_updates=true: {model_class.__name__} does not say its training step can be recorded "
-        "(replayable_updates: it reads nothing from the device and keeps no changing Python value)"
-    ]
+    problems = []
+    if cfg.get("compile") == "layers" and not hasattr(model_class, "repeated_layers"):
+        problems.append(f"  {no_repeated_layers(model_class)}")
+    unrecordable = graph_updates.not_recordable(model_class) if cfg.get("graph_updates") else None
+    if unrecordable:
+        problems.append(f"  {unrecordable}")
+    return problems
 
 
 def _model_build_problems(cfg: DictConfig) -> list[str]:

@@ -25,9 +25,8 @@ def model_key_problems(cfg: DictConfig, choices: dict | None = None) -> list[str
         value = cfg.model.get(key) if key in cfg.model else None
         if value is not None and not OmegaConf.is_config(value):
             return [f"  model.{key}={value!r}: set by the config group {group}: choose it as {group}={value}"]
-    try:
-        model_class = get_class(str(target))
-    except Exception:  # noqa: BLE001  (a wrong target is reported where the model is built)
+    model_class = target_class(cfg, "model")
+    if model_class is None:
         return []
     params = inspect.signature(model_class.__init__).parameters
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
@@ -142,6 +141,18 @@ def describe_recipe(cfg: DictConfig) -> str:
     )
 
 
+def target_class(cfg: DictConfig, group: str) -> type | None:
+    """The class a group's ``_target_`` names (None: none named, or one that does not import, which is
+    reported where the group is built)."""
+    target = OmegaConf.select(cfg, f"{group}._target_", default=None)
+    if not target:
+        return None
+    try:
+        return get_class(str(target))
+    except Exception:  # noqa: BLE001
+        return None
+
+
 def keywords(cls: type) -> set[str] | None:
     """The keyword arguments ``cls(...)`` takes, following ``**kwargs`` up the classes it is passed on to
     (None: a class that takes any keyword)."""
@@ -160,12 +171,8 @@ def data_key_problems(cfg: DictConfig) -> list[str]:
     """Keys under ``data`` that the chosen corpus's module does not take (``data=files +data.max_samples=1000``:
     a splitting option of the downloaded corpora): refused in one line naming the keys it does take, where
     building the module stopped on a TypeError."""
-    target = OmegaConf.select(cfg, "data._target_", default=None)
-    if not target:
-        return []
-    try:
-        data_class = get_class(str(target))
-    except Exception:  # noqa: BLE001  (a wrong target is reported where the module is built)
+    data_class = target_class(cfg, "data")
+    if data_class is None:
         return []
     taken = keywords(data_class)
     if taken is None:

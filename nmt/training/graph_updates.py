@@ -35,6 +35,16 @@ import torch
 Outputs = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]  # loss, tokens, gradient norm, bad
 
 
+def not_recordable(model_class: type) -> str | None:
+    """Why graph_updates=true cannot record ``model_class``'s training step (None: it can)."""
+    if getattr(model_class, "replayable_updates", False):
+        return None
+    return (
+        f"graph_updates=true: {model_class.__name__} does not say its training step can be recorded "
+        "(replayable_updates: it reads nothing from the device and keeps no changing Python value)"
+    )
+
+
 def unsupported(
     *, check_every, fused, accumulate, precision, compile, world_size: int = 1, accelerator: str = "gpu"
 ) -> list[str]:

@@ -230,11 +230,9 @@ class TaskModule(L.LightningModule):
             world_size=trainer.world_size,
             accelerator="gpu" if device.type == "cuda" else "cpu",
         )
-        if not getattr(self.model, "replayable_updates", False):
-            problems.append(
-                f"graph_updates=true: {type(self.model).__name__} does not say its training step can be recorded "
-                "(replayable_updates: it reads nothing from the device and keeps no changing Python value)"
-            )
+        unrecordable = graph_updates.not_recordable(type(self.model))
+        if unrecordable:
+            problems.append(unrecordable)
         if problems:
             raise ValueError("; ".join(problems))
         # the step returns no loss on purpose (the update is made in it): Lightning's warning says so once

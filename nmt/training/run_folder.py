@@ -290,6 +290,11 @@ def finished_results(run_dir: Path) -> dict | None:
     return results if isinstance(results, dict) and results.get("finished") else None
 
 
+def resumable(run_dir: Path) -> bool:
+    """Whether a run stopped in this folder before its end saved a state to resume from (last.ckpt)."""
+    return (Path(run_dir) / "checkpoints" / "last.ckpt").is_file()
+
+
 def trained_results(run_dir: Path) -> dict | None:
     """The record of a run whose training ended but whose final scores were stopped (``"stage":
     "trained"``), or None: a rerun then scores the final model without training or validating again."""
