@@ -71,6 +71,7 @@ def test_tuning_chooses_each_levels_best_mean_on_validation(tmp_path):
     assert settings == {"optim": {"adam": ["optim.optimizer.lr=0.0005"], "noam": ["warmup=400"]}}
     assert table[2] == "| adam | optim.optimizer.lr=0.0005 | 21.00 ± 12.71 | 2 |"  # t(0.975, 1) = 12.706
     assert "| noam | warmup=400 | 33.50 ± 6.35 | 2 |" in table
+    assert table[0] == "| optim | candidate | best_val_bleu (mean ± 95% CI) | seeds |"
 
     out = tmp_path / "tuned.yaml"
     write_level_settings(out, settings, "chosen by a test")
@@ -97,6 +98,8 @@ def test_tuning_refuses_the_test_set_a_swept_level_and_two_sweeps_of_one_level(t
     assert refused.returncode == 2 and "never on the test set" in refused.stderr
     chosen = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
     assert chosen.returncode == 0 and '"optim.optimizer.lr=0.001"' in chosen.stdout
+    # one seed a candidate: the table heads no interval it does not give
+    assert "| optim | candidate | best_val_bleu (one seed each: no interval) | seeds |" in chosen.stdout
 
 
 SWEEP = [

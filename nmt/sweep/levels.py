@@ -122,6 +122,7 @@ def tune(sweep_dirs: list[str | Path], level_key: str, metric: str = TUNING_METR
     lines of a table of every candidate with its mean and 95% interval over seeds)."""
     lower = lower_is_better(metric)
     chosen, lines = {}, [f"| {level_key} | candidate | {metric} (mean ± 95% CI) | seeds |", "|---|---|---|---|"]
+    replicated = False
     for sweep_dir in map(Path, sweep_dirs):
         level = _constant_level(sweep_dir, level_key)
         finished = collect_records(sweep_dir)
@@ -157,6 +158,7 @@ def tune(sweep_dirs: list[str | Path], level_key: str, metric: str = TUNING_METR
             mean, half = mean_ci(values)
             name = " ".join(f"{k}={v}" for k, v in setting) or "(one candidate)"
             interval = f" ± {half:.2f}" if len(values) > 1 else ""
+            replicated = replicated or len(values) > 1
             lines.append(f"| {level} | {name} | {mean:.2f}{interval} | {len(values)} |")
         chosen[level] = [f"{k}={v}" for k, v in scored[0][0]]
         counts = {len(values) for _, values in scored}
@@ -165,6 +167,8 @@ def tune(sweep_dirs: list[str | Path], level_key: str, metric: str = TUNING_METR
                 f"note: the candidates of {level_key}={level} ran {min(counts)} to {max(counts)} seeds (failed or "
                 f"unfinished runs); the chosen one ran {len(scored[0][1])}: rerun the tuning sweep to finish them"
             )
+    if not replicated:  # one seed a candidate: no interval to head a column with
+        lines[0] = f"| {level_key} | candidate | {metric} (one seed each: no interval) | seeds |"
     return {level_key: chosen}, lines
 
 

@@ -205,20 +205,28 @@ def print_plan(sweep_dir: Path, config: DictConfig) -> None:
         to_run += [folder for folder in done if folder.name in changed]
         done = [folder for folder in done if folder.name not in changed]
         print(f"  done: {len(done)}; to run: {len(to_run)} ({len(changed)} made under other settings, set aside first)")
-    else:
-        print(f"  done: {len(done)} ({len(changed)} of them under other settings); to run: {len(to_run)}")
+    else:  # a run stopped part-way under other settings is one to run, not one done
+        finished_changed = sum(folder.name in changed for folder in done)
+        partly = len(changed) - finished_changed
+        print(
+            f"  done: {len(done)} ({finished_changed} of them under other settings); to run: {len(to_run)}"
+            + (f" ({partly} of them partly trained under other settings)" if partly else "")
+        )
     walls = []
     for folder in done:
         try:
             walls.append(run_cost_s(read_record(folder / RESULT)))
         except ValueError:  # the sweep records that run again from its folder
             print(f"  {folder / RESULT} cannot be read: the sweep would record it again from the run's folder")
+    source = f"the mean of the {len(walls)} finished runs"
+    if not walls and to_run:  # e.g. new seeds of a sweep whose first seeds finished in this folder
+        walls, source = _other_finished_costs(sweep_dir, {folder.name for folder in done + to_run})
     if changed and not moving:
         print("  expected cost: none: the sweep would stop first (below)")
     elif walls and to_run:
         hours = sum(walls) / len(walls) * len(to_run) / 3600
         cost = f"{hours:.1f} h" if hours >= 0.1 else f"{hours * 60:.1f} min"
-        print(f"  expected cost: about {cost} of run time (the mean of the {len(walls)} finished runs)")
+        print(f"  expected cost: about {cost} of run time ({source})")
     else:
         print("  expected cost: " + ("nothing left to run" if not to_run else "unknown until a run has finished"))
     for name, found in changed.items():
@@ -231,6 +239,30 @@ def print_plan(sweep_dir: Path, config: DictConfig) -> None:
     if config.get("gpu_mps"):
         found = "found" if shutil.which(CONTROL) else "NOT on PATH here: the sweep would stop before any run"
         print(f"  the runs of a GPU side by side under CUDA's MPS, daemon in {mps_folder()} ({CONTROL}: {found})")
+
+
+def _other_finished_costs(sweep_dir: Path, planned: set[str]) -> tuple[list[float], str]:
+    """The costs of runs finished in the sweep's folder that this sweep does not plan (other seeds or cells
+    of an earlier sweep in it), and how the estimate says where they come from."""
+    walls = []
+    for path in sorted(sweep_dir.glob(f"*/{RESULT}")):
+        if path.parent.name in planned:
+            continue
+        try:
+            walls.append(run_cost_s(read_record(path)))
+        except ValueError:
+            continue  # said where that run is planned; here it only lacks from the estimate
+    return walls, f"the mean of {len(walls)} other finished run(s) in this folder: other seeds or cells"
+
+
+def wandb_group(sweep_name: str, sweep_dir, overrides) -> str:
+    """The sweep's W&B group: its ``sweep_name`` where that names it (its folder is sweeps/<sweep_name>, or
+    the command gave the name), else its folder's name: two sweeps in folders of their own given by
+    ``hydra.sweep.dir`` under the default name would otherwise share one group."""
+    named = any(str(o).lstrip("+~").partition("=")[0] == "sweep_name" for o in overrides)
+    if named or Path(str(sweep_dir)) == Path("sweeps") / str(sweep_name):
+        return str(sweep_name)
+    return Path(str(sweep_dir)).name
 
 
 def own_folder(config: DictConfig) -> str:

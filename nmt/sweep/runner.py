@@ -46,6 +46,7 @@ from nmt.sweep.plan import (
     run_config_problem,
     run_name,
     swept_keys,
+    wandb_group,
 )
 from nmt.sweep.progress import (
     LAUNCHED,
@@ -115,7 +116,7 @@ def run_cell(cfg: DictConfig) -> dict | None:
         *level_overrides(cfg.get("level_settings"), dict(pairs)),
         f"run_dir='{run_dir}'",
         f"hydra.run.dir='{run_dir}'",
-        f"group={cfg.sweep_name}",
+        f"group='{wandb_group(cfg.sweep_name, hydra_cfg.sweep.dir, hydra_cfg.overrides.task)}'",
         f"tags=[{tags}]",
     ]
     if logs_to_wandb(cfg):  # unless given: runs named by their factor values, one W&B folder per sweep
@@ -150,15 +151,7 @@ def run_cell(cfg: DictConfig) -> dict | None:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(devices)
         command.append(f"trainer.devices={len(held.devices)}")
         print(f"[sweep] {run_dir.name}: GPU {','.join(held.devices)}", flush=True)
-    if finished_results(run_dir):  # trained and scored; only its record is made (train.py reports it)
-        state = "trained already, recorded now; "
-    elif trained_results(run_dir):
-        state = "trained already, its final scores made now; "
-    elif resumable(run_dir):
-        state = "resumed from its last checkpoint; "
-    else:
-        state = ""
-    print(f"[sweep] running: {run_dir.name} ({state}log: {run_dir / 'train_stdout.log'})", flush=True)
+    print(f"[sweep] running: {run_dir.name} ({run_state(run_dir)}log: {run_dir / 'train_stdout.log'})", flush=True)
     (run_dir / FAILED).unlink(missing_ok=True)
     started = time.monotonic()
     try:
@@ -184,6 +177,17 @@ def run_cell(cfg: DictConfig) -> dict | None:
         (run_dir / FAILED).unlink(missing_ok=True)  # an earlier attempt's, whichever process made it
     print(progress_line(sweep_dir, planned_count(sweep_dir)), flush=True)
     return record
+
+
+def run_state(run_dir: Path) -> str:
+    """What starting the run's train.py will do with its folder, as its "running:" line says it."""
+    if finished_results(run_dir):  # trained and scored; only its record is made (train.py reports it)
+        return "trained already, recorded now; "
+    if trained_results(run_dir):
+        return "trained already, its final scores made now; "
+    if resumable(run_dir):
+        return "resumed from its last checkpoint; "
+    return ""
 
 
 def last_error(log: Path) -> str:
@@ -326,7 +330,7 @@ class SweepReport(Callback):
             log_report_to_wandb(
                 report,
                 project=config.logger.get("project", "nmt"),
-                group=config.sweep_name,
+                group=wandb_group(config.sweep_name, config.hydra.sweep.dir, config.hydra.overrides.task),
                 metric=config.get("report_metric", "auto"),
             )
         _stop_if_failed(failed)

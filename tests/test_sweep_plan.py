@@ -1,0 +1,77 @@
+"""What a sweep says before it trains, read from sweep folders made here (no training): its plan
+(``plan=true``: done, to run, the cost of the rest), a run's "running:" line, its W&B group."""
+
+import json
+from pathlib import Path
+
+from hydra import compose, initialize_config_dir
+from omegaconf import open_dict
+
+import nmt.sweep.plan as plan
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def sweep_config(sweep_dir: Path, *swept: str):
+    """The sweep's config as the multirun saves it: its command line's comma lists in hydra.overrides.task."""
+    given = ["grid=none", "data=toy"]
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("sweep", overrides=[*given, f"hydra.sweep.dir={sweep_dir}"], return_hydra_config=True)
+    with open_dict(cfg):
+        cfg.hydra.overrides.task = [*given, *swept]
+    return cfg
+
+
+def finished(run: Path, process_s: float) -> None:
+    run.mkdir(parents=True)
+    (run / "sweep_result.json").write_text(json.dumps({"process_s": process_s, "metrics": {}}))
+
+
+def test_a_run_stopped_part_way_under_other_settings_is_to_run_not_done(tmp_path, monkeypatch, capsys):
+    finished(tmp_path / "pos=absolute,seed=1", 600.0)
+    (tmp_path / "pos=relative,seed=1").mkdir()  # checkpoints only: stopped before its end
+    monkeypatch.setattr(plan, "changed_runs", lambda *_: {"pos=relative,seed=1": ["trainer.max_steps: 2 -> 3"]})
+    plan.print_plan(tmp_path, sweep_config(tmp_path, "pos=absolute,relative", "seed=1"))
+    out = capsys.readouterr().out
+    assert "done: 1 (0 of them under other settings); to run: 1 (1 of them partly trained under other settings)" in (
+        out
+    )
+    assert "under other settings: pos=relative,seed=1: trainer.max_steps: 2 -> 3" in out
+
+
+def test_the_cost_of_new_seeds_is_estimated_from_the_seeds_finished_in_the_folder(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(plan, "changed_runs", lambda *_: {})  # settings checks: tests/test_sweep.py
+    finished(tmp_path / "pos=absolute,seed=1", 600.0)
+    finished(tmp_path / "pos=relative,seed=1", 1200.0)
+    plan.print_plan(tmp_path, sweep_config(tmp_path, "pos=absolute,relative", "seed=2,3"))
+    out = capsys.readouterr().out
+    assert "done: 0 (0 of them under other settings); to run: 4" in out
+    # 4 runs at the mean 900 s of the two others: 1.0 h
+    assert "expected cost: about 1.0 h of run time (the mean of 2 other finished run(s) in this folder" in out
+    # the folder's own runs are preferred where some of the planned ones finished
+    finished(tmp_path / "pos=absolute,seed=2", 60.0)
+    plan.print_plan(tmp_path, sweep_config(tmp_path, "pos=absolute,relative", "seed=2,3"))
+    assert "about 3.0 min of run time (the mean of the 1 finished runs)" in capsys.readouterr().out
+
+
+def test_two_sweeps_in_folders_of_their_own_under_the_default_name_get_two_wandb_groups():
+    assert plan.wandb_group("factorial", "sweeps/factorial", []) == "factorial"  # the default folder
+    assert plan.wandb_group("factorial", "/scratch/a/adam_grid", ["hydra.sweep.dir=/scratch/a/adam_grid"]) == (
+        "adam_grid"
+    )
+    assert plan.wandb_group("factorial", "/scratch/b/noam_grid", []) == "noam_grid"
+    # a name the command gave names the group wherever the folder is
+    assert plan.wandb_group("g1", "/tmp/x", ["sweep_name=g1", "hydra.sweep.dir=/tmp/x"]) == "g1"
+
+
+def test_a_runs_line_says_what_its_folder_makes_train_py_do(tmp_path):
+    from nmt.sweep.runner import run_state
+
+    assert run_state(tmp_path) == ""  # a fresh folder: trained from the start
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "last.ckpt").write_bytes(b"")
+    assert run_state(tmp_path) == "resumed from its last checkpoint; "
+    (tmp_path / "results.json").write_text(json.dumps({"stage": "trained"}))
+    assert run_state(tmp_path) == "trained already, its final scores made now; "
+    (tmp_path / "results.json").write_text(json.dumps({"stage": "trained", "finished": True}))
+    assert run_state(tmp_path) == "trained already, recorded now; "
