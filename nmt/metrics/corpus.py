@@ -4,7 +4,6 @@ import importlib.util
 from collections.abc import Sequence
 
 import sacrebleu
-from sacremoses import MosesTokenizer
 
 ROUGE_KEYS = ("rouge1", "rouge2", "rougeL")
 
@@ -124,6 +123,8 @@ def tokenized_lowercase_scoring(lang: str):
     batch by batch, to the same sacreBLEU scorer (:class:`~nmt.metrics.streaming.SacreScore`)."""
     if lang == "zh" or lang in MECAB:  # Moses does not segment these: sacreBLEU's own tokenizer for them
         return {"tokenize": bleu_tokenizer(lang), "lowercase": True}, _unchanged
+    from sacremoses import MosesTokenizer  # here: its import compiles Moses's rules, a second of every start
+
     tokenizer = MosesTokenizer(lang=lang)
 
     def prepare(text: str) -> str:
