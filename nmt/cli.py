@@ -13,7 +13,14 @@ from omegaconf.errors import MissingMandatoryValue
 # user errors: builtins raised by our own checks (each naming the key or file and what to do), and classes
 # named by module, looked up only if their module was loaded (an error cannot come from a module that was
 # not imported), so that translate.py or serve.py never import Lightning just to catch its exceptions
-BUILTIN_USER_ERRORS = (ValueError, FileNotFoundError, NotADirectoryError, PermissionError, FloatingPointError)
+BUILTIN_USER_ERRORS = (
+    ValueError,
+    FileNotFoundError,
+    NotADirectoryError,
+    IsADirectoryError,
+    PermissionError,
+    FloatingPointError,
+)
 NAMED_USER_ERRORS = (
     ("nmt.training.config", "ConfigError"),
     ("nmt.inference.checkpoint", "CheckpointError"),
@@ -55,6 +62,13 @@ def run_cli(function: Callable, cfg) -> None:
     (set NMT_DEBUG=1 to see the traceback)."""
     try:
         function(cfg)
+    except BrokenPipeError:
+        if not _stdout_closed():  # another pipe (a worker's): a fault of its own
+            raise
+        # the reader of standard output went away (translate.py ... | head): quiet, as a command killed by
+        # SIGPIPE, and nothing more written (the interpreter's last flush would raise again)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise SystemExit(128 + 13) from None
     except Exception as err:
         if not isinstance(err, user_errors()):
             raise
@@ -62,6 +76,18 @@ def run_cli(function: Callable, cfg) -> None:
             raise
         print(f"error: {user_message(err)}", file=sys.stderr)
         raise SystemExit(2) from None
+
+
+def _stdout_closed() -> bool:
+    """Whether standard output is a pipe whose reader has closed it (poll reports an error on it)."""
+    import select
+
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poller.poll(0))
+    except (AttributeError, ValueError, OSError):  # no poll (Windows), or stdout without a descriptor
+        return False
 
 
 def _keys(node, prefix: str = "") -> list[str]:

@@ -372,3 +372,14 @@ def test_a_training_group_given_to_a_program_of_a_checkpoint_is_refused(name):
     for name in ("train", "sweep"):  # their groups, an optional one too
         for given in ("pos=rope", "recipe=none", "+grid=rnn", "+tuned=factorial_converged_toy", "data=toy"):
             assert foreign_group_message([given], name) is None
+
+
+@pytest.mark.parametrize("program", ["translate", "evaluate", "export", "serve"])
+def test_the_help_of_a_command_using_a_checkpoint_lists_its_keys_not_train_pys_groups(program):
+    """translate.py --help listed model=, pos= ... which translate.py then refused, pointing back to --help."""
+    shown = subprocess.run(
+        [sys.executable, str(ROOT / f"{program}.py"), "--help"], capture_output=True, text=True, cwd=ROOT, timeout=120
+    )
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    assert shown.stdout.startswith(f"python {program}.py ckpt_path=PATH") and "\nckpt_path: ???" in shown.stdout
+    assert "Configuration groups" not in shown.stdout and "pos: absolute" not in shown.stdout

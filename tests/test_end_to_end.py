@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from nmt.inference.checkpoint import CheckpointError, load_checkpoint, weights_checksum
-from nmt.inference.loading import load_model
+from nmt.inference.loading import load_model, resolve_checkpoint_path
 
 from .conftest import ROOT
 
@@ -135,18 +135,26 @@ def test_checkpoints_load_with_weights_only(toy_run):
 def test_foreign_files_get_a_clear_error(tmp_path):
     text = tmp_path / "notes.ckpt"
     text.write_text("not a checkpoint")
-    with pytest.raises(CheckpointError, match="not a readable PyTorch checkpoint"):
-        load_checkpoint(text)
-    empty = tmp_path / "empty.ckpt"  # torch's error for it has no message: the type alone is named
+    empty = tmp_path / "empty.ckpt"  # torch's errors: a bare KeyError, an EOFError without a message
     empty.write_bytes(b"")
-    with pytest.raises(CheckpointError, match=r"not a readable PyTorch checkpoint \(EOFError\); pass a \.ckpt"):
-        load_checkpoint(empty)
+    cut = tmp_path / "cut.ckpt"
+    torch.save({"state_dict": {}}, cut)
+    cut.write_bytes(cut.read_bytes()[:300])
+    for path in (text, empty, cut):
+        with pytest.raises(CheckpointError, match=r"is not a PyTorch checkpoint, or was cut short .*; pass a \.ckpt"):
+            load_checkpoint(path)
+    pickled = tmp_path / "pickled.ckpt"  # torch's advice, to load it with weights_only=False, is never given
+    torch.save({"state_dict": {}, "nmt": {"config": Path("x")}}, pickled)
+    with pytest.raises(CheckpointError, match=r"not a readable PyTorch checkpoint \(it holds objects other than"):
+        load_checkpoint(pickled)
     other = tmp_path / "other.ckpt"
     torch.save({"state_dict": {}}, other)
     with pytest.raises(CheckpointError, match="not a checkpoint of nmt"):
         load_checkpoint(other)
     with pytest.raises(CheckpointError, match="no such checkpoint"):
         load_checkpoint(tmp_path / "missing.ckpt")
+    with pytest.raises(CheckpointError, match=r"^ckpt_path is empty: give a checkpoint file or a run folder"):
+        resolve_checkpoint_path("")  # was read as ckpt_path=. (the current folder)
 
 
 def test_a_checkpoint_whose_weights_do_not_fit_its_model_is_named_in_one_line(toy_run, tmp_path):

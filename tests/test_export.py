@@ -141,6 +141,22 @@ def test_an_export_that_fails_leaves_the_previous_one_whole(default_checkpoint, 
     assert [p.name for p in tmp_path.iterdir()] == ["model"]
 
 
+def test_an_export_into_an_earlier_ones_folder_leaves_none_of_its_files_behind(default_checkpoint, tmp_path):
+    """An earlier export's separate vocabularies beside this one's shared one: CTranslate2 read the wrong
+    one and translated garbage. Files an export never writes are the user's and stay."""
+    loaded = load_model(default_checkpoint, device="cpu")
+    out = tmp_path / "model"
+    export_ctranslate2(loaded, out)
+    written = sorted(p.name for p in out.iterdir())
+    assert "shared_vocabulary.json" in written  # the toy model's joint vocabulary
+    for name in ("source_vocabulary.json", "target_vocabulary.json", "notes.txt"):
+        (out / name).write_text('["<unk>", "stale"]')
+    export_ctranslate2(loaded, out)
+    assert sorted(p.name for p in out.iterdir()) == sorted([*written, "notes.txt"])
+    export_ctranslate2(loaded, tmp_path / "fresh")
+    assert translate_pieces(out, LINES, beam_size=1) == translate_pieces(tmp_path / "fresh", LINES, beam_size=1)
+
+
 def test_an_export_killed_while_moving_in_leaves_no_manifest_of_the_previous_one(
     default_checkpoint, tmp_path, monkeypatch
 ):

@@ -320,7 +320,7 @@ def test_translate_py_warnings_go_to_standard_error_not_among_the_translations(c
     ("stdin", "args", "message"),
     [
         (b"one\n\xff\xfe two\n", [], "error: <stdin>, line 2: invalid UTF-8"),
-        (b"one\n" + b"seven " * 40 + b"\n", ["max_input_len=8", "on_long_input=error"], "error: line 2: "),
+        (b"one\n" + b"seven " * 40 + b"\n", ["max_input_len=8", "on_long_input=error"], "error: <stdin>, line 2: "),
         (b"one\n", ["n_best=9"], "error: n_best=9: must be between 1 and the beam size (3"),
         (b"one\n", ["max_new_tokens=5"], "error: max_new_tokens=5: the words a language model adds to a prompt"),
     ],
@@ -542,3 +542,102 @@ def test_an_evaluation_grid_or_limit_is_checked_before_anything_is_decoded(check
         cfg = compose("evaluate", overrides=[f"ckpt_path={checkpoints['seed1']}", "split=val", "device=cpu", *given])
     with pytest.raises(ValueError, match=message):
         evaluate(cfg)
+
+
+def translate_config(*overrides: str):
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        return compose("translate", overrides=list(overrides))
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["output=."], r"^output=\.: a folder, not a file; name the file to write"),
+        (["output=in.txt/out.txt"], r"^output=in.txt/out.txt: in.txt is a file, not a folder$"),
+        (["n_best=2.7"], r"^n_best=2.7: must be a whole number >= 1"),  # was cut to 2
+        (["n_best=two"], r"^n_best='two': must be a whole number >= 1"),
+        (["scores=maybe"], r"^scores='maybe': must be true or false$"),  # was taken as true
+        (["alignments=0"], r"^alignments=0: must be true or false$"),
+        (["threads=-2"], r"^threads=-2: must be an integer >= 0"),  # was torch's RuntimeError
+    ],
+)
+def test_translate_py_options_and_its_output_file_are_checked_before_the_model_is_read(
+    tmp_path, monkeypatch, args, message
+):
+    """A folder as output= lost every translation at the end, in a traceback; the other values were read
+    loosely or failed in torch."""
+    from nmt.inference.stream import run_translate
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "in.txt").write_text("one two\n")
+    cfg = translate_config("ckpt_path=nowhere.ckpt", "input=in.txt", *args)
+    with pytest.raises(ValueError, match=message):
+        run_translate(cfg)
+
+
+def test_evaluate_checks_its_output_file_and_threads_before_decoding(checkpoints, tmp_path):
+    from nmt.evaluation.evaluate import evaluate
+
+    (tmp_path / "in.txt").write_text("one two\n")
+    base = [f"ckpt_path={checkpoints['seed1']}", f"input={tmp_path / 'in.txt'}", "device=cpu"]
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        folder = compose("evaluate", overrides=[*base, f"output={tmp_path}"])
+        threads = compose("evaluate", overrides=[*base, "threads=-2"])
+    with pytest.raises(ValueError, match=rf"^output={tmp_path}: a folder, not a file"):
+        evaluate(folder)
+    with pytest.raises(ValueError, match=r"^threads=-2: must be an integer >= 0"):
+        evaluate(threads)
+
+
+def test_a_files_progress_moves_with_each_batch(checkpoints):
+    """The bar of a file moved once per 2,000 lines: a file of fewer stood at 0% until its end."""
+    translator = Translator.from_checkpoint(checkpoints["seed1"], beam_size=2, device="cpu", max_tokens=40)
+    batches = []
+    lines = ["one two three", "", "four five", "six", "seven eight nine one", "two two"]
+    translator.translate_nbest(lines, on_batch=batches.append)
+    assert len(batches) > 1 and sum(batches) == 5  # the empty line is not decoded
+
+
+def test_a_reader_that_closes_the_pipe_ends_the_command_quietly(tmp_path):
+    """translate.py ... | head -1: a BrokenPipeError traceback; now the exit of a command ended by SIGPIPE."""
+    script = (
+        "from nmt.cli import run_cli\n"
+        "def talk(cfg):\n"
+        "    for _ in range(200000):\n"
+        "        print('one two three', flush=True)\n"
+        "run_cli(talk, None)\n"
+    )
+    result = subprocess.run(
+        ["bash", "-c", f'"{sys.executable}" -c "$0" | head -1; echo "status ${{PIPESTATUS[0]}}" >&2', script],
+        capture_output=True, text=True, timeout=120, cwd=ROOT,
+    )  # fmt: skip
+    assert result.stdout == "one two three\n"
+    assert "Traceback" not in result.stderr and "status 141" in result.stderr, result.stderr[-2000:]
+
+
+def test_ctrl_c_while_translating_ends_without_a_traceback(monkeypatch, capsys):
+    from nmt.inference import stream
+
+    def interrupted(cfg):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(stream, "_run_translate", interrupted)
+    with pytest.raises(SystemExit) as ended:
+        stream.run_translate(None)
+    assert ended.value.code == 130 and capsys.readouterr().err == "interrupted\n"
+
+
+def test_a_line_too_long_in_a_file_is_named_with_its_file(checkpoints, tmp_path, monkeypatch):
+    from nmt.inference.stream import run_translate
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "in.txt").write_text("one\n" + "seven " * 40 + "\n")
+    cfg = translate_config(
+        f"ckpt_path={checkpoints['seed1']}", "input=in.txt", "max_input_len=8", "on_long_input=error", "device=cpu"
+    )
+    with pytest.raises(InputError, match=r"^in.txt, line 2: "):
+        run_translate(cfg)

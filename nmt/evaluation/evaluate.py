@@ -6,18 +6,16 @@ means (BLEU of decoded sentences, perplexity of a stream, ...) and which options
 import sys
 from pathlib import Path
 
-import torch
 from omegaconf import DictConfig, OmegaConf
 
 from nmt.evaluation.grid import check_grid, evaluate_grid, grid_axes
 from nmt.inference.loading import checkpoint_task, load_model, pick_device, resolve_checkpoint_path
-from nmt.inference.translator import check_limits
+from nmt.inference.translator import apply_threads, check_limits
 
 
 def evaluate(cfg: DictConfig) -> dict:
     """Score a split of a checkpoint's corpus, or use the model on new input, as its task does."""
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
+    apply_threads(cfg.threads)
     if OmegaConf.is_list(cfg.ckpt_path):
         raise ValueError(
             f"ckpt_path={list(cfg.ckpt_path)}: evaluate.py scores one checkpoint (or the mean of its run's last "

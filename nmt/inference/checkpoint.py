@@ -2,6 +2,7 @@
 
 import os
 import re
+import zipfile
 import zlib
 from pathlib import Path
 
@@ -22,10 +23,17 @@ def load_checkpoint(path: str | os.PathLike) -> dict:
     path = Path(path).expanduser()
     if not path.is_file():
         raise CheckpointError(f"{path}: no such checkpoint file (train.py writes them under <run_dir>/checkpoints/)")
+    if not zipfile.is_zipfile(path):  # torch.save's format: torch's own error would be a bare KeyError or advice
+        raise CheckpointError(  # to load it with weights_only=False, which runs code from the file
+            f"{path} is not a PyTorch checkpoint, or was cut short (not the whole zip archive torch.save writes); "
+            "pass a .ckpt written by train.py"
+        )
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # torch raises several types for foreign or damaged files, some without a message
         reason = type(err).__name__ + "".join(f": {line}" for line in str(err).splitlines()[:1])
+        if "weights_only" in str(err):  # never its advice to load with weights_only=False
+            reason = "it holds objects other than tensors and plain data, which are not loaded"
         raise CheckpointError(
             f"{path} is not a readable PyTorch checkpoint ({reason}); pass a .ckpt written by train.py"
         ) from None

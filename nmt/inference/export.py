@@ -200,6 +200,18 @@ def _vocabulary(tokenizer) -> list[str]:
     return [tokenizer.sp.id_to_piece(i) for i in range(tokenizer.sp.get_piece_size())]
 
 
+# every file an export writes or has written: CTranslate2's model, its config and vocabularies (JSON; text
+# in its older versions), our SentencePiece models and manifest
+EXPORT_FILES = {
+    "model.bin",
+    "config.json",
+    *(f"{side}vocabulary.{ext}" for side in ("shared_", "source_", "target_", "") for ext in ("json", "txt")),
+    "source.model",
+    "target.model",
+    "nmt_export.json",
+}
+
+
 def export_ctranslate2(loaded: LoadedModel, out_dir: str | Path, quantization: str | None = None) -> Path:
     """Write the CTranslate2 model of ``loaded`` (weights in ``quantization``: None keeps float32; int8,
     int8_float32, float16, bfloat16, ...) with our SentencePiece models beside it."""
@@ -222,6 +234,10 @@ def export_ctranslate2(loaded: LoadedModel, out_dir: str | Path, quantization: s
         (staging / "target.model").write_bytes(loaded.tgt_tokenizer.model_proto)
         out_dir.mkdir(parents=True, exist_ok=True)
         (out_dir / "nmt_export.json").unlink(missing_ok=True)
+        # an earlier export's files this one does not write (its separate vocabularies where this one has a
+        # shared one): CTranslate2 would read them beside ours; files of other names are the user's, kept
+        for stale in EXPORT_FILES - {path.name for path in staging.iterdir()}:
+            (out_dir / stale).unlink(missing_ok=True)
         for path in sorted(staging.iterdir()):
             os.replace(path, out_dir / path.name)
         tok = loaded.src_tokenizer, loaded.tgt_tokenizer

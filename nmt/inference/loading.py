@@ -70,6 +70,8 @@ def pick_device(name: str = "auto") -> torch.device:
 def resolve_checkpoint_path(path: str | os.PathLike) -> Path:
     """A checkpoint file as given, or the best checkpoint of a run folder (or of its checkpoints/ folder);
     a folder without one lists the checkpoints it holds."""
+    if path is None or not str(path).strip():  # Path("") is ".", the current folder
+        raise CheckpointError("ckpt_path is empty: give a checkpoint file or a run folder (its best.ckpt)")
     path = Path(path).expanduser()
     if not path.is_dir():
         return path

@@ -18,9 +18,9 @@ from omegaconf import DictConfig
 from nmt.data.sources import read_lines
 from nmt.decoding.translate import DecodingProgress
 from nmt.inference.translator import Hypothesis, InputError, Translator
-from nmt.utils.io import atomic_path
+from nmt.utils.io import atomic_path, check_output_file
 
-CHUNK = 2000  # lines of a file translated between two writes (the progress bar moves per batch inside)
+CHUNK = 2000  # lines of a file translated between two writes (the progress bar moves with each batch)
 
 
 def format_output(index: int, hypotheses: list[Hypothesis], cfg: DictConfig) -> str:
@@ -42,6 +42,16 @@ def format_output(index: int, hypotheses: list[Hypothesis], cfg: DictConfig) -> 
     return "".join(lines)
 
 
+def check_output_options(cfg: DictConfig) -> None:
+    """n_best a whole number, scores and alignments true or false: 2.7 was cut to 2 and ``scores=maybe``
+    taken as true without a word."""
+    if type(cfg.n_best) is not int:
+        raise ValueError(f"n_best={cfg.n_best!r}: must be a whole number >= 1 (outputs per input line)")
+    for key in ("scores", "alignments"):
+        if not isinstance(cfg[key], bool):
+            raise ValueError(f"{key}={cfg[key]!r}: must be true or false")
+
+
 def _stdin_lines() -> Iterator[str]:
     """Standard input decoded line by line as it arrives (a pipe or a terminal); invalid UTF-8 is an
     error naming the line."""
@@ -57,6 +67,18 @@ def _stdin_lines() -> Iterator[str]:
 
 
 def run_translate(cfg: DictConfig) -> dict:
+    try:
+        return _run_translate(cfg)
+    except InputError as err:  # "line N: ..." of which input: named as a bad UTF-8 line is
+        if not str(err).startswith("line"):
+            raise
+        raise InputError(f"{'<stdin>' if cfg.input == '-' else cfg.input}, {err}", err.too_long) from None
+    except KeyboardInterrupt:  # Ctrl-C at the prompt or in a long file: what was written stays, no traceback
+        print("interrupted", file=sys.stderr)
+        raise SystemExit(130) from None
+
+
+def _run_translate(cfg: DictConfig) -> dict:
     # the files first: a misspelt name is told at once, not after the model is loaded
     for key, what in (
         ("input", "the source sentences, one per line, or input=- for standard input"),
@@ -66,6 +88,9 @@ def run_translate(cfg: DictConfig) -> dict:
         if path and path != "-" and (not Path(path).exists() or Path(path).is_dir()):  # a pipe is readable
             found = "a folder, not a file" if Path(path).is_dir() else "no such file"
             raise ValueError(f"{key}={path}: {found} ({what})")
+    if cfg.output != "-":
+        check_output_file("output", cfg.output)
+    check_output_options(cfg)
     translator = Translator.from_config(cfg)
     if cfg.alignments and translator.continues:
         raise ValueError("alignments=true: a language model's continuation has no source to align with; leave it out")
@@ -87,10 +112,16 @@ def run_translate(cfg: DictConfig) -> dict:
             for start in range(0, len(lines), CHUNK):
                 chunk = lines[start : start + CHUNK]
                 found = _translate(
-                    translator, chunk, prefixes[start : start + CHUNK] if prefixes else None, cfg, scored, start + 1
+                    translator,
+                    chunk,
+                    prefixes[start : start + CHUNK] if prefixes else None,
+                    cfg,
+                    scored,
+                    start + 1,
+                    on_batch=progress.advance,
                 )
                 out.write("".join(format_output(start + i, hyps, cfg) for i, hyps in enumerate(found)))
-                progress.advance(len(chunk))
+                progress.advance(start + len(chunk) - progress.done)  # the empty lines, not decoded
     if cfg.output != "-":
         print(f"{len(lines)} translations written to {cfg.output}", file=sys.stderr)
     return {"translations": len(lines), "output": cfg.output}
@@ -120,10 +151,12 @@ def _stream(translator: Translator, cfg: DictConfig, prefixes, scored: bool) -> 
     return {"translations": count, "output": cfg.output}
 
 
-def _translate(translator: Translator, lines: list[str], prefixes, cfg, scored: bool, first_line: int):
+def _translate(translator: Translator, lines: list[str], prefixes, cfg, scored: bool, first_line: int, on_batch=None):
     """Translate, and name the input line when something fails (found by retrying line by line)."""
     try:
-        return translator.translate_nbest(lines, int(cfg.n_best), prefixes, scores=scored, first_line=first_line)
+        return translator.translate_nbest(
+            lines, int(cfg.n_best), prefixes, scores=scored, first_line=first_line, on_batch=on_batch
+        )
     except InputError:
         raise
     except (RuntimeError, ValueError, IndexError) as err:

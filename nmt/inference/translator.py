@@ -16,7 +16,7 @@ source to align to).
 
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 import torch
@@ -75,6 +75,15 @@ def check_limits(**limits) -> None:
             raise ValueError(
                 f"{name}={value!r}: must be an integer >= 1" + (" or null" if name == "max_input_len" else "")
             )
+
+
+def apply_threads(threads) -> None:
+    """``threads``: torch's CPU threads for this process; 0 or null keep torch's default."""
+    if threads is None or (type(threads) is int and threads == 0):
+        return
+    if type(threads) is not int or threads < 0:
+        raise ValueError(f"threads={threads!r}: must be an integer >= 0 (0 or null: torch's default)")
+    torch.set_num_threads(threads)
 
 
 class Translator:
@@ -171,8 +180,7 @@ class Translator:
         ``device``, ``threads``, ``average_last``, the input limits, ``decode``; ``fixed`` overrides them."""
         from omegaconf import OmegaConf
 
-        if cfg.get("threads"):
-            torch.set_num_threads(cfg.threads)
+        apply_threads(cfg.get("threads"))
         paths = list(cfg.ckpt_path) if OmegaConf.is_list(cfg.ckpt_path) else [cfg.ckpt_path]
         options = {
             "device": cfg.device,
@@ -201,13 +209,15 @@ class Translator:
         scores: bool = True,
         with_attention: bool = False,
         first_line: int = 1,
+        on_batch: Callable[[int], object] | None = None,
     ) -> list[list[Hypothesis]]:
         """Per line, its ``n_best`` outputs best first (beam search: n_best <= beam_size; greedy and
         sampling: 1). ``prefixes``: per line, text the output must begin with. ``scores``: also the
         per-token log-probabilities and alignments (one teacher-forced pass over the outputs);
         ``with_attention``: also each output's cross-attention. An empty line gives one empty output (a language
         model continues it from a sentence start).
-        ``first_line``: the number of ``lines[0]`` in its file, for error messages and seeded sampling. One
+        ``first_line``: the number of ``lines[0]`` in its file, for error messages and seeded sampling.
+        ``on_batch``: called with the number of lines each batch decoded, as it ends (a progress bar). One
         line given as a string: its list of outputs (``prefixes`` then a string too)."""
         if isinstance(lines, str):
             one = [prefixes] if isinstance(prefixes, str) else prefixes
@@ -224,7 +234,12 @@ class Translator:
         if self.continues:
             if prefixes is not None:
                 raise ValueError("a language model continues its prompt: give the prefix as part of the line")
-            return [self._continue(line, n_best, scores, first_line + i) for i, line in enumerate(lines)]
+            results = []
+            for i, line in enumerate(lines):
+                results.append(self._continue(line, n_best, scores, first_line + i))
+                if on_batch is not None:
+                    on_batch(1)
+            return results
         encoded = self._encode_sources(lines, first_line)
         forced = [self.tgt_tokenizer.encode(p) if p else [] for p in prefixes] if prefixes else None
         for number, (prefix, ids) in enumerate(zip(prefixes or [], encoded, strict=False), start=first_line):
@@ -257,6 +272,8 @@ class Translator:
                 results[i] = [Hypothesis(self.tgt_tokenizer.decode(ids), score, float("nan")) for score, ids in hyps]
             if scores or with_attention:
                 self._score(src, batch, encoded, found, results, with_attention)
+            if on_batch is not None:
+                on_batch(len(batch))
         return results
 
     # ---- internals ---------------------------------------------------------------------------------

@@ -38,7 +38,7 @@ from nmt.tasks.translation_eval import (
     write_attention_maps,
     write_outputs,
 )
-from nmt.utils.io import atomic_write_json, atomic_write_text
+from nmt.utils.io import atomic_write_json, atomic_write_text, check_output_file
 
 
 def decoder_only(model_cfg) -> bool:
@@ -100,6 +100,8 @@ class TranslationTask(Task):
                 f"output={cfg.output}: where the translations of input= go; a split's hypotheses and scores go to "
                 "out_dir (default: <run folder>/eval/<split>_<search>)"
             )
+        if cfg.get("output") not in (None, "-"):
+            check_output_file("output", cfg.output)
         if cfg.get("input") is not None:  # translations only: what scores a split would be ignored
             given = {
                 "split": cfg.get("split", "test") != "test",

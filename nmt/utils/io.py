@@ -27,6 +27,17 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
         tmp.unlink(missing_ok=True)
 
 
+def check_output_file(key: str, path: str | os.PathLike) -> None:
+    """A file the command will write, checked before the work that fills it: not a folder, and not below
+    a file (its folders are made as it is written). ValueError naming the key otherwise."""
+    path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"{key}={path}: a folder, not a file; name the file to write (e.g. {path / 'out.txt'})")
+    above = next((p for p in path.parents if p.exists()), None)
+    if above is not None and not above.is_dir():
+        raise ValueError(f"{key}={path}: {above} is a file, not a folder")
+
+
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     with atomic_path(path) as tmp:
         tmp.write_bytes(data)
