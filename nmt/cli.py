@@ -266,7 +266,9 @@ def hydra_dir_from_run_dir(argv: list[str]) -> list[str]:
     folder = Path(given[-1].strip("'\"")).expanduser()
     if any(p.exists() and not p.is_dir() for p in (folder, *folder.parents)):
         return argv  # a file in the way: train.py's own check names it
-    extra = [f"hydra.run.dir={given[-1]}"]
+    # run_dir expands ~ itself; Hydra would make a folder named "~" in the working directory
+    home = given[-1].strip("'\"").startswith("~") and "'" not in str(folder)
+    extra = [f"hydra.run.dir='{folder}'" if home else f"hydra.run.dir={given[-1]}"]
     if (folder / "fingerprint.json").is_file():
         extra.append(
             "hydra.output_subdir=null"

@@ -323,9 +323,12 @@ def test_an_existing_path_with_hydras_grammar_in_its_name_is_quoted(tmp_path):
     assert quoted_paths([f"ckpt_path=[{plain},{run}]"]) == [f"ckpt_path=['{plain}','{run}']"]
 
 
-def test_train_pys_run_dir_is_hydras_output_folder_too(tmp_path):
+def test_train_pys_run_dir_is_hydras_output_folder_too(tmp_path, monkeypatch):
     new = tmp_path / "new"
     assert hydra_dir_from_run_dir([f"run_dir={new}"]) == [f"run_dir={new}", f"hydra.run.dir={new}"]
+    # ~ expanded as run_dir expands it: Hydra made a folder named "~" in the working directory
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert hydra_dir_from_run_dir(["run_dir=~/rr"]) == ["run_dir=~/rr", f"hydra.run.dir='{tmp_path / 'rr'}'"]
     for argv in (["data=toy"], ["run_dir=null"], ["run_dir=/x", "hydra.run.dir=/z"], ["-m", "run_dir=/x"]):
         assert hydra_dir_from_run_dir(argv) == argv
     (tmp_path / "file").write_text("")

@@ -144,6 +144,11 @@ def test_course_baseline_has_the_reported_shape():
             "model.tie_embeddings='all' is not one of ['none', 'decoder'] for the RNN",
         ),
         ("model=rnn model.cell=lstmx", "model.cell='lstmx' is not one of ['gru', 'lstm']"),
+        # separate vocabularies of the size asked for passed the model's size check: one row, two pieces
+        (
+            "data.tokenizer.joint=false model.tie_embeddings=all",
+            "model.tie_embeddings='all' shares one table between source and target pieces, which needs one",
+        ),
         ("model.init=foo", "model.init='foo' is not one of ['xavier', 'fairseq']"),
         ("model.teacher_forcing=2 model=rnn", "model.teacher_forcing=2 must be in [0, 1]"),
         ("data=files data.train=x.tsv +data.max_samples=9", "data.max_samples is not an option of FilesDataModule; it"),

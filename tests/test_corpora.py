@@ -20,6 +20,7 @@ from nmt.data.toy import toy_pairs
 from nmt.data.zh_en import ZhEnDataModule
 from nmt.evaluation.evaluate import evaluate
 from nmt.training.config import check_config
+from nmt.training.run_folder import RunFolderError
 from nmt.training.train import train
 
 from .conftest import NO_FINAL_SCORES, ROOT, compose_train
@@ -136,6 +137,10 @@ def test_a_seeded_split_without_a_test_set(tmp_path):
         )
     command = evaluate(grid)["test_command"]
     assert "'split=files\\:PREFIX'" in command and "split=test" not in command
+    # the finished run is not reported again once its text was edited: it was, with the old results
+    write(tmp_path / "pairs.tsv", [f"{e}\t{d} ." for e, d in zip(EN, DE, strict=True)])
+    with pytest.raises(RunFolderError, match=r"holds a run finished on other text \(its .*train.* changed since\)"):
+        train(compose_train("data=files", *settings, f"run_dir={run_dir}", *NO_FINAL_SCORES))
 
 
 def test_tatoeba_reads_a_manythings_file(tmp_path):
@@ -607,3 +612,87 @@ def test_an_archive_extracted_by_another_process_meanwhile_is_used_not_removed(t
         "europarl-v7.de-en.en",
     ]
     assert not list((cache / "europarl" / "extracted").glob(".*"))  # no partial folder left
+
+
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        ({"train": 123}, r"^data.train=123: a split is \[src_file, tgt_file\], a .tsv file, or a file prefix$"),
+        ({"val": ["only.src"]}, r"^data.val=\['only.src'\]: a split is"),
+        ({"columns": ["a", "b"]}, r"^data.columns=\['a', 'b'\]: the TSV fields of the source and the target"),
+        ({"columns": 1}, r"^data.columns=1: the TSV fields"),
+        ({"columns": [0, 0]}, r"^data.columns=\[0, 0\]: .* two different whole numbers"),  # a copying task
+        ({"columns": [0, 1, 2]}, r"^data.columns=\[0, 1, 2\]: the TSV fields"),
+    ],
+)
+def test_what_data_files_is_given_is_refused_in_one_line_when_the_module_is_built(tmp_path, given, message):
+    """Tracebacks (a TypeError on len() of an int, on a column named by a letter) once the data was read."""
+    with pytest.raises(ValueError, match=message):
+        FilesDataModule(**{"train": "t.tsv", "cache_dir": str(tmp_path), **given})
+
+
+def test_a_split_file_may_start_at_home(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    write(tmp_path / "corp.tsv", [f"{e}\t{d}" for e, d in zip(EN[:20], DE[:20], strict=True)])
+    dm = FilesDataModule(train="~/corp.tsv", val="~/corp.tsv", test="~/corp.tsv", cache_dir=str(tmp_path / "c"))
+    assert dm.text("val") == (EN[:20], DE[:20])
+
+
+@pytest.mark.parametrize("split", ["val", "test"])
+def test_an_empty_evaluation_file_given_is_refused_before_training(tmp_path, split):
+    """An empty val file trained without validation or best.ckpt, an empty test file trained to its end:
+    both ended in an error only afterwards."""
+    write(tmp_path / "pool.tsv", [f"{e}\t{d}" for e, d in zip(EN[:60], DE[:60], strict=True)])
+    write(tmp_path / "empty.tsv", [])
+    dm = small_files(tmp_path, train=str(tmp_path / "pool.tsv"), **{split: str(tmp_path / "empty.tsv")})
+    with pytest.raises(ValueError, match=rf"^data: the {split} set of .* has no pair: give one that holds sentences"):
+        dm.prepare_data()
+
+
+def test_a_data_root_holding_part_of_a_corpus_is_refused_not_replaced_by_another_copy(tmp_path):
+    from nmt.data.sources import DataNotFoundError, locate
+
+    root, cache = tmp_path / "root", tmp_path / "cache"
+    (cache / "corpus").mkdir(parents=True)
+    for name in ("a.txt", "b.txt"):
+        (cache / "corpus" / name).write_text("x\n")
+    root.mkdir()
+    assert locate("corpus", ["a.txt", "b.txt"], root, cache) == cache / "corpus"  # a root without any: the next place
+    (root / "a.txt").write_text("y\n")
+    with pytest.raises(DataNotFoundError, match=r"data.root=.*root holds a.txt but not b.txt: put every file"):
+        locate("corpus", ["a.txt", "b.txt"], root, cache)
+
+
+def test_files_evaluated_by_path_read_the_runs_columns_and_get_folders_of_their_own(tmp_path):
+    """split=files:x.tsv read columns 0 and 1 of a run trained with data.columns=[1,0]: source and target
+    swapped, and scored. Two paths that flatten alike shared one evaluation folder."""
+    from types import SimpleNamespace
+
+    from omegaconf import OmegaConf
+
+    from nmt.decoding.settings import SearchConfig
+    from nmt.tasks.translation_eval import load_eval_set, split_tag
+
+    write(tmp_path / "rev.tsv", [f"{d}\t{e}" for e, d in zip(EN[:5], DE[:5], strict=True)])
+    languages = SimpleNamespace(src_lang="en", tgt_lang="de")
+    data_cfg = OmegaConf.create({"columns": [1, 0]})
+    sources, references, _ = load_eval_set(f"files:{tmp_path / 'rev.tsv'}", languages, data_cfg, {}, None)
+    assert (sources, references) == (EN[:5], DE[:5])
+    search = SearchConfig()
+    assert split_tag("files:c/a_b", search) != split_tag("files:c/a/b", search)
+    assert split_tag("test", search) == "test_beam5"  # the corpus's own sets keep their names
+
+
+def test_a_language_models_empty_text_or_vocabulary_of_specials_alone_is_refused(tmp_path):
+    """An empty training text trained 0 updates and reported a perplexity; an empty validation text scored
+    0 tokens as perplexity 1.00; max_vocab=0 made every word <unk>."""
+    from nmt.data.ptb import PTBDataModule
+
+    for name, lines in (("train", []), ("valid", ["a b c"]), ("test", ["a b"])):
+        write(tmp_path / f"ptb.{name}.txt", lines)
+    with pytest.raises(ValueError, match=r"^data.max_vocab=0: the vocabulary's size with its 4 special tokens"):
+        PTBDataModule(root=str(tmp_path), max_vocab=0, cache_dir=str(tmp_path / "c"))
+    with pytest.raises(ValueError, match=r"^data.eval_batch_size=-1: must be a whole number >= 1 or null"):
+        PTBDataModule(root=str(tmp_path), eval_batch_size=-1, cache_dir=str(tmp_path / "c"))
+    with pytest.raises(ValueError, match=r"^data: the train text of .* has no word"):
+        PTBDataModule(root=str(tmp_path), cache_dir=str(tmp_path / "c"), download=False).prepare_data()

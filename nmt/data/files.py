@@ -4,9 +4,43 @@ import errno
 from collections import Counter
 from pathlib import Path
 
+from omegaconf import ListConfig
+
 from nmt.data.datamodule import ParallelDataModule
 from nmt.data.sources import read_lines, read_parallel
 from nmt.data.splits import check_split_sizes, pool_drops, seeded_split
+
+SPEC_FORMS = "[src_file, tgt_file], a .tsv file, or a file prefix"
+
+
+def checked_spec(split: str, spec):
+    """A split's files as given (``~`` expanded), or ValueError naming ``data.<split>``: a number or a list of
+    other than two paths read as nothing sensible."""
+    if spec is None:
+        return None
+    if isinstance(spec, str | Path) and str(spec).strip():
+        return str(Path(spec).expanduser())
+    if isinstance(spec, list | tuple | ListConfig) and len(spec) == 2 and all(isinstance(p, str) and p for p in spec):
+        return [str(Path(p).expanduser()) for p in spec]
+    shown = list(spec) if isinstance(spec, list | tuple | ListConfig) else spec
+    raise ValueError(f"data.{split}={shown!r}: a split is {SPEC_FORMS}")
+
+
+def checked_columns(columns) -> tuple[int, int]:
+    """data.columns: the TSV fields of source and target, two different whole numbers >= 0."""
+    values = list(columns) if isinstance(columns, list | tuple | ListConfig) else None
+    if (
+        values is None
+        or len(values) != 2
+        or not all(type(v) is int and v >= 0 for v in values)
+        or values[0] == values[1]
+    ):
+        shown = values if values is not None else columns
+        raise ValueError(
+            f"data.columns={shown!r}: the TSV fields of the source and the target, two different whole numbers "
+            "from 0, e.g. [1,0]"
+        )
+    return values[0], values[1]
 
 
 def spec_paths(spec, src_lang: str, tgt_lang: str) -> list[Path]:
@@ -22,7 +56,7 @@ def spec_paths(spec, src_lang: str, tgt_lang: str) -> list[Path]:
             paths.append(plain if plain.exists() or not gz.exists() else gz)
         return paths
     if len(spec) != 2:
-        raise ValueError(f"{list(spec)}: a split is [src_file, tgt_file], a .tsv file, or a file prefix")
+        raise ValueError(f"{list(spec)}: a split is {SPEC_FORMS}")
     return [Path(p) for p in spec]
 
 
@@ -77,8 +111,10 @@ class FilesDataModule(ParallelDataModule):
         if train is None:
             raise ValueError("data=files needs data.train: [src_file, tgt_file], a .tsv file, or a file prefix")
         super().__init__(src_lang=src_lang, tgt_lang=tgt_lang, **kwargs)
-        self.specs = {"train": train, "val": val, "test": test}
-        self.columns = tuple(columns)
+        self.specs = {
+            split: checked_spec(split, spec) for split, spec in (("train", train), ("val", val), ("test", test))
+        }
+        self.columns = checked_columns(columns)
         check_split_sizes(valid_size if val is None else None, test_size if test is None else None)
         self.valid_size, self.test_size, self.split_seed = valid_size, test_size, split_seed
 

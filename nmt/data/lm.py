@@ -20,7 +20,7 @@ from torch.utils.data import DataLoader, Dataset
 from nmt.data.batching import FixedBatchSampler
 from nmt.data.loaders import STAGE_SPLITS, sharded_loader
 from nmt.data.tokenizer import EOS_ID, PAD_ID, UNK_ID, content_hash
-from nmt.data.vocab import UNK_WORD, WordVocabulary
+from nmt.data.vocab import SPECIALS, UNK_WORD, WordVocabulary
 from nmt.utils.io import atomic_path
 
 
@@ -90,6 +90,17 @@ class LanguageModelDataModule(L.LightningDataModule):
         super().__init__()
         if block_size < 1:
             raise ValueError(f"data.block_size={block_size} must be at least 1")
+        for key, value in (("batch_size", batch_size), ("eval_batch_size", eval_batch_size)):
+            if value is not None and (type(value) is not int or value < 1):  # told now, not at validation
+                raise ValueError(
+                    f"data.{key}={value!r}: must be a whole number >= 1" + (" or null" if "eval" in key else "")
+                )
+        if max_vocab is not None and (type(max_vocab) is not int or max_vocab <= len(SPECIALS)):
+            # 0 or fewer left the special tokens alone: every word <unk>, a perplexity that looks fine
+            raise ValueError(
+                f"data.max_vocab={max_vocab!r}: the vocabulary's size with its {len(SPECIALS)} special tokens, a whole "
+                f"number > {len(SPECIALS)}, or null for every training word"
+            )
         self.block_size, self.batch_size = block_size, batch_size
         self.eval_batch_size = eval_batch_size or batch_size
         self.eval_stride = block_size if eval_stride is None else eval_stride
@@ -174,6 +185,9 @@ class LanguageModelDataModule(L.LightningDataModule):
     # ---- LightningDataModule -------------------------------------------------------------------
     def prepare_data(self) -> None:
         for split in ("train", "val", "test"):
+            # an empty text trained nothing, or scored 0 tokens as perplexity 1.00: said before training
+            if not any(line.split() for line in self.text(split)):
+                raise ValueError(f"data: the {split} text of {self.describe()} has no word; give a text that has")
             self.stream(split)
 
     def setup(self, stage: str | None = None) -> None:

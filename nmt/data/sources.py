@@ -34,6 +34,21 @@ def _holds(folder: Path, filenames: Sequence[str], suffixes: Sequence[str]) -> b
     return any(all((folder / (f + suffix)).is_file() for f in filenames) for suffix in suffixes)
 
 
+def _check_root_whole(label: str, folder: Path, filenames: Sequence[str], suffixes: Sequence[str]) -> None:
+    """data.root holding some of the corpus's files but not all: an error naming those missing, never a
+    silent fall-back to another copy (the cache's may be another version of the corpus)."""
+    if label != "data.root":
+        return
+    present = [f for f in filenames if any((folder / (f + suffix)).is_file() for suffix in suffixes)]
+    if present:
+        missing = [f for f in filenames if f not in present]
+        raise DataNotFoundError(
+            f"data.root={folder} holds {', '.join(present[:3])}{' ...' if len(present) > 3 else ''} but not "
+            f"{', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}: put every file of the corpus there "
+            "(data.root is used whole or not at all), or leave data.root out"
+        )
+
+
 def _missing(label: str, folder: Path, filenames: Sequence[str]) -> str:
     missing = [f for f in filenames if not (folder / f).is_file()]
     return f"  {label}: {folder} (missing {', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''})"
@@ -66,6 +81,7 @@ def locate(
     for label, folder in places:
         if _holds(folder, filenames, suffixes):
             return folder
+        _check_root_whole(label, folder, filenames, suffixes)
         tried.append(_missing(label, folder, filenames))
     cache = places[-1][1]
     if download and url_for:
@@ -110,6 +126,7 @@ def locate_or_extract(
             return folder
         if (folder / archive).is_file():
             return _extracted(folder / archive, filenames, extract, cache)
+        _check_root_whole(label, folder, filenames, suffixes)
         tried.append(f"  {label}: {folder} (neither {' and '.join(filenames)} nor {archive})")
     kept = _extractions(cache, filenames)
     if len(kept) == 1:  # the archive it came from is gone (deleted after a first run, say): its files are still these

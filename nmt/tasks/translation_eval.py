@@ -1,6 +1,7 @@
 """What translation evaluation reads and writes: evaluation sets beyond the corpus' own splits, the
 output files, attention heatmaps, and the tables printed."""
 
+import zlib
 from collections.abc import Sequence
 from dataclasses import fields
 from pathlib import Path
@@ -9,7 +10,7 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from nmt.data.files import read_split_files
+from nmt.data.files import checked_columns, read_split_files
 from nmt.data.sources import locate, read_parallel
 from nmt.data.tokenizer import BOS_ID, EOS_ID
 from nmt.decoding.settings import SEARCH_TAGS, SearchConfig
@@ -35,7 +36,10 @@ def split_tag(
     other: the checkpoint (unless best.ckpt), the set, the search, every search option that differs from
     ``reference`` (the run's own decoding settings), and how many checkpoints were averaged."""
     tag = "" if checkpoint == "best" else f"{checkpoint}_"
-    tag += f"{split.replace(':', '_').replace('/', '_')}_{search.strategy}"
+    name = split.replace(":", "_").replace("/", "_")
+    if "/" in split:  # a path: files:c/a_b and files:c/a/b read the same once flattened, and must not share
+        name += f"_{zlib.crc32(split.encode()):08x}"
+    tag += f"{name}_{search.strategy}"
     tag += str(search.beam_size) if search.ranks else ""
     reference = reference or search
     for key in (f.name for f in fields(SearchConfig) if f.name not in ("strategy", "beam_size")):
@@ -52,7 +56,8 @@ def load_eval_set(split: str, datamodule, data_cfg, config: dict, task) -> tuple
     - another test set of the corpus (e.g. ``test_2017_flickr`` for Multi30k);
     - ``iwslt16:<set>`` (e.g. ``iwslt16:tst2014``): IWSLT16 TED de-en, from data.root or
       $NMT_DATA/iwslt16_de_en_devtest (files IWSLT16.TED.<set>.de-en.<lang>.gz);
-    - ``files:<prefix>`` or ``files:<file.tsv>``: any line-aligned pair of files.
+    - ``files:<prefix>`` or ``files:<file.tsv>``: any line-aligned pair of files (a TSV's columns: the run's
+      ``data.columns`` where it trained on TSV files, else 0 and 1).
     """
     src_lang, tgt_lang = datamodule.src_lang, datamodule.tgt_lang
     if split in ("train", "val", "test"):
@@ -76,8 +81,10 @@ def load_eval_set(split: str, datamodule, data_cfg, config: dict, task) -> tuple
         folder = locate(IWSLT16_FOLDER, files, data_cfg.get("root"), config["cache_dir"], download=False)
         return *read_parallel(folder / files[0], folder / files[1]), f"IWSLT16 {corpus} {name} {src_lang}-{tgt_lang}"
     if split.startswith("files:"):
-        spec = split.split(":", 1)[1]
-        return *read_split_files(spec, src_lang, tgt_lang), f"{spec} {src_lang}-{tgt_lang}"
+        spec = str(Path(split.split(":", 1)[1]).expanduser())
+        # a TSV's columns as the run read its own (data=files' data.columns), unless +data.columns=[i,j] says
+        columns = checked_columns(data_cfg.get("columns") or (0, 1))
+        return *read_split_files(spec, src_lang, tgt_lang, columns), f"{spec} {src_lang}-{tgt_lang}"
     if "test_set" in data_cfg:
         data_cfg.test_set = split
         try:

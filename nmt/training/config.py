@@ -144,6 +144,14 @@ def check_config(cfg: DictConfig, choices: dict | None = None) -> None:
             values = OmegaConf.to_container(block, resolve=True)
             found = search_problems(values, key)
             problems += [f"  {problem}" for problem in found or unread_problems(values, key)]
+    joint = OmegaConf.select(cfg, "data.tokenizer.joint", default=None)
+    if OmegaConf.select(cfg, "model.tie_embeddings", default=None) == "all" and joint is False:
+        # separate vocabularies of one size (the size asked for) passed the model's check: one row would then
+        # stand for unrelated source and target pieces
+        problems.append(
+            "  model.tie_embeddings='all' shares one table between source and target pieces, which needs one "
+            "vocabulary: data.tokenizer.joint=true, or model.tie_embeddings=decoder"
+        )
     if OmegaConf.select(cfg, "smoothing", default=None) is not None and "fused" in cfg.smoothing:
         if cfg.smoothing.fused is None:
             problems.append("  smoothing.fused=None: must be true or false")

@@ -1,6 +1,7 @@
 """train(cfg): everything ``train.py`` does, as a plain function of the composed config."""
 
 import contextlib
+import json
 import logging
 import time
 from pathlib import Path
@@ -185,11 +186,33 @@ def _claim_folder(cfg: DictConfig, run_dir: Path, identity: dict) -> dict | None
     return None
 
 
+def _check_finished_on_this_text(cfg: DictConfig, task, run_dir: Path) -> None:
+    """A finished run is reported again only where the text it was trained and scored on is the text this
+    command reads: an edited file got the old results back. Where the data is gone, its results stand."""
+    try:
+        saved = json.loads((run_dir / FINGERPRINT).read_text()).get("data") or {}
+    except (OSError, ValueError):
+        return
+    if not saved.get("text"):  # recorded before text hashes were
+        return
+    try:
+        now = task.build_datamodule(cfg.data, cfg.cache_dir, cfg.seed).text_hashes()
+    except OSError:  # the corpus is no longer where it was read: nothing to compare with
+        return
+    changed = sorted(split for split in set(saved["text"]) | set(now) if saved["text"].get(split) != now.get(split))
+    if changed:
+        raise RunFolderError(
+            f"{run_dir} holds a run finished on other text (its {', '.join(changed)} split(s) changed since); "
+            "choose another run_dir to train on this data"
+        )
+
+
 def _train_in_folder(cfg: DictConfig, task, run_dir: Path, config: dict, main_process: bool) -> dict:
     identity = fingerprint(config)
     if main_process:
         finished = _claim_folder(cfg, run_dir, identity)
         if finished is not None:
+            _check_finished_on_this_text(cfg, task, run_dir)
             return finished
         # the folder is locked: a temporary file in it is a write that a kill cut short, never one under way
         for stale in (run_dir / "checkpoints").glob(".*.tmp"):
@@ -217,6 +240,13 @@ def _train_in_folder(cfg: DictConfig, task, run_dir: Path, config: dict, main_pr
             if forced not in identity.get("forced", []):  # a rerun from the same file is the same record
                 identity["forced"] = [*identity.get("forced", []), forced]
     data_report = datamodule.report() if main_process else None
+    asked = OmegaConf.select(cfg, "data.tokenizer.vocab_size", default=None)
+    sizes = sorted({src_tokenizer.vocab_size, tgt_tokenizer.vocab_size})
+    if main_process and isinstance(asked, int) and sizes[0] < asked:  # SentencePiece stops where the text does
+        print(
+            f"note: data.tokenizer.vocab_size={asked}: the training text supports fewer pieces; the vocabularies "
+            f"have {' and '.join(map(str, sizes))}"
+        )
     text_hashes = datamodule.text_hashes()
     if main_process:  # the data too must be the data the folder's run was trained on
         identity["data"] = data_identity(datamodule.describe(), data_report, text_hashes, src_tokenizer, tgt_tokenizer)
