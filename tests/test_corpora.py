@@ -617,7 +617,8 @@ def test_an_archive_extracted_by_another_process_meanwhile_is_used_not_removed(t
 @pytest.mark.parametrize(
     ("given", "message"),
     [
-        ({"train": 123}, r"^data.train=123: a split is \[src_file, tgt_file\], a .tsv file, or a file prefix$"),
+        ({"train": True}, r"^data.train=True: a split is \[src_file, tgt_file\], a .tsv file, or a file prefix$"),
+        ({"train": ["a", "b", "c"]}, r"^data.train=\['a', 'b', 'c'\]: a split is"),
         ({"val": ["only.src"]}, r"^data.val=\['only.src'\]: a split is"),
         ({"columns": ["a", "b"]}, r"^data.columns=\['a', 'b'\]: the TSV fields of the source and the target"),
         ({"columns": 1}, r"^data.columns=1: the TSV fields"),
@@ -631,6 +632,11 @@ def test_what_data_files_is_given_is_refused_in_one_line_when_the_module_is_buil
         FilesDataModule(**{"train": "t.tsv", "cache_dir": str(tmp_path), **given})
 
 
+def test_a_prefix_hydra_reads_as_a_number_or_paths_from_python_are_taken():
+    assert FilesDataModule(train=2016).specs["train"] == "2016"  # 2016.en and 2016.de
+    assert FilesDataModule(train=[Path("a.en"), Path("a.de")]).specs["train"] == ["a.en", "a.de"]
+
+
 def test_a_split_file_may_start_at_home(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path))
     write(tmp_path / "corp.tsv", [f"{e}\t{d}" for e, d in zip(EN[:20], DE[:20], strict=True)])
@@ -641,12 +647,17 @@ def test_a_split_file_may_start_at_home(tmp_path, monkeypatch):
 @pytest.mark.parametrize("split", ["val", "test"])
 def test_an_empty_evaluation_file_given_is_refused_before_training(tmp_path, split):
     """An empty val file trained without validation or best.ckpt, an empty test file trained to its end:
-    both ended in an error only afterwards."""
-    write(tmp_path / "pool.tsv", [f"{e}\t{d}" for e, d in zip(EN[:60], DE[:60], strict=True)])
+    both ended in an error only afterwards. Where the run neither validates nor tests, it may be empty."""
+    write(tmp_path / "pool.tsv", [f"{e}\t{d}" for e, d in zip(EN, DE, strict=True)])
     write(tmp_path / "empty.tsv", [])
-    dm = small_files(tmp_path, train=str(tmp_path / "pool.tsv"), **{split: str(tmp_path / "empty.tsv")})
+    settings = [f"data.train={tmp_path / 'pool.tsv'}", "data.valid_size=30", "data.test_size=30"]
+    settings += ["data.tokenizer.vocab_size=80", "data.tokenizer.byte_fallback=false", "data.max_tokens=800"]
+    settings += [f"data.{split}={tmp_path / 'empty.tsv'}", f"run_dir={tmp_path / 'run'}"]
     with pytest.raises(ValueError, match=rf"^data: the {split} set of .* has no pair: give one that holds sentences"):
-        dm.prepare_data()
+        train(compose_train("data=files", *settings, "test_after_training=true"))
+    assert not (tmp_path / "run" / "checkpoints").exists()
+    if split == "test":  # scored by nothing: taken
+        assert train(compose_train("data=files", *settings, *NO_FINAL_SCORES))["finished"]
 
 
 def test_a_data_root_holding_part_of_a_corpus_is_refused_not_replaced_by_another_copy(tmp_path):
@@ -661,6 +672,9 @@ def test_a_data_root_holding_part_of_a_corpus_is_refused_not_replaced_by_another
     (root / "a.txt").write_text("y\n")
     with pytest.raises(DataNotFoundError, match=r"data.root=.*root holds a.txt but not b.txt: put every file"):
         locate("corpus", ["a.txt", "b.txt"], root, cache)
+    (root / "b.txt.gz").write_text("y\n")  # every file, but not under one suffix: said, not "but not" nothing
+    with pytest.raises(DataNotFoundError, match=r"holds a.txt, b.txt under different suffixes"):
+        locate("corpus", ["a.txt", "b.txt"], root, cache, suffixes=("", ".gz"))
 
 
 def test_files_evaluated_by_path_read_the_runs_columns_and_get_folders_of_their_own(tmp_path):

@@ -641,3 +641,19 @@ def test_a_line_too_long_in_a_file_is_named_with_its_file(checkpoints, tmp_path,
     )
     with pytest.raises(InputError, match=r"^in.txt, line 2: "):
         run_translate(cfg)
+
+
+def test_evaluate_reads_a_tsv_in_the_columns_given_whatever_corpus_the_checkpoint_trained_on(checkpoints, tmp_path):
+    """data.columns reached the toy corpus's module, which takes none: a traceback."""
+    from hydra import compose, initialize_config_dir
+
+    from nmt.data.toy import toy_pairs
+    from nmt.evaluation.evaluate import evaluate
+
+    en, de = toy_pairs(4, seed=3)
+    (tmp_path / "rev.tsv").write_text("".join(f"{d}\t{e}\n" for e, d in zip(en, de, strict=True)))
+    overrides = [f"ckpt_path={checkpoints['seed1']}", f"split=files:{tmp_path / 'rev.tsv'}", "device=cpu"]
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("evaluate", overrides=[*overrides, "data.columns=[1,0]", f"out_dir={tmp_path / 'out'}"])
+    assert evaluate(cfg)["sentences"] == 4
+    assert (tmp_path / "out" / "sources.txt").read_text().splitlines() == en

@@ -1,6 +1,7 @@
 """Any parallel corpus from files: a pair of line-aligned files or one TSV file per split."""
 
 import errno
+import os
 from collections import Counter
 from pathlib import Path
 
@@ -18,10 +19,13 @@ def checked_spec(split: str, spec):
     other than two paths read as nothing sensible."""
     if spec is None:
         return None
-    if isinstance(spec, str | Path) and str(spec).strip():
+    if isinstance(spec, int | float) and not isinstance(spec, bool):  # a prefix Hydra read as a number: 2016
+        spec = str(spec)
+    if isinstance(spec, str | os.PathLike) and str(spec).strip():
         return str(Path(spec).expanduser())
-    if isinstance(spec, list | tuple | ListConfig) and len(spec) == 2 and all(isinstance(p, str) and p for p in spec):
-        return [str(Path(p).expanduser()) for p in spec]
+    paths = list(spec) if isinstance(spec, list | tuple | ListConfig) else []
+    if len(paths) == 2 and all(isinstance(p, str | os.PathLike) and str(p).strip() for p in paths):
+        return [str(Path(p).expanduser()) for p in paths]
     shown = list(spec) if isinstance(spec, list | tuple | ListConfig) else spec
     raise ValueError(f"data.{split}={shown!r}: a split is {SPEC_FORMS}")
 

@@ -42,6 +42,11 @@ def _check_root_whole(label: str, folder: Path, filenames: Sequence[str], suffix
     present = [f for f in filenames if any((folder / (f + suffix)).is_file() for suffix in suffixes)]
     if present:
         missing = [f for f in filenames if f not in present]
+        if not missing:  # each file there, but not all under one suffix (a .gz beside plain files)
+            raise DataNotFoundError(
+                f"data.root={folder} holds {', '.join(filenames[:3])} under different suffixes ({', '.join(suffixes)}"
+                "): give them all one"
+            )
         raise DataNotFoundError(
             f"data.root={folder} holds {', '.join(present[:3])}{' ...' if len(present) > 3 else ''} but not "
             f"{', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}: put every file of the corpus there "

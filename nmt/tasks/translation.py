@@ -269,10 +269,12 @@ class TranslationTask(Task):
         """(data module, data config, (sources, references, description)) of an evaluation set, checked."""
         data_cfg = OmegaConf.create(loaded.config["data"])
         for key, value in (data_overrides or {}).items():
-            if value is not None:
+            # data.columns reads a files: TSV; it reaches the corpus module only where that module reads TSVs
+            if value is not None and (key != "columns" or "columns" in data_cfg):
                 data_cfg[key] = value
         datamodule = self.build_datamodule(data_cfg, loaded.config["cache_dir"], loaded.config["seed"])
-        found = load_eval_set(split, datamodule, data_cfg, loaded.config, self)
+        columns = (data_overrides or {}).get("columns")
+        found = load_eval_set(split, datamodule, data_cfg, loaded.config, self, columns)
         if split in ("train", "val", "test"):
             check_split_text(loaded, datamodule, split, "or score other text with split=files:<prefix>")
         return datamodule, data_cfg, found

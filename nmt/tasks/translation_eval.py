@@ -49,15 +49,17 @@ def split_tag(
     return tag + (f"_avg{averaged}" if averaged > 1 else "")
 
 
-def load_eval_set(split: str, datamodule, data_cfg, config: dict, task) -> tuple[list[str], list[str], str]:
+def load_eval_set(
+    split: str, datamodule, data_cfg, config: dict, task, columns=None
+) -> tuple[list[str], list[str], str]:
     """(sources, references, description) of an evaluation set:
 
     - ``train`` / ``val`` / ``test``: the corpus' own splits;
     - another test set of the corpus (e.g. ``test_2017_flickr`` for Multi30k);
     - ``iwslt16:<set>`` (e.g. ``iwslt16:tst2014``): IWSLT16 TED de-en, from data.root or
       $NMT_DATA/iwslt16_de_en_devtest (files IWSLT16.TED.<set>.de-en.<lang>.gz);
-    - ``files:<prefix>`` or ``files:<file.tsv>``: any line-aligned pair of files (a TSV's columns: the run's
-      ``data.columns`` where it trained on TSV files, else 0 and 1).
+    - ``files:<prefix>`` or ``files:<file.tsv>``: any line-aligned pair of files (a TSV's columns:
+      ``columns`` if given, else a ``data=files`` run's ``data.columns``, else 0 and 1).
     """
     src_lang, tgt_lang = datamodule.src_lang, datamodule.tgt_lang
     if split in ("train", "val", "test"):
@@ -82,8 +84,8 @@ def load_eval_set(split: str, datamodule, data_cfg, config: dict, task) -> tuple
         return *read_parallel(folder / files[0], folder / files[1]), f"IWSLT16 {corpus} {name} {src_lang}-{tgt_lang}"
     if split.startswith("files:"):
         spec = str(Path(split.split(":", 1)[1]).expanduser())
-        # a TSV's columns as the run read its own (data=files' data.columns), unless +data.columns=[i,j] says
-        columns = checked_columns(data_cfg.get("columns") or (0, 1))
+        # a TSV's columns as the run read its own (data=files' data.columns), unless data.columns=[i,j] says
+        columns = checked_columns(columns or data_cfg.get("columns") or (0, 1))
         return *read_split_files(spec, src_lang, tgt_lang, columns), f"{spec} {src_lang}-{tgt_lang}"
     if "test_set" in data_cfg:
         data_cfg.test_set = split

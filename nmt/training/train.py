@@ -177,13 +177,22 @@ def _claim_folder(cfg: DictConfig, run_dir: Path, identity: dict) -> dict | None
     saved_data = (saved or {}).get("data")
     finished = finished_results(run_dir)
     if finished is not None and not warning:
-        print(
-            f"{run_dir} holds this run, finished ({run_dir / RESULTS}); nothing to train. "
-            "Choose another run_dir to train again."
-        )
-        return finished
+        return finished  # said by the caller, once the text is compared
     record_identity(run_dir, {**identity, "data": saved_data} if saved_data else identity)
     return None
+
+
+def _check_evaluation_sets(cfg: DictConfig, datamodule, report: dict) -> None:
+    """An empty validation set where the run validates (the best checkpoint, early stopping), or an empty
+    test set where it scores one: said now, not after training (a seeded test_size=0 is held to
+    test_after_training=false by the config check)."""
+    validates = OmegaConf.select(cfg, "trainer.limit_val_batches", default=None) not in (0, 0.0)
+    for split, needed in (("val", validates), ("test", bool(cfg.get("test_after_training")))):
+        if needed and (report.get(split) or {}).get("pairs") == 0:
+            raise ValueError(
+                f"data: the {split} set of {datamodule.describe()} has no pair: give one that holds sentences "
+                f"(data=files: data.{split})"
+            )
 
 
 def _check_finished_on_this_text(cfg: DictConfig, task, run_dir: Path) -> None:
@@ -195,15 +204,19 @@ def _check_finished_on_this_text(cfg: DictConfig, task, run_dir: Path) -> None:
         return
     if not saved.get("text"):  # recorded before text hashes were
         return
+    data = OmegaConf.create(OmegaConf.to_container(cfg.data, resolve=True))
+    if "download" in data:  # never a download for a run that is done
+        data.download = False
     try:
-        now = task.build_datamodule(cfg.data, cfg.cache_dir, cfg.seed).text_hashes()
-    except OSError:  # the corpus is no longer where it was read: nothing to compare with
+        now = task.build_datamodule(data, cfg.cache_dir, cfg.seed).text_hashes()
+    except Exception as err:  # noqa: BLE001 - gone, damaged or refused by a later check: the results stand
+        print(f"note: {run_dir}: its data's text could not be read to compare ({type(err).__name__}); reported as is")
         return
     changed = sorted(split for split in set(saved["text"]) | set(now) if saved["text"].get(split) != now.get(split))
     if changed:
         raise RunFolderError(
             f"{run_dir} holds a run finished on other text (its {', '.join(changed)} split(s) changed since); "
-            "choose another run_dir to train on this data"
+            "choose another run_dir (or move this folder aside) to train on this data"
         )
 
 
@@ -213,6 +226,10 @@ def _train_in_folder(cfg: DictConfig, task, run_dir: Path, config: dict, main_pr
         finished = _claim_folder(cfg, run_dir, identity)
         if finished is not None:
             _check_finished_on_this_text(cfg, task, run_dir)
+            print(
+                f"{run_dir} holds this run, finished ({run_dir / RESULTS}); nothing to train. "
+                "Choose another run_dir to train again."
+            )
             return finished
         # the folder is locked: a temporary file in it is a write that a kill cut short, never one under way
         for stale in (run_dir / "checkpoints").glob(".*.tmp"):
@@ -240,6 +257,8 @@ def _train_in_folder(cfg: DictConfig, task, run_dir: Path, config: dict, main_pr
             if forced not in identity.get("forced", []):  # a rerun from the same file is the same record
                 identity["forced"] = [*identity.get("forced", []), forced]
     data_report = datamodule.report() if main_process else None
+    if main_process:
+        _check_evaluation_sets(cfg, datamodule, data_report)
     asked = OmegaConf.select(cfg, "data.tokenizer.vocab_size", default=None)
     sizes = sorted({src_tokenizer.vocab_size, tgt_tokenizer.vocab_size})
     if main_process and isinstance(asked, int) and sizes[0] < asked:  # SentencePiece stops where the text does
