@@ -105,6 +105,13 @@ def test_a_group_the_model_does_not_use_is_refused(model, group, option):
     assert len(problems) == 1 and f"{group}={option}: model={model} does not use group '{group}'" in problems[0]
 
 
+def test_a_key_inside_a_group_the_model_does_not_use_is_refused():
+    """model=rnn norm.eps=1e-3 trained as if nothing were said: the default norm's keys always exist."""
+    cfg = compose_train("model=rnn", "norm.eps=0.001")
+    problems = unused_groups(cfg, {"model": "rnn", "norm": "layer"}, ["model=rnn", "norm.eps=0.001"])
+    assert len(problems) == 1 and "norm.eps: model=rnn does not use group 'norm'" in problems[0]
+
+
 @pytest.mark.parametrize(
     ("optim", "given", "refused"),
     [

@@ -440,7 +440,15 @@ def test_a_validation_lead_beyond_the_seeds_scatter_is_called_firm_and_a_tie_cho
     flat = [{**r, "metrics": {**r["metrics"], "val_as_test_bleu": 10.0}} for r in RECORDS]
     (tmp_path / "tie").mkdir()
     synthetic_sweep(tmp_path / "tie", flat)
-    assert "tie for the best mean: validation chooses neither." in flat_report(tmp_path / "tie")
+    # every cell tied (runs too short to learn): said of all of them, not of the first two
+    assert "On validation all 4 cells tie (10.00): validation chooses none." in flat_report(tmp_path / "tie")
+    two = [
+        r if r["factors"]["norm"] == "layer" else {**r, "metrics": {**r["metrics"], "val_as_test_bleu": 5.0}}
+        for r in flat
+    ]
+    (tmp_path / "two").mkdir()
+    synthetic_sweep(tmp_path / "two", two)
+    assert "tie for the best mean: validation chooses neither." in flat_report(tmp_path / "two")
 
 
 def test_perplexity_is_chosen_lowest_first_on_validation_too(tmp_path):

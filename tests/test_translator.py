@@ -657,3 +657,30 @@ def test_evaluate_reads_a_tsv_in_the_columns_given_whatever_corpus_the_checkpoin
         cfg = compose("evaluate", overrides=[*overrides, "data.columns=[1,0]", f"out_dir={tmp_path / 'out'}"])
     assert evaluate(cfg)["sentences"] == 4
     assert (tmp_path / "out" / "sources.txt").read_text().splitlines() == en
+
+
+def test_a_single_attention_map_is_not_labelled_as_a_head(tmp_path, monkeypatch):
+    """The mean over layers and an RNN's one map were drawn as 'head 0'."""
+    import matplotlib.pyplot as plt
+
+    from nmt.utils import plots
+
+    titles = []
+    drawn = plots.attention_figure
+
+    def recorded(*args, **kwargs):
+        figure = drawn(*args, **kwargs)
+        titles.append([ax.get_title() for ax in figure.axes if ax.get_title()])
+        return figure
+
+    monkeypatch.setattr(plots, "attention_figure", recorded)
+    two_layers = {"layer0": torch.rand(2, 3, 4), "layer1": torch.rand(2, 3, 4)}
+    plots.save_attention_maps(two_layers, list("abcd"), list("xyz"), tmp_path, "s0")
+    plots.save_attention_maps({"rnn": torch.rand(1, 3, 4)}, list("abcd"), list("xyz"), tmp_path, "s1")
+    assert titles == [
+        ["head 0", "head 1", "mean of heads"],
+        ["head 0", "head 1", "mean of heads"],
+        ["mean of heads and layers"],
+        ["attention"],
+    ]
+    plt.close("all")

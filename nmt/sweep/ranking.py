@@ -94,6 +94,11 @@ def validation_choice(validation: dict, rows: list[dict], factors) -> str:
     def name(row: dict) -> str:
         return ", ".join(f"{f}={row[f]}" for f in factors)
 
+    tied = [row for row in validation["rows"] if row["mean"] == best["mean"]]
+    if len(tied) == len(validation["rows"]) > 2:  # not "two of them tie": every cell does
+        return f" On validation all {len(tied)} cells tie ({fmt(best['mean'])}): validation chooses none."
+    if len(tied) > 2:
+        return f" On validation {'; '.join(map(name, tied))} tie for the best mean: validation chooses none."
     if best["mean"] == second["mean"]:
         return f" On validation {name(best)} and {name(second)} tie for the best mean: validation chooses neither."
     firm = all(row["n"] >= MIN_SEEDS for row in (best, second)) and analysis.separated([best, second])

@@ -65,15 +65,21 @@ def unused_groups(cfg: DictConfig, choices: dict | None = None, overrides: list[
             return []
         runtime = HydraConfig.get()
         choices, overrides = dict(runtime.runtime.choices), list(runtime.overrides.task)
-    given = {o.lstrip("+~").split("=", 1)[0] for o in overrides}
+    # a group's option (norm=rms) or a key inside it (norm.eps=1e-3): a key of a group the model does not use
+    # is read by nothing, and the default option's keys always exist, so Hydra accepts it
+    given: dict[str, str] = {}
+    for override in overrides:
+        key = override.lstrip("+~").split("=", 1)[0]
+        given.setdefault(key.split(".", 1)[0], key)
     problems = _unread_shared_keys(cfg, choices, overrides)
     model_cfg = OmegaConf.to_container(cfg.model, resolve=False) if cfg.get("model") is not None else {}
     used = {g for g in MODEL_PART_GROUPS if "${" + g + "}" in str(model_cfg)}
     for group in MODEL_PART_GROUPS:
         if group in given and group not in used:
             applies = ", ".join(sorted(used)) or "none of them"
+            named = given[group] if "." in given[group] else f"{group}={choices.get(group)}"
             problems.append(
-                f"  {group}={choices.get(group)}: model={choices.get('model')} does not use group '{group}' "
+                f"  {named}: model={choices.get('model')} does not use group '{group}' "
                 f"(of {', '.join(MODEL_PART_GROUPS)} it uses {applies}); remove it"
             )
     return problems

@@ -12,9 +12,12 @@ import torch  # noqa: E402
 from nmt.utils.io import atomic_save_figure  # noqa: E402
 
 
-def attention_figure(weights: torch.Tensor, src_tokens: list[str], tgt_tokens: list[str], title: str):
-    """weights: (heads, tgt_len, src_len) -> one panel per head, plus their mean when there are several."""
-    panels = [(f"head {h}", weights[h]) for h in range(weights.size(0))]
+def attention_figure(
+    weights: torch.Tensor, src_tokens: list[str], tgt_tokens: list[str], title: str, one: str = "attention"
+):
+    """weights: (heads, tgt_len, src_len) -> one panel per head, plus their mean when there are several; a
+    single map (an RNN's, one head's, a mean already taken) is one panel named ``one``."""
+    panels = [(f"head {h}", weights[h]) for h in range(weights.size(0))] if weights.size(0) > 1 else [(one, weights[0])]
     if len(panels) > 1:
         panels.append(("mean of heads", weights.mean(dim=0)))
     columns = min(len(panels), 3)
@@ -44,7 +47,8 @@ def save_attention_maps(maps: dict[str, torch.Tensor], src_tokens, tgt_tokens, f
         entries["mean_of_layers"] = torch.stack([m.mean(dim=0) for m in maps.values()]).mean(dim=0, keepdim=True)
     paths = []
     for name, weights in entries.items():
-        figure = attention_figure(weights, src_tokens, tgt_tokens, f"{prefix}: {name}")
+        one = "mean of heads and layers" if name == "mean_of_layers" else "attention"
+        figure = attention_figure(weights, src_tokens, tgt_tokens, f"{prefix}: {name}", one)
         path = folder / f"{prefix}_{name}.png"
         atomic_save_figure(figure, path, dpi=100)
         plt.close(figure)
