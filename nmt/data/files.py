@@ -15,8 +15,8 @@ SPEC_FORMS = "[src_file, tgt_file], a .tsv file, or a file prefix"
 
 
 def checked_spec(split: str, spec):
-    """A split's files as given (``~`` expanded), or ValueError naming ``data.<split>``: a number or a list of
-    other than two paths read as nothing sensible."""
+    """A split's files as given (``~`` expanded; a prefix Hydra read as a number as its text), or ValueError
+    naming ``data.<split>`` for anything else (true, a list of other than two paths)."""
     if spec is None:
         return None
     if isinstance(spec, int | float) and not isinstance(spec, bool):  # a prefix Hydra read as a number: 2016
@@ -113,7 +113,7 @@ class FilesDataModule(ParallelDataModule):
         **kwargs,
     ) -> None:
         if train is None:
-            raise ValueError("data=files needs data.train: [src_file, tgt_file], a .tsv file, or a file prefix")
+            raise ValueError(f"data=files needs data.train: {SPEC_FORMS}")
         super().__init__(src_lang=src_lang, tgt_lang=tgt_lang, **kwargs)
         self.specs = {
             split: checked_spec(split, spec) for split, spec in (("train", train), ("val", val), ("test", test))
