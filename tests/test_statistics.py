@@ -451,6 +451,25 @@ def test_a_validation_lead_beyond_the_seeds_scatter_is_called_firm_and_a_tie_cho
     assert "tie for the best mean: validation chooses neither." in flat_report(tmp_path / "two")
 
 
+def test_cells_with_equal_means_share_a_rank(tmp_path):
+    """Competition ranks (1, 1, 3): a tie on the test mean is not printed as an order, in the table nor in
+    where validation's choice ranks."""
+    rows = [{"mean": m} for m in (35.0, 33.0, 33.0, 33.0, 30.0, 30.0)]
+    assert analysis.ranks(rows) == [1, 2, 2, 2, 5, 5]
+    assert analysis.ranks([]) == []
+    tied = {**BLEU, ("absolute", "layer"): [33.0, 34.0, 35.0]}  # the same mean as relative/layer
+    records = [record(p, n, s + 1, v) for (p, n), values in tied.items() for s, v in enumerate(values)]
+    offsets = dict.fromkeys(tied, 0.0) | {("absolute", "layer"): 9.0}  # validation prefers absolute/layer
+    synthetic_sweep(tmp_path, with_validation(records, offsets))
+    report = write_report(tmp_path).read_text()
+    for start in ("| 1 | rms | relative |", "| 2 | layer | absolute |", "| 2 | layer | relative |"):
+        assert _row(report, start)  # the two cells of mean 34 both rank 2 ...
+    assert _row(report, "| 4 | rms | absolute |")[4] == "30.00"  # ... and the last cell 4, after them
+    text = " ".join(report.split())
+    assert "Cells with equal means share a rank: a tie is not an order." in text
+    assert "On the test set it ranks 2 of 4, 1.00 behind the first, a rank it shares." in text
+
+
 def test_perplexity_is_chosen_lowest_first_on_validation_too(tmp_path):
     ppl = {("absolute", "layer"): [90.0, 91.0, 92.0], ("absolute", "rms"): [80.0, 81.0, 82.0],
            ("relative", "layer"): [70.0, 71.0, 72.0], ("relative", "rms"): [60.0, 61.0, 62.0]}  # fmt: skip

@@ -133,6 +133,15 @@ def ranking(records: Sequence[dict], metric: str) -> list[dict]:
     return sorted(rows, key=lambda row: sign * row["mean"])
 
 
+def ranks(rows: Sequence[dict]) -> list[int]:
+    """Competition ranks of a ranking's rows (1, 1, 3): cells with equal means share the better rank, so a
+    tie is not read as an order."""
+    out: list[int] = []
+    for i, row in enumerate(rows):
+        out.append(out[-1] if i and row["mean"] == rows[i - 1]["mean"] else i + 1)
+    return out
+
+
 def compare_with_baseline(records: Sequence[dict], metric: str, factors: Sequence[str], baseline: tuple) -> dict:
     """Every other cell against the baseline cell by Welch's t-test over their runs: cell -> welch_test."""
     cells = cell_values(records, metric, factors)

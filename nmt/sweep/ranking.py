@@ -108,9 +108,12 @@ def validation_choice(validation: dict, rows: list[dict], factors) -> str:
         if firm
         else "a lead the seeds do not establish (intervals overlap, or too few seeds)."
     )
-    rank = next(i for i, row in enumerate(rows, start=1) if all(row[f] == best[f] for f in factors))
-    behind = fmt(abs(rows[0]["mean"] - rows[rank - 1]["mean"]))
-    where = "first" if rank == 1 else f"{rank} of {len(rows)}, {behind} behind the first"
+    index = next(i for i, row in enumerate(rows) if all(row[f] == best[f] for f in factors))
+    rank, behind = analysis.ranks(rows)[index], fmt(abs(rows[0]["mean"] - rows[index]["mean"]))
+    shared = sum(r == rank for r in analysis.ranks(rows)) > 1
+    where = ("first" if rank == 1 else f"{rank} of {len(rows)}, {behind} behind the first") + (
+        ", a rank it shares" if shared else ""
+    )
     return text + f" On the test set it ranks {where}."
 
 
@@ -164,9 +167,9 @@ def ranking_section(doc: Document, ranking: dict, factors, base: dict, metric: s
         header += ["difference", "p (seeds)", "p (Holm)"] + (["p, these models (Holm)"] if conditional else [])
     header += ["validation mean"] if validation else []
     table = []
-    for i, row in enumerate(rows, start=1):
+    for rank, row in zip(analysis.ranks(rows), rows, strict=True):
         cell = tuple(row[f] for f in factors)
-        line = [str(i), *cell, str(row["n"]), fmt(row["mean"]), fmt(row["ci95"]), fmt(row["std"])]
+        line = [str(rank), *cell, str(row["n"]), fmt(row["mean"]), fmt(row["ci95"]), fmt(row["std"])]
         if factors and cell == ranking["base"]:
             line += ["baseline", "", ""] + ([""] if conditional else [])
         elif factors:
@@ -176,6 +179,8 @@ def ranking_section(doc: Document, ranking: dict, factors, base: dict, metric: s
         line += [fmt(validation["means"][cell])] if validation else []
         table.append(line)
     doc.table(header, table)
+    if len(set(analysis.ranks(rows))) < len(rows):
+        doc.paragraph("Cells with equal means share a rank: a tie is not an order.")
     if any(row["n"] < 2 for row in rows):
         doc.paragraph(f"{DASH}: a cell with one seed has no interval and no test; the baseline's p is blank.")
     if len(rows) > 1 and all(row["n"] >= MIN_SEEDS for row in rows):
