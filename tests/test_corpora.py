@@ -645,9 +645,10 @@ def test_a_split_file_may_start_at_home(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("split", ["val", "test"])
-def test_an_empty_evaluation_file_given_is_refused_before_training(tmp_path, split):
+def test_an_empty_evaluation_file_given_is_refused_before_training(tmp_path, split, capsys):
     """An empty val file trained without validation or best.ckpt, an empty test file trained to its end:
-    both ended in an error only afterwards. Where the run neither validates nor tests, it may be empty."""
+    both ended in an error only afterwards. Where the run neither validates nor tests, it may be empty.
+    A vocabulary larger than the text supports is said, with the sizes obtained."""
     write(tmp_path / "pool.tsv", [f"{e}\t{d}" for e, d in zip(EN, DE, strict=True)])
     write(tmp_path / "empty.tsv", [])
     settings = [f"data.train={tmp_path / 'pool.tsv'}", "data.valid_size=30", "data.test_size=30"]
@@ -657,7 +658,16 @@ def test_an_empty_evaluation_file_given_is_refused_before_training(tmp_path, spl
         train(compose_train("data=files", *settings, "test_after_training=true"))
     assert not (tmp_path / "run" / "checkpoints").exists()
     if split == "test":  # scored by nothing: taken
-        assert train(compose_train("data=files", *settings, *NO_FINAL_SCORES))["finished"]
+        capsys.readouterr()
+        larger = [o.replace("vocab_size=80", "vocab_size=4000") for o in settings]
+        assert train(compose_train("data=files", *larger, *NO_FINAL_SCORES))["finished"]
+        note = r"note: data\.tokenizer\.vocab_size=4000: the training text supports fewer pieces; the vocabularies have"
+        said = re.search(note + r" (\d+)(?: and (\d+))?\n", capsys.readouterr().out)
+        import sentencepiece as spm
+
+        models = sorted((tmp_path / "run" / "tokenizers").glob("*.model"))
+        pieces = {spm.SentencePieceProcessor(model_file=str(m)).get_piece_size() for m in models}
+        assert said and {int(n) for n in said.groups() if n} == pieces and max(pieces) < 4000
 
 
 def test_a_data_root_holding_part_of_a_corpus_is_refused_not_replaced_by_another_copy(tmp_path):
