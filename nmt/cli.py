@@ -62,11 +62,11 @@ def run_cli(function: Callable, cfg) -> None:
     (set NMT_DEBUG=1 to see the traceback)."""
     try:
         function(cfg)
-    except BrokenPipeError:
-        if not _stdout_closed():  # another pipe (a worker's): a fault of its own
+    except (BrokenPipeError, ConnectionResetError):  # a socket's reader that left with lines unread: a reset
+        if not _stdout_closed():  # another pipe or connection (a worker's): a fault of its own
             raise
-        # the reader of standard output went away (translate.py ... | head): quiet, as a command killed by
-        # SIGPIPE, and nothing more written (the interpreter's last flush would raise again)
+        # the reader of standard output went away (translate.py ... | head, or a socket's peer): quiet, as a
+        # command killed by SIGPIPE, and nothing more written (the interpreter's last flush would raise again)
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         raise SystemExit(128 + 13) from None
     except Exception as err:
@@ -79,13 +79,14 @@ def run_cli(function: Callable, cfg) -> None:
 
 
 def _stdout_closed() -> bool:
-    """Whether standard output is a pipe whose reader has closed it (poll reports an error on it)."""
+    """Whether standard output is a pipe or socket whose reader has closed it (poll reports an error on it,
+    or a socket's hang-up)."""
     import select
 
     try:
         poller = select.poll()
         poller.register(sys.stdout.fileno(), select.POLLOUT)
-        return any(events & select.POLLERR for _, events in poller.poll(0))
+        return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
     except (AttributeError, ValueError, OSError):  # no poll (Windows), or stdout without a descriptor
         return False
 

@@ -603,7 +603,8 @@ def test_a_files_progress_moves_with_each_batch(checkpoints):
 
 
 def test_a_reader_that_closes_the_pipe_ends_the_command_quietly(tmp_path):
-    """translate.py ... | head -1: a BrokenPipeError traceback; now the exit of a command ended by SIGPIPE."""
+    """translate.py ... | head -1: a BrokenPipeError traceback; now the exit of a command ended by SIGPIPE,
+    as when standard output is a socket whose reader left."""
     script = (
         "from nmt.cli import run_cli\n"
         "def talk(cfg):\n"
@@ -617,6 +618,18 @@ def test_a_reader_that_closes_the_pipe_ends_the_command_quietly(tmp_path):
     )  # fmt: skip
     assert result.stdout == "one two three\n"
     assert "Traceback" not in result.stderr and "status 141" in result.stderr, result.stderr[-2000:]
+    # standard output a socket whose reader leaves with lines unread: a reset, not a broken pipe
+    import socket
+
+    reader, writer = socket.socketpair()
+    talker = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=writer, stderr=subprocess.PIPE, text=True, cwd=ROOT
+    )
+    writer.close()
+    assert reader.recv(14) == b"one two three\n"
+    reader.close()
+    stderr = talker.communicate(timeout=120)[1]
+    assert talker.returncode == 141 and "Traceback" not in stderr, stderr[-2000:]
 
 
 def test_ctrl_c_while_translating_ends_without_a_traceback(monkeypatch, capsys):
