@@ -152,7 +152,7 @@ def test_every_search_option_is_read_by_a_strategy_and_named_in_evaluation_folde
     }
     assert set(changed) == set(names)
     for name, value in changed.items():
-        strategy = "beam" if name in READS["beam"] and name not in READS["sample"] else "sample"
+        strategy = next(s for s in STRATEGIES if name in READS[s])  # a strategy that reads it
         other = SearchConfig(**{**base.__dict__, "strategy": strategy, name: value})
         reference = SearchConfig(**{**base.__dict__, "strategy": strategy})
         assert split_tag("val", other, reference=base) != split_tag("val", reference, reference=base), name
@@ -266,9 +266,16 @@ def test_an_evaluation_searches_as_the_run_did_unless_told_otherwise():
         search_settings({"strategy": "greedy"}, {"beam_size": 4})
     with pytest.raises(ValueError, match=r"^decode.length_penalty=0.6: decode.strategy=sample"):
         search_settings(own, {"strategy": "sample", "length_penalty": 0.6})
-    assert search_settings(own, {"strategy": "greedy"}).strategy == "greedy"  # the run's own beam options stay
+    # the run's own options that the chosen strategy does not read stay behind: its beam size is not part of a
+    # greedy search, nor its sampling filters part of another strategy's (searched with, or recorded)
+    assert search_settings(own, {"strategy": "greedy"}) == SearchConfig(
+        strategy="greedy", min_len=5, no_repeat_ngram_size=3
+    )
+    sampled = {"strategy": "sample", "top_k": 1, "top_p": 0.5, "temperature": 0.7, "seed": 3}
+    assert search_settings(sampled, {"strategy": "beam"}) == SearchConfig(strategy="beam")
+    assert search_settings(sampled, {}) == SearchConfig(**sampled)  # its own strategy reads them all
     assert search_settings(own, {"strategy": "sample", "top_p": 0.9, "seed": 1}).top_p == 0.9
-    assert search_settings(own, {"top_p": 0.9}, refuse_unread=False).top_p == 0.9  # a grid's cells
+    assert search_settings(own, {"top_p": 0.9}, refuse_unread=False).top_p == 1.0  # a grid's cell: beam, as is
     for name in ("evaluate", "translate", "serve"):
         block = OmegaConf.load(CONF / f"{name}.yaml").decode
         assert set(block) == set(SearchConfig.__dataclass_fields__) and all(v is None for v in block.values()), name

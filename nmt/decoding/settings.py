@@ -149,12 +149,20 @@ def unread_problems(values: dict, key: str = "decode") -> list[str]:
     ]
 
 
+def read_options(search: SearchConfig) -> SearchConfig:
+    """``search`` with the options its strategy does not read at their defaults."""
+    defaults = SearchConfig()
+    return SearchConfig(**{**search.__dict__, **{k: getattr(defaults, k) for k in UNREAD.get(search.strategy, ())}})
+
+
 def search_settings(own: dict | None, given: dict | None, refuse_unread: bool = True) -> SearchConfig:
     """The search of an evaluation or a translation: the options ``given`` (the command line's ``decode``
     block, where null means "not given"), else the run's ``own`` (its config's ``decode`` block: a
     summariser keeps its minimum length and trigram blocking), else the defaults. An option given that the
     chosen strategy does not read is refused (a decoding grid, which crosses strategies with options,
-    passes ``refuse_unread=False`` and treats settings that differ only in those as one)."""
+    passes ``refuse_unread=False`` and treats settings that differ only in those as one). The options the
+    chosen strategy does not read come back at their defaults: the run's own top_k, say, neither reaches
+    another strategy's search nor is recorded as part of it."""
     fields = SearchConfig.__dataclass_fields__
     given = {k: v for k, v in (given or {}).items() if v is not None}
     unknown = [k for k in given if k not in fields]
@@ -168,4 +176,4 @@ def search_settings(own: dict | None, given: dict | None, refuse_unread: bool = 
             f"decode.{unread[0]}={given[unread[0]]}: decode.strategy={search.strategy} does not read it "
             f"({readers(unread[0])}); remove it, or choose such a strategy"
         )
-    return search
+    return read_options(search)

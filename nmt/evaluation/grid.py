@@ -25,7 +25,7 @@ from rich.console import Console
 from rich.table import Table
 
 from nmt.data.sources import read_lines
-from nmt.decoding.settings import SEARCH_TAGS, UNREAD, SearchConfig, search_settings
+from nmt.decoding.settings import SEARCH_TAGS, UNREAD, read_options, search_settings
 from nmt.inference.checkpoint import epochs_to_average
 from nmt.metrics.corpus import bleu_tokenizer, tokenized_lowercase_scoring
 from nmt.metrics.randomization import paired_randomization, sentence_statistics
@@ -183,12 +183,6 @@ def evaluate_grid(cfg: DictConfig, task, load, axes: dict[str, list]) -> dict:
     record["json"] = str(path)
     print_grid(rows, best, metric, path, record["test_command"])
     return record
-
-
-def read_options(search: SearchConfig) -> SearchConfig:
-    """``search`` with the options its strategy does not read at their defaults."""
-    defaults = SearchConfig()
-    return SearchConfig(**{**search.__dict__, **{k: getattr(defaults, k) for k in UNREAD.get(search.strategy, ())}})
 
 
 def scores(result: dict) -> dict:
