@@ -140,6 +140,12 @@ def unknown_key_message(argv: list[str], config_name: str, conf: Path = CONF) ->
         owners = _other_options_with(key, conf, groups)
         close = difflib.get_close_matches(key, list(dict.fromkeys(known + groups)), n=3, cutoff=0.6)
         group = key.split(".")[0]
+        parent, _, option = key.rpartition(".")
+        if parent == "validation.search" and option in _search_options():  # a block that lists its defaults only
+            return (
+                f"error: {key!r} (on the command line): validation.search takes every search option, but lists "
+                f"only those it sets: add this one with +{key}=..."
+            )
         if owners and choices.get(group) is None:  # not a group here: the config's own block of that name
             keys = [k for k in known if k.startswith(f"{group}.")]
             hint = f"{config_name}.py's {group} block takes only {', '.join(keys) or 'no keys'}"
@@ -154,6 +160,12 @@ def unknown_key_message(argv: list[str], config_name: str, conf: Path = CONF) ->
             f"group: {hint} (python {config_name}.py --help lists the groups; +{key}=... adds a new key)"
         )
     return None
+
+
+def _search_options() -> list[str]:
+    from nmt.decoding.settings import SearchConfig
+
+    return list(SearchConfig.__dataclass_fields__)
 
 
 def _other_options_with(key: str, conf: Path, groups: list[str]) -> list[str]:

@@ -35,6 +35,22 @@ def test_a_misspelt_key_gets_the_closest_names(argv, suggestion):
     assert message is not None and suggestion in message and message.count("\n") == 0
 
 
+def test_a_search_option_validation_does_not_list_is_added_with_a_plus_and_then_read(tmp_path):
+    """validation.search lists only what it sets (greedy): a beam size for validation is added with +, as
+    the message says, and validation then searches with it."""
+    message = unknown_key_message(["validation.search.beam_size=3"], "train")
+    assert message == (
+        "error: 'validation.search.beam_size' (on the command line): validation.search takes every search "
+        "option, but lists only those it sets: add this one with +validation.search.beam_size=..."
+    )
+    assert "did you mean" in unknown_key_message(["validation.search.beam_sise=3"], "train")
+    cfg = compose_train("data=toy", "validation.search.strategy=beam", "+validation.search.beam_size=3")
+    check_config(cfg)
+    from nmt.decoding.settings import SearchConfig
+
+    assert SearchConfig(**cfg.validation.search) == SearchConfig(strategy="beam", beam_size=3)
+
+
 @pytest.mark.parametrize(
     "argv",
     [
