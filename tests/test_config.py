@@ -134,6 +134,10 @@ def test_course_baseline_has_the_reported_shape():
         ("decode.max_len_a=-1", "decode.max_len_a=-1 must be a number >= 0"),
         ("decode.early_stopping=2", "decode.early_stopping=2 must be true or false"),
         ("validation.search.strategy=nucleus", "validation.search.strategy='nucleus' is not one of"),
+        (
+            "decode.strategy=bean",
+            "decode.strategy='bean' is not one of ['greedy', 'beam', 'sample'] (did you mean beam?)",
+        ),
         ("+validation.search.top_p=0", "validation.search.top_p=0 must be in (0, 1]"),
         # an option set that its strategy does not read: an error, not a silent default
         ("decode.top_p=0.9", "decode.top_p=0.9: decode.strategy=beam does not read it (it applies with decode.strat"),

@@ -78,7 +78,7 @@ def search_problems(values: dict, key: str = "decode") -> list[str]:
         return isinstance(x, int | float) and not isinstance(x, bool)
 
     checks = [
-        ("strategy", v["strategy"] in STRATEGIES, f"is not one of {list(STRATEGIES)}"),
+        ("strategy", v["strategy"] in STRATEGIES, f"is not one of {list(STRATEGIES)}{_closest(v['strategy'])}"),
         ("beam_size", integer(v["beam_size"]) and v["beam_size"] >= 1, "must be at least 1"),
         ("length_penalty", number(v["length_penalty"]), "must be a number (0: raw log-probability)"),
         ("max_len_a", number(v["max_len_a"]) and v["max_len_a"] >= 0, "must be a number >= 0"),
@@ -96,6 +96,13 @@ def search_problems(values: dict, key: str = "decode") -> list[str]:
         ),
     ]
     return [f"{key}.{name}={v[name]!r} {what}" for name, ok, what in checks if not ok]
+
+
+def _closest(strategy) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(str(strategy), STRATEGIES, n=1, cutoff=0.6)
+    return f" (did you mean {close[0]}?)" if close else ""
 
 
 SEARCH_TAGS = {  # options and their short names in evaluation folder names (evaluate.py, a decoding grid)
