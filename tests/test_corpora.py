@@ -37,6 +37,7 @@ ZH_EN = [
     "Let's go to school.",
 ] * 60
 ZH_EN = [f"{s} ({i})" for i, s in enumerate(ZH_EN)]  # distinct sentences
+ZH = [f"{s[:-1]}{i}{s[-1]}" for i, s in enumerate(ZH)]  # (a split keeps the translations of one sentence together)
 
 
 def write(path: Path, lines, gz=False):
@@ -56,10 +57,34 @@ def test_seeded_split_is_deterministic_deduplicated_and_leak_free():
     tgt = [f"t{i % 170}" for i in range(400)]
     a, b = seeded_split(src, tgt, 20, 20, seed=3), seeded_split(src, tgt, 20, 20, seed=3)
     assert a == b and a != seeded_split(src, tgt, 20, 20, seed=4)
-    sets = {name: set(pairs[0]) for name, pairs in a.items()}
-    assert not (sets["train"] & sets["val"] or sets["train"] & sets["test"] or sets["val"] & sets["test"])
+    for side in (0, 1):  # no source and no reference in two splits
+        sets = {name: set(pairs[side]) for name, pairs in a.items()}
+        assert not (sets["train"] & sets["val"] or sets["train"] & sets["test"] or sets["val"] & sets["test"])
     all_pairs = [p for name in a for p in zip(*a[name], strict=True)]
     assert len(all_pairs) == len(set(all_pairs)) == len(set(zip(src, tgt, strict=True)))
+
+
+def test_a_sentences_translations_stay_in_one_split_and_both_directions_split_alike():
+    """Several translations of one sentence (Tatoeba's du/Sie/ihr, one English line for both Chinese
+    scripts): grouped through shared sources and shared targets, so a test reference is never a training
+    target; the split of en->de is the split of de->en mirrored; sizes are the ones asked for."""
+    family = [("Ich liebe dich.", "I love you."), ("Ich liebe Sie.", "I love you."), ("Ich liebe euch.", "I love you.")]
+    family += [("Ich liebe dich.", "I love thee."), ("Ich hab dich lieb.", "I love thee.")]  # linked through others
+    de = [d for d, _ in family] + [f"{d} ({i})" for i, d in enumerate(DE)]
+    en = [e for _, e in family] + [f"{e} ({i})" for i, e in enumerate(EN)]
+    for seed in range(1, 9):
+        forward, backward = seeded_split(de, en, 30, 30, seed=seed), seeded_split(en, de, 30, 30, seed=seed)
+        assert all(forward[name] == backward[name][::-1] for name in forward), seed
+        assert [len(forward[name][0]) for name in ("val", "test")] == [30, 30]
+        where = {name for name, (src, _) in forward.items() for d, _ in family if d in src}
+        assert len(where) == 1, (seed, where)  # the five pairs of the family together
+        for side in (0, 1):
+            seen = {name: set(forward[name][side]) for name in forward}
+            assert not (seen["train"] & seen["val"] or seen["train"] & seen["test"] or seen["val"] & seen["test"])
+    # a group larger than a split's size goes on to training, and the sizes stay exact
+    big = [("Hallo.", f"Hello {i}.") for i in range(40)]
+    splits = seeded_split([d for d, _ in big] + de, [e for _, e in big] + en, 30, 30, seed=1)
+    assert "Hallo." in splits["train"][0] and [len(splits[n][0]) for n in ("val", "test")] == [30, 30]
 
 
 def test_pairs_with_an_empty_side_leave_the_pool_before_it_is_split(tmp_path):
@@ -68,7 +93,7 @@ def test_pairs_with_an_empty_side_leave_the_pool_before_it_is_split(tmp_path):
     data report counts the corpus's empty pairs and copies."""
     de = ["" if i % 4 == 0 else line for i, line in enumerate(DE)]
     splits = seeded_split(de, EN, 30, 30, seed=4)
-    assert [len(splits[name][0]) >= 30 for name in ("val", "test")] == [True, True]
+    assert [len(splits[name][0]) for name in ("val", "test")] == [30, 30]
     assert all(s.strip() and t.strip() for name in splits for s, t in zip(*splits[name], strict=True))
     folder = tmp_path / "ep"
     folder.mkdir()
@@ -76,7 +101,7 @@ def test_pairs_with_an_empty_side_leave_the_pool_before_it_is_split(tmp_path):
     write(folder / "europarl-v7.de-en.en", EN)
     dm = small(EuroparlDataModule, root=str(folder), cache_dir=str(tmp_path / "c"))
     sizes = {name: len(dm.text(name)[0]) for name in ("train", "val", "test")}
-    assert sizes["val"] >= 30 and sizes["test"] >= 30
+    assert sizes["val"] == 30 and sizes["test"] == 30
     empty, copies = pool_drops(de, EN)
     assert empty == 100 and dm.dropped["train"]["empty"] == 100
     unique = {(d, e) for d, e in zip(de, EN, strict=True) if d}
@@ -359,7 +384,7 @@ def test_long_inputs_and_length_drops_are_reported(tmp_path):
     short = small_files(tmp_path, train=str(tmp_path / "a"), valid_size=10, test_size=10, max_len=50, max_tokens=3000)
     with pytest.raises(ValueError, match=r"no training pair is left \(2 empty, 1\d\d too long\)"):  # all dropped
         short.prepare_data()
-    assert report["val"]["sources_also_in_train"] == 0
+    assert report["val"]["sources_also_in_train"] == report["val"]["targets_also_in_train"] == 0
 
 
 def test_data_no_batch_can_hold_is_one_line_naming_the_setting(tmp_path):
@@ -581,7 +606,19 @@ def test_an_evaluation_set_sharing_many_sources_with_training_is_warned_of(tmp_p
     shared, pairs = report["val"]["sources_also_in_train"], report["val"]["pairs"]
     said = capsys.readouterr().out
     assert shared > 0.05 * pairs and f"warning: {shared} of the {pairs} val sources are also training sources" in said
-    assert "test sources" not in said  # split off the training data, apart from it
+    assert "test sources" not in said and "test references" not in said  # split off the training data, apart
+    # references that are training targets under other sources: counted apart, by the table's own column
+    write(tmp_path / "v.tsv", [f"{e} (v)\t{d}" for e, d in zip(EN[:100], DE[:100], strict=True)])
+    other = small_files(tmp_path, train=str(tmp_path / "t.tsv"), val=str(tmp_path / "v.tsv"))
+    other.prepare_data()
+    report = other.report()
+    write_report(report, other.describe(), tmp_path)
+    train_targets = set(other.text("train")[1])
+    expected = sum(d in train_targets for d in other.text("val")[1])
+    assert report["val"]["sources_also_in_train"] == 0 and report["val"]["targets_also_in_train"] == expected > 5
+    said = capsys.readouterr().out
+    assert f"warning: {expected} of the 100 val references are also training targets" in said
+    assert "val sources are" not in said and "references in train" in (tmp_path / "data_report.txt").read_text()
 
 
 def test_an_archive_extracted_by_another_process_meanwhile_is_used_not_removed(tmp_path, monkeypatch):

@@ -250,7 +250,7 @@ class ParallelDataModule(L.LightningDataModule):
     def report(self) -> dict:
         """Per split: pairs kept, pairs dropped by reason, subword length percentiles, unknown-token rate;
         and how many validation/test source sentences also occur in the training split."""
-        train_sources = set(self.text("train")[0])
+        train_sources, train_targets = (set(side) for side in self.text("train"))
         report = {}
         for split in ("train", "val", "test"):
             dataset = self.datasets.get(split) or self._encoded(split)
@@ -268,6 +268,7 @@ class ParallelDataModule(L.LightningDataModule):
                 row[f"{side}_unk_rate"] = round(float((tokens == UNK_ID).float().mean()) if len(tokens) else 0.0, 5)
             if split != "train":
                 row["sources_also_in_train"] = sum(s in train_sources for s in self.text(split)[0])
+                row["targets_also_in_train"] = sum(t in train_targets for t in self.text(split)[1])
             report[split] = row
         return report
 

@@ -20,7 +20,8 @@ def render_report(report: dict, title: str) -> Table:
         "tgt len p50/p90/p99/max",
         "src unk",
         "tgt unk",
-        "sources also in train",
+        "sources in train",
+        "references in train",
     ):
         table.add_column(column)
     truncating = any("src_truncated" in row for row in report.values())
@@ -37,6 +38,7 @@ def render_report(report: dict, title: str) -> Table:
             f"{row['src_unk_rate']:.2%}",
             f"{row['tgt_unk_rate']:.2%}",
             str(row.get("sources_also_in_train", "")),
+            str(row.get("targets_also_in_train", "")),
             *([f"{row.get('src_truncated', 0):,}"] if truncating else []),
         )
     return table
@@ -65,15 +67,21 @@ LEAK_SHARE = 0.05
 
 
 def leaks(report: dict) -> list[str]:
-    """One line per evaluation split with more than LEAK_SHARE of its sources also in the training split."""
+    """One line per evaluation split with more than LEAK_SHARE of its sources, or of its references, also in
+    the training split (as sources, or as targets)."""
     lines = []
     for split, row in report.items():
-        shared, pairs = row.get("sources_also_in_train"), row.get("pairs") or 0
-        if shared and pairs and shared > LEAK_SHARE * pairs:
-            lines.append(
-                f"warning: {shared} of the {pairs} {split} sources are also training sources: its scores measure "
-                f"recall of training pairs more than translation (a {split} set apart from the training data?)"
-            )
+        pairs = row.get("pairs") or 0
+        for key, what, why in (
+            ("sources_also_in_train", "sources are also training sources", "recall of training pairs"),
+            ("targets_also_in_train", "references are also training targets", "recall of training targets"),
+        ):
+            shared = row.get(key)
+            if shared and pairs and shared > LEAK_SHARE * pairs:
+                lines.append(
+                    f"warning: {shared} of the {pairs} {split} {what}: its scores measure {why} more than "
+                    f"translation (a {split} set apart from the training data?)"
+                )
     return lines
 
 

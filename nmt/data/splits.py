@@ -1,4 +1,5 @@
-"""Deterministic, leak-free train/valid/test splits for corpora that come without one."""
+"""Deterministic, leak-free train/valid/test splits for corpora that come without one: no source sentence and
+no reference in two splits, the same split for both directions of a pair."""
 
 import random
 from collections.abc import Sequence
@@ -36,40 +37,69 @@ def seeded_split(
     seed: int = 1,
     max_samples: int | None = None,
 ) -> dict[str, tuple[list[str], list[str]]]:
-    """Split pairs into 'train', 'val' and 'test' by a seeded shuffle of *source sentences*: identical
-    pairs are kept once, and all pairs sharing a source go to the same split, so no source sentence is
-    in two splits. ``max_samples`` caps the pairs used in all (a random subset, also seeded). Pairs with an
-    empty or blank side count towards no split's size (they were dropped from its parts after the split, and a
-    corpus with many, such as Europarl, gave one group of them, an empty source, a split's whole share); the
-    shuffle is of the same sources as before, so a corpus without such pairs splits as it always did."""
-    groups: dict[str, list[str]] = {}
-    seen: set[tuple[str, str]] = set()
-    for s, t in zip(src, tgt, strict=True):
-        if (s, t) not in seen:
-            seen.add((s, t))
-            groups.setdefault(s, []).append(t)
-    sources = list(groups)
-    random.Random(seed).shuffle(sources)
-    kept = {source: [t for t in targets if source.strip() and t.strip()] for source, targets in groups.items()}
-    splits: dict[str, tuple[list[str], list[str]]] = {name: ([], []) for name in ("test", "val", "train")}
-    usable = sum(len(targets) for targets in kept.values())
+    """Split pairs into 'train', 'val' and 'test' by a seeded shuffle of *groups of pairs*: identical pairs
+    are kept once, and pairs that share a source or a target sentence, directly or through other pairs,
+    form one group that goes to one split whole. So no source sentence and no reference is in two splits:
+    a corpus with several translations of one sentence (Tatoeba's du/Sie forms, a Chinese line in simplified
+    and traditional script with one English reference) keeps them together, where a split by source alone
+    let a test reference be a training target. The groups and their order do not depend on the direction,
+    so de->en and en->de (or the two directions of any pair) get the same split, mirrored. A split takes the
+    next group that fits what is left of its size, so sizes are exact while small groups remain; a group
+    larger than that goes on to training. ``max_samples`` caps the pairs used in all (a seeded subset).
+    Pairs with an empty or blank side are in no split (the data report counts them)."""
+    pairs = list(dict.fromkeys((s, t) for s, t in zip(src, tgt, strict=True) if s.strip() and t.strip()))
+    groups = _groups(pairs)
+    # an order of the groups that the direction does not change (each pair written with its sentences
+    # sorted), then the seeded shuffle
+    groups.sort(key=lambda group: min(tuple(sorted(pairs[i])) for i in group))
+    random.Random(seed).shuffle(groups)
+    usable = len(pairs)
     budget = {
         "test": test_size,
         "val": valid_size,
         "train": max_samples - valid_size - test_size if max_samples else usable,
     }
-    order = iter(sources)
+    taken = [False] * len(groups)
+    splits: dict[str, tuple[list[str], list[str]]] = {}
     for name in ("test", "val", "train"):
-        out_src, out_tgt = splits[name]
-        while len(out_src) < budget[name]:
-            source = next(order, None)
-            if source is None:
+        chosen: list[int] = []
+        left = budget[name]
+        for g, group in enumerate(groups):
+            if left <= 0:
                 break
-            out_src += [source] * len(kept[source])
-            out_tgt += kept[source]
+            if not taken[g] and len(group) <= left:
+                taken[g] = True
+                chosen += group
+                left -= len(group)
+        splits[name] = ([pairs[i][0] for i in chosen], [pairs[i][1] for i in chosen])
     if not splits["train"][0]:
         raise ValueError(
             f"nothing left for training after taking {valid_size} validation and {test_size} test pairs out of "
             f"{usable} unique pairs: lower data.valid_size / data.test_size"
         )
     return splits
+
+
+def _groups(pairs: Sequence[tuple[str, str]]) -> list[list[int]]:
+    """The indices of ``pairs`` in groups: two pairs are in one group when they share their source or their
+    target sentence, directly or through others (union-find), each group in the pairs' order."""
+    parent = list(range(len(pairs)))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    for side in (0, 1):
+        first: dict[str, int] = {}
+        for i, pair in enumerate(pairs):
+            j = first.setdefault(pair[side], i)
+            if j != i:
+                a, b = root(i), root(j)
+                if a != b:
+                    parent[max(a, b)] = min(a, b)
+    groups: dict[int, list[int]] = {}
+    for i in range(len(pairs)):
+        groups.setdefault(root(i), []).append(i)
+    return list(groups.values())
