@@ -714,8 +714,15 @@ def test_a_data_root_holding_part_of_a_corpus_is_refused_not_replaced_by_another
     (cache / "corpus").mkdir(parents=True)
     for name in ("a.txt", "b.txt"):
         (cache / "corpus" / name).write_text("x\n")
+    # a root without the corpus (a typo, another corpus's folder): an error, where the run read the cache's
+    # copy while its config named the root
+    with pytest.raises(DataNotFoundError, match=r"data.root=.*root is not a folder: it should hold a.txt, b.txt; "):
+        locate("corpus", ["a.txt", "b.txt"], root, cache)
     root.mkdir()
-    assert locate("corpus", ["a.txt", "b.txt"], root, cache) == cache / "corpus"  # a root without any: the next place
+    with pytest.raises(DataNotFoundError, match=r"root holds none of the corpus's files: .*a.txt, b.txt \('.gz' "):
+        locate("corpus", ["a.txt", "b.txt"], root, cache, suffixes=("", ".gz"))
+    # looked into in passing (the IWSLT sets in a run's training corpus folder): the next place
+    assert locate("corpus", ["a.txt", "b.txt"], root, cache, strict_root=False) == cache / "corpus"
     (root / "a.txt").write_text("y\n")
     with pytest.raises(DataNotFoundError, match=r"data.root=.*root holds a.txt but not b.txt: put every file"):
         locate("corpus", ["a.txt", "b.txt"], root, cache)
@@ -757,3 +764,43 @@ def test_a_language_models_empty_text_or_vocabulary_of_specials_alone_is_refused
         PTBDataModule(root=str(tmp_path), eval_batch_size=-1, cache_dir=str(tmp_path / "c"))
     with pytest.raises(ValueError, match=r"^data: the train text of .* has no word"):
         PTBDataModule(root=str(tmp_path), cache_dir=str(tmp_path / "c"), download=False).prepare_data()
+
+
+def test_a_damaged_or_cut_short_corpus_file_or_archive_is_one_line_naming_it(tmp_path):
+    """A truncated .gz, a file named .gz that is not gzip, and cut-short .zip and .tgz releases gave
+    EOFError, BadGzipFile, BadZipFile tracebacks; each is now a ValueError naming the file and what to do."""
+    import io
+    import tarfile
+    import zipfile
+
+    from nmt.data.sources import read_lines
+
+    whole = gzip.compress("".join(f"{e}\t{d}\n" for e, d in zip(EN, DE, strict=True)).encode())
+    (tmp_path / "cut.txt.gz").write_bytes(whole[: len(whole) // 2])
+    (tmp_path / "plain.txt.gz").write_text("this is not gzip\n")
+    for name in ("cut.txt.gz", "plain.txt.gz"):
+        with pytest.raises(ValueError, match=rf"^{re.escape(str(tmp_path / name))}: cannot be read .* fetch it again"):
+            read_lines(tmp_path / name)
+    zipped = io.BytesIO()
+    with zipfile.ZipFile(zipped, "w") as bundle:
+        bundle.writestr("deu.txt", "".join(f"{e}\t{d}\n" for e, d in zip(EN, DE, strict=True)))
+    root = tmp_path / "tatoeba"
+    write(root / "x", [])
+    (root / "deu-eng.zip").write_bytes(zipped.getvalue()[:200])
+    with pytest.raises(ValueError, match=r"deu-eng.zip: cannot be read .*BadZipFile"):
+        small(TatoebaDataModule, root=str(root), src_lang="de", tgt_lang="en", cache_dir=str(tmp_path / "c")).text(
+            "train"
+        )
+    packed = io.BytesIO()
+    with tarfile.open(fileobj=packed, mode="w:gz") as bundle:
+        for lang, lines in (("de", DE), ("en", EN)):
+            data = "".join(f"{line}\n" for line in lines).encode()
+            info = tarfile.TarInfo(f"europarl-v7.de-en.{lang}")
+            info.size = len(data)
+            bundle.addfile(info, io.BytesIO(data))
+    root = tmp_path / "europarl"
+    write(root / "x", [])
+    (root / "de-en.tgz").write_bytes(packed.getvalue()[: len(packed.getvalue()) // 2])
+    with pytest.raises(ValueError, match=r"de-en.tgz: cannot be read .*an interrupted download"):
+        small(EuroparlDataModule, root=str(root), cache_dir=str(tmp_path / "c")).text("train")
+    assert not [p for p in (tmp_path / "c").rglob("*") if p.is_dir() and p.name.startswith(".")]  # no partial left

@@ -6,8 +6,11 @@ import hashlib
 import logging
 import os
 import shutil
+import tarfile
 import tempfile
 import urllib.request
+import zipfile
+import zlib
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
@@ -34,12 +37,23 @@ def _holds(folder: Path, filenames: Sequence[str], suffixes: Sequence[str]) -> b
     return any(all((folder / (f + suffix)).is_file() for f in filenames) for suffix in suffixes)
 
 
-def _check_root_whole(label: str, folder: Path, filenames: Sequence[str], suffixes: Sequence[str]) -> None:
-    """data.root holding some of the corpus's files but not all: an error naming those missing, never a
-    silent fall-back to another copy (the cache's may be another version of the corpus)."""
+def _check_root_whole(
+    label: str, folder: Path, filenames: Sequence[str], suffixes: Sequence[str], strict: bool, archive: str = ""
+) -> None:
+    """data.root holding some of the corpus's files but not all, or none (``strict``): an error naming those
+    missing, never a silent fall-back to another copy (the cache's may be another version of the corpus,
+    and the run's config would name a folder it did not read)."""
     if label != "data.root":
         return
     present = [f for f in filenames if any((folder / (f + suffix)).is_file() for suffix in suffixes)]
+    if not present and strict:
+        forms = f" ({' or '.join(repr(x) for x in suffixes if x)} added allowed)" if any(suffixes) else ""
+        holds = "is not a folder" if not folder.is_dir() else "holds none of the corpus's files"
+        raise DataNotFoundError(
+            f"data.root={folder} {holds}: it should hold {', '.join(filenames[:4])}"
+            f"{' ...' if len(filenames) > 4 else ''}{forms}{f', or {archive}' if archive else ''}; give the "
+            "folder that does, or leave data.root out (then $NMT_DATA/<corpus>, the cache, a download)"
+        )
     if present:
         missing = [f for f in filenames if f not in present]
         if not missing:  # each file there, but not all under one suffix (a .gz beside plain files)
@@ -76,17 +90,20 @@ def locate(
     url_for: dict[str, str] | None = None,
     download: bool = True,
     suffixes: Sequence[str] = ("",),
+    strict_root: bool = True,
 ) -> Path:
     """The first folder holding every file in ``filenames`` (with one of ``suffixes`` added to all of
     them, e.g. ``("", ".gz")``), in this order: ``root`` (data.root), ``$NMT_DATA/<name>``, the cache
     ``<cache_dir>/<name>``, then a download of the plain names into that cache. A place earlier in the
-    order wins whatever the suffix: a corpus given in data.root is never overridden by another copy."""
+    order wins whatever the suffix: a corpus given in data.root is never overridden by another copy, and a
+    data.root without it is an error (``strict_root=False``: a root given for another corpus, looked
+    into in passing)."""
     tried: list[str] = []
     places = _places(name, root, cache_dir)
     for label, folder in places:
         if _holds(folder, filenames, suffixes):
             return folder
-        _check_root_whole(label, folder, filenames, suffixes)
+        _check_root_whole(label, folder, filenames, suffixes, strict_root)
         tried.append(_missing(label, folder, filenames))
     cache = places[-1][1]
     if download and url_for:
@@ -131,7 +148,7 @@ def locate_or_extract(
             return folder
         if (folder / archive).is_file():
             return _extracted(folder / archive, filenames, extract, cache)
-        _check_root_whole(label, folder, filenames, suffixes)
+        _check_root_whole(label, folder, filenames, suffixes, True, archive)
         tried.append(f"  {label}: {folder} (neither {' and '.join(filenames)} nor {archive})")
     kept = _extractions(cache, filenames)
     if len(kept) == 1:  # the archive it came from is gone (deleted after a first run, say): its files are still these
@@ -170,7 +187,10 @@ def _extracted(archive: Path, filenames: Sequence[str], extract: Callable[[Path,
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=target.parent))
     try:
-        extract(archive, partial)
+        try:
+            extract(archive, partial)
+        except (EOFError, zlib.error, zipfile.BadZipFile, tarfile.TarError, gzip.BadGzipFile) as err:
+            raise ValueError(f"{archive}: {_unreadable(err)}") from None
         (partial / SOURCE_NOTE).write_text(f"{archive.resolve()}\n")
         missing = [f for f in filenames if not (partial / f).is_file()]
         if missing:
@@ -196,8 +216,19 @@ def read_lines(path: str | os.PathLike) -> list[str]:
     line. Invalid UTF-8 raises ValueError naming the file and line."""
     path = Path(path)
     opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rb") as handle:
-        return decode_lines(handle, str(path))
+    try:
+        with opener(path, "rb") as handle:
+            return decode_lines(handle, str(path))
+    except (EOFError, zlib.error, gzip.BadGzipFile) as err:
+        raise ValueError(f"{path}: {_unreadable(err)}") from None
+
+
+def _unreadable(err: BaseException) -> str:
+    """What a damaged or cut-short compressed file or archive is told by."""
+    return (
+        f"cannot be read as a compressed file or archive ({type(err).__name__}: {err}): it is damaged or was cut "
+        "short (an interrupted download?); fetch it again, or remove it so that it is downloaded"
+    )
 
 
 def decode_lines(raw_lines: Iterable[bytes], name: str) -> list[str]:
