@@ -116,6 +116,9 @@ def test_pairs_with_an_empty_side_leave_the_pool_before_it_is_split(tmp_path):
         ({"test_size": -1}, r"data\.test_size=-1: .* a number >= 0 \(0: no test set, with test_after_training=false\)"),
         ({"valid_size": -5}, r"data\.valid_size=-5"),
         ({"max_samples": 50}, r"data\.max_samples=50 leaves no training pairs .* raise it above 60"),
+        ({"max_samples": "abc"}, r"data\.max_samples='abc': must be a whole number of pairs, or null for every pair"),
+        ({"max_samples": True}, r"data\.max_samples=True: must be a whole number"),
+        ({"max_samples": 1.5}, r"data\.max_samples=1.5: must be a whole number"),
     ],
 )
 def test_split_sizes_that_leave_nothing_are_refused_at_once(tmp_path, settings, message):
@@ -218,6 +221,13 @@ def test_ted_folder_of_line_aligned_sets(tmp_path):
     )
     total = sum(len(dm.text(s)[0]) for s in ("train", "val", "test"))
     assert total == len(set(zip(ZH_EN, ZH, strict=True)))
+    # IWSLT's names hold ".en" before the language suffix: its Chinese side is the suffix's, not train.tags.zh-zh
+    from nmt.data.zh_en import read_ted_folder
+
+    iwslt = tmp_path / "iwslt"
+    write(iwslt / "train.tags.en-zh.en.gz", ZH_EN[:50], gz=True)
+    write(iwslt / "train.tags.en-zh.zh.gz", ZH[:50], gz=True)
+    assert read_ted_folder(iwslt) == (ZH_EN[:50], ZH[:50])
 
 
 def test_missing_ted_sets_and_tatoeba_file_name_the_places_tried_and_the_file(tmp_path, monkeypatch):

@@ -22,6 +22,8 @@ def check_split_sizes(valid_size, test_size, max_samples=None) -> None:
             raise ValueError(
                 f"data.{key}={size!r}: the pairs a seeded split sets aside must be a number >= {least}{also}"
             )
+    if max_samples is not None and (not isinstance(max_samples, int) or isinstance(max_samples, bool)):
+        raise ValueError(f"data.max_samples={max_samples!r}: must be a whole number of pairs, or null for every pair")
     if max_samples is not None and max_samples <= (valid_size or 0) + (test_size or 0):
         raise ValueError(
             f"data.max_samples={max_samples} leaves no training pairs after data.valid_size={valid_size} and "

@@ -79,7 +79,9 @@ def read_ted_folder(folder: Path) -> tuple[list[str], list[str]]:
     """All <name>.en / <name>.zh pairs of a folder, in name order."""
     english, chinese = [], []
     for en_path in sorted(folder.glob("*.en")) + sorted(folder.glob("*.en.gz")):
-        zh_path = en_path.with_name(en_path.name.replace(".en", ".zh", 1))
+        # the language suffix replaced, not the first ".en" (IWSLT's train.tags.en-zh.en)
+        stem, suffix = en_path.name.rsplit(".en", 1)
+        zh_path = en_path.with_name(f"{stem}.zh{suffix}")
         if not zh_path.exists():
             raise ValueError(f"{en_path} has no Chinese side: expected {zh_path}")
         en, zh = read_parallel(en_path, zh_path)
