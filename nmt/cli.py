@@ -69,6 +69,11 @@ def run_cli(function: Callable, cfg) -> None:
         # command killed by SIGPIPE, and nothing more written (the interpreter's last flush would raise again)
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         raise SystemExit(128 + 13) from None
+    except KeyboardInterrupt:  # Ctrl-C where no stage of the command handles it (preparing data, reading a model)
+        if os.environ.get("NMT_DEBUG"):
+            raise
+        print("interrupted", file=sys.stderr)
+        raise SystemExit(130) from None
     except Exception as err:
         if not isinstance(err, user_errors()):
             raise

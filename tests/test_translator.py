@@ -642,6 +642,13 @@ def test_ctrl_c_while_translating_ends_without_a_traceback(monkeypatch, capsys):
     with pytest.raises(SystemExit) as ended:
         stream.run_translate(None)
     assert ended.value.code == 130 and capsys.readouterr().err == "interrupted\n"
+    # any command, where no stage of its own handles it (train.py preparing its data, say): the same
+    from nmt.cli import run_cli
+
+    monkeypatch.delenv("NMT_DEBUG", raising=False)
+    with pytest.raises(SystemExit) as ended:
+        run_cli(interrupted, None)
+    assert ended.value.code == 130 and capsys.readouterr().err == "interrupted\n"
 
 
 def test_a_line_too_long_in_a_file_is_named_with_its_file(checkpoints, tmp_path, monkeypatch):
