@@ -107,6 +107,11 @@ def test_pairs_with_an_empty_side_leave_the_pool_before_it_is_split(tmp_path):
     unique = {(d, e) for d, e in zip(de, EN, strict=True) if d}
     assert dm.dropped["train"]["duplicate"] == copies == len(DE) - 100 - len(unique)
     assert sizes["train"] + sizes["val"] + sizes["test"] == len(DE) - 100 - copies
+    # the same files gzipped (as Tatoeba's may be): read alike
+    write(tmp_path / "gz" / "europarl-v7.de-en.de.gz", de, gz=True)
+    write(tmp_path / "gz" / "europarl-v7.de-en.en.gz", EN, gz=True)
+    zipped = small(EuroparlDataModule, root=str(tmp_path / "gz"), cache_dir=str(tmp_path / "c2"))
+    assert all(zipped.text(name) == dm.text(name) for name in ("train", "val", "test"))
 
 
 @pytest.mark.parametrize(

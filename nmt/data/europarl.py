@@ -32,7 +32,7 @@ PAIRS = (
 
 
 class EuroparlDataModule(UnsplitCorpusDataModule):
-    """``data=europarl``: ``europarl-v7.<pair>.<lang>`` files, or the release archive ``<pair>.tgz``
+    """``data=europarl``: ``europarl-v7.<pair>.<lang>`` files (or ``.gz``), or the release archive ``<pair>.tgz``
     (extracted into the cache), from data.root, $NMT_DATA/europarl or the cache, the first place holding
     either; otherwise the archive downloaded. Seeded, deduplicated split; ``max_samples`` (e.g. 200000)
     caps its size."""
@@ -60,8 +60,10 @@ class EuroparlDataModule(UnsplitCorpusDataModule):
             self.cache_dir,
             url=f"{RELEASE}/{archive}",
             download=self.download,
+            suffixes=("", ".gz"),
         )
-        return read_parallel(folder / names[0], folder / names[1])
+        suffix = "" if (folder / names[0]).is_file() else ".gz"  # both sides one way (locate_or_extract's rule)
+        return read_parallel(folder / (names[0] + suffix), folder / (names[1] + suffix))
 
 
 def extract(archive: Path, names: list[str], target: Path) -> None:
