@@ -6,6 +6,7 @@ import json
 import math
 import os
 import re
+import shutil
 import tarfile
 from pathlib import Path
 
@@ -110,6 +111,7 @@ def test_pairs_with_an_empty_side_leave_the_pool_before_it_is_split(tmp_path):
     # the same files gzipped (as Tatoeba's may be): read alike
     write(tmp_path / "gz" / "europarl-v7.de-en.de.gz", de, gz=True)
     write(tmp_path / "gz" / "europarl-v7.de-en.en.gz", EN, gz=True)
+    write(tmp_path / "gz" / "europarl-v7.de-en.de", de)  # a plain copy of one side beside: the .gz pair is read
     zipped = small(EuroparlDataModule, root=str(tmp_path / "gz"), cache_dir=str(tmp_path / "c2"))
     assert all(zipped.text(name) == dm.text(name) for name in ("train", "val", "test"))
 
@@ -243,7 +245,18 @@ def test_missing_ted_sets_and_tatoeba_file_name_the_places_tried_and_the_file(tm
     dm = small(ZhEnDataModule, source="ted", root=str(tmp_path / "empty"), cache_dir=str(tmp_path / "c"))
     with pytest.raises(sources.DataNotFoundError) as err:
         dm.text("train")
-    assert f"data.root: {tmp_path / 'empty'} (no <name>.en file)" in str(err.value)
+    # a root given without the sets: that root named, never $NMT_DATA's copy read instead
+    assert str(err.value).startswith(f"data.root={tmp_path / 'empty'}: no <name>.en file: give a folder")
+    (tmp_path / "data" / "ted_en_zh").mkdir(parents=True)
+    write(tmp_path / "data" / "ted_en_zh" / "a.en", ZH_EN[:80])
+    write(tmp_path / "data" / "ted_en_zh" / "a.zh", ZH[:80])
+    with pytest.raises(sources.DataNotFoundError, match=r"^data.root=.*empty: no <name>.en file"):
+        small(ZhEnDataModule, source="ted", root=str(tmp_path / "empty"), cache_dir=str(tmp_path / "c")).text("train")
+    dm = small(ZhEnDataModule, source="ted", cache_dir=str(tmp_path / "c"))  # no root: $NMT_DATA's
+    assert len(dm.text("train")[0]) == 80 - 60
+    shutil.rmtree(tmp_path / "data")
+    with pytest.raises(sources.DataNotFoundError) as err:
+        small(ZhEnDataModule, source="ted", cache_dir=str(tmp_path / "c")).text("train")
     assert f"$NMT_DATA/ted_en_zh: {tmp_path / 'data' / 'ted_en_zh'} (no such folder)" in str(err.value)
     # offline, the Tatoeba message names the text file too, not only the zip it would download
     monkeypatch.setattr(sources, "_download", lambda url, target: (_ for _ in ()).throw(OSError("offline")))
@@ -731,10 +744,12 @@ def test_a_data_root_holding_part_of_a_corpus_is_refused_not_replaced_by_another
         (cache / "corpus" / name).write_text("x\n")
     # a root without the corpus (a typo, another corpus's folder): an error, where the run read the cache's
     # copy while its config named the root
-    with pytest.raises(DataNotFoundError, match=r"data.root=.*root is not a folder: it should hold a.txt, b.txt; "):
+    with pytest.raises(DataNotFoundError, match=r"data.root=.*root does not exist: it should hold a.txt, b.txt; "):
         locate("corpus", ["a.txt", "b.txt"], root, cache)
     root.mkdir()
-    with pytest.raises(DataNotFoundError, match=r"root holds none of the corpus's files: .*a.txt, b.txt \('.gz' "):
+    with pytest.raises(
+        DataNotFoundError, match=r"root holds none of these files: .*a.txt, b.txt \(or each with '.gz'\)"
+    ):
         locate("corpus", ["a.txt", "b.txt"], root, cache, suffixes=("", ".gz"))
     # looked into in passing (the IWSLT sets in a run's training corpus folder): the next place
     assert locate("corpus", ["a.txt", "b.txt"], root, cache, strict_root=False) == cache / "corpus"
@@ -819,3 +834,21 @@ def test_a_damaged_or_cut_short_corpus_file_or_archive_is_one_line_naming_it(tmp
     with pytest.raises(ValueError, match=r"de-en.tgz: cannot be read .*an interrupted download"):
         small(EuroparlDataModule, root=str(root), cache_dir=str(tmp_path / "c")).text("train")
     assert not [p for p in (tmp_path / "c").rglob("*") if p.is_dir() and p.name.startswith(".")]  # no partial left
+
+
+def test_a_run_recorded_before_the_report_counted_references_resumes(tmp_path):
+    """The data report's new count of references also in training is not part of a run's data identity: a
+    folder recorded without it (every run before it, of any corpus) is the same data, not 'other data'."""
+    from nmt.training.run_folder import check_data, data_identity, record_identity
+
+    write(tmp_path / "t.tsv", [f"{e}\t{d}" for e, d in zip(EN, DE, strict=True)])
+    dm = small_files(tmp_path, train=str(tmp_path / "t.tsv"))
+    dm.prepare_data()
+    report = dm.report()
+    assert "targets_also_in_train" in report["val"]
+    now = data_identity(dm.describe(), report, dm.text_hashes(), *dm.build_tokenizers())
+    before = {split: {k: v for k, v in row.items() if k != "targets_also_in_train"} for split, row in report.items()}
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    record_identity(run_dir, {"data": data_identity(dm.describe(), before, dm.text_hashes(), *dm.build_tokenizers())})
+    assert check_data(run_dir, {"data": now}, force=False, resuming=True) is None

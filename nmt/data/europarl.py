@@ -62,7 +62,8 @@ class EuroparlDataModule(UnsplitCorpusDataModule):
             download=self.download,
             suffixes=("", ".gz"),
         )
-        suffix = "" if (folder / names[0]).is_file() else ".gz"  # both sides one way (locate_or_extract's rule)
+        # the suffix under which both sides are there (locate_or_extract's rule; a .gz beside a plain file)
+        suffix = next(x for x in ("", ".gz") if all((folder / (name + x)).is_file() for name in names))
         return read_parallel(folder / (names[0] + suffix), folder / (names[1] + suffix))
 
 

@@ -51,5 +51,8 @@ class Multi30kDataModule(ParallelDataModule):
             cache_dir=self.cache_dir,
             url_for={f: f"{UPSTREAM}/{f}" for f in files},
             download=self.download,
+            # a test set the root lacks (evaluate.py split=test_2017_flickr with the run's root, which held
+            # its training sets) is looked for further on; the training and validation sets must be there
+            strict_root=split != "test",
         )
         return read_parallel(folder / files[0], folder / files[1])

@@ -47,8 +47,12 @@ def _check_root_whole(
         return
     present = [f for f in filenames if any((folder / (f + suffix)).is_file() for suffix in suffixes)]
     if not present and strict:
-        forms = f" ({' or '.join(repr(x) for x in suffixes if x)} added allowed)" if any(suffixes) else ""
-        holds = "is not a folder" if not folder.is_dir() else "holds none of the corpus's files"
+        forms = f" (or each with {' or '.join(repr(x) for x in suffixes if x)})" if any(suffixes) else ""
+        holds = (
+            "holds none of these files"
+            if folder.is_dir()
+            else ("is not a folder" if folder.exists() else "does not exist")
+        )
         raise DataNotFoundError(
             f"data.root={folder} {holds}: it should hold {', '.join(filenames[:4])}"
             f"{' ...' if len(filenames) > 4 else ''}{forms}{f', or {archive}' if archive else ''}; give the "

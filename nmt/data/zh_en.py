@@ -60,7 +60,13 @@ class ZhEnDataModule(UnsplitCorpusDataModule):
         for label, folder in places:
             if any(folder.glob("*.en*")):
                 return folder
-            tried.append(f"  {label}: {folder} ({'no <name>.en file' if folder.is_dir() else 'no such folder'})")
+            why = "no <name>.en file" if folder.is_dir() else "no such folder"
+            if label == "data.root":  # a root given is read or the run stops (sources.locate's rule)
+                raise DataNotFoundError(
+                    f"data.root={folder}: {why}: give a folder of line-aligned <name>.en / <name>.zh TED files "
+                    "(optionally .gz), or leave data.root out (then $NMT_DATA/ted_en_zh)"
+                )
+            tried.append(f"  {label}: {folder} ({why})")
         raise DataNotFoundError(
             "Could not find TED en-zh sets. Tried, in order:\n"
             + ("\n".join(tried) if tried else "  nothing: neither data.root nor $NMT_DATA is set")

@@ -207,13 +207,21 @@ def check_identity(run_dir: Path, current: dict, force: bool, saved: dict | None
     )
 
 
+# counts of the data report that the identity leaves out: derived from the text its hashes already cover, and
+# added after runs were recorded without them (whose folders would otherwise read as trained on other data)
+REPORT_ONLY = ("targets_also_in_train",)
+
+
 def data_identity(description: str, report: dict, text: dict, src_tokenizer, tgt_tokenizer) -> dict:
     """What the data was: the corpus and languages, the pairs (or tokens) of each split, a hash of each
     split's text, a hash of the tokenizers trained on it, and the word segmenters before them."""
     import hashlib
 
     digest = hashlib.sha256(src_tokenizer.model_proto + tgt_tokenizer.model_proto).hexdigest()[:16]
-    sizes = {split: {k: v for k, v in counts.items() if isinstance(v, int)} for split, counts in report.items()}
+    sizes = {
+        split: {k: v for k, v in counts.items() if isinstance(v, int) and k not in REPORT_ONLY}
+        for split, counts in report.items()
+    }
     segmenters = [src_tokenizer.segmenter.spec(), tgt_tokenizer.segmenter.spec()]
     return {"corpus": description, "splits": sizes, "text": text, "tokenizers": digest, "segmenters": segmenters}
 
