@@ -149,7 +149,7 @@ def unknown_key_message(argv: list[str], config_name: str, conf: Path = CONF) ->
         if parent == "validation.search" and option in _search_options():  # a block that lists its defaults only
             return (
                 f"error: {key!r} (on the command line): validation.search takes every search option, but lists "
-                f"only those it sets: add this one with +{key}=..."
+                f"only those it sets: add this one with +{key}=... ({_search_readers(option)})"
             )
         if owners and choices.get(group) is None:  # not a group here: the config's own block of that name
             keys = [k for k in known if k.startswith(f"{group}.")]
@@ -171,6 +171,12 @@ def _search_options() -> list[str]:
     from nmt.decoding.settings import SearchConfig
 
     return list(SearchConfig.__dataclass_fields__)
+
+
+def _search_readers(option: str) -> str:
+    from nmt.decoding.settings import readers
+
+    return readers(option, "validation.search")
 
 
 def _other_options_with(key: str, conf: Path, groups: list[str]) -> list[str]:

@@ -41,7 +41,8 @@ def test_a_search_option_validation_does_not_list_is_added_with_a_plus_and_then_
     message = unknown_key_message(["validation.search.beam_size=3"], "train")
     assert message == (
         "error: 'validation.search.beam_size' (on the command line): validation.search takes every search "
-        "option, but lists only those it sets: add this one with +validation.search.beam_size=..."
+        "option, but lists only those it sets: add this one with +validation.search.beam_size=... (it applies with "
+        "validation.search.strategy=beam)"
     )
     assert "did you mean" in unknown_key_message(["validation.search.beam_sise=3"], "train")
     cfg = compose_train("data=toy", "validation.search.strategy=beam", "+validation.search.beam_size=3")

@@ -88,6 +88,22 @@ def test_a_sentences_translations_stay_in_one_split_and_both_directions_split_al
     assert "Hallo." in splits["train"][0] and [len(splits[n][0]) for n in ("val", "test")] == [30, 30]
 
 
+def test_a_split_the_groups_cannot_fill_is_said_and_a_cap_too_small_for_them_named(capsys):
+    """One reference with 500 translations and 30 other pairs: test takes the 30, validation none fits."""
+    hub = [(f"Ja {i}.", "Yes.") for i in range(500)]
+    single = [(f"Satz {i}.", f"Sentence {i}.") for i in range(30)]
+    src, tgt = zip(*hub, *single, strict=True)
+    splits = seeded_split(list(src), list(tgt), 50, 50, seed=1)
+    assert [len(splits[n][0]) for n in ("test", "val", "train")] == [30, 0, 500]
+    said = capsys.readouterr().out
+    assert "warning: data.test_size=50: the test split holds 30 pairs;" in said and "the largest holds 500" in said
+    assert "warning: data.valid_size=50: the val split holds 0 pairs;" in said
+    with pytest.raises(
+        ValueError, match=r"in groups sharing a sentence, the largest of 500\): lower .* raise data.max"
+    ):
+        seeded_split(list(src), list(tgt), 15, 15, seed=1, max_samples=100)
+
+
 def test_pairs_with_an_empty_side_leave_the_pool_before_it_is_split(tmp_path):
     """A quarter of the German side empty (as in Europarl): each split still gets the pairs asked for (the
     empty ones, one group of one empty source, took the whole test share and left it 20 pairs), and the
@@ -126,6 +142,7 @@ def test_pairs_with_an_empty_side_leave_the_pool_before_it_is_split(tmp_path):
         ({"max_samples": "abc"}, r"data\.max_samples='abc': must be a whole number of pairs, or null for every pair"),
         ({"max_samples": True}, r"data\.max_samples=True: must be a whole number"),
         ({"max_samples": 1.5}, r"data\.max_samples=1.5: must be a whole number"),
+        ({"max_samples": 50.0}, r"data\.max_samples=50.0 leaves no training pairs"),  # 2e5 is a float: whole, taken
     ],
 )
 def test_split_sizes_that_leave_nothing_are_refused_at_once(tmp_path, settings, message):

@@ -156,6 +156,16 @@ def test_every_search_option_is_read_by_a_strategy_and_named_in_evaluation_folde
         other = SearchConfig(**{**base.__dict__, "strategy": strategy, name: value})
         reference = SearchConfig(**{**base.__dict__, "strategy": strategy})
         assert split_tag("val", other, reference=base) != split_tag("val", reference, reference=base), name
+    # the run's own options that the evaluation's strategy does not read name nothing: a summariser's length
+    # penalty in a greedy evaluation, a sampler's top_k in a beam's (both at their defaults in the search)
+    from nmt.decoding.settings import search_settings
+
+    for own, given, folder in (
+        ({"length_penalty": 2.0}, {"strategy": "greedy"}, "test_greedy"),
+        ({"strategy": "sample", "top_k": 10, "seed": 1}, {"strategy": "beam"}, "test_beam5"),
+        ({"strategy": "sample", "top_k": 10, "seed": 1}, {"top_k": 5}, "test_sample_topk5"),
+    ):
+        assert split_tag("test", search_settings(own, given), reference=SearchConfig(**own)) == folder, own
     # a run's config: an option set away from its default that its strategy does not read is named
     assert unread_problems({"strategy": "greedy", "temperature": 0.7}) == [
         "decode.temperature=0.7: decode.strategy=greedy does not read it (it applies with decode.strategy=sample); "

@@ -22,7 +22,8 @@ def check_split_sizes(valid_size, test_size, max_samples=None) -> None:
             raise ValueError(
                 f"data.{key}={size!r}: the pairs a seeded split sets aside must be a number >= {least}{also}"
             )
-    if max_samples is not None and (not isinstance(max_samples, int) or isinstance(max_samples, bool)):
+    whole = isinstance(max_samples, int) or (isinstance(max_samples, float) and max_samples.is_integer())
+    if max_samples is not None and (not whole or isinstance(max_samples, bool)):  # 2e5 reads as a float: taken
         raise ValueError(f"data.max_samples={max_samples!r}: must be a whole number of pairs, or null for every pair")
     if max_samples is not None and max_samples <= (valid_size or 0) + (test_size or 0):
         raise ValueError(
@@ -46,8 +47,9 @@ def seeded_split(
     and traditional script with one English reference) keeps them together, where a split by source alone
     let a test reference be a training target. The groups and their order do not depend on the direction,
     so de->en and en->de (or the two directions of any pair) get the same split, mirrored. A split takes the
-    next group that fits what is left of its size, so sizes are exact while small groups remain; a group
-    larger than that goes on to training. ``max_samples`` caps the pairs used in all (a seeded subset).
+    next group that fits what is left of its size, so sizes are exact while small groups remain (fewer is
+    said); a group larger than that goes on to training. ``max_samples`` caps the pairs used in all (a
+    seeded subset; a group larger than what is left of the cap is then in no split).
     Pairs with an empty or blank side are in no split (the data report counts them)."""
     pairs = list(dict.fromkeys((s, t) for s, t in zip(src, tgt, strict=True) if s.strip() and t.strip()))
     groups = _groups(pairs)
@@ -74,11 +76,20 @@ def seeded_split(
                 chosen += group
                 left -= len(group)
         splits[name] = ([pairs[i][0] for i in chosen], [pairs[i][1] for i in chosen])
+    largest = max(map(len, groups), default=0)
     if not splits["train"][0]:
         raise ValueError(
             f"nothing left for training after taking {valid_size} validation and {test_size} test pairs out of "
-            f"{usable} unique pairs: lower data.valid_size / data.test_size"
+            f"{usable} unique pairs (in groups sharing a sentence, the largest of {largest}): lower "
+            "data.valid_size / data.test_size" + (", or raise data.max_samples" if max_samples else "")
         )
+    for name, key in (("test", "test_size"), ("val", "valid_size")):
+        if len(splits[name][0]) < budget[name]:  # the groups left could not fill it: said, not hidden
+            print(
+                f"warning: data.{key}={budget[name]}: the {name} split holds {len(splits[name][0])} pairs; pairs "
+                f"that share a sentence go to one split whole, and the groups left did not fit (the largest "
+                f"holds {largest})"
+            )
     return splits
 
 

@@ -21,7 +21,7 @@ class UnsplitCorpusDataModule(ParallelDataModule):
         super().__init__(**kwargs)
         check_split_sizes(valid_size, test_size, max_samples)
         self.valid_size, self.test_size = valid_size, test_size
-        self.max_samples, self.split_seed = max_samples, split_seed
+        self.max_samples, self.split_seed = (None if max_samples is None else int(max_samples)), split_seed
         self._splits: dict | None = None
 
     def load_pairs(self) -> tuple[list[str], list[str]]:

@@ -146,8 +146,9 @@ def check_split_text(loaded, datamodule, split: str, elsewhere: str) -> None:
     if trained is not None and datamodule.text_hash(split) != trained:
         raise ValueError(
             f"split={split}: the {split} text of {datamodule.describe()} read now is not the text "
-            f"{loaded.checkpoints[0]} was trained with (its hash differs): the corpus changed, or another copy was "
-            f"found first (data.root, $NMT_DATA, the cache); point data.root at the run's copy, {elsewhere}"
+            f"{loaded.checkpoints[0]} was trained with (its hash differs): the corpus changed, another copy was "
+            f"found first (data.root, $NMT_DATA, the cache), or a seeded split is made otherwise than when the run "
+            f"trained (pairs sharing a sentence now go to one split); point data.root at the run's copy, {elsewhere}"
         )
 
 

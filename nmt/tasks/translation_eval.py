@@ -13,7 +13,7 @@ from rich.table import Table
 from nmt.data.files import checked_columns, read_split_files
 from nmt.data.sources import locate, read_parallel
 from nmt.data.tokenizer import BOS_ID, EOS_ID
-from nmt.decoding.settings import SEARCH_TAGS, SearchConfig
+from nmt.decoding.settings import SEARCH_TAGS, UNREAD, SearchConfig
 from nmt.utils.io import atomic_write_text
 from nmt.utils.plots import save_attention_maps
 
@@ -42,7 +42,8 @@ def split_tag(
     tag += f"{name}_{search.strategy}"
     tag += str(search.beam_size) if search.ranks else ""
     reference = reference or search
-    for key in (f.name for f in fields(SearchConfig) if f.name not in ("strategy", "beam_size")):
+    unread = UNREAD.get(search.strategy, ())  # at their defaults in the search, whatever the run's own: no name
+    for key in (f.name for f in fields(SearchConfig) if f.name not in ("strategy", "beam_size", *unread)):
         value = getattr(search, key)
         if value != getattr(reference, key):  # an option without a short name is named in full
             tag += f"_{SEARCH_TAGS.get(key, key)}{value}"
