@@ -249,7 +249,8 @@ class ParallelDataModule(L.LightningDataModule):
     # ---- the data report ----------------------------------------------------------------------
     def report(self) -> dict:
         """Per split: pairs kept, pairs dropped by reason, subword length percentiles, unknown-token rate;
-        and how many validation/test source sentences also occur in the training split."""
+        and how many validation/test sources, and references, also occur in the training split (as sources,
+        as targets)."""
         train_sources, train_targets = (set(side) for side in self.text("train"))
         report = {}
         for split in ("train", "val", "test"):
