@@ -321,13 +321,20 @@ def test_a_monitored_score_that_no_validation_computes_is_refused():
     check_config(compose_train(*never, "trainer.limit_val_batches=0"))  # no validation at all: nothing to monitor
 
 
-def test_every_place_a_missing_corpus_was_looked_for_is_in_its_one_line(tmp_path):
+def test_every_place_a_missing_corpus_was_looked_for_is_in_its_one_line(tmp_path, monkeypatch):
     from nmt.data.sources import locate
 
+    monkeypatch.setenv("NMT_DATA", str(tmp_path / "none"))
+    with pytest.raises(FileNotFoundError) as missing:
+        locate("multi30k", ["train.en"], None, tmp_path / "cache", download=False)
+    message = user_message(missing.value)
+    assert "\n" not in message and f"$NMT_DATA/multi30k: {tmp_path / 'none' / 'multi30k'}" in message
+    assert f"cache: {tmp_path / 'cache' / 'multi30k'}" in message and "Fix: set data.root=" in message
+    # a data.root given without the corpus: that root named, in one line
     with pytest.raises(FileNotFoundError) as missing:
         locate("multi30k", ["train.en"], tmp_path / "none", tmp_path / "cache", download=False)
     message = user_message(missing.value)
-    assert "\n" not in message and f"data.root: {tmp_path / 'none'}" in message and "Fix: set data.root=" in message
+    assert "\n" not in message and message.startswith(f"data.root={tmp_path / 'none'} does not exist: it should hold")
 
 
 def test_an_existing_path_with_hydras_grammar_in_its_name_is_quoted(tmp_path):
