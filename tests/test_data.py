@@ -111,12 +111,16 @@ def test_multi30k_finds_the_corpus_through_the_environment(multi30k_folder, tmp_
 
 def test_missing_corpus_error_lists_the_places_tried(tmp_path, monkeypatch):
     monkeypatch.delenv("NMT_DATA", raising=False)
-    dm = small_multi30k(root=str(tmp_path / "nowhere"), cache_dir=str(tmp_path / "cache"))
+    dm = small_multi30k(cache_dir=str(tmp_path / "cache"))
     with pytest.raises(DataNotFoundError) as err:
         dm.text("train")
     message = str(err.value)
-    assert "data.root" in message and "nowhere" in message and "cache" in message
-    assert "train.en.gz" in message and "NMT_DATA" in message
+    assert f"cache: {tmp_path / 'cache' / 'multi30k'}" in message and "download: disabled" in message
+    assert "train.en.gz" in message and "NMT_DATA" in message and "Fix: set data.root=" in message
+    # a root given that does not hold it: the run stops there, naming it, not reading another copy
+    dm = small_multi30k(root=str(tmp_path / "nowhere"), cache_dir=str(tmp_path / "cache"))
+    with pytest.raises(DataNotFoundError, match=r"^data.root=.*nowhere does not exist: it should hold train.en.gz"):
+        dm.text("train")
 
 
 def test_invalid_multi30k_options_name_the_valid_ones():
