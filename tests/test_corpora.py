@@ -195,6 +195,14 @@ def test_a_seeded_split_without_a_test_set(tmp_path):
         train(compose_train("data=files", *settings, f"run_dir={run_dir}", *NO_FINAL_SCORES))
 
 
+def test_tatoeba_de_en_refuses_other_languages_and_sends_chinese_to_its_own_module(tmp_path):
+    """data=tatoeba_de_en data.tgt_lang=zh trained Chinese without jieba and scored it as any text."""
+    with pytest.raises(ValueError, match=r"Tatoeba Chinese-English is data=zh_en .* segments Chinese with jieba"):
+        small(TatoebaDataModule, src_lang="en", tgt_lang="zh", cache_dir=str(tmp_path))
+    with pytest.raises(ValueError, match=r"reads Tatoeba's German-English pairs .*got data.src_lang='fr'"):
+        small(TatoebaDataModule, src_lang="fr", tgt_lang="en", cache_dir=str(tmp_path))
+
+
 def test_tatoeba_reads_a_manythings_file(tmp_path):
     write(tmp_path / "deu.txt", [f"{e}\t{d}" for e, d in zip(EN, DE, strict=True)] + ["\t", "Hi.\tHallo!"])
     dm = small(TatoebaDataModule, root=str(tmp_path), src_lang="de", tgt_lang="en", cache_dir=str(tmp_path / "c"))

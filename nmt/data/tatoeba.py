@@ -59,9 +59,15 @@ class TatoebaDataModule(UnsplitCorpusDataModule):
     def __init__(self, root: str | None = None, download: bool = True, **kwargs) -> None:
         super().__init__(**kwargs)
         other = self.tgt_lang if self.src_lang == "en" else self.src_lang
+        if other == "zh" and "en" in (self.src_lang, self.tgt_lang):  # its own module segments the Chinese side
+            raise ValueError(
+                f"data.src_lang={self.src_lang!r}, data.tgt_lang={self.tgt_lang!r}: Tatoeba Chinese-English is "
+                "data=zh_en (data.source=tatoeba, the default), which segments Chinese with jieba; this module "
+                "reads German-English"
+            )
         if "en" not in (self.src_lang, self.tgt_lang) or other not in TATOEBA:
             raise ValueError(
-                f"Tatoeba pairs are English with one of {sorted(TATOEBA)}; "
+                "data=tatoeba_de_en reads Tatoeba's German-English pairs (Chinese-English: data=zh_en); "
                 f"got data.src_lang={self.src_lang!r}, data.tgt_lang={self.tgt_lang!r}"
             )
         self.root, self.download, self.other = root, download, other
