@@ -786,6 +786,26 @@ def test_the_report_says_what_ended_each_run_and_warns_of_runs_cut_by_a_time_cap
     assert sorted(line.split(",")[column] for line in lines[1:]) == ["", ""] + ["early stopping"] * 8 + ["max_time"] * 2
 
 
+def test_runs_cut_by_their_maximum_where_early_stopping_was_on_are_said_not_converged(tmp_path):
+    """Early stopping set (patience 2) and every run ended at max_epochs: the report showed the rule beside
+    'max_epochs (12)' and said nothing of convergence; nor did 'None drawn' carry the caveats."""
+    ended = ["max_epochs"] * 9 + ["early stopping"] * 3
+    synthetic_sweep(tmp_path, [{**r, "ended_by": e} for r, e in zip(RECORDS, ended, strict=True)])
+    for run_dir in tmp_path.iterdir():
+        (run_dir / "config.yaml").write_text(
+            "data: {}\ntrainer: {max_steps: -1, max_epochs: 4}\nearly_stopping: {patience: 2, monitor: val_bleu}\n"
+        )
+    report = " ".join(write_report(tmp_path).read_text().split())
+    assert "**Warning:** 9 of the 12 runs ended at their maximum (max_epochs), not by early stopping" in report
+    findings = report.split("## Findings")[1].split(" ## ")[0]
+    assert "**Caveat:** 9 run(s) ended at their maximum, not by early stopping" in findings
+    two = [r for r in RECORDS if r["seed"] < 3]  # too few seeds: none drawn, the caveats still said
+    (tmp_path / "two").mkdir()
+    synthetic_sweep(tmp_path / "two", two)
+    findings = write_report(tmp_path / "two").read_text().split("## Findings")[1].split("\n## ")[0]
+    assert "None drawn" in findings and "**Caveat:** Every level ran with the same settings" in findings
+
+
 def test_a_run_whose_config_cannot_be_read_is_named_and_the_report_still_written(tmp_path, capsys):
     synthetic_sweep(tmp_path)
     runs = sorted(tmp_path.iterdir())

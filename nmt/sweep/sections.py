@@ -82,6 +82,14 @@ def what_ran(doc: Document, facts: dict, factors: list[str], levels: dict, metri
             f"**Warning:** the runs' final scores were made in {len(scorings)} ways (checkpoints, search or "
             "scorer differ, and not by a factor of this sweep alone): their scores do not measure the same thing."
         )
+    capped = _capped(facts)
+    if capped:
+        doc.paragraph(
+            f"**Warning:** {capped} of the {sum(ended.values())} runs ended at their maximum "
+            f"({', '.join(k for k in ('max_steps', 'max_epochs') if ended.get(k))}), not by early stopping: they "
+            "may not have converged, so their scores are those of that budget; raise the maximum (results.csv's "
+            "ended_by names the runs)."
+        )
     if ended.get("max_time"):
         doc.paragraph(
             f"**Warning:** {ended['max_time']} run(s) were ended by `trainer.max_time`, a cap on the time, not by "
@@ -93,6 +101,12 @@ def what_ran(doc: Document, facts: dict, factors: list[str], levels: dict, metri
             "Failed runs are left out of every statistic; the design is unbalanced where they are missing "
             "(the effects below still use every finished run). Their logs: <run folder>/train_stderr.log."
         )
+
+
+def _capped(facts: dict) -> int:
+    """Runs ended by max_steps or max_epochs in a sweep that stops early: cut by the maximum, not converged."""
+    ended, budget = facts.get("ended_by") or {}, facts.get("budget") or {}
+    return sum(ended.get(k, 0) for k in ("max_steps", "max_epochs")) if budget.get("patience") else 0
 
 
 def _names(names: list[str], most: int = 6) -> str:
@@ -121,6 +135,11 @@ def caveats(facts: dict, levels: dict | None = None) -> list[str]:
             f"The differences above hold at this sweep's fixed budget ({budget_text(budget).split(';')[0]}, no "
             "early stopping): they say how each level does after that much training, not where it ends when "
             "trained to convergence."
+        )
+    if _capped(facts):
+        said.append(
+            f"{_capped(facts)} run(s) ended at their maximum, not by early stopping: not all cells were trained to "
+            "convergence, so the differences may be of how fast each learns."
         )
     settings = facts.get("level_settings") or {}
     untuned = [f"{key}={lv}" for key, by in settings.items() for lv in (levels or {}).get(key, []) if not by.get(lv)]
@@ -156,6 +175,8 @@ def findings(
             "None drawn: some cells have fewer than 3 seeds. The numbers below describe the runs; they do not "
             "establish a difference."
         )
+        for caveat in caveats(facts or {}, levels):  # what limits reading the numbers too
+            doc.paragraph(f"**Caveat:** {caveat}")
         return
     rows = ranking.get("rows") or []
     means = {round(float(row["mean"]), 9) for row in rows}
