@@ -74,9 +74,39 @@ def test_tuning_chooses_each_levels_best_mean_on_validation(tmp_path):
     assert table[0] == "| optim | candidate | best_val_bleu (mean ± 95% CI) | seeds |"
 
     out = tmp_path / "tuned.yaml"
-    write_level_settings(out, settings, "chosen by a test")
+    write_level_settings(out, settings, "chosen by a test", table)
     assert OmegaConf.to_container(OmegaConf.load(out)) == {"level_settings": settings}
-    assert out.read_text().startswith("# @package _global_\n")
+    assert out.read_text().startswith("# @package _global_\n# chosen by a test\n# | optim | candidate |")
+    assert "# | noam | warmup=400 | 33.50 ± 6.35 | 2 |\n" in out.read_text()  # the candidates, for the report
+
+
+def test_a_sweep_with_a_tuned_file_records_it_and_its_report_quotes_how_the_settings_were_chosen(tmp_path):
+    """+tuned=<name>: the report named no tuning at all, only each level's values."""
+    from hydra import compose, initialize_config_dir
+
+    from nmt.sweep.report import write_report
+    from nmt.sweep.runner import tuned_file
+
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("sweep", overrides=["+tuned=factorial_converged_toy"], return_hydra_config=True)
+    tuned = tuned_file(cfg)
+    text = (ROOT / "conf" / "tuned" / "factorial_converged_toy.yaml").read_text()
+    assert tuned["name"] == "factorial_converged_toy" and tuned["notes"][0] in text
+    assert tuned["notes"][0].startswith("chosen by: python sweep.py tune")
+    from .test_statistics import synthetic_sweep
+
+    synthetic_sweep(tmp_path)
+    settings = {"pos": {"absolute": ["lr=1e-3"], "relative": ["lr=2e-3"]}}
+    tuned["notes"] += ["| optim | candidate | best_val_bleu (mean ± 95% CI) | seeds |", "|---|---|---|---|"]
+    tuned["notes"] += ["| adam | optim.optimizer.lr=0.0005 | 21.00 ± 12.71 | 2 |"]  # as tune writes them
+    (tmp_path / "plan.json").write_text(json.dumps({"runs": 12, "level_settings": settings, "tuned": tuned}))
+    report = write_report(tmp_path).read_text()
+    row = "| level settings from | +tuned=factorial_converged_toy (conf/tuned/factorial_converged_toy.yaml) |"
+    assert row in report
+    flat = " ".join(report.split())
+    assert "How the level settings were chosen, as conf/tuned/factorial_converged_toy.yaml's notes say" in flat
+    assert tuned["notes"][0] in flat
+    assert "| optim | candidate | best_val_bleu (mean ± 95% CI) | seeds |\n|---|---|---|---|\n| adam |" in report
 
 
 def test_tuning_refuses_the_test_set_a_swept_level_and_two_sweeps_of_one_level(tmp_path):

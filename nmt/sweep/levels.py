@@ -190,12 +190,14 @@ def _constant_level(sweep_dir: Path, key: str) -> str:
     return values[0]
 
 
-def write_level_settings(path: str | Path, settings: dict, note: str) -> None:
-    """A config file of the chosen settings: ``python sweep.py +tuned=<name>`` (conf/tuned/<name>.yaml)."""
+def write_level_settings(path: str | Path, settings: dict, note: str, table: list[str] = ()) -> None:
+    """A config file of the chosen settings: ``python sweep.py +tuned=<name>`` (conf/tuned/<name>.yaml), with
+    the command that chose them and its table of candidates as comments, which a sweep's report quotes."""
     from nmt.utils.io import atomic_write_text
 
     body = OmegaConf.to_yaml(OmegaConf.create({"level_settings": settings}))
-    atomic_write_text(Path(path), f"# @package _global_\n# {note}\n{body}")
+    notes = "".join(f"# {line}\n" for line in [note, *table] if line.strip())
+    atomic_write_text(Path(path), f"# @package _global_\n{notes}{body}")
 
 
 def main(argv: list[str]) -> None:
@@ -218,5 +220,5 @@ def main(argv: list[str]) -> None:
     if args.out:
         dirs = " ".join(str(d) for d in args.sweep_dirs)
         command = f"python sweep.py tune {dirs} --level {args.level} --metric {args.metric}"
-        write_level_settings(args.out, settings, f"chosen by: {command}")
+        write_level_settings(args.out, settings, f"chosen by: {command}", table)
         print(f"written to {args.out}")

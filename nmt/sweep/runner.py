@@ -222,6 +222,17 @@ _MPS: dict = {}
 _SIGNALS: dict = {}  # per sweep folder: the signal handlers its launch replaced (child.handle_sweep_signals)
 
 
+def tuned_file(config: DictConfig) -> dict | None:
+    """The tuned file a sweep's level settings came from (``+tuned=<name>``): its name and the notes ``python
+    sweep.py tune`` wrote above the settings (its command, the candidates' table), which the report quotes."""
+    name = OmegaConf.select(config, "hydra.runtime.choices.tuned", default=None)
+    path = Path(__file__).resolve().parents[2] / "conf" / "tuned" / f"{name}.yaml"
+    if not name or not path.is_file():
+        return None
+    notes = [line[2:].rstrip() for line in path.read_text().splitlines() if line.startswith("# ")]
+    return {"name": str(name), "notes": [line for line in notes if not line.startswith("@package")]}
+
+
 class SweepReport(Callback):
     """Hydra callback: when every job of the multirun has ended, write the report."""
 
@@ -293,6 +304,9 @@ class SweepReport(Callback):
         plan = {"factors": {k: levels[k] for k in factors}, "runs": planned_runs(config), "run_names": names}
         if settings:
             plan["level_settings"] = settings
+        tuned = tuned_file(config)
+        if tuned:
+            plan["tuned"] = tuned
         atomic_write_json(plan_path, plan)
         atomic_write_text(sweep_dir / LAUNCHED, f"{time.time():.3f}\n")  # a rerun gets a fresh time window
         print(f"[sweep] {planned_runs(config)} runs: " + " x ".join(f"{k} {levels[k]}" for k in factors), flush=True)

@@ -26,6 +26,9 @@ def what_ran(doc: Document, facts: dict, factors: list[str], levels: dict, metri
             overrides = by_level.get(level)
             text = " ".join(map(str, overrides)) if overrides else "none of its own (the settings for every run)"
             rows.append([f"settings with {key}={level}", text])
+    tuned = facts.get("tuned")
+    if tuned:  # where those settings came from: the tuned file, as `python sweep.py tune` wrote it
+        rows.append(["level settings from", f"+tuned={tuned['name']} (conf/tuned/{tuned['name']}.yaml)"])
     rows.append(["budget and stopping", budget_text(facts.get("budget"))])
     if facts.get("steps"):
         steps = facts["steps"]
@@ -82,6 +85,18 @@ def what_ran(doc: Document, facts: dict, factors: list[str], levels: dict, metri
             f"**Warning:** the runs' final scores were made in {len(scorings)} ways (checkpoints, search or "
             "scorer differ, and not by a factor of this sweep alone): their scores do not measure the same thing."
         )
+    if tuned and tuned.get("notes"):
+        cells = [
+            [c.strip() for c in line.strip().strip("|").split("|")] for line in tuned["notes"] if line.startswith("|")
+        ]
+        text = " ".join(line for line in tuned["notes"] if not line.startswith("|"))
+        doc.paragraph(
+            f"How the level settings were chosen, as conf/tuned/{tuned['name']}.yaml's notes say (`python sweep.py "
+            f"tune` writes them; a file edited by hand says so only if its notes do): {text}"
+        )
+        rows = [row for row in cells[1:] if not all(set(c) <= set("-: ") for c in row)]  # the rule line left out
+        if cells and rows:
+            doc.table(cells[0], rows)
     capped = _capped(facts)
     if capped:
         doc.paragraph(

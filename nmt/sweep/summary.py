@@ -103,6 +103,7 @@ def describe(sweep_dir: Path, records: list[dict]) -> dict:
     facts["finished"] = len(records)
     facts["planned"] = planned(sweep_dir).get("runs")
     facts["level_settings"] = planned(sweep_dir).get("level_settings") or {}
+    facts["tuned"] = planned(sweep_dir).get("tuned")
     facts["failed"] = failed_runs(sweep_dir)
     done = {Path(r.get("run_dir", "")).name for r in records} | set(facts["failed"])
     missing = [name for name in planned(sweep_dir).get("run_names") or [] if name not in done]
