@@ -21,29 +21,6 @@ if WORKERS > 1:
     os.environ["OMP_NUM_THREADS"] = str(CORE_SHARE)
 
 
-# The workers take whole files (--dist loadfile) in collection order: the longest files go first, so that
-# the short ones fill the end instead of one worker finishing a long file alone while the other waits.
-# Ordered by their times in the suite's --durations; a file missing here keeps its place after them.
-LONGEST_FIRST = (
-    "test_sweep.py",
-    "test_reliability.py",
-    "test_end_to_end.py",
-    "test_bench_gpu.py",
-    "test_translator.py",
-    "test_mps.py",
-    "test_rnn.py",
-    "test_compile.py",
-    "test_sweep_levels.py",
-    "test_run_faults.py",
-    "test_cli.py",
-)
-
-
-def pytest_collection_modifyitems(items):
-    place = {name: i for i, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: place.get(item.path.name, len(place)))  # stable: a file's own order stays
-
-
 @pytest.fixture(scope="session", autouse=True)
 def isolated_cache(tmp_path_factory):
     """Tokenizers and encoded data go to a throw-away cache, never the user's."""
