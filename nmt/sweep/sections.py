@@ -94,9 +94,9 @@ def what_ran(doc: Document, facts: dict, factors: list[str], levels: dict, metri
             f"How the level settings were chosen, as conf/tuned/{tuned['name']}.yaml's notes say (`python sweep.py "
             f"tune` writes them; a file edited by hand says so only if its notes do): {text}"
         )
-        rows = [row for row in cells[1:] if not all(set(c) <= set("-: ") for c in row)]  # the rule line left out
-        if cells and rows:
-            doc.table(cells[0], rows)
+        candidates = [row for row in cells[1:] if not all(set(c) <= set("-: ") for c in row)]  # no rule line
+        if cells and candidates:
+            doc.table(cells[0], candidates)
     capped = _capped(facts)
     if capped:
         doc.paragraph(
