@@ -8,9 +8,9 @@ import hydra
 from omegaconf import DictConfig
 
 from nmt.cli import check_command_line
-from nmt.sweep.levels import main as tune_main
 from nmt.sweep.report import main as report_main
 from nmt.sweep.runner import run_cell
+from nmt.sweep.tuning import main as tune_main
 
 
 @hydra.main(config_path="conf", config_name="sweep", version_base="1.3")

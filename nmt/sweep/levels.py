@@ -1,4 +1,4 @@
-"""Settings that go with a factor's level, and choosing them on validation data (tuning).
+"""A sweep's keys with their levels, and the settings that go with a factor's level.
 
 A fair factorial gives each level its own good settings: Adam at a fixed rate needs its rate, Noam its
 warm-up and scale. ``level_settings`` maps a sweep key's level to train.py overrides that every run at that
@@ -9,34 +9,14 @@ level gets::
         adam: [optim.optimizer.lr=0.001]
         noam: [warmup=400, optim.scheduler.factor=2.0]
 
-``python sweep.py tune DIR [DIR ...] --level optim`` writes that block from finished tuning sweeps (one
-sweep per level, holding the level constant and sweeping the candidate settings): for each, the candidate
-with the best mean validation metric over its seeds. The test set is never looked at.
+``python sweep.py tune`` chooses them on validation data and writes that block (nmt/sweep/tuning.py).
 """
 
-import difflib
-import json
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from nmt.metrics import lower_is_better
-from nmt.sweep.analysis import check_same_measure, mean_ci
-from nmt.sweep.records import collect_records
 from nmt.sweep.summary import SWEEP_KEYS
-
-SAME_CASE_ON_VALIDATION = (
-    "rank them by --metric best_val_bleu_tok_lc or val_as_test_bleu_tok_lc (validation, lowercased for every "
-    "run), or tune each kind of run in a sweep of its own"
-)
-# why a finished run may lack a validation metric, by the metric's first word
-_WITHOUT = {
-    "best": "without decoded validations (validation.bleu_every_n_epochs=0)",
-    "final": "without a decoded validation of the final weights (validation.bleu_every_n_epochs=0, or an interval "
-    "whose last validation did not decode, with checkpoint.monitor=val_loss)",
-    "val": "without the final decode of the validation set (val_after_training=false)",
-}
-TUNING_METRIC = "best_val_bleu"  # validation, never test: tuned settings are chosen where the test is not seen
 
 
 def override_pairs(overrides) -> list[tuple[str, str]]:
@@ -115,110 +95,3 @@ def level_settings_problem(level_settings, levels: dict[str, list[str]]) -> str 
                     source = "a factor of this sweep" if len(levels[name]) > 1 else "set by the command line or grid"
                     return f"{where}: {name} is also {source}; set it in one place"
     return None
-
-
-def tune(sweep_dirs: list[str | Path], level_key: str, metric: str = TUNING_METRIC) -> tuple[dict, list[str]]:
-    """From finished tuning sweeps, the best candidate settings of each level: ({level: [key=value, ...]},
-    lines of a table of every candidate with its mean and 95% interval over seeds)."""
-    lower = lower_is_better(metric)
-    chosen, lines = {}, [f"| {level_key} | candidate | {metric} (mean ± 95% CI) | seeds |", "|---|---|---|---|"]
-    replicated = False
-    for sweep_dir in map(Path, sweep_dirs):
-        level = _constant_level(sweep_dir, level_key)
-        finished = collect_records(sweep_dir)
-        records = [r for r in finished if r["metrics"].get(metric) is not None]
-        if not finished:
-            raise ValueError(f"{sweep_dir}: no finished run; finish the tuning sweep first")
-        if not records:  # a misspelt or unrecorded metric: name those the runs record
-            recorded = sorted({name for r in finished for name, value in r["metrics"].items() if value is not None})
-            close = difflib.get_close_matches(metric, recorded, n=1)
-            hint = f" (did you mean --metric {close[0]}?)" if close else ""
-            raise ValueError(
-                f"{sweep_dir}: no run records {metric}{hint}; its runs record: {', '.join(recorded)} (choose by a "
-                "validation metric)"
-            )
-        if len(records) < len(finished):  # never a choice among some of the candidates without saying so
-            missing = sorted(Path(r.get("run_dir", "?")).name for r in finished if r["metrics"].get(metric) is None)
-            why = _WITHOUT.get(metric.split("_")[0], _WITHOUT["best"])
-            raise ValueError(
-                f"{sweep_dir}: {len(missing)} of {len(finished)} finished runs have no {metric} "
-                f"({', '.join(missing)}): made by an earlier version or {why}; run them again (on_changed=move) "
-                "or choose another --metric"
-            )
-        # a test measure is no way out here: settings are chosen on validation data
-        check_same_measure(records, metric, SAME_CASE_ON_VALIDATION)
-        if level in chosen:
-            raise ValueError(f"{sweep_dir}: a second tuning sweep of {level_key}={level}; give one sweep per level")
-        candidates: dict[tuple, list[float]] = {}
-        for record in records:
-            setting = tuple(sorted((k, str(v)) for k, v in record["factors"].items() if k != level_key))
-            candidates.setdefault(setting, []).append(float(record["metrics"][metric]))
-        scored = sorted(candidates.items(), key=lambda item: (sum(item[1]) / len(item[1])) * (1 if lower else -1))
-        for setting, values in scored:
-            mean, half = mean_ci(values)
-            name = " ".join(f"{k}={v}" for k, v in setting) or "(one candidate)"
-            interval = f" ± {half:.2f}" if len(values) > 1 else ""
-            replicated = replicated or len(values) > 1
-            lines.append(f"| {level} | {name} | {mean:.2f}{interval} | {len(values)} |")
-        chosen[level] = [f"{k}={v}" for k, v in scored[0][0]]
-        counts = {len(values) for _, values in scored}
-        if len(counts) > 1:  # a failed run leaves its candidate fewer seeds: a mean of less evidence can win
-            lines.append(
-                f"note: the candidates of {level_key}={level} ran {min(counts)} to {max(counts)} seeds (failed or "
-                f"unfinished runs); the chosen one ran {len(scored[0][1])}: rerun the tuning sweep to finish them"
-            )
-    if not replicated:  # one seed a candidate: no interval to head a column with
-        lines[0] = f"| {level_key} | candidate | {metric} (one seed each: no interval) | seeds |"
-    return {level_key: chosen}, lines
-
-
-def _constant_level(sweep_dir: Path, key: str) -> str:
-    """The value a tuning sweep held ``key`` at (one value, on its command line or in its grid)."""
-    saved = sweep_dir / "multirun.yaml"
-    if not saved.is_file():
-        raise ValueError(f"{sweep_dir}: not a sweep folder (no multirun.yaml)")
-    levels = sweep_levels(OmegaConf.load(saved))
-    values = levels.get(key)
-    if not values:
-        held = [f"{k}={v[0]}" for k, v in levels.items() if len(v) == 1 and k != "seed"]
-        raise ValueError(
-            f"{sweep_dir}: --level {key}: this tuning sweep does not set {key} on its command line or grid; "
-            f"--level names the factor it holds at the level being tuned, one of {held or 'none given'}"
-        )
-    if len(values) != 1:
-        raise ValueError(f"{sweep_dir}: a tuning sweep holds {key} at one level; this one sweeps it over {values}")
-    return values[0]
-
-
-def write_level_settings(path: str | Path, settings: dict, note: str, table: list[str] = ()) -> None:
-    """A config file of the chosen settings: ``python sweep.py +tuned=<name>`` (conf/tuned/<name>.yaml), with
-    the command that chose them and its table of candidates as comments, which a sweep's report quotes."""
-    from nmt.utils.io import atomic_write_text
-
-    body = OmegaConf.to_yaml(OmegaConf.create({"level_settings": settings}))
-    notes = "".join(f"# {line}\n" for line in [note, *table] if line.strip())
-    atomic_write_text(Path(path), f"# @package _global_\n{notes}{body}")
-
-
-def main(argv: list[str]) -> None:
-    import argparse
-
-    parser = argparse.ArgumentParser(prog="python sweep.py tune", description="choose each level's settings")
-    parser.add_argument("sweep_dirs", nargs="+", help="finished tuning sweeps, one per level")
-    parser.add_argument("--level", required=True, help="the factor whose levels get settings (e.g. optim)")
-    parser.add_argument("--metric", default=TUNING_METRIC, help="a validation metric the runs recorded")
-    parser.add_argument("--out", help="write the level_settings block here (e.g. conf/tuned/factorial.yaml)")
-    args = parser.parse_args(argv)
-    if args.metric.startswith("test"):
-        parser.error(f"--metric {args.metric}: settings are chosen on validation data, never on the test set")
-    try:
-        settings, table = tune(args.sweep_dirs, args.level, args.metric)
-    except ValueError as err:
-        raise SystemExit(f"error: {err}") from None
-    print("\n".join(table))
-    print(json.dumps(settings, indent=2))
-    if args.out:
-        dirs = " ".join(str(d) for d in args.sweep_dirs)
-        command = f"python sweep.py tune {dirs} --level {args.level} --metric {args.metric}"
-        write_level_settings(args.out, settings, f"chosen by: {command}", table)
-        print(f"written to {args.out}")

@@ -59,6 +59,7 @@ from nmt.sweep.progress import (
 from nmt.sweep.records import RESULT, collect_records, read_record, run_record
 from nmt.sweep.report import write_report
 from nmt.sweep.summary import FAILED, PLAN, failed_runs
+from nmt.sweep.tuning import tuned_differences, tuned_file
 from nmt.training.run_folder import RunFolderError, RunLock, finished_results, resumable, trained_results
 from nmt.utils.io import atomic_write_json, atomic_write_text
 
@@ -222,17 +223,6 @@ _MPS: dict = {}
 _SIGNALS: dict = {}  # per sweep folder: the signal handlers its launch replaced (child.handle_sweep_signals)
 
 
-def tuned_file(config: DictConfig) -> dict | None:
-    """The tuned file a sweep's level settings came from (``+tuned=<name>``): its name and the notes ``python
-    sweep.py tune`` wrote above the settings (its command, the candidates' table), which the report quotes."""
-    name = OmegaConf.select(config, "hydra.runtime.choices.tuned", default=None)
-    path = Path(__file__).resolve().parents[2] / "conf" / "tuned" / f"{name}.yaml"
-    if not name or not path.is_file():
-        return None
-    notes = [line[2:].rstrip() for line in path.read_text().splitlines() if line.startswith("# ")]
-    return {"name": str(name), "notes": [line for line in notes if not line.startswith("@package")]}
-
-
 class SweepReport(Callback):
     """Hydra callback: when every job of the multirun has ended, write the report."""
 
@@ -274,6 +264,20 @@ class SweepReport(Callback):
                     file=sys.stderr,
                 )
                 raise SystemExit(2)
+        tuned = tuned_file(config)
+        if tuned:
+            # settings chosen under another budget, corpus or model may not be the best for these runs: said
+            # before they train, and in the report
+            tuned["differs"] = tuned_differences(tuned, config, factors)
+            alike: dict[str, list[str]] = {}  # levels with the same differences, said once
+            for level, said in tuned["differs"].items():
+                alike.setdefault("; ".join(said), []).append(level)
+            for said, levels_said in alike.items():
+                print(
+                    f"[sweep] warning: {' and '.join(levels_said)}'s settings (+tuned={tuned['name']}) were chosen "
+                    f"under other settings than this sweep's: {said}",
+                    flush=True,
+                )
         if config.get("plan"):
             print_plan(sweep_dir, config)
             raise SystemExit(0)  # a plan trains nothing
@@ -304,7 +308,6 @@ class SweepReport(Callback):
         plan = {"factors": {k: levels[k] for k in factors}, "runs": planned_runs(config), "run_names": names}
         if settings:
             plan["level_settings"] = settings
-        tuned = tuned_file(config)
         if tuned:
             plan["tuned"] = tuned
         atomic_write_json(plan_path, plan)

@@ -29,6 +29,7 @@ def what_ran(doc: Document, facts: dict, factors: list[str], levels: dict, metri
     tuned = facts.get("tuned")
     if tuned:  # where those settings came from: the tuned file, as `python sweep.py tune` wrote it
         rows.append(["level settings from", f"+tuned={tuned['name']} (conf/tuned/{tuned['name']}.yaml)"])
+        rows.append(["tuned under", _tuned_under(tuned)])
     rows.append(["budget and stopping", budget_text(facts.get("budget"))])
     if facts.get("steps"):
         steps = facts["steps"]
@@ -89,7 +90,7 @@ def what_ran(doc: Document, facts: dict, factors: list[str], levels: dict, metri
         cells = [
             [c.strip() for c in line.strip().strip("|").split("|")] for line in tuned["notes"] if line.startswith("|")
         ]
-        text = " ".join(line for line in tuned["notes"] if not line.startswith("|"))
+        text = " ".join(line for line in tuned["notes"] if not line.startswith(("|", "note: ")))
         doc.paragraph(
             f"How the level settings were chosen, as conf/tuned/{tuned['name']}.yaml's notes say (`python sweep.py "
             f"tune` writes them; a file edited by hand says so only if its notes do): {text}"
@@ -97,6 +98,14 @@ def what_ran(doc: Document, facts: dict, factors: list[str], levels: dict, metri
         candidates = [row for row in cells[1:] if not all(set(c) <= set("-: ") for c in row)]  # no rule line
         if cells and candidates:
             doc.table(cells[0], candidates)
+        for note in (line for line in tuned["notes"] if line.startswith("note: ")):  # where the choice is weak
+            doc.paragraph(f"*tune's note:* {note.removeprefix('note: ')}")
+    if tuned and tuned.get("differs"):
+        doc.paragraph(
+            f"**Warning:** the level settings were chosen under other settings than this sweep's, so they may not "
+            f"be the best for these runs: {_differences(tuned['differs'])}. Tune again under this sweep's "
+            'settings, or give it those of the tuning (docs/sweeps.md, "A fair factorial").'
+        )
     capped = _capped(facts)
     if capped:
         doc.paragraph(
@@ -122,6 +131,23 @@ def _capped(facts: dict) -> int:
     """Runs ended by max_steps or max_epochs in a sweep that stops early: cut by the maximum, not converged."""
     ended, budget = facts.get("ended_by") or {}, facts.get("budget") or {}
     return sum(ended.get(k, 0) for k in ("max_steps", "max_epochs")) if budget.get("patience") else 0
+
+
+def _tuned_under(tuned: dict) -> str:
+    """The "tuned under" row: whether the tuned file's levels were chosen under this sweep's settings."""
+    if "under" not in tuned:
+        return "not recorded in the file (written by hand, or before `tune` recorded it): not checked"
+    if tuned.get("differs"):
+        return f"other settings than this sweep's ({', '.join(tuned['differs'])}; the warning below)"
+    seeds = sorted({s for by in tuned["under"].values() for c in by.values() for s in c.get("seeds") or []}, key=str)
+    return (
+        "this sweep's budget, stopping rule, config groups and settings held fixed (checked); tuning seeds "
+        + ", ".join(seeds)
+    )
+
+
+def _differences(differs: dict) -> str:
+    return "; ".join(f"{level}: {', '.join(said)}" for level, said in differs.items())
 
 
 def _names(names: list[str], most: int = 6) -> str:
@@ -155,6 +181,12 @@ def caveats(facts: dict, levels: dict | None = None) -> list[str]:
         said.append(
             f"{_capped(facts)} run(s) ended at their maximum, not by early stopping: not all cells were trained to "
             "convergence, so the differences may be of how fast each learns."
+        )
+    tuned = facts.get("tuned") or {}
+    if tuned.get("differs"):
+        said.append(
+            "The levels' settings were tuned under other settings than this sweep's "
+            f"({_differences(tuned['differs'])}): a level may have done better with settings chosen under these."
         )
     settings = facts.get("level_settings") or {}
     untuned = [f"{key}={lv}" for key, by in settings.items() for lv in (levels or {}).get(key, []) if not by.get(lv)]

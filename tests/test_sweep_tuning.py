@@ -1,0 +1,282 @@
+"""Choosing each level's settings on validation data (``python sweep.py tune``), where that choice is weak,
+the file it writes, and a factorial that loads it: checked against what its levels were tuned under."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf, open_dict
+from scipy.stats import ttest_ind
+
+from nmt.sweep import tuning
+from nmt.sweep.tuning import read_tuned_file, tune, tuned_differences, tuned_file, write_level_settings
+
+from .conftest import ROOT
+
+
+def fake_tuning_sweep(path, level: str, key: str, scores: dict[str, list[float]]) -> None:
+    """A finished tuning sweep: ``level`` held constant, ``key`` swept, seeds as replicates."""
+    values = ",".join(scores)
+    seeds = ",".join(str(s + 1) for s in range(len(next(iter(scores.values())))))
+    task = [f"optim={level}", f"{key}={values}", f"seed={seeds}", "data=toy"]
+    OmegaConf.save(
+        OmegaConf.create({"hydra": {"sweeper": {"params": {}}, "overrides": {"task": task}}}), path / "multirun.yaml"
+    )
+    for value, by_seed in scores.items():
+        for seed, score in enumerate(by_seed, start=1):
+            run = path / f"{key}={value},seed={seed}"
+            run.mkdir(parents=True)
+            record = {"factors": {key: value}, "seed": seed, "metrics": {"best_val_bleu": score, "test_bleu": 99.0}}
+            (run / "sweep_result.json").write_text(json.dumps(record))
+
+
+def test_tuning_chooses_each_levels_best_mean_on_validation(tmp_path):
+    (tmp_path / "adam").mkdir(), (tmp_path / "noam").mkdir()
+    # 0.001 has the best single run but the lower mean: the mean over seeds decides
+    fake_tuning_sweep(tmp_path / "adam", "adam", "optim.optimizer.lr", {"0.0005": [20, 22], "0.001": [25, 10]})
+    fake_tuning_sweep(tmp_path / "noam", "noam", "warmup", {"200": [30, 31], "400": [33, 34], "800": [32, 30]})
+    tuned = tune([tmp_path / "adam", tmp_path / "noam"], "optim")
+    settings, table = tuned.settings, tuned.lines
+    assert settings == {"optim": {"adam": ["optim.optimizer.lr=0.0005"], "noam": ["warmup=400"]}}
+    assert table[2] == "| adam | optim.optimizer.lr=0.0005 | 21.00 ± 12.71 | 2 |"  # t(0.975, 1) = 12.706
+    assert "| noam | warmup=400 | 33.50 ± 6.35 | 2 |" in table
+    assert table[0] == "| optim | candidate | best_val_bleu (mean ± 95% CI) | seeds |"
+
+    out = tmp_path / "tuned.yaml"
+    write_level_settings(out, tuned, "chosen by a test")
+    assert OmegaConf.to_container(OmegaConf.load(out)) == {"level_settings": settings}
+    assert out.read_text().startswith("# @package _global_\n# chosen by a test\n# | optim | candidate |")
+    assert "# | noam | warmup=400 | 33.50 ± 6.35 | 2 |\n" in out.read_text()  # the candidates, for the report
+
+
+def test_a_sweep_with_a_tuned_file_records_it_and_its_report_quotes_how_the_settings_were_chosen(tmp_path):
+    """+tuned=<name>: the report named no tuning at all, only each level's values."""
+    from hydra import compose, initialize_config_dir
+
+    from nmt.sweep.report import write_report
+
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("sweep", overrides=["+tuned=factorial_converged_toy"], return_hydra_config=True)
+    tuned = tuned_file(cfg)
+    text = (ROOT / "conf" / "tuned" / "factorial_converged_toy.yaml").read_text()
+    assert tuned["name"] == "factorial_converged_toy" and tuned["notes"][0] in text
+    assert tuned["notes"][0].startswith("chosen by: python sweep.py tune")
+    from .test_statistics import synthetic_sweep
+
+    synthetic_sweep(tmp_path)
+    settings = {"pos": {"absolute": ["lr=1e-3"], "relative": ["lr=2e-3"]}}
+    tuned["notes"] += ["| optim | candidate | best_val_bleu (mean ± 95% CI) | seeds |", "|---|---|---|---|"]
+    tuned["notes"] += ["| adam | optim.optimizer.lr=0.0005 | 21.00 ± 12.71 | 2 |"]  # as tune writes them
+    tuned["notes"] += ["note: optim=adam: the chosen optim.optimizer.lr=0.0005 is the smallest value tried"]
+    (tmp_path / "plan.json").write_text(json.dumps({"runs": 12, "level_settings": settings, "tuned": tuned}))
+    report = write_report(tmp_path).read_text()
+    row = "| level settings from | +tuned=factorial_converged_toy (conf/tuned/factorial_converged_toy.yaml) |"
+    assert row in report
+    flat = " ".join(report.split())
+    assert "How the level settings were chosen, as conf/tuned/factorial_converged_toy.yaml's notes say" in flat
+    assert tuned["notes"][0] in flat
+    assert "| optim | candidate | best_val_bleu (mean ± 95% CI) | seeds |\n|---|---|---|---|\n| adam |" in report
+    # tune's notes on a weak choice: each said on its own, not run into the command's sentence
+    assert "\n*tune's note:* optim=adam: the chosen optim.optimizer.lr=0.0005 is the smallest value tried\n" in report
+
+
+def test_tuning_refuses_the_test_set_a_swept_level_and_two_sweeps_of_one_level(tmp_path):
+    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
+    fake_tuning_sweep(tmp_path / "a", "adam", "optim.optimizer.lr", {"0.001": [20.0]})
+    fake_tuning_sweep(tmp_path / "b", "adam", "optim.optimizer.lr", {"0.002": [21.0]})
+    with pytest.raises(ValueError, match=r"a second tuning sweep of optim=adam"):
+        tune([tmp_path / "a", tmp_path / "b"], "optim")
+    # a key the sweep does not set: the message lists those it holds at one level, the level's among them
+    with pytest.raises(ValueError, match=r"--level pos: this tuning sweep does not set pos .* one of \[.*optim=adam"):
+        tune([tmp_path / "a"], "pos")
+    # a metric no run records (misspelt): the metrics they do record, and the closest, not advice to rerun them
+    with pytest.raises(
+        ValueError, match=r"no run records best_val_bleuu \(did you mean --metric best_val_bleu\?\); its"
+    ):
+        tune([tmp_path / "a"], "optim", "best_val_bleuu")
+    command = [sys.executable, str(ROOT / "sweep.py"), "tune", str(tmp_path / "a"), "--level", "optim"]
+    refused = subprocess.run([*command, "--metric", "test_bleu"], capture_output=True, text=True, cwd=ROOT)
+    assert refused.returncode == 2 and "never on the test set" in refused.stderr
+    chosen = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
+    assert chosen.returncode == 0 and '"optim.optimizer.lr=0.001"' in chosen.stdout
+    # one seed a candidate: the table heads no interval it does not give
+    assert "| optim | candidate | best_val_bleu (one seed each: no interval) | seeds |" in chosen.stdout
+
+
+def composed(sweep_dir, given: list[str], swept: list[str] = ()):
+    """A sweep's config as the multirun saves it (multirun.yaml): composed with its one-valued settings, its
+    comma lists left in hydra.overrides.task for the jobs."""
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("sweep", overrides=[*given, f"hydra.sweep.dir={sweep_dir}"], return_hydra_config=True)
+    with open_dict(cfg):
+        cfg.hydra.overrides.task = [*given, *swept]
+    return cfg
+
+
+def tuning_sweep(path, given: list[str], key: str, scores: dict[str, list[float]]) -> None:
+    """A finished tuning sweep as the multirun leaves it: ``given`` held, ``key`` swept over seeds."""
+    seeds = ",".join(str(s + 1) for s in range(len(next(iter(scores.values())))))
+    path.mkdir()
+    cfg = composed(path, ["grid=none", "data=toy", *given], [f"{key}={','.join(scores)}", f"seed={seeds}"])
+    OmegaConf.save(cfg, path / "multirun.yaml")
+    for value, by_seed in scores.items():
+        for seed, score in enumerate(by_seed, start=1):
+            run = path / f"{key}={value},seed={seed}"
+            run.mkdir()
+            record = {"factors": {key: value}, "seed": seed, "metrics": {"best_val_bleu": score}}
+            (run / "sweep_result.json").write_text(json.dumps(record))
+
+
+def welch_p(a, b) -> str:
+    return f"{ttest_ind(a, b, equal_var=False).pvalue:.2f}"
+
+
+def test_tune_says_where_a_choice_is_weak_and_carries_the_levels_own_held_settings(tmp_path):
+    """Noam's warm-up was chosen twice at the longest value tried, and tune said nothing; a lead of one seed
+    or of overlapping runs was reported as a choice; optim.scheduler.factor=0.5 held by Noam's tuning sweep
+    was left out of the file, so the factorial trained Noam at factor 1.0."""
+    adam = {"0.0005": [20.0, 22.0], "0.001": [25.0, 10.0]}
+    noam = {"200": [30.0, 31.0], "400": [33.0, 34.0], "800": [32.0, 30.0]}
+    tuning_sweep(tmp_path / "adam", ["optim=adam", "trainer.max_steps=40"], "optim.optimizer.lr", adam)
+    tuning_sweep(
+        tmp_path / "noam", ["optim=noam", "trainer.max_steps=80", "optim.scheduler.factor=0.5"], "warmup", noam
+    )
+    tuned = tune([tmp_path / "adam", tmp_path / "noam"], "optim")
+    # the level's own held setting (its group's key) goes with its choice; the factorial would not know it
+    assert tuned.settings == {
+        "optim": {"adam": ["optim.optimizer.lr=0.0005"], "noam": ["warmup=400", "optim.scheduler.factor=0.5"]}
+    }
+    notes = [line for line in tuned.lines if line.startswith("note:")]
+    assert notes == [
+        "note: optim=adam: the chosen optim.optimizer.lr=0.0005 is the smallest value tried (0.0005, 0.001): one "
+        "below it may be better; try it before the factorial",
+        "note: optim=adam: the chosen candidate leads the next (optim.optimizer.lr=0.001) by 3.50, not established "
+        f"by their seeds (Welch p = {welch_p(adam['0.0005'], adam['0.001'])}): the two may be equally good",
+        # 400 is inside 200..800: no edge; its lead over 800 is not established either
+        "note: optim=noam: the chosen candidate leads the next (warmup=800) by 2.50, not established by their "
+        f"seeds (Welch p = {welch_p(noam['400'], noam['800'])}): the two may be equally good",
+        "note: optim=noam's tuning sweep held optim.scheduler.factor=0.5, its own settings: they go with its choice",
+        # a budget that differs between the levels' tuning sweeps: not tuned alike
+        "note: the tuning sweeps of optim=adam and optim=noam ran under different settings (trainer.max_steps: 40 "
+        "for adam, 80 for noam): their levels were not tuned alike",
+    ]
+    assert tuned.under["optim"]["noam"]["budget"]["trainer.max_steps"] == 80
+    assert "optim.scheduler.factor" not in tuned.under["optim"]["noam"]["held"]  # a setting now, not a context
+
+    # a clear lead, inside the grid: nothing to say; one seed each: the lead is not tested
+    tuning_sweep(
+        tmp_path / "clear",
+        ["optim=noam"],
+        "warmup",
+        {"200": [20, 20.5, 19.5], "400": [30, 30.5, 29.5], "800": [25, 25.5, 24.5]},
+    )
+    assert not [line for line in tune([tmp_path / "clear"], "optim").lines if line.startswith("note:")]
+    tuning_sweep(tmp_path / "one", ["optim=noam"], "warmup", {"200": [20.0], "400": [30.0], "800": [25.0]})
+    (note,) = [line for line in tune([tmp_path / "one"], "optim").lines if line.startswith("note:")]
+    assert "leads the next (warmup=800) by 5.00, with too few seeds to test it (one on a side)" in note
+    tuning_sweep(tmp_path / "tie", ["optim=noam"], "warmup", {"200": [20.0], "400": [20.0]})
+    assert (
+        "note: optim=noam: the chosen candidate ties with the next (warmup=400) at 20.00: the choice between "
+        in (tune([tmp_path / "tie"], "optim").lines[-1])
+    )
+
+
+def test_a_factorial_with_a_tuned_file_is_checked_against_what_its_levels_were_tuned_under(
+    tmp_path, monkeypatch, capsys
+):
+    """The file recorded only the values: a factorial with another budget, corpus size or model used them
+    with no word that they were chosen for other runs."""
+    from nmt.sweep.runner import SweepReport
+
+    tuning_sweep(
+        tmp_path / "adam",
+        ["optim=adam", "trainer.max_steps=40"],
+        "optim.optimizer.lr",
+        {"0.001": [20.0], "0.002": [21.0]},
+    )
+    tuning_sweep(tmp_path / "noam", ["optim=noam", "trainer.max_steps=80"], "warmup", {"200": [30.0], "400": [31.0]})
+    conf = tmp_path / "conf"
+    (conf / "tuned").mkdir(parents=True)
+    write_level_settings(
+        conf / "tuned" / "mine.yaml", tune([tmp_path / "adam", tmp_path / "noam"], "optim"), "chosen by a test"
+    )
+    read = read_tuned_file(conf / "tuned" / "mine.yaml")
+    assert read["under"]["optim"]["adam"]["budget"]["trainer.max_steps"] == 40
+    assert read["notes"][0] == "chosen by a test" and not any(n.startswith("tuned under") for n in read["notes"])
+    assert OmegaConf.load(conf / "tuned" / "mine.yaml").level_settings.optim.noam == ["warmup=400"]
+
+    # the factorial: Adam's budget, a corpus cut short; pos is a factor (tuned at absolute: not a difference)
+    given = ["grid=none", "data=toy", "trainer.max_steps=40", "data.train_size=1000"]
+    factorial = composed(tmp_path / "factorial", given, ["optim=adam,noam", "pos=absolute,relative", "seed=1,2"])
+    with open_dict(factorial):
+        factorial.hydra.runtime.choices.tuned = "mine"  # +tuned=mine, from the folder below
+        factorial.level_settings = OmegaConf.load(conf / "tuned" / "mine.yaml").level_settings
+    monkeypatch.setattr(tuning, "CONF", conf)
+    differs = tuned_differences(tuned_file(factorial), factorial, ["optim", "pos", "seed"])
+    assert differs == {
+        "optim=adam": ["data.train_size: the default in tuning, 1000 here"],
+        "optim=noam": ["trainer.max_steps: 80 in tuning, 40 here", "data.train_size: the default in tuning, 1000 here"],
+    }
+    SweepReport().on_multirun_start(factorial)  # said before any run trains, and kept for the report
+    out = capsys.readouterr().out
+    assert (
+        "[sweep] warning: optim=noam's settings (+tuned=mine) were chosen under other settings than this sweep's: "
+        "trainer.max_steps: 80 in tuning, 40 here; data.train_size: the default in tuning, 1000 here" in out
+    )
+    plan = json.loads((tmp_path / "factorial" / "plan.json").read_text())
+    assert plan["tuned"]["differs"] == differs and plan["tuned"]["name"] == "mine"
+    # under the tuning's own settings: nothing differs (the level settings' keys and the factors aside)
+    alike = composed(tmp_path / "alike", ["grid=none", "data=toy"], ["optim=adam,noam", "seed=1"])
+    with open_dict(alike):
+        alike.hydra.runtime.choices.tuned = "mine"
+        alike.trainer.max_steps = 40
+        alike.level_settings = {
+            "optim": {"adam": ["optim.optimizer.lr=0.002"], "noam": ["warmup=400", "trainer.max_steps=80"]}
+        }
+    assert tuned_differences(tuned_file(alike), alike, ["optim", "seed"]) == {}
+
+
+@pytest.mark.parametrize(
+    ("tuned", "row", "warned"),
+    [
+        (
+            {"name": "t", "notes": []},
+            "not recorded in the file (written by hand, or before `tune` recorded it): not checked",
+            False,
+        ),
+        (
+            {"name": "t", "notes": [], "under": {"optim": {"adam": {"seeds": ["1", "2"]}}}, "differs": {}},
+            "this sweep's budget, stopping rule, config groups and settings held fixed (checked); tuning seeds 1, 2",
+            False,
+        ),
+        (
+            {
+                "name": "t",
+                "notes": [],
+                "under": {"optim": {}},
+                "differs": {"optim=noam": ["trainer.max_steps: 80 in tuning, 40 here"]},
+            },
+            "other settings than this sweep's (optim=noam; the warning below)",
+            True,
+        ),
+    ],
+)
+def test_the_report_says_what_the_levels_were_tuned_under(tmp_path, tuned, row, warned):
+    from nmt.sweep.report import write_report
+
+    from .test_statistics import synthetic_sweep
+
+    synthetic_sweep(tmp_path)
+    settings = {"pos": {"absolute": ["lr=1e-3"], "relative": ["lr=2e-3"]}}
+    (tmp_path / "plan.json").write_text(json.dumps({"runs": 12, "level_settings": settings, "tuned": tuned}))
+    report = write_report(tmp_path).read_text()
+    assert f"| tuned under | {row} |" in report
+    flat = " ".join(report.split())
+    warning = (
+        "**Warning:** the level settings were chosen under other settings than this sweep's, so they may not be the "
+        "best for these runs: optim=noam: trainer.max_steps: 80 in tuning, 40 here."
+    )
+    caveat = "The levels' settings were tuned under other settings than this sweep's (optim=noam: trainer.max_steps"
+    assert (warning in flat) is warned and (caveat in flat) is warned
