@@ -351,14 +351,17 @@ def sweep_running(tmp_path, child: str) -> subprocess.Popen:
     return sweep
 
 
-@pytest.mark.parametrize("name", ["SIGINT", "SIGTERM"])
-def test_a_stopped_sweep_passes_its_run_the_one_signal_and_ends_in_one_line(tmp_path, name):
+@pytest.mark.parametrize(("name", "saves"), [("SIGINT", True), ("SIGTERM", True), ("SIGINT", False)])
+def test_a_stopped_sweep_passes_its_run_the_one_signal_and_ends_in_one_line(tmp_path, name, saves):
     """Ctrl-C (or SIGTERM) to the sweep: its run gets that signal once, saves, and the sweep says so in one
-    line, exit 130 (143); a traceback and a SIGTERM to the run after the terminal's SIGINT were before."""
-    seen = tmp_path / "seen"
+    line, exit 130 (143); a traceback and a SIGTERM to the run after the terminal's SIGINT were before. A run
+    stopped before it had a state to save (preparing its data) was said to have saved it."""
+    seen, last = tmp_path / "seen", tmp_path / "checkpoints" / "last.ckpt"
+    save = f"__import__('os').makedirs({str(last.parent)!r}); open({str(last)!r}, 'w').close(); " if saves else ""
     child = (  # it exits as train.py does once saved: 128 + the signal
         f"import signal, sys, time\n"
-        f"def got(n, f):\n    open({str(seen)!r}, 'a').write(signal.Signals(n).name + '\\n'); sys.exit(128 + n)\n"
+        f"def got(n, f):\n    {save}open({str(seen)!r}, 'a').write(signal.Signals(n).name + '\\n'); "
+        "sys.exit(128 + n)\n"
         "signal.signal(signal.SIGINT, got); signal.signal(signal.SIGTERM, got)\n"
         f"open({str(tmp_path / 'ready')!r}, 'w').close(); time.sleep(60)"
     )
@@ -366,8 +369,13 @@ def test_a_stopped_sweep_passes_its_run_the_one_signal_and_ends_in_one_line(tmp_
     sweep.send_signal(getattr(signal, name))
     _, err = sweep.communicate(timeout=60)
     assert sweep.returncode == (130 if name == "SIGINT" else 143), err
+    state = (
+        "saved its state"
+        if saves
+        else ("was stopped before its first checkpoint (preparing its data, or its first updates): a rerun starts it")
+    )
     assert err.strip().splitlines() == [
-        f"[sweep] stopped by {name}: {tmp_path.name} saved its state; run the same command again to resume the "
+        f"[sweep] stopped by {name}: {tmp_path.name} {state}; run the same command again to resume the "
         "sweep (finished runs are kept)"
     ]
     assert seen.read_text() == f"{name}\n"
@@ -422,7 +430,9 @@ from nmt.sweep.child import handle_sweep_signals, mark_sweep_process, run_child
 here = Path(sys.argv[1])
 CHILD = (
     "import signal, sys, time\\n"
-    "def got(n, f):\\n    open(sys.argv[1] + '/seen', 'w').write(signal.Signals(n).name); sys.exit(128 + n)\\n"
+    "def got(n, f):\\n    __import__('os').makedirs(sys.argv[1] + '/checkpoints'); "
+    "open(sys.argv[1] + '/checkpoints/last.ckpt', 'w').close(); "
+    "open(sys.argv[1] + '/seen', 'w').write(signal.Signals(n).name); sys.exit(128 + n)\\n"
     "signal.signal(signal.SIGTERM, got); signal.signal(signal.SIGINT, got)\\n"
     "open(sys.argv[1] + '/started', 'w').close(); time.sleep(60)"
 )
@@ -483,7 +493,8 @@ def test_a_workers_run_gets_one_signal_when_its_launcher_passes_on_another(tmp_p
     child = (
         "import signal, sys, time\n"
         f"def got(n, f):\n    open({str(seen)!r}, 'a').write(signal.Signals(n).name + '\\n'); time.sleep(1); "
-        "sys.exit(128 + n)\n"
+        f"__import__('os').makedirs({str(tmp_path / 'checkpoints')!r}); "
+        f"open({str(tmp_path / 'checkpoints' / 'last.ckpt')!r}, 'w').close(); sys.exit(128 + n)\n"
         "signal.signal(signal.SIGINT, got); signal.signal(signal.SIGTERM, got)\n"
         f"open({str(tmp_path / 'ready')!r}, 'w').close(); time.sleep(60)"
     )

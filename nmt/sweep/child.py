@@ -180,11 +180,21 @@ def restore_signals(previous: dict) -> None:
             os.environ["PYTHONWARNINGS"] = before
 
 
-def _state(code: int) -> str:
-    # train.py exits 130/143 once its state is saved, 0 when it had finished
+def _state(code: int, run_dir: Path) -> str:
+    """What a run stopped by a signal left, as train.py's exit status and its folder say: 130/143 once it has
+    saved its state, or stopped where there was none to save (preparing its data, before its first
+    checkpoint), or while making its final scores; 0 when it had finished."""
+    from nmt.training.run_folder import resumable, trained_results
+
     if code == 0:
         return "had finished"
-    return "saved its state" if code in (130, 143) else f"ended with status {code} (its train_stderr.log)"
+    if code not in (130, 143):
+        return f"ended with status {code} (its train_stderr.log)"
+    if trained_results(run_dir):
+        return "was stopped making its final scores (its training is kept; a rerun makes them)"
+    if resumable(run_dir):
+        return "saved its state"
+    return "was stopped before its first checkpoint (preparing its data, or its first updates): a rerun starts it"
 
 
 def run_child(command: list[str], env: dict, run_dir: Path) -> int:
@@ -248,7 +258,9 @@ def run_child(command: list[str], env: dict, run_dir: Path) -> int:
     if received:
         name = signal.Signals(received[0]).name
         state = (
-            "was stopped at once by a second Ctrl-C (its last checkpoint stands)" if at_once.is_set() else _state(code)
+            "was stopped at once by a second Ctrl-C (its last checkpoint stands)"
+            if at_once.is_set()
+            else _state(code, run_dir)
         )
         message = f"stopped by {name}: {run_dir.name} {state}"
         if worker:
@@ -257,5 +269,5 @@ def run_child(command: list[str], env: dict, run_dir: Path) -> int:
               file=sys.stderr, flush=True)  # fmt: skip
         raise SystemExit(_CODES[received[0]])
     if sweep_gone is not None and sweep_gone.is_set():
-        end_worker(f"the sweep process has gone: {run_dir.name} {_state(code)}", 143)
+        end_worker(f"the sweep process has gone: {run_dir.name} {_state(code, run_dir)}", 143)
     return code
