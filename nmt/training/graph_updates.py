@@ -51,8 +51,14 @@ def unsupported(
     """Why a run with these settings cannot replay its updates as graphs, each with what to do (none: it
     can). Checked from the config before a run starts, and again from the trainer."""
     problems = []
-    if str(accelerator) == "cpu" and record is RECORD_ON_GPU:  # (the tests record on the CPU with a stand-in)
-        problems.append("graph_updates=true records CUDA graphs: train on a GPU (trainer=gpu)")
+    if record is RECORD_ON_GPU:  # (the tests record on the CPU with a stand-in)
+        if str(accelerator) == "cpu":
+            problems.append("graph_updates=true records CUDA graphs: train on a GPU (trainer=gpu)")
+        elif str(accelerator) == "auto" and not torch.cuda.is_available():  # Lightning would choose the CPU
+            problems.append(
+                "graph_updates=true records CUDA graphs, and this machine has no GPU (trainer.accelerator=auto "
+                "trains on the CPU): train where there is one, or leave graph_updates off"
+            )
     if world_size > 1:
         problems.append("graph_updates=true trains on one device: the gradient exchange of several is not recorded")
     if accumulate and accumulate > 1:
