@@ -227,6 +227,7 @@ def test_a_factorial_with_a_tuned_file_is_checked_against_what_its_levels_were_t
     )
     plan = json.loads((tmp_path / "factorial" / "plan.json").read_text())
     assert plan["tuned"]["differs"] == differs and plan["tuned"]["name"] == "mine"
+    assert plan["tuned"]["seeds_reused"] == ["1"]  # the tuning ran seed 1; the factorial runs 1 and 2
     # under the tuning's own settings: nothing differs (the level settings' keys and the factors aside)
     alike = composed(tmp_path / "alike", ["grid=none", "data=toy"], ["optim=adam,noam", "seed=1"])
     with open_dict(alike):
@@ -247,8 +248,21 @@ def test_a_factorial_with_a_tuned_file_is_checked_against_what_its_levels_were_t
             False,
         ),
         (
-            {"name": "t", "notes": [], "under": {"optim": {"adam": {"seeds": ["1", "2"]}}}, "differs": {}},
-            "this sweep's budget, stopping rule, config groups and settings held fixed (checked); tuning seeds 1, 2",
+            {"name": "t", "notes": [], "under": {"optim": {"adam": {"seeds": ["10", "2"]}}}, "differs": {}},
+            "this sweep's budget, stopping rule, config groups and settings held fixed (checked); tuning seeds 2, 10",
+            False,
+        ),
+        (  # a factorial run at a tuned setting with a tuning seed may be the very run that won on validation
+            {
+                "name": "t",
+                "notes": [],
+                "under": {"optim": {"a": {"seeds": ["1"]}}},
+                "differs": {},
+                "seeds_reused": ["1"],
+            },
+            "this sweep's budget, stopping rule, config groups and settings held fixed (checked); tuning seeds 1; seed "
+            "1 also tuned: a run at a tuned setting with it may repeat the tuning run whose validation score chose "
+            "that setting, so its validation score leans high (its test score does not)",
             False,
         ),
         (

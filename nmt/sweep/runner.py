@@ -59,7 +59,7 @@ from nmt.sweep.progress import (
 from nmt.sweep.records import RESULT, collect_records, read_record, run_record
 from nmt.sweep.report import write_report
 from nmt.sweep.summary import FAILED, PLAN, failed_runs
-from nmt.sweep.tuning import tuned_differences, tuned_file
+from nmt.sweep.tuning import reused_seeds, tuned_differences, tuned_file
 from nmt.training.run_folder import RunFolderError, RunLock, finished_results, resumable, trained_results
 from nmt.utils.io import atomic_write_json, atomic_write_text
 
@@ -269,6 +269,7 @@ class SweepReport(Callback):
             # settings chosen under another budget, corpus or model may not be the best for these runs: said
             # before they train, and in the report
             tuned["differs"] = tuned_differences(tuned, config, factors)
+            tuned["seeds_reused"] = reused_seeds(tuned, config)
             alike: dict[str, list[str]] = {}  # levels with the same differences, said once
             for level, said in tuned["differs"].items():
                 alike.setdefault("; ".join(said), []).append(level)

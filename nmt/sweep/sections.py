@@ -138,12 +138,19 @@ def _tuned_under(tuned: dict) -> str:
     if "under" not in tuned:
         return "not recorded in the file (written by hand, or before `tune` recorded it): not checked"
     if tuned.get("differs"):
-        return f"other settings than this sweep's ({', '.join(tuned['differs'])}; the warning below)"
-    seeds = sorted({s for by in tuned["under"].values() for c in by.values() for s in c.get("seeds") or []}, key=str)
-    return (
-        "this sweep's budget, stopping rule, config groups and settings held fixed (checked); tuning seeds "
-        + ", ".join(seeds)
-    )
+        text = f"other settings than this sweep's ({', '.join(tuned['differs'])}; the warning below)"
+    else:
+        seeds = {s for by in tuned["under"].values() for c in by.values() for s in c.get("seeds") or []}
+        text = "this sweep's budget, stopping rule, config groups and settings held fixed (checked); tuning seeds "
+        text += ", ".join(sorted(seeds, key=lambda s: (len(s), s)))
+    reused = tuned.get("seeds_reused")
+    if reused:  # a cell at the tuning's other settings repeats the run that won on validation with that seed
+        text += (
+            f"; seed{'s' if len(reused) > 1 else ''} {', '.join(reused)} also tuned: a run at a tuned setting with "
+            f"{'them' if len(reused) > 1 else 'it'} may repeat the tuning run whose validation score chose that "
+            "setting, so its validation score leans high (its test score does not)"
+        )
+    return text
 
 
 def _differences(differs: dict) -> str:

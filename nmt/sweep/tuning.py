@@ -306,6 +306,13 @@ def tuned_differences(tuned: dict, config: DictConfig, factors: list[str]) -> di
     return differs
 
 
+def reused_seeds(tuned: dict, config: DictConfig) -> list[str]:
+    """This sweep's seeds that the tuning sweeps also ran: a run at a tuned setting with one of them may repeat
+    the tuning run whose validation score chose that setting."""
+    tuning = {str(s) for by in (tuned.get("under") or {}).values() for c in by.values() for s in c.get("seeds") or []}
+    return sorted(tuning & set(sweep_context(config)["seeds"]), key=lambda s: (len(s), s))
+
+
 def main(argv: list[str]) -> None:
     import argparse
 
