@@ -300,6 +300,36 @@ def hydra_dir_from_run_dir(argv: list[str]) -> list[str]:
     return [*argv, *extra]
 
 
+def unparsable_message(argv: list[str]) -> str | None:
+    """An argument Hydra's override grammar cannot read, in one line saying what to do, for Hydra's bare "no
+    viable alternative at input": a value the shell split at its spaces (a brace or bracket left open; its
+    other words are then arguments of their own), or a list item key=value left unquoted (level_settings)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import OverrideParseException
+
+    parser = OverridesParser.create()
+    for arg in argv:
+        if arg.startswith("-") or "=" not in arg:  # flags (-m, --help); the words of a split value come after it
+            continue
+        try:
+            parser.parse_overrides([arg])
+        except OverrideParseException as err:
+            key, _, value = arg.partition("=")
+            example = (
+                "\"level_settings={optim: {adam: ['optim.optimizer.lr=0.001'], noam: ['warmup=400']}}\""
+                if key.lstrip("+~") == "level_settings"
+                else f'"{key}=..."'
+            )
+            if any(value.count(a) != value.count(b) for a, b in ("{}", "[]", "()")):
+                hint = f"the shell split the value at its spaces: quote the whole argument, as {example}"
+            elif re.search(r"[\[,]\s*[^'\"\[\]{},\s]+=", value):
+                hint = f"quote each key=value item of a list, as {example}"
+            else:
+                hint = "quote a value that holds spaces or Hydra's special characters (docs/configuration.md)"
+            return f"error: {arg}: Hydra cannot read it ({str(err).splitlines()[0]}); {hint}"
+    return None
+
+
 def check_command_line(config_name: str) -> None:
     """Before Hydra starts: a misspelt group option or key stops the program with one line suggesting the
     right one. Existing paths holding Hydra's grammar are quoted (:func:`quoted_paths`), and train.py's
@@ -308,7 +338,8 @@ def check_command_line(config_name: str) -> None:
     if config_name == "train":
         sys.argv[1:] = hydra_dir_from_run_dir(sys.argv[1:])
     message = (
-        foreign_group_message(sys.argv[1:], config_name)
+        unparsable_message(sys.argv[1:])
+        or foreign_group_message(sys.argv[1:], config_name)
         or unknown_option_message(sys.argv[1:])
         or unknown_key_message(sys.argv[1:], config_name)
     )

@@ -12,6 +12,7 @@ from nmt.cli import (
     quoted_paths,
     unknown_key_message,
     unknown_option_message,
+    unparsable_message,
     user_message,
 )
 from nmt.training.config import ConfigError, check_config
@@ -95,6 +96,30 @@ def test_a_misspelt_group_option_is_one_line_with_the_valid_ones(argv, expected)
 )
 def test_group_options_that_exist_or_hydras_sweep_syntax_pass(argv):
     assert unknown_option_message(argv) is None
+
+
+LEVELS = "level_settings={optim: {adam: ['optim.optimizer.lr=0.001'], noam: ['warmup=400']}}"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        # unquoted in the shell: Hydra was given "level_settings={optim:" and blamed '[optim.optimizer.lr'
+        (["optim=adam,noam", "level_settings={optim:", "{adam:", "[optim.optimizer.lr=0.001]}}"],
+         f'error: level_settings={{optim:: Hydra cannot read it (no viable alternative at input \'{{optim:\'); the '
+         f'shell split the value at its spaces: quote the whole argument, as "{LEVELS}"'),
+        # quoted, its items not: Hydra's bare "no viable alternative" and a traceback hint
+        (["level_settings={optim: {adam: [optim.optimizer.lr=0.001]}}"],
+         "error: level_settings={optim: {adam: [optim.optimizer.lr=0.001]}}: Hydra cannot read it (no viable "
+         "alternative at input '{optim: {adam: [optim.optimizer.lr='); quote each key=value item of a list, as "
+         f'"{LEVELS}"'),
+        (["data.max_samples=(1"], "error: data.max_samples=(1: Hydra cannot read it"),
+        ([LEVELS, "-m", "pos=absolute,relative", "lr=choice(1e-3,2e-3)", "name=a b", "--help"], None),
+    ],
+)  # fmt: skip
+def test_an_argument_hydra_cannot_read_is_one_line_saying_how_to_quote_it(argv, message):
+    said = unparsable_message(argv)
+    assert said == message if message is None or message.endswith('"') else said.startswith(message)
 
 
 def test_train_py_stops_at_a_misspelt_group_option_with_one_line():

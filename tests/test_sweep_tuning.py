@@ -10,8 +10,11 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf, open_dict
 from scipy.stats import ttest_ind
 
-from nmt.sweep import tuning
-from nmt.sweep.tuning import read_tuned_file, tune, tuned_differences, tuned_file, write_level_settings
+from nmt.sweep import tuned as tuned_module
+from nmt.sweep.levels import level_settings_problem
+from nmt.sweep.plan import expected_fingerprint, planned_values, run_overrides
+from nmt.sweep.tuned import read_tuned_file, tuned_differences, tuned_file, write_tuned_file
+from nmt.sweep.tuning import tune
 
 from .conftest import ROOT
 
@@ -45,7 +48,7 @@ def test_tuning_chooses_each_levels_best_mean_on_validation(tmp_path):
     assert table[0] == "| optim | candidate | best_val_bleu (mean ± 95% CI) | seeds |"
 
     out = tmp_path / "tuned.yaml"
-    write_level_settings(out, tuned, "chosen by a test")
+    write_tuned_file(out, tuned.settings, ["chosen by a test", *tuned.lines], tuned.under)
     assert OmegaConf.to_container(OmegaConf.load(out)) == {"level_settings": settings}
     assert out.read_text().startswith("# @package _global_\n# chosen by a test\n# | optim | candidate |")
     assert "# | noam | warmup=400 | 33.50 ± 6.35 | 2 |\n" in out.read_text()  # the candidates, for the report
@@ -105,32 +108,45 @@ def test_tuning_refuses_the_test_set_a_swept_level_and_two_sweeps_of_one_level(t
     assert "| optim | candidate | best_val_bleu (one seed each: no interval) | seeds |" in chosen.stdout
 
 
-def composed(sweep_dir, given: list[str], swept: list[str] = ()):
-    """A sweep's config as the multirun saves it (multirun.yaml): composed with its one-valued settings, its
-    comma lists left in hydra.overrides.task for the jobs."""
+def composed(sweep_dir, given: list[str], swept: list[str] = (), grid: dict | None = None):
+    """A sweep's config as the multirun saves it (multirun.yaml): composed with its one-valued command-line
+    settings, its comma lists left in hydra.overrides.task for the jobs, ``grid``'s in hydra.sweeper.params
+    (which Hydra never composes in: they reach the jobs only)."""
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         cfg = compose("sweep", overrides=[*given, f"hydra.sweep.dir={sweep_dir}"], return_hydra_config=True)
     with open_dict(cfg):
         cfg.hydra.overrides.task = [*given, *swept]
+        cfg.hydra.sweeper.params = grid or {}
     return cfg
 
 
-def tuning_sweep(path, given: list[str], key: str, scores: dict[str, list[float]]) -> None:
-    """A finished tuning sweep as the multirun leaves it: ``given`` held, ``key`` swept over seeds."""
+def tuning_sweep(path, given: list[str], key: str, scores: dict[str, list[float]], grid=None, fingerprints=True):
+    """A finished tuning sweep as the multirun leaves it: ``given`` (and ``grid``) held, ``key`` swept over
+    seeds; each run folder with the fingerprint train.py records for its overrides (``fingerprints``)."""
     seeds = ",".join(str(s + 1) for s in range(len(next(iter(scores.values())))))
     path.mkdir()
-    cfg = composed(path, ["grid=none", "data=toy", *given], [f"{key}={','.join(scores)}", f"seed={seeds}"])
+    cfg = composed(path, ["grid=none", "data=toy", *given], [f"{key}={','.join(scores)}", f"seed={seeds}"], grid)
     OmegaConf.save(cfg, path / "multirun.yaml")
+    base = planned_values(cfg)[0]
     for value, by_seed in scores.items():
         for seed, score in enumerate(by_seed, start=1):
             run = path / f"{key}={value},seed={seed}"
-            run.mkdir()
-            record = {"factors": {key: value}, "seed": seed, "metrics": {"best_val_bleu": score}}
+            (run / ".hydra").mkdir(parents=True)
+            overrides = run_overrides(cfg, {**base, key: value, "seed": str(seed)})
+            if fingerprints:
+                (run / "fingerprint.json").write_text(json.dumps(expected_fingerprint(overrides), default=str))
+            choices = OmegaConf.to_container(cfg.hydra.runtime.choices)
+            OmegaConf.save({"hydra": {"runtime": {"choices": choices}}}, run / ".hydra" / "hydra.yaml")
+            record = {"factors": {key: value}, "seed": seed, "metrics": {"best_val_bleu": score}, "run_dir": str(run)}
             (run / "sweep_result.json").write_text(json.dumps(record))
 
 
 def welch_p(a, b) -> str:
     return f"{ttest_ind(a, b, equal_var=False).pvalue:.2f}"
+
+
+def notes_of(tuned) -> list[str]:
+    return [line for line in tuned.lines if line.startswith("note:")]
 
 
 def test_tune_says_where_a_choice_is_weak_and_carries_the_levels_own_held_settings(tmp_path):
@@ -140,16 +156,20 @@ def test_tune_says_where_a_choice_is_weak_and_carries_the_levels_own_held_settin
     adam = {"0.0005": [20.0, 22.0], "0.001": [25.0, 10.0]}
     noam = {"200": [30.0, 31.0], "400": [33.0, 34.0], "800": [32.0, 30.0]}
     tuning_sweep(tmp_path / "adam", ["optim=adam", "trainer.max_steps=40"], "optim.optimizer.lr", adam)
-    tuning_sweep(
-        tmp_path / "noam", ["optim=noam", "trainer.max_steps=80", "optim.scheduler.factor=0.5"], "warmup", noam
-    )
+    held = ["optim=noam", "trainer.max_steps=80", "optim.scheduler.factor=0.5", "~optim.optimizer.weight_decay"]
+    tuning_sweep(tmp_path / "noam", held, "warmup", noam)
     tuned = tune([tmp_path / "adam", tmp_path / "noam"], "optim")
-    # the level's own held setting (its group's key) goes with its choice; the factorial would not know it
-    assert tuned.settings == {
-        "optim": {"adam": ["optim.optimizer.lr=0.0005"], "noam": ["warmup=400", "optim.scheduler.factor=0.5"]}
-    }
-    notes = [line for line in tuned.lines if line.startswith("note:")]
-    assert notes == [
+    # the level's own held settings (its group's keys) go with its choice, as written; the factorial would not
+    # know them
+    own = ["optim.scheduler.factor=0.5", "~optim.optimizer.weight_decay"]
+    assert tuned.settings == {"optim": {"adam": ["optim.optimizer.lr=0.0005"], "noam": ["warmup=400", *own]}}
+    assert level_settings_problem(tuned.settings, {"optim": ["adam", "noam"]}) is None  # ~key: no value, taken
+    # the factorial given the tuning's own command line (warmup=400, as the docs ask): the same value, no doubt
+    assert level_settings_problem(tuned.settings, {"optim": ["adam", "noam"], "warmup": ["400"]}) is None
+    assert "warmup is also set by the command line" in level_settings_problem(
+        tuned.settings, {"optim": ["adam", "noam"], "warmup": ["300"]}
+    )
+    assert notes_of(tuned) == [
         "note: optim=adam: the chosen optim.optimizer.lr=0.0005 is the smallest value tried (0.0005, 0.001): one "
         "below it may be better; try it before the factorial",
         "note: optim=adam: the chosen candidate leads the next (optim.optimizer.lr=0.001) by 3.50, not established "
@@ -157,53 +177,54 @@ def test_tune_says_where_a_choice_is_weak_and_carries_the_levels_own_held_settin
         # 400 is inside 200..800: no edge; its lead over 800 is not established either
         "note: optim=noam: the chosen candidate leads the next (warmup=800) by 2.50, not established by their "
         f"seeds (Welch p = {welch_p(noam['400'], noam['800'])}): the two may be equally good",
-        "note: optim=noam's tuning sweep held optim.scheduler.factor=0.5, its own settings: they go with its choice",
-        # a budget that differs between the levels' tuning sweeps: not tuned alike
-        "note: the tuning sweeps of optim=adam and optim=noam ran under different settings (trainer.max_steps: 40 "
-        "for adam, 80 for noam): their levels were not tuned alike",
+        "note: optim=noam's tuning sweep held optim.scheduler.factor=0.5 ~optim.optimizer.weight_decay, its own "
+        "settings: they go with its choice",
+        # a budget that differs between the levels' tuning runs: not tuned alike (optim.* and warmup are theirs)
+        "note: the tuning runs of optim=adam and optim=noam differ in settings that are neither level's own "
+        "(trainer.max_steps: 40 for adam, 80 for noam): their levels were not tuned alike",
     ]
-    assert tuned.under["optim"]["noam"]["budget"]["trainer.max_steps"] == 80
-    assert "optim.scheduler.factor" not in tuned.under["optim"]["noam"]["held"]  # a setting now, not a context
+    winner = tuned.under["optim"]["noam"]
+    assert winner["run"] == "warmup=400,seed=1" and winner["seeds"] == ["1", "2"]
+    assert winner["config"]["trainer.max_steps"] == 80 and winner["config"]["warmup"] == 400
+    assert "seed" not in winner["config"] and winner["choices"]["optim"] == "noam"
 
-    # a clear lead, inside the grid: nothing to say; one seed each: the lead is not tested
-    tuning_sweep(
-        tmp_path / "clear",
-        ["optim=noam"],
-        "warmup",
-        {"200": [20, 20.5, 19.5], "400": [30, 30.5, 29.5], "800": [25, 25.5, 24.5]},
-    )
-    assert not [line for line in tune([tmp_path / "clear"], "optim").lines if line.startswith("note:")]
-    tuning_sweep(tmp_path / "one", ["optim=noam"], "warmup", {"200": [20.0], "400": [30.0], "800": [25.0]})
-    (note,) = [line for line in tune([tmp_path / "one"], "optim").lines if line.startswith("note:")]
+    # a clear lead, inside the grid: nothing to say; one seed each: the lead is not tested; a tie: arbitrary
+    clear = {"200": [20, 20.5, 19.5], "400": [30, 30.5, 29.5], "800": [25, 25.5, 24.5]}
+    tuning_sweep(tmp_path / "clear", ["optim=noam"], "warmup", clear, fingerprints=False)
+    assert notes_of(tune([tmp_path / "clear"], "optim")) == []
+    one = {"200": [20.0], "400": [30.0], "800": [25.0]}
+    tuning_sweep(tmp_path / "one", ["optim=noam"], "warmup", one, fingerprints=False)
+    (note,) = notes_of(tune([tmp_path / "one"], "optim"))
     assert "leads the next (warmup=800) by 5.00, with too few seeds to test it (one on a side)" in note
-    tuning_sweep(tmp_path / "tie", ["optim=noam"], "warmup", {"200": [20.0], "400": [20.0]})
+    tuning_sweep(tmp_path / "tie", ["optim=noam"], "warmup", {"200": [20.0], "400": [20.0]}, fingerprints=False)
     assert (
-        "note: optim=noam: the chosen candidate ties with the next (warmup=400) at 20.00: the choice between "
-        in (tune([tmp_path / "tie"], "optim").lines[-1])
+        "the chosen candidate ties with the next (warmup=400) at 20.00: the choice between"
+        in (notes_of(tune([tmp_path / "tie"], "optim"))[-1])
     )
+    # nothing below none: no dropout chosen is no edge to go past (a clear lead: no other note)
+    none = {"0.0": [30, 30.5, 29.5], "0.1": [20, 20.5, 19.5], "0.3": [10, 10.5, 9.5]}
+    tuning_sweep(tmp_path / "dropout", ["optim=noam"], "model.dropout", none, fingerprints=False)
+    assert notes_of(tune([tmp_path / "dropout"], "optim")) == []
 
 
-def test_a_factorial_with_a_tuned_file_is_checked_against_what_its_levels_were_tuned_under(
+def test_a_factorial_with_a_tuned_file_is_checked_against_its_tuning_runs_setting_by_setting(
     tmp_path, monkeypatch, capsys
 ):
     """The file recorded only the values: a factorial with another budget, corpus size or model used them
     with no word that they were chosen for other runs."""
     from nmt.sweep.runner import SweepReport
 
-    tuning_sweep(
-        tmp_path / "adam",
-        ["optim=adam", "trainer.max_steps=40"],
-        "optim.optimizer.lr",
-        {"0.001": [20.0], "0.002": [21.0]},
-    )
+    # Adam's budget held in a grid (never composed into the sweep's config), and a default given again
+    adam = {"0.001": [20.0], "0.002": [21.0]}
+    tuning_sweep(tmp_path / "adam", ["optim=adam", "trainer.max_epochs=12"], "optim.optimizer.lr", adam,
+                 grid={"trainer.max_steps": 40})  # fmt: skip
     tuning_sweep(tmp_path / "noam", ["optim=noam", "trainer.max_steps=80"], "warmup", {"200": [30.0], "400": [31.0]})
     conf = tmp_path / "conf"
     (conf / "tuned").mkdir(parents=True)
-    write_level_settings(
-        conf / "tuned" / "mine.yaml", tune([tmp_path / "adam", tmp_path / "noam"], "optim"), "chosen by a test"
-    )
+    tuned = tune([tmp_path / "adam", tmp_path / "noam"], "optim")
+    write_tuned_file(conf / "tuned" / "mine.yaml", tuned.settings, ["chosen by a test", *tuned.lines], tuned.under)
     read = read_tuned_file(conf / "tuned" / "mine.yaml")
-    assert read["under"]["optim"]["adam"]["budget"]["trainer.max_steps"] == 40
+    assert read["under"] == json.loads(json.dumps(tuned.under))
     assert read["notes"][0] == "chosen by a test" and not any(n.startswith("tuned under") for n in read["notes"])
     assert OmegaConf.load(conf / "tuned" / "mine.yaml").level_settings.optim.noam == ["warmup=400"]
 
@@ -213,30 +234,44 @@ def test_a_factorial_with_a_tuned_file_is_checked_against_what_its_levels_were_t
     with open_dict(factorial):
         factorial.hydra.runtime.choices.tuned = "mine"  # +tuned=mine, from the folder below
         factorial.level_settings = OmegaConf.load(conf / "tuned" / "mine.yaml").level_settings
-    monkeypatch.setattr(tuning, "CONF", conf)
+    monkeypatch.setattr(tuned_module, "CONF", conf)
     differs = tuned_differences(tuned_file(factorial), factorial, ["optim", "pos", "seed"])
     assert differs == {
-        "optim=adam": ["data.train_size: the default in tuning, 1000 here"],
-        "optim=noam": ["trainer.max_steps: 80 in tuning, 40 here", "data.train_size: the default in tuning, 1000 here"],
+        "optim=adam": ["data.train_size: 4000 in tuning, 1000 here"],
+        "optim=noam": ["data.train_size: 4000 in tuning, 1000 here", "trainer.max_steps: 80 in tuning, 40 here"],
     }
     SweepReport().on_multirun_start(factorial)  # said before any run trains, and kept for the report
     out = capsys.readouterr().out
     assert (
         "[sweep] warning: optim=noam's settings (+tuned=mine) were chosen under other settings than this sweep's: "
-        "trainer.max_steps: 80 in tuning, 40 here; data.train_size: the default in tuning, 1000 here" in out
+        "data.train_size: 4000 in tuning, 1000 here; trainer.max_steps: 80 in tuning, 40 here" in out
     )
     plan = json.loads((tmp_path / "factorial" / "plan.json").read_text())
     assert plan["tuned"]["differs"] == differs and plan["tuned"]["name"] == "mine"
     assert plan["tuned"]["seeds_reused"] == ["1"]  # the tuning ran seed 1; the factorial runs 1 and 2
-    # under the tuning's own settings: nothing differs (the level settings' keys and the factors aside)
+    # each level under its tuning's settings (Noam's budget its own level setting): nothing differs; a level the
+    # file tuned that this sweep does not run is not compared
     alike = composed(tmp_path / "alike", ["grid=none", "data=toy"], ["optim=adam,noam", "seed=1"])
     with open_dict(alike):
         alike.hydra.runtime.choices.tuned = "mine"
         alike.trainer.max_steps = 40
+        alike.hydra.overrides.task.append("trainer.max_steps=40")
         alike.level_settings = {
             "optim": {"adam": ["optim.optimizer.lr=0.002"], "noam": ["warmup=400", "trainer.max_steps=80"]}
         }
     assert tuned_differences(tuned_file(alike), alike, ["optim", "seed"]) == {}
+    only_adam = composed(tmp_path / "only", ["grid=none", "data=toy", "optim=adam", "trainer.max_steps=40"], ["seed=1"])
+    with open_dict(only_adam):
+        only_adam.hydra.runtime.choices.tuned = "mine"
+    assert tuned_differences(tuned_file(only_adam), only_adam, ["seed"]) == {
+        "optim=adam": ["optim.optimizer.lr: 0.002 in tuning, 0.0005 here"]  # no level settings given: said
+    }
+
+
+ROW = (
+    "the settings of this sweep's run of each tuned level, at the tuning's values of its other factors: checked "
+    "equal to its winning tuning run's, every setting but the seed; tuning seeds "
+)
 
 
 @pytest.mark.parametrize(
@@ -249,7 +284,7 @@ def test_a_factorial_with_a_tuned_file_is_checked_against_what_its_levels_were_t
         ),
         (
             {"name": "t", "notes": [], "under": {"optim": {"adam": {"seeds": ["10", "2"]}}}, "differs": {}},
-            "this sweep's budget, stopping rule, config groups and settings held fixed (checked); tuning seeds 2, 10",
+            ROW + "2, 10",
             False,
         ),
         (  # a factorial run at a tuned setting with a tuning seed may be the very run that won on validation
@@ -260,9 +295,8 @@ def test_a_factorial_with_a_tuned_file_is_checked_against_what_its_levels_were_t
                 "differs": {},
                 "seeds_reused": ["1"],
             },
-            "this sweep's budget, stopping rule, config groups and settings held fixed (checked); tuning seeds 1; seed "
-            "1 also tuned: a run at a tuned setting with it may repeat the tuning run whose validation score chose "
-            "that setting, so its validation score leans high (its test score does not)",
+            ROW + "1; seed 1 also tuned: a run at a tuned setting with it may repeat the tuning run whose validation "
+            "score chose that setting, so its validation score leans high (its test score does not)",
             False,
         ),
         (

@@ -59,7 +59,7 @@ from nmt.sweep.progress import (
 from nmt.sweep.records import RESULT, collect_records, read_record, run_record
 from nmt.sweep.report import write_report
 from nmt.sweep.summary import FAILED, PLAN, failed_runs
-from nmt.sweep.tuning import reused_seeds, tuned_differences, tuned_file
+from nmt.sweep.tuned import reused_seeds, tuned_differences, tuned_file
 from nmt.training.run_folder import RunFolderError, RunLock, finished_results, resumable, trained_results
 from nmt.utils.io import atomic_write_json, atomic_write_text
 

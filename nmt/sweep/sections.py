@@ -141,7 +141,10 @@ def _tuned_under(tuned: dict) -> str:
         text = f"other settings than this sweep's ({', '.join(tuned['differs'])}; the warning below)"
     else:
         seeds = {s for by in tuned["under"].values() for c in by.values() for s in c.get("seeds") or []}
-        text = "this sweep's budget, stopping rule, config groups and settings held fixed (checked); tuning seeds "
+        text = (
+            "the settings of this sweep's run of each tuned level, at the tuning's values of its other factors: "
+            "checked equal to its winning tuning run's, every setting but the seed; tuning seeds "
+        )
         text += ", ".join(sorted(seeds, key=lambda s: (len(s), s)))
     reused = tuned.get("seeds_reused")
     if reused:  # a cell at the tuning's other settings repeats the run that won on validation with that seed
