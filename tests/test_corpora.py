@@ -786,6 +786,26 @@ def test_a_data_root_holding_part_of_a_corpus_is_refused_not_replaced_by_another
         locate("corpus", ["a.txt", "b.txt"], root, cache, suffixes=("", ".gz"))
 
 
+def test_the_folder_a_corpus_is_read_from_is_said_once_into_the_runs_log(tmp_path, caplog):
+    """Which copy a run read (data.root, $NMT_DATA, the cache) was recorded nowhere."""
+    import logging
+
+    from nmt.data.sources import locate
+
+    root, cache = tmp_path / "root", tmp_path / "cache"
+    for folder in (root, cache / "corpus"):
+        folder.mkdir(parents=True)
+        (folder / "a.txt").write_text("x\n")
+    with caplog.at_level(logging.INFO, logger="nmt.data.sources"):
+        for _ in range(2):  # each split reads it: said once
+            assert locate("corpus", ["a.txt"], root, cache) == root
+        assert locate("corpus", ["a.txt"], None, cache) == cache / "corpus"
+    assert [r.getMessage() for r in caplog.records] == [
+        f"corpus: reading {root} (data.root)",
+        f"corpus: reading {cache / 'corpus'} (cache)",
+    ]
+
+
 def test_files_evaluated_by_path_read_the_runs_columns_and_get_folders_of_their_own(tmp_path):
     """split=files:x.tsv read columns 0 and 1 of a run trained with data.columns=[1,0]: source and target
     swapped, and scored. Two paths that flatten alike shared one evaluation folder."""

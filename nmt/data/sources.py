@@ -72,6 +72,18 @@ def _check_root_whole(
         )
 
 
+_SAID: set[tuple[str, str]] = set()  # (corpus, folder) already said by this process
+
+
+def _found(name: str, label: str, folder: Path) -> Path:
+    """The folder a corpus is read from, said once a process (a run's train.log keeps it: which copy of the
+    corpus, of those data.root, $NMT_DATA and the cache may hold, the run read)."""
+    if (name, str(folder)) not in _SAID:
+        _SAID.add((name, str(folder)))
+        log.info("%s: reading %s (%s)", name, folder, label)
+    return folder
+
+
 def _missing(label: str, folder: Path, filenames: Sequence[str]) -> str:
     missing = [f for f in filenames if not (folder / f).is_file()]
     return f"  {label}: {folder} (missing {', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''})"
@@ -106,7 +118,7 @@ def locate(
     places = _places(name, root, cache_dir)
     for label, folder in places:
         if _holds(folder, filenames, suffixes):
-            return folder
+            return _found(name, label, folder)
         _check_root_whole(label, folder, filenames, suffixes, strict_root)
         tried.append(_missing(label, folder, filenames))
     cache = places[-1][1]
@@ -117,7 +129,7 @@ def locate(
                 target = cache / filename
                 if not target.is_file():
                     _download(url_for[filename], target)
-            return cache
+            return _found(name, "downloaded into the cache", cache)
         except OSError as err:
             tried.append(f"  download from {url_for[filenames[0]].rsplit('/', 1)[0]}/: {err}")
             if not existed:  # no empty folder left behind for a corpus that could not be fetched
@@ -149,9 +161,11 @@ def locate_or_extract(
     cache = places[-1][1]
     for label, folder in places:
         if _holds(folder, filenames, suffixes):
-            return folder
+            return _found(name, label, folder)
         if (folder / archive).is_file():
-            return _extracted(folder / archive, filenames, extract, cache)
+            return _found(
+                name, f"extracted from {folder / archive}", _extracted(folder / archive, filenames, extract, cache)
+            )
         _check_root_whole(label, folder, filenames, suffixes, True, archive)
         tried.append(f"  {label}: {folder} (neither {' and '.join(filenames)} nor {archive})")
     kept = _extractions(cache, filenames)
@@ -159,13 +173,13 @@ def locate_or_extract(
         log.warning(
             "%s: the files extracted from %s (no longer there)", name, (kept[0] / SOURCE_NOTE).read_text().strip()
         )
-        return kept[0]
+        return _found(name, "the cache's extraction", kept[0])
     if len(kept) > 1:
         tried.append(f"  cache: {len(kept)} extractions of other archives ({cache / 'extracted'}); which is meant?")
     elif download and url:
         try:
             _download(url, cache / archive)
-            return _extracted(cache / archive, filenames, extract, cache)
+            return _found(name, "downloaded and extracted", _extracted(cache / archive, filenames, extract, cache))
         except OSError as err:
             tried.append(f"  download from {url.rsplit('/', 1)[0]}/: {err}")
     elif url:
