@@ -91,6 +91,13 @@ def test_tuning_refuses_the_test_set_a_swept_level_and_two_sweeps_of_one_level(t
     fake_tuning_sweep(tmp_path / "b", "adam", "optim.optimizer.lr", {"0.002": [21.0]})
     with pytest.raises(ValueError, match=r"a second tuning sweep of optim=adam"):
         tune([tmp_path / "a", tmp_path / "b"], "optim")
+    # a grid widened in the same folder (past its edge, as tune's note asks) by a sweep of the new values alone:
+    # the first values were dropped without a word, and the new smallest was called the smallest tried
+    (tmp_path / "c").mkdir()
+    fake_tuning_sweep(tmp_path / "c", "adam", "optim.optimizer.lr", {"0.001": [20.0], "0.002": [21.0]})
+    (tmp_path / "c" / "plan.json").write_text(json.dumps({"run_names": ["optim.optimizer.lr=0.002,seed=1"]}))
+    with pytest.raises(ValueError, match=r"1 finished run\(s\) of an earlier sweep .*lr=0.001,seed=1\) are not in"):
+        tune([tmp_path / "c"], "optim")
     # a key the sweep does not set: the message lists those it holds at one level, the level's among them
     with pytest.raises(ValueError, match=r"--level pos: this tuning sweep does not set pos .* one of \[.*optim=adam"):
         tune([tmp_path / "a"], "pos")
@@ -145,8 +152,10 @@ def welch_p(a, b) -> str:
     return f"{ttest_ind(a, b, equal_var=False).pvalue:.2f}"
 
 
-def notes_of(tuned) -> list[str]:
-    return [line for line in tuned.lines if line.startswith("note:")]
+def notes_of(tuned, unrecorded: bool = True) -> list[str]:
+    """tune's notes (``unrecorded=False``: but the one on runs that recorded no settings)."""
+    notes = [line for line in tuned.lines if line.startswith("note:")]
+    return notes if unrecorded else [n for n in notes if "recorded no settings" not in n]
 
 
 def test_tune_says_where_a_choice_is_weak_and_carries_the_levels_own_held_settings(tmp_path):
@@ -164,8 +173,12 @@ def test_tune_says_where_a_choice_is_weak_and_carries_the_levels_own_held_settin
     own = ["optim.scheduler.factor=0.5", "~optim.optimizer.weight_decay"]
     assert tuned.settings == {"optim": {"adam": ["optim.optimizer.lr=0.0005"], "noam": ["warmup=400", *own]}}
     assert level_settings_problem(tuned.settings, {"optim": ["adam", "noam"]}) is None  # ~key: no value, taken
-    # the factorial given the tuning's own command line (warmup=400, as the docs ask): the same value, no doubt
+    # the factorial given the tuning's own command line (warmup=400, as the docs ask): the same value, no doubt,
+    # however it is written (Hydra reads true as True, 5e-1 as 0.5)
     assert level_settings_problem(tuned.settings, {"optim": ["adam", "noam"], "warmup": ["400"]}) is None
+    restated = {"optim": {"noam": ["+optim.optimizer.amsgrad=true", "optim.scheduler.factor=5e-1"]}}
+    given = {"optim": ["noam"], "optim.optimizer.amsgrad": ["True"], "optim.scheduler.factor": ["0.5"]}
+    assert level_settings_problem(restated, given) is None
     assert "warmup is also set by the command line" in level_settings_problem(
         tuned.settings, {"optim": ["adam", "noam"], "warmup": ["300"]}
     )
@@ -191,20 +204,30 @@ def test_tune_says_where_a_choice_is_weak_and_carries_the_levels_own_held_settin
     # a clear lead, inside the grid: nothing to say; one seed each: the lead is not tested; a tie: arbitrary
     clear = {"200": [20, 20.5, 19.5], "400": [30, 30.5, 29.5], "800": [25, 25.5, 24.5]}
     tuning_sweep(tmp_path / "clear", ["optim=noam"], "warmup", clear, fingerprints=False)
-    assert notes_of(tune([tmp_path / "clear"], "optim")) == []
+    assert notes_of(tune([tmp_path / "clear"], "optim")) == [  # runs without fingerprint.json (made by hand here)
+        "note: optim=noam's winning tuning run (warmup=400,seed=1) recorded no settings (fingerprint.json, "
+        "config.yaml): a sweep that loads this file cannot check its own against them"
+    ]
     one = {"200": [20.0], "400": [30.0], "800": [25.0]}
     tuning_sweep(tmp_path / "one", ["optim=noam"], "warmup", one, fingerprints=False)
-    (note,) = notes_of(tune([tmp_path / "one"], "optim"))
+    (note,) = notes_of(tune([tmp_path / "one"], "optim"), unrecorded=False)
     assert "leads the next (warmup=800) by 5.00, with too few seeds to test it (one on a side)" in note
     tuning_sweep(tmp_path / "tie", ["optim=noam"], "warmup", {"200": [20.0], "400": [20.0]}, fingerprints=False)
     assert (
         "the chosen candidate ties with the next (warmup=400) at 20.00: the choice between"
-        in (notes_of(tune([tmp_path / "tie"], "optim"))[-1])
+        in (notes_of(tune([tmp_path / "tie"], "optim"), unrecorded=False)[-1])
     )
+    # -1 (no limit) among the values tried: a choice at the other edge is still one
+    sentinel = {"-1": [20, 20.5, 19.5], "5": [25, 25.5, 24.5], "10": [30, 30.5, 29.5]}
+    tuning_sweep(tmp_path / "epochs", ["optim=noam"], "trainer.max_epochs", sentinel, fingerprints=False)
+    assert notes_of(tune([tmp_path / "epochs"], "optim"), unrecorded=False) == [
+        "note: optim=noam: the chosen trainer.max_epochs=10 is the largest value tried (-1, 5, 10): one above it may "
+        "be better; try it before the factorial"
+    ]
     # nothing below none: no dropout chosen is no edge to go past (a clear lead: no other note)
     none = {"0.0": [30, 30.5, 29.5], "0.1": [20, 20.5, 19.5], "0.3": [10, 10.5, 9.5]}
     tuning_sweep(tmp_path / "dropout", ["optim=noam"], "model.dropout", none, fingerprints=False)
-    assert notes_of(tune([tmp_path / "dropout"], "optim")) == []
+    assert notes_of(tune([tmp_path / "dropout"], "optim"), unrecorded=False) == []
 
 
 def test_a_factorial_with_a_tuned_file_is_checked_against_its_tuning_runs_setting_by_setting(
@@ -235,7 +258,8 @@ def test_a_factorial_with_a_tuned_file_is_checked_against_its_tuning_runs_settin
         factorial.hydra.runtime.choices.tuned = "mine"  # +tuned=mine, from the folder below
         factorial.level_settings = OmegaConf.load(conf / "tuned" / "mine.yaml").level_settings
     monkeypatch.setattr(tuned_module, "CONF", conf)
-    differs = tuned_differences(tuned_file(factorial), factorial, ["optim", "pos", "seed"])
+    differs, unchecked = tuned_differences(tuned_file(factorial), factorial, ["optim", "pos", "seed"])
+    assert unchecked == {}
     assert differs == {
         "optim=adam": ["data.train_size: 4000 in tuning, 1000 here"],
         "optim=noam": ["data.train_size: 4000 in tuning, 1000 here", "trainer.max_steps: 80 in tuning, 40 here"],
@@ -259,13 +283,20 @@ def test_a_factorial_with_a_tuned_file_is_checked_against_its_tuning_runs_settin
         alike.level_settings = {
             "optim": {"adam": ["optim.optimizer.lr=0.002"], "noam": ["warmup=400", "trainer.max_steps=80"]}
         }
-    assert tuned_differences(tuned_file(alike), alike, ["optim", "seed"]) == {}
-    only_adam = composed(tmp_path / "only", ["grid=none", "data=toy", "optim=adam", "trainer.max_steps=40"], ["seed=1"])
-    with open_dict(only_adam):
-        only_adam.hydra.runtime.choices.tuned = "mine"
-    assert tuned_differences(tuned_file(only_adam), only_adam, ["seed"]) == {
-        "optim=adam": ["optim.optimizer.lr: 0.002 in tuning, 0.0005 here"]  # no level settings given: said
-    }
+    assert tuned_differences(tuned_file(alike), alike, ["optim", "seed"]) == ({}, {})
+    # the file's settings edited by hand, a level it never tuned added, and pos tuned at a level not run here
+    edited = composed(tmp_path / "edited", ["grid=none", "data=toy", "trainer.max_steps=40"],
+                      ["optim=adam,adamw", "pos=rope,relative", "seed=1"])  # fmt: skip
+    with open_dict(edited):
+        edited.hydra.runtime.choices.tuned = "mine"
+        edited.level_settings = {"optim": {"adam": ["optim.optimizer.lr=0.001"], "adamw": ["lr=0.01"]}}
+    differs, unchecked = tuned_differences(tuned_file(edited), edited, ["optim", "pos", "seed"])
+    assert unchecked == {"optim=adamw": "its settings are not a tuning's choice this file records (written by hand?)"}
+    assert differs["optim=adam"][0] == "pos: absolute in tuning, not a level here (rope, relative)"
+    assert (
+        "optim.optimizer.lr: 0.002 in tuning, 0.001 here (a level setting: not the value its tuning chose)"
+        in (differs["optim=adam"])
+    )
 
 
 ROW = (

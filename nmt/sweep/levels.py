@@ -87,11 +87,11 @@ def level_settings_problem(level_settings, levels: dict[str, list[str]]) -> str 
             if options and str(level) not in options:
                 return f"level_settings.{key}.{level}: {level} is not an option of group {key} (options: {options})"
             for override in overrides if isinstance(overrides, list) else [overrides]:
-                name, sep, value = str(override).lstrip("+~").partition("=")
+                name, sep, _ = str(override).lstrip("+~").partition("=")
                 where = f"level_settings.{key}.{level}: {override!r}"
                 if not sep and not str(override).startswith("~"):  # ~key deletes it
                     return f"{where} is not key=value"
-                if levels.get(name) == [value] and key != name:
+                if sep and key != name and levels.get(name) == _expand([str(override)]).get(name):
                     continue  # the command line gives it the same value (as its tuning sweep had it): no doubt
                 if name in levels:
                     source = "a factor of this sweep" if len(levels[name]) > 1 else "set by the command line or grid"

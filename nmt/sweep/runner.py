@@ -268,7 +268,11 @@ class SweepReport(Callback):
         if tuned:
             # settings chosen under another budget, corpus or model may not be the best for these runs: said
             # before they train, and in the report
-            tuned["differs"] = tuned_differences(tuned, config, factors)
+            tuned["differs"], tuned["unchecked"] = tuned_differences(tuned, config, factors)
+            for level, why in tuned["unchecked"].items():
+                print(
+                    f"[sweep] warning: {level}'s settings (+tuned={tuned['name']}) are not checked: {why}", flush=True
+                )
             tuned["seeds_reused"] = reused_seeds(tuned, config)
             alike: dict[str, list[str]] = {}  # levels with the same differences, said once
             for level, said in tuned["differs"].items():

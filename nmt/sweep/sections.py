@@ -137,8 +137,11 @@ def _tuned_under(tuned: dict) -> str:
     """The "tuned under" row: whether the tuned file's levels were chosen under this sweep's settings."""
     if "under" not in tuned:
         return "not recorded in the file (written by hand, or before `tune` recorded it): not checked"
+    unchecked = tuned.get("unchecked") or {}
     if tuned.get("differs"):
         text = f"other settings than this sweep's ({', '.join(tuned['differs'])}; the warning below)"
+    elif unchecked:
+        text = "no difference found where compared"
     else:
         seeds = {s for by in tuned["under"].values() for c in by.values() for s in c.get("seeds") or []}
         text = (
@@ -146,6 +149,8 @@ def _tuned_under(tuned: dict) -> str:
             "checked equal to its winning tuning run's, every setting but the seed; tuning seeds "
         )
         text += ", ".join(sorted(seeds, key=lambda s: (len(s), s)))
+    if unchecked:
+        text += "; not checked: " + "; ".join(f"{level} ({why})" for level, why in unchecked.items())
     reused = tuned.get("seeds_reused")
     if reused:  # a cell at the tuning's other settings repeats the run that won on validation with that seed
         text += (

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from nmt.sweep.levels import sweep_levels
+from nmt.sweep.levels import plain_settings, sweep_levels
 from nmt.sweep.plan import expected_fingerprint, planned_values, run_overrides
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
@@ -32,12 +32,13 @@ def tuning_run(run_dir: Path) -> dict:
     except RunFolderError:
         saved = None
     config = {k: v for k, v in ((saved or {}).get("config") or {}).items() if k != "seed"}
+    code = (saved or {}).get("code") or {}
     choices = {}
     hydra = run_dir / ".hydra" / "hydra.yaml"
     if hydra.is_file():
         found = OmegaConf.select(OmegaConf.load(hydra), "hydra.runtime.choices", default=None) or {}
         choices = {str(g): str(v) for g, v in found.items() if not str(g).startswith("hydra")}
-    return {"run": run_dir.name, "config": config, "choices": choices}
+    return {"run": run_dir.name, "config": config, "choices": choices, "code": code}
 
 
 def write_tuned_file(path: str | Path, settings: dict, notes: list[str], under: dict) -> None:
@@ -72,41 +73,59 @@ def read_tuned_file(path: Path) -> dict:
     return tuned
 
 
-def tuned_differences(tuned: dict, config: DictConfig, factors: list[str]) -> dict[str, list[str]]:
-    """For each tuned level this sweep runs, how its run here differs from the tuning run that chose the
-    level's settings: the run composed with the level, its settings and the tuning's values of this sweep's
-    other factors, compared setting by setting (the seed aside). {"optim=noam": ["key: X in tuning, Y here"]}."""
+def tuned_differences(tuned: dict, config: DictConfig, factors: list[str]) -> tuple[dict, dict]:
+    """For each level this sweep runs with the file's settings, how its run here differs from the tuning run
+    that chose them: the run composed with the level, its settings and the tuning's values of this sweep's
+    other factors (where the sweep has them), compared setting by setting, the seed aside, and the code.
+    ({"optim=noam": ["key: X in tuning, Y here", ...]}, {"optim=adamw": "why it was not compared"})."""
+    from nmt.training.run_folder import code_version
+
     levels = sweep_levels(config)
     base = planned_values(config)[0]
-    differs = {}
-    for level_key, by_level in (tuned.get("under") or {}).items():
-        for level, run in by_level.items():
+    settings = plain_settings(config.get("level_settings"))
+    under = tuned.get("under") or {}
+    differs, unchecked = {}, {}
+    for level_key, by_level in settings.items():
+        for level, overrides in by_level.items():
             name = f"{level_key}={level}"
+            run = (under.get(level_key) or {}).get(level)
             if level not in levels.get(level_key, []):
                 continue  # a level this sweep does not run
-            if not run.get("config"):
-                differs[name] = [f"its tuning run ({run.get('run', '?')}) recorded no settings: not checked"]
+            if run is None:
+                unchecked[name] = "its settings are not a tuning's choice this file records (written by hand?)"
                 continue
-            values = {**base, level_key: level}
-            for factor in factors:  # the cell of the tuning's other settings, whether or not this sweep has it
+            if not run.get("config"):
+                unchecked[name] = f"its tuning run ({run.get('run', '?')}) recorded no settings"
+                continue
+            values, said = {**base, level_key: level}, []
+            for factor in factors:  # the cell of the tuning's other settings, where this sweep runs it
+                if factor in (level_key, "seed"):
+                    continue
                 held = run.get("choices", {}).get(factor, run["config"].get(factor))
-                if factor not in (level_key, "seed") and held is not None:
-                    values[factor] = held if isinstance(held, str) else json.dumps(held)
+                held = held if held is None or isinstance(held, str) else json.dumps(held)
+                if held in levels[factor]:
+                    values[factor] = held
+                else:  # tuned at a level this sweep does not run (or at no option of the group)
+                    said.append(f"{factor}: {held} in tuning, not a level here ({', '.join(levels[factor])})")
             try:
                 here = expected_fingerprint(run_overrides(config, values))["config"]
             except Exception as err:  # noqa: BLE001 - said, and the sweep decides nothing on it
                 first = str(err).splitlines()[0] if str(err) else type(err).__name__
-                differs[name] = [f"its run here cannot be composed to compare ({first})"]
+                unchecked[name] = f"its run here cannot be composed to compare ({first})"
                 continue
             here = json.loads(json.dumps(here, default=str))  # as the file holds the tuning's: JSON values
-            said = [
-                f"{key}: {_shown(run['config'], key)} in tuning, {_shown(here, key)} here"
-                for key in sorted(set(run["config"]) | set(here))
-                if key != "seed" and run["config"].get(key, _ABSENT) != here.get(key, _ABSENT)
-            ]
+            own = {str(o).lstrip("+~").partition("=")[0] for o in overrides}
+            for key in sorted(set(run["config"]) | set(here)):
+                if key != "seed" and run["config"].get(key, _ABSENT) != here.get(key, _ABSENT):
+                    edited = " (a level setting: not the value its tuning chose)" if key in own else ""
+                    said.append(f"{key}: {_shown(run['config'], key)} in tuning, {_shown(here, key)} here{edited}")
+            before, now = run.get("code") or {}, code_version()
+            if before.get("hash") and before.get("hash") != now.get("hash"):
+                commits = f"commit {before.get('commit', '?')[:12]} -> {now.get('commit', '?')[:12]}"
+                said.append(f"code: the source of nmt/ or conf/ changed since the tuning ({commits})")
             if said:
                 differs[name] = said
-    return differs
+    return differs, unchecked
 
 
 def _shown(config: dict, key: str) -> str:

@@ -18,7 +18,7 @@ from omegaconf import OmegaConf
 from nmt.metrics import lower_is_better
 from nmt.sweep.analysis import check_same_measure, mean_ci, welch_test
 from nmt.sweep.levels import sweep_levels
-from nmt.sweep.records import collect_records
+from nmt.sweep.records import collect_records, finished_runs
 from nmt.sweep.tuned import tuning_run, write_tuned_file
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
@@ -73,6 +73,11 @@ def tune(sweep_dirs: list[str | Path], level_key: str, metric: str = TUNING_METR
             **tuning_run(sweep_dir / Path(winner.get("run_dir", "")).name),
             "seeds": sorted({str(r["seed"]) for r in records}, key=lambda s: (len(s), s)),
         }
+        if not under[level]["config"]:
+            notes.append(
+                f"note: {level_key}={level}'s winning tuning run ({under[level]['run']}) recorded no settings "
+                "(fingerprint.json, config.yaml): a sweep that loads this file cannot check its own against them"
+            )
         notes += _weak_choice(level_key, level, scored)
         counts = {len(values) for _, values in scored}
         if len(counts) > 1:  # a failed run leaves its candidate fewer seeds: a mean of less evidence can win
@@ -100,6 +105,14 @@ def _candidates(sweep_dir: Path, level_key: str, metric: str) -> tuple[str, list
     """The level a tuning sweep held, and its finished runs, every one with ``metric`` (or a one-line error)."""
     level = _constant_level(sweep_dir, level_key)
     finished = collect_records(sweep_dir)
+    earlier = finished_runs(sweep_dir)[1]
+    if earlier:  # a grid widened in the same folder (past an edge, say): its earlier candidates are not compared
+        raise ValueError(
+            f"{sweep_dir}: {len(earlier)} finished run(s) of an earlier sweep in this folder ({', '.join(earlier[:3])}"
+            f"{' ...' if len(earlier) > 3 else ''}) are not in its last plan, so tune would not compare them: "
+            "run every candidate in one sweep (its command with all the values: finished runs are kept), or give "
+            "each its own sweep_name"
+        )
     records = [r for r in finished if r["metrics"].get(metric) is not None]
     if not finished:
         raise ValueError(f"{sweep_dir}: no finished run; finish the tuning sweep first")
@@ -174,7 +187,7 @@ def _weak_choice(level_key: str, level: str, scored: list) -> list[str]:
     best = dict(scored[0][0])
     for key, value in best.items():
         tried = sorted({float(v) for setting, _ in scored for k, v in setting if k == key and _numeric(v)})
-        if len(tried) < 2 or not _numeric(value) or tried[0] < 0:  # a negative value: a sentinel (-1: none)
+        if len(tried) < 2 or not _numeric(value) or float(value) < 0:  # a negative choice: a sentinel (-1: none)
             continue
         edge = "largest" if float(value) == tried[-1] else "smallest" if float(value) == tried[0] else None
         if edge == "smallest" and float(value) == 0:  # nothing below none (no dropout, no warm-up)
