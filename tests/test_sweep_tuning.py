@@ -357,5 +357,8 @@ def test_the_report_says_what_the_levels_were_tuned_under(tmp_path, tuned, row, 
         "**Warning:** the level settings were chosen under other settings than this sweep's, so they may not be the "
         "best for these runs: optim=noam: trainer.max_steps: 80 in tuning, 40 here."
     )
-    caveat = "The levels' settings were tuned under other settings than this sweep's (optim=noam: trainer.max_steps"
+    caveat = (
+        "The levels' settings were tuned under other settings than this sweep's (optim=noam: trainer.max_steps, as "
+        "What ran says): a level may have done better"
+    )
     assert (warning in flat) is warned and (caveat in flat) is warned

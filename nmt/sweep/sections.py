@@ -200,8 +200,9 @@ def caveats(facts: dict, levels: dict | None = None) -> list[str]:
     tuned = facts.get("tuned") or {}
     if tuned.get("differs"):
         said.append(
-            "The levels' settings were tuned under other settings than this sweep's "
-            f"({_differences(tuned['differs'])}): a level may have done better with settings chosen under these."
+            "The levels' settings were tuned under other settings than this sweep's ("
+            + "; ".join(f"{lv}: {', '.join(d.split(':')[0] for d in said)}" for lv, said in tuned["differs"].items())
+            + ", as What ran says): a level may have done better with settings chosen under these."
         )
     settings = facts.get("level_settings") or {}
     untuned = [f"{key}={lv}" for key, by in settings.items() for lv in (levels or {}).get(key, []) if not by.get(lv)]
