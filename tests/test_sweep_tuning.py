@@ -85,7 +85,7 @@ def test_a_sweep_with_a_tuned_file_records_it_and_its_report_quotes_how_the_sett
     assert "\n*tune's note:* optim=adam: the chosen optim.optimizer.lr=0.0005 is the smallest value tried\n" in report
 
 
-def test_tuning_refuses_the_test_set_a_swept_level_and_two_sweeps_of_one_level(tmp_path):
+def test_tuning_refuses_the_test_set_a_swept_level_and_two_sweeps_of_one_level(tmp_path, capsys):
     (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
     fake_tuning_sweep(tmp_path / "a", "adam", "optim.optimizer.lr", {"0.001": [20.0]})
     fake_tuning_sweep(tmp_path / "b", "adam", "optim.optimizer.lr", {"0.002": [21.0]})
@@ -113,6 +113,19 @@ def test_tuning_refuses_the_test_set_a_swept_level_and_two_sweeps_of_one_level(t
     assert chosen.returncode == 0 and '"optim.optimizer.lr=0.001"' in chosen.stdout
     # one seed a candidate: the table heads no interval it does not give
     assert "| optim | candidate | best_val_bleu (one seed each: no interval) | seeds |" in chosen.stdout
+
+    # a file +tuned=<name> cannot load is said; a loss is ranked lowest first, and the table says so
+    from nmt.sweep.tuning import main
+
+    main([str(tmp_path / "a"), "--level", "optim", "--out", str(tmp_path / "out.yaml")])
+    said = capsys.readouterr().out
+    assert f"note: {tmp_path / 'out.yaml'} is not conf/tuned/<name>.yaml, the only place +tuned=<name> loads" in said
+    assert (tmp_path / "out.yaml").is_file()
+    for run in (tmp_path / "a").glob("*/sweep_result.json"):
+        run.write_text(run.read_text().replace('"best_val_bleu"', '"best_val_loss"'))
+    assert "| best_val_loss, lower is better (one seed each" in "\n".join(
+        tune([tmp_path / "a"], "optim", "best_val_loss").lines
+    )
 
 
 def composed(sweep_dir, given: list[str], swept: list[str] = (), grid: dict | None = None):
@@ -212,10 +225,18 @@ def test_tune_says_where_a_choice_is_weak_and_carries_the_levels_own_held_settin
     tuning_sweep(tmp_path / "one", ["optim=noam"], "warmup", one, fingerprints=False)
     (note,) = notes_of(tune([tmp_path / "one"], "optim"), unrecorded=False)
     assert "leads the next (warmup=800) by 5.00, with too few seeds to test it (one on a side)" in note
-    tuning_sweep(tmp_path / "tie", ["optim=noam"], "warmup", {"200": [20.0], "400": [20.0]}, fingerprints=False)
+    tie = {"200": [20.0], "400": [20.0], "800": [10.0]}
+    tuning_sweep(tmp_path / "tie", ["optim=noam"], "warmup", tie, fingerprints=False)
     assert (
         "the chosen candidate ties with the next (warmup=400) at 20.00: the choice between"
         in (notes_of(tune([tmp_path / "tie"], "optim"), unrecorded=False)[-1])
+    )
+    # every run alike (0 BLEU after too short a training): no candidate is better, whatever the order says
+    zero = {"200": [0.0], "400": [0.0]}
+    tuning_sweep(tmp_path / "zero", ["optim=noam"], "warmup", zero, fingerprints=False)
+    assert notes_of(tune([tmp_path / "zero"], "optim"), unrecorded=False)[-1] == (
+        "note: optim=noam: every candidate scored 0.00: the metric does not tell them apart (too short a "
+        "training?), and the choice is the first listed"
     )
     # -1 (no limit) among the values tried: a choice at the other edge is still one
     sentinel = {"-1": [20, 20.5, 19.5], "5": [25, 25.5, 24.5], "10": [30, 30.5, 29.5]}

@@ -186,7 +186,8 @@ def print_plan(sweep_dir: Path, config: DictConfig) -> None:
             print(f"  {key} held at {values[0]} by the command line (the grid's factor: {', '.join(grid[key])})")
     for key, by_level in plain_settings(config.get("level_settings")).items():
         for level, overrides in by_level.items():
-            print(f"  with {key}={level}: {' '.join(map(str, overrides))}   [level_settings]")
+            if str(level) in levels.get(key, []) and overrides:  # a level this sweep runs, with settings of its own
+                print(f"  with {key}={level}: {' '.join(map(str, overrides))}   [level_settings]")
     constants = [f"{k}={v[0]}" for k, v in given.items() if len(v) == 1]
     print(f"  constants from the command line: {' '.join(constants) or 'none'}")
     grid_constants = [f"{k}={v[0]}" for k, v in grid.items() if len(v) == 1 and k not in given]

@@ -50,7 +50,8 @@ def tune(sweep_dirs: list[str | Path], level_key: str, metric: str = TUNING_METR
     chosen candidate, as written (``+key=``, ``~key`` kept)."""
     lower = lower_is_better(metric)
     chosen, under, notes = {}, {}, []
-    lines = [f"| {level_key} | candidate | {metric} (mean ± 95% CI) | seeds |", "|---|---|---|---|"]
+    measure = f"{metric}, lower is better" if lower else metric
+    lines = [f"| {level_key} | candidate | {measure} (mean ± 95% CI) | seeds |", "|---|---|---|---|"]
     replicated = False
     for sweep_dir in map(Path, sweep_dirs):
         level, records = _candidates(sweep_dir, level_key, metric)
@@ -92,7 +93,7 @@ def tune(sweep_dirs: list[str | Path], level_key: str, metric: str = TUNING_METR
             )
     notes += _unlike_tuning(level_key, under, chosen)
     if not replicated:  # one seed a candidate: no interval to head a column with
-        lines[0] = f"| {level_key} | candidate | {metric} (one seed each: no interval) | seeds |"
+        lines[0] = f"| {level_key} | candidate | {measure} (one seed each: no interval) | seeds |"
     return Tuned({level_key: chosen}, lines + notes, {level_key: under})
 
 
@@ -203,7 +204,12 @@ def _weak_choice(level_key: str, level: str, scored: list) -> list[str]:
         test = welch_test(values, next_values)
         lead = abs(test["diff"])
         name = " ".join(f"{k}={v}" for k, v in next_setting)
-        if lead == 0:
+        if len({v for _, vs in scored for v in vs}) == 1:  # every run scored alike (0 BLEU, say)
+            notes.append(
+                f"note: {level_key}={level}: every candidate scored {values[0]:.2f}: the metric does not tell them "
+                "apart (too short a training?), and the choice is the first listed"
+            )
+        elif lead == 0:
             notes.append(
                 f"note: {level_key}={level}: the chosen candidate ties with the next ({name}) at "
                 f"{sum(values) / len(values):.2f}: the choice between them is arbitrary (the first listed)"
@@ -270,6 +276,9 @@ def main(argv: list[str]) -> None:
     print("\n".join(tuned.lines))
     print(json.dumps(tuned.settings, indent=2))
     if args.out:
+        out = Path(args.out).resolve()
+        if out.parent != CONF / "tuned" or out.suffix != ".yaml":
+            print(f"note: {args.out} is not conf/tuned/<name>.yaml, the only place +tuned=<name> loads from")
         dirs = " ".join(str(d) for d in args.sweep_dirs)
         command = f"python sweep.py tune {dirs} --level {args.level} --metric {args.metric}"
         write_tuned_file(args.out, tuned.settings, [f"chosen by: {command}", *tuned.lines], tuned.under)
