@@ -67,7 +67,7 @@ def tune(sweep_dirs: list[str | Path], level_key: str, metric: str = TUNING_METR
             interval = f" ± {half:.2f}" if len(values) > 1 else ""
             replicated = replicated or len(values) > 1
             lines.append(f"| {level} | {name} | {mean:.2f}{interval} | {len(values)} |")
-        own = _own_held(OmegaConf.load(sweep_dir / "multirun.yaml"), level_key, level)
+        own = _own_held(sweep_dir, level_key, level)
         chosen[level] = [f"{k}={v}" for k, v in scored[0][0]] + own
         winner = min((r for r in records if _setting(r, level_key) == scored[0][0]), key=lambda r: int(r["seed"]))
         under[level] = {
@@ -156,9 +156,10 @@ def _constant_level(sweep_dir: Path, key: str) -> str:
     return values[0]
 
 
-def _own_held(saved, level_key: str, level: str) -> list[str]:
+def _own_held(sweep_dir: Path, level_key: str, level: str) -> list[str]:
     """The overrides a tuning sweep held at one value (its command line, then its grid's) that are settings of
     the level itself, as written (``+key=value``, ``~key``)."""
+    saved = OmegaConf.load(sweep_dir / "multirun.yaml")
     levels = sweep_levels(saved)
     given = list(saved.hydra.overrides.task)
     keys = {o.lstrip("+~").partition("=")[0] for o in given}
