@@ -291,6 +291,7 @@ def test_a_factorial_with_a_tuned_file_is_checked_against_its_tuning_runs_settin
         "[sweep] warning: optim=noam's settings (+tuned=mine) were chosen under other settings than this sweep's: "
         "data.train_size: 4000 in tuning, 1000 here; trainer.max_steps: 80 in tuning, 40 here" in out
     )
+    assert "[sweep] note: seed(s) 1 also ran in the tuning: a run at a tuned setting with one may repeat" in out
     plan = json.loads((tmp_path / "factorial" / "plan.json").read_text())
     assert plan["tuned"]["differs"] == differs and plan["tuned"]["name"] == "mine"
     assert plan["tuned"]["seeds_reused"] == ["1"]  # the tuning ran seed 1; the factorial runs 1 and 2

@@ -274,6 +274,13 @@ class SweepReport(Callback):
                     f"[sweep] warning: {level}'s settings (+tuned={tuned['name']}) are not checked: {why}", flush=True
                 )
             tuned["seeds_reused"] = reused_seeds(tuned, config)
+            if tuned["seeds_reused"]:
+                print(
+                    f"[sweep] note: seed(s) {', '.join(tuned['seeds_reused'])} also ran in the tuning: a run at a "
+                    "tuned setting with one may repeat the tuning run that won on validation (its validation score "
+                    "leans high); give the tuning seeds of its own to avoid it",
+                    flush=True,
+                )
             alike: dict[str, list[str]] = {}  # levels with the same differences, said once
             for level, said in tuned["differs"].items():
                 alike.setdefault("; ".join(said), []).append(level)
