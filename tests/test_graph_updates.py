@@ -150,7 +150,9 @@ def test_graph_updates_are_refused_where_an_update_cannot_be_one_recording():
         ("trainer.accelerator=cpu",): "records CUDA graphs: train on a GPU",
     }
     if not torch.cuda.is_available():  # auto chooses the CPU here: refused before the data is read, not once trained
-        cases[("trainer.accelerator=auto",)] = "this machine has no GPU (trainer.accelerator=auto trains on the CPU"
+        cases[("trainer.accelerator=auto",)] = (
+            "this machine has no CUDA GPU (trainer.accelerator=auto trains without one"
+        )
     for overrides, message in cases.items():
         with pytest.raises(ConfigError, match=message.replace("=", r"=").replace("(", r"\(")):
             check_config(compose_train(*ok, *overrides))

@@ -159,7 +159,7 @@ def test_a_sweep_refuses_to_compare_lowercased_tokenised_bleus_that_tokenised_di
 def test_tuning_refuses_to_rank_lowercase_and_cased_candidates_and_names_a_validation_measure(monkeypatch):
     """Tuning chooses on validation data, so its way out is the validation measure both kinds share, never a
     test score."""
-    from nmt.sweep import tuning as levels
+    from nmt.sweep import tuning
 
     runs = ((True, "lowercase", 39.0), (False, "identity", 38.0))
     key = "data.tokenizer.normalization"
@@ -167,34 +167,34 @@ def test_tuning_refuses_to_rank_lowercase_and_cased_candidates_and_names_a_valid
         {"lowercase": lc, "factors": {"optim": "adam", key: name}, "metrics": {"best_val_bleu": value}, "seed": 1}
         for lc, name, value in runs
     ]
-    monkeypatch.setattr(levels, "collect_records", lambda sweep_dir: records)
-    monkeypatch.setattr(levels, "_constant_level", lambda sweep_dir, key: "adam")
-    monkeypatch.setattr(levels, "_own_held", lambda sweep_dir, key, level: [])  # no multirun.yaml here
+    monkeypatch.setattr(tuning, "collect_records", lambda sweep_dir: records)
+    monkeypatch.setattr(tuning, "_constant_level", lambda sweep_dir, key: "adam")
+    monkeypatch.setattr(tuning, "_own_held", lambda sweep_dir, key, level: [])  # no multirun.yaml here
     with pytest.raises(ValueError, match=r"1 of 2 runs write lowercase text") as raised:
-        levels.tune(["sweeps/tune_case"], "optim")
+        tuning.tune(["sweeps/tune_case"], "optim")
     assert "--metric best_val_bleu_tok_lc" in str(raised.value) and "val_as_test_bleu_tok_lc" in str(raised.value)
     assert not re.search(r"\btest_", str(raised.value))  # no test measure suggested
     for record, shared in zip(records, (40.1, 40.3), strict=True):
         record["metrics"]["best_val_bleu_tok_lc"] = shared
-    settings, *_ = levels.tune(["sweeps/tune_case"], "optim", "best_val_bleu_tok_lc")  # the measure both share
+    settings, *_ = tuning.tune(["sweeps/tune_case"], "optim", "best_val_bleu_tok_lc")  # the measure both share
     assert settings == {"optim": {"adam": ["data.tokenizer.normalization=identity"]}}
     for record, cased, shared in zip(records, (41.0, 39.0), (40.2, 40.0), strict=True):  # the final models'
         record["metrics"].update(val_as_test_bleu=cased, val_as_test_bleu_tok_lc=shared)
     with pytest.raises(ValueError, match=r"1 of 2 runs write lowercase text"):
-        levels.tune(["sweeps/tune_case"], "optim", "val_as_test_bleu")
-    settings, *_ = levels.tune(["sweeps/tune_case"], "optim", "val_as_test_bleu_tok_lc")
+        tuning.tune(["sweeps/tune_case"], "optim", "val_as_test_bleu")
+    settings, *_ = tuning.tune(["sweeps/tune_case"], "optim", "val_as_test_bleu_tok_lc")
     assert settings == {"optim": {"adam": ["data.tokenizer.normalization=lowercase"]}}
     without = {**records[0], "metrics": {"best_val_bleu": 40.0}, "run_dir": "/s/no_val_decode"}
-    monkeypatch.setattr(levels, "collect_records", lambda sweep_dir: [*records, without])
+    monkeypatch.setattr(tuning, "collect_records", lambda sweep_dir: [*records, without])
     with pytest.raises(ValueError, match=r"no_val_decode\): .*\(val_after_training=false\)"):
-        levels.tune(["sweeps/tune_case"], "optim", "val_as_test_bleu_tok_lc")
-    monkeypatch.setattr(levels, "collect_records", lambda sweep_dir: records)
+        tuning.tune(["sweeps/tune_case"], "optim", "val_as_test_bleu_tok_lc")
+    monkeypatch.setattr(tuning, "collect_records", lambda sweep_dir: records)
     # a finished run without the measure (an earlier version's) is named, not silently left out
     older = {"lowercase": True, "factors": {"optim": "adam", key: "lowercase"}, "metrics": {"best_val_bleu": 41.0}}
     older["seed"] = 1
-    monkeypatch.setattr(levels, "collect_records", lambda sweep_dir: [*records, {**older, "run_dir": "/s/old"}])
+    monkeypatch.setattr(tuning, "collect_records", lambda sweep_dir: [*records, {**older, "run_dir": "/s/old"}])
     with pytest.raises(ValueError, match=r"1 of 3 finished runs have no best_val_bleu_tok_lc \(old\)"):
-        levels.tune(["sweeps/tune_case"], "optim", "best_val_bleu_tok_lc")
-    monkeypatch.setattr(levels, "collect_records", lambda sweep_dir: records[1:])  # one kind: ranked
-    settings, *_ = levels.tune(["sweeps/tune_case"], "optim")
+        tuning.tune(["sweeps/tune_case"], "optim", "best_val_bleu_tok_lc")
+    monkeypatch.setattr(tuning, "collect_records", lambda sweep_dir: records[1:])  # one kind: ranked
+    settings, *_ = tuning.tune(["sweeps/tune_case"], "optim")
     assert settings == {"optim": {"adam": ["data.tokenizer.normalization=identity"]}}

@@ -351,13 +351,18 @@ def sweep_running(tmp_path, child: str) -> subprocess.Popen:
     return sweep
 
 
-@pytest.mark.parametrize(("name", "saves"), [("SIGINT", True), ("SIGTERM", True), ("SIGINT", False)])
+@pytest.mark.parametrize(
+    ("name", "saves"), [("SIGINT", True), ("SIGTERM", True), ("SIGINT", False), ("SIGTERM", "trained")]
+)
 def test_a_stopped_sweep_passes_its_run_the_one_signal_and_ends_in_one_line(tmp_path, name, saves):
     """Ctrl-C (or SIGTERM) to the sweep: its run gets that signal once, saves, and the sweep says so in one
     line, exit 130 (143); a traceback and a SIGTERM to the run after the terminal's SIGINT were before. A run
     stopped before it had a state to save (preparing its data) was said to have saved it."""
     seen, last = tmp_path / "seen", tmp_path / "checkpoints" / "last.ckpt"
     save = f"__import__('os').makedirs({str(last.parent)!r}); open({str(last)!r}, 'w').close(); " if saves else ""
+    if saves == "trained":  # stopped making its final scores: its training recorded, as train.py records it
+        results = tmp_path / "results.json"
+        save = f"open({str(results)!r}, 'w').write('{{\"stage\": \"trained\"}}'); "
     child = (  # it exits as train.py does once saved: 128 + the signal
         f"import signal, sys, time\n"
         f"def got(n, f):\n    {save}open({str(seen)!r}, 'a').write(signal.Signals(n).name + '\\n'); "
@@ -369,11 +374,11 @@ def test_a_stopped_sweep_passes_its_run_the_one_signal_and_ends_in_one_line(tmp_
     sweep.send_signal(getattr(signal, name))
     _, err = sweep.communicate(timeout=60)
     assert sweep.returncode == (130 if name == "SIGINT" else 143), err
-    state = (
-        "saved its state"
-        if saves
-        else ("was stopped before its first checkpoint (preparing its data, or its first updates): a rerun starts it")
-    )
+    state = {
+        True: "saved its state",
+        False: "was stopped before its first checkpoint (preparing its data, or its first updates): a rerun starts it",
+        "trained": "was stopped making its final scores (its training is kept; a rerun makes them)",
+    }[saves]
     assert err.strip().splitlines() == [
         f"[sweep] stopped by {name}: {tmp_path.name} {state}; run the same command again to resume the "
         "sweep (finished runs are kept)"

@@ -13,7 +13,7 @@ from scipy.stats import ttest_ind
 from nmt.sweep import tuned as tuned_module
 from nmt.sweep.levels import level_settings_problem
 from nmt.sweep.plan import expected_fingerprint, planned_values, run_overrides
-from nmt.sweep.tuned import read_tuned_file, tuned_differences, tuned_file, write_tuned_file
+from nmt.sweep.tuned import read_tuned_file, reused_seeds, tuned_differences, tuned_file, write_tuned_file
 from nmt.sweep.tuning import tune
 
 from .conftest import ROOT
@@ -242,8 +242,15 @@ def test_tune_says_where_a_choice_is_weak_and_carries_the_levels_own_held_settin
     sentinel = {"-1": [20, 20.5, 19.5], "5": [25, 25.5, 24.5], "10": [30, 30.5, 29.5]}
     tuning_sweep(tmp_path / "epochs", ["optim=noam"], "trainer.max_epochs", sentinel, fingerprints=False)
     assert notes_of(tune([tmp_path / "epochs"], "optim"), unrecorded=False) == [
-        "note: optim=noam: the chosen trainer.max_epochs=10 is the largest value tried (-1, 5, 10): one above it may "
-        "be better; try it before the factorial"
+        "note: optim=noam: the chosen trainer.max_epochs=10 is the largest value tried (5, 10): one above it may be "
+        "better; try it before the factorial"
+    ]
+    # and at the smallest: -1 sorts first but is no point of the scale
+    sentinel = {"-1": [20, 20.5, 19.5], "5": [30, 30.5, 29.5], "10": [25, 25.5, 24.5]}
+    tuning_sweep(tmp_path / "epochs5", ["optim=noam"], "trainer.max_epochs", sentinel, fingerprints=False)
+    assert notes_of(tune([tmp_path / "epochs5"], "optim"), unrecorded=False) == [
+        "note: optim=noam: the chosen trainer.max_epochs=5 is the smallest value tried (5, 10): one below it may be "
+        "better; try it before the factorial"
     ]
     # nothing below none: no dropout chosen is no edge to go past (a clear lead: no other note)
     none = {"0.0": [30, 30.5, 29.5], "0.1": [20, 20.5, 19.5], "0.3": [10, 10.5, 9.5]}
@@ -274,12 +281,15 @@ def test_a_factorial_with_a_tuned_file_is_checked_against_its_tuning_runs_settin
 
     # the factorial: Adam's budget, a corpus cut short; pos is a factor (tuned at absolute: not a difference)
     given = ["grid=none", "data=toy", "trainer.max_steps=40", "data.train_size=1000"]
-    factorial = composed(tmp_path / "factorial", given, ["optim=adam,noam", "pos=absolute,relative", "seed=1,2"])
+    # data.tokenizer.joint: tuned at true, which Hydra writes True among this sweep's levels (no false alarm)
+    swept = ["optim=adam,noam", "pos=absolute,relative", "data.tokenizer.joint=true,false", "seed=1,2"]
+    factorial = composed(tmp_path / "factorial", given, swept)
     with open_dict(factorial):
         factorial.hydra.runtime.choices.tuned = "mine"  # +tuned=mine, from the folder below
         factorial.level_settings = OmegaConf.load(conf / "tuned" / "mine.yaml").level_settings
     monkeypatch.setattr(tuned_module, "CONF", conf)
-    differs, unchecked = tuned_differences(tuned_file(factorial), factorial, ["optim", "pos", "seed"])
+    factors = ["optim", "pos", "data.tokenizer.joint", "seed"]
+    differs, unchecked = tuned_differences(tuned_file(factorial), factorial, factors)
     assert unchecked == {}
     assert differs == {
         "optim=adam": ["data.train_size: 4000 in tuning, 1000 here"],
@@ -291,10 +301,10 @@ def test_a_factorial_with_a_tuned_file_is_checked_against_its_tuning_runs_settin
         "[sweep] warning: optim=noam's settings (+tuned=mine) were chosen under other settings than this sweep's: "
         "data.train_size: 4000 in tuning, 1000 here; trainer.max_steps: 80 in tuning, 40 here" in out
     )
-    assert "[sweep] note: seed(s) 1 also ran in the tuning: a run at a tuned setting with one may repeat" in out
     plan = json.loads((tmp_path / "factorial" / "plan.json").read_text())
     assert plan["tuned"]["differs"] == differs and plan["tuned"]["name"] == "mine"
-    assert plan["tuned"]["seeds_reused"] == ["1"]  # the tuning ran seed 1; the factorial runs 1 and 2
+    assert plan["tuned"]["seeds_reused"] == []  # seed 1 ran in the tuning, but under other settings: no repeat
+    assert plan["tuned"]["compared"] == ["optim=adam", "optim=noam"]
     # each level under its tuning's settings (Noam's budget its own level setting): nothing differs; a level the
     # file tuned that this sweep does not run is not compared
     alike = composed(tmp_path / "alike", ["grid=none", "data=toy"], ["optim=adam,noam", "seed=1"])
@@ -306,6 +316,7 @@ def test_a_factorial_with_a_tuned_file_is_checked_against_its_tuning_runs_settin
             "optim": {"adam": ["optim.optimizer.lr=0.002"], "noam": ["warmup=400", "trainer.max_steps=80"]}
         }
     assert tuned_differences(tuned_file(alike), alike, ["optim", "seed"]) == ({}, {})
+    assert reused_seeds(tuned_file(alike), alike, {}) == ["1"]  # its seed-1 runs repeat the tuning's winners
     # the file's settings edited by hand, a level it never tuned added, and pos tuned at a level not run here
     edited = composed(tmp_path / "edited", ["grid=none", "data=toy", "trainer.max_steps=40"],
                       ["optim=adam,adamw", "pos=rope,relative", "seed=1"])  # fmt: skip
@@ -313,8 +324,24 @@ def test_a_factorial_with_a_tuned_file_is_checked_against_its_tuning_runs_settin
         edited.hydra.runtime.choices.tuned = "mine"
         edited.level_settings = {"optim": {"adam": ["optim.optimizer.lr=0.001"], "adamw": ["lr=0.01"]}}
     differs, unchecked = tuned_differences(tuned_file(edited), edited, ["optim", "pos", "seed"])
-    assert unchecked == {"optim=adamw": "its settings are not a tuning's choice this file records (written by hand?)"}
+    assert unchecked == {"optim=adamw": "its settings are not a choice of the tuning the file records (added by hand?)"}
     assert differs["optim=adam"][0] == "pos: absolute in tuning, not a level here (rope, relative)"
+    # other code than the tuning's: said as a run folder says it
+    read["under"]["optim"]["adam"]["code"] = {"hash": "0" * 64, "commit": "abcdef123456", "dirty": False}
+    (said,) = [line for line in tuned_differences(read, alike, ["optim", "seed"])[0]["optim=adam"]]
+    assert said.startswith("code: the source of nmt/ or conf/ changed since the tuning (commit abcdef123456 -> ")
+    # a file recording no tuning at all, and one whose levels this sweep does not run (refused: it applies to none)
+    del read["under"]
+    assert tuned_differences(read, alike, ["optim", "seed"])[1]["optim=adam"].startswith("the file does not record")
+    from nmt.sweep.tuned import checked_tuned_file
+
+    adamw = composed(tmp_path / "adamw", ["grid=none", "data=toy", "optim=adamw"], ["seed=1"])
+    with open_dict(adamw):
+        adamw.hydra.runtime.choices.tuned = "mine"
+        adamw.level_settings = OmegaConf.load(conf / "tuned" / "mine.yaml").level_settings
+    with pytest.raises(SystemExit):
+        checked_tuned_file(adamw, ["seed"])
+    assert "error: +tuned=mine: this sweep runs none of its levels (optim=adam, optim=noam)" in capsys.readouterr().err
     assert (
         "optim.optimizer.lr: 0.002 in tuning, 0.001 here (a level setting: not the value its tuning chose)"
         in (differs["optim=adam"])
@@ -330,6 +357,23 @@ ROW = (
 @pytest.mark.parametrize(
     ("tuned", "row", "warned"),
     [
+        (  # every level unchecked: nothing was compared, nothing is called equal
+            {"name": "t", "notes": [], "under": {}, "differs": {}, "compared": [], "unchecked": {"optim=adam": "why"}},
+            "nothing compared; not checked: optim=adam (why)",
+            False,
+        ),
+        (
+            {
+                "name": "t",
+                "notes": [],
+                "under": {},
+                "differs": {},
+                "compared": ["optim=noam"],
+                "unchecked": {"optim=adam": "why"},
+            },
+            "optim=noam: no difference from their tuning runs' settings, the seed aside; not checked: optim=adam (why)",
+            False,
+        ),  # fmt: skip
         (
             {"name": "t", "notes": []},
             "not recorded in the file (written by hand, or before `tune` recorded it): not checked",

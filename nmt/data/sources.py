@@ -76,8 +76,8 @@ _SAID: set[tuple[str, str]] = set()  # (corpus, folder) already said by this pro
 
 
 def _found(name: str, label: str, folder: Path) -> Path:
-    """The folder a corpus is read from, said once a process (a run's train.log keeps it: which copy of the
-    corpus, of those data.root, $NMT_DATA and the cache may hold, the run read)."""
+    """The folder a corpus is read from, said once a process (train.py's one run: its train.log keeps which
+    copy of the corpus, of those data.root, $NMT_DATA and the cache may hold, it read)."""
     if (name, str(folder)) not in _SAID:
         _SAID.add((name, str(folder)))
         log.info("%s: reading %s (%s)", name, folder, label)

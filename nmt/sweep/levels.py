@@ -34,10 +34,12 @@ def sweep_levels(config: DictConfig) -> dict[str, list[str]]:
     parameters, then the command line's (a key given there replaces the grid's)."""
     params = [f"{k}={v}" for k, v in (config.hydra.sweeper.get("params") or {}).items()]
     given = [o for o in config.hydra.overrides.task if o.lstrip("+~").partition("=")[0] in dict(override_pairs([o]))]
-    return {**_expand(params), **_expand(given)}
+    return {**expand(params), **expand(given)}
 
 
-def _expand(overrides: list[str]) -> dict[str, list[str]]:
+def expand(overrides: list[str]) -> dict[str, list[str]]:
+    """Each override's key with its values as Hydra's parser writes them (``true`` -> ``True``, ``5e-1`` ->
+    ``0.5``, ``a,b`` -> two values)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     levels = {}
@@ -91,7 +93,7 @@ def level_settings_problem(level_settings, levels: dict[str, list[str]]) -> str 
                 where = f"level_settings.{key}.{level}: {override!r}"
                 if not sep and not str(override).startswith("~"):  # ~key deletes it
                     return f"{where} is not key=value"
-                if sep and key != name and levels.get(name) == _expand([str(override)]).get(name):
+                if sep and key != name and levels.get(name) == expand([str(override)]).get(name):
                     continue  # the command line gives it the same value (as its tuning sweep had it): no doubt
                 if name in levels:
                     source = "a factor of this sweep" if len(levels[name]) > 1 else "set by the command line or grid"

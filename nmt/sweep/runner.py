@@ -59,7 +59,7 @@ from nmt.sweep.progress import (
 from nmt.sweep.records import RESULT, collect_records, read_record, run_record
 from nmt.sweep.report import write_report
 from nmt.sweep.summary import FAILED, PLAN, failed_runs
-from nmt.sweep.tuned import reused_seeds, tuned_differences, tuned_file
+from nmt.sweep.tuned import checked_tuned_file
 from nmt.training.run_folder import RunFolderError, RunLock, finished_results, resumable, trained_results
 from nmt.utils.io import atomic_write_json, atomic_write_text
 
@@ -264,32 +264,7 @@ class SweepReport(Callback):
                     file=sys.stderr,
                 )
                 raise SystemExit(2)
-        tuned = tuned_file(config)
-        if tuned:
-            # settings chosen under another budget, corpus or model may not be the best for these runs: said
-            # before they train, and in the report
-            tuned["differs"], tuned["unchecked"] = tuned_differences(tuned, config, factors)
-            for level, why in tuned["unchecked"].items():
-                print(
-                    f"[sweep] warning: {level}'s settings (+tuned={tuned['name']}) are not checked: {why}", flush=True
-                )
-            tuned["seeds_reused"] = reused_seeds(tuned, config)
-            if tuned["seeds_reused"]:
-                print(
-                    f"[sweep] note: seed(s) {', '.join(tuned['seeds_reused'])} also ran in the tuning: a run at a "
-                    "tuned setting with one may repeat the tuning run that won on validation (its validation score "
-                    "leans high); give the tuning seeds of its own to avoid it",
-                    flush=True,
-                )
-            alike: dict[str, list[str]] = {}  # levels with the same differences, said once
-            for level, said in tuned["differs"].items():
-                alike.setdefault("; ".join(said), []).append(level)
-            for said, levels_said in alike.items():
-                print(
-                    f"[sweep] warning: {' and '.join(levels_said)}'s settings (+tuned={tuned['name']}) were chosen "
-                    f"under other settings than this sweep's: {said}",
-                    flush=True,
-                )
+        tuned = checked_tuned_file(config, factors)  # +tuned=<name>: compared with its tuning, said
         if config.get("plan"):
             print_plan(sweep_dir, config)
             raise SystemExit(0)  # a plan trains nothing

@@ -140,8 +140,10 @@ def _tuned_under(tuned: dict) -> str:
     unchecked = tuned.get("unchecked") or {}
     if tuned.get("differs"):
         text = f"other settings than this sweep's ({', '.join(tuned['differs'])}; the warning below)"
+    elif unchecked and not tuned.get("compared"):
+        text = "nothing compared"
     elif unchecked:
-        text = "no difference found where compared"
+        text = f"{', '.join(tuned['compared'])}: no difference from their tuning runs' settings, the seed aside"
     else:
         seeds = {s for by in tuned["under"].values() for c in by.values() for s in c.get("seeds") or []}
         text = (
@@ -201,7 +203,7 @@ def caveats(facts: dict, levels: dict | None = None) -> list[str]:
     if tuned.get("differs"):
         said.append(
             "The levels' settings were tuned under other settings than this sweep's ("
-            + "; ".join(f"{lv}: {', '.join(d.split(':')[0] for d in said)}" for lv, said in tuned["differs"].items())
+            + "; ".join(f"{lv}: {', '.join(d.split(':')[0] for d in lines)}" for lv, lines in tuned["differs"].items())
             + ", as What ran says): a level may have done better with settings chosen under these."
         )
     settings = facts.get("level_settings") or {}

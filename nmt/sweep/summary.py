@@ -82,11 +82,10 @@ def _constants(sweep_dir: Path) -> list[str]:
     params = saved.hydra.sweeper.get("params") or {}
     grid = [f"{k}={v}" for k, v in params.items() if "," not in str(v) and k not in keys]
     # what each run computes with: not the sweep's own keys, nor those that change no result (threads, ...)
-    return [o for o in (*grid, *given) if not not_a_setting(o.lstrip("+~").split("=", 1)[0])]
+    return [o for o in (*grid, *given) if not _not_a_setting(o.lstrip("+~").split("=", 1)[0])]
 
 
-def not_a_setting(key: str) -> bool:
-    """Whether ``key`` is the sweep's own (which runs, where, how reported) or changes no result (threads)."""
+def _not_a_setting(key: str) -> bool:
     from nmt.training.run_folder import NOT_RESULT_KEYS
 
     return (

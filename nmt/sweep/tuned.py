@@ -10,16 +10,17 @@ said before anything trains, and in the report.
 """
 
 import json
+import sys
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from nmt.sweep.levels import plain_settings, sweep_levels
+from nmt.sweep.levels import expand, plain_settings, sweep_levels
 from nmt.sweep.plan import expected_fingerprint, planned_values, run_overrides
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 UNDER = "tuned under: "  # the file's comment line that records what each level was tuned under, as JSON
-_ABSENT = "(absent)"
+ABSENT = "(absent)"
 
 
 def tuning_run(run_dir: Path) -> dict:
@@ -73,68 +74,140 @@ def read_tuned_file(path: Path) -> dict:
     return tuned
 
 
+def checked_tuned_file(config: DictConfig, factors: list[str]) -> dict | None:
+    """The sweep's tuned file (``+tuned=<name>``), read and compared with this sweep before any run starts
+    (``plan=true`` too), each finding said: the levels whose runs here differ from their tuning, those not
+    checked, and the seeds the tuning also ran. None without a file; a file none of whose levels this sweep
+    runs is refused (its settings would apply to no run)."""
+    tuned = tuned_file(config)
+    if not tuned:
+        return None
+    levels = sweep_levels(config)
+    settings = plain_settings(config.get("level_settings"))
+    if not any(str(lv) in levels.get(key, []) for key, by in settings.items() for lv, o in by.items() if o):
+        named = ", ".join(f"{key}={lv}" for key, by in settings.items() for lv in by) or "none"
+        print(
+            f"error: +tuned={tuned['name']}: this sweep runs none of its levels ({named}), so its settings apply "
+            "to no run; run those levels, or leave +tuned out",
+            file=sys.stderr,
+        )
+        raise SystemExit(2)
+    tuned["differs"], tuned["unchecked"] = tuned_differences(tuned, config, factors)
+    tuned["compared"] = [  # the levels run here whose settings were compared, alike or not
+        f"{key}={lv}"
+        for key, by in settings.items()
+        for lv in by
+        if str(lv) in levels.get(key, []) and f"{key}={lv}" not in tuned["unchecked"]
+    ]
+    for level, why in tuned["unchecked"].items():
+        print(f"[sweep] warning: {level}'s settings (+tuned={tuned['name']}) are not checked: {why}", flush=True)
+    alike: dict[str, list[str]] = {}  # levels with the same differences, said once
+    for level, said in tuned["differs"].items():
+        alike.setdefault("; ".join(said), []).append(level)
+    for said, names in alike.items():
+        print(
+            f"[sweep] warning: {' and '.join(names)}'s settings (+tuned={tuned['name']}) were chosen under other "
+            f"settings than this sweep's: {said}",
+            flush=True,
+        )
+    tuned["seeds_reused"] = reused_seeds(tuned, config, tuned["differs"])
+    if tuned["seeds_reused"]:
+        print(
+            f"[sweep] note: seed(s) {', '.join(tuned['seeds_reused'])} also ran in the tuning: a run at a tuned "
+            "setting with one may repeat the tuning run that won on validation (its validation score leans high); "
+            "give the tuning seeds of its own to avoid it",
+            flush=True,
+        )
+    return tuned
+
+
 def tuned_differences(tuned: dict, config: DictConfig, factors: list[str]) -> tuple[dict, dict]:
     """For each level this sweep runs with the file's settings, how its run here differs from the tuning run
     that chose them: the run composed with the level, its settings and the tuning's values of this sweep's
     other factors (where the sweep has them), compared setting by setting, the seed aside, and the code.
     ({"optim=noam": ["key: X in tuning, Y here", ...]}, {"optim=adamw": "why it was not compared"})."""
-    from nmt.training.run_folder import code_version
-
     levels = sweep_levels(config)
-    base = planned_values(config)[0]
     settings = plain_settings(config.get("level_settings"))
-    under = tuned.get("under") or {}
     differs, unchecked = {}, {}
     for level_key, by_level in settings.items():
         for level, overrides in by_level.items():
-            name = f"{level_key}={level}"
-            run = (under.get(level_key) or {}).get(level)
             if level not in levels.get(level_key, []):
                 continue  # a level this sweep does not run
-            if run is None:
-                unchecked[name] = "its settings are not a tuning's choice this file records (written by hand?)"
-                continue
-            if not run.get("config"):
+            name = f"{level_key}={level}"
+            run = (tuned.get("under") or {}).get(level_key, {}).get(level)
+            if "under" not in tuned:
+                unchecked[name] = "the file does not record its tuning (written by hand, or before tune recorded it)"
+            elif run is None:
+                unchecked[name] = "its settings are not a choice of the tuning the file records (added by hand?)"
+            elif not run.get("config"):
                 unchecked[name] = f"its tuning run ({run.get('run', '?')}) recorded no settings"
-                continue
-            values, said = {**base, level_key: level}, []
-            for factor in factors:  # the cell of the tuning's other settings, where this sweep runs it
-                if factor in (level_key, "seed"):
+            else:
+                try:
+                    said = _compared(run, config, levels, factors, level_key, level, overrides)
+                except Exception as err:  # noqa: BLE001 - said, and the sweep decides nothing on it
+                    first = str(err).splitlines()[0] if str(err) else type(err).__name__
+                    unchecked[name] = f"its run here cannot be composed to compare ({first})"
                     continue
-                held = run.get("choices", {}).get(factor, run["config"].get(factor))
-                held = held if held is None or isinstance(held, str) else json.dumps(held)
-                if held in levels[factor]:
-                    values[factor] = held
-                else:  # tuned at a level this sweep does not run (or at no option of the group)
-                    said.append(f"{factor}: {held} in tuning, not a level here ({', '.join(levels[factor])})")
-            try:
-                here = expected_fingerprint(run_overrides(config, values))["config"]
-            except Exception as err:  # noqa: BLE001 - said, and the sweep decides nothing on it
-                first = str(err).splitlines()[0] if str(err) else type(err).__name__
-                unchecked[name] = f"its run here cannot be composed to compare ({first})"
-                continue
-            here = json.loads(json.dumps(here, default=str))  # as the file holds the tuning's: JSON values
-            own = {str(o).lstrip("+~").partition("=")[0] for o in overrides}
-            for key in sorted(set(run["config"]) | set(here)):
-                if key != "seed" and run["config"].get(key, _ABSENT) != here.get(key, _ABSENT):
-                    edited = " (a level setting: not the value its tuning chose)" if key in own else ""
-                    said.append(f"{key}: {_shown(run['config'], key)} in tuning, {_shown(here, key)} here{edited}")
-            before, now = run.get("code") or {}, code_version()
-            if before.get("hash") and before.get("hash") != now.get("hash"):
-                commits = f"commit {before.get('commit', '?')[:12]} -> {now.get('commit', '?')[:12]}"
-                said.append(f"code: the source of nmt/ or conf/ changed since the tuning ({commits})")
-            if said:
-                differs[name] = said
+                if said:
+                    differs[name] = said
     return differs, unchecked
 
 
+def _compared(run: dict, config: DictConfig, levels: dict, factors, level_key: str, level: str, overrides) -> list:
+    """How this sweep's run of ``level`` at the tuning's values of its other factors differs from the tuning
+    run that chose the level's settings: ``key: X in tuning, Y here`` lines."""
+    from nmt.training.run_folder import code_version, differences
+
+    values, said = {**planned_values(config)[0], level_key: level}, []
+    for factor in factors:  # the cell of the tuning's other settings, where this sweep runs it
+        if factor in (level_key, "seed"):
+            continue
+        held = _tuning_value(run, factor)
+        if held in levels[factor]:
+            values[factor] = held
+        else:  # tuned at a level this sweep does not run (or at no option of the group)
+            said.append(f"{factor}: {held} in tuning, not a level here ({', '.join(levels[factor])})")
+    here = expected_fingerprint(run_overrides(config, values))["config"]
+    here = json.loads(json.dumps(here, default=str))  # as the file holds the tuning's: JSON values
+    own = {str(o).lstrip("+~").partition("=")[0] for o in overrides}
+    for key in sorted(set(run["config"]) | set(here)):
+        if key != "seed" and run["config"].get(key, ABSENT) != here.get(key, ABSENT):
+            edited = " (a level setting: not the value its tuning chose)" if key in own else ""
+            said.append(f"{key}: {_shown(run['config'], key)} in tuning, {_shown(here, key)} here{edited}")
+    before = run.get("code") or {}
+    if before.get("hash"):  # the run folders' own wording: commits, uncommitted changes
+        said += [
+            line.replace("changed (", "changed since the tuning (")
+            for line in differences({"code": before}, {"code": code_version()})
+        ]
+    return said
+
+
+def _tuning_value(run: dict, factor: str) -> str:
+    """The tuning run's value of a factor of this sweep, as Hydra writes a sweep's values (``True``, ``0.5``):
+    its group's option, its setting, or (absent)."""
+    if factor in run.get("choices", {}):
+        return run["choices"][factor]
+    if factor not in run["config"]:
+        return ABSENT
+    value = run["config"][factor]
+    return expand([f"{factor}={value if isinstance(value, str) else json.dumps(value)}"])[factor][0]
+
+
 def _shown(config: dict, key: str) -> str:
-    return json.dumps(config[key]) if key in config and not isinstance(config[key], str) else config.get(key, _ABSENT)
+    return json.dumps(config[key]) if key in config and not isinstance(config[key], str) else config.get(key, ABSENT)
 
 
-def reused_seeds(tuned: dict, config: DictConfig) -> list[str]:
-    """This sweep's seeds that the tuning sweeps also ran: a run at a tuned setting with one of them may repeat
-    the tuning run whose validation score chose that setting."""
-    tuning = {str(s) for by in (tuned.get("under") or {}).values() for run in by.values() for s in run.get("seeds", [])}
-    here = sweep_levels(config).get("seed") or [str(OmegaConf.select(config, "seed", default=""))]
+def reused_seeds(tuned: dict, config: DictConfig, differs: dict) -> list[str]:
+    """This sweep's seeds that the tuning of a level it runs, under the same settings, also ran: a run at a
+    tuned setting with one of them may repeat the tuning run whose validation score chose that setting."""
+    levels = sweep_levels(config)
+    tuning = {
+        str(seed)
+        for level_key, by_level in (tuned.get("under") or {}).items()
+        for level, run in by_level.items()
+        if level in levels.get(level_key, []) and f"{level_key}={level}" not in differs
+        for seed in run.get("seeds", [])
+    }
+    here = levels.get("seed") or [str(OmegaConf.select(config, "seed", default=""))]
     return sorted(tuning & set(here), key=lambda s: (len(s), s))

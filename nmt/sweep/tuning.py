@@ -19,9 +19,8 @@ from nmt.metrics import lower_is_better
 from nmt.sweep.analysis import check_same_measure, mean_ci, welch_test
 from nmt.sweep.levels import sweep_levels
 from nmt.sweep.records import collect_records, finished_runs
-from nmt.sweep.tuned import tuning_run, write_tuned_file
+from nmt.sweep.tuned import ABSENT, CONF, tuning_run, write_tuned_file
 
-CONF = Path(__file__).resolve().parents[2] / "conf"
 SAME_CASE_ON_VALIDATION = (
     "rank them by --metric best_val_bleu_tok_lc or val_as_test_bleu_tok_lc (validation, lowercased for every "
     "run), or tune each kind of run in a sweep of its own"
@@ -110,9 +109,9 @@ def _candidates(sweep_dir: Path, level_key: str, metric: str) -> tuple[str, list
     if earlier:  # a grid widened in the same folder (past an edge, say): its earlier candidates are not compared
         raise ValueError(
             f"{sweep_dir}: {len(earlier)} finished run(s) of an earlier sweep in this folder ({', '.join(earlier[:3])}"
-            f"{' ...' if len(earlier) > 3 else ''}) are not in its last plan, so tune would not compare them: "
-            "run every candidate in one sweep (its command with all the values: finished runs are kept), or give "
-            "each its own sweep_name"
+            f"{' ...' if len(earlier) > 3 else ''}) are not in its last plan, so tune would not use them: run "
+            "every candidate and seed in one sweep (its command with all the values: finished runs are kept), or "
+            "give each its own sweep_name"
         )
     records = [r for r in finished if r["metrics"].get(metric) is not None]
     if not finished:
@@ -188,8 +187,10 @@ def _weak_choice(level_key: str, level: str, scored: list) -> list[str]:
     notes = []
     best = dict(scored[0][0])
     for key, value in best.items():
-        tried = sorted({float(v) for setting, _ in scored for k, v in setting if k == key and _numeric(v)})
-        if len(tried) < 2 or not _numeric(value) or float(value) < 0:  # a negative choice: a sentinel (-1: none)
+        # a negative value is a sentinel (-1: no limit), not a point on the scale the edge is of
+        tried = sorted({float(v) for setting, _ in scored for k, v in setting if k == key and _numeric(v)} - {-1.0})
+        tried = [v for v in tried if v >= 0]
+        if len(tried) < 2 or not _numeric(value) or float(value) < 0:
             continue
         edge = "largest" if float(value) == tried[-1] else "smallest" if float(value) == tried[0] else None
         if edge == "smallest" and float(value) == 0:  # nothing below none (no dropout, no warm-up)
@@ -245,9 +246,9 @@ def _unlike_tuning(level_key: str, under: dict, chosen: dict) -> list[str]:
         a, b = under[first]["config"], under[level]["config"]
         given = {o.lstrip("+~").partition("=")[0] for o in chosen[first] + chosen[level]}
         said = [
-            f"{key}: {a.get(key, '(absent)')} for {first}, {b.get(key, '(absent)')} for {level}"
+            f"{key}: {a.get(key, ABSENT)} for {first}, {b.get(key, ABSENT)} for {level}"
             for key in sorted(set(a) | set(b))
-            if a.get(key, "(absent)") != b.get(key, "(absent)")
+            if a.get(key, ABSENT) != b.get(key, ABSENT)
             and key not in given
             and not any(_own_setting(level_key, lv, key) for lv in (first, level))
         ]

@@ -56,8 +56,8 @@ def unsupported(
             problems.append("graph_updates=true records CUDA graphs: train on a GPU (trainer=gpu)")
         elif str(accelerator) == "auto" and not torch.cuda.is_available():  # Lightning would choose the CPU
             problems.append(
-                "graph_updates=true records CUDA graphs, and this machine has no GPU (trainer.accelerator=auto "
-                "trains on the CPU): train where there is one, or leave graph_updates off"
+                "graph_updates=true records CUDA graphs, and this machine has no CUDA GPU (trainer.accelerator=auto "
+                "trains without one): train where there is one, or leave graph_updates off"
             )
     if world_size > 1:
         problems.append("graph_updates=true trains on one device: the gradient exchange of several is not recorded")
