@@ -108,13 +108,14 @@ def test_the_whole_recipe_keeps_to_its_budget_and_says_when_the_cap_cut_it(monke
 
     monkeypatch.setattr(gpu_measures, "RECIPE_OVERHEAD_S", 45)
     # more epochs than the cap's 30 s of training can hold, so that the cap ends it however busy the machine
-    # (with 30 s and the toy recipe's 12 epochs, a loaded machine could end training before the trace did); epochs
-    # of half the toy's (about 20 updates): the traced updates end with the first and its validation follows at
-    # once, so that the profiler is cleared well inside the cap on a busy machine too (with 40 it was not, once)
-    extra = ["threads=1", "trainer.max_epochs=200", "data.train_size=2000", gpu_measures.PROFILER]
+    # (with 30 s and the toy recipe's 12 epochs, a loaded machine could end training before the trace did). Epochs
+    # of about 10 updates and 50 validation sentences: the op-level trace (its updates end with the first epoch, its
+    # validation is the next) takes a few seconds, not the 15 of 20 traced updates, which a busy full suite pushed
+    # past the cap (the profiler then never cleared)
+    extra = ["threads=1", "trainer.max_epochs=200", "data.train_size=600", "data.val_size=50", gpu_measures.PROFILER]
     run = gpu_measures.whole_recipe("cpu", "toy", extra, tmp_path / "full", budget_s=75, profile_after=5)
     assert run["cut_short_by_cap"] and run["finished"] and run["test_bleu"] is not None
-    assert 0 < run["updates"] < 200 * 20 and run["wall_s"] < 75  # 200 epochs of about 20 updates, uncut
+    assert 0 < run["updates"] < 200 * 10 and run["wall_s"] < 75  # 200 epochs of about 10 updates, uncut
     assert run["ms_per_update"] > 0
     # where the wall time went: before training, the first epoch, a later epoch, the final scores
     parts = run["wall_parts"]
@@ -126,6 +127,7 @@ def test_the_whole_recipe_keeps_to_its_budget_and_says_when_the_cap_cut_it(monke
     # the next validation epoch; the simple profiler's report holds only the updates after that trace
     training, validation = run["trace"]["training"], run["trace"]["validation"]
     assert 1 <= training["units"] <= 20 and training["operator_calls_per_unit"] > 100
+    assert "simple_profiler_cleared_at_update" in run["trace"], run  # the run's timings, where it was not
     cleared = run["trace"]["simple_profiler_cleared_at_update"]
     assert cleared >= 5 + training["units"]
     batches = {a["action"]: a for a in run["host_profile"]}["run_training_batch"]
