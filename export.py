@@ -4,11 +4,13 @@ import hydra
 from omegaconf import DictConfig
 
 from nmt.cli import check_command_line, run_cli
-from nmt.inference.export import run_export
 
 
 @hydra.main(config_path="conf", config_name="export", version_base="1.3")
 def main(cfg: DictConfig) -> None:
+    # imported here, not above: a mistyped group or key (check_command_line) is said before torch is loaded
+    from nmt.inference.export import run_export
+
     run_cli(run_export, cfg)
 
 

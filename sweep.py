@@ -8,20 +8,26 @@ import hydra
 from omegaconf import DictConfig
 
 from nmt.cli import check_command_line
-from nmt.sweep.report import main as report_main
-from nmt.sweep.runner import run_cell
-from nmt.sweep.tuning import main as tune_main
+
+# each command imports its own module when it runs, not all of them here: torch and matplotlib, which the
+# runner and the report load, take seconds, and a mistyped key is said before they are loaded
 
 
 @hydra.main(config_path="conf", config_name="sweep", version_base="1.3")
 def main(cfg: DictConfig) -> None:
+    from nmt.sweep.runner import run_cell
+
     run_cell(cfg)
 
 
 if __name__ == "__main__":
     if len(sys.argv) >= 2 and sys.argv[1] == "report":
+        from nmt.sweep.report import main as report_main
+
         report_main(sys.argv[2:])  # the report of a (possibly unfinished) sweep, written again
     elif len(sys.argv) >= 2 and sys.argv[1] == "tune":
+        from nmt.sweep.tuning import main as tune_main
+
         tune_main(sys.argv[2:])
     else:
         check_command_line("sweep")
