@@ -140,12 +140,16 @@ def composed(sweep_dir, given: list[str], swept: list[str] = (), grid: dict | No
     return cfg
 
 
-def tuning_sweep(path, given: list[str], key: str, scores: dict[str, list[float]], grid=None, fingerprints=True):
+def tuning_sweep(
+    path, given: list[str], key: str, scores: dict[str, list[float]], grid=None, fingerprints=True, text=None
+):
     """A finished tuning sweep as the multirun leaves it: ``given`` (and ``grid``) held, ``key`` swept over
-    seeds; each run folder with the fingerprint train.py records for its overrides (``fingerprints``)."""
+    seeds; each run folder with the fingerprint train.py records for its overrides (``fingerprints``), and
+    ``text``, the hashes of the corpus's splits it read, where given. The toy corpus unless ``given`` names one."""
     seeds = ",".join(str(s + 1) for s in range(len(next(iter(scores.values())))))
     path.mkdir()
-    cfg = composed(path, ["grid=none", "data=toy", *given], [f"{key}={','.join(scores)}", f"seed={seeds}"], grid)
+    corpus = [] if any(g.startswith("data=") for g in given) else ["data=toy"]
+    cfg = composed(path, ["grid=none", *corpus, *given], [f"{key}={','.join(scores)}", f"seed={seeds}"], grid)
     OmegaConf.save(cfg, path / "multirun.yaml")
     base = planned_values(cfg)[0]
     for value, by_seed in scores.items():
@@ -154,7 +158,10 @@ def tuning_sweep(path, given: list[str], key: str, scores: dict[str, list[float]
             (run / ".hydra").mkdir(parents=True)
             overrides = run_overrides(cfg, {**base, key: value, "seed": str(seed)})
             if fingerprints:
-                (run / "fingerprint.json").write_text(json.dumps(expected_fingerprint(overrides), default=str))
+                recorded = expected_fingerprint(overrides)
+                if text is not None:
+                    recorded["data"] = {"text": text}
+                (run / "fingerprint.json").write_text(json.dumps(recorded, default=str))
             choices = OmegaConf.to_container(cfg.hydra.runtime.choices)
             OmegaConf.save({"hydra": {"runtime": {"choices": choices}}}, run / ".hydra" / "hydra.yaml")
             record = {"factors": {key: value}, "seed": seed, "metrics": {"best_val_bleu": score}, "run_dir": str(run)}
@@ -428,3 +435,53 @@ def test_the_report_says_what_the_levels_were_tuned_under(tmp_path, tuned, row, 
         "What ran says): a level may have done better"
     )
     assert (warning in flat) is warned and (caveat in flat) is warned
+
+
+def test_a_factorial_reading_other_text_than_its_tuning_is_told_so(tmp_path, monkeypatch, capsys):
+    """The check compared settings only: a corpus file edited between the tuning and the factorial (or another
+    copy found under the same settings) passed for the tuning's text."""
+    from nmt.data.build import build_datamodule
+    from nmt.sweep.tuned import checked_tuned_file
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    words = ["one", "two", "three", "four", "five", "six"]
+    for split, n in (("train", 60), ("val", 12), ("test", 12)):
+        for lang, turn in (("src", 1), ("tgt", 2)):
+            lines = [" ".join(words[(i * turn + j) % 6] for j in range(4)) for i in range(n)]
+            (corpus / f"{split}.{lang}").write_text("\n".join(lines) + "\n")
+    files = ["data=files", *(f"data.{split}={corpus / split}" for split in ("train", "val", "test"))]
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        run = compose("train", overrides=[*files, "seed=1"])
+    # the hashes train.py records in a run's fingerprint.json, read as a run reads the corpus
+    text = build_datamodule(run.data, run.cache_dir, 1).text_hashes()
+    tuning_sweep(tmp_path / "noam", [*files, "optim=noam", "trainer.max_steps=80"], "warmup",
+                 {"200": [30.0], "400": [31.0]}, text=text)  # fmt: skip
+    tuned = tune([tmp_path / "noam"], "optim")
+    assert tuned.under["optim"]["noam"]["text"] == text  # recorded in the file with the settings
+    conf = tmp_path / "conf"
+    (conf / "tuned").mkdir(parents=True)
+    write_tuned_file(conf / "tuned" / "mine.yaml", tuned.settings, tuned.lines, tuned.under)
+    monkeypatch.setattr(tuned_module, "CONF", conf)
+    factorial = composed(tmp_path / "factorial", ["grid=none", *files, "trainer.max_steps=80"],
+                         ["optim=adamw,noam", "seed=1"])  # fmt: skip
+    with open_dict(factorial):
+        factorial.hydra.runtime.choices.tuned = "mine"
+        factorial.level_settings = OmegaConf.load(conf / "tuned" / "mine.yaml").level_settings
+    assert tuned_differences(tuned_file(factorial), factorial, ["optim", "seed"]) == ({}, {})  # the same text
+    # the validation file edited since the tuning: the settings are the same, the text is not
+    (corpus / "val.tgt").write_text((corpus / "val.tgt").read_text().replace("one", "seven", 1))
+    checked = checked_tuned_file(factorial, ["optim", "seed"])
+    said = (
+        "the corpus text: the val split read here differs from the tuning run's (another copy of the corpus, "
+        "edited files, or splits drawn with another seed)"
+    )
+    assert checked["differs"] == {"optim=noam": [said]} and checked["compared"] == ["optim=noam"]
+    assert f"were chosen under other settings than this sweep's: {said}" in capsys.readouterr().out
+    # a corpus that cannot be read here: said once, and not called a difference (its runs fail on it themselves)
+    for path in corpus.iterdir():
+        path.unlink()
+    assert tuned_differences(tuned_file(factorial), factorial, ["optim", "seed"]) == ({}, {})
+    out = capsys.readouterr().out
+    assert out.count("the corpus text of the tuned levels' runs is not compared with their tuning's: it cannot") == 1
+    assert "train.src" in out

@@ -51,7 +51,7 @@ def as_override(key: str, value: str, prefix: str = "") -> str:
     return f"~{key}" if prefix == "~" and not value else f"{prefix}{key}={value}"
 
 
-def _compose_train(overrides: list[str], hydra: bool = False):
+def compose_train(overrides: list[str], hydra: bool = False):
     """The train config with these overrides (inside a running Hydra app or outside one); ``hydra``: with
     Hydra's own node (its record of the group choices)."""
     from hydra import compose, initialize_config_dir
@@ -78,7 +78,7 @@ def run_config_problem(config: DictConfig) -> str | None:
         seen.add(cell)
         overrides = run_overrides(config, values)
         try:
-            composed = _compose_train(overrides, hydra=True)
+            composed = compose_train(overrides, hydra=True)
         except Exception as err:  # noqa: BLE001  input_problem passed its factors: a level setting, or a constant
             where = ",".join(f"{k}={v}" for k, v in cell if k in swept) or "every run"
             first = str(err).splitlines()[0] if str(err) else type(err).__name__
@@ -132,7 +132,7 @@ def expected_fingerprint(overrides: list[str]) -> dict:
     from nmt.training.run_folder import fingerprint
     from nmt.training.trainer import resolve_precision
 
-    cfg = _compose_train(overrides)
+    cfg = compose_train(overrides)
     keep = [k for k in cfg if k not in (*SWEEP_KEYS, "name")]
     job = OmegaConf.to_container(OmegaConf.masked_copy(cfg, keep), resolve=True)
     if str(job["trainer"]["precision"]) == "auto":  # as train() resolves it; other values stay as composed
@@ -319,7 +319,7 @@ def input_problem(config: DictConfig) -> str | None:
             continue
         seen.add(groups)
         try:
-            composed = _compose_train(
+            composed = compose_train(
                 [as_override(k, v, prefixes.get(k, "")) for k, v in values.items() if (conf / k).is_dir()]
             )
         except Exception as err:  # a group option Hydra cannot compose: its own message says which

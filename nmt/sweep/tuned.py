@@ -3,10 +3,11 @@ loads it (``+tuned=<name>``).
 
 The file holds each level's chosen settings (``level_settings``), the command and candidates that chose
 them, and what each level was tuned under: the config of the tuning run that won (every setting that
-changes a result, the seed aside) and its config groups. Before a factorial that loads the file starts,
-its own run of each tuned level, at the tuning's values of its other factors, is composed and compared
-with that config setting by setting: a budget, stopping rule, corpus, model or precision that differs is
-said before anything trains, and in the report.
+changes a result, the seed aside), its config groups and the hashes of its corpus's text. Before a
+factorial that loads the file starts, its own run of each tuned level, at the tuning's values of its other
+factors, is composed and compared with that config setting by setting, and the text it would read with the
+tuning's: a budget, stopping rule, corpus, model or precision that differs, or another copy of the corpus,
+is said before anything trains, and in the report.
 """
 
 import json
@@ -16,7 +17,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from nmt.sweep.levels import expand, plain_settings, sweep_levels
-from nmt.sweep.plan import expected_fingerprint, planned_values, run_overrides
+from nmt.sweep.plan import compose_train, expected_fingerprint, planned_values, run_overrides
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 UNDER = "tuned under: "  # the file's comment line that records what each level was tuned under, as JSON
@@ -25,7 +26,8 @@ ABSENT = "(absent)"
 
 def tuning_run(run_dir: Path) -> dict:
     """What a tuning run trained with, as its folder recorded it: its config (the fingerprint's: every
-    setting that changes a result; the seed left out) and its config groups."""
+    setting that changes a result; the seed left out), its config groups, its code and the hash of each
+    split's text it read (absent where the run recorded none)."""
     from nmt.training.run_folder import RunFolderError, saved_fingerprint
 
     try:
@@ -39,7 +41,11 @@ def tuning_run(run_dir: Path) -> dict:
     if hydra.is_file():
         found = OmegaConf.select(OmegaConf.load(hydra), "hydra.runtime.choices", default=None) or {}
         choices = {str(g): str(v) for g, v in found.items() if not str(g).startswith("hydra")}
-    return {"run": run_dir.name, "config": config, "choices": choices, "code": code}
+    found = {"run": run_dir.name, "config": config, "choices": choices, "code": code}
+    text = ((saved or {}).get("data") or {}).get("text")
+    if text:
+        found["text"] = text
+    return found
 
 
 def write_tuned_file(path: str | Path, settings: dict, notes: list[str], under: dict) -> None:
@@ -129,6 +135,7 @@ def tuned_differences(tuned: dict, config: DictConfig, factors: list[str]) -> tu
     levels = sweep_levels(config)
     settings = plain_settings(config.get("level_settings"))
     differs, unchecked = {}, {}
+    texts: dict[str, dict | str] = {}  # the text each corpus read here hashes to, by data settings, cache and seed
     for level_key, by_level in settings.items():
         for level, overrides in by_level.items():
             if level not in levels.get(level_key, []):
@@ -143,7 +150,7 @@ def tuned_differences(tuned: dict, config: DictConfig, factors: list[str]) -> tu
                 unchecked[name] = f"its tuning run ({run.get('run', '?')}) recorded no settings"
             else:
                 try:
-                    said = _compared(run, config, levels, factors, level_key, level, overrides)
+                    said = _compared(run, config, levels, factors, level_key, level, overrides, texts)
                 except Exception as err:  # noqa: BLE001 - said, and the sweep decides nothing on it
                     first = str(err).splitlines()[0] if str(err) else type(err).__name__
                     unchecked[name] = f"its run here cannot be composed to compare ({first})"
@@ -153,9 +160,12 @@ def tuned_differences(tuned: dict, config: DictConfig, factors: list[str]) -> tu
     return differs, unchecked
 
 
-def _compared(run: dict, config: DictConfig, levels: dict, factors, level_key: str, level: str, overrides) -> list:
+def _compared(
+    run: dict, config: DictConfig, levels: dict, factors, level_key: str, level: str, overrides, texts: dict
+) -> list:
     """How this sweep's run of ``level`` at the tuning's values of its other factors differs from the tuning
-    run that chose the level's settings: ``key: X in tuning, Y here`` lines."""
+    run that chose the level's settings: ``key: X in tuning, Y here`` lines (``texts``: the corpus text
+    hashes read so far, shared by the levels)."""
     from nmt.training.run_folder import code_version, differences
 
     values, said = {**planned_values(config)[0], level_key: level}, []
@@ -167,13 +177,16 @@ def _compared(run: dict, config: DictConfig, levels: dict, factors, level_key: s
             values[factor] = held
         else:  # tuned at a level this sweep does not run (or at no option of the group)
             said.append(f"{factor}: {held} in tuning, not a level here ({', '.join(levels[factor])})")
-    here = expected_fingerprint(run_overrides(config, values))["config"]
+    overrides_here = run_overrides(config, values)
+    here = expected_fingerprint(overrides_here)["config"]
     here = json.loads(json.dumps(here, default=str))  # as the file holds the tuning's: JSON values
     own = {str(o).lstrip("+~").partition("=")[0] for o in overrides}
     for key in sorted(set(run["config"]) | set(here)):
         if key != "seed" and run["config"].get(key, ABSENT) != here.get(key, ABSENT):
             edited = " (a level setting: not the value its tuning chose)" if key in own else ""
             said.append(f"{key}: {_shown(run['config'], key)} in tuning, {_shown(here, key)} here{edited}")
+    if run.get("text"):
+        said += _text_differences(run["text"], overrides_here, texts)
     before = run.get("code") or {}
     if before.get("hash"):  # the run folders' own wording: commits, uncommitted changes
         said += [
@@ -181,6 +194,38 @@ def _compared(run: dict, config: DictConfig, levels: dict, factors, level_key: s
             for line in differences({"code": before}, {"code": code_version()})
         ]
     return said
+
+
+def _text_differences(recorded: dict, overrides: list[str], texts: dict) -> list[str]:
+    """The splits whose text, as this sweep's run with ``overrides`` would read it, is not the text the tuning
+    run read (``recorded``: its fingerprint's hashes): one line, or none. Text that cannot be read here (a
+    corpus not yet downloaded, a folder gone) is said on its own line and not called a difference."""
+    from nmt.tasks import build_task
+
+    cfg = compose_train(overrides)
+    data = OmegaConf.create(OmegaConf.to_container(cfg.data, resolve=True))
+    if "download" in data:  # a check before the sweep reads what is here; the runs download what they need
+        data.download = False
+    key = json.dumps([OmegaConf.to_container(data), str(cfg.cache_dir), cfg.seed], sort_keys=True, default=str)
+    if key not in texts:  # the levels of a factorial mostly read one corpus: read once, said once
+        try:
+            texts[key] = build_task(cfg.task).build_datamodule(data, cfg.cache_dir, cfg.seed).text_hashes()
+        except Exception as err:  # noqa: BLE001 - said; the runs themselves fail on it, each with its message
+            first = str(err).splitlines()[0] if str(err) else type(err).__name__
+            texts[key] = f"{type(err).__name__}: {first}"
+            print(f"[sweep] note: the corpus text of the tuned levels' runs is not compared with their tuning's: "
+                  f"it cannot be read here ({texts[key]})", flush=True)  # fmt: skip
+    now = texts[key]
+    if isinstance(now, str):
+        return []
+    changed = [split for split in ("train", "val", "test") if split in recorded and recorded[split] != now.get(split)]
+    if not changed:
+        return []
+    return [
+        f"the corpus text: the {', '.join(changed)} split{'s' if len(changed) > 1 else ''} read here "
+        f"differ{'' if len(changed) > 1 else 's'} from the tuning run's (another copy of the corpus, edited "
+        "files, or splits drawn with another seed)"
+    ]
 
 
 def _tuning_value(run: dict, factor: str) -> str:
