@@ -238,6 +238,13 @@ def test_tune_says_where_a_choice_is_weak_and_carries_the_levels_own_held_settin
         "the chosen candidate ties with the next (warmup=400) at 20.00: the choice between"
         in (notes_of(tune([tmp_path / "tie"], "optim"), unrecorded=False)[-1])
     )
+    # a tie of three: each candidate at the best mean is named, not the next alone
+    three = {"100": [10.0], "200": [20.0], "400": [20.0], "800": [20.0]}
+    tuning_sweep(tmp_path / "three", ["optim=noam"], "warmup", three, fingerprints=False)
+    assert notes_of(tune([tmp_path / "three"], "optim"), unrecorded=False)[-1] == (
+        "note: optim=noam: the chosen candidate ties with 2 others (warmup=400; warmup=800) at 20.00: the choice "
+        "among them is arbitrary (the first listed)"
+    )
     # every run alike (0 BLEU after too short a training): no candidate is better, whatever the order says
     zero = {"200": [0.0], "400": [0.0]}
     tuning_sweep(tmp_path / "zero", ["optim=noam"], "warmup", zero, fingerprints=False)
@@ -310,7 +317,7 @@ def test_a_factorial_with_a_tuned_file_is_checked_against_its_tuning_runs_settin
     )
     plan = json.loads((tmp_path / "factorial" / "plan.json").read_text())
     assert plan["tuned"]["differs"] == differs and plan["tuned"]["name"] == "mine"
-    assert plan["tuned"]["seeds_reused"] == []  # seed 1 ran in the tuning, but under other settings: no repeat
+    assert plan["tuned"]["seeds_reused"] == {}  # seed 1 ran in the tuning, but under other settings: no repeat
     assert plan["tuned"]["compared"] == ["optim=adam", "optim=noam"]
     # each level under its tuning's settings (Noam's budget its own level setting): nothing differs; a level the
     # file tuned that this sweep does not run is not compared
@@ -323,7 +330,17 @@ def test_a_factorial_with_a_tuned_file_is_checked_against_its_tuning_runs_settin
             "optim": {"adam": ["optim.optimizer.lr=0.002"], "noam": ["warmup=400", "trainer.max_steps=80"]}
         }
     assert tuned_differences(tuned_file(alike), alike, ["optim", "seed"]) == ({}, {})
-    assert reused_seeds(tuned_file(alike), alike, {}) == ["1"]  # its seed-1 runs repeat the tuning's winners
+    # its seed-1 runs repeat the tuning's winners, each level's named
+    assert reused_seeds(tuned_file(alike), alike, {}) == {"optim=adam": ["1"], "optim=noam": ["1"]}
+    with open_dict(alike):
+        alike.hydra.overrides.task[alike.hydra.overrides.task.index("seed=1")] = "seed=1,2"
+    assert reused_seeds(tuned_file(alike), alike, {"optim=adam": ["differs"]}) == {"optim=noam": ["1"]}
+    from nmt.sweep.tuned import seeds_reused_text
+
+    assert seeds_reused_text({"optim=adam": ["1"], "optim=noam": ["1"]}) == "seed 1 (optim=adam and optim=noam)"
+    assert seeds_reused_text({"optim=adam": ["1"], "optim=noam": ["1", "2"]}) == (
+        "seed 1 (optim=adam); seeds 1, 2 (optim=noam)"
+    )
     # the file's settings edited by hand, a level it never tuned added, and pos tuned at a level not run here
     edited = composed(tmp_path / "edited", ["grid=none", "data=toy", "trainer.max_steps=40"],
                       ["optim=adam,adamw", "pos=rope,relative", "seed=1"])  # fmt: skip
@@ -401,6 +418,19 @@ ROW = (
             },
             ROW + "1; seed 1 also tuned: a run at a tuned setting with it may repeat the tuning run whose validation "
             "score chose that setting, so its validation score leans high (its test score does not)",
+            False,
+        ),
+        (  # since the seeds are kept by level: each level's named
+            {
+                "name": "t",
+                "notes": [],
+                "under": {"optim": {"adam": {"seeds": ["1"]}, "noam": {"seeds": ["1", "2"]}}},
+                "differs": {},
+                "seeds_reused": {"optim=adam": ["1"], "optim=noam": ["1", "2"]},
+            },
+            ROW + "1, 2; seed 1 (optim=adam); seeds 1, 2 (optim=noam) also tuned: a run at a tuned setting with them "
+            "may repeat the tuning run whose validation score chose that setting, so its validation score leans high "
+            "(its test score does not)",
             False,
         ),
         (

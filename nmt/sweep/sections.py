@@ -4,6 +4,7 @@ statistics support: Holm-adjusted, from cells with enough seeds)."""
 from nmt.sweep import effects
 from nmt.sweep.document import Document
 from nmt.sweep.summary import budget_text, plural
+from nmt.sweep.tuned import seeds_reused_text
 
 ALPHA = 0.05
 
@@ -155,9 +156,10 @@ def _tuned_under(tuned: dict) -> str:
         text += "; not checked: " + "; ".join(f"{level} ({why})" for level, why in unchecked.items())
     reused = tuned.get("seeds_reused")
     if reused:  # a cell at the tuning's other settings repeats the run that won on validation with that seed
+        several = len({s for seeds in (reused.values() if isinstance(reused, dict) else [reused]) for s in seeds}) > 1
         text += (
-            f"; seed{'s' if len(reused) > 1 else ''} {', '.join(reused)} also tuned: a run at a tuned setting with "
-            f"{'them' if len(reused) > 1 else 'it'} may repeat the tuning run whose validation score chose that "
+            f"; {seeds_reused_text(reused)} also tuned: a run at a tuned setting with "
+            f"{'them' if several else 'it'} may repeat the tuning run whose validation score chose that "
             "setting, so its validation score leans high (its test score does not)"
         )
     return text

@@ -119,7 +119,7 @@ def checked_tuned_file(config: DictConfig, factors: list[str]) -> dict | None:
     tuned["seeds_reused"] = reused_seeds(tuned, config, tuned["differs"])
     if tuned["seeds_reused"]:
         print(
-            f"[sweep] note: seed(s) {', '.join(tuned['seeds_reused'])} also ran in the tuning: a run at a tuned "
+            f"[sweep] note: {seeds_reused_text(tuned['seeds_reused'])} also ran in the tuning: a run at a tuned "
             "setting with one may repeat the tuning run that won on validation (its validation score leans high); "
             "give the tuning seeds of its own to avoid it",
             flush=True,
@@ -243,16 +243,32 @@ def _shown(config: dict, key: str) -> str:
     return json.dumps(config[key]) if key in config and not isinstance(config[key], str) else config.get(key, ABSENT)
 
 
-def reused_seeds(tuned: dict, config: DictConfig, differs: dict) -> list[str]:
-    """This sweep's seeds that the tuning of a level it runs, under the same settings, also ran: a run at a
-    tuned setting with one of them may repeat the tuning run whose validation score chose that setting."""
+def reused_seeds(tuned: dict, config: DictConfig, differs: dict) -> dict[str, list[str]]:
+    """By level (``optim=noam``), this sweep's seeds that the level's tuning, under the same settings, also
+    ran: a run of that level at its tuned setting with one of them may repeat the tuning run whose validation
+    score chose the setting. Levels sharing none are left out."""
     levels = sweep_levels(config)
-    tuning = {
-        str(seed)
-        for level_key, by_level in (tuned.get("under") or {}).items()
-        for level, run in by_level.items()
-        if level in levels.get(level_key, []) and f"{level_key}={level}" not in differs
-        for seed in run.get("seeds", [])
-    }
-    here = levels.get("seed") or [str(OmegaConf.select(config, "seed", default=""))]
-    return sorted(tuning & set(here), key=lambda s: (len(s), s))
+    here = set(levels.get("seed") or [str(OmegaConf.select(config, "seed", default=""))])
+    reused = {}
+    for level_key, by_level in (tuned.get("under") or {}).items():
+        for level, run in by_level.items():
+            name = f"{level_key}={level}"
+            if level not in levels.get(level_key, []) or name in differs:
+                continue
+            shared = sorted({str(seed) for seed in run.get("seeds", [])} & here, key=lambda s: (len(s), s))
+            if shared:
+                reused[name] = shared
+    return reused
+
+
+def seeds_reused_text(reused: dict | list) -> str:
+    """``seed 1 (optim=adam), seeds 1, 2 (optim=noam)``: the seeds a factorial shares with the tuning of each
+    level. A list (a plan.json written before the seeds were kept by level): the seeds alone."""
+    if isinstance(reused, list):
+        return f"seed{'s' if len(reused) > 1 else ''} {', '.join(reused)}"
+    by_seeds: dict[str, list[str]] = {}  # levels sharing the same seeds, said once
+    for level, seeds in reused.items():
+        by_seeds.setdefault(", ".join(seeds), []).append(level)
+    return "; ".join(
+        f"seed{'s' if ',' in seeds else ''} {seeds} ({' and '.join(names)})" for seeds, names in by_seeds.items()
+    )

@@ -211,10 +211,13 @@ def _weak_choice(level_key: str, level: str, scored: list) -> list[str]:
                 f"note: {level_key}={level}: every candidate scored {values[0]:.2f}: the metric does not tell them "
                 "apart (too short a training?), and the choice is the first listed"
             )
-        elif lead == 0:
+        elif lead == 0:  # every candidate at the best mean is named: a choice among them all is arbitrary
+            best = sum(values) / len(values)
+            tied = [" ".join(f"{k}={v}" for k, v in s) for s, vs in scored[1:] if sum(vs) / len(vs) == best]
+            among = f"the next ({tied[0]})" if len(tied) == 1 else f"{len(tied)} others ({'; '.join(tied)})"
             notes.append(
-                f"note: {level_key}={level}: the chosen candidate ties with the next ({name}) at "
-                f"{sum(values) / len(values):.2f}: the choice between them is arbitrary (the first listed)"
+                f"note: {level_key}={level}: the chosen candidate ties with {among} at {best:.2f}: the choice "
+                f"{'between' if len(tied) == 1 else 'among'} them is arbitrary (the first listed)"
             )
         elif test["p"] != test["p"]:  # nan: a side with one seed
             notes.append(
