@@ -7,10 +7,11 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
+import nmt.sweep  # noqa: F401 - registers the resolver conf/sweep.yaml names the sweep folder by
 from nmt.cli import check_command_line
 
-# each command imports its own module when it runs, not all of them here: torch and matplotlib, which the
-# runner and the report load, take seconds, and a mistyped key is said before they are loaded
+# each command imports its own module when it runs, not all of them here: a sweep's runner loads torch,
+# which takes seconds, and a mistyped key is said before it is loaded
 
 
 @hydra.main(config_path="conf", config_name="sweep", version_base="1.3")

@@ -330,6 +330,14 @@ def test_the_sweep_folder_is_named_after_the_grid_without_a_hydra_config(grid, f
         HydraConfig.instance().cfg = None
 
 
+def test_the_sweep_config_resolves_as_printed_by_hydras_cfg_option():
+    """``--cfg job --resolve`` loads none of the runner, whose import once registered the folder's resolver."""
+    command = [sys.executable, str(ROOT / "sweep.py"), "--cfg", "job", "--resolve", "grid=rnn"]
+    result = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "sweep_name: rnn" in result.stdout.splitlines()
+
+
 def run_two_cell_sweep(command: list[str], sweep_dir) -> subprocess.CompletedProcess:
     """Run a sweep of pos=absolute,rope with seed 1 and check that both runs finished."""
     result = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=900)

@@ -238,6 +238,13 @@ def test_tune_says_where_a_choice_is_weak_and_carries_the_levels_own_held_settin
         "the chosen candidate ties with the next (warmup=400) at 20.00: the choice between"
         in (notes_of(tune([tmp_path / "tie"], "optim"), unrecorded=False)[-1])
     )
+    # means equal as their tests compute them (exactly), whatever the order of the seeds' scores
+    reordered = {"200": [27.5, 37.24, 25.14], "400": [25.14, 37.24, 27.5]}
+    tuning_sweep(tmp_path / "reordered", ["optim=noam"], "warmup", reordered, fingerprints=False)
+    assert (
+        "ties with the next (warmup=400) at 29.96: the choice between them"
+        in (notes_of(tune([tmp_path / "reordered"], "optim"), unrecorded=False)[-1])
+    )
     # a tie of three: each candidate at the best mean is named, not the next alone
     three = {"100": [10.0], "200": [20.0], "400": [20.0], "800": [20.0]}
     tuning_sweep(tmp_path / "three", ["optim=noam"], "warmup", three, fingerprints=False)
@@ -420,6 +427,18 @@ ROW = (
             "score chose that setting, so its validation score leans high (its test score does not)",
             False,
         ),
+        (  # the text that could not be read when the sweep started: the row says it was not compared
+            {
+                "name": "t",
+                "notes": [],
+                "under": {"optim": {"adam": {"seeds": ["1"]}}},
+                "differs": {},
+                "text_not_compared": ["it cannot be read when the sweep starts (FileNotFoundError: x: gone)"],
+            },
+            ROW + "1; the corpus text not compared with the tuning's: it cannot be read when the sweep starts "
+            "(FileNotFoundError: x: gone)",
+            False,
+        ),
         (  # since the seeds are kept by level: each level's named
             {
                 "name": "t",
@@ -508,10 +527,26 @@ def test_a_factorial_reading_other_text_than_its_tuning_is_told_so(tmp_path, mon
     )
     assert checked["differs"] == {"optim=noam": [said]} and checked["compared"] == ["optim=noam"]
     assert f"were chosen under other settings than this sweep's: {said}" in capsys.readouterr().out
-    # a corpus that cannot be read here: said once, and not called a difference (its runs fail on it themselves)
+    # a corpus setting that differs too: the text differs by it, and only the setting is said (its text not read)
+    with open_dict(factorial):
+        factorial.data.max_len = 100
+        factorial.hydra.overrides.task.append("data.max_len=100")
+    assert tuned_differences(tuned_file(factorial), factorial, ["optim", "seed"])[0] == {
+        "optim=noam": ["data.max_len: 512 in tuning, 100 here"]
+    }
+    factorial.hydra.overrides.task.pop()
+    # a corpus that cannot be read here: said once, not called a difference (its runs fail on it themselves),
+    # and kept for the report's "tuned under" row
     for path in corpus.iterdir():
         path.unlink()
-    assert tuned_differences(tuned_file(factorial), factorial, ["optim", "seed"]) == ({}, {})
+    checked = checked_tuned_file(factorial, ["optim", "seed"])
+    assert (checked["differs"], checked["unchecked"]) == ({}, {})
+    (why,) = checked["text_not_compared"]
+    missing = corpus / "train.src"
+    assert (
+        why
+        == f"it cannot be read when the sweep starts (FileNotFoundError: {missing}: No such file or directory "
+        + ("(data.train))")
+    )
     out = capsys.readouterr().out
-    assert out.count("the corpus text of the tuned levels' runs is not compared with their tuning's: it cannot") == 1
-    assert "train.src" in out
+    assert out.count(f"the corpus text of the tuned levels' runs is not compared with their tuning's: {why}") == 1

@@ -5,7 +5,6 @@ runs). :mod:`nmt.sweep.runner` launches the runs."""
 import shutil
 from pathlib import Path
 
-from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from nmt.sweep.gpus import mps_folder
@@ -23,18 +22,6 @@ from nmt.sweep.records import RESULT, read_record
 from nmt.sweep.summary import run_cost_s
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def default_sweep_name(*, _root_: DictConfig) -> str:
-    """The grid's name, read where it is: the sweeper composes the sweep folder from a config that holds
-    the ``hydra`` node while HydraConfig is not set yet; each job gets HydraConfig and loses the node."""
-    if HydraConfig.initialized():
-        return str(HydraConfig.get().runtime.choices.grid)
-    return str(OmegaConf.select(_root_, "hydra.runtime.choices.grid", default="none"))
-
-
-if not OmegaConf.has_resolver("nmt.grid_name"):
-    OmegaConf.register_new_resolver("nmt.grid_name", default_sweep_name)
 
 
 def command_prefixes(overrides) -> dict[str, str]:

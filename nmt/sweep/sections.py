@@ -154,6 +154,8 @@ def _tuned_under(tuned: dict) -> str:
         text += ", ".join(sorted(seeds, key=lambda s: (len(s), s)))
     if unchecked:
         text += "; not checked: " + "; ".join(f"{level} ({why})" for level, why in unchecked.items())
+    for why in tuned.get("text_not_compared") or []:
+        text += f"; the corpus text not compared with the tuning's: {why}"
     reused = tuned.get("seeds_reused")
     if reused:  # a cell at the tuning's other settings repeats the run that won on validation with that seed
         several = len({s for seeds in (reused.values() if isinstance(reused, dict) else [reused]) for s in seeds}) > 1

@@ -98,7 +98,9 @@ def checked_tuned_file(config: DictConfig, factors: list[str]) -> dict | None:
             file=sys.stderr,
         )
         raise SystemExit(2)
-    tuned["differs"], tuned["unchecked"] = tuned_differences(tuned, config, factors)
+    texts: dict[str, dict | str] = {}
+    tuned["differs"], tuned["unchecked"] = tuned_differences(tuned, config, factors, texts)
+    tuned["text_not_compared"] = sorted({why for why in texts.values() if isinstance(why, str)})
     tuned["compared"] = [  # the levels run here whose settings were compared, alike or not
         f"{key}={lv}"
         for key, by in settings.items()
@@ -127,15 +129,18 @@ def checked_tuned_file(config: DictConfig, factors: list[str]) -> dict | None:
     return tuned
 
 
-def tuned_differences(tuned: dict, config: DictConfig, factors: list[str]) -> tuple[dict, dict]:
+def tuned_differences(
+    tuned: dict, config: DictConfig, factors: list[str], texts: dict | None = None
+) -> tuple[dict, dict]:
     """For each level this sweep runs with the file's settings, how its run here differs from the tuning run
     that chose them: the run composed with the level, its settings and the tuning's values of this sweep's
     other factors (where the sweep has them), compared setting by setting, the seed aside, and the code.
-    ({"optim=noam": ["key: X in tuning, Y here", ...]}, {"optim=adamw": "why it was not compared"})."""
+    ({"optim=noam": ["key: X in tuning, Y here", ...]}, {"optim=adamw": "why it was not compared"}).
+    ``texts``: filled with the hash of each corpus's text read here, or why it could not be read."""
     levels = sweep_levels(config)
     settings = plain_settings(config.get("level_settings"))
     differs, unchecked = {}, {}
-    texts: dict[str, dict | str] = {}  # the text each corpus read here hashes to, by data settings, cache and seed
+    texts = {} if texts is None else texts  # each corpus's text hashes here, by data settings, cache and seed
     for level_key, by_level in settings.items():
         for level, overrides in by_level.items():
             if level not in levels.get(level_key, []):
@@ -181,11 +186,16 @@ def _compared(
     here = expected_fingerprint(overrides_here)["config"]
     here = json.loads(json.dumps(here, default=str))  # as the file holds the tuning's: JSON values
     own = {str(o).lstrip("+~").partition("=")[0] for o in overrides}
-    for key in sorted(set(run["config"]) | set(here)):
-        if key != "seed" and run["config"].get(key, ABSENT) != here.get(key, ABSENT):
-            edited = " (a level setting: not the value its tuning chose)" if key in own else ""
-            said.append(f"{key}: {_shown(run['config'], key)} in tuning, {_shown(here, key)} here{edited}")
-    if run.get("text"):
+    differing = [
+        key
+        for key in sorted(set(run["config"]) | set(here))
+        if key != "seed" and run["config"].get(key, ABSENT) != here.get(key, ABSENT)
+    ]
+    for key in differing:
+        edited = " (a level setting: not the value its tuning chose)" if key in own else ""
+        said.append(f"{key}: {_shown(run['config'], key)} in tuning, {_shown(here, key)} here{edited}")
+    # the text, where the corpus settings are the tuning's: otherwise it differs by them, as said above
+    if run.get("text") and not any(key == "data" or key.startswith("data.") for key in differing):
         said += _text_differences(run["text"], overrides_here, texts)
     before = run.get("code") or {}
     if before.get("hash"):  # the run folders' own wording: commits, uncommitted changes
@@ -211,10 +221,11 @@ def _text_differences(recorded: dict, overrides: list[str], texts: dict) -> list
         try:
             texts[key] = build_task(cfg.task).build_datamodule(data, cfg.cache_dir, cfg.seed).text_hashes()
         except Exception as err:  # noqa: BLE001 - said; the runs themselves fail on it, each with its message
-            first = str(err).splitlines()[0] if str(err) else type(err).__name__
-            texts[key] = f"{type(err).__name__}: {first}"
+            from nmt.cli import user_message
+
+            texts[key] = f"it cannot be read when the sweep starts ({type(err).__name__}: {user_message(err)})"
             print(f"[sweep] note: the corpus text of the tuned levels' runs is not compared with their tuning's: "
-                  f"it cannot be read here ({texts[key]})", flush=True)  # fmt: skip
+                  f"{texts[key]}", flush=True)  # fmt: skip
     now = texts[key]
     if isinstance(now, str):
         return []

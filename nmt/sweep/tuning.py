@@ -10,6 +10,7 @@ less than its seeds establish, or tuned unlike the other levels. ``--out`` write
 import difflib
 import json
 import math
+import statistics
 from pathlib import Path
 from typing import NamedTuple
 
@@ -59,7 +60,8 @@ def tune(sweep_dirs: list[str | Path], level_key: str, metric: str = TUNING_METR
         candidates: dict[tuple, list[float]] = {}
         for record in records:
             candidates.setdefault(_setting(record, level_key), []).append(float(record["metrics"][metric]))
-        scored = sorted(candidates.items(), key=lambda item: (sum(item[1]) / len(item[1])) * (1 if lower else -1))
+        # fmean, as the tests of the notes: means equal there are equal here (a plain sum can differ in its last bit)
+        scored = sorted(candidates.items(), key=lambda item: statistics.fmean(item[1]) * (1 if lower else -1))
         for setting, values in scored:
             mean, half = mean_ci(values)
             name = " ".join(f"{k}={v}" for k, v in setting) or "(one candidate)"
@@ -212,12 +214,12 @@ def _weak_choice(level_key: str, level: str, scored: list) -> list[str]:
                 "apart (too short a training?), and the choice is the first listed"
             )
         elif lead == 0:  # every candidate at the best mean is named: a choice among them all is arbitrary
-            best = sum(values) / len(values)
-            tied = [" ".join(f"{k}={v}" for k, v in s) for s, vs in scored[1:] if sum(vs) / len(vs) == best]
-            among = f"the next ({tied[0]})" if len(tied) == 1 else f"{len(tied)} others ({'; '.join(tied)})"
+            best = statistics.fmean(values)
+            tied = [" ".join(f"{k}={v}" for k, v in s) for s, vs in scored[1:] if statistics.fmean(vs) == best]
+            among = f"{len(tied)} others ({'; '.join(tied)})" if len(tied) > 1 else f"the next ({name})"
             notes.append(
                 f"note: {level_key}={level}: the chosen candidate ties with {among} at {best:.2f}: the choice "
-                f"{'between' if len(tied) == 1 else 'among'} them is arbitrary (the first listed)"
+                f"{'among' if len(tied) > 1 else 'between'} them is arbitrary (the first listed)"
             )
         elif test["p"] != test["p"]:  # nan: a side with one seed
             notes.append(
