@@ -221,9 +221,7 @@ def _text_differences(recorded: dict, overrides: list[str], texts: dict) -> list
         try:
             texts[key] = build_task(cfg.task).build_datamodule(data, cfg.cache_dir, cfg.seed).text_hashes()
         except Exception as err:  # noqa: BLE001 - said; the runs themselves fail on it, each with its message
-            from nmt.cli import user_message
-
-            texts[key] = f"it cannot be read when the sweep starts ({type(err).__name__}: {user_message(err)})"
+            texts[key] = f"it cannot be read when the sweep starts ({type(err).__name__}: {_one_line(err)})"
             print(f"[sweep] note: the corpus text of the tuned levels' runs is not compared with their tuning's: "
                   f"{texts[key]}", flush=True)  # fmt: skip
     now = texts[key]
@@ -237,6 +235,13 @@ def _text_differences(recorded: dict, overrides: list[str], texts: dict) -> list
         f"differ{'' if len(changed) > 1 else 's'} from the tuning run's (another copy of the corpus, edited "
         "files, or splits drawn with another seed)"
     ]
+
+
+def _one_line(err: Exception) -> str:
+    """An error's whole message on one line (a missing corpus lists each place tried, then the fix)."""
+    if isinstance(err, OSError) and err.filename:
+        return f"{err.filename}: {err.strerror}"
+    return "; ".join(line.strip() for line in str(err).splitlines() if line.strip()) or type(err).__name__
 
 
 def _tuning_value(run: dict, factor: str) -> str:
