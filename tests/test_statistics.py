@@ -833,6 +833,33 @@ def test_the_report_holds_only_the_planned_runs_and_names_a_damaged_record(tmp_p
         write_report(tmp_path)
 
 
+def test_an_interval_past_what_the_metric_can_take_is_said_where_it_is_read(tmp_path):
+    """One diverged seed (BLEU 1 beside 30 and 31) gives its cell a t interval reaching below 0 BLEU: the table
+    printed it as any other, and the findings tested the cell as if its seeds scattered normally."""
+    from nmt.metrics import metric_range
+
+    diverged = [1.0, 30.0, 31.0]
+    records = [r for r in RECORDS if r["factors"] != {"pos": "absolute", "norm": "rms"}]
+    records += [record("absolute", "rms", seed, bleu) for seed, bleu in enumerate(diverged, start=1)]
+    synthetic_sweep(tmp_path, records)
+    report = " ".join(write_report(tmp_path).read_text().split())
+    mean = float(np.mean(diverged))
+    low, high = stats.t.interval(0.95, len(diverged) - 1, loc=mean, scale=stats.sem(diverged))
+    assert low < 0 < high < 100  # the independent interval: below the scale only
+    named = f"norm=rms, pos=absolute ({mean:.2f} ± {high - mean:.2f}: below 0)"
+    ranking = report[report.index("## Ranking") :].split(" ## ")[0]
+    assert f"95% intervals past the values test_bleu can take: {named}. There the seeds are too few" in ranking
+    assert "relative" not in ranking.split("can take:")[1].split(". There")[0]  # the other cells stay unnamed
+    findings = report[report.index("## Findings") :].split(" ## ")[0]
+    assert f"their 95% intervals reach past the values test_bleu can take ({named})" in findings
+    # the bounds by the metric's name: scores in percent, accuracies as fractions, perplexity at least 1
+    assert metric_range("val_as_test_bleu_tok_lc") == metric_range("test_rougeL") == (0.0, 100.0)
+    assert metric_range("val_acc") == (0.0, 1.0) and metric_range("test_ppl") == (1.0, math.inf)
+    assert metric_range("train_loss") == (0.0, math.inf) and metric_range("parameters") == (-math.inf, math.inf)
+    assert analysis.past_range(99.0, 2.0, "test_chrf") == "above 100"
+    assert analysis.past_range(1.5, 1.0, "test_ppl") == "below 1" and analysis.past_range(50.0, math.nan, "x") == ""
+
+
 def test_findings_name_each_cell_by_its_factors():
     """A cell better than the baseline is named factor=level (it was a bare "layer, relative")."""
     from nmt.sweep.document import Document

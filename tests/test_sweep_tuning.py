@@ -46,6 +46,13 @@ def test_tuning_chooses_each_levels_best_mean_on_validation(tmp_path):
     assert table[2] == "| adam | optim.optimizer.lr=0.0005 | 21.00 ± 12.71 | 2 |"  # t(0.975, 1) = 12.706
     assert "| noam | warmup=400 | 33.50 ± 6.35 | 2 |" in table
     assert table[0] == "| optim | candidate | best_val_bleu (mean ± 95% CI) | seeds |"
+    # two seeds 15 apart: t(0.975, 1) x 7.5 = 95.3 reaches below 0 BLEU, and the table says so
+    assert (  # 17.50 ± 95.30: both ends past the scale, by t(0.975, 1) x 7.5
+        "note: the 95% intervals of optim=adam's optim.optimizer.lr=0.001 (below 0; above 100) reach past the "
+        "values best_val_bleu can take: their seeds are too few or too scattered for a t interval (a run far from "
+        "the others?); the choice is by the mean, which such a run moves most"
+    ) in notes_of(tuned)
+    assert "| adam | optim.optimizer.lr=0.001 | 17.50 ± 95.30 | 2 |" in table
 
     out = tmp_path / "tuned.yaml"
     write_tuned_file(out, tuned.settings, ["chosen by a test", *tuned.lines], tuned.under)
@@ -203,6 +210,9 @@ def test_tune_says_where_a_choice_is_weak_and_carries_the_levels_own_held_settin
         tuned.settings, {"optim": ["adam", "noam"], "warmup": ["300"]}
     )
     assert notes_of(tuned) == [
+        "note: the 95% intervals of optim=adam's optim.optimizer.lr=0.001 (below 0; above 100) reach past the "
+        "values best_val_bleu can take: their seeds are too few or too scattered for a t interval (a run far from "
+        "the others?); the choice is by the mean, which such a run moves most",
         "note: optim=adam: the chosen optim.optimizer.lr=0.0005 is the smallest value tried (0.0005, 0.001): one "
         "below it may be better; try it before the factorial",
         "note: optim=adam: the chosen candidate leads the next (optim.optimizer.lr=0.001) by 3.50, not established "

@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Sequence
 from itertools import combinations
 
-from nmt.metrics import lower_is_better
+from nmt.metrics import lower_is_better, metric_range
 
 SHARED_TEST_MEASURE = (
     "compare test_bleu_tok_lc (lowercased for every run; report_metric=test_bleu_tok_lc), or runs of one kind"
@@ -70,6 +70,20 @@ def mean_ci(values: Sequence[float]) -> tuple[float, float]:
     if n < 2:
         return mean, math.nan
     return mean, t_critical(n - 1) * statistics.stdev(values) / math.sqrt(n)
+
+
+def past_range(mean: float, half: float, metric: str) -> str:
+    """Where a mean's 95% interval reaches past the values ``metric`` can take (``"below 0"``,
+    ``"above 100"``), else ``""``: such an interval says the seeds are too few or too scattered (a run far from
+    the others) for the t interval to describe them, not that a score past the bound is plausible."""
+    if math.isnan(half):
+        return ""
+    low, high = metric_range(metric)
+    return "; ".join(
+        f"{side} {bound:g}"
+        for side, bound, past in (("below", low, mean - half < low), ("above", high, mean + half > high))
+        if past
+    )
 
 
 def welch_test(a: Sequence[float], b: Sequence[float]) -> dict:

@@ -67,6 +67,16 @@ def rank_cells(records, factors, levels, base, metric, runs) -> dict:
     return ranking
 
 
+def past_range_cells(rows: list[dict], factors, metric: str) -> str:
+    """The cells whose 95% interval reaches past the values ``metric`` can take, each with its interval and
+    the bound it passes (``"optim=adam (26.10 ± 31.20: below 0)"``), or ``""``."""
+    return "; ".join(
+        f"{', '.join(f'{f}={row[f]}' for f in factors) or 'the runs'} ({fmt(row['mean'])} ± {fmt(row['ci95'])}: {side})"
+        for row in rows
+        if (side := analysis.past_range(row["mean"], row["ci95"], metric))
+    )
+
+
 def validation_counterpart(metric: str) -> str | None:
     """The validation score of the same model and search as a test metric: test_X -> val_as_test_X."""
     return f"{FINAL_RESULTS['val']}_{metric.removeprefix('test_')}" if metric.startswith("test_") else None
@@ -183,6 +193,13 @@ def ranking_section(doc: Document, ranking: dict, factors, base: dict, metric: s
         doc.paragraph("Cells with equal means share a rank: a tie is not an order.")
     if any(row["n"] < 2 for row in rows):
         doc.paragraph(f"{DASH}: a cell with one seed has no interval and no test; the baseline's p is blank.")
+    past = past_range_cells(rows, factors, metric)
+    if past:
+        doc.paragraph(
+            f"95% intervals past the values {metric} can take: {past}. There the seeds are too few or too scattered "
+            "(a run far from the others: results.csv has each run's score) for a t interval to describe them; "
+            "run more seeds, or find out why a run differs, before reading such a cell's mean."
+        )
     if len(rows) > 1 and all(row["n"] >= MIN_SEEDS for row in rows):
         if analysis.separated(rows):
             doc.paragraph("Neighbouring cells' 95% intervals do not overlap anywhere in this ranking.")

@@ -3,6 +3,7 @@ statistics support: Holm-adjusted, from cells with enough seeds)."""
 
 from nmt.sweep import effects
 from nmt.sweep.document import Document
+from nmt.sweep.ranking import past_range_cells
 from nmt.sweep.summary import budget_text, plural
 from nmt.sweep.tuned import seeds_reused_text
 
@@ -309,5 +310,12 @@ def findings(
         sentences.append("One configuration: nothing to compare. The table below gives its mean over seeds.")
     if effects_found or better or worse:
         sentences += [f"**Caveat:** {c}" for c in caveats(facts or {}, levels)]
+    past = past_range_cells(rows, list(levels), metric)
+    if past:  # a found difference and a null alike rest on the seeds' scatter
+        sentences.append(
+            f"**Caveat:** some cells' scores are not scattered as the tests assume (normally over seeds): their "
+            f"95% intervals reach past the values {metric} can take ({past}), as a run far from the others makes "
+            "them (the Ranking says more)."
+        )
     for sentence in sentences:
         doc.paragraph(sentence)

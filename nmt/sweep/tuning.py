@@ -17,7 +17,7 @@ from typing import NamedTuple
 from omegaconf import OmegaConf
 
 from nmt.metrics import lower_is_better
-from nmt.sweep.analysis import check_same_measure, mean_ci, welch_test
+from nmt.sweep.analysis import check_same_measure, mean_ci, past_range, welch_test
 from nmt.sweep.levels import sweep_levels
 from nmt.sweep.records import collect_records, finished_runs
 from nmt.sweep.tuned import ABSENT, CONF, tuning_run, write_tuned_file
@@ -62,12 +62,21 @@ def tune(sweep_dirs: list[str | Path], level_key: str, metric: str = TUNING_METR
             candidates.setdefault(_setting(record, level_key), []).append(float(record["metrics"][metric]))
         # fmean, as the tests of the notes: means equal there are equal here (a plain sum can differ in its last bit)
         scored = sorted(candidates.items(), key=lambda item: statistics.fmean(item[1]) * (1 if lower else -1))
+        past = []
         for setting, values in scored:
             mean, half = mean_ci(values)
             name = " ".join(f"{k}={v}" for k, v in setting) or "(one candidate)"
             interval = f" ± {half:.2f}" if len(values) > 1 else ""
             replicated = replicated or len(values) > 1
             lines.append(f"| {level} | {name} | {mean:.2f}{interval} | {len(values)} |")
+            if side := past_range(mean, half, metric):
+                past.append(f"{name} ({side})")
+        if past:  # two seeds give t = 12.7: one run far from the other and the interval leaves the scale
+            notes.append(
+                f"note: the 95% intervals of {level_key}={level}'s {'; '.join(past)} reach past the values {metric} "
+                "can take: their seeds are too few or too scattered for a t interval (a run far from the others?); "
+                "the choice is by the mean, which such a run moves most"
+            )
         own = _own_held(sweep_dir, level_key, level)
         chosen[level] = [f"{k}={v}" for k, v in scored[0][0]] + own
         winner = min((r for r in records if _setting(r, level_key) == scored[0][0]), key=lambda r: int(r["seed"]))
