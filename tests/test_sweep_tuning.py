@@ -532,8 +532,8 @@ def test_a_factorial_reading_other_text_than_its_tuning_is_told_so(tmp_path, mon
     (corpus / "val.tgt").write_text((corpus / "val.tgt").read_text().replace("one", "seven", 1))
     checked = checked_tuned_file(factorial, ["optim", "seed"])
     said = (
-        "the corpus text: the val split read here differs from the tuning run's (another copy of the corpus, "
-        "edited files, or splits drawn with another seed)"
+        "the corpus text: the val split read here differs from the tuning run's (another copy of the corpus, or "
+        "files edited since the tuning)"
     )
     assert checked["differs"] == {"optim=noam": [said]} and checked["compared"] == ["optim=noam"]
     assert f"were chosen under other settings than this sweep's: {said}" in capsys.readouterr().out

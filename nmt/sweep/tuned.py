@@ -209,7 +209,9 @@ def _compared(
 def _text_differences(recorded: dict, overrides: list[str], texts: dict) -> list[str]:
     """The splits whose text, as this sweep's run with ``overrides`` would read it, is not the text the tuning
     run read (``recorded``: its fingerprint's hashes): one line, or none. Text that cannot be read here (a
-    corpus not yet downloaded, a folder gone) is said on its own line and not called a difference."""
+    corpus not yet downloaded, a folder gone) is said on its own line and not called a difference. A corpus's
+    text depends on its settings (``data.*``, its ``split_seed`` included), never on the run's seed, so the
+    run's own seed reads the tuning run's text."""
     from nmt.tasks import build_task
 
     cfg = compose_train(overrides)
@@ -232,8 +234,8 @@ def _text_differences(recorded: dict, overrides: list[str], texts: dict) -> list
         return []
     return [
         f"the corpus text: the {', '.join(changed)} split{'s' if len(changed) > 1 else ''} read here "
-        f"differ{'' if len(changed) > 1 else 's'} from the tuning run's (another copy of the corpus, edited "
-        "files, or splits drawn with another seed)"
+        f"differ{'' if len(changed) > 1 else 's'} from the tuning run's (another copy of the corpus, or "
+        "files edited since the tuning)"
     ]
 
 
