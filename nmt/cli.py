@@ -143,7 +143,7 @@ def unknown_key_message(argv: list[str], config_name: str, conf: Path = CONF) ->
         if key in known:
             continue
         owners = _other_options_with(key, conf, groups)
-        close = difflib.get_close_matches(key, list(dict.fromkeys(known + groups)), n=3, cutoff=0.6)
+        close = _closest(key, list(dict.fromkeys(known + groups)))
         group = key.split(".")[0]
         parent, _, option = key.rpartition(".")
         if parent == "validation.search" and option in _search_options():  # a block that lists its defaults only
@@ -160,11 +160,21 @@ def unknown_key_message(argv: list[str], config_name: str, conf: Path = CONF) ->
             hint = f"did you mean {' or '.join(repr(c) for c in close)}?"
         else:
             hint = "no key or group has a similar name"
+        # a search option's block takes the options it lists: a new key there is refused, not added
+        adds = "" if parent in ("decode", "validation.search") else f"; +{key}=... adds a new key"
         return (
             f"error: {key!r} (on the command line) is neither a key of the {config_name} config nor a config "
-            f"group: {hint} (python {config_name}.py --help lists the groups; +{key}=... adds a new key)"
+            f"group: {hint} (python {config_name}.py --help lists the groups{adds})"
         )
     return None
+
+
+def _closest(key: str, names: list[str]) -> list[str]:
+    """Up to three of ``names`` like ``key`` (difflib's ratio at least 0.6), only those nearly as like it as
+    the likest: ``decode.beam_sise`` suggests ``decode.beam_size``, not ``decode.seed`` beside it."""
+    close = difflib.get_close_matches(key, names, n=3, cutoff=0.6)
+    best = difflib.SequenceMatcher(None, key, close[0]).ratio() if close else 0.0
+    return [name for name in close if difflib.SequenceMatcher(None, key, name).ratio() >= best - 0.1]
 
 
 def _search_options() -> list[str]:

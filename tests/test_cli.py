@@ -46,6 +46,9 @@ def test_a_search_option_validation_does_not_list_is_added_with_a_plus_and_then_
         "validation.search.strategy=beam)"
     )
     assert "did you mean" in unknown_key_message(["validation.search.beam_sise=3"], "train")
+    # the likest name alone where the others are far less like it; a search block is not added to with +
+    message = unknown_key_message(["decode.beam_sise=3"], "translate")
+    assert "did you mean 'decode.beam_size'? (python translate.py --help lists the groups)" in message, message
     cfg = compose_train("data=toy", "validation.search.strategy=beam", "+validation.search.beam_size=3")
     check_config(cfg)
     from nmt.decoding.settings import SearchConfig

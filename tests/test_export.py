@@ -276,9 +276,18 @@ def test_sources_are_cut_where_our_translator_cuts_them(tmp_path_factory, tmp_pa
             return real.translate_batch(batch, **options)
 
     model.translator = Recording()
-    model.translate(["one two"])
-    model.translate(["one two"], max_input_length=0)
-    assert [options["max_input_length"] for options in given] == [5, 0]  # by default ours; told, as told
+    caplog.clear()
+    assert len(model.source.pieces(model.source.encode("one"))) <= 4
+    with caplog.at_level("WARNING"):
+        model.translate(["one"])
+        assert "truncated" not in caplog.text
+        model.translate(["one", "one two three four five six seven"], max_input_length=0)
+        assert "truncated" not in caplog.text  # 0: CTranslate2 cuts nothing, nor says it does
+        # cut as our translator cuts it, and said as it says it (it was silent: a shorter source, unsaid)
+        model.translate(["one", "one two three four five six seven"])
+    assert "1 input line(s) longer than 4 subword tokens were truncated (first: line 2)" in caplog.text
+    assert [options["max_input_length"] for options in given] == [5, 0, 5]  # by default ours; told, as told
+    caplog.clear()
     # an export made before the manifest held the run's limit keeps CTranslate2's own, and says so
     manifest = json.loads((tmp_path / "ct2" / "nmt_export.json").read_text())
     del manifest["max_input_len"]

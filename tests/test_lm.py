@@ -391,6 +391,9 @@ def test_both_kinds_of_vocabulary_name_the_words_they_read_as_unknown():
     assert words.unknown_words("a zz <unk> c") == ["zz"]
     pieces = Tokenizer.train(["a b c abc", "b c a"] * 50, TokenizerSettings(vocab_size=10, byte_fallback=False))
     assert pieces.unknown_words("abc zq cab") == ["zq"]
+    # as messages name them: a word vocabulary's whole word, a subword vocabulary's unspellable characters
+    assert words.unknown_text("a zz <unk> c") == ["zz"]
+    assert pieces.unknown_text("abc zq azc qzba") == ["zq", "z in azc", "q, z in qzba"]
 
 
 @pytest.mark.parametrize(("new_tokens", "kept", "room"), [(3, 4, 4), (20, 1, 7)])

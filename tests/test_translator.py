@@ -109,7 +109,15 @@ def test_any_iterable_of_lines_is_read_once_and_an_unspellable_prefix_is_named(c
     assert translator.translate(line for line in SOURCES) == translator.translate(SOURCES)
     found = translator.translate_nbest(iter(SOURCES[:2]), prefixes=iter(["acht", "Xylophon QQ"]), first_line=5)
     assert found[0][0].text.startswith("acht") and not found[1][0].text.startswith("Xylophon")
-    assert "line 6: prefix words the target vocabulary cannot spell, forced as <unk>: Xylophon, QQ" in caplog.text
+    # the characters outside the target vocabulary's pieces are named: they alone are <unk>, the rest is spelt
+    tgt = translator.loaded[0].tgt_tokenizer
+    spelling = [i for i in range(tgt.vocab_size) if not (tgt.sp.is_control(i) or tgt.sp.is_unknown(i))]
+    alphabet = set("".join(tgt.pieces(spelling)))  # not <pad>, <s>, </s>, <unk>: they spell no text
+    assert [c for c in "Xylophon" if c not in alphabet] == ["X", "y", "p"] and "Q" not in alphabet
+    assert (
+        "line 6: the prefix holds what the target vocabulary cannot spell, forced as <unk> and shown as ⁇, so the "
+        "output does not begin with the prefix as written: X, y, p in Xylophon; QQ"
+    ) in caplog.text
     assert "line 5:" not in caplog.text
 
 
@@ -365,8 +373,15 @@ def test_a_negative_average_or_an_unknown_search_option_is_refused_not_ignored(c
 
     with pytest.raises(CheckpointError, match=r"^average_last=-3: 0 or 1 \(the checkpoint's own weights\) or N >= 2"):
         Translator.from_checkpoint(checkpoints["seed1"], average_last=-3, device="cpu")
-    with pytest.raises(ValueError, match=r"^decode.beamsize=5: not a search option; valid: strategy, beam_size, "):
+    with pytest.raises(
+        ValueError, match=r"^decode.beamsize=5: not a search option \(did you mean beam_size\?\); valid: strategy, "
+    ):
         Translator.from_checkpoint(checkpoints["seed1"], beamsize=5, device="cpu")
+    translator = Translator.from_checkpoint(checkpoints["seed1"], device="cpu")
+    with pytest.raises(TypeError, match=r"^line 2: NoneType, not text; give a str for every line"):
+        translator.translate(["one", None])  # SentencePiece's TypeError named no line
+    with pytest.raises(TypeError, match=r"^prefix 8: bytes, not text"):
+        translator.translate_nbest(["one", "two"], prefixes=["", b"acht"], first_line=7)
     out = subprocess.run(
         command(f"ckpt_path={checkpoints['seed1']}", "+decode.foo=1"), input="one\n", capture_output=True,
         text=True, timeout=300,

@@ -58,6 +58,20 @@ def test_a_translation_with_its_nbest_list_and_attention(client):
     assert all(abs(sum(row) - 1) < 1e-4 for row in heads[0])  # each target piece's attention sums to one
 
 
+def test_the_pages_title_is_shown_as_text_not_read_as_markup(client):
+    """The title (a run folder's name, or title=) was pasted into the page: a folder named a<i>b italicised it,
+    and a name holding a script tag would have run it in every visitor's browser."""
+    from fastapi.testclient import TestClient
+
+    from nmt.inference.web import create_app
+
+    _, translator = client
+    page = TestClient(create_app(translator, title='runs/a<i>b & "c"<script>x()</script>')).get("/").text
+    shown = "runs/a&lt;i&gt;b &amp; &quot;c&quot;&lt;script&gt;x()&lt;/script&gt;"
+    assert f"<title>{shown}</title>" in page and f"<h1>{shown}</h1>" in page
+    assert "<i>" not in page and "x()</script>" not in page
+
+
 def test_concurrent_requests_are_answered_without_mixing(client):
     app, translator = client
     expected = dict(zip(SENTENCES, translator.translate(SENTENCES), strict=True))

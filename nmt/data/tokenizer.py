@@ -113,6 +113,16 @@ class Tokenizer:
         fallback), as :meth:`nmt.data.vocab.WordVocabulary.unknown_words` names the words it lacks."""
         return [word for word in text.split() if UNK_ID in self.encode(word)]
 
+    def unknown_text(self, text: str) -> list[str]:
+        """What of ``text`` is read as <unk>, as a message names it: each word with a character the pieces
+        cannot spell, and which characters (``"y in xyz"``): they alone become <unk>, the rest is spelt."""
+        said = []
+        for word in self.unknown_words(text):
+            characters = list(dict.fromkeys(ch for ch in word if UNK_ID in self.encode(ch)))
+            spelt = any(ch not in characters for ch in word)  # else the whole word is <unk>s: named alone
+            said.append(f"{', '.join(characters)} in {word}" if characters and spelt else word)
+        return said
+
     @classmethod
     def train(cls, sentences: Sequence[str], settings: TokenizerSettings) -> "Tokenizer":
         model = io.BytesIO()

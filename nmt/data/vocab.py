@@ -61,6 +61,10 @@ class WordVocabulary:
         """The words of ``text`` outside the vocabulary, which encode reads as <unk>."""
         return [word for word in text.split() if word not in self.ids and word != "<unk>"]
 
+    def unknown_text(self, text: str) -> list[str]:
+        """What of ``text`` is read as <unk>, as a message names it: its unknown words, each one <unk>."""
+        return self.unknown_words(text)
+
 
 def is_word_vocabulary(model_proto: bytes) -> bool:
     return bytes(model_proto).startswith(MAGIC)

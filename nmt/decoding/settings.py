@@ -2,6 +2,7 @@
 and the checks that refuse an option that is invalid or that the chosen strategy does not read. A new
 strategy or option starts here (ARCHITECTURE.md, "a decoding strategy")."""
 
+import difflib
 from dataclasses import dataclass, fields
 
 STRATEGIES = ("greedy", "beam", "sample")
@@ -62,13 +63,18 @@ class SearchConfig:
         return self.beam_size if self.ranks else 1
 
 
+def _did_you_mean(name: str, options: list[str]) -> str:
+    close = difflib.get_close_matches(name, options, n=1, cutoff=0.6)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
 def search_problems(values: dict, key: str = "decode") -> list[str]:
     """Every invalid option of a search block ``values`` (absent options take their defaults), one line
     each naming ``key`` (``decode``, or ``validation.search`` for validation's search)."""
     names = [f.name for f in fields(SearchConfig)]
     unknown = [k for k in values if k not in names]
     if unknown:
-        return [f"{key}.{unknown[0]}: not a search option; valid: {names}"]
+        return [f"{key}.{unknown[0]}: not a search option{_did_you_mean(unknown[0], names)}; valid: {names}"]
     v = {f.name: f.default for f in fields(SearchConfig)} | dict(values)
 
     def integer(x) -> bool:
@@ -78,7 +84,11 @@ def search_problems(values: dict, key: str = "decode") -> list[str]:
         return isinstance(x, int | float) and not isinstance(x, bool)
 
     checks = [
-        ("strategy", v["strategy"] in STRATEGIES, f"is not one of {list(STRATEGIES)}{_closest(v['strategy'])}"),
+        (
+            "strategy",
+            v["strategy"] in STRATEGIES,
+            f"is not one of {list(STRATEGIES)}{_did_you_mean(str(v['strategy']), list(STRATEGIES))}",
+        ),
         ("beam_size", integer(v["beam_size"]) and v["beam_size"] >= 1, "must be at least 1"),
         ("length_penalty", number(v["length_penalty"]), "must be a number (0: raw log-probability)"),
         ("max_len_a", number(v["max_len_a"]) and v["max_len_a"] >= 0, "must be a number >= 0"),
@@ -96,13 +106,6 @@ def search_problems(values: dict, key: str = "decode") -> list[str]:
         ),
     ]
     return [f"{key}.{name}={v[name]!r} {what}" for name, ok, what in checks if not ok]
-
-
-def _closest(strategy) -> str:
-    import difflib
-
-    close = difflib.get_close_matches(str(strategy), STRATEGIES, n=1, cutoff=0.6)
-    return f" (did you mean {close[0]}?)" if close else ""
 
 
 SEARCH_TAGS = {  # options and their short names in evaluation folder names (evaluate.py, a decoding grid)
@@ -174,7 +177,10 @@ def search_settings(own: dict | None, given: dict | None, refuse_unread: bool = 
     given = {k: v for k, v in (given or {}).items() if v is not None}
     unknown = [k for k in given if k not in fields]
     if unknown:  # (+decode.beamsize=5, or a misspelt keyword of the API): a TypeError's traceback
-        raise ValueError(f"decode.{unknown[0]}={given[unknown[0]]}: not a search option; valid: {', '.join(fields)}")
+        raise ValueError(
+            f"decode.{unknown[0]}={given[unknown[0]]}: not a search option{_did_you_mean(unknown[0], list(fields))}; "
+            f"valid: {', '.join(fields)}"
+        )
     values = {k: v for k, v in (own or {}).items() if k in fields}
     search = SearchConfig(**{**values, **given})
     unread = [k for k in UNREAD[search.strategy] if k in given]

@@ -36,6 +36,7 @@ from nmt.utils.io import atomic_write_text
 log = logging.getLogger(__name__)
 MAX_POSITIONS = 1024  # rows of the absolute position table written for CTranslate2
 FORMATS = ("ctranslate2",)
+CT2_MAX_INPUT_LENGTH = 1024  # translate_batch's default max_input_length: pieces a source keeps, end token in
 
 
 def _model_option(target: str, group: str = "model") -> str:
@@ -300,6 +301,15 @@ class CTranslate2Model:
         if target is not None:
             options.setdefault("max_decoding_length", target)
         batch = [self.source.pieces(self.source.encode(line)) for line in lines]
+        cut = options.get("max_input_length", CT2_MAX_INPUT_LENGTH)  # 0: CTranslate2 cuts nothing
+        long_lines = [n for n, pieces in enumerate(batch) if cut and len(pieces) + 1 > cut]
+        if long_lines:  # as our translator's on_long_input=truncate says it: never a silently shorter source
+            log.warning(
+                "%d input line(s) longer than %d subword tokens were truncated (first: line %d)",
+                len(long_lines),
+                cut - 1,
+                long_lines[0] + 1,
+            )
         results = self.translator.translate_batch(batch, **options)
         return [self.target.decode([self.target.sp.piece_to_id(p) for p in r.hypotheses[0]]) for r in results]
 

@@ -224,6 +224,13 @@ class Translator:
             return self.translate_nbest([lines], n_best, one, scores, with_attention, first_line)[0]
         lines = list(lines)  # any iterable, read once (a generator was read twice)
         prefixes = None if prefixes is None else list(prefixes)
+        for given, name in ((lines, "line"), (prefixes or [], "prefix")):
+            wrong = next((n for n, text in enumerate(given) if not isinstance(text, str)), None)
+            if wrong is not None:  # SentencePiece's own TypeError names no line
+                raise TypeError(
+                    f"{name} {first_line + wrong}: {type(given[wrong]).__name__}, not text; give a str for every "
+                    f"{name} ('' for an empty one)"
+                )
         beams = self.search.hypotheses
         if not 1 <= n_best <= beams:
             raise ValueError(
@@ -243,12 +250,13 @@ class Translator:
         encoded = self._encode_sources(lines, first_line)
         forced = [self.tgt_tokenizer.encode(p) if p else [] for p in prefixes] if prefixes else None
         for number, (prefix, ids) in enumerate(zip(prefixes or [], encoded, strict=False), start=first_line):
-            unknown = self.tgt_tokenizer.unknown_words(prefix) if prefix and ids else []  # an empty line: not decoded
+            unknown = self.tgt_tokenizer.unknown_text(prefix) if prefix and ids else []  # an empty line: not decoded
             if unknown:  # forced as <unk>: the output begins with it, not with the prefix's text
                 log.warning(
-                    "line %d: prefix words the target vocabulary cannot spell, forced as <unk>: %s",
+                    "line %d: the prefix holds what the target vocabulary cannot spell, forced as <unk> and shown "
+                    "as ⁇, so the output does not begin with the prefix as written: %s",
                     number,
-                    ", ".join(unknown),
+                    "; ".join(unknown),
                 )
         results: list[list[Hypothesis]] = [[Hypothesis("", 0.0, 0.0)] for _ in lines]
         non_empty = [i for i, ids in enumerate(encoded) if ids]
@@ -281,9 +289,9 @@ class Translator:
         """A language model's continuations of one prompt (prompts are not padded, so one at a time): the
         prompt follows a sentence end, as every sentence of its training stream does."""
         prompt = self._encode_sources([line], number, keep_end=True)[0]  # the context nearest the continuation
-        unknown = self.src_tokenizer.unknown_words(line)
+        unknown = self.src_tokenizer.unknown_text(line)
         if unknown:
-            log.warning("line %d: words outside the vocabulary, read as <unk>: %s", number, ", ".join(unknown))
+            log.warning("line %d: outside the vocabulary, read as <unk>: %s", number, "; ".join(unknown))
         kept, room = continuation_room(self.model, prompt, self.max_new_tokens)  # within a learned position table
         if len(kept) < len(prompt):
             log.warning("line %d: the continuation follows the prompt's last %d tokens (the model's position "

@@ -8,6 +8,7 @@ A request carries text only (no path, no checkpoint: the model is fixed at start
 and a bad one gets a 4xx with a message, never a stack trace.
 """
 
+import html
 import threading
 
 from fastapi import FastAPI, Request
@@ -81,7 +82,7 @@ def create_app(translator: Translator, max_chars: int = 1000, title: str = "nmt"
 
     @app.get("/", response_class=HTMLResponse)
     def page() -> str:
-        return PAGE.replace("{{title}}", title)
+        return PAGE.replace("{{title}}", html.escape(title))  # a run folder's name is text, never markup
 
     @app.get("/api/info")
     def info() -> dict:

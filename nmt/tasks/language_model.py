@@ -235,9 +235,9 @@ def generate(
     training stream does; greedy and beam give one continuation, sampling ``num_samples``."""
     vocab = loaded.tgt_tokenizer
     ids = vocab.encode(prompt)
-    unknown = vocab.unknown_words(prompt)
+    unknown = vocab.unknown_text(prompt)
     if unknown:
-        console.print(f"[yellow]prompt words outside the vocabulary, read as <unk>: {', '.join(unknown)}")
+        console.print(f"[yellow]prompt text outside the vocabulary, read as <unk>: {'; '.join(unknown)}")
     rows = num_samples if search.samples else 1
     device = next(loaded.model.parameters()).device
     kept, room = continuation_room(loaded.model, ids, max_new_tokens)  # within a learned position table
