@@ -197,11 +197,11 @@ def _other_options_with(key: str, conf: Path, groups: list[str]) -> list[str]:
         return []
     owners = []
     for path in sorted((conf / group).glob("*.yaml")):
-        if any("@package _global_" in line for line in path.read_text().splitlines()[:3]):
-            continue  # its keys are top-level keys, not keys under the group's name
+        # a global option's keys are top-level keys: task=translation sets task.rouge as `task: {rouge: ...}`
+        overall = any("@package _global_" in line for line in path.read_text().splitlines()[:3])
         try:
             absent = object()  # a key set to null is still the option's key (additive's attention_dim: null)
-            if OmegaConf.select(OmegaConf.load(path), rest, default=absent) is not absent:
+            if OmegaConf.select(OmegaConf.load(path), key if overall else rest, default=absent) is not absent:
                 owners.append(path.stem)
         except Exception:  # noqa: BLE001  (a file that does not load alone: not an owner to name)
             continue

@@ -330,6 +330,9 @@ def test_a_key_of_another_option_of_its_group_is_named_so():
     # a key whose value is null in its option (additive's attention_dim) is that option's key all the same
     message = unknown_key_message(["model=rnn", "attention.attention_dim=16"], "train")
     assert "it is a key of attention=additive, not of attention=multiplicative" in (message or "")
+    # an option of a group whose files set top-level keys (task=lm): it suggested task._target_
+    message = unknown_key_message(["task=lm", "task.rouge=true"], "train")
+    assert "it is a key of task=summarization or task=translation, not of task=lm" in (message or ""), message
     # evaluate.py's data block is its own, not the data group: the keys it takes are named
     message = unknown_key_message(["data.block_size=32"], "evaluate")
     assert "evaluate.py's data block takes only data.root, data.eval_stride" in message and "None" not in message

@@ -204,6 +204,13 @@ def evaluate_config(*overrides: str):
         (["decode.beam_size=8"], r"decode.beam_size=8: options of generation from a prompt; without prompt="),
         (["max_new_tokens=5", "num_samples=2"], r"max_new_tokens=5, num_samples=2: options of generation"),
         (["attention_maps=[0]"], r"attention_maps=\[0\]: options of generation"),
+        # options that did nothing, said nothing: each named with what does the job
+        (["max_input_len=20"], r"max_input_len=20: the source length a translation cuts at; a language model reads"),
+        (["data.columns=[0,1]"], r"data.columns=\[0, 1\]: the fields of a split=files:<x.tsv> of a translation"),
+        (["prompt=the", "data.eval_stride=8"], r"data.eval_stride=8: options of scoring perplexity; with prompt="),
+        (["prompt=the", "split=val"], r"split=val: options of scoring perplexity"),
+        (["prompt=the", "decode.max_len_b=5"], r"decode.max_len_b=5: an output's limit .* max_new_tokens=N sets"),
+        (["prompt=the", "decode.min_len=5", "max_new_tokens=3"], r"decode.min_len=5: more than the 3 words"),
     ],
 )
 def test_evaluate_options_that_a_language_model_cannot_use_are_refused(overrides, message):
@@ -378,6 +385,12 @@ def test_a_tiny_language_model_learns_the_counting_corpus_and_generates(ptb_fold
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         translate_cfg = compose("translate", overrides=[f"ckpt_path={checkpoint}", "alignments=true", "input=-"])
     with pytest.raises(ValueError, match=r"alignments=true: a language model's continuation has no source"):
+        run_translate(translate_cfg)
+    (tmp_path / "starts.txt").write_text("w9\n")  # refused before any line is read, not at each line's decoding
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        given = [f"ckpt_path={checkpoint}", f"prefix_file={tmp_path / 'starts.txt'}", "input=-"]
+        translate_cfg = compose("translate", overrides=given)
+    with pytest.raises(ValueError, match=r"prefix_file=.*starts.txt: a language model continues each line, its prompt"):
         run_translate(translate_cfg)
     # a grid of settings chooses by decoded scores, which perplexity is not
     with pytest.raises(AssertionError, match="a grid chooses by the scores of decoded outputs"):

@@ -319,7 +319,9 @@ def test_a_folder_where_nothing_was_trained_takes_the_corrected_command(tmp_path
 @pytest.mark.slow
 def test_a_smoke_run_leaves_nothing_that_a_real_run_resumes(tmp_path, capsys):
     train(compose_train(*QUICK, "++trainer.fast_dev_run=true", f"run_dir={tmp_path}"))
-    capsys.readouterr()
+    # a second smoke run with other settings trains afresh too (its record refused it: "other settings")
+    train(compose_train(*QUICK, "++trainer.fast_dev_run=true", "decode.beam_size=3", f"run_dir={tmp_path}"))
+    assert "held a smoke run (trainer.fast_dev_run): its checkpoints are removed" in capsys.readouterr().out
     results = train(compose_train(*QUICK, f"run_dir={tmp_path}"))
     out = capsys.readouterr().out
     assert "held a smoke run (trainer.fast_dev_run)" in out and "Resuming" not in out
@@ -993,6 +995,9 @@ def test_a_checkpoint_of_another_run_is_held_to_that_runs_tokenizers_and_setting
         train(
             compose_train(*QUICK, f"ckpt_path={ckpt}", f"run_dir={tmp_path / 'a'}", "data.tokenizer.model_type=unigram")
         )
+    # another task's checkpoint: said as that, before any of this run's data is read (the corpus is not there)
+    with pytest.raises(RunFolderError, match=r"last\.ckpt: a checkpoint of task=translation, and this run is task=lm"):
+        train(compose_train("task=lm", f"ckpt_path={ckpt}", f"run_dir={tmp_path / 'lm'}", f"data.root={tmp_path}/no"))
     other = (
         r"was trained with other settings \(lr: [\d.]+ -> 0\.001; optim\.optimizer\.lr: [\d.]+ -> 0\.001\); pass resume"
     )

@@ -94,6 +94,11 @@ def _run_translate(cfg: DictConfig) -> dict:
     translator = Translator.from_config(cfg)
     if cfg.alignments and translator.continues:
         raise ValueError("alignments=true: a language model's continuation has no source to align with; leave it out")
+    if cfg.prefix_file and translator.continues:  # refused once here, not as each line's decoding error
+        raise ValueError(
+            f"prefix_file={cfg.prefix_file}: a language model continues each line, its prompt; give the prefix as "
+            "part of the line and leave prefix_file out"
+        )
     beams = translator.search.hypotheses
     if not 1 <= int(cfg.n_best) <= beams:
         raise ValueError(

@@ -89,6 +89,39 @@ class LanguageModelTask(Task):
                 f"samples={cfg.samples}: the sample translations printed; a language model translates nothing "
                 "(prompt=... prints its continuations); leave it out"
             )
+        if cfg.get("max_input_len") is not None:
+            raise ValueError(
+                f"max_input_len={cfg.max_input_len}: the source length a translation cuts at; a language model reads "
+                "no source (perplexity is scored in windows of data.block_size; a prompt keeps the last words its "
+                "position table holds): leave it out"
+            )
+        data = cfg.get("data") or {}
+        if data.get("columns") is not None:
+            raise ValueError(
+                f"data.columns={list(data.columns)}: the fields of a split=files:<x.tsv> of a translation; a "
+                "language model is scored on its own corpus's train, val or test: leave it out"
+            )
+        if cfg.get("prompt") is not None:  # a continuation: nothing is scored, its length is its own
+            decode = cfg.get("decode") or {}
+            scored = [f"data.eval_stride={data.eval_stride}"] if data.get("eval_stride") is not None else []
+            scored += [f"split={cfg.split}"] if cfg.get("split", "test") != "test" else []
+            if scored:
+                raise ValueError(
+                    f"{', '.join(scored)}: options of scoring perplexity; with prompt=... a language model continues "
+                    "the prompt and scores nothing: leave them out, or the prompt"
+                )
+            length = [f"decode.{k}={decode[k]}" for k in ("max_len_a", "max_len_b") if decode.get(k) is not None]
+            if length:
+                raise ValueError(
+                    f"{', '.join(length)}: an output's limit as a multiple of its source's length; a continuation "
+                    f"has no source: max_new_tokens=N sets the words it may add (null: {NEW_TOKENS})"
+                )
+            most = NEW_TOKENS if new_tokens is None else new_tokens
+            if decode.get("min_len") is not None and decode.min_len > most:
+                raise ValueError(
+                    f"decode.min_len={decode.min_len}: more than the {most} words a continuation may add "
+                    f"(max_new_tokens={new_tokens}); lower it, or raise max_new_tokens"
+                )
         if "prompt" in cfg and cfg.prompt is None:  # evaluate.py without a prompt: perplexity, nothing generated
             given = [f"decode.{k}={v}" for k, v in (cfg.get("decode") or {}).items() if v is not None]
             given += [f"max_new_tokens={new_tokens}"] if new_tokens is not None else []

@@ -96,6 +96,20 @@ def resolve_resume(cfg: DictConfig, checkpoint_dir: Path) -> str | None:
     return str(candidate)
 
 
+def check_checkpoint_task(resume: str, task) -> None:
+    """A checkpoint of another task (a language model continued as a summariser) refused before any data is
+    read, naming both: its tokenizers would differ too, but that says less and comes later."""
+    from nmt.tasks import build_task, task_config
+
+    config = load_checkpoint(resume)[CHECKPOINT_KEY]["config"]
+    theirs = build_task(task_config(config))
+    if type(theirs) is not type(task):
+        raise RunFolderError(
+            f"ckpt_path={resume}: a checkpoint of task={theirs.name}, and this run is task={task.name}: continue "
+            f"it with its own run's settings (task={theirs.name}), or train afresh without ckpt_path"
+        )
+
+
 def check_checkpoint_elsewhere(resume: str, identity: dict, force: bool, src_tokenizer, tgt_tokenizer) -> list[str]:
     """A run continued from another run's checkpoint (``ckpt_path`` outside its own folder) is held to that
     run's settings as a rerun in its folder is: other tokenizers are refused (the embeddings would read every

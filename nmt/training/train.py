@@ -32,6 +32,7 @@ from nmt.training.loggers import log_results_to_wandb
 from nmt.training.module import TaskModule
 from nmt.training.resume import (
     check_checkpoint_elsewhere,
+    check_checkpoint_task,
     check_weights_fit,
     global_step,
     how_to_rerun,
@@ -150,14 +151,14 @@ def _claim_folder(cfg: DictConfig, run_dir: Path, identity: dict) -> dict | None
             "never writes into it: give the smoke run another run_dir"
         )
     if saved_smoke:
-        if not is_smoke_run(identity["config"]):
-            # a fast_dev_run's checkpoints are not a start for a real run
-            for stale in states:
-                stale.unlink()
-            (run_dir / RESULTS).unlink(missing_ok=True)
-            saved_path.unlink(missing_ok=True)
-            saved = None
-            print(f"{run_dir} held a smoke run (trainer.fast_dev_run): its checkpoints are removed, training afresh")
+        # a fast_dev_run's checkpoints are a start for no run: a real one, or another smoke run (of other
+        # settings, which its record would refuse; of the same, which would resume past its one batch)
+        for stale in states:
+            stale.unlink()
+        (run_dir / RESULTS).unlink(missing_ok=True)
+        saved_path.unlink(missing_ok=True)
+        saved = None
+        print(f"{run_dir} held a smoke run (trainer.fast_dev_run): its checkpoints are removed, training afresh")
     if not real_work and saved_path.is_file():
         # nothing was trained here (a run that stopped on a mistake before its first checkpoint): its record
         # binds nothing, so the corrected command trains in the folder afresh
@@ -244,12 +245,18 @@ def _train_in_folder(cfg: DictConfig, task, run_dir: Path, config: dict, main_pr
     loss = instantiate(cfg.smoothing, pad_id=PAD_ID)
     checkpoint_dir = run_dir / "checkpoints"
     resume = resolve_resume(cfg, checkpoint_dir)
+    elsewhere = resume is not None and Path(resume).resolve().parent not in (
+        checkpoint_dir.resolve(),
+        run_dir.resolve(),
+    )
+    if elsewhere:  # its own folder's checkpoints are of this run: its fingerprint was checked
+        check_checkpoint_task(resume, task)
     L.seed_everything(cfg.seed, workers=True, verbose=False)
 
     datamodule.prepare_data()
     src_tokenizer, tgt_tokenizer = datamodule.build_tokenizers()
     force = str(cfg.get("resume", "auto")) == "force"
-    if resume is not None and Path(resume).resolve().parent not in (checkpoint_dir.resolve(), run_dir.resolve()):
+    if elsewhere:
         changed = check_checkpoint_elsewhere(resume, identity, force, src_tokenizer, tgt_tokenizer)
         if changed and main_process:
             print(f"warning: resume=force: continuing {resume} under other settings ({'; '.join(changed)})")
