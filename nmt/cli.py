@@ -151,10 +151,10 @@ def unknown_key_message(argv: list[str], config_name: str, conf: Path = CONF) ->
                 f"error: {key!r} (on the command line): validation.search takes every search option, but lists "
                 f"only those it sets: add this one with +{key}=... ({_search_readers(option)})"
             )
-        if owners and choices.get(group) is None:  # not a group here: the config's own block of that name
-            keys = [k for k in known if k.startswith(f"{group}.")]
-            hint = f"{config_name}.py's {group} block takes only {', '.join(keys) or 'no keys'}"
-        elif owners:
+        keys = [k for k in known if k.startswith(f"{group}.")]
+        if owners and choices.get(group) is None and keys:  # not a group here: the config's own block of that name
+            hint = f"{config_name}.py's {group} block takes only {', '.join(keys)}"
+        elif owners and choices.get(group) is not None:
             hint = f"it is a key of {' or '.join(f'{group}={o}' for o in owners)}, not of {group}={choices.get(group)}"
         elif close:
             hint = f"did you mean {' or '.join(repr(c) for c in close)}?"

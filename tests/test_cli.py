@@ -333,6 +333,9 @@ def test_a_key_of_another_option_of_its_group_is_named_so():
     # an option of a group whose files set top-level keys (task=lm): it suggested task._target_
     message = unknown_key_message(["task=lm", "task.rouge=true"], "train")
     assert "it is a key of task=summarization or task=translation, not of task=lm" in (message or ""), message
+    # a command without a task group or block (evaluate.py): the likest key of its own, not "no keys"
+    message = unknown_key_message(["task.rouge=true"], "evaluate")
+    assert "did you mean 'rouge'?" in (message or "") and "block takes only" not in message, message
     # evaluate.py's data block is its own, not the data group: the keys it takes are named
     message = unknown_key_message(["data.block_size=32"], "evaluate")
     assert "evaluate.py's data block takes only data.root, data.eval_stride" in message and "None" not in message

@@ -211,6 +211,10 @@ def evaluate_config(*overrides: str):
         (["prompt=the", "split=val"], r"split=val: options of scoring perplexity"),
         (["prompt=the", "decode.max_len_b=5"], r"decode.max_len_b=5: an output's limit .* max_new_tokens=N sets"),
         (["prompt=the", "decode.min_len=5", "max_new_tokens=3"], r"decode.min_len=5: more than the 3 words"),
+        (
+            ["prompt=the", "decode.min_len=60"],
+            r"decode.min_len=60: more than the 50 words .*\(max_new_tokens null: 50\)",
+        ),
     ],
 )
 def test_evaluate_options_that_a_language_model_cannot_use_are_refused(overrides, message):
@@ -227,6 +231,8 @@ def test_num_samples_is_refused_for_a_checkpoint_that_translates():
 
 def test_options_of_generation_are_taken_with_a_prompt_and_a_zero_stride_is_refused():
     LanguageModelTask().check_evaluation(evaluate_config("prompt=the", "decode.beam_size=8", "max_new_tokens=0"))
+    # a min_len that is no number is left to the search's check, which names it (it was a TypeError's traceback)
+    LanguageModelTask().check_evaluation(evaluate_config("prompt=the", "decode.min_len=ten"))
     with pytest.raises(ValueError, match=r"data.eval_stride=0 must be in \[1, data.block_size=16\]"):
         LanguageModelDataModule(block_size=16, eval_stride=0)
 

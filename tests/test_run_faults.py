@@ -996,8 +996,15 @@ def test_a_checkpoint_of_another_run_is_held_to_that_runs_tokenizers_and_setting
             compose_train(*QUICK, f"ckpt_path={ckpt}", f"run_dir={tmp_path / 'a'}", "data.tokenizer.model_type=unigram")
         )
     # another task's checkpoint: said as that, before any of this run's data is read (the corpus is not there)
-    with pytest.raises(RunFolderError, match=r"last\.ckpt: a checkpoint of task=translation, and this run is task=lm"):
+    with pytest.raises(
+        RunFolderError, match=r"last\.ckpt: a checkpoint of task=translation, whose model reads a source"
+    ):
         train(compose_train("task=lm", f"ckpt_path={ckpt}", f"run_dir={tmp_path / 'lm'}", f"data.root={tmp_path}/no"))
+    # a task of the same kind of model is another setting: a translator continues as a summariser when forced
+    forced = [*QUICK, "task=summarization", f"ckpt_path={ckpt}", f"run_dir={tmp_path / 's'}"]
+    with pytest.raises(RunFolderError, match=r"task\._target_: .*TranslationTask.* -> .*SummarizationTask"):
+        train(compose_train(*forced))
+    assert train(compose_train(*forced, "resume=force"))["finished"]
     other = (
         r"was trained with other settings \(lr: [\d.]+ -> 0\.001; optim\.optimizer\.lr: [\d.]+ -> 0\.001\); pass resume"
     )

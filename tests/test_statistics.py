@@ -852,6 +852,12 @@ def test_an_interval_past_what_the_metric_can_take_is_said_where_it_is_read(tmp_
     assert "relative" not in ranking.split("can take:")[1].split(". There")[0]  # the other cells stay unnamed
     findings = report[report.index("## Findings") :].split(" ## ")[0]
     assert f"their 95% intervals reach past the values test_bleu can take ({named})" in findings
+    # two seeds, where such intervals are most common: no finding drawn, the caveat said all the same
+    (tmp_path / "two").mkdir()
+    synthetic_sweep(tmp_path / "two", [r for r in records if r["seed"] < 3])
+    two = " ".join(write_report(tmp_path / "two").read_text().split())
+    findings = two[two.index("## Findings") :].split(" ## ")[0]
+    assert "None drawn" in findings and "their 95% intervals reach past the values test_bleu can take" in findings
     # the bounds by the metric's name: scores in percent, accuracies as fractions, perplexity at least 1
     assert metric_range("val_as_test_bleu_tok_lc") == metric_range("test_rougeL") == (0.0, 100.0)
     assert metric_range("val_acc") == (0.0, 1.0) and metric_range("test_ppl") == (1.0, math.inf)

@@ -380,8 +380,12 @@ def test_a_negative_average_or_an_unknown_search_option_is_refused_not_ignored(c
     translator = Translator.from_checkpoint(checkpoints["seed1"], device="cpu")
     with pytest.raises(TypeError, match=r"^line 2: NoneType, not text; give a str for every line"):
         translator.translate(["one", None])  # SentencePiece's TypeError named no line
-    with pytest.raises(TypeError, match=r"^prefix 8: bytes, not text"):
-        translator.translate_nbest(["one", "two"], prefixes=["", b"acht"], first_line=7)
+    with pytest.raises(TypeError, match=r"^prefix 8: int, not text"):
+        translator.translate_nbest(["one", "two"], prefixes=["", 8], first_line=7)
+    # a None prefix is no prefix, as it was, and UTF-8 bytes are text to SentencePiece
+    assert translator.translate_nbest(["one", b"two"], prefixes=[None, ""]) == translator.translate_nbest(
+        ["one", "two"]
+    )
     out = subprocess.run(
         command(f"ckpt_path={checkpoints['seed1']}", "+decode.foo=1"), input="one\n", capture_output=True,
         text=True, timeout=300,

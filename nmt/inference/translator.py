@@ -224,8 +224,9 @@ class Translator:
             return self.translate_nbest([lines], n_best, one, scores, with_attention, first_line)[0]
         lines = list(lines)  # any iterable, read once (a generator was read twice)
         prefixes = None if prefixes is None else list(prefixes)
-        for given, name in ((lines, "line"), (prefixes or [], "prefix")):
-            wrong = next((n for n, text in enumerate(given) if not isinstance(text, str)), None)
+        # text, as SentencePiece reads it (str, or UTF-8 bytes); a prefix may be None: none for that line
+        for given, name, takes in ((lines, "line", (str, bytes)), (prefixes or [], "prefix", (str, bytes, type(None)))):
+            wrong = next((n for n, text in enumerate(given) if not isinstance(text, takes)), None)
             if wrong is not None:  # SentencePiece's own TypeError names no line
                 raise TypeError(
                     f"{name} {first_line + wrong}: {type(given[wrong]).__name__}, not text; give a str for every "

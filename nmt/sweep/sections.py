@@ -240,6 +240,14 @@ def findings(
     facts: dict | None = None,
 ) -> None:
     doc.heading("Findings")
+    rows = ranking.get("rows") or []
+    past = past_range_cells(rows, list(levels), metric)
+    # a found difference and a null alike rest on the seeds' scatter; so does reading the numbers at all
+    scatter = (
+        f"**Caveat:** some cells' scores are not scattered as the tests assume (normally over seeds): their 95% "
+        f"intervals reach past the values {metric} can take ({past}), as a run far from the others makes them "
+        "(the Ranking says more)."
+    )
     if not conclusive:
         doc.paragraph(
             "None drawn: some cells have fewer than 3 seeds. The numbers below describe the runs; they do not "
@@ -247,8 +255,9 @@ def findings(
         )
         for caveat in caveats(facts or {}, levels):  # what limits reading the numbers too
             doc.paragraph(f"**Caveat:** {caveat}")
+        if past:
+            doc.paragraph(scatter)
         return
-    rows = ranking.get("rows") or []
     means = {round(float(row["mean"]), 9) for row in rows}
     if len(means) == 1 and all(float(row.get("std") or 0) == 0 for row in rows):
         doc.paragraph(
@@ -310,12 +319,7 @@ def findings(
         sentences.append("One configuration: nothing to compare. The table below gives its mean over seeds.")
     if effects_found or better or worse:
         sentences += [f"**Caveat:** {c}" for c in caveats(facts or {}, levels)]
-    past = past_range_cells(rows, list(levels), metric)
-    if past:  # a found difference and a null alike rest on the seeds' scatter
-        sentences.append(
-            f"**Caveat:** some cells' scores are not scattered as the tests assume (normally over seeds): their "
-            f"95% intervals reach past the values {metric} can take ({past}), as a run far from the others makes "
-            "them (the Ranking says more)."
-        )
+    if past:
+        sentences.append(scatter)
     for sentence in sentences:
         doc.paragraph(sentence)

@@ -117,10 +117,12 @@ class LanguageModelTask(Task):
                     f"has no source: max_new_tokens=N sets the words it may add (null: {NEW_TOKENS})"
                 )
             most = NEW_TOKENS if new_tokens is None else new_tokens
-            if decode.get("min_len") is not None and decode.min_len > most:
+            min_len = decode.get("min_len")
+            if type(min_len) is int and min_len > most:  # another value: the search's own check names it
                 raise ValueError(
-                    f"decode.min_len={decode.min_len}: more than the {most} words a continuation may add "
-                    f"(max_new_tokens={new_tokens}); lower it, or raise max_new_tokens"
+                    f"decode.min_len={min_len}: more than the {most} words a continuation may add (max_new_tokens"
+                    f"{'=' + str(new_tokens) if new_tokens is not None else ' null: ' + str(NEW_TOKENS)}); lower it, "
+                    "or raise max_new_tokens"
                 )
         if "prompt" in cfg and cfg.prompt is None:  # evaluate.py without a prompt: perplexity, nothing generated
             given = [f"decode.{k}={v}" for k, v in (cfg.get("decode") or {}).items() if v is not None]

@@ -97,16 +97,20 @@ def resolve_resume(cfg: DictConfig, checkpoint_dir: Path) -> str | None:
 
 
 def check_checkpoint_task(resume: str, task) -> None:
-    """A checkpoint of another task (a language model continued as a summariser) refused before any data is
-    read, naming both: its tokenizers would differ too, but that says less and comes later."""
+    """A checkpoint of a task whose model is of another kind (a language model continued as a summariser, a
+    translator as a language model) refused before any data is read, naming both: its tokenizers would differ
+    too, but that says less and comes later. A task of the same kind (a translator continued as a summariser)
+    is another setting, which resume=force may continue under (check_checkpoint_elsewhere)."""
     from nmt.tasks import build_task, task_config
 
     config = load_checkpoint(resume)[CHECKPOINT_KEY]["config"]
     theirs = build_task(task_config(config))
-    if type(theirs) is not type(task):
+    if theirs.reads_source != task.reads_source:
+        kinds = {True: "reads a source (sequence to sequence)", False: "continues a text (a language model)"}
         raise RunFolderError(
-            f"ckpt_path={resume}: a checkpoint of task={theirs.name}, and this run is task={task.name}: continue "
-            f"it with its own run's settings (task={theirs.name}), or train afresh without ckpt_path"
+            f"ckpt_path={resume}: a checkpoint of task={theirs.name}, whose model {kinds[theirs.reads_source]}; "
+            f"this run is task={task.name}, whose model {kinds[task.reads_source]}: continue it with its own run's "
+            f"settings (task={theirs.name}), or train afresh without ckpt_path"
         )
 
 
