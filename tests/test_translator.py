@@ -307,6 +307,27 @@ def test_translate_py_from_standard_input_refuses_a_prefix_file_with_lines_left_
     assert f"error: prefix_file={tmp_path / 'prefix.txt'} has 3 lines but standard input had 2" in out.stderr
 
 
+@pytest.mark.parametrize("script", ["translate.py", "export.py"])
+def test_putting_a_model_to_use_never_loads_lightning(checkpoints, script, tmp_path):
+    """Lightning is the training loop's: translating and exporting a checkpoint never import it (several
+    seconds of a translate.py's start went to it, most of the wait before the first line)."""
+    args = [f"ckpt_path={checkpoints['seed1']}", "threads=1", "device=cpu"]
+    if script == "export.py":
+        args = [args[0], f"out={tmp_path / 'exported'}"]
+    code = (
+        "import atexit, runpy, sys; "
+        "atexit.register(lambda: print('lightning loaded:', 'lightning' in sys.modules, file=sys.stderr)); "
+        f"sys.argv = sys.argv[1:]; runpy.run_path({str(ROOT / script)!r}, run_name='__main__')"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-c", code, script, *args], input="one two\n", capture_output=True, text=True,
+        env=env, cwd=tmp_path, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "lightning loaded: False" in done.stderr
+
+
 def test_translate_py_warnings_go_to_standard_error_not_among_the_translations(checkpoints):
     """The truncation warning was logged to standard output: a pipe got one line more than it gave."""
     stdin = "one two\n" + "seven " * 30 + "\nthree\n"

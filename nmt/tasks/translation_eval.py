@@ -10,7 +10,7 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from nmt.data.files import checked_columns, read_split_files
+from nmt.data.file_specs import checked_columns, read_split_files
 from nmt.data.sources import locate, read_parallel
 from nmt.data.tokenizer import BOS_ID, EOS_ID
 from nmt.decoding.settings import SEARCH_TAGS, UNREAD, SearchConfig

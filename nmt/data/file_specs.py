@@ -1,0 +1,92 @@
+"""How a split names its files (a pair of line-aligned files, a TSV file, or a prefix) and reading them.
+
+Apart from the data module (nmt/data/files.py): scoring and translating read files this way without loading
+Lightning, whose data modules they never build."""
+
+import os
+from pathlib import Path
+
+from omegaconf import ListConfig
+
+from nmt.data.sources import read_lines, read_parallel
+
+SPEC_FORMS = "[src_file, tgt_file], a .tsv file, or a file prefix"
+
+
+def checked_spec(split: str, spec):
+    """A split's files as given (``~`` expanded; a prefix Hydra read as a number as its text), or ValueError
+    naming ``data.<split>`` for anything else (true, a list of other than two paths)."""
+    if spec is None:
+        return None
+    if isinstance(spec, int | float) and not isinstance(spec, bool):  # a prefix Hydra read as a number: 2016
+        spec = str(spec)
+    if isinstance(spec, str | os.PathLike) and str(spec).strip():
+        return str(Path(spec).expanduser())
+    paths = list(spec) if isinstance(spec, list | tuple | ListConfig) else []
+    if len(paths) == 2 and all(isinstance(p, str | os.PathLike) and str(p).strip() for p in paths):
+        return [str(Path(p).expanduser()) for p in paths]
+    shown = list(spec) if isinstance(spec, list | tuple | ListConfig) else spec
+    raise ValueError(f"data.{split}={shown!r}: a split is {SPEC_FORMS}")
+
+
+def checked_columns(columns) -> tuple[int, int]:
+    """data.columns: the TSV fields of source and target, two different whole numbers >= 0."""
+    values = list(columns) if isinstance(columns, list | tuple | ListConfig) else None
+    if (
+        values is None
+        or len(values) != 2
+        or not all(type(v) is int and v >= 0 for v in values)
+        or values[0] == values[1]
+    ):
+        shown = values if values is not None else columns
+        raise ValueError(
+            f"data.columns={shown!r}: the TSV fields of the source and the target, two different whole numbers "
+            "from 0, e.g. [1,0]"
+        )
+    return values[0], values[1]
+
+
+def spec_paths(spec, src_lang: str, tgt_lang: str) -> list[Path]:
+    """The files a split's ``spec`` names (none for a split not given)."""
+    if spec is None:
+        return []
+    if isinstance(spec, str) and (spec.endswith(".tsv") or spec.endswith(".tsv.gz")):
+        return [Path(spec)]
+    if isinstance(spec, str):
+        paths = []
+        for lang in (src_lang, tgt_lang):
+            plain, gz = Path(f"{spec}.{lang}"), Path(f"{spec}.{lang}.gz")
+            paths.append(plain if plain.exists() or not gz.exists() else gz)
+        return paths
+    if len(spec) != 2:
+        raise ValueError(f"{list(spec)}: a split is {SPEC_FORMS}")
+    return [Path(p) for p in spec]
+
+
+def read_split_files(spec, src_lang: str, tgt_lang: str, columns=(0, 1)) -> tuple[list[str], list[str]]:
+    """``spec``: [src_file, tgt_file], a TSV path (columns give source and target), or a prefix whose
+    ``.<src_lang>`` / ``.<tgt_lang>`` files (optionally .gz) exist."""
+    if isinstance(spec, str) and (spec.endswith(".tsv") or spec.endswith(".tsv.gz")):
+        src, tgt = [], []
+        width = None  # the first line's number of fields, which every line must have
+        for number, line in enumerate(read_lines(spec), start=1):
+            fields = line.split("\t")
+            if not line.strip():  # a blank line is a pair with both sides empty, as in the two-file form
+                fields = [""] * (max(columns) + 1)
+            elif width is None:
+                width = (number, len(fields))
+            elif len(fields) != width[1]:
+                # a tab inside a sentence shifts or cuts the columns: the pair read would be silently wrong
+                raise ValueError(
+                    f"{spec}, line {number}: {len(fields)} tab-separated fields, line {width[0]} {width[1]}; a tab "
+                    f"inside a sentence of one of them? Every line needs the same fields"
+                )
+            if len(fields) <= max(columns):
+                raise ValueError(
+                    f"{spec}, line {number}: {len(fields)} tab-separated fields, needs column "
+                    f"{max(columns)} (data.columns={list(columns)})"
+                )
+            src.append(fields[columns[0]])
+            tgt.append(fields[columns[1]])
+        return src, tgt
+    return read_parallel(*spec_paths(spec, src_lang, tgt_lang))
