@@ -228,6 +228,21 @@ def test_the_mode_check_reads_the_direction_the_sweep_ranks_by(metric, mode):
     assert ranking(records, metric)[0]["cell"] == ("a" if mode == "min" else "b")
 
 
+@pytest.mark.parametrize("task", ["lm", "translation"])
+def test_a_validation_search_where_validation_decodes_nothing_is_refused(task):
+    """task=lm validation.search.beam_size=3 trained as if nothing were said: a language model decodes nothing
+    in validation, and neither does a translator with validation.bleu_every_n_epochs=0."""
+    given = ["validation.search.strategy=beam", "+validation.search.beam_size=3"]
+    off = ["validation.bleu_every_n_epochs=0"] if task == "translation" else []
+    cfg = compose_train(f"task={task}", *off, *given)
+    problems = unused_groups(cfg, {"task": task}, [f"task={task}", *off, *given])
+    assert [p.split(":")[0].strip() for p in problems] == given
+    assert all("validation decodes no sentences here (validation.bleu_every_n_epochs=0)" in p for p in problems)
+    if task == "translation":  # where validation decodes, its search applies
+        cfg = compose_train(*given)
+        assert unused_groups(cfg, {"task": task}, given) == []
+
+
 def test_groups_the_model_uses_are_accepted():
     cfg = compose_train("model=rnn", "attention=additive")
     assert unused_groups(cfg, {"model": "rnn", "attention": "additive"}, ["model=rnn", "attention=additive"]) == []

@@ -71,7 +71,7 @@ def unused_groups(cfg: DictConfig, choices: dict | None = None, overrides: list[
     for override in overrides:
         key = override.lstrip("+~").split("=", 1)[0]
         given.setdefault(key.split(".", 1)[0], key)
-    problems = _unread_shared_keys(cfg, choices, overrides)
+    problems = _unread_shared_keys(cfg, choices, overrides) + _unread_validation_search(cfg, overrides)
     model_cfg = OmegaConf.to_container(cfg.model, resolve=False) if cfg.get("model") is not None else {}
     used = {g for g in MODEL_PART_GROUPS if "${" + g + "}" in str(model_cfg)}
     for group in MODEL_PART_GROUPS:
@@ -83,6 +83,20 @@ def unused_groups(cfg: DictConfig, choices: dict | None = None, overrides: list[
                 f"(of {', '.join(MODEL_PART_GROUPS)} it uses {applies}); remove it"
             )
     return problems
+
+
+def _unread_validation_search(cfg: DictConfig, overrides: list[str]) -> list[str]:
+    """``validation.search.*`` given on the command line where validation decodes nothing
+    (``validation.bleu_every_n_epochs=0``, which a language model requires): no search reads it."""
+    every = OmegaConf.select(cfg, "validation.bleu_every_n_epochs", default=None)
+    if every:
+        return []
+    return [
+        f"  {override}: validation decodes no sentences here (validation.bleu_every_n_epochs={every}), so no "
+        "search reads it; remove it"
+        for override in overrides
+        if override.lstrip("+~").split("=", 1)[0].split(".")[:2] == ["validation", "search"]
+    ]
 
 
 # top-level keys that the optimiser groups read where they apply (conf/optim/*.yaml: ${lr}, ${warmup}, ...)
