@@ -4,11 +4,14 @@ import hydra
 from omegaconf import DictConfig
 
 from nmt.cli import check_command_line, run_cli
-from nmt.training.train import train
 
 
 @hydra.main(config_path="conf", config_name="train", version_base="1.3")
 def main(cfg: DictConfig) -> None:
+    # imported here, not above: a mistyped group or key (check_command_line) is said before torch and
+    # Lightning are loaded
+    from nmt.training.train import train
+
     run_cli(train, cfg)
 
 
