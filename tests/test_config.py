@@ -54,6 +54,13 @@ def test_experiment_presets_compose(experiment):
     build_datamodule(cfg.data, "/tmp/unused", 1)  # constructing reads nothing
 
 
+@pytest.mark.parametrize("grid", ["position", "lm_position"])
+def test_the_position_sweep_presets_hold_every_position_encoding(grid):
+    """Their comment says "every position encoding": a new file of conf/pos/ is swept with the others."""
+    params = OmegaConf.load(CONF / "grid" / f"{grid}.yaml").params
+    assert sorted(str(params.pos).split(",")) == options("pos")
+
+
 def plain(*overrides: str) -> dict:
     """The composed config as plain data, its run name aside (it names the chosen groups)."""
     cfg = compose_train("name=run", *overrides, tiny=False)

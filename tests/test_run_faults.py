@@ -873,6 +873,20 @@ def test_a_changed_code_hash_says_whether_the_commit_changed_or_only_uncommitted
     assert differences(saved, {**saved}) == []
 
 
+def test_a_folder_whose_run_differs_only_in_its_code_says_other_code_not_other_settings(tmp_path):
+    """Same settings, nmt/ edited since: the refusal said "a run made with other settings (code: ...)"."""
+    from nmt.training.run_folder import RunFolderError, check_identity
+
+    saved = {"config": {"seed": 1}, "code": {"hash": "a", "commit": "1" * 40, "dirty": False}}
+    for config, other in (({"seed": 1}, "other code"), ({"seed": 2}, "other settings and code")):
+        with pytest.raises(RunFolderError, match=rf"holds a run made with {other} \("):
+            check_identity(tmp_path, {"config": config, "code": {"hash": "b", "commit": "1" * 40}}, False, saved)
+    with pytest.raises(RunFolderError, match=r"holds a run made with other settings \(seed: 1 -> 2\)"):
+        check_identity(tmp_path, {"config": {"seed": 2}, "code": saved["code"]}, False, saved)
+    warning = check_identity(tmp_path, {"config": {"seed": 1}, "code": {"hash": "b"}}, True, saved)
+    assert warning.startswith(f"warning: resume=force: continuing {tmp_path} under other code (code: ")
+
+
 def stopped_by_sigterm_in(step: str, args: list[str], tmp_path: Path, monkeypatch) -> tuple[dict, Path]:
     """The uninterrupted run of ``args`` (its results), and the folder of the same run stopped by SIGTERM in
     ``nmt.training.train.<step>`` (exit 143), the step restored for a rerun."""

@@ -199,10 +199,12 @@ def check_identity(run_dir: Path, current: dict, force: bool, saved: dict | None
     if not changed:
         return None
     listing = "; ".join(changed[:12]) + (f"; and {len(changed) - 12} more" if len(changed) > 12 else "")
+    code = sum(line.startswith("code: ") for line in changed)  # an edit of nmt/ or conf/ alone is not a setting
+    other = "other code" if code == len(changed) else "other settings and code" if code else "other settings"
     if force:
-        return f"warning: resume=force: continuing {run_dir} under other settings ({listing})"
+        return f"warning: resume=force: continuing {run_dir} under {other} ({listing})"
     raise RunFolderError(
-        f"{run_dir} holds a run made with other settings ({listing}); choose another run_dir, or pass "
+        f"{run_dir} holds a run made with {other} ({listing}); choose another run_dir, or pass "
         "resume=force to continue it anyway"
     )
 
