@@ -95,6 +95,18 @@ def test_incremental_decoding_equals_full_forward(pos, norm, placement):
             torch.testing.assert_close(logits.log_softmax(-1), full[:, t], atol=1e-5, rtol=1e-4)
 
 
+@pytest.mark.parametrize("pos", POS_OPTIONS)
+def test_every_encoding_but_none_tells_the_source_positions_apart(pos):
+    """The tests above check that an encoding is consistent, which one that encoded nothing would pass too.
+    Without one the model cannot tell the source's order: attention sums over the source's positions, so
+    reversing the source leaves every output unchanged; with one the outputs change."""
+    model = make_model(pos)
+    src, tgt = batch()
+    with torch.no_grad():
+        same = torch.allclose(model(src, tgt), model(src.flip(1), tgt), atol=1e-5, rtol=1e-4)
+    assert same == (pos == "none")
+
+
 def test_reordered_state_follows_the_chosen_rows():
     model = make_model("rope")
     src, tgt = batch()
