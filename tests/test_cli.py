@@ -235,10 +235,17 @@ def test_a_validation_search_where_validation_decodes_nothing_is_refused(task):
     in validation, and neither does a translator with validation.bleu_every_n_epochs=0."""
     given = ["validation.search.strategy=beam", "+validation.search.beam_size=3"]
     off = ["validation.bleu_every_n_epochs=0"] if task == "translation" else []
+    if task == "translation":
+        off += [f"{s}.monitor=val_loss" for s in ("checkpoint", "early_stopping")]
+        off += [f"{s}.mode=min" for s in ("checkpoint", "early_stopping")]
     cfg = compose_train(f"task={task}", *off, *given)
     problems = unused_groups(cfg, {"task": task}, [f"task={task}", *off, *given])
     assert [p.split(":")[0].strip() for p in problems] == given
     assert all("validation decodes no sentences here (validation.bleu_every_n_epochs=0)" in p for p in problems)
+    # said once (above): the config check does not also ask for a strategy that reads it
+    check_config(compose_train(f"task={task}", *off, "+validation.search.beam_size=3"))
+    # deleting the block is no option given
+    assert unused_groups(cfg, {"task": task}, [f"task={task}", *off, "~validation.search"]) == []
     if task == "translation":  # where validation decodes, its search applies
         cfg = compose_train(*given)
         assert unused_groups(cfg, {"task": task}, given) == []

@@ -47,7 +47,7 @@ class LanguageModelTask(Task):
         if cfg.get("model") is not None and not decoder_only(cfg.model):
             problems.append(f"  task={self.name} cannot train {cfg.model._target_}: use model=transformer_lm")
         data = OmegaConf.select(cfg, "data._target_", default=None)
-        # imported here: the data modules are Lightning's, which translating and scoring never load
+        # imported here: the data modules are Lightning's, which translating and exporting never load
         from nmt.data.lm import LanguageModelDataModule
 
         if data is not None and not issubclass(get_class(data), LanguageModelDataModule):

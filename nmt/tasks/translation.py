@@ -74,7 +74,7 @@ class TranslationTask(Task):
         if decoder_only(cfg.get("model")):
             problems.append(f"  task={self.name} cannot train {cfg.model._target_}: use model=transformer or model=rnn")
         data = OmegaConf.select(cfg, "data._target_", default=None)
-        # imported here: the data modules are Lightning's, which translating and scoring never load
+        # imported here: the data modules are Lightning's, which translating and exporting never load
         from nmt.data.datamodule import ParallelDataModule
 
         if data is not None and not issubclass(get_class(data), ParallelDataModule):

@@ -139,6 +139,8 @@ def check_config(cfg: DictConfig, choices: dict | None = None) -> None:
         if value is not None and value not in allowed:
             problems.append(f"  {key}={value!r}: must be one of {allowed}")
     for key in ("decode", "validation.search"):  # checked now, not when the final decode meets them
+        if key == "validation.search" and not OmegaConf.select(cfg, "validation.bleu_every_n_epochs", default=1):
+            continue  # no search reads it: one on the command line is refused as such (unused_groups)
         block = OmegaConf.select(cfg, key, default=None)
         if isinstance(block, DictConfig):
             values = OmegaConf.to_container(block, resolve=True)

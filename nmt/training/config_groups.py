@@ -95,7 +95,8 @@ def _unread_validation_search(cfg: DictConfig, overrides: list[str]) -> list[str
         f"  {override}: validation decodes no sentences here (validation.bleu_every_n_epochs={every}), so no "
         "search reads it; remove it"
         for override in overrides
-        if override.lstrip("+~").split("=", 1)[0].split(".")[:2] == ["validation", "search"]
+        if not override.startswith("~")
+        and override.lstrip("+").split("=", 1)[0].split(".")[:2] == ["validation", "search"]
     ]
 
 
