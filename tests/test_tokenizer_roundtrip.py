@@ -179,3 +179,27 @@ def test_a_lowercase_tokenizer_trained_twice_is_the_same_byte_for_byte(tmp_path)
     # the models of SentencePiece's own rules are left byte for byte
     plain = Tokenizer.train(sentences, TokenizerSettings(vocab_size=300))
     assert Tokenizer(plain.sp.serialized_model_proto()).model_proto == plain.sp.serialized_model_proto()
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_bare_word_boundary_pieces_leave_no_runs_of_spaces_nor_spaces_at_the_ends(lang):
+    """An undertrained model writes bare "▁" pieces: the output kept their spaces (a Chinese line ended in
+    26 of them), and two n-best hypotheses differing only in such pieces showed as the same text."""
+    segmenter = Segmenter("jieba" if lang == "zh" else "none")
+    sentences = [segmenter(s) for s in corpus(lang)]  # as the data module feeds SentencePiece
+    tokenizer = Tokenizer(
+        Tokenizer.train(sentences, TokenizerSettings(vocab_size=400)).sp.serialized_model_proto(), segmenter
+    )
+    bare = tokenizer.sp.piece_to_id("▁")
+    words = "一个 男人" if lang == "zh" else "a man"
+    expected = tokenizer.decode(tokenizer.encode(words))
+    ids = [bare, bare, *tokenizer.encode(words)[:1], bare, bare, bare, *tokenizer.encode(words)[1:], bare, bare]
+    text = tokenizer.decode(ids)
+    assert text == expected == ("一个男人" if lang == "zh" else "a man")
+    # what encoding keeps: runs of spaces and spaces at the ends never reach the pieces of a reference
+    twice = tokenizer.decode(tokenizer.encode(f"{words} {words}"))
+    assert (
+        tokenizer.decode(tokenizer.encode(f"  {words}   {words} "))
+        == twice
+        == ("一个男人一个男人" if lang == "zh" else "a man a man")
+    )

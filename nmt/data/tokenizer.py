@@ -32,6 +32,7 @@ NORMALIZATIONS = ("identity", "lowercase", "nmt_nfkc", "nfkc", "nmt_nfkc_cf", "n
 # what would split an output line, or a field of translate.py's tab-separated output: a tab and every line
 # boundary of str.splitlines
 _SEPARATORS = re.compile("[\t\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
+_SPACE_RUN = re.compile(" {2,}")
 
 TRAINING_SEED = 1234  # the sample of a corpus larger than max_sentences (Tokenizer.train)
 
@@ -102,8 +103,10 @@ class Tokenizer:
         (which would shorten the hypothesis silently); with byte fallback, text never needs one."""
         text = self.sp.decode([i for i in ids if i == UNK_ID or i > EOS_ID])
         # byte pieces could spell a line break, which no reference holds and which would shift every
-        # later line of a hypothesis file, or a tab, which would split a field of translate.py's output
-        return self.segmenter.undo(_SEPARATORS.sub(" ", text))
+        # later line of a hypothesis file, or a tab, which would split a field of translate.py's output;
+        # a model's bare "▁" pieces spell runs of spaces, and spaces at the ends, which encoding never
+        # keeps (SentencePiece removes extra whitespace): one space, none at the ends, as a reference reads
+        return self.segmenter.undo(_SPACE_RUN.sub(" ", _SEPARATORS.sub(" ", text)).strip(" "))
 
     def pieces(self, ids: Sequence[int]) -> list[str]:
         return [self.sp.id_to_piece(i) for i in ids]
