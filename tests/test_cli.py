@@ -244,6 +244,11 @@ def test_a_validation_search_where_validation_decodes_nothing_is_refused(task):
     assert all("validation decodes no sentences here (validation.bleu_every_n_epochs=0)" in p for p in problems)
     # said once (above): the config check does not also ask for a strategy that reads it
     check_config(compose_train(f"task={task}", *off, "+validation.search.beam_size=3"))
+    # the whole validation block given as one value, its search inside it
+    whole = "validation={bleu_every_n_epochs:0,search:{strategy:beam}}"
+    cfg = compose_train(f"task={task}", *off[1:], whole)
+    [problem] = unused_groups(cfg, {}, [whole])
+    assert problem.strip().startswith(f"{whole}: validation decodes") and problem.endswith("remove its search")
     # deleting the block is no option given
     assert unused_groups(cfg, {"task": task}, [f"task={task}", *off, "~validation.search"]) == []
     if task == "translation":  # where validation decodes, its search applies

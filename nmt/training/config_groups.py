@@ -93,11 +93,24 @@ def _unread_validation_search(cfg: DictConfig, overrides: list[str]) -> list[str
         return []
     return [
         f"  {override}: validation decodes no sentences here (validation.bleu_every_n_epochs={every}), so no "
-        "search reads it; remove it"
+        f"search reads it; remove {'its search' if override.lstrip('+').startswith('validation=') else 'it'}"
         for override in overrides
-        if not override.startswith("~")
-        and override.lstrip("+").split("=", 1)[0].split(".")[:2] == ["validation", "search"]
+        if not override.startswith("~") and _sets_validation_search(override)
     ]
+
+
+def _sets_validation_search(override: str) -> bool:
+    """Whether an override sets something under ``validation.search``: a key under it, or the whole
+    ``validation`` block given as one value that holds a ``search`` (``validation={search:{strategy:beam}}``)."""
+    key = override.lstrip("+").split("=", 1)[0]
+    if key.split(".")[:2] == ["validation", "search"]:
+        return True
+    if key != "validation":
+        return False
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    value = OverridesParser.create().parse_overrides([override])[0].value()
+    return isinstance(value, dict) and "search" in value
 
 
 # top-level keys that the optimiser groups read where they apply (conf/optim/*.yaml: ${lr}, ${warmup}, ...)
