@@ -110,6 +110,8 @@ def test_course_baseline_has_the_reported_shape():
     [
         ("model.num_heads=5", "not divisible by model.num_heads=5"),
         ("decode.beam_size=0", "decode.beam_size=0"),
+        ("decode.beam_size=2.5", "decode.beam_size=2.5 must be a whole number, at least 1"),
+        ("decode.top_k=1.5", "decode.top_k=1.5 must be a whole number >= 0 (0: off)"),
         ("smoothing.smoothing=1.0", "smoothing.smoothing=1.0"),
         ("model.dropout=1.5", "model.dropout=1.5"),
         ("data.max_tokens=-3", "data.max_tokens=-3"),

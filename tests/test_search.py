@@ -7,7 +7,7 @@ import torch
 
 from nmt.decoding.beam import length_penalty
 from nmt.decoding.search import beam_search, decode, greedy
-from nmt.decoding.settings import SearchConfig
+from nmt.decoding.settings import STRATEGIES, SearchConfig
 from nmt.models.state import DecoderState
 
 from .conftest import CONF
@@ -90,7 +90,7 @@ def test_outputs_respect_the_length_limit():
     model = ScriptedModel({t: {4: 1.0} for t in range(8)})  # never ends by itself
     src = torch.tensor([[5, 5, 5, 3], [5, 3, 0, 0]])
     cfg = SearchConfig(beam_size=3, max_len_a=2.0, max_len_b=1)  # limits 9 and 5 tokens incl. EOS
-    for strategy in ("greedy", "beam", "sample"):
+    for strategy in STRATEGIES:
         out = decode(model, src, BOS, EOS, SearchConfig(**{**cfg.__dict__, "strategy": strategy}))
         assert [len(o) for o in out] == [8, 4]
 
@@ -360,11 +360,26 @@ def test_one_predicate_says_which_strategies_rank_hypotheses():
     from nmt.decoding.search import ranked_hypotheses
     from nmt.decoding.settings import RANKED, STRATEGIES
 
-    for strategy in STRATEGIES:
-        search = SearchConfig(strategy=strategy, beam_size=4)
+    for strategy in STRATEGIES:  # RANKED names the option that says how many hypotheses a ranking search keeps
+        search = SearchConfig(strategy=strategy, **{RANKED.get(strategy, "beam_size"): 4})
         assert search.ranks == (strategy in RANKED) and search.hypotheses == (4 if strategy in RANKED else 1)
     with pytest.raises(ValueError, match=r"decode.strategy='greedy': not a ranking search"):
         ranked_hypotheses(None, None, BOS, EOS, SearchConfig(strategy="greedy"))
+
+
+@pytest.mark.parametrize("config", ["train", "evaluate", "translate", "serve"])
+def test_every_decode_block_holds_every_search_option(config):
+    """A SearchConfig option missing from a config's decode block can be given only with +decode.<option>= (and
+    evaluate.py, translate.py and serve.py would not take it from the run): every block lists every option,
+    conf/train.yaml at SearchConfig's defaults, the others null (the run's own setting)."""
+    from dataclasses import fields
+
+    from omegaconf import OmegaConf
+
+    block = OmegaConf.to_container(OmegaConf.load(CONF / f"{config}.yaml").decode)
+    defaults = {f.name: f.default for f in fields(SearchConfig)}
+    assert list(block) == list(defaults)
+    assert block == (defaults if config == "train" else dict.fromkeys(defaults))
 
 
 def test_a_learned_table_refuses_positions_beyond_it_from_the_host():

@@ -9,7 +9,7 @@ import torch
 from nmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
 from nmt.decoding.constraints import banned_tokens
 from nmt.decoding.search import decode
-from nmt.decoding.settings import SearchConfig
+from nmt.decoding.settings import STRATEGIES, SearchConfig
 from nmt.metrics.corpus import rouge_scores
 from nmt.models.state import DecoderState
 from nmt.tasks.summarization import SummarizationTask
@@ -51,7 +51,7 @@ def test_banned_tokens_by_hand():
     assert banned_tokens([5], 3) == [] and banned_tokens([5, 6, 5], 0) == []
 
 
-@pytest.mark.parametrize("strategy", ["greedy", "beam", "sample"])
+@pytest.mark.parametrize("strategy", STRATEGIES)
 @pytest.mark.parametrize("n", [1, 2, 3])
 def test_ngram_blocking_never_emits_a_repeated_ngram(strategy, n):
     src = torch.full((3, 10), 9)
@@ -64,7 +64,7 @@ def test_ngram_blocking_never_emits_a_repeated_ngram(strategy, n):
         assert len(out) >= min(3, 12 - 4)  # blocking changes the tokens, it does not end the output
 
 
-@pytest.mark.parametrize("strategy", ["greedy", "beam", "sample"])
+@pytest.mark.parametrize("strategy", STRATEGIES)
 def test_minimum_length_holds(strategy):
     src = torch.full((2, 8), 9)
     settings = dict(strategy=strategy, beam_size=2, max_len_a=0, max_len_b=20, seed=0)

@@ -73,6 +73,43 @@ def test_a_sampling_seed_fixes_each_lines_sample_whatever_the_batching(checkpoin
     assert other_seed != together
 
 
+def test_a_ranking_search_is_told_each_lines_number_whatever_the_batching(checkpoints, monkeypatch):
+    """A ranking search that draws at random (none ships; a new one may) seeds each line's stream from its
+    number, as sampling does, so its outputs cannot depend on the batching: the Translator and evaluate.py's
+    decoding hand ranked_hypotheses each row's line number (they once handed it none)."""
+    import nmt.decoding.search as search
+    import nmt.inference.translator as translator_module
+
+    lines = ["one two", "three four five six", "seven", "eight nine"]
+    loaded = load_model(checkpoints["seed1"], device="cpu")
+    told: list[dict] = []
+
+    def recording(model, src, bos_id, eos_id, cfg, prefixes=None, numbers=None):
+        rows = [[t for t in row if t != 0] for row in src.tolist()]
+        told[-1].update({number: row for number, row in zip(numbers, rows, strict=True)})
+        return real(model, src, bos_id, eos_id, cfg, prefixes, numbers)
+
+    real = search.ranked_hypotheses
+    monkeypatch.setattr(search, "ranked_hypotheses", recording)
+    monkeypatch.setattr(translator_module, "ranked_hypotheses", recording)
+    expected = {n: loaded.src_tokenizer.encode(line) + [EOS_ID] for n, line in enumerate(lines, 1)}
+    for max_tokens in (8, 6000):  # one line a batch, then all in one
+        told.append({})
+        Translator.from_checkpoint(checkpoints["seed1"], beam_size=2, max_tokens=max_tokens, device="cpu").translate(
+            lines
+        )
+        told.append({})
+        translate_lines(
+            loaded.model, loaded.src_tokenizer, loaded.tgt_tokenizer, lines, SearchConfig(beam_size=2), max_tokens
+        )
+    assert told == [expected] * 4
+    told.append({})  # a line numbered as the caller says
+    Translator.from_checkpoint(checkpoints["seed1"], beam_size=2, device="cpu").translate_nbest(
+        lines[1:2], first_line=2
+    )
+    assert told[-1] == {2: expected[2]}
+
+
 @pytest.mark.parametrize("model", ["seed1", "rnn"])
 def test_nbest_scores_are_the_models_own_log_probabilities(checkpoints, model):
     """With no length penalty the search's score of a hypothesis is its log-probability, which a separate

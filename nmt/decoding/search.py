@@ -48,7 +48,8 @@ def decode(
     if cfg.min_len:
         _warn_if_min_len_unreachable(src, model.pad_id, cfg, position_limits(model)[1])
     if cfg.ranks:
-        return [hyps[0][1] if hyps else [] for hyps in ranked_hypotheses(model, src, bos_id, eos_id, cfg, prefixes)]
+        found = ranked_hypotheses(model, src, bos_id, eos_id, cfg, prefixes, numbers)
+        return [hyps[0][1] if hyps else [] for hyps in found]
     if cfg.strategy == "greedy" and not (cfg.constrains or prefixes):
         return _greedy(model, src, bos_id, eos_id, cfg)
     if cfg.strategy == "greedy" or cfg.samples:  # one token a step, with constraints or drawn
@@ -57,9 +58,17 @@ def decode(
 
 
 def ranked_hypotheses(
-    model, src, bos_id: int, eos_id: int, cfg: SearchConfig, prefixes: list[list[int]] | None = None
+    model,
+    src,
+    bos_id: int,
+    eos_id: int,
+    cfg: SearchConfig,
+    prefixes: list[list[int]] | None = None,
+    numbers: Sequence[int] | None = None,
 ) -> list[list[tuple[float, list[int]]]]:
-    """Per sentence, the hypotheses of a ranking search (``cfg.ranks``) as (score, token ids), best first."""
+    """Per sentence, the hypotheses of a ranking search (``cfg.ranks``) as (score, token ids), best first.
+    ``numbers`` as for :func:`decode`: a ranking search that draws at random seeds each sentence's stream
+    from its number (:func:`sentence_generators`), so that its outputs do not depend on the batching."""
     if cfg.strategy == "beam":
         return beam_hypotheses(model, src, bos_id, eos_id, cfg, prefixes)
     raise ValueError(f"decode.strategy={cfg.strategy!r}: not a ranking search ({list(RANKED)}) dispatched here")

@@ -9,8 +9,9 @@ STRATEGIES = ("greedy", "beam", "sample")
 
 
 # the strategies that keep several hypotheses per sentence and rank them (n-best, a batch's tokens shared out
-# among them): search.ranked_hypotheses dispatches them; a new one goes in both
-RANKED = ("beam",)
+# among them), each with the option that says how many it keeps (the n-best limit, the rows a sentence takes,
+# the number in its evaluation folder's name): search.ranked_hypotheses dispatches them; a new one goes in both
+RANKED = {"beam": "beam_size"}
 # the strategies that draw tokens at random: decode.seed seeds them (one stream per sentence), and a language
 # model's num_samples asks them for several continuations of one prompt
 SAMPLED = ("sample",)
@@ -60,7 +61,7 @@ class SearchConfig:
     @property
     def hypotheses(self) -> int:
         """Hypotheses kept per sentence: the most n-best can return, and the rows each sentence takes."""
-        return self.beam_size if self.ranks else 1
+        return getattr(self, RANKED[self.strategy]) if self.ranks else 1
 
 
 def _did_you_mean(name: str, options: list[str]) -> str:
@@ -89,20 +90,20 @@ def search_problems(values: dict, key: str = "decode") -> list[str]:
             v["strategy"] in STRATEGIES,
             f"is not one of {list(STRATEGIES)}{_did_you_mean(str(v['strategy']), list(STRATEGIES))}",
         ),
-        ("beam_size", integer(v["beam_size"]) and v["beam_size"] >= 1, "must be at least 1"),
+        ("beam_size", integer(v["beam_size"]) and v["beam_size"] >= 1, "must be a whole number, at least 1"),
         ("length_penalty", number(v["length_penalty"]), "must be a number (0: raw log-probability)"),
         ("max_len_a", number(v["max_len_a"]) and v["max_len_a"] >= 0, "must be a number >= 0"),
-        ("max_len_b", integer(v["max_len_b"]) and v["max_len_b"] >= 0, "must be an integer >= 0"),
+        ("max_len_b", integer(v["max_len_b"]) and v["max_len_b"] >= 0, "must be a whole number >= 0"),
         ("early_stopping", isinstance(v["early_stopping"], bool), "must be true or false"),
         ("temperature", number(v["temperature"]) and v["temperature"] > 0, "must be positive"),
-        ("top_k", integer(v["top_k"]) and v["top_k"] >= 0, "must be >= 0"),
+        ("top_k", integer(v["top_k"]) and v["top_k"] >= 0, "must be a whole number >= 0 (0: off)"),
         ("top_p", number(v["top_p"]) and 0 < v["top_p"] <= 1, "must be in (0, 1]"),
         ("seed", v["seed"] is None or integer(v["seed"]), "must be an integer or null"),
-        ("min_len", integer(v["min_len"]) and v["min_len"] >= 0, "must be >= 0"),
+        ("min_len", integer(v["min_len"]) and v["min_len"] >= 0, "must be a whole number >= 0"),
         (
             "no_repeat_ngram_size",
             integer(v["no_repeat_ngram_size"]) and v["no_repeat_ngram_size"] >= 0,
-            "must be >= 0 (0: off)",
+            "must be a whole number >= 0 (0: off)",
         ),
     ]
     return [f"{key}.{name}={v[name]!r} {what}" for name, ok, what in checks if not ok]

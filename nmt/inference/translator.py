@@ -267,15 +267,14 @@ class Translator:
         for batch in token_batches(lengths, budget, order):
             src = self._pad([encoded[i] + [EOS_ID] for i in batch])
             batch_prefixes = [forced[i] for i in batch] if forced else None
+            numbers = [first_line + i for i in batch]  # seeded searches draw each line's stream from its number
             if self.search.ranks:
-                found = ranked_hypotheses(self.model, src, BOS_ID, EOS_ID, self.search, batch_prefixes)
+                found = ranked_hypotheses(self.model, src, BOS_ID, EOS_ID, self.search, batch_prefixes, numbers)
                 found = [hyps[:n_best] or [(0.0, [])] for hyps in found]
             else:
                 found = [
                     [(float("nan"), ids)]
-                    for ids in decode(
-                        self.model, src, BOS_ID, EOS_ID, self.search, batch_prefixes, [first_line + i for i in batch]
-                    )
+                    for ids in decode(self.model, src, BOS_ID, EOS_ID, self.search, batch_prefixes, numbers)
                 ]
             for i, hyps in zip(batch, found, strict=True):
                 results[i] = [Hypothesis(self.tgt_tokenizer.decode(ids), score, float("nan")) for score, ids in hyps]
@@ -301,7 +300,8 @@ class Translator:
         context = torch.tensor([[EOS_ID, *prompt]], device=self.device)
         search = replace(self.search, max_len_a=0.0, max_len_b=room)  # the limit counts the end token
         if search.ranks:
-            found = ranked_hypotheses(self.model, context, BOS_ID, EOS_ID, search)[0][:n_best] or [(0.0, [])]
+            found = ranked_hypotheses(self.model, context, BOS_ID, EOS_ID, search, numbers=[number])[0][:n_best]
+            found = found or [(0.0, [])]
         else:
             found = [(float("nan"), decode(self.model, context, BOS_ID, EOS_ID, search, numbers=[number])[0])]
         results = []

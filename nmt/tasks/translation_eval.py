@@ -13,7 +13,7 @@ from rich.table import Table
 from nmt.data.file_specs import checked_columns, read_split_files
 from nmt.data.sources import locate, read_parallel
 from nmt.data.tokenizer import BOS_ID, EOS_ID
-from nmt.decoding.settings import SEARCH_TAGS, UNREAD, SearchConfig
+from nmt.decoding.settings import RANKED, SEARCH_TAGS, UNREAD, SearchConfig
 from nmt.utils.io import atomic_write_text
 from nmt.utils.plots import save_attention_maps
 
@@ -40,10 +40,11 @@ def split_tag(
     if "/" in split:  # a path: files:c/a_b and files:c/a/b read the same once flattened, and must not share
         name += f"_{zlib.crc32(split.encode()):08x}"
     tag += f"{name}_{search.strategy}"
-    tag += str(search.beam_size) if search.ranks else ""
+    kept = RANKED.get(search.strategy)  # a ranking search's hypotheses kept (beam5), named after its strategy
+    tag += str(search.hypotheses) if kept else ""
     reference = reference or search
     unread = UNREAD.get(search.strategy, ())  # at their defaults in the search, whatever the run's own: no name
-    for key in (f.name for f in fields(SearchConfig) if f.name not in ("strategy", "beam_size", *unread)):
+    for key in (f.name for f in fields(SearchConfig) if f.name not in ("strategy", kept, *unread)):
         value = getattr(search, key)
         if value != getattr(reference, key):  # an option without a short name is named in full
             tag += f"_{SEARCH_TAGS.get(key, key)}{value}"
