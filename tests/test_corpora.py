@@ -195,6 +195,43 @@ def test_a_seeded_split_without_a_test_set(tmp_path):
         train(compose_train("data=files", *settings, f"run_dir={run_dir}", *NO_FINAL_SCORES))
 
 
+@pytest.mark.slow
+def test_a_files_run_scored_from_another_folder_or_with_a_root_says_how_to_name_its_files(tmp_path, monkeypatch):
+    """A data=files run keeps its paths as given: scored from another folder, a relative path is not found;
+    the error says so and how to name the file (+data.test=PATH), which then scores. data.root, which such a
+    corpus does not take, crashed on a TypeError; a prefix given with its language's ending is named."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for split, pairs in (("train", slice(0, 300)), ("dev", slice(300, 340)), ("test", slice(340, 380))):
+        write(corpus / f"{split}.en", EN[pairs])
+        write(corpus / f"{split}.de", DE[pairs])
+    monkeypatch.chdir(tmp_path)
+    settings = ["data.train=corpus/train", "data.val=corpus/dev", "data.test=corpus/test", "data.src_lang=en"]
+    settings += ["data.tgt_lang=de", "data.tokenizer.vocab_size=80", "data.tokenizer.byte_fallback=false"]
+    settings += ["data.max_tokens=800", "trainer.max_steps=2"]
+    with pytest.raises(FileNotFoundError, match=r"data.train=corpus/train.en: a prefix, to which .en and .de are "
+                       r"added: data.train=corpus/train, or both"):  # fmt: skip
+        train(compose_train("data=files", *settings[1:], "data.train=corpus/train.en", *NO_FINAL_SCORES))
+    train(compose_train("data=files", *settings, f"run_dir={tmp_path / 'run'}", *NO_FINAL_SCORES))
+    checkpoint = tmp_path / "run" / "checkpoints" / "last.ckpt"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+
+    def scored(*overrides: str):
+        with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+            given = [f"ckpt_path={checkpoint}", f"out_dir={tmp_path / 'eval'}", "samples=0", *overrides]
+            return evaluate(compose("evaluate", overrides=given))
+
+    relative = rf"data.test=corpus/test; .* a relative path, read from the folder the command runs in \({elsewhere}\)"
+    with pytest.raises(FileNotFoundError, match=rf"{relative}: .* \(evaluate.py: \+data.test=PATH\)"):
+        scored()
+    root = r"^data.root=.*: this run's corpus \(FilesDataModule\) takes no root \(its files are named by data.train"
+    with pytest.raises(ValueError, match=rf"{root}, data.val and data.test: give .* \+data.<split>=PATH"):
+        scored(f"data.root={tmp_path}")
+    assert scored(f"+data.test={corpus / 'test'}")["sentences"] == 40
+
+
 def test_tatoeba_de_en_refuses_other_languages_and_sends_chinese_to_its_own_module(tmp_path):
     """data=tatoeba_de_en data.tgt_lang=zh trained Chinese without jieba and scored it as any text."""
     with pytest.raises(ValueError, match=r"Tatoeba Chinese-English is data=zh_en .* segments Chinese with jieba"):
@@ -415,7 +452,7 @@ def test_duplicates_split_off_are_counted_and_a_missing_split_file_is_named_firs
     missing = FilesDataModule(
         train=str(tmp_path / "pool"), val=str(tmp_path / "nope"), test_size=10_000, cache_dir=str(tmp_path / "d")
     )
-    with pytest.raises(FileNotFoundError, match=r"No such file or directory \(data\.val\)") as caught:
+    with pytest.raises(FileNotFoundError, match=r"No such file or directory \(data\.val=") as caught:
         missing.text("train")
     assert caught.value.filename == str(tmp_path / "nope.src")
     # scoring a given test set needs its own file only (a finished run's training files may be gone)

@@ -369,7 +369,11 @@ def test_a_grid_is_refused_off_the_validation_set_and_its_options_are_checked(to
         ),
         r"select_by=rougeL: .*\(ROUGE needs rouge=true\)": ("split=val", "select_by=rougeL", *grid),
         r"average_last=\[2, 99\]: only \d+ epoch checkpoint": ("split=val", "average_last=[2,99]"),
-        r"decode.beam_size=0 must be a whole number, at least 1": ("split=val", "decode.beam_size=[3,0]", f"out_dir={tmp_path}"),
+        r"decode.beam_size=0 must be a whole number, at least 1": (
+            "split=val",
+            "decode.beam_size=[3,0]",
+            f"out_dir={tmp_path}",
+        ),
         r"decode.top_p=0.9: no strategy of this grid \(beam\) reads it": (
             "split=val",
             "decode.top_p=0.9",

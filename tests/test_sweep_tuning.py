@@ -556,7 +556,7 @@ def test_a_factorial_reading_other_text_than_its_tuning_is_told_so(tmp_path, mon
     assert (
         why
         == f"it cannot be read when the sweep starts (FileNotFoundError: {missing}: No such file or directory "
-        + ("(data.train))")
+        + f"(data.train={corpus / 'train'}; a prefix, to which .src and .tgt are added))"
     )
     out = capsys.readouterr().out
     assert out.count(f"the corpus text of the tuned levels' runs is not compared with their tuning's: {why}") == 1

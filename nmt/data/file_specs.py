@@ -3,6 +3,7 @@
 Apart from the data module (nmt/data/files.py): translating and exporting read files this way without
 loading Lightning, whose data modules they never build (scoring a corpus's split builds one)."""
 
+import errno
 import os
 from pathlib import Path
 
@@ -61,6 +62,27 @@ def spec_paths(spec, src_lang: str, tgt_lang: str) -> list[Path]:
     if len(spec) != 2:
         raise ValueError(f"{list(spec)}: a split is {SPEC_FORMS}")
     return [Path(p) for p in spec]
+
+
+def missing_file(split: str, spec, path: Path, src_lang: str, tgt_lang: str) -> FileNotFoundError:
+    """The error for a file of ``data.<split>`` that is not there, saying what may have gone wrong: a prefix
+    given with its language's ending (``train.en`` read as ``train.en.en``), or a relative path read from
+    another folder than the one it was given in (a finished run scored from elsewhere)."""
+    hints = []
+    if isinstance(spec, str) and not spec.endswith((".tsv", ".tsv.gz")):
+        hints.append(f"a prefix, to which .{src_lang} and .{tgt_lang} are added")
+        for lang in (src_lang, tgt_lang):
+            if spec.endswith(f".{lang}"):  # the likely mistake: said alone
+                said = f"data.{split}={spec}: {hints[0]}: data.{split}={spec[: -len(lang) - 1]}"
+                return FileNotFoundError(errno.ENOENT, f"No such file or directory ({said}, or both files as "
+                                         "[src_file, tgt_file])", str(path))  # fmt: skip
+    if not path.is_absolute():
+        hints.append(
+            f"a relative path, read from the folder the command runs in ({Path.cwd()}): run it from the folder the "
+            f"path was given in, or give it as a path from here (evaluate.py: +data.{split}=PATH)"
+        )
+    said = f"data.{split}={spec}" if isinstance(spec, str) else f"data.{split}={list(spec)}"
+    return FileNotFoundError(errno.ENOENT, f"No such file or directory ({'; '.join([said, *hints])})", str(path))
 
 
 def read_split_files(spec, src_lang: str, tgt_lang: str, columns=(0, 1)) -> tuple[list[str], list[str]]:

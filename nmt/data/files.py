@@ -1,10 +1,16 @@
 """Any parallel corpus from files: a pair of line-aligned files or one TSV file per split."""
 
-import errno
 from collections import Counter
 
 from nmt.data.datamodule import ParallelDataModule
-from nmt.data.file_specs import SPEC_FORMS, checked_columns, checked_spec, read_split_files, spec_paths
+from nmt.data.file_specs import (
+    SPEC_FORMS,
+    checked_columns,
+    checked_spec,
+    missing_file,
+    read_split_files,
+    spec_paths,
+)
 from nmt.data.splits import check_split_sizes, pool_drops, seeded_split
 
 
@@ -51,7 +57,7 @@ class FilesDataModule(ParallelDataModule):
         for given in needed:
             for path in spec_paths(self.specs[given], self.src_lang, self.tgt_lang):
                 if not path.exists():
-                    raise FileNotFoundError(errno.ENOENT, f"No such file or directory (data.{given})", str(path))
+                    raise missing_file(given, self.specs[given], path, self.src_lang, self.tgt_lang)
         if self.specs["val"] is None or self.specs["test"] is None:
             src, tgt = read_split_files(self.specs["train"], self.src_lang, self.tgt_lang, self.columns)
             splits = seeded_split(

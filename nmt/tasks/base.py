@@ -144,11 +144,14 @@ def check_split_text(loaded, datamodule, split: str, elsewhere: str) -> None:
     before checkpoints kept the hashes is checked against its run folder's record; without one, not at all."""
     trained = (loaded.data_text or {}).get(split)
     if trained is not None and datamodule.text_hash(split) != trained:
+        # a corpus found in a folder (data.root), or one whose files the run's config names (data=files)
+        point = "point data.root at the run's copy" if hasattr(datamodule, "root") else (
+            f"give the run's files with +data.{split}=PATH")  # fmt: skip
         raise ValueError(
             f"split={split}: the {split} text of {datamodule.describe()} read now is not the text "
             f"{loaded.checkpoints[0]} was trained with (its hash differs): the corpus changed, another copy was "
             f"found first (data.root, $NMT_DATA, the cache), or a seeded split is made otherwise than when the run "
-            f"trained (pairs sharing a sentence now go to one split); point data.root at the run's copy, {elsewhere}"
+            f"trained (pairs sharing a sentence now go to one split); {point}, {elsewhere}"
         )
 
 

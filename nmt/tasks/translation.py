@@ -271,9 +271,20 @@ class TranslationTask(Task):
         """(data module, data config, (sources, references, description)) of an evaluation set, checked."""
         data_cfg = OmegaConf.create(loaded.config["data"])
         for key, value in (data_overrides or {}).items():
-            # data.columns reads a files: TSV; it reaches the corpus module only where that module reads TSVs
-            if value is not None and (key != "columns" or "columns" in data_cfg):
-                data_cfg[key] = value
+            if value is None:
+                continue
+            if key not in data_cfg:  # data.columns also reads a split=files: TSV, whatever the run's corpus
+                if key == "columns":
+                    continue
+                corpus = str(data_cfg.get("_target_", "?")).rsplit(".", 1)[-1]
+                where = (
+                    " (its files are named by data.train, data.val and data.test: give a split's moved files with "
+                    "+data.<split>=PATH, or score other files with split=files:<prefix>)"
+                    if "test" in data_cfg
+                    else ""
+                )
+                raise ValueError(f"data.{key}={value}: this run's corpus ({corpus}) takes no {key}{where}")
+            data_cfg[key] = value
         datamodule = self.build_datamodule(data_cfg, loaded.config["cache_dir"], loaded.config["seed"])
         columns = (data_overrides or {}).get("columns")
         found = load_eval_set(split, datamodule, data_cfg, loaded.config, self, columns)
