@@ -604,12 +604,30 @@ def test_runs_made_under_other_settings_stop_the_sweep_or_are_moved_aside(tmp_pa
     )
     assert run.is_dir() and not (tmp_path / "plan.json").exists()
 
+    # the report of the earlier runs, and their statistics, from which `sweep.py report` would write it again
+    from nmt.sweep import store
+    from nmt.sweep.report import write_report
+
+    stored = {"factors": {"pos": "absolute"}, "seed": 1, "metrics": {"test_bleu": 5.0}}
+    other = {"factors": {"pos": "relative"}, "seed": 1, "metrics": {"test_bleu": 6.0}}  # its folder is gone
+    store.save(tmp_path, {run.name: stored}, {"name": "earlier"}, {"pos=relative,seed=1": other})
+    for name in ("report.md", "report.html", "results.csv", "main_effects.png", "curves_pos.png"):
+        (tmp_path / name).write_text("the earlier runs' report")
     config.on_changed = "move"
     SweepReport().on_multirun_start(config)
     assert "moved to" in capsys.readouterr().out and not run.exists()
     (moved,) = (tmp_path / "superseded").glob("*/pos=absolute,seed=1")
     assert json.loads((moved / "fingerprint.json").read_text()) == fingerprint
     assert (tmp_path / "plan.json").is_file()
+    # the report and the moved run's statistics went with it: nothing reports them as this sweep's runs
+    aside = moved.parent
+    assert sorted(p.name for p in aside.iterdir() if p.is_file()) == sorted(
+        ["report.md", "report.html", "results.csv", "main_effects.png", "curves_pos.png", store.STATISTICS]
+    )
+    assert store.load(aside)["runs"] == {run.name: stored}
+    assert store.load(tmp_path) == {"runs": {}, "facts": {"name": "earlier"}, "kept": {"pos=relative,seed=1": other}}
+    with pytest.raises(FileNotFoundError, match="no finished runs"):
+        write_report(tmp_path)
 
 
 def test_a_sweep_run_without_its_fingerprint_is_judged_by_its_config(tmp_path, capsys):

@@ -9,6 +9,7 @@ plain-language findings; validation curves; one test sentence as every cell tran
 """
 
 import csv
+import shutil
 from pathlib import Path
 
 from omegaconf import OmegaConf
@@ -36,6 +37,23 @@ def resolve_baseline(records: list[dict], factors: list[str], written: dict, bas
             raise ValueError(f"baseline: {key}={value} is not a level of {key} (levels: {levels[key]})")
     first = {f: next((v for v in written.get(f, ()) if v in levels[f]), levels[f][0]) for f in factors}
     return {f: baseline.get(f, first[f]) for f in factors}
+
+
+REPORT_FILES = ("report.md", "report.html", "results.csv", "main_effects.png", "curves_*.png", "interaction_*.png")
+
+
+def set_aside(sweep_dir: Path, aside: Path, names: list[str]) -> None:
+    """Run folders ``names`` were moved to ``aside`` (made under other settings, ``on_changed=move``): the
+    report written of them goes with them, and statistics.json.gz keeps them only there, so that neither a
+    report written again from the file nor the sweep's own report counts them among this sweep's runs."""
+    saved = store.load(sweep_dir)
+    if any(name in saved["runs"] or name in saved["kept"] for name in names):
+        shutil.copy2(sweep_dir / store.STATISTICS, aside / store.STATISTICS)  # the old report's, whole
+        runs, kept = ({k: e for k, e in part.items() if k not in names} for part in (saved["runs"], saved["kept"]))
+        store.save(sweep_dir, runs, saved["facts"], kept)
+    for pattern in REPORT_FILES:
+        for path in sweep_dir.glob(pattern):
+            path.rename(aside / path.name)
 
 
 def write_report(sweep_dir: str | Path, metric: str = "auto", baseline: dict | None = None, sentence: int = 0) -> Path:

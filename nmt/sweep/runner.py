@@ -57,7 +57,7 @@ from nmt.sweep.progress import (
     too_late_to_start,
 )
 from nmt.sweep.records import RESULT, collect_records, read_record, run_record
-from nmt.sweep.report import write_report
+from nmt.sweep.report import set_aside, write_report
 from nmt.sweep.summary import FAILED, PLAN, failed_runs
 from nmt.sweep.tuned import checked_tuned_file
 from nmt.training.run_folder import RunFolderError, RunLock, finished_results, resumable, trained_results
@@ -275,6 +275,7 @@ class SweepReport(Callback):
             for name, found in changed.items():
                 (sweep_dir / name).rename(aside / name)
                 print(f"[sweep] {name} was made under other settings ({', '.join(found[:3])}): moved to {aside / name}")
+            set_aside(sweep_dir, aside, list(changed))  # the report of them, and their statistics, go with them
             changed = {}
         if changed:
             listing = "; ".join(f"{name} ({', '.join(found[:3])})" for name, found in list(changed.items())[:3])
