@@ -907,3 +907,35 @@ def test_level_tables_are_written_where_no_effect_can_be_tested(tmp_path):
     main = report.split("## Main effects")[1].split("\n## ")[0]
     assert "### pos" in main and "| relative | 1 | 33.00 |" in main
     assert "The test set has sentences 0 to 39: choose one with report_sentence=N." in report
+
+
+def test_where_the_fit_and_the_seed_level_tests_disagree_the_findings_say_why(tmp_path):
+    """One factor, cells scattered unlike: the fit's pooled variance finds pos=none worse (p 0.0084, Holm
+    0.017, as scipy's pooled t over the three cells says), Welch's test of the same contrast does not
+    (0.080, Holm 0.16). The Findings stated both, unreconciled; now they say what each test assumes."""
+    values = {"absolute": [15.0, 19.0, 23.0], "relative": [17.7, 19.0, 20.3], "none": [11.15, 11.35, 11.55]}
+    synthetic_sweep(tmp_path, [record(p, "layer", s + 1, v) for p, vs in values.items() for s, v in enumerate(vs)])
+    report = flat_report(tmp_path)
+    residual = sum(((np.array(v) - np.mean(v)) ** 2).sum() for v in values.values())
+    t = (np.mean(values["none"]) - np.mean(values["absolute"])) / np.sqrt(residual / 6 * (2 / 3))
+    pooled = 2 * stats.t.sf(abs(t), 6)
+    welch = stats.ttest_ind(values["none"], values["absolute"], equal_var=False).pvalue
+    assert pooled < 0.05 / 2 and welch * 2 > 0.05  # the two tests, Holm over two contrasts
+    assert f"pos=none lowers test_bleu against pos=absolute (7.65 ± " in report
+    assert f"p (Holm) {2 * pooled:.2g}): worse." in report
+    assert "No cell differs detectably from the baseline by the seed-level test after Holm's adjustment." in report
+    stds = sorted(float(np.std(v, ddof=1)) for v in values.values())
+    assert (
+        "The fit and the seed-level tests answer differently. The fit pools every cell's scatter over seeds into "
+        f"one estimate, as if all cells scattered alike; here the cells' standard deviations run from {stds[0]:.2f} "
+        f"to {stds[-1]:.2f}; the seed-level test compares a cell with the baseline by their own seeds alone (Welch)"
+    ) in report
+    # where they agree, nothing of it
+    (tmp_path / "agree").mkdir()
+    clear = {"absolute": [30.0, 31.0, 32.0], "relative": [40.0, 41.0, 42.0], "none": [20.0, 21.0, 22.0]}
+    synthetic_sweep(
+        tmp_path / "agree", [record(p, "layer", s + 1, v) for p, vs in clear.items() for s, v in enumerate(vs)]
+    )
+    report = flat_report(tmp_path / "agree")
+    assert "answer differently" not in report
+    assert "cell is better than the baseline by the seed-level test after Holm: pos=relative" in report

@@ -116,7 +116,7 @@ def validation_choice(validation: dict, rows: list[dict], factors) -> str:
     text += f"{name(second)}'s; " + (
         "their intervals do not overlap."
         if firm
-        else "a lead the seeds do not establish (intervals overlap, or too few seeds)."
+        else "a lead the intervals do not establish (they overlap, or too few seeds)."
     )
     index = next(i for i, row in enumerate(rows) if all(row[f] == best[f] for f in factors))
     rank, behind = analysis.ranks(rows)[index], fmt(abs(rows[0]["mean"] - rows[index]["mean"]))
@@ -204,4 +204,7 @@ def ranking_section(doc: Document, ranking: dict, factors, base: dict, metric: s
         if analysis.separated(rows):
             doc.paragraph("Neighbouring cells' 95% intervals do not overlap anywhere in this ranking.")
         else:
-            doc.paragraph("Some neighbouring cells' 95% intervals overlap: their order is not established.")
+            doc.paragraph(
+                "Some neighbouring cells' 95% intervals overlap, so the intervals alone do not order them (two "
+                "intervals can overlap where a test of the difference finds one: the tests are in the Findings)."
+            )

@@ -1,6 +1,8 @@
 """The report's opening sections: what ran, and the findings in plain language (only those the
 statistics support: Holm-adjusted, from cells with enough seeds)."""
 
+import math
+
 from nmt.sweep import effects
 from nmt.sweep.document import Document
 from nmt.sweep.ranking import past_range_cells
@@ -315,6 +317,8 @@ def findings(
             sentences.append(
                 "No cell differs detectably from the baseline by the seed-level test after Holm's adjustment."
             )
+    if ranking["compared"] and effects_found != bool(better or worse):
+        sentences.append(_two_tests(rows, len(levels)))
     if not sentences:  # one configuration (seeds only): nothing to compare
         sentences.append("One configuration: nothing to compare. The table below gives its mean over seeds.")
     if effects_found or better or worse:
@@ -323,3 +327,17 @@ def findings(
         sentences.append(scatter)
     for sentence in sentences:
         doc.paragraph(sentence)
+
+
+def _two_tests(rows: list[dict], factors: int) -> str:
+    """Why the fit's effects and the seed-level tests of cells can answer differently, said where they do (a
+    one-factor sweep tests the same contrast twice): what each assumes, with the cells' scatter that decides."""
+    stds = [float(row["std"]) for row in rows if row.get("std") is not None and not math.isnan(float(row["std"]))]
+    spread = f"; here the cells' standard deviations run from {min(stds):.2f} to {max(stds):.2f}" if stds else ""
+    over = ", and averages each effect over the other factors" if factors > 1 else ""
+    return (
+        "The fit and the seed-level tests answer differently. The fit pools every cell's scatter over seeds into "
+        f"one estimate, as if all cells scattered alike{spread}{over}; the seed-level test compares a cell with "
+        "the baseline by their own seeds alone (Welch), assuming nothing of the other cells. Where the cells "
+        "scatter unlike, the seed-level test is the one to read; more seeds settle it."
+    )
