@@ -414,7 +414,7 @@ def test_the_ranking_shows_the_same_score_on_validation_and_how_firmly_it_choose
     assert "*validation mean*: the mean over seeds of val_as_test_bleu" in text
     assert (
         "The best validation mean is norm=layer, pos=relative's, 1.50 ahead of norm=rms, pos=relative's; a lead the "
-        "seeds do not establish (intervals overlap, or too few seeds). On the test set it ranks 2 of 4, 1.00 behind "
+        "intervals do not establish (they overlap, or too few seeds). On the test set it ranks 2 of 4, 1.00 behind "
         "the first." in text
     )
 
@@ -921,7 +921,7 @@ def test_where_the_fit_and_the_seed_level_tests_disagree_the_findings_say_why(tm
     pooled = 2 * stats.t.sf(abs(t), 6)
     welch = stats.ttest_ind(values["none"], values["absolute"], equal_var=False).pvalue
     assert pooled < 0.05 / 2 and welch * 2 > 0.05  # the two tests, Holm over two contrasts
-    assert f"pos=none lowers test_bleu against pos=absolute (7.65 ± " in report
+    assert "pos=none lowers test_bleu against pos=absolute (7.65 ± " in report
     assert f"p (Holm) {2 * pooled:.2g}): worse." in report
     assert "No cell differs detectably from the baseline by the seed-level test after Holm's adjustment." in report
     stds = sorted(float(np.std(v, ddof=1)) for v in values.values())
