@@ -939,3 +939,29 @@ def test_where_the_fit_and_the_seed_level_tests_disagree_the_findings_say_why(tm
     report = flat_report(tmp_path / "agree")
     assert "answer differently" not in report
     assert "cell is better than the baseline by the seed-level test after Holm: pos=relative" in report
+
+
+def test_a_factor_with_one_level_among_the_finished_runs_is_still_named_with_its_level(tmp_path):
+    """Where only pos=absolute's runs finished, the report's title, What ran and results.csv lost pos
+    altogether: "test_bleu over seeds of one configuration" said nowhere which."""
+    import csv
+
+    plan = {"factors": {"pos": ["absolute", "relative"], "norm": ["layer", "rms"], "seed": ["1", "2", "3"]}}
+    for name, kept in (("one_factor", lambda r: True), ("none", lambda r: r["factors"]["norm"] == "layer")):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "plan.json").write_text(json.dumps({**plan, "runs": 12}))
+        synthetic_sweep(folder, [r for r in RECORDS if r["factors"]["pos"] == "absolute" and kept(r)])
+        report = flat_report(folder)
+        assert (
+            "| factor pos | absolute alone among the finished runs (also planned: relative; no run of them "
+            "finished) |" in report
+        )
+        with open(folder / "results.csv", newline="") as handle:
+            rows = list(csv.DictReader(handle))
+        assert {row["pos"] for row in rows} == {"absolute"} and len(rows) == (6 if name == "one_factor" else 3)
+        if name == "one_factor":
+            assert report.startswith(f"# Sweep {folder.name}: does norm change test_bleu?")
+        else:
+            assert report.startswith(f"# Sweep {folder.name}: test_bleu over seeds of one configuration "
+                                     "(norm=layer, pos=absolute)")  # fmt: skip

@@ -83,13 +83,18 @@ def write_report(sweep_dir: str | Path, metric: str = "auto", baseline: dict | N
     kept = {k: e for k, e in {**saved["kept"], **saved["runs"]}.items() if k not in runs and k not in outside}
     kept = saved["kept"] if from_file else kept
     store.save(sweep_dir, runs, facts, kept)
-    _write_csv(sweep_dir / "results.csv", records, factors)
+    # a factor of the sweep at one level among the runs that finished (the others failed or have not run): no
+    # factor of the statistics, but the runs' setting all the same, named in the report and results.csv
+    held = {
+        f: records[0]["factors"].get(f) for f in sorted({k for r in records for k in r["factors"]}) if f not in factors
+    }
+    _write_csv(sweep_dir / "results.csv", records, [*factors, *held])
 
     lower = lower_is_better(metric)
     fit = effects.fit(records, metric, levels) if factors else None
     ranking = rank_cells(records, factors, levels, base, metric, runs)
-    doc = Document(f"Sweep {facts['name']}: " + _question(factors, metric))
-    what_ran(doc, facts, factors, levels, metric, lower)
+    doc = Document(f"Sweep {facts['name']}: " + _question(factors, metric, held))
+    what_ran(doc, facts, factors, levels, metric, lower, {f: (v, written.get(f, ())) for f, v in held.items()})
     small = {cell: n for cell, n in ranking["seeds"].items() if n < MIN_SEEDS}
     if small:
         doc.paragraph(
@@ -123,9 +128,10 @@ def write_report(sweep_dir: str | Path, metric: str = "auto", baseline: dict | N
     return report
 
 
-def _question(factors: list[str], metric: str) -> str:
+def _question(factors: list[str], metric: str, held: dict | None = None) -> str:
     if not factors:
-        return f"{metric} over seeds of one configuration"
+        named = f" ({', '.join(f'{f}={v}' for f, v in held.items())})" if held else ""
+        return f"{metric} over seeds of one configuration{named}"
     if len(factors) == 1:
         return f"does {factors[0]} change {metric}?"
     return f"do {', '.join(factors[:-1])} and {factors[-1]} change {metric}, and do they interact?"

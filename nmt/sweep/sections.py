@@ -12,7 +12,10 @@ from nmt.sweep.tuned import seeds_reused_text
 ALPHA = 0.05
 
 
-def what_ran(doc: Document, facts: dict, factors: list[str], levels: dict, metric: str, lower: bool) -> None:
+def what_ran(
+    doc: Document, facts: dict, factors: list[str], levels: dict, metric: str, lower: bool, held: dict | None = None
+) -> None:
+    """``held``: per factor of the sweep at one level among the finished runs, (that level, the levels planned)."""
     doc.heading("What ran")
     choices = facts.get("choices") or {}
     rows = []
@@ -23,6 +26,10 @@ def what_ran(doc: Document, facts: dict, factors: list[str], levels: dict, metri
         rows.append(["recipe", choices.get("recipe") or "none"])
     for factor in factors:
         rows.append([f"factor {factor}", f"{levels[factor][0]} (reference), " + ", ".join(levels[factor][1:])])
+    for factor, (level, planned) in (held or {}).items():
+        others = [str(v) for v in planned if str(v) != str(level)]
+        rows.append([f"factor {factor}", f"{level} alone among the finished runs" + (
+            f" (also planned: {', '.join(others)}; no run of them finished)" if others else "")])  # fmt: skip
     rows.append(["settings for every run", " ".join(facts.get("constants") or []) or "the defaults"])
     for key, by_level in (facts.get("level_settings") or {}).items():
         # a factor's levels as they ran, each with its own settings or none; a level that did not run, none
