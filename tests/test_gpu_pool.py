@@ -69,3 +69,43 @@ def test_visible_gpus_follow_cuda_visible_devices(monkeypatch):
     assert visible_gpus() == ["2", "5"]
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     assert visible_gpus() == []
+
+
+def test_pool_settings_that_cannot_apply_are_refused_before_any_run(tmp_path, monkeypatch):
+    """gpu_pool=true on a machine without GPUs passed the plan, then every job died on a traceback; and
+    runs_per_gpu=4 without gpu_pool was accepted and read by nothing."""
+    import os
+
+    from omegaconf import OmegaConf
+
+    from nmt.sweep.gpus import pool_problem
+
+    def problem(**given):
+        return pool_problem(OmegaConf.create(given))
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # a machine that shows no GPU
+    assert problem() is None and problem(gpu_pool=False, runs_per_gpu=1) is None
+    assert problem(runs_per_gpu=4, gpus_per_run=2) == (
+        "runs_per_gpu=4 gpus_per_run=2: the GPU pool's setting, read with gpu_pool=true alone; add it, or remove this"
+    )
+    assert problem(gpu_pool=True, runs_per_gpu=0) == "runs_per_gpu=0: must be a whole number >= 1"
+    assert problem(gpu_pool=True) == (
+        "gpu_pool=true: a run takes gpus_per_run=1 GPU(s) and this machine shows 0 []; run the sweep where its GPUs "
+        "are, or set gpu_pool=false"
+    )
+    slurm = {"launcher": {"_target_": "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher"}}
+    assert problem(gpu_pool=True, hydra=slurm) is None  # its runs start on the cluster's nodes
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    assert problem(gpu_pool=True, gpus_per_run=2, runs_per_gpu=3) is None
+    assert problem(gpu_pool=True, gpus_per_run=3).startswith("gpu_pool=true: a run takes gpus_per_run=3 GPU(s)")
+    command = [sys.executable, str(ROOT / "sweep.py"), "grid=none", "seed=1,2", "gpu_pool=true", "plan=true"]
+    refused = subprocess.run(
+        [*command, f"hydra.sweep.dir={tmp_path}"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+        env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},
+    )
+    assert refused.returncode == 2, refused.stderr[-2000:]
+    assert refused.stderr.strip().splitlines()[-1].startswith("error: gpu_pool=true: a run takes gpus_per_run=1")

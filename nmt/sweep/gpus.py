@@ -149,6 +149,31 @@ def mps_folder() -> Path:
     return daemon_folder(",".join(visible_gpus()))
 
 
+def pool_problem(config) -> str | None:
+    """One line when the GPU pool's settings cannot apply: ``runs_per_gpu`` or ``gpus_per_run`` without
+    ``gpu_pool=true`` (read by nothing), or a pool asked of a machine that shows fewer GPUs than a run takes,
+    where the launcher starts the runs on this machine (a cluster's launcher starts them where its GPUs are)."""
+    sizes = {key: config.get(key, 1) for key in ("runs_per_gpu", "gpus_per_run")}
+    for key, value in sizes.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            return f"{key}={value!r}: must be a whole number >= 1"
+    if not config.get("gpu_pool"):
+        given = " ".join(f"{key}={value}" for key, value in sizes.items() if value != 1)
+        return (
+            f"{given}: the GPU pool's setting, read with gpu_pool=true alone; add it, or remove this" if given else None
+        )
+    launcher = str((config.get("hydra") or {}).get("launcher", {}).get("_target_", ""))
+    if launcher.endswith("SlurmLauncher"):
+        return None
+    devices = visible_gpus()
+    if sizes["gpus_per_run"] > len(devices):
+        return (
+            f"gpu_pool=true: a run takes gpus_per_run={sizes['gpus_per_run']} GPU(s) and this machine shows "
+            f"{len(devices)} {devices}; run the sweep where its GPUs are, or set gpu_pool=false"
+        )
+    return None
+
+
 def setting_problem(config) -> str | None:
     """One line when ``gpu_mps=true`` cannot apply: it runs the runs of one GPU side by side, so it needs
     the GPU pool with more than one run per GPU, one GPU per run, and runs on this machine."""

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from nmt.sweep.gpus import mps_folder
+from nmt.sweep.gpus import mps_folder, pool_problem
 from nmt.sweep.gpus import setting_problem as mps_setting_problem
 from nmt.sweep.levels import (
     SWEEP_KEYS,
@@ -271,7 +271,11 @@ def input_problem(config: DictConfig) -> str | None:
         levels = sweep_levels(config)
     except ValueError as err:
         return str(err).splitlines()[0]
-    problem = level_settings_problem(config.get("level_settings"), levels) or mps_setting_problem(config)
+    problem = (
+        level_settings_problem(config.get("level_settings"), levels)
+        or pool_problem(config)
+        or mps_setting_problem(config)
+    )
     if problem:
         return problem
     for key, allowed in (("on_changed", ("stop", "move")), ("plan", (True, False))):
