@@ -540,6 +540,20 @@ def sweep_config(sweep_dir: Path, params: dict, command_line: list[str]):
     )
 
 
+def test_every_seed_is_checked_before_any_run_not_the_first_alone(tmp_path, capsys):
+    """seed=1,01 planned two seeds; each run of seed 01 then failed (train.py: must be an integer), after the
+    runs before it had taken their time: the plan checked each cell at its first seed."""
+    from nmt.sweep.plan import run_config_problem
+
+    assert run_config_problem(sweep_config(tmp_path, {"seed": "range(1,3)"}, ["trainer.max_steps=1"])) is None
+    problem = run_config_problem(sweep_config(tmp_path, {}, ["seed=1,01", "trainer.max_steps=1"]))
+    assert problem == "seed=01: a seed is a whole number, as train.py reads it (1,01 given)"
+    with pytest.raises(SystemExit):
+        SweepReport().on_multirun_start(sweep_config(tmp_path, {}, ["seed=1,01", "pos=absolute,rope"]))
+    assert "error: seed=01: a seed is a whole number" in capsys.readouterr().err
+    assert not (tmp_path / "plan.json").exists()
+
+
 def test_a_second_sweep_with_other_factors_under_one_name_is_refused_before_any_run(tmp_path, capsys):
     callback = SweepReport()
     callback.on_multirun_start(sweep_config(tmp_path, {"seed": "1,2"}, ["pos=absolute,relative"]))

@@ -56,7 +56,15 @@ def run_config_problem(config: DictConfig) -> str | None:
     from nmt.training.config import ConfigError, check_config
     from nmt.training.config_groups import unused_groups
 
-    swept = {k for k, v in sweep_levels(config).items() if len(v) > 1}
+    levels = sweep_levels(config)
+    swept = {k for k, v in levels.items() if len(v) > 1}
+    # the cells below are checked at their first seed: every other seed is checked here, as train.py reads it
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    for seed in levels.get("seed", []):
+        value = OverridesParser.create().parse_override(f"seed={seed}").value()
+        if isinstance(value, bool) or not isinstance(value, int):
+            return f"seed={seed}: a seed is a whole number, as train.py reads it ({','.join(levels['seed'])} given)"
     seen = set()
     for values in planned_values(config):
         cell = tuple(sorted((k, v) for k, v in values.items() if k != "seed"))
