@@ -169,6 +169,37 @@ def unknown_key_message(argv: list[str], config_name: str, conf: Path = CONF) ->
     return None
 
 
+LAUNCHERS = ("basic", "joblib", "submitit_local", "submitit_slurm")
+
+
+def launcher_key_message(argv: list[str], conf: Path = CONF) -> str | None:
+    """One line for ``hydra.launcher.<key>=...`` where the chosen launcher has no such key (``n_jobs`` without
+    ``hydra/launcher=joblib``), naming the launchers that have it; Hydra's own message is five lines that do
+    not say which launcher to choose."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    given = [a.partition("=")[0] for a in argv if a.startswith("hydra.launcher.") and "=" in a]
+    if not given or GlobalHydra.instance().is_initialized():
+        return None
+    chosen = next((a.partition("=")[2] for a in argv if a.startswith("hydra/launcher=")), "basic")
+    keys = {}
+    try:
+        with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
+            for launcher in dict.fromkeys([chosen, *LAUNCHERS]):
+                cfg = compose("sweep", overrides=[f"hydra/launcher={launcher}"], return_hydra_config=True)
+                keys[launcher] = set(cfg.hydra.launcher)
+    except Exception:  # a launcher not installed, or another error: Hydra's own message names it
+        return None
+    for key in given:
+        name = key.removeprefix("hydra.launcher.")
+        if name not in keys[chosen]:
+            owners = [launcher for launcher, names in keys.items() if name in names]
+            hint = f"choose {' or '.join(f'hydra/launcher={o}' for o in owners)}" if owners else "no launcher has it"
+            return f"error: {key!r} (on the command line) is not a key of hydra/launcher={chosen}: {hint}"
+    return None
+
+
 def _closest(key: str, names: list[str]) -> list[str]:
     """Up to three of ``names`` like ``key`` (difflib's ratio at least 0.6), only those nearly as like it as
     the likest: ``decode.beam_sise`` suggests ``decode.beam_size``, not ``decode.seed`` beside it."""
@@ -347,11 +378,16 @@ def check_command_line(config_name: str) -> None:
     sys.argv[1:] = quoted_paths(sys.argv[1:])
     if config_name == "train":
         sys.argv[1:] = hydra_dir_from_run_dir(sys.argv[1:])
+    if config_name == "sweep" and not any(a.startswith("-") for a in sys.argv[1:]):
+        # conf/sweep.yaml runs a sweep without -m as with it, once composed; Hydra, when composing fails
+        # (a launcher's key where another launcher is chosen), then blames a comma list for a missing -m
+        sys.argv[1:1] = ["-m"]
     message = (
         unparsable_message(sys.argv[1:])
         or foreign_group_message(sys.argv[1:], config_name)
         or unknown_option_message(sys.argv[1:])
         or unknown_key_message(sys.argv[1:], config_name)
+        or (launcher_key_message(sys.argv[1:]) if config_name == "sweep" else None)
     )
     if message:
         print(message, file=sys.stderr)

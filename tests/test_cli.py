@@ -36,6 +36,27 @@ def test_a_misspelt_key_gets_the_closest_names(argv, suggestion):
     assert message is not None and suggestion in message and message.count("\n") == 0
 
 
+def test_a_launchers_key_under_another_launcher_names_the_launcher_to_choose(monkeypatch):
+    """sweep.py pos=a,b hydra.launcher.n_jobs=2 (no joblib launcher) blamed the comma list for a missing -m;
+    with -m, Hydra's five lines named BasicLauncherConf. sweep.py now runs as with -m, and the key is one line."""
+    from nmt.cli import check_command_line, launcher_key_message
+
+    assert launcher_key_message(["hydra.launcher.n_jobs=2", "pos=absolute,rope"]) == (
+        "error: 'hydra.launcher.n_jobs' (on the command line) is not a key of hydra/launcher=basic: choose "
+        "hydra/launcher=joblib"
+    )
+    assert launcher_key_message(["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]) is None
+    assert launcher_key_message(["hydra/launcher=joblib", "hydra.launcher.gpus_per_node=1"]).endswith(
+        "is not a key of hydra/launcher=joblib: choose hydra/launcher=submitit_local or hydra/launcher=submitit_slurm"
+    )
+    monkeypatch.setattr(sys, "argv", ["sweep.py", "grid=none", "pos=absolute,rope"])
+    check_command_line("sweep")
+    assert sys.argv == ["sweep.py", "-m", "grid=none", "pos=absolute,rope"]
+    monkeypatch.setattr(sys, "argv", ["sweep.py", "--cfg", "job"])  # Hydra's own flags are left as given
+    check_command_line("sweep")
+    assert sys.argv == ["sweep.py", "--cfg", "job"]
+
+
 def test_a_search_option_validation_does_not_list_is_added_with_a_plus_and_then_read(tmp_path):
     """validation.search lists only what it sets (greedy): a beam size for validation is added with +, as
     the message says, and validation then searches with it."""
