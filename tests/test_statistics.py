@@ -739,9 +739,9 @@ def test_findings_name_a_fixed_budget_and_untuned_levels_beside_the_differences_
         (run_dir / "config.yaml").write_text(f"data: {{}}\ntrainer: {{max_steps: 300, max_epochs: -1}}\n{stopping}\n")
     findings = write_report(tmp_path).read_text().split("## Findings")[1].split("\n## ")[0]
     assert "pos=relative raises test_bleu" in findings
-    fixed = "**Caveat:** The differences above hold at this sweep's fixed budget (at most 300 updates, no early"
+    fixed = "**Caveat:** Differences between levels hold at this sweep's fixed budget (at most 300 updates, no"
     assert (fixed in findings) == (patience is None)
-    assert "**Caveat:** Every level ran with the same settings (no level_settings)" in findings
+    assert "**Caveat:** Every level of norm, pos ran with the same settings (no level_settings)" in findings
 
 
 def test_findings_say_nothing_of_untuned_levels_when_each_level_ran_its_own_settings(tmp_path):
@@ -803,7 +803,7 @@ def test_runs_cut_by_their_maximum_where_early_stopping_was_on_are_said_not_conv
     (tmp_path / "two").mkdir()
     synthetic_sweep(tmp_path / "two", two)
     findings = write_report(tmp_path / "two").read_text().split("## Findings")[1].split("\n## ")[0]
-    assert "None drawn" in findings and "**Caveat:** Every level ran with the same settings" in findings
+    assert "None drawn" in findings and "**Caveat:** Every level of norm, pos ran with the same settings" in findings
 
 
 def test_a_run_whose_config_cannot_be_read_is_named_and_the_report_still_written(tmp_path, capsys):
@@ -857,7 +857,9 @@ def test_an_interval_past_what_the_metric_can_take_is_said_where_it_is_read(tmp_
     synthetic_sweep(tmp_path / "two", [r for r in records if r["seed"] < 3])
     two = " ".join(write_report(tmp_path / "two").read_text().split())
     findings = two[two.index("## Findings") :].split(" ## ")[0]
-    assert "None drawn" in findings and "their 95% intervals reach past the values test_bleu can take" in findings
+    assert "None drawn" in findings and "some cells' 95% intervals reach past the values test_bleu can take" in findings
+    t_one = stats.t.ppf(0.975, 1)  # with two seeds: the interval's width, not the runs, is what is said
+    assert f"with two seeds a t interval reaches {t_one:.1f} standard errors each way, so a modest scatter" in findings
     # the bounds by the metric's name: scores in percent, accuracies as fractions, perplexity at least 1
     assert metric_range("val_as_test_bleu_tok_lc") == metric_range("test_rougeL") == (0.0, 100.0)
     assert metric_range("val_acc") == (0.0, 1.0) and metric_range("test_ppl") == (1.0, math.inf)
@@ -965,3 +967,22 @@ def test_a_factor_with_one_level_among_the_finished_runs_is_still_named_with_its
         else:
             assert report.startswith(f"# Sweep {folder.name}: test_bleu over seeds of one configuration "
                                      "(norm=layer, pos=absolute)")  # fmt: skip
+
+
+def test_a_sweep_over_a_plain_setting_is_not_told_its_levels_ran_untuned(tmp_path):
+    """A tuning sweep over lr was told "every level ran with the same settings ... compared untuned": its
+    levels are the settings. With one main effect, its interval's width is said once ("± a to ± a")."""
+    values = {"0.001": [30.0, 31.0, 32.0], "0.002": [30.2, 31.4, 31.9]}
+    for lr, scores in values.items():
+        for seed, bleu in enumerate(scores, 1):
+            run_dir = tmp_path / f"lr={lr},seed={seed}"
+            run_dir.mkdir()
+            result = {**record("absolute", "layer", seed, bleu, str(run_dir)), "factors": {"lr": lr}}
+            (run_dir / "sweep_result.json").write_text(json.dumps(result))
+            (run_dir / "config.yaml").write_text("data: {}\ntrainer: {max_steps: 300, max_epochs: -1}\n")
+    findings = flat_report(tmp_path).split("## Findings")[1].split(" ## ")[0]
+    pooled = stats.ttest_ind(values["0.002"], values["0.001"])  # the fit of one factor: the pooled t-test
+    width = stats.t.ppf(0.975, 4) * (np.mean(values["0.002"]) - np.mean(values["0.001"])) / pooled.statistic
+    assert "No main effect or interaction is detectable" in findings
+    assert f"(the main effects' 95% intervals are ± {width:.2f} wide:" in findings
+    assert "Every level" not in findings

@@ -3,11 +3,11 @@ statistics support: Holm-adjusted, from cells with enough seeds)."""
 
 import math
 
-from nmt.sweep import effects
+from nmt.sweep import analysis, effects
 from nmt.sweep.document import Document
 from nmt.sweep.ranking import past_range_cells
 from nmt.sweep.summary import budget_text, plural
-from nmt.sweep.tuned import seeds_reused_text
+from nmt.sweep.tuned import CONF, seeds_reused_text
 
 ALPHA = 0.05
 
@@ -204,8 +204,8 @@ def caveats(facts: dict, levels: dict | None = None) -> list[str]:
     limited = any(budget.get(k) not in (None, -1) for k in ("max_steps", "max_epochs"))
     if limited and not budget.get("patience"):
         said.append(
-            f"The differences above hold at this sweep's fixed budget ({budget_text(budget).split(';')[0]}, no "
-            "early stopping): they say how each level does after that much training, not where it ends when "
+            f"Differences between levels hold at this sweep's fixed budget ({budget_text(budget).split(';')[0]}, "
+            "no early stopping): they say how each level does after that much training, not where it ends when "
             "trained to convergence."
         )
     if _capped(facts):
@@ -229,11 +229,15 @@ def caveats(facts: dict, levels: dict | None = None) -> list[str]:
             "those were compared untuned. Where that matters, tune them on validation too (`python sweep.py "
             "tune`, docs/sweeps.md)."
         )
-    if not settings:
+    # levels of a config group (optim=adam, noam) may each want settings of their own; a plain setting's
+    # levels (lr=1e-3,2e-3, as a tuning sweep has) are those settings
+    groups = [key for key in levels or {} if (CONF / key).is_dir()]
+    if not settings and groups:
         said.append(
-            "Every level ran with the same settings (no level_settings): a level whose good settings differ "
-            "from the others' (an optimiser's learning rate and warm-up, say) was compared untuned. Where "
-            "that matters, tune such levels on validation first (`python sweep.py tune`, docs/sweeps.md)."
+            f"Every level of {', '.join(groups)} ran with the same settings (no level_settings): a level whose good "
+            "settings differ from the others' (an optimiser's learning rate and warm-up, say) was compared "
+            "untuned. Where that matters, tune such levels on validation first (`python sweep.py tune`, "
+            "docs/sweeps.md)."
         )
     return said
 
@@ -252,10 +256,15 @@ def findings(
     rows = ranking.get("rows") or []
     past = past_range_cells(rows, list(levels), metric)
     # a found difference and a null alike rest on the seeds' scatter; so does reading the numbers at all
+    two = any(row["n"] == 2 for row in rows if analysis.past_range(row["mean"], row["ci95"], metric))
     scatter = (
         f"**Caveat:** some cells' scores are not scattered as the tests assume (normally over seeds): their 95% "
         f"intervals reach past the values {metric} can take ({past}), as a run far from the others makes them "
         "(the Ranking says more)."
+        if not two
+        else f"**Caveat:** some cells' 95% intervals reach past the values {metric} can take ({past}): with two "
+        f"seeds a t interval reaches {analysis.t_critical(1):.1f} standard errors each way, so a modest scatter "
+        "does that, as does a run far from the others (the Ranking says more); more seeds narrow it."
     )
     if not conclusive:
         doc.paragraph(
@@ -304,10 +313,12 @@ def findings(
         effects_found = bool(sentences)
         if not sentences:
             widths = [e["ci95"] for (term, _), e in fit["effects"].items() if len(term) == 1]
+            wide = f"± {min(widths):.2f}" if widths and f"{min(widths):.2f}" == f"{max(widths):.2f}" else (
+                f"± {min(widths):.2f} to ± {max(widths):.2f}" if widths else "")  # fmt: skip
             sentences.append(
                 "No main effect or interaction is detectable at the 5% level after Holm's adjustment"
-                + (f" (the main effects' 95% intervals are ± {min(widths):.2f} to ± {max(widths):.2f} wide: "
-                   "smaller effects cannot be told from seed noise here)." if widths else ".")
+                + (f" (the main effects' 95% intervals are {wide} wide: smaller effects cannot be told from seed "
+                   "noise here)." if widths else ".")
             )  # fmt: skip
     better = [c for c, p in ranking["holm"].items() if p < ALPHA and (ranking["compared"][c]["diff"] < 0) == lower]
     worse = [c for c, p in ranking["holm"].items() if p < ALPHA and c not in better]
