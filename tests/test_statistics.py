@@ -577,7 +577,7 @@ def test_the_baseline_is_declared_or_the_first_level_as_written_and_checked(tmp_
     ):
         write_report(tmp_path, baseline={"heads": "4"})
     with pytest.raises(
-        ValueError, match=r"report_metric=test_blue: no finished run has it; the runs have \['test_bleu'\]"
+        ValueError, match=r"report_metric=test_blue: no finished run has it \(did you mean test_bleu\?\); the runs have"
     ):
         write_report(tmp_path, metric="test_blue")
 
@@ -694,7 +694,9 @@ def test_sweep_py_report_writes_again_with_the_sweep_own_metric_unless_told_anot
     assert "a small test sentence 3 ." in report and "a small test sentence 0 ." not in report  # and sentence
     report_main([str(tmp_path), "--metric", "test_bleu"])
     assert "## Ranking of cells by test_bleu (higher is better)" in (tmp_path / "report.md").read_text()
-    with pytest.raises(SystemExit, match=r"error: --metric test_blue: no finished run has it"):
+    with pytest.raises(
+        SystemExit, match=r"error: --metric test_blue: no finished run has it \(did you mean test_bleu\?\)"
+    ):
         report_main([str(tmp_path), "--metric", "test_blue"])
     (tmp_path / "multirun.yaml").unlink()  # copied without it: the defaults, said
     report_main([str(tmp_path)])

@@ -72,7 +72,11 @@ def resolve_metric(metric: str, records: list[dict]) -> str:
         # records written before runs recorded their task's metric
         metric = recorded.pop() if recorded else ("test_ppl" if "test_ppl" in available else "test_bleu")
     if metric not in available:
-        raise ValueError(f"report_metric={metric}: no finished run has it; the runs have {available}")
+        import difflib
+
+        close = difflib.get_close_matches(metric, available, n=1, cutoff=0.6)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        raise ValueError(f"report_metric={metric}: no finished run has it{hint}; the runs have {available}")
     analysis.check_same_measure(records, metric)
     return metric
 
