@@ -110,9 +110,12 @@ def test_tuning_refuses_the_test_set_a_swept_level_and_two_sweeps_of_one_level(t
         tune([tmp_path / "a"], "pos")
     # a metric no run records (misspelt): the metrics they do record, and the closest, not advice to rerun them
     with pytest.raises(
-        ValueError, match=r"no run records best_val_bleuu \(did you mean --metric best_val_bleu\?\); its"
-    ):
+        ValueError, match=r"no run records best_val_bleuu \(did you mean --metric best_val_bleu\?\); "
+    ) as err:
         tune([tmp_path / "a"], "optim", "best_val_bleuu")
+    # the scores tune can choose by alone: never a test score
+    assert "tune chooses by one of the validation scores its runs record: " in str(err.value)
+    assert "test_" not in str(err.value).split("record: ")[1]
     command = [sys.executable, str(ROOT / "sweep.py"), "tune", str(tmp_path / "a"), "--level", "optim"]
     refused = subprocess.run([*command, "--metric", "test_bleu"], capture_output=True, text=True, cwd=ROOT)
     assert refused.returncode == 2 and "never on the test set" in refused.stderr

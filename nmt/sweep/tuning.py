@@ -129,11 +129,12 @@ def _candidates(sweep_dir: Path, level_key: str, metric: str) -> tuple[str, list
         raise ValueError(f"{sweep_dir}: no finished run; finish the tuning sweep first")
     if not records:  # a misspelt or unrecorded metric: name those the runs record
         recorded = sorted({name for r in finished for name, value in r["metrics"].items() if value is not None})
-        close = difflib.get_close_matches(metric, recorded, n=1)
+        usable = [name for name in recorded if not name.startswith("test_")]  # tune chooses on validation data
+        close = difflib.get_close_matches(metric, usable, n=1)
         hint = f" (did you mean --metric {close[0]}?)" if close else ""
         raise ValueError(
-            f"{sweep_dir}: no run records {metric}{hint}; its runs record: {', '.join(recorded)} (choose by a "
-            "validation metric)"
+            f"{sweep_dir}: no run records {metric}{hint}; tune chooses by one of the validation scores its runs "
+            f"record: {', '.join(usable)}"
         )
     if len(records) < len(finished):  # never a choice among some of the candidates without saying so
         missing = sorted(Path(r.get("run_dir", "?")).name for r in finished if r["metrics"].get(metric) is None)
