@@ -174,8 +174,8 @@ LAUNCHERS = ("basic", "joblib", "submitit_local", "submitit_slurm")
 
 def launcher_key_message(argv: list[str], conf: Path = CONF) -> str | None:
     """One line for ``hydra.launcher.<key>=...`` where the chosen launcher has no such key (``n_jobs`` without
-    ``hydra/launcher=joblib``), naming the launchers that have it; Hydra's own message is five lines that do
-    not say which launcher to choose."""
+    ``hydra/launcher=joblib``), naming the installed launchers that have it; Hydra's own message is five lines
+    that do not say which launcher to choose. A key under one the launcher has is left to Hydra (``+``)."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
@@ -183,19 +183,25 @@ def launcher_key_message(argv: list[str], conf: Path = CONF) -> str | None:
     if not given or GlobalHydra.instance().is_initialized():
         return None
     chosen = next((a.partition("=")[2] for a in argv if a.startswith("hydra/launcher=")), "basic")
-    keys = {}
-    try:
-        with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
-            for launcher in dict.fromkeys([chosen, *LAUNCHERS]):
-                cfg = compose("sweep", overrides=[f"hydra/launcher={launcher}"], return_hydra_config=True)
-                keys[launcher] = set(cfg.hydra.launcher)
-    except Exception:  # a launcher not installed, or another error: Hydra's own message names it
-        return None
-    for key in given:
-        name = key.removeprefix("hydra.launcher.")
-        if name not in keys[chosen]:
-            owners = [launcher for launcher, names in keys.items() if name in names]
-            hint = f"choose {' or '.join(f'hydra/launcher={o}' for o in owners)}" if owners else "no launcher has it"
+
+    def keys_of(launcher: str) -> set | None:
+        try:
+            cfg = compose("sweep", overrides=[f"hydra/launcher={launcher}"], return_hydra_config=True)
+        except Exception:  # a launcher not installed (submitit is optional), or a bad option: Hydra says which
+            return None
+        return set(cfg.hydra.launcher)
+
+    with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
+        own = keys_of(chosen)
+        if own is None:
+            return None
+        for key in given:
+            name = key.removeprefix("hydra.launcher.").split(".")[0]
+            if name in own:
+                continue
+            owners = [o for o in LAUNCHERS if o != chosen and name in (keys_of(o) or ())]
+            hint = f"choose {' or '.join(f'hydra/launcher={o}' for o in owners)}" if owners else (
+                f"no installed launcher has {name}")  # fmt: skip
             return f"error: {key!r} (on the command line) is not a key of hydra/launcher={chosen}: {hint}"
     return None
 

@@ -232,6 +232,40 @@ def test_a_files_run_scored_from_another_folder_or_with_a_root_says_how_to_name_
     assert scored(f"+data.test={corpus / 'test'}")["sentences"] == 40
 
 
+def test_evaluation_data_options_apply_where_the_corpus_takes_them_and_are_refused_in_one_line_elsewhere():
+    """data.root on a corpus without one (files, toy) and data.columns on a language model were TypeErrors
+    from the corpus module; any other option of the data modules (max_src_len, batches_on_device) applies to
+    every corpus, saved in its config or not; a grid's test command adds with + what evaluate.py does not list."""
+    from types import SimpleNamespace
+
+    from nmt.evaluation.grid import test_command
+    from nmt.tasks.base import evaluation_data_config
+
+    def data(config: dict, elsewhere=(), **given):
+        return evaluation_data_config(SimpleNamespace(config={"data": config}), given, elsewhere)
+
+    multi30k = {"_target_": "nmt.data.multi30k.Multi30kDataModule", "root": None}
+    assert data(multi30k, root="/corpora", max_src_len=400, batches_on_device=False, eval_stride=None) == {
+        **multi30k,
+        "root": "/corpora",
+        "max_src_len": 400,
+        "batches_on_device": False,
+    }
+    files = {"_target_": "nmt.data.files.FilesDataModule", "train": "a", "val": None, "test": "b"}
+    with pytest.raises(ValueError, match=r"^data.root=/x: this run's corpus \(FilesDataModule\) takes no root \(its"):
+        data(files, root="/x")
+    with pytest.raises(ValueError, match=r"^data.root=/x: this run's corpus \(ToyDataModule\) takes no root$"):
+        data({"_target_": "nmt.data.toy.ToyDataModule"}, root="/x")
+    ptb = {"_target_": "nmt.data.ptb.PTBDataModule", "root": None}
+    with pytest.raises(ValueError, match=r"^data.columns=\[1, 0\]: this run's corpus \(PTBDataModule\) takes no"):
+        data(ptb, columns=[1, 0])
+    assert data(files, elsewhere=("columns",), columns=[1, 0]) == files  # read by split=files:x.tsv instead
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        grid = compose("evaluate", overrides=["ckpt_path=c.ckpt", "+data.test=/new/test", "data.root=/r"])
+    command = test_command(grid, {"decode.beam_size": 2}, "beam")
+    assert " +data.test=/new/test " in command and " data.root=/r " in command
+
+
 def test_tatoeba_de_en_refuses_other_languages_and_sends_chinese_to_its_own_module(tmp_path):
     """data=tatoeba_de_en data.tgt_lang=zh trained Chinese without jieba and scored it as any text."""
     with pytest.raises(ValueError, match=r"Tatoeba Chinese-English is data=zh_en .* segments Chinese with jieba"):

@@ -73,39 +73,61 @@ def test_visible_gpus_follow_cuda_visible_devices(monkeypatch):
 
 def test_pool_settings_that_cannot_apply_are_refused_before_any_run(tmp_path, monkeypatch):
     """gpu_pool=true on a machine without GPUs passed the plan, then every job died on a traceback; and
-    runs_per_gpu=4 without gpu_pool was accepted and read by nothing."""
+    runs_per_gpu=4 without gpu_pool was accepted and read by nothing. A plan made away from the GPUs says
+    so and is not refused; launchers that start runs elsewhere are not judged by this machine's GPUs."""
     import os
 
     from omegaconf import OmegaConf
 
     from nmt.sweep.gpus import pool_problem
 
-    def problem(**given):
-        return pool_problem(OmegaConf.create(given))
+    def problem(machine=True, **given):
+        return pool_problem(OmegaConf.create(given), machine)
+
+    def launcher(name: str, **keys) -> dict:
+        return {"launcher": {"_target_": f"hydra_plugins.some_launcher.{name}", **keys}}
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # a machine that shows no GPU
     assert problem() is None and problem(gpu_pool=False, runs_per_gpu=1) is None
     assert problem(runs_per_gpu=4, gpus_per_run=2) == (
-        "runs_per_gpu=4 gpus_per_run=2: the GPU pool's setting, read with gpu_pool=true alone; add it, or remove this"
+        "runs_per_gpu=4 gpus_per_run=2: read by the GPU pool alone (gpu_pool=true); add that, or remove them"
     )
     assert problem(gpu_pool=True, runs_per_gpu=0) == "runs_per_gpu=0: must be a whole number >= 1"
-    assert problem(gpu_pool=True) == (
-        "gpu_pool=true: a run takes gpus_per_run=1 GPU(s) and this machine shows 0 []; run the sweep where its GPUs "
-        "are, or set gpu_pool=false"
+    refused = (
+        "gpu_pool=true: a run takes gpus_per_run=1 GPU(s) and this machine shows 0 GPU(s); run the sweep where its "
+        "GPUs are, or set gpu_pool=false"
     )
-    slurm = {"launcher": {"_target_": "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher"}}
-    assert problem(gpu_pool=True, hydra=slurm) is None  # its runs start on the cluster's nodes
+    for local in ({}, {"hydra": launcher("BasicLauncher")}, {"hydra": launcher("JoblibLauncher")}):
+        assert problem(gpu_pool=True, **local) == refused
+    assert problem(machine=False, gpu_pool=True) is None  # plan=true
+    for elsewhere in ("SlurmLauncher", "RayAWSLauncher"):  # its runs start on other machines
+        assert problem(gpu_pool=True, hydra=launcher(elsewhere)) is None
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
     assert problem(gpu_pool=True, gpus_per_run=2, runs_per_gpu=3) is None
-    assert problem(gpu_pool=True, gpus_per_run=3).startswith("gpu_pool=true: a run takes gpus_per_run=3 GPU(s)")
-    command = [sys.executable, str(ROOT / "sweep.py"), "grid=none", "seed=1,2", "gpu_pool=true", "plan=true"]
-    refused = subprocess.run(
-        [*command, f"hydra.sweep.dir={tmp_path}"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=300,
-        env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},
+    assert problem(gpu_pool=True, gpus_per_run=3).startswith(
+        "gpu_pool=true: a run takes gpus_per_run=3 GPU(s) and this machine shows 2 GPU(s) (0, 1)"
     )
-    assert refused.returncode == 2, refused.stderr[-2000:]
-    assert refused.stderr.strip().splitlines()[-1].startswith("error: gpu_pool=true: a run takes gpus_per_run=1")
+    # submitit's local launcher gives each job its first gpus_per_node GPUs (none by default)
+    assert problem(gpu_pool=True, hydra=launcher("LocalLauncher")).startswith(
+        "gpu_pool=true: a run takes gpus_per_run=1 GPU(s) and each job of hydra/launcher=submitit_local sees 0 "
+        "(hydra.launcher.gpus_per_node=0; this machine shows 2 GPU(s) (0, 1))"
+    )
+    assert problem(gpu_pool=True, hydra=launcher("LocalLauncher", gpus_per_node=1)) is None
+    command = [sys.executable, str(ROOT / "sweep.py"), "grid=none", "seed=1,2", "gpu_pool=true"]
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    ran = [
+        subprocess.run(
+            [*command, *extra, f"hydra.sweep.dir={tmp_path / name}"],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=300,
+            env=env,
+        )  # fmt: skip
+        for name, extra in (("run", []), ("plan", ["plan=true"]))
+    ]
+    assert ran[0].returncode == 2, ran[0].stderr[-2000:]
+    assert ran[0].stderr.strip().splitlines()[-1] == f"error: {refused}"
+    assert ran[1].returncode == 0, ran[1].stderr[-2000:]
+    assert f"here the sweep would stop before any run: {refused}" in ran[1].stdout
+    assert not list(tmp_path.glob("*/seed=*"))

@@ -642,6 +642,14 @@ def test_runs_made_under_other_settings_stop_the_sweep_or_are_moved_aside(tmp_pa
     assert store.load(tmp_path) == {"runs": {}, "facts": {"name": "earlier"}, "kept": {"pos=relative,seed=1": other}}
     with pytest.raises(FileNotFoundError, match="no finished runs"):
         write_report(tmp_path)
+    # a run set aside part-trained was in no report: the report of the others stays
+    from nmt.sweep.report import set_aside
+
+    (tmp_path / "report.md").write_text("this sweep's report")
+    later = tmp_path / "superseded" / "later"
+    later.mkdir()
+    set_aside(tmp_path, later, ["pos=relative,seed=2"])
+    assert (tmp_path / "report.md").read_text() == "this sweep's report" and not list(later.iterdir())
 
 
 def test_a_sweep_run_without_its_fingerprint_is_judged_by_its_config(tmp_path, capsys):

@@ -259,7 +259,10 @@ def test_command(cfg: DictConfig, setting: dict, strategy: str, split: str = "te
     for key, value in cfg.decode.items():
         if value is not None and f"decode.{key}" not in setting and key not in UNREAD[strategy]:
             options[f"decode.{key}"] = value
-    options.update({f"data.{k}": v for k, v in OmegaConf.to_container(cfg.data, resolve=True).items() if v is not None})
+    listed = OmegaConf.load(Path(__file__).resolve().parents[2] / "conf" / "evaluate.yaml").data
+    for key, value in OmegaConf.to_container(cfg.data, resolve=True).items():
+        if value is not None:  # a key evaluate.py's data block does not list was added with + (+data.test=PATH)
+            options[f"{'' if key in listed else '+'}data.{key}"] = value
     options.update({key: cfg.get(key) for key in PASSED_ON if cfg.get(key) is not None})
     return "python evaluate.py " + " ".join(shlex.quote(f"{k}={hydra_escape(v)}") for k, v in options.items())
 

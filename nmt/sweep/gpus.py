@@ -149,27 +149,43 @@ def mps_folder() -> Path:
     return daemon_folder(",".join(visible_gpus()))
 
 
-def pool_problem(config) -> str | None:
+def pool_problem(config, machine: bool = True) -> str | None:
     """One line when the GPU pool's settings cannot apply: ``runs_per_gpu`` or ``gpus_per_run`` without
-    ``gpu_pool=true`` (read by nothing), or a pool asked of a machine that shows fewer GPUs than a run takes,
-    where the launcher starts the runs on this machine (a cluster's launcher starts them where its GPUs are)."""
+    ``gpu_pool=true`` (read by nothing), or, with ``machine``, a pool whose runs would see fewer GPUs than a
+    run takes where the launcher starts them on this machine (basic, joblib: the machine's GPUs; submitit's
+    local launcher: each job its first ``hydra.launcher.gpus_per_node``). Other launchers start runs where
+    their GPUs are, unseen from here. ``plan=true`` on a machine without them says so instead of refusing."""
     sizes = {key: config.get(key, 1) for key in ("runs_per_gpu", "gpus_per_run")}
     for key, value in sizes.items():
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             return f"{key}={value!r}: must be a whole number >= 1"
     if not config.get("gpu_pool"):
-        given = " ".join(f"{key}={value}" for key, value in sizes.items() if value != 1)
+        given = [f"{key}={value}" for key, value in sizes.items() if value != 1]
+        it = "it" if len(given) == 1 else "them"
         return (
-            f"{given}: the GPU pool's setting, read with gpu_pool=true alone; add it, or remove this" if given else None
+            f"{' '.join(given)}: read by the GPU pool alone (gpu_pool=true); add that, or remove {it}"
+            if given
+            else None
         )
-    launcher = str((config.get("hydra") or {}).get("launcher", {}).get("_target_", ""))
-    if launcher.endswith("SlurmLauncher"):
+    if not machine:
         return None
+    launcher = (config.get("hydra") or {}).get("launcher", {})
+    target = str(launcher.get("_target_", ""))
     devices = visible_gpus()
+    seen = f"this machine shows {len(devices)} GPU(s)" + (f" ({', '.join(devices)})" if devices else "")
+    if target.endswith("LocalLauncher"):  # submitit's: a job sees its first gpus_per_node GPUs, none by default
+        per_node = int(launcher.get("gpus_per_node") or 0)
+        shown = min(per_node, len(devices))
+        seen = (
+            f"each job of hydra/launcher=submitit_local sees {shown} (hydra.launcher.gpus_per_node={per_node}; {seen})"
+        )
+        devices = devices[:per_node]
+    elif target and not target.endswith(("BasicLauncher", *LAUNCHERS)):
+        return None
     if sizes["gpus_per_run"] > len(devices):
         return (
-            f"gpu_pool=true: a run takes gpus_per_run={sizes['gpus_per_run']} GPU(s) and this machine shows "
-            f"{len(devices)} {devices}; run the sweep where its GPUs are, or set gpu_pool=false"
+            f"gpu_pool=true: a run takes gpus_per_run={sizes['gpus_per_run']} GPU(s) and {seen}; run the sweep where "
+            "its GPUs are, or set gpu_pool=false"
         )
     return None
 

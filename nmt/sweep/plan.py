@@ -232,6 +232,8 @@ def print_plan(sweep_dir: Path, config: DictConfig) -> None:
             f"  the sweep would stop before any run, on the {len(changed)} run(s) made under other settings or "
             f"code: give it its own {own_folder(config)}, or on_changed=move to set them aside and run them again"
         )
+    if config.get("gpu_pool") and pool_problem(config):
+        print(f"  here the sweep would stop before any run: {pool_problem(config)}")
     if config.get("gpu_mps"):
         found = "found" if shutil.which(CONTROL) else "NOT on PATH here: the sweep would stop before any run"
         print(f"  the runs of a GPU side by side under CUDA's MPS, daemon in {mps_folder()} ({CONTROL}: {found})")
@@ -281,7 +283,7 @@ def input_problem(config: DictConfig) -> str | None:
         return str(err).splitlines()[0]
     problem = (
         level_settings_problem(config.get("level_settings"), levels)
-        or pool_problem(config)
+        or pool_problem(config, machine=not config.get("plan"))  # a plan made away from the GPUs says so below
         or mps_setting_problem(config)
     )
     if problem:

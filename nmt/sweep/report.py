@@ -43,17 +43,19 @@ REPORT_FILES = ("report.md", "report.html", "results.csv", "main_effects.png", "
 
 
 def set_aside(sweep_dir: Path, aside: Path, names: list[str]) -> None:
-    """Run folders ``names`` were moved to ``aside`` (made under other settings, ``on_changed=move``): the
-    report written of them goes with them, and statistics.json.gz keeps them only there, so that neither a
-    report written again from the file nor the sweep's own report counts them among this sweep's runs."""
+    """Run folders ``names`` go to ``aside`` (made under other settings, ``on_changed=move``): where the report
+    counted any of them, it goes with them, and statistics.json.gz keeps them only there, so that neither a
+    report written again from the file nor the sweep's own report counts them among this sweep's runs (a run
+    set aside part-trained was in no report: the report stays)."""
     saved = store.load(sweep_dir)
-    if any(name in saved["runs"] or name in saved["kept"] for name in names):
-        shutil.copy2(sweep_dir / store.STATISTICS, aside / store.STATISTICS)  # the old report's, whole
-        runs, kept = ({k: e for k, e in part.items() if k not in names} for part in (saved["runs"], saved["kept"]))
-        store.save(sweep_dir, runs, saved["facts"], kept)
+    if not any(name in saved["runs"] or name in saved["kept"] for name in names):
+        return
+    shutil.copy2(sweep_dir / store.STATISTICS, aside / store.STATISTICS)  # the old report's, whole
     for pattern in REPORT_FILES:
         for path in sweep_dir.glob(pattern):
             path.rename(aside / path.name)
+    runs, kept = ({k: e for k, e in part.items() if k not in names} for part in (saved["runs"], saved["kept"]))
+    store.save(sweep_dir, runs, saved["facts"], kept)
 
 
 def write_report(sweep_dir: str | Path, metric: str = "auto", baseline: dict | None = None, sentence: int = 0) -> Path:

@@ -272,10 +272,12 @@ class SweepReport(Callback):
         if changed and config.get("on_changed", "stop") == "move":
             aside = sweep_dir / SUPERSEDED / time.strftime("%Y%m%d-%H%M%S")
             aside.mkdir(parents=True, exist_ok=True)
+            # first the report of them and their statistics: were the folders moved first and this failed, a
+            # rerun would find nothing changed and keep reporting them
+            set_aside(sweep_dir, aside, list(changed))
             for name, found in changed.items():
                 (sweep_dir / name).rename(aside / name)
                 print(f"[sweep] {name} was made under other settings ({', '.join(found[:3])}): moved to {aside / name}")
-            set_aside(sweep_dir, aside, list(changed))  # the report of them, and their statistics, go with them
             changed = {}
         if changed:
             listing = "; ".join(f"{name} ({', '.join(found[:3])})" for name, found in list(changed.items())[:3])

@@ -335,7 +335,7 @@ def findings(
             sentences.append(
                 "No cell differs detectably from the baseline by the seed-level test after Holm's adjustment."
             )
-    if ranking["compared"] and effects_found != bool(better or worse):
+    if fit is not None and fit["model"] is not None and ranking["compared"] and effects_found != bool(better or worse):
         sentences.append(_two_tests(rows, len(levels)))
     if not sentences:  # one configuration (seeds only): nothing to compare
         sentences.append("One configuration: nothing to compare. The table below gives its mean over seeds.")

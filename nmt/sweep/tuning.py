@@ -134,7 +134,7 @@ def _candidates(sweep_dir: Path, level_key: str, metric: str) -> tuple[str, list
         hint = f" (did you mean --metric {close[0]}?)" if close else ""
         raise ValueError(
             f"{sweep_dir}: no run records {metric}{hint}; tune chooses by one of the validation scores its runs "
-            f"record: {', '.join(usable)}"
+            f"record: {', '.join(usable) or 'none (they record test scores alone)'}"
         )
     if len(records) < len(finished):  # never a choice among some of the candidates without saying so
         missing = sorted(Path(r.get("run_dir", "?")).name for r in finished if r["metrics"].get(metric) is None)

@@ -137,6 +137,33 @@ class Task:
         return {}
 
 
+def evaluation_data_config(loaded, overrides: dict | None, elsewhere: tuple[str, ...] = ()) -> DictConfig:
+    """The checkpoint's data config with evaluate.py's data options applied (those given: null is "not
+    given"). ``data.root`` or ``data.columns`` where the run's corpus takes none is refused in one line, not
+    left to a TypeError from its module; ``elsewhere``: those of them the task reads itself (a translation
+    task reads the columns of a ``split=files:`` TSV whatever the corpus), skipped here."""
+    from omegaconf import OmegaConf
+
+    data_cfg = OmegaConf.create(loaded.config["data"])
+    for key, value in (overrides or {}).items():
+        if value is None:
+            continue
+        if key in ("root", "columns") and key not in data_cfg:
+            if key in elsewhere:
+                continue
+            corpus = str(data_cfg.get("_target_", "?")).rsplit(".", 1)[-1]
+            files = key == "root" and "test" in data_cfg and "train" in data_cfg  # data=files: paths of its own
+            where = (
+                " (its files are named by data.train, data.val and data.test: give a split's moved files with "
+                "+data.<split>=PATH, or score other files with split=files:<prefix>)"
+                if files
+                else ""
+            )
+            raise ValueError(f"data.{key}={value}: this run's corpus ({corpus}) takes no {key}{where}")
+        data_cfg[key] = value
+    return data_cfg
+
+
 def check_split_text(loaded, datamodule, split: str, elsewhere: str) -> None:
     """A split of the run's own corpus (train, val, test) must be the text the model was trained with: a
     corpus found elsewhere (another data.root, $NMT_DATA, a cache holding another copy) or edited since
@@ -144,14 +171,20 @@ def check_split_text(loaded, datamodule, split: str, elsewhere: str) -> None:
     before checkpoints kept the hashes is checked against its run folder's record; without one, not at all."""
     trained = (loaded.data_text or {}).get(split)
     if trained is not None and datamodule.text_hash(split) != trained:
-        # a corpus found in a folder (data.root), or one whose files the run's config names (data=files)
-        point = "point data.root at the run's copy" if hasattr(datamodule, "root") else (
-            f"give the run's files with +data.{split}=PATH")  # fmt: skip
+        # a corpus found in a folder (data.root), one whose files the run's config names (data=files), or
+        # one generated (data=toy: its text changed with the code that makes it)
+        point = (
+            "point data.root at the run's copy, "
+            if hasattr(datamodule, "root")
+            else f"give the run's files with +data.{split}=PATH, "
+            if hasattr(datamodule, "specs")
+            else ""
+        )
         raise ValueError(
             f"split={split}: the {split} text of {datamodule.describe()} read now is not the text "
             f"{loaded.checkpoints[0]} was trained with (its hash differs): the corpus changed, another copy was "
             f"found first (data.root, $NMT_DATA, the cache), or a seeded split is made otherwise than when the run "
-            f"trained (pairs sharing a sentence now go to one split); {point}, {elsewhere}"
+            f"trained (pairs sharing a sentence now go to one split); {point}{elsewhere}"
         )
 
 

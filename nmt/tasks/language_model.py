@@ -21,6 +21,7 @@ from nmt.tasks.base import (
     FINAL_RESULTS,
     Task,
     check_split_text,
+    evaluation_data_config,
     log_target_metrics,
     target_metrics,
     update_target_metrics,
@@ -169,10 +170,7 @@ class LanguageModelTask(Task):
         """Perplexity of a split (train, val or test) of the checkpoint's corpus; writes metrics.json."""
         if split not in ("train", "val", "test"):
             raise ValueError(f"split={split!r}: a language model is scored on train, val or test")
-        data_cfg = OmegaConf.create(loaded.config["data"])
-        for key, value in (data_overrides or {}).items():
-            if value is not None:
-                data_cfg[key] = value
+        data_cfg = evaluation_data_config(loaded, data_overrides)
         datamodule = self.build_datamodule(data_cfg, loaded.config["cache_dir"], loaded.config["seed"])
         datamodule.set_tokenizers(loaded.src_tokenizer, loaded.tgt_tokenizer)
         check_split_text(loaded, datamodule, split, "or train a model on the text to score")

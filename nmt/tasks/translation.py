@@ -23,6 +23,7 @@ from nmt.tasks.base import (
     Task,
     best_logged,
     check_split_text,
+    evaluation_data_config,
     log_target_metrics,
     target_metrics,
     update_target_metrics,
@@ -269,22 +270,8 @@ class TranslationTask(Task):
 
     def _eval_set(self, loaded, split: str, data_overrides: dict | None):
         """(data module, data config, (sources, references, description)) of an evaluation set, checked."""
-        data_cfg = OmegaConf.create(loaded.config["data"])
-        for key, value in (data_overrides or {}).items():
-            if value is None:
-                continue
-            if key not in data_cfg:  # data.columns also reads a split=files: TSV, whatever the run's corpus
-                if key == "columns":
-                    continue
-                corpus = str(data_cfg.get("_target_", "?")).rsplit(".", 1)[-1]
-                where = (
-                    " (its files are named by data.train, data.val and data.test: give a split's moved files with "
-                    "+data.<split>=PATH, or score other files with split=files:<prefix>)"
-                    if "test" in data_cfg
-                    else ""
-                )
-                raise ValueError(f"data.{key}={value}: this run's corpus ({corpus}) takes no {key}{where}")
-            data_cfg[key] = value
+        # data.columns also reads a split=files: TSV, whatever the run's corpus
+        data_cfg = evaluation_data_config(loaded, data_overrides, elsewhere=("columns",))
         datamodule = self.build_datamodule(data_cfg, loaded.config["cache_dir"], loaded.config["seed"])
         columns = (data_overrides or {}).get("columns")
         found = load_eval_set(split, datamodule, data_cfg, loaded.config, self, columns)
