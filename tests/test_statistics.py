@@ -988,3 +988,24 @@ def test_a_sweep_over_a_plain_setting_is_not_told_its_levels_ran_untuned(tmp_pat
     assert "No main effect or interaction is detectable" in findings
     assert f"(the main effects' 95% intervals are ± {width:.2f} wide:" in findings
     assert "Every level" not in findings
+
+
+def test_the_report_lists_the_runs_library_versions_and_warns_when_they_differ(tmp_path):
+    """A run's identity recorded its code, never the libraries that compute and score it: a sweep run partly
+    before a torch upgrade looked like one made all alike."""
+    import platform
+
+    import torch
+
+    from nmt.training.run_folder import code_version, library_versions
+
+    found = library_versions()
+    assert found["python"] == platform.python_version() and found["torch"] == torch.__version__
+    assert code_version()["libraries"] == found
+    synthetic_sweep(tmp_path)
+    for i, run_dir in enumerate(sorted(tmp_path.iterdir())):
+        libraries = {"python": "3.11.9", "torch": "2.13.0" if i else "2.12.1"}
+        (run_dir / "fingerprint.json").write_text(json.dumps({"code": {"hash": "h", "libraries": libraries}}))
+    report = flat_report(tmp_path)
+    assert "| libraries | python 3.11.9, torch 2.12.1; python 3.11.9, torch 2.13.0 |" in report
+    assert "**Warning:** the runs were made with 2 sets of library versions (python 3.11.9, torch 2.12.1; " in report

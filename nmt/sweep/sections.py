@@ -80,6 +80,8 @@ def what_ran(
     rows.append(["runs", runs])
     codes = facts.get("code") or []
     rows.append(["code", ", ".join(codes) if codes else "not recorded"])
+    libraries = facts.get("libraries") or []
+    rows.append(["libraries", "; ".join(libraries) if libraries else "not recorded"])
     hours = facts.get("wall_time_h", 0)
     rows.append(["run time", f"{hours:.2f} h in all" if hours >= 1 else f"{hours * 60:.1f} min in all"])
     rows.append(["metric", f"`{metric}` ({'lower' if lower else 'higher'} is better)"])
@@ -90,6 +92,11 @@ def what_ran(
     doc.table(["", ""], rows)
     if len(codes) > 1:
         doc.paragraph(f"**Warning:** the runs were made by {len(codes)} code versions: {', '.join(codes)}.")
+    if len(libraries) > 1:
+        doc.paragraph(
+            f"**Warning:** the runs were made with {len(libraries)} sets of library versions ({'; '.join(libraries)}): "
+            "their numerics, and so their scores, may differ by more than the factors."
+        )
     # a factor of the search or of the checkpoints scored (decode.*, test_average_last) makes ways that differ
     scored_by_factor = any(f.startswith("decode.") or f == "test_average_last" for f in factors)
     if len(scorings) > 1 and (facts.get("scoring_within_cells") or not scored_by_factor):

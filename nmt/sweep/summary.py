@@ -131,7 +131,7 @@ def describe(sweep_dir: Path, records: list[dict]) -> dict:
     ended = [r["ended_by"] for r in records if r.get("ended_by")]
     facts["ended_by"] = {reason: ended.count(reason) for reason in sorted(set(ended))}
     facts["wall_time_h"] = sum(run_cost_s(r) for r in records) / 3600
-    codes, choices, config = set(), {}, None
+    codes, libraries, choices, config = set(), set(), {}, None
     for r in records:
         run_dir = Path(r.get("run_dir", ""))
         fingerprint = run_dir / "fingerprint.json"
@@ -139,6 +139,8 @@ def describe(sweep_dir: Path, records: list[dict]) -> dict:
             code = json.loads(fingerprint.read_text()).get("code", {})
             commit = code.get("commit", "")[:12] or f"code {code.get('hash', '?')[:12]}"
             codes.add(commit + (" with uncommitted changes" if code.get("dirty") else ""))
+            if code.get("libraries"):  # recorded since runs kept them
+                libraries.add(", ".join(f"{name} {v}" for name, v in code["libraries"].items()))
         hydra = run_dir / ".hydra" / "hydra.yaml"
         if hydra.is_file() and not choices:
             saved = _readable_yaml(hydra)
@@ -150,6 +152,7 @@ def describe(sweep_dir: Path, records: list[dict]) -> dict:
         if config is None and (run_dir / "config.yaml").is_file():
             config = _readable_yaml(run_dir / "config.yaml")
     facts["code"] = sorted(codes)
+    facts["libraries"] = sorted(libraries)
     facts["choices"] = choices
     if config is not None:
         trainer = config.get("trainer", {})

@@ -2,7 +2,8 @@
 and whether the run in it has finished.
 
 - ``fingerprint.json`` records what determines the result: the resolved config minus the keys that cannot
-  change it (output paths, loggers, progress display, threads), and the code version. A rerun resumes
+  change it (output paths, loggers, progress display, threads), and the code version (with the versions of
+  the libraries, recorded but not compared). A rerun resumes
   only a run with the same fingerprint; otherwise it stops and lists the keys that differ (``resume=force``
   continues anyway and says so).
 - ``.lock`` is held (``flock``) by the process training in the folder; a second one refuses to start and
@@ -77,13 +78,32 @@ def code_hash() -> str:
     return digest.hexdigest()[:16]
 
 
+# the libraries whose versions a result may depend on (numerics, scoring, tokenisation): recorded with every
+# run and shown in a sweep's report, not compared (an upgrade would otherwise void every finished run)
+LIBRARIES = ("torch", "lightning", "numpy", "sentencepiece", "sacrebleu")
+
+
+def library_versions() -> dict:
+    """Python's and :data:`LIBRARIES`' versions, as installed (read without importing them)."""
+    import platform
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = {"python": platform.python_version()}
+    for name in LIBRARIES:
+        try:
+            found[name] = version(name)
+        except PackageNotFoundError:
+            continue
+    return found
+
+
 def code_version() -> dict:
     """The hash of the code that computes results (compared), with the git commit and whether it had
-    uncommitted changes (for the record), or the package version outside git."""
+    uncommitted changes, or the package version outside git, and the libraries' versions (for the record)."""
     try:
-        return {"hash": code_hash(), **_git_version()}
+        return {"hash": code_hash(), **_git_version(), "libraries": library_versions()}
     except OSError:
-        return {"hash": "unknown"}
+        return {"hash": "unknown", "libraries": library_versions()}
 
 
 def _git_version() -> dict:
