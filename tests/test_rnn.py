@@ -3,6 +3,7 @@
 import csv
 import itertools
 import json
+import re
 
 import pytest
 import torch
@@ -109,6 +110,45 @@ def test_teacher_forcing_ratio_decays_linearly():
         with pytest.raises(ConfigError, match=r"model\.teacher_forcing_final=.* with model\.teacher_forcing_decay_st"):
             check_config(compose_train("model=rnn", given))
     make_rnn(teacher_forcing_final=0.5)  # a checkpoint made before the check still loads (its ratio: constant)
+    # a negative decay was told to set what was set; attention_dim=0 trained at the hidden size, as null does
+    refused = {
+        ("model.teacher_forcing_decay_steps=-5", "model.teacher_forcing_final=0.1"): (
+            r"model\.teacher_forcing_decay_steps=-5: must be a whole number >= 0 \(0: no decay\)$"
+        ),
+        ("attention=additive", "attention.attention_dim=0"): (
+            r"attention\.attention_dim=0: must be a whole number >= 1, or null \(the hidden size\)$"
+        ),
+    }
+    for given, message in refused.items():
+        with pytest.raises(ConfigError) as err:
+            check_config(compose_train("model=rnn", *given))
+        assert len(str(err.value).splitlines()) == 2 and re.search(message, str(err.value).splitlines()[1]), err.value
+    check_config(compose_train("model=rnn", "attention=additive", "attention.attention_dim=8"))
+
+
+def test_a_decaying_teacher_forcing_ratio_is_compiled_once_not_every_update():
+    """compile=true with a decay: the ratio, a new number each update, made the compiler recompile the model
+    every update until its limit (8), then run it uncompiled. It is a tensor now; the outputs are the same."""
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    settings = dict(teacher_forcing=1.0, teacher_forcing_final=0.0, teacher_forcing_decay_steps=10, seed=3)
+    model, plain = make_rnn(**settings).train(), make_rnn(**settings).train()
+    model.compile(backend="eager", dynamic=True)
+    src, tgt = batch()
+    frames = []  # frames the compiler has translated so far: a recompile adds some
+    for update in range(6):
+        for each in (model, plain):
+            each.set_update(update)
+        torch.manual_seed(update)  # the same draws for both: which steps feed the model's own predictions
+        got = model(src, tgt)
+        torch.manual_seed(update)
+        assert torch.allclose(got, plain(src, tgt), atol=1e-5)
+        frames.append(counters["frames"]["total"])
+    assert frames[0] > 0 and frames[-1] == frames[0], frames  # before: 16 after the first update, 19 at the end
+    torch._dynamo.reset()
 
 
 def test_teacher_forcing_decays_by_updates_not_micro_batches(tmp_path):

@@ -149,6 +149,15 @@ class RNNSeq2Seq(nn.Module):
         progress = min(1.0, float(self.train_steps) / self.teacher_forcing_decay_steps)
         return self.teacher_forcing + progress * (self.teacher_forcing_final - self.teacher_forcing)
 
+    def _training_ratio(self) -> float | torch.Tensor:
+        """The ratio a training forward pass uses: a constant as a number, a decaying one as a 0-dim tensor
+        read from the step buffer, so that a compiled model sees no new constant each update (it recompiled
+        every update until the compiler gave up)."""
+        if self.teacher_forcing_decay_steps <= 0:
+            return self.teacher_forcing
+        progress = (self.train_steps.float() / self.teacher_forcing_decay_steps).clamp(max=1.0)
+        return self.teacher_forcing + progress * (self.teacher_forcing_final - self.teacher_forcing)
+
     def scheduled_values(self) -> dict[str, float]:
         """The values of the model's own schedule at this update, logged with the update's scalars: the
         teacher-forcing ratio a decaying run trains with (a constant one is in the run's config)."""
@@ -161,9 +170,11 @@ class RNNSeq2Seq(nn.Module):
         memory, src_mask, hidden = self._encode(src)
         keys = self.attention.prepare_keys(memory)
         feed = memory.new_zeros(src.size(0), self.hidden_size)
-        ratio = self.teacher_forcing_ratio() if self.training else 1.0
+        ratio = self._training_ratio() if self.training else 1.0
+        # decided by the settings, not the ratio's value: a decaying ratio is a tensor that may reach 1
+        forced = not isinstance(ratio, torch.Tensor) and ratio >= 1.0
         embedded = self.dropout(self.tgt_embed(tgt_in))  # (batch, tgt_len, embed)
-        if ratio >= 1.0 and not self.input_feeding:
+        if forced and not self.input_feeding:
             # all inputs known and no step-to-step feed: one call of the recurrence over the sequence
             attentional, _, weights = self._decode(embedded, hidden, feed, memory, keys, src_mask)
             logits = self._logits(attentional)
@@ -172,7 +183,7 @@ class RNNSeq2Seq(nn.Module):
         previous_prediction = None
         for t in range(tgt_in.size(1)):
             step_input = embedded[:, t : t + 1]
-            if ratio < 1.0 and previous_prediction is not None:
+            if not forced and previous_prediction is not None:
                 use_model = torch.rand(src.size(0), device=src.device) >= ratio  # (batch,)
                 own = self.dropout(self.tgt_embed(previous_prediction))[:, None]
                 step_input = torch.where(use_model[:, None, None], own, step_input)
@@ -180,7 +191,7 @@ class RNNSeq2Seq(nn.Module):
             feed = attentional[:, -1]
             all_attentional.append(attentional)
             all_weights.append(weights)
-            if ratio < 1.0:  # the model's own prediction may be the next input: project every step
+            if not forced:  # the model's own prediction may be the next input: project every step
                 all_logits.append(self._logits(attentional))
                 previous_prediction = all_logits[-1][:, -1].argmax(dim=-1).detach()
         if all_logits:

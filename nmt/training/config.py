@@ -239,7 +239,16 @@ def check_config(cfg: DictConfig, choices: dict | None = None) -> None:
             )
     final = OmegaConf.select(cfg, "model.teacher_forcing_final", default=None)
     decay = OmegaConf.select(cfg, "model.teacher_forcing_decay_steps", default=0) or 0
-    if (final is None) != (decay <= 0):  # at training only: checkpoints made before load as they were
+    attention_dim = OmegaConf.select(cfg, "model.attention.attention_dim", default=None)
+    if attention_dim is not None and (
+        isinstance(attention_dim, bool) or not isinstance(attention_dim, int) or attention_dim < 1
+    ):
+        problems.append(
+            f"  attention.attention_dim={attention_dim!r}: must be a whole number >= 1, or null (the hidden size)"
+        )
+    if not isinstance(decay, int) or isinstance(decay, bool) or decay < 0:
+        problems.append(f"  model.teacher_forcing_decay_steps={decay!r}: must be a whole number >= 0 (0: no decay)")
+    elif (final is None) != (decay <= 0):  # at training only: checkpoints made before load as they were
         problems.append(
             f"  model.teacher_forcing_final={final} with model.teacher_forcing_decay_steps={decay}: they go together "
             "(a decay to the one over the other); set both, or neither"
