@@ -144,10 +144,7 @@ class RNNSeq2Seq(nn.Module):
         self.train_steps.fill_(step)
 
     def teacher_forcing_ratio(self) -> float:
-        if self.teacher_forcing_decay_steps <= 0:
-            return self.teacher_forcing
-        progress = min(1.0, float(self.train_steps) / self.teacher_forcing_decay_steps)
-        return self.teacher_forcing + progress * (self.teacher_forcing_final - self.teacher_forcing)
+        return float(self._training_ratio())
 
     def _training_ratio(self) -> float | torch.Tensor:
         """The ratio a training forward pass uses: a constant as a number, a decaying one as a 0-dim tensor

@@ -232,8 +232,9 @@ def print_plan(sweep_dir: Path, config: DictConfig) -> None:
             f"  the sweep would stop before any run, on the {len(changed)} run(s) made under other settings or "
             f"code: give it its own {own_folder(config)}, or on_changed=move to set them aside and run them again"
         )
-    if config.get("gpu_pool") and pool_problem(config):
-        print(f"  here the sweep would stop before any run: {pool_problem(config)}")
+    pool = pool_problem(config) if config.get("gpu_pool") else None
+    if pool:
+        print(f"  here the sweep would stop before any run: {pool}")
     if config.get("gpu_mps"):
         found = "found" if shutil.which(CONTROL) else "NOT on PATH here: the sweep would stop before any run"
         print(f"  the runs of a GPU side by side under CUDA's MPS, daemon in {mps_folder()} ({CONTROL}: {found})")

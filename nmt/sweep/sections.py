@@ -28,8 +28,8 @@ def what_ran(
         rows.append([f"factor {factor}", f"{levels[factor][0]} (reference), " + ", ".join(levels[factor][1:])])
     for factor, (level, planned) in (held or {}).items():
         others = [str(v) for v in planned if str(v) != str(level)]
-        rows.append([f"factor {factor}", f"{level} alone among the finished runs" + (
-            f" (also planned: {', '.join(others)}; no run of them finished)" if others else "")])  # fmt: skip
+        rows.append([f"factor {factor}", f"{level} alone among the finished runs (also planned: {', '.join(others)}; "
+                     "no run of them finished)" if others else f"{level} (its one level)"])  # fmt: skip
     rows.append(["settings for every run", " ".join(facts.get("constants") or []) or "the defaults"])
     for key, by_level in (facts.get("level_settings") or {}).items():
         # a factor's levels as they ran, each with its own settings or none; a level that did not run, none
