@@ -131,6 +131,18 @@ def test_course_baseline_has_the_reported_shape():
         # a model part given as a key, not its group: a Hydra error block about a str not being callable
         ("model.position=rope", "model.position='rope': set by the config group pos: choose it as pos=rope"),
         ("model=rnn model.attention=additive", "model.attention='additive': set by the config group attention"),
+        # a key added to a model part its class does not take: a TypeError in Hydra's many lines before
+        (
+            "model=rnn attention=dot +attention.attention_dim=8",
+            "attention.attention_dim: not an option of attention=dot; it takes no options",
+        ),
+        ("pos=relative +pos.max_len=100", "pos.max_len: not an option of pos=relative; it takes clip, use_values"),
+        ("+norm.bias=true +norm.scale=2", "norm.bias, norm.scale: not options of norm=layer; it takes eps, fused"),
+        # a GPU kernel choice for a model that calls no fused attention
+        (
+            "model=rnn cudnn_attention=false trainer.accelerator=gpu",
+            "cudnn_attention=False: chooses among the kernels of PyTorch",
+        ),
         ("early_stopping.patience=abc", "early_stopping.patience='abc': must be an integer >= 0 or null"),
         ("trainer.gradient_clip_val=-1", "trainer.gradient_clip_val=-1: must be a number >= 0 or null"),
         ("threads=two", "threads='two': must be an integer >= 0"),
@@ -217,6 +229,13 @@ def test_trainer_gpu_without_a_gpu_is_one_line_naming_the_key_before_any_data_is
         cfg = compose_train("trainer.precision=16-mixed", f"trainer.accelerator={accelerator}", f"run_dir={tmp_path}")
         with pytest.raises(ValueError, match=r"^trainer.precision=16-mixed: float16 mixed precision needs a CUDA GPU"):
             train_module.train(cfg)
+        # CUDA graphs on a CPU: Inductor compiled as under compile=true, and the run's records said otherwise
+        cfg = compose_train("compile=reduce-overhead", f"trainer.accelerator={accelerator}", f"run_dir={tmp_path}")
+        with pytest.raises(ValueError, match=r"^compile=reduce-overhead: replays CUDA graphs, and this run trains on"):
+            train_module.train(cfg)
+        cfg = compose_train("cudnn_attention=false", f"trainer.accelerator={accelerator}", f"run_dir={tmp_path}")
+        with pytest.raises(ValueError, match=r"cudnn_attention=False: chooses among a GPU's attention kernels"):
+            train_module.train(cfg)
 
 
 @pytest.mark.parametrize(
@@ -299,8 +318,13 @@ def test_the_documents_list_every_option_of_every_config_group(document, header,
 def test_cudnn_attention_is_set_at_every_run_so_that_none_carries_into_the_next(tmp_path, monkeypatch):
     """cudnn_attention=false leaves PyTorch's cuDNN attention kernels out of a run, and the next run in the
     same process (a sweep's in-process runs, a notebook) gets PyTorch's choice back unless it asks too."""
+    from nmt.training import train as train_module
+    from nmt.training import trainer as trainer_module
+
     seen = []
     monkeypatch.setattr(torch.backends.cuda, "enable_cudnn_sdp", seen.append)
+    for module in (train_module, trainer_module):  # a CPU run refuses the GPU's setting: here it trains on one
+        monkeypatch.setattr(module, "check_accelerator", lambda cfg: None)
     for setting in ("false", "null"):
         run = tmp_path / setting
         overrides = ["trainer.max_steps=1", "threads=1", *NO_FINAL_SCORES, "trainer.accelerator=auto"]

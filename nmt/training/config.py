@@ -17,6 +17,7 @@ from nmt.training import graph_updates, weight_casts
 from nmt.training.config_groups import (
     data_key_problems,
     hydra_choices,
+    keywords,
     model_key_problems,
     optim_node_problems,
     target_class,
@@ -182,11 +183,19 @@ def check_config(cfg: DictConfig, choices: dict | None = None) -> None:
                 precision=OmegaConf.select(cfg, "trainer.precision", default=""), compile=cfg.get("compile")
             )
         ]
-    if cfg.get("cudnn_attention") is not None and OmegaConf.select(cfg, "trainer.accelerator", default="") == "cpu":
-        problems.append(
-            f"  cudnn_attention={cfg.cudnn_attention}: chooses among a GPU's attention kernels; a CPU run has "
-            "none of cuDNN's (leave it null)"
-        )
+    if cfg.get("cudnn_attention") is not None:
+        model_class = target_class(cfg, "model")
+        taken = keywords(model_class) if model_class is not None else None
+        if OmegaConf.select(cfg, "trainer.accelerator", default="") == "cpu":
+            problems.append(
+                f"  cudnn_attention={cfg.cudnn_attention}: chooses among a GPU's attention kernels; a CPU run has "
+                "none of cuDNN's (leave it null)"
+            )
+        elif taken is not None and "fused_attention" not in taken:  # the models that call PyTorch's kernel
+            problems.append(
+                f"  cudnn_attention={cfg.cudnn_attention}: chooses among the kernels of PyTorch's fused attention, "
+                f"which {model_class.__name__} does not call (leave it null)"
+            )
     target = OmegaConf.select(cfg, "data.tgt_lang", default=None)
     if target:  # scoring its text may need extra packages: say so before any data is read
         try:

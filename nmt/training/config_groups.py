@@ -21,19 +21,20 @@ def model_key_problems(cfg: DictConfig, choices: dict | None = None) -> list[str
     if not target:
         return []
     # model.attention=additive replaced the group's node (conf/model/*.yaml: attention: ${attention}) by a word
-    for key, group in {"position": "pos", "norm": "norm", "attention": "attention"}.items():
+    for key, group in PART_KEYS.items():
         value = cfg.model.get(key) if key in cfg.model else None
         if value is not None and not OmegaConf.is_config(value):
             return [f"  model.{key}={value!r}: set by the config group {group}: choose it as {group}={value}"]
+    part_problems = _part_key_problems(cfg, choices)
     model_class = target_class(cfg, "model")
     if model_class is None:
-        return []
+        return part_problems
     params = inspect.signature(model_class.__init__).parameters
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        return []
+        return part_problems
     unknown = [str(k) for k in cfg.model if not str(k).startswith("_") and k not in params]
     if not unknown:
-        return []
+        return part_problems
     if choices is None:
         choices = hydra_choices()
     model = choices.get("model") or model_class.__name__
@@ -48,12 +49,45 @@ def model_key_problems(cfg: DictConfig, choices: dict | None = None) -> list[str
     return [
         f"  {', '.join('model.' + k for k in unknown)}: not options of model={model}{source}; "
         f"it takes {', '.join(taken)}"
-    ]
+    ] + part_problems
+
+
+def _part_key_problems(cfg: DictConfig, choices: dict | None) -> list[str]:
+    """Keys of a model-part group (``+attention.attention_dim=8`` under ``attention=dot``) that its class does
+    not take: one line naming the group's option and the keys it does take, where the constructor would have
+    stopped on a TypeError in Hydra's many lines."""
+    problems = []
+    for key, group in PART_KEYS.items():
+        node = cfg.model.get(key) if key in cfg.model else None
+        if not OmegaConf.is_config(node) or not node.get("_target_"):
+            continue
+        part_class = target_class(cfg.model, key)
+        taken = keywords(part_class) if part_class is not None else None
+        if taken is None:
+            continue
+        unknown = [str(k) for k in node if not str(k).startswith("_") and k not in taken]
+        if not unknown:
+            continue
+        if choices is None:
+            choices = hydra_choices()
+        # a config composed without Hydra's runtime records no choices: the option whose file names the class
+        named = [f.stem for f in sorted((CONF / group).glob("*.yaml")) if _target_of(f) == node._target_]
+        chosen = choices.get(group) or (named[0] if len(named) == 1 else None)
+        option = f"{group}={chosen}" if chosen else f"{group} ({part_class.__name__})"
+        own = sorted(str(k) for k in node if not str(k).startswith("_") and k in taken)
+        problems.append(
+            f"  {', '.join(f'{group}.{k}' for k in unknown)}: "
+            + ("not an option" if len(unknown) == 1 else "not options")
+            + f" of {option}; "
+            + (f"it takes {', '.join(own)}" if own else "it takes no options")
+        )
+    return problems
 
 
 # groups that configure a part of the model: they matter only when the chosen model's config refers to
 # them (conf/model/transformer.yaml has `position: ${pos}`; the RNN has no position encoding)
 MODEL_PART_GROUPS = ("pos", "norm", "attention")
+PART_KEYS = {"position": "pos", "norm": "norm", "attention": "attention"}  # the model's key: its group
 
 
 def unused_groups(cfg: DictConfig, choices: dict | None = None, overrides: list[str] | None = None) -> list[str]:
@@ -237,6 +271,11 @@ def optim_node_problems(cfg: DictConfig, choices: dict | None = None) -> list[st
                 f"an optim that has one: {', '.join(readers)}"
             )
     return problems
+
+
+def _target_of(path: Path) -> str | None:
+    node = OmegaConf.load(path)
+    return node.get("_target_") if isinstance(node, DictConfig) else None
 
 
 def hydra_choices() -> dict:

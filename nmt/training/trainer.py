@@ -132,6 +132,17 @@ def check_accelerator(cfg: DictConfig) -> None:
             f"trainer.accelerator={accelerator}{group}: this process sees no GPU; train on the CPU with "
             "trainer=default, or run where a GPU is visible"
         )
+    on_cpu = accelerator == "cpu" or not torch.cuda.is_available()
+    if str(cfg.get("compile")) == "reduce-overhead" and on_cpu:
+        raise ValueError(  # Inductor compiles as under compile=true and records nothing: the setting says more
+            "compile=reduce-overhead: replays CUDA graphs, and this run trains on the CPU; use compile=true "
+            "(the same kernels), or train on a GPU"
+        )
+    if cfg.get("cudnn_attention") is not None and on_cpu:  # the config's check sees trainer.accelerator=cpu only
+        raise ValueError(
+            f"cudnn_attention={cfg.cudnn_attention}: chooses among a GPU's attention kernels, and this run trains "
+            "on the CPU, which has none of cuDNN's (leave it null)"
+        )
     precision = str(OmegaConf.select(cfg, "trainer.precision", default="auto"))
     if precision.startswith("16") and (accelerator == "cpu" or not torch.cuda.is_available()):
         raise ValueError(  # Lightning would train bf16-mixed, while the run's records said 16-mixed
