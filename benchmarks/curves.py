@@ -32,9 +32,16 @@ def validation_rows(run: str | Path) -> list[dict[str, str]]:
 
 
 def validation_curve(run: str | Path, metric: str = "val_bleu") -> list[tuple[float, float, int]]:
-    """(minutes since training started, metric, step) at every validation of a run."""
-    rows = [r for r in validation_rows(run) if r.get(metric)]
-    return [(float(r["wall_time_s"]) / 60, float(r[metric]), int(r["step"])) for r in rows]
+    """(minutes since training started, metric, updates done) at every validation of a run: Lightning logs
+    a validation at its last update's 0-based step (update 480's at step 479, as training prints it at
+    update 480). One point per update: the final weights' validation, where training validated the same
+    weights, repeats that row (``final_weights`` 1) and is the one kept."""
+    points: dict[int, tuple[float, float, int]] = {}
+    for r in validation_rows(run):
+        if r.get(metric):
+            updates = int(float(r["step"])) + 1
+            points[updates] = (float(r["wall_time_s"]) / 60, float(r[metric]), updates)
+    return sorted(points.values(), key=lambda p: p[2])
 
 
 def export_validations(run_dir: str | Path, out: str | Path) -> Path:
@@ -51,7 +58,7 @@ def export_validations(run_dir: str | Path, out: str | Path) -> Path:
 
 
 AXIS_LABELS = {
-    "val_bleu": "validation sacreBLEU (greedy)",
+    "val_bleu": "validation sacreBLEU (the run's validation search)",
     "val_loss": "validation loss (nats per target token)",
     "minutes": "wall time (minutes, validation included)",
     "step": "updates",
@@ -109,8 +116,10 @@ def main(argv=None) -> None:
             print(f"{label}: no validation logged {args.metric}")
             continue
         best = (min if lower_is_better(args.metric) else max)(points, key=lambda p: p[1])
-        minutes, value, step = best
-        print(f"{label}: {len(points)} validations; best {args.metric} {value:.3f} at step {step}, {minutes:.1f} min")
+        minutes, value, updates = best
+        print(
+            f"{label}: {len(points)} validations; best {args.metric} {value:.3f} at update {updates}, {minutes:.1f} min"
+        )
 
 
 if __name__ == "__main__":

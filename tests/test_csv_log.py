@@ -2,7 +2,7 @@
 
 import csv
 
-from nmt.training.loggers import ResumableCSVLogger
+from nmt.training.loggers import FINAL_ROW, ResumableCSVLogger
 
 
 def rows(run_dir) -> list[tuple[str, str, str]]:
@@ -30,6 +30,23 @@ def test_a_resumed_log_keeps_earlier_rows_and_drops_those_it_logs_again(tmp_path
     resumed.log_metrics({"train_loss": 50.0}, step=5)
     assert rows(tmp_path) == [
         ("1", "1.0", ""), ("2", "2.0", ""), ("3", "3.0", ""), ("4", "40.0", ""), ("4", "", "1.5"), ("5", "50.0", "")
+    ]  # fmt: skip
+
+
+def test_a_process_that_trains_nothing_redoes_the_final_weights_row_alone(tmp_path):
+    """Killed after training, during the final weights' validation (logged at the last update's step, as
+    training's own validation of that update): the rerun trains nothing, and its first row is that
+    validation again. Training's rows of that step stay; the killed process's final row goes."""
+    killed = ResumableCSVLogger(str(tmp_path), name="logs", version="")
+    for step in range(1, 6):
+        killed.log_metrics({"train_loss": float(step)}, step=step)
+    killed.log_metrics({"val_bleu": 2.0}, step=5)  # training validated the weights of step 5
+    killed.log_metrics({"val_bleu": 3.0, FINAL_ROW: 1.0}, step=5)  # then the final weights', and was killed
+    rerun = ResumableCSVLogger(str(tmp_path), name="logs", version="")
+    rerun.log_metrics({"val_bleu": 3.5, FINAL_ROW: 1.0}, step=5)
+    assert rows(tmp_path) == [
+        ("1", "1.0", ""), ("2", "2.0", ""), ("3", "3.0", ""), ("4", "4.0", ""), ("5", "5.0", ""), ("5", "", "2.0"),
+        ("5", "", "3.5"),
     ]  # fmt: skip
 
 
@@ -99,6 +116,58 @@ def tensorboard_scalars(log_dir, tag: str = "train_loss") -> list[tuple[int, flo
     return [(e.step, e.value) for e in events.Scalars(tag)]
 
 
+def tensorboard_tags(log_dir) -> list[str]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(log_dir))
+    events.Reload()
+    return events.Tags()["scalars"]
+
+
+def test_the_final_scores_reach_tensorboard_and_wandb_and_each_heatmap_is_its_own_image(tmp_path):
+    """TensorBoard showed no final score (and -1 as hp_metric); W&B took the heatmaps of every layer and of
+    their mean as one list of images of unlike sizes, which its page draws wrongly."""
+    from types import SimpleNamespace
+
+    from lightning.pytorch.loggers import WandbLogger
+
+    from nmt.training.loggers import ResumableTensorBoardLogger, log_results
+
+    class RecordedWandb(WandbLogger):
+        def __init__(self) -> None:
+            self.summary, self.images = {}, []
+
+        @property
+        def experiment(self):
+            return SimpleNamespace(summary=self.summary)
+
+        def log_image(self, key, images, **kwargs) -> None:
+            self.images.append((key, images, kwargs))
+
+    maps = [str(tmp_path / "sentence0_layers.png"), str(tmp_path / "sentence0_mean.png")]
+    results = {
+        "steps": 120,
+        "test": {"bleu": 31.5, "chrf": 55.0, "attention_maps": maps},
+        "val_as_test": {"bleu": 33.0},
+    }
+    board = ResumableTensorBoardLogger(str(tmp_path), name="tensorboard", version="")
+    wandb = RecordedWandb()
+    log_results([board, wandb], results)
+    board.experiment.flush()
+    assert tensorboard_scalars(tmp_path / "tensorboard", "test_bleu") == [(120, 31.5)]
+    assert tensorboard_scalars(tmp_path / "tensorboard", "val_as_test_bleu") == [(120, 33.0)]
+    assert {
+        "test_bleu": 31.5,
+        "test_chrf": 55.0,
+        "val_as_test_bleu": 33.0,
+        "steps": 120,
+    }.items() <= wandb.summary.items()
+    assert wandb.images == [
+        ("test_attention/sentence0_layers", [maps[0]], {"caption": ["sentence0_layers"]}),
+        ("test_attention/sentence0_mean", [maps[1]], {"caption": ["sentence0_mean"]}),
+    ]
+
+
 def tensorboard_sitting(logger_class, run_dir, steps, resumed: bool = False, from_scratch: bool = False):
     logger = logger_class(str(run_dir), name="tensorboard", version="")
     if resumed:
@@ -148,5 +217,5 @@ def test_tensorboard_of_a_run_started_from_scratch_in_the_same_folder_starts_ane
     again.save()
     again.experiment.flush()
     assert tensorboard_scalars(tmp_path / "tensorboard") == [(1, 7.0)]
-    assert tensorboard_scalars(tmp_path / "tensorboard", "hp_metric") == [(0, -1.0)]
+    assert "hp_metric" not in tensorboard_tags(tmp_path / "tensorboard")  # Lightning's placeholder, never filled in
     assert "lr: 0.2" in (tmp_path / "tensorboard" / "hparams.yaml").read_text()  # not the earlier run's

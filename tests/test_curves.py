@@ -24,7 +24,7 @@ def test_validation_curve_reads_validations_only(tmp_path):
     (logs / "metrics.csv").write_text(
         "epoch,step,train_loss,val_bleu,wall_time_s\n0,9,5.0,,\n0,9,,1.5,60\n1,19,4.0,,\n1,19,,7.25,150\n"
     )
-    assert validation_curve(tmp_path) == [(1.0, 1.5, 9), (2.5, 7.25, 19)]
+    assert validation_curve(tmp_path) == [(1.0, 1.5, 10), (2.5, 7.25, 20)]  # updates done, as training prints
     plot_curves(tmp_path / "curve.png", {"run": str(tmp_path)}, {"peer": [(1.0, 1.0), (2.0, 3.0)]})
     assert (tmp_path / "curve.png").read_bytes()[:4] == b"\x89PNG"
 
@@ -33,10 +33,10 @@ def test_curves_of_another_metric_against_updates(tmp_path, capsys):
     logs = tmp_path / "logs"
     logs.mkdir()
     (logs / "metrics.csv").write_text("epoch,step,val_loss,wall_time_s\n0,99,7.0,30\n0,199,5.5,61\n0,299,5.8,95\n")
-    assert validation_curve(tmp_path, "val_loss") == [(0.5, 7.0, 99), (61 / 60, 5.5, 199), (95 / 60, 5.8, 299)]
+    assert validation_curve(tmp_path, "val_loss") == [(0.5, 7.0, 100), (61 / 60, 5.5, 200), (95 / 60, 5.8, 300)]
     main([str(tmp_path / "loss.png"), f"run={tmp_path}", "--metric", "val_loss", "--x", "step"])
     assert (tmp_path / "loss.png").read_bytes()[:4] == b"\x89PNG"
-    assert "best val_loss 5.500 at step 199" in capsys.readouterr().out
+    assert "best val_loss 5.500 at update 200" in capsys.readouterr().out
 
 
 def test_test_average_uses_what_exists(tmp_path):
@@ -46,6 +46,16 @@ def test_test_average_uses_what_exists(tmp_path):
         (tmp_path / f"epoch{epoch:03d}.ckpt").write_bytes(b"")
     assert checkpoints_to_average(cfg, tmp_path) == 3
     assert checkpoints_to_average(OmegaConf.create({"test_average_last": 0}), tmp_path) == 0
+
+
+def test_the_final_weights_validation_is_one_point_with_the_training_validation_of_their_update(tmp_path):
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "metrics.csv").write_text(
+        "epoch,step,val_loss,val_bleu,final_weights,wall_time_s\n0,9,6.0,,,60\n1,19,5.0,,,150\n1,19,5.0,7.5,1,170\n"
+    )
+    assert validation_curve(tmp_path, "val_loss") == [(1.0, 6.0, 10), (170 / 60, 5.0, 20)]
+    assert validation_curve(tmp_path) == [(170 / 60, 7.5, 20)]
 
 
 def test_exported_validations_draw_the_same_curve(tmp_path, capsys):
@@ -59,6 +69,23 @@ def test_exported_validations_draw_the_same_curve(tmp_path, capsys):
     header, *rows = kept.read_text().splitlines()  # validations only, train rows dropped
     assert header == "epoch,step,wall_time_s,val_bleu,val_loss"
     assert rows == ["0,9,60,1.5,6.0", "1,19,150,7.25,5.0"]
-    assert validation_curve(kept) == validation_curve(run) == [(1.0, 1.5, 9), (2.5, 7.25, 19)]
+    assert validation_curve(kept) == validation_curve(run) == [(1.0, 1.5, 10), (2.5, 7.25, 20)]
     main([str(tmp_path / "b.png"), f"rnn={kept}"])
-    assert "best val_bleu 7.250 at step 19, 2.5 min" in capsys.readouterr().out
+    assert "best val_bleu 7.250 at update 20, 2.5 min" in capsys.readouterr().out
+
+
+def test_a_sweep_reports_one_point_per_epoch_of_each_run(tmp_path):
+    """The final weights' row is logged in the epoch of their last update (a float, as Lightning writes a
+    logged value): the report read it with int() and failed, and a second value in one epoch of one run
+    left that epoch out of the level's mean (it counted values, not runs)."""
+    from nmt.sweep.report import _curves
+
+    records = []
+    for seed, final in ((1, "7.5"), (2, "8.5")):
+        run = tmp_path / f"seed={seed}"
+        (run / "logs").mkdir(parents=True)
+        (run / "logs" / "metrics.csv").write_text(
+            f"epoch,step,val_bleu,final_weights,wall_time_s\n0,9,5.0,,60\n1,19,,,150\n1.0,19,{final},1.0,170\n"
+        )
+        records.append({"run_dir": str(run), "factors": {"pos": "rope"}})
+    assert _curves(records, "pos", "val_bleu") == {"rope": [[(0, 5.0), (1, 7.5)], [(0, 5.0), (1, 8.5)]]}

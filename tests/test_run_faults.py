@@ -1,6 +1,7 @@
 """Runs that never lose or mislabel work: each fault found by trying to break training, reproduced and
 checked (on the toy task, or with a fake file system or process where a real one is impractical)."""
 
+import csv
 import errno
 import json
 import os
@@ -1127,3 +1128,16 @@ def test_a_stop_during_the_final_validation_reruns_to_the_uninterrupted_runs_met
     assert again["final_metrics"].keys() == reference["final_metrics"].keys()
     for key in ("train_loss", "lr", "train_tokens", "val_loss"):
         assert again["final_metrics"][key] == pytest.approx(reference["final_metrics"][key], rel=1e-6), key
+    # the log: the rerun's first row, the final weights' validation at the last update's step, kept the
+    # training's own rows of that step, and is logged in the epoch of that update (one that ran)
+    steps_and_keys = [logged_rows(folder) for folder in (reference["run_dir"], run)]
+    assert steps_and_keys[0] == steps_and_keys[1]
+    final = [row for row in steps_and_keys[1] if row[2]]
+    assert final == [(str(again["steps"] - 1), str(float(again["epochs"] - 1)), True)], steps_and_keys[1]
+    assert not {"step", "epoch", "final_weights"} & set(again["final_metrics"])
+
+
+def logged_rows(run_dir) -> list[tuple[str, str, bool]]:
+    """(step, epoch, whether the final weights' validation) of every row of a run's CSV log."""
+    with open(Path(run_dir) / "logs" / "metrics.csv", newline="") as handle:
+        return [(r["step"], r["epoch"], bool(r.get("final_weights"))) for r in csv.DictReader(handle)]

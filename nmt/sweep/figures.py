@@ -7,6 +7,7 @@ import matplotlib
 
 matplotlib.use("Agg")  # files only, no display needed
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from nmt.utils.io import atomic_save_figure  # noqa: E402
 
@@ -72,7 +73,8 @@ def training_curves(
             markersize=3,
             label=f"{factor}={level}",
         )
-    ax.set_xlabel("epoch")
+    ax.set_xlabel("epoch (from 0)")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # a run validated in one epoch drew 1.900 ... 2.100
     ax.set_ylabel(metric)
     ax.legend()
     ax.set_title(f"{metric} by {factor}")

@@ -236,9 +236,13 @@ def _curves(records: list[dict], factor: str, metric: str) -> dict[str, list[lis
         path = Path(r["run_dir"]) / "logs" / "metrics.csv"
         if not path.exists():
             continue
-        run = [(int(row["epoch"]), float(row[metric])) for row in csv.DictReader(path.open()) if row.get(metric)]
-        if run:
-            curves.setdefault(str(r["factors"][factor]), []).append(run)
+        # one value per epoch: the final weights' validation is logged in the epoch of their last update, and
+        # where training validated those weights too it repeats that row (adding what only decoding measures)
+        by_epoch = {
+            int(float(row["epoch"])): float(row[metric]) for row in csv.DictReader(path.open()) if row.get(metric)
+        }
+        if by_epoch:
+            curves.setdefault(str(r["factors"][factor]), []).append(sorted(by_epoch.items()))
     return curves
 
 

@@ -203,7 +203,10 @@ class TranslationTask(Task):
                     module.log(f"val_{key}", scores[f"{key}_fmeasure"] * 100)
             for logger in module.loggers:
                 if hasattr(logger, "log_text") and self.val_samples:  # W&B: a table of sample translations
-                    rows = [[module.current_epoch, *sample] for sample in self.val_samples]
+                    rows = [
+                        [getattr(module, "validation_epoch", module.current_epoch), *sample]
+                        for sample in self.val_samples
+                    ]
                     logger.log_text("val_samples", columns=["epoch", "source", "reference", "hypothesis"], data=rows)
 
     def batch_sequences(self, batch):

@@ -16,6 +16,7 @@ from nmt.training.run_folder import owns_run_folder
 from nmt.utils.io import atomic_path, atomic_write_text
 
 WANDB_ID = "wandb_id"  # in a run folder: the id of its W&B run, which every sitting of the run continues
+FINAL_ROW = "final_weights"  # 1 in the row of the final weights' validation, logged at the last update's step
 
 
 class _KeepingWriter(ExperimentWriter):
@@ -31,17 +32,25 @@ class _KeepingWriter(ExperimentWriter):
     def log_metrics(self, metrics_dict: dict, step: int | None = None) -> None:
         if self.resuming and step is not None:
             # the first row of this process: rows from this step on were logged by the killed process after
-            # its last checkpoint, and are about to be logged again
-            self.drop_rows_from(step)
+            # its last checkpoint, and are about to be logged again; a process that trains nothing (killed
+            # after training) first logs the final weights' validation, at the last update's step, where the
+            # training's own rows of that update stay
+            self.drop_rows_from(step, final_only=FINAL_ROW in metrics_dict)
         super().log_metrics(metrics_dict, step)
 
-    def drop_rows_from(self, step: int) -> None:
-        """Forget the rows logged at ``step`` or later."""
+    def drop_rows_from(self, step: int, final_only: bool = False) -> None:
+        """Forget the rows logged at ``step`` or later (``final_only``: at ``step``, the final weights'
+        validation alone)."""
         self.resuming = False
         if not self._fs.isfile(self.metrics_file_path):
             return
+
+        def kept(row: dict) -> bool:
+            at = int(float(row.get("step") or 0))
+            return at < step or (final_only and at == step and not row.get(FINAL_ROW))
+
         with self._fs.open(self.metrics_file_path, "r", newline="") as handle:
-            rows = [row for row in csv.DictReader(handle) if int(float(row.get("step") or 0)) < step]
+            rows = [row for row in csv.DictReader(handle) if kept(row)]
         with atomic_path(self.metrics_file_path) as tmp, open(tmp, "w", newline="") as handle:
             writer = csv.DictWriter(handle, fieldnames=self.metrics_keys)
             writer.writeheader()
@@ -80,8 +89,10 @@ class ResumableTensorBoardLogger(TensorBoardLogger):
     CSV log starts anew. Both need ``version: ""`` (conf/logger/tensorboard.yaml): another version gives each
     sitting a folder of its own."""
 
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, *args, default_hp_metric: bool = False, **kwargs) -> None:
+        # Lightning's hp_metric is a placeholder (-1 at step 0) that nothing fills in: every run showed -1 in
+        # the HPARAMS view; the final scores are logged as scalars instead (log_results)
+        super().__init__(*args, default_hp_metric=default_hp_metric, **kwargs)
         self.purge_at_next_log = False
         # made before this process writes any: Lightning logs the hyperparameters before training starts
         self.earlier_files = sorted(Path(self.log_dir).glob("events.out.tfevents.*"))
@@ -200,13 +211,28 @@ def wandb_run_id(run_dir: Path) -> str | None:
     return run_id
 
 
-def log_results_to_wandb(logger: WandbLogger, results: dict) -> None:
-    """Final results into the run's summary, and the test attention heatmaps as images."""
-    test = results.get("test", {})
-    summary = {f"test_{k}": v for k, v in test.items() if isinstance(v, int | float)}
-    val = results.get(FINAL_RESULTS["val"], {})
-    summary.update({f"{FINAL_RESULTS['val']}_{k}": v for k, v in val.items() if isinstance(v, int | float)})
-    summary.update({k: v for k, v in results.items() if isinstance(v, int | float)})
-    logger.experiment.summary.update(summary)
-    if test.get("attention_maps"):
-        logger.log_image("test_attention", images=list(test["attention_maps"]))
+def final_scores_of(results: dict) -> dict[str, float]:
+    """The final model's scores of a run's results (``test_bleu``, ``val_as_test_bleu``, ...)."""
+    scores = {}
+    for split in ("test", FINAL_RESULTS["val"]):
+        values = results.get(split) or {}
+        scores.update({f"{split}_{k}": v for k, v in values.items() if isinstance(v, int | float)})
+    return scores
+
+
+def log_results(loggers: list, results: dict) -> None:
+    """The final scores where a run's logger shows them: W&B's run summary (with the results' other
+    numbers) and the test attention heatmaps as images, each under its own name (one list of images of
+    unlike sizes, a figure of every layer beside one of their mean, W&B draws wrongly); TensorBoard's
+    scalars at the last update."""
+    scores = final_scores_of(results)
+    for logger in loggers:
+        if isinstance(logger, WandbLogger):
+            numbers = {k: v for k, v in results.items() if isinstance(v, int | float) and not isinstance(v, bool)}
+            logger.experiment.summary.update({**scores, **numbers})
+            for path in (results.get("test") or {}).get("attention_maps") or []:
+                name = Path(path).stem
+                logger.log_image(f"test_attention/{name}", images=[str(path)], caption=[name])
+        elif isinstance(logger, TensorBoardLogger) and scores:
+            logger.log_metrics(scores, step=int(results.get("steps") or 0))
+            logger.save()

@@ -14,6 +14,7 @@ from nmt.tasks import Task, exact_sum
 from nmt.training import graph_updates, weight_casts
 from nmt.training.graph_updates import GraphedUpdates
 from nmt.training.guard import UpdateGuard
+from nmt.training.loggers import FINAL_ROW
 from nmt.training.optim import optimizer_settings, restore_settings
 from nmt.training.update_scalars import UpdateScalars
 
@@ -48,6 +49,8 @@ class TaskModule(L.LightningModule):
         self.last_validated_step = -1  # the update whose weights the last validation scored
         self.last_decoded_step = -1  # ... and the last validation that decoded (BLEU and the like)
         self.final_validation = False  # set while the weights after the last update are validated
+        self.trained_epoch = -1  # the epoch of the last update of this process
+        self.validation_epoch = 0  # the epoch a validation is logged under (W&B's sample table too)
         self.val_metrics = val_metrics if val_metrics is not None else nn.ModuleDict()
         self.model = model
         self.loss = loss
@@ -170,6 +173,7 @@ class TaskModule(L.LightningModule):
             graph_updates.learning_rates_on_device(optimizer, self.device, capturable=self.device.type == "cuda")
 
     def on_train_batch_end(self, outputs, batch, batch_idx: int) -> None:
+        self.trained_epoch = self.current_epoch
         if self.check_every > 1 and self.global_step % self.check_every == 0:
             self.read_guard()
         self.update_scalars.batch_ended(self)
@@ -353,6 +357,9 @@ class TaskModule(L.LightningModule):
         self.task.start_workers(self)  # stopped by train(), after the final weights' validation too
 
     def on_validation_epoch_start(self) -> None:
+        self.validation_epoch = self.current_epoch
+        if self.final_validation:  # after fit the epoch counter has moved past the last epoch trained
+            self.validation_epoch = self.trained_epoch if self.trained_epoch >= 0 else max(self.current_epoch - 1, 0)
         # Lightning keeps a metric logged at an earlier validation among the current ones: a validation that
         # does not decode would pass the last decoded BLEU on to early stopping (counted as no improvement)
         # and to the printed line and the progress bar, as if measured now
@@ -362,6 +369,13 @@ class TaskModule(L.LightningModule):
 
     def on_validation_epoch_end(self) -> None:
         self.task.validation_epoch_end(self)
+        if self.final_validation:
+            # logged where training's own validation of these weights is: Lightning logs a validation at the
+            # last update's 0-based index and the epoch it ran in, and after fit both counters have moved on,
+            # so the same weights would be two points of the curves, one at an epoch that never ran
+            self.log("step", float(self.global_step - 1))
+            self.log("epoch", float(self.validation_epoch))
+            self.log(FINAL_ROW, 1.0)  # a resumed process redoes this row alone (loggers.ResumableCSVLogger)
         if not self.trainer.sanity_checking:
             self.last_validated_step = self.global_step
             if any(name in self.trainer.callback_metrics for name in self.task.decoded_metrics):

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import lightning as L
 import torch
-from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf
 
@@ -28,7 +27,7 @@ from nmt.training.final import (
     stopped_by_signals,
     validate_final_weights,
 )
-from nmt.training.loggers import log_results_to_wandb
+from nmt.training.loggers import log_results
 from nmt.training.module import TaskModule
 from nmt.training.resume import (
     check_checkpoint_elsewhere,
@@ -387,9 +386,7 @@ def _train_in_folder(cfg: DictConfig, task, run_dir: Path, config: dict, main_pr
             rerun = "it only scores the final model, whose training is recorded"
             with stopped_by_signals("the final scores", rerun, how_to_rerun(cfg, run_dir)):
                 results.update(final_scores(cfg, task, trainer, splits, best_path, checkpoint_dir, run_dir))
-            wandb = next((lg for lg in trainer.loggers if isinstance(lg, WandbLogger)), None)
-            if wandb:
-                log_results_to_wandb(wandb, results)
+            log_results(trainer.loggers, results)
         # the final scores of this sitting on top of the training and validation of every sitting
         results["wall_time_s"] = round(earlier + (time.time() - fit_end), 1)
         results["sitting_wall_time_s"] = round(time.time() - start, 1)
