@@ -376,6 +376,12 @@ def test_a_progress_line_counts_the_tokens_of_every_epoch_its_interval_spans(mon
         bar.on_train_batch_end(trainer, module, None, None, 0)
     lines = capsys.readouterr().out.splitlines()
     assert lines == ["[train] update 9, epoch 1, 90 tokens/s"]  # (600 + 400 - 100) tokens in 10 s
+    # two processes: the count is the first's, and the line said so nowhere (half the run's rate)
+    times = iter([31.0])
+    trainer.world_size, trainer.global_step = 2, 10
+    counted["tokens"] = 600.0  # 200 more in 20 s on this process
+    bar.on_train_batch_end(trainer, module, None, None, 0)
+    assert capsys.readouterr().out.splitlines() == ["[train] update 10, epoch 1, 20 tokens/s (this process's x 2)"]
 
 
 def test_a_key_of_another_option_of_its_group_is_named_so():

@@ -138,6 +138,9 @@ def test_course_baseline_has_the_reported_shape():
         ),
         ("pos=relative +pos.max_len=100", "pos.max_len: not an option of pos=relative; it takes clip, use_values"),
         ("+norm.bias=true +norm.scale=2", "norm.bias, norm.scale: not options of norm=layer; it takes eps, fused"),
+        # processes started from the training process: a pickling traceback once the data was read
+        ("trainer.devices=2 trainer.strategy=ddp_spawn", "trainer.strategy='ddp_spawn': runs start their processes"),
+        ("trainer=ddp trainer.strategy=ddp_notebook", "use trainer.strategy=ddp (trainer=ddp)"),
         # a GPU kernel choice for a model that calls no fused attention
         (
             "model=rnn cudnn_attention=false trainer.accelerator=gpu",
@@ -232,6 +235,9 @@ def test_trainer_gpu_without_a_gpu_is_one_line_naming_the_key_before_any_data_is
         # CUDA graphs on a CPU: Inductor compiled as under compile=true, and the run's records said otherwise
         cfg = compose_train("compile=reduce-overhead", f"trainer.accelerator={accelerator}", f"run_dir={tmp_path}")
         with pytest.raises(ValueError, match=r"^compile=reduce-overhead: replays CUDA graphs, and this run trains on"):
+            train_module.train(cfg)
+        cfg = compose_train("trainer.devices=-1", f"trainer.accelerator={accelerator}", f"run_dir={tmp_path}")
+        with pytest.raises(ValueError, match=r"^trainer.devices=-1: every GPU, or a list of them, and this run trains"):
             train_module.train(cfg)
         cfg = compose_train("cudnn_attention=false", f"trainer.accelerator={accelerator}", f"run_dir={tmp_path}")
         with pytest.raises(ValueError, match=r"cudnn_attention=False: chooses among a GPU's attention kernels"):

@@ -244,6 +244,19 @@ def test_a_folder_made_under_other_settings_is_refused_listing_the_keys_unless_f
     assert json.loads((tmp_path / "fingerprint.json").read_text())["forced"] == forced
 
 
+@pytest.mark.slow
+def test_a_run_continued_with_epochs_of_other_batches_is_refused_before_its_first_update(tmp_path):
+    """resume=force with settings that change an epoch's batches (here max_tokens; the number of processes
+    alike): the loader found its place from the count of batches trained, so the continued run went on
+    inside the first epoch while Lightning counted the second, which ended early without its validation."""
+    cfg = compose_train(*QUICK, "trainer.max_epochs=1", f"run_dir={tmp_path}")
+    train(cfg)
+    shorter = f"data.max_tokens={cfg.data.max_tokens // 3}"
+    with pytest.raises(ValueError, match=r"^resume=force: the checkpoint stopped at the start of epoch 1; under this"):
+        train(compose_train(*QUICK, shorter, "resume=force", f"run_dir={tmp_path}"))
+    assert json.loads((tmp_path / "results.json").read_text())["steps"] == steps_per_epoch(cfg)  # no update made
+
+
 class RatesSeen(L.Callback):
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
         group = trainer.optimizers[0].param_groups[0]

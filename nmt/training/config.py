@@ -196,6 +196,14 @@ def check_config(cfg: DictConfig, choices: dict | None = None) -> None:
                 f"  cudnn_attention={cfg.cudnn_attention}: chooses among the kernels of PyTorch's fused attention, "
                 f"which {model_class.__name__} does not call (leave it null)"
             )
+    strategy = str(OmegaConf.select(cfg, "trainer.strategy", default="auto") or "auto")
+    if any(word in strategy for word in ("spawn", "fork", "notebook")):
+        # these start the processes from this one: the task and data are pickled to them (which fails) or
+        # forked with its threads, and the run stops on a traceback after the data is read
+        problems.append(
+            f"  trainer.strategy={strategy!r}: runs start their processes through Lightning's launcher (the "
+            "command runs once per process); use trainer.strategy=ddp (trainer=ddp)"
+        )
     target = OmegaConf.select(cfg, "data.tgt_lang", default=None)
     if target:  # scoring its text may need extra packages: say so before any data is read
         try:

@@ -80,7 +80,11 @@ class PlainProgress(ProgressBar):
         for name, fmt in (("train_loss", "loss {:.4f}"), ("lr", "lr {:.3g}")):
             if name in latest or name in metrics:
                 parts.append(fmt.format(latest[name] if name in latest else float(metrics[name])))
-        parts.append(f"{speed:,.0f} tokens/s")
+        processes = max(int(getattr(trainer, "world_size", 1) or 1), 1)
+        if processes > 1:  # the count is this process's (a sum over all would wait for the others)
+            parts.append(f"{speed * processes:,.0f} tokens/s (this process's x {processes})")
+        else:
+            parts.append(f"{speed:,.0f} tokens/s")
         if self.monitor in metrics:
             parts.append(f"{self.monitor} {float(metrics[self.monitor]):.4f}")
         if planned and step > self._start_step:

@@ -14,10 +14,11 @@ from omegaconf import DictConfig, OmegaConf
 from nmt.data.report import write_report
 from nmt.data.segmenter import moses_languages
 from nmt.data.tokenizer import PAD_ID
+from nmt.inference.checkpoint import load_checkpoint
 from nmt.models.build import count_parameters
 from nmt.tasks import build_task
 from nmt.training import weight_casts
-from nmt.training.callbacks import WallClock, what_ended
+from nmt.training.callbacks import SamePlaceInData, WallClock, saved_data_place, what_ended
 from nmt.training.config import ConfigError, check_config, no_repeated_layers
 from nmt.training.config_groups import describe_recipe
 from nmt.training.final import (
@@ -315,7 +316,11 @@ def _train_in_folder(cfg: DictConfig, task, run_dir: Path, config: dict, main_pr
         atomic_write_bytes(run_dir / "tokenizers" / "tgt.model", tgt_tokenizer.model_proto)
         write_report(data_report or datamodule.report(), datamodule.describe(), run_dir)
     if resume:
-        print(f"Resuming from {resume}")
+        if main_process:
+            print(f"Resuming from {resume}")
+        place = saved_data_place(load_checkpoint(resume)) if force else None
+        if place is not None:
+            trainer.callbacks.append(SamePlaceInData(place))
     for logger in trainer.loggers:
         logger.log_hyperparams(config)
     start = time.time()

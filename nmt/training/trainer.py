@@ -118,6 +118,12 @@ def _quiet_lightning() -> None:
         drop.nmt_quiet = True
         logger.addFilter(drop)
     warnings.filterwarnings("ignore", message=r".*LeafSpec.*is deprecated", category=Warning)
+    # a multi-process run: Lightning asks for sync_dist on every value logged per epoch, but these are summed
+    # over the processes already (torchmetrics' states: the validation scores and losses, the epoch's tokens)
+    # or are the first process's by design (its clock; the attention spread of its first batch, docs/metrics.md)
+    warnings.filterwarnings(
+        "ignore", message=r"It is recommended to use `self.log\('(val_\w+|train_tokens|wall_time_s)'", category=Warning
+    )
 
 
 def check_accelerator(cfg: DictConfig) -> None:
@@ -137,6 +143,12 @@ def check_accelerator(cfg: DictConfig) -> None:
         raise ValueError(  # Inductor compiles as under compile=true and records nothing: the setting says more
             "compile=reduce-overhead: replays CUDA graphs, and this run trains on the CPU; use compile=true "
             "(the same kernels), or train on a GPU"
+        )
+    devices = OmegaConf.select(cfg, "trainer.devices", default="auto")
+    if on_cpu and (devices == -1 or OmegaConf.is_list(devices) or isinstance(devices, list)):
+        raise ValueError(  # Lightning's own error is a TypeError in Hydra's many lines, naming no key
+            f"trainer.devices={devices}: every GPU, or a list of them, and this run trains on the CPU; give a "
+            "number of CPU processes (trainer.devices=2 with trainer=ddp), or train where a GPU is visible"
         )
     if cfg.get("cudnn_attention") is not None and on_cpu:  # the config's check sees trainer.accelerator=cpu only
         raise ValueError(
