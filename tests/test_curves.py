@@ -89,3 +89,21 @@ def test_a_sweep_reports_one_point_per_epoch_of_each_run(tmp_path):
         )
         records.append({"run_dir": str(run), "factors": {"pos": "rope"}})
     assert _curves(records, "pos", "val_bleu") == {"rope": [[(0, 5.0), (1, 7.5)], [(0, 5.0), (1, 8.5)]]}
+
+
+def test_an_attention_heatmap_names_its_axes_and_its_colour_scale():
+    """The heatmaps had no axis names and no colour scale: which side was the source, and what a colour
+    weighed, was left to guess."""
+    import matplotlib.pyplot as plt
+    import torch
+
+    from nmt.utils.plots import attention_figure
+
+    weights = torch.softmax(torch.randn(2, 3, 4), dim=-1)
+    figure = attention_figure(weights, list("abcd"), list("xyz"), "sentence0: layer1")
+    panels = [ax for ax in figure.axes if ax.get_title()]
+    assert [ax.get_title() for ax in panels] == ["head 0", "head 1", "mean of heads"]
+    assert {(ax.get_xlabel(), ax.get_ylabel()) for ax in panels} == {("source piece (attended to)", "output piece")}
+    scales = [ax for ax in figure.axes if ax.get_ylabel() == "attention weight"]
+    assert len(scales) == 1 and scales[0].get_ylim() == (0.0, 1.0)
+    plt.close(figure)

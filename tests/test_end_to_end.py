@@ -127,6 +127,14 @@ def test_checkpoint_averaging(toy_run):
     assert not torch.equal(w1, w3)
 
 
+def test_a_checkpoint_named_from_the_folder_a_command_runs_in_is_recorded_by_its_absolute_path(toy_run, monkeypatch):
+    """metrics.json recorded `runs/t1/checkpoints/best.ckpt` as given, which reads as nothing from elsewhere."""
+    monkeypatch.chdir(toy_run)
+    for average in (0, 2):
+        loaded = load_model(Path("checkpoints") / "last.ckpt", average_last=average)
+        assert all(Path(p).is_absolute() and Path(p).is_file() for p in loaded.checkpoints), loaded.checkpoints
+
+
 def test_checkpoints_load_with_weights_only(toy_run):
     checkpoint = load_checkpoint(toy_run / "checkpoints" / "best.ckpt")  # uses weights_only=True
     assert checkpoint["nmt"]["config"]["data"]["_target_"] == "nmt.data.toy.ToyDataModule"

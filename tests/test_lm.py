@@ -229,6 +229,24 @@ def test_num_samples_is_refused_for_a_checkpoint_that_translates():
         TranslationTask().check_evaluation(evaluate_config("num_samples=3"))
 
 
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["samples=-1"], r"^samples=-1: the sample translations printed, a whole number >= 0 \(0: none\)"),
+        (["samples=two"], r"^samples='two': the sample translations printed"),
+        # each call drew other outputs into one folder and replaced the last call's score
+        (["decode.strategy=sample"], r"^decode.strategy=sample without decode.seed: a split's score from draws"),
+    ],
+)
+def test_a_split_scored_by_draws_needs_a_seed_and_samples_is_a_count(overrides, message):
+    from nmt.tasks.translation import TranslationTask
+
+    with pytest.raises(ValueError, match=message):
+        TranslationTask().check_evaluation(evaluate_config(*overrides))
+    TranslationTask().check_evaluation(evaluate_config("decode.strategy=sample", "decode.seed=1", "samples=0"))
+    TranslationTask().check_evaluation(evaluate_config("decode.strategy=sample", "input=x.txt"))  # translations only
+
+
 def test_options_of_generation_are_taken_with_a_prompt_and_a_zero_stride_is_refused():
     LanguageModelTask().check_evaluation(evaluate_config("prompt=the", "decode.beam_size=8", "max_new_tokens=0"))
     # a min_len that is no number is left to the search's check, which names it (it was a TypeError's traceback)

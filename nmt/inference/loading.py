@@ -101,7 +101,8 @@ def load_model(ckpt_path: str | os.PathLike, average_last: int = 0, device: str 
             "N epoch checkpoints beside it)"
         )
     checkpoint = load_checkpoint(ckpt_path)
-    paths = [str(ckpt_path)]
+    # absolute: the paths are written into the results of evaluations, read later from anywhere
+    paths = [str(Path(ckpt_path).expanduser().absolute())]
     state_dict = checkpoint["state_dict"]
     if average_last > 1:
         available, ends_at_given = epochs_to_average(ckpt_path)  # an epoch checkpoint: the N up to it
@@ -117,7 +118,7 @@ def load_model(ckpt_path: str | os.PathLike, average_last: int = 0, device: str 
                 f"{fewer}or keep more with checkpoint.keep_last_epochs when training"
             )
         candidates = available[-average_last:]
-        paths = [str(p) for p in candidates]
+        paths = [str(Path(p).expanduser().absolute()) for p in candidates]
         state_dict = average_state_dicts([load_checkpoint(p)["state_dict"] for p in candidates])
     section = checkpoint[CHECKPOINT_KEY]
     src_tokenizer = load_tokenizer(section["src_tokenizer"], section.get("src_segmenter"))

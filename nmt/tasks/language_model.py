@@ -296,4 +296,6 @@ def write_self_attention_maps(loaded, text: str, folder: Path) -> list[Path]:
     tokens = torch.tensor([ids], device=next(loaded.model.parameters()).device)
     maps = {name: weights[0] for name, weights in loaded.model.attention_maps(tokens).items()}
     labels = ["</s>", *vocab.pieces(ids[1:])]
-    return save_attention_maps(maps, labels, labels, folder, "self_attention")
+    return save_attention_maps(
+        maps, labels, labels, folder, "self_attention", ("earlier piece (attended to)", "piece predicting the next")
+    )

@@ -122,6 +122,16 @@ class TranslationTask(Task):
                 f"num_samples={cfg.num_samples}: continuations of a language model's prompt; this checkpoint "
                 "translates (several outputs a sentence: translate.py n_best=N with beam search)"
             )
+        samples = cfg.get("samples", 5)
+        if isinstance(samples, bool) or not isinstance(samples, int) or samples < 0:
+            raise ValueError(f"samples={samples!r}: the sample translations printed, a whole number >= 0 (0: none)")
+        search = cfg.get("decode") or {}
+        if cfg.get("input") is None and search.get("strategy") == "sample" and search.get("seed") is None:
+            # each call drew other outputs into one folder (eval/<split>_sample), over the last call's score
+            raise ValueError(
+                "decode.strategy=sample without decode.seed: a split's score from draws that cannot be drawn "
+                "again; give decode.seed=N (the folder is then <split>_sample_seedN)"
+            )
 
     # ---- training --------------------------------------------------------------------------------
     def training_loss(self, model, loss, batch):

@@ -149,9 +149,13 @@ def _interval(result: dict, key: str) -> str:
 
 
 def print_scores(result: dict, sources, references, hypotheses, samples: int) -> None:
-    table = Table(title=f"{result['data']} - {result['split']} ({result['sentences']} sentences)")
-    for column in ("metric", "value"):
-        table.add_column(column)
+    table = Table(title=f"{result['data']}: {result['sentences']} sentences")
+    table.add_column("metric")
+    table.add_column("value", overflow="fold")  # the signature whole, on a narrow or piped output too
+    names = [Path(p).name for p in result.get("checkpoints") or []]
+    if names:
+        table.add_row("checkpoint", names[0] if len(names) == 1 else f"mean of {', '.join(names)}")
+    table.add_row("split and search (folder)", Path(result["hypotheses"]).parent.name)
     case = "case-insensitive" if "case:lc" in result["bleu_signature"] else "cased"
     table.add_row(f"BLEU (sacreBLEU, {case})", f"{result['bleu']:.2f}{_interval(result, 'bleu_ci95')}")
     table.add_row("BLEU 1-4 precisions", " / ".join(f"{p:.1f}" for p in result["bleu_precisions"]))
