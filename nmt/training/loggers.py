@@ -224,7 +224,7 @@ def log_results(loggers: list, results: dict) -> None:
     """The final scores where a run's logger shows them: W&B's run summary (with the results' other
     numbers) and the test attention heatmaps as images, each under its own name (one list of images of
     unlike sizes, a figure of every layer beside one of their mean, W&B draws wrongly); TensorBoard's
-    scalars at the last update."""
+    scalars at the last update's step."""
     scores = final_scores_of(results)
     for logger in loggers:
         if isinstance(logger, WandbLogger):
@@ -234,5 +234,6 @@ def log_results(loggers: list, results: dict) -> None:
                 name = Path(path).stem
                 logger.log_image(f"test_attention/{name}", images=[str(path)], caption=[name])
         elif isinstance(logger, TensorBoardLogger) and scores:
-            logger.log_metrics(scores, step=int(results.get("steps") or 0))
+            # at the last update's step, where the curves' last validation is (Lightning's 0-based numbering)
+            logger.log_metrics(scores, step=max(int(results.get("steps") or 0) - 1, 0))
             logger.save()
