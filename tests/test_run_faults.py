@@ -1150,6 +1150,32 @@ def test_a_stop_during_the_final_validation_reruns_to_the_uninterrupted_runs_met
     assert not {"step", "epoch", "final_weights"} & set(again["final_metrics"])
 
 
+@pytest.mark.slow
+def test_a_rerun_that_only_validates_the_final_weights_logs_them_as_the_uninterrupted_run(tmp_path):
+    """Killed after training stopped by max_steps inside an epoch, before the final weights' validation: the
+    rerun trains nothing, and its row of that validation was put in the epoch before (Lightning's restored
+    counter is the epoch in progress there) and had no time, so the curves left it out."""
+    steps = steps_per_epoch(compose_train(*QUICK)) * 3 // 2
+    args = [*QUICK, f"trainer.max_steps={steps}", "validation.bleu_every_n_epochs=1"]
+    train(compose_train(*args, f"run_dir={tmp_path}"))
+    log = tmp_path / "logs" / "metrics.csv"
+    with open(log, newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    final = [(r["step"], r["epoch"], bool(r["wall_time_s"])) for r in rows if r.get("final_weights")]
+    assert final == [(str(steps - 1), "1.0", True)]
+    (tmp_path / "results.json").unlink()  # as if killed before the final weights' validation logged its row
+    with open(log, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(r for r in rows if not r.get("final_weights"))
+    train(compose_train(*args, f"run_dir={tmp_path}"))
+    with open(log, newline="") as handle:
+        again = [
+            (r["step"], r["epoch"], bool(r["wall_time_s"])) for r in csv.DictReader(handle) if r.get("final_weights")
+        ]
+    assert again == final
+
+
 def logged_rows(run_dir) -> list[tuple[str, str, bool]]:
     """(step, epoch, whether the final weights' validation) of every row of a run's CSV log."""
     with open(Path(run_dir) / "logs" / "metrics.csv", newline="") as handle:

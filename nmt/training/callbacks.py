@@ -310,6 +310,12 @@ class WallClock(Callback):
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.started = time.monotonic()
 
+    def on_validation_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # a sitting resumed at training's end trains nothing: its final weights' validation is timed on top
+        # of the earlier sittings' (its row had no time, so the curves left it out)
+        if self.started is None and not trainer.sanity_checking and getattr(pl_module, "final_validation", False):
+            self.started = time.monotonic()
+
     def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if not trainer.sanity_checking and self.started is not None:
             pl_module.log("wall_time_s", self.elapsed(), sync_dist=False)

@@ -312,6 +312,7 @@ class TaskModule(L.LightningModule):
             else None,
             "bad_steps": self.guard.streak(),
             "data_text": self.data_text,
+            "trained_epoch": self.trained_epoch,
             # the values logged so far (train_loss, lr, ...): a sitting resumed at training's end logs none
             "metrics": {k: float(v) for k, v in self.trainer.callback_metrics.items() if v.numel() == 1},
             # every process saves (DDP calls this hook on all of them), so the sum over processes is exact
@@ -325,6 +326,9 @@ class TaskModule(L.LightningModule):
         self.guard.bad_steps = section.get("bad_steps", 0)
         self.restored_metrics = dict(section.get("metrics") or {})
         self._tokens_to_restore = section.get("epoch_tokens")
+        # a process resumed at training's end trains nothing, and Lightning's restored epoch counter says the
+        # epoch in progress or the next one, depending on where the checkpoint was written
+        self.trained_epoch = int(section.get("trained_epoch", self.trained_epoch))
 
     # ---- the task's steps ------------------------------------------------------------------------
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor | None:
