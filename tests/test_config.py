@@ -227,21 +227,19 @@ def test_trainer_gpu_without_a_gpu_is_one_line_naming_the_key_before_any_data_is
     cfg = compose_train("trainer.accelerator=cuda", f"run_dir={tmp_path}")
     with pytest.raises(ValueError, match=r"^trainer.accelerator=cuda: this process sees no GPU"):
         train_module.train(cfg)
-    # float16 on a CPU: Lightning trained bf16-mixed, and config.yaml and fingerprint.json said 16-mixed
-    for accelerator in ("cpu", "auto"):
-        cfg = compose_train("trainer.precision=16-mixed", f"trainer.accelerator={accelerator}", f"run_dir={tmp_path}")
-        with pytest.raises(ValueError, match=r"^trainer.precision=16-mixed: float16 mixed precision needs a CUDA GPU"):
-            train_module.train(cfg)
+    refused = {
+        # float16 on a CPU: Lightning trained bf16-mixed, and config.yaml and fingerprint.json said 16-mixed
+        "trainer.precision=16-mixed": r"^trainer.precision=16-mixed: float16 mixed precision needs a CUDA GPU",
         # CUDA graphs on a CPU: Inductor compiled as under compile=true, and the run's records said otherwise
-        cfg = compose_train("compile=reduce-overhead", f"trainer.accelerator={accelerator}", f"run_dir={tmp_path}")
-        with pytest.raises(ValueError, match=r"^compile=reduce-overhead: replays CUDA graphs, and this run trains on"):
-            train_module.train(cfg)
-        cfg = compose_train("trainer.devices=-1", f"trainer.accelerator={accelerator}", f"run_dir={tmp_path}")
-        with pytest.raises(ValueError, match=r"^trainer.devices=-1: every GPU, or a list of them, and this run trains"):
-            train_module.train(cfg)
-        cfg = compose_train("cudnn_attention=false", f"trainer.accelerator={accelerator}", f"run_dir={tmp_path}")
-        with pytest.raises(ValueError, match=r"cudnn_attention=False: chooses among a GPU's attention kernels"):
-            train_module.train(cfg)
+        "compile=reduce-overhead": r"^compile=reduce-overhead: replays CUDA graphs, and this run trains on",
+        "trainer.devices=-1": r"^trainer.devices=-1: every GPU, or a list of them, and this run trains",  # a TypeError
+        "cudnn_attention=false": r"cudnn_attention=False: chooses among a GPU's attention kernels",
+    }
+    for accelerator in ("cpu", "auto"):
+        for override, message in refused.items():
+            cfg = compose_train(override, f"trainer.accelerator={accelerator}", f"run_dir={tmp_path}")
+            with pytest.raises(ValueError, match=message):
+                train_module.train(cfg)
 
 
 @pytest.mark.parametrize(
