@@ -35,7 +35,8 @@ def validation_curve(run: str | Path, metric: str = "val_bleu") -> list[tuple[fl
     """(minutes since training started, metric, updates done) at every validation of a run: Lightning logs
     a validation at its last update's 0-based step (update 480's at step 479, as training prints it at
     update 480). One point per update: the final weights' validation, where training validated the same
-    weights, repeats that row (``final_weights`` 1) and is the one kept."""
+    weights, repeats that row (``final_weights`` 1) and is the one kept. Logs written before that row was
+    placed so have it one step later, so their last point lies one update late."""
     points: dict[int, tuple[float, float, int]] = {}
     for r in validation_rows(run):
         if r.get(metric):

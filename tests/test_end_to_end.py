@@ -391,7 +391,14 @@ def test_a_grid_is_refused_off_the_validation_set_and_its_options_are_checked(to
         r"decode.beam_size=4: no strategy of this grid \(greedy, sample\) reads it": (
             "split=val",
             "decode.strategy=[greedy,sample]",
+            "decode.seed=1",
             "decode.beam_size=4",
+            f"out_dir={tmp_path}",
+        ),
+        # sampling without a seed was refused once the greedy setting had been decoded
+        r"decode.strategy=sample without decode.seed": (
+            "split=val",
+            "decode.strategy=[greedy,sample]",
             f"out_dir={tmp_path}",
         ),
         # an axis no strategy reads would score one evaluation under several names

@@ -474,6 +474,24 @@ DDP = [*DDP_COMMON, "trainer=ddp", "trainer.devices=2", "trainer.accelerator=cpu
        "trainer.enable_progress_bar=false", "trainer.enable_model_summary=false"]  # fmt: skip
 
 
+def test_lightning_s_advice_to_sync_is_silenced_only_for_values_summed_or_placed_already():
+    import warnings
+
+    from nmt.training.trainer import _quiet_lightning
+
+    names = ("val_loss", "val_bleu", "train_tokens", "wall_time_s", "step", "epoch", "final_weights", "my_value")
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        _quiet_lightning()
+        for name in names:
+            warnings.warn(
+                f"It is recommended to use `self.log({name!r}, ..., sync_dist=True)` when logging",
+                UserWarning,
+                stacklevel=1,
+            )
+    assert [str(w.message).split("'")[1] for w in seen] == ["my_value"]
+
+
 @pytest.fixture(scope="module")
 def ddp_run(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("ddp")

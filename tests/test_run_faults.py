@@ -251,10 +251,15 @@ def test_a_run_continued_with_epochs_of_other_batches_is_refused_before_its_firs
     inside the first epoch while Lightning counted the second, which ended early without its validation."""
     cfg = compose_train(*QUICK, "trainer.max_epochs=1", f"run_dir={tmp_path}")
     train(cfg)
+    records = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file() and "logs" not in p.parts}
+    records.pop(tmp_path / ".lock")  # the folder's lock, written by each sitting that holds it
     shorter = f"data.max_tokens={cfg.data.max_tokens // 3}"
-    with pytest.raises(ValueError, match=r"^resume=force: the checkpoint stopped at the start of epoch 1; under this"):
+    with pytest.raises(ValueError, match=r"^the checkpoint stopped at the start of epoch 1; under this run's"):
         train(compose_train(*QUICK, shorter, "resume=force", f"run_dir={tmp_path}"))
-    assert json.loads((tmp_path / "results.json").read_text())["steps"] == steps_per_epoch(cfg)  # no update made
+    # the folder as it was (its record held the refused settings, so the run's own command was refused)
+    assert {p: p.read_bytes() for p in records} == records
+    again = train(compose_train(*QUICK, "resume=force", f"run_dir={tmp_path}"))  # max_epochs 1 -> 2: goes on
+    assert again["steps"] == 2 * steps_per_epoch(cfg) and again["epochs"] == 2
 
 
 class RatesSeen(L.Callback):
@@ -1163,6 +1168,10 @@ def test_a_rerun_that_only_validates_the_final_weights_logs_them_as_the_uninterr
         rows = list(csv.DictReader(handle))
     final = [(r["step"], r["epoch"], bool(r["wall_time_s"])) for r in rows if r.get("final_weights")]
     assert final == [(str(steps - 1), "1.0", True)]
+    results = json.loads((tmp_path / "results.json").read_text())
+    saved = torch.load(tmp_path / "checkpoints" / "best.ckpt", weights_only=True)["nmt"]["metrics"]
+    for keys in (results["final_metrics"], saved):  # what placed the row is no measure of the weights
+        assert not {"step", "epoch", "final_weights"} & set(keys), sorted(keys)
     (tmp_path / "results.json").unlink()  # as if killed before the final weights' validation logged its row
     with open(log, "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
@@ -1174,6 +1183,24 @@ def test_a_rerun_that_only_validates_the_final_weights_logs_them_as_the_uninterr
             (r["step"], r["epoch"], bool(r["wall_time_s"])) for r in csv.DictReader(handle) if r.get("final_weights")
         ]
     assert again == final
+
+
+def test_a_checkpoint_made_before_the_trained_epoch_was_kept_gives_it_by_the_loaders_place():
+    """A sitting resumed at training's end from such a checkpoint put the final weights' row in the epoch
+    before the one its last update ran in, where training stopped inside an epoch (max_steps)."""
+    from types import SimpleNamespace
+
+    from nmt.inference.checkpoint import CHECKPOINT_KEY
+    from nmt.training.module import TaskModule
+
+    for place, epoch in (((1, 40), 1), ((2, 0), 1)):  # 40 batches into epoch 1; at the start of epoch 2
+        module = SimpleNamespace(guard=SimpleNamespace(bad_steps=0), trained_epoch=-1)
+        loader = {"epoch": place[0], "batches_done": place[1]}
+        checkpoint = {CHECKPOINT_KEY: {}, "loops": {"fit_loop": {"state_dict": {"combined_loader": [loader]}}}}
+        TaskModule.on_load_checkpoint(module, checkpoint)
+        assert (module.saved_data_place, module.trained_epoch) == (place, epoch)
+    TaskModule.on_load_checkpoint(module, {CHECKPOINT_KEY: {"trained_epoch": 4}})  # kept since: as kept
+    assert (module.saved_data_place, module.trained_epoch) == (None, 4)
 
 
 def logged_rows(run_dir) -> list[tuple[str, str, bool]]:

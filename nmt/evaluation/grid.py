@@ -94,6 +94,15 @@ def check_grid(cfg: DictConfig, task, axes: dict[str, list]) -> None:
     for setting in settings(axes):  # a bad value stops the grid before anything is decoded
         decode = {k.removeprefix("decode."): v for k, v in setting.items() if k.startswith("decode.")}
         search_settings(None, {**cfg.decode, **decode}, refuse_unread=False)  # an unknown key named too
+        task.check_evaluation(grid_cell(cfg, setting))  # e.g. sampling without a seed
+
+
+def grid_cell(cfg: DictConfig, setting: dict) -> DictConfig:
+    """The evaluation config of one setting of the grid."""
+    cell = OmegaConf.merge(cfg, {"samples": 0, "select_by": None})  # samples would repeat in every table
+    for key, value in setting.items():
+        OmegaConf.update(cell, key, value, merge=False)
+    return cell
 
 
 def choose_by(cfg: DictConfig, task) -> str:
@@ -135,9 +144,7 @@ def evaluate_grid(cfg: DictConfig, task, load, axes: dict[str, list]) -> dict:
     scored: dict[str, dict] = {}  # folder name with the options its search does not read at defaults -> row
     loaded, loaded_average = None, None
     for setting in settings(axes):
-        cell = OmegaConf.merge(cfg, {"samples": 0, "select_by": None})  # samples would repeat in every table
-        for key, value in setting.items():
-            OmegaConf.update(cell, key, value, merge=False)
+        cell = grid_cell(cfg, setting)
         task.check_evaluation(cell)
         if loaded is None or cell.average_last != loaded_average:
             loaded = None  # one model in memory at a time

@@ -155,7 +155,8 @@ def print_scores(result: dict, sources, references, hypotheses, samples: int) ->
     names = [Path(p).name for p in result.get("checkpoints") or []]
     if names:
         table.add_row("checkpoint", names[0] if len(names) == 1 else f"mean of {', '.join(names)}")
-    table.add_row("split and search (folder)", Path(result["hypotheses"]).parent.name)
+    table.add_row("split", str(result["split"]))
+    table.add_row("folder (split, search)", Path(result["hypotheses"]).parent.name)
     case = "case-insensitive" if "case:lc" in result["bleu_signature"] else "cased"
     table.add_row(f"BLEU (sacreBLEU, {case})", f"{result['bleu']:.2f}{_interval(result, 'bleu_ci95')}")
     table.add_row("BLEU 1-4 precisions", " / ".join(f"{p:.1f}" for p in result["bleu_precisions"]))

@@ -259,40 +259,33 @@ class ResumeLogs(Callback):
                     logger.purge_at_next_log = True
 
 
-class SamePlaceInData(Callback):
-    """A run continued under other settings (``resume=force``) from a checkpoint that stopped at ``saved``
-    (epoch, batches of it trained): the training loader finds its place from the count of batches trained,
-    so settings that change an epoch's batches (the number of processes, ``data.max_tokens``, the corpus)
-    would put the run elsewhere in the data order, and Lightning, which keeps its own epoch count, would
-    end an epoch early without its validation. Refused before the first update, in one line."""
+class DataPlaceError(ValueError):
+    """A resumed run whose settings put it elsewhere in the data than where its checkpoint stopped."""
 
-    def __init__(self, saved: tuple[int, int]) -> None:
-        self.saved = saved
+
+class SamePlaceInData(Callback):
+    """A resumed run's training loader finds its place from the count of batches trained, so settings that
+    change an epoch's batches (the number of processes, which ``trainer.devices=auto`` counts on each
+    machine; ``data.max_tokens``; the corpus) would put it elsewhere in the data order than its checkpoint
+    stopped (``module.saved_data_place``), and Lightning, which keeps its own epoch count, would end an epoch
+    early without its validation. Refused before the first update, in one line."""
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        saved = getattr(pl_module, "saved_data_place", None)
         position = getattr(trainer.train_dataloader, "position", None)
-        if position is None or position() == self.saved:
+        if saved is None or position is None or position() == saved:
             return
 
         def place(epoch: int, done: int) -> str:
             return f"at the start of epoch {epoch}" if done == 0 else f"{done} batches into epoch {epoch}"
 
-        raise ValueError(
-            f"resume=force: the checkpoint stopped {place(*self.saved)}; under this run's settings (an epoch of "
+        raise DataPlaceError(
+            f"the checkpoint stopped {place(*saved)}; under this run's settings (an epoch of "
             f"{trainer.train_dataloader.epoch_length()} batches per process) the batches it trained end "
             f"{place(*position())}, so the run cannot go on where it stopped in the data: keep the settings that "
-            "make an epoch's batches (trainer.devices, data.max_tokens, the corpus) as they were, or train anew"
+            "make an epoch's batches (the number of processes, trainer.devices=auto counting this machine's GPUs; "
+            "data.max_tokens; the corpus) as they were, or train anew"
         )
-
-
-def saved_data_place(checkpoint: dict) -> tuple[int, int] | None:
-    """Where a checkpoint's training loader stood (epoch, batches of it trained), as the loader recorded it
-    (None: not recorded)."""
-    loaders = ((checkpoint.get("loops") or {}).get("fit_loop") or {}).get("state_dict", {}).get("combined_loader")
-    state = loaders[0] if isinstance(loaders, list) and loaders else None
-    if not isinstance(state, dict) or "epoch" not in state or "batches_done" not in state:
-        return None
-    return int(state["epoch"]), int(state["batches_done"])
 
 
 class WallClock(Callback):

@@ -13,7 +13,7 @@ from omegaconf import DictConfig, OmegaConf
 from nmt.inference.checkpoint import epoch_checkpoints
 from nmt.inference.loading import load_model
 from nmt.tasks.base import FINAL_RESULTS
-from nmt.training.loggers import FINAL_ROW
+from nmt.training.loggers import ROW_PLACE
 
 
 def validate_final_weights(cfg: DictConfig, trainer: L.Trainer, module, datamodule, checkpoint_dir: Path) -> dict:
@@ -36,8 +36,11 @@ def validate_final_weights(cfg: DictConfig, trainer: L.Trainer, module, datamodu
         trainer.validate(module, datamodule=datamodule, verbose=False)
     finally:
         module.final_validation = False
-    # the step and epoch it was logged at (the module's) are no measures of the weights
-    metrics = {k: as_float(v) for k, v in trainer.callback_metrics.items() if k not in ("step", "epoch", FINAL_ROW)}
+    # the step and epoch it was logged at (the module's) are no measures of the weights: not in the results,
+    # nor in the metrics best.ckpt keeps (below), which a run continued from it would report
+    for key in ROW_PLACE:
+        trainer.callback_metrics.pop(key, None)
+    metrics = {k: as_float(v) for k, v in trainer.callback_metrics.items()}
     value = trainer.callback_metrics.get(cfg.checkpoint.monitor)
     if value is None:
         return metrics

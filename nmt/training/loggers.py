@@ -17,6 +17,7 @@ from nmt.utils.io import atomic_path, atomic_write_text
 
 WANDB_ID = "wandb_id"  # in a run folder: the id of its W&B run, which every sitting of the run continues
 FINAL_ROW = "final_weights"  # 1 in the row of the final weights' validation, logged at the last update's step
+ROW_PLACE = ("step", "epoch", FINAL_ROW)  # logged with that row to place it: no measures of the weights
 
 
 class _KeepingWriter(ExperimentWriter):
@@ -216,7 +217,9 @@ def final_scores_of(results: dict) -> dict[str, float]:
     scores = {}
     for split in ("test", FINAL_RESULTS["val"]):
         values = results.get(split) or {}
-        scores.update({f"{split}_{k}": v for k, v in values.items() if isinstance(v, int | float)})
+        scores.update(
+            {f"{split}_{k}": v for k, v in values.items() if isinstance(v, int | float) and not isinstance(v, bool)}
+        )
     return scores
 
 

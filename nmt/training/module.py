@@ -50,6 +50,7 @@ class TaskModule(L.LightningModule):
         self.last_decoded_step = -1  # ... and the last validation that decoded (BLEU and the like)
         self.final_validation = False  # set while the weights after the last update are validated
         self.trained_epoch = -1  # the epoch of the last update of this process
+        self.saved_data_place: tuple[int, int] | None = None  # the resumed checkpoint's (epoch, batches done)
         self.validation_epoch = 0  # the epoch a validation is logged under (W&B's sample table too)
         self.val_metrics = val_metrics if val_metrics is not None else nn.ModuleDict()
         self.model = model
@@ -326,9 +327,17 @@ class TaskModule(L.LightningModule):
         self.guard.bad_steps = section.get("bad_steps", 0)
         self.restored_metrics = dict(section.get("metrics") or {})
         self._tokens_to_restore = section.get("epoch_tokens")
+        # where the training loader stood (epoch, batches of it trained), as it recorded itself: what a resumed
+        # run's loader must find again (callbacks.SamePlaceInData)
+        self.saved_data_place = saved_data_place(checkpoint)
         # a process resumed at training's end trains nothing, and Lightning's restored epoch counter says the
-        # epoch in progress or the next one, depending on where the checkpoint was written
-        self.trained_epoch = int(section.get("trained_epoch", self.trained_epoch))
+        # epoch in progress or the next one, depending on where the checkpoint was written; a checkpoint made
+        # before it was kept: the epoch of the loader's place (its previous one at an epoch's start)
+        if "trained_epoch" in section:
+            self.trained_epoch = int(section["trained_epoch"])
+        elif self.saved_data_place is not None:
+            epoch, done = self.saved_data_place
+            self.trained_epoch = epoch if done else epoch - 1
 
     # ---- the task's steps ------------------------------------------------------------------------
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor | None:
@@ -386,3 +395,14 @@ class TaskModule(L.LightningModule):
                 self.last_decoded_step = self.global_step
         for metric in self.val_metrics.values():
             metric.reset()  # the next validation starts from zero
+
+
+def saved_data_place(checkpoint: dict) -> tuple[int, int] | None:
+    """Where a checkpoint's training loader stood (epoch, batches of it trained), as the loader recorded it
+    (None: not recorded)."""
+    loop = (checkpoint.get("loops") or {}).get("fit_loop") or {}
+    loaders = (loop.get("state_dict") or {}).get("combined_loader")
+    state = loaders[0] if isinstance(loaders, list) and loaders else None
+    if not isinstance(state, dict) or "epoch" not in state or "batches_done" not in state:
+        return None
+    return int(state["epoch"]), int(state["batches_done"])

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from nmt.inference.checkpoint import FINGERPRINT
-from nmt.utils.io import atomic_write_json
+from nmt.utils.io import atomic_write_bytes, atomic_write_json
 
 LOCK = ".lock"
 RESULTS = "results.json"
@@ -293,6 +293,27 @@ def owns_run_folder() -> bool:
 
 def record_identity(run_dir: Path, current: dict) -> None:
     atomic_write_json(run_dir / FINGERPRINT, current)
+
+
+# what a sitting writes into its folder before training starts (its fingerprint, resolved config, tokenizers
+# and data report): kept by a resumed sitting, to put back if it stops before its first update
+RECORDS = ("fingerprint.json", "config.yaml", "tokenizers/src.model", "tokenizers/tgt.model")
+RECORDS += ("data_report.json", "data_report.txt")
+
+
+def folder_records(run_dir: Path) -> dict[str, bytes | None]:
+    """The folder's records as they are (None: absent)."""
+    return {name: (run_dir / name).read_bytes() if (run_dir / name).is_file() else None for name in RECORDS}
+
+
+def restore_records(run_dir: Path, records: dict[str, bytes | None]) -> None:
+    """Put the records back as :func:`folder_records` found them."""
+    for name, content in records.items():
+        path = run_dir / name
+        if content is None:
+            path.unlink(missing_ok=True)
+        else:
+            atomic_write_bytes(path, content)
 
 
 def saved_states(run_dir: Path) -> list[Path]:

@@ -14,11 +14,10 @@ from omegaconf import DictConfig, OmegaConf
 from nmt.data.report import write_report
 from nmt.data.segmenter import moses_languages
 from nmt.data.tokenizer import PAD_ID
-from nmt.inference.checkpoint import load_checkpoint
 from nmt.models.build import count_parameters
 from nmt.tasks import build_task
 from nmt.training import weight_casts
-from nmt.training.callbacks import SamePlaceInData, WallClock, saved_data_place, what_ended
+from nmt.training.callbacks import DataPlaceError, WallClock, what_ended
 from nmt.training.config import ConfigError, check_config, no_repeated_layers
 from nmt.training.config_groups import describe_recipe
 from nmt.training.final import (
@@ -51,9 +50,11 @@ from nmt.training.run_folder import (
     differences,
     fingerprint,
     finished_results,
+    folder_records,
     holds_work,
     owns_run_folder,
     record_identity,
+    restore_records,
     saved_fingerprint,
     saved_states,
     trained_results,
@@ -223,6 +224,9 @@ def _check_finished_on_this_text(cfg: DictConfig, task, run_dir: Path) -> None:
 
 def _train_in_folder(cfg: DictConfig, task, run_dir: Path, config: dict, main_process: bool) -> dict:
     identity = fingerprint(config)
+    # a resumed sitting that stops before its first update (callbacks.SamePlaceInData) puts the folder's
+    # records back as they were, so that the command of the run they describe still continues it
+    records = folder_records(run_dir) if main_process else None
     if main_process:
         finished = _claim_folder(cfg, run_dir, identity)
         if finished is not None:
@@ -318,9 +322,6 @@ def _train_in_folder(cfg: DictConfig, task, run_dir: Path, config: dict, main_pr
     if resume:
         if main_process:
             print(f"Resuming from {resume}")
-        place = saved_data_place(load_checkpoint(resume)) if force else None
-        if place is not None:
-            trainer.callbacks.append(SamePlaceInData(place))
     for logger in trainer.loggers:
         logger.log_hyperparams(config)
     start = time.time()
@@ -337,6 +338,10 @@ def _train_in_folder(cfg: DictConfig, task, run_dir: Path, config: dict, main_pr
         try:
             try:
                 trainer.fit(module, datamodule=datamodule, ckpt_path=resume)
+            except DataPlaceError:
+                if records is not None:
+                    restore_records(run_dir, records)
+                raise
             except SIGTERMException:
                 signal_name = getattr(trainer, "nmt_stop_signal", "a signal")
                 if main_process:  # one message, from the rank that owns the folder

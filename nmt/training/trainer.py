@@ -15,7 +15,14 @@ from lightning.pytorch.loggers import CSVLogger
 from omegaconf import DictConfig, OmegaConf
 
 from nmt.tasks import Task
-from nmt.training.callbacks import ResumeLogs, SaveOnSignal, SittingEarlyStopping, Throughput, WallClock
+from nmt.training.callbacks import (
+    ResumeLogs,
+    SamePlaceInData,
+    SaveOnSignal,
+    SittingEarlyStopping,
+    Throughput,
+    WallClock,
+)
 from nmt.training.checkpoint_io import AtomicCheckpointIO, EpochCheckpoints, FolderCheckpoint, WriteBehind
 from nmt.training.loggers import ResumableCSVLogger
 from nmt.training.progress import PlainProgress, plain_output
@@ -74,6 +81,7 @@ def _callbacks(cfg: DictConfig, checkpoint_dir: Path, task: Task) -> list:
     callbacks.append(SaveOnSignal(checkpoint_dir / "last.ckpt"))
     callbacks.append(WallClock())
     callbacks.append(ResumeLogs())
+    callbacks.append(SamePlaceInData())
     # logs train/device/items_per_sec: target tokens per second of training (the speed a sweep can afford);
     # it warns that without a FLOPs count per batch it cannot report MFU (we do not count FLOPs per batch)
     warnings.filterwarnings("ignore", message=".*ThroughputMonitor.*flops_per_batch")
@@ -120,9 +128,12 @@ def _quiet_lightning() -> None:
     warnings.filterwarnings("ignore", message=r".*LeafSpec.*is deprecated", category=Warning)
     # a multi-process run: Lightning asks for sync_dist on every value logged per epoch, but these are summed
     # over the processes already (torchmetrics' states: the validation scores and losses, the epoch's tokens)
-    # or are the first process's by design (its clock; the attention spread of its first batch, docs/metrics.md)
+    # or are the first process's by design (its clock; the attention spread of its first batch, docs/metrics.md;
+    # the step and epoch that place the final weights' validation, equal in every process)
     warnings.filterwarnings(
-        "ignore", message=r"It is recommended to use `self.log\('(val_\w+|train_tokens|wall_time_s)'", category=Warning
+        "ignore",
+        message=r"It is recommended to use `self.log\('(val_\w+|train_tokens|wall_time_s|step|epoch|final_weights)'",
+        category=Warning,
     )
 
 
