@@ -135,6 +135,28 @@ def test_a_corpus_larger_than_the_sample_gives_the_same_tokenizer_in_every_proce
     assert runs[0].stdout == runs[1].stdout and len(runs[0].stdout.strip()) == 64
 
 
+@pytest.mark.parametrize("model_type", ["bpe", "unigram"])
+def test_a_tokenizer_is_the_same_file_on_machines_with_other_numbers_of_cores(model_type, monkeypatch):
+    """SentencePiece trained with as many threads as the machine's cores (up to 4) and recorded the number
+    in the model: a run resumed on a machine with other cores, its cache filled afresh, was refused for other
+    tokenizers, and a unigram model's pieces themselves differed."""
+    import os
+
+    from sentencepiece import sentencepiece_model_pb2
+
+    rng = random.Random(0)
+    words = ["".join(rng.choices("abcdefghij", k=rng.randint(2, 8))) for _ in range(2000)]
+    lines = [" ".join(rng.choices(words, k=12)) for _ in range(2000)]
+    made = []
+    for cores in (1, 2, 8):
+        monkeypatch.setattr(os, "cpu_count", lambda cores=cores: cores)
+        made.append(Tokenizer.train(lines, TokenizerSettings(vocab_size=300, model_type=model_type)).model_proto)
+    assert made[0] == made[1] == made[2]
+    model = sentencepiece_model_pb2.ModelProto()
+    model.ParseFromString(made[0])
+    assert not model.trainer_spec.HasField("num_threads") and model.trainer_spec.vocab_size == 300
+
+
 def test_lowercase_normalisation_lowercases_letters_and_keeps_every_other_character(tmp_path):
     """``lowercase``: what encode/decode gives back is Python's str.lower of the text, German ß and every
     character NFKC would rewrite included; the model file carries the rule, so a checkpoint's copy does."""

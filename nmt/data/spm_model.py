@@ -47,9 +47,25 @@ def without_rule_path(model_proto: bytes) -> bytes:
     return _edit_fields(model_proto, in_normalizer)
 
 
-def _edit_fields(message: bytes, edit) -> bytes:
+# ModelProto.trainer_spec, TrainerSpec.num_threads
+_TRAINER_SPEC, _NUM_THREADS = 2, 16
+
+
+def without_thread_count(model_proto: bytes) -> bytes:
+    """The model without the number of threads that trained it: the pieces do not depend on it (the
+    training uses a fixed number, tokenizer.TRAINING_THREADS), and the count alone made the same tokenizer
+    another file on a machine with other cores, and a run resumed there refused for other tokenizers."""
+
+    def in_trainer(number: int, payload: bytes) -> bytes:
+        return _edit_fields(payload, lambda n, p: p, drop={_NUM_THREADS}) if number == _TRAINER_SPEC else payload
+
+    return _edit_fields(model_proto, in_trainer)
+
+
+def _edit_fields(message: bytes, edit, drop: set[int] = frozenset()) -> bytes:
     """A protobuf message rebuilt field by field: ``edit(number, payload)`` gives each length-delimited
-    field's new payload (the same object: unchanged; None: dropped); other fields are copied as they are."""
+    field's new payload (the same object: unchanged; None: dropped); fields numbered in ``drop`` are
+    dropped whatever their type; other fields are copied as they are."""
     out, i = bytearray(), 0
     while i < len(message):
         start = i
@@ -57,6 +73,8 @@ def _edit_fields(message: bytes, edit) -> bytes:
         wire = key & 7
         if wire == 0:
             i = _read_varint(message, i)[1]
+            if key >> 3 in drop:
+                continue
         elif wire in (1, 5):
             i += 8 if wire == 1 else 4
         elif wire == 2:

@@ -5,7 +5,6 @@ import hashlib
 import io
 import json
 import logging
-import os
 import random
 import re
 import tempfile
@@ -17,7 +16,7 @@ from pathlib import Path
 import sentencepiece as spm
 
 from nmt.data.segmenter import Segmenter
-from nmt.data.spm_model import normalization_rule, without_rule_path
+from nmt.data.spm_model import normalization_rule, without_rule_path, without_thread_count
 from nmt.utils.io import atomic_write_bytes
 
 log = logging.getLogger(__name__)
@@ -35,6 +34,9 @@ _SEPARATORS = re.compile("[\t\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
 _SPACE_RUN = re.compile(" {2,}")
 
 TRAINING_SEED = 1234  # the sample of a corpus larger than max_sentences (Tokenizer.train)
+# SentencePiece's training threads, the same on every machine: a unigram model's pieces depend on their number
+# (a BPE model's do not), so a count taken from the machine's cores made another vocabulary elsewhere
+TRAINING_THREADS = 4
 
 
 @dataclass(frozen=True)
@@ -152,11 +154,11 @@ class Tokenizer:
                 eos_id=EOS_ID,
                 hard_vocab_limit=False,  # small corpora (the toy task) may not support the requested size
                 byte_fallback=settings.byte_fallback,
-                num_threads=max(1, min(4, os.cpu_count() or 1)),
+                num_threads=TRAINING_THREADS,
                 minloglevel=2,
                 **normalization_rule(settings.normalization, Path(folder)),
             )
-        return cls(model.getvalue())
+        return cls(without_thread_count(model.getvalue()))
 
 
 @contextlib.contextmanager
