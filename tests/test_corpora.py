@@ -857,6 +857,49 @@ def test_a_data_root_holding_part_of_a_corpus_is_refused_not_replaced_by_another
         locate("corpus", ["a.txt", "b.txt"], root, cache, suffixes=("", ".gz"))
 
 
+def test_a_corpus_folder_in_nmt_data_is_read_whole_never_mixed_with_the_cache(tmp_path, monkeypatch):
+    """$NMT_DATA/<corpus> holding one side of a split (the other misnamed): the split was read from the
+    cache while the others came from $NMT_DATA, with nothing but a log line to say so."""
+    from nmt.data.sources import DataNotFoundError, locate
+
+    data, cache = tmp_path / "data", tmp_path / "cache"
+    for folder in (data / "corpus", cache / "corpus"):
+        folder.mkdir(parents=True)
+        for name in ("train.en", "train.de", "val.en", "val.de"):
+            (folder / name).write_text("x\n")
+    (data / "corpus" / "val.de").rename(data / "corpus" / "valid.de")
+    monkeypatch.setenv("NMT_DATA", str(data))
+    assert locate("corpus", ["train.en", "train.de"], None, cache) == data / "corpus"
+    with pytest.raises(DataNotFoundError, match=r"^\$NMT_DATA/corpus=.*corpus holds val.en but not val.de: put every"):
+        locate("corpus", ["val.en", "val.de"], None, cache)
+    # a folder there without any of a set's files (a test set kept elsewhere): looked for further on
+    for name in ("test.en", "test.de"):
+        (cache / "corpus" / name).write_text("x\n")
+    assert locate("corpus", ["test.en", "test.de"], None, cache) == cache / "corpus"
+
+
+def test_a_multi30k_root_without_the_runs_test_set_is_refused_and_other_test_sets_are_looked_for(tmp_path):
+    """data.root holding train and val: the run's test set came from the cache's copy and was scored as the
+    root's; another test set (evaluate.py split=test_2017_flickr) may lie elsewhere."""
+    from nmt.data.multi30k import Multi30kDataModule
+    from nmt.data.sources import DataNotFoundError
+
+    root, cache = tmp_path / "root", tmp_path / "cache"
+    for folder, splits in ((root, ("train", "val")), (cache / "multi30k", ("test_2016_flickr", "test_2017_flickr"))):
+        folder.mkdir(parents=True)
+        for split in splits:
+            for lang in ("en", "de"):
+                with gzip.open(folder / f"{split}.{lang}.gz", "wt") as handle:
+                    handle.write(f"{split} {lang}\n")
+    module = Multi30kDataModule(root=str(root), download=False, cache_dir=str(cache))
+    assert module.read_split("val") == (["val en"], ["val de"])
+    with pytest.raises(DataNotFoundError, match=r"data.root=.*root holds none of these files: it should hold test_2016_flickr.en.gz"):
+        module.read_split("test")
+    other = Multi30kDataModule(root=str(root), download=False, cache_dir=str(cache), test_set="test_2017_flickr")
+    other.other_test_set = True  # as evaluate.py sets it
+    assert other.read_split("test") == (["test_2017_flickr en"], ["test_2017_flickr de"])
+
+
 def test_the_folder_a_corpus_is_read_from_is_said_once_into_the_runs_log(tmp_path, caplog):
     """Which copy a run read (data.root, $NMT_DATA, the cache) was recorded nowhere."""
     import logging

@@ -32,6 +32,8 @@ class Multi30kDataModule(ParallelDataModule):
             raise ValueError(f"data.test_set={test_set!r} is not a Multi30k test set; choose from {list(TEST_SETS)}")
         super().__init__(src_lang=src_lang, tgt_lang=tgt_lang, **kwargs)
         self.root, self.download, self.test_set = root, download, test_set
+        # set by evaluate.py for a test set other than the run's: data.root need not hold it
+        self.other_test_set = False
 
     def describe(self) -> str:
         return f"multi30k {self.src_lang}-{self.tgt_lang} (test: {self.test_set})"
@@ -52,7 +54,7 @@ class Multi30kDataModule(ParallelDataModule):
             url_for={f: f"{UPSTREAM}/{f}" for f in files},
             download=self.download,
             # a test set the root lacks (evaluate.py split=test_2017_flickr with the run's root, which held
-            # its training sets) is looked for further on; the training and validation sets must be there
-            strict_root=split != "test",
+            # its training sets) is looked for further on; the run's own sets must be there
+            strict_root=split != "test" or not self.other_test_set,
         )
         return read_parallel(folder / files[0], folder / files[1])

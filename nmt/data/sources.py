@@ -42,8 +42,21 @@ def _check_root_whole(
 ) -> None:
     """data.root holding some of the corpus's files but not all, or none (``strict``): an error naming those
     missing, never a silent fall-back to another copy (the cache's may be another version of the corpus,
-    and the run's config would name a folder it did not read)."""
+    and the run's config would name a folder it did not read). ``$NMT_DATA/<corpus>`` holding some of a
+    split's files is an error too: the split would be read from the cache while the others came from
+    there, a run mixing two copies of a corpus."""
     if label != "data.root":
+        present = [f for f in filenames if any((folder / (f + suffix)).is_file() for suffix in suffixes)]
+        if label.startswith(f"${DATA_ENV}") and present:
+            missing = [f for f in filenames if f not in present]
+            what = (
+                f"but not {', '.join(missing[:3])}" if missing else f"under different suffixes ({', '.join(suffixes)})"
+            )
+            raise DataNotFoundError(
+                f"{label}={folder} holds {', '.join(present[:3])}{' ...' if len(present) > 3 else ''} {what}: put "
+                f"every file of the corpus there, one suffix for all (a corpus's folder in ${DATA_ENV} is used "
+                f"whole, never mixed with another copy), or unset ${DATA_ENV}"
+            )
         return
     present = [f for f in filenames if any((folder / (f + suffix)).is_file() for suffix in suffixes)]
     if not present and strict:

@@ -97,6 +97,7 @@ def load_eval_set(
             other = task.build_datamodule(data_cfg, config["cache_dir"], config["seed"])
         except ValueError as err:  # not one of the corpus's test sets: name every kind of split too
             raise ValueError(f"split={split}: {err}; or train, val, test, iwslt16:<set> or files:<prefix>") from None
+        other.other_test_set = True  # the run's data.root held its own sets: this one may lie elsewhere
         return *other.text("test"), other.describe()
     raise ValueError(f"split={split!r}: use train, val, test, iwslt16:<set> or files:<prefix>")
 
