@@ -878,6 +878,20 @@ def test_a_corpus_folder_in_nmt_data_is_read_whole_never_mixed_with_the_cache(tm
     assert locate("corpus", ["test.en", "test.de"], None, cache) == cache / "corpus"
 
 
+def test_the_places_tried_name_only_the_files_missing_under_every_suffix(tmp_path, monkeypatch):
+    """ptb.train.txt.gz there was said missing as ptb.train.txt."""
+    from nmt.data.sources import DataNotFoundError, locate
+
+    monkeypatch.delenv("NMT_DATA", raising=False)
+    (tmp_path / "corpus").mkdir()
+    (tmp_path / "corpus" / "a.txt.gz").write_bytes(b"")
+    with pytest.raises(DataNotFoundError, match=r"cache: .*corpus \(missing b.txt\)\n"):
+        locate("corpus", ["a.txt", "b.txt"], None, tmp_path, download=False, suffixes=("", ".gz"))
+    (tmp_path / "corpus" / "b.txt").write_bytes(b"")
+    with pytest.raises(DataNotFoundError, match=r"\(every file, but not all under one suffix of '', '.gz'\)"):
+        locate("corpus", ["a.txt", "b.txt"], None, tmp_path, download=False, suffixes=("", ".gz"))
+
+
 def test_a_multi30k_root_without_the_runs_test_set_is_refused_and_other_test_sets_are_looked_for(tmp_path):
     """data.root holding train and val: the run's test set came from the cache's copy and was scored as the
     root's; another test set (evaluate.py split=test_2017_flickr) may lie elsewhere."""
@@ -893,7 +907,9 @@ def test_a_multi30k_root_without_the_runs_test_set_is_refused_and_other_test_set
                     handle.write(f"{split} {lang}\n")
     module = Multi30kDataModule(root=str(root), download=False, cache_dir=str(cache))
     assert module.read_split("val") == (["val en"], ["val de"])
-    with pytest.raises(DataNotFoundError, match=r"data.root=.*root holds none of these files: it should hold test_2016_flickr.en.gz"):
+    with pytest.raises(
+        DataNotFoundError, match=r"data.root=.*root holds none of these files: it should hold test_2016_flickr.en.gz"
+    ):
         module.read_split("test")
     other = Multi30kDataModule(root=str(root), download=False, cache_dir=str(cache), test_set="test_2017_flickr")
     other.other_test_set = True  # as evaluate.py sets it

@@ -304,6 +304,18 @@ def test_the_ptb_module_reads_the_stream_with_sentence_ends(ptb_folder, tmp_path
     assert report["train"]["out_of_vocabulary_words"] == 0
 
 
+def test_a_damaged_encoded_stream_in_the_cache_is_made_again_and_said(ptb_folder, tmp_path, caplog):
+    """A cut-short stream of a language model's split was a traceback of torch's zip reader."""
+    data = PTBDataModule(root=str(ptb_folder), download=False, block_size=16, cache_dir=str(tmp_path / "c"))
+    expected = data.stream("val").tolist()
+    for path in (tmp_path / "c").glob("encoded/*.pt"):
+        path.write_bytes(path.read_bytes()[:100])
+    again = PTBDataModule(root=str(ptb_folder), download=False, block_size=16, cache_dir=str(tmp_path / "c"))
+    with caplog.at_level("WARNING"):
+        assert again.stream("val").tolist() == expected
+    assert "cannot be read" in caplog.text and "encoding the split again" in caplog.text
+
+
 def test_data_root_wins_over_another_copy_whatever_its_compression(ptb_folder, tmp_path, monkeypatch):
     import gzip
 

@@ -10,6 +10,7 @@ the previous window did not, so each target is still scored once, with at least
 """
 
 import hashlib
+import logging
 from pathlib import Path
 
 import lightning as L
@@ -22,6 +23,8 @@ from nmt.data.loaders import STAGE_SPLITS, sharded_loader
 from nmt.data.tokenizer import EOS_ID, PAD_ID, UNK_ID, content_hash
 from nmt.data.vocab import SPECIALS, UNK_WORD, WordVocabulary
 from nmt.utils.io import atomic_path
+
+log = logging.getLogger(__name__)
 
 
 def windows(stream_len: int, block_size: int, stride: int) -> list[tuple[int, int, int]]:
@@ -149,7 +152,16 @@ class LanguageModelDataModule(L.LightningDataModule):
         key = content_hash(self.name, split, hashlib.sha256(vocab.model_proto).hexdigest(), lines=lines)
         path = self.cache_dir / "encoded" / f"{self.name}-{split}-{key}.pt"
         if path.exists():
-            return torch.load(path, weights_only=True)
+            try:
+                cached = torch.load(path, weights_only=True)
+                if isinstance(cached, torch.Tensor) and cached.dim() == 1:
+                    return cached
+                problem = "not an id stream"
+            except Exception as err:  # noqa: BLE001  (a zip, pickle or EOF error, whichever the damage makes)
+                problem = str(err).splitlines()[0] if str(err) else type(err).__name__
+            # derived, its name the hash of what it derives from: said aloud and made again, as a translation
+            # corpus's encoded split is (a damaged file was a traceback)
+            log.warning("%s cannot be read (%s): encoding the split again", path, problem)
         ids = [EOS_ID]
         for line in lines:
             ids += vocab.encode(line) + [EOS_ID]

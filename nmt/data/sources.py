@@ -97,8 +97,11 @@ def _found(name: str, label: str, folder: Path) -> Path:
     return folder
 
 
-def _missing(label: str, folder: Path, filenames: Sequence[str]) -> str:
-    missing = [f for f in filenames if not (folder / f).is_file()]
+def _missing(label: str, folder: Path, filenames: Sequence[str], suffixes: Sequence[str] = ("",)) -> str:
+    # a file there under any of the suffixes is not missing (a .gz beside plain files: said by the caller)
+    missing = [f for f in filenames if not any((folder / (f + suffix)).is_file() for suffix in suffixes)]
+    if not missing:
+        return f"  {label}: {folder} (every file, but not all under one suffix of {', '.join(map(repr, suffixes))})"
     return f"  {label}: {folder} (missing {', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''})"
 
 
@@ -133,7 +136,7 @@ def locate(
         if _holds(folder, filenames, suffixes):
             return _found(name, label, folder)
         _check_root_whole(label, folder, filenames, suffixes, strict_root)
-        tried.append(_missing(label, folder, filenames))
+        tried.append(_missing(label, folder, filenames, suffixes))
     cache = places[-1][1]
     if download and url_for:
         existed = cache.exists()
