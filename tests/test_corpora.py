@@ -1027,3 +1027,26 @@ def test_a_run_recorded_before_the_report_counted_references_resumes(tmp_path):
     run_dir.mkdir()
     record_identity(run_dir, {"data": data_identity(dm.describe(), before, dm.text_hashes(), *dm.build_tokenizers())})
     assert check_data(run_dir, {"data": now}, force=False, resuming=True) is None
+
+
+def test_the_cache_s_extraction_says_whether_its_archive_is_gone_or_only_not_looked_in(tmp_path, caplog, monkeypatch):
+    """An archive given by an earlier run's data.root, still in place, was said to be "no longer there"."""
+    from nmt.data.sources import locate_or_extract
+
+    monkeypatch.delenv("NMT_DATA", raising=False)
+
+    def extract(archive: Path, folder: Path) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        for name in ("a.txt", "b.txt"):
+            (folder / name).write_text(archive.read_text())
+
+    root, cache = tmp_path / "root", tmp_path / "cache"
+    root.mkdir()
+    (root / "c.tgz").write_text("x\n")
+    first = locate_or_extract("corpus", ["a.txt", "b.txt"], "c.tgz", extract, root, cache, download=False)
+    with caplog.at_level("WARNING"):
+        assert locate_or_extract("corpus", ["a.txt", "b.txt"], "c.tgz", extract, None, cache, download=False) == first
+        assert "c.tgz (not among the places looked in now)" in caplog.text
+        (root / "c.tgz").unlink()
+        assert locate_or_extract("corpus", ["a.txt", "b.txt"], "c.tgz", extract, None, cache, download=False) == first
+        assert "c.tgz (no longer there)" in caplog.text

@@ -186,9 +186,10 @@ def locate_or_extract(
         tried.append(f"  {label}: {folder} (neither {' and '.join(filenames)} nor {archive})")
     kept = _extractions(cache, filenames)
     if len(kept) == 1:  # the archive it came from is gone (deleted after a first run, say): its files are still these
-        log.warning(
-            "%s: the files extracted from %s (no longer there)", name, (kept[0] / SOURCE_NOTE).read_text().strip()
-        )
+        source = (kept[0] / SOURCE_NOTE).read_text().strip()
+        # or still there, in a place this run does not look (a data.root given to an earlier run only)
+        why = "not among the places looked in now" if Path(source).is_file() else "no longer there"
+        log.warning("%s: the files extracted from %s (%s)", name, source, why)
         return _found(name, "the cache's extraction", kept[0])
     if len(kept) > 1:
         tried.append(f"  cache: {len(kept)} extractions of other archives ({cache / 'extracted'}); which is meant?")
