@@ -154,6 +154,11 @@ def test_course_baseline_has_the_reported_shape():
         ("test_average_last=3 checkpoint.keep_last_epochs=1", "test_average_last=3: the final scores would average 3"),
         # every search option, before training (not when the final decode meets it), naming its own block
         ("decode.strategy=sample decode.top_p=0", "decode.top_p=0 must be in (0, 1]"),
+        # the final scores of sampling: draws no rerun makes again (evaluate.py refuses a split's alike)
+        (
+            "decode.strategy=sample test_after_training=true",
+            "sample without decode.seed: val_after_training/test_after_training=true",
+        ),
         ("decode.temperature=0", "decode.temperature=0 must be positive"),
         ("decode.max_len_a=-1", "decode.max_len_a=-1 must be a number >= 0"),
         ("decode.early_stopping=2", "decode.early_stopping=2 must be true or false"),

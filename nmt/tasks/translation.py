@@ -82,6 +82,14 @@ class TranslationTask(Task):
             problems.append(
                 f"  task={self.name} cannot read {data}: use a parallel corpus (multi30k, zh_en, files, ...)"
             )
+        final = [key for key in ("val_after_training", "test_after_training") if cfg.get(key)]
+        search = cfg.get("decode") or {}
+        if final and search.get("strategy") == "sample" and search.get("seed") is None:
+            # as evaluate.py refuses it: scores of draws that cannot be drawn again
+            problems.append(
+                f"  decode.strategy=sample without decode.seed: {'/'.join(final)}=true would score draws that "
+                "cannot be drawn again; give decode.seed=N"
+            )
         return problems
 
     def validation_metric_names(self) -> set[str]:
