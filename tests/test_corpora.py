@@ -1050,3 +1050,14 @@ def test_the_cache_s_extraction_says_whether_its_archive_is_gone_or_only_not_loo
         (root / "c.tgz").unlink()
         assert locate_or_extract("corpus", ["a.txt", "b.txt"], "c.tgz", extract, None, cache, download=False) == first
         assert "c.tgz (no longer there)" in caplog.text
+
+
+def test_a_corpus_released_as_an_archive_names_the_files_missing_where_it_looked(tmp_path, monkeypatch):
+    """One side misnamed was said as 'neither a.txt and b.txt nor c.tgz', naming no missing file."""
+    from nmt.data.sources import DataNotFoundError, locate_or_extract
+
+    monkeypatch.delenv("NMT_DATA", raising=False)
+    (tmp_path / "corpus").mkdir()
+    (tmp_path / "corpus" / "a.txt").write_text("x\n")
+    with pytest.raises(DataNotFoundError, match=r"cache: .*corpus \(missing b.txt; no c.tgz\)"):
+        locate_or_extract("corpus", ["a.txt", "b.txt"], "c.tgz", lambda a, f: None, None, tmp_path, download=False)

@@ -183,7 +183,10 @@ def locate_or_extract(
                 name, f"extracted from {folder / archive}", _extracted(folder / archive, filenames, extract, cache)
             )
         _check_root_whole(label, folder, filenames, suffixes, True, archive)
-        tried.append(f"  {label}: {folder} (neither {' and '.join(filenames)} nor {archive})")
+        missing = [f for f in filenames if not any((folder / (f + suffix)).is_file() for suffix in suffixes)]
+        tried.append(
+            f"  {label}: {folder} (missing {', '.join(missing) or 'none, but not under one suffix'}; no {archive})"
+        )
     kept = _extractions(cache, filenames)
     if len(kept) == 1:  # the archive it came from is gone (deleted after a first run, say): its files are still these
         source = (kept[0] / SOURCE_NOTE).read_text().strip()
