@@ -45,8 +45,8 @@ def _check_root_whole(
     and the run's config would name a folder it did not read). ``$NMT_DATA/<corpus>`` holding some of a
     split's files is an error too: the split would be read from the cache while the others came from
     there, a run mixing two copies of a corpus."""
+    present = [f for f in filenames if any((folder / (f + suffix)).is_file() for suffix in suffixes)]
     if label != "data.root":
-        present = [f for f in filenames if any((folder / (f + suffix)).is_file() for suffix in suffixes)]
         if label.startswith(f"${DATA_ENV}") and present:
             missing = [f for f in filenames if f not in present]
             what = (
@@ -58,7 +58,6 @@ def _check_root_whole(
                 f"whole, never mixed with another copy), or unset ${DATA_ENV}"
             )
         return
-    present = [f for f in filenames if any((folder / (f + suffix)).is_file() for suffix in suffixes)]
     if not present and strict:
         forms = f" (or each with {' or '.join(repr(x) for x in suffixes if x)})" if any(suffixes) else ""
         holds = (
@@ -183,10 +182,7 @@ def locate_or_extract(
                 name, f"extracted from {folder / archive}", _extracted(folder / archive, filenames, extract, cache)
             )
         _check_root_whole(label, folder, filenames, suffixes, True, archive)
-        missing = [f for f in filenames if not any((folder / (f + suffix)).is_file() for suffix in suffixes)]
-        tried.append(
-            f"  {label}: {folder} (missing {', '.join(missing) or 'none, but not under one suffix'}; no {archive})"
-        )
+        tried.append(f"{_missing(label, folder, filenames, suffixes)[:-1]}; no {archive})")  # within its brackets
     kept = _extractions(cache, filenames)
     if len(kept) == 1:  # the archive it came from is gone (deleted after a first run, say): its files are still these
         source = (kept[0] / SOURCE_NOTE).read_text().strip()

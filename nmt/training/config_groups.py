@@ -25,16 +25,20 @@ def model_key_problems(cfg: DictConfig, choices: dict | None = None) -> list[str
         value = cfg.model.get(key) if key in cfg.model else None
         if value is not None and not OmegaConf.is_config(value):
             return [f"  model.{key}={value!r}: set by the config group {group}: choose it as {group}={value}"]
-    part_problems = _part_key_problems(cfg, choices)
+    return _own_key_problems(cfg, choices) + _part_key_problems(cfg, choices)
+
+
+def _own_key_problems(cfg: DictConfig, choices: dict | None) -> list[str]:
+    """Keys under ``model`` itself that the model's class does not take."""
     model_class = target_class(cfg, "model")
     if model_class is None:
-        return part_problems
+        return []
     params = inspect.signature(model_class.__init__).parameters
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        return part_problems
+        return []
     unknown = [str(k) for k in cfg.model if not str(k).startswith("_") and k not in params]
     if not unknown:
-        return part_problems
+        return []
     if choices is None:
         choices = hydra_choices()
     model = choices.get("model") or model_class.__name__
@@ -49,7 +53,7 @@ def model_key_problems(cfg: DictConfig, choices: dict | None = None) -> list[str
     return [
         f"  {', '.join('model.' + k for k in unknown)}: not options of model={model}{source}; "
         f"it takes {', '.join(taken)}"
-    ] + part_problems
+    ]
 
 
 def _part_key_problems(cfg: DictConfig, choices: dict | None) -> list[str]:

@@ -167,7 +167,7 @@ def check_accelerator(cfg: DictConfig) -> None:
             "on the CPU, which has none of cuDNN's (leave it null)"
         )
     precision = str(OmegaConf.select(cfg, "trainer.precision", default="auto"))
-    if precision.startswith("16") and (accelerator == "cpu" or not torch.cuda.is_available()):
+    if precision.startswith("16") and on_cpu:
         raise ValueError(  # Lightning would train bf16-mixed, while the run's records said 16-mixed
             f"trainer.precision={precision}: float16 mixed precision needs a CUDA GPU (on a CPU Lightning "
             "trains bf16-mixed instead); use auto, bf16-mixed or 32-true"
