@@ -136,10 +136,28 @@ def unknown_key_message(argv: list[str], config_name: str, conf: Path = CONF) ->
                 cfg = compose(config_name, overrides=[*grid_groups, *group_overrides], return_hydra_config=True)
             choices = dict(cfg.hydra.runtime.choices)
             cfg = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
+            # a sweep's groups given several options: Hydra composes its own config first with each at its
+            # default (model=transformer for model=rnn,boe), and sets the other keys there
+            swept = {k: v for k, _, v in (a.partition("=") for a in items) if k in groups and "," in v}
+            first, first_choices = None, {}
+            if swept:
+                others = [o for o in group_overrides if o.partition("=")[0] not in swept]
+                first = compose(config_name, overrides=others, return_hydra_config=True)
+                first_choices = dict(first.hydra.runtime.choices)
+                first = OmegaConf.masked_copy(first, [k for k in first if k != "hydra"])
     except Exception:  # a bad group option or the like: Hydra's own message names it
         return None
     known = _keys(cfg)
+    first_keys = _keys(first) if first is not None else known
     for key in plain:
+        group = key.split(".")[0]
+        if key in known and key not in first_keys and group in swept:
+            value = next(a.partition("=")[2] for a in items if a.lstrip("~").partition("=")[0] == key)
+            return (
+                f"error: {key!r} (on the command line): a sweep's config is composed first with "
+                f"{group}={first_choices.get(group)} (the default), which has no such key, and with {group}="
+                f"{swept[group]} only after; write ++{key}={value} to set it in every run"
+            )
         if key in known:
             continue
         owners = _other_options_with(key, conf, groups)

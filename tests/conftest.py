@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
@@ -79,13 +80,34 @@ TINY_MODELS = {
 }
 
 
+# a model of conf/model/ without an entry above (a new one): these of its keys, where its file has them
+TINY_SIZES = {
+    "d_model": 32,
+    "num_heads": 4,
+    "ffn_dim": 64,
+    "embed_dim": 16,
+    "hidden_size": 24,
+    "encoder_layers": 1,
+    "decoder_layers": 1,
+    "num_layers": 1,
+}
+
+
+def tiny_model(model: str) -> list[str]:
+    """Small sizes of group ``model``'s option ``model``: TINY_MODELS's, or TINY_SIZES's keys that it has."""
+    if model in TINY_MODELS:
+        return TINY_MODELS[model]
+    keys = OmegaConf.load(CONF / "model" / f"{model}.yaml")
+    return [f"model.{key}={value}" for key, value in TINY_SIZES.items() if key in keys]
+
+
 def tiny_overrides(*overrides: str) -> list[str]:
     """TINY, the toy data unless ``overrides`` choose a corpus, and small sizes for the chosen model."""
     language_model = "task=lm" in overrides
     default_model = "transformer_lm" if language_model else "transformer"
     model = next((o.split("=", 1)[1] for o in overrides if o.startswith("model=")), default_model)
     toy = [] if language_model or any(o.startswith("data=") for o in overrides) else TINY_TOY
-    return [*TINY, *toy, *TINY_MODELS[model]]
+    return [*TINY, *toy, *tiny_model(model)]
 
 
 def steps_per_epoch(cfg) -> int:

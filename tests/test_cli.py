@@ -36,6 +36,25 @@ def test_a_misspelt_key_gets_the_closest_names(argv, suggestion):
     assert message is not None and suggestion in message and message.count("\n") == 0
 
 
+def test_a_key_of_swept_models_but_not_of_the_default_one_is_set_with_two_pluses():
+    """sweep.py model=rnn,transformer model.hidden_size=32 was Hydra's error (Key 'hidden_size' is not in
+    struct): Hydra composes a sweep's config with model=transformer before any level. ``++`` sets it in every
+    run, and a level without the key is then refused by the sweep's own check."""
+    from hydra import compose, initialize_config_dir
+
+    argv = ["grid=none", "model=rnn,transformer", "model.hidden_size=32"]
+    assert unknown_key_message(argv, "sweep") == (
+        "error: 'model.hidden_size' (on the command line): a sweep's config is composed first with "
+        "model=transformer (the default), which has no such key, and with model=rnn,transformer only after; "
+        "write ++model.hidden_size=32 to set it in every run"
+    )
+    assert unknown_key_message(["grid=none", "model=rnn", "model.hidden_size=32"], "sweep") is None
+    assert unknown_key_message(["grid=none", "model=transformer,rnn", "model.d_model=32"], "sweep") is None
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("sweep", overrides=["grid=none", "++model.hidden_size=32"])
+    assert cfg.model.hidden_size == 32
+
+
 def test_a_launchers_key_under_another_launcher_names_the_launcher_to_choose(monkeypatch):
     """sweep.py pos=a,b hydra.launcher.n_jobs=2 (no joblib launcher) blamed the comma list for a missing -m;
     with -m, Hydra's five lines named BasicLauncherConf. sweep.py now runs as with -m, and the key is one line."""

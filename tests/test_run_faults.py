@@ -776,6 +776,12 @@ def test_entry_points_answer_user_errors_in_one_line(tmp_path, capsys):
     [
         ({}, ["pos=absolute,relativ"], None, "pos=relativ: not an option of group pos; valid: ['absolute', 'learned'"),
         ({}, ["model.d_modle=64,128"], None, "model.d_modle: not a key of the config"),
+        (
+            {},
+            ["model=transformer,rnn", "model.d_model=32"],
+            None,
+            "model.d_model: not a key of the runs of model=rnn, so it cannot be set (model.d_model=32); sweep those",
+        ),
         ({}, ["pos=absolute,rope"], {"norm": "rms"}, "baseline: norm is not a factor of this sweep (factors: ['pos'])"),
         ({}, ["pos=absolute,rope"], {"pos": "relative"}, "baseline: pos=relative is not a level of pos"),
         ({}, ["pos=rope,rope"], None, "pos=rope,rope: the factor has one level (rope given 2 times)"),
@@ -795,6 +801,27 @@ def test_bad_sweep_input_stops_before_any_run_with_one_line(tmp_path, capsys, pa
     err = capsys.readouterr().err
     assert stopped.value.code == 2 and message in err and err.count("\n") == 1
     assert not (tmp_path / "sweep").exists()
+
+
+def test_a_group_the_grid_sets_and_the_model_does_not_use_is_said_to_come_from_the_grid(tmp_path):
+    """sweep.py model=rnn (the default grid=transformer) said "pos=absolute: ... remove it", naming nothing the
+    user typed; the grid is named, and what to give instead."""
+    from hydra import compose, initialize_config_dir
+
+    from nmt.sweep.plan import run_config_problem
+
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        config = compose("sweep", overrides=["name=x", "model=rnn"], return_hydra_config=True)
+    config.hydra.sweep.dir = str(tmp_path / "sweep")
+    config.hydra.overrides.task = ["model=rnn"]
+    problem = run_config_problem(config)
+    assert "pos=absolute: model=rnn does not use group 'pos'" in problem, problem
+    assert "remove it (it is a factor of grid=transformer: give grid=none, or a grid for this model)" in problem
+    config.hydra.overrides.task = ["model=rnn", "pos=absolute,rope"]  # typed: no word of the grid
+    assert (
+        "pos=absolute: model=rnn does not use group 'pos' (of pos, norm, attention it uses attention); remove it;"
+        in (run_config_problem(config))
+    )
 
 
 def composed_sweep(tmp_path, factors: list[str], settings: list[str]):

@@ -13,5 +13,15 @@ def build_model(model_cfg, src_vocab_size: int, tgt_vocab_size: int) -> nn.Modul
     )
 
 
+# what the layers above call on every model (training, the searches, n-best scores, alignments, heatmaps and
+# serve.py): ARCHITECTURE.md ("a model") gives their shapes
+REQUIRED_METHODS = ("forward", "encode", "decode_step", "attention_maps")
+
+
+def missing_methods(model_class: type) -> list[str]:
+    """The methods of :data:`REQUIRED_METHODS` that ``model_class`` does not define."""
+    return [name for name in REQUIRED_METHODS if not callable(getattr(model_class, name, None))]
+
+
 def count_parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters() if p.requires_grad)

@@ -15,7 +15,7 @@ from torch import nn
 from nmt.models.state import DecoderState
 from nmt.modules.attention import MultiHeadAttention, attention_entropy
 from nmt.modules.dropout import Dropout
-from nmt.modules.feedforward import FeedForward
+from nmt.modules.feedforward import ACTIVATIONS, FeedForward
 from nmt.modules.position import PositionEncoding, checked_positions
 
 NormFactory = Callable[[int], nn.Module]
@@ -79,6 +79,8 @@ class LayerSpec:
         """From the models' constructor options (activation_dropout None: the same as dropout)."""
         if norm_position not in NORM_POSITIONS:
             raise ValueError(f"model.norm_position={norm_position!r} is not one of {list(NORM_POSITIONS)}")
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"model.activation={activation!r} is not one of {sorted(ACTIVATIONS)}")
         if d_model % num_heads:
             raise ValueError(f"model.d_model={d_model} is not divisible by model.num_heads={num_heads}")
         return cls(

@@ -87,8 +87,22 @@ def run_config_problem(config: DictConfig) -> str | None:
             problems += [line.strip() for line in str(err).splitlines()[1:]]
         if problems:
             where = ",".join(f"{k}={v}" for k, v in cell if k in swept) or "every run"
-            return f"the runs of {where} would be refused: {'; '.join(problems)}"
+            return f"the runs of {where} would be refused: {'; '.join(_grid_named(config, problems))}"
     return None
+
+
+def _grid_named(config: DictConfig, problems: list[str]) -> list[str]:
+    """The problems with a key the grid set, not the command line (``pos=absolute`` of the default
+    grid=transformer under model=rnn): said so, since "remove it" names nothing the user typed."""
+    typed = {o.lstrip("+~").partition("=")[0] for o in config.hydra.overrides.task}
+    from_grid = set(OmegaConf.select(config, "hydra.sweeper.params", default=None) or {}) - typed
+    grid = OmegaConf.select(config, "hydra.runtime.choices.grid", default=None)
+    return [
+        f"{problem} (it is a factor of grid={grid}: give grid=none, or a grid for this model)"
+        if problem.split(":")[0].split("=")[0].split(".")[0] in from_grid
+        else problem
+        for problem in problems
+    ]
 
 
 def swept_keys(sweep_dir: Path) -> set[str]:
@@ -336,7 +350,12 @@ def input_problem(config: DictConfig) -> str | None:
             if OmegaConf.select(composed, key, default="__missing__", throw_on_missing=False) == "__missing__":
                 close = difflib.get_close_matches(key, [k for k in _all_keys(composed)], n=2)
                 hint = f" (did you mean {' or '.join(close)}?)" if close else ""
-                return f"{key}: not a key of the config, so it cannot be a factor{hint}"
+                levels = sweep_levels(config).get(key, [])
+                what = "be a factor" if len(levels) > 1 else f"be set ({key}={','.join(levels)})"
+                runs = ",".join(f"{k}={v}" for k, v in groups if len(sweep_levels(config).get(k, [])) > 1)
+                if runs:  # a key of other levels' runs (model.d_model under model=transformer,rnn)
+                    return f"{key}: not a key of the runs of {runs}, so it cannot {what}; sweep those levels apart"
+                return f"{key}: not a key of the config, so it cannot {what}{hint}"
     metric = config.get("report_metric", "auto")
     if metric != "auto" and metric not in recorded:  # the report ranks by a metric some run records
         close = difflib.get_close_matches(str(metric), sorted(recorded), n=1)

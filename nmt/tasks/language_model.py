@@ -26,7 +26,7 @@ from nmt.tasks.base import (
     target_metrics,
     update_target_metrics,
 )
-from nmt.tasks.translation import decoder_only
+from nmt.tasks.translation import decoder_only, model_options
 from nmt.utils.io import atomic_write_json
 from nmt.utils.plots import save_attention_maps
 
@@ -46,7 +46,7 @@ class LanguageModelTask(Task):
     def check(self, cfg: DictConfig) -> list[str]:
         problems = []
         if cfg.get("model") is not None and not decoder_only(cfg.model):
-            problems.append(f"  task={self.name} cannot train {cfg.model._target_}: use model=transformer_lm")
+            problems.append(f"  task={self.name} cannot train {cfg.model._target_}: use {model_options(True)}")
         data = OmegaConf.select(cfg, "data._target_", default=None)
         # imported here: the data modules are Lightning's, which translating and exporting never load
         from nmt.data.lm import LanguageModelDataModule

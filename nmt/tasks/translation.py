@@ -47,6 +47,20 @@ def decoder_only(model_cfg) -> bool:
     return bool(target) and bool(getattr(get_class(target), "decoder_only", False))
 
 
+def model_options(decoder_only_models: bool) -> str:
+    """The options of group ``model`` (conf/model/) whose class is, or is not, decoder-only: ``model=a or
+    model=b``, for messages that say which models a task trains."""
+    names = []
+    for path in sorted((Path(__file__).resolve().parents[2] / "conf" / "model").glob("*.yaml")):
+        target = OmegaConf.load(path).get("_target_")
+        try:
+            if target and bool(getattr(get_class(target), "decoder_only", False)) == decoder_only_models:
+                names.append(f"model={path.stem}")
+        except (ImportError, AttributeError, ValueError):  # a model that does not import is said where it is chosen
+            continue
+    return " or ".join(names) or ("a decoder-only model" if decoder_only_models else "an encoder-decoder model")
+
+
 class TranslationTask(Task):
     """Sentence pairs; validation reports loss, perplexity and token accuracy of the references, and every
     ``bleu_every_n_epochs`` epochs BLEU, chrF and the lowercased tokenised BLEU (and ROUGE with ``rouge``) of
@@ -73,7 +87,7 @@ class TranslationTask(Task):
     def check(self, cfg: DictConfig) -> list[str]:
         problems = []
         if decoder_only(cfg.get("model")):
-            problems.append(f"  task={self.name} cannot train {cfg.model._target_}: use model=transformer or model=rnn")
+            problems.append(f"  task={self.name} cannot train {cfg.model._target_}: use {model_options(False)}")
         data = OmegaConf.select(cfg, "data._target_", default=None)
         # imported here: the data modules are Lightning's, which translating and exporting never load
         from nmt.data.datamodule import ParallelDataModule

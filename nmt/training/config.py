@@ -11,7 +11,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from nmt.decoding.settings import search_problems, unread_problems
 from nmt.metrics import lower_is_better
 from nmt.metrics.corpus import bleu_tokenizer
-from nmt.models.build import build_model
+from nmt.models.build import REQUIRED_METHODS, build_model, missing_methods
 from nmt.tasks import build_task
 from nmt.training import graph_updates, weight_casts
 from nmt.training.config_groups import (
@@ -130,9 +130,6 @@ def check_config(cfg: DictConfig, choices: dict | None = None) -> None:
             f"valid head counts for this d_model: {divisors}"
         )
     for key, allowed in (
-        ("model.norm_position", ["pre", "post"]),
-        ("model.activation", ["relu", "gelu"]),
-        ("model.tie_embeddings", ["none", "decoder", "all"]),
         ("validation.scores_in", ["inline", "thread", "process"]),
         ("optim.scheduler.decay", list(DECAYS)),
     ):
@@ -311,13 +308,20 @@ def _devices(devices) -> int:
 
 
 def _model_class_problems(cfg: DictConfig) -> list[str]:
-    """What the chosen model's class cannot do, before any data is read: compile=layers compiles the layers
+    """What the chosen model's class cannot do, before any data is read: the methods every model offers,
+    compile=layers compiles the layers
     it lists (``repeated_layers``), graph_updates=true records a training step it says can be recorded
     (``replayable_updates``)."""
     model_class = target_class(cfg, "model")
     if model_class is None:
         return []
     problems = []
+    missing = missing_methods(model_class)
+    if missing:  # else training runs, and n-best scores or a decode fail on an AttributeError later
+        problems.append(
+            f"  model={model_class.__name__} does not define {', '.join(missing)}: every model offers "
+            f"{', '.join(REQUIRED_METHODS)} (ARCHITECTURE.md, 'a model')"
+        )
     if cfg.get("compile") == "layers" and not hasattr(model_class, "repeated_layers"):
         problems.append(f"  {no_repeated_layers(model_class)}")
     unrecordable = graph_updates.not_recordable(model_class) if cfg.get("graph_updates") else None

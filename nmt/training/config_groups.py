@@ -51,7 +51,8 @@ def _own_key_problems(cfg: DictConfig, choices: dict | None) -> list[str]:
         source = f" (recipe={recipe} or the command line set them?)"
     taken = sorted(str(k) for k in cfg.model if k in params)  # its own keys (the task gives the vocabularies)
     return [
-        f"  {', '.join('model.' + k for k in unknown)}: not options of model={model}{source}; "
+        f"  {', '.join('model.' + k for k in unknown)}: {'not an option' if len(unknown) == 1 else 'not options'} "
+        f"of model={model}{source}; "
         f"it takes {', '.join(taken)}"
     ]
 
