@@ -110,10 +110,11 @@ def _keys(node, prefix: str = "") -> list[str]:
 
 
 def unknown_key_message(argv: list[str], config_name: str, conf: Path = CONF) -> str | None:
-    """One line for the first ``key=value`` of ``argv`` whose key is neither a config group nor a key of
-    the composed config, with the closest known names (Hydra itself would suggest ``+key=value``, which
-    adds a key that nothing reads). None when every key is known, or when composing fails for another
-    reason (Hydra then reports that one)."""
+    """One line for a switch given another word than true or false (:func:`_switch_message`), or for the
+    first ``key=value`` of ``argv`` whose key is neither a config group nor a key of the composed config
+    (for a sweep, of the config Hydra composes first), with the closest known names (Hydra itself would
+    suggest ``+key=value``, which adds a key that nothing reads). None when every key is known, or when
+    composing fails for another reason (Hydra then reports that one)."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
@@ -148,6 +149,9 @@ def unknown_key_message(argv: list[str], config_name: str, conf: Path = CONF) ->
     except Exception:  # a bad group option or the like: Hydra's own message names it
         return None
     known = _keys(cfg)
+    switch = _switch_message(cfg, items)
+    if switch:
+        return switch
     first_keys = _keys(first) if first is not None else known
     for key in plain:
         group = key.split(".")[0]
@@ -184,6 +188,27 @@ def unknown_key_message(argv: list[str], config_name: str, conf: Path = CONF) ->
             f"error: {key!r} (on the command line) is neither a key of the {config_name} config nor a config "
             f"group: {hint} (python {config_name}.py --help lists the groups{adds})"
         )
+    return None
+
+
+SWITCH_WORDS = ("yes", "no", "y", "n", "on", "off", "t", "f", "none", "enabled", "disabled", "enable", "disable")
+
+
+def _switch_message(cfg, items: list[str]) -> str | None:
+    """One line for a switch (a key whose composed value is true or false) given another word: Hydra keeps
+    ``joint=no`` as the string 'no', which every ``if`` then reads as true."""
+    for item in items:
+        key, _, value = item.lstrip("~").partition("=")
+        if not isinstance(OmegaConf.select(cfg, key, default=None), bool):
+            continue
+        words = [v.strip().strip("'\"") for v in value.split(",")]
+        # words meant as a switch; a key that also takes a word (compile=layers) checks its words itself
+        wrong = [w for w in words if w.lower() in SWITCH_WORDS]
+        if wrong:
+            return (
+                f"error: {key}={value} (on the command line): {wrong[0]!r} is read as a word (true to an if), not "
+                "as a switch; give true or false"
+            )
     return None
 
 

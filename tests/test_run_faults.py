@@ -784,6 +784,7 @@ def test_entry_points_answer_user_errors_in_one_line(tmp_path, capsys):
         ),
         ({}, ["pos=absolute,rope"], {"norm": "rms"}, "baseline: norm is not a factor of this sweep (factors: ['pos'])"),
         ({}, ["pos=absolute,rope"], {"pos": "relative"}, "baseline: pos=relative is not a level of pos"),
+        ({}, ["pos=absolute,rope"], 5, "baseline=5: expected {factor: level, ...}, as baseline={pos: absolute}"),
         ({}, ["pos=rope,rope"], None, "pos=rope,rope: the factor has one level (rope given 2 times)"),
         ({}, ["pos=rope,absolute,rope"], None, "pos=rope,absolute,rope: the factor repeats a level (rope given 2"),
     ],

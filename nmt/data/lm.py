@@ -31,7 +31,7 @@ def windows(stream_len: int, block_size: int, stride: int) -> list[tuple[int, in
     """(begin, end, first_scored) per window over a stream of ``stream_len`` ids: inputs are
     stream[begin:end], targets stream[begin+1:end+1], and targets at stream positions > first_scored are
     the ones this window scores. Together the windows score positions 1..stream_len-1 once each."""
-    if not 0 < stride <= block_size:
+    if not (isinstance(stride, int) and not isinstance(stride, bool) and 0 < stride <= block_size):
         raise ValueError(f"data.eval_stride={stride} must be in [1, data.block_size={block_size}]")
     last = stream_len - 1  # the last target position
     result, scored_to, end = [], 0, min(block_size, last)

@@ -23,6 +23,7 @@ def evaluate(cfg: DictConfig) -> dict:
             "python -m nmt.evaluation.score scores against the references"
         )
     check_limits(max_tokens=cfg.max_tokens)
+    check_scoring_options(cfg)
     if cfg.max_input_len is not None:  # null: the run's own limit
         check_limits(max_input_len=cfg.max_input_len)
     pick_device(cfg.device)  # a device this machine lacks, named before the checkpoint is read
@@ -47,3 +48,25 @@ def evaluate(cfg: DictConfig) -> dict:
         return model
 
     return task.evaluate(cfg, loaded)
+
+
+def check_scoring_options(cfg: DictConfig) -> None:
+    """Values of the wrong kind for the scoring options, said before the checkpoint is read (a number where a
+    split's name goes was a traceback; a word where a switch goes, true; a sentence index's text, its letters)."""
+    splits = list(cfg.split) if OmegaConf.is_list(cfg.get("split")) else [cfg.get("split", "test")]
+    if not splits:
+        raise ValueError("split=[]: names no set to score; give split=test, split=val or a list of them")
+    for split in splits:
+        if not isinstance(split, str) or not split:
+            raise ValueError(
+                f"split={split!r}: not the name of a set; give test, val, train, a named test set "
+                "(test_2017_flickr, iwslt16:tst2014) or files:<prefix>"
+            )
+    if cfg.get("rouge") not in (None, True, False):
+        raise ValueError(f"rouge={cfg.rouge!r}: give true, false or null (null: when the run scored ROUGE)")
+    indices = cfg.get("attention_maps")
+    if indices is not None and not OmegaConf.is_list(indices):
+        raise ValueError(f"attention_maps={indices!r}: a list of sentence indices, as attention_maps=[0,5]")
+    out_dir = cfg.get("out_dir")
+    if out_dir is not None and Path(str(out_dir)).exists() and not Path(str(out_dir)).is_dir():
+        raise ValueError(f"out_dir={out_dir}: a file is there; give a folder for the hypotheses and metrics")

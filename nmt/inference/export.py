@@ -329,8 +329,18 @@ def run_export(cfg) -> Path:
             f"ckpt_path={list(cfg.ckpt_path)}: export.py writes one model; an ensemble is not exported (export each "
             "checkpoint, or the mean of a run's last epochs with average_last=N)"
         )
-    if Path(cfg.out).exists() and not Path(cfg.out).is_dir():
+    if cfg.out is None or not str(cfg.out).strip():
+        raise ValueError("out is empty: name the folder the export goes to (out=exports/<name>)")
+    out = Path(str(cfg.out))
+    if out.exists() and not out.is_dir():
         raise ValueError(f"out={cfg.out}: a file stands there; the export is a folder: name another out=")
+    # an earlier export's files are replaced; the same names in a folder no export of ours wrote are the user's
+    theirs = sorted(p.name for p in out.glob("*") if p.name in EXPORT_FILES) if out.is_dir() else []
+    if theirs and not (out / "nmt_export.json").is_file():
+        raise ValueError(
+            f"out={cfg.out} holds {', '.join(theirs)} and no nmt_export.json (not an export of this project, or one "
+            "killed midway): name another out=, or remove those files"
+        )
     loaded = load_model(resolve_checkpoint_path(cfg.ckpt_path), cfg.average_last, "cpu")
     out = export_ctranslate2(loaded, cfg.out, cfg.quantization)
     print(f"CTranslate2 model written to {out} (quantization: {cfg.quantization or 'none, float32'})", file=sys.stderr)

@@ -72,7 +72,7 @@ def resolve_checkpoint_path(path: str | os.PathLike) -> Path:
     a folder without one lists the checkpoints it holds."""
     if path is None or not str(path).strip():  # Path("") is ".", the current folder
         raise CheckpointError("ckpt_path is empty: give a checkpoint file or a run folder (its best.ckpt)")
-    path = Path(path).expanduser()
+    path = Path(str(path)).expanduser()  # a folder named by digits (ckpt_path=2016) arrives as a number
     if not path.is_dir():
         return path
     folder = path / "checkpoints" if (path / "checkpoints").is_dir() else path

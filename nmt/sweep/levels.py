@@ -68,7 +68,8 @@ def level_overrides(level_settings, values: dict[str, str]) -> list[str]:
     settings = plain_settings(level_settings)
     overrides = []
     for key, by_level in sorted((settings or {}).items()):
-        overrides += [str(o) for o in (by_level or {}).get(str(values.get(key)), [])]
+        given = (by_level or {}).get(str(values.get(key)), [])
+        overrides += [str(o) for o in (given if isinstance(given, list) else [given])]  # one setting: no list
     return overrides
 
 
@@ -76,7 +77,12 @@ def level_settings_problem(level_settings, levels: dict[str, list[str]]) -> str 
     """One line for level settings that cannot work: a key the sweep does not set, a setting that is not
     key=value, or one that the command line or the sweep's factors also set (which would win is unclear)."""
     settings = plain_settings(level_settings)
-    for key, by_level in (settings or {}).items():
+    if not isinstance(settings, dict):
+        return (
+            f"level_settings={settings!r}: expected {{key: {{level: [key=value, ...]}}}}, as "
+            "level_settings={optim: {adam: [optim.optimizer.lr=0.001]}}"
+        )
+    for key, by_level in settings.items():
         if key not in levels:
             return f"level_settings.{key}: {key} is not a key of this sweep (its keys: {sorted(levels)})"
         if not isinstance(by_level, dict):

@@ -362,6 +362,8 @@ def input_problem(config: DictConfig) -> str | None:
         hint = f" (did you mean {close[0]}?)" if close else ""
         return f"report_metric={metric}: no run of this sweep records it{hint}; they record {sorted(recorded)}"
     baseline = config.get("baseline")
+    if baseline is not None and not OmegaConf.is_dict(baseline):
+        return f"baseline={baseline!r}: expected {{factor: level, ...}}, as baseline={{pos: absolute}}"
     if baseline:
         factors = {k: v for k, v in levels.items() if len(v) > 1 and k != "seed"}
         for key, value in dict(baseline).items():

@@ -13,7 +13,7 @@ from torch import nn
 from nmt.data.sources import decode_lines, read_lines
 from nmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from nmt.decoding.search import decode
-from nmt.decoding.settings import SearchConfig, search_settings
+from nmt.decoding.settings import SearchConfig, search_problems, search_settings
 from nmt.decoding.translate import input_limit, translate_lines
 from nmt.metrics.corpus import ROUGE_KEYS, bleu_tokenizer, corpus_scores, tokenized_lowercase_signature
 from nmt.metrics.score_jobs import ScoreJobs
@@ -78,7 +78,11 @@ class TranslationTask(Task):
         scores_in: str | None = None,
     ) -> None:
         self.scoring = ScoreJobs(scores_in)
-        self.val_search = SearchConfig(**(val_search or {"strategy": "greedy"}))
+        val_search = val_search or {"strategy": "greedy"}
+        problems = search_problems(val_search, "validation.search")  # SearchConfig's own would name decode
+        if problems:
+            raise ValueError(problems[0])
+        self.val_search = SearchConfig(**val_search)
         self.bleu_every_n_epochs = int(bleu_every_n_epochs)
         self.rouge = bool(rouge)
         self.val_samples: list[tuple[str, str, str]] = []

@@ -32,10 +32,16 @@ class ConfigError(ValueError):
     """The config asks for something impossible; the message lists every problem found."""
 
 
+def _number(value: object) -> bool:
+    """An int or float, not a bool (which Python counts as an int)."""
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
 def _rules() -> list[tuple[str, Callable[[object], bool], str]]:
     positive = (lambda v: isinstance(v, int) and v > 0, "a positive integer")
     non_negative = (lambda v: isinstance(v, int) and v >= 0, "an integer >= 0")
     probability = (lambda v: isinstance(v, int | float) and 0 <= v < 1, "a number in [0, 1)")
+    positive_or_null = (lambda v: _number(v) and isinstance(v, int) and v > 0, "a positive integer or null")
     rules = []
     for key in ("d_model", "num_heads", "ffn_dim", "hidden_size", "embed_dim"):
         rules.append((f"model.{key}", *positive))
@@ -85,6 +91,34 @@ def _rules() -> list[tuple[str, Callable[[object], bool], str]]:
         ("lr", lambda v: isinstance(v, int | float) and 0 < v < float("inf"), "a positive finite number"),
         ("weight_decay", lambda v: isinstance(v, int | float) and v >= 0, "a number >= 0"),
         ("max_bad_steps", *non_negative),
+        # the optimiser's and schedule's values: torch refuses some only once the data is read, others never
+        ("optim.optimizer.lr", lambda v: _number(v) and 0 < v < float("inf"), "a positive finite number"),
+        ("optim.optimizer.eps", lambda v: _number(v) and v >= 0, "a number >= 0"),
+        ("optim.optimizer.weight_decay", lambda v: _number(v) and v >= 0, "a number >= 0"),
+        (
+            "optim.optimizer.betas",
+            lambda v: isinstance(v, list | ListConfig) and len(v) == 2 and all(_number(b) and 0 <= b < 1 for b in v),
+            "two numbers in [0, 1), as [0.9, 0.98]",
+        ),
+        (
+            "optim.scheduler.min_ratio",
+            lambda v: _number(v) and 0 <= v <= 1,
+            "a number in [0, 1] (the share of the peak rate the decay ends at)",
+        ),
+        ("optim.scheduler.factor", lambda v: _number(v) and 0 < v < float("inf"), "a positive finite number"),
+        (
+            "trainer.val_check_interval",
+            lambda v: (_number(v) and not isinstance(v, float) and v > 0) or (isinstance(v, float) and 0 < v <= 1),
+            "a positive number of batches, a share of an epoch in (0, 1], or null",
+        ),
+        ("trainer.check_val_every_n_epoch", *positive_or_null),
+        (
+            "trainer.limit_train_batches",
+            lambda v: (_number(v) and not isinstance(v, float) and v > 0) or (isinstance(v, float) and 0 < v <= 1),
+            "a positive number of batches, a share of an epoch in (0, 1], or null",
+        ),
+        ("checkpoint.every_n_train_steps", *positive_or_null),
+        ("data.eval_stride", *positive_or_null),
         ("check_every", *positive),
         (
             "compile",
