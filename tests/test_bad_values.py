@@ -28,6 +28,7 @@ from .conftest import compose_train
         (["trainer.check_val_every_n_epoch=0"], "trainer.check_val_every_n_epoch=0: must be a positive integer"),
         (["trainer.limit_train_batches=0"], "trainer.limit_train_batches=0: must be a positive number of batches"),
         (["checkpoint.every_n_train_steps=abc"], "checkpoint.every_n_train_steps='abc': must be a positive integer"),
+        (["data.tokenizer.character_coverage=2"], "data.tokenizer.character_coverage=2: must be a number in (0, 1]"),
     ],
 )
 def test_optimiser_schedule_and_trainer_values_are_checked_before_any_data(overrides, message):
@@ -110,3 +111,10 @@ def test_export_writes_over_no_other_program_s_files(tmp_path):
     cfg.out = ""
     with pytest.raises(ValueError, match="out is empty"):
         run_export(cfg)
+
+
+def test_an_empty_list_of_checkpoints_names_the_key():
+    from nmt.inference.translator import Translator
+
+    with pytest.raises(ValueError, match=r"^ckpt_path=\[\]: names no checkpoint; give one, or a list of several"):
+        Translator.from_checkpoint([])

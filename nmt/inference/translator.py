@@ -158,9 +158,9 @@ class Translator:
         ``data.max_src_len``, else 256). ``max_new_tokens``: the words a language model adds (None: 50; refused for
         a translation model). ``alignment_layer``: the decoder layer whose cross-attention gives the
         alignments (-1: the last)."""
-        paths = [path] if isinstance(path, (str, os.PathLike)) else list(path)
+        paths = [path] if isinstance(path, (str, os.PathLike, int)) else list(path)  # 2016: a folder's name
         if not paths:
-            raise ValueError("from_checkpoint needs at least one checkpoint")
+            raise ValueError("ckpt_path=[]: names no checkpoint; give one, or a list of several (an ensemble)")
         check_limits(max_tokens=max_tokens, max_input_len=max_input_len)  # before a checkpoint is read
         pick_device(device)
         loaded = [load_model(resolve_checkpoint_path(p), average_last, device) for p in paths]

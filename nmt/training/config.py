@@ -57,6 +57,11 @@ def _rules() -> list[tuple[str, Callable[[object], bool], str]]:
         ("data.max_len", *positive),
         ("data.num_workers", *non_negative),
         ("data.tokenizer.vocab_size", lambda v: isinstance(v, int) and v >= 8, "an integer >= 8"),
+        (
+            "data.tokenizer.character_coverage",
+            lambda v: _number(v) and 0 < v <= 1,
+            "a number in (0, 1] (the share of characters the vocabulary covers; 1.0 for small alphabets)",
+        ),
         ("validation.bleu_every_n_epochs", *non_negative),
         (
             "checkpoint.keep_last_epochs",
