@@ -152,9 +152,25 @@ def test_the_final_scores_reach_tensorboard_and_wandb_and_each_heatmap_is_its_ow
     }
     board = ResumableTensorBoardLogger(str(tmp_path), name="tensorboard", version="")
     wandb = RecordedWandb()
-    log_results([board, wandb], results)
+    log_results([board, wandb], results, {"pos": "rope", "seed": 2})
     board.experiment.flush()
     assert tensorboard_scalars(tmp_path / "tensorboard", "test_bleu") == [(119, 31.5)]  # the last validation's step
+    # the HPARAMS view (empty before: Lightning writes its record only with metrics): the run's choices and seed,
+    # and the final scores' names, whose values the view reads from the scalars above
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.plugins.hparams.plugin_data_pb2 import HParamsPluginData
+
+    events = EventAccumulator(str(tmp_path / "tensorboard"))
+    events.Reload()
+
+    def plugin_data(tag: str):
+        return HParamsPluginData.FromString(events.SummaryMetadata(tag).plugin_data.content)
+
+    experiment = plugin_data("_hparams_/experiment").experiment
+    assert {m.name.tag for m in experiment.metric_infos} == {"test_bleu", "test_chrf", "val_as_test_bleu"}
+    assert {h.name for h in experiment.hparam_infos} == {"pos", "seed"}
+    session = plugin_data("_hparams_/session_start_info").session_start_info.hparams
+    assert (session["pos"].string_value, session["seed"].number_value) == ("rope", 2)
     assert tensorboard_scalars(tmp_path / "tensorboard", "val_as_test_bleu") == [(119, 33.0)]
     assert {
         "test_bleu": 31.5,

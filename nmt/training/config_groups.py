@@ -286,3 +286,10 @@ def _target_of(path: Path) -> str | None:
 def hydra_choices() -> dict:
     """The group options Hydra chose for this run ({} for a config composed without Hydra's runtime)."""
     return dict(HydraConfig.get().runtime.choices) if HydraConfig.initialized() else {}
+
+
+def run_params(cfg: DictConfig) -> dict:
+    """What tells a run from the others of a sweep, for a table of runs: its groups' options (model, pos,
+    norm, optim, smoothing, data, recipe, ...; not Hydra's own or the logger's) and its seed."""
+    choices = {k: v for k, v in hydra_choices().items() if "/" not in k and k not in ("hydra", "logger")}
+    return {**{k: str(v) for k, v in sorted(choices.items())}, "seed": cfg.get("seed")}

@@ -223,11 +223,12 @@ def final_scores_of(results: dict) -> dict[str, float]:
     return scores
 
 
-def log_results(loggers: list, results: dict) -> None:
+def log_results(loggers: list, results: dict, params: dict | None = None) -> None:
     """The final scores where a run's logger shows them: W&B's run summary (with the results' other
     numbers) and the test attention heatmaps as images, each under its own name (one list of images of
     unlike sizes, a figure of every layer beside one of their mean, W&B draws wrongly); TensorBoard's
-    scalars at the last update's step."""
+    scalars at the last update's step, and its HPARAMS view: the run's ``params`` (its config groups'
+    choices and seed) beside those scores, so that the runs of a sweep compare in one table."""
     scores = final_scores_of(results)
     for logger in loggers:
         if isinstance(logger, WandbLogger):
@@ -239,4 +240,19 @@ def log_results(loggers: list, results: dict) -> None:
         elif isinstance(logger, TensorBoardLogger) and scores:
             # at the last update's step, where the curves' last validation is (Lightning's 0-based numbering)
             logger.log_metrics(scores, step=max(int(results.get("steps") or 0) - 1, 0))
+            if params:
+                _log_hparams(logger, params, scores)
             logger.save()
+
+
+@rank_zero_only
+def _log_hparams(logger: TensorBoardLogger, params: dict, scores: dict) -> None:
+    """TensorBoard's HPARAMS record of the run: its ``params`` and the names of its final scores, whose values
+    the view reads from their scalars (logged above). Lightning writes one only with metrics, which it has not
+    at the start of a run: the view was empty."""
+    from torch.utils.tensorboard.summary import hparams
+
+    plain = {k: v if isinstance(v, bool | int | float | str) else str(v) for k, v in params.items()}
+    writer = logger.experiment._get_file_writer()
+    for summary in hparams(plain, scores):  # the experiment, then the session's start and end
+        writer.add_summary(summary)

@@ -19,7 +19,7 @@ from nmt.tasks import build_task
 from nmt.training import weight_casts
 from nmt.training.callbacks import DataPlaceError, WallClock, what_ended
 from nmt.training.config import ConfigError, check_config, no_repeated_layers
-from nmt.training.config_groups import describe_recipe
+from nmt.training.config_groups import describe_recipe, run_params
 from nmt.training.final import (
     as_float,
     final_scores,
@@ -396,7 +396,7 @@ def _train_in_folder(cfg: DictConfig, task, run_dir: Path, config: dict, main_pr
             rerun = "it only scores the final model, whose training is recorded"
             with stopped_by_signals("the final scores", rerun, how_to_rerun(cfg, run_dir)):
                 results.update(final_scores(cfg, task, trainer, splits, best_path, checkpoint_dir, run_dir))
-            log_results(trainer.loggers, results)
+            log_results(trainer.loggers, results, run_params(cfg))
         # the final scores of this sitting on top of the training and validation of every sitting
         results["wall_time_s"] = round(earlier + (time.time() - fit_end), 1)
         results["sitting_wall_time_s"] = round(time.time() - start, 1)
