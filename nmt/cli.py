@@ -122,7 +122,7 @@ def unknown_key_message(argv: list[str], config_name: str, conf: Path = CONF) ->
     items = [a for a in argv if ("=" in a or a.startswith("~")) and not a.startswith(("-", "+", "hydra"))]
     group_overrides = [f"{k}={v.split(',')[0]}" for k, _, v in (a.partition("=") for a in items) if k in groups]
     plain = [a.lstrip("~").partition("=")[0] for a in items if a.lstrip("~").partition("=")[0] not in groups]
-    if not plain:
+    if not plain and not any(a.startswith("++") for a in argv):
         return None
     if GlobalHydra.instance().is_initialized():
         return None  # inside a test or a program that composes configs itself
@@ -149,7 +149,8 @@ def unknown_key_message(argv: list[str], config_name: str, conf: Path = CONF) ->
     except Exception:  # a bad group option or the like: Hydra's own message names it
         return None
     known = _keys(cfg)
-    switch = _switch_message(cfg, items)
+    # ++key=value sets a key as key=value does: its switch checked too
+    switch = _switch_message(cfg, [*items, *(a.lstrip("+") for a in argv if a.startswith("++") and "=" in a)])
     if switch:
         return switch
     first_keys = _keys(first) if first is not None else known
@@ -160,10 +161,11 @@ def unknown_key_message(argv: list[str], config_name: str, conf: Path = CONF) ->
             return (
                 f"error: {key!r} (on the command line): a sweep's config is composed first with "
                 f"{group}={first_choices.get(group)} (the default), which has no such key, and with {group}="
-                f"{swept[group]} only after; write ++{key}={value} to set it in every run"
+                f"{swept[group]} only after; write ++{key}={value} to set it in every run (every level of {group} "
+                "must then take it)"
             )
-        if key in known:
-            continue
+        if key in known or (group in swept and key in first_keys):
+            continue  # a key of the default and of some levels: the sweep's plan names the levels without it
         owners = _other_options_with(key, conf, groups)
         close = _closest(key, list(dict.fromkeys(known + groups)))
         group = key.split(".")[0]

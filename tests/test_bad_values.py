@@ -8,7 +8,7 @@ from nmt.cli import unknown_key_message
 from nmt.evaluation.evaluate import check_scoring_options
 from nmt.inference.export import run_export
 from nmt.inference.loading import resolve_checkpoint_path
-from nmt.sweep.levels import level_overrides, level_settings_problem
+from nmt.sweep.levels import level_overrides, level_settings_problem, plain_settings
 from nmt.tasks.translation import TranslationTask
 from nmt.training.config import ConfigError, check_config
 
@@ -27,7 +27,7 @@ from .conftest import compose_train
         (["trainer.val_check_interval=0"], "trainer.val_check_interval=0: must be a positive number of batches"),
         (["trainer.check_val_every_n_epoch=0"], "trainer.check_val_every_n_epoch=0: must be a positive integer"),
         (["trainer.limit_train_batches=0"], "trainer.limit_train_batches=0: must be a positive number of batches"),
-        (["checkpoint.every_n_train_steps=abc"], "checkpoint.every_n_train_steps='abc': must be a positive integer"),
+        (["checkpoint.every_n_train_steps=abc"], "checkpoint.every_n_train_steps='abc': must be an integer >= 0"),
         (["data.tokenizer.character_coverage=2"], "data.tokenizer.character_coverage=2: must be a number in (0, 1]"),
     ],
 )
@@ -41,6 +41,17 @@ def test_the_good_values_of_those_keys_pass():
     check_config(compose_train("optim=adamw", "optim.scheduler.min_ratio=0.1", "trainer.val_check_interval=0.5"))
     check_config(compose_train("trainer.val_check_interval=20", "trainer.check_val_every_n_epoch=null"))
     check_config(compose_train("checkpoint.every_n_train_steps=50", "trainer.limit_train_batches=0.25"))
+    check_config(compose_train("checkpoint.every_n_train_steps=0"))  # 0: off
+    check_config(compose_train("trainer.val_check_interval=00:00:05:00"))  # validation on the clock (Lightning's)
+    cfg = compose_train("trainer.val_check_interval={minutes: 5}")
+    assert cfg.trainer.val_check_interval.minutes == 5
+    check_config(cfg)
+
+
+def test_a_key_that_takes_its_value_from_another_is_said_once():
+    with pytest.raises(ConfigError) as refused:
+        check_config(compose_train("optim=adamw", "lr=-1"))  # optim.optimizer.lr: ${lr}
+    assert str(refused.value).count("must be a positive finite number") == 1, refused.value
 
 
 def test_a_switch_given_a_word_is_refused_a_key_whose_words_are_its_values_is_not():
@@ -51,6 +62,7 @@ def test_a_switch_given_a_word_is_refused_a_key_whose_words_are_its_values_is_no
     )
     assert "'off' is read as a word" in unknown_key_message(["test_after_training=off"], "train")
     assert "'no' is read as a word" in unknown_key_message(["grid=none", "val_after_training=true,no"], "sweep")
+    assert "'off' is read as a word" in unknown_key_message(["++test_after_training=off"], "train")
     assert unknown_key_message(["compile=layers", "data.tokenizer.joint=false"], "train") is None
     assert unknown_key_message(["data=files", "data.src_lang=no"], "train") is None  # Norwegian, not a switch
 
@@ -100,6 +112,7 @@ def test_level_settings_of_the_wrong_shape_are_refused_and_one_setting_needs_no_
     one = {"optim": {"noam": "warmup=400"}}  # was walked letter by letter: 'w', 'a', ...
     assert level_settings_problem(one, levels) is None
     assert level_overrides(one, {"optim": "noam"}) == ["warmup=400"]
+    assert plain_settings(OmegaConf.create(one)) == {"optim": {"noam": ["warmup=400"]}}  # as plan.json and the report
 
 
 def test_export_writes_over_no_other_program_s_files(tmp_path):

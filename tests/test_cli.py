@@ -46,10 +46,12 @@ def test_a_key_of_swept_models_but_not_of_the_default_one_is_set_with_two_pluses
     assert unknown_key_message(argv, "sweep") == (
         "error: 'model.hidden_size' (on the command line): a sweep's config is composed first with "
         "model=transformer (the default), which has no such key, and with model=rnn,transformer only after; "
-        "write ++model.hidden_size=32 to set it in every run"
+        "write ++model.hidden_size=32 to set it in every run (every level of model must then take it)"
     )
     assert unknown_key_message(["grid=none", "model=rnn", "model.hidden_size=32"], "sweep") is None
     assert unknown_key_message(["grid=none", "model=transformer,rnn", "model.d_model=32"], "sweep") is None
+    # either order: a key of the default and of some levels is left to the plan, which names the others
+    assert unknown_key_message(["grid=none", "model=rnn,transformer", "model.d_model=32"], "sweep") is None
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         cfg = compose("sweep", overrides=["grid=none", "++model.hidden_size=32"])
     assert cfg.model.hidden_size == 32

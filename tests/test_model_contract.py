@@ -98,7 +98,14 @@ class NoMaps(torch.nn.Module):
     def decode_step(self, prev_tokens, state): ...
 
 
+class NoForward(NoMaps):
+    def attention_maps(self, src, tgt_in): ...
+
+    forward = torch.nn.Module.forward  # what every Module has: it raises NotImplementedError
+
+
 def test_a_model_without_a_required_method_is_refused_before_any_data_naming_it():
+    assert missing_methods(NoForward) == ["forward"]
     cfg = compose_train()
     cfg.model = {"_target_": f"{__name__}.NoMaps"}
     with pytest.raises(ConfigError) as refused:

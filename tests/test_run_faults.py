@@ -818,6 +818,12 @@ def test_a_group_the_grid_sets_and_the_model_does_not_use_is_said_to_come_from_t
     problem = run_config_problem(config)
     assert "pos=absolute: model=rnn does not use group 'pos'" in problem, problem
     assert "remove it (it is a factor of grid=transformer: give grid=none, or a grid for this model)" in problem
+    config.hydra.overrides.task = ["model=rnn", "optim.optimizer.eps=-1"]  # a key under a grid's group, typed
+    problem = run_config_problem(config)
+    assert (
+        "optim.optimizer.eps=-1: must be a number >= 0" in problem
+        and "optim.optimizer.eps=-1: must be a number >= 0 (" not in problem
+    )
     config.hydra.overrides.task = ["model=rnn", "pos=absolute,rope"]  # typed: no word of the grid
     assert (
         "pos=absolute: model=rnn does not use group 'pos' (of pos, norm, attention it uses attention); remove it;"

@@ -213,6 +213,9 @@ EXPORT_FILES = {
 }
 
 
+PARTIAL = ".nmt_export_partial"  # in an export's folder from its first file moved in until its manifest
+
+
 def export_ctranslate2(loaded: LoadedModel, out_dir: str | Path, quantization: str | None = None) -> Path:
     """Write the CTranslate2 model of ``loaded`` (weights in ``quantization``: None keeps float32; int8,
     int8_float32, float16, bfloat16, ...) with our SentencePiece models beside it."""
@@ -234,6 +237,8 @@ def export_ctranslate2(loaded: LoadedModel, out_dir: str | Path, quantization: s
         (staging / "source.model").write_bytes(loaded.src_tokenizer.model_proto)
         (staging / "target.model").write_bytes(loaded.tgt_tokenizer.model_proto)
         out_dir.mkdir(parents=True, exist_ok=True)
+        # an export under way says so until its manifest is written: a killed one is ours to complete
+        atomic_write_text(out_dir / PARTIAL, "an export of nmt under way (nmt_export.json comes last)\n")
         (out_dir / "nmt_export.json").unlink(missing_ok=True)
         # an earlier export's files this one does not write (its separate vocabularies where this one has a
         # shared one): CTranslate2 would read them beside ours; files of other names are the user's, kept
@@ -253,6 +258,7 @@ def export_ctranslate2(loaded: LoadedModel, out_dir: str | Path, quantization: s
             "max_input_len": input_limit(loaded.config.get("data") or {}),
         }
         atomic_write_text(out_dir / "nmt_export.json", json.dumps(manifest, indent=1) + "\n")
+        (out_dir / PARTIAL).unlink(missing_ok=True)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return out_dir
@@ -336,10 +342,10 @@ def run_export(cfg) -> Path:
         raise ValueError(f"out={cfg.out}: a file stands there; the export is a folder: name another out=")
     # an earlier export's files are replaced; the same names in a folder no export of ours wrote are the user's
     theirs = sorted(p.name for p in out.glob("*") if p.name in EXPORT_FILES) if out.is_dir() else []
-    if theirs and not (out / "nmt_export.json").is_file():
+    if theirs and not (out / "nmt_export.json").is_file() and not (out / PARTIAL).is_file():
         raise ValueError(
-            f"out={cfg.out} holds {', '.join(theirs)} and no nmt_export.json (not an export of this project, or one "
-            "killed midway): name another out=, or remove those files"
+            f"out={cfg.out} holds {', '.join(theirs)} and no nmt_export.json (not an export of this project): name "
+            "another out=, or remove those files"
         )
     loaded = load_model(resolve_checkpoint_path(cfg.ckpt_path), cfg.average_last, "cpu")
     out = export_ctranslate2(loaded, cfg.out, cfg.quantization)

@@ -20,7 +20,9 @@ REQUIRED_METHODS = ("forward", "encode", "decode_step", "attention_maps")
 
 def missing_methods(model_class: type) -> list[str]:
     """The methods of :data:`REQUIRED_METHODS` that ``model_class`` does not define."""
-    return [name for name in REQUIRED_METHODS if not callable(getattr(model_class, name, None))]
+    own = {name: getattr(model_class, name, None) for name in REQUIRED_METHODS}
+    # nn.Module's own forward only raises NotImplementedError
+    return [name for name, method in own.items() if not callable(method) or method is nn.Module.forward]
 
 
 def count_parameters(model: nn.Module) -> int:

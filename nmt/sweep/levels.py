@@ -57,10 +57,18 @@ def expand(overrides: list[str]) -> dict[str, list[str]]:
 
 
 def plain_settings(level_settings) -> dict:
-    """level_settings as plain dicts and lists (empty when unset)."""
+    """level_settings as plain dicts and lists (empty when unset); a level's one setting given without a
+    list (``{noam: warmup=400}``) as a list of one, so that no reader walks its letters."""
     if OmegaConf.is_config(level_settings):
-        return OmegaConf.to_container(level_settings, resolve=True) or {}
-    return level_settings or {}
+        level_settings = OmegaConf.to_container(level_settings, resolve=True)
+    if not isinstance(level_settings, dict):
+        return level_settings or {}
+    return {
+        key: {level: [s] if isinstance(s, str) else s for level, s in by_level.items()}
+        if isinstance(by_level, dict)
+        else by_level
+        for key, by_level in level_settings.items()
+    }
 
 
 def level_overrides(level_settings, values: dict[str, str]) -> list[str]:
@@ -68,8 +76,7 @@ def level_overrides(level_settings, values: dict[str, str]) -> list[str]:
     settings = plain_settings(level_settings)
     overrides = []
     for key, by_level in sorted((settings or {}).items()):
-        given = (by_level or {}).get(str(values.get(key)), [])
-        overrides += [str(o) for o in (given if isinstance(given, list) else [given])]  # one setting: no list
+        overrides += [str(o) for o in (by_level or {}).get(str(values.get(key)), [])]
     return overrides
 
 

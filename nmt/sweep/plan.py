@@ -99,7 +99,7 @@ def _grid_named(config: DictConfig, problems: list[str]) -> list[str]:
     grid = OmegaConf.select(config, "hydra.runtime.choices.grid", default=None)
     return [
         f"{problem} (it is a factor of grid={grid}: give grid=none, or a grid for this model)"
-        if problem.split(":")[0].split("=")[0].split(".")[0] in from_grid
+        if problem.split(":")[0].split("=")[0].strip() in from_grid  # pos=absolute: ..., not optim.optimizer.eps
         else problem
         for problem in problems
     ]

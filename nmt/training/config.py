@@ -37,11 +37,20 @@ def _number(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
+def _interpolated(cfg: DictConfig, key: str) -> bool:
+    """Whether ``key`` takes its value from another key (``optim.optimizer.lr: ${lr}``), whose own rule says
+    it once."""
+    parent, _, leaf = key.rpartition(".")
+    node = OmegaConf.select(cfg, parent, default=None) if parent else cfg
+    return isinstance(node, DictConfig) and leaf in node and node._get_node(leaf)._is_interpolation()
+
+
 def _rules() -> list[tuple[str, Callable[[object], bool], str]]:
     positive = (lambda v: isinstance(v, int) and v > 0, "a positive integer")
     non_negative = (lambda v: isinstance(v, int) and v >= 0, "an integer >= 0")
     probability = (lambda v: isinstance(v, int | float) and 0 <= v < 1, "a number in [0, 1)")
     positive_or_null = (lambda v: _number(v) and isinstance(v, int) and v > 0, "a positive integer or null")
+    non_negative_or_null = (lambda v: _number(v) and isinstance(v, int) and v >= 0, "an integer >= 0 or null (0: off)")
     rules = []
     for key in ("d_model", "num_heads", "ffn_dim", "hidden_size", "embed_dim"):
         rules.append((f"model.{key}", *positive))
@@ -113,8 +122,13 @@ def _rules() -> list[tuple[str, Callable[[object], bool], str]]:
         ("optim.scheduler.factor", lambda v: _number(v) and 0 < v < float("inf"), "a positive finite number"),
         (
             "trainer.val_check_interval",
-            lambda v: (_number(v) and not isinstance(v, float) and v > 0) or (isinstance(v, float) and 0 < v <= 1),
-            "a positive number of batches, a share of an epoch in (0, 1], or null",
+            lambda v: (
+                (_number(v) and not isinstance(v, float) and v > 0)
+                or (isinstance(v, float) and 0 < v <= 1)
+                or (isinstance(v, str) and bool(re.fullmatch(r"\d+:\d+:\d+:\d+", v)))  # a duration, DD:HH:MM:SS
+                or isinstance(v, dict | DictConfig)  # a duration as {minutes: 5, ...}: Lightning checks its units
+            ),
+            "a positive number of batches, a share of an epoch in (0, 1], a duration (DD:HH:MM:SS), or null",
         ),
         ("trainer.check_val_every_n_epoch", *positive_or_null),
         (
@@ -122,7 +136,7 @@ def _rules() -> list[tuple[str, Callable[[object], bool], str]]:
             lambda v: (_number(v) and not isinstance(v, float) and v > 0) or (isinstance(v, float) and 0 < v <= 1),
             "a positive number of batches, a share of an epoch in (0, 1], or null",
         ),
-        ("checkpoint.every_n_train_steps", *positive_or_null),
+        ("checkpoint.every_n_train_steps", *non_negative_or_null),
         ("data.eval_stride", *positive_or_null),
         ("check_every", *positive),
         (
@@ -158,7 +172,7 @@ def check_config(cfg: DictConfig, choices: dict | None = None) -> None:
     problems = []
     for key, ok, allowed in _rules():
         value = OmegaConf.select(cfg, key, default=None)
-        if value is not None and not ok(value):
+        if value is not None and not ok(value) and not _interpolated(cfg, key):
             problems.append(f"  {key}={value!r}: must be {allowed}")
     d_model = OmegaConf.select(cfg, "model.d_model", default=None)
     heads = OmegaConf.select(cfg, "model.num_heads", default=None)
