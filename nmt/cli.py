@@ -201,7 +201,8 @@ def _switch_message(cfg, items: list[str]) -> str | None:
     ``joint=no`` as the string 'no', which every ``if`` then reads as true."""
     for item in items:
         key, _, value = item.lstrip("~").partition("=")
-        if not isinstance(OmegaConf.select(cfg, key, default=None), bool):
+        # composed without Hydra's runtime: a value that interpolates it (the run's name) is not resolved here
+        if not isinstance(OmegaConf.select(cfg, key, default=None, throw_on_resolution_failure=False), bool):
             continue
         words = [v.strip().strip("'\"") for v in value.split(",")]
         # words meant as a switch; a key that also takes a word (compile=layers) checks its words itself

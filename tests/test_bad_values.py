@@ -65,6 +65,8 @@ def test_a_switch_given_a_word_is_refused_a_key_whose_words_are_its_values_is_no
     assert "'off' is read as a word" in unknown_key_message(["++test_after_training=off"], "train")
     assert unknown_key_message(["compile=layers", "data.tokenizer.joint=false"], "train") is None
     assert unknown_key_message(["data=files", "data.src_lang=no"], "train") is None  # Norwegian, not a switch
+    # a key whose default interpolates Hydra's runtime (name), which the check composes without: no error
+    assert unknown_key_message(["name=test", "data=toy", "threads=1"], "train") is None
 
 
 @pytest.mark.parametrize(
