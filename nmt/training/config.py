@@ -51,6 +51,10 @@ def _rules() -> list[tuple[str, Callable[[object], bool], str]]:
     probability = (lambda v: isinstance(v, int | float) and 0 <= v < 1, "a number in [0, 1)")
     positive_or_null = (lambda v: _number(v) and isinstance(v, int) and v > 0, "a positive integer or null")
     non_negative_or_null = (lambda v: _number(v) and isinstance(v, int) and v >= 0, "an integer >= 0 or null (0: off)")
+
+    def batches_or_share(v) -> bool:  # Lightning's int (batches) or float (a share of an epoch)
+        return (_number(v) and not isinstance(v, float) and v > 0) or (isinstance(v, float) and 0 < v <= 1)
+
     rules = []
     for key in ("d_model", "num_heads", "ffn_dim", "hidden_size", "embed_dim"):
         rules.append((f"model.{key}", *positive))
@@ -123,8 +127,7 @@ def _rules() -> list[tuple[str, Callable[[object], bool], str]]:
         (
             "trainer.val_check_interval",
             lambda v: (
-                (_number(v) and not isinstance(v, float) and v > 0)
-                or (isinstance(v, float) and 0 < v <= 1)
+                batches_or_share(v)
                 or (isinstance(v, str) and bool(re.fullmatch(r"\d+:\d+:\d+:\d+", v)))  # a duration, DD:HH:MM:SS
                 or isinstance(v, dict | DictConfig)  # a duration as {minutes: 5, ...}: Lightning checks its units
             ),
@@ -133,7 +136,7 @@ def _rules() -> list[tuple[str, Callable[[object], bool], str]]:
         ("trainer.check_val_every_n_epoch", *positive_or_null),
         (
             "trainer.limit_train_batches",
-            lambda v: (_number(v) and not isinstance(v, float) and v > 0) or (isinstance(v, float) and 0 < v <= 1),
+            batches_or_share,
             "a positive number of batches, a share of an epoch in (0, 1], or null",
         ),
         ("checkpoint.every_n_train_steps", *non_negative_or_null),
