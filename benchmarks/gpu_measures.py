@@ -378,6 +378,7 @@ def _time_run_validation(model: Path, device: str, precision: str | None, scores
     from nmt.data.tokenizer import PAD_ID
     from nmt.inference.loading import load_model
     from nmt.tasks import build_task, task_config
+    from nmt.training.lightning_data import lightning_data
     from nmt.training.module import TaskModule
     from nmt.training.trainer import resolve_precision
     from nmt.utils.instantiate import instantiate
@@ -430,8 +431,9 @@ def _time_run_validation(model: Path, device: str, precision: str | None, scores
         callbacks=[timer],
     )
     try:
-        trainer.validate(module, datamodule=datamodule, verbose=False)  # warm-up: the device, the batches, workers
-        scores = trainer.validate(module, datamodule=datamodule, verbose=False)
+        data = lightning_data(datamodule)
+        trainer.validate(module, datamodule=data, verbose=False)  # warm-up: the device, the batches, workers
+        scores = trainer.validate(module, datamodule=data, verbose=False)
     finally:
         task.stop_workers(module)
     if "val_bleu" not in scores[0]:

@@ -31,6 +31,7 @@ def test_every_layer_imports_only_from_the_layers_below_it():
         ("nmt/tasks/base.py", "import nmt.sweep.analysis", "Layers"),  # a task reaching up into the sweep room
         ("nmt/data/toy.py", "import nmt.models.build", "Layers"),  # data reaching up into models
         ("nmt/sweep/analysis.py", "import nmt.sweep.report", "No import cycles"),  # report <-> analysis
+        ("nmt/data/toy.py", "import lightning", "Lightning only"),  # a data module built on Lightning's class
     ],
 )
 def test_an_upward_import_or_a_cycle_breaks_the_contracts(tmp_path, module, line, contract):

@@ -17,6 +17,7 @@ from nmt.data.build import build_datamodule
 from nmt.data.tokenizer import PAD_ID
 from nmt.models.build import build_model
 from nmt.tasks.translation import TranslationTask
+from nmt.training.lightning_data import lightning_data
 from nmt.training.module import TaskModule
 from nmt.utils.instantiate import instantiate
 
@@ -548,7 +549,7 @@ def test_non_finite_losses_are_skipped_then_stop_the_run(tmp_path):
     trainer = L.Trainer(max_steps=20, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                         enable_model_summary=False, limit_val_batches=0, accelerator="cpu")  # fmt: skip
     with pytest.raises(FloatingPointError, match=r"non-finite loss at step \d+ \(3 bad batches"):
-        trainer.fit(module, datamodule=dm)
+        trainer.fit(module, datamodule=lightning_data(dm))
     assert module.guard.bad_steps == 3
     assert any(not torch.equal(before[k], v) for k, v in model.state_dict().items())  # the good steps happened
     assert all(torch.isfinite(v).all() for v in model.state_dict().values())  # the bad ones changed nothing

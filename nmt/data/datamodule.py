@@ -1,6 +1,8 @@
-"""The shared LightningDataModule of every parallel corpus: tokenizers, encoding cache, batching.
+"""The shared data module of every parallel corpus: tokenizers, encoding cache, batching.
 
-A corpus subclass only says where its text comes from (:meth:`ParallelDataModule.read_split`).
+A corpus subclass only says where its text comes from (:meth:`ParallelDataModule.read_split`). Its hooks are a
+LightningDataModule's by name, without importing Lightning: training hands them to Lightning
+(:mod:`nmt.training.lightning_data`).
 """
 
 import hashlib
@@ -9,7 +11,6 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
-import lightning as L
 import torch
 from torch.nn.utils.rnn import pad_sequence
 from torch.utils.data import DataLoader, Dataset
@@ -85,11 +86,12 @@ def _read_cache(path: Path) -> dict | None:
     return None
 
 
-class ParallelDataModule(L.LightningDataModule):
+class ParallelDataModule:
     """Splits ``train``, ``val`` and ``test`` of a parallel corpus, tokenised with SentencePiece models
     trained on the training split only."""
 
     name = "parallel"
+    trainer = None  # the Lightning trainer running this data, once attached: its processes and device
 
     def __init__(
         self,
@@ -107,7 +109,6 @@ class ParallelDataModule(L.LightningDataModule):
         max_src_len: int | None = None,
         batches_on_device: bool | None = None,
     ) -> None:
-        super().__init__()
         self.src_lang, self.tgt_lang = src_lang, tgt_lang
         self.tokenizer_settings = TokenizerSettings(**(tokenizer or {}))
         self.max_tokens = max_tokens

@@ -13,7 +13,6 @@ import hashlib
 import logging
 from pathlib import Path
 
-import lightning as L
 import torch
 from torch.nn.utils.rnn import pad_sequence
 from torch.utils.data import DataLoader, Dataset
@@ -72,11 +71,12 @@ def collate_blocks(items) -> dict:
     }
 
 
-class LanguageModelDataModule(L.LightningDataModule):
+class LanguageModelDataModule:
     """Splits ``train``, ``val``, ``test`` of a word-level corpus; a subclass says where the lines come
     from (:meth:`read_split`). The vocabulary is the training split's words (at most ``max_vocab``)."""
 
     name = "lm"
+    trainer = None  # the Lightning trainer running this data, once attached (nmt.training.lightning_data)
 
     def __init__(
         self,
@@ -90,7 +90,6 @@ class LanguageModelDataModule(L.LightningDataModule):
         seed: int = 1,
         cache_dir: str = "~/.cache/nmt",
     ) -> None:
-        super().__init__()
         if block_size < 1:
             raise ValueError(f"data.block_size={block_size} must be at least 1")
         for key, value in (("batch_size", batch_size), ("eval_batch_size", eval_batch_size)):
@@ -194,7 +193,7 @@ class LanguageModelDataModule(L.LightningDataModule):
             }
         return report
 
-    # ---- LightningDataModule -------------------------------------------------------------------
+    # ---- the hooks of a LightningDataModule -------------------------------------------------------------------
     def prepare_data(self) -> None:
         for split in ("train", "val", "test"):
             # an empty text trained nothing, or scored 0 tokens as perplexity 1.00: said before training

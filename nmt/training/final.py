@@ -13,6 +13,7 @@ from omegaconf import DictConfig, OmegaConf
 from nmt.inference.checkpoint import epoch_checkpoints
 from nmt.inference.loading import load_model
 from nmt.tasks.base import FINAL_RESULTS
+from nmt.training.lightning_data import lightning_data
 from nmt.training.loggers import ROW_PLACE
 
 
@@ -33,7 +34,7 @@ def validate_final_weights(cfg: DictConfig, trainer: L.Trainer, module, datamodu
         return {}
     module.final_validation = True
     try:
-        trainer.validate(module, datamodule=datamodule, verbose=False)
+        trainer.validate(module, datamodule=lightning_data(datamodule), verbose=False)
     finally:
         module.final_validation = False
     # the step and epoch it was logged at (the module's) are no measures of the weights: not in the results,

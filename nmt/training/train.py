@@ -27,6 +27,7 @@ from nmt.training.final import (
     stopped_by_signals,
     validate_final_weights,
 )
+from nmt.training.lightning_data import lightning_data
 from nmt.training.loggers import log_results
 from nmt.training.module import TaskModule
 from nmt.training.resume import (
@@ -337,7 +338,7 @@ def _train_in_folder(cfg: DictConfig, task, run_dir: Path, config: dict, main_pr
     else:
         try:
             try:
-                trainer.fit(module, datamodule=datamodule, ckpt_path=resume)
+                trainer.fit(module, datamodule=lightning_data(datamodule), ckpt_path=resume)
             except DataPlaceError:
                 if records is not None:
                     restore_records(run_dir, records)
