@@ -8,11 +8,17 @@ from nmt.cli import check_command_line, run_cli
 
 @hydra.main(config_path="conf", config_name="train", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    # imported here, not above: a mistyped group or key (check_command_line) is said before torch and
-    # Lightning are loaded
-    from nmt.training.train import train
+    # imported here, not above: a mistyped group or key (check_command_line) is said before torch is loaded,
+    # and a value the checks refuse before Lightning is (seconds of its start-up)
+    from nmt.training.config import check_config
 
-    run_cli(train, cfg)
+    def checked_train(cfg: DictConfig) -> None:
+        check_config(cfg)
+        from nmt.training.train import train
+
+        train(cfg, checked=True)
+
+    run_cli(checked_train, cfg)
 
 
 if __name__ == "__main__":

@@ -322,10 +322,15 @@ def run_train(*args: str, cwd) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.slow
-def test_train_py_refuses_an_unused_group_and_a_misspelt_key(tmp_path):
+def test_train_py_refuses_an_unused_group_and_a_misspelt_key(tmp_path, monkeypatch):
+    """... before Lightning is imported: a refusal takes seconds less."""
     quick = ["data=toy", "trainer.max_epochs=0", "trainer.enable_progress_bar=false", *NO_FINAL_SCORES]
+    monkeypatch.setenv("PYTHONPROFILEIMPORTTIME", "1")  # each module imported, a line of stderr
     result = run_train(*quick, "model=rnn", "pos=relative", cwd=tmp_path)
     assert result.returncode == 2 and "model=rnn does not use group 'pos'" in result.stderr
+    imported = [line.rpartition("|")[2].strip() for line in result.stderr.splitlines() if "import time:" in line]
+    assert "torch" in imported and "lightning" not in imported
+    monkeypatch.delenv("PYTHONPROFILEIMPORTTIME")
     assert "Traceback" not in result.stderr and not list(tmp_path.glob("runs/rnn_toy/*/config.yaml"))  # before any data
     result = run_train("modle=rnn", cwd=tmp_path)
     assert result.returncode == 2 and "did you mean 'model'" in result.stderr and "Traceback" not in result.stderr

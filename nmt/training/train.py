@@ -105,13 +105,15 @@ def compile_model(model: torch.nn.Module, setting, loss: torch.nn.Module | None 
             loss.compile(dynamic=True)
 
 
-def train(cfg: DictConfig) -> dict:
+def train(cfg: DictConfig, checked: bool = False) -> dict:
     """Train a model as ``cfg`` says, score its final model on the validation and test sets, and return the
     results (also written to <run_dir>/results.json). The run folder is locked while the run lives; a
     finished run with the same settings is reported, not trained again; a run folder made under other
-    settings is refused."""
+    settings is refused. ``checked``: ``check_config(cfg)`` has passed already (train.py runs it before
+    Lightning is imported)."""
     task = build_task(cfg.task)
-    check_config(cfg)
+    if not checked:
+        check_config(cfg)
     check_accelerator(cfg)
     if str(cfg.trainer.precision) == "auto":  # the checkpoint's config records what was used
         cfg.trainer.precision = resolve_precision("auto", cfg.trainer.accelerator)
