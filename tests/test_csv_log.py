@@ -1,6 +1,7 @@
 """The CSV log of a run that is killed and resumed keeps the whole curve, each step once."""
 
 import csv
+from pathlib import Path
 
 from nmt.training.loggers import FINAL_ROW, ResumableCSVLogger
 
@@ -235,3 +236,24 @@ def test_tensorboard_of_a_run_started_from_scratch_in_the_same_folder_starts_ane
     assert tensorboard_scalars(tmp_path / "tensorboard") == [(1, 7.0)]
     assert "hp_metric" not in tensorboard_tags(tmp_path / "tensorboard")  # Lightning's placeholder, never filled in
     assert "lr: 0.2" in (tmp_path / "tensorboard" / "hparams.yaml").read_text()  # not the earlier run's
+
+
+def test_the_final_weights_row_mark_is_in_the_csv_log_only(tmp_path, monkeypatch):
+    """FINAL_ROW places the final weights' validation in metrics.csv for a resumed run; TensorBoard and W&B
+    drew it as a chart of one point."""
+    from lightning.pytorch.loggers import WandbLogger
+
+    from nmt.training.loggers import ChartedWandbLogger, ResumableTensorBoardLogger
+
+    row = {"val_bleu": 3.0, FINAL_ROW: 1.0}
+    board = ResumableTensorBoardLogger(str(tmp_path), name="tensorboard", version="")
+    board.log_metrics(row, step=5)
+    board.experiment.flush()
+    assert tensorboard_tags(tmp_path / "tensorboard") == ["val_bleu"]
+    sent = []
+    monkeypatch.setattr(WandbLogger, "log_metrics", lambda self, metrics, step=None: sent.append(metrics))
+    ChartedWandbLogger.log_metrics(object.__new__(ChartedWandbLogger), row, step=5)
+    assert sent == [{"val_bleu": 3.0}]
+    csv_log = ResumableCSVLogger(str(tmp_path), name="csv", version="")
+    csv_log.log_metrics(row, step=5)
+    assert FINAL_ROW in (Path(csv_log.log_dir) / "metrics.csv").read_text()

@@ -199,6 +199,26 @@ def test_a_checkpoint_damaged_after_it_was_written_is_named_not_used(toy_run, tm
         load_model(damaged, device="cpu")
 
 
+def test_a_checkpoint_with_nan_weights_and_no_checksum_is_named_not_used(toy_run, tmp_path):
+    """An edited file without the checksum: its NaN weights decoded every sentence to nothing, silently."""
+    checkpoint = torch.load(toy_run / "checkpoints" / "best.ckpt", weights_only=True)
+    del checkpoint["nmt"]["weights_crc32"]
+    weights = checkpoint["state_dict"]
+    norm, embed = "model.decoder_norm.weight", "model.src_embed.weight"
+    weights[embed][3, 5], weights[norm][0] = float("nan"), float("inf")
+    edited = tmp_path / "edited.ckpt"
+    torch.save(checkpoint, edited)
+    with pytest.raises(
+        CheckpointError,
+        match=rf"^{edited}: 2 of its weight tensors hold NaN or infinite values "
+        r"\(model\.decoder_norm\.weight, model\.src_embed\.weight\): the file was edited or damaged",
+    ):
+        load_model(edited, device="cpu")
+    weights[embed][3, 5], weights[norm][0] = 0.0, 1.0
+    torch.save(checkpoint, edited)
+    load_model(edited, device="cpu")  # finite again: loaded
+
+
 def legacy_config(config: dict) -> dict:
     """The config section as checkpoints wrote it before tasks were objects and modules moved into rooms:
     the task a name, ROUGE a top-level key, the loss and schedules under their old module paths."""
@@ -250,9 +270,11 @@ def test_average_last_beyond_the_epoch_checkpoints_is_refused_with_the_number_th
         evaluate_here(f"ckpt_path={toy_run}", "average_last=99")
 
 
-def test_a_decoding_grid_scores_each_setting_as_evaluate_does_alone_and_chooses_the_best(toy_run, tmp_path):
+def test_a_decoding_grid_scores_each_setting_as_evaluate_does_alone_and_chooses_the_best(toy_run, tmp_path, capsys):
     axes = ["average_last=[0,2]", "decode.beam_size=[1,3]"]
     grid = evaluate_here(f"ckpt_path={toy_run}", "split=val", *axes)
+    table = capsys.readouterr().err  # the checkpoint alone by its name, as the folders name it (not avg0)
+    assert "best.ckpt beam1" in table and "avg2 beam3" in table and "avg0" not in table
     assert [row["setting"] for row in grid["rows"]] == [
         {"average_last": a, "decode.beam_size": b} for a in (0, 2) for b in (1, 3)
     ]  # every combination, the first axis slowest

@@ -178,3 +178,11 @@ def test_a_resumed_sitting_starts_without_the_early_stop_decision_its_checkpoint
     ours.on_train_start(SimpleNamespace(), SimpleNamespace())
     assert ours.stopping_reason.name == "NOT_STOPPED" and ours.stopped_epoch == 0
     assert ours.wait_count == 3  # the patience already spent is kept
+
+
+def test_a_run_of_zero_updates_says_its_scores_are_of_the_initial_weights(tmp_path, capsys):
+    results = train(compose_train("trainer.max_epochs=0", "val_after_training=false", f"run_dir={tmp_path / 'run'}"))
+    assert results["steps"] == 0 and results["test"]["bleu"] >= 0
+    assert "Trained 0 updates (ended by max_epochs): the scores below are those of the initial weights" in (
+        capsys.readouterr().out
+    )

@@ -283,8 +283,19 @@ def test_a_long_line_is_truncated_with_a_warning_or_refused_naming_it(checkpoint
     assert len(translator.translate(["one", long])) == 2
     assert "truncated (first: line 2)" in caplog.text
     strict = Translator.from_checkpoint(checkpoints["seed1"], max_input_len=5, on_long_input="error", device="cpu")
-    with pytest.raises(InputError, match=r"line 12: \d+ subword tokens, more than max_input_len=5"):
+    with pytest.raises(InputError, match=r"line 12: \d+ subword tokens, more than max_input_len=5; shorten it, raise"):
         strict.translate_nbest(["one", long], first_line=11)
+    # where a learned position table sets the limit, a larger max_input_len would be lowered to it again
+    loaded = load_model(checkpoints["seed1"], device="cpu")
+    loaded.model.position_limits = lambda: (6, None)
+    at_table = Translator([loaded], SearchConfig(beam_size=2), max_input_len=100, on_long_input="error")
+    assert at_table.max_input_len == 5
+    with pytest.raises(
+        InputError,
+        match=r"line 2: \d+ subword tokens, more than max_input_len=5; shorten it \(the model's learned position "
+        r"table, pos\.max_len=6, holds no longer source\), or pass on_long_input=truncate$",
+    ):
+        at_table.translate(["one", long])
 
 
 # ---- translate.py -------------------------------------------------------------------------------------

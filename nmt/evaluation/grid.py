@@ -27,6 +27,7 @@ from rich.table import Table
 from nmt.data.sources import read_lines
 from nmt.decoding.settings import SEARCH_TAGS, UNREAD, read_options, search_settings
 from nmt.inference.checkpoint import epochs_to_average
+from nmt.inference.loading import resolve_checkpoint_path
 from nmt.metrics.corpus import bleu_tokenizer, tokenized_lowercase_scoring
 from nmt.metrics.randomization import paired_randomization, sentence_statistics
 from nmt.utils.io import atomic_write_json
@@ -188,7 +189,7 @@ def evaluate_grid(cfg: DictConfig, task, load, axes: dict[str, list]) -> dict:
     path = (Path(cfg.out_dir) if cfg.out_dir else loaded.run_dir / "eval") / grid_file_name(cfg, axes, metric)
     atomic_write_json(path, record)
     record["json"] = str(path)
-    print_grid(rows, best, metric, path, record["test_command"])
+    print_grid(rows, best, metric, path, record["test_command"], resolve_checkpoint_path(cfg.ckpt_path).name)
     return record
 
 
@@ -222,9 +223,15 @@ def paired_p(row: dict, best: dict, metric: str) -> float | None:
     return paired_randomization([stats[1]], [stats[0]], metric, tokenize)
 
 
-def label(setting: dict) -> str:
-    """avg5 beam10 lp1.5: the setting as the evaluation folders name its options."""
-    return " ".join(f"{TAGS.get(key.removeprefix('decode.'), key)}{value}" for key, value in setting.items())
+def label(setting: dict, checkpoint: str = "ckpt_path") -> str:
+    """avg5 beam10 lp1.5: the setting as the evaluation folders name its options; ``average_last`` 0 or 1 (no
+    mean) as the ``checkpoint``'s own name (best.ckpt beam10), not avg0."""
+    return " ".join(
+        checkpoint
+        if key == "average_last" and int(value) <= 1
+        else f"{TAGS.get(key.removeprefix('decode.'), key)}{value}"
+        for key, value in setting.items()
+    )
 
 
 def grid_file_name(cfg: DictConfig, axes: dict[str, list], metric: str) -> str:
@@ -280,13 +287,13 @@ def hydra_escape(value) -> str:
     return re.sub(r"([\\()\[\]{}:=, \t])", r"\\\1", str(value))
 
 
-def print_grid(rows: list[dict], best: dict, metric: str, path: Path, command: str) -> None:
+def print_grid(rows: list[dict], best: dict, metric: str, path: Path, command: str, checkpoint: str) -> None:
     shown = [m for m in (*DECODED, *ROUGE) if m in rows[0]["scores"]]
     table = Table(title=f"validation set, ranked by {metric}")
     for column in ("setting", *shown, "BP", f"p ({metric}) vs chosen"):
         table.add_column(column, justify="left" if column == "setting" else "right")
     for row in sorted(rows, key=lambda r: -r["scores"][metric]):
-        name = label(row["setting"]) + "".join(f" = {label(s)}" for s in row["also"])
+        name = label(row["setting"], checkpoint) + "".join(f" = {label(s, checkpoint)}" for s in row["also"])
         p = "chosen" if row is best else ("" if row["p_vs_chosen"] is None else f"{row['p_vs_chosen']:.4f}")
         bp = row["scores"].get("brevity_penalty")
         table.add_row(name, *(f"{row['scores'][m]:.2f}" for m in shown), "" if bp is None else f"{bp:.3f}", p)

@@ -56,7 +56,25 @@ def load_checkpoint(path: str | os.PathLike) -> dict:
             "written (or edited: an edit that keeps the nmt section deletes its 'weights_crc32'); use another "
             "checkpoint of the run (an epoch checkpoint, last.ckpt)"
         )
+    bad = non_finite_weights(checkpoint["state_dict"])
+    if bad:  # a model that translates every sentence to nothing, or scores NaN, said once here instead
+        raise CheckpointError(
+            f"{path}: {len(bad)} of its weight tensors hold NaN or infinite values ({', '.join(bad[:3])}"
+            f"{', ...' if len(bad) > 3 else ''}): the file was edited or damaged (training skips updates that "
+            "would make them so); use another checkpoint of the run"
+        )
     return checkpoint
+
+
+def non_finite_weights(state_dict: dict) -> list[str]:
+    """The floating-point tensors of ``state_dict`` holding a NaN or an infinity, in key order."""
+    return [
+        key
+        for key in sorted(state_dict)
+        if isinstance(state_dict[key], torch.Tensor)
+        and state_dict[key].is_floating_point()
+        and not bool(torch.isfinite(state_dict[key]).all())
+    ]
 
 
 def weights_checksum(state_dict: dict) -> int:

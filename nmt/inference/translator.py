@@ -24,7 +24,7 @@ from torch.nn import functional as F
 
 from nmt.data.batching import token_batches
 from nmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
-from nmt.decoding.constraints import NEW_TOKENS, continuation_room
+from nmt.decoding.constraints import NEW_TOKENS, continuation_room, position_limits
 from nmt.decoding.ensemble import Ensemble
 from nmt.decoding.search import decode, ranked_hypotheses
 from nmt.decoding.settings import SearchConfig, search_settings
@@ -329,9 +329,16 @@ class Translator:
         long_lines = [n for n, ids in enumerate(encoded) if len(ids) > self.max_input_len]
         if long_lines and self.on_long_input == "error":
             n = long_lines[0]
+            table = position_limits(self.model)[0]
+            # at a learned position table's size, a larger max_input_len is lowered to it again (input_limit_for)
+            remedy = (
+                f"shorten it (the model's learned position table, pos.max_len={table}, holds no longer source)"
+                if table is not None and self.max_input_len >= table - 1
+                else "shorten it, raise max_input_len"
+            )
             raise InputError(
                 f"line {first_line + n}: {len(encoded[n])} subword tokens, more than max_input_len="
-                f"{self.max_input_len}; shorten it, raise max_input_len, or pass on_long_input=truncate",
+                f"{self.max_input_len}; {remedy}, or pass on_long_input=truncate",
                 too_long=(len(encoded[n]), self.max_input_len),
             )
         if long_lines:

@@ -20,6 +20,12 @@ FINAL_ROW = "final_weights"  # 1 in the row of the final weights' validation, lo
 ROW_PLACE = ("step", "epoch", FINAL_ROW)  # logged with that row to place it: no measures of the weights
 
 
+def charted(metrics: dict) -> dict:
+    """The values a logger draws as curves: FINAL_ROW marks a row of the CSV log for a resumed run, and was a
+    chart of one point in TensorBoard and W&B."""
+    return {key: value for key, value in metrics.items() if key != FINAL_ROW}
+
+
 class _KeepingWriter(ExperimentWriter):
     """Lightning's CSV writer, except that it keeps the rows already in metrics.csv (and their columns) and
     lets the first row of a resumed process decide which of them are redone (see ResumableCSVLogger)."""
@@ -130,7 +136,15 @@ class ResumableTensorBoardLogger(TensorBoardLogger):
     def log_metrics(self, metrics, step: int | None = None) -> None:
         if self.purge_at_next_log and step is not None:
             self.purge_from(step)
-        super().log_metrics(metrics, step)
+        super().log_metrics(charted(metrics), step)
+
+
+class ChartedWandbLogger(WandbLogger):
+    """Lightning's WandbLogger without the CSV log's row mark (:func:`charted`)."""
+
+    @rank_zero_only
+    def log_metrics(self, metrics, step: int | None = None) -> None:
+        super().log_metrics(charted(metrics), step)
 
 
 def wandb_has_credentials() -> bool:
@@ -174,7 +188,7 @@ def wandb_logger(
     name: str | None = None,
     config: dict | None = None,
     dir: str | None = None,
-) -> WandbLogger:
+) -> ChartedWandbLogger:
     """W&B, offline when there are no credentials or WANDB_MODE=offline (then: `wandb sync
     <dir>/wandb/offline-run-*`).
 
@@ -184,7 +198,7 @@ def wandb_logger(
     dir = dir or save_dir
     offline = wandb_offline(dir)
     # one W&B run per run folder: a resumed run continues its W&B run (each sitting was a new one)
-    logger = WandbLogger(
+    logger = ChartedWandbLogger(
         project=project,
         group=group,
         tags=list(tags),

@@ -396,6 +396,9 @@ def _train_in_folder(cfg: DictConfig, task, run_dir: Path, config: dict, main_pr
     if trainer.is_global_zero:
         splits = final_splits(cfg)
         if splits and Path(best_path).is_file() and not is_smoke_run(config):
+            if results.get("steps") == 0:  # trainer.max_epochs=0, max_steps=0: a quick check, not a model
+                ended = results.get("ended_by", "unknown")
+                print(f"Trained 0 updates (ended by {ended}): the scores below are those of the initial weights")
             rerun = "it only scores the final model, whose training is recorded"
             with stopped_by_signals("the final scores", rerun, how_to_rerun(cfg, run_dir)):
                 results.update(final_scores(cfg, task, trainer, splits, best_path, checkpoint_dir, run_dir))
