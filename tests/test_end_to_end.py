@@ -274,7 +274,7 @@ def test_a_decoding_grid_scores_each_setting_as_evaluate_does_alone_and_chooses_
     axes = ["average_last=[0,2]", "decode.beam_size=[1,3]"]
     grid = evaluate_here(f"ckpt_path={toy_run}", "split=val", *axes)
     table = capsys.readouterr().err  # the checkpoint alone by its name, as the folders name it (not avg0)
-    assert "best.ckpt beam1" in table and "avg2 beam3" in table and "avg0" not in table
+    assert "best.ckpt beam1" in table and "avg2 beam3" in table and "avg0 beam" not in table
     assert [row["setting"] for row in grid["rows"]] == [
         {"average_last": a, "decode.beam_size": b} for a in (0, 2) for b in (1, 3)
     ]  # every combination, the first axis slowest
