@@ -499,6 +499,48 @@ def ddp_run(tmp_path_factory):
     return {**run_to_end(run_dir, *DDP), "run_dir": run_dir}
 
 
+def process_state(pid: int) -> str | None:
+    """The state letter of process ``pid`` (Z: ended, not yet reaped), None when it has gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except OSError:
+        return None
+
+
+def started_by(pid: int) -> list[int]:
+    """The live processes whose parent is ``pid``."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            state, parent = stat.read_text().rpartition(")")[2].split()[:2]
+        except OSError:  # ended meanwhile
+            continue
+        if state != "Z" and int(parent) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the processes from /proc")
+def test_the_other_processes_of_a_ddp_run_die_with_its_first(tmp_path):
+    """A first process killed outright (SIGKILL, the out-of-memory killer) while the process it had started
+    for the second device was starting left that one waiting for it, 30 minutes. (Once the second has joined
+    the process group, the group's broken connection ends it.)"""
+    log = tmp_path / "log"
+    with open(log, "w") as out:
+        first = subprocess.Popen(train_command(tmp_path / "run", *DDP), stdout=out, stderr=out, cwd=tmp_path)
+    deadline = time.time() + 300
+    while not started_by(first.pid) and first.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    second = started_by(first.pid)
+    assert len(second) == 1, f"the run did not start its second process: {log.read_text()[-3000:]}"
+    first.kill()
+    first.wait()
+    deadline = time.time() + 60
+    while process_state(second[0]) not in (None, "Z") and time.time() < deadline:
+        time.sleep(0.1)
+    assert process_state(second[0]) in (None, "Z")
+
+
 def test_ddp_on_two_cpu_processes_trains_like_one(ddp_run, tmp_path):
     single = run_to_end(tmp_path / "single", *DDP_COMMON, "data.max_tokens=1500")
     for result in (single, ddp_run):

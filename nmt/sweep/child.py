@@ -24,6 +24,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from nmt.utils.parent_death import signal_on_parent_death
+
 # the sweep process, in the environment of the processes it starts ("host pid start-time"): a launcher's
 # worker on the same machine watches it (watch_sweep)
 SWEEP_PROCESS = "NMT_SWEEP_PROCESS"
@@ -36,29 +38,13 @@ _QUIET_TRACKER = "ignore::UserWarning:joblib.externals.loky.backend.resource_tra
 _WARNINGS_BEFORE: list[str | None] = []  # PYTHONWARNINGS before mark_sweep_process, for restore_signals
 
 
-def _prctl():
-    """prctl, found in the sweep process: the child that calls it (between fork and exec, where a thread of
-    the parent, such as the MPS watch, may have held a lock) then loads nothing."""
-    try:
-        import ctypes
-
-        return ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):  # not Linux
-        return None
-
-
-_PRCTL = _prctl()
-
-
 def stop_with_parent(parent: int) -> None:
-    """In a sweep's training child, before it runs: the kernel sends it SIGTERM when the thread that started
-    it (in process ``parent``: the sweep process, or a launcher's worker) dies, however it dies; the child
-    then saves last.ckpt and exits, and a rerun resumes it. A parent gone before this was set: not run."""
-    if _PRCTL is not None:  # not Linux: a sweep that dies without handling a signal leaves its run training
-        pr_set_pdeathsig = 1
-        _PRCTL(pr_set_pdeathsig, signal.SIGTERM)
-        if os.getppid() != parent:
-            os._exit(143)
+    """In a sweep's training child, between fork and exec: the kernel sends it SIGTERM when the thread that
+    started it (in process ``parent``: the sweep process, or a launcher's worker) dies, however it dies; the
+    child then saves last.ckpt and exits, and a rerun resumes it. A parent gone before this was set: not run.
+    Not Linux: a sweep that dies without handling a signal leaves its run training."""
+    if not signal_on_parent_death(signal.SIGTERM, parent) and os.getppid() != parent:
+        os._exit(143)
 
 
 def process_identity(pid: int) -> str | None:

@@ -15,6 +15,7 @@ and whether the run in it has finished.
 import fcntl
 import json
 import os
+import signal
 import socket
 import subprocess
 import time
@@ -22,6 +23,7 @@ from pathlib import Path
 
 from nmt.inference.checkpoint import FINGERPRINT
 from nmt.utils.io import atomic_write_bytes, atomic_write_json
+from nmt.utils.parent_death import signal_on_parent_death
 
 LOCK = ".lock"
 RESULTS = "results.json"
@@ -289,6 +291,48 @@ def owns_run_folder() -> bool:
     """Whether this process owns the run folder: DDP starts one process per device, and rank 0 owns it
     (Lightning's launcher, torchrun and srun each name the rank in the environment)."""
     return all(int(os.environ.get(name, 0) or 0) == 0 for name in ("LOCAL_RANK", "NODE_RANK", "RANK", "SLURM_PROCID"))
+
+
+# the process id of a run's first process, in the environment of the processes Lightning's launcher starts
+# for the other devices (a copy of the first process's environment)
+FIRST_PROCESS = "NMT_RUN_FIRST_PROCESS"
+
+
+def follow_first_process() -> None:
+    """At the start of each process of a run. The first (rank 0) names itself in the environment that the
+    processes it starts for the other devices inherit; each of those has the kernel kill it when the first
+    dies. A first process killed outright (SIGKILL, the machine's out-of-memory killer) left them waiting
+    for it: 30 minutes at start-up, the collective operations' time-out later. They hold nothing to save
+    (the first process writes the run's checkpoints), and a rerun resumes from its last one."""
+    if owns_run_folder():
+        os.environ[FIRST_PROCESS] = str(os.getpid())
+        return
+    named = os.environ.get(FIRST_PROCESS, "")
+    if not named.isdigit():  # started by torchrun or srun (their ranks are siblings): their launcher ends them
+        return
+    first = int(named)
+    if os.getppid() == first:
+        # tied (not on Linux: left as a sweep's runs are), unless the first process died in between
+        if signal_on_parent_death(signal.SIGKILL, first) or os.getppid() == first:
+            return
+    if _ended(first):  # the first process died before this one got here: nothing to wait for
+        os._exit(137)
+
+
+def _ended(pid: int) -> bool:
+    """Whether process ``pid`` has ended (gone, or a zombie its parent has not yet reaped)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # another user's process
+        return False
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] == "Z"
+    except FileNotFoundError:  # gone meanwhile; or no /proc (not Linux), where a zombie cannot be told
+        return Path("/proc").is_dir()
+    except OSError:
+        return False
 
 
 def record_identity(run_dir: Path, current: dict) -> None:

@@ -52,6 +52,7 @@ from nmt.training.run_folder import (
     fingerprint,
     finished_results,
     folder_records,
+    follow_first_process,
     holds_work,
     owns_run_folder,
     record_identity,
@@ -111,6 +112,7 @@ def train(cfg: DictConfig, checked: bool = False) -> dict:
     finished run with the same settings is reported, not trained again; a run folder made under other
     settings is refused. ``checked``: ``check_config(cfg)`` has passed already (train.py runs it before
     Lightning is imported)."""
+    follow_first_process()  # a process of a multi-process run dies with the run's first process
     task = build_task(cfg.task)
     if not checked:
         check_config(cfg)
