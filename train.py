@@ -10,9 +10,11 @@ from nmt.cli import check_command_line, run_cli
 def main(cfg: DictConfig) -> None:
     # imported here, not above: a mistyped group or key (check_command_line) is said before torch is loaded,
     # and a value the checks refuse before Lightning is (seconds of its start-up)
+    from nmt.tasks import build_task
     from nmt.training.config import check_config
 
     def checked_train(cfg: DictConfig) -> None:
+        build_task(cfg.task)  # first, as train() builds it: a task's own refusal in its own words
         check_config(cfg)
         from nmt.training.train import train
 

@@ -31,8 +31,8 @@ from benchmarks.host_cost import compose, training_data
 
 def one(setting: str, device: str, overrides: list[str], shapes: int, timed: int) -> dict:
     from nmt.data.tokenizer import PAD_ID
+    from nmt.training.config import resolve_precision
     from nmt.training.train import compile_model
-    from nmt.training.trainer import resolve_precision
     from nmt.utils.instantiate import instantiate
 
     cfg = compose([*overrides, "data.batches_on_device=false"])

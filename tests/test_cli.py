@@ -331,6 +331,12 @@ def test_train_py_refuses_an_unused_group_and_a_misspelt_key(tmp_path, monkeypat
     imported = [line.rpartition("|")[2].strip() for line in result.stderr.splitlines() if "import time:" in line]
     assert "torch" in imported and "lightning" not in imported
     monkeypatch.delenv("PYTHONPROFILEIMPORTTIME")
+    # a task's own refusal, in its own words (the task is built before the other checks, as train() builds it)
+    result = run_train(*quick, "task=summarization", "task.rouge=false", cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == (
+        "error: task.rouge=false: summarisation is scored by ROUGE; use task=translation instead"
+    )
     assert "Traceback" not in result.stderr and not list(tmp_path.glob("runs/rnn_toy/*/config.yaml"))  # before any data
     result = run_train("modle=rnn", cwd=tmp_path)
     assert result.returncode == 2 and "did you mean 'model'" in result.stderr and "Traceback" not in result.stderr

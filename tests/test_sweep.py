@@ -219,9 +219,13 @@ def test_the_readme_sweep_command_runs_as_typed_in_a_fresh_folder(tmp_path):
     assert (sweep_dir / "report.md").is_file()
     assert "[sweep] 2/2 done, 0 failed" in result.stdout
 
-    # the plan of the same sweep: both runs done (their recorded settings are the ones it would use)
-    plan = subprocess.run([*command, "plan=true"], capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    # the plan of the same sweep: both runs done (their recorded settings are the ones it would use); read
+    # without Lightning's import (seconds)
+    env = {**os.environ, "PYTHONPROFILEIMPORTTIME": "1"}
+    plan = subprocess.run([*command, "plan=true"], capture_output=True, text=True, cwd=tmp_path, timeout=300, env=env)
     assert plan.returncode == 0, plan.stderr[-2000:]
+    imported = [line.rpartition("|")[2].strip() for line in plan.stderr.splitlines() if "import time:" in line]
+    assert "torch" in imported and "lightning" not in imported
     assert "factor pos: absolute, relative   [command line]" in plan.stdout
     assert "done: 2 (0 of them under other settings); to run: 0" in plan.stdout
     # another budget under the same sweep name: stopped before any run, naming the key that changed

@@ -1,7 +1,7 @@
 """How a split names its files (a pair of line-aligned files, a TSV file, or a prefix) and reading them.
 
 Apart from the data module (nmt/data/files.py): translating and exporting read files this way without
-loading Lightning, whose data modules they never build (scoring a corpus's split builds one)."""
+building one (scoring a corpus's split builds one)."""
 
 import errno
 import os

@@ -56,12 +56,13 @@ def load_checkpoint(path: str | os.PathLike) -> dict:
             "written (or edited: an edit that keeps the nmt section deletes its 'weights_crc32'); use another "
             "checkpoint of the run (an epoch checkpoint, last.ckpt)"
         )
-    bad = non_finite_weights(checkpoint["state_dict"])
+    # with a checksum that matched, the weights are as written, and a checkpoint is never written with a NaN
+    bad = non_finite_weights(checkpoint["state_dict"]) if expected is None else []
     if bad:  # a model that translates every sentence to nothing, or scores NaN, said once here instead
         raise CheckpointError(
             f"{path}: {len(bad)} of its weight tensors hold NaN or infinite values ({', '.join(bad[:3])}"
-            f"{', ...' if len(bad) > 3 else ''}): the file was edited or damaged (training skips updates that "
-            "would make them so); use another checkpoint of the run"
+            f"{', ...' if len(bad) > 3 else ''}): the file was edited or damaged (training never writes such a "
+            "checkpoint); use another checkpoint of the run"
         )
     return checkpoint
 

@@ -138,8 +138,8 @@ def run_overrides(config: DictConfig, values: dict[str, str]) -> list[str]:
 
 def expected_fingerprint(overrides: list[str]) -> dict:
     """The fingerprint train.py will record for the run with these overrides (composed here as it will be)."""
+    from nmt.training.config import resolve_precision
     from nmt.training.run_folder import fingerprint
-    from nmt.training.trainer import resolve_precision
 
     cfg = compose_train(overrides)
     keep = [k for k in cfg if k not in (*SWEEP_KEYS, "name")]

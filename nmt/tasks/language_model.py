@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 from torch import nn
 
+from nmt.data.lm import LanguageModelDataModule
 from nmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from nmt.decoding.constraints import NEW_TOKENS, continuation_room
 from nmt.decoding.search import decode
@@ -48,9 +49,6 @@ class LanguageModelTask(Task):
         if cfg.get("model") is not None and not decoder_only(cfg.model):
             problems.append(f"  task={self.name} cannot train {cfg.model._target_}: use {model_options(True)}")
         data = OmegaConf.select(cfg, "data._target_", default=None)
-        # imported here: the data modules are Lightning's, which translating and exporting never load
-        from nmt.data.lm import LanguageModelDataModule
-
         if data is not None and not issubclass(get_class(data), LanguageModelDataModule):
             problems.append(f"  task={self.name} cannot read {data}: use data=ptb")
         every = OmegaConf.select(cfg, "validation.bleu_every_n_epochs", default=0)

@@ -10,6 +10,7 @@ from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
+from nmt.data.datamodule import ParallelDataModule
 from nmt.data.sources import decode_lines, read_lines
 from nmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from nmt.decoding.search import decode
@@ -93,9 +94,6 @@ class TranslationTask(Task):
         if decoder_only(cfg.get("model")):
             problems.append(f"  task={self.name} cannot train {cfg.model._target_}: use {model_options(False)}")
         data = OmegaConf.select(cfg, "data._target_", default=None)
-        # imported here: the data modules are Lightning's, which translating and exporting never load
-        from nmt.data.datamodule import ParallelDataModule
-
         if data is not None and not issubclass(get_class(data), ParallelDataModule):
             problems.append(
                 f"  task={self.name} cannot read {data}: use a parallel corpus (multi30k, zh_en, files, ...)"

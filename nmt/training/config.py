@@ -169,6 +169,24 @@ def _rules() -> list[tuple[str, Callable[[object], bool], str]]:
     return rules
 
 
+def _cpu_has_bf16_units() -> bool:
+    checks = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")  # private: absent from some builds
+    return any(getattr(torch.cpu, name, lambda: False)() for name in checks)
+
+
+def resolve_precision(precision: str, accelerator: str = "auto") -> str:
+    """``precision=auto``: bf16-mixed where the device multiplies bf16 matrices in hardware (a GPU with
+    bf16, a CPU with AVX512-BF16 or AMX), otherwise 32-true (emulated bf16 is slower than fp32). Any other
+    value is returned as given."""
+    if str(precision) != "auto":
+        return precision
+    if accelerator in ("auto", "gpu", "cuda") and torch.cuda.is_available():
+        return "bf16-mixed" if torch.cuda.is_bf16_supported() else "32-true"
+    if accelerator in ("auto", "cpu"):
+        return "bf16-mixed" if _cpu_has_bf16_units() else "32-true"
+    return "32-true"
+
+
 def check_config(cfg: DictConfig, choices: dict | None = None) -> None:
     """Raise ConfigError listing every invalid value in ``cfg``, and every option that its task
     (``task.check``) or its model (groups it does not use, :func:`unused_groups`) cannot take."""

@@ -18,7 +18,7 @@ from nmt.models.build import count_parameters
 from nmt.tasks import build_task
 from nmt.training import weight_casts
 from nmt.training.callbacks import DataPlaceError, WallClock, what_ended
-from nmt.training.config import ConfigError, check_config, no_repeated_layers
+from nmt.training.config import ConfigError, check_config, no_repeated_layers, resolve_precision
 from nmt.training.config_groups import describe_recipe, run_params
 from nmt.training.final import (
     as_float,
@@ -61,7 +61,7 @@ from nmt.training.run_folder import (
     saved_states,
     trained_results,
 )
-from nmt.training.trainer import build_trainer, check_accelerator, resolve_precision
+from nmt.training.trainer import build_trainer, check_accelerator
 from nmt.utils.instantiate import instantiate
 from nmt.utils.io import atomic_write_bytes, atomic_write_json, atomic_write_text
 

@@ -95,24 +95,6 @@ def _callbacks(cfg: DictConfig, checkpoint_dir: Path, task: Task) -> list:
     return callbacks
 
 
-def _cpu_has_bf16_units() -> bool:
-    checks = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")  # private: absent from some builds
-    return any(getattr(torch.cpu, name, lambda: False)() for name in checks)
-
-
-def resolve_precision(precision: str, accelerator: str = "auto") -> str:
-    """``precision=auto``: bf16-mixed where the device multiplies bf16 matrices in hardware (a GPU with
-    bf16, a CPU with AVX512-BF16 or AMX), otherwise 32-true (emulated bf16 is slower than fp32). Any other
-    value is returned as given."""
-    if str(precision) != "auto":
-        return precision
-    if accelerator in ("auto", "gpu", "cuda") and torch.cuda.is_available():
-        return "bf16-mixed" if torch.cuda.is_bf16_supported() else "32-true"
-    if accelerator in ("auto", "cpu"):
-        return "bf16-mixed" if _cpu_has_bf16_units() else "32-true"
-    return "32-true"
-
-
 # Lightning's lines that say nothing about this run: an advertisement, that our own model summary replaces
 # its default one, and a deprecation inside Lightning itself (not in code a user can change)
 QUIET = ("💡 Tip:", "Trainer already configured with model summary callbacks")
