@@ -170,13 +170,23 @@ def test_foreign_files_get_a_clear_error(tmp_path):
         resolve_checkpoint_path("")  # was read as ckpt_path=. (the current folder)
 
 
-def test_a_checkpoint_whose_weights_do_not_fit_its_model_is_named_in_one_line(toy_run, tmp_path):
+def edited_checkpoint(toy_run: Path, tmp_path: Path, edit) -> Path:
+    """The run's best checkpoint with ``edit(state_dict)`` applied, saved without its checksum (as a checkpoint
+    written before the checksum was, or an edit that dropped it)."""
     checkpoint = torch.load(toy_run / "checkpoints" / "best.ckpt", weights_only=True)
-    del checkpoint["state_dict"]["model.output.weight"]
-    checkpoint["state_dict"]["model.extra"] = torch.zeros(1)
-    del checkpoint["nmt"]["weights_crc32"]  # as a checkpoint written before the checksum was
+    del checkpoint["nmt"]["weights_crc32"]
+    edit(checkpoint["state_dict"])
     edited = tmp_path / "edited.ckpt"
     torch.save(checkpoint, edited)
+    return edited
+
+
+def test_a_checkpoint_whose_weights_do_not_fit_its_model_is_named_in_one_line(toy_run, tmp_path):
+    def edit(weights: dict) -> None:
+        del weights["model.output.weight"]
+        weights["model.extra"] = torch.zeros(1)
+
+    edited = edited_checkpoint(toy_run, tmp_path, edit)
     with pytest.raises(
         CheckpointError,
         match=rf"^{edited}: the weights do not fit the model its config describes: it lacks 1 weight\(s\) "
@@ -201,21 +211,19 @@ def test_a_checkpoint_damaged_after_it_was_written_is_named_not_used(toy_run, tm
 
 def test_a_checkpoint_with_nan_weights_and_no_checksum_is_named_not_used(toy_run, tmp_path):
     """An edited file without the checksum: its NaN weights decoded every sentence to nothing, silently."""
-    checkpoint = torch.load(toy_run / "checkpoints" / "best.ckpt", weights_only=True)
-    del checkpoint["nmt"]["weights_crc32"]
-    weights = checkpoint["state_dict"]
     norm, embed = "model.decoder_norm.weight", "model.src_embed.weight"
-    weights[embed][3, 5], weights[norm][0] = float("nan"), float("inf")
-    edited = tmp_path / "edited.ckpt"
-    torch.save(checkpoint, edited)
+
+    def edit(weights: dict, bad: bool = True) -> None:
+        weights[embed][3, 5], weights[norm][0] = (float("nan"), float("inf")) if bad else (0.0, 1.0)
+
+    edited = edited_checkpoint(toy_run, tmp_path, edit)
     with pytest.raises(
         CheckpointError,
         match=rf"^{edited}: 2 of its weight tensors hold NaN or infinite values "
         r"\(model\.decoder_norm\.weight, model\.src_embed\.weight\): the file was edited or damaged",
     ):
         load_model(edited, device="cpu")
-    weights[embed][3, 5], weights[norm][0] = 0.0, 1.0
-    torch.save(checkpoint, edited)
+    edited = edited_checkpoint(toy_run, tmp_path, lambda weights: edit(weights, bad=False))
     load_model(edited, device="cpu")  # finite again: loaded
 
 
