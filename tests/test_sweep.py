@@ -104,7 +104,9 @@ def test_a_wandb_sweep_logs_every_run_and_the_report_into_one_offline_folder(tmp
 
 @pytest.mark.slow
 def test_a_sweep_of_ddp_runs_on_two_cpu_processes(tmp_path):
-    """Hydra multirun + Lightning DDP: each run is its own process tree, so DDP's re-launch is harmless."""
+    """Hydra multirun + Lightning DDP: each run is its own process tree, so DDP's re-launch is harmless. The
+    runs end by max_steps before their first validation: the final weights are validated, by both processes,
+    and saved as best.ckpt, which one of them says."""
     overrides = [o for o in SWEEP if not o.startswith(("hydra/launcher", "hydra.launcher", "pos=", "norm="))]
     command = [
         sys.executable,
@@ -113,6 +115,7 @@ def test_a_sweep_of_ddp_runs_on_two_cpu_processes(tmp_path):
         "trainer=ddp",
         "trainer.devices=2",
         "trainer.accelerator=cpu",
+        "trainer.max_steps=2",
         "pos=absolute,rope",
         f"hydra.sweep.dir={tmp_path}",
     ]
@@ -120,6 +123,8 @@ def test_a_sweep_of_ddp_runs_on_two_cpu_processes(tmp_path):
     assert not list(tmp_path.glob("*/.hydra/multirun.yaml"))  # no nested sweep started by a DDP rank
     config = (tmp_path / "pos=rope,seed=1" / "config.yaml").read_text()
     assert "strategy: ddp" in config and "devices: 2" in config
+    for log in tmp_path.glob("*/train_stdout.log"):
+        assert log.read_text().count("The final updates validate best (val_bleu=") == 1, log
 
 
 def test_the_language_model_grids_compose(tmp_path):

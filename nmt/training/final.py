@@ -51,7 +51,8 @@ def validate_final_weights(cfg: DictConfig, trainer: L.Trainer, module, datamodu
         path = checkpoint_dir / "best.ckpt"
         trainer.save_checkpoint(path, weights_only=False)  # as ModelCheckpoint saves best.ckpt
         best.best_model_path, best.best_model_score = str(path), value.detach().clone()
-        print(f"The final updates validate best ({cfg.checkpoint.monitor}={float(value):.4f}): saved as {path}")
+        if trainer.is_global_zero:  # every process of a multi-process run saves it together; one says so
+            print(f"The final updates validate best ({cfg.checkpoint.monitor}={float(value):.4f}): saved as {path}")
     return metrics
 
 
