@@ -376,6 +376,9 @@ def test_training_into_a_file_prints_plain_progress_lines(tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     assert "Recipe: toy_transformer, the default for data=toy model=transformer" in result.stdout
     assert (tmp_path / "run" / "config.yaml").is_file()
+    # Lightning's lines once (its own console handler printed each again), and in the run's train.log
+    output = result.stdout + result.stderr
+    assert output.count("GPU available: False") == 1 and "GPU available" in (tmp_path / "run" / "train.log").read_text()
     lines = [line for line in result.stdout.splitlines() if line.startswith("[train] update ")]
     assert len(lines) >= 5 and lines[-1].startswith("[train] update 6/6, epoch 0, loss ")
     assert all(" tokens/s" in line for line in lines) and "ETA" in lines[0]

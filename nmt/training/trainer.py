@@ -101,6 +101,12 @@ QUIET = ("💡 Tip:", "Trainer already configured with model summary callbacks")
 
 
 def _quiet_lightning() -> None:
+    # Lightning adds a console handler of its own to its logger, whose records also reach the root logger's
+    # (Hydra's: the console and train.log): each of its lines was printed twice. Where the root logs, it alone
+    if logging.getLogger().handlers:
+        own = logging.getLogger("lightning")
+        for handler in [h for h in own.handlers if type(h) is logging.StreamHandler]:
+            own.removeHandler(handler)
     logger = logging.getLogger("lightning.pytorch.utilities.rank_zero")
     if not any(getattr(f, "nmt_quiet", False) for f in logger.filters):
         drop = logging.Filter()
