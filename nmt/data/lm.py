@@ -193,7 +193,7 @@ class LanguageModelDataModule:
             }
         return report
 
-    # ---- the hooks of a LightningDataModule -------------------------------------------------------------------
+    # ---- the hooks of a LightningDataModule ---------------------------------------------------------
     def prepare_data(self) -> None:
         for split in ("train", "val", "test"):
             # an empty text trained nothing, or scored 0 tokens as perplexity 1.00: said before training

@@ -1,8 +1,8 @@
 """The data module Lightning's loops take, around a task's data object.
 
 The data layer (:mod:`nmt.data`) does not import Lightning: evaluate.py, translate.py, serve.py, export.py and
-a sweep's plan build data objects without a trainer, and Lightning's import (a few seconds, most of a
-checkpoint's evaluation on a small set) is paid only where a trainer runs. A data object has the hooks of a
+a sweep's plan build data objects without a trainer, and Lightning's slow import (most of the time a
+checkpoint's evaluation on a small set takes) is paid only where a trainer runs. A data object has the hooks of a
 LightningDataModule by name (``prepare_data``, ``setup``, ``*_dataloader``, optionally
 ``on_after_batch_transfer``) and a ``trainer`` attribute; Lightning checks the type of what it is given and
 which hooks it overrides, so :class:`LightningData` overrides them all and hands each to the data object,
