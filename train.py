@@ -10,15 +10,13 @@ from nmt.cli import check_command_line, run_cli
 def main(cfg: DictConfig) -> None:
     # imported here, not above: a mistyped group or key (check_command_line) is said before torch is loaded,
     # and a value the checks refuse before Lightning is (seconds of its start-up)
-    from nmt.tasks import build_task
-    from nmt.training.config import check_config
+    from nmt.training.config import checked_task
 
     def checked_train(cfg: DictConfig) -> None:
-        build_task(cfg.task)  # first, as train() builds it: a task's own refusal in its own words
-        check_config(cfg)
+        task = checked_task(cfg)
         from nmt.training.train import train
 
-        train(cfg, checked=True)
+        train(cfg, task)
 
     run_cli(checked_train, cfg)
 

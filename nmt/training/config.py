@@ -187,6 +187,13 @@ def resolve_precision(precision: str, accelerator: str = "auto") -> str:
     return "32-true"
 
 
+def checked_task(cfg: DictConfig):
+    """The run's task, built first (its own refusals in its own words), then the whole config checked."""
+    task = build_task(cfg.task)
+    check_config(cfg)
+    return task
+
+
 def check_config(cfg: DictConfig, choices: dict | None = None) -> None:
     """Raise ConfigError listing every invalid value in ``cfg``, and every option that its task
     (``task.check``) or its model (groups it does not use, :func:`unused_groups`) cannot take."""

@@ -15,10 +15,10 @@ from nmt.data.report import write_report
 from nmt.data.segmenter import moses_languages
 from nmt.data.tokenizer import PAD_ID
 from nmt.models.build import count_parameters
-from nmt.tasks import build_task
+from nmt.tasks import Task
 from nmt.training import weight_casts
 from nmt.training.callbacks import DataPlaceError, WallClock, what_ended
-from nmt.training.config import ConfigError, check_config, no_repeated_layers, resolve_precision
+from nmt.training.config import ConfigError, checked_task, no_repeated_layers, resolve_precision
 from nmt.training.config_groups import describe_recipe, run_params
 from nmt.training.final import (
     as_float,
@@ -106,16 +106,14 @@ def compile_model(model: torch.nn.Module, setting, loss: torch.nn.Module | None 
             loss.compile(dynamic=True)
 
 
-def train(cfg: DictConfig, checked: bool = False) -> dict:
+def train(cfg: DictConfig, task: Task | None = None) -> dict:
     """Train a model as ``cfg`` says, score its final model on the validation and test sets, and return the
     results (also written to <run_dir>/results.json). The run folder is locked while the run lives; a
     finished run with the same settings is reported, not trained again; a run folder made under other
-    settings is refused. ``checked``: ``check_config(cfg)`` has passed already (train.py runs it before
-    Lightning is imported)."""
+    settings is refused. ``task``: :func:`checked_task`'s, where the caller checked the config already
+    (train.py, before Lightning is imported)."""
     follow_first_process()  # a process of a multi-process run dies with the run's first process
-    task = build_task(cfg.task)
-    if not checked:
-        check_config(cfg)
+    task = task or checked_task(cfg)
     check_accelerator(cfg)
     if str(cfg.trainer.precision) == "auto":  # the checkpoint's config records what was used
         cfg.trainer.precision = resolve_precision("auto", cfg.trainer.accelerator)
