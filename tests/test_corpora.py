@@ -88,6 +88,61 @@ def test_a_sentences_translations_stay_in_one_split_and_both_directions_split_al
     assert "Hallo." in splits["train"][0] and [len(splits[n][0]) for n in ("val", "test")] == [30, 30]
 
 
+@pytest.mark.parametrize("normalization", ["lowercase", "nfkc_cf", "nmt_nfkc"])
+def test_sentences_a_normalising_tokenizer_reads_alike_go_to_one_split(tmp_path, normalization):
+    """Under a tokenizer that lowercases (or folds width and case), "A dog runs." and "a dog runs." are one
+    sentence to the model: a split by the text as written let one be a training target and the other a test
+    reference. They now join one group, copies as the model reads them are kept once, and the data report
+    counts those copies; the reading is SentencePiece's own, as the trained tokenizer normalises."""
+    from nmt.data.tokenizer import Tokenizer, TokenizerSettings, reading_form
+
+    variants = [str.upper, str.lower, lambda t: " ".join(t.split()).replace(" ", "  "), lambda t: t]
+    de, en = [], []
+    for i, (d, e) in enumerate(zip(DE[:150], EN[:150], strict=True)):
+        de.append(f"{d} ({i})")
+        en.append(variants[i % 4](f"{e} ({i})") if i % 3 else f"{e} ({i})")  # a cased copy of a third's target
+        if i % 3 == 0:
+            de.append(f"{d} [{i}]")  # another source, its target the same sentence in other case
+            en.append(f"{e} ({i})".upper() if normalization != "nmt_nfkc" else f"{e}  ({i})")
+    reading = reading_form(normalization)
+    settings = TokenizerSettings(vocab_size=200, byte_fallback=False, normalization=normalization)
+    trained = Tokenizer.train(de + en, settings)
+    for sentence in en[:40] + ["  Ａ  Dog\u00a0runs. "]:  # the split's reading is the tokenizer's normalisation
+        assert reading([sentence]) == [trained.sp.normalize(sentence).replace("\u2581", " ").strip()]
+    for seed in (1, 2, 3):
+        splits = seeded_split(de, en, 30, 30, seed=seed, reading=reading)
+        read = {name: set(reading(splits[name][1])) for name in splits}
+        assert not (read["train"] & read["val"] or read["train"] & read["test"] or read["val"] & read["test"])
+        as_written = seeded_split(de, en, 30, 30, seed=seed)  # the leak this closes, on the same pairs
+        written = {name: set(reading(as_written[name][1])) for name in as_written}
+        assert written["train"] & (written["val"] | written["test"]), seed
+    # identity reads the text as written: the split of every corpus read so far stays as it was
+    assert reading_form("identity") is None
+    # pairs that read alike on both sides are one pair (the first kept), as the data report counts them
+    twice = [("Ein Hund.", "A dog."), ("ein hund.", "a dog."), ("Ein  Hund.", "A dog.")]
+    lowered = reading_form("lowercase")
+    assert pool_drops([d for d, _ in twice], [e for _, e in twice], lowered) == (0, 2)
+    assert pool_drops([d for d, _ in twice], [e for _, e in twice]) == (0, 0)
+    folder = tmp_path / "files"
+    write(folder / "train.de", [d for d, _ in twice] + de)
+    write(folder / "train.en", [e for _, e in twice] + en)
+    dm = FilesDataModule(
+        train=str(folder / "train"),
+        src_lang="de",
+        tgt_lang="en",
+        valid_size=30,
+        test_size=30,
+        max_tokens=600,
+        tokenizer={"vocab_size": 200, "byte_fallback": False, "normalization": normalization},
+        cache_dir=str(tmp_path / "c"),
+    )
+    texts = {name: dm.text(name)[1] for name in ("train", "val", "test")}
+    read = {name: set(reading(lines)) for name, lines in texts.items()}
+    assert not (read["train"] & read["val"] or read["train"] & read["test"] or read["val"] & read["test"])
+    copies = pool_drops([d for d, _ in twice] + de, [e for _, e in twice] + en, reading)[1]
+    assert dm.dropped["train"]["duplicate"] == copies >= 1 and sum(map(len, texts.values())) == len(de) + 3 - copies
+
+
 def test_a_split_the_groups_cannot_fill_is_said_and_a_cap_too_small_for_them_named(capsys):
     """One reference with 500 translations and 30 other pairs: test takes the 30, validation none fits."""
     hub = [(f"Ja {i}.", "Yes.") for i in range(500)]

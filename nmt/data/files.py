@@ -12,6 +12,7 @@ from nmt.data.file_specs import (
     spec_paths,
 )
 from nmt.data.splits import check_split_sizes, pool_drops, seeded_split
+from nmt.data.tokenizer import reading_form
 
 
 class FilesDataModule(ParallelDataModule):
@@ -60,15 +61,17 @@ class FilesDataModule(ParallelDataModule):
                     raise missing_file(given, self.specs[given], path, self.src_lang, self.tgt_lang)
         if self.specs["val"] is None or self.specs["test"] is None:
             src, tgt = read_split_files(self.specs["train"], self.src_lang, self.tgt_lang, self.columns)
+            reading = reading_form(self.tokenizer_settings.normalization)  # sentences the model reads alike
             splits = seeded_split(
                 src,
                 tgt,
                 self.valid_size if self.specs["val"] is None else 0,
                 self.test_size if self.specs["test"] is None else 0,
                 self.split_seed,
+                reading=reading,
             )
             drops = self.dropped.setdefault("train", Counter())  # the pool's, in the data report (set, not added:
-            drops["empty"], drops["duplicate"] = pool_drops(src, tgt)  # this may run once per split)
+            drops["empty"], drops["duplicate"] = pool_drops(src, tgt, reading)  # this may run once per split)
             if self.specs[split] is None or split == "train":
                 return splits[split]
         return read_split_files(self.specs[split], self.src_lang, self.tgt_lang, self.columns)

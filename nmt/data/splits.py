@@ -2,14 +2,32 @@
 no reference in two splits, the same split for both directions of a pair."""
 
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+
+Reading = Callable[[list[str]], list[str]]  # sentences -> as the tokenizer reads them
 
 
-def pool_drops(src: Sequence[str], tgt: Sequence[str]) -> tuple[int, int]:
+def pool_drops(src: Sequence[str], tgt: Sequence[str], reading: Reading | None = None) -> tuple[int, int]:
     """What :func:`seeded_split` leaves out of a pool of pairs, for the data report: (pairs with an empty
-    or blank side, copies of an earlier pair)."""
+    or blank side, copies of an earlier pair as ``reading`` reads them)."""
     kept = [(s, t) for s, t in zip(src, tgt, strict=True) if s.strip() and t.strip()]
-    return len(src) - len(kept), len(kept) - len(set(kept))
+    return len(src) - len(kept), len(kept) - len(_unique(kept, reading))
+
+
+def _unique(pairs: Sequence[tuple[str, str]], reading: Reading | None) -> list[tuple[str, str]]:
+    """The first of each set of pairs that read alike (both sides), in the pairs' order."""
+    if reading is None:
+        return list(dict.fromkeys(pairs))
+    first: dict[tuple[str, str], tuple[str, str]] = {}
+    for pair, read in zip(pairs, _read(pairs, reading), strict=True):
+        first.setdefault(read, pair)
+    return list(first.values())
+
+
+def _read(pairs: Sequence[tuple[str, str]], reading: Reading) -> list[tuple[str, str]]:
+    """Each pair as the tokenizer reads it (one call per side: the normaliser takes a whole list at once)."""
+    sides = [reading([pair[side] for pair in pairs]) for side in (0, 1)]
+    return list(zip(*sides, strict=True))
 
 
 def check_split_sizes(valid_size, test_size, max_samples=None) -> None:
@@ -39,6 +57,7 @@ def seeded_split(
     test_size: int,
     seed: int = 1,
     max_samples: int | None = None,
+    reading: Reading | None = None,
 ) -> dict[str, tuple[list[str], list[str]]]:
     """Split pairs into 'train', 'val' and 'test' by a seeded shuffle of *groups of pairs*: identical pairs
     are kept once, and pairs that share a source or a target sentence, directly or through other pairs,
@@ -50,9 +69,12 @@ def seeded_split(
     next group that fits what is left of its size, so sizes are exact while small groups remain (fewer is
     said); a group larger than that goes on to training. ``max_samples`` caps the pairs used in all (a
     seeded subset; a group larger than what is left of the cap is then in no split).
-    Pairs with an empty or blank side are in no split (the data report counts them)."""
-    pairs = list(dict.fromkeys((s, t) for s, t in zip(src, tgt, strict=True) if s.strip() and t.strip()))
-    groups = _groups(pairs)
+    Pairs with an empty or blank side are in no split (the data report counts them).
+    ``reading`` (the tokenizer's normalisation, :func:`nmt.data.tokenizer.reading_form`) says when two
+    sentences are one: pairs that read alike are kept once (the first), and sentences that read alike join
+    their groups, so a lowercasing model's test references are not its training targets in other case."""
+    pairs = _unique([(s, t) for s, t in zip(src, tgt, strict=True) if s.strip() and t.strip()], reading)
+    groups = _groups(_read(pairs, reading) if reading else pairs)
     # an order of the groups that the direction does not change (each pair written with its sentences
     # sorted), then the seeded shuffle
     groups.sort(key=lambda group: min(tuple(sorted(pairs[i])) for i in group))

@@ -9,7 +9,7 @@ import random
 import re
 import tempfile
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -159,6 +159,32 @@ class Tokenizer:
                 **normalization_rule(settings.normalization, Path(folder)),
             )
         return cls(without_thread_count(model.getvalue()))
+
+
+def reading_form(normalization: str) -> Callable[[list[str]], list[str]] | None:
+    """Sentences as a tokenizer of this normalisation reads them (SentencePiece's own normaliser, runs of
+    spaces made one), for the seeded split to keep sentences that read alike in one split: under
+    ``lowercase``, "A dog." and "a dog." are one sentence to the model, and were otherwise free to be a
+    training target and a test reference. None for ``identity``, whose split stays by the text as written
+    (the split of every corpus read so far)."""
+    if normalization == "identity":
+        return None
+    # the rule file is compiled when the normaliser is made; SentencePiece logs that compilation at its
+    # default level (its trainer is called with minloglevel=2 for the same reason)
+    spm.set_min_log_level(2)
+    try:
+        with tempfile.TemporaryDirectory() as folder:
+            rule = normalization_rule(normalization, Path(folder))
+            normalizer = spm.SentencePieceNormalizer(
+                rule_tsv=rule.get("normalization_rule_tsv"),
+                rule_name=rule.get("normalization_rule_name"),
+                add_dummy_prefix=False,
+                escape_whitespaces=False,
+                remove_extra_whitespaces=True,
+            )
+    finally:
+        spm.set_min_log_level(0)
+    return lambda sentences: normalizer.normalize(list(sentences))
 
 
 @contextlib.contextmanager

@@ -4,6 +4,7 @@ from collections import Counter
 
 from nmt.data.datamodule import ParallelDataModule
 from nmt.data.splits import check_split_sizes, pool_drops, seeded_split
+from nmt.data.tokenizer import reading_form
 
 
 class UnsplitCorpusDataModule(ParallelDataModule):
@@ -33,9 +34,12 @@ class UnsplitCorpusDataModule(ParallelDataModule):
             raise ValueError(f"{self.name} has splits ['train', 'val', 'test'], not {split!r}")
         if self._splits is None:
             src, tgt = self.load_pairs()
-            self._splits = seeded_split(src, tgt, self.valid_size, self.test_size, self.split_seed, self.max_samples)
+            reading = reading_form(self.tokenizer_settings.normalization)  # sentences the model reads alike
+            self._splits = seeded_split(
+                src, tgt, self.valid_size, self.test_size, self.split_seed, self.max_samples, reading
+            )
             drops = self.dropped.setdefault("train", Counter())  # the pool's, in the data report (set, not added:
-            drops["empty"], drops["duplicate"] = pool_drops(src, tgt)  # this may run once per split)
+            drops["empty"], drops["duplicate"] = pool_drops(src, tgt, reading)  # this may run once per split)
         return self._splits[split]
 
     def describe(self) -> str:
