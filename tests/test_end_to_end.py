@@ -74,13 +74,14 @@ def test_each_validation_logs_how_spread_the_decoders_attention_over_the_source_
 
 
 def test_evaluate_reproduces_the_test_score_from_the_checkpoint_alone(toy_run, tmp_path, monkeypatch):
-    """... without importing Lightning (seconds of its start-up), which only training needs."""
+    """... without importing Lightning (seconds of its start-up), which only training needs, nor matplotlib,
+    which only attention maps need."""
     results = json.loads((toy_run / "results.json").read_text())
     monkeypatch.setenv("PYTHONPROFILEIMPORTTIME", "1")  # each module imported, a line of stderr
     done = run("evaluate.py", f"ckpt_path={results['best_checkpoint']}", f"out_dir={tmp_path}", "samples=0")
     imported = [line.rpartition("|")[2].strip() for line in done.stderr.splitlines() if line.startswith("import time:")]
     assert "torch" in imported and "sacrebleu" in imported
-    assert not [name for name in imported if name.split(".")[0] in ("lightning", "pytorch_lightning")]
+    assert not [name for name in imported if name.split(".")[0] in ("lightning", "pytorch_lightning", "matplotlib")]
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     assert metrics["bleu"] == results["test"]["bleu"]
     assert metrics["bleu_signature"].startswith("nrefs:1|case:mixed")

@@ -29,7 +29,6 @@ from nmt.tasks.base import (
 )
 from nmt.tasks.translation import decoder_only, model_options
 from nmt.utils.io import atomic_write_json
-from nmt.utils.plots import save_attention_maps
 
 console = Console(stderr=True)
 
@@ -289,6 +288,8 @@ def generate(
 def write_self_attention_maps(loaded, text: str, folder: Path) -> list[Path]:
     """Heatmaps of how each word of ``text`` (a prompt and its continuation) attended to the words
     before it, per layer and head."""
+    from nmt.utils.plots import save_attention_maps  # matplotlib: only where maps are drawn, not every run
+
     vocab = loaded.tgt_tokenizer
     ids = [EOS_ID, *vocab.encode(text)]
     tokens = torch.tensor([ids], device=next(loaded.model.parameters()).device)

@@ -15,7 +15,6 @@ from nmt.data.sources import locate, read_parallel
 from nmt.data.tokenizer import BOS_ID, EOS_ID
 from nmt.decoding.settings import RANKED, SEARCH_TAGS, UNREAD, SearchConfig
 from nmt.utils.io import atomic_write_text
-from nmt.utils.plots import save_attention_maps
 
 console = Console(stderr=True)
 IWSLT16_FOLDER = "iwslt16_de_en_devtest"
@@ -126,6 +125,8 @@ def check_attention_indices(indices, count: int) -> None:
 @torch.no_grad()
 def write_attention_maps(loaded, sources: Sequence[str], hypotheses: Sequence[str], indices, folder: Path) -> list:
     """Heatmaps of how each hypothesis token attended to the source (teacher-forced on the hypothesis)."""
+    from nmt.utils.plots import save_attention_maps  # matplotlib: only where maps are drawn, not every run
+
     device = next(loaded.model.parameters()).device
     paths = []
     check_attention_indices(indices, len(sources))
