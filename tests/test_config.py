@@ -128,6 +128,8 @@ def test_course_baseline_has_the_reported_shape():
         # values that passed, then failed later (a ZeroDivisionError after the data was read, a TypeError at
         # the first validation without a better score, a run without last.ckpt to resume)
         ("trainer.accumulate_grad_batches=0", "trainer.accumulate_grad_batches=0: must be a positive integer"),
+        ("trainer.log_every_n_steps=-3", "trainer.log_every_n_steps=-3: must be an integer >= 0 (0: no per-update"),
+        ("trainer.log_every_n_steps=2.5", "trainer.log_every_n_steps=2.5: must be an integer >= 0"),
         # a model part given as a key, not its group: a Hydra error block about a str not being callable
         ("model.position=rope", "model.position='rope': set by the config group pos: choose it as pos=rope"),
         ("model=rnn model.attention=additive", "model.attention='additive': set by the config group attention"),

@@ -85,6 +85,11 @@ def _rules() -> list[tuple[str, Callable[[object], bool], str]]:
         ("threads", *non_negative),
         ("trainer.accumulate_grad_batches", *positive),
         (
+            "trainer.log_every_n_steps",  # Lightning reads a negative one as its absolute value
+            lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0,
+            "an integer >= 0 (0: no per-update values logged)",
+        ),
+        (
             "early_stopping.patience",
             lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool) and v >= 0),
             "an integer >= 0 or null (0, null: off)",
