@@ -381,8 +381,8 @@ def hydra_dir_from_run_dir(argv: list[str]) -> list[str]:
     if not given or given[-1] in ("", "null") or multirun or any("hydra.run.dir=" in a for a in argv):
         return argv
     folder = Path(given[-1].strip("'\"")).expanduser()
-    if any(p.exists() and not p.is_dir() for p in (folder, *folder.parents)):
-        return argv  # a file in the way: train.py's own check names it
+    if _file_in_the_way(folder):
+        return argv  # refused by run_dir_message before Hydra makes a folder of its own for the run
     # run_dir expands ~ itself; Hydra would make a folder named "~" in the working directory
     home = given[-1].strip("'\"").startswith("~") and "'" not in str(folder)
     extra = [f"hydra.run.dir='{folder}'" if home else f"hydra.run.dir={given[-1]}"]
@@ -391,6 +391,22 @@ def hydra_dir_from_run_dir(argv: list[str]) -> list[str]:
             "hydra.output_subdir=null"
         )  # a run's folder: its record is not rewritten by a command it may refuse
     return [*argv, *extra]
+
+
+def _file_in_the_way(folder: Path) -> bool:
+    return any(p.exists() and not p.is_dir() for p in (folder, *folder.parents))
+
+
+def run_dir_message(argv: list[str]) -> str | None:
+    """train.py's ``run_dir`` where a file stands (the folder or one of its parents), said before Hydra starts:
+    Hydra would otherwise make a folder of its own for the refused run (``runs/<name>/<date>/``)."""
+    given = [a.partition("=")[2] for a in argv if a.startswith("run_dir=")]
+    if not given or given[-1] in ("", "null") or any(a in ("-m", "--multirun") for a in argv):
+        return None
+    folder = Path(given[-1].strip("'\"")).expanduser()
+    if not _file_in_the_way(folder):
+        return None
+    return f"error: run_dir={folder}: a file stands where the run folder or one of its parents should be"
 
 
 def unparsable_message(argv: list[str]) -> str | None:
@@ -440,6 +456,7 @@ def check_command_line(config_name: str) -> None:
         or unknown_option_message(sys.argv[1:])
         or unknown_key_message(sys.argv[1:], config_name)
         or (launcher_key_message(sys.argv[1:]) if config_name == "sweep" else None)
+        or (run_dir_message(sys.argv[1:]) if config_name == "train" else None)
     )
     if message:
         print(message, file=sys.stderr)

@@ -10,6 +10,7 @@ from nmt.cli import (
     foreign_group_message,
     hydra_dir_from_run_dir,
     quoted_paths,
+    run_dir_message,
     unknown_key_message,
     unknown_option_message,
     unparsable_message,
@@ -495,6 +496,11 @@ def test_train_pys_run_dir_is_hydras_output_folder_too(tmp_path, monkeypatch):
         assert hydra_dir_from_run_dir(argv) == argv
     (tmp_path / "file").write_text("")
     assert hydra_dir_from_run_dir([f"run_dir={tmp_path / 'file' / 'run'}"]) == [f"run_dir={tmp_path / 'file' / 'run'}"]
+    assert run_dir_message([f"run_dir={tmp_path / 'file' / 'run'}"]).endswith(
+        "a file stands where the run folder or one of its parents should be"
+    )
+    assert run_dir_message([f"run_dir={tmp_path / 'file'}"]) and not run_dir_message([f"run_dir={tmp_path}"])
+    assert not run_dir_message(["-m", f"run_dir={tmp_path / 'file'}"]) and not run_dir_message(["run_dir=null"])
     run = tmp_path / "run"  # a run's folder: Hydra's record of it is not rewritten before train.py's checks
     run.mkdir()
     (run / "fingerprint.json").write_text("{}")
@@ -510,6 +516,14 @@ def test_train_py_writes_nothing_outside_its_run_dir(tmp_path):
     assert result.returncode == 0, result.stderr
     assert not list(work.iterdir())  # no runs/<name>/<date>/ of Hydra's beside it
     assert (run / ".hydra" / "config.yaml").is_file() and (run / "train.log").is_file()
+    # a file where the run folder should be: refused before Hydra makes a folder of its own for the run
+    (tmp_path / "file").write_text("")
+    refused = run_train(*quick, f"run_dir={tmp_path / 'file' / 'run'}", cwd=work)
+    assert refused.returncode == 2 and refused.stderr.strip() == (
+        f"error: run_dir={tmp_path / 'file' / 'run'}: a file stands where the run folder or one of its parents "
+        "should be"
+    )
+    assert not list(work.iterdir()) and (tmp_path / "file").read_text() == ""
 
 
 def test_translate_names_a_missing_input_file_before_loading_any_model(tmp_path):
