@@ -128,6 +128,12 @@ def test_course_baseline_has_the_reported_shape():
         # values that passed, then failed later (a ZeroDivisionError after the data was read, a TypeError at
         # the first validation without a better score, a run without last.ckpt to resume)
         ("trainer.accumulate_grad_batches=0", "trainer.accumulate_grad_batches=0: must be a positive integer"),
+        ("trainer.num_nodes=0", "trainer.num_nodes=0: must be a positive integer"),
+        ("trainer.num_sanity_val_steps=-5", "trainer.num_sanity_val_steps=-5: must be an integer >= -1"),
+        ("trainer.deterministic=maybe", "trainer.deterministic='maybe': must be true, false, 'warn' or null"),
+        ("trainer.max_time=abc", "trainer.max_time='abc': must be a duration DD:HH:MM:SS"),
+        ("trainer.accelerator=tpu", "trainer.accelerator='tpu': must be one of ['auto', 'cpu', 'gpu', 'cuda', 'mps']"),
+        ("trainer.accumulate_grad_batches=true", "trainer.accumulate_grad_batches=True: must be a positive integer"),
         ("trainer.log_every_n_steps=-3", "trainer.log_every_n_steps=-3: must be an integer >= 0 (0: no per-update"),
         ("trainer.log_every_n_steps=2.5", "trainer.log_every_n_steps=2.5: must be an integer >= 0"),
         # a model part given as a key, not its group: a Hydra error block about a str not being callable
@@ -341,3 +347,20 @@ def test_cudnn_attention_is_set_at_every_run_so_that_none_carries_into_the_next(
         overrides = ["trainer.max_steps=1", "threads=1", *NO_FINAL_SCORES, "trainer.accelerator=auto"]
         train(compose_train(*overrides, f"cudnn_attention={setting}", f"run_dir={run}"))
     assert seen == [False, True]
+
+
+def test_lightnings_own_refusal_of_a_trainer_setting_names_the_config_key():
+    """What the config checks leave to Lightning (a strategy's name, a duration's units) is said with the key
+    Lightning names, as the config writes it."""
+    import lightning as L
+    from lightning.fabric.utilities.exceptions import MisconfigurationException
+
+    from nmt.training.trainer import lightnings_refusal
+
+    for args, said in (
+        ({"strategy": "foo"}, "trainer.strategy='foo': Lightning refused it: You selected an invalid strategy name"),
+        ({"max_time": {"minutes": "abc"}}, "trainer: Lightning refused these settings: unsupported type"),
+    ):
+        with pytest.raises((MisconfigurationException, ValueError, TypeError)) as refused:
+            L.Trainer(**args, logger=False, enable_checkpointing=False)
+        assert lightnings_refusal(str(refused.value), args).startswith(said), str(refused.value)

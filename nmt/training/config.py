@@ -28,6 +28,10 @@ from nmt.training.optim import DECAYS
 MATMUL_PRECISIONS = ("highest", "high", "medium")  # torch.set_float32_matmul_precision
 
 
+# Lightning's accelerators that need nothing beyond torch ("gpu" is CUDA's or MPS's, whichever there is)
+ACCELERATORS = ("auto", "cpu", "gpu", "cuda", "mps")
+
+
 class ConfigError(ValueError):
     """The config asks for something impossible; the message lists every problem found."""
 
@@ -46,8 +50,8 @@ def _interpolated(cfg: DictConfig, key: str) -> bool:
 
 
 def _rules() -> list[tuple[str, Callable[[object], bool], str]]:
-    positive = (lambda v: isinstance(v, int) and v > 0, "a positive integer")
-    non_negative = (lambda v: isinstance(v, int) and v >= 0, "an integer >= 0")
+    positive = (lambda v: _number(v) and isinstance(v, int) and v > 0, "a positive integer")
+    non_negative = (lambda v: _number(v) and isinstance(v, int) and v >= 0, "an integer >= 0")
     probability = (lambda v: isinstance(v, int | float) and 0 <= v < 1, "a number in [0, 1)")
     positive_or_null = (lambda v: _number(v) and isinstance(v, int) and v > 0, "a positive integer or null")
     non_negative_or_null = (lambda v: _number(v) and isinstance(v, int) and v >= 0, "an integer >= 0 or null (0: off)")
@@ -102,7 +106,28 @@ def _rules() -> list[tuple[str, Callable[[object], bool], str]]:
         ("checkpoint.mode", lambda v: v in ("min", "max"), "one of ['min', 'max']"),
         ("checkpoint.write_behind", lambda v: isinstance(v, bool), "true, false or null (on an accelerator)"),
         ("early_stopping.mode", lambda v: v in ("min", "max"), "one of ['min', 'max']"),
-        ("trainer.max_epochs", lambda v: isinstance(v, int) and v >= -1, "an integer >= -1"),
+        ("trainer.max_epochs", lambda v: _number(v) and isinstance(v, int) and v >= -1, "an integer >= -1"),
+        # Lightning's own checks of these say a bare name, or nothing: a negative count of sanity batches
+        # and a deterministic='maybe' trained without a word
+        ("trainer.num_nodes", *positive),
+        (
+            "trainer.num_sanity_val_steps",
+            lambda v: _number(v) and isinstance(v, int) and v >= -1,
+            "an integer >= -1 (-1: every validation batch, 0: none)",
+        ),
+        ("trainer.deterministic", lambda v: v in (True, False, "warn"), "true, false, 'warn' or null"),
+        (
+            "trainer.max_time",
+            lambda v: (
+                (isinstance(v, str) and bool(re.fullmatch(r"\d+:\d+:\d+:\d+", v))) or isinstance(v, dict | DictConfig)
+            ),
+            "a duration DD:HH:MM:SS (as '00:02:00:00'), {hours: 2, ...}, or null",
+        ),
+        (
+            "trainer.accelerator",
+            lambda v: v in ACCELERATORS,
+            f"one of {list(ACCELERATORS)} (others need packages this project does not install)",
+        ),
         (
             "trainer.max_steps",
             lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= -1,

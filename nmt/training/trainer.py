@@ -2,11 +2,13 @@
 loggers, precision and checkpoint writer, all from the config."""
 
 import logging
+import re
 import warnings
 from pathlib import Path
 
 import lightning as L
 import torch
+from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.callbacks import (
     RichModelSummary,
     RichProgressBar,
@@ -179,11 +181,24 @@ def build_trainer(cfg: DictConfig, run_dir: Path, task: Task) -> L.Trainer:
     loggers = [logger]
     if not isinstance(logger, CSVLogger):  # curves for sweep reports, whatever the dashboard
         loggers.append(ResumableCSVLogger(str(run_dir), name="logs", version=""))
-    return L.Trainer(
-        **trainer_args,
-        callbacks=callbacks,
-        logger=loggers,
-        default_root_dir=str(run_dir),
-        use_distributed_sampler=False,  # our token-budget sampler shards batches across ranks itself
-        plugins=[writer],
-    )
+    try:
+        return L.Trainer(
+            **trainer_args,
+            callbacks=callbacks,
+            logger=loggers,
+            default_root_dir=str(run_dir),
+            use_distributed_sampler=False,  # our token-budget sampler shards batches across ranks itself
+            plugins=[writer],
+        )
+    except (MisconfigurationException, ValueError, TypeError) as err:
+        raise ValueError(lightnings_refusal(str(err), trainer_args)) from err
+
+
+def lightnings_refusal(message: str, trainer_args: dict) -> str:
+    """Lightning's refusal of a trainer setting, with the key it names (a bare `strategy` or `num_nodes`) as
+    the config's ``trainer.<key>=<value>``; ``trainer: ...`` where it names none of them."""
+    first = message.strip().splitlines()[0] if message.strip() else "refused"
+    for name in re.findall(r"`(\w+)", first):
+        if name in trainer_args:
+            return f"trainer.{name}={trainer_args[name]!r}: Lightning refused it: {first}"
+    return f"trainer: Lightning refused these settings: {first}"
