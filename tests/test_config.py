@@ -216,6 +216,21 @@ def test_a_model_the_constructor_refuses_stops_the_run_before_any_data_is_read(t
     assert not (tmp_path / "cache").exists()
 
 
+def test_the_constructors_refusal_is_said_with_the_other_problems_of_the_config():
+    """One round of fixes: a trainer value and a model option the constructor refuses, both named at once; a bad
+    model value the rules name is not named a second time by the constructor."""
+    with pytest.raises(ConfigError) as refused:
+        check_config(compose_train("model=rnn", "model.cell=lstmx", "trainer.num_nodes=0"))
+    lines = str(refused.value).splitlines()[1:]
+    assert len(lines) == 2 and "trainer.num_nodes=0" in lines[0] and "model.cell='lstmx'" in lines[1], lines
+    with pytest.raises(ConfigError) as refused:
+        check_config(compose_train("model.d_model=-8", "trainer.num_nodes=0"))
+    assert [line.split("=")[0].strip() for line in str(refused.value).splitlines()[1:]] == [
+        "model.d_model",
+        "trainer.num_nodes",
+    ]
+
+
 def test_search_options_that_their_strategy_reads_are_accepted():
     check_config(compose_train("decode.strategy=sample", "decode.top_p=0.9", "decode.seed=3"))
     check_config(compose_train("validation.search.strategy=beam", "+validation.search.beam_size=4"))

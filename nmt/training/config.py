@@ -386,7 +386,9 @@ def check_config(cfg: DictConfig, choices: dict | None = None) -> None:
             f"checkpoint.keep_last_epochs={kept} keeps {kept}; keep at least {average}, or average fewer"
         )
     problems += unused_groups(cfg)
-    if not problems:  # each problem above named once; the constructors' own checks only for a config without any
+    # the constructor's own checks beside every other problem, except where a model setting is among them (a
+    # bad model.d_model, a group the model does not use), which the constructor would name a second time
+    if not any(problem.lstrip().startswith("model") for problem in problems):
         problems += _model_build_problems(cfg)
     if problems:
         raise ConfigError("invalid configuration:\n" + "\n".join(problems))
