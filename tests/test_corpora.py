@@ -440,6 +440,27 @@ def test_europarl_extracts_the_release_archive_into_the_cache(tmp_path):
     assert again.text("train") == (src, tgt)
 
 
+def test_an_archive_replaced_by_one_of_the_same_size_and_time_is_extracted_again(tmp_path):
+    """The extraction is named by the archive's bytes: a new release copied over the old one with its size and
+    time kept (cp -p, a same-second re-download) was read from the old extraction."""
+    archive = tmp_path / "ep" / "de-en.tgz"
+    archive.parent.mkdir()
+    stats = []
+    for word in ("eins", "zwei"):  # words of one length, stored uncompressed, members dated alike: one size
+        with tarfile.open(archive, "w:gz", compresslevel=0) as bundle:
+            for lang, text in (("de", [f"{line} {word}" for line in DE]), ("en", EN)):
+                data = "".join(line + "\n" for line in text).encode()
+                info = tarfile.TarInfo(f"europarl-v7.de-en.{lang}")
+                info.size, info.mtime = len(data), 0
+                bundle.addfile(info, io.BytesIO(data))
+        if stats:  # the second archive given the first one's time
+            os.utime(archive, ns=(stats[0].st_atime_ns, stats[0].st_mtime_ns))
+        stats.append(archive.stat())
+        dm = EuroparlDataModule(root=str(archive.parent), cache_dir=str(tmp_path / "c"), valid_size=30, test_size=30)
+        assert dm.load_pairs()[0] == [f"{line} {word}" for line in DE]
+    assert stats[0].st_size == stats[1].st_size and stats[0].st_mtime_ns == stats[1].st_mtime_ns
+
+
 def test_an_archive_given_is_read_not_the_extraction_of_another(tmp_path):
     """Two de-en.tgz in two folders given in turn as data.root: each run reads its own (the second read the
     first one's files, extracted into the cache before)."""

@@ -211,10 +211,14 @@ def _extractions(cache: Path, filenames: Sequence[str]) -> list[Path]:
 
 
 def _extracted(archive: Path, filenames: Sequence[str], extract: Callable[[Path, Path], None], cache: Path) -> Path:
-    """The cache folder of this archive's files (named by its path, size and time of change), extracted
-    once; a folder is complete or absent (extracted beside it, then renamed)."""
-    stat = archive.stat()
-    key = hashlib.sha1(f"{archive.resolve()}|{stat.st_size}|{stat.st_mtime_ns}".encode()).hexdigest()[:16]
+    """The cache folder of this archive's files (named by a hash of its bytes: an archive replaced by another
+    of the same size and time, as ``cp -p`` or a re-download in the same second leaves it, is extracted
+    again), extracted once; a folder is complete or absent (extracted beside it, then renamed)."""
+    digest = hashlib.sha256()
+    with open(archive, "rb") as bytes_in:
+        while chunk := bytes_in.read(1 << 20):
+            digest.update(chunk)
+    key = digest.hexdigest()[:16]
     target = cache / "extracted" / key
     if all((target / f).is_file() for f in filenames):
         return target
