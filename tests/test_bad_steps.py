@@ -186,6 +186,25 @@ def test_a_run_with_the_deferred_guard_trains_as_one_that_checks_every_update(mo
     assert all(torch.equal(first["state_dict"][k], v) for k, v in second["state_dict"].items())
 
 
+def test_a_skipped_batch_is_said_under_the_plain_progress_of_a_log_file(monkeypatch, tmp_path, capsys):
+    """Output to a file or a pipe (a sweep's runs, nohup) shows plain progress lines; the module's warning of a
+    skipped batch goes through the progress bar Lightning finds, which lacked what it reads (is_enabled), so
+    the first non-finite loss ended such runs with an AttributeError instead of skipping the batch."""
+    from nmt.training.train import train
+
+    from .conftest import NO_FINAL_SCORES, compose_train, nan_loss_in_batch
+
+    calls = nan_loss_in_batch(monkeypatch, which=2)
+    monkeypatch.setattr("nmt.training.trainer.plain_output", lambda: True)
+    cfg = compose_train(
+        "trainer.enable_progress_bar=true", "trainer.max_steps=4", *NO_FINAL_SCORES, f"run_dir={tmp_path}"
+    )
+    train(cfg)
+    printed = capsys.readouterr().out
+    assert len(calls) >= 4 and "non-finite loss at step 1; batch skipped" in printed, printed[-2000:]
+    assert "Results:" in printed  # the run went on to its end
+
+
 def test_the_deferred_guard_is_refused_where_it_cannot_skip_an_update():
     from nmt.training.config import ConfigError, check_config
 

@@ -1,6 +1,7 @@
 """Progress for output that is not a terminal (a log file, a sweep, a cluster job): a plain line every few
 seconds instead of a bar that a file cannot show."""
 
+import builtins
 import sys
 import time
 
@@ -27,6 +28,14 @@ class PlainProgress(ProgressBar):
         self._last_step = self._start_step = 0
         self._last_tokens: float | None = None  # tokens trained on when the last line was printed
         self._earlier_tokens = 0.0  # of the epochs ended since training started
+
+    @property
+    def is_enabled(self) -> bool:  # read by LightningModule.print, which then prints through the bar
+        return self._enabled
+
+    def print(self, *args, **kwargs) -> None:
+        """A line of the module's (a skipped batch's warning), flushed as this bar's own lines are."""
+        builtins.print(*args, **kwargs, flush=True)
 
     def disable(self) -> None:
         self._enabled = False
