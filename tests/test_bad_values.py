@@ -103,7 +103,7 @@ def test_a_run_folder_named_by_digits_is_found(tmp_path, monkeypatch):
 def test_validation_search_values_are_named_as_validation_search():
     with pytest.raises(ValueError, match=r"^validation\.search\.strategy='foo' is not one of"):
         TranslationTask(val_search={"strategy": "foo"})
-    with pytest.raises(ValueError, match=r"^validation\.search\.max_len_a=-1 must be a number >= 0"):
+    with pytest.raises(ValueError, match=r"^validation\.search\.max_len_a=-1 must be a finite number >= 0"):
         TranslationTask(val_search={"strategy": "greedy", "max_len_a": -1})
 
 

@@ -134,6 +134,18 @@ def test_course_baseline_has_the_reported_shape():
         ("trainer.max_time=abc", "trainer.max_time='abc': must be a duration DD:HH:MM:SS"),
         ("trainer.accelerator=tpu", "trainer.accelerator='tpu': must be one of ['auto', 'cpu', 'gpu', 'cuda', 'mps']"),
         ("trainer.accumulate_grad_batches=true", "trainer.accumulate_grad_batches=True: must be a positive integer"),
+        # true or false where a number goes (Python counts True as 1: lr=true trained at a rate of 1.0)
+        ("lr=true", "lr=True: must be a positive finite number"),
+        ("model.dropout=false", "model.dropout=False: must be a number in [0, 1)"),
+        ("warmup=true", "warmup=True: must be an integer >= 0"),
+        ("threads=true", "threads=True: must be an integer >= 0"),
+        # a word where conf/ writes true or false: read as true wherever the key was tested for truth
+        ("task.rouge=maybe", "task.rouge='maybe': must be true or false"),
+        ("model=rnn model.bidirectional=maybe", "model.bidirectional='maybe': must be true or false"),
+        ("trainer.enable_progress_bar=maybe", "trainer.enable_progress_bar='maybe': must be true or false"),
+        ("data.tokenizer.joint=maybe", "data.tokenizer.joint='maybe': must be true or false"),
+        ("pos=relative pos.use_values=1", "pos.use_values=1: must be true or false"),
+        ("optim.optimizer.fused=maybe", "optim.optimizer.fused='maybe': must be true, false or null"),
         ("trainer.log_every_n_steps=-3", "trainer.log_every_n_steps=-3: must be an integer >= 0 (0: no per-update"),
         ("trainer.log_every_n_steps=2.5", "trainer.log_every_n_steps=2.5: must be an integer >= 0"),
         # a model part given as a key, not its group: a Hydra error block about a str not being callable
@@ -168,7 +180,10 @@ def test_course_baseline_has_the_reported_shape():
             "sample without decode.seed: val_after_training/test_after_training=true",
         ),
         ("decode.temperature=0", "decode.temperature=0 must be positive"),
-        ("decode.max_len_a=-1", "decode.max_len_a=-1 must be a number >= 0"),
+        ("decode.max_len_a=-1", "decode.max_len_a=-1 must be a finite number >= 0"),
+        ("decode.max_len_a=inf", "decode.max_len_a=inf must be a finite number >= 0"),
+        ("decode.length_penalty=nan", "decode.length_penalty=nan must be a finite number"),
+        ("decode.strategy=sample decode.seed=1 decode.temperature=inf", "decode.temperature=inf must be positive and"),
         ("decode.early_stopping=2", "decode.early_stopping=2 must be true or false"),
         ("validation.search.strategy=nucleus", "validation.search.strategy='nucleus' is not one of"),
         (
@@ -379,3 +394,15 @@ def test_lightnings_own_refusal_of_a_trainer_setting_names_the_config_key():
         with pytest.raises((MisconfigurationException, ValueError, TypeError)) as refused:
             L.Trainer(**args, logger=False, enable_checkpointing=False)
         assert lightnings_refusal(str(refused.value), args).startswith(said), str(refused.value)
+
+
+def test_the_switches_are_the_keys_conf_writes_as_true_or_false():
+    """Read from conf/ itself, so a switch added to a group is checked without a list to keep: its keys dotted
+    as the composed config holds them, a group's under the group, a recipe's (package _global_) as written."""
+    from nmt.training.config_groups import switches
+
+    found = switches()
+    assert {"task.rouge", "model.input_feeding", "data.tokenizer.joint", "norm.fused", "val_after_training"} <= found
+    assert {"trainer.enable_progress_bar", "pos.use_values", "checkpoint.resume_fallback"} <= found
+    assert not {"plan", "scores", "alignments", "defaults"} & found  # other programs' keys, Hydra's list
+    check_config(compose_train("model=rnn", "task.rouge=false", "val_after_training=false"))

@@ -3,6 +3,7 @@ and the checks that refuse an option that is invalid or that the chosen strategy
 strategy or option starts here (ARCHITECTURE.md, "a decoding strategy")."""
 
 import difflib
+import math
 from dataclasses import dataclass, fields
 
 STRATEGIES = ("greedy", "beam", "sample")
@@ -82,7 +83,8 @@ def search_problems(values: dict, key: str = "decode") -> list[str]:
         return isinstance(x, int) and not isinstance(x, bool)
 
     def number(x) -> bool:
-        return isinstance(x, int | float) and not isinstance(x, bool)
+        # finite: an infinite max_len_a cut every output to one token, a NaN length penalty ranked nothing
+        return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
 
     checks = [
         (
@@ -91,11 +93,11 @@ def search_problems(values: dict, key: str = "decode") -> list[str]:
             f"is not one of {list(STRATEGIES)}{_did_you_mean(str(v['strategy']), list(STRATEGIES))}",
         ),
         ("beam_size", integer(v["beam_size"]) and v["beam_size"] >= 1, "must be a whole number, at least 1"),
-        ("length_penalty", number(v["length_penalty"]), "must be a number (0: raw log-probability)"),
-        ("max_len_a", number(v["max_len_a"]) and v["max_len_a"] >= 0, "must be a number >= 0"),
+        ("length_penalty", number(v["length_penalty"]), "must be a finite number (0: raw log-probability)"),
+        ("max_len_a", number(v["max_len_a"]) and v["max_len_a"] >= 0, "must be a finite number >= 0"),
         ("max_len_b", integer(v["max_len_b"]) and v["max_len_b"] >= 0, "must be a whole number >= 0"),
         ("early_stopping", isinstance(v["early_stopping"], bool), "must be true or false"),
-        ("temperature", number(v["temperature"]) and v["temperature"] > 0, "must be positive"),
+        ("temperature", number(v["temperature"]) and v["temperature"] > 0, "must be positive and finite"),
         ("top_k", integer(v["top_k"]) and v["top_k"] >= 0, "must be a whole number >= 0 (0: off)"),
         ("top_p", number(v["top_p"]) and 0 < v["top_p"] <= 1, "must be in (0, 1]"),
         ("seed", v["seed"] is None or integer(v["seed"]), "must be an integer or null"),

@@ -20,6 +20,7 @@ from nmt.training.config_groups import (
     keywords,
     model_key_problems,
     optim_node_problems,
+    switches,
     target_class,
     unused_groups,
 )
@@ -30,6 +31,10 @@ MATMUL_PRECISIONS = ("highest", "high", "medium")  # torch.set_float32_matmul_pr
 
 # Lightning's accelerators that need nothing beyond torch ("gpu" is CUDA's or MPS's, whichever there is)
 ACCELERATORS = ("auto", "cpu", "gpu", "cuda", "mps")
+
+
+# switches whose default is null (chosen by the device), which conf/ therefore does not write as true or false
+NULLABLE_SWITCHES = frozenset({"data.batches_on_device", "optim.optimizer.fused"})
 
 
 class ConfigError(ValueError):
@@ -228,10 +233,21 @@ def check_config(cfg: DictConfig, choices: dict | None = None) -> None:
     """Raise ConfigError listing every invalid value in ``cfg``, and every option that its task
     (``task.check``) or its model (groups it does not use, :func:`unused_groups`) cannot take."""
     problems = []
-    for key, ok, allowed in _rules():
+    rules = _rules()
+    for key, ok, allowed in rules:
         value = OmegaConf.select(cfg, key, default=None)
-        if value is not None and not ok(value) and not _interpolated(cfg, key):
+        # a true or false where a number goes: Python counts True as 1 (lr=true trained at a rate of 1.0)
+        wrong = not ok(value) or (isinstance(value, bool) and "true" not in allowed)
+        if value is not None and wrong and not _interpolated(cfg, key):
             problems.append(f"  {key}={value!r}: must be {allowed}")
+    ruled = {key for key, _, _ in rules}
+    for key in sorted((switches() | NULLABLE_SWITCHES) - ruled):
+        value = OmegaConf.select(cfg, key, default=None)
+        if value is not None and not isinstance(value, bool) and not _interpolated(cfg, key):
+            problems.append(
+                f"  {key}={value!r}: must be "
+                + ("true, false or null" if key in NULLABLE_SWITCHES else "true or false")
+            )
     d_model = OmegaConf.select(cfg, "model.d_model", default=None)
     heads = OmegaConf.select(cfg, "model.num_heads", default=None)
     if isinstance(d_model, int) and d_model > 0 and isinstance(heads, int) and heads > 0 and d_model % heads:

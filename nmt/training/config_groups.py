@@ -3,14 +3,50 @@ groups (``pos``, ``norm``, ``attention``) it uses, the top-level optimiser keys 
 keys under ``data`` that the chosen corpus's module takes, and the recipe (``conf/recipe/<data>_<model>.yaml``)
 that shaped the run."""
 
+import functools
 import inspect
+import re
 from pathlib import Path
 
+import yaml
 from hydra.core.hydra_config import HydraConfig
 from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
+
+
+@functools.cache
+def switches() -> frozenset[str]:
+    """Every key that conf/ writes as true or false (train.yaml, each group's options, the recipes and
+    experiments), dotted as the composed config holds it: ``data.tokenizer.joint``, ``model.input_feeding``,
+    ``task.rouge``. OmegaConf keeps no types, so ``task.rouge=maybe`` was read as true where a key is tested
+    for truth; the config check holds each of these to a true or false (or null)."""
+    found = set()
+    for path in CONF.rglob("*.yaml"):
+        parts = path.relative_to(CONF).parts
+        # Hydra's own settings, the sweeps' (whose values are lists of levels), the other programs' configs
+        if parts[0] in ("hydra", "grid") or (len(parts) == 1 and parts[0] != "train.yaml"):
+            continue
+        text = path.read_text(encoding="utf-8")
+        header = re.search(r"^# @package (\S+)", text, re.MULTILINE)
+        package = header.group(1) if header else ".".join(parts[:-1])
+        if package.startswith("hydra"):
+            continue
+        _bool_keys(yaml.safe_load(text) or {}, "" if package == "_global_" else package, found)
+    return frozenset(found)
+
+
+def _bool_keys(node, prefix: str, found: set[str]) -> None:
+    if not isinstance(node, dict):
+        return
+    for key, value in node.items():
+        if key in ("defaults", "hydra") and not prefix:
+            continue
+        dotted = f"{prefix}.{key}" if prefix else str(key)
+        if isinstance(value, bool):
+            found.add(dotted)
+        _bool_keys(value, dotted, found)
 
 
 def model_key_problems(cfg: DictConfig, choices: dict | None = None) -> list[str]:
