@@ -146,6 +146,21 @@ def test_course_baseline_has_the_reported_shape():
         ("data.tokenizer.joint=maybe", "data.tokenizer.joint='maybe': must be true or false"),
         ("pos=relative pos.use_values=1", "pos.use_values=1: must be true or false"),
         ("optim.optimizer.fused=maybe", "optim.optimizer.fused='maybe': must be true, false or null"),
+        ("optim.scheduler.warmup=-1", "optim.scheduler.warmup=-1: must be an integer >= 0"),
+        ("model=rnn optim=noam", "optim.scheduler.d_model: the schedule scales its rate by d_model ** -0.5, and"),
+        # a key its target does not take, said with what it takes (Hydra's "Error in call to target" once the
+        # data was read)
+        ("+optim.optimizer.foo=1", "optim.optimizer.foo is not an option of AdamW; it takes amsgrad, betas,"),
+        ("+optim.scheduler.foo=1", "optim.scheduler.foo is not an option of warmup_decay; it takes decay,"),
+        ("+smoothing.foo=1", "smoothing.foo is not an option of LabelSmoothedCrossEntropy; it takes fused, pad_id"),
+        ("+task.foo=1", "task.foo is not an option of TranslationTask; it takes bleu_every_n_epochs,"),
+        ("seed=-1", "seed=-1: must be an integer from 0 to 4294967295"),
+        ("progress.every_s=-1", "progress.every_s=-1: must be a number of seconds >= 0"),
+        ("progress.every_s=abc", "progress.every_s='abc': must be a number of seconds >= 0"),
+        ("trainer.limit_val_batches=-1", "trainer.limit_val_batches=-1: must be a number of batches >= 0"),
+        ("data=toy data.train_size=0", "data.train_size=0: must be a positive integer"),
+        ("data=toy data.max_words=2.5", "data.max_words=2.5: must be a positive integer"),
+        ("data=toy data.min_words=9 data.max_words=3", "data.min_words=9 is above data.max_words=3"),
         ("trainer.log_every_n_steps=-3", "trainer.log_every_n_steps=-3: must be an integer >= 0 (0: no per-update"),
         ("trainer.log_every_n_steps=2.5", "trainer.log_every_n_steps=2.5: must be an integer >= 0"),
         # a model part given as a key, not its group: a Hydra error block about a str not being callable

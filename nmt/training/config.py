@@ -15,6 +15,7 @@ from nmt.models.build import REQUIRED_METHODS, build_model, missing_methods
 from nmt.tasks import build_task
 from nmt.training import graph_updates, weight_casts
 from nmt.training.config_groups import (
+    built_node_problems,
     data_key_problems,
     hydra_choices,
     keywords,
@@ -138,9 +139,25 @@ def _rules() -> list[tuple[str, Callable[[object], bool], str]]:
             lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= -1,
             "an integer >= -1 (-1: no limit)",
         ),
-        ("seed", lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer"),
+        ("seed", lambda v: _number(v) and isinstance(v, int) and 0 <= v < 2**32, "an integer from 0 to 4294967295"),
+        (
+            "progress.every_s",
+            lambda v: _number(v) and 0 <= v < float("inf"),
+            "a number of seconds >= 0 (0: a line at every update)",
+        ),
+        (
+            "trainer.limit_val_batches",
+            lambda v: (_number(v) and isinstance(v, int) and v >= 0) or (isinstance(v, float) and 0 <= v <= 1),
+            "a number of batches >= 0, a share of the set in [0, 1], or null",
+        ),
+        # the toy task's generator (data=toy)
+        ("data.train_size", *positive),
+        ("data.val_size", *positive),
+        ("data.min_words", *positive),
+        ("data.max_words", *positive),
         ("matmul_precision", lambda v: v in MATMUL_PRECISIONS, f"one of {list(MATMUL_PRECISIONS)}"),
         ("warmup", *non_negative),
+        ("optim.scheduler.warmup", *non_negative),  # set directly instead of through warmup
         ("lr", lambda v: isinstance(v, int | float) and 0 < v < float("inf"), "a positive finite number"),
         ("weight_decay", lambda v: isinstance(v, int | float) and v >= 0, "a number >= 0"),
         ("max_bad_steps", *non_negative),
@@ -224,6 +241,9 @@ def resolve_precision(precision: str, accelerator: str = "auto") -> str:
 
 def checked_task(cfg: DictConfig):
     """The run's task, built first (its own refusals in its own words), then the whole config checked."""
+    unknown = built_node_problems(cfg, ("task",))  # a key the task does not take stops its build on Hydra's words
+    if unknown:
+        raise ConfigError("invalid configuration:\n" + "\n".join(unknown))
     task = build_task(cfg.task)
     check_config(cfg)
     return task
@@ -285,6 +305,21 @@ def check_config(cfg: DictConfig, choices: dict | None = None) -> None:
     problems += model_key_problems(cfg, choices)
     problems += data_key_problems(cfg)
     problems += optim_node_problems(cfg, choices if choices is not None else hydra_choices())
+    problems += built_node_problems(cfg)
+    low, high = (OmegaConf.select(cfg, f"data.{k}_words", default=None) for k in ("min", "max"))
+    if _number(low) and _number(high) and low > high:
+        problems.append(f"  data.min_words={low} is above data.max_words={high}: the toy sentences need min <= max")
+    scheduler = OmegaConf.select(cfg, "optim.scheduler", default=None)
+    if (
+        isinstance(scheduler, DictConfig)
+        and "d_model" in scheduler
+        and _interpolated(cfg, "optim.scheduler.d_model")
+        and OmegaConf.select(cfg, "model.d_model", default=None) is None
+    ):  # the schedule's fallback of 512 would scale the rate by a width the model does not have
+        problems.append(
+            "  optim.scheduler.d_model: the schedule scales its rate by d_model ** -0.5, and this model has no "
+            "model.d_model: set optim.scheduler.d_model (e.g. the model's hidden size), or choose optim=adamw"
+        )
     problems += _deferred_guard_problems(cfg)
     problems += _model_class_problems(cfg)
     if cfg.get("graph_updates"):
@@ -335,7 +370,7 @@ def check_config(cfg: DictConfig, choices: dict | None = None) -> None:
         except ValueError as err:
             problems.append(f"  data.tgt_lang={target!r}: {err}")
     task = None
-    if cfg.get("task") is not None:
+    if cfg.get("task") is not None and not built_node_problems(cfg, ("task",)):  # else said below, by its key
         try:
             task = build_task(cfg.task)
         except ValueError as err:  # e.g. validation's search, named above by its own key

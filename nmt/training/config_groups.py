@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 from hydra.core.hydra_config import HydraConfig
-from hydra.utils import get_class
+from hydra.utils import get_class, get_object
 from omegaconf import DictConfig, OmegaConf
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
@@ -294,6 +294,46 @@ def data_key_problems(cfg: DictConfig) -> list[str]:
     return [
         f"  {', '.join('data.' + k for k in unknown)} {verb} of {data_class.__name__}; it takes {', '.join(options)}"
     ]
+
+
+# nodes built by Hydra from their ``_target_`` whose keys are checked against it (model, data and the model's
+# parts have checks of their own; the logger's targets import Lightning, which a refused run never loads)
+BUILT_NODES = ("optim.optimizer", "optim.scheduler", "smoothing", "task")
+
+
+def built_node_problems(cfg: DictConfig, nodes: tuple[str, ...] = BUILT_NODES) -> list[str]:
+    """Keys added to a node that Hydra builds (``+optim.optimizer.foo=1``, ``+task.foo=1``) that its target does
+    not take: said in one line naming what it takes, where the build stopped on Hydra's "Error in call to
+    target" once the data was read."""
+    problems = []
+    for node_key in nodes:
+        node = OmegaConf.select(cfg, node_key, default=None)
+        target = node.get("_target_") if isinstance(node, DictConfig) else None
+        if not target:
+            continue
+        try:
+            built = get_object(str(target))
+        except Exception:  # noqa: BLE001  (a target that does not import: said where it is built)
+            continue
+        if isinstance(built, type):
+            taken = keywords(built)
+        else:
+            params = inspect.signature(built).parameters
+            if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+                taken = None
+            else:
+                taken = {n for n, p in params.items() if p.kind is not p.VAR_POSITIONAL}
+        if taken is None:
+            continue
+        unknown = [str(k) for k in node if not str(k).startswith("_") and k not in taken]
+        if unknown:
+            name = getattr(built, "__name__", str(target))
+            verb = "is not an option" if len(unknown) == 1 else "are not options"
+            problems.append(
+                f"  {', '.join(f'{node_key}.{k}' for k in unknown)} {verb} of {name}; it takes "
+                f"{', '.join(sorted(taken - {'params', 'optimizer', 'self'}))}"
+            )
+    return problems
 
 
 def optim_node_problems(cfg: DictConfig, choices: dict | None = None) -> list[str]:
