@@ -161,6 +161,11 @@ def test_course_baseline_has_the_reported_shape():
         ("data=toy data.train_size=0", "data.train_size=0: must be a positive integer"),
         ("data=toy data.max_words=2.5", "data.max_words=2.5: must be a positive integer"),
         ("data=toy data.min_words=9 data.max_words=3", "data.min_words=9 is above data.max_words=3"),
+        # a key added where the code reads key by key: read by nothing, the run went on without it
+        ("+checkpoint.keep_last=3", "checkpoint.keep_last: not read by any part of a run (added with +?); checkpoint"),
+        ("+early_stopping.foo=1", "early_stopping.foo: not read by any part of a run (added with +?); early_stopp"),
+        ("+validation.foo=1 +progress.bar=1", "validation.foo: not read by any part of a run"),
+        ("+foo=1", "foo: not read by any part of a run (added with +?); the config takes attention, baseline,"),
         ("trainer.log_every_n_steps=-3", "trainer.log_every_n_steps=-3: must be an integer >= 0 (0: no per-update"),
         ("trainer.log_every_n_steps=2.5", "trainer.log_every_n_steps=2.5: must be an integer >= 0"),
         # a model part given as a key, not its group: a Hydra error block about a str not being callable
@@ -419,5 +424,5 @@ def test_the_switches_are_the_keys_conf_writes_as_true_or_false():
     found = switches()
     assert {"task.rouge", "model.input_feeding", "data.tokenizer.joint", "norm.fused", "val_after_training"} <= found
     assert {"trainer.enable_progress_bar", "pos.use_values", "checkpoint.resume_fallback"} <= found
-    assert not {"plan", "scores", "alignments", "defaults"} & found  # other programs' keys, Hydra's list
+    assert not {"scores", "alignments", "defaults"} & found  # other programs' keys (translate.py's), Hydra's list
     check_config(compose_train("model=rnn", "task.rouge=false", "val_after_training=false"))

@@ -15,6 +15,7 @@ from nmt.models.build import REQUIRED_METHODS, build_model, missing_methods
 from nmt.tasks import build_task
 from nmt.training import graph_updates, weight_casts
 from nmt.training.config_groups import (
+    added_key_problems,
     built_node_problems,
     data_key_problems,
     hydra_choices,
@@ -306,6 +307,7 @@ def check_config(cfg: DictConfig, choices: dict | None = None) -> None:
     problems += data_key_problems(cfg)
     problems += optim_node_problems(cfg, choices if choices is not None else hydra_choices())
     problems += built_node_problems(cfg)
+    problems += added_key_problems(cfg)
     low, high = (OmegaConf.select(cfg, f"data.{k}_words", default=None) for k in ("min", "max"))
     if _number(low) and _number(high) and low > high:
         problems.append(f"  data.min_words={low} is above data.max_words={high}: the toy sentences need min <= max")

@@ -17,36 +17,80 @@ CONF = Path(__file__).resolve().parents[2] / "conf"
 
 
 @functools.cache
-def switches() -> frozenset[str]:
-    """Every key that conf/ writes as true or false (train.yaml, each group's options, the recipes and
-    experiments), dotted as the composed config holds it: ``data.tokenizer.joint``, ``model.input_feeding``,
-    ``task.rouge``. OmegaConf keeps no types, so ``task.rouge=maybe`` was read as true where a key is tested
-    for truth; the config check holds each of these to a true or false (or null)."""
-    found = set()
+def written_keys() -> tuple[frozenset[str], frozenset[str]]:
+    """Every key conf/ writes for a run (train.yaml, sweep.yaml, each group's options, the recipes, experiments
+    and tuned settings), dotted as the composed config holds it, and those of them it writes as true or false.
+    OmegaConf keeps no types and takes any key added with ``+``: the checks read the schema from conf/ itself,
+    so a key or switch added to a group is checked without a list to keep."""
+    keys: set[str] = set()
+    switches: set[str] = set()
     for path in CONF.rglob("*.yaml"):
         parts = path.relative_to(CONF).parts
-        # Hydra's own settings, the sweeps' (whose values are lists of levels), the other programs' configs
-        if parts[0] in ("hydra", "grid") or (len(parts) == 1 and parts[0] != "train.yaml"):
+        # Hydra's own settings, the grids (whose values are lists of levels), the other programs' configs
+        if parts[0] in ("hydra", "grid") or (len(parts) == 1 and parts[0] not in ("train.yaml", "sweep.yaml")):
             continue
         text = path.read_text(encoding="utf-8")
         header = re.search(r"^# @package (\S+)", text, re.MULTILINE)
         package = header.group(1) if header else ".".join(parts[:-1])
         if package.startswith("hydra"):
             continue
-        _bool_keys(yaml.safe_load(text) or {}, "" if package == "_global_" else package, found)
-    return frozenset(found)
+        if package != "_global_" and package:
+            keys.add(package)
+        _walk(yaml.safe_load(text) or {}, "" if package == "_global_" else package, keys, switches)
+    return frozenset(keys), frozenset(switches)
 
 
-def _bool_keys(node, prefix: str, found: set[str]) -> None:
+def switches() -> frozenset[str]:
+    """The keys conf/ writes as true or false (``data.tokenizer.joint``, ``model.input_feeding``, ``task.rouge``):
+    ``task.rouge=maybe`` was read as true where a key is tested for truth."""
+    return written_keys()[1]
+
+
+def _walk(node, prefix: str, keys: set[str], switches: set[str]) -> None:
     if not isinstance(node, dict):
         return
     for key, value in node.items():
-        if key in ("defaults", "hydra") and not prefix:
+        if key == "hydra" and not prefix:
+            continue
+        if key == "defaults" and not prefix:  # the groups a file chooses are keys of the config too
+            for entry in value or []:
+                if isinstance(entry, dict):
+                    keys.update(
+                        str(k).split("@")[-1].removeprefix("optional ").removeprefix("override /") for k in entry
+                    )
             continue
         dotted = f"{prefix}.{key}" if prefix else str(key)
+        keys.add(dotted)
         if isinstance(value, bool):
-            found.add(dotted)
-        _bool_keys(value, dotted, found)
+            switches.add(dotted)
+        _walk(value, dotted, keys, switches)
+
+
+# nodes that the training code reads key by key (not built from a _target_, not passed on whole to Lightning or
+# a search), where a key added with + was read by nothing
+READ_BY_KEY = ("", "checkpoint", "early_stopping", "progress", "validation")
+
+
+def added_key_problems(cfg: DictConfig) -> list[str]:
+    """Keys added with ``+`` (``+checkpoint.keep_last=3``, ``+foo=1``) that nothing reads: said with the keys
+    the node takes, where the run went on without them."""
+    known = written_keys()[0]
+    problems = []
+    for node_key in READ_BY_KEY:
+        node = OmegaConf.select(cfg, node_key, default=None) if node_key else cfg
+        if not isinstance(node, DictConfig):
+            continue
+        prefix = f"{node_key}." if node_key else ""
+        unknown = [str(k) for k in node if f"{prefix}{k}" not in known and f"{prefix}{k}" != "hydra"]
+        if unknown:
+            taken = sorted(
+                k.removeprefix(prefix) for k in known if k.startswith(prefix) and "." not in k.removeprefix(prefix)
+            )
+            problems.append(
+                f"  {', '.join(prefix + k for k in unknown)}: not read by any part of a run (added with +?); "
+                f"{'the config' if not node_key else node_key} takes {', '.join(taken)}"
+            )
+    return problems
 
 
 def model_key_problems(cfg: DictConfig, choices: dict | None = None) -> list[str]:
