@@ -38,7 +38,14 @@ def test_optimiser_schedule_and_trainer_values_are_checked_before_any_data(overr
 
 
 def test_the_good_values_of_those_keys_pass():
-    check_config(compose_train("optim=adamw", "optim.scheduler.min_ratio=0.1", "trainer.val_check_interval=0.5"))
+    check_config(
+        compose_train(
+            "optim=adamw",
+            "optim.scheduler.decay=cosine",
+            "optim.scheduler.min_ratio=0.1",
+            "trainer.val_check_interval=0.5",
+        )
+    )
     check_config(compose_train("trainer.val_check_interval=20", "trainer.check_val_every_n_epoch=null"))
     check_config(compose_train("checkpoint.every_n_train_steps=50", "trainer.limit_train_batches=0.25"))
     check_config(compose_train("checkpoint.every_n_train_steps=0"))  # 0: off

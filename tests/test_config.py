@@ -166,6 +166,11 @@ def test_course_baseline_has_the_reported_shape():
         ("+early_stopping.foo=1", "early_stopping.foo: not read by any part of a run (added with +?); early_stopp"),
         ("+validation.foo=1 +progress.bar=1", "validation.foo: not read by any part of a run"),
         ("+foo=1", "foo: not read by any part of a run (added with +?); the config takes attention, baseline,"),
+        ("threads=0", "threads=0: must be a positive integer, or null for PyTorch's default"),
+        ("optim=noam optim.scheduler.d_model=-1", "optim.scheduler.d_model=-1: must be a positive integer"),
+        ("pos=relative pos.clip=-1", "pos.clip=-1: must be a positive integer"),
+        ("model=rnn model.teacher_forcing=maybe", "model.teacher_forcing='maybe': must be a probability in [0, 1]"),
+        ("optim.scheduler.min_ratio=0.5", "optim.scheduler.min_ratio=0.5: decay=inverse_sqrt does not read it"),
         ("trainer.log_every_n_steps=-3", "trainer.log_every_n_steps=-3: must be an integer >= 0 (0: no per-update"),
         ("trainer.log_every_n_steps=2.5", "trainer.log_every_n_steps=2.5: must be an integer >= 0"),
         # a model part given as a key, not its group: a Hydra error block about a str not being callable

@@ -93,7 +93,7 @@ def _rules() -> list[tuple[str, Callable[[object], bool], str]]:
             "a positive integer (last.ckpt, which a rerun resumes from, is a copy of the newest epoch checkpoint)",
         ),
         ("test_average_last", *non_negative),
-        ("threads", *non_negative),
+        ("threads", positive[0], "a positive integer, or null for PyTorch's default"),
         ("trainer.accumulate_grad_batches", *positive),
         (
             "trainer.log_every_n_steps",  # Lightning reads a negative one as its absolute value
@@ -159,6 +159,11 @@ def _rules() -> list[tuple[str, Callable[[object], bool], str]]:
         ("matmul_precision", lambda v: v in MATMUL_PRECISIONS, f"one of {list(MATMUL_PRECISIONS)}"),
         ("warmup", *non_negative),
         ("optim.scheduler.warmup", *non_negative),  # set directly instead of through warmup
+        ("optim.scheduler.d_model", *positive),
+        ("pos.clip", *positive),
+        ("model.teacher_forcing", lambda v: _number(v) and 0 <= v <= 1, "a probability in [0, 1]"),
+        ("model.teacher_forcing_final", lambda v: _number(v) and 0 <= v <= 1, "a probability in [0, 1], or null"),
+        ("data.test_size", *non_negative),
         ("lr", lambda v: isinstance(v, int | float) and 0 < v < float("inf"), "a positive finite number"),
         ("weight_decay", lambda v: isinstance(v, int | float) and v >= 0, "a number >= 0"),
         ("max_bad_steps", *non_negative),
@@ -312,6 +317,12 @@ def check_config(cfg: DictConfig, choices: dict | None = None) -> None:
     if _number(low) and _number(high) and low > high:
         problems.append(f"  data.min_words={low} is above data.max_words={high}: the toy sentences need min <= max")
     scheduler = OmegaConf.select(cfg, "optim.scheduler", default=None)
+    decay, floor = (OmegaConf.select(cfg, f"optim.scheduler.{k}", default=None) for k in ("decay", "min_ratio"))
+    if decay in ("inverse_sqrt", "constant") and _number(floor) and floor != 0:
+        problems.append(
+            f"  optim.scheduler.min_ratio={floor}: decay={decay} does not read it (cosine and linear decay to it); "
+            "leave it 0, or choose optim.scheduler.decay=cosine or linear"
+        )
     if (
         isinstance(scheduler, DictConfig)
         and "d_model" in scheduler
