@@ -138,7 +138,7 @@ def test_course_baseline_has_the_reported_shape():
         ("lr=true", "lr=True: must be a positive finite number"),
         ("model.dropout=false", "model.dropout=False: must be a number in [0, 1)"),
         ("warmup=true", "warmup=True: must be an integer >= 0"),
-        ("threads=true", "threads=True: must be an integer >= 0"),
+        ("threads=true", "threads=True: must be a positive integer"),
         # a word where conf/ writes true or false: read as true wherever the key was tested for truth
         ("task.rouge=maybe", "task.rouge='maybe': must be true or false"),
         ("model=rnn model.bidirectional=maybe", "model.bidirectional='maybe': must be true or false"),
@@ -193,7 +193,7 @@ def test_course_baseline_has_the_reported_shape():
         ),
         ("early_stopping.patience=abc", "early_stopping.patience='abc': must be an integer >= 0 or null"),
         ("trainer.gradient_clip_val=-1", "trainer.gradient_clip_val=-1: must be a number >= 0 or null"),
-        ("threads=two", "threads='two': must be an integer >= 0"),
+        ("threads=two", "threads='two': must be a positive integer"),
         ("trainer.devices=abc", "trainer.devices='abc': must be 'auto', -1 (all), a positive number"),
         ("checkpoint.keep_last_epochs=0", "checkpoint.keep_last_epochs=0: must be a positive integer (last.ckpt"),
         ("test_average_last=3 checkpoint.keep_last_epochs=1", "test_average_last=3: the final scores would average 3"),
