@@ -373,19 +373,27 @@ def _existing_paths(items: str) -> list[str] | None:
     return paths
 
 
+def _given_run_dir(argv: list[str]) -> str | None:
+    """train.py's ``run_dir`` as the command line gives it (the last one), None where Hydra chooses the folder:
+    none given, null, or a multirun's."""
+    given = [a.partition("=")[2] for a in argv if a.lstrip("+").startswith("run_dir=")]
+    if not given or given[-1] in ("", "null") or any(a in ("-m", "--multirun") for a in argv):
+        return None
+    return given[-1]
+
+
 def hydra_dir_from_run_dir(argv: list[str]) -> list[str]:
     """train.py given ``run_dir=...``: Hydra's own output (``.hydra/``, the log) goes into that folder too, as a
     sweep's runs do, not into a second folder under ``runs/`` of the working directory."""
-    given = [a.partition("=")[2] for a in argv if a.startswith("run_dir=")]
-    multirun = any(a in ("-m", "--multirun") for a in argv)
-    if not given or given[-1] in ("", "null") or multirun or any("hydra.run.dir=" in a for a in argv):
+    given = _given_run_dir(argv)
+    if given is None or any("hydra.run.dir=" in a for a in argv):
         return argv
-    folder = Path(given[-1].strip("'\"")).expanduser()
+    folder = Path(given.strip("'\"")).expanduser()
     if _file_in_the_way(folder):
         return argv  # refused by run_dir_message before Hydra makes a folder of its own for the run
     # run_dir expands ~ itself; Hydra would make a folder named "~" in the working directory
-    home = given[-1].strip("'\"").startswith("~") and "'" not in str(folder)
-    extra = [f"hydra.run.dir='{folder}'" if home else f"hydra.run.dir={given[-1]}"]
+    home = given.strip("'\"").startswith("~") and "'" not in str(folder)
+    extra = [f"hydra.run.dir='{folder}'" if home else f"hydra.run.dir={given}"]
     if (folder / "fingerprint.json").is_file():
         extra.append(
             "hydra.output_subdir=null"
@@ -400,10 +408,10 @@ def _file_in_the_way(folder: Path) -> bool:
 def run_dir_message(argv: list[str]) -> str | None:
     """train.py's ``run_dir`` where a file stands (the folder or one of its parents), said before Hydra starts:
     Hydra would otherwise make a folder of its own for the refused run (``runs/<name>/<date>/``)."""
-    given = [a.partition("=")[2] for a in argv if a.startswith("run_dir=")]
-    if not given or given[-1] in ("", "null") or any(a in ("-m", "--multirun") for a in argv):
+    given = _given_run_dir(argv)
+    if given is None:
         return None
-    folder = Path(given[-1].strip("'\"")).expanduser()
+    folder = Path(given.strip("'\"")).expanduser()
     if not _file_in_the_way(folder):
         return None
     return f"error: run_dir={folder}: a file stands where the run folder or one of its parents should be"

@@ -165,12 +165,14 @@ def test_course_baseline_has_the_reported_shape():
         ("+checkpoint.keep_last=3", "checkpoint.keep_last: not read by any part of a run (added with +?); checkpoint"),
         ("+early_stopping.foo=1", "early_stopping.foo: not read by any part of a run (added with +?); early_stopp"),
         ("+validation.foo=1 +progress.bar=1", "validation.foo: not read by any part of a run"),
-        ("+foo=1", "foo: not read by any part of a run (added with +?); the config takes attention, baseline,"),
+        ("+foo=1", "foo: not read by any part of a run (added with +?); the config takes attention, cache_dir,"),
         ("threads=0", "threads=0: must be a positive integer, or null for PyTorch's default"),
         ("optim=noam optim.scheduler.d_model=-1", "optim.scheduler.d_model=-1: must be a positive integer"),
         ("pos=relative pos.clip=-1", "pos.clip=-1: must be a positive integer"),
-        ("model=rnn model.teacher_forcing=maybe", "model.teacher_forcing='maybe': must be a probability in [0, 1]"),
+        ("model=rnn model.teacher_forcing=maybe", "model.teacher_forcing='maybe': must be a number (a probability in [0, 1])"),
         ("optim.scheduler.min_ratio=0.5", "optim.scheduler.min_ratio=0.5: decay=inverse_sqrt does not read it"),
+        ("+plan=true", "plan: not read by any part of a run"),  # a sweep's key: train.py reads no sweep.yaml
+        ("+task.foo=1 trainer.num_nodes=0", "trainer.num_nodes=0: must be a positive integer"),  # both said
         ("trainer.log_every_n_steps=-3", "trainer.log_every_n_steps=-3: must be an integer >= 0 (0: no per-update"),
         ("trainer.log_every_n_steps=2.5", "trainer.log_every_n_steps=2.5: must be an integer >= 0"),
         # a model part given as a key, not its group: a Hydra error block about a str not being callable
@@ -419,6 +421,16 @@ def test_lightnings_own_refusal_of_a_trainer_setting_names_the_config_key():
         with pytest.raises((MisconfigurationException, ValueError, TypeError)) as refused:
             L.Trainer(**args, logger=False, enable_checkpointing=False)
         assert lightnings_refusal(str(refused.value), args).startswith(said), str(refused.value)
+
+
+def test_a_files_package_is_read_from_the_header_hydra_reads():
+    from nmt.training.config_groups import _package
+
+    assert _package("# @package _global_\nlr: 1\n", "recipe") == ""
+    assert _package("# a recipe\n\n# @package _global_.model\nd_model: 8\n", "recipe") == "model"
+    assert _package("# @package _group_\neps: 1\n", "norm") == "norm"
+    assert _package("eps: 1\n# @package _global_\n", "norm") == "norm"  # past the opening comments: not a header
+    assert _package("# @package hydra.sweeper\nparams: {}\n", "grid") is None
 
 
 def test_the_switches_are_the_keys_conf_writes_as_true_or_false():

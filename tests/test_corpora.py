@@ -459,6 +459,10 @@ def test_an_archive_replaced_by_one_of_the_same_size_and_time_is_extracted_again
         dm = EuroparlDataModule(root=str(archive.parent), cache_dir=str(tmp_path / "c"), valid_size=30, test_size=30)
         assert dm.load_pairs()[0] == [f"{line} {word}" for line in DE]
     assert stats[0].st_size == stats[1].st_size and stats[0].st_mtime_ns == stats[1].st_mtime_ns
+    # the archive deleted: its two extractions are one candidate, the newer (not "2 extractions of other archives")
+    archive.unlink()
+    dm = EuroparlDataModule(cache_dir=str(tmp_path / "c"), download=False, valid_size=30, test_size=30)
+    assert dm.load_pairs()[0] == [f"{line} zwei" for line in DE]
 
 
 def test_an_archive_given_is_read_not_the_extraction_of_another(tmp_path):

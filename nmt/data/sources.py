@@ -205,9 +205,14 @@ def locate_or_extract(
 
 
 def _extractions(cache: Path, filenames: Sequence[str]) -> list[Path]:
-    """The complete extractions in a corpus's cache."""
+    """The complete extractions in a corpus's cache, the newest of each archive path (an archive extracted
+    again, replaced by a new release or named by an earlier version's key, is one candidate, not several)."""
     folders = sorted((cache / "extracted").glob("[!.]*"))
-    return [f for f in folders if (f / SOURCE_NOTE).is_file() and all((f / n).is_file() for n in filenames)]
+    complete = [f for f in folders if (f / SOURCE_NOTE).is_file() and all((f / n).is_file() for n in filenames)]
+    newest: dict[str, Path] = {}
+    for folder in sorted(complete, key=lambda f: (f / SOURCE_NOTE).stat().st_mtime_ns):
+        newest[(folder / SOURCE_NOTE).read_text().strip()] = folder
+    return sorted(newest.values())
 
 
 def _extracted(archive: Path, filenames: Sequence[str], extract: Callable[[Path, Path], None], cache: Path) -> Path:

@@ -183,7 +183,7 @@ def reading_form(normalization: str) -> Callable[[list[str]], list[str]] | None:
                 remove_extra_whitespaces=True,
             )
     finally:
-        spm.set_min_log_level(0)
+        spm.set_min_log_level(0)  # SentencePiece's default (it offers no reading of the level to restore)
     return lambda sentences: normalizer.normalize(list(sentences))
 
 

@@ -59,7 +59,7 @@ def _interpolated(cfg: DictConfig, key: str) -> bool:
 def _rules() -> list[tuple[str, Callable[[object], bool], str]]:
     positive = (lambda v: _number(v) and isinstance(v, int) and v > 0, "a positive integer")
     non_negative = (lambda v: _number(v) and isinstance(v, int) and v >= 0, "an integer >= 0")
-    probability = (lambda v: isinstance(v, int | float) and 0 <= v < 1, "a number in [0, 1)")
+    probability = (lambda v: _number(v) and 0 <= v < 1, "a number in [0, 1)")
     positive_or_null = (lambda v: _number(v) and isinstance(v, int) and v > 0, "a positive integer or null")
     non_negative_or_null = (lambda v: _number(v) and isinstance(v, int) and v >= 0, "an integer >= 0 or null (0: off)")
 
@@ -80,7 +80,7 @@ def _rules() -> list[tuple[str, Callable[[object], bool], str]]:
         ("data.eval_max_tokens", *positive),
         ("data.max_len", *positive),
         ("data.num_workers", *non_negative),
-        ("data.tokenizer.vocab_size", lambda v: isinstance(v, int) and v >= 8, "an integer >= 8"),
+        ("data.tokenizer.vocab_size", lambda v: _number(v) and isinstance(v, int) and v >= 8, "an integer >= 8"),
         (
             "data.tokenizer.character_coverage",
             lambda v: _number(v) and 0 < v <= 1,
@@ -151,7 +151,9 @@ def _rules() -> list[tuple[str, Callable[[object], bool], str]]:
             lambda v: (_number(v) and isinstance(v, int) and v >= 0) or (isinstance(v, float) and 0 <= v <= 1),
             "a number of batches >= 0, a share of the set in [0, 1], or null",
         ),
-        # the toy task's generator (data=toy)
+        # sizes of a corpus's splits: the toy generator's (train_size, val_size, test_size) and a seeded split's
+        # (valid_size, test_size; test_size 0: no test set)
+        ("data.valid_size", *positive),
         ("data.train_size", *positive),
         ("data.val_size", *positive),
         ("data.min_words", *positive),
@@ -161,12 +163,12 @@ def _rules() -> list[tuple[str, Callable[[object], bool], str]]:
         ("optim.scheduler.warmup", *non_negative),  # set directly instead of through warmup
         ("optim.scheduler.d_model", *positive),
         ("pos.clip", *positive),
-        # a number (the RNN's constructor says a number outside [0, 1]; a word ended it on a TypeError)
-        ("model.teacher_forcing", _number, "a probability in [0, 1]"),
-        ("model.teacher_forcing_final", _number, "a probability in [0, 1], or null"),
+        # a number here (a word ended the build on a TypeError); its range is the RNN constructor's check
+        ("model.teacher_forcing", _number, "a number (a probability in [0, 1])"),
+        ("model.teacher_forcing_final", _number, "a number (a probability in [0, 1]), or null"),
         ("data.test_size", *non_negative),
-        ("lr", lambda v: isinstance(v, int | float) and 0 < v < float("inf"), "a positive finite number"),
-        ("weight_decay", lambda v: isinstance(v, int | float) and v >= 0, "a number >= 0"),
+        ("lr", lambda v: _number(v) and 0 < v < float("inf"), "a positive finite number"),
+        ("weight_decay", lambda v: _number(v) and v >= 0, "a number >= 0"),
         ("max_bad_steps", *non_negative),
         # the optimiser's and schedule's values: torch refuses some only once the data is read, others never
         ("optim.optimizer.lr", lambda v: _number(v) and 0 < v < float("inf"), "a positive finite number"),
@@ -248,9 +250,8 @@ def resolve_precision(precision: str, accelerator: str = "auto") -> str:
 
 def checked_task(cfg: DictConfig):
     """The run's task, built first (its own refusals in its own words), then the whole config checked."""
-    unknown = built_node_problems(cfg, ("task",))  # a key the task does not take stops its build on Hydra's words
-    if unknown:
-        raise ConfigError("invalid configuration:\n" + "\n".join(unknown))
+    if built_node_problems(cfg, ("task",)):  # a key the task does not take would stop its build on Hydra's words:
+        check_config(cfg)  # said with every other problem of the config instead
     task = build_task(cfg.task)
     check_config(cfg)
     return task
@@ -263,9 +264,8 @@ def check_config(cfg: DictConfig, choices: dict | None = None) -> None:
     rules = _rules()
     for key, ok, allowed in rules:
         value = OmegaConf.select(cfg, key, default=None)
-        # a true or false where a number goes: Python counts True as 1 (lr=true trained at a rate of 1.0)
-        wrong = not ok(value) or (isinstance(value, bool) and "true" not in allowed)
-        if value is not None and wrong and not _interpolated(cfg, key):
+        # a number's test takes no true or false (_number): Python counts True as 1, and lr=true trained at 1.0
+        if value is not None and not ok(value) and not _interpolated(cfg, key):
             problems.append(f"  {key}={value!r}: must be {allowed}")
     ruled = {key for key, _, _ in rules}
     for key in sorted((switches() | NULLABLE_SWITCHES) - ruled):

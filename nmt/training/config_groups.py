@@ -18,26 +18,41 @@ CONF = Path(__file__).resolve().parents[2] / "conf"
 
 @functools.cache
 def written_keys() -> tuple[frozenset[str], frozenset[str]]:
-    """Every key conf/ writes for a run (train.yaml, sweep.yaml, each group's options, the recipes, experiments
-    and tuned settings), dotted as the composed config holds it, and those of them it writes as true or false.
+    """Every key conf/ writes for a run of train.py (train.yaml, each group's options, the recipes and
+    experiments), dotted as the composed config holds it, and those of them it writes as true or false.
     OmegaConf keeps no types and takes any key added with ``+``: the checks read the schema from conf/ itself,
-    so a key or switch added to a group is checked without a list to keep."""
+    so a key or switch added to a group is checked without a list to keep. The sweep's own keys (sweep.yaml,
+    conf/tuned/) are not a run's: its runs are composed from train.yaml."""
     keys: set[str] = set()
-    switches: set[str] = set()
+    bools: set[str] = set()
     for path in CONF.rglob("*.yaml"):
         parts = path.relative_to(CONF).parts
-        # Hydra's own settings, the grids (whose values are lists of levels), the other programs' configs
-        if parts[0] in ("hydra", "grid") or (len(parts) == 1 and parts[0] not in ("train.yaml", "sweep.yaml")):
+        # Hydra's own settings, the grids (their values are lists of levels), the sweep's, the other programs'
+        if parts[0] in ("hydra", "grid", "tuned") or (len(parts) == 1 and parts[0] != "train.yaml"):
             continue
         text = path.read_text(encoding="utf-8")
-        header = re.search(r"^# @package (\S+)", text, re.MULTILINE)
-        package = header.group(1) if header else ".".join(parts[:-1])
-        if package.startswith("hydra"):
+        package = _package(text, ".".join(parts[:-1]))
+        if package is None:
             continue
-        if package != "_global_" and package:
+        if package:
             keys.add(package)
-        _walk(yaml.safe_load(text) or {}, "" if package == "_global_" else package, keys, switches)
-    return frozenset(keys), frozenset(switches)
+        node = yaml.safe_load(text) or {}
+        if isinstance(node, dict):  # a file's defaults list chooses groups (keys of their own files), and hydra:
+            node = {k: v for k, v in node.items() if k not in ("defaults", "hydra")}  # is Hydra's
+        _walk(node, package, keys, bools)
+    return frozenset(keys), frozenset(bools)
+
+
+def _package(text: str, group: str) -> str | None:
+    """Where a file's keys go: its ``# @package`` header (read, as Hydra does, from the comments that open the
+    file) or its group's path; "" for the root, None for Hydra's own settings."""
+    header = re.match(r"(?:[ \t]*(?:#[^\n]*)?\n)*?[ \t]*# @package[ \t]+(\S+)", text)
+    package = header.group(1) if header else group
+    package = package.replace("_group_", group).replace("_here_", group)
+    if package == "_global_":
+        return ""
+    package = package.removeprefix("_global_.")
+    return None if package == "hydra" or package.startswith("hydra.") else package
 
 
 def switches() -> frozenset[str]:
@@ -46,24 +61,15 @@ def switches() -> frozenset[str]:
     return written_keys()[1]
 
 
-def _walk(node, prefix: str, keys: set[str], switches: set[str]) -> None:
+def _walk(node, prefix: str, keys: set[str], bools: set[str]) -> None:
     if not isinstance(node, dict):
         return
     for key, value in node.items():
-        if key == "hydra" and not prefix:
-            continue
-        if key == "defaults" and not prefix:  # the groups a file chooses are keys of the config too
-            for entry in value or []:
-                if isinstance(entry, dict):
-                    keys.update(
-                        str(k).split("@")[-1].removeprefix("optional ").removeprefix("override /") for k in entry
-                    )
-            continue
         dotted = f"{prefix}.{key}" if prefix else str(key)
         keys.add(dotted)
         if isinstance(value, bool):
-            switches.add(dotted)
-        _walk(value, dotted, keys, switches)
+            bools.add(dotted)
+        _walk(value, dotted, keys, bools)
 
 
 # nodes that the training code reads key by key (not built from a _target_, not passed on whole to Lightning or

@@ -35,7 +35,7 @@ class PlainProgress(ProgressBar):
 
     def print(self, *args, **kwargs) -> None:
         """A line of the module's (a skipped batch's warning), flushed as this bar's own lines are."""
-        builtins.print(*args, **kwargs, flush=True)
+        builtins.print(*args, **{"flush": True, **kwargs})
 
     def disable(self) -> None:
         self._enabled = False
