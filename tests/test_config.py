@@ -169,7 +169,10 @@ def test_course_baseline_has_the_reported_shape():
         ("threads=0", "threads=0: must be a positive integer, or null for PyTorch's default"),
         ("optim=noam optim.scheduler.d_model=-1", "optim.scheduler.d_model=-1: must be a positive integer"),
         ("pos=relative pos.clip=-1", "pos.clip=-1: must be a positive integer"),
-        ("model=rnn model.teacher_forcing=maybe", "model.teacher_forcing='maybe': must be a number (a probability in [0, 1])"),
+        (
+            "model=rnn model.teacher_forcing=maybe",
+            "model.teacher_forcing='maybe': must be a number (a probability in [0, 1])",
+        ),
         ("optim.scheduler.min_ratio=0.5", "optim.scheduler.min_ratio=0.5: decay=inverse_sqrt does not read it"),
         ("+plan=true", "plan: not read by any part of a run"),  # a sweep's key: train.py reads no sweep.yaml
         ("+task.foo=1 trainer.num_nodes=0", "trainer.num_nodes=0: must be a positive integer"),  # both said

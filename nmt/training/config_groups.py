@@ -312,9 +312,14 @@ def target_class(cfg: DictConfig, group: str) -> type | None:
         return None
 
 
-def keywords(cls: type) -> set[str] | None:
+def keywords(cls) -> set[str] | None:
     """The keyword arguments ``cls(...)`` takes, following ``**kwargs`` up the classes it is passed on to
-    (None: a class that takes any keyword)."""
+    (None: a class or function that takes any keyword)."""
+    if not isinstance(cls, type):  # a function (a schedule's)
+        params = inspect.signature(cls).parameters
+        if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+            return None
+        return {n for n, p in params.items() if p.kind is not p.VAR_POSITIONAL}
     names: set[str] = set()
     for klass in cls.__mro__:
         if "__init__" not in vars(klass):
@@ -365,14 +370,7 @@ def built_node_problems(cfg: DictConfig, nodes: tuple[str, ...] = BUILT_NODES) -
             built = get_object(str(target))
         except Exception:  # noqa: BLE001  (a target that does not import: said where it is built)
             continue
-        if isinstance(built, type):
-            taken = keywords(built)
-        else:
-            params = inspect.signature(built).parameters
-            if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-                taken = None
-            else:
-                taken = {n for n, p in params.items() if p.kind is not p.VAR_POSITIONAL}
+        taken = keywords(built)
         if taken is None:
             continue
         unknown = [str(k) for k in node if not str(k).startswith("_") and k not in taken]
