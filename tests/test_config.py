@@ -131,6 +131,7 @@ def test_course_baseline_has_the_reported_shape():
         ("trainer.num_nodes=0", "trainer.num_nodes=0: must be a positive integer"),
         ("trainer.num_sanity_val_steps=-5", "trainer.num_sanity_val_steps=-5: must be an integer >= -1"),
         ("trainer.deterministic=maybe", "trainer.deterministic='maybe': must be true, false, 'warn' or null"),
+        ("trainer.deterministic=0", "trainer.deterministic=0: must be true, false, 'warn' or null"),
         ("trainer.max_time=abc", "trainer.max_time='abc': must be a duration DD:HH:MM:SS"),
         ("trainer.accelerator=tpu", "trainer.accelerator='tpu': must be one of ['auto', 'cpu', 'gpu', 'cuda', 'mps']"),
         ("trainer.accumulate_grad_batches=true", "trainer.accumulate_grad_batches=True: must be a positive integer"),
@@ -139,6 +140,7 @@ def test_course_baseline_has_the_reported_shape():
         ("model.dropout=false", "model.dropout=False: must be a number in [0, 1)"),
         ("warmup=true", "warmup=True: must be an integer >= 0"),
         ("threads=true", "threads=True: must be a positive integer"),
+        ("compile=1", "compile=1: must be true, false, 'reduce-overhead' or 'layers'"),  # 1 == True passed
         # a word where conf/ writes true or false: read as true wherever the key was tested for truth
         ("task.rouge=maybe", "task.rouge='maybe': must be true or false"),
         ("model=rnn model.bidirectional=maybe", "model.bidirectional='maybe': must be true or false"),

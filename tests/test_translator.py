@@ -665,6 +665,23 @@ def test_translate_py_options_and_its_output_file_are_checked_before_the_model_i
         run_translate(cfg)
 
 
+def test_standard_input_translated_into_a_file_in_a_new_folder_makes_the_folder(checkpoints, tmp_path, monkeypatch):
+    """A file input's output= made its folders; standard input's ended on FileNotFoundError naming no key."""
+    import io
+
+    from nmt.inference.stream import run_translate
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"one two three\nseven eight\n")))
+    cfg = translate_config(
+        f"ckpt_path={checkpoints['seed1']}", "output=new/deeper/out.txt", "device=cpu", "decode.beam_size=3"
+    )
+    assert run_translate(cfg)["translations"] == 2
+    expected = Translator.from_checkpoint(checkpoints["seed1"], beam_size=3, device="cpu")
+    expected = expected.translate(["one two three", "seven eight"])
+    assert (tmp_path / "new/deeper/out.txt").read_text(encoding="utf-8") == "".join(t + "\n" for t in expected)
+
+
 def test_evaluate_checks_its_output_file_and_threads_before_decoding(checkpoints, tmp_path):
     from nmt.evaluation.evaluate import evaluate
 
@@ -772,6 +789,29 @@ def test_evaluate_reads_a_tsv_in_the_columns_given_whatever_corpus_the_checkpoin
         cfg = compose("evaluate", overrides=[*overrides, "data.columns=[1,0]", f"out_dir={tmp_path / 'out'}"])
     assert evaluate(cfg)["sentences"] == 4
     assert (tmp_path / "out" / "sources.txt").read_text().splitlines() == en
+
+
+@pytest.mark.parametrize(
+    ("split", "message"),
+    [
+        ("test", r"^data.columns=\[1, 0\]: split=test is read from the run's corpus, not from a TSV; "),
+        ("files:{tmp}/pair", r"^data.columns=\[1, 0\]: split=files:.*/pair names two files by a prefix, not a TSV"),
+    ],
+)
+def test_evaluate_refuses_columns_for_a_set_that_is_not_a_tsv(checkpoints, tmp_path, split, message):
+    """data.columns with the corpus's own test set or a prefix of two files changed nothing, without a word."""
+    from hydra import compose, initialize_config_dir
+
+    from nmt.evaluation.evaluate import evaluate
+
+    for lang in ("en", "de"):
+        (tmp_path / f"pair.{lang}").write_text("one two\n")
+    overrides = [f"ckpt_path={checkpoints['seed1']}", f"split={split.format(tmp=tmp_path)}", "device=cpu"]
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("evaluate", overrides=[*overrides, "data.columns=[1,0]", f"out_dir={tmp_path / 'out'}"])
+    with pytest.raises(ValueError, match=message):
+        evaluate(cfg)
+    assert not (tmp_path / "out").exists()
 
 
 def test_a_single_attention_map_is_not_labelled_as_a_head(tmp_path, monkeypatch):

@@ -72,6 +72,15 @@ def test_the_pages_title_is_shown_as_text_not_read_as_markup(client):
     assert "<i>" not in page and "x()</script>" not in page
 
 
+def test_a_title_written_as_a_number_is_its_digits_and_none_is_the_run_folder(client):
+    """title=2026 reached the page as a number, which html.escape could not read: the first visitor got a 500."""
+    from nmt.inference.serve import page_title
+
+    _, translator = client
+    assert page_title(2026, translator) == "2026"
+    assert page_title(None, translator) == page_title("", translator) == translator.loaded[0].run_dir.name
+
+
 def test_concurrent_requests_are_answered_without_mixing(client):
     app, translator = client
     expected = dict(zip(SENTENCES, translator.translate(SENTENCES), strict=True))
@@ -142,6 +151,9 @@ def test_every_error_has_the_error_shape_and_a_taken_port_is_named_before_loadin
         ({"port": 70000}, r"^port=70000: must be an integer from 1 to 65535$"),  # was OverflowError's traceback
         ({"port": "abc"}, r"^port='abc': must be an integer from 1 to 65535$"),  # named no key
         ({"max_chars": 0}, r"^max_chars=0: must be an integer >= 1$"),  # a server that refused every request
+        ({"title": [1, 2]}, r"^title=\[1, 2\]: must be text; quote it"),  # the page failed at its first request
+        ({"title": 1.5}, r"^title=1.5: must be text; quote it"),  # shown as Hydra's float, not as written
+        ({"title": True}, r"^title=True: must be text; quote it"),
     ],
 )
 def test_a_port_or_a_length_limit_out_of_range_is_refused_before_loading(given, message):

@@ -23,12 +23,24 @@ def check_port(host: str, port: int) -> None:
 
 def check_settings(cfg: DictConfig) -> None:
     """port and max_chars: numbers in range (a port of 70000 was a traceback, a max_chars of 0 a server
-    that refused every request)."""
+    that refused every request); title: text."""
     for key, low, high in (("port", 1, 65535), ("max_chars", 1, None)):
         value = cfg.get(key)
         if type(value) is not int or value < low or (high is not None and value > high):
             bound = f"from {low} to {high}" if high else f">= {low}"
             raise ValueError(f"{key}={value!r}: must be an integer {bound}")
+    # Hydra reads title=2026 as a number (kept as its digits) and title=[a,b] as a list, which the page
+    # could not show: it failed at the first request, after the model was loaded
+    title = cfg.get("title")
+    if title is not None and (isinstance(title, bool) or not isinstance(title, str | int)):
+        raise ValueError(f"title={title!r}: must be text; quote it to keep it as written: \"title='...'\"")
+
+
+def page_title(given, translator: Translator) -> str:
+    """title= as text (a number as its digits), else the run folders of the checkpoints served."""
+    if given is None or given == "":
+        return " + ".join(str(m.run_dir.name) for m in translator.loaded)
+    return str(given)
 
 
 def serve(cfg: DictConfig) -> None:
@@ -37,7 +49,7 @@ def serve(cfg: DictConfig) -> None:
     check_settings(cfg)
     check_port(cfg.host, cfg.port)
     translator = Translator.from_config(cfg, on_long_input="error")  # a request gets a message, never a cut sentence
-    title = cfg.title or " + ".join(str(m.run_dir.name) for m in translator.loaded)
+    title = page_title(cfg.title, translator)
     app = create_app(translator, max_chars=cfg.max_chars, title=title)
     print(f"Serving {title} at http://{cfg.host}:{cfg.port} (Ctrl-C stops)", file=sys.stderr, flush=True)
     uvicorn.run(app, host=cfg.host, port=cfg.port, log_level="warning")

@@ -134,6 +134,8 @@ def _run_translate(cfg: DictConfig) -> dict:
 
 def _stream(translator: Translator, cfg: DictConfig, prefixes, scored: bool) -> dict:
     count = 0
+    if cfg.output != "-":  # its folders made, as a file input's output (atomic_path) makes them
+        Path(cfg.output).parent.mkdir(parents=True, exist_ok=True)
     out = sys.stdout if cfg.output == "-" else open(cfg.output, "w", encoding="utf-8")  # noqa: SIM115
     try:
         for index, line in enumerate(_stdin_lines()):

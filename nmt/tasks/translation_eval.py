@@ -50,6 +50,22 @@ def split_tag(
     return tag + (f"_avg{averaged}" if averaged > 1 else "")
 
 
+def check_columns_apply(split: str, data_cfg, columns) -> None:
+    """data.columns picks the fields of a TSV: given with a set that is not read from one (a corpus's own
+    split, a prefix of two files) it changed nothing, and was ignored without a word."""
+    if split.startswith("files:"):
+        if split.endswith((".tsv", ".tsv.gz")):
+            return
+        where = f"split={split} names two files by a prefix, not a TSV"
+    elif "columns" in data_cfg:  # a data=files run's own splits, read with the columns given
+        return
+    else:
+        where = f"split={split} is read from the run's corpus, not from a TSV"
+    raise ValueError(
+        f"data.columns={list(columns)}: {where}; data.columns picks the fields of split=files:<x.tsv>, leave it out"
+    )
+
+
 def load_eval_set(
     split: str, datamodule, data_cfg, config: dict, task, columns=None
 ) -> tuple[list[str], list[str], str]:
@@ -63,6 +79,8 @@ def load_eval_set(
       ``columns`` if given, else a ``data=files`` run's ``data.columns``, else 0 and 1).
     """
     src_lang, tgt_lang = datamodule.src_lang, datamodule.tgt_lang
+    if columns is not None:
+        check_columns_apply(split, data_cfg, columns)
     if split in ("train", "val", "test"):
         sources, references = datamodule.text(split)
         if not sources:  # a seeded split with data.test_size=0

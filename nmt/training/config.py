@@ -122,7 +122,7 @@ def _rules() -> list[tuple[str, Callable[[object], bool], str]]:
             lambda v: _number(v) and isinstance(v, int) and v >= -1,
             "an integer >= -1 (-1: every validation batch, 0: none)",
         ),
-        ("trainer.deterministic", lambda v: v in (True, False, "warn"), "true, false, 'warn' or null"),
+        ("trainer.deterministic", lambda v: isinstance(v, bool) or v == "warn", "true, false, 'warn' or null"),
         (
             "trainer.max_time",
             lambda v: (
@@ -205,7 +205,7 @@ def _rules() -> list[tuple[str, Callable[[object], bool], str]]:
         ("check_every", *positive),
         (
             "compile",
-            lambda v: v in (True, False, "reduce-overhead", "layers"),
+            lambda v: isinstance(v, bool) or v in ("reduce-overhead", "layers"),  # 1 == True: compile=1 passed
             "true, false, 'reduce-overhead' or 'layers'",
         ),
         ("resume", lambda v: v in ("auto", "force"), "one of ['auto', 'force']"),
