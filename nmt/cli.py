@@ -328,7 +328,12 @@ def unknown_option_message(argv: list[str], conf: Path = CONF) -> str | None:
             continue
         options = sorted(str(p.relative_to(group).with_suffix("")) for p in group.rglob("*.yaml"))
         for option in value.split(","):
-            if option not in options and option != "null":
+            if option == "null":  # Hydra's "Config group override must be a string or a list", in a traceback
+                return (
+                    f"error: {key}=null (on the command line): group {key} needs one of its options, null chooses "
+                    f"none; valid: {', '.join(options)}"
+                )
+            if option not in options:
                 close = difflib.get_close_matches(option, options, n=1, cutoff=0.6)
                 hint = f" (did you mean {key}={close[0]}?)" if close else ""
                 return (
@@ -447,6 +452,45 @@ def unparsable_message(argv: list[str]) -> str | None:
     return None
 
 
+def sweep_settings(conf: Path = CONF) -> set[str]:
+    """The keys of a sweep as a whole (where it runs, how it is reported): conf/sweep.yaml's own keys, the
+    groups its defaults choose besides train's (grid) and ``+tuned``."""
+    config = OmegaConf.load(conf / "sweep.yaml")
+    groups = {str(k) for d in config.get("defaults") or [] if isinstance(d, DictConfig) for k in d}
+    return {str(k) for k in config if k not in ("defaults", "hydra")} | groups | {"tuned"}
+
+
+SUBCOMMANDS = ("report", "tune")
+
+
+def sweep_argument_message(argv: list[str], conf: Path = CONF) -> str | None:
+    """One line for a subcommand of sweep.py mistyped (Hydra's "missing EQUAL at '<EOF>'"), or a setting of
+    the whole sweep given several values: Hydra made them a factor, so grid=none,rnn ran every cell under each
+    grid into one folder, sweep_name=a,b ended on a traceback, report_metric=a,b ran every run twice."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    words = [a for a in argv if a != "-m" and a != "--multirun"]
+    if words and not words[0].startswith(("-", "~", "+")) and "=" not in words[0]:
+        close = difflib.get_close_matches(words[0], SUBCOMMANDS, n=1, cutoff=0.6)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        return (
+            f"error: {words[0]}: not a subcommand of sweep.py{hint} nor key=value; python sweep.py report DIR, "
+            "python sweep.py tune DIR --level KEY, or python sweep.py [key=value ...]"
+        )
+    settings = sweep_settings(conf)
+    parser = OverridesParser.create()
+    for arg in argv:
+        key = arg.lstrip("+~").partition("=")[0]
+        if arg.startswith("-") or "=" not in arg or key not in settings:
+            continue
+        if parser.parse_overrides([arg])[0].is_sweep_override():
+            return (
+                f"error: {arg}: {key} is a setting of the whole sweep, not a factor: give it one value (a sweep "
+                "for each value is a command for each)"
+            )
+    return None
+
+
 def check_command_line(config_name: str) -> None:
     """Before Hydra starts: a misspelt group option or key stops the program with one line suggesting the
     right one. Existing paths holding Hydra's grammar are quoted (:func:`quoted_paths`), and train.py's
@@ -463,6 +507,7 @@ def check_command_line(config_name: str) -> None:
         or foreign_group_message(sys.argv[1:], config_name)
         or unknown_option_message(sys.argv[1:])
         or unknown_key_message(sys.argv[1:], config_name)
+        or (sweep_argument_message(sys.argv[1:]) if config_name == "sweep" else None)
         or (launcher_key_message(sys.argv[1:]) if config_name == "sweep" else None)
         or (run_dir_message(sys.argv[1:]) if config_name == "train" else None)
     )

@@ -128,6 +128,10 @@ def test_known_keys_pass(argv):
         (["-m", "pos=absolute,relatve"], "error: pos=relatve (on the command line): not an option of group pos "
          "(did you mean pos=relative?)"),
         (["+tuned=nothing_tuned"], "error: tuned=nothing_tuned (on the command line): not an option of group tuned"),
+        # Hydra's "Config group override must be a string or a list. Got NoneType", in a traceback
+        (["norm=null"], "error: norm=null (on the command line): group norm needs one of its options, null chooses "
+         "none; valid: " + ", ".join(sorted(f.stem for f in (ROOT / "conf" / "norm").glob("*.yaml")))),
+        (["-m", "grid=null"], "error: grid=null (on the command line): group grid needs one of its options"),
     ],
 )  # fmt: skip
 def test_a_misspelt_group_option_is_one_line_with_the_valid_ones(argv, expected):
@@ -140,13 +144,45 @@ def test_a_misspelt_group_option_is_one_line_with_the_valid_ones(argv, expected)
 @pytest.mark.parametrize(
     "argv",
     [
-        ["pos=absolute,relative", "norm=null", "data=toy"],
+        ["pos=absolute,relative", "norm=rms", "data=toy"],
         ["hydra/launcher=joblib", "pos=choice(absolute,relative)", "~norm", "+tuned=factorial_converged_toy"],
         ["experiment=multi30k_tiny_lc", "model.d_model=64", "lr=1e-3"],
     ],
 )
 def test_group_options_that_exist_or_hydras_sweep_syntax_pass(argv):
     assert unknown_option_message(argv) is None
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        # a setting of the whole sweep made a factor by Hydra: every cell ran under each grid, into one folder
+        (["-m", "grid=none,rnn", "data=toy"], "error: grid=none,rnn: grid is a setting of the whole sweep, not a "
+         "factor: give it one value (a sweep for each value is a command for each)"),
+        (["sweep_name=a,b"], "error: sweep_name=a,b: sweep_name is a setting of the whole sweep"),
+        (["report_metric=test_chrf,test_bleu"], "error: report_metric=test_chrf,test_bleu: report_metric is a "),
+        (["+tuned=factorial_converged,factorial_converged_toy"], "error: +tuned=factorial_converged,factorial_"),
+        (["plan=choice(true,false)"], "error: plan=choice(true,false): plan is a setting of the whole sweep"),
+        # a mistyped subcommand: Hydra's "missing EQUAL at '<EOF>'"
+        (["-m", "reports", "sweeps/none"], "error: reports: not a subcommand of sweep.py (did you mean report?) nor "
+         "key=value; python sweep.py report DIR, python sweep.py tune DIR --level KEY, or python sweep.py [key=value"),
+        (["-m", "grid=none", "pos=absolute,rope", "seed=1,2", "baseline={pos: absolute}"], None),
+        (["-m", "level_settings={optim: {adam: ['optim.optimizer.lr=0.001']}}", "optim=adam,noam"], None),
+    ],
+)  # fmt: skip
+def test_a_setting_of_the_whole_sweep_takes_one_value_and_a_subcommand_is_spelt(argv, expected):
+    from nmt.cli import sweep_argument_message
+
+    said = sweep_argument_message(argv)
+    assert said == expected if expected is None else said.startswith(expected)
+
+
+def test_the_settings_of_a_whole_sweep_are_those_the_sweep_keeps_out_of_its_runs():
+    """The keys the command line check refuses as factors are those the runs do not get (one list: conf/)."""
+    from nmt.cli import sweep_settings
+    from nmt.sweep.summary import SWEEP_KEYS
+
+    assert sweep_settings() == set(SWEEP_KEYS)
 
 
 LEVELS = "level_settings={optim: {adam: ['optim.optimizer.lr=0.001'], noam: ['warmup=400']}}"

@@ -868,14 +868,41 @@ def test_a_misspelt_level_setting_or_a_failing_plan_stops_the_sweep_before_any_r
     ("setting", "message"),
     [
         ("on_changed=mvoe", "on_changed='mvoe': must be one of ['stop', 'move']"),
-        ("plan=maybe", "plan='maybe': must be one of [True, False]"),
+        ("plan=maybe", "plan='maybe': must be true or false"),
         ("report_sentence=-1", "report_sentence=-1: must be a test sentence's index"),
+        # read for their truth: a word or a number turned the pool on, plan=1 planned, null was stop
+        ("gpu_pool=maybe", "gpu_pool='maybe': must be true or false"),
+        ("gpu_pool=2", "gpu_pool=2: must be true or false"),
+        ("gpu_mps=maybe", "gpu_mps='maybe': must be true or false"),
+        ("plan=1", "plan=1: must be true or false"),
+        ("on_changed=null", "on_changed=None: must be one of ['stop', 'move']"),
+        # a folder outside sweeps/: '..' wrote the sweep into the working folder, '' into sweeps/ itself
+        ("sweep_name=..", "sweep_name='..': the name of a folder under sweeps/ (not empty, not absolute, no '..')"),
+        ("sweep_name=../elsewhere", "sweep_name='../elsewhere': the name of a folder under sweeps/"),
+        ("sweep_name=", "sweep_name='': the name of a folder under sweeps/"),
+        ("sweep_name=null", "sweep_name=None: the name of a folder under sweeps/"),
+        # not a time: 00:99:99 was 1 h 40 min 39 s; a window of none started nothing on every rerun
+        ("start_runs_for='00:99:99'", "start_runs_for='00:99:99': minutes and seconds go from 00 to 59"),
+        ("start_runs_for='00:00:00'", "start_runs_for='00:00:00': a window of no time starts no run"),
+        # settings for levels this sweep does not run: given to no run, without a word
+        (
+            "level_settings={pos: {learned: ['model.dropout=0.2']}}",
+            "level_settings.pos: this sweep runs none of its levels (learned; pos here: absolute, rope)",
+        ),
+        # the runs trained, then the report failed for want of the metric
+        (
+            ("report_metric=val_as_test_bleu", "val_after_training=false"),
+            "report_metric=val_as_test_bleu: the final model's score on the val set, and every run of this sweep "
+            "has val_after_training=false",
+        ),
     ],
 )
 def test_a_sweep_setting_out_of_its_values_stops_the_sweep_in_one_line(tmp_path, capsys, setting, message):
     """on_changed=mvoe was taken as stop, and plan=maybe as true."""
     with pytest.raises(SystemExit) as stopped:
-        SweepReport().on_multirun_start(composed_sweep(tmp_path, ["pos=absolute,rope"], [setting]))
+        SweepReport().on_multirun_start(
+            composed_sweep(tmp_path, ["pos=absolute,rope"], [setting] if isinstance(setting, str) else list(setting))
+        )
     assert stopped.value.code == 2 and message in capsys.readouterr().err
 
 

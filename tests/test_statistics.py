@@ -701,6 +701,16 @@ def test_sweep_py_report_writes_again_with_the_sweep_own_metric_unless_told_anot
     (tmp_path / "multirun.yaml").unlink()  # copied without it: the defaults, said
     report_main([str(tmp_path)])
     assert "multirun.yaml is missing: the report ranks by the task's metric" in capsys.readouterr().out
+    # options the sweep's own keys refuse: a report on sentence -1, a metric of no name replaced by the sweep's
+    for argv, said in (
+        (["--sentence", "-1"], "--sentence -1: a test sentence's index, from 0"),
+        (["--metric", ""], "--metric '': name a metric the runs record"),
+    ):
+        with pytest.raises(SystemExit):
+            report_main([str(tmp_path), *argv])
+        assert said in capsys.readouterr().err
+    with pytest.raises(SystemExit, match=r"report.md: a file, not a folder; give a sweep's folder"):
+        report_main([str(tmp_path / "report.md")])
 
 
 def test_a_report_metric_no_run_has_is_one_clear_error(tmp_path):
@@ -910,7 +920,7 @@ def test_level_tables_are_written_where_no_effect_can_be_tested(tmp_path):
     assert "No effect can be tested" in report
     main = report.split("## Main effects")[1].split("\n## ")[0]
     assert "### pos" in main and "| relative | 1 | 33.00 |" in main
-    assert "The test set has sentences 0 to 39: choose one with report_sentence=N." in report
+    assert "The test set has sentences 0 to 39: choose one with report_sentence=N (or python sweep.py report" in report
 
 
 def test_where_the_fit_and_the_seed_level_tests_disagree_the_findings_say_why(tmp_path):

@@ -32,14 +32,18 @@ def test_each_run_gets_the_settings_of_its_levels():
         ({"optim": ["lr=1"]}, r"expected level: \[key=value, ...\]"),
         # a misspelt level would give its runs nothing, and the report would call the levels tuned
         ({"optim": {"noma": ["warmup=4"]}}, r"level_settings.optim.noma: noma is not an option of group optim"),
-        ({"pos": {"rope": ["warmup=4"]}}, None),  # an option of the group, not swept here (a tuned file's): taken
-        ({"seed": {"7": ["warmup=4"]}}, None),  # not a group: another sweep's level, taken
+        # settings of levels this sweep does not run: given to no run, without a word (a tuned file's may hold
+        # more levels than a sweep runs, and is checked as a whole)
+        ({"pos": {"rope": ["warmup=4"]}}, r"^level_settings.pos: this sweep runs none of its levels \(rope; pos here"),
+        ({"seed": {"7": ["warmup=4"]}}, r"^level_settings.seed: this sweep runs none of its levels \(7; seed here: "),
     ],
 )
 def test_level_settings_that_cannot_work_are_one_line(settings, message):
     if message is None:
         assert level_settings_problem(settings, LEVELS) is None
         return
+    if "runs none of its levels" in message:
+        assert level_settings_problem(settings, LEVELS, from_file=True) is None
     assert level_settings_problem(settings, LEVELS) is not None
     assert __import__("re").search(message, level_settings_problem(settings, LEVELS))
     assert level_settings_problem(SETTINGS, LEVELS) is None

@@ -131,6 +131,13 @@ def test_tuning_refuses_the_test_set_a_swept_level_and_two_sweeps_of_one_level(t
     said = capsys.readouterr().out
     assert f"note: {tmp_path / 'out.yaml'} is not conf/tuned/<name>.yaml, the only place +tuned=<name> loads" in said
     assert (tmp_path / "out.yaml").is_file()
+    # a folder for --out lost the block in a traceback once the table was printed; '' wrote nothing, silently
+    for out, said in ((str(tmp_path), "a folder, not a file"), ("", "--out '': name the file to write")):
+        with pytest.raises(SystemExit):
+            main([str(tmp_path / "a"), "--level", "optim", "--out", out])
+        assert said in capsys.readouterr().err
+    with pytest.raises(SystemExit, match=r"nowhere: no such folder; give a finished tuning sweep's folder"):
+        main([str(tmp_path / "nowhere"), "--level", "optim"])
     for run in (tmp_path / "a").glob("*/sweep_result.json"):
         run.write_text(run.read_text().replace('"best_val_bleu"', '"best_val_loss"'))
     assert "| best_val_loss, lower is better (one seed each" in "\n".join(

@@ -80,14 +80,15 @@ def level_overrides(level_settings, values: dict[str, str]) -> list[str]:
     return overrides
 
 
-def level_settings_problem(level_settings, levels: dict[str, list[str]]) -> str | None:
+def level_settings_problem(level_settings, levels: dict[str, list[str]], from_file: bool = False) -> str | None:
     """One line for level settings that cannot work: a key the sweep does not set, a setting that is not
-    key=value, or one that the command line or the sweep's factors also set (which would win is unclear)."""
+    key=value, one that the command line or the sweep's factors also set (which would win is unclear), or,
+    unless they come from a tuned file (``from_file``), settings of a key none of whose levels this sweep runs."""
     settings = plain_settings(level_settings)
     if not isinstance(settings, dict):
         return (
             f"level_settings={settings!r}: expected {{key: {{level: [key=value, ...]}}}}, as "
-            "level_settings={optim: {adam: [optim.optimizer.lr=0.001]}}"
+            "\"level_settings={optim: {adam: ['optim.optimizer.lr=0.001']}}\" (each key=value quoted)"
         )
     for key, by_level in settings.items():
         if key not in levels:
@@ -111,4 +112,11 @@ def level_settings_problem(level_settings, levels: dict[str, list[str]]) -> str 
                 if name in levels:
                     source = "a factor of this sweep" if len(levels[name]) > 1 else "set by the command line or grid"
                     return f"{where}: {name} is also {source}; set it in one place"
+        if not from_file and by_level and not any(str(level) in levels[key] for level in by_level):
+            # a tuned file may hold more levels than a sweep runs (checked_tuned_file refuses one that applies to
+            # no run at all); settings written for this sweep that no run gets are a mistake
+            return (
+                f"level_settings.{key}: this sweep runs none of its levels ({', '.join(map(str, by_level))}; "
+                f"{key} here: {', '.join(levels[key])}), so no run would get its settings"
+            )
     return None

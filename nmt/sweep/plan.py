@@ -296,17 +296,25 @@ def input_problem(config: DictConfig) -> str | None:
         levels = sweep_levels(config)
     except ValueError as err:
         return str(err).splitlines()[0]
+    for key in ("plan", "gpu_pool", "gpu_mps"):  # read for their truth: gpu_pool=maybe or 2 turned the pool on
+        value = config.get(key, False)
+        if not isinstance(value, bool):
+            return f"{key}={value!r}: must be true or false"
+    problem = sweep_name_problem(config.sweep_name) if "sweep_name" in config else None
+    tuned = OmegaConf.select(config, "hydra.runtime.choices.tuned", default=None)
+    settings_problem = level_settings_problem(config.get("level_settings"), levels, from_file=bool(tuned))
+    if settings_problem and tuned:  # the settings came from a file: named, as the key the user gave was +tuned=
+        settings_problem = f"+tuned={tuned} (conf/tuned/): {settings_problem}"
     problem = (
-        level_settings_problem(config.get("level_settings"), levels)
+        problem
+        or settings_problem
         or pool_problem(config, machine=not config.get("plan"))  # a plan made away from the GPUs says so below
         or mps_setting_problem(config)
     )
     if problem:
         return problem
-    for key, allowed in (("on_changed", ("stop", "move")), ("plan", (True, False))):
-        value = config.get(key)
-        if value is not None and value not in allowed:
-            return f"{key}={value!r}: must be one of {list(allowed)}"
+    if config.get("on_changed", "stop") not in ("stop", "move"):
+        return f"on_changed={config.get('on_changed')!r}: must be one of ['stop', 'move']"
     sentence = config.get("report_sentence")
     if sentence is not None and (not isinstance(sentence, int) or isinstance(sentence, bool) or sentence < 0):
         return f"report_sentence={sentence!r}: must be a test sentence's index, an integer >= 0 (or null)"
@@ -326,9 +334,10 @@ def input_problem(config: DictConfig) -> str | None:
                     return f"{key}={value}: not an option of group {key}; valid: {options}"
     # every key of every run exists once the run's groups are chosen (the grid may choose model=rnn)
     from nmt.tasks import build_task
+    from nmt.tasks.base import FINAL_RESULTS
 
     prefixes = command_prefixes(config.hydra.overrides.task)
-    seen, recorded = set(), set()
+    seen, recorded, scored = set(), set(), set()
     for values in planned_values(config):
         groups = tuple(sorted((k, v) for k, v in values.items() if (conf / k).is_dir()))
         if groups in seen:
@@ -344,6 +353,10 @@ def input_problem(config: DictConfig) -> str | None:
             recorded |= set(build_task(composed.task).sweep_metrics({}))
         except Exception as err:  # noqa: BLE001  a task that cannot be built: its own message says why
             return str(err).splitlines()[0] or type(err).__name__
+        for split in FINAL_RESULTS:  # the sets the runs of these groups score at the end (a factor, or one value)
+            key = f"{split}_after_training"
+            given = levels.get(key) or [str(OmegaConf.select(composed, key, default=False))]
+            scored |= {split} if any(str(v).lower() == "true" for v in given) else set()
         for key in values:
             if (conf / key).is_dir() or prefixes.get(key):
                 continue
@@ -360,7 +373,16 @@ def input_problem(config: DictConfig) -> str | None:
     if metric != "auto" and metric not in recorded:  # the report ranks by a metric some run records
         close = difflib.get_close_matches(str(metric), sorted(recorded), n=1)
         hint = f" (did you mean {close[0]}?)" if close else ""
-        return f"report_metric={metric}: no run of this sweep records it{hint}; they record {sorted(recorded)}"
+        return (
+            f"report_metric={metric}: no run of this sweep records it{hint}; they record {sorted(recorded)}, or "
+            "auto (the task's own)"
+        )
+    unscored = [s for s, prefix in FINAL_RESULTS.items() if str(metric).startswith(f"{prefix}_") and s not in scored]
+    if unscored:  # the runs trained, then the report failed for want of it
+        return (
+            f"report_metric={metric}: the final model's score on the {unscored[0]} set, and every run of this sweep "
+            f"has {unscored[0]}_after_training=false, so none records it; set it true or report another metric"
+        )
     baseline = config.get("baseline")
     if baseline is not None and not OmegaConf.is_dict(baseline):
         return f"baseline={baseline!r}: expected {{factor: level, ...}}, as baseline={{pos: absolute}}"
@@ -372,6 +394,18 @@ def input_problem(config: DictConfig) -> str | None:
             if str(value) not in factors[key]:
                 return f"baseline: {key}={value} is not a level of {key} (levels: {factors[key]})"
     return None
+
+
+def sweep_name_problem(name) -> str | None:
+    """sweep_name names a folder under sweeps/: '..' put the sweep's files into the working folder (the
+    repository, run from there), '' into sweeps/ itself, null into sweeps/None."""
+    path = Path(str(name))
+    if isinstance(name, str) and name.strip() and not path.is_absolute() and ".." not in path.parts:
+        return None
+    return (
+        f"sweep_name={name!r}: the name of a folder under sweeps/ (not empty, not absolute, no '..'); a sweep "
+        "elsewhere: hydra.sweep.dir=PATH"
+    )
 
 
 def _all_keys(node, prefix: str = "") -> list[str]:

@@ -258,7 +258,10 @@ def _outputs_section(doc: Document, records, factors, levels, sentence: int) -> 
     references = read_lines(first["references"])
     if not 0 <= sentence < len(references):  # said where the section would be, not left out silently
         doc.heading(f"Test sentence {sentence}")
-        doc.paragraph(f"The test set has sentences 0 to {len(references) - 1}: choose one with report_sentence=N.")
+        doc.paragraph(
+            f"The test set has sentences 0 to {len(references) - 1}: choose one with report_sentence=N (or "
+            "python sweep.py report DIR --sentence N)."
+        )
         return
     doc.heading(f"Test sentence {sentence}, as each cell translated it")
     sources = first.get("sources")
@@ -288,8 +291,13 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--metric", help="rank by this metric (default: the sweep's report_metric)")
     parser.add_argument("--sentence", type=int, help="the test sentence whose outputs the report shows")
     args = parser.parse_args(argv)
+    if args.sentence is not None and args.sentence < 0:
+        parser.error(f"--sentence {args.sentence}: a test sentence's index, from 0")
+    if args.metric is not None and not args.metric.strip():
+        parser.error("--metric '': name a metric the runs record, or leave it out for the sweep's own")
     if not Path(args.sweep_dir).is_dir():
-        raise SystemExit(f"error: {args.sweep_dir}: no such folder; give a sweep's folder (sweeps/<sweep_name>)")
+        found = "a file, not a folder" if Path(args.sweep_dir).exists() else "no such folder"
+        raise SystemExit(f"error: {args.sweep_dir}: {found}; give a sweep's folder (sweeps/<sweep_name>)")
     saved = Path(args.sweep_dir) / "multirun.yaml"
     if saved.is_file():
         config = OmegaConf.load(saved)

@@ -329,7 +329,10 @@ class SweepReport(Callback):
             )
         except Exception as err:  # noqa: BLE001 - any failure of the report is the sweep's failure
             # raised as SystemExit: Hydra would turn the exception into a warning and exit 0
-            print(f"error: the report of {config.hydra.sweep.dir} failed: {err!r}", file=sys.stderr)
+            said = (
+                str(err) if isinstance(err, ValueError | OSError) else repr(err)
+            )  # ours name what to do; others' type
+            print(f"error: the report of {config.hydra.sweep.dir} failed: {said}", file=sys.stderr)
             raise SystemExit(1) from None
         if logs_to_wandb(config):
             from nmt.sweep.dashboard import log_report_to_wandb

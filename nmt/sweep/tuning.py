@@ -21,6 +21,7 @@ from nmt.sweep.analysis import check_same_measure, mean_ci, past_range, welch_te
 from nmt.sweep.levels import sweep_levels
 from nmt.sweep.records import collect_records, finished_runs
 from nmt.sweep.tuned import ABSENT, CONF, tuning_run, write_tuned_file
+from nmt.utils.io import check_output_file
 
 SAME_CASE_ON_VALIDATION = (
     "rank them by --metric best_val_bleu_tok_lc or val_as_test_bleu_tok_lc (validation, lowercased for every "
@@ -153,7 +154,8 @@ def _constant_level(sweep_dir: Path, key: str) -> str:
     """The value a tuning sweep held ``key`` at (one value, on its command line or in its grid)."""
     saved = sweep_dir / "multirun.yaml"
     if not saved.is_file():
-        raise ValueError(f"{sweep_dir}: not a sweep folder (no multirun.yaml)")
+        found = "no such folder" if not Path(sweep_dir).exists() else "not a sweep folder (no multirun.yaml)"
+        raise ValueError(f"{sweep_dir}: {found}; give a finished tuning sweep's folder (sweeps/<sweep_name>)")
     levels = sweep_levels(OmegaConf.load(saved))
     values = levels.get(key)
     if not values:
@@ -286,6 +288,13 @@ def main(argv: list[str]) -> None:
     args = parser.parse_args(argv)
     if args.metric.startswith("test"):
         parser.error(f"--metric {args.metric}: settings are chosen on validation data, never on the test set")
+    if args.out is not None:  # before the tuning is read and printed: a folder lost the block in a traceback
+        if not args.out.strip():
+            parser.error("--out '': name the file to write, e.g. conf/tuned/<name>.yaml")
+        try:
+            check_output_file("--out", args.out)
+        except ValueError as err:
+            parser.error(f"{err} (e.g. conf/tuned/<name>.yaml)")
     try:
         tuned = tune(args.sweep_dirs, args.level, args.metric)
     except ValueError as err:
