@@ -329,9 +329,10 @@ def unknown_option_message(argv: list[str], conf: Path = CONF) -> str | None:
         options = sorted(str(p.relative_to(group).with_suffix("")) for p in group.rglob("*.yaml"))
         for option in value.split(","):
             if option == "null":  # Hydra's "Config group override must be a string or a list", in a traceback
+                instead = f"{key}=none chooses its option none" if "none" in options else "leave it out for its default"
                 return (
-                    f"error: {key}=null (on the command line): group {key} needs one of its options, null chooses "
-                    f"none; valid: {', '.join(options)}"
+                    f"error: {key}=null (on the command line): a group takes one of its options, not null ({instead}); "
+                    f"valid: {', '.join(options)}"
                 )
             if option not in options:
                 close = difflib.get_close_matches(option, options, n=1, cutoff=0.6)
@@ -470,6 +471,10 @@ def sweep_argument_message(argv: list[str], conf: Path = CONF) -> str | None:
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     words = [a for a in argv if a != "-m" and a != "--multirun"]
+    if words and words[0] in SUBCOMMANDS:  # after -m: sweep.py reads a subcommand in the first place only
+        return (
+            f"error: {words[0]}: a subcommand goes first, without -m: python sweep.py {words[0]} {' '.join(words[1:])}"
+        )
     if words and not words[0].startswith(("-", "~", "+")) and "=" not in words[0]:
         close = difflib.get_close_matches(words[0], SUBCOMMANDS, n=1, cutoff=0.6)
         hint = f" (did you mean {close[0]}?)" if close else ""

@@ -19,7 +19,7 @@ from nmt.cli import (
 from nmt.training.config import ConfigError, check_config
 from nmt.training.config_groups import unused_groups
 
-from .conftest import NO_FINAL_SCORES, ROOT, compose_train
+from .conftest import CONF, NO_FINAL_SCORES, ROOT, compose_train
 
 
 @pytest.mark.parametrize(
@@ -129,9 +129,10 @@ def test_known_keys_pass(argv):
          "(did you mean pos=relative?)"),
         (["+tuned=nothing_tuned"], "error: tuned=nothing_tuned (on the command line): not an option of group tuned"),
         # Hydra's "Config group override must be a string or a list. Got NoneType", in a traceback
-        (["norm=null"], "error: norm=null (on the command line): group norm needs one of its options, null chooses "
-         "none; valid: " + ", ".join(sorted(f.stem for f in (ROOT / "conf" / "norm").glob("*.yaml")))),
-        (["-m", "grid=null"], "error: grid=null (on the command line): group grid needs one of its options"),
+        (["norm=null"], "error: norm=null (on the command line): a group takes one of its options, not null (leave "
+         "it out for its default); valid: " + ", ".join(sorted(f.stem for f in (CONF / "norm").glob("*.yaml")))),
+        (["-m", "grid=null"], "error: grid=null (on the command line): a group takes one of its options, not null "
+         "(grid=none chooses its option none); valid: " + ", ".join(sorted(f.stem for f in CONF.glob("grid/*.yaml")))),
     ],
 )  # fmt: skip
 def test_a_misspelt_group_option_is_one_line_with_the_valid_ones(argv, expected):
@@ -166,6 +167,8 @@ def test_group_options_that_exist_or_hydras_sweep_syntax_pass(argv):
         # a mistyped subcommand: Hydra's "missing EQUAL at '<EOF>'"
         (["-m", "reports", "sweeps/none"], "error: reports: not a subcommand of sweep.py (did you mean report?) nor "
          "key=value; python sweep.py report DIR, python sweep.py tune DIR --level KEY, or python sweep.py [key=value"),
+        (["-m", "report", "sweeps/x"], "error: report: a subcommand goes first, without -m: python sweep.py report "
+         "sweeps/x"),
         (["-m", "grid=none", "pos=absolute,rope", "seed=1,2", "baseline={pos: absolute}"], None),
         (["-m", "level_settings={optim: {adam: ['optim.optimizer.lr=0.001']}}", "optim=adam,noam"], None),
     ],

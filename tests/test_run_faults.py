@@ -881,6 +881,7 @@ def test_a_misspelt_level_setting_or_a_failing_plan_stops_the_sweep_before_any_r
         ("sweep_name=../elsewhere", "sweep_name='../elsewhere': the name of a folder under sweeps/"),
         ("sweep_name=", "sweep_name='': the name of a folder under sweeps/"),
         ("sweep_name=null", "sweep_name=None: the name of a folder under sweeps/"),
+        ("sweep_name=.", "sweep_name='.': the name of a folder under sweeps/"),
         # not a time: 00:99:99 was 1 h 40 min 39 s; a window of none started nothing on every rerun
         ("start_runs_for='00:99:99'", "start_runs_for='00:99:99': minutes and seconds go from 00 to 59"),
         ("start_runs_for='00:00:00'", "start_runs_for='00:00:00': a window of no time starts no run"),
@@ -895,6 +896,16 @@ def test_a_misspelt_level_setting_or_a_failing_plan_stops_the_sweep_before_any_r
             "report_metric=val_as_test_bleu: the final model's score on the val set, and every run of this sweep "
             "has val_after_training=false",
         ),
+        (
+            "test_after_training=false",  # report_metric=auto: the task's test_bleu
+            "report_metric=auto ranks by test_bleu: the final model's score on the test set, and every run of this "
+            "sweep has test_after_training=false",
+        ),
+        # +tuned= and level_settings= merged by Hydra: whose settings won was unclear
+        (
+            ("+tuned=factorial_converged_toy", "level_settings={optim: {adam: ['warmup=3']}}"),
+            "level_settings={optim: {adam: ['warmup=3']}}: +tuned=factorial_converged_toy gives the level settings;",
+        ),
     ],
 )
 def test_a_sweep_setting_out_of_its_values_stops_the_sweep_in_one_line(tmp_path, capsys, setting, message):
@@ -904,6 +915,25 @@ def test_a_sweep_setting_out_of_its_values_stops_the_sweep_in_one_line(tmp_path,
             composed_sweep(tmp_path, ["pos=absolute,rope"], [setting] if isinstance(setting, str) else list(setting))
         )
     assert stopped.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_a_numbered_sweep_name_is_a_folder_and_a_tuned_file_is_named_in_its_problems(tmp_path, capsys):
+    """sweep_name=2026 (an int to Hydra) is the folder sweeps/2026; a tuned file's settings that cannot apply
+    are said as the file's (+tuned=), the key the user gave."""
+    from nmt.sweep.plan import input_problem, sweep_name_problem
+
+    assert sweep_name_problem(2026) is None and sweep_name_problem("factorial/zh_en") is None
+    config = composed_sweep(tmp_path, ["pos=absolute,rope"], ["+tuned=factorial_converged_toy"])
+    assert input_problem(config).startswith(
+        "+tuned=factorial_converged_toy (conf/tuned/): level_settings.optim: optim is not a key of this sweep"
+    )
+
+
+def test_a_level_given_as_a_number_gets_its_settings(tmp_path):
+    """{seed: {1: [...]}} is read with an int level; the runs' levels are strings: no run got the settings."""
+    from nmt.sweep.levels import level_overrides
+
+    assert level_overrides(OmegaConf.create({"seed": {1: ["warmup=3"]}}), {"seed": "1"}) == ["warmup=3"]
 
 
 def test_a_sweep_given_its_folder_is_told_to_choose_another_folder_not_a_name(tmp_path):

@@ -36,6 +36,7 @@ def test_each_run_gets_the_settings_of_its_levels():
         # more levels than a sweep runs, and is checked as a whole)
         ({"pos": {"rope": ["warmup=4"]}}, r"^level_settings.pos: this sweep runs none of its levels \(rope; pos here"),
         ({"seed": {"7": ["warmup=4"]}}, r"^level_settings.seed: this sweep runs none of its levels \(7; seed here: "),
+        ({"seed": {2: ["warmup=4"]}}, None),  # a level Hydra reads as a number: compared as its string
     ],
 )
 def test_level_settings_that_cannot_work_are_one_line(settings, message):

@@ -794,7 +794,7 @@ def test_evaluate_reads_a_tsv_in_the_columns_given_whatever_corpus_the_checkpoin
 @pytest.mark.parametrize(
     ("split", "message"),
     [
-        ("test", r"^data.columns=\[1, 0\]: split=test is read from the run's corpus, not from a TSV; "),
+        ("test", r"^data.columns=\[1, 0\]: split=test is not read from a TSV; "),
         ("files:{tmp}/pair", r"^data.columns=\[1, 0\]: split=files:.*/pair names two files by a prefix, not a TSV"),
     ],
 )

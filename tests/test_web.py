@@ -151,9 +151,15 @@ def test_every_error_has_the_error_shape_and_a_taken_port_is_named_before_loadin
         ({"port": 70000}, r"^port=70000: must be an integer from 1 to 65535$"),  # was OverflowError's traceback
         ({"port": "abc"}, r"^port='abc': must be an integer from 1 to 65535$"),  # named no key
         ({"max_chars": 0}, r"^max_chars=0: must be an integer >= 1$"),  # a server that refused every request
-        ({"title": [1, 2]}, r"^title=\[1, 2\]: must be text; quote it"),  # the page failed at its first request
-        ({"title": 1.5}, r"^title=1.5: must be text; quote it"),  # shown as Hydra's float, not as written
-        ({"title": True}, r"^title=True: must be text; quote it"),
+        (
+            {"title": [1, 2]},
+            r"^title=\[1, 2\]: must be text or a whole number; quote it",
+        ),  # the page failed at its first request
+        (
+            {"title": 1.5},
+            r"^title=1.5: must be text or a whole number; quote it",
+        ),  # shown as Hydra's float, not as written
+        ({"title": True}, r"^title=True: must be text or a whole number; quote it"),
     ],
 )
 def test_a_port_or_a_length_limit_out_of_range_is_refused_before_loading(given, message):

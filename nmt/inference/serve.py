@@ -33,7 +33,9 @@ def check_settings(cfg: DictConfig) -> None:
     # could not show: it failed at the first request, after the model was loaded
     title = cfg.get("title")
     if title is not None and (isinstance(title, bool) or not isinstance(title, str | int)):
-        raise ValueError(f"title={title!r}: must be text; quote it to keep it as written: \"title='...'\"")
+        raise ValueError(
+            f"title={title!r}: must be text or a whole number; quote it to keep it as written: \"title='...'\""
+        )
 
 
 def page_title(given, translator: Translator) -> str:

@@ -63,8 +63,8 @@ def plain_settings(level_settings) -> dict:
         level_settings = OmegaConf.to_container(level_settings, resolve=True)
     if not isinstance(level_settings, dict):
         return level_settings or {}
-    return {
-        key: {level: [s] if isinstance(s, str) else s for level, s in by_level.items()}
+    return {  # a level as a string, as the sweep's levels are: Hydra reads {warmup: {400: [...]}} with an int
+        key: {str(level): [s] if isinstance(s, str) else s for level, s in by_level.items()}
         if isinstance(by_level, dict)
         else by_level
         for key, by_level in level_settings.items()

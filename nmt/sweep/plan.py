@@ -302,6 +302,9 @@ def input_problem(config: DictConfig) -> str | None:
             return f"{key}={value!r}: must be true or false"
     problem = sweep_name_problem(config.sweep_name) if "sweep_name" in config else None
     tuned = OmegaConf.select(config, "hydra.runtime.choices.tuned", default=None)
+    given = [o for o in config.hydra.overrides.task if o.lstrip("+~").startswith("level_settings")]
+    if tuned and given:  # Hydra merges the two: which settings are the file's, and which would win, is unclear
+        return f"{given[0]}: +tuned={tuned} gives the level settings; give them one way, not both"
     settings_problem = level_settings_problem(config.get("level_settings"), levels, from_file=bool(tuned))
     if settings_problem and tuned:  # the settings came from a file: named, as the key the user gave was +tuned=
         settings_problem = f"+tuned={tuned} (conf/tuned/): {settings_problem}"
@@ -337,7 +340,7 @@ def input_problem(config: DictConfig) -> str | None:
     from nmt.tasks.base import FINAL_RESULTS
 
     prefixes = command_prefixes(config.hydra.overrides.task)
-    seen, recorded, scored = set(), set(), set()
+    seen, recorded, scored, ranked_by = set(), set(), set(), set()
     for values in planned_values(config):
         groups = tuple(sorted((k, v) for k, v in values.items() if (conf / k).is_dir()))
         if groups in seen:
@@ -350,7 +353,9 @@ def input_problem(config: DictConfig) -> str | None:
         except Exception as err:  # a group option Hydra cannot compose: its own message says which
             return str(err).splitlines()[0]
         try:  # the names a run of its task records (a task lists them for empty results)
-            recorded |= set(build_task(composed.task).sweep_metrics({}))
+            task = build_task(composed.task)
+            recorded |= set(task.sweep_metrics({}))
+            ranked_by.add(task.report_metric)  # what report_metric=auto ranks by
         except Exception as err:  # noqa: BLE001  a task that cannot be built: its own message says why
             return str(err).splitlines()[0] or type(err).__name__
         for split in FINAL_RESULTS:  # the sets the runs of these groups score at the end (a factor, or one value)
@@ -377,11 +382,14 @@ def input_problem(config: DictConfig) -> str | None:
             f"report_metric={metric}: no run of this sweep records it{hint}; they record {sorted(recorded)}, or "
             "auto (the task's own)"
         )
-    unscored = [s for s, prefix in FINAL_RESULTS.items() if str(metric).startswith(f"{prefix}_") and s not in scored]
+    ranked = ranked_by.pop() if metric == "auto" and len(ranked_by) == 1 else metric
+    unscored = [s for s, prefix in FINAL_RESULTS.items() if str(ranked).startswith(f"{prefix}_") and s not in scored]
     if unscored:  # the runs trained, then the report failed for want of it
+        named = f"report_metric=auto ranks by {ranked}" if metric == "auto" else f"report_metric={metric}"
         return (
-            f"report_metric={metric}: the final model's score on the {unscored[0]} set, and every run of this sweep "
-            f"has {unscored[0]}_after_training=false, so none records it; set it true or report another metric"
+            f"{named}: the final model's score on the {unscored[0]} set, and every run of this sweep has "
+            f"{unscored[0]}_after_training=false, so none records it; set it true or report another metric "
+            "(report_metric=best_val_bleu, say)"
         )
     baseline = config.get("baseline")
     if baseline is not None and not OmegaConf.is_dict(baseline):
@@ -398,9 +406,16 @@ def input_problem(config: DictConfig) -> str | None:
 
 def sweep_name_problem(name) -> str | None:
     """sweep_name names a folder under sweeps/: '..' put the sweep's files into the working folder (the
-    repository, run from there), '' into sweeps/ itself, null into sweeps/None."""
-    path = Path(str(name))
-    if isinstance(name, str) and name.strip() and not path.is_absolute() and ".." not in path.parts:
+    repository, run from there), '' and '.' into sweeps/ itself, null into sweeps/None."""
+    path = Path(str(name))  # a number is its digits (sweep_name=2026): Hydra reads it as an int
+    if (
+        isinstance(name, str | int)
+        and not isinstance(name, bool)
+        and str(name).strip()
+        and path.parts  # '.', './': sweeps/ itself
+        and not path.is_absolute()
+        and ".." not in path.parts
+    ):
         return None
     return (
         f"sweep_name={name!r}: the name of a folder under sweeps/ (not empty, not absolute, no '..'); a sweep "

@@ -291,10 +291,12 @@ def main(argv: list[str]) -> None:
     if args.out is not None:  # before the tuning is read and printed: a folder lost the block in a traceback
         if not args.out.strip():
             parser.error("--out '': name the file to write, e.g. conf/tuned/<name>.yaml")
+        if Path(args.out).is_dir():
+            parser.error(f"--out {args.out}: a folder; name the file to write, e.g. conf/tuned/<name>.yaml")
         try:
-            check_output_file("--out", args.out)
+            check_output_file("--out", args.out)  # below a file
         except ValueError as err:
-            parser.error(f"{err} (e.g. conf/tuned/<name>.yaml)")
+            parser.error(str(err))
     try:
         tuned = tune(args.sweep_dirs, args.level, args.metric)
     except ValueError as err:

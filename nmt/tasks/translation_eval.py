@@ -60,7 +60,7 @@ def check_columns_apply(split: str, data_cfg, columns) -> None:
     elif "columns" in data_cfg:  # a data=files run's own splits, read with the columns given
         return
     else:
-        where = f"split={split} is read from the run's corpus, not from a TSV"
+        where = f"split={split} is not read from a TSV"
     raise ValueError(
         f"data.columns={list(columns)}: {where}; data.columns picks the fields of split=files:<x.tsv>, leave it out"
     )
