@@ -882,9 +882,8 @@ def test_a_misspelt_level_setting_or_a_failing_plan_stops_the_sweep_before_any_r
         ("sweep_name=", "sweep_name='': the name of a folder under sweeps/"),
         ("sweep_name=null", "sweep_name=None: the name of a folder under sweeps/"),
         ("sweep_name=.", "sweep_name='.': the name of a folder under sweeps/"),
-        # not a time: 00:99:99 was 1 h 40 min 39 s; a window of none started nothing on every rerun
+        # not a time: 00:99:99 was 1 h 40 min 39 s
         ("start_runs_for='00:99:99'", "start_runs_for='00:99:99': minutes and seconds go from 00 to 59"),
-        ("start_runs_for='00:00:00'", "start_runs_for='00:00:00': a window of no time starts no run"),
         # settings for levels this sweep does not run: given to no run, without a word
         (
             "level_settings={pos: {learned: ['model.dropout=0.2']}}",

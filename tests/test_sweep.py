@@ -196,6 +196,8 @@ def test_start_runs_for_reads_hours_minutes_seconds(text, seconds):
 def test_start_runs_for_rejects_other_formats_with_an_example(text):
     with pytest.raises(ValueError, match="HH:MM:SS"):
         progress.parse_duration(text)
+    with pytest.raises(ValueError, match="minutes and seconds go from 00 to 59"):  # was 1 h 40 min 39 s
+        progress.parse_duration("00:99:99")
 
 
 @pytest.mark.slow

@@ -19,8 +19,6 @@ def parse_duration(text: str) -> float:
     hours, minutes, seconds = (int(p) for p in parts)
     if minutes > 59 or seconds > 59:  # 00:99:99 was read as 1 h 40 min 39 s
         raise ValueError(f'start_runs_for={text!r}: minutes and seconds go from 00 to 59, as in "02:15:00"')
-    if hours == minutes == seconds == 0:  # every rerun would start nothing and say "rerun to resume"
-        raise ValueError(f"start_runs_for={text!r}: a window of no time starts no run; give one, or null for no limit")
     return float(hours * 3600 + minutes * 60 + seconds)
 
 
