@@ -448,3 +448,31 @@ def test_the_switches_are_the_keys_conf_writes_as_true_or_false():
     assert {"trainer.enable_progress_bar", "pos.use_values", "checkpoint.resume_fallback"} <= found
     assert not {"scores", "alignments", "defaults"} & found  # other programs' keys (translate.py's), Hydra's list
     check_config(compose_train("model=rnn", "task.rouge=false", "val_after_training=false"))
+
+
+@pytest.mark.parametrize("model", ["transformer", "rnn", "transformer_lm"])
+def test_the_models_check_builds_its_layers_without_initialising_them(model):
+    """The meta-device build that checks the constructor skips weight initialisation: the same modules and
+    shapes as a real build, and no random fill (on the meta device those went through PyTorch's reference
+    kernels, which imported torch._dynamo: a second of every sweep plan and refused run)."""
+    from nmt.training.config import _WithoutInit
+
+    given = {"transformer": ["model.init=fairseq"], "rnn": ["model=rnn"], "transformer_lm": ["task=lm"]}[model]
+    cfg = compose_train(*given)
+    real = build_model(cfg.model, 50, 50)
+    with torch.device("meta"), _WithoutInit():
+        meta = build_model(cfg.model, 50, 50)
+    assert [(n, p.shape) for n, p in meta.named_parameters()] == [(n, p.shape) for n, p in real.named_parameters()]
+    assert all(p.is_meta for p in meta.parameters())
+
+
+def test_checking_a_config_loads_no_compiler():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from tests.conftest import compose_train; from nmt.training.config import check_config; "
+        "check_config(compose_train('data=toy')); print('torch._dynamo' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "False", out.stderr[-2000:]

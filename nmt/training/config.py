@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 import torch
 from omegaconf import DictConfig, ListConfig, OmegaConf
+from torch.overrides import TorchFunctionMode
 
 from nmt.decoding.settings import search_problems, unread_problems
 from nmt.metrics import lower_is_better
@@ -508,6 +509,24 @@ def _model_class_problems(cfg: DictConfig) -> list[str]:
     return problems
 
 
+# the in-place random fills that weight initialisers end in
+_RANDOM_FILLS = frozenset(
+    {"normal_", "uniform_", "trunc_normal_", "bernoulli_", "exponential_", "geometric_", "log_normal_", "cauchy_"}
+)
+
+
+class _WithoutInit(TorchFunctionMode):
+    """Weight initialisation skipped: on the meta device it fills nothing, and its random fills go through
+    PyTorch's reference kernels, which import torch._dynamo (about a second of every train.py start and
+    sweep plan). Every other call runs as it would."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if getattr(func, "__module__", None) == "torch.nn.init" or getattr(func, "__name__", "") in _RANDOM_FILLS:
+            return args[0] if args else kwargs.get("tensor")
+        return func(*args, **kwargs)
+
+
 def _model_build_problems(cfg: DictConfig) -> list[str]:
     """The model built on the meta device (no memory, no data) with stand-in vocabularies of the configured
     size: what its constructor refuses (``model.cell=lstmx``, an RNN's ``tie_embeddings=all``,
@@ -518,7 +537,7 @@ def _model_build_problems(cfg: DictConfig) -> list[str]:
     vocab = OmegaConf.select(cfg, "data.tokenizer.vocab_size", default=None)
     vocab = vocab if isinstance(vocab, int) and vocab > 0 else 64
     try:
-        with torch.device("meta"):
+        with torch.device("meta"), _WithoutInit():
             build_model(cfg.model, vocab, vocab)
     except ValueError as err:
         return [f"  {err}"]
