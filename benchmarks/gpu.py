@@ -25,6 +25,8 @@ Without the corpus (``NMT_DATA`` or the cache) it says so and stops; ``--data to
 import argparse
 import json
 import os
+import signal
+import sys
 import tempfile
 from pathlib import Path
 
@@ -38,6 +40,55 @@ from benchmarks.gpu_measures import (
     whole_recipe,
 )
 from benchmarks.gpu_session import SESSION, Session, table, write_results
+
+ALL_ONLY = ("budget", "only", "full_with", "sharing_with", "full_unprofiled")
+LOGGED_EVERY = 20  # updates between the throughput logs a timed run is measured by (train_command)
+
+
+def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Everything that can be known wrong before a run starts, said at once in one line: on a lent GPU a
+    mistake found by the first, or the last, measurement costs minutes of a short budget."""
+    from nmt.cli import unknown_key_message, unknown_option_message
+    from nmt.utils.io import check_output_file
+
+    if not args.all:
+        given = [f"--{k.replace('_', '-')}" for k in ALL_ONLY if getattr(args, k) not in (None, [], False)]
+        if args.budget == parser.get_default("budget"):
+            given = [g for g in given if g != "--budget"]
+        if given:
+            parser.error(f"{', '.join(given)}: read by --all alone; add --all, or leave them out")
+    if args.only == []:
+        parser.error(f"--only: name the measurements to make, of {', '.join(SESSION)}")
+    if not args.budget > 0:
+        parser.error(f"--budget {args.budget:g}: seconds for the measurements, more than 0")
+    if args.steps < LOGGED_EVERY:
+        parser.error(f"--steps {args.steps}: at least {LOGGED_EVERY} (a run's speed is logged every {LOGGED_EVERY})")
+    if not args.runs or any(n < 1 for n in args.runs):
+        parser.error(f"--runs {' '.join(map(str, args.runs))}: numbers of runs sharing the device, each at least 1")
+    if args.all and (not args.only or "sharing" in args.only) and not any(n > 1 for n in args.runs):
+        parser.error(f"--runs {' '.join(map(str, args.runs))}: sharing measures 2 runs or more; give them")
+    if args.model and not Path(args.model).is_file():
+        parser.error(f"--model {args.model}: no such checkpoint")
+    if args.json:
+        try:
+            check_output_file("--json", args.json)
+        except ValueError as err:
+            parser.error(str(err))
+    overrides = [f"data={args.data}", *args.extra, *args.full_with, *args.sharing_with]
+    plain = [o for o in overrides if "=" not in o and not o.startswith("~")]
+    if plain:
+        parser.error(f"{plain[0]}: not a train.py override key=value")
+    said = unknown_option_message(overrides) or unknown_key_message(overrides, "train")
+    if said:
+        parser.error(said.removeprefix("error: "))
+    if args.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            parser.error("--device cuda (the default): this machine shows no GPU; measure the CPU with --device cpu")
+    for option, given in (("--full-with", args.full_with), ("--sharing-with", args.sharing_with)):
+        if given:  # every key=value after it is its own: say so before anything runs
+            print(f"{option}: {' '.join(given)} (that measurement alone); every run: {' '.join(args.extra) or '-'}")
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -81,8 +132,16 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     if args.table:
         for path in args.table:
-            print(table(json.loads(Path(path).read_text())) + "\n")
+            try:
+                results = json.loads(Path(path).read_text())
+            except (OSError, ValueError) as err:
+                parser.error(f"--table {path}: not a results file of --all ({err})")
+            print(table(results) + "\n")
         return {}
+    check_arguments(parser, args)
+    # a timeout or a lease's end sends SIGTERM: raised as SystemExit, the runs' process groups are ended and the
+    # temporary folders removed (the finally blocks), not left on the device for the next command
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     results: dict = {
         "device": device_name(args.device),
         "data": args.data,
@@ -102,13 +161,15 @@ def main(argv: list[str] | None = None) -> dict:
             rates = concurrent_runs(n, args.device, args.data, args.steps, args.extra, folder)
             results[f"runs_{n}"] = {"updates_per_s_each": rates, "updates_per_s_total": sum(rates)}
             print(f"{n} run(s): {sum(rates):.1f} updates/s in all ({', '.join(f'{r:.1f}' for r in rates)})", flush=True)
-        alone = min(args.runs)  # 1 unless told otherwise: ms per update of a run with the device to itself
-        results["ms_per_update"] = 1000.0 / results[f"runs_{alone}"]["updates_per_s_each"][0]
+        alone = min(args.runs)  # the validations below use the model of this run
+        if alone == 1:  # ms per update is a run's with the device to itself, never one sharing it
+            results["ms_per_update"] = 1000.0 / results["runs_1"]["updates_per_s_each"][0]
+            print(f"{results['ms_per_update']:.1f} ms per update")
+        else:
+            print("no ms per update: no run had the device to itself (--runs without 1)")
         seconds, sentences = greedy_validation_seconds(folder / f"runs{alone}_0", args.device)
         results["greedy_validation_s"], results["validation_sentences"] = seconds, sentences
-        print(
-            f"{results['ms_per_update']:.1f} ms per update; greedy validation of {sentences} sentences {seconds:.2f} s"
-        )
+        print(f"greedy validation of {sentences} sentences {seconds:.2f} s")
         try:  # the figures above are kept whatever happens here
             in_run, _, precision = run_validation_seconds(folder / f"runs{alone}_0", args.device)
             results["run_validation_s"] = in_run

@@ -17,11 +17,53 @@ def test_the_gpu_benchmark_runs_end_to_end_on_the_cpu(tmp_path):
     results = main(
         ["--device", "cpu", "--data", "toy", "--steps", "40", "--runs", "2", "--json", str(tmp_path / "r.json")]
     )
-    assert results["ms_per_update"] > 0 and len(results["runs_2"]["updates_per_s_each"]) == 2
+    # no run had the device to itself: no ms per update (it was the first sharing run's, labelled as alone)
+    assert "ms_per_update" not in results and len(results["runs_2"]["updates_per_s_each"]) == 2
     assert results["runs_2"]["updates_per_s_total"] == pytest.approx(sum(results["runs_2"]["updates_per_s_each"]))
     assert results["greedy_validation_s"] > 0 and results["validation_sentences"] > 0
     assert results["run_validation_s"] > 0  # the same model's validation in Lightning's loop
     assert (tmp_path / "r.json").is_file()
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["--device", "cpu", "--budget", "60"], "--budget: read by --all alone"),
+        (["--device", "cpu", "--all", "--only"], "--only: name the measurements to make"),
+        (["--device", "cpu", "--all", "--budget", "0"], "--budget 0: seconds for the measurements, more than 0"),
+        (["--device", "cpu", "--steps", "5"], "--steps 5: at least 20"),
+        (["--device", "cpu", "--runs", "0"], "--runs 0: numbers of runs sharing the device, each at least 1"),
+        (["--device", "cpu", "--all", "--only", "sharing", "--runs", "1"], "sharing measures 2 runs or more"),
+        (["--device", "cpu", "--model", "nowhere.ckpt"], "--model nowhere.ckpt: no such checkpoint"),
+        (["--device", "cpu", "--json", "."], "--json=.: a folder, not a file"),
+        (["--device", "cpu", "--all", "--full-with", "compil=false"], "compil"),  # said by the last measurement
+        (["--device", "cpu", "--data", "bogus"], "data=bogus (on the command line): not an option of group data"),
+        (["--device", "cpu", "notkv"], "notkv: not a train.py override key=value"),
+    ],
+)
+def test_the_benchmarks_options_are_checked_before_any_run(monkeypatch, capsys, argv, said):
+    """On a lent GPU, a mistake the first or last measurement found cost minutes of a short budget, or an
+    option read by nothing measured something else."""
+    from benchmarks import gpu, gpu_measures
+
+    monkeypatch.setattr(gpu_measures.subprocess, "Popen", None)  # nothing may start
+    with pytest.raises(SystemExit):
+        gpu.main(argv)
+    assert said in capsys.readouterr().err
+
+
+def test_the_default_device_without_a_gpu_is_said_at_once(monkeypatch, capsys):
+    """Each measurement's runs failed on "this process sees no GPU", one after another, and the session exited 0."""
+    import torch
+
+    from benchmarks import gpu
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(SystemExit):
+        gpu.main(["--all", "--data", "toy"])
+    assert "--device cuda (the default): this machine shows no GPU; measure the CPU with --device cpu" in (
+        capsys.readouterr().err
+    )
 
 
 def test_the_means_of_speed_are_measured_one_by_one(monkeypatch):

@@ -132,7 +132,10 @@ def test_tuning_refuses_the_test_set_a_swept_level_and_two_sweeps_of_one_level(t
     assert f"note: {tmp_path / 'out.yaml'} is not conf/tuned/<name>.yaml, the only place +tuned=<name> loads" in said
     assert (tmp_path / "out.yaml").is_file()
     # a folder for --out lost the block in a traceback once the table was printed; '' wrote nothing, silently
-    for out, said in ((str(tmp_path), ": a folder; name the file to write, e.g. conf/tuned/<name>.yaml"), ("", "--out '': name the file to write")):
+    for out, said in (
+        (str(tmp_path), ": a folder; name the file to write, e.g. conf/tuned/<name>.yaml"),
+        ("", "--out '': name the file to write"),
+    ):
         with pytest.raises(SystemExit):
             main([str(tmp_path / "a"), "--level", "optim", "--out", out])
         assert said in capsys.readouterr().err
