@@ -30,6 +30,7 @@ from torch.nn import functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from benchmarks.gpu_measures import cpu_name
+from nmt.utils.io import check_output_file
 
 BACKENDS = {
     "pytorch's choice": None,
@@ -218,6 +219,18 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--new-shapes", type=int, default=3, help="unseen shapes timed a row (0: none)")
     parser.add_argument("--json", default=None, help="also write the rows to this file")
     args = parser.parse_args(argv)
+    for option in ("batch", "src_len", "tgt_len", "heads", "head_dim", "reps", "iters", "decode_batch"):
+        if getattr(args, option) < 1:  # --iters 0 ended on a ZeroDivisionError after the first rows
+            parser.error(f"--{option.replace('_', '-')} {getattr(args, option)}: at least 1")
+    if args.new_shapes < 0:
+        parser.error(f"--new-shapes {args.new_shapes}: 0 or more")
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        parser.error(f"--device {args.device}: this machine shows no GPU")
+    if args.json:
+        try:
+            check_output_file("--json", args.json)
+        except ValueError as err:
+            parser.error(str(err))
     rows = measure(args)
     shape = f"{args.batch} x {args.heads} heads x {args.src_len} / {args.tgt_len} positions x {args.head_dim}"
     print(

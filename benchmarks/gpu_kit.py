@@ -89,6 +89,9 @@ def main(argv: list[str] | None = None) -> Path:
     args = parser.parse_args(argv)
     if not os.environ.get("NMT_DATA"):
         raise SystemExit("gpu_kit: set NMT_DATA to the folder that holds the corpora (" + ", ".join(args.corpora) + ")")
+    # --configs takes every word after it: said, so that an override meant for all of them is seen as a config
+    for config in args.configs:
+        print(f"gpu_kit: caches the data of: {' '.join([config, *args.overrides])}", flush=True)
     data, cache = args.out / "data", args.out / "cache"
     copy_corpora(args.corpora, Path(os.environ["NMT_DATA"]), data)
     # read from the copies, as the GPU machine will: a corpus an experiment needs and the kit lacks fails here

@@ -153,6 +153,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--restore", type=Path, help="an earlier piece's bundle, unpacked first")
     parser.add_argument("--include", type=Path, nargs="*", default=[], help="other files the bundle carries")
     args = parser.parse_args(argv)
+    if not args.run_minutes > 0:
+        parser.error(f"--run-minutes {args.run_minutes:g}: the longest a run takes, more than 0")
+    if args.bundle.is_dir():  # found when the sweeps' work was to be carried back: all of it lost
+        parser.error(f"--bundle {args.bundle}: a folder; name the file to write, e.g. {args.bundle / 'piece1.tgz'}")
+    if args.restore and not args.restore.is_file():
+        parser.error(f"--restore {args.restore}: no such bundle")
     if 60 * (args.minutes - args.run_minutes) <= START_MARGIN_S:
         parser.error(f"--run-minutes {args.run_minutes} leaves no time to start a run in --minutes {args.minutes}")
     sweeps = [shlex.split(s) for s in args.sweeps]

@@ -2,6 +2,7 @@
 
 import json
 
+import pytest
 import torch
 
 from benchmarks import attention_kernels
@@ -54,3 +55,17 @@ def test_a_decoding_step_attends_one_query_over_the_written_slots():
     out, grads = attention_kernels.step("explicit", q, k, v, mask, causal, None)
     assert grads == () and not out.requires_grad
     torch.testing.assert_close(out, torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask))
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["--device", "cpu", "--iters", "0"], "--iters 0: at least 1"),  # a ZeroDivisionError after the first rows
+        (["--device", "cpu", "--new-shapes", "-1"], "--new-shapes -1: 0 or more"),
+        (["--device", "cpu", "--json", "."], "--json=.: a folder, not a file"),  # lost the rows at the end
+    ],
+)
+def test_bad_options_are_said_before_any_kernel_is_timed(capsys, argv, said):
+    with pytest.raises(SystemExit):
+        attention_kernels.main(argv)
+    assert said in capsys.readouterr().err

@@ -61,3 +61,20 @@ def test_an_mfu_variant_that_fails_is_a_failed_row_and_the_others_run(monkeypatc
     with pytest.raises(SystemExit):  # a CPU trains with attention written out: no kernel to choose
         mfu.main([*small.split(), "--attention", "cudnn"])
     assert "on a GPU only" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        # the second model's row was an IndexError, after the first model's rows were measured
+        (["--d-model", "64", "32", "--layers", "1"], "--layers: give one per --d-model (2), got 1"),
+        (["--json", "."], "--json=.: a folder, not a file"),
+        (["--steps", "0"], "--steps and --batch: at least 1"),
+    ],
+)
+def test_bad_options_are_said_before_any_model_is_measured(capsys, argv, said):
+    from benchmarks import mfu
+
+    with pytest.raises(SystemExit):
+        mfu.main(argv)
+    assert said in capsys.readouterr().err

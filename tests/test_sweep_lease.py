@@ -78,3 +78,21 @@ def test_a_second_piece_restores_the_first_ones_runs_and_skips_them(tmp_path):
     assert "1 runs finished" in second.stdout
     record = json.loads((second_dir / "sweeps" / "piece" / "seed=1" / "sweep_result.json").read_text())
     assert record["run_dir"] == str((second_dir / "sweeps" / "piece" / "seed=1").resolve())  # not the first's
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["--bundle", "{tmp}"], ": a folder; name the file to write"),  # an IsADirectoryError after every sweep ran
+        (["--bundle", "{tmp}/b.tgz", "--run-minutes", "-5"], "--run-minutes -5: the longest a run takes, more than 0"),
+        (["--bundle", "{tmp}/b.tgz", "--restore", "{tmp}/none.tgz"], "--restore {tmp}/none.tgz: no such bundle"),
+    ],
+)
+def test_a_lease_whose_options_cannot_work_is_refused_before_any_sweep(tmp_path, capsys, argv, said):
+    from benchmarks.sweep_lease import main
+
+    given = [a.format(tmp=tmp_path) for a in argv]
+    minutes = [] if "--run-minutes" in given else ["--run-minutes", "4"]
+    with pytest.raises(SystemExit):
+        main(["--minutes", "8", *minutes, *given, "grid=none data=toy"])
+    assert said.format(tmp=tmp_path) in capsys.readouterr().err
