@@ -215,6 +215,13 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--no-table", action="store_true", help="skip the profiled run and its table")
     parser.add_argument("overrides", nargs="*", help="train.py overrides after the micro model's own")
     args = parser.parse_args(argv)
+    # found after the runs trained, before: two logged points (every 50 updates) after the warm-up
+    if args.warmup < 0 or args.repeats < 1:
+        parser.error(f"--warmup {args.warmup} --repeats {args.repeats}: a warm-up of 0 or more, 1 repeat or more")
+    if args.updates < args.warmup + 100:
+        parser.error(
+            f"--updates {args.updates}: at least --warmup + 100 ({args.warmup + 100}), two logged times after it"
+        )
     result = measure(args.device, args.updates, args.warmup, args.repeats, not args.no_table, args.overrides)
     print(json.dumps(result))
     return result

@@ -444,3 +444,12 @@ def test_runs_not_done_in_their_time_are_stopped_and_the_error_shows_where_the_f
 
     with pytest.raises(RuntimeError, match=r"1 run\(s\) not done after 1 s; see .*runs1_0\.log: "):
         concurrent_runs(1, "cpu", "toy", 10_000, [], tmp_path, timeout=1.0)
+
+
+def test_host_cost_refuses_a_window_without_two_timed_points_before_training(capsys):
+    """--updates 100 --warmup 200 trained, then ended on "fewer than two timed updates"."""
+    from benchmarks.host_cost import main
+
+    with pytest.raises(SystemExit):
+        main(["--updates", "100", "--warmup", "200"])
+    assert "--updates 100: at least --warmup + 100 (300)" in capsys.readouterr().err
