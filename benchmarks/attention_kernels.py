@@ -30,7 +30,7 @@ from torch.nn import functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from benchmarks.gpu_measures import cpu_name
-from nmt.utils.io import check_output_file
+from benchmarks.options import check_device_and_json
 
 BACKENDS = {
     "pytorch's choice": None,
@@ -224,13 +224,7 @@ def main(argv: list[str] | None = None) -> dict:
             parser.error(f"--{option.replace('_', '-')} {getattr(args, option)}: at least 1")
     if args.new_shapes < 0:
         parser.error(f"--new-shapes {args.new_shapes}: 0 or more")
-    if args.device.startswith("cuda") and not torch.cuda.is_available():
-        parser.error(f"--device {args.device}: this machine shows no GPU")
-    if args.json:
-        try:
-            check_output_file("--json", args.json)
-        except ValueError as err:
-            parser.error(str(err))
+    check_device_and_json(parser, args.device, args.json)
     rows = measure(args)
     shape = f"{args.batch} x {args.heads} heads x {args.src_len} / {args.tgt_len} positions x {args.head_dim}"
     print(

@@ -40,6 +40,7 @@ from benchmarks.gpu_measures import (
     whole_recipe,
 )
 from benchmarks.gpu_session import SESSION, Session, table, write_results
+from benchmarks.options import check_device_and_json
 
 ALL_ONLY = ("budget", "only", "full_with", "sharing_with", "full_unprofiled")
 LOGGED_EVERY = 20  # updates between the throughput logs a timed run is measured by (train_command)
@@ -49,7 +50,6 @@ def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -
     """Everything that can be known wrong before a run starts, said at once in one line: on a lent GPU a
     mistake found by the first, or the last, measurement costs minutes of a short budget."""
     from nmt.cli import unknown_key_message, unknown_option_message
-    from nmt.utils.io import check_output_file
 
     if not args.all:
         given = [f"--{k.replace('_', '-')}" for k in ALL_ONLY if getattr(args, k) not in (None, [], False)]
@@ -69,11 +69,7 @@ def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -
         parser.error(f"--runs {' '.join(map(str, args.runs))}: sharing measures 2 runs or more; give them")
     if args.model and not Path(args.model).is_file():
         parser.error(f"--model {args.model}: no such checkpoint")
-    if args.json:
-        try:
-            check_output_file("--json", args.json)
-        except ValueError as err:
-            parser.error(str(err))
+    check_device_and_json(parser, args.device, args.json)
     overrides = [f"data={args.data}", *args.extra, *args.full_with, *args.sharing_with]
     plain = [o for o in overrides if "=" not in o and not o.startswith("~")]
     if plain:
@@ -81,11 +77,6 @@ def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -
     said = unknown_option_message(overrides) or unknown_key_message(overrides, "train")
     if said:
         parser.error(said.removeprefix("error: "))
-    if args.device == "cuda":
-        import torch
-
-        if not torch.cuda.is_available():
-            parser.error("--device cuda (the default): this machine shows no GPU; measure the CPU with --device cpu")
     for option, given in (("--full-with", args.full_with), ("--sharing-with", args.sharing_with)):
         if given:  # every key=value after it is its own: say so before anything runs
             print(f"{option}: {' '.join(given)} (that measurement alone); every run: {' '.join(args.extra) or '-'}")

@@ -20,11 +20,11 @@ from dataclasses import dataclass
 import torch
 
 from benchmarks.gpu_measures import cpu_name
+from benchmarks.options import check_device_and_json
 from benchmarks.systems import our_transformer
 from nmt.data.tokenizer import PAD_ID
 from nmt.modules.loss import LabelSmoothedCrossEntropy
 from nmt.training.config import MATMUL_PRECISIONS
-from nmt.utils.io import check_output_file
 
 PEAK_SIZES = {"cpu": 2048, "cuda": 8192}
 DTYPES = {"32": torch.float32, "bf16": torch.bfloat16}
@@ -238,13 +238,7 @@ def main(argv=None) -> None:
             parser.error(f"--{option}: give one per --d-model ({len(args.d_model)}), got {len(getattr(args, option))}")
     if args.steps < 1 or args.batch < 1:
         parser.error("--steps and --batch: at least 1")
-    if torch.device(args.device).type == "cuda" and not torch.cuda.is_available():
-        parser.error(f"--device {args.device}: this machine shows no GPU")
-    if args.json:
-        try:
-            check_output_file("--json", args.json)
-        except ValueError as err:
-            parser.error(str(err))
+    check_device_and_json(parser, args.device, args.json)
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.set_float32_matmul_precision(args.matmul_precision)

@@ -61,9 +61,7 @@ def test_the_default_device_without_a_gpu_is_said_at_once(monkeypatch, capsys):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(SystemExit):
         gpu.main(["--all", "--data", "toy"])
-    assert "--device cuda (the default): this machine shows no GPU; measure the CPU with --device cpu" in (
-        capsys.readouterr().err
-    )
+    assert "--device cuda: this machine shows no GPU; measure the CPU with --device cpu" in (capsys.readouterr().err)
 
 
 def test_the_means_of_speed_are_measured_one_by_one(monkeypatch):
