@@ -360,8 +360,8 @@ def input_problem(config: DictConfig) -> str | None:
             return str(err).splitlines()[0] or type(err).__name__
         for split in FINAL_RESULTS:  # the sets the runs of these groups score at the end (a factor, or one value)
             key = f"{split}_after_training"
-            given = levels.get(key) or [str(OmegaConf.select(composed, key, default=False))]
-            scored |= {split} if any(str(v).lower() == "true" for v in given) else set()
+            switch = levels.get(key) or [str(OmegaConf.select(composed, key, default=False))]
+            scored |= {split} if any(str(v).lower() == "true" for v in switch) else set()
         for key in values:
             if (conf / key).is_dir() or prefixes.get(key):
                 continue
@@ -388,8 +388,8 @@ def input_problem(config: DictConfig) -> str | None:
         named = f"report_metric=auto ranks by {ranked}" if metric == "auto" else f"report_metric={metric}"
         return (
             f"{named}: the final model's score on the {unscored[0]} set, and every run of this sweep has "
-            f"{unscored[0]}_after_training=false, so none records it; set it true or report another metric "
-            "(report_metric=best_val_bleu, say)"
+            f"{unscored[0]}_after_training=false, so none records it; set it true or report a metric recorded "
+            "along the way (a best_val_ one)"
         )
     baseline = config.get("baseline")
     if baseline is not None and not OmegaConf.is_dict(baseline):
