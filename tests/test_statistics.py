@@ -111,7 +111,14 @@ def test_levels_sort_numerically_and_names_as_written():
 # ---- effects: one least-squares fit, against statsmodels ------------------------------------------------
 def test_effects_by_hand_on_a_balanced_design():
     fit = effects.fit(RECORDS, "test_bleu", LEVELS)
-    assert fit["model"] == "all interactions" and fit["df"] == 12 - 4
+    # 12 runs less 4 cells' means less 2 seed columns (seeds as blocks)
+    assert fit["model"] == "all interactions" and fit["df"] == 12 - 4 - 2
+    # the cells' residuals without blocks: -1, 0, 1 three times and -2, -1, 3 (20); the seeds' means over the
+    # cells' residuals: -1.25, -0.25, 1.5, so blocks take 4 * (1.5625 + 0.0625 + 2.25) = 15.5 of them
+    blocks = fit["seed_blocks"]
+    assert blocks["seeds"] == 3 and blocks["df"] == 2 and not fit["seed_blocks_left_out"]
+    assert blocks["F"] == pytest.approx((15.5 / 2) / (4.5 / 6))
+    assert fit["residual_sd"] == pytest.approx(math.sqrt(4.5 / 6))
     found = {effects.effect_name(*key, LEVELS): e["diff"] for key, e in fit["effects"].items()}
     # cell means: absolute 31 (layer), 30 (rms); relative 34, 35
     assert found == pytest.approx({"norm: rms - layer": 0.0, "pos: relative - absolute": 4.0, "norm x pos": 2.0})
@@ -153,12 +160,22 @@ def test_effects_equal_statsmodels_ols_with_plus_minus_half_coding(drop, formula
     fit = effects.fit(records, "m", levels)
     frame = pd.DataFrame(
         [
-            {**{k: 0.5 if v.endswith("1") else -0.5 for k, v in r["factors"].items()}, "y": r["metrics"]["m"]}
+            {
+                **{k: 0.5 if v.endswith("1") else -0.5 for k, v in r["factors"].items()},
+                "seed": r["seed"],
+                "y": r["metrics"]["m"],
+            }
             for r in records
         ]
     )
-    reference = smf.ols(formula, frame).fit()
+    # seeds as blocks: a seed's runs share their batch order in every cell (any coding of the seed column
+    # gives the factors the same coefficients)
+    reference = smf.ols(formula + " + C(seed)", frame).fit()
     assert fit["model"] == model and fit["df"] == reference.df_resid and fit["runs"] == len(records)
+    without = smf.ols(formula, frame).fit()  # the F test of the seed columns: statsmodels' comparison of the two
+    f_value, p_value, _ = reference.compare_f_test(without)
+    assert fit["seed_blocks"]["F"] == pytest.approx(f_value, rel=1e-9)
+    assert fit["seed_blocks"]["p"] == pytest.approx(p_value, rel=1e-6)
     assert len(fit["effects"]) == 6  # 3 main effects, 3 two-way interactions
     for (term, _), e in fit["effects"].items():
         name = ":".join(term)
@@ -197,7 +214,7 @@ def test_a_three_level_factor_gets_simple_coding_equal_to_statsmodels():
             for r in records
         ]
     )
-    reference = smf.ols("y ~ (ay + az) * bq", frame).fit()
+    reference = smf.ols("y ~ (ay + az) * bq + C(seed)", frame.assign(seed=[r["seed"] for r in records])).fit()
     names = {
         "a: y - x": "ay",
         "a: z - x": "az",
@@ -210,6 +227,47 @@ def test_a_three_level_factor_gets_simple_coding_equal_to_statsmodels():
     for ours, theirs in names.items():
         assert found[ours]["diff"] == pytest.approx(reference.params[theirs], abs=1e-9)
         assert found[ours]["p"] == pytest.approx(reference.pvalues[theirs], rel=1e-6)
+
+
+def test_seeds_that_ran_only_some_cells_are_not_blocks_and_the_fit_says_so():
+    """Cells of seeds 1-2 beside cells of seeds 3-4: a seed's column cannot be told from the factor's."""
+    records = [
+        record(pos, "layer", seed, 30.0 + (pos == "relative") + 0.1 * seed**2)
+        for pos, seeds in (("absolute", (1, 2)), ("relative", (3, 4)))
+        for seed in seeds
+    ]
+    fit = effects.fit(records, "test_bleu", {"pos": ["absolute", "relative"]})
+    assert fit["model"] == "all interactions" and fit["df"] == 4 - 2
+    assert fit["seed_blocks"] is None and fit["seed_blocks_left_out"]
+    pooled = stats.ttest_ind([31.9, 32.6], [30.1, 30.4])  # one factor, no blocks: the pooled two-sample t-test
+    assert next(iter(fit["effects"].values()))["p"] == pytest.approx(pooled.pvalue, rel=1e-9)
+
+
+def test_blocks_take_a_shared_seed_part_out_of_the_error_and_keep_the_nominal_rate():
+    """Null sweeps whose seeds each add one offset to every cell (a lucky batch order): the blocked fit's
+    test stays at its nominal false-positive rate, and its intervals are narrower than the fit without
+    blocks would give."""
+    rng = np.random.default_rng(11)
+    rejections, sweeps, narrower = 0, 2000, 0
+    for _ in range(sweeps):
+        shared = rng.normal(0, 2.0, size=3)
+        records = [
+            {"factors": {"f": f"c{c}"}, "seed": s, "metrics": {"m": 30 + shared[s - 1] + rng.normal(0, 0.5)}}
+            for c in range(3)
+            for s in (1, 2, 3)
+        ]
+        fit = effects.fit(records, "m", {"f": ["c0", "c1", "c2"]})
+        assert fit["seed_blocks"] is not None and fit["df"] == 9 - 3 - 2
+        rejections += min(e["p"] for e in fit["effects"].values()) < 0.05 / 2  # Bonferroni over the two
+        plain = effects._least_squares(effects.design(records, {"f": ["c0", "c1", "c2"]}, 1)[0], _values(records))
+        narrower += fit["residual_sd"] ** 2 < plain[1] / plain[2]
+    # binomial(2000, <= 0.05): Bonferroni is conservative, so at most about the nominal rate
+    assert 0.015 < rejections / sweeps < 0.06
+    assert narrower / sweeps > 0.9
+
+
+def _values(records):
+    return np.array([r["metrics"]["m"] for r in records])
 
 
 def test_no_model_without_a_degree_of_freedom_for_the_error():
@@ -374,12 +432,15 @@ def test_report_from_synthetic_runs(tmp_path):
     fit = effects.fit(RECORDS, "test_bleu", LEVELS)
     p = {effects.effect_name(*k, LEVELS): e["p"] for k, e in fit["effects"].items()}
     holm = analysis.holm(p)
+    # seeds as blocks (statsmodels: y ~ pos * norm + C(seed), the interval 2.78-5.22 for pos)
     assert _row(report, "| pos: relative - absolute |") == [
-        "pos: relative - absolute", "4.00", "2.11", "8", f"{p['pos: relative - absolute']:.4f}",
+        "pos: relative - absolute", "4.00", "1.22", "6", f"{p['pos: relative - absolute']:.4f}",
         f"{holm['pos: relative - absolute']:.4f}",
     ]  # fmt: skip
+    assert "Seeds as blocks: the runs of one seed share their order of training batches" in report
+    assert "(F test of the seeds: F = 10.33 on 2 and 6 degrees of freedom, p = 0.0114)" in report
     assert _row(report, "| norm: rms - layer |")[1] == "0.00"  # never "-0.00"
-    assert "pos=relative raises test_bleu against pos=absolute (4.00 ± 2.11" in report
+    assert "pos=relative raises test_bleu against pos=absolute (4.00 ± 1.22" in report
     assert "| layer | 31.00 | 34.00 |" in report  # norm x pos interaction row
     assert (tmp_path / "interaction_norm_pos.png").read_bytes().startswith(b"\x89PNG")
     lines = (tmp_path / "results.csv").read_text().splitlines()
@@ -993,8 +1054,9 @@ def test_a_sweep_over_a_plain_setting_is_not_told_its_levels_ran_untuned(tmp_pat
             (run_dir / "sweep_result.json").write_text(json.dumps(result))
             (run_dir / "config.yaml").write_text("data: {}\ntrainer: {max_steps: 300, max_epochs: -1}\n")
     findings = flat_report(tmp_path).split("## Findings")[1].split(" ## ")[0]
-    pooled = stats.ttest_ind(values["0.002"], values["0.001"])  # the fit of one factor: the pooled t-test
-    width = stats.t.ppf(0.975, 4) * (np.mean(values["0.002"]) - np.mean(values["0.001"])) / pooled.statistic
+    # the fit of one two-level factor with seeds as blocks: the paired t-test over seeds
+    paired = stats.ttest_rel(values["0.002"], values["0.001"])
+    width = stats.t.ppf(0.975, 2) * (np.mean(values["0.002"]) - np.mean(values["0.001"])) / paired.statistic
     assert "No main effect or interaction is detectable" in findings
     assert f"(the main effects' 95% intervals are ± {width:.2f} wide:" in findings
     assert "Every level" not in findings

@@ -63,6 +63,13 @@ def t_p_value(t_value: float, df: float) -> float:
     return float(2 * t.sf(abs(t_value), df))
 
 
+def f_p_value(f_value: float, df_num: int, df_den: int) -> float:
+    """Upper-tail p of Fisher's F statistic with (``df_num``, ``df_den``) degrees of freedom."""
+    from scipy.stats import f
+
+    return float(f.sf(f_value, df_num, df_den))
+
+
 def mean_ci(values: Sequence[float]) -> tuple[float, float]:
     """Mean and the half-width of its 95% confidence interval (nan with fewer than two values)."""
     n = len(values)

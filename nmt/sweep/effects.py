@@ -13,14 +13,25 @@ The model: every interaction of the design when every cell has a run and there a
 is then the scatter of seeds within cells); otherwise main effects and two-way interactions (higher
 interactions pooled into the error), or main effects only; the report names the model. Failed runs only
 make the design unbalanced: every finished run counts, and the coefficients keep their meaning.
+
+Seeds as blocks: the runs of one seed share more than a number. A seed fixes the order of the training
+batches, and every cell of a sweep trains on the same data, so seed s of one cell and seed s of another
+see the same batches in the same order (a randomised complete block design, the seed the block). The
+model therefore holds a column per seed but one (coded as the factors are), so that what a seed adds to
+every cell alike is taken out of the error rather than counted as the cells' scatter. It costs the error
+one degree of freedom per seed but one, and changes no coefficient of a complete design (in an
+unbalanced one it compares cells within seeds). Where the seed columns cannot be separated from the
+factors (seeds that ran only some cells) the model goes without them, and says so. An F test of the seed
+columns tells how much the seeds held in common.
 """
 
+import math
 from collections.abc import Sequence
 from itertools import combinations
 
 import numpy as np
 
-from nmt.sweep.analysis import cell_of, t_critical, t_p_value
+from nmt.sweep.analysis import cell_of, f_p_value, t_critical, t_p_value
 
 MODELS = ("all interactions", "main effects and two-way interactions", "main effects")
 
@@ -55,11 +66,32 @@ def design(records: Sequence[dict], levels: dict[str, list[str]], order: int) ->
     return np.array(rows, dtype=float).reshape(len(records), 1 + len(names)), names
 
 
+def _seed_columns(runs: Sequence[dict]) -> np.ndarray | None:
+    """A column per seed but the first (coded as a factor's levels), or None with fewer than two seeds."""
+    seeds = sorted({str(r.get("seed")) for r in runs}, key=lambda s: (len(s), s))
+    if len(seeds) < 2:
+        return None
+    return np.array([coding(str(r.get("seed")), seeds) for r in runs], dtype=float).reshape(len(runs), -1)
+
+
+def _least_squares(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float, int] | None:
+    """Coefficients, residual sum of squares and degrees of freedom for the error; None when the columns
+    are not independent or leave no degree of freedom."""
+    df = len(y) - x.shape[1]
+    if df < 1 or np.linalg.matrix_rank(x) < x.shape[1]:
+        return None
+    coef, *_ = np.linalg.lstsq(x, y, rcond=None)
+    residual = y - x @ coef
+    return coef, float(residual @ residual), df
+
+
 def fit(records: Sequence[dict], metric: str, levels: dict[str, list[str]]) -> dict:
-    """OLS over every run with ``metric``: ``{"model", "runs", "df", "residual_sd", "effects"}``, where
-    effects maps (term, levels) to ``{"diff", "se", "ci95", "p", "df"}`` for main effects and two-way
-    interactions. ``model`` is None (and effects empty) when no model leaves a degree of freedom for the
-    error: then nothing can be tested."""
+    """OLS over every run with ``metric``: ``{"model", "runs", "df", "residual_sd", "effects", "seed_blocks"}``,
+    where effects maps (term, levels) to ``{"diff", "se", "ci95", "p", "df"}`` for main effects and two-way
+    interactions, and seed_blocks is None when the model holds no seed columns, else ``{"seeds", "F",
+    "df", "p"}``: the F test of the seed columns against the same model without them (seed_blocks_left_out:
+    there were seeds to block by, but their columns could not be told apart from the factors'). ``model`` is None
+    (and effects empty) when no model leaves a degree of freedom for the error: then nothing can be tested."""
     runs = [r for r in records if r["metrics"].get(metric) is not None]
     y = np.array([float(r["metrics"][metric]) for r in runs])
     factors = list(levels)
@@ -67,16 +99,24 @@ def fit(records: Sequence[dict], metric: str, levels: dict[str, list[str]]) -> d
     full = int(np.prod([len(v) for v in levels.values()]))
     candidates = [(MODELS[0], len(factors))] if len(cells) == full else []
     candidates += [(MODELS[1], 2), (MODELS[2], 1)]
+    seed_columns = _seed_columns(runs)
     for model, order in candidates:
         if order > len(factors) and model != MODELS[0]:
             continue
         x, names = design(runs, levels, min(order, len(factors)))
-        df = len(runs) - x.shape[1]
-        if df < 1 or np.linalg.matrix_rank(x) < x.shape[1]:
+        plain = _least_squares(x, y)
+        blocked = None if seed_columns is None else _least_squares(np.hstack([x, seed_columns]), y)
+        if plain is None:  # the seed columns only add to a model that stands without them
             continue
-        coef, *_ = np.linalg.lstsq(x, y, rcond=None)
-        residual = y - x @ coef
-        sigma2 = float(residual @ residual) / df
+        coef, rss, df = blocked or plain
+        seed_blocks = None
+        if blocked is not None:
+            x = np.hstack([x, seed_columns])
+            blocks = seed_columns.shape[1]
+            gained = plain[1] - rss
+            f_value = (gained / blocks) / (rss / df) if rss > 0 else (math.inf if gained > 0 else math.nan)
+            seed_blocks = {"seeds": blocks + 1, "df": blocks, "F": f_value, "p": f_p_value(f_value, blocks, df)}
+        sigma2 = rss / df
         cov = sigma2 * np.linalg.inv(x.T @ x)
         effects = {}
         for i, (term, column) in enumerate(names, start=1):
@@ -90,8 +130,24 @@ def fit(records: Sequence[dict], metric: str, levels: dict[str, list[str]]) -> d
                 "p": t_p_value(coef[i] / se, df) if se > 0 else (1.0 if coef[i] == 0 else 0.0),
                 "df": df,
             }
-        return {"model": model, "runs": len(runs), "df": df, "residual_sd": float(np.sqrt(sigma2)), "effects": effects}
-    return {"model": None, "runs": len(runs), "df": 0, "residual_sd": float("nan"), "effects": {}}
+        return {
+            "model": model,
+            "runs": len(runs),
+            "df": df,
+            "residual_sd": float(np.sqrt(sigma2)),
+            "effects": effects,
+            "seed_blocks": seed_blocks,
+            "seed_blocks_left_out": seed_columns is not None and blocked is None,
+        }
+    return {
+        "model": None,
+        "runs": len(runs),
+        "df": 0,
+        "residual_sd": float("nan"),
+        "effects": {},
+        "seed_blocks": None,
+        "seed_blocks_left_out": False,
+    }
 
 
 def effect_name(term: tuple[str, ...], column: tuple[str, ...], levels: dict[str, list[str]]) -> str:

@@ -9,6 +9,7 @@ plain-language findings; validation curves; one test sentence as every cell tran
 """
 
 import csv
+import math
 import shutil
 from pathlib import Path
 
@@ -168,7 +169,8 @@ def _effects_section(doc, sweep_dir: Path, records, fit: dict, levels, written, 
     adjusted = analysis.holm({names[k]: e["p"] for k, e in fit["effects"].items()})
     doc.paragraph(
         f"One least-squares fit to all {fit['runs']} finished runs ({fit['model']}; seeds are the replicates; "
-        f"{fit['df']} degrees of freedom for the error, residual sd {fit['residual_sd']:.2f}). A main effect "
+        f"{fit['df']} degrees of freedom for the error, residual sd {fit['residual_sd']:.2f}). "
+        f"{_seed_blocks_said(fit)}A main effect "
         "is the difference between a level and the factor's reference level within each combination of the "
         "other factors, averaged over those combinations; an interaction *a x b* is how much a's effect "
         "changes when b leaves its reference level. p: the t-test of the coefficient; p (Holm): adjusted "
@@ -185,6 +187,28 @@ def _effects_section(doc, sweep_dir: Path, records, fit: dict, levels, written, 
     effect_plot({names[k]: e for k, e in mains.items()}, metric, lower, sweep_dir / "main_effects.png")
     doc.figure(sweep_dir / "main_effects.png", f"main effects on {metric} with 95% intervals")
     _main_effects(doc, sweep_dir, records, levels, written, lower, metric)
+
+
+def _seed_blocks_said(fit: dict) -> str:
+    """What the fit did with the seeds, in a sentence (see nmt.sweep.effects)."""
+    blocks = fit.get("seed_blocks")
+    if blocks is not None:
+        test = (
+            f"F test of the seeds: F = {blocks['F']:.2f} on {blocks['df']} and {fit['df']} degrees of freedom, "
+            f"p = {fmt_p(blocks['p'])}"
+            if not math.isnan(blocks["p"])
+            else "no degree of freedom is left to test them"
+        )
+        return (
+            f"Seeds as blocks: the runs of one seed share their order of training batches, so what each of the "
+            f"{blocks['seeds']} seeds adds to every cell alike is taken out of the error ({test}). "
+        )
+    if fit.get("seed_blocks_left_out"):
+        return (
+            "The seeds are not taken as blocks: some seeds ran only some cells, so their part cannot be told "
+            "apart from the factors'. "
+        )
+    return ""
 
 
 def _main_effects(doc, sweep_dir: Path, records, levels, written, lower: bool, metric: str) -> None:

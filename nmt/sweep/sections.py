@@ -362,7 +362,8 @@ def _two_tests(rows: list[dict], factors: int) -> str:
     over = ", and averages each effect over the other factors" if factors > 1 else ""
     return (
         "The fit and the seed-level tests answer differently. The fit pools every cell's scatter over seeds into "
-        f"one estimate, as if all cells scattered alike{spread}{over}; the seed-level test compares a cell with "
+        f"one estimate, as if all cells scattered alike{spread}{over}, and with seeds as blocks takes out "
+        "what a seed adds to every cell alike; the seed-level test compares a cell with "
         "the baseline by their own seeds alone (Welch), assuming nothing of the other cells. Where the cells "
         "scatter unlike, the seed-level test is the one to read; more seeds settle it."
     )
