@@ -230,7 +230,7 @@ def test_a_three_level_factor_gets_simple_coding_equal_to_statsmodels():
 
 
 def test_seeds_that_ran_only_some_cells_are_not_blocks_and_the_fit_says_so():
-    """Cells of seeds 1-2 beside cells of seeds 3-4: a seed's column cannot be told from the factor's."""
+    """Cells of seeds 1-2 beside cells of seeds 3-4, 4 runs: no degree of freedom for seed columns."""
     records = [
         record(pos, "layer", seed, 30.0 + (pos == "relative") + 0.1 * seed**2)
         for pos, seeds in (("absolute", (1, 2)), ("relative", (3, 4)))
@@ -238,9 +238,62 @@ def test_seeds_that_ran_only_some_cells_are_not_blocks_and_the_fit_says_so():
     ]
     fit = effects.fit(records, "test_bleu", {"pos": ["absolute", "relative"]})
     assert fit["model"] == "all interactions" and fit["df"] == 4 - 2
-    assert fit["seed_blocks"] is None and fit["seed_blocks_left_out"]
+    assert fit["seed_blocks"] is None and fit["seed_blocks_left_out"].startswith("the runs leave no degree")
     pooled = stats.ttest_ind([31.9, 32.6], [30.1, 30.4])  # one factor, no blocks: the pooled two-sample t-test
     assert next(iter(fit["effects"].values()))["p"] == pytest.approx(pooled.pvalue, rel=1e-9)
+
+
+def test_seed_columns_that_repeat_a_factors_are_left_out_with_degrees_of_freedom_to_spare():
+    """pos=absolute on seeds 1-2, pos=relative on 3-4, each seed both norms: 8 runs, 4 cells, the seed
+    columns (3) would leave 1 degree of freedom but repeat the pos column; the fit goes without them and
+    equals statsmodels' fit without C(seed)."""
+    pd = pytest.importorskip("pandas")
+    smf = pytest.importorskip("statsmodels.formula.api")
+    rng = np.random.default_rng(5)
+    records = [
+        record(pos, norm, seed, 30.0 + 2 * (pos == "relative") + (norm == "rms") + rng.normal())
+        for pos, seeds in (("absolute", (1, 2)), ("relative", (3, 4)))
+        for seed in seeds
+        for norm in ("layer", "rms")
+    ]
+    fit = effects.fit(records, "test_bleu", LEVELS)
+    assert fit["model"] == "all interactions" and fit["df"] == 4 and fit["seed_blocks"] is None
+    assert fit["seed_blocks_left_out"].startswith("some seeds ran only some cells")
+    frame = pd.DataFrame(
+        [
+            {
+                "pos": 0.5 if r["factors"]["pos"] == "relative" else -0.5,
+                "norm": 0.5 if r["factors"]["norm"] == "rms" else -0.5,
+                "y": r["metrics"]["test_bleu"],
+            }
+            for r in records
+        ]
+    )
+    reference = smf.ols("y ~ pos * norm", frame).fit()
+    found = {effects.effect_name(*k, LEVELS): e for k, e in fit["effects"].items()}
+    assert found["pos: relative - absolute"]["p"] == pytest.approx(reference.pvalues["pos"], rel=1e-9)
+    report_records = [{**r, "seed": None} if i == 0 else r for i, r in enumerate(RECORDS)]
+    assert effects.fit(report_records, "test_bleu", LEVELS)["seed_blocks_left_out"].startswith("some runs record")
+    as_floats = [{**r, "seed": float(r["seed"])} for r in RECORDS]  # 1.0 and 1 are one seed
+    assert (
+        effects.fit(as_floats, "test_bleu", LEVELS)["seed_blocks"]
+        == effects.fit(RECORDS, "test_bleu", LEVELS)["seed_blocks"]
+    )
+
+
+def test_an_exact_fit_of_seeds_says_nothing_is_detectable_not_that_rounding_is():
+    """Deterministic runs of a factor that changes nothing: each seed's runs score alike in every cell. The
+    blocked fit is exact, its residuals rounding; the effects must be 0 with p 1, not rounding over rounding."""
+    rng = np.random.default_rng(3)
+    for _ in range(50):
+        by_seed = {s: round(float(rng.uniform(20, 40)), 2) for s in (1, 2, 3)}
+        records = [
+            record(p, n, s, v) for p in ("absolute", "relative") for n in ("layer", "rms") for s, v in by_seed.items()
+        ]
+        fit = effects.fit(records, "test_bleu", LEVELS)
+        assert fit["residual_sd"] == 0.0
+        assert all(e["diff"] == 0.0 and e["p"] == 1.0 for e in fit["effects"].values())
+        assert fit["seed_blocks"]["F"] == math.inf and fit["seed_blocks"]["p"] == 0.0
 
 
 def test_blocks_take_a_shared_seed_part_out_of_the_error_and_keep_the_nominal_rate():
@@ -985,26 +1038,31 @@ def test_level_tables_are_written_where_no_effect_can_be_tested(tmp_path):
 
 
 def test_where_the_fit_and_the_seed_level_tests_disagree_the_findings_say_why(tmp_path):
-    """One factor, cells scattered unlike: the fit's pooled variance finds pos=none worse (p 0.0084, Holm
-    0.017, as scipy's pooled t over the three cells says), Welch's test of the same contrast does not
-    (0.080, Holm 0.16). The Findings stated both, unreconciled; now they say what each test assumes."""
+    """One factor, cells scattered unlike: the fit's pooled variance (seeds as blocks) finds pos=none worse
+    (p 0.0087, Holm 0.017, as statsmodels' y ~ C(pos) + C(seed) says), Welch's test of the same contrast does
+    not (0.080, Holm 0.16). The Findings stated both, unreconciled; now they say what each test assumes."""
+    pd = pytest.importorskip("pandas")
+    smf = pytest.importorskip("statsmodels.formula.api")
     values = {"absolute": [15.0, 19.0, 23.0], "relative": [17.7, 19.0, 20.3], "none": [11.15, 11.35, 11.55]}
     synthetic_sweep(tmp_path, [record(p, "layer", s + 1, v) for p, vs in values.items() for s, v in enumerate(vs)])
     report = flat_report(tmp_path)
-    residual = sum(((np.array(v) - np.mean(v)) ** 2).sum() for v in values.values())
-    t = (np.mean(values["none"]) - np.mean(values["absolute"])) / np.sqrt(residual / 6 * (2 / 3))
-    pooled = 2 * stats.t.sf(abs(t), 6)
+    frame = pd.DataFrame([{"pos": p, "seed": s, "y": v} for p, vs in values.items() for s, v in enumerate(vs)])
+    reference = smf.ols("y ~ C(pos, Treatment('absolute')) + C(seed)", frame).fit()
+    fitted = reference.pvalues["C(pos, Treatment('absolute'))[T.none]"]
     welch = stats.ttest_ind(values["none"], values["absolute"], equal_var=False).pvalue
-    assert pooled < 0.05 / 2 and welch * 2 > 0.05  # the two tests, Holm over two contrasts
+    assert fitted < 0.05 / 2 and welch * 2 > 0.05  # the two tests, Holm over two contrasts
     assert "pos=none lowers test_bleu against pos=absolute (7.65 ± " in report
-    assert f"p (Holm) {2 * pooled:.2g}): worse." in report
+    assert f"p (Holm) {2 * fitted:.2g}): worse." in report
     assert "No cell differs detectably from the baseline by the seed-level test after Holm's adjustment." in report
     stds = sorted(float(np.std(v, ddof=1)) for v in values.values())
     assert (
         "The fit and the seed-level tests answer differently. The fit pools every cell's scatter over seeds into "
         f"one estimate, as if all cells scattered alike; here the cells' standard deviations run from {stds[0]:.2f} "
-        f"to {stds[-1]:.2f}; the seed-level test compares a cell with the baseline by their own seeds alone (Welch)"
+        f"to {stds[-1]:.2f}, and takes out what each seed adds to every cell alike (seeds as blocks); the "
+        "seed-level test compares a cell with the baseline by their own seeds alone (Welch), assuming nothing of "
+        "the other cells and pairing no seeds."
     ) in report
+    assert "share a part detectably" not in report  # their F test: p 0.17
     # where they agree, nothing of it
     (tmp_path / "agree").mkdir()
     clear = {"absolute": [30.0, 31.0, 32.0], "relative": [40.0, 41.0, 42.0], "none": [20.0, 21.0, 22.0]}

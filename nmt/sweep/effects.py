@@ -1,5 +1,5 @@
 """Main effects and two-way interactions of a factorial sweep, from one least-squares fit to every
-finished run (seeds are the replicates).
+finished run (each seed a replicate in every cell and a block across cells).
 
 Coding: a factor with levels L0 (its reference, the baseline's level) .. L(k-1) gets k - 1 columns; the
 column of level Lj is 1 - 1/k at Lj and -1/k elsewhere (for two levels: +1/2 and -1/2). Interaction
@@ -10,19 +10,22 @@ however many runs it has), and a two-way coefficient (a: Lj, b: Lm) is how much 
 moves from its reference to Lm: (a_j b_m - a_j b_0) - (a_0 b_m - a_0 b_0), averaged over the others.
 
 The model: every interaction of the design when every cell has a run and there are replicates (the error
-is then the scatter of seeds within cells); otherwise main effects and two-way interactions (higher
-interactions pooled into the error), or main effects only; the report names the model. Failed runs only
-make the design unbalanced: every finished run counts, and the coefficients keep their meaning.
+is then what remains of the scatter of seeds within cells once each seed's shared part is taken out);
+otherwise main effects and two-way interactions (higher interactions pooled into the error), or main
+effects only; the report names the model. Failed runs only make the design unbalanced: every finished
+run counts, and the coefficients keep their meaning.
 
 Seeds as blocks: the runs of one seed share more than a number. A seed fixes the order of the training
-batches, and every cell of a sweep trains on the same data, so seed s of one cell and seed s of another
-see the same batches in the same order (a randomised complete block design, the seed the block). The
-model therefore holds a column per seed but one (coded as the factors are), so that what a seed adds to
-every cell alike is taken out of the error rather than counted as the cells' scatter. It costs the error
-one degree of freedom per seed but one, and changes no coefficient of a complete design (in an
-unbalanced one it compares cells within seeds). Where the seed columns cannot be separated from the
-factors (seeds that ran only some cells) the model goes without them, and says so. An F test of the seed
-columns tells how much the seeds held in common.
+batches, so where the factors leave the data and the batch size alone, seed s of one cell and seed s of
+another see the same batches in the same order (a randomised complete block design, the seed the block;
+where they do not, blocking stays unbiased and costs only its degrees of freedom). The model therefore
+holds a column per seed but one (coded as the factors are), so that what a seed adds to every cell alike
+is taken out of the error rather than counted as the cells' scatter. It costs the error one degree of
+freedom per seed but one (a large share in a small sweep: 2 cells x 2 seeds leave it 1 of 2), and
+changes no coefficient when every seed ran every cell once (with failed runs it compares cells within
+seeds). Where the seed columns cannot be told apart from the factors (seeds that ran only some cells),
+leave no degree of freedom to spare, or some run has no seed, the model goes without them (every run
+still counts) and says so. An F test of the seed columns tells how much the seeds held in common.
 """
 
 import math
@@ -66,12 +69,38 @@ def design(records: Sequence[dict], levels: dict[str, list[str]], order: int) ->
     return np.array(rows, dtype=float).reshape(len(records), 1 + len(names)), names
 
 
-def _seed_columns(runs: Sequence[dict]) -> np.ndarray | None:
-    """A column per seed but the first (coded as a factor's levels), or None with fewer than two seeds."""
-    seeds = sorted({str(r.get("seed")) for r in runs}, key=lambda s: (len(s), s))
-    if len(seeds) < 2:
+def _seed(record: dict) -> str | None:
+    """A run's seed as one name for its value (1, 1.0 and "1" alike), None when it has none."""
+    seed = record.get("seed")
+    if seed is None or seed == "":
         return None
-    return np.array([coding(str(r.get("seed")), seeds) for r in runs], dtype=float).reshape(len(runs), -1)
+    try:
+        number = float(seed)
+    except (TypeError, ValueError):
+        return str(seed)
+    return str(int(number)) if number.is_integer() else str(number)
+
+
+def _seed_columns(runs: Sequence[dict]) -> np.ndarray | None:
+    """A column per seed but the first (coded as a factor's levels); None with fewer than two seeds or where
+    a run has none (it belongs to no block)."""
+    seeds = [_seed(r) for r in runs]
+    levels = sorted(set(seeds) - {None}, key=lambda s: (len(s), s))
+    if len(levels) < 2 or None in seeds:
+        return None
+    return np.array([coding(seed, levels) for seed in seeds], dtype=float).reshape(len(runs), -1)
+
+
+def _why_no_blocks(runs: Sequence[dict], seed_columns: np.ndarray | None, columns: int) -> str:
+    """Why a sweep of several seeds was fitted without seed columns ("" where it has fewer than two)."""
+    seeds = [_seed(r) for r in runs]
+    if len(set(seeds) - {None}) < 2:
+        return ""
+    if None in seeds:
+        return "some runs record no seed, so they belong to no block"
+    if len(runs) - columns - seed_columns.shape[1] < 1:
+        return "the runs leave no degree of freedom for the seeds' columns"
+    return "some seeds ran only some cells, so their part cannot be told apart from the factors'"
 
 
 def _least_squares(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float, int] | None:
@@ -82,7 +111,15 @@ def _least_squares(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float, int
         return None
     coef, *_ = np.linalg.lstsq(x, y, rcond=None)
     residual = y - x @ coef
-    return coef, float(residual @ residual), df
+    rss = float(residual @ residual)
+    # an exact fit (each seed's runs scoring alike in every cell, as deterministic runs of a factor that changes
+    # nothing do) leaves rounding in the residuals: zero, not an error term of 1e-28 that makes any rounding
+    # in a coefficient "significant"
+    scale = float(np.abs(y).max(initial=0.0)) or 1.0
+    if rss <= len(y) * (1e-9 * scale) ** 2:
+        rss = 0.0
+        coef = np.where(np.abs(coef) <= 1e-9 * scale, 0.0, coef)
+    return coef, rss, df
 
 
 def fit(records: Sequence[dict], metric: str, levels: dict[str, list[str]]) -> dict:
@@ -90,7 +127,7 @@ def fit(records: Sequence[dict], metric: str, levels: dict[str, list[str]]) -> d
     where effects maps (term, levels) to ``{"diff", "se", "ci95", "p", "df"}`` for main effects and two-way
     interactions, and seed_blocks is None when the model holds no seed columns, else ``{"seeds", "F",
     "df", "p"}``: the F test of the seed columns against the same model without them (seed_blocks_left_out:
-    there were seeds to block by, but their columns could not be told apart from the factors'). ``model`` is None
+    why a sweep of several seeds was fitted without them, else ""). ``model`` is None
     (and effects empty) when no model leaves a degree of freedom for the error: then nothing can be tested."""
     runs = [r for r in records if r["metrics"].get(metric) is not None]
     y = np.array([float(r["metrics"][metric]) for r in runs])
@@ -137,7 +174,7 @@ def fit(records: Sequence[dict], metric: str, levels: dict[str, list[str]]) -> d
             "residual_sd": float(np.sqrt(sigma2)),
             "effects": effects,
             "seed_blocks": seed_blocks,
-            "seed_blocks_left_out": seed_columns is not None and blocked is None,
+            "seed_blocks_left_out": _why_no_blocks(runs, seed_columns, x.shape[1]) if seed_blocks is None else "",
         }
     return {
         "model": None,
@@ -146,7 +183,7 @@ def fit(records: Sequence[dict], metric: str, levels: dict[str, list[str]]) -> d
         "residual_sd": float("nan"),
         "effects": {},
         "seed_blocks": None,
-        "seed_blocks_left_out": False,
+        "seed_blocks_left_out": "",
     }
 
 

@@ -4,7 +4,7 @@ finished runs' records (``sweep_result.json`` in each run folder).
 It opens with what ran and the question the sweep answers, then: the ranking of cells with intervals over
 seeds and each cell against the baseline by a test over seeds (Welch; seeds are the replicates), and,
 for a test corpus score, the paired randomisation test of the trained models' outputs (conditional on
-those models); main effects and two-way interactions from one least-squares fit to every finished run;
+those models); main effects and two-way interactions from one least-squares fit to every finished run (seeds as blocks);
 plain-language findings; validation curves; one test sentence as every cell translated it.
 """
 
@@ -168,8 +168,8 @@ def _effects_section(doc, sweep_dir: Path, records, fit: dict, levels, written, 
     names = {key: effects.effect_name(*key, levels) for key in fit["effects"]}
     adjusted = analysis.holm({names[k]: e["p"] for k, e in fit["effects"].items()})
     doc.paragraph(
-        f"One least-squares fit to all {fit['runs']} finished runs ({fit['model']}; seeds are the replicates; "
-        f"{fit['df']} degrees of freedom for the error, residual sd {fit['residual_sd']:.2f}). "
+        f"One least-squares fit to all {fit['runs']} finished runs ({fit['model']}; each seed a replicate in "
+        f"every cell; {fit['df']} degrees of freedom for the error, residual sd {fit['residual_sd']:.2f}). "
         f"{_seed_blocks_said(fit)}A main effect "
         "is the difference between a level and the factor's reference level within each combination of the "
         "other factors, averaged over those combinations; an interaction *a x b* is how much a's effect "
@@ -197,17 +197,15 @@ def _seed_blocks_said(fit: dict) -> str:
             f"F test of the seeds: F = {blocks['F']:.2f} on {blocks['df']} and {fit['df']} degrees of freedom, "
             f"p = {fmt_p(blocks['p'])}"
             if not math.isnan(blocks["p"])
-            else "no degree of freedom is left to test them"
+            else "the fit is exact: the seeds' part cannot be tested"
         )
         return (
-            f"Seeds as blocks: the runs of one seed share their order of training batches, so what each of the "
-            f"{blocks['seeds']} seeds adds to every cell alike is taken out of the error ({test}). "
+            f"Seeds as blocks: the runs of one seed share their order of training batches where the factors leave "
+            f"the data and batch size alone, so what each of the {blocks['seeds']} seeds adds to every cell alike "
+            f"is taken out of the error ({test}). "
         )
     if fit.get("seed_blocks_left_out"):
-        return (
-            "The seeds are not taken as blocks: some seeds ran only some cells, so their part cannot be told "
-            "apart from the factors'. "
-        )
+        return f"The seeds are not taken as blocks (every run still counts): {fit['seed_blocks_left_out']}. "
     return ""
 
 

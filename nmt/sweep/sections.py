@@ -343,7 +343,7 @@ def findings(
                 "No cell differs detectably from the baseline by the seed-level test after Holm's adjustment."
             )
     if fit is not None and fit["model"] is not None and ranking["compared"] and effects_found != bool(better or worse):
-        sentences.append(_two_tests(rows, len(levels)))
+        sentences.append(_two_tests(rows, len(levels), fit))
     if not sentences:  # one configuration (seeds only): nothing to compare
         sentences.append("One configuration: nothing to compare. The table below gives its mean over seeds.")
     if effects_found or better or worse:
@@ -354,16 +354,25 @@ def findings(
         doc.paragraph(sentence)
 
 
-def _two_tests(rows: list[dict], factors: int) -> str:
+def _two_tests(rows: list[dict], factors: int, fit: dict) -> str:
     """Why the fit's effects and the seed-level tests of cells can answer differently, said where they do (a
-    one-factor sweep tests the same contrast twice): what each assumes, with the cells' scatter that decides."""
+    one-factor sweep tests the same contrast twice): what each assumes, with the cells' scatter and the
+    seeds' shared part that decide which to read."""
     stds = [float(row["std"]) for row in rows if row.get("std") is not None and not math.isnan(float(row["std"]))]
     spread = f"; here the cells' standard deviations run from {min(stds):.2f} to {max(stds):.2f}" if stds else ""
     over = ", and averages each effect over the other factors" if factors > 1 else ""
-    return (
+    blocks = fit.get("seed_blocks")
+    blocked = ", and takes out what each seed adds to every cell alike (seeds as blocks)" if blocks else ""
+    said = (
         "The fit and the seed-level tests answer differently. The fit pools every cell's scatter over seeds into "
-        f"one estimate, as if all cells scattered alike{spread}{over}, and with seeds as blocks takes out "
-        "what a seed adds to every cell alike; the seed-level test compares a cell with "
-        "the baseline by their own seeds alone (Welch), assuming nothing of the other cells. Where the cells "
-        "scatter unlike, the seed-level test is the one to read; more seeds settle it."
+        f"one estimate, as if all cells scattered alike{spread}{over}{blocked}; the seed-level test compares a "
+        "cell with the baseline by their own seeds alone (Welch), assuming nothing of the other cells and "
+        "pairing no seeds. Where the cells scatter unlike, the seed-level test is the one to read; more seeds "
+        "settle it."
     )
+    if blocks and not math.isnan(blocks["p"]) and blocks["p"] < ALPHA:
+        said += (
+            f" Here the seeds share a part detectably (their F test: p = {blocks['p']:.2g}): where the cells "
+            "scatter alike, the fit, which pairs runs by seed, is the one to read."
+        )
+    return said
