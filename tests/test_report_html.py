@@ -31,7 +31,7 @@ def test_the_page_needs_nothing_but_itself(report_html):
     assert sources and all(s.startswith("data:image/png;base64,") for s in sources)
     assert "http://" not in page and "https://" not in page
     # the same content as report.md: the ranking, effects, interaction with its interval, the outputs
-    for text in ("Ranking of cells", "pos: relative - absolute", "changes by 2.00 (95% CI ± 2.45"):
+    for text in ("Ranking of cells", "pos: relative - absolute", "changes by 2.00 (95% CI ± 4.21"):
         assert text in page
     assert "a small test sentence 3 ." in page and "a big test sentence 3 ." in page
 

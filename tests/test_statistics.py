@@ -109,9 +109,17 @@ def test_levels_sort_numerically_and_names_as_written():
 
 
 # ---- effects: one least-squares fit, against statsmodels ------------------------------------------------
-def test_effects_by_hand_on_a_balanced_design():
+def test_effects_by_hand_on_a_balanced_design(monkeypatch):
     fit = effects.fit(RECORDS, "test_bleu", LEVELS)
-    # 12 runs less 4 cells' means less 2 seed columns (seeds as blocks)
+    # 12 runs less 4 cells' means; seed columns would leave 6 degrees of freedom, too few to pay for them
+    assert fit["model"] == "all interactions" and fit["df"] == 12 - 4 and fit["seed_blocks"] is None
+    assert fit["seed_blocks_left_out"].startswith("their 2 columns would leave the error 6 degrees of freedom")
+    found = {effects.effect_name(*key, LEVELS): e["diff"] for key, e in fit["effects"].items()}
+    # cell means: absolute 31 (layer), 30 (rms); relative 34, 35
+    assert found == pytest.approx({"norm: rms - layer": 0.0, "pos: relative - absolute": 4.0, "norm x pos": 2.0})
+    # the same runs with the seeds as blocks, where they are fitted: less 2 seed columns
+    monkeypatch.setattr(effects, "MIN_BLOCKED_DF", 1)
+    fit = effects.fit(RECORDS, "test_bleu", LEVELS)
     assert fit["model"] == "all interactions" and fit["df"] == 12 - 4 - 2
     # the cells' residuals without blocks: -1, 0, 1 three times and -2, -1, 3 (20); the seeds' means over the
     # cells' residuals: -1.25, -0.25, 1.5, so blocks take 4 * (1.5625 + 0.0625 + 2.25) = 15.5 of them
@@ -120,7 +128,6 @@ def test_effects_by_hand_on_a_balanced_design():
     assert blocks["F"] == pytest.approx((15.5 / 2) / (4.5 / 6))
     assert fit["residual_sd"] == pytest.approx(math.sqrt(4.5 / 6))
     found = {effects.effect_name(*key, LEVELS): e["diff"] for key, e in fit["effects"].items()}
-    # cell means: absolute 31 (layer), 30 (rms); relative 34, 35
     assert found == pytest.approx({"norm: rms - layer": 0.0, "pos: relative - absolute": 4.0, "norm x pos": 2.0})
 
 
@@ -168,8 +175,8 @@ def test_effects_equal_statsmodels_ols_with_plus_minus_half_coding(drop, formula
             for r in records
         ]
     )
-    # seeds as blocks: a seed's runs share their batch order in every cell (any coding of the seed column
-    # gives the factors the same coefficients)
+    # seeds as blocks (each case leaves the error 11-14 degrees of freedom with them): a seed's runs share their
+    # batch order in every cell (any coding of the seed column gives the factors the same coefficients)
     reference = smf.ols(formula + " + C(seed)", frame).fit()
     assert fit["model"] == model and fit["df"] == reference.df_resid and fit["runs"] == len(records)
     without = smf.ols(formula, frame).fit()  # the F test of the seed columns: statsmodels' comparison of the two
@@ -186,7 +193,8 @@ def test_effects_equal_statsmodels_ols_with_plus_minus_half_coding(drop, formula
         assert e["ci95"] == pytest.approx((high - low) / 2, rel=1e-9)
 
 
-def test_a_three_level_factor_gets_simple_coding_equal_to_statsmodels():
+def test_a_three_level_factor_gets_simple_coding_equal_to_statsmodels(monkeypatch):
+    monkeypatch.setattr(effects, "MIN_BLOCKED_DF", 1)  # 17 runs: seed columns leave 9, fitted here all the same
     pd = pytest.importorskip("pandas")
     smf = pytest.importorskip("statsmodels.formula.api")
     rng = np.random.default_rng(2)
@@ -238,26 +246,26 @@ def test_seeds_that_ran_only_some_cells_are_not_blocks_and_the_fit_says_so():
     ]
     fit = effects.fit(records, "test_bleu", {"pos": ["absolute", "relative"]})
     assert fit["model"] == "all interactions" and fit["df"] == 4 - 2
-    assert fit["seed_blocks"] is None and fit["seed_blocks_left_out"].startswith("the runs leave no degree")
+    assert fit["seed_blocks"] is None and "would leave the error 0 degrees of freedom" in fit["seed_blocks_left_out"]
     pooled = stats.ttest_ind([31.9, 32.6], [30.1, 30.4])  # one factor, no blocks: the pooled two-sample t-test
     assert next(iter(fit["effects"].values()))["p"] == pytest.approx(pooled.pvalue, rel=1e-9)
 
 
 def test_seed_columns_that_repeat_a_factors_are_left_out_with_degrees_of_freedom_to_spare():
-    """pos=absolute on seeds 1-2, pos=relative on 3-4, each seed both norms: 8 runs, 4 cells, the seed
-    columns (3) would leave 1 degree of freedom but repeat the pos column; the fit goes without them and
+    """pos=absolute on seeds 1-8, pos=relative on 9-16, each seed both norms: 32 runs, 4 cells, the seed
+    columns (15) would leave 13 degrees of freedom but repeat the pos column; the fit goes without them and
     equals statsmodels' fit without C(seed)."""
     pd = pytest.importorskip("pandas")
     smf = pytest.importorskip("statsmodels.formula.api")
     rng = np.random.default_rng(5)
     records = [
         record(pos, norm, seed, 30.0 + 2 * (pos == "relative") + (norm == "rms") + rng.normal())
-        for pos, seeds in (("absolute", (1, 2)), ("relative", (3, 4)))
+        for pos, seeds in (("absolute", range(1, 9)), ("relative", range(9, 17)))
         for seed in seeds
         for norm in ("layer", "rms")
     ]
     fit = effects.fit(records, "test_bleu", LEVELS)
-    assert fit["model"] == "all interactions" and fit["df"] == 4 and fit["seed_blocks"] is None
+    assert fit["model"] == "all interactions" and fit["df"] == 28 and fit["seed_blocks"] is None
     assert fit["seed_blocks_left_out"].startswith("some seeds ran only some cells")
     frame = pd.DataFrame(
         [
@@ -272,13 +280,31 @@ def test_seed_columns_that_repeat_a_factors_are_left_out_with_degrees_of_freedom
     reference = smf.ols("y ~ pos * norm", frame).fit()
     found = {effects.effect_name(*k, LEVELS): e for k, e in fit["effects"].items()}
     assert found["pos: relative - absolute"]["p"] == pytest.approx(reference.pvalues["pos"], rel=1e-9)
-    report_records = [{**r, "seed": None} if i == 0 else r for i, r in enumerate(RECORDS)]
-    assert effects.fit(report_records, "test_bleu", LEVELS)["seed_blocks_left_out"].startswith("some runs record")
-    as_floats = [{**r, "seed": float(r["seed"])} for r in RECORDS]  # 1.0 and 1 are one seed
-    assert (
-        effects.fit(as_floats, "test_bleu", LEVELS)["seed_blocks"]
-        == effects.fit(RECORDS, "test_bleu", LEVELS)["seed_blocks"]
-    )
+    cells = [("absolute", "layer"), ("absolute", "rms"), ("relative", "layer"), ("relative", "rms")]
+    complete = [record(p, n, s, 30.0 + rng.normal()) for p, n in cells for s in range(1, 7)]
+    blocks = effects.fit(complete, "test_bleu", LEVELS)["seed_blocks"]
+    assert blocks is not None and blocks["seeds"] == 6  # 24 runs, 4 cells, 5 seed columns: 15 left
+    no_seed = [{**r, "seed": None} if i == 0 else r for i, r in enumerate(complete)]
+    assert effects.fit(no_seed, "test_bleu", LEVELS)["seed_blocks_left_out"].startswith("some runs record no seed")
+    as_floats = [{**r, "seed": float(r["seed"])} for r in complete]  # 1.0 and 1 are one seed
+    assert effects.fit(as_floats, "test_bleu", LEVELS)["seed_blocks"] == blocks
+
+
+def test_one_two_level_factor_with_seeds_as_blocks_is_the_paired_t_test_over_seeds():
+    rng = np.random.default_rng(8)
+    shared = rng.normal(0, 1.5, size=12)  # 24 runs: 2 cells and 11 seed columns leave 11 degrees of freedom
+    values = {
+        level: [30 + (level == "rms") * 0.4 + shared[s] + rng.normal(0, 0.3) for s in range(12)]
+        for level in ("layer", "rms")
+    }
+    records = [record("absolute", norm, s + 1, v) for norm, vs in values.items() for s, v in enumerate(vs)]
+    fit = effects.fit(records, "test_bleu", {"norm": ["layer", "rms"]})
+    (effect,) = fit["effects"].values()
+    paired = stats.ttest_rel(values["rms"], values["layer"])
+    assert fit["seed_blocks"]["seeds"] == 12 and effect["df"] == paired.df == 11
+    assert effect["p"] == pytest.approx(paired.pvalue, rel=1e-9)
+    low, high = paired.confidence_interval(0.95)
+    assert effect["ci95"] == pytest.approx((high - low) / 2, rel=1e-9)
 
 
 def test_an_exact_fit_of_seeds_says_nothing_is_detectable_not_that_rounding_is():
@@ -286,7 +312,7 @@ def test_an_exact_fit_of_seeds_says_nothing_is_detectable_not_that_rounding_is()
     blocked fit is exact, its residuals rounding; the effects must be 0 with p 1, not rounding over rounding."""
     rng = np.random.default_rng(3)
     for _ in range(50):
-        by_seed = {s: round(float(rng.uniform(20, 40)), 2) for s in (1, 2, 3)}
+        by_seed = {s: round(float(rng.uniform(20, 40)), 2) for s in range(1, 9)}  # 32 runs: 21 degrees left
         records = [
             record(p, n, s, v) for p in ("absolute", "relative") for n in ("layer", "rms") for s, v in by_seed.items()
         ]
@@ -304,15 +330,16 @@ def test_blocks_take_a_shared_seed_part_out_of_the_error_and_keep_the_nominal_ra
     rejections, sweeps, narrower = 0, 2000, 0
     for _ in range(sweeps):
         shared = rng.normal(0, 2.0, size=3)
+        levels = {"f": [f"c{c}" for c in range(6)]}
         records = [
             {"factors": {"f": f"c{c}"}, "seed": s, "metrics": {"m": 30 + shared[s - 1] + rng.normal(0, 0.5)}}
-            for c in range(3)
+            for c in range(6)
             for s in (1, 2, 3)
         ]
-        fit = effects.fit(records, "m", {"f": ["c0", "c1", "c2"]})
-        assert fit["seed_blocks"] is not None and fit["df"] == 9 - 3 - 2
-        rejections += min(e["p"] for e in fit["effects"].values()) < 0.05 / 2  # Bonferroni over the two
-        plain = effects._least_squares(effects.design(records, {"f": ["c0", "c1", "c2"]}, 1)[0], _values(records))
+        fit = effects.fit(records, "m", levels)
+        assert fit["seed_blocks"] is not None and fit["df"] == 18 - 6 - 2
+        rejections += min(e["p"] for e in fit["effects"].values()) < 0.05 / 5  # Bonferroni over the five
+        plain = effects._least_squares(effects.design(records, levels, 1)[0], _values(records))
         narrower += fit["residual_sd"] ** 2 < plain[1] / plain[2]
     # binomial(2000, <= 0.05): Bonferroni is conservative, so at most about the nominal rate
     assert 0.015 < rejections / sweeps < 0.06
@@ -485,15 +512,16 @@ def test_report_from_synthetic_runs(tmp_path):
     fit = effects.fit(RECORDS, "test_bleu", LEVELS)
     p = {effects.effect_name(*k, LEVELS): e["p"] for k, e in fit["effects"].items()}
     holm = analysis.holm(p)
-    # seeds as blocks (statsmodels: y ~ pos * norm + C(seed), the interval 2.78-5.22 for pos)
     assert _row(report, "| pos: relative - absolute |") == [
-        "pos: relative - absolute", "4.00", "1.22", "6", f"{p['pos: relative - absolute']:.4f}",
+        "pos: relative - absolute", "4.00", "2.11", "8", f"{p['pos: relative - absolute']:.4f}",
         f"{holm['pos: relative - absolute']:.4f}",
     ]  # fmt: skip
-    assert "Seeds as blocks: the runs of one seed share their order of training batches" in report
-    assert "(F test of the seeds: F = 10.33 on 2 and 6 degrees of freedom, p = 0.0114)" in report
+    assert (
+        "The seeds are not taken as blocks (every run still counts): their 2 columns would leave the error 6 "
+        "degrees of freedom, fewer than the 10 that keep the cost of blocks small."
+    ) in report
     assert _row(report, "| norm: rms - layer |")[1] == "0.00"  # never "-0.00"
-    assert "pos=relative raises test_bleu against pos=absolute (4.00 ± 1.22" in report
+    assert "pos=relative raises test_bleu against pos=absolute (4.00 ± 2.11" in report
     assert "| layer | 31.00 | 34.00 |" in report  # norm x pos interaction row
     assert (tmp_path / "interaction_norm_pos.png").read_bytes().startswith(b"\x89PNG")
     lines = (tmp_path / "results.csv").read_text().splitlines()
@@ -1038,16 +1066,17 @@ def test_level_tables_are_written_where_no_effect_can_be_tested(tmp_path):
 
 
 def test_where_the_fit_and_the_seed_level_tests_disagree_the_findings_say_why(tmp_path):
-    """One factor, cells scattered unlike: the fit's pooled variance (seeds as blocks) finds pos=none worse
-    (p 0.0087, Holm 0.017, as statsmodels' y ~ C(pos) + C(seed) says), Welch's test of the same contrast does
-    not (0.080, Holm 0.16). The Findings stated both, unreconciled; now they say what each test assumes."""
+    """One factor, cells scattered unlike: the fit's pooled variance finds pos=none worse (p 0.0084, Holm
+    0.017, as statsmodels' y ~ C(pos) says: 9 runs leave seed columns too few degrees of freedom), Welch's test
+    of the same contrast does not (0.080, Holm 0.16). The Findings stated both, unreconciled; now they say what
+    each test assumes."""
     pd = pytest.importorskip("pandas")
     smf = pytest.importorskip("statsmodels.formula.api")
     values = {"absolute": [15.0, 19.0, 23.0], "relative": [17.7, 19.0, 20.3], "none": [11.15, 11.35, 11.55]}
     synthetic_sweep(tmp_path, [record(p, "layer", s + 1, v) for p, vs in values.items() for s, v in enumerate(vs)])
     report = flat_report(tmp_path)
     frame = pd.DataFrame([{"pos": p, "seed": s, "y": v} for p, vs in values.items() for s, v in enumerate(vs)])
-    reference = smf.ols("y ~ C(pos, Treatment('absolute')) + C(seed)", frame).fit()
+    reference = smf.ols("y ~ C(pos, Treatment('absolute'))", frame).fit()
     fitted = reference.pvalues["C(pos, Treatment('absolute'))[T.none]"]
     welch = stats.ttest_ind(values["none"], values["absolute"], equal_var=False).pvalue
     assert fitted < 0.05 / 2 and welch * 2 > 0.05  # the two tests, Holm over two contrasts
@@ -1058,11 +1087,10 @@ def test_where_the_fit_and_the_seed_level_tests_disagree_the_findings_say_why(tm
     assert (
         "The fit and the seed-level tests answer differently. The fit pools every cell's scatter over seeds into "
         f"one estimate, as if all cells scattered alike; here the cells' standard deviations run from {stds[0]:.2f} "
-        f"to {stds[-1]:.2f}, and takes out what each seed adds to every cell alike (seeds as blocks); the "
-        "seed-level test compares a cell with the baseline by their own seeds alone (Welch), assuming nothing of "
-        "the other cells and pairing no seeds."
+        f"to {stds[-1]:.2f}; the seed-level test compares a cell with the baseline by their own seeds alone "
+        "(Welch), assuming nothing of the other cells and pairing no seeds."
     ) in report
-    assert "share a part detectably" not in report  # their F test: p 0.17
+    assert "share a part detectably" not in report
     # where they agree, nothing of it
     (tmp_path / "agree").mkdir()
     clear = {"absolute": [30.0, 31.0, 32.0], "relative": [40.0, 41.0, 42.0], "none": [20.0, 21.0, 22.0]}
@@ -1112,9 +1140,8 @@ def test_a_sweep_over_a_plain_setting_is_not_told_its_levels_ran_untuned(tmp_pat
             (run_dir / "sweep_result.json").write_text(json.dumps(result))
             (run_dir / "config.yaml").write_text("data: {}\ntrainer: {max_steps: 300, max_epochs: -1}\n")
     findings = flat_report(tmp_path).split("## Findings")[1].split(" ## ")[0]
-    # the fit of one two-level factor with seeds as blocks: the paired t-test over seeds
-    paired = stats.ttest_rel(values["0.002"], values["0.001"])
-    width = stats.t.ppf(0.975, 2) * (np.mean(values["0.002"]) - np.mean(values["0.001"])) / paired.statistic
+    pooled = stats.ttest_ind(values["0.002"], values["0.001"])  # the fit of one factor: the pooled t-test
+    width = stats.t.ppf(0.975, 4) * (np.mean(values["0.002"]) - np.mean(values["0.001"])) / pooled.statistic
     assert "No main effect or interaction is detectable" in findings
     assert f"(the main effects' 95% intervals are ± {width:.2f} wide:" in findings
     assert "Every level" not in findings

@@ -21,10 +21,11 @@ another see the same batches in the same order (a randomised complete block desi
 where they do not, blocking stays unbiased and costs only its degrees of freedom). The model therefore
 holds a column per seed but one (coded as the factors are), so that what a seed adds to every cell alike
 is taken out of the error rather than counted as the cells' scatter. It costs the error one degree of
-freedom per seed but one (a large share in a small sweep: 2 cells x 2 seeds leave it 1 of 2), and
-changes no coefficient when every seed ran every cell once (with failed runs it compares cells within
+freedom per seed but one, so the columns are fitted only where the error keeps at least MIN_BLOCKED_DF
+(in a small sweep they would cost most of it: 2 cells x 2 seeds would leave it 1 of 2); they change no
+coefficient when every seed ran every cell once (with failed runs it compares cells within
 seeds). Where the seed columns cannot be told apart from the factors (seeds that ran only some cells),
-leave no degree of freedom to spare, or some run has no seed, the model goes without them (every run
+would leave the error too few degrees of freedom, or some run has no seed, the model goes without them (every run
 still counts) and says so. An F test of the seed columns tells how much the seeds held in common.
 """
 
@@ -37,6 +38,10 @@ import numpy as np
 from nmt.sweep.analysis import cell_of, f_p_value, t_critical, t_p_value
 
 MODELS = ("all interactions", "main effects and two-way interactions", "main effects")
+# seed columns are fitted only where they leave the error this many degrees of freedom: from there on they
+# widen an interval by a few percent at most (t_0.975 is 2.23 at 10, 2.18 at 12), where in a small sweep
+# they would cost most of it (2 cells x 2 seeds: 1 of 2)
+MIN_BLOCKED_DF = 10
 
 
 def coding(level: str, levels: Sequence[str]) -> list[float]:
@@ -98,8 +103,12 @@ def _why_no_blocks(runs: Sequence[dict], seed_columns: np.ndarray | None, column
         return ""
     if None in seeds:
         return "some runs record no seed, so they belong to no block"
-    if len(runs) - columns - seed_columns.shape[1] < 1:
-        return "the runs leave no degree of freedom for the seeds' columns"
+    left = len(runs) - columns - seed_columns.shape[1]
+    if left < MIN_BLOCKED_DF:
+        return (
+            f"their {seed_columns.shape[1]} columns would leave the error {max(left, 0)} degrees of freedom, fewer "
+            f"than the {MIN_BLOCKED_DF} that keep the cost of blocks small"
+        )
     return "some seeds ran only some cells, so their part cannot be told apart from the factors'"
 
 
@@ -143,6 +152,8 @@ def fit(records: Sequence[dict], metric: str, levels: dict[str, list[str]]) -> d
         x, names = design(runs, levels, min(order, len(factors)))
         plain = _least_squares(x, y)
         blocked = None if seed_columns is None else _least_squares(np.hstack([x, seed_columns]), y)
+        if blocked is not None and blocked[2] < MIN_BLOCKED_DF:
+            blocked = None
         if plain is None:  # the seed columns only add to a model that stands without them
             continue
         coef, rss, df = blocked or plain
