@@ -387,6 +387,14 @@ def test_a_tiny_language_model_learns_the_counting_corpus_and_generates(ptb_fold
     for h in hypotheses:
         assert h.score == pytest.approx(h.log_prob, abs=1e-4) and len(h.token_log_probs) == len(h.tokens) + 1
     assert len(samples) == 3 and all(s.startswith("w3") and len(s.split()) <= 5 for s in samples)
+    # what evaluate.py's prompt=... refuses is refused here too, not ignored (a length as a multiple of a source,
+    # more words than a continuation may add, the cross-attention of a model without a source)
+    with pytest.raises(ValueError, match=r"^decode.max_len_a=2: an output's limit as a multiple of its source"):
+        Translator.from_checkpoint(results["best_checkpoint"], max_len_a=2)
+    with pytest.raises(ValueError, match=r"^decode.min_len=60: more than the 5 words a continuation may add"):
+        Translator.from_checkpoint(results["best_checkpoint"], min_len=60, max_new_tokens=5)
+    with pytest.raises(ValueError, match=r"^with_attention=True: a language model reads no source"):
+        greedy.translate_nbest(["w3"], with_attention=True)
     # a prompt longer than max_input_len keeps its end, which the continuation follows (it kept its start)
     short = Translator.from_checkpoint(results["best_checkpoint"], strategy="greedy", max_new_tokens=1, max_input_len=2)
     assert short.translate(["w1 w2 w3 w4"]) == ["w1 w2 w3 w4 w5"]
@@ -421,6 +429,10 @@ def test_a_tiny_language_model_learns_the_counting_corpus_and_generates(ptb_fold
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         translate_cfg = compose("translate", overrides=[f"ckpt_path={checkpoint}", "alignments=true", "input=-"])
     with pytest.raises(ValueError, match=r"alignments=true: a language model's continuation has no source"):
+        run_translate(translate_cfg)
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        translate_cfg = compose("translate", overrides=[f"ckpt_path={checkpoint}", "decode.max_len_b=2", "input=-"])
+    with pytest.raises(ValueError, match=r"^decode.max_len_b=2: an output's limit as a multiple"):
         run_translate(translate_cfg)
     (tmp_path / "starts.txt").write_text("w9\n")  # refused before any line is read, not at each line's decoding
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):

@@ -451,6 +451,13 @@ def test_a_negative_average_or_an_unknown_search_option_is_refused_not_ignored(c
         translator.translate(["one", None])  # SentencePiece's TypeError named no line
     with pytest.raises(TypeError, match=r"^prefix 8: int, not text"):
         translator.translate_nbest(["one", "two"], prefixes=["", 8], first_line=7)
+    # a raw TypeError of Python's own, or a string read as one-character prefixes ("4 prefixes for 2 lines")
+    with pytest.raises(TypeError, match=r"^lines=None: give a list of str"):
+        translator.translate(None)
+    with pytest.raises(TypeError, match=r"^prefixes='eins': give a list, one prefix per line"):
+        translator.translate_nbest(["one", "two"], prefixes="eins")
+    with pytest.raises(ValueError, match=r"^n_best='2': must be between 1 and the beam size"):
+        translator.translate_nbest(["one"], n_best="2")
     # a None prefix is no prefix, as it was, and UTF-8 bytes are text to SentencePiece
     assert translator.translate_nbest(["one", b"two"], prefixes=[None, ""]) == translator.translate_nbest(
         ["one", "two"]

@@ -164,6 +164,14 @@ class Translator:
         check_limits(max_tokens=max_tokens, max_input_len=max_input_len)  # before a checkpoint is read
         pick_device(device)
         loaded = [load_model(resolve_checkpoint_path(p), average_last, device) for p in paths]
+        if not loaded[0].task.reads_source:
+            # a language model continues each line: the settings evaluate.py's prompt=... refuses are refused here
+            # too (a length as a multiple of a source it does not have, more words than it may add), not ignored
+            from omegaconf import OmegaConf
+
+            given = {key: value for key, value in search.items() if value is not None}
+            prompt = {"prompt": "", "max_new_tokens": max_new_tokens, "decode": given}
+            loaded[0].task.check_evaluation(OmegaConf.create(prompt))
         return cls(
             loaded,
             search_settings(loaded[0].config.get("decode"), search),
@@ -222,7 +230,13 @@ class Translator:
         if isinstance(lines, str):
             one = [prefixes] if isinstance(prefixes, str) else prefixes
             return self.translate_nbest([lines], n_best, one, scores, with_attention, first_line)[0]
+        if lines is None or isinstance(lines, bytes) or not hasattr(lines, "__iter__"):
+            raise TypeError(f"lines={lines!r}: give a list of str (one str: one line)")
         lines = list(lines)  # any iterable, read once (a generator was read twice)
+        if isinstance(prefixes, (str, bytes)):  # not a sequence of one-character prefixes
+            raise TypeError(
+                f"prefixes={prefixes!r}: give a list, one prefix per line (a str only with one line as a str)"
+            )
         prefixes = None if prefixes is None else list(prefixes)
         # text, as SentencePiece reads it (str, or UTF-8 bytes); a prefix may be None: none for that line
         for given, name, takes in ((lines, "line", (str, bytes)), (prefixes or [], "prefix", (str, bytes, type(None)))):
@@ -233,15 +247,17 @@ class Translator:
                     f"{name} ('' for an empty one)"
                 )
         beams = self.search.hypotheses
-        if not 1 <= n_best <= beams:
+        if type(n_best) is not int or not 1 <= n_best <= beams:
             raise ValueError(
-                f"n_best={n_best}: must be between 1 and the beam size ({beams}; greedy and sampling give 1)"
+                f"n_best={n_best!r}: must be between 1 and the beam size ({beams}; greedy and sampling give 1)"
             )
         if prefixes is not None and len(prefixes) != len(lines):
             raise ValueError(f"{len(prefixes)} prefixes for {len(lines)} lines: give one per line (may be empty)")
         if self.continues:
             if prefixes is not None:
                 raise ValueError("a language model continues its prompt: give the prefix as part of the line")
+            if with_attention:
+                raise ValueError("with_attention=True: a language model reads no source, so it has no cross-attention")
             results = []
             for i, line in enumerate(lines):
                 results.append(self._continue(line, n_best, scores, first_line + i))

@@ -99,7 +99,10 @@ def create_app(translator: Translator, max_chars: int = 1000, title: str = "nmt"
             return JSONResponse({"error": f"n_best must be at most the beam size ({beams})"}, status_code=422)
         try:
             with lock:
-                (hypotheses,) = translator.translate_nbest([text], n_best=request.n_best, with_attention=True)
+                # a language model has no cross-attention to draw (no source): its page shows no heatmap
+                (hypotheses,) = translator.translate_nbest(
+                    [text], n_best=request.n_best, with_attention=not translator.continues
+                )
         except InputError as err:
             if err.too_long:  # the command line's remedies are not the requester's to take
                 tokens, limit = err.too_long
