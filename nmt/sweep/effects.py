@@ -23,10 +23,10 @@ holds a column per seed but one (coded as the factors are), so that what a seed 
 is taken out of the error rather than counted as the cells' scatter. It costs the error one degree of
 freedom per seed but one, so the columns are fitted only where the error keeps at least MIN_BLOCKED_DF
 (in a small sweep they would cost most of it: 2 cells x 2 seeds would leave it 1 of 2); they change no
-coefficient when every seed ran every cell once (with failed runs it compares cells within
-seeds). Where the seed columns cannot be told apart from the factors (seeds that ran only some cells),
-would leave the error too few degrees of freedom, or some run has no seed, the model goes without them (every run
-still counts) and says so. An F test of the seed columns tells how much the seeds held in common.
+coefficient when every seed ran every cell once (with failed runs they compare cells within seeds).
+Where the seed columns cannot be told apart from the factors (seeds that ran only some cells), would
+leave the error too few degrees of freedom, or some run has no seed, the model goes without them (every
+run still counts) and says so. An F test of the seed columns tells how much the seeds held in common.
 """
 
 import math

@@ -4,8 +4,9 @@ finished runs' records (``sweep_result.json`` in each run folder).
 It opens with what ran and the question the sweep answers, then: the ranking of cells with intervals over
 seeds and each cell against the baseline by a test over seeds (Welch; seeds are the replicates), and,
 for a test corpus score, the paired randomisation test of the trained models' outputs (conditional on
-those models); main effects and two-way interactions from one least-squares fit to every finished run (seeds as blocks);
-plain-language findings; validation curves; one test sentence as every cell translated it.
+those models); main effects and two-way interactions from one least-squares fit to every finished run
+(seeds as blocks where they can be); plain-language findings; validation curves; one test sentence as every
+cell translated it.
 """
 
 import csv
