@@ -1036,6 +1036,40 @@ def test_files_evaluated_by_path_read_the_runs_columns_and_get_folders_of_their_
     assert split_tag("test", search) == "test_beam5"  # the corpus's own sets keep their names
 
 
+def test_columns_name_the_folder_and_apply_only_where_a_tsv_is_read(tmp_path):
+    """An evaluation of one TSV by other columns wrote into the same folder as the plain one (its results
+    gone); data.columns with a data=files run read from prefixes, and data.user_dict without jieba, changed
+    nothing without a word; split=files:test.en was read as test.en.en, saying only that it was missing."""
+    from types import SimpleNamespace
+
+    from omegaconf import OmegaConf
+
+    from nmt.data.datamodule import ParallelDataModule
+    from nmt.tasks.translation_eval import check_columns_apply, columns_tag, load_eval_set
+
+    corpus, files_run = OmegaConf.create({}), OmegaConf.create({"train": "c/train", "test": None, "columns": [0, 1]})
+    assert columns_tag("files:x.tsv", corpus, [1, 0], None) == "_cols1-0"
+    assert columns_tag("files:x.tsv", corpus, None, None) == columns_tag("files:x.tsv", corpus, [0, 1], None) == ""
+    assert columns_tag("files:x.tsv", OmegaConf.create({"columns": [1, 0]}), None, [1, 0]) == ""  # the run's own
+    assert columns_tag("files:x.tsv", OmegaConf.create({"columns": [1, 0]}), [0, 1], [1, 0]) == "_cols0-1"
+    assert columns_tag("test", OmegaConf.create({"train": "c/all.tsv", "columns": [1, 0]}), None, [0, 1]) == "_cols1-0"
+    assert columns_tag("files:x", corpus, [1, 0], None) == ""  # a prefix: no TSV, refused before (below)
+    with pytest.raises(ValueError, match=r"split=test of this data=files run is read from files named by a prefix"):
+        check_columns_apply("test", files_run, [1, 0])
+    check_columns_apply("test", OmegaConf.create({"train": "c/all.tsv.gz", "test": None, "columns": [0, 1]}), [1, 0])
+    with pytest.raises(ValueError, match=r"^data.columns=\[1, 0\]: picks the fields of a TSV, and none of data.train"):
+        FilesDataModule(train=str(tmp_path / "train"), columns=[1, 0], cache_dir=str(tmp_path / "c"))
+    with pytest.raises(ValueError, match=r"^data.user_dict=words.txt: a jieba dictionary, read by a jieba segmenter"):
+        ParallelDataModule(src_lang="en", tgt_lang="zh", user_dict="words.txt", cache_dir=str(tmp_path / "c"))
+    languages = SimpleNamespace(src_lang="en", tgt_lang="de")
+    write(tmp_path / "test.en", EN[:2])
+    write(tmp_path / "test.de", DE[:2])
+    spec = tmp_path / "test.en"
+    with pytest.raises(FileNotFoundError, match=rf"split=files:{re.escape(str(spec))}: a prefix, to which \.en and "
+                       rf"\.de are added: split=files:{re.escape(str(tmp_path / 'test'))}\)"):  # fmt: skip
+        load_eval_set(f"files:{spec}", languages, corpus, {}, None)
+
+
 def test_a_language_models_empty_text_or_vocabulary_of_specials_alone_is_refused(tmp_path):
     """An empty training text trained 0 updates and reported a perplexity; an empty validation text scored
     0 tokens as perplexity 1.00; max_vocab=0 made every word <unk>."""

@@ -794,7 +794,8 @@ def test_evaluate_reads_a_tsv_in_the_columns_given_whatever_corpus_the_checkpoin
     overrides = [f"ckpt_path={checkpoints['seed1']}", f"split=files:{tmp_path / 'rev.tsv'}", "device=cpu"]
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         cfg = compose("evaluate", overrides=[*overrides, "data.columns=[1,0]", f"out_dir={tmp_path / 'out'}"])
-    assert evaluate(cfg)["sentences"] == 4
+    result = evaluate(cfg)
+    assert result["sentences"] == 4 and result["columns"] == [1, 0]  # which fields were read, recorded
     assert (tmp_path / "out" / "sources.txt").read_text().splitlines() == en
 
 

@@ -30,6 +30,11 @@ def checked_spec(split: str, spec):
     raise ValueError(f"data.{split}={shown!r}: a split is {SPEC_FORMS}")
 
 
+def is_tsv(spec) -> bool:
+    """Whether a split's spec names a TSV (``x.tsv`` or ``x.tsv.gz``), whose fields data.columns picks."""
+    return isinstance(spec, str) and spec.endswith((".tsv", ".tsv.gz"))
+
+
 def checked_columns(columns) -> tuple[int, int]:
     """data.columns: the TSV fields of source and target, two different whole numbers >= 0."""
     values = list(columns) if isinstance(columns, list | tuple | ListConfig) else None

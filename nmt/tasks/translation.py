@@ -31,11 +31,13 @@ from nmt.tasks.base import (
 )
 from nmt.tasks.translation_eval import (
     check_attention_indices,
+    columns_tag,
     eval_folder_name,
     load_eval_set,
     print_scores,
     print_summary,
     split_tag,
+    tsv_columns,
     write_attention_maps,
     write_outputs,
 )
@@ -283,7 +285,9 @@ class TranslationTask(Task):
         rouge = self.rouge if rouge is None else rouge
         lowercase = loaded.tgt_tokenizer.lowercases
         scores = corpus_scores(hypotheses, references, datamodule.tgt_lang, rouge=rouge, lowercase=lowercase)
-        name = eval_folder_name(loaded, split, search)
+        given_columns = (data_overrides or {}).get("columns")
+        own_columns = (loaded.config.get("data") or {}).get("columns")
+        name = eval_folder_name(loaded, split, search) + columns_tag(split, data_cfg, given_columns, own_columns)
         if max_input_len != input_limit(data_cfg):  # sources cut elsewhere than the run's: a folder of its own
             name += f"_maxin{max_input_len}"
         out = Path(out) if out else loaded.run_dir / "eval" / name
@@ -292,6 +296,7 @@ class TranslationTask(Task):
             "data": description,
             "split": split,
             "tgt_lang": datamodule.tgt_lang,  # what the scores tokenised by (rescoring, paired tests)
+            **({"columns": list(read)} if (read := tsv_columns(split, data_cfg, given_columns)) else {}),
             "search": search.__dict__,
             "max_input_len": max_input_len,
             **scores,

@@ -1,6 +1,7 @@
 """What translation evaluation reads and writes: evaluation sets beyond the corpus' own splits, the
 output files, attention heatmaps, and the tables printed."""
 
+import errno
 import zlib
 from collections.abc import Sequence
 from dataclasses import fields
@@ -10,7 +11,7 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from nmt.data.file_specs import checked_columns, read_split_files
+from nmt.data.file_specs import checked_columns, is_tsv, read_split_files, spec_paths
 from nmt.data.sources import locate, read_parallel
 from nmt.data.tokenizer import BOS_ID, EOS_ID
 from nmt.decoding.settings import RANKED, SEARCH_TAGS, UNREAD, SearchConfig
@@ -50,20 +51,64 @@ def split_tag(
     return tag + (f"_avg{averaged}" if averaged > 1 else "")
 
 
+def tsv_of(split: str, data_cfg) -> str | None:
+    """The TSV an evaluation set is read from: ``split=files:<x.tsv>``, or a data=files run's own split given
+    as (or cut from a training set given as) a TSV; None for any other set."""
+    if split.startswith("files:"):
+        spec = split.split(":", 1)[1]
+    elif split in ("train", "val", "test") and "columns" in data_cfg and data_cfg.get("train") is not None:
+        spec = data_cfg.get(split) or data_cfg.get("train")  # a split not given is cut from the training set
+    else:
+        return None
+    return spec if is_tsv(spec) else None
+
+
+def tsv_columns(split: str, data_cfg, given=None) -> tuple[int, int] | None:
+    """The fields a TSV set is read by: ``given`` (data.columns on the command line), else the run's own
+    data.columns (data=files), else 0 and 1; None for a set that is not a TSV."""
+    if tsv_of(split, data_cfg) is None:
+        return None
+    return checked_columns(given or data_cfg.get("columns") or (0, 1))
+
+
+def columns_tag(split: str, data_cfg, given, own) -> str:
+    """A folder-name part for a TSV read by other fields than the run's own ``own`` (its data.columns, or
+    None: 0 and 1), "" otherwise: two evaluations of one TSV by other columns are other sets, and must not
+    share a folder."""
+    read = tsv_columns(split, data_cfg, given)
+    return f"_cols{read[0]}-{read[1]}" if read is not None and read != checked_columns(own or (0, 1)) else ""
+
+
 def check_columns_apply(split: str, data_cfg, columns) -> None:
     """data.columns picks the fields of a TSV: given with a set that is not read from one (a corpus's own
     split, a prefix of two files) it changed nothing, and was ignored without a word."""
-    if split.startswith("files:"):
-        if split.endswith((".tsv", ".tsv.gz")):
-            return
-        where = f"split={split} names two files by a prefix, not a TSV"
-    elif "columns" in data_cfg:  # a data=files run's own splits, read with the columns given
+    if tsv_of(split, data_cfg) is not None:
         return
+    if split.startswith("files:"):
+        where = f"split={split} names two files by a prefix, not a TSV"
+    elif split in ("train", "val", "test") and "columns" in data_cfg and data_cfg.get("train") is not None:
+        where = f"split={split} of this data=files run is read from files named by a prefix or a pair, not a TSV"
     else:
         where = f"split={split} is not read from a TSV"
     raise ValueError(
         f"data.columns={list(columns)}: {where}; data.columns picks the fields of split=files:<x.tsv>, leave it out"
     )
+
+
+def missing_set_file(split: str, spec: str, path: Path, src_lang: str, tgt_lang: str) -> FileNotFoundError:
+    """A file of ``split=files:<spec>`` that is not there, with the likely mistake said: a prefix given with
+    its language's ending (``files:test.en`` read as ``test.en.en``)."""
+    said = f"split={split}"
+    if not is_tsv(spec):
+        for lang in (src_lang, tgt_lang):
+            if spec.endswith(f".{lang}"):
+                said += (
+                    f": a prefix, to which .{src_lang} and .{tgt_lang} are added: split=files:{spec[: -len(lang) - 1]}"
+                )
+                break
+        else:
+            said += f": a prefix, to which .{src_lang} and .{tgt_lang} are added (a TSV's name ends in .tsv)"
+    return FileNotFoundError(errno.ENOENT, f"No such file or directory ({said})", str(path))
 
 
 def load_eval_set(
@@ -105,6 +150,9 @@ def load_eval_set(
         return *read_parallel(folder / files[0], folder / files[1]), f"IWSLT16 {corpus} {name} {src_lang}-{tgt_lang}"
     if split.startswith("files:"):
         spec = str(Path(split.split(":", 1)[1]).expanduser())
+        for path in spec_paths(spec, src_lang, tgt_lang):
+            if not path.exists():
+                raise missing_set_file(split, spec, path, src_lang, tgt_lang)
         # a TSV's columns as the run read its own (data=files' data.columns), unless data.columns=[i,j] says
         columns = checked_columns(columns or data_cfg.get("columns") or (0, 1))
         return *read_split_files(spec, src_lang, tgt_lang, columns), f"{spec} {src_lang}-{tgt_lang}"
