@@ -1213,6 +1213,11 @@ def test_a_resumed_checkpoint_of_another_model_is_one_line(tmp_path):
         RunFolderError, match=r"last\.ckpt does not hold this run's model: it has other shapes of \d+ weight"
     ):
         train(compose_train(*QUICK, f"run_dir={first}", "model.ffn_dim=48", "resume=force"))
+    # the refused sitting left the folder's records as they were: the run's own command still continues it (it
+    # said "other settings (model.ffn_dim: 48 -> 32)", the refused sitting's record in place of the run's)
+    before = json.loads((first / "fingerprint.json").read_text())["config"]["model.ffn_dim"]
+    again = train(compose_train(*QUICK, f"run_dir={first}"))
+    assert before != 48 and not again.get("continued_under_other_settings")
 
 
 def test_a_write_cut_short_by_a_kill_leaves_no_temporary_file_after_the_rerun(tmp_path):

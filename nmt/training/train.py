@@ -242,91 +242,101 @@ def _train_in_folder(cfg: DictConfig, task, run_dir: Path, config: dict, main_pr
         # the folder is locked: a temporary file in it is a write that a kill cut short, never one under way
         for stale in (run_dir / "checkpoints").glob(".*.tmp"):
             stale.unlink(missing_ok=True)
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
-    torch.set_float32_matmul_precision(cfg.get("matmul_precision") or "highest")
-    # set at every run (not only when false), so that one run's choice never carries into the next in a process
-    torch.backends.cuda.enable_cudnn_sdp(cfg.get("cudnn_attention") is not False)
-    # everything that can reject an option is built before any data is read
-    datamodule = task.build_datamodule(cfg.data, cfg.cache_dir, cfg.seed)
-    loss = instantiate(cfg.smoothing, pad_id=PAD_ID)
-    checkpoint_dir = run_dir / "checkpoints"
-    resume = resolve_resume(cfg, checkpoint_dir)
-    elsewhere = resume is not None and Path(resume).resolve().parent not in (
-        checkpoint_dir.resolve(),
-        run_dir.resolve(),
-    )
-    if elsewhere:  # its own folder's checkpoints are of this run: its fingerprint was checked
-        check_checkpoint_task(resume, task)
-    L.seed_everything(cfg.seed, workers=True, verbose=False)
-
-    datamodule.prepare_data()
-    src_tokenizer, tgt_tokenizer = datamodule.build_tokenizers()
-    force = str(cfg.get("resume", "auto")) == "force"
-    if elsewhere:
-        changed = check_checkpoint_elsewhere(resume, identity, force, src_tokenizer, tgt_tokenizer)
-        if changed and main_process:
-            print(f"warning: resume=force: continuing {resume} under other settings ({'; '.join(changed)})")
-            forced = {"changed": changed, "from_step": global_step(Path(resume)), "from": resume}
-            if forced not in identity.get("forced", []):  # a rerun from the same file is the same record
-                identity["forced"] = [*identity.get("forced", []), forced]
-    data_report = datamodule.report() if main_process else None
-    if main_process:
-        _check_evaluation_sets(cfg, datamodule, data_report)
-    asked = OmegaConf.select(cfg, "data.tokenizer.vocab_size", default=None)
-    sizes = sorted({src_tokenizer.vocab_size, tgt_tokenizer.vocab_size})
-    if main_process and isinstance(asked, int) and sizes[0] < asked:  # SentencePiece stops where the text does
-        print(
-            f"note: data.tokenizer.vocab_size={asked}: the training text supports fewer pieces; the vocabularies "
-            f"have {' and '.join(map(str, sizes))}"
+    # a sitting refused before its first update (a checkpoint of other shapes under resume=force, other
+    # tokenizers, a data check) puts the folder's records back: they describe the run its checkpoints hold,
+    # whose own command must still continue it
+    try:
+        if cfg.threads:
+            torch.set_num_threads(cfg.threads)
+        torch.set_float32_matmul_precision(cfg.get("matmul_precision") or "highest")
+        # set at every run (not only when false), so that one run's choice never carries into the next in a process
+        torch.backends.cuda.enable_cudnn_sdp(cfg.get("cudnn_attention") is not False)
+        # everything that can reject an option is built before any data is read
+        datamodule = task.build_datamodule(cfg.data, cfg.cache_dir, cfg.seed)
+        loss = instantiate(cfg.smoothing, pad_id=PAD_ID)
+        checkpoint_dir = run_dir / "checkpoints"
+        resume = resolve_resume(cfg, checkpoint_dir)
+        elsewhere = resume is not None and Path(resume).resolve().parent not in (
+            checkpoint_dir.resolve(),
+            run_dir.resolve(),
         )
-    text_hashes = datamodule.text_hashes()
-    if main_process:  # the data too must be the data the folder's run was trained on
-        identity["data"] = data_identity(datamodule.describe(), data_report, text_hashes, src_tokenizer, tgt_tokenizer)
-        warning = check_data(run_dir, identity, force, resuming=resume is not None)
-        if warning:
-            print(warning)
-        record_identity(run_dir, identity)
-    model = task.build_model(cfg.model, src_tokenizer, tgt_tokenizer)
-    if resume is not None:
-        check_weights_fit(resume, model)
-    compile_model(model, cfg.get("compile"), loss)
-    module = TaskModule(
-        task=task,
-        model=model,
-        loss=loss,
-        optimizer=instantiate(cfg.optim.optimizer),
-        scheduler=instantiate(cfg.optim.scheduler) if cfg.optim.scheduler else None,
-        src_tokenizer=src_tokenizer,
-        tgt_tokenizer=tgt_tokenizer,
-        config=config,
-        val_metrics=task.validation_metrics(datamodule),
-        max_bad_steps=cfg.max_bad_steps,
-        check_every=cfg.get("check_every") or 1,
-        graph_updates=bool(cfg.get("graph_updates")),
-        cast_weights_once=cfg.get("cast_weights_once"),
-    )
-    module.data_text = text_hashes
-    trainer = build_trainer(cfg, run_dir, task)
-    if trainer.is_global_zero:
-        print(f"Run directory: {run_dir}")
-        print(describe_recipe(cfg))
-        print(f"Data: {datamodule.describe()}; model: {count_parameters(model):,} parameters")
-        target = str(OmegaConf.select(cfg, "data.tgt_lang", default="") or "")
-        if target and target not in moses_languages() | {"zh", "ja", "ko", "yue"}:
-            print(
-                f"note: data.tgt_lang={target} names no language known here: BLEU tokenises the target as '13a', "
-                "the tokenised BLEU without a language's Moses rules; name it (data.tgt_lang=zh, ja, de, ...)"
-            )
-        atomic_write_text(run_dir / "config.yaml", OmegaConf.to_yaml(OmegaConf.create(config)))
-        atomic_write_bytes(run_dir / "tokenizers" / "src.model", src_tokenizer.model_proto)
-        atomic_write_bytes(run_dir / "tokenizers" / "tgt.model", tgt_tokenizer.model_proto)
-        write_report(data_report or datamodule.report(), datamodule.describe(), run_dir)
-    if resume:
+        if elsewhere:  # its own folder's checkpoints are of this run: its fingerprint was checked
+            check_checkpoint_task(resume, task)
+        L.seed_everything(cfg.seed, workers=True, verbose=False)
+
+        datamodule.prepare_data()
+        src_tokenizer, tgt_tokenizer = datamodule.build_tokenizers()
+        force = str(cfg.get("resume", "auto")) == "force"
+        if elsewhere:
+            changed = check_checkpoint_elsewhere(resume, identity, force, src_tokenizer, tgt_tokenizer)
+            if changed and main_process:
+                print(f"warning: resume=force: continuing {resume} under other settings ({'; '.join(changed)})")
+                forced = {"changed": changed, "from_step": global_step(Path(resume)), "from": resume}
+                if forced not in identity.get("forced", []):  # a rerun from the same file is the same record
+                    identity["forced"] = [*identity.get("forced", []), forced]
+        data_report = datamodule.report() if main_process else None
         if main_process:
-            print(f"Resuming from {resume}")
-    for logger in trainer.loggers:
-        logger.log_hyperparams(config)
+            _check_evaluation_sets(cfg, datamodule, data_report)
+        asked = OmegaConf.select(cfg, "data.tokenizer.vocab_size", default=None)
+        sizes = sorted({src_tokenizer.vocab_size, tgt_tokenizer.vocab_size})
+        if main_process and isinstance(asked, int) and sizes[0] < asked:  # SentencePiece stops where the text does
+            print(
+                f"note: data.tokenizer.vocab_size={asked}: the training text supports fewer pieces; the vocabularies "
+                f"have {' and '.join(map(str, sizes))}"
+            )
+        text_hashes = datamodule.text_hashes()
+        if main_process:  # the data too must be the data the folder's run was trained on
+            identity["data"] = data_identity(
+                datamodule.describe(), data_report, text_hashes, src_tokenizer, tgt_tokenizer
+            )
+            warning = check_data(run_dir, identity, force, resuming=resume is not None)
+            if warning:
+                print(warning)
+            record_identity(run_dir, identity)
+        model = task.build_model(cfg.model, src_tokenizer, tgt_tokenizer)
+        if resume is not None:
+            check_weights_fit(resume, model)
+        compile_model(model, cfg.get("compile"), loss)
+        module = TaskModule(
+            task=task,
+            model=model,
+            loss=loss,
+            optimizer=instantiate(cfg.optim.optimizer),
+            scheduler=instantiate(cfg.optim.scheduler) if cfg.optim.scheduler else None,
+            src_tokenizer=src_tokenizer,
+            tgt_tokenizer=tgt_tokenizer,
+            config=config,
+            val_metrics=task.validation_metrics(datamodule),
+            max_bad_steps=cfg.max_bad_steps,
+            check_every=cfg.get("check_every") or 1,
+            graph_updates=bool(cfg.get("graph_updates")),
+            cast_weights_once=cfg.get("cast_weights_once"),
+        )
+        module.data_text = text_hashes
+        trainer = build_trainer(cfg, run_dir, task)
+        if trainer.is_global_zero:
+            print(f"Run directory: {run_dir}")
+            print(describe_recipe(cfg))
+            print(f"Data: {datamodule.describe()}; model: {count_parameters(model):,} parameters")
+            target = str(OmegaConf.select(cfg, "data.tgt_lang", default="") or "")
+            if target and target not in moses_languages() | {"zh", "ja", "ko", "yue"}:
+                print(
+                    f"note: data.tgt_lang={target} names no language known here: BLEU tokenises the target as '13a', "
+                    "the tokenised BLEU without a language's Moses rules; name it (data.tgt_lang=zh, ja, de, ...)"
+                )
+            atomic_write_text(run_dir / "config.yaml", OmegaConf.to_yaml(OmegaConf.create(config)))
+            atomic_write_bytes(run_dir / "tokenizers" / "src.model", src_tokenizer.model_proto)
+            atomic_write_bytes(run_dir / "tokenizers" / "tgt.model", tgt_tokenizer.model_proto)
+            write_report(data_report or datamodule.report(), datamodule.describe(), run_dir)
+        if resume:
+            if main_process:
+                print(f"Resuming from {resume}")
+        for logger in trainer.loggers:
+            logger.log_hyperparams(config)
+    except BaseException:
+        if records is not None:
+            restore_records(run_dir, records)
+        raise
     start = time.time()
     # a run stopped during its final scores: its training's record stands, only the scores are computed again
     trained = None if str(cfg.get("resume", "auto")) == "force" else trained_results(run_dir)
