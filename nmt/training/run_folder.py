@@ -48,6 +48,7 @@ NOT_RESULT_KEYS = (
     "trainer.log_every_n_steps",
     "progress",
     "checkpoint.resume_fallback",
+    "checkpoint.every_n_train_steps",  # when last.ckpt is written between epochs, not what training does (tested)
     "checkpoint.write_behind",  # when a checkpoint's bytes are written, not what they hold
     "validation.scores_in",  # where validation's scores are computed, not what they are (tested)
     "task.scores_in",
