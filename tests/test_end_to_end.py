@@ -210,6 +210,30 @@ def test_a_checkpoint_damaged_after_it_was_written_is_named_not_used(toy_run, tm
         load_model(damaged, device="cpu")
 
 
+def test_a_checkpoint_whose_optimiser_state_was_damaged_is_named_not_resumed(toy_run, tmp_path):
+    """A byte of the optimiser's state flipped on disk: its weights' checksum matched, torch.load read it, and
+    a resumed run took the damaged state without a word. The zip archive's own checksums cover every part."""
+    import zipfile
+
+    damaged = tmp_path / "last.ckpt"
+    shutil.copy(toy_run / "checkpoints" / "last.ckpt", damaged)
+    with zipfile.ZipFile(damaged) as archive:  # torch.save stores each tensor uncompressed, in pickling order:
+        parts = [i for i in archive.infolist() if "/data/" in i.filename]  # the optimiser's state after the weights
+        last = max(parts, key=lambda i: int(i.filename.rsplit("/", 1)[1]))
+    with damaged.open("r+b") as handle:
+        handle.seek(last.header_offset + 26)
+        name_length, extra_length = int.from_bytes(handle.read(2), "little"), int.from_bytes(handle.read(2), "little")
+        at = last.header_offset + 30 + name_length + extra_length + last.file_size // 2
+        handle.seek(at)
+        byte = handle.read(1)
+        handle.seek(at)
+        handle.write(bytes([byte[0] ^ 0x40]))
+    checkpoint = torch.load(damaged, weights_only=True)  # read without a word, the weights as written
+    assert weights_checksum(checkpoint["state_dict"]) == checkpoint["nmt"]["weights_crc32"]
+    with pytest.raises(CheckpointError, match=rf"^{damaged}: its part .*/data/\d+ differs from the checksum the zip"):
+        load_checkpoint(damaged)
+
+
 def test_a_checkpoint_with_nan_weights_and_no_checksum_is_named_not_used(toy_run, tmp_path):
     """An edited file without the checksum: its NaN weights decoded every sentence to nothing, silently."""
     norm, embed = "model.decoder_norm.weight", "model.src_embed.weight"

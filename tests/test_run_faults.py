@@ -262,6 +262,25 @@ def test_a_run_continued_with_epochs_of_other_batches_is_refused_before_its_firs
     assert again["steps"] == 2 * steps_per_epoch(cfg) and again["epochs"] == 2
 
 
+def test_a_run_resumed_mid_epoch_under_another_seed_is_refused_before_its_first_update(tmp_path):
+    """resume=force seed=2 on a run stopped mid-epoch: the loader skipped the batches trained, counted in the
+    new seed's order, so the rest of the epoch trained some sentences twice and skipped others. At an epoch's
+    start another seed is a whole other epoch, and goes on."""
+    cfg = compose_train(*QUICK, f"run_dir={tmp_path}")
+    half = steps_per_epoch(cfg) + steps_per_epoch(cfg) // 2
+    train(compose_train(*QUICK, f"trainer.max_steps={half}", f"run_dir={tmp_path}"))
+    (tmp_path / "results.json").unlink()  # as if killed mid-epoch: a rerun resumes
+    fingerprint = (tmp_path / "fingerprint.json").read_bytes()
+    with pytest.raises(ValueError, match=r"^the checkpoint stopped \d+ batches into epoch 1, and under this run's "
+                       r"settings that epoch's batches come in another order \(the seed"):  # fmt: skip
+        train(compose_train(*QUICK, "seed=2", "resume=force", f"run_dir={tmp_path}"))  # to QUICK's epochs
+    assert (tmp_path / "fingerprint.json").read_bytes() == fingerprint  # the folder's records left as they were
+    # from the first epoch's checkpoint (an epoch's start), another seed goes on
+    first = tmp_path / "checkpoints" / "epoch000.ckpt"
+    again = train(compose_train(*QUICK, "seed=2", "resume=force", f"ckpt_path={first}", f"run_dir={tmp_path}"))
+    assert again["finished"]
+
+
 class RatesSeen(L.Callback):
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
         group = trainer.optimizers[0].param_groups[0]

@@ -1,5 +1,7 @@
 """Token-budget batching: sentences of similar length together, at most ``max_tokens`` per batch."""
 
+import zlib
+from array import array
 from collections.abc import Iterator, Sequence
 
 import torch
@@ -76,6 +78,21 @@ class TokenBatchSampler(Sampler[list[int]]):
         if len(batches) % self.num_replicas:
             batches += batches[: self.num_replicas - len(batches) % self.num_replicas]
         return batches[self.rank :: self.num_replicas]
+
+    def order_digest(self, epoch: int) -> int:
+        """A checksum of epoch ``epoch``'s batches in their order, as all processes share them out (the same
+        on every rank): a run resumed mid-epoch must meet the order its checkpoint stopped in."""
+        saved = self.epoch, self.rank
+        digest = 0
+        try:
+            self.epoch = epoch
+            for rank in range(self.num_replicas):
+                self.rank = rank
+                for batch in self._rank_batches():
+                    digest = zlib.crc32(array("q", batch).tobytes() + b";", digest)
+        finally:
+            self.epoch, self.rank = saved
+        return digest
 
     def __iter__(self) -> Iterator[list[int]]:
         skip, self.skip = self.skip, 0

@@ -47,7 +47,12 @@ class ResumableDataLoader(DataLoader):
     # warns); the state itself is only a record: the position comes from the count of batches trained
     def state_dict(self) -> dict:
         epoch, done = self.position()
-        return {"epoch": epoch, "batches_done": done}
+        return {"epoch": epoch, "batches_done": done, "order": self.order_digest(epoch)}
+
+    def order_digest(self, epoch: int) -> int | None:
+        """A checksum of epoch ``epoch``'s batch order (None for a batch sampler that gives none)."""
+        digest = getattr(self.batch_sampler, "order_digest", None)
+        return digest(epoch) if digest is not None else None
 
     def load_state_dict(self, state: dict) -> None:
         pass

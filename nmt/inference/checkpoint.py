@@ -28,6 +28,13 @@ def load_checkpoint(path: str | os.PathLike) -> dict:
             f"{path} is not a PyTorch checkpoint, or was cut short (not the whole zip archive torch.save writes); "
             "pass a .ckpt written by train.py"
         )
+    damaged = _damaged_member(path)
+    if damaged:  # the weights' checksum covers the weights alone: the optimiser's state, the loops' and the
+        # scheduler's are what a resumed run also takes, and torch.load reads them without checking the zip's own
+        raise CheckpointError(
+            f"{path}: its part {damaged} differs from the checksum the zip archive holds for it: the file was "
+            "damaged after it was written; use another checkpoint of the run (an epoch checkpoint, last.ckpt)"
+        )
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # torch raises several types for foreign or damaged files, some without a message
@@ -65,6 +72,16 @@ def load_checkpoint(path: str | os.PathLike) -> dict:
             "checkpoint); use another checkpoint of the run"
         )
     return checkpoint
+
+
+def _damaged_member(path: Path) -> str | None:
+    """The first part of a checkpoint's zip archive whose bytes fail the CRC-32 that torch.save wrote for
+    it (every part of the file: weights, optimiser state, loops), or None."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return archive.testzip()
+    except (zipfile.BadZipFile, OSError, EOFError) as err:  # a damaged directory: named as such
+        return f"(the archive's directory: {type(err).__name__})"
 
 
 def non_finite_weights(state_dict: dict) -> list[str]:

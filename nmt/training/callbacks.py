@@ -268,12 +268,17 @@ class SamePlaceInData(Callback):
     change an epoch's batches (the number of processes, which ``trainer.devices=auto`` counts on each
     machine; ``data.max_tokens``; the corpus) would put it elsewhere in the data order than its checkpoint
     stopped (``module.saved_data_place``), and Lightning, which keeps its own epoch count, would end an epoch
-    early without its validation. Refused before the first update, in one line."""
+    early without its validation. So would settings that reorder an epoch's batches (the seed, the
+    corpus's sentences) for a run resumed mid-epoch: the rest of that epoch would train some sentences twice
+    and skip others. Refused before the first update, in one line."""
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         saved = getattr(pl_module, "saved_data_place", None)
         position = getattr(trainer.train_dataloader, "position", None)
-        if saved is None or position is None or position() == saved:
+        if saved is None or position is None:
+            return
+        if position() == saved:
+            self._same_order(trainer, pl_module, *saved)
             return
 
         def place(epoch: int, done: int) -> str:
@@ -285,6 +290,19 @@ class SamePlaceInData(Callback):
             f"{place(*position())}, so the run cannot go on where it stopped in the data: keep the settings that "
             "make an epoch's batches (the number of processes, trainer.devices=auto counting this machine's GPUs; "
             "data.max_tokens; the corpus) as they were, or train anew"
+        )
+
+    @staticmethod
+    def _same_order(trainer: L.Trainer, pl_module: L.LightningModule, epoch: int, done: int) -> None:
+        saved = getattr(pl_module, "saved_data_order", None)
+        digest = getattr(trainer.train_dataloader, "order_digest", None)
+        if done == 0 or saved is None or digest is None or digest(epoch) == saved:
+            return  # at an epoch's start any order is a whole epoch's
+        raise DataPlaceError(
+            f"the checkpoint stopped {done} batches into epoch {epoch}, and under this run's settings that epoch's "
+            "batches come in another order (the seed, or the training sentences, changed): the rest of the epoch "
+            "would train some sentences twice and skip others. Keep the seed and the data as they were until the "
+            "epoch ends (resume from an epoch checkpoint, ckpt_path=<run>/checkpoints/epochN.ckpt), or train anew"
         )
 
 

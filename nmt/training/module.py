@@ -51,6 +51,7 @@ class TaskModule(L.LightningModule):
         self.final_validation = False  # set while the weights after the last update are validated
         self.trained_epoch = -1  # the epoch of the last update of this process
         self.saved_data_place: tuple[int, int] | None = None  # the resumed checkpoint's (epoch, batches done)
+        self.saved_data_order: int | None = None  # and the checksum of that epoch's batch order
         self.validation_epoch = 0  # the epoch a validation is logged under (W&B's sample table too)
         self.val_metrics = val_metrics if val_metrics is not None else nn.ModuleDict()
         self.model = model
@@ -330,6 +331,7 @@ class TaskModule(L.LightningModule):
         # where the training loader stood (epoch, batches of it trained), as it recorded itself: what a resumed
         # run's loader must find again (callbacks.SamePlaceInData)
         self.saved_data_place = saved_data_place(checkpoint)
+        self.saved_data_order = saved_data_order(checkpoint)
         # a process resumed at training's end trains nothing, and Lightning's restored epoch counter says the
         # epoch in progress or the next one, depending on where the checkpoint was written; a checkpoint made
         # before it was kept: the epoch of the loader's place (its previous one at an epoch's start)
@@ -395,6 +397,14 @@ class TaskModule(L.LightningModule):
                 self.last_decoded_step = self.global_step
         for metric in self.val_metrics.values():
             metric.reset()  # the next validation starts from zero
+
+
+def saved_data_order(checkpoint: dict) -> int | None:
+    """The checksum of the batch order of the epoch a checkpoint stopped in (None: not recorded)."""
+    loop = (checkpoint.get("loops") or {}).get("fit_loop") or {}
+    loaders = (loop.get("state_dict") or {}).get("combined_loader")
+    state = loaders[0] if isinstance(loaders, list) and loaders else None
+    return int(state["order"]) if isinstance(state, dict) and state.get("order") is not None else None
 
 
 def saved_data_place(checkpoint: dict) -> tuple[int, int] | None:

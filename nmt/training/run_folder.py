@@ -357,7 +357,7 @@ def restore_records(run_dir: Path, records: dict[str, bytes | None]) -> None:
         path = run_dir / name
         if content is None:
             path.unlink(missing_ok=True)
-        else:
+        elif not path.is_file() or path.read_bytes() != content:  # a record left as it was is not rewritten
             atomic_write_bytes(path, content)
 
 
