@@ -612,11 +612,9 @@ def test_data_no_batch_can_hold_is_one_line_naming_the_setting(tmp_path):
     chars = [" ".join(chr(0x4E00 + 3 * i + j) for j in range(3)) for i in range(120)]  # 360 distinct characters
     write(tmp_path / "b.src", chars)
     write(tmp_path / "b.tgt", chars)
-    with pytest.raises(
-        ValueError, match=r"^data\.tokenizer\.vocab_size=100 is smaller than the (\d+) characters"
-    ) as err:
+    with pytest.raises(ValueError, match=r"^data\.tokenizer\.vocab_size=100 is smaller than the (\d+) pieces") as err:
         module(train=str(tmp_path / "b")).prepare_data()
-    needed, coverage = re.search(r"the (\d+) characters .*character_coverage=([\d.]+)\)", str(err.value)).groups()
+    needed, coverage = re.search(r"the (\d+) pieces .*character_coverage=([\d.]+)\)", str(err.value)).groups()
     # the advice starts from the settings given (it said 0.9995 to a corpus at 0.9995 already)
     assert f"raise vocab_size to at least {needed}, or lower character_coverage (below {coverage})" in str(err.value)
     pairs = [f"{e}\t{d}" for e, d in zip(EN[:60], DE[:60], strict=True)]
@@ -898,6 +896,11 @@ def test_an_empty_evaluation_file_given_is_refused_before_training(tmp_path, spl
     with pytest.raises(ValueError, match=rf"^data: the {split} set of .* has no pair: give one that holds sentences"):
         train(compose_train("data=files", *settings, "test_after_training=true"))
     assert not (tmp_path / "run" / "checkpoints").exists()
+    # a file of blank lines alone: kept pairs with an empty side, nothing to score a model by (it chose best.ckpt)
+    write(tmp_path / "blank.tsv", ["\t", "\t"])
+    blank = [o.replace("empty.tsv", "blank.tsv") for o in settings]
+    with pytest.raises(ValueError, match=rf"^data: the {split} set of .* has 2 pair\(s\), each with an empty side"):
+        train(compose_train("data=files", *blank, "test_after_training=true"))
     if split == "test":  # scored by nothing: taken
         capsys.readouterr()
         larger = [o.replace("vocab_size=80", "vocab_size=4000") for o in settings]

@@ -235,8 +235,8 @@ class ParallelDataModule:
                     },
                     tmp,
                 )
+        cut = [bool(self.max_src_len) and len(ids) > self.max_src_len for ids in src_ids]
         if self.max_src_len:
-            self.truncated[split] = sum(len(ids) > self.max_src_len for ids in src_ids)
             src_ids = [ids[: self.max_src_len] for ids in src_ids]
         if split == "train":
             # empty training pairs are dropped, and those with a side of max_len tokens or more, except a source
@@ -249,7 +249,9 @@ class ParallelDataModule:
             ]
             self.dropped.setdefault(split, Counter())["too_long"] = len(src_ids) - len(keep)
             src_ids, tgt_ids = [src_ids[i] for i in keep], [tgt_ids[i] for i in keep]
-            tgt_text = [tgt_text[i] for i in keep]
+            tgt_text, cut = [tgt_text[i] for i in keep], [cut[i] for i in keep]
+        if self.max_src_len:  # of the pairs kept: a pair dropped for its target is not also a source cut
+            self.truncated[split] = sum(cut)
         return TranslationDataset(src_ids, tgt_ids, tgt_text)
 
     # ---- the data report ----------------------------------------------------------------------

@@ -197,8 +197,9 @@ def _trainer_errors(settings: TokenizerSettings):
         needed = re.search(r"smaller than required_chars\. (\d+) vs (\d+)", text)
         if needed:
             raise ValueError(
-                f"data.tokenizer.vocab_size={settings.vocab_size} is smaller than the {needed.group(2)} characters "
-                f"the training text needs (data.tokenizer.character_coverage={settings.character_coverage}): raise "
+                f"data.tokenizer.vocab_size={settings.vocab_size} is smaller than the {needed.group(2)} pieces the "
+                "training text needs (its characters, the special tokens and, with byte fallback, 256 byte pieces; "
+                f"data.tokenizer.character_coverage={settings.character_coverage}): raise "
                 f"vocab_size to at least {needed.group(2)}, or lower character_coverage (below "
                 f"{settings.character_coverage}), whose rare characters then become byte pieces or unknown"
             ) from None

@@ -193,9 +193,12 @@ def _check_evaluation_sets(cfg: DictConfig, datamodule, report: dict) -> None:
     test_after_training=false by the config check)."""
     validates = OmegaConf.select(cfg, "trainer.limit_val_batches", default=None) not in (0, 0.0)
     for split, needed in (("val", validates), ("test", bool(cfg.get("test_after_training")))):
-        if needed and (report.get(split) or {}).get("pairs") == 0:
+        counts = report.get(split) or {}
+        pairs, empty = counts.get("pairs"), (counts.get("dropped") or {}).get("empty_kept", 0)
+        if needed and (pairs == 0 or (pairs is not None and pairs == empty)):
+            what = "no pair" if pairs == 0 else f"{pairs} pair(s), each with an empty side, and no other"
             raise ValueError(
-                f"data: the {split} set of {datamodule.describe()} has no pair: give one that holds sentences "
+                f"data: the {split} set of {datamodule.describe()} has {what}: give one that holds sentences "
                 f"(data=files: data.{split})"
             )
 
