@@ -196,6 +196,40 @@ def test_a_checkpoint_whose_weights_do_not_fit_its_model_is_named_in_one_line(to
         load_model(edited, device="cpu")
 
 
+def test_an_evaluation_under_other_code_keeps_the_runs_own_and_goes_into_a_folder_of_its_own(
+    toy_run, tmp_path, monkeypatch, capsys
+):
+    """evaluate.py after an edit of nmt/ wrote into eval/test_beam5, the folder of the run's final scores:
+    results.json then disagreed with the metrics beside it, and nothing said which code made which."""
+    from hydra import compose, initialize_config_dir
+
+    from nmt.evaluation.evaluate import evaluate
+    from nmt.utils import code
+
+    run = tmp_path / "run"
+    shutil.copytree(toy_run, run)
+    own = run / "eval" / "test_beam5" / "metrics.json"
+    made = json.loads(own.read_text())
+    assert made["code"] == code.code_hash()  # recorded with the scores
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("evaluate", overrides=[f"ckpt_path={run / 'checkpoints' / 'best.ckpt'}", "device=cpu"])
+    evaluate(cfg.copy())  # the same code: the same folder, as before
+    assert json.loads(own.read_text())["bleu"] == made["bleu"]
+    monkeypatch.setattr(code, "code_hash", lambda: "f" * 16)  # as after an edit of nmt/
+    before = own.read_bytes()
+    result = evaluate(cfg.copy())
+    assert own.read_bytes() == before  # the run's own scores kept
+    other = run / "eval" / "test_beam5_codeffffffff"
+    assert (
+        Path(result["hypotheses"]).parent == other
+        and json.loads((other / "metrics.json").read_text())["code"] == "f" * 16
+    )
+    assert (
+        f"holds an evaluation made under other code (its code {made['code'][:8]}, this ffffffff)"
+        in capsys.readouterr().out
+    )
+
+
 def test_a_checkpoint_damaged_after_it_was_written_is_named_not_used(toy_run, tmp_path):
     """A few bytes of a weight changed (a bad disk, a broken copy): the model loaded and translated wrongly."""
     checkpoint = torch.load(toy_run / "checkpoints" / "best.ckpt", weights_only=True)

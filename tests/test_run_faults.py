@@ -1152,19 +1152,19 @@ def test_writing_tuned_settings_or_a_grid_leaves_the_code_hash_as_it_was(monkeyp
     configs that no training run composes are not part of it; a training config is."""
     import shutil
 
-    from nmt.training import run_folder
+    from nmt.utils import code
 
     root = tmp_path / "copy"
-    (root / "nmt" / "training").mkdir(parents=True)
+    (root / "nmt" / "utils").mkdir(parents=True)
     shutil.copytree(ROOT / "conf", root / "conf")
     (root / "nmt" / "x.py").write_text("x = 1\n")
-    monkeypatch.setattr(run_folder, "__file__", str(root / "nmt" / "training" / "run_folder.py"))
-    before = run_folder.code_hash()
+    monkeypatch.setattr(code, "__file__", str(root / "nmt" / "utils" / "code.py"))
+    before = code.code_hash()
     (root / "conf" / "tuned" / "mine.yaml").write_text("level_settings: {}\n")
     (root / "conf" / "grid" / "mine.yaml").write_text("hydra: {}\n")
-    assert run_folder.code_hash() == before
+    assert code.code_hash() == before
     (root / "conf" / "recipe" / "mine.yaml").write_text("model: {}\n")
-    assert run_folder.code_hash() != before
+    assert code.code_hash() != before
 
 
 def test_a_checkpoint_of_another_run_is_held_to_that_runs_tokenizers_and_settings(tmp_path, capsys):

@@ -137,6 +137,30 @@ class Task:
         return {}
 
 
+def evaluation_folder_for_code(folder: Path, chosen: bool) -> tuple[Path, str]:
+    """Where an evaluation writes, and the hash of the code it is made with (recorded in its metrics.json).
+    ``folder``: the folder its settings name (``chosen``: given by out_dir, taken as it is). A run's folder
+    that holds an evaluation made under other code (the run's own final scores, say) keeps it: this one goes
+    into ``<folder>_code<hash>``, said once. An evaluation recorded without its code is replaced, as before."""
+    import json
+
+    from nmt.utils.code import code_hash
+
+    code = code_hash()
+    try:
+        made = json.loads((folder / "metrics.json").read_text()).get("code")
+    except (OSError, ValueError, AttributeError):
+        made = None
+    if chosen or made in (None, code):
+        return folder, code
+    other = folder.with_name(f"{folder.name}_code{code[:8]}")
+    print(
+        f"note: {folder} holds an evaluation made under other code (its code {made[:8]}, this {code[:8]}): "
+        f"kept; this one goes into {other}"
+    )
+    return other, code
+
+
 def evaluation_data_config(loaded, overrides: dict | None, elsewhere: tuple[str, ...] = ()) -> DictConfig:
     """The checkpoint's data config with evaluate.py's data options applied (those given: null is "not
     given"). ``data.root`` or ``data.columns`` where the run's corpus takes none is refused in one line, not

@@ -23,6 +23,7 @@ from nmt.tasks.base import (
     Task,
     check_split_text,
     evaluation_data_config,
+    evaluation_folder_for_code,
     log_target_metrics,
     target_metrics,
     update_target_metrics,
@@ -182,7 +183,7 @@ class LanguageModelTask(Task):
         tag += f"_avg{len(loaded.checkpoints)}" if len(loaded.checkpoints) > 1 else ""
         if (data_overrides or {}).get("eval_stride") is not None:  # one folder per evaluation setting
             tag += f"_stride{datamodule.eval_stride}"
-        out = Path(out) if out else loaded.run_dir / "eval" / tag
+        out, result["code"] = evaluation_folder_for_code(Path(out) if out else loaded.run_dir / "eval" / tag, bool(out))
         atomic_write_json(out / "metrics.json", result)
         table = Table(title=f"{result['data']} - {split}")
         for column in ("metric", "value"):

@@ -25,6 +25,7 @@ from nmt.tasks.base import (
     best_logged,
     check_split_text,
     evaluation_data_config,
+    evaluation_folder_for_code,
     log_target_metrics,
     target_metrics,
     update_target_metrics,
@@ -290,7 +291,7 @@ class TranslationTask(Task):
         name = eval_folder_name(loaded, split, search) + columns_tag(split, data_cfg, given_columns, own_columns)
         if max_input_len != input_limit(data_cfg):  # sources cut elsewhere than the run's: a folder of its own
             name += f"_maxin{max_input_len}"
-        out = Path(out) if out else loaded.run_dir / "eval" / name
+        out, code = evaluation_folder_for_code(Path(out) if out else loaded.run_dir / "eval" / name, bool(out))
         result = {
             "checkpoints": loaded.checkpoints,
             "data": description,
@@ -299,6 +300,7 @@ class TranslationTask(Task):
             **({"columns": list(read)} if (read := tsv_columns(split, data_cfg, given_columns)) else {}),
             "search": search.__dict__,
             "max_input_len": max_input_len,
+            "code": code,  # the hash of the code that decoded and scored (nmt.utils.code)
             **scores,
             **write_outputs(out, sources, references, hypotheses),
         }
