@@ -212,6 +212,25 @@ def test_split_sizes_that_leave_nothing_are_refused_at_once(tmp_path, settings, 
 
 
 @pytest.mark.slow
+def test_a_run_trained_from_prefixes_scores_a_tsv_by_the_columns_given(tmp_path):
+    """evaluate.py split=files:x.tsv data.columns=[1,0] with a data=files run trained from prefixes: the
+    columns reached the run's own data module, which refused them as reading no TSV."""
+    write(tmp_path / "pool.en", EN)
+    write(tmp_path / "pool.de", DE)
+    write(tmp_path / "rev.tsv", [f"{d}\t{e}" for e, d in zip(EN[:6], DE[:6], strict=True)])
+    settings = [f"data.train={tmp_path / 'pool'}", "data.src_lang=en", "data.tgt_lang=de", "data.valid_size=30"]
+    settings += ["data.test_size=30", "data.max_tokens=800"]
+    settings += ["data.tokenizer.vocab_size=80", "data.tokenizer.byte_fallback=false", "trainer.max_steps=2"]
+    run_dir = tmp_path / "run"
+    train(compose_train("data=files", *settings, f"run_dir={run_dir}", *NO_FINAL_SCORES))
+    overrides = [f"ckpt_path={run_dir / 'checkpoints' / 'last.ckpt'}", f"split=files:{tmp_path / 'rev.tsv'}"]
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("evaluate", overrides=[*overrides, "data.columns=[1,0]", f"out_dir={tmp_path / 'out'}"])
+    result = evaluate(cfg)
+    assert result["columns"] == [1, 0] and (tmp_path / "out" / "sources.txt").read_text().splitlines() == EN[:6]
+
+
+@pytest.mark.slow
 def test_a_seeded_split_without_a_test_set(tmp_path):
     """data.test_size=0: every pair not held out for validation trains; a run that would score a test set is
     refused before any data is read, and evaluating the missing split says what to score instead."""
@@ -1060,10 +1079,15 @@ def test_columns_name_the_folder_and_apply_only_where_a_tsv_is_read(tmp_path):
     with pytest.raises(ValueError, match=r"split=test of this data=files run is read from files named by a prefix"):
         check_columns_apply("test", files_run, [1, 0])
     check_columns_apply("test", OmegaConf.create({"train": "c/all.tsv.gz", "test": None, "columns": [0, 1]}), [1, 0])
-    with pytest.raises(ValueError, match=r"^data.columns=\[1, 0\]: picks the fields of a TSV, and none of data.train"):
-        FilesDataModule(train=str(tmp_path / "train"), columns=[1, 0], cache_dir=str(tmp_path / "c"))
-    with pytest.raises(ValueError, match=r"^data.user_dict=words.txt: a jieba dictionary, read by a jieba segmenter"):
-        ParallelDataModule(src_lang="en", tgt_lang="zh", user_dict="words.txt", cache_dir=str(tmp_path / "c"))
+    # refused for training, before any data is read; an evaluation rebuilds the data module from a checkpoint's
+    # config, where an older run may hold them, and takes it
+    with pytest.raises(ValueError, match=r"data.columns=\[1, 0\]: picks the fields of a TSV, and none of data.train"):
+        check_config(compose_train("data=files", f"data.train={tmp_path / 'train'}", "data.columns=[1,0]"))
+    check_config(compose_train("data=files", f"data.train={tmp_path / 'all.tsv'}", "data.columns=[1,0]"))
+    with pytest.raises(ValueError, match=r"data.user_dict=words.txt: a jieba dictionary, read by a jieba segmenter"):
+        check_config(compose_train("data=zh_en", "data.segmenter.zh=none", "+data.user_dict=words.txt"))
+    FilesDataModule(train=str(tmp_path / "train"), columns=[1, 0], cache_dir=str(tmp_path / "c"))
+    ParallelDataModule(src_lang="en", tgt_lang="zh", user_dict="words.txt", cache_dir=str(tmp_path / "c"))
     languages = SimpleNamespace(src_lang="en", tgt_lang="de")
     write(tmp_path / "test.en", EN[:2])
     write(tmp_path / "test.de", DE[:2])

@@ -136,11 +136,6 @@ class ParallelDataModule:
                 f"data.segmenter names {unknown}, not languages of this pair: give segmenters for "
                 f"{[src_lang, tgt_lang]} only (each one of {list(SEGMENTERS)})"
             )
-        if user_dict and not any(str(name).startswith("jieba") for name in (segmenter or {}).values()):
-            raise ValueError(
-                f"data.user_dict={user_dict}: a jieba dictionary, read by a jieba segmenter only, and neither language "
-                f"has one: add data.segmenter.<lang>=jieba (for {[src_lang, tgt_lang]}), or leave it out"
-            )
         self.segmenters = {}
         for lang in (src_lang, tgt_lang):
             try:

@@ -7,7 +7,6 @@ from nmt.data.file_specs import (
     SPEC_FORMS,
     checked_columns,
     checked_spec,
-    is_tsv,
     missing_file,
     read_split_files,
     spec_paths,
@@ -42,11 +41,6 @@ class FilesDataModule(ParallelDataModule):
             split: checked_spec(split, spec) for split, spec in (("train", train), ("val", val), ("test", test))
         }
         self.columns = checked_columns(columns)
-        if self.columns != (0, 1) and not any(is_tsv(spec) for spec in self.specs.values()):
-            raise ValueError(
-                f"data.columns={list(self.columns)}: picks the fields of a TSV, and none of data.train, data.val and "
-                "data.test is one (a prefix or a pair of files: their languages say which is the source): leave it out"
-            )
         check_split_sizes(valid_size if val is None else None, test_size if test is None else None)
         self.valid_size, self.test_size, self.split_seed = valid_size, test_size, split_seed
 

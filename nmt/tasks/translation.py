@@ -315,7 +315,10 @@ class TranslationTask(Task):
     def _eval_set(self, loaded, split: str, data_overrides: dict | None):
         """(data module, data config, (sources, references, description)) of an evaluation set, checked."""
         # data.columns also reads a split=files: TSV, whatever the run's corpus
-        data_cfg = evaluation_data_config(loaded, data_overrides, elsewhere=("columns",))
+        overrides = dict(data_overrides or {})
+        if split.startswith("files:"):  # read by load_eval_set alone: the run's own data module keeps its own
+            overrides.pop("columns", None)
+        data_cfg = evaluation_data_config(loaded, overrides, elsewhere=("columns",))
         datamodule = self.build_datamodule(data_cfg, loaded.config["cache_dir"], loaded.config["seed"])
         columns = (data_overrides or {}).get("columns")
         found = load_eval_set(split, datamodule, data_cfg, loaded.config, self, columns)

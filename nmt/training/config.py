@@ -258,6 +258,32 @@ def checked_task(cfg: DictConfig):
     return task
 
 
+def unread_data_problems(cfg: DictConfig) -> list[str]:
+    """Data options a training run would read nothing by (checked for training only: an evaluation rebuilds
+    the data module from a checkpoint's config, where an older run may hold them): data.columns where no
+    split is a TSV, data.user_dict without a jieba segmenter."""
+    from nmt.data.file_specs import is_tsv
+
+    problems = []
+    data = OmegaConf.select(cfg, "data", default=None)
+    if not isinstance(data, DictConfig):
+        return problems
+    columns = data.get("columns")
+    specs = [data.get(split) for split in ("train", "val", "test")]
+    if "columns" in data and columns is not None and list(columns) != [0, 1] and not any(map(is_tsv, specs)):
+        problems.append(
+            f"  data.columns={list(columns)}: picks the fields of a TSV, and none of data.train, data.val and "
+            "data.test is one (a prefix or a pair of files: their languages say which is the source): leave it out"
+        )
+    segmenters = data.get("segmenter") or {}
+    if data.get("user_dict") and not any(str(name).startswith("jieba") for name in segmenters.values()):
+        problems.append(
+            f"  data.user_dict={data.user_dict}: a jieba dictionary, read by a jieba segmenter only, and neither "
+            "language has one: add data.segmenter.<lang>=jieba, or leave it out"
+        )
+    return problems
+
+
 def check_config(cfg: DictConfig, choices: dict | None = None) -> None:
     """Raise ConfigError listing every invalid value in ``cfg``, and every option that its task
     (``task.check``) or its model (groups it does not use, :func:`unused_groups`) cannot take."""
@@ -315,6 +341,7 @@ def check_config(cfg: DictConfig, choices: dict | None = None) -> None:
     problems += optim_node_problems(cfg, choices if choices is not None else hydra_choices())
     problems += built_node_problems(cfg)
     problems += added_key_problems(cfg)
+    problems += unread_data_problems(cfg)
     low, high = (OmegaConf.select(cfg, f"data.{k}_words", default=None) for k in ("min", "max"))
     if _number(low) and _number(high) and low > high:
         problems.append(f"  data.min_words={low} is above data.max_words={high}: the toy sentences need min <= max")
