@@ -276,3 +276,30 @@ def test_a_run_with_batches_built_on_the_device_trains_alike(tmp_path, monkeypat
     assert len(built) >= 4  # the second run's training and validation batches were built on the device
     assert weights[0].keys() == weights[1].keys()
     assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
+
+
+def test_an_epochs_order_checksum_is_the_same_on_every_rank_and_changes_with_the_seed():
+    """A run resumed mid-epoch compares the checkpoint's checksum of the epoch's batch order (rank 0's
+    record) with its own on every rank: one rank's own share would differ from another's."""
+    from nmt.data.batching import FixedBatchSampler
+
+    lengths = [3 + (i * 7) % 11 for i in range(200)]
+    ranks = [TokenBatchSampler(lengths, 40, shuffle=True, seed=1, num_replicas=2, rank=r) for r in (0, 1)]
+    assert (
+        ranks[0].order_digest(3)
+        == ranks[1].order_digest(3)
+        == TokenBatchSampler(lengths, 40, shuffle=True, seed=1, num_replicas=2, rank=0).order_digest(3)
+    )  # fresh samplers of the same settings agree
+    assert ranks[0].order_digest(3) != ranks[0].order_digest(4)  # each epoch its own order
+    assert ranks[0].order_digest(3) != TokenBatchSampler(lengths, 40, True, seed=2, num_replicas=2).order_digest(3)
+    # the shares of the ranks are the epoch's batches, each rank every other one: the checksum's batches
+    ranks[0].set_epoch(3)
+    ranks[1].set_epoch(3)
+    whole = ranks[0]._epoch_batches()
+    assert list(ranks[0]) == whole[0::2] and list(ranks[1]) == whole[1::2]
+    assert ranks[0].epoch == 3  # computing another epoch's checksum left the sampler's own epoch
+    # a language model's fixed-size batches: their own order, not token batches of its unit lengths
+    blocks = [FixedBatchSampler(50, 4, shuffle=True, seed=s) for s in (1, 1, 2)]
+    assert blocks[0].order_digest(0) == blocks[1].order_digest(0) != blocks[2].order_digest(0)
+    blocks[0].set_epoch(0)
+    assert list(blocks[0]) == blocks[0]._epoch_batches() and len(blocks[0]._epoch_batches()[0]) == 4

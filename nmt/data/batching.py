@@ -56,6 +56,7 @@ class TokenBatchSampler(Sampler[list[int]]):
         self.rank = rank
         self.epoch = 0
         self.skip = 0  # batches of the current epoch already trained on (set when resuming mid-epoch)
+        self._digest: tuple[int, int] | None = None  # (epoch, order_digest): the settings never change
 
     def set_epoch(self, epoch: int) -> None:
         """Called by Lightning at the start of each epoch: a new shuffle per epoch."""
@@ -69,29 +70,36 @@ class TokenBatchSampler(Sampler[list[int]]):
         if not self.shuffle:
             order = sorted(range(n), key=self.lengths.__getitem__)[self.rank :: self.num_replicas]
             return token_batches(self.lengths, self.max_tokens, order)
+        return self._epoch_batches()[self.rank :: self.num_replicas]
+
+    def _epoch_batches(self) -> list[list[int]]:
+        """The epoch's training batches of all ranks, in order, padded so all ranks take as many."""
         generator = torch.Generator().manual_seed(self.seed * 100_003 + self.epoch)
-        order = torch.randperm(n, generator=generator)
+        order = torch.randperm(len(self.lengths), generator=generator)
         lengths = torch.tensor(self.lengths)[order]
         order = order[torch.sort(lengths, stable=True).indices].tolist()  # by length, ties in random order
         batches = token_batches(self.lengths, self.max_tokens, order)
         batches = [batches[i] for i in torch.randperm(len(batches), generator=generator).tolist()]
         if len(batches) % self.num_replicas:
             batches += batches[: self.num_replicas - len(batches) % self.num_replicas]
-        return batches[self.rank :: self.num_replicas]
+        return batches
 
     def order_digest(self, epoch: int) -> int:
         """A checksum of epoch ``epoch``'s batches in their order, as all processes share them out (the same
-        on every rank): a run resumed mid-epoch must meet the order its checkpoint stopped in."""
-        saved = self.epoch, self.rank
-        digest = 0
+        on every rank): a run resumed mid-epoch must meet the order its checkpoint stopped in. Computed
+        once an epoch (the sampler's settings never change)."""
+        if self._digest is not None and self._digest[0] == epoch:
+            return self._digest[1]
+        saved = self.epoch
         try:
             self.epoch = epoch
-            for rank in range(self.num_replicas):
-                self.rank = rank
-                for batch in self._rank_batches():
-                    digest = zlib.crc32(array("q", batch).tobytes() + b";", digest)
+            batches = self._epoch_batches() if self.shuffle else self._rank_batches()
         finally:
-            self.epoch, self.rank = saved
+            self.epoch = saved
+        digest = 0
+        for batch in batches:
+            digest = zlib.crc32(array("q", batch).tobytes() + b";", digest)
+        self._digest = (epoch, digest)
         return digest
 
     def __iter__(self) -> Iterator[list[int]]:
@@ -119,9 +127,13 @@ class FixedBatchSampler(TokenBatchSampler):
         if not self.shuffle:
             order = list(range(size))[self.rank :: self.num_replicas]
             return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+        return self._epoch_batches()[self.rank :: self.num_replicas]
+
+    def _epoch_batches(self) -> list[list[int]]:
+        size, batch_size = len(self.lengths), self.max_tokens
         generator = torch.Generator().manual_seed(self.seed * 100_003 + self.epoch)
         order = torch.randperm(size, generator=generator).tolist()
         batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
         if len(batches) % self.num_replicas:
             batches += batches[: self.num_replicas - len(batches) % self.num_replicas]
-        return batches[self.rank :: self.num_replicas]
+        return batches

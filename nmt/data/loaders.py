@@ -47,7 +47,8 @@ class ResumableDataLoader(DataLoader):
     # warns); the state itself is only a record: the position comes from the count of batches trained
     def state_dict(self) -> dict:
         epoch, done = self.position()
-        return {"epoch": epoch, "batches_done": done, "order": self.order_digest(epoch)}
+        # the order matters only to a run resumed inside an epoch (at its start any order is a whole epoch's)
+        return {"epoch": epoch, "batches_done": done, "order": self.order_digest(epoch) if done else None}
 
     def order_digest(self, epoch: int) -> int | None:
         """A checksum of epoch ``epoch``'s batch order (None for a batch sampler that gives none)."""

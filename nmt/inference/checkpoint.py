@@ -32,8 +32,8 @@ def load_checkpoint(path: str | os.PathLike) -> dict:
     if damaged:  # the weights' checksum covers the weights alone: the optimiser's state, the loops' and the
         # scheduler's are what a resumed run also takes, and torch.load reads them without checking the zip's own
         raise CheckpointError(
-            f"{path}: its part {damaged} differs from the checksum the zip archive holds for it: the file was "
-            "damaged after it was written; use another checkpoint of the run (an epoch checkpoint, last.ckpt)"
+            f"{path}: {damaged}: the file was damaged after it was written; use another checkpoint of the run "
+            "(an epoch checkpoint, last.ckpt)"
         )
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True)
@@ -74,14 +74,27 @@ def load_checkpoint(path: str | os.PathLike) -> dict:
     return checkpoint
 
 
+# files whose every part passed its CRC, by (path, size, modification time, inode): a resume or an evaluation
+# reads one checkpoint several times (its task, its settings, its weights), and each check reads the whole file
+_VERIFIED: set[tuple] = set()
+
+
 def _damaged_member(path: Path) -> str | None:
-    """The first part of a checkpoint's zip archive whose bytes fail the CRC-32 that torch.save wrote for
-    it (every part of the file: weights, optimiser state, loops), or None."""
+    """What of a checkpoint's zip archive fails the CRC-32 that torch.save wrote for each part (every part of
+    the file: weights, optimiser state, loops), said for a message, or None."""
+    stat = path.stat()
+    key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns, stat.st_ino)
+    if key in _VERIFIED:
+        return None
     try:
         with zipfile.ZipFile(path) as archive:
-            return archive.testzip()
-    except (zipfile.BadZipFile, OSError, EOFError) as err:  # a damaged directory: named as such
-        return f"(the archive's directory: {type(err).__name__})"
+            damaged = archive.testzip()
+    except (zipfile.BadZipFile, OSError, EOFError) as err:
+        return f"its zip directory cannot be read ({type(err).__name__})"
+    if damaged is not None:
+        return f"its part {damaged} differs from the checksum the zip archive holds for it"
+    _VERIFIED.add(key)
+    return None
 
 
 def non_finite_weights(state_dict: dict) -> list[str]:

@@ -137,20 +137,28 @@ class Task:
         return {}
 
 
-def evaluation_folder_for_code(folder: Path, chosen: bool) -> tuple[Path, str]:
+def evaluation_folder_for_code(folder: Path, chosen: bool, run_dir: Path) -> tuple[Path, str]:
     """Where an evaluation writes, and the hash of the code it is made with (recorded in its metrics.json).
     ``folder``: the folder its settings name (``chosen``: given by out_dir, taken as it is). A run's folder
     that holds an evaluation made under other code (the run's own final scores, say) keeps it: this one goes
-    into ``<folder>_code<hash>``, said once. An evaluation recorded without its code is replaced, as before."""
+    into ``<folder>_code<hash>``, said once. An evaluation recorded without its code (made before the code
+    was recorded) is taken as made with the code of the run in ``run_dir`` (its fingerprint.json); without
+    that either, it is replaced, as before."""
     import json
 
     from nmt.utils.code import code_hash
 
     code = code_hash()
-    try:
-        made = json.loads((folder / "metrics.json").read_text()).get("code")
-    except (OSError, ValueError, AttributeError):
-        made = None
+    made = None
+    if (folder / "metrics.json").is_file():
+        for record, read in ((folder / "metrics.json", lambda d: d.get("code")),
+                             (run_dir / "fingerprint.json", lambda d: (d.get("code") or {}).get("hash"))):  # fmt: skip
+            try:
+                made = read(json.loads(record.read_text()))
+            except (OSError, ValueError, AttributeError):
+                made = None
+            if made:
+                break
     if chosen or made in (None, code):
         return folder, code
     other = folder.with_name(f"{folder.name}_code{code[:8]}")

@@ -183,7 +183,8 @@ class LanguageModelTask(Task):
         tag += f"_avg{len(loaded.checkpoints)}" if len(loaded.checkpoints) > 1 else ""
         if (data_overrides or {}).get("eval_stride") is not None:  # one folder per evaluation setting
             tag += f"_stride{datamodule.eval_stride}"
-        out, result["code"] = evaluation_folder_for_code(Path(out) if out else loaded.run_dir / "eval" / tag, bool(out))
+        folder = Path(out) if out else loaded.run_dir / "eval" / tag
+        out, result["code"] = evaluation_folder_for_code(folder, bool(out), loaded.run_dir)
         atomic_write_json(out / "metrics.json", result)
         table = Table(title=f"{result['data']} - {split}")
         for column in ("metric", "value"):

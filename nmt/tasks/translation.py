@@ -291,7 +291,8 @@ class TranslationTask(Task):
         name = eval_folder_name(loaded, split, search) + columns_tag(split, data_cfg, given_columns, own_columns)
         if max_input_len != input_limit(data_cfg):  # sources cut elsewhere than the run's: a folder of its own
             name += f"_maxin{max_input_len}"
-        out, code = evaluation_folder_for_code(Path(out) if out else loaded.run_dir / "eval" / name, bool(out))
+        folder = Path(out) if out else loaded.run_dir / "eval" / name
+        out, code = evaluation_folder_for_code(folder, bool(out), loaded.run_dir)
         result = {
             "checkpoints": loaded.checkpoints,
             "data": description,

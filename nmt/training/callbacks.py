@@ -298,11 +298,16 @@ class SamePlaceInData(Callback):
         digest = getattr(trainer.train_dataloader, "order_digest", None)
         if done == 0 or saved is None or digest is None or digest(epoch) == saved:
             return  # at an epoch's start any order is a whole epoch's
+        start = (
+            f"resume with the run's own settings to the epoch's end, or continue under these from the checkpoint of "
+            f"the epoch before (ckpt_path=<run_dir>/checkpoints/epoch{epoch - 1:03d}.ckpt)"
+            if epoch > 0
+            else "resume with the run's own settings to the epoch's end, or train anew"
+        )
         raise DataPlaceError(
             f"the checkpoint stopped {done} batches into epoch {epoch}, and under this run's settings that epoch's "
-            "batches come in another order (the seed, or the training sentences, changed): the rest of the epoch "
-            "would train some sentences twice and skip others. Keep the seed and the data as they were until the "
-            "epoch ends (resume from an epoch checkpoint, ckpt_path=<run>/checkpoints/epochN.ckpt), or train anew"
+            "batches come in another order (the seed, the training sentences, or another torch's random numbers): "
+            f"the rest of the epoch would train some sentences twice and skip others; {start}"
         )
 
 

@@ -135,8 +135,9 @@ def fingerprint(config: dict) -> dict:
 
 
 def differences(saved: dict, current: dict) -> list[str]:
-    """One entry per key whose value differs: 'key: saved -> current'."""
-    old, new = saved.get("config", {}), current.get("config", {})
+    """One entry per key whose value differs: 'key: saved -> current'. A key that no longer counts (added to
+    NOT_RESULT_KEYS after the folder's run was recorded with it) is left out on both sides."""
+    old, new = result_config(saved.get("config", {})), result_config(current.get("config", {}))
     lines = [
         f"{key}: {old.get(key, '(absent)')!r} -> {new.get(key, '(absent)')!r}"
         for key in sorted(set(old) | set(new))
@@ -211,9 +212,10 @@ def check_identity(run_dir: Path, current: dict, force: bool, saved: dict | None
     )
 
 
-# counts of the data report that the identity leaves out: derived from the text its hashes already cover, and
-# added after runs were recorded without them (whose folders would otherwise read as trained on other data)
-REPORT_ONLY = ("targets_also_in_train",)
+# counts of the data report that the identity leaves out: derived from the text its hashes already cover, the
+# tokenizers and the settings, and added after runs were recorded without them, or counted otherwise since
+# (src_truncated); left out of a folder's recorded identity too when it is compared
+REPORT_ONLY = ("targets_also_in_train", "src_truncated")
 
 
 def data_identity(description: str, report: dict, text: dict, src_tokenizer, tgt_tokenizer) -> dict:
@@ -248,6 +250,14 @@ def check_data(run_dir: Path, current: dict, force: bool, resuming: bool = False
             {k: v for k, v in now.items() if k != "user_words" or "user_words" in before}
             for before, now in zip(saved["segmenters"], data["segmenters"], strict=True)
         ]
+    if saved and isinstance(saved.get("splits"), dict):  # counts left out since the folder's run recorded them
+        saved = {
+            **saved,
+            "splits": {
+                split: {k: v for k, v in counts.items() if k not in REPORT_ONLY} if isinstance(counts, dict) else counts
+                for split, counts in saved["splits"].items()
+            },
+        }
     if not saved or saved == data:
         return None
     changed = [k for k in sorted(set(saved) | set(data)) if saved.get(k) != data.get(k)]
