@@ -399,20 +399,24 @@ class TaskModule(L.LightningModule):
             metric.reset()  # the next validation starts from zero
 
 
-def saved_data_order(checkpoint: dict) -> int | None:
-    """The checksum of the batch order of the epoch a checkpoint stopped in (None: not recorded)."""
+def _loader_state(checkpoint: dict) -> dict | None:
+    """What a checkpoint's training loader recorded of itself (ResumableDataLoader.state_dict), or None."""
     loop = (checkpoint.get("loops") or {}).get("fit_loop") or {}
     loaders = (loop.get("state_dict") or {}).get("combined_loader")
     state = loaders[0] if isinstance(loaders, list) and loaders else None
-    return int(state["order"]) if isinstance(state, dict) and state.get("order") is not None else None
+    return state if isinstance(state, dict) else None
+
+
+def saved_data_order(checkpoint: dict) -> int | None:
+    """The checksum of the batch order of the epoch a checkpoint stopped in (None: not recorded)."""
+    state = _loader_state(checkpoint)
+    return int(state["order"]) if state is not None and state.get("order") is not None else None
 
 
 def saved_data_place(checkpoint: dict) -> tuple[int, int] | None:
     """Where a checkpoint's training loader stood (epoch, batches of it trained), as the loader recorded it
     (None: not recorded)."""
-    loop = (checkpoint.get("loops") or {}).get("fit_loop") or {}
-    loaders = (loop.get("state_dict") or {}).get("combined_loader")
-    state = loaders[0] if isinstance(loaders, list) and loaders else None
-    if not isinstance(state, dict) or "epoch" not in state or "batches_done" not in state:
+    state = _loader_state(checkpoint)
+    if state is None or "epoch" not in state or "batches_done" not in state:
         return None
     return int(state["epoch"]), int(state["batches_done"])
