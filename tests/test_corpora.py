@@ -388,7 +388,9 @@ def test_jieba_segmentation_changes_the_tokenizer_cache_key(tmp_path):
     assert len(names) == 2 and any("jieba" in n for n in names) and any("-none-none-" in n for n in names)
 
 
-def test_ted_folder_of_line_aligned_sets(tmp_path):
+def test_ted_folder_of_line_aligned_sets(tmp_path, caplog):
+    import logging
+
     write(tmp_path / "valid.en", ZH_EN[:200])
     write(tmp_path / "valid.zh", ZH[:200])
     write(tmp_path / "test.en.gz", ZH_EN[200:], gz=True)
@@ -396,8 +398,11 @@ def test_ted_folder_of_line_aligned_sets(tmp_path):
     dm = small(
         ZhEnDataModule, source="ted", root=str(tmp_path), src_lang="en", tgt_lang="zh", cache_dir=str(tmp_path / "c")
     )
-    total = sum(len(dm.text(s)[0]) for s in ("train", "val", "test"))
+    with caplog.at_level(logging.INFO, logger="nmt.data.sources"):
+        total = sum(len(dm.text(s)[0]) for s in ("train", "val", "test"))
     assert total == len(set(zip(ZH_EN, ZH, strict=True)))
+    # the folder read is said into the run's log, as every other corpus's is
+    assert f"ted_en_zh: reading {tmp_path} (data.root)" in [r.getMessage() for r in caplog.records]
     # IWSLT's names hold ".en" before the language suffix: its Chinese side is the suffix's, not train.tags.zh-zh
     from nmt.data.zh_en import read_ted_folder
 
@@ -1016,6 +1021,28 @@ def test_a_multi30k_root_without_the_runs_test_set_is_refused_and_other_test_set
     other = Multi30kDataModule(root=str(root), download=False, cache_dir=str(cache), test_set="test_2017_flickr")
     other.other_test_set = True  # as evaluate.py sets it
     assert other.read_split("test") == (["test_2017_flickr en"], ["test_2017_flickr de"])
+
+
+def test_a_missing_validation_file_is_said_before_a_tokenizer_is_trained(tmp_path, monkeypatch):
+    """data.root holding Multi30k's train files but not val's: the run trained its tokenizers (minutes on the
+    real corpus) and only then said the validation files were missing."""
+    import nmt.data.datamodule as datamodule
+    from nmt.data.multi30k import Multi30kDataModule
+    from nmt.data.sources import DataNotFoundError
+
+    root, cache = tmp_path / "root", tmp_path / "cache"
+    root.mkdir()
+    for lang in ("en", "de"):
+        with gzip.open(root / f"train.{lang}.gz", "wt") as handle:
+            handle.write(f"train {lang}\n")
+    trained = []
+    monkeypatch.setattr(datamodule, "load_or_train", lambda *args, **kwargs: trained.append(args) or 1 / 0)
+    module = Multi30kDataModule(root=str(root), download=False, cache_dir=str(cache))
+    with pytest.raises(
+        DataNotFoundError, match=r"data.root=.*root holds none of these files: it should hold val.en.gz"
+    ):
+        module.prepare_data()
+    assert trained == []
 
 
 def test_the_folder_a_corpus_is_read_from_is_said_once_into_the_runs_log(tmp_path, caplog):

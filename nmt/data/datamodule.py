@@ -279,7 +279,10 @@ class ParallelDataModule:
     # ---- LightningDataModule -------------------------------------------------------------------
     def prepare_data(self) -> None:
         # runs once per machine: downloads, trains the tokenizers and fills the encoding cache; what no
-        # batch could hold is said here, before a model is built
+        # batch could hold is said here, before a model is built. Every split is read first: a missing
+        # validation or test file is said before minutes of tokenizer training, not after
+        for split in ("train", "val", "test"):
+            self.text(split)
         for split in ("train", "val", "test"):
             dataset = self._encoded(split)
             if split == "train" and len(dataset) == 0:

@@ -196,9 +196,11 @@ class LanguageModelDataModule:
     # ---- the hooks of a LightningDataModule ---------------------------------------------------------
     def prepare_data(self) -> None:
         for split in ("train", "val", "test"):
-            # an empty text trained nothing, or scored 0 tokens as perplexity 1.00: said before training
+            # an empty text trained nothing, or scored 0 tokens as perplexity 1.00: said before training, and
+            # a missing file before a tokenizer is trained on the others
             if not any(line.split() for line in self.text(split)):
                 raise ValueError(f"data: the {split} text of {self.describe()} has no word; give a text that has")
+        for split in ("train", "val", "test"):
             self.stream(split)
 
     def setup(self, stage: str | None = None) -> None:

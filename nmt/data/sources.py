@@ -87,7 +87,7 @@ def _check_root_whole(
 _SAID: set[tuple[str, str]] = set()  # (corpus, folder) already said by this process
 
 
-def _found(name: str, label: str, folder: Path) -> Path:
+def read_from(name: str, label: str, folder: Path) -> Path:
     """The folder a corpus is read from, said once a process (train.py's one run: its train.log keeps which
     copy of the corpus, of those data.root, $NMT_DATA and the cache may hold, it read)."""
     if (name, str(folder)) not in _SAID:
@@ -133,7 +133,7 @@ def locate(
     places = _places(name, root, cache_dir)
     for label, folder in places:
         if _holds(folder, filenames, suffixes):
-            return _found(name, label, folder)
+            return read_from(name, label, folder)
         _check_root_whole(label, folder, filenames, suffixes, strict_root)
         tried.append(_missing(label, folder, filenames, suffixes))
     cache = places[-1][1]
@@ -144,7 +144,7 @@ def locate(
                 target = cache / filename
                 if not target.is_file():
                     _download(url_for[filename], target)
-            return _found(name, "downloaded into the cache", cache)
+            return read_from(name, "downloaded into the cache", cache)
         except OSError as err:
             tried.append(f"  download from {url_for[filenames[0]].rsplit('/', 1)[0]}/: {err}")
             if not existed:  # no empty folder left behind for a corpus that could not be fetched
@@ -176,9 +176,9 @@ def locate_or_extract(
     cache = places[-1][1]
     for label, folder in places:
         if _holds(folder, filenames, suffixes):
-            return _found(name, label, folder)
+            return read_from(name, label, folder)
         if (folder / archive).is_file():
-            return _found(
+            return read_from(
                 name, f"extracted from {folder / archive}", _extracted(folder / archive, filenames, extract, cache)
             )
         _check_root_whole(label, folder, filenames, suffixes, True, archive)
@@ -189,13 +189,13 @@ def locate_or_extract(
         # or still there, in a place this run does not look (a data.root given to an earlier run only)
         why = "not among the places looked in now" if Path(source).is_file() else "no longer there"
         log.warning("%s: the files extracted from %s (%s)", name, source, why)
-        return _found(name, "the cache's extraction", kept[0])
+        return read_from(name, "the cache's extraction", kept[0])
     if len(kept) > 1:
         tried.append(f"  cache: {len(kept)} extractions of other archives ({cache / 'extracted'}); which is meant?")
     elif download and url:
         try:
             _download(url, cache / archive)
-            return _found(name, "downloaded and extracted", _extracted(cache / archive, filenames, extract, cache))
+            return read_from(name, "downloaded and extracted", _extracted(cache / archive, filenames, extract, cache))
         except OSError as err:
             tried.append(f"  download from {url.rsplit('/', 1)[0]}/: {err}")
     elif url:

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from nmt.data.sources import DataNotFoundError, locate, read_lines, read_parallel
+from nmt.data.sources import DataNotFoundError, locate, read_from, read_lines, read_parallel
 from nmt.data.tatoeba import locate_tatoeba, read_manythings
 from nmt.data.unsplit import UnsplitCorpusDataModule
 
@@ -59,7 +59,7 @@ class ZhEnDataModule(UnsplitCorpusDataModule):
         places += [("$NMT_DATA/ted_en_zh", folder) for folder in _env_folder("ted_en_zh")]
         for label, folder in places:
             if any(folder.glob("*.en*")):
-                return folder
+                return read_from("ted_en_zh", label, folder)
             why = "no <name>.en file" if folder.is_dir() else "no such folder"
             if label == "data.root":  # a root given is read or the run stops (sources.locate's rule)
                 raise DataNotFoundError(
