@@ -7,3 +7,34 @@ def test_epoch_checkpoints_are_ordered_by_their_epoch_past_three_digits(tmp_path
     assert [p.name for p in epoch_checkpoints(tmp_path)] == [
         "epoch998.ckpt", "epoch999.ckpt", "epoch1000.ckpt", "epoch1001.ckpt"
     ]  # fmt: skip
+
+
+def test_step_checkpoints_added_removed_or_reset_on_resume_leave_no_callback_state_unmatched(tmp_path, train_config):
+    """The step checkpointer's state key held its interval (Lightning's ModelCheckpoint key): a run resumed
+    with another checkpoint.every_n_train_steps, or with none, warned that the checkpoint held a callback the
+    run lacked. Its key is now one key; a checkpoint saved under Lightning's key is read under it."""
+    import torch
+
+    from nmt.tasks import build_task
+    from nmt.training.checkpoint_io import STEP_CHECKPOINT_KEY, AtomicCheckpointIO
+    from nmt.training.trainer import _callbacks
+
+    def keys(steps: int) -> set[str]:
+        cfg = train_config(f"checkpoint.every_n_train_steps={steps}")
+        return {c.state_key for c in _callbacks(cfg, tmp_path, build_task(cfg.task))}
+
+    assert keys(4) == keys(7) == keys(0)
+    assert STEP_CHECKPOINT_KEY in keys(0)
+
+    lightnings = "ModelCheckpoint{'monitor': None, 'mode': 'min', 'every_n_train_steps': %s, 'every_n_epochs': 0, "
+    epochs = "ModelCheckpoint{'monitor': 'step', 'mode': 'max', 'every_n_train_steps': 0, 'every_n_epochs': 1, "
+    saved = {
+        (lightnings % 4) + "'train_time_interval': None}": {"last_model_path": "last.ckpt"},
+        epochs + "'train_time_interval': None}": {"best_model_score": 3},
+    }
+    torch.save({"callbacks": saved}, tmp_path / "old.ckpt")
+    read = AtomicCheckpointIO().load_checkpoint(tmp_path / "old.ckpt", weights_only=True)["callbacks"]
+    assert read == {
+        STEP_CHECKPOINT_KEY: {"last_model_path": "last.ckpt"},
+        **{k: v for k, v in saved.items() if "step'" in k},
+    }

@@ -50,6 +50,9 @@ def run_to_end(run_dir: Path, *extra: str) -> dict:
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
     # Lightning's advice to sync values that are summed over the processes already (ten lines per DDP run)
     assert "sync_dist=True" not in result.stderr + result.stdout, result.stderr[-3000:]
+    # a callback state of the checkpoint that no callback of the resumed run takes (step checkpoints added,
+    # removed or reset were one)
+    assert "Please add the following callbacks" not in result.stderr + result.stdout, result.stderr[-3000:]
     return json.loads((run_dir / "results.json").read_text())
 
 

@@ -156,6 +156,14 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             self._writes.append(written)
         self.last_written = os.path.abspath(path)
 
+    def load_checkpoint(self, path, map_location=None, weights_only=None) -> dict:
+        kwargs = {} if map_location is None else {"map_location": map_location}
+        checkpoint = super().load_checkpoint(path, weights_only=weights_only, **kwargs)
+        states = checkpoint.get("callbacks") or {}
+        for key in [k for k in states if _lightnings_step_key(k)]:  # a checkpoint saved before the key was ours
+            states.setdefault(STEP_CHECKPOINT_KEY, states.pop(key))
+        return checkpoint
+
     def remove_checkpoint(self, path) -> None:
         # queued too: a removal never overtakes a write asked for before it
         self.then(functools.partial(super().remove_checkpoint, path))
@@ -288,6 +296,38 @@ class FolderCheckpoint(ModelCheckpoint):
             if "best_k_models" in state_dict:
                 state_dict["best_k_models"] = {moved(k): v for k, v in state_dict["best_k_models"].items()}
         super().load_state_dict(state_dict)
+
+
+# The state key of the checkpoint written every N updates. Lightning's own holds N, so a run resumed with
+# another N, or with these checkpoints turned off, warned that the checkpoint held a callback the run lacked
+STEP_CHECKPOINT_KEY = "StepCheckpoint"
+
+
+def _lightnings_step_key(key) -> bool:
+    # Lightning's key for a ModelCheckpoint monitoring nothing, saved every N > 0 updates
+    return (
+        isinstance(key, str)
+        and key.startswith("ModelCheckpoint{")
+        and "'monitor': None" in key
+        and not any(f"'every_n_train_steps': {off}" in key for off in ("0,", "None,"))
+    )
+
+
+class StepCheckpoint(FolderCheckpoint):
+    """``last.ckpt`` every ``checkpoint.every_n_train_steps`` updates, its state under one key whatever N is."""
+
+    @property
+    def state_key(self) -> str:
+        return STEP_CHECKPOINT_KEY
+
+
+class NoStepCheckpoint(Callback):
+    """Holds the step checkpointer's key where ``checkpoint.every_n_train_steps`` is off, so that a run that had
+    them resumes without them in silence (its saved state, the file last written, has nothing to restore)."""
+
+    @property
+    def state_key(self) -> str:
+        return STEP_CHECKPOINT_KEY
 
 
 class EpochCheckpoints(FolderCheckpoint):

@@ -25,7 +25,14 @@ from nmt.training.callbacks import (
     Throughput,
     WallClock,
 )
-from nmt.training.checkpoint_io import AtomicCheckpointIO, EpochCheckpoints, FolderCheckpoint, WriteBehind
+from nmt.training.checkpoint_io import (
+    AtomicCheckpointIO,
+    EpochCheckpoints,
+    FolderCheckpoint,
+    NoStepCheckpoint,
+    StepCheckpoint,
+    WriteBehind,
+)
 from nmt.training.loggers import ResumableCSVLogger
 from nmt.training.progress import PlainProgress, plain_output
 from nmt.utils.instantiate import instantiate
@@ -62,7 +69,7 @@ def _callbacks(cfg: DictConfig, checkpoint_dir: Path, task: Task) -> list:
     ]
     if cfg.checkpoint.every_n_train_steps:
         callbacks.append(
-            FolderCheckpoint(
+            StepCheckpoint(
                 dirpath=checkpoint_dir,
                 save_top_k=0,
                 save_last=True,
@@ -70,6 +77,8 @@ def _callbacks(cfg: DictConfig, checkpoint_dir: Path, task: Task) -> list:
                 enable_version_counter=False,
             )
         )
+    else:
+        callbacks.append(NoStepCheckpoint())
     if cfg.early_stopping.patience:
         callbacks.append(
             SittingEarlyStopping(
