@@ -105,7 +105,9 @@ def uninterrupted(tmp_path_factory):
 
 def logged_curves(run_dir: Path) -> list[tuple[int, str, float]]:
     """(step, metric, value) of every training and validation value in the run's CSV log, in log order."""
-    keys = ("epoch", "train_loss", "lr", "val_loss", "val_acc", "val_bleu", "train_tokens")
+    # the throughput monitor's totals count from the run's start, not from each sitting's
+    totals = ("train/batches", "train/samples", "train/lengths")
+    keys = ("epoch", "train_loss", "lr", "val_loss", "val_acc", "val_bleu", "train_tokens", *totals)
     with open(run_dir / "logs" / "metrics.csv", newline="") as handle:
         return [(int(row["step"]), k, float(row[k])) for row in csv.DictReader(handle) for k in keys if row.get(k)]
 

@@ -343,6 +343,9 @@ class WallClock(Callback):
         self.elapsed_before = float(state_dict.get("elapsed", 0.0))
 
 
+TOTALS = ("time", "batches", "samples", "lengths")  # what Throughput logs counted from the run's start
+
+
 class Throughput(ThroughputMonitor):
     """Lightning's ThroughputMonitor (train/device/items_per_sec: target tokens per second), which on a GPU
     synchronises with the device only at the updates whose rates it logs (every trainer.log_every_n_steps),
@@ -358,6 +361,39 @@ class Throughput(ThroughputMonitor):
         self.windows = windows
         self.sparse_setting = sparse  # None: on a GPU
         self.sparse = False
+        # the totals logged (train/time, train/batches, ...) up to the checkpoint this sitting resumed from:
+        # they go on across sittings, as the run's log does, rather than start again from 0
+        self.before = dict.fromkeys(TOTALS, 0)
+
+    def _totals(self) -> dict:
+        stage = RunningStage.TRAINING
+        times = self._throughputs[stage]._time if stage in self._throughputs else ()
+        # the time of the last update timed (on a GPU, of the last logged one)
+        now = {
+            "time": times[-1] if times else 0.0,
+            "batches": self._batches.get(stage, 0),
+            "samples": self._samples.get(stage, 0),
+            "lengths": self._lengths.get(stage, 0),
+        }
+        return {key: self.before[key] + now[key] for key in TOTALS}
+
+    def state_dict(self) -> dict:
+        return self._totals()
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self.before = {key: state_dict.get(key, 0) for key in TOTALS}
+
+    def _compute(self, trainer, iter_num: int | None = None) -> None:
+        # Lightning's, with the earlier sittings' totals added to this one's
+        if not trainer._logger_connector.should_update_logs:
+            return
+        stage = trainer.state.stage
+        throughput = self._throughputs[stage]
+        metrics = throughput.compute()
+        if stage == RunningStage.TRAINING:
+            metrics.update({key: self.before[key] + metrics[key] for key in TOTALS if key in metrics})
+        metrics = {f"{stage.value}{throughput.separator}{key}": value for key, value in metrics.items()}
+        trainer._logger_connector.log_metrics(metrics, step=iter_num)
 
     def setup(self, trainer, pl_module, stage: str) -> None:
         on_gpu = trainer.strategy.root_device.type == "cuda"
