@@ -281,6 +281,33 @@ def test_a_run_resumed_mid_epoch_under_another_seed_is_refused_before_its_first_
     assert again["finished"]
 
 
+def test_a_resumed_sitting_that_fails_inside_training_before_its_first_checkpoint_puts_the_records_back(
+    tmp_path, monkeypatch
+):
+    """A fault inside Lightning's fit before the sitting wrote a checkpoint (an optimiser state of other shapes
+    restored under resume=force was one) left that sitting's settings in fingerprint.json, describing
+    checkpoints made under others: the run's own command was then refused. Once the sitting has written a
+    checkpoint, its records are those of the folder's checkpoints and stay."""
+    from nmt.training.module import TaskModule
+
+    train(compose_train(*QUICK, "trainer.max_epochs=1", f"run_dir={tmp_path}"))
+    fingerprint = (tmp_path / "fingerprint.json").read_bytes()
+
+    def fault(*args, **kwargs):
+        raise RuntimeError("a fault inside fit")
+
+    monkeypatch.setattr(TaskModule, "on_train_start", fault)
+    with pytest.raises(RuntimeError, match="a fault inside fit"):
+        train(compose_train(*QUICK, "resume=force", f"run_dir={tmp_path}"))  # max_epochs 1 -> 2
+    assert (tmp_path / "fingerprint.json").read_bytes() == fingerprint
+    # a fault after the sitting's first checkpoint: the folder now holds checkpoints of the new settings
+    monkeypatch.undo()
+    monkeypatch.setattr(TaskModule, "on_train_end", fault)
+    with pytest.raises(RuntimeError, match="a fault inside fit"):
+        train(compose_train(*QUICK, "resume=force", f"run_dir={tmp_path}"))
+    assert json.loads((tmp_path / "fingerprint.json").read_text())["config"]["trainer.max_epochs"] == 2
+
+
 class RatesSeen(L.Callback):
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
         group = trainer.optimizers[0].param_groups[0]

@@ -121,6 +121,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     nothing queued after it is written or removed, so the files written before it stay as they were."""
 
     last_written: str | None = None  # the file the last save wrote or queued (None: that save wrote nothing)
+    saves: int = 0  # the checkpoints written or queued by this writer (0: the folder's are as they were)
 
     def __init__(self, background: bool = False) -> None:
         super().__init__()
@@ -155,6 +156,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         if written is not None:
             self._writes.append(written)
         self.last_written = os.path.abspath(path)
+        self.saves += 1
 
     def load_checkpoint(self, path, map_location=None, weights_only=None) -> dict:
         kwargs = {} if map_location is None else {"map_location": map_location}

@@ -17,7 +17,7 @@ from nmt.data.tokenizer import PAD_ID
 from nmt.models.build import count_parameters
 from nmt.tasks import Task
 from nmt.training import weight_casts
-from nmt.training.callbacks import DataPlaceError, WallClock, what_ended
+from nmt.training.callbacks import WallClock, what_ended
 from nmt.training.config import ConfigError, checked_task, no_repeated_layers, resolve_precision
 from nmt.training.config_groups import describe_recipe, run_params
 from nmt.training.final import (
@@ -354,10 +354,6 @@ def _train_in_folder(cfg: DictConfig, task, run_dir: Path, config: dict, main_pr
         try:
             try:
                 trainer.fit(module, datamodule=lightning_data(datamodule), ckpt_path=resume)
-            except DataPlaceError:
-                if records is not None:
-                    restore_records(run_dir, records)
-                raise
             except SIGTERMException:
                 signal_name = getattr(trainer, "nmt_stop_signal", "a signal")
                 if main_process:  # one message, from the rank that owns the folder
@@ -366,6 +362,13 @@ def _train_in_folder(cfg: DictConfig, task, run_dir: Path, config: dict, main_pr
                         f"Run {how_to_rerun(cfg, run_dir)} to resume."
                     )
                 raise SystemExit(130 if signal_name == "SIGINT" else 143) from None
+            except BaseException:
+                # a resumed sitting stopped before it wrote a checkpoint (another order of the data, an optimiser
+                # state of other shapes under resume=force, any fault at Lightning's start) left the folder's
+                # checkpoints as they were: their records are put back, so the run's own command continues it
+                if records is not None and resume is not None and not trainer.strategy.checkpoint_io.saves:
+                    restore_records(run_dir, records)
+                raise
 
             fit_end = time.time()
             ended_by = what_ended(trainer)  # before the final weights' validation below
