@@ -308,6 +308,23 @@ def test_a_resumed_sitting_that_fails_inside_training_before_its_first_checkpoin
     assert json.loads((tmp_path / "fingerprint.json").read_text())["config"]["trainer.max_epochs"] == 2
 
 
+def test_a_finished_run_copied_elsewhere_reports_the_copys_files(tmp_path):
+    """A finished run's folder copied and its command rerun on the copy: its results named the original's
+    folder and best checkpoint (which may be gone)."""
+    import shutil
+
+    first = train(compose_train(*QUICK, "trainer.max_epochs=1", f"run_dir={tmp_path / 'a'}"))
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
+    shutil.rmtree(tmp_path / "a")
+    again = train(compose_train(*QUICK, "trainer.max_epochs=1", f"run_dir={tmp_path / 'b'}"))
+    assert again["run_dir"] == str(tmp_path / "b")
+    assert again["best_checkpoint"] == str(tmp_path / "b" / "checkpoints" / Path(first["best_checkpoint"]).name)
+    assert Path(again["best_checkpoint"]).is_file()
+    assert {k: v for k, v in again.items() if k not in ("run_dir", "best_checkpoint")} == {
+        k: v for k, v in first.items() if k not in ("run_dir", "best_checkpoint")
+    }
+
+
 class RatesSeen(L.Callback):
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
         group = trainer.optimizers[0].param_groups[0]

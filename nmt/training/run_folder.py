@@ -372,7 +372,29 @@ def finished_results(run_dir: Path) -> dict | None:
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         print(f"warning: {path} cannot be read ({err}): the run is taken up from its checkpoints and scored again")
         return None
-    return results if isinstance(results, dict) and results.get("finished") else None
+    if not (isinstance(results, dict) and results.get("finished")):
+        return None
+    return in_this_folder(results, run_dir)
+
+
+def in_this_folder(results: dict, run_dir: Path) -> dict:
+    """``results`` with the paths into the folder it was written in (``results["run_dir"]``) made paths into
+    ``run_dir``: a finished run's folder moved or copied reports its own files, not the original's."""
+    before = results.get("run_dir")
+    if not isinstance(before, str) or os.path.normpath(before) == os.path.normpath(run_dir):
+        return results
+    before = os.path.normpath(before)
+
+    def moved(node):
+        if isinstance(node, dict):
+            return {key: moved(value) for key, value in node.items()}
+        if isinstance(node, list):
+            return [moved(value) for value in node]
+        if isinstance(node, str) and (node == before or node.startswith(before + os.sep)):
+            return str(run_dir) + node[len(before) :]
+        return node
+
+    return moved(results)
 
 
 def resumable(run_dir: Path) -> bool:
