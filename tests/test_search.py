@@ -243,6 +243,38 @@ def test_a_forced_prefix_is_followed_by_the_best_continuation():
     ]
 
 
+def test_a_token_forced_past_a_minimum_length_or_a_blocked_n_gram_scores_its_own_log_probability():
+    """A token that min_len or n-gram blocking ruled out but the search had to take (EOS at the output limit, a
+    prefix's repeated piece) was scored -1e4, a floor meant only to keep the hypothesis alive: its score was
+    -10000 and more, and the n-best list was not in the order of the hypotheses' log-probabilities."""
+    from nmt.decoding.beam import beam_hypotheses
+
+    src = torch.tensor([[5, 5, 3]])
+    short = SearchConfig(beam_size=3, length_penalty=0.0, max_len_a=0.0, max_len_b=2, min_len=5)
+    (found,) = beam_hypotheses(ScriptedModel(TRAP), src, BOS, EOS, short)
+    # the limit (one token and EOS) comes before min_len: each hypothesis ends there, at its own probability
+    assert [ids for _, ids in found] == [[4], [5]]
+    assert [score for score, _ in found] == pytest.approx([math.log(0.5 * 0.4), math.log(0.4 * 0.1)])
+    table = {BOS: {4: 0.5, 5: 0.5}, 4: {4: 0.2, EOS: 0.8}, 5: {EOS: 1.0}}
+    blocked = SearchConfig(beam_size=2, length_penalty=0.0, no_repeat_ngram_size=1)
+    (found,) = beam_hypotheses(ScriptedModel(table), src, BOS, EOS, blocked, prefixes=[[4, 4]])
+    assert found[0] == (pytest.approx(math.log(0.5 * 0.2 * 0.8)), [4, 4])
+
+
+@pytest.mark.parametrize("strategy", ["greedy", "beam", "sample"])
+def test_a_sentence_left_with_no_token_allowed_ends(strategy):
+    """Every piece blocked (no_repeat_ngram_size) and EOS before min_len: greedy took the first piece of the
+    vocabulary again and again, sampling failed on a distribution of nothing, and beam search returned an
+    empty output scored 0 (probability 1). The sentence ends there, EOS at its own probability."""
+    from nmt.decoding.beam import beam_hypotheses
+
+    model, src = ScriptedModel({BOS: {4: 1.0}, 4: {4: 0.9, EOS: 0.1}}), torch.tensor([[5, 5, 3]])
+    cfg = SearchConfig(strategy=strategy, beam_size=2, length_penalty=0.0, no_repeat_ngram_size=1, min_len=5, seed=1)
+    assert decode(model, src, BOS, EOS, cfg) == [[4]]
+    if strategy == "beam":
+        assert beam_hypotheses(model, src, BOS, EOS, cfg)[0][0] == (pytest.approx(math.log(0.1)), [4])
+
+
 def test_the_start_and_padding_tokens_are_never_output():
     # a table that prefers BOS and PAD (0) over everything: the search takes the best real token instead
     table = {BOS: {BOS: 0.5, 0: 0.3, 4: 0.15, EOS: 0.05}, 4: {EOS: 1.0}}

@@ -48,18 +48,19 @@ def beam_hypotheses(
 
     for step in range(max(limits_host)):
         logits, state = model.decode_step(prev, state)  # (batch * k, vocab)
-        log_probs = never_emitted(F.log_softmax(logits.float(), dim=-1), bos_id, model.pad_id)
-        if cfg.constrains:
-            log_probs = constrain(log_probs, tokens.tolist(), eos_id, cfg)
+        own = never_emitted(F.log_softmax(logits.float(), dim=-1), bos_id, model.pad_id)
+        # a token forced (a prefix's, EOS at the limit) scores its own log-probability, never one that a
+        # minimum length or n-gram blocking had ruled out: a hypothesis's score is its log-probability
+        log_probs = constrain(own, tokens.tolist(), eos_id, cfg) if cfg.constrains else own
         if row_prefixes:
-            log_probs = force_prefixes(log_probs, step, row_prefixes)
+            log_probs = force_prefixes(log_probs, step, row_prefixes, own)
         log_probs = log_probs.view(batch, k, -1)
         vocab = log_probs.size(-1)
         if min(limits_host) <= step + 1:  # some sentence's last step allowed: only EOS may follow
             at_limit = limits <= step + 1  # (batch,)
             # keep EOS's own log-probability (floored, so that a hypothesis always ends), nothing else
             forced = torch.full_like(log_probs, float("-inf"))
-            forced[:, :, eos_id] = log_probs[:, :, eos_id].clamp(min=-1e4)
+            forced[:, :, eos_id] = own.view(batch, k, -1)[:, :, eos_id].clamp(min=-1e4)
             log_probs = torch.where(at_limit[:, None, None], forced, log_probs)
         candidates = (scores[:, :, None] + log_probs).view(batch, k * vocab)
         # 2k candidates guarantee k that do not end, whatever happens to the ending ones

@@ -21,14 +21,20 @@ def banned_tokens(history: list[int], n: int) -> list[int]:
 
 def constrain(logits: torch.Tensor, histories: list[list[int]], eos_id: int, cfg: SearchConfig) -> torch.Tensor:
     """logits: (rows, vocab) of the next token after each row's ``histories`` (output so far, no BOS).
-    Returns them with EOS forbidden before ``min_len`` and n-gram repeats forbidden (-inf)."""
-    logits = logits.clone()
+    Returns them with EOS forbidden before ``min_len`` and n-gram repeats forbidden (-inf). A row left with
+    no token allowed (every piece blocked, EOS before min_len) may end: EOS keeps its own value there, so
+    that no search goes on with nothing to choose (greedy took any piece, sampling failed, beam search
+    returned an empty output)."""
+    given, logits = logits, logits.clone()
     for row, history in enumerate(histories):
         if len(history) < cfg.min_len:
             logits[row, eos_id] = float("-inf")
         banned = banned_tokens(history, cfg.no_repeat_ngram_size)
         if banned:
             logits[row, banned] = float("-inf")
+    stuck = (logits == float("-inf")).all(dim=-1)
+    if bool(stuck.any()):
+        logits[stuck, eos_id] = given[stuck, eos_id]
     return logits
 
 
@@ -69,15 +75,19 @@ def never_emitted(logits: torch.Tensor, bos_id: int, pad_id: int) -> torch.Tenso
     return logits
 
 
-def force_prefixes(log_probs: torch.Tensor, step: int, prefixes: list[list[int]]) -> torch.Tensor:
+def force_prefixes(
+    log_probs: torch.Tensor, step: int, prefixes: list[list[int]], own: torch.Tensor | None = None
+) -> torch.Tensor:
     """log_probs: (rows, vocab) at ``step``; a row whose prefix is longer than ``step`` may only continue
-    with its prefix token (its own log-probability kept, floored so that the hypothesis lives on)."""
+    with its prefix token, at its own log-probability under the model (``own``: the values before n-gram
+    blocking or a minimum length ruled any out; a prefix's token is taken whatever they say), floored so
+    that the hypothesis lives on."""
     rows = [row for row, prefix in enumerate(prefixes) if step < len(prefix)]
     if not rows:
         return log_probs
     index = torch.tensor(rows, device=log_probs.device)
     tokens = torch.tensor([prefixes[row][step] for row in rows], device=log_probs.device)
-    kept = log_probs[index, tokens].clamp(min=-1e4)
+    kept = (log_probs if own is None else own)[index, tokens].clamp(min=-1e4)
     log_probs = log_probs.clone()
     log_probs[index] = float("-inf")
     log_probs[index, tokens] = kept
