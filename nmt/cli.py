@@ -296,13 +296,9 @@ def foreign_group_message(argv: list[str], config_name: str, conf: Path = CONF) 
     such group (translate, evaluate, serve, export: the checkpoint's own settings apply). Hydra suggested
     ``+pos=rope``, which was then accepted and read by nothing. None for train.py and sweep.py (whose
     defaults take the groups)."""
-    config = OmegaConf.load(conf / f"{config_name}.yaml")
-    defaults = config.get("defaults") or []
-    if any(isinstance(d, str) and d != "_self_" for d in defaults):
-        return None  # a config built on another (sweep: on train) takes its groups
-    groups = {re.sub(r"^(override|optional)\s+", "", str(k)) for d in defaults if isinstance(d, DictConfig) for k in d}
-    if any(not group.startswith("hydra/") for group in groups):
-        return None  # a config of groups (train: model, pos, recipe, ...)
+    config = _checkpoint_use(config_name, conf)
+    if config is None:  # a config of groups (train: model, pos, recipe, ...), or built on one (sweep)
+        return None
     for arg in argv:
         key, sep, _ = arg.lstrip("+~").partition("=")
         if arg.startswith(("-", "hydra")) or not key or "." in key or not (conf / key).is_dir():
@@ -312,6 +308,64 @@ def foreign_group_message(argv: list[str], config_name: str, conf: Path = CONF) 
             f"error: {arg} (on the command line): {config_name}.py takes no {key} group, the checkpoint's own "
             f"settings apply{block} (its options: python {config_name}.py --help)"
         )
+    return None
+
+
+def _checkpoint_use(config_name: str, conf: Path) -> DictConfig | None:
+    """The config of a program that uses a checkpoint (translate, evaluate, serve, export: keys of its own, no
+    groups but Hydra's), None for train.py and sweep.py."""
+    config = OmegaConf.load(conf / f"{config_name}.yaml")
+    defaults = config.get("defaults") or []
+    if any(isinstance(d, str) and d != "_self_" for d in defaults):
+        return None
+    groups = {re.sub(r"^(override|optional)\s+", "", str(k)) for d in defaults if isinstance(d, DictConfig) for k in d}
+    return None if any(not group.startswith("hydra/") for group in groups) else config
+
+
+# where a checkpoint-using program takes keys its config does not list: evaluate.py's data overrides (a
+# data=files run's +data.test=PATH)
+OPEN_BLOCKS = {"evaluate": ("data.",)}
+
+
+def checkpoint_use_message(argv: list[str], config_name: str, conf: Path = CONF) -> str | None:
+    """One line, for translate.py, evaluate.py, serve.py and export.py, for a key given null that takes a value
+    (``output=null``, ``device=null``, ``decode=null``: tracebacks at the first use), or a key added with ``+``
+    that the program does not read (``+beam_size=1`` was taken, and read by nothing)."""
+    config = _checkpoint_use(config_name, conf)
+    if config is None:
+        return None
+    defaults = OmegaConf.to_container(OmegaConf.masked_copy(config, [k for k in config if k != "hydra"]))
+    known = _keys(OmegaConf.create(defaults))
+    for arg in argv:
+        key, sep, value = arg.lstrip("+").partition("=")
+        if arg.startswith(("-", "~")) or not sep or key.startswith("hydra"):
+            continue
+        if arg.startswith("+") and key not in known:
+            if key.startswith(OPEN_BLOCKS.get(config_name, ())):
+                continue
+            close = _closest(key, known)
+            hint = f": did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+            return (
+                f"error: {arg} (on the command line): {config_name}.py reads the keys of its config alone, and a key "
+                f"added with + is read by nothing{hint} (python {config_name}.py --help lists them)"
+            )
+        if not re.fullmatch(r"(?i)null", value) or key not in known:
+            continue
+        default = defaults
+        for part in key.split("."):
+            default = default[part]
+        if default is None:
+            continue
+        if isinstance(default, dict):
+            return (
+                f"error: {key}=null (on the command line): {key} is a block of options, not a value: set them one "
+                f"by one ({key}.<option>=...)"
+            )
+        if default == "???":
+            what = f"{config_name}.py needs it"
+        else:
+            what = f"leave it out for its default ({default})"
+        return f"error: {key}=null (on the command line): {key} takes a value, not null; {what}"
     return None
 
 
@@ -511,6 +565,7 @@ def check_command_line(config_name: str) -> None:
         unparsable_message(sys.argv[1:])
         or foreign_group_message(sys.argv[1:], config_name)
         or unknown_option_message(sys.argv[1:])
+        or checkpoint_use_message(sys.argv[1:], config_name)
         or unknown_key_message(sys.argv[1:], config_name)
         or (sweep_argument_message(sys.argv[1:]) if config_name == "sweep" else None)
         or (launcher_key_message(sys.argv[1:]) if config_name == "sweep" else None)

@@ -576,6 +576,40 @@ def test_translate_names_a_missing_input_file_before_loading_any_model(tmp_path)
     folder = OmegaConf.create({"ckpt_path": str(tmp_path / "no.ckpt"), "input": str(tmp_path)})
     with pytest.raises(ValueError, match=r"^input=.*: a folder, not a file \(the source sentences"):
         run_translate(folder)
+    # input= given empty was the current folder (".: Is a directory")
+    empty = OmegaConf.create({"ckpt_path": str(tmp_path / "no.ckpt"), "input": ""})
+    with pytest.raises(ValueError, match=r"^input='': give a file of the source sentences"):
+        run_translate(empty)
+
+
+@pytest.mark.parametrize(
+    ("name", "given", "said"),
+    [
+        ("translate", "output=null", "output=null (on the command line): output takes a value, not null; leave it out "
+         "for its default (-)"),
+        ("translate", "device=null", "device takes a value, not null; leave it out for its default (auto)"),
+        ("serve", "host=null", "host takes a value, not null; leave it out for its default (127.0.0.1)"),
+        ("evaluate", "split=NULL", "split takes a value, not null; leave it out for its default (test)"),
+        ("export", "out=null", "out takes a value, not null; export.py needs it"),
+        ("translate", "decode=null", "decode is a block of options, not a value: set them one by one"),
+        ("translate", "+beam_size=1", "+beam_size=1 (on the command line): translate.py reads the keys of its config "
+         "alone, and a key added with + is read by nothing: did you mean 'decode.beam_size'?"),
+        ("serve", "++nbest=3", "a key added with + is read by nothing"),
+        ("evaluate", "+decode.beam=3", "did you mean 'decode.beam_size'"),
+    ],
+)  # fmt: skip
+def test_a_null_where_a_value_belongs_and_a_key_added_with_a_plus_are_one_line(name, given, said):
+    """translate.py output=null, device=null, serve.py host=null: tracebacks at their first use; decode=null:
+    'Input cfg is not an OmegaConf config object'; translate.py +beam_size=1: taken, and read by nothing."""
+    from nmt.cli import checkpoint_use_message
+
+    message = checkpoint_use_message(["ckpt_path=x", given], name)
+    assert message is not None and message.startswith("error: ") and said in message
+    # where null is a value (a search option: the run's own), and the keys evaluate.py's data block may add
+    for fine in ("decode.beam_size=null", "max_input_len=null", "n_best=3"):
+        assert checkpoint_use_message(["ckpt_path=x", fine], "translate") is None
+    assert checkpoint_use_message(["+data.test=x.de", "output=null"], "evaluate") is None
+    assert checkpoint_use_message(["+model.x=1", "trainer.max_steps=null"], "train") is None
 
 
 @pytest.mark.parametrize("name", ["translate", "evaluate", "serve", "export"])

@@ -85,6 +85,8 @@ def _run_translate(cfg: DictConfig) -> dict:
         ("prefix_file", "how each output begins, one line per input line"),
     ):
         path = cfg.get(key)
+        if key == "input" and str(path).strip() == "":  # Path("") is the current folder
+            raise ValueError(f"input={path!r}: give a file of {what}")
         if path and path != "-" and (not Path(path).exists() or Path(path).is_dir()):  # a pipe is readable
             found = "a folder, not a file" if Path(path).is_dir() else "no such file"
             raise ValueError(f"{key}={path}: {found} ({what})")
