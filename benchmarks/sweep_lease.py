@@ -27,6 +27,7 @@ from pathlib import Path
 
 from nmt.sweep.records import RESULT
 from nmt.sweep.summary import FAILED
+from nmt.training.run_folder import in_this_folder
 from nmt.utils.io import atomic_path, atomic_write_json
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -137,8 +138,7 @@ def restore(archive: Path) -> int:
     for member in members:  # each record names its run folder: here, not where the piece ran
         if Path(member.name).name == RESULT:
             record = json.loads(Path(member.name).read_text())
-            record["run_dir"] = str(Path(member.name).parent.resolve())
-            atomic_write_json(member.name, record)
+            atomic_write_json(member.name, in_this_folder(record, Path(member.name).parent.resolve()))
     return len(members)
 
 

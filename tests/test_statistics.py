@@ -491,6 +491,29 @@ def _row(report: str, start: str) -> list[str]:
     return [cell.strip() for cell in line.strip("|").split("|")]
 
 
+def test_a_sweep_copied_or_moved_reports_its_own_runs_outputs_not_those_at_the_old_paths(tmp_path):
+    """Each record names its run's folder and outputs by absolute path: the report of a copied sweep, or of
+    runs set aside (on_changed=move), read the outputs of whatever ran at the old paths since (their paired
+    p and test sentences, under the set-aside runs' scores); a moved sweep lost those sections in silence."""
+    import shutil
+
+    (tmp_path / "a").mkdir()
+    synthetic_sweep(tmp_path / "a")
+    before = write_report(tmp_path / "a").read_text()
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
+    for hyps in (tmp_path / "a").glob("pos=relative*/hyps.txt"):  # other runs now stand at the old paths
+        hyps.write_text(hyps.read_text().replace("small", "tiny"))
+    copied = write_report(tmp_path / "b").read_text()
+    assert _row(copied, "| 2 | layer | relative |") == _row(before, "| 2 | layer | relative |")
+    section = before[before.index("## Test sentence") :]
+    assert "a small test sentence 0" in section and section in copied
+    shutil.move(tmp_path / "a", tmp_path / "c")  # moved: its own outputs still read
+    assert "## Test sentence 0, as each cell translated it" in write_report(tmp_path / "c").read_text()
+    for hyps in (tmp_path / "c").glob("*/hyps.txt"):  # gone: said where the section would be
+        hyps.unlink()
+    assert "Not shown: the runs' test outputs cannot be read here" in write_report(tmp_path / "c").read_text()
+
+
 def test_report_from_synthetic_runs(tmp_path):
     synthetic_sweep(tmp_path)
     report = write_report(tmp_path).read_text()

@@ -11,16 +11,20 @@ from nmt.metrics.corpus import bleu_tokenizer, unsigned_tokenized_lowercase_sign
 from nmt.sweep import analysis, summary
 from nmt.tasks import build_task, task_config
 from nmt.tasks.base import FINAL_RESULTS
+from nmt.training.run_folder import in_this_folder
 
 RESULT = "sweep_result.json"  # one run's record, written by nmt.sweep.runner.run_cell when the run has finished
 
 
 def read_record(path: Path) -> dict:
-    """One run's record; a damaged one is named with what to do (the run's own results make it again)."""
+    """One run's record; a damaged one is named with what to do (the run's own results make it again). Its
+    paths into the run folder it was written in are read as paths into the folder it is in: a sweep moved,
+    copied or restored, and runs set aside (on_changed=move), report their own outputs and curves, never
+    those of whatever run now stands at the old path."""
     try:
         record = json.loads(Path(path).read_text())
         if isinstance(record, dict):
-            return record
+            return in_this_folder(record, Path(path).parent)
         reason = "not a JSON object"
     except (OSError, ValueError) as err:
         reason = str(err)
@@ -84,7 +88,7 @@ def resolve_metric(metric: str, records: list[dict]) -> str:
 def run_record(run_dir: Path, factors: dict, seed: int) -> dict:
     """What a sweep keeps of a finished run: its factor levels and seed, the metrics its task reports
     (from results.json; the task is read from the run's config.yaml), size, cost and test outputs."""
-    results = json.loads((run_dir / "results.json").read_text())
+    results = in_this_folder(json.loads((run_dir / "results.json").read_text()), run_dir)  # a copied folder's own
     config = OmegaConf.to_container(OmegaConf.load(run_dir / "config.yaml"))
     try:
         task = build_task(task_config(config))

@@ -276,6 +276,10 @@ def _outputs_section(doc: Document, records, factors, levels, sentence: int) -> 
         if r.get("hypotheses") and Path(r["hypotheses"]).is_file():
             runs.setdefault(tuple(str(r["factors"].get(f)) for f in factors), r)
     if not runs:
+        gone = [r["hypotheses"] for r in records if r.get("hypotheses")]
+        if gone:  # the runs scored a test set whose outputs are not here now: said, not left out silently
+            doc.heading(f"Test sentence {sentence}")
+            doc.paragraph(f"Not shown: the runs' test outputs cannot be read here (the first: {gone[0]}).")
         return
     first = next(iter(runs.values()))
     references = read_lines(first["references"])
