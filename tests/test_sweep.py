@@ -100,6 +100,11 @@ def test_a_wandb_sweep_logs_every_run_and_the_report_into_one_offline_folder(tmp
         assert summaries[name]["summary"]["val_as_test_bleu"] == pytest.approx(result["metrics"]["val_as_test_bleu"])
         level = name.split(",")[0].replace("=", "/")  # one seed: the level's mean is this run's score
         assert summaries["g1-report"]["summary"][level] == pytest.approx(result["metrics"]["test_bleu"])
+    # the same command again: nothing to train, the same report, which the group already holds
+    again = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=900, env=env)
+    assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-3000:]
+    assert "W&B: the report run g1-report already holds this report; not logged again" in again.stdout
+    assert set(tmp_path.glob("wandb/offline-run-*/run-*.wandb")) == set(files)
 
 
 @pytest.mark.slow

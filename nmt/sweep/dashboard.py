@@ -1,8 +1,10 @@
 """A sweep's report as a W&B run of its own, in the sweep's group."""
 
 import csv
+import hashlib
 
 from nmt.training.loggers import wandb_offline
+from nmt.utils.io import atomic_write_text
 
 
 def log_report_to_wandb(report_path, project: str, group: str, metric: str = "auto") -> None:
@@ -19,6 +21,16 @@ def log_report_to_wandb(report_path, project: str, group: str, metric: str = "au
 
     report_path = Path(report_path)
     sweep_dir = report_path.parent
+    # a sweep rerun that changed nothing (every run finished, the same report) logged one more report run
+    # into the group, two of one name: the report logged is remembered, and logged again only when it changed
+    logged = sweep_dir / "wandb" / "report_logged.sha256"
+    made = [report_path, sweep_dir / "results.csv", sweep_dir / "report.html"]
+    digest = hashlib.sha256(f"{project}\n{group}\n{metric}".encode())
+    for path in made:
+        digest.update(path.read_bytes() if path.is_file() else b"-")
+    if logged.is_file() and logged.read_text().strip() == digest.hexdigest():
+        print(f"W&B: the report run {group}-report already holds this report; not logged again")
+        return
     records = collect_records(sweep_dir)
     metric = resolve_metric(metric, records)
     records = [{**r, "metrics": {k: v for k, v in r["metrics"].items() if v is not None}} for r in records]
@@ -47,3 +59,4 @@ def log_report_to_wandb(report_path, project: str, group: str, metric: str = "au
     run.log({**panels, "results": wandb.Table(columns=rows[0], data=rows[1:]), "report": wandb.Html(html)})
     run.log({p.stem: wandb.Image(str(p)) for p in sorted(sweep_dir.glob("*.png"))})
     run.finish()
+    atomic_write_text(logged, digest.hexdigest() + "\n")
