@@ -341,9 +341,9 @@ def checkpoint_use_message(argv: list[str], config_name: str, conf: Path = CONF)
         if arg.startswith(("-", "~")) or not sep or key.startswith("hydra"):
             continue
         if arg.startswith("+") and key not in known:
-            if key.startswith(OPEN_BLOCKS.get(config_name, ())):
+            if key.startswith((*OPEN_BLOCKS.get(config_name, ()), "decode.")):  # decode: a search option's check
                 continue
-            close = _closest(key, known)
+            close = _closest(key, [k for k in known if "." in k or not isinstance(defaults.get(k), dict)])
             hint = f": did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
             return (
                 f"error: {arg} (on the command line): {config_name}.py reads the keys of its config alone, and a key "

@@ -595,7 +595,7 @@ def test_translate_names_a_missing_input_file_before_loading_any_model(tmp_path)
         ("translate", "+beam_size=1", "+beam_size=1 (on the command line): translate.py reads the keys of its config "
          "alone, and a key added with + is read by nothing: did you mean 'decode.beam_size'?"),
         ("serve", "++nbest=3", "a key added with + is read by nothing"),
-        ("evaluate", "+decode.beam=3", "did you mean 'decode.beam_size'"),
+        ("evaluate", "+num_sample=3", "did you mean 'num_samples'"),
     ],
 )  # fmt: skip
 def test_a_null_where_a_value_belongs_and_a_key_added_with_a_plus_are_one_line(name, given, said):

@@ -385,7 +385,8 @@ def test_translate_py_warnings_go_to_standard_error_not_among_the_translations(c
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-2000:]
     assert len(out.stdout.splitlines()) == 3 and "truncated" not in out.stdout
-    assert "longer than max_input_len=4 subword tokens were truncated (first: line 2)" in out.stderr
+    # the first long line ("one two" is longer too) said as it is read, and the count at the end
+    assert "2 input line(s) longer than max_input_len=4 subword tokens were truncated (first: line 1)" in out.stderr
     quiet = subprocess.run(
         command(f"ckpt_path={checkpoints['seed1']}", "max_input_len=4", "hydra/job_logging=disabled"), input=stdin,
         capture_output=True, text=True, timeout=300,
@@ -847,3 +848,41 @@ def test_a_single_attention_map_is_not_labelled_as_a_head(tmp_path, monkeypatch)
         ["attention"],
     ]
     plt.close("all")
+
+
+def test_lines_truncated_across_a_files_chunks_and_a_stream_are_said_in_one_warning(
+    checkpoints, tmp_path, monkeypatch, caplog, capsys
+):
+    """A file is translated in chunks, a stream line by line: each chunk with a long line, and each long line
+    of a stream, gave a warning of its own ("one warning", the docs said)."""
+    import io
+    import logging
+
+    from hydra import compose, initialize_config_dir
+
+    from nmt.inference import stream
+
+    from .conftest import CONF
+
+    monkeypatch.setattr(stream, "CHUNK", 2)
+    long = "seven " * 30
+    (tmp_path / "in.txt").write_text("\n".join(["one", long, "two", long, long]) + "\n")
+    given = [f"ckpt_path={checkpoints['seed1']}", "max_input_len=4", "device=cpu"]
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        from_file = compose("translate", overrides=[*given, f"input={tmp_path / 'in.txt'}"])
+        from_stdin = compose("translate", overrides=[*given, "input=-"])
+    with caplog.at_level(logging.WARNING, logger="nmt.inference.translator"):
+        stream.run_translate(from_file)
+    said = [r.getMessage() for r in caplog.records if "truncated" in r.getMessage()]
+    assert said == ["3 input line(s) longer than max_input_len=4 subword tokens were truncated (first: line 2)"]
+    caplog.clear()
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO((tmp_path / "in.txt").read_bytes())))
+    with caplog.at_level(logging.WARNING, logger="nmt.inference.translator"):
+        stream.run_translate(from_stdin)
+    said = [r.getMessage() for r in caplog.records if "truncated" in r.getMessage()]
+    assert said == [  # the first as it is read, then all of them at the end
+        "1 input line(s) longer than max_input_len=4 subword tokens were truncated (first: line 2) (each later one "
+        "is counted, and said at the end)",
+        "3 input line(s) longer than max_input_len=4 subword tokens were truncated (first: line 2)",
+    ]
+    assert len(capsys.readouterr().out.splitlines()) == 10  # both runs' translations, in full

@@ -136,6 +136,11 @@ def test_every_error_has_the_error_shape_and_a_taken_port_is_named_before_loadin
     app, _ = client
     for answer, status in ((app.get("/nowhere"), 404), (app.get("/api/translate"), 405)):
         assert answer.status_code == status and answer.json() == {"error": answer.json()["error"]}
+    # a POST without a Content-Length (a chunked body; curl -X POST with no data) to a path that takes none
+    # was 411, "a request body needs a Content-Length", not the 404 or 405 of the path
+    for path, status in (("/nowhere", 404), ("/api/info", 405), ("/", 405), ("/api/translate", 411)):
+        answer = app.post(path, content=iter([b""]))
+        assert answer.status_code == status and "error" in answer.json(), (path, answer.status_code)
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()

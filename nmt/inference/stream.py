@@ -108,14 +108,16 @@ def _run_translate(cfg: DictConfig) -> dict:
         )
     prefixes = read_lines(cfg.prefix_file) if cfg.prefix_file else None
     scored = bool(cfg.scores or cfg.alignments or int(cfg.n_best) > 1)
+    keep_end = translator.continues  # a language model's prompt keeps its last tokens
     if cfg.input == "-":
-        return _stream(translator, cfg, prefixes, scored)
+        with translator.counted_truncation(say_first=True, keep_end=keep_end):
+            return _stream(translator, cfg, prefixes, scored)
     lines = read_lines(cfg.input)
     if prefixes is not None and len(prefixes) != len(lines):
         raise ValueError(f"prefix_file={cfg.prefix_file} has {len(prefixes)} lines but {cfg.input} has {len(lines)}")
     target = atomic_path(cfg.output) if cfg.output != "-" else nullcontext(None)
     with target as tmp, open(tmp, "w", encoding="utf-8") if tmp else nullcontext(sys.stdout) as out:
-        with DecodingProgress(len(lines), enabled=True) as progress:
+        with DecodingProgress(len(lines), enabled=True) as progress, translator.counted_truncation(keep_end=keep_end):
             for start in range(0, len(lines), CHUNK):
                 chunk = lines[start : start + CHUNK]
                 found = _translate(

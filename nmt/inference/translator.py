@@ -14,6 +14,7 @@ returned with the line in front, its n-best and scores computed the same way (no
 source to align to).
 """
 
+import contextlib
 import logging
 import os
 from collections.abc import Callable, Sequence
@@ -130,6 +131,7 @@ class Translator:
         self.model = first.model if len(loaded) == 1 else Ensemble([m.model for m in loaded]).eval()
         self.src_tokenizer, self.tgt_tokenizer = first.src_tokenizer, first.tgt_tokenizer
         self.max_tokens, self.on_long_input = max_tokens, on_long_input
+        self._cut: list[int] | None = None  # inside counted_truncation: the numbers of the lines truncated
         # None: the first model's run's own limit (a summariser trained on truncated sources reads them cut the
         # same way), as evaluate.py decodes
         limit = max_input_len if max_input_len is not None else input_limit(first.config.get("data") or {})
@@ -338,6 +340,29 @@ class Translator:
             results.append(hypothesis)
         return results
 
+    def _warn_truncated(self, numbers: list[int], keep_end: bool, later: str = "") -> None:
+        log.warning(
+            "%d input line(s) longer than max_input_len=%d subword tokens were truncated%s (first: line %d)%s",
+            len(numbers),
+            self.max_input_len,
+            " to their last tokens" if keep_end else "",
+            numbers[0],
+            later,
+        )
+
+    @contextlib.contextmanager
+    def counted_truncation(self, say_first: bool = False, keep_end: bool = False):
+        """Within it, the lines truncated over many calls (a file translated in chunks, a stream line by line)
+        are said in one warning at its end, not one per call; ``say_first``: the first is said at once too (a
+        stream read as it is typed)."""
+        self._cut, self._say_first = [], say_first
+        try:
+            yield
+        finally:
+            cut, self._cut = self._cut, None
+            if cut and not (say_first and len(cut) == 1):
+                self._warn_truncated(cut, keep_end)
+
     def _encode_sources(self, lines: Sequence[str], first_line: int, keep_end: bool = False) -> list[list[int]]:
         """Each line's ids, a line longer than ``max_input_len`` cut to its first tokens (``keep_end``: its
         last, for a prompt, which its continuation follows), or refused (``on_long_input=error``)."""
@@ -357,14 +382,13 @@ class Translator:
                 f"{self.max_input_len}; {remedy}, or pass on_long_input=truncate",
                 too_long=(len(encoded[n]), self.max_input_len),
             )
-        if long_lines:
-            log.warning(
-                "%d input line(s) longer than max_input_len=%d subword tokens were truncated%s (first: line %d)",
-                len(long_lines),
-                self.max_input_len,
-                " to their last tokens" if keep_end else "",
-                first_line + long_lines[0],
-            )
+        numbers = [first_line + n for n in long_lines]
+        if numbers and self._cut is not None:
+            if not self._cut and self._say_first:
+                self._warn_truncated(numbers[:1], keep_end, later=" (each later one is counted, and said at the end)")
+            self._cut += numbers
+        elif numbers:
+            self._warn_truncated(numbers, keep_end)
         if keep_end:
             return [ids[-self.max_input_len :] for ids in encoded]
         return [ids[: self.max_input_len] for ids in encoded]

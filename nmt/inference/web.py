@@ -39,7 +39,8 @@ def create_app(translator: Translator, max_chars: int = 1000, title: str = "nmt"
     @app.middleware("http")
     async def limit_size(request: Request, call_next):
         declared = request.headers.get("content-length")
-        if request.method == "POST" and declared is None:  # a chunked body could be of any size
+        # a chunked body could be of any size; a path that takes no body is left to routing (404, 405)
+        if request.method == "POST" and declared is None and request.url.path == "/api/translate":
             return JSONResponse({"error": "a request body needs a Content-Length"}, status_code=411)
         if declared is not None and (not declared.isdigit() or int(declared) > MAX_BODY_BYTES):
             return JSONResponse({"error": f"request larger than {MAX_BODY_BYTES} bytes"}, status_code=413)
