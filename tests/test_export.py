@@ -106,6 +106,24 @@ def test_what_ctranslate2_cannot_hold_is_refused_naming_the_option(tmp_path_fact
                 module.norm = ScaleNorm()
     with pytest.raises(ExportError, match=r"^norm=ScaleNorm: no CTranslate2 equivalent \(it takes layer or rms\)"):
         check_exportable(other)
+    # a new option written as a subclass of one it can hold is another model: refused, not written as its parent
+    from nmt.modules.norm import LayerNorm
+    from nmt.modules.position import SinusoidalPosition
+
+    class ScaledSinusoid(SinusoidalPosition):
+        pass
+
+    class CentredNorm(LayerNorm):
+        pass
+
+    subclassed = load_model(default_checkpoint, device="cpu")
+    subclassed.model.src_pos.__class__ = ScaledSinusoid
+    with pytest.raises(ExportError, match=r"^pos=ScaledSinusoid: no CTranslate2 equivalent"):
+        check_exportable(subclassed)
+    subclassed = load_model(default_checkpoint, device="cpu")
+    subclassed.model.encoder[0].attn_block.norm.__class__ = CentredNorm
+    with pytest.raises(ExportError, match=r"^norm=CentredNorm: no CTranslate2 equivalent"):
+        check_exportable(subclassed)
 
 
 def test_exporting_leaves_the_model_untouched(default_checkpoint, tmp_path):

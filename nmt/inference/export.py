@@ -101,11 +101,13 @@ def check_exportable(loaded: LoadedModel) -> None:
     position = model.src_pos
     if isinstance(position, RelativePosition) and not position.use_values:
         raise ExportError("pos.use_values=false: CTranslate2's relative positions always add value vectors")
-    known = (SinusoidalPosition, LearnedPosition, RelativePosition, RotaryPosition)
-    if type(position) is not PositionEncoding and not isinstance(position, known):
+    # by exact class: a new encoding or norm written as a subclass of one of these (a scaled sinusoid) is
+    # another model, which would be written as its parent
+    known = (PositionEncoding, SinusoidalPosition, LearnedPosition, RelativePosition, RotaryPosition)
+    if type(position) not in known:
         raise ExportError(f"pos={_option(position, 'pos')}: no CTranslate2 equivalent")
     norm = model.encoder[0].attn_block.norm
-    if not isinstance(norm, LayerNorm | RMSNorm):
+    if type(norm) not in (LayerNorm, RMSNorm):
         raise ExportError(f"norm={_option(norm, 'norm')}: no CTranslate2 equivalent (it takes layer or rms)")
     activation = loaded.config["model"].get("activation", "relu")
     if activation not in ("relu", "gelu"):
