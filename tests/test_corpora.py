@@ -309,7 +309,8 @@ def test_a_files_run_scored_from_another_folder_or_with_a_root_says_how_to_name_
 def test_evaluation_data_options_apply_where_the_corpus_takes_them_and_are_refused_in_one_line_elsewhere():
     """data.root on a corpus without one (files, toy) and data.columns on a language model were TypeErrors
     from the corpus module; any other option of the data modules (max_src_len, batches_on_device) applies to
-    every corpus, saved in its config or not; a grid's test command adds with + what evaluate.py does not list."""
+    every corpus, saved in its config or not; a grid's test command adds with + what evaluate.py does not list.
+    Others (data.tgt_lang) scored under settings the run did not have, into the folder of its own scores."""
     from types import SimpleNamespace
 
     from nmt.evaluation.grid import test_command
@@ -334,6 +335,10 @@ def test_evaluation_data_options_apply_where_the_corpus_takes_them_and_are_refus
     with pytest.raises(ValueError, match=r"^data.columns=\[1, 0\]: this run's corpus \(PTBDataModule\) takes no"):
         data(ptb, columns=[1, 0])
     assert data(files, elsewhere=("columns",), columns=[1, 0]) == files  # read by split=files:x.tsv instead
+    # options that would score under settings the run did not have, in the folder of the run's own scores
+    for key, value in (("tgt_lang", "zh"), ("test_set", "test_2017_flickr"), ("lowercase", True)):
+        with pytest.raises(ValueError, match=rf"^data.{key}={value}: an evaluation scores with the run's own data"):
+            data(multi30k, **{key: value})
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         grid = compose("evaluate", overrides=["ckpt_path=c.ckpt", "+data.test=/new/test", "data.root=/r"])
     command = test_command(grid, {"decode.beam_size": 2}, "beam")
@@ -1065,7 +1070,7 @@ def test_the_folder_a_corpus_is_read_from_is_said_once_into_the_runs_log(tmp_pat
     ]
 
 
-def test_files_evaluated_by_path_read_the_runs_columns_and_get_folders_of_their_own(tmp_path):
+def test_files_evaluated_by_path_read_the_runs_columns_and_get_folders_of_their_own(tmp_path, monkeypatch):
     """split=files:x.tsv read columns 0 and 1 of a run trained with data.columns=[1,0]: source and target
     swapped, and scored. Two paths that flatten alike shared one evaluation folder."""
     from types import SimpleNamespace
@@ -1083,6 +1088,26 @@ def test_files_evaluated_by_path_read_the_runs_columns_and_get_folders_of_their_
     search = SearchConfig()
     assert split_tag("files:c/a_b", search) != split_tag("files:c/a/b", search)
     assert split_tag("test", search) == "test_beam5"  # the corpus's own sets keep their names
+    # files:t given in two folders are two files (the second evaluation wrote over the first's folder)
+    import zlib
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    in_folder = []
+    for folder in ("a", "b"):
+        monkeypatch.chdir(tmp_path / folder)
+        in_folder.append(split_tag("files:t", search))
+    monkeypatch.chdir(tmp_path)
+    assert in_folder[0] != in_folder[1]
+    # the hash is of the absolute path: an absolute path's folder name is the one it always had
+    absolute = f"files:{tmp_path / 'a' / 't'}"
+    crc = f"_{zlib.crc32(absolute.encode()):08x}_beam5"
+    assert in_folder[0] == f"files_t{crc}" and split_tag("files:a/t", search) == f"files_a_t{crc}"
+    assert split_tag(absolute, search) == absolute.replace(":", "_").replace("/", "_") + crc
+    # evaluate.py split=[...] out_dir=D: one sub-folder per set, two paths that flatten alike in two
+    from nmt.tasks.translation_eval import set_name
+
+    assert set_name("files:/d/pa/b_c") != set_name("files:/d/pa_b/c")
 
 
 def test_columns_name_the_folder_and_apply_only_where_a_tsv_is_read(tmp_path):

@@ -389,6 +389,9 @@ def test_a_grid_scores_same_evaluations_once_and_names_its_file_and_test_command
     assert len(grid["rows"]) == 3 and len(greedy) == 1  # greedy search reads no length penalty: one evaluation
     assert greedy[0]["also"] == [{"decode.strategy": "greedy", "decode.length_penalty": 1.0}]
     assert {Path(row["folder"]).name for row in grid["rows"]} == {"val_greedy", "val_beam3_lp0.6", "val_beam3"}
+    # under out_dir, the cells are in the grid's own folder (another grid's, of another limit or checkpoint,
+    # wrote over them), named as its file; that name holds the checkpoint
+    assert {Path(row["folder"]).parent for row in grid["rows"]} == {Path(grid["json"]).with_suffix("")}
     assert sorted(p.name for p in tmp_path.glob("*.json")) == [
         f"val_grid_greedy-beam_lp0.6-1.0_beam3_bybleu_{Path(grid['json']).stem.rsplit('_', 1)[1]}.json"
     ]
@@ -404,10 +407,14 @@ def test_a_grid_scores_same_evaluations_once_and_names_its_file_and_test_command
     assert [p.name.split("_by")[0] for p in (tmp_path / "last").glob("*.json")] == [
         "last_val_grid_greedy-beam_lp0.6-1.0"
     ]
+    copied = tmp_path / "copied_run"
+    shutil.copytree(toy_run, copied)
+    other = evaluate_here(f"ckpt_path={copied}", *options, "decode.beam_size=3", f"out_dir={tmp_path}")
+    assert Path(other["json"]).name != Path(grid["json"]).name
     by_chrf = evaluate_here(
         f"ckpt_path={toy_run}", *options, "decode.beam_size=3", "select_by=chrf", f"out_dir={tmp_path}"
     )
-    assert Path(by_chrf["json"]).name != Path(grid["json"]).name and len(list(tmp_path.glob("*.json"))) == 2
+    assert Path(by_chrf["json"]).name != Path(grid["json"]).name and len(list(tmp_path.glob("*.json"))) == 3
 
 
 def test_a_grids_p_values_are_paired_tests_of_the_score_it_chooses_by(toy_run, tmp_path):

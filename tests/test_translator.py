@@ -522,9 +522,12 @@ def test_evaluate_applies_max_input_len_to_a_split_and_checks_attention_indices_
     # without out_dir: a folder of its own, not the one of the run's own limit
     evaluate_val("max_input_len=2")
     assert limits == [256, 2, 2] and (Path(checkpoints["seed1"]).parents[1] / "eval" / "val_beam5_maxin2").is_dir()
+    # the same limit from the data options (+data.max_src_len=3) went into the folder of the run's own limit
+    evaluate_val("+data.max_src_len=3")
+    assert limits[-1] == 3 and (Path(checkpoints["seed1"]).parents[1] / "eval" / "val_beam5_maxin3").is_dir()
     with pytest.raises(ValueError, match=r"attention_maps: sentence 999 does not exist \(the set has \d+: indices 0"):
         evaluate_val(f"out_dir={tmp_path / 'c'}", "attention_maps=[0,999]")
-    assert len(limits) == 3 and not (tmp_path / "c").exists()  # nothing decoded, nothing written
+    assert len(limits) == 4 and not (tmp_path / "c").exists()  # nothing decoded, nothing written
 
 
 def test_evaluation_refuses_a_split_whose_text_is_not_the_one_the_model_was_trained_with(tmp_path):

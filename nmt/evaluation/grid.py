@@ -4,7 +4,8 @@
         decode.beam_size=[4,5,10] decode.length_penalty=[0.6,1.0,1.5] [select_by=bleu_tok_lc]
 
 Any ``decode.*`` option or ``average_last`` given as a list is an axis. Every setting is scored exactly as
-``evaluate.py`` scores it alone, in the folder it would write (under ``out_dir`` when given), the
+``evaluate.py`` scores it alone, in the folder it would write (with ``out_dir``, under a folder of the
+grid's own there, named as its JSON file), the
 checkpoints loaded and averaged once per averaging count; settings that come to the same evaluation (greedy
 search at two beam sizes) are scored once. A table ranks the settings by ``select_by`` beside each one's
 paired randomisation p-value against the chosen one; a JSON file beside the folders keeps every row, the
@@ -15,6 +16,7 @@ so a grid on any other set is refused.
 import hashlib
 import itertools
 import json
+import os
 import re
 import shlex
 import sys
@@ -141,6 +143,7 @@ def evaluate_grid(cfg: DictConfig, task, load, axes: dict[str, list]) -> dict:
     """Score every setting of ``axes`` on the validation set (``load(average_last)`` loads the model) and
     choose the best by :func:`choose_by`."""
     metric = choose_by(cfg, task)
+    name = grid_file_name(cfg, axes, metric)
     rows: list[dict] = []
     scored: dict[str, dict] = {}  # folder name with the options its search does not read at defaults -> row
     loaded, loaded_average = None, None
@@ -160,8 +163,8 @@ def evaluate_grid(cfg: DictConfig, task, load, axes: dict[str, list]) -> dict:
             continue
         for key in UNREAD[search.strategy]:  # the evaluation is given only what its search reads
             cell.decode[key] = None
-        if cfg.out_dir:
-            cell.out_dir = str(Path(cfg.out_dir) / same)
+        if cfg.out_dir:  # in a folder of the grid's own, named as its file: another grid's cells are elsewhere
+            cell.out_dir = str(Path(cfg.out_dir) / Path(name).stem / same)
         result = task.evaluate(cell, lambda loaded=loaded: loaded)
         row = {
             "setting": setting,
@@ -186,7 +189,7 @@ def evaluate_grid(cfg: DictConfig, task, load, axes: dict[str, list]) -> dict:
         "run_decode": loaded.config.get("decode"),
         "test_command": test_command(cfg, best["setting"], best["strategy"], test_split(cfg, loaded.config)),
     }
-    path = (Path(cfg.out_dir) if cfg.out_dir else loaded.run_dir / "eval") / grid_file_name(cfg, axes, metric)
+    path = (Path(cfg.out_dir) if cfg.out_dir else loaded.run_dir / "eval") / name
     atomic_write_json(path, record)
     record["json"] = str(path)
     print_grid(rows, best, metric, path, record["test_command"], resolve_checkpoint_path(cfg.ckpt_path).name)
@@ -250,6 +253,8 @@ def grid_file_name(cfg: DictConfig, axes: dict[str, list], metric: str) -> str:
     parts.append(f"by{metric}")
     fixed = {k: v for k, v in OmegaConf.to_container(cfg.data, resolve=True).items() if v is not None}
     fixed.update({key: cfg.get(key) for key in PASSED_ON})
+    if cfg.out_dir:  # a folder of the user's, which grids of several runs may share: the checkpoint named
+        fixed["checkpoint"] = os.path.abspath(resolve_checkpoint_path(cfg.ckpt_path))
     return "_".join(parts) + "_" + hashlib.sha1(json.dumps(fixed, sort_keys=True).encode()).hexdigest()[:8] + ".json"
 
 

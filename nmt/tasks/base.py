@@ -169,6 +169,14 @@ def evaluation_folder_for_code(folder: Path, chosen: bool, run_dir: Path) -> tup
     return other, code
 
 
+# the data options evaluate.py takes: where a corpus is now (a moved root, a data=files run's moved split files,
+# downloading), how a TSV's fields are read, a language model's scoring stride and the source length cut (each
+# naming the evaluation's folder), how batches are made (no score changes); any other (data.tgt_lang,
+# data.test_set) would score under settings the run did not have, in the folder of the run's own
+EVALUATION_DATA_OPTIONS = ("root", "download", "train", "val", "test", "columns", "eval_stride", "max_src_len")
+EVALUATION_DATA_OPTIONS += ("num_workers", "batches_on_device", "max_tokens", "eval_max_tokens")
+
+
 def evaluation_data_config(loaded, overrides: dict | None, elsewhere: tuple[str, ...] = ()) -> DictConfig:
     """The checkpoint's data config with evaluate.py's data options applied (those given: null is "not
     given"). ``data.root`` or ``data.columns`` where the run's corpus takes none is refused in one line, not
@@ -180,6 +188,13 @@ def evaluation_data_config(loaded, overrides: dict | None, elsewhere: tuple[str,
     for key, value in (overrides or {}).items():
         if value is None:
             continue
+        if key not in EVALUATION_DATA_OPTIONS:
+            raise ValueError(
+                f"data.{key}={value}: an evaluation scores with the run's own data settings (its scores are then "
+                f"the run's, in the folder its settings name); evaluate.py's data options say where the data is "
+                f"now and how it is read: {', '.join(f'data.{k}' for k in EVALUATION_DATA_OPTIONS)}; score another "
+                "set with split=..., other text with split=files:<prefix>"
+            )
         if key in ("root", "columns") and key not in data_cfg:
             if key in elsewhere:
                 continue

@@ -37,6 +37,7 @@ from nmt.tasks.translation_eval import (
     load_eval_set,
     print_scores,
     print_summary,
+    set_name,
     split_tag,
     tsv_columns,
     write_attention_maps,
@@ -289,7 +290,8 @@ class TranslationTask(Task):
         given_columns = (data_overrides or {}).get("columns")
         own_columns = (loaded.config.get("data") or {}).get("columns")
         name = eval_folder_name(loaded, split, search) + columns_tag(split, data_cfg, given_columns, own_columns)
-        if max_input_len != input_limit(data_cfg):  # sources cut elsewhere than the run's: a folder of its own
+        # sources cut elsewhere than the run's own data settings cut them: a folder of its own
+        if max_input_len != input_limit(loaded.config.get("data") or {}):
             name += f"_maxin{max_input_len}"
         folder = Path(out) if out else loaded.run_dir / "eval" / name
         out, code = evaluation_folder_for_code(folder, bool(out), loaded.run_dir)
@@ -354,7 +356,7 @@ class TranslationTask(Task):
         for split in splits:
             out = cfg.out_dir
             if out and len(splits) > 1:  # one sub-folder per set
-                out = str(Path(out) / split.replace(":", "_").replace("/", "_"))
+                out = str(Path(out) / set_name(split))  # two paths that flatten alike: two folders
             results[split] = self.evaluate_split(
                 loaded,
                 split,

@@ -2,6 +2,7 @@
 output files, attention heatmaps, and the tables printed."""
 
 import errno
+import os
 import zlib
 from collections.abc import Sequence
 from dataclasses import fields
@@ -29,6 +30,19 @@ def eval_folder_name(loaded, split: str, search: SearchConfig) -> str:
     return split_tag(split, search, len(loaded.checkpoints), checkpoint, own)
 
 
+def set_name(split: str) -> str:
+    """An evaluation set's part of a folder name: the split, and for a file given by path (``files:``) the
+    path flattened with a short hash of it, made absolute: files:c/a_b and files:c/a/b read the same once
+    flattened, and files:t given in two folders are two files."""
+    name = split.replace(":", "_").replace("/", "_")
+    if split.startswith("files:"):
+        path = os.path.abspath(os.path.expanduser(split.split(":", 1)[1]))
+        name += f"_{zlib.crc32(f'files:{path}'.encode()):08x}"  # an absolute path's hash as it always was
+    elif "/" in split:
+        name += f"_{zlib.crc32(split.encode()):08x}"
+    return name
+
+
 def split_tag(
     split: str, search: SearchConfig, averaged: int = 1, checkpoint: str = "best", reference: SearchConfig | None = None
 ) -> str:
@@ -36,10 +50,7 @@ def split_tag(
     other: the checkpoint (unless best.ckpt), the set, the search, every search option that differs from
     ``reference`` (the run's own decoding settings), and how many checkpoints were averaged."""
     tag = "" if checkpoint == "best" else f"{checkpoint}_"
-    name = split.replace(":", "_").replace("/", "_")
-    if "/" in split:  # a path: files:c/a_b and files:c/a/b read the same once flattened, and must not share
-        name += f"_{zlib.crc32(split.encode()):08x}"
-    tag += f"{name}_{search.strategy}"
+    tag += f"{set_name(split)}_{search.strategy}"
     kept = RANKED.get(search.strategy)  # a ranking search's hypotheses kept (beam5), named after its strategy
     tag += str(search.hypotheses) if kept else ""
     reference = reference or search
