@@ -154,6 +154,16 @@ def test_checkpoint_average_is_the_mean():
     averaged = average_state_dicts(dicts)
     torch.testing.assert_close(averaged["w"], torch.tensor([2.0, 2.0]))
     assert averaged["step"].item() == 3  # integer buffers are taken from the first, not averaged
+    # another model's checkpoint among them (other names, other shapes): named, not a KeyError
+    from nmt.inference.checkpoint import CheckpointError
+
+    names = ["epoch003.ckpt", "epoch004.ckpt", "epoch005.ckpt"]
+    with pytest.raises(
+        CheckpointError, match=r"^epoch005.ckpt holds other weights than epoch003.ckpt \(v \.\.\.\): ch"
+    ):
+        average_state_dicts([*dicts[:2], {"v": torch.tensor([1.0]), "step": torch.tensor(1)}], names)
+    with pytest.raises(CheckpointError, match=r"^epoch004.ckpt holds other weights than epoch003.ckpt \(w\)"):
+        average_state_dicts([dicts[0], {"w": torch.zeros(3), "step": torch.tensor(1)}], names[:2])
 
 
 @pytest.mark.parametrize("use_values", [True, False])

@@ -3,6 +3,7 @@ prefixes, alignments from attention, ensembles checked against their members, an
 pipe (line by line, flushed), with its bad-input messages."""
 
 import os
+import re
 import subprocess
 import sys
 from dataclasses import replace
@@ -483,7 +484,8 @@ def test_evaluate_output_without_input_is_refused():
 
 
 @pytest.mark.parametrize(
-    "given", ["split=val", "out_dir=somewhere", "attention_maps=[0]", "rouge=true"]
+    "given", ["split=val", "out_dir=somewhere", "attention_maps=[0]", "rouge=true", "data.columns=[1,0]",
+              "data.root=/corpus", "+data.test=/corpus/test"]
 )  # fmt: skip
 def test_evaluate_input_refuses_the_options_of_scoring_a_split(given):
     """They were accepted and ignored: input= printed the translations, wrote no heatmaps and no folder."""
@@ -493,7 +495,7 @@ def test_evaluate_input_refuses_the_options_of_scoring_a_split(given):
 
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         cfg = compose("evaluate", overrides=["ckpt_path=x", "input=in.txt", given])
-    key = given.split("=")[0]
+    key = re.escape(given.split("=")[0].lstrip("+"))
     with pytest.raises(ValueError, match=rf"^{key}=.* with input=in.txt: input= translates a file .* drop one of them"):
         TranslationTask().check_evaluation(cfg)
 
@@ -889,3 +891,23 @@ def test_lines_truncated_across_a_files_chunks_and_a_stream_are_said_in_one_warn
         "3 input line(s) longer than max_input_len=4 subword tokens were truncated (first: line 2)",
     ]
     assert len(capsys.readouterr().out.splitlines()) == 10  # both runs' translations, in full
+
+
+def test_an_empty_evaluation_set_is_named_before_decoding_and_by_the_scorer(checkpoints, tmp_path, capsys):
+    """An empty files: set decoded nothing, then failed in sacreBLEU with an IndexError's traceback; the
+    rescoring command on empty files did the same."""
+    from hydra import compose, initialize_config_dir
+
+    from nmt.evaluation import score
+    from nmt.evaluation.evaluate import evaluate
+
+    for side in ("en", "de"):
+        (tmp_path / f"empty.{side}").write_text("")
+    given = [f"ckpt_path={checkpoints['seed1']}", f"split=files:{tmp_path / 'empty'}", "device=cpu", "samples=0"]
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("evaluate", overrides=given)
+    with pytest.raises(ValueError, match=r"^split=files:.*empty: the set holds no sentence \(.*\); give one that does"):
+        evaluate(cfg)
+    with pytest.raises(SystemExit):
+        score.main([str(tmp_path / "empty.de"), str(tmp_path / "empty.de"), "--lang", "de"])
+    assert "empty.de holds no line: there is nothing to score" in capsys.readouterr().err

@@ -44,6 +44,8 @@ def main(argv: list[str] | None = None) -> dict:
         baseline = read_parallel(args.baseline, args.references)[0] if args.baseline else None
     except (OSError, ValueError) as err:
         parser.exit(2, f"error: {err}\n")
+    if not references:  # sacreBLEU fails on an empty corpus with an IndexError
+        parser.exit(2, f"error: {args.references} holds no line: there is nothing to score\n")
     if not args.lowercase and _scored_ignoring_case(args.hypotheses):
         args.lowercase = True
         print(

@@ -162,8 +162,22 @@ def _epoch_number(name: str) -> int:
     return int(found.group(1)) if found else -1
 
 
-def average_state_dicts(state_dicts: list[dict]) -> dict:
-    """Element-wise mean of floating-point tensors (Vaswani et al. average the last checkpoints)."""
+def average_state_dicts(state_dicts: list[dict], names: list[str] | None = None) -> dict:
+    """Element-wise mean of floating-point tensors (Vaswani et al. average the last checkpoints). Weights of
+    other names or shapes than the first's (another model's checkpoint among them) are a CheckpointError
+    naming the file (``names``), not a KeyError."""
+    first_dict = state_dicts[0]
+    for index, other in enumerate(state_dicts[1:], start=1):
+        misfit = sorted(set(first_dict) ^ set(other)) or [
+            k for k in first_dict if getattr(first_dict[k], "shape", None) != getattr(other[k], "shape", None)
+        ]
+        if misfit:
+            name = names[index] if names else f"checkpoint {index + 1}"
+            first = names[0] if names else "the first"
+            raise CheckpointError(
+                f"{name} holds other weights than {first} ({misfit[0]}{' ...' if len(misfit) > 1 else ''}): "
+                "checkpoints of one run are averaged, not of other models; remove it, or average fewer"
+            )
     averaged = {}
     for key, first in state_dicts[0].items():
         if torch.is_floating_point(first):

@@ -119,7 +119,7 @@ def load_model(ckpt_path: str | os.PathLike, average_last: int = 0, device: str 
             )
         candidates = available[-average_last:]
         paths = [str(Path(p).expanduser().absolute()) for p in candidates]
-        state_dict = average_state_dicts([load_checkpoint(p)["state_dict"] for p in candidates])
+        state_dict = average_state_dicts([load_checkpoint(p)["state_dict"] for p in candidates], paths)
     section = checkpoint[CHECKPOINT_KEY]
     src_tokenizer = load_tokenizer(section["src_tokenizer"], section.get("src_segmenter"))
     tgt_tokenizer = load_tokenizer(section["tgt_tokenizer"], section.get("tgt_segmenter"))

@@ -140,10 +140,14 @@ class TranslationTask(Task):
                 "attention_maps": bool(cfg.get("attention_maps")),
                 "rouge": cfg.get("rouge") is not None,
             }
+            # the data options say where a split's corpus is and how a TSV's fields are read: input= reads
+            # plain lines (data.columns=[1,0] left whole TSV lines translated)
+            data = OmegaConf.to_container(cfg.get("data") or OmegaConf.create(), resolve=True)
+            given.update({f"data.{key}": value is not None for key, value in data.items()})
             for key in (key for key, set_ in given.items() if set_):
                 raise ValueError(
-                    f"{key}={OmegaConf.select(cfg, key)} with input={cfg.input}: input= translates a file (output= "
-                    f"says where to), and {key} belongs to scoring a split; drop one of them"
+                    f"{key}={OmegaConf.select(cfg, key)} with input={cfg.input}: input= translates a file of plain "
+                    f"lines (output= says where to), and {key} belongs to scoring a split; drop one of them"
                 )
         if cfg.get("num_samples", 1) != 1:
             raise ValueError(
@@ -325,6 +329,8 @@ class TranslationTask(Task):
         datamodule = self.build_datamodule(data_cfg, loaded.config["cache_dir"], loaded.config["seed"])
         columns = (data_overrides or {}).get("columns")
         found = load_eval_set(split, datamodule, data_cfg, loaded.config, self, columns)
+        if not found[0]:  # said before decoding, not by sacreBLEU's IndexError after it
+            raise ValueError(f"split={split}: the set holds no sentence ({found[2]}); give one that does")
         if split in ("train", "val", "test"):
             check_split_text(loaded, datamodule, split, "or score other text with split=files:<prefix>")
         return datamodule, data_cfg, found
