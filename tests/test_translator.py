@@ -530,6 +530,13 @@ def test_evaluate_applies_max_input_len_to_a_split_and_checks_attention_indices_
     with pytest.raises(ValueError, match=r"attention_maps: sentence 999 does not exist \(the set has \d+: indices 0"):
         evaluate_val(f"out_dir={tmp_path / 'c'}", "attention_maps=[0,999]")
     assert len(limits) == 4 and not (tmp_path / "c").exists()  # nothing decoded, nothing written
+    # a learned source table of 6 positions lowers the limit to 5: metrics.json records the limit applied, not
+    # the one asked for
+    from nmt.decoding import translate
+
+    monkeypatch.setattr(translate, "position_limits", lambda model: (6, None))
+    result = evaluate_val(f"out_dir={tmp_path / 'd'}")
+    assert result["max_input_len"] == 5 and limits[-1] == 5
 
 
 def test_evaluation_refuses_a_split_whose_text_is_not_the_one_the_model_was_trained_with(tmp_path):

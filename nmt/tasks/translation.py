@@ -15,7 +15,7 @@ from nmt.data.sources import decode_lines, read_lines
 from nmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from nmt.decoding.search import decode
 from nmt.decoding.settings import SearchConfig, search_problems, search_settings
-from nmt.decoding.translate import input_limit, translate_lines
+from nmt.decoding.translate import input_limit, input_limit_for, translate_lines
 from nmt.metrics.corpus import ROUGE_KEYS, bleu_tokenizer, corpus_scores, tokenized_lowercase_signature
 from nmt.metrics.score_jobs import ScoreJobs
 from nmt.metrics.validation_scores import ScoreSpec
@@ -284,7 +284,8 @@ class TranslationTask(Task):
         )
         bleu_tokenizer(datamodule.tgt_lang)  # a scorer's missing package stops here, not after the decoding
         check_attention_indices(attention_maps, len(sources))  # and a sentence the set lacks
-        max_input_len = max_input_len or input_limit(data_cfg)
+        requested = max_input_len or input_limit(data_cfg)
+        max_input_len = input_limit_for(loaded.model, requested)  # recorded as applied (a learned table's size)
         hypotheses = translate_lines(
             loaded.model, loaded.src_tokenizer, loaded.tgt_tokenizer, sources, search, max_tokens, max_input_len, True
         )
@@ -295,7 +296,7 @@ class TranslationTask(Task):
         own_columns = (loaded.config.get("data") or {}).get("columns")
         name = eval_folder_name(loaded, split, search) + columns_tag(split, data_cfg, given_columns, own_columns)
         # sources cut elsewhere than the run's own data settings cut them: a folder of its own
-        if max_input_len != input_limit(loaded.config.get("data") or {}):
+        if requested != input_limit(loaded.config.get("data") or {}):
             name += f"_maxin{max_input_len}"
         folder = Path(out) if out else loaded.run_dir / "eval" / name
         out, code = evaluation_folder_for_code(folder, bool(out), loaded.run_dir)
