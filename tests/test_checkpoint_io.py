@@ -16,7 +16,7 @@ def test_step_checkpoints_added_removed_or_reset_on_resume_leave_no_callback_sta
     import torch
 
     from nmt.tasks import build_task
-    from nmt.training.checkpoint_io import STEP_CHECKPOINT_KEY, AtomicCheckpointIO
+    from nmt.training.checkpoint_io import STEP_CHECKPOINT_KEY, AtomicCheckpointIO, best_checkpoint_key
     from nmt.training.trainer import _callbacks
 
     def keys(steps: int) -> set[str]:
@@ -26,15 +26,36 @@ def test_step_checkpoints_added_removed_or_reset_on_resume_leave_no_callback_sta
     assert keys(4) == keys(7) == keys(0)
     assert STEP_CHECKPOINT_KEY in keys(0)
 
-    lightnings = "ModelCheckpoint{'monitor': None, 'mode': 'min', 'every_n_train_steps': %s, 'every_n_epochs': 0, "
-    epochs = "ModelCheckpoint{'monitor': 'step', 'mode': 'max', 'every_n_train_steps': 0, 'every_n_epochs': 1, "
+    # Lightning's key: the class's name and its settings
+    lightnings = "FolderCheckpoint{'monitor': None, 'mode': 'min', 'every_n_train_steps': %s, 'every_n_epochs': 0, "
+    epochs = "EpochCheckpoints{'monitor': 'step', 'mode': 'max', 'every_n_train_steps': 0, 'every_n_epochs': 1, "
     saved = {
         (lightnings % 4) + "'train_time_interval': None}": {"last_model_path": "last.ckpt"},
         epochs + "'train_time_interval': None}": {"best_model_score": 3},
     }
+    best = "FolderCheckpoint{'monitor': 'val_bleu', 'mode': 'max', 'every_n_train_steps': 0, 'every_n_epochs': 2, "
+    saved[best + "'train_time_interval': None}"] = {"best_model_score": 31.5}
     torch.save({"callbacks": saved}, tmp_path / "old.ckpt")
     read = AtomicCheckpointIO().load_checkpoint(tmp_path / "old.ckpt", weights_only=True)["callbacks"]
     assert read == {
         STEP_CHECKPOINT_KEY: {"last_model_path": "last.ckpt"},
-        **{k: v for k, v in saved.items() if "step'" in k},
+        best_checkpoint_key("val_bleu", "max"): {"best_model_score": 31.5},
+        **{k: v for k, v in saved.items() if "step'" in k},  # the epoch checkpoints keep Lightning's key
     }
+
+
+def test_the_best_checkpoints_state_follows_its_score_not_how_often_it_is_saved(tmp_path, train_config):
+    """validation.bleu_every_n_epochs set the best checkpoint's every_n_epochs, which Lightning's state key
+    holds: a run resumed under resume=force with another interval lost its best score (the next validation
+    replaced best.ckpt whatever it scored). Another monitored score is another state."""
+    from nmt.tasks import build_task
+    from nmt.training.checkpoint_io import BestCheckpoint
+    from nmt.training.trainer import _callbacks
+
+    def best_key(*overrides: str) -> str:
+        cfg = train_config("checkpoint.monitor=val_bleu", "checkpoint.mode=max", *overrides)
+        callbacks = _callbacks(cfg, tmp_path, build_task(cfg.task))
+        return next(c for c in callbacks if isinstance(c, BestCheckpoint)).state_key
+
+    assert best_key("validation.bleu_every_n_epochs=1") == best_key("validation.bleu_every_n_epochs=3")
+    assert best_key() != best_key("checkpoint.monitor=val_loss", "checkpoint.mode=min")

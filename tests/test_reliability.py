@@ -357,7 +357,7 @@ def test_a_run_resumed_in_a_moved_folder_keeps_its_best_score_and_its_epoch_chec
     with pytest.raises(SystemExit):
         train_in_process(before, SignalAt("train_epoch_start", 2), overrides=overrides)
     saved = torch.load(before / "checkpoints" / "last.ckpt", weights_only=True)["callbacks"]
-    best_saved = next(state for name, state in saved.items() if name.startswith("FolderCheckpoint"))
+    best_saved = next(state for name, state in saved.items() if name.startswith("BestCheckpoint"))
     shutil.move(before, after)
     tracked = TrackedAtStart()
     with warnings.catch_warnings(record=True) as caught:

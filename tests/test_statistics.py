@@ -1,6 +1,7 @@
 """The sweep report's statistics against independent references (scipy, statsmodels, sacreBLEU's CLI,
 arithmetic by hand) and by simulation (false-positive rates of null sweeps), and the report built on them."""
 
+import csv
 import gzip
 import json
 import math
@@ -10,6 +11,7 @@ import re
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -491,7 +493,7 @@ def _row(report: str, start: str) -> list[str]:
     return [cell.strip() for cell in line.strip("|").split("|")]
 
 
-def test_a_sweep_copied_or_moved_reports_its_own_runs_outputs_not_those_at_the_old_paths(tmp_path):
+def test_a_sweep_copied_or_moved_reports_its_own_runs_outputs_not_those_at_the_old_paths(tmp_path, monkeypatch):
     """Each record names its run's folder and outputs by absolute path: the report of a copied sweep, or of
     runs set aside (on_changed=move), read the outputs of whatever ran at the old paths since (their paired
     p and test sentences, under the set-aside runs' scores); a moved sweep lost those sections in silence."""
@@ -512,6 +514,12 @@ def test_a_sweep_copied_or_moved_reports_its_own_runs_outputs_not_those_at_the_o
     for hyps in (tmp_path / "c").glob("*/hyps.txt"):  # gone: said where the section would be
         hyps.unlink()
     assert "Not shown: the runs' test outputs cannot be read here" in write_report(tmp_path / "c").read_text()
+    # a sweep reported from a relative folder (sweeps/<name>, as Hydra gives it) keeps its absolute paths
+    monkeypatch.chdir(tmp_path)
+    write_report(Path("b"))
+    with open(tmp_path / "b" / "results.csv", newline="") as handle:
+        folders = [row["run_dir"] for row in csv.DictReader(handle)]
+    assert folders and all(Path(f).is_absolute() and Path(f).parent == tmp_path / "b" for f in folders)
 
 
 def test_report_from_synthetic_runs(tmp_path):

@@ -354,7 +354,8 @@ class Translator:
     def counted_truncation(self, say_first: bool = False, keep_end: bool = False):
         """Within it, the lines truncated over many calls (a file translated in chunks, a stream line by line)
         are said in one warning at its end, not one per call; ``say_first``: the first is said at once too (a
-        stream read as it is typed)."""
+        stream read as it is typed). Its count is the translator's own: one such block at a time (the web
+        server does not use it)."""
         self._cut, self._say_first = [], say_first
         try:
             yield

@@ -40,7 +40,12 @@ def create_app(translator: Translator, max_chars: int = 1000, title: str = "nmt"
     async def limit_size(request: Request, call_next):
         declared = request.headers.get("content-length")
         # a chunked body could be of any size; a path that takes no body is left to routing (404, 405)
-        if request.method == "POST" and declared is None and request.url.path == "/api/translate":
+        takes_body = any(
+            getattr(route, "path", None) == request.scope.get("path")
+            and "POST" in (getattr(route, "methods", None) or ())
+            for route in app.routes
+        )
+        if request.method == "POST" and declared is None and takes_body:
             return JSONResponse({"error": "a request body needs a Content-Length"}, status_code=411)
         if declared is not None and (not declared.isdigit() or int(declared) > MAX_BODY_BYTES):
             return JSONResponse({"error": f"request larger than {MAX_BODY_BYTES} bytes"}, status_code=413)

@@ -24,10 +24,10 @@ def log_report_to_wandb(report_path, project: str, group: str, metric: str = "au
     # a sweep rerun that changed nothing (every run finished, the same report) logged one more report run
     # into the group, two of one name: the report logged is remembered, and logged again only when it changed
     logged = sweep_dir / "wandb" / "report_logged.sha256"
-    made = [report_path, sweep_dir / "results.csv", sweep_dir / "report.html"]
+    made = [report_path, sweep_dir / "results.csv", sweep_dir / "report.html", *sorted(sweep_dir.glob("*.png"))]
     digest = hashlib.sha256(f"{project}\n{group}\n{metric}".encode())
     for path in made:
-        digest.update(path.read_bytes() if path.is_file() else b"-")
+        digest.update(path.name.encode() + (path.read_bytes() if path.is_file() else b"-"))
     if logged.is_file() and logged.read_text().strip() == digest.hexdigest():
         print(f"W&B: the report run {group}-report already holds this report; not logged again")
         return

@@ -174,7 +174,8 @@ def evaluation_folder_for_code(folder: Path, chosen: bool, run_dir: Path) -> tup
 # naming the evaluation's folder), how batches are made (no score changes); any other (data.tgt_lang,
 # data.test_set) would score under settings the run did not have, in the folder of the run's own
 EVALUATION_DATA_OPTIONS = ("root", "download", "train", "val", "test", "columns", "eval_stride", "max_src_len")
-EVALUATION_DATA_OPTIONS += ("num_workers", "batches_on_device", "max_tokens", "eval_max_tokens")
+EVALUATION_DATA_OPTIONS += ("num_workers", "batches_on_device", "max_tokens", "eval_max_tokens", "batch_size")
+EVALUATION_DATA_OPTIONS += ("eval_batch_size",)
 
 
 def evaluation_data_config(loaded, overrides: dict | None, elsewhere: tuple[str, ...] = ()) -> DictConfig:
@@ -194,6 +195,11 @@ def evaluation_data_config(loaded, overrides: dict | None, elsewhere: tuple[str,
                 f"the run's, in the folder its settings name); evaluate.py's data options say where the data is "
                 f"now and how it is read: {', '.join(f'data.{k}' for k in EVALUATION_DATA_OPTIONS)}; score another "
                 "set with split=..., other text with split=files:<prefix>"
+            )
+        if key in ("train", "val", "test") and key not in data_cfg:  # a data=files run's files, named by path
+            raise ValueError(
+                f"data.{key}={value}: this run's corpus ({str(data_cfg.get('_target_', '?')).rsplit('.', 1)[-1]}) "
+                f"names no {key} files (a data=files run's do); score other files with split=files:<prefix>"
             )
         if key in ("root", "columns") and key not in data_cfg:
             if key in elsewhere:

@@ -1,5 +1,6 @@
 """Writing checkpoints safely: whole or not at all, never with non-finite numbers, and a full disk named."""
 
+import ast
 import copy
 import errno
 import functools
@@ -162,8 +163,10 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         kwargs = {} if map_location is None else {"map_location": map_location}
         checkpoint = super().load_checkpoint(path, weights_only=weights_only, **kwargs)
         states = checkpoint.get("callbacks") or {}
-        for key in [k for k in states if _lightnings_step_key(k)]:  # a checkpoint saved before the key was ours
-            states.setdefault(STEP_CHECKPOINT_KEY, states.pop(key))
+        for key in list(states):  # a checkpoint saved before the keys were ours: read under ours
+            ours = _our_key(key)
+            if ours is not None:
+                states.setdefault(ours, states.pop(key))
         return checkpoint
 
     def remove_checkpoint(self, path) -> None:
@@ -305,14 +308,40 @@ class FolderCheckpoint(ModelCheckpoint):
 STEP_CHECKPOINT_KEY = "StepCheckpoint"
 
 
-def _lightnings_step_key(key) -> bool:
-    # Lightning's key for a ModelCheckpoint monitoring nothing, saved every N > 0 updates
-    return (
-        isinstance(key, str)
-        and key.startswith("ModelCheckpoint{")
-        and "'monitor': None" in key
-        and not any(f"'every_n_train_steps': {off}" in key for off in ("0,", "None,"))
-    )
+def best_checkpoint_key(monitor: str | None, mode: str) -> str:
+    """The best checkpoint's state key: its score, not how often it is saved (Lightning's key holds
+    every_n_epochs, which validation.bleu_every_n_epochs sets: a run resumed under resume=force with another
+    interval lost its best score, and its next validation replaced best.ckpt whatever it scored)."""
+    return f"BestCheckpoint{repr({'monitor': monitor, 'mode': mode})}"
+
+
+def _our_key(key) -> str | None:
+    """Our key for Lightning's key of the step or the best checkpoint (None: another callback's): its class's
+    name (FolderCheckpoint, or ModelCheckpoint before that class) and its settings."""
+    if not isinstance(key, str):
+        return None
+    name, brace, rest = key.partition("{")
+    if name not in ("FolderCheckpoint", "ModelCheckpoint") or not brace:
+        return None
+    try:
+        settings = ast.literal_eval(brace + rest)
+    except (ValueError, SyntaxError):
+        return None
+    monitor = settings.get("monitor")
+    if monitor is None:  # saved every N > 0 updates: the step checkpoint
+        return STEP_CHECKPOINT_KEY if settings.get("every_n_train_steps") else None
+    if monitor == "step":  # the epoch checkpoints keep Lightning's key, which never changes
+        return None
+    return best_checkpoint_key(monitor, settings.get("mode", "min"))
+
+
+class BestCheckpoint(FolderCheckpoint):
+    """``best.ckpt``: Lightning's ModelCheckpoint on the monitored score, its state under
+    :func:`best_checkpoint_key`."""
+
+    @property
+    def state_key(self) -> str:
+        return best_checkpoint_key(self.monitor, self.mode)
 
 
 class StepCheckpoint(FolderCheckpoint):

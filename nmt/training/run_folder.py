@@ -381,6 +381,7 @@ def in_this_folder(results: dict, run_dir: Path) -> dict:
     """``results`` with the paths into the folder it was written in (``results["run_dir"]``) made paths into
     ``run_dir``: a finished run's folder moved or copied reports its own files, not the original's."""
     before = results.get("run_dir")
+    run_dir = Path(run_dir).absolute()  # a sweep's records are read from a relative folder (sweeps/<name>)
     if not isinstance(before, str) or os.path.normpath(before) == os.path.normpath(run_dir):
         return results
     before = os.path.normpath(before)

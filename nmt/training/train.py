@@ -366,7 +366,8 @@ def _train_in_folder(cfg: DictConfig, task, run_dir: Path, config: dict, main_pr
                 # a resumed sitting stopped before it wrote a checkpoint (another order of the data, an optimiser
                 # state of other shapes under resume=force, any fault at Lightning's start) left the folder's
                 # checkpoints as they were: their records are put back, so the run's own command continues it
-                if records is not None and resume is not None and not trainer.strategy.checkpoint_io.saves:
+                wrote = getattr(trainer.strategy.checkpoint_io, "saves", 1)  # another writer: taken as written
+                if records is not None and resume is not None and not wrote:
                     restore_records(run_dir, records)
                 raise
 

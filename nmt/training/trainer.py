@@ -27,8 +27,8 @@ from nmt.training.callbacks import (
 )
 from nmt.training.checkpoint_io import (
     AtomicCheckpointIO,
+    BestCheckpoint,
     EpochCheckpoints,
-    FolderCheckpoint,
     NoStepCheckpoint,
     StepCheckpoint,
     WriteBehind,
@@ -43,7 +43,7 @@ def _callbacks(cfg: DictConfig, checkpoint_dir: Path, task: Task) -> list:
     decoded = cfg.checkpoint.monitor in task.decoded_metrics
     every = cfg.validation.bleu_every_n_epochs if decoded else 1
     callbacks = [
-        FolderCheckpoint(
+        BestCheckpoint(
             dirpath=checkpoint_dir,
             filename="best",
             monitor=cfg.checkpoint.monitor,
