@@ -61,6 +61,47 @@ def test_tuning_chooses_each_levels_best_mean_on_validation(tmp_path):
     assert "# | noam | warmup=400 | 33.50 ± 6.35 | 2 |\n" in out.read_text()  # the candidates, for the report
 
 
+def test_tune_refuses_unfinished_candidates_and_other_keys_and_carries_the_winners_level_settings(tmp_path):
+    """tune chose among the candidates that had finished, saying nothing of those planned but not run; wrote a
+    swept key that is not the level's own (pos for --level optim) as the level's setting, so that the
+    factorial's runs of that level alone had it; and dropped what the tuning sweep's level_settings gave the
+    winning candidate (the factorial then ran it without)."""
+    for name in ("adam", "pos", "noam"):
+        (tmp_path / name).mkdir()
+    fake_tuning_sweep(tmp_path / "adam", "adam", "optim.optimizer.lr", {"1e-3": [20, 22], "4e-3": [25, 24]})
+    planned = [f"optim.optimizer.lr={lr},seed={s}" for lr in ("1e-3", "2e-3", "4e-3") for s in (1, 2)]
+    (tmp_path / "adam" / "plan.json").write_text(json.dumps({"run_names": planned}))
+    with pytest.raises(ValueError, match=r"adam: 1 planned candidate\(s\) have no finished run \(optim.optimizer.lr="
+                       r"2e-3\): tune would choose among the others; finish the tuning sweep"):  # fmt: skip
+        tune([tmp_path / "adam"], "optim")
+    fake_tuning_sweep(tmp_path / "pos", "adam", "pos", {"absolute": [20, 22], "relative": [25, 24]})
+    with pytest.raises(ValueError, match=r"pos: it sweeps pos, not a setting of optim=adam \(those are optim.\* and"):
+        tune([tmp_path / "pos"], "optim")
+    fake_tuning_sweep(tmp_path / "noam", "noam", "warmup", {"10": [30, 31], "50": [20, 21]})
+    paired = {"warmup": {"10": ["optim.scheduler.factor=0.5"], "50.0": ["optim.scheduler.factor=2.0"]}}
+    (tmp_path / "noam" / "plan.json").write_text(json.dumps({"level_settings": paired}))
+    assert tune([tmp_path / "noam"], "optim").settings == {
+        "optim": {"noam": ["warmup=10", "optim.scheduler.factor=0.5"]}
+    }
+
+
+def test_level_settings_match_a_level_by_value_and_refuse_one_the_sweep_does_not_run():
+    """level_settings={optim.scheduler.factor: {2.0: [...]}} on a sweep of factor=0.5,2: Hydra read the
+    setting's level as 2.0 and the sweep's as 2, and the runs at 2 got nothing, without a word."""
+    from nmt.sweep.levels import level_overrides
+
+    settings = {"optim.scheduler.factor": {2.0: ["warmup=50"], 0.5: ["warmup=10"]}}
+    assert level_overrides(settings, {"optim.scheduler.factor": "2"}) == ["warmup=50"]
+    assert level_overrides(settings, {"optim.scheduler.factor": "5e-1"}) == ["warmup=10"]
+    levels = {"optim.scheduler.factor": ["0.5", "2"], "seed": ["1"]}
+    assert level_settings_problem(settings, levels) is None
+    wrong = {"optim.scheduler.factor": {"0.5": ["warmup=10"], "3": ["warmup=50"]}}
+    assert level_settings_problem(wrong, levels) == (
+        "level_settings.optim.scheduler.factor.3: 3 is not a level of this sweep (optim.scheduler.factor here: "
+        "0.5, 2), so no run would get its settings; write it as the sweep does"
+    )
+
+
 def test_a_sweep_with_a_tuned_file_records_it_and_its_report_quotes_how_the_settings_were_chosen(tmp_path):
     """+tuned=<name>: the report named no tuning at all, only each level's values."""
     from hydra import compose, initialize_config_dir
@@ -233,8 +274,8 @@ def test_tune_says_where_a_choice_is_weak_and_carries_the_levels_own_held_settin
         # 400 is inside 200..800: no edge; its lead over 800 is not established either
         "note: optim=noam: the chosen candidate leads the next (warmup=800) by 2.50, not established by their "
         f"seeds (Welch p = {welch_p(noam['400'], noam['800'])}): the two may be equally good",
-        "note: optim=noam's tuning sweep held optim.scheduler.factor=0.5 ~optim.optimizer.weight_decay, its own "
-        "settings: they go with its choice",
+        "note: optim=noam's tuning sweep held optim.scheduler.factor=0.5 ~optim.optimizer.weight_decay (its own "
+        "settings, or those its level_settings gave the chosen candidate): they go with its choice",
         # a budget that differs between the levels' tuning runs: not tuned alike (optim.* and warmup are theirs)
         "note: the tuning runs of optim=adam and optim=noam differ in settings that are neither level's own "
         "(trainer.max_steps: 40 for adam, 80 for noam): their levels were not tuned alike",
@@ -282,23 +323,24 @@ def test_tune_says_where_a_choice_is_weak_and_carries_the_levels_own_held_settin
         "note: optim=noam: every candidate scored 0.00: the metric does not tell them apart (too short a "
         "training?), and the choice is the first listed"
     )
-    # -1 (no limit) among the values tried: a choice at the other edge is still one
+    # -1 (no limit) among the values tried (of a level's own setting, as tune takes no other): a choice at the
+    # other edge is still one
     sentinel = {"-1": [20, 20.5, 19.5], "5": [25, 25.5, 24.5], "10": [30, 30.5, 29.5]}
-    tuning_sweep(tmp_path / "epochs", ["optim=noam"], "trainer.max_epochs", sentinel, fingerprints=False)
+    tuning_sweep(tmp_path / "epochs", ["optim=noam"], "optim.scheduler.max_steps", sentinel, fingerprints=False)
     assert notes_of(tune([tmp_path / "epochs"], "optim"), unrecorded=False) == [
-        "note: optim=noam: the chosen trainer.max_epochs=10 is the largest value tried (5, 10): one above it may be "
-        "better; try it before the factorial"
+        "note: optim=noam: the chosen optim.scheduler.max_steps=10 is the largest value tried (5, 10): one above it "
+        "may be better; try it before the factorial"
     ]
     # and at the smallest: -1 sorts first but is no point of the scale
     sentinel = {"-1": [20, 20.5, 19.5], "5": [30, 30.5, 29.5], "10": [25, 25.5, 24.5]}
-    tuning_sweep(tmp_path / "epochs5", ["optim=noam"], "trainer.max_epochs", sentinel, fingerprints=False)
+    tuning_sweep(tmp_path / "epochs5", ["optim=noam"], "optim.scheduler.max_steps", sentinel, fingerprints=False)
     assert notes_of(tune([tmp_path / "epochs5"], "optim"), unrecorded=False) == [
-        "note: optim=noam: the chosen trainer.max_epochs=5 is the smallest value tried (5, 10): one below it may be "
-        "better; try it before the factorial"
+        "note: optim=noam: the chosen optim.scheduler.max_steps=5 is the smallest value tried (5, 10): one below it "
+        "may be better; try it before the factorial"
     ]
-    # nothing below none: no dropout chosen is no edge to go past (a clear lead: no other note)
+    # nothing below none: no weight decay chosen is no edge to go past (a clear lead: no other note)
     none = {"0.0": [30, 30.5, 29.5], "0.1": [20, 20.5, 19.5], "0.3": [10, 10.5, 9.5]}
-    tuning_sweep(tmp_path / "dropout", ["optim=noam"], "model.dropout", none, fingerprints=False)
+    tuning_sweep(tmp_path / "dropout", ["optim=noam"], "optim.optimizer.weight_decay", none, fingerprints=False)
     assert notes_of(tune([tmp_path / "dropout"], "optim"), unrecorded=False) == []
 
 

@@ -71,12 +71,27 @@ def plain_settings(level_settings) -> dict:
     }
 
 
+def same_level(a, b) -> bool:
+    """Whether two spellings name one level: as written, or as numbers (Hydra reads level_settings' 2 as
+    written in a sweep's ``factor=0.5,2`` but its own ``{2.0: [...]}`` as 2.0)."""
+    if str(a) == str(b):
+        return True
+    try:
+        return float(a) == float(b)
+    except (TypeError, ValueError):
+        return False
+
+
 def level_overrides(level_settings, values: dict[str, str]) -> list[str]:
     """The overrides that the levels in ``values`` (a run's {key: value}) bring, in a stable order."""
     settings = plain_settings(level_settings)
     overrides = []
     for key, by_level in sorted((settings or {}).items()):
-        overrides += [str(o) for o in (by_level or {}).get(str(values.get(key)), [])]
+        if key in values:
+            for level, given in (by_level or {}).items():
+                if same_level(level, values[key]):
+                    overrides += [str(o) for o in given]
+                    break
     return overrides
 
 
@@ -112,11 +127,19 @@ def level_settings_problem(level_settings, levels: dict[str, list[str]], from_fi
                 if name in levels:
                     source = "a factor of this sweep" if len(levels[name]) > 1 else "set by the command line or grid"
                     return f"{where}: {name} is also {source}; set it in one place"
-        if not from_file and by_level and not any(str(level) in levels[key] for level in by_level):
+        run_by = [level for level in by_level if any(same_level(level, ran) for ran in levels[key])]
+        if not from_file and by_level and not run_by:
             # a tuned file may hold more levels than a sweep runs (checked_tuned_file refuses one that applies to
             # no run at all); settings written for this sweep that no run gets are a mistake
             return (
                 f"level_settings.{key}: this sweep runs none of its levels ({', '.join(map(str, by_level))}; "
                 f"{key} here: {', '.join(levels[key])}), so no run would get its settings"
+            )
+        group = Path(__file__).resolve().parents[2] / "conf" / key
+        unrun = [str(level) for level in by_level if level not in run_by]
+        if not from_file and unrun and not group.is_dir():  # a value (not a group's option) no run of it has
+            return (
+                f"level_settings.{key}.{unrun[0]}: {unrun[0]} is not a level of this sweep ({key} here: "
+                f"{', '.join(levels[key])}), so no run would get its settings; write it as the sweep does"
             )
     return None

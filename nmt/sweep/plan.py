@@ -15,6 +15,7 @@ from nmt.sweep.levels import (
     level_settings_problem,
     override_pairs,
     plain_settings,
+    same_level,
     sweep_levels,
 )
 from nmt.sweep.mps import CONTROL
@@ -195,7 +196,8 @@ def print_plan(sweep_dir: Path, config: DictConfig) -> None:
             print(f"  {key} held at {values[0]} by the command line (the grid's factor: {', '.join(grid[key])})")
     for key, by_level in plain_settings(config.get("level_settings")).items():
         for level, overrides in by_level.items():
-            if str(level) in levels.get(key, []) and overrides:  # a level this sweep runs, with settings of its own
+            # a level this sweep runs, with settings of its own
+            if any(same_level(level, ran) for ran in levels.get(key, [])) and overrides:
                 print(f"  with {key}={level}: {' '.join(map(str, overrides))}   [level_settings]")
     constants = [f"{k}={v[0]}" for k, v in given.items() if len(v) == 1]
     print(f"  constants from the command line: {' '.join(constants) or 'none'}")

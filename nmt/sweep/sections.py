@@ -5,6 +5,7 @@ import math
 
 from nmt.sweep import analysis, effects
 from nmt.sweep.document import Document
+from nmt.sweep.levels import same_level
 from nmt.sweep.ranking import past_range_cells
 from nmt.sweep.summary import budget_text, plural
 from nmt.sweep.tuned import CONF, seeds_reused_text
@@ -34,7 +35,7 @@ def what_ran(
     for key, by_level in (facts.get("level_settings") or {}).items():
         # a factor's levels as they ran, each with its own settings or none; a level that did not run, none
         for level in levels[key] if key in levels else list(by_level):
-            overrides = by_level.get(level)
+            overrides = next((o for written, o in by_level.items() if same_level(written, level)), None)
             text = " ".join(map(str, overrides)) if overrides else "none of its own (the settings for every run)"
             rows.append([f"settings with {key}={level}", text])
     tuned = facts.get("tuned")

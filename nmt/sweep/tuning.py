@@ -18,8 +18,9 @@ from omegaconf import OmegaConf
 
 from nmt.metrics import lower_is_better
 from nmt.sweep.analysis import check_same_measure, mean_ci, past_range, welch_test
-from nmt.sweep.levels import sweep_levels
+from nmt.sweep.levels import level_overrides, sweep_levels
 from nmt.sweep.records import collect_records, finished_runs
+from nmt.sweep.summary import planned
 from nmt.sweep.tuned import ABSENT, CONF, tuning_run, write_tuned_file
 from nmt.utils.io import check_output_file
 
@@ -78,7 +79,11 @@ def tune(sweep_dirs: list[str | Path], level_key: str, metric: str = TUNING_METR
                 "can take: their seeds are too few or too scattered for a t interval (a run far from the others?); "
                 "the choice is by the mean, which such a run moves most"
             )
+        _only_own_swept(sweep_dir, level_key, level, scored)
         own = _own_held(sweep_dir, level_key, level)
+        # what the tuning sweep's level_settings gave the winning candidate (and the level) goes with it
+        paired = level_overrides(planned(sweep_dir).get("level_settings"), {**dict(scored[0][0]), level_key: level})
+        own += [o for o in paired if o not in own]
         chosen[level] = [f"{k}={v}" for k, v in scored[0][0]] + own
         winner = min((r for r in records if _setting(r, level_key) == scored[0][0]), key=lambda r: int(r["seed"]))
         under[level] = {
@@ -99,13 +104,36 @@ def tune(sweep_dirs: list[str | Path], level_key: str, metric: str = TUNING_METR
             )
         if own:
             notes.append(
-                f"note: {level_key}={level}'s tuning sweep held {' '.join(own)}, its own settings: they go with "
-                "its choice"
+                f"note: {level_key}={level}'s tuning sweep held {' '.join(own)} (its own settings, or those its "
+                "level_settings gave the chosen candidate): they go with its choice"
             )
     notes += _unlike_tuning(level_key, under, chosen)
     if not replicated:  # one seed a candidate: no interval to head a column with
         lines[0] = f"| {level_key} | candidate | {measure} (one seed each: no interval) | seeds |"
     return Tuned({level_key: chosen}, lines + notes, {level_key: under})
+
+
+def _only_own_swept(sweep_dir: Path, level_key: str, level: str, scored: list) -> None:
+    """A tuning sweep sweeps the level's own settings alone: the choice of another key (pos for --level optim)
+    would go into the factorial as the level's setting, and its runs of this level alone would have it."""
+    others = sorted({k for setting, _ in scored for k, _ in setting if not _own_setting(level_key, level, k)})
+    if others:
+        raise ValueError(
+            f"{sweep_dir}: it sweeps {', '.join(others)}, not a setting of {level_key}={level} (those are "
+            f"{level_key}.* and the keys its config file reads): its choice would go into the factorial with "
+            f"{level_key}={level} alone, mixing the two factors; tune only the level's own settings, or make "
+            f"{', '.join(others)} a factor of the factorial"
+        )
+
+
+def _unrun_candidates(sweep_dir: Path) -> list[str]:
+    """The planned candidates of a tuning sweep (its runs' folder names, the seed aside) with no finished run."""
+
+    def candidate(name: str) -> str:
+        return ",".join(part for part in name.split(",") if not part.startswith("seed="))
+
+    done = {candidate(path.parent.name) for path in finished_runs(sweep_dir)[0]}
+    return sorted({candidate(name) for name in planned(sweep_dir).get("run_names") or []} - done)
 
 
 def _setting(record: dict, level_key: str) -> tuple:
@@ -128,6 +156,13 @@ def _candidates(sweep_dir: Path, level_key: str, metric: str) -> tuple[str, list
     records = [r for r in finished if r["metrics"].get(metric) is not None]
     if not finished:
         raise ValueError(f"{sweep_dir}: no finished run; finish the tuning sweep first")
+    unrun = _unrun_candidates(sweep_dir)
+    if unrun:  # a choice among the candidates that finished is not the tuning planned
+        raise ValueError(
+            f"{sweep_dir}: {len(unrun)} planned candidate(s) have no finished run ({'; '.join(unrun[:3])}"
+            f"{' ...' if len(unrun) > 3 else ''}): tune would choose among the others; finish the tuning sweep (its "
+            "command again: finished runs are kept; a failed one says why in its folder)"
+        )
     if not records:  # a misspelt or unrecorded metric: name those the runs record
         recorded = sorted({name for r in finished for name, value in r["metrics"].items() if value is not None})
         usable = [name for name in recorded if not name.startswith("test_")]  # tune chooses on validation data
