@@ -170,6 +170,8 @@ def test_tuning_refuses_to_rank_lowercase_and_cased_candidates_and_names_a_valid
     monkeypatch.setattr(tuning, "collect_records", lambda sweep_dir: records)
     monkeypatch.setattr(tuning, "_constant_level", lambda sweep_dir, key: "adam")
     monkeypatch.setattr(tuning, "_own_held", lambda sweep_dir, key, level: [])  # no multirun.yaml here
+    # its candidates are a data setting, which tune refuses as a level's (the measure is what is tested here)
+    monkeypatch.setattr(tuning, "_only_own_swept", lambda *args: None)
     with pytest.raises(ValueError, match=r"1 of 2 runs write lowercase text") as raised:
         tuning.tune(["sweeps/tune_case"], "optim")
     assert "--metric best_val_bleu_tok_lc" in str(raised.value) and "val_as_test_bleu_tok_lc" in str(raised.value)
