@@ -16,7 +16,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from nmt.sweep.levels import expand, plain_settings, sweep_levels
+from nmt.sweep.levels import expand, plain_settings, same_level, sweep_levels
 from nmt.sweep.plan import compose_train, expected_fingerprint, planned_values, run_overrides
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
@@ -98,6 +98,19 @@ def checked_tuned_file(config: DictConfig, factors: list[str]) -> dict | None:
             file=sys.stderr,
         )
         raise SystemExit(2)
+    # a level of a tuned key that this sweep runs with no settings in the file (optim=adamw beside a tuned adam
+    # and noam) runs at its defaults: compared untuned, said before any run as the report says it after
+    for key, by in settings.items():
+        untuned = [lv for lv in levels.get(key, []) if not any(same_level(lv, t) and o for t, o in by.items())]
+        if untuned:
+            print(
+                f"[sweep] warning: {', '.join(f'{key}={lv}' for lv in untuned)} "
+                f"{'has' if len(untuned) == 1 else 'have'} no settings in +tuned={tuned['name']} (tuned: "
+                f"{', '.join(f'{key}={lv}' for lv, o in by.items() if o)}): "
+                f"{'it runs' if len(untuned) == 1 else 'they run'} at the defaults, compared untuned with the "
+                "tuned levels; tune it too (python sweep.py tune), or leave it out",
+                flush=True,
+            )
     texts: dict[str, dict | str] = {}
     tuned["differs"], tuned["unchecked"] = tuned_differences(tuned, config, factors, texts)
     tuned["text_not_compared"] = sorted({why for why in texts.values() if isinstance(why, str)})
