@@ -321,6 +321,19 @@ def evaluate_here(*overrides: str) -> dict:
         return evaluate(compose("evaluate", overrides=["samples=0", *overrides]))
 
 
+def test_attention_maps_in_a_reused_folder_are_only_those_of_its_last_evaluation(toy_run, tmp_path):
+    """The maps are drawn over the hypotheses that metrics.json describes: an earlier evaluation's maps of
+    other sentences are not left beside them."""
+    evaluate_here(f"ckpt_path={toy_run}", "attention_maps=[0,3]", f"out_dir={tmp_path}")
+    assert {p.name.partition("_")[0] for p in (tmp_path / "attention").glob("*.png")} == {"sentence0", "sentence3"}
+    evaluate_here(f"ckpt_path={toy_run}", "attention_maps=[1]", f"out_dir={tmp_path}")
+    drawn = json.loads((tmp_path / "metrics.json").read_text())["attention_maps"]
+    assert sorted(str(p) for p in (tmp_path / "attention").glob("*.png")) == sorted(drawn)
+    assert drawn and all(Path(p).name.startswith("sentence1_") for p in drawn)
+    evaluate_here(f"ckpt_path={toy_run}", f"out_dir={tmp_path}")
+    assert not list((tmp_path / "attention").glob("*.png"))
+
+
 def test_evaluate_takes_a_run_folder_and_never_overwrites_an_evaluation_of_other_settings(toy_run, tmp_path):
     evaluate_here(f"ckpt_path={toy_run}")  # the folder: its best checkpoint
     evaluate_here(f"ckpt_path={toy_run}", "decode.length_penalty=0.6")

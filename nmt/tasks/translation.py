@@ -312,8 +312,10 @@ class TranslationTask(Task):
             **scores,
             **write_outputs(out, sources, references, hypotheses),
         }
+        folder = out / "attention"
+        for stale in folder.glob("sentence*_*.png"):  # an earlier evaluation's maps: not of these hypotheses
+            stale.unlink()
         if attention_maps:
-            folder = out / "attention"
             paths = write_attention_maps(loaded, sources, hypotheses, attention_maps, folder)
             result["attention_maps"] = [str(p) for p in paths]
         atomic_write_json(out / "metrics.json", result)

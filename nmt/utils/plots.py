@@ -59,6 +59,8 @@ def save_attention_maps(
     """maps: name -> (heads, tgt_len, src_len) for one sentence; one PNG per entry (and the mean over
     layers when there are several). Returns the files written."""
     folder.mkdir(parents=True, exist_ok=True)
+    for stale in folder.glob(f"{prefix}_*.png"):  # an earlier drawing's (another model may have more layers)
+        stale.unlink()
     entries = dict(maps)
     if len(maps) > 1:
         entries["mean_of_layers"] = torch.stack([m.mean(dim=0) for m in maps.values()]).mean(dim=0, keepdim=True)
