@@ -589,7 +589,7 @@ def test_translate_names_a_missing_input_file_before_loading_any_model(tmp_path)
          "for its default (-)"),
         ("translate", "device=null", "device takes a value, not null; leave it out for its default (auto)"),
         ("serve", "host=null", "host takes a value, not null; leave it out for its default (127.0.0.1)"),
-        ("evaluate", "split=NULL", "split takes a value, not null; leave it out for its default (test)"),
+        ("evaluate", "samples=NULL", "samples takes a value, not null; leave it out for its default (5)"),
         ("export", "out=null", "out takes a value, not null; export.py needs it"),
         ("translate", "decode=null", "decode is a block of options, not a value: set them one by one"),
         ("translate", "+beam_size=1", "+beam_size=1 (on the command line): translate.py reads the keys of its config "
@@ -609,6 +609,7 @@ def test_a_null_where_a_value_belongs_and_a_key_added_with_a_plus_are_one_line(n
     for fine in ("decode.beam_size=null", "max_input_len=null", "n_best=3"):
         assert checkpoint_use_message(["ckpt_path=x", fine], "translate") is None
     assert checkpoint_use_message(["+data.test=x.de", "output=null"], "evaluate") is None
+    assert checkpoint_use_message(["split=null"], "evaluate") is None  # its default: the test set
     assert checkpoint_use_message(["+model.x=1", "trainer.max_steps=null"], "train") is None
 
 

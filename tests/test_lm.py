@@ -209,6 +209,7 @@ def evaluate_config(*overrides: str):
         (["data.columns=[0,1]"], r"data.columns=\[0, 1\]: the fields of a split=files:<x.tsv> of a translation"),
         (["prompt=the", "data.eval_stride=8"], r"data.eval_stride=8: options of scoring perplexity; with prompt="),
         (["prompt=the", "split=val"], r"split=val: options of scoring perplexity"),
+        (["prompt=the", "split=test"], r"split=test: options of scoring perplexity"),  # the default is null
         (["prompt=the", "decode.max_len_b=5"], r"decode.max_len_b=5: an output's limit .* max_new_tokens=N sets"),
         (["prompt=the", "decode.min_len=5", "max_new_tokens=3"], r"decode.min_len=5: more than the 3 words"),
         (

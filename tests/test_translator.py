@@ -484,7 +484,7 @@ def test_evaluate_output_without_input_is_refused():
 
 
 @pytest.mark.parametrize(
-    "given", ["split=val", "out_dir=somewhere", "attention_maps=[0]", "rouge=true", "data.columns=[1,0]",
+    "given", ["split=val", "split=test", "out_dir=somewhere", "attention_maps=[0]", "rouge=true", "data.columns=[1,0]",
               "data.root=/corpus", "+data.test=/corpus/test"]
 )  # fmt: skip
 def test_evaluate_input_refuses_the_options_of_scoring_a_split(given):

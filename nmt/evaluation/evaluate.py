@@ -11,6 +11,7 @@ from omegaconf import DictConfig, OmegaConf
 from nmt.evaluation.grid import check_grid, evaluate_grid, grid_axes
 from nmt.inference.loading import checkpoint_task, load_model, pick_device, resolve_checkpoint_path
 from nmt.inference.translator import apply_threads, check_limits
+from nmt.tasks.base import evaluation_splits
 
 
 def evaluate(cfg: DictConfig) -> dict:
@@ -53,7 +54,7 @@ def evaluate(cfg: DictConfig) -> dict:
 def check_scoring_options(cfg: DictConfig) -> None:
     """Values of the wrong kind for the scoring options, said before the checkpoint is read (a number where a
     split's name goes was a traceback; a word where a switch goes, true; a sentence index's text, its letters)."""
-    splits = list(cfg.split) if OmegaConf.is_list(cfg.get("split")) else [cfg.get("split", "test")]
+    splits = evaluation_splits(cfg.get("split"))
     if not splits:
         raise ValueError("split=[]: names no set to score; give split=test, split=val or a list of them")
     for split in splits:

@@ -32,6 +32,7 @@ from nmt.inference.checkpoint import epochs_to_average
 from nmt.inference.loading import resolve_checkpoint_path
 from nmt.metrics.corpus import bleu_tokenizer, tokenized_lowercase_scoring
 from nmt.metrics.randomization import paired_randomization, sentence_statistics
+from nmt.tasks.base import evaluation_splits
 from nmt.utils.io import atomic_write_json
 
 DECODED = ("bleu", "bleu_tok_lc", "chrf")  # scores every decoding task writes, higher is better
@@ -77,11 +78,12 @@ def check_grid(cfg: DictConfig, task, axes: dict[str, list]) -> None:
             raise ValueError(
                 f"{key}={values}: null in a grid means nothing; name the value (the run's own is in its config)"
             )
-    splits = list(cfg.split) if OmegaConf.is_list(cfg.split) else [cfg.split]
+    splits = evaluation_splits(cfg.split)
     if splits != ["val"]:
         raise ValueError(
-            f"split={cfg.split}: a grid of decoding settings chooses one of them, and choices are made on "
-            "the validation set (split=val), never on a test set; score the test with the chosen setting"
+            f"split={'test' if cfg.split is None else cfg.split}: a grid of decoding settings chooses one of them, "
+            "and choices are made on the validation set (split=val), never on a test set; score the test with the "
+            "chosen setting"
         )
     averages = axes.get("average_last", [cfg.average_last])
     for average in averages:  # each value, before the first cell is decoded

@@ -24,6 +24,7 @@ from nmt.tasks.base import (
     check_split_text,
     evaluation_data_config,
     evaluation_folder_for_code,
+    evaluation_splits,
     log_target_metrics,
     target_metrics,
     update_target_metrics,
@@ -105,7 +106,7 @@ class LanguageModelTask(Task):
         if cfg.get("prompt") is not None:  # a continuation: nothing is scored, its length is its own
             decode = cfg.get("decode") or {}
             scored = [f"data.eval_stride={data.eval_stride}"] if data.get("eval_stride") is not None else []
-            scored += [f"split={cfg.split}"] if cfg.get("split", "test") != "test" else []
+            scored += [f"split={cfg.split}"] if cfg.get("split") is not None else []
             if scored:
                 raise ValueError(
                     f"{', '.join(scored)}: options of scoring perplexity; with prompt=... a language model continues "
@@ -222,7 +223,7 @@ class LanguageModelTask(Task):
                 console.print(f"attention heatmaps: {folder}")
             return result
         overrides = OmegaConf.to_container(cfg.data, resolve=True)
-        splits = list(cfg.split) if OmegaConf.is_list(cfg.split) else [cfg.split]
+        splits = evaluation_splits(cfg.split)
         results = {}
         for split in splits:
             out = Path(cfg.out_dir) / split if cfg.out_dir and len(splits) > 1 else cfg.out_dir

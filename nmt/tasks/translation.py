@@ -26,6 +26,7 @@ from nmt.tasks.base import (
     check_split_text,
     evaluation_data_config,
     evaluation_folder_for_code,
+    evaluation_splits,
     log_target_metrics,
     target_metrics,
     update_target_metrics,
@@ -135,7 +136,7 @@ class TranslationTask(Task):
             check_output_file("output", cfg.output)
         if cfg.get("input") is not None:  # translations only: what scores a split would be ignored
             given = {
-                "split": cfg.get("split", "test") != "test",
+                "split": cfg.get("split") is not None,
                 "out_dir": cfg.get("out_dir") is not None,
                 "attention_maps": bool(cfg.get("attention_maps")),
                 "rouge": cfg.get("rouge") is not None,
@@ -356,7 +357,7 @@ class TranslationTask(Task):
         if cfg.input is not None:
             return self._translate_input(cfg, loaded, search)
         overrides = OmegaConf.to_container(cfg.data, resolve=True)
-        splits = list(cfg.split) if OmegaConf.is_list(cfg.split) else [cfg.split]
+        splits = evaluation_splits(cfg.split)
         # every set found and read before the first is decoded (a missing one came after it), and read once
         prepared = {split: self._eval_set(loaded, split, overrides) for split in splits} if len(splits) > 1 else {}
         for _, _, (sources, _, _) in prepared.values():  # an index one of the sets lacks, before any is decoded
