@@ -721,6 +721,63 @@ def test_a_run_without_the_reports_metric_is_left_out_of_every_statistic(tmp_pat
     assert "norm=layer, pos=relative: seeds 1, 2, difference 3.00" in report  # (33 + 34 - 30 - 31) / 2
 
 
+def test_a_nan_or_infinite_score_is_a_run_without_it_named_in_the_report(tmp_path):
+    """A diverged run's nan stopped the report in statistics.stdev (AttributeError), and the fit gave a nan
+    effect p = 0: "significant"."""
+    broken = {("relative", "layer", 3): math.nan, ("absolute", "rms", 1): math.inf}
+    records = [
+        {**r, "metrics": {"test_bleu": broken.get((r["factors"]["pos"], r["factors"]["norm"], r["seed"]), v)}}
+        for r, v in ((r, r["metrics"]["test_bleu"]) for r in RECORDS)
+    ]
+    assert all(math.isnan(e["p"]) for e in effects.fit(records, "test_bleu", LEVELS)["effects"].values())
+    synthetic_sweep(tmp_path, records)
+    report = write_report(tmp_path).read_text()
+    assert _row(report, "| 2 | layer | relative |")[3:5] == ["2", "33.50"]  # seeds 1 and 2
+    assert _row(report, "| 4 | rms | absolute |")[3:5] == ["2", "30.50"]  # seeds 2 and 3
+    text = " ".join(report.split())
+    assert "**Note:** 2 run(s) recorded a score that is not a number or is infinite" in text
+    assert "pos=absolute,norm=rms,seed=1 (test_bleu); pos=relative,norm=layer,seed=3 (test_bleu)." in text
+    rows = list(csv.DictReader((tmp_path / "results.csv").open()))
+    assert sorted(row["test_bleu"] for row in rows if row["test_bleu"] in ("nan", "inf")) == ["inf", "nan"]
+
+
+def test_main_effects_of_a_design_with_a_combination_unrun_are_said_to_assume_no_interaction(tmp_path):
+    """Every seed of relative/rms failed: the fit, main effects alone, measures pos at layer alone and takes
+    the interaction to be zero; the report said "averaged over the other factors"."""
+    records = [r for r in RECORDS if (r["factors"]["pos"], r["factors"]["norm"]) != ("relative", "rms")]
+    fit = effects.fit(records, "test_bleu", LEVELS)
+    assert fit["model"] == "main effects" and not fit["averaged"] and fit["empty_cells"] == [("rms", "relative")]
+    # three cells of three seeds, three coefficients: the cells' means exactly, so pos is measured at layer
+    assert fit["effects"][(("pos",), ("relative",))]["diff"] == pytest.approx(34.0 - 31.0)
+    assert effects.fit(RECORDS, "test_bleu", LEVELS)["averaged"]
+    synthetic_sweep(tmp_path, records)
+    text = " ".join(write_report(tmp_path).read_text().split())
+    assert "Here **1 combination of levels has no finished run** (norm=rms, pos=relative)" in text
+    assert "pos=relative raises test_bleu against pos=absolute (3.00" in text
+    assert "averaged over the other factors" not in text
+    assert "in a fit that takes the interactions it leaves out to be zero (1 combination of levels" in text
+
+
+def test_without_a_baseline_run_the_report_says_why_no_cell_is_compared_with_it(tmp_path):
+    records = [r for r in RECORDS if (r["factors"]["pos"], r["factors"]["norm"]) != ("absolute", "layer")]
+    synthetic_sweep(tmp_path, records)
+    text = " ".join(write_report(tmp_path).read_text().split())
+    assert "**The baseline, norm=layer, pos=absolute, has no finished run**, so no cell is compared with it" in text
+    assert "No cell is compared with the baseline (norm=layer, pos=absolute): it has no finished run" in text
+    assert "each cell against the baseline by Welch's t-test" not in text
+
+
+def test_means_equal_in_decimals_tie_whatever_their_floats_last_bits():
+    """fmean of these seeds is 29.840000000000003 and 29.84: ranked 1 and 2, "0.00 ahead"."""
+    first, second = [30.55, 29.94, 29.03], [29.52, 30.54, 29.46]
+    import statistics
+
+    assert statistics.fmean(first) != statistics.fmean(second)  # what the tie must see through
+    rows = [{"mean": statistics.fmean(v)} for v in sorted((first, second), key=statistics.fmean, reverse=True)]
+    assert analysis.ranks(rows) == [1, 1]
+    assert not analysis.same_mean(29.84, 29.85)
+
+
 def test_a_perplexity_report_ranks_lower_first_and_makes_no_sentence_test(tmp_path):
     for r in RECORDS:
         run_dir = tmp_path / f"pos={r['factors']['pos']},norm={r['factors']['norm']},seed={r['seed']}"

@@ -309,6 +309,18 @@ def test_tune_says_where_a_choice_is_weak_and_carries_the_levels_own_held_settin
         "ties with the next (warmup=400) at 29.96: the choice between them"
         in (notes_of(tune([tmp_path / "reordered"], "optim"), unrecorded=False)[-1])
     )
+    # means equal in decimals whose floats differ in the last bits (29.840000000000003 and 29.84) tie too
+    decimals = {"200": [30.55, 29.94, 29.03], "400": [29.52, 30.54, 29.46]}
+    tuning_sweep(tmp_path / "decimals", ["optim=noam"], "warmup", decimals, fingerprints=False)
+    assert (
+        "ties with the next (warmup=400) at 29.84: the choice between them"
+        in (notes_of(tune([tmp_path / "decimals"], "optim"), unrecorded=False)[-1])
+    )
+    # a diverged candidate's nan or inf: no mean takes it, and tune says which runs and what to do
+    diverged = {"200": [30.0, float("nan")], "400": [29.0, 28.0]}
+    tuning_sweep(tmp_path / "diverged", ["optim=noam"], "warmup", diverged, fingerprints=False)
+    with pytest.raises(ValueError, match=r"1 run\(s\) recorded best_val_bleu as nan or infinite \(warmup=200,seed=2\)"):
+        tune([tmp_path / "diverged"], "optim")
     # a tie of three: each candidate at the best mean is named, not the next alone
     three = {"100": [10.0], "200": [20.0], "400": [20.0], "800": [20.0]}
     tuning_sweep(tmp_path / "three", ["optim=noam"], "warmup", three, fingerprints=False)

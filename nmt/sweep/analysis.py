@@ -154,12 +154,19 @@ def ranking(records: Sequence[dict], metric: str) -> list[dict]:
     return sorted(rows, key=lambda row: sign * row["mean"])
 
 
+def same_mean(a: float, b: float) -> bool:
+    """Whether two means over seeds are equal. Scores recorded to a few decimals whose sums are equal in
+    decimal arithmetic can differ in a float's last bits (fmean of 30.55, 29.94, 29.03 is 29.840000000000003,
+    of 29.52, 30.54, 29.46 29.84): that is a tie, not an order."""
+    return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9)
+
+
 def ranks(rows: Sequence[dict]) -> list[int]:
     """Competition ranks of a ranking's rows (1, 1, 3): cells with equal means share the better rank, so a
     tie is not read as an order."""
     out: list[int] = []
     for i, row in enumerate(rows):
-        out.append(out[-1] if i and row["mean"] == rows[i - 1]["mean"] else i + 1)
+        out.append(out[-1] if i and same_mean(row["mean"], rows[i - 1]["mean"]) else i + 1)
     return out
 
 

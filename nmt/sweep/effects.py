@@ -12,8 +12,12 @@ moves from its reference to Lm: (a_j b_m - a_j b_0) - (a_0 b_m - a_0 b_0), avera
 The model: every interaction of the design when every cell has a run and there are replicates (the error
 is then what remains of the scatter of seeds within cells once each seed's shared part is taken out);
 otherwise main effects and two-way interactions (higher interactions pooled into the error), or main
-effects only; the report names the model. Failed runs only make the design unbalanced: every finished
-run counts, and the coefficients keep their meaning.
+effects only; the report names the model. In the model of every interaction, failed runs only make the
+design unbalanced: every finished run counts, and the coefficients keep their meaning. A model that leaves
+interactions out takes them to be zero: its main effects are still averages over the combinations of the
+other factors when every cell has the same number of runs, but where cells have none (every seed of a
+combination failed, or was never run) or unequal numbers, they are its estimates under that assumption,
+which the runs cannot test (``averaged`` says which, ``empty_cells`` names the cells without a run).
 
 Seeds as blocks: the runs of one seed share more than a number. A seed fixes the order of the training
 batches, so where the factors leave the data and the batch size alone, seed s of one cell and seed s of
@@ -30,8 +34,9 @@ run still counts) and says so. An F test of the seed columns tells how much the 
 """
 
 import math
+from collections import Counter
 from collections.abc import Sequence
-from itertools import combinations
+from itertools import combinations, product
 
 import numpy as np
 
@@ -132,17 +137,22 @@ def _least_squares(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float, int
 
 
 def fit(records: Sequence[dict], metric: str, levels: dict[str, list[str]]) -> dict:
-    """OLS over every run with ``metric``: ``{"model", "runs", "df", "residual_sd", "effects", "seed_blocks"}``,
-    where effects maps (term, levels) to ``{"diff", "se", "ci95", "p", "df"}`` for main effects and two-way
-    interactions, and seed_blocks is None when the model holds no seed columns, else ``{"seeds", "F",
-    "df", "p"}``: the F test of the seed columns against the same model without them (seed_blocks_left_out:
-    why a sweep of several seeds was fitted without them, else ""). ``model`` is None
-    (and effects empty) when no model leaves a degree of freedom for the error: then nothing can be tested."""
+    """OLS over every run with ``metric``: ``{"model", "runs", "df", "residual_sd", "effects", "seed_blocks",
+    "seed_blocks_left_out", "averaged", "empty_cells"}``, where effects maps (term, levels) to ``{"diff", "se",
+    "ci95", "p", "df"}`` for main effects and two-way interactions, and seed_blocks is None when the model holds
+    no seed columns, else ``{"seeds", "F", "df", "p"}``: the F test of the seed columns against the same model
+    without them (seed_blocks_left_out: why a sweep of several seeds was fitted without them, else "").
+    averaged: whether a main effect is the average over the other factors' combinations (above); empty_cells:
+    the combinations of levels without a run. ``model`` is None (and effects empty) when no model leaves a
+    degree of freedom for the error: then nothing can be tested."""
     runs = [r for r in records if r["metrics"].get(metric) is not None]
     y = np.array([float(r["metrics"][metric]) for r in runs])
     factors = list(levels)
-    cells = {cell_of(r, factors) for r in runs}
+    counts = Counter(cell_of(r, factors) for r in runs)
+    cells = set(counts)
     full = int(np.prod([len(v) for v in levels.values()]))
+    empty = [cell for cell in product(*levels.values()) if cell not in cells]
+    balanced = not empty and len(set(counts.values())) == 1
     candidates = [(MODELS[0], len(factors))] if len(cells) == full else []
     candidates += [(MODELS[1], 2), (MODELS[2], 1)]
     seed_columns = _seed_columns(runs)
@@ -175,7 +185,7 @@ def fit(records: Sequence[dict], metric: str, levels: dict[str, list[str]]) -> d
                 "diff": float(coef[i]),
                 "se": se,
                 "ci95": t_critical(df) * se,
-                "p": t_p_value(coef[i] / se, df) if se > 0 else (1.0 if coef[i] == 0 else 0.0),
+                "p": t_p_value(coef[i] / se, df) if se > 0 else (1.0 if coef[i] == 0 else 0.0) if se == 0 else math.nan,
                 "df": df,
             }
         return {
@@ -186,6 +196,8 @@ def fit(records: Sequence[dict], metric: str, levels: dict[str, list[str]]) -> d
             "effects": effects,
             "seed_blocks": seed_blocks,
             "seed_blocks_left_out": _why_no_blocks(runs, seed_columns, x.shape[1]) if seed_blocks is None else "",
+            "averaged": model == MODELS[0] or balanced,
+            "empty_cells": empty,
         }
     return {
         "model": None,
@@ -195,6 +207,8 @@ def fit(records: Sequence[dict], metric: str, levels: dict[str, list[str]]) -> d
         "effects": {},
         "seed_blocks": None,
         "seed_blocks_left_out": "",
+        "averaged": False,
+        "empty_cells": empty,
     }
 
 

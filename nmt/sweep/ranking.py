@@ -104,12 +104,12 @@ def validation_choice(validation: dict, rows: list[dict], factors) -> str:
     def name(row: dict) -> str:
         return ", ".join(f"{f}={row[f]}" for f in factors)
 
-    tied = [row for row in validation["rows"] if row["mean"] == best["mean"]]
+    tied = [row for row in validation["rows"] if analysis.same_mean(row["mean"], best["mean"])]
     if len(tied) == len(validation["rows"]) > 2:  # not "two of them tie": every cell does
         return f" On validation all {len(tied)} cells tie ({fmt(best['mean'])}): validation chooses none."
     if len(tied) > 2:
         return f" On validation {'; '.join(map(name, tied))} tie for the best mean: validation chooses none."
-    if best["mean"] == second["mean"]:
+    if analysis.same_mean(best["mean"], second["mean"]):
         return f" On validation {name(best)} and {name(second)} tie for the best mean: validation chooses neither."
     firm = all(row["n"] >= MIN_SEEDS for row in (best, second)) and analysis.separated([best, second])
     text = f" The best validation mean is {name(best)}'s, {fmt(abs(best['mean'] - second['mean']))} ahead of "
@@ -131,7 +131,14 @@ def ranking_section(doc: Document, ranking: dict, factors, base: dict, metric: s
     doc.heading(f"Ranking of cells by {metric} ({'lower' if lower else 'higher'} is better)")
     rows, compared, adjusted = ranking["rows"], ranking["compared"], ranking["holm"]
     conditional = ranking["conditional"]
-    if factors:
+    if factors and ranking["base"] not in ranking["seeds"]:
+        doc.paragraph(
+            f"Mean over seeds with its 95% t-interval. **The baseline, {', '.join(f'{k}={v}' for k, v in base.items())}"
+            f", has no finished run**, so no cell is compared with it ({DASH} in *difference* and the p columns): "
+            "run it, or name a baseline that ran (baseline={factor: level} added to the sweep's command, which "
+            "keeps its finished runs and writes the report again)."
+        )
+    elif factors:
         doc.paragraph(
             f"Mean over seeds with its 95% t-interval. Baseline: {', '.join(f'{k}={v}' for k, v in base.items())}. "
             "*difference* and *p (seeds)*: each cell against the baseline by Welch's t-test over their runs, "

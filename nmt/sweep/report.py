@@ -72,7 +72,14 @@ def write_report(sweep_dir: str | Path, metric: str = "auto", baseline: dict | N
         records = store.records_from(saved)
     if not records:
         raise FileNotFoundError(f"{sweep_dir}: no finished runs ({RESULT}) to report on")
-    records = [{**r, "metrics": {k: v for k, v in r["metrics"].items() if v is not None}} for r in records]
+    as_recorded = records
+    # a score of nan or inf (a diverged run's loss or perplexity) is a run without that score: no mean,
+    # interval or fit can take it, and it is named in the report, not dropped silently
+    unscored = {store.run_key(r): sorted(k for k, v in r["metrics"].items() if not _finite(v)) for r in records}
+    unscored = {name: keys for name, keys in unscored.items() if keys}
+    records = [
+        {**r, "metrics": {k: v for k, v in r["metrics"].items() if v is not None and _finite(v)}} for r in records
+    ]
     metric = resolve_metric(metric, records)
     factors = analysis.factor_names(records)
     written = summary.planned(sweep_dir).get("factors") or saved["facts"].get("written") or {}
@@ -92,7 +99,7 @@ def write_report(sweep_dir: str | Path, metric: str = "auto", baseline: dict | N
     held = {
         f: records[0]["factors"].get(f) for f in sorted({k for r in records for k in r["factors"]}) if f not in factors
     }
-    _write_csv(sweep_dir / "results.csv", records, [*factors, *held])
+    _write_csv(sweep_dir / "results.csv", as_recorded, [*factors, *held])  # each run's scores as recorded
 
     lower = lower_is_better(metric)
     fit = effects.fit(records, metric, levels) if factors else None
@@ -119,6 +126,15 @@ def write_report(sweep_dir: str | Path, metric: str = "auto", baseline: dict | N
             "Running the sweep command again records a finished run again from its folder; a run whose folder is "
             "gone is trained again."
         )
+    if unscored:
+        names = sorted(unscored)
+        doc.paragraph(
+            f"**Note:** {len(names)} run(s) recorded a score that is not a number or is infinite, which no mean, "
+            "interval or test can take: each counts as a run without that score (results.csv has the values): "
+            + "; ".join(f"{name} ({', '.join(unscored[name])})" for name in names[:6])
+            + (" ..." if len(names) > 6 else "")
+            + "."
+        )
     findings(doc, ranking, fit, levels, metric, lower, conclusive=not small, facts=facts)
     ranking_section(doc, ranking, factors, base, metric, lower)
     if fit is not None:
@@ -130,6 +146,10 @@ def write_report(sweep_dir: str | Path, metric: str = "auto", baseline: dict | N
     atomic_write_text(sweep_dir / "report.html", doc.html())
     print(f"[sweep] report: {report} (and report.html)")
     return report
+
+
+def _finite(value) -> bool:
+    return not isinstance(value, float) or math.isfinite(value)
 
 
 def _question(factors: list[str], metric: str, held: dict | None = None) -> str:
@@ -171,11 +191,10 @@ def _effects_section(doc, sweep_dir: Path, records, fit: dict, levels, written, 
     doc.paragraph(
         f"One least-squares fit to all {fit['runs']} finished runs ({fit['model']}; each seed a replicate in "
         f"every cell; {fit['df']} degrees of freedom for the error, residual sd {fit['residual_sd']:.2f}). "
-        f"{_seed_blocks_said(fit)}A main effect "
-        "is the difference between a level and the factor's reference level within each combination of the "
-        "other factors, averaged over those combinations; an interaction *a x b* is how much a's effect "
-        "changes when b leaves its reference level. p: the t-test of the coefficient; p (Holm): adjusted "
-        f"for the {len(adjusted)} effects of this table. {'Lower' if lower else 'Higher'} {metric} is better."
+        f"{_seed_blocks_said(fit)}{_main_effect_meaning(fit, list(levels))}; an interaction *a x b* is how much "
+        "a's effect changes when b leaves its reference level. p: the t-test of the coefficient; p (Holm): "
+        f"adjusted for the {len(adjusted)} effects of this table. {'Lower' if lower else 'Higher'} {metric} is "
+        "better."
     )
     doc.table(
         ["effect", "estimate", "± 95% CI", "df", "p", "p (Holm)"],
@@ -188,6 +207,32 @@ def _effects_section(doc, sweep_dir: Path, records, fit: dict, levels, written, 
     effect_plot({names[k]: e for k, e in mains.items()}, metric, lower, sweep_dir / "main_effects.png")
     doc.figure(sweep_dir / "main_effects.png", f"main effects on {metric} with 95% intervals")
     _main_effects(doc, sweep_dir, records, levels, written, lower, metric)
+
+
+def _main_effect_meaning(fit: dict, factors: list[str]) -> str:
+    """What a main effect of this fit is: an average over the other factors' combinations, or, where cells
+    have no run or unequal runs and the model leaves interactions out, an estimate that assumes them zero."""
+    if fit["averaged"]:
+        return (
+            "A main effect is the difference between a level and the factor's reference level within each "
+            "combination of the other factors, averaged over those combinations"
+        )
+    empty = fit["empty_cells"]
+    why = (
+        f"**{summary.plural(len(empty), 'combination')} of levels {'has' if len(empty) == 1 else 'have'} no "
+        "finished run** ("
+        + "; ".join(", ".join(f"{f}={v}" for f, v in zip(factors, cell, strict=True)) for cell in empty[:4])
+        + (" ..." if len(empty) > 4 else "")
+        + ")"
+        if empty
+        else "the cells have unequal numbers of finished runs"
+    )
+    return (
+        f"Here {why}, so the model leaves out interactions and takes them to be zero, which these runs cannot "
+        "test: a main effect is the model's estimate of the difference between a level and the factor's "
+        "reference level under that assumption, not an average over every combination of the other factors "
+        "(where a combination has no run, it was measured at the others alone)"
+    )
 
 
 def _seed_blocks_said(fit: dict) -> str:

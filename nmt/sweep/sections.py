@@ -307,7 +307,7 @@ def findings(
                 verb = "lowers" if e["diff"] < 0 else "raises"
                 sentences.append(
                     f"{term[0]}={column[0]} {verb} {metric} against {term[0]}={levels[term[0]][0]} "
-                    f"({evidence}){', averaged over the other factors' if len(levels) > 1 else ''}: "
+                    f"({evidence}){_over_the_others(fit, len(levels))}: "
                     f"{'better' if better else 'worse'}."
                 )
             else:
@@ -330,6 +330,12 @@ def findings(
             )  # fmt: skip
     better = [c for c, p in ranking["holm"].items() if p < ALPHA and (ranking["compared"][c]["diff"] < 0) == lower]
     worse = [c for c, p in ranking["holm"].items() if p < ALPHA and c not in better]
+    if levels and "seeds" in ranking and ranking["base"] not in ranking["seeds"]:
+        sentences.append(
+            "No cell is compared with the baseline ("
+            + ", ".join(f"{f}={v}" for f, v in zip(levels, ranking["base"], strict=True))
+            + "): it has no finished run (the Ranking says what to do)."
+        )
     if ranking["compared"]:
         if better or worse:
             for label, cells in (("better", better), ("worse", worse)):
@@ -353,6 +359,17 @@ def findings(
         sentences.append(scatter)
     for sentence in sentences:
         doc.paragraph(sentence)
+
+
+def _over_the_others(fit: dict, factors: int) -> str:
+    """How a main effect stands to the other factors, in a clause (nothing for a sweep of one factor)."""
+    if factors < 2:
+        return ""
+    if fit.get("averaged", True):
+        return ", averaged over the other factors"
+    empty = len(fit.get("empty_cells") or ())
+    why = f"{plural(empty, 'combination')} of levels without a run" if empty else "unequal runs per cell"
+    return f", in a fit that takes the interactions it leaves out to be zero ({why}: see Effects at a glance)"
 
 
 def _two_tests(rows: list[dict], factors: int, fit: dict) -> str:

@@ -17,7 +17,7 @@ from typing import NamedTuple
 from omegaconf import OmegaConf
 
 from nmt.metrics import lower_is_better
-from nmt.sweep.analysis import check_same_measure, mean_ci, past_range, welch_test
+from nmt.sweep.analysis import check_same_measure, mean_ci, past_range, same_mean, welch_test
 from nmt.sweep.levels import level_overrides, sweep_levels
 from nmt.sweep.records import collect_records, finished_runs
 from nmt.sweep.summary import planned
@@ -180,6 +180,16 @@ def _candidates(sweep_dir: Path, level_key: str, metric: str) -> tuple[str, list
             f"({', '.join(missing)}): made by an earlier version or {why}; run them again (on_changed=move) "
             "or choose another --metric"
         )
+    unscored = sorted(
+        Path(r.get("run_dir", "?")).name for r in records if not math.isfinite(float(r["metrics"][metric]))
+    )
+    if unscored:  # no mean or interval takes nan or inf: a candidate that diverged is told apart by a score
+        raise ValueError(
+            f"{sweep_dir}: {len(unscored)} run(s) recorded {metric} as nan or infinite ({', '.join(unscored[:3])}"
+            f"{' ...' if len(unscored) > 3 else ''}): a run that diverged; choose by a score it still has "
+            f"(--metric {TUNING_METRIC}, the default: a diverged candidate scores low), or leave such candidates "
+            "out of the sweep"
+        )
     # a test measure is no way out here: settings are chosen on validation data
     check_same_measure(records, metric, SAME_CASE_ON_VALIDATION)
     return level, records
@@ -260,9 +270,9 @@ def _weak_choice(level_key: str, level: str, scored: list) -> list[str]:
                 f"note: {level_key}={level}: every candidate scored {values[0]:.2f}: the metric does not tell them "
                 "apart (too short a training?), and the choice is the first listed"
             )
-        elif lead == 0:  # every candidate at the best mean is named: a choice among them all is arbitrary
+        elif same_mean(statistics.fmean(values), statistics.fmean(next_values)):  # every tied candidate named
             best = statistics.fmean(values)
-            tied = [" ".join(f"{k}={v}" for k, v in s) for s, vs in scored[1:] if statistics.fmean(vs) == best]
+            tied = [" ".join(f"{k}={v}" for k, v in s) for s, vs in scored[1:] if same_mean(statistics.fmean(vs), best)]
             among = f"{len(tied)} others ({'; '.join(tied)})" if len(tied) > 1 else f"the next ({name})"
             notes.append(
                 f"note: {level_key}={level}: the chosen candidate ties with {among} at {best:.2f}: the choice "
