@@ -56,6 +56,21 @@ def test_a_fixed_cache_gives_the_logits_of_the_growing_cache(pos, norm_position)
             prev = expected.argmax(-1)
 
 
+def test_a_fixed_cache_under_bf16_autocast_gives_the_logits_of_the_growing_cache():
+    """Under autocast the projections give bf16 and the caches are the encoder state's fp32: writing a step
+    in place was a dtype error (index_copy_), where the growing cache's concatenation promotes."""
+    model = make_model("absolute", norm_position="pre", seed=21).eval()
+    src = padded_batch()
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        growing, fixed = model.encode(src), model.fixed_cache(model.encode(src), room=5)
+        prev = torch.full((src.size(0),), BOS)
+        for _ in range(5):
+            expected, growing = model.decode_step(prev, growing)
+            logits, _ = model.decode_step(prev, fixed)
+            torch.testing.assert_close(logits, expected)  # the same arithmetic, so the same rounding
+            prev = expected.argmax(-1)
+
+
 @pytest.mark.parametrize("pos", ["absolute", "rope"])
 def test_decoding_steps_by_the_written_out_formula_give_the_kernels_logits(pos, monkeypatch):
     """``MultiHeadAttention.explicit_decoding_steps``: a step's attentions (one query, no gradients) by the

@@ -1,4 +1,5 @@
-"""Scores of decoded text: sacreBLEU BLEU and chrF, ROUGE, bootstrap intervals and the paired bootstrap test."""
+"""Scores of decoded text: sacreBLEU BLEU and chrF, ROUGE, bootstrap intervals and the paired approximate
+randomisation test."""
 
 import math
 

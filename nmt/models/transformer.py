@@ -151,8 +151,10 @@ class DecoderLayer(nn.Module):
             q, k, v = self.self_attn.project_qkv(h, positions)
             mask = None
             if fixed:
-                past_k.index_copy_(2, positions, k)
-                past_v.index_copy_(2, positions, v)
+                # in the cache's dtype, as the growing cache's cat promotes: under autocast the projections
+                # give bf16 and the cache is the encoder state's fp32
+                past_k.index_copy_(2, positions, k.to(past_k.dtype))
+                past_v.index_copy_(2, positions, v.to(past_v.dtype))
                 k, v = past_k, past_v
                 k_pos = torch.arange(k.size(2), device=k.device)
                 mask = (k_pos <= positions)[None, None, None, :]  # the slots written so far, this one included
