@@ -259,6 +259,27 @@ def test_the_page_translates_a_sentence_in_headless_chromium(checkpoint):
 
 
 @HEADLESS
+def test_the_page_translates_each_line_as_a_sentence_of_its_own(checkpoint):
+    """Lines were joined into one sentence (the API's newline is a space): two sentences came back as one."""
+    with serving(checkpoint) as port, browsing(port) as (page, errors):
+        page.fill("#source", "one two three\n\n  four five  \n")
+        page.click("#go")
+        page.wait_for_selector("#heatmap[data-heatmap]", timeout=60_000)
+        translation = page.inner_text("#translation")
+        lines = page.locator("#line option").all_inner_texts()
+        first = page.get_attribute("#heatmap", "data-heatmap")
+        page.select_option("#line", label="2")  # the second line's n-best list and heatmap
+        second = page.get_attribute("#heatmap", "data-heatmap")
+        nbest = page.locator("#nbest-table tbody tr td").nth(2).inner_text()
+    expected = Translator.from_checkpoint(checkpoint, beam_size=5, device="cpu").translate(
+        ["one two three", "four five"]
+    )
+    assert translation.splitlines() == expected and lines == ["1", "2"] and nbest == expected[1]
+    # a heatmap is target pieces (and the end token) by source pieces (and the end token)
+    assert first.split("x")[1] != second.split("x")[1] and not errors
+
+
+@HEADLESS
 def test_the_head_menu_follows_the_layer_of_an_ensemble_of_a_transformer_and_an_rnn(checkpoint, tmp_path):
     """The heads were listed from the first layer's: with an RNN's single-head attention chosen, the menu
     offered the Transformer's four heads, and choosing one broke the heatmap."""

@@ -1,7 +1,8 @@
 """The web page of ``serve.py``: one HTML document with its script and styles inline (nothing is fetched
-from the network). It posts the sentence to /api/translate and shows the translation, the n-best list
-and the heatmap of the chosen layer and head (drawn on a canvas; ``data-heatmap`` on the canvas says when
-it is drawn, for tests and scripts)."""
+from the network). It posts each line of the text to /api/translate as a sentence of its own (the API takes
+one sentence a request) and shows the translations line by line, and the n-best list and the heatmap of the
+chosen line, layer and head (drawn on a canvas; ``data-heatmap`` on the canvas says when it is drawn, for
+tests and scripts)."""
 
 PAGE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>{{title}}</title>
@@ -10,7 +11,7 @@ PAGE = """<!doctype html>
 body { font-family: system-ui, sans-serif; max-width: 60rem; margin: 2rem auto; padding: 0 1rem; color: #222; }
 textarea { width: 100%; font-size: 1rem; padding: 0.4rem; box-sizing: border-box; }
 button { font-size: 1rem; padding: 0.3rem 1rem; margin: 0.5rem 0.5rem 0.5rem 0; }
-#translation { font-size: 1.3rem; margin: 1rem 0; min-height: 1.6rem; }
+#translation { font-size: 1.3rem; margin: 1rem 0; min-height: 1.6rem; white-space: pre-line; }
 #error { color: #b00020; } table { border-collapse: collapse; margin: 0.5rem 0; }
 th, td { border: 1px solid #ccc; padding: 0.2rem 0.5rem; text-align: left; } th { background: #f3f3f3; }
 canvas { border: 1px solid #eee; margin-top: 0.5rem; } label { margin-right: 1rem; }
@@ -18,7 +19,7 @@ canvas { border: 1px solid #eee; margin-top: 0.5rem; } label { margin-right: 1re
 <body>
 <h1>{{title}}</h1>
 <form id="form">
-  <textarea id="source" rows="3" placeholder="Type a sentence"></textarea><br>
+  <textarea id="source" rows="3" placeholder="Type a sentence (several: one a line)"></textarea><br>
   <label>n-best <select id="nbest"></select></label>
   <button id="go" type="submit">Translate</button>
 </form>
@@ -26,12 +27,13 @@ canvas { border: 1px solid #eee; margin-top: 0.5rem; } label { margin-right: 1re
 <div id="translation" aria-live="polite"></div>
 <table id="nbest-table" hidden><thead><tr><th>#</th><th>score</th><th>output</th></tr></thead><tbody></tbody></table>
 <div id="choose" hidden>
+  <label id="line-label" hidden>line <select id="line"></select></label>
   <label>layer <select id="layer"></select></label><label>head <select id="head"></select></label>
 </div>
 <canvas id="heatmap" width="10" height="10" hidden></canvas>
 <script>
 "use strict";
-let result = null;
+let results = [], result = null;
 const $ = (id) => document.getElementById(id);
 
 async function info() {
@@ -82,32 +84,51 @@ function draw() {
   canvas.dataset.heatmap = `${tgt.length}x${src.length}`;
 }
 
+function show() {
+  // the chosen line's n-best list and heatmap
+  result = results[Number($("line").value || 0)];
+  const body = $("nbest-table").tBodies[0]; body.innerHTML = "";
+  result.nbest.forEach((h, i) => {
+    const row = body.insertRow();
+    [String(i + 1), h.score.toFixed(3), h.text].forEach((text) => { row.insertCell().textContent = text; });
+  });
+  $("nbest-table").hidden = false;
+  const layers = Object.keys(result.attention), chosen = $("layer").value;
+  fill($("layer"), layers);
+  $("layer").value = chosen !== "" && Number(chosen) < layers.length ? chosen : String(layers.length - 1);
+  fillHeads();
+  $("choose").hidden = !layers.length && results.length < 2;
+  draw();
+}
+
 async function translate(event) {
   event.preventDefault();
   $("error").textContent = ""; $("go").disabled = true;
   $("heatmap").removeAttribute("data-heatmap");
   try {
-    const response = await fetch("/api/translate", {
-      method: "POST", headers: {"Content-Type": "application/json"},
-      body: JSON.stringify({text: $("source").value, n_best: Number($("nbest").value || 1)}),
-    });
-    const data = await response.json();
-    if (!response.ok) { $("error").textContent = data.error || response.statusText; return; }
-    result = data;
-    $("translation").textContent = data.translation;
-    const body = $("nbest-table").tBodies[0]; body.innerHTML = "";
-    data.nbest.forEach((h, i) => {
-      const row = body.insertRow();
-      [String(i + 1), h.score.toFixed(3), h.text].forEach((text) => { row.insertCell().textContent = text; });
-    });
-    $("nbest-table").hidden = false;
-    const layers = Object.keys(data.attention);
-    fill($("layer"), layers);
-    $("layer").value = String(layers.length - 1);
+    // each line a sentence of its own, as translate.py reads a file (blank lines are none)
+    const lines = $("source").value.split(/\\r?\\n/).map((line) => line.trim()).filter((line) => line);
+    if (!lines.length) { $("error").textContent = "text is empty"; return; }
+    const answers = [];
+    for (const [i, line] of lines.entries()) {
+      const response = await fetch("/api/translate", {
+        method: "POST", headers: {"Content-Type": "application/json"},
+        body: JSON.stringify({text: line, n_best: Number($("nbest").value || 1)}),
+      });
+      const data = await response.json();
+      if (!response.ok) {
+        const error = data.error || response.statusText;
+        $("error").textContent = lines.length > 1 ? `line ${i + 1}: ${error}` : error;
+        return;
+      }
+      answers.push(data);
+    }
+    results = answers;
+    $("translation").textContent = results.map((r) => r.translation).join("\\n");
+    fill($("line"), lines.map((_, i) => i + 1));
+    $("line-label").hidden = results.length < 2;
     $("head").innerHTML = "";
-    fillHeads();
-    $("choose").hidden = !layers.length;
-    draw();
+    show();
   } catch (err) {
     $("error").textContent = String(err);
   } finally {
@@ -116,6 +137,7 @@ async function translate(event) {
 }
 
 $("form").addEventListener("submit", translate);
+$("line").addEventListener("change", show);
 $("layer").addEventListener("change", () => { fillHeads(); draw(); });
 $("head").addEventListener("change", draw);
 info();
