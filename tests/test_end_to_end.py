@@ -232,6 +232,28 @@ def test_an_evaluation_under_other_code_keeps_the_runs_own_and_goes_into_a_folde
     )
 
 
+def test_a_grid_under_other_code_keeps_the_earlier_grids_file_and_writes_one_of_its_own(
+    toy_run, tmp_path, monkeypatch, capsys
+):
+    """A grid's file had no code in its name or record: a grid after an edit of nmt/ replaced it, its rows
+    pointing at the new code's folders."""
+    from nmt.utils import code
+
+    run = tmp_path / "run"
+    shutil.copytree(toy_run, run)
+    first = evaluate_here(f"ckpt_path={run}", "split=val", "decode.beam_size=[1,2]")
+    saved = Path(first["json"])
+    assert json.loads(saved.read_text())["code"] == code.code_hash()
+    before = saved.read_bytes()
+    monkeypatch.setattr(code, "code_hash", lambda: "f" * 16)  # as after an edit of nmt/
+    again = evaluate_here(f"ckpt_path={run}", "split=val", "decode.beam_size=[1,2]")
+    assert saved.read_bytes() == before  # the earlier grid's record kept
+    assert Path(again["json"]) == saved.with_name(f"{saved.stem}_codeffffffff.json")
+    assert json.loads(Path(again["json"]).read_text())["code"] == "f" * 16
+    assert all(Path(row["folder"]).name.endswith("_codeffffffff") for row in again["rows"])
+    assert "holds a decoding grid made under other code" in capsys.readouterr().out
+
+
 def test_a_checkpoint_damaged_after_it_was_written_is_named_not_used(toy_run, tmp_path):
     """A few bytes of a weight changed (a bad disk, a broken copy): the model loaded and translated wrongly."""
     checkpoint = torch.load(toy_run / "checkpoints" / "best.ckpt", weights_only=True)

@@ -32,7 +32,7 @@ from nmt.inference.checkpoint import epochs_to_average
 from nmt.inference.loading import resolve_checkpoint_path
 from nmt.metrics.corpus import bleu_tokenizer, tokenized_lowercase_scoring
 from nmt.metrics.randomization import paired_randomization, sentence_statistics
-from nmt.tasks.base import evaluation_splits
+from nmt.tasks.base import evaluation_splits, grid_file_for_code
 from nmt.utils.io import atomic_write_json
 
 DECODED = ("bleu", "bleu_tok_lc", "chrf")  # scores every decoding task writes, higher is better
@@ -192,6 +192,7 @@ def evaluate_grid(cfg: DictConfig, task, load, axes: dict[str, list]) -> dict:
         "test_command": test_command(cfg, best["setting"], best["strategy"], test_split(cfg, loaded.config)),
     }
     path = (Path(cfg.out_dir) if cfg.out_dir else loaded.run_dir / "eval") / name
+    path, record["code"] = grid_file_for_code(path, bool(cfg.out_dir), loaded.run_dir)  # another code's: kept
     atomic_write_json(path, record)
     record["json"] = str(path)
     print_grid(rows, best, metric, path, record["test_command"], resolve_checkpoint_path(cfg.ckpt_path).name)

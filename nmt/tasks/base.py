@@ -144,28 +144,37 @@ def evaluation_folder_for_code(folder: Path, chosen: bool, run_dir: Path) -> tup
     into ``<folder>_code<hash>``, said once. An evaluation recorded without its code (made before the code
     was recorded) is taken as made with the code of the run in ``run_dir`` (its fingerprint.json); without
     that either, it is replaced, as before."""
+    return _for_code(folder, folder / "metrics.json", chosen, run_dir, "an evaluation")
+
+
+def grid_file_for_code(path: Path, chosen: bool, run_dir: Path) -> tuple[Path, str]:
+    """Where a decoding grid's record goes, and the code's hash, as :func:`evaluation_folder_for_code` says
+    for an evaluation: a grid recorded under other code is kept, and this one goes into
+    ``<name>_code<hash>.json``."""
+    return _for_code(path, path, chosen, run_dir, "a decoding grid", ".json")
+
+
+def _for_code(path: Path, record: Path, chosen: bool, run_dir: Path, what: str, suffix: str = "") -> tuple[Path, str]:
     import json
 
     from nmt.utils.code import code_hash
 
     code = code_hash()
     made = None
-    if (folder / "metrics.json").is_file():
-        for record, read in ((folder / "metrics.json", lambda d: d.get("code")),
+    if record.is_file():
+        for source, read in ((record, lambda d: d.get("code")),
                              (run_dir / "fingerprint.json", lambda d: (d.get("code") or {}).get("hash"))):  # fmt: skip
             try:
-                made = read(json.loads(record.read_text()))
+                made = read(json.loads(source.read_text()))
             except (OSError, ValueError, AttributeError):
                 made = None
             if made:
                 break
     if chosen or made in (None, code):
-        return folder, code
-    other = folder.with_name(f"{folder.name}_code{code[:8]}")
-    print(
-        f"note: {folder} holds an evaluation made under other code (its code {made[:8]}, this {code[:8]}): "
-        f"kept; this one goes into {other}"
-    )
+        return path, code
+    other = path.with_name(f"{path.name.removesuffix(suffix)}_code{code[:8]}{suffix}")  # a folder: no suffix
+    print(f"note: {path} holds {what} made under other code (its code {made[:8]}, this {code[:8]}): kept; this one "
+          f"goes into {other}")  # fmt: skip
     return other, code
 
 
