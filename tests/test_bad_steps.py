@@ -254,6 +254,65 @@ def test_throughput_timed_only_at_logged_updates_counts_every_batch(monkeypatch,
     assert len(rates) == len(timed) - 2 and all(float(r["train/device/items_per_sec"]) > 0 for r in rates)
 
 
+@pytest.mark.slow
+def test_throughput_timed_only_at_logged_updates_keeps_the_updates_before_each_validation_on_its_clock(
+    monkeypatch, tmp_path
+):
+    """Timed only at logged updates, the updates between the last one and a validation dropped out of the
+    training clock (Lightning moves it past the validation from the last timed update): a window spanning a
+    validation read up to twice as fast as training ran. On a clock that only updates (1 s each) and
+    validation batches (10 s each) move, every window reads 1 update a second exactly."""
+    import csv
+    import time
+    from types import SimpleNamespace
+
+    from lightning.pytorch.callbacks import Callback, throughput_monitor
+
+    from nmt.training import callbacks
+    from nmt.training import train as train_module
+
+    from .conftest import NO_FINAL_SCORES, compose_train
+
+    clock = [0.0]
+
+    class Clock(Callback):
+        def on_train_batch_start(self, *args):
+            clock[0] += 1.0
+
+        def on_validation_batch_start(self, trainer, *args):
+            if not trainer.sanity_checking:
+                clock[0] += 10.0
+
+    fake = SimpleNamespace(perf_counter=lambda: clock[0], monotonic=time.monotonic)
+    monkeypatch.setattr(throughput_monitor, "time", fake)
+    monkeypatch.setattr(callbacks, "time", fake)
+    real_init = callbacks.Throughput.__init__
+    monkeypatch.setattr(callbacks.Throughput, "__init__", lambda self, *a, **k: real_init(self, *a, **k, sparse=True))
+    real_build = train_module.build_trainer
+    monkeypatch.setattr(train_module, "build_trainer", lambda *a, **k: _with_callback(real_build(*a, **k), Clock()))
+    cfg = compose_train(
+        "trainer.max_epochs=4",
+        "trainer.log_every_n_steps=2",
+        *NO_FINAL_SCORES,
+        f"run_dir={tmp_path}",
+        "checkpoint.monitor=val_loss",
+        "checkpoint.mode=min",
+        "early_stopping.monitor=val_loss",
+        "early_stopping.mode=min",
+    )
+    train_module.train(cfg)
+    rows = list(csv.DictReader((tmp_path / "logs" / "metrics.csv").open()))
+    rates = [float(r["train/device/batches_per_sec"]) for r in rows if r.get("train/device/batches_per_sec")]
+    assert len(rates) >= 6 and rates == pytest.approx([1.0] * len(rates)), rates  # 5 updates an epoch
+    last = next(r for r in reversed(rows) if r.get("train/time"))
+    assert float(last["train/time"]) == pytest.approx(float(last["train/batches"]))  # the total too
+
+
+def _with_callback(trainer, callback):
+    trainer.callbacks.append(callback)
+    return trainer
+
+
 def _logging_run(monkeypatch, tmp_path, *overrides: str, stop_at: int | None = None) -> dict:
     """A toy run that records, per scalar, the updates (1-based) it was logged at and each update's loss;
     with ``stop_at``, a callback stops it at the end of that update, as a time cap does."""

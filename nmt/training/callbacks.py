@@ -7,11 +7,12 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import lightning as L
+import torch
 from lightning.fabric.plugins.environments import SLURMEnvironment
 from lightning.pytorch.callbacks import Callback, EarlyStopping, ThroughputMonitor, Timer
-from lightning.pytorch.trainer.states import RunningStage
+from lightning.pytorch.trainer.states import RunningStage, TrainerFn
 from lightning.pytorch.utilities.exceptions import SIGTERMException
-from lightning.pytorch.utilities.rank_zero import rank_zero_warn
+from lightning.pytorch.utilities.rank_zero import rank_zero_only, rank_zero_warn
 
 from nmt.training.checkpoint_io import AtomicCheckpointIO
 from nmt.training.loggers import ResumableCSVLogger, ResumableTensorBoardLogger
@@ -401,6 +402,36 @@ class Throughput(ThroughputMonitor):
         if self.sparse:
             self.kwargs["window_size"] = self.windows
         super().setup(trainer, pl_module, stage)
+
+    @rank_zero_only
+    def on_validation_start(self, trainer, *args) -> None:
+        # Lightning takes the last timed update as training's end and moves the training clock past the
+        # validation from there: timed only at logged updates, those after the last one would drop out of
+        # the clock (their batches counted, their time not), and a window spanning a validation would read
+        # up to twice as fast as training ran. So training is timed here too, once its updates have run.
+        if self.sparse and not trainer.sanity_checking and trainer.state.fn == TrainerFn.FITTING:
+            self._time_training(trainer)
+        super().on_validation_start(trainer, *args)
+
+    def _time_training(self, trainer) -> None:
+        """A timing point for training at its last update (after the device has run it), where updates
+        were counted since the last one."""
+        stage = RunningStage.TRAINING
+        throughput = self._throughputs.get(stage)
+        if (
+            throughput is None
+            or not self._batches.get(stage)
+            or (throughput._batches or [0])[-1] == self._batches[stage]
+        ):
+            return
+        if trainer.strategy.root_device.type == "cuda":
+            torch.cuda.synchronize()
+        throughput.update(
+            time=time.perf_counter() - self._t0s[stage],
+            batches=self._batches[stage],
+            samples=self._samples[stage],
+            lengths=None if self.length_fn is None else self._lengths[stage],
+        )
 
     def _update(self, trainer, pl_module, batch, iter_num: int) -> None:
         stage = trainer.state.stage
