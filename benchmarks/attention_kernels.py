@@ -31,6 +31,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from benchmarks.gpu_measures import cpu_name
 from benchmarks.options import check_device_and_json
+from nmt.utils.io import atomic_write_json
 
 BACKENDS = {
     "pytorch's choice": None,
@@ -241,8 +242,7 @@ def main(argv: list[str] | None = None) -> dict:
     device = torch.cuda.get_device_name() if args.device.startswith("cuda") else cpu_name()
     result = {"device": device, "torch": torch.__version__, "shape": shape, "rows": rows}
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=1)
+        atomic_write_json(args.json, result)  # its folders made, as --json's check said
     print(json.dumps({k: v for k, v in result.items() if k != "rows"}))
     return result
 

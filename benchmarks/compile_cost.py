@@ -27,6 +27,7 @@ import torch
 
 from benchmarks.gpu_measures import ROOT, device_name, run_env
 from benchmarks.host_cost import compose, training_data
+from benchmarks.options import check_device_and_json
 
 
 def one(setting: str, device: str, overrides: list[str], shapes: int, timed: int) -> dict:
@@ -102,6 +103,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("overrides", nargs="*", help="train.py overrides (the recipe; data=multi30k by default)")
     args = parser.parse_args(argv)
     overrides = args.overrides or ["data=multi30k", "trainer.precision=bf16-mixed"]
+    for option in ("shapes", "timed"):  # before the compile: --timed 0 divided by zero after it, --shapes 0 read all
+        if getattr(args, option) < 1:
+            parser.error(f"--{option} {getattr(args, option)}: at least 1")
+    check_device_and_json(parser, args.device, None)
     if args.one:
         result = one(args.one, args.device, overrides, args.shapes, args.timed)
         print(json.dumps(result), flush=True)

@@ -61,8 +61,19 @@ def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -
         parser.error(f"--only: name the measurements to make, of {', '.join(SESSION)}")
     if not args.budget > 0:
         parser.error(f"--budget {args.budget:g}: seconds for the measurements, more than 0")
-    if args.steps < LOGGED_EVERY:
-        parser.error(f"--steps {args.steps}: at least {LOGGED_EVERY} (a run's speed is logged every {LOGGED_EVERY})")
+    # a run's speed is logged every LOGGED_EVERY updates; on a GPU a rate spans three logged updates (the
+    # throughput monitor times those alone), so a shorter run there ended, after training, with no rate
+    least = LOGGED_EVERY * (3 if args.device == "cuda" else 1)
+    if args.steps < least:
+        parser.error(
+            f"--steps {args.steps}: at least {least} (a run's speed is logged every {LOGGED_EVERY} updates"
+            + (", and on a GPU a rate spans three logs)" if args.device == "cuda" else ")")
+        )
+    if args.device != "cuda" and (args.mfu or (args.all and args.only and "mfu" in args.only)):
+        parser.error(
+            "mfu: the d_model 512 model's share of the H100's 989 TFLOP/s is a GPU's figure; a CPU's MFU against "
+            "its own measured peak: python -m benchmarks.mfu --device cpu"
+        )
     if not args.runs or any(n < 1 for n in args.runs):
         parser.error(f"--runs {' '.join(map(str, args.runs))}: numbers of runs sharing the device, each at least 1")
     if args.all and (not args.only or "sharing" in args.only) and not any(n > 1 for n in args.runs):

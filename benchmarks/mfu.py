@@ -25,6 +25,7 @@ from benchmarks.systems import our_transformer
 from nmt.data.tokenizer import PAD_ID
 from nmt.modules.loss import LabelSmoothedCrossEntropy
 from nmt.training.config import MATMUL_PRECISIONS
+from nmt.utils.io import atomic_write_json
 
 PEAK_SIZES = {"cpu": 2048, "cuda": 8192}
 DTYPES = {"32": torch.float32, "bf16": torch.bfloat16}
@@ -289,8 +290,7 @@ def main(argv=None) -> None:
             f"{r['target_tokens_per_s']:,} | {r['model_tflops']} | {r['gemm_peak_tflops']} | {r['mfu_percent']}% |"
         )
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=2)
+        atomic_write_json(args.json, rows)  # its folders made, as --json's check said
 
 
 if __name__ == "__main__":

@@ -40,8 +40,10 @@ from torch.nn import functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from benchmarks.mfu import median_seconds
+from benchmarks.options import check_device_and_json
 from nmt.data.tokenizer import PAD_ID
 from nmt.models.build import build_model
+from nmt.utils.io import atomic_write_json
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 RECIPE = OmegaConf.load(CONF / "recipe" / "multi30k_transformer.yaml")
@@ -315,6 +317,11 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--threads", type=int)
     parser.add_argument("--json", help="also write the rows to this file")
     args = parser.parse_args(argv)
+    for option in ("steps", "members"):  # before any row: --steps 0 failed every row, --members 0 read 0 ms
+        values = [getattr(args, option)] if option == "steps" else args.members
+        if min(values) < 1:
+            parser.error(f"--{option} {' '.join(map(str, values))}: at least 1")
+    check_device_and_json(parser, args.device, args.json)
     device = torch.device(args.device)
     if args.graph and device.type != "cuda":
         parser.error("--graph records CUDA graphs: it needs --device cuda")
@@ -350,8 +357,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
                 f"{r['target_tokens_per_s']:,} |"
             )
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=2)
+        atomic_write_json(args.json, rows)  # its folders made, as --json's check said
     return rows
 
 

@@ -35,3 +35,16 @@ def test_an_unknown_setting_is_refused_listing_the_valid_ones(capsys):
     with pytest.raises(SystemExit):
         main(["--settings", "true,sometimes"])
     assert "sometimes unknown; choose among false, true, layers" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["--timed", "0"], "--timed 0: at least 1"),  # a ZeroDivisionError after the compile
+        (["--shapes", "0"], "--shapes 0: at least 1"),  # read as every shape
+    ],
+)
+def test_bad_options_are_said_before_the_compile(capsys, argv, said):
+    with pytest.raises(SystemExit):
+        main(argv)
+    assert said in capsys.readouterr().err

@@ -32,6 +32,10 @@ def test_the_gpu_benchmark_runs_end_to_end_on_the_cpu(tmp_path):
         (["--device", "cpu", "--all", "--only"], "--only: name the measurements to make"),
         (["--device", "cpu", "--all", "--budget", "0"], "--budget 0: seconds for the measurements, more than 0"),
         (["--device", "cpu", "--steps", "5"], "--steps 5: at least 20"),
+        # on a GPU a rate spans three logs: 40 updates ended, after training, with no rate
+        (["--device", "cuda", "--steps", "40"], "--steps 40: at least 60"),
+        (["--device", "cpu", "--mfu"], "mfu: the d_model 512 model's share of the H100's 989 TFLOP/s is a GPU's"),
+        (["--device", "cpu", "--all", "--only", "mfu"], "python -m benchmarks.mfu --device cpu"),
         (["--device", "cpu", "--runs", "0"], "--runs 0: numbers of runs sharing the device, each at least 1"),
         (["--device", "cpu", "--all", "--only", "sharing", "--runs", "1"], "sharing measures 2 runs or more"),
         (["--device", "cpu", "--model", "nowhere.ckpt"], "--model nowhere.ckpt: no such checkpoint"),

@@ -140,3 +140,19 @@ def test_on_a_gpu_each_member_draws_its_own_dropout_masks():
     with torch.no_grad():
         first, second = stack.losses(*batch).tolist()
     assert first != second
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["--steps", "0"], "--steps 0: at least 1"),  # every row failed on an empty median
+        (["--members", "2", "0"], "--members 2 0: at least 1"),  # a row of 0.0 ms
+        (["--json", "."], "--json=.: a folder, not a file"),  # found after measuring
+    ],
+)
+def test_bad_options_are_said_before_any_row_is_measured(capsys, argv, said):
+    from benchmarks import stacked
+
+    with pytest.raises(SystemExit):
+        stacked.main(argv)
+    assert said in capsys.readouterr().err
