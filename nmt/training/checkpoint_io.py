@@ -345,11 +345,20 @@ class BestCheckpoint(FolderCheckpoint):
 
 
 class StepCheckpoint(FolderCheckpoint):
-    """``last.ckpt`` every ``checkpoint.every_n_train_steps`` updates, its state under one key whatever N is."""
+    """``last.ckpt`` every ``checkpoint.every_n_train_steps`` updates, its state under one key whatever N is;
+    never on an epoch's last batch, whose epoch checkpoint follows (after the validation, where there is one):
+    Lightning resumes a checkpoint of an epoch's last batch in the next epoch, never running the end of the
+    one it holds, so a run killed between the two lost that epoch's validation, its epoch checkpoint and its
+    end-of-epoch row, and trained on from another state than a run not killed."""
 
     @property
     def state_key(self) -> str:
         return STEP_CHECKPOINT_KEY
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if trainer.fit_loop.epoch_loop.batch_progress.is_last_batch:
+            return
+        super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
 
 
 class NoStepCheckpoint(Callback):
