@@ -115,7 +115,7 @@ def logged_curves(run_dir: Path) -> list[tuple[int, str, float]]:
 def assert_same_training(resumed: dict, reference: dict, run_dir: Path, lost: tuple = ()) -> None:
     """``lost``: (step, key) of the reference's log that the interrupted run cannot have (the last row of
     each)."""
-    assert resumed["steps"] == reference["steps"]
+    assert (resumed["steps"], resumed["epochs"]) == (reference["steps"], reference["epochs"])
     for key in ("val_loss", "val_acc", "val_bleu", "train_loss"):
         assert resumed["final_metrics"][key] == pytest.approx(reference["final_metrics"][key], rel=1e-5), key
     # the log of the interrupted run holds the whole curve once: rows of the first sitting kept, rows

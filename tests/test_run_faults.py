@@ -1320,7 +1320,8 @@ def test_a_rerun_that_only_validates_the_final_weights_logs_them_as_the_uninterr
     counter is the epoch in progress there) and had no time, so the curves left it out."""
     steps = steps_per_epoch(compose_train(*QUICK)) * 3 // 2
     args = [*QUICK, f"trainer.max_steps={steps}", "validation.bleu_every_n_epochs=1"]
-    train(compose_train(*args, f"run_dir={tmp_path}"))
+    first = train(compose_train(*args, f"run_dir={tmp_path}"))
+    assert first["epochs"] == 2  # the epochs it trained in: the second cut short
     log = tmp_path / "logs" / "metrics.csv"
     with open(log, newline="") as handle:
         rows = list(csv.DictReader(handle))
@@ -1335,7 +1336,8 @@ def test_a_rerun_that_only_validates_the_final_weights_logs_them_as_the_uninterr
         writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(r for r in rows if not r.get("final_weights"))
-    train(compose_train(*args, f"run_dir={tmp_path}"))
+    rerun = train(compose_train(*args, f"run_dir={tmp_path}"))
+    assert rerun["epochs"] == 2  # said 1: Lightning's counter, restored in a sitting that trains nothing
     with open(log, newline="") as handle:
         again = [
             (r["step"], r["epoch"], bool(r["wall_time_s"])) for r in csv.DictReader(handle) if r.get("final_weights")

@@ -393,7 +393,9 @@ def _train_in_folder(cfg: DictConfig, task, run_dir: Path, config: dict, main_pr
             "run_dir": str(run_dir),
             "best_checkpoint": best_path,
             "best_" + cfg.checkpoint.monitor: as_float(best.best_model_score),
-            "epochs": trainer.current_epoch,
+            # the epochs trained in: Lightning's counter, restored in a sitting resumed at training's end, says
+            # the epoch in progress or the next one, depending on where its checkpoint was written
+            "epochs": module.trained_epoch + 1,
             "steps": trainer.global_step,
             "ended_by": ended_by,  # max_time: cut short by a time cap, not trained to its end
             "parameters": count_parameters(model),
