@@ -692,6 +692,14 @@ def test_a_run_ended_by_max_steps_inside_an_epoch_extends_as_a_longer_run_trains
     assert (extended["steps"], extended["epochs"]) == (reference["steps"], reference["epochs"]) == (long, 3)
     for key in ("val_loss", "val_acc", "train_loss"):
         assert extended["final_metrics"][key] == pytest.approx(reference["final_metrics"][key], rel=1e-5), key
+    # the cut epoch's row at its end counts the whole epoch (it counted the rest alone); the first sitting's
+    # row, at its stop, stays: the epoch's tokens as far as it went
+    tokens = [
+        {step: v for step, key, v in logged_curves(d) if key == "train_tokens"}
+        for d in (tmp_path, reference["run_dir"])
+    ]
+    assert tokens[0].pop(short - 1) < tokens[1][2 * epoch - 1]
+    assert tokens[0] == pytest.approx(tokens[1], rel=1e-9)
 
 
 @pytest.mark.parametrize("lightnings", [False, True], ids=["ours", "lightnings"])

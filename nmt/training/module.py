@@ -83,6 +83,7 @@ class TaskModule(L.LightningModule):
         self.epoch_tokens = exact_sum()
         self._pending_tokens: torch.Tensor | None = None
         self._tokens_to_restore: float | None = None
+        self._cut_epoch_tokens = 0.0  # those of an epoch max_steps cut short, for a run extended into its rest
         self._configured: list[dict] = []  # the optimiser's settings as the config built them, by group
         self.update_scalars = UpdateScalars()  # train_loss, grad_norm and lr, logged where they are read
 
@@ -280,7 +281,12 @@ class TaskModule(L.LightningModule):
         self.read_guard()  # the epoch's token count below is exact only once skipped batches are known
         # not a logged Metric object: Lightning would restore its state on resume into the wrong epoch
         self._count_pending_tokens()
-        self.log("train_tokens", self.epoch_tokens.compute() if self.epoch_tokens.update_called else 0.0)
+        tokens = self.epoch_tokens.compute() if self.epoch_tokens.update_called else 0.0
+        self.log("train_tokens", tokens)
+        # an epoch cut short (max_steps): its checkpoint, written after this, keeps the count, so that a run
+        # extended into the epoch's rest (resume=force) ends it with the whole epoch's tokens, not its rest's
+        cut = not self.trainer.fit_loop.epoch_loop.batch_progress.is_last_batch
+        self._cut_epoch_tokens = float(tokens) if cut else 0.0
         self.epoch_tokens.reset()
 
     def on_train_batch_start(self, batch, batch_idx: int) -> None:
@@ -318,7 +324,9 @@ class TaskModule(L.LightningModule):
             # the values logged so far (train_loss, lr, ...): a sitting resumed at training's end logs none
             "metrics": {k: float(v) for k, v in self.trainer.callback_metrics.items() if v.numel() == 1},
             # every process saves (DDP calls this hook on all of them), so the sum over processes is exact
-            "epoch_tokens": float(self.epoch_tokens.compute()) if self.epoch_tokens.update_called else 0.0,
+            "epoch_tokens": float(self.epoch_tokens.compute())
+            if self.epoch_tokens.update_called
+            else self._cut_epoch_tokens,
         }
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
