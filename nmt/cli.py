@@ -184,8 +184,9 @@ def unknown_key_message(argv: list[str], config_name: str, conf: Path = CONF) ->
             hint = f"did you mean {' or '.join(repr(c) for c in close)}?"
         else:
             hint = "no key or group has a similar name"
-        # a search option's block takes the options it lists: a new key there is refused, not added
-        adds = "" if parent in ("decode", "validation.search") else f"; +{key}=... adds a new key"
+        # a search option's block takes the options it lists: a new key there is refused, not added; nor is a
+        # key of another option of a group added to this one (the group's own check refuses it)
+        adds = "" if parent in ("decode", "validation.search") or owners else f"; +{key}=... adds a new key"
         return (
             f"error: {key!r} (on the command line) is neither a key of the {config_name} config nor a config "
             f"group: {hint} (python {config_name}.py --help lists the groups{adds})"

@@ -462,6 +462,7 @@ def test_a_progress_line_counts_the_tokens_of_every_epoch_its_interval_spans(mon
 def test_a_key_of_another_option_of_its_group_is_named_so():
     message = unknown_key_message(["model=rnn", "model.num_heads=4"], "train")
     assert message is not None and "it is a key of model=transformer" in message and "not of model=rnn" in message
+    assert "adds a new key" not in message  # +model.num_heads=4 is refused too: it advised what cannot work
     # a key whose value is null in its option (additive's attention_dim) is that option's key all the same
     message = unknown_key_message(["model=rnn", "attention.attention_dim=16"], "train")
     assert "it is a key of attention=additive, not of attention=multiplicative" in (message or "")
@@ -636,3 +637,13 @@ def test_the_help_of_a_command_using_a_checkpoint_lists_its_keys_not_train_pys_g
     assert shown.returncode == 0, shown.stderr[-2000:]
     assert shown.stdout.startswith(f"python {program}.py ckpt_path=PATH") and "\nckpt_path: ???" in shown.stdout
     assert "Configuration groups" not in shown.stdout and "pos: absolute" not in shown.stdout
+
+
+def test_averaging_for_final_scores_that_are_not_made_is_refused():
+    """test_average_last=3 with val_after_training=false test_after_training=false ran, and averaged nothing."""
+    off = ["val_after_training=false", "test_after_training=false"]
+    cfg = compose_train("test_average_last=3", *off)
+    (problem,) = unused_groups(cfg, {}, ["test_average_last=3", *off])
+    assert problem.strip().startswith("test_average_last=3: the checkpoints the final scores average")
+    cfg = compose_train("test_average_last=3", off[0])  # the test is scored: it applies
+    assert unused_groups(cfg, {}, ["test_average_last=3", off[0]]) == []

@@ -197,6 +197,7 @@ def unused_groups(cfg: DictConfig, choices: dict | None = None, overrides: list[
         key = override.lstrip("+~").split("=", 1)[0]
         given.setdefault(key.split(".", 1)[0], key)
     problems = _unread_shared_keys(cfg, choices, overrides) + _unread_validation_search(cfg, overrides)
+    problems += _unread_where_off(cfg, overrides)
     model_cfg = OmegaConf.to_container(cfg.model, resolve=False) if cfg.get("model") is not None else {}
     used = {g for g in MODEL_PART_GROUPS if "${" + g + "}" in str(model_cfg)}
     for group in MODEL_PART_GROUPS:
@@ -207,6 +208,21 @@ def unused_groups(cfg: DictConfig, choices: dict | None = None, overrides: list[
                 f"  {named}: model={choices.get('model')} does not use group '{group}' "
                 f"(of {', '.join(MODEL_PART_GROUPS)} it uses {applies}); remove it"
             )
+    return problems
+
+
+def _unread_where_off(cfg: DictConfig, overrides: list[str]) -> list[str]:
+    """Settings given on the command line for a part of the run that is off: the final scores' averaging
+    where no final score is made. (Early stopping's metric and direction without a patience are not refused:
+    commands for any recipe, as the benchmarks', give them for the recipes whose patience is on.)"""
+    given = {o.lstrip("+").split("=", 1)[0]: o.lstrip("+") for o in overrides if not o.startswith("~")}
+    problems = []
+    scored = [k for k in ("val_after_training", "test_after_training") if OmegaConf.select(cfg, k, default=True)]
+    if "test_average_last" in given and not scored:
+        problems.append(
+            f"  {given['test_average_last']}: the checkpoints the final scores average, and val_after_training=false "
+            "test_after_training=false make no final score; remove it, or let the run score"
+        )
     return problems
 
 
