@@ -437,25 +437,51 @@ class KillInValidation(L.Callback):
             raise KilledAt
 
 
+def test_a_kill_after_a_step_checkpoint_on_an_epochs_last_batch_resumes_exactly(uninterrupted_in_process, tmp_path):
+    """last.ckpt then holds the epoch's last batch, with no validation at the epoch's end (validation every
+    second epoch), and no epoch checkpoint written there: the resumed run starts the next epoch whole,
+    neither an empty epoch nor a repeated one."""
+    probe = compose_train(*AT_EPOCH_ENDS, tiny=False)
+    overrides = ("trainer.check_val_every_n_epoch=2", f"checkpoint.every_n_train_steps={steps_per_epoch(probe)}")
+    reference, reference_order = uninterrupted_in_process(overrides)
+    first, second = BatchOrder(), BatchOrder()
+    with pytest.raises(KilledAt):
+        train_in_process(tmp_path, KillAtEpochEnd(0), first, overrides=overrides)
+    epoch_end = len(first.epochs[0])
+    assert torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == epoch_end
+    # Lightning does not rerun the end of an epoch whose last batch a checkpoint holds: the killed epoch's
+    # end-of-epoch row (its token count) is lost, the training is not (that end has no validation)
+    lost = ((epoch_end - 1, "epoch"), (epoch_end - 1, "train_tokens"))
+    assert_same_training(train_in_process(tmp_path, second, overrides=overrides), reference, tmp_path, lost)
+    assert first.then(second) == reference_order.epochs
+
+
 @pytest.mark.parametrize(
-    ("validate_every", "kill"), [(2, KillAtEpochEnd(0)), (1, KillInValidation(0))], ids=["epoch-end", "validation"]
+    ("validate_every", "kill"),
+    [(1, KillAtEpochEnd(0)), (1, KillInValidation(0)), (2, KillInValidation(1)), (None, KillInValidation(0))],
+    ids=["epoch-end", "validation", "validation-every-second-epoch", "validation-every-epochs-updates"],
 )
 def test_a_kill_where_a_step_checkpoint_fell_on_an_epochs_last_batch_resumes_exactly(
     uninterrupted_in_process, tmp_path, validate_every, kill
 ):
-    """A step checkpoint due on an epoch's last batch is not written: Lightning resumed it in the next epoch,
-    never running the end of the epoch it held, so a kill at that epoch's end, or in its validation, lost the
-    validation, the epoch checkpoint and the end-of-epoch row, and the run trained on differently. The run
-    resumes from the checkpoint before, exactly."""
+    """A step checkpoint due on the last batch of an epoch whose end writes last.ckpt is not written: Lightning
+    resumed it in the next epoch, never running the end of the epoch it held, so a kill at that epoch's end,
+    or in its validation, lost the validation, the epoch checkpoint and the end-of-epoch row, and the run
+    trained on differently. The run resumes from the checkpoint before, exactly."""
     epoch = steps_per_epoch(compose_train(*AT_EPOCH_ENDS, tiny=False))
     every = next(epoch // k for k in range(2, epoch) if epoch % k == 0)  # due mid-epoch and on its last batch
     overrides = (f"trainer.check_val_every_n_epoch={validate_every}", f"checkpoint.every_n_train_steps={every}")
+    if validate_every is None:  # validation every so many updates, here an epoch's: on each last batch
+        overrides = ("trainer.check_val_every_n_epoch=null", f"trainer.val_check_interval={epoch}", overrides[1])
     reference, reference_order = uninterrupted_in_process(overrides)
     first, second = BatchOrder(), BatchOrder()
     with pytest.raises(KilledAt):
         train_in_process(tmp_path, kill, first, overrides=overrides)
-    assert len(first.epochs[0]) == epoch
-    assert torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == epoch - every
+    killed_in = kill.epoch + 1  # epochs begun
+    assert sum(map(len, first.epochs.values())) == killed_in * epoch
+    assert torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == (
+        killed_in * epoch - every
+    )
     assert_same_training(train_in_process(tmp_path, second, overrides=overrides), reference, tmp_path)
 
 

@@ -346,19 +346,35 @@ class BestCheckpoint(FolderCheckpoint):
 
 class StepCheckpoint(FolderCheckpoint):
     """``last.ckpt`` every ``checkpoint.every_n_train_steps`` updates, its state under one key whatever N is;
-    never on an epoch's last batch, whose epoch checkpoint follows (after the validation, where there is one):
-    Lightning resumes a checkpoint of an epoch's last batch in the next epoch, never running the end of the
-    one it holds, so a run killed between the two lost that epoch's validation, its epoch checkpoint and its
-    end-of-epoch row, and trained on from another state than a run not killed."""
+    not on an epoch's last batch where that epoch's end writes ``last.ckpt`` (after its validation, where it
+    has one): Lightning resumes a checkpoint of an epoch's last batch in the next epoch, never running the end
+    of the one it holds, so a run killed between the two lost that epoch's validation, its epoch checkpoint
+    and its end-of-epoch row, and trained on from another state than a run not killed. Where the epoch's end
+    writes none (validation every few epochs, or every N updates), the step checkpoint is written: a kill
+    before the end then loses that end's row alone (it has no validation to lose)."""
 
     @property
     def state_key(self) -> str:
         return STEP_CHECKPOINT_KEY
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        if trainer.fit_loop.epoch_loop.batch_progress.is_last_batch:
+        if trainer.fit_loop.epoch_loop.batch_progress.is_last_batch and _epoch_end_writes_last(trainer):
             return
         super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+
+
+def _epoch_end_writes_last(trainer) -> bool:
+    """Whether the end of the epoch in progress writes ``last.ckpt`` (its epoch checkpoint and the copy): at
+    the training epoch's end, or after a validation at the epoch's end, as Lightning's ModelCheckpoint
+    decides for :class:`EpochCheckpoints`."""
+    epochs = next((c for c in trainer.checkpoint_callbacks if isinstance(c, EpochCheckpoints)), None)
+    if epochs is None:
+        return False
+    if epochs._should_save_on_train_epoch_end(trainer):
+        return True
+    # else it saves after a validation: is there one after this batch (the loop's own decision, made next)?
+    loop = trainer.fit_loop
+    return trainer.enable_validation and loop.epoch_loop._should_check_val_fx(loop._data_fetcher)
 
 
 class NoStepCheckpoint(Callback):
