@@ -290,9 +290,12 @@ def test_throughput_timed_only_at_logged_updates_keeps_the_updates_before_each_v
     monkeypatch.setattr(callbacks.Throughput, "__init__", lambda self, *a, **k: real_init(self, *a, **k, sparse=True))
     real_build = train_module.build_trainer
     monkeypatch.setattr(train_module, "build_trainer", lambda *a, **k: _with_callback(real_build(*a, **k), Clock()))
+    saved, real_state = [], callbacks.Throughput.state_dict
+    monkeypatch.setattr(callbacks.Throughput, "state_dict", lambda self: saved.append(real_state(self)) or saved[-1])
     cfg = compose_train(
         "trainer.max_epochs=4",
         "trainer.log_every_n_steps=2",
+        "checkpoint.every_n_train_steps=3",  # saves between logged updates
         *NO_FINAL_SCORES,
         f"run_dir={tmp_path}",
         "checkpoint.monitor=val_loss",
@@ -306,6 +309,9 @@ def test_throughput_timed_only_at_logged_updates_keeps_the_updates_before_each_v
     assert len(rates) >= 6 and rates == pytest.approx([1.0] * len(rates)), rates  # 5 updates an epoch
     last = next(r for r in reversed(rows) if r.get("train/time"))
     assert float(last["train/time"]) == pytest.approx(float(last["train/batches"]))  # the total too
+    # and so does every checkpoint's, whose totals a resumed sitting goes on from (it lagged by the updates
+    # since the last logged one)
+    assert len(saved) >= 6 and all(state["time"] == pytest.approx(state["batches"]) for state in saved), saved
 
 
 def _with_callback(trainer, callback):

@@ -350,10 +350,11 @@ TOTALS = ("time", "batches", "samples", "lengths")  # what Throughput logs count
 class Throughput(ThroughputMonitor):
     """Lightning's ThroughputMonitor (train/device/items_per_sec: target tokens per second), which on a GPU
     synchronises with the device only at the updates whose rates it logs (every trainer.log_every_n_steps),
-    not after every batch: each synchronisation makes the host wait, so it could never queue the next
-    update while the device works. In between, batch sizes are summed on the host (the task counts them
-    without reading the device), and the rates are differences of totals over the last ``windows`` logged
-    updates. On a CPU, where waiting costs nothing, every batch is timed as in Lightning's."""
+    before a validation and when a checkpoint is saved, not after every batch: each synchronisation makes
+    the host wait, so it could never queue the next update while the device works. In between, batch sizes
+    are summed on the host (the task counts them without reading the device), and the rates are differences
+    of totals over the last ``windows`` timed points. On a CPU, where waiting costs nothing, every batch is
+    timed as in Lightning's."""
 
     def __init__(
         self, batch_size_fn, length_fn, window_size: int = 20, windows: int = 3, sparse: bool | None = None
@@ -365,11 +366,13 @@ class Throughput(ThroughputMonitor):
         # the totals logged (train/time, train/batches, ...) up to the checkpoint this sitting resumed from:
         # they go on across sittings, as the run's log does, rather than start again from 0
         self.before = dict.fromkeys(TOTALS, 0)
+        self._trainer = None
 
     def _totals(self) -> dict:
         stage = RunningStage.TRAINING
         times = self._throughputs[stage]._time if stage in self._throughputs else ()
-        # the time of the last update timed (on a GPU, of the last logged one)
+        # the time of the last update timed (on a GPU, of the last timed point: state_dict times the updates
+        # since, so that a checkpoint's time covers every update it counts)
         now = {
             "time": times[-1] if times else 0.0,
             "batches": self._batches.get(stage, 0),
@@ -379,6 +382,9 @@ class Throughput(ThroughputMonitor):
         return {key: self.before[key] + now[key] for key in TOTALS}
 
     def state_dict(self) -> dict:
+        trainer = self._trainer
+        if self.sparse and trainer is not None and trainer.state.stage == RunningStage.TRAINING:
+            self._time_training(trainer)  # a step checkpoint or a signal's save between logged updates
         return self._totals()
 
     def load_state_dict(self, state_dict: dict) -> None:
@@ -397,6 +403,7 @@ class Throughput(ThroughputMonitor):
         trainer._logger_connector.log_metrics(metrics, step=iter_num)
 
     def setup(self, trainer, pl_module, stage: str) -> None:
+        self._trainer = trainer  # for state_dict, which Lightning calls without it
         on_gpu = trainer.strategy.root_device.type == "cuda"
         self.sparse = on_gpu if self.sparse_setting is None else self.sparse_setting
         if self.sparse:
