@@ -336,6 +336,8 @@ class TaskModule(L.LightningModule):
         self.guard.bad_steps = section.get("bad_steps", 0)
         self.restored_metrics = dict(section.get("metrics") or {})
         self._tokens_to_restore = section.get("epoch_tokens")
+        # a sitting that trains nothing (resumed at training's end) saves the count it was given, not 0
+        self._cut_epoch_tokens = float(section.get("epoch_tokens") or 0.0)
         # where the training loader stood (epoch, batches of it trained), as it recorded itself: what a resumed
         # run's loader must find again (callbacks.SamePlaceInData)
         self.saved_data_place = saved_data_place(checkpoint)
