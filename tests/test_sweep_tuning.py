@@ -316,6 +316,12 @@ def test_tune_says_where_a_choice_is_weak_and_carries_the_levels_own_held_settin
         "ties with the next (warmup=400) at 29.84: the choice between them"
         in (notes_of(tune([tmp_path / "decimals"], "optim"), unrecorded=False)[-1])
     )
+    # ... and the one chosen is the first listed, as the note says, not the one whose float is larger
+    swapped = {"200": decimals["400"], "400": decimals["200"]}
+    tuning_sweep(tmp_path / "swapped", ["optim=noam"], "warmup", swapped, fingerprints=False)
+    tuned = tune([tmp_path / "swapped"], "optim")
+    assert "ties with the next (warmup=400)" in notes_of(tuned, unrecorded=False)[-1]
+    assert tuned.settings["optim"]["noam"] == ["warmup=200"]
     # a diverged candidate's nan or inf: no mean takes it, and tune says which runs and what to do
     diverged = {"200": [30.0, float("nan")], "400": [29.0, 28.0]}
     tuning_sweep(tmp_path / "diverged", ["optim=noam"], "warmup", diverged, fingerprints=False)

@@ -17,7 +17,7 @@ def log_report_to_wandb(report_path, project: str, group: str, metric: str = "au
     import wandb
 
     from nmt.sweep import analysis
-    from nmt.sweep.records import collect_records, resolve_metric
+    from nmt.sweep.records import collect_records, resolve_metric, scored_records
 
     report_path = Path(report_path)
     sweep_dir = report_path.parent
@@ -31,9 +31,8 @@ def log_report_to_wandb(report_path, project: str, group: str, metric: str = "au
     if logged.is_file() and logged.read_text().strip() == digest.hexdigest():
         print(f"W&B: the report run {group}-report already holds this report; not logged again")
         return
-    records = collect_records(sweep_dir)
+    records, _ = scored_records(collect_records(sweep_dir))  # nan or inf: the report names them
     metric = resolve_metric(metric, records)
-    records = [{**r, "metrics": {k: v for k, v in r["metrics"].items() if v is not None}} for r in records]
     offline = wandb_offline(str(sweep_dir))
     run = wandb.init(
         project=project,

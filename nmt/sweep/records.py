@@ -2,6 +2,7 @@
 results, read, limited to the sweep's plan, and the metric a report ranks them by."""
 
 import json
+import math
 from pathlib import Path
 
 from omegaconf import OmegaConf
@@ -61,6 +62,21 @@ def bleu_tokenize(record: dict) -> str:
     except ValueError as err:  # a run scored before its language needed MeCab can still be re-reported
         print(f"warning: {err}; the sentence-level statistics of {lang} outputs use 13a")
         return "13a"
+
+
+def scored_records(records: list[dict]) -> tuple[list[dict], dict[str, list[str]]]:
+    """The records with only the scores a statistic can take, and, by run folder, the scores left out for
+    being nan or infinite (a diverged run's loss or perplexity): such a run counts as one without that score,
+    and whoever reports on them says so. A missing score (None) is left out too, as one never made."""
+
+    def finite(value) -> bool:
+        return not isinstance(value, float) or math.isfinite(value)
+
+    kept = [{**r, "metrics": {k: v for k, v in r["metrics"].items() if v is not None and finite(v)}} for r in records]
+    unscored = {
+        Path(r.get("run_dir", "")).name: sorted(k for k, v in r["metrics"].items() if not finite(v)) for r in records
+    }
+    return kept, {name: keys for name, keys in unscored.items() if keys}
 
 
 def resolve_metric(metric: str, records: list[dict]) -> str:

@@ -22,7 +22,7 @@ from nmt.sweep import analysis, effects, store, summary
 from nmt.sweep.document import Document, fmt, fmt_p
 from nmt.sweep.figures import effect_plot, interaction_heatmap, training_curves
 from nmt.sweep.ranking import MIN_SEEDS, rank_cells, ranking_section
-from nmt.sweep.records import RESULT, bleu_tokenize, collect_records, finished_runs, resolve_metric
+from nmt.sweep.records import RESULT, bleu_tokenize, collect_records, finished_runs, resolve_metric, scored_records
 from nmt.sweep.sections import findings, what_ran
 from nmt.utils.io import atomic_path, atomic_write_text
 
@@ -73,13 +73,7 @@ def write_report(sweep_dir: str | Path, metric: str = "auto", baseline: dict | N
     if not records:
         raise FileNotFoundError(f"{sweep_dir}: no finished runs ({RESULT}) to report on")
     as_recorded = records
-    # a score of nan or inf (a diverged run's loss or perplexity) is a run without that score: no mean,
-    # interval or fit can take it, and it is named in the report, not dropped silently
-    unscored = {store.run_key(r): sorted(k for k, v in r["metrics"].items() if not _finite(v)) for r in records}
-    unscored = {name: keys for name, keys in unscored.items() if keys}
-    records = [
-        {**r, "metrics": {k: v for k, v in r["metrics"].items() if v is not None and _finite(v)}} for r in records
-    ]
+    records, unscored = scored_records(records)  # nan or inf: named in the report, not dropped silently
     metric = resolve_metric(metric, records)
     factors = analysis.factor_names(records)
     written = summary.planned(sweep_dir).get("factors") or saved["facts"].get("written") or {}
@@ -146,10 +140,6 @@ def write_report(sweep_dir: str | Path, metric: str = "auto", baseline: dict | N
     atomic_write_text(sweep_dir / "report.html", doc.html())
     print(f"[sweep] report: {report} (and report.html)")
     return report
-
-
-def _finite(value) -> bool:
-    return not isinstance(value, float) or math.isfinite(value)
 
 
 def _question(factors: list[str], metric: str, held: dict | None = None) -> str:

@@ -62,8 +62,9 @@ def tune(sweep_dirs: list[str | Path], level_key: str, metric: str = TUNING_METR
         candidates: dict[tuple, list[float]] = {}
         for record in records:
             candidates.setdefault(_setting(record, level_key), []).append(float(record["metrics"][metric]))
-        # fmean, as the tests of the notes: means equal there are equal here (a plain sum can differ in its last bit)
-        scored = sorted(candidates.items(), key=lambda item: statistics.fmean(item[1]) * (1 if lower else -1))
+        # means equal in decimals are equal here, whatever their floats' last bits (same_mean, as the notes' test):
+        # the stable sort keeps such ties in the order listed, so "the first listed" is the one chosen
+        scored = sorted(candidates.items(), key=lambda item: round(statistics.fmean(item[1]), 9) * (1 if lower else -1))
         past = []
         for setting, values in scored:
             mean, half = mean_ci(values)
@@ -184,11 +185,15 @@ def _candidates(sweep_dir: Path, level_key: str, metric: str) -> tuple[str, list
         Path(r.get("run_dir", "?")).name for r in records if not math.isfinite(float(r["metrics"][metric]))
     )
     if unscored:  # no mean or interval takes nan or inf: a candidate that diverged is told apart by a score
+        instead = (
+            f"choose by a score it still has (--metric {TUNING_METRIC}, the default: a diverged candidate scores "
+            "low), or leave such candidates out of the sweep"
+            if metric != TUNING_METRIC
+            else "leave such candidates out of the sweep (a smaller rate, a longer warm-up), or run them again"
+        )
         raise ValueError(
             f"{sweep_dir}: {len(unscored)} run(s) recorded {metric} as nan or infinite ({', '.join(unscored[:3])}"
-            f"{' ...' if len(unscored) > 3 else ''}): a run that diverged; choose by a score it still has "
-            f"(--metric {TUNING_METRIC}, the default: a diverged candidate scores low), or leave such candidates "
-            "out of the sweep"
+            f"{' ...' if len(unscored) > 3 else ''}): a run that diverged; {instead}"
         )
     # a test measure is no way out here: settings are chosen on validation data
     check_same_measure(records, metric, SAME_CASE_ON_VALIDATION)
