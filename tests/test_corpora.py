@@ -1254,3 +1254,24 @@ def test_a_corpus_released_as_an_archive_names_the_files_missing_where_it_looked
     (tmp_path / "corpus" / "a.txt").write_text("x\n")
     with pytest.raises(DataNotFoundError, match=r"cache: .*corpus \(missing b.txt; no c.tgz\)"):
         locate_or_extract("corpus", ["a.txt", "b.txt"], "c.tgz", lambda a, f: None, None, tmp_path, download=False)
+
+
+def test_an_evaluation_of_a_run_with_a_jieba_dictionary_does_not_read_the_file(tmp_path):
+    """The dictionary's words travel in the checkpoint's tokenizers, which an evaluation uses: evaluate.py
+    rebuilt the data module, which read the file, and a moved or deleted dictionary stopped every split's
+    scoring, with advice (data.user_dict=...) that evaluate.py refuses."""
+    from types import SimpleNamespace
+
+    from omegaconf import OmegaConf
+
+    from nmt.data.build import build_datamodule
+    from nmt.tasks.base import evaluation_data_config
+
+    gone = tmp_path / "moved_away.txt"
+    cfg = compose_train("data=zh_en", f"+data.user_dict={gone}", tiny=False)
+    with pytest.raises(ValueError, match=r"data.user_dict=.*moved_away.txt: cannot be read"):
+        build_datamodule(cfg.data, str(tmp_path / "c"), 1)  # training reads it: its tokenizers are trained
+    loaded = SimpleNamespace(config={"data": OmegaConf.to_container(cfg.data)})
+    data_cfg = evaluation_data_config(loaded, {})
+    assert data_cfg.user_dict is None and data_cfg.segmenter.zh == "jieba"
+    build_datamodule(data_cfg, str(tmp_path / "c"), 1)

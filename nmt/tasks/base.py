@@ -229,6 +229,10 @@ def evaluation_data_config(loaded, overrides: dict | None, elsewhere: tuple[str,
             )
             raise ValueError(f"data.{key}={value}: this run's corpus ({corpus}) takes no {key}{where}")
         data_cfg[key] = value
+    # a data module's segmenters train tokenizers alone, and an evaluation takes the checkpoint's, whose
+    # segmenters carry a jieba dictionary's words: the file, perhaps moved or deleted since, is not read
+    if data_cfg.get("user_dict") is not None:
+        data_cfg.user_dict = None
     return data_cfg
 
 
