@@ -156,6 +156,10 @@ def test_course_baseline_has_the_reported_shape():
         ("+optim.scheduler.foo=1", "optim.scheduler.foo is not an option of warmup_decay; it takes decay,"),
         ("+smoothing.foo=1", "smoothing.foo is not an option of LabelSmoothedCrossEntropy; it takes fused, pad_id"),
         ("+task.foo=1", "task.foo is not an option of TranslationTask; it takes bleu_every_n_epochs,"),
+        (
+            "+data.tokenizer.split_digits=true",
+            "data.tokenizer.split_digits is not a setting of the tokenizer; it takes",
+        ),
         ("seed=-1", "seed=-1: must be an integer from 0 to 4294967295"),
         ("progress.every_s=-1", "progress.every_s=-1: must be a number of seconds >= 0"),
         ("progress.every_s=abc", "progress.every_s='abc': must be a number of seconds >= 0"),

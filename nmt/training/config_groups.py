@@ -358,13 +358,29 @@ def data_key_problems(cfg: DictConfig) -> list[str]:
     if taken is None:
         return []
     unknown = [str(k) for k in cfg.data if not str(k).startswith("_") and k not in taken]
-    if not unknown:
-        return []
-    options = sorted(taken - {"cache_dir", "seed"})  # those two are the run's, given by train()
-    verb = "is not an option" if len(unknown) == 1 else "are not options"
-    return [
-        f"  {', '.join('data.' + k for k in unknown)} {verb} of {data_class.__name__}; it takes {', '.join(options)}"
-    ]
+    problems = []
+    if unknown:
+        options = sorted(taken - {"cache_dir", "seed"})  # those two are the run's, given by train()
+        verb = "is not an option" if len(unknown) == 1 else "are not options"
+        problems.append(
+            f"  {', '.join('data.' + k for k in unknown)} {verb} of {data_class.__name__}; it takes "
+            + ", ".join(options)
+        )
+    tokenizer = cfg.data.get("tokenizer") if "tokenizer" in taken else None
+    if isinstance(tokenizer, DictConfig):  # the tokenizer's settings, a dataclass the module builds (a TypeError)
+        from dataclasses import fields
+
+        from nmt.data.tokenizer import TokenizerSettings
+
+        settings = [f.name for f in fields(TokenizerSettings)]
+        extra = [str(k) for k in tokenizer if k not in settings]
+        if extra:
+            verb = "is not a setting" if len(extra) == 1 else "are not settings"
+            problems.append(
+                f"  {', '.join('data.tokenizer.' + k for k in extra)} {verb} of the tokenizer; it takes "
+                f"{', '.join(settings)}"
+            )
+    return problems
 
 
 # nodes built by Hydra from their ``_target_`` whose keys are checked against it (model, data and the model's
