@@ -226,3 +226,14 @@ def test_a_run_recorded_before_the_dictionarys_words_travelled_is_the_same_data(
     record_identity(tmp_path, {"data": {"segmenters": now, "tokenizers": "abc"}})
     with pytest.raises(Exception, match=r"other segmenters"):  # an edited dictionary is other segmentation
         check_data(tmp_path, {"data": {"segmenters": other, "tokenizers": "abc"}}, force=True, resuming=True)
+
+
+def test_the_encoded_corpus_cache_key_holds_the_segmenters_version():
+    """A release of Moses's rules or of jieba's dictionary that segments otherwise may leave the SentencePiece
+    model unchanged: the encoded corpus is cached under the version too (jieba's was left out)."""
+    import jieba
+    import sacremoses
+
+    assert Segmenter("moses", None, "de").cache_key()["version"] == sacremoses.__version__
+    assert Segmenter("jieba", None, "zh").cache_key()["version"] == jieba.__version__
+    assert "version" not in Segmenter("none", None, "de").cache_key()

@@ -88,13 +88,18 @@ class Segmenter:
         return self._moses
 
     def cache_key(self) -> dict:
-        """:meth:`spec` and, for Moses, the version of its rules: encoded corpora are cached under it, and a
-        release that tokenises otherwise might still leave the SentencePiece model unchanged."""
-        if self.name not in MOSES:
-            return self.spec()
-        import sacremoses
+        """:meth:`spec` and, for Moses and jieba, the version of their rules and dictionary: encoded corpora
+        are cached under it, and a release that segments otherwise might still leave the SentencePiece model
+        unchanged."""
+        if self.name in MOSES:
+            import sacremoses
 
-        return {**self.spec(), "version": sacremoses.__version__}
+            return {**self.spec(), "version": sacremoses.__version__}
+        if self.name.startswith("jieba"):
+            import jieba
+
+            return {**self.spec(), "version": jieba.__version__}
+        return self.spec()
 
     def spec(self) -> dict:
         # the language only where it matters: the specs of the other segmenters, and with them the cache keys
