@@ -297,3 +297,17 @@ def test_a_regional_chinese_code_is_scored_as_chinese(code):
     hyps, refs = ["我喜欢吃苹果。", "今天天气很好。"], ["我喜欢吃苹果。", "今天天气不错。"]
     assert corpus.bleu_tokenizer(code) == "zh"
     assert corpus.corpus_scores(hyps, refs, code)["bleu"] == corpus.corpus_scores(hyps, refs, "zh")["bleu"] > 0
+
+
+def test_scores_recorded_under_a_regional_code_keep_the_tokenizer_they_were_made_with(tmp_path):
+    """Before codes were read by their primary subtag, a zh-CN run was scored with 13a and Moses: a sweep's
+    sentence statistics of it keep 13a (its BLEU's signature), and its unsigned tokenised BLEU is not taken
+    for today's Chinese definition."""
+    from nmt.sweep.records import bleu_tokenize
+
+    (tmp_path / "config.yaml").write_text("data:\n  tgt_lang: zh-CN\n")
+    record = {"run_dir": str(tmp_path), "scoring": {"bleu_signature": "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp"}}
+    assert bleu_tokenize(record) == "13a"
+    assert bleu_tokenize({"run_dir": str(tmp_path)}) == "zh"  # no signature recorded: the code's own
+    assert corpus.unsigned_tokenized_lowercase_signature("zh-CN") is None
+    assert corpus.unsigned_tokenized_lowercase_signature("zh") == corpus.tokenized_lowercase_signature("zh")

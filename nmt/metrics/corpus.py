@@ -114,7 +114,7 @@ def tokenized_lowercase_signature(lang: str) -> str:
 def unsigned_tokenized_lowercase_signature(lang: str | None) -> str | None:
     """The signature of a score recorded before scores carried one: None (Moses with hyphens split) for the
     languages Moses tokenises; for Chinese, Japanese and Korean, whose definition has not changed, today's."""
-    if language(lang) in ("zh", *MECAB):
+    if lang == "zh" or lang in MECAB:  # the codes as written: a regional one (zh-CN) was Moses-tokenised then
         return tokenized_lowercase_signature(lang)
     return None
 

@@ -49,8 +49,14 @@ def collect_records(sweep_dir: Path) -> list[dict]:
 
 
 def bleu_tokenize(record: dict) -> str:
-    """sacreBLEU's tokenizer for the run's target language, as its test BLEU was scored ('zh' for Chinese,
-    'ja-mecab' / 'ko-mecab' where their packages are installed, '13a' otherwise)."""
+    """sacreBLEU's tokenizer for the run's target language, as its test BLEU was scored: its BLEU signature's
+    where recorded (a run scored under other rules, a regional code's 13a before codes were read by their
+    primary subtag, keeps its own), else 'zh' for Chinese, 'ja-mecab' / 'ko-mecab' where their packages are
+    installed, '13a' otherwise."""
+    signature = str((record.get("scoring") or {}).get("bleu_signature") or "")
+    recorded = next((part[4:] for part in signature.split("|") if part.startswith("tok:")), None)
+    if recorded:
+        return recorded
     config = Path(record.get("run_dir", "")) / "config.yaml"
     try:
         lang = OmegaConf.select(OmegaConf.load(config), "data.tgt_lang") if config.is_file() else None

@@ -372,6 +372,10 @@ def _epoch_end_writes_last(trainer) -> bool:
         return False
     if epochs._should_save_on_train_epoch_end(trainer):
         return True
+    if getattr(trainer, "_val_check_time_interval", None) is not None:
+        # validation by the clock: the loop's decision, made again just after, may differ from one asked
+        # here (and from another process's): the step checkpoint is written
+        return False
     # else it saves after a validation: is there one after this batch (the loop's own decision, made next)?
     loop = trainer.fit_loop
     return trainer.enable_validation and loop.epoch_loop._should_check_val_fx(loop._data_fetcher)

@@ -14,6 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 from nmt.data.report import write_report
 from nmt.data.segmenter import moses_languages
 from nmt.data.tokenizer import PAD_ID
+from nmt.metrics.corpus import language
 from nmt.models.build import count_parameters
 from nmt.tasks import Task
 from nmt.training import weight_casts
@@ -322,7 +323,7 @@ def _train_in_folder(cfg: DictConfig, task, run_dir: Path, config: dict, main_pr
             print(describe_recipe(cfg))
             print(f"Data: {datamodule.describe()}; model: {count_parameters(model):,} parameters")
             target = str(OmegaConf.select(cfg, "data.tgt_lang", default="") or "")
-            if target and target not in moses_languages() | {"zh", "ja", "ko", "yue"}:
+            if target and language(target) not in moses_languages() | {"zh", "ja", "ko", "yue"}:
                 print(
                     f"note: data.tgt_lang={target} names no language known here: BLEU tokenises the target as '13a', "
                     "the tokenised BLEU without a language's Moses rules; name it (data.tgt_lang=zh, ja, de, ...)"
