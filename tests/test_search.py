@@ -446,3 +446,23 @@ def test_a_learned_table_refuses_positions_beyond_it_from_the_host():
             logits, state = lm.decode_step(logits.argmax(-1) if _ else prev[:1], state)
         with pytest.raises(ValueError, match=beyond):
             lm.decode_step(logits.argmax(-1), state)
+
+
+def test_a_minimum_length_no_output_can_reach_is_refused_where_the_limit_does_not_grow():
+    """decode.min_len=150 with a summariser's max_len_a=0 max_len_b=100 was accepted, and every output was cut
+    at the limit (a language model's max_new_tokens was checked so; these limits were not)."""
+    from nmt.decoding.settings import search_settings, unreachable_min_len
+
+    from .conftest import compose_train
+
+    own = {"strategy": "beam", "max_len_a": 0.0, "max_len_b": 100, "min_len": 20}
+    with pytest.raises(ValueError, match=r"^decode.min_len=150: no output may end before 150 tokens, .* holds? 99"):
+        search_settings(own, {"min_len": 150})
+    with pytest.raises(ValueError, match=r"^decode.min_len=100:"):
+        search_settings(own, {"min_len": 100})  # the limit counts the end token: 99 words at most
+    assert search_settings(own, {"min_len": 99}).min_len == 99
+    assert unreachable_min_len({"max_len_a": 1.5, "max_len_b": 10, "min_len": 150}) is None  # grows with the source
+    from nmt.training.config import ConfigError, check_config
+
+    with pytest.raises(ConfigError, match=r"validation.search.min_len=200: no output may end before 200"):
+        check_config(compose_train("experiment=summarization", "validation.search.min_len=200", tiny=False))

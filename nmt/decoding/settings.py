@@ -168,6 +168,23 @@ def read_options(search: SearchConfig) -> SearchConfig:
     return SearchConfig(**{**search.__dict__, **{k: getattr(defaults, k) for k in UNREAD.get(search.strategy, ())}})
 
 
+def unreachable_min_len(values: dict, key: str = "decode") -> str | None:
+    """A minimum length no output can reach: its limit does not grow with the source (``max_len_a`` 0) and
+    holds fewer tokens before the end token (the limit counts it). The search would cut every output at the
+    limit; a limit that grows is reached by long enough sources, and is not refused."""
+    v = {f.name: f.default for f in fields(SearchConfig)} | dict(values)
+    a, b, least = v["max_len_a"], v["max_len_b"], v["min_len"]
+    if not all(isinstance(x, int | float) and not isinstance(x, bool) for x in (a, b, least)):
+        return None  # each value's own check names it
+    if a == 0 and least > 0 and least >= b:
+        return (
+            f"{key}.min_len={least}: no output may end before {least} tokens, and {key}.max_len_a=0 with "
+            f"max_len_b={b} lets an output hold {max(b - 1, 0)} before its end token; lower min_len, or raise "
+            "max_len_b"
+        )
+    return None
+
+
 def search_settings(own: dict | None, given: dict | None, refuse_unread: bool = True) -> SearchConfig:
     """The search of an evaluation or a translation: the options ``given`` (the command line's ``decode``
     block, where null means "not given"), else the run's ``own`` (its config's ``decode`` block: a
@@ -186,6 +203,8 @@ def search_settings(own: dict | None, given: dict | None, refuse_unread: bool = 
         )
     values = {k: v for k, v in (own or {}).items() if k in fields}
     search = SearchConfig(**{**values, **given})
+    if refuse_unread and (said := unreachable_min_len(search.__dict__)):
+        raise ValueError(said)
     unread = [k for k in UNREAD[search.strategy] if k in given]
     if refuse_unread and unread:
         raise ValueError(

@@ -9,7 +9,7 @@ import torch
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from torch.overrides import TorchFunctionMode
 
-from nmt.decoding.settings import search_problems, unread_problems
+from nmt.decoding.settings import search_problems, unreachable_min_len, unread_problems
 from nmt.metrics import lower_is_better
 from nmt.metrics.corpus import bleu_tokenizer
 from nmt.models.build import REQUIRED_METHODS, build_model, missing_methods
@@ -324,6 +324,7 @@ def check_config(cfg: DictConfig, choices: dict | None = None) -> None:
         if isinstance(block, DictConfig):
             values = OmegaConf.to_container(block, resolve=True)
             found = search_problems(values, key)
+            found = found or [said for said in [unreachable_min_len(values, key)] if said]
             problems += [f"  {problem}" for problem in found or unread_problems(values, key)]
     joint = OmegaConf.select(cfg, "data.tokenizer.joint", default=None)
     if OmegaConf.select(cfg, "model.tie_embeddings", default=None) == "all" and joint is False:
