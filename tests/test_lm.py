@@ -476,3 +476,12 @@ def test_a_continuation_stays_within_a_learned_position_table(new_tokens, kept, 
         (out,) = decode(model, torch.tensor([[EOS_ID, *ids]]), BOS_ID, EOS_ID, search)  # no position beyond 7
         assert len(out) <= limit
     assert continuation_room(language_model("absolute"), prompt, new_tokens) == (prompt, new_tokens + 1)
+
+
+def test_an_evaluation_stride_for_the_training_split_is_refused():
+    """split=train is scored in disjoint blocks whatever the stride: data.eval_stride=8 and 32 gave the same
+    perplexity, each recorded under its own stride, in a folder of its own."""
+    from types import SimpleNamespace
+
+    with pytest.raises(ValueError, match=r"^data.eval_stride=8 with split=train: the training split is scored in"):
+        LanguageModelTask().evaluate_split(SimpleNamespace(), "train", {"eval_stride": 8})

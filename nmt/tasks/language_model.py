@@ -169,20 +169,30 @@ class LanguageModelTask(Task):
         """Perplexity of a split (train, val or test) of the checkpoint's corpus; writes metrics.json."""
         if split not in ("train", "val", "test"):
             raise ValueError(f"split={split!r}: a language model is scored on train, val or test")
+        given_stride = (data_overrides or {}).get("eval_stride")
+        if split == "train" and given_stride is not None:
+            raise ValueError(
+                f"data.eval_stride={given_stride} with split=train: the training split is scored in disjoint blocks "
+                "of the block size, as the model trained on it; the stride applies to val and test"
+            )
         data_cfg = evaluation_data_config(loaded, data_overrides)
         datamodule = self.build_datamodule(data_cfg, loaded.config["cache_dir"], loaded.config["seed"])
         datamodule.set_tokenizers(loaded.src_tokenizer, loaded.tgt_tokenizer)
         check_split_text(loaded, datamodule, split, "or train a model on the text to score")
+        described = datamodule.describe()
+        if split == "train":  # cut into the blocks it trained on, whatever the stride of val and test
+            described = f"{datamodule.name} (block {datamodule.block_size}, disjoint blocks)"
         result = {
             "checkpoints": loaded.checkpoints,
-            "data": datamodule.describe(),
+            "data": described,
             "split": split,
             **stream_perplexity(loaded.model, datamodule.loader(split)),
         }
         stem = loaded.name
         tag = ("" if stem == "best" else f"{stem}_") + f"{split}_ppl"
         tag += f"_avg{len(loaded.checkpoints)}" if len(loaded.checkpoints) > 1 else ""
-        if (data_overrides or {}).get("eval_stride") is not None:  # one folder per evaluation setting
+        own_stride = (loaded.config.get("data") or {}).get("eval_stride") or datamodule.block_size
+        if given_stride is not None and datamodule.eval_stride != own_stride:  # one folder per evaluation setting
             tag += f"_stride{datamodule.eval_stride}"
         folder = Path(out) if out else loaded.run_dir / "eval" / tag
         out, result["code"] = evaluation_folder_for_code(folder, bool(out), loaded.run_dir)
