@@ -360,8 +360,11 @@ def test_evaluate_takes_a_run_folder_and_never_overwrites_an_evaluation_of_other
     evaluate_here(f"ckpt_path={toy_run}")  # the folder: its best checkpoint
     evaluate_here(f"ckpt_path={toy_run}", "decode.length_penalty=0.6")
     evaluate_here(f"ckpt_path={toy_run / 'checkpoints' / 'last.ckpt'}")
+    own = (toy_run / "eval" / "test_beam5" / "metrics.json").read_bytes()
+    assert "rouge1" in evaluate_here(f"ckpt_path={toy_run}", "rouge=true")  # scores the run did not make
+    assert (toy_run / "eval" / "test_beam5" / "metrics.json").read_bytes() == own  # rouge=false emptied a summariser's
     folders = {p.name for p in (toy_run / "eval").iterdir()}
-    assert {"test_beam5", "test_beam5_lp0.6", "last_test_beam5"} <= folders, folders
+    assert {"test_beam5", "test_beam5_lp0.6", "last_test_beam5", "test_beam5_rouge"} <= folders, folders
     lp = json.loads((toy_run / "eval" / "test_beam5_lp0.6" / "metrics.json").read_text())
     assert lp["search"]["length_penalty"] == 0.6 and lp["checkpoints"][0].endswith("best.ckpt")
 

@@ -299,6 +299,8 @@ class TranslationTask(Task):
         # sources cut elsewhere than the run's own data settings cut them: a folder of its own
         if requested != input_limit(loaded.config.get("data") or {}):
             name += f"_maxin{max_input_len}"
+        if rouge != self.rouge:  # other scores than the run's own (rouge=false dropped a summariser's ROUGE there)
+            name += "_rouge" if rouge else "_norouge"
         folder = Path(out) if out else loaded.run_dir / "eval" / name
         out, code = evaluation_folder_for_code(folder, bool(out), loaded.run_dir)
         result = {
