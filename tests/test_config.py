@@ -6,7 +6,7 @@ import re
 import pytest
 import torch
 from hydra.errors import ConfigCompositionException
-from omegaconf import OmegaConf
+from omegaconf import OmegaConf, open_dict
 
 from nmt.data.build import build_datamodule
 from nmt.data.tokenizer import PAD_ID
@@ -480,3 +480,28 @@ def test_checking_a_config_loads_no_compiler():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "False", out.stderr[-2000:]
+
+
+def test_a_tasks_own_values_for_another_strategy_are_not_the_command_lines_to_remove():
+    """experiment=summarization decode.strategy=greedy was refused for decode.beam_size=4 and
+    decode.length_penalty=2.0, the task's own values (=null is refused, so only restating the defaults got
+    past); an option the command line gives that the strategy does not read is still refused."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.hydra_config import HydraConfig
+
+    from nmt.training.config import ConfigError, check_config
+
+    def composed(*overrides):
+        with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+            cfg = compose("train", overrides=list(overrides), return_hydra_config=True)
+        HydraConfig.instance().set_config(cfg)  # as train.py's @hydra.main leaves it
+        with open_dict(cfg):
+            del cfg["hydra"]
+        return cfg
+
+    try:
+        check_config(composed("experiment=summarization", "decode.strategy=greedy"))
+        with pytest.raises(ConfigError, match=r"decode.beam_size=8: decode.strategy=greedy does not read it"):
+            check_config(composed("experiment=summarization", "decode.strategy=greedy", "decode.beam_size=8"))
+    finally:
+        HydraConfig.instance().cfg = None

@@ -325,7 +325,7 @@ def check_config(cfg: DictConfig, choices: dict | None = None) -> None:
             values = OmegaConf.to_container(block, resolve=True)
             found = search_problems(values, key)
             found = found or [said for said in [unreachable_min_len(values, key)] if said]
-            problems += [f"  {problem}" for problem in found or unread_problems(values, key)]
+            problems += [f"  {problem}" for problem in found or _given_unread(unread_problems(values, key), key)]
     joint = OmegaConf.select(cfg, "data.tokenizer.joint", default=None)
     if OmegaConf.select(cfg, "model.tie_embeddings", default=None) == "all" and joint is False:
         # separate vocabularies of one size (the size asked for) passed the model's check: one row would then
@@ -486,6 +486,21 @@ def check_config(cfg: DictConfig, choices: dict | None = None) -> None:
         problems += _model_build_problems(cfg)
     if problems:
         raise ConfigError("invalid configuration:\n" + "\n".join(problems))
+
+
+def _given_unread(problems: list[str], key: str) -> list[str]:
+    """Of the options a search block's strategy does not read, those the command line gave: a task's or an
+    experiment's own values for another strategy (summarisation's beam_size=4 and length_penalty=2.0 with
+    decode.strategy=greedy) are not the user's to remove. Without Hydra's record of the command line (the
+    config composed in code), every one."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return problems
+    given = [o.lstrip("+~").split("=", 1)[0] for o in HydraConfig.get().overrides.task]
+    if key in given:  # the whole block given at once
+        return problems
+    return [p for p in problems if p.split("=", 1)[0] in given]
 
 
 def _mode_problems(cfg: DictConfig, section: str, metric) -> list[str]:
