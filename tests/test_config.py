@@ -161,6 +161,7 @@ def test_course_baseline_has_the_reported_shape():
             "data.tokenizer.split_digits is not a setting of the tokenizer; it takes",
         ),
         ("seed=-1", "seed=-1: must be an integer from 0 to 4294967295"),
+        ("data=europarl data.split_seed=abc", "data.split_seed='abc': must be an integer"),
         ("progress.every_s=-1", "progress.every_s=-1: must be a number of seconds >= 0"),
         ("progress.every_s=abc", "progress.every_s='abc': must be a number of seconds >= 0"),
         ("trainer.limit_val_batches=-1", "trainer.limit_val_batches=-1: must be a number of batches >= 0"),

@@ -142,6 +142,8 @@ def _rules() -> list[tuple[str, Callable[[object], bool], str]]:
             "an integer >= -1 (-1: no limit)",
         ),
         ("seed", lambda v: _number(v) and isinstance(v, int) and 0 <= v < 2**32, "an integer from 0 to 4294967295"),
+        # the seed of the splits cut from a pool: a word was taken as a seed of its own
+        ("data.split_seed", lambda v: _number(v) and isinstance(v, int), "an integer"),
         (
             "progress.every_s",
             lambda v: _number(v) and 0 <= v < float("inf"),
