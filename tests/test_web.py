@@ -115,6 +115,31 @@ def test_bad_requests_get_a_4xx_and_a_message(client, body, status, message):
     assert "Traceback" not in answer.text
 
 
+def test_a_long_text_read_cut_says_so_and_a_document_may_exceed_16_kb(checkpoint):
+    """serve.py refused every text over max_input_len: a summariser's documents, which translate.py and
+    evaluation read cut as in training, could not be served at all. With on_long_input=truncate the answer is
+    the cut text's, and says it was cut; max_chars raised past 16 KB of body is no longer refused as too large."""
+    from fastapi.testclient import TestClient
+
+    from nmt.inference.web import create_app
+
+    translator = Translator.from_checkpoint(checkpoint, beam_size=3, device="cpu", max_input_len=4)
+    app = TestClient(create_app(translator, max_chars=5000))
+    long = "one two three four five six"
+    data = app.post("/api/translate", json={"text": long}).json()
+    tokens = len(translator.src_tokenizer.encode_batch([long])[0])
+    assert tokens > 4 and data["truncated"] == {"tokens": tokens, "kept": 4, "end": "first"}
+    assert data["translation"] == translator.translate(long) == translator.translate("one two three four")
+    assert len(translator.src_tokenizer.encode_batch(["one"])[0]) <= 4
+    assert "truncated" not in app.post("/api/translate", json={"text": "one"}).json()
+    document = " ".join(["seven"] * 800)  # 4,799 characters, then 4,000 written in a body over 16 KB
+    assert app.post("/api/translate", json={"text": document}).json()["truncated"]["kept"] == 4
+    wide = app.post("/api/translate", json={"text": "\u00e9" * 4000})  # 4,000 characters, 24 KB as JSON escapes
+    assert wide.status_code == 200, wide.text
+    info = app.get("/api/info").json()
+    assert info["on_long_input"] == "truncate" and info["max_input_len"] == 4
+
+
 def test_json_sent_without_its_content_type_is_named_as_the_cause(client):
     app, _ = client
     # curl -d '{"text": "one"}' without -H: sent as a form
@@ -165,6 +190,7 @@ def test_every_error_has_the_error_shape_and_a_taken_port_is_named_before_loadin
             r"^title=1.5: must be text or a whole number; quote it",
         ),  # shown as Hydra's float, not as written
         ({"title": True}, r"^title=True: must be text or a whole number; quote it"),
+        ({"on_long_input": "cut"}, r"^on_long_input='cut': must be one of truncate, error$"),
     ],
 )
 def test_a_port_or_a_length_limit_out_of_range_is_refused_before_loading(given, message):
@@ -174,7 +200,16 @@ def test_a_port_or_a_length_limit_out_of_range_is_refused_before_loading(given, 
 
     with pytest.raises(ValueError, match=message):
         serve(
-            OmegaConf.create({"ckpt_path": "nowhere.ckpt", "host": "127.0.0.1", "port": 8000, "max_chars": 9, **given})
+            OmegaConf.create(
+                {
+                    "ckpt_path": "nowhere.ckpt",
+                    "host": "127.0.0.1",
+                    "port": 8000,
+                    "max_chars": 9,
+                    "on_long_input": "error",
+                    **given,
+                }
+            )
         )
 
 
@@ -189,7 +224,7 @@ def browser() -> str | None:
 
 
 @contextlib.contextmanager
-def serving(ckpt_path: str):
+def serving(ckpt_path: str, *options: str):
     """serve.py on a free port, answering; its port."""
     port = free_port()
     command = [
@@ -199,6 +234,7 @@ def serving(ckpt_path: str):
         f"port={port}",
         "device=cpu",
         "threads=1",
+        *options,
     ]
     server = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
     try:
@@ -277,6 +313,18 @@ def test_the_page_translates_each_line_as_a_sentence_of_its_own(checkpoint):
     assert translation.splitlines() == expected and lines == ["1", "2"] and nbest == expected[1]
     # a heatmap is target pieces (and the end token) by source pieces (and the end token)
     assert first.split("x")[1] != second.split("x")[1] and not errors
+
+
+@HEADLESS
+def test_the_page_says_which_line_was_read_cut(checkpoint):
+    with serving(checkpoint, "on_long_input=truncate", "max_input_len=4") as port, browsing(port) as (page, errors):
+        page.fill("#source", "one\none two three four five six")
+        page.click("#go")
+        page.wait_for_selector("#heatmap[data-heatmap]", timeout=60_000)
+        note = page.inner_text("#note")
+    translator = Translator.from_checkpoint(checkpoint, device="cpu")
+    tokens = len(translator.src_tokenizer.encode_batch(["one two three four five six"])[0])
+    assert note == f"line 2: read cut to its first 4 of {tokens} subword tokens" and not errors
 
 
 @HEADLESS

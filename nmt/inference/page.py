@@ -12,7 +12,7 @@ body { font-family: system-ui, sans-serif; max-width: 60rem; margin: 2rem auto; 
 textarea { width: 100%; font-size: 1rem; padding: 0.4rem; box-sizing: border-box; }
 button { font-size: 1rem; padding: 0.3rem 1rem; margin: 0.5rem 0.5rem 0.5rem 0; }
 #translation { font-size: 1.3rem; margin: 1rem 0; min-height: 1.6rem; white-space: pre-line; }
-#error { color: #b00020; } table { border-collapse: collapse; margin: 0.5rem 0; }
+#error { color: #b00020; } #note { color: #8a5a00; } table { border-collapse: collapse; margin: 0.5rem 0; }
 th, td { border: 1px solid #ccc; padding: 0.2rem 0.5rem; text-align: left; } th { background: #f3f3f3; }
 canvas { border: 1px solid #eee; margin-top: 0.5rem; } label { margin-right: 1rem; }
 </style></head>
@@ -24,6 +24,7 @@ canvas { border: 1px solid #eee; margin-top: 0.5rem; } label { margin-right: 1re
   <button id="go" type="submit">Translate</button>
 </form>
 <div id="error" role="alert"></div>
+<div id="note"></div>
 <div id="translation" aria-live="polite"></div>
 <table id="nbest-table" hidden><thead><tr><th>#</th><th>score</th><th>output</th></tr></thead><tbody></tbody></table>
 <div id="choose" hidden>
@@ -103,7 +104,7 @@ function show() {
 
 async function translate(event) {
   event.preventDefault();
-  $("error").textContent = ""; $("go").disabled = true;
+  $("error").textContent = ""; $("note").textContent = ""; $("go").disabled = true;
   $("heatmap").removeAttribute("data-heatmap");
   try {
     // each line a sentence of its own, as translate.py reads a file (blank lines are none)
@@ -124,6 +125,10 @@ async function translate(event) {
       answers.push(data);
     }
     results = answers;
+    // a text over the server's max_input_len, read cut (on_long_input=truncate): said, never silent
+    $("note").textContent = results.map((r, i) => !r.truncated ? "" :
+      `${results.length > 1 ? `line ${i + 1}: ` : ""}read cut to its ${r.truncated.end} ${r.truncated.kept} ` +
+      `of ${r.truncated.tokens} subword tokens`).filter((text) => text).join("; ");
     $("translation").textContent = results.map((r) => r.translation).join("\\n");
     fill($("line"), lines.map((_, i) => i + 1));
     $("line-label").hidden = results.length < 2;

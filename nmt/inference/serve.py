@@ -5,7 +5,7 @@ import sys
 
 from omegaconf import DictConfig
 
-from nmt.inference.translator import Translator
+from nmt.inference.translator import LONG_INPUT, Translator
 from nmt.inference.web import create_app
 
 
@@ -23,7 +23,7 @@ def check_port(host: str, port: int) -> None:
 
 def check_settings(cfg: DictConfig) -> None:
     """port and max_chars: numbers in range (a port of 70000 was a traceback, a max_chars of 0 a server
-    that refused every request); title: text."""
+    that refused every request); on_long_input: one of its values; title: text."""
     for key, low, high in (("port", 1, 65535), ("max_chars", 1, None)):
         value = cfg.get(key)
         if type(value) is not int or value < low or (high is not None and value > high):
@@ -31,6 +31,8 @@ def check_settings(cfg: DictConfig) -> None:
             raise ValueError(f"{key}={value!r}: must be an integer {bound}")
     # Hydra reads title=2026 as a number (kept as its digits) and title=[a,b] as a list, which the page
     # could not show: it failed at the first request, after the model was loaded
+    if cfg.get("on_long_input") not in LONG_INPUT:
+        raise ValueError(f"on_long_input={cfg.get('on_long_input')!r}: must be one of {', '.join(LONG_INPUT)}")
     title = cfg.get("title")
     if title is not None and (isinstance(title, bool) or not isinstance(title, str | int)):
         raise ValueError(
@@ -50,7 +52,9 @@ def serve(cfg: DictConfig) -> None:
 
     check_settings(cfg)
     check_port(cfg.host, cfg.port)
-    translator = Translator.from_config(cfg, on_long_input="error")  # a request gets a message, never a cut sentence
+    # on_long_input=error (the default): a request gets a message, never a silently cut sentence; truncate (a
+    # summariser's documents, cut as in training): the answer says which text was cut
+    translator = Translator.from_config(cfg)
     title = page_title(cfg.title, translator)
     app = create_app(translator, max_chars=cfg.max_chars, title=title)
     print(f"Serving {title} at http://{cfg.host}:{cfg.port} (Ctrl-C stops)", file=sys.stderr, flush=True)

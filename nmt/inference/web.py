@@ -5,7 +5,8 @@ The page is one self-contained HTML document (inline script and styles, the heat
 it works offline. The server answers JSON at ``POST /api/translate``; requests are decoded one at a time
 (the model is shared and its attention capture is not reentrant), so concurrent requests never mix.
 A request carries text only (no path, no checkpoint: the model is fixed at start), is limited in size,
-and a bad one gets a 4xx with a message, never a stack trace.
+and a bad one gets a 4xx with a message, never a stack trace. A text longer than ``max_input_len`` subword
+tokens is refused, or (``on_long_input=truncate``) read cut, and the answer says so in ``truncated``.
 """
 
 import html
@@ -23,6 +24,12 @@ from nmt.inference.translator import InputError, Translator
 MAX_BODY_BYTES = 16_384
 
 
+def body_limit(max_chars: int) -> int:
+    """Bytes a request may have: 16 KB, or room for ``max_chars`` characters each written as JSON's six-byte
+    escape (a summariser's document raised past 16 KB was refused as too large before its length was read)."""
+    return max(MAX_BODY_BYTES, 6 * max_chars + 1024)
+
+
 class TranslateRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")  # anything else (a path, a checkpoint) is refused
 
@@ -35,6 +42,9 @@ def create_app(translator: Translator, max_chars: int = 1000, title: str = "nmt"
     app = FastAPI(title=title, docs_url=None, redoc_url=None, openapi_url=None)
     lock = threading.Lock()
     beams = translator.search.hypotheses
+    largest = body_limit(max_chars)
+    # a language model continues a prompt's end (its last tokens are kept), a source is read from its start
+    kept = "last" if translator.continues else "first"
 
     @app.middleware("http")
     async def limit_size(request: Request, call_next):
@@ -47,8 +57,8 @@ def create_app(translator: Translator, max_chars: int = 1000, title: str = "nmt"
         )
         if request.method == "POST" and declared is None and takes_body:
             return JSONResponse({"error": "a request body needs a Content-Length"}, status_code=411)
-        if declared is not None and (not declared.isdigit() or int(declared) > MAX_BODY_BYTES):
-            return JSONResponse({"error": f"request larger than {MAX_BODY_BYTES} bytes"}, status_code=413)
+        if declared is not None and (not declared.isdigit() or int(declared) > largest):
+            return JSONResponse({"error": f"request larger than {largest} bytes"}, status_code=413)
         return await call_next(request)
 
     @app.exception_handler(RequestValidationError)
@@ -92,7 +102,13 @@ def create_app(translator: Translator, max_chars: int = 1000, title: str = "nmt"
 
     @app.get("/api/info")
     def info() -> dict:
-        return {"beam_size": beams, "max_chars": max_chars, "strategy": translator.search.strategy}
+        return {
+            "beam_size": beams,
+            "max_chars": max_chars,
+            "strategy": translator.search.strategy,
+            "max_input_len": translator.max_input_len,
+            "on_long_input": translator.on_long_input,
+        }
 
     @app.post("/api/translate")
     def translate(request: TranslateRequest):
@@ -118,7 +134,13 @@ def create_app(translator: Translator, max_chars: int = 1000, title: str = "nmt"
                 return JSONResponse({"error": message}, status_code=422)
             return JSONResponse({"error": str(err)}, status_code=422)
         best = hypotheses[0]
+        answer = {}
+        if translator.on_long_input == "truncate":  # said to the requester, not only in the server's log
+            tokens = len(translator.src_tokenizer.encode_batch([text])[0])
+            if tokens > translator.max_input_len:
+                answer["truncated"] = {"tokens": tokens, "kept": translator.max_input_len, "end": kept}
         return {
+            **answer,
             "translation": best.text,
             "nbest": [
                 {"text": h.text, "score": round(h.score, 4), "log_prob": round(h.log_prob, 4)} for h in hypotheses
