@@ -273,6 +273,63 @@ def test_a_learned_table_travels_as_ctranslate2s_default_limits_and_only_one_bes
     assert CTranslate2Model(tmp_path / "a").position_limits == [None, None]
 
 
+def test_an_exported_summariser_keeps_its_minimum_length_and_ngram_blocking(tmp_path_factory, tmp_path, caplog):
+    """The export carried none of the run's search: a summariser's CTranslate2 model decoded with
+    CTranslate2's beam of 2, no minimum length and no trigram blocking, its outputs ending where the run's
+    never do. The run's settings are now the wrapper's defaults, and mean what ours mean (greedy decodes
+    token for token as ours, both counting the tokens before the end token)."""
+    from nmt.inference.export import CTranslate2Model
+
+    run_dir = tmp_path_factory.mktemp("ends")  # trained until its outputs end before the length limit
+    train(compose_train("trainer.max_epochs=40", *NO_FINAL_SCORES, "threads=1", f"run_dir={run_dir}"))
+    loaded = load_model(str(run_dir / "checkpoints" / "best.ckpt"), device="cpu")
+    loaded.config["decode"].update(beam_size=4, length_penalty=2.0, min_len=12, no_repeat_ngram_size=2)
+    export_ctranslate2(loaded, tmp_path / "ct2")
+    manifest = json.loads((tmp_path / "ct2" / "nmt_export.json").read_text())
+    assert manifest["decode"] == {"min_decoding_length": 12, "no_repeat_ngram_size": 2, "beam_size": 4}
+
+    def ours(**constraints) -> list[str]:
+        search = SearchConfig(strategy="greedy", max_len_a=0.0, max_len_b=40, **constraints)
+        return [h[0].text for h in Translator([loaded], search).translate_nbest(LINES)]
+
+    free = ours()
+    assert min(len(loaded.tgt_tokenizer.encode_batch([t])[0]) for t in free) < 12  # the floor matters
+    model = CTranslate2Model(tmp_path / "ct2")
+    limits = {"max_decoding_length": 39, "suppress_sequences": [["<s>"], ["<pad>"]]}
+    kept = ours(min_len=12, no_repeat_ngram_size=2)
+    assert model.translate(LINES, beam_size=1, **limits) == kept != free
+    given = []
+    real = model.translator
+
+    class Recording:
+        def translate_batch(self, batch, **options):
+            given.append(options)
+            return real.translate_batch(batch, **options)
+
+    model.translator = Recording()
+    model.translate(LINES[:1], **limits)
+    model.translate(LINES[:1], no_repeat_ngram_size=0, **limits)  # what is given stands
+    assert [(o["beam_size"], o["min_decoding_length"], o["no_repeat_ngram_size"]) for o in given] == [
+        (4, 12, 2),
+        (4, 12, 0),
+    ]
+    assert "length_penalty" not in given[0]  # CTranslate2's is another formula: not carried
+    del manifest["decode"]  # an export made before the manifest held the run's search: said, and as it was
+    (tmp_path / "ct2" / "nmt_export.json").write_text(json.dumps(manifest))
+    with caplog.at_level("WARNING"):
+        old = CTranslate2Model(tmp_path / "ct2")
+    assert "was exported before its manifest held the run's decoding settings" in caplog.text
+    assert old.translate(LINES, beam_size=1, **limits) == [
+        old.target.decode([old.target.sp.piece_to_id(p) for p in r.hypotheses[0]])
+        for r in old.translator.translate_batch(
+            [old.source.pieces(old.source.encode(line)) for line in LINES],
+            beam_size=1,
+            max_input_length=manifest["max_input_len"] + 1,
+            **limits,
+        )
+    ]
+
+
 def test_sources_are_cut_where_our_translator_cuts_them(tmp_path_factory, tmp_path, caplog):
     """CTranslate2 counts the end token it appends within max_input_length: the wrapper cut sources one piece
     shorter than our translator (a learned table's size less two), and a model without a table at 1,024
@@ -324,4 +381,4 @@ def test_sources_are_cut_where_our_translator_cuts_them(tmp_path_factory, tmp_pa
     given.clear()
     old.translator = Recording()
     old.translate(["one two"])
-    assert given == [{}]
+    assert [set(options) for options in given] == [set(manifest["decode"])]  # CTranslate2's limit: none given

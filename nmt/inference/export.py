@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 from nmt.decoding.constraints import position_limits
+from nmt.decoding.settings import search_settings
 from nmt.decoding.translate import input_limit
 from nmt.inference.loading import LoadedModel
 from nmt.modules.norm import LayerNorm, RMSNorm
@@ -218,6 +219,27 @@ EXPORT_FILES = {
 PARTIAL = ".nmt_export_partial"  # in an export's folder from its first file moved in until its manifest
 
 
+def decoding_defaults(decode: dict | None) -> dict:
+    """The run's own search (its config's ``decode`` block) as ``translate_batch`` options, those whose
+    meaning CTranslate2 shares: the strategy and its beam or sampling settings, the minimum output length
+    (both count the tokens before the end token) and n-gram blocking, so that an exported summariser keeps
+    its floor and its trigram blocking. The length penalty is not carried (CTranslate2's is another formula),
+    nor the length limit relative to the source (CTranslate2 has a fixed one)."""
+    search = search_settings(decode, None, refuse_unread=False)
+    options = {"min_decoding_length": search.min_len, "no_repeat_ngram_size": search.no_repeat_ngram_size}
+    if search.strategy == "beam":
+        return {**options, "beam_size": search.beam_size}
+    if search.strategy == "sample":  # CTranslate2 samples where beam_size is 1; top_k 0: the whole vocabulary
+        return {
+            **options,
+            "beam_size": 1,
+            "sampling_topk": search.top_k,
+            "sampling_topp": search.top_p,
+            "sampling_temperature": search.temperature,
+        }
+    return {**options, "beam_size": 1}  # greedy
+
+
 def export_ctranslate2(loaded: LoadedModel, out_dir: str | Path, quantization: str | None = None) -> Path:
     """Write the CTranslate2 model of ``loaded`` (weights in ``quantization``: None keeps float32; int8,
     int8_float32, float16, bfloat16, ...) with our SentencePiece models beside it."""
@@ -258,6 +280,8 @@ def export_ctranslate2(loaded: LoadedModel, out_dir: str | Path, quantization: s
             "position_limits": list(position_limits(loaded.model)),
             # the subword tokens our translator cuts a source to (the run's data.max_src_len, else 256)
             "max_input_len": input_limit(loaded.config.get("data") or {}),
+            # the run's search as CTranslate2's options: CTranslate2Model.translate's defaults
+            "decode": decoding_defaults(loaded.config.get("decode")),
         }
         atomic_write_text(out_dir / "nmt_export.json", json.dumps(manifest, indent=1) + "\n")
         (out_dir / PARTIAL).unlink(missing_ok=True)
@@ -288,15 +312,30 @@ class CTranslate2Model:
                 "export it again to cut them alike",
                 model_dir,
             )
+        # exported before the manifest held the run's search: CTranslate2's defaults (beam 2, no minimum
+        # length, no n-gram blocking) stand, as they did, and are said
+        self.decoding = manifest.get("decode")
+        if self.decoding is None:
+            log.warning(
+                "%s was exported before its manifest held the run's decoding settings: CTranslate2's defaults "
+                "(beam_size=2, min_decoding_length=1, no n-gram blocking) stand, not the run's; export it again "
+                "to keep them (a summariser's minimum length and trigram blocking)",
+                model_dir,
+            )
         self.source = Tokenizer((model_dir / "source.model").read_bytes(), segmenters.get("source"))
         self.target = Tokenizer((model_dir / "target.model").read_bytes(), segmenters.get("target"))
         self.translator = ctranslate2.Translator(str(model_dir), device=device, **translator_options)
 
     def translate(self, lines: list[str], **options) -> list[str]:
         """The best translation of each line. ``options`` go to ``translate_batch`` (beam_size,
-        max_decoding_length, ...). By default a source is cut where our translator cuts it (the run's limit,
-        and a learned position table's size less the end token) and a model with such a table decodes
-        outputs as long as it holds."""
+        max_decoding_length, ...); those not given are the run's own search (``decoding``: its beam size,
+        minimum length and n-gram blocking). By default a source is cut where our translator cuts it (the
+        run's limit, and a learned position table's size less the end token) and a model with such a table
+        decodes outputs as long as it holds."""
+        for key, value in (self.decoding or {}).items():
+            if key.startswith("sampling_") and options.get("beam_size", 1) != 1:
+                continue  # a beam asked of a sampling run's export: CTranslate2 samples only with beam 1
+            options.setdefault(key, value)
         if options.get("num_hypotheses", 1) != 1:
             raise ValueError(
                 f"num_hypotheses={options['num_hypotheses']}: translate returns each line's best; for n-best lists "
