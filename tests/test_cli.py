@@ -427,6 +427,22 @@ def test_training_into_a_file_prints_plain_progress_lines(tmp_path):
     assert valid[-1].startswith("[valid] update 6, the final weights: val_acc ") and " val_bleu " in valid[-1]
 
 
+def test_without_a_progress_bar_each_validation_still_prints_its_line(tmp_path, capsys):
+    """trainer.enable_progress_bar=false dropped the [valid] lines with the bar: a run's scores went unsaid."""
+    from nmt.training.train import train
+
+    quick = ["trainer.max_epochs=2", "trainer.enable_progress_bar=false", *NO_FINAL_SCORES, "threads=1"]
+    train(compose_train(*quick, f"run_dir={tmp_path / 'run'}"))
+    out = capsys.readouterr().out
+    valid = [line for line in out.splitlines() if line.startswith("[valid] update ")]
+    assert [line.split(":")[0] for line in valid] == [
+        "[valid] update 5, epoch 0",
+        "[valid] update 10, epoch 1",
+        "[valid] update 10, the final weights",
+    ]
+    assert all(" val_loss " in line for line in valid) and " val_bleu " in valid[-1] and "[train] update" not in out
+
+
 def test_a_progress_line_counts_the_tokens_of_every_epoch_its_interval_spans(monkeypatch, capsys):
     """Epochs shorter than the interval between two lines (small models on a GPU): the rate is the tokens
     trained on since the last line, across the epochs' resets of their count, over the time since then."""

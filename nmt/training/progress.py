@@ -103,15 +103,27 @@ class PlainProgress(ProgressBar):
         self._last_time, self._last_step, self._last_tokens = now, step, tokens
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if not (self._enabled and trainer.is_global_zero) or trainer.sanity_checking:
-            return
-        values = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val_")}
-        shown = ", ".join(f"{k} {v:.4f}" for k, v in sorted(values.items()))
-        # after fit the epoch counter has moved past the last epoch trained: the final weights are named so
-        where = (
-            "the final weights" if getattr(pl_module, "final_validation", False) else f"epoch {trainer.current_epoch}"
-        )
-        print(f"[valid] update {trainer.global_step}, {where}: {shown}", flush=True)
+        if self._enabled:
+            validation_line(trainer, pl_module)
+
+
+class ValidationLines(L.Callback):
+    """The ``[valid]`` line of each validation, without a progress bar (``trainer.enable_progress_bar=false``:
+    a validation's scores are a result, not progress)."""
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        validation_line(trainer, pl_module)
+
+
+def validation_line(trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+    """``[valid] update N, epoch E: val_... `` (the first process's, not the sanity check's), flushed."""
+    if not trainer.is_global_zero or trainer.sanity_checking:
+        return
+    values = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val_")}
+    shown = ", ".join(f"{k} {v:.4f}" for k, v in sorted(values.items()))
+    # after fit the epoch counter has moved past the last epoch trained: the final weights are named so
+    where = "the final weights" if getattr(pl_module, "final_validation", False) else f"epoch {trainer.current_epoch}"
+    print(f"[valid] update {trainer.global_step}, {where}: {shown}", flush=True)
 
 
 def plain_output() -> bool:

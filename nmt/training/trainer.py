@@ -34,7 +34,7 @@ from nmt.training.checkpoint_io import (
     WriteBehind,
 )
 from nmt.training.loggers import ResumableCSVLogger
-from nmt.training.progress import PlainProgress, plain_output
+from nmt.training.progress import PlainProgress, ValidationLines, plain_output
 from nmt.utils.instantiate import instantiate
 
 
@@ -101,6 +101,8 @@ def _callbacks(cfg: DictConfig, checkpoint_dir: Path, task: Task) -> list:
         every_s = OmegaConf.select(cfg, "progress.every_s", default=30)
         monitor = cfg.checkpoint.monitor
         callbacks.append(PlainProgress(every_s, monitor) if plain_output() else RichProgressBar())
+    else:
+        callbacks.append(ValidationLines())
     if cfg.trainer.enable_model_summary:
         callbacks.append(RichModelSummary(max_depth=2))
     return callbacks
