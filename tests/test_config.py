@@ -483,6 +483,35 @@ def test_checking_a_config_loads_no_compiler():
     assert out.returncode == 0 and out.stdout.strip() == "False", out.stderr[-2000:]
 
 
+def test_early_stoppings_monitor_given_with_early_stopping_off_is_refused():
+    """early_stopping.monitor=val_loss early_stopping.mode=min with patience null (off, the default) were
+    accepted: they stopped nothing. An experiment's own monitor, with its patience turned off on the command
+    line, is not the command line's to remove."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.hydra_config import HydraConfig
+
+    from nmt.training.config import ConfigError, check_config
+
+    def check(*overrides):
+        with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+            cfg = compose("train", overrides=["data=toy", *overrides], return_hydra_config=True)
+        HydraConfig.instance().set_config(cfg)  # as train.py's @hydra.main leaves it
+        with open_dict(cfg):
+            del cfg["hydra"]
+        check_config(cfg)
+
+    try:
+        for off in ([], ["early_stopping.patience=0"]):
+            with pytest.raises(ConfigError, match=r"early_stopping.monitor=val_loss: early stopping is off"):
+                check(*off, "early_stopping.monitor=val_loss", "early_stopping.mode=min")
+        with pytest.raises(ConfigError, match=r"early_stopping.mode=max: early stopping is off \(early_stopping.pat"):
+            check("early_stopping.mode=max")
+        check("early_stopping.patience=3", "early_stopping.monitor=val_loss", "early_stopping.mode=min")
+        check("experiment=multi30k_transformer", "early_stopping.patience=null")  # its own monitor
+    finally:
+        HydraConfig.instance().cfg = None
+
+
 def test_a_tasks_own_values_for_another_strategy_are_not_the_command_lines_to_remove():
     """experiment=summarization decode.strategy=greedy was refused for decode.beam_size=4 and
     decode.length_penalty=2.0, the task's own values (=null is refused, so only restating the defaults got

@@ -429,6 +429,7 @@ def check_config(cfg: DictConfig, choices: dict | None = None) -> None:
             if names is not None and value is not None and value not in names:
                 problems.append(f"  {key}={value!r}: task={task.name} logs {sorted(names)}")
             problems += _mode_problems(cfg, key.split(".")[0], value)
+        problems += _stopping_off_problems(cfg)
         validates = OmegaConf.select(cfg, "trainer.limit_val_batches", default=None) != 0  # 0: no validation at all
         if validates and OmegaConf.select(cfg, "validation.bleu_every_n_epochs", default=1) == 0:
             watched = ["checkpoint.monitor"]
@@ -490,16 +491,40 @@ def check_config(cfg: DictConfig, choices: dict | None = None) -> None:
         raise ConfigError("invalid configuration:\n" + "\n".join(problems))
 
 
+def _command_line_keys() -> list[str] | None:
+    """The keys the command line gave (``+``/``~`` stripped); None without Hydra's record of it (a config
+    composed in code)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return None
+    return [o.lstrip("+~").split("=", 1)[0] for o in HydraConfig.get().overrides.task]
+
+
+def _stopping_off_problems(cfg: DictConfig) -> list[str]:
+    """early_stopping.monitor or .mode given on the command line while early stopping is off (patience null or
+    0): accepted, they stopped nothing, and the run read as if it stopped on them. An experiment's own values
+    for a patience the command line turned off are not the user's to remove."""
+    patience = OmegaConf.select(cfg, "early_stopping.patience", default=None)
+    given = _command_line_keys()
+    if patience or given is None:
+        return []
+    return [
+        f"  {key}={OmegaConf.select(cfg, key)}: early stopping is off (early_stopping.patience={patience}, null or "
+        "0 is off); set early_stopping.patience=N (validations without improvement) to stop on it, or remove it"
+        for key in ("early_stopping.monitor", "early_stopping.mode")
+        if key in given or "early_stopping" in given
+    ]
+
+
 def _given_unread(problems: list[str], key: str) -> list[str]:
     """Of the options a search block's strategy does not read, those the command line gave: a task's or an
     experiment's own values for another strategy (summarisation's beam_size=4 and length_penalty=2.0 with
     decode.strategy=greedy) are not the user's to remove. Without Hydra's record of the command line (the
     config composed in code), every one."""
-    from hydra.core.hydra_config import HydraConfig
-
-    if not HydraConfig.initialized():
+    given = _command_line_keys()
+    if given is None:
         return problems
-    given = [o.lstrip("+~").split("=", 1)[0] for o in HydraConfig.get().overrides.task]
     if key in given:  # the whole block given at once
         return problems
     return [p for p in problems if p.split("=", 1)[0] in given]
