@@ -187,9 +187,13 @@ def unknown_key_message(argv: list[str], config_name: str, conf: Path = CONF) ->
         # a search option's block takes the options it lists: a new key there is refused, not added; nor is a
         # key of another option of a group added to this one (the group's own check refuses it)
         adds = "" if parent in ("decode", "validation.search") or owners else f"; +{key}=... adds a new key"
+        lists = "the groups"
+        if _checkpoint_use(config_name, conf) is not None:  # keys of its own, no groups: an added key is refused
+            lists = "its keys"
+            adds = adds if key.startswith(OPEN_BLOCKS.get(config_name, ())) else ""  # evaluate.py's +data.test=
         return (
             f"error: {key!r} (on the command line) is neither a key of the {config_name} config nor a config "
-            f"group: {hint} (python {config_name}.py --help lists the groups{adds})"
+            f"group: {hint} (python {config_name}.py --help lists {lists}{adds})"
         )
     return None
 

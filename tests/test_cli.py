@@ -96,7 +96,12 @@ def test_a_search_option_validation_does_not_list_is_added_with_a_plus_and_then_
     assert "did you mean" in unknown_key_message(["validation.search.beam_sise=3"], "train")
     # the likest name alone where the others are far less like it; a search block is not added to with +
     message = unknown_key_message(["decode.beam_sise=3"], "translate")
-    assert "did you mean 'decode.beam_size'? (python translate.py --help lists the groups)" in message, message
+    assert "did you mean 'decode.beam_size'? (python translate.py --help lists its keys)" in message, message
+    # a program of keys alone (no groups): it advised +zzzz=..., which is then refused as read by nothing
+    for program in ("translate", "serve", "export", "evaluate"):
+        message = unknown_key_message(["zzzz=3"], program)
+        assert message.endswith(f"(python {program}.py --help lists its keys)"), message
+    assert "+zzzz=... adds a new key" in unknown_key_message(["zzzz=3"], "train")
     cfg = compose_train("data=toy", "validation.search.strategy=beam", "+validation.search.beam_size=3")
     check_config(cfg)
     from nmt.decoding.settings import SearchConfig

@@ -60,11 +60,9 @@ def test_ctranslate2_greedy_output_is_token_identical(variant, tmp_path):
     export_ctranslate2(loaded, tmp_path / "ct2")
     greedy = SearchConfig(strategy="greedy", max_len_a=0.0, max_len_b=40)
     (ours,) = [Translator([loaded], greedy).translate_nbest(LINES, scores=True)]
-    # our search never outputs the start or padding token, and its limit of 40 counts the end token:
-    # CTranslate2 is told the same
-    theirs = translate_pieces(
-        tmp_path / "ct2", LINES, beam_size=1, max_decoding_length=39, suppress_sequences=[["<s>"], ["<pad>"]]
-    )
+    # our search never outputs the start or padding token (the wrapper suppresses them in CTranslate2's), and
+    # its limit of 40 counts the end token: CTranslate2 is told the same
+    theirs = translate_pieces(tmp_path / "ct2", LINES, beam_size=1, max_decoding_length=39)
     assert [h[0].text for h in ours] == theirs, name
     assert any(theirs), name  # a model that says something
 
@@ -249,6 +247,9 @@ def test_an_ensemble_or_a_file_as_the_folder_is_refused_in_one_line(tmp_path):
         run_export(OmegaConf.create({**base, "ckpt_path": ["a", "b"], "out": str(tmp_path / "m")}))
     with pytest.raises(ValueError, match=rf"^out={taken}: a file stands there"):
         run_export(OmegaConf.create({**base, "ckpt_path": "a", "out": str(taken)}))
+    # a file above the folder: named before the checkpoint is read (it named the staging folder, after loading)
+    with pytest.raises(ValueError, match=rf"^out={taken}/sub/m: {taken} is a file, not a folder; name another"):
+        run_export(OmegaConf.create({**base, "ckpt_path": "a", "out": str(taken / "sub" / "m")}))
 
 
 def test_a_learned_table_travels_as_ctranslate2s_default_limits_and_only_one_best_is_returned(
@@ -295,7 +296,7 @@ def test_an_exported_summariser_keeps_its_minimum_length_and_ngram_blocking(tmp_
     free = ours()
     assert min(len(loaded.tgt_tokenizer.encode_batch([t])[0]) for t in free) < 12  # the floor matters
     model = CTranslate2Model(tmp_path / "ct2")
-    limits = {"max_decoding_length": 39, "suppress_sequences": [["<s>"], ["<pad>"]]}
+    limits = {"max_decoding_length": 39}
     kept = ours(min_len=12, no_repeat_ngram_size=2)
     assert model.translate(LINES, beam_size=1, **limits) == kept != free
     given = []
@@ -314,6 +315,8 @@ def test_an_exported_summariser_keeps_its_minimum_length_and_ngram_blocking(tmp_
         (4, 12, 0),
     ]
     assert "length_penalty" not in given[0]  # CTranslate2's is another formula: not carried
+    # never the start or padding token, as ours (a briefly trained model's outputs were <s> alone: empty)
+    assert given[0]["suppress_sequences"] == [["<s>"], ["<pad>"]]
     del manifest["decode"]  # an export made before the manifest held the run's search: said, and as it was
     (tmp_path / "ct2" / "nmt_export.json").write_text(json.dumps(manifest))
     with caplog.at_level("WARNING"):
@@ -325,6 +328,7 @@ def test_an_exported_summariser_keeps_its_minimum_length_and_ngram_blocking(tmp_
             [old.source.pieces(old.source.encode(line)) for line in LINES],
             beam_size=1,
             max_input_length=manifest["max_input_len"] + 1,
+            suppress_sequences=[["<s>"], ["<pad>"]],
             **limits,
         )
     ]
@@ -381,4 +385,5 @@ def test_sources_are_cut_where_our_translator_cuts_them(tmp_path_factory, tmp_pa
     given.clear()
     old.translator = Recording()
     old.translate(["one two"])
-    assert [set(options) for options in given] == [set(manifest["decode"])]  # CTranslate2's limit: none given
+    # CTranslate2's limit: none given
+    assert [set(options) for options in given] == [{*manifest["decode"], "suppress_sequences"}]

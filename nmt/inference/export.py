@@ -329,9 +329,13 @@ class CTranslate2Model:
     def translate(self, lines: list[str], **options) -> list[str]:
         """The best translation of each line. ``options`` go to ``translate_batch`` (beam_size,
         max_decoding_length, ...); those not given are the run's own search (``decoding``: its beam size,
-        minimum length and n-gram blocking). By default a source is cut where our translator cuts it (the
+        minimum length and n-gram blocking), with the start and padding tokens suppressed as ours never outputs
+        them. By default a source is cut where our translator cuts it (the
         run's limit, and a learned position table's size less the end token) and a model with such a table
         decodes outputs as long as it holds."""
+        # our search never outputs the start or padding token; CTranslate2 may (a model trained briefly chose
+        # <s> at every step, which decoding drops: an empty translation, unsaid)
+        options.setdefault("suppress_sequences", [["<s>"], ["<pad>"]])
         for key, value in (self.decoding or {}).items():
             if key.startswith("sampling_") and options.get("beam_size", 1) != 1:
                 continue  # a beam asked of a sampling run's export: CTranslate2 samples only with beam 1
@@ -381,6 +385,10 @@ def run_export(cfg) -> Path:
     out = Path(str(cfg.out))
     if out.exists() and not out.is_dir():
         raise ValueError(f"out={cfg.out}: a file stands there; the export is a folder: name another out=")
+    # a file where a folder above it must be: said before the model is loaded, not as the staging folder's error
+    above = next((p for p in out.absolute().parents if p.exists() and not p.is_dir()), None)
+    if above is not None:
+        raise ValueError(f"out={cfg.out}: {above} is a file, not a folder; name another out=")
     # an earlier export's files are replaced; the same names in a folder no export of ours wrote are the user's
     theirs = sorted(p.name for p in out.glob("*") if p.name in EXPORT_FILES) if out.is_dir() else []
     if theirs and not (out / "nmt_export.json").is_file() and not (out / PARTIAL).is_file():
