@@ -175,7 +175,7 @@ def wandb_offline(dir: str) -> bool:
         return False
     if not _SAID_OFFLINE:
         print(f"W&B: no credentials (wandb login or WANDB_API_KEY): logging offline; upload later with: "
-              f"wandb sync {dir}/wandb/offline-run-*")  # fmt: skip
+              f"wandb sync {dir}/wandb/offline-run-* (a resumed run's sittings: one folder each, one run)")  # fmt: skip
         _SAID_OFFLINE.append(True)
     return True
 
