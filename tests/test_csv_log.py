@@ -5,6 +5,8 @@ from pathlib import Path
 
 from nmt.training.loggers import FINAL_ROW, ResumableCSVLogger
 
+from .conftest import compose_train
+
 
 def rows(run_dir) -> list[tuple[str, str, str]]:
     with open(run_dir / "logs" / "metrics.csv", newline="") as handle:
@@ -94,6 +96,17 @@ def test_every_sitting_of_a_run_logs_to_one_wandb_run(tmp_path, monkeypatch):
     other = loggers.wandb_logger(save_dir=str(tmp_path / "other"))
     assert first._wandb_init["id"] == again._wandb_init["id"] == (tmp_path / "wandb_id").read_text().strip()
     assert first._wandb_init["resume"] == "allow" and other._wandb_init["id"] != first._wandb_init["id"]
+
+
+def test_the_loggers_config_leaves_out_the_model_parts_the_model_does_not_read():
+    """A Transformer's W&B config held attention=multiplicative, the RNN's attention it never reads: grouped
+    by config, runs read as differing (or agreeing) in a setting they do not have."""
+    from nmt.training.config_groups import logged_config
+
+    transformer = logged_config(compose_train("data=toy"))
+    assert "attention" not in transformer and {"pos", "norm", "model"} <= set(transformer)
+    rnn = logged_config(compose_train("data=toy", "model=rnn"))
+    assert "pos" not in rnn and "norm" not in rnn and rnn["attention"]["_target_"].endswith("Attention")
 
 
 def test_only_the_process_that_owns_the_folder_makes_its_wandb_id(tmp_path, monkeypatch):

@@ -198,8 +198,7 @@ def unused_groups(cfg: DictConfig, choices: dict | None = None, overrides: list[
         given.setdefault(key.split(".", 1)[0], key)
     problems = _unread_shared_keys(cfg, choices, overrides) + _unread_validation_search(cfg, overrides)
     problems += _unread_where_off(cfg, overrides)
-    model_cfg = OmegaConf.to_container(cfg.model, resolve=False) if cfg.get("model") is not None else {}
-    used = {g for g in MODEL_PART_GROUPS if "${" + g + "}" in str(model_cfg)}
+    used = set(MODEL_PART_GROUPS) - unused_model_parts(cfg)
     for group in MODEL_PART_GROUPS:
         if group in given and group not in used:
             applies = ", ".join(sorted(used)) or "none of them"
@@ -444,8 +443,29 @@ def hydra_choices() -> dict:
     return dict(HydraConfig.get().runtime.choices) if HydraConfig.initialized() else {}
 
 
+def unused_model_parts(cfg: DictConfig) -> set[str]:
+    """The model-part groups (pos, norm, attention) the chosen model does not read: its config interpolates
+    those it does (a Transformer reads no attention=, an RNN no pos= or norm=)."""
+    model_cfg = OmegaConf.to_container(cfg.model, resolve=False) if cfg.get("model") is not None else {}
+    return {g for g in MODEL_PART_GROUPS if "${" + g + "}" not in str(model_cfg)}
+
+
+def logged_config(cfg: DictConfig) -> dict:
+    """The resolved config as the loggers get it (W&B's config, TensorBoard's hparams.yaml): without the
+    model-part groups the model does not read, whose defaults (attention=multiplicative for a Transformer)
+    read as settings of the run where runs are grouped by config. config.yaml keeps everything."""
+    config = OmegaConf.to_container(cfg, resolve=True)
+    for group in unused_model_parts(cfg):
+        config.pop(group, None)
+    return config
+
+
 def run_params(cfg: DictConfig) -> dict:
     """What tells a run from the others of a sweep, for a table of runs: its groups' options (model, pos,
-    norm, optim, smoothing, data, recipe, ...; not Hydra's own or the logger's) and its seed."""
-    choices = {k: v for k, v in hydra_choices().items() if "/" not in k and k not in ("hydra", "logger")}
+    norm, optim, smoothing, data, recipe, ...; not Hydra's own or the logger's, nor a model part the model
+    does not read) and its seed."""
+    unread = unused_model_parts(cfg)
+    choices = {
+        k: v for k, v in hydra_choices().items() if "/" not in k and k not in ("hydra", "logger") and k not in unread
+    }
     return {**{k: str(v) for k, v in sorted(choices.items())}, "seed": cfg.get("seed")}

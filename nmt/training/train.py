@@ -20,7 +20,7 @@ from nmt.tasks import Task
 from nmt.training import weight_casts
 from nmt.training.callbacks import WallClock, what_ended
 from nmt.training.config import ConfigError, checked_task, no_repeated_layers, resolve_precision
-from nmt.training.config_groups import describe_recipe, run_params
+from nmt.training.config_groups import describe_recipe, logged_config, run_params
 from nmt.training.final import (
     as_float,
     final_scores,
@@ -336,7 +336,7 @@ def _train_in_folder(cfg: DictConfig, task, run_dir: Path, config: dict, main_pr
             if main_process:
                 print(f"Resuming from {resume}")
         for logger in trainer.loggers:
-            logger.log_hyperparams(config)
+            logger.log_hyperparams(logged_config(cfg))
     except BaseException:
         if records is not None:
             restore_records(run_dir, records)
