@@ -39,6 +39,40 @@ def test_a_run_stopped_part_way_under_other_settings_is_to_run_not_done(tmp_path
     assert "under other settings: pos=relative,seed=1: trainer.max_steps: 2 -> 3" in out
 
 
+def test_a_finished_run_whose_corpus_file_was_edited_is_under_other_settings(tmp_path, capsys):
+    """Only settings and code were compared: a rerun after an edited corpus file said "done already" for
+    every run, and new seeds or cells would have trained on the new text beside results of the old."""
+    from nmt.tasks import build_task
+    from nmt.training.run_folder import current_text
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    words = ["one", "two", "three", "four", "five", "six"]
+    for split, n in (("train", 60), ("val", 12), ("test", 12)):
+        for lang, turn in (("src", 1), ("tgt", 2)):
+            lines = [" ".join(words[(i * turn + j) % 6] for j in range(4)) for i in range(n)]
+            (corpus / f"{split}.{lang}").write_text("\n".join(lines) + "\n")
+    files = ["data=files", *(f"data.{split}={corpus / split}" for split in ("train", "val", "test"))]
+    sweep = tmp_path / "sweep"
+    config = sweep_config(sweep, "pos=absolute,relative", "seed=1")
+    with open_dict(config):
+        config.hydra.overrides.task = [*files, "pos=absolute,relative", "seed=1"]
+    for values in plan.planned_values(config):  # each run recorded as train.py records it
+        overrides = plan.run_overrides(config, values)
+        run = sweep / plan.run_name(values, {"pos", "seed"})
+        finished(run, 60.0)
+        cfg = plan.compose_train(overrides)
+        identity = {**plan.expected_fingerprint(overrides), "data": {"text": current_text(cfg, build_task(cfg.task))}}
+        (run / "fingerprint.json").write_text(json.dumps(identity))
+    assert plan.changed_runs(sweep, config) == {}
+    (corpus / "train.tgt").write_text((corpus / "train.tgt").read_text().replace("one", "uno"))
+    said = ["data: the text of its train split(s) changed since it was read"]
+    assert plan.changed_runs(sweep, config) == {"pos=absolute,seed=1": said, "pos=relative,seed=1": said}
+    (corpus / "train.tgt").unlink()  # the data gone: the results stand, as train.py keeps them
+    assert plan.changed_runs(sweep, config) == {}
+    assert "cannot read the data of pos=absolute,seed=1 to compare its text" in capsys.readouterr().out
+
+
 def test_the_cost_of_new_seeds_is_estimated_from_the_seeds_finished_in_the_folder(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(plan, "changed_runs", lambda *_: {})  # settings checks: tests/test_sweep.py
     finished(tmp_path / "pos=absolute,seed=1", 600.0)

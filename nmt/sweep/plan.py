@@ -150,12 +150,39 @@ def expected_fingerprint(overrides: list[str]) -> dict:
     return fingerprint(job)
 
 
+def _text_differences(run: Path, overrides: list[str], read: dict) -> list[str]:
+    """The splits whose text changed since the folder's run read its data (an edited corpus file), as
+    train.py compares a finished run's; ``read``: the text hashes already read, by data settings (a sweep's
+    runs mostly share one corpus, read once). Nothing where the run recorded no text or the data cannot be
+    read (its results stand, as train.py keeps them)."""
+    import json
+
+    from nmt.tasks import build_task
+    from nmt.training.run_folder import changed_splits, current_text, saved_text
+
+    saved = saved_text(run)
+    if not saved:
+        return []
+    cfg = compose_train(overrides)
+    key = json.dumps([OmegaConf.to_container(cfg.data, resolve=True), cfg.seed, str(cfg.cache_dir)], sort_keys=True)
+    if key not in read:
+        try:
+            read[key] = current_text(cfg, build_task(cfg.task))
+        except Exception as err:  # noqa: BLE001 - gone or refused: train.py says so where it matters
+            print(f"[sweep] cannot read the data of {run.name} to compare its text: {type(err).__name__}")
+            read[key] = None
+    if read[key] is None:
+        return []
+    changed = changed_splits(saved, read[key])
+    return [f"data: the text of its {', '.join(changed)} split(s) changed since it was read"] if changed else []
+
+
 def changed_runs(sweep_dir: Path, config: DictConfig) -> dict[str, list[str]]:
-    """Run folders of this sweep holding a run made under other settings or code: name -> differences."""
+    """Run folders of this sweep holding a run made under other settings, code or text: name -> differences."""
     from nmt.training.run_folder import RunFolderError, differences, holds_work, saved_fingerprint
 
     swept = {k for k, v in sweep_levels(config).items() if len(v) > 1} | {"seed"}
-    changed = {}
+    changed, read = {}, {}
     for values in planned_values(config):
         run = sweep_dir / run_name(values, swept)
         # a run that failed before its first checkpoint binds nothing: the corrected sweep runs it afresh
@@ -174,6 +201,8 @@ def changed_runs(sweep_dir: Path, config: DictConfig) -> dict[str, list[str]]:
             print(f"[sweep] cannot check the settings of {run.name}: {type(err).__name__}")
             continue
         found = differences(saved, expected)
+        if not found:  # the same settings: the same text too (an edited corpus file is another corpus)
+            found = _text_differences(run, run_overrides(config, values), read)
         if found:
             changed[run.name] = found
     return changed

@@ -277,6 +277,32 @@ def check_data(run_dir: Path, current: dict, force: bool, resuming: bool = False
     )
 
 
+def saved_text(run_dir: Path) -> dict | None:
+    """The folder's record of its data's text, a hash per split (None: unreadable, or recorded before text
+    hashes were)."""
+    try:
+        saved = json.loads((run_dir / FINGERPRINT).read_text()).get("data") or {}
+    except (OSError, ValueError, AttributeError):
+        return None
+    return saved.get("text") or None
+
+
+def current_text(cfg, task) -> dict:
+    """The text hash per split of the data ``cfg`` reads now (never downloading it); raises where the data
+    cannot be read."""
+    from omegaconf import OmegaConf
+
+    data = OmegaConf.create(OmegaConf.to_container(cfg.data, resolve=True))
+    if "download" in data:  # never a download to compare a run's text
+        data.download = False
+    return task.build_datamodule(data, cfg.cache_dir, cfg.seed).text_hashes()
+
+
+def changed_splits(saved: dict, now: dict) -> list[str]:
+    """The splits whose text differs between a folder's record and the data read now."""
+    return sorted(split for split in set(saved) | set(now) if saved.get(split) != now.get(split))
+
+
 def owns_run_folder() -> bool:
     """Whether this process owns the run folder: DDP starts one process per device, and rank 0 owns it
     (Lightning's launcher, torchrun and srun each name the rank in the environment)."""

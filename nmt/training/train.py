@@ -1,7 +1,6 @@
 """train(cfg): everything ``train.py`` does, as a plain function of the composed config."""
 
 import contextlib
-import json
 import logging
 import time
 from pathlib import Path
@@ -46,8 +45,10 @@ from nmt.training.run_folder import (
     RESULTS,
     RunFolderError,
     RunLock,
+    changed_splits,
     check_data,
     check_identity,
+    current_text,
     data_identity,
     differences,
     fingerprint,
@@ -60,6 +61,7 @@ from nmt.training.run_folder import (
     restore_records,
     saved_fingerprint,
     saved_states,
+    saved_text,
     trained_results,
 )
 from nmt.training.trainer import build_trainer, check_accelerator
@@ -207,21 +209,15 @@ def _check_evaluation_sets(cfg: DictConfig, datamodule, report: dict) -> None:
 def _check_finished_on_this_text(cfg: DictConfig, task, run_dir: Path) -> None:
     """A finished run is reported again only where the text it was trained and scored on is the text this
     command reads: an edited file got the old results back. Where the data is gone, its results stand."""
-    try:
-        saved = json.loads((run_dir / FINGERPRINT).read_text()).get("data") or {}
-    except (OSError, ValueError):
+    saved = saved_text(run_dir)
+    if not saved:  # recorded before text hashes were
         return
-    if not saved.get("text"):  # recorded before text hashes were
-        return
-    data = OmegaConf.create(OmegaConf.to_container(cfg.data, resolve=True))
-    if "download" in data:  # never a download for a run that is done
-        data.download = False
     try:
-        now = task.build_datamodule(data, cfg.cache_dir, cfg.seed).text_hashes()
+        now = current_text(cfg, task)
     except Exception as err:  # noqa: BLE001 - gone, damaged or refused by a later check: the results stand
         print(f"note: {run_dir}: its data's text could not be read to compare ({type(err).__name__}); reported as is")
         return
-    changed = sorted(split for split in set(saved["text"]) | set(now) if saved["text"].get(split) != now.get(split))
+    changed = changed_splits(saved, now)
     if changed:
         raise RunFolderError(
             f"{run_dir} holds a run finished on other text (its {', '.join(changed)} split(s) changed since); "
