@@ -73,6 +73,15 @@ def test_a_finished_run_whose_corpus_file_was_edited_is_under_other_settings(tmp
     assert "cannot read the data of pos=absolute,seed=1 to compare its text" in capsys.readouterr().out
 
 
+def test_a_level_that_is_a_path_names_one_folder():
+    """data.train=corp/a.tsv,corp/b.tsv made folders within folders (sweeps/x/data.train=corp/a.tsv,seed=1/):
+    their runs finished, and the sweep said 0 done, 0 failed, and no report."""
+    swept = {"data.train", "seed"}
+    names = [plan.run_name({"data.train": path, "seed": "1"}, swept) for path in ("corp/a.tsv", "/abs/b", "a%2Fb")]
+    assert names == ["data.train=corp%2Fa.tsv,seed=1", "data.train=%2Fabs%2Fb,seed=1", "data.train=a%252Fb,seed=1"]
+    assert all("/" not in name for name in names)
+
+
 def test_the_cost_of_new_seeds_is_estimated_from_the_seeds_finished_in_the_folder(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(plan, "changed_runs", lambda *_: {})  # settings checks: tests/test_sweep.py
     finished(tmp_path / "pos=absolute,seed=1", 600.0)

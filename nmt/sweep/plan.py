@@ -114,8 +114,15 @@ def swept_keys(sweep_dir: Path) -> set[str]:
 
 
 def run_name(values: dict[str, str], swept: set[str]) -> str:
-    """A run's folder in the sweep: its values of the swept keys, sorted by key (as run_cell names it)."""
-    return ",".join(f"{k}={v}" for k, v in sorted(values.items()) if k in swept)
+    """A run's folder in the sweep: its values of the swept keys, sorted by key, each a name of one folder
+    (a level that is a path, data.train=corpus/a.tsv, made folders within folders, which no reader of the
+    sweep looks into: its runs were neither reported nor counted as done or failed)."""
+    return ",".join(f"{k}={_one_folder(str(v))}" for k, v in sorted(values.items()) if k in swept)
+
+
+def _one_folder(value: str) -> str:
+    """``/`` (and ``%``, so that names stay distinct) written as in a URL: corpus%2Fa.tsv."""
+    return value.replace("%", "%25").replace("/", "%2F")
 
 
 def planned_values(config: DictConfig) -> list[dict[str, str]]:

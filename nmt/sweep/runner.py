@@ -86,7 +86,7 @@ def run_cell(cfg: DictConfig) -> dict | None:
     pairs = override_pairs(hydra_cfg.overrides.task)
     prefixes = command_prefixes(hydra_cfg.overrides.task)  # ++key=..., ~key reach train.py as given
     swept = swept_keys(Path(hydra_cfg.sweep.dir))
-    run_dir = (Path(hydra_cfg.sweep.dir) / ",".join(f"{k}={v}" for k, v in sorted(pairs) if k in swept)).resolve()
+    run_dir = (Path(hydra_cfg.sweep.dir) / run_name(dict(pairs), swept)).resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
     record_path = run_dir / RESULT
     if record_path.exists():
