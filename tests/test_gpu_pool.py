@@ -55,6 +55,22 @@ def test_two_sweeps_on_one_machine_share_the_pool_and_a_dead_holders_slot_is_fre
     assert pool.try_take().devices == [taken]
 
 
+def test_a_gpu_holds_no_more_runs_than_any_of_its_holders_sweeps_allows(tmp_path):
+    """Slots were counted per sweep's own runs_per_gpu: a sweep of one run a GPU took a GPU where another
+    sweep's run of two a GPU already was, and the other sweep then put a second run beside both."""
+    shared, alone = GpuPool(["0"], runs_per_gpu=2, lock_dir=tmp_path), GpuPool(["0"], runs_per_gpu=1, lock_dir=tmp_path)
+    first = shared.try_take()
+    assert first.devices == ["0"] and alone.try_take() is None  # the GPU is not free for a run of its own
+    second = shared.try_take()
+    assert second.devices == ["0"] and shared.try_take() is None
+    first.release()
+    second.release()
+    own = alone.try_take()
+    assert own.devices == ["0"] and shared.try_take() is None  # nothing beside the run that wants it alone
+    own.release()
+    assert shared.try_take().devices == ["0"]
+
+
 def test_take_waits_then_times_out_with_a_message(tmp_path):
     pool = GpuPool(["0"], lock_dir=tmp_path, poll_s=0.01)
     with pool.take():
@@ -113,6 +129,13 @@ def test_pool_settings_that_cannot_apply_are_refused_before_any_run(tmp_path, mo
         "(hydra.launcher.gpus_per_node=0; this machine shows 2 GPU(s) (0, 1))"
     )
     assert problem(gpu_pool=True, hydra=launcher("LocalLauncher", gpus_per_node=1)) is None
+    # a device count of the run's own, which the pool replaced by gpus_per_run unsaid (trainer=ddp's 2 on one GPU)
+    said = "with gpu_pool=true each run takes gpus_per_run=1 GPU(s) from the pool, which sets trainer.devices to it"
+    assert problem(gpu_pool=True, trainer={"devices": 2}).startswith(f"trainer.devices=2: {said}")
+    typed = {"overrides": {"task": ["trainer.devices=1", "seed=1,2"]}}
+    assert problem(gpu_pool=True, trainer={"devices": 1}, hydra=typed).startswith(f"trainer.devices=1: {said}")
+    assert problem(gpu_pool=True, gpus_per_run=2, trainer={"devices": 2}) is None  # trainer=ddp gpus_per_run=2
+    assert problem(gpu_pool=True, trainer={"devices": 1}) is None  # the default
     command = [sys.executable, str(ROOT / "sweep.py"), "grid=none", "seed=1,2", "gpu_pool=true"]
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
     ran = [

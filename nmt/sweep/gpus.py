@@ -63,14 +63,21 @@ class GpuPool:
             pass
 
     def _try_slot(self, device: str):
-        """An open, locked slot file of ``device``, or None when all its slots are taken."""
-        for slot in range(self.runs_per_gpu):
-            handle = _open_slot(self.lock_dir / f"gpu{device}.slot{slot}.lock")
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return handle
-            except BlockingIOError:
-                handle.close()
+        """An open, locked slot file of ``device``, or None when it runs as many runs as this pool or any of
+        its holders allows. Each slot's name holds its pool's ``runs_per_gpu``: a sweep of 1 run a GPU took
+        one where another sweep's run of 2 a GPU already was, and that run's sweep then added a second one."""
+        with _open_slot(self.lock_dir / f"gpu{device}.lock") as guard:
+            fcntl.flock(guard, fcntl.LOCK_EX)  # one taker of this GPU at a time: its count and its take are one step
+            limits = self._holders(device)
+            if len(limits) >= min([self.runs_per_gpu, *limits]):
+                return None
+            for slot in range(self.runs_per_gpu):
+                handle = _open_slot(self.lock_dir / f"gpu{device}.of{self.runs_per_gpu}.slot{slot}.lock")
+                try:
+                    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    return handle
+                except BlockingIOError:
+                    handle.close()
         return None
 
     def try_take(self) -> "Held | None":
@@ -86,20 +93,21 @@ class GpuPool:
             handle.close()  # closing drops the lock
         return None
 
-    def _busy(self, device: str) -> int:
-        """How many of the device's slots are held now (by any process)."""
-        busy = 0
-        for slot in range(self.runs_per_gpu):
-            path = self.lock_dir / f"gpu{device}.slot{slot}.lock"
-            if not path.exists():
-                continue
+    def _holders(self, device: str) -> list[int]:
+        """The ``runs_per_gpu`` of each run holding a slot of the device now (by any process, any sweep)."""
+        limits = []
+        for path in self.lock_dir.glob(f"gpu{device}.of*.slot*.lock"):
             with _open_slot(path) as handle:
                 try:
                     fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
                     fcntl.flock(handle, fcntl.LOCK_UN)
                 except BlockingIOError:
-                    busy += 1
-        return busy
+                    limits.append(int(path.name.split(".")[1].removeprefix("of")))
+        return limits
+
+    def _busy(self, device: str) -> int:
+        """How many runs hold a slot of the device now."""
+        return len(self._holders(device))
 
     def take(self, timeout_s: float | None = None) -> "Held":
         """Wait until enough slots are free, then hold them."""
@@ -166,6 +174,17 @@ def pool_problem(config, machine: bool = True) -> str | None:
             f"{' '.join(given)}: read by the GPU pool alone (gpu_pool=true); add that, or remove {it}"
             if given
             else None
+        )
+    # the pool sets each run's trainer.devices to gpus_per_run: another count given was overridden unsaid
+    # (trainer=ddp's 2 devices with gpus_per_run=1 trained on one GPU, without DDP)
+    typed = [str(o) for o in ((config.get("hydra") or {}).get("overrides") or {}).get("task") or []]
+    given = next((o.lstrip("+~") for o in typed if o.lstrip("+~").partition("=")[0] == "trainer.devices"), None)
+    devices = (config.get("trainer") or {}).get("devices", 1)
+    if given is not None or devices not in (1, sizes["gpus_per_run"]):
+        said = given or f"trainer.devices={devices}"
+        return (
+            f"{said}: with gpu_pool=true each run takes gpus_per_run={sizes['gpus_per_run']} GPU(s) from the pool, "
+            "which sets trainer.devices to it; give the number of GPUs a run takes as gpus_per_run=N instead"
         )
     if not machine:
         return None
