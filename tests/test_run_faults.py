@@ -963,6 +963,11 @@ def test_a_misspelt_level_setting_or_a_failing_plan_stops_the_sweep_before_any_r
             "report_metric=auto ranks by test_bleu: the final model's score on the test set, and every run of this "
             "sweep has test_after_training=false",
         ),
+        # joblib's ValueError, a traceback after the plan was written
+        (
+            ("hydra/launcher=joblib", "hydra.launcher.n_jobs=0"),
+            "hydra.launcher.n_jobs=0: must be a whole number of runs at once, >= 1 (or -1: one per CPU core)",
+        ),
         # +tuned= and level_settings= merged by Hydra: whose settings won was unclear
         (
             ("+tuned=factorial_converged_toy", "level_settings={optim: {adam: ['warmup=3']}}"),
@@ -977,6 +982,14 @@ def test_a_sweep_setting_out_of_its_values_stops_the_sweep_in_one_line(tmp_path,
             composed_sweep(tmp_path, ["pos=absolute,rope"], [setting] if isinstance(setting, str) else list(setting))
         )
     assert stopped.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_a_glob_of_levels_stops_the_sweep_in_one_line(tmp_path, capsys):
+    """Hydra's glob() needs a config loader the sweep's check has not: "ConfigLoader is not set"."""
+    with pytest.raises(SystemExit) as stopped:
+        SweepReport().on_multirun_start(composed_sweep(tmp_path, ["pos=absolute,rope", "norm=glob(*)"], []))
+    said = "norm=glob(*): glob() is not supported in a sweep; list the levels (norm=a,b,...)"
+    assert stopped.value.code == 2 and said in capsys.readouterr().err
 
 
 def test_a_numbered_sweep_name_is_a_folder_and_a_tuned_file_is_named_in_its_problems(tmp_path, capsys):

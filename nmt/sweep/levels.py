@@ -45,6 +45,10 @@ def expand(overrides: list[str]) -> dict[str, list[str]]:
     levels = {}
     for override in OverridesParser.create().parse_overrides(list(overrides)):
         key = override.key_or_group
+        if type(override.value()).__name__ == "Glob":  # glob(): a group's options, matched by a loader
+            raise ValueError(
+                f"{override.input_line}: glob() is not supported in a sweep; list the levels ({key}=a,b,...)"
+            )
         if override.is_interval_sweep():
             raise ValueError(f"{override.input_line}: an interval is not a grid; give levels (a,b or range(...))")
         if override.is_delete():

@@ -354,6 +354,11 @@ def input_problem(config: DictConfig) -> str | None:
     )
     if problem:
         return problem
+    launcher = OmegaConf.select(config, "hydra.launcher", default=None) or {}
+    jobs = launcher.get("n_jobs") if str(launcher.get("_target_", "")).endswith("JoblibLauncher") else None
+    if jobs is not None and (isinstance(jobs, bool) or not isinstance(jobs, int) or jobs == 0):
+        # joblib's ValueError came as a traceback, after the sweep's plan was written
+        return f"hydra.launcher.n_jobs={jobs!r}: must be a whole number of runs at once, >= 1 (or -1: one per CPU core)"
     if config.get("on_changed", "stop") not in ("stop", "move"):
         return f"on_changed={config.get('on_changed')!r}: must be one of ['stop', 'move']"
     sentence = config.get("report_sentence")
