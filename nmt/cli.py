@@ -381,11 +381,16 @@ def unknown_option_message(argv: list[str], conf: Path = CONF) -> str | None:
     for arg in argv:
         key, sep, value = arg.lstrip("+").partition("=")
         group = conf / key
-        if not sep or arg.startswith(("-", "~", "hydra")) or not key or not group.is_dir():
+        hydras = key.startswith("hydra/")  # hydra/launcher=...: Hydra's groups and its plugins' options
+        if not sep or arg.startswith(("-", "~")) or not key or not (hydras or group.is_dir()) or key == "hydra":
             continue
-        if not re.fullmatch(r"[\w./-]+(,[\w./-]+)*", value):
+        if key.startswith("hydra.") or not re.fullmatch(r"[\w./-]+(,[\w./-]+)*", value):
             continue
-        options = sorted(str(p.relative_to(group).with_suffix("")) for p in group.rglob("*.yaml"))
+        options = _hydra_group_options(key, conf) if hydras else None
+        if hydras and not options:
+            continue  # not read here: Hydra's own report
+        if not hydras:
+            options = sorted(str(p.relative_to(group).with_suffix("")) for p in group.rglob("*.yaml"))
         for option in value.split(","):
             if option == "null":  # Hydra's "Config group override must be a string or a list", in a traceback
                 instead = f"{key}=none chooses its option none" if "none" in options else "leave it out for its default"
@@ -401,6 +406,19 @@ def unknown_option_message(argv: list[str], conf: Path = CONF) -> str | None:
                     f"valid: {', '.join(options)}"
                 )
     return None
+
+
+def _hydra_group_options(group: str, conf: Path) -> list[str] | None:
+    """The options of one of Hydra's own groups (hydra/launcher: basic, joblib, the installed plugins'), as
+    Hydra's search path finds them; None where they cannot be read."""
+    try:
+        from hydra._internal.config_loader_impl import ConfigLoaderImpl
+        from hydra._internal.utils import create_config_search_path
+
+        loader = ConfigLoaderImpl(config_search_path=create_config_search_path(str(conf)))
+        return sorted(loader.get_group_options(group)) or None
+    except Exception:  # noqa: BLE001 - Hydra's internals: its own report instead
+        return None
 
 
 # characters of Hydra's override grammar that a sweep's run folders hold (pos=rope,seed=1)

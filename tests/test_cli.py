@@ -138,6 +138,9 @@ def test_known_keys_pass(argv):
          "it out for its default); valid: " + ", ".join(sorted(f.stem for f in (CONF / "norm").glob("*.yaml")))),
         (["-m", "grid=null"], "error: grid=null (on the command line): a group takes one of its options, not null "
          "(grid=none chooses its option none); valid: " + ", ".join(sorted(f.stem for f in CONF.glob("grid/*.yaml")))),
+        # one of Hydra's own groups: its report of the search path spanned a screen
+        (["-m", "hydra/launcher=jobllib"], "error: hydra/launcher=jobllib (on the command line): not an option of "
+         "group hydra/launcher (did you mean hydra/launcher=joblib?)"),  # valid: the launchers installed
     ],
 )  # fmt: skip
 def test_a_misspelt_group_option_is_one_line_with_the_valid_ones(argv, expected):
@@ -152,6 +155,7 @@ def test_a_misspelt_group_option_is_one_line_with_the_valid_ones(argv, expected)
     [
         ["pos=absolute,relative", "norm=rms", "data=toy"],
         ["hydra/launcher=joblib", "pos=choice(absolute,relative)", "~norm", "+tuned=factorial_converged_toy"],
+        ["hydra/job_logging=stderr", "hydra.launcher.n_jobs=2", "hydra.run.dir=x/y"],
         ["experiment=multi30k_tiny_lc", "model.d_model=64", "lr=1e-3"],
     ],
 )
