@@ -709,6 +709,9 @@ def test_runs_made_under_other_settings_stop_the_sweep_or_are_moved_aside(tmp_pa
     store.save(tmp_path, {run.name: stored}, {"name": "earlier"}, {"pos=relative,seed=1": other})
     for name in ("report.md", "report.html", "results.csv", "main_effects.png", "curves_pos.png"):
         (tmp_path / name).write_text("the earlier runs' report")
+    # the earlier sweep's settings (report_metric, baseline): a report of the runs set aside fell back to the
+    # task's metric and first level without them
+    (tmp_path / "multirun.yaml").write_text("report_metric: test_chrf\n")
     config.on_changed = "move"
     SweepReport().on_multirun_start(config)
     assert "moved to" in capsys.readouterr().out and not run.exists()
@@ -719,7 +722,9 @@ def test_runs_made_under_other_settings_stop_the_sweep_or_are_moved_aside(tmp_pa
     aside = moved.parent
     assert sorted(p.name for p in aside.iterdir() if p.is_file()) == sorted(
         ["report.md", "report.html", "results.csv", "main_effects.png", "curves_pos.png", store.STATISTICS]
+        + ["multirun.yaml"]
     )
+    assert (aside / "multirun.yaml").read_text() == "report_metric: test_chrf\n"
     assert store.load(aside)["runs"] == {run.name: stored}
     assert store.load(tmp_path) == {"runs": {}, "facts": {"name": "earlier"}, "kept": {"pos=relative,seed=1": other}}
     with pytest.raises(FileNotFoundError, match="no finished runs"):

@@ -9,6 +9,7 @@ is written by :mod:`nmt.sweep.report` when the last job has ended.
 import importlib
 import json
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -275,6 +276,11 @@ class SweepReport(Callback):
             # first the report of them and their statistics: were the folders moved first and this failed, a
             # rerun would find nothing changed and keep reporting them
             set_aside(sweep_dir, aside, list(changed))
+            # the settings the set-aside runs were swept and reported with (report_metric, baseline), read by
+            # `sweep.py report <aside>`; this sweep's launcher writes its own over them next
+            for record in ("multirun.yaml", PLAN):
+                if (sweep_dir / record).is_file():
+                    shutil.copy2(sweep_dir / record, aside / record)
             for name, found in changed.items():
                 (sweep_dir / name).rename(aside / name)
                 print(f"[sweep] {name} was made under other settings ({', '.join(found[:3])}): moved to {aside / name}")
