@@ -10,6 +10,8 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
 
+from nmt.utils.ranks import first_process
+
 # user errors: builtins raised by our own checks (each naming the key or file and what to do), and classes
 # named by module, looked up only if their module was loaded (an error cannot come from a module that was
 # not imported), so that translate.py or serve.py never import Lightning just to catch its exceptions
@@ -79,7 +81,11 @@ def run_cli(function: Callable, cfg) -> None:
             raise
         if os.environ.get("NMT_DEBUG"):
             raise
-        print(f"error: {user_message(err)}", file=sys.stderr)
+        # a check fails alike in every process of a DDP run: said once, by the first, in one write (the
+        # processes' copies ran together on one line)
+        if first_process():
+            sys.stderr.write(f"error: {user_message(err)}\n")
+            sys.stderr.flush()
         raise SystemExit(2) from None
 
 

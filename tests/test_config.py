@@ -315,11 +315,21 @@ def test_trainer_gpu_without_a_gpu_is_one_line_naming_the_key_before_any_data_is
         "trainer.devices=-1": r"^trainer.devices=-1: every GPU, or a list of them, and this run trains",  # a TypeError
         "cudnn_attention=false": r"cudnn_attention=False: chooses among a GPU's attention kernels",
     }
+    from nmt.training.trainer import CLUSTER_VARIABLES
+
+    for name in CLUSTER_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    # several machines without a launcher that names their ranks: the processes waited for the others until
+    # Lightning's timeout, without a word
+    refused["trainer.num_nodes=2"] = r"^trainer.num_nodes=2: a run over several machines is started on each of"
     for accelerator in ("cpu", "auto"):
         for override, message in refused.items():
             cfg = compose_train(override, f"trainer.accelerator={accelerator}", f"run_dir={tmp_path}")
             with pytest.raises(ValueError, match=message):
                 train_module.train(cfg)
+    monkeypatch.setenv("MASTER_ADDR", "10.0.0.1")  # set by hand with NODE_RANK on each machine: goes on
+    with pytest.raises(pytest.fail.Exception, match="went on past the checks"):
+        train_module.train(compose_train("trainer.num_nodes=2", "trainer.accelerator=cpu", f"run_dir={tmp_path}"))
 
 
 @pytest.mark.parametrize(

@@ -192,6 +192,23 @@ def test_batches_for_a_gpu_come_from_pinned_memory():
         assert loader.pin_memory is pinned
 
 
+def test_a_set_smaller_than_the_processes_is_refused_in_one_line():
+    """A validation set of 1 sentence under 2 processes: the second had no share, failed in Lightning's words
+    ("zero length"), and the first then in gloo's ("Connection closed by peer")."""
+    from types import SimpleNamespace
+
+    from nmt.data.loaders import sharded_loader
+
+    for rank in (0, 1):  # alike in every process: none waits for another that stopped
+        trainer = SimpleNamespace(
+            world_size=2, global_rank=rank, strategy=SimpleNamespace(root_device=torch.device("cpu"))
+        )
+        with pytest.raises(ValueError, match=r"^data: the val set has 1 example\(s\), fewer than this run's 2 proc"):
+            sharded_loader(SimpleNamespace(trainer=trainer), [0], lambda w, r: [[0]], list, 0, False, split="val")
+        loader = sharded_loader(SimpleNamespace(trainer=trainer), [0, 1], lambda w, r: [[r]], list, 0, False)
+        assert list(loader.batch_sampler) == [[rank]]
+
+
 def test_a_batch_built_on_the_device_is_the_collated_batch():
     """data.batches_on_device: the batch cut from the split's flat tensors (indices only from the host)
     equals the one collate pads on the host, empty sentences included, without reading the device."""

@@ -804,6 +804,20 @@ def test_user_errors_end_in_one_line(error, line, capsys):
     assert stopped.value.code == 2 and err.startswith(line) and err.count("\n") == 1
 
 
+def test_a_user_error_is_said_once_by_the_first_process_of_a_run(capsys, monkeypatch):
+    """Every process of a DDP run failed the same check and said so: two or three copies, run together on one
+    line ("...or train anewerror: the checkpoint stopped...")."""
+
+    def fail(cfg):
+        raise ValueError("data.max_tokens=200: the checkpoint stopped elsewhere in the data")
+
+    for rank, said in (("1", ""), ("0", "error: data.max_tokens=200: the checkpoint stopped elsewhere in the data\n")):
+        monkeypatch.setenv("LOCAL_RANK", rank)
+        with pytest.raises(SystemExit) as stopped:
+            run_cli(fail, None)
+        assert stopped.value.code == 2 and capsys.readouterr().err == said
+
+
 def test_a_checkpoint_outside_a_checkpoints_folder_needs_a_run_dir(tmp_path):
     cfg = OmegaConf.create({"run_dir": None, "ckpt_path": str(tmp_path / "model.ckpt"), "name": "x"})
     with pytest.raises(ValueError, match="not inside a run's checkpoints/ folder.*add run_dir="):

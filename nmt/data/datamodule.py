@@ -327,7 +327,7 @@ class ParallelDataModule:
             )
 
         collate_fn = index_batch if self._builds_on_device() else collate
-        return sharded_loader(self, dataset, sampler, collate_fn, self.num_workers, resumable=shuffle)
+        return sharded_loader(self, dataset, sampler, collate_fn, self.num_workers, resumable=shuffle, split=split)
 
     def _builds_on_device(self) -> bool:
         if self.batches_on_device is not None:

@@ -216,7 +216,7 @@ class LanguageModelDataModule:
                 len(dataset), size, shuffle=shuffle, seed=self.seed, num_replicas=num_replicas, rank=rank
             )
 
-        return sharded_loader(self, dataset, sampler, collate_blocks, self.num_workers, resumable=shuffle)
+        return sharded_loader(self, dataset, sampler, collate_blocks, self.num_workers, resumable=shuffle, split=split)
 
     def train_dataloader(self) -> DataLoader:
         return self.loader("train", shuffle=True)

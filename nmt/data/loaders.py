@@ -63,12 +63,21 @@ class ResumableDataLoader(DataLoader):
 STAGE_SPLITS = {"fit": ("train", "val"), "validate": ("val",), "test": ("test",)}
 
 
-def sharded_loader(datamodule, dataset, make_sampler, collate_fn, num_workers: int, resumable: bool) -> DataLoader:
+def sharded_loader(
+    datamodule, dataset, make_sampler, collate_fn, num_workers: int, resumable: bool, split: str = "the"
+) -> DataLoader:
     """A loader whose batch sampler (``make_sampler(num_replicas, rank)``) gives each process its own
     share of the batches; a resumable (training) loader attached to a trainer continues mid-epoch where
-    a killed run stopped."""
+    a killed run stopped. A ``split`` of fewer examples than processes is refused: a process without a
+    share failed in Lightning's words ("zero length") and took the others down with it."""
     trainer = getattr(datamodule, "trainer", None)
     world, rank = (trainer.world_size, trainer.global_rank) if trainer is not None else (1, 0)
+    if world > 1 and len(dataset) < world:  # alike in every process: each refuses, none waits for another
+        raise ValueError(
+            f"data: the {split} set has {len(dataset)} example(s), fewer than this run's {world} processes "
+            "(trainer.devices x trainer.num_nodes), each of which takes a share: give it at least one example "
+            "per process, or run fewer processes"
+        )
     options = dict(
         batch_sampler=make_sampler(world, rank),
         collate_fn=collate_fn,

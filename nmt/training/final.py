@@ -15,6 +15,7 @@ from nmt.inference.loading import load_model
 from nmt.tasks.base import FINAL_RESULTS
 from nmt.training.lightning_data import lightning_data
 from nmt.training.loggers import ROW_PLACE
+from nmt.utils.ranks import first_process
 
 
 def validate_final_weights(cfg: DictConfig, trainer: L.Trainer, module, datamodule, checkpoint_dir: Path) -> dict:
@@ -88,7 +89,8 @@ def stopped_by_signals(what: str, rerun: str, again: str = "the same command aga
         yield
     except (_Stopped, KeyboardInterrupt) as err:
         name = err.args[0] if isinstance(err, _Stopped) else "SIGINT"
-        print(f"Stopped by {name} during {what}; run {again}: {rerun}")
+        if first_process():  # one message, not one per process of a DDP run
+            print(f"Stopped by {name} during {what}; run {again}: {rerun}")
         raise SystemExit(130 if name == "SIGINT" else 143) from None
     finally:
         for s, handler in previous.items():

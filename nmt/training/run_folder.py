@@ -25,6 +25,7 @@ from nmt.inference.checkpoint import FINGERPRINT
 from nmt.utils.code import code_hash
 from nmt.utils.io import atomic_write_bytes, atomic_write_json
 from nmt.utils.parent_death import signal_on_parent_death
+from nmt.utils.ranks import first_process
 
 LOCK = ".lock"
 RESULTS = "results.json"
@@ -306,7 +307,7 @@ def changed_splits(saved: dict, now: dict) -> list[str]:
 def owns_run_folder() -> bool:
     """Whether this process owns the run folder: DDP starts one process per device, and rank 0 owns it
     (Lightning's launcher, torchrun and srun each name the rank in the environment)."""
-    return all(int(os.environ.get(name, 0) or 0) == 0 for name in ("LOCAL_RANK", "NODE_RANK", "RANK", "SLURM_PROCID"))
+    return first_process()
 
 
 # the process id of a run's first process, in the environment of the processes Lightning's launcher starts

@@ -2,6 +2,7 @@
 loggers, precision and checkpoint writer, all from the config."""
 
 import logging
+import os
 import re
 import warnings
 from pathlib import Path
@@ -138,6 +139,11 @@ def _quiet_lightning() -> None:
     )
 
 
+# what the launchers of a run over several machines set (Lightning's cluster environments: SLURM, torchrun,
+# LSF, or MASTER_ADDR and NODE_RANK by hand)
+CLUSTER_VARIABLES = ("SLURM_NTASKS", "TORCHELASTIC_RUN_ID", "MASTER_ADDR", "NODE_RANK", "LSB_JOBID", "GROUP_RANK")
+
+
 def check_accelerator(cfg: DictConfig) -> None:
     """A GPU asked for where this process sees none, or float16 where it would not be used: one line
     naming the key, before any data is read
@@ -155,6 +161,13 @@ def check_accelerator(cfg: DictConfig) -> None:
         raise ValueError(  # Inductor compiles as under compile=true and records nothing: the setting says more
             "compile=reduce-overhead: replays CUDA graphs, and this run trains on the CPU; use compile=true "
             "(the same kernels), or train on a GPU"
+        )
+    nodes = OmegaConf.select(cfg, "trainer.num_nodes", default=1)
+    if isinstance(nodes, int) and nodes > 1 and not any(os.environ.get(name) for name in CLUSTER_VARIABLES):
+        raise ValueError(  # else the processes waited for the other machines' until Lightning's timeout, unsaid
+            f"trainer.num_nodes={nodes}: a run over several machines is started on each of them by a launcher "
+            "that names their ranks (srun under SLURM, torchrun, or MASTER_ADDR and NODE_RANK set by hand), and "
+            "none is set here; start it so, or train on this machine (trainer.num_nodes=1)"
         )
     devices = OmegaConf.select(cfg, "trainer.devices", default="auto")
     if on_cpu and (devices == -1 or OmegaConf.is_list(devices) or isinstance(devices, list)):
