@@ -338,6 +338,19 @@ class RatesSeen(L.Callback):
 
 
 @pytest.mark.slow
+def test_another_runs_checkpoint_at_the_end_of_the_budget_is_refused_not_left_unscored(tmp_path):
+    """ckpt_path=<a finished run>/checkpoints/last.ckpt run_dir=<new> under the same budget trained nothing,
+    wrote no checkpoint, skipped the final scores unsaid, and results.json said finished with a best_checkpoint
+    that did not exist. A larger budget trains on from it, and is scored."""
+    train(compose_train("trainer.max_epochs=1", "threads=1", f"run_dir={tmp_path / 'a'}"))
+    last = tmp_path / "a" / "checkpoints" / "last.ckpt"
+    with pytest.raises(RunFolderError, match=r"it has trained this command's whole budget already \(update \d+; "):
+        train(compose_train("trainer.max_epochs=1", "threads=1", f"ckpt_path={last}", f"run_dir={tmp_path / 'b'}"))
+    more = ["trainer.max_epochs=2", "threads=1", "resume=force", f"ckpt_path={last}", f"run_dir={tmp_path / 'b'}"]
+    results = train(compose_train(*more))
+    assert results["finished"] and results["test"] and Path(results["best_checkpoint"]).is_file()
+
+
 def test_a_run_continued_under_another_rate_trains_with_it(tmp_path, monkeypatch):
     """A resumed optimiser comes back with the rate it was saved with; continued under other settings
     (resume=force), it trains with the config's rate and weight decay, at the schedule's position."""

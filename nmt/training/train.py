@@ -369,6 +369,15 @@ def _train_in_folder(cfg: DictConfig, task, run_dir: Path, config: dict, main_pr
                 raise
 
             fit_end = time.time()
+            if elsewhere and not saved_states(run_dir) and trainer.global_step <= max(global_step(Path(resume)), 0):
+                # another run's checkpoint at the end of this command's budget: nothing trained, nothing written
+                # here, and the final scores had no checkpoint of this folder to score (skipped, unsaid)
+                budget = f"trainer.max_epochs={cfg.trainer.max_epochs}, trainer.max_steps={cfg.trainer.max_steps}"
+                raise RunFolderError(
+                    f"ckpt_path={resume}: it has trained this command's whole budget already (update "
+                    f"{trainer.global_step}; {budget}), so nothing was trained in {run_dir}; raise trainer.max_epochs "
+                    f"or trainer.max_steps to train it further, or score it with evaluate.py ckpt_path={resume}"
+                )
             ended_by = what_ended(trainer)  # before the final weights' validation below
             final_metrics = {k: as_float(v) for k, v in trainer.callback_metrics.items()}
             # a sitting that trained nothing (resumed at training's end) logged no training values: the checkpoint's
