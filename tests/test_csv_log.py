@@ -270,3 +270,17 @@ def test_the_final_weights_row_mark_is_in_the_csv_log_only(tmp_path, monkeypatch
     csv_log = ResumableCSVLogger(str(tmp_path), name="csv", version="")
     csv_log.log_metrics(row, step=5)
     assert FINAL_ROW in (Path(csv_log.log_dir) / "metrics.csv").read_text()
+
+
+def test_a_validations_rows_are_at_its_update_not_at_its_batch_index(tmp_path):
+    """Lightning's throughput monitor logged each validation's rate at the validation's own batch index as the
+    step: rows at steps 1, 2, 3 straight after update 5's, out of order in metrics.csv."""
+    from nmt.training.train import train
+
+    quick = ["trainer.max_epochs=2", "trainer.log_every_n_steps=1", "data.eval_max_tokens=60", "threads=1"]
+    train(compose_train(*quick, "test_after_training=false", "val_after_training=false", f"run_dir={tmp_path}"))
+    with open(tmp_path / "logs" / "metrics.csv", newline="") as handle:
+        logged = list(csv.DictReader(handle))
+    assert not [key for key in logged[0] if key.startswith("validate/")]
+    steps = [int(row["step"]) for row in logged if row["step"]]
+    assert steps == sorted(steps) and any(row.get("val_loss") for row in logged)

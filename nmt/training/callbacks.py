@@ -395,10 +395,13 @@ class Throughput(ThroughputMonitor):
         if not trainer._logger_connector.should_update_logs:
             return
         stage = trainer.state.stage
+        if stage != RunningStage.TRAINING:
+            # Lightning logs a validation's rate at the validation's own batch index as the step: rows at steps
+            # 2, 4, ... after update 37's, out of order in metrics.csv; only training's rate is read
+            return
         throughput = self._throughputs[stage]
         metrics = throughput.compute()
-        if stage == RunningStage.TRAINING:
-            metrics.update({key: self.before[key] + metrics[key] for key in TOTALS if key in metrics})
+        metrics.update({key: self.before[key] + metrics[key] for key in TOTALS if key in metrics})
         metrics = {f"{stage.value}{throughput.separator}{key}": value for key, value in metrics.items()}
         trainer._logger_connector.log_metrics(metrics, step=iter_num)
 
