@@ -289,6 +289,24 @@ def test_search_options_that_their_strategy_reads_are_accepted():
     check_config(compose_train("decode.top_p=1.0"))  # the default, which no strategy needs to read
 
 
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        # read the data, then skipped every batch as non-finite
+        (["norm.eps=-1"], r"norm.eps=-1: must be a number > 0"),
+        (["norm=rms", "norm.eps=0"], r"norm.eps=0: must be a number > 0"),
+        # named no key: "RoPE needs an even head dimension, got 9"
+        (
+            ["pos=rope", "model.d_model=36", "model.num_heads=4"],
+            r"pos=rope rotates pairs of a head's dimensions, and a head has 9 \(model.d_model / model.num_heads\)",
+        ),
+    ],
+)
+def test_a_module_setting_that_cannot_work_names_its_key_before_any_data_is_read(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        check_config(compose_train(*overrides))
+
+
 def test_a_negative_d_model_is_named_once_without_an_empty_list_of_head_counts():
     with pytest.raises(ConfigError) as caught:
         check_config(compose_train("model.d_model=-5"))

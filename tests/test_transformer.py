@@ -55,7 +55,7 @@ def batch(seed: int = 1, batch_size: int = 3, src_len: int = 7, tgt_len: int = 6
 VARIANTS = list(itertools.product(POS_OPTIONS, NORM_OPTIONS, ["pre", "post"]))
 
 
-def test_pos_and_norm_groups_are_all_covered():
+def test_the_option_lists_read_from_conf_hold_the_encodings_and_norms_written_here():
     assert {"absolute", "learned", "relative", "rope", "none"} <= set(POS_OPTIONS)
     assert {"layer", "rms"} <= set(NORM_OPTIONS)
 
@@ -104,7 +104,13 @@ def test_every_encoding_but_none_tells_the_source_positions_apart(pos):
     src, tgt = batch()
     with torch.no_grad():
         same = torch.allclose(model(src, tgt), model(src.flip(1), tgt), atol=1e-5, rtol=1e-4)
-    assert same == (pos == "none")
+    assert same == (pos == "none"), (
+        f"pos={pos}: a reversed source gives {'the same' if same else 'other'} outputs; an encoding that tells "
+        "positions apart changes them (a bias symmetric in distance, -m|i-j|, does not: the reversed sentence "
+        "has the same distances)"
+        if pos != "none"
+        else "pos=none: a reversed source changed the outputs, so something else encodes positions"
+    )
 
 
 def test_reordered_state_follows_the_chosen_rows():
@@ -181,23 +187,25 @@ def test_all_tying_needs_a_joint_vocabulary():
         build_model(cfg, 20, 30)
 
 
-def test_norm_option_builds_the_named_class():
+def test_the_layer_and_rms_options_build_their_classes():
     for name, cls in (("layer", LayerNorm), ("rms", RMSNorm)):
         assert isinstance(instantiate(OmegaConf.load(CONF / "norm" / f"{name}.yaml"))(8), cls)
 
 
+@pytest.mark.parametrize("norm", NORM_OPTIONS)
 @pytest.mark.parametrize("fused", [True, False])
-def test_norm_fused_reaches_every_norm_and_a_saved_config_without_it_builds_the_fused_path(fused):
-    norms = OmegaConf.load(CONF / "norm" / "layer.yaml")
+def test_norm_fused_reaches_every_norm_of_the_model_and_a_saved_config_without_it_builds_the_fused_path(norm, fused):
+    norms = OmegaConf.load(CONF / "norm" / f"{norm}.yaml")
     assert norms.fused is True  # the default
+    kind = type(instantiate(norms)(8))
     norms.fused = fused
     cfg = OmegaConf.load(CONF / "model" / "transformer.yaml")
     cfg.position, cfg.norm = OmegaConf.load(CONF / "pos" / "absolute.yaml"), norms
     cfg.update(d_model=32, num_heads=4, ffn_dim=64, encoder_layers=1, decoder_layers=1)
-    built = [m for m in build_model(cfg, 20, 20).modules() if isinstance(m, LayerNorm)]
+    built = [m for m in build_model(cfg, 20, 20).modules() if isinstance(m, kind)]
     assert built and all(m.fused is fused for m in built)
     del cfg.norm["fused"]  # as a checkpoint saved before the option existed
-    assert all(m.fused for m in build_model(cfg, 20, 20).modules() if isinstance(m, LayerNorm))
+    assert all(m.fused for m in build_model(cfg, 20, 20).modules() if isinstance(m, kind))
 
 
 def test_no_torch_transformer_building_blocks_inside():

@@ -106,10 +106,14 @@ def check_exportable(loaded: LoadedModel) -> None:
     # another model, which would be written as its parent
     known = (PositionEncoding, SinusoidalPosition, LearnedPosition, RelativePosition, RotaryPosition)
     if type(position) not in known:
-        raise ExportError(f"pos={_option(position, 'pos')}: no CTranslate2 equivalent")
+        takes = ", ".join(sorted(_model_option(f"{c.__module__}.{c.__qualname__}", "pos") for c in known))
+        raise ExportError(f"pos={_option(position, 'pos')}: no CTranslate2 equivalent (it takes {takes})")
     norm = model.encoder[0].attn_block.norm
     if type(norm) not in (LayerNorm, RMSNorm):
-        raise ExportError(f"norm={_option(norm, 'norm')}: no CTranslate2 equivalent (it takes layer or rms)")
+        takes = ", ".join(
+            sorted(_model_option(f"{c.__module__}.{c.__qualname__}", "norm") for c in (LayerNorm, RMSNorm))
+        )
+        raise ExportError(f"norm={_option(norm, 'norm')}: no CTranslate2 equivalent (it takes {takes})")
     activation = loaded.config["model"].get("activation", "relu")
     if activation not in ("relu", "gelu"):
         raise ExportError(f"model.activation={activation}: CTranslate2 takes relu or gelu here")

@@ -15,12 +15,20 @@ from torch import nn
 from torch.nn import functional as F
 
 
+def checked_eps(eps) -> float:
+    """``norm.eps``, a number > 0: at 0 or below, a constant vector (a padding row, a dead unit) divides by
+    zero or less, and every batch was skipped as non-finite after the data was read."""
+    if isinstance(eps, bool) or not isinstance(eps, int | float) or not eps > 0:
+        raise ValueError(f"norm.eps={eps!r}: must be a number > 0 (the default: 1e-5 for layer, 1e-6 for rms)")
+    return float(eps)
+
+
 class LayerNorm(nn.Module):
     """Ba et al. 2016: normalise each vector to zero mean and unit variance, then scale and shift."""
 
     def __init__(self, dim: int, eps: float = 1e-5, fused: bool = True) -> None:
         super().__init__()
-        self.eps = eps
+        self.eps = checked_eps(eps)
         self.fused = fused
         self.weight = nn.Parameter(torch.ones(dim))
         self.bias = nn.Parameter(torch.zeros(dim))
@@ -42,7 +50,7 @@ class RMSNorm(nn.Module):
 
     def __init__(self, dim: int, eps: float = 1e-6, fused: bool = True) -> None:
         super().__init__()
-        self.eps = eps
+        self.eps = checked_eps(eps)
         self.fused = fused
         self.weight = nn.Parameter(torch.ones(dim))
 

@@ -1,6 +1,6 @@
 """Position encodings (config group `pos`).
 
-A position encoding can act in three places, so the base class offers three hooks, each a no-op:
+A position encoding can act in three places, so the base class offers hooks for each, every one a no-op:
 
 - ``embed``: added to the token embeddings (sinusoidal, learned);
 - ``rotate``: applied to queries and keys of self-attention (RoPE);
@@ -116,7 +116,10 @@ class RotaryPosition(PositionEncoding):
     def __init__(self, d_model: int, head_dim: int, base: float = 10000.0) -> None:
         super().__init__(d_model, head_dim)
         if head_dim % 2:
-            raise ValueError(f"RoPE needs an even head dimension, got {head_dim}")
+            raise ValueError(
+                f"pos=rope rotates pairs of a head's dimensions, and a head has {head_dim} (model.d_model / "
+                "model.num_heads): choose d_model and num_heads whose quotient is even"
+            )
         inv_freq = base ** (-torch.arange(0, head_dim, 2).float() / head_dim)
         self.register_buffer("inv_freq", inv_freq, persistent=False)
 
