@@ -1272,7 +1272,7 @@ def test_a_checkpoint_of_another_run_is_held_to_that_runs_tokenizers_and_setting
     ):
         train(compose_train("task=lm", f"ckpt_path={ckpt}", f"run_dir={tmp_path / 'lm'}", f"data.root={tmp_path}/no"))
     # a task of the same kind of model is another setting: a translator continues as a summariser when forced
-    forced = [*QUICK, "task=summarization", f"ckpt_path={ckpt}", f"run_dir={tmp_path / 's'}"]
+    forced = [*QUICK, "task=summarization", f"ckpt_path={ckpt}", f"run_dir={tmp_path / 's'}", "trainer.max_epochs=3"]
     with pytest.raises(RunFolderError, match=r"task\._target_: .*TranslationTask.* -> .*SummarizationTask"):
         train(compose_train(*forced))
     assert train(compose_train(*forced, "resume=force"))["finished"]
@@ -1288,9 +1288,10 @@ def test_a_checkpoint_of_another_run_is_held_to_that_runs_tokenizers_and_setting
     (record,) = results["continued_under_other_settings"]
     assert [line.split(":")[0] for line in record["changed"]] == ["lr", "optim.optimizer.lr", "trainer.max_epochs"]
     assert record["from"] == str(ckpt) and record["from_step"] == done["steps"] < results["steps"]
-    # the same settings continue as before, with nothing on record
-    same = train(compose_train(*QUICK, f"ckpt_path={ckpt}", f"run_dir={tmp_path / 'd'}"))
-    assert not same.get("continued_under_other_settings") and same["steps"] == done["steps"]
+    # the same settings pass the check, and their budget is spent: nothing to train, said (it "finished" without
+    # a checkpoint of its own folder, and would have been scored by none)
+    with pytest.raises(RunFolderError, match=r"it has trained this command's whole budget already"):
+        train(compose_train(*QUICK, f"ckpt_path={ckpt}", f"run_dir={tmp_path / 'd'}"))
 
 
 def test_a_stopped_run_without_run_dir_names_the_folder_to_resume_in(tmp_path):

@@ -510,8 +510,9 @@ def _stopping_off_problems(cfg: DictConfig) -> list[str]:
     if patience or given is None:
         return []
     return [
-        f"  {key}={OmegaConf.select(cfg, key)}: early stopping is off (early_stopping.patience={patience}, null or "
-        "0 is off); set early_stopping.patience=N (validations without improvement) to stop on it, or remove it"
+        f"  {key}={OmegaConf.select(cfg, key)}: early stopping is off (early_stopping.patience="
+        f"{'null' if patience is None else patience}); set early_stopping.patience=N (validations without "
+        "improvement) to stop on it, or remove it"
         for key in ("early_stopping.monitor", "early_stopping.mode")
         if key in given or "early_stopping" in given
     ]
