@@ -664,6 +664,22 @@ def test_the_help_of_a_command_using_a_checkpoint_lists_its_keys_not_train_pys_g
     assert "Configuration groups" not in shown.stdout and "pos: absolute" not in shown.stdout
 
 
+def test_train_pys_help_says_which_of_its_groups_are_sweep_pys():
+    """train.py --help listed grid= and tuned= among its groups, which train.py reads nothing of."""
+    shown = {
+        program: subprocess.run(
+            [sys.executable, str(ROOT / f"{program}.py"), "--help"],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=120,
+        ).stdout
+        for program in ("train", "sweep")
+    }
+    assert "grid and tuned are sweep.py's" in shown["train"] and "\ngrid: " in shown["train"]
+    assert "grid: the\nfactorial's preset" in shown["sweep"] and "sweep.py's" not in shown["sweep"]
+
+
 def test_averaging_for_final_scores_that_are_not_made_is_refused():
     """test_average_last=3 with val_after_training=false test_after_training=false ran, and averaged nothing."""
     off = ["val_after_training=false", "test_after_training=false"]
