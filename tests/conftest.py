@@ -110,6 +110,18 @@ def tiny_overrides(*overrides: str) -> list[str]:
     return [*TINY, *toy, *tiny_model(model)]
 
 
+def files_corpus(folder: Path) -> list[str]:
+    """A small parallel corpus written as data=files reads it (train, val and test .src/.tgt in ``folder``);
+    the overrides that read it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    words = ["one", "two", "three", "four", "five", "six"]
+    for split, n in (("train", 60), ("val", 12), ("test", 12)):
+        for lang, turn in (("src", 1), ("tgt", 2)):
+            lines = [" ".join(words[(i * turn + j) % 6] for j in range(4)) for i in range(n)]
+            (folder / f"{split}.{lang}").write_text("\n".join(lines) + "\n")
+    return ["data=files", *(f"data.{split}={folder / split}" for split in ("train", "val", "test"))]
+
+
 def steps_per_epoch(cfg) -> int:
     """Training batches an epoch of ``cfg`` has (its data prepared on the way)."""
     from nmt.data.build import build_datamodule

@@ -277,6 +277,19 @@ def test_a_learned_table_travels_as_ctranslate2s_default_limits_and_only_one_bes
     assert CTranslate2Model(tmp_path / "a").position_limits == [None, None]
 
 
+def recording(model) -> list[dict]:
+    """The options each translate_batch call of ``model`` (a CTranslate2Model) is given, from now on."""
+    given, real = [], model.translator
+
+    class Recording:
+        def translate_batch(self, batch, **options):
+            given.append(options)
+            return real.translate_batch(batch, **options)
+
+    model.translator = Recording()
+    return given
+
+
 def test_an_exported_summariser_keeps_its_minimum_length_and_ngram_blocking(tmp_path_factory, tmp_path, caplog):
     """The export carried none of the run's search: a summariser's CTranslate2 model decoded with
     CTranslate2's beam of 2, no minimum length and no trigram blocking, its outputs ending where the run's
@@ -302,15 +315,7 @@ def test_an_exported_summariser_keeps_its_minimum_length_and_ngram_blocking(tmp_
     limits = {"max_decoding_length": 39}
     kept = ours(min_len=12, no_repeat_ngram_size=2)
     assert model.translate(LINES, beam_size=1, **limits) == kept != free
-    given = []
-    real = model.translator
-
-    class Recording:
-        def translate_batch(self, batch, **options):
-            given.append(options)
-            return real.translate_batch(batch, **options)
-
-    model.translator = Recording()
+    given = recording(model)
     model.translate(LINES[:1], **limits)
     model.translate(LINES[:1], no_repeat_ngram_size=0, **limits)  # what is given stands
     assert [(o["beam_size"], o["min_decoding_length"], o["no_repeat_ngram_size"]) for o in given] == [
@@ -357,15 +362,7 @@ def test_sources_are_cut_where_our_translator_cuts_them(tmp_path_factory, tmp_pa
 
     # max_input_length=5 reads 4 pieces and the end token: as our translator reads a source cut to 4
     assert score(pieces, 5) == score(pieces[:4], 0) != score(pieces[:3], 0)
-    given = []
-    real = model.translator
-
-    class Recording:
-        def translate_batch(self, batch, **options):
-            given.append(options)
-            return real.translate_batch(batch, **options)
-
-    model.translator = Recording()
+    given = recording(model)
     caplog.clear()
     assert len(model.source.pieces(model.source.encode("one"))) <= 4
     with caplog.at_level("WARNING"):
@@ -385,8 +382,7 @@ def test_sources_are_cut_where_our_translator_cuts_them(tmp_path_factory, tmp_pa
     with caplog.at_level("WARNING"):
         old = CTranslate2Model(tmp_path / "ct2")
     assert "was exported before its manifest held the run's source limit" in caplog.text
-    given.clear()
-    old.translator = Recording()
+    given = recording(old)
     old.translate(["one two"])
     # CTranslate2's limit: none given
     assert [set(options) for options in given] == [{*manifest["decode"], "suppress_sequences"}]

@@ -9,6 +9,8 @@ from omegaconf import open_dict
 
 import nmt.sweep.plan as plan
 
+from .conftest import files_corpus
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -46,13 +48,7 @@ def test_a_finished_run_whose_corpus_file_was_edited_is_under_other_settings(tmp
     from nmt.training.run_folder import current_text
 
     corpus = tmp_path / "corpus"
-    corpus.mkdir()
-    words = ["one", "two", "three", "four", "five", "six"]
-    for split, n in (("train", 60), ("val", 12), ("test", 12)):
-        for lang, turn in (("src", 1), ("tgt", 2)):
-            lines = [" ".join(words[(i * turn + j) % 6] for j in range(4)) for i in range(n)]
-            (corpus / f"{split}.{lang}").write_text("\n".join(lines) + "\n")
-    files = ["data=files", *(f"data.{split}={corpus / split}" for split in ("train", "val", "test"))]
+    files = files_corpus(corpus)
     sweep = tmp_path / "sweep"
     config = sweep_config(sweep, "pos=absolute,relative", "seed=1")
     with open_dict(config):

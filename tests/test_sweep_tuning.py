@@ -16,7 +16,7 @@ from nmt.sweep.plan import expected_fingerprint, planned_values, run_overrides
 from nmt.sweep.tuned import read_tuned_file, reused_seeds, tuned_differences, tuned_file, write_tuned_file
 from nmt.sweep.tuning import tune
 
-from .conftest import ROOT
+from .conftest import ROOT, files_corpus
 
 
 def fake_tuning_sweep(path, level: str, key: str, scores: dict[str, list[float]]) -> None:
@@ -576,13 +576,7 @@ def test_a_factorial_reading_other_text_than_its_tuning_is_told_so(tmp_path, mon
     from nmt.sweep.tuned import checked_tuned_file
 
     corpus = tmp_path / "corpus"
-    corpus.mkdir()
-    words = ["one", "two", "three", "four", "five", "six"]
-    for split, n in (("train", 60), ("val", 12), ("test", 12)):
-        for lang, turn in (("src", 1), ("tgt", 2)):
-            lines = [" ".join(words[(i * turn + j) % 6] for j in range(4)) for i in range(n)]
-            (corpus / f"{split}.{lang}").write_text("\n".join(lines) + "\n")
-    files = ["data=files", *(f"data.{split}={corpus / split}" for split in ("train", "val", "test"))]
+    files = files_corpus(corpus)
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         run = compose("train", overrides=[*files, "seed=1"])
     # the hashes train.py records in a run's fingerprint.json, read as a run reads the corpus
