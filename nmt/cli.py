@@ -10,7 +10,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
 
-from nmt.utils.ranks import first_process
+from nmt.utils.ranks import first_on_this_machine
 
 # user errors: builtins raised by our own checks (each naming the key or file and what to do), and classes
 # named by module, looked up only if their module was loaded (an error cannot come from a module that was
@@ -81,9 +81,9 @@ def run_cli(function: Callable, cfg) -> None:
             raise
         if os.environ.get("NMT_DEBUG"):
             raise
-        # a check fails alike in every process of a DDP run: said once, by the first, in one write (the
-        # processes' copies ran together on one line)
-        if first_process():
+        # a check fails alike in every process of a DDP run on one machine: said once there, by the first, in
+        # one write (the processes' copies ran together on one line); each machine says its own
+        if first_on_this_machine():
             sys.stderr.write(f"error: {user_message(err)}\n")
             sys.stderr.flush()
         raise SystemExit(2) from None

@@ -107,6 +107,9 @@ def test_the_loggers_config_leaves_out_the_model_parts_the_model_does_not_read()
     assert "attention" not in transformer and {"pos", "norm", "model"} <= set(transformer)
     rnn = logged_config(compose_train("data=toy", "model=rnn"))
     assert "pos" not in rnn and "norm" not in rnn and rnn["attention"]["_target_"].endswith("Attention")
+    # the run's own config, as config.yaml holds it (its run_dir filled in: null in the composed config)
+    cfg = compose_train("data=toy")
+    assert logged_config(cfg, {"run_dir": "runs/x", "attention": {}, "pos": {}}) == {"run_dir": "runs/x", "pos": {}}
 
 
 def test_only_the_process_that_owns_the_folder_makes_its_wandb_id(tmp_path, monkeypatch):

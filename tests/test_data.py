@@ -207,6 +207,10 @@ def test_a_set_smaller_than_the_processes_is_refused_in_one_line():
             sharded_loader(SimpleNamespace(trainer=trainer), [0], lambda w, r: [[0]], list, 0, False, split="val")
         loader = sharded_loader(SimpleNamespace(trainer=trainer), [0, 1], lambda w, r: [[r]], list, 0, False)
         assert list(loader.batch_sampler) == [[rank]]
+    # training repeats batches to share them out evenly: one example under two processes trains
+    trainer.fit_loop = SimpleNamespace(epoch_loop=SimpleNamespace(batch_progress=SimpleNamespace(total=None)))
+    trainer.limit_train_batches = 1.0
+    sharded_loader(SimpleNamespace(trainer=trainer), [0], lambda w, r: [[0]], list, 0, True, split="train")
 
 
 def test_a_batch_built_on_the_device_is_the_collated_batch():

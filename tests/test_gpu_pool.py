@@ -131,10 +131,16 @@ def test_pool_settings_that_cannot_apply_are_refused_before_any_run(tmp_path, mo
     assert problem(gpu_pool=True, hydra=launcher("LocalLauncher", gpus_per_node=1)) is None
     # a device count of the run's own, which the pool replaced by gpus_per_run unsaid (trainer=ddp's 2 on one GPU)
     said = "with gpu_pool=true each run takes gpus_per_run=1 GPU(s) from the pool, which sets trainer.devices to it"
-    assert problem(gpu_pool=True, trainer={"devices": 2}).startswith(f"trainer.devices=2: {said}")
-    typed = {"overrides": {"task": ["trainer.devices=1", "seed=1,2"]}}
-    assert problem(gpu_pool=True, trainer={"devices": 1}, hydra=typed).startswith(f"trainer.devices=1: {said}")
-    assert problem(gpu_pool=True, gpus_per_run=2, trainer={"devices": 2}) is None  # trainer=ddp gpus_per_run=2
+    assert problem(gpu_pool=True, trainer={"devices": 2}) == (
+        f"trainer.devices=2 (the trainer option's): {said}; give gpus_per_run=2 for runs of 2 GPUs"
+    )
+    typed = {"overrides": {"task": ["trainer.devices=2", "seed=1,2"]}}
+    assert problem(gpu_pool=True, trainer={"devices": 2}, hydra=typed).startswith(f"trainer.devices=2: {said}")
+    # docs/sweeps.md's DDP inside each run: trainer=ddp (2 devices) with gpus_per_run=4, which the pool sets
+    for gpus in (2, 4):
+        assert problem(gpu_pool=True, gpus_per_run=gpus, trainer={"devices": 2}, machine=False) is None
+    typed = {"overrides": {"task": ["trainer.devices=4", "gpus_per_run=4"]}}  # the same count typed: no conflict
+    assert problem(gpu_pool=True, gpus_per_run=4, trainer={"devices": 4}, hydra=typed, machine=False) is None
     assert problem(gpu_pool=True, trainer={"devices": 1}) is None  # the default
     command = [sys.executable, str(ROOT / "sweep.py"), "grid=none", "seed=1,2", "gpu_pool=true"]
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}

@@ -817,15 +817,18 @@ def test_user_errors_end_in_one_line(error, line, capsys):
     assert stopped.value.code == 2 and err.startswith(line) and err.count("\n") == 1
 
 
-def test_a_user_error_is_said_once_by_the_first_process_of_a_run(capsys, monkeypatch):
+def test_a_user_error_is_said_once_by_the_first_process_of_each_machine(capsys, monkeypatch):
     """Every process of a DDP run failed the same check and said so: two or three copies, run together on one
     line ("...or train anewerror: the checkpoint stopped...")."""
 
     def fail(cfg):
         raise ValueError("data.max_tokens=200: the checkpoint stopped elsewhere in the data")
 
-    for rank, said in (("1", ""), ("0", "error: data.max_tokens=200: the checkpoint stopped elsewhere in the data\n")):
-        monkeypatch.setenv("LOCAL_RANK", rank)
+    line = "error: data.max_tokens=200: the checkpoint stopped elsewhere in the data\n"
+    # the second process of this machine is quiet; the first process of another machine says its own
+    for local, node, said in (("1", "0", ""), ("0", "0", line), ("0", "1", line)):
+        monkeypatch.setenv("LOCAL_RANK", local)
+        monkeypatch.setenv("NODE_RANK", node)
         with pytest.raises(SystemExit) as stopped:
             run_cli(fail, None)
         assert stopped.value.code == 2 and capsys.readouterr().err == said
@@ -994,6 +997,11 @@ def test_a_misspelt_level_setting_or_a_failing_plan_stops_the_sweep_before_any_r
             "test_after_training=false",  # report_metric=auto: the task's test_bleu
             "report_metric=auto ranks by test_bleu: the final model's score on the test set, and every run of this "
             "sweep has test_after_training=false",
+        ),
+        # early stopping's metric where its patience is off: the plan passed, and each run was refused alone
+        (
+            ("data=toy", "early_stopping.monitor=val_loss"),  # the toy recipe has no patience
+            "would be refused: early_stopping.monitor=val_loss: early stopping is off (early_stopping.patience=null)",
         ),
         # joblib's ValueError, a traceback after the plan was written
         (

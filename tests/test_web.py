@@ -136,6 +136,11 @@ def test_a_long_text_read_cut_says_so_and_a_document_may_exceed_16_kb(checkpoint
     assert app.post("/api/translate", json={"text": document}).json()["truncated"]["kept"] == 4
     wide = app.post("/api/translate", json={"text": "\u00e9" * 4000})  # 4,000 characters, 24 KB as JSON escapes
     assert wide.status_code == 200, wide.text
+    # a character beyond the BMP, escaped as a surrogate pair as Python's json and requests write it: 12 bytes
+    emoji = json.dumps({"text": "\U0001f600" * 4000}).encode()
+    assert len(emoji) > 48_000
+    answer = app.post("/api/translate", content=emoji, headers={"content-type": "application/json"})
+    assert answer.status_code == 200, answer.text
     info = app.get("/api/info").json()
     assert info["on_long_input"] == "truncate" and info["max_input_len"] == 4
 

@@ -68,11 +68,12 @@ def sharded_loader(
 ) -> DataLoader:
     """A loader whose batch sampler (``make_sampler(num_replicas, rank)``) gives each process its own
     share of the batches; a resumable (training) loader attached to a trainer continues mid-epoch where
-    a killed run stopped. A ``split`` of fewer examples than processes is refused: a process without a
-    share failed in Lightning's words ("zero length") and took the others down with it."""
+    a killed run stopped. An evaluation ``split`` of fewer examples than processes is refused: a process
+    without a share failed in Lightning's words ("zero length") and took the others down with it."""
     trainer = getattr(datamodule, "trainer", None)
     world, rank = (trainer.world_size, trainer.global_rank) if trainer is not None else (1, 0)
-    if world > 1 and len(dataset) < world:  # alike in every process: each refuses, none waits for another
+    # an evaluation set is shared out, each example once; training's batches are repeated to share evenly
+    if world > 1 and not resumable and len(dataset) < world:  # alike in every process: none waits for another
         raise ValueError(
             f"data: the {split} set has {len(dataset)} example(s), fewer than this run's {world} processes "
             "(trainer.devices x trainer.num_nodes), each of which takes a share: give it at least one example "

@@ -25,9 +25,10 @@ MAX_BODY_BYTES = 16_384
 
 
 def body_limit(max_chars: int) -> int:
-    """Bytes a request may have: 16 KB, or room for ``max_chars`` characters each written as JSON's six-byte
-    escape (a summariser's document raised past 16 KB was refused as too large before its length was read)."""
-    return max(MAX_BODY_BYTES, 6 * max_chars + 1024)
+    """Bytes a request may have: 16 KB, or room for ``max_chars`` characters each written as JSON's longest
+    escape, a surrogate pair of 12 bytes (a summariser's document raised past 16 KB was refused as too large
+    before its length was read)."""
+    return max(MAX_BODY_BYTES, 12 * max_chars + 1024)
 
 
 class TranslateRequest(BaseModel):

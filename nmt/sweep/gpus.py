@@ -180,11 +180,14 @@ def pool_problem(config, machine: bool = True) -> str | None:
     typed = [str(o) for o in ((config.get("hydra") or {}).get("overrides") or {}).get("task") or []]
     given = next((o.lstrip("+~") for o in typed if o.lstrip("+~").partition("=")[0] == "trainer.devices"), None)
     devices = (config.get("trainer") or {}).get("devices", 1)
-    if given is not None or devices not in (1, sizes["gpus_per_run"]):
-        said = given or f"trainer.devices={devices}"
+    takes = f"with gpu_pool=true each run takes gpus_per_run={sizes['gpus_per_run']} GPU(s) from the pool, which sets"
+    if given is not None and given.partition("=")[2] != str(sizes["gpus_per_run"]):
+        return f"{given}: {takes} trainer.devices to it; give the GPUs a run takes as gpus_per_run=N instead"
+    if given is None and sizes["gpus_per_run"] == 1 and devices not in (1, "1", "auto"):
+        # a trainer option's own count (trainer=ddp's 2) under the default gpus_per_run: the pool's 1 wins
         return (
-            f"{said}: with gpu_pool=true each run takes gpus_per_run={sizes['gpus_per_run']} GPU(s) from the pool, "
-            "which sets trainer.devices to it; give the number of GPUs a run takes as gpus_per_run=N instead"
+            f"trainer.devices={devices} (the trainer option's): {takes} trainer.devices to it; give "
+            f"gpus_per_run={devices} for runs of {devices} GPUs"
         )
     if not machine:
         return None

@@ -429,7 +429,6 @@ def check_config(cfg: DictConfig, choices: dict | None = None) -> None:
             if names is not None and value is not None and value not in names:
                 problems.append(f"  {key}={value!r}: task={task.name} logs {sorted(names)}")
             problems += _mode_problems(cfg, key.split(".")[0], value)
-        problems += _stopping_off_problems(cfg)
         validates = OmegaConf.select(cfg, "trainer.limit_val_batches", default=None) != 0  # 0: no validation at all
         if validates and OmegaConf.select(cfg, "validation.bleu_every_n_epochs", default=1) == 0:
             watched = ["checkpoint.monitor"]
@@ -499,23 +498,6 @@ def _command_line_keys() -> list[str] | None:
     if not HydraConfig.initialized():
         return None
     return [o.lstrip("+~").split("=", 1)[0] for o in HydraConfig.get().overrides.task]
-
-
-def _stopping_off_problems(cfg: DictConfig) -> list[str]:
-    """early_stopping.monitor or .mode given on the command line while early stopping is off (patience null or
-    0): accepted, they stopped nothing, and the run read as if it stopped on them. An experiment's own values
-    for a patience the command line turned off are not the user's to remove."""
-    patience = OmegaConf.select(cfg, "early_stopping.patience", default=None)
-    given = _command_line_keys()
-    if patience or given is None:
-        return []
-    return [
-        f"  {key}={OmegaConf.select(cfg, key)}: early stopping is off (early_stopping.patience="
-        f"{'null' if patience is None else patience}); set early_stopping.patience=N (validations without "
-        "improvement) to stop on it, or remove it"
-        for key in ("early_stopping.monitor", "early_stopping.mode")
-        if key in given or "early_stopping" in given
-    ]
 
 
 def _given_unread(problems: list[str], key: str) -> list[str]:

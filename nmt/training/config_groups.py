@@ -212,10 +212,20 @@ def unused_groups(cfg: DictConfig, choices: dict | None = None, overrides: list[
 
 def _unread_where_off(cfg: DictConfig, overrides: list[str]) -> list[str]:
     """Settings given on the command line for a part of the run that is off: the final scores' averaging
-    where no final score is made. (Early stopping's metric and direction without a patience are not refused:
-    commands for any recipe, as the benchmarks', give them for the recipes whose patience is on.)"""
+    where no final score is made; early stopping's metric or direction where its patience is off (null or 0:
+    accepted, they stopped nothing). A sweep's plan checks each cell so, with the sweep's command line: a
+    cell whose recipe has no patience is refused before any run, not run by run."""
     given = {o.lstrip("+").split("=", 1)[0]: o.lstrip("+") for o in overrides if not o.startswith("~")}
     problems = []
+    patience = OmegaConf.select(cfg, "early_stopping.patience", default=None)
+    if not patience:
+        shown = "null" if patience is None else patience
+        problems += [
+            f"  {given[key]}: early stopping is off (early_stopping.patience={shown}); set early_stopping.patience=N "
+            "(validations without improvement) to stop on it, or remove it"
+            for key in ("early_stopping.monitor", "early_stopping.mode")
+            if key in given
+        ]
     scored = [k for k in ("val_after_training", "test_after_training") if OmegaConf.select(cfg, k, default=True)]
     if "test_average_last" in given and not scored:
         problems.append(
@@ -450,14 +460,14 @@ def unused_model_parts(cfg: DictConfig) -> set[str]:
     return {g for g in MODEL_PART_GROUPS if "${" + g + "}" not in str(model_cfg)}
 
 
-def logged_config(cfg: DictConfig) -> dict:
-    """The resolved config as the loggers get it (W&B's config, TensorBoard's hparams.yaml): without the
-    model-part groups the model does not read, whose defaults (attention=multiplicative for a Transformer)
-    read as settings of the run where runs are grouped by config. config.yaml keeps everything."""
-    config = OmegaConf.to_container(cfg, resolve=True)
-    for group in unused_model_parts(cfg):
-        config.pop(group, None)
-    return config
+def logged_config(cfg: DictConfig, config: dict | None = None) -> dict:
+    """The run's resolved config (``config``, as config.yaml holds it: its run_dir filled in; else ``cfg``
+    resolved) as the loggers get it (W&B's config, TensorBoard's hparams.yaml): without the model-part groups
+    the model does not read, whose defaults (attention=multiplicative for a Transformer) read as settings of
+    the run where runs are grouped by config. config.yaml keeps everything."""
+    unread = unused_model_parts(cfg)
+    config = OmegaConf.to_container(cfg, resolve=True) if config is None else config
+    return {key: value for key, value in config.items() if key not in unread}
 
 
 def run_params(cfg: DictConfig) -> dict:

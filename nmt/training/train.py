@@ -332,7 +332,7 @@ def _train_in_folder(cfg: DictConfig, task, run_dir: Path, config: dict, main_pr
             if main_process:
                 print(f"Resuming from {resume}")
         for logger in trainer.loggers:
-            logger.log_hyperparams(logged_config(cfg))
+            logger.log_hyperparams(logged_config(cfg, config))
     except BaseException:
         if records is not None:
             restore_records(run_dir, records)
@@ -376,7 +376,8 @@ def _train_in_folder(cfg: DictConfig, task, run_dir: Path, config: dict, main_pr
                 raise RunFolderError(
                     f"ckpt_path={resume}: it has trained this command's whole budget already (update "
                     f"{trainer.global_step}; {budget}), so nothing was trained in {run_dir}; raise trainer.max_epochs "
-                    f"or trainer.max_steps to train it further, or score it with evaluate.py ckpt_path={resume}"
+                    "or trainer.max_steps (with resume=force: another budget is another setting) to train it "
+                    f"further, or score it with evaluate.py ckpt_path={resume}"
                 )
             ended_by = what_ended(trainer)  # before the final weights' validation below
             final_metrics = {k: as_float(v) for k, v in trainer.callback_metrics.items()}

@@ -140,8 +140,18 @@ def _quiet_lightning() -> None:
 
 
 # what the launchers of a run over several machines set (Lightning's cluster environments: SLURM, torchrun,
-# LSF, or MASTER_ADDR and NODE_RANK by hand)
-CLUSTER_VARIABLES = ("SLURM_NTASKS", "TORCHELASTIC_RUN_ID", "MASTER_ADDR", "NODE_RANK", "LSB_JOBID", "GROUP_RANK")
+# LSF, MPI, or MASTER_ADDR and NODE_RANK by hand)
+CLUSTER_VARIABLES = (
+    "SLURM_NTASKS",
+    "TORCHELASTIC_RUN_ID",
+    "MASTER_ADDR",
+    "NODE_RANK",
+    "LSB_JOBID",
+    "GROUP_RANK",
+    "OMPI_COMM_WORLD_SIZE",
+    "PMI_SIZE",
+    "PMIX_RANK",
+)
 
 
 def check_accelerator(cfg: DictConfig) -> None:
@@ -166,8 +176,8 @@ def check_accelerator(cfg: DictConfig) -> None:
     if isinstance(nodes, int) and nodes > 1 and not any(os.environ.get(name) for name in CLUSTER_VARIABLES):
         raise ValueError(  # else the processes waited for the other machines' until Lightning's timeout, unsaid
             f"trainer.num_nodes={nodes}: a run over several machines is started on each of them by a launcher "
-            "that names their ranks (srun under SLURM, torchrun, or MASTER_ADDR and NODE_RANK set by hand), and "
-            "none is set here; start it so, or train on this machine (trainer.num_nodes=1)"
+            "that names their ranks (srun under SLURM, torchrun, mpirun, or MASTER_ADDR and NODE_RANK set by "
+            "hand), and none is set here; start it so, or train on this machine (trainer.num_nodes=1)"
         )
     devices = OmegaConf.select(cfg, "trainer.devices", default="auto")
     if on_cpu and (devices == -1 or OmegaConf.is_list(devices) or isinstance(devices, list)):

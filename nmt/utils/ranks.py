@@ -9,3 +9,9 @@ RANK_VARIABLES = ("LOCAL_RANK", "NODE_RANK", "RANK", "SLURM_PROCID")
 def first_process() -> bool:
     """Whether this is the first process of its run, or its only one."""
     return all(int(os.environ.get(name, 0) or 0) == 0 for name in RANK_VARIABLES)
+
+
+def first_on_this_machine() -> bool:
+    """Whether this is the first process of its run on this machine: each machine's processes read the same
+    files and settings (a user error fails them alike), while another machine's may lack a file."""
+    return all(int(os.environ.get(name, 0) or 0) == 0 for name in ("LOCAL_RANK", "SLURM_LOCALID"))
