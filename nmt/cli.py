@@ -406,7 +406,8 @@ def unknown_option_message(argv: list[str], conf: Path = CONF) -> str | None:
                 )
             if option not in options:
                 close = difflib.get_close_matches(option, options, n=1, cutoff=0.6)
-                hint = f" (did you mean {key}={close[0]}?)" if close else ""
+                plus = "+" if arg.startswith("+") else ""  # +tuned=...: a group train.py's defaults do not choose
+                hint = f" (did you mean {plus}{key}={close[0]}?)" if close else ""
                 return (
                     f"error: {key}={option} (on the command line): not an option of group {key}{hint}; "
                     f"valid: {', '.join(options)}"

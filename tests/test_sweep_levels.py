@@ -85,3 +85,13 @@ def test_a_sweep_plans_and_trains_each_level_with_its_settings(tmp_path):
     retuned = [c.replace("warmup=7", "warmup=8") for c in command]
     changed = subprocess.run(retuned, capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert changed.returncode == 2 and "warmup: 7 -> 8" in changed.stderr
+
+
+def test_a_setting_the_command_line_gives_alike_is_no_conflict_however_written():
+    """optim.optimizer.weight_decay=0 on the command line against a tuned 0.0 was refused as set twice: the
+    docs promise the same value passes however written."""
+    levels = {**LEVELS, "optim.optimizer.weight_decay": ["0"], "warmup": ["400"]}
+    settings = {"optim": {"noam": ["optim.optimizer.weight_decay=0.0", "warmup=400.0"]}}
+    assert level_settings_problem(settings, levels) is None
+    other = {"optim": {"noam": ["optim.optimizer.weight_decay=0.01"]}}
+    assert "is also set by the command line or grid" in level_settings_problem(other, levels)

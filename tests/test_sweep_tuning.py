@@ -35,6 +35,30 @@ def fake_tuning_sweep(path, level: str, key: str, scores: dict[str, list[float]]
             (run / "sweep_result.json").write_text(json.dumps(record))
 
 
+def test_tune_refuses_a_sweep_cut_short_and_breaks_ties_in_the_order_listed(tmp_path):
+    """A tuning sweep stopped after its first seed (start_runs_for; seeds run first) was tuned on one seed of
+    each candidate, without a word; tied candidates were chosen by their folders' names (warmup=100 before
+    warmup=50), and the tie sent the user past the "edge" of the values tried."""
+    (tmp_path / "noam").mkdir()
+    fake_tuning_sweep(tmp_path / "noam", "noam", "warmup", {"50": [30.0, 31.0], "100": [30.0, 31.0]})
+    names = [f"warmup={w},seed={s}" for s in (1, 2) for w in (50, 100)]  # the plan's order: seeds vary slowest
+    (tmp_path / "noam" / "plan.json").write_text(json.dumps({"run_names": names}))
+    for run in tmp_path.glob("noam/*"):
+        if run.is_dir():  # as read from the folder it is in
+            record = json.loads((run / "sweep_result.json").read_text())
+            (run / "sweep_result.json").write_text(json.dumps({**record, "run_dir": str(run)}))
+    tuned = tune([tmp_path / "noam"], "optim")
+    assert tuned.settings == {"optim": {"noam": ["warmup=50"]}}  # the first listed of the tie
+    assert not [n for n in notes_of(tuned, unrecorded=False) if "value tried" in n]
+    assert any("ties with the next (warmup=100)" in n for n in notes_of(tuned))
+    cut = tmp_path / "noam" / "warmup=100,seed=2"
+    (cut / "sweep_result.json").unlink()  # never started
+    with pytest.raises(ValueError, match=r"noam: 1 planned run\(s\) have not run \(warmup=100,seed=2\): tune would "):
+        tune([tmp_path / "noam"], "optim")
+    (cut / "sweep_failed.json").write_text("{}")  # failed: said by the note on unequal seeds
+    assert any("ran 1 to 2 seeds" in n for n in notes_of(tune([tmp_path / "noam"], "optim")))
+
+
 def test_tuning_chooses_each_levels_best_mean_on_validation(tmp_path):
     (tmp_path / "adam").mkdir(), (tmp_path / "noam").mkdir()
     # 0.001 has the best single run but the lower mean: the mean over seeds decides
@@ -382,6 +406,7 @@ def test_a_factorial_with_a_tuned_file_is_checked_against_its_tuning_runs_settin
     assert read["under"] == json.loads(json.dumps(tuned.under))
     assert read["notes"][0] == "chosen by a test" and not any(n.startswith("tuned under") for n in read["notes"])
     assert OmegaConf.load(conf / "tuned" / "mine.yaml").level_settings.optim.noam == ["warmup=400"]
+    assert read["global"]  # its first line puts its keys at the top level, where the sweep reads them
 
     # the factorial: Adam's budget, a corpus cut short; pos is a factor (tuned at absolute: not a difference)
     given = ["grid=none", "data=toy", "trainer.max_steps=40", "data.train_size=1000"]
@@ -633,3 +658,18 @@ def test_a_factorial_reading_other_text_than_its_tuning_is_told_so(tmp_path, mon
     )
     out = capsys.readouterr().out
     assert out.count(f"the corpus text of the tuned levels' runs is not compared with their tuning's: {why}") == 1
+
+
+def test_a_tuned_file_without_its_package_line_is_named_as_such(tmp_path, monkeypatch, capsys):
+    """A file written by hand without '# @package _global_' was read as tuned.level_settings, and refused as
+    "this sweep runs none of its levels (none)", which named nothing to fix."""
+    from nmt.sweep.tuned import checked_tuned_file
+
+    (tmp_path / "tuned").mkdir()
+    (tmp_path / "tuned" / "hand.yaml").write_text("level_settings:\n  optim:\n    noam: ['warmup=400']\n")
+    assert not read_tuned_file(tmp_path / "tuned" / "hand.yaml")["global"]
+    monkeypatch.setattr(tuned_module, "CONF", tmp_path)
+    config = OmegaConf.create({"hydra": {"runtime": {"choices": {"tuned": "hand"}}}})
+    with pytest.raises(SystemExit):
+        checked_tuned_file(config, ["optim"])
+    assert "hand.yaml does not begin with '# @package _global_'" in capsys.readouterr().err

@@ -126,8 +126,10 @@ def level_settings_problem(level_settings, levels: dict[str, list[str]], from_fi
                 where = f"level_settings.{key}.{level}: {override!r}"
                 if not sep and not str(override).startswith("~"):  # ~key deletes it
                     return f"{where} is not key=value"
-                if sep and key != name and levels.get(name) == expand([str(override)]).get(name):
-                    continue  # the command line gives it the same value (as its tuning sweep had it): no doubt
+                given, setting = levels.get(name), expand([str(override)]).get(name)
+                if sep and key != name and given and setting and len(given) == len(setting) == 1:
+                    if same_level(given[0], setting[0]):  # 0 and 0.0 alike: one value however written
+                        continue  # the command line gives it the same value (as its tuning sweep had it): no doubt
                 if name in levels:
                     source = "a factor of this sweep" if len(levels[name]) > 1 else "set by the command line or grid"
                     return f"{where}: {name} is also {source}; set it in one place"

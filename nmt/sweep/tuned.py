@@ -71,6 +71,7 @@ def read_tuned_file(path: Path) -> dict:
     and its notes on them), and what each level was tuned under (absent from a file written by hand)."""
     notes = [line[2:].rstrip() for line in path.read_text().splitlines() if line.startswith("# ")]
     tuned = {"name": path.stem, "notes": [n for n in notes if not n.startswith(("@package", UNDER))]}
+    tuned["global"] = any(line.split() == ["@package", "_global_"] for line in notes)
     for line in notes:
         if line.startswith(UNDER):
             try:
@@ -88,6 +89,14 @@ def checked_tuned_file(config: DictConfig, factors: list[str]) -> dict | None:
     tuned = tuned_file(config)
     if not tuned:
         return None
+    if not tuned.get("global"):  # Hydra then nests the file's keys under `tuned`: no level would get them
+        print(
+            f"error: +tuned={tuned['name']}: conf/tuned/{tuned['name']}.yaml does not begin with '# @package "
+            "_global_' (as tune writes it), so Hydra reads its level_settings as tuned.level_settings, which no run "
+            "reads; add that line at its top",
+            file=sys.stderr,
+        )
+        raise SystemExit(2)
     levels = sweep_levels(config)
     settings = plain_settings(config.get("level_settings"))
     if not any(str(lv) in levels.get(key, []) for key, by in settings.items() for lv, o in by.items() if o):
@@ -191,8 +200,9 @@ def _compared(
         if factor in (level_key, "seed"):
             continue
         held = _tuning_value(run, factor)
-        if held in levels[factor]:
-            values[factor] = held
+        here = next((level for level in levels[factor] if same_level(level, held)), None)  # 0 and 0.0 alike
+        if here is not None:
+            values[factor] = here  # as this sweep writes it
         else:  # tuned at a level this sweep does not run (or at no option of the group)
             said.append(f"{factor}: {held} in tuning, not a level here ({', '.join(levels[factor])})")
     overrides_here = run_overrides(config, values)

@@ -20,7 +20,7 @@ from nmt.metrics import lower_is_better
 from nmt.sweep.analysis import check_same_measure, mean_ci, past_range, same_mean, welch_test
 from nmt.sweep.levels import level_overrides, sweep_levels
 from nmt.sweep.records import collect_records, finished_runs
-from nmt.sweep.summary import planned
+from nmt.sweep.summary import failed_runs, planned
 from nmt.sweep.tuned import ABSENT, CONF, tuning_run, write_tuned_file
 from nmt.utils.io import check_output_file
 
@@ -60,7 +60,11 @@ def tune(sweep_dirs: list[str | Path], level_key: str, metric: str = TUNING_METR
         if level in chosen:
             raise ValueError(f"{sweep_dir}: a second tuning sweep of {level_key}={level}; give one sweep per level")
         candidates: dict[tuple, list[float]] = {}
-        for record in records:
+        # in the order the sweep listed them (its plan), which a tie keeps: not its folders' names' (warmup=100
+        # before warmup=50)
+        order = {name: i for i, name in enumerate(_candidate(n) for n in planned(sweep_dir).get("run_names") or [])}
+        listed = sorted(records, key=lambda r: order.get(_candidate(Path(r.get("run_dir", "")).name), len(order)))
+        for record in listed:
             candidates.setdefault(_setting(record, level_key), []).append(float(record["metrics"][metric]))
         # means equal in decimals are equal here, whatever their floats' last bits (same_mean, as the notes' test):
         # the stable sort keeps such ties in the order listed, so "the first listed" is the one chosen
@@ -127,14 +131,22 @@ def _only_own_swept(sweep_dir: Path, level_key: str, level: str, scored: list) -
         )
 
 
+def _candidate(name: str) -> str:
+    """A tuning run's folder name without its seed: the candidate it is a seed of."""
+    return ",".join(part for part in name.split(",") if not part.startswith("seed="))
+
+
 def _unrun_candidates(sweep_dir: Path) -> list[str]:
     """The planned candidates of a tuning sweep (its runs' folder names, the seed aside) with no finished run."""
+    done = {_candidate(path.parent.name) for path in finished_runs(sweep_dir)[0]}
+    return sorted({_candidate(name) for name in planned(sweep_dir).get("run_names") or []} - done)
 
-    def candidate(name: str) -> str:
-        return ",".join(part for part in name.split(",") if not part.startswith("seed="))
 
-    done = {candidate(path.parent.name) for path in finished_runs(sweep_dir)[0]}
-    return sorted({candidate(name) for name in planned(sweep_dir).get("run_names") or []} - done)
+def _unrun_seeds(sweep_dir: Path) -> list[str]:
+    """The planned runs of a tuning sweep that neither finished nor failed: not run yet (a sweep stopped by
+    start_runs_for, or still under way). A failed run is said by the note on unequal seeds."""
+    done = {path.parent.name for path in finished_runs(sweep_dir)[0]} | set(failed_runs(sweep_dir))
+    return [name for name in planned(sweep_dir).get("run_names") or [] if name not in done]
 
 
 def _setting(record: dict, level_key: str) -> tuple:
@@ -163,6 +175,13 @@ def _candidates(sweep_dir: Path, level_key: str, metric: str) -> tuple[str, list
             f"{sweep_dir}: {len(unrun)} planned candidate(s) have no finished run ({'; '.join(unrun[:3])}"
             f"{' ...' if len(unrun) > 3 else ''}): tune would choose among the others; finish the tuning sweep (its "
             "command again: finished runs are kept; a failed one says why in its folder)"
+        )
+    unrun = _unrun_seeds(sweep_dir)
+    if unrun:  # seeds first is the order a sweep runs them in: a cut sweep left every candidate fewer seeds
+        raise ValueError(
+            f"{sweep_dir}: {len(unrun)} planned run(s) have not run ({'; '.join(unrun[:3])}"
+            f"{' ...' if len(unrun) > 3 else ''}): tune would choose on fewer seeds than the tuning planned; finish "
+            "the tuning sweep (its command again: finished runs are kept)"
         )
     if not records:  # a misspelt or unrecorded metric: name those the runs record
         recorded = sorted({name for r in finished for name, value in r["metrics"].items() if value is not None})
@@ -250,7 +269,8 @@ def _weak_choice(level_key: str, level: str, scored: list) -> list[str]:
     past it may be better), and a lead over the next candidate that its seeds do not establish."""
     notes = []
     best = dict(scored[0][0])
-    for key, value in best.items():
+    tied = len(scored) > 1 and all(same_mean(statistics.fmean(vs), statistics.fmean(scored[0][1])) for _, vs in scored)
+    for key, value in best.items() if not tied else ():  # where every candidate ties, no edge means more
         # a negative value is a sentinel (-1: no limit), not a point on the scale the edge is of
         tried = sorted({float(v) for setting, _ in scored for k, v in setting if k == key and _numeric(v)} - {-1.0})
         tried = [v for v in tried if v >= 0]
