@@ -25,7 +25,7 @@ def test_each_run_gets_the_settings_of_its_levels():
 @pytest.mark.parametrize(
     ("settings", "message"),
     [
-        ({"norm": {"rms": ["warmup=3"]}}, r"level_settings.norm: norm is not a key of this sweep"),
+        ({"norm": {"rms": ["warmup=3"]}}, r"level_settings.norm: norm is not a key of this sweep .*; make it one"),
         ({"optim": {"adam": ["warmup"]}}, r"level_settings.optim.adam: 'warmup' is not key=value"),
         ({"optim": {"adam": ["pos=relative"]}}, r"pos is also set by the command line or grid; set it in one place"),
         ({"optim": {"adam": ["seed=3"]}}, r"seed is also a factor of this sweep"),

@@ -111,7 +111,10 @@ def level_settings_problem(level_settings, levels: dict[str, list[str]], from_fi
         )
     for key, by_level in settings.items():
         if key not in levels:
-            return f"level_settings.{key}: {key} is not a key of this sweep (its keys: {sorted(levels)})"
+            return (
+                f"level_settings.{key}: {key} is not a key of this sweep (its keys: {sorted(levels)}); make it one "
+                f"({key}=a,b, a factor, or {key}=a to hold one level), or give no settings for it"
+            )
         if not isinstance(by_level, dict):
             return f"level_settings.{key}: expected level: [key=value, ...], got {by_level!r}"
         for level, overrides in by_level.items():

@@ -116,8 +116,8 @@ def checked_tuned_file(config: DictConfig, factors: list[str]) -> dict | None:
                 f"[sweep] warning: {', '.join(f'{key}={lv}' for lv in untuned)} "
                 f"{'has' if len(untuned) == 1 else 'have'} no settings in +tuned={tuned['name']} (tuned: "
                 f"{', '.join(f'{key}={lv}' for lv, o in by.items() if o)}): "
-                f"{'it runs' if len(untuned) == 1 else 'they run'} at the defaults, compared untuned with the "
-                "tuned levels; tune it too (python sweep.py tune), or leave it out",
+                f"{'it runs' if len(untuned) == 1 else 'they run'} at the defaults and the command line's "
+                "settings, compared untuned with the tuned levels; tune it too (python sweep.py tune), or leave it out",
                 flush=True,
             )
     texts: dict[str, dict | str] = {}
