@@ -633,7 +633,7 @@ def test_a_factorial_reading_other_text_than_its_tuning_is_told_so(tmp_path, mon
     # adamw, run beside the tuned noam with no settings of its own: said before any run, not only in the report
     assert (
         "[sweep] warning: optim=adamw has no settings in +tuned=mine (tuned: optim=noam): it runs at the "
-        "defaults, compared untuned with the tuned levels" in out
+        "defaults and the command line's settings, compared untuned with the tuned levels" in out
     )
     # a corpus setting that differs too: the text differs by it, and only the setting is said (its text not read)
     with open_dict(factorial):
