@@ -818,6 +818,44 @@ def test_a_damaged_cache_file_is_made_again_and_said(tmp_path, caplog):
     assert "cannot be read" in said and "training the tokenizer again" in said and "encoding the split again" in said
 
 
+def corpus_at_seed(name: str, folder: Path, seed: int):
+    """One corpus module of each kind, built from small files in ``folder`` at the training seed ``seed``."""
+    from nmt.data.ptb import PTBDataModule
+    from nmt.data.toy import ToyDataModule
+
+    cache = str(folder / "cache")
+    if name == "toy":
+        return ToyDataModule(train_size=60, val_size=10, test_size=10, cache_dir=cache, seed=seed)
+    if name == "files":  # val and test split off the training files
+        write(folder / "train.de", DE)
+        write(folder / "train.en", EN)
+        return small_files(folder, train=str(folder / "train"), src_lang="de", tgt_lang="en", seed=seed)
+    if name == "europarl":
+        return small(EuroparlDataModule, root=str(write_europarl(folder)), cache_dir=cache, seed=seed)
+    if name == "tatoeba":
+        write(folder / "deu.txt", [f"{e}\t{d}" for e, d in zip(EN, DE, strict=True)])
+        return small(TatoebaDataModule, root=str(folder), src_lang="de", tgt_lang="en", cache_dir=cache, seed=seed)
+    if name == "zh_en":
+        write(folder / "cmn.txt", [f"{e}\t{z}" for e, z in zip(ZH_EN, ZH, strict=True)])
+        return small(ZhEnDataModule, root=str(folder), cache_dir=cache, seed=seed)
+    for i, split in enumerate(("train", "valid", "test")):  # ptb
+        write(folder / "ptb" / f"ptb.{split}.txt", [e.lower() for e in EN[40 * i : 40 * i + 40]])
+    return PTBDataModule(root=str(folder / "ptb"), download=False, cache_dir=cache, seed=seed)
+
+
+@pytest.mark.parametrize("name", ["toy", "files", "europarl", "tatoeba", "zh_en", "ptb"])
+def test_a_corpus_text_never_depends_on_the_training_seed(tmp_path, name):
+    """Every run of a sweep reads one split whatever its seed (split_seed chooses it): so a sweep reads a
+    corpus's text once for all its seeds when it checks its finished runs for edited files."""
+    first = corpus_at_seed(name, tmp_path / "a", 1).text_hashes()
+    assert set(first) == {"train", "val", "test"} and len(set(first.values())) == 3
+    assert corpus_at_seed(name, tmp_path / "b", 2).text_hashes() == first
+    if name in ("files", "europarl", "tatoeba", "zh_en"):  # where a seed chooses the split, it is split_seed
+        other = corpus_at_seed(name, tmp_path / "c", 1)
+        other.split_seed = 2
+        assert other.text_hashes() != first
+
+
 def write_europarl(tmp_path: Path) -> Path:
     folder = tmp_path / "ep"
     write(folder / "europarl-v7.de-en.de", DE)

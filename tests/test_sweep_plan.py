@@ -41,18 +41,22 @@ def test_a_run_stopped_part_way_under_other_settings_is_to_run_not_done(tmp_path
     assert "under other settings: pos=relative,seed=1: trainer.max_steps: 2 -> 3" in out
 
 
-def test_a_finished_run_whose_corpus_file_was_edited_is_under_other_settings(tmp_path, capsys):
+def test_a_finished_run_whose_corpus_file_was_edited_is_under_other_settings(tmp_path, capsys, monkeypatch):
     """Only settings and code were compared: a rerun after an edited corpus file said "done already" for
-    every run, and new seeds or cells would have trained on the new text beside results of the old."""
+    every run, and new seeds or cells would have trained on the new text beside results of the old. The
+    corpus is read once for all the runs (its text depends on no level here, nor on the seed)."""
     from nmt.tasks import build_task
+    from nmt.training import run_folder
     from nmt.training.run_folder import current_text
 
+    reads = []
+    monkeypatch.setattr(run_folder, "current_text", lambda *a: reads.append(1) or current_text(*a))
     corpus = tmp_path / "corpus"
     files = files_corpus(corpus)
     sweep = tmp_path / "sweep"
-    config = sweep_config(sweep, "pos=absolute,relative", "seed=1")
+    config = sweep_config(sweep, "pos=absolute,relative", "seed=1,2")
     with open_dict(config):
-        config.hydra.overrides.task = [*files, "pos=absolute,relative", "seed=1"]
+        config.hydra.overrides.task = [*files, "pos=absolute,relative", "seed=1,2"]
     for values in plan.planned_values(config):  # each run recorded as train.py records it
         overrides = plan.run_overrides(config, values)
         run = sweep / plan.run_name(values, {"pos", "seed"})
@@ -60,10 +64,12 @@ def test_a_finished_run_whose_corpus_file_was_edited_is_under_other_settings(tmp
         cfg = plan.compose_train(overrides)
         identity = {**plan.expected_fingerprint(overrides), "data": {"text": current_text(cfg, build_task(cfg.task))}}
         (run / "fingerprint.json").write_text(json.dumps(identity))
-    assert plan.changed_runs(sweep, config) == {}
+    reads.clear()
+    assert plan.changed_runs(sweep, config) == {} and len(reads) == 1
     (corpus / "train.tgt").write_text((corpus / "train.tgt").read_text().replace("one", "uno"))
     said = ["data: the text of its train split(s) changed since it was read"]
-    assert plan.changed_runs(sweep, config) == {"pos=absolute,seed=1": said, "pos=relative,seed=1": said}
+    runs = [f"pos={pos},seed={seed}" for seed in (1, 2) for pos in ("absolute", "relative")]
+    assert plan.changed_runs(sweep, config) == dict.fromkeys(runs, said)
     (corpus / "train.tgt").unlink()  # the data gone: the results stand, as train.py keeps them
     assert plan.changed_runs(sweep, config) == {}
     assert "cannot read the data of pos=absolute,seed=1 to compare its text" in capsys.readouterr().out

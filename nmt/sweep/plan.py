@@ -160,8 +160,9 @@ def expected_fingerprint(overrides: list[str]) -> dict:
 def _text_differences(run: Path, overrides: list[str], read: dict) -> list[str]:
     """The splits whose text changed since the folder's run read its data (an edited corpus file), as
     train.py compares a finished run's; ``read``: the text hashes already read, by data settings (a sweep's
-    runs mostly share one corpus, read once). Nothing where the run recorded no text or the data cannot be
-    read (its results stand, as train.py keeps them)."""
+    runs mostly share one corpus, read once: its text depends on ``data.*``, ``split_seed`` included, never
+    on the run's seed, as tests/test_corpora.py checks for every corpus). Nothing where the run recorded no
+    text or the data cannot be read (its results stand, as train.py keeps them)."""
     import json
 
     from nmt.tasks import build_task
@@ -171,7 +172,7 @@ def _text_differences(run: Path, overrides: list[str], read: dict) -> list[str]:
     if not saved:
         return []
     cfg = compose_train(overrides)
-    key = json.dumps([OmegaConf.to_container(cfg.data, resolve=True), cfg.seed, str(cfg.cache_dir)], sort_keys=True)
+    key = json.dumps([OmegaConf.to_container(cfg.data, resolve=True), str(cfg.cache_dir)], sort_keys=True)
     if key not in read:
         try:
             read[key] = current_text(cfg, build_task(cfg.task))

@@ -241,7 +241,7 @@ def _text_differences(recorded: dict, overrides: list[str], texts: dict) -> list
     data = OmegaConf.create(OmegaConf.to_container(cfg.data, resolve=True))
     if "download" in data:  # a check before the sweep reads what is here; the runs download what they need
         data.download = False
-    key = json.dumps([OmegaConf.to_container(data), str(cfg.cache_dir), cfg.seed], sort_keys=True, default=str)
+    key = json.dumps([OmegaConf.to_container(data), str(cfg.cache_dir)], sort_keys=True, default=str)
     if key not in texts:  # the levels of a factorial mostly read one corpus: read once, said once
         try:
             texts[key] = build_task(cfg.task).build_datamodule(data, cfg.cache_dir, cfg.seed).text_hashes()
