@@ -355,6 +355,34 @@ def test_the_sweep_config_resolves_as_printed_by_hydras_cfg_option():
     assert "sweep_name: rnn" in result.stdout.splitlines()
 
 
+@pytest.mark.slow
+def test_levels_that_hydra_needs_quoted_name_their_folders_and_train(tmp_path):
+    """A quoted level (a path with a space, or a quote) failed every run: its quotes went into the folder's
+    name, which the run's own command line then could not hold. (``name=`` given, as tiny_overrides does,
+    stopped a sweep: "HydraConfig was not set".)"""
+    from .conftest import files_corpus
+
+    files_corpus(tmp_path / "my corpus")
+    files_corpus(tmp_path / "it's")
+    spaced, quote = tmp_path / "my corpus" / "train", tmp_path / "it's" / "train"
+    levels = f"data.train='{spaced}',\"{quote}\""
+    sweep_dir = tmp_path / "sweep"
+    command = [sys.executable, str(ROOT / "sweep.py"), "grid=none", *tiny_overrides("data=files")]
+    command += [f"data.{split}={tmp_path / 'my corpus' / split}" for split in ("val", "test")]
+    command += ["data=files", "trainer.max_steps=2", *NO_FINAL_SCORES, "report_metric=best_val_bleu"]
+    command += ["threads=1", levels, "seed=1"]
+    command += [f"hydra.sweep.dir={sweep_dir}"]
+    result = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=900)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    folders = sorted(p.parent.name for p in sweep_dir.glob("*/sweep_result.json"))
+    path = str(tmp_path).replace("%", "%25").replace("/", "%2F")
+    assert folders == sorted(f"data.train={path}%2F{name}%2Ftrain,seed=1" for name in ("my corpus", "it's"))
+    for name in ("my corpus", "it's"):
+        run = next(sweep_dir.glob(f"*{name}*"))
+        assert OmegaConf.load(run / "config.yaml").data.train == str(tmp_path / name / "train")
+        assert OmegaConf.load(run / "config.yaml").run_dir == str(run.resolve())
+
+
 def run_two_cell_sweep(command: list[str], sweep_dir) -> subprocess.CompletedProcess:
     """Run a sweep of pos=absolute,rope with seed 1 and check that both runs finished."""
     result = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=900)

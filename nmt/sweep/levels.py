@@ -12,11 +12,36 @@ level gets::
 ``python sweep.py tune`` chooses them on validation data and writes that block (nmt/sweep/tuning.py).
 """
 
+import re
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
 from nmt.sweep.summary import SWEEP_KEYS
+
+
+def hydra_quoted(text: str) -> str:
+    """``text`` as one quoted value of Hydra's override grammar, read back as written: a run folder named by
+    a quoted level (``data.train='my corpus/a'``) holds quotes and spaces. In a quoted value the backslash
+    escapes only a quote (and the backslashes before one), and ``${`` would be read as an interpolation."""
+    body = re.sub(r"(\\*)'", lambda m: m.group(1) * 2 + "\\'", str(text))
+    body = re.sub(r"(\\+)$", lambda m: m.group(1) * 2, body).replace("${", "\\${")
+    return f"'{body}'"
+
+
+def plain_level(value: str) -> str:
+    """A level as it reads, without the quotes Hydra's grammar needs (``'my corpus/a'`` -> ``my corpus/a``):
+    the name of its run folder, so that a level quoted or not names one folder."""
+    value = str(value)
+    if value[:1] not in ("'", '"'):
+        return value
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        parsed = OverridesParser.create().parse_override(f"level={value}").value()
+    except Exception:  # noqa: BLE001 - not one quoted value (a list, say): named as written
+        return value
+    return parsed if isinstance(parsed, str) else value
 
 
 def override_pairs(overrides) -> list[tuple[str, str]]:

@@ -6,6 +6,7 @@ import shutil
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import InterpolationResolutionError
 
 from nmt.sweep.gpus import mps_folder, pool_problem
 from nmt.sweep.gpus import setting_problem as mps_setting_problem
@@ -14,6 +15,7 @@ from nmt.sweep.levels import (
     level_overrides,
     level_settings_problem,
     override_pairs,
+    plain_level,
     plain_settings,
     same_level,
     sweep_levels,
@@ -116,8 +118,9 @@ def swept_keys(sweep_dir: Path) -> set[str]:
 def run_name(values: dict[str, str], swept: set[str]) -> str:
     """A run's folder in the sweep: its values of the swept keys, sorted by key, each a name of one folder
     (a level that is a path, data.train=corpus/a.tsv, made folders within folders, which no reader of the
-    sweep looks into: its runs were neither reported nor counted as done or failed)."""
-    return ",".join(f"{k}={_one_folder(str(v))}" for k, v in sorted(values.items()) if k in swept)
+    sweep looks into: its runs were neither reported nor counted as done or failed); a quoted level is named
+    without its quotes."""
+    return ",".join(f"{k}={_one_folder(plain_level(v))}" for k, v in sorted(values.items()) if k in swept)
 
 
 def _one_folder(value: str) -> str:
@@ -409,7 +412,11 @@ def input_problem(config: DictConfig) -> str | None:
         for key in values:
             if (conf / key).is_dir() or prefixes.get(key):
                 continue
-            if OmegaConf.select(composed, key, default="__missing__", throw_on_missing=False) == "__missing__":
+            try:
+                found = OmegaConf.select(composed, key, default="__missing__", throw_on_missing=False)
+            except InterpolationResolutionError:  # there, its value read from Hydra's (name: ${hydra:...})
+                found = None
+            if found == "__missing__":
                 close = difflib.get_close_matches(key, [k for k in _all_keys(composed)], n=2)
                 hint = f" (did you mean {' or '.join(close)}?)" if close else ""
                 levels = sweep_levels(config).get(key, [])

@@ -28,6 +28,7 @@ from nmt.sweep.child import (
 )
 from nmt.sweep.gpus import GpuPool, finish_mps, mps_folder, start_mps, visible_gpus
 from nmt.sweep.levels import (
+    hydra_quoted,
     level_overrides,
     override_pairs,
     plain_settings,
@@ -116,16 +117,16 @@ def run_cell(cfg: DictConfig) -> dict | None:
         str(ROOT / "train.py"),
         *(as_override(k, v, prefixes.get(k, "")) for k, v in pairs),
         *level_overrides(cfg.get("level_settings"), dict(pairs)),
-        f"run_dir='{run_dir}'",
-        f"hydra.run.dir='{run_dir}'",
-        f"group='{wandb_group(cfg.sweep_name, hydra_cfg.sweep.dir, hydra_cfg.overrides.task)}'",
+        f"run_dir={hydra_quoted(run_dir)}",  # a quoted level names a folder with quotes or spaces
+        f"hydra.run.dir={hydra_quoted(run_dir)}",
+        f"group={hydra_quoted(wandb_group(cfg.sweep_name, hydra_cfg.sweep.dir, hydra_cfg.overrides.task))}",
         f"tags=[{tags}]",
     ]
     if logs_to_wandb(cfg):  # unless given: runs named by their factor values, one W&B folder per sweep
         if not cfg.logger.get("name"):
-            command.append(f"logger.name='{run_dir.name}'")
+            command.append(f"logger.name={hydra_quoted(run_dir.name)}")
         if not cfg.logger.get("dir"):
-            command.append(f"logger.dir='{Path(hydra_cfg.sweep.dir).resolve()}'")
+            command.append(f"logger.dir={hydra_quoted(Path(hydra_cfg.sweep.dir).resolve())}")
     env = dict(os.environ)
     held = None
     end_worker_if_sweep_gone(run_dir.name)  # a launcher's worker: taking the next run after its sweep stopped
