@@ -37,11 +37,22 @@ def test_the_page_needs_nothing_but_itself(report_html):
 
 
 def test_markdown_and_html_escape_what_they_must():
+    """Levels, paths and outputs are shown as written: a level st*ar*s was rendered st<em>ar</em>s, read as
+    the report's own markup. Table cells hold them as they are; a paragraph escapes them with literal()."""
+    from nmt.sweep.document import literal
+
     doc = Document("a <title>")
-    doc.table(["a|b", "c"], [["<script>x</script>", "`code`"]])
-    assert "a\\|b" in doc.markdown()
+    doc.table(["a|b", "c"], [["<script>x</script>", "`code`", "st*ar*s"]])
+    theirs = "st*ar*s `x` [l](u) <b> a\\b"
+    doc.paragraph(f"**Note:** `ours` and *ours*, then theirs: {literal(theirs)}")
+    markdown = doc.markdown()
+    assert "a\\|b" in markdown and "| \\`code\\` | st\\*ar\\*s |" in markdown
+    assert "theirs: st\\*ar\\*s \\`x\\` \\[l](u) \\<b> a\\\\b" in markdown
     page = doc.html()
-    assert "<script>x</script>" not in page and "&lt;script&gt;" in page and "<code>code</code>" in page
+    assert "<script>x</script>" not in page and "&lt;script&gt;" in page
+    assert "<td>`code`</td><td>st*ar*s</td>" in page
+    ours = "<p><strong>Note:</strong> <code>ours</code> and <em>ours</em>, then theirs:"
+    assert f"{ours} st*ar*s `x` [l](u) &lt;b&gt; a\\b</p>" in page
 
 
 @pytest.mark.skipif(browser() is None, reason="no headless Chromium (make test installs chromium-headless-shell)")
@@ -90,3 +101,42 @@ def test_the_wandb_report_run_holds_a_panel_per_factor_and_the_page(report_html,
     data = run_file.read_bytes()
     for key in (b"pos_by_level", b"norm_by_level", b"results", b"report", b"main_effects"):
         assert key in data, key
+
+
+def drawn(monkeypatch) -> list:
+    """The figures the report's plotting functions save, drawn and kept open for the test to measure."""
+    from nmt.sweep import figures
+
+    kept = []
+    monkeypatch.setattr(figures, "atomic_save_figure", lambda figure, path, **_: kept.append(figure))
+    monkeypatch.setattr(figures.plt, "close", lambda figure: figure.canvas.draw())
+    return kept
+
+
+def inside(figure) -> bool:
+    """Every axes with its labels, tick labels and title, and every legend, lies within the figure (nothing
+    cut off)."""
+    renderer, box = figure.canvas.get_renderer(), figure.bbox
+    extents = [ax.get_tightbbox(renderer) for ax in figure.axes]
+    extents += [legend.get_window_extent(renderer) for legend in figure.legends]
+    return all(box.x0 - 1 <= e.x0 and e.x1 <= box.x1 + 1 and box.y0 - 1 <= e.y0 and e.y1 <= box.y1 + 1 for e in extents)
+
+
+def test_levels_in_figures_are_drawn_as_written_and_within_the_figure(monkeypatch, tmp_path):
+    """A level with dollar signs was drawn as mathtext (d$x_1$ as dx1) and one that is no formula stopped the
+    drawing; a long level (a path) made labels wider than the figure; one validation drew epochs -0.04 ...
+    0.04."""
+    from nmt.sweep.figures import effect_plot, interaction_heatmap, training_curves
+
+    kept = drawn(monkeypatch)
+    levels = ["d$x_1$", "$\\frac$", "/data/corpora/europarl/a-rather-long-folder-name/and/its/train.tsv"]
+    table = {(a, b): 1.0 for a in levels for b in ("x", "y")}
+    interaction_heatmap(table, ("data.train", "pos"), (levels, ["x", "y"]), "test_bleu", False, tmp_path / "h.png")
+    effects = {f"data.train: {level} - base": {"diff": 1.0, "ci95": 0.5} for level in levels}
+    effect_plot(effects, "test_bleu", False, tmp_path / "e.png")
+    training_curves({level: [[(0, 1.0)]] for level in levels}, "data.train", "val_bleu", tmp_path / "c.png")
+    heatmap, effect, curves = kept
+    assert [t.get_text() for t in heatmap.axes[0].get_yticklabels()][:2] == levels[:2]
+    assert all(inside(figure) for figure in kept)
+    assert [t.get_text() for t in effect.axes[0].get_yticklabels()][0] == "data.train: d$x_1$ - base"
+    assert list(curves.axes[0].get_xticks()) == [0]

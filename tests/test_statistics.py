@@ -785,7 +785,7 @@ def test_a_perplexity_report_ranks_lower_first_and_makes_no_sentence_test(tmp_pa
         ppl = {**r, "metrics": {"test_ppl": r["metrics"]["test_bleu"] * 3, "test_bleu": None}}
         (run_dir / "sweep_result.json").write_text(json.dumps({**ppl, "run_dir": str(run_dir)}))
     report = write_report(tmp_path).read_text()  # metric "auto": test_ppl, as the runs are language models
-    assert "`test_ppl` (lower is better)" in report and "by test_ppl (lower is better)" in report
+    assert "test_ppl (lower is better)" in report and "by test_ppl (lower is better)" in report
     assert report.count("| 1 | rms | absolute | 3 | 90.00 |") == 1  # the lowest perplexity ranks first
     assert "pos=relative raises test_ppl against pos=absolute (12.00" in report and ": worse." in report
     assert "p, these models" not in report
@@ -859,7 +859,7 @@ def test_a_run_without_its_record_is_named_and_its_stored_statistics_kept(tmp_pa
     (tmp_path / "plan.json").write_text(json.dumps({"factors": {}, "runs": 13, "run_names": names}))
     report = write_report(tmp_path).read_text()
     # (a table cell escapes the signature's bars)
-    assert "| final scores made with | best.ckpt, beam 5, length penalty 1.0, bleu `nrefs:1\\|tok:13a` |" in report
+    assert "| final scores made with | best.ckpt, beam 5, length penalty 1.0, bleu nrefs:1\\|tok:13a |" in report
     assert "| runs | 13 planned, 12 finished, 1 not run yet (pos=rope,norm=layer,seed=1) |" in report
     lost, unscored = tmp_path / "pos=relative,norm=rms,seed=3", tmp_path / "pos=relative,norm=rms,seed=2"
     (lost / "sweep_result.json").unlink()

@@ -47,8 +47,19 @@ window.addEventListener("load", () => {
 """
 
 _CODE = re.compile(r"`([^`]+)`")
+_MARKERS = re.compile(r"([\\`*\[<])")  # what Markdown (and _inline) would read as markup
+_ESCAPED = re.compile(r"\\([\\`*\[<])")
+_KEPT = re.compile("\x00(\\d+)\x00")
+
 _STRONG = re.compile(r"\*\*([^*]+)\*\*")
 _EMPHASIS = re.compile(r"\*([^*\s][^*]*)\*")
+
+
+def literal(text) -> str:
+    """Text from the runs (a level, a sentence, a path) to read as written in a paragraph, in both renderings:
+    its markup characters escaped (a level st*ar*s was shown as st<em>ar</em>s). Table cells are literal
+    without it."""
+    return _MARKERS.sub(r"\\\1", str(text))
 
 
 @dataclass
@@ -63,6 +74,7 @@ class Document:
         self.blocks.append(("paragraph", text))
 
     def table(self, header: list[str], rows: list[list[str]]) -> None:
+        """Cells are shown as written, no markup read in them: they hold levels, paths and outputs."""
         self.blocks.append(("table", [str(h) for h in header], [[str(c) for c in row] for row in rows]))
 
     def figure(self, path: Path, caption: str) -> None:
@@ -80,9 +92,9 @@ class Document:
                 lines += [block[1], ""]
             elif kind == "table":
                 header, rows = block[1], block[2]
-                lines.append("| " + " | ".join(_md_cell(h) for h in header) + " |")
+                lines.append("| " + " | ".join(_md_cell(literal(h)) for h in header) + " |")
                 lines.append("|---" * len(header) + "|")
-                lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in rows]
+                lines += ["| " + " | ".join(_md_cell(literal(c)) for c in row) + " |" for row in rows]
                 lines.append("")
             elif kind == "figure":
                 lines += [f"![{block[2]}]({block[1].name})", ""]
@@ -103,8 +115,11 @@ class Document:
             elif kind == "paragraph":
                 parts.append(f"<p>{_inline(block[1])}</p>")
             elif kind == "table":
-                head = "".join(f"<th>{_inline(h)}</th>" for h in block[1])
-                body = "".join("<tr>" + "".join(f"<td>{_inline(c)}</td>" for c in row) + "</tr>" for row in block[2])
+                head = "".join(f"<th>{html.escape(h, quote=False)}</th>" for h in block[1])
+                body = "".join(
+                    "<tr>" + "".join(f"<td>{html.escape(c, quote=False)}</td>" for c in row) + "</tr>"
+                    for row in block[2]
+                )
                 parts.append(f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
             elif kind == "figure":
                 data = base64.b64encode(block[1].read_bytes()).decode("ascii")
@@ -121,6 +136,15 @@ def _md_cell(text: str) -> str:
 
 
 def _inline(text: str) -> str:
-    """Escaped text with `code` spans, **strong** and *emphasised* words."""
-    text = _CODE.sub(r"<code>\1</code>", html.escape(text, quote=False))
-    return _EMPHASIS.sub(r"<em>\1</em>", _STRONG.sub(r"<strong>\1</strong>", text))
+    """Escaped text with `code` spans, **strong** and *emphasised* words; a character escaped by
+    :func:`literal` is shown as itself."""
+    kept: list[str] = []
+
+    def keep(match: re.Match) -> str:
+        kept.append(match.group(1))
+        return f"\x00{len(kept) - 1}\x00"
+
+    text = html.escape(_ESCAPED.sub(keep, text), quote=False)
+    text = _CODE.sub(r"<code>\1</code>", text)
+    text = _EMPHASIS.sub(r"<em>\1</em>", _STRONG.sub(r"<strong>\1</strong>", text))
+    return _KEPT.sub(lambda m: html.escape(kept[int(m.group(1))], quote=False), text)

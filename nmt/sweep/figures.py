@@ -1,15 +1,33 @@
 """Figures of a sweep report: main effects, interaction heatmaps, training curves."""
 
 import math
+import textwrap
 from pathlib import Path
 
 import matplotlib
 
 matplotlib.use("Agg")  # files only, no display needed
+# labels are data (a level, a token): a "$" is a dollar sign, never mathtext (a level d$x_1$ was drawn as
+# dx₁, and one that is no formula stopped the drawing)
+matplotlib.rcParams["text.parse_math"] = False
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from nmt.utils.io import atomic_save_figure  # noqa: E402
+
+
+def _wrapped(labels: list[str], width: int = 48) -> list[str]:
+    """Labels wrapped at ``width`` characters: a level that is a long path made labels wider than the figure,
+    which is then sized to the widest line (:func:`_widest`)."""
+    return [textwrap.fill(str(label), width, break_on_hyphens=False) or str(label) for label in labels]
+
+
+def _widest(labels: list[str]) -> int:
+    return max((len(line) for label in labels for line in label.splitlines()), default=0)
+
+
+def _tallest(labels: list[str]) -> int:
+    return max((label.count("\n") + 1 for label in labels), default=1)
 
 
 def interaction_heatmap(
@@ -24,26 +42,25 @@ def interaction_heatmap(
     colour is the better value whichever the metric's direction."""
     rows, columns = order
     values = [[table.get((r, c), float("nan")) for c in columns] for r in rows]
-    figure, ax = plt.subplots(figsize=(1.6 * len(columns) + 2.5, 1.0 * len(rows) + 1.8))
+    row_labels, column_labels = _wrapped(rows), _wrapped(columns, 24)
+    size = (
+        1.6 * len(columns) + 2.5 + 0.07 * _widest(row_labels),
+        1.0 * len(rows) + 1.8 + 0.15 * _tallest(column_labels),
+    )
+    figure, ax = plt.subplots(figsize=size, layout="constrained")  # room for long levels (paths), title included
     image = ax.imshow(values, cmap="viridis_r" if lower_is_better else "viridis", aspect="auto")
-    ax.set_xticks(range(len(columns)), columns)
-    ax.set_yticks(range(len(rows)), rows)
+    ax.set_xticks(range(len(columns)), column_labels)
+    ax.set_yticks(range(len(rows)), row_labels)
     ax.set_xlabel(names[1])
     ax.set_ylabel(names[0])
     for i, row in enumerate(values):
         for j, value in enumerate(row):
-            ax.text(
-                j,
-                i,
-                "no run" if math.isnan(value) else f"{value:.2f}",
-                ha="center",
-                va="center",
-                color="white",
-                fontsize=9,
-            )
+            # dark on the bright (better) end of the colour map, where white could not be read
+            bright = not math.isnan(value) and abs(float(image.norm(value)) - float(lower_is_better)) > 0.65
+            text = "no run" if math.isnan(value) else f"{value:.2f}"
+            ax.text(j, i, text, ha="center", va="center", color="black" if bright else "white", fontsize=9)
     figure.colorbar(image, ax=ax, label=f"{metric} ({'lower' if lower_is_better else 'higher'} is better)")
     ax.set_title(f"{metric}: {names[0]} x {names[1]}")
-    figure.tight_layout()
     atomic_save_figure(figure, path, dpi=100)
     plt.close(figure)
 
@@ -54,7 +71,7 @@ def training_curves(
     """curves: level -> runs -> [(epoch, value)]; each run thin, and thick the mean per level at the
     epochs that every run of the level reached (a mean over the runs still going would favour the level
     whose weak runs stopped early)."""
-    figure, ax = plt.subplots(figsize=(6.5, 4))
+    figure, ax = plt.subplots(figsize=(6.5, 4), layout="constrained")
     ordered = sorted(curves.items(), key=lambda item: list(order).index(item[0]) if item[0] in order else len(order))
     for color, (level, runs) in zip(plt.rcParams["axes.prop_cycle"].by_key()["color"], ordered, strict=False):
         by_epoch: dict[int, list[float]] = {}
@@ -71,14 +88,17 @@ def training_curves(
             linewidth=2,
             marker="o",
             markersize=3,
-            label=f"{factor}={level}",
+            label=_wrapped([f"{factor}={level}"], 60)[0],
         )
     ax.set_xlabel("epoch (from 0)")
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # a run validated in one epoch drew 1.900 ... 2.100
+    validated = sorted({epoch for _, runs in ordered for run in runs for epoch, _ in run})
+    if len(validated) <= 12:  # the epochs themselves: with one in view, an integer locator drew -0.04 ... 0.04
+        ax.set_xticks(validated)
+    else:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel(metric)
-    ax.legend()
+    figure.legend(loc="outside lower center", fontsize=8)  # below: inside, long levels covered the curves
     ax.set_title(f"{metric} by {factor}")
-    figure.tight_layout()
     atomic_save_figure(figure, path, dpi=100)
     plt.close(figure)
 
@@ -87,9 +107,13 @@ def effect_plot(effects: dict[str, dict], metric: str, lower_is_better: bool, pa
     """effects: name -> {"diff", "ci95"} (nmt.sweep.effects.fit); one point per effect with its 95%
     interval as a bar; an effect without an interval is drawn as a hollow point, never as a zero-width
     bar; the zero line is "no effect"."""
-    labels = list(effects)
+    labels = _wrapped(list(effects))
     positions = list(range(len(labels)))
-    figure, ax = plt.subplots(figsize=(7, 0.5 * len(labels) + 1.5))
+    lines = sum(label.count("\n") + 1 for label in labels)
+    figure, ax = plt.subplots(
+        figsize=(5 + 0.07 * _widest(labels), 0.3 * lines + 0.2 * len(labels) + 2.0), layout="constrained"
+    )
+    effects = dict(zip(labels, effects.values(), strict=True))
     with_ci = [i for i, name in enumerate(labels) if not math.isnan(effects[name]["ci95"])]
     without = [i for i in positions if i not in with_ci]
     if with_ci:
@@ -114,9 +138,8 @@ def effect_plot(effects: dict[str, dict], metric: str, lower_is_better: bool, pa
     ax.axvline(0.0, color="grey", linewidth=1, linestyle="--")
     ax.set_yticks(positions, labels)
     ax.invert_yaxis()
-    ax.legend(loc="best", fontsize=8)
+    figure.legend(loc="outside lower center", ncols=2, fontsize=8)  # inside, it covered a point
     ax.set_xlabel(f"difference in {metric} ({'lower' if lower_is_better else 'higher'} is better)")
     ax.set_title(f"main effects on {metric}")
-    figure.tight_layout()
     atomic_save_figure(figure, path, dpi=100)
     plt.close(figure)

@@ -19,7 +19,7 @@ from omegaconf import OmegaConf
 from nmt.data.sources import read_lines
 from nmt.metrics import lower_is_better
 from nmt.sweep import analysis, effects, store, summary
-from nmt.sweep.document import Document, fmt, fmt_p
+from nmt.sweep.document import Document, fmt, fmt_p, literal
 from nmt.sweep.figures import effect_plot, interaction_heatmap, training_curves
 from nmt.sweep.ranking import MIN_SEEDS, rank_cells, ranking_section
 from nmt.sweep.records import RESULT, bleu_tokenize, collect_records, finished_runs, resolve_metric, scored_records
@@ -280,8 +280,9 @@ def _interactions_section(doc, sweep_dir: Path, records, fit: dict, levels, metr
         for (term, column), e in fit["effects"].items():
             if term == (a, b):
                 doc.paragraph(
-                    f"Interaction: the effect of {a}={column[0]} (vs {levels[a][0]}) changes by {fmt(e['diff'])} "
-                    f"(95% CI ± {fmt(e['ci95'])}, {e['df']} df) when {b}={column[1]} instead of {levels[b][0]}."
+                    f"Interaction: the effect of {a}={literal(column[0])} (vs {literal(levels[a][0])}) changes by "
+                    f"{fmt(e['diff'])} (95% CI ± {fmt(e['ci95'])}, {e['df']} df) when {b}={literal(column[1])} "
+                    f"instead of {literal(levels[b][0])}."
                 )
         figure = sweep_dir / f"interaction_{a}_{b}.png".replace("/", "_")
         interaction_heatmap(table, (a, b), (levels[a], levels[b]), metric, lower, figure)
@@ -314,7 +315,7 @@ def _outputs_section(doc: Document, records, factors, levels, sentence: int) -> 
         gone = [r["hypotheses"] for r in records if r.get("hypotheses")]
         if gone:  # the runs scored a test set whose outputs are not here now: said, not left out silently
             doc.heading(f"Test sentence {sentence}")
-            doc.paragraph(f"Not shown: the runs' test outputs cannot be read here (the first: {gone[0]}).")
+            doc.paragraph(f"Not shown: the runs' test outputs cannot be read here (the first: {literal(gone[0])}).")
         return
     first = next(iter(runs.values()))
     references = read_lines(first["references"])
@@ -328,8 +329,8 @@ def _outputs_section(doc: Document, records, factors, levels, sentence: int) -> 
     doc.heading(f"Test sentence {sentence}, as each cell translated it")
     sources = first.get("sources")
     if sources and Path(sources).is_file():
-        doc.paragraph(f"Source: {read_lines(sources)[sentence]}")
-    doc.paragraph(f"Reference: {references[sentence]}")
+        doc.paragraph(f"Source: {literal(read_lines(sources)[sentence])}")
+    doc.paragraph(f"Reference: {literal(references[sentence])}")
 
     def position(cell):
         return tuple(levels[f].index(v) if v in levels[f] else 0 for f, v in zip(factors, cell, strict=True))

@@ -4,7 +4,7 @@ statistics support: Holm-adjusted, from cells with enough seeds)."""
 import math
 
 from nmt.sweep import analysis, effects
-from nmt.sweep.document import Document
+from nmt.sweep.document import Document, literal
 from nmt.sweep.levels import same_level
 from nmt.sweep.ranking import past_range_cells
 from nmt.sweep.summary import budget_text, plural
@@ -85,7 +85,7 @@ def what_ran(
     rows.append(["libraries", "; ".join(libraries) if libraries else "not recorded"])
     hours = facts.get("wall_time_h", 0)
     rows.append(["run time", f"{hours:.2f} h in all" if hours >= 1 else f"{hours * 60:.1f} min in all"])
-    rows.append(["metric", f"`{metric}` ({'lower' if lower else 'higher'} is better)"])
+    rows.append(["metric", f"{metric} ({'lower' if lower else 'higher'} is better)"])
     scorings = facts.get("scoring") or []
     if scorings:
         text = "; or ".join(_scoring_text(scoring) for scoring in scorings)
@@ -197,7 +197,7 @@ def _scoring_text(scoring: dict) -> str:
     """One way the final scores were made, as recorded with a run: checkpoints, search, signatures."""
     parts = [scoring[key] for key in ("checkpoints", "search") if scoring.get(key)]
     parts += [
-        f"{key.removesuffix('_signature')} `{value}`"
+        f"{key.removesuffix('_signature')} {value}"
         for key, value in sorted(scoring.items())
         if key.endswith("_signature")
     ]
@@ -229,7 +229,9 @@ def caveats(facts: dict, levels: dict | None = None) -> list[str]:
             + ", as What ran says): a level may have done better with settings chosen under these."
         )
     settings = facts.get("level_settings") or {}
-    untuned = [f"{key}={lv}" for key, by in settings.items() for lv in (levels or {}).get(key, []) if not by.get(lv)]
+    untuned = [
+        f"{key}={literal(lv)}" for key, by in settings.items() for lv in (levels or {}).get(key, []) if not by.get(lv)
+    ]
     if settings and untuned:
         said.append(
             f"{', '.join(untuned)} ran without settings of {'its' if len(untuned) == 1 else 'their'} own, beside "
@@ -306,7 +308,7 @@ def findings(
             if len(term) == 1:
                 verb = "lowers" if e["diff"] < 0 else "raises"
                 sentences.append(
-                    f"{term[0]}={column[0]} {verb} {metric} against {term[0]}={levels[term[0]][0]} "
+                    f"{term[0]}={literal(column[0])} {verb} {metric} against {term[0]}={literal(levels[term[0]][0])} "
                     f"({evidence}){_over_the_others(fit, len(levels))}: "
                     f"{'better' if better else 'worse'}."
                 )
@@ -314,9 +316,9 @@ def findings(
                 a, b = term
                 size = "larger" if e["diff"] > 0 else "smaller"
                 sentences.append(
-                    f"{a} and {b} interact: the effect of {a}={column[0]} is {size} "
-                    f"by {evidence} when {b}={column[1]} rather than {levels[b][0]}; read the main effects of "
-                    f"{a} and {b} with that in mind."
+                    f"{a} and {b} interact: the effect of {a}={literal(column[0])} is {size} "
+                    f"by {evidence} when {b}={literal(column[1])} rather than {literal(levels[b][0])}; read the main "
+                    f"effects of {a} and {b} with that in mind."
                 )
         effects_found = bool(sentences)
         if not sentences:
@@ -333,17 +335,18 @@ def findings(
     if levels and "seeds" in ranking and ranking["base"] not in ranking["seeds"]:
         sentences.append(
             "No cell is compared with the baseline ("
-            + ", ".join(f"{f}={v}" for f, v in zip(levels, ranking["base"], strict=True))
+            + ", ".join(f"{f}={literal(v)}" for f, v in zip(levels, ranking["base"], strict=True))
             + "): it has no finished run (the Ranking says what to do)."
         )
     if ranking["compared"]:
         if better or worse:
             for label, cells in (("better", better), ("worse", worse)):
+                named = "; ".join(", ".join(f"{f}={literal(v)}" for f, v in zip(levels, c, strict=True)) for c in cells)
                 if cells:
                     sentences.append(
                         f"{plural(len(cells), 'cell')} {'is' if len(cells) == 1 else 'are'} {label} than the baseline "
                         f"by the seed-level test after Holm: "
-                        f"{'; '.join(', '.join(f'{f}={v}' for f, v in zip(levels, c, strict=True)) for c in cells)}."
+                        f"{named}."
                     )
         else:
             sentences.append(

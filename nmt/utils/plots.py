@@ -6,6 +6,9 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")  # files only, no display needed
+# labels are data (a level, a token): a "$" is a dollar sign, never mathtext (a level d$x_1$ was drawn as
+# dx₁, and one that is no formula stopped the drawing)
+matplotlib.rcParams["text.parse_math"] = False
 import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
