@@ -515,7 +515,7 @@ ROW = (
         ),  # fmt: skip
         (
             {"name": "t", "notes": []},
-            "not recorded in the file (written by hand, or before `tune` recorded it): not checked",
+            "not recorded in the file (written by hand, or before sweep.py tune recorded it): not checked",
             False,
         ),
         (

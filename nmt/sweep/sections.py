@@ -155,7 +155,7 @@ def _capped(facts: dict) -> int:
 def _tuned_under(tuned: dict) -> str:
     """The "tuned under" row: whether the tuned file's levels were chosen under this sweep's settings."""
     if "under" not in tuned:
-        return "not recorded in the file (written by hand, or before `tune` recorded it): not checked"
+        return "not recorded in the file (written by hand, or before sweep.py tune recorded it): not checked"
     unchecked = tuned.get("unchecked") or {}
     if tuned.get("differs"):
         text = f"other settings than this sweep's ({', '.join(tuned['differs'])}; the warning below)"
