@@ -380,6 +380,36 @@ def checkpoint_use_message(argv: list[str], config_name: str, conf: Path = CONF)
     return None
 
 
+def multirun_message(argv: list[str], config_name: str, conf: Path = CONF) -> str | None:
+    """One line where translate.py, evaluate.py, serve.py or export.py is given Hydra's multirun (``-m``, or a
+    comma list, for which Hydra's own message suggests ``-m``): ``evaluate.py split=test decode.beam_size=1,3
+    -m`` scored both on the test set, round the rule that a decoding grid is chosen on validation."""
+    if _checkpoint_use(config_name, conf) is None:
+        return None
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    grid = "evaluate.py scores the values of a list on the validation set, then chooses one"
+    if any(arg in ("-m", "--multirun") for arg in argv):
+        how = f"; {grid} (decode.beam_size=[4,5] split=val)" if config_name == "evaluate" else ""
+        return f"error: -m (on the command line): {config_name}.py runs once, not a multirun{how}"
+    parser = OverridesParser.create()
+    for arg in argv:
+        if arg.startswith("-") or "=" not in arg:
+            continue
+        try:
+            override = parser.parse_override(arg)
+        except Exception:  # noqa: BLE001 - Hydra says what it cannot read
+            continue
+        if override.is_sweep_override():
+            listed = f"{override.key_or_group}=[{','.join(str(v) for v in override.sweep_string_iterator())}]"
+            how = f"give a list, {listed}, with split=val: {grid}" if config_name == "evaluate" else "give one value"
+            return (
+                f"error: {arg} (on the command line): Hydra reads it as the sweep of a multirun, which "
+                f"{config_name}.py does not run; {how}"
+            )
+    return None
+
+
 def unknown_option_message(argv: list[str], conf: Path = CONF) -> str | None:
     """One line for the first ``group=option`` of ``argv`` whose option has no file in the group (Hydra's own
     report spans a screen: the search path, the options, a hint about a stack trace), listing the valid ones.
@@ -595,6 +625,7 @@ def check_command_line(config_name: str) -> None:
         unparsable_message(sys.argv[1:])
         or foreign_group_message(sys.argv[1:], config_name)
         or unknown_option_message(sys.argv[1:])
+        or multirun_message(sys.argv[1:], config_name)
         or checkpoint_use_message(sys.argv[1:], config_name)
         or unknown_key_message(sys.argv[1:], config_name)
         or (sweep_argument_message(sys.argv[1:]) if config_name == "sweep" else None)

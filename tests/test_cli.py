@@ -642,6 +642,26 @@ def test_a_null_where_a_value_belongs_and_a_key_added_with_a_plus_are_one_line(n
 
 
 @pytest.mark.parametrize("name", ["translate", "evaluate", "serve", "export"])
+def test_a_multirun_of_a_program_of_a_checkpoint_is_refused(name):
+    """evaluate.py split=test decode.beam_size=1,3 -m scored both on the test set (a decoding grid is chosen
+    on validation alone) and left a multirun/ folder; without -m, Hydra's five lines suggested -m."""
+    from nmt.cli import multirun_message
+
+    message = multirun_message(["ckpt_path=x", "split=test", "decode.beam_size=4", "-m"], name)
+    assert message.startswith(f"error: -m (on the command line): {name}.py runs once, not a multirun")
+    listed = multirun_message(["ckpt_path=x", "decode.beam_size=1,3"], name)
+    assert listed.startswith("error: decode.beam_size=1,3 (on the command line): Hydra reads it as the sweep of a")
+    if name == "evaluate":
+        assert "(decode.beam_size=[4,5] split=val)" in message
+        assert "give a list, decode.beam_size=[1,3], with split=val" in listed
+    else:
+        assert listed.endswith("give one value")
+    for fine in ("decode.beam_size=[1,3]", "input='a, b.txt'", "ckpt_path=[a.ckpt,b.ckpt]"):
+        assert multirun_message(["ckpt_path=x", fine], name) is None
+    assert multirun_message(["pos=a,b", "-m"], "train") is None and multirun_message(["pos=a,b"], "sweep") is None
+
+
+@pytest.mark.parametrize("name", ["translate", "evaluate", "serve", "export"])
 def test_a_training_group_given_to_a_program_of_a_checkpoint_is_refused(name):
     """translate.py pos=rope got Hydra's hint to write +pos=rope, which was then accepted and read by nothing."""
     for given in ("pos=rope", "+model=rnn", "data=toy"):
