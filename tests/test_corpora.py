@@ -426,11 +426,16 @@ def test_missing_ted_sets_and_tatoeba_file_name_the_places_tried_and_the_file(tm
     with pytest.raises(sources.DataNotFoundError) as err:
         dm.text("train")
     # a root given without the sets: that root named, never $NMT_DATA's copy read instead
-    assert str(err.value).startswith(f"data.root={tmp_path / 'empty'}: no <name>.en file: give a folder")
+    assert str(err.value).startswith(f"data.root={tmp_path / 'empty'}: no <name>.en or <name>.en.gz file: give a")
+    # other names (talks.en.txt) were taken for sets and read as none: "nothing left for training, of 0 pairs"
+    write(tmp_path / "odd" / "talks.en.txt", ZH_EN[:80])
+    write(tmp_path / "odd" / "talks.zh.txt", ZH[:80])
+    with pytest.raises(sources.DataNotFoundError, match=r"odd: no <name>.en or <name>.en.gz file \(talks.en.txt named"):
+        small(ZhEnDataModule, source="ted", root=str(tmp_path / "odd"), cache_dir=str(tmp_path / "c")).text("train")
     (tmp_path / "data" / "ted_en_zh").mkdir(parents=True)
     write(tmp_path / "data" / "ted_en_zh" / "a.en", ZH_EN[:80])
     write(tmp_path / "data" / "ted_en_zh" / "a.zh", ZH[:80])
-    with pytest.raises(sources.DataNotFoundError, match=r"^data.root=.*empty: no <name>.en file"):
+    with pytest.raises(sources.DataNotFoundError, match=r"^data.root=.*empty: no <name>.en or <name>.en.gz file"):
         small(ZhEnDataModule, source="ted", root=str(tmp_path / "empty"), cache_dir=str(tmp_path / "c")).text("train")
     dm = small(ZhEnDataModule, source="ted", cache_dir=str(tmp_path / "c"))  # no root: $NMT_DATA's
     assert len(dm.text("train")[0]) == 80 - 60
@@ -1003,7 +1008,11 @@ def test_a_data_root_holding_part_of_a_corpus_is_refused_not_replaced_by_another
     with pytest.raises(DataNotFoundError, match=r"data.root=.*root holds a.txt but not b.txt: put every file"):
         locate("corpus", ["a.txt", "b.txt"], root, cache)
     (root / "b.txt.gz").write_text("y\n")  # every file, but not under one suffix: said, not "but not" nothing
-    with pytest.raises(DataNotFoundError, match=r"holds a.txt, b.txt under different suffixes"):
+    # each file named as it is there, and the suffixes it may have (an empty one was shown as a blank)
+    with pytest.raises(
+        DataNotFoundError,
+        match=r"holds a.txt, b.txt.gz: files under different suffixes; give them all one \(none or '.gz'\)",
+    ):
         locate("corpus", ["a.txt", "b.txt"], root, cache, suffixes=("", ".gz"))
 
 
@@ -1035,10 +1044,10 @@ def test_the_places_tried_name_only_the_files_missing_under_every_suffix(tmp_pat
     monkeypatch.delenv("NMT_DATA", raising=False)
     (tmp_path / "corpus").mkdir()
     (tmp_path / "corpus" / "a.txt.gz").write_bytes(b"")
-    with pytest.raises(DataNotFoundError, match=r"cache: .*corpus \(missing b.txt\)\n"):
+    with pytest.raises(DataNotFoundError, match=r"cache: .*corpus \(missing b.txt, or each with '.gz'\)\n"):
         locate("corpus", ["a.txt", "b.txt"], None, tmp_path, download=False, suffixes=("", ".gz"))
     (tmp_path / "corpus" / "b.txt").write_bytes(b"")
-    with pytest.raises(DataNotFoundError, match=r"\(every file, but not all under one suffix of '', '.gz'\)"):
+    with pytest.raises(DataNotFoundError, match=r"\(every file, but not all under one suffix: a.txt.gz, b.txt\)"):
         locate("corpus", ["a.txt", "b.txt"], None, tmp_path, download=False, suffixes=("", ".gz"))
 
 

@@ -49,9 +49,8 @@ def _check_root_whole(
     if label != "data.root":
         if label.startswith(f"${DATA_ENV}") and present:
             missing = [f for f in filenames if f not in present]
-            what = (
-                f"but not {', '.join(missing[:3])}" if missing else f"under different suffixes ({', '.join(suffixes)})"
-            )
+            what = f"but not {', '.join(missing[:3])}" if missing else "under different suffixes"
+            present = present if missing else _found_as(folder, filenames, suffixes)
             raise DataNotFoundError(
                 f"{label}={folder} holds {', '.join(present[:3])}{' ...' if len(present) > 3 else ''} {what}: put "
                 f"every file of the corpus there, one suffix for all (a corpus's folder in ${DATA_ENV} is used "
@@ -73,9 +72,10 @@ def _check_root_whole(
     if present:
         missing = [f for f in filenames if f not in present]
         if not missing:  # each file there, but not all under one suffix (a .gz beside plain files)
+            found = _found_as(folder, filenames, suffixes)
             raise DataNotFoundError(
-                f"data.root={folder} holds {', '.join(filenames[:3])} under different suffixes ({', '.join(suffixes)}"
-                "): give them all one"
+                f"data.root={folder} holds {', '.join(found[:4])}{' ...' if len(found) > 4 else ''}: files under "
+                f"different suffixes; give them all one ({_suffixes(suffixes)})"
             )
         raise DataNotFoundError(
             f"data.root={folder} holds {', '.join(present[:3])}{' ...' if len(present) > 3 else ''} but not "
@@ -96,12 +96,24 @@ def read_from(name: str, label: str, folder: Path) -> Path:
     return folder
 
 
+def _found_as(folder: Path, filenames: Sequence[str], suffixes: Sequence[str]) -> list[str]:
+    """Each file of the corpus as the folder holds it (ptb.train.txt, ptb.valid.txt.gz, ...)."""
+    return [f + suffix for f in filenames for suffix in suffixes if (folder / (f + suffix)).is_file()]
+
+
+def _suffixes(suffixes: Sequence[str]) -> str:
+    """The suffixes a corpus's files may have, as said: "none or '.gz'" (an empty suffix was shown as a blank)."""
+    return " or ".join("none" if not suffix else repr(suffix) for suffix in suffixes)
+
+
 def _missing(label: str, folder: Path, filenames: Sequence[str], suffixes: Sequence[str] = ("",)) -> str:
     # a file there under any of the suffixes is not missing (a .gz beside plain files: said by the caller)
     missing = [f for f in filenames if not any((folder / (f + suffix)).is_file() for suffix in suffixes)]
     if not missing:
-        return f"  {label}: {folder} (every file, but not all under one suffix of {', '.join(map(repr, suffixes))})"
-    return f"  {label}: {folder} (missing {', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''})"
+        found = ", ".join(_found_as(folder, filenames, suffixes)[:4])
+        return f"  {label}: {folder} (every file, but not all under one suffix: {found})"
+    also = f", or each with {_suffixes([x for x in suffixes if x])}" if any(suffixes) else ""
+    return f"  {label}: {folder} (missing {', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}{also})"
 
 
 def _not_found(name: str, tried: list[str], wanted: str, downloadable: bool) -> DataNotFoundError:

@@ -58,9 +58,12 @@ class ZhEnDataModule(UnsplitCorpusDataModule):
         places = [("data.root", Path(self.root).expanduser())] if self.root else []
         places += [("$NMT_DATA/ted_en_zh", folder) for folder in _env_folder("ted_en_zh")]
         for label, folder in places:
-            if any(folder.glob("*.en*")):
+            if ted_english_files(folder):
                 return read_from("ted_en_zh", label, folder)
-            why = "no <name>.en file" if folder.is_dir() else "no such folder"
+            # a folder of other names (talks.en.txt) was read as none: "nothing left for training, of 0 pairs"
+            others = sorted(p.name for p in folder.glob("*.en*")) if folder.is_dir() else []
+            why = "no such folder" if not folder.is_dir() else "no <name>.en or <name>.en.gz file"
+            why += f" ({', '.join(others[:3])} named otherwise)" if others else ""
             if label == "data.root":  # a root given is read or the run stops (sources.locate's rule)
                 raise DataNotFoundError(
                     f"data.root={folder}: {why}: give a folder of line-aligned <name>.en / <name>.zh TED files "
@@ -81,10 +84,15 @@ def _env_folder(name: str) -> list[Path]:
     return [Path(os.environ["NMT_DATA"]).expanduser() / name] if os.environ.get("NMT_DATA") else []
 
 
+def ted_english_files(folder: Path) -> list[Path]:
+    """The English sides of a folder of TED sets: <name>.en, then <name>.en.gz, each in name order."""
+    return sorted(folder.glob("*.en")) + sorted(folder.glob("*.en.gz"))
+
+
 def read_ted_folder(folder: Path) -> tuple[list[str], list[str]]:
     """All <name>.en / <name>.zh pairs of a folder, in name order."""
     english, chinese = [], []
-    for en_path in sorted(folder.glob("*.en")) + sorted(folder.glob("*.en.gz")):
+    for en_path in ted_english_files(folder):
         # the language suffix replaced, not the first ".en" (IWSLT's train.tags.en-zh.en)
         stem, suffix = en_path.name.rsplit(".en", 1)
         zh_path = en_path.with_name(f"{stem}.zh{suffix}")
