@@ -379,7 +379,9 @@ def test_tatoeba_cmn_with_attribution_and_jieba(tmp_path):
     assert src_tok.decode(src_tok.encode("今天天气很好。")) == "今天天气很好。"  # segmentation undone
 
 
-def test_jieba_segmentation_changes_the_tokenizer_cache_key(tmp_path):
+def test_jieba_segmentation_changes_the_tokenizer_cache_key(tmp_path, monkeypatch):
+    from nmt.data import tokenizer
+
     write(tmp_path / "cmn.txt", [f"{e}\t{z}" for e, z in zip(ZH_EN, ZH, strict=True)])
     for segmenter in ("jieba", "none"):
         small(
@@ -391,6 +393,23 @@ def test_jieba_segmentation_changes_the_tokenizer_cache_key(tmp_path):
         ).build_tokenizers()
     names = sorted(p.name for p in (tmp_path / "c" / "tokenizers").glob("*.model"))
     assert len(names) == 2 and any("jieba" in n for n in names) and any("-none-none-" in n for n in names)
+    # a model for each side: the English one, its text unchanged, is not trained again for another segmenter
+    # of the Chinese side, nor for the other direction
+    trained = []
+    real = tokenizer.Tokenizer.train
+    monkeypatch.setattr(tokenizer.Tokenizer, "train", lambda *a, **k: trained.append(1) or real(*a, **k))
+    for segmenter, src_lang, tgt_lang in (("jieba", "zh", "en"), ("none", "zh", "en"), ("jieba", "en", "zh")):
+        small(
+            ZhEnDataModule,
+            root=str(tmp_path),
+            segmenter={"zh": segmenter},
+            src_lang=src_lang,
+            tgt_lang=tgt_lang,
+            cache_dir=str(tmp_path / "separate"),
+            tokenizer={"vocab_size": 80, "joint": False, "byte_fallback": False},
+        ).build_tokenizers()
+    names = sorted(p.name.rsplit("-", 1)[0] for p in (tmp_path / "separate" / "tokenizers").glob("*.model"))
+    assert names == ["zh_en-en-none", "zh_en-zh-jieba", "zh_en-zh-none"] and len(trained) == 3
 
 
 def test_ted_folder_of_line_aligned_sets(tmp_path, caplog):

@@ -195,13 +195,17 @@ class ParallelDataModule:
             src, tgt = self.text("train")
             src, tgt = [src_seg(s) for s in src], [tgt_seg(t) for t in tgt]
             settings = self.tokenizer_settings
-            tag = f"{self.name}-{self.src_lang}-{self.tgt_lang}-{src_seg.name}-{tgt_seg.name}"
             if settings.joint:
-                joint = load_or_train(src + tgt, settings, self.cache_dir, f"{tag}-joint").model_proto
-                src_proto = tgt_proto = joint
-            else:
-                src_proto = load_or_train(src, settings, self.cache_dir, f"{tag}-{self.src_lang}").model_proto
-                tgt_proto = load_or_train(tgt, settings, self.cache_dir, f"{tag}-{self.tgt_lang}").model_proto
+                tag = f"{self.name}-{self.src_lang}-{self.tgt_lang}-{src_seg.name}-{tgt_seg.name}-joint"
+                src_proto = tgt_proto = load_or_train(src + tgt, settings, self.cache_dir, tag).model_proto
+            else:  # a side's model named by its own language and segmenter alone: the other side's segmenter, or
+                # the direction, changed, it is not trained again (its text and settings are in the cache key)
+                src_tag, tgt_tag = (
+                    f"{self.name}-{lang}-{seg.name}"
+                    for lang, seg in ((self.src_lang, src_seg), (self.tgt_lang, tgt_seg))
+                )
+                src_proto = load_or_train(src, settings, self.cache_dir, src_tag).model_proto
+                tgt_proto = load_or_train(tgt, settings, self.cache_dir, tgt_tag).model_proto
             self.src_tokenizer, self.tgt_tokenizer = Tokenizer(src_proto, src_seg), Tokenizer(tgt_proto, tgt_seg)
         return self.src_tokenizer, self.tgt_tokenizer
 
