@@ -377,6 +377,9 @@ def test_tatoeba_cmn_with_attribution_and_jieba(tmp_path):
     src_tok, _ = dm.build_tokenizers()
     assert dm.src_lang == "zh" and dm.text("train")[0][0] in ZH
     assert src_tok.decode(src_tok.encode("今天天气很好。")) == "今天天气很好。"  # segmentation undone
+    # built alone, as the config builds it: jieba unless told otherwise (its docstring's default)
+    alone = small(ZhEnDataModule, source="tatoeba", root=str(tmp_path), cache_dir=str(tmp_path / "c"))
+    assert alone.segmenters["zh"].name == "jieba" and alone.segmenters["en"].name == "none"
 
 
 def test_jieba_segmentation_changes_the_tokenizer_cache_key(tmp_path, monkeypatch):

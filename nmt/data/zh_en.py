@@ -30,6 +30,10 @@ class ZhEnDataModule(UnsplitCorpusDataModule):
             raise ValueError(f"data.source={source!r} is not one of {list(SOURCES)}")
         if {src_lang, tgt_lang} != {"zh", "en"}:
             raise ValueError(f"data=zh_en translates between 'zh' and 'en', not {src_lang!r} -> {tgt_lang!r}")
+        kwargs["segmenter"] = {
+            "zh": "jieba",
+            **(kwargs.get("segmenter") or {}),
+        }  # the config's default, built alone too
         super().__init__(src_lang=src_lang, tgt_lang=tgt_lang, **kwargs)
         self.source, self.root, self.download = source, root, download
 
