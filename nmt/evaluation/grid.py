@@ -188,6 +188,7 @@ def evaluate_grid(cfg: DictConfig, task, load, axes: dict[str, list]) -> dict:
         "axes": axes,
         "rows": rows,
         "best": best["setting"],
+        "best_score": best["scores"][metric],  # on the validation set, biased upward by the choice
         "run_decode": loaded.config.get("decode"),
         "test_command": test_command(cfg, best["setting"], best["strategy"], test_split(cfg, loaded.config)),
     }
