@@ -79,6 +79,7 @@ def test_a_model_offers_what_the_layers_above_call_and_steps_as_its_whole_pass(n
 
 @pytest.mark.parametrize("name", [m for m in MODELS if not decoder_only(m)])
 def test_beam_search_of_width_one_is_greedy_search(name):
+    """Under early stopping: without it a width-1 beam searches on past its first finished hypothesis."""
     model, src = tiny(name), tokens(5, 6, seed=4)
     cfg = SearchConfig(beam_size=1, max_len_a=1.0, max_len_b=4, early_stopping=True)
     assert beam_search(model, src, BOS_ID, EOS_ID, cfg) == greedy(model, src, BOS_ID, EOS_ID, cfg)
