@@ -397,17 +397,37 @@ def multirun_message(argv: list[str], config_name: str, conf: Path = CONF) -> st
         if arg.startswith("-") or "=" not in arg:
             continue
         try:
-            override = parser.parse_override(arg)
+            swept = parser.parse_override(arg).is_sweep_override()
         except Exception:  # noqa: BLE001 - Hydra says what it cannot read
             continue
-        if override.is_sweep_override():
-            listed = f"{override.key_or_group}=[{','.join(str(v) for v in override.sweep_string_iterator())}]"
-            how = f"give a list, {listed}, with split=val: {grid}" if config_name == "evaluate" else "give one value"
-            return (
-                f"error: {arg} (on the command line): Hydra reads it as the sweep of a multirun, which "
-                f"{config_name}.py does not run; {how}"
-            )
+        if swept:
+            return f"error: {arg} (on the command line): {_one_run_advice(arg, config_name, grid)}"
     return None
+
+
+def _one_run_advice(arg: str, config_name: str, grid: str) -> str:
+    """What a program of a checkpoint, given ``key=a,b``, takes instead: a list in brackets where the key
+    takes one (a decoding grid, an ensemble, several test sets), else a quoted value with its comma."""
+    given, _, value = arg.partition("=")
+    key = given.lstrip("+~")
+    listed = f"{given}=[{value}]" if "(" not in value else f"{given}=[a,b,...]"
+    said = f"Hydra reads it as the sweep of a multirun, which {config_name}.py does not run; "
+    if key == "average_last" or key.startswith("decode."):
+        if config_name == "evaluate":
+            return said + f"give a list, {listed}, with split=val: {grid}"
+        return said + f"give one value ({grid})"
+    if key in LIST_KEYS.get(config_name, ()):
+        return said + f"a list is written in brackets: {listed}"
+    return f"a value holding a comma is quoted ({given}='{value}'); unquoted, {said.removesuffix('; ')}"
+
+
+# the keys of a program of a checkpoint that take a list: an ensemble's checkpoints, several sets to score,
+# the sentences whose attention to draw
+LIST_KEYS = {
+    "evaluate": ("split", "attention_maps"),
+    "translate": ("ckpt_path",),
+    "serve": ("ckpt_path",),
+}
 
 
 def unknown_option_message(argv: list[str], conf: Path = CONF) -> str | None:

@@ -654,8 +654,18 @@ def test_a_multirun_of_a_program_of_a_checkpoint_is_refused(name):
     if name == "evaluate":
         assert "(decode.beam_size=[4,5] split=val)" in message
         assert "give a list, decode.beam_size=[1,3], with split=val" in listed
+        sets = multirun_message(["ckpt_path=x", "split=test,iwslt16:tst2014"], name)
+        assert sets.endswith("a list is written in brackets: split=[test,iwslt16:tst2014]")
     else:
-        assert listed.endswith("give one value")
+        assert "give one value (evaluate.py scores the values of a list" in listed
+    # a value that holds a comma (a file to write) is quoted; a sweep of Hydra's functions is one line too
+    one = multirun_message(["ckpt_path=x", "out=results,beam5.txt"], name)
+    assert one.startswith("error: out=results,beam5.txt (on the command line): a value holding a comma is quoted ")
+    assert "(out='results,beam5.txt')" in one
+    for function in ("decode.top_p=interval(0,1)", "decode.beam_size=glob(*)", "decode.beam_size=range(1,3)"):
+        assert "Hydra reads it as the sweep of a multirun" in multirun_message(["ckpt_path=x", function], name)
+    if name in ("translate", "serve"):  # an ensemble
+        assert multirun_message(["ckpt_path=a,b"], name).endswith("a list is written in brackets: ckpt_path=[a,b]")
     for fine in ("decode.beam_size=[1,3]", "input='a, b.txt'", "ckpt_path=[a.ckpt,b.ckpt]"):
         assert multirun_message(["ckpt_path=x", fine], name) is None
     assert multirun_message(["pos=a,b", "-m"], "train") is None and multirun_message(["pos=a,b"], "sweep") is None
