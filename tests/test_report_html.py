@@ -140,3 +140,19 @@ def test_levels_in_figures_are_drawn_as_written_and_within_the_figure(monkeypatc
     assert all(inside(figure) for figure in kept)
     assert [t.get_text() for t in effect.axes[0].get_yticklabels()][0] == "data.train: d$x_1$ - base"
     assert list(curves.axes[0].get_xticks()) == [0]
+
+
+def test_levels_that_look_like_markup_read_as_written_in_every_paragraph(tmp_path):
+    """A level st*ar*s was shown as st<em>ar</em>s in the baseline's, the findings' and the interactions'
+    sentences (report.html) and as emphasis in report.md; a level is a user's text, never markup."""
+    from .test_statistics import RECORDS
+
+    level = {"absolute": "st*ar*s", "relative": "`b`_x_"}
+    records = [{**r, "factors": {**r["factors"], "pos": level[r["factors"]["pos"]]}} for r in RECORDS]
+    synthetic_sweep(tmp_path, records)
+    page = (write_report(tmp_path, sentence=3).parent / "report.html").read_text()
+    markdown = (tmp_path / "report.md").read_text()
+    assert "<em>ar</em>" not in page and "<code>b</code>" not in page
+    paragraphs = re.findall(r"<p>(.*?)</p>", page, re.S)
+    assert any("pos=st*ar*s" in p for p in paragraphs) and any("pos=`b`_x_" in p for p in paragraphs)
+    assert "pos=st\\*ar\\*s" in markdown and "pos=\\`b\\`\\_x\\_" in markdown and "pos=st*ar*s" not in markdown

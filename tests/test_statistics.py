@@ -785,7 +785,7 @@ def test_a_perplexity_report_ranks_lower_first_and_makes_no_sentence_test(tmp_pa
         ppl = {**r, "metrics": {"test_ppl": r["metrics"]["test_bleu"] * 3, "test_bleu": None}}
         (run_dir / "sweep_result.json").write_text(json.dumps({**ppl, "run_dir": str(run_dir)}))
     report = write_report(tmp_path).read_text()  # metric "auto": test_ppl, as the runs are language models
-    assert "test_ppl (lower is better)" in report and "by test_ppl (lower is better)" in report
+    assert "| metric | test_ppl (lower is better) |" in report and "by test_ppl (lower is better)" in report
     assert report.count("| 1 | rms | absolute | 3 | 90.00 |") == 1  # the lowest perplexity ranks first
     assert "pos=relative raises test_ppl against pos=absolute (12.00" in report and ": worse." in report
     assert "p, these models" not in report

@@ -47,19 +47,26 @@ window.addEventListener("load", () => {
 """
 
 _CODE = re.compile(r"`([^`]+)`")
-_MARKERS = re.compile(r"([\\`*\[<])")  # what Markdown (and _inline) would read as markup
-_ESCAPED = re.compile(r"\\([\\`*\[<])")
+_MARKERS = re.compile(r"([\\`*\[<~])")  # what Markdown (and _inline) would read as markup
+# an underscore opens or closes emphasis in Markdown only at a word's edge (/_tmp_/, not max_epochs)
+_EDGE_UNDERSCORE = re.compile(r"(?<![0-9A-Za-z])_|_(?![0-9A-Za-z])")
+_ESCAPED = re.compile(r"\\([\\`*\[<~_])")
 _KEPT = re.compile("\x00(\\d+)\x00")
 
 _STRONG = re.compile(r"\*\*([^*]+)\*\*")
 _EMPHASIS = re.compile(r"\*([^*\s][^*]*)\*")
 
 
+def cell_name(pairs) -> str:
+    """A cell of a sweep, ``(factor, level)`` pairs, as a paragraph names it: ``pos=rope, norm=rms``."""
+    return ", ".join(f"{factor}={literal(level)}" for factor, level in pairs)
+
+
 def literal(text) -> str:
     """Text from the runs (a level, a sentence, a path) to read as written in a paragraph, in both renderings:
     its markup characters escaped (a level st*ar*s was shown as st<em>ar</em>s). Table cells are literal
     without it."""
-    return _MARKERS.sub(r"\\\1", str(text))
+    return _EDGE_UNDERSCORE.sub(r"\\_", _MARKERS.sub(r"\\\1", str(text)))
 
 
 @dataclass
@@ -83,7 +90,7 @@ class Document:
 
     # ---- rendering -----------------------------------------------------------------------------
     def markdown(self) -> str:
-        lines = [f"# {self.title}", ""]
+        lines = [f"# {literal(self.title)}", ""]
         for block in self.blocks:
             kind = block[0]
             if kind == "heading":

@@ -5,7 +5,7 @@ trained models' outputs, and the same ranking on validation, where a choice may 
 import math
 
 from nmt.sweep import analysis, store
-from nmt.sweep.document import DASH, Document, fmt, fmt_p, literal
+from nmt.sweep.document import DASH, Document, cell_name, fmt, fmt_p, literal
 from nmt.tasks.base import FINAL_RESULTS
 
 MIN_SEEDS = 3  # fewer seeds in a cell: its interval is too wide (or absent) to conclude anything from
@@ -103,7 +103,7 @@ def validation_choice(validation: dict, rows: list[dict], factors) -> str:
     best, second = validation["rows"][:2]
 
     def name(row: dict) -> str:
-        return ", ".join(f"{f}={row[f]}" for f in factors)
+        return ", ".join(f"{f}={literal(row[f])}" for f in factors)
 
     tied = [row for row in validation["rows"] if analysis.same_mean(row["mean"], best["mean"])]
     if len(tied) == len(validation["rows"]) > 2:  # not "two of them tie": every cell does
@@ -134,14 +134,14 @@ def ranking_section(doc: Document, ranking: dict, factors, base: dict, metric: s
     conditional = ranking["conditional"]
     if factors and ranking["base"] not in ranking["seeds"]:
         doc.paragraph(
-            f"Mean over seeds with its 95% t-interval. **The baseline, {', '.join(f'{k}={v}' for k, v in base.items())}"
+            f"Mean over seeds with its 95% t-interval. **The baseline, {cell_name(base.items())}"
             f", has no finished run**, so no cell is compared with it ({DASH} in *difference* and the p columns): "
             "run it, or name a baseline that ran (baseline={factor: level} added to the sweep's command, which "
             "keeps its finished runs and writes the report again)."
         )
     elif factors:
         doc.paragraph(
-            f"Mean over seeds with its 95% t-interval. Baseline: {', '.join(f'{k}={v}' for k, v in base.items())}. "
+            f"Mean over seeds with its 95% t-interval. Baseline: {cell_name(base.items())}. "
             "*difference* and *p (seeds)*: each cell against the baseline by Welch's t-test over their runs, "
             "so a seed is one replicate of a configuration"
             + (f"; *p (Holm)* adjusts those p-values for the {len(adjusted)} comparisons." if adjusted else ".")
@@ -161,7 +161,7 @@ def ranking_section(doc: Document, ranking: dict, factors, base: dict, metric: s
                 "Seeds paired: a cell and the baseline are compared on the seeds both have, so where one lacks "
                 "a seed the test is of another difference than the row's: "
                 + "; ".join(
-                    f"{', '.join(f'{f}={v}' for f, v in zip(factors, cell, strict=True))}: seeds "
+                    f"{cell_name(zip(factors, cell, strict=True))}: seeds "
                     f"{', '.join(map(str, on['seeds']))}, difference {fmt(on['diff'])}"
                     for cell, on in paired_on.items()
                 )

@@ -19,7 +19,7 @@ from omegaconf import OmegaConf
 from nmt.data.sources import read_lines
 from nmt.metrics import lower_is_better
 from nmt.sweep import analysis, effects, store, summary
-from nmt.sweep.document import Document, fmt, fmt_p, literal
+from nmt.sweep.document import Document, cell_name, fmt, fmt_p, literal
 from nmt.sweep.figures import effect_plot, interaction_heatmap, training_curves
 from nmt.sweep.ranking import MIN_SEEDS, rank_cells, ranking_section
 from nmt.sweep.records import RESULT, bleu_tokenize, collect_records, finished_runs, resolve_metric, scored_records
@@ -110,13 +110,15 @@ def write_report(sweep_dir: str | Path, metric: str = "auto", baseline: dict | N
     if outside:
         doc.paragraph(
             f"**Note:** {len(outside)} finished run(s) in this folder are not of this sweep's plan (an earlier sweep's "
-            f"levels or seeds) and are left out: {', '.join(outside[:6])}{' ...' if len(outside) > 6 else ''}."
+            f"levels or seeds) and are left out: {', '.join(map(literal, outside[:6]))}"
+            f"{' ...' if len(outside) > 6 else ''}."
         )
     if kept:
         names = sorted(kept)
         doc.paragraph(
             f"**Note:** {store.STATISTICS} keeps the statistics of {len(kept)} run(s) reported before whose records "
-            f"are not found now, left out of this report: {', '.join(names[:6])}{' ...' if len(names) > 6 else ''}. "
+            f"are not found now, left out of this report: {', '.join(map(literal, names[:6]))}"
+            f"{' ...' if len(names) > 6 else ''}. "
             "Running the sweep command again records a finished run again from its folder; a run whose folder is "
             "gone is trained again."
         )
@@ -125,7 +127,7 @@ def write_report(sweep_dir: str | Path, metric: str = "auto", baseline: dict | N
         doc.paragraph(
             f"**Note:** {len(names)} run(s) recorded a score that is not a number or is infinite, which no mean, "
             "interval or test can take: each counts as a run without that score (results.csv has the values): "
-            + "; ".join(f"{name} ({', '.join(unscored[name])})" for name in names[:6])
+            + "; ".join(f"{literal(name)} ({', '.join(unscored[name])})" for name in names[:6])
             + (" ..." if len(names) > 6 else "")
             + "."
         )
@@ -144,7 +146,7 @@ def write_report(sweep_dir: str | Path, metric: str = "auto", baseline: dict | N
 
 def _question(factors: list[str], metric: str, held: dict | None = None) -> str:
     if not factors:
-        named = f" ({', '.join(f'{f}={v}' for f, v in held.items())})" if held else ""
+        named = f" ({cell_name(held.items())})" if held else ""
         return f"{metric} over seeds of one configuration{named}"
     if len(factors) == 1:
         return f"does {factors[0]} change {metric}?"
@@ -211,7 +213,7 @@ def _main_effect_meaning(fit: dict, factors: list[str]) -> str:
     why = (
         f"**{summary.plural(len(empty), 'combination')} of levels {'has' if len(empty) == 1 else 'have'} no "
         "finished run** ("
-        + "; ".join(", ".join(f"{f}={v}" for f, v in zip(factors, cell, strict=True)) for cell in empty[:4])
+        + "; ".join(cell_name(zip(factors, cell, strict=True)) for cell in empty[:4])
         + (" ..." if len(empty) > 4 else "")
         + ")"
         if empty

@@ -186,7 +186,7 @@ def _tuned_under(tuned: dict) -> str:
 
 
 def _differences(differs: dict) -> str:
-    return "; ".join(f"{level}: {', '.join(said)}" for level, said in differs.items())
+    return "; ".join(f"{literal(level)}: {literal(', '.join(said))}" for level, said in differs.items())
 
 
 def _names(names: list[str], most: int = 6) -> str:
@@ -225,7 +225,10 @@ def caveats(facts: dict, levels: dict | None = None) -> list[str]:
     if tuned.get("differs"):
         said.append(
             "The levels' settings were tuned under other settings than this sweep's ("
-            + "; ".join(f"{lv}: {', '.join(d.split(':')[0] for d in lines)}" for lv, lines in tuned["differs"].items())
+            + "; ".join(
+                f"{literal(lv)}: {literal(', '.join(d.split(':')[0] for d in lines))}"
+                for lv, lines in tuned["differs"].items()
+            )
             + ", as What ran says): a level may have done better with settings chosen under these."
         )
     settings = facts.get("level_settings") or {}
