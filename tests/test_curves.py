@@ -107,3 +107,18 @@ def test_an_attention_heatmap_names_its_axes_and_its_colour_scale():
     scales = [ax for ax in figure.axes if ax.get_ylabel() == "attention weight"]
     assert len(scales) == 1 and scales[0].get_ylim() == (0.0, 1.0)
     plt.close(figure)
+
+
+def test_attention_maps_draw_tokens_with_dollar_signs_as_written(tmp_path):
+    """A sentence with prices ("$5 and $10") had its pieces read as mathtext: drawn as a formula, or, where
+    no formula, the drawing stopped. The report's own figures are checked alike (tests/test_report_html.py)."""
+    import matplotlib
+    import torch
+
+    from nmt.utils.plots import save_attention_maps
+
+    tokens = ["▁$5", "▁and", "▁$10", "$\\frac$"]  # a piece between two dollar signs is read as a formula
+    weights = torch.softmax(torch.randn(1, 2, 4), dim=-1)
+    (path,) = save_attention_maps({"layer1": weights}, tokens, ["▁$", "x"], tmp_path, "sentence0")
+    assert path.is_file() and path.stat().st_size > 0
+    assert matplotlib.rcParams["text.parse_math"]  # the rest of the process keeps matplotlib's own setting

@@ -140,6 +140,16 @@ def test_levels_in_figures_are_drawn_as_written_and_within_the_figure(monkeypatc
     assert all(inside(figure) for figure in kept)
     assert [t.get_text() for t in effect.axes[0].get_yticklabels()][0] == "data.train: d$x_1$ - base"
     assert list(curves.axes[0].get_xticks()) == [0]
+    # twelve levels: each in the legend (past the ten colours, with another line style), the plot not
+    # squeezed to a strip by the legend below it
+    many = [f"/data/corpora/europarl/a-rather-long-folder-name/v{i}/train.tsv" for i in range(12)]
+    training_curves({level: [[(0, 1.0), (1, 2.0)]] for level in many}, "data.train", "val_bleu", tmp_path / "m.png")
+    figure = kept[-1]
+    (legend,) = figure.legends
+    assert len(legend.get_texts()) == 12 and inside(figure)
+    assert figure.axes[0].get_window_extent().height > 0.3 * figure.bbox.height
+    styles = [(line.get_color(), line.get_linestyle()) for line in legend.get_lines()]
+    assert len(set(styles)) == 12
 
 
 def test_levels_that_look_like_markup_read_as_written_in_every_paragraph(tmp_path):

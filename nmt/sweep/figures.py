@@ -7,13 +7,10 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")  # files only, no display needed
-# labels are data (a level, a token): a "$" is a dollar sign, never mathtext (a level d$x_1$ was drawn as
-# dx₁, and one that is no formula stopped the drawing)
-matplotlib.rcParams["text.parse_math"] = False
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-from nmt.utils.io import atomic_save_figure  # noqa: E402
+from nmt.utils.io import atomic_save_figure, literal_text  # noqa: E402
 
 
 def _wrapped(labels: list[str], width: int = 48) -> list[str]:
@@ -30,6 +27,7 @@ def _tallest(labels: list[str]) -> int:
     return max((label.count("\n") + 1 for label in labels), default=1)
 
 
+@literal_text
 def interaction_heatmap(
     table: dict[tuple[str, str], float],
     names: tuple[str, str],
@@ -65,19 +63,27 @@ def interaction_heatmap(
     plt.close(figure)
 
 
+@literal_text
 def training_curves(
     curves: dict[str, list[list[tuple[int, float]]]], factor: str, metric: str, path: Path, order: list[str] = ()
 ) -> None:
     """curves: level -> runs -> [(epoch, value)]; each run thin, and thick the mean per level at the
     epochs that every run of the level reached (a mean over the runs still going would favour the level
     whose weak runs stopped early)."""
-    figure, ax = plt.subplots(figsize=(6.5, 4), layout="constrained")
     ordered = sorted(curves.items(), key=lambda item: list(order).index(item[0]) if item[0] in order else len(order))
-    for color, (level, runs) in zip(plt.rcParams["axes.prop_cycle"].by_key()["color"], ordered, strict=False):
+    labels = _wrapped([f"{factor}={level}" for level, _ in ordered], 60)
+    # the legend below the plot, the figure taller by its rows (ten levels squeezed the plot to a strip)
+    columns = 2 if len(labels) > 4 and _widest(labels) <= 30 else 1
+    rows = sum(max(label.count("\n") + 1 for label in labels[i : i + columns]) for i in range(0, len(labels), columns))
+    figure, ax = plt.subplots(figsize=(6.5, 3.6 + 0.2 * rows), layout="constrained")
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, (label, (_, runs)) in enumerate(zip(labels, ordered, strict=True)):
+        # past the colours (ten), a level takes the first colours again with another line style
+        color, style = colours[i % len(colours)], ("-", "--", ":", "-.")[i // len(colours) % 4]
         by_epoch: dict[int, list[float]] = {}
         for run in runs:
             # markers: a run validated once is a point, which a line alone does not draw
-            ax.plot([e for e, _ in run], [v for _, v in run], color=color, alpha=0.25, linewidth=0.8, marker=".")
+            ax.plot([e for e, _ in run], [v for _, v in run], color=color, ls=style, alpha=0.25, lw=0.8, marker=".")
             for epoch, value in run:
                 by_epoch.setdefault(epoch, []).append(value)
         epochs = sorted(e for e, values in by_epoch.items() if len(values) == len(runs))
@@ -85,10 +91,11 @@ def training_curves(
             epochs,
             [sum(by_epoch[e]) / len(by_epoch[e]) for e in epochs],
             color=color,
+            linestyle=style,
             linewidth=2,
             marker="o",
             markersize=3,
-            label=_wrapped([f"{factor}={level}"], 60)[0],
+            label=label,
         )
     ax.set_xlabel("epoch (from 0)")
     validated = sorted({epoch for _, runs in ordered for run in runs for epoch, _ in run})
@@ -97,12 +104,13 @@ def training_curves(
     else:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel(metric)
-    figure.legend(loc="outside lower center", fontsize=8)  # below: inside, long levels covered the curves
+    figure.legend(loc="outside lower center", fontsize=8, ncols=columns)  # inside, long levels covered the curves
     ax.set_title(f"{metric} by {factor}")
     atomic_save_figure(figure, path, dpi=100)
     plt.close(figure)
 
 
+@literal_text
 def effect_plot(effects: dict[str, dict], metric: str, lower_is_better: bool, path: Path) -> None:
     """effects: name -> {"diff", "ci95"} (nmt.sweep.effects.fit); one point per effect with its 95%
     interval as a bar; an effect without an interval is drawn as a hollow point, never as a zero-width

@@ -5,6 +5,7 @@ file, never half of a new one. Write through :func:`atomic_path` (for writers th
 ``torch.save``) or the ``atomic_write_*`` helpers.
 """
 
+import functools
 import json
 import os
 from collections.abc import Iterator
@@ -61,3 +62,19 @@ def atomic_save_figure(figure, path: str | os.PathLike, **savefig_kwargs) -> Non
         savefig_kwargs["format"] = Path(path).suffix.lstrip(".") or matplotlib.rcParams["savefig.format"]
     with atomic_path(path) as tmp:
         figure.savefig(tmp, **savefig_kwargs)
+
+
+def literal_text(draw):
+    """A drawing function whose labels are data (a level, a token): matplotlib reads a "$" in them as a dollar
+    sign, never as mathtext (a level d$x_1$ was drawn as dx1, and one that is no formula stopped the drawing),
+    here alone, not in other figures of the process. Tick labels are made as the figure is drawn, so the
+    function saves its figure within."""
+
+    @functools.wraps(draw)
+    def drawn(*args, **kwargs):
+        import matplotlib
+
+        with matplotlib.rc_context({"text.parse_math": False}):
+            return draw(*args, **kwargs)
+
+    return drawn

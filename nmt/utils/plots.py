@@ -6,15 +6,13 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")  # files only, no display needed
-# labels are data (a level, a token): a "$" is a dollar sign, never mathtext (a level d$x_1$ was drawn as
-# dx₁, and one that is no formula stopped the drawing)
-matplotlib.rcParams["text.parse_math"] = False
 import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
-from nmt.utils.io import atomic_save_figure  # noqa: E402
+from nmt.utils.io import atomic_save_figure, literal_text  # noqa: E402
 
 
+@literal_text
 def attention_figure(
     weights: torch.Tensor,
     src_tokens: list[str],
@@ -51,6 +49,7 @@ def attention_figure(
     return figure
 
 
+@literal_text
 def save_attention_maps(
     maps: dict[str, torch.Tensor],
     src_tokens,
