@@ -97,12 +97,17 @@ def test_a_setting_the_command_line_gives_alike_is_no_conflict_however_written()
     assert "is also set by the command line or grid" in level_settings_problem(other, levels)
 
 
-@pytest.mark.parametrize("text", ["/a/my corpus", "it's", "a\\", "a\\'b", "ünï,=[]{}()", 'a"b', "%2F'%25", "\\\\"])
+@pytest.mark.parametrize(
+    "text", ["/a/my corpus", "it's", "a\\", "a\\'b", "ünï,=[]{}()", 'a"b', "%2F'%25", "\\\\", "a${x}", "a\\${x}\\"]
+)
 def test_a_quoted_value_reads_back_as_written_and_a_quoted_level_names_its_folder_without_quotes(text):
+    """As the run's config holds it: Hydra's grammar read, then OmegaConf's interpolations (``${``)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     from nmt.sweep.levels import hydra_quoted, plain_level
 
-    assert OverridesParser.create().parse_override(f"run_dir={hydra_quoted(text)}").value() == text
-    assert plain_level(hydra_quoted(text)) == text
+    value = OverridesParser.create().parse_override(f"run_dir={hydra_quoted(text)}").value()
+    assert OmegaConf.create({"run_dir": value, "x": "X"}).run_dir == text
+    if "${" not in text:
+        assert plain_level(hydra_quoted(text)) == text
     assert plain_level("abc") == "abc" and plain_level("'a',b") == "'a',b"

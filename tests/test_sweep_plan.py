@@ -120,3 +120,12 @@ def test_a_runs_line_says_what_its_folder_makes_train_py_do(tmp_path):
     assert run_state(tmp_path) == "trained already, its final scores made now; "
     (tmp_path / "results.json").write_text(json.dumps({"stage": "trained", "finished": True}))
     assert run_state(tmp_path) == "trained already, recorded now; "
+
+
+def test_a_sweep_given_a_run_name_is_planned():
+    """name=test stopped every sweep before it started: "HydraConfig was not set" (its default reads Hydra's
+    choices, which the check of the sweep's keys resolved outside Hydra)."""
+    config = sweep_config(Path("/nowhere"), "name=test", "pos=absolute,relative", "seed=1")
+    assert plan.input_problem(config) is None
+    config = sweep_config(Path("/nowhere"), "nme=test", "pos=absolute,relative", "seed=1")
+    assert plan.input_problem(config).startswith("nme: not a key of the config")

@@ -30,10 +30,8 @@ class ZhEnDataModule(UnsplitCorpusDataModule):
             raise ValueError(f"data.source={source!r} is not one of {list(SOURCES)}")
         if {src_lang, tgt_lang} != {"zh", "en"}:
             raise ValueError(f"data=zh_en translates between 'zh' and 'en', not {src_lang!r} -> {tgt_lang!r}")
-        kwargs["segmenter"] = {
-            "zh": "jieba",
-            **(kwargs.get("segmenter") or {}),
-        }  # the config's default, built alone too
+        if "segmenter" not in kwargs:  # the config's default, built alone too (null given: none for either side)
+            kwargs["segmenter"] = {"zh": "jieba"}
         super().__init__(src_lang=src_lang, tgt_lang=tgt_lang, **kwargs)
         self.source, self.root, self.download = source, root, download
 

@@ -24,14 +24,16 @@ def hydra_quoted(text: str) -> str:
     """``text`` as one quoted value of Hydra's override grammar, read back as written: a run folder named by
     a quoted level (``data.train='my corpus/a'``) holds quotes and spaces. In a quoted value the backslash
     escapes only a quote (and the backslashes before one), and ``${`` would be read as an interpolation."""
-    body = re.sub(r"(\\*)'", lambda m: m.group(1) * 2 + "\\'", str(text))
-    body = re.sub(r"(\\+)$", lambda m: m.group(1) * 2, body).replace("${", "\\${")
-    return f"'{body}'"
+    # OmegaConf reads "\\${" as an escaped "${": the backslashes before one doubled, then the "${" escaped
+    body = re.sub(r"(\\*)\$\{", lambda m: m.group(1) * 2 + "\\${", str(text))
+    body = re.sub(r"(\\*)'", lambda m: m.group(1) * 2 + "\\'", body)
+    return "'" + re.sub(r"(\\+)$", lambda m: m.group(1) * 2, body) + "'"
 
 
 def plain_level(value: str) -> str:
     """A level as it reads, without the quotes Hydra's grammar needs (``'my corpus/a'`` -> ``my corpus/a``):
-    the name of its run folder, so that a level quoted or not names one folder."""
+    the name of its run folder, so that a level quoted or not names one folder (so ``1`` and ``'1'``, a
+    number and a string, would name one folder: no option here tells them apart)."""
     value = str(value)
     if value[:1] not in ("'", '"'):
         return value

@@ -164,7 +164,7 @@ def _text_differences(run: Path, overrides: list[str], read: dict) -> list[str]:
     """The splits whose text changed since the folder's run read its data (an edited corpus file), as
     train.py compares a finished run's; ``read``: the text hashes already read, by data settings (a sweep's
     runs mostly share one corpus, read once: its text depends on ``data.*``, ``split_seed`` included, never
-    on the run's seed, as tests/test_corpora.py checks for every corpus). Nothing where the run recorded no
+    on the run's seed, as tests/test_corpora.py checks for each corpus module). Nothing where the run recorded no
     text or the data cannot be read (its results stand, as train.py keeps them)."""
     import json
 
@@ -388,6 +388,7 @@ def input_problem(config: DictConfig) -> str | None:
 
     prefixes = command_prefixes(config.hydra.overrides.task)
     seen, recorded, scored, ranked_by = set(), set(), set(), set()
+    lacking, had = {}, set()  # key -> the runs' groups whose config lacks it (first seen); keys some config has
     for values in planned_values(config):
         groups = tuple(sorted((k, v) for k, v in values.items() if (conf / k).is_dir()))
         if groups in seen:
@@ -416,15 +417,17 @@ def input_problem(config: DictConfig) -> str | None:
                 found = OmegaConf.select(composed, key, default="__missing__", throw_on_missing=False)
             except InterpolationResolutionError:  # there, its value read from Hydra's (name: ${hydra:...})
                 found = None
-            if found == "__missing__":
+            if found != "__missing__":
+                had.add(key)
+            elif key not in lacking:
                 close = difflib.get_close_matches(key, [k for k in _all_keys(composed)], n=2)
-                hint = f" (did you mean {' or '.join(close)}?)" if close else ""
-                levels = sweep_levels(config).get(key, [])
-                what = "be a factor" if len(levels) > 1 else f"be set ({key}={','.join(levels)})"
-                runs = ",".join(f"{k}={v}" for k, v in groups if len(sweep_levels(config).get(k, [])) > 1)
-                if runs:  # a key of other levels' runs (model.d_model under model=transformer,rnn)
-                    return f"{key}: not a key of the runs of {runs}, so it cannot {what}; sweep those levels apart"
-                return f"{key}: not a key of the config, so it cannot {what}{hint}"
+                runs = ",".join(f"{k}={v}" for k, v in groups if len(levels.get(k, [])) > 1)
+                lacking[key] = (runs, f" (did you mean {' or '.join(close)}?)" if close else "")
+    for key, (runs, hint) in lacking.items():
+        what = "be a factor" if len(levels.get(key, [])) > 1 else f"be set ({key}={','.join(levels.get(key, []))})"
+        if key in had and runs:  # a key of other levels' runs (model.d_model under model=transformer,rnn)
+            return f"{key}: not a key of the runs of {runs}, so it cannot {what}; sweep those levels apart"
+        return f"{key}: not a key of the config, so it cannot {what}{hint}"
     metric = config.get("report_metric", "auto")
     if metric != "auto" and metric not in recorded:  # the report ranks by a metric some run records
         close = difflib.get_close_matches(str(metric), sorted(recorded), n=1)

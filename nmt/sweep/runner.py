@@ -31,6 +31,7 @@ from nmt.sweep.levels import (
     hydra_quoted,
     level_overrides,
     override_pairs,
+    plain_level,
     plain_settings,
     sweep_levels,
 )
@@ -111,7 +112,7 @@ def run_cell(cfg: DictConfig) -> dict | None:
     if isinstance(target, str) and "." in target:
         importlib.import_module(target.rpartition(".")[0])
     factors = {k: v for k, v in pairs if k != "seed" and k in swept}
-    tags = ",".join(json.dumps(f"{k}:{v}") for k, v in factors.items())
+    tags = ",".join(json.dumps(f"{k}:{plain_level(v)}") for k, v in factors.items())  # as the folder names it
     command = [
         sys.executable,
         str(ROOT / "train.py"),
