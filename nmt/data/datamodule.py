@@ -28,6 +28,7 @@ from nmt.data.tokenizer import (
     TokenizerSettings,
     content_hash,
     load_or_train,
+    separator_key,
 )
 from nmt.utils.io import atomic_path
 
@@ -215,7 +216,9 @@ class ParallelDataModule:
         src_tok, tgt_tok = self.build_tokenizers()
         proto_hash = hashlib.sha256(src_tok.model_proto + tgt_tok.model_proto).hexdigest()
         segmenters = (src_tok.segmenter.cache_key(), tgt_tok.segmenter.cache_key())
-        key = content_hash(self.name, split, proto_hash, segmenters, lines=src_text + tgt_text)
+        key = content_hash(
+            self.name, split, proto_hash, segmenters, *separator_key(src_text + tgt_text), lines=src_text + tgt_text
+        )
         path = self.cache_dir / "encoded" / f"{self.name}-{split}-{key}.pt"
         cached = _read_cache(path)
         if cached is not None:

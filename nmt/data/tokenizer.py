@@ -93,10 +93,10 @@ class Tokenizer:
         return self.sp.normalize("AZ\u00c4").lstrip("\u2581") == "az\u00e4"
 
     def encode(self, text: str) -> list[int]:
-        return self.sp.encode(self.segmenter(text), out_type=int)
+        return self.sp.encode(self.segmenter(as_spaces(text)), out_type=int)
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
-        return self.sp.encode([self.segmenter(t) for t in texts], out_type=int)
+        return self.sp.encode([self.segmenter(as_spaces(t)) for t in texts], out_type=int)
 
     def decode(self, ids: Sequence[int]) -> str:
         """Token ids -> detokenised text (padding, BOS and EOS dropped, word segmentation undone).
@@ -139,6 +139,7 @@ class Tokenizer:
             sentences = [sentences[i] for i in sorted(keep)]
         if not any(sentence.strip() for sentence in sentences):
             raise ValueError("data: the training text is empty, nothing to train the tokenizer on: check data.train")
+        sentences = [as_spaces(sentence) for sentence in sentences]
         with tempfile.TemporaryDirectory() as folder, _trainer_errors(settings):
             spm.SentencePieceTrainer.train(
                 sentence_iterator=iter(sentences),
@@ -159,6 +160,24 @@ class Tokenizer:
                 **normalization_rule(settings.normalization, Path(folder)),
             )
         return cls(without_thread_count(model.getvalue()))
+
+
+def as_spaces(text: str) -> str:
+    """Tabs and the other separators inside a line (a form feed, U+2028, ...) read as spaces, as sacreBLEU's
+    tokeniser and the words of a sentence take them: SentencePiece keeps them under the identity rule, so "one\ttwo"
+    was one glued word spelt with a byte piece, and a trailing tab a token of its own."""
+    if isinstance(text, bytes):  # UTF-8 bytes are text to SentencePiece, as the Python API takes them
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError:
+            return text  # SentencePiece's own reading of bytes that are not UTF-8
+    return _SEPARATORS.sub(" ", text)
+
+
+def separator_key(lines: Sequence[str]) -> list[str]:
+    """A part of a cache key for text holding separators (a tab inside a line): its tokenizer and encoding made
+    before they were read as spaces are not reused. Nothing for other text, whose caches stay valid."""
+    return ["separators as spaces"] if any(_SEPARATORS.search(line) for line in lines) else []
 
 
 def reading_form(normalization: str) -> Callable[[list[str]], list[str]] | None:
@@ -219,7 +238,9 @@ def load_or_train(sentences: Sequence[str], settings: TokenizerSettings, cache_d
     """The tokenizer for these sentences and settings: from the cache, or trained and cached."""
     # the lowercase rule is Python's Unicode table, which grows with Python's Unicode version
     unicode = unicodedata.unidata_version if settings.normalization == "lowercase" else None
-    key = content_hash(asdict(settings), tag, *([unicode] if unicode else []), lines=sentences)
+    key = content_hash(
+        asdict(settings), tag, *([unicode] if unicode else []), *separator_key(sentences), lines=sentences
+    )
     path = Path(cache_dir) / "tokenizers" / f"{tag}-{key}.model"
     if path.exists():
         try:
