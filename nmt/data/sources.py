@@ -282,7 +282,8 @@ def _unreadable(err: BaseException) -> str:
     """What a damaged or cut-short compressed file or archive is told by."""
     return (
         f"cannot be read as a compressed file or archive ({type(err).__name__}: {err}): it is damaged or was cut "
-        "short (an interrupted download?); fetch it again, or remove it so that it is downloaded"
+        "short (an interrupted copy or download?); make or fetch it again (a file this program downloaded: remove "
+        "it, and it is downloaded again)"
     )
 
 
