@@ -182,7 +182,13 @@ def unknown_key_message(argv: list[str], config_name: str, conf: Path = CONF) ->
                 f"only those it sets: add this one with +{key}=... ({_search_readers(option)})"
             )
         keys = [k for k in known if k.startswith(f"{group}.")]
-        if owners and choices.get(group) is None and keys:  # not a group here: the config's own block of that name
+        opened = _checkpoint_use(config_name, conf) is not None and key.startswith(OPEN_BLOCKS.get(config_name, ()))
+        if opened and keys:  # evaluate.py's data block: it lists some keys, and takes the run's others with +
+            hint = (
+                f"{config_name}.py's {group} block lists only {', '.join(keys)}; give another of the run's {group} "
+                f"keys with +{key}=..."
+            )
+        elif owners and choices.get(group) is None and keys:  # not a group here: the config's own block of that name
             hint = f"{config_name}.py's {group} block takes only {', '.join(keys)}"
         elif owners and choices.get(group) is not None:
             hint = f"it is a key of {' or '.join(f'{group}={o}' for o in owners)}, not of {group}={choices.get(group)}"
@@ -196,7 +202,7 @@ def unknown_key_message(argv: list[str], config_name: str, conf: Path = CONF) ->
         lists = "the groups"
         if _checkpoint_use(config_name, conf) is not None:  # keys of its own, no groups: an added key is refused
             lists = "its keys"
-            adds = adds if key.startswith(OPEN_BLOCKS.get(config_name, ())) else ""  # evaluate.py's +data.test=
+            adds = adds if opened and not keys else ""  # evaluate.py's +data.test= (said in the hint where listed)
         return (
             f"error: {key!r} (on the command line) is neither a key of the {config_name} config nor a config "
             f"group: {hint} (python {config_name}.py --help lists {lists}{adds})"

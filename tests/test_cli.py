@@ -499,9 +499,11 @@ def test_a_key_of_another_option_of_its_group_is_named_so():
     # a command without a task group or block (evaluate.py): the likest key of its own, not "no keys"
     message = unknown_key_message(["task.rouge=true"], "evaluate")
     assert "did you mean 'rouge'?" in (message or "") and "block takes only" not in message, message
-    # evaluate.py's data block is its own, not the data group: the keys it takes are named
+    # evaluate.py's data block is its own, not the data group: the keys it lists are named, and the + that
+    # gives another of the run's (it said "takes only", and then took +data.max_src_len=10)
     message = unknown_key_message(["data.block_size=32"], "evaluate")
-    assert "evaluate.py's data block takes only data.root, data.eval_stride" in message and "None" not in message
+    assert "evaluate.py's data block lists only data.root, data.eval_stride" in message and "None" not in message
+    assert "give another of the run's data keys with +data.block_size=..." in message
 
 
 def test_model_keys_that_the_chosen_model_does_not_take_are_refused_before_the_data():
