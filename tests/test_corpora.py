@@ -286,6 +286,11 @@ def test_a_files_run_scored_from_another_folder_or_with_a_root_says_how_to_name_
     with pytest.raises(FileNotFoundError, match=r"data.train=corpus/train.en: a prefix, to which .en and .de are "
                        r"added: data.train=corpus/train, or both"):  # fmt: skip
         train(compose_train("data=files", *settings[1:], "data.train=corpus/train.en", *NO_FINAL_SCORES))
+    # the languages forgotten (.src and .tgt looked for) beside files of two other endings: those are named
+    unnamed = [s for s in settings if not s.startswith(("data.src_lang", "data.tgt_lang"))]
+    with pytest.raises(FileNotFoundError, match=r"corpus/train.de and corpus/train.en are there: name their "
+                       r"languages, e.g. data.src_lang=de data.tgt_lang=en"):  # fmt: skip
+        train(compose_train("data=files", *unnamed, *NO_FINAL_SCORES))
     train(compose_train("data=files", *settings, f"run_dir={tmp_path / 'run'}", *NO_FINAL_SCORES))
     checkpoint = tmp_path / "run" / "checkpoints" / "last.ckpt"
     elsewhere = tmp_path / "elsewhere"

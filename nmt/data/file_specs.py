@@ -76,6 +76,19 @@ def missing_file(split: str, spec, path: Path, src_lang: str, tgt_lang: str) -> 
     hints = []
     if isinstance(spec, str) and not spec.endswith((".tsv", ".tsv.gz")):
         hints.append(f"a prefix, to which .{src_lang} and .{tgt_lang} are added")
+        # the languages left at their defaults beside files of other endings (train.en, train.de)
+        endings = sorted(
+            {
+                p.name[len(Path(spec).name) + 1 :].removesuffix(".gz")
+                for p in Path(spec).parent.glob(f"{Path(spec).name}.*")
+            }
+            - {src_lang, tgt_lang}
+        )
+        if len(endings) == 2 and all(e.isalnum() for e in endings):
+            hints.append(
+                f"{spec}.{endings[0]} and {spec}.{endings[1]} are there: name their languages, e.g. "
+                f"data.src_lang={endings[0]} data.tgt_lang={endings[1]}"
+            )
         for lang in (src_lang, tgt_lang):
             if spec.endswith(f".{lang}"):  # the likely mistake: said alone
                 said = f"data.{split}={spec}: {hints[0]}: data.{split}={spec[: -len(lang) - 1]}"
