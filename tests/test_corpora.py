@@ -309,6 +309,18 @@ def test_a_files_run_scored_from_another_folder_or_with_a_root_says_how_to_name_
     with pytest.raises(ValueError, match=rf"{root}, data.val and data.test: give .* \+data.<split>=PATH"):
         scored(f"data.root={tmp_path}")
     assert scored(f"+data.test={corpus / 'test'}")["sentences"] == 40
+    # other files given as the run's test set: refused, naming what happens to such a corpus (no data.root,
+    # $NMT_DATA or cache to find another copy in); a run whose test set was split off its training files had
+    # none to give, and is told to score other files as such
+    with pytest.raises(ValueError, match=r"its files changed, or other files were given, or .*; give the run's "):
+        scored(f"+data.test={corpus / 'dev'}")
+    split_off = [s for s in settings if not s.startswith(("data.val", "data.test"))]
+    split_off += ["data.valid_size=30", "data.test_size=30", f"run_dir={tmp_path / 'split'}"]
+    monkeypatch.chdir(tmp_path)
+    train(compose_train("data=files", *split_off, *NO_FINAL_SCORES))
+    checkpoint = tmp_path / "split" / "checkpoints" / "last.ckpt"
+    with pytest.raises(ValueError, match=r"this run's test set was split off its training files \(it had no test "):
+        scored(f"+data.test={corpus / 'test'}")
 
 
 def test_evaluation_data_options_apply_where_the_corpus_takes_them_and_are_refused_in_one_line_elsewhere():

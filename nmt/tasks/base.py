@@ -245,18 +245,20 @@ def check_split_text(loaded, datamodule, split: str, elsewhere: str) -> None:
     if trained is not None and datamodule.text_hash(split) != trained:
         # a corpus found in a folder (data.root), one whose files the run's config names (data=files), or
         # one generated (data=toy: its text changed with the code that makes it)
-        point = (
-            "point data.root at the run's copy, "
-            if hasattr(datamodule, "root")
-            else f"give the run's files with +data.{split}=PATH, "
-            if hasattr(datamodule, "specs")
-            else ""
-        )
+        causes = "the corpus changed, another copy was found first (data.root, $NMT_DATA, the cache)"
+        point = "point data.root at the run's copy, " if hasattr(datamodule, "root") else ""
+        if hasattr(datamodule, "specs"):  # data=files: paths of its own, no other copy to find
+            causes = "its files changed, or other files were given"
+            own = (loaded.config.get("data") or {}).get(split)
+            point = (
+                f"give the run's files with +data.{split}=PATH, "
+                if own is not None or split == "train"
+                else f"this run's {split} set was split off its training files (it had no {split} files), "
+            )
         raise ValueError(
             f"split={split}: the {split} text of {datamodule.describe()} read now is not the text "
-            f"{loaded.checkpoints[0]} was trained with (its hash differs): the corpus changed, another copy was "
-            f"found first (data.root, $NMT_DATA, the cache), or a seeded split is made otherwise than when the run "
-            f"trained (pairs sharing a sentence now go to one split); {point}{elsewhere}"
+            f"{loaded.checkpoints[0]} was trained with (its hash differs): {causes}, or a seeded split is made "
+            f"otherwise than when the run trained (pairs sharing a sentence now go to one split); {point}{elsewhere}"
         )
 
 
