@@ -217,3 +217,12 @@ def test_a_minimum_length_beyond_the_output_limit_is_said_once(caplog):
     warned = [r.getMessage() for r in caplog.records if "decode.min_len=30" in r.getMessage()]
     assert warned == ["decode.min_len=30 is more than the 19 tokens some outputs may have (decode.max_len_a=0 x "
                       "source length + max_len_b=20): those end at their limit, shorter than min_len"]  # fmt: skip
+
+
+def test_a_long_document_is_shown_shortened_in_the_sample_table():
+    """A summariser's sample table printed each whole document (screens of text) beside its one-line summary."""
+    from nmt.tasks.translation_eval import _shortened
+
+    document = " ".join(f"w{i}" for i in range(300))
+    assert _shortened(document) == " ".join(f"w{i}" for i in range(80)) + " ... (300 words in all)"
+    assert _shortened("a short sentence .") == "a short sentence ."

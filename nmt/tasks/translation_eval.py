@@ -252,9 +252,16 @@ def print_scores(result: dict, sources, references, hypotheses, samples: int) ->
         for column in ("source", "reference", "hypothesis"):
             examples.add_column(column)
         for i in range(min(samples, len(sources))):
-            examples.add_row(sources[i], references[i], hypotheses[i])
+            examples.add_row(_shortened(sources[i]), references[i], hypotheses[i])
         console.print(examples)
     console.print(f"hypotheses and metrics: {Path(result['hypotheses']).parent}")
+
+
+def _shortened(text: str, words: int = 80) -> str:
+    """A long source (a summariser's document) as a sample shows it: its first words and how many it has,
+    not screens of text beside a one-line output."""
+    split = text.split()
+    return text if len(split) <= words else f"{' '.join(split[:words])} ... ({len(split)} words in all)"
 
 
 def print_summary(results: dict) -> None:
