@@ -23,10 +23,10 @@ def render_report(report: dict, title: str) -> Table:
         "sources in train",
         "references in train",
     ):
-        table.add_column(column)
+        table.add_column(column, overflow="fold")  # a narrow terminal: headers folded, not cut short
     truncating = any("src_truncated" in row for row in report.values())
     if truncating:
-        table.add_column("src truncated (data.max_src_len)")
+        table.add_column("src truncated (data.max_src_len)", overflow="fold")
     for split, row in report.items():
         dropped = ", ".join(_reason(reason, n) for reason, n in row["dropped"].items() if n) or "0"
         table.add_row(
