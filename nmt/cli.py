@@ -10,6 +10,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
 
+from nmt.data.build import EVALUATION_DATA_OPTIONS
 from nmt.utils.ranks import first_on_this_machine
 
 # user errors: builtins raised by our own checks (each naming the key or file and what to do), and classes
@@ -183,10 +184,16 @@ def unknown_key_message(argv: list[str], config_name: str, conf: Path = CONF) ->
             )
         keys = [k for k in known if k.startswith(f"{group}.")]
         opened = _checkpoint_use(config_name, conf) is not None and key.startswith(OPEN_BLOCKS.get(config_name, ()))
-        if opened and keys:  # evaluate.py's data block: it lists some keys, and takes the run's others with +
+        taken = [f"data.{k}" for k in EVALUATION_DATA_OPTIONS]  # evaluate.py's, listed in its block or not
+        if opened and keys and key in taken:  # it lists some of them, and takes the others with +
+            hint = f"{config_name}.py's {group} block lists only {', '.join(keys)}; give this one with +{key}=..."
+        elif opened and keys:  # a key it refuses, even with +: a misspelling of one it takes, or all of them
+            close = difflib.get_close_matches(key, taken, n=1, cutoff=0.85)
             hint = (
-                f"{config_name}.py's {group} block lists only {', '.join(keys)}; give another of the run's {group} "
-                f"keys with +{key}=..."
+                f"did you mean {close[0]!r}?"
+                if close
+                else f"an evaluation keeps the run's other {group} settings; {config_name}.py takes these of a "
+                f"run's {group} keys: {', '.join(taken)}"
             )
         elif owners and choices.get(group) is None and keys:  # not a group here: the config's own block of that name
             hint = f"{config_name}.py's {group} block takes only {', '.join(keys)}"
@@ -202,7 +209,7 @@ def unknown_key_message(argv: list[str], config_name: str, conf: Path = CONF) ->
         lists = "the groups"
         if _checkpoint_use(config_name, conf) is not None:  # keys of its own, no groups: an added key is refused
             lists = "its keys"
-            adds = adds if opened and not keys else ""  # evaluate.py's +data.test= (said in the hint where listed)
+            adds = ""  # evaluate.py's data keys given with +: said in the hint
         return (
             f"error: {key!r} (on the command line) is neither a key of the {config_name} config nor a config "
             f"group: {hint} (python {config_name}.py --help lists {lists}{adds})"

@@ -500,10 +500,14 @@ def test_a_key_of_another_option_of_its_group_is_named_so():
     message = unknown_key_message(["task.rouge=true"], "evaluate")
     assert "did you mean 'rouge'?" in (message or "") and "block takes only" not in message, message
     # evaluate.py's data block is its own, not the data group: the keys it lists are named, and the + that
-    # gives another of the run's (it said "takes only", and then took +data.max_src_len=10)
-    message = unknown_key_message(["data.block_size=32"], "evaluate")
+    # gives another it takes (it said "takes only", and then took +data.max_src_len=10); one it refuses even
+    # with + is not advised to be added, and a misspelt one gets its likest
+    message = unknown_key_message(["data.max_src_len=32"], "evaluate")
     assert "evaluate.py's data block lists only data.root, data.eval_stride" in message and "None" not in message
-    assert "give another of the run's data keys with +data.block_size=..." in message
+    assert "give this one with +data.max_src_len=..." in message
+    assert "did you mean 'data.eval_stride'?" in unknown_key_message(["data.eval_strid=2"], "evaluate")
+    refused = unknown_key_message(["data.tgt_lang=de"], "evaluate")
+    assert "+data.tgt_lang" not in refused and "evaluate.py takes these of a run's data keys: data.root" in refused
 
 
 def test_model_keys_that_the_chosen_model_does_not_take_are_refused_before_the_data():

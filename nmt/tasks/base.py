@@ -24,7 +24,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
-from nmt.data.build import build_datamodule
+from nmt.data.build import EVALUATION_DATA_OPTIONS, build_datamodule
 from nmt.data.tokenizer import PAD_ID
 from nmt.models.build import build_model
 
@@ -182,15 +182,6 @@ def evaluation_splits(split) -> list:
     """evaluate.py's split= as a list of the sets it names; null, its default, is the test set (a default
     that input= and prompt= can tell from split=test given beside them, which they refuse)."""
     return list(split) if OmegaConf.is_list(split) or isinstance(split, list) else ["test" if split is None else split]
-
-
-# the data options evaluate.py takes: where a corpus is now (a moved root, a data=files run's moved split files,
-# downloading), how a TSV's fields are read, a language model's scoring stride and the source length cut (each
-# naming the evaluation's folder), how batches are made (no score changes); any other (data.tgt_lang,
-# data.test_set) would score under settings the run did not have, in the folder of the run's own
-EVALUATION_DATA_OPTIONS = ("root", "download", "train", "val", "test", "columns", "eval_stride", "max_src_len")
-EVALUATION_DATA_OPTIONS += ("num_workers", "batches_on_device", "max_tokens", "eval_max_tokens", "batch_size")
-EVALUATION_DATA_OPTIONS += ("eval_batch_size",)
 
 
 def evaluation_data_config(loaded, overrides: dict | None, elsewhere: tuple[str, ...] = ()) -> DictConfig:
