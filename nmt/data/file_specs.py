@@ -4,6 +4,7 @@ Apart from the data module (nmt/data/files.py): translating and exporting read f
 building one (scoring a corpus's split builds one)."""
 
 import errno
+import glob
 import os
 from pathlib import Path
 
@@ -76,18 +77,17 @@ def missing_file(split: str, spec, path: Path, src_lang: str, tgt_lang: str) -> 
     hints = []
     if isinstance(spec, str) and not spec.endswith((".tsv", ".tsv.gz")):
         hints.append(f"a prefix, to which .{src_lang} and .{tgt_lang} are added")
-        # the languages left at their defaults beside files of other endings (train.en, train.de)
-        endings = sorted(
-            {
-                p.name[len(Path(spec).name) + 1 :].removesuffix(".gz")
-                for p in Path(spec).parent.glob(f"{Path(spec).name}.*")
-            }
-            - {src_lang, tgt_lang}
-        )
-        if len(endings) == 2 and all(e.isalnum() for e in endings):
+        # the languages left at their defaults beside files of two other language endings (train.en, train.de)
+        prefix = Path(spec)
+        found = {}  # ending -> the file there (train.de, or train.de.gz)
+        for there in prefix.parent.glob(f"{glob.escape(prefix.name)}.*"):
+            ending = there.name[len(prefix.name) + 1 :].removesuffix(".gz")
+            if ending.isalpha() and ending not in (src_lang, tgt_lang, "tsv", "txt"):
+                found[ending] = there
+        if len(found) == 2:
+            (a, first), (b, second) = sorted(found.items())
             hints.append(
-                f"{spec}.{endings[0]} and {spec}.{endings[1]} are there: name their languages, e.g. "
-                f"data.src_lang={endings[0]} data.tgt_lang={endings[1]}"
+                f"{first} and {second} are there: name their languages, e.g. data.src_lang={a} data.tgt_lang={b}"
             )
         for lang in (src_lang, tgt_lang):
             if spec.endswith(f".{lang}"):  # the likely mistake: said alone
