@@ -17,7 +17,7 @@ from omegaconf import DictConfig
 
 from nmt.data.build import build_datamodule
 from nmt.data.segmenter import MOSES
-from nmt.data.tokenizer import EOS_ID, Tokenizer
+from nmt.data.tokenizer import EOS_ID, Tokenizer, as_spaces
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 SPLITS = {"train": "train", "val": "dev", "test": "test"}  # ours -> JoeyNMT's names
@@ -184,9 +184,11 @@ def export(cfg: DictConfig, out: Path) -> Path:
     src_lang, tgt_lang = dm.src_lang, dm.tgt_lang
     for ours, theirs in SPLITS.items():
         src, tgt = dm.text(ours)
-        write_lines(out / f"{theirs}.{src_lang}", (src_tok.segmenter(s) for s in src))
+        # tabs and the other separators as spaces, as our tokenizer reads them (JoeyNMT's SentencePiece keeps them)
+        write_lines(out / f"{theirs}.{src_lang}", (src_tok.segmenter(as_spaces(s)) for s in src))
         # training targets segmented like ours; dev/test targets raw, they are the BLEU references
-        write_lines(out / f"{theirs}.{tgt_lang}", (tgt_tok.segmenter(t) for t in tgt) if ours == "train" else tgt)
+        trained = (tgt_tok.segmenter(as_spaces(t)) for t in tgt)
+        write_lines(out / f"{theirs}.{tgt_lang}", trained if ours == "train" else tgt)
     files = {}
     if cfg.model.tie_embeddings == "all":
         files["src_model"], files["src_vocab"] = write_tokenizer(src_tok, out, "joint")

@@ -555,16 +555,17 @@ def process_state(pid: int) -> str | None:
 
 
 def started_by(pid: int) -> list[int]:
-    """The live processes running train.py whose parent is ``pid`` (not a short-lived helper, such as git
-    asked for the code's version, which a first look could catch and a second not find)."""
+    """The live processes whose parent is ``pid`` and which run as the second device's (Lightning's launcher
+    gives them LOCAL_RANK=1): not a short-lived helper, such as git asked for the code's version, which a
+    first look could catch (its command line, before it execs, the parent's) and a second not find."""
     found = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             state, parent = stat.read_text().rpartition(")")[2].split()[:2]
-            command = (stat.parent / "cmdline").read_bytes()
+            environment = b"\0" + (stat.parent / "environ").read_bytes()
         except OSError:  # ended meanwhile
             continue
-        if state != "Z" and int(parent) == pid and b"train.py" in command:
+        if state != "Z" and int(parent) == pid and b"\0LOCAL_RANK=1\0" in environment:
             found.append(int(stat.parent.name))
     return found
 

@@ -226,3 +226,4 @@ def test_a_long_document_is_shown_shortened_in_the_sample_table():
     document = " ".join(f"w{i}" for i in range(300))
     assert _shortened(document) == " ".join(f"w{i}" for i in range(80)) + " ... (300 words in all)"
     assert _shortened("a short sentence .") == "a short sentence ."
+    assert _shortened("字" * 500) == "字" * 400 + " ... (500 characters in all)"  # no spaces to count words by

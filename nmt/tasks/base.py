@@ -244,7 +244,8 @@ def check_split_text(loaded, datamodule, split: str, elsewhere: str) -> None:
             point = (
                 f"give the run's files with +data.{split}=PATH, "
                 if own is not None or split == "train"
-                else f"this run's {split} set was split off its training files (it had no {split} files), "
+                else f"this run's {split} set was split off its training files (it had no {split} files): leave "
+                f"+data.{split} out to score that set, "
             )
         raise ValueError(
             f"split={split}: the {split} text of {datamodule.describe()} read now is not the text "

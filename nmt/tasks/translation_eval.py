@@ -257,11 +257,13 @@ def print_scores(result: dict, sources, references, hypotheses, samples: int) ->
     console.print(f"hypotheses and metrics: {Path(result['hypotheses']).parent}")
 
 
-def _shortened(text: str, words: int = 80) -> str:
+def _shortened(text: str, words: int = 80, characters: int = 400) -> str:
     """A long source (a summariser's document) as a sample shows it: its first words and how many it has,
-    not screens of text beside a one-line output."""
+    not screens of text beside a one-line output; a text without spaces (Chinese) by its characters."""
     split = text.split()
-    return text if len(split) <= words else f"{' '.join(split[:words])} ... ({len(split)} words in all)"
+    if len(split) > words:
+        return f"{' '.join(split[:words])} ... ({len(split)} words in all)"
+    return text if len(text) <= characters else f"{text[:characters]} ... ({len(text)} characters in all)"
 
 
 def print_summary(results: dict) -> None:
