@@ -122,6 +122,7 @@ def test_sentences_a_normalising_tokenizer_reads_alike_go_to_one_split(tmp_path,
     twice = [("Ein Hund.", "A dog."), ("ein hund.", "a dog."), ("Ein  Hund.", "A dog.")]
     lowered = reading_form("lowercase")
     assert pool_drops([d for d, _ in twice], [e for _, e in twice], lowered) == (0, 2)
+    assert lowered(["Ein\tHund."]) == lowered(["ein hund."])  # a tab reads as a space, as the model encodes it
     assert pool_drops([d for d, _ in twice], [e for _, e in twice]) == (0, 0)
     folder = tmp_path / "files"
     write(folder / "train.de", [d for d, _ in twice] + de)

@@ -203,7 +203,7 @@ def reading_form(normalization: str) -> Callable[[list[str]], list[str]] | None:
             )
     finally:
         spm.set_min_log_level(0)  # SentencePiece's default (it offers no reading of the level to restore)
-    return lambda sentences: normalizer.normalize(list(sentences))
+    return lambda sentences: normalizer.normalize([as_spaces(sentence) for sentence in sentences])  # as encoded
 
 
 @contextlib.contextmanager
