@@ -148,6 +148,9 @@ def test_bom_and_crlf_are_removed(tmp_path):
     path = tmp_path / "win.txt"
     path.write_bytes("\ufeffHallo\r\nWelt\r\n".encode())
     assert read_lines(path) == ["Hallo", "Welt"]
+    # files joined (cat a.txt b.txt): the second file's mark opens a line, read as no character
+    path.write_bytes("\ufeffHallo\r\n".encode() * 2 + "\ufeff\r\n".encode())
+    assert read_lines(path) == ["Hallo", "Hallo", ""]
 
 
 def test_tokenizer_cache_is_keyed_by_text_and_settings(tmp_path):

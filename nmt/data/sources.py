@@ -298,9 +298,9 @@ def decode_lines(raw_lines: Iterable[bytes], name: str) -> list[str]:
                 f"{name}, line {number}: invalid UTF-8 ({err.reason} at byte {err.start}); "
                 "re-encode the text as UTF-8 (e.g. iconv -f latin1 -t utf-8)"
             ) from None
-        if number == 1:
-            line = line.removeprefix("\ufeff")
-        lines.append(line.rstrip("\r\n"))
+        # a byte-order mark opens a file, and opens a line where files were joined (cat a.txt b.txt): there it
+        # made a line holding only it a sentence, not an empty line
+        lines.append(line.removeprefix("\ufeff").rstrip("\r\n"))
     return lines
 
 
