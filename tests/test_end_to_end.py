@@ -517,7 +517,10 @@ def test_a_grid_is_refused_off_the_validation_set_and_its_options_are_checked(to
             *grid,
         ),
         r"select_by=rougeL: .*\(ROUGE needs rouge=true\)": ("split=val", "select_by=rougeL", *grid),
-        r"average_last=\[2, 99\]: only \d+ epoch checkpoint": ("split=val", "average_last=[2,99]"),
+        r"average_last=\[2, 99\]: only (\d+) epoch checkpoint.*; give values up to \1, or keep more with ": (
+            "split=val",
+            "average_last=[2,99]",
+        ),
         r"decode.beam_size=0 must be a whole number, at least 1": (
             "split=val",
             "decode.beam_size=[3,0]",

@@ -91,9 +91,13 @@ def check_grid(cfg: DictConfig, task, axes: dict[str, list]) -> None:
             raise ValueError(f"average_last={averages}: each value 0 (the checkpoint's own weights) or N >= 2")
     available, up_to_it = epochs_to_average(cfg.ckpt_path)  # as loading the model counts them
     if max(averages) > 1 and max(averages) > len(available):
+        fewer = [a for a in averages if a <= len(available)]
         raise ValueError(
             f"average_last={averages}: only {len(available)} epoch checkpoint(s) beside {cfg.ckpt_path}"
             + (" up to it" if up_to_it else "")
+            + f"; give values up to {len(available)}"
+            + (f" (average_last={fewer})" if len(fewer) > 1 else "")
+            + ", or keep more with checkpoint.keep_last_epochs when training"
         )
     choose_by(cfg, task)
     for setting in settings(axes):  # a bad value stops the grid before anything is decoded
