@@ -56,6 +56,11 @@ def test_a_translation_with_its_nbest_list_and_attention(client):
         and len(heads[0][0]) == len(data["source_tokens"])
     )
     assert all(abs(sum(row) - 1) < 1e-4 for row in heads[0])  # each target piece's attention sums to one
+    # asked without the weights (most of an answer's bytes): the same translation, no attention field
+    lean = app.post("/api/translate", json={"text": "one two three", "n_best": 3, "attention": False}).json()
+    assert "attention" not in lean and lean["nbest"] == data["nbest"] and lean["target_tokens"] == data["target_tokens"]
+    said = app.post("/api/translate", json={"text": "one", "attention": "no"})
+    assert said.status_code == 422 and "attention" in said.json()["error"]
 
 
 def test_the_pages_title_is_shown_as_text_not_read_as_markup(client):

@@ -15,7 +15,7 @@ import threading
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 from starlette.exceptions import HTTPException
 
 from nmt.inference.page import PAGE
@@ -37,6 +37,9 @@ class TranslateRequest(BaseModel):
     # strict: "3", 2.0 or true are not a number of outputs, nor 5 a text
     text: StrictStr = Field(min_length=1)
     n_best: StrictInt = Field(default=1, ge=1)
+    # the attention weights are most of an answer's bytes (layers x heads x target x source): a client that
+    # draws no heatmap asks without them
+    attention: StrictBool = True
 
 
 def create_app(translator: Translator, max_chars: int = 1000, title: str = "nmt") -> FastAPI:
@@ -124,7 +127,7 @@ def create_app(translator: Translator, max_chars: int = 1000, title: str = "nmt"
             with lock:
                 # a language model has no cross-attention to draw (no source): its page shows no heatmap
                 (hypotheses,) = translator.translate_nbest(
-                    [text], n_best=request.n_best, with_attention=not translator.continues
+                    [text], n_best=request.n_best, with_attention=request.attention and not translator.continues
                 )
         except InputError as err:
             if err.too_long:  # the command line's remedies are not the requester's to take
@@ -148,8 +151,12 @@ def create_app(translator: Translator, max_chars: int = 1000, title: str = "nmt"
             ],
             "source_tokens": best.src_tokens,
             "target_tokens": [*best.tokens, "</s>"],
-            # per decoder layer: heads x target pieces x source pieces
-            "attention": {name: weights.tolist() for name, weights in (best.attention or {}).items()},
+            # per decoder layer: heads x target pieces x source pieces (none asked for: left out)
+            **(
+                {"attention": {name: weights.tolist() for name, weights in (best.attention or {}).items()}}
+                if request.attention
+                else {}
+            ),
         }
 
     return app
