@@ -5,7 +5,7 @@ trained models' outputs, and the same ranking on validation, where a choice may 
 import math
 
 from nmt.sweep import analysis, store
-from nmt.sweep.document import DASH, Document, cell_name, fmt, fmt_p, literal
+from nmt.sweep.document import DASH, Document, cell_name, fmt, fmt_p
 from nmt.tasks.base import FINAL_RESULTS
 
 MIN_SEEDS = 3  # fewer seeds in a cell: its interval is too wide (or absent) to conclude anything from
@@ -71,8 +71,7 @@ def past_range_cells(rows: list[dict], factors, metric: str) -> str:
     """The cells whose 95% interval reaches past the values ``metric`` can take, each with its interval and
     the bound it passes (``"optim=adam (26.10 ± 31.20: below 0)"``), or ``""``."""
     return "; ".join(
-        f"{', '.join(f'{f}={literal(row[f])}' for f in factors) or 'the runs'} "
-        f"({fmt(row['mean'])} ± {fmt(row['ci95'])}: {side})"
+        f"{cell_name((f, row[f]) for f in factors) or 'the runs'} ({fmt(row['mean'])} ± {fmt(row['ci95'])}: {side})"
         for row in rows
         if (side := analysis.past_range(row["mean"], row["ci95"], metric))
     )
@@ -103,7 +102,7 @@ def validation_choice(validation: dict, rows: list[dict], factors) -> str:
     best, second = validation["rows"][:2]
 
     def name(row: dict) -> str:
-        return ", ".join(f"{f}={literal(row[f])}" for f in factors)
+        return cell_name((f, row[f]) for f in factors)
 
     tied = [row for row in validation["rows"] if analysis.same_mean(row["mean"], best["mean"])]
     if len(tied) == len(validation["rows"]) > 2:  # not "two of them tie": every cell does

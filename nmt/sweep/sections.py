@@ -4,7 +4,7 @@ statistics support: Holm-adjusted, from cells with enough seeds)."""
 import math
 
 from nmt.sweep import analysis, effects
-from nmt.sweep.document import Document, literal
+from nmt.sweep.document import Document, cell_name, literal
 from nmt.sweep.levels import same_level
 from nmt.sweep.ranking import past_range_cells
 from nmt.sweep.summary import budget_text, plural
@@ -338,13 +338,13 @@ def findings(
     if levels and "seeds" in ranking and ranking["base"] not in ranking["seeds"]:
         sentences.append(
             "No cell is compared with the baseline ("
-            + ", ".join(f"{f}={literal(v)}" for f, v in zip(levels, ranking["base"], strict=True))
+            + cell_name(zip(levels, ranking["base"], strict=True))
             + "): it has no finished run (the Ranking says what to do)."
         )
     if ranking["compared"]:
         if better or worse:
             for label, cells in (("better", better), ("worse", worse)):
-                named = "; ".join(", ".join(f"{f}={literal(v)}" for f, v in zip(levels, c, strict=True)) for c in cells)
+                named = "; ".join(cell_name(zip(levels, c, strict=True)) for c in cells)
                 if cells:
                     sentences.append(
                         f"{plural(len(cells), 'cell')} {'is' if len(cells) == 1 else 'are'} {label} than the baseline "

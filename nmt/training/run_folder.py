@@ -268,9 +268,9 @@ def check_data(run_dir: Path, current: dict, force: bool, resuming: bool = False
         raise RunFolderError(
             f"{run_dir} holds a checkpoint trained with other {' and '.join(unreadable)} ({what} differ), whose "
             "embeddings index other pieces: not even resume=force continues it. Give the data settings the run "
-            f"had (its config.yaml: data.tokenizer, data.segmenter), or choose another run_dir (where the settings "
-            "are the run's: its training text holds tabs or other separators, which tokenizers made before they "
-            "were read as spaces kept)"
+            f"had (its config.yaml: data.tokenizer, data.segmenter), or choose another run_dir. If they are the "
+            "run's, its training text holds tabs or other separators: a tokenizer made before they were read as "
+            "spaces kept them, and one made now does not"
         )
     if force:
         return f"warning: resume=force: continuing {run_dir} on other data ({what})"
