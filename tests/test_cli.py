@@ -73,7 +73,7 @@ def test_a_launchers_key_under_another_launcher_names_the_launcher_to_choose(mon
     )
     # a key under one the launcher has: Hydra's own message (add it with +); a launcher not installed is skipped
     assert launcher_key_message(["hydra/launcher=submitit_slurm", "hydra.launcher.additional_parameters.x=1"]) is None
-    monkeypatch.setattr("nmt.cli.LAUNCHERS", ("not_installed", "basic", "joblib"))
+    monkeypatch.setattr("nmt.cli.sweep_args.LAUNCHERS", ("not_installed", "basic", "joblib"))
     assert launcher_key_message(["hydra.launcher.n_jobs=2"]).endswith("choose hydra/launcher=joblib")
     assert launcher_key_message(["hydra.launcher.gpus_per_node=1"]).endswith("no installed launcher has gpus_per_node")
     monkeypatch.setattr(sys, "argv", ["sweep.py", "grid=none", "pos=absolute,rope"])

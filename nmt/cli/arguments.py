@@ -1,0 +1,113 @@
+"""Arguments made readable before Hydra starts: existing paths holding Hydra's grammar quoted, train.py's
+``run_dir`` made Hydra's output folder too, and an argument the grammar cannot read said in one line."""
+
+import re
+from pathlib import Path
+
+# characters of Hydra's override grammar that a sweep's run folders hold (pos=rope,seed=1)
+GRAMMAR_CHARACTERS = re.compile(r"[=,\[\]{}()' \"]")
+
+
+def quoted_paths(argv: list[str]) -> list[str]:
+    """``key=value`` whose value is an existing file or folder with characters of Hydra's grammar in its
+    name (``ckpt_path=sweeps/pos/pos=rope,seed=1``), quoted so that Hydra reads it as one path (it would
+    otherwise fail on the ``=``, or read a list at the ``,``)."""
+    quoted = []
+    for arg in argv:
+        key, sep, value = arg.partition("=")
+        if sep and not arg.startswith(("-", "~")) and GRAMMAR_CHARACTERS.search(value) and "'" not in value:
+            if not value.startswith(("[", '"')) and Path(value).expanduser().exists():
+                arg = f"{key}='{value}'"
+            elif value.startswith("[") and value.endswith("]") and (paths := _existing_paths(value[1:-1])):
+                listed = ",".join(f"'{p}'" for p in paths)
+                arg = f"{key}=[{listed}]"  # an ensemble of sweep runs' checkpoints
+        quoted.append(arg)
+    return quoted
+
+
+def _existing_paths(items: str) -> list[str] | None:
+    """``a,b,c`` read as existing paths whose names may hold commas (``pos=rope,seed=1/best.ckpt``): each
+    path the shortest run of comma-separated parts that exists; None unless every part belongs to one."""
+    paths, parts = [], []
+    for part in items.split(","):
+        parts.append(part)
+        if Path(",".join(parts)).expanduser().exists():
+            paths.append(",".join(parts))
+            parts = []
+    if parts or not any(GRAMMAR_CHARACTERS.search(p) for p in paths):
+        return None  # a part no path takes, or paths Hydra reads as written
+    return paths
+
+
+def unparsable_message(argv: list[str]) -> str | None:
+    """An argument Hydra's override grammar cannot read, in one line saying what to do, for Hydra's bare "no
+    viable alternative at input": a value the shell split at its spaces (a brace or bracket left open; its
+    other words are then arguments of their own), or a list item key=value left unquoted (level_settings)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import OverrideParseException
+
+    parser = OverridesParser.create()
+    for arg in argv:
+        if arg.startswith("-") or "=" not in arg:  # flags (-m, --help); the words of a split value come after it
+            continue
+        try:
+            parser.parse_overrides([arg])
+        except OverrideParseException as err:
+            key, _, value = arg.partition("=")
+            example = (
+                "\"level_settings={optim: {adam: ['optim.optimizer.lr=0.001'], noam: ['warmup=400']}}\""
+                if key.lstrip("+~") == "level_settings"
+                else f'"{key}=..."'
+            )
+            if any(value.count(a) != value.count(b) for a, b in ("{}", "[]", "()")):
+                hint = f"the shell split the value at its spaces: quote the whole argument, as {example}"
+            elif re.search(r"[\[,]\s*[^'\"\[\]{},\s]+=", value):
+                hint = f"quote each key=value item of a list, as {example}"
+            else:
+                hint = "quote a value that holds spaces or Hydra's special characters (docs/configuration.md)"
+            return f"error: {arg}: Hydra cannot read it ({str(err).splitlines()[0]}); {hint}"
+    return None
+
+
+def _given_run_dir(argv: list[str]) -> str | None:
+    """train.py's ``run_dir`` as the command line gives it (the last one), None where Hydra chooses the folder:
+    none given, null, or a multirun's."""
+    given = [a.partition("=")[2] for a in argv if a.lstrip("+").startswith("run_dir=")]
+    if not given or given[-1] in ("", "null") or any(a in ("-m", "--multirun") for a in argv):
+        return None
+    return given[-1]
+
+
+def hydra_dir_from_run_dir(argv: list[str]) -> list[str]:
+    """train.py given ``run_dir=...``: Hydra's own output (``.hydra/``, the log) goes into that folder too, as a
+    sweep's runs do, not into a second folder under ``runs/`` of the working directory."""
+    given = _given_run_dir(argv)
+    if given is None or any("hydra.run.dir=" in a for a in argv):
+        return argv
+    folder = Path(given.strip("'\"")).expanduser()
+    if _file_in_the_way(folder):
+        return argv  # refused by run_dir_message before Hydra makes a folder of its own for the run
+    # run_dir expands ~ itself; Hydra would make a folder named "~" in the working directory
+    home = given.strip("'\"").startswith("~") and "'" not in str(folder)
+    extra = [f"hydra.run.dir='{folder}'" if home else f"hydra.run.dir={given}"]
+    if (folder / "fingerprint.json").is_file():
+        extra.append(
+            "hydra.output_subdir=null"
+        )  # a run's folder: its record is not rewritten by a command it may refuse
+    return [*argv, *extra]
+
+
+def _file_in_the_way(folder: Path) -> bool:
+    return any(p.exists() and not p.is_dir() for p in (folder, *folder.parents))
+
+
+def run_dir_message(argv: list[str]) -> str | None:
+    """train.py's ``run_dir`` where a file stands (the folder or one of its parents), said before Hydra starts:
+    Hydra would otherwise make a folder of its own for the refused run (``runs/<name>/<date>/``)."""
+    given = _given_run_dir(argv)
+    if given is None:
+        return None
+    folder = Path(given.strip("'\"")).expanduser()
+    if not _file_in_the_way(folder):
+        return None
+    return f"error: run_dir={folder}: a file stands where the run folder or one of its parents should be"

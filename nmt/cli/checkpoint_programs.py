@@ -1,0 +1,126 @@
+"""The programs that use a checkpoint (translate, evaluate, serve, export): keys of their own and no training
+groups, one run each (no multirun), lists in brackets."""
+
+import re
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from nmt.cli.names import CONF, checkpoint_program, closest, config_keys
+
+
+def foreign_group_message(argv: list[str], config_name: str, conf: Path = CONF) -> str | None:
+    """One line for a training group (``pos=rope``, ``+model=rnn``) given to a program whose config has no
+    such group (translate, evaluate, serve, export: the checkpoint's own settings apply). Hydra suggested
+    ``+pos=rope``, which was then accepted and read by nothing. None for train.py and sweep.py (whose
+    defaults take the groups)."""
+    config = checkpoint_program(config_name, conf)
+    if config is None:  # a config of groups (train: model, pos, recipe, ...), or built on one (sweep)
+        return None
+    for arg in argv:
+        key, sep, _ = arg.lstrip("+~").partition("=")
+        if arg.startswith(("-", "hydra")) or not key or "." in key or not (conf / key).is_dir():
+            continue
+        block = f"; its {key} block takes {key}.<key>=..." if key in config else ""
+        return (
+            f"error: {arg} (on the command line): {config_name}.py takes no {key} group, the checkpoint's own "
+            f"settings apply{block} (its options: python {config_name}.py --help)"
+        )
+    return None
+
+
+# where a checkpoint-using program takes keys its config does not list: evaluate.py's data overrides (a
+# data=files run's +data.test=PATH)
+OPEN_BLOCKS = {"evaluate": ("data.",)}
+
+
+def checkpoint_use_message(argv: list[str], config_name: str, conf: Path = CONF) -> str | None:
+    """One line, for translate.py, evaluate.py, serve.py and export.py, for a key given null that takes a value
+    (``output=null``, ``device=null``, ``decode=null``: tracebacks at the first use), or a key added with ``+``
+    that the program does not read (``+beam_size=1`` was taken, and read by nothing)."""
+    config = checkpoint_program(config_name, conf)
+    if config is None:
+        return None
+    defaults = OmegaConf.to_container(OmegaConf.masked_copy(config, [k for k in config if k != "hydra"]))
+    known = config_keys(OmegaConf.create(defaults))
+    for arg in argv:
+        key, sep, value = arg.lstrip("+").partition("=")
+        if arg.startswith(("-", "~")) or not sep or key.startswith("hydra"):
+            continue
+        if arg.startswith("+") and key not in known:
+            if key.startswith((*OPEN_BLOCKS.get(config_name, ()), "decode.")):  # decode: a search option's check
+                continue
+            close = closest(key, [k for k in known if "." in k or not isinstance(defaults.get(k), dict)])
+            hint = f": did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+            return (
+                f"error: {arg} (on the command line): {config_name}.py reads the keys of its config alone, and a key "
+                f"added with + is read by nothing{hint} (python {config_name}.py --help lists them)"
+            )
+        if not re.fullmatch(r"(?i)null", value) or key not in known:
+            continue
+        default = defaults
+        for part in key.split("."):
+            default = default[part]
+        if default is None:
+            continue
+        if isinstance(default, dict):
+            return (
+                f"error: {key}=null (on the command line): {key} is a block of options, not a value: set them one "
+                f"by one ({key}.<option>=...)"
+            )
+        if default == "???":
+            what = f"{config_name}.py needs it"
+        else:
+            what = f"leave it out for its default ({default})"
+        return f"error: {key}=null (on the command line): {key} takes a value, not null; {what}"
+    return None
+
+
+def multirun_message(argv: list[str], config_name: str, conf: Path = CONF) -> str | None:
+    """One line where translate.py, evaluate.py, serve.py or export.py is given Hydra's multirun (``-m``, or a
+    comma list, for which Hydra's own message suggests ``-m``): ``evaluate.py split=test decode.beam_size=1,3
+    -m`` scored both on the test set, round the rule that a decoding grid is chosen on validation."""
+    if checkpoint_program(config_name, conf) is None:
+        return None
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    grid = "evaluate.py scores the values of a list on the validation set, then chooses one"
+    if any(arg in ("-m", "--multirun") for arg in argv):
+        how = f"; {grid} (decode.beam_size=[4,5] split=val)" if config_name == "evaluate" else ""
+        return f"error: -m (on the command line): {config_name}.py runs once, not a multirun{how}"
+    parser = OverridesParser.create()
+    for arg in argv:
+        if arg.startswith("-") or "=" not in arg:
+            continue
+        try:
+            swept = parser.parse_override(arg).is_sweep_override()
+        except Exception:  # noqa: BLE001 - Hydra says what it cannot read
+            continue
+        if swept:
+            return f"error: {arg} (on the command line): {_one_run_advice(arg, config_name, grid)}"
+    return None
+
+
+def _one_run_advice(arg: str, config_name: str, grid: str) -> str:
+    """What a program of a checkpoint, given ``key=a,b``, takes instead: a list in brackets where the key
+    takes one (a decoding grid, an ensemble, several test sets), else a quoted value with its comma."""
+    given, _, value = arg.partition("=")
+    key = given.lstrip("+~")
+    listed = f"{given}=[{value}]" if "(" not in value else f"{given}=[a,b,...]"
+    said = f"Hydra reads it as the sweep of a multirun, which {config_name}.py does not run; "
+    if key == "average_last" or key.startswith("decode."):
+        if config_name == "evaluate":
+            return said + f"give a list, {listed}, with split=val: {grid}"
+        return said + f"give one value ({grid})"
+    if key in LIST_KEYS.get(config_name, ()):
+        return said + f"a list is written in brackets: {listed}"
+    return f"a value holding a comma is quoted ({given}='{value}'); unquoted, {said.removesuffix('; ')}"
+
+
+# the keys of a program of a checkpoint that take a list: an ensemble's checkpoints, several sets to score,
+# the sentences whose attention to draw
+LIST_KEYS = {
+    "evaluate": ("split", "attention_maps"),
+    "translate": ("ckpt_path",),
+    "serve": ("ckpt_path",),
+}

@@ -1,0 +1,214 @@
+"""Keys and group options the composed config does not have, said in one line with the closest names (Hydra
+would suggest ``+key=value``, which adds a key that nothing reads)."""
+
+import difflib
+import re
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from nmt.cli.checkpoint_programs import OPEN_BLOCKS
+from nmt.cli.names import CONF, checkpoint_program, closest, config_keys
+from nmt.data.build import EVALUATION_DATA_OPTIONS
+
+
+def unknown_key_message(argv: list[str], config_name: str, conf: Path = CONF) -> str | None:
+    """One line for a switch given another word than true or false (:func:`_switch_message`), or for the
+    first ``key=value`` of ``argv`` whose key is neither a config group nor a key of the composed config
+    (for a sweep, of the config Hydra composes first), with the closest known names (Hydra itself would
+    suggest ``+key=value``, which adds a key that nothing reads). None when every key is known, or when
+    composing fails for another reason (Hydra then reports that one)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    groups = sorted(str(p.relative_to(conf)) for p in conf.rglob("*") if p.is_dir())
+    items = [a for a in argv if ("=" in a or a.startswith("~")) and not a.startswith(("-", "+", "hydra"))]
+    group_overrides = [f"{k}={v.split(',')[0]}" for k, _, v in (a.partition("=") for a in items) if k in groups]
+    plain = [a.lstrip("~").partition("=")[0] for a in items if a.lstrip("~").partition("=")[0] not in groups]
+    if not plain and not any(a.startswith("++") for a in argv):
+        return None
+    if GlobalHydra.instance().is_initialized():
+        return None  # inside a test or a program that composes configs itself
+    try:
+        with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
+            cfg = compose(config_name, overrides=group_overrides, return_hydra_config=True)
+            # a sweep's grid may choose groups too (grid=rnn sets model=rnn): compose with its first levels
+            params = OmegaConf.select(cfg, "hydra.sweeper.params") or {}
+            chosen = {o.partition("=")[0] for o in group_overrides}
+            grid_groups = [f"{k}={str(v).split(',')[0]}" for k, v in params.items() if k in groups and k not in chosen]
+            if grid_groups:
+                cfg = compose(config_name, overrides=[*grid_groups, *group_overrides], return_hydra_config=True)
+            choices = dict(cfg.hydra.runtime.choices)
+            cfg = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
+            # a sweep's groups given several options: Hydra composes its own config first with each at its
+            # default (model=transformer for model=rnn,boe), and sets the other keys there
+            swept = {k: v for k, _, v in (a.partition("=") for a in items) if k in groups and "," in v}
+            first, first_choices = None, {}
+            if swept:
+                others = [o for o in group_overrides if o.partition("=")[0] not in swept]
+                first = compose(config_name, overrides=others, return_hydra_config=True)
+                first_choices = dict(first.hydra.runtime.choices)
+                first = OmegaConf.masked_copy(first, [k for k in first if k != "hydra"])
+    except Exception:  # a bad group option or the like: Hydra's own message names it
+        return None
+    known = config_keys(cfg)
+    # ++key=value sets a key as key=value does: its switch checked too
+    switch = _switch_message(cfg, [*items, *(a.lstrip("+") for a in argv if a.startswith("++") and "=" in a)])
+    if switch:
+        return switch
+    first_keys = config_keys(first) if first is not None else known
+    for key in plain:
+        group = key.split(".")[0]
+        if key in known and key not in first_keys and group in swept:
+            value = next(a.partition("=")[2] for a in items if a.lstrip("~").partition("=")[0] == key)
+            return (
+                f"error: {key!r} (on the command line): a sweep's config is composed first with "
+                f"{group}={first_choices.get(group)} (the default), which has no such key, and with {group}="
+                f"{swept[group]} only after; write ++{key}={value} to set it in every run (every level of {group} "
+                "must then take it)"
+            )
+        if key in known or (group in swept and key in first_keys):
+            continue  # a key of the default and of some levels: the sweep's plan names the levels without it
+        owners = _other_options_with(key, conf, groups)
+        close = closest(key, list(dict.fromkeys(known + groups)))
+        group = key.split(".")[0]
+        parent, _, option = key.rpartition(".")
+        if parent == "validation.search" and option in _search_options():  # a block that lists its defaults only
+            return (
+                f"error: {key!r} (on the command line): validation.search takes every search option, but lists "
+                f"only those it sets: add this one with +{key}=... ({_search_readers(option)})"
+            )
+        keys = [k for k in known if k.startswith(f"{group}.")]
+        opened = checkpoint_program(config_name, conf) is not None and key.startswith(OPEN_BLOCKS.get(config_name, ()))
+        taken = [f"data.{k}" for k in EVALUATION_DATA_OPTIONS]  # evaluate.py's, listed in its block or not
+        if opened and keys and key in taken:  # it lists some of them, and takes the others with +
+            hint = f"{config_name}.py's {group} block lists only {', '.join(keys)}; give this one with +{key}=..."
+        elif opened and keys:  # a key it refuses, even with +: a misspelling of one it takes, or all of them
+            close = difflib.get_close_matches(key, taken, n=1, cutoff=0.85)
+            hint = (
+                f"did you mean {close[0]!r}?"
+                if close
+                else f"an evaluation keeps the run's other {group} settings; {config_name}.py takes these of a "
+                f"run's {group} keys: {', '.join(taken)}"
+            )
+        elif owners and choices.get(group) is None and keys:  # not a group here: the config's own block of that name
+            hint = f"{config_name}.py's {group} block takes only {', '.join(keys)}"
+        elif owners and choices.get(group) is not None:
+            hint = f"it is a key of {' or '.join(f'{group}={o}' for o in owners)}, not of {group}={choices.get(group)}"
+        elif close:
+            hint = f"did you mean {' or '.join(repr(c) for c in close)}?"
+        else:
+            hint = "no key or group has a similar name"
+        # a search option's block takes the options it lists: a new key there is refused, not added; nor is a
+        # key of another option of a group added to this one (the group's own check refuses it)
+        adds = "" if parent in ("decode", "validation.search") or owners else f"; +{key}=... adds a new key"
+        lists = "the groups"
+        if checkpoint_program(config_name, conf) is not None:  # keys of its own, no groups: an added key is refused
+            lists = "its keys"
+            adds = ""  # evaluate.py's data keys given with +: said in the hint
+        return (
+            f"error: {key!r} (on the command line) is neither a key of the {config_name} config nor a config "
+            f"group: {hint} (python {config_name}.py --help lists {lists}{adds})"
+        )
+    return None
+
+
+SWITCH_WORDS = ("yes", "no", "y", "n", "on", "off", "t", "f", "none", "enabled", "disabled", "enable", "disable")
+
+
+def _switch_message(cfg, items: list[str]) -> str | None:
+    """One line for a switch (a key whose composed value is true or false) given another word: Hydra keeps
+    ``joint=no`` as the string 'no', which every ``if`` then reads as true."""
+    for item in items:
+        key, _, value = item.lstrip("~").partition("=")
+        # composed without Hydra's runtime: a value that interpolates it (the run's name) is not resolved here
+        if not isinstance(OmegaConf.select(cfg, key, default=None, throw_on_resolution_failure=False), bool):
+            continue
+        words = [v.strip().strip("'\"") for v in value.split(",")]
+        # words meant as a switch; a key that also takes a word (compile=layers) checks its words itself
+        wrong = [w for w in words if w.lower() in SWITCH_WORDS]
+        if wrong:
+            return (
+                f"error: {key}={value} (on the command line): {wrong[0]!r} is read as a word (true to an if), not "
+                "as a switch; give true or false"
+            )
+    return None
+
+
+def _search_options() -> list[str]:
+    from nmt.decoding.settings import SearchConfig
+
+    return list(SearchConfig.__dataclass_fields__)
+
+
+def _search_readers(option: str) -> str:
+    from nmt.decoding.settings import readers
+
+    return readers(option, "validation.search")
+
+
+def _other_options_with(key: str, conf: Path, groups: list[str]) -> list[str]:
+    """For ``group.sub.key``: the options of that config group whose file sets ``sub.key`` (``model.num_heads``
+    is a key of model=transformer), so that a key of another option is named as such."""
+    group, _, rest = key.partition(".")
+    if not rest or group not in groups:
+        return []
+    owners = []
+    for path in sorted((conf / group).glob("*.yaml")):
+        # a global option's keys are top-level keys: task=translation sets task.rouge as `task: {rouge: ...}`
+        overall = any("@package _global_" in line for line in path.read_text().splitlines()[:3])
+        try:
+            absent = object()  # a key set to null is still the option's key (additive's attention_dim: null)
+            if OmegaConf.select(OmegaConf.load(path), key if overall else rest, default=absent) is not absent:
+                owners.append(path.stem)
+        except Exception:  # noqa: BLE001  (a file that does not load alone: not an owner to name)
+            continue
+    return owners
+
+
+def unknown_option_message(argv: list[str], conf: Path = CONF) -> str | None:
+    """One line for the first ``group=option`` of ``argv`` whose option has no file in the group (Hydra's own
+    report spans a screen: the search path, the options, a hint about a stack trace), listing the valid ones.
+    Values with Hydra's sweep syntax (choice(...), glob(...), ...) are left to Hydra."""
+    for arg in argv:
+        key, sep, value = arg.lstrip("+").partition("=")
+        group = conf / key
+        hydras = key.startswith("hydra/")  # hydra/launcher=...: Hydra's groups and its plugins' options
+        if not sep or arg.startswith(("-", "~")) or not key or not (hydras or group.is_dir()) or key == "hydra":
+            continue
+        if key.startswith("hydra.") or not re.fullmatch(r"[\w./-]+(,[\w./-]+)*", value):
+            continue
+        options = _hydra_group_options(key, conf) if hydras else None
+        if hydras and not options:
+            continue  # not read here: Hydra's own report
+        if not hydras:
+            options = sorted(str(p.relative_to(group).with_suffix("")) for p in group.rglob("*.yaml"))
+        for option in value.split(","):
+            if option == "null":  # Hydra's "Config group override must be a string or a list", in a traceback
+                instead = f"{key}=none chooses its option none" if "none" in options else "leave it out for its default"
+                return (
+                    f"error: {key}=null (on the command line): a group takes one of its options, not null ({instead}); "
+                    f"valid: {', '.join(options)}"
+                )
+            if option not in options:
+                close = difflib.get_close_matches(option, options, n=1, cutoff=0.6)
+                plus = "+" if arg.startswith("+") else ""  # +tuned=...: a group train.py's defaults do not choose
+                hint = f" (did you mean {plus}{key}={close[0]}?)" if close else ""
+                return (
+                    f"error: {key}={option} (on the command line): not an option of group {key}{hint}; "
+                    f"valid: {', '.join(options)}"
+                )
+    return None
+
+
+def _hydra_group_options(group: str, conf: Path) -> list[str] | None:
+    """The options of one of Hydra's own groups (hydra/launcher: basic, joblib, the installed plugins'), as
+    Hydra's search path finds them; None where they cannot be read."""
+    try:
+        from hydra._internal.config_loader_impl import ConfigLoaderImpl
+        from hydra._internal.utils import create_config_search_path
+
+        loader = ConfigLoaderImpl(config_search_path=create_config_search_path(str(conf)))
+        return sorted(loader.get_group_options(group)) or None
+    except Exception:  # noqa: BLE001 - Hydra's internals: its own report instead
+        return None

@@ -1,0 +1,95 @@
+"""Calling a program's function: a user's mistake ends with one line and status 2, not a traceback."""
+
+import os
+import sys
+from collections.abc import Callable
+
+from omegaconf.errors import MissingMandatoryValue
+
+from nmt.utils.ranks import first_on_this_machine
+
+# user errors: builtins raised by our own checks (each naming the key or file and what to do), and classes
+# named by module, looked up only if their module was loaded (an error cannot come from a module that was
+# not imported), so that translate.py or serve.py never import Lightning just to catch its exceptions
+BUILTIN_USER_ERRORS = (
+    ValueError,
+    FileNotFoundError,
+    NotADirectoryError,
+    IsADirectoryError,
+    PermissionError,
+    FloatingPointError,
+)
+NAMED_USER_ERRORS = (
+    ("nmt.training.config", "ConfigError"),
+    ("nmt.inference.checkpoint", "CheckpointError"),
+    ("nmt.training.checkpoint_io", "CheckpointWriteError"),
+    ("nmt.data.sources", "DataNotFoundError"),
+    ("lightning.fabric.utilities.exceptions", "MisconfigurationException"),  # Lightning's check of trainer.*
+)
+
+
+# errors whose message is a head line, then one line per problem (ConfigError) or per place tried with the
+# fix last (DataNotFoundError): all of it is the message, not only its head
+LISTING_ERRORS = ("ConfigError", "DataNotFoundError")
+
+
+def user_errors() -> tuple[type, ...]:
+    named = [getattr(sys.modules[module], name) for module, name in NAMED_USER_ERRORS if module in sys.modules]
+    return (*BUILTIN_USER_ERRORS, *named, MissingMandatoryValue)
+
+
+def user_message(err: BaseException) -> str:
+    """One line for a user error (the first line of the exception's own message, or a hint)."""
+    if isinstance(err, MissingMandatoryValue):
+        key = getattr(err, "full_key", None) or "a key"
+        return f"{key} is required and has no value: add {key}=... to the command line"
+    if isinstance(err, OSError) and err.filename:
+        return f"{err.filename}: {err.strerror}"
+    text = str(err).strip()
+    if type(err).__name__ in LISTING_ERRORS:  # every problem (or place tried), on one line
+        head, *problems = text.splitlines()
+        return f"{head} " + "; ".join(p.strip() for p in problems)
+    return text.splitlines()[0] if text else type(err).__name__
+
+
+def run_cli(function: Callable, cfg) -> None:
+    """Call ``function(cfg)``; a user error prints 'error: <message>' and exits with status 2
+    (set NMT_DEBUG=1 to see the traceback)."""
+    try:
+        function(cfg)
+    except (BrokenPipeError, ConnectionResetError):  # a socket's reader that left with lines unread: a reset
+        if not _stdout_closed():  # another pipe or connection (a worker's): a fault of its own
+            raise
+        # the reader of standard output went away (translate.py ... | head, or a socket's peer): quiet, as a
+        # command killed by SIGPIPE, and nothing more written (the interpreter's last flush would raise again)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise SystemExit(128 + 13) from None
+    except KeyboardInterrupt:  # Ctrl-C where no stage of the command handles it (preparing data, reading a model)
+        if os.environ.get("NMT_DEBUG"):
+            raise
+        print("interrupted", file=sys.stderr)
+        raise SystemExit(130) from None
+    except Exception as err:
+        if not isinstance(err, user_errors()):
+            raise
+        if os.environ.get("NMT_DEBUG"):
+            raise
+        # a check fails alike in every process of a DDP run on one machine: said once there, by the first, in
+        # one write (the processes' copies ran together on one line); each machine says its own
+        if first_on_this_machine():
+            sys.stderr.write(f"error: {user_message(err)}\n")
+            sys.stderr.flush()
+        raise SystemExit(2) from None
+
+
+def _stdout_closed() -> bool:
+    """Whether standard output is a pipe or socket whose reader has closed it (poll reports an error on it,
+    or a socket's hang-up)."""
+    import select
+
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+    except (AttributeError, ValueError, OSError):  # no poll (Windows), or stdout without a descriptor
+        return False
