@@ -70,9 +70,8 @@ wheelhouse: $(STAMP)  ## wheels of hydra-core, omegaconf, antlr4, sacremoses and
 
 # the corpora (from NMT_DATA) and the tokenizers and encodings derived from them, for the same machine: with
 # wheelhouse/ and gpu-kit/ there, export NMT_DATA=<there>/gpu-kit/data NMT_CACHE=<there>/gpu-kit/cache
-gpu-kit: $(STAMP)  ## gpu-kit/ (Multi30k and its cached encodings) and wheelhouse/, for an offline GPU machine
+gpu-kit: $(STAMP) wheelhouse  ## gpu-kit/ (Multi30k and its cached encodings) and wheelhouse/, for an offline GPU machine
 	$(BIN)/python -m benchmarks.gpu_kit --out gpu-kit $(ARGS)
-	$(MAKE) wheelhouse
 
 bench-mfu: $(STAMP)  ## model-FLOPs utilisation of training, fp32 and bf16 (ARGS="--device cuda --compile ...")
 	$(BIN)/python -m benchmarks.mfu $(ARGS)

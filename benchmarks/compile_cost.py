@@ -32,7 +32,7 @@ from benchmarks.options import check_device_and_json
 
 def one(setting: str, device: str, overrides: list[str], shapes: int, timed: int) -> dict:
     from nmt.data.tokenizer import PAD_ID
-    from nmt.training.config import resolve_precision
+    from nmt.training.config_device import resolve_precision
     from nmt.training.train import compile_model
     from nmt.utils.instantiate import instantiate
 

@@ -377,7 +377,7 @@ def _time_run_validation(model: Path, device: str, precision: str | None, scores
     from nmt.data.tokenizer import PAD_ID
     from nmt.inference.loading import load_model
     from nmt.tasks import build_task, task_config
-    from nmt.training.config import resolve_precision
+    from nmt.training.config_device import resolve_precision
     from nmt.training.lightning_data import lightning_data
     from nmt.training.module import TaskModule
     from nmt.utils.instantiate import instantiate

@@ -24,7 +24,7 @@ from benchmarks.options import check_device_and_json
 from benchmarks.systems import our_transformer
 from nmt.data.tokenizer import PAD_ID
 from nmt.modules.loss import LabelSmoothedCrossEntropy
-from nmt.training.config import MATMUL_PRECISIONS
+from nmt.training.config_rules import MATMUL_PRECISIONS
 from nmt.utils.io import atomic_write_json
 
 PEAK_SIZES = {"cpu": 2048, "cuda": 8192}

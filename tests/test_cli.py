@@ -316,12 +316,12 @@ def test_the_mode_check_reads_the_direction_the_sweep_ranks_by(metric, mode):
     from omegaconf import OmegaConf
 
     from nmt.sweep.analysis import ranking
-    from nmt.training.config import _mode_problems
+    from nmt.training.config_task import mode_problems
 
     cfg = OmegaConf.create({"checkpoint": {"monitor": metric, "mode": mode}})
-    assert _mode_problems(cfg, "checkpoint", metric) == []
+    assert mode_problems(cfg, "checkpoint", metric) == []
     cfg.checkpoint.mode = "max" if mode == "min" else "min"
-    assert _mode_problems(cfg, "checkpoint", metric)
+    assert mode_problems(cfg, "checkpoint", metric)
     records = [
         {"factors": {"cell": cell}, "seed": 1, "metrics": {metric: value}} for cell, value in (("a", 1.0), ("b", 2.0))
     ]

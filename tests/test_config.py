@@ -488,7 +488,7 @@ def test_the_models_check_builds_its_layers_without_initialising_them(model):
     """The meta-device build that checks the constructor skips weight initialisation: the same modules and
     shapes as a real build, and no random fill (on the meta device those went through PyTorch's reference
     kernels, which imported torch._dynamo: a second of every sweep plan and refused run)."""
-    from nmt.training.config import _WithoutInit
+    from nmt.training.config_model import _WithoutInit
 
     given = {"transformer": ["model.init=fairseq"], "rnn": ["model=rnn"], "transformer_lm": ["task=lm"]}[model]
     cfg = compose_train(*given)

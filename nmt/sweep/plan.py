@@ -149,7 +149,7 @@ def run_overrides(config: DictConfig, values: dict[str, str]) -> list[str]:
 
 def expected_fingerprint(overrides: list[str]) -> dict:
     """The fingerprint train.py will record for the run with these overrides (composed here as it will be)."""
-    from nmt.training.config import resolve_precision
+    from nmt.training.config_device import resolve_precision
     from nmt.training.run_folder import fingerprint
 
     cfg = compose_train(overrides)

@@ -18,8 +18,10 @@ from nmt.models.build import count_parameters
 from nmt.tasks import Task
 from nmt.training import weight_casts
 from nmt.training.callbacks import WallClock, what_ended
-from nmt.training.config import ConfigError, checked_task, no_repeated_layers, resolve_precision
+from nmt.training.config import ConfigError, checked_task
+from nmt.training.config_device import resolve_precision
 from nmt.training.config_groups import describe_recipe, logged_config, run_params
+from nmt.training.config_model import no_repeated_layers
 from nmt.training.final import (
     as_float,
     final_scores,
