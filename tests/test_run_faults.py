@@ -1035,7 +1035,7 @@ def test_a_glob_of_levels_stops_the_sweep_in_one_line(tmp_path, capsys):
 def test_a_numbered_sweep_name_is_a_folder_and_a_tuned_file_is_named_in_its_problems(tmp_path, capsys):
     """sweep_name=2026 (an int to Hydra) is the folder sweeps/2026; a tuned file's settings that cannot apply
     are said as the file's (+tuned=), the key the user gave."""
-    from nmt.sweep.plan import input_problem, sweep_name_problem
+    from nmt.sweep.inputs import input_problem, sweep_name_problem
 
     assert sweep_name_problem(2026) is None and sweep_name_problem("factorial/zh_en") is None
     config = composed_sweep(tmp_path, ["pos=absolute,rope"], ["+tuned=factorial_converged_toy"])

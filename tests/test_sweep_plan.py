@@ -7,6 +7,7 @@ from pathlib import Path
 from hydra import compose, initialize_config_dir
 from omegaconf import open_dict
 
+import nmt.sweep.inputs as inputs
 import nmt.sweep.plan as plan
 
 from .conftest import files_corpus
@@ -126,6 +127,6 @@ def test_a_sweep_given_a_run_name_is_planned():
     """name=test stopped every sweep before it started: "HydraConfig was not set" (its default reads Hydra's
     choices, which the check of the sweep's keys resolved outside Hydra)."""
     config = sweep_config(Path("/nowhere"), "name=test", "pos=absolute,relative", "seed=1")
-    assert plan.input_problem(config) is None
+    assert inputs.input_problem(config) is None
     config = sweep_config(Path("/nowhere"), "nme=test", "pos=absolute,relative", "seed=1")
-    assert plan.input_problem(config).startswith("nme: not a key of the config")
+    assert inputs.input_problem(config).startswith("nme: not a key of the config")

@@ -27,6 +27,7 @@ from nmt.sweep.child import (
     run_child,
 )
 from nmt.sweep.gpus import GpuPool, finish_mps, mps_folder, start_mps, visible_gpus
+from nmt.sweep.inputs import input_problem
 from nmt.sweep.levels import (
     hydra_quoted,
     level_overrides,
@@ -41,7 +42,6 @@ from nmt.sweep.plan import (
     as_override,
     changed_runs,
     command_prefixes,
-    input_problem,
     own_folder,
     planned_runs,
     planned_values,

@@ -1,0 +1,217 @@
+"""A sweep's inputs checked before anything runs: its own settings, its factors and their levels, the keys
+each run's config must have, the metric its report ranks by and its baseline. Each check returns one line
+naming the first problem, or None."""
+
+import difflib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import InterpolationResolutionError
+
+from nmt.sweep.gpus import pool_problem
+from nmt.sweep.gpus import setting_problem as mps_setting_problem
+from nmt.sweep.levels import level_settings_problem, sweep_levels
+from nmt.sweep.plan import ROOT, as_override, command_prefixes, compose_train, planned_values
+
+CONF = ROOT / "conf"
+
+
+def input_problem(config: DictConfig) -> str | None:
+    """One line for the first thing in the sweep's factors or baseline that cannot work, before anything
+    runs: an unknown key, a level that is not an option of its group, a baseline that is not a level, a
+    report metric the runs do not record."""
+    try:
+        levels = sweep_levels(config)
+    except ValueError as err:
+        return str(err).splitlines()[0]
+    problem = settings_problem(config, levels) or levels_problem(levels)
+    if problem:
+        return problem
+    runs = RunConfigs()
+    return runs.read(config, levels) or metric_problem(config, runs) or baseline_problem(config.get("baseline"), levels)
+
+
+def settings_problem(config: DictConfig, levels: dict[str, list[str]]) -> str | None:
+    """The settings of the sweep as a whole: its switches, name, level settings, GPU pool, launcher, what
+    to do with changed runs, and the sentence its report shows."""
+    for key in ("plan", "gpu_pool", "gpu_mps"):  # read for their truth: gpu_pool=maybe or 2 turned the pool on
+        value = config.get(key, False)
+        if not isinstance(value, bool):
+            return f"{key}={value!r}: must be true or false"
+    problem = sweep_name_problem(config.sweep_name) if "sweep_name" in config else None
+    tuned = OmegaConf.select(config, "hydra.runtime.choices.tuned", default=None)
+    given = [o for o in config.hydra.overrides.task if o.lstrip("+~").startswith("level_settings")]
+    if tuned and given:  # Hydra merges the two: which settings are the file's, and which would win, is unclear
+        return f"{given[0]}: +tuned={tuned} gives the level settings; give them one way, not both"
+    settings = level_settings_problem(config.get("level_settings"), levels, from_file=bool(tuned))
+    if settings and tuned:  # the settings came from a file: named, as the key the user gave was +tuned=
+        settings = f"+tuned={tuned} (conf/tuned/): {settings}"
+    problem = (
+        problem
+        or settings
+        or pool_problem(config, machine=not config.get("plan"))  # a plan made away from the GPUs says so below
+        or mps_setting_problem(config)
+    )
+    if problem:
+        return problem
+    launcher = OmegaConf.select(config, "hydra.launcher", default=None) or {}
+    jobs = launcher.get("n_jobs") if str(launcher.get("_target_", "")).endswith("JoblibLauncher") else None
+    if jobs is not None and (isinstance(jobs, bool) or not isinstance(jobs, int) or jobs == 0):
+        # joblib's ValueError came as a traceback, after the sweep's plan was written
+        return f"hydra.launcher.n_jobs={jobs!r}: must be a whole number of runs at once, >= 1 (or -1: one per CPU core)"
+    if config.get("on_changed", "stop") not in ("stop", "move"):
+        return f"on_changed={config.get('on_changed')!r}: must be one of ['stop', 'move']"
+    sentence = config.get("report_sentence")
+    if sentence is not None and (not isinstance(sentence, int) or isinstance(sentence, bool) or sentence < 0):
+        return f"report_sentence={sentence!r}: must be a test sentence's index, an integer >= 0 (or null)"
+    return None
+
+
+def levels_problem(levels: dict[str, list[str]]) -> str | None:
+    """A factor that repeats a level, or a level that is not an option of its config group."""
+    for key, values in levels.items():
+        repeated = sorted({v for v in values if values.count(v) > 1})
+        if repeated:
+            kind = "has one level" if len(set(values)) == 1 else "repeats a level"
+            return (
+                f"{key}={','.join(values)}: the factor {kind} ({', '.join(repeated)} given {values.count(repeated[0])} "
+                f"times); give distinct levels, or one value to hold {key} constant"
+            )
+        group = CONF / key
+        if group.is_dir():
+            options = sorted(p.stem for p in group.glob("*.yaml"))
+            for value in values:
+                if value not in options and value != "null":
+                    return f"{key}={value}: not an option of group {key}; valid: {options}"
+    return None
+
+
+@dataclass
+class RunConfigs:
+    """What the configs of a sweep's runs hold, one config composed per choice of groups (the grid may choose
+    model=rnn): the metrics their tasks record, the sets they score at the end, what report_metric=auto
+    ranks them by."""
+
+    recorded: set[str] = field(default_factory=set)
+    scored: set[str] = field(default_factory=set)
+    ranked_by: set[str] = field(default_factory=set)
+
+    def read(self, config: DictConfig, levels: dict[str, list[str]]) -> str | None:
+        """Compose each run's config and read it; one line for a key that some run's config lacks, a group
+        option Hydra cannot compose, or a task that cannot be built."""
+        from nmt.tasks import build_task
+        from nmt.tasks.base import FINAL_RESULTS
+
+        prefixes = command_prefixes(config.hydra.overrides.task)
+        seen = set()
+        lacking, had = {}, set()  # key -> the runs' groups whose config lacks it (first seen); keys some config has
+        for values in planned_values(config):
+            groups = tuple(sorted((k, v) for k, v in values.items() if (CONF / k).is_dir()))
+            if groups in seen:
+                continue
+            seen.add(groups)
+            try:
+                composed = compose_train(
+                    [as_override(k, v, prefixes.get(k, "")) for k, v in values.items() if (CONF / k).is_dir()]
+                )
+            except Exception as err:  # a group option Hydra cannot compose: its own message says which
+                return str(err).splitlines()[0]
+            try:  # the names a run of its task records (a task lists them for empty results)
+                task = build_task(composed.task)
+                self.recorded |= set(task.sweep_metrics({}))
+                self.ranked_by.add(task.report_metric)  # what report_metric=auto ranks by
+            except Exception as err:  # noqa: BLE001  a task that cannot be built: its own message says why
+                return str(err).splitlines()[0] or type(err).__name__
+            for split in FINAL_RESULTS:  # the sets the runs of these groups score at the end (a factor, or one value)
+                key = f"{split}_after_training"
+                switch = levels.get(key) or [str(OmegaConf.select(composed, key, default=False))]
+                self.scored |= {split} if any(str(v).lower() == "true" for v in switch) else set()
+            for key in values:
+                if (CONF / key).is_dir() or prefixes.get(key):
+                    continue
+                try:
+                    found = OmegaConf.select(composed, key, default="__missing__", throw_on_missing=False)
+                except InterpolationResolutionError:  # there, its value read from Hydra's (name: ${hydra:...})
+                    found = None
+                if found != "__missing__":
+                    had.add(key)
+                elif key not in lacking:
+                    close = difflib.get_close_matches(key, _all_keys(composed), n=2)
+                    runs = ",".join(f"{k}={v}" for k, v in groups if len(levels.get(k, [])) > 1)
+                    lacking[key] = (runs, f" (did you mean {' or '.join(close)}?)" if close else "")
+        for key, (runs, hint) in lacking.items():
+            what = "be a factor" if len(levels.get(key, [])) > 1 else f"be set ({key}={','.join(levels.get(key, []))})"
+            if key in had and runs:  # a key of other levels' runs (model.d_model under model=transformer,rnn)
+                return f"{key}: not a key of the runs of {runs}, so it cannot {what}; sweep those levels apart"
+            return f"{key}: not a key of the config, so it cannot {what}{hint}"
+        return None
+
+
+def metric_problem(config: DictConfig, runs: RunConfigs) -> str | None:
+    """A report metric that no run records, or a final score that no run computes."""
+    from nmt.tasks.base import FINAL_RESULTS
+
+    metric = config.get("report_metric", "auto")
+    if metric != "auto" and metric not in runs.recorded:  # the report ranks by a metric some run records
+        close = difflib.get_close_matches(str(metric), sorted(runs.recorded), n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        return (
+            f"report_metric={metric}: no run of this sweep records it{hint}; they record {sorted(runs.recorded)}, "
+            "or auto (the task's own)"
+        )
+    ranked = next(iter(runs.ranked_by)) if metric == "auto" and len(runs.ranked_by) == 1 else metric
+    unscored = [
+        s for s, prefix in FINAL_RESULTS.items() if str(ranked).startswith(f"{prefix}_") and s not in runs.scored
+    ]
+    if unscored:  # the runs trained, then the report failed for want of it
+        named = f"report_metric=auto ranks by {ranked}" if metric == "auto" else f"report_metric={metric}"
+        return (
+            f"{named}: the final model's score on the {unscored[0]} set, and every run of this sweep has "
+            f"{unscored[0]}_after_training=false, so none records it; set it true or report a metric recorded "
+            "along the way (a best_val_ one)"
+        )
+    return None
+
+
+def baseline_problem(baseline, levels: dict[str, list[str]]) -> str | None:
+    """A baseline that is not one level of each of some factors."""
+    if baseline is not None and not OmegaConf.is_dict(baseline):
+        return f"baseline={baseline!r}: expected {{factor: level, ...}}, as baseline={{pos: absolute}}"
+    if baseline:
+        factors = {k: v for k, v in levels.items() if len(v) > 1 and k != "seed"}
+        for key, value in dict(baseline).items():
+            if key not in factors:
+                return f"baseline: {key} is not a factor of this sweep (factors: {sorted(factors)})"
+            if str(value) not in factors[key]:
+                return f"baseline: {key}={value} is not a level of {key} (levels: {factors[key]})"
+    return None
+
+
+def sweep_name_problem(name) -> str | None:
+    """sweep_name names a folder under sweeps/: '..' put the sweep's files into the working folder (the
+    repository, run from there), '' and '.' into sweeps/ itself, null into sweeps/None."""
+    path = Path(str(name))  # a number is its digits (sweep_name=2026): Hydra reads it as an int
+    if (
+        isinstance(name, str | int)
+        and not isinstance(name, bool)
+        and str(name).strip()
+        and path.parts  # '.', './': sweeps/ itself
+        and not path.is_absolute()
+        and ".." not in path.parts
+    ):
+        return None
+    return (
+        f"sweep_name={name!r}: the name of a folder under sweeps/ (not empty, not absolute, no '..'); a sweep "
+        "elsewhere: hydra.sweep.dir=PATH"
+    )
+
+
+def _all_keys(node, prefix: str = "") -> list[str]:
+    keys = []
+    for key in node:
+        child = node._get_node(key)
+        keys.append(f"{prefix}{key}")
+        if isinstance(child, DictConfig):
+            keys += _all_keys(child, f"{prefix}{key}.")
+    return keys
