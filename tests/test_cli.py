@@ -17,7 +17,7 @@ from nmt.cli import (
     user_message,
 )
 from nmt.training.config import ConfigError, check_config
-from nmt.training.config_groups import unused_groups
+from nmt.training.config_unread import unused_groups
 
 from .conftest import CONF, NO_FINAL_SCORES, ROOT, compose_train
 
@@ -409,7 +409,7 @@ def test_the_recipe_line_names_the_file_that_applied_or_why_none_did(overrides, 
     from hydra import compose, initialize_config_dir
     from hydra.core.hydra_config import HydraConfig
 
-    from nmt.training.config_groups import describe_recipe
+    from nmt.training.run_description import describe_recipe
 
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         cfg = compose("train", overrides=overrides, return_hydra_config=True)

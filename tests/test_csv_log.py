@@ -101,7 +101,7 @@ def test_every_sitting_of_a_run_logs_to_one_wandb_run(tmp_path, monkeypatch):
 def test_the_loggers_config_leaves_out_the_model_parts_the_model_does_not_read():
     """A Transformer's W&B config held attention=multiplicative, the RNN's attention it never reads: grouped
     by config, runs read as differing (or agreeing) in a setting they do not have."""
-    from nmt.training.config_groups import logged_config
+    from nmt.training.run_description import logged_config
 
     transformer = logged_config(compose_train("data=toy"))
     assert "attention" not in transformer and {"pos", "norm", "model"} <= set(transformer)

@@ -54,7 +54,7 @@ def run_config_problem(config: DictConfig) -> str | None:
     """One line for the first cell whose runs train.py would refuse (its config checks, or a group its model
     does not use), before any run is started: every run of that cell would fail the same way."""
     from nmt.training.config import ConfigError, check_config
-    from nmt.training.config_groups import unused_groups
+    from nmt.training.config_unread import unused_groups
 
     levels = sweep_levels(config)
     swept = {k for k, v in levels.items() if len(v) > 1}

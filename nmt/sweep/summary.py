@@ -8,7 +8,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from nmt.training.config_groups import recipe_applied
+from nmt.training.run_description import recipe_applied
 from nmt.training.run_folder import finished_results, resumable, trained_results
 
 PLAN = "plan.json"  # written by nmt.sweep.runner before the runs: factors with their levels as written

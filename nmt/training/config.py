@@ -15,11 +15,11 @@ from nmt.training.config_groups import (
     hydra_choices,
     model_key_problems,
     optim_node_problems,
-    unused_groups,
 )
 from nmt.training.config_model import model_build_problems, model_class_problems, model_value_problems
 from nmt.training.config_rules import value_problems
 from nmt.training.config_task import task_problems
+from nmt.training.config_unread import unused_groups
 
 
 class ConfigError(ValueError):

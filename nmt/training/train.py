@@ -20,7 +20,6 @@ from nmt.training import weight_casts
 from nmt.training.callbacks import WallClock, what_ended
 from nmt.training.config import ConfigError, checked_task
 from nmt.training.config_device import resolve_precision
-from nmt.training.config_groups import describe_recipe, logged_config, run_params
 from nmt.training.config_model import no_repeated_layers
 from nmt.training.final import (
     as_float,
@@ -42,6 +41,7 @@ from nmt.training.resume import (
     resolve_resume,
     resolve_run_dir,
 )
+from nmt.training.run_description import describe_recipe, logged_config, run_params
 from nmt.training.run_folder import (
     FINGERPRINT,
     RESULTS,
