@@ -1296,7 +1296,7 @@ def test_a_damaged_or_cut_short_corpus_file_or_archive_is_one_line_naming_it(tmp
 def test_a_run_recorded_before_the_report_counted_references_resumes(tmp_path):
     """The data report's new count of references also in training is not part of a run's data identity: a
     folder recorded without it (every run before it, of any corpus) is the same data, not 'other data'."""
-    from nmt.training.run_folder import check_data, data_identity, record_identity
+    from nmt.training.run_identity import check_data, data_identity, record_identity
 
     write(tmp_path / "t.tsv", [f"{e}\t{d}" for e, d in zip(EN, DE, strict=True)])
     dm = small_files(tmp_path, train=str(tmp_path / "t.tsv"))

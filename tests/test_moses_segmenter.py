@@ -214,7 +214,7 @@ def test_a_jieba_user_dictionary_travels_in_the_spec(tmp_path):
 def test_a_run_recorded_before_the_dictionarys_words_travelled_is_the_same_data(tmp_path):
     """A folder's record from before named the dictionary's file only: its run resumes (it was refused, even
     with resume=force, as trained with other segmenters)."""
-    from nmt.training.run_folder import check_data, record_identity
+    from nmt.training.run_identity import check_data, record_identity
 
     words = tmp_path / "words.txt"
     words.write_text("龙猫翻译器 100000\n", encoding="utf-8")

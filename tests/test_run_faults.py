@@ -399,7 +399,7 @@ def test_a_damaged_results_file_is_named_and_the_run_scored_again(tmp_path, caps
 def test_a_folder_where_nothing_was_trained_takes_the_corrected_command(tmp_path):
     """A run that stopped on a mistake after claiming its folder (its data missing, say) left only its
     fingerprint: the command with the mistake fixed trains there, not refused as another run's."""
-    from nmt.training.run_folder import record_identity
+    from nmt.training.run_identity import record_identity
 
     record_identity(tmp_path, {"config": {"data.train": "/a/wrong/path"}, "code": {}})
     results = train(compose_train(*QUICK, f"run_dir={tmp_path}"))
@@ -1124,7 +1124,7 @@ def test_a_checkpoint_is_written_from_host_copies_with_its_mappings_as_they_were
 
 
 def test_a_changed_code_hash_says_whether_the_commit_changed_or_only_uncommitted_edits():
-    from nmt.training.run_folder import differences
+    from nmt.training.run_identity import differences
 
     saved = {"config": {"seed": 1}, "code": {"hash": "a", "commit": "1" * 40, "dirty": False}}
     edited = {"config": {"seed": 1}, "code": {"hash": "b", "commit": "1" * 40, "dirty": True}}
@@ -1140,7 +1140,8 @@ def test_a_changed_code_hash_says_whether_the_commit_changed_or_only_uncommitted
 
 def test_a_folder_whose_run_differs_only_in_its_code_says_other_code_not_other_settings(tmp_path):
     """Same settings, nmt/ edited since: the refusal said "a run made with other settings (code: ...)"."""
-    from nmt.training.run_folder import RunFolderError, check_identity
+    from nmt.training.run_folder import RunFolderError
+    from nmt.training.run_identity import check_identity
 
     saved = {"config": {"seed": 1}, "code": {"hash": "a", "commit": "1" * 40, "dirty": False}}
     for config, other in (({"seed": 1}, "other code"), ({"seed": 2}, "other settings and code")):

@@ -1242,7 +1242,7 @@ def test_the_report_lists_the_runs_library_versions_and_warns_when_they_differ(t
 
     import torch
 
-    from nmt.training.run_folder import code_version, library_versions
+    from nmt.training.run_identity import code_version, library_versions
 
     found = library_versions()
     assert found["python"] == platform.python_version() and found["torch"] == torch.__version__

@@ -47,11 +47,11 @@ def test_a_finished_run_whose_corpus_file_was_edited_is_under_other_settings(tmp
     every run, and new seeds or cells would have trained on the new text beside results of the old. The
     corpus is read once for all the runs (its text depends on no level here, nor on the seed)."""
     from nmt.tasks import build_task
-    from nmt.training import run_folder
-    from nmt.training.run_folder import current_text
+    from nmt.training import run_identity
+    from nmt.training.run_identity import current_text
 
     reads = []
-    monkeypatch.setattr(run_folder, "current_text", lambda *a: reads.append(1) or current_text(*a))
+    monkeypatch.setattr(run_identity, "current_text", lambda *a: reads.append(1) or current_text(*a))
     corpus = tmp_path / "corpus"
     files = files_corpus(corpus)
     sweep = tmp_path / "sweep"

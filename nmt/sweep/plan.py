@@ -147,7 +147,7 @@ def run_overrides(config: DictConfig, values: dict[str, str]) -> list[str]:
 def expected_fingerprint(overrides: list[str]) -> dict:
     """The fingerprint train.py will record for the run with these overrides (composed here as it will be)."""
     from nmt.training.config_device import resolve_precision
-    from nmt.training.run_folder import fingerprint
+    from nmt.training.run_identity import fingerprint
 
     cfg = compose_train(overrides)
     keep = [k for k in cfg if k not in (*SWEEP_KEYS, "name")]
@@ -166,7 +166,7 @@ def _text_differences(run: Path, overrides: list[str], read: dict) -> list[str]:
     import json
 
     from nmt.tasks import build_task
-    from nmt.training.run_folder import changed_splits, current_text, saved_text
+    from nmt.training.run_identity import changed_splits, current_text, saved_text
 
     saved = saved_text(run)
     if not saved:
@@ -187,7 +187,8 @@ def _text_differences(run: Path, overrides: list[str], read: dict) -> list[str]:
 
 def changed_runs(sweep_dir: Path, config: DictConfig) -> dict[str, list[str]]:
     """Run folders of this sweep holding a run made under other settings, code or text: name -> differences."""
-    from nmt.training.run_folder import RunFolderError, differences, holds_work, saved_fingerprint
+    from nmt.training.run_folder import RunFolderError, holds_work
+    from nmt.training.run_identity import differences, saved_fingerprint
 
     swept = {k for k, v in sweep_levels(config).items() if len(v) > 1} | {"seed"}
     changed, read = {}, {}

@@ -86,7 +86,7 @@ def _constants(sweep_dir: Path) -> list[str]:
 
 
 def _not_a_setting(key: str) -> bool:
-    from nmt.training.run_folder import NOT_RESULT_KEYS
+    from nmt.training.run_identity import NOT_RESULT_KEYS
 
     return (
         key in SWEEP_KEYS

@@ -28,7 +28,8 @@ def tuning_run(run_dir: Path) -> dict:
     """What a tuning run trained with, as its folder recorded it: its config (the fingerprint's: every
     setting that changes a result; the seed left out), its config groups, its code and the hash of each
     split's text it read (absent where the run recorded none)."""
-    from nmt.training.run_folder import RunFolderError, saved_fingerprint
+    from nmt.training.run_folder import RunFolderError
+    from nmt.training.run_identity import saved_fingerprint
 
     try:
         saved, _ = saved_fingerprint(run_dir, force=True)
@@ -193,7 +194,7 @@ def _compared(
     """How this sweep's run of ``level`` at the tuning's values of its other factors differs from the tuning
     run that chose the level's settings: ``key: X in tuning, Y here`` lines (``texts``: the corpus text
     hashes read so far, shared by the levels)."""
-    from nmt.training.run_folder import code_version, differences
+    from nmt.training.run_identity import code_version, differences
 
     values, said = {**planned_values(config)[0], level_key: level}, []
     for factor in factors:  # the cell of the tuning's other settings, where this sweep runs it

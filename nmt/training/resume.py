@@ -13,7 +13,8 @@ from nmt.inference.checkpoint import (
     load_checkpoint,
     weights_misfit,
 )
-from nmt.training.run_folder import RunFolderError, differences, fingerprint
+from nmt.training.run_folder import RunFolderError
+from nmt.training.run_identity import differences, fingerprint
 
 
 def resolve_run_dir(cfg: DictConfig) -> Path:

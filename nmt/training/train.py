@@ -43,10 +43,20 @@ from nmt.training.resume import (
 )
 from nmt.training.run_description import describe_recipe, logged_config, run_params
 from nmt.training.run_folder import (
-    FINGERPRINT,
     RESULTS,
     RunFolderError,
     RunLock,
+    finished_results,
+    folder_records,
+    follow_first_process,
+    holds_work,
+    owns_run_folder,
+    restore_records,
+    saved_states,
+    trained_results,
+)
+from nmt.training.run_identity import (
+    FINGERPRINT,
     changed_splits,
     check_data,
     check_identity,
@@ -54,17 +64,9 @@ from nmt.training.run_folder import (
     data_identity,
     differences,
     fingerprint,
-    finished_results,
-    folder_records,
-    follow_first_process,
-    holds_work,
-    owns_run_folder,
     record_identity,
-    restore_records,
     saved_fingerprint,
-    saved_states,
     saved_text,
-    trained_results,
 )
 from nmt.training.trainer import build_trainer, check_accelerator
 from nmt.utils.instantiate import instantiate
