@@ -226,13 +226,13 @@ def test_throughput_timed_only_at_logged_updates_counts_every_batch(monkeypatch,
     once three logged updates span a window."""
     import csv
 
-    from nmt.training import callbacks
+    from nmt.training import timing
     from nmt.training.train import train
 
     from .conftest import NO_FINAL_SCORES, compose_train
 
-    real_init = callbacks.Throughput.__init__
-    monkeypatch.setattr(callbacks.Throughput, "__init__", lambda self, *a, **k: real_init(self, *a, **k, sparse=True))
+    real_init = timing.Throughput.__init__
+    monkeypatch.setattr(timing.Throughput, "__init__", lambda self, *a, **k: real_init(self, *a, **k, sparse=True))
     cfg = compose_train(
         "trainer.max_epochs=2",
         "trainer.log_every_n_steps=2",
@@ -268,7 +268,7 @@ def test_throughput_timed_only_at_logged_updates_keeps_the_updates_before_each_v
 
     from lightning.pytorch.callbacks import Callback, throughput_monitor
 
-    from nmt.training import callbacks
+    from nmt.training import timing
     from nmt.training import train as train_module
 
     from .conftest import NO_FINAL_SCORES, compose_train
@@ -285,13 +285,13 @@ def test_throughput_timed_only_at_logged_updates_keeps_the_updates_before_each_v
 
     fake = SimpleNamespace(perf_counter=lambda: clock[0], monotonic=time.monotonic)
     monkeypatch.setattr(throughput_monitor, "time", fake)
-    monkeypatch.setattr(callbacks, "time", fake)
-    real_init = callbacks.Throughput.__init__
-    monkeypatch.setattr(callbacks.Throughput, "__init__", lambda self, *a, **k: real_init(self, *a, **k, sparse=True))
+    monkeypatch.setattr(timing, "time", fake)
+    real_init = timing.Throughput.__init__
+    monkeypatch.setattr(timing.Throughput, "__init__", lambda self, *a, **k: real_init(self, *a, **k, sparse=True))
     real_build = train_module.build_trainer
     monkeypatch.setattr(train_module, "build_trainer", lambda *a, **k: _with_callback(real_build(*a, **k), Clock()))
-    saved, real_state = [], callbacks.Throughput.state_dict
-    monkeypatch.setattr(callbacks.Throughput, "state_dict", lambda self: saved.append(real_state(self)) or saved[-1])
+    saved, real_state = [], timing.Throughput.state_dict
+    monkeypatch.setattr(timing.Throughput, "state_dict", lambda self: saved.append(real_state(self)) or saved[-1])
     cfg = compose_train(
         "trainer.max_epochs=4",
         "trainer.log_every_n_steps=2",

@@ -5,8 +5,8 @@ import time
 from omegaconf import OmegaConf
 
 from benchmarks.curves import main, plot_curves, validation_curve
-from nmt.training.callbacks import WallClock
 from nmt.training.final import checkpoints_to_average
+from nmt.training.timing import WallClock
 
 
 def test_wall_clock_adds_the_time_of_earlier_processes():

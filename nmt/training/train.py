@@ -17,7 +17,7 @@ from nmt.metrics.corpus import language
 from nmt.models.build import count_parameters
 from nmt.tasks import Task
 from nmt.training import weight_casts
-from nmt.training.callbacks import WallClock, what_ended
+from nmt.training.callbacks import what_ended
 from nmt.training.config import ConfigError, checked_task
 from nmt.training.config_device import resolve_precision
 from nmt.training.config_model import no_repeated_layers
@@ -68,6 +68,7 @@ from nmt.training.run_identity import (
     saved_fingerprint,
     saved_text,
 )
+from nmt.training.timing import WallClock
 from nmt.training.trainer import build_trainer, check_accelerator
 from nmt.utils.instantiate import instantiate
 from nmt.utils.io import atomic_write_bytes, atomic_write_json, atomic_write_text
@@ -231,7 +232,7 @@ def _check_finished_on_this_text(cfg: DictConfig, task, run_dir: Path) -> None:
 
 def _train_in_folder(cfg: DictConfig, task, run_dir: Path, config: dict, main_process: bool) -> dict:
     identity = fingerprint(config)
-    # a resumed sitting that stops before its first update (callbacks.SamePlaceInData) puts the folder's
+    # a resumed sitting that stops before its first update (resumed.SamePlaceInData) puts the folder's
     # records back as they were, so that the command of the run they describe still continues it
     records = folder_records(run_dir) if main_process else None
     if main_process:

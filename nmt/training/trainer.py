@@ -18,14 +18,7 @@ from lightning.pytorch.loggers import CSVLogger
 from omegaconf import DictConfig, OmegaConf
 
 from nmt.tasks import Task
-from nmt.training.callbacks import (
-    ResumeLogs,
-    SamePlaceInData,
-    SaveOnSignal,
-    SittingEarlyStopping,
-    Throughput,
-    WallClock,
-)
+from nmt.training.callbacks import SaveOnSignal, SittingEarlyStopping
 from nmt.training.checkpoint_io import (
     AtomicCheckpointIO,
     BestCheckpoint,
@@ -36,6 +29,8 @@ from nmt.training.checkpoint_io import (
 )
 from nmt.training.loggers import ResumableCSVLogger
 from nmt.training.progress import PlainProgress, ValidationLines, plain_output
+from nmt.training.resumed import ResumeLogs, SamePlaceInData
+from nmt.training.timing import Throughput, WallClock
 from nmt.utils.instantiate import instantiate
 
 
