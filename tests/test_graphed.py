@@ -261,8 +261,11 @@ def test_outputs_stop_at_what_a_learned_position_table_holds(strategy, caplog):
     assert max(len(o) for o in outputs) <= 11  # 12 positions: 11 tokens and the end token
     words = "one two three four five six seven eight nine ten"
     tokenizer = Tokenizer.train([words] * 20, TokenizerSettings(vocab_size=24, byte_fallback=False))
-    translator = Translator([LoadedModel(model, tokenizer, tokenizer, {}, ["x.ckpt"], TranslationTask())], never_ends)
-    assert translator.max_input_len == 7 and "max_input_len=256 lowered to 7" in caplog.text
+    loaded = LoadedModel(model, tokenizer, tokenizer, {}, ["x.ckpt"], TranslationTask())
+    translator = Translator([loaded], never_ends)
+    assert translator.max_input_len == 7 and "lowered" not in caplog.text  # the default: lowered without a word
+    assert Translator([loaded], never_ends, max_input_len=256).max_input_len == 7
+    assert "max_input_len=256 lowered to 7" in caplog.text  # a limit given: said
     assert len(translator.translate([words])) == 1 and "were truncated (first: line 1)" in caplog.text
     with pytest.raises(ValueError, match=r"^a prefix of 12 tokens and its end token need more than the 12 target"):
         decode(model, padded_batch()[:2, :7], BOS, EOS, never_ends, prefixes=[[5] * 12, [5]])

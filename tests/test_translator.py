@@ -174,14 +174,21 @@ def test_alignments_follow_the_attention_of_the_last_layer(checkpoints):
 
 
 def test_an_alignment_layer_the_model_lacks_is_refused_naming_its_layers(checkpoints):
-    """The toy models have one decoder layer: layer 1 (an IndexError before) and -2 are refused, 0 is -1."""
+    """The toy models have one decoder layer: layer 1 (an IndexError before) and -2 are refused, 0 is -1. They
+    are refused as the translator is built (they were, only once a first batch had been searched; translate(),
+    which scores nothing, never said so), as is a layer that is no number; each member of an ensemble too."""
     for layer in (1, -2):
-        translator = Translator.from_checkpoint(checkpoints["seed1"], alignment_layer=layer, **exact())
-        with pytest.raises(
-            ValueError,
-            match=r"alignment_layer=-?\d: the model has 1 cross-attention layer\(s\) \(layer0\); pass one of -1..0",
-        ):
-            translator.translate_nbest(["one two three"])
+        for paths in (checkpoints["seed1"], [checkpoints["seed1"], checkpoints["seed2"]]):
+            with pytest.raises(
+                ValueError,
+                match=r"alignment_layer=-?\d: the model has 1 cross-attention layer\(s\) \(layer0\); pass one of "
+                r"-1..0",
+            ):
+                Translator.from_checkpoint(paths, alignment_layer=layer, **exact())
+    for layer in ("last", 1.0, True):
+        with pytest.raises(ValueError, match=r"must be a whole number, a decoder layer \(-1: the last\)$"):
+            Translator.from_checkpoint(checkpoints["seed1"], alignment_layer=layer, **exact())
+    assert Translator.from_checkpoint(checkpoints["rnn"], alignment_layer=0, **exact()).translate("one") is not None
     first, last = (
         Translator.from_checkpoint(checkpoints["seed1"], alignment_layer=layer, **exact()).translate_nbest(SOURCES)
         for layer in (0, -1)
@@ -436,6 +443,32 @@ def test_a_string_is_one_line_and_bad_limits_or_devices_are_refused_before_loadi
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match=r"^device=cuda: this machine has no CUDA GPU"):
             Translator.from_checkpoint("nowhere.ckpt", device="cuda")
+
+
+def test_the_python_api_takes_numpy_numbers_a_progress_counts_every_line_and_none_is_no_path(checkpoints):
+    """A notebook's numbers (numpy's int64 and float32) are numbers: beam_size=np.int64(4) was refused as "must
+    be a whole number". on_batch's counts sum to the lines given (empty lines, answered without decoding, were
+    never counted), and a line given as a string reaches it too (it was dropped). A None path names itself."""
+    import numpy as np
+
+    from nmt.inference.checkpoint import CheckpointError
+
+    plain = Translator.from_checkpoint(checkpoints["seed1"], beam_size=4, length_penalty=0.5, device="cpu")
+    given = Translator.from_checkpoint(
+        checkpoints["seed1"], beam_size=np.int64(4), length_penalty=np.float32(0.5), device="cpu"
+    )
+    assert given.search == plain.search and type(given.search.beam_size) is int
+    assert [h.text for h in given.translate_nbest(SOURCES[0], n_best=np.int64(2))] == [
+        h.text for h in plain.translate_nbest(SOURCES[0], n_best=2)
+    ]
+    counts = []
+    plain.translate_nbest([*SOURCES, " ", ""], on_batch=counts.append)
+    assert sum(counts) == len(SOURCES) + 2
+    counts.clear()
+    plain.translate_nbest("one two", on_batch=counts.append)
+    assert counts == [1]
+    with pytest.raises(CheckpointError, match=r"^ckpt_path is empty: give a checkpoint file or a run folder"):
+        Translator.from_checkpoint(None)
 
 
 def test_a_negative_average_or_an_unknown_search_option_is_refused_not_ignored(checkpoints):
@@ -724,7 +757,7 @@ def test_a_files_progress_moves_with_each_batch(checkpoints):
     batches = []
     lines = ["one two three", "", "four five", "six", "seven eight nine one", "two two"]
     translator.translate_nbest(lines, on_batch=batches.append)
-    assert len(batches) > 1 and sum(batches) == 5  # the empty line is not decoded
+    assert len(batches) > 2 and sum(batches) == 6 and batches[-1] == 1  # the empty line: counted last, not decoded
 
 
 def test_a_reader_that_closes_the_pipe_ends_the_command_quietly(tmp_path):

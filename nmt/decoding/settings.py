@@ -4,6 +4,7 @@ strategy or option starts here (ARCHITECTURE.md, "a decoding strategy")."""
 
 import difflib
 import math
+import numbers
 from dataclasses import dataclass, fields
 
 STRATEGIES = ("greedy", "beam", "sample")
@@ -185,6 +186,20 @@ def unreachable_min_len(values: dict, key: str = "decode") -> str | None:
     return None
 
 
+def _plain(value):
+    """A number of another library (numpy's int64 or float32, a 0-d tensor's item) as Python's own, which the
+    checks, the records and the folders' names read; anything else as it is."""
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if getattr(getattr(value, "dtype", None), "kind", None) == "b":  # numpy's bool_
+        return bool(value)
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        return float(value)
+    return value
+
+
 def search_settings(own: dict | None, given: dict | None, refuse_unread: bool = True) -> SearchConfig:
     """The search of an evaluation or a translation: the options ``given`` (the command line's ``decode``
     block, where null means "not given"), else the run's ``own`` (its config's ``decode`` block: a
@@ -201,6 +216,7 @@ def search_settings(own: dict | None, given: dict | None, refuse_unread: bool = 
             f"decode.{unknown[0]}={given[unknown[0]]}: not a search option{_did_you_mean(unknown[0], list(fields))}; "
             f"valid: {', '.join(fields)}"
         )
+    given = {k: _plain(v) for k, v in given.items()}
     values = {k: v for k, v in (own or {}).items() if k in fields}
     search = SearchConfig(**{**values, **given})
     if refuse_unread and (said := unreachable_min_len(search.__dict__)):

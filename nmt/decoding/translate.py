@@ -22,11 +22,14 @@ def input_limit(data_cfg) -> int:
     return data_cfg.get("max_src_len") or 256
 
 
-def input_limit_for(model, max_input_len: int) -> int:
-    """``max_input_len``, lowered (with a warning) to what the model's source positions hold: a source is
-    its pieces and the end token, and a learned position table has a fixed size."""
+def input_limit_for(model, max_input_len: int, warn: bool = True) -> int:
+    """``max_input_len``, lowered (with a warning, where ``warn``: a limit the user gave) to what the model's
+    source positions hold: a source is its pieces and the end token, and a learned position table has a
+    fixed size."""
     table = position_limits(model)[0]
     if table is not None and max_input_len > table - 1:
+        if not warn:
+            return table - 1
         log.warning(
             "max_input_len=%d lowered to %d: the model's learned position table (pos.max_len=%d) holds no longer "
             "source with its end token",

@@ -19,6 +19,7 @@ import logging
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from numbers import Integral
 
 import torch
 from torch.nn import functional as F
@@ -134,11 +135,33 @@ class Translator:
         self._cut: list[int] | None = None  # inside counted_truncation: the numbers of the lines truncated
         # None: the first model's run's own limit (a summariser trained on truncated sources reads them cut the
         # same way), as evaluate.py decodes
+        # lowered to a learned position table's size: said where the limit was given, silently for the default
         limit = max_input_len if max_input_len is not None else input_limit(first.config.get("data") or {})
-        self.max_input_len = input_limit_for(self.model, limit)
-        self.alignment_layer = alignment_layer
+        self.max_input_len = input_limit_for(self.model, limit, warn=max_input_len is not None)
         self.max_new_tokens = NEW_TOKENS if max_new_tokens is None else max_new_tokens
         self.device = next(self.model.parameters()).device
+        self.alignment_layer = self._checked_alignment_layer(alignment_layer)
+
+    def _checked_alignment_layer(self, layer) -> int:
+        """``alignment_layer`` checked against the model's cross-attention layers (each member's, for an
+        ensemble) now, not after the first batch was searched; a language model has none to choose."""
+        if isinstance(layer, bool) or not isinstance(layer, Integral):
+            raise ValueError(f"alignment_layer={layer!r}: must be a whole number, a decoder layer (-1: the last)")
+        self.alignment_layer = int(layer)
+        if self.continues:
+            if self.alignment_layer != -1:
+                raise ValueError(
+                    f"alignment_layer={layer}: a language model reads no source, so it has no cross-attention to "
+                    "align with; leave it out"
+                )
+            return self.alignment_layer
+        members = self.model.members if isinstance(self.model, Ensemble) else [self.model]
+        src = torch.tensor([[EOS_ID]], device=self.device)
+        tgt_in = torch.tensor([[BOS_ID]], device=self.device)
+        with torch.no_grad():
+            for member in members:  # a one-token pass: the layers' names, and their number
+                self._alignment_weights(member.attention_maps(src, tgt_in))
+        return self.alignment_layer
 
     @classmethod
     def from_checkpoint(
@@ -160,6 +183,8 @@ class Translator:
         ``data.max_src_len``, else 256). ``max_new_tokens``: the words a language model adds (None: 50; refused for
         a translation model). ``alignment_layer``: the decoder layer whose cross-attention gives the
         alignments (-1: the last)."""
+        if path is None:
+            raise CheckpointError("ckpt_path is empty: give a checkpoint file or a run folder (its best.ckpt)")
         paths = [path] if isinstance(path, (str, os.PathLike, int)) else list(path)  # 2016: a folder's name
         if not paths:
             raise ValueError("ckpt_path=[]: names no checkpoint; give one, or a list of several (an ensemble)")
@@ -227,11 +252,13 @@ class Translator:
         ``with_attention``: also each output's cross-attention. An empty line gives one empty output (a language
         model continues it from a sentence start).
         ``first_line``: the number of ``lines[0]`` in its file, for error messages and seeded sampling.
-        ``on_batch``: called with the number of lines each batch decoded, as it ends (a progress bar). One
+        ``on_batch``: called with the number of lines each batch decoded, as it ends, and once with the number
+        of empty lines (their outputs made without decoding), so that the counts sum to the lines given (a
+        progress bar). One
         line given as a string: its list of outputs (``prefixes`` then a string too)."""
         if isinstance(lines, str):
             one = [prefixes] if isinstance(prefixes, str) else prefixes
-            return self.translate_nbest([lines], n_best, one, scores, with_attention, first_line)[0]
+            return self.translate_nbest([lines], n_best, one, scores, with_attention, first_line, on_batch)[0]
         if lines is None or isinstance(lines, bytes) or not hasattr(lines, "__iter__"):
             raise TypeError(f"lines={lines!r}: give a list of str (one str: one line)")
         lines = list(lines)  # any iterable, read once (a generator was read twice)
@@ -249,10 +276,11 @@ class Translator:
                     f"{name} ('' for an empty one)"
                 )
         beams = self.search.hypotheses
-        if type(n_best) is not int or not 1 <= n_best <= beams:
+        if isinstance(n_best, bool) or not isinstance(n_best, Integral) or not 1 <= n_best <= beams:
             raise ValueError(
                 f"n_best={n_best!r}: must be between 1 and the beam size ({beams}; greedy and sampling give 1)"
             )
+        n_best = int(n_best)
         if prefixes is not None and len(prefixes) != len(lines):
             raise ValueError(f"{len(prefixes)} prefixes for {len(lines)} lines: give one per line (may be empty)")
         if self.continues:
@@ -300,6 +328,8 @@ class Translator:
                 self._score(src, batch, encoded, found, results, with_attention)
             if on_batch is not None:
                 on_batch(len(batch))
+        if on_batch is not None and len(non_empty) < len(lines):  # given their empty output, not decoded
+            on_batch(len(lines) - len(non_empty))
         return results
 
     # ---- internals ---------------------------------------------------------------------------------

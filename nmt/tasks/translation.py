@@ -286,7 +286,8 @@ class TranslationTask(Task):
         bleu_tokenizer(datamodule.tgt_lang)  # a scorer's missing package stops here, not after the decoding
         check_attention_indices(attention_maps, len(sources))  # and a sentence the set lacks
         requested = max_input_len or input_limit(data_cfg)
-        max_input_len = input_limit_for(loaded.model, requested)  # recorded as applied (a learned table's size)
+        # recorded as applied (a learned table's size); said where the limit was given, not for the default
+        max_input_len = input_limit_for(loaded.model, requested, warn=max_input_len is not None)
         hypotheses = translate_lines(
             loaded.model, loaded.src_tokenizer, loaded.tgt_tokenizer, sources, search, max_tokens, max_input_len, True
         )
