@@ -294,7 +294,9 @@ def test_search_options_that_their_strategy_reads_are_accepted():
     [
         # read the data, then skipped every batch as non-finite
         (["norm.eps=-1"], r"norm.eps=-1: must be a number > 0"),
-        (["norm=rms", "norm.eps=0"], r"norm.eps=0: must be a number > 0"),
+        (["norm=rms", "norm.eps=0"], r"norm.eps=0: must be a number > 0 \(this norm's default: 1e-06\)"),
+        (["pos=rope", "pos.base=0"], r"pos.base=0: must be a finite number > 1"),
+        (["pos=rope", "pos.base=-100.0"], r"pos.base=-100.0: must be a finite number > 1"),
         # named no key: "RoPE needs an even head dimension, got 9"
         (
             ["pos=rope", "model.d_model=36", "model.num_heads=4"],

@@ -15,11 +15,12 @@ from torch import nn
 from torch.nn import functional as F
 
 
-def checked_eps(eps) -> float:
+def checked_eps(eps, default: float) -> float:
     """``norm.eps``, a number > 0: at 0 or below, a constant vector (a padding row, a dead unit) divides by
-    zero or less, and every batch was skipped as non-finite after the data was read."""
+    zero or less, and every batch was skipped as non-finite after the data was read. ``default``: the
+    norm's own, named in the message."""
     if isinstance(eps, bool) or not isinstance(eps, int | float) or not eps > 0:
-        raise ValueError(f"norm.eps={eps!r}: must be a number > 0 (the default: 1e-5 for layer, 1e-6 for rms)")
+        raise ValueError(f"norm.eps={eps!r}: must be a number > 0 (this norm's default: {default:g})")
     return float(eps)
 
 
@@ -28,7 +29,7 @@ class LayerNorm(nn.Module):
 
     def __init__(self, dim: int, eps: float = 1e-5, fused: bool = True) -> None:
         super().__init__()
-        self.eps = checked_eps(eps)
+        self.eps = checked_eps(eps, default=1e-5)
         self.fused = fused
         self.weight = nn.Parameter(torch.ones(dim))
         self.bias = nn.Parameter(torch.zeros(dim))
@@ -50,7 +51,7 @@ class RMSNorm(nn.Module):
 
     def __init__(self, dim: int, eps: float = 1e-6, fused: bool = True) -> None:
         super().__init__()
-        self.eps = checked_eps(eps)
+        self.eps = checked_eps(eps, default=1e-6)
         self.fused = fused
         self.weight = nn.Parameter(torch.ones(dim))
 

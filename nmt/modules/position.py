@@ -120,6 +120,12 @@ class RotaryPosition(PositionEncoding):
                 f"pos=rope rotates pairs of a head's dimensions, and a head has {head_dim} (model.d_model / "
                 "model.num_heads): choose d_model and num_heads whose quotient is even"
             )
+        if isinstance(base, bool) or not isinstance(base, int | float) or not 1 < base < math.inf:
+            # 0 or below made every angle non-finite, and training skipped every batch after the data was read
+            raise ValueError(
+                f"pos.base={base!r}: must be a finite number > 1 (the wavelengths of the pairs run from 2 pi to "
+                "2 pi x base; the default 10000)"
+            )
         inv_freq = base ** (-torch.arange(0, head_dim, 2).float() / head_dim)
         self.register_buffer("inv_freq", inv_freq, persistent=False)
 
