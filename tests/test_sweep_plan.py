@@ -130,3 +130,19 @@ def test_a_sweep_given_a_run_name_is_planned():
     assert inputs.input_problem(config) is None
     config = sweep_config(Path("/nowhere"), "nme=test", "pos=absolute,relative", "seed=1")
     assert inputs.input_problem(config).startswith("nme: not a key of the config")
+
+
+def test_a_grid_file_without_its_package_line_is_refused_not_run_as_one_cell():
+    """A conf/grid/ file without '# @package hydra.sweeper' put its params under grid.params, which no sweep
+    reads: the sweep planned one run of the defaults ("1 cells x 1 seeds"), without a word."""
+    for path in sorted((ROOT / "conf" / "grid").glob("*.yaml")):
+        assert path.read_text().splitlines()[0] == "# @package hydra.sweeper", path
+    config = sweep_config(Path("/nowhere"), "seed=1")
+    assert inputs.input_problem(config) is None
+    with open_dict(config):
+        config.grid = {"params": {"seed": "1", "norm": "layer,rms"}}
+        config.hydra.runtime.choices.grid = "mine"
+    assert inputs.input_problem(config) == (
+        "grid=mine: conf/grid/mine.yaml lacks its first line '# @package hydra.sweeper', so its params became "
+        "grid.* keys, which no sweep reads: add that line"
+    )

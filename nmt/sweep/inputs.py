@@ -35,6 +35,13 @@ def input_problem(config: DictConfig) -> str | None:
 def settings_problem(config: DictConfig, levels: dict[str, list[str]]) -> str | None:
     """The settings of the sweep as a whole: its switches, name, level settings, GPU pool, launcher, what
     to do with changed runs, and the sentence its report shows."""
+    stray = config.get("grid")
+    if stray:  # a conf/grid/ file without its package line: its params landed here, where no sweep reads them
+        name = OmegaConf.select(config, "hydra.runtime.choices.grid", default=None) or "..."
+        return (
+            f"grid={name}: conf/grid/{name}.yaml lacks its first line '# @package hydra.sweeper', so its "
+            f"{', '.join(map(str, stray))} became grid.* keys, which no sweep reads: add that line"
+        )
     for key in ("plan", "gpu_pool", "gpu_mps"):  # read for their truth: gpu_pool=maybe or 2 turned the pool on
         value = config.get(key, False)
         if not isinstance(value, bool):
