@@ -565,3 +565,35 @@ def test_a_tasks_own_values_for_another_strategy_are_not_the_command_lines_to_re
             check_config(composed("experiment=summarization", "decode.strategy=greedy", "decode.beam_size=8"))
     finally:
         HydraConfig.instance().cfg = None
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            ["norm._target_=nmt.modules.norm.LayerNrom"],
+            r"norm._target_=nmt.modules.norm.LayerNrom: nmt.modules.norm has no LayerNrom; did you mean "
+            r"nmt.modules.norm.LayerNorm\?",
+        ),
+        (
+            ["optim.optimizer._target_=torch.optim.AdamX"],
+            r"optim.optimizer._target_=torch.optim.AdamX: torch.optim has no AdamX; did you mean torch.optim.Adam\?",
+        ),
+        (["task._target_=nmt.tasks.nope.Task"], r"task._target_=nmt.tasks.nope.Task: no module nmt.tasks.nope"),
+        (
+            ["pos._partial_=false"],
+            r"pos: the model builds nmt.modules.position.SinusoidalPosition once per size, so (conf/pos/\w+\.yaml|the "
+            r"pos node) needs _partial_: true",
+        ),
+    ],
+)
+def test_a_target_that_names_nothing_is_one_line_with_the_closest_name(overrides, message, caplog):
+    """A misspelt _target_ (a new norm's file, say) stopped the run in a screen of Hydra's words ("Error locating
+    target ... set env var HYDRA_FULL_ERROR=1") naming no close name, after an error logged by Hydra; the
+    task's own, at its build. A model part without _partial_: true was built by Hydra with no size ("missing 1
+    required positional argument: 'dim'")."""
+    from nmt.training.config import checked_task
+
+    with pytest.raises(ConfigError, match=message):
+        checked_task(compose_train(*overrides))
+    assert "Error getting class" not in caplog.text

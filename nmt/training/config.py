@@ -15,6 +15,7 @@ from nmt.training.config_groups import (
     hydra_choices,
     model_key_problems,
     optim_node_problems,
+    target_problems,
 )
 from nmt.training.config_model import model_build_problems, model_class_problems, model_value_problems
 from nmt.training.config_rules import value_problems
@@ -28,7 +29,7 @@ class ConfigError(ValueError):
 
 def checked_task(cfg: DictConfig):
     """The run's task, built first (its own refusals in its own words), then the whole config checked."""
-    if built_node_problems(cfg, ("task",)):  # a key the task does not take would stop its build on Hydra's words:
+    if built_node_problems(cfg, ("task",)) or target_problems(cfg):  # the task's build would stop on Hydra's words
         check_config(cfg)  # said with every other problem of the config instead
     task = build_task(cfg.task)
     check_config(cfg)
@@ -64,6 +65,9 @@ def unread_data_problems(cfg: DictConfig) -> list[str]:
 def check_config(cfg: DictConfig, choices: dict | None = None) -> None:
     """Raise ConfigError listing every invalid value in ``cfg``, and every option that its task
     (``task.check``) or its model (groups it does not use, :func:`unused_groups`) cannot take."""
+    targets = target_problems(cfg)
+    if targets:  # the checks below build these nodes or read their classes: said first, with the values alone
+        raise ConfigError("invalid configuration:\n" + "\n".join(targets + value_problems(cfg)))
     problems = value_problems(cfg)
     for key in ("decode", "validation.search"):  # checked now, not when the final decode meets them
         if key == "validation.search" and not OmegaConf.select(cfg, "validation.bleu_every_n_epochs", default=1):
