@@ -49,7 +49,7 @@ def test_the_best_checkpoints_state_follows_its_score_not_how_often_it_is_saved(
     holds: a run resumed under resume=force with another interval lost its best score (the next validation
     replaced best.ckpt whatever it scored). Another monitored score is another state."""
     from nmt.tasks import build_task
-    from nmt.training.checkpoint_io import BestCheckpoint
+    from nmt.training.checkpoints import BestCheckpoint
     from nmt.training.trainer import _callbacks
 
     def best_key(*overrides: str) -> str:

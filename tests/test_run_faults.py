@@ -143,7 +143,7 @@ def test_the_non_finite_check_names_each_bad_tensor_with_one_read_of_the_device(
 def test_last_ckpt_is_copied_atomically_from_the_epoch_checkpoint_this_save_wrote(tmp_path, monkeypatch):
     from types import SimpleNamespace
 
-    from nmt.training.checkpoint_io import EpochCheckpoints
+    from nmt.training.checkpoints import EpochCheckpoints
 
     io, epoch, last = AtomicCheckpointIO(), tmp_path / "epoch003.ckpt", tmp_path / "last.ckpt"
     barriers = []

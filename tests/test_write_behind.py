@@ -11,7 +11,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from nmt.training.checkpoint_io import AtomicCheckpointIO, CheckpointWriteError, EpochCheckpoints, WriteBehind
+from nmt.training.checkpoint_io import AtomicCheckpointIO, CheckpointWriteError, WriteBehind
+from nmt.training.checkpoints import EpochCheckpoints
 
 
 def state(value: float) -> dict:

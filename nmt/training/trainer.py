@@ -19,14 +19,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from nmt.tasks import Task
 from nmt.training.callbacks import SaveOnSignal, SittingEarlyStopping
-from nmt.training.checkpoint_io import (
-    AtomicCheckpointIO,
-    BestCheckpoint,
-    EpochCheckpoints,
-    NoStepCheckpoint,
-    StepCheckpoint,
-    WriteBehind,
-)
+from nmt.training.checkpoint_io import AtomicCheckpointIO, WriteBehind
+from nmt.training.checkpoints import BestCheckpoint, EpochCheckpoints, NoStepCheckpoint, StepCheckpoint
 from nmt.training.loggers import ResumableCSVLogger
 from nmt.training.progress import PlainProgress, ValidationLines, plain_output
 from nmt.training.resumed import ResumeLogs, SamePlaceInData
