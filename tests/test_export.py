@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from nmt.decoding.settings import SearchConfig
-from nmt.inference.export import ExportError, check_exportable, export_ctranslate2, translate_pieces
+from nmt.inference.export import export_ctranslate2, translate_pieces
+from nmt.inference.export_spec import ExportError, check_exportable
 from nmt.inference.loading import load_model
 from nmt.inference.translator import Translator
 from nmt.tasks.language_model import LanguageModelTask
