@@ -4,7 +4,7 @@ a cold compile costs a run, for each ``compile`` setting.
 Each setting runs in a fresh process with an empty Inductor cache (its on-disk caches off), so that nothing
 compiled by an earlier run is found: the first run of a sweep on a machine pays this, a later one finds the
 compiled code on disk. The run's model (the recipe given by the overrides; the tiny recipe by default) is
-compiled by ``train.py``'s own :func:`~nmt.training.train.compile_model` and trained with AdamW on the
+compiled by ``train.py``'s own :func:`~nmt.training.compile.compile_model` and trained with AdamW on the
 first real batches of its corpus at the run's precision, with ``nmt``'s loss:
 
 - ``first_update_s``: the first update, the compile included;
@@ -32,8 +32,8 @@ from benchmarks.options import check_device_and_json
 
 def one(setting: str, device: str, overrides: list[str], shapes: int, timed: int) -> dict:
     from nmt.data.tokenizer import PAD_ID
+    from nmt.training.compile import compile_model
     from nmt.training.config_device import resolve_precision
-    from nmt.training.train import compile_model
     from nmt.utils.instantiate import instantiate
 
     cfg = compose([*overrides, "data.batches_on_device=false"])

@@ -109,8 +109,8 @@ def bare_ms(overrides: list[str], window: tuple[int, int], device: str) -> float
     """ms per update of the same model, loss, optimiser and schedule, at the same precision, on the same
     batches, in a plain loop: the updates before ``window`` warm up, those in it are timed."""
     from nmt.data.tokenizer import PAD_ID
+    from nmt.training.compile import compile_model
     from nmt.training.config_device import resolve_precision
-    from nmt.training.train import compile_model
     from nmt.utils.instantiate import instantiate
 
     cfg = compose([*overrides, "data.batches_on_device=false"])

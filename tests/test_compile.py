@@ -33,7 +33,7 @@ def test_compile_settings_keep_one_graph_across_many_batch_shapes():
     would give both one symbol, and the first batch whose lengths differ would be compiled again."""
     from torch.fx.experimental import _config as fx_config
 
-    from nmt.training.train import compile_model
+    from nmt.training.compile import compile_model
 
     with fx_config.patch(use_duck_shape=fx_config.use_duck_shape):  # compile_model turns it off: restored after
         _one_graph_for_every_shape(compile_model)
@@ -98,7 +98,7 @@ def test_the_compiled_loss_gives_the_written_out_formula_and_its_gradient_for_ev
     from torch.fx.experimental import _config as fx_config
 
     from nmt.modules.loss import LabelSmoothedCrossEntropy, smoothed_cross_entropy_sums
-    from nmt.training.train import compile_model
+    from nmt.training.compile import compile_model
 
     loss = LabelSmoothedCrossEntropy(0.1, pad_id=0)
     torch._dynamo.reset()
@@ -132,7 +132,7 @@ def test_compile_layers_compiles_one_graph_per_kind_of_layer_for_every_shape(mon
     from torch._dynamo.utils import counters
     from torch.fx.experimental import _config as fx_config
 
-    from nmt.training.train import compile_model
+    from nmt.training.compile import compile_model
 
     real = torch.nn.Module.compile
     # Dynamo's side alone (no kernels to build): what is compiled, and how often, is Dynamo's choice
@@ -160,7 +160,7 @@ def test_compile_layers_compiles_one_graph_per_kind_of_layer_for_every_shape(mon
 
 def test_compile_layers_is_refused_by_a_model_without_repeated_layers():
     from benchmarks.systems import our_rnn
-    from nmt.training.train import compile_model
+    from nmt.training.compile import compile_model
 
     with pytest.raises(ValueError, match=r"compile=layers: RNNSeq2Seq has no repeated layers .* compile=true"):
         compile_model(our_rnn(vocab=60, hidden=16, layers=1), "layers")
@@ -188,7 +188,7 @@ def test_compile_layers_trains_as_the_plain_model_one_graph_per_kind_of_layer(mo
 
     from nmt.data.tokenizer import PAD_ID
     from nmt.modules.loss import LabelSmoothedCrossEntropy
-    from nmt.training.train import compile_model
+    from nmt.training.compile import compile_model
 
     from .test_lm import language_model
 

@@ -13,7 +13,8 @@ from nmt.data.tokenizer import PAD_ID
 from nmt.inference.checkpoint import CHECKPOINT_KEY, load_checkpoint
 from nmt.models.build import build_model
 from nmt.training.config import ConfigError, check_config
-from nmt.training.train import resolve_precision, train
+from nmt.training.config_device import resolve_precision
+from nmt.training.train import train
 from nmt.utils.instantiate import instantiate
 
 from .conftest import CONF, NO_FINAL_SCORES, ROOT, compose_train
@@ -597,3 +598,19 @@ def test_a_target_that_names_nothing_is_one_line_with_the_closest_name(overrides
     with pytest.raises(ConfigError, match=message):
         checked_task(compose_train(*overrides))
     assert "Error getting class" not in caplog.text
+
+
+def test_a_target_whose_module_fails_here_for_a_reason_of_its_own_is_left_to_its_build(tmp_path, monkeypatch):
+    """A module that is there but imports a package missing on this machine (a GPU library, say, on a login
+    node planning a sweep) was said to be "no module", and one raising another error stopped the check on a
+    traceback: both are left to the node's build, which says why. A path that is no dotted path is named."""
+    from nmt.training.config_targets import target_problems
+
+    (tmp_path / "needs_more.py").write_text("import not_installed_anywhere_xyz\nclass Thing: ...\n")
+    (tmp_path / "needs_a_gpu.py").write_text("raise RuntimeError('needs CUDA')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for target in ("needs_more.Thing", "needs_a_gpu.Thing", "torch.optim.AdamW"):
+        assert target_problems(compose_train(f"optim.optimizer._target_={target}"), {}) == []
+    assert target_problems(compose_train("optim.optimizer._target_=.Foo"), {}) == [
+        "  optim.optimizer._target_=.Foo: not a dotted path (module.Name)"
+    ]

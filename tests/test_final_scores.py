@@ -167,7 +167,7 @@ def test_a_resumed_sitting_starts_without_the_early_stop_decision_its_checkpoint
 
     from lightning.pytorch.callbacks import EarlyStopping
 
-    from nmt.training.callbacks import SittingEarlyStopping
+    from nmt.training.stopping import SittingEarlyStopping
 
     ours = SittingEarlyStopping(monitor="val_loss", mode="min", patience=3)
     assert ours.state_key == EarlyStopping(monitor="val_loss", mode="min").state_key

@@ -268,7 +268,7 @@ def test_a_signals_save_is_written_in_the_foreground_after_an_earlier_write_fail
     lets the other ranks exit); an earlier write that failed in the background is named, not raised."""
     from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-    from nmt.training.callbacks import SaveOnSignal
+    from nmt.training.stopping import SaveOnSignal
 
     io = AtomicCheckpointIO(background=True)
     real_save = torch.save

@@ -4,9 +4,21 @@ groups, one run each (no multirun), lists in brackets."""
 import re
 from pathlib import Path
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
-from nmt.cli.names import CONF, checkpoint_program, closest, config_keys
+from nmt.cli.names import closest
+from nmt.utils.configs import CONF, dotted_keys
+
+
+def checkpoint_program(config_name: str, conf: Path) -> DictConfig | None:
+    """The config of a program that uses a checkpoint (translate, evaluate, serve, export: keys of its own, no
+    groups but Hydra's), None for train.py and sweep.py."""
+    config = OmegaConf.load(conf / f"{config_name}.yaml")
+    defaults = config.get("defaults") or []
+    if any(isinstance(d, str) and d != "_self_" for d in defaults):
+        return None
+    groups = {re.sub(r"^(override|optional)\s+", "", str(k)) for d in defaults if isinstance(d, DictConfig) for k in d}
+    return None if any(not group.startswith("hydra/") for group in groups) else config
 
 
 def foreign_group_message(argv: list[str], config_name: str, conf: Path = CONF) -> str | None:
@@ -42,7 +54,7 @@ def checkpoint_use_message(argv: list[str], config_name: str, conf: Path = CONF)
     if config is None:
         return None
     defaults = OmegaConf.to_container(OmegaConf.masked_copy(config, [k for k in config if k != "hydra"]))
-    known = config_keys(OmegaConf.create(defaults))
+    known = dotted_keys(OmegaConf.create(defaults))
     for arg in argv:
         key, sep, value = arg.lstrip("+").partition("=")
         if arg.startswith(("-", "~")) or not sep or key.startswith("hydra"):

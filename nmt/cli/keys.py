@@ -7,9 +7,10 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from nmt.cli.checkpoint_programs import OPEN_BLOCKS
-from nmt.cli.names import CONF, checkpoint_program, closest, config_keys
+from nmt.cli.checkpoint_programs import OPEN_BLOCKS, checkpoint_program
+from nmt.cli.names import closest
 from nmt.data.build import EVALUATION_DATA_OPTIONS
+from nmt.utils.configs import CONF, dotted_keys
 
 
 def unknown_key_message(argv: list[str], config_name: str, conf: Path = CONF) -> str | None:
@@ -51,12 +52,12 @@ def unknown_key_message(argv: list[str], config_name: str, conf: Path = CONF) ->
                 first = OmegaConf.masked_copy(first, [k for k in first if k != "hydra"])
     except Exception:  # a bad group option or the like: Hydra's own message names it
         return None
-    known = config_keys(cfg)
+    known = dotted_keys(cfg)
     # ++key=value sets a key as key=value does: its switch checked too
     switch = _switch_message(cfg, [*items, *(a.lstrip("+") for a in argv if a.startswith("++") and "=" in a)])
     if switch:
         return switch
-    first_keys = config_keys(first) if first is not None else known
+    first_keys = dotted_keys(first) if first is not None else known
     for key in plain:
         group = key.split(".")[0]
         if key in known and key not in first_keys and group in swept:

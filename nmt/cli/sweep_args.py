@@ -6,7 +6,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from nmt.cli.names import CONF
+from nmt.utils.configs import CONF
 
 LAUNCHERS = ("basic", "joblib", "submitit_local", "submitit_slurm")
 

@@ -33,7 +33,7 @@ def _read(pairs: Sequence[tuple[str, str]], reading: Reading) -> list[tuple[str,
 def check_split_sizes(valid_size, test_size, max_samples=None) -> None:
     """The sizes of a seeded split, refused at start-up. Validation needs pairs (early stopping, the best
     checkpoint); a test set may be left out (``test_size=0``), which the run's own check then holds to
-    ``test_after_training=false`` (nmt.training.config)."""
+    ``test_after_training=false`` (nmt.training.config_task)."""
     for key, size, least in (("valid_size", valid_size, 1), ("test_size", test_size, 0)):
         if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size < least):
             also = " (0: no test set, with test_after_training=false)" if least == 0 else ""

@@ -12,9 +12,8 @@ from omegaconf.errors import InterpolationResolutionError
 from nmt.sweep.gpus import pool_problem
 from nmt.sweep.gpus import setting_problem as mps_setting_problem
 from nmt.sweep.levels import level_settings_problem, sweep_levels
-from nmt.sweep.plan import ROOT, as_override, command_prefixes, compose_train, planned_values
-
-CONF = ROOT / "conf"
+from nmt.sweep.plan import as_override, command_prefixes, compose_train, planned_values
+from nmt.utils.configs import CONF, dotted_keys
 
 
 def input_problem(config: DictConfig) -> str | None:
@@ -144,7 +143,7 @@ class RunConfigs:
                 if found != "__missing__":
                     had.add(key)
                 elif key not in lacking:
-                    close = difflib.get_close_matches(key, _all_keys(composed), n=2)
+                    close = difflib.get_close_matches(key, dotted_keys(composed), n=2)
                     runs = ",".join(f"{k}={v}" for k, v in groups if len(levels.get(k, [])) > 1)
                     lacking[key] = (runs, f" (did you mean {' or '.join(close)}?)" if close else "")
         for key, (runs, hint) in lacking.items():
@@ -212,13 +211,3 @@ def sweep_name_problem(name) -> str | None:
         f"sweep_name={name!r}: the name of a folder under sweeps/ (not empty, not absolute, no '..'); a sweep "
         "elsewhere: hydra.sweep.dir=PATH"
     )
-
-
-def _all_keys(node, prefix: str = "") -> list[str]:
-    keys = []
-    for key in node:
-        child = node._get_node(key)
-        keys.append(f"{prefix}{key}")
-        if isinstance(child, DictConfig):
-            keys += _all_keys(child, f"{prefix}{key}.")
-    return keys

@@ -18,8 +18,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from nmt.sweep.levels import expand, plain_settings, same_level, sweep_levels
 from nmt.sweep.plan import compose_train, expected_fingerprint, planned_values, run_overrides
+from nmt.utils.configs import CONF
 
-CONF = Path(__file__).resolve().parents[2] / "conf"
 UNDER = "tuned under: "  # the file's comment line that records what each level was tuned under, as JSON
 ABSENT = "(absent)"
 

@@ -15,10 +15,10 @@ from nmt.training.config_groups import (
     hydra_choices,
     model_key_problems,
     optim_node_problems,
-    target_problems,
 )
 from nmt.training.config_model import model_build_problems, model_class_problems, model_value_problems
 from nmt.training.config_rules import value_problems
+from nmt.training.config_targets import target_problems
 from nmt.training.config_task import task_problems
 from nmt.training.config_unread import unused_groups
 
@@ -65,7 +65,7 @@ def unread_data_problems(cfg: DictConfig) -> list[str]:
 def check_config(cfg: DictConfig, choices: dict | None = None) -> None:
     """Raise ConfigError listing every invalid value in ``cfg``, and every option that its task
     (``task.check``) or its model (groups it does not use, :func:`unused_groups`) cannot take."""
-    targets = target_problems(cfg)
+    targets = target_problems(cfg, choices)
     if targets:  # the checks below build these nodes or read their classes: said first, with the values alone
         raise ConfigError("invalid configuration:\n" + "\n".join(targets + value_problems(cfg)))
     problems = value_problems(cfg)

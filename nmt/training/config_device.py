@@ -1,5 +1,7 @@
-"""Checks of the settings that choose how and where a run computes (its precision, processes, CUDA graphs,
-weight casts, attention kernels and deferred checks of non-finite updates)."""
+"""The settings that choose how and where a run computes: ``precision=auto`` resolved for the device at hand
+(:func:`resolve_precision`, which training, a sweep's plan and the benchmarks read), and the checks of
+what its means of speed cannot do together or on its device (CUDA graphs, weight casts, attention
+kernels, deferred checks of non-finite updates, the processes' strategy)."""
 
 import torch
 from omegaconf import DictConfig, ListConfig, OmegaConf

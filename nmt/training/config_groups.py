@@ -3,9 +3,7 @@
 loss, task), keys added with ``+`` that nothing reads; and the keys and switches conf/ writes, read from
 conf/ itself. Settings a run would not read are in :mod:`nmt.training.config_unread`."""
 
-import difflib
 import functools
-import importlib
 import inspect
 import re
 from pathlib import Path
@@ -14,7 +12,8 @@ import yaml
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-CONF = Path(__file__).resolve().parents[2] / "conf"
+from nmt.utils.configs import CONF
+from nmt.utils.instantiate import locate_target
 
 
 @functools.cache
@@ -182,89 +181,14 @@ MODEL_PART_GROUPS = ("pos", "norm", "attention")
 PART_KEYS = {"position": "pos", "norm": "norm", "attention": "attention"}  # the model's key: its group
 
 
-def locate(path: str):
-    """The object a dotted path names (a ``_target_``), as Hydra finds it but without Hydra's error log:
-    ImportError where no module of the path imports, AttributeError where the object is not in it."""
-    parts = str(path).split(".")
-    for end in range(len(parts), 0, -1):
-        try:
-            found = importlib.import_module(".".join(parts[:end]))
-        except ModuleNotFoundError:
-            continue
-        for name in parts[end:]:
-            found = getattr(found, name)
-        return found
-    raise ImportError(f"no module {parts[0]!r}")
-
-
-# nodes built where the trainer is made, whose targets import Lightning: a sweep's plan and check_config start
-# without it, so these are left to Hydra's own message
-BUILT_BY_THE_TRAINER = ("logger",)
-
-
-def target_problems(cfg: DictConfig) -> list[str]:
-    """Every ``_target_`` that names nothing (a misspelt class, a module that is not there), with the closest
-    names, where Hydra said it in a screen of its own once it built the node; and a model part (pos, norm,
-    attention) whose file lacks ``_partial_: true``, which the model builds once per size (Hydra built it
-    with no size: "missing 1 required positional argument")."""
-    problems = []
-    for key, target in _targets(OmegaConf.to_container(cfg, resolve=False)):
-        if key.split(".")[0] in BUILT_BY_THE_TRAINER:
-            continue
-        try:
-            locate(target)
-        except (ImportError, AttributeError):
-            module, _, name = target.rpartition(".")
-            problems.append(f"  {key}._target_={target}: {_missing(module, name)}")
-    choices = hydra_choices()
-    for group in set(MODEL_PART_GROUPS) - unused_model_parts(cfg):
-        node = cfg.get(group)
-        if isinstance(node, DictConfig) and node.get("_target_") and not node.get("_partial_"):
-            where = f"conf/{group}/{choices[group]}.yaml" if choices.get(group) else f"the {group} node"
-            problems.append(
-                f"  {group}: the model builds {node._target_} once per size, so {where} needs _partial_: true"
-            )
-    return problems
-
-
-def _targets(node, prefix: str = "") -> list[tuple[str, str]]:
-    """(key, target) of every node that names a ``_target_`` of its own (an interpolated node is checked
-    where it is written)."""
-    found = []
-    if isinstance(node, dict):
-        target = node.get("_target_")
-        if isinstance(target, str) and target and "${" not in target:
-            found.append((prefix.rstrip(".") or "the config", target))
-        for key, value in node.items():
-            found += _targets(value, f"{prefix}{key}.")
-    elif isinstance(node, list):
-        for index, value in enumerate(node):
-            found += _targets(value, f"{prefix}{index}.")
-    return found
-
-
-def _missing(module: str, name: str) -> str:
-    """Why ``module.name`` names nothing, with the names like it in its module (or in the deepest module of
-    the path that imports)."""
-    try:
-        owner = locate(module) if module else None
-    except (ImportError, AttributeError):
-        parent, _, missing = module.rpartition(".")
-        return f"no module {module} ({_missing(parent, missing) if parent else 'not installed'})"
-    names = [n for n in dir(owner) if not n.startswith("_")] if owner is not None else []
-    close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
-    hint = f"; did you mean {module}.{close[0]}?" if close else ""
-    return f"{module or 'the path'} has no {name}{hint}"
-
-
 def target_class(cfg: DictConfig, group: str) -> type | None:
     """The class a group's ``_target_`` names (None: none named, or one that does not import, which
-    :func:`target_problems` reports)."""
+    :func:`nmt.training.config_targets.target_problems` reports)."""
     target = OmegaConf.select(cfg, f"{group}._target_", default=None)
     if not target:
         return None
     try:
-        found = locate(str(target))
+        found = locate_target(str(target))
     except Exception:  # noqa: BLE001
         return None
     return found if isinstance(found, type) else None
@@ -341,7 +265,7 @@ def built_node_problems(cfg: DictConfig, nodes: tuple[str, ...] = BUILT_NODES) -
         if not target:
             continue
         try:
-            built = locate(str(target))
+            built = locate_target(str(target))
         except Exception:  # noqa: BLE001  (a target that does not import: target_problems says so)
             continue
         taken = keywords(built)

@@ -6,7 +6,8 @@ averaging where none is made."""
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from nmt.training.config_groups import CONF, MODEL_PART_GROUPS, unused_model_parts
+from nmt.training.config_groups import MODEL_PART_GROUPS, unused_model_parts
+from nmt.utils.configs import CONF
 
 
 def unused_groups(cfg: DictConfig, choices: dict | None = None, overrides: list[str] | None = None) -> list[str]:

@@ -4,7 +4,8 @@ get it, and the settings that tell it from the other runs of a sweep."""
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from nmt.training.config_groups import CONF, hydra_choices, unused_model_parts
+from nmt.training.config_groups import hydra_choices, unused_model_parts
+from nmt.utils.configs import CONF
 
 
 def recipe_applied(recipe: str | None) -> bool:

@@ -1,6 +1,6 @@
 """The hash of the code that computes results: the package's source and the configs training composes.
 
-A run folder records it with the settings (nmt.training.run_folder), and an evaluation with its scores, so
+A run folder records it with the settings (nmt.training.run_identity), and an evaluation with its scores, so
 that a result made under other code is never taken, or overwritten, as one made under this code."""
 
 import hashlib

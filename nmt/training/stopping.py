@@ -1,6 +1,9 @@
 """How a sitting ends: its work kept when the process is told to stop (the loops' counters saved as a resumed
-run must find them), early stopping that belongs to its sitting, and what ended it. The other callbacks:
-:mod:`nmt.training.timing` (wall time, throughput), :mod:`nmt.training.resumed` (a resumed sitting's checks)."""
+run must find them), early stopping that belongs to its sitting, and what ended it. The trainer's other
+callbacks (each listed where :func:`nmt.training.trainer.build_trainer` adds it): checkpoints
+(:mod:`~nmt.training.checkpoints`, :mod:`~nmt.training.checkpoint_io`), wall time and throughput
+(:mod:`~nmt.training.timing`), a resumed sitting's checks (:mod:`~nmt.training.resumed`), progress
+(:mod:`~nmt.training.progress`)."""
 
 import copy
 import signal
