@@ -33,6 +33,7 @@ from nmt.inference.loading import resolve_checkpoint_path
 from nmt.metrics.corpus import bleu_tokenizer, tokenized_lowercase_scoring
 from nmt.metrics.randomization import paired_randomization, sentence_statistics
 from nmt.tasks.base import evaluation_splits, grid_file_for_code
+from nmt.utils.configs import CONF
 from nmt.utils.io import atomic_write_json
 
 DECODED = ("bleu", "bleu_tok_lc", "chrf")  # scores every decoding task writes, higher is better
@@ -286,7 +287,7 @@ def test_command(cfg: DictConfig, setting: dict, strategy: str, split: str = "te
     for key, value in cfg.decode.items():
         if value is not None and f"decode.{key}" not in setting and key not in UNREAD[strategy]:
             options[f"decode.{key}"] = value
-    listed = OmegaConf.load(Path(__file__).resolve().parents[2] / "conf" / "evaluate.yaml").data
+    listed = OmegaConf.load(CONF / "evaluate.yaml").data
     for key, value in OmegaConf.to_container(cfg.data, resolve=True).items():
         if value is not None:  # a key evaluate.py's data block does not list was added with + (+data.test=PATH)
             options[f"{'' if key in listed else '+'}data.{key}"] = value

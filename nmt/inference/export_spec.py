@@ -9,8 +9,6 @@ half-split layout, their base), and tied or separate embeddings. Recurrent model
 relative positions without value vectors are refused.
 """
 
-from pathlib import Path
-
 import torch
 
 from nmt.inference.loading import LoadedModel
@@ -23,6 +21,7 @@ from nmt.modules.position import (
     SinusoidalPosition,
     sinusoid_table,
 )
+from nmt.utils.configs import CONF
 
 MAX_POSITIONS = 1024  # rows of the absolute position table written for CTranslate2
 
@@ -32,8 +31,7 @@ def _model_option(target: str, group: str = "model") -> str:
     class name."""
     from omegaconf import OmegaConf
 
-    conf = Path(__file__).resolve().parents[2] / "conf"  # the configs beside the package
-    for path in sorted((conf / group).glob("*.yaml")):
+    for path in sorted((CONF / group).glob("*.yaml")):
         if OmegaConf.load(path).get("_target_") == target:
             return path.stem
     return target.rsplit(".", 1)[-1]

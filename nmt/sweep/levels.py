@@ -13,11 +13,11 @@ level gets::
 """
 
 import re
-from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
 from nmt.sweep.summary import SWEEP_KEYS
+from nmt.utils.configs import CONF
 
 
 def hydra_quoted(text: str) -> str:
@@ -147,7 +147,7 @@ def level_settings_problem(level_settings, levels: dict[str, list[str]], from_fi
         for level, overrides in by_level.items():
             # a group's level is one of its options: a misspelt one (noma) would give its runs nothing; a key's
             # other values may be levels of another sweep (a tuned file's), and a value cannot be misspelt
-            group = Path(__file__).resolve().parents[2] / "conf" / key
+            group = CONF / key
             options = sorted(p.stem for p in group.glob("*.yaml")) if group.is_dir() else []
             if options and str(level) not in options:
                 return f"level_settings.{key}.{level}: {level} is not an option of group {key} (options: {options})"
@@ -171,7 +171,7 @@ def level_settings_problem(level_settings, levels: dict[str, list[str]], from_fi
                 f"level_settings.{key}: this sweep runs none of its levels ({', '.join(map(str, by_level))}; "
                 f"{key} here: {', '.join(levels[key])}), so no run would get its settings"
             )
-        group = Path(__file__).resolve().parents[2] / "conf" / key
+        group = CONF / key
         unrun = [str(level) for level in by_level if level not in run_by]
         if not from_file and unrun and not group.is_dir():  # a value (not a group's option) no run of it has
             return (

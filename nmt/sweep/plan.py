@@ -20,8 +20,7 @@ from nmt.sweep.levels import (
 from nmt.sweep.mps import CONTROL
 from nmt.sweep.records import RESULT, read_record
 from nmt.sweep.summary import run_cost_s
-
-ROOT = Path(__file__).resolve().parents[2]
+from nmt.utils.configs import ROOT
 
 
 def command_prefixes(overrides) -> dict[str, str]:

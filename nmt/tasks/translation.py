@@ -44,6 +44,7 @@ from nmt.tasks.translation_eval import (
     write_attention_maps,
     write_outputs,
 )
+from nmt.utils.configs import CONF
 from nmt.utils.io import atomic_write_json, atomic_write_text, check_output_file
 
 
@@ -57,7 +58,7 @@ def model_options(decoder_only_models: bool) -> str:
     """The options of group ``model`` (conf/model/) whose class is, or is not, decoder-only: ``model=a or
     model=b``, for messages that say which models a task trains."""
     names = []
-    for path in sorted((Path(__file__).resolve().parents[2] / "conf" / "model").glob("*.yaml")):
+    for path in sorted((CONF / "model").glob("*.yaml")):
         target = OmegaConf.load(path).get("_target_")
         try:
             if target and bool(getattr(get_class(target), "decoder_only", False)) == decoder_only_models:
