@@ -38,7 +38,6 @@ from nmt.sweep.levels import (
 )
 from nmt.sweep.mps import MpsDaemon, client_devices, machine_wide_daemon
 from nmt.sweep.plan import (
-    ROOT,
     as_override,
     changed_runs,
     command_prefixes,
@@ -64,6 +63,7 @@ from nmt.sweep.report import set_aside, write_report
 from nmt.sweep.summary import FAILED, PLAN, failed_runs
 from nmt.sweep.tuned import checked_tuned_file
 from nmt.training.run_folder import RunFolderError, RunLock, finished_results, resumable, trained_results
+from nmt.utils.configs import ROOT
 from nmt.utils.io import atomic_write_json, atomic_write_text
 
 SUPERSEDED = "superseded"  # run folders made under other settings, moved aside by on_changed=move
