@@ -56,7 +56,7 @@ def test_a_process_that_trains_nothing_redoes_the_final_weights_row_alone(tmp_pa
 def test_a_run_started_from_scratch_in_the_same_folder_starts_a_new_log(tmp_path):
     first_sitting(tmp_path, steps=5)
     again = ResumableCSVLogger(str(tmp_path), name="logs", version="")
-    again.experiment.drop_rows_from(0)  # what resumed.ResumeLogs does when training starts at step 0
+    again.experiment.drop_rows_from(0)  # what resume.ResumeLogs does when training starts at step 0
     again.log_metrics({"train_loss": 7.0}, step=1)
     assert rows(tmp_path) == [("1", "7.0", "")]
 
@@ -204,7 +204,7 @@ def test_the_final_scores_reach_tensorboard_and_wandb_and_each_heatmap_is_its_ow
 def tensorboard_sitting(logger_class, run_dir, steps, resumed: bool = False, from_scratch: bool = False):
     logger = logger_class(str(run_dir), name="tensorboard", version="")
     if resumed:
-        logger.purge_at_next_log = True  # what resumed.ResumeLogs does when a resumed run starts training
+        logger.purge_at_next_log = True  # what resume.ResumeLogs does when a resumed run starts training
     if from_scratch:
         logger.drop_earlier()  # ... and when a run starts from step 0
     for step in steps:

@@ -71,7 +71,7 @@ class ResumableCSVLogger(CSVLogger):
     logged (appending a line: cheap), keeps the earlier rows when it starts, and when the resumed process
     logs its first row, at step s, drops the rows at step s or later: the killed process logged them after
     its last checkpoint, and training is redoing those steps. A run started from scratch in the same folder
-    clears the log (resumed.ResumeLogs)."""
+    clears the log (resume.ResumeLogs)."""
 
     def __init__(self, *args, flush_logs_every_n_steps: int = 1, **kwargs) -> None:
         super().__init__(*args, flush_logs_every_n_steps=flush_logs_every_n_steps, **kwargs)
@@ -89,7 +89,7 @@ class ResumableTensorBoardLogger(TensorBoardLogger):
     """Lightning's TensorBoardLogger for runs that are killed and resumed, and for runs started again in the
     folder of an earlier one: every sitting writes its own event file into the same folder, and TensorBoard
     showed the steps that a resumed sitting redid twice (and an earlier run's curve under a new one's).
-    When a resumed run's training starts (resumed.ResumeLogs), the first scalars this process logs, at step
+    When a resumed run's training starts (resume.ResumeLogs), the first scalars this process logs, at step
     s, reopen the writer with ``purge_step=s`` (SummaryWriter's own option): TensorBoard then hides the
     events of earlier sittings at step s or later, the ones the killed process logged after its last
     checkpoint. A run started from scratch deletes the earlier runs' event files (``drop_earlier``), as the

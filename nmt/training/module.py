@@ -339,7 +339,7 @@ class TaskModule(L.LightningModule):
         # a sitting that trains nothing (resumed at training's end) saves the count it was given, not 0
         self._cut_epoch_tokens = float(section.get("epoch_tokens") or 0.0)
         # where the training loader stood (epoch, batches of it trained), as it recorded itself: what a resumed
-        # run's loader must find again (resumed.SamePlaceInData)
+        # run's loader must find again (resume.SamePlaceInData)
         self.saved_data_place = saved_data_place(checkpoint)
         self.saved_data_order = saved_data_order(checkpoint)
         # a process resumed at training's end trains nothing, and Lightning's restored epoch counter says the

@@ -2,7 +2,7 @@
 run must find them), early stopping that belongs to its sitting, and what ended it. The trainer's other
 callbacks (each listed where :func:`nmt.training.trainer.build_trainer` adds it): checkpoints
 (:mod:`~nmt.training.checkpoints`, :mod:`~nmt.training.checkpoint_io`), wall time and throughput
-(:mod:`~nmt.training.timing`), a resumed sitting's checks (:mod:`~nmt.training.resumed`), progress
+(:mod:`~nmt.training.timing`), a resumed sitting's checks (:mod:`~nmt.training.resume`), progress
 (:mod:`~nmt.training.progress`)."""
 
 import copy

@@ -194,7 +194,7 @@ def _check_finished_on_this_text(cfg: DictConfig, task, run_dir: Path) -> None:
 
 def _train_in_folder(cfg: DictConfig, task, run_dir: Path, config: dict, main_process: bool) -> dict:
     identity = fingerprint(config)
-    # a resumed sitting that stops before its first update (resumed.SamePlaceInData) puts the folder's
+    # a resumed sitting that stops before its first update (resume.SamePlaceInData) puts the folder's
     # records back as they were, so that the command of the run they describe still continues it
     records = folder_records(run_dir) if main_process else None
     if main_process:

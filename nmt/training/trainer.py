@@ -22,7 +22,7 @@ from nmt.training.checkpoint_io import AtomicCheckpointIO, WriteBehind
 from nmt.training.checkpoints import BestCheckpoint, EpochCheckpoints, NoStepCheckpoint, StepCheckpoint
 from nmt.training.loggers import ResumableCSVLogger
 from nmt.training.progress import PlainProgress, ValidationLines, plain_output
-from nmt.training.resumed import ResumeLogs, SamePlaceInData
+from nmt.training.resume import ResumeLogs, SamePlaceInData
 from nmt.training.stopping import SaveOnSignal, SittingEarlyStopping
 from nmt.training.timing import Throughput, WallClock
 from nmt.utils.instantiate import instantiate
