@@ -614,3 +614,21 @@ def test_a_target_whose_module_fails_here_for_a_reason_of_its_own_is_left_to_its
     assert target_problems(compose_train("optim.optimizer._target_=.Foo"), {}) == [
         "  optim.optimizer._target_=.Foo: not a dotted path (module.Name)"
     ]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["model=rnn", "model.teacher_forcing=null"], r"model.teacher_forcing=null: must be a number"),
+        (["model=rnn", "model.hidden_size=null"], r"model.hidden_size=null: must be a positive integer"),
+        (["model.dropout=null"], r"model.dropout=null: must be a number in \[0, 1\)"),
+        (["lr=null"], r"lr=null: must be a positive finite number"),
+    ],
+)
+def test_null_where_a_setting_takes_none_is_named_before_any_data_is_read(overrides, message):
+    """null passed every check (each value's rule was read only for values given), and model.teacher_forcing=null
+    failed at the first update on a TypeError, others in Hydra's traceback; a rule that takes null says so
+    (model.activation_dropout=null: model.dropout's)."""
+    with pytest.raises(ConfigError, match=message):
+        check_config(compose_train(*overrides))
+    check_config(compose_train("model.activation_dropout=null"))

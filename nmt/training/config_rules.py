@@ -48,8 +48,9 @@ def _rules() -> list[tuple[str, Callable[[object], bool], str]]:
         rules.append((f"model.{key}", *positive))
     for key in ("encoder_layers", "decoder_layers", "num_layers"):
         rules.append((f"model.{key}", *positive))
-    for key in ("dropout", "attention_dropout", "activation_dropout"):
+    for key in ("dropout", "attention_dropout"):
         rules.append((f"model.{key}", *probability))
+    rules.append(("model.activation_dropout", probability[0], "a number in [0, 1), or null (model.dropout's)"))
     rules += [
         ("smoothing.smoothing", *probability),
         ("smoothing.fused", lambda v: isinstance(v, bool), "true or false"),
@@ -213,10 +214,17 @@ def value_problems(cfg: DictConfig) -> list[str]:
     """Every value against its rule, every switch given true or false, and the values that must agree."""
     problems = []
     rules = _rules()
+    absent = object()
     for key, ok, allowed in rules:
-        value = OmegaConf.select(cfg, key, default=None)
+        value = OmegaConf.select(cfg, key, default=absent)
+        if value is absent or interpolated(cfg, key):
+            continue
+        if value is None:  # null where the rule takes none: model.teacher_forcing=null failed at the first update
+            if "null" not in allowed:
+                problems.append(f"  {key}=null: must be {allowed}")
+            continue
         # a number's test takes no true or false (number): Python counts True as 1, and lr=true trained at 1.0
-        if value is not None and not ok(value) and not interpolated(cfg, key):
+        if not ok(value):
             problems.append(f"  {key}={value!r}: must be {allowed}")
     ruled = {key for key, _, _ in rules}
     for key in sorted((switches() | NULLABLE_SWITCHES) - ruled):
