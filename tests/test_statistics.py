@@ -832,6 +832,17 @@ def test_numeric_levels_sort_numerically_in_every_table(tmp_path):
         line.split("|")[1].strip() for line in report.split("### heads x norm")[1].splitlines() if line.startswith("| ")
     ]
     assert rows[1:4] == ["2", "4", "10"]
+    # a reference other than the first level, named by another spelling of its number (1e1 for 10): the tables
+    # keep the levels' order, "What ran" marks the reference where it stands, the fit is against it
+    report = write_report(tmp_path, baseline={"heads": "1e1"}).read_text()
+    assert "| factor heads | 2, 4, 10 (reference) |" in report
+    rows = [
+        line.split("|")[1].strip() for line in report.split("### heads x norm")[1].splitlines() if line.startswith("| ")
+    ]
+    assert rows[1:4] == ["2", "4", "10"]
+    assert "| heads: 2 - 10 |" in report
+    with pytest.raises(ValueError, match=r"baseline: heads=3 is not a level of heads"):
+        write_report(tmp_path, baseline={"heads": "3"})
 
 
 def test_a_finished_sweep_is_re_reported_from_its_statistics_file_alone(tmp_path):

@@ -146,3 +146,18 @@ def test_a_grid_file_without_its_package_line_is_refused_not_run_as_one_cell():
         "grid=mine: conf/grid/mine.yaml lacks its first line '# @package hydra.sweeper', so its params became "
         "grid.* keys, which no sweep reads: add that line"
     )
+
+
+def test_a_baseline_names_a_numeric_level_by_its_value():
+    """baseline={model.dropout: 0} was refused as "not a level" of 0.0,0.1, though level_settings and the
+    report's order read numbers by value."""
+    config = sweep_config(Path("/nowhere"), "model.dropout=0.0,0.1", "seed=1")
+    with open_dict(config):
+        config.baseline = {"model.dropout": 0}
+    assert inputs.input_problem(config) is None
+    with open_dict(config):
+        config.baseline = {"model.dropout": 0.3}
+    assert (
+        inputs.input_problem(config)
+        == "baseline: model.dropout=0.3 is not a level of model.dropout (levels: ['0.0', '0.1'])"
+    )

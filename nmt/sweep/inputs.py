@@ -11,7 +11,7 @@ from omegaconf.errors import InterpolationResolutionError
 
 from nmt.sweep.gpus import pool_problem
 from nmt.sweep.gpus import setting_problem as mps_setting_problem
-from nmt.sweep.levels import level_settings_problem, sweep_levels
+from nmt.sweep.levels import level_settings_problem, same_level, sweep_levels
 from nmt.sweep.plan import as_override, command_prefixes, compose_train, planned_values
 from nmt.utils.configs import CONF, dotted_keys
 
@@ -189,7 +189,7 @@ def baseline_problem(baseline, levels: dict[str, list[str]]) -> str | None:
         for key, value in dict(baseline).items():
             if key not in factors:
                 return f"baseline: {key} is not a factor of this sweep (factors: {sorted(factors)})"
-            if str(value) not in factors[key]:
+            if not any(same_level(level, value) for level in factors[key]):  # 1 names the level 1.0
                 return f"baseline: {key}={value} is not a level of {key} (levels: {factors[key]})"
     return None
 

@@ -21,6 +21,7 @@ from nmt.metrics import lower_is_better
 from nmt.sweep import analysis, effects, store, summary
 from nmt.sweep.document import Document, cell_name, fmt, fmt_p, literal
 from nmt.sweep.figures import effect_plot, interaction_heatmap, training_curves
+from nmt.sweep.levels import same_level
 from nmt.sweep.ranking import MIN_SEEDS, rank_cells, ranking_section
 from nmt.sweep.records import RESULT, bleu_tokenize, collect_records, finished_runs, resolve_metric, scored_records
 from nmt.sweep.sections import findings, what_ran
@@ -35,8 +36,10 @@ def resolve_baseline(records: list[dict], factors: list[str], written: dict, bas
     for key, value in baseline.items():
         if key not in levels:
             raise ValueError(f"baseline: {key} is not a factor of this sweep (factors: {factors})")
-        if value not in levels[key]:
+        spelt = next((level for level in levels[key] if same_level(level, value)), None)  # 1 names the level 1.0
+        if spelt is None:
             raise ValueError(f"baseline: {key}={value} is not a level of {key} (levels: {levels[key]})")
+        baseline[key] = spelt
     first = {f: next((v for v in written.get(f, ()) if v in levels[f]), levels[f][0]) for f in factors}
     return {f: baseline.get(f, first[f]) for f in factors}
 
@@ -78,8 +81,10 @@ def write_report(sweep_dir: str | Path, metric: str = "auto", baseline: dict | N
     factors = analysis.factor_names(records)
     written = summary.planned(sweep_dir).get("factors") or saved["facts"].get("written") or {}
     base = resolve_baseline(records, factors, written, baseline)
-    levels = {f: [base[f], *(v for v in analysis.ordered_levels(records, f, written.get(f, ())) if v != base[f])]
-              for f in factors}  # fmt: skip
+    # levels in their order (numbers by value), shown so everywhere; the fit and the tests against the reference
+    # read them with the reference first
+    order = {f: analysis.ordered_levels(records, f, written.get(f, ())) for f in factors}
+    levels = {f: [base[f], *(v for v in order[f] if v != base[f])] for f in factors}
     facts = saved["facts"] if from_file else {**summary.describe(sweep_dir, records), "written": written}
     runs = saved["runs"] if from_file else {
         store.run_key(r): store.entry(r, bleu_tokenize(r), saved["runs"].get(store.run_key(r))) for r in records
@@ -99,7 +104,7 @@ def write_report(sweep_dir: str | Path, metric: str = "auto", baseline: dict | N
     fit = effects.fit(records, metric, levels) if factors else None
     ranking = rank_cells(records, factors, levels, base, metric, runs)
     doc = Document(f"Sweep {facts['name']}: " + _question(factors, metric, held))
-    what_ran(doc, facts, factors, levels, metric, lower, {f: (v, written.get(f, ())) for f, v in held.items()})
+    what_ran(doc, facts, factors, levels, metric, lower, {f: (v, written.get(f, ())) for f, v in held.items()}, order)
     small = {cell: n for cell, n in ranking["seeds"].items() if n < MIN_SEEDS}
     if small:
         doc.paragraph(
@@ -135,7 +140,7 @@ def write_report(sweep_dir: str | Path, metric: str = "auto", baseline: dict | N
     ranking_section(doc, ranking, factors, base, metric, lower)
     if fit is not None:
         _effects_section(doc, sweep_dir, records, fit, levels, written, metric, lower)
-        _interactions_section(doc, sweep_dir, records, fit, levels, metric, lower)
+        _interactions_section(doc, sweep_dir, records, fit, levels, order, metric, lower)
     _outputs_section(doc, records, factors, levels, sentence)
     report = sweep_dir / "report.md"
     atomic_write_text(report, doc.markdown() + "\n")
@@ -268,7 +273,9 @@ def _main_effects(doc, sweep_dir: Path, records, levels, written, lower: bool, m
             doc.figure(path, f"{curve_metric} by {factor}: each run thin; the mean over the runs that reached an epoch")
 
 
-def _interactions_section(doc, sweep_dir: Path, records, fit: dict, levels, metric: str, lower: bool) -> None:
+def _interactions_section(doc, sweep_dir: Path, records, fit: dict, levels, order, metric: str, lower: bool) -> None:
+    """Each pair of factors' table of means and heatmap, their levels in ``order``; the fit's interaction
+    terms named against the reference levels (``levels``' first)."""
     pairs = analysis.interactions(records, metric)
     if not pairs:
         return
@@ -276,8 +283,8 @@ def _interactions_section(doc, sweep_dir: Path, records, fit: dict, levels, metr
     for (a, b), table in pairs.items():
         doc.heading(f"{a} x {b}", 3)
         doc.table(
-            [f"{a} \\ {b}", *levels[b]],
-            [[x, *(fmt(table.get((x, y))) for y in levels[b])] for x in levels[a]],
+            [f"{a} \\ {b}", *order[b]],
+            [[x, *(fmt(table.get((x, y))) for y in order[b])] for x in order[a]],
         )
         for (term, column), e in fit["effects"].items():
             if term == (a, b):
@@ -287,7 +294,7 @@ def _interactions_section(doc, sweep_dir: Path, records, fit: dict, levels, metr
                     f"instead of {literal(levels[b][0])}."
                 )
         figure = sweep_dir / f"interaction_{a}_{b}.png".replace("/", "_")
-        interaction_heatmap(table, (a, b), (levels[a], levels[b]), metric, lower, figure)
+        interaction_heatmap(table, (a, b), (order[a], order[b]), metric, lower, figure)
         doc.figure(figure, f"{a} x {b}")
 
 

@@ -14,9 +14,19 @@ ALPHA = 0.05
 
 
 def what_ran(
-    doc: Document, facts: dict, factors: list[str], levels: dict, metric: str, lower: bool, held: dict | None = None
+    doc: Document,
+    facts: dict,
+    factors: list[str],
+    levels: dict,
+    metric: str,
+    lower: bool,
+    held: dict | None = None,
+    order: dict | None = None,
 ) -> None:
-    """``held``: per factor of the sweep at one level among the finished runs, (that level, the levels planned)."""
+    """``held``: per factor of the sweep at one level among the finished runs, (that level, the levels planned).
+    ``levels``: each factor's, the reference first; ``order``: as they are shown (numbers by value; default
+    ``levels``)."""
+    order = order or levels
     doc.heading("What ran")
     choices = facts.get("choices") or {}
     rows = []
@@ -26,7 +36,8 @@ def what_ran(
             rows[-1][1] += f" ({facts['languages']})"
         rows.append(["recipe", choices.get("recipe") or "none"])
     for factor in factors:
-        rows.append([f"factor {factor}", f"{levels[factor][0]} (reference), " + ", ".join(levels[factor][1:])])
+        shown = (f"{v} (reference)" if v == levels[factor][0] else str(v) for v in order[factor])
+        rows.append([f"factor {factor}", ", ".join(shown)])
     for factor, (level, planned) in (held or {}).items():
         others = [str(v) for v in planned if str(v) != str(level)]
         rows.append([f"factor {factor}", f"{level} alone among the finished runs (also planned: {', '.join(others)}; "
@@ -34,7 +45,7 @@ def what_ran(
     rows.append(["settings for every run", " ".join(facts.get("constants") or []) or "the defaults"])
     for key, by_level in (facts.get("level_settings") or {}).items():
         # a factor's levels as they ran, each with its own settings or none; a level that did not run, none
-        for level in levels[key] if key in levels else list(by_level):
+        for level in order[key] if key in order else list(by_level):
             overrides = next((o for written, o in by_level.items() if same_level(written, level)), None)
             text = " ".join(map(str, overrides)) if overrides else "none of its own (the settings for every run)"
             rows.append([f"settings with {key}={level}", text])
