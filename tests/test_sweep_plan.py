@@ -161,3 +161,19 @@ def test_a_baseline_names_a_numeric_level_by_its_value():
         inputs.input_problem(config)
         == "baseline: model.dropout=0.3 is not a level of model.dropout (levels: ['0.0', '0.1'])"
     )
+
+
+def test_a_level_written_otherwise_than_the_same_number_in_the_folders_runs_is_refused(tmp_path):
+    """model.dropout=0,0.1 in a folder whose runs ran as 0.0: the sweep trained them again in folders of their
+    own (model.dropout=0,seed=1 beside model.dropout=0.0,seed=1), and its report set the finished ones aside."""
+    (tmp_path / "model.dropout=0.0,seed=1").mkdir()
+    (tmp_path / "model.dropout=0.1,seed=1").mkdir()
+    config = sweep_config(tmp_path, "model.dropout=0.0,0.1", "seed=1")
+    with open_dict(config):
+        config.hydra.sweep.dir = str(tmp_path)
+    assert inputs.spelling_problem(config, {"model.dropout": ["0.0", "0.1"], "seed": ["1"]}) is None
+    assert inputs.spelling_problem(config, {"model.dropout": ["0", "0.1"], "seed": ["1", "2"]}) == (
+        f"model.dropout=0: {tmp_path} holds runs of model.dropout=0.0, the same number written otherwise, which this "
+        "sweep would train again beside them; write it as they do (model.dropout=0.0), or give the sweep a folder of "
+        "its own (hydra.sweep.dir=...)"
+    )

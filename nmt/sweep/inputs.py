@@ -12,7 +12,7 @@ from omegaconf.errors import InterpolationResolutionError
 from nmt.sweep.gpus import pool_problem
 from nmt.sweep.gpus import setting_problem as mps_setting_problem
 from nmt.sweep.levels import level_settings_problem, same_level, sweep_levels
-from nmt.sweep.plan import as_override, command_prefixes, compose_train, planned_values
+from nmt.sweep.plan import as_override, command_prefixes, compose_train, own_folder, planned_values
 from nmt.utils.configs import CONF, dotted_keys
 
 
@@ -24,7 +24,7 @@ def input_problem(config: DictConfig) -> str | None:
         levels = sweep_levels(config)
     except ValueError as err:
         return str(err).splitlines()[0]
-    problem = settings_problem(config, levels) or levels_problem(levels)
+    problem = settings_problem(config, levels) or levels_problem(levels) or spelling_problem(config, levels)
     if problem:
         return problem
     runs = RunConfigs()
@@ -90,6 +90,31 @@ def levels_problem(levels: dict[str, list[str]]) -> str | None:
             for value in values:
                 if value not in options and value != "null":
                     return f"{key}={value}: not an option of group {key}; valid: {options}"
+    return None
+
+
+def spelling_problem(config: DictConfig, levels: dict[str, list[str]]) -> str | None:
+    """A level written otherwise than the same number in the runs already in the sweep's folder (0 where they
+    ran as 0.0): its runs would be trained again in folders of their own, beside the finished ones, which the
+    report then sets aside as another sweep's."""
+    folder = Path(str(OmegaConf.select(config, "hydra.sweep.dir", default="") or ""))
+    if not str(folder) or not folder.is_dir():
+        return None
+    written: dict[str, set[str]] = {}  # key -> its levels as the folders' names write them
+    for run in folder.iterdir():
+        for part in run.name.split(",") if run.is_dir() else ():
+            key, sep, value = part.partition("=")
+            if sep:
+                written.setdefault(key, set()).add(value)
+    for key, values in levels.items():
+        for value in (v for v in values if v not in written.get(key, ())):
+            old = next((w for w in sorted(written.get(key, ())) if same_level(w, value)), None)
+            if old is not None:
+                return (
+                    f"{key}={value}: {folder} holds runs of {key}={old}, the same number written otherwise, which "
+                    f"this sweep would train again beside them; write it as they do ({key}={old}), or give the sweep "
+                    f"a folder of its own ({own_folder(config)})"
+                )
     return None
 
 
