@@ -177,3 +177,17 @@ def test_a_level_written_otherwise_than_the_same_number_in_the_folders_runs_is_r
         "sweep would train again beside them; write it as they do (model.dropout=0.0), or give the sweep a folder of "
         "its own (hydra.sweep.dir=...)"
     )
+
+
+def test_a_grid_key_whose_group_the_command_line_replaced_says_so():
+    """grid=rnn model=transformer: the grid's model.teacher_forcing was "not a key of the config", naming
+    neither the grid's model=rnn nor the command line's model that replaced it."""
+    given = ["grid=rnn", "data=toy", "model=transformer"]
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("sweep", overrides=[*given, "hydra.sweep.dir=/nowhere"], return_hydra_config=True)
+    with open_dict(cfg):
+        cfg.hydra.overrides.task = given
+    assert inputs.input_problem(cfg) == (
+        "model.teacher_forcing: not a key of the config, so it cannot be a factor (the grid sets model=rnn, and the "
+        "command line's model=transformer replaces it)"
+    )

@@ -175,8 +175,19 @@ class RunConfigs:
             what = "be a factor" if len(levels.get(key, [])) > 1 else f"be set ({key}={','.join(levels.get(key, []))})"
             if key in had and runs:  # a key of other levels' runs (model.d_model under model=transformer,rnn)
                 return f"{key}: not a key of the runs of {runs}, so it cannot {what}; sweep those levels apart"
-            return f"{key}: not a key of the config, so it cannot {what}{hint}"
+            return f"{key}: not a key of the config, so it cannot {what}{hint or _replaced_group(config, key)}"
         return None
+
+
+def _replaced_group(config: DictConfig, key: str) -> str:
+    """Where the key's group is one the grid sets and the command line gives another option (grid=rnn
+    model=transformer: the grid's model.teacher_forcing then belongs to no run), a hint saying so."""
+    group = key.split(".")[0]
+    grid = OmegaConf.select(config, f"hydra.sweeper.params.{group}", default=None)
+    given = [o.partition("=")[2] for o in config.hydra.overrides.task if o.lstrip("+~").partition("=")[0] == group]
+    if grid is None or not given or given[-1] == str(grid):
+        return ""
+    return f" (the grid sets {group}={grid}, and the command line's {group}={given[-1]} replaces it)"
 
 
 def metric_problem(config: DictConfig, runs: RunConfigs) -> str | None:
