@@ -15,6 +15,7 @@ import yaml
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
+from nmt.cli import unknown_key_message, unknown_option_message
 from nmt.data.build import build_datamodule
 from nmt.data.segmenter import MOSES
 from nmt.data.tokenizer import EOS_ID, Tokenizer, as_spaces
@@ -204,10 +205,21 @@ def export(cfg: DictConfig, out: Path) -> Path:
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
-    if not argv or argv[0] in ("-h", "--help") or argv[0].startswith("-") or "=" in argv[0]:
+    if argv and argv[0] in ("-h", "--help"):
+        print(__doc__)
+        return
+    if not argv or argv[0].startswith("-") or "=" in argv[0]:
         sys.exit(__doc__)  # the first argument is the output folder, then train.py's overrides
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        cfg = compose("train", overrides=argv[1:])
+    overrides = argv[1:]
+    # train.py's own checks of its command line: a misspelt key, or one of another option, in one line
+    message = unknown_option_message(overrides) or unknown_key_message(overrides, "train")
+    if message:
+        sys.exit(message)
+    try:
+        with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+            cfg = compose("train", overrides=overrides)
+    except Exception as err:  # noqa: BLE001 - Hydra's own message, in one line
+        sys.exit(f"error: {str(err).splitlines()[0]}")
     try:
         print(export(cfg, Path(argv[0])))
     except (OSError, ValueError) as err:  # a corpus not found, a setting JoeyNMT cannot follow: one line

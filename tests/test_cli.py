@@ -562,6 +562,13 @@ def test_an_existing_path_with_hydras_grammar_in_its_name_is_quoted(tmp_path):
 def test_train_pys_run_dir_is_hydras_output_folder_too(tmp_path, monkeypatch):
     new = tmp_path / "new"
     assert hydra_dir_from_run_dir([f"run_dir={new}"]) == [f"run_dir={new}", f"hydra.run.dir={new}"]
+    # after a flag, Hydra's parser refused it ("unrecognized arguments: hydra.run.dir=..."): beside run_dir
+    assert hydra_dir_from_run_dir([f"run_dir={new}", "--cfg", "job"]) == [
+        f"run_dir={new}",
+        f"hydra.run.dir={new}",
+        "--cfg",
+        "job",
+    ]
     # ~ expanded as run_dir expands it: Hydra made a folder named "~" in the working directory
     monkeypatch.setenv("HOME", str(tmp_path))
     assert hydra_dir_from_run_dir(["run_dir=~/rr"]) == ["run_dir=~/rr", f"hydra.run.dir='{tmp_path / 'rr'}'"]

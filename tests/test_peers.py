@@ -171,3 +171,14 @@ def test_bench_tables_give_ratios_against_ours():
     )
     assert "| JoeyNMT 2.3, Transformer | 10.0 | 2.0 | 4.00x | 30.0 | - |" in rows
     json.dumps(rows)  # plain strings
+
+
+def test_the_joeynmt_exporter_says_a_bad_override_in_one_line_and_help_is_no_error(capsys):
+    """A key of another optimiser (optim.scheduler.factor without optim=noam) ended in Hydra's traceback, and
+    --help exited with status 1."""
+    from peers.joeynmt_export import main
+
+    main(["--help"])
+    assert "joeynmt" in capsys.readouterr().out.lower()
+    with pytest.raises(SystemExit, match=r"'optim.scheduler.factor' \(on the command line\) .* a key of optim=noam"):
+        main(["out", "optim.scheduler.factor=0.5"])

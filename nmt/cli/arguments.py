@@ -94,7 +94,10 @@ def hydra_dir_from_run_dir(argv: list[str]) -> list[str]:
         extra.append(
             "hydra.output_subdir=null"
         )  # a run's folder: its record is not rewritten by a command it may refuse
-    return [*argv, *extra]
+    # beside the run_dir given, among the other overrides: after a flag (run_dir=X --cfg job) Hydra's parser
+    # took them for arguments it does not know
+    at = max(i for i, a in enumerate(argv) if a.lstrip("+").startswith("run_dir=")) + 1
+    return [*argv[:at], *extra, *argv[at:]]
 
 
 def _file_in_the_way(folder: Path) -> bool:
