@@ -632,3 +632,5 @@ def test_null_where_a_setting_takes_none_is_named_before_any_data_is_read(overri
     with pytest.raises(ConfigError, match=message):
         check_config(compose_train(*overrides))
     check_config(compose_train("model.activation_dropout=null"))
+    # nulls that mean something: Lightning's epoch default (training by steps), the training batches' budget
+    check_config(compose_train("trainer.max_epochs=null", "trainer.max_steps=10", "data.eval_max_tokens=null"))

@@ -55,7 +55,7 @@ def _rules() -> list[tuple[str, Callable[[object], bool], str]]:
         ("smoothing.smoothing", *probability),
         ("smoothing.fused", lambda v: isinstance(v, bool), "true or false"),
         ("data.max_tokens", *positive),
-        ("data.eval_max_tokens", *positive),
+        ("data.eval_max_tokens", positive[0], "a positive integer, or null (data.max_tokens)"),
         ("data.max_len", *positive),
         ("data.num_workers", *non_negative),
         ("data.tokenizer.vocab_size", lambda v: number(v) and isinstance(v, int) and v >= 8, "an integer >= 8"),
@@ -91,7 +91,11 @@ def _rules() -> list[tuple[str, Callable[[object], bool], str]]:
         ("checkpoint.mode", lambda v: v in ("min", "max"), "one of ['min', 'max']"),
         ("checkpoint.write_behind", lambda v: isinstance(v, bool), "true, false or null (on an accelerator)"),
         ("early_stopping.mode", lambda v: v in ("min", "max"), "one of ['min', 'max']"),
-        ("trainer.max_epochs", lambda v: number(v) and isinstance(v, int) and v >= -1, "an integer >= -1"),
+        (
+            "trainer.max_epochs",
+            lambda v: number(v) and isinstance(v, int) and v >= -1,
+            "an integer >= -1, or null (Lightning's default: trainer.max_steps alone, else 1000 epochs)",
+        ),
         # Lightning's own checks of these say a bare name, or nothing: a negative count of sanity batches
         # and a deterministic='maybe' trained without a word
         ("trainer.num_nodes", *positive),
