@@ -634,3 +634,6 @@ def test_null_where_a_setting_takes_none_is_named_before_any_data_is_read(overri
     check_config(compose_train("model.activation_dropout=null"))
     # nulls that mean something: Lightning's epoch default (training by steps), the training batches' budget
     check_config(compose_train("trainer.max_epochs=null", "trainer.max_steps=10", "data.eval_max_tokens=null"))
+    # a trainer's null is Lightning's default (build_trainer passes none), and these readers take null as theirs
+    check_config(compose_train("trainer.num_sanity_val_steps=null", "trainer.precision=null", "check_every=null"))
+    check_config(compose_train("matmul_precision=null", "test_average_last=null", "compile=null"))

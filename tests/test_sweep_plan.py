@@ -177,6 +177,9 @@ def test_a_level_written_otherwise_than_the_same_number_in_the_folders_runs_is_r
         "sweep would train again beside them; write it as they do (model.dropout=0.0), or give the sweep a folder of "
         "its own (hydra.sweep.dir=...)"
     )
+    # where Lightning reads 1 as one batch and 1.0 as the whole epoch, they are two levels
+    (tmp_path / "seed=1,trainer.limit_train_batches=1.0").mkdir()
+    assert inputs.spelling_problem(config, {"trainer.limit_train_batches": ["0.5", "1"], "seed": ["1"]}) is None
 
 
 def test_a_grid_key_whose_group_the_command_line_replaced_says_so():

@@ -108,7 +108,7 @@ def spelling_problem(config: DictConfig, levels: dict[str, list[str]]) -> str | 
                 written.setdefault(key, set()).add(value)
     for key, values in levels.items():
         for value in (v for v in values if v not in written.get(key, ())):
-            old = next((w for w in sorted(written.get(key, ())) if same_level(w, value)), None)
+            old = next((w for w in sorted(written.get(key, ())) if same_level(w, value, key)), None)
             if old is not None:
                 return (
                     f"{key}={value}: {folder} holds runs of {key}={old}, the same number written otherwise, which "
@@ -225,7 +225,7 @@ def baseline_problem(baseline, levels: dict[str, list[str]]) -> str | None:
         for key, value in dict(baseline).items():
             if key not in factors:
                 return f"baseline: {key} is not a factor of this sweep (factors: {sorted(factors)})"
-            if not any(same_level(level, value) for level in factors[key]):  # 1 names the level 1.0
+            if not any(same_level(level, value, key) for level in factors[key]):  # 1 names the level 1.0
                 return f"baseline: {key}={value} is not a level of {key} (levels: {factors[key]})"
     return None
 

@@ -102,15 +102,37 @@ def plain_settings(level_settings) -> dict:
     }
 
 
-def same_level(a, b) -> bool:
-    """Whether two spellings name one level: as written, or as numbers (Hydra reads level_settings' 2 as
-    written in a sweep's ``factor=0.5,2`` but its own ``{2.0: [...]}`` as 2.0)."""
+# Lightning's keys whose int counts batches and whose float is a share of the epoch: 1 and 1.0 differ there
+BATCHES_OR_SHARE = (
+    "trainer.limit_train_batches",
+    "trainer.limit_val_batches",
+    "trainer.limit_test_batches",
+    "trainer.limit_predict_batches",
+    "trainer.val_check_interval",
+)
+
+
+def same_level(a, b, key: str | None = None) -> bool:
+    """Whether two spellings name one level of ``key``: as written, or as numbers (Hydra reads level_settings'
+    2 as written in a sweep's ``factor=0.5,2`` but its own ``{2.0: [...]}`` as 2.0), except where an int and
+    a float mean different things (:data:`BATCHES_OR_SHARE`)."""
     if str(a) == str(b):
         return True
     try:
-        return float(a) == float(b)
+        equal = float(a) == float(b)
     except (TypeError, ValueError):
         return False
+    if equal and key in BATCHES_OR_SHARE:
+        return _is_int(a) == _is_int(b)
+    return equal
+
+
+def _is_int(value) -> bool:
+    try:
+        int(str(value))
+    except ValueError:
+        return False
+    return True
 
 
 def level_overrides(level_settings, values: dict[str, str]) -> list[str]:
@@ -120,7 +142,7 @@ def level_overrides(level_settings, values: dict[str, str]) -> list[str]:
     for key, by_level in sorted((settings or {}).items()):
         if key in values:
             for level, given in (by_level or {}).items():
-                if same_level(level, values[key]):
+                if same_level(level, values[key], key):
                     overrides += [str(o) for o in given]
                     break
     return overrides
@@ -158,12 +180,12 @@ def level_settings_problem(level_settings, levels: dict[str, list[str]], from_fi
                     return f"{where} is not key=value"
                 given, setting = levels.get(name), expand([str(override)]).get(name)
                 if sep and key != name and given and setting and len(given) == len(setting) == 1:
-                    if same_level(given[0], setting[0]):  # 0 and 0.0 alike: one value however written
+                    if same_level(given[0], setting[0], name):  # 0 and 0.0 alike: one value however written
                         continue  # the command line gives it the same value (as its tuning sweep had it): no doubt
                 if name in levels:
                     source = "a factor of this sweep" if len(levels[name]) > 1 else "set by the command line or grid"
                     return f"{where}: {name} is also {source}; set it in one place"
-        run_by = [level for level in by_level if any(same_level(level, ran) for ran in levels[key])]
+        run_by = [level for level in by_level if any(same_level(level, ran, key) for ran in levels[key])]
         if not from_file and by_level and not run_by:
             # a tuned file may hold more levels than a sweep runs (checked_tuned_file refuses one that applies to
             # no run at all); settings written for this sweep that no run gets are a mistake

@@ -234,7 +234,7 @@ def print_plan(sweep_dir: Path, config: DictConfig) -> None:
     for key, by_level in plain_settings(config.get("level_settings")).items():
         for level, overrides in by_level.items():
             # a level this sweep runs, with settings of its own
-            if any(same_level(level, ran) for ran in levels.get(key, [])) and overrides:
+            if any(same_level(level, ran, key) for ran in levels.get(key, [])) and overrides:
                 print(f"  with {key}={level}: {' '.join(map(str, overrides))}   [level_settings]")
     constants = [f"{k}={v[0]}" for k, v in given.items() if len(v) == 1]
     print(f"  constants from the command line: {' '.join(constants) or 'none'}")

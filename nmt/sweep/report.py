@@ -36,7 +36,7 @@ def resolve_baseline(records: list[dict], factors: list[str], written: dict, bas
     for key, value in baseline.items():
         if key not in levels:
             raise ValueError(f"baseline: {key} is not a factor of this sweep (factors: {factors})")
-        spelt = next((level for level in levels[key] if same_level(level, value)), None)  # 1 names the level 1.0
+        spelt = next((level for level in levels[key] if same_level(level, value, key)), None)  # 1 names the level 1.0
         if spelt is None:
             raise ValueError(f"baseline: {key}={value} is not a level of {key} (levels: {levels[key]})")
         baseline[key] = spelt

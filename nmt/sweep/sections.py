@@ -46,7 +46,7 @@ def what_ran(
     for key, by_level in (facts.get("level_settings") or {}).items():
         # a factor's levels as they ran, each with its own settings or none; a level that did not run, none
         for level in order[key] if key in order else list(by_level):
-            overrides = next((o for written, o in by_level.items() if same_level(written, level)), None)
+            overrides = next((o for written, o in by_level.items() if same_level(written, level, key)), None)
             text = " ".join(map(str, overrides)) if overrides else "none of its own (the settings for every run)"
             rows.append([f"settings with {key}={level}", text])
     tuned = facts.get("tuned")

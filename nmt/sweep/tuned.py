@@ -111,7 +111,7 @@ def checked_tuned_file(config: DictConfig, factors: list[str]) -> dict | None:
     # a level of a tuned key that this sweep runs with no settings in the file (optim=adamw beside a tuned adam
     # and noam) runs at its defaults: compared untuned, said before any run as the report says it after
     for key, by in settings.items():
-        untuned = [lv for lv in levels.get(key, []) if not any(same_level(lv, t) and o for t, o in by.items())]
+        untuned = [lv for lv in levels.get(key, []) if not any(same_level(lv, t, key) and o for t, o in by.items())]
         if untuned:
             print(
                 f"[sweep] warning: {', '.join(f'{key}={lv}' for lv in untuned)} "
@@ -201,7 +201,7 @@ def _compared(
         if factor in (level_key, "seed"):
             continue
         held = _tuning_value(run, factor)
-        here = next((level for level in levels[factor] if same_level(level, held)), None)  # 0 and 0.0 alike
+        here = next((level for level in levels[factor] if same_level(level, held, factor)), None)  # 0 and 0.0 alike
         if here is not None:
             values[factor] = here  # as this sweep writes it
         else:  # tuned at a level this sweep does not run (or at no option of the group)

@@ -16,6 +16,11 @@ MATMUL_PRECISIONS = ("highest", "high", "medium")  # torch.set_float32_matmul_pr
 ACCELERATORS = ("auto", "cpu", "gpu", "cuda", "mps")
 
 
+# keys whose null their reader takes as its default (a trainer's null: Lightning's own, as build_trainer passes
+# none; these: highest, 1, no averaging, no compile), though their rules name no null
+NULL_IS_DEFAULT = frozenset({"matmul_precision", "check_every", "test_average_last", "compile"})
+
+
 # switches whose default is null (chosen by the device), which conf/ therefore does not write as true or false
 NULLABLE_SWITCHES = frozenset({"data.batches_on_device", "optim.optimizer.fused"})
 
@@ -224,7 +229,7 @@ def value_problems(cfg: DictConfig) -> list[str]:
         if value is absent or interpolated(cfg, key):
             continue
         if value is None:  # null where the rule takes none: model.teacher_forcing=null failed at the first update
-            if "null" not in allowed:
+            if "null" not in allowed and not key.startswith("trainer.") and key not in NULL_IS_DEFAULT:
                 problems.append(f"  {key}=null: must be {allowed}")
             continue
         # a number's test takes no true or false (number): Python counts True as 1, and lr=true trained at 1.0
