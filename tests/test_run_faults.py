@@ -1001,7 +1001,9 @@ def test_a_misspelt_level_setting_or_a_failing_plan_stops_the_sweep_before_any_r
         # early stopping's metric where its patience is off: the plan passed, and each run was refused alone
         (
             ("data=toy", "early_stopping.monitor=val_loss"),  # the toy recipe has no patience
-            "would be refused: early_stopping.monitor=val_loss: early stopping is off (early_stopping.patience=null)",
+            # every cell alike: said of every run, not of the first cell ("the runs of pos=absolute")
+            "every run would be refused: early_stopping.monitor=val_loss: early stopping is off "
+            "(early_stopping.patience=null)",
         ),
         # joblib's ValueError, a traceback after the plan was written
         (

@@ -51,7 +51,9 @@ def compose_train(overrides: list[str], hydra: bool = False):
 
 def run_config_problem(config: DictConfig) -> str | None:
     """One line for the first cell whose runs train.py would refuse (its config checks, or a group its model
-    does not use), before any run is started: every run of that cell would fail the same way."""
+    does not use), before any run is started: every run of that cell would fail the same way. A problem that
+    every cell has (a setting of the command line, not of a level) is said of every run, not of the first
+    cell alone."""
     from nmt.training.config import ConfigError, check_config
     from nmt.training.config_unread import unused_groups
 
@@ -64,7 +66,7 @@ def run_config_problem(config: DictConfig) -> str | None:
         value = OverridesParser.create().parse_override(f"seed={seed}").value()
         if isinstance(value, bool) or not isinstance(value, int):
             return f"seed={seed}: a seed is a whole number, as train.py reads it ({','.join(levels['seed'])} given)"
-    seen = set()
+    seen, refused = set(), []  # refused: (cell, its problems)
     for values in planned_values(config):
         cell = tuple(sorted((k, v) for k, v in values.items() if k != "seed"))
         if cell in seen:
@@ -85,9 +87,15 @@ def run_config_problem(config: DictConfig) -> str | None:
         except ConfigError as err:
             problems += [line.strip() for line in str(err).splitlines()[1:]]
         if problems:
-            where = ",".join(f"{k}={v}" for k, v in cell if k in swept) or "every run"
-            return f"the runs of {where} would be refused: {'; '.join(_grid_named(config, problems))}"
-    return None
+            refused.append((cell, problems))
+    if not refused:
+        return None
+    cell, problems = refused[0]
+    shared = [p for p in problems if all(p in others for _, others in refused)]
+    if len(refused) == len(seen) and shared:
+        return f"every run would be refused: {'; '.join(_grid_named(config, shared))}"
+    where = ",".join(f"{k}={v}" for k, v in cell if k in swept) or "every run"
+    return f"the runs of {where} would be refused: {'; '.join(_grid_named(config, problems))}"
 
 
 def _grid_named(config: DictConfig, problems: list[str]) -> list[str]:
