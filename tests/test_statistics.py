@@ -1124,7 +1124,7 @@ def test_an_interval_past_what_the_metric_can_take_is_said_where_it_is_read(tmp_
 def test_findings_name_each_cell_by_its_factors():
     """A cell better than the baseline is named factor=level (it was a bare "layer, relative")."""
     from nmt.sweep.document import Document
-    from nmt.sweep.sections import findings
+    from nmt.sweep.findings import findings
 
     doc = Document("t")
     ranking = {"holm": {("layer", "relative"): 0.01}, "compared": {("layer", "relative"): {"diff": 3.0}}}

@@ -21,10 +21,11 @@ from nmt.metrics import lower_is_better
 from nmt.sweep import analysis, effects, store, summary
 from nmt.sweep.document import Document, cell_name, fmt, fmt_p, literal
 from nmt.sweep.figures import effect_plot, interaction_heatmap, training_curves
+from nmt.sweep.findings import findings
 from nmt.sweep.levels import same_level
 from nmt.sweep.ranking import MIN_SEEDS, rank_cells, ranking_section
 from nmt.sweep.records import RESULT, bleu_tokenize, collect_records, finished_runs, resolve_metric, scored_records
-from nmt.sweep.sections import findings, what_ran
+from nmt.sweep.what_ran import what_ran
 from nmt.utils.io import atomic_path, atomic_write_text
 
 

@@ -186,3 +186,9 @@ def budget_text(budget: dict | None) -> str:
 
 def plural(n: int, word: str) -> str:
     return f"{n} {word}" + ("" if n == 1 else "s")
+
+
+def capped_runs(facts: dict) -> int:
+    """Runs ended by max_steps or max_epochs in a sweep that stops early: cut by the maximum, not converged."""
+    ended, budget = facts.get("ended_by") or {}, facts.get("budget") or {}
+    return sum(ended.get(k, 0) for k in ("max_steps", "max_epochs")) if budget.get("patience") else 0

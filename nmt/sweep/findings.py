@@ -1,0 +1,210 @@
+"""The report's findings in plain language: only those the statistics support (Holm-adjusted, from cells
+with enough seeds), with the caveats that limit every difference found."""
+
+import math
+
+from nmt.sweep import analysis, effects
+from nmt.sweep.document import Document, cell_name, literal
+from nmt.sweep.ranking import past_range_cells
+from nmt.sweep.summary import budget_text, capped_runs, plural
+from nmt.utils.configs import CONF
+
+ALPHA = 0.05
+
+
+def caveats(facts: dict, levels: dict | None = None) -> list[str]:
+    """What limits every difference found: a fixed budget (cells may not have converged) and levels that all
+    ran with the same settings (a level whose good settings differ, an optimiser's rate say, was not tuned)."""
+    said = []
+    budget = facts.get("budget") or {}
+    limited = any(budget.get(k) not in (None, -1) for k in ("max_steps", "max_epochs"))
+    if limited and not budget.get("patience"):
+        said.append(
+            f"Differences between levels hold at this sweep's fixed budget ({budget_text(budget).split(';')[0]}, "
+            "no early stopping): they say how each level does after that much training, not where it ends when "
+            "trained to convergence."
+        )
+    if capped_runs(facts):
+        said.append(
+            f"{capped_runs(facts)} run(s) ended at their maximum, not by early stopping: not all cells were trained to "
+            "convergence, so the differences may be of how fast each learns."
+        )
+    tuned = facts.get("tuned") or {}
+    if tuned.get("differs"):
+        said.append(
+            "The levels' settings were tuned under other settings than this sweep's ("
+            + "; ".join(
+                f"{literal(lv)}: {literal(', '.join(d.split(':')[0] for d in lines))}"
+                for lv, lines in tuned["differs"].items()
+            )
+            + ", as What ran says): a level may have done better with settings chosen under these."
+        )
+    settings = facts.get("level_settings") or {}
+    untuned = [
+        f"{key}={literal(lv)}" for key, by in settings.items() for lv in (levels or {}).get(key, []) if not by.get(lv)
+    ]
+    if settings and untuned:
+        said.append(
+            f"{', '.join(untuned)} ran without settings of {'its' if len(untuned) == 1 else 'their'} own, beside "
+            "levels that had theirs (level_settings): "
+            "those were compared untuned. Where that matters, tune them on validation too (`python sweep.py "
+            "tune`, docs/sweeps.md)."
+        )
+    # levels of a config group (optim=adam, noam) may each want settings of their own; a plain setting's
+    # levels (lr=1e-3,2e-3, as a tuning sweep has) are those settings
+    groups = [key for key in levels or {} if (CONF / key).is_dir()]
+    if not settings and groups:
+        said.append(
+            f"Every level of {', '.join(groups)} ran with the same settings (no level_settings): a level whose good "
+            "settings differ from the others' (an optimiser's learning rate and warm-up, say) was compared "
+            "untuned. Where that matters, tune such levels on validation first (`python sweep.py tune`, "
+            "docs/sweeps.md)."
+        )
+    return said
+
+
+def findings(
+    doc: Document,
+    ranking: dict,
+    fit: dict | None,
+    levels: dict,
+    metric: str,
+    lower: bool,
+    conclusive: bool,
+    facts: dict | None = None,
+) -> None:
+    doc.heading("Findings")
+    rows = ranking.get("rows") or []
+    past = past_range_cells(rows, list(levels), metric)
+    # a found difference and a null alike rest on the seeds' scatter; so does reading the numbers at all
+    two = any(row["n"] == 2 for row in rows if analysis.past_range(row["mean"], row["ci95"], metric))
+    scatter = (
+        f"**Caveat:** some cells' scores are not scattered as the tests assume (normally over seeds): their 95% "
+        f"intervals reach past the values {metric} can take ({past}), as a run far from the others makes them "
+        "(the Ranking says more)."
+        if not two
+        else f"**Caveat:** some cells' 95% intervals reach past the values {metric} can take ({past}): with two "
+        f"seeds a t interval reaches {analysis.t_critical(1):.1f} standard errors each way, so a modest scatter "
+        "does that, as does a run far from the others (the Ranking says more); more seeds narrow it."
+    )
+    if not conclusive:
+        doc.paragraph(
+            "None drawn: some cells have fewer than 3 seeds. The numbers below describe the runs; they do not "
+            "establish a difference."
+        )
+        for caveat in caveats(facts or {}, levels):  # what limits reading the numbers too
+            doc.paragraph(f"**Caveat:** {caveat}")
+        if past:
+            doc.paragraph(scatter)
+        return
+    means = {round(float(row["mean"]), 9) for row in rows}
+    if len(means) == 1 and all(float(row.get("std") or 0) == 0 for row in rows):
+        doc.paragraph(
+            f"None drawn: every run scored {means.pop():g} on {metric}, so the runs do not differ at all (trained "
+            "too little to score, or at a ceiling). The intervals of ± 0.00 below say that, not that the levels "
+            "are equal."
+        )
+        return
+    sentences, effects_found = [], False
+    if fit is not None and fit["model"] is not None:
+        from nmt.sweep.analysis import holm
+
+        names = {key: effects.effect_name(*key, levels) for key in fit["effects"]}
+        adjusted = holm({names[k]: e["p"] for k, e in fit["effects"].items()})
+        for key, e in fit["effects"].items():
+            if adjusted[names[key]] >= ALPHA:
+                continue
+            (term, column), better = key, (e["diff"] < 0) == lower
+            evidence = f"{abs(e['diff']):.2f} ± {e['ci95']:.2f}, p (Holm) {adjusted[names[key]]:.2g}"
+            if len(term) == 1:
+                verb = "lowers" if e["diff"] < 0 else "raises"
+                sentences.append(
+                    f"{term[0]}={literal(column[0])} {verb} {metric} against {term[0]}={literal(levels[term[0]][0])} "
+                    f"({evidence}){_over_the_others(fit, len(levels))}: "
+                    f"{'better' if better else 'worse'}."
+                )
+            else:
+                a, b = term
+                size = "larger" if e["diff"] > 0 else "smaller"
+                sentences.append(
+                    f"{a} and {b} interact: the effect of {a}={literal(column[0])} is {size} "
+                    f"by {evidence} when {b}={literal(column[1])} rather than {literal(levels[b][0])}; read the main "
+                    f"effects of {a} and {b} with that in mind."
+                )
+        effects_found = bool(sentences)
+        if not sentences:
+            widths = [e["ci95"] for (term, _), e in fit["effects"].items() if len(term) == 1]
+            wide = f"± {min(widths):.2f}" if widths and f"{min(widths):.2f}" == f"{max(widths):.2f}" else (
+                f"± {min(widths):.2f} to ± {max(widths):.2f}" if widths else "")  # fmt: skip
+            sentences.append(
+                "No main effect or interaction is detectable at the 5% level after Holm's adjustment"
+                + (f" (the main effects' 95% intervals are {wide} wide: smaller effects cannot be told from seed "
+                   "noise here)." if widths else ".")
+            )  # fmt: skip
+    better = [c for c, p in ranking["holm"].items() if p < ALPHA and (ranking["compared"][c]["diff"] < 0) == lower]
+    worse = [c for c, p in ranking["holm"].items() if p < ALPHA and c not in better]
+    if levels and "seeds" in ranking and ranking["base"] not in ranking["seeds"]:
+        sentences.append(
+            "No cell is compared with the baseline ("
+            + cell_name(zip(levels, ranking["base"], strict=True))
+            + "): it has no finished run (the Ranking says what to do)."
+        )
+    if ranking["compared"]:
+        if better or worse:
+            for label, cells in (("better", better), ("worse", worse)):
+                named = "; ".join(cell_name(zip(levels, c, strict=True)) for c in cells)
+                if cells:
+                    sentences.append(
+                        f"{plural(len(cells), 'cell')} {'is' if len(cells) == 1 else 'are'} {label} than the baseline "
+                        f"by the seed-level test after Holm: "
+                        f"{named}."
+                    )
+        else:
+            sentences.append(
+                "No cell differs detectably from the baseline by the seed-level test after Holm's adjustment."
+            )
+    if fit is not None and fit["model"] is not None and ranking["compared"] and effects_found != bool(better or worse):
+        sentences.append(_two_tests(rows, len(levels), fit))
+    if not sentences:  # one configuration (seeds only): nothing to compare
+        sentences.append("One configuration: nothing to compare. The table below gives its mean over seeds.")
+    if effects_found or better or worse:
+        sentences += [f"**Caveat:** {c}" for c in caveats(facts or {}, levels)]
+    if past:
+        sentences.append(scatter)
+    for sentence in sentences:
+        doc.paragraph(sentence)
+
+
+def _over_the_others(fit: dict, factors: int) -> str:
+    """How a main effect stands to the other factors, in a clause (nothing for a sweep of one factor)."""
+    if factors < 2:
+        return ""
+    if fit.get("averaged", True):
+        return ", averaged over the other factors"
+    empty = len(fit.get("empty_cells") or ())
+    why = f"{plural(empty, 'combination')} of levels without a run" if empty else "unequal runs per cell"
+    return f", in a fit that takes the interactions it leaves out to be zero ({why}: see Effects at a glance)"
+
+
+def _two_tests(rows: list[dict], factors: int, fit: dict) -> str:
+    """Why the fit's effects and the seed-level tests of cells can answer differently, said where they do (a
+    one-factor sweep tests the same contrast twice): what each assumes, with the cells' scatter and the
+    seeds' shared part that decide which to read."""
+    stds = [float(row["std"]) for row in rows if row.get("std") is not None and not math.isnan(float(row["std"]))]
+    spread = f"; here the cells' standard deviations run from {min(stds):.2f} to {max(stds):.2f}" if stds else ""
+    over = ", and averages each effect over the other factors" if factors > 1 else ""
+    blocks = fit.get("seed_blocks")
+    blocked = ", and takes out what each seed adds to every cell alike (seeds as blocks)" if blocks else ""
+    said = (
+        "The fit and the seed-level tests answer differently. The fit pools every cell's scatter over seeds into "
+        f"one estimate, as if all cells scattered alike{spread}{over}{blocked}; the seed-level test compares a "
+        "cell with the baseline by their own seeds alone (Welch), assuming nothing of the other cells and "
+        "pairing no seeds. Where the cells scatter unlike, the seed-level test is the one to read; more seeds "
+        "settle it."
+    )
+    if blocks and not math.isnan(blocks["p"]) and blocks["p"] < ALPHA:
+        said += (
+            f" Here the seeds share a part detectably (their F test: p = {blocks['p']:.2g}): where the cells "
+            "scatter alike, the fit, which pairs runs by seed, is the one to read."
+        )
+    return said
