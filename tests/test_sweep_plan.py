@@ -194,3 +194,17 @@ def test_a_grid_key_whose_group_the_command_line_replaced_says_so():
         "model.teacher_forcing: not a key of the config, so it cannot be a factor (the grid sets model=rnn, and the "
         "command line's model=transformer replaces it)"
     )
+
+
+def test_the_plan_names_each_runs_recipe_and_budget(tmp_path, capsys):
+    """plan=true said nothing of how long each run trains, nor of the recipe applied (data=toy model=rnn:
+    toy_rnn's 8 epochs); cells of other models may each have their own."""
+    plan.print_plan(tmp_path, sweep_config(tmp_path, "pos=absolute,relative", "seed=1"))
+    assert (
+        "  each run: recipe toy_transformer (conf/recipe/toy_transformer.yaml); at most 12 epochs; no early stopping"
+        in capsys.readouterr().out
+    )
+    plan.print_plan(tmp_path, sweep_config(tmp_path, "model=transformer,rnn", "seed=1"))
+    out = capsys.readouterr().out
+    assert "  runs of model=rnn: recipe toy_rnn (conf/recipe/toy_rnn.yaml); at most 8 epochs" in out
+    assert "  runs of model=transformer: recipe toy_transformer" in out

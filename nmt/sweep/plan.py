@@ -19,7 +19,7 @@ from nmt.sweep.levels import (
 )
 from nmt.sweep.mps import CONTROL
 from nmt.sweep.records import RESULT, read_record
-from nmt.sweep.summary import run_cost_s
+from nmt.sweep.summary import budget_text, run_cost_s
 from nmt.utils.configs import ROOT
 
 
@@ -250,6 +250,8 @@ def print_plan(sweep_dir: Path, config: DictConfig) -> None:
     if grid_constants:
         print(f"  constants from the grid: {' '.join(grid_constants)}")
     runs = planned_values(config)
+    for line in _recipe_lines(config, runs):
+        print(f"  {line}")
     cells = len(runs) // max(len(levels.get("seed", ["1"])), 1)
     print(f"  {cells} cells x {len(levels.get('seed', ['1']))} seeds = {len(runs)} runs")
     done, to_run = [], []
@@ -299,6 +301,40 @@ def print_plan(sweep_dir: Path, config: DictConfig) -> None:
     if config.get("gpu_mps"):
         found = "found" if shutil.which(CONTROL) else "NOT on PATH here: the sweep would stop before any run"
         print(f"  the runs of a GPU side by side under CUDA's MPS, daemon in {mps_folder()} ({CONTROL}: {found})")
+
+
+def _recipe_lines(config: DictConfig, runs: list[dict[str, str]]) -> list[str]:
+    """The recipe each run trains by and its budget, once per distinct one (the cells of model=rnn,transformer
+    may each have their own): the plan said nothing of how long each run trains, nor of the recipe applied."""
+    from nmt.training.run_description import recipe_applied
+
+    conf = ROOT / "conf"
+    swept = {k for k, v in sweep_levels(config).items() if len(v) > 1}
+    said: dict[str, list[str]] = {}
+    seen = set()
+    for values in runs:
+        groups = tuple(sorted((k, v) for k, v in values.items() if (conf / k).is_dir()))
+        if groups in seen:
+            continue
+        seen.add(groups)
+        try:
+            composed = compose_train(run_overrides(config, values), hydra=True)
+        except Exception:  # noqa: BLE001  (a cell that cannot be composed: the checks before the plan say why)
+            continue
+        recipe = composed.hydra.runtime.choices.get("recipe")
+        named = f"recipe {recipe} (conf/recipe/{recipe}.yaml)" if recipe_applied(recipe) else "no recipe"
+        trainer, stopping = composed.get("trainer") or {}, composed.get("early_stopping") or {}
+        budget = {
+            "max_steps": trainer.get("max_steps"),
+            "max_epochs": trainer.get("max_epochs"),
+            "patience": stopping.get("patience"),
+            "monitor": stopping.get("monitor"),
+        }
+        cell = ",".join(f"{k}={v}" for k, v in groups if k in swept)
+        said.setdefault(f"{named}; {budget_text(budget)}", []).append(cell)
+    if len(said) == 1:
+        return [f"each run: {next(iter(said))}"]
+    return [f"runs of {' and '.join(cells)}: {text}" for text, cells in said.items()]
 
 
 def _other_finished_costs(sweep_dir: Path, planned: set[str]) -> tuple[list[float], str]:
