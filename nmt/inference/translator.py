@@ -246,7 +246,8 @@ class Translator:
         first_line: int = 1,
         on_batch: Callable[[int], object] | None = None,
     ) -> list[list[Hypothesis]]:
-        """Per line, its ``n_best`` outputs best first (beam search: n_best <= beam_size; greedy and
+        """Per line, its ``n_best`` outputs best first (beam search: n_best <= beam_size, and fewer where the
+        search finishes fewer, as under a tight max_len_b; translate.py pads its output to n lines; greedy and
         sampling: 1). ``prefixes``: per line, text the output must begin with. ``scores``: also the
         per-token log-probabilities and alignments (one teacher-forced pass over the outputs);
         ``with_attention``: also each output's cross-attention. An empty line gives one empty output (a language
