@@ -19,8 +19,8 @@ from nmt.sweep.levels import (
 )
 from nmt.sweep.mps import CONTROL
 from nmt.sweep.records import RESULT, read_record
-from nmt.sweep.summary import budget_text, run_cost_s
-from nmt.utils.configs import ROOT
+from nmt.sweep.summary import budget_of, budget_text, run_cost_s
+from nmt.utils.configs import CONF
 
 
 def command_prefixes(overrides) -> dict[str, str]:
@@ -45,7 +45,7 @@ def compose_train(overrides: list[str], hydra: bool = False):
 
     if GlobalHydra.instance().is_initialized():
         return compose(config_name="train", overrides=overrides, return_hydra_config=hydra)
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         return compose(config_name="train", overrides=overrides, return_hydra_config=hydra)
 
 
@@ -308,12 +308,11 @@ def _recipe_lines(config: DictConfig, runs: list[dict[str, str]]) -> list[str]:
     may each have their own): the plan said nothing of how long each run trains, nor of the recipe applied."""
     from nmt.training.run_description import recipe_applied
 
-    conf = ROOT / "conf"
     swept = {k for k, v in sweep_levels(config).items() if len(v) > 1}
     said: dict[str, list[str]] = {}
     seen = set()
     for values in runs:
-        groups = tuple(sorted((k, v) for k, v in values.items() if (conf / k).is_dir()))
+        groups = tuple(sorted((k, v) for k, v in values.items() if (CONF / k).is_dir()))
         if groups in seen:
             continue
         seen.add(groups)
@@ -323,15 +322,8 @@ def _recipe_lines(config: DictConfig, runs: list[dict[str, str]]) -> list[str]:
             continue
         recipe = composed.hydra.runtime.choices.get("recipe")
         named = f"recipe {recipe} (conf/recipe/{recipe}.yaml)" if recipe_applied(recipe) else "no recipe"
-        trainer, stopping = composed.get("trainer") or {}, composed.get("early_stopping") or {}
-        budget = {
-            "max_steps": trainer.get("max_steps"),
-            "max_epochs": trainer.get("max_epochs"),
-            "patience": stopping.get("patience"),
-            "monitor": stopping.get("monitor"),
-        }
         cell = ",".join(f"{k}={v}" for k, v in groups if k in swept)
-        said.setdefault(f"{named}; {budget_text(budget)}", []).append(cell)
+        said.setdefault(f"{named}; {budget_text(budget_of(composed))}", []).append(cell)
     if len(said) == 1:
         return [f"each run: {next(iter(said))}"]
     return [f"runs of {' and '.join(cells)}: {text}" for text, cells in said.items()]

@@ -155,17 +155,21 @@ def describe(sweep_dir: Path, records: list[dict]) -> dict:
     facts["libraries"] = sorted(libraries)
     facts["choices"] = choices
     if config is not None:
-        trainer = config.get("trainer", {})
-        stopping = config.get("early_stopping", {})
-        facts["budget"] = {
-            "max_steps": trainer.get("max_steps"),
-            "max_epochs": trainer.get("max_epochs"),
-            "patience": stopping.get("patience"),
-            "monitor": stopping.get("monitor"),
-        }
+        facts["budget"] = budget_of(config)
         data = config.get("data", {})
         facts["languages"] = f"{data.get('src_lang')}-{data.get('tgt_lang')}" if data.get("tgt_lang") else None
     return facts
+
+
+def budget_of(config) -> dict:
+    """A run's budget and stopping, from its config (a dict or a DictConfig): what :func:`budget_text` says."""
+    trainer, stopping = config.get("trainer") or {}, config.get("early_stopping") or {}
+    return {
+        "max_steps": trainer.get("max_steps"),
+        "max_epochs": trainer.get("max_epochs"),
+        "patience": stopping.get("patience"),
+        "monitor": stopping.get("monitor"),
+    }
 
 
 def budget_text(budget: dict | None) -> str:
