@@ -10,6 +10,7 @@ from omegaconf import OmegaConf, open_dict
 
 from nmt.data.build import build_datamodule
 from nmt.data.tokenizer import PAD_ID
+from nmt.decoding.settings import STRATEGIES
 from nmt.inference.checkpoint import CHECKPOINT_KEY, load_checkpoint
 from nmt.models.build import build_model
 from nmt.training.config import ConfigError, check_config
@@ -226,7 +227,7 @@ def test_course_baseline_has_the_reported_shape():
         ("validation.search.strategy=nucleus", "validation.search.strategy='nucleus' is not one of"),
         (
             "decode.strategy=bean",
-            "decode.strategy='bean' is not one of ['greedy', 'beam', 'sample'] (did you mean beam?)",
+            f"decode.strategy='bean' is not one of {list(STRATEGIES)} (did you mean beam?)",
         ),
         ("+validation.search.top_p=0", "validation.search.top_p=0 must be in (0, 1]"),
         # an option set that its strategy does not read: an error, not a silent default

@@ -1,6 +1,8 @@
 """Decoding: beam 1 equals greedy, beam search finds what greedy misses, limits and sampling."""
 
 import math
+import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -261,7 +263,7 @@ def test_a_token_forced_past_a_minimum_length_or_a_blocked_n_gram_scores_its_own
     assert found[0] == (pytest.approx(math.log(0.5 * 0.2 * 0.8)), [4, 4])
 
 
-@pytest.mark.parametrize("strategy", ["greedy", "beam", "sample"])
+@pytest.mark.parametrize("strategy", STRATEGIES)
 def test_a_sentence_left_with_no_token_allowed_ends(strategy):
     """Every piece blocked (no_repeat_ngram_size) and EOS before min_len: greedy took the first piece of the
     vocabulary again and again, sampling failed on a distribution of nothing, and beam search returned an
@@ -466,3 +468,30 @@ def test_a_minimum_length_no_output_can_reach_is_refused_where_the_limit_does_no
 
     with pytest.raises(ConfigError, match=r"validation.search.min_len=200: no output may end before 200"):
         check_config(compose_train("experiment=summarization", "validation.search.min_len=200", tiny=False))
+
+
+def test_outside_the_search_a_strategy_is_known_by_its_lists_not_by_its_name():
+    """Code outside nmt/decoding asks STRATEGIES, RANKED or SAMPLED (SearchConfig.ranks, .samples) what a
+    strategy does: one that tested the name "sample" let a strategy added to SAMPLED score a split from
+    unseeded draws, where sample is refused (ARCHITECTURE.md, "a decoding strategy"). The export maps each
+    strategy onto CTranslate2's options by name, and refuses one it has no mapping for."""
+    names = "|".join(STRATEGIES)
+    by_name = re.compile(rf"""strategy\W{{0,4}}\s*(==|!=|\bin\b)\s*[(\[{{]?\s*["']({names})["']""")
+    root = Path(__file__).resolve().parents[1]
+    mapped = {"nmt/inference/export.py"}
+    found = [
+        f"{path.relative_to(root)}:{n}"
+        for folder in ("nmt", "benchmarks", "peers")
+        for path in sorted((root / folder).rglob("*.py"))
+        if not path.relative_to(root).as_posix().startswith("nmt/decoding/")
+        and path.relative_to(root).as_posix() not in mapped
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if by_name.search(line)
+    ] + [
+        f"{path.name}:{n}"
+        for path in sorted(root.glob("*.py"))
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if by_name.search(line)
+    ]
+    assert not found, found
+    assert by_name.search('if final and search.get("strategy") == "sample" and')  # the line it caught

@@ -15,7 +15,7 @@ from torch.nn import functional as F
 
 from nmt.data.segmenter import Segmenter
 from nmt.data.tokenizer import BOS_ID, EOS_ID, Tokenizer, TokenizerSettings
-from nmt.decoding.settings import SearchConfig
+from nmt.decoding.settings import SAMPLED, SearchConfig
 from nmt.decoding.translate import translate_lines
 from nmt.inference.checkpoint import CheckpointError
 from nmt.inference.loading import load_model
@@ -52,11 +52,12 @@ def test_translate_equals_the_decoding_evaluate_uses(checkpoints):
     assert translator.translate(SOURCES) == expected and expected[2] == ""
 
 
-def test_a_sampling_seed_fixes_each_lines_sample_whatever_the_batching(checkpoints):
+@pytest.mark.parametrize("strategy", SAMPLED)
+def test_a_sampling_seed_fixes_each_lines_sample_whatever_the_batching(checkpoints, strategy):
     """decode.seed: a line's sample depends on the seed and its line number only: the same in a batch of
     all lines, one line at a time, and in evaluate.py's batches; equal lines draw apart (each call once
     restarted one stream: copies, and samples that changed with the batching)."""
-    settings = {"strategy": "sample", "seed": 3, "temperature": 3.0, "device": "cpu"}
+    settings = {"strategy": strategy, "seed": 3, "temperature": 3.0, "device": "cpu"}
     lines = ["one two three four five six"] * 6
     translator = Translator.from_checkpoint(checkpoints["seed1"], **settings)
     together = translator.translate(lines)
@@ -64,7 +65,7 @@ def test_a_sampling_seed_fixes_each_lines_sample_whatever_the_batching(checkpoin
     one_by_one = [translator.translate_nbest([line], first_line=n)[0][0].text for n, line in enumerate(lines, 1)]
     assert one_by_one == together
     loaded = load_model(checkpoints["seed1"], device="cpu")
-    search = SearchConfig(strategy="sample", seed=3, temperature=3.0)
+    search = SearchConfig(strategy=strategy, seed=3, temperature=3.0)
     for max_tokens in (8, 6000):  # one line a batch, all lines in one
         assert (
             translate_lines(loaded.model, loaded.src_tokenizer, loaded.tgt_tokenizer, lines, search, max_tokens)

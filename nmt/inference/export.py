@@ -15,7 +15,7 @@ from pathlib import Path
 from nmt.decoding.constraints import position_limits
 from nmt.decoding.settings import search_settings
 from nmt.decoding.translate import input_limit
-from nmt.inference.export_spec import build_spec
+from nmt.inference.export_spec import ExportError, build_spec
 from nmt.inference.loading import LoadedModel
 from nmt.utils.io import atomic_write_text
 
@@ -54,7 +54,13 @@ def decoding_defaults(decode: dict | None) -> dict:
             "sampling_topp": search.top_p,
             "sampling_temperature": search.temperature,
         }
-    return {**options, "beam_size": 1}  # greedy
+    if search.strategy == "greedy":
+        return {**options, "beam_size": 1}
+    # a strategy added since: exported as greedy search, it would translate otherwise than the run without a word
+    raise ExportError(
+        f"decode.strategy={search.strategy} (the run's search): CTranslate2's translate_batch has no equivalent "
+        "here; the export maps greedy, beam and sample (add its mapping in nmt/inference/export.py)"
+    )
 
 
 def export_ctranslate2(loaded: LoadedModel, out_dir: str | Path, quantization: str | None = None) -> Path:
@@ -63,6 +69,7 @@ def export_ctranslate2(loaded: LoadedModel, out_dir: str | Path, quantization: s
     out_dir = Path(out_dir).resolve()  # "." and ".." have no name to put a staging folder beside
     spec = build_spec(loaded)
     spec.validate()
+    decode = decoding_defaults(loaded.config.get("decode"))  # refused before any file is written
     try:
         spec.optimize(quantization=quantization)
     except ValueError as err:  # CTranslate2's list of the types it accepts, with the key named
@@ -98,7 +105,7 @@ def export_ctranslate2(loaded: LoadedModel, out_dir: str | Path, quantization: s
             # the subword tokens our translator cuts a source to (the run's data.max_src_len, else 256)
             "max_input_len": input_limit(loaded.config.get("data") or {}),
             # the run's search as CTranslate2's options: CTranslate2Model.translate's defaults
-            "decode": decoding_defaults(loaded.config.get("decode")),
+            "decode": decode,
         }
         atomic_write_text(out_dir / "nmt_export.json", json.dumps(manifest, indent=1) + "\n")
         (out_dir / PARTIAL).unlink(missing_ok=True)

@@ -17,7 +17,7 @@ from nmt.data.lm import LanguageModelDataModule
 from nmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from nmt.decoding.constraints import NEW_TOKENS, continuation_room
 from nmt.decoding.search import decode
-from nmt.decoding.settings import SearchConfig, search_settings
+from nmt.decoding.settings import SAMPLED, SearchConfig, search_settings
 from nmt.tasks.base import (
     FINAL_RESULTS,
     Task,
@@ -221,7 +221,7 @@ class LanguageModelTask(Task):
             if cfg.num_samples != 1 and not search.samples:
                 raise ValueError(
                     f"num_samples={cfg.num_samples}: only sampling gives several continuations, and the search is "
-                    f"{search.strategy}; add decode.strategy=sample"
+                    f"{search.strategy}; add decode.strategy={' or '.join(SAMPLED)}"
                 )
             texts = generate(loaded, str(cfg.prompt), search, cfg.num_samples, new_tokens)
             for text in texts:

@@ -14,7 +14,7 @@ from nmt.data.datamodule import ParallelDataModule
 from nmt.data.sources import decode_lines, read_lines
 from nmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from nmt.decoding.search import decode
-from nmt.decoding.settings import SearchConfig, search_problems, search_settings
+from nmt.decoding.settings import SAMPLED, SearchConfig, search_problems, search_settings
 from nmt.decoding.translate import input_limit, input_limit_for, translate_lines
 from nmt.metrics.corpus import ROUGE_KEYS, bleu_tokenizer, corpus_scores, tokenized_lowercase_signature
 from nmt.metrics.score_jobs import ScoreJobs
@@ -106,11 +106,11 @@ class TranslationTask(Task):
             )
         final = [key for key in ("val_after_training", "test_after_training") if cfg.get(key)]
         search = cfg.get("decode") or {}
-        if final and search.get("strategy") == "sample" and search.get("seed") is None:
+        if final and search.get("strategy") in SAMPLED and search.get("seed") is None:
             # as evaluate.py refuses it: scores of draws that cannot be drawn again
             problems.append(
-                f"  decode.strategy=sample without decode.seed: {'/'.join(final)}=true would score draws that "
-                "cannot be drawn again; give decode.seed=N"
+                f"  decode.strategy={search.get('strategy')} without decode.seed: {'/'.join(final)}=true would "
+                "score draws that cannot be drawn again; give decode.seed=N"
             )
         return problems
 
@@ -160,11 +160,12 @@ class TranslationTask(Task):
         if isinstance(samples, bool) or not isinstance(samples, int) or samples < 0:
             raise ValueError(f"samples={samples!r}: the sample translations printed, a whole number >= 0 (0: none)")
         search = cfg.get("decode") or {}
-        if cfg.get("input") is None and search.get("strategy") == "sample" and search.get("seed") is None:
-            # each call drew other outputs into one folder (eval/<split>_sample), over the last call's score
+        strategy = search.get("strategy")
+        if cfg.get("input") is None and strategy in SAMPLED and search.get("seed") is None:
+            # each call drew other outputs into one folder (eval/<split>_<strategy>), over the last call's score
             raise ValueError(
-                "decode.strategy=sample without decode.seed: a split's score from draws that cannot be drawn "
-                "again; give decode.seed=N (the folder is then <split>_sample_seedN)"
+                f"decode.strategy={strategy} without decode.seed: a split's score from draws that cannot be "
+                f"drawn again; give decode.seed=N (the folder is then <split>_{strategy}_seedN)"
             )
 
     # ---- training --------------------------------------------------------------------------------
