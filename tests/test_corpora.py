@@ -15,6 +15,7 @@ from hydra import compose, initialize_config_dir
 
 from nmt.data.europarl import EuroparlDataModule
 from nmt.data.files import FilesDataModule
+from nmt.data.sources import DataNotFoundError
 from nmt.data.splits import pool_drops, seeded_split
 from nmt.data.tatoeba import TatoebaDataModule
 from nmt.data.toy import toy_pairs
@@ -309,6 +310,11 @@ def test_a_files_run_scored_from_another_folder_or_with_a_root_says_how_to_name_
     root = r"^data.root=.*: this run's corpus \(FilesDataModule\) takes no root \(its files are named by data.train"
     with pytest.raises(ValueError, match=rf"{root}, data.val and data.test: give .* \+data.<split>=PATH"):
         scored(f"data.root={tmp_path}")
+    # a set looked for beside it: the error advised data.root, which the line above then refused
+    monkeypatch.delenv("NMT_DATA", raising=False)
+    with pytest.raises(DataNotFoundError, match=r"Fix: set the environment variable NMT_DATA to a folder containing "
+                       r"'iwslt16_de_en_devtest/' holding .* \(this run's corpus takes no data.root\)\.$"):  # fmt: skip
+        scored("split=iwslt16:tst2014")
     assert scored(f"+data.test={corpus / 'test'}")["sentences"] == 40
     # other files given as the run's test set: refused, naming what happens to such a corpus (no data.root,
     # $NMT_DATA or cache to find another copy in); a run whose test set was split off its training files had
@@ -983,6 +989,34 @@ def test_what_data_files_is_given_is_refused_in_one_line_when_the_module_is_buil
         FilesDataModule(**{"train": "t.tsv", "cache_dir": str(tmp_path), **given})
 
 
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        # the pair in the other order: en->de trained and scored under the names de->en
+        (
+            {"train": ["t.de-en.en.gz", "t.de-en.de.gz"]},
+            r"^data.train=\['t.de-en.en.gz', 't.de-en.de.gz'\]: the source file t.de-en.en.gz is named for en, the "
+            r"other side's language \(data.tgt_lang=en\); give \[source file, target file\] in that order",
+        ),
+        ({"test": ["t.de", "t.de"]}, r"^data.test=\['t.de', 't.de'\]: one file as both sides"),
+        ({"val": ["v.de", "./v.de"]}, r"^data.val=\['v.de', 'v.de'\]: one file as both sides"),
+        ({"val": ["v.de", "v.de.de"]}, r"^data.val=\['v.de', 'v.de.de'\]: the target file v.de.de is named for de"),
+    ],
+)
+def test_a_pair_of_files_in_the_other_order_or_one_file_twice_is_refused(tmp_path, given, message):
+    """Both were trained without a word: a de->en run that learnt en->de, a de->de one that copied."""
+    settings = {"train": ["t.de", "t.en"], "src_lang": "de", "tgt_lang": "en", "cache_dir": str(tmp_path)}
+    with pytest.raises(ValueError, match=message):
+        FilesDataModule(**{**settings, **given})
+
+
+def test_a_pair_of_files_named_otherwise_or_of_one_language_is_taken_as_given(tmp_path):
+    assert FilesDataModule(train=["a.txt", "b.txt"], src_lang="de", tgt_lang="en").specs["train"] == ["a.txt", "b.txt"]
+    assert FilesDataModule(train=["c.src", "c.tgt"], src_lang="de", tgt_lang="en").specs["train"] == ["c.src", "c.tgt"]
+    # the same language on both sides (a paraphrase corpus, a summary's): its files end alike
+    assert FilesDataModule(train=["doc.en", "sum.en"], src_lang="en", tgt_lang="en").specs["train"][1] == "sum.en"
+
+
 def test_a_prefix_hydra_reads_as_a_number_or_paths_from_python_are_taken():
     assert FilesDataModule(train=2016).specs["train"] == "2016"  # 2016.en and 2016.de
     assert FilesDataModule(train=[Path("a.en"), Path("a.de")]).specs["train"] == ["a.en", "a.de"]
@@ -1291,6 +1325,32 @@ def test_a_damaged_or_cut_short_corpus_file_or_archive_is_one_line_naming_it(tmp
     with pytest.raises(ValueError, match=r"de-en.tgz: cannot be read .*an interrupted copy or download"):
         small(EuroparlDataModule, root=str(root), cache_dir=str(tmp_path / "c")).text("train")
     assert not [p for p in (tmp_path / "c").rglob("*") if p.is_dir() and p.name.startswith(".")]  # no partial left
+
+
+def test_a_gzip_file_named_without_gz_a_folder_or_a_gz_ending_given_as_a_prefix_is_said_as_such(tmp_path):
+    """A .gz file under a plain name was told to be re-encoded from latin1; a folder given as a prefix, and a
+    prefix given with its language's .gz ending, were "No such file" of a name the user never gave."""
+    from nmt.data.sources import read_lines
+
+    (tmp_path / "y.de").write_bytes(gzip.compress(b"ein Satz\n"))
+    with pytest.raises(ValueError, match=rf"^{re.escape(str(tmp_path / 'y.de'))}: gzip-compressed, but its name does "
+                       rf"not end in .gz; rename it {re.escape(str(tmp_path / 'y.de.gz'))} "):  # fmt: skip
+        read_lines(tmp_path / "y.de")
+    (tmp_path / "latin1.de").write_bytes("Gr\xfc\xdfe\n".encode("latin1"))
+    with pytest.raises(ValueError, match=r"latin1.de, line 1: invalid UTF-8 .*iconv -f latin1"):  # text, as before
+        read_lines(tmp_path / "latin1.de")
+    for lang in ("de", "en"):
+        write(tmp_path / "corpus" / f"train.{lang}", EN[:5])
+    languages = {"src_lang": "de", "tgt_lang": "en", "cache_dir": str(tmp_path / "c")}
+    with pytest.raises(FileNotFoundError, match=rf"data.train={re.escape(str(tmp_path / 'corpus'))}; .* is a folder: "
+                       rf"give the prefix of the files in it \({re.escape(str(tmp_path / 'corpus' / 'train'))} for "
+                       r"train.de and train.en\)"):  # fmt: skip
+        FilesDataModule(train=str(tmp_path / "corpus"), **languages).text("train")
+    gz_prefix = str(tmp_path / "corpus" / "train.de.gz")
+    prefix = re.escape(str(tmp_path / "corpus" / "train"))
+    with pytest.raises(FileNotFoundError, match=rf"data.train={re.escape(gz_prefix)}: a prefix, to which .de and .en "
+                       rf"are added: data.train={prefix}, or both files"):  # fmt: skip
+        FilesDataModule(train=gz_prefix, **languages).text("train")
 
 
 def test_a_run_recorded_before_the_report_counted_references_resumes(tmp_path):

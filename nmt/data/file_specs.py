@@ -31,6 +31,33 @@ def checked_spec(split: str, spec):
     raise ValueError(f"data.{split}={shown!r}: a split is {SPEC_FORMS}")
 
 
+def _language_ending(path: str) -> str:
+    """The ending a file's name gives its language by (``train.de``, ``train.de.gz``: de), else ''."""
+    name = Path(path).name.removesuffix(".gz")
+    return name.rsplit(".", 1)[1] if "." in name else ""
+
+
+def checked_pair(split: str, spec, src_lang: str, tgt_lang: str) -> None:
+    """A split given as [src_file, tgt_file] whose files cannot be its source and target: one file as both
+    sides, or a file whose name ends in the other side's language (the pair given in the other order trains
+    tgt->src under the names src->tgt, and scores it so). ValueError naming ``data.<split>``; other names,
+    and a corpus of one language on both sides, are taken as given."""
+    if not isinstance(spec, list):
+        return
+    src, tgt = spec
+    if Path(src).resolve() == Path(tgt).resolve():
+        raise ValueError(f"data.{split}={spec}: one file as both sides; give [source file, target file]")
+    if src_lang == tgt_lang:
+        return
+    for path, side, other, key in ((src, "source", tgt_lang, "tgt_lang"), (tgt, "target", src_lang, "src_lang")):
+        if _language_ending(path) == other:
+            raise ValueError(
+                f"data.{split}={spec}: the {side} file {Path(path).name} is named for {other}, the other side's "
+                f"language (data.{key}={other}); give [source file, target file] in that order, or set "
+                "data.src_lang and data.tgt_lang to the files' languages"
+            )
+
+
 def is_tsv(spec) -> bool:
     """Whether a split's spec names a TSV (``x.tsv`` or ``x.tsv.gz``), whose fields data.columns picks."""
     return isinstance(spec, str) and spec.endswith((".tsv", ".tsv.gz"))
@@ -89,9 +116,13 @@ def missing_file(split: str, spec, path: Path, src_lang: str, tgt_lang: str) -> 
             hints.append(
                 f"{first} and {second} are there: name their languages, e.g. data.src_lang={a} data.tgt_lang={b}"
             )
+        if prefix.is_dir():
+            hints.append(f"{spec} is a folder: give the prefix of the files in it ({prefix / 'train'} for "
+                         f"train.{src_lang} and train.{tgt_lang})")  # fmt: skip
         for lang in (src_lang, tgt_lang):
-            if spec.endswith(f".{lang}"):  # the likely mistake: said alone
-                said = f"data.{split}={spec}: {hints[0]}: data.{split}={spec[: -len(lang) - 1]}"
+            ending = next((e for e in (f".{lang}", f".{lang}.gz") if spec.endswith(e)), None)
+            if ending:  # the likely mistake: said alone (a .gz ending is found by the prefix too)
+                said = f"data.{split}={spec}: {hints[0]}: data.{split}={spec[: -len(ending)]}"
                 return FileNotFoundError(errno.ENOENT, f"No such file or directory ({said}, or both files as "
                                          "[src_file, tgt_file])", str(path))  # fmt: skip
     if not path.is_absolute():

@@ -6,6 +6,7 @@ from nmt.data.datamodule import ParallelDataModule
 from nmt.data.file_specs import (
     SPEC_FORMS,
     checked_columns,
+    checked_pair,
     checked_spec,
     missing_file,
     read_split_files,
@@ -40,6 +41,8 @@ class FilesDataModule(ParallelDataModule):
         self.specs = {
             split: checked_spec(split, spec) for split, spec in (("train", train), ("val", val), ("test", test))
         }
+        for split, spec in self.specs.items():
+            checked_pair(split, spec, self.src_lang, self.tgt_lang)
         self.columns = checked_columns(columns)
         check_split_sizes(valid_size if val is None else None, test_size if test is None else None)
         self.valid_size, self.test_size, self.split_seed = valid_size, test_size, split_seed

@@ -116,13 +116,15 @@ def _missing(label: str, folder: Path, filenames: Sequence[str], suffixes: Seque
     return f"  {label}: {folder} (missing {', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}{also})"
 
 
-def _not_found(name: str, tried: list[str], wanted: str, downloadable: bool) -> DataNotFoundError:
+def _not_found(name: str, tried: list[str], wanted: str, downloadable: bool, root: bool = True) -> DataNotFoundError:
+    # root: whether data.root may name the folder (a set looked for beside a corpus that takes no root may not)
+    where = f"the environment variable {DATA_ENV} to a folder containing '{name}/'"
     return DataNotFoundError(
         f"Could not find the {name} corpus. Tried, in order:\n" + "\n".join(tried) + "\n"
-        f"Fix: set data.root=/path/to/folder (or the environment variable {DATA_ENV} to a folder "
-        f"containing '{name}/') holding {wanted}"
+        + (f"Fix: set data.root=/path/to/folder (or {where}) holding {wanted}" if root else f"Fix: set {where} "
+           f"holding {wanted} (this run's corpus takes no data.root)")
         + (", or connect to the internet so it can be downloaded." if downloadable else ".")
-    )
+    )  # fmt: skip
 
 
 def locate(
@@ -134,13 +136,15 @@ def locate(
     download: bool = True,
     suffixes: Sequence[str] = ("",),
     strict_root: bool = True,
+    takes_root: bool = True,
 ) -> Path:
     """The first folder holding every file in ``filenames`` (with one of ``suffixes`` added to all of
     them, e.g. ``("", ".gz")``), in this order: ``root`` (data.root), ``$NMT_DATA/<name>``, the cache
     ``<cache_dir>/<name>``, then a download of the plain names into that cache. A place earlier in the
     order wins whatever the suffix: a corpus given in data.root is never overridden by another copy, and a
     data.root without it is an error (``strict_root=False``: a root given for another corpus, looked
-    into in passing)."""
+    into in passing; ``takes_root=False``: looked for beside a corpus that takes no data.root, which the
+    error then does not advise)."""
     tried: list[str] = []
     places = _places(name, root, cache_dir)
     for label, folder in places:
@@ -165,7 +169,7 @@ def locate(
     elif url_for:
         tried.append("  download: disabled (data.download=false)")
     wanted = f"{', '.join(filenames[:4])}{' ...' if len(filenames) > 4 else ''}"
-    raise _not_found(name, tried, wanted, bool(url_for))
+    raise _not_found(name, tried, wanted, bool(url_for), takes_root)
 
 
 def locate_or_extract(
@@ -266,6 +270,9 @@ def _download(url: str, target: Path) -> None:
             out.write(chunk)
 
 
+GZIP_MAGIC = b"\x1f\x8b"
+
+
 def read_lines(path: str | os.PathLike) -> list[str]:
     """Lines of a text file (``.gz`` transparently): strict UTF-8, BOM and CRLF removed, one entry per
     line. Invalid UTF-8 raises ValueError naming the file and line."""
@@ -276,6 +283,13 @@ def read_lines(path: str | os.PathLike) -> list[str]:
             return decode_lines(handle, str(path))
     except (EOFError, zlib.error, gzip.BadGzipFile) as err:
         raise ValueError(f"{path}: {_unreadable(err)}") from None
+    except ValueError:
+        with open(path, "rb") as handle:
+            compressed = opener is open and handle.read(2) == GZIP_MAGIC
+        if compressed:  # not text that needs re-encoding, as the UTF-8 error says: a .gz file under another name
+            raise ValueError(f"{path}: gzip-compressed, but its name does not end in .gz; rename it {path}.gz "
+                             "(and name it so where it is given), or decompress it (gunzip -c)") from None  # fmt: skip
+        raise
 
 
 def _unreadable(err: BaseException) -> str:

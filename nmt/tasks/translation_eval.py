@@ -156,7 +156,13 @@ def load_eval_set(
         name = name.removeprefix("TEDX.").removeprefix("TED.")
         files = [f"IWSLT16.{corpus}.{name}.de-en.{lang}.gz" for lang in (src_lang, tgt_lang)]
         folder = locate(  # the run's data.root is its training corpus's: looked into, not required to hold these
-            IWSLT16_FOLDER, files, data_cfg.get("root"), config["cache_dir"], download=False, strict_root=False
+            IWSLT16_FOLDER,
+            files,
+            data_cfg.get("root"),
+            config["cache_dir"],
+            download=False,
+            strict_root=False,
+            takes_root="root" in data_cfg,  # a data=files run's corpus takes none: $NMT_DATA alone is advised
         )
         return *read_parallel(folder / files[0], folder / files[1]), f"IWSLT16 {corpus} {name} {src_lang}-{tgt_lang}"
     if split.startswith("files:"):
