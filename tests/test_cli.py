@@ -153,6 +153,21 @@ def test_a_misspelt_group_option_is_one_line_with_the_valid_ones(argv, expected)
     assert "valid:" not in expected or message == expected
 
 
+def test_a_group_option_in_a_folder_added_to_hydras_search_path_is_an_option(tmp_path):
+    """task=exact_match from hydra.searchpath=[file://<folder>] composes (tests/test_tasks.py does so), but the
+    command line's check, reading conf/ alone, said "not an option of group task"."""
+    (tmp_path / "task").mkdir()
+    (tmp_path / "task" / "exact_match.yaml").write_text("# @package _global_\n")
+    added = f"hydra.searchpath=[file://{tmp_path}]"
+    assert unknown_option_message(["task=exact_match", added]) is None
+    assert unknown_option_message(["task=exact_match,translation", f"+{added}"]) is None
+    assert unknown_option_message(["task=exact_matc", added]).startswith(
+        "error: task=exact_matc (on the command line): not an option of group task (did you mean task=exact_match?)"
+    )
+    assert unknown_option_message(["task=exact_match"]).startswith("error: task=exact_match (on the command line)")
+    assert unknown_option_message(["task=exact_match", "hydra.searchpath=[pkg://elsewhere.conf]"]) is None
+
+
 @pytest.mark.parametrize(
     "argv",
     [
@@ -302,8 +317,11 @@ def test_a_mode_against_its_metrics_direction_is_refused(overrides, fix):
     """checkpoint.monitor=val_loss kept mode=max: best.ckpt was the checkpoint of the highest loss."""
     section, metric = fix.split(".")[0], overrides[-1].split("=")[1]
     better = "lower" if fix.endswith("min") else "higher"
+    # the direction is read from the name's ending, which the message says (a task's new metric that falls is
+    # refused as "better higher" until it is named so)
+    why = "its name ends in loss" if better == "lower" else r"its name ends in none of ppl, loss, .*LOWER_IS_BETTER\)"
     with pytest.raises(
-        ConfigError, match=rf"{section}\.mode=\w+: {section}\.monitor={metric} is better {better}; set {fix}"
+        ConfigError, match=rf"{section}\.mode=\w+: {section}\.monitor={metric} is better {better}, as {why}; set {fix}"
     ):
         check_config(compose_train(*overrides))
     check_config(compose_train(*overrides, fix))

@@ -182,6 +182,41 @@ def test_a_level_written_otherwise_than_the_same_number_in_the_folders_runs_is_r
     assert inputs.spelling_problem(config, {"trainer.limit_train_batches": ["0.5", "1"], "seed": ["1"]}) is None
 
 
+def test_a_tasks_sweep_metrics_that_fail_on_no_results_or_miss_its_report_metric_are_said_before_any_run(
+    monkeypatch,
+):
+    """A new task whose sweep_metrics read results["test"] stopped the sweep with "error: 'test'"; one whose
+    report_metric its sweep_metrics never records trained every run, then failed in the report."""
+    import nmt.tasks
+    from nmt.tasks.translation import TranslationTask
+
+    class Indexing(TranslationTask):
+        name = "indexing"
+
+        def sweep_metrics(self, results):
+            return {"test_exact": results["test"]["exact"]}
+
+    class Misnamed(TranslationTask):
+        name = "misnamed"
+        report_metric = "test_exact_match"
+
+        def sweep_metrics(self, results):
+            return {"test_exact": (results.get("test") or {}).get("exact")}
+
+    config = sweep_config(Path("/nowhere"), "pos=absolute,relative", "seed=1")
+    assert inputs.input_problem(config) is None
+    monkeypatch.setattr(nmt.tasks, "build_task", lambda cfg: Indexing())
+    assert inputs.input_problem(config) == (
+        "task=indexing: sweep_metrics({}) raised KeyError: 'test'; given no results it lists the names a run can "
+        "record, each None (docs/tasks.md, 'Adding a task')"
+    )
+    monkeypatch.setattr(nmt.tasks, "build_task", lambda cfg: Misnamed())
+    assert inputs.input_problem(config) == (
+        "task=misnamed: its report_metric test_exact_match is not among the metrics its sweep_metrics records "
+        "(['test_exact']); name one of those"
+    )
+
+
 def test_a_grid_key_whose_group_the_command_line_replaced_says_so():
     """grid=rnn model=transformer: the grid's model.teacher_forcing was "not a key of the config", naming
     neither the grid's model=rnn nor the command line's model that replaced it."""

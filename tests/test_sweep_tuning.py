@@ -173,6 +173,9 @@ def test_tuning_refuses_the_test_set_a_swept_level_and_two_sweeps_of_one_level(t
     # a key the sweep does not set: the message lists those it holds at one level, the level's among them
     with pytest.raises(ValueError, match=r"--level pos: this tuning sweep does not set pos .* one of \[.*optim=adam"):
         tune([tmp_path / "a"], "pos")
+    # the level given with its value: "does not set optim=adam", then optim=adam listed among the choices
+    with pytest.raises(ValueError, match=r"^--level optim=adam: --level takes the key alone \(--level optim\)"):
+        tune([tmp_path / "a"], "optim=adam")
     # a metric no run records (misspelt): the metrics they do record, and the closest, not advice to rerun them
     with pytest.raises(
         ValueError, match=r"no run records best_val_bleuu \(did you mean --metric best_val_bleu\?\); "

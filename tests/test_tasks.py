@@ -33,6 +33,9 @@ class ExactMatchTask(Task):
     name = "exact_match"
     report_metric = "test_exact"
 
+    def validation_metric_names(self):  # what checkpoint.monitor may name, checked before any data is read
+        return {"val_exact"}
+
     def training_loss(self, model, loss, batch):
         value, _, tokens = loss(model(batch["src"], batch["tgt_in"]), batch["tgt_out"])
         return value, tokens
@@ -76,10 +79,10 @@ class ExactMatchTask(Task):
         loaded = load()
         return self.final_score(loaded, cfg, "test", cfg.out_dir or loaded.run_dir / "eval" / "test_exact")
 
-    def sweep_metrics(self, results):
+    def sweep_metrics(self, results):  # given {} before any run: every name, None (the sweep checks them)
         return {
-            "test_exact": results["test"]["exact"],
-            "val_as_test_exact": results["val_as_test"]["exact"],
+            "test_exact": (results.get("test") or {}).get("exact"),
+            "val_as_test_exact": (results.get("val_as_test") or {}).get("exact"),
             "best_val_exact": results.get("best_val_exact"),
         }
 
@@ -135,17 +138,52 @@ def test_a_task_defined_in_one_module_and_one_config_file_trains_evaluates_and_r
     }
 
 
-@pytest.mark.parametrize(
-    ("option", "task_class"),
-    [("translation", TranslationTask), ("lm", LanguageModelTask), ("summarization", SummarizationTask)],
-)
-def test_each_task_option_builds_its_task(option, task_class):
+def test_the_example_task_declares_what_it_logs_and_records_so_mistakes_are_refused_before_training(tmp_path):
+    """What a new task declares, docs/tasks.md's checklist: its validation metrics (a misspelt monitor is then
+    refused before any data is read, not by Lightning after the first epoch) and, given no results, the names
+    a sweep may rank by (its report_metric among them)."""
+    from nmt.training.config import ConfigError, check_config
+
+    task = ExactMatchTask()
+    assert task.sweep_metrics({}) == dict.fromkeys(["test_exact", "val_as_test_exact", "best_val_exact"])
+    assert task.report_metric in task.sweep_metrics({})
+    (tmp_path / "conf" / "task").mkdir(parents=True)
+    (tmp_path / "conf" / "task" / "exact_match.yaml").write_text(TASK_YAML)
+    overrides = [*tiny_overrides(), "task=exact_match", f"hydra.searchpath=[file://{tmp_path / 'conf'}]"]
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        check_config(compose("train", overrides=overrides))
+        misspelt = compose("train", overrides=[*overrides, "checkpoint.monitor=val_exac"])
+    with pytest.raises(ConfigError, match=r"checkpoint.monitor='val_exac': task=exact_match logs \['val_exact'\]"):
+        check_config(misspelt)
+
+
+def test_a_decoding_grid_for_a_task_whose_own_score_it_cannot_compute_asks_for_select_by():
+    """evaluate.py's grid chose by the task's report metric and, for a task ranking by a score of its own,
+    said "select_by=exact: not a score", naming an option that was never given."""
+    from nmt.evaluation.grid import choose_by
+
+    given = OmegaConf.create({"select_by": None, "rouge": None})
+    asked = r"^a decoding grid chooses by select_by, by default the score task=exact_match ranks by \(test_exact\)"
+    with pytest.raises(ValueError, match=rf"{asked}, .*; give select_by=bleu\|bleu_tok_lc\|chrf$"):
+        choose_by(given, ExactMatchTask())
+    assert choose_by(OmegaConf.merge(given, {"select_by": "chrf"}), ExactMatchTask()) == "chrf"
+    assert choose_by(given, TranslationTask()) == "bleu"
+
+
+KNOWN_TASKS = {"translation": TranslationTask, "lm": LanguageModelTask, "summarization": SummarizationTask}
+
+
+@pytest.mark.parametrize("option", sorted(path.stem for path in (CONF / "task").glob("*.yaml")))
+def test_each_task_option_builds_its_task(option):
+    """Every conf/task/ file, a new task's too: it builds, is named as its option (messages say task=<name>),
+    declares what a sweep records (its report_metric among them), and is rebuilt from a saved config."""
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = compose("train", overrides=[f"task={option}", "name=test"])
     task = build_task(cfg.task)
-    assert type(task) is task_class
+    assert type(task) is KNOWN_TASKS.get(option, type(task)) and task.name == option
+    assert task.report_metric in task.sweep_metrics({})
     resolved = OmegaConf.to_container(cfg, resolve=True)
-    assert type(build_task(task_config(resolved))) is task_class  # as a checkpoint's saved config rebuilds it
+    assert type(build_task(task_config(resolved))) is type(task)  # as a checkpoint's saved config rebuilds it
 
 
 @pytest.mark.parametrize(

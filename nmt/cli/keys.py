@@ -170,7 +170,11 @@ def _other_options_with(key: str, conf: Path, groups: list[str]) -> list[str]:
 def unknown_option_message(argv: list[str], conf: Path = CONF) -> str | None:
     """One line for the first ``group=option`` of ``argv`` whose option has no file in the group (Hydra's own
     report spans a screen: the search path, the options, a hint about a stack trace), listing the valid ones.
-    Values with Hydra's sweep syntax (choice(...), glob(...), ...) are left to Hydra."""
+    Values with Hydra's sweep syntax (choice(...), glob(...), ...) are left to Hydra. Folders the command
+    line adds to Hydra's search path (``hydra.searchpath=[file://...]``) hold options too."""
+    extra = _searched_folders(argv)
+    if extra is None:
+        return None
     for arg in argv:
         key, sep, value = arg.lstrip("+").partition("=")
         group = conf / key
@@ -183,7 +187,13 @@ def unknown_option_message(argv: list[str], conf: Path = CONF) -> str | None:
         if hydras and not options:
             continue  # not read here: Hydra's own report
         if not hydras:
-            options = sorted(str(p.relative_to(group).with_suffix("")) for p in group.rglob("*.yaml"))
+            options = sorted(
+                {
+                    str(p.relative_to(g).with_suffix(""))
+                    for g in (group, *(f / key for f in extra))
+                    for p in g.rglob("*.yaml")
+                }
+            )
         for option in value.split(","):
             if option == "null":  # Hydra's "Config group override must be a string or a list", in a traceback
                 instead = f"{key}=none chooses its option none" if "none" in options else "leave it out for its default"
@@ -200,6 +210,21 @@ def unknown_option_message(argv: list[str], conf: Path = CONF) -> str | None:
                     f"valid: {', '.join(options)}"
                 )
     return None
+
+
+def _searched_folders(argv: list[str]) -> list[Path] | None:
+    """The folders ``hydra.searchpath=[file://a,file://b]`` on the command line adds; None where it adds a
+    place not read here (pkg://...), whose options are then left to Hydra's own report."""
+    folders = []
+    for arg in argv:
+        key, _, value = arg.lstrip("+").partition("=")
+        if key == "hydra.searchpath":
+            for item in value.strip("[]").split(","):
+                item = item.strip().strip("'\"")
+                if not item.startswith("file://"):
+                    return None
+                folders.append(Path(item.removeprefix("file://")))
+    return folders
 
 
 def _hydra_group_options(group: str, conf: Path) -> list[str] | None:

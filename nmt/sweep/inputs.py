@@ -148,12 +148,23 @@ class RunConfigs:
                 )
             except Exception as err:  # a group option Hydra cannot compose: its own message says which
                 return str(err).splitlines()[0]
-            try:  # the names a run of its task records (a task lists them for empty results)
+            try:
                 task = build_task(composed.task)
-                self.recorded |= set(task.sweep_metrics({}))
-                self.ranked_by.add(task.report_metric)  # what report_metric=auto ranks by
             except Exception as err:  # noqa: BLE001  a task that cannot be built: its own message says why
                 return str(err).splitlines()[0] or type(err).__name__
+            try:  # the names a run of its task records (a task lists them for empty results)
+                self.recorded |= set(task.sweep_metrics({}))
+            except Exception as err:  # noqa: BLE001  a task's own code: which, and what it raised
+                return (
+                    f"task={task.name}: sweep_metrics({{}}) raised {type(err).__name__}: {err}; given no results it "
+                    "lists the names a run can record, each None (docs/tasks.md, 'Adding a task')"
+                )
+            self.ranked_by.add(task.report_metric)  # what report_metric=auto ranks by
+            if task.report_metric not in self.recorded:  # the runs would train, then the report fail
+                return (
+                    f"task={task.name}: its report_metric {task.report_metric} is not among the metrics its "
+                    f"sweep_metrics records ({sorted(task.sweep_metrics({}))}); name one of those"
+                )
             for split in FINAL_RESULTS:  # the sets the runs of these groups score at the end (a factor, or one value)
                 key = f"{split}_after_training"
                 switch = levels.get(key) or [str(OmegaConf.select(composed, key, default=False))]

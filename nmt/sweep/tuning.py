@@ -227,6 +227,9 @@ def _constant_level(sweep_dir: Path, key: str) -> str:
         raise ValueError(f"{sweep_dir}: {found}; give a finished tuning sweep's folder (sweeps/<sweep_name>)")
     levels = sweep_levels(OmegaConf.load(saved))
     values = levels.get(key)
+    if not values and "=" in key and key.split("=", 1)[0] in levels:  # the level given with its value
+        raise ValueError(f"--level {key}: --level takes the key alone (--level {key.split('=', 1)[0]}); the level "
+                         "is read from the tuning sweep")  # fmt: skip
     if not values:
         held = [f"{k}={v[0]}" for k, v in levels.items() if len(v) == 1 and k != "seed"]
         raise ValueError(

@@ -3,7 +3,7 @@ and which way), and the final scores it can give."""
 
 from omegaconf import DictConfig, OmegaConf
 
-from nmt.metrics import lower_is_better
+from nmt.metrics import LOWER_IS_BETTER, lower_is_better
 from nmt.tasks import build_task
 from nmt.training.config_groups import built_node_problems
 
@@ -69,8 +69,15 @@ def mode_problems(cfg: DictConfig, section: str, metric) -> list[str]:
         return []
     falls = lower_is_better(metric)
     if mode == ("max" if falls else "min"):
+        # the direction is read from the name alone: say so, and how a metric that falls is named
+        why = (
+            f"its name ends in {next(e for e in LOWER_IS_BETTER if metric.endswith(e))}"
+            if falls
+            else f"its name ends in none of {', '.join(LOWER_IS_BETTER)} (nmt.metrics.LOWER_IS_BETTER)"
+        )
         return [
-            f"  {section}.mode={mode}: {section}.monitor={metric} is better {'lower' if falls else 'higher'}; "
-            f"set {section}.mode={'min' if falls else 'max'}"
+            f"  {section}.mode={mode}: {section}.monitor={metric} is better {'lower' if falls else 'higher'}, as "
+            f"{why}; set {section}.mode={'min' if falls else 'max'}"
+            + ("" if falls else ", or name a metric that improves downwards with one of those endings")
         ]
     return []
