@@ -156,7 +156,7 @@ def test_course_baseline_has_the_reported_shape():
         # data was read)
         ("+optim.optimizer.foo=1", "optim.optimizer.foo is not an option of AdamW; it takes amsgrad, betas,"),
         ("+optim.scheduler.foo=1", "optim.scheduler.foo is not an option of warmup_decay; it takes decay,"),
-        ("+smoothing.foo=1", "smoothing.foo is not an option of LabelSmoothedCrossEntropy; it takes fused, pad_id"),
+        ("+smoothing.foo=1", "smoothing.foo is not an option of LabelSmoothedCrossEntropy; it takes fused, smoothing"),
         ("+task.foo=1", "task.foo is not an option of TranslationTask; it takes bleu_every_n_epochs,"),
         (
             "+data.tokenizer.split_digits=true",
@@ -283,6 +283,39 @@ def test_the_constructors_refusal_is_said_with_the_other_problems_of_the_config(
         "model.d_model",
         "trainer.num_nodes",
     ]
+
+
+class ConvEncoderStandIn(torch.nn.Module):
+    """A new model's constructor that leaves an option's type to PyTorch (nn.Conv1d's kernel_size)."""
+
+    def __init__(self, src_vocab_size, tgt_vocab_size, pad_id, kernel_size: int = 3):
+        super().__init__()
+        self.conv = torch.nn.Conv1d(8, 8, kernel_size)
+
+
+def test_a_model_setting_of_the_wrong_type_is_said_before_any_data_is_read():
+    """A TypeError of the constructor (model.kernel_size=abc) was left to the real build: after the data was
+    read, in Hydra's lines. Said now, naming the model."""
+    from nmt.training.config_model import model_build_problems
+
+    cfg = OmegaConf.create({"model": {"_target_": f"{__name__}.ConvEncoderStandIn", "kernel_size": 3}})
+    assert model_build_problems(cfg) == []
+    cfg.model.kernel_size = "abc"
+    (problem,) = model_build_problems(cfg)
+    assert problem.startswith("  model (ConvEncoderStandIn) could not be built: TypeError: ") and "\n" not in problem
+    assert problem.endswith("a model.<key> of the wrong type? (each as its conf/model/ file gives it)")
+
+
+@pytest.mark.parametrize("given", ["+model.pad_id=5", "+model.src_vocab_size=10", "+smoothing.pad_id=3"])
+def test_a_key_the_run_sets_from_its_tokenizers_is_refused_not_overridden(given):
+    """+model.pad_id=5 trained with the tokenizers' padding id, without a word; and a loss's unknown key was
+    answered with "it takes pad_id", inviting it."""
+    key = given.lstrip("+").split("=")[0]
+    with pytest.raises(ConfigError, match=rf"{re.escape(key)}: set by the run from its tokenizers .*; remove it"):
+        check_config(compose_train(given))
+    with pytest.raises(ConfigError) as refused:
+        check_config(compose_train("+smoothing.factor=0.2"))
+    assert "smoothing.factor is not an option of" in str(refused.value) and "pad_id" not in str(refused.value)
 
 
 def test_search_options_that_their_strategy_reads_are_accepted():

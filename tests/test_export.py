@@ -84,7 +84,9 @@ def test_export_py_writes_a_model_folder(default_checkpoint, tmp_path):
 def test_what_ctranslate2_cannot_hold_is_refused_naming_the_option(tmp_path_factory, default_checkpoint):
     rnn = load_model(trained(tmp_path_factory, "rnn", ["model=rnn"]), device="cpu")
     with pytest.raises(
-        ExportError, match=r"^model=rnn \(RNNSeq2Seq\): CTranslate2's Transformer specification holds Transformers only"
+        ExportError,
+        match=r"^model=rnn \(RNNSeq2Seq, not a Transformer\): CTranslate2's Transformer specification holds "
+        r"nmt.models.transformer.Transformer only",
     ):
         check_exportable(rnn)
     keys_only = load_model(trained(tmp_path_factory, "keys", ["pos=relative", "pos.use_values=false"]), device="cpu")
@@ -126,6 +128,16 @@ def test_what_ctranslate2_cannot_hold_is_refused_naming_the_option(tmp_path_fact
     subclassed = load_model(default_checkpoint, device="cpu")
     subclassed.model.encoder[0].attn_block.norm.__class__ = CentredNorm
     with pytest.raises(ExportError, match=r"^norm=CentredNorm: no CTranslate2 equivalent"):
+        check_exportable(subclassed)
+    # the model itself, too: a subclass that scaled its logits was written as a plain Transformer
+    from nmt.models.transformer import Transformer
+
+    class ScaledLogits(Transformer):
+        pass
+
+    subclassed = load_model(default_checkpoint, device="cpu")
+    subclassed.model.__class__ = ScaledLogits
+    with pytest.raises(ExportError, match=r"^model=transformer \(Transformer, a subclass of Transformer, another "):
         check_exportable(subclassed)
 
 

@@ -461,6 +461,23 @@ def test_the_report_names_the_recipe_only_where_one_was_applied(tmp_path):
         assert describe(tmp_path / recipe, [{"run_dir": str(run), "seed": 1}])["choices"]["recipe"] == shown
 
 
+def test_a_factor_of_models_names_each_models_recipe_in_the_report(tmp_path):
+    """model=rnn,transformer: "What ran" named the first run's model and recipe alone (transformer,
+    toy_transformer), where the rnn runs trained by toy_rnn."""
+    from nmt.sweep.summary import describe
+
+    records = []
+    for model, seed in (("transformer", 1), ("rnn", 1), ("transformer", 2), ("rnn", 2)):
+        run = tmp_path / f"model={model},seed={seed}"
+        (run / ".hydra").mkdir(parents=True)
+        choices = {"task": "translation", "data": "toy", "model": model, "recipe": f"toy_{model}"}
+        OmegaConf.save(OmegaConf.create({"hydra": {"runtime": {"choices": choices}}}), run / ".hydra" / "hydra.yaml")
+        records.append({"run_dir": str(run), "seed": seed})
+    choices = describe(tmp_path, records)["choices"]
+    assert choices["model"] == "transformer, rnn" and choices["data"] == "toy"
+    assert choices["recipe"] == "toy_transformer (model=transformer), toy_rnn (model=rnn)"
+
+
 def test_failures_outside_the_plan_are_not_this_sweeps(tmp_path):
     """A run of an earlier sweep in the folder that failed (a level no longer swept) neither counts as this
     sweep's failure nor stops it."""

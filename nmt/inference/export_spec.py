@@ -78,11 +78,13 @@ def check_exportable(loaded: LoadedModel) -> None:
     if not loaded.task.reads_source:
         raise ExportError(f"task={loaded.task.name}: a language model; the export writes encoder-decoder models only")
     model = loaded.model
-    if not isinstance(model, Transformer):
+    if type(model) is not Transformer:  # by exact class: a subclass may compute otherwise (scaled logits, say)
         target = str(loaded.config["model"].get("_target_", "?"))
+        what = "a subclass of Transformer, another model" if isinstance(model, Transformer) else "not a Transformer"
         raise ExportError(
-            f"model={_model_option(target)} ({target.rsplit('.', 1)[-1]}): CTranslate2's Transformer "
-            "specification holds Transformers only (recurrent models are not exported)"
+            f"model={_model_option(target)} ({target.rsplit('.', 1)[-1]}, {what}): CTranslate2's Transformer "
+            f"specification holds {Transformer.__module__}.Transformer only; add the subclass's mapping in "
+            "nmt/inference/export_spec.py, or translate with translate.py"
         )
     position = model.src_pos
     if isinstance(position, RelativePosition) and not position.use_values:

@@ -34,6 +34,27 @@ SWEEP_KEYS = (
 GROUPS = ("task", "data", "model", "recipe", "pos", "norm", "optim", "smoothing", "attention")
 
 
+def _choices_of(each_run: list[dict]) -> dict:
+    """The group choices the runs made, each group's as one text: its one option, or the options its runs
+    took, each named with the choices of the groups before it that went with it ("toy_rnn (model=rnn),
+    toy_transformer (model=transformer)" for the recipes of a model factor)."""
+    choices = {}
+    for position, group in enumerate(GROUPS):
+        values = list(dict.fromkeys(run[group] for run in each_run if group in run))
+        if len(values) <= 1:
+            choices.update({group: values[0]} if values else {})
+            continue
+        earlier = [g for g in GROUPS[:position] if len({run.get(g) for run in each_run}) > 1]
+        named = []
+        for value in values:
+            withs = dict.fromkeys(
+                ", ".join(f"{g}={run.get(g)}" for g in earlier) for run in each_run if run.get(group) == value
+            )
+            named.append(f"{value} ({'; '.join(withs)})" if earlier else value)
+        choices[group] = ", ".join(named)
+    return choices
+
+
 def run_cost_s(record: dict) -> float:
     """What a run cost, in seconds: its process from start to end (``process_s``: start-up, data, the final
     scores), or where it ran in several sittings the training of them all (``wall_time_s``), whichever is more."""
@@ -131,7 +152,7 @@ def describe(sweep_dir: Path, records: list[dict]) -> dict:
     ended = [r["ended_by"] for r in records if r.get("ended_by")]
     facts["ended_by"] = {reason: ended.count(reason) for reason in sorted(set(ended))}
     facts["wall_time_h"] = sum(run_cost_s(r) for r in records) / 3600
-    codes, libraries, choices, config = set(), set(), {}, None
+    codes, libraries, each_run, config = set(), set(), [], None
     for r in records:
         run_dir = Path(r.get("run_dir", ""))
         fingerprint = run_dir / "fingerprint.json"
@@ -142,18 +163,19 @@ def describe(sweep_dir: Path, records: list[dict]) -> dict:
             if code.get("libraries"):  # recorded since runs kept them
                 libraries.add(", ".join(f"{name} {v}" for name, v in code["libraries"].items()))
         hydra = run_dir / ".hydra" / "hydra.yaml"
-        if hydra.is_file() and not choices:
+        if hydra.is_file():  # every run's: a factor of groups (model=rnn,transformer) gives each its recipe
             saved = _readable_yaml(hydra)
             if saved is not None and OmegaConf.select(saved, "hydra.runtime.choices") is not None:
                 saved = saved.hydra.runtime.choices
-                choices = {g: str(saved.get(g)) for g in GROUPS if saved.get(g) is not None}
-                if "recipe" in choices and not recipe_applied(choices["recipe"]):
-                    choices["recipe"] = "none"  # the default's name, recorded though no such recipe exists
+                chosen = {g: str(saved.get(g)) for g in GROUPS if saved.get(g) is not None}
+                if "recipe" in chosen and not recipe_applied(chosen["recipe"]):
+                    chosen["recipe"] = "none"  # the default's name, recorded though no such recipe exists
+                each_run.append(chosen)
         if config is None and (run_dir / "config.yaml").is_file():
             config = _readable_yaml(run_dir / "config.yaml")
     facts["code"] = sorted(codes)
     facts["libraries"] = sorted(libraries)
-    facts["choices"] = choices
+    facts["choices"] = _choices_of(each_run)
     if config is not None:
         facts["budget"] = budget_of(config)
         data = config.get("data", {})

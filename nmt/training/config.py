@@ -12,6 +12,7 @@ from nmt.training.config_groups import (
     added_key_problems,
     built_node_problems,
     data_key_problems,
+    filled_key_problems,
     hydra_choices,
     model_key_problems,
     optim_node_problems,
@@ -78,7 +79,7 @@ def check_config(cfg: DictConfig, choices: dict | None = None) -> None:
             found = search_problems(values, key)
             found = found or [said for said in [unreachable_min_len(values, key)] if said]
             problems += [f"  {problem}" for problem in found or _given_unread(unread_problems(values, key), key)]
-    problems += model_key_problems(cfg, choices)
+    problems += model_key_problems(cfg, choices) + filled_key_problems(cfg)
     problems += data_key_problems(cfg)
     problems += optim_node_problems(cfg, choices if choices is not None else hydra_choices())
     problems += built_node_problems(cfg)

@@ -99,6 +99,28 @@ def added_key_problems(cfg: DictConfig) -> list[str]:
     return problems
 
 
+# keys the training code gives a built node itself, from the tokenizers: one set in the config as well was
+# silently overridden (+model.pad_id=5 trained with the tokenizers' padding id)
+FILLED_KEYS = {
+    "model": ("src_vocab_size", "tgt_vocab_size", "pad_id"),
+    "smoothing": ("pad_id",),
+}
+
+
+def filled_key_problems(cfg: DictConfig) -> list[str]:
+    """Keys of :data:`FILLED_KEYS` set in the config, which the run would override without a word."""
+    problems = []
+    for node_key, keys in FILLED_KEYS.items():
+        node = OmegaConf.select(cfg, node_key, default=None)
+        given = [k for k in keys if isinstance(node, DictConfig) and k in node]
+        if given:
+            problems.append(
+                f"  {', '.join(f'{node_key}.{k}' for k in given)}: set by the run from its tokenizers (the "
+                "vocabularies' sizes, the padding id); remove it"
+            )
+    return problems
+
+
 def model_key_problems(cfg: DictConfig, choices: dict | None = None) -> list[str]:
     """Keys under ``model`` that the chosen model's class does not take (a recipe or experiment meant for
     another model, ``model=transformer recipe=toy_rnn``): refused here, in one line, rather than by the
@@ -277,7 +299,7 @@ def built_node_problems(cfg: DictConfig, nodes: tuple[str, ...] = BUILT_NODES) -
             verb = "is not an option" if len(unknown) == 1 else "are not options"
             problems.append(
                 f"  {', '.join(f'{node_key}.{k}' for k in unknown)} {verb} of {name}; it takes "
-                f"{', '.join(sorted(taken - {'params', 'optimizer', 'self'}))}"
+                f"{', '.join(sorted(taken - {'params', 'optimizer', 'self', *FILLED_KEYS.get(node_key, ())}))}"
             )
     return problems
 

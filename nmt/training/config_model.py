@@ -2,6 +2,7 @@
 refuses (built on the meta device), and its settings that go together."""
 
 import torch
+from hydra.errors import InstantiationException
 from omegaconf import DictConfig, OmegaConf
 from torch.overrides import TorchFunctionMode
 
@@ -65,6 +66,15 @@ def model_build_problems(cfg: DictConfig) -> list[str]:
             build_model(cfg.model, vocab, vocab)
     except ValueError as err:
         return [f"  {err}"]
+    except InstantiationException as err:  # the constructor's own TypeError: a setting of the wrong type
+        if not isinstance(err.__cause__, TypeError):
+            return []
+        target = str(OmegaConf.select(cfg, "model._target_")).rsplit(".", 1)[-1]
+        cause = str(err.__cause__).splitlines()[0]
+        return [
+            f"  model ({target}) could not be built: TypeError: {cause}; a model.<key> of the wrong type? (each "
+            "as its conf/model/ file gives it)"
+        ]
     except Exception:  # noqa: BLE001
         return []
     return []
