@@ -97,6 +97,70 @@ def test_holm_by_hand():
     adjusted = analysis.holm({"a": 0.01, "b": 0.04, "c": 0.03, "d": 0.5})
     # sorted 0.01, 0.03, 0.04, 0.5 times 4, 3, 2, 1, then made monotone
     assert adjusted == pytest.approx({"a": 0.04, "c": 0.09, "b": 0.09, "d": 0.5})
+    # a p-value that could not be computed (nan) stays nan, outside the family, whatever the order given
+    for given in ({"a": math.nan, "b": 0.001, "c": 0.01}, {"b": 0.001, "c": 0.01, "a": math.nan}):
+        adjusted = analysis.holm(given)
+        assert math.isnan(adjusted["a"]) and adjusted["b"] == pytest.approx(0.002) and adjusted["c"] == 0.01
+    from statsmodels.stats.multitest import multipletests
+
+    assert list(analysis.holm({"b": 0.001, "c": 0.01}).values()) == pytest.approx(
+        multipletests([0.001, 0.01], method="holm")[1]
+    )
+
+
+def test_seeds_that_scored_alike_in_every_cell_test_nothing():
+    """Every seed of a cell scored the same (30.0 and 30.1): the report said "p (Holm) 0 ... better", reading
+    seeds that varied nothing as certainty. No test applies, and the findings say why."""
+    from nmt.sweep.document import Document
+    from nmt.sweep.findings import findings
+
+    records = [
+        record(p, "layer", s, 30.0 if p == "absolute" else 30.1) for p in ("absolute", "relative") for s in (1, 2, 3)
+    ]
+    assert math.isnan(analysis.welch_test([30.1] * 3, [30.0] * 3)["p"])
+    assert analysis.welch_test([30.0] * 3, [30.0] * 3)["p"] == 1.0  # no difference: none to test
+    fit = effects.fit(records, "test_bleu", {"pos": ["absolute", "relative"]})
+    assert all(math.isnan(e["p"]) for e in fit["effects"].values())
+    doc = Document("t")
+    ranking = {"rows": analysis.ranking(records, "test_bleu"), "holm": {}, "compared": {}}
+    findings(doc, ranking, fit, {"pos": ["absolute", "relative"]}, "test_bleu", False, True)
+    text = " ".join(doc.markdown().split())
+    assert "None drawn: the seeds of every cell scored alike on test_bleu (standard deviation 0)" in text
+    assert "raises" not in text and "better" not in text
+
+
+def test_an_unbalanced_sweeps_tables_weigh_each_cell_once_as_the_fit_does():
+    """One cell lost 2 of its 3 seeds: the two-way table (a plain mean over runs) showed an interaction of
+    -2.5 that neither the data (score = 30 + 10 [optim=sgd]) nor the fit has, and the level table a main
+    effect of pos that the fit put at 0."""
+    levels = {"norm": ["layer", "rms"], "optim": ["adam", "sgd"], "pos": ["absolute", "relative"]}
+    records = []
+    for norm in levels["norm"]:
+        for optim in levels["optim"]:
+            for pos in levels["pos"]:
+                for seed in (1, 2, 3):
+                    if (norm, optim, pos) == ("layer", "sgd", "relative") and seed > 1:
+                        continue  # lost
+                    noise = (0.3, -0.1, -0.2)[seed - 1]
+                    r = record(pos, norm, seed, 30 + 10 * (optim == "sgd") + noise)
+                    r["factors"]["optim"] = optim
+                    records.append(r)
+    fit = effects.fit(records, "test_bleu", levels)
+    table = analysis.interactions(records, "test_bleu")[("norm", "pos")]
+    # each (norm, pos) pair: the mean of its two optim cells' means, 35 + the noise of the seeds it kept
+    assert table[("layer", "relative")] == pytest.approx((30 + 40.3) / 2)  # the lost cell's one seed: 40.3
+    assert table[("rms", "relative")] == pytest.approx(35.0)
+    interaction = (
+        table[("layer", "relative")]
+        - table[("layer", "absolute")]
+        - table[("rms", "relative")]
+        + table[("rms", "absolute")]
+    )
+    assert interaction == pytest.approx(0.15) and abs(interaction) < 0.5  # was -2.5
+    summary = analysis.level_summary(records, "test_bleu", "pos")
+    assert summary["relative"]["n"] == 10 and summary["absolute"]["n"] == 12
+    assert summary["relative"]["mean"] - summary["absolute"]["mean"] == pytest.approx(0.075)  # was about -1
+    assert fit["effects"]  # the fit's own estimates stand beside them
 
 
 def test_levels_sort_numerically_and_names_as_written():

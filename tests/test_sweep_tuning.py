@@ -323,6 +323,11 @@ def test_tune_says_where_a_choice_is_weak_and_carries_the_levels_own_held_settin
     tuning_sweep(tmp_path / "one", ["optim=noam"], "warmup", one, fingerprints=False)
     (note,) = notes_of(tune([tmp_path / "one"], "optim"), unrecorded=False)
     assert "leads the next (warmup=800) by 5.00, with too few seeds to test it (one on a side)" in note
+    # seeds that scored alike on both sides: not a lead "established" at p 0, but one they cannot test
+    alike = {"200": [20.0, 20.0], "400": [30.0, 30.0], "800": [25.0, 25.0]}
+    tuning_sweep(tmp_path / "alike", ["optim=noam"], "warmup", alike, fingerprints=False)
+    (note,) = notes_of(tune([tmp_path / "alike"], "optim"), unrecorded=False)
+    assert "leads the next (warmup=800) by 5.00, and each one's seeds scored alike: the seeds varied nothing" in note
     tie = {"200": [20.0], "400": [20.0], "800": [10.0]}
     tuning_sweep(tmp_path / "tie", ["optim=noam"], "warmup", tie, fingerprints=False)
     assert (

@@ -101,8 +101,8 @@ def welch_test(a: Sequence[float], b: Sequence[float]) -> dict:
     if len(a) < 2 or len(b) < 2:
         return {"diff": diff, "ci95": math.nan, "df": math.nan, "p": math.nan}
     va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
-    if va + vb == 0:  # no scatter on either side: the difference is exact
-        return {"diff": diff, "ci95": 0.0, "df": math.inf, "p": 1.0 if diff == 0 else 0.0}
+    if va + vb == 0:  # no scatter on either side: the seeds varied nothing, so they cannot test a difference
+        return {"diff": diff, "ci95": 0.0, "df": math.inf, "p": 1.0 if diff == 0 else math.nan}
     df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
     se = math.sqrt(va + vb)
     return {"diff": diff, "ci95": t_critical(df) * se, "df": df, "p": t_p_value(diff / se, df)}
@@ -191,16 +191,22 @@ def separated(rows: Sequence[dict]) -> bool:
 
 
 def level_summary(records: Sequence[dict], metric: str, factor: str, written: Sequence[str] = ()) -> dict:
-    """Per level of ``factor``: runs, mean, std, min, max over every run at that level (a description;
-    the effects are in nmt.sweep.effects)."""
+    """Per level of ``factor``: runs; the mean over the other factors' cells, each cell's mean counted once
+    (as the fit's main effects weigh them: a cell that lost seeds does not pull the level's mean); std, min,
+    max over every run at that level (a description; the effects are in nmt.sweep.effects)."""
     by_level: dict[str, list[float]] = {}
     for r in records:
         if r["metrics"].get(metric) is not None:
             by_level.setdefault(str(r["factors"].get(factor)), []).append(float(r["metrics"][metric]))
+    factors = factor_names(records)
+    cell_means: dict[str, list[float]] = {}
+    for cell, values in cell_values(records, metric, factors).items():
+        level = cell[factors.index(factor)] if factor in factors else str(records[0]["factors"].get(factor))
+        cell_means.setdefault(level, []).append(statistics.fmean(values))
     return {
         level: {
             "n": len(values),
-            "mean": statistics.fmean(values),
+            "mean": statistics.fmean(cell_means[level]),
             "std": statistics.stdev(values) if len(values) > 1 else math.nan,
             "min": min(values),
             "max": max(values),
@@ -210,18 +216,29 @@ def level_summary(records: Sequence[dict], metric: str, factor: str, written: Se
 
 
 def interactions(records: Sequence[dict], metric: str) -> dict[tuple[str, str], dict[tuple[str, str], float]]:
-    """For every pair of factors: the mean metric of each pair of levels (over all runs there)."""
+    """For every pair of factors: the mean metric of each pair of levels over the other factors' combinations,
+    each cell's mean counted once (a cell that lost seeds weighs as much as the others: a plain mean over the
+    runs then showed an interaction that the fit, and the data, do not have)."""
+    factors = factor_names(records)
+    cells = {cell: statistics.fmean(v) for cell, v in cell_values(records, metric, factors).items()}
     tables = {}
-    for a, b in combinations(factor_names(records), 2):
-        tables[(a, b)] = {key: statistics.fmean(v) for key, v in cell_values(records, metric, (a, b)).items()}
+    for a, b in combinations(factors, 2):
+        ia, ib = factors.index(a), factors.index(b)
+        pairs: dict[tuple[str, str], list[float]] = {}
+        for cell, mean in cells.items():
+            pairs.setdefault((cell[ia], cell[ib]), []).append(mean)
+        tables[(a, b)] = {key: statistics.fmean(v) for key, v in pairs.items()}
     return tables
 
 
 def holm(p_values: dict) -> dict:
-    """Holm's step-down adjustment of a family of p-values (controls the family-wise error rate)."""
-    order = sorted(p_values, key=p_values.get)
+    """Holm's step-down adjustment of a family of p-values (controls the family-wise error rate). A nan (no
+    test possible) stays nan and is not one of the family: sorted among numbers it made the result depend on
+    the dict's order."""
+    tested = {key: p for key, p in p_values.items() if not math.isnan(p)}
+    order = sorted(tested, key=tested.get)
     adjusted, running = {}, 0.0
     for rank, key in enumerate(order):
-        running = max(running, min(1.0, (len(order) - rank) * p_values[key]))
+        running = max(running, min(1.0, (len(order) - rank) * tested[key]))
         adjusted[key] = running
-    return adjusted
+    return {key: adjusted.get(key, math.nan) for key in p_values}

@@ -185,7 +185,8 @@ def fit(records: Sequence[dict], metric: str, levels: dict[str, list[str]]) -> d
                 "diff": float(coef[i]),
                 "se": se,
                 "ci95": t_critical(df) * se,
-                "p": t_p_value(coef[i] / se, df) if se > 0 else (1.0 if coef[i] == 0 else 0.0) if se == 0 else math.nan,
+                # no scatter left (every seed of every cell alike): an effect of 0 is none, any other untestable
+                "p": t_p_value(coef[i] / se, df) if se > 0 else (1.0 if coef[i] == 0 else math.nan),
                 "df": df,
             }
         return {

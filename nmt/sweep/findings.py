@@ -105,6 +105,13 @@ def findings(
             "are equal."
         )
         return
+    if rows and all(row.get("n", 0) > 1 and float(row.get("std")) == 0 for row in rows):
+        doc.paragraph(
+            f"None drawn: the seeds of every cell scored alike on {metric} (standard deviation 0), so the seeds "
+            "varied nothing and no test over them applies (is the seed applied to what varies between runs?). "
+            "The differences between cells below are exact for these runs, untested as effects."
+        )
+        return
     sentences, effects_found = [], False
     if fit is not None and fit["model"] is not None:
         from nmt.sweep.analysis import holm
@@ -112,7 +119,7 @@ def findings(
         names = {key: effects.effect_name(*key, levels) for key in fit["effects"]}
         adjusted = holm({names[k]: e["p"] for k, e in fit["effects"].items()})
         for key, e in fit["effects"].items():
-            if adjusted[names[key]] >= ALPHA:
+            if not adjusted[names[key]] < ALPHA:  # nan: no test
                 continue
             (term, column), better = key, (e["diff"] < 0) == lower
             evidence = f"{abs(e['diff']):.2f} ± {e['ci95']:.2f}, p (Holm) {adjusted[names[key]]:.2g}"

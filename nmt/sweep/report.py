@@ -261,7 +261,7 @@ def _main_effects(doc, sweep_dir: Path, records, levels, written, lower: bool, m
         doc.heading(factor, 3)
         level_rows = analysis.level_summary(records, metric, factor, written.get(factor, ()))
         doc.table(
-            ["level", "runs", "mean", "std", "min", "max"],
+            ["level", "runs", "mean (of its cells)", "std", "min", "max"],
             [
                 [level, str(s["n"]), fmt(s["mean"]), fmt(s["std"]), fmt(s["min"]), fmt(s["max"])]
                 for level, s in level_rows.items()

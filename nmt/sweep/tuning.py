@@ -306,6 +306,11 @@ def _weak_choice(level_key: str, level: str, scored: list) -> list[str]:
                 f"note: {level_key}={level}: the chosen candidate ties with {among} at {best:.2f}: the choice "
                 f"{'among' if len(tied) > 1 else 'between'} them is arbitrary (the first listed)"
             )
+        elif test["ci95"] == 0:  # every seed of the two alike: the seeds varied nothing
+            notes.append(
+                f"note: {level_key}={level}: the chosen candidate leads the next ({name}) by {lead:.2f}, and each "
+                "one's seeds scored alike: the seeds varied nothing, so they cannot test the lead"
+            )
         elif test["p"] != test["p"]:  # nan: a side with one seed
             notes.append(
                 f"note: {level_key}={level}: the chosen candidate leads the next ({name}) by {lead:.2f}, with too "
