@@ -306,6 +306,31 @@ def test_a_model_setting_of_the_wrong_type_is_said_before_any_data_is_read():
     assert problem.endswith("a model.<key> of the wrong type? (each as its conf/model/ file gives it)")
 
 
+class FocalStandIn(torch.nn.Module):
+    """A new loss whose constructor checks its option's range and leaves its type to Python."""
+
+    def __init__(self, gamma: float = 2.0, pad_id: int = 0):
+        super().__init__()
+        if float(gamma) < 0:
+            raise ValueError(f"smoothing.gamma={gamma} must be >= 0")
+        self.gamma, self.pad_id = gamma, pad_id
+
+
+def test_a_losss_own_refusal_or_a_setting_of_the_wrong_type_is_said_before_any_data_is_read():
+    """smoothing.gamma=-1 of a new loss was refused only once train.py built the loss, after the run folder
+    was made, and a sweep's plan accepted it; gamma=null ended in Hydra's lines."""
+    from nmt.training.config_model import loss_build_problems
+
+    cfg = OmegaConf.create({"smoothing": {"_target_": f"{__name__}.FocalStandIn", "gamma": 2.0}})
+    assert loss_build_problems(cfg) == []
+    cfg.smoothing.gamma = -1
+    assert loss_build_problems(cfg) == ["  smoothing.gamma=-1 must be >= 0"]
+    cfg.smoothing.gamma = None
+    (problem,) = loss_build_problems(cfg)
+    assert problem.startswith("  smoothing (FocalStandIn) could not be built: TypeError: ") and "\n" not in problem
+    assert loss_build_problems(OmegaConf.create({"smoothing": {"_target_": f"{__name__}.FocalStandIn"}})) == []
+
+
 @pytest.mark.parametrize("given", ["+model.pad_id=5", "+model.src_vocab_size=10", "+smoothing.pad_id=3"])
 def test_a_key_the_run_sets_from_its_tokenizers_is_refused_not_overridden(given):
     """+model.pad_id=5 trained with the tokenizers' padding id, without a word; and a loss's unknown key was

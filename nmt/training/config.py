@@ -17,7 +17,12 @@ from nmt.training.config_groups import (
     model_key_problems,
     optim_node_problems,
 )
-from nmt.training.config_model import model_build_problems, model_class_problems, model_value_problems
+from nmt.training.config_model import (
+    loss_build_problems,
+    model_build_problems,
+    model_class_problems,
+    model_value_problems,
+)
 from nmt.training.config_rules import value_problems
 from nmt.training.config_targets import target_problems
 from nmt.training.config_task import task_problems
@@ -107,6 +112,8 @@ def check_config(cfg: DictConfig, choices: dict | None = None) -> None:
     # bad model.d_model, a group the model does not use), which the constructor would name a second time
     if not any(problem.lstrip().startswith("model") for problem in problems):
         problems += model_build_problems(cfg)
+    if not any(problem.lstrip().startswith("smoothing") for problem in problems):  # the same for the loss
+        problems += loss_build_problems(cfg)
     if problems:
         raise ConfigError("invalid configuration:\n" + "\n".join(problems))
 

@@ -80,6 +80,32 @@ def model_build_problems(cfg: DictConfig) -> list[str]:
     return []
 
 
+def loss_build_problems(cfg: DictConfig) -> list[str]:
+    """The loss built as training builds it (cheap: no weights to speak of): what its constructor refuses
+    (``smoothing.smoothing=1.5``, a new loss's option out of range) or a setting of the wrong type, said now,
+    in one line, not after the run folder is made."""
+    from nmt.data.tokenizer import PAD_ID
+    from nmt.utils.instantiate import instantiate
+
+    if OmegaConf.select(cfg, "smoothing._target_", default=None) is None:
+        return []
+    try:
+        instantiate(cfg.smoothing, pad_id=PAD_ID)
+    except ValueError as err:
+        return [f"  {err}"]
+    except InstantiationException as err:
+        if not isinstance(err.__cause__, TypeError):
+            return []
+        target = str(cfg.smoothing._target_).rsplit(".", 1)[-1]
+        return [
+            f"  smoothing ({target}) could not be built: TypeError: {str(err.__cause__).splitlines()[0]}; a "
+            "smoothing.<key> of the wrong type? (each as its conf/smoothing/ file gives it)"
+        ]
+    except Exception:  # noqa: BLE001  left to the real build, which reports it in its own words
+        return []
+    return []
+
+
 def no_repeated_layers(model_class: type) -> str:
     """Why compile=layers cannot apply to ``model_class``, and what to set instead."""
     return (
