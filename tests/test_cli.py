@@ -166,6 +166,8 @@ def test_a_group_option_in_a_folder_added_to_hydras_search_path_is_an_option(tmp
     )
     assert unknown_option_message(["task=exact_match"]).startswith("error: task=exact_match (on the command line)")
     assert unknown_option_message(["task=exact_match", "hydra.searchpath=[pkg://elsewhere.conf]"]) is None
+    assert unknown_option_message(["-cd", str(tmp_path), "task=exact_match"]) is None  # Hydra's flag, both forms
+    assert unknown_option_message([f"--config-dir={tmp_path}", "task=exact_match"]) is None
 
 
 @pytest.mark.parametrize(

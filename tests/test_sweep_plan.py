@@ -221,13 +221,15 @@ def test_a_tasks_sweep_metrics_that_fail_on_no_results_or_miss_its_report_metric
 @pytest.mark.parametrize("grid", sorted(path.stem for path in (ROOT / "conf" / "grid").glob("*.yaml")))
 def test_every_sweep_preset_plans_without_a_problem(grid):
     """A preset's misspelt key (model.encodr) passed every test and was found when the sweep ran: each one is
-    planned here as `sweep.py grid=<name>` plans it, before anything trains."""
+    checked here as `sweep.py grid=<name>` checks it before anything trains, its inputs and every cell's
+    config as train.py would check it (model.ffn_dim=-5 included)."""
     given = [f"grid={grid}"]
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         cfg = compose("sweep", overrides=[*given, "hydra.sweep.dir=/nowhere"], return_hydra_config=True)
     with open_dict(cfg):
         cfg.hydra.overrides.task = given
     assert inputs.input_problem(cfg) is None
+    assert plan.run_config_problem(cfg) is None
 
 
 def test_a_grid_key_whose_group_the_command_line_replaced_says_so():

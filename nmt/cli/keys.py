@@ -213,10 +213,15 @@ def unknown_option_message(argv: list[str], conf: Path = CONF) -> str | None:
 
 
 def _searched_folders(argv: list[str]) -> list[Path] | None:
-    """The folders ``hydra.searchpath=[file://a,file://b]`` on the command line adds; None where it adds a
-    place not read here (pkg://...), whose options are then left to Hydra's own report."""
+    """The folders ``hydra.searchpath=[file://a,file://b]`` and ``--config-dir`` (``-cd``) on the command line
+    add; None where it adds a place not read here (pkg://...), whose options are then left to Hydra's own
+    report."""
     folders = []
-    for arg in argv:
+    for number, arg in enumerate(argv):
+        if arg in ("-cd", "--config-dir") and number + 1 < len(argv):  # Hydra's flag adds a folder too
+            folders.append(Path(argv[number + 1]))
+        elif arg.startswith("--config-dir="):
+            folders.append(Path(arg.partition("=")[2]))
         key, _, value = arg.lstrip("+").partition("=")
         if key == "hydra.searchpath":
             for item in value.strip("[]").split(","):

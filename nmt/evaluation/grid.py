@@ -120,14 +120,14 @@ def choose_by(cfg: DictConfig, task) -> str:
     metric = cfg.get("select_by") or task.report_metric.removeprefix("test_")
     rouge = cfg.get("rouge") if cfg.get("rouge") is not None else getattr(task, "rouge", False)
     valid = DECODED + (ROUGE if rouge else ())
+    hint = "" if rouge or metric not in ROUGE else " (ROUGE needs rouge=true)"
     if metric not in valid and not cfg.get("select_by"):  # not given: the task's own, which a grid cannot score
         raise ValueError(
             f"a decoding grid chooses by select_by, by default the score task={task.name} ranks by "
-            f"({task.report_metric}), which these evaluations do not compute; give select_by="
+            f"({task.report_metric}), which these evaluations do not compute{hint}; give select_by="
             f"{'|'.join(valid)}"
         )
     if metric not in valid:
-        hint = "" if rouge or metric not in ROUGE else " (ROUGE needs rouge=true)"
         raise ValueError(f"select_by={metric}: not a score of these evaluations{hint}; valid: {', '.join(valid)}")
     return metric
 

@@ -80,11 +80,13 @@ def check_exportable(loaded: LoadedModel) -> None:
     model = loaded.model
     if type(model) is not Transformer:  # by exact class: a subclass may compute otherwise (scaled logits, say)
         target = str(loaded.config["model"].get("_target_", "?"))
-        what = "a subclass of Transformer, another model" if isinstance(model, Transformer) else "not a Transformer"
+        subclass = isinstance(model, Transformer)
         raise ExportError(
-            f"model={_model_option(target)} ({target.rsplit('.', 1)[-1]}, {what}): CTranslate2's Transformer "
-            f"specification holds {Transformer.__module__}.Transformer only; add the subclass's mapping in "
-            "nmt/inference/export_spec.py, or translate with translate.py"
+            f"model={_model_option(target)} ({target.rsplit('.', 1)[-1]}, "
+            f"{'a subclass of Transformer, another model' if subclass else 'not a Transformer'}): CTranslate2's "
+            f"Transformer specification holds {Transformer.__module__}.Transformer only; "
+            + ("add the subclass's mapping in nmt/inference/export_spec.py, or " if subclass else "")
+            + "translate with translate.py"
         )
     position = model.src_pos
     if isinstance(position, RelativePosition) and not position.use_values:

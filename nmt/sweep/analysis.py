@@ -191,9 +191,10 @@ def separated(rows: Sequence[dict]) -> bool:
 
 
 def level_summary(records: Sequence[dict], metric: str, factor: str, written: Sequence[str] = ()) -> dict:
-    """Per level of ``factor``: runs; the mean over the other factors' cells, each cell's mean counted once
-    (as the fit's main effects weigh them: a cell that lost seeds does not pull the level's mean); std, min,
-    max over every run at that level (a description; the effects are in nmt.sweep.effects)."""
+    """Per level of ``factor``: runs; the mean over the other factors' cells, each cell's mean counted once (a
+    cell that lost seeds does not pull the level's mean; a combination with no run at all still biases it,
+    which the fit's estimate does not); std, min, max over every run at that level (a description; the
+    effects are in nmt.sweep.effects)."""
     by_level: dict[str, list[float]] = {}
     for r in records:
         if r["metrics"].get(metric) is not None:

@@ -67,17 +67,22 @@ def model_build_problems(cfg: DictConfig) -> list[str]:
     except ValueError as err:
         return [f"  {err}"]
     except InstantiationException as err:  # the constructor's own TypeError: a setting of the wrong type
-        if not isinstance(err.__cause__, TypeError):
-            return []
-        target = str(OmegaConf.select(cfg, "model._target_")).rsplit(".", 1)[-1]
-        cause = str(err.__cause__).splitlines()[0]
-        return [
-            f"  model ({target}) could not be built: TypeError: {cause}; a model.<key> of the wrong type? (each "
-            "as its conf/model/ file gives it)"
-        ]
+        return _wrong_type(cfg, "model", err)
     except Exception:  # noqa: BLE001
         return []
     return []
+
+
+def _wrong_type(cfg: DictConfig, node: str, err: InstantiationException) -> list[str]:
+    """One line for a constructor's TypeError (a setting of the wrong type: ``model.kernel_size=abc``),
+    naming the class; nothing for another failure, left to the real build."""
+    if not isinstance(err.__cause__, TypeError):
+        return []
+    target = str(OmegaConf.select(cfg, f"{node}._target_")).rsplit(".", 1)[-1]
+    return [
+        f"  {node} ({target}) could not be built: TypeError: {str(err.__cause__).splitlines()[0]}; a "
+        f"{node}.<key> of the wrong type? (each as its conf/{node}/ file gives it)"
+    ]
 
 
 def loss_build_problems(cfg: DictConfig) -> list[str]:
@@ -94,13 +99,7 @@ def loss_build_problems(cfg: DictConfig) -> list[str]:
     except ValueError as err:
         return [f"  {err}"]
     except InstantiationException as err:
-        if not isinstance(err.__cause__, TypeError):
-            return []
-        target = str(cfg.smoothing._target_).rsplit(".", 1)[-1]
-        return [
-            f"  smoothing ({target}) could not be built: TypeError: {str(err.__cause__).splitlines()[0]}; a "
-            "smoothing.<key> of the wrong type? (each as its conf/smoothing/ file gives it)"
-        ]
+        return _wrong_type(cfg, "smoothing", err)
     except Exception:  # noqa: BLE001  left to the real build, which reports it in its own words
         return []
     return []
