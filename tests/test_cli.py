@@ -710,9 +710,15 @@ def test_a_training_group_given_to_a_program_of_a_checkpoint_is_refused(name):
     for given in ("pos=rope", "+model=rnn", "data=toy"):
         message = foreign_group_message(["ckpt_path=x", given], name)
         assert message.startswith(f"error: {given} (on the command line): {name}.py takes no ")
-    assert (
-        foreign_group_message(["ckpt_path=x", "decode.beam_size=4", "data.root=/d", "hydra.verbose=true"], name) is None
-    )
+    # a key of such a group's node: "did you mean 'smoothing'?" offered the group, refused in turn
+    message = foreign_group_message(["ckpt_path=x", "smoothing.smoothing=0.2"], name)
+    assert message.startswith(f"error: smoothing.smoothing=0.2 (on the command line): {name}.py takes no smoothing "
+                              "group, nor its keys, the checkpoint's own settings apply")  # fmt: skip
+    assert foreign_group_message(["ckpt_path=x", "decode.beam_size=4", "hydra.verbose=true"], name) is None
+    # data.root: a key of evaluate.py's own data block; the others read no data ("did you mean 'data'?" before)
+    data = foreign_group_message(["ckpt_path=x", "data.root=/d"], name)
+    refused = f"error: data.root=/d (on the command line): {name}.py takes no data group, nor its keys"
+    assert data is None if name == "evaluate" else data.startswith(refused)
     for name in ("train", "sweep"):  # their groups, an optional one too
         for given in ("pos=rope", "recipe=none", "+grid=rnn", "+tuned=factorial_converged_toy", "data=toy"):
             assert foreign_group_message([given], name) is None

@@ -31,11 +31,14 @@ def foreign_group_message(argv: list[str], config_name: str, conf: Path = CONF) 
         return None
     for arg in argv:
         key, sep, _ = arg.lstrip("+~").partition("=")
-        if arg.startswith(("-", "hydra")) or not key or "." in key or not (conf / key).is_dir():
+        group, dot, _ = key.partition(".")
+        if arg.startswith(("-", "hydra")) or not key or not (conf / group).is_dir() or (dot and group in config):
             continue
-        block = f"; its {key} block takes {key}.<key>=..." if key in config else ""
+        # a key of a training group's node (smoothing.smoothing=0.2) was offered that group as a near name
+        what = f"no {group} group, nor its keys" if dot else f"no {group} group"
+        block = f"; its {group} block takes {group}.<key>=..." if group in config else ""
         return (
-            f"error: {arg} (on the command line): {config_name}.py takes no {key} group, the checkpoint's own "
+            f"error: {arg} (on the command line): {config_name}.py takes {what}, the checkpoint's own "
             f"settings apply{block} (its options: python {config_name}.py --help)"
         )
     return None
