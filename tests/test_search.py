@@ -473,7 +473,7 @@ def test_a_minimum_length_no_output_can_reach_is_refused_where_the_limit_does_no
 def test_outside_the_search_a_strategy_is_known_by_its_lists_not_by_its_name():
     """Code outside nmt/decoding asks STRATEGIES, RANKED or SAMPLED (SearchConfig.ranks, .samples) what a
     strategy does: one that tested the name "sample" let a strategy added to SAMPLED score a split from
-    unseeded draws, where sample is refused (ARCHITECTURE.md, "a decoding strategy"). The export maps each
+    unseeded draws, where sample is refused (ARCHITECTURE.md, "A decoding strategy, step by step"). The export maps each
     strategy onto CTranslate2's options by name, and refuses one it has no mapping for."""
     names = "|".join(STRATEGIES)
     by_name = re.compile(rf"""strategy\W{{0,4}}\s*(==|!=|\bin\b)\s*[(\[{{]?\s*["']({names})["']""")

@@ -1,6 +1,6 @@
 """What a search is told: the decoding options (a config's ``decode`` block), which strategy reads which,
 and the checks that refuse an option that is invalid or that the chosen strategy does not read. A new
-strategy or option starts here (ARCHITECTURE.md, "a decoding strategy")."""
+strategy or option starts here (ARCHITECTURE.md, "A decoding strategy, step by step")."""
 
 import difflib
 import math

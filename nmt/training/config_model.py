@@ -24,7 +24,7 @@ def model_class_problems(cfg: DictConfig) -> list[str]:
     if missing:  # else training runs, and n-best scores or a decode fail on an AttributeError later
         problems.append(
             f"  model={model_class.__name__} does not define {', '.join(missing)}: every model offers "
-            f"{', '.join(REQUIRED_METHODS)} (ARCHITECTURE.md, 'a model')"
+            f"{', '.join(REQUIRED_METHODS)} (ARCHITECTURE.md, 'A model, step by step')"
         )
     if cfg.get("compile") == "layers" and not hasattr(model_class, "repeated_layers"):
         problems.append(f"  {no_repeated_layers(model_class)}")
