@@ -478,6 +478,15 @@ def test_a_factor_of_models_names_each_models_recipe_in_the_report(tmp_path):
     assert choices["recipe"] == "toy_transformer (model=transformer), toy_rnn (model=rnn)"
 
 
+def test_the_budget_line_names_the_patience_in_words():
+    from nmt.sweep.summary import budget_text
+
+    one = budget_text({"max_steps": 300, "max_epochs": None, "patience": 1, "monitor": "val_bleu"})
+    assert one == "at most 300 updates; early stopping after 1 validation without a better val_bleu"
+    four = budget_text({"max_epochs": 6, "patience": 4, "monitor": "val_loss"})
+    assert four.endswith("after 4 validations without a better val_loss")
+
+
 def test_failures_outside_the_plan_are_not_this_sweeps(tmp_path):
     """A run of an earlier sweep in the folder that failed (a level no longer swept) neither counts as this
     sweep's failure nor stops it."""

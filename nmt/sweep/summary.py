@@ -204,7 +204,10 @@ def budget_text(budget: dict | None) -> str:
         limits.append(f"{budget['max_epochs']} epochs")
     text = "at most " + " or ".join(limits) if limits else "no fixed budget"
     if budget.get("patience"):
-        text += f"; early stopping after {budget['patience']} validations without a better {budget['monitor']}"
+        patience = budget["patience"]
+        text += (
+            f"; early stopping after {patience} validation{'s' * (patience != 1)} without a better {budget['monitor']}"
+        )
     else:
         text += "; no early stopping (a fixed budget: cells may not have converged)"
     return text
