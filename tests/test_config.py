@@ -60,7 +60,9 @@ def test_experiment_presets_compose(experiment):
 def test_the_position_sweep_presets_hold_every_position_encoding(grid):
     """Their comment says "every position encoding": a new file of conf/pos/ is swept with the others."""
     params = OmegaConf.load(CONF / "grid" / f"{grid}.yaml").params
-    assert sorted(str(params.pos).split(",")) == options("pos")
+    swept = sorted(str(params.pos).split(","))
+    missing, extra = sorted(set(options("pos")) - set(swept)), sorted(set(swept) - set(options("pos")))
+    assert swept == options("pos"), f"conf/grid/{grid}.yaml's pos omits {missing}, names {extra} of no conf/pos file"
 
 
 def plain(*overrides: str) -> dict:
