@@ -485,6 +485,19 @@ def test_the_budget_line_names_the_patience_in_words():
     assert one == "at most 300 updates; early stopping after 1 validation without a better val_bleu"
     four = budget_text({"max_epochs": 6, "patience": 4, "monitor": "val_loss"})
     assert four.endswith("after 4 validations without a better val_loss")
+    # a patience the budget never reaches: early stopping needs patience + 1 validations to stop a run
+    from nmt.sweep.summary import budget_of
+
+    def said(**trainer) -> str:
+        return budget_text(budget_of({"trainer": trainer, "early_stopping": {"patience": 5, "monitor": "val_bleu"}}))
+
+    assert said(max_epochs=4).endswith(", which cannot stop a run: the budget allows at most 4 validations")
+    assert said(max_epochs=5, check_val_every_n_epoch=1).endswith("at most 5 validations")
+    assert said(max_epochs=6).endswith("without a better val_bleu")  # 6 validations: it can
+    assert said(max_steps=2000, val_check_interval=500, max_epochs=-1).endswith("at most 4 validations")
+    assert said(max_steps=12000, val_check_interval=500).endswith("without a better val_bleu")
+    assert said(max_epochs=20, check_val_every_n_epoch=5).endswith("at most 4 validations")
+    assert said(max_epochs=3, val_check_interval=0.25).endswith("without a better val_bleu")  # not read: no claim
 
 
 def test_failures_outside_the_plan_are_not_this_sweeps(tmp_path):

@@ -191,7 +191,25 @@ def budget_of(config) -> dict:
         "max_epochs": trainer.get("max_epochs"),
         "patience": stopping.get("patience"),
         "monitor": stopping.get("monitor"),
+        "validations_at_most": _validations_at_most(trainer),
     }
+
+
+def _whole(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _validations_at_most(trainer) -> int | None:
+    """An upper bound of the validations a run's budget allows (None where it cannot be read off the config):
+    every ``val_check_interval`` updates at most, or once every ``check_val_every_n_epoch`` epochs."""
+    interval, every = trainer.get("val_check_interval"), trainer.get("check_val_every_n_epoch", 1)
+    steps, epochs = trainer.get("max_steps"), trainer.get("max_epochs")
+    bounds = []
+    if _whole(interval) and _whole(steps):
+        bounds.append(steps // interval)
+    if (interval is None or interval == 1.0) and _whole(epochs) and _whole(every):
+        bounds.append(epochs // every)
+    return min(bounds) if bounds else None
 
 
 def budget_text(budget: dict | None) -> str:
@@ -208,6 +226,9 @@ def budget_text(budget: dict | None) -> str:
         text += (
             f"; early stopping after {patience} validation{'s' * (patience != 1)} without a better {budget['monitor']}"
         )
+        most = budget.get("validations_at_most")
+        if most is not None and most <= patience:  # it needs patience + 1 validations to stop a run
+            text += f", which cannot stop a run: the budget allows at most {most} validation{'s' * (most != 1)}"
     else:
         text += "; no early stopping (a fixed budget: cells may not have converged)"
     return text
