@@ -51,8 +51,12 @@ def test_an_error_in_the_worker_is_raised_here_with_its_message_and_the_worker_g
 
 def test_a_cancelled_job_takes_no_answer_and_later_jobs_get_theirs(worker):
     worker.submit(*BATCHES[0]).result(timeout=WAIT)  # started
-    first, cancelled, last = (worker.submit(h, r) for h, r in BATCHES)
-    cancelled.cancel()
+    os.kill(worker._process.pid, signal.SIGSTOP)  # paused: no answer can come before the cancel
+    try:
+        first, cancelled, last = (worker.submit(h, r) for h, r in BATCHES)
+        assert cancelled.cancel()
+    finally:
+        os.kill(worker._process.pid, signal.SIGCONT)
     assert first.result(timeout=WAIT) and last.result(timeout=WAIT)["chrf"] is not None
     assert cancelled.cancelled()
 
