@@ -1098,6 +1098,17 @@ def test_the_report_says_what_ended_each_run_and_warns_of_runs_cut_by_a_time_cap
     row = "| runs ended by | early stopping (8), max_time (2); not recorded (2: runs made before it was) |"
     assert row in report
     assert "**Warning:** 2 run(s) were ended by `trainer.max_time`" in report
+    assert "They are: norm=layer, pos=absolute, seed 1; norm=layer, pos=absolute, seed 2." in report
+    ranking = report.split("## Ranking")[1].split("\n## ")[0]
+    rows = [line for line in ranking.splitlines() if line.startswith("| ")]
+    assert rows[0].endswith("| cut by a maximum |")
+    cut = {tuple(c.strip() for c in row.split("|")[2:4]): row.split("|")[-2].strip() for row in rows[1:]}  # norm, pos
+    assert cut == {
+        ("layer", "absolute"): "2 of 3",
+        ("rms", "absolute"): "",
+        ("layer", "relative"): "",
+        ("rms", "relative"): "",
+    }
     lines = (tmp_path / "results.csv").read_text().splitlines()
     column = lines[0].split(",").index("ended_by")
     assert sorted(line.split(",")[column] for line in lines[1:]) == ["", ""] + ["early stopping"] * 8 + ["max_time"] * 2
@@ -1114,6 +1125,18 @@ def test_runs_cut_by_their_maximum_where_early_stopping_was_on_are_said_not_conv
         )
     report = " ".join(write_report(tmp_path).read_text().split())
     assert "**Warning:** 9 of the 12 runs ended at their maximum (max_epochs), not by early stopping" in report
+    named = "They are: " + "; ".join(
+        f"norm={n}, pos={p}, seed {s}"
+        for p, n in sorted(BLEU, key=lambda c: c[::-1])
+        if p != "relative" or n != "rms"
+        for s in (1, 2, 3)
+    )
+    assert named.rsplit("; ", 1)[0] + "; and 1 more (results.csv's ended_by names each)." in report
+    assert "| 3 of 3 |" in report and "*cut by a maximum*: of the cell's runs" in report
+    fixed = [{**r, "ended_by": "max_epochs"} for r in RECORDS]  # no early stopping: a maximum is the recipe's end
+    (tmp_path / "fixed").mkdir()
+    synthetic_sweep(tmp_path / "fixed", fixed)
+    assert "cut by a maximum" not in write_report(tmp_path / "fixed").read_text()
     findings = report.split("## Findings")[1].split(" ## ")[0]
     assert "**Caveat:** 9 run(s) ended at their maximum, not by early stopping" in findings
     two = [r for r in RECORDS if r["seed"] < 3]  # too few seeds: none drawn, the caveats still said

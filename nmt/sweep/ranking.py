@@ -185,6 +185,14 @@ def ranking_section(doc: Document, ranking: dict, factors, base: dict, metric: s
     if factors:
         header += ["difference", "p (seeds)", "p (Holm)"] + (["p, these models (Holm)"] if conditional else [])
     header += ["validation mean"] if validation else []
+    cut = ranking.get("cut") or {}
+    header += ["cut by a maximum"] if cut else []
+    if cut:
+        doc.paragraph(
+            "*cut by a maximum*: of the cell's runs, those that max_steps or max_epochs ended before early "
+            "stopping did, or trainer.max_time cut: not trained to convergence, so their scores, and the cell's "
+            "mean, are those of that budget."
+        )
     table = []
     for rank, row in zip(analysis.ranks(rows), rows, strict=True):
         cell = tuple(row[f] for f in factors)
@@ -196,6 +204,7 @@ def ranking_section(doc: Document, ranking: dict, factors, base: dict, metric: s
             line += [fmt(c["diff"]) if c else DASH, fmt_p(c["p"]) if c else DASH, fmt_p(adjusted.get(cell))]
             line += [fmt_p(ranking["conditional_holm"].get(cell))] if conditional else []
         line += [fmt(validation["means"][cell])] if validation else []
+        line += [f"{cut[cell]} of {row['n']}" if cut.get(cell) else ""] if cut else []
         table.append(line)
     doc.table(header, table)
     if len(set(analysis.ranks(rows))) < len(rows):

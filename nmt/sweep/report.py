@@ -9,6 +9,7 @@ those models); main effects and two-way interactions from one least-squares fit 
 cell translated it.
 """
 
+import collections
 import csv
 import math
 import shutil
@@ -104,6 +105,7 @@ def write_report(sweep_dir: str | Path, metric: str = "auto", baseline: dict | N
     lower = lower_is_better(metric)
     fit = effects.fit(records, metric, levels) if factors else None
     ranking = rank_cells(records, factors, levels, base, metric, runs)
+    ranking["cut"] = collections.Counter(analysis.cell_of(r, factors) for r in summary.cut_runs(facts))
     doc = Document(f"Sweep {facts['name']}: " + _question(factors, metric, held))
     what_ran(doc, facts, factors, levels, metric, lower, {f: (v, written.get(f, ())) for f, v in held.items()}, order)
     small = {cell: n for cell, n in ranking["seeds"].items() if n < MIN_SEEDS}

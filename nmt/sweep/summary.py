@@ -151,6 +151,11 @@ def describe(sweep_dir: Path, records: list[dict]) -> dict:
     facts["steps"] = sorted({int(r["steps"]) for r in records if r.get("steps") is not None})
     ended = [r["ended_by"] for r in records if r.get("ended_by")]
     facts["ended_by"] = {reason: ended.count(reason) for reason in sorted(set(ended))}
+    facts["cut"] = [  # each run a maximum ended: which ones matter, cut_runs says
+        {"factors": r.get("factors") or {}, "seed": int(r["seed"]), "ended_by": r["ended_by"]}
+        for r in sorted(records, key=lambda r: (json.dumps(r.get("factors") or {}, sort_keys=True), int(r["seed"])))
+        if r.get("ended_by") in CUT_BY
+    ]
     facts["wall_time_h"] = sum(run_cost_s(r) for r in records) / 3600
     codes, libraries, each_run, config = set(), set(), [], None
     for r in records:
@@ -236,6 +241,16 @@ def budget_text(budget: dict | None) -> str:
 
 def plural(n: int, word: str) -> str:
     return f"{n} {word}" + ("" if n == 1 else "s")
+
+
+CUT_BY = ("max_steps", "max_epochs", "max_time")  # what ends a run before its recipe's end where it stops early
+
+
+def cut_runs(facts: dict) -> list[dict]:
+    """The runs not trained to their end, each ``{"factors", "seed", "ended_by"}``: those cut by
+    ``trainer.max_time``, and in a sweep that stops early those ended by max_steps or max_epochs."""
+    early = bool((facts.get("budget") or {}).get("patience"))
+    return [r for r in facts.get("cut") or [] if r["ended_by"] == "max_time" or early]
 
 
 def capped_runs(facts: dict) -> int:

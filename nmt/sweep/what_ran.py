@@ -1,9 +1,9 @@
 """The report's opening section: what ran (the task, data and model, each factor's levels and their own
 settings, the budget and stopping, what was scored and how), with the settings every run shared."""
 
-from nmt.sweep.document import Document, literal
+from nmt.sweep.document import Document, cell_name, literal
 from nmt.sweep.levels import same_level
-from nmt.sweep.summary import budget_text, capped_runs
+from nmt.sweep.summary import budget_text, capped_runs, cut_runs
 from nmt.sweep.tuned import seeds_reused_text
 
 
@@ -135,14 +135,14 @@ def what_ran(
         doc.paragraph(
             f"**Warning:** {capped} of the {sum(ended.values())} runs ended at their maximum "
             f"({', '.join(k for k in ('max_steps', 'max_epochs') if ended.get(k))}), not by early stopping: they "
-            "may not have converged, so their scores are those of that budget; raise the maximum (results.csv's "
-            "ended_by names the runs)."
+            "may not have converged, so their scores are those of that budget; raise the maximum. "
+            + _cut_named(facts, factors, ("max_steps", "max_epochs"))
         )
     if ended.get("max_time"):
         doc.paragraph(
             f"**Warning:** {ended['max_time']} run(s) were ended by `trainer.max_time`, a cap on the time, not by "
             "their recipe's own end (early stopping, max_steps or max_epochs): they are not trained to their end, "
-            "and their scores are those of shorter training."
+            "and their scores are those of shorter training. " + _cut_named(facts, factors, ("max_time",))
         )
     if failed:
         doc.paragraph(
@@ -186,6 +186,19 @@ def _tuned_under(tuned: dict) -> str:
 
 def _differences(differs: dict) -> str:
     return "; ".join(f"{literal(level)}: {literal(', '.join(said))}" for level, said in differs.items())
+
+
+def _cut_named(facts: dict, factors, reasons: tuple[str, ...], most: int = 8) -> str:
+    """The runs a maximum ended, by cell and seed (runs described before they were listed: results.csv)."""
+    runs = [r for r in cut_runs(facts) if r["ended_by"] in reasons]
+    if not runs:
+        return "results.csv's ended_by names the runs."
+    names = [
+        ", ".join(filter(None, [cell_name((f, r["factors"].get(f)) for f in factors), f"seed {r['seed']}"]))
+        for r in runs
+    ]
+    more = f"; and {len(names) - most} more (results.csv's ended_by names each)" if len(names) > most else ""
+    return f"They are: {'; '.join(names[:most])}{more}."
 
 
 def _names(names: list[str], most: int = 6) -> str:
