@@ -239,25 +239,31 @@ def test_explicit_and_fused_paths_agree(name):
     torch.testing.assert_close(outs[0], outs[1], atol=1e-5, rtol=1e-4)
 
 
-@pytest.mark.parametrize("name", ["rope", "relative", "relative_keys"])
-@pytest.mark.parametrize("fused", [False, True])
-def test_relative_encodings_ignore_a_global_shift(name, fused):
-    """Scores that depend only on distances give the same output when every position moves by 11."""
-    attention = MultiHeadAttention(32, 4, position=POSITIONS[name](), fused=fused).eval()
+def shifted_outputs(position, fused: bool, shift: int) -> torch.Tensor:
+    """Self-attention over embeddings, every hook of ``position`` applied, at positions shift .. shift + 5."""
+    torch.manual_seed(0)
+    attention = MultiHeadAttention(32, 4, position=position, fused=fused).eval()
     x = torch.randn(2, 6, 32)
-    outs = []
-    for shift in (0, 11):
-        pos = torch.arange(6) + shift
-        k, v = attention.project_kv(x, pos)
-        outs.append(attention(x, k, v, None, pos, pos))
-    torch.testing.assert_close(outs[0], outs[1], atol=1e-5, rtol=1e-4)
+    pos = torch.arange(6) + shift
+    h = position.embed(x, pos)
+    k, v = attention.project_kv(h, pos)
+    return attention(h, k, v, None, pos, pos)
 
 
-def test_absolute_encoding_does_depend_on_position():
-    """The control for the shift test: absolute positions are not shift-invariant."""
-    pos = SinusoidalPosition(32, 8)
-    x = torch.zeros(1, 4, 32)
-    assert not torch.allclose(pos.embed(x, torch.arange(4)), pos.embed(x, torch.arange(4) + 11))
+@pytest.mark.parametrize("name", sorted(POSITIONS))
+@pytest.mark.parametrize("fused", [False, True])
+def test_an_encoding_reads_distances_only_exactly_when_it_says_so(name, fused):
+    """Moving every position by 11 leaves the output as it was where an encoding declares
+    ``distance_only`` (RoPE, relative: scores that depend on distances only), and changes it where it does
+    not (absolute positions): each of conf/pos/, a new one too, is held to what it declares."""
+    position = POSITIONS[name]()
+    outs = [shifted_outputs(position, fused, shift) for shift in (0, 11)]
+    if position.distance_only:
+        torch.testing.assert_close(outs[0], outs[1], atol=1e-5, rtol=1e-4)
+    else:
+        assert not torch.allclose(outs[0], outs[1], atol=1e-3), (
+            f"{name}: distance_only = False, yet a shift changes nothing"
+        )
 
 
 def test_sinusoidal_positions_far_out_follow_the_formula():

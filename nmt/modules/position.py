@@ -24,6 +24,10 @@ class PositionEncoding(nn.Module):
     needs_attention_weights = False
     #: the positions it can encode (a table's size), None for any number
     max_positions: int | None = None
+    #: True when positions reach the model only through their distances, so that moving every position by the
+    #: same amount changes nothing (no positions, RoPE, Shaw et al.'s); False where an absolute position does.
+    #: Each encoding says which, and tests/test_layers.py holds it to that in both directions
+    distance_only = True
 
     def __init__(self, d_model: int, head_dim: int) -> None:
         super().__init__()
@@ -65,6 +69,8 @@ def sinusoid_table(positions: torch.Tensor, dim: int) -> torch.Tensor:
 class SinusoidalPosition(PositionEncoding):
     """Fixed sinusoidal absolute positions added to the embeddings (``pos=absolute``), for any length."""
 
+    distance_only = False
+
     def __init__(self, d_model: int, head_dim: int, max_len: int | None = None) -> None:
         super().__init__(d_model, head_dim)  # max_len: still accepted from the configs of older checkpoints
 
@@ -84,6 +90,8 @@ def checked_positions(encoding: PositionEncoding, start: int, count: int, device
 
 class LearnedPosition(PositionEncoding):
     """A trained embedding per absolute position (``pos=learned``), as in BERT and GPT-2."""
+
+    distance_only = False
 
     def __init__(self, d_model: int, head_dim: int, max_len: int = 512) -> None:
         super().__init__(d_model, head_dim)
