@@ -1,6 +1,8 @@
 """Our scratch layers against PyTorch's own, with the same weights; explicit vs fused attention;
 shift invariance of relative and rotary position encodings."""
 
+import math
+
 import pytest
 import torch
 from omegaconf import OmegaConf
@@ -8,7 +10,7 @@ from torch import nn
 
 from nmt.modules.attention import MultiHeadAttention
 from nmt.modules.norm import LayerNorm, RMSNorm
-from nmt.modules.position import RelativePosition, RotaryPosition, SinusoidalPosition
+from nmt.modules.position import PositionEncoding, RelativePosition, RotaryPosition, SinusoidalPosition
 from nmt.utils.instantiate import instantiate
 
 from .conftest import CONF
@@ -212,6 +214,27 @@ def test_causal_masks_are_built_on_the_device_of_the_scores():
         assert attention(x, k, v, None, pos, pos, causal=True).device.type == "meta"
 
 
+class ScaledBiasPosition(PositionEncoding):
+    """ALiBi's kind of encoding through the ``bias`` hook: a slope per head times the distance, steeper for keys
+    ahead than behind (so that an encoder tells a sentence from its reverse), added to the scaled scores."""
+
+    def bias(self, q_pos, k_pos):
+        slopes = 2.0 ** -torch.arange(1, self.d_model // self.head_dim + 1, dtype=torch.float)  # (heads,)
+        distance = (q_pos[:, None] - k_pos[None, :]).float()  # (q_len, k_len): > 0 for keys behind
+        return -slopes[:, None, None] * (distance.clamp(min=0) + 2 * (-distance).clamp(min=0))
+
+
+class ScaledBiasThroughScores(ScaledBiasPosition):
+    """The same term through ``scores``, which is added before the division: multiplied by sqrt(head_dim)."""
+
+    def bias(self, q_pos, k_pos):
+        return None
+
+    def scores(self, q, q_pos, k_pos):
+        term = super().bias(q_pos, k_pos) * math.sqrt(self.head_dim)
+        return term.expand(q.size(0), -1, -1, -1)
+
+
 def _configured(name: str):
     return lambda: instantiate(OmegaConf.load(CONF / "pos" / f"{name}.yaml"))(d_model=32, head_dim=8)
 
@@ -220,7 +243,24 @@ def _configured(name: str):
 POSITIONS = {name: _configured(name) for name in (p.stem for p in (CONF / "pos").glob("*.yaml"))} | {
     "relative_keys": lambda: RelativePosition(32, 8, clip=3, use_values=False),
     "relative": lambda: RelativePosition(32, 8, clip=3),  # clipped nearer than its default: clipping is used
+    "scaled_bias": lambda: ScaledBiasPosition(32, 8),
 }
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_a_bias_on_the_scaled_scores_is_the_same_term_through_scores_times_the_root_of_head_dim(fused):
+    """``bias`` is added after the division by sqrt(head_dim), ``scores`` before it: the two hooks give the same
+    attention exactly when the second term is the first times sqrt(head_dim), with a padding mask as well."""
+    x = torch.randn(2, 7, 32)
+    pos = torch.arange(7)
+    mask = (torch.arange(7) < torch.tensor([7, 4])[:, None])[:, None, None, :]
+    outs = []
+    for position in (ScaledBiasPosition(32, 8), ScaledBiasThroughScores(32, 8)):
+        torch.manual_seed(0)
+        attention = MultiHeadAttention(32, 4, position=position, fused=fused).eval()
+        k, v = attention.project_kv(x, pos)
+        outs.append(attention(x, k, v, mask, pos, pos))
+    torch.testing.assert_close(outs[0], outs[1], atol=1e-5, rtol=1e-4)
 
 
 @pytest.mark.parametrize("name", sorted(POSITIONS))

@@ -29,7 +29,13 @@ def make_model(
 ) -> Transformer:
     torch.manual_seed(seed)
     cfg = OmegaConf.load(CONF / "model" / "transformer.yaml")
-    cfg.position = OmegaConf.load(CONF / "pos" / f"{pos}.yaml")
+    cfg.position = (
+        OmegaConf.load(CONF / "pos" / f"{pos}.yaml")
+        if pos in POS_OPTIONS
+        else OmegaConf.create(
+            {"_target_": pos, "_partial_": True}  # a class of the tests
+        )
+    )
     cfg.norm = OmegaConf.load(CONF / "norm" / f"{norm}.yaml")
     cfg.update(
         d_model=32,
@@ -93,6 +99,25 @@ def test_incremental_decoding_equals_full_forward(pos, norm, placement):
         for t in range(tgt.size(1)):
             logits, state = model.decode_step(tgt[:, t], state)
             torch.testing.assert_close(logits.log_softmax(-1), full[:, t], atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_an_encoding_through_the_scaled_scores_bias_hook_is_causal_and_decodes_step_by_step_as_in_whole(fused):
+    """The ``bias`` hook (ALiBi's kind) in a whole model: the future stays hidden, each decoding step (one query
+    at the last position) gives the whole sequence's logits, and the source's order is told apart."""
+    model = make_model("tests.test_layers.ScaledBiasPosition", fused=fused)
+    src, tgt = batch()
+    src[1, 5:] = 0
+    changed = tgt.clone()
+    changed[:, 3:] = (changed[:, 3:] + 5) % (VOCAB - 4) + 4
+    with torch.no_grad():
+        full = model(src, tgt)
+        torch.testing.assert_close(full[:, :3], model(src, changed)[:, :3], atol=1e-5, rtol=1e-4)
+        assert not torch.allclose(full, model(src.flip(1), tgt), atol=1e-5, rtol=1e-4)
+        state = model.encode(src)
+        for t in range(tgt.size(1)):
+            logits, state = model.decode_step(tgt[:, t], state)
+            torch.testing.assert_close(logits.log_softmax(-1), full[:, t].log_softmax(-1), atol=1e-5, rtol=1e-4)
 
 
 @pytest.mark.parametrize("pos", POS_OPTIONS)

@@ -125,10 +125,11 @@ class MultiHeadAttention(nn.Module):
         if q is None:
             q = self._split(self.q_proj(x))  # (batch, heads, q_len, head_dim)
         pos = self.position
-        bias = None
+        bias = scaled_bias = None
         if pos is not None:
             q = pos.rotate(q, q_pos)
             bias = pos.scores(q, q_pos, k_pos)  # (batch, heads, q_len, k_len) or None
+            scaled_bias = pos.bias(q_pos, k_pos)  # (heads or 1, q_len, k_len) or None
         cpu_training = self.explicit_cpu_training and self.training and q.device.type == "cpu"
         decoding_step = self.explicit_decoding_steps and q.size(2) == 1 and not torch.is_grad_enabled()
         explicit = (
@@ -140,19 +141,28 @@ class MultiHeadAttention(nn.Module):
         )
         if explicit:
             out = self._explicit(
-                q, k, v, causal_mask(mask, q.size(2), k.size(2), q.device) if causal else mask, bias, q_pos, k_pos
+                q,
+                k,
+                v,
+                causal_mask(mask, q.size(2), k.size(2), q.device) if causal else mask,
+                bias,
+                scaled_bias,
+                q_pos,
+                k_pos,
             )
         else:
-            out = self._fused(q, k, v, mask, bias, causal)
+            out = self._fused(q, k, v, mask, bias, scaled_bias, causal)
         batch, _, q_len, _ = out.shape
         out = out.transpose(1, 2).reshape(batch, q_len, self.num_heads * self.head_dim)
         return self.out_proj(out)
 
-    def _explicit(self, q, k, v, mask, bias, q_pos, k_pos) -> torch.Tensor:
+    def _explicit(self, q, k, v, mask, bias, scaled_bias, q_pos, k_pos) -> torch.Tensor:
         scores = q @ k.transpose(-1, -2)  # (batch, heads, q_len, k_len)
         if bias is not None:
             scores = scores + bias
         scores = scores / math.sqrt(self.head_dim)
+        if scaled_bias is not None:
+            scores = scores + scaled_bias.to(scores.dtype)
         if mask is not None:
             scores = scores.masked_fill(~mask, float("-inf"))
         weights = scores.softmax(dim=-1)
@@ -166,17 +176,19 @@ class MultiHeadAttention(nn.Module):
                 out = out + extra
         return out
 
-    def _fused(self, q, k, v, mask, bias, causal) -> torch.Tensor:
+    def _fused(self, q, k, v, mask, bias, scaled_bias, causal) -> torch.Tensor:
         dropout_p = self.dropout if self.training else 0.0
-        if causal and mask is None and bias is None and q.size(2) == k.size(2):
+        if causal and mask is None and bias is None and scaled_bias is None and q.size(2) == k.size(2):
             # no mask tensor: the kernel masks the future itself, and flash attention applies on a GPU
             return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)
         if causal:
             mask = causal_mask(mask, q.size(2), k.size(2), q.device)
         attn_mask = mask
-        if bias is not None:
-            # the kernel takes one additive mask: fold the (pre-scaling) bias and the boolean mask into it
-            attn_mask = bias / math.sqrt(self.head_dim)
+        if bias is not None or scaled_bias is not None:
+            # the kernel takes one additive mask: fold the (pre-scaling) bias, the scaled one and the boolean
+            # mask into it
+            attn_mask = bias / math.sqrt(self.head_dim) if bias is not None else 0
+            attn_mask = attn_mask + scaled_bias.to(q.dtype) if scaled_bias is not None else attn_mask
             if mask is not None:
                 attn_mask = attn_mask.masked_fill(~mask, float("-inf"))
         return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p)

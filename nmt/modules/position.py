@@ -5,7 +5,8 @@ A position encoding can act in three places, so the base class offers hooks for 
 - ``embed``: added to the token embeddings (sinusoidal, learned);
 - ``rotate``: applied to queries and keys of self-attention (RoPE);
 - ``scores`` / ``values``: terms that depend on the query-key distance, added to the attention scores
-  and to the attended values (Shaw et al. 2018 relative position representations).
+  and to the attended values (Shaw et al. 2018 relative position representations);
+- ``bias``: a term of the positions alone added to the scaled scores (ALiBi, T5's relative buckets).
 
 The embedding layer calls ``embed``; self-attention calls the others; cross-attention calls none.
 Every class takes ``d_model`` and ``head_dim`` from the model builder, and its own options from yaml.
@@ -48,7 +49,13 @@ class PositionEncoding(nn.Module):
     def scores(self, q: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor | None:
         """A term added to the raw scores q k^T (batch, heads, q_len, k_len), or None. It is added *before*
         the division by sqrt(head_dim), as Shaw et al.'s q a^T is: a bias meant for the scaled scores (ALiBi,
-        T5's buckets) is multiplied by sqrt(head_dim) here. The heads are ``d_model // head_dim``."""
+        T5's buckets) belongs in :meth:`bias`. The heads are ``d_model // head_dim``."""
+        return None
+
+    def bias(self, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor | None:
+        """A term of the positions alone added *after* the division by sqrt(head_dim), to the scores the
+        softmax reads: (heads, q_len, k_len) or (1, q_len, k_len), or None. ALiBi's -m_h (i - j) and T5's
+        learned bucket biases are of this kind."""
         return None
 
     def values(self, weights: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor | None:
