@@ -10,7 +10,7 @@ from torch import nn
 
 from nmt.modules.attention import MultiHeadAttention
 from nmt.modules.norm import LayerNorm, RMSNorm
-from nmt.modules.position import PositionEncoding, RelativePosition, RotaryPosition, SinusoidalPosition
+from nmt.modules.position import BucketBias, PositionEncoding, RelativePosition, RotaryPosition, SinusoidalPosition
 from nmt.utils.instantiate import instantiate
 
 from .conftest import CONF
@@ -327,3 +327,58 @@ def test_attention_weights_are_a_distribution_over_unmasked_keys():
     weights = attention.last_weights  # (batch, heads, q, k)
     torch.testing.assert_close(weights.sum(-1), torch.ones(2, 2, 5))
     assert weights[1, :, :, 3:].abs().max() == 0
+
+
+# T5's buckets by its formula, worked by hand for 32 buckets out to 128: a distance d = j - i behind (d <= 0)
+# has bucket |d| below 8, else 8 + floor(ln(|d| / 8) / ln(128 / 8) * 8), at most 15; ahead, 16 more
+T5_BUCKETS = {
+    0: 0,
+    -1: 1,
+    -7: 7,
+    -8: 8,  # 8 + floor(0): the first of the wider buckets
+    -15: 9,  # 8 + floor(ln 1.875 / ln 16 * 8) = 8 + floor(1.81)
+    -20: 10,  # 8 + floor(ln 2.5 / ln 16 * 8) = 8 + floor(2.64)
+    -40: 12,  # 8 + floor(ln 5 / ln 16 * 8) = 8 + floor(4.64)
+    -100: 15,  # 8 + floor(ln 12.5 / ln 16 * 8) = 8 + floor(7.29)
+    -127: 15,
+    -1000: 15,  # past max_distance: the last bucket
+    1: 17,
+    3: 19,
+    8: 24,
+    20: 26,
+    200: 31,
+}
+
+
+def test_t5_buckets_follow_its_formula_worked_by_hand():
+    distances = torch.tensor(list(T5_BUCKETS))
+    buckets = BucketBias(32, 8).buckets(torch.tensor([0]), distances)[0]
+    assert dict(zip(T5_BUCKETS, buckets.tolist(), strict=True)) == T5_BUCKETS
+    moved = BucketBias(32, 8).buckets(torch.tensor([50]), distances + 50)[0]  # the query elsewhere: the same
+    assert moved.tolist() == buckets.tolist()
+
+
+def test_t5_bias_is_each_heads_learned_scalar_of_the_pairs_bucket():
+    position = BucketBias(32, 8, num_buckets=8, max_distance=16)
+    q_pos, k_pos = torch.arange(3, 6), torch.arange(9)
+    bias = position.bias(q_pos, k_pos)  # (heads, q_len, k_len)
+    assert bias.shape == (4, 3, 9)
+    for h in range(4):
+        for i, q in enumerate(q_pos.tolist()):
+            for j, k in enumerate(k_pos.tolist()):
+                bucket = position.buckets(torch.tensor([q]), torch.tensor([k]))[0, 0]
+                assert bias[h, i, j] == position.table.weight[bucket, h]
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"num_buckets": 6.0}, r"pos.num_buckets=6.0: must be an even whole number of at least 4"),
+        ({"num_buckets": 7}, r"pos.num_buckets=7: must be an even whole number"),
+        ({"num_buckets": 2}, r"pos.num_buckets=2: must be an even whole number"),
+        ({"max_distance": 8}, r"pos.max_distance=8: must be a whole number above 8 \(pos.num_buckets / 4"),
+    ],
+)
+def test_t5_settings_that_make_no_buckets_are_refused_naming_the_key(options, message):
+    with pytest.raises(ValueError, match=message):
+        BucketBias(32, 8, **options)
