@@ -952,3 +952,49 @@ def test_an_empty_evaluation_set_is_named_before_decoding_and_by_the_scorer(chec
     with pytest.raises(SystemExit):
         score.main([str(tmp_path / "empty.de"), str(tmp_path / "empty.de"), "--lang", "de"])
     assert "empty.de holds no line: there is nothing to score" in capsys.readouterr().err
+
+
+def test_a_set_scored_later_is_checked_for_sentences_the_training_text_holds(checkpoints, tmp_path, capsys):
+    """A set beyond the corpus's own (files:, iwslt16:) was scored without a word when it repeated training
+    pairs: training keeps a hash of each training sentence in the run folder, and evaluation counts the set's
+    sentences found there (as the data report counts the corpus's own sets), warns of a large share and
+    records the counts."""
+    import shutil
+
+    import numpy as np
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from nmt.data.overlap import FILE
+    from nmt.data.toy import toy_pairs
+    from nmt.evaluation.evaluate import evaluate
+
+    loaded = load_model(checkpoints["seed1"], device="cpu")
+    data = loaded.task.build_datamodule(OmegaConf.create(loaded.config["data"]), loaded.config["cache_dir"], 1)
+    train_src, train_tgt = data.text("train")
+    with np.load(loaded.run_dir / FILE) as kept:  # each distinct training sentence once
+        assert (len(kept["sources"]), len(kept["targets"])) == (len(set(train_src)), len(set(train_tgt)))
+    new = [(e, d) for e, d in zip(*toy_pairs(40, seed=99), strict=True) if e not in train_src and d not in train_tgt]
+    pairs = [*zip(train_src[:6], train_tgt[:6], strict=True), train_src[0:1] + train_tgt[0:1], *new[:3]]
+    pairs[6] = (train_src[0], new[3][1])  # a training source with a new reference: counted on its side only
+    (tmp_path / "mix.en").write_text("".join(s + "\n" for s, _ in pairs))
+    (tmp_path / "mix.de").write_text("".join(t + "\n" for _, t in pairs))
+    by_hand = (sum(s in set(train_src) for s, _ in pairs), sum(t in set(train_tgt) for _, t in pairs))
+    assert by_hand == (7, 6)
+
+    def scored(ckpt: str, out: str) -> dict:
+        overrides = [f"ckpt_path={ckpt}", f"split=files:{tmp_path / 'mix'}", "device=cpu", f"out_dir={tmp_path / out}"]
+        with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+            return evaluate(compose("evaluate", overrides=overrides))
+
+    result = scored(checkpoints["seed1"], "out")
+    assert result["also_in_train"] == {"sources_also_in_train": 7, "targets_also_in_train": 6}
+    err = capsys.readouterr().err
+    assert f"warning: 7 of the 10 files:{tmp_path / 'mix'} sources are also training sources" in err
+    assert "warning: 6 of the 10" in err and "references are also training targets" in err
+    # a checkpoint away from its run folder: not checked, and said
+    (tmp_path / "away").mkdir()
+    shutil.copy(checkpoints["seed1"], tmp_path / "away" / "best.ckpt")
+    result = scored(str(tmp_path / "away" / "best.ckpt"), "out2")
+    assert "also_in_train" not in result
+    assert "keeps no hashes of its training sentences" in capsys.readouterr().err

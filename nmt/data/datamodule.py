@@ -185,6 +185,11 @@ class ParallelDataModule:
         are not taken for the same data (kept in its checkpoints too, which evaluation compares)."""
         return {split: self.text_hash(split) for split in ("train", "val", "test")}
 
+    def training_sentences(self) -> tuple[list[str], list[str]] | None:
+        """The training sources and targets, whose hashes the run folder keeps so that a set scored later is
+        checked for sentences seen in training (nmt.data.overlap)."""
+        return self.text("train")
+
     # ---- tokenizers ----------------------------------------------------------------------------
     def set_tokenizers(self, src: Tokenizer, tgt: Tokenizer) -> None:
         """Use existing tokenizers (from a checkpoint) instead of training new ones."""

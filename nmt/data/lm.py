@@ -135,6 +135,10 @@ class LanguageModelDataModule:
         """Per split, :meth:`text_hash` (part of a run's identity, and kept in its checkpoints)."""
         return {split: self.text_hash(split) for split in ("train", "val", "test")}
 
+    def training_sentences(self) -> None:
+        """None: a stream of text has no sentence pairs whose reuse at evaluation could be counted."""
+        return None
+
     # ---- vocabulary and streams ------------------------------------------------------------------
     def set_tokenizers(self, src, tgt) -> None:
         self.vocab = tgt

@@ -222,9 +222,12 @@ class BucketBias(PositionEncoding):
         half = self.num_buckets // 2
         exact = half // 2
         far = distance.abs()
-        wide = exact + (
-            torch.log(far.float().clamp(min=1) / exact) / math.log(self.max_distance / exact) * (half - exact)
-        ).long()  # truncated, as T5's
+        wide = (
+            exact
+            + (
+                torch.log(far.float().clamp(min=1) / exact) / math.log(self.max_distance / exact) * (half - exact)
+            ).long()
+        )  # truncated, as T5's
         near_or_wide = torch.where(far < exact, far, wide.clamp(max=half - 1))
         return (distance > 0).long() * half + near_or_wide
 

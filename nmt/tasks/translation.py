@@ -11,6 +11,8 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from nmt.data.datamodule import ParallelDataModule
+from nmt.data.overlap import shared_with_training
+from nmt.data.report import leaks
 from nmt.data.sources import decode_lines, read_lines
 from nmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from nmt.decoding.search import decode
@@ -66,6 +68,25 @@ def model_options(decoder_only_models: bool) -> str:
         except (ImportError, AttributeError, ValueError):  # a model that does not import is said where it is chosen
             continue
     return " or ".join(names) or ("a decoder-only model" if decoder_only_models else "an encoder-decoder model")
+
+
+def seen_in_training(loaded, split: str, sources, references) -> dict | None:
+    """How many of the set's sources and references the training text holds (the run folder's hashes), with
+    a warning where that is a large share, as the data report warns of the corpus's own sets; None, with a
+    note for a set beyond the corpus's own, where the run folder keeps no hashes."""
+    seen = shared_with_training(loaded.run_dir, sources, references)
+    if seen is None:
+        if split not in ("train", "val", "test"):  # the corpus's own: the data report at training counted them
+            print(
+                f"note: {loaded.run_dir} keeps no hashes of its training sentences (a run trained before they were "
+                f"kept, or a checkpoint away from its folder): whether {split} repeats training text is not checked",
+                file=sys.stderr,
+            )
+        return None
+    if split != "train":  # the training text itself: every sentence is there, as asked
+        for line in leaks({split: {"pairs": len(sources), **seen}}):
+            print(line, file=sys.stderr)
+    return seen
 
 
 class TranslationTask(Task):
@@ -287,6 +308,7 @@ class TranslationTask(Task):
         )
         bleu_tokenizer(datamodule.tgt_lang)  # a scorer's missing package stops here, not after the decoding
         check_attention_indices(attention_maps, len(sources))  # and a sentence the set lacks
+        seen = seen_in_training(loaded, split, sources, references)
         requested = max_input_len or input_limit(data_cfg)
         # recorded as applied (a learned table's size); said where the limit was given, not for the default
         max_input_len = input_limit_for(loaded.model, requested, warn=max_input_len is not None)
@@ -315,6 +337,7 @@ class TranslationTask(Task):
             "search": search.__dict__,
             "max_input_len": max_input_len,
             "code": code,  # the hash of the code that decoded and scored (nmt.utils.code)
+            **({"also_in_train": seen} if seen is not None else {}),
             **scores,
             **write_outputs(out, sources, references, hypotheses),
         }

@@ -10,6 +10,7 @@ import torch
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf
 
+from nmt.data.overlap import save_training_sentences
 from nmt.data.report import write_report
 from nmt.data.segmenter import moses_languages
 from nmt.data.tokenizer import PAD_ID
@@ -295,6 +296,8 @@ def _train_in_folder(cfg: DictConfig, task, run_dir: Path, config: dict, main_pr
             atomic_write_bytes(run_dir / "tokenizers" / "src.model", src_tokenizer.model_proto)
             atomic_write_bytes(run_dir / "tokenizers" / "tgt.model", tgt_tokenizer.model_proto)
             write_report(data_report or datamodule.report(), datamodule.describe(), run_dir)
+            if (sentences := datamodule.training_sentences()) is not None:  # for sets scored later
+                save_training_sentences(run_dir, *sentences)
         if resume:
             if main_process:
                 print(f"Resuming from {resume}")
