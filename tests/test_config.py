@@ -333,6 +333,32 @@ def test_a_losss_own_refusal_or_a_setting_of_the_wrong_type_is_said_before_any_d
     assert loss_build_problems(OmegaConf.create({"smoothing": {"_target_": f"{__name__}.FocalStandIn"}})) == []
 
 
+def test_a_setting_of_another_kind_than_its_class_declares_is_said_once_whatever_python_would_take():
+    """gamma=true trained at gamma 1 (Python counts True as 1), a bucket count of 6.0 or true passed the
+    constructor's own range check, and a word for an option read later failed at its first use: each is said
+    by the option's annotation, once (the constructor's own check does not say it again)."""
+    from nmt.training.config_types import setting_type_problems
+
+    cfg = OmegaConf.create({"smoothing": {"_target_": f"{__name__}.FocalStandIn", "gamma": 2.0}})
+    assert setting_type_problems(cfg) == []
+    for value, accepted in ((2, True), (True, False), ("two", False), (None, False)):
+        cfg.smoothing.gamma = value
+        said = setting_type_problems(cfg)
+        assert said == ([] if accepted else [f"  smoothing.gamma={value!r}: FocalStandIn takes a number as gamma"])
+    for overrides, line in (
+        (["pos=t5", "pos.num_buckets=true"], "pos.num_buckets=True: BucketBias takes a whole number as num_buckets"),
+        (["pos=t5", "pos.max_distance=64.0"], "pos.max_distance=64.0: BucketBias takes a whole number as max_distance"),
+        (["model.activation=1"], "model.activation=1: Transformer takes a word as activation"),
+        (  # a key with a rule of its own: its rule's words alone
+            ["model=rnn", "attention=additive", "+attention.attention_dim=true"],
+            "attention.attention_dim=True: must be a whole number >= 1, or null (the hidden size)",
+        ),
+    ):
+        with pytest.raises(ConfigError) as refused:
+            check_config(compose_train(*overrides))
+        assert str(refused.value).splitlines()[1:] == [f"  {line}"]
+
+
 @pytest.mark.parametrize("given", ["+model.pad_id=5", "+model.src_vocab_size=10", "+smoothing.pad_id=3"])
 def test_a_key_the_run_sets_from_its_tokenizers_is_refused_not_overridden(given):
     """+model.pad_id=5 trained with the tokenizers' padding id, without a word; and a loss's unknown key was

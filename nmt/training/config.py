@@ -26,6 +26,7 @@ from nmt.training.config_model import (
 from nmt.training.config_rules import value_problems
 from nmt.training.config_targets import target_problems
 from nmt.training.config_task import task_problems
+from nmt.training.config_types import setting_type_problems
 from nmt.training.config_unread import unused_groups
 
 
@@ -108,9 +109,11 @@ def check_config(cfg: DictConfig, choices: dict | None = None) -> None:
             f"checkpoint.keep_last_epochs={kept} keeps {kept}; keep at least {average}, or average fewer"
         )
     problems += unused_groups(cfg)
+    said = {problem.split("=", 1)[0] for problem in problems}  # a key's own rule said it: not again by its kind
+    problems += [problem for problem in setting_type_problems(cfg) if problem.split("=", 1)[0] not in said]
     # the constructor's own checks beside every other problem, except where a model setting is among them (a
     # bad model.d_model, a group the model does not use), which the constructor would name a second time
-    if not any(problem.lstrip().startswith("model") for problem in problems):
+    if not any(problem.lstrip().startswith(("model", "pos.", "norm.", "attention.")) for problem in problems):
         problems += model_build_problems(cfg)
     if not any(problem.lstrip().startswith("smoothing") for problem in problems):  # the same for the loss
         problems += loss_build_problems(cfg)

@@ -219,6 +219,11 @@ def _rules() -> list[tuple[str, Callable[[object], bool], str]]:
     return rules
 
 
+def ruled_keys() -> frozenset[str]:
+    """The keys with a rule of their own here."""
+    return frozenset(key for key, _, _ in _rules())
+
+
 def value_problems(cfg: DictConfig) -> list[str]:
     """Every value against its rule, every switch given true or false, and the values that must agree."""
     problems = []
