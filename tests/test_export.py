@@ -94,6 +94,15 @@ def test_what_ctranslate2_cannot_hold_is_refused_naming_the_option(tmp_path_fact
         check_exportable(keys_only)
     with pytest.raises(ExportError, match=r"^task=lm: a language model"):
         check_exportable(replace(keys_only, task=LanguageModelTask()))
+    # T5's bias: CTranslate2's Transformer has no bucketed position bias
+    from nmt.modules.position import BucketBias
+
+    t5 = load_model(default_checkpoint, device="cpu")
+    t5.model.src_pos = BucketBias(32, 8)
+    with pytest.raises(
+        ExportError, match=r"^pos=t5: no CTranslate2 equivalent \(it takes absolute, learned, none, relative, rope\)$"
+    ):
+        check_exportable(t5)
 
     # a norm of another kind (here one with a weight and no bias, which must not pass for RMSNorm)
     class ScaleNorm(torch.nn.Module):

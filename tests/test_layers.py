@@ -329,8 +329,9 @@ def test_attention_weights_are_a_distribution_over_unmasked_keys():
     assert weights[1, :, :, 3:].abs().max() == 0
 
 
-# T5's buckets by its formula, worked by hand for 32 buckets out to 128: a distance d = j - i behind (d <= 0)
-# has bucket |d| below 8, else 8 + floor(ln(|d| / 8) / ln(128 / 8) * 8), at most 15; ahead, 16 more
+# T5's buckets by its formula, worked by hand for 32 buckets out to 128. An encoder's: a distance d = j - i
+# behind (d <= 0) has bucket |d| below 8, else 8 + floor(ln(|d| / 8) / ln(128 / 8) * 8), at most 15; ahead,
+# 16 more
 T5_BUCKETS = {
     0: 0,
     -1: 1,
@@ -350,12 +351,56 @@ T5_BUCKETS = {
 }
 
 
-def test_t5_buckets_follow_its_formula_worked_by_hand():
-    distances = torch.tensor(list(T5_BUCKETS))
-    buckets = BucketBias(32, 8).buckets(torch.tensor([0]), distances)[0]
-    assert dict(zip(T5_BUCKETS, buckets.tolist(), strict=True)) == T5_BUCKETS
-    moved = BucketBias(32, 8).buckets(torch.tensor([50]), distances + 50)[0]  # the query elsewhere: the same
+# a decoder's (causal): every bucket for keys behind, |d| below 16, else 16 + floor(ln(|d| / 16) / ln(8) * 16),
+# at most 31; keys ahead (masked there) share bucket 0
+T5_CAUSAL_BUCKETS = {
+    0: 0,
+    -1: 1,
+    -15: 15,
+    -16: 16,
+    -20: 17,  # 16 + floor(ln 1.25 / ln 8 * 16) = 16 + floor(1.72)
+    -50: 24,  # 16 + floor(ln 3.125 / ln 8 * 16) = 16 + floor(8.77)
+    -100: 30,  # 16 + floor(ln 6.25 / ln 8 * 16) = 16 + floor(14.10)
+    -127: 31,
+    -1000: 31,
+    5: 0,
+}
+
+
+@pytest.mark.parametrize(("causal", "expected"), [(False, T5_BUCKETS), (True, T5_CAUSAL_BUCKETS)])
+def test_t5_buckets_follow_its_formula_worked_by_hand(causal, expected):
+    position = BucketBias(32, 8)
+    position.causal = causal
+    distances = torch.tensor(list(expected))
+    buckets = position.buckets(torch.tensor([0]), distances)[0]
+    assert dict(zip(expected, buckets.tolist(), strict=True)) == expected
+    moved = position.buckets(torch.tensor([50]), distances + 50)[0]  # the query elsewhere: the same
     assert moved.tolist() == buckets.tolist()
+
+
+def test_the_models_mark_the_encodings_of_their_causal_stacks():
+    """A decoder's and a language model's encoding are told they look back only (T5's buckets differ there)."""
+    from nmt.models.transformer import Transformer
+    from nmt.models.transformer_lm import TransformerLM
+
+    sizes = {"d_model": 32, "num_heads": 4, "ffn_dim": 32, "position": BucketBias, "norm": LayerNorm}
+    model = Transformer(20, 20, 0, encoder_layers=1, decoder_layers=1, **sizes)
+    assert (model.src_pos.causal, model.tgt_pos.causal) == (False, True)
+    assert TransformerLM(20, 0, num_layers=1, **sizes).pos.causal
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_t5_bias_enters_the_scores_after_their_scaling_by_hand(fused):
+    """softmax(q k^T / sqrt(head_dim) + table[bucket]) v, written out: the bias is not scaled with the scores."""
+    position = BucketBias(32, 8, num_buckets=8, max_distance=16)
+    attention = MultiHeadAttention(32, 4, position=position, fused=fused).eval()
+    x, pos = torch.randn(2, 9, 32), torch.arange(9)
+    k, v = attention.project_kv(x, pos)
+    q = attention.q_proj(x).view(2, 9, 4, 8).transpose(1, 2)  # (batch, heads, len, head_dim)
+    bias = position.table.weight[position.buckets(pos, pos)].permute(2, 0, 1)  # (heads, q, k)
+    weights = (q @ k.transpose(-1, -2) / math.sqrt(8) + bias).softmax(-1)
+    expected = attention.out_proj((weights @ v).transpose(1, 2).reshape(2, 9, 32))
+    torch.testing.assert_close(attention(x, k, v, None, pos, pos), expected, atol=1e-5, rtol=1e-4)
 
 
 def test_t5_bias_is_each_heads_learned_scalar_of_the_pairs_bucket():
@@ -376,7 +421,7 @@ def test_t5_bias_is_each_heads_learned_scalar_of_the_pairs_bucket():
         ({"num_buckets": 6.0}, r"pos.num_buckets=6.0: must be an even whole number of at least 4"),
         ({"num_buckets": 7}, r"pos.num_buckets=7: must be an even whole number"),
         ({"num_buckets": 2}, r"pos.num_buckets=2: must be an even whole number"),
-        ({"max_distance": 8}, r"pos.max_distance=8: must be a whole number above 8 \(pos.num_buckets / 4"),
+        ({"max_distance": 16}, r"pos.max_distance=16: must be a whole number above 16 \(pos.num_buckets / 2"),
     ],
 )
 def test_t5_settings_that_make_no_buckets_are_refused_naming_the_key(options, message):

@@ -1109,6 +1109,11 @@ def test_the_report_says_what_ended_each_run_and_warns_of_runs_cut_by_a_time_cap
         ("layer", "relative"): "",
         ("rms", "relative"): "",
     }
+    unscored = [{**r, "ended_by": e} if e else r for r, e in zip(RECORDS, ended, strict=True)]
+    unscored[1] = {**unscored[1], "metrics": {}}  # cut, and without the ranked metric: not of the row's runs
+    (tmp_path / "unscored").mkdir()
+    synthetic_sweep(tmp_path / "unscored", unscored)
+    assert "| 1 of 2 |" in write_report(tmp_path / "unscored").read_text()
     lines = (tmp_path / "results.csv").read_text().splitlines()
     column = lines[0].split(",").index("ended_by")
     assert sorted(line.split(",")[column] for line in lines[1:]) == ["", ""] + ["early stopping"] * 8 + ["max_time"] * 2

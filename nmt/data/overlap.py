@@ -19,8 +19,11 @@ FILE = "train_sentences.npz"  # in the run folder, beside data_report.json
 def sentence_hashes(lines: Iterable[str]) -> np.ndarray:
     """Each line's first 8 bytes of BLAKE2b as an unsigned integer: (n,) uint64, in the lines' order. Two
     sentences share a hash by chance with odds of about n / 2^64 per sentence looked up."""
-    digests = b"".join(hashlib.blake2b(line.encode("utf-8"), digest_size=8).digest() for line in lines)
-    return np.frombuffer(digests, dtype="<u8")
+    lines = list(lines)
+    digests = (
+        int.from_bytes(hashlib.blake2b(line.encode("utf-8"), digest_size=8).digest(), "little") for line in lines
+    )
+    return np.fromiter(digests, dtype=np.uint64, count=len(lines))  # filled in place: no list of digests
 
 
 def save_training_sentences(run_dir: Path, sources: Sequence[str], targets: Sequence[str]) -> None:

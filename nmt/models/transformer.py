@@ -231,6 +231,7 @@ class Transformer(nn.Module):
         # one position module per stack: learned/relative tables are not shared between encoder and decoder
         self.src_pos = position(d_model=d_model, head_dim=head_dim)
         self.tgt_pos = position(d_model=d_model, head_dim=head_dim)
+        self.tgt_pos.causal = True  # its self-attention looks back only
         self.dropout = Dropout(dropout)
         spec = LayerSpec.build(
             d_model,

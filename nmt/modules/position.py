@@ -29,6 +29,9 @@ class PositionEncoding(nn.Module):
     #: same amount changes nothing (no positions, RoPE, Shaw et al.'s); False where an absolute position does.
     #: Each encoding says which, and tests/test_layers.py holds it to that in both directions
     distance_only = True
+    #: set by the model on the encoding of a stack whose self-attention looks back only (a decoder's, a
+    #: language model's), for an encoding that spends its parameters on keys behind alone there (T5's)
+    causal = False
 
     def __init__(self, d_model: int, head_dim: int) -> None:
         super().__init__()
@@ -191,26 +194,25 @@ class RelativePosition(PositionEncoding):
 class BucketBias(PositionEncoding):
     """T5's relative position bias (Raffel et al. 2020, ``pos=t5``).
 
-    A learned scalar per head for each bucket of the distance j - i, added to the scaled scores: half the
-    buckets for keys behind (and the query itself), half for keys ahead; within each, the nearest distances
-    one bucket each, then buckets logarithmically wider out to ``max_distance``, beyond which all share the
-    last. One table per encoder or decoder stack, shared by its layers, as T5 shares it. Both stacks bucket
-    both directions, where T5's decoder gives all its buckets to keys behind (keys ahead are masked there, so
-    half of a decoder's table is never read).
+    A learned scalar per head for each bucket of the distance j - i, added to the scaled scores: the nearest
+    distances one bucket each, then buckets logarithmically wider out to ``max_distance``, beyond which all
+    share the last. An encoder splits its buckets between keys behind (and the query itself) and keys ahead;
+    a causal stack (``causal``: a decoder, a language model) gives them all to keys behind, as T5's decoder
+    does. One table per encoder or decoder stack, shared by its layers, as T5 shares it.
     """
 
     def __init__(self, d_model: int, head_dim: int, num_buckets: int = 32, max_distance: int = 128) -> None:
         super().__init__(d_model, head_dim)
         if isinstance(num_buckets, bool) or not isinstance(num_buckets, int) or num_buckets < 4 or num_buckets % 2:
             raise ValueError(
-                f"pos.num_buckets={num_buckets!r}: must be an even whole number of at least 4 (half the buckets "
+                f"pos.num_buckets={num_buckets!r}: must be an even whole number of at least 4 (an encoder's half "
                 "for keys behind, half for keys ahead; T5's 32)"
             )
-        exact = num_buckets // 4  # the distances of one bucket each, per direction
+        exact = num_buckets // 2  # the distances of one bucket each in a causal stack (an encoder's: half that)
         if isinstance(max_distance, bool) or not isinstance(max_distance, int) or max_distance <= exact:
             raise ValueError(
-                f"pos.max_distance={max_distance!r}: must be a whole number above {exact} (pos.num_buckets / 4, "
-                "the distances that have a bucket each; T5's 128)"
+                f"pos.max_distance={max_distance!r}: must be a whole number above {exact} (pos.num_buckets / 2, "
+                "the distances a decoder gives a bucket each; T5's 128)"
             )
         self.num_buckets, self.max_distance = num_buckets, max_distance
         self.table = nn.Embedding(num_buckets, d_model // head_dim)  # (buckets, heads)
@@ -219,17 +221,19 @@ class BucketBias(PositionEncoding):
     def buckets(self, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
         """The bucket of each query-key pair: (q_len, k_len) integers in [0, num_buckets)."""
         distance = k_pos[None, :] - q_pos[:, None]  # (q_len, k_len): > 0 for keys ahead
-        half = self.num_buckets // 2
-        exact = half // 2
-        far = distance.abs()
+        if self.causal:  # keys behind only (those ahead are masked): every bucket theirs
+            count, far, side = self.num_buckets, (-distance).clamp(min=0), 0
+        else:
+            count, far = self.num_buckets // 2, distance.abs()
+            side = (distance > 0).long() * count  # keys ahead: the upper half
+        exact = count // 2
         wide = (
             exact
             + (
-                torch.log(far.float().clamp(min=1) / exact) / math.log(self.max_distance / exact) * (half - exact)
+                torch.log(far.float().clamp(min=1) / exact) / math.log(self.max_distance / exact) * (count - exact)
             ).long()
         )  # truncated, as T5's
-        near_or_wide = torch.where(far < exact, far, wide.clamp(max=half - 1))
-        return (distance > 0).long() * half + near_or_wide
+        return side + torch.where(far < exact, far, wide.clamp(max=count - 1))
 
     def bias(self, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
         return self.table(self.buckets(q_pos, k_pos)).permute(2, 0, 1)  # (heads, q_len, k_len)

@@ -11,6 +11,7 @@ cell translated it.
 
 import collections
 import csv
+import json
 import math
 import shutil
 from pathlib import Path
@@ -105,7 +106,13 @@ def write_report(sweep_dir: str | Path, metric: str = "auto", baseline: dict | N
     lower = lower_is_better(metric)
     fit = effects.fit(records, metric, levels) if factors else None
     ranking = rank_cells(records, factors, levels, base, metric, runs)
-    ranking["cut"] = collections.Counter(analysis.cell_of(r, factors) for r in summary.cut_runs(facts))
+    cut = {(json.dumps(r["factors"], sort_keys=True), int(r["seed"])) for r in summary.cut_runs(facts)}
+    ranking["cut"] = collections.Counter(  # of the runs ranked: those with the metric
+        analysis.cell_of(r, factors)
+        for r in records
+        if r["metrics"].get(metric) is not None
+        and (json.dumps(r.get("factors") or {}, sort_keys=True), int(r["seed"])) in cut
+    )
     doc = Document(f"Sweep {facts['name']}: " + _question(factors, metric, held))
     what_ran(doc, facts, factors, levels, metric, lower, {f: (v, written.get(f, ())) for f, v in held.items()}, order)
     small = {cell: n for cell, n in ranking["seeds"].items() if n < MIN_SEEDS}
