@@ -1,6 +1,6 @@
 """Position encodings (config group `pos`).
 
-A position encoding can act in three places, so the base class offers hooks for each, every one a no-op:
+A position encoding can act in four places, so the base class offers hooks for each, every one a no-op:
 
 - ``embed``: added to the token embeddings (sinusoidal, learned);
 - ``rotate``: applied to queries and keys of self-attention (RoPE);
@@ -9,7 +9,9 @@ A position encoding can act in three places, so the base class offers hooks for 
 - ``bias``: a term of the positions alone added to the scaled scores (ALiBi, T5's relative buckets).
 
 The embedding layer calls ``embed``; self-attention calls the others; cross-attention calls none.
-Every class takes ``d_model`` and ``head_dim`` from the model builder, and its own options from yaml.
+Every class takes ``d_model`` and ``head_dim`` from the model builder (the heads are ``d_model // head_dim``),
+and its own options from yaml. A model sets ``causal`` on the encoding of a stack that looks back only,
+after building it: an encoding that differs there reads it inside its hooks, not in its constructor.
 """
 
 import math
@@ -29,8 +31,9 @@ class PositionEncoding(nn.Module):
     #: same amount changes nothing (no positions, RoPE, Shaw et al.'s); False where an absolute position does.
     #: Each encoding says which, and tests/test_layers.py holds it to that in both directions
     distance_only = True
-    #: set by the model on the encoding of a stack whose self-attention looks back only (a decoder's, a
-    #: language model's), for an encoding that spends its parameters on keys behind alone there (T5's)
+    #: set by the model, after building the encoding, on that of a stack whose self-attention looks back only
+    #: (a decoder's, a language model's): an encoding that differs there reads it in its hooks (T5's buckets
+    #: all go to keys behind), since its constructor runs before it is set
     causal = False
 
     def __init__(self, d_model: int, head_dim: int) -> None:
