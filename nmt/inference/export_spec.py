@@ -2,8 +2,8 @@
 from it (:func:`build_spec`), and what it cannot hold refused in one line naming the option
 (:func:`check_exportable`). The export itself: :mod:`nmt.inference.export`.
 
-The Transformer's variants map onto it, but for the position encodings named below as refused: pre- or post-
-norm, LayerNorm or RMSNorm, ReLU or GELU, sinusoidal or learned absolute positions (their table is written
+The Transformer's variants map onto it, but for the position encodings named below as refused:
+pre- or post-norm, LayerNorm or RMSNorm, ReLU or GELU, sinusoidal or learned absolute positions (their table is written
 out, so CTranslate2 adds exactly ours), none, Shaw et al.'s relative positions (keys and values, clipped
 distances), rotary positions (the half-split layout, their base), and tied or separate embeddings. Recurrent
 models, language models, relative positions without value vectors, T5's bucketed bias and any other encoding
