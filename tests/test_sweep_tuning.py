@@ -2,12 +2,14 @@
 the file it writes, and a factorial that loads it: checked against what its levels were tuned under."""
 
 import json
+import shutil
 import subprocess
 import sys
 
 import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf, open_dict
+from scipy.stats import t as t_dist
 from scipy.stats import ttest_ind
 
 from nmt.sweep import tuned as tuned_module
@@ -157,12 +159,15 @@ def test_a_sweep_with_a_tuned_file_records_it_and_its_report_quotes_how_the_sett
     assert "\n*tune's note:* optim=adam: the chosen optim.optimizer.lr=0.0005 is the smallest value tried\n" in report
 
 
-def test_tuning_refuses_the_test_set_a_swept_level_and_two_sweeps_of_one_level(tmp_path, capsys):
+def test_tuning_refuses_the_test_set_a_swept_level_and_a_sweep_given_twice(tmp_path, capsys):
     (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
     fake_tuning_sweep(tmp_path / "a", "adam", "optim.optimizer.lr", {"0.001": [20.0]})
     fake_tuning_sweep(tmp_path / "b", "adam", "optim.optimizer.lr", {"0.002": [21.0]})
-    with pytest.raises(ValueError, match=r"a second tuning sweep of optim=adam"):
+    # two sweeps of one level are pooled, setting by setting from the fingerprints these lack
+    with pytest.raises(ValueError, match=r"a: recorded no settings \(fingerprint.json\): pooled tuning sweeps"):
         tune([tmp_path / "a", tmp_path / "b"], "optim")
+    with pytest.raises(ValueError, match=r"a: given twice; give each tuning sweep once"):
+        tune([tmp_path / "a", tmp_path / "a"], "optim")
     # a grid widened in the same folder (past its edge, as tune's note asks) by a sweep of the new values alone:
     # the first values were dropped without a word, and the new smallest was called the smallest tried
     (tmp_path / "c").mkdir()
@@ -392,6 +397,91 @@ def test_tune_says_where_a_choice_is_weak_and_carries_the_levels_own_held_settin
     none = {"0.0": [30, 30.5, 29.5], "0.1": [20, 20.5, 19.5], "0.3": [10, 10.5, 9.5]}
     tuning_sweep(tmp_path / "dropout", ["optim=noam"], "optim.optimizer.weight_decay", none, fingerprints=False)
     assert notes_of(tune([tmp_path / "dropout"], "optim"), unrecorded=False) == []
+
+
+def ci(a: float, b: float) -> str:
+    """The half-width of two seeds' 95% t interval, by scipy: t(0.975, 1) x their standard error."""
+    return f"{t_dist.ppf(0.975, 1) * abs(a - b) / 2:.2f}"
+
+
+def refingerprint(sweep_dir, change, seeds=None) -> None:
+    """Edit the fingerprints a sweep's runs recorded (of ``seeds`` alone, where given): ``change(fingerprint)``."""
+    for path in sorted(sweep_dir.glob("*/fingerprint.json")):
+        if seeds is None or any(path.parent.name.endswith(f"seed={seed}") for seed in seeds):
+            recorded = json.loads(path.read_text())
+            change(recorded)
+            path.write_text(json.dumps(recorded))
+
+
+def test_tuning_sweeps_of_one_level_pool_by_their_settings_where_they_ran_alike(tmp_path):
+    """A candidate past the grid's edge, run as a sweep of its own (as tune's notes and its refusal of a grid
+    widened in place ask), could not be compared with the grid's: tune refused a second sweep of the level, so
+    the choice was made by hand. Pooled, a candidate is its settings, read from each run's fingerprint: a
+    sweep that left optim.scheduler.factor at its default ran at 1.0."""
+    held = ["optim=noam", "trainer.max_steps=40"]
+    grid = {"200": [30.0, 31.0], "800": [33.0, 34.0]}
+    tuning_sweep(tmp_path / "grid", held, "warmup", grid)
+    tuning_sweep(tmp_path / "edge", held, "warmup", {"1600": [34.0, 36.0]})
+    tuning_sweep(tmp_path / "rate", [*held, "optim.scheduler.factor=2.0"], "warmup", {"1600": [36.0, 37.0]})
+    sweeps = [tmp_path / "grid", tmp_path / "edge", tmp_path / "rate"]
+    tuned = tune(sweeps, "optim")
+    assert tuned.lines[:6] == [
+        "| optim | candidate | best_val_bleu (mean ± 95% CI) | seeds |",
+        "|---|---|---|---|",
+        f"| noam | optim.scheduler.factor=2.0 warmup=1600 | 36.50 ± {ci(36.0, 37.0)} | 2 |",
+        f"| noam | optim.scheduler.factor=1.0 warmup=1600 | 35.00 ± {ci(34.0, 36.0)} | 2 |",
+        f"| noam | optim.scheduler.factor=1.0 warmup=800 | 33.50 ± {ci(33.0, 34.0)} | 2 |",
+        f"| noam | optim.scheduler.factor=1.0 warmup=200 | 30.50 ± {ci(30.0, 31.0)} | 2 |",
+    ]
+    # the choice as the winning sweep wrote it, with the settings its own candidate held
+    assert tuned.settings == {"optim": {"noam": ["optim.scheduler.factor=2.0", "warmup=1600"]}}
+    assert tuned.under["optim"]["noam"]["run"] == "warmup=1600,seed=1"
+    assert tuned.under["optim"]["noam"]["config"]["optim.scheduler.factor"] == 2.0
+    assert notes_of(tuned) == [
+        "note: optim=noam: the chosen optim.scheduler.factor=2.0 is the largest value tried (1, 2): one above it may "
+        "be better; try it before the factorial",
+        "note: optim=noam: the chosen warmup=1600 is the largest value tried (200, 800, 1600): one above it may be "
+        "better; try it before the factorial",
+        "note: optim=noam: the chosen candidate leads the next (optim.scheduler.factor=1.0 warmup=1600) by 1.50, not "
+        f"established by their seeds (Welch p = {welch_p([36.0, 37.0], [34.0, 36.0])}): the two may be equally good",
+    ]  # the settings the winning sweep held are its candidate's, named in the table: no note that they go with it
+    # the same candidate from two sweeps: its seeds pooled (more seeds added later), each seed once
+    shutil.copytree(tmp_path / "edge", tmp_path / "more")
+    with pytest.raises(ValueError, match=r"more: seed 1 of optim.scheduler.factor=1.0 warmup=1600 ran in .*edge too"):
+        tune([*sweeps, tmp_path / "more"], "optim")
+    # a setting that is not the level's own, different: not tuned alike
+    longer = {"trainer.max_steps": 80, "warmup": 3200, "optim.scheduler.warmup": 3200}  # the scheduler's copies it
+    refingerprint(tmp_path / "more", lambda r: r["config"].update(longer))
+    said = r"trainer.max_steps is 40 in .*grid and 80 in .*more, which is not a setting of optim=noam"
+    with pytest.raises(ValueError, match=r"tuning sweeps of optim=noam were not trained alike: " + said):
+        tune([*sweeps, tmp_path / "more"], "optim")
+
+    # a setting of the level that no sweep sets, different (other defaults, other code): between candidates, and
+    # between the runs of one
+    def eps(recorded):
+        recorded["config"]["optim.optimizer.eps"] = 1e-8
+
+    refingerprint(tmp_path / "edge", eps)
+    said = r"optim.optimizer.eps is 1e-09 in .*grid and 1e-08 in .*edge\): the candidates would differ in more"
+    with pytest.raises(ValueError, match=r"differ in optim.optimizer.eps, which no pooled sweep sets \(" + said):
+        tune(sweeps, "optim")
+    refingerprint(tmp_path / "edge", lambda r: r["config"].update({"optim.optimizer.eps": 1e-9}), seeds=[2])
+    with pytest.raises(
+        ValueError, match=r"the pooled runs of one candidate of optim=noam differ in optim.optimizer.eps"
+    ):
+        tune(sweeps, "optim")
+    refingerprint(tmp_path / "edge", lambda r: r["config"].update({"optim.optimizer.eps": 1e-9}))
+    assert tune(sweeps, "optim").settings == tuned.settings  # as it was
+    # other corpus text: their validation scores do not compare
+    refingerprint(tmp_path / "edge", lambda r: r.update({"data": {"text": {"val": "0123"}}}))
+    with pytest.raises(ValueError, match=r"optim=noam read other corpus text"):
+        tune(sweeps, "optim")
+    refingerprint(tmp_path / "edge", lambda r: r.pop("data"))
+    # other code: pooled, with a note naming the commits
+    refingerprint(tmp_path / "rate", lambda r: r.update({"code": {"hash": "other", "commit": "abcdef0123"}}))
+    said = [n for n in notes_of(tune(sweeps, "optim")) if "different code" in n]
+    assert len(said) == 1 and f"abcdef0 in {tmp_path / 'rate'}" in said[0]
+    assert "the comparison takes the changes between them to compute the same" in said[0]
 
 
 def test_a_factorial_with_a_tuned_file_is_checked_against_its_tuning_runs_setting_by_setting(

@@ -1,6 +1,7 @@
 """Choosing each level's settings on validation data: ``python sweep.py tune``.
 
-One tuning sweep per level holds the level (``optim=noam``) and sweeps its candidate settings over seeds.
+A tuning sweep holds the level (``optim=noam``) and sweeps its candidate settings over seeds; several sweeps
+of one level (a candidate past the grid's edge, seeds added later) are pooled (nmt/sweep/pooled.py).
 ``tune`` takes each level's candidate with the best mean validation metric (the test set is never looked
 at) and says where that choice is weak: at the edge of the values tried, ahead of the next candidate by
 less than its seeds establish, or tuned unlike the other levels. ``--out`` writes the choice as a config
@@ -8,6 +9,7 @@ less than its seeds establish, or tuned unlike the other levels. ``--out`` write
 """
 
 import difflib
+import functools
 import json
 import math
 import statistics
@@ -19,6 +21,7 @@ from omegaconf import OmegaConf
 from nmt.metrics import lower_is_better
 from nmt.sweep.analysis import check_same_measure, mean_ci, past_range, same_mean, welch_test
 from nmt.sweep.levels import level_overrides, sweep_levels
+from nmt.sweep.pooled import pooled_candidates
 from nmt.sweep.records import collect_records, finished_runs
 from nmt.sweep.summary import failed_runs, planned
 from nmt.sweep.tuned import ABSENT, CONF, tuning_run, write_tuned_file
@@ -55,17 +58,29 @@ def tune(sweep_dirs: list[str | Path], level_key: str, metric: str = TUNING_METR
     measure = f"{metric}, lower is better" if lower else metric
     lines = [f"| {level_key} | candidate | {measure} (mean ± 95% CI) | seeds |", "|---|---|---|---|"]
     replicated = False
+    groups: dict[str, list[tuple[Path, list[dict]]]] = {}  # each level's sweeps, in the order given
     for sweep_dir in map(Path, sweep_dirs):
         level, records = _candidates(sweep_dir, level_key, metric)
-        if level in chosen:
-            raise ValueError(f"{sweep_dir}: a second tuning sweep of {level_key}={level}; give one sweep per level")
-        candidates: dict[tuple, list[float]] = {}
+        if any(sweep_dir.resolve() == given.resolve() for given, _ in groups.get(level, [])):
+            raise ValueError(f"{sweep_dir}: given twice; give each tuning sweep once")
+        _only_own_swept(sweep_dir, level_key, level, [(_setting(r, level_key), None) for r in records])
         # in the order the sweep listed them (its plan), which a tie keeps: not its folders' names' (warmup=100
         # before warmup=50)
         order = {name: i for i, name in enumerate(_candidate(n) for n in planned(sweep_dir).get("run_names") or [])}
-        listed = sorted(records, key=lambda r: order.get(_candidate(Path(r.get("run_dir", "")).name), len(order)))
-        for record in listed:
-            candidates.setdefault(_setting(record, level_key), []).append(float(record["metrics"][metric]))
+        records = sorted(records, key=lambda r: order.get(_candidate(Path(r.get("run_dir", "")).name), len(order)))
+        groups.setdefault(level, []).append((sweep_dir, records))
+    for level, sweeps in groups.items():
+        if len(sweeps) == 1:  # one sweep: a candidate is its swept values
+            sweep_dir, records = sweeps[0]
+            listed = [(sweep_dir, _setting(record, level_key), record) for record in records]
+        else:
+            listed, pooled_notes = pooled_candidates(
+                sweeps, level_key, level, functools.partial(_own_setting, level_key, level)
+            )
+            notes += pooled_notes
+        candidates: dict[tuple, list[float]] = {}
+        for _, setting, record in listed:
+            candidates.setdefault(setting, []).append(float(record["metrics"][metric]))
         # means equal in decimals are equal here, whatever their floats' last bits (same_mean, as the notes' test):
         # the stable sort keeps such ties in the order listed, so "the first listed" is the one chosen
         scored = sorted(candidates.items(), key=lambda item: round(statistics.fmean(item[1]), 9) * (1 if lower else -1))
@@ -84,16 +99,19 @@ def tune(sweep_dirs: list[str | Path], level_key: str, metric: str = TUNING_METR
                 "can take: their seeds are too few or too scattered for a t interval (a run far from the others?); "
                 "the choice is by the mean, which such a run moves most"
             )
-        _only_own_swept(sweep_dir, level_key, level, scored)
-        own = _own_held(sweep_dir, level_key, level)
+        # the winning candidate's first seed, and the sweep that ran it
+        sweep_dir, _, winner = min(
+            (run for run in listed if run[1] == scored[0][0]), key=lambda run: int(run[2]["seed"])
+        )
+        given = {k for k, _ in scored[0][0]}
+        own = [o for o in _own_held(sweep_dir, level_key, level) if o.lstrip("+~").partition("=")[0] not in given]
         # what the tuning sweep's level_settings gave the winning candidate (and the level) goes with it
         paired = level_overrides(planned(sweep_dir).get("level_settings"), {**dict(scored[0][0]), level_key: level})
         own += [o for o in paired if o not in own]
         chosen[level] = [f"{k}={v}" for k, v in scored[0][0]] + own
-        winner = min((r for r in records if _setting(r, level_key) == scored[0][0]), key=lambda r: int(r["seed"]))
         under[level] = {
             **tuning_run(sweep_dir / Path(winner.get("run_dir", "")).name),
-            "seeds": sorted({str(r["seed"]) for r in records}, key=lambda s: (len(s), s)),
+            "seeds": sorted({str(run[2]["seed"]) for run in listed}, key=lambda s: (len(s), s)),
         }
         if not under[level]["config"]:
             notes.append(
@@ -105,7 +123,12 @@ def tune(sweep_dirs: list[str | Path], level_key: str, metric: str = TUNING_METR
         if len(counts) > 1:  # a failed run leaves its candidate fewer seeds: a mean of less evidence can win
             notes.append(
                 f"note: the candidates of {level_key}={level} ran {min(counts)} to {max(counts)} seeds (failed or "
-                f"unfinished runs); the chosen one ran {len(scored[0][1])}: rerun the tuning sweep to finish them"
+                f"unfinished runs); the chosen one ran {len(scored[0][1])}: "
+                + (
+                    "rerun the tuning sweep to finish them"
+                    if len(sweeps) == 1
+                    else "run the seeds the others lack (a sweep of their own, pooled here too)"
+                )
             )
         if own:
             notes.append(
@@ -359,7 +382,7 @@ def main(argv: list[str]) -> None:
     import argparse
 
     parser = argparse.ArgumentParser(prog="python sweep.py tune", description="choose each level's settings")
-    parser.add_argument("sweep_dirs", nargs="+", help="finished tuning sweeps, one per level")
+    parser.add_argument("sweep_dirs", nargs="+", help="finished tuning sweeps (several of one level are pooled)")
     parser.add_argument("--level", required=True, help="the factor whose levels get settings (e.g. optim)")
     parser.add_argument("--metric", default=TUNING_METRIC, help="a validation metric the runs recorded")
     parser.add_argument("--out", help="write the level_settings block here (e.g. conf/tuned/factorial.yaml)")
