@@ -21,7 +21,7 @@ from omegaconf import OmegaConf
 from nmt.metrics import lower_is_better
 from nmt.sweep.analysis import check_same_measure, mean_ci, past_range, same_mean, welch_test
 from nmt.sweep.levels import level_overrides, sweep_levels
-from nmt.sweep.pooled import pooled_candidates
+from nmt.sweep.pooled import chosen_overrides, pooled_candidates
 from nmt.sweep.records import collect_records, finished_runs
 from nmt.sweep.summary import failed_runs, planned
 from nmt.sweep.tuned import ABSENT, CONF, tuning_run, write_tuned_file
@@ -78,6 +78,8 @@ def tune(sweep_dirs: list[str | Path], level_key: str, metric: str = TUNING_METR
                 sweeps, level_key, level, functools.partial(_own_setting, level_key, level)
             )
             notes += pooled_notes
+            # scored alike across the sweeps too: cased or not, one tokenisation
+            check_same_measure([record for _, _, record in listed], metric, SAME_CASE_ON_VALIDATION)
         candidates: dict[tuple, list[float]] = {}
         for _, setting, record in listed:
             candidates.setdefault(setting, []).append(float(record["metrics"][metric]))
@@ -103,12 +105,17 @@ def tune(sweep_dirs: list[str | Path], level_key: str, metric: str = TUNING_METR
         sweep_dir, _, winner = min(
             (run for run in listed if run[1] == scored[0][0]), key=lambda run: int(run[2]["seed"])
         )
-        given = {k for k, _ in scored[0][0]}
-        own = [o for o in _own_held(sweep_dir, level_key, level) if o.lstrip("+~").partition("=")[0] not in given]
+        own = _own_held(sweep_dir, level_key, level)
         # what the tuning sweep's level_settings gave the winning candidate (and the level) goes with it
         paired = level_overrides(planned(sweep_dir).get("level_settings"), {**dict(scored[0][0]), level_key: level})
         own += [o for o in paired if o not in own]
-        chosen[level] = [f"{k}={v}" for k, v in scored[0][0]] + own
+        if len(sweeps) == 1:
+            chosen[level] = [f"{k}={v}" for k, v in scored[0][0]] + own
+        else:  # the candidate's keys as its sweep wrote them, or as its run recorded them; the rest as before
+            given = {k for k, _ in scored[0][0]}
+            candidate = chosen_overrides(sweep_dir, scored[0][0], winner, own, level_key)
+            own = [o for o in own if o.lstrip("+~").partition("=")[0] not in given]
+            chosen[level] = candidate + own
         under[level] = {
             **tuning_run(sweep_dir / Path(winner.get("run_dir", "")).name),
             "seeds": sorted({str(run[2]["seed"]) for run in listed}, key=lambda s: (len(s), s)),
