@@ -507,6 +507,13 @@ def test_pooled_tuning_compares_values_as_levels_and_writes_a_choice_a_factorial
     assert chosen == ["+optim.optimizer.amsgrad=true", "~optim.optimizer.weight_decay", "warmup=1600"]
     loaded = composed(tmp_path / "f", ["grid=none", "data=toy", *held, *chosen])
     assert loaded.optim.optimizer.amsgrad is True and "weight_decay" not in loaded.optim.optimizer
+    # one sweep of a key it adds (+key=a,b): the choice adds it too, as the factorial must
+    (tmp_path / "plus").mkdir()
+    fake_tuning_sweep(tmp_path / "plus", "noam", "optim.optimizer.amsgrad", {"true": [30.0], "false": [20.0]})
+    saved = OmegaConf.load(tmp_path / "plus" / "multirun.yaml")
+    saved.hydra.overrides.task = ["optim=noam", "+optim.optimizer.amsgrad=true,false", "seed=1", "data=toy"]
+    OmegaConf.save(saved, tmp_path / "plus" / "multirun.yaml")
+    assert tune([tmp_path / "plus"], "optim").settings["optim"]["noam"] == ["+optim.optimizer.amsgrad=true"]
     # the grid winning instead: its recorded values, a key its runs lacked left out
     for path in (tmp_path / "signs").glob("*/sweep_result.json"):
         path.write_text(path.read_text().replace('"best_val_bleu": 38', '"best_val_bleu": 28'))

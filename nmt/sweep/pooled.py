@@ -92,9 +92,7 @@ def chosen_overrides(sweep_dir: Path, setting: tuple, record: dict, written: lis
     did (``+key=``, ``~key`` kept; ``written``: what it held and its level_settings gave), else the value its
     run recorded; a key its run did not have is left out."""
     found = tuning_run(sweep_dir / Path(record.get("run_dir", "")).name)["config"]
-    saved = _saved(sweep_dir)  # a swept key's sign, as its sweep wrote it (+key=a,b)
-    given = [*saved.hydra.overrides.task, *(saved.hydra.sweeper.get("params") or {})]
-    swept = {o.lstrip("+~").partition("=")[0]: o[: len(o) - len(o.lstrip("+~"))] for o in given}
+    swept = signs(sweep_dir)
     by_key = {o.lstrip("+~").partition("=")[0]: o for o in written}
     overrides = []
     for key, _ in setting:
@@ -106,6 +104,14 @@ def chosen_overrides(sweep_dir: Path, setting: tuple, record: dict, written: lis
         else:
             overrides.append(f"{swept.get(key, '')}{key}={override_text(value)}")
     return overrides
+
+
+def signs(sweep_dir: Path) -> dict[str, str]:
+    """Each key a sweep sets (command line or grid) with the sign it was written with: ``+`` for a key it adds
+    (``+optim.optimizer.amsgrad=true,false``), which a factorial must add too; ``""`` for most."""
+    saved = _saved(sweep_dir)
+    given = [*saved.hydra.overrides.task, *(saved.hydra.sweeper.get("params") or {})]
+    return {o.lstrip("+~").partition("=")[0]: o[: len(o) - len(o.lstrip("+~"))] for o in given}
 
 
 def _saved(sweep_dir: Path):

@@ -21,7 +21,7 @@ from omegaconf import OmegaConf
 from nmt.metrics import lower_is_better
 from nmt.sweep.analysis import check_same_measure, mean_ci, past_range, same_mean, welch_test
 from nmt.sweep.levels import level_overrides, sweep_levels
-from nmt.sweep.pooled import chosen_overrides, pooled_candidates
+from nmt.sweep.pooled import chosen_overrides, pooled_candidates, signs
 from nmt.sweep.records import collect_records, finished_runs
 from nmt.sweep.summary import failed_runs, planned
 from nmt.sweep.tuned import ABSENT, CONF, tuning_run, write_tuned_file
@@ -109,8 +109,9 @@ def tune(sweep_dirs: list[str | Path], level_key: str, metric: str = TUNING_METR
         # what the tuning sweep's level_settings gave the winning candidate (and the level) goes with it
         paired = level_overrides(planned(sweep_dir).get("level_settings"), {**dict(scored[0][0]), level_key: level})
         own += [o for o in paired if o not in own]
-        if len(sweeps) == 1:
-            chosen[level] = [f"{k}={v}" for k, v in scored[0][0]] + own
+        if len(sweeps) == 1:  # a swept key added with + is added by the factorial too
+            sign = signs(sweep_dir)
+            chosen[level] = [f"{sign.get(k, '')}{k}={v}" for k, v in scored[0][0]] + own
         else:  # the candidate's keys as its sweep wrote them, or as its run recorded them; the rest as before
             given = {k for k, _ in scored[0][0]}
             candidate = chosen_overrides(sweep_dir, scored[0][0], winner, own, level_key)
