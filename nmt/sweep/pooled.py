@@ -108,7 +108,10 @@ def chosen_overrides(sweep_dir: Path, setting: tuple, record: dict, written: lis
 
 def signs(sweep_dir: Path) -> dict[str, str]:
     """Each key a sweep sets (command line or grid) with the sign it was written with: ``+`` for a key it adds
-    (``+optim.optimizer.amsgrad=true,false``), which a factorial must add too; ``""`` for most."""
+    (``+optim.optimizer.amsgrad=true,false``), which a factorial must add too; ``""`` for most (and for all
+    where the sweep saved no multirun.yaml)."""
+    if not (sweep_dir / "multirun.yaml").is_file():
+        return {}
     saved = _saved(sweep_dir)
     given = [*saved.hydra.overrides.task, *(saved.hydra.sweeper.get("params") or {})]
     return {o.lstrip("+~").partition("=")[0]: o[: len(o) - len(o.lstrip("+~"))] for o in given}
