@@ -130,8 +130,9 @@ def tune(sweep_dirs: list[str | Path], level_key: str, metric: str = TUNING_METR
         counts = {len(values) for _, values in scored}
         if len(counts) > 1:  # a failed run leaves its candidate fewer seeds: a mean of less evidence can win
             notes.append(
-                f"note: the candidates of {level_key}={level} ran {min(counts)} to {max(counts)} seeds (failed or "
-                f"unfinished runs); the chosen one ran {len(scored[0][1])}: "
+                f"note: the candidates of {level_key}={level} ran {min(counts)} to {max(counts)} seeds ("
+                + ("failed or unfinished runs" if len(sweeps) == 1 else "as the pooled sweeps ran them, or failed runs")
+                + f"); the chosen one ran {len(scored[0][1])}: "
                 + (
                     "rerun the tuning sweep to finish them"
                     if len(sweeps) == 1
