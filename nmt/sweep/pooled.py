@@ -14,9 +14,10 @@ Pooled runs are compared only where they were trained alike, setting by setting 
   does (noam's ``optim.scheduler.warmup`` is ``${warmup}``);
 - the corpus text each run read must be the same, the metric scored alike, and a seed of one candidate may
   run once.
-Values compare as the sweeps' levels do (``2`` and ``2.0`` are one value), and a setting recorded as null is
-one a newer code no longer records. Runs of different code are pooled with a note naming the commits, and
-candidates that ran different seeds with a note: one sweep compares them seed for seed, pooled ones may not.
+Values compare as the sweeps' levels do (``2`` and ``2.0`` are one value), and a setting recorded as null
+compares alike with one that newer code no longer records. Runs of different code are pooled with a note
+naming the commits, and candidates that ran different seeds with a note: one sweep compares them seed for
+seed, pooled ones may not.
 """
 
 import json
