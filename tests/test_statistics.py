@@ -93,6 +93,24 @@ def test_the_comparison_with_the_baseline_is_welchs_test_over_seeds():
     assert math.isnan(analysis.welch_test([1.0], [2.0, 3.0])["p"])  # one seed: no test
 
 
+def test_a_paired_comparison_over_the_seeds_both_ran_is_scipys_paired_t_test():
+    """Runs of one seed share their batches' order: tune compares two candidates paired by seed too."""
+    a = {1: 30.0, 2: 34.0, 3: 38.0, 4: 31.0}
+    b = {1: 29.0, 2: 33.0, 3: 37.5, 5: 20.0}  # seeds 4 and 5: one side only, left out
+    result = analysis.paired_test(a, b)
+    reference = stats.ttest_rel([30.0, 34.0, 38.0], [29.0, 33.0, 37.5])
+    assert result["n"] == 3 and result["df"] == 2
+    assert result["p"] == pytest.approx(reference.pvalue, rel=1e-9)
+    low, high = reference.confidence_interval(0.95)
+    assert result["diff"] == pytest.approx((low + high) / 2) and result["ci95"] == pytest.approx((high - low) / 2)
+    # as independent runs the same scores establish nothing: each side's seeds scatter by 4 BLEU
+    assert analysis.welch_test([30.0, 34.0, 38.0], [29.0, 33.0, 37.5])["p"] > 0.5 > 0.05 > result["p"]
+    assert math.isnan(analysis.paired_test({1: 30.0, 2: 31.0}, {2: 29.0, 3: 28.0})["p"])  # one seed shared
+    # every seed moved alike: nothing to test the move against
+    assert math.isnan(analysis.paired_test({1: 30.0, 2: 31.0}, {1: 29.0, 2: 30.0})["p"])
+    assert analysis.paired_test({1: 30.0, 2: 31.0}, {1: 30.0, 2: 31.0})["p"] == 1.0
+
+
 def test_holm_by_hand():
     adjusted = analysis.holm({"a": 0.01, "b": 0.04, "c": 0.03, "d": 0.5})
     # sorted 0.01, 0.03, 0.04, 0.5 times 4, 3, 2, 1, then made monotone

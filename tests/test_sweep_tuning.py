@@ -10,7 +10,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf, open_dict
 from scipy.stats import t as t_dist
-from scipy.stats import ttest_ind
+from scipy.stats import ttest_ind, ttest_rel
 
 from nmt.sweep import tuned as tuned_module
 from nmt.sweep.levels import level_settings_problem
@@ -35,6 +35,21 @@ def fake_tuning_sweep(path, level: str, key: str, scores: dict[str, list[float]]
             run.mkdir(parents=True)
             record = {"factors": {key: value}, "seed": seed, "metrics": {"best_val_bleu": score, "test_bleu": 99.0}}
             (run / "sweep_result.json").write_text(json.dumps(record))
+
+
+def test_a_lead_the_seeds_establish_only_paired_is_said_so(tmp_path):
+    """Runs of one seed share their batches' order, and the CPU's tuning compared candidates paired by seed by
+    hand: tune said only Welch's "not established" of a lead that held on every seed."""
+    rates = {"0.001": [30.0, 34.0, 38.0], "0.002": [29.0, 33.0, 37.5]}  # seeds 1-3 scatter by 4; 0.001 leads on each
+    tuning_sweep(tmp_path / "adam", ["optim=adam"], "optim.optimizer.lr", rates)
+    notes = notes_of(tune([tmp_path / "adam"], "optim"), unrecorded=False)
+    assert notes[-1] == (
+        "note: optim=adam: the chosen candidate leads the next (optim.optimizer.lr=0.002) by 0.83, not established "
+        f"by their seeds as independent runs (Welch p = {welch_p(rates['0.001'], rates['0.002'])}), established "
+        f"paired by seed (p = {ttest_rel(rates['0.001'], rates['0.002']).pvalue:.2f} over the 3 seeds both ran, the "
+        "same batches in the same order): more seeds would tell whether the lead holds beyond these"
+    )
+    assert ttest_rel(rates["0.001"], rates["0.002"]).pvalue < 0.05 < ttest_ind(*rates.values()).pvalue
 
 
 def test_tune_refuses_a_sweep_cut_short_and_breaks_ties_in_the_order_listed(tmp_path):
@@ -265,6 +280,11 @@ def welch_p(a, b) -> str:
     return f"{ttest_ind(a, b, equal_var=False).pvalue:.2f}"
 
 
+def paired(a, b) -> str:
+    """The note's paired test of two candidates run on the same seeds, in the same order."""
+    return f"; paired by seed p = {ttest_rel(a, b).pvalue:.2f}, over the {len(a)} seeds both ran"
+
+
 def notes_of(tuned, unrecorded: bool = True) -> list[str]:
     """tune's notes (``unrecorded=False``: but the one on runs that recorded no settings)."""
     notes = [line for line in tuned.lines if line.startswith("note:")]
@@ -302,10 +322,12 @@ def test_tune_says_where_a_choice_is_weak_and_carries_the_levels_own_held_settin
         "note: optim=adam: the chosen optim.optimizer.lr=0.0005 is the smallest value tried (0.0005, 0.001): one "
         "below it may be better; try it before the factorial",
         "note: optim=adam: the chosen candidate leads the next (optim.optimizer.lr=0.001) by 3.50, not established "
-        f"by their seeds (Welch p = {welch_p(adam['0.0005'], adam['0.001'])}): the two may be equally good",
+        f"by their seeds (Welch p = {welch_p(adam['0.0005'], adam['0.001'])}{paired(adam['0.0005'], adam['0.001'])}): "
+        "the two may be equally good",
         # 400 is inside 200..800: no edge; its lead over 800 is not established either
         "note: optim=noam: the chosen candidate leads the next (warmup=800) by 2.50, not established by their "
-        f"seeds (Welch p = {welch_p(noam['400'], noam['800'])}): the two may be equally good",
+        f"seeds (Welch p = {welch_p(noam['400'], noam['800'])}{paired(noam['400'], noam['800'])}): the two may be "
+        "equally good",
         "note: optim=noam's tuning sweep held optim.scheduler.factor=0.5 ~optim.optimizer.weight_decay (its own "
         "settings, or those its level_settings gave the chosen candidate): they go with its choice",
         # a budget that differs between the levels' tuning runs: not tuned alike (optim.* and warmup are theirs)
@@ -443,7 +465,8 @@ def test_tuning_sweeps_of_one_level_pool_by_their_settings_where_they_ran_alike(
         "note: optim=noam: the chosen warmup=1600 is the largest value tried (200, 800, 1600): one above it may be "
         "better; try it before the factorial",
         "note: optim=noam: the chosen candidate leads the next (optim.scheduler.factor=1.0 warmup=1600) by 1.50, not "
-        f"established by their seeds (Welch p = {welch_p([36.0, 37.0], [34.0, 36.0])}): the two may be equally good",
+        f"established by their seeds (Welch p = {welch_p([36.0, 37.0], [34.0, 36.0])}"
+        f"{paired([36.0, 37.0], [34.0, 36.0])}): the two may be equally good",
     ]  # the settings the winning sweep held are its candidate's, named in the table: no note that they go with it
     # the same candidate from two sweeps: its seeds pooled (more seeds added later), each seed once
     shutil.copytree(tmp_path / "edge", tmp_path / "more")

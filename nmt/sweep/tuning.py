@@ -19,7 +19,7 @@ from typing import NamedTuple
 from omegaconf import OmegaConf
 
 from nmt.metrics import lower_is_better
-from nmt.sweep.analysis import check_same_measure, mean_ci, past_range, same_mean, welch_test
+from nmt.sweep.analysis import check_same_measure, mean_ci, paired_test, past_range, same_mean, welch_test
 from nmt.sweep.levels import level_overrides, sweep_levels
 from nmt.sweep.pooled import chosen_overrides, pooled_candidates, signs
 from nmt.sweep.records import collect_records, finished_runs
@@ -81,8 +81,10 @@ def tune(sweep_dirs: list[str | Path], level_key: str, metric: str = TUNING_METR
             # scored alike across the sweeps too: cased or not, one tokenisation
             check_same_measure([record for _, _, record in listed], metric, SAME_CASE_ON_VALIDATION)
         candidates: dict[tuple, list[float]] = {}
+        by_seed: dict[tuple, dict[int, float]] = {}  # a seed is one run of a candidate (pooled: checked so)
         for _, setting, record in listed:
             candidates.setdefault(setting, []).append(float(record["metrics"][metric]))
+            by_seed.setdefault(setting, {})[int(record["seed"])] = float(record["metrics"][metric])
         # means equal in decimals are equal here, whatever their floats' last bits (same_mean, as the notes' test):
         # the stable sort keeps such ties in the order listed, so "the first listed" is the one chosen
         scored = sorted(candidates.items(), key=lambda item: round(statistics.fmean(item[1]), 9) * (1 if lower else -1))
@@ -126,7 +128,7 @@ def tune(sweep_dirs: list[str | Path], level_key: str, metric: str = TUNING_METR
                 f"note: {level_key}={level}'s winning tuning run ({under[level]['run']}) recorded no settings "
                 "(fingerprint.json, config.yaml): a sweep that loads this file cannot check its own against them"
             )
-        notes += _weak_choice(level_key, level, scored)
+        notes += _weak_choice(level_key, level, scored, by_seed)
         counts = {len(values) for _, values in scored}
         if len(counts) > 1:  # a failed run leaves its candidate fewer seeds: a mean of less evidence can win
             notes.append(
@@ -299,9 +301,10 @@ def _own_setting(level_key: str, level: str, key: str) -> bool:
     return option.is_file() and "${" + key + "}" in option.read_text()
 
 
-def _weak_choice(level_key: str, level: str, scored: list) -> list[str]:
+def _weak_choice(level_key: str, level: str, scored: list, by_seed: dict) -> list[str]:
     """Notes on a choice its evidence does not settle: a numeric setting at the edge of the values tried (one
-    past it may be better), and a lead over the next candidate that its seeds do not establish."""
+    past it may be better), and a lead over the next candidate that its seeds do not establish, as independent
+    runs (Welch) or, where the two share seeds, paired by seed (``by_seed``: {setting: {seed: value}})."""
     notes = []
     best = dict(scored[0][0])
     tied = len(scored) > 1 and all(same_mean(statistics.fmean(vs), statistics.fmean(scored[0][1])) for _, vs in scored)
@@ -349,10 +352,21 @@ def _weak_choice(level_key: str, level: str, scored: list) -> list[str]:
                 "few seeds to test it (one on a side): the two may be equally good"
             )
         elif test["p"] >= 0.05:
-            notes.append(
-                f"note: {level_key}={level}: the chosen candidate leads the next ({name}) by {lead:.2f}, not "
-                f"established by their seeds (Welch p = {test['p']:.2f}): the two may be equally good"
-            )
+            pair = paired_test(by_seed[scored[0][0]], by_seed[next_setting])
+            paired = pair["p"] == pair["p"] and pair["n"] >= 2  # shared seeds with a scatter to test against
+            if paired and pair["p"] < 0.05:
+                notes.append(
+                    f"note: {level_key}={level}: the chosen candidate leads the next ({name}) by {lead:.2f}, not "
+                    f"established by their seeds as independent runs (Welch p = {test['p']:.2f}), established paired "
+                    f"by seed (p = {pair['p']:.2f} over the {pair['n']} seeds both ran, the same batches in the same "
+                    "order): more seeds would tell whether the lead holds beyond these"
+                )
+            else:
+                by_pair = f"; paired by seed p = {pair['p']:.2f}, over the {pair['n']} seeds both ran" if paired else ""
+                notes.append(
+                    f"note: {level_key}={level}: the chosen candidate leads the next ({name}) by {lead:.2f}, not "
+                    f"established by their seeds (Welch p = {test['p']:.2f}{by_pair}): the two may be equally good"
+                )
     return notes
 
 
