@@ -52,6 +52,21 @@ def test_a_lead_the_seeds_establish_only_paired_is_said_so(tmp_path):
     assert ttest_rel(rates["0.001"], rates["0.002"]).pvalue < 0.05 < ttest_ind(*rates.values()).pvalue
 
 
+def test_a_pairing_on_some_seeds_that_favours_the_next_candidate_is_no_support(tmp_path):
+    """Pooled sweeps share only some seeds: on those, the chosen candidate may trail, however its mean leads."""
+    held = ["optim=noam", "trainer.max_steps=40"]
+    tuning_sweep(tmp_path / "grid", held, "warmup", {"800": [32.0, 33.5], "1600": [30.0, 31.0]})
+    tuning_sweep(tmp_path / "more", held, "warmup", {"1600": [40.0, 41.0]}, first=3)  # seeds 3 and 4
+    tuned = tune([tmp_path / "grid", tmp_path / "more"], "optim")
+    assert tuned.settings == {"optim": {"noam": ["warmup=1600"]}}  # mean 35.50 against 32.75
+    chosen, following = [30.0, 31.0, 40.0, 41.0], [32.0, 33.5]
+    assert (
+        "note: optim=noam: the chosen candidate leads the next (warmup=800) by 2.75, not established by their seeds "
+        f"(Welch p = {welch_p(chosen, following)}; on the 2 seeds both ran the next leads by 2.25, paired by seed "
+        f"p = {ttest_rel(chosen[:2], following).pvalue:.2f}): the two may be equally good"
+    ) in notes_of(tuned)
+
+
 def test_tune_refuses_a_sweep_cut_short_and_breaks_ties_in_the_order_listed(tmp_path):
     """A tuning sweep stopped after its first seed (start_runs_for; seeds run first) was tuned on one seed of
     each candidate, without a word; tied candidates were chosen by their folders' names (warmup=100 before
@@ -249,19 +264,19 @@ def composed(sweep_dir, given: list[str], swept: list[str] = (), grid: dict | No
 
 
 def tuning_sweep(
-    path, given: list[str], key: str, scores: dict[str, list[float]], grid=None, fingerprints=True, text=None
+    path, given: list[str], key: str, scores: dict[str, list[float]], grid=None, fingerprints=True, text=None, first=1
 ):
     """A finished tuning sweep as the multirun leaves it: ``given`` (and ``grid``) held, ``key`` swept over
     seeds; each run folder with the fingerprint train.py records for its overrides (``fingerprints``), and
     ``text``, the hashes of the corpus's splits it read, where given. The toy corpus unless ``given`` names one."""
-    seeds = ",".join(str(s + 1) for s in range(len(next(iter(scores.values())))))
+    seeds = ",".join(str(s + first) for s in range(len(next(iter(scores.values())))))  # from seed ``first``
     path.mkdir()
     corpus = [] if any(g.startswith("data=") for g in given) else ["data=toy"]
     cfg = composed(path, ["grid=none", *corpus, *given], [f"{key}={','.join(scores)}", f"seed={seeds}"], grid)
     OmegaConf.save(cfg, path / "multirun.yaml")
     base = planned_values(cfg)[0]
     for value, by_seed in scores.items():
-        for seed, score in enumerate(by_seed, start=1):
+        for seed, score in enumerate(by_seed, start=first):
             run = path / f"{key}={value},seed={seed}"
             (run / ".hydra").mkdir(parents=True)
             overrides = run_overrides(cfg, {**base, key: value, "seed": str(seed)})

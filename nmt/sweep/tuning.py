@@ -354,7 +354,9 @@ def _weak_choice(level_key: str, level: str, scored: list, by_seed: dict) -> lis
         elif test["p"] >= 0.05:
             pair = paired_test(by_seed[scored[0][0]], by_seed[next_setting])
             paired = pair["p"] == pair["p"] and pair["n"] >= 2  # shared seeds with a scatter to test against
-            if paired and pair["p"] < 0.05:
+            # where only some seeds are shared, the chosen one may trail on those: then the pairing is no support
+            along = pair["diff"] * test["diff"] > 0
+            if paired and along and pair["p"] < 0.05:
                 notes.append(
                     f"note: {level_key}={level}: the chosen candidate leads the next ({name}) by {lead:.2f}, not "
                     f"established by their seeds as independent runs (Welch p = {test['p']:.2f}), established paired "
@@ -363,6 +365,11 @@ def _weak_choice(level_key: str, level: str, scored: list, by_seed: dict) -> lis
                 )
             else:
                 by_pair = f"; paired by seed p = {pair['p']:.2f}, over the {pair['n']} seeds both ran" if paired else ""
+                if paired and not along:
+                    by_pair = (
+                        f"; on the {pair['n']} seeds both ran the next leads by {abs(pair['diff']):.2f}, paired by "
+                        f"seed p = {pair['p']:.2f}"
+                    )
                 notes.append(
                     f"note: {level_key}={level}: the chosen candidate leads the next ({name}) by {lead:.2f}, not "
                     f"established by their seeds (Welch p = {test['p']:.2f}{by_pair}): the two may be equally good"
