@@ -27,8 +27,13 @@ def test_each_run_gets_the_settings_of_its_levels():
     [
         ({"norm": {"rms": ["warmup=3"]}}, r"level_settings.norm: norm is not a key of this sweep .*; make it one"),
         ({"optim": {"adam": ["warmup"]}}, r"level_settings.optim.adam: 'warmup' is not key=value"),
-        ({"optim": {"adam": ["pos=relative"]}}, r"pos is also set by the command line or grid; set it in one place"),
-        ({"optim": {"adam": ["seed=3"]}}, r"seed is also a factor of this sweep"),
+        # each place's value named: the message gave neither, nor that one value in both is taken
+        (
+            {"optim": {"adam": ["pos=relative"]}},
+            r"pos is also set by the command line or grid \(pos=absolute\); set "
+            r"it in one place \(the same value in both is taken\)",
+        ),  # fmt: skip
+        ({"optim": {"adam": ["seed=3"]}}, r"seed is also a factor of this sweep \(1, 2\); set it in one place"),
         ({"optim": ["lr=1"]}, r"expected level: \[key=value, ...\]"),
         # a misspelt level would give its runs nothing, and the report would call the levels tuned
         ({"optim": {"noma": ["warmup=4"]}}, r"level_settings.optim.noma: noma is not an option of group optim"),
@@ -70,6 +75,13 @@ def test_a_sweep_plans_and_trains_each_level_with_its_settings(tmp_path):
     assert plan.returncode == 0, plan.stdout[-2000:] + plan.stderr[-2000:]
     assert "with optim=adam: optim.optimizer.lr=0.002   [level_settings]" in plan.stdout
     assert "with optim=noam: warmup=7   [level_settings]" in plan.stdout
+    # from a tuned file: its name, where the plan said [level_settings] as for settings given by hand
+    given = [o for o in command if not o.startswith("level_settings=")]
+    tuned = subprocess.run([*given, "+tuned=factorial_converged_toy", "plan=true"], capture_output=True, text=True,
+                           cwd=ROOT, timeout=300)  # fmt: skip
+    assert tuned.returncode == 0, tuned.stdout[-2000:] + tuned.stderr[-2000:]
+    origin = "[+tuned=factorial_converged_toy (conf/tuned/factorial_converged_toy.yaml)]"
+    assert f"with optim=adam: optim.optimizer.lr=0.001   {origin}" in tuned.stdout
     conflict = subprocess.run([*command, "warmup=9"], capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert conflict.returncode == 2 and "[sweep] running" not in conflict.stdout
     assert "level_settings.optim.noam: 'warmup=7': warmup is also set by the command line or grid" in conflict.stderr

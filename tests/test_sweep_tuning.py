@@ -2,7 +2,9 @@
 the file it writes, and a factorial that loads it: checked against what its levels were tuned under."""
 
 import json
+import os
 import shutil
+import socket
 import subprocess
 import sys
 
@@ -84,8 +86,29 @@ def test_tune_refuses_a_sweep_cut_short_and_breaks_ties_in_the_order_listed(tmp_
     assert not [n for n in notes_of(tuned, unrecorded=False) if "value tried" in n]
     assert any("ties with the next (warmup=100)" in n for n in notes_of(tuned))
     cut = tmp_path / "noam" / "warmup=100,seed=2"
-    (cut / "sweep_result.json").unlink()  # never started
-    with pytest.raises(ValueError, match=r"noam: 1 planned run\(s\) have not run \(warmup=100,seed=2\): tune would "):
+    (cut / "sweep_result.json").unlink()  # not finished
+    # what became of it is said, and what to do: "have not run" and "finish the tuning sweep" were said of a run
+    # training now, where the sweep's command again would only skip it, and of a run that had trained
+    said = r"noam: 1 planned run\(s\) have not finished, so tune would choose on fewer seeds than planned \(warmup="
+    states = [
+        (r"100,seed=2: not finished\): finish the tuning sweep", None),
+        (r"100,seed=2: stopped, resumable\): finish the tuning sweep \(its command again", "checkpoints/last.ckpt"),
+        (r"100,seed=2: trained, its final scores not made\): finish", "results.json"),
+        (r"100,seed=2: training now\): wait for the 1 training now to finish", ".lock"),
+    ]
+    for state, made in states:
+        if made:
+            (cut / made).parent.mkdir(exist_ok=True)
+        if made == "results.json":
+            (cut / made).write_text(json.dumps({"stage": "trained", "finished": False}))
+        elif made == ".lock":  # as a run's lock names its holder: this process, alive
+            (cut / made).write_text(f"pid {os.getpid()} on {socket.gethostname()}, since 2026-12-05 10:00:00\n")
+        elif made:
+            (cut / made).write_bytes(b"")
+        with pytest.raises(ValueError, match=said + state):
+            tune([tmp_path / "noam"], "optim")
+    (cut / ".lock").write_text(f"pid {os.getpid()} on elsewhere, since 2026-12-05 10:00:00\n")  # a host's own pids
+    with pytest.raises(ValueError, match=said + "100,seed=2: trained, its final"):
         tune([tmp_path / "noam"], "optim")
     (cut / "sweep_failed.json").write_text("{}")  # failed: said by the note on unequal seeds
     assert any("ran 1 to 2 seeds" in n for n in notes_of(tune([tmp_path / "noam"], "optim")))
@@ -127,8 +150,9 @@ def test_tune_refuses_unfinished_candidates_and_other_keys_and_carries_the_winne
     fake_tuning_sweep(tmp_path / "adam", "adam", "optim.optimizer.lr", {"1e-3": [20, 22], "4e-3": [25, 24]})
     planned = [f"optim.optimizer.lr={lr},seed={s}" for lr in ("1e-3", "2e-3", "4e-3") for s in (1, 2)]
     (tmp_path / "adam" / "plan.json").write_text(json.dumps({"run_names": planned}))
-    with pytest.raises(ValueError, match=r"adam: 1 planned candidate\(s\) have no finished run \(optim.optimizer.lr="
-                       r"2e-3\): tune would choose among the others; finish the tuning sweep"):  # fmt: skip
+    with pytest.raises(ValueError, match=r"adam: 1 planned candidate\(s\) have no finished run, so tune would choose "
+                       r"among the others \(optim.optimizer.lr=2e-3,seed=1: not started; optim.optimizer.lr=2e-3,"
+                       r"seed=2: not started\): finish the tuning sweep"):  # fmt: skip
         tune([tmp_path / "adam"], "optim")
     fake_tuning_sweep(tmp_path / "pos", "adam", "pos", {"absolute": [20, 22], "relative": [25, 24]})
     with pytest.raises(ValueError, match=r"pos: it sweeps pos, not a setting of optim=adam \(those are optim.\* and"):
@@ -205,9 +229,16 @@ def test_tuning_refuses_the_test_set_a_swept_level_and_a_sweep_given_twice(tmp_p
     (tmp_path / "c" / "plan.json").write_text(json.dumps({"run_names": ["optim.optimizer.lr=0.002,seed=1"]}))
     with pytest.raises(ValueError, match=r"1 finished run\(s\) of an earlier sweep .*lr=0.001,seed=1\) are not in"):
         tune([tmp_path / "c"], "optim")
-    # a key the sweep does not set: the message lists those it holds at one level, the level's among them
-    with pytest.raises(ValueError, match=r"--level pos: this tuning sweep does not set pos .* one of \[.*optim=adam"):
+    # a key the sweep does not set: the message lists the keys it holds at one level that could be the level (it
+    # listed key=value items, the recipe's among them), and a misspelt level's likely key
+    with pytest.raises(ValueError, match=r"--level pos: this tuning sweep does not set pos on .* one of: optim \(held "
+                       r"at adam\), optim.optimizer.lr \(held at 0.001\)$"):  # fmt: skip
         tune([tmp_path / "a"], "pos")
+    with pytest.raises(ValueError, match=r"does not set optm on its command line or grid \(did you mean --level optim"):
+        tune([tmp_path / "a"], "optm")
+    # a factorial given for a tuning sweep: what to give instead
+    with pytest.raises(ValueError, match=r"sweeps it over \['0.001', '0.002'\] \(a factorial\?\): give one tuning "):
+        tune([tmp_path / "c"], "optim.optimizer.lr")
     # the level given with its value: "does not set optim=adam", then optim=adam listed among the choices
     with pytest.raises(ValueError, match=r"^--level optim=adam: --level takes the key alone \(--level optim\)"):
         tune([tmp_path / "a"], "optim=adam")
@@ -234,6 +265,23 @@ def test_tuning_refuses_the_test_set_a_swept_level_and_a_sweep_given_twice(tmp_p
     said = capsys.readouterr().out
     assert f"note: {tmp_path / 'out.yaml'} is not conf/tuned/<name>.yaml, the only place +tuned=<name> loads" in said
     assert (tmp_path / "out.yaml").is_file()
+    assert said.rstrip().endswith(f"written to {tmp_path / 'out.yaml'}")  # a new file: nothing replaced
+    # another choice over it: replaced without a word before, under a factorial that had loaded it
+    main([str(tmp_path / "b"), "--level", "optim", "--out", str(tmp_path / "out.yaml")])
+    said = capsys.readouterr().out
+    assert (
+        f"written to {tmp_path / 'out.yaml'}, replacing another choice: optim=adam: optim.optimizer.lr=0.001 -> "
+        "optim.optimizer.lr=0.002\nnote: a sweep that loaded"
+    ) in said
+    main([str(tmp_path / "b"), "--level", "optim", "--out", str(tmp_path / "out.yaml")])  # the same choice again
+    assert capsys.readouterr().out.rstrip().endswith(f"written to {tmp_path / 'out.yaml'}")
+    # a name without .yaml: written, then loaded by no +tuned=<name> (whose suggestion named another file)
+    with pytest.raises(SystemExit):
+        main([str(tmp_path / "a"), "--level", "optim", "--out", str(tmp_path / "out")])
+    assert f"--out {tmp_path / 'out'}: a tuned file's name ends in .yaml ({tmp_path / 'out'}.yaml)" in (
+        capsys.readouterr().err
+    )
+    assert not (tmp_path / "out").exists()
     # a folder for --out lost the block in a traceback once the table was printed; '' wrote nothing, silently
     for out, said in (
         (str(tmp_path), ": a folder; name the file to write, e.g. conf/tuned/<name>.yaml"),

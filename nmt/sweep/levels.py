@@ -183,8 +183,14 @@ def level_settings_problem(level_settings, levels: dict[str, list[str]], from_fi
                     if same_level(given[0], setting[0], name):  # 0 and 0.0 alike: one value however written
                         continue  # the command line gives it the same value (as its tuning sweep had it): no doubt
                 if name in levels:
-                    source = "a factor of this sweep" if len(levels[name]) > 1 else "set by the command line or grid"
-                    return f"{where}: {name} is also {source}; set it in one place"
+                    if len(levels[name]) > 1:
+                        factor = ", ".join(levels[name])
+                        return f"{where}: {name} is also a factor of this sweep ({factor}); set it in one place"
+                    here = f"{name}={levels[name][0]}" if levels[name][0] else f"~{name}"
+                    return (
+                        f"{where}: {name} is also set by the command line or grid ({here}); set it in one place (the "
+                        "same value in both is taken)"
+                    )
         run_by = [level for level in by_level if any(same_level(level, ran, key) for ran in levels[key])]
         if not from_file and by_level and not run_by:
             # a tuned file may hold more levels than a sweep runs (checked_tuned_file refuses one that applies to

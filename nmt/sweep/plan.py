@@ -239,11 +239,14 @@ def print_plan(sweep_dir: Path, config: DictConfig) -> None:
     for key, values in given.items():
         if len(values) == 1 and len(grid.get(key, [])) > 1:
             print(f"  {key} held at {values[0]} by the command line (the grid's factor: {', '.join(grid[key])})")
+    # where the level settings come from: a tuned file (+tuned=<name>) or level_settings given
+    tuned = OmegaConf.select(config, "hydra.runtime.choices.tuned", default=None)
+    origin = f"+tuned={tuned} (conf/tuned/{tuned}.yaml)" if tuned else "level_settings"
     for key, by_level in plain_settings(config.get("level_settings")).items():
         for level, overrides in by_level.items():
             # a level this sweep runs, with settings of its own
             if any(same_level(level, ran, key) for ran in levels.get(key, [])) and overrides:
-                print(f"  with {key}={level}: {' '.join(map(str, overrides))}   [level_settings]")
+                print(f"  with {key}={level}: {' '.join(map(str, overrides))}   [{origin}]")
     constants = [f"{k}={v[0]}" for k, v in given.items() if len(v) == 1]
     print(f"  constants from the command line: {' '.join(constants) or 'none'}")
     grid_constants = [f"{k}={v[0]}" for k, v in grid.items() if len(v) == 1 and k not in given]

@@ -60,6 +60,29 @@ def write_tuned_file(path: str | Path, settings: dict, notes: list[str], under: 
     atomic_write_text(Path(path), f"# @package _global_\n{head}{body}{context}")
 
 
+def replaced_settings(path: Path, settings: dict) -> str:
+    """The level settings a tuned file at ``path`` holds that ``settings`` would change (old -> new), or ''."""
+    if not path.is_file():
+        return ""
+    import yaml
+
+    try:
+        before = plain_settings(OmegaConf.load(path).get("level_settings"))
+    except (OSError, ValueError, yaml.YAMLError):  # not a tuned file (a text written by hand): replaced whole
+        before = None
+    if not isinstance(before, dict):
+        return "a file that held no readable level_settings"
+    settings = plain_settings(settings)
+    changes = []
+    for key in sorted({*before, *settings}):
+        old, new = before.get(key) or {}, settings.get(key) or {}
+        for level in sorted({*map(str, old), *map(str, new)}):
+            was, now = old.get(level), new.get(level)
+            if was != now:
+                changes.append(f"{key}={level}: {' '.join(was or ['(none)'])} -> {' '.join(now or ['(none)'])}")
+    return "; ".join(changes)
+
+
 def tuned_file(config: DictConfig) -> dict | None:
     """The tuned file a sweep's level settings came from (``+tuned=<name>``), read: None without one."""
     name = OmegaConf.select(config, "hydra.runtime.choices.tuned", default=None)

@@ -5,10 +5,10 @@ of one level (a candidate past the grid's edge, seeds added later) are pooled (n
 ``tune`` takes each level's candidate with the best mean validation metric (the test set is never looked
 at) and says where that choice is weak: at the edge of the values tried, ahead of the next candidate by
 less than its seeds establish, or tuned unlike the other levels. ``--out`` writes the choice as a config
-(``conf/tuned/<name>.yaml``, nmt/sweep/tuned.py) that a factorial loads with ``+tuned=<name>``.
+(``conf/tuned/<name>.yaml``, nmt/sweep/tuned.py) that a factorial loads with ``+tuned=<name>``. Each tuning
+sweep is read, and refused where it cannot be chosen from, by nmt/sweep/tuning_sweep.py.
 """
 
-import difflib
 import functools
 import json
 import math
@@ -22,23 +22,10 @@ from nmt.metrics import lower_is_better
 from nmt.sweep.analysis import check_same_measure, mean_ci, paired_test, past_range, same_mean, welch_test
 from nmt.sweep.levels import level_overrides, sweep_levels
 from nmt.sweep.pooled import chosen_overrides, pooled_candidates, signs
-from nmt.sweep.records import collect_records, finished_runs
-from nmt.sweep.summary import failed_runs, planned
-from nmt.sweep.tuned import ABSENT, CONF, tuning_run, write_tuned_file
+from nmt.sweep.summary import planned
+from nmt.sweep.tuned import ABSENT, CONF, replaced_settings, tuning_run, write_tuned_file
+from nmt.sweep.tuning_sweep import SAME_CASE_ON_VALIDATION, TUNING_METRIC, candidate_of, tuning_runs
 from nmt.utils.io import check_output_file
-
-SAME_CASE_ON_VALIDATION = (
-    "rank them by --metric best_val_bleu_tok_lc or val_as_test_bleu_tok_lc (validation, lowercased for every "
-    "run), or tune each kind of run in a sweep of its own"
-)
-# why a finished run may lack a validation metric, by the metric's first word
-_WITHOUT = {
-    "best": "without decoded validations (validation.bleu_every_n_epochs=0)",
-    "final": "without a decoded validation of the final weights (validation.bleu_every_n_epochs=0, or an interval "
-    "whose last validation did not decode, with checkpoint.monitor=val_loss)",
-    "val": "without the final decode of the validation set (val_after_training=false)",
-}
-TUNING_METRIC = "best_val_bleu"  # validation, never test: tuned settings are chosen where the test is not seen
 
 
 class Tuned(NamedTuple):
@@ -60,14 +47,14 @@ def tune(sweep_dirs: list[str | Path], level_key: str, metric: str = TUNING_METR
     replicated = False
     groups: dict[str, list[tuple[Path, list[dict]]]] = {}  # each level's sweeps, in the order given
     for sweep_dir in map(Path, sweep_dirs):
-        level, records = _candidates(sweep_dir, level_key, metric)
+        level, records = tuning_runs(sweep_dir, level_key, metric)
         if any(sweep_dir.resolve() == given.resolve() for given, _ in groups.get(level, [])):
             raise ValueError(f"{sweep_dir}: given twice; give each tuning sweep once")
         _only_own_swept(sweep_dir, level_key, level, [(_setting(r, level_key), None) for r in records])
         # in the order the sweep listed them (its plan), which a tie keeps: not its folders' names' (warmup=100
         # before warmup=50)
-        order = {name: i for i, name in enumerate(_candidate(n) for n in planned(sweep_dir).get("run_names") or [])}
-        records = sorted(records, key=lambda r: order.get(_candidate(Path(r.get("run_dir", "")).name), len(order)))
+        order = {name: i for i, name in enumerate(candidate_of(n) for n in planned(sweep_dir).get("run_names") or [])}
+        records = sorted(records, key=lambda r: order.get(candidate_of(Path(r.get("run_dir", "")).name), len(order)))
         groups.setdefault(level, []).append((sweep_dir, records))
     for level, sweeps in groups.items():
         if len(sweeps) == 1:  # one sweep: a candidate is its swept values
@@ -111,14 +98,15 @@ def tune(sweep_dirs: list[str | Path], level_key: str, metric: str = TUNING_METR
         # what the tuning sweep's level_settings gave the winning candidate (and the level) goes with it
         paired = level_overrides(planned(sweep_dir).get("level_settings"), {**dict(scored[0][0]), level_key: level})
         own += [o for o in paired if o not in own]
+        given = {k for k, _ in scored[0][0]}
         if len(sweeps) == 1:  # a swept key added with + is added by the factorial too
             sign = signs(sweep_dir)
-            chosen[level] = [f"{sign.get(k, '')}{k}={v}" for k, v in scored[0][0]] + own
+            candidate = [f"{sign.get(k, '')}{k}={v}" for k, v in scored[0][0]]
         else:  # the candidate's keys as its sweep wrote them, or as its run recorded them; the rest as before
-            given = {k for k, _ in scored[0][0]}
             candidate = chosen_overrides(sweep_dir, scored[0][0], winner, own, level_key)
-            own = [o for o in own if o.lstrip("+~").partition("=")[0] not in given]
-            chosen[level] = candidate + own
+        # a candidate's key the sweep held at one value (one candidate) is the candidate's, named once
+        own = [o for o in own if o.lstrip("+~").partition("=")[0] not in given]
+        chosen[level] = candidate + own
         under[level] = {
             **tuning_run(sweep_dir / Path(winner.get("run_dir", "")).name),
             "seeds": sorted({str(run[2]["seed"]) for run in listed}, key=lambda s: (len(s), s)),
@@ -165,114 +153,9 @@ def _only_own_swept(sweep_dir: Path, level_key: str, level: str, scored: list) -
         )
 
 
-def _candidate(name: str) -> str:
-    """A tuning run's folder name without its seed: the candidate it is a seed of."""
-    return ",".join(part for part in name.split(",") if not part.startswith("seed="))
-
-
-def _unrun_candidates(sweep_dir: Path) -> list[str]:
-    """The planned candidates of a tuning sweep (its runs' folder names, the seed aside) with no finished run."""
-    done = {_candidate(path.parent.name) for path in finished_runs(sweep_dir)[0]}
-    return sorted({_candidate(name) for name in planned(sweep_dir).get("run_names") or []} - done)
-
-
-def _unrun_seeds(sweep_dir: Path) -> list[str]:
-    """The planned runs of a tuning sweep that neither finished nor failed: not run yet (a sweep stopped by
-    start_runs_for, or still under way). A failed run is said by the note on unequal seeds."""
-    done = {path.parent.name for path in finished_runs(sweep_dir)[0]} | set(failed_runs(sweep_dir))
-    return [name for name in planned(sweep_dir).get("run_names") or [] if name not in done]
-
-
 def _setting(record: dict, level_key: str) -> tuple:
     """A tuning run's candidate: its swept values, the level and the seed aside."""
     return tuple(sorted((k, str(v)) for k, v in record["factors"].items() if k != level_key))
-
-
-def _candidates(sweep_dir: Path, level_key: str, metric: str) -> tuple[str, list[dict]]:
-    """The level a tuning sweep held, and its finished runs, every one with ``metric`` (or a one-line error)."""
-    level = _constant_level(sweep_dir, level_key)
-    finished = collect_records(sweep_dir)
-    earlier = finished_runs(sweep_dir)[1]
-    if earlier:  # a grid widened in the same folder (past an edge, say): its earlier candidates are not compared
-        raise ValueError(
-            f"{sweep_dir}: {len(earlier)} finished run(s) of an earlier sweep in this folder ({', '.join(earlier[:3])}"
-            f"{' ...' if len(earlier) > 3 else ''}) are not in its last plan, so tune would not use them: run "
-            "every candidate and seed in one sweep (its command with all the values: finished runs are kept), or "
-            "give each its own sweep_name"
-        )
-    records = [r for r in finished if r["metrics"].get(metric) is not None]
-    if not finished:
-        raise ValueError(f"{sweep_dir}: no finished run; finish the tuning sweep first")
-    unrun = _unrun_candidates(sweep_dir)
-    if unrun:  # a choice among the candidates that finished is not the tuning planned
-        raise ValueError(
-            f"{sweep_dir}: {len(unrun)} planned candidate(s) have no finished run ({'; '.join(unrun[:3])}"
-            f"{' ...' if len(unrun) > 3 else ''}): tune would choose among the others; finish the tuning sweep (its "
-            "command again: finished runs are kept; a failed one says why in its folder)"
-        )
-    unrun = _unrun_seeds(sweep_dir)
-    if unrun:  # seeds first is the order a sweep runs them in: a cut sweep left every candidate fewer seeds
-        raise ValueError(
-            f"{sweep_dir}: {len(unrun)} planned run(s) have not run ({'; '.join(unrun[:3])}"
-            f"{' ...' if len(unrun) > 3 else ''}): tune would choose on fewer seeds than the tuning planned; finish "
-            "the tuning sweep (its command again: finished runs are kept)"
-        )
-    if not records:  # a misspelt or unrecorded metric: name those the runs record
-        recorded = sorted({name for r in finished for name, value in r["metrics"].items() if value is not None})
-        usable = [name for name in recorded if not name.startswith("test_")]  # tune chooses on validation data
-        close = difflib.get_close_matches(metric, usable, n=1)
-        hint = f" (did you mean --metric {close[0]}?)" if close else ""
-        raise ValueError(
-            f"{sweep_dir}: no run records {metric}{hint}; tune chooses by one of the validation scores its runs "
-            f"record: {', '.join(usable) or 'none (they record test scores alone)'}"
-        )
-    if len(records) < len(finished):  # never a choice among some of the candidates without saying so
-        missing = sorted(Path(r.get("run_dir", "?")).name for r in finished if r["metrics"].get(metric) is None)
-        why = _WITHOUT.get(metric.split("_")[0], _WITHOUT["best"])
-        raise ValueError(
-            f"{sweep_dir}: {len(missing)} of {len(finished)} finished runs have no {metric} "
-            f"({', '.join(missing)}): made by an earlier version or {why}; run them again (on_changed=move) "
-            "or choose another --metric"
-        )
-    unscored = sorted(
-        Path(r.get("run_dir", "?")).name for r in records if not math.isfinite(float(r["metrics"][metric]))
-    )
-    if unscored:  # no mean or interval takes nan or inf: a candidate that diverged is told apart by a score
-        instead = (
-            f"choose by a score it still has (--metric {TUNING_METRIC}, the default: a diverged candidate scores "
-            "low), or leave such candidates out of the sweep"
-            if metric != TUNING_METRIC
-            else "leave such candidates out of the sweep (a smaller rate, a longer warm-up), or run them again"
-        )
-        raise ValueError(
-            f"{sweep_dir}: {len(unscored)} run(s) recorded {metric} as nan or infinite ({', '.join(unscored[:3])}"
-            f"{' ...' if len(unscored) > 3 else ''}): a run that diverged; {instead}"
-        )
-    # a test measure is no way out here: settings are chosen on validation data
-    check_same_measure(records, metric, SAME_CASE_ON_VALIDATION)
-    return level, records
-
-
-def _constant_level(sweep_dir: Path, key: str) -> str:
-    """The value a tuning sweep held ``key`` at (one value, on its command line or in its grid)."""
-    saved = sweep_dir / "multirun.yaml"
-    if not saved.is_file():
-        found = "no such folder" if not Path(sweep_dir).exists() else "not a sweep folder (no multirun.yaml)"
-        raise ValueError(f"{sweep_dir}: {found}; give a finished tuning sweep's folder (sweeps/<sweep_name>)")
-    levels = sweep_levels(OmegaConf.load(saved))
-    values = levels.get(key)
-    if not values and "=" in key and key.split("=", 1)[0] in levels:  # the level given with its value
-        raise ValueError(f"--level {key}: --level takes the key alone (--level {key.split('=', 1)[0]}); the level "
-                         "is read from the tuning sweep")  # fmt: skip
-    if not values:
-        held = [f"{k}={v[0]}" for k, v in levels.items() if len(v) == 1 and k != "seed"]
-        raise ValueError(
-            f"{sweep_dir}: --level {key}: this tuning sweep does not set {key} on its command line or grid; "
-            f"--level names the factor it holds at the level being tuned, one of {held or 'none given'}"
-        )
-    if len(values) != 1:
-        raise ValueError(f"{sweep_dir}: a tuning sweep holds {key} at one level; this one sweeps it over {values}")
-    return values[0]
 
 
 def _own_held(sweep_dir: Path, level_key: str, level: str) -> list[str]:
@@ -424,6 +307,9 @@ def main(argv: list[str]) -> None:
             parser.error("--out '': name the file to write, e.g. conf/tuned/<name>.yaml")
         if Path(args.out).is_dir():
             parser.error(f"--out {args.out}: a folder; name the file to write, e.g. conf/tuned/<name>.yaml")
+        if not args.out.endswith(".yaml"):  # +tuned=<name> loads <name>.yaml: another name is loaded by none
+            parser.error(f"--out {args.out}: a tuned file's name ends in .yaml ({args.out}.yaml): +tuned=<name> loads "
+                         "conf/tuned/<name>.yaml")  # fmt: skip
         try:
             check_output_file("--out", args.out)  # below a file
         except ValueError as err:
@@ -440,5 +326,11 @@ def main(argv: list[str]) -> None:
             print(f"note: {args.out} is not conf/tuned/<name>.yaml, the only place +tuned=<name> loads from")
         dirs = " ".join(str(d) for d in args.sweep_dirs)
         command = f"python sweep.py tune {dirs} --level {args.level} --metric {args.metric}"
+        replaced = replaced_settings(Path(args.out), tuned.settings)
         write_tuned_file(args.out, tuned.settings, [f"chosen by: {command}", *tuned.lines], tuned.under)
-        print(f"written to {args.out}")
+        print(f"written to {args.out}" + (f", replacing another choice: {replaced}" if replaced else ""))
+        if replaced:
+            print(
+                f"note: a sweep that loaded {args.out} before refuses to go on under these settings (it names them); "
+                "give a new choice a new name to keep both"
+            )
