@@ -133,9 +133,12 @@ def test_known_keys_pass(argv):
         (["-m", "pos=absolute,relatve"], "error: pos=relatve (on the command line): not an option of group pos "
          "(did you mean pos=relative?)"),
         (["+tuned=nothing_tuned"], "error: tuned=nothing_tuned (on the command line): not an option of group tuned"),
-        # tuned=... (without +) is Hydra's multi-line error: the hint keeps the +
+        # the hint keeps the +
         (["+tuned=factorial_converged_toi"], "error: tuned=factorial_converged_toi (on the command line): not an "
          "option of group tuned (did you mean +tuned=factorial_converged_toy?)"),
+        # without the +: Hydra's three lines ("Could not override 'tuned'. No match in the defaults list.")
+        (["tuned=factorial_converged_toy"], "error: tuned=factorial_converged_toy (on the command line): no config "
+         "chooses a tuned by default, so one is added, not replaced: +tuned=factorial_converged_toy"),
         # Hydra's "Config group override must be a string or a list. Got NoneType", in a traceback
         (["norm=null"], "error: norm=null (on the command line): a group takes one of its options, not null (leave "
          "it out for its default); valid: " + ", ".join(sorted(f.stem for f in (CONF / "norm").glob("*.yaml")))),

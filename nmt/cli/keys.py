@@ -183,6 +183,12 @@ def unknown_option_message(argv: list[str], conf: Path = CONF) -> str | None:
             continue
         if key.startswith("hydra.") or not re.fullmatch(r"[\w./-]+(,[\w./-]+)*", value):
             continue
+        if not hydras and not arg.startswith("+") and key in _groups_added_only(conf):
+            # Hydra's report ("Could not override 'tuned'. No match in the defaults list.") spans three lines
+            return (
+                f"error: {arg} (on the command line): no config chooses a {key} by default, so one is added, not "
+                f"replaced: +{key}={value}"
+            )
         options = _hydra_group_options(key, conf) if hydras else None
         if hydras and not options:
             continue  # not read here: Hydra's own report
@@ -210,6 +216,21 @@ def unknown_option_message(argv: list[str], conf: Path = CONF) -> str | None:
                     f"valid: {', '.join(options)}"
                 )
     return None
+
+
+def _groups_added_only(conf: Path) -> set[str]:
+    """The config groups that no entry point's config (``conf/*.yaml``) names in its defaults list, so that a
+    command line adds their option (``+tuned=<name>``) and cannot replace one (``tuned=<name>``)."""
+    named = set()
+    for path in conf.glob("*.yaml"):
+        try:
+            defaults = OmegaConf.to_container(OmegaConf.load(path)).get("defaults") or []
+        except Exception:  # noqa: BLE001 - a file that does not load alone names nothing here
+            continue
+        for entry in defaults:
+            for key in entry if isinstance(entry, dict) else ():
+                named.add(str(key).removeprefix("optional ").removeprefix("override ").lstrip("/"))
+    return {p.name for p in conf.iterdir() if p.is_dir() and p.name != "hydra"} - named
 
 
 def _searched_folders(argv: list[str]) -> list[Path] | None:
