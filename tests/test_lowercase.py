@@ -159,7 +159,7 @@ def test_a_sweep_refuses_to_compare_lowercased_tokenised_bleus_that_tokenised_di
 def test_tuning_refuses_to_rank_lowercase_and_cased_candidates_and_names_a_validation_measure(monkeypatch):
     """Tuning chooses on validation data, so its way out is the validation measure both kinds share, never a
     test score."""
-    from nmt.sweep import tuning
+    from nmt.sweep import tuning, tuning_sweep
 
     runs = ((True, "lowercase", 39.0), (False, "identity", 38.0))
     key = "data.tokenizer.normalization"
@@ -167,11 +167,11 @@ def test_tuning_refuses_to_rank_lowercase_and_cased_candidates_and_names_a_valid
         {"lowercase": lc, "factors": {"optim": "adam", key: name}, "metrics": {"best_val_bleu": value}, "seed": 1}
         for lc, name, value in runs
     ]
-    monkeypatch.setattr(tuning, "collect_records", lambda sweep_dir: records)
-    monkeypatch.setattr(tuning, "_constant_level", lambda sweep_dir, key: "adam")
-    monkeypatch.setattr(tuning, "_own_held", lambda sweep_dir, key, level: [])  # no multirun.yaml here
+    monkeypatch.setattr(tuning_sweep, "collect_records", lambda sweep_dir: records)
+    monkeypatch.setattr(tuning_sweep, "held_level", lambda sweep_dir, key: "adam")
+    monkeypatch.setattr(tuning, "own_held", lambda sweep_dir, key, level: [])  # no multirun.yaml here
     # its candidates are a data setting, which tune refuses as a level's (the measure is what is tested here)
-    monkeypatch.setattr(tuning, "_only_own_swept", lambda *args: None)
+    monkeypatch.setattr(tuning, "only_own_swept", lambda *args: None)
     with pytest.raises(ValueError, match=r"1 of 2 runs write lowercase text") as raised:
         tuning.tune(["sweeps/tune_case"], "optim")
     assert "--metric best_val_bleu_tok_lc" in str(raised.value) and "val_as_test_bleu_tok_lc" in str(raised.value)
@@ -187,16 +187,16 @@ def test_tuning_refuses_to_rank_lowercase_and_cased_candidates_and_names_a_valid
     settings, *_ = tuning.tune(["sweeps/tune_case"], "optim", "val_as_test_bleu_tok_lc")
     assert settings == {"optim": {"adam": ["data.tokenizer.normalization=lowercase"]}}
     without = {**records[0], "metrics": {"best_val_bleu": 40.0}, "run_dir": "/s/no_val_decode"}
-    monkeypatch.setattr(tuning, "collect_records", lambda sweep_dir: [*records, without])
+    monkeypatch.setattr(tuning_sweep, "collect_records", lambda sweep_dir: [*records, without])
     with pytest.raises(ValueError, match=r"no_val_decode\): .*\(val_after_training=false\)"):
         tuning.tune(["sweeps/tune_case"], "optim", "val_as_test_bleu_tok_lc")
-    monkeypatch.setattr(tuning, "collect_records", lambda sweep_dir: records)
+    monkeypatch.setattr(tuning_sweep, "collect_records", lambda sweep_dir: records)
     # a finished run without the measure (an earlier version's) is named, not silently left out
     older = {"lowercase": True, "factors": {"optim": "adam", key: "lowercase"}, "metrics": {"best_val_bleu": 41.0}}
     older["seed"] = 1
-    monkeypatch.setattr(tuning, "collect_records", lambda sweep_dir: [*records, {**older, "run_dir": "/s/old"}])
+    monkeypatch.setattr(tuning_sweep, "collect_records", lambda sweep_dir: [*records, {**older, "run_dir": "/s/old"}])
     with pytest.raises(ValueError, match=r"1 of 3 finished runs have no best_val_bleu_tok_lc \(old\)"):
         tuning.tune(["sweeps/tune_case"], "optim", "best_val_bleu_tok_lc")
-    monkeypatch.setattr(tuning, "collect_records", lambda sweep_dir: records[1:])  # one kind: ranked
+    monkeypatch.setattr(tuning_sweep, "collect_records", lambda sweep_dir: records[1:])  # one kind: ranked
     settings, *_ = tuning.tune(["sweeps/tune_case"], "optim")
     assert settings == {"optim": {"adam": ["data.tokenizer.normalization=identity"]}}

@@ -106,8 +106,9 @@ def test_a_paired_comparison_over_the_seeds_both_ran_is_scipys_paired_t_test():
     # as independent runs the same scores establish nothing: each side's seeds scatter by 4 BLEU
     assert analysis.welch_test([30.0, 34.0, 38.0], [29.0, 33.0, 37.5])["p"] > 0.5 > 0.05 > result["p"]
     assert math.isnan(analysis.paired_test({1: 30.0, 2: 31.0}, {2: 29.0, 3: 28.0})["p"])  # one seed shared
-    # every seed moved alike: nothing to test the move against
-    assert math.isnan(analysis.paired_test({1: 30.0, 2: 31.0}, {1: 29.0, 2: 30.0})["p"])
+    # every seed moved alike (up to the floats' last bits): t is infinite, p 0 as scipy's
+    assert analysis.paired_test({1: 30.1, 2: 34.2}, {1: 29.0, 2: 33.1})["p"] == 0.0
+    assert stats.ttest_rel([30.0, 31.0], [29.0, 30.0]).pvalue == 0.0
     assert analysis.paired_test({1: 30.0, 2: 31.0}, {1: 30.0, 2: 31.0})["p"] == 1.0
 
 

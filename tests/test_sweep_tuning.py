@@ -7,6 +7,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
 from hydra import compose, initialize_config_dir
@@ -39,34 +40,40 @@ def fake_tuning_sweep(path, level: str, key: str, scores: dict[str, list[float]]
             (run / "sweep_result.json").write_text(json.dumps(record))
 
 
-def test_a_lead_the_seeds_establish_only_paired_is_said_so(tmp_path):
+def test_candidates_run_on_the_same_seeds_are_compared_paired_by_seed(tmp_path):
     """Runs of one seed share their batches' order, and the CPU's tuning compared candidates paired by seed by
-    hand: tune said only Welch's "not established" of a lead that held on every seed."""
+    hand: tune said only Welch's "not established" of a lead that held on every seed. The test is fixed by the
+    design (the same seeds: paired), never chosen after the scores are read."""
     rates = {"0.001": [30.0, 34.0, 38.0], "0.002": [29.0, 33.0, 37.5]}  # seeds 1-3 scatter by 4; 0.001 leads on each
-    tuning_sweep(tmp_path / "adam", ["optim=adam"], "optim.optimizer.lr", rates)
-    notes = notes_of(tune([tmp_path / "adam"], "optim"), unrecorded=False)
-    assert notes[-1] == (
-        "note: optim=adam: the chosen candidate leads the next (optim.optimizer.lr=0.002) by 0.83, not established "
-        f"by their seeds as independent runs (Welch p = {welch_p(rates['0.001'], rates['0.002'])}), established "
-        f"paired by seed (p = {ttest_rel(rates['0.001'], rates['0.002']).pvalue:.2f} over the 3 seeds both ran, the "
-        "same batches in the same order): more seeds would tell whether the lead holds beyond these"
-    )
     assert ttest_rel(rates["0.001"], rates["0.002"]).pvalue < 0.05 < ttest_ind(*rates.values()).pvalue
+    tuning_sweep(tmp_path / "adam", ["optim=adam"], "optim.optimizer.lr", rates)
+    assert not [n for n in notes_of(tune([tmp_path / "adam"], "optim")) if "leads the next" in n]  # established
+    # the same lead on every seed, whatever the floats' last bits: established (p 0, as scipy's), not left to them
+    shifted = {"0.001": [30.1, 34.2, 38.3], "0.002": [29.0, 33.1, 37.2]}
+    tuning_sweep(tmp_path / "shift", ["optim=adam"], "optim.optimizer.lr", shifted)
+    assert not [n for n in notes_of(tune([tmp_path / "shift"], "optim")) if "leads the next" in n]
 
 
-def test_a_pairing_on_some_seeds_that_favours_the_next_candidate_is_no_support(tmp_path):
-    """Pooled sweeps share only some seeds: on those, the chosen candidate may trail, however its mean leads."""
-    held = ["optim=noam", "trainer.max_steps=40"]
-    tuning_sweep(tmp_path / "grid", held, "warmup", {"800": [32.0, 33.5], "1600": [30.0, 31.0]})
-    tuning_sweep(tmp_path / "more", held, "warmup", {"1600": [40.0, 41.0]}, first=3)  # seeds 3 and 4
-    tuned = tune([tmp_path / "grid", tmp_path / "more"], "optim")
-    assert tuned.settings == {"optim": {"noam": ["warmup=1600"]}}  # mean 35.50 against 32.75
-    chosen, following = [30.0, 31.0, 40.0, 41.0], [32.0, 33.5]
-    assert (
-        "note: optim=noam: the chosen candidate leads the next (warmup=800) by 2.75, not established by their seeds "
-        f"(Welch p = {welch_p(chosen, following)}; on the 2 seeds both ran the next leads by 2.25, paired by seed "
-        f"p = {ttest_rel(chosen[:2], following).pvalue:.2f}): the two may be equally good"
-    ) in notes_of(tuned)
+def test_a_lead_over_candidates_on_other_seeds_is_welchs_with_the_shared_seeds_described():
+    """Pooled sweeps may share only some seeds: Welch's test decides, and the pairing over the shared seeds is
+    said beside it, as a description; on those seeds the chosen candidate may not lead at all."""
+    from nmt.sweep.tuning import _lead_note
+
+    chosen, following = {1: 30.0, 2: 31.0, 3: 40.0, 4: 41.0}, {1: 32.0, 2: 33.5}
+    welch = welch_p(list(chosen.values()), list(following.values()))
+    pair = f"{ttest_rel([30.0, 31.0], [32.0, 33.5]).pvalue:.2f}"
+    assert _lead_note(chosen, following) == (
+        f"2.75, not established by their seeds (Welch p = {welch}; on the 2 seeds both ran it does not lead, 30.50 "
+        f"against 32.75, paired by seed p = {pair}): the two may be equally good"
+    )
+    chosen, following = {1: 33.0, 2: 34.5, 3: 40.0, 4: 41.0}, {1: 32.0, 2: 33.0, 5: 40.0}
+    welch = welch_p(list(chosen.values()), list(following.values()))
+    pair = f"{ttest_rel([33.0, 34.5], [32.0, 33.0]).pvalue:.2f}"
+    assert _lead_note(chosen, following) == (
+        f"2.12, not established by their seeds (Welch p = {welch}; paired by seed over the 2 seeds both ran, p = "
+        f"{pair}): the two may be equally good"
+    )
+    assert _lead_note({1: 30.0, 3: 31.0}, {2: 20.0, 4: 21.0}) == ""  # Welch establishes it: no note
 
 
 def test_tune_refuses_a_sweep_cut_short_and_breaks_ties_in_the_order_listed(tmp_path):
@@ -91,23 +98,33 @@ def test_tune_refuses_a_sweep_cut_short_and_breaks_ties_in_the_order_listed(tmp_
     # training now, where the sweep's command again would only skip it, and of a run that had trained
     said = r"noam: 1 planned run\(s\) have not finished, so tune would choose on fewer seeds than planned \(warmup="
     states = [
-        (r"100,seed=2: not finished\): finish the tuning sweep", None),
-        (r"100,seed=2: stopped, resumable\): finish the tuning sweep \(its command again", "checkpoints/last.ckpt"),
+        (r"100,seed=2: not finished\): finish the tuning sweep with the tuning sweep's command again", None),
+        (r"100,seed=2: stopped, resumable\): finish the tuning sweep with", "checkpoints/last.ckpt"),
         (r"100,seed=2: trained, its final scores not made\): finish", "results.json"),
-        (r"100,seed=2: training now\): wait for the 1 training now to finish", ".lock"),
+        (r"100,seed=2: training now\): wait for the 1 run training to end$", ".lock"),
     ]
     for state, made in states:
         if made:
             (cut / made).parent.mkdir(exist_ok=True)
         if made == "results.json":
             (cut / made).write_text(json.dumps({"stage": "trained", "finished": False}))
-        elif made == ".lock":  # as a run's lock names its holder: this process, alive
-            (cut / made).write_text(f"pid {os.getpid()} on {socket.gethostname()}, since 2026-12-05 10:00:00\n")
+        elif made == ".lock":  # as a run's lock names its holder: this process, alive, since it took the lock
+            since = time.strftime("%Y-%m-%d %H:%M:%S")
+            (cut / made).write_text(f"pid {os.getpid()} on {socket.gethostname()}, since {since}\n")
         elif made:
             (cut / made).write_bytes(b"")
         with pytest.raises(ValueError, match=said + state):
             tune([tmp_path / "noam"], "optim")
-    (cut / ".lock").write_text(f"pid {os.getpid()} on elsewhere, since 2026-12-05 10:00:00\n")  # a host's own pids
+    # the lock file stays after its run: a process given the same id later is not its holder, and another
+    # machine's processes cannot be seen from here; a text that names no holder is a past run's
+    (cut / ".lock").write_text(f"pid {os.getpid()} on {socket.gethostname()}, since 2000-01-01 10:00:00\n")
+    with pytest.raises(ValueError, match=said + "100,seed=2: trained, its final"):
+        tune([tmp_path / "noam"], "optim")
+    (cut / ".lock").write_text(f"pid {os.getpid()} on elsewhere, since 2026-12-05 10:00:00\n")
+    with pytest.raises(ValueError, match=said + r"100,seed=2: training on elsewhere \(pid \d+\), if that process still "
+                       r"runs there\): wait for the 1 run training to end$"):  # fmt: skip
+        tune([tmp_path / "noam"], "optim")
+    (cut / ".lock").write_bytes(b"\xff\xfe not text")
     with pytest.raises(ValueError, match=said + "100,seed=2: trained, its final"):
         tune([tmp_path / "noam"], "optim")
     (cut / "sweep_failed.json").write_text("{}")  # failed: said by the note on unequal seeds
@@ -150,9 +167,10 @@ def test_tune_refuses_unfinished_candidates_and_other_keys_and_carries_the_winne
     fake_tuning_sweep(tmp_path / "adam", "adam", "optim.optimizer.lr", {"1e-3": [20, 22], "4e-3": [25, 24]})
     planned = [f"optim.optimizer.lr={lr},seed={s}" for lr in ("1e-3", "2e-3", "4e-3") for s in (1, 2)]
     (tmp_path / "adam" / "plan.json").write_text(json.dumps({"run_names": planned}))
-    with pytest.raises(ValueError, match=r"adam: 1 planned candidate\(s\) have no finished run, so tune would choose "
-                       r"among the others \(optim.optimizer.lr=2e-3,seed=1: not started; optim.optimizer.lr=2e-3,"
-                       r"seed=2: not started\): finish the tuning sweep"):  # fmt: skip
+    with pytest.raises(ValueError, match=r"adam: 1 planned candidate\(s\) have no finished run \(optim.optimizer.lr="
+                       r"2e-3\), so tune would choose among the others; their runs \(optim.optimizer.lr=2e-3,"
+                       r"seed=1: not started; optim.optimizer.lr=2e-3,seed=2: not started\): finish the tuning "
+                       r"sweep"):  # fmt: skip
         tune([tmp_path / "adam"], "optim")
     fake_tuning_sweep(tmp_path / "pos", "adam", "pos", {"absolute": [20, 22], "relative": [25, 24]})
     with pytest.raises(ValueError, match=r"pos: it sweeps pos, not a setting of optim=adam \(those are optim.\* and"):
@@ -267,21 +285,31 @@ def test_tuning_refuses_the_test_set_a_swept_level_and_a_sweep_given_twice(tmp_p
     assert (tmp_path / "out.yaml").is_file()
     assert said.rstrip().endswith(f"written to {tmp_path / 'out.yaml'}")  # a new file: nothing replaced
     # another choice over it: replaced without a word before, under a factorial that had loaded it
-    main([str(tmp_path / "b"), "--level", "optim", "--out", str(tmp_path / "out.yaml")])
-    said = capsys.readouterr().out
+    before = (tmp_path / "out.yaml").read_text()
+    with pytest.raises(SystemExit):  # another choice over it was written without a word: +tuned=out then meant it
+        main([str(tmp_path / "b"), "--level", "optim", "--out", str(tmp_path / "out.yaml")])
     assert (
-        f"written to {tmp_path / 'out.yaml'}, replacing another choice: optim=adam: optim.optimizer.lr=0.001 -> "
-        "optim.optimizer.lr=0.002\nnote: a sweep that loaded"
-    ) in said
+        f"--out {tmp_path / 'out.yaml'}: it holds another choice (optim=adam: optim.optimizer.lr=0.001 -> "
+        "optim.optimizer.lr=0.002); give the new choice a new name, or --replace to write over it"
+    ) in capsys.readouterr().err
+    assert (tmp_path / "out.yaml").read_text() == before
+    main([str(tmp_path / "b"), "--level", "optim", "--out", str(tmp_path / "out.yaml"), "--replace"])
+    replaced = "it holds another choice (optim=adam: optim.optimizer.lr=0.001 -> optim.optimizer.lr=0.002)"
+    assert capsys.readouterr().out.rstrip().endswith(f"written to {tmp_path / 'out.yaml'} (--replace: {replaced})")
     main([str(tmp_path / "b"), "--level", "optim", "--out", str(tmp_path / "out.yaml")])  # the same choice again
     assert capsys.readouterr().out.rstrip().endswith(f"written to {tmp_path / 'out.yaml'}")
+    for text in ("", "a: 1\n", "level_settings: {optim: [x=1]}\n", "{{ not yaml"):  # not a tuned file: kept
+        (tmp_path / "other.yaml").write_text(text)
+        with pytest.raises(SystemExit):
+            main([str(tmp_path / "b"), "--level", "optim", "--out", str(tmp_path / "other.yaml")])
+        assert "other.yaml: it is not a tuned file (no level_settings that tune wrote); give" in capsys.readouterr().err
+        assert (tmp_path / "other.yaml").read_text() == text
     # a name without .yaml: written, then loaded by no +tuned=<name> (whose suggestion named another file)
-    with pytest.raises(SystemExit):
-        main([str(tmp_path / "a"), "--level", "optim", "--out", str(tmp_path / "out")])
-    assert f"--out {tmp_path / 'out'}: a tuned file's name ends in .yaml ({tmp_path / 'out'}.yaml)" in (
-        capsys.readouterr().err
-    )
-    assert not (tmp_path / "out").exists()
+    for out, instead in (("out", "out.yaml"), ("out.yml", "out.yaml")):
+        with pytest.raises(SystemExit):
+            main([str(tmp_path / "a"), "--level", "optim", "--out", str(tmp_path / out)])
+        assert f"--out {tmp_path / out}: name a .yaml file ({tmp_path / instead})" in capsys.readouterr().err
+        assert not (tmp_path / out).exists()
     # a folder for --out lost the block in a traceback once the table was printed; '' wrote nothing, silently
     for out, said in (
         (str(tmp_path), ": a folder; name the file to write, e.g. conf/tuned/<name>.yaml"),
@@ -343,9 +371,10 @@ def welch_p(a, b) -> str:
     return f"{ttest_ind(a, b, equal_var=False).pvalue:.2f}"
 
 
-def paired(a, b) -> str:
-    """The note's paired test of two candidates run on the same seeds, in the same order."""
-    return f"; paired by seed p = {ttest_rel(a, b).pvalue:.2f}, over the {len(a)} seeds both ran"
+def not_established(a, b) -> str:
+    """The note's words on two candidates run on the same seeds (in the same order): the paired test decides."""
+    paired = f"{ttest_rel(a, b).pvalue:.2f}"
+    return f"(paired by seed over the {len(a)} seeds both ran: p = {paired}; Welch p = {welch_p(a, b)})"
 
 
 def notes_of(tuned, unrecorded: bool = True) -> list[str]:
@@ -385,12 +414,10 @@ def test_tune_says_where_a_choice_is_weak_and_carries_the_levels_own_held_settin
         "note: optim=adam: the chosen optim.optimizer.lr=0.0005 is the smallest value tried (0.0005, 0.001): one "
         "below it may be better; try it before the factorial",
         "note: optim=adam: the chosen candidate leads the next (optim.optimizer.lr=0.001) by 3.50, not established "
-        f"by their seeds (Welch p = {welch_p(adam['0.0005'], adam['0.001'])}{paired(adam['0.0005'], adam['0.001'])}): "
-        "the two may be equally good",
+        f"by their seeds {not_established(adam['0.0005'], adam['0.001'])}: the two may be equally good",
         # 400 is inside 200..800: no edge; its lead over 800 is not established either
         "note: optim=noam: the chosen candidate leads the next (warmup=800) by 2.50, not established by their "
-        f"seeds (Welch p = {welch_p(noam['400'], noam['800'])}{paired(noam['400'], noam['800'])}): the two may be "
-        "equally good",
+        f"seeds {not_established(noam['400'], noam['800'])}: the two may be equally good",
         "note: optim=noam's tuning sweep held optim.scheduler.factor=0.5 ~optim.optimizer.weight_decay (its own "
         "settings, or those its level_settings gave the chosen candidate): they go with its choice",
         # a budget that differs between the levels' tuning runs: not tuned alike (optim.* and warmup are theirs)
@@ -528,8 +555,7 @@ def test_tuning_sweeps_of_one_level_pool_by_their_settings_where_they_ran_alike(
         "note: optim=noam: the chosen warmup=1600 is the largest value tried (200, 800, 1600): one above it may be "
         "better; try it before the factorial",
         "note: optim=noam: the chosen candidate leads the next (optim.scheduler.factor=1.0 warmup=1600) by 1.50, not "
-        f"established by their seeds (Welch p = {welch_p([36.0, 37.0], [34.0, 36.0])}"
-        f"{paired([36.0, 37.0], [34.0, 36.0])}): the two may be equally good",
+        f"established by their seeds {not_established([36.0, 37.0], [34.0, 36.0])}: the two may be equally good",
     ]  # the settings the winning sweep held are its candidate's, named in the table: no note that they go with it
     # the same candidate from two sweeps: its seeds pooled (more seeds added later), each seed once
     shutil.copytree(tmp_path / "edge", tmp_path / "more")
@@ -628,7 +654,8 @@ def test_pooled_tuning_compares_values_as_levels_and_writes_a_choice_a_factorial
     assert (
         "note: the pooled candidates of optim=noam ran different seeds (optim.scheduler.factor=1.0 warmup=200: 1, 2; "
         "optim.scheduler.factor=1.0 warmup=800: 1, 2; optim.scheduler.factor=0.5 warmup=1600: 3, 4): each is "
-        "compared on its own seeds, not seed for seed as in one sweep; run the seeds they lack to compare them alike"
+        "compared on its own seeds (Welch's test), not seed for seed as in one sweep; run the seeds they lack to "
+        "compare them alike"
     ) in notes
     # another measure in one sweep (lowercased text, scored ignoring case): refused as within a sweep
     for path in (tmp_path / "half").glob("*/sweep_result.json"):

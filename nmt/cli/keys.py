@@ -2,6 +2,7 @@
 would suggest ``+key=value``, which adds a key that nothing reads)."""
 
 import difflib
+import functools
 import re
 from pathlib import Path
 
@@ -183,7 +184,8 @@ def unknown_option_message(argv: list[str], conf: Path = CONF) -> str | None:
             continue
         if key.startswith("hydra.") or not re.fullmatch(r"[\w./-]+(,[\w./-]+)*", value):
             continue
-        if not hydras and not arg.startswith("+") and key in _groups_added_only(conf):
+        own_config = any(a.startswith(("-cn", "--config-name", "-cd", "--config-dir")) for a in argv)
+        if not hydras and not arg.startswith("+") and not own_config and key in _groups_added_only(conf):
             # Hydra's report ("Could not override 'tuned'. No match in the defaults list.") spans three lines
             return (
                 f"error: {arg} (on the command line): no config chooses a {key} by default, so one is added, not "
@@ -218,9 +220,11 @@ def unknown_option_message(argv: list[str], conf: Path = CONF) -> str | None:
     return None
 
 
-def _groups_added_only(conf: Path) -> set[str]:
+@functools.cache
+def _groups_added_only(conf: Path) -> frozenset[str]:
     """The config groups that no entry point's config (``conf/*.yaml``) names in its defaults list, so that a
-    command line adds their option (``+tuned=<name>``) and cannot replace one (``tuned=<name>``)."""
+    command line adds their option (``+tuned=<name>``) and cannot replace one (``tuned=<name>``). A user's own
+    primary config (``--config-name``, ``--config-dir``) may name one: the caller leaves those to Hydra."""
     named = set()
     for path in conf.glob("*.yaml"):
         try:
@@ -230,7 +234,7 @@ def _groups_added_only(conf: Path) -> set[str]:
         for entry in defaults:
             for key in entry if isinstance(entry, dict) else ():
                 named.add(str(key).removeprefix("optional ").removeprefix("override ").lstrip("/"))
-    return {p.name for p in conf.iterdir() if p.is_dir() and p.name != "hydra"} - named
+    return frozenset({p.name for p in conf.iterdir() if p.is_dir() and p.name != "hydra"} - named)
 
 
 def _searched_folders(argv: list[str]) -> list[Path] | None:

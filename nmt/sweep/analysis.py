@@ -112,15 +112,17 @@ def paired_test(a: dict, b: dict) -> dict:
     """mean(a[s] - b[s]) over the seeds ``s`` both ran, with the half-width of its 95% interval and the two-sided
     p of the paired t-test (``n``: those seeds). Runs of one seed share their batches' order (and, where the
     shapes agree, their initial weights), so a seed is a block, as in the factorial's fit (nmt/sweep/effects.py):
-    what it gives every candidate alike leaves the test. Interval and p are nan below two shared seeds."""
+    what it gives every candidate alike leaves the test. Interval and p are nan below two shared seeds; one
+    difference on every seed gives p 0 (none: 1)."""
     shared = sorted(set(a) & set(b), key=str)
-    differences = [a[s] - b[s] for s in shared]
+    # rounded as same_mean compares means: one shift on every seed has no scatter, whatever the floats' last bits
+    differences = [round(a[s] - b[s], 9) for s in shared]
     if len(differences) < 2:
         diff = statistics.fmean(differences) if differences else math.nan
         return {"diff": diff, "ci95": math.nan, "df": math.nan, "p": math.nan, "n": len(differences)}
     diff, sd, df = statistics.fmean(differences), statistics.stdev(differences), len(differences) - 1
-    if sd == 0:  # every seed moved by the same amount: nothing to test it against
-        return {"diff": diff, "ci95": 0.0, "df": df, "p": 1.0 if diff == 0 else math.nan, "n": len(differences)}
+    if sd == 0:  # every seed moved by the same amount: t is infinite, as scipy's ttest_rel gives (p 0), or 0/0
+        return {"diff": diff, "ci95": 0.0, "df": df, "p": 1.0 if diff == 0 else 0.0, "n": len(differences)}
     se = sd / math.sqrt(len(differences))
     return {"diff": diff, "ci95": t_critical(df) * se, "df": df, "p": t_p_value(diff / se, df), "n": len(differences)}
 

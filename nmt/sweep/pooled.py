@@ -244,5 +244,5 @@ def _seed_notes(listed, level_key: str, level: str) -> list[str]:
     )
     return [
         f"note: the pooled candidates of {level_key}={level} ran different seeds ({said}): each is compared on its "
-        "own seeds, not seed for seed as in one sweep; run the seeds they lack to compare them alike"
+        "own seeds (Welch's test), not seed for seed as in one sweep; run the seeds they lack to compare them alike"
     ]

@@ -61,26 +61,28 @@ def write_tuned_file(path: str | Path, settings: dict, notes: list[str], under: 
 
 
 def replaced_settings(path: Path, settings: dict) -> str:
-    """The level settings a tuned file at ``path`` holds that ``settings`` would change (old -> new), or ''."""
+    """What writing ``settings`` over the file at ``path`` would change, said in one phrase: the level settings
+    of a tuned file that differ (old -> new), or that the file is not a tuned file; '' where there is no file
+    or it holds these settings already."""
     if not path.is_file():
         return ""
     import yaml
 
     try:
         before = plain_settings(OmegaConf.load(path).get("level_settings"))
-    except (OSError, ValueError, yaml.YAMLError):  # not a tuned file (a text written by hand): replaced whole
+        changes = []
+        settings = plain_settings(settings)
+        for key in sorted({*before, *settings}):
+            old, new = before.get(key) or {}, settings.get(key) or {}
+            for level in sorted({*map(str, old), *map(str, new)}):
+                was, now = old.get(level), new.get(level)
+                if was != now:
+                    changes.append(f"{key}={level}: {' '.join(was or ['(none)'])} -> {' '.join(now or ['(none)'])}")
+    except (OSError, ValueError, TypeError, AttributeError, yaml.YAMLError):  # not YAML, or not of a tuned file's shape
         before = None
-    if not isinstance(before, dict):
-        return "a file that held no readable level_settings"
-    settings = plain_settings(settings)
-    changes = []
-    for key in sorted({*before, *settings}):
-        old, new = before.get(key) or {}, settings.get(key) or {}
-        for level in sorted({*map(str, old), *map(str, new)}):
-            was, now = old.get(level), new.get(level)
-            if was != now:
-                changes.append(f"{key}={level}: {' '.join(was or ['(none)'])} -> {' '.join(now or ['(none)'])}")
-    return "; ".join(changes)
+    if not before:  # empty, no level_settings, or unreadable
+        return "it is not a tuned file (no level_settings that tune wrote)"
+    return "it holds another choice (" + "; ".join(changes) + ")" if changes else ""
 
 
 def tuned_file(config: DictConfig) -> dict | None:

@@ -16,15 +16,21 @@ import statistics
 from pathlib import Path
 from typing import NamedTuple
 
-from omegaconf import OmegaConf
-
 from nmt.metrics import lower_is_better
 from nmt.sweep.analysis import check_same_measure, mean_ci, paired_test, past_range, same_mean, welch_test
-from nmt.sweep.levels import level_overrides, sweep_levels
+from nmt.sweep.levels import level_overrides
 from nmt.sweep.pooled import chosen_overrides, pooled_candidates, signs
 from nmt.sweep.summary import planned
 from nmt.sweep.tuned import ABSENT, CONF, replaced_settings, tuning_run, write_tuned_file
-from nmt.sweep.tuning_sweep import SAME_CASE_ON_VALIDATION, TUNING_METRIC, candidate_of, tuning_runs
+from nmt.sweep.tuning_sweep import (
+    SAME_CASE_ON_VALIDATION,
+    TUNING_METRIC,
+    candidate_of,
+    only_own_swept,
+    own_held,
+    own_setting,
+    tuning_runs,
+)
 from nmt.utils.io import check_output_file
 
 
@@ -50,7 +56,7 @@ def tune(sweep_dirs: list[str | Path], level_key: str, metric: str = TUNING_METR
         level, records = tuning_runs(sweep_dir, level_key, metric)
         if any(sweep_dir.resolve() == given.resolve() for given, _ in groups.get(level, [])):
             raise ValueError(f"{sweep_dir}: given twice; give each tuning sweep once")
-        _only_own_swept(sweep_dir, level_key, level, [(_setting(r, level_key), None) for r in records])
+        only_own_swept(sweep_dir, level_key, level, [(_setting(r, level_key), None) for r in records])
         # in the order the sweep listed them (its plan), which a tie keeps: not its folders' names' (warmup=100
         # before warmup=50)
         order = {name: i for i, name in enumerate(candidate_of(n) for n in planned(sweep_dir).get("run_names") or [])}
@@ -62,7 +68,7 @@ def tune(sweep_dirs: list[str | Path], level_key: str, metric: str = TUNING_METR
             listed = [(sweep_dir, _setting(record, level_key), record) for record in records]
         else:
             listed, pooled_notes = pooled_candidates(
-                sweeps, level_key, level, functools.partial(_own_setting, level_key, level)
+                sweeps, level_key, level, functools.partial(own_setting, level_key, level)
             )
             notes += pooled_notes
             # scored alike across the sweeps too: cased or not, one tokenisation
@@ -94,7 +100,7 @@ def tune(sweep_dirs: list[str | Path], level_key: str, metric: str = TUNING_METR
         sweep_dir, _, winner = min(
             (run for run in listed if run[1] == scored[0][0]), key=lambda run: int(run[2]["seed"])
         )
-        own = _own_held(sweep_dir, level_key, level)
+        own = own_held(sweep_dir, level_key, level)
         # what the tuning sweep's level_settings gave the winning candidate (and the level) goes with it
         paired = level_overrides(planned(sweep_dir).get("level_settings"), {**dict(scored[0][0]), level_key: level})
         own += [o for o in paired if o not in own]
@@ -140,48 +146,9 @@ def tune(sweep_dirs: list[str | Path], level_key: str, metric: str = TUNING_METR
     return Tuned({level_key: chosen}, lines + notes, {level_key: under})
 
 
-def _only_own_swept(sweep_dir: Path, level_key: str, level: str, scored: list) -> None:
-    """A tuning sweep sweeps the level's own settings alone: the choice of another key (pos for --level optim)
-    would go into the factorial as the level's setting, and its runs of this level alone would have it."""
-    others = sorted({k for setting, _ in scored for k, _ in setting if not _own_setting(level_key, level, k)})
-    if others:
-        raise ValueError(
-            f"{sweep_dir}: it sweeps {', '.join(others)}, not a setting of {level_key}={level} (those are "
-            f"{level_key}.* and the keys its config file reads): its choice would go into the factorial with "
-            f"{level_key}={level} alone, mixing the two factors; tune only the level's own settings, or make "
-            f"{', '.join(others)} a factor of the factorial"
-        )
-
-
 def _setting(record: dict, level_key: str) -> tuple:
     """A tuning run's candidate: its swept values, the level and the seed aside."""
     return tuple(sorted((k, str(v)) for k, v in record["factors"].items() if k != level_key))
-
-
-def _own_held(sweep_dir: Path, level_key: str, level: str) -> list[str]:
-    """The overrides a tuning sweep held at one value (its command line, then its grid's) that are settings of
-    the level itself, as written (``+key=value``, ``~key``)."""
-    saved = OmegaConf.load(sweep_dir / "multirun.yaml")
-    levels = sweep_levels(saved)
-    given = list(saved.hydra.overrides.task)
-    keys = {o.lstrip("+~").partition("=")[0] for o in given}
-    params = saved.hydra.sweeper.get("params") or {}
-    held = given + [f"{k}={v}" for k, v in params.items() if k not in keys]  # the command line's key wins
-    own = []
-    for override in held:
-        key = override.lstrip("+~").partition("=")[0]
-        if key != level_key and len(levels.get(key) or []) == 1 and _own_setting(level_key, level, key):
-            own.append(override)
-    return own
-
-
-def _own_setting(level_key: str, level: str, key: str) -> bool:
-    """Whether ``key`` is a setting of the level itself: under its group (``optim.scheduler.factor``), or a
-    top-level key that the level's config file reads (noam's ``${warmup}``)."""
-    if key.startswith(level_key + "."):
-        return True
-    option = CONF / level_key / f"{level}.yaml"
-    return option.is_file() and "${" + key + "}" in option.read_text()
 
 
 def _weak_choice(level_key: str, level: str, scored: list, by_seed: dict) -> list[str]:
@@ -208,8 +175,6 @@ def _weak_choice(level_key: str, level: str, scored: list, by_seed: dict) -> lis
             )
     if len(scored) > 1:
         (_, values), (next_setting, next_values) = scored[0], scored[1]
-        test = welch_test(values, next_values)
-        lead = abs(test["diff"])
         name = " ".join(f"{k}={v}" for k, v in next_setting)
         if len({v for _, vs in scored for v in vs}) == 1:  # every run scored alike (0 BLEU, say)
             notes.append(
@@ -224,40 +189,45 @@ def _weak_choice(level_key: str, level: str, scored: list, by_seed: dict) -> lis
                 f"note: {level_key}={level}: the chosen candidate ties with {among} at {best:.2f}: the choice "
                 f"{'among' if len(tied) > 1 else 'between'} them is arbitrary (the first listed)"
             )
-        elif test["ci95"] == 0:  # every seed of the two alike: the seeds varied nothing
-            notes.append(
-                f"note: {level_key}={level}: the chosen candidate leads the next ({name}) by {lead:.2f}, and each "
-                "one's seeds scored alike: the seeds varied nothing, so they cannot test the lead"
-            )
-        elif test["p"] != test["p"]:  # nan: a side with one seed
-            notes.append(
-                f"note: {level_key}={level}: the chosen candidate leads the next ({name}) by {lead:.2f}, with too "
-                "few seeds to test it (one on a side): the two may be equally good"
-            )
-        elif test["p"] >= 0.05:
-            pair = paired_test(by_seed[scored[0][0]], by_seed[next_setting])
-            paired = pair["p"] == pair["p"] and pair["n"] >= 2  # shared seeds with a scatter to test against
-            # where only some seeds are shared, the chosen one may trail on those: then the pairing is no support
-            along = pair["diff"] * test["diff"] > 0
-            if paired and along and pair["p"] < 0.05:
-                notes.append(
-                    f"note: {level_key}={level}: the chosen candidate leads the next ({name}) by {lead:.2f}, not "
-                    f"established by their seeds as independent runs (Welch p = {test['p']:.2f}), established paired "
-                    f"by seed (p = {pair['p']:.2f} over the {pair['n']} seeds both ran, the same batches in the same "
-                    "order): more seeds would tell whether the lead holds beyond these"
-                )
-            else:
-                by_pair = f"; paired by seed p = {pair['p']:.2f}, over the {pair['n']} seeds both ran" if paired else ""
-                if paired and not along:
-                    by_pair = (
-                        f"; on the {pair['n']} seeds both ran the next leads by {abs(pair['diff']):.2f}, paired by "
-                        f"seed p = {pair['p']:.2f}"
-                    )
-                notes.append(
-                    f"note: {level_key}={level}: the chosen candidate leads the next ({name}) by {lead:.2f}, not "
-                    f"established by their seeds (Welch p = {test['p']:.2f}{by_pair}): the two may be equally good"
-                )
+        elif lead := _lead_note(by_seed[scored[0][0]], by_seed[next_setting]):
+            notes.append(f"note: {level_key}={level}: the chosen candidate leads the next ({name}) by {lead}")
     return notes
+
+
+def _lead_note(chosen: dict, following: dict) -> str:
+    """How the chosen candidate's lead over the next stands where its seeds do not establish it (``chosen``,
+    ``following``: {seed: score}), else ''. The test is fixed by the design before any score is read: paired by
+    seed where the two ran the same seeds (two or more: runs of one seed share their batches' order, so a seed
+    is a block, as in the factorial's fit), else Welch's over their seeds as independent runs, with the
+    pairing over the seeds they share said beside it (a description: it decides nothing)."""
+    welch = welch_test(list(chosen.values()), list(following.values()))
+    pair = paired_test(chosen, following)
+    lead = f"{abs(welch['diff']):.2f}"
+    if welch["ci95"] == 0:  # every seed of each alike: the seeds varied nothing (paired, no scatter either)
+        return f"{lead}, and each one's seeds scored alike: the seeds varied nothing, so they cannot test the lead"
+    if set(chosen) == set(following) and len(chosen) >= 2:
+        if pair["p"] >= 0.05:
+            return (
+                f"{lead}, not established by their seeds (paired by seed over the {pair['n']} seeds both ran: p = "
+                f"{pair['p']:.2f}; Welch p = {welch['p']:.2f}): the two may be equally good"
+            )
+        return ""
+    if welch["p"] != welch["p"]:  # nan: a side with one seed
+        return f"{lead}, with too few seeds to test it (one on a side): the two may be equally good"
+    if welch["p"] < 0.05:
+        return ""
+    beside = ""
+    if pair["n"] >= 2 and pair["p"] == pair["p"]:  # some seeds shared, with a scatter
+        if pair["diff"] * welch["diff"] > 0:
+            beside = f"; paired by seed over the {pair['n']} seeds both ran, p = {pair['p']:.2f}"
+        else:  # on the shared seeds the next one leads (or neither): the pairing is no support
+            shared = set(chosen) & set(following)
+            mine, theirs = (statistics.fmean(side[s] for s in shared) for side in (chosen, following))
+            beside = (
+                f"; on the {pair['n']} seeds both ran it does not lead, {mine:.2f} against {theirs:.2f}, paired by "
+                f"seed p = {pair['p']:.2f}"
+            )
+    return f"{lead}, not established by their seeds (Welch p = {welch['p']:.2f}{beside}): the two may be equally good"
 
 
 def _numeric(text: str) -> bool:
@@ -281,7 +251,7 @@ def _unlike_tuning(level_key: str, under: dict, chosen: dict) -> list[str]:
             for key in sorted(set(a) | set(b))
             if a.get(key, ABSENT) != b.get(key, ABSENT)
             and key not in given
-            and not any(_own_setting(level_key, lv, key) for lv in (first, level))
+            and not any(own_setting(level_key, lv, key) for lv in (first, level))
         ]
         if said:
             notes.append(
@@ -299,6 +269,7 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--level", required=True, help="the factor whose levels get settings (e.g. optim)")
     parser.add_argument("--metric", default=TUNING_METRIC, help="a validation metric the runs recorded")
     parser.add_argument("--out", help="write the level_settings block here (e.g. conf/tuned/factorial.yaml)")
+    parser.add_argument("--replace", action="store_true", help="--out may write over a file that holds another choice")
     args = parser.parse_args(argv)
     if args.metric.startswith("test"):
         parser.error(f"--metric {args.metric}: settings are chosen on validation data, never on the test set")
@@ -308,7 +279,8 @@ def main(argv: list[str]) -> None:
         if Path(args.out).is_dir():
             parser.error(f"--out {args.out}: a folder; name the file to write, e.g. conf/tuned/<name>.yaml")
         if not args.out.endswith(".yaml"):  # +tuned=<name> loads <name>.yaml: another name is loaded by none
-            parser.error(f"--out {args.out}: a tuned file's name ends in .yaml ({args.out}.yaml): +tuned=<name> loads "
+            stem = args.out.removesuffix(".yml")
+            parser.error(f"--out {args.out}: name a .yaml file ({stem}.yaml): +tuned=<name> loads "
                          "conf/tuned/<name>.yaml")  # fmt: skip
         try:
             check_output_file("--out", args.out)  # below a file
@@ -321,16 +293,14 @@ def main(argv: list[str]) -> None:
     print("\n".join(tuned.lines))
     print(json.dumps(tuned.settings, indent=2))
     if args.out:
-        out = Path(args.out).resolve()
-        if out.parent != CONF / "tuned" or out.suffix != ".yaml":
+        if Path(args.out).resolve().parent != CONF / "tuned":
             print(f"note: {args.out} is not conf/tuned/<name>.yaml, the only place +tuned=<name> loads from")
+        # a factorial that loaded the old file means it by +tuned=<name>: written over, that name means other
+        # settings (the factorial then refuses to go on, and its report quoted the old choice)
+        replaced = replaced_settings(Path(args.out), tuned.settings)
+        if replaced and not args.replace:
+            parser.error(f"--out {args.out}: {replaced}; give the new choice a new name, or --replace to write over it")
         dirs = " ".join(str(d) for d in args.sweep_dirs)
         command = f"python sweep.py tune {dirs} --level {args.level} --metric {args.metric}"
-        replaced = replaced_settings(Path(args.out), tuned.settings)
         write_tuned_file(args.out, tuned.settings, [f"chosen by: {command}", *tuned.lines], tuned.under)
-        print(f"written to {args.out}" + (f", replacing another choice: {replaced}" if replaced else ""))
-        if replaced:
-            print(
-                f"note: a sweep that loaded {args.out} before refuses to go on under these settings (it names them); "
-                "give a new choice a new name to keep both"
-            )
+        print(f"written to {args.out}" + (f" (--replace: {replaced})" if replaced else ""))

@@ -2,12 +2,15 @@
 finished runs, each with the metric to choose by, or a one-line refusal that says what to do: a folder that
 is not a sweep, a level it does not hold or sweeps (a factorial), runs of an earlier plan in the folder,
 planned runs not finished (each one's state named: training now, trained, stopped, failed, not started), a
-metric its runs do not record or recorded as nan, scores of another measure."""
+metric its runs do not record or recorded as nan, scores of another measure, candidates of a setting that is
+not the level's own; and which of the settings it held are the level's own (``own_held``, ``own_setting``)."""
 
 import difflib
 import math
+import os
 import re
 import socket
+import time
 from pathlib import Path
 
 from omegaconf import OmegaConf
@@ -16,8 +19,9 @@ from nmt.sweep.analysis import check_same_measure
 from nmt.sweep.child import process_identity
 from nmt.sweep.levels import sweep_levels
 from nmt.sweep.records import collect_records, finished_runs
-from nmt.sweep.summary import failed_runs, planned
+from nmt.sweep.summary import failed_runs, planned, plural
 from nmt.training.run_folder import LOCK, resumable, trained_results
+from nmt.utils.configs import CONF
 
 SAME_CASE_ON_VALIDATION = (
     "rank them by --metric best_val_bleu_tok_lc or val_as_test_bleu_tok_lc (validation, lowercased for every "
@@ -61,13 +65,13 @@ def _unrun_seeds(sweep_dir: Path) -> list[str]:
 
 def _run_state(run_dir: Path, failed: set[str]) -> str:
     """What became of a planned run that has not finished: failed (``failed``: the names of such runs),
-    training now (its folder's lock names a process that still runs on this machine), trained with its final
-    scores stopped, stopped with a state to resume, or not started."""
+    training now (its folder's lock names a process that holds it), trained with its final scores stopped,
+    stopped with a state to resume, or not started."""
     if run_dir.name in failed:
         return "failed (its folder says why)"
-    holder = re.match(r"pid (\d+) on (\S+),", (run_dir / LOCK).read_text() if (run_dir / LOCK).is_file() else "")
-    if holder and holder[2] == socket.gethostname() and process_identity(int(holder[1])):
-        return "training now"
+    holder = _lock_holder(run_dir)
+    if holder:
+        return holder
     if trained_results(run_dir):
         return "trained, its final scores not made"
     if resumable(run_dir):
@@ -75,19 +79,53 @@ def _run_state(run_dir: Path, failed: set[str]) -> str:
     return "not started" if not run_dir.is_dir() else "not finished"
 
 
+def _lock_holder(run_dir: Path) -> str:
+    """The process training in a run folder, as its lock file names it (``pid N on HOST, since T``; the file
+    stays after its run, so the text alone proves nothing): "training now" where that process runs on this
+    machine and started before the lock was taken (a later process given the same id is not it), "training on
+    HOST ..." for another machine's, whose processes cannot be seen from here; else ''. Read, never locked: a
+    probe holding the lock for an instant would make a run starting then refuse its folder."""
+    lock = run_dir / LOCK
+    text = lock.read_text(errors="replace") if lock.is_file() else ""
+    named = re.match(r"pid (\d+) on (\S+), since (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)", text)
+    if not named:
+        return ""
+    pid, host, since = int(named[1]), named[2], time.mktime(time.strptime(named[3], "%Y-%m-%d %H:%M:%S"))
+    if host != socket.gethostname():
+        return f"training on {host} (pid {pid}), if that process still runs there"
+    identity = process_identity(pid)
+    if identity is None:
+        return ""
+    started = _started(identity)
+    return "" if started is not None and started > since + 1 else "training now"
+
+
+def _started(identity: str) -> float | None:
+    """When a live process began, in seconds since the epoch, from its identity (``host pid ticks-since-boot``,
+    nmt/sweep/child.py); None where the machine does not say (no /proc)."""
+    ticks = identity.split()[-1]
+    try:
+        boot = next(
+            float(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines() if line.startswith("btime")
+        )
+    except (OSError, StopIteration):
+        return None
+    return boot + int(ticks) / os.sysconf("SC_CLK_TCK") if ticks.isdigit() else None
+
+
 def _unfinished(sweep_dir: Path, names: list[str], what: str) -> str:
     """The refusal of a tuning sweep whose planned runs ``names`` have not finished, each one's state named,
-    and what to do: wait for the runs training now, else run the sweep's command again."""
+    and what to do: wait for the runs training, and run the sweep's command again for the others."""
     failed = set(failed_runs(sweep_dir))
     states = {name: _run_state(sweep_dir / name, failed) for name in names}
     shown = "; ".join(f"{name}: {state}" for name, state in list(states.items())[:3])
-    running = sum(state == "training now" for state in states.values())
-    todo = (
-        f"wait for the {running} training now to finish (the tuning sweep's own process runs them)"
-        if running
-        else "finish the tuning sweep (its command again: finished runs are kept, stopped ones resume, and a failed "
-        "one says why in its folder)"
-    )
+    running = sum(state.startswith("training") for state in states.values())
+    again = "the tuning sweep's command again (finished runs are kept, stopped ones resume, a failed one says why)"
+    if not running:
+        todo = f"finish the tuning sweep with {again}"
+    else:
+        todo = f"wait for the {plural(running, 'run')} training to end"
+        todo += f", and finish the others with {again}" if running < len(names) else ""
     return f"{sweep_dir}: {what} ({shown}{' ...' if len(names) > 3 else ''}): {todo}"
 
 
@@ -109,7 +147,10 @@ def tuning_runs(sweep_dir: Path, level_key: str, metric: str) -> tuple[str, list
     unrun = _unrun_candidates(sweep_dir)
     if unrun:  # a choice among the candidates that finished is not the tuning planned
         runs = [n for n in planned(sweep_dir).get("run_names") or [] if candidate_of(n) in unrun]
-        what = f"{len(unrun)} planned candidate(s) have no finished run, so tune would choose among the others"
+        what = (
+            f"{len(unrun)} planned candidate(s) have no finished run ({'; '.join(unrun[:3])}{' ...' * (len(unrun) > 3)}"
+        )
+        what += "), so tune would choose among the others; their runs"
         raise ValueError(_unfinished(sweep_dir, runs, what))
     unrun = _unrun_seeds(sweep_dir)
     if unrun:  # seeds first is the order a sweep runs them in: a cut sweep left every candidate fewer seeds
@@ -178,3 +219,42 @@ def held_level(sweep_dir: Path, key: str) -> str:
             f"give one tuning sweep per level, {key}=<level> with its candidate settings swept"
         )
     return values[0]
+
+
+def only_own_swept(sweep_dir: Path, level_key: str, level: str, scored: list) -> None:
+    """A tuning sweep sweeps the level's own settings alone: the choice of another key (pos for --level optim)
+    would go into the factorial as the level's setting, and its runs of this level alone would have it."""
+    others = sorted({k for setting, _ in scored for k, _ in setting if not own_setting(level_key, level, k)})
+    if others:
+        raise ValueError(
+            f"{sweep_dir}: it sweeps {', '.join(others)}, not a setting of {level_key}={level} (those are "
+            f"{level_key}.* and the keys its config file reads): its choice would go into the factorial with "
+            f"{level_key}={level} alone, mixing the two factors; tune only the level's own settings, or make "
+            f"{', '.join(others)} a factor of the factorial"
+        )
+
+
+def own_held(sweep_dir: Path, level_key: str, level: str) -> list[str]:
+    """The overrides a tuning sweep held at one value (its command line, then its grid's) that are settings of
+    the level itself, as written (``+key=value``, ``~key``)."""
+    saved = OmegaConf.load(sweep_dir / "multirun.yaml")
+    levels = sweep_levels(saved)
+    given = list(saved.hydra.overrides.task)
+    keys = {o.lstrip("+~").partition("=")[0] for o in given}
+    params = saved.hydra.sweeper.get("params") or {}
+    held = given + [f"{k}={v}" for k, v in params.items() if k not in keys]  # the command line's key wins
+    own = []
+    for override in held:
+        key = override.lstrip("+~").partition("=")[0]
+        if key != level_key and len(levels.get(key) or []) == 1 and own_setting(level_key, level, key):
+            own.append(override)
+    return own
+
+
+def own_setting(level_key: str, level: str, key: str) -> bool:
+    """Whether ``key`` is a setting of the level itself: under its group (``optim.scheduler.factor``), or a
+    top-level key that the level's config file reads (noam's ``${warmup}``)."""
+    if key.startswith(level_key + "."):
+        return True
+    option = CONF / level_key / f"{level}.yaml"
+    return option.is_file() and "${" + key + "}" in option.read_text()
