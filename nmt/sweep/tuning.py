@@ -110,7 +110,8 @@ def tune(sweep_dirs: list[str | Path], level_key: str, metric: str = TUNING_METR
             candidate = [f"{sign.get(k, '')}{k}={v}" for k, v in scored[0][0]]
         else:  # the candidate's keys as its sweep wrote them, or as its run recorded them; the rest as before
             candidate = chosen_overrides(sweep_dir, scored[0][0], winner, own, level_key)
-        # a candidate's key the sweep held at one value (one candidate) is the candidate's, named once
+        # a key both the candidate's and held at one value (pooled sweeps; a record naming a one-valued key as
+        # swept) is the candidate's, named once
         own = [o for o in own if o.lstrip("+~").partition("=")[0] not in given]
         chosen[level] = candidate + own
         under[level] = {
