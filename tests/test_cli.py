@@ -644,6 +644,34 @@ def test_translate_names_a_missing_input_file_before_loading_any_model(tmp_path)
     empty = OmegaConf.create({"ckpt_path": str(tmp_path / "no.ckpt"), "input": ""})
     with pytest.raises(ValueError, match=r"^input='': give a file of the source sentences"):
         run_translate(empty)
+    # the input as the output: the translations replaced the sentences without a word
+    source = tmp_path / "same.en"
+    source.write_text("one two\n")
+    same = OmegaConf.create({"ckpt_path": str(tmp_path / "no.ckpt"), "input": str(source), "output": str(source)})
+    with pytest.raises(ValueError, match=r"^output=.*same\.en: the same file as input=; the translations would"):
+        run_translate(same)
+    assert source.read_text() == "one two\n"
+
+
+def test_evaluate_names_a_missing_input_file_before_reading_the_checkpoint(tmp_path):
+    """evaluate.py input=<missing file> read the checkpoint and loaded the model before saying the file was
+    not there."""
+    from hydra import compose, initialize_config_dir
+
+    from nmt.evaluation.evaluate import evaluate
+
+    def evaluate_with(*overrides):
+        with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+            return evaluate(
+                compose("evaluate", overrides=[f"ckpt_path={tmp_path / 'no.ckpt'}", "device=cpu", *overrides])
+            )
+
+    with pytest.raises(ValueError, match=r"^input=.*missing\.en: no such file \(the lines to translate"):
+        evaluate_with(f"input={tmp_path / 'missing.en'}")  # not the missing checkpoint's error
+    with pytest.raises(ValueError, match=r"^input=.*: a folder, not a file"):
+        evaluate_with(f"input={tmp_path}")
+    with pytest.raises(ValueError, match="no such checkpoint file"):  # standard input: the checkpoint is read
+        evaluate_with("input=-")
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,7 @@ import torch
 
 from nmt.decoding import settings
 from nmt.decoding.settings import SAMPLED, STRATEGIES, SearchConfig
-from nmt.inference.export import decoding_defaults, export_ctranslate2, translate_pieces
+from nmt.inference.export import CTranslate2Model, decoding_defaults, export_ctranslate2, translate_pieces
 from nmt.inference.export_spec import ExportError, check_exportable
 from nmt.inference.loading import load_model
 from nmt.inference.translator import Translator
@@ -73,12 +73,18 @@ def test_export_py_writes_a_model_folder(default_checkpoint, tmp_path):
     checkpoint = default_checkpoint
     out = tmp_path / "int8"
     result = subprocess.run(
-        [sys.executable, str(ROOT / "export.py"), f"ckpt_path={checkpoint}", f"out={out}", "quantization=int8"],
+        # threads=: accepted as by translate.py, evaluate.py and serve.py (it was "no key ... has a similar name")
+        [sys.executable, str(ROOT / "export.py"), f"ckpt_path={checkpoint}", f"out={out}", "quantization=int8",
+         "threads=1"],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]
     assert {p.name for p in out.iterdir()} >= {"model.bin", "config.json", "source.model", "target.model"}
     assert len(translate_pieces(out, LINES[:2], beam_size=2)) == 2
+    # one line given as a string is translated as one line, as Translator.translate does (it was read as its
+    # characters: a list of one translation each)
+    model = CTranslate2Model(out)
+    assert model.translate(LINES[0], beam_size=2) == model.translate([LINES[0]], beam_size=2)[0]
 
 
 def test_what_ctranslate2_cannot_hold_is_refused_naming_the_option(tmp_path_factory, default_checkpoint):
@@ -259,6 +265,22 @@ def test_an_unknown_format_is_refused_listing_the_formats(default_checkpoint, tm
     )
     with pytest.raises(ValueError, match=r"^format=onnx: not one of \['ctranslate2'\]$"):
         run_export(cfg)
+
+
+def test_a_missing_ctranslate2_is_said_in_one_line_before_the_checkpoint_is_read(tmp_path, monkeypatch):
+    """A broken install without ctranslate2 failed with the converter's import error, after the checkpoint was
+    loaded."""
+    import importlib.util
+
+    from omegaconf import OmegaConf
+
+    from nmt.inference.export import run_export
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "ctranslate2" else real(name, *a))
+    cfg = {"format": "ctranslate2", "average_last": 0, "quantization": None, "ckpt_path": str(tmp_path / "no.ckpt")}
+    with pytest.raises(ValueError, match=r"^format=ctranslate2: the ctranslate2 package is not installed"):
+        run_export(OmegaConf.create({**cfg, "out": str(tmp_path / "m")}))  # not the missing checkpoint's error
 
 
 def test_an_ensemble_or_a_file_as_the_folder_is_refused_in_one_line(tmp_path):

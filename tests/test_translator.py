@@ -128,15 +128,20 @@ def test_nbest_scores_are_the_models_own_log_probabilities(checkpoints, model):
             assert translator.tgt_tokenizer.decode(translator.tgt_tokenizer.sp.piece_to_id(h.tokens)) == h.text
 
 
-def test_a_prefix_starts_every_output(checkpoints):
+def test_a_prefix_starts_every_output(checkpoints, caplog):
+    """A prefix given for an empty source line vanished without a word (the line is not decoded)."""
     translator = Translator.from_checkpoint(checkpoints["seed1"], **exact())
-    prefixes = ["acht", "zwei zwei", "", "drei"]
+    prefixes = ["acht", "zwei zwei", "vier", "drei"]
+    assert SOURCES[2] == ""
     for strategy in ("beam", "greedy"):
         translator.search = replace(translator.search, strategy=strategy)
         found = translator.translate_nbest(SOURCES, prefixes=prefixes)
         for prefix, line, hyps in zip(prefixes, SOURCES, found, strict=True):
             if line:
                 assert hyps[0].text.startswith(prefix), (strategy, prefix, hyps[0].text)
+        assert found[2][0].text == ""
+    said = "line 3: the source line is empty, so it is not translated and its output is empty; its prefix is not"
+    assert said in caplog.text and "line 1:" not in caplog.text
     with pytest.raises(ValueError, match="2 prefixes for 4 lines"):
         translator.translate_nbest(SOURCES, prefixes=prefixes[:2])
 

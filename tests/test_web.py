@@ -97,7 +97,8 @@ def test_concurrent_requests_are_answered_without_mixing(client):
 @pytest.mark.parametrize(
     ("body", "status", "message"),
     [
-        ({"text": ""}, 422, "text: String should have at least 1 character"),
+        ({"text": ""}, 422, "text is empty"),  # it was pydantic's "String should have at least 1 character"
+        ({"text": " \n "}, 422, "text is empty"),
         ({"text": "x" * 201}, 422, "text longer than 200 characters"),
         ({"text": "one", "ckpt_path": "/etc/passwd"}, 422, "ckpt_path: Extra inputs are not permitted"),
         ({"text": "one", "n_best": 9}, 422, "n_best must be at most the beam size (3)"),
@@ -306,7 +307,8 @@ def test_the_page_translates_a_sentence_in_headless_chromium(checkpoint):
 
 @HEADLESS
 def test_the_page_translates_each_line_as_a_sentence_of_its_own(checkpoint):
-    """Lines were joined into one sentence (the API's newline is a space): two sentences came back as one."""
+    """Lines were joined into one sentence (the API's newline is a space): two sentences came back as one.
+    A blank line was dropped, so that output line N was no longer input line N's translation."""
     with serving(checkpoint) as port, browsing(port) as (page, errors):
         page.fill("#source", "one two three\n\n  four five  \n")
         page.click("#go")
@@ -314,15 +316,46 @@ def test_the_page_translates_each_line_as_a_sentence_of_its_own(checkpoint):
         translation = page.inner_text("#translation")
         lines = page.locator("#line option").all_inner_texts()
         first = page.get_attribute("#heatmap", "data-heatmap")
-        page.select_option("#line", label="2")  # the second line's n-best list and heatmap
+        page.select_option("#line", label="3")  # the third line's n-best list and heatmap
         second = page.get_attribute("#heatmap", "data-heatmap")
         nbest = page.locator("#nbest-table tbody tr td").nth(2).inner_text()
     expected = Translator.from_checkpoint(checkpoint, beam_size=5, device="cpu").translate(
         ["one two three", "four five"]
     )
-    assert translation.splitlines() == expected and lines == ["1", "2"] and nbest == expected[1]
+    # the blank line kept (the trailing newline is none), and the menu named by the input's line numbers
+    assert translation.split("\n") == [expected[0], "", expected[1]] and lines == ["1", "3"]
+    assert nbest == expected[1]
     # a heatmap is target pieces (and the end token) by source pieces (and the end token)
     assert first.split("x")[1] != second.split("x")[1] and not errors
+
+
+@HEADLESS
+def test_max_chars_is_each_lines_and_a_refused_line_keeps_the_others_and_no_old_output(checkpoint):
+    """The text box was cut at max_chars, a request's limit, so a text of several lines lost its end mid-line
+    without a word; one refused line threw the others' translations away; an error was shown beside the
+    last text's translation, which read as this one's."""
+    long = "one two three four five six seven"  # 33 characters, over max_chars=30
+    short = ["one two", "three four five", "six", "seven eight nine", "two one"]
+    with serving(checkpoint, "max_chars=30") as port, browsing(port) as (page, errors):
+        page.fill("#source", "\n".join(short))  # 43 characters in all, each line under 30
+        page.click("#go")
+        page.wait_for_selector("#heatmap[data-heatmap]", timeout=60_000)
+        whole = page.inner_text("#translation").split("\n")
+        page.fill("#source", "\n".join([short[0], long, short[2]]))
+        page.click("#go")
+        page.wait_for_function("document.getElementById('error').textContent !== ''", timeout=60_000)
+        page.wait_for_selector("#go:not([disabled])", timeout=60_000)
+        refused = page.inner_text("#error")
+        kept = page.inner_text("#translation").split("\n")
+        page.fill("#source", "   ")
+        page.click("#go")
+        page.wait_for_selector("#go:not([disabled])", timeout=60_000)
+        empty = (page.inner_text("#error"), page.inner_text("#translation"), page.is_hidden("#nbest-table"))
+    expected = Translator.from_checkpoint(checkpoint, beam_size=5, device="cpu").translate(short)
+    assert whole == expected
+    assert refused == "line 2: text longer than 30 characters; its output line is left empty"
+    assert kept == [expected[0], "", expected[2]]
+    assert empty == ("text is empty", "", True) and not errors
 
 
 @HEADLESS

@@ -12,6 +12,7 @@ from nmt.evaluation.grid import check_grid, evaluate_grid, grid_axes
 from nmt.inference.loading import checkpoint_task, load_model, pick_device, resolve_checkpoint_path
 from nmt.inference.translator import apply_threads, check_limits
 from nmt.tasks.base import evaluation_splits
+from nmt.utils.io import check_input_file
 
 
 def evaluate(cfg: DictConfig) -> dict:
@@ -28,6 +29,8 @@ def evaluate(cfg: DictConfig) -> dict:
     if cfg.max_input_len is not None:  # null: the run's own limit
         check_limits(max_input_len=cfg.max_input_len)
     pick_device(cfg.device)  # a device this machine lacks, named before the checkpoint is read
+    # a misspelt input file, named before the checkpoint is read (as translate.py does)
+    check_input_file("input", cfg.get("input"), "the lines to translate, one per line, or input=- for standard input")
     cfg.ckpt_path = str(resolve_checkpoint_path(cfg.ckpt_path))  # a run folder: its best checkpoint
     task = checkpoint_task(cfg.ckpt_path)
     axes = grid_axes(cfg)

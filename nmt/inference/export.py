@@ -10,6 +10,7 @@ import json
 import logging
 import os
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 
 from nmt.decoding.constraints import position_limits
@@ -150,11 +151,12 @@ class CTranslate2Model:
         self.target = Tokenizer((model_dir / "target.model").read_bytes(), segmenters.get("target"))
         self.translator = ctranslate2.Translator(str(model_dir), device=device, **translator_options)
 
-    def translate(self, lines: list[str], **options) -> list[str]:
-        """The best translation of each line. ``options`` go to ``translate_batch`` (beam_size,
-        max_decoding_length, ...); those not given are the run's own search (``decoding``: its beam size,
-        minimum length and n-gram blocking), with the start and padding tokens suppressed as ours never outputs
-        them. By default a source is cut where our translator cuts it (the
+    def translate(self, lines: Sequence[str] | str, **options) -> list[str] | str:
+        """The best translation of each line (of one line given as a string: its translation, as
+        :meth:`Translator.translate`; a string was read as its characters, one line each). ``options`` go to
+        ``translate_batch`` (beam_size, max_decoding_length, ...); those not given are the run's own search
+        (``decoding``: its beam size, minimum length and n-gram blocking), with the start and padding tokens
+        suppressed as ours never outputs them. By default a source is cut where our translator cuts it (the
         run's limit, and a learned position table's size less the end token) and a model with such a table
         decodes outputs as long as it holds."""
         # our search never outputs the start or padding token; CTranslate2 may (a model trained briefly chose
@@ -175,6 +177,8 @@ class CTranslate2Model:
             options.setdefault("max_input_length", min(limits) + 1)
         if target is not None:
             options.setdefault("max_decoding_length", target)
+        if isinstance(lines, str):
+            return self.translate([lines], **options)[0]
         batch = [self.source.pieces(self.source.encode(line)) for line in lines]
         cut = options.get("max_input_length", CT2_MAX_INPUT_LENGTH)  # 0: CTranslate2 cuts nothing
         long_lines = [n for n, pieces in enumerate(batch) if cut and len(pieces) + 1 > cut]
@@ -191,14 +195,24 @@ class CTranslate2Model:
 
 def run_export(cfg) -> Path:
     """export.py: the checkpoint (or run folder) of ``cfg.ckpt_path`` written in ``cfg.format`` to ``cfg.out``."""
+    import importlib.util
     import sys
 
     from omegaconf import OmegaConf
 
     from nmt.inference.loading import load_model, resolve_checkpoint_path
+    from nmt.inference.translator import apply_threads
 
+    apply_threads(cfg.get("threads"))
     if cfg.format not in FORMATS:
         raise ValueError(f"format={cfg.format}: not one of {list(FORMATS)}")
+    # a dependency of the project, so missing only from a broken install: said before the checkpoint is read,
+    # not as the converter's import error after it
+    if importlib.util.find_spec("ctranslate2") is None:
+        raise ValueError(
+            "format=ctranslate2: the ctranslate2 package is not installed in this Python; install it "
+            "(pip install 'ctranslate2>=4.0', or make install) and export again"
+        )
     if OmegaConf.is_list(cfg.ckpt_path):
         raise ValueError(
             f"ckpt_path={list(cfg.ckpt_path)}: export.py writes one model; an ensemble is not exported (export each "

@@ -41,7 +41,8 @@ async function info() {
   const response = await fetch("/api/info");
   const data = await response.json();
   for (let n = 1; n <= data.beam_size; n++) $("nbest").add(new Option(String(n), String(n)));
-  $("source").maxLength = data.max_chars;
+  // no maxLength on the box: the server's max_chars is each line's (a request's), and a box cut at it cut a
+  // text of several lines mid-line, silently; a line over it is refused by the server, naming the line
 }
 
 function fill(select, values) {
@@ -104,33 +105,41 @@ function show() {
 
 async function translate(event) {
   event.preventDefault();
-  $("error").textContent = ""; $("note").textContent = ""; $("go").disabled = true;
+  // nothing of the last translation stays on the page beside this one's error: it read as this text's
+  $("error").textContent = ""; $("note").textContent = ""; $("translation").textContent = "";
+  $("nbest-table").hidden = true; $("choose").hidden = true; $("heatmap").hidden = true;
+  $("go").disabled = true;
   $("heatmap").removeAttribute("data-heatmap");
   try {
-    // each line a sentence of its own, as translate.py reads a file (blank lines are none)
-    const lines = $("source").value.split(/\\r?\\n/).map((line) => line.trim()).filter((line) => line);
-    if (!lines.length) { $("error").textContent = "text is empty"; return; }
-    const answers = [];
-    for (const [i, line] of lines.entries()) {
+    // each line a sentence of its own, as translate.py reads a file: a blank line gives a blank output line,
+    // so that output line N is input line N's translation (blank lines at the end are none)
+    const lines = $("source").value.replace(/\\s+$/, "").split(/\\r?\\n/).map((line) => line.trim());
+    const asked = lines.map((_, i) => i).filter((i) => lines[i]);
+    if (!asked.length) { $("error").textContent = "text is empty"; return; }
+    const named = (i) => lines.length > 1 ? `line ${i + 1}: ` : "";
+    const answers = new Map(), errors = [];
+    for (const i of asked) {  // a line refused does not lose the others' translations
       const response = await fetch("/api/translate", {
         method: "POST", headers: {"Content-Type": "application/json"},
-        body: JSON.stringify({text: line, n_best: Number($("nbest").value || 1)}),
+        body: JSON.stringify({text: lines[i], n_best: Number($("nbest").value || 1)}),
       });
       const data = await response.json();
-      if (!response.ok) {
-        const error = data.error || response.statusText;
-        $("error").textContent = lines.length > 1 ? `line ${i + 1}: ${error}` : error;
-        return;
-      }
-      answers.push(data);
+      if (response.ok) answers.set(i, data);
+      else errors.push(named(i) + (data.error || response.statusText));
     }
-    results = answers;
+    if (errors.length) {
+      const left = errors.length > 1 ? "their output lines are left empty" : "its output line is left empty";
+      $("error").textContent = errors.join("; ") + (answers.size ? `; ${left}` : "");
+    }
+    if (!answers.size) return;
+    const done = [...answers.keys()];
+    results = done.map((i) => answers.get(i));
     // a text over the server's max_input_len, read cut (on_long_input=truncate): said, never silent
-    $("note").textContent = results.map((r, i) => !r.truncated ? "" :
-      `${results.length > 1 ? `line ${i + 1}: ` : ""}read cut to its ${r.truncated.end} ${r.truncated.kept} ` +
-      `of ${r.truncated.tokens} subword tokens`).filter((text) => text).join("; ");
-    $("translation").textContent = results.map((r) => r.translation).join("\\n");
-    fill($("line"), lines.map((_, i) => i + 1));
+    $("note").textContent = done.map((i) => { const r = answers.get(i); return !r.truncated ? "" :
+      `${named(i)}read cut to its ${r.truncated.end} ${r.truncated.kept} of ${r.truncated.tokens} subword tokens`; })
+      .filter((text) => text).join("; ");
+    $("translation").textContent = lines.map((_, i) => answers.has(i) ? answers.get(i).translation : "").join("\\n");
+    fill($("line"), done.map((i) => i + 1));  // labelled by the input's line numbers
     $("line-label").hidden = results.length < 2;
     $("head").innerHTML = "";
     show();

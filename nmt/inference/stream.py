@@ -18,7 +18,9 @@ from omegaconf import DictConfig
 from nmt.data.sources import read_lines
 from nmt.decoding.translate import DecodingProgress
 from nmt.inference.translator import Hypothesis, InputError, Translator
-from nmt.utils.io import atomic_path, check_output_file
+from nmt.utils.io import atomic_path, check_input_file, check_output_file
+
+INPUT_HOLDS = "the source sentences, one per line, or input=- for standard input"
 
 CHUNK = 2000  # lines of a file translated between two writes (the progress bar moves with each batch)
 
@@ -80,18 +82,16 @@ def run_translate(cfg: DictConfig) -> dict:
 
 def _run_translate(cfg: DictConfig) -> dict:
     # the files first: a misspelt name is told at once, not after the model is loaded
-    for key, what in (
-        ("input", "the source sentences, one per line, or input=- for standard input"),
-        ("prefix_file", "how each output begins, one line per input line"),
-    ):
-        path = cfg.get(key)
-        if key == "input" and str(path).strip() == "":  # Path("") is the current folder
-            raise ValueError(f"input={path!r}: give a file of {what}")
-        if path and path != "-" and (not Path(path).exists() or Path(path).is_dir()):  # a pipe is readable
-            found = "a folder, not a file" if Path(path).is_dir() else "no such file"
-            raise ValueError(f"{key}={path}: {found} ({what})")
+    check_input_file("input", cfg.input, INPUT_HOLDS)
+    if cfg.get("prefix_file") not in (None, ""):
+        check_input_file("prefix_file", cfg.prefix_file, "how each output begins, one line per input line")
     if cfg.output != "-":
         check_output_file("output", cfg.output)
+        if cfg.input != "-" and Path(cfg.output).exists() and Path(cfg.output).samefile(cfg.input):
+            raise ValueError(
+                f"output={cfg.output}: the same file as input=; the translations would replace the sentences: "
+                "name another output="
+            )
     check_output_options(cfg)
     translator = Translator.from_config(cfg)
     if cfg.alignments and translator.continues:

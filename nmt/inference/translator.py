@@ -298,7 +298,14 @@ class Translator:
         encoded = self._encode_sources(lines, first_line)
         forced = [self.tgt_tokenizer.encode(p) if p else [] for p in prefixes] if prefixes else None
         for number, (prefix, ids) in enumerate(zip(prefixes or [], encoded, strict=False), start=first_line):
-            unknown = self.tgt_tokenizer.unknown_text(prefix) if prefix and ids else []  # an empty line: not decoded
+            if prefix and not ids:  # an empty line is not decoded: its output stays empty, without the prefix
+                log.warning(
+                    "line %d: the source line is empty, so it is not translated and its output is empty; its prefix "
+                    "is not written either: %s",
+                    number,
+                    prefix,
+                )
+            unknown = self.tgt_tokenizer.unknown_text(prefix) if prefix and ids else []
             if unknown:  # forced as <unk>: the output begins with it, not with the prefix's text
                 log.warning(
                     "line %d: the prefix holds what the target vocabulary cannot spell, forced as <unk> and shown "

@@ -35,7 +35,7 @@ class TranslateRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")  # anything else (a path, a checkpoint) is refused
 
     # strict: "3", 2.0 or true are not a number of outputs, nor 5 a text
-    text: StrictStr = Field(min_length=1)
+    text: StrictStr  # empty, or blank: "text is empty" below, the same words for both
     n_best: StrictInt = Field(default=1, ge=1)
     # the attention weights are most of an answer's bytes (layers x heads x target x source): a client that
     # draws no heatmap asks without them

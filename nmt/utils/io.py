@@ -39,6 +39,19 @@ def check_output_file(key: str, path: str | os.PathLike) -> None:
         raise ValueError(f"{key}={path}: {above} is a file, not a folder")
 
 
+def check_input_file(key: str, path, what: str) -> None:
+    """A file the command will read, checked before the model is loaded, so that a misspelt name is told at
+    once: ``path`` (None: not given; "-": standard input) must name a file or a pipe, not a folder or nothing.
+    ValueError naming the key and ``what`` the file holds otherwise."""
+    if path is None or str(path) == "-":
+        return
+    if str(path).strip() == "":  # Path("") is the current folder
+        raise ValueError(f"{key}={str(path)!r}: give a file of {what}")
+    if not Path(path).exists() or Path(path).is_dir():  # a pipe (a process substitution) is readable
+        found = "a folder, not a file" if Path(path).is_dir() else "no such file"
+        raise ValueError(f"{key}={path}: {found} ({what})")
+
+
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     with atomic_path(path) as tmp:
         tmp.write_bytes(data)
