@@ -648,9 +648,14 @@ def test_translate_names_a_missing_input_file_before_loading_any_model(tmp_path)
     source = tmp_path / "same.en"
     source.write_text("one two\n")
     same = OmegaConf.create({"ckpt_path": str(tmp_path / "no.ckpt"), "input": str(source), "output": str(source)})
-    with pytest.raises(ValueError, match=r"^output=.*same\.en: the same file as input=; the translations would"):
+    with pytest.raises(ValueError, match=r"^output=.*same\.en: the same file as input=; the output would replace"):
         run_translate(same)
-    assert source.read_text() == "one two\n"
+    prefixes = tmp_path / "prefixes.de"
+    prefixes.write_text("eins\n")
+    same_prefix = OmegaConf.merge(same, {"output": str(prefixes), "prefix_file": str(prefixes)})
+    with pytest.raises(ValueError, match=r"^output=.*prefixes\.de: the same file as prefix_file="):
+        run_translate(same_prefix)
+    assert source.read_text() == "one two\n" and prefixes.read_text() == "eins\n"
 
 
 def test_evaluate_names_a_missing_input_file_before_reading_the_checkpoint(tmp_path):
@@ -666,12 +671,21 @@ def test_evaluate_names_a_missing_input_file_before_reading_the_checkpoint(tmp_p
                 compose("evaluate", overrides=[f"ckpt_path={tmp_path / 'no.ckpt'}", "device=cpu", *overrides])
             )
 
-    with pytest.raises(ValueError, match=r"^input=.*missing\.en: no such file \(the lines to translate"):
+    with pytest.raises(ValueError, match=r"^input=.*missing\.en: no such file \(the source sentences"):
         evaluate_with(f"input={tmp_path / 'missing.en'}")  # not the missing checkpoint's error
     with pytest.raises(ValueError, match=r"^input=.*: a folder, not a file"):
         evaluate_with(f"input={tmp_path}")
     with pytest.raises(ValueError, match="no such checkpoint file"):  # standard input: the checkpoint is read
         evaluate_with("input=-")
+    # the input as the output: refused by the translation task's check, before any model is loaded
+    from nmt.tasks.translation import TranslationTask
+
+    source = tmp_path / "same.en"
+    source.write_text("one two\n")
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        same = compose("evaluate", overrides=["ckpt_path=x", f"input={source}", f"output={source}"])
+    with pytest.raises(ValueError, match=r"^output=.*same\.en: the same file as input=; the output would replace"):
+        TranslationTask().check_evaluation(same)
 
 
 @pytest.mark.parametrize(

@@ -85,6 +85,14 @@ def test_export_py_writes_a_model_folder(default_checkpoint, tmp_path):
     # characters: a list of one translation each)
     model = CTranslate2Model(out)
     assert model.translate(LINES[0], beam_size=2) == model.translate([LINES[0]], beam_size=2)[0]
+    with pytest.raises(TypeError, match=r"^lines=b'six': give a list of str"):  # bytes were read as numbers
+        model.translate(b"six")
+    # threads= is applied, not only accepted: a value torch cannot take is refused
+    refused = subprocess.run(
+        [sys.executable, str(ROOT / "export.py"), f"ckpt_path={checkpoint}", f"out={tmp_path / 'x'}", "threads=-1"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert refused.returncode != 0 and "threads=-1: must be an integer >= 0" in refused.stderr
 
 
 def test_what_ctranslate2_cannot_hold_is_refused_naming_the_option(tmp_path_factory, default_checkpoint):

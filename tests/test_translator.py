@@ -140,8 +140,11 @@ def test_a_prefix_starts_every_output(checkpoints, caplog):
             if line:
                 assert hyps[0].text.startswith(prefix), (strategy, prefix, hyps[0].text)
         assert found[2][0].text == ""
-    said = "line 3: the source line is empty, so it is not translated and its output is empty; its prefix is not"
+    said = "line 3: the source line is empty, so it is not translated and its output is empty, without its prefix"
     assert said in caplog.text and "line 1:" not in caplog.text
+    caplog.clear()
+    translator.translate_nbest(["", "one", ""], prefixes=["acht", "", "zwei"], first_line=7)
+    assert "2 lines (first: line 7): the source line is empty" in caplog.text
     with pytest.raises(ValueError, match="2 prefixes for 4 lines"):
         translator.translate_nbest(SOURCES, prefixes=prefixes[:2])
 

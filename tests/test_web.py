@@ -341,6 +341,7 @@ def test_max_chars_is_each_lines_and_a_refused_line_keeps_the_others_and_no_old_
         page.click("#go")
         page.wait_for_selector("#heatmap[data-heatmap]", timeout=60_000)
         whole = page.inner_text("#translation").split("\n")
+        unlimited = page.evaluate("document.getElementById('source').maxLength")  # -1: none set
         page.fill("#source", "\n".join([short[0], long, short[2]]))
         page.click("#go")
         page.wait_for_function("document.getElementById('error').textContent !== ''", timeout=60_000)
@@ -351,11 +352,25 @@ def test_max_chars_is_each_lines_and_a_refused_line_keeps_the_others_and_no_old_
         page.click("#go")
         page.wait_for_selector("#go:not([disabled])", timeout=60_000)
         empty = (page.inner_text("#error"), page.inner_text("#translation"), page.is_hidden("#nbest-table"))
+        page.fill("#source", "\n\nsix")  # one sentence after blank lines: its line number shown
+        page.click("#go")
+        page.wait_for_selector("#heatmap[data-heatmap]", timeout=60_000)
+        third = (page.inner_text("#translation").split("\n"), page.locator("#line option").all_inner_texts())
+        third_shown = page.is_visible("#line-label")
     expected = Translator.from_checkpoint(checkpoint, beam_size=5, device="cpu").translate(short)
-    assert whole == expected
+    assert whole == expected and unlimited == -1
     assert refused == "line 2: text longer than 30 characters; its output line is left empty"
     assert kept == [expected[0], "", expected[2]]
     assert empty == ("text is empty", "", True) and not errors
+    assert third == (["", "", expected[2]], ["3"]) and third_shown
+
+
+def test_the_pages_box_sets_no_length_limit_of_its_own():
+    """Where no browser runs the page's tests: the box was given maxLength = max_chars, a request's limit,
+    which cut a text of several lines mid-line."""
+    from nmt.inference.page import PAGE
+
+    assert "maxLength" not in PAGE.replace("no maxLength on the box", "")
 
 
 @HEADLESS

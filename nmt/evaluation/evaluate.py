@@ -30,7 +30,7 @@ def evaluate(cfg: DictConfig) -> dict:
         check_limits(max_input_len=cfg.max_input_len)
     pick_device(cfg.device)  # a device this machine lacks, named before the checkpoint is read
     # a misspelt input file, named before the checkpoint is read (as translate.py does)
-    check_input_file("input", cfg.get("input"), "the lines to translate, one per line, or input=- for standard input")
+    check_input_file("input", cfg.get("input"), "the source sentences, one per line, or input=- for standard input")
     cfg.ckpt_path = str(resolve_checkpoint_path(cfg.ckpt_path))  # a run folder: its best checkpoint
     task = checkpoint_task(cfg.ckpt_path)
     axes = grid_axes(cfg)

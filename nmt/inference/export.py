@@ -153,12 +153,17 @@ class CTranslate2Model:
 
     def translate(self, lines: Sequence[str] | str, **options) -> list[str] | str:
         """The best translation of each line (of one line given as a string: its translation, as
-        :meth:`Translator.translate`; a string was read as its characters, one line each). ``options`` go to
+        :meth:`Translator.translate`). ``options`` go to
         ``translate_batch`` (beam_size, max_decoding_length, ...); those not given are the run's own search
         (``decoding``: its beam size, minimum length and n-gram blocking), with the start and padding tokens
         suppressed as ours never outputs them. By default a source is cut where our translator cuts it (the
         run's limit, and a learned position table's size less the end token) and a model with such a table
         decodes outputs as long as it holds."""
+        if isinstance(lines, str):
+            return self.translate([lines], **options)[0]
+        if lines is None or isinstance(lines, bytes) or not hasattr(lines, "__iter__"):
+            raise TypeError(f"lines={lines!r}: give a list of str (one str: one line)")
+        lines = list(lines)
         # our search never outputs the start or padding token; CTranslate2 may (a model trained briefly chose
         # <s> at every step, which decoding drops: an empty translation, unsaid)
         options.setdefault("suppress_sequences", [["<s>"], ["<pad>"]])
@@ -177,8 +182,6 @@ class CTranslate2Model:
             options.setdefault("max_input_length", min(limits) + 1)
         if target is not None:
             options.setdefault("max_decoding_length", target)
-        if isinstance(lines, str):
-            return self.translate([lines], **options)[0]
         batch = [self.source.pieces(self.source.encode(line)) for line in lines]
         cut = options.get("max_input_length", CT2_MAX_INPUT_LENGTH)  # 0: CTranslate2 cuts nothing
         long_lines = [n for n, pieces in enumerate(batch) if cut and len(pieces) + 1 > cut]
@@ -208,7 +211,7 @@ def run_export(cfg) -> Path:
         raise ValueError(f"format={cfg.format}: not one of {list(FORMATS)}")
     # a dependency of the project, so missing only from a broken install: said before the checkpoint is read,
     # not as the converter's import error after it
-    if importlib.util.find_spec("ctranslate2") is None:
+    if cfg.format == "ctranslate2" and importlib.util.find_spec("ctranslate2") is None:
         raise ValueError(
             "format=ctranslate2: the ctranslate2 package is not installed in this Python; install it "
             "(pip install 'ctranslate2>=4.0', or make install) and export again"

@@ -99,7 +99,7 @@ function show() {
   fill($("layer"), layers);
   $("layer").value = chosen !== "" && Number(chosen) < layers.length ? chosen : String(layers.length - 1);
   fillHeads();
-  $("choose").hidden = !layers.length && results.length < 2;
+  $("choose").hidden = !layers.length && $("line-label").hidden;
   draw();
 }
 
@@ -113,20 +113,27 @@ async function translate(event) {
   try {
     // each line a sentence of its own, as translate.py reads a file: a blank line gives a blank output line,
     // so that output line N is input line N's translation (blank lines at the end are none)
-    const lines = $("source").value.replace(/\\s+$/, "").split(/\\r?\\n/).map((line) => line.trim());
+    const lines = $("source").value.trimEnd().split(/\\r?\\n/).map((line) => line.trim());
     const asked = lines.map((_, i) => i).filter((i) => lines[i]);
     if (!asked.length) { $("error").textContent = "text is empty"; return; }
     const named = (i) => lines.length > 1 ? `line ${i + 1}: ` : "";
     const answers = new Map(), errors = [];
-    for (const i of asked) {  // a line refused does not lose the others' translations
-      const response = await fetch("/api/translate", {
-        method: "POST", headers: {"Content-Type": "application/json"},
-        body: JSON.stringify({text: lines[i], n_best: Number($("nbest").value || 1)}),
-      });
-      const data = await response.json();
-      if (response.ok) answers.set(i, data);
-      else errors.push(named(i) + (data.error || response.statusText));
+    for (const [k, i] of asked.entries()) {  // a line refused, or unanswered, does not lose the others'
+      if (asked.length > 1) $("note").textContent = `translating line ${i + 1} (${k + 1} of ${asked.length})`;
+      try {
+        const response = await fetch("/api/translate", {
+          method: "POST", headers: {"Content-Type": "application/json"},
+          body: JSON.stringify({text: lines[i], n_best: Number($("nbest").value || 1)}),
+        });
+        // a reply that is not JSON (a proxy's error page) is said by its status
+        const data = await response.json().catch(() => ({}));
+        if (response.ok && data.translation !== undefined) answers.set(i, data);
+        else errors.push(named(i) + (data.error || `${response.status} ${response.statusText}`));
+      } catch (err) {  // the server out of reach
+        errors.push(named(i) + String(err));
+      }
     }
+    $("note").textContent = "";
     if (errors.length) {
       const left = errors.length > 1 ? "their output lines are left empty" : "its output line is left empty";
       $("error").textContent = errors.join("; ") + (answers.size ? `; ${left}` : "");
@@ -140,7 +147,7 @@ async function translate(event) {
       .filter((text) => text).join("; ");
     $("translation").textContent = lines.map((_, i) => answers.has(i) ? answers.get(i).translation : "").join("\\n");
     fill($("line"), done.map((i) => i + 1));  // labelled by the input's line numbers
-    $("line-label").hidden = results.length < 2;
+    $("line-label").hidden = lines.length < 2;  // a text of several lines: which line is shown, always
     $("head").innerHTML = "";
     show();
   } catch (err) {

@@ -86,12 +86,7 @@ def _run_translate(cfg: DictConfig) -> dict:
     if cfg.get("prefix_file") not in (None, ""):
         check_input_file("prefix_file", cfg.prefix_file, "how each output begins, one line per input line")
     if cfg.output != "-":
-        check_output_file("output", cfg.output)
-        if cfg.input != "-" and Path(cfg.output).exists() and Path(cfg.output).samefile(cfg.input):
-            raise ValueError(
-                f"output={cfg.output}: the same file as input=; the translations would replace the sentences: "
-                "name another output="
-            )
+        check_output_file("output", cfg.output, {"input": cfg.input, "prefix_file": cfg.get("prefix_file")})
     check_output_options(cfg)
     translator = Translator.from_config(cfg)
     if cfg.alignments and translator.continues:
@@ -174,7 +169,11 @@ def _translate(translator: Translator, lines: list[str], prefixes, cfg, scored: 
         for offset, line in enumerate(lines):
             try:
                 translator.translate_nbest(
-                    [line], int(cfg.n_best), prefixes[offset : offset + 1] if prefixes else None, scored
+                    [line],
+                    int(cfg.n_best),
+                    prefixes[offset : offset + 1] if prefixes else None,
+                    scored,
+                    first_line=first_line + offset,
                 )
             except (RuntimeError, ValueError, IndexError) as single:
                 raise InputError(f"line {first_line + offset}: {type(single).__name__}: {single}") from single

@@ -297,14 +297,16 @@ class Translator:
             return results
         encoded = self._encode_sources(lines, first_line)
         forced = [self.tgt_tokenizer.encode(p) if p else [] for p in prefixes] if prefixes else None
+        # an empty line is not decoded: its output stays empty, without its prefix (said once a call)
+        unused = [
+            first_line + i for i, (p, ids) in enumerate(zip(prefixes or [], encoded, strict=False)) if p and not ids
+        ]
+        if unused:
+            log.warning(
+                "%s: the source line is empty, so it is not translated and its output is empty, without its prefix",
+                f"line {unused[0]}" if len(unused) == 1 else f"{len(unused)} lines (first: line {unused[0]})",
+            )
         for number, (prefix, ids) in enumerate(zip(prefixes or [], encoded, strict=False), start=first_line):
-            if prefix and not ids:  # an empty line is not decoded: its output stays empty, without the prefix
-                log.warning(
-                    "line %d: the source line is empty, so it is not translated and its output is empty; its prefix "
-                    "is not written either: %s",
-                    number,
-                    prefix,
-                )
             unknown = self.tgt_tokenizer.unknown_text(prefix) if prefix and ids else []
             if unknown:  # forced as <unk>: the output begins with it, not with the prefix's text
                 log.warning(

@@ -155,7 +155,7 @@ class TranslationTask(Task):
                 "out_dir (default: <run folder>/eval/<split>_<search>)"
             )
         if cfg.get("output") not in (None, "-"):
-            check_output_file("output", cfg.output)
+            check_output_file("output", cfg.output, {"input": cfg.get("input")})
         if cfg.get("input") is not None:  # translations only: what scores a split would be ignored
             given = {
                 "split": cfg.get("split") is not None,

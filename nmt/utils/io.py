@@ -28,15 +28,25 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
         tmp.unlink(missing_ok=True)
 
 
-def check_output_file(key: str, path: str | os.PathLike) -> None:
-    """A file the command will write, checked before the work that fills it: not a folder, and not below
-    a file (its folders are made as it is written). ValueError naming the key otherwise."""
+def check_output_file(key: str, path: str | os.PathLike, reads: dict | None = None) -> None:
+    """A file the command will write, checked before the work that fills it: not a folder, not below a file
+    (its folders are made as it is written), and not one of the files the command reads (``reads``: their
+    keys and paths, None or "-" for none), which the output would replace. ValueError naming the key
+    otherwise."""
     path = Path(path)
     if path.is_dir():
         raise ValueError(f"{key}={path}: a folder, not a file; name the file to write (e.g. {path / 'out.txt'})")
     above = next((p for p in path.parents if p.exists()), None)
     if above is not None and not above.is_dir():
         raise ValueError(f"{key}={path}: {above} is a file, not a folder")
+    for read_key, read in (reads or {}).items():
+        if read in (None, "", "-") or not path.exists() or not Path(read).exists():
+            continue
+        if path.samefile(read):
+            raise ValueError(
+                f"{key}={path}: the same file as {read_key}=; the output would replace what it holds: name another "
+                f"{key}="
+            )
 
 
 def check_input_file(key: str, path, what: str) -> None:
