@@ -69,6 +69,35 @@ def test_ctranslate2_greedy_output_is_token_identical(variant, tmp_path):
     assert any(theirs), name  # a model that says something
 
 
+@pytest.mark.parametrize("group", ["pos", "norm"])
+def test_each_option_of_conf_is_compared_token_for_token_or_refused_naming_it(group, default_checkpoint):
+    """A new position encoding or norm needed a case written here by hand, and nothing failed without one:
+    each file of conf/pos/ and conf/norm/ is now either held by CTranslate2's specification, and then among
+    the variants decoded token for token above, or refused in one line naming it."""
+    from hydra.utils import instantiate
+    from omegaconf import OmegaConf
+
+    compared = {"pos": {"absolute"}, "norm": {"layer"}}[group]  # the default variant's
+    compared |= {o.split("=", 1)[1] for v in VARIANTS.values() for o in v if o.startswith(f"{group}=")}
+    for path in sorted((ROOT / "conf" / group).glob("*.yaml")):
+        loaded = load_model(default_checkpoint, device="cpu")
+        model = loaded.model
+        build = instantiate(OmegaConf.load(path))  # a partial, as the model builder gets it
+        if group == "pos":
+            model.src_pos = model.tgt_pos = build(d_model=model.d_model, head_dim=model.src_pos.head_dim)
+        else:
+            for module in model.modules():
+                for name, child in list(module.named_children()):
+                    if "norm" in name and not isinstance(child, torch.nn.Identity):
+                        setattr(module, name, build(model.d_model))
+        try:
+            check_exportable(loaded)
+        except ExportError as err:
+            assert str(err).startswith(f"{group}={path.stem}"), (path.stem, str(err))
+        else:
+            assert path.stem in compared, f"{group}={path.stem} is exported but not compared: add it to VARIANTS"
+
+
 def test_export_py_writes_a_model_folder(default_checkpoint, tmp_path):
     checkpoint = default_checkpoint
     out = tmp_path / "int8"
