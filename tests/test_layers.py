@@ -10,7 +10,14 @@ from torch import nn
 
 from nmt.modules.attention import MultiHeadAttention
 from nmt.modules.norm import LayerNorm, RMSNorm
-from nmt.modules.position import BucketBias, PositionEncoding, RelativePosition, RotaryPosition, SinusoidalPosition
+from nmt.modules.position import (
+    BucketBias,
+    LinearBias,
+    PositionEncoding,
+    RelativePosition,
+    RotaryPosition,
+    SinusoidalPosition,
+)
 from nmt.utils.instantiate import instantiate
 
 from .conftest import CONF
@@ -427,3 +434,55 @@ def test_t5_bias_is_each_heads_learned_scalar_of_the_pairs_bucket():
 def test_t5_settings_that_make_no_buckets_are_refused_naming_the_key(options, message):
     with pytest.raises(ValueError, match=message):
         BucketBias(32, 8, **options)
+
+
+def test_alibi_slopes_are_the_papers_geometric_sequence():
+    """Press et al.: 8 heads take 1/2, 1/4, ..., 1/256; H heads a power of 2 2^(-8/H), 2^(-16/H), ..., 2^(-8);
+    6 heads the 4 heads' slopes, then every other one of 8 heads' (the paper's code)."""
+    assert LinearBias(64, 8).slopes.tolist() == [2.0**-k for k in range(1, 9)]
+    assert LinearBias(32, 8).slopes.tolist() == [2.0**-2, 2.0**-4, 2.0**-6, 2.0**-8]
+    assert LinearBias(48, 8).slopes.tolist() == [2.0**-2, 2.0**-4, 2.0**-6, 2.0**-8, 2.0**-1, 2.0**-3]
+    assert LinearBias(8, 8).slopes.tolist() == [2.0**-8]
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_alibi_bias_is_minus_the_slope_times_the_distance_by_hand(causal):
+    """Keys behind: -m_h (i - j), the paper's bias, on either side; keys ahead (an encoder's only): -m'_h (j - i)
+    with the slopes in reverse order, so that no head weighs the two sides alike; the query itself: 0."""
+    position = LinearBias(32, 8)
+    position.causal = causal
+    q_pos, k_pos = torch.arange(3, 6), torch.arange(9)
+    bias = position.bias(q_pos, k_pos)
+    m = [2.0**-2, 2.0**-4, 2.0**-6, 2.0**-8]
+    for h in range(4):
+        for i, q in enumerate(q_pos.tolist()):
+            for j, k in enumerate(k_pos.tolist()):
+                if k <= q:
+                    expected = -m[h] * (q - k)
+                elif causal:
+                    expected = 0.0  # masked anyway
+                else:
+                    expected = -m[3 - h] * (k - q)
+                assert bias[h, i, j].item() == pytest.approx(expected), (h, q, k)
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_alibi_bias_enters_the_scores_after_their_scaling_by_hand(fused):
+    """softmax(q k^T / sqrt(head_dim) - m_h |i - j|_side) v, written out, for an encoder and a causal stack."""
+    for causal in (False, True):
+        position = LinearBias(32, 8)
+        position.causal = causal
+        attention = MultiHeadAttention(32, 4, position=position, fused=fused).eval()
+        x, pos = torch.randn(2, 9, 32), torch.arange(9)
+        k, v = attention.project_kv(x, pos)
+        q = attention.q_proj(x).view(2, 9, 4, 8).transpose(1, 2)
+        slopes = torch.tensor([2.0**-2, 2.0**-4, 2.0**-6, 2.0**-8])
+        distance = (pos[:, None] - pos[None, :]).float()
+        ahead = slopes.flip(0)[:, None, None] * (-distance).clamp(min=0)
+        bias = -(slopes[:, None, None] * distance.clamp(min=0) + (0 if causal else ahead))
+        scores = q @ k.transpose(-1, -2) / math.sqrt(8) + bias
+        if causal:
+            scores = scores.masked_fill(distance < 0, float("-inf"))
+        expected = attention.out_proj((scores.softmax(-1) @ v).transpose(1, 2).reshape(2, 9, 32))
+        got = attention(x, k, v, None, pos, pos, causal=causal)
+        torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-4)

@@ -6,8 +6,8 @@ The Transformer's variants map onto it, but for the position encodings named bel
 pre- or post-norm, LayerNorm or RMSNorm, ReLU or GELU, sinusoidal or learned absolute positions (their table is written
 out, so CTranslate2 adds exactly ours), none, Shaw et al.'s relative positions (keys and values, clipped
 distances), rotary positions (the half-split layout, their base), and tied or separate embeddings. Recurrent
-models, language models, relative positions without value vectors, T5's bucketed bias and any other encoding
-or norm by its exact class are refused.
+models, language models, relative positions without value vectors, T5's bucketed bias, ALiBi and any other
+encoding or norm by its exact class are refused.
 """
 
 import torch

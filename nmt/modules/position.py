@@ -240,3 +240,36 @@ class BucketBias(PositionEncoding):
 
     def bias(self, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
         return self.table(self.buckets(q_pos, k_pos)).permute(2, 0, 1)  # (heads, q_len, k_len)
+
+
+def alibi_slopes(heads: int) -> list[float]:
+    """ALiBi's head slopes, as the paper's code makes them: for H a power of 2, the geometric sequence
+    2^(-8/H), 2^(-16/H), ..., 2^(-8); otherwise those of the largest power of 2 below H, then every other slope
+    of twice that power for the heads left."""
+    if heads & (heads - 1) == 0:
+        return [2.0 ** (-8.0 * h / heads) for h in range(1, heads + 1)]
+    below = 2 ** int(math.log2(heads))
+    return alibi_slopes(below) + alibi_slopes(2 * below)[0::2][: heads - below]
+
+
+class LinearBias(PositionEncoding):
+    """ALiBi (Press et al. 2022, ``pos=alibi``): no embedding, a fixed bias -m_h x distance added to the scaled
+    scores, with head h's slope m_h from :func:`alibi_slopes`. A causal stack (a decoder, a language model)
+    sees keys behind only: -m_h (i - j), as the paper, which is about decoder-only models. An encoder sees keys
+    on both sides, and a bias symmetric in |i - j| cannot tell a sentence from its reverse: there, this
+    project's choice, keys ahead take the heads' slopes in reverse order (head 1, the steepest behind, is the
+    gentlest ahead), so that the heads weigh the two sides differently (with an odd number of heads the middle
+    one weighs them alike). Nothing is learned."""
+
+    def __init__(self, d_model: int, head_dim: int) -> None:
+        super().__init__(d_model, head_dim)
+        slopes = torch.tensor(alibi_slopes(d_model // head_dim))  # (heads,)
+        self.register_buffer("slopes", slopes, persistent=False)
+
+    def bias(self, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
+        distance = (q_pos[:, None] - k_pos[None, :]).float()  # (q_len, k_len): > 0 for keys behind
+        behind = distance.clamp(min=0)
+        if self.causal:  # keys ahead are masked: the paper's bias
+            return -self.slopes[:, None, None] * behind[None]
+        ahead = (-distance).clamp(min=0)
+        return -(self.slopes[:, None, None] * behind[None] + self.slopes.flip(0)[:, None, None] * ahead[None])
