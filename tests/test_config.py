@@ -359,6 +359,19 @@ def test_a_setting_of_another_kind_than_its_class_declares_is_said_once_whatever
         assert str(refused.value).splitlines()[1:] == [f"  {line}"]
 
 
+def test_alibi_refuses_an_encoder_of_one_head_before_any_data_and_takes_a_language_model_of_one():
+    """One head: an encoder's keys ahead take the reversed slopes, which are its one slope, so its bias is
+    symmetric and the encoder could not tell a sentence from its reverse (the shared test has 4 heads); a
+    language model's causal stack has the paper's bias whatever its heads."""
+    with pytest.raises(ConfigError) as refused:
+        check_config(compose_train("pos=alibi", "model.num_heads=1"))
+    assert "pos=alibi with model.num_heads=1: an encoder's one head weighs keys ahead and behind alike" in str(
+        refused.value
+    )
+    check_config(compose_train("pos=alibi", "model.num_heads=2"))
+    check_config(compose_train("task=lm", "pos=alibi", "model.num_heads=1"))
+
+
 @pytest.mark.parametrize("given", ["+model.pad_id=5", "+model.src_vocab_size=10", "+smoothing.pad_id=3"])
 def test_a_key_the_run_sets_from_its_tokenizers_is_refused_not_overridden(given):
     """+model.pad_id=5 trained with the tokenizers' padding id, without a word; and a loss's unknown key was

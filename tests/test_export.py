@@ -79,7 +79,9 @@ def test_each_option_of_conf_is_compared_token_for_token_or_refused_naming_it(gr
 
     compared = {"pos": {"absolute"}, "norm": {"layer"}}[group]  # the default variant's
     compared |= {o.split("=", 1)[1] for v in VARIANTS.values() for o in v if o.startswith(f"{group}=")}
-    for path in sorted((ROOT / "conf" / group).glob("*.yaml")):
+    paths = sorted((ROOT / "conf" / group).glob("*.yaml"))
+    assert paths, f"conf/{group}/ holds no option"
+    for path in paths:
         loaded = load_model(default_checkpoint, device="cpu")
         model = loaded.model
         build = instantiate(OmegaConf.load(path))  # a partial, as the model builder gets it
@@ -93,7 +95,7 @@ def test_each_option_of_conf_is_compared_token_for_token_or_refused_naming_it(gr
         try:
             check_exportable(loaded)
         except ExportError as err:
-            assert str(err).startswith(f"{group}={path.stem}"), (path.stem, str(err))
+            assert str(err).startswith(f"{group}={path.stem}:"), (path.stem, str(err))
         else:
             assert path.stem in compared, f"{group}={path.stem} is exported but not compared: add it to VARIANTS"
 

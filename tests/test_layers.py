@@ -448,7 +448,8 @@ def test_alibi_slopes_are_the_papers_geometric_sequence():
 @pytest.mark.parametrize("causal", [False, True])
 def test_alibi_bias_is_minus_the_slope_times_the_distance_by_hand(causal):
     """Keys behind: -m_h (i - j), the paper's bias, on either side; keys ahead (an encoder's only): -m'_h (j - i)
-    with the slopes in reverse order, so that no head weighs the two sides alike; the query itself: 0."""
+    with the slopes in reverse order, so that no head of an even count weighs the two sides alike; the query
+    itself: 0."""
     position = LinearBias(32, 8)
     position.causal = causal
     q_pos, k_pos = torch.arange(3, 6), torch.arange(9)

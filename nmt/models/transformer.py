@@ -232,6 +232,8 @@ class Transformer(nn.Module):
         self.src_pos = position(d_model=d_model, head_dim=head_dim)
         self.tgt_pos = position(d_model=d_model, head_dim=head_dim)
         self.tgt_pos.causal = True  # its self-attention looks back only
+        self.src_pos.check_stack()
+        self.tgt_pos.check_stack()
         self.dropout = Dropout(dropout)
         spec = LayerSpec.build(
             d_model,

@@ -86,6 +86,7 @@ class TransformerLM(nn.Module):
         self.embed = nn.Embedding(tgt_vocab_size, d_model, padding_idx=pad_id)
         self.pos = position(d_model=d_model, head_dim=d_model // num_heads)
         self.pos.causal = True  # its self-attention looks back only
+        self.pos.check_stack()
         self.dropout = Dropout(dropout)
         spec = LayerSpec.build(
             d_model,

@@ -48,6 +48,10 @@ class PositionEncoding(nn.Module):
     def check_positions(self, count: int) -> None:
         """Raise ValueError when positions 0 .. count - 1 cannot all be encoded (a table of fixed size)."""
 
+    def check_stack(self) -> None:
+        """Raise ValueError when the encoding cannot serve its stack, as ``causal`` says which (an encoder's
+        needs to tell a sentence from its reverse): the model calls it once ``causal`` is set."""
+
     def rotate(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """x: (batch, heads, len, head_dim) queries or keys -> same shape."""
         return x
@@ -259,17 +263,25 @@ class LinearBias(PositionEncoding):
     on both sides, and a bias symmetric in |i - j| cannot tell a sentence from its reverse: there, this
     project's choice, keys ahead take the heads' slopes in reverse order (head 1, the steepest behind, is the
     gentlest ahead), so that the heads weigh the two sides differently (with an odd number of heads the middle
-    one weighs them alike). Nothing is learned."""
+    one weighs them alike; one head alone would, so an encoder of one head is refused). Nothing is learned."""
 
     def __init__(self, d_model: int, head_dim: int) -> None:
         super().__init__(d_model, head_dim)
         slopes = torch.tensor(alibi_slopes(d_model // head_dim))  # (heads,)
         self.register_buffer("slopes", slopes, persistent=False)
 
+    def check_stack(self) -> None:
+        if not self.causal and self.slopes.numel() == 1:  # reversed, one slope is itself: a symmetric bias
+            raise ValueError(
+                "pos=alibi with model.num_heads=1: an encoder's one head weighs keys ahead and behind alike, so it "
+                "cannot tell a sentence from its reverse; give model.num_heads=2 or more"
+            )
+
     def bias(self, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
         distance = (q_pos[:, None] - k_pos[None, :]).float()  # (q_len, k_len): > 0 for keys behind
         behind = distance.clamp(min=0)
+        slopes = self.slopes.float()  # float32 whatever the model's dtype (bf16-true rounds 2^-0.5)
         if self.causal:  # keys ahead are masked: the paper's bias
-            return -self.slopes[:, None, None] * behind[None]
+            return -slopes[:, None, None] * behind[None]
         ahead = (-distance).clamp(min=0)
-        return -(self.slopes[:, None, None] * behind[None] + self.slopes.flip(0)[:, None, None] * ahead[None])
+        return -(slopes[:, None, None] * behind[None] + slopes.flip(0)[:, None, None] * ahead[None])
