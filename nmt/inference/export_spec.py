@@ -5,16 +5,18 @@ from it (:func:`build_spec`), and what it cannot hold refused in one line naming
 The Transformer's variants map onto it, but for the position encodings named below as refused:
 pre- or post-norm, LayerNorm or RMSNorm, ReLU or GELU, sinusoidal or learned absolute positions (their table is written
 out, so CTranslate2 adds exactly ours), none, Shaw et al.'s relative positions (keys and values, clipped
-distances), rotary positions (the half-split layout, their base), and tied or separate embeddings. Recurrent
-models, language models, relative positions without value vectors, T5's bucketed bias, ALiBi and any other
-encoding or norm by its exact class are refused.
+distances), rotary positions (the half-split layout, their base), T5's bucketed bias (CTranslate2's own, with
+T5's bucket rule), and tied or separate embeddings. Recurrent models, language models, relative positions
+without value vectors, ALiBi and any other encoding or norm by its exact class are refused.
 """
 
+import numpy as np
 import torch
 
 from nmt.inference.loading import LoadedModel
 from nmt.modules.norm import LayerNorm, RMSNorm
 from nmt.modules.position import (
+    BucketBias,
     LearnedPosition,
     PositionEncoding,
     RelativePosition,
@@ -94,7 +96,7 @@ def check_exportable(loaded: LoadedModel) -> None:
         raise ExportError("pos.use_values=false: CTranslate2's relative positions always add value vectors")
     # by exact class: a new encoding or norm written as a subclass of one of these (a scaled sinusoid) is
     # another model, which would be written as its parent
-    known = (PositionEncoding, SinusoidalPosition, LearnedPosition, RelativePosition, RotaryPosition)
+    known = (PositionEncoding, SinusoidalPosition, LearnedPosition, RelativePosition, RotaryPosition, BucketBias)
     if type(position) not in known:
         takes = ", ".join(sorted(_model_option(f"{c.__module__}.{c.__qualname__}", "pos") for c in known))
         raise ExportError(f"pos={_option(position, 'pos')}: no CTranslate2 equivalent (it takes {takes})")
@@ -121,13 +123,20 @@ def build_spec(loaded: LoadedModel):
     position = model.src_pos
     relative = isinstance(position, RelativePosition)
     rotary = isinstance(position, RotaryPosition)
+    buckets = isinstance(position, BucketBias)
     activation = (
         common_spec.Activation.GELU
         if loaded.config["model"].get("activation") == "gelu"
         else common_spec.Activation.RELU
     )
     heads = first.self_attn.num_heads
-    options = {"pre_norm": pre_norm, "activation": activation, "relative_position": relative, "rms_norm": rms}
+    options = {
+        "pre_norm": pre_norm,
+        "activation": activation,
+        "relative_position": relative,
+        "relative_attention_bias": buckets,
+        "rms_norm": rms,
+    }
     if rotary:
         options |= {"rotary_dim": 0, "rotary_interleave": False, "rotary_base": float(_rotary_base(position))}
     encoder = transformer_spec.TransformerEncoderSpec(len(model.encoder), heads, **options)
@@ -155,6 +164,12 @@ def build_spec(loaded: LoadedModel):
             for layer in stack.layer:
                 layer.self_attention.relative_position_keys = _array(ours.keys.weight)
                 layer.self_attention.relative_position_values = _array(ours.vals.weight)
+    if buckets:  # CTranslate2's T5 bias: T5's buckets (both sides in an encoder, keys behind in a decoder), a
+        # (buckets, heads) table added to the scores after their scaling, as ours; one table a stack, in each layer
+        for stack, ours in ((encoder, model.src_pos), (decoder, model.tgt_pos)):
+            for layer in stack.layer:
+                layer.self_attention.relative_attention_bias = _array(ours.table.weight)
+                layer.self_attention.relative_attention_max_distance = np.int32(ours.max_distance)
     spec.config.layer_norm_epsilon = eps
     spec.config.add_source_eos = True  # our encoder reads the source pieces and then </s>
     spec.register_source_vocabulary(_vocabulary(loaded.src_tokenizer))
