@@ -101,21 +101,28 @@ def test_each_option_of_conf_is_compared_token_for_token_or_refused_naming_it(gr
             assert path.stem in compared, f"{group}={path.stem} is exported but not compared: add it to VARIANTS"
 
 
-def test_t5s_bias_scores_every_token_as_ours_on_long_sources_with_the_bias_made_to_dominate(tmp_path_factory, tmp_path):
-    """T5's buckets are exported onto CTranslate2's own T5 bias: the greedy test above could pass with a bucket
-    rule that differs only far away or a bias too small to matter, so here the tables are scaled up eightfold
-    and sources run to 189 pieces (past max_distance 128), and each token's log-probability of CTranslate2's
-    output is compared with ours."""
+def test_each_variant_scores_every_token_as_ours_on_long_sources(variant, tmp_path):
+    """The greedy test above reads short lines of a briefly trained model: a mapping wrong only far away (T5's
+    max_distance, Shaw's clipping), or a position term too small to move the argmax, passed it (T5's
+    max_distance halved did). Here sources run to 189 pieces, the learned relative tables are scaled up
+    eightfold so that they dominate, and each token's log-probability of CTranslate2's output is compared
+    with ours."""
     import ctranslate2
     import numpy as np
 
     from nmt.data.tokenizer import BOS_ID, EOS_ID
+    from nmt.modules.position import BucketBias, RelativePosition
 
-    loaded = load_model(trained(tmp_path_factory, "t5-layer-post", VARIANTS["t5-layer-post"]), device="cpu")
+    name, checkpoint = variant
+    loaded = load_model(checkpoint, device="cpu")
     model = loaded.model.eval()
     with torch.no_grad():
         for position in (model.src_pos, model.tgt_pos):
-            position.table.weight.mul_(8.0)
+            if isinstance(position, BucketBias):
+                position.table.weight.mul_(8.0)
+            if isinstance(position, RelativePosition):
+                position.keys.weight.mul_(8.0)
+                position.vals.weight.mul_(8.0)
     export_ctranslate2(loaded, tmp_path / "ct2")
     theirs = ctranslate2.Translator(str(tmp_path / "ct2"), device="cpu")
     src_tok = loaded.src_tokenizer
@@ -130,8 +137,8 @@ def test_t5s_bias_scores_every_token_as_ours_on_long_sources_with_the_bias_made_
             logits = model(torch.tensor([[*src, EOS_ID]]), torch.tensor([[BOS_ID, *hyp]]))
         ours = torch.log_softmax(logits.float(), -1)[0, torch.arange(len(hyp)), torch.tensor(hyp)]
         (scored,) = theirs.score_batch([pieces], [found.hypotheses[0]])
-        assert len(hyp) > 10
-        np.testing.assert_allclose(scored.log_probs[: len(hyp)], ours.numpy(), atol=1e-4)
+        assert len(hyp) > 10, name
+        np.testing.assert_allclose(scored.log_probs[: len(hyp)], ours.numpy(), atol=1e-4, err_msg=name)
 
 
 def test_export_py_writes_a_model_folder(default_checkpoint, tmp_path):
