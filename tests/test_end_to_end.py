@@ -501,13 +501,16 @@ def test_a_grids_test_command_reads_back_a_sweep_runs_folder_name(toy_run, tmp_p
     assert test["checkpoints"] == [str(run_dir / "checkpoints" / "best.ckpt")] and test["split"] == "test"
 
 
-def test_a_grid_is_refused_off_the_validation_set_and_its_options_are_checked(toy_run, tmp_path):
+def test_a_grid_is_refused_off_the_validation_set_and_its_options_are_checked(toy_run, tmp_path, tmp_path_factory):
     grid = ("decode.beam_size=[1,3]",)
+    source = tmp_path_factory.mktemp("input") / "x.txt"  # not in tmp_path, which must stay empty
+    source.write_text("one two\n")
     refusals = {
         r"split=test: a grid of decoding settings .*\(split=val\), never on a test set": grid,
         r"split=\['val', 'test'\]: a grid": ("split=[val,test]", *grid),
         r"split=test: a grid": ("average_last=[0,2]",),
-        r"input= with decode.beam_size=\[1, 3\]: a grid scores the validation set": ("input=x.txt", *grid),
+        # an input file that is there (a missing one is named first, before the checkpoint is read)
+        r"input= with decode.beam_size=\[1, 3\]: a grid scores the validation set": (f"input={source}", *grid),
         r"select_by=chrf: it ranks a grid": ("split=val", "select_by=chrf"),
         r"decode.beam_size=\[\]: a grid axis needs at least one value": ("split=val", "decode.beam_size=[]"),
         r"decode.min_len=\[None, 2\]: null in a grid": ("split=val", "decode.min_len=[null,2]"),

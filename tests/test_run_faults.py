@@ -872,7 +872,12 @@ def test_entry_points_answer_user_errors_in_one_line(tmp_path, capsys):
 @pytest.mark.parametrize(
     ("params", "command_line", "baseline", "message"),
     [
-        ({}, ["pos=absolute,relativ"], None, "pos=relativ: not an option of group pos; valid: ['absolute', 'learned'"),
+        (
+            {},
+            ["pos=absolute,relativ"],
+            None,
+            "pos=relativ: not an option of group pos; valid: ['absolute', 'alibi', 'learned'",
+        ),
         ({}, ["model.d_modle=64,128"], None, "model.d_modle: not a key of the config"),
         (
             {},
