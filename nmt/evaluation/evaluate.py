@@ -12,7 +12,7 @@ from nmt.evaluation.grid import check_grid, evaluate_grid, grid_axes
 from nmt.inference.loading import checkpoint_task, load_model, pick_device, resolve_checkpoint_path
 from nmt.inference.translator import apply_threads, check_limits
 from nmt.tasks.base import evaluation_splits
-from nmt.utils.io import check_input_file
+from nmt.utils.io import SOURCE_LINES, check_input_file
 
 
 def evaluate(cfg: DictConfig) -> dict:
@@ -30,7 +30,7 @@ def evaluate(cfg: DictConfig) -> dict:
         check_limits(max_input_len=cfg.max_input_len)
     pick_device(cfg.device)  # a device this machine lacks, named before the checkpoint is read
     # a misspelt input file, named before the checkpoint is read (as translate.py does)
-    check_input_file("input", cfg.get("input"), "the source sentences, one per line, or input=- for standard input")
+    check_input_file("input", cfg.get("input"), SOURCE_LINES)
     cfg.ckpt_path = str(resolve_checkpoint_path(cfg.ckpt_path))  # a run folder: its best checkpoint
     task = checkpoint_task(cfg.ckpt_path)
     axes = grid_axes(cfg)

@@ -18,9 +18,7 @@ from omegaconf import DictConfig
 from nmt.data.sources import read_lines
 from nmt.decoding.translate import DecodingProgress
 from nmt.inference.translator import Hypothesis, InputError, Translator
-from nmt.utils.io import atomic_path, check_input_file, check_output_file
-
-INPUT_HOLDS = "the source sentences, one per line, or input=- for standard input"
+from nmt.utils.io import SOURCE_LINES, atomic_path, check_input_file, check_output_file
 
 CHUNK = 2000  # lines of a file translated between two writes (the progress bar moves with each batch)
 
@@ -82,7 +80,7 @@ def run_translate(cfg: DictConfig) -> dict:
 
 def _run_translate(cfg: DictConfig) -> dict:
     # the files first: a misspelt name is told at once, not after the model is loaded
-    check_input_file("input", cfg.input, INPUT_HOLDS)
+    check_input_file("input", cfg.input, SOURCE_LINES)
     if cfg.get("prefix_file") not in (None, ""):
         check_input_file("prefix_file", cfg.prefix_file, "how each output begins, one line per input line")
     if cfg.output != "-":

@@ -49,6 +49,10 @@ def check_output_file(key: str, path: str | os.PathLike, reads: dict | None = No
             )
 
 
+# what input= holds, as translate.py and evaluate.py say it
+SOURCE_LINES = "the source sentences, one per line, or input=- for standard input"
+
+
 def check_input_file(key: str, path, what: str) -> None:
     """A file the command will read, checked before the model is loaded, so that a misspelt name is told at
     once: ``path`` (None: not given; "-": standard input) must name a file or a pipe, not a folder or nothing.
