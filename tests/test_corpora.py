@@ -15,6 +15,7 @@ from hydra import compose, initialize_config_dir
 
 from nmt.data.europarl import EuroparlDataModule
 from nmt.data.files import FilesDataModule
+from nmt.data.report import render_report
 from nmt.data.sources import DataNotFoundError
 from nmt.data.splits import pool_drops, seeded_split
 from nmt.data.tatoeba import TatoebaDataModule
@@ -604,6 +605,77 @@ def test_files_module_reads_pairs_tsv_and_prefixes(tmp_path):
         ).text("val")
 
 
+def test_several_training_corpora_are_read_in_order_reported_and_checked_each_by_name(tmp_path):
+    """data.train={name: files, ...}: each corpus in its own form (a prefix, a TSV with data.columns, a pair),
+    their pairs one after the other; the data report gives each one's pairs as read; a missing file, a pair in
+    the other order or a corpus without files is named by data.train.<name>. An evaluation set is one set."""
+    write(tmp_path / "web.en", EN[:200])
+    write(tmp_path / "web.de", DE[:200])
+    write(tmp_path / "extra.tsv", [f"x\t{d}\t{e}" for e, d in zip(EN[200:300], DE[200:300], strict=True)])
+    write(tmp_path / "more.en", EN[300:340])
+    write(tmp_path / "more.de", DE[300:340])
+    corpora = {"web": str(tmp_path / "web"), "extra": str(tmp_path / "extra.tsv")}
+    corpora["more"] = [str(tmp_path / "more.en"), str(tmp_path / "more.de")]
+    given = {"src_lang": "en", "tgt_lang": "de", "columns": [2, 1], "cache_dir": str(tmp_path / "c")}
+    dm = FilesDataModule(train=corpora, val=str(tmp_path / "more"), test=str(tmp_path / "more"), **given)
+    assert dm.text("train") == (EN[:340], DE[:340])
+    assert dm.corpus_pairs == {"web": 200, "extra": 100, "more": 40}
+    # without val and test: both cut from the pool of all of them, which the report counts as read
+    dm = small_files(tmp_path, train=corpora, **{**given, "cache_dir": str(tmp_path / "d")})
+    dm.prepare_data()
+    split = [*dm.text("train")[0], *dm.text("val")[0], *dm.text("test")[0]]
+    assert sorted(split) == sorted(set(EN[:340])) and len(dm.text("val")[0]) == len(dm.text("test")[0]) == 5
+    assert dm.report()["train"]["corpora_read"] == {"web": 200, "extra": 100, "more": 40}
+    assert "(read: web 200, extra 100, more 40)" in "".join(
+        str(cell) for column in render_report(dm.report(), "t").columns for cell in column._cells
+    )
+    (tmp_path / "more.de").unlink()
+    with pytest.raises(FileNotFoundError, match=r"data\.train\.more=\[.*more\.en', .*more\.de'\]"):
+        small_files(tmp_path, train=corpora, **{**given, "cache_dir": str(tmp_path / "e")}).text("train")
+    refused = {
+        "data.train.more=['m.de', 'm.en']: the source file m.de is named for de": {"more": ["m.de", "m.en"]},
+        "data.train.more=None: a corpus is [src_file, tgt_file], a .tsv file, or a file prefix": {"more": None},
+        "data.train.more={'a': 'b'}: a corpus: ": {"more": {"a": "b"}},
+        "data.train={}: no corpus named": {},
+    }
+    for message, train_spec in refused.items():
+        with pytest.raises(ValueError, match=f"^{re.escape(message)}"):
+            FilesDataModule(train=train_spec, src_lang="en", tgt_lang="de")
+    with pytest.raises(ValueError, match=r"^data.val=\{'a': 'v'\}: one set, scored whole: .* data.train alone"):
+        FilesDataModule(train=corpora, val={"a": "v"})
+
+
+def test_a_run_on_several_corpora_is_scored_with_a_moved_one_named_alone(tmp_path, monkeypatch):
+    """evaluate.py's +data.train.<name>=PATH gives one moved corpus (the run's test set was cut from all of
+    them), the others kept as the run had them; a name the run has not is refused, listing its names."""
+    write(tmp_path / "a.en", EN[:250])
+    write(tmp_path / "a.de", DE[:250])
+    write(tmp_path / "b.tsv", [f"{e}\t{d}" for e, d in zip(EN[250:400], DE[250:400], strict=True)])
+    settings = [f"data.train={{a: {tmp_path / 'a'}, b: {tmp_path / 'b.tsv'}}}", "data.src_lang=en", "data.tgt_lang=de"]
+    settings += ["data.valid_size=30", "data.test_size=30", "data.tokenizer.vocab_size=80"]
+    settings += ["data.tokenizer.byte_fallback=false", "data.max_tokens=800", "trainer.max_steps=2"]
+    train(compose_train("data=files", *settings, f"run_dir={tmp_path / 'run'}", *NO_FINAL_SCORES))
+    (tmp_path / "moved").mkdir()
+    shutil.move(tmp_path / "b.tsv", tmp_path / "moved" / "b.tsv")
+
+    def scored(*overrides: str):
+        with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+            given = [f"ckpt_path={tmp_path / 'run' / 'checkpoints' / 'last.ckpt'}", f"out_dir={tmp_path / 'eval'}"]
+            return evaluate(compose("evaluate", overrides=[*given, "samples=0", *overrides]))
+
+    with pytest.raises(FileNotFoundError, match=r"data\.train\.b=.*b\.tsv"):
+        scored()
+    with pytest.raises(ValueError, match=r"^data\.train\.c: this run's training corpora are a, b; give the moved"):
+        scored(f"+data.train.c={tmp_path / 'moved' / 'b.tsv'}")
+    assert scored(f"+data.train.b={tmp_path / 'moved' / 'b.tsv'}")["sentences"] == 30
+    # another file in its place is other text: refused, saying how to name each moved corpus
+    write(tmp_path / "moved" / "other.tsv", [f"{e}\t{d}" for e, d in zip(EN[:150], DE[:150], strict=True)])
+    with pytest.raises(
+        ValueError, match=r"give the run's training files with \+data\.train\.<name>=PATH for each corpus"
+    ):
+        scored(f"+data.train.b={tmp_path / 'moved' / 'other.tsv'}")
+
+
 def test_a_tsv_line_with_other_fields_than_the_first_is_refused_by_its_number(tmp_path):
     """A tab inside a sentence would shift (or cut) that line's columns: one pair silently wrong."""
     lines = [f"{e}\t{d}" for e, d in zip(EN[:6], DE[:6], strict=True)]
@@ -974,7 +1046,11 @@ def test_an_archive_extracted_by_another_process_meanwhile_is_used_not_removed(t
 @pytest.mark.parametrize(
     ("given", "message"),
     [
-        ({"train": True}, r"^data.train=True: a split is \[src_file, tgt_file\], a .tsv file, or a file prefix$"),
+        (
+            {"train": True},
+            r"^data.train=True: a split is \[src_file, tgt_file\], a .tsv file, or a file prefix, or \{name: files, "
+            r"\.\.\.\} \(several corpora, for data.train only\)$",
+        ),
         ({"train": ["a", "b", "c"]}, r"^data.train=\['a', 'b', 'c'\]: a split is"),
         ({"val": ["only.src"]}, r"^data.val=\['only.src'\]: a split is"),
         ({"columns": ["a", "b"]}, r"^data.columns=\['a', 'b'\]: the TSV fields of the source and the target"),

@@ -1,11 +1,15 @@
 """How a split names its files (a pair of line-aligned files, a TSV file, or a prefix) and reading them.
 
+The training split may also be several corpora, named: ``{multi30k: data/train, extra: extra.tsv}`` is read
+as their pairs one after the other (each its own form); an evaluation set is one set, scored whole.
+
 Apart from the data module (nmt/data/files.py): translating and exporting read files this way without
 building one (scoring a corpus's split builds one)."""
 
 import errno
 import glob
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 from omegaconf import ListConfig
@@ -13,13 +17,26 @@ from omegaconf import ListConfig
 from nmt.data.sources import read_lines, read_parallel
 
 SPEC_FORMS = "[src_file, tgt_file], a .tsv file, or a file prefix"
+CORPORA_FORM = "{name: files, ...} (several corpora, for data.train only)"
 
 
 def checked_spec(split: str, spec):
     """A split's files as given (``~`` expanded; a prefix Hydra read as a number as its text), or ValueError
-    naming ``data.<split>`` for anything else (true, a list of other than two paths)."""
-    if spec is None:
+    naming ``data.<split>`` for anything else (true, a list of other than two paths). The training split may
+    be a mapping of named corpora, each checked as a split of its own (``data.train.<name>``)."""
+    if spec is None and not split.startswith("train."):
         return None
+    if isinstance(spec, Mapping):
+        shown = dict(spec)
+        if split != "train":
+            what = "a corpus" if split.startswith("train.") else "one set, scored whole"
+            raise ValueError(
+                f"data.{split}={shown!r}: {what}: {SPEC_FORMS}; several corpora are named in data.train alone "
+                "(score other sets one by one: evaluate.py split=files:<prefix>)"
+            )
+        if not spec:
+            raise ValueError(f"data.train={{}}: no corpus named; give {SPEC_FORMS}, or {CORPORA_FORM}")
+        return {str(name): checked_spec(f"train.{name}", files) for name, files in spec.items()}
     if isinstance(spec, int | float) and not isinstance(spec, bool):  # a prefix Hydra read as a number: 2016
         spec = str(spec)
     if isinstance(spec, str | os.PathLike) and str(spec).strip():
@@ -28,7 +45,20 @@ def checked_spec(split: str, spec):
     if len(paths) == 2 and all(isinstance(p, str | os.PathLike) and str(p).strip() for p in paths):
         return [str(Path(p).expanduser()) for p in paths]
     shown = list(spec) if isinstance(spec, list | tuple | ListConfig) else spec
-    raise ValueError(f"data.{split}={shown!r}: a split is {SPEC_FORMS}")
+    if split.startswith("train."):
+        raise ValueError(f"data.{split}={shown!r}: a corpus is {SPEC_FORMS}")
+    forms = f"{SPEC_FORMS}, or {CORPORA_FORM}" if split == "train" else SPEC_FORMS
+    raise ValueError(f"data.{split}={shown!r}: a split is {forms}")
+
+
+def corpora(split: str, spec) -> list[tuple[str, object]]:
+    """A checked split as (key, files) for each corpus it names: ``<split>.<name>`` for each of several,
+    else ``<split>`` alone (none for a split not given)."""
+    if spec is None:
+        return []
+    if isinstance(spec, Mapping):
+        return [(f"{split}.{name}", files) for name, files in spec.items()]
+    return [(split, spec)]
 
 
 def _language_ending(path: str) -> str:
@@ -41,7 +71,11 @@ def checked_pair(split: str, spec, src_lang: str, tgt_lang: str) -> None:
     """A split given as [src_file, tgt_file] whose files cannot be its source and target: one file as both
     sides, or a file whose name ends in the other side's language (the pair given in the other order trains
     tgt->src under the names src->tgt, and scores it so). ValueError naming ``data.<split>``; other names,
-    and a corpus of one language on both sides, are taken as given."""
+    and a corpus of one language on both sides, are taken as given. Several corpora: each checked."""
+    if isinstance(spec, Mapping):
+        for key, files in corpora(split, spec):
+            checked_pair(key, files, src_lang, tgt_lang)
+        return
     if not isinstance(spec, list):
         return
     src, tgt = spec
@@ -59,7 +93,10 @@ def checked_pair(split: str, spec, src_lang: str, tgt_lang: str) -> None:
 
 
 def is_tsv(spec) -> bool:
-    """Whether a split's spec names a TSV (``x.tsv`` or ``x.tsv.gz``), whose fields data.columns picks."""
+    """Whether a split's spec names a TSV (``x.tsv`` or ``x.tsv.gz``), whose fields data.columns picks; of
+    several corpora, whether any is one."""
+    if isinstance(spec, Mapping):
+        return any(is_tsv(files) for files in spec.values())
     return isinstance(spec, str) and spec.endswith((".tsv", ".tsv.gz"))
 
 
@@ -81,9 +118,11 @@ def checked_columns(columns) -> tuple[int, int]:
 
 
 def spec_paths(spec, src_lang: str, tgt_lang: str) -> list[Path]:
-    """The files a split's ``spec`` names (none for a split not given)."""
+    """The files a split's ``spec`` names (none for a split not given; each corpus's, of several)."""
     if spec is None:
         return []
+    if isinstance(spec, Mapping):
+        return [path for files in spec.values() for path in spec_paths(files, src_lang, tgt_lang)]
     if isinstance(spec, str) and (spec.endswith(".tsv") or spec.endswith(".tsv.gz")):
         return [Path(spec)]
     if isinstance(spec, str):
@@ -136,7 +175,15 @@ def missing_file(split: str, spec, path: Path, src_lang: str, tgt_lang: str) -> 
 
 def read_split_files(spec, src_lang: str, tgt_lang: str, columns=(0, 1)) -> tuple[list[str], list[str]]:
     """``spec``: [src_file, tgt_file], a TSV path (columns give source and target), or a prefix whose
-    ``.<src_lang>`` / ``.<tgt_lang>`` files (optionally .gz) exist."""
+    ``.<src_lang>`` / ``.<tgt_lang>`` files (optionally .gz) exist; or several of them, named: their pairs
+    one corpus after the other, in the order given."""
+    if isinstance(spec, Mapping):
+        src, tgt = [], []
+        for files in spec.values():
+            more_src, more_tgt = read_split_files(files, src_lang, tgt_lang, columns)
+            src += more_src
+            tgt += more_tgt
+        return src, tgt
     if isinstance(spec, str) and (spec.endswith(".tsv") or spec.endswith(".tsv.gz")):
         src, tgt = [], []
         width = None  # the first line's number of fields, which every line must have

@@ -1,13 +1,16 @@
-"""Any parallel corpus from files: a pair of line-aligned files or one TSV file per split."""
+"""Any parallel corpus from files: per split a pair of line-aligned files, a TSV file or a prefix; the
+training split may be several such corpora, named."""
 
 from collections import Counter
 
 from nmt.data.datamodule import ParallelDataModule
 from nmt.data.file_specs import (
+    CORPORA_FORM,
     SPEC_FORMS,
     checked_columns,
     checked_pair,
     checked_spec,
+    corpora,
     missing_file,
     read_split_files,
     spec_paths,
@@ -17,8 +20,9 @@ from nmt.data.tokenizer import reading_form
 
 
 class FilesDataModule(ParallelDataModule):
-    """``data=files``: ``data.train`` / ``data.val`` / ``data.test`` each [src, tgt], a TSV or a prefix.
-    Without val/test, they are split off the training data with ``split_seed``."""
+    """``data=files``: ``data.train`` / ``data.val`` / ``data.test`` each [src, tgt], a TSV or a prefix;
+    ``data.train`` may be ``{name: files, ...}``, several corpora read one after the other (the data report
+    gives each one's pairs). Without val/test, they are split off the training data with ``split_seed``."""
 
     name = "files"
 
@@ -36,7 +40,7 @@ class FilesDataModule(ParallelDataModule):
         **kwargs,
     ) -> None:
         if train is None:
-            raise ValueError(f"data=files needs data.train: {SPEC_FORMS}")
+            raise ValueError(f"data=files needs data.train: {SPEC_FORMS}, or {CORPORA_FORM}")
         super().__init__(src_lang=src_lang, tgt_lang=tgt_lang, **kwargs)
         self.specs = {
             split: checked_spec(split, spec) for split, spec in (("train", train), ("val", val), ("test", test))
@@ -46,6 +50,7 @@ class FilesDataModule(ParallelDataModule):
         self.columns = checked_columns(columns)
         check_split_sizes(valid_size if val is None else None, test_size if test is None else None)
         self.valid_size, self.test_size, self.split_seed = valid_size, test_size, split_seed
+        self.corpus_pairs: dict[str, int] = {}  # several training corpora: each one's pairs, once read
 
     def official(self, split: str) -> bool:
         return split != "train" and self.specs.get(split) is not None  # given as files, not cut from train
@@ -59,11 +64,12 @@ class FilesDataModule(ParallelDataModule):
             ("train", "val", "test") if split == "train" else (split if self.specs[split] is not None else "train",)
         )
         for given in needed:
-            for path in spec_paths(self.specs[given], self.src_lang, self.tgt_lang):
-                if not path.exists():
-                    raise missing_file(given, self.specs[given], path, self.src_lang, self.tgt_lang)
+            for key, files in corpora(given, self.specs[given]):
+                for path in spec_paths(files, self.src_lang, self.tgt_lang):
+                    if not path.exists():
+                        raise missing_file(key, files, path, self.src_lang, self.tgt_lang)
         if self.specs["val"] is None or self.specs["test"] is None:
-            src, tgt = read_split_files(self.specs["train"], self.src_lang, self.tgt_lang, self.columns)
+            src, tgt = self._read_train()
             reading = reading_form(self.tokenizer_settings.normalization)  # sentences the model reads alike
             splits = seeded_split(
                 src,
@@ -77,4 +83,24 @@ class FilesDataModule(ParallelDataModule):
             drops["empty"], drops["duplicate"] = pool_drops(src, tgt, reading)  # this may run once per split)
             if self.specs[split] is None or split == "train":
                 return splits[split]
+        if split == "train":
+            return self._read_train()
         return read_split_files(self.specs[split], self.src_lang, self.tgt_lang, self.columns)
+
+    def _read_train(self) -> tuple[list[str], list[str]]:
+        """The training files' pairs, each corpus's count kept for the data report (as read: before empty
+        pairs are dropped and any validation or test pairs are split off)."""
+        src, tgt, self.corpus_pairs = [], [], {}
+        for key, files in corpora("train", self.specs["train"]):
+            more_src, more_tgt = read_split_files(files, self.src_lang, self.tgt_lang, self.columns)
+            src += more_src
+            tgt += more_tgt
+            if isinstance(self.specs["train"], dict):
+                self.corpus_pairs[key.removeprefix("train.")] = len(more_src)
+        return src, tgt
+
+    def report(self) -> dict:
+        report = super().report()
+        if self.corpus_pairs:
+            report["train"]["corpora_read"] = dict(self.corpus_pairs)
+        return report

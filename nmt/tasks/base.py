@@ -17,7 +17,7 @@ objects with ``model``, ``src_tokenizer``, ``tgt_tokenizer``, ``config``, ``chec
 """
 
 import csv
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import torch
@@ -207,6 +207,18 @@ def evaluation_data_config(loaded, overrides: dict | None, elsewhere: tuple[str,
                 f"data.{key}={value}: this run's corpus ({str(data_cfg.get('_target_', '?')).rsplit('.', 1)[-1]}) "
                 f"names no {key} files (a data=files run's do); score other files with split=files:<prefix>"
             )
+        own = data_cfg.get(key)
+        if key == "train" and OmegaConf.is_dict(own) and isinstance(value, Mapping):
+            # several training corpora: those given moved (+data.train.<name>=PATH), the others as the run had them
+            given = OmegaConf.to_container(value) if OmegaConf.is_config(value) else dict(value)
+            given = {str(name): files for name, files in given.items()}
+            unknown = [name for name in given if name not in own]
+            if unknown:
+                raise ValueError(
+                    f"data.train.{unknown[0]}: this run's training corpora are {', '.join(map(str, own))}; give the "
+                    "moved files of one of them as +data.train.<name>=PATH"
+                )
+            value = {**OmegaConf.to_container(own), **given}
         if key in ("root", "columns") and key not in data_cfg:
             if key in elsewhere:
                 continue
@@ -240,13 +252,22 @@ def check_split_text(loaded, datamodule, split: str, elsewhere: str) -> None:
         point = "point data.root at the run's copy, " if hasattr(datamodule, "root") else ""
         if hasattr(datamodule, "specs"):  # data=files: paths of its own, no other copy to find
             causes = "its files changed, or other files were given"
-            own = (loaded.config.get("data") or {}).get(split)
-            point = (
-                f"give the run's files with +data.{split}=PATH, "
-                if own is not None or split == "train"
-                else f"this run's {split} set was split off its training files (it had no {split} files): leave "
-                f"+data.{split} out to score that set, "
+            ran = loaded.config.get("data") or {}
+            own = ran.get(split)
+            cut = own is None and split != "train"  # the run's set was split off its training files
+            read_from = "train" if cut else split
+            moved = (  # several training corpora: each named
+                "+data.train.<name>=PATH for each corpus moved"
+                if isinstance(ran.get(read_from), Mapping)
+                else f"+data.{read_from}=PATH"
             )
+            if cut and datamodule.specs.get(split) is not None:
+                point = (
+                    f"this run's {split} set was split off its training files (it had no {split} files): leave "
+                    f"+data.{split} out to score that set, "
+                )
+            else:
+                point = f"give the run's {'training ' if cut else ''}files with {moved}, "
         raise ValueError(
             f"split={split}: the {split} text of {datamodule.describe()} read now is not the text "
             f"{loaded.checkpoints[0]} was trained with (its hash differs): {causes}, or a seeded split is made "
