@@ -365,6 +365,29 @@ def test_max_chars_is_each_lines_and_a_refused_line_keeps_the_others_and_no_old_
     assert third == (["", "", expected[2]], ["3"]) and third_shown
 
 
+@HEADLESS
+def test_a_text_of_many_lines_can_be_stopped_keeping_the_lines_done(checkpoint):
+    """A long text ran to its end, line by line, with no way to stop it but closing the page. Stop ends it
+    between lines (the line under way is dropped): those done are shown, the others named as not translated."""
+    lines = [SENTENCES[n % len(SENTENCES)] for n in range(80)]
+    with serving(checkpoint) as port, browsing(port) as (page, errors):
+        hidden_before = page.is_hidden("#stop")
+        page.fill("#source", "\n".join(lines))
+        page.click("#go")
+        page.wait_for_function("document.getElementById('note').textContent.includes('(3 of 80)')", timeout=60_000)
+        page.click("#stop")
+        page.wait_for_selector("#go:not([disabled])", timeout=60_000)
+        shown = page.inner_text("#translation").split("\n")
+        note, error, hidden_after = page.inner_text("#note"), page.inner_text("#error"), page.is_hidden("#stop")
+        menu = page.locator("#line option").all_inner_texts()
+    done = len(menu)
+    expected = Translator.from_checkpoint(checkpoint, beam_size=5, device="cpu").translate(lines[:done])
+    assert 2 <= done < 80 and menu == [str(n + 1) for n in range(done)]
+    assert shown[:done] == expected and not any(shown[done:])
+    assert note == f"stopped: lines {', '.join(str(n + 1) for n in range(done, 80))} not translated (output left empty)"
+    assert hidden_before and hidden_after and error == "" and not errors
+
+
 def test_the_pages_box_sets_no_length_limit_of_its_own():
     """Where no browser runs the page's tests: the box was given maxLength = max_chars, a request's limit,
     which cut a text of several lines mid-line."""

@@ -2,7 +2,7 @@
 from the network). It posts each line of the text to /api/translate as a sentence of its own (the API takes
 one sentence a request) and shows the translations line by line, and the n-best list and the heatmap of the
 chosen line, layer and head (drawn on a canvas; ``data-heatmap`` on the canvas says when it is drawn, for
-tests and scripts)."""
+tests and scripts). A text of several lines can be stopped between lines: those done are kept and shown."""
 
 PAGE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>{{title}}</title>
@@ -22,6 +22,7 @@ canvas { border: 1px solid #eee; margin-top: 0.5rem; } label { margin-right: 1re
   <textarea id="source" rows="3" placeholder="Type a sentence (several: one a line)"></textarea><br>
   <label>n-best <select id="nbest"></select></label>
   <button id="go" type="submit">Translate</button>
+  <button id="stop" type="button" hidden>Stop</button>
 </form>
 <div id="error" role="alert"></div>
 <div id="note"></div>
@@ -34,7 +35,7 @@ canvas { border: 1px solid #eee; margin-top: 0.5rem; } label { margin-right: 1re
 <canvas id="heatmap" width="10" height="10" hidden></canvas>
 <script>
 "use strict";
-let results = [], result = null;
+let results = [], result = null, stopping = null;  // stopping: the AbortController of a text under way
 const $ = (id) => document.getElementById(id);
 
 async function info() {
@@ -118,22 +119,29 @@ async function translate(event) {
     if (!asked.length) { $("error").textContent = "text is empty"; return; }
     const named = (i) => lines.length > 1 ? `line ${i + 1}: ` : "";
     const answers = new Map(), errors = [];
+    const controller = new AbortController();
+    stopping = controller; $("stop").hidden = asked.length < 2;
+    let left = [];  // the lines a stop left untranslated
     for (const [k, i] of asked.entries()) {  // a line refused, or unanswered, does not lose the others'
+      if (controller.signal.aborted) { left = asked.slice(k); break; }
       if (asked.length > 1) $("note").textContent = `translating line ${i + 1} (${k + 1} of ${asked.length})`;
       try {
         const response = await fetch("/api/translate", {
-          method: "POST", headers: {"Content-Type": "application/json"},
+          method: "POST", headers: {"Content-Type": "application/json"}, signal: controller.signal,
           body: JSON.stringify({text: lines[i], n_best: Number($("nbest").value || 1)}),
         });
         // a reply that is not JSON (a proxy's error page) is said by its status
         const data = await response.json().catch(() => ({}));
         if (response.ok && data.translation !== undefined) answers.set(i, data);
         else errors.push(named(i) + (data.error || `${response.status} ${response.statusText}`));
-      } catch (err) {  // the server out of reach
+      } catch (err) {  // the server out of reach, or the line stopped while under way
+        if (controller.signal.aborted) { left = asked.slice(k); break; }
         errors.push(named(i) + String(err));
       }
     }
-    $("note").textContent = "";
+    const stopped = left.length ? `stopped: ${left.length === 1 ? "line" : "lines"} ${left.map((i) => i + 1)
+      .join(", ")} not translated (output left empty)` : "";
+    $("note").textContent = stopped;
     if (errors.length) {
       const left = errors.length > 1 ? "their output lines are left empty" : "its output line is left empty";
       $("error").textContent = errors.join("; ") + (answers.size ? `; ${left}` : "");
@@ -142,8 +150,8 @@ async function translate(event) {
     const done = [...answers.keys()];
     results = done.map((i) => answers.get(i));
     // a text over the server's max_input_len, read cut (on_long_input=truncate): said, never silent
-    $("note").textContent = done.map((i) => { const r = answers.get(i); return !r.truncated ? "" :
-      `${named(i)}read cut to its ${r.truncated.end} ${r.truncated.kept} of ${r.truncated.tokens} subword tokens`; })
+    $("note").textContent = [stopped, ...done.map((i) => { const r = answers.get(i); return !r.truncated ? "" :
+      `${named(i)}read cut to its ${r.truncated.end} ${r.truncated.kept} of ${r.truncated.tokens} subword tokens`; })]
       .filter((text) => text).join("; ");
     $("translation").textContent = lines.map((_, i) => answers.has(i) ? answers.get(i).translation : "").join("\\n");
     fill($("line"), done.map((i) => i + 1));  // labelled by the input's line numbers
@@ -153,11 +161,12 @@ async function translate(event) {
   } catch (err) {
     $("error").textContent = String(err);
   } finally {
-    $("go").disabled = false;
+    $("go").disabled = false; $("stop").hidden = true; stopping = null;
   }
 }
 
 $("form").addEventListener("submit", translate);
+$("stop").addEventListener("click", () => { if (stopping) stopping.abort(); });
 $("line").addEventListener("change", show);
 $("layer").addEventListener("change", () => { fillHeads(); draw(); });
 $("head").addEventListener("change", draw);
