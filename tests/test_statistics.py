@@ -839,6 +839,19 @@ def test_main_effects_of_a_design_with_a_combination_unrun_are_said_to_assume_no
     assert "pos=relative raises test_bleu against pos=absolute (3.00" in text
     assert "averaged over the other factors" not in text
     assert "in a fit that takes the interactions it leaves out to be zero (1 combination of levels" in text
+    # the level tables' means compare other mixtures of cells: said, with the combination each level lacks
+    pos, norm = (analysis.level_summary(records, "test_bleu", f) for f in ("pos", "norm"))
+    assert (pos["relative"]["cells"], pos["relative"]["missing"], pos["absolute"]["missing"]) == (1, ["norm=rms"], [])
+    assert norm["rms"]["missing"] == ["pos=relative"] and norm["layer"]["cells"] == 2
+    assert "| level | runs | mean (of its cells) | std | min | max | cells |" in text
+    assert "| relative | 3 | 34.00 | " in text and "| 1 of 2 |" in text
+    assert "pos=relative has no run with norm=rms: its mean is over the cells it has, so it leans toward them" in text
+    assert "norm=rms has no run with pos=relative: its mean" in text
+    assert all(not s["missing"] for s in analysis.level_summary(RECORDS, "test_bleu", "pos").values())
+    (tmp_path / "all").mkdir()
+    synthetic_sweep(tmp_path / "all", RECORDS)
+    balanced = " ".join(write_report(tmp_path / "all").read_text().split())
+    assert "| level | runs | mean (of its cells) | std | min | max |" in balanced and "has no run with" not in balanced
 
 
 def test_without_a_baseline_run_the_report_says_why_no_cell_is_compared_with_it(tmp_path):

@@ -11,7 +11,7 @@ import math
 import statistics
 from collections import Counter
 from collections.abc import Sequence
-from itertools import combinations
+from itertools import combinations, product
 
 from nmt.metrics import lower_is_better, metric_range
 
@@ -211,18 +211,29 @@ def separated(rows: Sequence[dict]) -> bool:
 
 def level_summary(records: Sequence[dict], metric: str, factor: str, written: Sequence[str] = ()) -> dict:
     """Per level of ``factor``: runs; the mean over the other factors' cells, each cell's mean counted once (a
-    cell that lost seeds does not pull the level's mean; a combination with no run at all still biases it,
-    which the fit's estimate does not); std, min, max over every run at that level (a description; the
-    effects are in nmt.sweep.effects)."""
+    cell that lost seeds does not pull the level's mean); std, min, max over every run at that level (a
+    description; the effects are in nmt.sweep.effects); ``cells`` it has and ``missing``, the combinations of
+    the other factors' levels that have none of its runs (named ``key=level ...``): a combination with no run
+    still biases its mean toward those it has, which the fit's estimate does not, so the report says so."""
     by_level: dict[str, list[float]] = {}
     for r in records:
         if r["metrics"].get(metric) is not None:
             by_level.setdefault(str(r["factors"].get(factor)), []).append(float(r["metrics"][metric]))
     factors = factor_names(records)
+    others = [f for f in factors if f != factor]
     cell_means: dict[str, list[float]] = {}
+    combinations_had: dict[str, set[tuple]] = {}
     for cell, values in cell_values(records, metric, factors).items():
         level = cell[factors.index(factor)] if factor in factors else str(records[0]["factors"].get(factor))
         cell_means.setdefault(level, []).append(statistics.fmean(values))
+        combinations_had.setdefault(level, set()).add(
+            tuple(c for f, c in zip(factors, cell, strict=True) if f != factor)
+        )
+    other_levels = [  # each other factor's levels among the runs with the metric, in their order
+        sorted({cell[factors.index(f)] for cell in cell_values(records, metric, factors)}, key=level_order)
+        for f in others
+    ]
+    every = list(product(*other_levels))
     return {
         level: {
             "n": len(values),
@@ -230,6 +241,12 @@ def level_summary(records: Sequence[dict], metric: str, factor: str, written: Se
             "std": statistics.stdev(values) if len(values) > 1 else math.nan,
             "min": min(values),
             "max": max(values),
+            "cells": len(cell_means[level]),
+            "missing": [
+                " ".join(f"{f}={c}" for f, c in zip(others, combo, strict=True))
+                for combo in every
+                if combo not in combinations_had[level]
+            ],
         }
         for level, values in sorted(by_level.items(), key=lambda item: level_order(item[0], written))
     }

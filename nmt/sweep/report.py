@@ -269,13 +269,24 @@ def _main_effects(doc, sweep_dir: Path, records, levels, written, lower: bool, m
     for factor in levels:
         doc.heading(factor, 3)
         level_rows = analysis.level_summary(records, metric, factor, written.get(factor, ()))
+        lacking = {level: s for level, s in level_rows.items() if s["missing"]}
         doc.table(
-            ["level", "runs", "mean (of its cells)", "std", "min", "max"],
+            ["level", "runs", "mean (of its cells)", "std", "min", "max", *(["cells"] if lacking else [])],
             [
                 [level, str(s["n"]), fmt(s["mean"]), fmt(s["std"]), fmt(s["min"]), fmt(s["max"])]
+                + ([f"{s['cells']} of {s['cells'] + len(s['missing'])}"] if lacking else [])
                 for level, s in level_rows.items()
             ],
         )
+        for level, s in lacking.items():  # an unbalanced table: its means compare other mixtures of cells
+            shown = ", ".join(s["missing"][:3]) + (
+                f" and {len(s['missing']) - 3} more" if len(s["missing"]) > 3 else ""
+            )
+            doc.paragraph(
+                f"{factor}={level} has no run with {shown}: its mean is over the cells it has, so it leans toward "
+                "them and the levels' means do not compare like with like; the fitted effects (Effects at a glance) "
+                "estimate the level under the model named there instead."
+            )
         curves = _curves(records, factor, curve_metric)
         if curves:
             path = sweep_dir / f"curves_{factor}.png".replace("/", "_")
