@@ -88,7 +88,32 @@ def test_a_sweep_reports_one_point_per_epoch_of_each_run(tmp_path):
             f"epoch,step,val_bleu,final_weights,wall_time_s\n0,9,5.0,,60\n1,19,,,150\n1.0,19,{final},1.0,170\n"
         )
         records.append({"run_dir": str(run), "factors": {"pos": "rope"}})
-    assert _curves(records, "pos", "val_bleu") == {"rope": [[(0, 5.0), (1, 7.5)], [(0, 5.0), (1, 8.5)]]}
+    assert _curves(records, "pos", "val_bleu") == ({"rope": [[(0, 5.0), (1, 7.5)], [(0, 5.0), (1, 8.5)]]}, "epoch")
+
+
+def test_a_sweep_of_runs_validated_within_epochs_draws_each_validation_by_update(tmp_path):
+    """trainer.val_check_interval=10 in epochs of 30 updates: one point per epoch kept each epoch's last
+    validation and dropped the others (updates 10 and 40 were lost, 20 drawn as epoch 0)."""
+    from nmt.sweep.report import _curves
+
+    records = []
+    for seed, final in ((1, "9.5"), (2, "9.0")):
+        run = tmp_path / f"seed={seed}"
+        (run / "logs").mkdir(parents=True)
+        (run / "logs" / "metrics.csv").write_text(
+            "epoch,step,train_loss,val_bleu,final_weights\n0,9,4.0,,\n0,10,,5.0,\n0,20,,6.0,\n1,40,,7.0,\n"
+            f"1,49,3.0,,\n1,50,,8.0,\n1.0,50,,{final},1.0\n"
+        )
+        records.append({"run_dir": str(run), "factors": {"pos": "rope"}})
+    curves, unit = _curves(records, "pos", "val_bleu")
+    assert unit == "update"
+    assert curves == {
+        "rope": [[(10, 5.0), (20, 6.0), (40, 7.0), (50, 9.5)], [(10, 5.0), (20, 6.0), (40, 7.0), (50, 9.0)]]
+    }
+    from nmt.sweep.figures import training_curves
+
+    training_curves(curves, "pos", "val_bleu", tmp_path / "c.png", unit=unit)
+    assert (tmp_path / "c.png").stat().st_size > 0
 
 
 def test_an_attention_heatmap_names_its_axes_and_its_colour_scale():

@@ -65,11 +65,16 @@ def interaction_heatmap(
 
 @literal_text
 def training_curves(
-    curves: dict[str, list[list[tuple[int, float]]]], factor: str, metric: str, path: Path, order: list[str] = ()
+    curves: dict[str, list[list[tuple[int, float]]]],
+    factor: str,
+    metric: str,
+    path: Path,
+    order: list[str] = (),
+    unit: str = "epoch",
 ) -> None:
-    """curves: level -> runs -> [(epoch, value)]; each run thin, and thick the mean per level at the
-    epochs that every run of the level reached (a mean over the runs still going would favour the level
-    whose weak runs stopped early)."""
+    """curves: level -> runs -> [(epoch, value)] (or [(update, value)], ``unit="update"``); each run thin, and
+    thick the mean per level at the epochs (updates) that every run of the level reached (a mean over the
+    runs still going would favour the level whose weak runs stopped early)."""
     ordered = sorted(curves.items(), key=lambda item: list(order).index(item[0]) if item[0] in order else len(order))
     labels = _wrapped([f"{factor}={level}" for level, _ in ordered], 60)
     # the legend below the plot, the figure taller by its rows (ten levels squeezed the plot to a strip)
@@ -97,9 +102,11 @@ def training_curves(
             markersize=3,
             label=label,
         )
-    ax.set_xlabel("epoch (from 0)")
+    ax.set_xlabel("epoch (from 0)" if unit == "epoch" else "update")
     validated = sorted({epoch for _, runs in ordered for run in runs for epoch, _ in run})
-    if len(validated) <= 12:  # the epochs themselves: with one in view, an integer locator drew -0.04 ... 0.04
+    if (
+        len(validated) <= 12
+    ):  # the epochs (updates) themselves: with one in view, an integer locator drew -0.04 ... 0.04
         ax.set_xticks(validated)
     else:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))

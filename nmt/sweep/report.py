@@ -287,11 +287,13 @@ def _main_effects(doc, sweep_dir: Path, records, levels, written, lower: bool, m
                 "them and the levels' means do not compare like with like; the fitted effects (Effects at a glance) "
                 "estimate the level under the model named there instead."
             )
-        curves = _curves(records, factor, curve_metric)
+        curves, unit = _curves(records, factor, curve_metric)
         if curves:
             path = sweep_dir / f"curves_{factor}.png".replace("/", "_")
-            training_curves(curves, factor, curve_metric, path, order=levels[factor])
-            doc.figure(path, f"{curve_metric} by {factor}: each run thin; the mean over the runs that reached an epoch")
+            training_curves(curves, factor, curve_metric, path, order=levels[factor], unit=unit)
+            doc.figure(
+                path, f"{curve_metric} by {factor}: each run thin; the mean over the runs that reached an {unit}"
+            )
 
 
 def _interactions_section(doc, sweep_dir: Path, records, fit: dict, levels, order, metric: str, lower: bool) -> None:
@@ -319,20 +321,34 @@ def _interactions_section(doc, sweep_dir: Path, records, fit: dict, levels, orde
         doc.figure(figure, f"{a} x {b}")
 
 
-def _curves(records: list[dict], factor: str, metric: str) -> dict[str, list[list[tuple[int, float]]]]:
-    curves: dict[str, list] = {}
+def _curves(records: list[dict], factor: str, metric: str) -> tuple[dict[str, list[list[tuple[int, float]]]], str]:
+    """Each level's runs' validation curves, and their unit: one value per epoch (runs of other batch sizes
+    then share an axis), or per update where a run validated more than once in an epoch
+    (``trainer.val_check_interval``), whose validations one point an epoch dropped but the last."""
+    logged: dict[str, list[list[tuple[int, int, float]]]] = {}
     for r in records:
         path = Path(r["run_dir"]) / "logs" / "metrics.csv"
         if not path.exists():
             continue
-        # one value per epoch: the final weights' validation is logged in the epoch of their last update, and
-        # where training validated those weights too it repeats that row (adding what only decoding measures)
-        by_epoch = {
-            int(float(row["epoch"])): float(row[metric]) for row in csv.DictReader(path.open()) if row.get(metric)
+        # the final weights' validation is logged at their last update (its epoch a float, as Lightning writes
+        # a logged value), and where training validated those weights too it repeats that row (adding what only
+        # decoding measures): one value per update, the last
+        by_update = {
+            int(float(row["step"])): (int(float(row["epoch"])), float(row[metric]))
+            for row in csv.DictReader(path.open())
+            if row.get(metric)
         }
-        if by_epoch:
-            curves.setdefault(str(r["factors"][factor]), []).append(sorted(by_epoch.items()))
-    return curves
+        if by_update:
+            run = [(epoch, update, value) for update, (epoch, value) in sorted(by_update.items())]
+            logged.setdefault(str(r["factors"][factor]), []).append(run)
+    runs = [run for level in logged.values() for run in level]
+    per_update = any(len({epoch for epoch, _, _ in run}) < len(run) for run in runs)
+    unit = "update" if per_update else "epoch"
+    curves = {
+        level: [[(update if per_update else epoch, value) for epoch, update, value in run] for run in level_runs]
+        for level, level_runs in logged.items()
+    }
+    return curves, unit
 
 
 def _outputs_section(doc: Document, records, factors, levels, sentence: int) -> None:
