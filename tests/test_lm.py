@@ -22,7 +22,7 @@ from nmt.tasks.language_model import LanguageModelTask, generate, stream_perplex
 from nmt.training.config import ConfigError, check_config
 from nmt.training.train import train
 
-from .conftest import CONF, compose_train
+from .conftest import CONF, NO_FINAL_SCORES, compose_train
 from .test_end_to_end import run
 
 POSITIONS = sorted(p.stem for p in (CONF / "pos").glob("*.yaml"))  # a new encoding is tested unlisted
@@ -485,3 +485,26 @@ def test_an_evaluation_stride_for_the_training_split_is_refused():
 
     with pytest.raises(ValueError, match=r"^data.eval_stride=8 with split=train: the training split is scored in"):
         LanguageModelTask().evaluate_split(SimpleNamespace(), "train", {"eval_stride": 8})
+
+
+def test_a_continuation_adds_a_word_at_least_unless_max_new_tokens_is_zero(ptb_folder, tmp_path, caplog):
+    """A barely trained model's beam (the checkpoint's decode block: beam 5) ended at once, so translate.py,
+    serve.py and evaluate.py prompt=... gave the prompt back with nothing added: task=lm's decode.min_len is 1
+    (fairseq's default), which max_new_tokens=0 (nothing to add) asks no word of."""
+    run_dir = tmp_path / "run"
+    given = [f"data.root={ptb_folder}", "data.download=false", "data.block_size=16", "trainer.max_steps=2"]
+    train(compose_train("task=lm", *given, *NO_FINAL_SCORES, f"run_dir={run_dir}"))
+    checkpoint = run_dir / "checkpoints" / "last.ckpt"
+    loaded = load_model(checkpoint)
+    assert loaded.config["decode"]["min_len"] == 1 and loaded.config["decode"]["strategy"] == "beam"
+    from nmt.inference.translator import Translator
+
+    for prompt in ("w3", "w1 w2 w3 w4 w5"):
+        (text,) = Translator.from_checkpoint(checkpoint, max_new_tokens=3).translate([prompt])
+        assert text.startswith(prompt) and 1 <= len(text.split()) - len(prompt.split()) <= 3
+        search = SearchConfig(strategy="beam", beam_size=5, min_len=loaded.config["decode"]["min_len"])
+        assert len(generate(loaded, prompt, search, max_new_tokens=3)[0].split()) > len(prompt.split())
+    with caplog.at_level("WARNING"):
+        assert Translator.from_checkpoint(checkpoint, max_new_tokens=0).translate(["w3"]) == ["w3"]
+        assert generate(loaded, "w3", SearchConfig(strategy="beam", min_len=1), max_new_tokens=0) == ["w3"]
+    assert "min_len" not in caplog.text

@@ -356,7 +356,10 @@ class Translator:
                         "table holds no more)", number, len(kept))  # fmt: skip
         prompt = kept
         context = torch.tensor([[EOS_ID, *prompt]], device=self.device)
-        search = replace(self.search, max_len_a=0.0, max_len_b=room)  # the limit counts the end token
+        # the limit counts the end token; a min_len kept from training's config asks no more than max_new_tokens
+        search = replace(
+            self.search, max_len_a=0.0, max_len_b=room, min_len=min(self.search.min_len, self.max_new_tokens)
+        )
         if search.ranks:
             found = ranked_hypotheses(self.model, context, BOS_ID, EOS_ID, search, numbers=[number])[0][:n_best]
             found = found or [(0.0, [])]

@@ -292,7 +292,8 @@ def generate(
             "holds no more"
         )
     context = torch.tensor([[EOS_ID, *kept]] * rows, device=device)
-    limit = replace(search, max_len_a=0.0, max_len_b=room)  # the limit counts the end token
+    # the limit counts the end token; a min_len kept from training's config asks no more than max_new_tokens
+    limit = replace(search, max_len_a=0.0, max_len_b=room, min_len=min(search.min_len, max_new_tokens))
     outputs = decode(loaded.model, context, BOS_ID, EOS_ID, limit)
     return [" ".join(filter(None, (prompt.strip(), vocab.decode(out)))) for out in outputs]
 
