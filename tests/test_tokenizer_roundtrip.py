@@ -246,3 +246,15 @@ def test_bare_word_boundary_pieces_leave_no_runs_of_spaces_nor_spaces_at_the_end
         == twice
         == ("一个男人一个男人" if lang == "zh" else "a man a man")
     )
+
+
+@pytest.mark.parametrize("control", ["\x00", "\x01", "\x0e", "\x10", "\x1b", "\x1f", "\x7f", "\x80", "\x9f"])
+def test_byte_pieces_that_spell_a_control_character_decode_to_a_visible_mark(control):
+    """A summariser's hypotheses held NUL and other control bytes spelt by byte pieces (a file grep reads as
+    binary): each is shown as U+FFFD, as bytes that are not UTF-8 are, and ordinary text is left alone."""
+    tokenizer = Tokenizer.train(corpus("en"), TokenizerSettings(vocab_size=400))
+    byte_ids = [tokenizer.sp.piece_to_id(f"<0x{b:02X}>") for b in control.encode("utf-8")]
+    text = tokenizer.decode(tokenizer.encode("a man") + byte_ids + byte_ids + tokenizer.encode("runs"))
+    assert text == "a man\ufffd\ufffd runs"  # one mark a character, glued to the word before as the bytes were
+    assert tokenizer.decode(tokenizer.encode("a man runs")) == "a man runs"
+    assert tokenizer.decode(tokenizer.encode("Ünïcödé – 漢字")) == "Ünïcödé – 漢字"  # printable text kept

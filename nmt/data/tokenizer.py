@@ -32,6 +32,10 @@ NORMALIZATIONS = ("identity", "lowercase", "nmt_nfkc", "nfkc", "nmt_nfkc_cf", "n
 # boundary of str.splitlines
 _SEPARATORS = re.compile("[\t\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
 _SPACE_RUN = re.compile(" {2,}")
+# the other control characters (C0 and C1, DEL): byte pieces a model strings together spell them, which no
+# text holds (a NUL made a hypothesis file binary to grep); shown as U+FFFD, as SentencePiece shows bytes
+# that are not UTF-8, so that the output keeps its length in marks and never hides them
+_CONTROLS = re.compile("[\x00-\x08\x0e-\x1b\x1f\x7f-\x84\x86-\x9f]")
 
 TRAINING_SEED = 1234  # the sample of a corpus larger than max_sentences (Tokenizer.train)
 # SentencePiece's training threads, the same on every machine: a unigram model's pieces depend on their number
@@ -108,7 +112,8 @@ class Tokenizer:
         # later line of a hypothesis file, or a tab, which would split a field of translate.py's output;
         # a model's bare "▁" pieces spell runs of spaces, and spaces at the ends, which encoding never
         # keeps (SentencePiece removes extra whitespace): one space, none at the ends, as a reference reads
-        return self.segmenter.undo(_SPACE_RUN.sub(" ", _SEPARATORS.sub(" ", text)).strip(" "))
+        text = _CONTROLS.sub("\ufffd", _SEPARATORS.sub(" ", text))
+        return self.segmenter.undo(_SPACE_RUN.sub(" ", text).strip(" "))
 
     def pieces(self, ids: Sequence[int]) -> list[str]:
         return [self.sp.id_to_piece(i) for i in ids]
