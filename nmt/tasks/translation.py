@@ -145,10 +145,14 @@ class TranslationTask(Task):
         if cfg.get("max_new_tokens") is not None:
             raise ValueError(
                 f"max_new_tokens={cfg.max_new_tokens}: the words a language model adds to a prompt; this checkpoint "
-                "translates (its outputs end at the end token or decode.max_len_a / decode.max_len_b)"
+                f"maps a source to an output (task={self.name}), which ends at the end token or decode.max_len_a / "
+                "decode.max_len_b"
             )
         if OmegaConf.select(cfg, "data.eval_stride", default=None) is not None:
-            raise ValueError("data.eval_stride is a language-model setting (task=lm); this checkpoint translates")
+            raise ValueError(
+                f"data.eval_stride is a language-model setting (task=lm); this checkpoint maps a source to an output "
+                f"(task={self.name})"
+            )
         if cfg.get("output") is not None and cfg.get("input") is None:
             raise ValueError(
                 f"output={cfg.output}: where the translations of input= go; a split's hypotheses and scores go to "

@@ -290,7 +290,8 @@ def _train_in_folder(cfg: DictConfig, task, run_dir: Path, config: dict, main_pr
             if target and language(target) not in moses_languages() | {"zh", "ja", "ko", "yue"}:
                 print(
                     f"note: data.tgt_lang={target} names no language known here: BLEU tokenises the target as '13a', "
-                    "the tokenised BLEU without a language's Moses rules; name it (data.tgt_lang=zh, ja, de, ...)"
+                    "and the tokenised BLEU with Moses's rules for no language in particular (English abbreviations); "
+                    "name it (data.tgt_lang=zh, ja, de, ...)"
                 )
             atomic_write_text(run_dir / "config.yaml", OmegaConf.to_yaml(OmegaConf.create(config)))
             atomic_write_bytes(run_dir / "tokenizers" / "src.model", src_tokenizer.model_proto)
