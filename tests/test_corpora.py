@@ -645,6 +645,47 @@ def test_several_training_corpora_are_read_in_order_reported_and_checked_each_by
         FilesDataModule(train=corpora, val={"a": "v"})
 
 
+def test_an_upsampled_corpus_repeats_its_training_pairs_after_the_split_and_is_checked_by_name(tmp_path):
+    """data.upsample={name: N}: each training pair of that corpus N times where it stands (fairseq's
+    --upsample-primary); validation and test pairs are cut from the pool first, so that no repeat of a pair is
+    also a test pair. The data report says so. A name not of data.train, a count below 1 or not whole, and
+    upsampling a data.train of one corpus are refused naming the key."""
+    write(tmp_path / "web.en", EN[:200])
+    write(tmp_path / "web.de", DE[:200])
+    write(tmp_path / "extra.tsv", [f"{e}\t{d}" for e, d in zip(EN[200:260], DE[200:260], strict=True)])
+    write(tmp_path / "dev.en", EN[300:340])
+    write(tmp_path / "dev.de", DE[300:340])
+    corpora = {"web": str(tmp_path / "web"), "extra": str(tmp_path / "extra.tsv")}
+    given = {"src_lang": "en", "tgt_lang": "de", "train": corpora, "upsample": {"extra": 3, "web": 1}}
+    dm = FilesDataModule(val=str(tmp_path / "dev"), test=str(tmp_path / "dev"), cache_dir=str(tmp_path / "c"), **given)
+    assert dm.text("train") == (
+        EN[:200] + [e for e in EN[200:260] for _ in range(3)],
+        DE[:200] + [d for d in DE[200:260] for _ in range(3)],
+    )
+    dm = small_files(tmp_path, **given)
+    dm.prepare_data()
+    src, tgt = dm.text("train")
+    held_out = set(dm.text("val")[0]) | set(dm.text("test")[0])
+    extra = set(EN[200:260])
+    assert all(src.count(e) == (3 if e in extra else 1) for e in set(src)) and not held_out & set(src)
+    assert len(src) == 260 - len(held_out) + 2 * len(extra - held_out)
+    report = dm.report()["train"]
+    assert report["upsampled"] == {"extra": 3} and report["pairs"] == len(src)
+    cells = "".join(str(cell) for column in render_report(dm.report(), "t").columns for cell in column._cells)
+    assert "(read: web 200, extra 60 x3)" in cells
+    refused = {
+        "data.upsample.news: not a corpus of data.train (its corpora: web, extra)": {"news": 2},
+        "data.upsample.extra=0: the times its pairs are read, a whole number >= 1": {"extra": 0},
+        "data.upsample.extra=1.5: the times": {"extra": 1.5},
+        "data.upsample=3: {corpus name: times, ...}": 3,
+    }
+    for message, upsample in refused.items():
+        with pytest.raises(ValueError, match=f"^{re.escape(message)}"):
+            FilesDataModule(train=corpora, upsample=upsample)
+    with pytest.raises(ValueError, match=r"^data.upsample=\{'a': 2\}: repeats corpora of data.train, which names one"):
+        FilesDataModule(train=str(tmp_path / "web"), upsample={"a": 2})
+
+
 def test_a_run_on_several_corpora_is_scored_with_a_moved_one_named_alone(tmp_path, monkeypatch):
     """evaluate.py's +data.train.<name>=PATH gives one moved corpus (the run's test set was cut from all of
     them), the others kept as the run had them; a name the run has not is refused, listing its names."""

@@ -2,6 +2,7 @@
 training split may be several such corpora, named."""
 
 from collections import Counter
+from collections.abc import Mapping
 
 from nmt.data.datamodule import ParallelDataModule
 from nmt.data.file_specs import (
@@ -22,7 +23,9 @@ from nmt.data.tokenizer import reading_form
 class FilesDataModule(ParallelDataModule):
     """``data=files``: ``data.train`` / ``data.val`` / ``data.test`` each [src, tgt], a TSV or a prefix;
     ``data.train`` may be ``{name: files, ...}``, several corpora read one after the other (the data report
-    gives each one's pairs). Without val/test, they are split off the training data with ``split_seed``."""
+    gives each one's pairs), and ``upsample`` ({name: N}) repeats a corpus's training pairs N times (fairseq's
+    --upsample-primary, OpenNMT-py's corpus weights as whole numbers). Without val/test, they are split off
+    the training data with ``split_seed`` (before any repeat: a repeated pair is never also a test pair)."""
 
     name = "files"
 
@@ -37,6 +40,7 @@ class FilesDataModule(ParallelDataModule):
         split_seed: int = 1,
         src_lang: str = "src",
         tgt_lang: str = "tgt",
+        upsample=None,
         **kwargs,
     ) -> None:
         if train is None:
@@ -51,6 +55,8 @@ class FilesDataModule(ParallelDataModule):
         check_split_sizes(valid_size if val is None else None, test_size if test is None else None)
         self.valid_size, self.test_size, self.split_seed = valid_size, test_size, split_seed
         self.corpus_pairs: dict[str, int] = {}  # several training corpora: each one's pairs, once read
+        self.upsample = checked_upsample(upsample, self.specs["train"])
+        self._corpus_text: dict[str, list[tuple[str, str]]] = {}  # the corpora repeated: their pairs as read
 
     def official(self, split: str) -> bool:
         return split != "train" and self.specs.get(split) is not None  # given as files, not cut from train
@@ -81,11 +87,25 @@ class FilesDataModule(ParallelDataModule):
             )
             drops = self.dropped.setdefault("train", Counter())  # the pool's, in the data report (set, not added:
             drops["empty"], drops["duplicate"] = pool_drops(src, tgt, reading)  # this may run once per split)
-            if self.specs[split] is None or split == "train":
+            if split == "train":
+                return self._repeated(*splits["train"])
+            if self.specs[split] is None:
                 return splits[split]
         if split == "train":
-            return self._read_train()
+            return self._repeated(*self._read_train())
         return read_split_files(self.specs[split], self.src_lang, self.tgt_lang, self.columns)
+
+    def _repeated(self, src: list[str], tgt: list[str]) -> tuple[list[str], list[str]]:
+        """The training pairs with each pair of an upsampled corpus N times, where it stands (a pair that two
+        corpora hold: the larger N)."""
+        if not self.upsample:
+            return src, tgt
+        times: dict[tuple[str, str], int] = {}
+        for name, n in self.upsample.items():
+            for pair in self._corpus_text[name]:
+                times[pair] = max(times.get(pair, 1), n)
+        pairs = [pair for pair in zip(src, tgt, strict=True) for _ in range(times.get(pair, 1))]
+        return [s for s, _ in pairs], [t for _, t in pairs]
 
     def _read_train(self) -> tuple[list[str], list[str]]:
         """The training files' pairs, each corpus's count kept for the data report (as read: before empty
@@ -96,11 +116,40 @@ class FilesDataModule(ParallelDataModule):
             src += more_src
             tgt += more_tgt
             if isinstance(self.specs["train"], dict):
-                self.corpus_pairs[key.removeprefix("train.")] = len(more_src)
+                name = key.removeprefix("train.")
+                self.corpus_pairs[name] = len(more_src)
+                if name in self.upsample:
+                    self._corpus_text[name] = list(zip(more_src, more_tgt, strict=True))
         return src, tgt
 
     def report(self) -> dict:
         report = super().report()
         if self.corpus_pairs:
             report["train"]["corpora_read"] = dict(self.corpus_pairs)
+        if self.upsample:
+            report["train"]["upsampled"] = dict(self.upsample)
         return report
+
+
+def checked_upsample(upsample, train_spec) -> dict[str, int]:
+    """data.upsample as {corpus name: times}, each a corpus of data.train and a whole number >= 1 (1: as
+    read; a corpus not named: once), or ValueError naming the key."""
+    if upsample is None:
+        return {}
+    if not isinstance(upsample, Mapping):
+        raise ValueError(
+            f"data.upsample={upsample!r}: {{corpus name: times, ...}}, e.g. 'data.upsample={{indomain: 3}}'"
+        )
+    if not isinstance(train_spec, dict):
+        raise ValueError(
+            f"data.upsample={dict(upsample)!r}: repeats corpora of data.train, which names one corpus here; name "
+            f"several: {CORPORA_FORM}"
+        )
+    checked = {}
+    for name, times in upsample.items():
+        if str(name) not in train_spec:
+            raise ValueError(f"data.upsample.{name}: not a corpus of data.train (its corpora: {', '.join(train_spec)})")
+        if type(times) is not int or times < 1:
+            raise ValueError(f"data.upsample.{name}={times!r}: the times its pairs are read, a whole number >= 1")
+        checked[str(name)] = times
+    return {name: n for name, n in checked.items() if n > 1}

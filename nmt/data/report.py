@@ -29,11 +29,12 @@ def render_report(report: dict, title: str) -> Table:
         table.add_column("src truncated (data.max_src_len)", overflow="fold")
     for split, row in report.items():
         dropped = ", ".join(_reason(reason, n) for reason, n in row["dropped"].items() if n) or "0"
-        read = row.get("corpora_read")  # several training corpora: each one's pairs as read
+        read = row.get("corpora_read") or {}  # several training corpora: each one's pairs as read (and repeats)
+        times = row.get("upsampled") or {}
+        corpora = ", ".join(f"{name} {n:,}" + (f" x{times[name]}" if name in times else "") for name, n in read.items())
         table.add_row(
             split,
-            f"{row['pairs']:,}"
-            + (f" (read: {', '.join(f'{name} {n:,}' for name, n in read.items())})" if read else ""),
+            f"{row['pairs']:,}" + (f" (read: {corpora})" if read else ""),
             dropped,
             " / ".join(f"{v:g}" for v in row["src_len_p50_p90_p99_max"]),
             " / ".join(f"{v:g}" for v in row["tgt_len_p50_p90_p99_max"]),
