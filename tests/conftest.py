@@ -65,6 +65,9 @@ TINY = [
 # a run that ends without scoring its final model (neither the validation set decoded as the test is, nor the test)
 NO_FINAL_SCORES = ["val_after_training=false", "test_after_training=false"]
 TINY_TOY = ["data=toy", "data.train_size=300", "data.val_size=20", "data.test_size=20"]
+# the options a strategy cannot search without, beyond SearchConfig's defaults (epsilon sampling's threshold: at
+# its default, 0, it drops no token and is refused): the tests that take every strategy give each its own
+STRATEGY_NEEDS = {"epsilon": {"epsilon": 3e-4}}
 
 
 TINY_MODELS = {

@@ -232,6 +232,17 @@ def test_course_baseline_has_the_reported_shape():
             f"decode.strategy='bean' is not one of {list(STRATEGIES)} (did you mean beam?)",
         ),
         ("+validation.search.top_p=0", "validation.search.top_p=0 must be in (0, 1]"),
+        ("decode.strategy=epsilon decode.seed=1", "decode.epsilon=0.0 drops no token: decode.strategy=epsilon needs"),
+        ("decode.strategy=epsilon decode.epsilon=1 decode.seed=1", "decode.epsilon=1 must be in [0, 1) (0: off)"),
+        (
+            "decode.strategy=sample decode.epsilon=3e-4 decode.seed=1",
+            "decode.epsilon=0.0003: decode.strategy=sample does not read it (it applies with decode.strategy=epsilon)",
+        ),
+        (
+            "decode.strategy=epsilon decode.epsilon=3e-4 decode.seed=1 decode.top_p=0.9",
+            "decode.top_p=0.9: decode.strategy=epsilon does not read it",
+        ),
+        ("decode.strategy=epsilon decode.epsilon=3e-4", "epsilon without decode.seed: val_after_training/test_after_t"),
         # an option set that its strategy does not read: an error, not a silent default
         ("decode.top_p=0.9", "decode.top_p=0.9: decode.strategy=beam does not read it (it applies with decode.strat"),
         ("+validation.search.beam_size=4", "validation.search.beam_size=4: validation.search.strategy=greedy does no"),
@@ -386,6 +397,7 @@ def test_a_key_the_run_sets_from_its_tokenizers_is_refused_not_overridden(given)
 
 def test_search_options_that_their_strategy_reads_are_accepted():
     check_config(compose_train("decode.strategy=sample", "decode.top_p=0.9", "decode.seed=3"))
+    check_config(compose_train("decode.strategy=epsilon", "decode.epsilon=3e-4", "decode.seed=3"))
     check_config(compose_train("validation.search.strategy=beam", "+validation.search.beam_size=4"))
     check_config(compose_train("decode.top_p=1.0"))  # the default, which no strategy needs to read
 

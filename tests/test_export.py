@@ -18,7 +18,7 @@ from nmt.inference.translator import Translator
 from nmt.tasks.language_model import LanguageModelTask
 from nmt.training.train import train
 
-from .conftest import NO_FINAL_SCORES, ROOT, compose_train
+from .conftest import NO_FINAL_SCORES, ROOT, STRATEGY_NEEDS, compose_train
 
 pytest.importorskip("ctranslate2", reason="ctranslate2 is a dependency of the export (make install)")
 
@@ -505,14 +505,22 @@ def test_sources_are_cut_where_our_translator_cuts_them(tmp_path_factory, tmp_pa
     assert [set(options) for options in given] == [{*manifest["decode"], "suppress_sequences"}]
 
 
+UNMAPPED = ("epsilon",)  # the strategies the export refuses: translate_batch has nothing like them
+
+
 def test_the_runs_search_maps_onto_ctranslate2s_options_and_a_strategy_without_a_mapping_is_refused(monkeypatch):
     """Each strategy becomes translate_batch's options (sampling with its filters, beam with its width). One
     added since, with no mapping here, was exported as greedy search: the exported model then translated
     otherwise than the run, without a word. It is refused, before any file is written."""
-    for strategy in STRATEGIES:
+    for strategy in (s for s in STRATEGIES if s not in UNMAPPED):
         options = decoding_defaults({"strategy": strategy, "seed": 1 if strategy in SAMPLED else None})
         assert options["beam_size"] == (SearchConfig().beam_size if strategy == "beam" else 1)
         assert ("sampling_temperature" in options) == (strategy in SAMPLED)
+    # CTranslate2 has no epsilon sampling (translate_batch's sampling: top-k, top-p and temperature alone)
+    for strategy in UNMAPPED:
+        decode = {"strategy": strategy, "seed": 1, **STRATEGY_NEEDS.get(strategy, {})}
+        with pytest.raises(ExportError, match=rf"^decode.strategy={strategy} \(the run's search\): CTranslate2's"):
+            decoding_defaults(decode)
     assert decoding_defaults({"strategy": "sample", "top_k": 7, "temperature": 0.5, "seed": 1})["sampling_topk"] == 7
     # a sampling strategy added as ARCHITECTURE.md says (its name, what it reads), but not mapped in export.py
     monkeypatch.setattr(settings, "STRATEGIES", (*STRATEGIES, "typical"))

@@ -1,6 +1,6 @@
 """Values checked against their definitions, computed independently here (loops over the formula):
 sinusoid table, Luong and Bahdanau attention scores, the label-smoothed loss, the learning-rate
-schedules and checkpoint averaging."""
+schedules, checkpoint averaging and the sampling filters."""
 
 import math
 
@@ -235,6 +235,37 @@ def test_sampling_follows_temperature_top_k_and_top_p_definitions(temperature, t
     for i in range(4):
         if expected[i] == 0.0:
             assert freq[i] == 0  # filtered tokens are never drawn
+        else:
+            assert freq[i].item() == pytest.approx(expected[i], abs=4 * math.sqrt(expected[i] / n) + 1e-3)
+
+
+@pytest.mark.parametrize(
+    ("probs", "epsilon", "temperature"),
+    [
+        ([0.6, 0.3, 0.06, 0.04], 0.05, 1.0),  # the last dropped: 0.6, 0.3 and 0.06 over 0.96
+        ([0.6, 0.3, 0.06, 0.04], 0.12, 1.0),  # the last two dropped
+        ([0.6, 0.3, 0.06, 0.04], 0.12, 2.0),  # at temperature 2 the third reaches 0.12 (0.139), the last not
+        ([0.3, 0.25, 0.25, 0.2], 0.5, 1.0),  # every token below: the most probable alone
+    ],
+)
+def test_epsilon_sampling_follows_its_definition(probs, epsilon, temperature):
+    """Hewitt et al. 2022: every token whose probability (at the temperature) is below epsilon is dropped,
+    the rest renormalised; where none is left, the most probable token alone."""
+    from nmt.decoding.search import _sample
+    from nmt.decoding.settings import SearchConfig
+
+    p = [x ** (1 / temperature) for x in probs]
+    p = [x / sum(p) for x in p]
+    keep = [i for i in range(4) if p[i] >= epsilon] or [max(range(4), key=lambda i: p[i])]
+    expected = [p[i] / sum(p[j] for j in keep) if i in keep else 0.0 for i in range(4)]
+    cfg = SearchConfig(strategy="epsilon", epsilon=epsilon, temperature=temperature)
+    n = 40_000
+    logits = torch.tensor([math.log(x) for x in probs])
+    draws = _sample(logits.repeat(n, 1), cfg, torch.Generator().manual_seed(0))
+    freq = torch.bincount(draws, minlength=4).float() / n
+    for i in range(4):
+        if expected[i] == 0.0:
+            assert freq[i] == 0  # dropped tokens are never drawn
         else:
             assert freq[i].item() == pytest.approx(expected[i], abs=4 * math.sqrt(expected[i] / n) + 1e-3)
 

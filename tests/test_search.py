@@ -12,7 +12,7 @@ from nmt.decoding.search import beam_search, decode, greedy
 from nmt.decoding.settings import STRATEGIES, SearchConfig
 from nmt.models.state import DecoderState
 
-from .conftest import CONF
+from .conftest import CONF, STRATEGY_NEEDS
 from .test_transformer import batch, make_model
 
 BOS, EOS = 2, 3
@@ -93,7 +93,8 @@ def test_outputs_respect_the_length_limit():
     src = torch.tensor([[5, 5, 5, 3], [5, 3, 0, 0]])
     cfg = SearchConfig(beam_size=3, max_len_a=2.0, max_len_b=1)  # limits 9 and 5 tokens incl. EOS
     for strategy in STRATEGIES:
-        out = decode(model, src, BOS, EOS, SearchConfig(**{**cfg.__dict__, "strategy": strategy}))
+        own = {**cfg.__dict__, "strategy": strategy, **STRATEGY_NEEDS.get(strategy, {})}
+        out = decode(model, src, BOS, EOS, SearchConfig(**own))
         assert [len(o) for o in out] == [8, 4]
 
 
@@ -112,6 +113,44 @@ def test_top_p_keeps_only_the_nucleus():
     cfg = SearchConfig(strategy="sample", top_p=0.8, seed=0, max_len_b=2, max_len_a=0.0)
     first = {out[0] for out in decode(model, src, BOS, EOS, cfg) if out}
     assert first == {4, 5}  # 0.7 alone is below 0.8, 0.7 + 0.2 reaches it; 6 is never drawn
+
+
+def test_epsilon_sampling_never_draws_a_token_below_epsilon_and_draws_each_other():
+    table = {BOS: {4: 0.6, 5: 0.3, 6: 0.06, 7: 0.04}}
+    model, src = ScriptedModel(table), torch.zeros(300, 1, dtype=torch.long) + 4
+    cfg = SearchConfig(strategy="epsilon", epsilon=0.05, seed=0, max_len_b=2, max_len_a=0.0)
+    first = [out[0] for out in decode(model, src, BOS, EOS, cfg) if out]
+    assert set(first) == {4, 5, 6}  # 7 (0.04) is never drawn
+    assert decode(model, src, BOS, EOS, cfg) == decode(model, src, BOS, EOS, cfg)  # seeded
+    # above every token's probability: the most probable token, always (greedy)
+    alone = SearchConfig(strategy="epsilon", epsilon=0.9, seed=0, max_len_b=2, max_len_a=0.0)
+    assert {out[0] for out in decode(model, src, BOS, EOS, alone)} == {4}
+
+
+def test_epsilon_sampling_refuses_the_options_it_does_not_read_and_a_threshold_that_drops_nothing():
+    from nmt.decoding.settings import search_settings
+
+    eps = {"strategy": "epsilon", "epsilon": 3e-4, "seed": 1}
+    assert search_settings(None, eps) == SearchConfig(**eps)
+    assert search_settings(None, {**eps, "temperature": 0.7}).temperature == 0.7  # read, as sampling's
+    for name, value in (("top_p", 0.9), ("top_k", 5), ("beam_size", 4), ("length_penalty", 0.6)):
+        with pytest.raises(ValueError, match=rf"^decode.{name}={value}: decode.strategy=epsilon does not read it"):
+            search_settings(None, {**eps, name: value})
+    for strategy in ("sample", "beam", "greedy"):
+        with pytest.raises(
+            ValueError,
+            match=rf"^decode.epsilon=0.0003: decode.strategy={strategy} does not read it \(it applies with "
+            r"decode.strategy=epsilon\)",
+        ):
+            search_settings(None, {"strategy": strategy, "epsilon": 3e-4, "seed": 1})
+    # the run's own threshold stays behind when another strategy is chosen, and is taken when it is not
+    assert search_settings(eps, {"strategy": "sample"}).epsilon == 0.0
+    assert search_settings(eps, {}).epsilon == 3e-4
+    with pytest.raises(ValueError, match=r"^decode.epsilon=0.0 drops no token: decode.strategy=epsilon needs"):
+        search_settings(None, {"strategy": "epsilon"})  # plain sampling under another name
+    for bad in (1.0, -0.1, float("nan"), "x", True):
+        with pytest.raises(ValueError, match=r"^decode.epsilon=.* must be in \[0, 1\)"):
+            SearchConfig(strategy="epsilon", epsilon=bad)
 
 
 @pytest.mark.parametrize(
@@ -148,6 +187,7 @@ def test_every_search_option_is_read_by_a_strategy_and_named_in_evaluation_folde
         "temperature": 0.5,
         "top_k": 3,
         "top_p": 0.5,
+        "epsilon": 0.01,
         "seed": 2,
         "min_len": 1,
         "no_repeat_ngram_size": 2,
@@ -155,8 +195,9 @@ def test_every_search_option_is_read_by_a_strategy_and_named_in_evaluation_folde
     assert set(changed) == set(names)
     for name, value in changed.items():
         strategy = next(s for s in STRATEGIES if name in READS[s])  # a strategy that reads it
-        other = SearchConfig(**{**base.__dict__, "strategy": strategy, name: value})
-        reference = SearchConfig(**{**base.__dict__, "strategy": strategy})
+        own = {**base.__dict__, "strategy": strategy, **STRATEGY_NEEDS.get(strategy, {})}
+        other = SearchConfig(**{**own, name: value})
+        reference = SearchConfig(**own)
         assert split_tag("val", other, reference=base) != split_tag("val", reference, reference=base), name
     # the run's own options that the evaluation's strategy does not read name nothing: a summariser's length
     # penalty in a greedy evaluation, a sampler's top_k in a beam's (both at their defaults in the search)
@@ -170,8 +211,8 @@ def test_every_search_option_is_read_by_a_strategy_and_named_in_evaluation_folde
         assert split_tag("test", search_settings(own, given), reference=SearchConfig(**own)) == folder, own
     # a run's config: an option set away from its default that its strategy does not read is named
     assert unread_problems({"strategy": "greedy", "temperature": 0.7}) == [
-        "decode.temperature=0.7: decode.strategy=greedy does not read it (it applies with decode.strategy=sample); "
-        "remove it, or choose such a strategy"
+        "decode.temperature=0.7: decode.strategy=greedy does not read it (it applies with decode.strategy=sample or "
+        "decode.strategy=epsilon); remove it, or choose such a strategy"
     ]
     assert unread_problems({"strategy": "greedy", "temperature": 1.0}) == []  # the default: nothing set
 
@@ -271,7 +312,15 @@ def test_a_sentence_left_with_no_token_allowed_ends(strategy):
     from nmt.decoding.beam import beam_hypotheses
 
     model, src = ScriptedModel({BOS: {4: 1.0}, 4: {4: 0.9, EOS: 0.1}}), torch.tensor([[5, 5, 3]])
-    cfg = SearchConfig(strategy=strategy, beam_size=2, length_penalty=0.0, no_repeat_ngram_size=1, min_len=5, seed=1)
+    cfg = SearchConfig(
+        strategy=strategy,
+        beam_size=2,
+        length_penalty=0.0,
+        no_repeat_ngram_size=1,
+        min_len=5,
+        seed=1,
+        **STRATEGY_NEEDS.get(strategy, {}),
+    )
     assert decode(model, src, BOS, EOS, cfg) == [[4]]
     if strategy == "beam":
         assert beam_hypotheses(model, src, BOS, EOS, cfg)[0][0] == (pytest.approx(math.log(0.1)), [4])
@@ -395,7 +444,9 @@ def test_one_predicate_says_which_strategies_rank_hypotheses():
     from nmt.decoding.settings import RANKED, STRATEGIES
 
     for strategy in STRATEGIES:  # RANKED names the option that says how many hypotheses a ranking search keeps
-        search = SearchConfig(strategy=strategy, **{RANKED.get(strategy, "beam_size"): 4})
+        search = SearchConfig(
+            strategy=strategy, **{RANKED.get(strategy, "beam_size"): 4}, **STRATEGY_NEEDS.get(strategy, {})
+        )
         assert search.ranks == (strategy in RANKED) and search.hypotheses == (4 if strategy in RANKED else 1)
     with pytest.raises(ValueError, match=r"decode.strategy='greedy': not a ranking search"):
         ranked_hypotheses(None, None, BOS, EOS, SearchConfig(strategy="greedy"))

@@ -15,7 +15,7 @@ from nmt.models.state import DecoderState
 from nmt.tasks.summarization import SummarizationTask
 from nmt.training.train import train
 
-from .conftest import compose_train
+from .conftest import STRATEGY_NEEDS, compose_train
 
 
 class Looping:
@@ -55,7 +55,9 @@ def test_banned_tokens_by_hand():
 @pytest.mark.parametrize("n", [1, 2, 3])
 def test_ngram_blocking_never_emits_a_repeated_ngram(strategy, n):
     src = torch.full((3, 10), 9)
-    settings = dict(strategy=strategy, beam_size=3, max_len_a=0, max_len_b=10, seed=0)
+    settings = dict(
+        strategy=strategy, beam_size=3, max_len_a=0, max_len_b=10, seed=0, **STRATEGY_NEEDS.get(strategy, {})
+    )
     unblocked = decode(Looping(), src, BOS_ID, EOS_ID, SearchConfig(**settings))
     assert any(len(set(ngrams(out, n))) < len(ngrams(out, n)) for out in unblocked)  # it does loop
     blocked = decode(Looping(), src, BOS_ID, EOS_ID, SearchConfig(**settings, no_repeat_ngram_size=n))
@@ -67,7 +69,9 @@ def test_ngram_blocking_never_emits_a_repeated_ngram(strategy, n):
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_minimum_length_holds(strategy):
     src = torch.full((2, 8), 9)
-    settings = dict(strategy=strategy, beam_size=2, max_len_a=0, max_len_b=20, seed=0)
+    settings = dict(
+        strategy=strategy, beam_size=2, max_len_a=0, max_len_b=20, seed=0, **STRATEGY_NEEDS.get(strategy, {})
+    )
     assert decode(Looping(eager_to_stop=True), src, BOS_ID, EOS_ID, SearchConfig(**settings)) == [[], []]
     outputs = decode(Looping(eager_to_stop=True), src, BOS_ID, EOS_ID, SearchConfig(**settings, min_len=6))
     assert [len(out) for out in outputs] == [6, 6]  # ends as soon as it may

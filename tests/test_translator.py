@@ -23,7 +23,7 @@ from nmt.inference.translator import Hypothesis, InputError, Translator
 from nmt.tasks.language_model import LanguageModelTask
 from nmt.training.train import train
 
-from .conftest import NO_FINAL_SCORES, ROOT, compose_train
+from .conftest import NO_FINAL_SCORES, ROOT, STRATEGY_NEEDS, compose_train
 
 SOURCES = ["one two three", "seven eight", "", "four four nine two"]
 
@@ -57,7 +57,8 @@ def test_a_sampling_seed_fixes_each_lines_sample_whatever_the_batching(checkpoin
     """decode.seed: a line's sample depends on the seed and its line number only: the same in a batch of
     all lines, one line at a time, and in evaluate.py's batches; equal lines draw apart (each call once
     restarted one stream: copies, and samples that changed with the batching)."""
-    settings = {"strategy": strategy, "seed": 3, "temperature": 3.0, "device": "cpu"}
+    needs = STRATEGY_NEEDS.get(strategy, {})
+    settings = {"strategy": strategy, "seed": 3, "temperature": 3.0, "device": "cpu", **needs}
     lines = ["one two three four five six"] * 6
     translator = Translator.from_checkpoint(checkpoints["seed1"], **settings)
     together = translator.translate(lines)
@@ -65,7 +66,7 @@ def test_a_sampling_seed_fixes_each_lines_sample_whatever_the_batching(checkpoin
     one_by_one = [translator.translate_nbest([line], first_line=n)[0][0].text for n, line in enumerate(lines, 1)]
     assert one_by_one == together
     loaded = load_model(checkpoints["seed1"], device="cpu")
-    search = SearchConfig(strategy=strategy, seed=3, temperature=3.0)
+    search = SearchConfig(strategy=strategy, seed=3, temperature=3.0, **needs)
     for max_tokens in (8, 6000):  # one line a batch, all lines in one
         assert (
             translate_lines(loaded.model, loaded.src_tokenizer, loaded.tgt_tokenizer, lines, search, max_tokens)

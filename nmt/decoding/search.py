@@ -212,9 +212,15 @@ def _step_by_step(
 
 
 def _sample(logits: torch.Tensor, cfg: SearchConfig, generator=None, generators=None) -> torch.Tensor:
-    """One token per row of ``logits`` (rows, vocab) drawn after temperature, top-k and top-p; from
+    """One token per row of ``logits`` (rows, vocab) drawn after temperature, epsilon, top-k and top-p; from
     ``generator`` for all rows, or from ``generators``, one per row."""
     logits = logits / cfg.temperature
+    if cfg.epsilon > 0:
+        # epsilon sampling (Hewitt et al. 2022): drop every token whose probability (after temperature and the
+        # step's constraints) is below epsilon, the most probable one always kept, then renormalise
+        probs = logits.softmax(dim=-1)
+        drop = (probs < cfg.epsilon).scatter(1, probs.argmax(dim=-1, keepdim=True), False)
+        logits = logits.masked_fill(drop, float("-inf"))
     if cfg.top_k > 0:
         kth = logits.topk(min(cfg.top_k, logits.size(-1)), dim=-1).values[:, -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))

@@ -7,7 +7,7 @@ import math
 import numbers
 from dataclasses import dataclass, fields
 
-STRATEGIES = ("greedy", "beam", "sample")
+STRATEGIES = ("greedy", "beam", "sample", "epsilon")
 
 
 # the strategies that keep several hypotheses per sentence and rank them (n-best, a batch's tokens shared out
@@ -16,7 +16,7 @@ STRATEGIES = ("greedy", "beam", "sample")
 RANKED = {"beam": "beam_size"}
 # the strategies that draw tokens at random: decode.seed seeds them (one stream per sentence), and a language
 # model's num_samples asks them for several continuations of one prompt
-SAMPLED = ("sample",)
+SAMPLED = ("sample", "epsilon")
 
 
 @dataclass
@@ -35,6 +35,9 @@ class SearchConfig:
     temperature: float = 1.0
     top_k: int = 0  # 0 = no top-k filter
     top_p: float = 1.0  # 1.0 = no nucleus filter
+    # epsilon sampling (Hewitt et al. 2022): tokens of probability below this are dropped, the most probable
+    # one always kept; 0 = no filter (strategy=epsilon needs one above 0, e.g. 3e-4)
+    epsilon: float = 0.0
     seed: int | None = None  # sampling seed
     min_len: int = 0  # EOS is not allowed before this many output tokens (summaries need a floor)
     no_repeat_ngram_size: int = 0  # >0: no n-gram of this size occurs twice in an output (0 = off)
@@ -101,6 +104,13 @@ def search_problems(values: dict, key: str = "decode") -> list[str]:
         ("temperature", number(v["temperature"]) and v["temperature"] > 0, "must be positive and finite"),
         ("top_k", integer(v["top_k"]) and v["top_k"] >= 0, "must be a whole number >= 0 (0: off)"),
         ("top_p", number(v["top_p"]) and 0 < v["top_p"] <= 1, "must be in (0, 1]"),
+        ("epsilon", number(v["epsilon"]) and 0 <= v["epsilon"] < 1, "must be in [0, 1) (0: off)"),
+        (
+            "epsilon",
+            v["strategy"] != "epsilon" or not number(v["epsilon"]) or v["epsilon"] > 0,
+            f"drops no token: {key}.strategy=epsilon needs a threshold above 0 (e.g. {key}.epsilon=3e-4, "
+            f"Hewitt et al. 2022); {key}.strategy=sample samples from every token",
+        ),
         ("seed", v["seed"] is None or integer(v["seed"]), "must be an integer or null"),
         ("min_len", integer(v["min_len"]) and v["min_len"] >= 0, "must be a whole number >= 0"),
         (
@@ -120,6 +130,7 @@ SEARCH_TAGS = {  # options and their short names in evaluation folder names (eva
     "temperature": "temp",
     "top_k": "topk",
     "top_p": "topp",
+    "epsilon": "eps",
     "seed": "seed",
     "min_len": "minlen",
     "no_repeat_ngram_size": "norepeat",
@@ -135,6 +146,7 @@ READS = {
     "greedy": COMMON,
     "beam": (*COMMON, "beam_size", "length_penalty", "early_stopping"),
     "sample": (*COMMON, "temperature", "top_k", "top_p", "seed"),
+    "epsilon": (*COMMON, "temperature", "epsilon", "seed"),
 }
 
 

@@ -190,7 +190,7 @@ class TranslationTask(Task):
             # each call drew other outputs into one folder (eval/<split>_<strategy>), over the last call's score
             raise ValueError(
                 f"decode.strategy={strategy} without decode.seed: a split's score from draws that cannot be "
-                f"drawn again; give decode.seed=N (the folder is then <split>_{strategy}_seedN)"
+                f"drawn again; give decode.seed=N (the folder's name then ends in _seedN)"
             )
 
     # ---- training --------------------------------------------------------------------------------
