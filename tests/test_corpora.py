@@ -647,32 +647,36 @@ def test_several_training_corpora_are_read_in_order_reported_and_checked_each_by
 
 def test_an_upsampled_corpus_repeats_its_training_pairs_after_the_split_and_is_checked_by_name(tmp_path):
     """data.upsample={name: N}: each training pair of that corpus N times where it stands (fairseq's
-    --upsample-primary); validation and test pairs are cut from the pool first, so that no repeat of a pair is
-    also a test pair. The data report says so. A name not of data.train, a count below 1 or not whole, and
-    upsampling a data.train of one corpus are refused naming the key."""
+    --upsample-primary), a pair another corpus holds too once more from there, a pair with an empty side (which
+    training drops) not at all; validation and test pairs are cut from the pool first, which keeps one copy of
+    a shared pair, so that no repeat of a pair is also a test pair, and the copy kept takes the larger N. The
+    data report says so. A name not of data.train, a count below 1 or not whole, and upsampling a data.train
+    of one corpus are refused naming the key."""
     write(tmp_path / "web.en", EN[:200])
     write(tmp_path / "web.de", DE[:200])
-    write(tmp_path / "extra.tsv", [f"{e}\t{d}" for e, d in zip(EN[200:260], DE[200:260], strict=True)])
+    extra = [f"{e}\t{d}" for e, d in zip(EN[150:260], DE[150:260], strict=True)]  # 50 pairs as web's last
+    write(tmp_path / "extra.tsv", [*extra, f"{EN[270]}\t "])  # and one with an empty side
     write(tmp_path / "dev.en", EN[300:340])
     write(tmp_path / "dev.de", DE[300:340])
     corpora = {"web": str(tmp_path / "web"), "extra": str(tmp_path / "extra.tsv")}
     given = {"src_lang": "en", "tgt_lang": "de", "train": corpora, "upsample": {"extra": 3, "web": 1}}
     dm = FilesDataModule(val=str(tmp_path / "dev"), test=str(tmp_path / "dev"), cache_dir=str(tmp_path / "c"), **given)
     assert dm.text("train") == (
-        EN[:200] + [e for e in EN[200:260] for _ in range(3)],
-        DE[:200] + [d for d in DE[200:260] for _ in range(3)],
+        EN[:200] + [e for e in EN[150:260] for _ in range(3)],
+        DE[:200] + [d for d in DE[150:260] for _ in range(3)],
     )
+    assert dm.dropped["train"]["empty"] == 1  # read once, dropped once
     dm = small_files(tmp_path, **given)
     dm.prepare_data()
     src, tgt = dm.text("train")
     held_out = set(dm.text("val")[0]) | set(dm.text("test")[0])
-    extra = set(EN[200:260])
-    assert all(src.count(e) == (3 if e in extra else 1) for e in set(src)) and not held_out & set(src)
-    assert len(src) == 260 - len(held_out) + 2 * len(extra - held_out)
+    upsampled = set(EN[150:260])
+    assert all(src.count(e) == (3 if e in upsampled else 1) for e in set(src)) and not held_out & set(src)
+    assert len(src) == 260 - len(held_out) + 2 * len(upsampled - held_out)
     report = dm.report()["train"]
     assert report["upsampled"] == {"extra": 3} and report["pairs"] == len(src)
     cells = "".join(str(cell) for column in render_report(dm.report(), "t").columns for cell in column._cells)
-    assert "(read: web 200, extra 60 x3)" in cells
+    assert "(read: web 200, extra 111 x3)" in cells
     refused = {
         "data.upsample.news: not a corpus of data.train (its corpora: web, extra)": {"news": 2},
         "data.upsample.extra=0: the times its pairs are read, a whole number >= 1": {"extra": 0},
@@ -692,7 +696,9 @@ def test_a_run_on_several_corpora_is_scored_with_a_moved_one_named_alone(tmp_pat
     write(tmp_path / "a.en", EN[:250])
     write(tmp_path / "a.de", DE[:250])
     write(tmp_path / "b.tsv", [f"{e}\t{d}" for e, d in zip(EN[250:400], DE[250:400], strict=True)])
-    settings = [f"data.train={{a: {tmp_path / 'a'}, b: {tmp_path / 'b.tsv'}}}", "data.src_lang=en", "data.tgt_lang=de"]
+    # a name Hydra reads as a number (2016) is kept as one in the run's config: named alike at evaluation
+    settings = [f"data.train={{a: {tmp_path / 'a'}, 2016: {tmp_path / 'b.tsv'}}}", "data.src_lang=en"]
+    settings += ["data.tgt_lang=de"]
     settings += ["data.valid_size=30", "data.test_size=30", "data.tokenizer.vocab_size=80"]
     settings += ["data.tokenizer.byte_fallback=false", "data.max_tokens=800", "trainer.max_steps=2"]
     train(compose_train("data=files", *settings, f"run_dir={tmp_path / 'run'}", *NO_FINAL_SCORES))
@@ -704,17 +710,17 @@ def test_a_run_on_several_corpora_is_scored_with_a_moved_one_named_alone(tmp_pat
             given = [f"ckpt_path={tmp_path / 'run' / 'checkpoints' / 'last.ckpt'}", f"out_dir={tmp_path / 'eval'}"]
             return evaluate(compose("evaluate", overrides=[*given, "samples=0", *overrides]))
 
-    with pytest.raises(FileNotFoundError, match=r"data\.train\.b=.*b\.tsv"):
+    with pytest.raises(FileNotFoundError, match=r"data\.train\.2016=.*b\.tsv"):
         scored()
-    with pytest.raises(ValueError, match=r"^data\.train\.c: this run's training corpora are a, b; give the moved"):
+    with pytest.raises(ValueError, match=r"^data\.train\.c: this run's training corpora are a, 2016; give the moved"):
         scored(f"+data.train.c={tmp_path / 'moved' / 'b.tsv'}")
-    assert scored(f"+data.train.b={tmp_path / 'moved' / 'b.tsv'}")["sentences"] == 30
+    assert scored(f"+data.train.2016={tmp_path / 'moved' / 'b.tsv'}")["sentences"] == 30
     # another file in its place is other text: refused, saying how to name each moved corpus
     write(tmp_path / "moved" / "other.tsv", [f"{e}\t{d}" for e, d in zip(EN[:150], DE[:150], strict=True)])
     with pytest.raises(
         ValueError, match=r"give the run's training files with \+data\.train\.<name>=PATH for each corpus"
     ):
-        scored(f"+data.train.b={tmp_path / 'moved' / 'other.tsv'}")
+        scored(f"+data.train.2016={tmp_path / 'moved' / 'other.tsv'}")
 
 
 def test_a_tsv_line_with_other_fields_than_the_first_is_refused_by_its_number(tmp_path):

@@ -368,7 +368,7 @@ def test_max_chars_is_each_lines_and_a_refused_line_keeps_the_others_and_no_old_
 @HEADLESS
 def test_a_text_of_many_lines_can_be_stopped_keeping_the_lines_done(checkpoint):
     """A long text ran to its end, line by line, with no way to stop it but closing the page. Stop ends it
-    between lines (the line under way is dropped): those done are shown, the others named as not translated."""
+    after the line under way: those done are shown, the others named as not translated."""
     lines = [SENTENCES[n % len(SENTENCES)] for n in range(80)]
     with serving(checkpoint) as port, browsing(port) as (page, errors):
         hidden_before = page.is_hidden("#stop")

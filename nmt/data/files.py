@@ -16,7 +16,7 @@ from nmt.data.file_specs import (
     read_split_files,
     spec_paths,
 )
-from nmt.data.splits import check_split_sizes, pool_drops, seeded_split
+from nmt.data.splits import check_split_sizes, pool_drops, read_pairs, seeded_split
 from nmt.data.tokenizer import reading_form
 
 
@@ -56,7 +56,7 @@ class FilesDataModule(ParallelDataModule):
         self.valid_size, self.test_size, self.split_seed = valid_size, test_size, split_seed
         self.corpus_pairs: dict[str, int] = {}  # several training corpora: each one's pairs, once read
         self.upsample = checked_upsample(upsample, self.specs["train"])
-        self._corpus_text: dict[str, list[tuple[str, str]]] = {}  # the corpora repeated: their pairs as read
+        self._origins: list[str] = []  # with upsample: the corpus of each training pair as read
 
     def official(self, split: str) -> bool:
         return split != "train" and self.specs.get(split) is not None  # given as files, not cut from train
@@ -88,29 +88,40 @@ class FilesDataModule(ParallelDataModule):
             drops = self.dropped.setdefault("train", Counter())  # the pool's, in the data report (set, not added:
             drops["empty"], drops["duplicate"] = pool_drops(src, tgt, reading)  # this may run once per split)
             if split == "train":
-                return self._repeated(*splits["train"])
+                return self._repeated(*splits["train"], pool=(src, tgt), reading=reading)
             if self.specs[split] is None:
                 return splits[split]
         if split == "train":
-            return self._repeated(*self._read_train())
+            src, tgt = self._read_train()
+            return self._repeated(src, tgt)
         return read_split_files(self.specs[split], self.src_lang, self.tgt_lang, self.columns)
 
-    def _repeated(self, src: list[str], tgt: list[str]) -> tuple[list[str], list[str]]:
-        """The training pairs with each pair of an upsampled corpus N times, where it stands (a pair that two
-        corpora hold: the larger N)."""
+    def _repeated(self, src: list[str], tgt: list[str], pool=None, reading=None) -> tuple[list[str], list[str]]:
+        """The training pairs with each pair of an upsampled corpus N times where it stands. ``src``, ``tgt``:
+        the pairs as read (each pair's corpus known), or the training split cut from ``pool``, the pairs as
+        read, whose copies the split kept once (as ``reading`` reads them): such a pair takes the largest N
+        of the corpora that held it. A pair with an empty side is not repeated: training drops it."""
         if not self.upsample:
             return src, tgt
-        times: dict[tuple[str, str], int] = {}
-        for name, n in self.upsample.items():
-            for pair in self._corpus_text[name]:
-                times[pair] = max(times.get(pair, 1), n)
-        pairs = [pair for pair in zip(src, tgt, strict=True) for _ in range(times.get(pair, 1))]
+        key = (lambda pairs: read_pairs(pairs, reading)) if reading else list
+        if pool is None:
+            times = [self.upsample.get(name, 1) for name in self._origins]
+        else:
+            most: dict[tuple[str, str], int] = {}
+            for read, name in zip(key(list(zip(*pool, strict=True))), self._origins, strict=True):
+                most[read] = max(most.get(read, 1), self.upsample.get(name, 1))
+            times = [most.get(read, 1) for read in key(list(zip(src, tgt, strict=True)))]
+        pairs = [
+            pair
+            for pair, n in zip(zip(src, tgt, strict=True), times, strict=True)
+            for _ in range(n if pair[0].strip() and pair[1].strip() else 1)
+        ]
         return [s for s, _ in pairs], [t for _, t in pairs]
 
     def _read_train(self) -> tuple[list[str], list[str]]:
         """The training files' pairs, each corpus's count kept for the data report (as read: before empty
         pairs are dropped and any validation or test pairs are split off)."""
-        src, tgt, self.corpus_pairs = [], [], {}
+        src, tgt, self.corpus_pairs, origins = [], [], {}, []
         for key, files in corpora("train", self.specs["train"]):
             more_src, more_tgt = read_split_files(files, self.src_lang, self.tgt_lang, self.columns)
             src += more_src
@@ -118,8 +129,9 @@ class FilesDataModule(ParallelDataModule):
             if isinstance(self.specs["train"], dict):
                 name = key.removeprefix("train.")
                 self.corpus_pairs[name] = len(more_src)
-                if name in self.upsample:
-                    self._corpus_text[name] = list(zip(more_src, more_tgt, strict=True))
+                if self.upsample:
+                    origins += [name] * len(more_src)
+        self._origins = origins
         return src, tgt
 
     def report(self) -> dict:

@@ -19,12 +19,12 @@ def _unique(pairs: Sequence[tuple[str, str]], reading: Reading | None) -> list[t
     if reading is None:
         return list(dict.fromkeys(pairs))
     first: dict[tuple[str, str], tuple[str, str]] = {}
-    for pair, read in zip(pairs, _read(pairs, reading), strict=True):
+    for pair, read in zip(pairs, read_pairs(pairs, reading), strict=True):
         first.setdefault(read, pair)
     return list(first.values())
 
 
-def _read(pairs: Sequence[tuple[str, str]], reading: Reading) -> list[tuple[str, str]]:
+def read_pairs(pairs: Sequence[tuple[str, str]], reading: Reading) -> list[tuple[str, str]]:
     """Each pair as the tokenizer reads it (one call per side: the normaliser takes a whole list at once)."""
     sides = [reading([pair[side] for pair in pairs]) for side in (0, 1)]
     return list(zip(*sides, strict=True))
@@ -74,7 +74,7 @@ def seeded_split(
     sentences are one: pairs that read alike are kept once (the first), and sentences that read alike join
     their groups, so a lowercasing model's test references are not its training targets in other case."""
     pairs = _unique([(s, t) for s, t in zip(src, tgt, strict=True) if s.strip() and t.strip()], reading)
-    groups = _groups(_read(pairs, reading) if reading else pairs)
+    groups = _groups(read_pairs(pairs, reading) if reading else pairs)
     # an order of the groups that the direction does not change (each pair written with its sentences
     # sorted), then the seeded shuffle
     groups.sort(key=lambda group: min(tuple(sorted(pairs[i])) for i in group))

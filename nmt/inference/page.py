@@ -2,7 +2,8 @@
 from the network). It posts each line of the text to /api/translate as a sentence of its own (the API takes
 one sentence a request) and shows the translations line by line, and the n-best list and the heatmap of the
 chosen line, layer and head (drawn on a canvas; ``data-heatmap`` on the canvas says when it is drawn, for
-tests and scripts). A text of several lines can be stopped between lines: those done are kept and shown."""
+tests and scripts). A text of several lines can be stopped: the line under way is finished (the server would
+decode it anyway), the rest not asked for, and those done are shown."""
 
 PAGE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>{{title}}</title>
@@ -35,7 +36,7 @@ canvas { border: 1px solid #eee; margin-top: 0.5rem; } label { margin-right: 1re
 <canvas id="heatmap" width="10" height="10" hidden></canvas>
 <script>
 "use strict";
-let results = [], result = null, stopping = null;  // stopping: the AbortController of a text under way
+let results = [], result = null, stopping = null;  // stopping: {asked: bool} of a text under way
 const $ = (id) => document.getElementById(id);
 
 async function info() {
@@ -119,23 +120,22 @@ async function translate(event) {
     if (!asked.length) { $("error").textContent = "text is empty"; return; }
     const named = (i) => lines.length > 1 ? `line ${i + 1}: ` : "";
     const answers = new Map(), errors = [];
-    const controller = new AbortController();
-    stopping = controller; $("stop").hidden = asked.length < 2;
+    const stop = {asked: false};
+    stopping = stop; $("stop").hidden = asked.length < 2; $("stop").disabled = false;
     let left = [];  // the lines a stop left untranslated
     for (const [k, i] of asked.entries()) {  // a line refused, or unanswered, does not lose the others'
-      if (controller.signal.aborted) { left = asked.slice(k); break; }
+      if (stop.asked) { left = asked.slice(k); break; }
       if (asked.length > 1) $("note").textContent = `translating line ${i + 1} (${k + 1} of ${asked.length})`;
       try {
         const response = await fetch("/api/translate", {
-          method: "POST", headers: {"Content-Type": "application/json"}, signal: controller.signal,
+          method: "POST", headers: {"Content-Type": "application/json"},
           body: JSON.stringify({text: lines[i], n_best: Number($("nbest").value || 1)}),
         });
         // a reply that is not JSON (a proxy's error page) is said by its status
         const data = await response.json().catch(() => ({}));
         if (response.ok && data.translation !== undefined) answers.set(i, data);
         else errors.push(named(i) + (data.error || `${response.status} ${response.statusText}`));
-      } catch (err) {  // the server out of reach, or the line stopped while under way
-        if (controller.signal.aborted) { left = asked.slice(k); break; }
+      } catch (err) {  // the server out of reach
         errors.push(named(i) + String(err));
       }
     }
@@ -166,7 +166,7 @@ async function translate(event) {
 }
 
 $("form").addEventListener("submit", translate);
-$("stop").addEventListener("click", () => { if (stopping) stopping.abort(); });
+$("stop").addEventListener("click", () => { if (stopping) { stopping.asked = true; $("stop").disabled = true; } });
 $("line").addEventListener("change", show);
 $("layer").addEventListener("change", () => { fillHeads(); draw(); });
 $("head").addEventListener("change", draw);

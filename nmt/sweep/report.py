@@ -191,7 +191,7 @@ def _effects_section(doc, sweep_dir: Path, records, fit: dict, levels, written, 
             f"No effect can be tested: {fit['runs']} runs leave no degree of freedom for the error of any model "
             "of these factors. Run more seeds."
         )
-        _main_effects(doc, sweep_dir, records, levels, written, lower, metric)
+        _main_effects(doc, sweep_dir, records, levels, written, lower, metric, fitted=False)
         return
     names = {key: effects.effect_name(*key, levels) for key in fit["effects"]}
     adjusted = analysis.holm({names[k]: e["p"] for k, e in fit["effects"].items()})
@@ -262,8 +262,11 @@ def _seed_blocks_said(fit: dict) -> str:
     return ""
 
 
-def _main_effects(doc, sweep_dir: Path, records, levels, written, lower: bool, metric: str) -> None:
-    """Each factor's levels (runs, mean, spread) and validation curves: no fit needed."""
+def _main_effects(
+    doc, sweep_dir: Path, records, levels, written, lower: bool, metric: str, fitted: bool = True
+) -> None:
+    """Each factor's levels (runs, mean, spread) and validation curves: no fit needed (``fitted``: whether
+    the effects' fit above estimates the levels, which a level table with a combination unrun points to)."""
     doc.heading("Main effects")
     curve_metric = "val_ppl" if lower else "val_bleu"
     for factor in levels:
@@ -284,15 +287,25 @@ def _main_effects(doc, sweep_dir: Path, records, levels, written, lower: bool, m
             )
             doc.paragraph(
                 f"{factor}={level} has no run with {shown}: its mean is over the cells it has, so it leans toward "
-                "them and the levels' means do not compare like with like; the fitted effects (Effects at a glance) "
-                "estimate the level under the model named there instead."
+                "them and the levels' means do not compare like with like"
+                + (
+                    "; the fitted effects (Effects at a glance) estimate the level under the model named there instead."
+                    if fitted
+                    else "; no fit can estimate it here (see Effects at a glance)."
+                )
             )
         curves, unit = _curves(records, factor, curve_metric)
         if curves:
             path = sweep_dir / f"curves_{factor}.png".replace("/", "_")
             training_curves(curves, factor, curve_metric, path, order=levels[factor], unit=unit)
             doc.figure(
-                path, f"{curve_metric} by {factor}: each run thin; the mean over the runs that reached an {unit}"
+                path,
+                f"{curve_metric} by {factor}: each run thin; "
+                + (
+                    "the mean over the runs that reached an epoch"
+                    if unit == "epoch"
+                    else "the mean at the updates where every run of the level validated"
+                ),
             )
 
 

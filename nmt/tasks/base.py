@@ -212,13 +212,15 @@ def evaluation_data_config(loaded, overrides: dict | None, elsewhere: tuple[str,
             # several training corpora: those given moved (+data.train.<name>=PATH), the others as the run had them
             given = OmegaConf.to_container(value) if OmegaConf.is_config(value) else dict(value)
             given = {str(name): files for name, files in given.items()}
-            unknown = [name for name in given if name not in own]
+            # names as strings: the run's config keeps a name Hydra read as a number (2016) as one
+            ran = {str(name): files for name, files in OmegaConf.to_container(own).items()}
+            unknown = [name for name in given if name not in ran]
             if unknown:
                 raise ValueError(
-                    f"data.train.{unknown[0]}: this run's training corpora are {', '.join(map(str, own))}; give the "
+                    f"data.train.{unknown[0]}: this run's training corpora are {', '.join(ran)}; give the "
                     "moved files of one of them as +data.train.<name>=PATH"
                 )
-            value = {**OmegaConf.to_container(own), **given}
+            value = {**ran, **given}
         if key in ("root", "columns") and key not in data_cfg:
             if key in elsewhere:
                 continue
@@ -226,7 +228,8 @@ def evaluation_data_config(loaded, overrides: dict | None, elsewhere: tuple[str,
             files = key == "root" and "test" in data_cfg and "train" in data_cfg  # data=files: paths of its own
             where = (
                 " (its files are named by data.train, data.val and data.test: give a split's moved files with "
-                "+data.<split>=PATH, or score other files with split=files:<prefix>)"
+                "+data.<split>=PATH, one of several training corpora's with +data.train.<name>=PATH, or score other "
+                "files with split=files:<prefix>)"
                 if files
                 else ""
             )
