@@ -229,14 +229,19 @@ def test_sampling_follows_temperature_top_k_and_top_p_definitions(temperature, t
         keep = kept
     expected = [p[i] / sum(p[j] for j in keep) if i in keep else 0.0 for i in range(4)]
     cfg = SearchConfig(strategy="sample", temperature=temperature, top_k=top_k, top_p=top_p)
-    n = 40_000
-    draws = _sample(logits.repeat(n, 1), cfg, torch.Generator().manual_seed(0))
-    freq = torch.bincount(draws, minlength=4).float() / n
-    for i in range(4):
-        if expected[i] == 0.0:
+    assert_draws_follow(_sample, logits, cfg, expected)
+
+
+def assert_draws_follow(sample, logits, cfg, expected, n: int = 40_000) -> None:
+    """``n`` draws of ``sample`` from one row of ``logits`` are as frequent as ``expected`` says (within 4
+    standard errors), and a token it gives probability 0 is never drawn."""
+    draws = sample(logits.repeat(n, 1), cfg, torch.Generator().manual_seed(0))
+    freq = torch.bincount(draws, minlength=len(expected)).float() / n
+    for i, want in enumerate(expected):
+        if want == 0.0:
             assert freq[i] == 0  # filtered tokens are never drawn
         else:
-            assert freq[i].item() == pytest.approx(expected[i], abs=4 * math.sqrt(expected[i] / n) + 1e-3)
+            assert freq[i].item() == pytest.approx(want, abs=4 * math.sqrt(want / n) + 1e-3)
 
 
 @pytest.mark.parametrize(
@@ -259,15 +264,7 @@ def test_epsilon_sampling_follows_its_definition(probs, epsilon, temperature):
     keep = [i for i in range(4) if p[i] >= epsilon] or [max(range(4), key=lambda i: p[i])]
     expected = [p[i] / sum(p[j] for j in keep) if i in keep else 0.0 for i in range(4)]
     cfg = SearchConfig(strategy="epsilon", epsilon=epsilon, temperature=temperature)
-    n = 40_000
-    logits = torch.tensor([math.log(x) for x in probs])
-    draws = _sample(logits.repeat(n, 1), cfg, torch.Generator().manual_seed(0))
-    freq = torch.bincount(draws, minlength=4).float() / n
-    for i in range(4):
-        if expected[i] == 0.0:
-            assert freq[i] == 0  # dropped tokens are never drawn
-        else:
-            assert freq[i].item() == pytest.approx(expected[i], abs=4 * math.sqrt(expected[i] / n) + 1e-3)
+    assert_draws_follow(_sample, torch.tensor([math.log(x) for x in probs]), cfg, expected)
 
 
 def test_rope_rotates_each_channel_pair_by_position_times_frequency():
