@@ -546,3 +546,23 @@ def test_outside_the_search_a_strategy_is_known_by_its_lists_not_by_its_name():
     ]
     assert not found, found
     assert by_name.search('if final and search.get("strategy") == "sample" and')  # the line it caught
+
+
+def test_the_documents_that_list_the_strategies_name_every_one():
+    """A strategy added with its code and tests but not in the docs (a newcomer's epsilon sampling, the docs
+    left as they were) failed nothing: translate.py's option comment, docs/usage.md's search options and
+    docs/tasks.md's language-model prompt name each strategy of STRATEGIES, and nothing else."""
+    root = CONF.parent
+    lists = {
+        "conf/translate.yaml": re.search(
+            r"strategy: null +# \[\w+\] ([\w |]+)", (root / "conf/translate.yaml").read_text()
+        )[1],
+        "docs/usage.md": re.search(r"`strategy` ([\w ,]+);", (root / "docs/usage.md").read_text())[1],
+        "docs/tasks.md": re.search(
+            r"\(`decode.strategy` (.+?)continuations", (root / "docs/tasks.md").read_text(), re.S
+        )[1],
+    }
+    words = {"conf/translate.yaml": r"\w+", "docs/usage.md": r"\w+", "docs/tasks.md": r"(?<![`\w])[a-z]+(?=\s+with|,)"}
+    for where, text in lists.items():
+        named = set(re.findall(words[where], text)) - {"or", "with"}
+        assert named == set(STRATEGIES), f"{where} names {sorted(named)}, STRATEGIES {sorted(STRATEGIES)}"
