@@ -12,7 +12,7 @@ import pytest
 import sacrebleu
 
 from nmt.metrics import corpus
-from nmt.metrics.corpus import bleu_tokenizer, corpus_scores, tokenized_lowercase_bleu
+from nmt.metrics.corpus import bleu_tokenizer, corpus_scores, language, tokenized_lowercase_bleu
 
 HYPS = ["Ein Mann fährt Fahrrad.", "Zwei Hunde spielen im Schnee!", "Eine Frau liest ein Buch", "Kinder lachen."]
 REFS = [
@@ -137,6 +137,30 @@ def test_score_command_rescores_saved_files(tmp_path, capsys):
         main([str(tmp_path / "short.txt"), str(tmp_path / "ref.txt"), "--lang", "de"])
     assert stop.value.code == 2
     assert "short.txt has 1 lines but" in capsys.readouterr().err
+
+
+def test_a_three_letter_chinese_code_scores_chinese_and_a_code_of_no_language_is_said(tmp_path, capsys):
+    """Tatoeba names Mandarin cmn: the rescoring tool took --lang cmn (and yue, Cantonese, which training took
+    for a known language) as no language and scored Chinese with 13a, every sentence one word, without a
+    word. Three-letter codes of Chinese score as zh, as sacreBLEU's CLI with -tok zh; a code of no language
+    is said, as train.py says it."""
+    from nmt.evaluation.score import main
+
+    refs = ["我永远不会忘记你的亲切。", "他们在公园里踢足球。", "今天天气很好，我们去散步吧。"]
+    hyps = ["我永远不忘记你的亲切。", "他们在公园踢球。", "今天天气很好，我们去走走吧。"]
+    (tmp_path / "hyp.txt").write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
+    (tmp_path / "ref.txt").write_text("".join(r + "\n" for r in refs), encoding="utf-8")
+    files = [str(tmp_path / "hyp.txt"), str(tmp_path / "ref.txt"), "--bootstrap", "0"]
+    exe = shutil.which("sacrebleu") or [sys.executable, "-m", "sacrebleu"]
+    cmd = ([exe] if isinstance(exe, str) else exe) + [str(tmp_path / "ref.txt"), "-i", str(tmp_path / "hyp.txt")]
+    cli = json.loads(subprocess.run([*cmd, "-tok", "zh", "-w", "4"], capture_output=True, text=True, check=True).stdout)
+    for code in ("zh", "cmn", "yue", "zh-TW"):
+        scores = main([*files, "--lang", code])
+        assert scores["bleu"] == pytest.approx(cli["score"], abs=0.005) and "tok:zh" in scores["bleu_signature"]
+        assert "names no language" not in capsys.readouterr().err
+    assert language("cmn") == language("zho") == "zh" and language("jpn") == "ja" and language("kor") == "ko"
+    main([*files, "--lang", "xx"])
+    assert "note: --lang=xx names no language known here: BLEU tokenises the target as '13a'" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("case", [[], ["--lowercase"]])

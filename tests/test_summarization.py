@@ -10,7 +10,7 @@ from nmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
 from nmt.decoding.constraints import banned_tokens
 from nmt.decoding.search import decode
 from nmt.decoding.settings import STRATEGIES, SearchConfig
-from nmt.metrics.corpus import rouge_scores
+from nmt.metrics.corpus import ROUGE_KEYS, rouge_scores
 from nmt.models.state import DecoderState
 from nmt.tasks.summarization import SummarizationTask
 from nmt.training.train import train
@@ -84,6 +84,27 @@ def test_rouge_by_hand():
     assert scores == {"rouge1": 66.67, "rouge2": 57.14, "rougeL": 66.67}
     # sentence F-measures are averaged over the set: (1 + 0) / 2
     assert rouge_scores(["a b", "c d"], ["a b", "e f"])["rouge1"] == 50.0
+
+
+def test_rouge_reads_every_script_and_counts_chinese_by_character():
+    """torchmetrics' own rule keeps ASCII letters and digits alone: a perfect Chinese summary scored 0.33 and
+    Russian text nothing. Chinese and Japanese characters are now a token each (as Chinese summarisation
+    scores them) and other letters are kept; English text scores as torchmetrics' own rule scores it."""
+    import random
+
+    from torchmetrics.text.rouge import ROUGEScore
+
+    # 我 爱 北 京 against 我 爱 上 海: unigrams 2 of 4 both ways (F 1/2); bigrams 我爱 alone of 3 (F 1/3);
+    # the longest common subsequence 我爱 (F 1/2)
+    assert rouge_scores(["我爱上海。"], ["我爱北京。"]) == {"rouge1": 50.0, "rouge2": 33.33, "rougeL": 50.0}
+    references = ["我永遠不會忘記你的親切。", "Привет, мир", "Ça été über-café", "カタカナとひらがな"]
+    assert rouge_scores(references, references) == {"rouge1": 100.0, "rouge2": 100.0, "rougeL": 100.0}
+    # words of letters and digits: on English text, torchmetrics' own normalisation to the last digit
+    words = "the a cat dog sat on mat red blue 12 x-ray it's U.S. run_fast ran (sic)".split()
+    rng = random.Random(0)
+    hyps, refs = ([" ".join(rng.choice(words) for _ in range(12)) for _ in range(40)] for _ in range(2))
+    theirs = ROUGEScore(rouge_keys=("rouge1", "rouge2", "rougeL"))(hyps, refs)
+    assert rouge_scores(hyps, refs) == {k: round(float(theirs[f"{k}_fmeasure"]) * 100, 2) for k in ROUGE_KEYS}
 
 
 # ---- a generated summarisation corpus: each document is about one topic, which its summary names ----

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from nmt.data.sources import read_parallel
-from nmt.metrics.corpus import bleu_tokenizer, corpus_scores
+from nmt.metrics.corpus import bleu_tokenizer, corpus_scores, unknown_language_note
 from nmt.metrics.randomization import paired_randomization, sentence_statistics
 
 
@@ -52,6 +52,9 @@ def main(argv: list[str] | None = None) -> dict:
             f"{args.hypotheses}: its metrics.json scored it ignoring case (a lowercasing model): so does this",
             file=sys.stderr,
         )
+    note = unknown_language_note("--lang", args.lang)
+    if note:  # "cmn" is Chinese, and scored so; a code of no language was scored as English without a word
+        print(note, file=sys.stderr)
     try:  # a scorer the language needs and this machine lacks (MeCab for ja): one line
         scores = corpus_scores(
             hypotheses, references, args.lang, rouge=args.rouge, bootstrap=args.bootstrap, lowercase=args.lowercase

@@ -18,7 +18,7 @@ from nmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from nmt.decoding.search import decode
 from nmt.decoding.settings import SAMPLED, SearchConfig, search_problems, search_settings
 from nmt.decoding.translate import input_limit, input_limit_for, translate_lines
-from nmt.metrics.corpus import ROUGE_KEYS, bleu_tokenizer, corpus_scores, tokenized_lowercase_signature
+from nmt.metrics.corpus import ROUGE_KEYS, bleu_tokenizer, corpus_scores, rouge_metric, tokenized_lowercase_signature
 from nmt.metrics.score_jobs import ScoreJobs
 from nmt.metrics.validation_scores import ScoreSpec
 from nmt.tasks.base import (
@@ -200,16 +200,13 @@ class TranslationTask(Task):
         return value, tokens
 
     def validation_metrics(self, datamodule) -> nn.ModuleDict:
-        # imported here: torchmetrics loads scipy, seconds that translate.py and serve.py need not pay
-        from torchmetrics.text.rouge import ROUGEScore
-
         # the test's scorers, batch by batch; a model that writes lowercase text
         # (data.tokenizer.normalization=lowercase) is scored ignoring case
         scored = self.scoring.prepare(ScoreSpec(datamodule.tgt_lang, datamodule.build_tokenizers()[1].lowercases))
         self.tok_lc_signature = tokenized_lowercase_signature(datamodule.tgt_lang)  # results.json says which
         metrics = nn.ModuleDict({**target_metrics(), **scored})
         if self.rouge:  # summarisation: ROUGE-1/2/L F-measures of the decoded validation set
-            metrics["rouge"] = ROUGEScore(rouge_keys=ROUGE_KEYS)
+            metrics["rouge"] = rouge_metric()
         return metrics
 
     def decodes_now(self, module) -> bool:

@@ -12,9 +12,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from nmt.data.overlap import save_training_sentences
 from nmt.data.report import write_report
-from nmt.data.segmenter import moses_languages
 from nmt.data.tokenizer import PAD_ID
-from nmt.metrics.corpus import language
+from nmt.metrics.corpus import unknown_language_note
 from nmt.models.build import count_parameters
 from nmt.tasks import Task
 from nmt.training import weight_casts
@@ -286,13 +285,9 @@ def _train_in_folder(cfg: DictConfig, task, run_dir: Path, config: dict, main_pr
             print(f"Run directory: {run_dir}")
             print(describe_recipe(cfg))
             print(f"Data: {datamodule.describe()}; model: {count_parameters(model):,} parameters")
-            target = str(OmegaConf.select(cfg, "data.tgt_lang", default="") or "")
-            if target and language(target) not in moses_languages() | {"zh", "ja", "ko", "yue"}:
-                print(
-                    f"note: data.tgt_lang={target} names no language known here: BLEU tokenises the target as '13a', "
-                    "and the tokenised BLEU with Moses's rules for no language in particular (English abbreviations); "
-                    "name it (data.tgt_lang=zh, ja, de, ...)"
-                )
+            note = unknown_language_note("data.tgt_lang", OmegaConf.select(cfg, "data.tgt_lang", default=""))
+            if note:
+                print(note)
             atomic_write_text(run_dir / "config.yaml", OmegaConf.to_yaml(OmegaConf.create(config)))
             atomic_write_bytes(run_dir / "tokenizers" / "src.model", src_tokenizer.model_proto)
             atomic_write_bytes(run_dir / "tokenizers" / "tgt.model", tgt_tokenizer.model_proto)
