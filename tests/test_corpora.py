@@ -1547,3 +1547,20 @@ def test_an_evaluation_of_a_run_with_a_jieba_dictionary_does_not_read_the_file(t
     data_cfg = evaluation_data_config(loaded, {})
     assert data_cfg.user_dict is None and data_cfg.segmenter.zh == "jieba"
     build_datamodule(data_cfg, str(tmp_path / "c"), 1)
+
+
+def test_the_data_line_says_how_each_side_is_cut_into_words(tmp_path, capsys):
+    """A jieba user dictionary, or segmenter=none, showed only in config.yaml: the line naming the data now
+    says which side a segmenter cuts, and with a user dictionary (none said when neither side has one)."""
+    words = tmp_path / "user.dict"
+    words.write_text("开心果 5\n", encoding="utf-8")
+    given = [
+        "trainer.max_steps=1",
+        *NO_FINAL_SCORES,
+        "+data.segmenter={en: moses, de: jieba}",
+        f"+data.user_dict={words}",
+    ]
+    train(compose_train(*given, f"run_dir={tmp_path / 'cut'}"))
+    assert "; words: en by moses, de by jieba with a user dictionary; model:" in capsys.readouterr().out
+    train(compose_train("trainer.max_steps=1", *NO_FINAL_SCORES, f"run_dir={tmp_path / 'plain'}"))
+    assert "words:" not in next(line for line in capsys.readouterr().out.splitlines() if line.startswith("Data: "))

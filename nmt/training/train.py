@@ -284,7 +284,21 @@ def _train_in_folder(cfg: DictConfig, task, run_dir: Path, config: dict, main_pr
         if trainer.is_global_zero:
             print(f"Run directory: {run_dir}")
             print(describe_recipe(cfg))
-            print(f"Data: {datamodule.describe()}; model: {count_parameters(model):,} parameters")
+            # how each side is cut into words before SentencePiece: a jieba user dictionary or segmenter=none
+            # otherwise showed only in config.yaml
+            segmenters = getattr(datamodule, "segmenters", None) or {}
+            cut = [
+                f"{lang} by {seg.name}"
+                + (
+                    " with a user dictionary"
+                    if seg.name.startswith("jieba") and (seg.user_dict or seg.user_words)
+                    else ""
+                )
+                for lang, seg in segmenters.items()
+                if seg.name != "none"
+            ]
+            said = f"; words: {', '.join(cut)}" if cut else ""
+            print(f"Data: {datamodule.describe()}{said}; model: {count_parameters(model):,} parameters")
             note = unknown_language_note("data.tgt_lang", OmegaConf.select(cfg, "data.tgt_lang", default=""))
             if note:
                 print(note)
