@@ -5,6 +5,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from nmt.utils.console import LOG_WIDTH
+from nmt.utils.console import console as log_console
 from nmt.utils.io import atomic_path, atomic_write_json
 
 
@@ -92,9 +94,9 @@ def write_report(report: dict, title: str, run_dir: Path, console: Console | Non
     """Print the report as a table (and a warning under it for an evaluation set that shares many sources with
     training) and save it as data_report.json and data_report.txt."""
     table = render_report(report, title)
-    (console or Console()).print(table)
+    (console or log_console()).print(table)
     for line in leaks(report):
         print(line)
     atomic_write_json(run_dir / "data_report.json", {"data": title, "splits": report})
     with atomic_path(run_dir / "data_report.txt") as tmp, open(tmp, "w") as handle:
-        Console(file=handle, width=140).print(table)
+        Console(file=handle, width=LOG_WIDTH).print(table)

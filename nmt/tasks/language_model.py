@@ -9,7 +9,6 @@ from pathlib import Path
 import torch
 from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf
-from rich.console import Console
 from rich.table import Table
 from torch import nn
 
@@ -30,9 +29,10 @@ from nmt.tasks.base import (
     update_target_metrics,
 )
 from nmt.tasks.translation import decoder_only, model_options
+from nmt.utils.console import console as log_console
 from nmt.utils.io import atomic_write_json
 
-console = Console(stderr=True)
+console = log_console(stderr=True)
 
 
 class LanguageModelTask(Task):

@@ -9,16 +9,16 @@ from dataclasses import fields
 from pathlib import Path
 
 import torch
-from rich.console import Console
 from rich.table import Table
 
 from nmt.data.file_specs import checked_columns, is_tsv, read_split_files, spec_paths
 from nmt.data.sources import locate, read_parallel
 from nmt.data.tokenizer import BOS_ID, EOS_ID
 from nmt.decoding.settings import RANKED, SEARCH_TAGS, UNREAD, SearchConfig
+from nmt.utils.console import console as log_console
 from nmt.utils.io import atomic_write_text
 
-console = Console(stderr=True)
+console = log_console(stderr=True)
 IWSLT16_FOLDER = "iwslt16_de_en_devtest"
 
 
