@@ -666,6 +666,21 @@ def test_an_upsampled_corpus_repeats_its_training_pairs_after_the_split_and_is_c
         DE[:200] + [d for d in DE[150:260] for _ in range(3)],
     )
     assert dm.dropped["train"]["empty"] == 1  # read once, dropped once
+    # the tokenizers learn from each pair once: the same models as from the corpora without upsample
+    assert dm.tokenizer_text() == (EN[:200] + EN[150:260], DE[:200] + DE[150:260])
+    tokenizers = {"tokenizer": {"vocab_size": 120, "byte_fallback": False}}
+    plain = FilesDataModule(
+        val=str(tmp_path / "dev"),
+        test=str(tmp_path / "dev"),
+        cache_dir=str(tmp_path / "p"),
+        **tokenizers,
+        **{**given, "upsample": None},
+    )
+    dm = FilesDataModule(
+        val=str(tmp_path / "dev"), test=str(tmp_path / "dev"), cache_dir=str(tmp_path / "u"), **tokenizers, **given
+    )
+    for ours, theirs in zip(dm.build_tokenizers(), plain.build_tokenizers(), strict=True):
+        assert ours.model_proto == theirs.model_proto
     dm = small_files(tmp_path, **given)
     dm.prepare_data()
     src, tgt = dm.text("train")

@@ -191,6 +191,11 @@ class ParallelDataModule:
         return self.text("train")
 
     # ---- tokenizers ----------------------------------------------------------------------------
+    def tokenizer_text(self) -> tuple[list[str], list[str]]:
+        """The sentences the tokenizers are trained on: the training split, unless a corpus repeats pairs of
+        it (then each pair once, so that a repeat weighs the model's updates, not its vocabulary)."""
+        return self.text("train")
+
     def set_tokenizers(self, src: Tokenizer, tgt: Tokenizer) -> None:
         """Use existing tokenizers (from a checkpoint) instead of training new ones."""
         self.src_tokenizer, self.tgt_tokenizer = src, tgt
@@ -198,7 +203,7 @@ class ParallelDataModule:
     def build_tokenizers(self) -> tuple[Tokenizer, Tokenizer]:
         if self.src_tokenizer is None:
             src_seg, tgt_seg = self.segmenters[self.src_lang], self.segmenters[self.tgt_lang]
-            src, tgt = self.text("train")
+            src, tgt = self.tokenizer_text()
             src, tgt = [src_seg(s) for s in src], [tgt_seg(t) for t in tgt]
             settings = self.tokenizer_settings
             if settings.joint:

@@ -24,7 +24,8 @@ class FilesDataModule(ParallelDataModule):
     """``data=files``: ``data.train`` / ``data.val`` / ``data.test`` each [src, tgt], a TSV or a prefix;
     ``data.train`` may be ``{name: files, ...}``, several corpora read one after the other (the data report
     gives each one's pairs), and ``upsample`` ({name: N}) repeats a corpus's training pairs N times (fairseq's
-    --upsample-primary, OpenNMT-py's corpus weights as whole numbers). Without val/test, they are split off
+    --upsample-primary, OpenNMT-py's corpus weights as whole numbers; the tokenizers learn from each pair
+    once). Without val/test, they are split off
     the training data with ``split_seed`` (before any repeat: a repeated pair is never also a test pair)."""
 
     name = "files"
@@ -57,6 +58,7 @@ class FilesDataModule(ParallelDataModule):
         self.corpus_pairs: dict[str, int] = {}  # several training corpora: each one's pairs, once read
         self.upsample = checked_upsample(upsample, self.specs["train"])
         self._origins: list[str] = []  # with upsample: the corpus of each training pair as read
+        self._once: tuple[list[str], list[str]] = ([], [])  # the training pairs before any repeat
 
     def official(self, split: str) -> bool:
         return split != "train" and self.specs.get(split) is not None  # given as files, not cut from train
@@ -88,11 +90,13 @@ class FilesDataModule(ParallelDataModule):
             drops = self.dropped.setdefault("train", Counter())  # the pool's, in the data report (set, not added:
             drops["empty"], drops["duplicate"] = pool_drops(src, tgt, reading)  # this may run once per split)
             if split == "train":
+                self._once = splits["train"]
                 return self._repeated(*splits["train"], pool=(src, tgt), reading=reading)
             if self.specs[split] is None:
                 return splits[split]
         if split == "train":
             src, tgt = self._read_train()
+            self._once = (src, tgt)
             return self._repeated(src, tgt)
         return read_split_files(self.specs[split], self.src_lang, self.tgt_lang, self.columns)
 
@@ -117,6 +121,15 @@ class FilesDataModule(ParallelDataModule):
             for _ in range(n if pair[0].strip() and pair[1].strip() else 1)
         ]
         return [s for s, _ in pairs], [t for _, t in pairs]
+
+    def tokenizer_text(self) -> tuple[list[str], list[str]]:
+        """With upsample, the training pairs once each (OpenNMT-py's vocabulary and fairseq's BPE likewise
+        count a corpus as it is, whatever its weight), empty pairs dropped as training drops them."""
+        src, tgt = self.text("train")
+        if not self.upsample:
+            return src, tgt
+        once = [(s, t) for s, t in zip(*self._once, strict=True) if s.strip() and t.strip()]
+        return [s for s, _ in once], [t for _, t in once]
 
     def _read_train(self) -> tuple[list[str], list[str]]:
         """The training files' pairs, each corpus's count kept for the data report (as read: before empty
