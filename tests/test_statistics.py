@@ -1088,7 +1088,8 @@ def test_findings_name_a_fixed_budget_and_untuned_levels_beside_the_differences_
         (run_dir / "config.yaml").write_text(f"data: {{}}\ntrainer: {{max_steps: 300, max_epochs: -1}}\n{stopping}\n")
     findings = write_report(tmp_path).read_text().split("## Findings")[1].split("\n## ")[0]
     assert "pos=relative raises test_bleu" in findings
-    fixed = "**Caveat:** Differences between levels hold at this sweep's fixed budget (at most 300 updates, no"
+    fixed = "**Caveat:** What this sweep finds of the levels, a difference or none, holds at its fixed budget (at most"
+    fixed += " 300 updates, no early stopping)"
     assert (fixed in findings) == (patience is None)
     assert "**Caveat:** Every level of norm, pos ran with the same settings (no level_settings)" in findings
 
@@ -1115,11 +1116,19 @@ def test_a_level_without_settings_beside_tuned_ones_is_named_untuned_and_a_level
     assert "| settings with pos=relative | none of its own" in report and "pos=rope" not in report
 
 
-def test_findings_carry_no_caveat_when_nothing_differs(tmp_path):
+def test_a_finding_of_no_difference_carries_the_caveats_of_one_found(tmp_path):
+    """A null at a fixed budget with levels run alike is as limited as a difference (a reviewer's trial: the
+    caveats were left out exactly where "no effect" was claimed)."""
     same = [{**r, "metrics": {"test_bleu": 30.0 + r["seed"]}} for r in RECORDS]
     synthetic_sweep(tmp_path, same)
+    for run_dir in tmp_path.iterdir():
+        (run_dir / "config.yaml").write_text("data: {}\ntrainer: {max_steps: 300, max_epochs: -1}\n")
     findings = write_report(tmp_path).read_text().split("## Findings")[1].split("\n## ")[0]
-    assert "No main effect or interaction is detectable" in findings and "Caveat" not in findings
+    assert "No main effect or interaction is detectable" in findings
+    assert (
+        "**Caveat:** What this sweep finds of the levels, a difference or none, holds at its fixed budget" in findings
+    )
+    assert "**Caveat:** Every level of norm, pos ran with the same settings" in findings
 
 
 def test_the_report_says_what_ended_each_run_and_warns_of_runs_cut_by_a_time_cap(tmp_path):
@@ -1365,9 +1374,41 @@ def test_a_sweep_over_a_plain_setting_is_not_told_its_levels_ran_untuned(tmp_pat
     findings = flat_report(tmp_path).split("## Findings")[1].split(" ## ")[0]
     pooled = stats.ttest_ind(values["0.002"], values["0.001"])  # the fit of one factor: the pooled t-test
     width = stats.t.ppf(0.975, 4) * (np.mean(values["0.002"]) - np.mean(values["0.001"])) / pooled.statistic
-    assert "No main effect or interaction is detectable" in findings
-    assert f"(the main effects' 95% intervals are ± {width:.2f} wide:" in findings
-    assert "Every level" not in findings
+    assert "No main effect or interaction is detectable at the 5% level after Holm's adjustment over 1 tests" in (
+        findings
+    )
+    assert f"The main effects' 95% intervals are ± {width:.2f};" in findings
+    # what could have been found: one test, so its 95% interval; never "smaller effects cannot be told apart"
+    assert f"would have to lie beyond ± {width:.2f} to be found here (its interval at 1 - 0.05/1)" in findings
+    assert "not that smaller ones are absent" in findings and "Every level" not in findings
+
+
+def test_a_null_finding_says_what_size_holms_adjustment_could_have_found(tmp_path):
+    """A reviewer's trial: "intervals are ± 0.12 wide: smaller effects cannot be told from seed noise" beside
+    an unfound estimate of 0.125. With m tests Holm's first step is at 0.05/m: an estimate must lie beyond its
+    1 - 0.05/m interval, t_{1-0.025/m, df} standard errors, checked against statsmodels' fit."""
+    pd = pytest.importorskip("pandas")
+    smf = pytest.importorskip("statsmodels.formula.api")
+    rng = np.random.default_rng(3)
+    scored = [{**r, "metrics": {"test_bleu": 30.0 + float(rng.normal(0, 1))}} for r in RECORDS]
+    synthetic_sweep(tmp_path, scored)
+    findings = flat_report(tmp_path).split("## Findings")[1].split(" ## ")[0]
+    assert "No main effect or interaction is detectable at the 5% level after Holm's adjustment over 3 tests" in (
+        findings
+    )
+    top = {"pos": "relative", "norm": "rms"}
+    frame = pd.DataFrame(
+        [{**{k: 0.5 if r["factors"][k] == v else -0.5 for k, v in top.items()}, "y": r["metrics"]["test_bleu"]}
+         for r in scored]
+    )  # fmt: skip
+    intervals = smf.ols("y ~ pos * norm", frame).fit().conf_int(alpha=0.05 / 3)  # Holm's first step, 3 tests
+    beyond = sorted((intervals.loc[name, 1] - intervals.loc[name, 0]) / 2 for name in ("pos", "norm"))
+    span = (
+        f"± {beyond[0]:.2f}"
+        if f"{beyond[0]:.2f}" == f"{beyond[-1]:.2f}"
+        else f"± {beyond[0]:.2f} to ± {beyond[-1]:.2f}"
+    )
+    assert f"would have to lie beyond {span} to be found here (its interval at 1 - 0.05/3)" in findings
 
 
 def test_the_report_lists_the_runs_library_versions_and_warns_when_they_differ(tmp_path):

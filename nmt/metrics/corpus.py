@@ -32,7 +32,7 @@ def rouge_metric():
 def rouge_scores(hypotheses: Sequence[str], references: Sequence[str]) -> dict:
     """ROUGE-1/2/L F-measures x 100 of :func:`rouge_metric`."""
     scores = rouge_metric()(list(hypotheses), list(references))
-    return {key: round(float(scores[f"{key}_fmeasure"]) * 100, 2) for key in ROUGE_KEYS}
+    return {key: float(scores[f"{key}_fmeasure"]) * 100 for key in ROUGE_KEYS}
 
 
 def corpus_scores(
@@ -47,7 +47,8 @@ def corpus_scores(
     tokenised BLEU that older papers report (Moses-tokenised, lowercased, multi-bleu style), both BLEUs
     with a 95% bootstrap interval over ``bootstrap`` resamples of the sentences (0: none); with
     ``rouge``, also ROUGE-1/2/L. With ``lowercase`` (a model that writes lowercase text), sacreBLEU's
-    BLEU and chrF ignore case, and their signatures say so (``case:lc``)."""
+    BLEU and chrF ignore case, and their signatures say so (``case:lc``). The scores are kept at full
+    precision (shown to two decimals): a sweep's statistics and ties are computed from them."""
     hypotheses, references = list(hypotheses), list(references)
     bleu = sacrebleu.metrics.BLEU(tokenize=bleu_tokenizer(tgt_lang), lowercase=lowercase)
     bleu_score = bleu.corpus_score(hypotheses, [references])
@@ -62,14 +63,14 @@ def corpus_scores(
     chrf = sacrebleu.metrics.CHRF(lowercase=lowercase)
     chrf_score = chrf.corpus_score(hypotheses, [references])
     return {
-        "bleu": round(bleu_score.score, 2),
+        "bleu": bleu_score.score,
         "bleu_signature": str(bleu.get_signature()),
         "bleu_precisions": [round(p, 2) for p in bleu_score.precisions],
         "brevity_penalty": round(bleu_score.bp, 4),
         "length_ratio": round(bleu_score.sys_len / max(bleu_score.ref_len, 1), 4),
-        "chrf": round(chrf_score.score, 2),
+        "chrf": chrf_score.score,
         "chrf_signature": str(chrf.get_signature()),
-        "bleu_tok_lc": round(tokenized_lowercase_bleu(hypotheses, references, tgt_lang), 2),
+        "bleu_tok_lc": tokenized_lowercase_bleu(hypotheses, references, tgt_lang),
         "bleu_tok_lc_signature": tokenized_lowercase_signature(tgt_lang),
         **intervals,
         "sentences": len(hypotheses),

@@ -10,6 +10,7 @@ matplotlib.use("Agg")  # files only, no display needed
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
+from nmt.sweep.document import fmt_p  # noqa: E402
 from nmt.utils.io import atomic_save_figure, literal_text  # noqa: E402
 
 
@@ -119,9 +120,11 @@ def training_curves(
 
 @literal_text
 def effect_plot(effects: dict[str, dict], metric: str, lower_is_better: bool, path: Path) -> None:
-    """effects: name -> {"diff", "ci95"} (nmt.sweep.effects.fit); one point per effect with its 95%
-    interval as a bar; an effect without an interval is drawn as a hollow point, never as a zero-width
-    bar; the zero line is "no effect"."""
+    """effects: name -> {"diff", "ci95"} (nmt.sweep.effects.fit), and optionally "p_holm"; one point per
+    effect with its 95% interval as a bar, unadjusted for the other tests, so each p adjusted by Holm, which
+    the findings read, is written beside its point (an interval clear of zero is not a finding by itself); an
+    effect without an interval is drawn as a hollow point, never as a zero-width bar; the zero line is "no
+    effect"."""
     labels = _wrapped(list(effects))
     positions = list(range(len(labels)))
     lines = sum(label.count("\n") + 1 for label in labels)
@@ -139,8 +142,19 @@ def effect_plot(effects: dict[str, dict], metric: str, lower_is_better: bool, pa
             fmt="o",
             capsize=4,
             color="tab:blue",
-            label="estimate, 95% interval",
+            label="estimate, 95% interval (unadjusted)",
         )
+    for i, name in enumerate(labels):
+        if "p_holm" in effects[name]:
+            ax.annotate(
+                f"p (Holm) {fmt_p(effects[name]['p_holm'])}",
+                (1.0, i),
+                xycoords=("axes fraction", "data"),
+                xytext=(4, 0),
+                textcoords="offset points",
+                va="center",
+                fontsize=8,
+            )
     if without:
         ax.plot(
             [effects[labels[i]]["diff"] for i in without],

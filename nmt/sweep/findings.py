@@ -13,21 +13,22 @@ ALPHA = 0.05
 
 
 def caveats(facts: dict, levels: dict | None = None) -> list[str]:
-    """What limits every difference found: a fixed budget (cells may not have converged) and levels that all
-    ran with the same settings (a level whose good settings differ, an optimiser's rate say, was not tuned)."""
+    """What limits every difference found, and a finding of none: a fixed budget (cells may not have
+    converged) and levels that all ran with the same settings (a level whose good settings differ, an
+    optimiser's rate say, was not tuned)."""
     said = []
     budget = facts.get("budget") or {}
     limited = any(budget.get(k) not in (None, -1) for k in ("max_steps", "max_epochs"))
     if limited and not budget.get("patience"):
         said.append(
-            f"Differences between levels hold at this sweep's fixed budget ({budget_text(budget).split(';')[0]}, "
-            "no early stopping): they say how each level does after that much training, not where it ends when "
-            "trained to convergence."
+            f"What this sweep finds of the levels, a difference or none, holds at its fixed budget "
+            f"({budget_text(budget).split(';')[0]}, no early stopping): it says how each level does after that "
+            "much training, not where it ends when trained to convergence."
         )
     if capped_runs(facts):
         said.append(
             f"{capped_runs(facts)} run(s) ended at their maximum, not by early stopping: not all cells were trained to "
-            "convergence, so the differences may be of how fast each learns."
+            "convergence, so a difference found, or none, may be of how fast each learns."
         )
     tuned = facts.get("tuned") or {}
     if tuned.get("differs"):
@@ -140,14 +141,7 @@ def findings(
                 )
         effects_found = bool(sentences)
         if not sentences:
-            widths = [e["ci95"] for (term, _), e in fit["effects"].items() if len(term) == 1]
-            wide = f"± {min(widths):.2f}" if widths and f"{min(widths):.2f}" == f"{max(widths):.2f}" else (
-                f"± {min(widths):.2f} to ± {max(widths):.2f}" if widths else "")  # fmt: skip
-            sentences.append(
-                "No main effect or interaction is detectable at the 5% level after Holm's adjustment"
-                + (f" (the main effects' 95% intervals are {wide} wide: smaller effects cannot be told from seed "
-                   "noise here)." if widths else ".")
-            )  # fmt: skip
+            sentences.append(_nothing_found(fit))
     better = [c for c, p in ranking["holm"].items() if p < ALPHA and (ranking["compared"][c]["diff"] < 0) == lower]
     worse = [c for c, p in ranking["holm"].items() if p < ALPHA and c not in better]
     if levels and "seeds" in ranking and ranking["base"] not in ranking["seeds"]:
@@ -174,12 +168,38 @@ def findings(
         sentences.append(_two_tests(rows, len(levels), fit))
     if not sentences:  # one configuration (seeds only): nothing to compare
         sentences.append("One configuration: nothing to compare. The table below gives its mean over seeds.")
-    if effects_found or better or worse:
-        sentences += [f"**Caveat:** {c}" for c in caveats(facts or {}, levels)]
+    if effects_found or better or worse or ranking["compared"] or fit is not None:
+        sentences += [f"**Caveat:** {c}" for c in caveats(facts or {}, levels)]  # a null result as much
     if past:
         sentences.append(scatter)
     for sentence in sentences:
         doc.paragraph(sentence)
+
+
+def _span(values: list[float]) -> str:
+    low, high = f"{min(values):.2f}", f"{max(values):.2f}"
+    return f"± {low}" if low == high else f"± {low} to ± {high}"
+
+
+def _nothing_found(fit: dict) -> str:
+    """The null result, with what it could have found: Holm's first step tests the smallest p against
+    0.05 / m, so with the other effects null an estimate must lie beyond its 1 - 0.05 / m interval to be found,
+    and a true effect of just that size is found about half the time. Smaller effects are not shown absent."""
+    from scipy.stats import t
+
+    tested = {key: e for key, e in fit["effects"].items() if not math.isnan(e["p"]) and e["se"] > 0}
+    said = "No main effect or interaction is detectable at the 5% level after Holm's adjustment"
+    mains = [e for (term, _), e in tested.items() if len(term) == 1]
+    if not mains:
+        return said + "."
+    m = len(tested)
+    found = [float(t.ppf(1 - ALPHA / (2 * m), e["df"])) * e["se"] for e in mains]
+    return (
+        f"{said} over {m} tests. The main effects' 95% intervals are {_span([e['ci95'] for e in mains])}; with the "
+        f"other effects null, an estimated main effect would have to lie beyond {_span(found)} to be found here "
+        f"(its interval at 1 - 0.05/{m}), and a true effect of that size would be found only about half the time. "
+        "So this says that no large effect was seen, not that smaller ones are absent: more seeds narrow it."
+    )
 
 
 def _over_the_others(fit: dict, factors: int) -> str:

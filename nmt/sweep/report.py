@@ -211,8 +211,13 @@ def _effects_section(doc, sweep_dir: Path, records, fit: dict, levels, written, 
         ],
     )
     mains = {k: e for k, e in fit["effects"].items() if len(k[0]) == 1}
-    effect_plot({names[k]: e for k, e in mains.items()}, metric, lower, sweep_dir / "main_effects.png")
-    doc.figure(sweep_dir / "main_effects.png", f"main effects on {metric} with 95% intervals")
+    plotted = {names[k]: {**e, "p_holm": adjusted[names[k]]} for k, e in mains.items()}
+    effect_plot(plotted, metric, lower, sweep_dir / "main_effects.png")
+    doc.figure(
+        sweep_dir / "main_effects.png",
+        f"main effects on {metric} with 95% intervals, each unadjusted for the other tests; beside each, its p "
+        f"adjusted by Holm over the {len(adjusted)} effects of the table, which the Findings read",
+    )
     _main_effects(doc, sweep_dir, records, levels, written, lower, metric)
 
 
