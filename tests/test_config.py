@@ -408,6 +408,7 @@ def test_search_options_that_their_strategy_reads_are_accepted():
         # read the data, then skipped every batch as non-finite
         (["norm.eps=-1"], r"norm.eps=-1: must be a number > 0"),
         (["norm=rms", "norm.eps=0"], r"norm.eps=0: must be a number > 0 \(this norm's default: 1e-06\)"),
+        (["norm=scale", "norm.eps=-1e-5"], r"norm.eps=-1e-05: must be a number > 0 \(this norm's default: 1e-05\)"),
         (["pos=rope", "pos.base=0"], r"pos.base=0: must be a finite number > 1"),
         (["pos=rope", "pos.base=-100.0"], r"pos.base=-100.0: must be a finite number > 1"),
         # named no key: "RoPE needs an even head dimension, got 9"

@@ -9,7 +9,7 @@ from omegaconf import OmegaConf
 from torch import nn
 
 from nmt.modules.attention import MultiHeadAttention
-from nmt.modules.norm import LayerNorm, RMSNorm
+from nmt.modules.norm import LayerNorm, RMSNorm, ScaleNorm
 from nmt.modules.position import (
     BucketBias,
     LinearBias,
@@ -43,6 +43,52 @@ def test_rms_norm_equals_torch(fused):
         ref.weight.copy_(ours.weight)
     x = torch.randn(3, 5, 16) * 3
     torch.testing.assert_close(ours(x), ref(x))
+
+
+def _scale_norm_by_hand(x, g: float, eps: float):
+    """Nguyen & Salazar's ScaleNorm in numpy, row by row: g * x / max(||x||_2, eps)."""
+    import numpy as np
+
+    rows = x.reshape(-1, x.shape[-1])
+    out = np.stack([g * row / max(math.sqrt(sum(float(v) ** 2 for v in row)), eps) for row in rows])
+    return out.reshape(x.shape)
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_scale_norm_is_the_papers_formula_with_one_gain_initialised_to_the_square_root_of_dim(fused):
+    """No PyTorch counterpart to copy weights into: the formula by hand, in float64, including rows shorter
+    than eps (divided by eps, the paper's clamp of the norm) and a zero row (zero out, finite gradient)."""
+    for dim in (4, 16, 512):
+        built = ScaleNorm(dim, fused=fused)
+        (gain,) = built.parameters()  # one scalar, not one per dimension
+        assert gain.numel() == 1 and gain.item() == pytest.approx(math.sqrt(dim), rel=1e-7)
+    norm = ScaleNorm(16, eps=1e-3, fused=fused).double()
+    with torch.no_grad():
+        norm.scale.fill_(2.7)
+    x = torch.randn(3, 5, 16, dtype=torch.float64) * 3 + 1
+    x[0, 0] = 0.0
+    x[0, 1] = torch.full((16,), 1e-5, dtype=torch.float64)  # ||x|| = 4e-5 < eps
+    x[0, 2] = torch.full((16,), 3e-4, dtype=torch.float64)  # ||x|| = 1.2e-3 > eps: the clamp off
+    expected = torch.from_numpy(_scale_norm_by_hand(x.numpy(), 2.7, 1e-3))
+    x.requires_grad_()
+    y = norm(x)
+    torch.testing.assert_close(y, expected, rtol=1e-12, atol=1e-15)
+    assert torch.linalg.vector_norm(y[1:], dim=-1).sub(2.7).abs().max() < 1e-12  # on the sphere of radius g
+    upstream = torch.randn_like(y)
+    (y * upstream).sum().backward()
+    assert torch.isfinite(x.grad).all()
+    # the gradients by hand: d/dx = g/||x|| (u - x (x.u)/||x||^2) above eps, g u / eps below; d/dg = sum(u x / max)
+    xs, n = x.detach(), torch.linalg.vector_norm(x.detach(), dim=-1, keepdim=True)
+    above = 2.7 / n * (upstream - xs * (xs * upstream).sum(-1, keepdim=True) / n**2)
+    by_hand = torch.where(n > 1e-3, above, 2.7 * upstream / 1e-3)
+    torch.testing.assert_close(x.grad, by_hand, rtol=1e-9, atol=1e-12)
+    torch.testing.assert_close(norm.scale.grad, (upstream * xs / n.clamp_min(1e-3)).sum(), rtol=1e-10, atol=1e-12)
+
+
+def test_scale_norm_refuses_an_eps_that_cannot_bound_the_norm_naming_its_own_default():
+    for eps in (0, -1e-5, True, "small"):
+        with pytest.raises(ValueError, match=r"norm.eps=.*must be a number > 0 \(this norm's default: 1e-05\)"):
+            ScaleNorm(8, eps=eps)
 
 
 @pytest.mark.parametrize("norm", sorted(p.stem for p in (CONF / "norm").glob("*.yaml")))  # every option of `norm`

@@ -9,7 +9,7 @@ from omegaconf import OmegaConf
 
 from nmt.models.build import build_model
 from nmt.models.transformer import Transformer
-from nmt.modules.norm import LayerNorm, RMSNorm
+from nmt.modules.norm import LayerNorm, RMSNorm, ScaleNorm
 
 from .conftest import CONF
 
@@ -63,7 +63,7 @@ VARIANTS = list(itertools.product(POS_OPTIONS, NORM_OPTIONS, ["pre", "post"]))
 
 def test_the_option_lists_read_from_conf_hold_the_encodings_and_norms_written_here():
     assert {"absolute", "learned", "relative", "rope", "none"} <= set(POS_OPTIONS)
-    assert {"layer", "rms"} <= set(NORM_OPTIONS)
+    assert {"layer", "rms", "scale"} <= set(NORM_OPTIONS)
 
 
 @pytest.mark.parametrize("pos,norm,placement", VARIANTS)
@@ -212,8 +212,8 @@ def test_all_tying_needs_a_joint_vocabulary():
         build_model(cfg, 20, 30)
 
 
-def test_the_layer_and_rms_options_build_their_classes():
-    for name, cls in (("layer", LayerNorm), ("rms", RMSNorm)):
+def test_the_layer_rms_and_scale_options_build_their_classes():
+    for name, cls in (("layer", LayerNorm), ("rms", RMSNorm), ("scale", ScaleNorm)):
         assert isinstance(instantiate(OmegaConf.load(CONF / "norm" / f"{name}.yaml"))(8), cls)
 
 

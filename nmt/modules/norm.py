@@ -2,7 +2,8 @@
 
 Each has two interchangeable paths, as attention has: the formula written out (``fused=False``), and
 PyTorch's own implementation of the same formula (``F.layer_norm``, ``F.rms_norm``; the default), one fused
-kernel each way (``F.rms_norm`` from torch 2.8). They give the same result up to floating-point rounding
+kernel each way (``F.rms_norm`` from torch 2.8); ScaleNorm, which has no kernel of its own, takes the one call
+``F.normalize`` (several kernels) times its gain. They give the same result up to floating-point rounding
 (tested in float64, values and gradients, and against ``nn.LayerNorm`` / ``nn.RMSNorm``); in bf16-mixed runs
 the norms see fp32 (the residual stream), while with ``bf16-true`` PyTorch's computes in fp32 and rounds
 once, the formula rounds at each step. The written-out formula is a chain of element-wise operations, about
@@ -64,3 +65,30 @@ class RMSNorm(nn.Module):
 
     def extra_repr(self) -> str:
         return f"{self.weight.numel()}, eps={self.eps}, fused={self.fused}"
+
+
+class ScaleNorm(nn.Module):
+    """Nguyen & Salazar 2019 ("Transformers without Tears"): project each vector onto the sphere of radius g,
+    y = g * x / max(||x||_2, eps), with ONE learned scalar g per norm, initialised to sqrt(dim) (a vector of
+    unit-variance entries keeps its length). No centring, no bias, no gain per dimension.
+
+    ``eps`` bounds the norm itself from below, as the paper's code clamps it (not added to a mean square as
+    in RMSNorm): a vector shorter than eps is scaled by g / eps. The written-out form clamps the sum of
+    squares at eps**2 before the square root, the same bound, so that a zero vector (a padding row under
+    ``pos=none``) has a finite gradient; a clamp after the root gives it 0 * inf = nan."""
+
+    def __init__(self, dim: int, eps: float = 1e-5, fused: bool = True) -> None:
+        super().__init__()
+        self.eps = checked_eps(eps, default=1e-5)
+        self.fused = fused
+        self.scale = nn.Parameter(torch.tensor(float(dim) ** 0.5))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.fused:
+            return F.normalize(x, p=2.0, dim=-1, eps=self.eps) * self.scale
+        # x: (..., dim); max(sqrt(s), eps) = sqrt(max(s, eps^2))
+        norm = x.pow(2).sum(dim=-1, keepdim=True).clamp_min(self.eps**2).sqrt()
+        return x * (self.scale / norm)
+
+    def extra_repr(self) -> str:
+        return f"one gain, eps={self.eps}, fused={self.fused}"  # no .item(): the config check builds on meta
