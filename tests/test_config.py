@@ -65,6 +65,12 @@ def test_the_position_sweep_presets_hold_every_position_encoding(grid):
     assert swept == options("pos"), f"conf/grid/{grid}.yaml's pos omits {missing}, names {extra} of no conf/pos file"
 
 
+def test_the_norm_sweep_preset_holds_every_norm():
+    """Its comment says "every norm": a new file of conf/norm/ is swept with the others."""
+    swept = sorted(str(OmegaConf.load(CONF / "grid" / "norm.yaml").params.norm).split(","))
+    assert swept == options("norm"), f"conf/grid/norm.yaml's norm: {swept}, conf/norm/ holds {options('norm')}"
+
+
 def plain(*overrides: str) -> dict:
     """The composed config as plain data, its run name aside (it names the chosen groups)."""
     cfg = compose_train("name=run", *overrides, tiny=False)

@@ -91,10 +91,23 @@ def test_scale_norm_refuses_an_eps_that_cannot_bound_the_norm_naming_its_own_def
             ScaleNorm(8, eps=eps)
 
 
+def _graph(grad_fn) -> list[str]:
+    """The kinds of the autograd nodes behind an output: what was computed, not its value."""
+    seen, stack = set(), [grad_fn]
+    while stack:
+        node = stack.pop()
+        if node is not None and node not in seen:
+            seen.add(node)
+            stack += [parent for parent, _ in node.next_functions]
+    return sorted(type(node).__name__ for node in seen)
+
+
 @pytest.mark.parametrize("norm", sorted(p.stem for p in (CONF / "norm").glob("*.yaml")))  # every option of `norm`
 def test_the_written_out_norm_and_the_one_kernel_agree_in_value_and_gradient(norm):
     """In float64, so that any difference is the formula's, not rounding's: outputs and the gradients of the
-    input, weight and bias."""
+    input, weight and bias, on rows far from eps and at it (a zero row, as padding is under pos=none, and rows
+    near eps's scale), every gradient finite. The two are two computations: a norm whose ``forward`` ignored
+    ``fused`` passed this by comparing one path with itself (a newcomer's trial)."""
     configured = OmegaConf.load(CONF / "norm" / f"{norm}.yaml")
     explicit = instantiate({**configured, "fused": False})(16).double()
     fused = instantiate({**configured, "fused": True})(16).double()
@@ -102,13 +115,19 @@ def test_the_written_out_norm_and_the_one_kernel_agree_in_value_and_gradient(nor
         for p in explicit.parameters():
             p.normal_()
     fused.load_state_dict(explicit.state_dict())  # the same parameters: a checkpoint of one loads into the other
-    x = (torch.randn(4, 7, 16, dtype=torch.float64) * 3 + 1).requires_grad_()
+    x = torch.randn(4, 7, 16, dtype=torch.float64) * 3 + 1
+    x[0, 0] = 0.0
+    x[0, 1] = torch.linspace(-1, 1, 16, dtype=torch.float64) * explicit.eps  # about eps's scale
+    x[0, 2] = torch.linspace(-1, 1, 16, dtype=torch.float64) * explicit.eps**0.5
+    x.requires_grad_()
     x2 = x.detach().clone().requires_grad_()
     upstream = torch.randn(4, 7, 16, dtype=torch.float64)
     (explicit(x) * upstream).sum().backward()
     (fused(x2) * upstream).sum().backward()
     torch.testing.assert_close(fused(x2), explicit(x), rtol=1e-12, atol=1e-12)
+    assert torch.isfinite(x.grad).all() and torch.isfinite(x2.grad).all()
     torch.testing.assert_close(x2.grad, x.grad, rtol=1e-10, atol=1e-10)
+    assert _graph(explicit(x).grad_fn) != _graph(fused(x2).grad_fn), f"norm={norm}: fused=true and false ran alike"
     for (name, a), b in zip(explicit.named_parameters(), fused.parameters(), strict=True):
         torch.testing.assert_close(b.grad, a.grad, rtol=1e-10, atol=1e-10, msg=name)
 
