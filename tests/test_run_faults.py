@@ -1272,6 +1272,45 @@ def test_writing_tuned_settings_or_a_grid_leaves_the_code_hash_as_it_was(monkeyp
     assert code.code_hash() != before
 
 
+def test_a_comment_or_blank_line_keeps_the_code_hash_and_any_edit_of_code_strings_or_settings_changes_it(
+    monkeypatch, tmp_path
+):
+    """A reviewer's trial: one comment added to nmt/ marked every run of a sweep "other code", to be retrained.
+    Comments and blank lines are not code; a ``#`` inside a string, a blank line inside a string of several
+    lines, a docstring, a YAML value and Hydra's ``# @package`` line are."""
+    from nmt.utils import code
+
+    root = tmp_path / "copy"
+    (root / "nmt" / "utils").mkdir(parents=True)
+    (root / "conf" / "model").mkdir(parents=True)
+    module, config = root / "nmt" / "x.py", root / "conf" / "model" / "m.yaml"
+    source = 'def f(x):\n    """Twice x."""\n    text = """a\n\nb"""\n    return 2 * x, "#", text\n'
+    module.write_text(source)
+    config.write_text("# @package model\nwidth: 4  # the width\n")
+    monkeypatch.setattr(code, "__file__", str(root / "nmt" / "utils" / "code.py"))
+    before = code.code_hash()
+
+    def hashed(path, text):
+        path.write_text(text)
+        return code.code_hash()
+
+    commented = source.replace("    return", "    # doubled, as the paper\n\n    return").replace("(x):", "(x):  # f ")
+    assert hashed(module, commented + "\n# the end\n") == before
+    assert hashed(config, "# a comment\n# @package model\n\nwidth: 4\n") == before
+    for path, text in [
+        (module, source.replace("2 * x", "3 * x")),
+        (module, source.replace('"#"', '"# no"')),
+        (module, source.replace("a\n\nb", "a\nb")),  # a blank line inside a string
+        (module, source.replace("Twice x.", "Double x.")),
+        (config, "# @package model\nwidth: 5\n"),
+        (config, "# @package _global_\nwidth: 4\n"),
+    ]:
+        assert hashed(path, text) != before, text
+        module.write_text(source)
+        config.write_text("# @package model\nwidth: 4  # the width\n")
+        assert code.code_hash() == before
+
+
 def test_a_checkpoint_of_another_run_is_held_to_that_runs_tokenizers_and_settings(tmp_path, capsys):
     """ckpt_path=<another run's checkpoint> run_dir=<new>: other tokenizers trained on (their ids read as
     other pieces) and other settings went unchecked and unrecorded."""
