@@ -1204,15 +1204,18 @@ def test_a_run_whose_config_cannot_be_read_is_named_and_the_report_still_written
     assert "pos=relative raises test_bleu" in report
 
 
-def test_the_report_holds_only_the_planned_runs_and_names_a_damaged_record(tmp_path):
-    """Runs of an earlier sweep in the same folder (another level of pos) are left out, and named; a record
-    that cannot be read is named with what to do."""
+def test_the_report_holds_only_the_planned_runs_and_names_a_damaged_record(tmp_path, capsys):
+    """Runs of an earlier sweep in the same folder (another level of pos) are left out, and named, on the
+    console too (a reviewer's sweep of fewer seeds replaced the folder's report without a word there); a
+    record that cannot be read is named with what to do."""
     synthetic_sweep(tmp_path)
     names = sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("pos=relative"))
     (tmp_path / "plan.json").write_text(json.dumps({"runs": len(names), "run_names": names}))
     report = write_report(tmp_path).read_text()
     outside = len(RECORDS) - len(names)
     assert f"**Note:** {outside} finished run(s) in this folder are not of this sweep's plan" in report
+    said = " ".join(capsys.readouterr().out.split())
+    assert f"[sweep] note: this report covers the {len(names)} run(s) of this sweep's plan; {outside} other" in said
     assert "pos=absolute" not in report.split("## Ranking")[1].split("\n## ")[0]
     (tmp_path / names[0] / "sweep_result.json").write_text('{"factors": {"pos": "rel')
     with pytest.raises(ValueError, match=rf"{names[0]}/sweep_result.json cannot be read .*remove it and rerun"):

@@ -235,7 +235,8 @@ def print_plan(sweep_dir: Path, config: DictConfig) -> None:
     for key, values in levels.items():
         if len(values) > 1:
             source = "command line" + (" (replaces the grid's)" if key in grid else "") if key in given else "grid"
-            print(f"  factor {key}: {', '.join(values)}   [{source}]")
+            kind = "seeds (not a factor: each cell's replicates)" if key == "seed" else f"factor {key}"
+            print(f"  {kind}: {', '.join(values)}   [{source}]")
     for key, values in given.items():
         if len(values) == 1 and len(grid.get(key, [])) > 1:
             print(f"  {key} held at {values[0]} by the command line (the grid's factor: {', '.join(grid[key])})")
@@ -268,11 +269,15 @@ def print_plan(sweep_dir: Path, config: DictConfig) -> None:
         done = [folder for folder in done if folder.name not in changed]
         print(f"  done: {len(done)}; to run: {len(to_run)} ({len(changed)} made under other settings, set aside first)")
     else:  # a run stopped part-way under other settings is one to run, not one done
+        from nmt.training.run_folder import holds_work
+
         finished_changed = sum(folder.name in changed for folder in done)
         partly = len(changed) - finished_changed
+        resumed = sum(holds_work(folder) and folder.name not in changed for folder in to_run)
         print(
             f"  done: {len(done)} ({finished_changed} of them under other settings); to run: {len(to_run)}"
             + (f" ({partly} of them partly trained under other settings)" if partly else "")
+            + (f" ({resumed} of them resumed from their last checkpoint)" if resumed else "")
         )
     walls = []
     for folder in done:

@@ -156,6 +156,12 @@ def write_report(sweep_dir: str | Path, metric: str = "auto", baseline: dict | N
     atomic_write_text(report, doc.markdown() + "\n")
     atomic_write_text(sweep_dir / "report.html", doc.html())
     print(f"[sweep] report: {report} (and report.html)")
+    if outside:  # the folder's report, results.csv and statistics now cover this plan alone: said where it is run
+        print(
+            f"[sweep] note: this report covers the {len(as_recorded)} run(s) of this sweep's plan; {len(outside)} "
+            "other finished run(s) in the folder (an earlier sweep's levels or seeds) are left out of it. Run "
+            "the command that planned them all again to report on every one (their runs are reused)"
+        )
     return report
 
 
