@@ -478,7 +478,8 @@ def test_a_stopped_sweep_passes_its_run_the_one_signal_and_ends_in_one_line(tmp_
     }[saves]
     assert err.strip().splitlines() == [
         f"[sweep] stopped by {name}: {tmp_path.name} {state}; run the same command again to resume the "
-        "sweep (finished runs are kept)"
+        "sweep (finished runs are kept), or `python sweep.py report "
+        f"{tmp_path.parent}` for a report of the runs finished so far"
     ]
     assert seen.read_text() == f"{name}\n"
 
@@ -497,7 +498,8 @@ def test_a_second_ctrl_c_stops_the_sweeps_run_at_once_still_in_one_line(tmp_path
     assert sweep.returncode == 130, err
     assert err.strip().splitlines() == [
         f"[sweep] stopped by SIGINT: {tmp_path.name} was stopped at once by a second Ctrl-C (its last checkpoint "
-        "stands); run the same command again to resume the sweep (finished runs are kept)"
+        "stands); run the same command again to resume the sweep (finished runs are kept), or `python sweep.py "
+        f"report {tmp_path.parent}` for a report of the runs finished so far"
     ]
 
 
@@ -617,7 +619,8 @@ def test_a_workers_run_gets_one_signal_when_its_launcher_passes_on_another(tmp_p
     assert worker.returncode == 130 and seen.read_text() == "SIGINT\n", err
     assert err.strip().splitlines() == [
         f"[sweep] stopped by SIGINT: {tmp_path.name} saved its state; run the same command again to resume the "
-        "sweep (finished runs are kept)"
+        "sweep (finished runs are kept), or `python sweep.py report "
+        f"{tmp_path.parent}` for a report of the runs finished so far"
     ]
 
 

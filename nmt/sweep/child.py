@@ -142,7 +142,8 @@ def handle_sweep_signals() -> dict:
                 print(f"[sweep] {err}", file=sys.stderr)
         sys.stdout.flush()
         print(f"[sweep] stopped by {signal.Signals(signum).name}: each run still training saves its state and "
-              "stops; run the same command again to resume the sweep (finished runs are kept)",
+              "stops; run the same command again to resume the sweep (finished runs are kept), or `python "
+              "sweep.py report <its folder>` for a report of the runs finished so far",
               file=sys.stderr, flush=True)  # fmt: skip
         os._exit(_CODES[signum])
 
@@ -251,7 +252,8 @@ def run_child(command: list[str], env: dict, run_dir: Path) -> int:
         message = f"stopped by {name}: {run_dir.name} {state}"
         if worker:
             end_worker(message, _CODES[received[0]])
-        print(f"[sweep] {message}; run the same command again to resume the sweep (finished runs are kept)",
+        print(f"[sweep] {message}; run the same command again to resume the sweep (finished runs are kept), "
+              f"or `python sweep.py report {run_dir.parent}` for a report of the runs finished so far",
               file=sys.stderr, flush=True)  # fmt: skip
         raise SystemExit(_CODES[received[0]])
     if sweep_gone is not None and sweep_gone.is_set():
