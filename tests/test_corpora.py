@@ -15,6 +15,7 @@ from hydra import compose, initialize_config_dir
 
 from nmt.data.europarl import EuroparlDataModule
 from nmt.data.files import FilesDataModule
+from nmt.data.news_commentary import NewsCommentaryDataModule
 from nmt.data.report import render_report
 from nmt.data.sources import DataNotFoundError
 from nmt.data.splits import pool_drops, seeded_split
@@ -580,6 +581,90 @@ def test_europarl_without_data_says_what_to_do(tmp_path, monkeypatch):
         EuroparlDataModule(src_lang="de", tgt_lang="zh")
 
 
+def write_news_commentary(folder: Path, extra=()) -> Path:
+    """news-commentary-v16.de-en.tsv.gz as statmt.org publishes it: German<TAB>English, a lone tab between
+    articles, and some lines with one side empty (a sentence the other language lacks)."""
+    rows = []
+    for i, (de, en) in enumerate(zip(DE, EN, strict=True)):
+        if i % 50 == 0:
+            rows.append("\t")  # an article's end
+        rows.append(f"{de}\t" if i % 37 == 5 else f"\t{en}" if i % 41 == 7 else f"{de}\t{en}")
+    write(folder / "news-commentary-v16.de-en.tsv.gz", [*rows, *extra], gz=True)
+    return folder
+
+
+def test_news_commentary_reads_the_published_tsv_in_either_direction(tmp_path):
+    write_news_commentary(tmp_path / "nc")
+    de_en = small(NewsCommentaryDataModule, root=str(tmp_path / "nc"), cache_dir=str(tmp_path / "c"))
+    en_de = small(
+        NewsCommentaryDataModule, root=str(tmp_path / "nc"), src_lang="en", tgt_lang="de", cache_dir=str(tmp_path / "c")
+    )
+    assert (de_en.src_lang, de_en.tgt_lang) == ("de", "en")  # the default direction
+    sizes = {split: len(de_en.text(split)[0]) for split in ("train", "val", "test")}
+    assert sizes["val"] == 30 and sizes["test"] == 30
+    # German on the German side, whichever direction: the same split, mirrored
+    for split in ("train", "val", "test"):
+        src, tgt = de_en.text(split)
+        assert en_de.text(split) == (tgt, src) and set(src) <= set(DE) and set(tgt) <= set(EN)
+        assert all(s.strip() and t.strip() for s, t in zip(src, tgt, strict=True))
+    # the lines with an empty side (8 article ends, 11 without English, 10 without German) in no split, counted
+    one_side = [i % 37 == 5 or i % 41 == 7 for i in range(len(DE))]
+    assert de_en.dropped["train"]["empty"] == sum(one_side) + 8 == 29
+    pairs = [pair for pair, gone in zip(zip(DE, EN, strict=True), one_side, strict=True) if not gone]
+    assert sum(sizes.values()) == len(set(pairs)) and de_en.dropped["train"]["duplicate"] == len(pairs) - len(
+        set(pairs)
+    )
+    assert "news_commentary de-en (seeded split 1: 30 val / 30 test)" == de_en.describe()
+    # a line that is not German<TAB>English (a tab inside a sentence, another file): refused by its number
+    write_news_commentary(tmp_path / "bad", extra=["Ein\tSatz\tzu viel"])
+    with pytest.raises(
+        ValueError, match=r"line 409: expected 'German<TAB>English' \(2 tab-separated fields\), found 3"
+    ):
+        small(NewsCommentaryDataModule, root=str(tmp_path / "bad"), cache_dir=str(tmp_path / "c")).text("train")
+
+
+def test_news_commentary_without_its_file_says_where_it_looked_and_what_to_do(tmp_path, monkeypatch):
+    from nmt.data import sources
+
+    monkeypatch.delenv("NMT_DATA", raising=False)
+    monkeypatch.setattr(sources, "_download", lambda url, target: (_ for _ in ()).throw(OSError("offline")))
+    name = "news-commentary-v16.de-en.tsv.gz"
+    # a root that does not exist, or holds something else (the file unpacked): one line naming the key and file
+    with pytest.raises(DataNotFoundError, match=rf"^data.root=\S*nowhere does not exist: it should hold {name}; give"):
+        small(NewsCommentaryDataModule, root=str(tmp_path / "nowhere"), cache_dir=str(tmp_path / "c")).text("train")
+    write(tmp_path / "unpacked" / "news-commentary-v16.de-en.tsv", ["Hallo\tHello"])
+    with pytest.raises(
+        DataNotFoundError, match=rf"^data.root=\S*unpacked holds none of these files: it should hold {name}"
+    ):
+        small(NewsCommentaryDataModule, root=str(tmp_path / "unpacked"), cache_dir=str(tmp_path / "c")).text("train")
+    # no root: $NMT_DATA/news_commentary, the cache, the download tried, each said, and the fix
+    monkeypatch.setenv("NMT_DATA", str(tmp_path / "data"))
+    with pytest.raises(DataNotFoundError) as err:
+        small(NewsCommentaryDataModule, download=True, cache_dir=str(tmp_path / "c")).text("train")
+    message = str(err.value)
+    assert message.startswith("Could not find the news_commentary corpus. Tried, in order:")
+    assert f"$NMT_DATA/news_commentary: {tmp_path / 'data' / 'news_commentary'} (missing {name})" in message
+    assert "download from https://data.statmt.org/news-commentary/v16/training/: offline" in message
+    assert (
+        "Fix: set data.root=/path/to/folder (or the environment variable NMT_DATA to a folder containing "
+        "'news_commentary/') holding news-commentary-v16.de-en.tsv.gz, or connect to the internet" in message
+    )
+    assert not (tmp_path / "c" / "news_commentary").exists()  # nothing left behind
+    offline = small(NewsCommentaryDataModule, download=False, cache_dir=str(tmp_path / "c"))
+    with pytest.raises(DataNotFoundError, match=r"download: disabled \(data.download=false\)"):
+        offline.text("train")
+    # $NMT_DATA/news_commentary holding it: read from there
+    write_news_commentary(tmp_path / "data" / "news_commentary")
+    assert len(small(NewsCommentaryDataModule, download=False, cache_dir=str(tmp_path / "c")).text("val")[0]) == 30
+    # languages other than German and English: refused when built, Chinese sent to its own corpus
+    with pytest.raises(ValueError, match=r"German-English \(Chinese-English: data=zh_en data.source=news_commentary\)"):
+        NewsCommentaryDataModule(src_lang="zh", tgt_lang="en")
+    with pytest.raises(
+        ValueError, match=r"got data.src_lang='de', data.tgt_lang='fr': give de and en, in either order"
+    ):
+        NewsCommentaryDataModule(src_lang="de", tgt_lang="fr")
+
+
 def test_files_module_reads_pairs_tsv_and_prefixes(tmp_path):
     write(tmp_path / "train.src", EN)
     write(tmp_path / "train.tgt", DE)
@@ -839,12 +924,13 @@ def test_data_no_batch_can_hold_is_one_line_naming_the_setting(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("corpus", ["tatoeba_de_en", "zh_en", "europarl", "files"])
+@pytest.mark.parametrize("corpus", ["tatoeba_de_en", "zh_en", "europarl", "news_commentary", "files"])
 def test_a_tiny_transformer_trains_an_epoch_on_each_module(corpus, tmp_path, capsys):
     data = tmp_path / "data"
     write(data / "deu.txt", [f"{e}\t{d}" for e, d in zip(EN, DE, strict=True)])
     write(data / "cmn.txt", [f"{e}\t{z}" for e, z in zip(ZH_EN, ZH, strict=True)])
     europarl_archive(data / "de-en.tgz")
+    write_news_commentary(data)
     write(data / "pairs.tsv", [f"{e}\t{d}" for e, d in zip(EN, DE, strict=True)])
     extra = {"files": [f"data.train={data / 'pairs.tsv'}", "data.valid_size=30", "data.test_size=30"]}.get(
         corpus, [f"data.root={data}", "data.valid_size=30", "data.test_size=30", "data.download=false"]
@@ -1020,6 +1106,8 @@ def corpus_at_seed(name: str, folder: Path, seed: int):
     if name == "tatoeba":
         write(folder / "deu.txt", [f"{e}\t{d}" for e, d in zip(EN, DE, strict=True)])
         return small(TatoebaDataModule, root=str(folder), src_lang="de", tgt_lang="en", cache_dir=cache, seed=seed)
+    if name == "news_commentary":
+        return small(NewsCommentaryDataModule, root=str(write_news_commentary(folder)), cache_dir=cache, seed=seed)
     if name == "zh_en":
         write(folder / "cmn.txt", [f"{e}\t{z}" for e, z in zip(ZH_EN, ZH, strict=True)])
         return small(ZhEnDataModule, root=str(folder), cache_dir=cache, seed=seed)
@@ -1028,14 +1116,20 @@ def corpus_at_seed(name: str, folder: Path, seed: int):
     return PTBDataModule(root=str(folder / "ptb"), download=False, cache_dir=cache, seed=seed)
 
 
-@pytest.mark.parametrize("name", ["toy", "files", "europarl", "tatoeba", "zh_en", "ptb"])
+@pytest.mark.parametrize("name", ["toy", "files", "europarl", "tatoeba", "zh_en", "news_commentary", "ptb"])
 def test_a_corpus_text_never_depends_on_the_training_seed(tmp_path, name):
     """Every run of a sweep reads one split whatever its seed (split_seed chooses it): so a sweep reads a
     corpus's text once for all its seeds when it checks its finished runs for edited files."""
     first = corpus_at_seed(name, tmp_path / "a", 1).text_hashes()
     assert set(first) == {"train", "val", "test"} and len(set(first.values())) == 3
     assert corpus_at_seed(name, tmp_path / "b", 2).text_hashes() == first
-    if name in ("files", "europarl", "tatoeba", "zh_en"):  # where a seed chooses the split, it is split_seed
+    if name in (
+        "files",
+        "europarl",
+        "tatoeba",
+        "zh_en",
+        "news_commentary",
+    ):  # where a seed chooses the split, it is split_seed
         other = corpus_at_seed(name, tmp_path / "c", 1)
         other.split_seed = 2
         assert other.text_hashes() != first
