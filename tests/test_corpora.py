@@ -617,9 +617,7 @@ def test_news_commentary_reads_the_published_tsv_in_either_direction(tmp_path):
     assert "news_commentary de-en (seeded split 1: 30 val / 30 test)" == de_en.describe()
     # a line that is not German<TAB>English (a tab inside a sentence, another file): refused by its number
     write_news_commentary(tmp_path / "bad", extra=["Ein\tSatz\tzu viel"])
-    with pytest.raises(
-        ValueError, match=r"line 409: expected 'German<TAB>English' \(2 tab-separated fields\), found 3"
-    ):
+    with pytest.raises(ValueError, match=r"line 409: expected 'de<TAB>en' \(2 tab-separated fields\), found 3"):
         small(NewsCommentaryDataModule, root=str(tmp_path / "bad"), cache_dir=str(tmp_path / "c")).text("train")
 
 
@@ -656,13 +654,31 @@ def test_news_commentary_without_its_file_says_where_it_looked_and_what_to_do(tm
     # $NMT_DATA/news_commentary holding it: read from there
     write_news_commentary(tmp_path / "data" / "news_commentary")
     assert len(small(NewsCommentaryDataModule, download=False, cache_dir=str(tmp_path / "c")).text("val")[0]) == 30
-    # languages other than German and English: refused when built, Chinese sent to its own corpus
-    with pytest.raises(ValueError, match=r"German-English \(Chinese-English: data=zh_en data.source=news_commentary\)"):
-        NewsCommentaryDataModule(src_lang="zh", tgt_lang="en")
-    with pytest.raises(
-        ValueError, match=r"got data.src_lang='de', data.tgt_lang='fr': give de and en, in either order"
-    ):
-        NewsCommentaryDataModule(src_lang="de", tgt_lang="fr")
+    # a language named otherwise than by its two-letter code, or one language twice: refused when built
+    with pytest.raises(ValueError, match=r"^data.tgt_lang='deu': News Commentary names its languages by two-letter"):
+        NewsCommentaryDataModule(src_lang="en", tgt_lang="deu")
+    with pytest.raises(ValueError, match=r"^data.src_lang and data.tgt_lang are both 'de': give two languages"):
+        NewsCommentaryDataModule(src_lang="de", tgt_lang="de")
+
+
+def test_news_commentary_reads_any_pair_by_its_file_name_and_zh_en_reads_its_pair_alike(tmp_path):
+    """The release names a pair's file by its codes in alphabetical order, the columns' order too: French-
+    German is news-commentary-v16.de-fr.tsv.gz, German first, whichever direction is asked for."""
+    write(
+        tmp_path / "news-commentary-v16.de-fr.tsv.gz",
+        [f"{d}\t{e.upper()}" for d, e in zip(DE, EN, strict=True)],
+        gz=True,
+    )
+    fr_de = small(
+        NewsCommentaryDataModule, root=str(tmp_path), src_lang="fr", tgt_lang="de", cache_dir=str(tmp_path / "c")
+    )
+    src, tgt = fr_de.text("train")
+    assert set(src) <= {e.upper() for e in EN} and set(tgt) <= set(DE) and len(src) > 300
+    # zh_en's news_commentary source: the en-zh file, English first
+    write(tmp_path / "news-commentary-v16.en-zh.tsv.gz", [f"{e}\t{z}" for e, z in zip(ZH_EN, ZH, strict=True)], gz=True)
+    zh_en = small(ZhEnDataModule, source="news_commentary", root=str(tmp_path), cache_dir=str(tmp_path / "c"))
+    src, tgt = zh_en.text("train")
+    assert set(src) <= set(ZH) and set(tgt) <= set(ZH_EN) and len(src) > 0
 
 
 def test_files_module_reads_pairs_tsv_and_prefixes(tmp_path):

@@ -2,12 +2,12 @@
 
 from pathlib import Path
 
-from nmt.data.sources import DataNotFoundError, locate, read_from, read_lines, read_parallel
+from nmt.data.news_commentary import FOLDER, RELEASE, file_name, read_news_commentary
+from nmt.data.sources import DataNotFoundError, locate, read_from, read_parallel
 from nmt.data.tatoeba import locate_tatoeba, read_manythings
 from nmt.data.unsplit import UnsplitCorpusDataModule
 
 SOURCES = ("tatoeba", "ted", "news_commentary")
-NEWS_COMMENTARY = "https://data.statmt.org/news-commentary/v16/training/news-commentary-v16.en-zh.tsv.gz"
 
 
 class ZhEnDataModule(UnsplitCorpusDataModule):
@@ -44,15 +44,11 @@ class ZhEnDataModule(UnsplitCorpusDataModule):
         elif self.source == "ted":
             english, chinese = read_ted_folder(self._ted_folder())
         else:
+            name = file_name("en", "zh")
             folder = locate(
-                "news_commentary",
-                [Path(NEWS_COMMENTARY).name],
-                self.root,
-                self.cache_dir,
-                url_for={Path(NEWS_COMMENTARY).name: NEWS_COMMENTARY},
-                download=self.download,
+                FOLDER, [name], self.root, self.cache_dir, url_for={name: f"{RELEASE}/{name}"}, download=self.download
             )
-            english, chinese = read_news_commentary(folder / Path(NEWS_COMMENTARY).name)
+            english, chinese = read_news_commentary(folder / name, "en", "zh")
         return (chinese, english) if self.src_lang == "zh" else (english, chinese)
 
     def _ted_folder(self) -> Path:
@@ -103,16 +99,4 @@ def read_ted_folder(folder: Path) -> tuple[list[str], list[str]]:
         en, zh = read_parallel(en_path, zh_path)
         english += en
         chinese += zh
-    return english, chinese
-
-
-def read_news_commentary(path: Path) -> tuple[list[str], list[str]]:
-    """WMT's TSV: English<TAB>Chinese per line; lines with an empty side are kept for the validator."""
-    english, chinese = [], []
-    for number, line in enumerate(read_lines(path), start=1):
-        fields = line.split("\t")
-        if len(fields) != 2:
-            raise ValueError(f"{path}, line {number}: expected 2 tab-separated fields, found {len(fields)}")
-        english.append(fields[0].strip())
-        chinese.append(fields[1].strip())
     return english, chinese
