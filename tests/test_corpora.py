@@ -630,6 +630,8 @@ def test_news_commentary_without_its_file_says_where_it_looked_and_what_to_do(tm
     # a root that does not exist, or holds something else (the file unpacked): one line naming the key and file
     with pytest.raises(DataNotFoundError, match=rf"^data.root=\S*nowhere does not exist: it should hold {name}; give"):
         small(NewsCommentaryDataModule, root=str(tmp_path / "nowhere"), cache_dir=str(tmp_path / "c")).text("train")
+    with pytest.raises(DataNotFoundError, match=r"leave data.root out \(then \$NMT_DATA/news_commentary, the cache"):
+        small(NewsCommentaryDataModule, root=str(tmp_path / "nowhere"), cache_dir=str(tmp_path / "c")).text("train")
     write(tmp_path / "unpacked" / "news-commentary-v16.de-en.tsv", ["Hallo\tHello"])
     with pytest.raises(
         DataNotFoundError, match=rf"^data.root=\S*unpacked holds none of these files: it should hold {name}"

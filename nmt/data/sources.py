@@ -38,7 +38,13 @@ def _holds(folder: Path, filenames: Sequence[str], suffixes: Sequence[str]) -> b
 
 
 def _check_root_whole(
-    label: str, folder: Path, filenames: Sequence[str], suffixes: Sequence[str], strict: bool, archive: str = ""
+    label: str,
+    folder: Path,
+    filenames: Sequence[str],
+    suffixes: Sequence[str],
+    strict: bool,
+    archive: str = "",
+    corpus: str = "<corpus>",
 ) -> None:
     """data.root holding some of the corpus's files but not all, or none (``strict``): an error naming those
     missing, never a silent fall-back to another copy (the cache's may be another version of the corpus,
@@ -67,7 +73,7 @@ def _check_root_whole(
         raise DataNotFoundError(
             f"data.root={folder} {holds}: it should hold {', '.join(filenames[:4])}"
             f"{' ...' if len(filenames) > 4 else ''}{forms}{f', or {archive}' if archive else ''}; give the "
-            "folder that does, or leave data.root out (then $NMT_DATA/<corpus>, the cache, a download)"
+            f"folder that does, or leave data.root out (then ${DATA_ENV}/{corpus}, the cache, a download)"
         )
     if present:
         missing = [f for f in filenames if f not in present]
@@ -150,7 +156,7 @@ def locate(
     for label, folder in places:
         if _holds(folder, filenames, suffixes):
             return read_from(name, label, folder)
-        _check_root_whole(label, folder, filenames, suffixes, strict_root)
+        _check_root_whole(label, folder, filenames, suffixes, strict_root, corpus=name)
         tried.append(_missing(label, folder, filenames, suffixes))
     cache = places[-1][1]
     if download and url_for:
@@ -197,7 +203,7 @@ def locate_or_extract(
             return read_from(
                 name, f"extracted from {folder / archive}", _extracted(folder / archive, filenames, extract, cache)
             )
-        _check_root_whole(label, folder, filenames, suffixes, True, archive)
+        _check_root_whole(label, folder, filenames, suffixes, True, archive, corpus=name)
         tried.append(f"{_missing(label, folder, filenames, suffixes)[:-1]}; no {archive})")  # within its brackets
     kept = _extractions(cache, filenames)
     if len(kept) == 1:  # the archive it came from is gone (deleted after a first run, say): its files are still these
