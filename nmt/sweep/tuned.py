@@ -21,6 +21,12 @@ from nmt.sweep.plan import compose_train, expected_fingerprint, planned_values, 
 from nmt.utils.configs import CONF
 
 UNDER = "tuned under: "  # the file's comment line that records what each level was tuned under, as JSON
+# a file written by hand may name some settings its tuning ran with (the corpus, the budget), as JSON: those
+# are compared with the sweep's, where the full record of UNDER is missing
+BY_HAND = "tuned under, by hand: "
+# settings that change what a run scores after training, not how it trains or what validation chooses: a tuning
+# sweep leaves the test set undecoded (test_after_training=false), its factorial decodes it
+NOT_TUNED_UNDER = frozenset({"test_after_training"})
 ABSENT = "(absent)"
 
 
@@ -96,14 +102,17 @@ def read_tuned_file(path: Path) -> dict:
     """A tuned file's name, the notes ``tune`` wrote above its settings (its command, the candidates' table
     and its notes on them), and what each level was tuned under (absent from a file written by hand)."""
     notes = [line[2:].rstrip() for line in path.read_text().splitlines() if line.startswith("# ")]
-    tuned = {"name": path.stem, "notes": [n for n in notes if not n.startswith(("@package", UNDER))]}
+    tuned = {"name": path.stem, "notes": [n for n in notes if not n.startswith(("@package", UNDER, BY_HAND))]}
     tuned["global"] = any(line.split() == ["@package", "_global_"] for line in notes)
     for line in notes:
-        if line.startswith(UNDER):
-            try:
-                tuned["under"] = json.loads(line.removeprefix(UNDER))
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{path}: its '# {UNDER}' line is not JSON ({err}); write the file again") from None
+        for prefix, key in ((UNDER, "under"), (BY_HAND, "by_hand")):
+            if line.startswith(prefix):
+                try:
+                    tuned[key] = json.loads(line.removeprefix(prefix))
+                except json.JSONDecodeError as err:
+                    raise ValueError(f"{path}: its '# {prefix}' line is not JSON ({err}); write it again") from None
+    if not isinstance(tuned.get("by_hand", {}), dict):
+        raise ValueError(f"{path}: its '# {BY_HAND}' line is not a JSON object of settings ({{\"key\": value}})")
     return tuned
 
 
@@ -195,7 +204,16 @@ def tuned_differences(
                 continue  # a level this sweep does not run
             name = f"{level_key}={level}"
             run = (tuned.get("under") or {}).get(level_key, {}).get(level)
-            if "under" not in tuned:
+            if "under" not in tuned and tuned.get("by_hand"):
+                try:
+                    said = _compared_by_hand(tuned["by_hand"], config, level_key, level)
+                except Exception as err:  # noqa: BLE001 - said, and the sweep decides nothing on it
+                    first = str(err).splitlines()[0] if str(err) else type(err).__name__
+                    unchecked[name] = f"its run here cannot be composed to compare ({first})"
+                    continue
+                if said:
+                    differs[name] = said
+            elif "under" not in tuned:
                 unchecked[name] = "the file does not record its tuning (written by hand, or before tune recorded it)"
             elif run is None:
                 unchecked[name] = "its settings are not a choice of the tuning the file records (added by hand?)"
@@ -238,7 +256,7 @@ def _compared(
     differing = [
         key
         for key in sorted(set(run["config"]) | set(here))
-        if key != "seed" and run["config"].get(key, ABSENT) != here.get(key, ABSENT)
+        if key != "seed" and key not in NOT_TUNED_UNDER and run["config"].get(key, ABSENT) != here.get(key, ABSENT)
     ]
     for key in differing:
         edited = " (a level setting: not the value its tuning chose)" if key in own else ""
@@ -304,6 +322,18 @@ def _tuning_value(run: dict, factor: str) -> str:
         return ABSENT
     value = run["config"][factor]
     return expand([f"{factor}={value if isinstance(value, str) else json.dumps(value)}"])[factor][0]
+
+
+def _compared_by_hand(named: dict, config: DictConfig, level_key: str, level: str) -> list[str]:
+    """How this sweep's run of ``level`` differs from the settings a hand-written tuned file names (``named``:
+    {flat key: value}): ``key: X in tuning, Y here`` lines, those keys alone."""
+    here = expected_fingerprint(run_overrides(config, {**planned_values(config)[0], level_key: level}))["config"]
+    here = json.loads(json.dumps(here, default=str))
+    return [
+        f"{key}: {_shown(named, key)} in tuning, {_shown(here, key)} here"
+        for key in sorted(named)
+        if named[key] != here.get(key, ABSENT)
+    ]
 
 
 def _shown(config: dict, key: str) -> str:

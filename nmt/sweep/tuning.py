@@ -124,6 +124,7 @@ def tune(sweep_dirs: list[str | Path], level_key: str, metric: str = TUNING_METR
                 "(fingerprint.json, config.yaml): a sweep that loads this file cannot check its own against them"
             )
         notes += _weak_choice(level_key, level, scored, by_seed)
+        notes += _cut_by_the_maximum(level_key, level, listed, scored[0][0], under[level]["config"])
         counts = {len(values) for _, values in scored}
         if len(counts) > 1:  # a failed run leaves its candidate fewer seeds: a mean of less evidence can win
             notes.append(
@@ -193,6 +194,27 @@ def _weak_choice(level_key: str, level: str, scored: list, by_seed: dict) -> lis
         elif lead := _lead_note(by_seed[scored[0][0]], by_seed[next_setting]):
             notes.append(f"note: {level_key}={level}: the chosen candidate leads the next ({name}) by {lead}")
     return notes
+
+
+def _cut_by_the_maximum(level_key: str, level: str, listed: list, chosen: tuple, config: dict) -> list[str]:
+    """A note where tuning runs that stop early ended at their maximum instead (a reviewer's trial: the candidate
+    whose runs were cut ranked as if converged): the choice then says which learns fastest in that budget."""
+    if not config.get("early_stopping.patience"):  # a fixed budget: every run ends at it, by design
+        return []
+    cut = {"max_steps", "max_epochs"}
+    mine = [record.get("ended_by") for _, setting, record in listed if setting == chosen]
+    others = [record.get("ended_by") for _, setting, record in listed if setting != chosen]
+    if not any(reason in cut for reason in mine + others):
+        return []
+    reasons = sorted({reason for reason in mine + others if reason in cut})
+    said = f"{sum(r in cut for r in mine)} of {len(mine)} runs of the chosen candidate"
+    if others:
+        said += f" and {sum(r in cut for r in others)} of {len(others)} of the others'"
+    return [
+        f"note: {level_key}={level}: {said} ended at their maximum ({', '.join(reasons)}), not by early stopping "
+        f"(patience {config['early_stopping.patience']}): those had not converged, so the choice may favour what "
+        "learns fastest within this budget over what ends best; raise the maximum and tune again where that matters"
+    ]
 
 
 def _lead_note(chosen: dict, following: dict) -> str:
@@ -274,6 +296,8 @@ def main(argv: list[str]) -> None:
     args = parser.parse_args(argv)
     if args.metric.startswith("test"):
         parser.error(f"--metric {args.metric}: settings are chosen on validation data, never on the test set")
+    if args.metric in ("epochs", "steps", "ended_by", "parameters", "wall_time_s", "seed"):  # results.csv's others
+        parser.error(f"--metric {args.metric}: a fact of each run, not a validation score (e.g. {TUNING_METRIC})")
     if args.out is not None:  # before the tuning is read and printed: a folder lost the block in a traceback
         if not args.out.strip():
             parser.error("--out '': name the file to write, e.g. conf/tuned/<name>.yaml")

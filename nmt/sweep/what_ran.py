@@ -153,6 +153,14 @@ def what_ran(
 
 def _tuned_under(tuned: dict) -> str:
     """The "tuned under" row: whether the tuned file's levels were chosen under this sweep's settings."""
+    if "under" not in tuned and tuned.get("by_hand"):
+        named = ", ".join(sorted(tuned["by_hand"]))
+        if tuned.get("differs"):
+            return f"other settings than this sweep's ({', '.join(tuned['differs'])}; the warning below)"
+        return (
+            f"recorded in part, by hand: {named}, checked equal to this sweep's; its other settings are not "
+            "recorded, so not checked"
+        )
     if "under" not in tuned:
         return "not recorded in the file (written by hand, or before sweep.py tune recorded it): not checked"
     unchecked = tuned.get("unchecked") or {}
