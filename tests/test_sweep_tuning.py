@@ -738,8 +738,14 @@ def test_a_factorial_with_a_tuned_file_is_checked_against_its_tuning_runs_settin
         "[sweep] warning: optim=noam's settings (+tuned=mine) were chosen under other settings than this sweep's: "
         "data.train_size: 4000 in tuning, 1000 here; trainer.max_steps: 80 in tuning, 40 here" in out
     )
+    # a researcher's trial: settings tuned in one cell of the other factors served every cell unremarked
+    assert (
+        "[sweep] note: optim=adam's settings (+tuned=mine) were chosen at data.tokenizer.joint=True, pos=absolute "
+        "and serve every cell: whether other levels of those factors want other settings was not tuned" in out
+    )
     plan = json.loads((tmp_path / "factorial" / "plan.json").read_text())
     assert plan["tuned"]["differs"] == differs and plan["tuned"]["name"] == "mine"
+    assert plan["tuned"]["tuned_at"]["optim=noam"] == "data.tokenizer.joint=True, pos=absolute"
     assert plan["tuned"]["seeds_reused"] == {}  # seed 1 ran in the tuning, but under other settings: no repeat
     assert plan["tuned"]["compared"] == ["optim=adam", "optim=noam"]
     # each level under its tuning's settings (Noam's budget its own level setting): nothing differs; a level the

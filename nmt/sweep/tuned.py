@@ -158,6 +158,13 @@ def checked_tuned_file(config: DictConfig, factors: list[str]) -> dict | None:
     texts: dict[str, dict | str] = {}
     tuned["differs"], tuned["unchecked"] = tuned_differences(tuned, config, factors, texts)
     tuned["text_not_compared"] = sorted({why for why in texts.values() if isinstance(why, str)})
+    tuned["tuned_at"] = tuned_at(tuned, settings, levels, factors)
+    for level, held in tuned["tuned_at"].items():
+        print(
+            f"[sweep] note: {level}'s settings (+tuned={tuned['name']}) were chosen at {held} and serve every cell: "
+            "whether other levels of those factors want other settings was not tuned",
+            flush=True,
+        )
     tuned["compared"] = [  # the levels run here whose settings were compared, alike or not
         f"{key}={lv}"
         for key, by in settings.items()
@@ -311,6 +318,19 @@ def _one_line(err: Exception) -> str:
     if isinstance(err, OSError) and err.filename:
         return f"{err.filename}: {err.strerror}"
     return "; ".join(line.strip() for line in str(err).splitlines() if line.strip()) or type(err).__name__
+
+
+def tuned_at(tuned: dict, settings: dict, levels: dict, factors: list[str]) -> dict[str, str]:
+    """For each tuned level this sweep runs, the levels of the sweep's other factors its tuning run held
+    (``pos=absolute, norm=layer``): its settings serve every cell, tuned in one ({"optim=noam": "..."})."""
+    found = {}
+    for level_key, by_level in settings.items():
+        others = [f for f in factors if f not in (level_key, "seed") and len(levels.get(f, [])) > 1]
+        for level in by_level:
+            run = ((tuned.get("under") or {}).get(level_key) or {}).get(level)
+            if others and level in levels.get(level_key, []) and run and run.get("config"):
+                found[f"{level_key}={level}"] = ", ".join(f"{f}={_tuning_value(run, f)}" for f in others)
+    return found
 
 
 def _tuning_value(run: dict, factor: str) -> str:

@@ -179,6 +179,9 @@ def _tuned_under(tuned: dict) -> str:
         text += ", ".join(sorted(seeds, key=lambda s: (len(s), s)))
     if unchecked:
         text += "; not checked: " + "; ".join(f"{level} ({why})" for level, why in unchecked.items())
+    if tuned.get("tuned_at"):  # one cell's choice serving them all
+        text += "; chosen at " + "; ".join(f"{level}: {held}" for level, held in tuned["tuned_at"].items())
+        text += ", and used in every cell: whether other levels of those factors want other settings was not tuned"
     for why in tuned.get("text_not_compared") or []:
         text += f"; the corpus text not compared with the tuning's: {why}"
     reused = tuned.get("seeds_reused")
