@@ -112,7 +112,7 @@ def test_bootstrap_interval_is_sacrebleus_confidence_interval():
     lower, upper = bootstrap_interval(sacrebleu.metrics.BLEU(), hyps, refs, 1000)
     assert (upper - lower) / 2 == pytest.approx(reference._ci, abs=0.01)
     assert lower < reference.score < upper
-    assert bootstrap_interval(sacrebleu.metrics.BLEU(), refs, refs, 1000) == [100.0, 100.0]
+    assert bootstrap_interval(sacrebleu.metrics.BLEU(), refs, refs, 1000) == pytest.approx([100.0, 100.0])
 
 
 def test_corpus_scores_carry_both_bleu_intervals():
@@ -120,6 +120,7 @@ def test_corpus_scores_carry_both_bleu_intervals():
     for key in ("bleu", "bleu_tok_lc"):
         lower, upper = scores[f"{key}_ci95"]
         assert lower <= upper and 0 <= lower and upper <= 100
+        assert lower <= scores[key] <= upper  # both at full precision: a narrow interval holds its score
     assert scores["bootstrap"] == {"resamples": 200, "seed": 12345}
     assert "bleu_ci95" not in corpus_scores(HYPS, REFS, "de", bootstrap=0)
 

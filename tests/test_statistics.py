@@ -1377,7 +1377,7 @@ def test_a_sweep_over_a_plain_setting_is_not_told_its_levels_ran_untuned(tmp_pat
     findings = flat_report(tmp_path).split("## Findings")[1].split(" ## ")[0]
     pooled = stats.ttest_ind(values["0.002"], values["0.001"])  # the fit of one factor: the pooled t-test
     width = stats.t.ppf(0.975, 4) * (np.mean(values["0.002"]) - np.mean(values["0.001"])) / pooled.statistic
-    assert "No main effect or interaction is detectable at the 5% level after Holm's adjustment over 1 tests" in (
+    assert "No main effect or interaction is detectable at the 5% level after Holm's adjustment over 1 test." in (
         findings
     )
     assert f"The main effects' 95% intervals are ± {width:.2f};" in findings
@@ -1396,7 +1396,7 @@ def test_a_null_finding_says_what_size_holms_adjustment_could_have_found(tmp_pat
     scored = [{**r, "metrics": {"test_bleu": 30.0 + float(rng.normal(0, 1))}} for r in RECORDS]
     synthetic_sweep(tmp_path, scored)
     findings = flat_report(tmp_path).split("## Findings")[1].split(" ## ")[0]
-    assert "No main effect or interaction is detectable at the 5% level after Holm's adjustment over 3 tests" in (
+    assert "No main effect or interaction is detectable at the 5% level after Holm's adjustment over 3 tests." in (
         findings
     )
     top = {"pos": "relative", "norm": "rms"}
@@ -1412,6 +1412,14 @@ def test_a_null_finding_says_what_size_holms_adjustment_could_have_found(tmp_pat
         else f"± {beyond[0]:.2f} to ± {beyond[-1]:.2f}"
     )
     assert f"would have to lie beyond {span} to be found here (its interval at 1 - 0.05/3)" in findings
+    # "one of ± c about 80% of the time": the power of the test at 0.05/3 against an effect of c, by the
+    # noncentral t distribution (the sentence's t sum is its approximation)
+    fitted = smf.ols("y ~ pos * norm", frame).fit()
+    c = float(re.search(r"one of ± ([0-9.]+) about 80% of the time", findings).group(1))
+    critical = stats.t.ppf(1 - 0.05 / 6, fitted.df_resid)
+    nc = c / fitted.bse["pos"]
+    power = stats.nct.sf(critical, fitted.df_resid, nc) + stats.nct.cdf(-critical, fitted.df_resid, nc)
+    assert 0.77 < power < 0.83
 
 
 def test_the_report_lists_the_runs_library_versions_and_warns_when_they_differ(tmp_path):

@@ -382,18 +382,26 @@ def tuning_sweep(
 def test_candidates_whose_runs_ended_at_their_maximum_are_said_where_tuning_stops_early(tmp_path):
     """A researcher's trial: with early stopping on, both Adam candidates (and a Noam one) ended at max_epochs,
     and tune ranked them as converged without a word. A fixed budget (no patience) ends every run there: no note."""
-    scores, ended = {"0.001": [30.0, 31.0], "0.004": [33.0, 34.0]}, {"0.001": ["early_stop", "early_stop"]}
-    ended["0.004"] = ["max_epochs", "early_stop"]
+    scores, ended = {"0.001": [30.0, 31.0], "0.004": [33.0, 34.0]}, {"0.001": ["early stopping"] * 2}
+    ended["0.004"] = ["max_epochs", "early stopping"]  # what train.py records (nmt.training.stopping.what_ended)
     held = ["optim=adam", "early_stopping.patience=3", "trainer.max_epochs=15"]
     tuning_sweep(tmp_path / "adam", held, "optim.optimizer.lr", scores, ended=ended)
     assert [n for n in notes_of(tune([tmp_path / "adam"], "optim")) if "maximum" in n] == [
-        "note: optim=adam: 1 of 2 runs of the chosen candidate and 0 of 2 of the others' ended at their maximum "
+        "note: optim=adam: 1 of 2 runs of the chosen candidate and 0 of 2 of the others' ended at a limit "
         "(max_epochs), not by early stopping (patience 3): those had not converged, so the choice may favour what "
         "learns fastest within this budget over what ends best; raise the maximum and tune again where that matters"
     ]
     fixed = ["optim=adam", "trainer.max_epochs=15"]
     tuning_sweep(tmp_path / "fixed", fixed, "optim.optimizer.lr", scores, ended={k: ["max_epochs"] * 2 for k in scores})
     assert not [n for n in notes_of(tune([tmp_path / "fixed"], "optim")) if "maximum" in n]
+    # a time cap is no budget: said under a fixed budget too
+    capped = {"0.001": ["max_epochs"] * 2, "0.004": ["max_time", "max_epochs"]}
+    tuning_sweep(tmp_path / "capped", fixed, "optim.optimizer.lr", scores, ended=capped)
+    assert [n for n in notes_of(tune([tmp_path / "capped"], "optim")) if "maximum" in n] == [
+        "note: optim=adam: 1 of 2 runs of the chosen candidate and 0 of 2 of the others' ended at a limit "
+        "(max_time), not at the end of their budget: those had not converged, so the choice may favour what "
+        "learns fastest within this budget over what ends best; raise the maximum and tune again where that matters"
+    ]
 
 
 def welch_p(a, b) -> str:
@@ -981,16 +989,27 @@ def test_the_shipped_tuned_files_name_by_hand_the_corpus_and_budget_they_were_tu
     from nmt.sweep.tuned import checked_tuned_file
     from nmt.sweep.what_ran import _tuned_under
 
-    def checked(name, given):
-        factorial = composed(tmp_path / f"{name}{len(given)}", ["grid=none", *given], ["optim=adam,noam", "seed=1"])
+    def checked(name, given, swept=("optim=adam,noam", "seed=1")):
+        folder = tmp_path / f"{name}{len(given)}{len(swept)}"
+        factorial = composed(folder, ["grid=none", *given], list(swept))
         with open_dict(factorial):
             factorial.hydra.runtime.choices.tuned = name
             factorial.level_settings = OmegaConf.load(tuned_module.CONF / "tuned" / f"{name}.yaml").level_settings
-        return checked_tuned_file(factorial, ["optim", "seed"])
+        return checked_tuned_file(factorial, [s.partition("=")[0] for s in swept])
 
     toy = checked("factorial_converged_toy", ["experiment=factorial_converged_toy"])
     assert (toy["differs"], toy["unchecked"]) == ({}, {}) and toy["compared"] == ["optim=adam", "optim=noam"]
     assert _tuned_under(toy).startswith("recorded in part, by hand: data._target_, data.max_tokens, ")
+    # the seed it names (1) is a seed of this factorial: said, as for a file tune wrote
+    assert toy["seeds_reused"] == {"optim=adam": ["1"], "optim=noam": ["1"]} and "also tuned" in _tuned_under(toy)
+    # the Multi30k file at its own experiment: nothing differs; with pos a factor, the level it held is said
+    own = checked("factorial_converged", ["experiment=factorial_converged", "data=multi30k"],
+                  ["optim=adam,noam", "pos=absolute,relative", "seed=4"])  # fmt: skip
+    assert (own["differs"], own["unchecked"], own["seeds_reused"]) == ({}, {}, {})
+    assert own["tuned_at"] == {"optim=adam": "pos=absolute", "optim=noam": "pos=absolute"}
+    assert "; chosen at optim=adam: pos=absolute; optim=noam: pos=absolute, and used in every cell" in (
+        _tuned_under(own)
+    )
     shorter = checked("factorial_converged_toy", ["experiment=factorial_converged_toy", "trainer.max_epochs=15"])
     assert shorter["differs"]["optim=adam"] == ["trainer.max_epochs: 60 in tuning, 15 here"]
     multi30k = checked("factorial_converged", ["experiment=factorial_converged_toy"])

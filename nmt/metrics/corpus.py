@@ -205,4 +205,4 @@ def bootstrap_interval(
     indices = np.random.default_rng(seed).choice(len(stats), size=(n_samples, len(stats)), replace=True)
     scores = sorted(scorer._compute_score_from_stats(stats[i].sum(0)).score for i in indices)
     k = n_samples // 40
-    return [round(scores[k], 2), round(scores[n_samples - k - 1], 2)]
+    return [float(scores[k]), float(scores[n_samples - k - 1])]  # full precision, as the score (shown to 2 decimals)

@@ -183,22 +183,25 @@ def _span(values: list[float]) -> str:
 
 def _nothing_found(fit: dict) -> str:
     """The null result, with what it could have found: Holm's first step tests the smallest p against
-    0.05 / m, so with the other effects null an estimate must lie beyond its 1 - 0.05 / m interval to be found,
-    and a true effect of just that size is found about half the time. Smaller effects are not shown absent."""
+    0.05 / m (m: the effects with a test, as :func:`analysis.holm` counts them), so with the other effects null
+    an estimate must lie beyond its 1 - 0.05 / m interval to be found: a true effect of that size is found
+    about half the time, one (t_{1-0.025/m} + t_{0.8}) standard errors away about 80% of the time (a t
+    approximation of the power). Smaller effects are not shown absent."""
     from scipy.stats import t
 
-    tested = {key: e for key, e in fit["effects"].items() if not math.isnan(e["p"]) and e["se"] > 0}
+    m = sum(not math.isnan(e["p"]) for e in fit["effects"].values())  # Holm's family
     said = "No main effect or interaction is detectable at the 5% level after Holm's adjustment"
-    mains = [e for (term, _), e in tested.items() if len(term) == 1]
+    mains = [e for (term, _), e in fit["effects"].items() if len(term) == 1 and not math.isnan(e["p"]) and e["se"] > 0]
     if not mains:
         return said + "."
-    m = len(tested)
     found = [float(t.ppf(1 - ALPHA / (2 * m), e["df"])) * e["se"] for e in mains]
+    likely = [float(t.ppf(1 - ALPHA / (2 * m), e["df"]) + t.ppf(0.8, e["df"])) * e["se"] for e in mains]
     return (
-        f"{said} over {m} tests. The main effects' 95% intervals are {_span([e['ci95'] for e in mains])}; with the "
-        f"other effects null, an estimated main effect would have to lie beyond {_span(found)} to be found here "
-        f"(its interval at 1 - 0.05/{m}), and a true effect of that size would be found only about half the time. "
-        "So this says that no large effect was seen, not that smaller ones are absent: more seeds narrow it."
+        f"{said} over {plural(m, 'test')}. The main effects' 95% intervals are {_span([e['ci95'] for e in mains])}; "
+        f"with the other effects null, an estimated main effect would have to lie beyond {_span(found)} to be "
+        f"found here (its interval at 1 - 0.05/{m}): a true effect of that size would be found about half the time, "
+        f"one of {_span(likely)} about 80% of the time. So this says that an effect of about {_span(likely)} or "
+        "more would probably have been seen, not that smaller ones are absent: more seeds narrow it."
     )
 
 

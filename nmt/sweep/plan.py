@@ -2,6 +2,7 @@
 plan that ``plan=true`` prints, and the first problem of its factors or baseline (refused before anything
 runs). :mod:`nmt.sweep.runner` launches the runs."""
 
+import collections
 import shutil
 from pathlib import Path
 
@@ -269,15 +270,24 @@ def print_plan(sweep_dir: Path, config: DictConfig) -> None:
         done = [folder for folder in done if folder.name not in changed]
         print(f"  done: {len(done)}; to run: {len(to_run)} ({len(changed)} made under other settings, set aside first)")
     else:  # a run stopped part-way under other settings is one to run, not one done
-        from nmt.training.run_folder import holds_work
+        from nmt.training.run_folder import finished_results, resumable, trained_results
 
         finished_changed = sum(folder.name in changed for folder in done)
         partly = len(changed) - finished_changed
-        resumed = sum(holds_work(folder) and folder.name not in changed for folder in to_run)
+        states = collections.Counter()  # what a run to run will do with its folder, as the sweep's runner says
+        for folder in to_run:
+            if folder.name in changed:
+                continue
+            if finished_results(folder):
+                states["trained already, recorded now"] += 1
+            elif trained_results(folder):
+                states["trained already, their final scores made now"] += 1
+            elif resumable(folder):
+                states["resumed from their last checkpoint"] += 1
         print(
             f"  done: {len(done)} ({finished_changed} of them under other settings); to run: {len(to_run)}"
             + (f" ({partly} of them partly trained under other settings)" if partly else "")
-            + (f" ({resumed} of them resumed from their last checkpoint)" if resumed else "")
+            + "".join(f" ({n} of them {state})" for state, n in states.items())
         )
     walls = []
     for folder in done:

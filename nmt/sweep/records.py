@@ -15,6 +15,7 @@ from nmt.tasks.base import FINAL_RESULTS
 from nmt.training.run_folder import in_this_folder
 
 RESULT = "sweep_result.json"  # one run's record, written by nmt.sweep.runner.run_cell when the run has finished
+RUN_FACTS = ("epochs", "steps", "ended_by", "parameters", "wall_time_s", "run_dir")  # results.csv's, after the scores
 
 
 def read_record(path: Path) -> dict:

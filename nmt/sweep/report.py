@@ -26,7 +26,15 @@ from nmt.sweep.figures import effect_plot, interaction_heatmap, training_curves
 from nmt.sweep.findings import findings
 from nmt.sweep.levels import same_level
 from nmt.sweep.ranking import MIN_SEEDS, rank_cells, ranking_section
-from nmt.sweep.records import RESULT, bleu_tokenize, collect_records, finished_runs, resolve_metric, scored_records
+from nmt.sweep.records import (
+    RESULT,
+    RUN_FACTS,
+    bleu_tokenize,
+    collect_records,
+    finished_runs,
+    resolve_metric,
+    scored_records,
+)
 from nmt.sweep.what_ran import what_ran
 from nmt.utils.io import atomic_path, atomic_write_text
 
@@ -160,7 +168,8 @@ def write_report(sweep_dir: str | Path, metric: str = "auto", baseline: dict | N
         print(
             f"[sweep] note: this report covers the {len(as_recorded)} run(s) of this sweep's plan; {len(outside)} "
             "other finished run(s) in the folder (an earlier sweep's levels or seeds) are left out of it. Run "
-            "the command that planned them all again to report on every one (their runs are reused)"
+            "the earlier sweep's command, with every level and seed, again to report on every one (their runs are "
+            "reused, nothing is trained again)"
         )
     return report
 
@@ -178,15 +187,13 @@ def _write_csv(path: Path, records: list[dict], factors: list[str]) -> None:
     metric_names = sorted({m for r in records for m in r["metrics"]})
     with atomic_path(path) as tmp, open(tmp, "w", newline="") as handle:
         writer = csv.writer(handle)
-        writer.writerow(
-            [*factors, "seed", *metric_names, "epochs", "steps", "ended_by", "parameters", "wall_time_s", "run_dir"]
-        )
+        writer.writerow([*factors, "seed", *metric_names, *RUN_FACTS])
         for r in records:
             writer.writerow(
                 [r["factors"].get(f) for f in factors]
                 + [r["seed"]]
                 + [r["metrics"].get(m) for m in metric_names]
-                + [r.get(k) for k in ("epochs", "steps", "ended_by", "parameters", "wall_time_s", "run_dir")]
+                + [r.get(k) for k in RUN_FACTS]
             )
 
 
@@ -201,12 +208,13 @@ def _effects_section(doc, sweep_dir: Path, records, fit: dict, levels, written, 
         return
     names = {key: effects.effect_name(*key, levels) for key in fit["effects"]}
     adjusted = analysis.holm({names[k]: e["p"] for k, e in fit["effects"].items()})
+    family = sum(not math.isnan(p) for p in adjusted.values())  # the effects with a test: Holm's family
     doc.paragraph(
         f"One least-squares fit to all {fit['runs']} finished runs ({fit['model']}; each seed a replicate in "
         f"every cell; {fit['df']} degrees of freedom for the error, residual sd {fit['residual_sd']:.2f}). "
         f"{_seed_blocks_said(fit)}{_main_effect_meaning(fit, list(levels))}; an interaction *a x b* is how much "
         "a's effect changes when b leaves its reference level. p: the t-test of the coefficient; p (Holm): "
-        f"adjusted for the {len(adjusted)} effects of this table. {'Lower' if lower else 'Higher'} {metric} is "
+        f"adjusted for the {family} tested effects of this table. {'Lower' if lower else 'Higher'} {metric} is "
         "better."
     )
     doc.table(
@@ -222,7 +230,7 @@ def _effects_section(doc, sweep_dir: Path, records, fit: dict, levels, written, 
     doc.figure(
         sweep_dir / "main_effects.png",
         f"main effects on {metric} with 95% intervals, each unadjusted for the other tests; beside each, its p "
-        f"adjusted by Holm over the {len(adjusted)} effects of the table, which the Findings read",
+        f"adjusted by Holm over the {family} tested effects of the table, which the Findings read",
     )
     _main_effects(doc, sweep_dir, records, levels, written, lower, metric)
 

@@ -113,7 +113,26 @@ def read_tuned_file(path: Path) -> dict:
                     raise ValueError(f"{path}: its '# {prefix}' line is not JSON ({err}); write it again") from None
     if not isinstance(tuned.get("by_hand", {}), dict):
         raise ValueError(f"{path}: its '# {BY_HAND}' line is not a JSON object of settings ({{\"key\": value}})")
+    if "by_hand" in tuned:  # beside the settings: the tuning's seeds and the groups' options it held
+        tuned["by_hand_seeds"] = [str(seed) for seed in tuned["by_hand"].pop("seeds", None) or []]
+        tuned["by_hand_choices"] = {str(k): str(v) for k, v in (tuned["by_hand"].pop("choices", None) or {}).items()}
     return tuned
+
+
+def tuning_records(tuned: dict, settings: dict) -> dict:
+    """What each level of the file was tuned under, {level_key: {level: run}} as ``tune`` records it; for a
+    file written by hand, the settings, choices and seeds it names, the same for every level."""
+    if "under" in tuned:
+        return tuned["under"]
+    if "by_hand" not in tuned:
+        return {}
+    run = {
+        "run": "named by hand",
+        "config": tuned["by_hand"],
+        "choices": tuned.get("by_hand_choices") or {},
+        "seeds": tuned.get("by_hand_seeds") or [],
+    }
+    return {key: {str(level): run for level in by} for key, by in settings.items()}
 
 
 def checked_tuned_file(config: DictConfig, factors: list[str]) -> dict | None:
@@ -327,9 +346,12 @@ def tuned_at(tuned: dict, settings: dict, levels: dict, factors: list[str]) -> d
     for level_key, by_level in settings.items():
         others = [f for f in factors if f not in (level_key, "seed") and len(levels.get(f, [])) > 1]
         for level in by_level:
-            run = ((tuned.get("under") or {}).get(level_key) or {}).get(level)
-            if others and level in levels.get(level_key, []) and run and run.get("config"):
-                found[f"{level_key}={level}"] = ", ".join(f"{f}={_tuning_value(run, f)}" for f in others)
+            run = (tuning_records(tuned, settings).get(level_key) or {}).get(str(level))
+            if not (others and level in levels.get(level_key, []) and run and run.get("config")):
+                continue
+            held = [f"{f}={value}" for f in others if (value := _tuning_value(run, f)) != ABSENT]
+            if held:
+                found[f"{level_key}={level}"] = ", ".join(held)
     return found
 
 
@@ -367,7 +389,7 @@ def reused_seeds(tuned: dict, config: DictConfig, differs: dict) -> dict[str, li
     levels = sweep_levels(config)
     here = set(levels.get("seed") or [str(OmegaConf.select(config, "seed", default=""))])
     reused = {}
-    for level_key, by_level in (tuned.get("under") or {}).items():
+    for level_key, by_level in tuning_records(tuned, plain_settings(config.get("level_settings"))).items():
         for level, run in by_level.items():
             name = f"{level_key}={level}"
             if level not in levels.get(level_key, []) or name in differs:

@@ -20,6 +20,7 @@ from nmt.metrics import lower_is_better
 from nmt.sweep.analysis import check_same_measure, mean_ci, paired_test, past_range, same_mean, welch_test
 from nmt.sweep.levels import level_overrides
 from nmt.sweep.pooled import chosen_overrides, pooled_candidates, signs
+from nmt.sweep.records import RUN_FACTS
 from nmt.sweep.summary import planned
 from nmt.sweep.tuned import ABSENT, CONF, replaced_settings, tuning_run, write_tuned_file
 from nmt.sweep.tuning_sweep import (
@@ -198,10 +199,10 @@ def _weak_choice(level_key: str, level: str, scored: list, by_seed: dict) -> lis
 
 def _cut_by_the_maximum(level_key: str, level: str, listed: list, chosen: tuple, config: dict) -> list[str]:
     """A note where tuning runs that stop early ended at their maximum instead (a reviewer's trial: the candidate
-    whose runs were cut ranked as if converged): the choice then says which learns fastest in that budget."""
-    if not config.get("early_stopping.patience"):  # a fixed budget: every run ends at it, by design
-        return []
-    cut = {"max_steps", "max_epochs"}
+    whose runs were cut ranked as if converged): the choice then says which learns fastest in that budget. A
+    run cut by a time cap (max_time) is said whatever the budget: a fixed budget ends every run at its maximum
+    by design, never at a cap on the time."""
+    cut = {"max_steps", "max_epochs", "max_time"} if config.get("early_stopping.patience") else {"max_time"}
     mine = [record.get("ended_by") for _, setting, record in listed if setting == chosen]
     others = [record.get("ended_by") for _, setting, record in listed if setting != chosen]
     if not any(reason in cut for reason in mine + others):
@@ -210,10 +211,12 @@ def _cut_by_the_maximum(level_key: str, level: str, listed: list, chosen: tuple,
     said = f"{sum(r in cut for r in mine)} of {len(mine)} runs of the chosen candidate"
     if others:
         said += f" and {sum(r in cut for r in others)} of {len(others)} of the others'"
+    patience = config.get("early_stopping.patience")
+    how = f"not by early stopping (patience {patience})" if patience else "not at the end of their budget"
     return [
-        f"note: {level_key}={level}: {said} ended at their maximum ({', '.join(reasons)}), not by early stopping "
-        f"(patience {config['early_stopping.patience']}): those had not converged, so the choice may favour what "
-        "learns fastest within this budget over what ends best; raise the maximum and tune again where that matters"
+        f"note: {level_key}={level}: {said} ended at a limit ({', '.join(reasons)}), {how}: those had not "
+        "converged, so the choice may favour what learns fastest within this budget over what ends best; raise the "
+        "maximum and tune again where that matters"
     ]
 
 
@@ -296,7 +299,7 @@ def main(argv: list[str]) -> None:
     args = parser.parse_args(argv)
     if args.metric.startswith("test"):
         parser.error(f"--metric {args.metric}: settings are chosen on validation data, never on the test set")
-    if args.metric in ("epochs", "steps", "ended_by", "parameters", "wall_time_s", "seed"):  # results.csv's others
+    if args.metric in (*RUN_FACTS, "seed"):  # results.csv's other columns
         parser.error(f"--metric {args.metric}: a fact of each run, not a validation score (e.g. {TUNING_METRIC})")
     if args.out is not None:  # before the tuning is read and printed: a folder lost the block in a traceback
         if not args.out.strip():

@@ -153,18 +153,20 @@ def what_ran(
 
 def _tuned_under(tuned: dict) -> str:
     """The "tuned under" row: whether the tuned file's levels were chosen under this sweep's settings."""
-    if "under" not in tuned and tuned.get("by_hand"):
-        named = ", ".join(sorted(tuned["by_hand"]))
-        if tuned.get("differs"):
-            return f"other settings than this sweep's ({', '.join(tuned['differs'])}; the warning below)"
-        return (
-            f"recorded in part, by hand: {named}, checked equal to this sweep's; its other settings are not "
-            "recorded, so not checked"
-        )
-    if "under" not in tuned:
+    by_hand = "under" not in tuned and tuned.get("by_hand")
+    if "under" not in tuned and not by_hand:
         return "not recorded in the file (written by hand, or before sweep.py tune recorded it): not checked"
     unchecked = tuned.get("unchecked") or {}
     if tuned.get("differs"):
+        text = f"other settings than this sweep's ({', '.join(tuned['differs'])}; the warning below)"
+    elif by_hand and not tuned.get("compared"):
+        text = "nothing compared"
+    elif by_hand:
+        text = (
+            f"recorded in part, by hand: {', '.join(sorted(tuned['by_hand']))}, checked equal to this sweep's "
+            f"for {', '.join(tuned['compared'])}; the tuning's other settings are not recorded, so not checked"
+        )
+    elif tuned.get("differs"):
         text = f"other settings than this sweep's ({', '.join(tuned['differs'])}; the warning below)"
     elif unchecked and not tuned.get("compared"):
         text = "nothing compared"

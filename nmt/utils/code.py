@@ -5,7 +5,6 @@ that a result made under other code is never taken, or overwritten, as one made 
 
 import hashlib
 import io
-import json
 import tokenize
 from pathlib import Path
 
@@ -44,20 +43,22 @@ def _cached_meaning(path: Path) -> bytes:
 def meaning(path: Path) -> bytes:
     """A file's text less what cannot change a result: Python without its comments and blank lines (cut where
     the tokenizer finds a comment, so a ``#`` inside a string stays; docstrings are kept, as code may read
-    them), a YAML file as the data it holds with Hydra's ``# @package`` line. A file either cannot read so is
-    taken byte for byte."""
+    them), a YAML file as the data it holds with Hydra's ``# @package`` line. A file that cannot be read so
+    is taken byte for byte."""
     raw = path.read_bytes()
     try:
         text = raw.decode("utf-8")
         if path.suffix == ".py":
-            lines, inside = text.splitlines(), set()  # inside: rows within a string of several lines, kept whole
+            # inside: the rows whose end lies within a string of several lines (its first row to the one before
+            # its last), kept whole: their trailing spaces, and blank rows among them, are the string's text
+            lines, inside = text.splitlines(), set()
             for token in tokenize.generate_tokens(io.StringIO(text).readline):
                 if token.type == tokenize.COMMENT:
                     lines[token.start[0] - 1] = lines[token.start[0] - 1][: token.start[1]]
-                inside.update(range(token.start[0] + 1, token.end[0] + 1))
+                inside.update(range(token.start[0], token.end[0]))
             kept = [line if row in inside else line.rstrip() for row, line in enumerate(lines, 1)]
             return "\n".join(line for row, line in enumerate(kept, 1) if row in inside or line).encode()
         package = [line for line in text.splitlines() if line.startswith("# @package")]
-        return json.dumps([package, yaml.safe_load(text)], default=str).encode()
+        return repr([package, yaml.safe_load(text)]).encode()  # repr: the key 1 is not the key "1"
     except (UnicodeDecodeError, tokenize.TokenError, SyntaxError, ValueError, yaml.YAMLError):
         return raw
