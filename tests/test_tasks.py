@@ -20,6 +20,7 @@ from nmt.tasks import Task, build_task, task_config
 from nmt.tasks.language_model import LanguageModelTask
 from nmt.tasks.summarization import SummarizationTask
 from nmt.tasks.translation import TranslationTask
+from nmt.tasks.transliteration import TransliterationTask
 from nmt.training.train import train
 from nmt.utils.io import atomic_write_json
 
@@ -170,7 +171,12 @@ def test_a_decoding_grid_for_a_task_whose_own_score_it_cannot_compute_asks_for_s
     assert choose_by(given, TranslationTask()) == "bleu"
 
 
-KNOWN_TASKS = {"translation": TranslationTask, "lm": LanguageModelTask, "summarization": SummarizationTask}
+KNOWN_TASKS = {
+    "translation": TranslationTask,
+    "lm": LanguageModelTask,
+    "summarization": SummarizationTask,
+    "transliteration": TransliterationTask,
+}
 
 
 @pytest.mark.parametrize("option", sorted(path.stem for path in (CONF / "task").glob("*.yaml")))
@@ -184,6 +190,27 @@ def test_each_task_option_builds_its_task(option):
     assert task.report_metric in task.sweep_metrics({})
     resolved = OmegaConf.to_container(cfg, resolve=True)
     assert type(build_task(task_config(resolved))) is type(task)  # as a checkpoint's saved config rebuilds it
+
+
+@pytest.mark.parametrize("option", sorted(path.stem for path in (CONF / "task").glob("*.yaml")))
+def test_each_task_option_watches_and_ranks_its_metric_the_way_it_improves(option):
+    """A conf/task/ file's checkpoint and early-stopping modes against their metrics' direction (the run's
+    config check refuses a mismatch, but only once a run starts), and the sweep's report_metric ranked the way
+    the checkpoints are chosen: the report reads the direction from the name alone, so a lower-is-better score
+    named without a suffix of LOWER_IS_BETTER (test_char_errors) would rank its worst cell first."""
+    from nmt.metrics import lower_is_better
+    from nmt.training.config_task import mode_problems
+
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose("train", overrides=[f"task={option}", "name=test", "early_stopping.patience=3"])
+    for section in ("checkpoint", "early_stopping"):
+        assert mode_problems(cfg, section, cfg[section].monitor) == []
+    task = build_task(cfg.task)
+    assert lower_is_better(task.report_metric) == (cfg.checkpoint.mode == "min"), (
+        f"task={option} ranks sweeps by {task.report_metric} "
+        f"({'lower' if lower_is_better(task.report_metric) else 'higher'} first) but keeps the checkpoint of "
+        f"{cfg.checkpoint.mode} {cfg.checkpoint.monitor}"
+    )
 
 
 @pytest.mark.parametrize(

@@ -15,12 +15,13 @@ def lower_is_better(metric: str) -> bool:
 
 
 def metric_range(metric: str) -> tuple[float, float]:
-    """The values ``metric`` can take, by its name's ending: 0 to 100 for BLEU, chrF and ROUGE (as this
-    project reports them), 0 to 1 for accuracies, at least 1 for perplexities, at least 0 for losses and error
-    rates; unbounded for a name it does not know. A 95% interval over seeds reaching past these bounds says
-    the t interval does not describe the seeds' scores (too few of them, or one far from the others)."""
+    """The values ``metric`` can take, by its name's ending: 0 to 100 for BLEU, chrF, ROUGE and word accuracy
+    (transliteration's, a percentage: ``word_acc``), as this project reports them; 0 to 1 for other accuracies, at
+    least 1 for perplexities, at least 0 for losses and error rates; unbounded for a name it does not know. A 95%
+    interval over seeds reaching past these bounds says the t interval does not describe the seeds' scores (too
+    few of them, or one far from the others)."""
     name = metric.removesuffix("_tok_lc")
-    if name.endswith(("bleu", "chrf", "rouge1", "rouge2", "rougeL")):
+    if name.endswith(("bleu", "chrf", "rouge1", "rouge2", "rougeL", "word_acc")):
         return 0.0, 100.0
     if name.endswith("acc"):
         return 0.0, 1.0

@@ -281,13 +281,19 @@ def _seed_blocks_said(fit: dict) -> str:
     return ""
 
 
+# how a run's record names a score of validation or the test (nmt.tasks' sweep_metrics)
+RECORDED_AS = ("test_", "val_as_test_", "best_val_", "final_val_")
+
+
 def _main_effects(
     doc, sweep_dir: Path, records, levels, written, lower: bool, metric: str, fitted: bool = True
 ) -> None:
     """Each factor's levels (runs, mean, spread) and validation curves: no fit needed (``fitted``: whether
     the effects' fit above estimates the levels, which a level table with a combination unrun points to)."""
     doc.heading("Main effects")
-    curve_metric = "val_ppl" if lower else "val_bleu"
+    # the ranked score as validation logs it (test_cer, best_val_cer: val_cer), else the loss's or BLEU's by
+    # its direction (a score validation does not log)
+    own = next((f"val_{metric.removeprefix(p)}" for p in RECORDED_AS if metric.startswith(p)), metric)
     for factor in levels:
         doc.heading(factor, 3)
         level_rows = analysis.level_summary(records, metric, factor, written.get(factor, ()))
@@ -313,7 +319,11 @@ def _main_effects(
                     else "; no fit can estimate it here (see Effects at a glance)."
                 )
             )
+        curve_metric = own
         curves, unit = _curves(records, factor, curve_metric)
+        if not curves:
+            curve_metric = "val_ppl" if lower else "val_bleu"
+            curves, unit = _curves(records, factor, curve_metric)
         if curves:
             path = sweep_dir / f"curves_{factor}.png".replace("/", "_")
             training_curves(curves, factor, curve_metric, path, order=levels[factor], unit=unit)

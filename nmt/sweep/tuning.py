@@ -20,7 +20,7 @@ from nmt.metrics import lower_is_better
 from nmt.sweep.analysis import check_same_measure, mean_ci, paired_test, past_range, same_mean, welch_test
 from nmt.sweep.levels import level_overrides
 from nmt.sweep.pooled import chosen_overrides, pooled_candidates, signs
-from nmt.sweep.records import RUN_FACTS
+from nmt.sweep.records import RUN_FACTS, collect_records
 from nmt.sweep.summary import planned
 from nmt.sweep.tuned import ABSENT, CONF, replaced_settings, tuning_run, write_tuned_file
 from nmt.sweep.tuning_sweep import (
@@ -287,16 +287,33 @@ def _unlike_tuning(level_key: str, under: dict, chosen: dict) -> list[str]:
     return notes
 
 
+def default_metric(sweep_dirs) -> str:
+    """The validation counterpart of the score the tuning runs' task ranks by (test_cer -> best_val_cer, test_ppl
+    -> best_val_ppl), the best along each run as the checkpoint callback kept it; TUNING_METRIC where the runs
+    name none or several (a refusal of their own then says which they record)."""
+    ranked = {r.get("report_metric") for d in sweep_dirs if Path(d).is_dir() for r in collect_records(Path(d))}
+    ranked.discard(None)
+    if len(ranked) == 1 and (metric := ranked.pop()).startswith("test_"):
+        return "best_val_" + metric.removeprefix("test_")
+    return TUNING_METRIC
+
+
 def main(argv: list[str]) -> None:
     import argparse
 
     parser = argparse.ArgumentParser(prog="python sweep.py tune", description="choose each level's settings")
     parser.add_argument("sweep_dirs", nargs="+", help="finished tuning sweeps (several of one level are pooled)")
     parser.add_argument("--level", required=True, help="the factor whose levels get settings (e.g. optim)")
-    parser.add_argument("--metric", default=TUNING_METRIC, help="a validation metric the runs recorded")
+    parser.add_argument(
+        "--metric",
+        help=f"a validation metric the runs recorded (default: best_val_<the score their task ranks by>, as "
+        f"{TUNING_METRIC} for translation, best_val_cer for transliteration)",
+    )
     parser.add_argument("--out", help="write the level_settings block here (e.g. conf/tuned/factorial.yaml)")
     parser.add_argument("--replace", action="store_true", help="--out may write over a file that holds another choice")
     args = parser.parse_args(argv)
+    if args.metric is None:
+        args.metric = default_metric(args.sweep_dirs)
     if args.metric.startswith("test"):
         parser.error(f"--metric {args.metric}: settings are chosen on validation data, never on the test set")
     if args.metric in (*RUN_FACTS, "seed"):  # results.csv's other columns

@@ -237,11 +237,31 @@ class TranslationTask(Task):
         # scored beside the next batches' decoding (a worker thread on a CPU, a worker process on a GPU); the
         # sums reach the metrics at the epoch's end
         self.scoring.submit(batch["src"].device, hypotheses, list(batch["refs"]))
-        if "rouge" in metrics:
-            metrics["rouge"].update(hypotheses, list(batch["refs"]))
+        self.update_decoded_metrics(metrics, hypotheses, list(batch["refs"]))
         if batch_idx == 0:
             sources = [module.src_tokenizer.decode(s.tolist()) for s in batch["src"][:3]]
             self.val_samples = list(zip(sources, batch["refs"][:3], hypotheses[:3], strict=True))
+
+    def update_decoded_metrics(self, metrics, hypotheses: list[str], references: list[str]) -> None:
+        """A decoded validation batch's outputs given to the metrics a task adds to BLEU and chrF (ROUGE
+        here; a subclass adds its own and calls this)."""
+        if "rouge" in metrics:
+            metrics["rouge"].update(hypotheses, references)
+
+    def log_decoded_metrics(self, module, metrics) -> None:
+        """The epoch's values of the metrics :meth:`update_decoded_metrics` fed, logged on decoded epochs."""
+        if "rouge" in metrics:
+            scores = metrics["rouge"].compute()
+            for key in ROUGE_KEYS:
+                module.log(f"val_{key}", scores[f"{key}_fmeasure"] * 100)
+
+    def extra_scores(self, hypotheses: list[str], references: list[str]) -> dict:
+        """Scores a subclass adds to every evaluation of a split (metrics.json, results.json, the printed
+        table, whose rows ``score_rows`` names): none for translation."""
+        return {}
+
+    #: (key of extra_scores, its label) for the printed tables
+    score_rows: tuple[tuple[str, str], ...] = ()
 
     def start_workers(self, module) -> None:
         # a worker process is started before the sanity check, so that it has imported and built its scorers
@@ -264,10 +284,7 @@ class TranslationTask(Task):
             module.log("val_bleu", metrics["bleu"].compute() * 100, prog_bar=True)
             module.log("val_chrf", metrics["chrf"].compute() * 100)
             module.log("val_bleu_tok_lc", metrics["bleu_tok_lc"].compute() * 100)
-            if "rouge" in metrics:
-                scores = metrics["rouge"].compute()
-                for key in ROUGE_KEYS:
-                    module.log(f"val_{key}", scores[f"{key}_fmeasure"] * 100)
+            self.log_decoded_metrics(module, metrics)
             for logger in module.loggers:
                 if hasattr(logger, "log_text") and self.val_samples:  # W&B: a table of sample translations
                     rows = [
@@ -319,6 +336,7 @@ class TranslationTask(Task):
         rouge = self.rouge if rouge is None else rouge
         lowercase = loaded.tgt_tokenizer.lowercases
         scores = corpus_scores(hypotheses, references, datamodule.tgt_lang, rouge=rouge, lowercase=lowercase)
+        scores.update(self.extra_scores(hypotheses, references))
         given_columns = (data_overrides or {}).get("columns")
         own_columns = (loaded.config.get("data") or {}).get("columns")
         name = eval_folder_name(loaded, split, search) + columns_tag(split, data_cfg, given_columns, own_columns)
@@ -349,7 +367,7 @@ class TranslationTask(Task):
             paths = write_attention_maps(loaded, sources, hypotheses, attention_maps, folder)
             result["attention_maps"] = [str(p) for p in paths]
         atomic_write_json(out / "metrics.json", result)
-        print_scores(result, sources, references, hypotheses, samples)
+        print_scores(result, sources, references, hypotheses, samples, self.score_rows)
         return result
 
     def _eval_set(self, loaded, split: str, data_overrides: dict | None):
@@ -411,7 +429,7 @@ class TranslationTask(Task):
             )
         if len(splits) == 1:
             return results[splits[0]]
-        print_summary(results)
+        print_summary(results, self.score_rows)
         return results
 
     def _translate_input(self, cfg, loaded, search: SearchConfig) -> dict:

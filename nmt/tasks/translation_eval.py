@@ -233,7 +233,8 @@ def _interval(result: dict, key: str) -> str:
     return f"  (95% bootstrap interval {lower:.2f}-{upper:.2f}, {result['bootstrap']['resamples']} resamples)"
 
 
-def print_scores(result: dict, sources, references, hypotheses, samples: int) -> None:
+def print_scores(result: dict, sources, references, hypotheses, samples: int, rows=()) -> None:
+    """The scores of one evaluation (``rows``: a task's own, (key, label) pairs, printed first)."""
     table = Table(title=f"{result['data']}: {result['sentences']} sentences")
     table.add_column("metric")
     table.add_column("value", overflow="fold")  # the signature whole, on a narrow or piped output too
@@ -242,6 +243,8 @@ def print_scores(result: dict, sources, references, hypotheses, samples: int) ->
         table.add_row("checkpoint", names[0] if len(names) == 1 else f"mean of {', '.join(names)}")
     table.add_row("split", str(result["split"]))
     table.add_row("folder (split, search)", Path(result["hypotheses"]).parent.name)
+    for key, label in rows:
+        table.add_row(label, f"{result[key]:.2f}")
     case = "case-insensitive" if "case:lc" in result["bleu_signature"] else "cased"
     table.add_row(f"BLEU (sacreBLEU, {case})", f"{result['bleu']:.2f}{_interval(result, 'bleu_ci95')}")
     table.add_row("BLEU 1-4 precisions", " / ".join(f"{p:.1f}" for p in result["bleu_precisions"]))
@@ -272,10 +275,17 @@ def _shortened(text: str, words: int = 80, characters: int = 400) -> str:
     return text if len(text) <= characters else f"{text[:characters]} ... ({len(text)} characters in all)"
 
 
-def print_summary(results: dict) -> None:
+def print_summary(results: dict, rows=()) -> None:
     table = Table(title="all evaluation sets")
-    for column in ("set", "sentences", "BLEU", "chrF", "BLEU (lc, tok)"):
+    for column in ("set", "sentences", *(label for _, label in rows), "BLEU", "chrF", "BLEU (lc, tok)"):
         table.add_column(column)
     for split, r in results.items():
-        table.add_row(split, str(r["sentences"]), f"{r['bleu']:.2f}", f"{r['chrf']:.2f}", f"{r['bleu_tok_lc']:.2f}")
+        table.add_row(
+            split,
+            str(r["sentences"]),
+            *(f"{r[key]:.2f}" for key, _ in rows),
+            f"{r['bleu']:.2f}",
+            f"{r['chrf']:.2f}",
+            f"{r['bleu_tok_lc']:.2f}",
+        )
     console.print(table)
