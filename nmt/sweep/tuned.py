@@ -10,6 +10,7 @@ tuning's: a budget, stopping rule, corpus, model or precision that differs, or a
 is said before anything trains, and in the report.
 """
 
+import functools
 import json
 import sys
 from pathlib import Path
@@ -231,14 +232,8 @@ def tuned_differences(
             name = f"{level_key}={level}"
             run = (tuned.get("under") or {}).get(level_key, {}).get(level)
             if "under" not in tuned and tuned.get("by_hand"):
-                try:
-                    said = _compared_by_hand(tuned["by_hand"], config, level_key, level)
-                except Exception as err:  # noqa: BLE001 - said, and the sweep decides nothing on it
-                    first = str(err).splitlines()[0] if str(err) else type(err).__name__
-                    unchecked[name] = f"its run here cannot be composed to compare ({first})"
-                    continue
-                if said:
-                    differs[name] = said
+                compare = functools.partial(_compared_by_hand, tuned["by_hand"], config, level_key, level)
+                _compare_into(compare, name, differs, unchecked)
             elif "under" not in tuned:
                 unchecked[name] = "the file does not record its tuning (written by hand, or before tune recorded it)"
             elif run is None:
@@ -246,15 +241,22 @@ def tuned_differences(
             elif not run.get("config"):
                 unchecked[name] = f"its tuning run ({run.get('run', '?')}) recorded no settings"
             else:
-                try:
-                    said = _compared(run, config, levels, factors, level_key, level, overrides, texts)
-                except Exception as err:  # noqa: BLE001 - said, and the sweep decides nothing on it
-                    first = str(err).splitlines()[0] if str(err) else type(err).__name__
-                    unchecked[name] = f"its run here cannot be composed to compare ({first})"
-                    continue
-                if said:
-                    differs[name] = said
+                compare = functools.partial(_compared, run, config, levels, factors, level_key, level, overrides, texts)
+                _compare_into(compare, name, differs, unchecked)
     return differs, unchecked
+
+
+def _compare_into(compare, name: str, differs: dict, unchecked: dict) -> None:
+    """``compare()``'s differences of level ``name`` into ``differs``, or why it could not run into
+    ``unchecked``: said, and the sweep decides nothing on it."""
+    try:
+        said = compare()
+    except Exception as err:  # noqa: BLE001 - said, and the sweep decides nothing on it
+        first = str(err).splitlines()[0] if str(err) else type(err).__name__
+        unchecked[name] = f"its run here cannot be composed to compare ({first})"
+        return
+    if said:
+        differs[name] = said
 
 
 def _compared(
