@@ -1116,6 +1116,21 @@ def test_a_level_without_settings_beside_tuned_ones_is_named_untuned_and_a_level
     assert "| settings with pos=relative | none of its own" in report and "pos=rope" not in report
 
 
+def test_a_budget_that_is_a_factor_is_said_by_its_levels_not_the_first_runs(tmp_path):
+    """A newcomer's trial: a sweep of trainer.max_epochs=3,8 was said to train "at most 3 epochs" each."""
+    records = [{**r, "factors": {"trainer.max_epochs": "3" if r["factors"]["pos"] == "absolute" else "8"}}
+               for r in RECORDS if r["factors"]["norm"] == "layer"]  # fmt: skip
+    for r in records:
+        run_dir = tmp_path / f"trainer.max_epochs={r['factors']['trainer.max_epochs']},seed={r['seed']}"
+        run_dir.mkdir()
+        (run_dir / "sweep_result.json").write_text(json.dumps({**r, "run_dir": str(run_dir)}))
+        epochs = r["factors"]["trainer.max_epochs"]
+        (run_dir / "config.yaml").write_text(f"data: {{}}\ntrainer: {{max_steps: -1, max_epochs: {epochs}}}\n")
+    report = " ".join(write_report(tmp_path).read_text().split())
+    assert "at most 3, 8 epochs (by the factor's level); no early stopping" in report
+    assert "at most 3 epochs;" not in report and "at most 8 epochs;" not in report
+
+
 def test_a_finding_of_no_difference_carries_the_caveats_of_one_found(tmp_path):
     """A null at a fixed budget with levels run alike is as limited as a difference (a reviewer's trial: the
     caveats were left out exactly where "no effect" was claimed)."""

@@ -107,6 +107,19 @@ def test_a_transliteration_run_scores_cer_and_word_accuracy_and_a_sweep_records_
             "evaluate", overrides=[f"ckpt_path={results['best_checkpoint']}", f"out_dir={tmp_path / 'e'}"]
         )
     assert evaluate(eval_cfg)["cer"] == pytest.approx(results["test"]["cer"])
+    # a decoding grid ranks by the task's own score, the lowest CER first (it chose by BLEU alone, refusing cer)
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        grid_cfg = compose(
+            "evaluate",
+            overrides=[
+                f"ckpt_path={results['best_checkpoint']}",
+                f"out_dir={tmp_path / 'g'}",
+                "decode.beam_size=[1,2]",
+                "split=val",
+            ],
+        )
+    grid = evaluate(grid_cfg)
+    assert grid["select_by"] == "cer" and grid["best_score"] == min(row["scores"]["cer"] for row in grid["rows"])
 
     record = run_record(run_dir, {}, seed=1)
     assert record["report_metric"] == "test_cer" and record["metrics"]["test_cer"] == results["test"]["cer"]

@@ -30,6 +30,7 @@ from nmt.data.sources import read_lines
 from nmt.decoding.settings import SEARCH_TAGS, UNREAD, read_options, search_settings
 from nmt.inference.checkpoint import epochs_to_average
 from nmt.inference.loading import resolve_checkpoint_path
+from nmt.metrics import lower_is_better
 from nmt.metrics.corpus import bleu_tokenizer, tokenized_lowercase_scoring
 from nmt.metrics.randomization import paired_randomization, sentence_statistics
 from nmt.tasks.base import evaluation_splits, grid_file_for_code
@@ -119,7 +120,7 @@ def choose_by(cfg: DictConfig, task) -> str:
     """The score the grid chooses by: ``select_by``, else the one the task's sweep reports rank by."""
     metric = cfg.get("select_by") or task.report_metric.removeprefix("test_")
     rouge = cfg.get("rouge") if cfg.get("rouge") is not None else getattr(task, "rouge", False)
-    valid = DECODED + (ROUGE if rouge else ())
+    valid = DECODED + (ROUGE if rouge else ()) + extra_scores(task)
     hint = "" if rouge or metric not in ROUGE else " (ROUGE needs rouge=true)"
     if metric not in valid and not cfg.get("select_by"):  # not given: the task's own, which a grid cannot score
         raise ValueError(
@@ -130,6 +131,11 @@ def choose_by(cfg: DictConfig, task) -> str:
     if metric not in valid:
         raise ValueError(f"select_by={metric}: not a score of these evaluations{hint}; valid: {', '.join(valid)}")
     return metric
+
+
+def extra_scores(task) -> tuple[str, ...]:
+    """The scores a task adds to every evaluation (transliteration's cer, word_acc), which a grid can rank by."""
+    return tuple(key for key, _ in getattr(task, "score_rows", ()))
 
 
 def settings(axes: dict[str, list]) -> list[dict]:
@@ -183,13 +189,14 @@ def evaluate_grid(cfg: DictConfig, task, load, axes: dict[str, list]) -> dict:
             "setting": setting,
             "also": [],  # settings that come to the same evaluation
             "folder": str(Path(result["hypotheses"]).parent),
-            "scores": scores(result),
+            "scores": scores(result, extra_scores(task)),
             "signature": result["bleu_signature"],
             "tgt_lang": result["tgt_lang"],
             "strategy": search.strategy,
         }
         rows.append(scored.setdefault(same, row))
-    best = max(rows, key=lambda row: row["scores"][metric])  # the first of equals: the earlier setting
+    sign = -1 if lower_is_better(metric) else 1  # CER: the lowest is the best
+    best = max(rows, key=lambda row: sign * row["scores"][metric])  # the first of equals: the earlier setting
     for row in rows:
         row["p_vs_chosen"] = None if row is best else paired_p(row, best, metric)
     record = {
@@ -211,9 +218,9 @@ def evaluate_grid(cfg: DictConfig, task, load, axes: dict[str, list]) -> dict:
     return record
 
 
-def scores(result: dict) -> dict:
-    """The scores of one setting that the table and the record keep."""
-    keep = (*DECODED, *ROUGE, "brevity_penalty", "length_ratio", "bleu_ci95", "bleu_tok_lc_ci95")
+def scores(result: dict, extra: tuple[str, ...] = ()) -> dict:
+    """The scores of one setting that the table and the record keep (``extra``: the task's own)."""
+    keep = (*DECODED, *ROUGE, *extra, "brevity_penalty", "length_ratio", "bleu_ci95", "bleu_tok_lc_ci95")
     return {key: result[key] for key in keep if key in result}
 
 
@@ -308,11 +315,12 @@ def hydra_escape(value) -> str:
 
 
 def print_grid(rows: list[dict], best: dict, metric: str, path: Path, command: str, checkpoint: str) -> None:
-    shown = [m for m in (*DECODED, *ROUGE) if m in rows[0]["scores"]]
-    table = Table(title=f"validation set, ranked by {metric}")
+    shown = [m for m in rows[0]["scores"] if m not in ("brevity_penalty", "length_ratio") and "ci95" not in m]
+    lower = lower_is_better(metric)
+    table = Table(title=f"validation set, ranked by {metric}" + (" (lower is better)" if lower else ""))
     for column in ("setting", *shown, "BP", f"p ({metric}) vs chosen"):
         table.add_column(column, justify="left" if column == "setting" else "right")
-    for row in sorted(rows, key=lambda r: -r["scores"][metric]):
+    for row in sorted(rows, key=lambda r: r["scores"][metric] if lower else -r["scores"][metric]):
         name = label(row["setting"], checkpoint) + "".join(f" = {label(s, checkpoint)}" for s in row["also"])
         p = "chosen" if row is best else ("" if row["p_vs_chosen"] is None else f"{row['p_vs_chosen']:.4f}")
         bp = row["scores"].get("brevity_penalty")

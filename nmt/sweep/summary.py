@@ -183,9 +183,29 @@ def describe(sweep_dir: Path, records: list[dict]) -> dict:
     facts["choices"] = _choices_of(each_run)
     if config is not None:
         facts["budget"] = budget_of(config)
+        # a budget that is itself a factor (trainer.max_epochs=3,8): its levels, not the first run's value
+        for key, name in SWEPT_BUDGET.items():
+            levels = sorted({r["factors"][key] for r in records if key in (r.get("factors") or {})}, key=_as_number)
+            if len(levels) > 1:
+                facts["budget"][name] = levels
+                facts["budget"]["validations_at_most"] = None  # one run's bound, not every level's
         data = config.get("data", {})
         facts["languages"] = f"{data.get('src_lang')}-{data.get('tgt_lang')}" if data.get("tgt_lang") else None
     return facts
+
+
+SWEPT_BUDGET = {
+    "trainer.max_steps": "max_steps",
+    "trainer.max_epochs": "max_epochs",
+    "early_stopping.patience": "patience",
+}
+
+
+def _as_number(value) -> tuple:
+    try:
+        return (0, float(value), "")
+    except (TypeError, ValueError):
+        return (1, 0.0, str(value))
 
 
 def budget_of(config) -> dict:
@@ -221,18 +241,25 @@ def budget_text(budget: dict | None) -> str:
     if not budget:
         return "not recorded"
     limits = []
+
+    def said(value, unit: str) -> str:  # a list: a factor's levels, each run at its own
+        return f"{', '.join(map(str, value))} {unit} (by the factor's level)" if isinstance(value, list) else (
+            f"{value} {unit}")  # fmt: skip
+
     if budget.get("max_steps") not in (None, -1):
-        limits.append(f"{budget['max_steps']} updates")
+        limits.append(said(budget["max_steps"], "updates"))
     if budget.get("max_epochs") not in (None, -1):
-        limits.append(f"{budget['max_epochs']} epochs")
+        limits.append(said(budget["max_epochs"], "epochs"))
     text = "at most " + " or ".join(limits) if limits else "no fixed budget"
     if budget.get("patience"):
         patience = budget["patience"]
+        many = isinstance(patience, list) or patience != 1
         text += (
-            f"; early stopping after {patience} validation{'s' * (patience != 1)} without a better {budget['monitor']}"
+            f"; early stopping after {said(patience, 'validation' + 's' * many)} without a better {budget['monitor']}"
         )
         most = budget.get("validations_at_most")
-        if most is not None and most <= patience:  # it needs patience + 1 validations to stop a run
+        # it needs patience + 1 validations to stop a run
+        if most is not None and not isinstance(patience, list) and most <= patience:
             text += f", which cannot stop a run: the budget allows at most {most} validation{'s' * (most != 1)}"
     else:
         text += "; no early stopping (a fixed budget: cells may not have converged)"
