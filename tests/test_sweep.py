@@ -256,15 +256,15 @@ def test_the_readme_sweep_command_runs_as_typed_in_a_fresh_folder(tmp_path):
     assert changed.returncode == 2 and "[sweep] running" not in changed.stdout
     assert "were made under other settings or code" in changed.stderr and "trainer.max_steps: 2 -> 3" in changed.stderr
     # a run whose sweep record is lost (killed as it ended): to run, recorded from its folder, as the plan says;
-    # without its results too, resumed from its last checkpoint
+    # one without its results too: resumed from its last checkpoint
     (sweep_dir / "pos=relative,seed=1" / "sweep_result.json").unlink()
+    (sweep_dir / "pos=absolute,seed=1" / "sweep_result.json").unlink()
+    (sweep_dir / "pos=absolute,seed=1" / "results.json").unlink()
     plan = subprocess.run([*command, "plan=true"], capture_output=True, text=True, cwd=tmp_path, timeout=300)
-    assert "done: 1 (0 of them under other settings); to run: 1 (1 of them trained already, recorded now)" in (
-        plan.stdout
-    )
-    (sweep_dir / "pos=relative,seed=1" / "results.json").unlink()
-    plan = subprocess.run([*command, "plan=true"], capture_output=True, text=True, cwd=tmp_path, timeout=300)
-    assert "to run: 1 (1 of them resumed from their last checkpoint)" in plan.stdout
+    assert (
+        "done: 0 (0 of them under other settings); to run: 2 (1 of them trained already, recorded now) (1 of them "
+        "resumed from their last checkpoint)"
+    ) in plan.stdout
 
 
 def test_a_cell_that_train_py_would_refuse_stops_the_sweep_before_any_run(tmp_path):

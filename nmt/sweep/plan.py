@@ -2,7 +2,6 @@
 plan that ``plan=true`` prints, and the first problem of its factors or baseline (refused before anything
 runs). :mod:`nmt.sweep.runner` launches the runs."""
 
-import collections
 import shutil
 from pathlib import Path
 
@@ -274,7 +273,10 @@ def print_plan(sweep_dir: Path, config: DictConfig) -> None:
 
         finished_changed = sum(folder.name in changed for folder in done)
         partly = len(changed) - finished_changed
-        states = collections.Counter()  # what a run to run will do with its folder, as the sweep's runner says
+        states = dict.fromkeys(  # what a run to run will do with its folder, as the sweep's runner says
+            ("trained already, recorded now", "trained already, their final scores made now",
+             "resumed from their last checkpoint"), 0
+        )  # fmt: skip
         for folder in to_run:
             if folder.name in changed:
                 continue
@@ -287,7 +289,7 @@ def print_plan(sweep_dir: Path, config: DictConfig) -> None:
         print(
             f"  done: {len(done)} ({finished_changed} of them under other settings); to run: {len(to_run)}"
             + (f" ({partly} of them partly trained under other settings)" if partly else "")
-            + "".join(f" ({n} of them {state})" for state, n in states.items())
+            + "".join(f" ({n} of them {state})" for state, n in states.items() if n)
         )
     walls = []
     for folder in done:
