@@ -15,10 +15,10 @@ from nmt.cli import check_command_line
 
 
 @hydra.main(config_path="conf", config_name="sweep", version_base="1.3")
-def main(cfg: DictConfig) -> None:
+def main(cfg: DictConfig) -> dict | None:
     from nmt.sweep.runner import run_cell
 
-    run_cell(cfg)
+    return run_cell(cfg)  # the run's record: a search's sweeper reads its validation score from it
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ from omegaconf.errors import InterpolationResolutionError
 
 from nmt.sweep.gpus import pool_problem
 from nmt.sweep.gpus import setting_problem as mps_setting_problem
-from nmt.sweep.levels import level_settings_problem, same_level, sweep_levels
+from nmt.sweep.levels import is_search, level_settings_problem, same_level, sweep_levels
 from nmt.sweep.plan import as_override, command_prefixes, compose_train, own_folder, planned_values
 from nmt.utils.configs import CONF, dotted_keys
 
@@ -28,7 +28,10 @@ def input_problem(config: DictConfig) -> str | None:
     if problem:
         return problem
     runs = RunConfigs()
-    return runs.read(config, levels) or metric_problem(config, runs) or baseline_problem(config.get("baseline"), levels)
+    problem = runs.read(config, levels)
+    if problem or is_search(config):  # a search's metric is a validation one, checked with the search's own
+        return problem
+    return metric_problem(config, runs) or baseline_problem(config.get("baseline"), levels)
 
 
 def settings_problem(config: DictConfig, levels: dict[str, list[str]]) -> str | None:

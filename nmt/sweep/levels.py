@@ -55,18 +55,27 @@ def override_pairs(overrides) -> list[tuple[str, str]]:
     return pairs
 
 
+def is_search(config: DictConfig) -> bool:
+    """Whether the sweep's sweeper samples trials (``hydra/sweeper=search``, nmt/sweep/search.py) rather than
+    walking a grid."""
+    return OmegaConf.select(config, "hydra.sweeper.n_trials", default=None) is not None
+
+
 def sweep_levels(config: DictConfig) -> dict[str, list[str]]:
     """Each key of the sweep with its values, as Hydra's sweeper expands and writes them into the jobs'
     overrides (``a,b``, ``range(1,4)``, ``choice(x,y)``; ``1e-3`` becomes ``0.001``): the grid's
-    parameters, then the command line's (a key given there replaces the grid's)."""
+    parameters, then the command line's (a key given there replaces the grid's). In a search, an interval's
+    levels are its two ends: the values its runs are checked at before any starts."""
     params = [f"{k}={v}" for k, v in (config.hydra.sweeper.get("params") or {}).items()]
     given = [o for o in config.hydra.overrides.task if o.lstrip("+~").partition("=")[0] in dict(override_pairs([o]))]
-    return {**expand(params), **expand(given)}
+    ends = is_search(config)
+    return {**expand(params, ends), **expand(given, ends)}
 
 
-def expand(overrides: list[str]) -> dict[str, list[str]]:
+def expand(overrides: list[str], interval_ends: bool = False) -> dict[str, list[str]]:
     """Each override's key with its values as Hydra's parser writes them (``true`` -> ``True``, ``5e-1`` ->
-    ``0.5``, ``a,b`` -> two values)."""
+    ``0.5``, ``a,b`` -> two values); an interval's two ends where ``interval_ends`` (a search's), else
+    refused (a grid has no values for it)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     levels = {}
@@ -77,7 +86,14 @@ def expand(overrides: list[str]) -> dict[str, list[str]]:
                 f"{override.input_line}: glob() is not supported in a sweep; list the levels ({key}=a,b,...)"
             )
         if override.is_interval_sweep():
-            raise ValueError(f"{override.input_line}: an interval is not a grid; give levels (a,b or range(...))")
+            if interval_ends:
+                interval = override.value()
+                levels[key] = [str(interval.start), str(interval.end)]
+                continue
+            raise ValueError(
+                f"{override.input_line}: an interval is not a grid; give levels (a,b or range(...)), or search it "
+                "with hydra/sweeper=search (conf/hydra/sweeper/search.yaml)"
+            )
         if override.is_delete():
             levels[key] = [""]  # ~key: deleted in every run
         elif override.is_sweep_override():

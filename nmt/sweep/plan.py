@@ -19,7 +19,7 @@ from nmt.sweep.levels import (
 )
 from nmt.sweep.mps import CONTROL
 from nmt.sweep.records import RESULT, read_record
-from nmt.sweep.summary import budget_of, budget_text, run_cost_s
+from nmt.sweep.summary import budget_of, budget_text, planned, run_cost_s
 from nmt.utils.configs import CONF
 
 
@@ -115,6 +115,9 @@ def _grid_named(config: DictConfig, problems: list[str]) -> list[str]:
 def swept_keys(sweep_dir: Path) -> set[str]:
     """Keys with several values in this sweep: the grid's parameters and comma lists on the command line
     (read from the multirun.yaml Hydra writes before launching)."""
+    search = planned(sweep_dir).get("search")
+    if search:  # a search's keys (its sweeper writes no multirun.yaml): each trial's folder is named by them
+        return set(search["space"]) | {"seed"}
     saved = OmegaConf.load(sweep_dir / "multirun.yaml")
     return {k for k, values in sweep_levels(saved).items() if len(values) > 1} | {"seed"}
 
@@ -192,15 +195,18 @@ def _text_differences(run: Path, overrides: list[str], read: dict) -> list[str]:
     return [f"data: the text of its {', '.join(changed)} split(s) changed since it was read"] if changed else []
 
 
-def changed_runs(sweep_dir: Path, config: DictConfig) -> dict[str, list[str]]:
-    """Run folders of this sweep holding a run made under other settings, code or text: name -> differences."""
+def changed_runs(sweep_dir: Path, config: DictConfig, runs: dict[str, dict] | None = None) -> dict[str, list[str]]:
+    """Run folders of this sweep holding a run made under other settings, code or text: name -> differences.
+    ``runs``: each run folder's name with its values (a search's trials); by default the grid's planned runs."""
     from nmt.training.run_folder import RunFolderError, holds_work
     from nmt.training.run_identity import differences, saved_fingerprint
 
-    swept = {k for k, v in sweep_levels(config).items() if len(v) > 1} | {"seed"}
+    if runs is None:
+        swept = {k for k, v in sweep_levels(config).items() if len(v) > 1} | {"seed"}
+        runs = {run_name(values, swept): values for values in planned_values(config)}
     changed, read = {}, {}
-    for values in planned_values(config):
-        run = sweep_dir / run_name(values, swept)
+    for name, values in runs.items():
+        run = sweep_dir / name
         # a run that failed before its first checkpoint binds nothing: the corrected sweep runs it afresh
         if not (holds_work(run) or (run / RESULT).is_file()):
             continue

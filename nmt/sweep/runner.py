@@ -27,9 +27,10 @@ from nmt.sweep.child import (
     run_child,
 )
 from nmt.sweep.gpus import GpuPool, finish_mps, mps_folder, start_mps, visible_gpus
-from nmt.sweep.inputs import input_problem
+from nmt.sweep.inputs import RunConfigs, input_problem
 from nmt.sweep.levels import (
     hydra_quoted,
+    is_search,
     level_overrides,
     override_pairs,
     plain_level,
@@ -60,6 +61,7 @@ from nmt.sweep.progress import (
 )
 from nmt.sweep.records import RESULT, collect_records, read_record, run_record
 from nmt.sweep.report import set_aside, write_report
+from nmt.sweep.search import print_search_plan, search_metric, search_problem, search_settings, trial_runs
 from nmt.sweep.summary import FAILED, PLAN, failed_runs
 from nmt.sweep.tuned import checked_tuned_file
 from nmt.training.run_folder import RunFolderError, RunLock, finished_results, resumable, trained_results
@@ -251,6 +253,9 @@ class SweepReport(Callback):
         if problem:  # SystemExit: Hydra turns an exception in a callback into a warning and goes on
             print(f"error: {problem}", file=sys.stderr)
             raise SystemExit(2)
+        if is_search(config):
+            self._start_search(config, sweep_dir)
+            return
         levels = sweep_levels(config)
         factors = sorted(k for k, v in levels.items() if len(v) > 1)
         plan_path = sweep_dir / PLAN
@@ -298,8 +303,7 @@ class SweepReport(Callback):
             )
             raise SystemExit(2)
         sweep_dir.mkdir(parents=True, exist_ok=True)
-        mark_sweep_process()  # before the launcher starts its workers, which inherit it
-        _SIGNALS[str(sweep_dir)] = handle_sweep_signals()
+        self._take_over(config, sweep_dir)
         settings = plain_settings(config.get("level_settings"))
         swept = set(factors) | {"seed"}  # as run_cell names the folders
         names = [run_name(values, swept) for values in planned_values(config)]
@@ -309,8 +313,73 @@ class SweepReport(Callback):
         if tuned:
             plan["tuned"] = tuned
         atomic_write_json(plan_path, plan)
-        atomic_write_text(sweep_dir / LAUNCHED, f"{time.time():.3f}\n")  # a rerun gets a fresh time window
         print(f"[sweep] {planned_runs(config)} runs: " + " x ".join(f"{k} {levels[k]}" for k in factors), flush=True)
+        self._launching(config, sweep_dir)
+
+    def _start_search(self, config: DictConfig, sweep_dir: Path) -> None:
+        """The start of a search (hydra/sweeper=search): its own checks, plan and record of what it holds; its
+        trials are asked by nmt/sweep/search_sweeper.py as the runs before them end."""
+        runs = RunConfigs()
+        runs.read(config, sweep_levels(config))  # checked by input_problem: here for what the runs rank by
+        try:
+            metric = search_metric(config, next(iter(runs.ranked_by)) if len(runs.ranked_by) == 1 else None)
+        except ValueError as err:
+            print(f"error: {err}", file=sys.stderr)
+            raise SystemExit(2) from None
+        problem = search_problem(config, metric)
+        if not problem and metric not in runs.recorded:
+            problem = (
+                f"report_metric={metric}: the runs of this search do not record it; they record {sorted(runs.recorded)}"
+            )
+        settings = search_settings(config, metric)
+        plan_path = sweep_dir / PLAN
+        before = json.loads(plan_path.read_text()) if plan_path.is_file() else None
+        if (
+            not problem
+            and before is not None
+            and sorted(before.get("search", {}).get("space", ["a grid"])) != sorted(settings["space"])
+        ):
+            what = f"a search of {sorted(before['search']['space'])}" if "search" in before else "a grid sweep"
+            problem = (
+                f"{sweep_dir} holds {what}; this search searches {sorted(settings['space'])}. Give it its own "
+                f"{own_folder(config)}, or remove that folder"
+            )
+        if problem:
+            print(f"error: {problem}", file=sys.stderr)
+            raise SystemExit(2)
+        trials = trial_runs(sweep_dir, config)
+        changed = changed_runs(sweep_dir, config, trials) if trials else {}
+        if config.get("plan"):
+            print_search_plan(sweep_dir, config, settings, changed)
+            raise SystemExit(0)
+        if changed:
+            listing = "; ".join(f"{name} ({', '.join(found[:3])})" for name, found in list(changed.items())[:3])
+            print(
+                f"error: {len(changed)} trial run(s) of {sweep_dir} were made under other settings or code: {listing}. "
+                f"A rerun asks the same trials, so give this search its own {own_folder(config)}, or remove them",
+                file=sys.stderr,
+            )
+            raise SystemExit(2)
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        self._take_over(config, sweep_dir)
+        plan = {
+            "factors": {k: [v] for k, v in settings["space"].items()},
+            "runs": settings["n_trials"],
+            "search": settings,
+        }
+        atomic_write_json(plan_path, plan)
+        space = " ".join(f"{k}={v}" for k, v in settings["space"].items())
+        print(f"[search] {settings['n_trials']} trials of {space}, following {metric}", flush=True)
+        self._launching(config, sweep_dir)
+
+    @staticmethod
+    def _take_over(config: DictConfig, sweep_dir: Path) -> None:
+        mark_sweep_process()  # before the launcher starts its workers, which inherit it
+        _SIGNALS[str(sweep_dir)] = handle_sweep_signals()
+
+    @staticmethod
+    def _launching(config: DictConfig, sweep_dir: Path) -> None:
+        atomic_write_text(sweep_dir / LAUNCHED, f"{time.time():.3f}\n")  # a rerun gets a fresh time window
         if config.get("gpu_mps"):
             _MPS[str(sweep_dir)] = mps = start_mps(sweep_dir)
             # a signal ends the sweep process without its exit handlers: it leaves the daemon first (the
@@ -325,6 +394,10 @@ class SweepReport(Callback):
         if mps is not None:
             finish_mps(*mps, Path(config.hydra.sweep.dir), runs_started_this_sitting(Path(config.hydra.sweep.dir)))
         failed = failed_runs(config.hydra.sweep.dir)
+        if is_search(config):  # its report was written by its sweeper, which read each trial's score
+            if failed and not collect_records(Path(config.hydra.sweep.dir)):
+                _stop_if_failed(failed)  # no trial ran: a failure of every run, not a trial's outcome
+            return
         if not collect_records(Path(config.hydra.sweep.dir)):
             resume = "" if failed else "; rerun the sweep to resume"
             print(f"[sweep] no finished runs in {config.hydra.sweep.dir}: no report yet{resume}")

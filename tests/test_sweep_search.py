@@ -1,0 +1,220 @@
+"""A search (``hydra/sweeper=search``, nmt/sweep/search.py): Optuna's sampler chooses each trial's settings from
+the validation scores before it. Its trials are checked against Optuna itself, told the same scores; a rerun
+asks the same trials and reuses their runs; a failed trial is told as failed and the search goes on; what a
+search cannot do (a test score, a searched seed, an unseeded sampler, ...) is refused before any run."""
+
+import json
+import subprocess
+import sys
+
+import optuna
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import open_dict
+
+from nmt.sweep.levels import expand, sweep_levels
+from nmt.sweep.search import (
+    SEARCH,
+    held_values,
+    read_search,
+    search_metric,
+    search_problem,
+    search_settings,
+    searched,
+)
+from nmt.sweep.summary import PLAN
+from nmt.utils.configs import ROOT
+from tests.conftest import tiny_overrides
+
+LR = "optim.optimizer.lr"
+SPACE = f"{LR}=tag(log,interval(1e-4,1e-2))"
+HELD = ["grid=none", *[o for o in tiny_overrides() if not o.startswith("name=")], "threads=1", "seed=101"]
+
+
+def search_config(tmp_path, *given: str, space: tuple[str, ...] = (SPACE,)):
+    """A search's config as its sweep's start reads it: the command line's held settings composed in, the
+    searched keys left in hydra.overrides.task (Hydra composes no sweep into the config)."""
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose(
+            "sweep",
+            overrides=["hydra/sweeper=search", *given, f"hydra.sweep.dir={tmp_path}"],
+            return_hydra_config=True,
+        )
+    with open_dict(cfg):
+        cfg.hydra.overrides.task = ["hydra/sweeper=search", *given, *space]
+    return cfg
+
+
+def replayed(told: list[float], asks: int, startup: int) -> list[float]:
+    """The learning rates Optuna's TPE sampler (seed 1) asks, told ``told`` in turn: what a search must ask."""
+    study = optuna.create_study(sampler=optuna.samplers.TPESampler(seed=1, n_startup_trials=startup))
+    asked = []
+    for number in range(asks):
+        trial = study.ask()
+        asked.append(trial.suggest_float(LR, 1e-4, 1e-2, log=True))
+        if number < len(told):
+            study.tell(trial, told[number])
+    return asked
+
+
+@pytest.mark.slow
+def test_a_search_asks_what_optuna_asks_tells_it_each_runs_validation_score_and_resumes(tmp_path):
+    command = [
+        sys.executable,
+        str(ROOT / "sweep.py"),
+        "hydra/sweeper=search",
+        *HELD,
+        "test_after_training=false",
+        "report_metric=final_val_loss",
+        "hydra.sweeper.sampler.n_startup_trials=1",  # the second trial on is chosen from the scores before it
+        SPACE,
+        f"hydra.sweep.dir={tmp_path}",
+    ]
+    first = subprocess.run(
+        [*command, "hydra.sweeper.n_trials=1"], capture_output=True, text=True, cwd=ROOT, timeout=600
+    )
+    assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-3000:]
+    trials = read_search(tmp_path)["trials"]
+    assert [t["state"] for t in trials] == ["done"]
+    for trial in trials:  # each run trained with its trial's value, and told the score it recorded
+        run = tmp_path / trial["run"]
+        config = (run / "config.yaml").read_text()
+        assert f"lr: {trial['values'][LR]}" in config
+        assert trial["value"] == json.loads((run / "sweep_result.json").read_text())["metrics"]["final_val_loss"]
+    told = [t["value"] for t in trials]
+    assert [t["values"][LR] for t in trials] == pytest.approx(replayed(told, 1, startup=1), rel=1e-12)
+
+    again = subprocess.run(
+        [*command, "hydra.sweeper.n_trials=2"], capture_output=True, text=True, cwd=ROOT, timeout=600
+    )
+    assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-3000:]
+    assert again.stdout.count("done already, skipped") == 1 and again.stdout.count("[sweep] running:") == 1
+    trials = read_search(tmp_path)["trials"]
+    told = [t["value"] for t in trials]
+    assert [t["values"][LR] for t in trials] == pytest.approx(replayed(told, 2, startup=1), rel=1e-12)
+    report = (tmp_path / "search.md").read_text()
+    best = min(trials, key=lambda t: t["value"])
+    assert f"Best: trial {best['number']}, {LR}={best['values'][LR]:.4g}: final_val_loss" in report
+    rows = [line for line in report.splitlines() if line.startswith("| ") and line[2].isdigit()]
+    assert [float(row.split(" | ")[3]) for row in rows] == sorted(round(v, 2) for v in told)  # lowest first
+    assert "validation, lower is better" in report and "seed=201,202,203" in report
+
+    plan = subprocess.run(
+        [*command, "hydra.sweeper.n_trials=3", "plan=true"], capture_output=True, text=True, cwd=ROOT, timeout=300
+    )
+    assert plan.returncode == 0, plan.stderr[-2000:]
+    assert "trials asked before: 2 (2 done, 0 failed)" in plan.stdout and "trials to run: 1" in plan.stdout
+    # a held setting changed: the same trials would be asked, and their runs were made under other settings
+    changed = subprocess.run(
+        [*command, "hydra.sweeper.n_trials=2", "model.dropout=0.3"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
+    assert changed.returncode == 2 and "made under other settings or code" in changed.stderr
+    assert "model.dropout" in changed.stderr
+
+
+class FakeReturn:
+    def __init__(self, outcome):
+        self.outcome = outcome
+
+    @property
+    def return_value(self):  # as Hydra's JobReturn: raises what the job raised
+        if isinstance(self.outcome, Exception):
+            raise self.outcome
+        return self.outcome
+
+
+class FakeLauncher:
+    """Runs nothing: the second trial's job raises, the others record a score."""
+
+    def __init__(self):
+        self.launched = []
+
+    def launch(self, overrides, initial_job_idx):
+        returns = []
+        for number, trial in enumerate(overrides, initial_job_idx):
+            self.launched.append(list(trial))
+            outcome = (
+                RuntimeError("loss not finite for 11 batches")
+                if number == 1
+                else {"metrics": {"final_val_loss": 5.0 - number}}
+            )
+            returns.append(FakeReturn(outcome))
+        return returns
+
+
+def test_a_failed_trial_is_told_as_failed_and_the_search_goes_on(tmp_path):
+    from hydra_plugins.hydra_optuna_sweeper._impl import OptunaSweeperImpl
+
+    from nmt.sweep.search_sweeper import run_search
+
+    cfg = search_config(tmp_path, *HELD, "report_metric=final_val_loss")
+    impl = OptunaSweeperImpl(optuna.samplers.TPESampler(seed=1), "auto", None, None, 3, 1, None, None, None)
+    impl.config, impl.launcher, impl.job_idx = cfg, FakeLauncher(), 0
+    (tmp_path / PLAN).write_text(json.dumps({"search": search_settings(cfg, "final_val_loss")}))
+    run_search(impl, list(cfg.hydra.overrides.task[1:]))
+    trials = read_search(tmp_path)["trials"]
+    assert [t["state"] for t in trials] == ["done", "failed", "done"]
+    assert trials[1]["error"] == "loss not finite for 11 batches" and "value" not in trials[1]
+    # the held settings reach each run as typed, the searched one as sampled
+    assert all(launched[: len(HELD)] == HELD for launched in impl.launcher.launched)
+    assert impl.launcher.launched[0][-1] == f"{LR}={trials[0]['values'][LR]}"
+    report = (tmp_path / "search.md").read_text()
+    assert "Failed (1; told to the sampler as failed, not scored):" in report
+    assert "- trial 1 (" in report and "loss not finite for 11 batches" in report
+    assert "Best: trial 2," in report  # 3.0 against 5.0: lower is better
+
+
+def test_what_a_search_holds_searches_and_follows(tmp_path):
+    cfg = search_config(tmp_path, *HELD, "optim=noam", space=(SPACE, "warmup=int(interval(400,3200))"))
+    assert searched(cfg) == {LR: "tag(log,interval(1e-4,1e-2))", "warmup": "int(interval(400,3200))"}
+    assert held_values(cfg)["optim"] == "noam" and held_values(cfg)["seed"] == "101" and LR not in held_values(cfg)
+    # the runs are checked before any starts at each interval's two ends
+    assert sweep_levels(cfg)[LR] == ["0.0001", "0.01"] and sweep_levels(cfg)["warmup"] == ["400", "3200"]
+    assert search_metric(cfg, "test_bleu") == "best_val_bleu"
+    assert search_metric(cfg, "test_cer") == "best_val_cer"
+    assert search_settings(cfg, "best_val_cer")["direction"] == "minimize"
+    assert search_problem(cfg, "best_val_bleu") is None
+    with pytest.raises(ValueError, match="an interval is not a grid.*hydra/sweeper=search"):
+        expand([SPACE])  # in a grid sweep
+
+
+@pytest.mark.parametrize(
+    "given, space, said",
+    [
+        (["report_metric=test_bleu"], (SPACE,), "a search follows a validation score"),
+        ([], (SPACE, "seed=choice(1,2)"), "seed=choice(1,2): a search trains each trial at one seed"),
+        ([], (), "no key is searched"),
+        (
+            ["hydra.sweeper.direction=minimize"],
+            (SPACE,),
+            "direction=minimize: best_val_bleu is better higher; give maximize",
+        ),
+        (["hydra.sweeper.sampler.seed=null"], (SPACE,), "a rerun would ask other trials"),
+        (["hydra.sweeper.storage=sqlite:///x.db"], (SPACE,), "a search's record is its folder"),
+        (["+baseline={optim: adam}"], (SPACE,), "a search has no cells to test against a baseline"),
+    ],
+)
+def test_a_search_refuses_what_it_cannot_do(tmp_path, given, space, said):
+    cfg = search_config(tmp_path, *HELD, *given, space=space)
+    try:
+        problem = search_problem(cfg, search_metric(cfg, "test_bleu"))
+    except ValueError as err:
+        problem = str(err)
+    assert problem is not None and said in problem
+
+
+def test_a_search_of_a_test_score_stops_before_any_run(tmp_path):
+    command = [sys.executable, str(ROOT / "sweep.py"), "hydra/sweeper=search", *HELD, SPACE]
+    result = subprocess.run(
+        [*command, "report_metric=test_bleu", f"hydra.sweep.dir={tmp_path}"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
+    assert result.returncode == 2 and "report_metric=test_bleu: a search follows a validation score" in result.stderr
+    assert not (tmp_path / SEARCH).exists() and not any(tmp_path.glob("*seed=*"))
