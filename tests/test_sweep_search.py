@@ -21,6 +21,8 @@ from nmt.sweep.search import (
     search_problem,
     search_settings,
     searched,
+    write_search,
+    write_search_report,
 )
 from nmt.sweep.summary import PLAN
 from nmt.utils.configs import ROOT
@@ -114,6 +116,16 @@ def test_a_search_asks_what_optuna_asks_tells_it_each_runs_validation_score_and_
     )
     assert changed.returncode == 2 and "made under other settings or code" in changed.stderr
     assert "model.dropout" in changed.stderr
+    # another range in the same folder: another search, whose trials the record of this one would lose
+    other = [*command[:-2], f"{LR}=tag(log,interval(1e-4,1e-1))", command[-1], "hydra.sweeper.n_trials=2"]
+    refused = subprocess.run(other, capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert refused.returncode == 2 and "holds another search: it searches" in refused.stderr
+    # the report written again from the folder, as a stopped search's message says
+    (tmp_path / "search.md").unlink()
+    from nmt.sweep.report import main as report_main
+
+    report_main([str(tmp_path)])
+    assert f"Best: trial {best['number']}," in (tmp_path / "search.md").read_text()
 
 
 class FakeReturn:
@@ -146,26 +158,74 @@ class FakeLauncher:
         return returns
 
 
-def test_a_failed_trial_is_told_as_failed_and_the_search_goes_on(tmp_path):
+def searched_with(tmp_path, cfg, n_trials: int) -> FakeLauncher:
+    """run_search as Hydra's sweeper calls it, with the plugin's own sweeper and a launcher that runs nothing."""
     from hydra_plugins.hydra_optuna_sweeper._impl import OptunaSweeperImpl
 
     from nmt.sweep.search_sweeper import run_search
 
-    cfg = search_config(tmp_path, *HELD, "report_metric=final_val_loss")
-    impl = OptunaSweeperImpl(optuna.samplers.TPESampler(seed=1), "auto", None, None, 3, 1, None, None, None)
+    impl = OptunaSweeperImpl(optuna.samplers.TPESampler(seed=1), "auto", None, None, n_trials, 1, None, None, None)
     impl.config, impl.launcher, impl.job_idx = cfg, FakeLauncher(), 0
     (tmp_path / PLAN).write_text(json.dumps({"search": search_settings(cfg, "final_val_loss")}))
     run_search(impl, list(cfg.hydra.overrides.task[1:]))
+    return impl.launcher
+
+
+def test_a_failed_trial_is_told_as_failed_and_the_search_goes_on(tmp_path):
+    cfg = search_config(tmp_path, *HELD, "report_metric=final_val_loss", "hydra.sweeper.n_trials=3")
+    launcher = searched_with(tmp_path, cfg, 3)
     trials = read_search(tmp_path)["trials"]
     assert [t["state"] for t in trials] == ["done", "failed", "done"]
     assert trials[1]["error"] == "loss not finite for 11 batches" and "value" not in trials[1]
     # the held settings reach each run as typed, the searched one as sampled
-    assert all(launched[: len(HELD)] == HELD for launched in impl.launcher.launched)
-    assert impl.launcher.launched[0][-1] == f"{LR}={trials[0]['values'][LR]}"
+    assert all(launched[: len(HELD)] == HELD for launched in launcher.launched)
+    assert launcher.launched[0][-1] == f"{LR}={trials[0]['values'][LR]}"
     report = (tmp_path / "search.md").read_text()
-    assert "Failed (1; told to the sampler as failed, not scored):" in report
+    assert "Failed (1; told to the sampler as failed, not scored; a rerun runs them again):" in report
     assert "- trial 1 (" in report and "loss not finite for 11 batches" in report
     assert "Best: trial 2," in report  # 3.0 against 5.0: lower is better
+    # a sitting of fewer trials asks the first ones again and keeps the later ones in the record
+    searched_with(tmp_path, cfg, 2)
+    assert read_search(tmp_path)["trials"] == trials
+
+
+def test_the_search_report_says_a_tie_an_end_of_the_range_and_how_to_compare_the_first_trials(tmp_path):
+    settings = {
+        "metric": "best_val_bleu",
+        "direction": "maximize",
+        "space": {LR: "tag(log,interval(1e-4,1e-2))", "warmup": "int(interval(400,3200))"},
+        "held": {"data": "toy", "optim": "noam", "seed": "101", "test_after_training": "false"},
+        "n_trials": 4,
+        "n_jobs": 1,
+        "sampler": "TPESampler",
+        "sampler_seed": 1,
+    }
+    trials = [  # lr 1.1e-4 is 2% of the log range from its low end; warm-up 1800 mid-range
+        {"number": n, "run": f"r{n}", "values": {LR: lr, "warmup": w, "seed": "101"}, "state": "done", "value": v}
+        for n, lr, w, v in ((0, 3e-3, 900, 20.0), (1, 1.1e-4, 1800, 31.5), (2, 5e-4, 3000, 31.5), (3, 1e-3, 500, 9.0))
+    ]
+    write_search(tmp_path, settings, trials)
+    report = write_search_report(tmp_path).read_text()
+    assert f"Best: trial 1, {LR}=0.00011 warmup=1800: best_val_bleu 31.50." in report
+    assert "It ties with trials 2: best_val_bleu does not tell them apart" in report
+    assert f"Its {LR} lies at the end of the range searched (0.0001)" in report and "Its warmup" not in report
+    # two keys: one sweep per trial (a grid would cross their values), pooled by tune on the search's metric
+    common = "python sweep.py grid=none data=toy optim=noam test_after_training=false report_metric=best_val_bleu"
+    assert f"{common} {LR}=0.00011 warmup=1800 seed=201,202,203 sweep_name=<name>_t1" in report
+    assert f"{common} {LR}=0.003 warmup=900 seed=201,202,203 sweep_name=<name>_t0" in report
+    assert "sweep.py tune sweeps/<name>_t1 sweeps/<name>_t2 sweeps/<name>_t0 --level" in report
+    assert "--metric best_val_bleu" in report
+
+
+def test_a_search_none_of_whose_trials_scored_ends_with_status_1(tmp_path):
+    from nmt.sweep.runner import SweepReport
+
+    cfg = search_config(tmp_path, *HELD)
+    trial = {"number": 0, "run": "r0", "values": {LR: 1e-3, "seed": "101"}, "state": "failed", "error": "no score"}
+    write_search(tmp_path, {}, [trial])
+    with pytest.raises(SystemExit) as ended:
+        SweepReport().on_multirun_end(cfg)
+    assert ended.value.code == 1
 
 
 def test_what_a_search_holds_searches_and_follows(tmp_path):
@@ -196,15 +256,33 @@ def test_what_a_search_holds_searches_and_follows(tmp_path):
         (["hydra.sweeper.sampler.seed=null"], (SPACE,), "a rerun would ask other trials"),
         (["hydra.sweeper.storage=sqlite:///x.db"], (SPACE,), "a search's record is its folder"),
         (["+baseline={optim: adam}"], (SPACE,), "a search has no cells to test against a baseline"),
+        (
+            ["grid=default"],
+            (SPACE,),
+            "the default grid=transformer would add norm, optim, pos, smoothing to the search",
+        ),
     ],
 )
 def test_a_search_refuses_what_it_cannot_do(tmp_path, given, space, said):
-    cfg = search_config(tmp_path, *HELD, *given, space=space)
+    held = [o for o in HELD if o != "grid=none"] if "grid=default" in given else HELD
+    cfg = search_config(tmp_path, *held, *(g for g in given if g != "grid=default"), space=space)
     try:
         problem = search_problem(cfg, search_metric(cfg, "test_bleu"))
     except ValueError as err:
         problem = str(err)
     assert problem is not None and said in problem
+
+
+def test_a_search_refuses_an_interval_of_a_group_and_a_final_score_its_runs_do_not_make(tmp_path):
+    from nmt.sweep.inputs import RunConfigs, metric_problem
+
+    with pytest.raises(ValueError, match="pos is a config group, whose options are names; search them with pos=choice"):
+        sweep_levels(search_config(tmp_path, *HELD, space=("pos=interval(1,2)",)))
+    cfg = search_config(tmp_path, *HELD, "val_after_training=false")
+    runs = RunConfigs()
+    assert runs.read(cfg, sweep_levels(cfg)) is None
+    assert "val_after_training=false" in metric_problem(cfg, runs, "val_as_test_bleu")
+    assert metric_problem(cfg, runs, "best_val_bleu") is None
 
 
 def test_a_search_of_a_test_score_stops_before_any_run(tmp_path):

@@ -204,11 +204,11 @@ def _replaced_group(config: DictConfig, key: str) -> str:
     return f" (the grid sets {group}={grid}, and the command line's {group}={given[-1]} replaces it)"
 
 
-def metric_problem(config: DictConfig, runs: RunConfigs) -> str | None:
-    """A report metric that no run records, or a final score that no run computes."""
+def metric_problem(config: DictConfig, runs: RunConfigs, metric: str | None = None) -> str | None:
+    """A report metric (or a search's ``metric``) that no run records, or a final score that no run computes."""
     from nmt.tasks.base import FINAL_RESULTS
 
-    metric = config.get("report_metric", "auto")
+    metric = metric or config.get("report_metric", "auto")
     if metric != "auto" and metric not in runs.recorded:  # the report ranks by a metric some run records
         close = difflib.get_close_matches(str(metric), sorted(runs.recorded), n=1)
         hint = f" (did you mean {close[0]}?)" if close else ""

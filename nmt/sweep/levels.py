@@ -86,6 +86,11 @@ def expand(overrides: list[str], interval_ends: bool = False) -> dict[str, list[
                 f"{override.input_line}: glob() is not supported in a sweep; list the levels ({key}=a,b,...)"
             )
         if override.is_interval_sweep():
+            if interval_ends and (CONF / key).is_dir():
+                raise ValueError(
+                    f"{override.input_line}: {key} is a config group, whose options are names; search them with "
+                    f"{key}=choice(a,b)"
+                )
             if interval_ends:
                 interval = override.value()
                 levels[key] = [str(interval.start), str(interval.end)]

@@ -449,6 +449,16 @@ def main(argv: list[str]) -> None:
     if not Path(args.sweep_dir).is_dir():
         found = "a file, not a folder" if Path(args.sweep_dir).exists() else "no such folder"
         raise SystemExit(f"error: {args.sweep_dir}: {found}; give a sweep's folder (sweeps/<sweep_name>)")
+    if summary.planned(Path(args.sweep_dir)).get("search"):  # a search: its trials ranked by the metric it followed
+        from nmt.sweep.search import write_search_report
+
+        if args.metric or args.sentence is not None:
+            raise SystemExit(
+                f"error: {args.sweep_dir} is a search: its report ranks its trials by the validation metric it "
+                "followed, and shows no test sentence; give neither --metric nor --sentence"
+            )
+        print(f"written: {write_search_report(Path(args.sweep_dir))}")
+        return
     saved = Path(args.sweep_dir) / "multirun.yaml"
     if saved.is_file():
         config = OmegaConf.load(saved)

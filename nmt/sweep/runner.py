@@ -27,7 +27,7 @@ from nmt.sweep.child import (
     run_child,
 )
 from nmt.sweep.gpus import GpuPool, finish_mps, mps_folder, start_mps, visible_gpus
-from nmt.sweep.inputs import RunConfigs, input_problem
+from nmt.sweep.inputs import RunConfigs, input_problem, metric_problem
 from nmt.sweep.levels import (
     hydra_quoted,
     is_search,
@@ -61,7 +61,16 @@ from nmt.sweep.progress import (
 )
 from nmt.sweep.records import RESULT, collect_records, read_record, run_record
 from nmt.sweep.report import set_aside, write_report
-from nmt.sweep.search import print_search_plan, search_metric, search_problem, search_settings, trial_runs
+from nmt.sweep.search import (
+    DONE_STATE,
+    other_search,
+    print_search_plan,
+    read_search,
+    search_metric,
+    search_problem,
+    search_settings,
+    trial_runs,
+)
 from nmt.sweep.summary import FAILED, PLAN, failed_runs
 from nmt.sweep.tuned import checked_tuned_file
 from nmt.training.run_folder import RunFolderError, RunLock, finished_results, resumable, trained_results
@@ -303,7 +312,7 @@ class SweepReport(Callback):
             )
             raise SystemExit(2)
         sweep_dir.mkdir(parents=True, exist_ok=True)
-        self._take_over(config, sweep_dir)
+        self._take_over(sweep_dir)
         settings = plain_settings(config.get("level_settings"))
         swept = set(factors) | {"seed"}  # as run_cell names the folders
         names = [run_name(values, swept) for values in planned_values(config)]
@@ -326,24 +335,18 @@ class SweepReport(Callback):
         except ValueError as err:
             print(f"error: {err}", file=sys.stderr)
             raise SystemExit(2) from None
-        problem = search_problem(config, metric)
-        if not problem and metric not in runs.recorded:
-            problem = (
-                f"report_metric={metric}: the runs of this search do not record it; they record {sorted(runs.recorded)}"
-            )
+        # a metric the runs do not record, or a final score they do not make: trained for nothing otherwise
+        problem = search_problem(config, metric) or metric_problem(config, runs, metric)
         settings = search_settings(config, metric)
         plan_path = sweep_dir / PLAN
         before = json.loads(plan_path.read_text()) if plan_path.is_file() else None
-        if (
-            not problem
-            and before is not None
-            and sorted(before.get("search", {}).get("space", ["a grid"])) != sorted(settings["space"])
-        ):
-            what = f"a search of {sorted(before['search']['space'])}" if "search" in before else "a grid sweep"
-            problem = (
-                f"{sweep_dir} holds {what}; this search searches {sorted(settings['space'])}. Give it its own "
-                f"{own_folder(config)}, or remove that folder"
-            )
+        if not problem and before is not None:
+            differs = other_search(before["search"], settings) if "search" in before else "it is a grid sweep"
+            if differs:  # a rerun asks the same trials only as the same search: its earlier record would be lost
+                problem = (
+                    f"{sweep_dir} holds another search: {differs}. Give this one its own {own_folder(config)}, or "
+                    "remove that folder"
+                )
         if problem:
             print(f"error: {problem}", file=sys.stderr)
             raise SystemExit(2)
@@ -356,12 +359,13 @@ class SweepReport(Callback):
             listing = "; ".join(f"{name} ({', '.join(found[:3])})" for name, found in list(changed.items())[:3])
             print(
                 f"error: {len(changed)} trial run(s) of {sweep_dir} were made under other settings or code: {listing}. "
-                f"A rerun asks the same trials, so give this search its own {own_folder(config)}, or remove them",
+                f"A rerun asks the same trials, so give this search its own {own_folder(config)}, or remove them "
+                "(on_changed=move is a grid's: a search's trials are asked again, not run afresh)",
                 file=sys.stderr,
             )
             raise SystemExit(2)
         sweep_dir.mkdir(parents=True, exist_ok=True)
-        self._take_over(config, sweep_dir)
+        self._take_over(sweep_dir)
         plan = {
             "factors": {k: [v] for k, v in settings["space"].items()},
             "runs": settings["n_trials"],
@@ -373,12 +377,14 @@ class SweepReport(Callback):
         self._launching(config, sweep_dir)
 
     @staticmethod
-    def _take_over(config: DictConfig, sweep_dir: Path) -> None:
+    def _take_over(sweep_dir: Path) -> None:
+        """The sweep's process marked as such and its signals handled (children saved, the sweep stopped)."""
         mark_sweep_process()  # before the launcher starts its workers, which inherit it
         _SIGNALS[str(sweep_dir)] = handle_sweep_signals()
 
     @staticmethod
     def _launching(config: DictConfig, sweep_dir: Path) -> None:
+        """As the launcher starts: the time window of start_runs_for begins; gpu_mps: the daemon started."""
         atomic_write_text(sweep_dir / LAUNCHED, f"{time.time():.3f}\n")  # a rerun gets a fresh time window
         if config.get("gpu_mps"):
             _MPS[str(sweep_dir)] = mps = start_mps(sweep_dir)
@@ -395,8 +401,11 @@ class SweepReport(Callback):
             finish_mps(*mps, Path(config.hydra.sweep.dir), runs_started_this_sitting(Path(config.hydra.sweep.dir)))
         failed = failed_runs(config.hydra.sweep.dir)
         if is_search(config):  # its report was written by its sweeper, which read each trial's score
-            if failed and not collect_records(Path(config.hydra.sweep.dir)):
-                _stop_if_failed(failed)  # no trial ran: a failure of every run, not a trial's outcome
+            trials = read_search(Path(config.hydra.sweep.dir)).get("trials", [])
+            if trials and not any(t.get("state") == DONE_STATE for t in trials):
+                # no trial scored: a failure of every run, not a trial's outcome
+                print(f"error: no trial of {config.hydra.sweep.dir} was scored (search.md says why)", file=sys.stderr)
+                raise SystemExit(1)
             return
         if not collect_records(Path(config.hydra.sweep.dir)):
             resume = "" if failed else "; rerun the sweep to resume"

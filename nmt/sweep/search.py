@@ -79,8 +79,18 @@ def search_problem(config: DictConfig, metric: str) -> str | None:
     """One line for a search that cannot be run as asked: nothing searched, the seed searched, a baseline, a
     direction against the metric's, a sampler without a seed, a storage of its own. (A grid sampler is refused
     by Hydra, as the search's sampler seed is not one of its keys: sweep.py without a search is the grid.)"""
+    from omegaconf import OmegaConf
+
     sweeper = config.hydra.sweeper
     space = searched(config)
+    typed = {o.lstrip("+~").partition("=")[0] for o in config.hydra.overrides.task}
+    from_grid = sorted(k for k in space if k in (sweeper.get("params") or {}) and k not in typed)
+    grid = OmegaConf.select(config, "hydra.runtime.choices.grid", default=None)
+    if from_grid and "grid" not in typed:  # the default grid: its factors would be searched unasked
+        return (
+            f"the default grid={grid} would add {', '.join(from_grid)} to the search as choices; give grid=none to "
+            f"search only what the command line ranges, or grid={grid} to search its factors too"
+        )
     if not space:
         return (
             "hydra/sweeper=search: no key is searched; give one a range, e.g. 'optim.optimizer.lr=tag(log,"
@@ -120,8 +130,17 @@ def search_problem(config: DictConfig, metric: str) -> str | None:
 
 def search_settings(config: DictConfig, metric: str) -> dict:
     """What search.json and the report say of the search as a whole."""
+    from omegaconf import OmegaConf
+
     sampler = config.hydra.sweeper.get("sampler") or {}
     return {
+        # what decides which trials are asked, beside the scores told: a rerun that changed one would ask others
+        "asked_by": {
+            "space": searched(config),
+            "metric": metric,
+            "n_jobs": int(config.hydra.sweeper.n_jobs),
+            "sampler": OmegaConf.to_container(sampler, resolve=True) if sampler else {},
+        },
         "metric": metric,
         "direction": "minimize" if lower_is_better(metric) else "maximize",
         "space": searched(config),
@@ -131,6 +150,27 @@ def search_settings(config: DictConfig, metric: str) -> dict:
         "sampler": str(sampler.get("_target_", "")).rpartition(".")[2],
         "sampler_seed": sampler.get("seed"),
     }
+
+
+def other_search(before: dict, settings: dict) -> str | None:
+    """How a search already in the folder (its plan's settings) differs in what decides its trials from this
+    one: a rerun asks the same trials only where the range, metric, batch and sampler are the same."""
+    was, now = before.get("asked_by") or {}, settings["asked_by"]
+    for key, what in (
+        ("space", "searches"),
+        ("metric", "follows"),
+        ("n_jobs", "asks at once"),
+        ("sampler", "samples by"),
+    ):
+        if was.get(key) != now[key]:
+            return f"it {what} {_said(was.get(key))}, this one {_said(now[key])}"
+    return None
+
+
+def _said(value) -> str:
+    if isinstance(value, dict) and all(isinstance(v, str) for v in value.values()):
+        return " ".join(f"{k}={v}" for k, v in value.items()) or "nothing"
+    return str(value)
 
 
 def read_search(sweep_dir: Path) -> dict:
@@ -160,22 +200,39 @@ def ranked_trials(search: dict) -> list[dict]:
     return sorted(told, key=lambda t: (sign * t["value"], t["number"]))
 
 
+def settled(sweep_dir: Path, search: dict) -> dict:
+    """The search with each trial asked but not told (a search stopped while it waited) settled from its run's
+    record where the run finished: what ``sweep.py report`` shows of a stopped search."""
+    trials = []
+    for trial in search.get("trials", []):
+        if (
+            trial.get("state") == ASKED_STATE
+            and (value := trial_value(_record(sweep_dir / trial["run"]), search["metric"])) is not None
+        ):
+            trial = {**trial, "state": DONE_STATE, "value": value}
+        trials.append(trial)
+    return {**search, "trials": trials}
+
+
 def write_search_report(sweep_dir: Path) -> Path:
     """search.md: the trials ranked by their validation metric, the failed ones with their errors, the best
-    trial's settings, and how to confirm the first few over seeds before a factorial takes them."""
+    trial's settings (said where it ties or lies at the end of a range), and how to compare the first few over
+    seeds before a factorial takes them."""
     sweep_dir = Path(sweep_dir)
-    search = read_search(sweep_dir)
+    search = settled(sweep_dir, read_search(sweep_dir))
     metric, space = search["metric"], search["space"]
     ranked = ranked_trials(search)
     better = "lower" if search["direction"] == "minimize" else "higher"
     seeds = sorted({str(t["values"].get("seed", "")) for t in search["trials"]} - {""})
+    waiting = sum(t.get("state") == ASKED_STATE for t in search["trials"])
     lines = [
         f"# Search {sweep_dir.name}",
         "",
         f"{len(search['trials'])} trials of {search['n_trials']}, each one run at seed {', '.join(seeds) or '?'}; "
         f"each trial's settings chosen by Optuna's {search['sampler']} (seed {search['sampler_seed']}) from the "
         f"trials before it, {search['n_jobs']} asked at once. Ranked by {metric} (validation, {better} is better): "
-        "the test set was not read to choose.",
+        "the test set was not read to choose."
+        + (f" {waiting} trial(s) unfinished: the search was stopped; rerun it to go on." if waiting else ""),
         "",
         "Searched: " + "; ".join(f"`{k}={v}`" for k, v in space.items()),
         "",
@@ -190,32 +247,76 @@ def write_search_report(sweep_dir: Path) -> Path:
         lines.append("| " + " | ".join(row) + " |")
     failed = [t for t in search["trials"] if t.get("state") == FAILED_STATE]
     if failed:
-        lines += ["", f"Failed ({len(failed)}; told to the sampler as failed, not scored):"]
+        lines += ["", f"Failed ({len(failed)}; told to the sampler as failed, not scored; a rerun runs them again):"]
         lines += [f"- trial {t['number']} ({t['run']}): {t.get('error') or 'no score'}" for t in failed]
     if ranked:
         best = ranked[0]
-        held = " ".join(f"{k}={_shown(best['values'][k])}" for k in keys)
-        lines += ["", f"Best: trial {best['number']}, {held}: {metric} {fmt(best['value'])}."]
-        lines += ["", *_confirm_lines(ranked, keys, search.get("held") or {})]
+        lines += ["", f"Best: trial {best['number']}, {_settings_of(best, keys)}: {metric} {fmt(best['value'])}."]
+        tied = [t for t in ranked if t["value"] == best["value"]]
+        if len(tied) > 1:
+            lines.append(
+                f"It ties with trials {', '.join(str(t['number']) for t in tied[1:])}: "
+                f"{metric} does not tell them apart, and the first asked is shown first. Give the runs a budget or "
+                "a metric that separates them."
+            )
+        lines += [f"{line}." for line in _at_the_edge(best, space)]
+        lines += ["", *_confirm_lines(ranked, keys, search)]
     atomic_write_text(sweep_dir / REPORT, "\n".join(lines) + "\n")
     return sweep_dir / REPORT
 
 
-def _confirm_lines(ranked: list[dict], keys: list[str], held: dict[str, str]) -> list[str]:
-    """Each trial ran one seed, so a lead smaller than the seeds' scatter is not established: the command of a
-    grid over the first trials' values and three seeds of their own, which ``sweep.py tune`` chooses from."""
-    first = ranked[:3]
-    levels = {k: sorted({_shown(t["values"][k]) for t in first}, key=_order) for k in keys}
-    grid = " ".join(f"{k}={','.join(v)}" for k, v in levels.items())
+def _at_the_edge(trial: dict, space: dict[str, str]) -> list[str]:
+    """The searched intervals whose end the trial's value lies at (within 5% of the range, on the log scale
+    for a log range): a wider range may hold a better value."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    said = []
+    for key, text in space.items():
+        override = OverridesParser.create().parse_override(f"{key}={text}")
+        if not override.is_interval_sweep() or not isinstance(trial["values"].get(key), int | float):
+            continue
+        interval = override.value()
+        low, high, value = float(interval.start), float(interval.end), float(trial["values"][key])
+        if "log" in interval.tags and low > 0:
+            low, high, value = math.log(low), math.log(high), math.log(value)
+        where = (value - low) / (high - low) if high > low else 0.5
+        if where < 0.05 or where > 0.95:
+            end = interval.start if where < 0.05 else interval.end
+            said.append(f"Its {key} lies at the end of the range searched ({end}): a wider range may hold better")
+    return said
+
+
+def _confirm_lines(ranked: list[dict], keys: list[str], search: dict) -> list[str]:
+    """Each trial ran one seed, so a lead smaller than the seeds' scatter is not established: the commands that
+    run the first trials again over seeds of their own, with the search's other settings, and ``sweep.py
+    tune``, which chooses between them on the metric the search followed (one grid where one key was searched;
+    a sweep per trial otherwise, which ``tune`` pools: a grid would cross their values)."""
+    first, metric = ranked[:3], search["metric"]
+    held = search.get("held") or {}
     held = " ".join(f"{k}={v}" for k, v in held.items() if k not in ("seed", "grid"))
+    common = f"python sweep.py grid=none {held} report_metric={metric}"
+    if len(keys) == 1:
+        values = ",".join(sorted({_shown(t["values"][keys[0]]) for t in first}, key=_order))
+        commands = [f"{common} {keys[0]}={values} seed=201,202,203 sweep_name=<name>"]
+        folders = "sweeps/<name>"
+    else:
+        commands = [
+            f"{common} {_settings_of(t, keys)} seed=201,202,203 sweep_name=<name>_t{t['number']}" for t in first
+        ]
+        folders = " ".join(f"sweeps/<name>_t{t['number']}" for t in first)
     return [
-        f"Each trial is one run at one seed: a lead smaller than the scatter between seeds is not established. "
-        f"Before a factorial takes these settings, compare the first {len(first)} over seeds (a grid: it crosses "
-        "their values), with the search's other settings:",
+        "Each trial is one run at one seed: a lead smaller than the scatter between seeds is not established. "
+        f"Before a factorial takes these settings, run the first {len(first)} again over seeds of their own, then "
+        f"let `sweep.py tune` choose on {metric} (values as shown here, to 4 digits):",
         "",
-        f"    python sweep.py grid=none {held} {grid} seed=201,202,203 sweep_name=<name>",
-        "    python sweep.py tune sweeps/<name> --level <the level they are for> --out conf/tuned/<name>.yaml",
+        *(f"    {command}" for command in commands),
+        f"    python sweep.py tune {folders} --level <the factor they are for, e.g. optim> --metric {metric} "
+        "--out conf/tuned/<name>.yaml",
     ]
+
+
+def _settings_of(trial: dict, keys: list[str]) -> str:
+    return " ".join(f"{k}={_shown(trial['values'][k])}" for k in keys)
 
 
 def _shown(value) -> str:
@@ -276,16 +377,20 @@ def print_search_plan(sweep_dir: Path, config: DictConfig, settings: dict, chang
     left = max(settings["n_trials"] - len(done) - len(failed), 0)
     print(
         f"  trials asked before: {len(trials)} ({len(done)} done, {len(failed)} failed): a rerun asks them again and "
-        f"reuses their runs; trials to run: {left}"
+        f"reuses their runs; trials to run: {left} new"
+        + (f", and the {len(failed)} failed ones again" if failed else "")
     )
     walls = [run_cost_s(r) for t in done if (r := _record(sweep_dir / t["run"]))]
     if changed:
         print("  expected cost: none: the search would stop first (below)")
-    elif walls and left:
-        hours = sum(walls) / len(walls) * left / 3600
+    elif walls and left + len(failed):
+        hours = sum(walls) / len(walls) * (left + len(failed)) / 3600
         cost = f"{hours:.1f} h" if hours >= 0.1 else f"{hours * 60:.1f} min"
         print(f"  expected cost: about {cost} of run time (the mean of its {len(walls)} finished runs)")
     else:
-        print("  expected cost: " + ("nothing left to run" if not left else "unknown until a trial has finished"))
+        print(
+            "  expected cost: "
+            + ("nothing left to run" if not left + len(failed) else "unknown until a trial has finished")
+        )
     for name, found in changed.items():
         print(f"  under other settings: {name}: {'; '.join(found[:4])}")

@@ -24,6 +24,7 @@ from nmt.sweep.search import (
     DONE_STATE,
     FAILED_STATE,
     ranked_trials,
+    read_search,
     trial_value,
     write_search,
     write_search_report,
@@ -54,6 +55,9 @@ def run_search(impl, arguments: list[str]) -> None:
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # the sweep prints each trial itself
     study = optuna.create_study(study_name=impl.study_name, sampler=impl.sampler, direction=settings["direction"])
     trials: list[dict] = []
+    # the trials a sitting with more n_trials asked beyond this one's: the same search (the start refuses
+    # another in its folder), kept in its record
+    later = read_search(sweep_dir).get("trials", [])
     while len(trials) < impl.n_trials:
         if too_late_to_start(sweep_dir, config.get("start_runs_for")):
             print(f"[search] start_runs_for={config.start_runs_for} has passed: no more trials; rerun to go on")
@@ -76,7 +80,7 @@ def run_search(impl, arguments: list[str]) -> None:
             batch.append((trial, entry))
             trials.append(entry)
             print(f"[search] trial {trial.number}: {' '.join(f'{k}={v}' for k, v in trial.params.items())}")
-        write_search(sweep_dir, settings, trials)
+        write_search(sweep_dir, settings, trials + later[len(trials) :])
         returns = impl.launcher.launch([tuple(e["overrides"]) for _, e in batch], initial_job_idx=impl.job_idx)
         impl.job_idx += len(returns)
         for (trial, entry), ret in zip(batch, returns, strict=True):
@@ -99,7 +103,7 @@ def run_search(impl, arguments: list[str]) -> None:
                     f"{best['number']} ({best['value']:.4g})",
                     flush=True,
                 )
-        write_search(sweep_dir, settings, trials)
+        write_search(sweep_dir, settings, trials + later[len(trials) :])
     if any(t["state"] != ASKED_STATE for t in trials):
         print(f"[search] report: {write_search_report(sweep_dir)}")
 
