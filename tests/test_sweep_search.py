@@ -22,8 +22,8 @@ from nmt.sweep.search import (
     search_settings,
     searched,
     write_search,
-    write_search_report,
 )
+from nmt.sweep.search_report import write_search_report
 from nmt.sweep.summary import PLAN
 from nmt.utils.configs import ROOT
 from tests.conftest import tiny_overrides
@@ -33,17 +33,17 @@ SPACE = f"{LR}=tag(log,interval(1e-4,1e-2))"
 HELD = ["grid=none", *[o for o in tiny_overrides() if not o.startswith("name=")], "threads=1", "seed=101"]
 
 
-def search_config(tmp_path, *given: str, space: tuple[str, ...] = (SPACE,)):
+def search_config(tmp_path, *given: str, space: tuple[str, ...] = (SPACE,), sweeper: str = "search"):
     """A search's config as its sweep's start reads it: the command line's held settings composed in, the
     searched keys left in hydra.overrides.task (Hydra composes no sweep into the config)."""
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         cfg = compose(
             "sweep",
-            overrides=["hydra/sweeper=search", *given, f"hydra.sweep.dir={tmp_path}"],
+            overrides=[f"hydra/sweeper={sweeper}", *given, f"hydra.sweep.dir={tmp_path}"],
             return_hydra_config=True,
         )
     with open_dict(cfg):
-        cfg.hydra.overrides.task = ["hydra/sweeper=search", *given, *space]
+        cfg.hydra.overrides.task = [f"hydra/sweeper={sweeper}", *given, *space]
     return cfg
 
 
@@ -120,6 +120,11 @@ def test_a_search_asks_what_optuna_asks_tells_it_each_runs_validation_score_and_
     other = [*command[:-2], f"{LR}=tag(log,interval(1e-4,1e-1))", command[-1], "hydra.sweeper.n_trials=2"]
     refused = subprocess.run(other, capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert refused.returncode == 2 and "holds another search: it searches" in refused.stderr
+    # a grid in the search's folder would mix its runs with the trials
+    grid = [c for c in command[:-2] if not c.startswith(("hydra/sweeper", "hydra.sweeper"))]
+    grid += [f"{LR}=0.001", command[-1]]
+    mixed = subprocess.run(grid, capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert mixed.returncode == 2 and "holds a search; a grid in its folder" in mixed.stderr
     # the report written again from the folder, as a stopped search's message says
     (tmp_path / "search.md").unlink()
     from nmt.sweep.report import main as report_main
@@ -140,32 +145,35 @@ class FakeReturn:
 
 
 class FakeLauncher:
-    """Runs nothing: the second trial's job raises, the others record a score."""
+    """Runs nothing: the job of ``failing`` raises, the one of ``unrun`` returns nothing (another process
+    trains it), the others record a score."""
 
-    def __init__(self):
-        self.launched = []
+    def __init__(self, failing: int | None = 1, unrun: int | None = None):
+        self.launched, self.failing, self.unrun = [], failing, unrun
+        self.scores = {}  # a run's score, the same whenever it is launched again (its record reused)
 
     def launch(self, overrides, initial_job_idx):
         returns = []
         for number, trial in enumerate(overrides, initial_job_idx):
             self.launched.append(list(trial))
-            outcome = (
-                RuntimeError("loss not finite for 11 batches")
-                if number == 1
-                else {"metrics": {"final_val_loss": 5.0 - number}}
-            )
+            if number == self.failing:
+                outcome = RuntimeError("loss not finite for 11 batches")
+            else:
+                score = self.scores.setdefault(tuple(trial), 5.0 - number)
+                outcome = None if number == self.unrun else {"metrics": {"final_val_loss": score}}
             returns.append(FakeReturn(outcome))
         return returns
 
 
-def searched_with(tmp_path, cfg, n_trials: int) -> FakeLauncher:
+def searched_with(tmp_path, cfg, n_trials: int, launcher=None, n_jobs: int = 1, startup: int = 10) -> FakeLauncher:
     """run_search as Hydra's sweeper calls it, with the plugin's own sweeper and a launcher that runs nothing."""
     from hydra_plugins.hydra_optuna_sweeper._impl import OptunaSweeperImpl
 
     from nmt.sweep.search_sweeper import run_search
 
-    impl = OptunaSweeperImpl(optuna.samplers.TPESampler(seed=1), "auto", None, None, n_trials, 1, None, None, None)
-    impl.config, impl.launcher, impl.job_idx = cfg, FakeLauncher(), 0
+    sampler = optuna.samplers.TPESampler(seed=1, n_startup_trials=startup)
+    impl = OptunaSweeperImpl(sampler, "auto", None, None, n_trials, n_jobs, None, None, None)
+    impl.config, impl.launcher, impl.job_idx = cfg, launcher or FakeLauncher(), 0
     (tmp_path / PLAN).write_text(json.dumps({"search": search_settings(cfg, "final_val_loss")}))
     run_search(impl, list(cfg.hydra.overrides.task[1:]))
     return impl.launcher
@@ -181,12 +189,36 @@ def test_a_failed_trial_is_told_as_failed_and_the_search_goes_on(tmp_path):
     assert all(launched[: len(HELD)] == HELD for launched in launcher.launched)
     assert launcher.launched[0][-1] == f"{LR}={trials[0]['values'][LR]}"
     report = (tmp_path / "search.md").read_text()
-    assert "Failed (1; told to the sampler as failed, not scored; a rerun runs them again):" in report
-    assert "- trial 1 (" in report and "loss not finite for 11 batches" in report
+    assert "Failed (1; told to the sampler as failed, not scored):" in report
+    assert "- trial 1 (" in report and "loss not finite for 11 batches; its run failed: a rerun runs it again" in report
     assert "Best: trial 2," in report  # 3.0 against 5.0: lower is better
     # a sitting of fewer trials asks the first ones again and keeps the later ones in the record
     searched_with(tmp_path, cfg, 2)
     assert read_search(tmp_path)["trials"] == trials
+
+
+def test_a_rerun_replays_the_trials_asked_before_whatever_their_outcomes_now(tmp_path):
+    """TPE (here from its second trial) learns from the scores told: a trial that failed or did not run in the
+    first sitting and scores now would change every later draw, and the first sitting's runs be lost. The
+    rerun asks the recorded trials again with their own values."""
+    cfg = search_config(tmp_path, *HELD, "report_metric=final_val_loss", "hydra.sweeper.n_trials=4")
+    searched_with(tmp_path, cfg, 4, FakeLauncher(failing=1, unrun=2), startup=1)
+    first = read_search(tmp_path)["trials"]
+    assert [t["state"] for t in first] == ["done", "failed", "asked", "done"]  # asked: not told, not run here
+    searched_with(tmp_path, cfg, 5, FakeLauncher(failing=None), startup=1)
+    again = read_search(tmp_path)["trials"]
+    assert [t["values"] for t in again[:4]] == [t["values"] for t in first]
+    assert [t["state"] for t in again] == ["done"] * 5 and again[4]["values"] not in [t["values"] for t in first]
+
+
+def test_a_run_asked_twice_in_a_batch_is_launched_once_and_reported_once(tmp_path):
+    cfg = search_config(tmp_path, *HELD, "report_metric=final_val_loss", space=("model.dropout=choice(0.1)",))
+    launcher = searched_with(tmp_path, cfg, 4, FakeLauncher(failing=None), n_jobs=2)
+    assert len(launcher.launched) == 2  # two batches of one run each
+    trials = read_search(tmp_path)["trials"]
+    assert len({t["run"] for t in trials}) == 1 and [t["state"] for t in trials] == ["done"] * 4
+    report = (tmp_path / "search.md").read_text()
+    assert "| 1 | 0, 1, 2, 3 | 0.1 |" in report and "ties" not in report
 
 
 def test_the_search_report_says_a_tie_an_end_of_the_range_and_how_to_compare_the_first_trials(tmp_path):
@@ -195,6 +227,7 @@ def test_the_search_report_says_a_tie_an_end_of_the_range_and_how_to_compare_the
         "direction": "maximize",
         "space": {LR: "tag(log,interval(1e-4,1e-2))", "warmup": "int(interval(400,3200))"},
         "held": {"data": "toy", "optim": "noam", "seed": "101", "test_after_training": "false"},
+        "held_lines": ["grid=none", "data=toy", "optim=noam", "seed=101", "test_after_training=false", "~logger"],
         "n_trials": 4,
         "n_jobs": 1,
         "sampler": "TPESampler",
@@ -207,10 +240,12 @@ def test_the_search_report_says_a_tie_an_end_of_the_range_and_how_to_compare_the
     write_search(tmp_path, settings, trials)
     report = write_search_report(tmp_path).read_text()
     assert f"Best: trial 1, {LR}=0.00011 warmup=1800: best_val_bleu 31.50." in report
-    assert "It ties with trials 2: best_val_bleu does not tell them apart" in report
+    assert "It ties with trials 2, run with other settings: best_val_bleu does not tell them apart" in report
     assert f"Its {LR} lies at the end of the range searched (0.0001)" in report and "Its warmup" not in report
     # two keys: one sweep per trial (a grid would cross their values), pooled by tune on the search's metric
-    common = "python sweep.py grid=none data=toy optim=noam test_after_training=false report_metric=best_val_bleu"
+    common = (
+        "python sweep.py grid=none data=toy optim=noam test_after_training=false '~logger' report_metric=best_val_bleu"
+    )
     assert f"{common} {LR}=0.00011 warmup=1800 seed=201,202,203 sweep_name=<name>_t1" in report
     assert f"{common} {LR}=0.003 warmup=900 seed=201,202,203 sweep_name=<name>_t0" in report
     assert "sweep.py tune sweeps/<name>_t1 sweeps/<name>_t2 sweeps/<name>_t0 --level" in report
@@ -261,6 +296,10 @@ def test_what_a_search_holds_searches_and_follows(tmp_path):
             (SPACE,),
             "the default grid=transformer would add norm, optim, pos, smoothing to the search",
         ),
+        (["hydra.sweeper.n_jobs=2"], (SPACE,), "would run one after another; add hydra/launcher=joblib"),
+        (["gpu_pool=true", "runs_per_gpu=4"], (SPACE,), "runs_per_gpu=4: a search launches hydra.sweeper.n_jobs=1"),
+        (["on_changed=move"], (SPACE,), "on_changed=move: a grid's"),
+        (["report_sentence=3"], (SPACE,), "report_sentence=3: a search's report shows no test sentence"),
     ],
 )
 def test_a_search_refuses_what_it_cannot_do(tmp_path, given, space, said):
@@ -271,6 +310,11 @@ def test_a_search_refuses_what_it_cannot_do(tmp_path, given, space, said):
     except ValueError as err:
         problem = str(err)
     assert problem is not None and said in problem
+
+
+def test_the_optuna_plugins_own_sweeper_is_refused_for_the_search_that_goes_on_past_a_failure(tmp_path):
+    cfg = search_config(tmp_path, *HELD, sweeper="optuna")
+    assert "goes through hydra/sweeper=search" in search_problem(cfg, "best_val_bleu")
 
 
 def test_a_search_refuses_an_interval_of_a_group_and_a_final_score_its_runs_do_not_make(tmp_path):
@@ -296,3 +340,15 @@ def test_a_search_of_a_test_score_stops_before_any_run(tmp_path):
     )
     assert result.returncode == 2 and "report_metric=test_bleu: a search follows a validation score" in result.stderr
     assert not (tmp_path / SEARCH).exists() and not any(tmp_path.glob("*seed=*"))
+    # one sitting of a search at a time: a second would ask the same trials and write over the first's record
+    from nmt.training.run_folder import RunLock
+
+    with RunLock(tmp_path):
+        second = subprocess.run(
+            [*command, "test_after_training=false", f"hydra.sweep.dir={tmp_path}"],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=300,
+        )
+    assert second.returncode == 2 and f"another process runs the search in {tmp_path}" in second.stderr

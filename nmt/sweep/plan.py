@@ -260,7 +260,7 @@ def print_plan(sweep_dir: Path, config: DictConfig) -> None:
     if grid_constants:
         print(f"  constants from the grid: {' '.join(grid_constants)}")
     runs = planned_values(config)
-    for line in _recipe_lines(config, runs):
+    for line in recipe_lines(config, runs):
         print(f"  {line}")
     cells = len(runs) // max(len(levels.get("seed", ["1"])), 1)
     print(f"  {cells} cells x {len(levels.get('seed', ['1']))} seeds = {len(runs)} runs")
@@ -329,7 +329,7 @@ def print_plan(sweep_dir: Path, config: DictConfig) -> None:
         print(f"  the runs of a GPU side by side under CUDA's MPS, daemon in {mps_folder()} ({CONTROL}: {found})")
 
 
-def _recipe_lines(config: DictConfig, runs: list[dict[str, str]]) -> list[str]:
+def recipe_lines(config: DictConfig, runs: list[dict[str, str]]) -> list[str]:
     """The recipe each run trains by and its budget, once per distinct one (the cells of model=rnn,transformer
     may each have their own): the plan said nothing of how long each run trains, nor of the recipe applied."""
     from nmt.training.run_description import recipe_applied

@@ -450,7 +450,7 @@ def main(argv: list[str]) -> None:
         found = "a file, not a folder" if Path(args.sweep_dir).exists() else "no such folder"
         raise SystemExit(f"error: {args.sweep_dir}: {found}; give a sweep's folder (sweeps/<sweep_name>)")
     if summary.planned(Path(args.sweep_dir)).get("search"):  # a search: its trials ranked by the metric it followed
-        from nmt.sweep.search import write_search_report
+        from nmt.sweep.search_report import write_search_report
 
         if args.metric or args.sentence is not None:
             raise SystemExit(

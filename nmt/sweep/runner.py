@@ -63,14 +63,15 @@ from nmt.sweep.records import RESULT, collect_records, read_record, run_record
 from nmt.sweep.report import set_aside, write_report
 from nmt.sweep.search import (
     DONE_STATE,
+    FAILED_STATE,
     other_search,
-    print_search_plan,
     read_search,
     search_metric,
     search_problem,
     search_settings,
     trial_runs,
 )
+from nmt.sweep.search_report import print_search_plan
 from nmt.sweep.summary import FAILED, PLAN, failed_runs
 from nmt.sweep.tuned import checked_tuned_file
 from nmt.training.run_folder import RunFolderError, RunLock, finished_results, resumable, trained_results
@@ -235,6 +236,7 @@ def _in_use_elsewhere(run_dir: Path) -> bool:
 # which the joblib launcher sends to its workers and which therefore holds nothing a thread owns
 _MPS: dict = {}
 _SIGNALS: dict = {}  # per sweep folder: the signal handlers its launch replaced (child.handle_sweep_signals)
+_LOCKS: dict = {}  # per search folder: the lock its sitting holds (one sitting of a search at a time)
 
 
 class SweepReport(Callback):
@@ -268,6 +270,13 @@ class SweepReport(Callback):
         levels = sweep_levels(config)
         factors = sorted(k for k, v in levels.items() if len(v) > 1)
         plan_path = sweep_dir / PLAN
+        if plan_path.is_file() and "search" in json.loads(plan_path.read_text()):
+            print(
+                f"error: {sweep_dir} holds a search; a grid in its folder would mix its runs with the search's "
+                f"trials: give the grid its own {own_folder(config)}",
+                file=sys.stderr,
+            )
+            raise SystemExit(2)
         if plan_path.is_file():
             # seeds are not a factor of the design: adding seeds to a one-seed sweep (or running one of them
             # again) is the same sweep, its run folders named by their seed either way
@@ -365,6 +374,16 @@ class SweepReport(Callback):
             )
             raise SystemExit(2)
         sweep_dir.mkdir(parents=True, exist_ok=True)
+        lock = RunLock(sweep_dir)
+        try:  # a second sitting would ask the same trials and write over this one's record
+            _LOCKS[str(sweep_dir)] = lock.__enter__()  # held until the search ends (on_multirun_end)
+        except RunFolderError:
+            print(
+                f"error: another process runs the search in {sweep_dir}; wait for it to end (a rerun then goes on "
+                f"where it stopped), or give this search its own {own_folder(config)}",
+                file=sys.stderr,
+            )
+            raise SystemExit(2) from None
         self._take_over(sweep_dir)
         plan = {
             "factors": {k: [v] for k, v in settings["space"].items()},
@@ -401,11 +420,17 @@ class SweepReport(Callback):
             finish_mps(*mps, Path(config.hydra.sweep.dir), runs_started_this_sitting(Path(config.hydra.sweep.dir)))
         failed = failed_runs(config.hydra.sweep.dir)
         if is_search(config):  # its report was written by its sweeper, which read each trial's score
+            lock = _LOCKS.pop(str(Path(config.hydra.sweep.dir)), None)
+            if lock is not None:
+                lock.__exit__(None, None, None)
             trials = read_search(Path(config.hydra.sweep.dir)).get("trials", [])
+            failed = [t for t in trials if t.get("state") == FAILED_STATE]
             if trials and not any(t.get("state") == DONE_STATE for t in trials):
                 # no trial scored: a failure of every run, not a trial's outcome
                 print(f"error: no trial of {config.hydra.sweep.dir} was scored (search.md says why)", file=sys.stderr)
                 raise SystemExit(1)
+            if failed:  # a trial's outcome (a diverged rate, say), told to the sampler: the search stands
+                print(f"[search] {len(failed)} trial(s) failed: search.md lists them with their errors")
             return
         if not collect_records(Path(config.hydra.sweep.dir)):
             resume = "" if failed else "; rerun the sweep to resume"

@@ -1,12 +1,12 @@
 """A search instead of a grid (``hydra/sweeper=search``): Optuna's sampler chooses each trial's settings from
 the validation scores of the trials before it. What a search holds and searches, the validation metric it
-follows (never a test score: the test set is scored, not tuned on), the problems refused before any run, its
-record of the trials asked and told (``search.json``) and its report (``search.md``).
+follows (never a test score: the test set is scored, not tuned on), the problems refused before any run, and
+its record of the trials asked and told (``search.json``), which a rerun replays.
 
 The sweeper that asks and tells is nmt/sweep/search_sweeper.py; each trial is one run of the sweep, trained by
-nmt/sweep/runner.py as a grid's cell is (a finished run is reused on a rerun, a stopped one resumed). A search
-narrows a range; the few settings it ranks first are then compared over seeds by a grid, which
-``sweep.py tune`` chooses from (the report says how).
+nmt/sweep/runner.py as a grid's cell is (a finished run is reused on a rerun, a stopped one resumed). The report
+is nmt/sweep/search_report.py: a search narrows a range, and the few settings it ranks first are then compared
+over seeds, which ``sweep.py tune`` chooses from.
 """
 
 import math
@@ -15,14 +15,13 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from nmt.metrics import lower_is_better
-from nmt.sweep.document import fmt
 from nmt.sweep.levels import override_pairs
-from nmt.sweep.records import RESULT, read_record
-from nmt.utils.io import atomic_write_json, atomic_write_text
+from nmt.utils.io import atomic_write_json
 
 SEARCH = "search.json"  # the search's settings and each trial asked: its overrides, run folder, state and value
 REPORT = "search.md"
-FAILED_STATE, DONE_STATE, ASKED_STATE = "failed", "done", "asked"  # a trial asked, not yet told
+FAILED_STATE, DONE_STATE, ASKED_STATE = "failed", "done", "asked"  # asked: not told (not run, or stopped)
+SWEEPER = "hydra_plugins.nmt_search_sweeper.search_sweeper.SearchSweeper"  # conf/hydra/sweeper/search.yaml's
 
 
 def _parsed(config: DictConfig):
@@ -36,10 +35,16 @@ def _parsed(config: DictConfig):
 
 def held_values(config: DictConfig) -> dict[str, str]:
     """Each key the search holds at one value (the sweeper's params' and the command line's), as typed."""
+    return {key: line.lstrip("+~").partition("=")[2] for key, line in held_lines(config).items()}
+
+
+def held_lines(config: DictConfig) -> dict[str, str]:
+    """Each held key's override as typed, prefix and quotes kept (``+tuned=x``, ``~key``, ``k='a b'``): what a
+    command that runs the same settings again must say."""
     held = {}
     for override in _parsed(config):
         if not override.is_sweep_override():
-            held[override.key_or_group] = override.input_line.partition("=")[2]
+            held[override.key_or_group] = override.input_line
         else:
             held.pop(override.key_or_group, None)
     return held
@@ -82,6 +87,12 @@ def search_problem(config: DictConfig, metric: str) -> str | None:
     from omegaconf import OmegaConf
 
     sweeper = config.hydra.sweeper
+    if str(sweeper.get("_target_")) != SWEEPER:  # the plugin's own, say: it stops at a failed trial, cannot resume
+        return (
+            f"hydra.sweeper._target_={sweeper.get('_target_')}: a search of this project's runs goes through "
+            "hydra/sweeper=search (the same Optuna sampler and settings, and a loop that goes on past a failed "
+            "trial and resumes)"
+        )
     space = searched(config)
     typed = {o.lstrip("+~").partition("=")[0] for o in config.hydra.overrides.task}
     from_grid = sorted(k for k in space if k in (sweeper.get("params") or {}) and k not in typed)
@@ -119,12 +130,38 @@ def search_problem(config: DictConfig, metric: str) -> str | None:
             f"hydra.sweeper.storage={sweeper.storage}: a search's record is its folder (its runs and {SEARCH}); a "
             "rerun asks the same trials again and reuses their runs. Give no storage"
         )
-    if sweeper.get("custom_search_space"):
-        return "hydra.sweeper.custom_search_space: not read by this sweeper; search keys on the command line"
+    for key in ("custom_search_space", "search_space"):
+        if sweeper.get(key):
+            return f"hydra.sweeper.{key}: not read by this sweeper; give the ranges as overrides ('key=interval(a,b)')"
     if not isinstance(sweeper.get("n_trials"), int) or sweeper.n_trials < 1:
         return f"hydra.sweeper.n_trials={sweeper.get('n_trials')}: give the number of trials, 1 or more"
     if not isinstance(sweeper.get("n_jobs"), int) or sweeper.n_jobs < 1:
         return f"hydra.sweeper.n_jobs={sweeper.get('n_jobs')}: give the trials asked at once, 1 or more"
+    return _not_for_a_search(config)
+
+
+def _not_for_a_search(config: DictConfig) -> str | None:
+    """A sweep setting that does nothing in a search, or that the search's batches leave idle."""
+    n_jobs = int(config.hydra.sweeper.n_jobs)
+    launcher = str(config.hydra.get("launcher", {}).get("_target_", ""))
+    if n_jobs > 1 and launcher.endswith("BasicLauncher"):
+        return (
+            f"hydra.sweeper.n_jobs={n_jobs}: the trials asked together would run one after another; add "
+            f"hydra/launcher=joblib hydra.launcher.n_jobs={n_jobs} to run them side by side, or ask one at a time"
+        )
+    if config.get("gpu_pool") and int(config.get("runs_per_gpu", 1)) > n_jobs:
+        return (
+            f"runs_per_gpu={config.runs_per_gpu}: a search launches hydra.sweeper.n_jobs={n_jobs} trial(s) at once, "
+            f"so a GPU's other places stay empty; give hydra.sweeper.n_jobs={config.runs_per_gpu} (and the "
+            "launcher's n_jobs)"
+        )
+    if config.get("on_changed", "stop") != "stop":
+        return (
+            f"on_changed={config.on_changed}: a grid's; a search asks its trials again, so runs made under other "
+            "settings cannot be run afresh in its folder: give the search its own sweep_name"
+        )
+    if config.get("report_sentence", 0):
+        return f"report_sentence={config.report_sentence}: a search's report shows no test sentence (validation only)"
     return None
 
 
@@ -134,17 +171,19 @@ def search_settings(config: DictConfig, metric: str) -> dict:
 
     sampler = config.hydra.sweeper.get("sampler") or {}
     return {
-        # what decides which trials are asked, beside the scores told: a rerun that changed one would ask others
+        # what the trials asked before mean: their ranges, what they were scored by, the seed they ran at and
+        # the sampler that chose them (a search of another of these in the same folder would mix two records)
         "asked_by": {
             "space": searched(config),
             "metric": metric,
-            "n_jobs": int(config.hydra.sweeper.n_jobs),
+            "seed": held_values(config).get("seed", str(config.get("seed"))),
             "sampler": OmegaConf.to_container(sampler, resolve=True) if sampler else {},
         },
         "metric": metric,
         "direction": "minimize" if lower_is_better(metric) else "maximize",
         "space": searched(config),
         "held": held_values(config),
+        "held_lines": list(held_lines(config).values()),
         "n_trials": int(config.hydra.sweeper.n_trials),
         "n_jobs": int(config.hydra.sweeper.n_jobs),
         "sampler": str(sampler.get("_target_", "")).rpartition(".")[2],
@@ -153,13 +192,13 @@ def search_settings(config: DictConfig, metric: str) -> dict:
 
 
 def other_search(before: dict, settings: dict) -> str | None:
-    """How a search already in the folder (its plan's settings) differs in what decides its trials from this
-    one: a rerun asks the same trials only where the range, metric, batch and sampler are the same."""
+    """How a search already in the folder (its plan's settings) differs from this one in what its trials mean:
+    a rerun replays them only as the same search (its n_trials and n_jobs may change)."""
     was, now = before.get("asked_by") or {}, settings["asked_by"]
     for key, what in (
         ("space", "searches"),
         ("metric", "follows"),
-        ("n_jobs", "asks at once"),
+        ("seed", "runs at seed"),
         ("sampler", "samples by"),
     ):
         if was.get(key) != now[key]:
@@ -200,146 +239,6 @@ def ranked_trials(search: dict) -> list[dict]:
     return sorted(told, key=lambda t: (sign * t["value"], t["number"]))
 
 
-def settled(sweep_dir: Path, search: dict) -> dict:
-    """The search with each trial asked but not told (a search stopped while it waited) settled from its run's
-    record where the run finished: what ``sweep.py report`` shows of a stopped search."""
-    trials = []
-    for trial in search.get("trials", []):
-        if (
-            trial.get("state") == ASKED_STATE
-            and (value := trial_value(_record(sweep_dir / trial["run"]), search["metric"])) is not None
-        ):
-            trial = {**trial, "state": DONE_STATE, "value": value}
-        trials.append(trial)
-    return {**search, "trials": trials}
-
-
-def write_search_report(sweep_dir: Path) -> Path:
-    """search.md: the trials ranked by their validation metric, the failed ones with their errors, the best
-    trial's settings (said where it ties or lies at the end of a range), and how to compare the first few over
-    seeds before a factorial takes them."""
-    sweep_dir = Path(sweep_dir)
-    search = settled(sweep_dir, read_search(sweep_dir))
-    metric, space = search["metric"], search["space"]
-    ranked = ranked_trials(search)
-    better = "lower" if search["direction"] == "minimize" else "higher"
-    seeds = sorted({str(t["values"].get("seed", "")) for t in search["trials"]} - {""})
-    waiting = sum(t.get("state") == ASKED_STATE for t in search["trials"])
-    lines = [
-        f"# Search {sweep_dir.name}",
-        "",
-        f"{len(search['trials'])} trials of {search['n_trials']}, each one run at seed {', '.join(seeds) or '?'}; "
-        f"each trial's settings chosen by Optuna's {search['sampler']} (seed {search['sampler_seed']}) from the "
-        f"trials before it, {search['n_jobs']} asked at once. Ranked by {metric} (validation, {better} is better): "
-        "the test set was not read to choose."
-        + (f" {waiting} trial(s) unfinished: the search was stopped; rerun it to go on." if waiting else ""),
-        "",
-        "Searched: " + "; ".join(f"`{k}={v}`" for k, v in space.items()),
-        "",
-    ]
-    keys = list(space)
-    header = ["rank", "trial", *keys, metric, "epochs", "ended by", "run"]
-    lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for rank, trial in enumerate(ranked, 1):
-        record = _record(sweep_dir / trial["run"])
-        row = [str(rank), str(trial["number"]), *(_shown(trial["values"].get(k)) for k in keys), fmt(trial["value"])]
-        row += [str(record.get("epochs", "")), str(record.get("ended_by") or ""), trial["run"]]
-        lines.append("| " + " | ".join(row) + " |")
-    failed = [t for t in search["trials"] if t.get("state") == FAILED_STATE]
-    if failed:
-        lines += ["", f"Failed ({len(failed)}; told to the sampler as failed, not scored; a rerun runs them again):"]
-        lines += [f"- trial {t['number']} ({t['run']}): {t.get('error') or 'no score'}" for t in failed]
-    if ranked:
-        best = ranked[0]
-        lines += ["", f"Best: trial {best['number']}, {_settings_of(best, keys)}: {metric} {fmt(best['value'])}."]
-        tied = [t for t in ranked if t["value"] == best["value"]]
-        if len(tied) > 1:
-            lines.append(
-                f"It ties with trials {', '.join(str(t['number']) for t in tied[1:])}: "
-                f"{metric} does not tell them apart, and the first asked is shown first. Give the runs a budget or "
-                "a metric that separates them."
-            )
-        lines += [f"{line}." for line in _at_the_edge(best, space)]
-        lines += ["", *_confirm_lines(ranked, keys, search)]
-    atomic_write_text(sweep_dir / REPORT, "\n".join(lines) + "\n")
-    return sweep_dir / REPORT
-
-
-def _at_the_edge(trial: dict, space: dict[str, str]) -> list[str]:
-    """The searched intervals whose end the trial's value lies at (within 5% of the range, on the log scale
-    for a log range): a wider range may hold a better value."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    said = []
-    for key, text in space.items():
-        override = OverridesParser.create().parse_override(f"{key}={text}")
-        if not override.is_interval_sweep() or not isinstance(trial["values"].get(key), int | float):
-            continue
-        interval = override.value()
-        low, high, value = float(interval.start), float(interval.end), float(trial["values"][key])
-        if "log" in interval.tags and low > 0:
-            low, high, value = math.log(low), math.log(high), math.log(value)
-        where = (value - low) / (high - low) if high > low else 0.5
-        if where < 0.05 or where > 0.95:
-            end = interval.start if where < 0.05 else interval.end
-            said.append(f"Its {key} lies at the end of the range searched ({end}): a wider range may hold better")
-    return said
-
-
-def _confirm_lines(ranked: list[dict], keys: list[str], search: dict) -> list[str]:
-    """Each trial ran one seed, so a lead smaller than the seeds' scatter is not established: the commands that
-    run the first trials again over seeds of their own, with the search's other settings, and ``sweep.py
-    tune``, which chooses between them on the metric the search followed (one grid where one key was searched;
-    a sweep per trial otherwise, which ``tune`` pools: a grid would cross their values)."""
-    first, metric = ranked[:3], search["metric"]
-    held = search.get("held") or {}
-    held = " ".join(f"{k}={v}" for k, v in held.items() if k not in ("seed", "grid"))
-    common = f"python sweep.py grid=none {held} report_metric={metric}"
-    if len(keys) == 1:
-        values = ",".join(sorted({_shown(t["values"][keys[0]]) for t in first}, key=_order))
-        commands = [f"{common} {keys[0]}={values} seed=201,202,203 sweep_name=<name>"]
-        folders = "sweeps/<name>"
-    else:
-        commands = [
-            f"{common} {_settings_of(t, keys)} seed=201,202,203 sweep_name=<name>_t{t['number']}" for t in first
-        ]
-        folders = " ".join(f"sweeps/<name>_t{t['number']}" for t in first)
-    return [
-        "Each trial is one run at one seed: a lead smaller than the scatter between seeds is not established. "
-        f"Before a factorial takes these settings, run the first {len(first)} again over seeds of their own, then "
-        f"let `sweep.py tune` choose on {metric} (values as shown here, to 4 digits):",
-        "",
-        *(f"    {command}" for command in commands),
-        f"    python sweep.py tune {folders} --level <the factor they are for, e.g. optim> --metric {metric} "
-        "--out conf/tuned/<name>.yaml",
-    ]
-
-
-def _settings_of(trial: dict, keys: list[str]) -> str:
-    return " ".join(f"{k}={_shown(trial['values'][k])}" for k in keys)
-
-
-def _shown(value) -> str:
-    """A sampled value as it would be typed: floats to 4 significant digits (their runs hold the exact value)."""
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value)
-
-
-def _order(text: str):
-    try:
-        return (0, float(text), "")
-    except ValueError:
-        return (1, 0.0, text)
-
-
-def _record(run_dir: Path) -> dict:
-    try:
-        return read_record(run_dir / RESULT)
-    except (OSError, ValueError):
-        return {}
-
-
 def trial_runs(sweep_dir: Path, config: DictConfig) -> dict[str, dict]:
     """The run folder of each trial asked so far, with the values its run would get now: the settings this
     command holds, the trial's own sampled values and seed (a rerun asks the same trials; were a held setting
@@ -350,47 +249,3 @@ def trial_runs(sweep_dir: Path, config: DictConfig) -> dict[str, dict]:
         values = {**held, **{k: str(v) for k, v in trial["values"].items()}}
         runs[trial["run"]] = values
     return runs
-
-
-def print_search_plan(sweep_dir: Path, config: DictConfig, settings: dict, changed: dict) -> None:
-    """What the search would do, without training: its space, what it holds, its metric, the trials asked so
-    far and the expected cost of the rest."""
-    from nmt.sweep.plan import _recipe_lines, planned_values
-    from nmt.sweep.summary import run_cost_s
-
-    print(f"Search {sweep_dir.name} in {sweep_dir}")
-    for key, text in settings["space"].items():
-        print(f"  searched: {key}={text}")
-    held = held_values(config)
-    print(f"  held: {' '.join(f'{k}={v}' for k, v in held.items()) or 'nothing'}")
-    better = "lower" if settings["direction"] == "minimize" else "higher"
-    print(
-        f"  {settings['n_trials']} trials, {settings['n_jobs']} asked at once, each one run at seed "
-        f"{held.get('seed', config.get('seed'))}; chosen by {settings['sampler']} (seed {settings['sampler_seed']}) "
-        f"from the {settings['metric']} of the trials before (validation, {better} is better)"
-    )
-    for line in _recipe_lines(config, planned_values(config)):
-        print(f"  {line}")
-    trials = read_search(sweep_dir).get("trials", [])
-    done = [t for t in trials if t.get("state") == DONE_STATE]
-    failed = [t for t in trials if t.get("state") == FAILED_STATE]
-    left = max(settings["n_trials"] - len(done) - len(failed), 0)
-    print(
-        f"  trials asked before: {len(trials)} ({len(done)} done, {len(failed)} failed): a rerun asks them again and "
-        f"reuses their runs; trials to run: {left} new"
-        + (f", and the {len(failed)} failed ones again" if failed else "")
-    )
-    walls = [run_cost_s(r) for t in done if (r := _record(sweep_dir / t["run"]))]
-    if changed:
-        print("  expected cost: none: the search would stop first (below)")
-    elif walls and left + len(failed):
-        hours = sum(walls) / len(walls) * (left + len(failed)) / 3600
-        cost = f"{hours:.1f} h" if hours >= 0.1 else f"{hours * 60:.1f} min"
-        print(f"  expected cost: about {cost} of run time (the mean of its {len(walls)} finished runs)")
-    else:
-        print(
-            "  expected cost: "
-            + ("nothing left to run" if not left + len(failed) else "unknown until a trial has finished")
-        )
-    for name, found in changed.items():
-        print(f"  under other settings: {name}: {'; '.join(found[:4])}")

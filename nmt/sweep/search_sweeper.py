@@ -11,6 +11,7 @@ reused, not trained again: a killed search resumes where it stopped, and a rerun
 """
 
 import logging
+import warnings
 from pathlib import Path
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -27,9 +28,9 @@ from nmt.sweep.search import (
     read_search,
     trial_value,
     write_search,
-    write_search_report,
 )
-from nmt.sweep.summary import planned
+from nmt.sweep.search_report import write_search_report
+from nmt.sweep.summary import FAILED, planned
 
 
 def run_search(impl, arguments: list[str]) -> None:
@@ -46,7 +47,8 @@ def run_search(impl, arguments: list[str]) -> None:
     impl._process_searchspace_config()  # a deprecated search_space block becomes params, as the plugin does
     typed = [*impl._parse_sweeper_params_config(), *arguments]
     space, _ = create_params_from_overrides(typed)
-    space = {k: v for k, v in space.items() if k in settings["space"]}  # a key held later is held
+    # a key held later is held; the rest in one order, as the sampler draws them in the order suggested
+    space = {k: space[k] for k in sorted(space) if k in settings["space"]}
     held = {}  # each held key's override as typed (the command line's replaces the params')
     for override in OverridesParser.create().parse_overrides(typed):
         if override.key_or_group not in space:
@@ -54,70 +56,102 @@ def run_search(impl, arguments: list[str]) -> None:
     swept = set(space) | {"seed"}
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # the sweep prints each trial itself
     study = optuna.create_study(study_name=impl.study_name, sampler=impl.sampler, direction=settings["direction"])
+    # the trials asked before (the same search: the start refuses another in its folder) are asked again
+    # first, with the values they had, whatever the sampler would draw now: their runs are reused, and a trial
+    # that did not run then (stopped, its turn past start_runs_for) runs now; a sitting of fewer trials keeps
+    # the record of the rest
+    recorded = read_search(sweep_dir).get("trials", [])
+    with warnings.catch_warnings():  # "experimental" in Optuna 2: the version is pinned
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        for trial in recorded[: impl.n_trials]:
+            study.enqueue_trial({k: trial["values"][k] for k in space})
     trials: list[dict] = []
-    # the trials a sitting with more n_trials asked beyond this one's: the same search (the start refuses
-    # another in its folder), kept in its record
-    later = read_search(sweep_dir).get("trials", [])
     while len(trials) < impl.n_trials:
         if too_late_to_start(sweep_dir, config.get("start_runs_for")):
             print(f"[search] start_runs_for={config.start_runs_for} has passed: no more trials; rerun to go on")
             break
-        asked = [study.ask() for _ in range(min(impl.n_jobs, impl.n_trials - len(trials)))]
-        batch = []
-        for trial in asked:
-            for name, distribution in space.items():
-                trial._suggest(name, distribution)  # as the plugin suggests them (Optuna 2's one way for all)
-            overrides = [*held.values(), *(f"{k}={v}" for k, v in trial.params.items())]
-            values = {k: v for k, v in trial.params.items()}
-            values["seed"] = dict(override_pairs(overrides)).get("seed", str(config.get("seed")))
-            entry = {
-                "number": trial.number,
-                "run": run_name(dict(override_pairs(overrides)), swept),
-                "values": values,
-                "overrides": overrides,
-                "state": ASKED_STATE,
-            }
-            batch.append((trial, entry))
-            trials.append(entry)
-            print(f"[search] trial {trial.number}: {' '.join(f'{k}={v}' for k, v in trial.params.items())}")
-        write_search(sweep_dir, settings, trials + later[len(trials) :])
-        returns = impl.launcher.launch([tuple(e["overrides"]) for _, e in batch], initial_job_idx=impl.job_idx)
+        batch = [
+            _asked(study.ask(), space, held, swept, config)
+            for _ in range(min(impl.n_jobs, impl.n_trials - len(trials)))
+        ]
+        trials += [entry for _, entry in batch]
+        write_search(sweep_dir, settings, trials + recorded[len(trials) :])
+        # one job per run folder: the sampler may ask the same values twice (a choice, an int range), and two
+        # jobs of one folder would race for it
+        runs = list(dict.fromkeys(entry["run"] for _, entry in batch))
+        first = {run: next(e for _, e in batch if e["run"] == run) for run in runs}
+        returns = impl.launcher.launch([tuple(first[run]["overrides"]) for run in runs], initial_job_idx=impl.job_idx)
         impl.job_idx += len(returns)
-        for (trial, entry), ret in zip(batch, returns, strict=True):
-            try:
-                record = ret.return_value  # raises what the trial's job raised
-                error = None
-            except Exception as err:  # noqa: BLE001 - one trial's failure is its own, told as failed
-                record, error = None, str(err).splitlines()[0] if str(err) else repr(err)
-            value = trial_value(record, settings["metric"])
-            if value is None:
-                study.tell(trial, state=optuna.trial.TrialState.FAIL)
-                entry.update(state=FAILED_STATE, error=error or _why_unscored(sweep_dir / entry["run"], record))
-                print(f"[search] trial {trial.number} failed: {entry['error']}")
-            else:
-                study.tell(trial, value)
-                entry.update(state=DONE_STATE, value=value)
+        outcome = dict(zip(runs, returns, strict=True))
+        for trial, entry in batch:
+            _tell(study, trial, entry, outcome[entry["run"]], sweep_dir, settings["metric"])
+            if entry["state"] == DONE_STATE:
                 best = ranked_trials({**settings, "trials": trials})[0]
                 print(
-                    f"[search] trial {trial.number}: {settings['metric']} {value:.4g}; best so far: trial "
+                    f"[search] trial {trial.number}: {settings['metric']} {entry['value']:.4g}; best so far: trial "
                     f"{best['number']} ({best['value']:.4g})",
                     flush=True,
                 )
-        write_search(sweep_dir, settings, trials + later[len(trials) :])
+        write_search(sweep_dir, settings, trials + recorded[len(trials) :])
     if any(t["state"] != ASKED_STATE for t in trials):
         print(f"[search] report: {write_search_report(sweep_dir)}")
 
 
-def _why_unscored(run_dir: Path, record: dict | None) -> str:
-    """Why a trial has no score: its run's failure as the sweep recorded it, or the metric it lacks."""
+def _asked(trial, space: dict, held: dict[str, str], swept: set[str], config) -> tuple:
+    """A trial asked of the study, its values suggested (a replayed one's are its own), with its record entry:
+    the run's folder and the overrides it is launched with, the held ones as the command line typed them."""
+    for name, distribution in space.items():
+        trial._suggest(name, distribution)  # as the plugin suggests them (Optuna 2's one way for all)
+    overrides = [*held.values(), *(f"{k}={v}" for k, v in trial.params.items())]
+    values = dict(trial.params)
+    values["seed"] = dict(override_pairs(overrides)).get("seed", str(config.get("seed")))
+    entry = {
+        "number": trial.number,
+        "run": run_name(dict(override_pairs(overrides)), swept),
+        "values": values,
+        "overrides": overrides,
+        "state": ASKED_STATE,
+    }
+    print(f"[search] trial {trial.number}: {' '.join(f'{k}={v}' for k, v in trial.params.items())}")
+    return trial, entry
+
+
+def _tell(study, trial, entry: dict, ret, sweep_dir: Path, metric: str) -> None:
+    """The study told the trial's outcome, and its entry updated: its score; failed, where its run failed or
+    recorded no score (a diverged run's nan); or left asked, untold, where its run did not run here (trained
+    by another process, or not started): the sampler then learns nothing false, and a rerun runs it."""
+    import optuna
+
+    try:
+        record = ret.return_value  # raises what the trial's job raised
+        error = None
+    except Exception as err:  # noqa: BLE001 - one trial's failure is its own, told as failed
+        record, error = None, str(err).splitlines()[0] if str(err) else repr(err)
+    value = trial_value(record, metric)
+    if value is not None:
+        study.tell(trial, value)
+        entry.update(state=DONE_STATE, value=value)
+        return
+    failed = sweep_dir / entry["run"] / FAILED
+    if error is None and record is None and not failed.is_file():
+        print(
+            f"[search] trial {trial.number}: not run here (trained by another process, or not started); a rerun runs it"
+        )
+        return
+    study.tell(trial, state=optuna.trial.TrialState.FAIL)
+    # a run without a record runs again on a rerun; one whose record holds no score is reused, and fails again
+    entry.update(state=FAILED_STATE, error=error or _why_unscored(failed, record), rerun=record is None)
+    print(f"[search] trial {trial.number} failed: {entry['error']}")
+
+
+def _why_unscored(failed: Path, record: dict | None) -> str:
+    """Why a trial has no score: its run's failure as the sweep recorded it, or the metric it lacks (a record
+    kept: a rerun reuses it, and the trial fails again)."""
     import json
 
-    failed = run_dir / "sweep_failed.json"
     if failed.is_file():
         try:
             return str(json.loads(failed.read_text()).get("error") or "failed")
         except (OSError, ValueError):
             return "failed"
-    if record is None:
-        return "not run (trained elsewhere, or not started)"
-    return "its run recorded no finite value of the metric"
+    return "its run recorded no finite value of the metric (a diverged run's nan, say)"

@@ -196,6 +196,11 @@ def held_level(sweep_dir: Path, key: str) -> str:
     """The value a tuning sweep held ``key`` at (one value, on its command line or in its grid)."""
     saved = sweep_dir / "multirun.yaml"
     if not saved.is_file():
+        if planned(sweep_dir).get("search"):  # one seed a trial: its first trials are compared over seeds first
+            raise ValueError(
+                f"{sweep_dir}: a search, each trial one seed; tune chooses between settings run over seeds: the end "
+                f"of its search.md gives the sweeps that run its first trials again over seeds, then this command"
+            )
         found = "no such folder" if not Path(sweep_dir).exists() else "not a sweep folder (no multirun.yaml)"
         raise ValueError(f"{sweep_dir}: {found}; give a finished tuning sweep's folder (sweeps/<sweep_name>)")
     levels = sweep_levels(OmegaConf.load(saved))

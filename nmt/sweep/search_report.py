@@ -1,0 +1,231 @@
+"""A search's report (``search.md``): its trials ranked by the validation metric it followed, the failed ones,
+the best trial (where it ties or lies at a range's end), and the commands that compare its first trials over
+seeds; and what ``plan=true`` prints of a search. The search itself: nmt/sweep/search.py."""
+
+import math
+import shlex
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from nmt.sweep.document import fmt
+from nmt.sweep.records import RESULT, read_record
+from nmt.sweep.search import (
+    ASKED_STATE,
+    DONE_STATE,
+    FAILED_STATE,
+    REPORT,
+    held_values,
+    ranked_trials,
+    read_search,
+    trial_value,
+)
+from nmt.sweep.summary import planned
+from nmt.utils.io import atomic_write_text
+
+
+def settled(sweep_dir: Path, search: dict) -> dict:
+    """The search with each trial asked but not told (a search stopped while it waited) settled from its run's
+    record where the run finished: what ``sweep.py report`` shows of a stopped search."""
+    trials = []
+    for trial in search.get("trials", []):
+        if (
+            trial.get("state") == ASKED_STATE
+            and (value := trial_value(_record(sweep_dir / trial["run"]), search["metric"])) is not None
+        ):
+            trial = {**trial, "state": DONE_STATE, "value": value}
+        trials.append(trial)
+    return {**search, "trials": trials}
+
+
+def write_search_report(sweep_dir: Path) -> Path:
+    """search.md: the trials ranked by their validation metric, the failed ones with their errors, the best
+    trial's settings (said where it ties or lies at the end of a range), and how to compare the first few over
+    seeds before a factorial takes them."""
+    sweep_dir = Path(sweep_dir)
+    # the plan's settings where no trial was asked yet (a search stopped before its first): an empty report
+    search = settled(sweep_dir, {"trials": [], **planned(sweep_dir).get("search", {}), **read_search(sweep_dir)})
+    metric, space = search["metric"], search["space"]
+    ranked = _distinct(ranked_trials(search))
+    better = "lower" if search["direction"] == "minimize" else "higher"
+    seeds = sorted({str(t["values"].get("seed", "")) for t in search["trials"]} - {""})
+    waiting = sum(t.get("state") == ASKED_STATE for t in search["trials"])
+    lines = [
+        f"# Search {sweep_dir.name}",
+        "",
+        f"{len(search['trials'])} trials of {search['n_trials']}, each one run at seed {', '.join(seeds) or '?'}; "
+        f"each trial's settings chosen by Optuna's {search['sampler']} (seed {search['sampler_seed']}) from the "
+        f"trials before it, {search['n_jobs']} asked at once. Ranked by {metric} (validation, {better} is better): "
+        "the test set was not read to choose."
+        + (f" {waiting} trial(s) unfinished: the search was stopped; rerun it to go on." if waiting else ""),
+        "",
+        "Searched: " + "; ".join(f"`{k}={v}`" for k, v in space.items()),
+        "",
+    ]
+    keys = list(space)
+    header = ["rank", "trial", *keys, metric, "epochs", "ended by", "run"]
+    lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for rank, trial in enumerate(ranked, 1):
+        record = _record(sweep_dir / trial["run"])
+        numbers = ", ".join(str(n) for n in trial["numbers"])  # a run the sampler asked for again: one row
+        row = [str(rank), numbers, *(_shown(trial["values"].get(k)) for k in keys), fmt(trial["value"])]
+        row += [str(record.get("epochs", "")), str(record.get("ended_by") or ""), trial["run"]]
+        lines.append("| " + " | ".join(row) + " |")
+    failed = [t for t in search["trials"] if t.get("state") == FAILED_STATE]
+    if failed:
+        lines += ["", f"Failed ({len(failed)}; told to the sampler as failed, not scored):"]
+        lines += [
+            f"- trial {t['number']} ({t['run']}): {t.get('error') or 'no score'}"
+            + (
+                "; its run failed: a rerun runs it again"
+                if t.get("rerun")
+                else "; its record is kept: a rerun reuses it"
+            )
+            for t in failed
+        ]
+    if ranked:
+        best = ranked[0]
+        lines += ["", f"Best: trial {best['number']}, {_settings_of(best, keys)}: {metric} {fmt(best['value'])}."]
+        tied = [t for t in ranked if t["value"] == best["value"]]
+        if len(tied) > 1:
+            lines.append(
+                f"It ties with trials {', '.join(str(t['number']) for t in tied[1:])}, run with other settings: "
+                f"{metric} does not tell them apart, and the first asked is shown first. Give the runs a budget or "
+                "a metric that separates them."
+            )
+        lines += [f"{line}." for line in _at_the_edge(best, space)]
+        lines += ["", *_confirm_lines(ranked, keys, search)]
+    atomic_write_text(sweep_dir / REPORT, "\n".join(lines) + "\n")
+    return sweep_dir / REPORT
+
+
+def _distinct(ranked: list[dict]) -> list[dict]:
+    """The ranked trials, one per run folder: a trial asked again with the same values (the sampler may, in a
+    choice or an int range) is its first one's run, listed with it, not a tie."""
+    runs: dict[str, dict] = {}
+    for trial in ranked:
+        runs.setdefault(trial["run"], {**trial, "numbers": []})["numbers"].append(trial["number"])
+    return list(runs.values())
+
+
+def _at_the_edge(trial: dict, space: dict[str, str]) -> list[str]:
+    """The searched intervals whose end the trial's value lies at (within 5% of the range, on the log scale
+    for a log range): a wider range may hold a better value."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    said = []
+    for key, text in space.items():
+        override = OverridesParser.create().parse_override(f"{key}={text}")
+        if not override.is_interval_sweep() or not isinstance(trial["values"].get(key), int | float):
+            continue
+        interval = override.value()
+        low, high, value = float(interval.start), float(interval.end), float(trial["values"][key])
+        if "log" in interval.tags and low > 0:
+            low, high, value = math.log(low), math.log(high), math.log(value)
+        where = (value - low) / (high - low) if high > low else 0.5
+        if where < 0.05 or where > 0.95:
+            end = interval.start if where < 0.05 else interval.end
+            said.append(f"Its {key} lies at the end of the range searched ({end}): a wider range may hold better")
+    return said
+
+
+def _confirm_lines(ranked: list[dict], keys: list[str], search: dict) -> list[str]:
+    """Each trial ran one seed, so a lead smaller than the seeds' scatter is not established: the commands that
+    run the first trials again over seeds of their own, with the search's other settings, and ``sweep.py
+    tune``, which chooses between them on the metric the search followed (one grid where one key was searched;
+    a sweep per trial otherwise, which ``tune`` pools: a grid would cross their values)."""
+    first, metric = ranked[:3], search["metric"]
+    # the held settings as typed (prefixes and quotes kept), each one argument of the shell
+    held = [
+        line for line in search.get("held_lines") or [] if line.lstrip("+~").partition("=")[0] not in ("seed", "grid")
+    ]
+    common = " ".join(shlex.quote(arg) for arg in ["python", "sweep.py", "grid=none", *held, f"report_metric={metric}"])
+    if len(keys) == 1:
+        values = ",".join(sorted({_shown(t["values"][keys[0]]) for t in first}, key=_order))
+        commands = [f"{common} {shlex.quote(f'{keys[0]}={values}')} seed=201,202,203 sweep_name=<name>"]
+        folders = "sweeps/<name>"
+    else:
+        commands = [
+            f"{common} {_settings_of(t, keys)} seed=201,202,203 sweep_name=<name>_t{t['number']}" for t in first
+        ]
+        folders = " ".join(f"sweeps/<name>_t{t['number']}" for t in first)
+    return [
+        "Each trial is one run at one seed: a lead smaller than the scatter between seeds is not established. "
+        f"Before a factorial takes these settings, run the first {len(first)} again over seeds of their own, then "
+        f"let `sweep.py tune` choose on {metric} (values as shown here, to 4 digits):",
+        "",
+        *(f"    {command}" for command in commands),
+        f"    python sweep.py tune {folders} --level <the factor they are for, e.g. optim> --metric {metric} "
+        "--out conf/tuned/<name>.yaml",
+    ]
+
+
+def _settings_of(trial: dict, keys: list[str]) -> str:
+    return " ".join(shlex.quote(f"{k}={_shown(trial['values'][k])}") for k in keys)
+
+
+def _shown(value) -> str:
+    """A sampled value as it would be typed: floats to 4 significant digits (their runs hold the exact value)."""
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def _order(text: str):
+    try:
+        return (0, float(text), "")
+    except ValueError:
+        return (1, 0.0, text)
+
+
+def _record(run_dir: Path) -> dict:
+    try:
+        return read_record(run_dir / RESULT)
+    except (OSError, ValueError):
+        return {}
+
+
+def print_search_plan(sweep_dir: Path, config: DictConfig, settings: dict, changed: dict) -> None:
+    """What the search would do, without training: its space, what it holds, its metric, the trials asked so
+    far and the expected cost of the rest."""
+    from nmt.sweep.plan import planned_values, recipe_lines
+    from nmt.sweep.summary import run_cost_s
+
+    print(f"Search {sweep_dir.name} in {sweep_dir}")
+    for key, text in settings["space"].items():
+        print(f"  searched: {key}={text}")
+    held = held_values(config)
+    print(f"  held: {' '.join(f'{k}={v}' for k, v in held.items()) or 'nothing'}")
+    better = "lower" if settings["direction"] == "minimize" else "higher"
+    print(
+        f"  {settings['n_trials']} trials, {settings['n_jobs']} asked at once, each one run at seed "
+        f"{held.get('seed', config.get('seed'))}; chosen by {settings['sampler']} (seed {settings['sampler_seed']}) "
+        f"from the {settings['metric']} of the trials before (validation, {better} is better)"
+    )
+    for line in recipe_lines(config, planned_values(config)):
+        print(f"  {line}")
+    trials = read_search(sweep_dir).get("trials", [])
+    replayed = trials[: settings["n_trials"]]  # asked again first, with their own values; the rest kept
+    done = [t for t in replayed if t.get("state") == DONE_STATE]
+    again = [t for t in replayed if t.get("state") == ASKED_STATE or t.get("rerun")]
+    kept_failed = [t for t in replayed if t.get("state") == FAILED_STATE and not t.get("rerun")]
+    left = max(settings["n_trials"] - len(trials), 0)
+    print(
+        f"  trials asked before: {len(trials)} ({sum(t.get('state') == DONE_STATE for t in trials)} done, "
+        f"{sum(t.get('state') == FAILED_STATE for t in trials)} failed): a rerun asks the first "
+        f"{len(replayed)} again with their values and reuses their runs ({len(done)} scored, {len(kept_failed)} "
+        f"failed with a record kept); trials to run: {left} new"
+        + (f", and {len(again)} again (failed or not run)" if again else "")
+    )
+    left += len(again)
+    walls = [run_cost_s(r) for t in done if (r := _record(sweep_dir / t["run"]))]
+    if changed:
+        print("  expected cost: none: the search would stop first (below)")
+    elif walls and left:
+        hours = sum(walls) / len(walls) * left / 3600
+        cost = f"{hours:.1f} h" if hours >= 0.1 else f"{hours * 60:.1f} min"
+        print(f"  expected cost: about {cost} of run time (the mean of its {len(walls)} finished runs)")
+    else:
+        print("  expected cost: " + ("nothing left to run" if not left else "unknown until a trial has finished"))
+    for name, found in changed.items():
+        print(f"  under other settings: {name}: {'; '.join(found[:4])}")
