@@ -197,18 +197,35 @@ def test_a_failed_trial_is_told_as_failed_and_the_search_goes_on(tmp_path):
     assert read_search(tmp_path)["trials"] == trials
 
 
-def test_a_rerun_replays_the_trials_asked_before_whatever_their_outcomes_now(tmp_path):
-    """TPE (here from its second trial) learns from the scores told: a trial that failed or did not run in the
-    first sitting and scores now would change every later draw, and the first sitting's runs be lost. The
-    rerun asks the recorded trials again with their own values."""
+def test_a_rerun_asks_the_trials_asked_before_then_goes_on_where_the_sampler_left_off(tmp_path):
+    """A trial that failed or did not run in the first sitting scores in the second: the rerun still asks the
+    first sitting's trials with their values (told as then; the new scores once past them), and its new trials
+    are the sampler's next draws, not its first ones again (Optuna itself, asked six trials in a row, is the
+    reference: in TPE's random start the draws do not depend on the scores)."""
     cfg = search_config(tmp_path, *HELD, "report_metric=final_val_loss", "hydra.sweeper.n_trials=4")
-    searched_with(tmp_path, cfg, 4, FakeLauncher(failing=1, unrun=2), startup=1)
+    searched_with(tmp_path, cfg, 4, FakeLauncher(failing=1, unrun=2))
     first = read_search(tmp_path)["trials"]
     assert [t["state"] for t in first] == ["done", "failed", "asked", "done"]  # asked: not told, not run here
-    searched_with(tmp_path, cfg, 5, FakeLauncher(failing=None), startup=1)
+    searched_with(tmp_path, cfg, 6, FakeLauncher(failing=None))
     again = read_search(tmp_path)["trials"]
     assert [t["values"] for t in again[:4]] == [t["values"] for t in first]
-    assert [t["state"] for t in again] == ["done"] * 5 and again[4]["values"] not in [t["values"] for t in first]
+    assert [t["state"] for t in again] == ["done"] * 6
+    assert [t["values"][LR] for t in again] == pytest.approx(replayed([], 6, startup=10), rel=1e-12)
+
+
+def test_a_rerun_told_other_scores_than_its_record_says_so_and_sets_the_rest_aside(tmp_path):
+    cfg = search_config(tmp_path, *HELD, "report_metric=final_val_loss", "hydra.sweeper.n_trials=3")
+    searched_with(tmp_path, cfg, 3, FakeLauncher(failing=None), startup=1)  # TPE's draws follow the scores
+    first = read_search(tmp_path)["trials"]
+    edited = [{**first[0], "value": 0.5}, *first[1:]]  # a record edited: trial 0 the best, not the worst
+    write_search(tmp_path, {k: v for k, v in read_search(tmp_path).items() if k != "trials"}, edited)
+    launcher = FakeLauncher(failing=None)
+    launcher.scores[tuple(first[0]["overrides"])] = 0.5
+    searched_with(tmp_path, cfg, 3, launcher, startup=1)
+    again = read_search(tmp_path)["trials"]
+    assert [t["values"] for t in again[:2]] == [t["values"] for t in first[:2]]
+    assert again[2]["values"] != first[2]["values"]
+    assert read_search(tmp_path, "search_aside_2.json")["trials"] == first[2:]
 
 
 def test_a_run_asked_twice_in_a_batch_is_launched_once_and_reported_once(tmp_path):
@@ -296,10 +313,20 @@ def test_what_a_search_holds_searches_and_follows(tmp_path):
             (SPACE,),
             "the default grid=transformer would add norm, optim, pos, smoothing to the search",
         ),
-        (["hydra.sweeper.n_jobs=2"], (SPACE,), "would run one after another; add hydra/launcher=joblib"),
-        (["gpu_pool=true", "runs_per_gpu=4"], (SPACE,), "runs_per_gpu=4: a search launches hydra.sweeper.n_jobs=1"),
+        (
+            ["hydra.sweeper.n_jobs=2"],
+            (SPACE,),
+            "would run 1 at a time; add hydra/launcher=joblib hydra.launcher.n_jobs=2",
+        ),
+        (
+            ["gpu_pool=true", "runs_per_gpu=4"],
+            (SPACE,),
+            "the GPUs take 4 runs at once, and a search launches hydra.sweeper.n_jobs=1",
+        ),
         (["on_changed=move"], (SPACE,), "on_changed=move: a grid's"),
         (["report_sentence=3"], (SPACE,), "report_sentence=3: a search's report shows no test sentence"),
+        ([], ("model.encoder_layers=range(1,4)",), "the sampler would draw range's end too"),
+        ([], (f"++{LR}=interval(1e-4,1e-2)",), "a searched key is written without a prefix"),
     ],
 )
 def test_a_search_refuses_what_it_cannot_do(tmp_path, given, space, said):
@@ -310,6 +337,25 @@ def test_a_search_refuses_what_it_cannot_do(tmp_path, given, space, said):
     except ValueError as err:
         problem = str(err)
     assert problem is not None and said in problem
+
+
+def test_held_settings_are_repeated_as_typed_and_sampled_values_as_hydra_reads_them(tmp_path):
+    from nmt.sweep.search import held_lines, other_search
+    from nmt.sweep.search_sweeper import _as_value
+
+    cfg = search_config(tmp_path, *HELD, "+tuned=factorial_converged_toy", "~logger", "+model.extra='a b'")
+    lines = held_lines(cfg)
+    assert lines["tuned"] == "+tuned=factorial_converged_toy" and lines["logger"] == "~logger"
+    assert lines["model.extra"] == "+model.extra='a b'" and "seed" not in lines and "grid" not in lines
+    assert [_as_value(v) for v in ("a,b", None, True, "rope", 0.5)] == ["'a,b'", "null", "true", "rope", "0.5"]
+    # one range written two ways is one search
+    a = search_settings(cfg, "best_val_bleu")
+    b = search_settings(
+        search_config(tmp_path, *HELD, space=(f"{LR}=tag(log, interval(0.0001, 0.01))",)), "best_val_bleu"
+    )
+    assert other_search(a, b) is None
+    c = search_settings(search_config(tmp_path, *HELD, space=(f"{LR}=tag(log,interval(1e-4,1e-1))",)), "best_val_bleu")
+    assert other_search(a, c).startswith("it searches")
 
 
 def test_the_optuna_plugins_own_sweeper_is_refused_for_the_search_that_goes_on_past_a_failure(tmp_path):

@@ -426,8 +426,15 @@ class SweepReport(Callback):
             trials = read_search(Path(config.hydra.sweep.dir)).get("trials", [])
             failed = [t for t in trials if t.get("state") == FAILED_STATE]
             if trials and not any(t.get("state") == DONE_STATE for t in trials):
+                if not failed:  # asked, not run here (another process held their folders, or start_runs_for)
+                    print(f"[search] no trial of {config.hydra.sweep.dir} ran in this sitting: rerun it to go on")
+                    return
                 # no trial scored: a failure of every run, not a trial's outcome
-                print(f"error: no trial of {config.hydra.sweep.dir} was scored (search.md says why)", file=sys.stderr)
+                print(
+                    f"error: no trial of {config.hydra.sweep.dir} was scored, {len(failed)} failed (search.md lists "
+                    "their errors)",
+                    file=sys.stderr,
+                )
                 raise SystemExit(1)
             if failed:  # a trial's outcome (a diverged rate, say), told to the sampler: the search stands
                 print(f"[search] {len(failed)} trial(s) failed: search.md lists them with their errors")

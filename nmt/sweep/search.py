@@ -34,15 +34,43 @@ def _parsed(config: DictConfig):
 
 
 def held_values(config: DictConfig) -> dict[str, str]:
-    """Each key the search holds at one value (the sweeper's params' and the command line's), as typed."""
-    return {key: line.lstrip("+~").partition("=")[2] for key, line in held_lines(config).items()}
+    """Each setting of its runs the search holds at one value (the sweeper's params' and the command line's;
+    its seed included), as typed."""
+    held = {}
+    for override in _parsed(config):
+        if not override.is_sweep_override():
+            held[override.key_or_group] = override.input_line.partition("=")[2]
+        else:
+            held.pop(override.key_or_group, None)
+    return held
+
+
+# the sweep's own keys that say nothing of how its runs train: a command running the trials again sets its own
+NOT_RUN_SETTINGS = (
+    "grid",
+    "seed",
+    "sweep_name",
+    "report_metric",
+    "report_sentence",
+    "baseline",
+    "plan",
+    "on_changed",
+    "start_runs_for",
+)
 
 
 def held_lines(config: DictConfig) -> dict[str, str]:
-    """Each held key's override as typed, prefix and quotes kept (``+tuned=x``, ``~key``, ``k='a b'``): what a
-    command that runs the same settings again must say."""
+    """Each held key's override as typed, prefix and quotes kept (``+tuned=x``, ``~key``, ``k='a b'``), the
+    sweep's own that shape its runs included (``+tuned=``, ``level_settings=``, a GPU pool's): what a command
+    that runs the same settings again must say."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    params = [f"{k}={v}" for k, v in (config.hydra.sweeper.get("params") or {}).items()]
+    given = [o for o in config.hydra.overrides.task if not o.lstrip("+~").startswith("hydra")]
     held = {}
-    for override in _parsed(config):
+    for override in OverridesParser.create().parse_overrides(params + given):
+        if override.key_or_group in NOT_RUN_SETTINGS:
+            continue
         if not override.is_sweep_override():
             held[override.key_or_group] = override.input_line
         else:
@@ -112,6 +140,19 @@ def search_problem(config: DictConfig, metric: str) -> str | None:
             f"seed={space['seed']}: a search trains each trial at one seed (hold it: seed=101); a seed is noise, not a "
             "setting to choose. Compare the trials it ranks first over seeds afterwards (the report says how)"
         )
+    for override in _parsed(config):
+        if not override.is_sweep_override():
+            continue
+        if override.is_range_sweep():  # the plugin draws range(a,b)'s end b too, which Hydra's range leaves out
+            return (
+                f"{override.input_line}: in a search, the sampler would draw range's end too, unlike a grid; give "
+                f"{override.key_or_group}=int(interval(a,b)) or choice(...)"
+            )
+        if override.input_line[:1] in "+~" or override.package:
+            return (
+                f"{override.input_line}: a searched key is written without a prefix or package "
+                f"({override.key_or_group}=...)"
+            )
     if config.get("baseline"):
         return "baseline: a search has no cells to test against a baseline; give none (a grid's report tests them)"
     direction = str(sweeper.get("direction", "auto")).rpartition(".")[2]  # Direction.maximize or maximize
@@ -144,17 +185,22 @@ def _not_for_a_search(config: DictConfig) -> str | None:
     """A sweep setting that does nothing in a search, or that the search's batches leave idle."""
     n_jobs = int(config.hydra.sweeper.n_jobs)
     launcher = str(config.hydra.get("launcher", {}).get("_target_", ""))
-    if n_jobs > 1 and launcher.endswith("BasicLauncher"):
+    side_by_side = int(config.hydra.launcher.get("n_jobs") or 1) if "n_jobs" in config.hydra.launcher else None
+    if n_jobs > 1 and (launcher.endswith("BasicLauncher") or (side_by_side is not None and side_by_side < n_jobs)):
         return (
-            f"hydra.sweeper.n_jobs={n_jobs}: the trials asked together would run one after another; add "
-            f"hydra/launcher=joblib hydra.launcher.n_jobs={n_jobs} to run them side by side, or ask one at a time"
+            f"hydra.sweeper.n_jobs={n_jobs}: the trials asked together would run {side_by_side or 1} at a time; "
+            f"add hydra/launcher=joblib hydra.launcher.n_jobs={n_jobs} to run them side by side, or ask fewer"
         )
-    if config.get("gpu_pool") and int(config.get("runs_per_gpu", 1)) > n_jobs:
-        return (
-            f"runs_per_gpu={config.runs_per_gpu}: a search launches hydra.sweeper.n_jobs={n_jobs} trial(s) at once, "
-            f"so a GPU's other places stay empty; give hydra.sweeper.n_jobs={config.runs_per_gpu} (and the "
-            "launcher's n_jobs)"
-        )
+    if config.get("gpu_pool"):
+        from nmt.sweep.gpus import visible_gpus
+
+        per_gpu = int(config.get("runs_per_gpu", 1))
+        places = max(len(visible_gpus()) * per_gpu // max(int(config.get("gpus_per_run", 1)), 1), per_gpu)
+        if places > n_jobs:  # at least runs_per_gpu, where this machine sees no GPU (a plan made elsewhere)
+            return (
+                f"gpu_pool: the GPUs take {places} runs at once, and a search launches hydra.sweeper.n_jobs={n_jobs} "
+                "trial(s) at once, so places stay empty; give hydra.sweeper.n_jobs (and the launcher's) that many"
+            )
     if config.get("on_changed", "stop") != "stop":
         return (
             f"on_changed={config.on_changed}: a grid's; a search asks its trials again, so runs made under other "
@@ -174,8 +220,9 @@ def search_settings(config: DictConfig, metric: str) -> dict:
         # what the trials asked before mean: their ranges, what they were scored by, the seed they ran at and
         # the sampler that chose them (a search of another of these in the same folder would mix two records)
         "asked_by": {
-            "space": searched(config),
+            "space": _distributions(config),
             "metric": metric,
+            "n_jobs": int(config.hydra.sweeper.n_jobs),  # a batch is asked without the scores of its own
             "seed": held_values(config).get("seed", str(config.get("seed"))),
             "sampler": OmegaConf.to_container(sampler, resolve=True) if sampler else {},
         },
@@ -192,18 +239,32 @@ def search_settings(config: DictConfig, metric: str) -> dict:
 
 
 def other_search(before: dict, settings: dict) -> str | None:
-    """How a search already in the folder (its plan's settings) differs from this one in what its trials mean:
-    a rerun replays them only as the same search (its n_trials and n_jobs may change)."""
+    """How a search already in the folder (its plan's settings) differs from this one in what decides its
+    trials: a rerun asks them again only as the same search (its n_trials may change)."""
     was, now = before.get("asked_by") or {}, settings["asked_by"]
     for key, what in (
         ("space", "searches"),
         ("metric", "follows"),
         ("seed", "runs at seed"),
+        ("n_jobs", "asks at once"),
         ("sampler", "samples by"),
     ):
         if was.get(key) != now[key]:
             return f"it {what} {_said(was.get(key))}, this one {_said(now[key])}"
     return None
+
+
+def _distributions(config: DictConfig) -> dict[str, str]:
+    """Each searched key's range as the sampler draws from it (``interval(1e-4, 1e-2)`` and
+    ``interval(0.0001,0.01)`` alike), read by the plugin's own parser."""
+    from hydra_plugins.hydra_optuna_sweeper._impl import create_optuna_distribution_from_override
+
+    space = searched(config)
+    return {
+        o.key_or_group: repr(create_optuna_distribution_from_override(o))
+        for o in _parsed(config)
+        if o.key_or_group in space
+    }
 
 
 def _said(value) -> str:
@@ -212,16 +273,16 @@ def _said(value) -> str:
     return str(value)
 
 
-def read_search(sweep_dir: Path) -> dict:
+def read_search(sweep_dir: Path, name: str = SEARCH) -> dict:
     """search.json (empty before a search has asked a trial)."""
     import json
 
-    path = Path(sweep_dir) / SEARCH
+    path = Path(sweep_dir) / name
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
-def write_search(sweep_dir: Path, settings: dict, trials: list[dict]) -> None:
-    atomic_write_json(Path(sweep_dir) / SEARCH, {**settings, "trials": trials})
+def write_search(sweep_dir: Path, settings: dict, trials: list[dict], name: str = SEARCH) -> None:
+    atomic_write_json(Path(sweep_dir) / name, {**settings, "trials": trials})
 
 
 def trial_value(record: dict | None, metric: str) -> float | None:

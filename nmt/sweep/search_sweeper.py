@@ -11,15 +11,15 @@ reused, not trained again: a killed search resumes where it stopped, and a rerun
 """
 
 import logging
-import warnings
+import re
 from pathlib import Path
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra_plugins.hydra_optuna_sweeper._impl import create_params_from_overrides
 
-from nmt.sweep.levels import override_pairs
+from nmt.sweep.levels import hydra_quoted, override_pairs
 from nmt.sweep.plan import run_name
-from nmt.sweep.progress import too_late_to_start
+from nmt.sweep.progress import LAUNCHED, too_late_to_start
 from nmt.sweep.search import (
     ASKED_STATE,
     DONE_STATE,
@@ -56,15 +56,14 @@ def run_search(impl, arguments: list[str]) -> None:
     swept = set(space) | {"seed"}
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # the sweep prints each trial itself
     study = optuna.create_study(study_name=impl.study_name, sampler=impl.sampler, direction=settings["direction"])
-    # the trials asked before (the same search: the start refuses another in its folder) are asked again
-    # first, with the values they had, whatever the sampler would draw now: their runs are reused, and a trial
-    # that did not run then (stopped, its turn past start_runs_for) runs now; a sitting of fewer trials keeps
-    # the record of the rest
+    # A rerun asks its trials as the first sitting did: the seeded sampler draws the same values as long as
+    # it is told the same outcomes in the same order. So each trial of the record is told what it was told
+    # then; a trial that failed or did not run then and scores now is told its score once the replay is past
+    # (TPE learns from scored trials alone, so until then it draws as it did). A trial asked with other values
+    # than the record's (a record edited by hand, another Optuna) ends the replay: the record's later trials
+    # are set aside and new ones asked.
     recorded = read_search(sweep_dir).get("trials", [])
-    with warnings.catch_warnings():  # "experimental" in Optuna 2: the version is pinned
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        for trial in recorded[: impl.n_trials]:
-            study.enqueue_trial({k: trial["values"][k] for k in space})
+    deferred: list[tuple] = []
     trials: list[dict] = []
     while len(trials) < impl.n_trials:
         if too_late_to_start(sweep_dir, config.get("start_runs_for")):
@@ -74,6 +73,16 @@ def run_search(impl, arguments: list[str]) -> None:
             _asked(study.ask(), space, held, swept, config)
             for _ in range(min(impl.n_jobs, impl.n_trials - len(trials)))
         ]
+        for _, entry in batch:
+            before = recorded[entry["number"]] if entry["number"] < len(recorded) else None
+            if before is not None and before["values"] != entry["values"]:
+                aside = sweep_dir / f"search_aside_{entry['number']}.json"
+                write_search(aside.parent, {}, recorded[entry["number"] :], aside.name)
+                print(
+                    f"[search] trial {entry['number']} was asked with other values than the record's ({before['run']}):"
+                    f" the record's trials from it on are set aside in {aside.name} (their runs stay); new ones follow"
+                )
+                recorded = recorded[: entry["number"]]
         trials += [entry for _, entry in batch]
         write_search(sweep_dir, settings, trials + recorded[len(trials) :])
         # one job per run folder: the sampler may ask the same values twice (a choice, an int range), and two
@@ -84,7 +93,12 @@ def run_search(impl, arguments: list[str]) -> None:
         impl.job_idx += len(returns)
         outcome = dict(zip(runs, returns, strict=True))
         for trial, entry in batch:
-            _tell(study, trial, entry, outcome[entry["run"]], sweep_dir, settings["metric"])
+            _settle(entry, outcome[entry["run"]], sweep_dir, settings["metric"])
+            before = recorded[entry["number"]] if entry["number"] < len(recorded) else None
+            if before is not None and before.get("state") != DONE_STATE and entry["state"] == DONE_STATE:
+                deferred.append((trial, entry))  # told nothing then, or failed: its score after the replay
+            else:
+                _tell(study, trial, entry)
             if entry["state"] == DONE_STATE:
                 best = ranked_trials({**settings, "trials": trials})[0]
                 print(
@@ -92,8 +106,12 @@ def run_search(impl, arguments: list[str]) -> None:
                     f"{best['number']} ({best['value']:.4g})",
                     flush=True,
                 )
+        if len(trials) >= len(recorded):
+            for trial, entry in deferred:
+                _tell(study, trial, entry)
+            deferred = []
         write_search(sweep_dir, settings, trials + recorded[len(trials) :])
-    if any(t["state"] != ASKED_STATE for t in trials):
+    if trials:
         print(f"[search] report: {write_search_report(sweep_dir)}")
 
 
@@ -102,7 +120,7 @@ def _asked(trial, space: dict, held: dict[str, str], swept: set[str], config) ->
     the run's folder and the overrides it is launched with, the held ones as the command line typed them."""
     for name, distribution in space.items():
         trial._suggest(name, distribution)  # as the plugin suggests them (Optuna 2's one way for all)
-    overrides = [*held.values(), *(f"{k}={v}" for k, v in trial.params.items())]
+    overrides = [*held.values(), *(f"{k}={_as_value(v)}" for k, v in trial.params.items())]
     values = dict(trial.params)
     values["seed"] = dict(override_pairs(overrides)).get("seed", str(config.get("seed")))
     entry = {
@@ -116,12 +134,22 @@ def _asked(trial, space: dict, held: dict[str, str], swept: set[str], config) ->
     return trial, entry
 
 
-def _tell(study, trial, entry: dict, ret, sweep_dir: Path, metric: str) -> None:
-    """The study told the trial's outcome, and its entry updated: its score; failed, where its run failed or
-    recorded no score (a diverged run's nan); or left asked, untold, where its run did not run here (trained
-    by another process, or not started): the sampler then learns nothing false, and a rerun runs it."""
-    import optuna
+def _as_value(value) -> str:
+    """A sampled value as Hydra reads it back: a choice's string quoted where Hydra's grammar would read it
+    otherwise (a comma, a space, an interpolation), None as null, booleans as Hydra writes them."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, str) and not re.fullmatch(r"[\w.+\-/]+", value):
+        return hydra_quoted(value)
+    return str(value)
 
+
+def _settle(entry: dict, ret, sweep_dir: Path, metric: str) -> None:
+    """The trial's entry given its run's outcome: its score; failed, where its run failed in this sitting or
+    recorded no score (a diverged run's nan); or left asked, where its run did not run here (trained by another
+    process, or not started): the sampler is then told nothing false, and a rerun runs it."""
     try:
         record = ret.return_value  # raises what the trial's job raised
         error = None
@@ -129,19 +157,28 @@ def _tell(study, trial, entry: dict, ret, sweep_dir: Path, metric: str) -> None:
         record, error = None, str(err).splitlines()[0] if str(err) else repr(err)
     value = trial_value(record, metric)
     if value is not None:
-        study.tell(trial, value)
         entry.update(state=DONE_STATE, value=value)
         return
     failed = sweep_dir / entry["run"] / FAILED
-    if error is None and record is None and not failed.is_file():
-        print(
-            f"[search] trial {trial.number}: not run here (trained by another process, or not started); a rerun runs it"
-        )
+    launched = sweep_dir / LAUNCHED
+    # a failure of an earlier sitting stays in a folder this sitting did not run (another process held it)
+    failed_now = failed.is_file() and (not launched.is_file() or failed.stat().st_mtime >= launched.stat().st_mtime)
+    if error is None and record is None and not failed_now:
+        print(f"[search] trial {entry['number']}: not run here (trained by another process, or not started)")
         return
-    study.tell(trial, state=optuna.trial.TrialState.FAIL)
     # a run without a record runs again on a rerun; one whose record holds no score is reused, and fails again
     entry.update(state=FAILED_STATE, error=error or _why_unscored(failed, record), rerun=record is None)
-    print(f"[search] trial {trial.number} failed: {entry['error']}")
+    print(f"[search] trial {entry['number']} failed: {entry['error']}")
+
+
+def _tell(study, trial, entry: dict) -> None:
+    """The study told the trial's outcome as its entry says: a score, a failure, or nothing (not run)."""
+    import optuna
+
+    if entry["state"] == DONE_STATE:
+        study.tell(trial, entry["value"])
+    elif entry["state"] == FAILED_STATE:
+        study.tell(trial, state=optuna.trial.TrialState.FAIL)
 
 
 def _why_unscored(failed: Path, record: dict | None) -> str:
