@@ -1,6 +1,6 @@
 """A search (``hydra/sweeper=search``, nmt/sweep/search.py): Optuna's sampler chooses each trial's settings from
 the validation scores before it. Its trials are checked against Optuna itself, told the same scores; a rerun
-asks the same trials and reuses their runs; a failed trial is told as failed and the search goes on; what a
+asks the same trials and reuses their runs; a failed trial is recorded as failed and the search goes on; what a
 search cannot do (a test score, a searched seed, an unseeded sampler, ...) is refused before any run."""
 
 import json
@@ -179,7 +179,7 @@ def searched_with(tmp_path, cfg, n_trials: int, launcher=None, n_jobs: int = 1, 
     return impl.launcher
 
 
-def test_a_failed_trial_is_told_as_failed_and_the_search_goes_on(tmp_path):
+def test_a_failed_trial_is_recorded_as_failed_and_the_search_goes_on(tmp_path):
     cfg = search_config(tmp_path, *HELD, "report_metric=final_val_loss", "hydra.sweeper.n_trials=3")
     launcher = searched_with(tmp_path, cfg, 3)
     trials = read_search(tmp_path)["trials"]
@@ -189,7 +189,7 @@ def test_a_failed_trial_is_told_as_failed_and_the_search_goes_on(tmp_path):
     assert all(launched[: len(HELD)] == HELD for launched in launcher.launched)
     assert launcher.launched[0][-1] == f"{LR}={trials[0]['values'][LR]}"
     report = (tmp_path / "search.md").read_text()
-    assert "Failed (1; told to the sampler as failed, not scored):" in report
+    assert "Failed (1; not scored, so the sampler learns nothing from them):" in report
     assert "- trial 1 (" in report and "loss not finite for 11 batches; its run failed: a rerun runs it again" in report
     assert "Best: trial 2," in report  # 3.0 against 5.0: lower is better
     # a sitting of fewer trials asks the first ones again and keeps the later ones in the record
@@ -211,6 +211,19 @@ def test_a_rerun_asks_the_trials_asked_before_then_goes_on_where_the_sampler_lef
     assert [t["values"] for t in again[:4]] == [t["values"] for t in first]
     assert [t["state"] for t in again] == ["done"] * 6
     assert [t["values"][LR] for t in again] == pytest.approx(replayed([], 6, startup=10), rel=1e-12)
+
+
+def test_a_trial_that_scored_late_is_told_as_late_in_every_later_rerun(tmp_path):
+    """TPE from the second trial: a trial failed in the first sitting and scored in the second was told after
+    the second had asked every recorded trial; a third sitting must tell it there again, or the draws of the
+    trials after it change and the record's runs are lost."""
+    cfg = search_config(tmp_path, *HELD, "report_metric=final_val_loss", "hydra.sweeper.n_trials=3")
+    searched_with(tmp_path, cfg, 3, FakeLauncher(failing=1), startup=1)
+    searched_with(tmp_path, cfg, 4, FakeLauncher(failing=None), startup=1)
+    second = read_search(tmp_path)["trials"]
+    assert [t["state"] for t in second] == ["done"] * 4 and second[1]["told_at"] == 3 and second[0]["told_at"] == 1
+    searched_with(tmp_path, cfg, 4, FakeLauncher(failing=None), startup=1)
+    assert read_search(tmp_path)["trials"] == second and not list(tmp_path.glob("search_aside_*"))
 
 
 def test_a_rerun_told_other_scores_than_its_record_says_so_and_sets_the_rest_aside(tmp_path):

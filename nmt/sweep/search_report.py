@@ -73,7 +73,7 @@ def write_search_report(sweep_dir: Path) -> Path:
         lines.append("| " + " | ".join(row) + " |")
     failed = [t for t in search["trials"] if t.get("state") == FAILED_STATE]
     if failed:
-        lines += ["", f"Failed ({len(failed)}; told to the sampler as failed, not scored):"]
+        lines += ["", f"Failed ({len(failed)}; not scored, so the sampler learns nothing from them):"]
         lines += [
             f"- trial {t['number']} ({t['run']}): {t.get('error') or 'no score'}"
             + (

@@ -1,7 +1,7 @@
 """The loop of ``hydra/sweeper=search`` (conf/hydra/sweeper/search.yaml; its class, which Hydra loads, is in
 hydra_plugins/nmt_search_sweeper/): the hydra-optuna-sweeper plugin's sweeper, configured as the plugin is,
 asking Optuna for trials and telling it each one's validation score. It differs where a sweep of this
-project must: a trial whose run failed (diverged, refused) is told to Optuna as failed and the search goes
+project must: a trial whose run failed (diverged, refused) is recorded as failed and the search goes
 on, where the plugin stops the whole search at it; the held settings reach each run as the command line
 typed them; no trial starts once ``start_runs_for`` has passed; and every trial asked and told is written to
 the sweep's folder as it happens (nmt/sweep/search.py), then its report.
@@ -57,13 +57,14 @@ def run_search(impl, arguments: list[str]) -> None:
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # the sweep prints each trial itself
     study = optuna.create_study(study_name=impl.study_name, sampler=impl.sampler, direction=settings["direction"])
     # A rerun asks its trials as the first sitting did: the seeded sampler draws the same values as long as
-    # it is told the same outcomes in the same order. So each trial of the record is told what it was told
-    # then; a trial that failed or did not run then and scores now is told its score once the replay is past
-    # (TPE learns from scored trials alone, so until then it draws as it did). A trial asked with other values
-    # than the record's (a record edited by hand, another Optuna) ends the replay: the record's later trials
-    # are set aside and new ones asked.
+    # it has been told the same scores at the same points. So each scored trial's record says after how many
+    # trials asked it was told (told_at), and a rerun tells it there again. A trial that failed or did not run
+    # is told nothing (TPE, CMA-ES and random sampling draw alike whether such a trial failed or is running);
+    # one that scores now for the first time is told once the rerun has asked every recorded trial, and
+    # recorded so. A trial asked with other values than the record's (a record edited by hand, another Optuna)
+    # ends the replay: the record's trials from it on are set aside, and new ones asked.
     recorded = read_search(sweep_dir).get("trials", [])
-    deferred: list[tuple] = []
+    waiting: list[tuple] = []  # scored trials, each to be told once as many trials as its told_at were asked
     trials: list[dict] = []
     while len(trials) < impl.n_trials:
         if too_late_to_start(sweep_dir, config.get("start_runs_for")):
@@ -94,22 +95,20 @@ def run_search(impl, arguments: list[str]) -> None:
         outcome = dict(zip(runs, returns, strict=True))
         for trial, entry in batch:
             _settle(entry, outcome[entry["run"]], sweep_dir, settings["metric"])
-            before = recorded[entry["number"]] if entry["number"] < len(recorded) else None
-            if before is not None and before.get("state") != DONE_STATE and entry["state"] == DONE_STATE:
-                deferred.append((trial, entry))  # told nothing then, or failed: its score after the replay
-            else:
-                _tell(study, trial, entry)
-            if entry["state"] == DONE_STATE:
-                best = ranked_trials({**settings, "trials": trials})[0]
-                print(
-                    f"[search] trial {trial.number}: {settings['metric']} {entry['value']:.4g}; best so far: trial "
-                    f"{best['number']} ({best['value']:.4g})",
-                    flush=True,
-                )
-        if len(trials) >= len(recorded):
-            for trial, entry in deferred:
-                _tell(study, trial, entry)
-            deferred = []
+            if entry["state"] != DONE_STATE:
+                continue
+            before = recorded[entry["number"]] if entry["number"] < len(recorded) else {}
+            entry["told_at"] = _told_at(before, impl.n_jobs) or max(len(trials), len(recorded))
+            waiting.append((trial, entry))
+            best = ranked_trials({**settings, "trials": trials})[0]
+            print(
+                f"[search] trial {trial.number}: {settings['metric']} {entry['value']:.4g}; best so far: trial "
+                f"{best['number']} ({best['value']:.4g})",
+                flush=True,
+            )
+        for trial, entry in [w for w in waiting if w[1]["told_at"] <= len(trials)]:
+            study.tell(trial, entry["value"])
+            waiting.remove((trial, entry))
         write_search(sweep_dir, settings, trials + recorded[len(trials) :])
     if trials:
         print(f"[search] report: {write_search_report(sweep_dir)}")
@@ -153,7 +152,7 @@ def _settle(entry: dict, ret, sweep_dir: Path, metric: str) -> None:
     try:
         record = ret.return_value  # raises what the trial's job raised
         error = None
-    except Exception as err:  # noqa: BLE001 - one trial's failure is its own, told as failed
+    except Exception as err:  # noqa: BLE001 - one trial's failure is its own, recorded as failed
         record, error = None, str(err).splitlines()[0] if str(err) else repr(err)
     value = trial_value(record, metric)
     if value is not None:
@@ -171,14 +170,12 @@ def _settle(entry: dict, ret, sweep_dir: Path, metric: str) -> None:
     print(f"[search] trial {entry['number']} failed: {entry['error']}")
 
 
-def _tell(study, trial, entry: dict) -> None:
-    """The study told the trial's outcome as its entry says: a score, a failure, or nothing (not run)."""
-    import optuna
-
-    if entry["state"] == DONE_STATE:
-        study.tell(trial, entry["value"])
-    elif entry["state"] == FAILED_STATE:
-        study.tell(trial, state=optuna.trial.TrialState.FAIL)
+def _told_at(entry: dict, n_jobs: int) -> int | None:
+    """After how many trials asked the record's scored trial was told: as recorded, or, for a record written
+    before it said so, at the end of its batch."""
+    if entry.get("state") != DONE_STATE:
+        return None
+    return entry.get("told_at") or (entry["number"] // n_jobs + 1) * n_jobs
 
 
 def _why_unscored(failed: Path, record: dict | None) -> str:
