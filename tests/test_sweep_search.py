@@ -224,6 +224,9 @@ def test_a_trial_that_scored_late_is_told_as_late_in_every_later_rerun(tmp_path)
     assert [t["state"] for t in second] == ["done"] * 4 and second[1]["told_at"] == 3 and second[0]["told_at"] == 1
     searched_with(tmp_path, cfg, 4, FakeLauncher(failing=None), startup=1)
     assert read_search(tmp_path)["trials"] == second and not list(tmp_path.glob("search_aside_*"))
+    # scored then, failing now (its run removed, say): the score the sampler drew the later trials from stands
+    searched_with(tmp_path, cfg, 4, FakeLauncher(failing=2), startup=1)
+    assert read_search(tmp_path)["trials"] == second and not list(tmp_path.glob("search_aside_*"))
 
 
 def test_a_rerun_told_other_scores_than_its_record_says_so_and_sets_the_rest_aside(tmp_path):
@@ -238,7 +241,8 @@ def test_a_rerun_told_other_scores_than_its_record_says_so_and_sets_the_rest_asi
     again = read_search(tmp_path)["trials"]
     assert [t["values"] for t in again[:2]] == [t["values"] for t in first[:2]]
     assert again[2]["values"] != first[2]["values"]
-    assert read_search(tmp_path, "search_aside_2.json")["trials"] == first[2:]
+    (aside,) = tmp_path.glob("search_aside_2_*.json")
+    assert read_search(tmp_path, aside.name)["trials"] == first[2:]
 
 
 def test_a_run_asked_twice_in_a_batch_is_launched_once_and_reported_once(tmp_path):

@@ -10,8 +10,10 @@ A rerun asks the same trials again (the sampler is seeded and told the same scor
 reused, not trained again: a killed search resumes where it stopped, and a rerun with more ``n_trials`` goes on.
 """
 
+import json
 import logging
 import re
+import time
 from pathlib import Path
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -76,8 +78,11 @@ def run_search(impl, arguments: list[str]) -> None:
         ]
         for _, entry in batch:
             before = recorded[entry["number"]] if entry["number"] < len(recorded) else None
-            if before is not None and before["values"] != entry["values"]:
-                aside = sweep_dir / f"search_aside_{entry['number']}.json"
+            same = before is not None and json.dumps(before["values"], sort_keys=True) == json.dumps(
+                entry["values"], sort_keys=True
+            )  # strictly: 1, 1.0 and True are one key of a dict, not one value of a choice
+            if before is not None and not same:
+                aside = sweep_dir / f"search_aside_{entry['number']}_{time.strftime('%Y%m%d-%H%M%S')}.json"
                 write_search(aside.parent, {}, recorded[entry["number"] :], aside.name)
                 print(
                     f"[search] trial {entry['number']} was asked with other values than the record's ({before['run']}):"
@@ -95,9 +100,15 @@ def run_search(impl, arguments: list[str]) -> None:
         outcome = dict(zip(runs, returns, strict=True))
         for trial, entry in batch:
             _settle(entry, outcome[entry["run"]], sweep_dir, settings["metric"])
+            before = recorded[entry["number"]] if entry["number"] < len(recorded) else {}
+            if before.get("state") == DONE_STATE and entry["state"] != DONE_STATE:
+                # scored then, not now (its run removed, then failed or taken by another process): the sampler
+                # drew the trials after it knowing that score, so the record's score stands
+                print(f"[search] trial {entry['number']}: its run did not score now; its recorded score stands")
+                entry.update({k: before[k] for k in ("state", "value", "told_at") if k in before})
+                entry.pop("error", None)
             if entry["state"] != DONE_STATE:
                 continue
-            before = recorded[entry["number"]] if entry["number"] < len(recorded) else {}
             entry["told_at"] = _told_at(before, impl.n_jobs) or max(len(trials), len(recorded))
             waiting.append((trial, entry))
             best = ranked_trials({**settings, "trials": trials})[0]
