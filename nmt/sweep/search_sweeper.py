@@ -106,7 +106,7 @@ def run_search(impl, arguments: list[str]) -> None:
                 # drew the trials after it knowing that score, so the record's score stands
                 print(f"[search] trial {entry['number']}: its run did not score now; its recorded score stands")
                 entry.update({k: before[k] for k in ("state", "value", "told_at") if k in before})
-                entry.pop("error", None)
+                entry.pop("error", None), entry.pop("rerun", None)
             if entry["state"] != DONE_STATE:
                 continue
             entry["told_at"] = _told_at(before, impl.n_jobs) or max(len(trials), len(recorded))
