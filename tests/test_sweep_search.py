@@ -286,6 +286,30 @@ def test_the_search_report_says_a_tie_an_end_of_the_range_and_how_to_compare_the
     assert "--metric best_val_bleu" in report
 
 
+def test_trials_stopped_early_before_they_learned_are_said_to_be_ranked_by_the_stopping_rule(tmp_path):
+    settings = {
+        "metric": "best_val_bleu",
+        "direction": "maximize",
+        "space": {"warmup": "int(interval(100,3200))"},
+        "n_trials": 3,
+        "n_jobs": 1,
+        "sampler": "TPESampler",
+        "sampler_seed": 1,
+    }
+    trials = []
+    for number, (warmup, value, ended) in enumerate(((300, 99.1, "early stopping"), (3000, 0.0, "early stopping"))):
+        run = tmp_path / f"r{number}"
+        run.mkdir()
+        record = {"metrics": {"best_val_bleu": value}, "epochs": 6, "ended_by": ended, "seed": 101}
+        (run / "sweep_result.json").write_text(json.dumps(record))
+        values = {"warmup": warmup, "seed": "101"}
+        trials.append({"number": number, "run": run.name, "values": values, "state": "done", "value": value})
+    write_search(tmp_path, settings, trials)
+    report = write_search_report(tmp_path).read_text()
+    assert "Trials 1 scored 0.00 and were stopped early: they had learned nothing" in report
+    assert "Trials 0 " not in report
+
+
 def test_a_search_none_of_whose_trials_scored_ends_with_status_1(tmp_path):
     from nmt.sweep.runner import SweepReport
 

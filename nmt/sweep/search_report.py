@@ -8,6 +8,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from nmt.metrics import lower_is_better, metric_range
 from nmt.sweep.document import fmt
 from nmt.sweep.records import RESULT, read_record
 from nmt.sweep.search import (
@@ -71,6 +72,21 @@ def write_search_report(sweep_dir: Path) -> Path:
         row = [str(rank), numbers, *(_shown(trial["values"].get(k)) for k in keys), fmt(trial["value"])]
         row += [str(record.get("epochs", "")), str(record.get("ended_by") or ""), trial["run"]]
         lines.append("| " + " | ".join(row) + " |")
+    unlearnt = [  # the worst score the metric allows, then stopped early: stopped before they learned anything
+        t
+        for t in ranked
+        if t["value"] == metric_range(metric)[1 if lower_is_better(metric) else 0]
+        and "early" in str(_record(sweep_dir / t["run"]).get("ended_by") or "")
+    ]
+    if unlearnt:
+        numbers = ", ".join(str(n) for t in unlearnt for n in t["numbers"])
+        lines += [
+            "",
+            f"Trials {numbers} scored {fmt(unlearnt[0]['value'])} and were stopped early: they had learned nothing "
+            "when the patience ran out, which counts from the start (a long warm-up may not have passed): the "
+            "stopping rule, not the setting alone, ranked them. Where such a trial matters, give the runs a "
+            "length early stopping cannot cut, past the warm-up (Lightning's +trainer.min_steps=N).",
+        ]
     failed = [t for t in search["trials"] if t.get("state") == FAILED_STATE]
     if failed:
         lines += ["", f"Failed ({len(failed)}; not scored, so the sampler learns nothing from them):"]
