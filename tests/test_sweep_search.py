@@ -116,10 +116,6 @@ def test_a_search_asks_what_optuna_asks_tells_it_each_runs_validation_score_and_
     )
     assert changed.returncode == 2 and "made under other settings or code" in changed.stderr
     assert "model.dropout" in changed.stderr
-    # another range in the same folder: another search, whose trials the record of this one would lose
-    other = [*command[:-2], f"{LR}=tag(log,interval(1e-4,1e-1))", command[-1], "hydra.sweeper.n_trials=2"]
-    refused = subprocess.run(other, capture_output=True, text=True, cwd=ROOT, timeout=300)
-    assert refused.returncode == 2 and "holds another search: it searches" in refused.stderr
     # a grid in the search's folder would mix its runs with the trials
     grid = [c for c in command[:-2] if not c.startswith(("hydra/sweeper", "hydra.sweeper"))]
     grid += [f"{LR}=0.001", command[-1]]
@@ -396,7 +392,14 @@ def test_held_settings_are_repeated_as_typed_and_sampled_values_as_hydra_reads_t
     )
     assert other_search(a, b) is None
     c = search_settings(search_config(tmp_path, *HELD, space=(f"{LR}=tag(log,interval(1e-4,1e-1))",)), "best_val_bleu")
-    assert other_search(a, c).startswith("it searches")
+    assert other_search(a, c).startswith("it searches")  # another range: its trials would be asked otherwise
+    for other in ("seed=102", "hydra.sweeper.n_jobs=2", "hydra.sweeper.sampler.n_startup_trials=3"):
+        assert other_search(a, search_settings(search_config(tmp_path, *HELD, other), "best_val_bleu"))
+    assert other_search(a, search_settings(search_config(tmp_path, *HELD, "hydra.sweeper.n_trials=40"), "x"))
+    assert (
+        other_search(a, search_settings(search_config(tmp_path, *HELD, "hydra.sweeper.n_trials=40"), "best_val_bleu"))
+        is None
+    )
 
 
 def test_the_optuna_plugins_own_sweeper_is_refused_for_the_search_that_goes_on_past_a_failure(tmp_path):
@@ -418,24 +421,17 @@ def test_a_search_refuses_an_interval_of_a_group_and_a_final_score_its_runs_do_n
 
 def test_a_search_of_a_test_score_stops_before_any_run(tmp_path):
     command = [sys.executable, str(ROOT / "sweep.py"), "hydra/sweeper=search", *HELD, SPACE]
-    result = subprocess.run(
-        [*command, "report_metric=test_bleu", f"hydra.sweep.dir={tmp_path}"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=300,
-    )
+
+    def search(*given: str):
+        args = [*command, *given, f"hydra.sweep.dir={tmp_path}"]
+        return subprocess.run(args, capture_output=True, text=True, cwd=ROOT, timeout=300)
+
+    result = search("report_metric=test_bleu")
     assert result.returncode == 2 and "report_metric=test_bleu: a search follows a validation score" in result.stderr
     assert not (tmp_path / SEARCH).exists() and not any(tmp_path.glob("*seed=*"))
     # one sitting of a search at a time: a second would ask the same trials and write over the first's record
     from nmt.training.run_folder import RunLock
 
     with RunLock(tmp_path):
-        second = subprocess.run(
-            [*command, "test_after_training=false", f"hydra.sweep.dir={tmp_path}"],
-            capture_output=True,
-            text=True,
-            cwd=ROOT,
-            timeout=300,
-        )
+        second = search("test_after_training=false")
     assert second.returncode == 2 and f"another process runs the search in {tmp_path}" in second.stderr

@@ -309,9 +309,7 @@ def print_plan(sweep_dir: Path, config: DictConfig) -> None:
     if changed and not moving:
         print("  expected cost: none: the sweep would stop first (below)")
     elif walls and to_run:
-        hours = sum(walls) / len(walls) * len(to_run) / 3600
-        cost = f"{hours:.1f} h" if hours >= 0.1 else f"{hours * 60:.1f} min"
-        print(f"  expected cost: about {cost} of run time ({source})")
+        print(f"  expected cost: about {run_time(walls, len(to_run))} of run time ({source})")
     else:
         print("  expected cost: " + ("nothing left to run" if not to_run else "unknown until a run has finished"))
     for name, found in changed.items():
@@ -327,6 +325,12 @@ def print_plan(sweep_dir: Path, config: DictConfig) -> None:
     if config.get("gpu_mps"):
         found = "found" if shutil.which(CONTROL) else "NOT on PATH here: the sweep would stop before any run"
         print(f"  the runs of a GPU side by side under CUDA's MPS, daemon in {mps_folder()} ({CONTROL}: {found})")
+
+
+def run_time(walls: list[float], runs: int) -> str:
+    """About how long ``runs`` runs take at the mean of ``walls`` (each finished run's seconds)."""
+    hours = sum(walls) / len(walls) * runs / 3600
+    return f"{hours:.1f} h" if hours >= 0.1 else f"{hours * 60:.1f} min"
 
 
 def recipe_lines(config: DictConfig, runs: list[dict[str, str]]) -> list[str]:

@@ -204,7 +204,7 @@ def _record(run_dir: Path) -> dict:
 def print_search_plan(sweep_dir: Path, config: DictConfig, settings: dict, changed: dict) -> None:
     """What the search would do, without training: its space, what it holds, its metric, the trials asked so
     far and the expected cost of the rest."""
-    from nmt.sweep.plan import planned_values, recipe_lines
+    from nmt.sweep.plan import planned_values, recipe_lines, run_time
     from nmt.sweep.summary import run_cost_s
 
     print(f"Search {sweep_dir.name} in {sweep_dir}")
@@ -238,9 +238,9 @@ def print_search_plan(sweep_dir: Path, config: DictConfig, settings: dict, chang
     if changed:
         print("  expected cost: none: the search would stop first (below)")
     elif walls and left:
-        hours = sum(walls) / len(walls) * left / 3600
-        cost = f"{hours:.1f} h" if hours >= 0.1 else f"{hours * 60:.1f} min"
-        print(f"  expected cost: about {cost} of run time (the mean of its {len(walls)} finished runs)")
+        print(
+            f"  expected cost: about {run_time(walls, left)} of run time (the mean of its {len(walls)} finished runs)"
+        )
     else:
         print("  expected cost: " + ("nothing left to run" if not left else "unknown until a trial has finished"))
     for name, found in changed.items():
