@@ -6,6 +6,7 @@ search cannot do (a test score, a searched seed, an unseeded sampler, ...) is re
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import optuna
 import pytest
@@ -27,6 +28,7 @@ from nmt.sweep.search_report import write_search_report
 from nmt.sweep.summary import PLAN
 from nmt.utils.configs import ROOT
 from tests.conftest import tiny_overrides
+from tests.test_report_html import browser, rendered
 
 LR = "optim.optimizer.lr"
 SPACE = f"{LR}=tag(log,interval(1e-4,1e-2))"
@@ -251,7 +253,8 @@ def test_a_run_asked_twice_in_a_batch_is_launched_once_and_reported_once(tmp_pat
     assert "| 1 | 0, 1, 2, 3 | 0.1 |" in report and "ties" not in report
 
 
-def test_the_search_report_says_a_tie_an_end_of_the_range_and_how_to_compare_the_first_trials(tmp_path):
+def written_search(tmp_path):
+    """A search of two keys, four trials scored (two tied), recorded as its sweeper records them."""
     settings = {
         "metric": "best_val_bleu",
         "direction": "maximize",
@@ -268,6 +271,11 @@ def test_the_search_report_says_a_tie_an_end_of_the_range_and_how_to_compare_the
         for n, lr, w, v in ((0, 3e-3, 900, 20.0), (1, 1.1e-4, 1800, 31.5), (2, 5e-4, 3000, 31.5), (3, 1e-3, 500, 9.0))
     ]
     write_search(tmp_path, settings, trials)
+    return trials
+
+
+def test_the_search_report_says_a_tie_an_end_of_the_range_and_how_to_compare_the_first_trials(tmp_path):
+    written_search(tmp_path)
     report = write_search_report(tmp_path).read_text()
     assert f"Best: trial 1, {LR}=0.00011 warmup=1800: best_val_bleu 31.50." in report
     assert "It ties with trials 2, run with other settings: best_val_bleu does not tell them apart" in report
@@ -280,6 +288,83 @@ def test_the_search_report_says_a_tie_an_end_of_the_range_and_how_to_compare_the
     assert f"{common} {LR}=0.003 warmup=900 seed=201,202,203 sweep_name=<name>_t0" in report
     assert "sweep.py tune sweeps/<name>_t1 sweeps/<name>_t2 sweeps/<name>_t0 --level" in report
     assert "--metric best_val_bleu" in report
+    # the same report as one page: the ranking, both figures embedded, the commands as written
+    page = (tmp_path / "search.html").read_text()
+    assert page.count('src="data:image/png;base64,') == 2 and page.count("<tr>") == 1 + 4
+    assert f"{common} {LR}=0.00011 warmup=1800 seed=201,202,203 sweep_name=&lt;name&gt;_t1" in page
+    assert "![best_val_bleu of each trial in the order asked" in report and "](search_slices.png)" in report
+    if browser() is not None:  # both figures decode, the table renders, no script error
+        shown = rendered(tmp_path / "search.html")
+        assert shown["figures"] == shown["figures-rendered"] == 2 and shown["tables"] == 1
+        assert "Uncaught" not in shown["stderr"] and ":ERROR:CONSOLE" not in shown["stderr"]
+
+
+def test_the_search_figures_draw_each_trial_the_best_so_far_and_a_log_range_on_a_log_axis(tmp_path, monkeypatch):
+    from nmt.sweep import figures
+
+    drawn, save = {}, figures.atomic_save_figure
+
+    def saved(figure, path, **kwargs):  # each figure kept to read what it draws (closing one keeps its axes)
+        drawn[path.name] = figure
+        save(figure, path, **kwargs)
+
+    monkeypatch.setattr(figures, "atomic_save_figure", saved)
+    trials = written_search(tmp_path)
+    write_search_report(tmp_path)
+    (history,) = drawn["search_history.png"].axes
+    points, best = history.lines  # the scores in the order asked, and the best so far as a step line
+    assert list(points.get_ydata()) == [t["value"] for t in trials]
+    assert list(best.get_ydata()) == [20.0, 31.5, 31.5, 31.5]  # higher is better: a running maximum
+    lr_axis, warmup_axis = (ax for ax in drawn["search_slices.png"].axes if ax.get_xlabel() in (LR, "warmup"))
+    assert lr_axis.get_xscale() == "log" and warmup_axis.get_xscale() == "linear"
+    lr_points = lr_axis.collections[0].get_offsets()  # one point per run: (value, score)
+    assert sorted(map(tuple, lr_points.tolist())) == sorted((t["values"][LR], t["value"]) for t in trials)
+    # the best trial ringed in each panel, at its own value
+    assert list(lr_axis.lines[0].get_xdata()) == [1.1e-4] and list(warmup_axis.lines[0].get_xdata()) == [1800]
+    # a search whose trials were set aside (none scored now): no figure of theirs is left beside the report
+    write_search(tmp_path, read_search(tmp_path), [])
+    drawn.clear()
+    write_search_report(tmp_path)
+    assert not drawn and not list(tmp_path.glob("search_*.png"))
+
+
+def test_a_search_logged_to_wandb_holds_its_trials_panels_and_best_trial_once(tmp_path, monkeypatch, capsys):
+    from nmt.sweep import dashboard
+    from nmt.sweep.runner import SweepReport
+
+    written_search(tmp_path)
+    write_search_report(tmp_path)
+    logged = []  # the search's end logs its report where its runs log to W&B (the sweep's group)
+    monkeypatch.setattr(dashboard, "log_search_to_wandb", lambda *args, **kwargs: logged.append((args, kwargs)))
+    SweepReport().on_multirun_end(search_config(tmp_path, *HELD, "logger=wandb", "sweep_name=s1"))
+    assert logged == [((str(tmp_path),), {"project": "nmt", "group": "s1"})]
+    monkeypatch.undo()
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    import wandb
+
+    try:
+        dashboard.log_search_to_wandb(tmp_path, project="nmt", group="s1")
+    finally:
+        wandb.teardown()  # W&B's service address left in os.environ would reach later subprocesses
+    (path,) = tmp_path.glob("wandb/offline-run-*/run-*.wandb")
+    data = path.read_bytes()
+    for key in (b"trials", b"history", f"{LR}_slice".encode(), b"warmup_slice", b"report", b"search_slices"):
+        assert key in data, key
+    shown = subprocess.run(
+        [str(Path(sys.executable).with_name("wandb")), "leet", "inspect", "--summary", "--json", str(path)],
+        capture_output=True,
+        text=True,
+    )
+    if shown.returncode != 0:
+        pytest.skip(f"`wandb leet inspect` not available: {shown.stderr[-300:]}")
+    run = json.loads(shown.stdout)
+    assert run["name"] == "s1-report"
+    best = {k: v for k, v in run["summary"].items() if k.startswith("best/")}
+    assert best == {"best/best_val_bleu": 31.5, "best/trial": 1, f"best/{LR}": 1.1e-4, "best/warmup": 1800}
+    dashboard.log_search_to_wandb(tmp_path, project="nmt", group="s1")  # the same report again: not logged
+    assert "already holds this report; not logged again" in capsys.readouterr().out
+    assert list(tmp_path.glob("wandb/offline-run-*/run-*.wandb")) == [path]
 
 
 def test_trials_stopped_early_before_they_learned_are_said_to_be_ranked_by_the_stopping_rule(tmp_path):

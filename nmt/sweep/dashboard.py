@@ -1,4 +1,4 @@
-"""A sweep's report as a W&B run of its own, in the sweep's group."""
+"""A sweep's report, or a search's, as a W&B run of its own, in the sweep's group."""
 
 import csv
 import hashlib
@@ -21,15 +21,9 @@ def log_report_to_wandb(report_path, project: str, group: str, metric: str = "au
 
     report_path = Path(report_path)
     sweep_dir = report_path.parent
-    # a sweep rerun that changed nothing (every run finished, the same report) logged one more report run
-    # into the group, two of one name: the report logged is remembered, and logged again only when it changed
-    logged = sweep_dir / "wandb" / "report_logged.sha256"
     made = [report_path, sweep_dir / "results.csv", sweep_dir / "report.html", *sorted(sweep_dir.glob("*.png"))]
-    digest = hashlib.sha256(f"{project}\n{group}\n{metric}".encode())
-    for path in made:
-        digest.update(path.name.encode() + (path.read_bytes() if path.is_file() else b"-"))
-    if logged.is_file() and logged.read_text().strip() == digest.hexdigest():
-        print(f"W&B: the report run {group}-report already holds this report; not logged again")
+    said = f"{project}\n{group}\n{metric}"  # the metric as given ("auto" too), not as resolved below
+    if _logged_before(sweep_dir, made, said, group):
         return
     records, _ = scored_records(collect_records(sweep_dir))  # nan or inf: the report names them
     metric = resolve_metric(metric, records)
@@ -58,4 +52,78 @@ def log_report_to_wandb(report_path, project: str, group: str, metric: str = "au
     run.log({**panels, "results": wandb.Table(columns=rows[0], data=rows[1:]), "report": wandb.Html(html)})
     run.log({p.stem: wandb.Image(str(p)) for p in sorted(sweep_dir.glob("*.png"))})
     run.finish()
-    atomic_write_text(logged, digest.hexdigest() + "\n")
+    _remember(sweep_dir, made, said)
+
+
+def log_search_to_wandb(sweep_dir, project: str, group: str) -> None:
+    """A search's report (nmt/sweep/search_report.py) as a W&B run of its own in the sweep's group: its trials
+    as a table, a scatter panel of the score against each searched setting (``<key>_slice``) and the score by
+    trial (``history``), the HTML report and its figures. The best trial's score, number and settings go into
+    the run's summary (``best/<metric>``, ``best/trial``, ``best/<key>``)."""
+    from pathlib import Path
+
+    import wandb
+
+    from nmt.sweep.search import DONE_STATE, REPORT, REPORT_PAGE, ranked_trials, read_search
+    from nmt.sweep.search_report import settled
+
+    sweep_dir = Path(sweep_dir)
+    made = [sweep_dir / REPORT, sweep_dir / REPORT_PAGE, *sorted(sweep_dir.glob("search_*.png"))]
+    if _logged_before(sweep_dir, made, f"{project}\n{group}", group):
+        return
+    search = settled(sweep_dir, read_search(sweep_dir))
+    metric, keys = search["metric"], list(search["space"])
+    run = wandb.init(
+        project=project,
+        group=group,
+        name=f"{group}-report",
+        job_type="search-report",
+        dir=str(sweep_dir),
+        mode="offline" if wandb_offline(str(sweep_dir)) else "online",
+    )
+    columns = ["trial", *keys, metric, "state", "run"]
+    rows = [
+        [t["number"], *(_logged_value(t["values"].get(k)) for k in keys), t.get("value"), t.get("state"), t["run"]]
+        for t in search["trials"]
+    ]
+    scored = wandb.Table(columns=columns, data=[r for r in rows if r[-2] == DONE_STATE])
+    panels = {f"{k}_slice": wandb.plot.scatter(scored, k, metric, title=f"{metric} against {k}") for k in keys}
+    panels["history"] = wandb.plot.scatter(scored, "trial", metric, title=f"{metric} by trial")
+    ranked = ranked_trials(search)
+    if ranked:
+        best = ranked[0]
+        run.summary.update({f"best/{metric}": best["value"], "best/trial": best["number"]})
+        run.summary.update({f"best/{k}": _logged_value(best["values"].get(k)) for k in keys})
+    page = sweep_dir / REPORT_PAGE
+    html = page.read_text() if page.is_file() else f"<pre>{(sweep_dir / REPORT).read_text()}</pre>"
+    run.log({**panels, "trials": wandb.Table(columns=columns, data=rows), "report": wandb.Html(html)})
+    run.log({p.stem: wandb.Image(str(p)) for p in sorted(sweep_dir.glob("search_*.png"))})
+    run.finish()
+    _remember(sweep_dir, made, f"{project}\n{group}")
+
+
+def _logged_value(value):
+    """A sampled value for a W&B table: numbers as numbers, any other value (a choice's word) as text."""
+    return value if isinstance(value, int | float) and not isinstance(value, bool) else str(value)
+
+
+def _digest(made: list, said: str) -> str:
+    digest = hashlib.sha256(said.encode())
+    for path in made:
+        digest.update(path.name.encode() + (path.read_bytes() if path.is_file() else b"-"))
+    return digest.hexdigest()
+
+
+def _logged_before(sweep_dir, made: list, said: str, group: str) -> bool:
+    """Whether the group's report run already holds this report: a sweep rerun that changed nothing (every run
+    finished, the same report) logged one more report run into the group, two of one name; the report logged
+    is remembered, and logged again only when it changed."""
+    logged = sweep_dir / "wandb" / "report_logged.sha256"
+    if logged.is_file() and logged.read_text().strip() == _digest(made, said):
+        print(f"W&B: the report run {group}-report already holds this report; not logged again")
+        return True
+    return False
+
+
+def _remember(sweep_dir, made: list, said: str) -> None:
+    atomic_write_text(sweep_dir / "wandb" / "report_logged.sha256", _digest(made, said) + "\n")

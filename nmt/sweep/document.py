@@ -33,6 +33,7 @@ th, td { border: 1px solid #ccc; padding: 0.25rem 0.6rem; text-align: left; vert
 th { background: #f3f3f3; } tr:nth-child(even) td { background: #fafafa; }
 figure { margin: 1rem 0; } figure img { max-width: 100%; border: 1px solid #eee; }
 figcaption { font-size: 0.85rem; color: #555; } code { background: #f3f3f3; padding: 0 0.2rem; }
+pre { background: #f3f3f3; padding: 0.6rem; overflow-x: auto; } pre code { padding: 0; }
 """
 
 # after loading, the page records how many figures decoded (a headless browser test reads it back)
@@ -84,6 +85,14 @@ class Document:
         """Cells are shown as written, no markup read in them: they hold levels, paths and outputs."""
         self.blocks.append(("table", [str(h) for h in header], [[str(c) for c in row] for row in rows]))
 
+    def items(self, texts: list[str]) -> None:
+        """A list, each item a paragraph's text (its data through :func:`literal`)."""
+        self.blocks.append(("items", list(texts)))
+
+    def code(self, lines: list[str]) -> None:
+        """Commands to copy, shown as written (no markup read in them)."""
+        self.blocks.append(("code", list(lines)))
+
     def figure(self, path: Path, caption: str) -> None:
         """A PNG beside the report (linked from Markdown, embedded in HTML)."""
         self.blocks.append(("figure", Path(path), caption))
@@ -103,6 +112,10 @@ class Document:
                 lines.append("|---" * len(header) + "|")
                 lines += ["| " + " | ".join(_md_cell(literal(c)) for c in row) + " |" for row in rows]
                 lines.append("")
+            elif kind == "items":
+                lines += [*(f"- {text}" for text in block[1]), ""]
+            elif kind == "code":
+                lines += [*(f"    {line}" for line in block[1]), ""]
             elif kind == "figure":
                 lines += [f"![{block[2]}]({block[1].name})", ""]
         return "\n".join(lines)
@@ -128,6 +141,10 @@ class Document:
                     for row in block[2]
                 )
                 parts.append(f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
+            elif kind == "items":
+                parts.append("<ul>" + "".join(f"<li>{_inline(text)}</li>" for text in block[1]) + "</ul>")
+            elif kind == "code":
+                parts.append("<pre><code>" + html.escape("\n".join(block[1]), quote=False) + "</code></pre>")
             elif kind == "figure":
                 data = base64.b64encode(block[1].read_bytes()).decode("ascii")
                 parts.append(

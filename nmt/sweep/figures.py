@@ -8,7 +8,7 @@ import matplotlib
 
 matplotlib.use("Agg")  # files only, no display needed
 import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.ticker import MaxNLocator  # noqa: E402
+from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter  # noqa: E402
 
 from nmt.sweep.document import fmt_p  # noqa: E402
 from nmt.utils.io import atomic_save_figure, literal_text  # noqa: E402
@@ -170,5 +170,85 @@ def effect_plot(effects: dict[str, dict], metric: str, lower_is_better: bool, pa
     figure.legend(loc="outside lower center", ncols=2, fontsize=8)  # inside, it covered a point
     ax.set_xlabel(f"difference in {metric} ({'lower' if lower_is_better else 'higher'} is better)")
     ax.set_title(f"main effects on {metric}")
+    atomic_save_figure(figure, path, dpi=100)
+    plt.close(figure)
+
+
+@literal_text
+def search_history(trials: list[tuple[int, float]], metric: str, lower_is_better: bool, path: Path) -> None:
+    """A search's trials in the order asked, (trial number, score): each trial a point, and the best score so
+    far as a step line (Optuna's optimisation history); a failed trial has no score and is not drawn."""
+    figure, ax = plt.subplots(figsize=(6.5, 3.6), layout="constrained")
+    numbers, values = [n for n, _ in trials], [v for _, v in trials]
+    ax.plot(numbers, values, "o", color="tab:blue", alpha=0.7, label="a trial's score")
+    best, so_far = [], None
+    for value in values:
+        so_far = value if so_far is None else (min if lower_is_better else max)(so_far, value)
+        best.append(so_far)
+    ax.step(numbers, best, where="post", color="tab:red", label="best so far")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("trial (in the order asked)")
+    ax.set_ylabel(f"{metric} ({'lower' if lower_is_better else 'higher'} is better)")
+    ax.legend(fontsize=8)
+    ax.set_title(f"{metric} by trial")
+    atomic_save_figure(figure, path, dpi=100)
+    plt.close(figure)
+
+
+@literal_text
+def search_slices(
+    points: dict[str, list[tuple[object, float, int]]],
+    log_keys: set[str],
+    metric: str,
+    lower_is_better: bool,
+    path: Path,
+) -> None:
+    """One panel per searched key, (value, score, trial number) each: the score against the key's value,
+    coloured by the trial's number (later trials are the sampler's choices from the scores before them), the
+    best trial ringed; a key searched on a log scale drawn on one, a choice of words as its words."""
+    columns = min(len(points), 3)
+    rows = math.ceil(len(points) / columns)
+    figure, axes = plt.subplots(rows, columns, figsize=(3.6 * columns + 1.0, 3.2 * rows), layout="constrained")
+    axes = list(getattr(axes, "flat", [axes]))
+    last = max((n for found in points.values() for _, _, n in found), default=0)
+    pick = min if lower_is_better else max
+    best = pick((p for found in points.values() for p in found), key=lambda p: p[1], default=None)
+    drawn = None
+    for ax, (key, found) in zip(axes, points.items(), strict=False):
+        numeric = all(isinstance(v, int | float) and not isinstance(v, bool) for v, _, _ in found)
+        words = [] if numeric else sorted({str(v) for v, _, _ in found})
+        xs = [v if numeric else words.index(str(v)) for v, _, _ in found]
+        drawn = ax.scatter(
+            xs,
+            [s for _, s, _ in found],
+            c=[n for _, _, n in found],
+            cmap="viridis",
+            vmin=0,
+            vmax=max(last, 1),
+            edgecolors="none",
+        )
+        if best is not None:
+            at = [x for x, (_, s, n) in zip(xs, found, strict=True) if n == best[2]]
+            ax.plot(at, [best[1]] * len(at), "o", mfc="none", mec="tab:red", ms=11, mew=1.5)
+        if key in log_keys and numeric:
+            ax.set_xscale("log")
+            # plain numbers at 1, 2 and 5 of each decade: the default labels are mathtext, which the data's
+            # literal text (above) would show as written
+            ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+            ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+            ax.xaxis.set_minor_formatter(NullFormatter())
+        if words:
+            ax.set_xticks(range(len(words)), _wrapped(words, 16))
+        ax.set_xlabel(key)
+        ax.set_ylabel(metric)
+    for ax in axes[len(points) :]:
+        ax.set_visible(False)
+    if drawn is not None:
+        figure.colorbar(drawn, ax=axes[: len(points)], label="trial")
+    figure.suptitle(
+        f"{metric} against each searched setting ({'lower' if lower_is_better else 'higher'} is better; "
+        "ringed: the best)",
+        fontsize=10,
+    )
     atomic_save_figure(figure, path, dpi=100)
     plt.close(figure)

@@ -436,6 +436,14 @@ class SweepReport(Callback):
                     file=sys.stderr,
                 )
                 raise SystemExit(1)
+            if trials and logs_to_wandb(config):
+                from nmt.sweep.dashboard import log_search_to_wandb
+
+                log_search_to_wandb(
+                    config.hydra.sweep.dir,
+                    project=config.logger.get("project", "nmt"),
+                    group=wandb_group(config.sweep_name, config.hydra.sweep.dir, config.hydra.overrides.task),
+                )
             if failed:  # a trial's outcome (a diverged rate, say), told to the sampler: the search stands
                 print(f"[search] {len(failed)} trial(s) failed: search.md lists them with their errors")
             return

@@ -20,6 +20,7 @@ from nmt.utils.io import atomic_write_json
 
 SEARCH = "search.json"  # the search's settings and each trial asked: its overrides, run folder, state and value
 REPORT = "search.md"
+REPORT_PAGE = "search.html"  # the same report, self-contained, figures embedded
 FAILED_STATE, DONE_STATE, ASKED_STATE = "failed", "done", "asked"  # asked: not told (not run, or stopped)
 SWEEPER = "hydra_plugins.nmt_search_sweeper.search_sweeper.SearchSweeper"  # conf/hydra/sweeper/search.yaml's
 

@@ -9,13 +9,15 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from nmt.metrics import lower_is_better, metric_range
-from nmt.sweep.document import fmt
+from nmt.sweep.document import Document, fmt, literal
+from nmt.sweep.figures import search_history, search_slices
 from nmt.sweep.records import RESULT, read_record
 from nmt.sweep.search import (
     ASKED_STATE,
     DONE_STATE,
     FAILED_STATE,
     REPORT,
+    REPORT_PAGE,
     held_values,
     ranked_trials,
     read_search,
@@ -40,9 +42,10 @@ def settled(sweep_dir: Path, search: dict) -> dict:
 
 
 def write_search_report(sweep_dir: Path) -> Path:
-    """search.md: the trials ranked by their validation metric, the failed ones with their errors, the best
-    trial's settings (said where it ties or lies at the end of a range), and how to compare the first few over
-    seeds before a factorial takes them."""
+    """search.md and search.html (the same report, self-contained): the trials ranked by their validation
+    metric, two figures (each trial's score in the order asked, with the best so far; the score against each
+    searched setting), the failed trials with their errors, the best trial's settings (said where it ties or
+    lies at the end of a range), and how to compare the first few over seeds before a factorial takes them."""
     sweep_dir = Path(sweep_dir)
     # the plan's settings where no trial was asked yet (a search stopped before its first): an empty report
     search = settled(sweep_dir, {"trials": [], **planned(sweep_dir).get("search", {}), **read_search(sweep_dir)})
@@ -51,27 +54,24 @@ def write_search_report(sweep_dir: Path) -> Path:
     better = "lower" if search["direction"] == "minimize" else "higher"
     seeds = sorted({str(t["values"].get("seed", "")) for t in search["trials"]} - {""})
     waiting = sum(t.get("state") == ASKED_STATE for t in search["trials"])
-    lines = [
-        f"# Search {sweep_dir.name}",
-        "",
+    doc = Document(f"Search {sweep_dir.name}")
+    doc.paragraph(
         f"{len(search['trials'])} trials of {search['n_trials']}, each one run at seed {', '.join(seeds) or '?'}; "
         f"each trial's settings chosen by Optuna's {search['sampler']} (seed {search['sampler_seed']}) from the "
         f"trials before it, {search['n_jobs']} asked at once. Ranked by {metric} (validation, {better} is better): "
         "the test set was not read to choose."
-        + (f" {waiting} trial(s) unfinished: the search was stopped; rerun it to go on." if waiting else ""),
-        "",
-        "Searched: " + "; ".join(f"`{k}={v}`" for k, v in space.items()),
-        "",
-    ]
+        + (f" {waiting} trial(s) unfinished: the search was stopped; rerun it to go on." if waiting else "")
+    )
+    doc.paragraph("Searched: " + "; ".join(f"`{k}={v}`" for k, v in space.items()))
     keys = list(space)
-    header = ["rank", "trial", *keys, metric, "epochs", "ended by", "run"]
-    lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    rows = []
     for rank, trial in enumerate(ranked, 1):
         record = _record(sweep_dir / trial["run"])
         numbers = ", ".join(str(n) for n in trial["numbers"])  # a run the sampler asked for again: one row
         row = [str(rank), numbers, *(_shown(trial["values"].get(k)) for k in keys), fmt(trial["value"])]
-        row += [str(record.get("epochs", "")), str(record.get("ended_by") or ""), trial["run"]]
-        lines.append("| " + " | ".join(row) + " |")
+        rows.append([*row, str(record.get("epochs", "")), str(record.get("ended_by") or ""), trial["run"]])
+    doc.table(["rank", "trial", *keys, metric, "epochs", "ended by", "run"], rows)
+    _figures(doc, sweep_dir, search, ranked)
     unlearnt = [  # the worst score the metric allows, then stopped early: stopped before they learned anything
         t
         for t in ranked
@@ -80,39 +80,76 @@ def write_search_report(sweep_dir: Path) -> Path:
     ]
     if unlearnt:
         numbers = ", ".join(str(n) for t in unlearnt for n in t["numbers"])
-        lines += [
-            "",
+        doc.paragraph(
             f"Trials {numbers} scored {fmt(unlearnt[0]['value'])} and were stopped early: they had learned nothing "
             "when the patience ran out, which counts from the start (a long warm-up may not have passed): the "
             "stopping rule, not the setting alone, ranked them. Where such a trial matters, give the runs a "
-            "length early stopping cannot cut, past the warm-up (Lightning's +trainer.min_steps=N).",
-        ]
+            "length early stopping cannot cut, past the warm-up (Lightning's +trainer.min_steps=N)."
+        )
     failed = [t for t in search["trials"] if t.get("state") == FAILED_STATE]
     if failed:
-        lines += ["", f"Failed ({len(failed)}; not scored, so the sampler learns nothing from them):"]
-        lines += [
-            f"- trial {t['number']} ({t['run']}): {t.get('error') or 'no score'}"
+        doc.paragraph(f"Failed ({len(failed)}; not scored, so the sampler learns nothing from them):")
+        doc.items(
+            f"trial {t['number']} ({literal(t['run'])}): {literal(t.get('error') or 'no score')}"
             + (
                 "; its run failed: a rerun runs it again"
                 if t.get("rerun")
                 else "; its record is kept: a rerun reuses it"
             )
             for t in failed
-        ]
+        )
     if ranked:
         best = ranked[0]
-        lines += ["", f"Best: trial {best['number']}, {_settings_of(best, keys)}: {metric} {fmt(best['value'])}."]
+        said = [f"Best: trial {best['number']}, {literal(_settings_of(best, keys))}: {metric} {fmt(best['value'])}."]
         tied = [t for t in ranked if t["value"] == best["value"]]
         if len(tied) > 1:
-            lines.append(
+            said.append(
                 f"It ties with trials {', '.join(str(t['number']) for t in tied[1:])}, run with other settings: "
                 f"{metric} does not tell them apart, and the first asked is shown first. Give the runs a budget or "
                 "a metric that separates them."
             )
-        lines += [f"{line}." for line in _at_the_edge(best, space)]
-        lines += ["", *_confirm_lines(ranked, keys, search)]
-    atomic_write_text(sweep_dir / REPORT, "\n".join(lines) + "\n")
+        said += [f"{literal(line)}." for line in _at_the_edge(best, space)]
+        doc.paragraph("\n".join(said))
+        _confirm(doc, ranked, keys, search)
+    atomic_write_text(sweep_dir / REPORT, doc.markdown())
+    atomic_write_text(sweep_dir / REPORT_PAGE, doc.html())
     return sweep_dir / REPORT
+
+
+def _figures(doc: Document, sweep_dir: Path, search: dict, ranked: list[dict]) -> None:
+    """search_history.png (each scored trial in the order asked, the best so far) and search_slices.png (the
+    score against each searched setting, one point per run), where a trial scored; none left from before."""
+    metric, lower = search["metric"], search["direction"] == "minimize"
+    history = sorted(
+        (t["number"], t["value"])
+        for t in search["trials"]
+        if t.get("state") == DONE_STATE and isinstance(t.get("value"), int | float) and math.isfinite(t["value"])
+    )
+    paths = {name: sweep_dir / f"search_{name}.png" for name in ("history", "slices")}
+    if not history:
+        for path in paths.values():
+            path.unlink(missing_ok=True)
+        return
+    search_history(history, metric, lower, paths["history"])
+    doc.figure(paths["history"], f"{metric} of each trial in the order asked, and the best so far")
+    shown = [t for t in ranked if math.isfinite(t["value"])]
+    points = {
+        k: [(t["values"][k], t["value"], t["numbers"][0]) for t in shown if k in t["values"]] for k in search["space"]
+    }
+    search_slices(points, _log_keys(search["space"]), metric, lower, paths["slices"])
+    doc.figure(paths["slices"], f"{metric} against each searched setting, one point a run, coloured by its trial")
+
+
+def _log_keys(space: dict[str, str]) -> set[str]:
+    """The keys searched on a log scale (an interval tagged log)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    found = set()
+    for key, text in space.items():
+        override = OverridesParser.create().parse_override(f"{key}={text}")
+        if override.is_interval_sweep() and "log" in override.value().tags:
+            found.add(key)
+    return found
 
 
 def _distinct(ranked: list[dict]) -> list[dict]:
@@ -145,7 +182,7 @@ def _at_the_edge(trial: dict, space: dict[str, str]) -> list[str]:
     return said
 
 
-def _confirm_lines(ranked: list[dict], keys: list[str], search: dict) -> list[str]:
+def _confirm(doc: Document, ranked: list[dict], keys: list[str], search: dict) -> None:
     """Each trial ran one seed, so a lead smaller than the seeds' scatter is not established: the commands that
     run the first trials again over seeds of their own, with the search's other settings, and ``sweep.py
     tune``, which chooses between them on the metric the search followed (one grid where one key was searched;
@@ -165,15 +202,18 @@ def _confirm_lines(ranked: list[dict], keys: list[str], search: dict) -> list[st
             f"{common} {_settings_of(t, keys)} seed=201,202,203 sweep_name=<name>_t{t['number']}" for t in first
         ]
         folders = " ".join(f"sweeps/<name>_t{t['number']}" for t in first)
-    return [
+    doc.paragraph(
         "Each trial is one run at one seed: a lead smaller than the scatter between seeds is not established. "
         f"Before a factorial takes these settings, run the first {len(first)} again over seeds of their own, then "
-        f"let `sweep.py tune` choose on {metric} (values as shown here, to 4 digits):",
-        "",
-        *(f"    {command}" for command in commands),
-        f"    python sweep.py tune {folders} --level <the factor they are for, e.g. optim> --metric {metric} "
-        "--out conf/tuned/<name>.yaml",
-    ]
+        f"let `sweep.py tune` choose on {metric} (values as shown here, to 4 digits):"
+    )
+    doc.code(
+        [
+            *commands,
+            f"python sweep.py tune {folders} --level <the factor they are for, e.g. optim> --metric {metric} "
+            "--out conf/tuned/<name>.yaml",
+        ]
+    )
 
 
 def _settings_of(trial: dict, keys: list[str]) -> str:
