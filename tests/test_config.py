@@ -656,7 +656,12 @@ def test_early_stoppings_monitor_given_with_early_stopping_off_is_refused():
                 check(*off, "early_stopping.monitor=val_loss", "early_stopping.mode=min")
         with pytest.raises(ConfigError, match=r"early_stopping.mode=max: early stopping is off \(early_stopping.pat"):
             check("early_stopping.mode=max")
+        with pytest.raises(ConfigError, match=r"early_stopping.after_warmup=true: early stopping is off"):
+            check("early_stopping.after_warmup=true")
+        with pytest.raises(ConfigError, match=r"early_stopping.after_warmup=.*true or false"):
+            check("early_stopping.patience=3", "early_stopping.after_warmup=2")
         check("early_stopping.patience=3", "early_stopping.monitor=val_loss", "early_stopping.mode=min")
+        check("early_stopping.patience=3", "early_stopping.after_warmup=true", "optim=adam")  # no warm-up: from 0
         check("experiment=multi30k_transformer", "early_stopping.patience=null")  # its own monitor
     finally:
         HydraConfig.instance().cfg = None

@@ -159,6 +159,54 @@ def test_results_say_what_ended_the_training(tmp_path, limits, ended_by):
     assert json.loads((tmp_path / "r" / "results.json").read_text())["ended_by"] == ended_by
 
 
+@pytest.mark.parametrize("after_warmup", [False, True])
+def test_a_warmup_early_stopping_would_cut_is_waited_for_with_after_warmup(tmp_path, after_warmup):
+    """A warm-up longer than the patience: its validations (BLEU unmoved: the rate has barely risen) stop the
+    run in its second epoch, which a warning says; with after_warmup they do not count, and the run trains
+    to its maximum."""
+    overrides = ["optim=noam", "warmup=100000", "early_stopping.patience=1", "trainer.max_epochs=3"]
+    overrides.append("validation.bleu_every_n_epochs=1")  # val_bleu, early stopping's metric, every epoch
+    config = compose_train(*overrides, f"early_stopping.after_warmup={after_warmup}", *NO_FINAL_SCORES, "threads=1")
+    config.run_dir = str(tmp_path / "r")
+    if after_warmup:
+        results = train(config)
+    else:
+        with pytest.warns(UserWarning, match="inside its warm-up of 100000 updates") as said:
+            results = train(config)
+        (warned,) = [w for w in said if "warm-up" in str(w.message)]
+        assert "early_stopping.after_warmup=true" in str(warned.message)
+    assert results["ended_by"] == ("max_epochs" if after_warmup else "early stopping")
+    assert results["epochs"] == (3 if after_warmup else 2)
+
+
+def test_after_warmup_skips_the_warmups_validations_but_not_a_score_that_is_not_finite():
+    """Exact: validations at updates 1-5 against a warm-up of 3 and a patience of 1."""
+    from types import SimpleNamespace
+
+    import torch
+    from lightning.pytorch.trainer.states import TrainerFn
+
+    from nmt.training.stopping import SittingEarlyStopping
+
+    def stopped_at(losses, after_warmup):
+        stopping = SittingEarlyStopping(monitor="val_loss", mode="min", patience=1, warmup=3, after_warmup=after_warmup)
+        strategy = SimpleNamespace(reduce_boolean_decision=lambda decision, all: decision)
+        trainer = SimpleNamespace(should_stop=False, state=SimpleNamespace(fn=TrainerFn.FITTING), strategy=strategy)
+        trainer.sanity_checking = trainer.fast_dev_run = False
+        for step, loss in enumerate(losses, 1):
+            trainer.global_step, trainer.callback_metrics = step, {"val_loss": torch.tensor(loss)}
+            trainer.current_epoch = step
+            stopping.on_validation_end(trainer, None)
+            if trainer.should_stop:
+                return step, stopping.best_score.item()
+        return None, stopping.best_score.item()
+
+    losses = [5.0, 6.0, 7.0, 4.0, 4.5]
+    assert stopped_at(losses, after_warmup=False) == (2, 5.0)  # inside the warm-up
+    assert stopped_at(losses, after_warmup=True) == (5, 4.0)  # the best counted from update 3 on
+    assert stopped_at([5.0, float("nan")], after_warmup=True)[0] == 2  # a diverged run stops in the warm-up too
+
+
 def test_a_resumed_sitting_starts_without_the_early_stop_decision_its_checkpoint_kept():
     """The decision is restored from a checkpoint with the patience count, but the stop it caused is not:
     the resumed sitting trains on, and what ends it is its own. Checkpoints of Lightning's EarlyStopping

@@ -1002,8 +1002,18 @@ def test_the_shipped_tuned_files_name_by_hand_the_corpus_and_budget_they_were_tu
     assert _tuned_under(toy).startswith("recorded in part, by hand: data._target_, data.max_tokens, ")
     # the seed it names (1) is a seed of this factorial: said, as for a file tune wrote
     assert toy["seeds_reused"] == {"optim=adam": ["1"], "optim=noam": ["1"]} and "also tuned" in _tuned_under(toy)
-    # the Multi30k file at its own experiment: nothing differs; with pos a factor, the level it held is said
+    # the Multi30k file at its own experiment: only the patience counted from the warm-up's end differs (its
+    # tuning ran before the experiment took it); with pos a factor, the level it held is said
     own = checked("factorial_converged", ["experiment=factorial_converged", "data=multi30k"],
+                  ["optim=adam,noam", "pos=absolute,relative", "seed=4"])  # fmt: skip
+    after = ["early_stopping.after_warmup: false in tuning, true here"]
+    assert (own["differs"], own["unchecked"], own["seeds_reused"]) == (
+        {"optim=adam": after, "optim=noam": after},
+        {},
+        {},
+    )
+    plain = ["experiment=factorial_converged", "data=multi30k", "early_stopping.after_warmup=false"]
+    own = checked("factorial_converged", plain,  # as the tuning ran
                   ["optim=adam,noam", "pos=absolute,relative", "seed=4"])  # fmt: skip
     assert (own["differs"], own["unchecked"], own["seeds_reused"]) == ({}, {}, {})
     assert own["tuned_at"] == {"optim=adam": "pos=absolute", "optim=noam": "pos=absolute"}

@@ -83,8 +83,8 @@ def write_search_report(sweep_dir: Path) -> Path:
         doc.paragraph(
             f"Trials {numbers} scored {fmt(unlearnt[0]['value'])} and were stopped early: they had learned nothing "
             "when the patience ran out, which counts from the start (a long warm-up may not have passed): the "
-            "stopping rule, not the setting alone, ranked them. Where such a trial matters, give the runs a "
-            "length early stopping cannot cut, past the warm-up (Lightning's +trainer.min_steps=N)."
+            "stopping rule, not the setting alone, ranked them. early_stopping.after_warmup=true counts the "
+            "patience from the end of each run's warm-up."
         )
     failed = [t for t in search["trials"] if t.get("state") == FAILED_STATE]
     if failed:

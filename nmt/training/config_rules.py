@@ -96,6 +96,7 @@ def _rules() -> list[tuple[str, Callable[[object], bool], str]]:
         ("checkpoint.mode", lambda v: v in ("min", "max"), "one of ['min', 'max']"),
         ("checkpoint.write_behind", lambda v: isinstance(v, bool), "true, false or null (on an accelerator)"),
         ("early_stopping.mode", lambda v: v in ("min", "max"), "one of ['min', 'max']"),
+        ("early_stopping.after_warmup", lambda v: isinstance(v, bool), "true or false"),
         (
             "trainer.max_epochs",
             lambda v: number(v) and isinstance(v, int) and v >= -1,

@@ -41,8 +41,8 @@ def unused_groups(cfg: DictConfig, choices: dict | None = None, overrides: list[
 
 def _unread_where_off(cfg: DictConfig, overrides: list[str]) -> list[str]:
     """Settings given on the command line for a part of the run that is off: the final scores' averaging
-    where no final score is made; early stopping's metric or direction where its patience is off (null or 0:
-    accepted, they stopped nothing). A sweep's plan checks each cell so, with the sweep's command line: a
+    where no final score is made; early stopping's metric, direction or after_warmup where its patience is off
+    (null or 0: accepted, they stopped nothing). A sweep's plan checks each cell so, with the sweep's command line: a
     cell whose recipe has no patience is refused before any run, not run by run."""
     given = {o.lstrip("+").split("=", 1)[0]: o.lstrip("+") for o in overrides if not o.startswith("~")}
     problems = []
@@ -52,7 +52,7 @@ def _unread_where_off(cfg: DictConfig, overrides: list[str]) -> list[str]:
         problems += [
             f"  {given[key]}: early stopping is off (early_stopping.patience={shown}); set early_stopping.patience=N "
             "(validations without improvement) to stop on it, or remove it"
-            for key in ("early_stopping.monitor", "early_stopping.mode")
+            for key in ("early_stopping.monitor", "early_stopping.mode", "early_stopping.after_warmup")
             if key in given
         ]
     scored = [k for k in ("val_after_training", "test_after_training") if OmegaConf.select(cfg, k, default=True)]

@@ -153,7 +153,30 @@ def what_ended(trainer: L.Trainer) -> str:
 class SittingEarlyStopping(EarlyStopping):
     """Lightning's early stopping, whose decision belongs to the sitting that made it: a checkpoint keeps the
     decision (saved after the validation that made it) but not the stop, so a run resumed from it trains on,
-    and :func:`what_ended` must not take the old decision for what ended the new sitting."""
+    and :func:`what_ended` must not take the old decision for what ended the new sitting.
+
+    ``warmup``: the updates of the learning-rate schedule's warm-up (0: none). With ``after_warmup``, the
+    validations made before it ends neither count toward the patience nor set the best score (a finite one:
+    a diverged run still stops), so a long warm-up is not cut before its rate has risen; without it, a stop
+    inside the warm-up is said in one warning, with the setting that avoids it."""
+
+    def __init__(self, *args, warmup: int = 0, after_warmup: bool = False, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.warmup, self.after_warmup = int(warmup or 0), after_warmup
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        current = trainer.callback_metrics.get(self.monitor)
+        finite = current is None or bool(current.isfinite().all())
+        if self.after_warmup and trainer.global_step < self.warmup and finite:
+            return
+        stopping = trainer.should_stop
+        super().on_validation_end(trainer, pl_module)
+        if trainer.should_stop and not stopping and _stopped_early(self) and trainer.global_step < self.warmup:
+            rank_zero_warn(
+                f"early stopping ended this run at update {trainer.global_step}, inside its warm-up of "
+                f"{self.warmup} updates (its learning rate had not reached its peak): early_stopping.after_warmup"
+                "=true counts the patience from the warm-up's end"
+            )
 
     @property
     def state_key(self) -> str:

@@ -77,6 +77,9 @@ def _callbacks(cfg: DictConfig, checkpoint_dir: Path, task: Task) -> list:
                 patience=cfg.early_stopping.patience,
                 strict=False,
                 check_on_train_epoch_end=False,
+                # the schedule's warm-up, where it has one (optim=adam's fixed rate has none)
+                warmup=OmegaConf.select(cfg, "optim.scheduler.warmup", default=None) or 0,
+                after_warmup=bool(OmegaConf.select(cfg, "early_stopping.after_warmup", default=False)),
             )
         )
     callbacks.append(SaveOnSignal(checkpoint_dir / "last.ckpt"))
