@@ -662,6 +662,14 @@ def test_early_stoppings_monitor_given_with_early_stopping_off_is_refused():
             check("early_stopping.patience=3", "early_stopping.after_warmup=2")
         check("early_stopping.patience=3", "early_stopping.monitor=val_loss", "early_stopping.mode=min")
         check("early_stopping.patience=3", "early_stopping.after_warmup=true", "optim=adam")  # no warm-up: from 0
+        # a schedule whose warm-up is not read from `warmup` (here removed from adamw's) would wait for nothing
+        with pytest.raises(ConfigError, match=r"optim.scheduler \(nmt.training.optim.warmup_decay\) has no `warmup`"):
+            check(
+                "early_stopping.patience=3",
+                "early_stopping.after_warmup=true",
+                "optim=adamw",
+                "~optim.scheduler.warmup",
+            )
         check("experiment=multi30k_transformer", "early_stopping.patience=null")  # its own monitor
     finally:
         HydraConfig.instance().cfg = None

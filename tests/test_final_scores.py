@@ -3,6 +3,7 @@ checkpoints, the same search), then the test; each switched on or off on its own
 
 import json
 import os
+import warnings
 from pathlib import Path
 
 import pytest
@@ -169,7 +170,10 @@ def test_a_warmup_early_stopping_would_cut_is_waited_for_with_after_warmup(tmp_p
     config = compose_train(*overrides, f"early_stopping.after_warmup={after_warmup}", *NO_FINAL_SCORES, "threads=1")
     config.run_dir = str(tmp_path / "r")
     if after_warmup:
-        results = train(config)
+        with warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always")
+            results = train(config)
+        assert not [w for w in said if "warm-up" in str(w.message)]
     else:
         with pytest.warns(UserWarning, match="inside its warm-up of 100000 updates") as said:
             results = train(config)
@@ -202,9 +206,14 @@ def test_after_warmup_skips_the_warmups_validations_but_not_a_score_that_is_not_
         return None, stopping.best_score.item()
 
     losses = [5.0, 6.0, 7.0, 4.0, 4.5]
-    assert stopped_at(losses, after_warmup=False) == (2, 5.0)  # inside the warm-up
+    with pytest.warns(UserWarning, match="at update 2, inside its warm-up of 3 updates"):
+        assert stopped_at(losses, after_warmup=False) == (2, 5.0)  # inside the warm-up, said
     assert stopped_at(losses, after_warmup=True) == (5, 4.0)  # the best counted from update 3 on
-    assert stopped_at([5.0, float("nan")], after_warmup=True)[0] == 2  # a diverged run stops in the warm-up too
+    with warnings.catch_warnings(record=True) as said:  # a diverged run stops in the warm-up too, unwarned:
+        warnings.simplefilter("always")  # counting from the warm-up's end would not have kept it going
+        assert stopped_at([5.0, float("nan")], after_warmup=True)[0] == 2
+        assert stopped_at([5.0, float("nan")], after_warmup=False)[0] == 2
+    assert not [w for w in said if "warm-up" in str(w.message)]
 
 
 def test_a_resumed_sitting_starts_without_the_early_stop_decision_its_checkpoint_kept():

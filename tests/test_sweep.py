@@ -495,6 +495,8 @@ def test_the_budget_line_names_the_patience_in_words():
     assert one == "at most 300 updates; early stopping after 1 validation without a better val_bleu"
     four = budget_text({"max_epochs": 6, "patience": 4, "monitor": "val_loss"})
     assert four.endswith("after 4 validations without a better val_loss")
+    counted = budget_text({"max_steps": 12000, "patience": 4, "monitor": "val_bleu", "after_warmup": True})
+    assert counted.endswith("without a better val_bleu, counted from the end of the learning rate's warm-up")
     # a patience the budget never reaches: early stopping needs patience + 1 validations to stop a run
     from nmt.sweep.summary import budget_of
 

@@ -332,7 +332,12 @@ def test_a_search_logged_to_wandb_holds_its_trials_panels_and_best_trial_once(tm
     from nmt.sweep import dashboard
     from nmt.sweep.runner import SweepReport
 
-    written_search(tmp_path)
+    trials = written_search(tmp_path)
+    record = read_search(tmp_path)  # a choice of a word and a number: one W&B column takes one type
+    record["space"]["batch"] = "choice(auto,64)"
+    for trial in trials:
+        trial["values"]["batch"] = "auto" if trial["number"] % 2 else 64
+    write_search(tmp_path, {k: v for k, v in record.items() if k != "trials"}, trials)
     write_search_report(tmp_path)
     logged = []  # the search's end logs its report where its runs log to W&B (the sweep's group)
     monkeypatch.setattr(dashboard, "log_search_to_wandb", lambda *args, **kwargs: logged.append((args, kwargs)))
@@ -361,7 +366,13 @@ def test_a_search_logged_to_wandb_holds_its_trials_panels_and_best_trial_once(tm
     run = json.loads(shown.stdout)
     assert run["name"] == "s1-report"
     best = {k: v for k, v in run["summary"].items() if k.startswith("best/")}
-    assert best == {"best/best_val_bleu": 31.5, "best/trial": 1, f"best/{LR}": 1.1e-4, "best/warmup": 1800}
+    assert best == {
+        "best/best_val_bleu": 31.5,
+        "best/trial": 1,
+        f"best/{LR}": 1.1e-4,
+        "best/warmup": 1800,
+        "best/batch": "auto",
+    }
     dashboard.log_search_to_wandb(tmp_path, project="nmt", group="s1")  # the same report again: not logged
     assert "already holds this report; not logged again" in capsys.readouterr().out
     assert list(tmp_path.glob("wandb/offline-run-*/run-*.wandb")) == [path]

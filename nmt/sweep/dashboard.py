@@ -82,8 +82,15 @@ def log_search_to_wandb(sweep_dir, project: str, group: str) -> None:
         mode="offline" if wandb_offline(str(sweep_dir)) else "online",
     )
     columns = ["trial", *keys, metric, "state", "run"]
+    numeric = {k: all(_number(t["values"].get(k)) for t in search["trials"]) for k in keys}  # one type a column
     rows = [
-        [t["number"], *(_logged_value(t["values"].get(k)) for k in keys), t.get("value"), t.get("state"), t["run"]]
+        [
+            t["number"],
+            *(t["values"].get(k) if numeric[k] else str(t["values"].get(k)) for k in keys),
+            t.get("value"),
+            t.get("state"),
+            t["run"],
+        ]
         for t in search["trials"]
     ]
     scored = wandb.Table(columns=columns, data=[r for r in rows if r[-2] == DONE_STATE])
@@ -93,7 +100,7 @@ def log_search_to_wandb(sweep_dir, project: str, group: str) -> None:
     if ranked:
         best = ranked[0]
         run.summary.update({f"best/{metric}": best["value"], "best/trial": best["number"]})
-        run.summary.update({f"best/{k}": _logged_value(best["values"].get(k)) for k in keys})
+        run.summary.update({f"best/{k}": v if _number(v := best["values"].get(k)) else str(v) for k in keys})
     page = sweep_dir / REPORT_PAGE
     html = page.read_text() if page.is_file() else f"<pre>{(sweep_dir / REPORT).read_text()}</pre>"
     run.log({**panels, "trials": wandb.Table(columns=columns, data=rows), "report": wandb.Html(html)})
@@ -102,9 +109,10 @@ def log_search_to_wandb(sweep_dir, project: str, group: str) -> None:
     _remember(sweep_dir, made, f"{project}\n{group}")
 
 
-def _logged_value(value):
-    """A sampled value for a W&B table: numbers as numbers, any other value (a choice's word) as text."""
-    return value if isinstance(value, int | float) and not isinstance(value, bool) else str(value)
+def _number(value) -> bool:
+    """A sampled value W&B takes as a number; a column with any other (a choice's word) is text throughout, as a
+    W&B table refuses a column of mixed types."""
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def _digest(made: list, said: str) -> str:

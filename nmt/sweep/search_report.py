@@ -82,15 +82,14 @@ def write_search_report(sweep_dir: Path) -> Path:
         numbers = ", ".join(str(n) for t in unlearnt for n in t["numbers"])
         doc.paragraph(
             f"Trials {numbers} scored {fmt(unlearnt[0]['value'])} and were stopped early: they had learned nothing "
-            "when the patience ran out, which counts from the start (a long warm-up may not have passed): the "
-            "stopping rule, not the setting alone, ranked them. early_stopping.after_warmup=true counts the "
-            "patience from the end of each run's warm-up."
+            "when the patience ran out (counted from the start, unless early_stopping.after_warmup=true counted it "
+            "from the end of each run's warm-up): the stopping rule, not the setting alone, ranked them."
         )
     failed = [t for t in search["trials"] if t.get("state") == FAILED_STATE]
     if failed:
         doc.paragraph(f"Failed ({len(failed)}; not scored, so the sampler learns nothing from them):")
         doc.items(
-            f"trial {t['number']} ({literal(t['run'])}): {literal(t.get('error') or 'no score')}"
+            f"trial {t['number']} ({literal(t['run'])}): {literal(' '.join(str(t.get('error') or 'no score').split()))}"
             + (
                 "; its run failed: a rerun runs it again"
                 if t.get("rerun")

@@ -216,6 +216,7 @@ def budget_of(config) -> dict:
         "max_epochs": trainer.get("max_epochs"),
         "patience": stopping.get("patience"),
         "monitor": stopping.get("monitor"),
+        "after_warmup": bool(stopping.get("after_warmup")),
         "validations_at_most": _validations_at_most(trainer),
     }
 
@@ -257,6 +258,8 @@ def budget_text(budget: dict | None) -> str:
         text += (
             f"; early stopping after {said(patience, 'validation' + 's' * many)} without a better {budget['monitor']}"
         )
+        if budget.get("after_warmup"):
+            text += ", counted from the end of the learning rate's warm-up"
         most = budget.get("validations_at_most")
         # it needs patience + 1 validations to stop a run
         if most is not None and not isinstance(patience, list) and most <= patience:

@@ -319,6 +319,15 @@ def optim_node_problems(cfg: DictConfig, choices: dict | None = None) -> list[st
                 f"  {keys}: {optim} has no {part} (optim.{part}: null) to set them on; remove them, or choose "
                 f"an optim that has one: {', '.join(readers)}"
             )
+    scheduler = OmegaConf.select(cfg, "optim.scheduler", default=None)
+    after = OmegaConf.select(cfg, "early_stopping.after_warmup", default=False)
+    if after is True and isinstance(scheduler, DictConfig) and "_target_" in scheduler and "warmup" not in scheduler:
+        # a fixed rate (no scheduler) has no warm-up to wait for: accepted, so that a factorial over optimisers
+        # sets it once; a schedule whose warm-up is not read from `warmup` would wait for nothing, unsaid
+        problems.append(
+            f"  early_stopping.after_warmup=true: optim.scheduler ({scheduler._target_}) has no `warmup` key to say "
+            "where its warm-up ends; give it one, or set early_stopping.after_warmup=false"
+        )
     return problems
 
 

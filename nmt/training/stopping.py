@@ -171,7 +171,10 @@ class SittingEarlyStopping(EarlyStopping):
             return
         stopping = trainer.should_stop
         super().on_validation_end(trainer, pl_module)
-        if trainer.should_stop and not stopping and _stopped_early(self) and trainer.global_step < self.warmup:
+        # the patience spent inside the warm-up (a score that is not finite stops a run whatever the setting)
+        patience = getattr(getattr(self, "stopping_reason", None), "name", "PATIENCE_EXHAUSTED") == "PATIENCE_EXHAUSTED"
+        spent = trainer.should_stop and not stopping and _stopped_early(self) and patience
+        if spent and not self.after_warmup and trainer.global_step < self.warmup:
             rank_zero_warn(
                 f"early stopping ended this run at update {trainer.global_step}, inside its warm-up of "
                 f"{self.warmup} updates (its learning rate had not reached its peak): early_stopping.after_warmup"
