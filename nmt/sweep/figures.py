@@ -234,7 +234,9 @@ def search_slices(
             ax.set_xscale("log")
             # plain numbers at 1, 2 and 5 of each decade: the default labels are mathtext, which the data's
             # literal text (above) would show as written
-            ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+            values = [v for v, _, _ in found if v > 0]
+            decades = math.log10(max(values) / min(values)) if values else 0.0
+            ax.xaxis.set_major_locator(LogLocator(subs=(1.0,) if decades > 1.2 else (1.0, 2.0, 5.0)))
             ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
             ax.xaxis.set_minor_formatter(NullFormatter())
         if words:
@@ -244,7 +246,8 @@ def search_slices(
     for ax in axes[len(points) :]:
         ax.set_visible(False)
     if drawn is not None:
-        figure.colorbar(drawn, ax=axes[: len(points)], label="trial")
+        bar = figure.colorbar(drawn, ax=axes[: len(points)], label="trial")
+        bar.ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     figure.suptitle(
         f"{metric} against each searched setting ({'lower' if lower_is_better else 'higher'} is better; "
         "ringed: the best)",
