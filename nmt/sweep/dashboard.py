@@ -27,15 +27,7 @@ def log_report_to_wandb(report_path, project: str, group: str, metric: str = "au
         return
     records, _ = scored_records(collect_records(sweep_dir))  # nan or inf: the report names them
     metric = resolve_metric(metric, records)
-    offline = wandb_offline(str(sweep_dir))
-    run = wandb.init(
-        project=project,
-        group=group,
-        name=f"{group}-report",
-        job_type="sweep-report",
-        dir=str(sweep_dir),
-        mode="offline" if offline else "online",
-    )
+    run = _report_run(sweep_dir, project, group, "sweep-report")
     with open(sweep_dir / "results.csv") as handle:
         rows = list(csv.reader(handle))
     panels = {}
@@ -73,14 +65,7 @@ def log_search_to_wandb(sweep_dir, project: str, group: str) -> None:
         return
     search = settled(sweep_dir, read_search(sweep_dir))
     metric, keys = search["metric"], list(search["space"])
-    run = wandb.init(
-        project=project,
-        group=group,
-        name=f"{group}-report",
-        job_type="search-report",
-        dir=str(sweep_dir),
-        mode="offline" if wandb_offline(str(sweep_dir)) else "online",
-    )
+    run = _report_run(sweep_dir, project, group, "search-report")
     columns = ["trial", *keys, metric, "state", "run"]
     numeric = {k: all(_number(t["values"].get(k)) for t in search["trials"]) for k in keys}  # one type a column
     rows = [
@@ -107,6 +92,21 @@ def log_search_to_wandb(sweep_dir, project: str, group: str) -> None:
     run.log({p.stem: wandb.Image(str(p)) for p in sorted(sweep_dir.glob("search_*.png"))})
     run.finish()
     _remember(sweep_dir, made, f"{project}\n{group}")
+
+
+def _report_run(sweep_dir, project: str, group: str, job_type: str):
+    """The report's own W&B run in the sweep's group, ``<group>-report``, its files in the sweep's folder
+    (offline where W&B has no credentials)."""
+    import wandb
+
+    return wandb.init(
+        project=project,
+        group=group,
+        name=f"{group}-report",
+        job_type=job_type,
+        dir=str(sweep_dir),
+        mode="offline" if wandb_offline(str(sweep_dir)) else "online",
+    )
 
 
 def _number(value) -> bool:
