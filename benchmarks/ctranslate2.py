@@ -41,6 +41,8 @@ def main() -> None:
     parser.add_argument("--beam", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeat", type=int, default=3)
+    # CTranslate2's beam ends at beam x patience finished hypotheses; unset: the export's own (its manifest)
+    parser.add_argument("--patience", type=float, default=None)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     sources, references = read_parallel(args.sources, args.references)
@@ -74,6 +76,8 @@ def main() -> None:
                     "length_penalty": alpha,
                     "max_batch_size": 256,  # CTranslate2 sorts by length and batches; 256 beat 16, 64 and 2,048 tokens
                 }
+                if args.patience is not None:
+                    options["patience"] = args.patience
                 seconds, outputs = best_time(
                     lambda model=model, options=options: model.translate(sources, **options), args.repeat
                 )

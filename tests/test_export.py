@@ -13,7 +13,7 @@ from nmt.decoding import settings
 from nmt.decoding.settings import SAMPLED, STRATEGIES, SearchConfig
 from nmt.inference.export import CTranslate2Model, decoding_defaults, export_ctranslate2, translate_pieces
 from nmt.inference.export_spec import ExportError, check_exportable
-from nmt.inference.loading import load_model
+from nmt.inference.loading import CheckpointError, load_model, resolve_checkpoint_path
 from nmt.inference.translator import Translator
 from nmt.tasks.language_model import LanguageModelTask
 from nmt.training.train import train
@@ -159,6 +159,12 @@ def test_export_py_writes_a_model_folder(default_checkpoint, tmp_path):
     assert model.translate(LINES[0], beam_size=2) == model.translate([LINES[0]], beam_size=2)[0]
     with pytest.raises(TypeError, match=r"^lines=b'six': give a list of str"):  # bytes were read as numbers
         model.translate(b"six")
+    # an option CTranslate2 does not take: one line with the closest it does (it was pybind's whole signature)
+    with pytest.raises(TypeError, match=r"^beam=3 \(did you mean beam_size\?\): not an option of CTranslate2's"):
+        model.translate(LINES[0], beam=3)
+    # a run folder that holds an export, not a checkpoint: said, with what reads it
+    with pytest.raises(CheckpointError, match=r"is a CTranslate2 export \(nmt_export.json\), which this program"):
+        resolve_checkpoint_path(out)
     # threads= is applied, not only accepted: a value torch cannot take is refused
     refused = subprocess.run(
         [sys.executable, str(ROOT / "export.py"), f"ckpt_path={checkpoint}", f"out={tmp_path / 'x'}", "threads=-1"],
@@ -420,7 +426,8 @@ def test_an_exported_summariser_keeps_its_minimum_length_and_ngram_blocking(tmp_
     loaded.config["decode"].update(beam_size=4, length_penalty=2.0, min_len=12, no_repeat_ngram_size=2)
     export_ctranslate2(loaded, tmp_path / "ct2")
     manifest = json.loads((tmp_path / "ct2" / "nmt_export.json").read_text())
-    assert manifest["decode"] == {"min_decoding_length": 12, "no_repeat_ngram_size": 2, "beam_size": 4}
+    # the beam goes on past the first 4 finished hypotheses, as ours (decode.early_stopping=false)
+    assert manifest["decode"] == {"min_decoding_length": 12, "no_repeat_ngram_size": 2, "beam_size": 4, "patience": 2.0}
 
     def ours(**constraints) -> list[str]:
         search = SearchConfig(strategy="greedy", max_len_a=0.0, max_len_b=40, **constraints)
@@ -442,6 +449,13 @@ def test_an_exported_summariser_keeps_its_minimum_length_and_ngram_blocking(tmp_
     assert "length_penalty" not in given[0]  # CTranslate2's is another formula: not carried
     # never the start or padding token, as ours (a briefly trained model's outputs were <s> alone: empty)
     assert given[0]["suppress_sequences"] == [["<s>"], ["<pad>"]]
+    # exported before the manifest held the beam's end: it goes on as the run's default search does
+    before = {**manifest, "decode": {k: v for k, v in manifest["decode"].items() if k != "patience"}}
+    (tmp_path / "ct2" / "nmt_export.json").write_text(json.dumps(before))
+    before_model = CTranslate2Model(tmp_path / "ct2")
+    given = recording(before_model)
+    before_model.translate(LINES[:1], **limits)
+    assert given[0]["patience"] == 2.0 and given[0]["beam_size"] == 4
     del manifest["decode"]  # an export made before the manifest held the run's search: said, and as it was
     (tmp_path / "ct2" / "nmt_export.json").write_text(json.dumps(manifest))
     with caplog.at_level("WARNING"):
@@ -522,6 +536,9 @@ def test_the_runs_search_maps_onto_ctranslate2s_options_and_a_strategy_without_a
         with pytest.raises(ExportError, match=rf"^decode.strategy={strategy} \(the run's search\): CTranslate2's"):
             decoding_defaults(decode)
     assert decoding_defaults({"strategy": "sample", "top_k": 7, "temperature": 0.5, "seed": 1})["sampling_topk"] == 7
+    # a beam ends as ours does: at beam_size finished hypotheses only where the run's search stops there
+    assert decoding_defaults({"strategy": "beam"})["patience"] == 2.0
+    assert decoding_defaults({"strategy": "beam", "early_stopping": True})["patience"] == 1.0
     # a sampling strategy added as ARCHITECTURE.md says (its name, what it reads), but not mapped in export.py
     monkeypatch.setattr(settings, "STRATEGIES", (*STRATEGIES, "typical"))
     monkeypatch.setattr(settings, "SAMPLED", (*SAMPLED, "typical"))

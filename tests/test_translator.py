@@ -429,6 +429,26 @@ def test_translate_py_bad_input_is_one_line_naming_it(checkpoints, stdin, args, 
     assert result.returncode == 2 and message in err and "Traceback" not in err, err[-2000:]
 
 
+def test_translate_py_at_a_terminal_says_how_to_use_it_and_translates_each_line_as_typed(checkpoints):
+    """With no input file and no pipe, translate.py waited on the terminal without a word."""
+    import os
+    import pty
+
+    main, terminal = pty.openpty()
+    process = subprocess.Popen(
+        command(f"ckpt_path={checkpoints['seed1']}"), stdin=terminal, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    os.close(terminal)
+    os.write(main, b"one two three\n\x04")  # a line, then Ctrl-D at the start of the next
+    out, err = process.communicate(timeout=300)
+    os.close(main)
+    assert process.returncode == 0, err.decode()[-2000:]
+    assert "type a line and Enter for its output; Ctrl-D ends" in err.decode()
+    assert len(out.decode().splitlines()) == 1
+    piped = subprocess.run(command(f"ckpt_path={checkpoints['seed1']}"), input=b"one\n", capture_output=True)
+    assert "Ctrl-D" not in piped.stderr.decode()  # a pipe needs no telling
+
+
 def test_nbest_output_has_n_lines_for_every_input_an_empty_line_too():
     """An empty line is not decoded: its one empty output is padded, so that every input has N lines."""
     from omegaconf import OmegaConf

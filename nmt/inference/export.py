@@ -37,16 +37,25 @@ EXPORT_FILES = {
 PARTIAL = ".nmt_export_partial"  # in an export's folder from its first file moved in until its manifest
 
 
+BEAM_PATIENCE = 2.0  # CTranslate2's beam ends at beam_size x patience finished hypotheses (decoding_defaults)
+
+
 def decoding_defaults(decode: dict | None) -> dict:
     """The run's own search (its config's ``decode`` block) as ``translate_batch`` options, those whose
     meaning CTranslate2 shares: the strategy and its beam or sampling settings, the minimum output length
     (both count the tokens before the end token) and n-gram blocking, so that an exported summariser keeps
     its floor and its trigram blocking. The length penalty is not carried (CTranslate2's is another formula),
-    nor the length limit relative to the source (CTranslate2 has a fixed one)."""
+    nor the length limit relative to the source (CTranslate2 has a fixed one).
+
+    A beam's end: CTranslate2's ends once ``beam_size`` hypotheses have finished (its ``patience`` 1), as ours
+    does with ``decode.early_stopping=true``; without it ours goes on while an unfinished hypothesis could
+    still win. The first to finish are the short ones, so an export ending there cut translations short (a
+    toy model's lost words in a fifth of its outputs): it goes on until twice as many have finished
+    (:data:`BEAM_PATIENCE`), which agreed with ours where more did not add (BENCHMARKS.md)."""
     search = search_settings(decode, None, refuse_unread=False)
     options = {"min_decoding_length": search.min_len, "no_repeat_ngram_size": search.no_repeat_ngram_size}
     if search.strategy == "beam":
-        return {**options, "beam_size": search.beam_size}
+        return {**options, "beam_size": search.beam_size, "patience": 1.0 if search.early_stopping else BEAM_PATIENCE}
     if search.strategy == "sample":  # CTranslate2 samples where beam_size is 1; top_k 0: the whole vocabulary
         return {
             **options,
@@ -140,6 +149,9 @@ class CTranslate2Model:
         # exported before the manifest held the run's search: CTranslate2's defaults (beam 2, no minimum
         # length, no n-gram blocking) stand, as they did, and are said
         self.decoding = manifest.get("decode")
+        if self.decoding and self.decoding.get("beam_size", 1) > 1 and "patience" not in self.decoding:
+            # exported before the manifest held the beam's end: the run's default search (early_stopping=false)
+            self.decoding = {**self.decoding, "patience": BEAM_PATIENCE}
         if self.decoding is None:
             log.warning(
                 "%s was exported before its manifest held the run's decoding settings: CTranslate2's defaults "
@@ -192,8 +204,29 @@ class CTranslate2Model:
                 cut - 1,
                 long_lines[0] + 1,
             )
-        results = self.translator.translate_batch(batch, **options)
+        try:
+            results = self.translator.translate_batch(batch, **options)
+        except TypeError as err:  # pybind's whole signature: the option it does not know said in one line
+            raise _unknown_option(err, options) from None
         return [self.target.decode([self.target.sp.piece_to_id(p) for p in r.hypotheses[0]]) for r in results]
+
+
+def _unknown_option(err: TypeError, options: dict) -> TypeError:
+    """``translate_batch``'s error for options it does not take (a list of its whole signature), as one line
+    naming each unknown option and the closest known one; any other TypeError as it was."""
+    import difflib
+    import re
+
+    signature = str(err).partition("*,")[2].partition(")")[0]
+    known = re.findall(r"(\w+):", signature)
+    unknown = [key for key in options if known and key not in known]
+    if not unknown:
+        return err
+    said = []
+    for key in unknown:
+        close = difflib.get_close_matches(key, known, n=1)
+        said.append(f"{key}={options[key]!r}" + (f" (did you mean {close[0]}?)" if close else ""))
+    return TypeError(f"{', '.join(said)}: not an option of CTranslate2's translate_batch; it takes {', '.join(known)}")
 
 
 def run_export(cfg) -> Path:

@@ -79,6 +79,12 @@ def resolve_checkpoint_path(path: str | os.PathLike) -> Path:
     if (folder / "best.ckpt").is_file():
         return folder / "best.ckpt"
     found = sorted(p.name for p in folder.glob("*.ckpt"))
+    if not found and (path / "nmt_export.json").is_file():  # export.py's output, not a run
+        raise CheckpointError(
+            f"ckpt_path={path} is a CTranslate2 export (nmt_export.json), which this program does not read: give "
+            "the run it was exported from, or translate with the export in Python (nmt.inference.export."
+            "CTranslate2Model, docs/usage.md)"
+        )
     if not found:
         raise CheckpointError(
             f"ckpt_path={path} is a folder without checkpoints (train.py writes <run_dir>/checkpoints/)"

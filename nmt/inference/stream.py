@@ -54,7 +54,10 @@ def check_output_options(cfg: DictConfig) -> None:
 
 def _stdin_lines() -> Iterator[str]:
     """Standard input decoded line by line as it arrives (a pipe or a terminal); invalid UTF-8 is an
-    error naming the line."""
+    error naming the line. At a terminal, where nothing else would say the program waits, one line on
+    stderr says how to use it."""
+    if sys.stdin.isatty():
+        print("translate.py: type a line and Enter for its output; Ctrl-D ends", file=sys.stderr, flush=True)
     for number, raw in enumerate(iter(sys.stdin.buffer.readline, b""), start=1):
         try:
             line = raw.decode("utf-8")
