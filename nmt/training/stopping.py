@@ -11,6 +11,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import lightning as L
+import torch
 from lightning.fabric.plugins.environments import SLURMEnvironment
 from lightning.pytorch.callbacks import Callback, EarlyStopping, Timer
 from lightning.pytorch.utilities.exceptions import SIGTERMException
@@ -166,7 +167,7 @@ class SittingEarlyStopping(EarlyStopping):
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         current = trainer.callback_metrics.get(self.monitor)
-        finite = current is None or bool(current.isfinite().all())
+        finite = current is None or bool(torch.as_tensor(current).isfinite().all())
         if self.after_warmup and trainer.global_step < self.warmup and finite:
             return
         stopping = trainer.should_stop
