@@ -848,7 +848,7 @@ def test_a_tsv_line_with_other_fields_than_the_first_is_refused_by_its_number(tm
     write(tmp_path / "train.tsv", lines[:3] + [""] + lines[3:])
     dm = FilesDataModule(train=str(tmp_path / "train.tsv"), valid_size=1, test_size=1, cache_dir=str(tmp_path / "c"))
     with pytest.raises(
-        ValueError, match=r"train\.tsv, line 5: 3 tab-separated fields, line 1 2; a tab inside a sentence of one"
+        ValueError, match=r"train\.tsv, line 5: 3 tab-separated fields, where line 1 has 2; a tab inside a sentence"
     ):
         dm.text("train")
     # a file of three fields throughout reads the columns asked for
@@ -1251,6 +1251,15 @@ def test_what_data_files_is_given_is_refused_in_one_line_when_the_module_is_buil
         ({"test": ["t.de", "t.de"]}, r"^data.test=\['t.de', 't.de'\]: one file as both sides"),
         ({"val": ["v.de", "./v.de"]}, r"^data.val=\['v.de', 'v.de'\]: one file as both sides"),
         ({"val": ["v.de", "v.de.de"]}, r"^data.val=\['v.de', 'v.de.de'\]: the target file v.de.de is named for de"),
+        # two TSVs were read as one corpus's sides: each whole line of the first a source, of the second a target
+        (
+            {"train": ["a.tsv", "b.tsv.gz"]},
+            r"^data.train=\['a.tsv', 'b.tsv.gz'\]: a list is one corpus's \[source file, target file\], and a.tsv "
+            r"and b.tsv.gz each hold both sides; give a .tsv alone, or several corpora by name: "
+            r"data.train=\{name1: a.tsv, name2: b.tsv.gz\}$",
+        ),
+        # a prefix with one language on both sides: train.de read as source and target, a copy task trained
+        ({"train": "t", "tgt_lang": "de"}, r"^data.train=t: a prefix names t.de for both sides"),
     ],
 )
 def test_a_pair_of_files_in_the_other_order_or_one_file_twice_is_refused(tmp_path, given, message):
@@ -1270,6 +1279,28 @@ def test_a_pair_of_files_named_otherwise_or_of_one_language_is_taken_as_given(tm
 def test_a_prefix_hydra_reads_as_a_number_or_paths_from_python_are_taken():
     assert FilesDataModule(train=2016).specs["train"] == "2016"  # 2016.en and 2016.de
     assert FilesDataModule(train=[Path("a.en"), Path("a.de")]).specs["train"] == ["a.en", "a.de"]
+
+
+def test_pairs_split_off_the_training_file_are_said_with_what_is_left(tmp_path, capsys):
+    """Without val and test files, the defaults (1,000 each) took most of a small corpus without a word."""
+    write(tmp_path / "corp.tsv", [f"{e}\t{d}" for e, d in zip(EN, DE, strict=True)])
+    pairs = len(set(zip(EN, DE, strict=True)))
+    for sizes, level in (((30, 30), "note"), ((pairs // 3, pairs // 3), "warning")):
+        dm = FilesDataModule(
+            train=str(tmp_path / "corp.tsv"), valid_size=sizes[0], test_size=sizes[1], cache_dir=str(tmp_path / "c")
+        )
+        kept = len(dm.text("train")[0])
+        said = [line for line in capsys.readouterr().out.splitlines() if "split off data.train" in line]
+        assert said == [
+            f"{level}: data.val/test not given: {sizes[0]} validation pairs (data.valid_size) and {sizes[1]} test "
+            f"pairs (data.test_size) were split off data.train, leaving {kept} to train "
+            f"({sum(sizes) / (kept + sum(sizes)):.0%} set aside); give data.val= and data.test= files, or lower those "
+            "sizes"
+        ]
+    # a validation file given, and no test set: nothing taken, nothing said
+    corpus = str(tmp_path / "corp.tsv")
+    FilesDataModule(train=corpus, val=corpus, test_size=0, cache_dir=str(tmp_path / "c")).text("train")
+    assert "split off" not in capsys.readouterr().out
 
 
 def test_a_split_file_may_start_at_home(tmp_path, monkeypatch):

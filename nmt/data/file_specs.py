@@ -76,9 +76,23 @@ def checked_pair(split: str, spec, src_lang: str, tgt_lang: str) -> None:
         for key, files in corpora(split, spec):
             checked_pair(key, files, src_lang, tgt_lang)
         return
+    if isinstance(spec, str) and not is_tsv(spec) and src_lang == tgt_lang:  # prefix.en as both sides
+        raise ValueError(
+            f"data.{split}={spec}: a prefix names {spec}.{src_lang} for both sides, as data.src_lang = data.tgt_lang "
+            f"= {src_lang}; give [source file, target file] (or a .tsv), or two languages"
+        )
     if not isinstance(spec, list):
         return
     src, tgt = spec
+    tsv = [Path(p).name for p in spec if is_tsv(p)]
+    if tsv:  # two TSVs read as one corpus's source and target: each whole line a sentence, unsaid
+        several = "{" + ", ".join(f"name{n}: {p}" for n, p in enumerate(spec, 1)) + "}"
+        holds = f"{tsv[0]} holds both sides (a .tsv)" if len(tsv) == 1 else f"{' and '.join(tsv)} each hold both sides"
+        raise ValueError(
+            f"data.{split}={spec}: a list is one corpus's [source file, target file], and {holds}; give a .tsv "
+            f"alone, or several corpora by name: data.{split}={several}"
+            + ("" if split == "train" else " (for data.train only)")
+        )
     if Path(src).resolve() == Path(tgt).resolve():
         raise ValueError(f"data.{split}={spec}: one file as both sides; give [source file, target file]")
     if src_lang == tgt_lang:
@@ -196,8 +210,8 @@ def read_split_files(spec, src_lang: str, tgt_lang: str, columns=(0, 1)) -> tupl
             elif len(fields) != width[1]:
                 # a tab inside a sentence shifts or cuts the columns: the pair read would be silently wrong
                 raise ValueError(
-                    f"{spec}, line {number}: {len(fields)} tab-separated fields, line {width[0]} {width[1]}; a tab "
-                    f"inside a sentence of one of them? Every line needs the same fields"
+                    f"{spec}, line {number}: {len(fields)} tab-separated fields, where line {width[0]} has "
+                    f"{width[1]}; a tab inside a sentence of one of them? Every line needs the same fields"
                 )
             if len(fields) <= max(columns):
                 raise ValueError(

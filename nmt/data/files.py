@@ -90,6 +90,7 @@ class FilesDataModule(ParallelDataModule):
             drops = self.dropped.setdefault("train", Counter())  # the pool's, in the data report (set, not added:
             drops["empty"], drops["duplicate"] = pool_drops(src, tgt, reading)  # this may run once per split)
             if split == "train":
+                _say_carved(splits, self.specs)
                 self._once = splits["train"]
                 return self._repeated(*splits["train"], pool=(src, tgt), reading=reading)
             if self.specs[split] is None:
@@ -154,6 +155,24 @@ class FilesDataModule(ParallelDataModule):
         if self.upsample:
             report["train"]["upsampled"] = dict(self.upsample)
         return report
+
+
+def _say_carved(splits: dict, specs: dict) -> None:
+    """The validation and test pairs a seeded split took out of data.train (those not given as files), in one
+    line: a small corpus lost most of its training pairs to the defaults (1,000 each) without a word."""
+    carved = {name: len(splits[name][0]) for name in ("val", "test") if specs[name] is None}
+    if not any(carved.values()):  # test_size=0 beside a validation file: nothing taken
+        return
+    kept = len(splits["train"][0])
+    keys = {"val": "data.valid_size", "test": "data.test_size"}
+    said = " and ".join(
+        f"{n} {'validation' if name == 'val' else 'test'} pairs ({keys[name]})" for name, n in carved.items()
+    )
+    share = sum(carved.values()) / max(kept + sum(carved.values()), 1)
+    print(
+        f"{'warning' if share > 0.5 else 'note'}: data.{'/'.join(carved)} not given: {said} were split off data.train, "
+        f"leaving {kept} to train ({share:.0%} set aside); give data.val= and data.test= files, or lower those sizes"
+    )
 
 
 def checked_upsample(upsample, train_spec) -> dict[str, int]:
