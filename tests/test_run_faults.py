@@ -1110,6 +1110,13 @@ def test_a_folder_trained_on_other_data_is_refused(tmp_path, capsys):
         RunFolderError, match=r"trained with other segmenters \(data\.segmenters differ\).*config\.yaml"
     ):
         train(compose_train(*args, "resume=force"))
+    # other tokenizers because the training text changed (they are trained on it): that is the cause named
+    saved["data"]["segmenters"][1] = {"name": "none", "user_dict": None}
+    saved["data"]["tokenizers"], saved["data"]["text"]["train"] = "1" * 16, "2" * 16
+    (tmp_path / "fingerprint.json").write_text(json.dumps(saved))
+    with pytest.raises(RunFolderError, match=r"other tokenizers .*; its training text changed since") as refused:
+        train(compose_train(*args, "resume=force"))
+    assert "config.yaml" not in str(refused.value)
 
 
 def test_a_checkpoint_is_written_from_host_copies_with_its_mappings_as_they_were(tmp_path):

@@ -251,12 +251,20 @@ def check_data(run_dir: Path, current: dict, force: bool, resuming: bool = False
     what = ", ".join(f"data.{k}" for k in changed)
     unreadable = [k for k in READS_THE_PIECES if k in changed and k in saved]
     if resuming and unreadable:
+        # the tokenizers are trained on the training text: where that text changed, it is the cause to name
+        text_before, text_now = saved.get("text") or {}, data.get("text") or {}
+        retrained = bool(text_before) and bool(text_now) and text_before.get("train") != text_now.get("train")
+        why = (
+            "its training text changed since (data.text differs for train), and the tokenizers trained on it with "
+            "it: give the text the run was trained on, or choose another run_dir"
+            if retrained
+            else "give the data settings the run had (its config.yaml: data.tokenizer, data.segmenter), or choose "
+            "another run_dir. If they are the run's, its training text holds tabs or other separators: a tokenizer "
+            "made before they were read as spaces kept them, and one made now does not"
+        )
         raise RunFolderError(
             f"{run_dir} holds a checkpoint trained with other {' and '.join(unreadable)} ({what} differ), whose "
-            "embeddings index other pieces: not even resume=force continues it. Give the data settings the run "
-            f"had (its config.yaml: data.tokenizer, data.segmenter), or choose another run_dir. If they are the "
-            "run's, its training text holds tabs or other separators: a tokenizer made before they were read as "
-            "spaces kept them, and one made now does not"
+            f"embeddings index other pieces: not even resume=force continues it; {why}"
         )
     if force:
         return f"warning: resume=force: continuing {run_dir} on other data ({what})"
