@@ -924,7 +924,7 @@ def test_data_no_batch_can_hold_is_one_line_naming_the_setting(tmp_path):
     with pytest.raises(ValueError, match=r"^data\.eval_max_tokens=3 is smaller than the longest val sentence"):
         module(eval_max_tokens=3).prepare_data()
     write(tmp_path / "empty.tsv", [])
-    with pytest.raises(ValueError, match=r"^data: the training text is empty, nothing to train the tokenizer on"):
+    with pytest.raises(ValueError, match=r"^data\.train: .*empty\.tsv holds no line: give a training file that"):
         module(train=str(tmp_path / "empty.tsv"), val=str(tmp_path / "a"), test=str(tmp_path / "a")).prepare_data()
     chars = [" ".join(chr(0x4E00 + 3 * i + j) for j in range(3)) for i in range(120)]  # 360 distinct characters
     write(tmp_path / "b.src", chars)
@@ -1301,6 +1301,18 @@ def test_pairs_split_off_the_training_file_are_said_with_what_is_left(tmp_path, 
     corpus = str(tmp_path / "corp.tsv")
     FilesDataModule(train=corpus, val=corpus, test_size=0, cache_dir=str(tmp_path / "c")).text("train")
     assert "split off" not in capsys.readouterr().out
+
+
+def test_an_empty_training_file_is_named(tmp_path):
+    """It was "the training text is empty ... check data.train", from the tokenizer, with no file named."""
+    write(tmp_path / "empty.tsv", [])
+    write(tmp_path / "blank.tsv", ["\t", "\t"])
+    write(tmp_path / "corp.tsv", [f"{e}\t{d}" for e, d in zip(EN, DE, strict=True)])
+    for name, held in (("empty", "no line"), ("blank", "2 pair\\(s\\), each with an empty side")):
+        given = {"train": {"web": str(tmp_path / "corp.tsv"), "extra": str(tmp_path / f"{name}.tsv")}}
+        dm = FilesDataModule(**given, valid_size=30, test_size=30, cache_dir=str(tmp_path / "c"))
+        with pytest.raises(ValueError, match=rf"^data.train.extra: .*{name}.tsv holds {held}: give a training file"):
+            dm.text("train")
 
 
 def test_a_split_file_may_start_at_home(tmp_path, monkeypatch):

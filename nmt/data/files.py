@@ -138,6 +138,11 @@ class FilesDataModule(ParallelDataModule):
         src, tgt, self.corpus_pairs, origins = [], [], {}, []
         for key, files in corpora("train", self.specs["train"]):
             more_src, more_tgt = read_split_files(files, self.src_lang, self.tgt_lang, self.columns)
+            if not any(s.strip() and t.strip() for s, t in zip(more_src, more_tgt, strict=True)):
+                # said here, naming the file: the tokenizer's training, which met it first, knew only the key
+                named = ", ".join(str(p) for p in spec_paths(files, self.src_lang, self.tgt_lang))
+                held = f"{len(more_src)} pair(s), each with an empty side" if more_src else "no line"
+                raise ValueError(f"data.{key}: {named} holds {held}: give a training file that holds sentences")
             src += more_src
             tgt += more_tgt
             if isinstance(self.specs["train"], dict):
