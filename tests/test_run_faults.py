@@ -1096,6 +1096,11 @@ def test_a_folder_trained_on_other_data_is_refused(tmp_path, capsys):
     (tmp_path / "fingerprint.json").write_text(json.dumps(saved))
     with pytest.raises(RunFolderError, match=r"trained on other data \(data\.text differ\).*resume=force"):
         train(compose_train(*args))
+    # refused for a setting, the text's change is said in the same refusal (it took a second try to learn it)
+    with pytest.raises(
+        RunFolderError, match=r"other settings \(trainer\.max_epochs: 1 -> 2\).*Its data's text changed too \(the test"
+    ):
+        train(compose_train(*args, "trainer.max_epochs=2"))
     capsys.readouterr()
     train(compose_train(*args, "resume=force"))
     assert "resume=force: continuing" in capsys.readouterr().out

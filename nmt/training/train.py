@@ -192,13 +192,29 @@ def _check_finished_on_this_text(cfg: DictConfig, task, run_dir: Path) -> None:
         )
 
 
+def _text_changed_too(cfg: DictConfig, task, run_dir: Path) -> str:
+    """Where a folder is refused for its settings: whether its data's text changed too, so that one refusal
+    says both (a corrected command was refused again, for the text); "" where it did not or cannot be read."""
+    saved = saved_text(run_dir)
+    if not saved:
+        return ""
+    try:
+        changed = changed_splits(saved, current_text(cfg, task))
+    except Exception:  # noqa: BLE001 - the refusal stands as it is; the data is checked once it is read
+        return ""
+    return f". Its data's text changed too (the {', '.join(changed)} split(s))" if changed else ""
+
+
 def _train_in_folder(cfg: DictConfig, task, run_dir: Path, config: dict, main_process: bool) -> dict:
     identity = fingerprint(config)
     # a resumed sitting that stops before its first update (resume.SamePlaceInData) puts the folder's
     # records back as they were, so that the command of the run they describe still continues it
     records = folder_records(run_dir) if main_process else None
     if main_process:
-        finished = _claim_folder(cfg, run_dir, identity)
+        try:
+            finished = _claim_folder(cfg, run_dir, identity)
+        except RunFolderError as err:
+            raise RunFolderError(f"{err}{_text_changed_too(cfg, task, run_dir)}") from None
         if finished is not None:
             _check_finished_on_this_text(cfg, task, run_dir)
             print(
