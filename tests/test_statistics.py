@@ -1456,3 +1456,26 @@ def test_the_report_lists_the_runs_library_versions_and_warns_when_they_differ(t
     report = flat_report(tmp_path)
     assert "| libraries | python 3.11.9, torch 2.12.1; python 3.11.9, torch 2.13.0 |" in report
     assert "**Warning:** the runs were made with 2 sets of library versions (python 3.11.9, torch 2.12.1; " in report
+
+
+def test_runs_stopped_inside_their_warmup_are_named_in_the_report_as_not_converged(tmp_path):
+    """A run whose patience ran out before its learning rate peaked warned in its own log alone; a sweep's
+    reader saw its score ranked among converged ones."""
+    from nmt.sweep.records import stopped_in_warmup
+
+    early = {"ended_by": "early stopping", "steps": 120}
+    noam = {"optim": {"scheduler": {"warmup": 300}}, "early_stopping": {"patience": 2}}
+    assert stopped_in_warmup(noam, early)
+    assert not stopped_in_warmup(noam, {**early, "steps": 300})  # the warm-up's end reached
+    assert not stopped_in_warmup({**noam, "early_stopping": {"after_warmup": True}}, early)
+    assert not stopped_in_warmup({"optim": {"scheduler": None}}, early)  # a fixed rate: no warm-up
+    assert not stopped_in_warmup(noam, {**early, "ended_by": "max_steps"})
+    records = [dict(r) for r in RECORDS]
+    records[1] = {**records[1], **early, "stopped_in_warmup": True}
+    synthetic_sweep(tmp_path, records)
+    report = write_report(tmp_path).read_text()
+    assert "1 run(s) were stopped by early stopping inside their learning rate's warm-up, before it peaked" in report
+    named = "They are: norm=layer, pos=absolute, seed 2 (update 120)."
+    assert "**Warning:** 1 run(s) were stopped by early stopping inside" in report and named in report.replace(
+        "\n", " "
+    )

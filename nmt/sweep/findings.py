@@ -30,6 +30,12 @@ def caveats(facts: dict, levels: dict | None = None) -> list[str]:
             f"{capped_runs(facts)} run(s) ended at their maximum, not by early stopping: not all cells were trained to "
             "convergence, so a difference found, or none, may be of how fast each learns."
         )
+    if facts.get("in_warmup"):
+        said.append(
+            f"{len(facts['in_warmup'])} run(s) were stopped by early stopping inside their learning rate's warm-up, "
+            "before it peaked: they did not converge, and their cells' scores say more of the stopping rule than "
+            "of the levels (early_stopping.after_warmup=true counts the patience from the warm-up's end)."
+        )
     tuned = facts.get("tuned") or {}
     if tuned.get("differs"):
         said.append(

@@ -134,6 +134,7 @@ def run_record(run_dir: Path, factors: dict, seed: int) -> dict:
         "epochs": results["epochs"],
         "steps": results["steps"],
         "ended_by": results.get("ended_by"),  # absent from runs made before it was recorded
+        "stopped_in_warmup": stopped_in_warmup(config, results),
         "parameters": results["parameters"],
         "wall_time_s": results["wall_time_s"],  # every sitting of a run that was killed and resumed
         "run_dir": str(run_dir),
@@ -149,6 +150,16 @@ def run_record(run_dir: Path, factors: dict, seed: int) -> dict:
         "bleu_tok_lc_signature": tok_lc_signature,
         "scoring": scoring_of(final),
     }
+
+
+def stopped_in_warmup(config: dict, results: dict) -> bool:
+    """Whether early stopping ended the run inside its learning rate's warm-up (its patience counted from the
+    start, ``early_stopping.after_warmup`` off): its rate had not peaked, so it did not converge."""
+    scheduler = (config.get("optim") or {}).get("scheduler")
+    warmup = scheduler.get("warmup") if isinstance(scheduler, dict) else None
+    after = bool((config.get("early_stopping") or {}).get("after_warmup"))
+    early = results.get("ended_by") == "early stopping"
+    return bool(early and not after and isinstance(warmup, int) and results.get("steps", warmup) < warmup)
 
 
 def scoring_of(scores: dict) -> dict:

@@ -156,6 +156,11 @@ def describe(sweep_dir: Path, records: list[dict]) -> dict:
         for r in sorted(records, key=lambda r: (json.dumps(r.get("factors") or {}, sort_keys=True), int(r["seed"])))
         if r.get("ended_by") in CUT_BY
     ]
+    facts["in_warmup"] = [  # stopped early before their rate peaked: not converged (records.stopped_in_warmup)
+        {"factors": r.get("factors") or {}, "seed": int(r["seed"]), "steps": r.get("steps")}
+        for r in sorted(records, key=lambda r: (json.dumps(r.get("factors") or {}, sort_keys=True), int(r["seed"])))
+        if r.get("stopped_in_warmup")
+    ]
     facts["wall_time_h"] = sum(run_cost_s(r) for r in records) / 3600
     codes, libraries, each_run, config = set(), set(), [], None
     for r in records:

@@ -130,6 +130,15 @@ def what_ran(
             f"be the best for these runs: {_differences(tuned['differs'])}. Tune again under this sweep's "
             'settings, or give it those of the tuning (docs/sweeps.md, "A fair factorial").'
         )
+    if facts.get("in_warmup"):
+        runs = facts["in_warmup"]
+        names = [f"{name} (update {r['steps']})" for name, r in zip(_run_names(runs, factors), runs, strict=True)]
+        doc.paragraph(
+            f"**Warning:** {len(runs)} run(s) were stopped by early stopping inside their learning rate's warm-up "
+            "(the patience counted from the start), before the rate peaked: they did not converge. Rerun them "
+            f"in a sweep of their own with early_stopping.after_warmup=true. They are: {'; '.join(names[:8])}"
+            + (f"; and {len(names) - 8} more." if len(names) > 8 else ".")
+        )
     capped = capped_runs(facts)
     if capped:
         doc.paragraph(
@@ -206,12 +215,17 @@ def _cut_named(facts: dict, factors, reasons: tuple[str, ...], most: int = 8) ->
     runs = [r for r in cut_runs(facts) if r["ended_by"] in reasons]
     if not runs:
         return "results.csv's ended_by names the runs."
-    names = [
+    names = _run_names(runs, factors)
+    more = f"; and {len(names) - most} more (results.csv's ended_by names each)" if len(names) > most else ""
+    return f"They are: {'; '.join(names[:most])}{more}."
+
+
+def _run_names(runs: list[dict], factors) -> list[str]:
+    """Each run by its cell and seed, as the report names them (``pos=rope, seed 2``)."""
+    return [
         ", ".join(filter(None, [cell_name((f, r["factors"].get(f)) for f in factors), f"seed {r['seed']}"]))
         for r in runs
     ]
-    more = f"; and {len(names) - most} more (results.csv's ended_by names each)" if len(names) > most else ""
-    return f"They are: {'; '.join(names[:most])}{more}."
 
 
 def _names(names: list[str], most: int = 6) -> str:
