@@ -400,6 +400,14 @@ def test_trials_stopped_early_before_they_learned_are_said_to_be_ranked_by_the_s
     report = write_search_report(tmp_path).read_text()
     assert "Trials 1 scored 0.00 and were stopped early: they had learned nothing" in report
     assert "Trials 0 " not in report
+    # runs that record whether early stopping ended them inside their warm-up: said from the record, whatever
+    # their score (trial 0 stopped inside it too, having learned something by then)
+    for number, inside in ((0, True), (1, False)):
+        path = tmp_path / f"r{number}" / "sweep_result.json"
+        path.write_text(json.dumps({**json.loads(path.read_text()), "stopped_in_warmup": inside}))
+    report = write_search_report(tmp_path).read_text()
+    assert "Trials 0 were stopped by early stopping inside their learning rate's warm-up (scoring 99.10)" in report
+    assert "Trials 1 " not in report and "learned nothing" not in report
 
 
 def test_a_search_none_of_whose_trials_scored_ends_with_status_1(tmp_path):

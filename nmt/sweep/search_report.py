@@ -72,11 +72,21 @@ def write_search_report(sweep_dir: Path) -> Path:
         rows.append([*row, str(record.get("epochs", "")), str(record.get("ended_by") or ""), trial["run"]])
     doc.table(["rank", "trial", *keys, metric, "epochs", "ended by", "run"], rows)
     _figures(doc, sweep_dir, search, ranked)
-    unlearnt = [  # the worst score the metric allows, then stopped early: stopped before they learned anything
+    in_warmup = [t for t in ranked if _record(sweep_dir / t["run"]).get("stopped_in_warmup")]
+    if in_warmup:  # recorded by the run: its patience ran out before its rate peaked
+        numbers = ", ".join(str(n) for t in in_warmup for n in t["numbers"])
+        doc.paragraph(
+            f"Trials {numbers} were stopped by early stopping inside their learning rate's warm-up (scoring "
+            f"{', '.join(fmt(t['value']) for t in in_warmup)}): the patience counted from the start, so the stopping "
+            "rule, not the setting alone, ranked them. early_stopping.after_warmup=true counts it from the end of "
+            "each run's warm-up."
+        )
+    unlearnt = [  # runs recorded before the above: the worst score the metric allows, then stopped early
         t
         for t in ranked
-        if t["value"] == metric_range(metric)[1 if lower_is_better(metric) else 0]
-        and "early" in str(_record(sweep_dir / t["run"]).get("ended_by") or "")
+        if "stopped_in_warmup" not in (record := _record(sweep_dir / t["run"]))
+        and t["value"] == metric_range(metric)[1 if lower_is_better(metric) else 0]
+        and "early" in str(record.get("ended_by") or "")
     ]
     if unlearnt:
         numbers = ", ".join(str(n) for t in unlearnt for n in t["numbers"])
