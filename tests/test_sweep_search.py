@@ -62,7 +62,7 @@ def replayed(told: list[float], asks: int, startup: int) -> list[float]:
 
 
 @pytest.mark.slow
-def test_a_search_asks_what_optuna_asks_tells_it_each_runs_validation_score_and_resumes(tmp_path):
+def test_a_search_asks_what_optuna_asks_tells_it_each_runs_validation_score_and_resumes(tmp_path, capsys):
     command = [
         sys.executable,
         str(ROOT / "sweep.py"),
@@ -108,21 +108,25 @@ def test_a_search_asks_what_optuna_asks_tells_it_each_runs_validation_score_and_
     )
     assert plan.returncode == 0, plan.stderr[-2000:]
     assert "trials asked before: 2 (2 done, 0 failed)" in plan.stdout and "trials to run: 1" in plan.stdout
+    # refused before any run, as the sweep's start checks them (in this process: the command line's path to
+    # that start is the one above):
+    from nmt.sweep.runner import SweepReport
+
+    held = [c for c in command[2:-2] if not c.startswith(("hydra/sweeper", "hydra.sweeper"))]
+    sampler = ["hydra.sweeper.sampler.n_startup_trials=1", "hydra.sweeper.n_trials=2"]
     # a held setting changed: the same trials would be asked, and their runs were made under other settings
-    changed = subprocess.run(
-        [*command, "hydra.sweeper.n_trials=2", "model.dropout=0.3"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=300,
-    )
-    assert changed.returncode == 2 and "made under other settings or code" in changed.stderr
-    assert "model.dropout" in changed.stderr
+    changed = search_config(tmp_path, *held, *sampler, "model.dropout=0.3")
+    with open_dict(changed):  # Hydra's own settings are not the task's
+        changed.hydra.overrides.task = [o for o in changed.hydra.overrides.task if not o.startswith("hydra.")]
+    with pytest.raises(SystemExit) as refused:
+        SweepReport().on_multirun_start(changed)
+    said = capsys.readouterr().err
+    assert refused.value.code == 2 and "made under other settings or code" in said and "model.dropout" in said
     # a grid in the search's folder would mix its runs with the trials
-    grid = [c for c in command[:-2] if not c.startswith(("hydra/sweeper", "hydra.sweeper"))]
-    grid += [f"{LR}=0.001", command[-1]]
-    mixed = subprocess.run(grid, capture_output=True, text=True, cwd=ROOT, timeout=300)
-    assert mixed.returncode == 2 and "holds a search; a grid in its folder" in mixed.stderr
+    grid = search_config(tmp_path, *held, space=(f"{LR}=0.001",), sweeper="basic")
+    with pytest.raises(SystemExit) as refused:
+        SweepReport().on_multirun_start(grid)
+    assert refused.value.code == 2 and "holds a search; a grid in its folder" in capsys.readouterr().err
     # the report written again from the folder, as a stopped search's message says
     (tmp_path / "search.md").unlink()
     from nmt.sweep.report import main as report_main
