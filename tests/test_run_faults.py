@@ -5,6 +5,7 @@ import csv
 import errno
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -1326,6 +1327,47 @@ def test_a_comment_or_blank_line_keeps_the_code_hash_and_any_edit_of_code_string
         config.write_text("# @package model\nwidth: 4  # the width\n")
         assert code.code_hash() == before
     assert hashed(config, "# @package model\n1: x\n") != hashed(config, "# @package model\n'1': x\n")  # 1 is not "1"
+
+
+def test_the_code_hash_is_read_from_the_cache_for_the_same_bytes_and_computed_again_for_any_other(
+    monkeypatch, tmp_path
+):
+    """Every run, evaluation and plan hashed the meaning of some 200 files anew (more than a second): the hash
+    is kept in the cache under the digest of the files' bytes. The same bytes read it back without reading
+    any file's meaning; an edited byte, even a comment's, computes it again (and a comment keeps its value);
+    a damaged entry is computed again, not trusted."""
+    from nmt.utils import code
+
+    root = tmp_path / "copy"
+    (root / "nmt" / "utils").mkdir(parents=True)
+    (root / "conf" / "model").mkdir(parents=True)
+    module = root / "nmt" / "x.py"
+    module.write_text("x = 1\n")
+    (root / "conf" / "model" / "m.yaml").write_text("width: 4\n")
+    monkeypatch.setattr(code, "__file__", str(root / "nmt" / "utils" / "code.py"))
+    monkeypatch.setenv("NMT_CACHE", str(tmp_path / "cache"))
+    meanings, real = [], code.meaning
+    monkeypatch.setattr(code, "meaning", lambda *a: meanings.append(a) or real(*a))
+
+    def fresh():  # as a new process finds it: nothing held in memory
+        code._HASHES.clear()
+        meanings.clear()
+        return code.code_hash()
+
+    first = fresh()
+    assert len(meanings) == 2 and re.fullmatch(r"[0-9a-f]{16}", first)
+    (stored,) = (tmp_path / "cache" / "code_hash").iterdir()
+    assert fresh() == first and meanings == []  # read back, no file's meaning read
+    module.write_text("x = 1  # one\n")
+    assert fresh() == first and len(meanings) == 2  # other bytes: computed, the same meaning
+    module.write_text("x = 2\n")
+    assert fresh() != first and len(meanings) == 2
+    module.write_text("x = 1\n")
+    stored.write_text("not a hash\n")
+    assert fresh() == first and len(meanings) == 2 and stored.read_text() == first + "\n"
+    # the cache unwritable: the hash is still computed, and the same
+    monkeypatch.setenv("NMT_CACHE", str(module))  # a file, not a folder
+    assert fresh() == first and len(meanings) == 2
 
 
 def test_a_checkpoint_of_another_run_is_held_to_that_runs_tokenizers_and_settings(tmp_path, capsys):

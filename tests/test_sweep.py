@@ -7,7 +7,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from omegaconf import OmegaConf
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf, open_dict
 
 from nmt.sweep import progress
 from nmt.sweep import runner as sweep
@@ -207,7 +208,7 @@ def test_start_runs_for_rejects_other_formats_with_an_example(text):
 
 
 @pytest.mark.slow
-def test_the_readme_sweep_command_runs_as_typed_in_a_fresh_folder(tmp_path):
+def test_the_readme_sweep_command_runs_as_typed_in_a_fresh_folder(tmp_path, capsys):
     """No hydra.sweep.dir: the sweep folder comes from the grid's name, as for every user's first sweep."""
     command = [
         sys.executable,
@@ -241,30 +242,48 @@ def test_the_readme_sweep_command_runs_as_typed_in_a_fresh_folder(tmp_path):
     assert "torch" in imported and "lightning" not in imported
     assert "factor pos: absolute, relative   [command line]" in plan.stdout
     assert "done: 2 (0 of them under other settings); to run: 0" in plan.stdout
-    # another budget under the same sweep name: stopped before any run, naming the key that changed
-    other = [c if c != "trainer.max_steps=2" else "trainer.max_steps=3" for c in command]
+    # the rest as the sweep's start checks it, in this process (the command line's path to that start is run
+    # above): another budget under the same sweep name is stopped before any run, naming the key that changed
+    other = [c if c != "trainer.max_steps=2" else "trainer.max_steps=3" for c in command[3:]]
+
+    def start(given: list[str]) -> tuple[int, str, str]:
+        held = [o for o in given if o != "pos=absolute,relative"]
+        with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+            cfg = compose("sweep", overrides=[*held, f"hydra.sweep.dir={sweep_dir}"], return_hydra_config=True)
+        with open_dict(cfg):
+            cfg.hydra.overrides.task = given  # as the multirun saves it: the comma list in it
+        with pytest.raises(SystemExit) as stopped:
+            sweep.SweepReport().on_multirun_start(cfg)
+        said = capsys.readouterr()
+        return stopped.value.code, said.out, said.err
+
     # its plan says so first: the sweep would stop; with on_changed=move both runs would be set aside and rerun
-    plan = subprocess.run([*other, "plan=true"], capture_output=True, text=True, cwd=tmp_path, timeout=300)
-    assert "done: 2 (2 of them under other settings); to run: 0" in plan.stdout
-    assert "the sweep would stop before any run, on the 2 run(s) made under other settings" in plan.stdout
-    plan = subprocess.run(
-        [*other, "plan=true", "on_changed=move"], capture_output=True, text=True, cwd=tmp_path, timeout=300
-    )
-    assert "done: 0; to run: 2 (2 made under other settings, set aside first)" in plan.stdout
-    assert "would stop" not in plan.stdout
-    changed = subprocess.run(other, capture_output=True, text=True, cwd=tmp_path, timeout=300)
-    assert changed.returncode == 2 and "[sweep] running" not in changed.stdout
-    assert "were made under other settings or code" in changed.stderr and "trainer.max_steps: 2 -> 3" in changed.stderr
+    code, out, _ = start([*other, "plan=true"])
+    assert code == 0 and "done: 2 (2 of them under other settings); to run: 0" in out
+    assert "the sweep would stop before any run, on the 2 run(s) made under other settings" in out
+    code, out, _ = start([*other, "plan=true", "on_changed=move"])
+    assert code == 0 and "done: 0; to run: 2 (2 made under other settings, set aside first)" in out
+    assert "would stop" not in out
+    code, _, err = start(other)
+    assert code == 2 and "were made under other settings or code" in err and "trainer.max_steps: 2 -> 3" in err
+    assert sorted(p.parent.name for p in sweep_dir.glob("*/sweep_result.json")) == [  # nothing set aside
+        "pos=absolute,seed=1",
+        "pos=relative,seed=1",
+    ]
     # a run whose sweep record is lost (killed as it ended): to run, recorded from its folder, as the plan says;
     # one without its results too: resumed from its last checkpoint
     (sweep_dir / "pos=relative,seed=1" / "sweep_result.json").unlink()
     (sweep_dir / "pos=absolute,seed=1" / "sweep_result.json").unlink()
     (sweep_dir / "pos=absolute,seed=1" / "results.json").unlink()
-    plan = subprocess.run([*command, "plan=true"], capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    code, out, _ = start([*command[3:], "plan=true"])
     assert (
-        "done: 0 (0 of them under other settings); to run: 2 (1 of them trained already, recorded now) (1 of them "
-        "resumed from their last checkpoint)"
-    ) in plan.stdout
+        code == 0
+        and (
+            "done: 0 (0 of them under other settings); to run: 2 (1 of them trained already, recorded now) (1 of them "
+            "resumed from their last checkpoint)"
+        )
+        in out
+    )
 
 
 def test_a_cell_that_train_py_would_refuse_stops_the_sweep_before_any_run(tmp_path):
