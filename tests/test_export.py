@@ -11,7 +11,13 @@ import torch
 
 from nmt.decoding import settings
 from nmt.decoding.settings import SAMPLED, STRATEGIES, SearchConfig
-from nmt.inference.export import CTranslate2Model, decoding_defaults, export_ctranslate2, translate_pieces
+from nmt.inference.export import (
+    STRATEGY_OPTIONS,
+    CTranslate2Model,
+    decoding_defaults,
+    export_ctranslate2,
+    translate_pieces,
+)
 from nmt.inference.export_spec import ExportError, check_exportable
 from nmt.inference.loading import CheckpointError, load_model, resolve_checkpoint_path
 from nmt.inference.translator import Translator
@@ -545,6 +551,10 @@ def test_the_runs_search_maps_onto_ctranslate2s_options_and_a_strategy_without_a
     monkeypatch.setitem(settings.READS, "typical", settings.READS["sample"])
     monkeypatch.setitem(settings.UNREAD, "typical", settings.UNREAD["sample"])
     with pytest.raises(
-        ExportError, match=r"^decode.strategy=typical \(the run's search\): CTranslate2's .* maps greedy"
+        ExportError,
+        match=r"^decode.strategy=typical \(the run's search\): CTranslate2's .* maps greedy, beam, sample \(",
     ):
         decoding_defaults({"strategy": "typical", "seed": 1})
+    # its mapping added where the message says: exported with it, the other strategies' as they were
+    monkeypatch.setitem(STRATEGY_OPTIONS, "typical", lambda search: {"beam_size": 1, "sampling_topk": 3})
+    assert decoding_defaults({"strategy": "typical", "seed": 1})["sampling_topk"] == 3

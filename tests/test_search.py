@@ -431,9 +431,9 @@ def test_a_decoding_step_reads_nothing_back(pos):
 def test_a_strategy_named_but_not_dispatched_is_an_error_not_a_silent_sample(monkeypatch):
     from nmt.decoding import settings
 
-    monkeypatch.setattr(settings, "STRATEGIES", (*settings.STRATEGIES, "diverse_beam"))
-    cfg = SearchConfig(strategy="diverse_beam")
-    with pytest.raises(ValueError, match=r"decode.strategy='diverse_beam': in STRATEGIES but not dispatched"):
+    monkeypatch.setattr(settings, "STRATEGIES", (*settings.STRATEGIES, "not_dispatched"))
+    cfg = SearchConfig(strategy="not_dispatched")
+    with pytest.raises(ValueError, match=r"decode.strategy='not_dispatched': in STRATEGIES but not dispatched"):
         decode(make_model(), batch()[0], 1, 2, cfg)
 
 

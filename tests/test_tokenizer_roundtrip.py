@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import sacrebleu
+from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from nmt.data.segmenter import Segmenter
@@ -45,11 +46,18 @@ def corpus(lang: str, n: int = 400) -> list[str]:
     ]
 
 
+def data_config(name: str):
+    """conf/data/<name>.yaml as Hydra composes it: a corpus written as ``defaults: [files, _self_]`` (as
+    ARCHITECTURE.md says a corpus of plain files may be) takes its tokenizer from files.yaml."""
+    with initialize_config_dir(config_dir=str(CONF.parent), version_base="1.3"):
+        return compose(overrides=[f"+data={name}"]).data
+
+
 def data_configs() -> list[tuple[str, str]]:
     """(data module, language) for every language of every corpus config (the toy task is generated)."""
     pairs = []
     for path in sorted(CONF.glob("*.yaml")):
-        cfg = OmegaConf.load(path)
+        cfg = data_config(path.stem)
         if path.stem == "toy":
             continue
         for key in ("src_lang", "tgt_lang"):
@@ -61,7 +69,7 @@ def data_configs() -> list[tuple[str, str]]:
 
 @pytest.mark.parametrize(("data", "lang"), data_configs())
 def test_references_round_trip_exactly(data, lang, tmp_path):
-    cfg = OmegaConf.load(CONF / f"{data}.yaml")
+    cfg = data_config(data)
     settings = TokenizerSettings(**{**OmegaConf.to_container(cfg.tokenizer), "vocab_size": 400})
     segmenter = Segmenter("jieba" if lang == "zh" and cfg.get("segmenter", {}).get("zh") == "jieba" else "none")
     sentences = [segmenter(s) for s in corpus(lang)]  # as the data module feeds SentencePiece

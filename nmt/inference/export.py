@@ -54,23 +54,31 @@ def decoding_defaults(decode: dict | None) -> dict:
     (:data:`BEAM_PATIENCE`), which agreed with ours where more did not add (BENCHMARKS.md)."""
     search = search_settings(decode, None, refuse_unread=False)
     options = {"min_decoding_length": search.min_len, "no_repeat_ngram_size": search.no_repeat_ngram_size}
-    if search.strategy == "beam":
-        return {**options, "beam_size": search.beam_size, "patience": 1.0 if search.early_stopping else BEAM_PATIENCE}
-    if search.strategy == "sample":  # CTranslate2 samples where beam_size is 1; top_k 0: the whole vocabulary
-        return {
-            **options,
-            "beam_size": 1,
-            "sampling_topk": search.top_k,
-            "sampling_topp": search.top_p,
-            "sampling_temperature": search.temperature,
-        }
-    if search.strategy == "greedy":
-        return {**options, "beam_size": 1}
-    # a strategy added since: exported as greedy search, it would translate otherwise than the run without a word
-    raise ExportError(
-        f"decode.strategy={search.strategy} (the run's search): CTranslate2's translate_batch has no equivalent "
-        "here; the export maps greedy, beam and sample (add its mapping in nmt/inference/export.py)"
-    )
+    if search.strategy not in STRATEGY_OPTIONS:
+        # a strategy added since: exported as greedy search, it would translate otherwise than the run unsaid
+        raise ExportError(
+            f"decode.strategy={search.strategy} (the run's search): CTranslate2's translate_batch has no "
+            f"equivalent here; the export maps {', '.join(STRATEGY_OPTIONS)} (add its mapping to "
+            "STRATEGY_OPTIONS in nmt/inference/export.py)"
+        )
+    return {**options, **STRATEGY_OPTIONS[search.strategy](search)}
+
+
+# each strategy the export maps, as translate_batch's options; CTranslate2 samples where beam_size is 1 (its
+# sampling_topk 0: the whole vocabulary, as our top_k 0)
+STRATEGY_OPTIONS = {
+    "greedy": lambda search: {"beam_size": 1},
+    "beam": lambda search: {
+        "beam_size": search.beam_size,
+        "patience": 1.0 if search.early_stopping else BEAM_PATIENCE,
+    },
+    "sample": lambda search: {
+        "beam_size": 1,
+        "sampling_topk": search.top_k,
+        "sampling_topp": search.top_p,
+        "sampling_temperature": search.temperature,
+    },
+}
 
 
 def export_ctranslate2(loaded: LoadedModel, out_dir: str | Path, quantization: str | None = None) -> Path:
