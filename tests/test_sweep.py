@@ -29,13 +29,26 @@ SWEEP = [
 
 
 @pytest.mark.slow
-def test_two_by_two_sweep_through_joblib_reports_and_resumes(tmp_path):
-    command = [sys.executable, str(ROOT / "sweep.py"), *SWEEP, f"hydra.sweep.dir={tmp_path}"]
-    first = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=900)
+def test_two_by_two_sweep_through_joblib_reports_logs_to_wandb_and_resumes(tmp_path):
+    """Four runs through joblib, logged to W&B offline: each run's metrics, samples, tags and name, and the
+    report run's panels and level means, all under <sweep>/wandb, where one `wandb sync` uploads the group
+    and `wandb leet` browses it; run again, nothing is trained or logged again."""
+    command = [
+        sys.executable,
+        str(ROOT / "sweep.py"),
+        *SWEEP,
+        "logger=wandb",
+        "sweep_name=g1",
+        "trainer.log_every_n_steps=1",
+        f"hydra.sweep.dir={tmp_path}",
+    ]
+    env = {**os.environ, "WANDB_MODE": "offline"}
+    env.pop("WANDB_API_KEY", None)
+    first = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=900, env=env)
     assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-3000:]
     assert first.stdout.count("[sweep] running:") == 4
-    runs = sorted(p.parent.name for p in tmp_path.glob("*/sweep_result.json"))
-    assert runs == [
+    names = sorted(p.parent.name for p in tmp_path.glob("*/sweep_result.json"))
+    assert names == [
         "norm=layer,pos=absolute,seed=1",
         "norm=layer,pos=rope,seed=1",
         "norm=rms,pos=absolute,seed=1",
@@ -47,38 +60,16 @@ def test_two_by_two_sweep_through_joblib_reports_and_resumes(tmp_path):
     # every run scored the validation set as its test: the ranking shows it beside the test score
     header = next(line for line in report.splitlines() if line.startswith("| rank |"))
     assert header.endswith("| validation mean |") and "mean over seeds of val_as_test_bleu" in report
-    second = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=900)
-    assert second.returncode == 0 and second.stdout.count("done already, skipped") == 4
-    assert "[sweep] running:" not in second.stdout
-
-
-@pytest.mark.slow
-def test_a_wandb_sweep_logs_every_run_and_the_report_into_one_offline_folder(tmp_path):
-    """Each run's metrics, samples, tags and name, and the report run's panels and level means, all under
-    <sweep>/wandb, where one `wandb sync` uploads the group and `wandb leet` browses it."""
-    overrides = [o for o in SWEEP if not o.startswith(("hydra/launcher", "hydra.launcher", "norm="))]
-    command = [
-        sys.executable,
-        str(ROOT / "sweep.py"),
-        *overrides,
-        "logger=wandb",
-        "sweep_name=g1",
-        "trainer.log_every_n_steps=1",
-        f"hydra.sweep.dir={tmp_path}",
-    ]
-    env = {**os.environ, "WANDB_MODE": "offline"}
-    env.pop("WANDB_API_KEY", None)
-    result = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=900, env=env)
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
-    assert not list(tmp_path.glob("*/wandb"))  # nothing W&B in the run folders
+    # W&B: one offline folder for the sweep, nothing W&B in the run folders
+    assert not list(tmp_path.glob("*/wandb"))
     files = {path: path.read_bytes() for path in tmp_path.glob("wandb/offline-run-*/run-*.wandb")}
     reports = [data for data in files.values() if b"g1-report" in data]
     runs = [data for data in files.values() if b"g1-report" not in data]
-    assert len(files) == 3 and len(reports) == 1
+    assert len(files) == 5 and len(reports) == 1
     for data in runs:
-        for key in (b"val_loss", b"train_loss", b"val_samples", b"test_bleu", b"g1", b"pos:"):
+        for key in (b"val_loss", b"train_loss", b"val_samples", b"test_bleu", b"g1", b"pos:", b"norm:"):
             assert key in data, key
-    for key in (b"pos_by_level", b"results", b"report"):
+    for key in (b"pos_by_level", b"norm_by_level", b"results", b"report"):
         assert key in reports[0], key
     # names, tags and summaries as W&B reads them back (its own reader of the offline log, wandb >= 0.28)
     wandb_cli = Path(sys.executable).with_name("wandb")
@@ -91,20 +82,22 @@ def test_a_wandb_sweep_logs_every_run_and_the_report_into_one_offline_folder(tmp
             pytest.skip(f"`wandb leet inspect` not available: {shown.stderr[-300:]}")
         run = json.loads(shown.stdout)
         summaries[run["name"]] = run
-    assert set(summaries) == {"g1-report", "pos=absolute,seed=1", "pos=rope,seed=1"}
-    for name in ("pos=absolute,seed=1", "pos=rope,seed=1"):
-        result = json.loads((tmp_path / name / "sweep_result.json").read_text())
+    assert set(summaries) == {"g1-report", *names}
+    results = {name: json.loads((tmp_path / name / "sweep_result.json").read_text()) for name in names}
+    for name, result in results.items():
         # the cost of the whole process (start-up, data, final scores), not of its training alone
         assert result["process_s"] > result["wall_time_s"] > 0
-        assert summaries[name]["tags"] == [name.split(",")[0].replace("=", ":")]
+        assert sorted(summaries[name]["tags"]) == [level.replace("=", ":") for level in name.split(",")[:2]]
         assert summaries[name]["summary"]["test_bleu"] == pytest.approx(result["metrics"]["test_bleu"])
         assert summaries[name]["summary"]["val_as_test_bleu"] == pytest.approx(result["metrics"]["val_as_test_bleu"])
-        level = name.split(",")[0].replace("=", "/")  # one seed: the level's mean is this run's score
-        assert summaries["g1-report"]["summary"][level] == pytest.approx(result["metrics"]["test_bleu"])
+    for level in ("pos=absolute", "pos=rope", "norm=layer", "norm=rms"):  # one seed: the mean of its two cells
+        cells = [r["metrics"]["test_bleu"] for name, r in results.items() if level in name.split(",")]
+        assert summaries["g1-report"]["summary"][level.replace("=", "/")] == pytest.approx(sum(cells) / 2)
     # the same command again: nothing to train, the same report, which the group already holds
-    again = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=900, env=env)
-    assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-3000:]
-    assert "W&B: the report run g1-report already holds this report; not logged again" in again.stdout
+    second = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=900, env=env)
+    assert second.returncode == 0, second.stdout[-2000:] + second.stderr[-3000:]
+    assert second.stdout.count("done already, skipped") == 4 and "[sweep] running:" not in second.stdout
+    assert "W&B: the report run g1-report already holds this report; not logged again" in second.stdout
     assert set(tmp_path.glob("wandb/offline-run-*/run-*.wandb")) == set(files)
 
 
