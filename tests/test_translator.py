@@ -420,6 +420,7 @@ def test_translate_py_warnings_go_to_standard_error_not_among_the_translations(c
         (b"one\n" + b"seven " * 40 + b"\n", ["max_input_len=8", "on_long_input=error"], "error: <stdin>, line 2: "),
         (b"one\n", ["n_best=9"], "error: n_best=9: must be between 1 and the beam size (3"),
         (b"one\n", ["max_new_tokens=5"], "error: max_new_tokens=5: the words a language model adds to a prompt"),
+        (b"one\nein haus\ta house\n", [], "error: <stdin>, line 2: holds a tab: each line is one source text"),
     ],
 )
 def test_translate_py_bad_input_is_one_line_naming_it(checkpoints, stdin, args, message):
@@ -532,6 +533,25 @@ def test_a_negative_average_or_an_unknown_search_option_is_refused_not_ignored(c
     )  # fmt: skip
     assert out.returncode == 2 and "error: decode.foo=1: not a search option" in out.stderr, out.stderr[-2000:]
     assert "Traceback" not in out.stderr
+
+
+def test_a_line_holding_a_tab_is_refused_naming_it_not_translated_with_its_other_field(checkpoints, tmp_path):
+    """A TSV of "document<TAB>summary" given as input= was translated whole, the reference read as part of
+    the source, and the outputs looked like translations of the sources alone: refused, naming the line and
+    the two ways on, by the Python API, translate.py (above) and evaluate.py input= alike."""
+    from hydra import compose, initialize_config_dir
+
+    from nmt.evaluation.evaluate import evaluate
+
+    translator = Translator.from_checkpoint(checkpoints["seed1"], device="cpu")
+    with pytest.raises(InputError, match=r"^line 3: holds a tab: .* \(cut -f1\), or score a TSV of pairs with"):
+        translator.translate(["one", "two", "three\tdrei"])
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text("one\teins\ntwo\tzwei\n")
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("evaluate", overrides=[f"ckpt_path={checkpoints['seed1']}", f"input={pairs}", "device=cpu"])
+    with pytest.raises(ValueError, match=rf"^input={re.escape(str(pairs))}, line 1: holds a tab: .*split=files:"):
+        evaluate(cfg)
 
 
 def test_evaluate_output_without_input_is_refused():

@@ -279,6 +279,20 @@ def _download(url: str, target: Path) -> None:
 GZIP_MAGIC = b"\x1f\x8b"
 
 
+def tabbed_line(lines, first_line: int = 1) -> str | None:
+    """Where source texts given one a line (``input=``, translate.py, the API) hold a tab, what to say: the
+    first such line is a TSV's row, whose other field (a reference, a summary) would be read as part of the
+    source, and its output would look like one of the source alone. None where no line holds one."""
+    found = next((n for n, line in enumerate(lines) if "\t" in line), None)
+    if found is None:
+        return None
+    return (
+        f"line {first_line + found}: holds a tab: each line is one source text, and a TSV row's other field "
+        "would be read as part of it; give the source column alone (cut -f1), or score a TSV of pairs with "
+        "evaluate.py split=files:<file.tsv>"
+    )
+
+
 def read_lines(path: str | os.PathLike) -> list[str]:
     """Lines of a text file (``.gz`` transparently): strict UTF-8, BOM and CRLF removed, one entry per
     line. Invalid UTF-8 raises ValueError naming the file and line."""

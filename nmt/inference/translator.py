@@ -25,6 +25,7 @@ import torch
 from torch.nn import functional as F
 
 from nmt.data.batching import token_batches
+from nmt.data.sources import tabbed_line
 from nmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from nmt.decoding.constraints import NEW_TOKENS, continuation_room, position_limits
 from nmt.decoding.ensemble import Ensemble
@@ -409,7 +410,10 @@ class Translator:
 
     def _encode_sources(self, lines: Sequence[str], first_line: int, keep_end: bool = False) -> list[list[int]]:
         """Each line's ids, a line longer than ``max_input_len`` cut to its first tokens (``keep_end``: its
-        last, for a prompt, which its continuation follows), or refused (``on_long_input=error``)."""
+        last, for a prompt, which its continuation follows), or refused (``on_long_input=error``). A line
+        holding a tab is refused (:func:`tabbed_line`)."""
+        if problem := tabbed_line(lines, first_line):
+            raise InputError(problem)
         encoded = self.src_tokenizer.encode_batch(list(lines))
         long_lines = [n for n, ids in enumerate(encoded) if len(ids) > self.max_input_len]
         if long_lines and self.on_long_input == "error":

@@ -13,7 +13,7 @@ from torch import nn
 from nmt.data.datamodule import ParallelDataModule
 from nmt.data.overlap import shared_with_training
 from nmt.data.report import leaks
-from nmt.data.sources import decode_lines, read_lines
+from nmt.data.sources import decode_lines, read_lines, tabbed_line
 from nmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from nmt.decoding.search import decode
 from nmt.decoding.settings import SAMPLED, SearchConfig, search_problems, search_settings
@@ -434,6 +434,8 @@ class TranslationTask(Task):
 
     def _translate_input(self, cfg, loaded, search: SearchConfig) -> dict:
         lines = decode_lines(sys.stdin.buffer, "<stdin>") if cfg.input == "-" else read_lines(cfg.input)
+        if problem := tabbed_line(lines):
+            raise ValueError(f"input={cfg.input}, {problem}")
         translations = translate_lines(
             loaded.model,
             loaded.src_tokenizer,
