@@ -479,6 +479,31 @@ def test_a_grids_p_values_are_paired_tests_of_the_score_it_chooses_by(toy_run, t
         assert other["p_vs_chosen"] == pytest.approx(expected) and expected < 0.05  # averaging helps the toy model
 
 
+@pytest.mark.parametrize(("metric", "tested"), [("rougeL", False), ("cer", False), ("bleu", True)])
+def test_a_grids_table_shows_a_p_column_only_for_a_score_the_paired_test_covers(capsys, metric, tested):
+    """select_by=rougeL showed a column "p (rougeL) vs chosen" left blank under a note on the test's 10,000
+    trials: a score the paired test does not cover has no such column, and the note says so."""
+    from nmt.evaluation.grid import print_grid
+
+    rows = [
+        {
+            "setting": {"decode.beam_size": n},
+            "also": [],
+            "p_vs_chosen": p,
+            "scores": {metric: s, "brevity_penalty": 1.0},
+        }
+        for n, s, p in ((2, 40.0, 0.2 if tested else None), (4, 41.0, None))
+    ]
+    print_grid(rows, rows[1], metric, Path("grid.json"), "python evaluate.py ...", "best.ckpt")
+    err = capsys.readouterr().err
+    assert (f"p ({metric}) vs chosen" in err) == tested and ("0.2000" in err) == tested
+    if tested:
+        assert "p: paired approximate randomisation over the validation sentences (10,000 trials)" in err
+    else:
+        assert f"No paired test of {metric} here: the paired randomisation test covers bleu, bleu_tok_lc, chrf" in err
+        assert "10,000 trials" not in err
+
+
 def test_a_grids_test_command_holds_only_what_the_chosen_search_reads(toy_run, tmp_path):
     """A grid over strategies that chose greedy search printed decode.temperature and decode.seed in its
     test command, which evaluate.py then refused (greedy search does not read them)."""

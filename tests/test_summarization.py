@@ -2,6 +2,7 @@
 
 import json
 import random
+import re
 
 import pytest
 import torch
@@ -222,6 +223,27 @@ def test_the_summarisation_recipe_trains_and_scores_rouge(tmp_path):
     assert all(metrics[f"val_as_test_{key}"] == val[key] for key in ("rouge1", "rouge2", "rougeL"))
     val_hypotheses = (run_dir / "eval" / "val_beam2" / "hypotheses.txt").read_text().splitlines()
     assert all(len(tokenizer.encode(h)) >= 3 for h in val_hypotheses)
+
+
+@pytest.mark.parametrize(
+    ("data", "refused"),
+    [("multi30k", "multi30k (en-de)"), ("tatoeba_de_en", "tatoeba (de-en)"), ("zh_en", "zh_en (zh-en)"),
+     ("europarl", "europarl (de-en)"), ("news_commentary", "news_commentary (de-en)"), ("files", None),
+     ("toy", None)],
+)  # fmt: skip
+def test_a_corpus_of_translations_is_refused_as_a_summarisers_data_before_any_run(data, refused):
+    """`train.py task=summarization` alone trained on Multi30k en-de and scored German "summaries" of English
+    captions by ROUGE, without a word: a corpus of translations is refused, naming it and the way to one's
+    own documents; plain files (documents and summaries) and the generated toy task are not."""
+    from nmt.training.config import ConfigError, check_config
+
+    cfg = compose_train("task=summarization", f"data={data}", *(["data.train=docs"] if data == "files" else []))
+    if refused is None:
+        check_config(cfg)
+        return
+    with pytest.raises(ConfigError, match=rf"task=summarization on data={re.escape(refused)}: a corpus of transl"):
+        check_config(cfg)
+    check_config(compose_train("task.rouge=true", f"data={data}"))  # ROUGE beside a translation's BLEU: asked
 
 
 def test_task_rouge_false_is_refused_with_the_reason_not_as_an_unknown_key():

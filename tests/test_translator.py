@@ -621,6 +621,39 @@ def test_evaluate_applies_max_input_len_to_a_split_and_checks_attention_indices_
     assert result["max_input_len"] == 5 and limits[-1] == 5
 
 
+def test_outputs_far_longer_than_the_references_are_said_with_the_options_that_shaped_them(
+    checkpoints, tmp_path, caplog
+):
+    """A summariser's final search (a minimum length of 20, length penalty 2.0) gave short summaries outputs
+    8.7 times their length, and only the table's length ratio showed it: more than twice (or less than half)
+    the references' length is said, naming the search's options that shape lengths (those its strategy reads)
+    and the way to choose them on validation."""
+    from hydra import compose, initialize_config_dir
+
+    from nmt.evaluation.evaluate import evaluate
+    from nmt.tasks.translation_eval import length_warning
+
+    beam = SearchConfig(min_len=20, length_penalty=2.0, max_len_b=100)
+    said = length_warning("test", 8.7, beam)
+    assert said.startswith("split=test: the outputs are 8.70 times as long as the references (words); the search ")
+    assert (
+        "shaped them with decode.min_len=20, decode.length_penalty=2.0, decode.max_len_a=1.5, decode.max_len_b=100"
+        in (said)
+    )
+    assert "e.g. evaluate.py split=val decode.min_len=[0,5,10]" in said
+    greedy = length_warning("val", 0.4, SearchConfig(strategy="greedy", length_penalty=2.0))
+    assert "0.40 times" in greedy and "length_penalty" not in greedy  # greedy search reads no length penalty
+    assert length_warning("test", 1.99, beam) is None and length_warning("test", 0.51, beam) is None
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        base = [f"ckpt_path={checkpoints['seed1']}", "split=val", "device=cpu", "threads=1", "samples=0"]
+        cfg = compose("evaluate", overrides=[*base, f"out_dir={tmp_path}", "decode.min_len=40", "decode.max_len_b=60"])
+    with caplog.at_level("WARNING"):
+        result = evaluate(cfg)
+    assert result["length_ratio"] > 2
+    assert f"split=val: the outputs are {result['length_ratio']:.2f} times as long" in caplog.text
+    assert "decode.min_len=40" in caplog.text
+
+
 def test_evaluation_refuses_a_split_whose_text_is_not_the_one_the_model_was_trained_with(tmp_path):
     """The checkpoint keeps each split's text hash: the run's test file edited after training (or another
     copy found first) is refused, not scored as the run's test set (it was, silently)."""

@@ -92,6 +92,9 @@ class ParallelDataModule:
     trained on the training split only."""
 
     name = "parallel"
+    # a corpus of translations, each pair one text in two languages: a summariser cannot learn from it, and
+    # task=summarization refuses it (plain files and the generated toy task may hold either kind of pairs)
+    translations = False
     trainer = None  # the Lightning trainer running this data, once attached: its processes and device
 
     def __init__(

@@ -38,6 +38,7 @@ class EuroparlDataModule(UnsplitCorpusDataModule):
     caps its size."""
 
     name = "europarl"
+    translations = True
 
     def __init__(
         self, root: str | None = None, download: bool = True, src_lang: str = "de", tgt_lang: str = "en", **kwargs

@@ -13,6 +13,7 @@ class Multi30kDataModule(ParallelDataModule):
     chosen by ``test_set``) from data.root, $NMT_DATA/multi30k, the cache, or a download."""
 
     name = "multi30k"
+    translations = True
 
     def __init__(
         self,

@@ -42,6 +42,7 @@ class NewsCommentaryDataModule(UnsplitCorpusDataModule):
     (``valid_size``, ``test_size``, ``max_samples``)."""
 
     name = "news_commentary"
+    translations = True
 
     def __init__(
         self, root: str | None = None, download: bool = True, src_lang: str = "de", tgt_lang: str = "en", **kwargs

@@ -55,6 +55,7 @@ class TatoebaDataModule(UnsplitCorpusDataModule):
     manythings file, deduplicated and split with a seed."""
 
     name = "tatoeba"
+    translations = True
 
     def __init__(self, root: str | None = None, download: bool = True, **kwargs) -> None:
         super().__init__(**kwargs)

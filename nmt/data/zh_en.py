@@ -16,6 +16,7 @@ class ZhEnDataModule(UnsplitCorpusDataModule):
     ``none`` feeds raw characters to SentencePiece); the choice is part of the tokenizer's cache key."""
 
     name = "zh_en"
+    translations = True
 
     def __init__(
         self,

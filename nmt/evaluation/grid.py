@@ -318,18 +318,25 @@ def print_grid(rows: list[dict], best: dict, metric: str, path: Path, command: s
     shown = [m for m in rows[0]["scores"] if m not in ("brevity_penalty", "length_ratio") and "ci95" not in m]
     lower = lower_is_better(metric)
     table = Table(title=f"validation set, ranked by {metric}" + (" (lower is better)" if lower else ""))
-    for column in ("setting", *shown, "BP", f"p ({metric}) vs chosen"):
+    tested = metric in DECODED  # the paired test covers these; a column of blanks said nothing of the others
+    for column in ("setting", *shown, "BP", *([f"p ({metric}) vs chosen"] if tested else [])):
         table.add_column(column, justify="left" if column == "setting" else "right")
     for row in sorted(rows, key=lambda r: r["scores"][metric] if lower else -r["scores"][metric]):
         name = label(row["setting"], checkpoint) + "".join(f" = {label(s, checkpoint)}" for s in row["also"])
         p = "chosen" if row is best else ("" if row["p_vs_chosen"] is None else f"{row['p_vs_chosen']:.4f}")
         bp = row["scores"].get("brevity_penalty")
-        table.add_row(name, *(f"{row['scores'][m]:.2f}" for m in shown), "" if bp is None else f"{bp:.3f}", p)
+        bp = "" if bp is None else f"{bp:.3f}"
+        table.add_row(name, *(f"{row['scores'][m]:.2f}" for m in shown), bp, *([p] if tested else []))
     Console(file=sys.stderr, width=None if sys.stderr.isatty() else 120).print(table)
-    print(
+    chosen = (
         "p: paired approximate randomisation over the validation sentences (10,000 trials); a setting with "
-        "p >= 0.05 is not shown to differ from the chosen one. The chosen setting's own score is biased "
-        "upward by the choice: the test scores it.",
+        "p >= 0.05 is not shown to differ from the chosen one."
+        if tested
+        else f"No paired test of {metric} here: the paired randomisation test covers {', '.join(DECODED)} "
+        f"(select_by={DECODED[0]} ranks by one of them); how far apart the settings are is not tested."
+    )
+    print(
+        f"{chosen} The chosen setting's own score is biased upward by the choice: the test scores it.",
         file=sys.stderr,
     )
     if f"split={hydra_escape(NO_TEST_SET)}" in command:

@@ -3,6 +3,7 @@
 The decoding constraints summarisers use (a minimum length, no repeated trigram, an output length that
 does not grow with the document) are search options; ``conf/task/summarization.yaml`` sets them."""
 
+from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf
 
 from nmt.tasks.base import FINAL_RESULTS
@@ -28,6 +29,16 @@ class SummarizationTask(TranslationTask):
 
     def check(self, cfg: DictConfig) -> list[str]:
         problems = super().check(cfg)
+        data = OmegaConf.select(cfg, "data._target_", default=None)
+        corpus = get_class(data) if data is not None else None
+        if getattr(corpus, "translations", False):
+            # it trained, and decoded German for "summaries" of English captions, without a word
+            languages = f"{OmegaConf.select(cfg, 'data.src_lang')}-{OmegaConf.select(cfg, 'data.tgt_lang')}"
+            problems.append(
+                f"  task={self.name} on data={corpus.name} ({languages}): a corpus of translations, not of documents "
+                "and their summaries; give your own with experiment=summarization data.train=... (docs/tasks.md, "
+                "Summarisation)"
+            )
         if OmegaConf.select(cfg, "validation.bleu_every_n_epochs", default=1) == 0:
             problems.append(
                 "  validation.bleu_every_n_epochs=0: summarisation picks its best checkpoint by validation "

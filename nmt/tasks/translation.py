@@ -1,6 +1,7 @@
 """Translation: a parallel corpus, teacher-forced training of an encoder-decoder, and BLEU / chrF (ROUGE
 on request) of decoded sentences in validation and test."""
 
+import logging
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -37,6 +38,7 @@ from nmt.tasks.translation_eval import (
     check_attention_indices,
     columns_tag,
     eval_folder_name,
+    length_warning,
     load_eval_set,
     print_scores,
     print_summary,
@@ -48,6 +50,8 @@ from nmt.tasks.translation_eval import (
 )
 from nmt.utils.configs import CONF
 from nmt.utils.io import atomic_write_json, atomic_write_text, check_output_file
+
+log = logging.getLogger(__name__)
 
 
 def decoder_only(model_cfg) -> bool:
@@ -337,6 +341,8 @@ class TranslationTask(Task):
         lowercase = loaded.tgt_tokenizer.lowercases
         scores = corpus_scores(hypotheses, references, datamodule.tgt_lang, rouge=rouge, lowercase=lowercase)
         scores.update(self.extra_scores(hypotheses, references))
+        if said := length_warning(split, scores["length_ratio"], search):
+            log.warning(said)
         given_columns = (data_overrides or {}).get("columns")
         own_columns = (loaded.config.get("data") or {}).get("columns")
         name = eval_folder_name(loaded, split, search) + columns_tag(split, data_cfg, given_columns, own_columns)

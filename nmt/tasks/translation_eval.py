@@ -14,7 +14,7 @@ from rich.table import Table
 from nmt.data.file_specs import checked_columns, is_tsv, read_split_files, spec_paths
 from nmt.data.sources import locate, read_parallel
 from nmt.data.tokenizer import BOS_ID, EOS_ID
-from nmt.decoding.settings import RANKED, SEARCH_TAGS, UNREAD, SearchConfig
+from nmt.decoding.settings import RANKED, READS, SEARCH_TAGS, UNREAD, SearchConfig
 from nmt.utils.console import console as log_console
 from nmt.utils.io import atomic_write_text
 
@@ -224,6 +224,34 @@ def write_attention_maps(loaded, sources: Sequence[str], hypotheses: Sequence[st
         # row t of the maps is the step that predicts hypothesis token t
         paths += save_attention_maps(maps, src_tokens, tgt_tokens, folder, f"sentence{index}")
     return paths
+
+
+LENGTH_RATIO_SAID = 2.0  # outputs this many times the references' length, or that many times shorter, are said
+
+
+def length_warning(split: str, ratio: float, search: SearchConfig) -> str | None:
+    """What to say where the outputs' length is far from the references' (sacreBLEU's ``length_ratio``,
+    words): a summariser's final search (a minimum length of 20, length penalty 2.0) gave short summaries
+    outputs 8.7 times their length, which only the ratio in the table showed. The options of the search that
+    shape lengths are named, and the way to choose them on validation."""
+    if not 1 / LENGTH_RATIO_SAID < ratio < LENGTH_RATIO_SAID:
+        shaping = [
+            f"{key}={value}"
+            for key, value, default in (
+                ("min_len", search.min_len, 0),
+                ("length_penalty", search.length_penalty, 1.0),
+                ("max_len_a", search.max_len_a, None),
+                ("max_len_b", search.max_len_b, None),
+            )
+            if key in READS[search.strategy] and (default is None or value != default)
+        ]
+        grid = " decode.length_penalty=[0.6,1.0,2.0]" if "length_penalty" in READS[search.strategy] else ""
+        return (
+            f"split={split}: the outputs are {ratio:.2f} times as long as the references (words); the search "
+            f"shaped them with decode.{', decode.'.join(shaping)}: choose it on validation, e.g. evaluate.py "
+            f'split=val decode.min_len=[0,5,10]{grid} (docs/usage.md, "Choosing the decoding on validation")'
+        )
+    return None
 
 
 def _interval(result: dict, key: str) -> str:
