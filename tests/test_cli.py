@@ -1,6 +1,7 @@
 """The command line: misspelt keys get a suggestion, options the model does not use are refused, and the
 default recipe is announced."""
 
+import shlex
 import subprocess
 import sys
 
@@ -242,6 +243,22 @@ LEVELS = "level_settings={optim: {adam: ['optim.optimizer.lr=0.001'], noam: ['wa
 def test_an_argument_hydra_cannot_read_is_one_line_saying_how_to_quote_it(argv, message):
     said = unparsable_message(argv)
     assert said == message if message is None or message.endswith('"') else said.startswith(message)
+
+
+@pytest.mark.parametrize("value", ['The Company SAID, "Hello"!', "it's 5 = 2 + 3, isn't it?", "a [b] {c} (d): e"])
+def test_a_value_hydra_cannot_read_is_answered_with_a_quoting_that_reads_it_back(value):
+    """evaluate.py prompt="The Company SAID, \\"Hello\\"!" was told to "quote a value": it was quoted, for the
+    shell. The answer is the argument as typed with Hydra's quotes inside the shell's, and typed so, the shell
+    and Hydra read the value back as it was."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    said = unparsable_message([f"prompt={value}"])
+    assert said.startswith(f"error: prompt={value}: Hydra cannot read it (") and said.endswith(
+        " (docs/configuration.md)"
+    )
+    typed = said.split("inside the shell's: ")[1].removesuffix(" (docs/configuration.md)")
+    (arg,) = shlex.split(typed)  # as the shell passes it
+    assert OverridesParser.create().parse_overrides([arg])[0].value() == value
 
 
 def test_train_py_stops_at_a_misspelt_group_option_with_one_line():

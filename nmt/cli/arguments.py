@@ -2,6 +2,7 @@
 ``run_dir`` made Hydra's output folder too, and an argument the grammar cannot read said in one line."""
 
 import re
+import shlex
 from pathlib import Path
 
 # characters of Hydra's override grammar that a sweep's run folders hold (pos=rope,seed=1)
@@ -64,7 +65,12 @@ def unparsable_message(argv: list[str]) -> str | None:
             elif re.search(r"[\[,]\s*[^'\"\[\]{},\s]+=", value):
                 hint = f"quote each key=value item of a list, as {example}"
             else:
-                hint = "quote a value that holds spaces or Hydra's special characters (docs/configuration.md)"
+                # the shell's quotes were taken by the shell: Hydra needs its own around the value, as written
+                quoted = '"' + value.replace('"', '\\"') + '"'
+                hint = (
+                    "Hydra needs its own quotes around a value that holds its special characters, inside the "
+                    f"shell's: {shlex.quote(f'{key}={quoted}')} (docs/configuration.md)"
+                )
             return f"error: {arg}: Hydra cannot read it ({str(err).splitlines()[0]}); {hint}"
     return None
 
