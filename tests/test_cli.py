@@ -562,6 +562,22 @@ def test_a_monitored_score_that_no_validation_computes_is_refused():
     with pytest.raises(ConfigError, match=r"checkpoint.monitor='val_bleu': validation.bleu_every_n_epochs=0 never"):
         check_config(compose_train(*never))
     check_config(compose_train(*never, "trainer.limit_val_batches=0"))  # no validation at all: nothing to monitor
+    # both keys on one score: one line naming both (it was said twice, word for word)
+    both = [*never, "early_stopping.patience=3", "early_stopping.monitor=val_bleu", "early_stopping.mode=max"]
+    with pytest.raises(ConfigError) as refused:
+        check_config(compose_train(*both))
+    said = str(refused.value)
+    assert said.count("never decodes") == 1
+    assert (
+        "checkpoint.monitor='val_bleu' and early_stopping.monitor='val_bleu': validation.bleu_every_n_epochs=0" in said
+    )
+    # a summariser refuses the setting itself, with its reason: said once, not three times
+    with pytest.raises(ConfigError) as refused:
+        check_config(
+            compose_train("experiment=summarization", "data.train=x", "validation.bleu_every_n_epochs=0", tiny=False)
+        )
+    said = str(refused.value)
+    assert said.count("bleu_every_n_epochs=0") == 1 and "summarisation picks its best checkpoint" in said
 
 
 def test_every_place_a_missing_corpus_was_looked_for_is_in_its_one_line(tmp_path, monkeypatch):

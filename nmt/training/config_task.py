@@ -20,7 +20,10 @@ def task_problems(cfg: DictConfig, quiet: bool) -> list[str]:
             if not quiet:
                 problems.append(f"  task: {err}")
     if task is not None:
-        problems += task.check(cfg)
+        own = task.check(cfg)
+        problems += own
+        # a task that refuses bleu_every_n_epochs=0 itself (a summariser) has said why: not said again below
+        decoding_said = any(p.lstrip().startswith("validation.bleu_every_n_epochs=") for p in own)
         names = task.validation_metric_names()
         for key in ("checkpoint.monitor", "early_stopping.monitor"):
             value = OmegaConf.select(cfg, key, default=None)
@@ -28,18 +31,22 @@ def task_problems(cfg: DictConfig, quiet: bool) -> list[str]:
                 problems.append(f"  {key}={value!r}: task={task.name} logs {sorted(names)}")
             problems += mode_problems(cfg, key.split(".")[0], value)
         validates = OmegaConf.select(cfg, "trainer.limit_val_batches", default=None) != 0  # 0: no validation at all
-        if validates and OmegaConf.select(cfg, "validation.bleu_every_n_epochs", default=1) == 0:
+        if validates and not decoding_said and OmegaConf.select(cfg, "validation.bleu_every_n_epochs", default=1) == 0:
             watched = ["checkpoint.monitor"]
             if OmegaConf.select(cfg, "early_stopping.patience", default=None):  # 0, null: off
                 watched.append("early_stopping.monitor")
-            for key in watched:
-                value = OmegaConf.select(cfg, key, default=None)
-                if value in task.decoded_metrics:
-                    problems.append(
-                        f"  {key}={value!r}: validation.bleu_every_n_epochs=0 never decodes the validation set, "
-                        f"so {value} is never computed; monitor val_loss (mode=min), or decode "
-                        "(bleu_every_n_epochs >= 1)"
-                    )
+            decoded = {
+                key: value
+                for key in watched
+                if (value := OmegaConf.select(cfg, key, default=None)) in task.decoded_metrics
+            }
+            if decoded:  # one line for both keys: the same reason and the same ways out
+                named = " and ".join(f"{key}={value!r}" for key, value in decoded.items())
+                problems.append(
+                    f"  {named}: validation.bleu_every_n_epochs=0 never decodes the validation set, so "
+                    f"{' and '.join(sorted(set(decoded.values())))} is never computed; monitor val_loss (mode=min), "
+                    "or decode (bleu_every_n_epochs >= 1)"
+                )
         test_size = OmegaConf.select(cfg, "data.test_size", default=None)
         if (
             test_size == 0
