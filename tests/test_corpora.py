@@ -1143,6 +1143,13 @@ def corpus_at_seed(name: str, folder: Path, seed: int):
             seed=seed,
             tokenizer={"vocab_size": 80, "byte_fallback": False},
         )
+    if name == "lm_files":
+        from nmt.data.text_files import TextFilesDataModule
+
+        for i, split in enumerate(("train", "val", "test")):
+            write(folder / f"{split}.txt", [e.lower() for e in EN[40 * i : 40 * i + 40]])
+        paths = {split: str(folder / f"{split}.txt") for split in ("train", "val", "test")}
+        return TextFilesDataModule(**paths, cache_dir=cache, seed=seed)
     if name == "ptb":
         for i, split in enumerate(("train", "valid", "test")):
             write(folder / "ptb" / f"ptb.{split}.txt", [e.lower() for e in EN[40 * i : 40 * i + 40]])
@@ -1150,7 +1157,9 @@ def corpus_at_seed(name: str, folder: Path, seed: int):
     raise ValueError(f"corpus_at_seed: no branch builds {name!r}; add one for the new module")
 
 
-@pytest.mark.parametrize("name", ["toy", "files", "europarl", "tatoeba", "zh_en", "news_commentary", "multi30k", "ptb"])
+@pytest.mark.parametrize(
+    "name", ["toy", "files", "europarl", "tatoeba", "zh_en", "news_commentary", "multi30k", "ptb", "lm_files"]
+)
 def test_a_corpus_text_never_depends_on_the_training_seed(tmp_path, name):
     """Every run of a sweep reads one split whatever its seed (split_seed chooses it): so a sweep reads a
     corpus's text once for all its seeds when it checks its finished runs for edited files."""

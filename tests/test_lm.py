@@ -3,6 +3,7 @@
 import json
 import math
 import random
+import re
 
 import pytest
 import torch
@@ -444,6 +445,59 @@ def test_a_tiny_language_model_learns_the_counting_corpus_and_generates(ptb_fold
     # a grid of settings chooses by decoded scores, which perplexity is not
     with pytest.raises(AssertionError, match="a grid chooses by the scores of decoded outputs"):
         run("evaluate.py", f"ckpt_path={checkpoint}", "split=val", "average_last=[0,2]")
+
+
+@pytest.mark.slow
+def test_a_language_model_trains_on_ones_own_text_files_and_scores_any_text_file(ptb_folder, tmp_path):
+    """task=lm read Penn Treebank alone, and scored no text but its corpus's splits: data=lm_files trains on
+    one's own files, and evaluate.py split=files:<path> scores any text with the trained vocabulary (as
+    fairseq-eval-lm). The same text as the test split, given as a file, scores the test's perplexity exactly;
+    the unknown words' share is counted as the words outside the training vocabulary."""
+    from nmt.evaluation.evaluate import evaluate
+
+    files = {
+        split: ptb_folder / f"ptb.{name}.txt"
+        for split, name in (("train", "train"), ("val", "valid"), ("test", "test"))
+    }
+    run_dir = tmp_path / "run"
+    cfg = compose_train(
+        "task=lm",
+        "data=lm_files",
+        *(f"data.{split}={path}" for split, path in files.items()),
+        "data.block_size=16",
+        "data.max_vocab=16",  # fewer than the corpus's words: some are unknown
+        "trainer.max_steps=20",
+        f"run_dir={run_dir}",
+    )
+    results = train(cfg)
+    assert results["test"]["tokens"] == sum(len(s.split()) + 1 for s in counting_sentences(60, 3))
+    new = tmp_path / "new.txt"
+    new.write_text(files["test"].read_text())
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        scored = evaluate(compose("evaluate", overrides=[f"ckpt_path={run_dir}", f"split=files:{new}", "device=cpu"]))
+        test = evaluate(compose("evaluate", overrides=[f"ckpt_path={run_dir}", "split=test", "device=cpu"]))
+    assert scored["ppl"] == test["ppl"] and scored["tokens"] == test["tokens"] and scored["split"] == f"files:{new}"
+    vocab = load_model(results["best_checkpoint"]).tgt_tokenizer
+    words = [w for line in counting_sentences(60, 3) for w in line.split()]
+    unknown = sum(1 for w in words if w not in vocab.ids or w == "<unk>")
+    assert scored["unk_rate"] == round(unknown / (len(words) + 60), 5) > 0
+    assert len(list((run_dir / "eval").glob("files_*_ppl/metrics.json"))) == 1  # a folder of its own
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        missing = compose("evaluate", overrides=[f"ckpt_path={run_dir}", f"split=files:{tmp_path / 'no.txt'}"])
+    with pytest.raises(
+        FileNotFoundError, match=rf"^split=files:{re.escape(str(tmp_path / 'no.txt'))}: .* no such file"
+    ):
+        evaluate(missing)
+
+
+def test_lm_files_names_the_files_it_lacks_and_task_lm_lists_the_corpora_it_reads():
+    from nmt.data.text_files import TextFilesDataModule
+
+    with pytest.raises(ValueError, match=r"^data=lm_files needs data.val, data.test: a text file per split"):
+        TextFilesDataModule(train="t.txt")
+    lm_corpora = r"use data=lm_files or data=ptb"
+    with pytest.raises(ConfigError, match=rf"task=lm cannot read nmt.data.multi30k.Multi30kDataModule: {lm_corpora}"):
+        check_config(compose_train("task=lm", "data=multi30k", tiny=False))
 
 
 def test_both_kinds_of_vocabulary_name_the_words_they_read_as_unknown():

@@ -19,11 +19,28 @@ from torch.utils.data import DataLoader, Dataset
 
 from nmt.data.batching import FixedBatchSampler
 from nmt.data.loaders import STAGE_SPLITS, sharded_loader
+from nmt.data.sources import read_lines
 from nmt.data.tokenizer import EOS_ID, PAD_ID, UNK_ID, content_hash
 from nmt.data.vocab import SPECIALS, UNK_WORD, WordVocabulary
 from nmt.utils.io import atomic_path
 
 log = logging.getLogger(__name__)
+
+
+def is_file_split(split: str) -> bool:
+    return split.startswith("files:")
+
+
+def read_text_file(path: str) -> list[str]:
+    """The non-empty lines of a text file (``.gz`` too), one sentence a line, words split by spaces; a missing
+    file or one without a word is one line naming it."""
+    file = Path(path).expanduser()
+    if not file.is_file():
+        raise FileNotFoundError(f"{path}: no such file (a text file, one sentence a line)")
+    lines = [line for line in read_lines(file) if line.strip()]
+    if not lines:
+        raise ValueError(f"{path}: holds no word; give a text that has")
+    return lines
 
 
 def windows(stream_len: int, block_size: int, stride: int) -> list[tuple[int, int, int]]:
@@ -120,8 +137,12 @@ class LanguageModelDataModule:
         raise NotImplementedError
 
     def text(self, split: str) -> list[str]:
+        """A split's lines (:meth:`read_split`), or ``files:<path>``: any text file, one sentence a line,
+        scored with the trained vocabulary (evaluate.py split=files:<path>, as fairseq-eval-lm scores a file)."""
         if split not in self._text:
-            self._text[split] = self.read_split(split)
+            self._text[split] = (
+                read_text_file(split.split(":", 1)[1]) if is_file_split(split) else self.read_split(split)
+            )
         return self._text[split]
 
     def describe(self) -> str:
@@ -153,7 +174,8 @@ class LanguageModelDataModule:
         vocab = self.build_tokenizers()[1]
         lines = self.text(split)
         key = content_hash(self.name, split, hashlib.sha256(vocab.model_proto).hexdigest(), lines=lines)
-        path = self.cache_dir / "encoded" / f"{self.name}-{split}-{key}.pt"
+        named = "files" if is_file_split(split) else split  # a path is no file name: its text is in the key
+        path = self.cache_dir / "encoded" / f"{self.name}-{named}-{key}.pt"
         if path.exists():
             try:
                 cached = torch.load(path, weights_only=True)

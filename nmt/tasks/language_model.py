@@ -12,8 +12,8 @@ from omegaconf import DictConfig, OmegaConf
 from rich.table import Table
 from torch import nn
 
-from nmt.data.lm import LanguageModelDataModule
-from nmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from nmt.data.lm import LanguageModelDataModule, is_file_split
+from nmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from nmt.decoding.constraints import NEW_TOKENS, continuation_room
 from nmt.decoding.search import decode
 from nmt.decoding.settings import SAMPLED, SearchConfig, search_settings
@@ -29,10 +29,25 @@ from nmt.tasks.base import (
     update_target_metrics,
 )
 from nmt.tasks.translation import decoder_only, model_options
+from nmt.tasks.translation_eval import set_name
+from nmt.utils.configs import CONF
 from nmt.utils.console import console as log_console
 from nmt.utils.io import atomic_write_json
 
 console = log_console(stderr=True)
+
+
+def lm_corpora() -> list[str]:
+    """The corpus configs a language model reads (conf/data files whose module is a LanguageModelDataModule)."""
+    found = []
+    for path in sorted((CONF / "data").glob("*.yaml")):
+        target = OmegaConf.load(path).get("_target_")
+        try:
+            if target and issubclass(get_class(target), LanguageModelDataModule):
+                found.append(path.stem)
+        except (ImportError, AttributeError, ValueError):  # a config of a module that does not import: not one
+            continue
+    return found
 
 
 class LanguageModelTask(Task):
@@ -51,7 +66,7 @@ class LanguageModelTask(Task):
             problems.append(f"  task={self.name} cannot train {cfg.model._target_}: use {model_options(True)}")
         data = OmegaConf.select(cfg, "data._target_", default=None)
         if data is not None and not issubclass(get_class(data), LanguageModelDataModule):
-            problems.append(f"  task={self.name} cannot read {data}: use data=ptb")
+            problems.append(f"  task={self.name} cannot read {data}: use data={' or data='.join(lm_corpora())}")
         every = OmegaConf.select(cfg, "validation.bleu_every_n_epochs", default=0)
         if every:
             problems.append(
@@ -101,7 +116,7 @@ class LanguageModelTask(Task):
         if data.get("columns") is not None:
             raise ValueError(
                 f"data.columns={list(data.columns)}: the fields of a split=files:<x.tsv> of a translation; a "
-                "language model is scored on its own corpus's train, val or test: leave it out"
+                "language model scores its corpus's splits or a text file's lines (split=files:<path>): leave it out"
             )
         if cfg.get("prompt") is not None:  # a continuation: nothing is scored, its length is its own
             decode = cfg.get("decode") or {}
@@ -166,9 +181,12 @@ class LanguageModelTask(Task):
 
     # ---- evaluation ------------------------------------------------------------------------------
     def evaluate_split(self, loaded, split: str = "test", data_overrides: dict | None = None, out=None) -> dict:
-        """Perplexity of a split (train, val or test) of the checkpoint's corpus; writes metrics.json."""
-        if split not in ("train", "val", "test"):
-            raise ValueError(f"split={split!r}: a language model is scored on train, val or test")
+        """Perplexity of a split (train, val or test) of the checkpoint's corpus, or of any text file
+        (``files:<path>``, with the trained vocabulary); writes metrics.json."""
+        if split not in ("train", "val", "test") and not is_file_split(split):
+            raise ValueError(
+                f"split={split!r}: a language model is scored on train, val, test or a text file (files:<path>)"
+            )
         given_stride = (data_overrides or {}).get("eval_stride")
         if split == "train" and given_stride is not None:
             raise ValueError(
@@ -178,7 +196,13 @@ class LanguageModelTask(Task):
         data_cfg = evaluation_data_config(loaded, data_overrides)
         datamodule = self.build_datamodule(data_cfg, loaded.config["cache_dir"], loaded.config["seed"])
         datamodule.set_tokenizers(loaded.src_tokenizer, loaded.tgt_tokenizer)
-        check_split_text(loaded, datamodule, split, "or train a model on the text to score")
+        if is_file_split(split):  # a file given by path is new text by definition: read here, to name the key
+            try:
+                datamodule.text(split)
+            except (FileNotFoundError, ValueError) as err:
+                raise type(err)(f"split={split}: {err}") from None
+        else:
+            check_split_text(loaded, datamodule, split, "or score another text with split=files:<path>")
         described = datamodule.describe()
         if split == "train":  # cut into the blocks it trained on, whatever the stride of val and test
             described = f"{datamodule.name} (block {datamodule.block_size}, disjoint blocks)"
@@ -187,9 +211,11 @@ class LanguageModelTask(Task):
             "data": described,
             "split": split,
             **stream_perplexity(loaded.model, datamodule.loader(split)),
+            # the words outside the vocabulary, each the unknown word: new text's perplexity depends on them
+            "unk_rate": round(float((datamodule.stream(split)[1:] == UNK_ID).float().mean()), 5),
         }
         stem = loaded.name
-        tag = ("" if stem == "best" else f"{stem}_") + f"{split}_ppl"
+        tag = ("" if stem == "best" else f"{stem}_") + f"{set_name(split)}_ppl"
         tag += f"_avg{len(loaded.checkpoints)}" if len(loaded.checkpoints) > 1 else ""
         own_stride = (loaded.config.get("data") or {}).get("eval_stride") or datamodule.block_size
         if given_stride is not None and datamodule.eval_stride != own_stride:  # one folder per evaluation setting
@@ -203,6 +229,7 @@ class LanguageModelTask(Task):
         table.add_row("perplexity (per word and sentence end)", f"{result['ppl']:.2f}")
         table.add_row("loss (nats per token)", f"{result['loss']:.4f}")
         table.add_row("scored tokens", f"{result['tokens']:,}")
+        table.add_row("unknown words (share of the tokens)", f"{result['unk_rate']:.2%}")
         console.print(table)
         return result
 
