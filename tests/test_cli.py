@@ -245,7 +245,11 @@ def test_an_argument_hydra_cannot_read_is_one_line_saying_how_to_quote_it(argv, 
     assert said == message if message is None or message.endswith('"') else said.startswith(message)
 
 
-@pytest.mark.parametrize("value", ['The Company SAID, "Hello"!', "it's 5 = 2 + 3, isn't it?", "a [b] {c} (d): e"])
+@pytest.mark.parametrize(
+    "value",
+    ['The Company SAID, "Hello"!', "it's 5 = 2 + 3, isn't it?", "a [b] {c} (d): e", "C:\\dir\\: x!",
+     'x\\"y, z', "a\\\\: b!", """it's "x", ok"""],
+)  # fmt: skip
 def test_a_value_hydra_cannot_read_is_answered_with_a_quoting_that_reads_it_back(value):
     """evaluate.py prompt="The Company SAID, \\"Hello\\"!" was told to "quote a value": it was quoted, for the
     shell. The answer is the argument as typed with Hydra's quotes inside the shell's, and typed so, the shell

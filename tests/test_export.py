@@ -168,6 +168,8 @@ def test_export_py_writes_a_model_folder(default_checkpoint, tmp_path):
     # an option CTranslate2 does not take: one line with the closest it does (it was pybind's whole signature)
     with pytest.raises(TypeError, match=r"^beam=3 \(did you mean beam_size\?\): not an option of CTranslate2's"):
         model.translate(LINES[0], beam=3)
+    with pytest.raises(ValueError, match=r"^line 2: holds a tab: each line is one source text"):  # as ours refuses it
+        model.translate([LINES[0], "eins\tone"])
     # a run folder that holds an export, not a checkpoint: said, with what reads it
     with pytest.raises(CheckpointError, match=r"is a CTranslate2 export \(nmt_export.json\), which this program"):
         resolve_checkpoint_path(out)

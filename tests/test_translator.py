@@ -643,7 +643,13 @@ def test_outputs_far_longer_than_the_references_are_said_with_the_options_that_s
     assert "e.g. evaluate.py split=val decode.min_len=[0,5,10]" in said
     greedy = length_warning("val", 0.4, SearchConfig(strategy="greedy", length_penalty=2.0))
     assert "0.40 times" in greedy and "length_penalty" not in greedy  # greedy search reads no length penalty
-    assert length_warning("test", 1.99, beam) is None and length_warning("test", 0.51, beam) is None
+    assert length_warning("test", 2.0, beam) is None and length_warning("test", 0.5, beam) is None  # "more than"
+    assert length_warning("test", 8.7, beam, references=0) is None  # empty references: no ratio to speak of
+    from nmt.tasks.base import grid_cell_scoring
+
+    with grid_cell_scoring():  # a decoding grid's cell: the grid is what the warning would advise
+        assert length_warning("test", 8.7, beam) is None
+    assert length_warning("test", 8.7, beam) is not None
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         base = [f"ckpt_path={checkpoints['seed1']}", "split=val", "device=cpu", "threads=1", "samples=0"]
         cfg = compose("evaluate", overrides=[*base, f"out_dir={tmp_path}", "decode.min_len=40", "decode.max_len_b=60"])

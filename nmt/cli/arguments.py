@@ -40,6 +40,23 @@ def _existing_paths(items: str) -> list[str] | None:
     return paths
 
 
+def quoted_argument(parser, key: str, value: str) -> str | None:
+    """``key=value`` as a shell should be given it for Hydra to read ``value`` back as written: Hydra's quotes
+    (double, else single; backslashes before a quote or at the end doubled, as its grammar reads them) inside
+    the shell's. Checked by parsing it back; None where no form does."""
+    for quote in ('"', "'"):
+        escaped = re.sub(
+            r"(\\*)(" + quote + r"|$)", lambda m: m.group(1) * 2 + ("\\" + m.group(2) if m.group(2) else ""), value
+        )
+        argument = f"{key}={quote}{escaped}{quote}"
+        try:
+            if parser.parse_overrides([argument])[0].value() == value:
+                return shlex.quote(argument)
+        except Exception:  # noqa: BLE001  (the grammar's own errors: the next form is tried)
+            continue
+    return None
+
+
 def unparsable_message(argv: list[str]) -> str | None:
     """An argument Hydra's override grammar cannot read, in one line saying what to do, for Hydra's bare "no
     viable alternative at input": a value the shell split at its spaces (a brace or bracket left open; its
@@ -64,13 +81,14 @@ def unparsable_message(argv: list[str]) -> str | None:
                 hint = f"the shell split the value at its spaces: quote the whole argument, as {example}"
             elif re.search(r"[\[,]\s*[^'\"\[\]{},\s]+=", value):
                 hint = f"quote each key=value item of a list, as {example}"
-            else:
+            elif typed := quoted_argument(parser, key, value):
                 # the shell's quotes were taken by the shell: Hydra needs its own around the value, as written
-                quoted = '"' + value.replace('"', '\\"') + '"'
                 hint = (
                     "Hydra needs its own quotes around a value that holds its special characters, inside the "
-                    f"shell's: {shlex.quote(f'{key}={quoted}')} (docs/configuration.md)"
+                    f"shell's: {typed} (docs/configuration.md)"
                 )
+            else:
+                hint = "quote a value that holds spaces or Hydra's special characters (docs/configuration.md)"
             return f"error: {arg}: Hydra cannot read it ({str(err).splitlines()[0]}); {hint}"
     return None
 

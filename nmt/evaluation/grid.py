@@ -33,7 +33,7 @@ from nmt.inference.loading import resolve_checkpoint_path
 from nmt.metrics import lower_is_better
 from nmt.metrics.corpus import bleu_tokenizer, tokenized_lowercase_scoring
 from nmt.metrics.randomization import paired_randomization, sentence_statistics
-from nmt.tasks.base import evaluation_splits, grid_file_for_code
+from nmt.tasks.base import evaluation_splits, grid_cell_scoring, grid_file_for_code
 from nmt.utils.configs import CONF
 from nmt.utils.io import atomic_write_json
 
@@ -184,7 +184,8 @@ def evaluate_grid(cfg: DictConfig, task, load, axes: dict[str, list]) -> dict:
             cell.decode[key] = None
         if cfg.out_dir:  # in a folder of the grid's own, named as its file: another grid's cells are elsewhere
             cell.out_dir = str(Path(cfg.out_dir) / Path(name).stem / same)
-        result = task.evaluate(cell, lambda loaded=loaded: loaded)
+        with grid_cell_scoring():
+            result = task.evaluate(cell, lambda loaded=loaded: loaded)
         row = {
             "setting": setting,
             "also": [],  # settings that come to the same evaluation

@@ -13,6 +13,7 @@ import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
+from nmt.data.sources import tabbed_line
 from nmt.decoding.constraints import position_limits
 from nmt.decoding.settings import search_settings
 from nmt.decoding.translate import input_limit
@@ -184,6 +185,8 @@ class CTranslate2Model:
         if lines is None or isinstance(lines, bytes) or not hasattr(lines, "__iter__"):
             raise TypeError(f"lines={lines!r}: give a list of str (one str: one line)")
         lines = list(lines)
+        if problem := tabbed_line(lines):  # as our translator refuses it
+            raise ValueError(problem)
         # our search never outputs the start or padding token; CTranslate2 may (a model trained briefly chose
         # <s> at every step, which decoding drops: an empty translation, unsaid)
         options.setdefault("suppress_sequences", [["<s>"], ["<pad>"]])

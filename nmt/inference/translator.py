@@ -296,6 +296,8 @@ class Translator:
                 if on_batch is not None:
                     on_batch(1)
             return results
+        if problem := tabbed_line(lines, first_line):  # a TSV's row: its reference read as source (a prompt may)
+            raise InputError(problem)
         encoded = self._encode_sources(lines, first_line)
         forced = [self.tgt_tokenizer.encode(p) if p else [] for p in prefixes] if prefixes else None
         # an empty line is not decoded: its output stays empty, without its prefix (said once a call)
@@ -410,10 +412,7 @@ class Translator:
 
     def _encode_sources(self, lines: Sequence[str], first_line: int, keep_end: bool = False) -> list[list[int]]:
         """Each line's ids, a line longer than ``max_input_len`` cut to its first tokens (``keep_end``: its
-        last, for a prompt, which its continuation follows), or refused (``on_long_input=error``). A line
-        holding a tab is refused (:func:`tabbed_line`)."""
-        if problem := tabbed_line(lines, first_line):
-            raise InputError(problem)
+        last, for a prompt, which its continuation follows), or refused (``on_long_input=error``)."""
         encoded = self.src_tokenizer.encode_batch(list(lines))
         long_lines = [n for n, ids in enumerate(encoded) if len(ids) > self.max_input_len]
         if long_lines and self.on_long_input == "error":

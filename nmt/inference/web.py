@@ -116,7 +116,8 @@ def create_app(translator: Translator, max_chars: int = 1000, title: str = "nmt"
 
     @app.post("/api/translate")
     def translate(request: TranslateRequest):
-        text = request.text.replace("\r", " ").replace("\n", " ").strip()
+        # one text from a box: its line breaks and tabs (a row pasted from a spreadsheet) are spaces
+        text = request.text.replace("\r", " ").replace("\n", " ").replace("\t", " ").strip()
         if len(text) > max_chars:
             return JSONResponse({"error": f"text longer than {max_chars} characters"}, status_code=422)
         if not text:

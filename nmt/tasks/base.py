@@ -16,6 +16,7 @@ objects with ``model``, ``src_tokenizer``, ``tgt_tokenizer``, ``config``, ``chec
 (built by the inference layer, which sits above the tasks).
 """
 
+import contextlib
 import csv
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -42,6 +43,9 @@ class Task:
     report_metric = "test_bleu"
     #: validation metrics computed only on epochs that decode (a "best" checkpoint on them saves then)
     decoded_metrics: tuple[str, ...] = ()
+    #: whether the task refuses validation.bleu_every_n_epochs=0 in its own check (its best checkpoint is
+    #: chosen by a decoded score), so that the config check does not say it again for the monitored keys
+    refuses_undecoded_validation = False
     #: whether the model maps a source sentence to an output (encoder-decoder), so that the Translator,
     #: translate.py and the web page can serve it; a language model continues a prompt instead
     reads_source = True
@@ -176,6 +180,25 @@ def _for_code(path: Path, record: Path, chosen: bool, run_dir: Path, what: str, 
     print(f"note: {path} holds {what} made under other code (its code {made[:8]}, this {code[:8]}): kept; this one "
           f"goes into {other}")  # fmt: skip
     return other, code
+
+
+_GRID_CELLS = [False]  # True while a decoding grid scores its cells (nmt.evaluation.grid)
+
+
+@contextlib.contextmanager
+def grid_cell_scoring():
+    """Within it, an evaluation is a cell of a decoding grid: advice to choose the search on validation (a
+    task's warning of outputs far off the references' length) is not given, the grid being that choice, and
+    its table shows each cell's brevity penalty."""
+    _GRID_CELLS.append(True)
+    try:
+        yield
+    finally:
+        _GRID_CELLS.pop()
+
+
+def in_grid_cell() -> bool:
+    return _GRID_CELLS[-1]
 
 
 def evaluation_splits(split) -> list:

@@ -212,7 +212,8 @@ class LanguageModelTask(Task):
             "split": split,
             **stream_perplexity(loaded.model, datamodule.loader(split)),
             # the words outside the vocabulary, each the unknown word: new text's perplexity depends on them
-            "unk_rate": round(float((datamodule.stream(split)[1:] == UNK_ID).float().mean()), 5),
+            # (the scored tokens: the stream's after its first, each a target once)
+            "unk_rate": round(float((datamodule.dataset(split).stream[1:] == UNK_ID).float().mean()), 5),
         }
         stem = loaded.name
         tag = ("" if stem == "best" else f"{stem}_") + f"{set_name(split)}_ppl"

@@ -15,6 +15,7 @@ class SummarizationTask(TranslationTask):
 
     name = "summarization"
     report_metric = "test_rougeL"
+    refuses_undecoded_validation = True  # check() below
 
     def __init__(
         self,

@@ -341,7 +341,7 @@ class TranslationTask(Task):
         lowercase = loaded.tgt_tokenizer.lowercases
         scores = corpus_scores(hypotheses, references, datamodule.tgt_lang, rouge=rouge, lowercase=lowercase)
         scores.update(self.extra_scores(hypotheses, references))
-        if said := length_warning(split, scores["length_ratio"], search):
+        if said := length_warning(split, scores["length_ratio"], search, sum(len(r.split()) for r in references)):
             log.warning(said)
         given_columns = (data_overrides or {}).get("columns")
         own_columns = (loaded.config.get("data") or {}).get("columns")

@@ -15,6 +15,7 @@ from nmt.data.file_specs import checked_columns, is_tsv, read_split_files, spec_
 from nmt.data.sources import locate, read_parallel
 from nmt.data.tokenizer import BOS_ID, EOS_ID
 from nmt.decoding.settings import RANKED, READS, SEARCH_TAGS, UNREAD, SearchConfig
+from nmt.tasks.base import in_grid_cell
 from nmt.utils.console import console as log_console
 from nmt.utils.io import atomic_write_text
 
@@ -226,15 +227,18 @@ def write_attention_maps(loaded, sources: Sequence[str], hypotheses: Sequence[st
     return paths
 
 
-LENGTH_RATIO_SAID = 2.0  # outputs this many times the references' length, or that many times shorter, are said
+LENGTH_RATIO_SAID = 2.0  # outputs more than this many times the references' length, or as many times shorter
 
 
-def length_warning(split: str, ratio: float, search: SearchConfig) -> str | None:
+def length_warning(split: str, ratio: float, search: SearchConfig, references: int = 1) -> str | None:
     """What to say where the outputs' length is far from the references' (sacreBLEU's ``length_ratio``,
     words): a summariser's final search (a minimum length of 20, length penalty 2.0) gave short summaries
     outputs 8.7 times their length, which only the ratio in the table showed. The options of the search that
-    shape lengths are named, and the way to choose them on validation."""
-    if not 1 / LENGTH_RATIO_SAID < ratio < LENGTH_RATIO_SAID:
+    shape lengths are named, and the way to choose them on validation. ``references``: the references' words
+    (none: no ratio to speak of). Not said in a decoding grid's cells, the grid being what it advises."""
+    if in_grid_cell() or references == 0:
+        return None
+    if ratio > LENGTH_RATIO_SAID or ratio < 1 / LENGTH_RATIO_SAID:
         shaping = [
             f"{key}={value}"
             for key, value, default in (

@@ -43,6 +43,7 @@ class TransliterationTask(TranslationTask):
 
     name = "transliteration"
     report_metric = "test_cer"
+    refuses_undecoded_validation = True  # check() below
     decoded_metrics = (*TranslationTask.decoded_metrics, "val_cer", "val_word_acc")
     score_rows = (("cer", "CER (lower is better)"), ("word_acc", "word accuracy"))
 

@@ -20,10 +20,9 @@ def task_problems(cfg: DictConfig, quiet: bool) -> list[str]:
             if not quiet:
                 problems.append(f"  task: {err}")
     if task is not None:
-        own = task.check(cfg)
-        problems += own
+        problems += task.check(cfg)
         # a task that refuses bleu_every_n_epochs=0 itself (a summariser) has said why: not said again below
-        decoding_said = any(p.lstrip().startswith("validation.bleu_every_n_epochs=") for p in own)
+        decoding_said = task.refuses_undecoded_validation
         names = task.validation_metric_names()
         for key in ("checkpoint.monitor", "early_stopping.monitor"):
             value = OmegaConf.select(cfg, key, default=None)

@@ -7,6 +7,7 @@ import hashlib
 import io
 import os
 import re
+import sys
 import tokenize
 from pathlib import Path
 
@@ -36,7 +37,7 @@ def code_hash() -> str:
         (str(path.relative_to(root)), path.read_bytes(), path.suffix)
         for path in sorted([*(root / "nmt").rglob("*.py"), *configs])
     ]
-    raw = hashlib.sha256()
+    raw = hashlib.sha256(f"{sys.version_info[:2]} {yaml.__version__}".encode())  # what reads the meaning
     for name, data, _ in files:
         raw.update(name.encode() + b"\0" + hashlib.sha256(data).digest())
     key = raw.hexdigest()
