@@ -546,6 +546,8 @@ def test_a_line_holding_a_tab_is_refused_naming_it_not_translated_with_its_other
     translator = Translator.from_checkpoint(checkpoints["seed1"], device="cpu")
     with pytest.raises(InputError, match=r"^line 3: holds a tab: .* \(cut -f1\), or score a TSV of pairs with"):
         translator.translate(["one", "two", "three\tdrei"])
+    with pytest.raises(InputError, match=r"^line 2: holds a tab"):  # UTF-8 bytes are text here too
+        translator.translate(["one", b"two\tzwei"])
     pairs = tmp_path / "pairs.tsv"
     pairs.write_text("one\teins\ntwo\tzwei\n")
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):

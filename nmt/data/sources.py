@@ -282,8 +282,9 @@ GZIP_MAGIC = b"\x1f\x8b"
 def tabbed_line(lines, first_line: int = 1) -> str | None:
     """Where source texts given one a line (``input=``, translate.py, the API) hold a tab, what to say: the
     first such line is a TSV's row, whose other field (a reference, a summary) would be read as part of the
-    source, and its output would look like one of the source alone. None where no line holds one."""
-    found = next((n for n, line in enumerate(lines) if "\t" in line), None)
+    source, and its output would look like one of the source alone. None where no line holds one. A line may
+    be UTF-8 bytes, as the translators take it."""
+    found = next((n for n, line in enumerate(lines) if ("\t" if isinstance(line, str) else b"\t") in line), None)
     if found is None:
         return None
     return (
