@@ -302,7 +302,7 @@ def test_a_report_metric_the_runs_do_not_record_stops_the_sweep_before_any_run(t
 
 
 @pytest.mark.slow
-def test_a_sweep_whose_runs_fail_says_why_and_ends_with_status_1(tmp_path):
+def test_a_sweep_whose_runs_fail_says_why_and_ends_with_status_1(tmp_path, capsys):
     missing = tmp_path / "missing" / "train"  # found only when a run reads its data
     command = [sys.executable, str(ROOT / "sweep.py"), "grid=none", "data=files", f"data.train={missing}"]
     result = subprocess.run(
@@ -313,23 +313,23 @@ def test_a_sweep_whose_runs_fail_says_why_and_ends_with_status_1(tmp_path):
     assert f"[sweep] FAILED (2): seed=2: error: {missing}.src: No such file or directory" in result.stdout
     assert "error: 2 run(s) of the sweep failed (seed=1, seed=2)" in result.stderr
     assert "rerun the sweep to resume" not in result.stdout  # a rerun would fail the same way
-    # the mistake fixed (here: another corpus), the same sweep trains both runs: their folders hold no work
-    fixed = [sys.executable, str(ROOT / "sweep.py"), "grid=none", "data=toy", "seed=1,2", "threads=1"]
-    rerun = subprocess.run(
-        [
-            *fixed,
-            "trainer.max_steps=2",
-            "trainer.enable_progress_bar=false",
-            *NO_FINAL_SCORES,
-            "report_metric=best_val_bleu",
-        ],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        timeout=300,
-    )
-    assert rerun.returncode == 0, rerun.stdout[-2000:] + rerun.stderr[-2000:]
-    assert "[sweep] 2/2 done, 0 failed" in rerun.stdout
+    # the mistake fixed (here: another corpus), the same sweep would train both runs: their folders hold no
+    # work, neither done nor made under other settings (its start's plan, in this process; a sweep's training
+    # after its plan is run above)
+    assert sorted(p.name for p in (tmp_path / "sweeps" / "none").glob("seed=*")) == ["seed=1", "seed=2"]
+    fixed = ["grid=none", "data=toy", "threads=1", "plan=true"]
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose(
+            "sweep", overrides=[*fixed, f"hydra.sweep.dir={tmp_path / 'sweeps' / 'none'}"], return_hydra_config=True
+        )
+    with open_dict(cfg):
+        cfg.hydra.overrides.task = [*fixed, "seed=1,2"]
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as planned:
+        sweep.SweepReport().on_multirun_start(cfg)
+    out = capsys.readouterr().out
+    assert planned.value.code == 0 and "done: 0 (0 of them under other settings); to run: 2\n" in out, out
+    assert "would stop" not in out
 
 
 def test_a_failed_runs_error_is_that_of_its_last_attempt(tmp_path):
