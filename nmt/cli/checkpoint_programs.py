@@ -47,6 +47,9 @@ def foreign_group_message(argv: list[str], config_name: str, conf: Path = CONF) 
 # where a checkpoint-using program takes keys its config does not list: evaluate.py's data overrides (a
 # data=files run's +data.test=PATH)
 OPEN_BLOCKS = {"evaluate": ("data.",)}
+# keys that take null though their default is a value: translate.py's input=null, a language model's targets
+# each scored from a sentence start (no prompts)
+NULLABLE = {"translate": ("input",)}
 
 
 def checkpoint_use_message(argv: list[str], config_name: str, conf: Path = CONF) -> str | None:
@@ -71,7 +74,7 @@ def checkpoint_use_message(argv: list[str], config_name: str, conf: Path = CONF)
                 f"error: {arg} (on the command line): {config_name}.py reads the keys of its config alone, and a key "
                 f"added with + is read by nothing{hint} (python {config_name}.py --help lists them)"
             )
-        if not re.fullmatch(r"(?i)null", value) or key not in known:
+        if not re.fullmatch(r"(?i)null", value) or key not in known or key in NULLABLE.get(config_name, ()):
             continue
         default = defaults
         for part in key.split("."):

@@ -17,6 +17,7 @@ from omegaconf import DictConfig
 
 from nmt.data.sources import read_lines
 from nmt.decoding.translate import DecodingProgress
+from nmt.inference.score_stream import run_scoring
 from nmt.inference.translator import Hypothesis, InputError, Translator
 from nmt.utils.io import SOURCE_LINES, atomic_path, check_input_file, check_output_file
 
@@ -82,6 +83,11 @@ def run_translate(cfg: DictConfig) -> dict:
 
 
 def _run_translate(cfg: DictConfig) -> dict:
+    if cfg.get("targets") is not None:  # given outputs scored, nothing decoded
+        return run_scoring(cfg)
+    if cfg.input is None:
+        raise ValueError("input=null: give a file of source lines, or leave input out for standard input (null "
+                         "is for targets= with a language model: each target from a sentence start)")  # fmt: skip
     # the files first: a misspelt name is told at once, not after the model is loaded
     check_input_file("input", cfg.input, SOURCE_LINES)
     if cfg.get("prefix_file") not in (None, ""):

@@ -5,6 +5,7 @@
     translator.translate(["A man rides a bike ."])                      # ['Ein Mann fährt Fahrrad .']
     best, second = translator.translate_nbest(["A dog runs ."], n_best=2)[0]
     best.score, best.token_log_probs, best.alignment                     # search score, per token, (src, tgt)
+    translator.score(["A dog runs ."], ["Ein Hund rennt ."])[0].log_prob  # a given output's log-probability
 
 Several checkpoints that share their vocabularies decode as one ensemble (``from_checkpoint([a, b])``).
 The checkpoint alone suffices (config, tokenizers and weights are inside it): no training data needed.
@@ -18,7 +19,7 @@ import contextlib
 import logging
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from numbers import Integral
 
 import torch
@@ -33,39 +34,12 @@ from nmt.decoding.search import decode, ranked_hypotheses
 from nmt.decoding.settings import SearchConfig, search_settings
 from nmt.decoding.translate import input_limit, input_limit_for
 from nmt.inference.checkpoint import CheckpointError
+from nmt.inference.forced import score_targets
+from nmt.inference.hypothesis import Hypothesis, InputError
 from nmt.inference.loading import LoadedModel, load_model, pick_device, resolve_checkpoint_path
 
 log = logging.getLogger(__name__)
 LONG_INPUT = ("truncate", "error")
-
-
-class InputError(ValueError):
-    """A line the translator cannot take (too long with on_long_input=error): names the line.
-    ``too_long``: (its subword tokens, max_input_len) when that is why, so that a server can say it in its
-    own terms (a request cannot change the command's options)."""
-
-    def __init__(self, message: str, too_long: tuple[int, int] | None = None) -> None:
-        super().__init__(message)
-        self.too_long = too_long
-
-
-@dataclass
-class Hypothesis:
-    """One output: ``text``; ``score``, what ranks the n-best (the search's log-probability divided by its
-    length penalty); ``log_prob``, the output's total log-probability under the model (its tokens and the
-    end token); ``tokens`` and ``token_log_probs``, the target pieces and each one's log-probability (the
-    end token's last); ``alignment``: (source piece, target piece) pairs, each target piece with the
-    source piece it attended to most (``src_tokens`` are the source pieces, the end token last)."""
-
-    text: str
-    score: float
-    log_prob: float
-    tokens: list[str] = field(default_factory=list)
-    token_log_probs: list[float] = field(default_factory=list)
-    src_tokens: list[str] = field(default_factory=list)
-    alignment: list[tuple[int, int]] = field(default_factory=list)
-    #: with_attention: per decoder layer, its cross-attention (heads, target pieces + 1, source pieces + 1)
-    attention: dict[str, torch.Tensor] | None = None
 
 
 def check_limits(**limits) -> None:
@@ -344,6 +318,25 @@ class Translator:
         if on_batch is not None and len(non_empty) < len(lines):  # given their empty output, not decoded
             on_batch(len(lines) - len(non_empty))
         return results
+
+    @torch.no_grad()
+    def score(
+        self,
+        lines: Sequence[str] | str | None,
+        targets: Sequence[str] | str,
+        first_line: int = 1,
+        on_batch: Callable[[int], object] | None = None,
+    ) -> list[Hypothesis] | Hypothesis:
+        """Each target's log-probability given its line, teacher-forced, nothing decoded (fairseq's
+        ``--score-reference``): a :class:`Hypothesis` per target, ``score`` and ``log_prob`` its total
+        log-probability with the end token, per piece in ``token_log_probs``. A language model scores each
+        target after its line as a prompt (``lines=None``: every target from a sentence start). One line and
+        one target given as strings: its Hypothesis. The decoding settings play no part."""
+        if isinstance(targets, str):
+            if not (lines is None or isinstance(lines, str)):
+                raise TypeError("one target as a str takes one line as a str (or None for a language model)")
+            return self.score(None if lines is None else [lines], [targets], first_line, on_batch)[0]
+        return score_targets(self, lines, targets, first_line, on_batch)
 
     # ---- internals ---------------------------------------------------------------------------------
     def _continue(self, line: str, n_best: int, scores: bool, number: int) -> list[Hypothesis]:
