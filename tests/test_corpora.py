@@ -1316,8 +1316,13 @@ def test_pairs_split_off_the_training_file_are_said_with_what_is_left(tmp_path, 
             f"({sum(sizes) / (kept + sum(sizes)):.0%} set aside); give data.val= and data.test= files, or lower those "
             "sizes"
         ]
-    # a validation file given, and no test set: nothing taken, nothing said
+    # a validation file given: the test set alone is split off, and its file named
     corpus = str(tmp_path / "corp.tsv")
+    FilesDataModule(train=corpus, val=corpus, test_size=30, cache_dir=str(tmp_path / "c")).text("train")
+    said = capsys.readouterr().out
+    assert "note: data.test not given: 30 test pairs (data.test_size) were split off" in said
+    assert said.rstrip().endswith("set aside); give data.test= a file, or lower its size")
+    # a validation file given, and no test set: nothing taken, nothing said
     FilesDataModule(train=corpus, val=corpus, test_size=0, cache_dir=str(tmp_path / "c")).text("train")
     assert "split off" not in capsys.readouterr().out
 
@@ -1348,7 +1353,8 @@ def test_an_empty_evaluation_file_given_is_refused_before_training(tmp_path, spl
     A vocabulary larger than the text supports is said, with the sizes obtained."""
     write(tmp_path / "pool.tsv", [f"{e}\t{d}" for e, d in zip(EN, DE, strict=True)])
     write(tmp_path / "empty.tsv", [])
-    settings = [f"data.train={tmp_path / 'pool.tsv'}", "data.valid_size=30", "data.test_size=30"]
+    other = "data.test_size=30" if split == "val" else "data.valid_size=30"  # the set split off data.train
+    settings = [f"data.train={tmp_path / 'pool.tsv'}", other]
     settings += ["data.tokenizer.vocab_size=80", "data.tokenizer.byte_fallback=false", "data.max_tokens=800"]
     settings += [f"data.{split}={tmp_path / 'empty.tsv'}", f"run_dir={tmp_path / 'run'}"]
     with pytest.raises(ValueError, match=rf"^data: the {split} set of .* has no pair: give one that holds sentences"):
@@ -1541,6 +1547,24 @@ def test_files_evaluated_by_path_read_the_runs_columns_and_get_folders_of_their_
     from nmt.tasks.translation_eval import set_name
 
     assert set_name("files:/d/pa/b_c") != set_name("files:/d/pa_b/c")
+
+
+def test_the_sizes_and_seed_of_a_split_are_refused_where_files_give_the_sets(tmp_path):
+    """data.valid_size, data.test_size and data.split_seed were taken without a word beside data.val and
+    data.test files, and counted in the run's identity: a sweep over data.split_seed trained cells of one data."""
+    train = f"data.train={tmp_path / 'train'}"
+    given = [train, f"data.val={tmp_path / 'val'}", f"data.test={tmp_path / 'test'}"]
+    said = r"(?s)data.valid_size=5: the size of a validation set split off data.train, and data.val gives the "
+    with pytest.raises(ValueError, match=said + r"validation set as files.*data.split_seed=3: seeds"):
+        check_config(compose_train("data=files", *given, "data.valid_size=5", "data.split_seed=3"))
+    with pytest.raises(ValueError, match=r"data.test_size=4: the size of a test set .*leave data.test_size out$"):
+        check_config(compose_train("data=files", train, f"data.test={tmp_path / 'test'}", "data.test_size=4"))
+    # where a set is split off, its size and the seed apply; the defaults always pass
+    check_config(
+        compose_train("data=files", train, f"data.test={tmp_path / 'test'}", "data.valid_size=5", "data.split_seed=3")
+    )
+    check_config(compose_train("data=files", *given))
+    check_config(compose_train("data=news_commentary", "data.split_seed=3"))  # no files: its split is seeded
 
 
 def test_columns_name_the_folder_and_apply_only_where_a_tsv_is_read(tmp_path):

@@ -1095,7 +1095,7 @@ def test_a_folder_trained_on_other_data_is_refused(tmp_path, capsys):
     # on the training text, are the same)
     saved["data"]["text"]["test"] = "0" * 16
     (tmp_path / "fingerprint.json").write_text(json.dumps(saved))
-    with pytest.raises(RunFolderError, match=r"trained on other data \(data\.text differ\).*resume=force"):
+    with pytest.raises(RunFolderError, match=r"trained on other data \(data\.text \(test\) differ\).*resume=force"):
         train(compose_train(*args))
     # refused for a setting, the text's change is said in the same refusal (it took a second try to learn it)
     with pytest.raises(
@@ -1105,6 +1105,11 @@ def test_a_folder_trained_on_other_data_is_refused(tmp_path, capsys):
     capsys.readouterr()
     train(compose_train(*args, "resume=force"))
     assert "resume=force: continuing" in capsys.readouterr().out
+    # on record, as a setting's change is: the results and the folder's record say the run went on on other text
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert [forced["changed"] for forced in results["continued_under_other_settings"]] == [["data.text (test)"]]
+    record = json.loads((tmp_path / "fingerprint.json").read_text())
+    assert record["forced"] == results["continued_under_other_settings"] and record["data"]["text"]["test"] != "0" * 16
     # other tokenizers (here: other segmenters before them): the checkpoint's embeddings would index other
     # pieces, so not even resume=force continues it
     (tmp_path / "results.json").unlink()

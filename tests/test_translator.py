@@ -2,6 +2,7 @@
 prefixes, alignments from attention, ensembles checked against their members, and the command line in a
 pipe (line by line, flushed), with its bad-input messages."""
 
+import json
 import os
 import re
 import subprocess
@@ -933,6 +934,32 @@ def test_evaluate_reads_a_tsv_in_the_columns_given_whatever_corpus_the_checkpoin
     result = evaluate(cfg)
     assert result["sentences"] == 4 and result["columns"] == [1, 0]  # which fields were read, recorded
     assert (tmp_path / "out" / "sources.txt").read_text().splitlines() == en
+
+
+def test_an_edited_files_set_is_evaluated_beside_its_earlier_evaluation_not_over_it(checkpoints, tmp_path, capsys):
+    """The folder of a files: set is named by its path: after an edit, its evaluation replaced the earlier one,
+    whose metrics.json kept no trace of the text scored."""
+    from hydra import compose, initialize_config_dir
+
+    from nmt.data.toy import toy_pairs
+    from nmt.evaluation.evaluate import evaluate
+
+    en, de = toy_pairs(6, seed=4)
+    (tmp_path / "set.tsv").write_text("".join(f"{e}\t{d}\n" for e, d in zip(en, de, strict=True)))
+    overrides = [f"ckpt_path={checkpoints['seed1']}", f"split=files:{tmp_path / 'set.tsv'}", "device=cpu", "samples=0"]
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("evaluate", overrides=overrides)
+    first = evaluate(cfg)
+    folder = Path(first["hypotheses"]).parent
+    (tmp_path / "set.tsv").write_text("".join(f"{e}\t{d}\n" for e, d in zip(en[:4], de[:4], strict=True)))
+    capsys.readouterr()
+    second = evaluate(cfg)
+    moved = Path(second["hypotheses"]).parent
+    assert moved == folder.with_name(f"{folder.name}_text{second['text'][:8]}") and second["text"] != first["text"]
+    assert f"note: {folder} holds an evaluation of other text under this set's name" in capsys.readouterr().out
+    assert json.loads((folder / "metrics.json").read_text())["sentences"] == 6  # kept
+    assert json.loads((moved / "metrics.json").read_text())["sentences"] == 4
+    assert Path(evaluate(cfg)["hypotheses"]).parent == moved  # the same text again: its own folder, replaced
 
 
 @pytest.mark.parametrize(

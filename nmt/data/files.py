@@ -176,7 +176,8 @@ def _say_carved(splits: dict, specs: dict) -> None:
     share = sum(carved.values()) / max(kept + sum(carved.values()), 1)
     print(
         f"{'warning' if share > 0.5 else 'note'}: data.{'/'.join(carved)} not given: {said} were split off data.train, "
-        f"leaving {kept} to train ({share:.0%} set aside); give data.val= and data.test= files, or lower those sizes"
+        f"leaving {kept} to train ({share:.0%} set aside); give {' and '.join(f'data.{n}=' for n in carved)} "
+        f"{'files' if len(carved) > 1 else 'a file'}, or lower {'those sizes' if len(carved) > 1 else 'its size'}"
     )
 
 

@@ -151,6 +151,28 @@ def evaluation_folder_for_code(folder: Path, chosen: bool, run_dir: Path) -> tup
     return _for_code(folder, folder / "metrics.json", chosen, run_dir, "an evaluation")
 
 
+def evaluation_folder_for_text(folder: Path, chosen: bool, text: str) -> Path:
+    """Where an evaluation of a set whose text hashes to ``text`` writes: a folder that holds one of other text
+    under the same name (a ``files:`` set edited since) keeps it, and this one goes into
+    ``<folder>_text<hash>``, said once. One recorded without its text (made before texts were recorded) is
+    replaced, as before; ``chosen`` (out_dir): taken as it is."""
+    import json
+
+    record = folder / "metrics.json"
+    if chosen or not record.is_file():
+        return folder
+    try:
+        made = json.loads(record.read_text()).get("text")
+    except (OSError, ValueError, AttributeError):
+        made = None
+    if made in (None, text):
+        return folder
+    other = folder.with_name(f"{folder.name}_text{text[:8]}")
+    print(f"note: {folder} holds an evaluation of other text under this set's name (its text {str(made)[:8]}, "
+          f"this {text[:8]}): kept; this one goes into {other}")  # fmt: skip
+    return other
+
+
 def grid_file_for_code(path: Path, chosen: bool, run_dir: Path) -> tuple[Path, str]:
     """Where a decoding grid's record goes, and the code's hash, as :func:`evaluation_folder_for_code` says
     for an evaluation: a grid recorded under other code is kept, and this one goes into

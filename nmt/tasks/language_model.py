@@ -23,6 +23,7 @@ from nmt.tasks.base import (
     check_split_text,
     evaluation_data_config,
     evaluation_folder_for_code,
+    evaluation_folder_for_text,
     evaluation_splits,
     log_target_metrics,
     target_metrics,
@@ -222,7 +223,10 @@ class LanguageModelTask(Task):
         if given_stride is not None and datamodule.eval_stride != own_stride:  # one folder per evaluation setting
             tag += f"_stride{datamodule.eval_stride}"
         folder = Path(out) if out else loaded.run_dir / "eval" / tag
-        out, result["code"] = evaluation_folder_for_code(folder, bool(out), loaded.run_dir)
+        chosen = bool(out)  # out_dir: taken as it is
+        out, result["code"] = evaluation_folder_for_code(folder, chosen, loaded.run_dir)
+        result["text"] = datamodule.text_hash(split)  # a files: text edited since: its evaluation kept
+        out = evaluation_folder_for_text(out, chosen, result["text"])
         atomic_write_json(out / "metrics.json", result)
         table = Table(title=f"{result['data']} - {split}")
         for column in ("metric", "value"):

@@ -15,7 +15,7 @@ from nmt.data.datamodule import ParallelDataModule
 from nmt.data.overlap import shared_with_training
 from nmt.data.report import leaks
 from nmt.data.sources import decode_lines, read_lines, tabbed_line
-from nmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from nmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, content_hash
 from nmt.decoding.search import decode
 from nmt.decoding.settings import SAMPLED, SearchConfig, search_problems, search_settings
 from nmt.decoding.translate import input_limit, input_limit_for, translate_lines
@@ -29,6 +29,7 @@ from nmt.tasks.base import (
     check_split_text,
     evaluation_data_config,
     evaluation_folder_for_code,
+    evaluation_folder_for_text,
     evaluation_splits,
     log_target_metrics,
     target_metrics,
@@ -352,7 +353,10 @@ class TranslationTask(Task):
         if rouge != self.rouge:  # other scores than the run's own (rouge=false dropped a summariser's ROUGE there)
             name += "_rouge" if rouge else "_norouge"
         folder = Path(out) if out else loaded.run_dir / "eval" / name
-        out, code = evaluation_folder_for_code(folder, bool(out), loaded.run_dir)
+        chosen = bool(out)  # out_dir: taken as it is
+        out, code = evaluation_folder_for_code(folder, chosen, loaded.run_dir)
+        text = content_hash("evaluation set", lines=[*sources, *references])  # a files: set edited since
+        out = evaluation_folder_for_text(out, chosen, text)
         result = {
             "checkpoints": loaded.checkpoints,
             "data": description,
@@ -362,6 +366,7 @@ class TranslationTask(Task):
             "search": search.__dict__,
             "max_input_len": max_input_len,
             "code": code,  # the hash of the code that decoded and scored (nmt.utils.code)
+            "text": text,  # of the sources and references scored: an edited file's evaluation never replaces it
             **({"also_in_train": seen} if seen is not None else {}),
             **scores,
             **write_outputs(out, sources, references, hypotheses),

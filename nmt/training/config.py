@@ -60,11 +60,43 @@ def unread_data_problems(cfg: DictConfig) -> list[str]:
             f"  data.columns={list(columns)}: picks the fields of a TSV, and none of data.train, data.val and "
             "data.test is one (a prefix or a pair of files: their languages say which is the source): leave it out"
         )
+    problems += split_size_problems(data)
     segmenters = data.get("segmenter") or {}
     if data.get("user_dict") and not any(str(name).startswith("jieba") for name in segmenters.values()):
         problems.append(
             f"  data.user_dict={data.user_dict}: a jieba dictionary, read by a jieba segmenter only, and neither "
             "language has one: add data.segmenter.<lang>=jieba, or leave it out"
+        )
+    return problems
+
+
+def split_size_problems(data: DictConfig) -> list[str]:
+    """The sizes and seed of the sets split off data.train, given where a file gives the set (data=files with
+    data.val or data.test): nothing is split, so nothing reads them (and a sweep over data.split_seed trained
+    cells of one data). A value other than the data module's default is refused; the default cannot be told
+    from a value not given."""
+    if "val" not in data or "test" not in data or "split_seed" not in data:
+        return []
+    import inspect
+
+    from hydra.utils import get_class
+
+    try:
+        defaults = {key: param.default for key, param in inspect.signature(get_class(data._target_)).parameters.items()}
+    except Exception:  # noqa: BLE001 - a target that cannot be read is said by its own check
+        return []
+    given = {split: data.get(split) is not None for split in ("val", "test")}
+    problems = []
+    for key, split, name in (("valid_size", "val", "validation"), ("test_size", "test", "test")):
+        if given[split] and key in defaults and data.get(key) != defaults[key]:
+            problems.append(
+                f"  data.{key}={data.get(key)}: the size of a {name} set split off data.train, and data.{split} "
+                f"gives the {name} set as files: nothing is split for it; leave data.{key} out"
+            )
+    if all(given.values()) and "split_seed" in defaults and data.get("split_seed") != defaults["split_seed"]:
+        problems.append(
+            f"  data.split_seed={data.get('split_seed')}: seeds the split of validation and test pairs off "
+            "data.train, and data.val and data.test are both given as files: nothing is split; leave it out"
         )
     return problems
 

@@ -225,6 +225,21 @@ def data_identity(description: str, report: dict, text: dict, src_tokenizer, tgt
 READS_THE_PIECES = ("tokenizers", "segmenters")
 
 
+def data_differences(saved: dict, data: dict) -> list[str]:
+    """One entry per data record that differs, the text's by split: ``data.text (val)``."""
+    said = []
+    for key in sorted(set(saved) | set(data)):
+        before, now = saved.get(key), data.get(key)
+        if before == now:
+            continue
+        if key == "text" and isinstance(before, dict) and isinstance(now, dict):
+            splits = [s for s in sorted(set(before) | set(now)) if before.get(s) != now.get(s)]
+            said.append(f"data.text ({', '.join(splits)})")
+        else:
+            said.append(f"data.{key}")
+    return said
+
+
 def check_data(run_dir: Path, current: dict, force: bool, resuming: bool = False) -> str | None:
     """After the data is read: the folder's run was trained on the same data, or RunFolderError (a
     warning with ``force``, unless a checkpoint is resumed whose tokenizers or segmenters differ)."""
@@ -248,7 +263,7 @@ def check_data(run_dir: Path, current: dict, force: bool, resuming: bool = False
     if not saved or saved == data:
         return None
     changed = [k for k in sorted(set(saved) | set(data)) if saved.get(k) != data.get(k)]
-    what = ", ".join(f"data.{k}" for k in changed)
+    what = ", ".join(data_differences(saved, data))
     unreadable = [k for k in READS_THE_PIECES if k in changed and k in saved]
     if resuming and unreadable:
         # the tokenizers are trained on the training text: where that text changed, it is the cause to name
@@ -272,6 +287,14 @@ def check_data(run_dir: Path, current: dict, force: bool, resuming: bool = False
         f"{run_dir} holds a run trained on other data ({what} differ); choose another run_dir, or pass "
         "resume=force to continue it anyway"
     )
+
+
+def saved_data_record(run_dir: Path) -> dict:
+    """The folder's record of its data ({} where it has none or it cannot be read)."""
+    try:
+        return json.loads((run_dir / FINGERPRINT).read_text()).get("data") or {}
+    except (OSError, ValueError, AttributeError):
+        return {}
 
 
 def saved_text(run_dir: Path) -> dict | None:

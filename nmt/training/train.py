@@ -60,10 +60,12 @@ from nmt.training.run_identity import (
     check_data,
     check_identity,
     current_text,
+    data_differences,
     data_identity,
     differences,
     fingerprint,
     record_identity,
+    saved_data_record,
     saved_fingerprint,
     saved_text,
 )
@@ -272,9 +274,16 @@ def _train_in_folder(cfg: DictConfig, task, run_dir: Path, config: dict, main_pr
             identity["data"] = data_identity(
                 datamodule.describe(), data_report, text_hashes, src_tokenizer, tgt_tokenizer
             )
+            saved_data = saved_data_record(run_dir)
             warning = check_data(run_dir, identity, force, resuming=resume is not None)
             if warning:
                 print(warning)
+                # on record as a setting's change is: the folder's run continued on other data (an edited
+                # validation file, whose scores the best checkpoint and early stopping then compared)
+                step = global_step(Path(resume)) if resume is not None else 0
+                forced = {"changed": data_differences(saved_data, identity["data"]), "from_step": step}
+                if forced not in identity.get("forced", []):
+                    identity["forced"] = [*identity.get("forced", []), forced]
             record_identity(run_dir, identity)
         model = task.build_model(cfg.model, src_tokenizer, tgt_tokenizer)
         if resume is not None:
