@@ -234,6 +234,22 @@ def test_a_run_trained_from_prefixes_scores_a_tsv_by_the_columns_given(tmp_path)
     assert result["columns"] == [1, 0] and (tmp_path / "out" / "sources.txt").read_text().splitlines() == EN[:6]
 
 
+def test_a_corpus_moved_is_the_same_data_and_an_edited_one_is_not(tmp_path, capsys):
+    """The paths of a data=files run were part of its identity: the same files moved to another folder were
+    refused as other settings (resume=force needed), where its text, compared once read, says what it is."""
+    write(tmp_path / "a" / "pool.tsv", [f"{e}\t{d}" for e, d in zip(EN, DE, strict=True)])
+    settings = ["data.valid_size=30", "data.test_size=30", "data.tokenizer.vocab_size=80", "data.max_tokens=800"]
+    settings += ["data.tokenizer.byte_fallback=false", "trainer.max_steps=2", f"run_dir={tmp_path / 'run'}"]
+    train(compose_train("data=files", f"data.train={tmp_path / 'a' / 'pool.tsv'}", *settings, *NO_FINAL_SCORES))
+    (tmp_path / "a").rename(tmp_path / "b")
+    moved = compose_train("data=files", f"data.train={tmp_path / 'b' / 'pool.tsv'}", *settings, *NO_FINAL_SCORES)
+    capsys.readouterr()
+    assert train(moved)["finished"] and "holds this run, finished" in capsys.readouterr().out
+    write(tmp_path / "b" / "pool.tsv", [f"{e}\t{d}" for e, d in zip(EN[1:], DE[1:], strict=True)])
+    with pytest.raises(RunFolderError, match=r"holds a run finished on other text \(its .*train.* changed since\)"):
+        train(moved)
+
+
 @pytest.mark.slow
 def test_a_seeded_split_without_a_test_set(tmp_path):
     """data.test_size=0: every pair not held out for validation trains; a run that would score a test set is

@@ -32,6 +32,11 @@ NOT_RESULT_KEYS = (
     "logger",
     "threads",
     "data.root",
+    # where one's own files are (data=files, lm_files), not what they hold: their text is the run's identity
+    # (data.text, each split's hash, compared once read), so a corpus moved is the same data, an edited one not
+    "data.train",
+    "data.val",
+    "data.test",
     "data.num_workers",
     "data.batches_on_device",
     "check_every",  # when the guard is read, not what it skips (the same updates, tested)
