@@ -769,3 +769,20 @@ def test_null_where_a_setting_takes_none_is_named_before_any_data_is_read(overri
     # a trainer's null is Lightning's default (build_trainer passes none), and these readers take null as theirs
     check_config(compose_train("trainer.num_sanity_val_steps=null", "trainer.precision=null", "check_every=null"))
     check_config(compose_train("matmul_precision=null", "test_average_last=null", "compile=null"))
+
+
+def test_a_warm_up_longer_than_the_run_is_said_with_the_share_of_the_peak_reached():
+    """data=zh_en trained 300 updates under the default 4,000-update warm-up: at 7.5% of its peak rate it
+    learnt nothing, and nothing said why."""
+    from nmt.training.config_groups import warmup_past_the_end
+
+    said = warmup_past_the_end(compose_train("optim=noam", "warmup=4000", "trainer.max_steps=300"))
+    assert said == (
+        "warning: the schedule's warm-up (4000 updates, warmup=) is longer than trainer.max_steps=300: the learning "
+        "rate rises for the whole run and ends at 8% of its peak; for a short run lower warmup (an experiment's "
+        "recipe sets both, e.g. experiment=factorial_tiny)"
+    )
+    assert warmup_past_the_end(compose_train("optim=adamw", "warmup=4000", "trainer.max_steps=300")).startswith("warn")
+    assert warmup_past_the_end(compose_train("optim=noam", "warmup=300", "trainer.max_steps=300")) is None
+    assert warmup_past_the_end(compose_train("optim=noam", "warmup=4000", "trainer.max_steps=-1")) is None
+    assert warmup_past_the_end(compose_train("optim=adam", "trainer.max_steps=300")) is None  # a fixed rate

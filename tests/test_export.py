@@ -512,7 +512,8 @@ def test_sources_are_cut_where_our_translator_cuts_them(tmp_path_factory, tmp_pa
         # cut as our translator cuts it, and said as it says it (it was silent: a shorter source, unsaid)
         model.translate(["one", "one two three four five six seven"])
     assert "1 input line(s) longer than 4 subword tokens were truncated (first: line 2)" in caplog.text
-    assert [options["max_input_length"] for options in given] == [5, 0, 5]  # by default ours; told, as told
+    # by default ours; told, as told (a call per output limit: the two lines' sources are of two lengths)
+    assert [options["max_input_length"] for options in given] == [5, 0, 0, 5, 5]
     caplog.clear()
     # an export made before the manifest held the run's limit keeps CTranslate2's own, and says so
     manifest = json.loads((tmp_path / "ct2" / "nmt_export.json").read_text())
@@ -523,8 +524,8 @@ def test_sources_are_cut_where_our_translator_cuts_them(tmp_path_factory, tmp_pa
     assert "was exported before its manifest held the run's source limit" in caplog.text
     given = recording(old)
     old.translate(["one two"])
-    # CTranslate2's limit: none given
-    assert [set(options) for options in given] == [{*manifest["decode"], "suppress_sequences"}]
+    # CTranslate2's limit: none given (the output's limit is the run's, relative to the source)
+    assert [set(options) for options in given] == [{*manifest["decode"], "suppress_sequences", "max_decoding_length"}]
 
 
 UNMAPPED = ("epsilon",)  # the strategies the export refuses: translate_batch has nothing like them
@@ -560,3 +561,29 @@ def test_the_runs_search_maps_onto_ctranslate2s_options_and_a_strategy_without_a
     # its mapping added where the message says: exported with it, the other strategies' as they were
     monkeypatch.setitem(STRATEGY_OPTIONS, "typical", lambda search: {"beam_size": 1, "sampling_topk": 3})
     assert decoding_defaults({"strategy": "typical", "seed": 1})["sampling_topk"] == 3
+
+
+def test_each_output_stops_at_the_runs_limit_relative_to_its_source(default_checkpoint, tmp_path):
+    """CTranslate2 has one fixed limit (256 by default) where the run stops at max_len_a x source + max_len_b:
+    an export of a barely trained en->zh model ran on past ours in 274 of 2,000 greedy test outputs. The
+    manifest carries the run's limit and each source length decodes under its own."""
+    loaded = load_model(default_checkpoint, device="cpu")
+    export_ctranslate2(loaded, tmp_path / "ct2")
+    manifest = json.loads((tmp_path / "ct2" / "nmt_export.json").read_text())
+    own = SearchConfig(**loaded.config["decode"])
+    assert manifest["length_limit"] == {"max_len_a": own.max_len_a, "max_len_b": own.max_len_b}
+    # a tight limit, so that outputs reach it: given to both
+    manifest["length_limit"] = {"max_len_a": 0.5, "max_len_b": 2}
+    (tmp_path / "ct2" / "nmt_export.json").write_text(json.dumps(manifest))
+    tight = SearchConfig(strategy="greedy", max_len_a=0.5, max_len_b=2)
+    ours = Translator([loaded], tight).translate(LINES)
+    model = CTranslate2Model(tmp_path / "ct2")
+    calls = recording(model)
+    assert model.translate(LINES, beam_size=1) == ours
+    # one call per limit: a source of n tokens with its end token may have int(0.5 n + 2) with the output's end
+    sizes = [len(loaded.src_tokenizer.encode(line)) + 1 for line in LINES]
+    assert sorted(call["max_decoding_length"] for call in calls) == sorted({int(0.5 * n + 2) - 1 for n in sizes})
+    assert ours != Translator([loaded], replace(tight, max_len_b=40)).translate(LINES)  # the limit cut them
+    calls.clear()  # a limit given is the call's, for every line
+    model.translate(LINES, beam_size=1, max_decoding_length=5)
+    assert [call["max_decoding_length"] for call in calls] == [5]

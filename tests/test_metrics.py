@@ -140,6 +140,28 @@ def test_score_command_rescores_saved_files(tmp_path, capsys):
     assert "short.txt has 1 lines but" in capsys.readouterr().err
 
 
+def test_a_language_other_than_the_one_outputs_were_scored_as_is_refused_or_said(tmp_path, capsys):
+    """--lang en for Chinese outputs beside evaluate.py's metrics.json (tgt_lang zh) printed BLEU 0.0 without a
+    word: another tokenisation is refused, another language of the same tokenisation said."""
+    from nmt.evaluation.score import main
+
+    (tmp_path / "hypotheses.txt").write_text("我爱你。\n", encoding="utf-8")
+    (tmp_path / "references.txt").write_text("我爱你们。\n", encoding="utf-8")
+    (tmp_path / "metrics.json").write_text(json.dumps({"tgt_lang": "zh"}))
+    files = [str(tmp_path / "hypotheses.txt"), str(tmp_path / "references.txt"), "--bootstrap", "0"]
+    with pytest.raises(SystemExit) as stop:
+        main([*files, "--lang", "en"])
+    assert stop.value.code == 2
+    assert capsys.readouterr().err == (
+        f"error: --lang en: the metrics.json beside {files[0]} scored them as 'zh', tokenised by sacreBLEU as 'zh', "
+        "not '13a'; give --lang zh, or copy the outputs elsewhere to score them otherwise\n"
+    )
+    assert "tok:zh" in main([*files, "--lang", "zh"])["bleu_signature"] and not capsys.readouterr().err
+    (tmp_path / "metrics.json").write_text(json.dumps({"tgt_lang": "de"}))
+    main([*files, "--lang", "en"])
+    assert "note: --lang en: the metrics.json beside" in capsys.readouterr().err
+
+
 def test_a_three_letter_chinese_code_scores_chinese_and_a_code_of_no_language_is_said(tmp_path, capsys):
     """Tatoeba names Mandarin cmn: the rescoring tool took --lang cmn (and yue, Cantonese, which training took
     for a known language) as no language and scored Chinese with 13a, every sentence one word, without a

@@ -30,7 +30,10 @@ class ZhEnDataModule(UnsplitCorpusDataModule):
         if source not in SOURCES:
             raise ValueError(f"data.source={source!r} is not one of {list(SOURCES)}")
         if {src_lang, tgt_lang} != {"zh", "en"}:
-            raise ValueError(f"data=zh_en translates between 'zh' and 'en', not {src_lang!r} -> {tgt_lang!r}")
+            raise ValueError(
+                f"data=zh_en translates between 'zh' and 'en', not {src_lang!r} -> {tgt_lang!r}: give both, "
+                "data.src_lang=zh data.tgt_lang=en (the default) or data.src_lang=en data.tgt_lang=zh"
+            )
         if "segmenter" not in kwargs:  # the config's default, built alone too (null given: none for either side)
             kwargs["segmenter"] = {"zh": "jieba"}
         super().__init__(src_lang=src_lang, tgt_lang=tgt_lang, **kwargs)

@@ -52,6 +52,17 @@ def main(argv: list[str] | None = None) -> dict:
             f"{args.hypotheses}: its metrics.json scored it ignoring case (a lowercasing model): so does this",
             file=sys.stderr,
         )
+    recorded = _recorded_language(args.hypotheses)
+    if recorded and recorded != args.lang:  # en given for Chinese outputs scored 0.0 without a word
+        said = f"--lang {args.lang}: the metrics.json beside {args.hypotheses} scored them as {recorded!r}"
+        mine, theirs = _tokenization(args.lang), _tokenization(recorded)
+        if mine != theirs:
+            parser.exit(
+                2,
+                f"error: {said}, tokenised by sacreBLEU as {theirs!r}, not {mine!r}; give --lang {recorded}, or copy "
+                "the outputs elsewhere to score them otherwise\n",
+            )
+        print(f"note: {said}; the tokenised BLEU's Moses rules follow --lang", file=sys.stderr)
     note = unknown_language_note("--lang", args.lang)
     if note:  # "cmn" is Chinese, and scored so; a code of no language was scored as English without a word
         print(note, file=sys.stderr)
@@ -85,6 +96,24 @@ def _scored_ignoring_case(hypotheses: str) -> bool:
         return "case:lc" in json.loads(metrics.read_text(encoding="utf-8")).get("bleu_signature", "")
     except (OSError, ValueError, AttributeError):  # no such file, or not evaluate.py's
         return False
+
+
+def _tokenization(lang: str) -> str:
+    """sacreBLEU's tokenisation of a language, or the reason it cannot be had here."""
+    try:
+        return bleu_tokenizer(lang)
+    except ValueError:
+        return f"{lang}-mecab (missing)"
+
+
+def _recorded_language(hypotheses: str) -> str | None:
+    """The target language the metrics.json that evaluate.py wrote beside these outputs scored them as."""
+    metrics = Path(hypotheses).with_name("metrics.json")
+    try:
+        language = json.loads(metrics.read_text(encoding="utf-8")).get("tgt_lang")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return language if isinstance(language, str) else None
 
 
 if __name__ == "__main__":

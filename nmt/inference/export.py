@@ -46,7 +46,8 @@ def decoding_defaults(decode: dict | None) -> dict:
     meaning CTranslate2 shares: the strategy and its beam or sampling settings, the minimum output length
     (both count the tokens before the end token) and n-gram blocking, so that an exported summariser keeps
     its floor and its trigram blocking. The length penalty is not carried (CTranslate2's is another formula),
-    nor the length limit relative to the source (CTranslate2 has a fixed one).
+    nor the length limit relative to the source (CTranslate2 has a fixed one a call: :func:`length_limit`, kept
+    beside these in the manifest, is applied by :class:`CTranslate2Model`).
 
     A beam's end: CTranslate2's ends once ``beam_size`` hypotheses have finished (its ``patience`` 1), as ours
     does with ``decode.early_stopping=true``; without it ours goes on while an unfinished hypothesis could
@@ -63,6 +64,23 @@ def decoding_defaults(decode: dict | None) -> dict:
             "STRATEGY_OPTIONS in nmt/inference/export.py)"
         )
     return {**options, **STRATEGY_OPTIONS[search.strategy](search)}
+
+
+def length_limit(decode: dict | None) -> dict:
+    """The run's output limit, ``max_len_a`` x source tokens (with the end token) + ``max_len_b``, counting the
+    output's end token, as its search stops."""
+    search = search_settings(decode, None, refuse_unread=False)
+    return {"max_len_a": search.max_len_a, "max_len_b": search.max_len_b}
+
+
+def output_limits(source_tokens: Sequence[int], limit: dict, cap: int | None) -> list[int]:
+    """Each source's CTranslate2 ``max_decoding_length``: the tokens our search may decode before its end token
+    (its limit counts the end token, computed in float32 as it computes it, within a learned table's ``cap``)."""
+    import torch
+
+    lengths = torch.tensor(list(source_tokens), dtype=torch.float32)
+    limits = (lengths * limit["max_len_a"] + limit["max_len_b"]).long().clamp(min=1, max=cap)
+    return [max(int(n) - 1, 1) for n in limits]
 
 
 # each strategy the export maps, as translate_batch's options; CTranslate2 samples where beam_size is 1 (its
@@ -125,6 +143,9 @@ def export_ctranslate2(loaded: LoadedModel, out_dir: str | Path, quantization: s
             "max_input_len": input_limit(loaded.config.get("data") or {}),
             # the run's search as CTranslate2's options: CTranslate2Model.translate's defaults
             "decode": decode,
+            # the run's output limit relative to the source (a x source tokens + b), which CTranslate2 has not:
+            # CTranslate2Model.translate decodes each length of source under its own limit
+            "length_limit": length_limit(loaded.config.get("decode")),
         }
         atomic_write_text(out_dir / "nmt_export.json", json.dumps(manifest, indent=1) + "\n")
         (out_dir / PARTIAL).unlink(missing_ok=True)
@@ -158,6 +179,8 @@ class CTranslate2Model:
         # exported before the manifest held the run's search: CTranslate2's defaults (beam 2, no minimum
         # length, no n-gram blocking) stand, as they did, and are said
         self.decoding = manifest.get("decode")
+        # exported before the manifest held it: CTranslate2's fixed limit (256, or a learned table's) stands
+        self.length_limit = manifest.get("length_limit")
         if self.decoding and self.decoding.get("beam_size", 1) > 1 and "patience" not in self.decoding:
             # exported before the manifest held the beam's end: the run's default search (early_stopping=false)
             self.decoding = {**self.decoding, "patience": BEAM_PATIENCE}
@@ -178,8 +201,9 @@ class CTranslate2Model:
         ``translate_batch`` (beam_size, max_decoding_length, ...); those not given are the run's own search
         (``decoding``: its beam size, minimum length and n-gram blocking), with the start and padding tokens
         suppressed as ours never outputs them. By default a source is cut where our translator cuts it (the
-        run's limit, and a learned position table's size less the end token) and a model with such a table
-        decodes outputs as long as it holds."""
+        run's limit, and a learned position table's size less the end token) and each output stops where our
+        search stops it (the run's ``max_len_a`` x source + ``max_len_b``, within such a table: one
+        ``translate_batch`` call per limit; a ``max_decoding_length`` given holds for every line)."""
         if isinstance(lines, str):
             return self.translate([lines], **options)[0]
         if lines is None or isinstance(lines, bytes) or not hasattr(lines, "__iter__"):
@@ -203,6 +227,7 @@ class CTranslate2Model:
         limits = [n for n in (self.max_input_len, None if source is None else source - 1) if n is not None]
         if limits:  # CTranslate2 counts the end token it appends within max_input_length (its default: 1,024)
             options.setdefault("max_input_length", min(limits) + 1)
+        per_length = self.length_limit is not None and "max_decoding_length" not in options
         if target is not None:
             options.setdefault("max_decoding_length", target)
         batch = [self.source.pieces(self.source.encode(line)) for line in lines]
@@ -215,10 +240,21 @@ class CTranslate2Model:
                 cut - 1,
                 long_lines[0] + 1,
             )
-        try:
-            results = self.translator.translate_batch(batch, **options)
-        except TypeError as err:  # pybind's whole signature: the option it does not know said in one line
-            raise _unknown_option(err, options) from None
+        if per_length:  # our limit is relative to the source, CTranslate2's one per call: one call per limit
+            read = [min(len(pieces) + 1, cut) if cut else len(pieces) + 1 for pieces in batch]  # with the end token
+            limits = output_limits(read, self.length_limit, target)
+        else:
+            limits = [options.get("max_decoding_length")] * len(batch)
+        results = [None] * len(batch)
+        for limit in sorted(set(limits), key=lambda n: -1 if n is None else n):
+            rows = [n for n, given in enumerate(limits) if given == limit]
+            asked = {**options, "max_decoding_length": limit} if per_length else options
+            try:
+                found = self.translator.translate_batch([batch[n] for n in rows], **asked)
+            except TypeError as err:  # pybind's whole signature: the option it does not know said in one line
+                raise _unknown_option(err, asked) from None
+            for n, result in zip(rows, found, strict=True):
+                results[n] = result
         return [self.target.decode([self.target.sp.piece_to_id(p) for p in r.hypotheses[0]]) for r in results]
 
 

@@ -346,3 +346,21 @@ def unused_model_parts(cfg: DictConfig) -> set[str]:
     those it does (a Transformer reads no attention=, an RNN no pos= or norm=)."""
     model_cfg = OmegaConf.to_container(cfg.model, resolve=False) if cfg.get("model") is not None else {}
     return {g for g in MODEL_PART_GROUPS if "${" + g + "}" not in str(model_cfg)}
+
+
+def warmup_past_the_end(cfg: DictConfig) -> str | None:
+    """A warning where the schedule's warm-up outlasts trainer.max_steps: the learning rate rises for the whole
+    run and never reaches its peak (a short run of data=zh_en kept the default 4,000-update warm-up and learnt
+    nothing, without a word). Not an error: a smoke run may mean it."""
+    scheduler = OmegaConf.select(cfg, "optim.scheduler", default=None)
+    steps = OmegaConf.select(cfg, "trainer.max_steps", default=-1)
+    if not isinstance(scheduler, DictConfig) or "warmup" not in scheduler or not isinstance(steps, int):
+        return None
+    warmup = scheduler.warmup
+    if not isinstance(warmup, int) or steps < 1 or warmup <= steps:
+        return None
+    return (
+        f"warning: the schedule's warm-up ({warmup} updates, warmup=) is longer than trainer.max_steps={steps}: the "
+        f"learning rate rises for the whole run and ends at {steps / warmup:.0%} of its peak; for a short run lower "
+        "warmup (an experiment's recipe sets both, e.g. experiment=factorial_tiny)"
+    )

@@ -20,6 +20,7 @@ from nmt.training import weight_casts
 from nmt.training.compile import compile_model
 from nmt.training.config import ConfigError, checked_task
 from nmt.training.config_device import resolve_precision
+from nmt.training.config_groups import warmup_past_the_end
 from nmt.training.final import (
     as_float,
     final_scores,
@@ -104,6 +105,8 @@ def train(cfg: DictConfig, task: Task | None = None) -> dict:
     config = OmegaConf.to_container(cfg, resolve=True)
     config["run_dir"] = str(run_dir)
     main_process = owns_run_folder()  # DDP starts one process per device, each running this function
+    if main_process and (said := warmup_past_the_end(cfg)):
+        print(said)
     with RunLock(run_dir) if main_process else contextlib.nullcontext():
         return _train_in_folder(cfg, task, run_dir, config, main_process)
 
