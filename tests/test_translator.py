@@ -936,6 +936,23 @@ def test_evaluate_reads_a_tsv_in_the_columns_given_whatever_corpus_the_checkpoin
     assert (tmp_path / "out" / "sources.txt").read_text().splitlines() == en
 
 
+def test_outputs_holding_broken_characters_are_said_where_the_references_hold_none():
+    """A briefly trained en->zh model wrote U+FFFD in 304 of 2,000 greedy test outputs (byte pieces that form
+    no character), which nothing said."""
+    from nmt.tasks.base import grid_cell_scoring
+    from nmt.tasks.translation_eval import broken_characters
+
+    said = broken_characters("test", ["我的\ufffd\ufffd", "好", "\ufffd"], ["我的书", "好", "对"])
+    assert said == (
+        "split=test: 2 of 3 outputs hold U+FFFD (first: sentence 1): byte pieces (data.tokenizer.byte_fallback) "
+        "that form no character, as a model not yet trained enough writes them; they are scored as written"
+    )
+    assert broken_characters("test", ["好"], ["好"]) is None
+    assert broken_characters("test", ["\ufffd"], ["\ufffd"]) is None  # the references hold one: the text's own
+    with grid_cell_scoring():
+        assert broken_characters("test", ["\ufffd"], ["好"]) is None
+
+
 def test_an_edited_files_set_is_evaluated_beside_its_earlier_evaluation_not_over_it(checkpoints, tmp_path, capsys):
     """The folder of a files: set is named by its path: after an edit, its evaluation replaced the earlier one,
     whose metrics.json kept no trace of the text scored."""

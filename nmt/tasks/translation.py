@@ -36,6 +36,7 @@ from nmt.tasks.base import (
     update_target_metrics,
 )
 from nmt.tasks.translation_eval import (
+    broken_characters,
     check_attention_indices,
     columns_tag,
     eval_folder_name,
@@ -343,6 +344,8 @@ class TranslationTask(Task):
         scores = corpus_scores(hypotheses, references, datamodule.tgt_lang, rouge=rouge, lowercase=lowercase)
         scores.update(self.extra_scores(hypotheses, references))
         if said := length_warning(split, scores["length_ratio"], search, sum(len(r.split()) for r in references)):
+            log.warning(said)
+        if said := broken_characters(split, hypotheses, references):
             log.warning(said)
         given_columns = (data_overrides or {}).get("columns")
         own_columns = (loaded.config.get("data") or {}).get("columns")

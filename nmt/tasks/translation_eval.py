@@ -258,6 +258,20 @@ def length_warning(split: str, ratio: float, search: SearchConfig, references: i
     return None
 
 
+def broken_characters(split: str, hypotheses: list[str], references: list[str]) -> str | None:
+    """What to say where outputs hold U+FFFD and the references none: byte pieces (a tokenizer with
+    byte_fallback) that form no UTF-8 character, which a model not yet trained enough emits (a briefly trained
+    en->zh model's greedy test outputs: 304 of 2,000), shown as one replacement character each."""
+    broken = [n for n, text in enumerate(hypotheses) if "\ufffd" in text]
+    if in_grid_cell() or not broken or any("\ufffd" in text for text in references):
+        return None
+    return (
+        f"split={split}: {len(broken)} of {len(hypotheses)} outputs hold U+FFFD (first: sentence {broken[0] + 1}): "
+        "byte pieces (data.tokenizer.byte_fallback) that form no character, as a model not yet trained enough "
+        "writes them; they are scored as written"
+    )
+
+
 def _interval(result: dict, key: str) -> str:
     if key not in result:
         return ""
