@@ -222,3 +222,18 @@ def test_translate_py_scores_a_language_models_sentences_from_a_sentence_start(m
     assert refused.stderr.startswith("error: alignments=true: a language model reads no source"), refused.stderr
     refused = command(f"ckpt_path={models['lm']}", "input=null")
     assert refused.stderr.startswith("error: input=null: give a file of source lines"), refused.stderr
+
+
+def test_a_language_model_draws_n_best_continuations_each_scored_as_a_given_one(models):
+    """Sampling with n_best: that many continuations of a prompt, best first, the first draw the single sample;
+    each one's log-probability is what scoring its words after the prompt gives."""
+    # (a continuation of at most 5 words leaves the whole prompt in the table of 12 positions)
+    translator = Translator.from_checkpoint(
+        models["lm"], strategy="sample", seed=2, temperature=2.0, max_new_tokens=5, device="cpu"
+    )
+    drawn = translator.translate_nbest(["w3 w4"], n_best=3)[0]
+    assert len(drawn) == 3 and [h.log_prob for h in drawn] == sorted((h.log_prob for h in drawn), reverse=True)
+    assert translator.translate("w3 w4") in [h.text for h in drawn]
+    for h in drawn:
+        continuation = h.text.removeprefix("w3 w4").strip()
+        assert h.score == h.log_prob == pytest.approx(translator.score("w3 w4", continuation).log_prob, abs=1e-4)

@@ -16,7 +16,7 @@ from torch.nn import functional as F
 
 from nmt.data.segmenter import Segmenter
 from nmt.data.tokenizer import BOS_ID, EOS_ID, Tokenizer, TokenizerSettings
-from nmt.decoding.settings import SAMPLED, SearchConfig
+from nmt.decoding.settings import RANKED, SAMPLED, SearchConfig
 from nmt.decoding.translate import translate_lines
 from nmt.inference.checkpoint import CheckpointError
 from nmt.inference.loading import load_model
@@ -75,6 +75,51 @@ def test_a_sampling_seed_fixes_each_lines_sample_whatever_the_batching(checkpoin
         )
     other_seed = Translator.from_checkpoint(checkpoints["seed1"], **{**settings, "seed": 4}).translate(lines)
     assert other_seed != together
+
+
+@pytest.mark.parametrize("strategy", [s for s in SAMPLED if s not in RANKED])
+def test_sampling_n_best_draws_each_line_n_times_ranked_by_log_probability(checkpoints, strategy, tmp_path):
+    """fairseq's --sampling --nbest N: N draws a line (for minimum-Bayes-risk decoding, sampled back-translation),
+    best first; sampling gave one output, and n_best > 1 was refused. Seeded, a line's draws depend on the seed
+    and its line number alone, and its first draw is its single sample."""
+    needs = STRATEGY_NEEDS.get(strategy, {})
+    settings = {"strategy": strategy, "seed": 3, "temperature": 3.0, "device": "cpu", **needs}
+    translator = Translator.from_checkpoint(checkpoints["seed1"], **settings)
+    lines = ["one two three four five six", "seven eight", ""]
+    drawn = translator.translate_nbest(lines, n_best=4)
+    single = translator.translate(lines)
+    compared = []
+    for line, hyps, alone in zip(lines, drawn, single, strict=True):
+        if not line:
+            assert [h.text for h in hyps] == [""]
+            continue
+        assert len(hyps) == 4 and [h.log_prob for h in hyps] == sorted((h.log_prob for h in hyps), reverse=True)
+        assert alone in [h.text for h in hyps]
+        for h in hyps:  # each draw's score is its own log-probability, teacher-forced again by the scorer
+            again = translator.score(line, h.text)  # where the text is spelt as drawn (a draw may spell it otherwise)
+            assert h.score == h.log_prob
+            if again.tokens == h.tokens:
+                compared.append(h.log_prob == pytest.approx(again.log_prob, abs=1e-4))
+    assert compared and all(compared)
+    assert len({h.text for h in drawn[0]}) > 1  # draws, not copies
+    alone = translator.translate_nbest(lines[1:2], n_best=4, first_line=2)[0]
+    assert [h.text for h in alone] == [h.text for h in drawn[1]]
+    with pytest.raises(ValueError, match=r"^n_best=0: must be >= 1 \(sampling draws n_best outputs a line\)$"):
+        translator.translate_nbest(lines, n_best=0)
+    greedy = Translator.from_checkpoint(checkpoints["seed1"], strategy="greedy", device="cpu")
+    with pytest.raises(ValueError, match=r"^n_best=2: must be between 1 and the beam size \(1; greedy search gives 1"):
+        greedy.translate_nbest(lines, n_best=2)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "translate.py"), f"ckpt_path={checkpoints['seed1']}", "n_best=3", "threads=1"]
+        + [f"decode.{key}={value}" for key, value in settings.items() if key != "device"],
+        input="seven eight\n",
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    rows = [line.split("\t") for line in done.stdout.splitlines()]
+    assert done.returncode == 0 and [r[0] for r in rows] == ["0", "0", "0"], done.stderr
+    assert [r[2] for r in rows] == [h.text for h in translator.translate_nbest(["seven eight"], n_best=3)[0]]
 
 
 def test_a_ranking_search_is_told_each_lines_number_whatever_the_batching(checkpoints, monkeypatch):
@@ -522,7 +567,7 @@ def test_a_negative_average_or_an_unknown_search_option_is_refused_not_ignored(c
         translator.translate(None)
     with pytest.raises(TypeError, match=r"^prefixes='eins': give a list, one prefix per line"):
         translator.translate_nbest(["one", "two"], prefixes="eins")
-    with pytest.raises(ValueError, match=r"^n_best='2': must be between 1 and the beam size"):
+    with pytest.raises(ValueError, match=r"^n_best='2': must be a whole number >= 1 \(outputs per line\)"):
         translator.translate_nbest(["one"], n_best="2")
     # a None prefix is no prefix, as it was, and UTF-8 bytes are text to SentencePiece
     assert translator.translate_nbest(["one", b"two"], prefixes=[None, ""]) == translator.translate_nbest(

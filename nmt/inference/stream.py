@@ -103,11 +103,8 @@ def _run_translate(cfg: DictConfig) -> dict:
             f"prefix_file={cfg.prefix_file}: a language model continues each line, its prompt; give the prefix as "
             "part of the line and leave prefix_file out"
         )
-    beams = translator.search.hypotheses
-    if not 1 <= int(cfg.n_best) <= beams:
-        raise ValueError(
-            f"n_best={cfg.n_best}: must be between 1 and the beam size ({beams}; greedy and sampling give 1)"
-        )
+    if problem := translator.n_best_problem(int(cfg.n_best)):
+        raise ValueError(problem)
     prefixes = read_lines(cfg.prefix_file) if cfg.prefix_file else None
     scored = bool(cfg.scores or cfg.alignments or int(cfg.n_best) > 1)
     keep_end = translator.continues  # a language model's prompt keeps its last tokens

@@ -42,6 +42,12 @@ log = logging.getLogger(__name__)
 LONG_INPUT = ("truncate", "error")
 
 
+def draw_number(number: int, draw: int) -> int | str:
+    """What seeds draw ``draw`` of line ``number`` (sentence_generators): the line's number for its first draw,
+    so that one draw is what a single sample of the line is, then ``"number.draw"``."""
+    return number if draw == 0 else f"{number}.{draw}"
+
+
 def check_limits(**limits) -> None:
     """max_tokens, max_input_len: positive integers (a negative max_input_len would cut lines from the end);
     max_input_len may be None, the run's own limit."""
@@ -222,8 +228,9 @@ class Translator:
         on_batch: Callable[[int], object] | None = None,
     ) -> list[list[Hypothesis]]:
         """Per line, its ``n_best`` outputs best first (beam search: n_best <= beam_size, and fewer where the
-        search finishes fewer, as under a tight max_len_b; translate.py pads its output to n lines; greedy and
-        sampling: 1). ``prefixes``: per line, text the output must begin with. ``scores``: also the
+        search finishes fewer, as under a tight max_len_b; translate.py pads its output to n lines; greedy: 1;
+        sampling: n_best draws, ranked by log-probability, a line's first draw its single sample).
+        ``prefixes``: per line, text the output must begin with. ``scores``: also the
         per-token log-probabilities and alignments (one teacher-forced pass over the outputs);
         ``with_attention``: also each output's cross-attention. An empty line gives one empty output (a language
         model continues it from a sentence start).
@@ -252,11 +259,11 @@ class Translator:
                     f"{name} ('' for an empty one)"
                 )
         beams = self.search.hypotheses
-        if isinstance(n_best, bool) or not isinstance(n_best, Integral) or not 1 <= n_best <= beams:
-            raise ValueError(
-                f"n_best={n_best!r}: must be between 1 and the beam size ({beams}; greedy and sampling give 1)"
-            )
+        if isinstance(n_best, bool) or not isinstance(n_best, Integral) or (problem := self.n_best_problem(n_best)):
+            raise ValueError(problem if not isinstance(n_best, bool) and isinstance(n_best, Integral) else
+                             f"n_best={n_best!r}: must be a whole number >= 1 (outputs per line)")  # fmt: skip
         n_best = int(n_best)
+        draws = n_best if self.search.samples and not self.search.ranks else 1  # sampling: n_best draws a line
         if prefixes is not None and len(prefixes) != len(lines):
             raise ValueError(f"{len(prefixes)} prefixes for {len(lines)} lines: give one per line (may be empty)")
         if self.continues:
@@ -296,7 +303,7 @@ class Translator:
         non_empty = [i for i, ids in enumerate(encoded) if ids]
         lengths = {i: len(encoded[i]) + 1 for i in non_empty}
         order = sorted(non_empty, key=lengths.__getitem__)
-        budget = max(self.max_tokens // beams, max(lengths.values(), default=1))
+        budget = max(self.max_tokens // (beams * draws), max(lengths.values(), default=1))
         for batch in token_batches(lengths, budget, order):
             src = self._pad([encoded[i] + [EOS_ID] for i in batch])
             batch_prefixes = [forced[i] for i in batch] if forced else None
@@ -304,20 +311,45 @@ class Translator:
             if self.search.ranks:
                 found = ranked_hypotheses(self.model, src, BOS_ID, EOS_ID, self.search, batch_prefixes, numbers)
                 found = [hyps[:n_best] or [(0.0, [])] for hyps in found]
-            else:
+            else:  # each line `draws` times: draw k > 0 of line n seeded by "n.k", draw 0 as the line alone
+                rows = src.repeat_interleave(draws, 0)
+                forced_rows = [p for p in batch_prefixes for _ in range(draws)] if batch_prefixes else None
+                drawn = [draw_number(n, k) for n in numbers for k in range(draws)]
+                outputs = decode(self.model, rows, BOS_ID, EOS_ID, self.search, forced_rows, drawn)
                 found = [
-                    [(float("nan"), ids)]
-                    for ids in decode(self.model, src, BOS_ID, EOS_ID, self.search, batch_prefixes, numbers)
+                    [(float("nan"), ids) for ids in outputs[b * draws : (b + 1) * draws]] for b in range(len(batch))
                 ]
             for i, hyps in zip(batch, found, strict=True):
                 results[i] = [Hypothesis(self.tgt_tokenizer.decode(ids), score, float("nan")) for score, ids in hyps]
-            if scores or with_attention:
+            if scores or with_attention or draws > 1:  # several draws are ranked by their log-probabilities
                 self._score(src, batch, encoded, found, results, with_attention)
+            if draws > 1:
+                for i in batch:
+                    results[i].sort(key=lambda h: -h.log_prob)
             if on_batch is not None:
                 on_batch(len(batch))
         if on_batch is not None and len(non_empty) < len(lines):  # given their empty output, not decoded
             on_batch(len(lines) - len(non_empty))
         return results
+
+    @property
+    def most_outputs(self) -> int | None:
+        """The most outputs a line can have (n_best): a ranking search's hypotheses, any number of draws for
+        sampling (None), one for greedy search."""
+        if self.search.ranks:
+            return self.search.hypotheses
+        return None if self.search.samples else 1
+
+    def n_best_problem(self, n_best: int) -> str | None:
+        """What is wrong with asking ``n_best`` outputs a line of this translator's search, or None."""
+        most = self.most_outputs
+        if n_best >= 1 and (most is None or n_best <= most):
+            return None
+        if most is None:
+            return f"n_best={n_best}: must be >= 1 (sampling draws n_best outputs a line)"
+        return (
+            f"n_best={n_best}: must be between 1 and the beam size ({most}; greedy search gives 1, sampling any number)"
+        )
 
     @torch.no_grad()
     def score(
@@ -359,13 +391,15 @@ class Translator:
         if search.ranks:
             found = ranked_hypotheses(self.model, context, BOS_ID, EOS_ID, search, numbers=[number])[0][:n_best]
             found = found or [(0.0, [])]
-        else:
-            found = [(float("nan"), decode(self.model, context, BOS_ID, EOS_ID, search, numbers=[number])[0])]
+        else:  # sampling: n_best draws, seeded as translation's (draw_number); greedy: n_best is 1
+            drawn = [draw_number(number, k) for k in range(n_best)]
+            outputs = decode(self.model, context.expand(n_best, -1), BOS_ID, EOS_ID, search, numbers=drawn)
+            found = [(float("nan"), ids) for ids in outputs]
         results = []
         for score, ids in found:
             text = " ".join(filter(None, (line.strip(), self.tgt_tokenizer.decode(ids))))
             hypothesis = Hypothesis(text, score, float("nan"), src_tokens=self.tgt_tokenizer.pieces(prompt))
-            if scores:
+            if scores or len(found) > 1 and not search.ranks:  # several draws are ranked by log-probability
                 sequence = torch.tensor([[EOS_ID, *prompt, *ids]], device=self.device)
                 log_probs = F.log_softmax(self.model(sequence).float(), dim=-1)[0]  # (len, vocab)
                 start = len(prompt)  # the prediction after the prompt's last token
@@ -377,6 +411,8 @@ class Translator:
                 if hypothesis.score != hypothesis.score:
                     hypothesis.score = hypothesis.log_prob
             results.append(hypothesis)
+        if not search.ranks and len(results) > 1:
+            results.sort(key=lambda h: -h.log_prob)
         return results
 
     def _warn_truncated(self, numbers: list[int], keep_end: bool, later: str = "") -> None:

@@ -42,10 +42,15 @@ class TranslateRequest(BaseModel):
     attention: StrictBool = True
 
 
+DRAWS = 5  # the most outputs a request may ask of a sampling search
+
+
 def create_app(translator: Translator, max_chars: int = 1000, title: str = "nmt") -> FastAPI:
     app = FastAPI(title=title, docs_url=None, redoc_url=None, openapi_url=None)
     lock = threading.Lock()
-    beams = translator.search.hypotheses
+    # the most outputs a request may ask: a beam's hypotheses; sampling, a few draws (any number would let one
+    # request hold the server)
+    beams = translator.most_outputs or DRAWS
     largest = body_limit(max_chars)
     # a language model continues a prompt's end (its last tokens are kept), a source is read from its start
     kept = "last" if translator.continues else "first"
@@ -123,7 +128,14 @@ def create_app(translator: Translator, max_chars: int = 1000, title: str = "nmt"
         if not text:
             return JSONResponse({"error": "text is empty"}, status_code=422)
         if request.n_best > beams:
-            return JSONResponse({"error": f"n_best must be at most the beam size ({beams})"}, status_code=422)
+            most = (
+                "the beam size"
+                if translator.search.ranks
+                else "the draws a request may ask"
+                if translator.search.samples
+                else "1 (greedy search)"
+            )
+            return JSONResponse({"error": f"n_best must be at most {most} ({beams})"}, status_code=422)
         try:
             with lock:
                 # a language model has no cross-attention to draw (no source): its page shows no heatmap
