@@ -245,6 +245,16 @@ def test_a_corpus_moved_is_the_same_data_and_an_edited_one_is_not(tmp_path, caps
     moved = compose_train("data=files", f"data.train={tmp_path / 'b' / 'pool.tsv'}", *settings, *NO_FINAL_SCORES)
     capsys.readouterr()
     assert train(moved)["finished"] and "holds this run, finished" in capsys.readouterr().out
+    # a folder recorded before text was compared: the paths it recorded decide
+    record = json.loads((tmp_path / "run" / "fingerprint.json").read_text())
+    old = {**record, "config": {**record["config"], "data.train": str(tmp_path / "a" / "pool.tsv")}}
+    old["data"] = {k: v for k, v in record["data"].items() if k != "text"}
+    (tmp_path / "run" / "fingerprint.json").write_text(json.dumps(old))
+    with pytest.raises(
+        RunFolderError, match=r"holds a run finished on other files \(data\.train: '.*/a/pool\.tsv' -> "
+    ):
+        train(moved)
+    (tmp_path / "run" / "fingerprint.json").write_text(json.dumps(record))
     write(tmp_path / "b" / "pool.tsv", [f"{e}\t{d}" for e, d in zip(EN[1:], DE[1:], strict=True)])
     with pytest.raises(RunFolderError, match=r"holds a run finished on other text \(its .*train.* changed since\)"):
         train(moved)

@@ -587,3 +587,11 @@ def test_each_output_stops_at_the_runs_limit_relative_to_its_source(default_chec
     calls.clear()  # a limit given is the call's, for every line
     model.translate(LINES, beam_size=1, max_decoding_length=5)
     assert [call["max_decoding_length"] for call in calls] == [5]
+    # a minimum length above a line's limit: the limit ends it, as ours (CTranslate2 refused the whole call)
+    floor = Translator([loaded], replace(tight, min_len=4)).translate(LINES)
+    assert model.translate(LINES, beam_size=1, min_decoding_length=4) == floor
+    # a limit of the end token alone: empty outputs, as ours (CTranslate2 takes no limit of 0)
+    manifest["length_limit"] = {"max_len_a": 0.0, "max_len_b": 1}
+    (tmp_path / "ct2" / "nmt_export.json").write_text(json.dumps(manifest))
+    none = Translator([loaded], replace(tight, max_len_a=0.0, max_len_b=1)).translate(LINES)
+    assert CTranslate2Model(tmp_path / "ct2").translate(LINES, beam_size=1) == none == [""] * len(LINES)

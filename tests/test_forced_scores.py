@@ -96,13 +96,22 @@ def test_a_searchs_output_scored_again_is_its_search_score(models):
         assert given.alignment == searched.alignment
 
 
-def test_an_ensemble_scores_the_mean_of_its_members_probabilities(models):
-    """Two members' probabilities averaged per token: the ensemble's score of a target, from each member's own
-    teacher-forced scores of it (here a model with itself: its own score)."""
-    one = Translator.from_checkpoint(models["transformer"], device="cpu")
-    two = Translator.from_checkpoint([models["transformer"], models["transformer"]], device="cpu")
-    for alone, both in zip(one.score(SOURCES, TARGETS), two.score(SOURCES, TARGETS), strict=True):
-        assert both.token_log_probs == pytest.approx(alone.token_log_probs, abs=1e-5)
+def test_an_ensemble_scores_a_target_as_its_search_scores_it(models):
+    """A Transformer and an RNN of one vocabulary: at each token the renormalised mean of their
+    log-probabilities, as the ensemble's beam search (no length penalty) scores its own outputs."""
+    both = Translator.from_checkpoint(
+        [models["transformer"], models["rnn"]], beam_size=4, length_penalty=0.0, device="cpu"
+    )
+    found = both.translate_nbest(SOURCES, n_best=2)
+    lines = [line for line, hyps in zip(SOURCES, found, strict=True) for _ in hyps]
+    outputs = [h for hyps in found for h in hyps]
+    scored = both.score(lines, [h.text for h in outputs])
+    same = [(g, s) for g, s in zip(scored, outputs, strict=True) if g.tokens == s.tokens]
+    assert len(same) >= len(outputs) - 2
+    for given, searched in same:
+        assert given.log_prob == pytest.approx(searched.score, abs=1e-4)
+    alone = Translator.from_checkpoint(models["transformer"], device="cpu").score(lines, [h.text for h in outputs])
+    assert [g.log_prob for g in scored] != pytest.approx([a.log_prob for a in alone], abs=1e-3)  # not one member's
 
 
 def test_a_language_model_scores_a_target_as_its_cache_predicts_it_token_by_token(models):
@@ -132,9 +141,18 @@ def test_a_target_is_scored_whole_or_refused_naming_its_line(models, caplog):
     lm = Translator.from_checkpoint(models["lm"], device="cpu")
     long = " ".join(["w3"] * 11)  # a sentence start, 11 words: 12 inputs, predicting 11 words and the end
     assert len(lm.score(None, ["w1", long])[1].token_log_probs) == 12
-    with pytest.raises(InputError, match=r"^target line 3: the model reads its prompt, the sentence start and the "
-                                         r"target in 13 positions, more than .* \(pos\.max_len=12\)"):  # fmt: skip
-        lm.score(["", "", "w1"], ["w1", long, long])
+    with pytest.raises(InputError, match=r"^target line 3: the model reads a sentence start and the target in 13 "
+                                         r"positions, more than .* \(pos\.max_len=12\)"):  # fmt: skip
+        lm.score(None, ["w1", long, long + " w4"])
+    # a prompt leaves the target its positions: its last tokens are kept, as generation keeps them, and said
+    with caplog.at_level("WARNING"):
+        ten = " ".join(f"w{n}" for n in range(1, 11))
+        cut = lm.score([ten, "w9 " * 30], ["w4 w5", long])
+    assert "2 lines (first: line 1): the prompt is cut to its last tokens" in caplog.text
+    assert cut[1].log_prob == pytest.approx(lm.score(None, [long])[0].log_prob, abs=1e-5)  # no room left: none
+    nine = ten.split(" ", 1)[1]  # 12 positions: the start, 9 of the prompt, the target's 2
+    assert cut[0].log_prob == pytest.approx(lm.score([nine], ["w4 w5"])[0].log_prob, abs=1e-5)
+    caplog.clear()
     translator = Translator.from_checkpoint(models["transformer"], device="cpu")
     with caplog.at_level("WARNING"):
         translator.score(SOURCES[:2], ["drei ☃", "acht"])

@@ -1108,6 +1108,10 @@ def test_a_folder_trained_on_other_data_is_refused(tmp_path, capsys):
     # on record, as a setting's change is: the results and the folder's record say the run went on on other text
     results = json.loads((tmp_path / "results.json").read_text())
     assert [forced["changed"] for forced in results["continued_under_other_settings"]] == [["data.text (test)"]]
+    # from the update its checkpoint holds: the one epoch's
+    assert [forced["from_step"] for forced in results["continued_under_other_settings"]] == [
+        steps_per_epoch(compose_train(*args))
+    ]
     record = json.loads((tmp_path / "fingerprint.json").read_text())
     assert record["forced"] == results["continued_under_other_settings"] and record["data"]["text"]["test"] != "0" * 16
     # other tokenizers (here: other segmenters before them): the checkpoint's embeddings would index other

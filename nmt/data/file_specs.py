@@ -184,7 +184,9 @@ def missing_file(split: str, spec, path: Path, src_lang: str, tgt_lang: str) -> 
             f"path was given in, or give it as a path from here (evaluate.py: +data.{split}=PATH)"
         )
     else:  # a finished run's files moved or renamed since (a relative one above: read from another folder)
-        hints.append(f"moved or renamed since it was given? give its new place (evaluate.py: +data.{split}=PATH)")
+        hints.append(
+            f"if it was moved or renamed, give its new place (data.{split}=PATH; evaluate.py: +data.{split}=PATH)"
+        )
     said = f"data.{split}={spec}" if isinstance(spec, str) else f"data.{split}={list(spec)}"
     return FileNotFoundError(errno.ENOENT, f"No such file or directory ({'; '.join([said, *hints])})", str(path))
 

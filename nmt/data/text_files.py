@@ -35,4 +35,5 @@ class TextFilesDataModule(LanguageModelDataModule):
             raise type(err)(f"data.{split}={err}") from None
 
     def describe(self) -> str:
-        return f"lm_files {self.paths['train']} (block {self.block_size}, eval stride {self.eval_stride})"
+        # no path: a run's data is its text (hashed), so the same files moved are the same corpus
+        return f"lm_files (block {self.block_size}, eval stride {self.eval_stride})"

@@ -53,7 +53,9 @@ def main(argv: list[str] | None = None) -> dict:
             file=sys.stderr,
         )
     recorded = _recorded_language(args.hypotheses)
-    if recorded and recorded != args.lang:  # en given for Chinese outputs scored 0.0 without a word
+    # en given for Chinese outputs scored 0.0 without a word; a code of no language recorded (data=files'
+    # default, tgt) is what a rescoring corrects
+    if recorded and recorded != args.lang and unknown_language_note("", recorded) is None:
         said = f"--lang {args.lang}: the metrics.json beside {args.hypotheses} scored them as {recorded!r}"
         mine, theirs = _tokenization(args.lang), _tokenization(recorded)
         if mine != theirs:

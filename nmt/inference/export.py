@@ -80,7 +80,7 @@ def output_limits(source_tokens: Sequence[int], limit: dict, cap: int | None) ->
 
     lengths = torch.tensor(list(source_tokens), dtype=torch.float32)
     limits = (lengths * limit["max_len_a"] + limit["max_len_b"]).long().clamp(min=1, max=cap)
-    return [max(int(n) - 1, 1) for n in limits]
+    return [int(n) - 1 for n in limits]  # 0: the end token alone, an empty output
 
 
 # each strategy the export maps, as translate_batch's options; CTranslate2 samples where beam_size is 1 (its
@@ -245,17 +245,23 @@ class CTranslate2Model:
             limits = output_limits(read, self.length_limit, target)
         else:
             limits = [options.get("max_decoding_length")] * len(batch)
-        results = [None] * len(batch)
+        outputs: list[list[str]] = [[] for _ in batch]  # each line's output pieces
         for limit in sorted(set(limits), key=lambda n: -1 if n is None else n):
             rows = [n for n, given in enumerate(limits) if given == limit]
-            asked = {**options, "max_decoding_length": limit} if per_length else options
+            if per_length and limit == 0:  # our search ends these at once (CTranslate2 takes no limit of 0)
+                continue
+            asked = options
+            if per_length:  # where the limit comes first, it ends the output, as our search ends it
+                asked = {**options, "max_decoding_length": limit}
+                if "min_decoding_length" in options:  # a floor above the limit: CTranslate2 refuses the call
+                    asked["min_decoding_length"] = min(options["min_decoding_length"], limit)
             try:
                 found = self.translator.translate_batch([batch[n] for n in rows], **asked)
             except TypeError as err:  # pybind's whole signature: the option it does not know said in one line
                 raise _unknown_option(err, asked) from None
             for n, result in zip(rows, found, strict=True):
-                results[n] = result
-        return [self.target.decode([self.target.sp.piece_to_id(p) for p in r.hypotheses[0]]) for r in results]
+                outputs[n] = result.hypotheses[0]
+        return [self.target.decode([self.target.sp.piece_to_id(p) for p in pieces]) for pieces in outputs]
 
 
 def _unknown_option(err: TypeError, options: dict) -> TypeError:

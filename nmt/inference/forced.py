@@ -71,8 +71,24 @@ def score_targets(
     table = position_limits(translator.model)[1]
     if translator.continues:
         prompts = translator._encode_sources(lines, first_line, keep_end=True)
+        _check_positions([len(ids) + 1 for ids in target_ids], table, first_line, "a sentence start and ")
+        if table is not None:  # the target whole; the prompt's last tokens in what room is left, as generation does
+            rooms = [table - 1 - len(ids) for ids in target_ids]
+            cut = [n for n, (prompt, room) in enumerate(zip(prompts, rooms, strict=True)) if len(prompt) > room]
+            if cut:
+                log.warning(
+                    "%s: the prompt is cut to its last tokens, to leave the target its positions in the model's "
+                    "learned position table (pos.max_len=%d)",
+                    f"line {first_line + cut[0]}"
+                    if len(cut) == 1
+                    else f"{len(cut)} lines (first: line {first_line + cut[0]})",
+                    table,
+                )
+                prompts = [
+                    prompt[len(prompt) - room :] if n in cut else prompt
+                    for n, (prompt, room) in enumerate(zip(prompts, rooms, strict=True))
+                ]
         inputs = [[EOS_ID, *prompt, *ids] for prompt, ids in zip(prompts, target_ids, strict=True)]
-        _check_positions([len(row) for row in inputs], table, first_line, "its prompt, the sentence start and ")
         return _score_continuations(translator, prompts, target_ids, inputs, targets, on_batch)
     sources = translator._encode_sources(lines, first_line)
     _check_positions([len(ids) + 1 for ids in target_ids], table, first_line, "the start token and ")

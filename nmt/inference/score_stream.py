@@ -61,6 +61,11 @@ def run_scoring(cfg: DictConfig) -> dict:
     translator = Translator.from_config(cfg)
     if cfg.input is None and not translator.continues:
         raise ValueError("input=null: a translation model scores each target given its source; give input=<file>")
+    if cfg.input == "-" and translator.continues and sys.stdin.isatty():  # it would wait for prompts unsaid
+        raise ValueError(
+            "targets= with a language model reads each target's prompt from standard input, a terminal here: give "
+            "input=<file of prompts>, or input=null to score each target from a sentence start"
+        )
     if cfg.alignments and translator.continues:
         raise ValueError("alignments=true: a language model reads no source to align with; leave it out")
     targets = read_lines(cfg.targets)

@@ -176,12 +176,17 @@ def _text_differences(run: Path, overrides: list[str], read: dict) -> list[str]:
     import json
 
     from nmt.tasks import build_task
-    from nmt.training.run_identity import changed_splits, current_text, saved_text
+    from nmt.training.run_identity import changed_splits, current_text, moved_without_text, saved_text
 
     saved = saved_text(run)
-    if not saved:
-        return []
     cfg = compose_train(overrides)
+    if not saved:  # recorded before text hashes were: its files' paths, which it recorded, decide
+        moved = moved_without_text(run, OmegaConf.to_container(cfg, resolve=True))
+        return (
+            [f"data: its files were given elsewhere ({'; '.join(moved)}), recorded before text was compared"]
+            if moved
+            else []
+        )
     key = json.dumps([OmegaConf.to_container(cfg.data, resolve=True), str(cfg.cache_dir)], sort_keys=True)
     if key not in read:
         try:

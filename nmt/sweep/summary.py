@@ -109,10 +109,13 @@ def _constants(sweep_dir: Path) -> list[str]:
 def _not_a_setting(key: str) -> bool:
     from nmt.training.run_identity import NOT_RESULT_KEYS
 
+    # the data files' paths stay: where a run's text came from is what a reader of the report asks first
+    # (out of the identity only because the text itself is compared)
+    shown = ("data.train", "data.val", "data.test")
     return (
         key in SWEEP_KEYS
         or key.startswith("hydra")
-        or any(key == k or key.startswith(k + ".") for k in NOT_RESULT_KEYS)
+        or any((key == k or key.startswith(k + ".")) and k not in shown for k in NOT_RESULT_KEYS)
     )
 
 

@@ -36,13 +36,15 @@ def tuning_run(run_dir: Path) -> dict:
     setting that changes a result; the seed left out), its config groups, its code and the hash of each
     split's text it read (absent where the run recorded none)."""
     from nmt.training.run_folder import RunFolderError
-    from nmt.training.run_identity import saved_fingerprint
+    from nmt.training.run_identity import result_config, saved_fingerprint
 
     try:
         saved, _ = saved_fingerprint(run_dir, force=True)
     except RunFolderError:
         saved = None
-    config = {k: v for k, v in ((saved or {}).get("config") or {}).items() if k != "seed"}
+    # the recorded settings as the identity reads them now: a key that stopped counting since the run was
+    # recorded (data=files' paths) is left out, as on the side it is compared with
+    config = {k: v for k, v in result_config((saved or {}).get("config") or {}).items() if k != "seed"}
     code = (saved or {}).get("code") or {}
     choices = {}
     hydra = run_dir / ".hydra" / "hydra.yaml"

@@ -224,9 +224,9 @@ class LanguageModelTask(Task):
             tag += f"_stride{datamodule.eval_stride}"
         folder = Path(out) if out else loaded.run_dir / "eval" / tag
         chosen = bool(out)  # out_dir: taken as it is
-        out, result["code"] = evaluation_folder_for_code(folder, chosen, loaded.run_dir)
         result["text"] = datamodule.text_hash(split)  # a files: text edited since: its evaluation kept
-        out = evaluation_folder_for_text(out, chosen, result["text"])
+        folder = evaluation_folder_for_text(folder, chosen, result["text"])  # then, of that text, other code's
+        out, result["code"] = evaluation_folder_for_code(folder, chosen, loaded.run_dir)
         atomic_write_json(out / "metrics.json", result)
         table = Table(title=f"{result['data']} - {split}")
         for column in ("metric", "value"):

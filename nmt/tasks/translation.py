@@ -357,9 +357,9 @@ class TranslationTask(Task):
             name += "_rouge" if rouge else "_norouge"
         folder = Path(out) if out else loaded.run_dir / "eval" / name
         chosen = bool(out)  # out_dir: taken as it is
-        out, code = evaluation_folder_for_code(folder, chosen, loaded.run_dir)
         text = content_hash("evaluation set", lines=[*sources, *references])  # a files: set edited since
-        out = evaluation_folder_for_text(out, chosen, text)
+        folder = evaluation_folder_for_text(folder, chosen, text)  # then, of that text, one of other code
+        out, code = evaluation_folder_for_code(folder, chosen, loaded.run_dir)
         result = {
             "checkpoints": loaded.checkpoints,
             "data": description,

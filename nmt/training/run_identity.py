@@ -112,13 +112,23 @@ def _flatten(node, prefix: str = "") -> dict:
     return {prefix[:-1]: node}
 
 
+# where data=files gives a set as files, the size (and, both given, the seed) of a set split off data.train: read
+# by nothing, so out of the identity (a run that gave one before they were refused still matches its command)
+UNREAD_SPLIT_KEYS = {"val": ("data.valid_size",), "test": ("data.test_size",), "both": ("data.split_seed",)}
+
+
 def result_config(config: dict) -> dict:
     """The flattened config keys that can change a run's result."""
     flat = _flatten(config)
+    unread = set()
+    if all(f"data.{key}" in flat for key in ("val", "test", "split_seed")):  # data=files' keys
+        given = [split for split in ("val", "test") if flat[f"data.{split}"] not in (None, "")]
+        unread = {key for split in given for key in UNREAD_SPLIT_KEYS[split]}
+        unread |= set(UNREAD_SPLIT_KEYS["both"]) if len(given) == 2 else set()
     return {
         key: value
         for key, value in flat.items()
-        if not any(key == k or key.startswith(k + ".") for k in NOT_RESULT_KEYS)
+        if key not in unread and not any(key == k or key.startswith(k + ".") for k in NOT_RESULT_KEYS)
     }
 
 
@@ -245,12 +255,10 @@ def data_differences(saved: dict, data: dict) -> list[str]:
     return said
 
 
-def check_data(run_dir: Path, current: dict, force: bool, resuming: bool = False) -> str | None:
-    """After the data is read: the folder's run was trained on the same data, or RunFolderError (a
-    warning with ``force``, unless a checkpoint is resumed whose tokenizers or segmenters differ)."""
-    path = run_dir / FINGERPRINT
-    saved = json.loads(path.read_text()).get("data") if path.is_file() else None
-    data = dict(current["data"])
+def comparable_data(saved: dict | None, data: dict) -> tuple[dict | None, dict]:
+    """A folder's data record and this run's, as they are compared: a record from before segmenters kept
+    their user dictionary's words names only its file, and counts left out of the record since are dropped."""
+    data = dict(data)
     if saved and len(saved.get("segmenters") or []) == len(data.get("segmenters") or []):
         # a record from before segmenters kept their user dictionary's words named only its file: compared so
         data["segmenters"] = [
@@ -265,6 +273,15 @@ def check_data(run_dir: Path, current: dict, force: bool, resuming: bool = False
                 for split, counts in saved["splits"].items()
             },
         }
+    return saved, data
+
+
+def check_data(run_dir: Path, current: dict, force: bool, resuming: bool = False) -> str | None:
+    """After the data is read: the folder's run was trained on the same data, or RunFolderError (a
+    warning with ``force``, unless a checkpoint is resumed whose tokenizers or segmenters differ)."""
+    path = run_dir / FINGERPRINT
+    saved = json.loads(path.read_text()).get("data") if path.is_file() else None
+    saved, data = comparable_data(saved, current["data"])
     if not saved or saved == data:
         return None
     changed = [k for k in sorted(set(saved) | set(data)) if saved.get(k) != data.get(k)]
@@ -321,6 +338,23 @@ def current_text(cfg, task) -> dict:
     if "download" in data:  # never a download to compare a run's text
         data.download = False
     return task.build_datamodule(data, cfg.cache_dir, cfg.seed).text_hashes()
+
+
+def moved_without_text(run_dir: Path, config: dict) -> list[str]:
+    """A folder recorded before text hashes were: the data files' paths it recorded that ``config`` (this
+    command's, resolved) gives otherwise, as 'key: saved -> now'. Their text cannot be compared, and the paths
+    left the identity for the text to decide: such a run is not taken for this data."""
+    try:
+        recorded = json.loads((run_dir / FINGERPRINT).read_text()).get("config") or {}
+    except (OSError, ValueError, AttributeError):
+        return []
+    now = _flatten(config)
+    keys = [f"data.{split}" for split in ("train", "val", "test")]
+    return [
+        f"{key}: {recorded[key]!r} -> {now.get(key)!r}"
+        for key in keys
+        if key in recorded and recorded[key] != now.get(key)
+    ]
 
 
 def changed_splits(saved: dict, now: dict) -> list[str]:

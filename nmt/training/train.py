@@ -60,11 +60,13 @@ from nmt.training.run_identity import (
     changed_splits,
     check_data,
     check_identity,
+    comparable_data,
     current_text,
     data_differences,
     data_identity,
     differences,
     fingerprint,
+    moved_without_text,
     record_identity,
     saved_data_record,
     saved_fingerprint,
@@ -182,7 +184,13 @@ def _check_finished_on_this_text(cfg: DictConfig, task, run_dir: Path) -> None:
     """A finished run is reported again only where the text it was trained and scored on is the text this
     command reads: an edited file got the old results back. Where the data is gone, its results stand."""
     saved = saved_text(run_dir)
-    if not saved:  # recorded before text hashes were
+    if not saved:  # recorded before text hashes were: its files' paths, which it recorded, decide
+        moved = moved_without_text(run_dir, OmegaConf.to_container(cfg, resolve=True))
+        if moved:
+            raise RunFolderError(
+                f"{run_dir} holds a run finished on other files ({'; '.join(moved)}), recorded before text was "
+                "compared; choose another run_dir (or move this folder aside) to train on these"
+            )
         return
     try:
         now = current_text(cfg, task)
@@ -278,13 +286,22 @@ def _train_in_folder(cfg: DictConfig, task, run_dir: Path, config: dict, main_pr
                 datamodule.describe(), data_report, text_hashes, src_tokenizer, tgt_tokenizer
             )
             saved_data = saved_data_record(run_dir)
+            moved = [] if saved_data.get("text") else moved_without_text(run_dir, config)
+            if moved and resume is not None and not force:  # no text recorded to compare: its paths decide
+                raise RunFolderError(
+                    f"{run_dir} holds a run trained on other files ({'; '.join(moved)}), recorded before text was "
+                    "compared; choose another run_dir, or pass resume=force to continue it anyway"
+                )
             warning = check_data(run_dir, identity, force, resuming=resume is not None)
             if warning:
                 print(warning)
                 # on record as a setting's change is: the folder's run continued on other data (an edited
                 # validation file, whose scores the best checkpoint and early stopping then compared)
                 step = global_step(Path(resume)) if resume is not None else 0
-                forced = {"changed": data_differences(saved_data, identity["data"]), "from_step": step}
+                forced = {
+                    "changed": data_differences(*comparable_data(saved_data, identity["data"])),
+                    "from_step": step,
+                }
                 if forced not in identity.get("forced", []):
                     identity["forced"] = [*identity.get("forced", []), forced]
             record_identity(run_dir, identity)
