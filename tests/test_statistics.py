@@ -635,7 +635,15 @@ def test_report_from_synthetic_runs(tmp_path):
         "degrees of freedom, fewer than the 10 that keep the cost of blocks small."
     ) in report
     assert _row(report, "| norm: rms - layer |")[1] == "0.00"  # never "-0.00"
-    assert "pos=relative raises test_bleu against pos=absolute (4.00 ± 2.11" in report
+    # beside the adjusted p, the interval unadjusted and the one over the 3 effects at once (Bonferroni)
+    se = fit["effects"][
+        next(k for k in fit["effects"] if effects.effect_name(*k, LEVELS) == "pos: relative - absolute")
+    ]["se"]
+    joint = stats.t.ppf(1 - 0.05 / 6, 8) * se
+    assert (
+        f"pos=relative raises test_bleu against pos=absolute (4.00; 95% interval ± 2.11 unadjusted, ± {joint:.2f} "
+        "over the 3 effects at once (Bonferroni); p (Holm)"
+    ) in report
     assert "| layer | 31.00 | 34.00 |" in report  # norm x pos interaction row
     assert (tmp_path / "interaction_norm_pos.png").read_bytes().startswith(b"\x89PNG")
     lines = (tmp_path / "results.csv").read_text().splitlines()
@@ -843,7 +851,7 @@ def test_main_effects_of_a_design_with_a_combination_unrun_are_said_to_assume_no
     pos, norm = (analysis.level_summary(records, "test_bleu", f) for f in ("pos", "norm"))
     assert (pos["relative"]["cells"], pos["relative"]["missing"], pos["absolute"]["missing"]) == (1, ["norm=rms"], [])
     assert norm["rms"]["missing"] == ["pos=relative"] and norm["layer"]["cells"] == 2
-    assert "| level | runs | mean (of its cells) | std | min | max | cells |" in text
+    assert "| level | runs | mean (of its cells) | std (its runs) | min | max | cells |" in text
     assert "| relative | 3 | 34.00 | " in text and "| 1 of 2 |" in text
     assert "pos=relative has no run with norm=rms: its mean is over the cells it has, so it leans toward them" in text
     assert "norm=rms has no run with pos=relative: its mean" in text
@@ -851,7 +859,7 @@ def test_main_effects_of_a_design_with_a_combination_unrun_are_said_to_assume_no
     (tmp_path / "all").mkdir()
     synthetic_sweep(tmp_path / "all", RECORDS)
     balanced = " ".join(write_report(tmp_path / "all").read_text().split())
-    assert "| level | runs | mean (of its cells) | std | min | max |" in balanced and "has no run with" not in balanced
+    assert "| level | runs | mean (of its cells) | std (its runs) | min | max |" in balanced and "has no run with" not in balanced
 
 
 def test_without_a_baseline_run_the_report_says_why_no_cell_is_compared_with_it(tmp_path):
@@ -1151,7 +1159,9 @@ def test_the_report_says_what_ended_each_run_and_warns_of_runs_cut_by_a_time_cap
     ended = ["max_time"] * 2 + ["early stopping"] * 8 + [None] * 2
     synthetic_sweep(tmp_path, [{**r, "ended_by": e} if e else r for r, e in zip(RECORDS, ended, strict=True)])
     report = write_report(tmp_path).read_text()
-    row = "| runs ended by | early stopping (8), max_time (2); not recorded (2: runs made before it was) |"
+    row = (
+        "| what ended the runs | early stopping: 8 runs, max_time: 2 runs; not recorded: 2 (runs made before it was) |"
+    )
     assert row in report
     assert "**Warning:** 2 run(s) were ended by `trainer.max_time`" in report
     assert "They are: norm=layer, pos=absolute, seed 1; norm=layer, pos=absolute, seed 2." in report
@@ -1255,7 +1265,11 @@ def test_an_interval_past_what_the_metric_can_take_is_said_where_it_is_read(tmp_
     assert f"95% intervals past the values test_bleu can take: {named}. There the seeds are too few" in ranking
     assert "relative" not in ranking.split("can take:")[1].split(". There")[0]  # the other cells stay unnamed
     findings = report[report.index("## Findings") :].split(" ## ")[0]
-    assert f"their 95% intervals reach past the values test_bleu can take ({named})" in findings
+    t_two = stats.t.ppf(0.975, 2)  # three seeds: the t quantile alone widens an ordinary scatter's interval
+    assert (
+        f"some cells' 95% intervals reach past the values test_bleu can take ({named}): with 3 seeds a t interval "
+        f"reaches {t_two:.1f} standard errors each way, so an ordinary scatter does that"
+    ) in findings
     # two seeds, where such intervals are most common: no finding drawn, the caveat said all the same
     (tmp_path / "two").mkdir()
     synthetic_sweep(tmp_path / "two", [r for r in records if r["seed"] < 3])
@@ -1263,7 +1277,7 @@ def test_an_interval_past_what_the_metric_can_take_is_said_where_it_is_read(tmp_
     findings = two[two.index("## Findings") :].split(" ## ")[0]
     assert "None drawn" in findings and "some cells' 95% intervals reach past the values test_bleu can take" in findings
     t_one = stats.t.ppf(0.975, 1)  # with two seeds: the interval's width, not the runs, is what is said
-    assert f"with two seeds a t interval reaches {t_one:.1f} standard errors each way, so a modest scatter" in findings
+    assert f"with 2 seeds a t interval reaches {t_one:.1f} standard errors each way, so an ordinary scatter" in findings
     # the bounds by the metric's name: scores in percent, accuracies as fractions, perplexity at least 1
     assert metric_range("val_as_test_bleu_tok_lc") == metric_range("test_rougeL") == (0.0, 100.0)
     assert metric_range("val_acc") == (0.0, 1.0) and metric_range("test_ppl") == (1.0, math.inf)
@@ -1330,16 +1344,20 @@ def test_where_the_fit_and_the_seed_level_tests_disagree_the_findings_say_why(tm
     fitted = reference.pvalues["C(pos, Treatment('absolute'))[T.none]"]
     welch = stats.ttest_ind(values["none"], values["absolute"], equal_var=False).pvalue
     assert fitted < 0.05 / 2 and welch * 2 > 0.05  # the two tests, Holm over two contrasts
-    assert "pos=none lowers test_bleu against pos=absolute (7.65 ± " in report
+    assert "pos=none lowers test_bleu against pos=absolute (7.65; 95% interval ± " in report
     assert f"p (Holm) {2 * fitted:.2g}): worse." in report
     assert "No cell differs detectably from the baseline by the seed-level test after Holm's adjustment." in report
     stds = sorted(float(np.std(v, ddof=1)) for v in values.values())
     assert (
         "The fit and the seed-level tests answer differently. The fit pools every cell's scatter over seeds into "
-        f"one estimate, as if all cells scattered alike; here the cells' standard deviations run from {stds[0]:.2f} "
-        f"to {stds[-1]:.2f}; the seed-level test compares a cell with the baseline by their own seeds alone "
-        "(Welch), assuming nothing of the other cells and pairing no seeds."
+        f"one estimate, as if all cells scattered alike (here the cells' standard deviations run from {stds[0]:.2f} "
+        f"to {stds[-1]:.2f}); the seed-level test compares a cell with the baseline by their own seeds alone "
+        "(Welch), assuming nothing of the other cells and pairing no seeds"
     ) in report
+    # whether they scatter unlike, tested: Brown-Forsythe (scipy's Levene about the medians)
+    unlike = stats.levene(*values.values(), center="median").pvalue
+    verdict = "they do detectably" if unlike < 0.05 else "they do not detectably (which few seeds say weakly)"
+    assert f"here {verdict}: Brown-Forsythe test of equal scatter, p = {unlike:.2g}." in report
     assert "share a part detectably" not in report
     # where they agree, nothing of it
     (tmp_path / "agree").mkdir()

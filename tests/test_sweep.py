@@ -56,7 +56,7 @@ def test_two_by_two_sweep_through_joblib_reports_logs_to_wandb_and_resumes(tmp_p
     ]
     report = (tmp_path / "report.md").read_text()
     assert "| factor pos | absolute (reference), rope |" in report and (tmp_path / "results.csv").exists()
-    assert "| runs ended by | max_epochs (4) |" in report and "not trained to their end" not in report
+    assert "| what ended the runs | max_epochs: 4 runs |" in report and "not trained to their end" not in report
     # every run scored the validation set as its test: the ranking shows it beside the test score
     header = next(line for line in report.splitlines() if line.startswith("| rank |"))
     assert header.endswith("| validation mean |") and "mean over seeds of val_as_test_bleu" in report

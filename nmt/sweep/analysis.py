@@ -168,7 +168,8 @@ def ranking(records: Sequence[dict], metric: str) -> list[dict]:
     for cell, values in cell_values(records, metric, factors).items():
         mean, ci = mean_ci(values)
         std = statistics.stdev(values) if len(values) > 1 else math.nan
-        rows.append({**dict(zip(factors, cell, strict=True)), "n": len(values), "mean": mean, "ci95": ci, "std": std})
+        row = {**dict(zip(factors, cell, strict=True)), "n": len(values), "mean": mean, "ci95": ci, "std": std}
+        rows.append({**row, "scores": list(values)})  # its runs' own (a test of equal scatter reads them)
     sign = 1 if lower_is_better(metric) else -1
     return sorted(rows, key=lambda row: sign * row["mean"])
 

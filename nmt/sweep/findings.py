@@ -84,15 +84,17 @@ def findings(
     rows = ranking.get("rows") or []
     past = past_range_cells(rows, list(levels), metric)
     # a found difference and a null alike rest on the seeds' scatter; so does reading the numbers at all
-    two = any(row["n"] == 2 for row in rows if analysis.past_range(row["mean"], row["ci95"], metric))
+    # with few seeds the t quantile alone takes an ordinary scatter past the scale (3 seeds: 4.30 standard
+    # errors); a bounded score is not normally scattered near its end either: both said, no cause asserted
+    fewest = min((int(row["n"]) for row in rows if analysis.past_range(row["mean"], row["ci95"], metric)), default=0)
     scatter = (
-        f"**Caveat:** some cells' scores are not scattered as the tests assume (normally over seeds): their 95% "
-        f"intervals reach past the values {metric} can take ({past}), as a run far from the others makes them "
-        "(the Ranking says more)."
-        if not two
-        else f"**Caveat:** some cells' 95% intervals reach past the values {metric} can take ({past}): with two "
-        f"seeds a t interval reaches {analysis.t_critical(1):.1f} standard errors each way, so a modest scatter "
-        "does that, as does a run far from the others (the Ranking says more); more seeds narrow it."
+        f"**Caveat:** some cells' 95% intervals reach past the values {metric} can take ({past}): with "
+        f"{fewest} seeds a t interval reaches {analysis.t_critical(fewest - 1):.1f} standard errors each way, so an "
+        "ordinary scatter does that, as does a run far from the others (the Ranking says more); near the end of "
+        "its scale a score is not normally scattered, as the tests assume. More seeds narrow it."
+        if fewest >= 2
+        else f"**Caveat:** some cells' 95% intervals reach past the values {metric} can take ({past}) (the Ranking "
+        "says more)."
     )
     if not conclusive:
         doc.paragraph(
@@ -125,11 +127,18 @@ def findings(
 
         names = {key: effects.effect_name(*key, levels) for key in fit["effects"]}
         adjusted = holm({names[k]: e["p"] for k, e in fit["effects"].items()})
+        family = len(adjusted)
         for key, e in fit["effects"].items():
             if not adjusted[names[key]] < ALPHA:  # nan: no test
                 continue
             (term, column), better = key, (e["diff"] < 0) == lower
-            evidence = f"{abs(e['diff']):.2f} ± {e['ci95']:.2f}, p (Holm) {adjusted[names[key]]:.2g}"
+            # the interval beside an adjusted p: unadjusted, and the one that holds for the whole family at once
+            joint = simultaneous_half_width(e["se"], e["df"], family)
+            evidence = (
+                f"{abs(e['diff']):.2f}; 95% interval ± {e['ci95']:.2f} unadjusted"
+                + (f", ± {joint:.2f} over the {family} effects at once (Bonferroni)" if family > 1 else "")
+                + f"; p (Holm) {adjusted[names[key]]:.2g}"
+            )
             if len(term) == 1:
                 verb = "lowers" if e["diff"] < 0 else "raises"
                 sentences.append(
@@ -222,21 +231,48 @@ def _over_the_others(fit: dict, factors: int) -> str:
     return f", in a fit that takes the interactions it leaves out to be zero ({why}: see Effects at a glance)"
 
 
+def simultaneous_half_width(se: float, df: float, family: int) -> float:
+    """The half-width of a 95% interval that holds for ``family`` estimates at once (Bonferroni: each at
+    1 - 0.05 / family, two-sided), for one of standard error ``se`` on ``df`` degrees of freedom."""
+    from scipy.stats import t
+
+    if df < 1 or family < 1:
+        return math.nan
+    return float(t.ppf(1 - 0.05 / (2 * family), df)) * se
+
+
+def _scatter_test(rows: list[dict]) -> str:
+    """Whether the cells scatter unlike, by the Brown-Forsythe test (Levene's, about each cell's median) of
+    their runs' scores, as a clause; what cannot be tested said so."""
+    groups = [[float(v) for v in row.get("scores") or []] for row in rows]
+    groups = [g for g in groups if len(g) >= 2]
+    if len(groups) < 2:
+        return "whether they do is not tested here (a cell has fewer than 2 runs)."
+    from scipy.stats import levene
+
+    p = float(levene(*groups, center="median").pvalue)
+    if math.isnan(p):
+        return "whether they do cannot be tested (every cell's runs scored alike)."
+    verdict = "they do detectably" if p < ALPHA else "they do not detectably (which few seeds say weakly)"
+    return f"here {verdict}: Brown-Forsythe test of equal scatter, p = {p:.2g}."
+
+
 def _two_tests(rows: list[dict], factors: int, fit: dict) -> str:
     """Why the fit's effects and the seed-level tests of cells can answer differently, said where they do (a
     one-factor sweep tests the same contrast twice): what each assumes, with the cells' scatter and the
     seeds' shared part that decide which to read."""
     stds = [float(row["std"]) for row in rows if row.get("std") is not None and not math.isnan(float(row["std"]))]
-    spread = f"; here the cells' standard deviations run from {min(stds):.2f} to {max(stds):.2f}" if stds else ""
-    over = ", and averages each effect over the other factors" if factors > 1 else ""
+    spread = f" (here the cells' standard deviations run from {min(stds):.2f} to {max(stds):.2f})" if stds else ""
+    over = ", and it averages each effect over the other factors" if factors > 1 else ""
+    unlike = _scatter_test(rows)
     blocks = fit.get("seed_blocks")
     blocked = ", and takes out what each seed adds to every cell alike (seeds as blocks)" if blocks else ""
     said = (
         "The fit and the seed-level tests answer differently. The fit pools every cell's scatter over seeds into "
         f"one estimate, as if all cells scattered alike{spread}{over}{blocked}; the seed-level test compares a "
         "cell with the baseline by their own seeds alone (Welch), assuming nothing of the other cells and "
-        "pairing no seeds. Where the cells scatter unlike, the seed-level test is the one to read; more seeds "
-        "settle it."
+        "pairing no seeds, and so has fewer degrees of freedom. Where the cells scatter unlike, the seed-level "
+        f"test is the one to read; {unlike} More seeds settle it."
     )
     if blocks and not math.isnan(blocks["p"]) and blocks["p"] < ALPHA:
         said += (

@@ -299,7 +299,8 @@ def _main_effects(
         level_rows = analysis.level_summary(records, metric, factor, written.get(factor, ()))
         lacking = {level: s for level, s in level_rows.items() if s["missing"]}
         doc.table(
-            ["level", "runs", "mean (of its cells)", "std", "min", "max", *(["cells"] if lacking else [])],
+            # the std, min and max are over the level's runs, the other factors' levels among them
+            ["level", "runs", "mean (of its cells)", "std (its runs)", "min", "max", *(["cells"] if lacking else [])],
             [
                 [level, str(s["n"]), fmt(s["mean"]), fmt(s["std"]), fmt(s["min"]), fmt(s["max"])]
                 + ([f"{s['cells']} of {s['cells'] + len(s['missing'])}"] if lacking else [])

@@ -56,10 +56,11 @@ def what_ran(
         rows.append(["parameters", f"{sizes[0]:,}" if len(sizes) == 1 else f"{sizes[0]:,} to {sizes[-1]:,}"])
     ended = facts.get("ended_by") or {}
     if ended:
-        text = ", ".join(f"{reason} ({count})" for reason, count in ended.items())
+        # "max_epochs (12)" read as the budget's value: the count says it is runs
+        text = ", ".join(f"{reason}: {count} run{'s' if count != 1 else ''}" for reason, count in ended.items())
         unrecorded = facts.get("finished", 0) - sum(ended.values())
-        text += f"; not recorded ({unrecorded}: runs made before it was)" if unrecorded > 0 else ""
-        rows.append(["runs ended by", text])
+        text += f"; not recorded: {unrecorded} (runs made before it was)" if unrecorded > 0 else ""
+        rows.append(["what ended the runs", text])
     rows.append(["seeds", ", ".join(str(s) for s in facts.get("seeds", [])) or "none"])
     planned, finished, failed = facts.get("planned"), facts.get("finished", 0), facts.get("failed") or []
     runs = f"{finished} finished"
