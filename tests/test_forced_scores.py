@@ -77,18 +77,24 @@ def test_a_given_outputs_score_is_what_the_decoder_gives_it_step_by_step(models,
         assert translator.score(line, target).log_prob == pytest.approx(given.log_prob, abs=1e-5)
 
 
+def searched_then_scored(translator: Translator, n_best: int):
+    """(the scored hypothesis, the searched one) of every n-best output of SOURCES whose text the tokenizer
+    spells as the search did: a search that spelt it otherwise (a barely trained model's "▁ ▁ ▁", shown as
+    "") scored other tokens. Most outputs are compared."""
+    found = translator.translate_nbest(SOURCES, n_best=n_best)
+    lines = [line for line, hyps in zip(SOURCES, found, strict=True) for _ in hyps]
+    outputs = [h for hyps in found for h in hyps]
+    scored = translator.score(lines, [h.text for h in outputs])
+    same = [(g, s) for g, s in zip(scored, outputs, strict=True) if g.tokens == s.tokens]
+    assert len(same) >= len(outputs) - 2
+    return same, lines, outputs, scored
+
+
 def test_a_searchs_output_scored_again_is_its_search_score(models):
     """With no length penalty a beam's score is its output's log-probability: scoring the output's text
     gives it again, with the same alignment."""
     translator = Translator.from_checkpoint(models["transformer"], beam_size=4, length_penalty=0.0, device="cpu")
-    found = translator.translate_nbest(SOURCES, n_best=3)
-    lines = [line for line, hyps in zip(SOURCES, found, strict=True) for _ in hyps]
-    outputs = [h for hyps in found for h in hyps]
-    scored = translator.score(lines, [h.text for h in outputs])
-    # a text is scored as the tokenizer spells it: a search that spelt it otherwise (a barely trained model's
-    # "▁ ▁ ▁", shown as "") scored other tokens
-    same = [(g, s) for g, s in zip(scored, outputs, strict=True) if g.tokens == s.tokens]
-    assert len(same) >= len(outputs) - 2
+    same, *_ = searched_then_scored(translator, 3)
     for given, searched in same:
         assert given.text == searched.text
         assert given.score == pytest.approx(searched.score, abs=1e-4)
@@ -102,12 +108,7 @@ def test_an_ensemble_scores_a_target_as_its_search_scores_it(models):
     both = Translator.from_checkpoint(
         [models["transformer"], models["rnn"]], beam_size=4, length_penalty=0.0, device="cpu"
     )
-    found = both.translate_nbest(SOURCES, n_best=2)
-    lines = [line for line, hyps in zip(SOURCES, found, strict=True) for _ in hyps]
-    outputs = [h for hyps in found for h in hyps]
-    scored = both.score(lines, [h.text for h in outputs])
-    same = [(g, s) for g, s in zip(scored, outputs, strict=True) if g.tokens == s.tokens]
-    assert len(same) >= len(outputs) - 2
+    same, lines, outputs, scored = searched_then_scored(both, 2)
     for given, searched in same:
         assert given.log_prob == pytest.approx(searched.score, abs=1e-4)
     alone = Translator.from_checkpoint(models["transformer"], device="cpu").score(lines, [h.text for h in outputs])
@@ -203,25 +204,30 @@ def test_translate_py_targets_writes_each_score_and_the_totals_and_refuses_what_
     assert float(summary.rsplit(" ", 1)[1]) == pytest.approx(math.exp(-total / tokens), rel=1e-3)
     piped = command(ckpt, f"targets={targets}", stdin=sources.read_text())
     assert piped.returncode == 0 and piped.stdout == "".join("\t".join(r[:3]) + "\n" for r in rows)
+    # the refusals, in this process (the command line's own path is the one above): each names the key
+    from nmt.inference.stream import run_translate
+
+    from .test_translator import translate_config
+
+    (tmp_path / "short.txt").write_text("drei\n")
+    (tmp_path / "tabbed.txt").write_text("drei\nacht\tsieben\nvier\nfünf\n")
     for args, message in (
         (["decode.beam_size=3"], "decode.beam_size=3: targets= scores given outputs and decodes nothing"),
         (["n_best=2"], "n_best=2: targets= scores the one target given per line"),
         (["scores=true"], "scores=true: targets= writes each target's log-probability already"),
         ([f"prefix_file={targets}"], "prefix_file="),
         (["input=null"], "input=null: a translation model scores each target given its source"),
-        ([f"input={targets}", f"targets={tmp_path / 'none.txt'}"], f"targets={tmp_path / 'none.txt'}: no such file"),
+        ([f"targets={tmp_path / 'none.txt'}"], f"targets={tmp_path / 'none.txt'}: no such file"),
+        (
+            [f"targets={tmp_path / 'short.txt'}"],
+            f"targets={tmp_path / 'short.txt'} has 1 lines but {sources} has 4: give one per line",
+        ),
+        ([f"targets={tmp_path / 'tabbed.txt'}"], f"{tmp_path / 'tabbed.txt'}, line 2: holds a tab"),
     ):
-        given = [ckpt, f"input={sources}", f"targets={targets}", *args]
-        refused = command(*given)
-        assert refused.returncode == 2 and refused.stderr.startswith(f"error: {message}"), refused.stderr
-    (tmp_path / "short.txt").write_text("drei\n")
-    refused = command(ckpt, f"input={sources}", f"targets={tmp_path / 'short.txt'}")
-    assert refused.stderr.strip() == (
-        f"error: targets={tmp_path / 'short.txt'} has 1 lines but {sources} has 4: give one per line"
-    )
-    (tmp_path / "tabbed.txt").write_text("drei\nacht\tsieben\nvier\nfünf\n")
-    refused = command(ckpt, f"input={sources}", f"targets={tmp_path / 'tabbed.txt'}")
-    assert refused.stderr.startswith(f"error: {tmp_path / 'tabbed.txt'}, line 2: holds a tab"), refused.stderr
+        given = [ckpt, f"input={sources}", f"targets={targets}", "device=cpu", *args]
+        with pytest.raises(ValueError) as refused:
+            run_translate(translate_config(*given))
+        assert str(refused.value).startswith(message), refused.value
 
 
 def test_translate_py_scores_a_language_models_sentences_from_a_sentence_start(models, tmp_path):
@@ -236,10 +242,15 @@ def test_translate_py_scores_a_language_models_sentences_from_a_sentence_start(m
     assert [(float(r[0]), int(r[1]), r[2]) for r in rows] == [
         (pytest.approx(h.log_prob, abs=1e-4), len(h.tokens) + 1, h.text) for h in expected
     ]
-    refused = command(f"ckpt_path={models['lm']}", "input=null", f"targets={sentences}", "alignments=true")
-    assert refused.stderr.startswith("error: alignments=true: a language model reads no source"), refused.stderr
-    refused = command(f"ckpt_path={models['lm']}", "input=null")
-    assert refused.stderr.startswith("error: input=null: give a file of source lines"), refused.stderr
+    from nmt.inference.stream import run_translate
+
+    from .test_translator import translate_config
+
+    lm = [f"ckpt_path={models['lm']}", "input=null", "device=cpu"]
+    with pytest.raises(ValueError, match=r"^alignments=true: a language model reads no source"):
+        run_translate(translate_config(*lm, f"targets={sentences}", "alignments=true"))
+    with pytest.raises(ValueError, match=r"^input=null: give a file of source lines"):  # null without targets=
+        run_translate(translate_config(*lm))
 
 
 def test_a_language_model_draws_n_best_continuations_each_scored_as_a_given_one(models):

@@ -859,7 +859,10 @@ def test_main_effects_of_a_design_with_a_combination_unrun_are_said_to_assume_no
     (tmp_path / "all").mkdir()
     synthetic_sweep(tmp_path / "all", RECORDS)
     balanced = " ".join(write_report(tmp_path / "all").read_text().split())
-    assert "| level | runs | mean (of its cells) | std (its runs) | min | max |" in balanced and "has no run with" not in balanced
+    assert (
+        "| level | runs | mean (of its cells) | std (its runs) | min | max |" in balanced
+        and "has no run with" not in balanced
+    )
 
 
 def test_without_a_baseline_run_the_report_says_why_no_cell_is_compared_with_it(tmp_path):

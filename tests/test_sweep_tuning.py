@@ -976,7 +976,8 @@ def test_a_factorial_reading_other_text_than_its_tuning_is_told_so(tmp_path, mon
     assert (
         why
         == f"it cannot be read when the sweep starts (FileNotFoundError: {missing}: No such file or directory "
-        + f"(data.train={corpus / 'train'}; a prefix, to which .src and .tgt are added))"
+        + f"(data.train={corpus / 'train'}; a prefix, to which .src and .tgt are added; if it was moved or renamed, "
+        + "give its new place (data.train=PATH; evaluate.py: +data.train=PATH)))"
     )
     out = capsys.readouterr().out
     assert out.count(f"the corpus text of the tuned levels' runs is not compared with their tuning's: {why}") == 1
