@@ -72,7 +72,9 @@ def run_scoring(cfg: DictConfig) -> dict:
     if cfg.input is None:
         lines = None
     elif cfg.input == "-":
-        lines = decode_lines(sys.stdin.buffer, "<stdin>")  # whole, as the targets' file is read
+        if sys.stdin.isatty():  # read whole, as the targets' file is: nothing else would say it waits
+            print(f"translate.py targets=: type the {len(targets)} source lines, then Ctrl-D", file=sys.stderr)
+        lines = decode_lines(sys.stdin.buffer, "<stdin>")
     else:
         lines = read_lines(cfg.input)
     if lines is not None and len(lines) != len(targets):
