@@ -38,6 +38,13 @@ def test_a_misspelt_key_gets_the_closest_names(argv, suggestion):
     assert message is not None and suggestion in message and message.count("\n") == 0
 
 
+def test_a_key_given_under_another_block_is_told_where_it_lives():
+    """model.attention_dim was answered "did you mean 'model.attention'?": the key is the additive attention's."""
+    message = unknown_key_message(["model=rnn", "model.attention_dim=32"], "train")
+    assert "attention_dim is a key of attention=additive (attention.attention_dim)" in message
+    assert "did you mean" not in message and message.count("\n") == 0
+
+
 def test_a_key_of_swept_models_but_not_of_the_default_one_is_set_with_two_pluses():
     """sweep.py model=rnn,transformer model.hidden_size=32 was Hydra's error (Key 'hidden_size' is not in
     struct): Hydra composes a sweep's config with model=transformer before any level. ``++`` sets it in every

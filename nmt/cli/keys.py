@@ -97,6 +97,8 @@ def unknown_key_message(argv: list[str], config_name: str, conf: Path = CONF) ->
             hint = f"{config_name}.py's {group} block takes only {', '.join(keys)}"
         elif owners and choices.get(group) is not None:
             hint = f"it is a key of {' or '.join(f'{group}={o}' for o in owners)}, not of {group}={choices.get(group)}"
+        elif elsewhere := _named_elsewhere(option or key, conf, groups):  # model.attention_dim: attention's key
+            hint = f"{option or key} is a key of {' and of '.join(elsewhere)}"
         elif close:
             hint = f"did you mean {' or '.join(repr(c) for c in close)}?"
         else:
@@ -166,6 +168,29 @@ def _other_options_with(key: str, conf: Path, groups: list[str]) -> list[str]:
         except Exception:  # noqa: BLE001  (a file that does not load alone: not an owner to name)
             continue
     return owners
+
+
+def _named_elsewhere(name: str, conf: Path, groups: list[str]) -> list[str]:
+    """Where a key of this name is set by an option of a config group, as ``attention=additive
+    (attention.attention_dim)``: a key given under another block (``model.attention_dim``) is told where it
+    lives, not matched to the closest spelling (``model.attention``). At most two places."""
+    found = []
+    for group in groups:
+        for path in sorted((conf / group).glob("*.yaml")):
+            if any("@package _global_" in line for line in path.read_text().splitlines()[:3]):
+                continue  # an option that sets keys everywhere: its keys are the config's own
+            try:
+                keys = [k for k in _dotted(OmegaConf.to_container(OmegaConf.load(path))) if k.split(".")[-1] == name]
+            except Exception:  # noqa: BLE001  (a file that does not load alone)
+                continue
+            found += [f"{group}={path.stem} ({group}.{k})" for k in keys if not k.startswith("_")]
+    return found[:2]
+
+
+def _dotted(node, prefix: str = "") -> list[str]:
+    if not isinstance(node, dict):
+        return [prefix[:-1]] if prefix else []
+    return [k for key, value in node.items() for k in _dotted(value, f"{prefix}{key}.")]
 
 
 def unknown_option_message(argv: list[str], conf: Path = CONF) -> str | None:
