@@ -1803,3 +1803,33 @@ def test_the_data_line_says_how_each_side_is_cut_into_words(tmp_path, capsys):
     assert "; words: en by moses, de by jieba with a user dictionary; model:" in capsys.readouterr().out
     train(compose_train("trainer.max_steps=1", *NO_FINAL_SCORES, f"run_dir={tmp_path / 'plain'}"))
     assert "words:" not in next(line for line in capsys.readouterr().out.splitlines() if line.startswith("Data: "))
+
+
+def test_a_runs_splits_written_as_files_are_read_back_as_the_same_text(tmp_path, capsys):
+    """data.md advised keeping a corpus's seeded splits as files across corrections, and nothing wrote them:
+    written, and trained on as data=files, each split's text hash is the run's; a language model's too."""
+    from nmt.cli.splits import write_splits
+    from nmt.data.build import build_datamodule
+
+    from .test_lm import counting_sentences
+
+    write(tmp_path / "pool.tsv", [f"{e}\t{d}" for e, d in zip(EN, DE, strict=True)] + ["\t", EN[0] + "\t" + DE[0]])
+    given = [f"data.train={tmp_path / 'pool.tsv'}", "data.valid_size=30", "data.test_size=20", "data.src_lang=en"]
+    run = compose_train("data=files", *given, "data.tgt_lang=de")
+    said = write_splits(run, tmp_path / "splits")
+    assert said.startswith(f"data=files data.train=[{tmp_path / 'splits' / 'train.en'},")
+    again = compose_train(*said.split())
+    hashes = [build_datamodule(c.data, c.cache_dir, c.seed).text_hashes() for c in (run, again)]
+    assert hashes[0] == hashes[1]
+    assert len((tmp_path / "splits" / "test.de").read_text().splitlines()) == 20
+    folder = tmp_path / "ptb"
+    folder.mkdir()
+    for name, n, seed in (("train", 60, 1), ("valid", 10, 2), ("test", 10, 3)):
+        (folder / f"ptb.{name}.txt").write_text("\n".join(counting_sentences(n, seed)) + "\n")
+    lm = compose_train("task=lm", f"data.root={folder}", "data.download=false")
+    said = write_splits(lm, tmp_path / "lm")
+    assert said.startswith("data=lm_files data.train=") and "note: data=lm_files has" in capsys.readouterr().err
+    again = compose_train("task=lm", *said.split())
+    assert [build_datamodule(c.data, c.cache_dir, c.seed).text_hashes() for c in (lm, again)] == [
+        build_datamodule(lm.data, lm.cache_dir, lm.seed).text_hashes()
+    ] * 2
