@@ -56,6 +56,29 @@ def test_attention_is_a_distribution_over_real_source_tokens(attention, cell, fe
     assert weights[1, :, :, 5:].abs().max() == 0
 
 
+@pytest.mark.parametrize("attention", ATTENTIONS)
+def test_the_attention_spread_validation_logs_is_the_entropy_of_each_real_row(attention):
+    """RNN runs logged no val_cross_attn_entropy (the Transformer's stalled-attention signal): the RNN's one
+    attention gives it, against each real target row's entropy worked out by hand over its own source."""
+    import math
+
+    model = make_rnn(attention)
+    src, tgt = batch()
+    tgt[2, 4:] = PAD_ID  # padded target rows are left out
+    entropy, even = model.cross_attention_entropy(src, tgt)
+    weights = model.attention_maps(src, tgt)["attention"][:, 0]  # (batch, tgt_len, src_len)
+    rows, evens = [], []
+    for b in range(src.size(0)):
+        length = int((src[b] != PAD_ID).sum())
+        for t in range(tgt.size(1)):
+            if tgt[b, t] != PAD_ID:
+                rows.append(-sum(float(w) * math.log(float(w)) for w in weights[b, t, :length] if w > 0))
+                evens.append(math.log(length))
+    assert entropy.shape == (1,) and float(entropy[0]) == pytest.approx(sum(rows) / len(rows), abs=1e-5)
+    assert float(even) == pytest.approx(sum(evens) / len(evens), abs=1e-6)
+    assert all(r <= e + 1e-6 for r, e in zip(rows, evens, strict=True))
+
+
 @pytest.mark.parametrize("attention,cell,feeding", VARIANTS)
 def test_source_padding_does_not_change_outputs(attention, cell, feeding):
     model = make_rnn(attention, cell, feeding)
@@ -225,6 +248,9 @@ def test_tiny_rnn_learns_the_toy_task_and_evaluate_reproduces_it(tmp_path):
     run("train.py", "data=toy", "model=rnn", f"run_dir={run_dir}", "trainer.enable_progress_bar=false", cwd=tmp_path)
     results = json.loads((run_dir / "results.json").read_text())
     assert results["test"]["bleu"] >= 80, results["test"]
+    # the attention's spread logged at each validation: a learnt model's below the even spread
+    logged = [r for r in csv.DictReader((run_dir / "logs" / "metrics.csv").open()) if r.get("val_cross_attn_entropy")]
+    assert logged and float(logged[-1]["val_cross_attn_entropy"]) < 0.8 * float(logged[-1]["val_cross_attn_even"])
     out = tmp_path / "eval"
     run("evaluate.py", f"ckpt_path={results['best_checkpoint']}", f"out_dir={out}", "samples=0", "attention_maps=[0,3]")
     metrics = json.loads((out / "metrics.json").read_text())

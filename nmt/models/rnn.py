@@ -20,6 +20,7 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from nmt.models.state import DecoderState
+from nmt.modules.attention import attention_entropy
 from nmt.modules.dropout import Dropout
 from nmt.modules.rnn_attention import RNNAttention
 
@@ -222,6 +223,18 @@ class RNNSeq2Seq(nn.Module):
         return self._logits(attentional)[:, -1], DecoderState(new, state.step + 1)
 
     @torch.no_grad()
+    def cross_attention_entropy(self, src: torch.Tensor, tgt_in: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """As the Transformer's: (1,) the entropy in nats of the decoder's attention over the source on a
+        teacher-forced batch (mean over real target tokens), and that of attention spread evenly over each
+        source. Pinned at the second, the decoder reads only the mean of the encoder's states."""
+        with torch.no_grad():
+            _, weights = self.forward(src, tgt_in, return_attention=True)  # (batch, tgt_len, src_len)
+        queries = tgt_in != self.pad_id
+        entropy = attention_entropy(weights[:, None], queries)
+        source_lengths = (src != self.pad_id).sum(1).float()
+        even = (source_lengths.log()[:, None] * queries).sum() / queries.sum()
+        return entropy[None], even
+
     def attention_maps(self, src: torch.Tensor, tgt_in: torch.Tensor) -> dict[str, torch.Tensor]:
         """Teacher-forced attention: {"attention": (batch, 1, tgt_len, src_len)}."""
         _, weights = self.forward(src, tgt_in, return_attention=True)
