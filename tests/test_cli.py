@@ -43,6 +43,9 @@ def test_a_key_given_under_another_block_is_told_where_it_lives():
     message = unknown_key_message(["model=rnn", "model.attention_dim=32"], "train")
     assert "attention_dim is a key of attention=additive (attention.attention_dim)" in message
     assert "did you mean" not in message and message.count("\n") == 0
+    # a name the config itself has under another block is that key (the config's own seed, not a grid's)
+    assert "did you mean 'seed'" in unknown_key_message(["data.seed=3"], "train")
+    assert "did you mean 'model.dropout'?" in unknown_key_message(["data.dropout=0.1"], "train")
 
 
 def test_a_key_of_swept_models_but_not_of_the_default_one_is_set_with_two_pluses():

@@ -97,6 +97,8 @@ def unknown_key_message(argv: list[str], config_name: str, conf: Path = CONF) ->
             hint = f"{config_name}.py's {group} block takes only {', '.join(keys)}"
         elif owners and choices.get(group) is not None:
             hint = f"it is a key of {' or '.join(f'{group}={o}' for o in owners)}, not of {group}={choices.get(group)}"
+        elif same_name := [k for k in known if k.rpartition(".")[2] == (option or key)][:3]:
+            hint = f"did you mean {' or '.join(repr(k) for k in same_name)}?"  # data.seed: the config's own seed
         elif elsewhere := _named_elsewhere(option or key, conf, groups):  # model.attention_dim: attention's key
             hint = f"{option or key} is a key of {' and of '.join(elsewhere)}"
         elif close:
@@ -177,8 +179,8 @@ def _named_elsewhere(name: str, conf: Path, groups: list[str]) -> list[str]:
     found = []
     for group in groups:
         for path in sorted((conf / group).glob("*.yaml")):
-            if any("@package _global_" in line for line in path.read_text().splitlines()[:3]):
-                continue  # an option that sets keys everywhere: its keys are the config's own
+            if any("@package" in line for line in path.read_text().splitlines()[:3]):
+                continue  # an option placed elsewhere (everywhere, a grid's sweeper): not its group's keys
             try:
                 keys = [k for k in _dotted(OmegaConf.to_container(OmegaConf.load(path))) if k.split(".")[-1] == name]
             except Exception:  # noqa: BLE001  (a file that does not load alone)

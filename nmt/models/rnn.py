@@ -222,7 +222,6 @@ class RNNSeq2Seq(nn.Module):
             new["hidden"] = hidden
         return self._logits(attentional)[:, -1], DecoderState(new, state.step + 1)
 
-    @torch.no_grad()
     def cross_attention_entropy(self, src: torch.Tensor, tgt_in: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """As the Transformer's: (1,) the entropy in nats of the decoder's attention over the source on a
         teacher-forced batch (mean over real target tokens), and that of attention spread evenly over each
@@ -235,6 +234,7 @@ class RNNSeq2Seq(nn.Module):
         even = (source_lengths.log()[:, None] * queries).sum() / queries.sum()
         return entropy[None], even
 
+    @torch.no_grad()
     def attention_maps(self, src: torch.Tensor, tgt_in: torch.Tensor) -> dict[str, torch.Tensor]:
         """Teacher-forced attention: {"attention": (batch, 1, tgt_len, src_len)}."""
         _, weights = self.forward(src, tgt_in, return_attention=True)

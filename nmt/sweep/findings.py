@@ -127,7 +127,7 @@ def findings(
 
         names = {key: effects.effect_name(*key, levels) for key in fit["effects"]}
         adjusted = holm({names[k]: e["p"] for k, e in fit["effects"].items()})
-        family = len(adjusted)
+        family = sum(not math.isnan(p) for p in adjusted.values())  # the tested effects, as Holm counts them
         for key, e in fit["effects"].items():
             if not adjusted[names[key]] < ALPHA:  # nan: no test
                 continue
@@ -245,9 +245,9 @@ def _scatter_test(rows: list[dict]) -> str:
     """Whether the cells scatter unlike, by the Brown-Forsythe test (Levene's, about each cell's median) of
     their runs' scores, as a clause; what cannot be tested said so."""
     groups = [[float(v) for v in row.get("scores") or []] for row in rows]
-    groups = [g for g in groups if len(g) >= 2]
+    groups = [g for g in groups if len(g) >= 3]  # two runs about their median deviate alike: always "unlike"
     if len(groups) < 2:
-        return "whether they do is not tested here (a cell has fewer than 2 runs)."
+        return "whether they do is not tested here (fewer than 3 runs a cell)."
     from scipy.stats import levene
 
     p = float(levene(*groups, center="median").pvalue)
