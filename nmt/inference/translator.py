@@ -259,10 +259,11 @@ class Translator:
                     f"{name} ('' for an empty one)"
                 )
         beams = self.search.hypotheses
-        if isinstance(n_best, bool) or not isinstance(n_best, Integral) or (problem := self.n_best_problem(n_best)):
-            raise ValueError(problem if not isinstance(n_best, bool) and isinstance(n_best, Integral) else
-                             f"n_best={n_best!r}: must be a whole number >= 1 (outputs per line)")  # fmt: skip
+        if isinstance(n_best, bool) or not isinstance(n_best, Integral):
+            raise ValueError(f"n_best={n_best!r}: must be a whole number >= 1 (outputs per line)")
         n_best = int(n_best)
+        if problem := self.n_best_problem(n_best):
+            raise ValueError(problem)
         draws = n_best if self.search.samples and not self.search.ranks else 1  # sampling: n_best draws a line
         if prefixes is not None and len(prefixes) != len(lines):
             raise ValueError(f"{len(prefixes)} prefixes for {len(lines)} lines: give one per line (may be empty)")
