@@ -326,6 +326,9 @@ def test_a_top_level_rate_the_optimiser_does_not_read_is_refused(optim, given, r
     assert all(f"optim={optim} does not read the top-level" in p for p in problems)
     if "lr" in refused:
         assert "(read by optim=adamw)" in problems[0]
+    # where it goes instead: Noam's peak is its schedule's factor, not optim.optimizer.lr (which multiplies it)
+    own = "optim.scheduler.factor (optim.optimizer.lr stays 1.0" if optim == "noam" else "own key (optim.optimizer.*"
+    assert all(own in p for p in problems if p.strip().startswith("lr="))
 
 
 @pytest.mark.parametrize("experiment", ["multi30k_transformer", "summarization", "ptb_lm"])

@@ -267,6 +267,14 @@ def test_course_baseline_has_the_reported_shape():
         ("model.teacher_forcing=2 model=rnn", "model.teacher_forcing=2 must be in [0, 1]"),
         ("data=files data.train=x.tsv +data.max_samples=9", "data.max_samples is not an option of FilesDataModule; it"),
         ("optim=adam +optim.scheduler.factor=0.5", "optim.scheduler.factor: the chosen optim has no scheduler (optim"),
+        # Noam's rate is its schedule's and multiplies lr: 1e-3 trained at a thousandth of it, unsaid. The peak,
+        # 2 / sqrt(32 x 1500) = 0.00913 (the tests' d_model 32), and the factor that gives 1e-3, 1e-3 x sqrt(48000)
+        (
+            "experiment=course_baseline optim.optimizer.lr=1e-3",
+            "optim.optimizer.lr=0.001: under optim=noam the schedule gives the rate, and lr multiplies it (its peak "
+            "now: 0.001 x 0.00913); keep optim.optimizer.lr=1.0 and set the peak with optim.scheduler.factor (peak = "
+            "factor x d_model^-0.5 x warmup^-0.5: 2.0 gives 0.00913, 0.219 gives 0.001) and warmup",
+        ),
         ("optim.scheduler.decay=cosin", "optim.scheduler.decay='cosin': must be one of ['inverse_sqrt', 'cosine'"),
         (
             "model=rnn graph_updates=true check_every=50 optim.optimizer.fused=true trainer=gpu",
@@ -778,10 +786,21 @@ def test_a_warm_up_longer_than_the_run_is_said_with_the_share_of_the_peak_reache
 
     said = warmup_past_the_end(compose_train("optim=noam", "warmup=4000", "trainer.max_steps=300"))
     assert said == (
-        "warning: the schedule's warm-up (4000 updates, warmup=) is longer than trainer.max_steps=300: the learning "
-        "rate rises for the whole run and ends at 8% of its peak; for a short run lower warmup (an experiment's "
-        "recipe sets both, e.g. experiment=factorial_tiny)"
+        "warning: the schedule's warm-up (4000 updates, warmup=) is longer than the run's 300 updates "
+        "(trainer.max_steps): the learning rate rises for the whole run and ends at 8% of its peak; for a short run "
+        "lower warmup (an experiment's recipe sets both, e.g. experiment=factorial_tiny)"
     )
+    # a course run shrunk by epochs and batches (warm-up 1,500): its updates counted as Lightning counts them
+    shrunk = ("experiment=course_baseline", "trainer.max_epochs=4", "trainer.limit_train_batches=10")
+    said = warmup_past_the_end(compose_train(*shrunk))
+    assert "longer than the run's 40 updates (trainer.max_epochs x limit_train_batches)" in said and "at 3% " in said
+    said = warmup_past_the_end(compose_train(*shrunk, "trainer.accumulate_grad_batches=2"))
+    assert "the run's 20 updates (trainer.max_epochs x limit_train_batches / accumulate_grad_batches)" in said
+    assert "the run's 30 updates (trainer.max_steps)" in warmup_past_the_end(
+        compose_train(*shrunk, "trainer.max_steps=30")
+    )
+    assert warmup_past_the_end(compose_train(*shrunk, "trainer.limit_train_batches=0.5")) is None  # of an unknown epoch
+    assert warmup_past_the_end(compose_train(*shrunk[:2], "trainer.limit_train_batches=400")) is None
     assert warmup_past_the_end(compose_train("optim=adamw", "warmup=4000", "trainer.max_steps=300")).startswith("warn")
     assert warmup_past_the_end(compose_train("optim=noam", "warmup=300", "trainer.max_steps=300")) is None
     assert warmup_past_the_end(compose_train("optim=noam", "warmup=4000", "trainer.max_steps=-1")) is None

@@ -320,6 +320,7 @@ def optim_node_problems(cfg: DictConfig, choices: dict | None = None) -> list[st
                 f"an optim that has one: {', '.join(readers)}"
             )
     scheduler = OmegaConf.select(cfg, "optim.scheduler", default=None)
+    problems += _noam_rate_problems(cfg, scheduler)
     after = OmegaConf.select(cfg, "early_stopping.after_warmup", default=False)
     if after is True and isinstance(scheduler, DictConfig) and "_target_" in scheduler and "warmup" not in scheduler:
         # a fixed rate (no scheduler) has no warm-up to wait for: accepted, so that a factorial over optimisers
@@ -329,6 +330,39 @@ def optim_node_problems(cfg: DictConfig, choices: dict | None = None) -> list[st
             "where its warm-up ends; give it one, or set early_stopping.after_warmup=false"
         )
     return problems
+
+
+NOAM = "nmt.training.optim.noam"  # whose rate is its schedule's: optim.optimizer.lr multiplies it
+
+
+def noam_peak(d_model: int, warmup: int, factor: float = 1.0) -> float:
+    """The peak learning rate of Vaswani et al.'s schedule (nmt.training.optim.noam), reached at ``warmup``."""
+    return factor * d_model**-0.5 * max(warmup, 1) ** -0.5
+
+
+def _noam_rate_problems(cfg: DictConfig, scheduler) -> list[str]:
+    """optim.optimizer.lr other than 1.0 under Noam's schedule: the schedule gives the rate and multiplies that lr,
+    so a student's optim.optimizer.lr=1e-3 (the key the top-level lr= error names) trained at a thousandth of the
+    schedule's rate, without a word."""
+    if not isinstance(scheduler, DictConfig) or scheduler.get("_target_") != NOAM:
+        return []
+    lr = OmegaConf.select(cfg, "optim.optimizer.lr", default=None)
+    if not isinstance(lr, (int, float)) or lr == 1.0:
+        return []
+    d_model, warmup = OmegaConf.select(cfg, "model.d_model", default=None), scheduler.get("warmup")
+    factor = scheduler.get("factor", 1.0)
+    said = f"  optim.optimizer.lr={lr}: under optim=noam the schedule gives the rate, and lr multiplies it"
+    if all(isinstance(x, (int, float)) for x in (d_model, warmup, factor)) and d_model > 0:
+        peak = noam_peak(d_model, warmup, factor)
+        wanted = lr * (d_model * max(warmup, 1)) ** 0.5
+        said += (
+            f" (its peak now: {lr} x {peak:.3g}); keep optim.optimizer.lr=1.0 and set the peak with "
+            f"optim.scheduler.factor (peak = factor x d_model^-0.5 x warmup^-0.5: {factor} gives {peak:.3g}, "
+            f"{wanted:.3g} gives {lr}) and warmup, or choose optim=adam (a fixed lr) or optim=adamw (lr= is its peak)"
+        )
+    else:
+        said += "; keep optim.optimizer.lr=1.0 and set the peak with optim.scheduler.factor and warmup"
+    return [said]
 
 
 def _target_of(path: Path) -> str | None:
@@ -349,18 +383,28 @@ def unused_model_parts(cfg: DictConfig) -> set[str]:
 
 
 def warmup_past_the_end(cfg: DictConfig) -> str | None:
-    """A warning where the schedule's warm-up outlasts trainer.max_steps: the learning rate rises for the whole
-    run and never reaches its peak (a short run of data=zh_en kept the default 4,000-update warm-up and learnt
-    nothing, without a word). Not an error: a smoke run may mean it."""
+    """A warning where the schedule's warm-up outlasts trainer.max_steps (or max_epochs x limit_train_batches, when
+    both are whole numbers): the learning rate rises for the whole run and never reaches its peak (a short run of
+    data=zh_en kept the default 4,000-update warm-up and learnt nothing, without a word). Not an error: a smoke
+    run may mean it."""
     scheduler = OmegaConf.select(cfg, "optim.scheduler", default=None)
     steps = OmegaConf.select(cfg, "trainer.max_steps", default=-1)
     if not isinstance(scheduler, DictConfig) or "warmup" not in scheduler or not isinstance(steps, int):
         return None
+    limit = "trainer.max_steps"
+    epochs = OmegaConf.select(cfg, "trainer.max_epochs", default=None)
+    batches = OmegaConf.select(cfg, "trainer.limit_train_batches", default=None)
+    accumulate = OmegaConf.select(cfg, "trainer.accumulate_grad_batches", default=1)
+    counted = all(type(x) is int and x > 0 for x in (epochs, batches, accumulate))  # a fraction of an epoch: unknown
+    if counted and (steps < 1 or epochs * batches // accumulate < steps):  # a course run shrunk by epochs and batches
+        steps, limit = epochs * batches // accumulate, "trainer.max_epochs x limit_train_batches"
+        limit += "" if accumulate == 1 else " / accumulate_grad_batches"
     warmup = scheduler.warmup
     if not isinstance(warmup, int) or steps < 1 or warmup <= steps:
         return None
     return (
-        f"warning: the schedule's warm-up ({warmup} updates, warmup=) is longer than trainer.max_steps={steps}: the "
+        f"warning: the schedule's warm-up ({warmup} updates, warmup=) is longer than the run's {steps} updates "
+        f"({limit}): the "
         f"learning rate rises for the whole run and ends at {steps / warmup:.0%} of its peak; for a short run lower "
         "warmup (an experiment's recipe sets both, e.g. experiment=factorial_tiny)"
     )

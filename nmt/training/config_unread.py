@@ -6,7 +6,7 @@ averaging where none is made."""
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from nmt.training.config_groups import MODEL_PART_GROUPS, unused_model_parts
+from nmt.training.config_groups import MODEL_PART_GROUPS, NOAM, unused_model_parts
 from nmt.utils.configs import CONF
 
 
@@ -114,8 +114,11 @@ def _unread_shared_keys(cfg: DictConfig, choices: dict, overrides: list[str]) ->
                     "set that key (optim.optimizer.*, optim.scheduler.*)"
                 )
                 continue
+            own = "its own key (optim.optimizer.*, optim.scheduler.*)"
+            if key == "lr" and OmegaConf.select(cfg, "optim.scheduler._target_", default=None) == NOAM:
+                own = "the peak of its schedule, optim.scheduler.factor (optim.optimizer.lr stays 1.0: it multiplies)"
             problems.append(
                 f"  {key}={value}: optim={optim} does not read the top-level {key} (read by optim="
-                f"{', '.join(readers) or 'none'}); set its own key (optim.optimizer.*, optim.scheduler.*)"
+                f"{', '.join(readers) or 'none'}); set {own}"
             )
     return problems
