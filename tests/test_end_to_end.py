@@ -165,8 +165,16 @@ def test_foreign_files_get_a_clear_error(tmp_path):
     torch.save({"state_dict": {}}, other)
     with pytest.raises(CheckpointError, match="not a checkpoint of nmt"):
         load_checkpoint(other)
-    with pytest.raises(CheckpointError, match="no such checkpoint"):
+    with pytest.raises(CheckpointError, match="no such checkpoint file"):
         load_checkpoint(tmp_path / "missing.ckpt")
+    # a run folder's name mistyped was "no such checkpoint file": said as either, with the nearest names there
+    (tmp_path / "rnn_tiny2").mkdir()
+    with pytest.raises(CheckpointError) as missing:
+        load_checkpoint(resolve_checkpoint_path(tmp_path / "rnn_tny"))
+    assert str(missing.value) == (
+        f"{tmp_path / 'rnn_tny'}: no such run folder or checkpoint file (train.py writes runs as "
+        f"<run_dir>/checkpoints/*.ckpt); did you mean {tmp_path / 'rnn_tiny2'}?"
+    )
     with pytest.raises(CheckpointError, match=r"^ckpt_path is empty: give a checkpoint file or a run folder"):
         resolve_checkpoint_path("")  # was read as ckpt_path=. (the current folder)
 
@@ -343,6 +351,42 @@ def evaluate_here(*overrides: str) -> dict:
         return evaluate(compose("evaluate", overrides=["samples=0", *overrides]))
 
 
+def test_an_out_dir_holding_an_evaluation_under_other_settings_is_refused_and_kept(toy_run, tmp_path, capsys):
+    """out_dir=<run>/eval/test_beam5 decode.beam_size=2 replaced the run's own final scores without a word
+    (results.json then named beam 5 beside beam 2's metrics), as any out_dir took the last evaluation in."""
+    import torch
+
+    from nmt.inference.checkpoint import CHECKPOINT_KEY, CHECKSUM_KEY
+
+    out = tmp_path / "out"
+    first = evaluate_here(f"ckpt_path={toy_run}", f"out_dir={out}")
+    # the weights it scored: the checkpoint's update and the checksum written with them, as the file holds them
+    saved = torch.load(toy_run / "checkpoints" / "best.ckpt", map_location="cpu", weights_only=True)
+    assert first["weights"] == [{"update": saved["global_step"], "crc32": saved[CHECKPOINT_KEY][CHECKSUM_KEY]}]
+    assert json.loads((out / "metrics.json").read_text())["weights"] == first["weights"]
+    before = (out / "metrics.json").read_bytes()
+    with pytest.raises(ValueError) as refused:
+        evaluate_here(f"ckpt_path={toy_run}", "decode.beam_size=2", f"out_dir={out}")
+    assert str(refused.value) == (
+        f"out_dir={out} holds an evaluation made under other settings (search.beam_size: 5 -> 2): it is kept; "
+        "give another out_dir, or remove that folder to replace it"
+    )
+    with pytest.raises(ValueError, match=r"\(checkpoints: best.ckpt -> last.ckpt"):
+        evaluate_here(f"ckpt_path={toy_run / 'checkpoints' / 'last.ckpt'}", f"out_dir={out}")
+    assert (out / "metrics.json").read_bytes() == before
+    again = evaluate_here(f"ckpt_path={toy_run}", f"out_dir={out}")  # the same settings: scored again in place
+    assert again["bleu"] == first["bleu"] and "note:" not in capsys.readouterr().out
+    # the run's own final scores, which results.json names
+    own = toy_run / "eval" / "test_beam5"
+    kept = (own / "metrics.json").read_bytes()
+    with pytest.raises(ValueError, match=r"holds an evaluation made under other settings \(search.beam_size: 5 -> 2"):
+        evaluate_here(f"ckpt_path={toy_run}", "decode.beam_size=2", f"out_dir={own}")
+    assert (own / "metrics.json").read_bytes() == kept
+    # a mean of epochs records each one's weights, oldest first
+    mean = evaluate_here(f"ckpt_path={toy_run}", "average_last=2", f"out_dir={tmp_path / 'mean'}")
+    assert len(mean["weights"]) == 2 and mean["weights"][0]["update"] < mean["weights"][1]["update"]
+
+
 def test_attention_maps_in_a_reused_folder_are_only_those_of_its_last_evaluation(toy_run, tmp_path):
     """The maps are drawn over the hypotheses that metrics.json describes: an earlier evaluation's maps of
     other sentences are not left beside them."""
@@ -477,6 +521,37 @@ def test_a_grids_p_values_are_paired_tests_of_the_score_it_chooses_by(toy_run, t
             stats = [sentence_statistics(h, r, "chrf") for h, r in texts]
             expected = paired_randomization([stats[0]], [stats[1]], "chrf")
         assert other["p_vs_chosen"] == pytest.approx(expected) and expected < 0.05  # averaging helps the toy model
+
+
+def test_a_grid_chooses_among_equal_scores_the_setting_nearest_the_runs_own(capsys):
+    """Two length penalties that gave the same outputs: the first listed was chosen, and the test went into
+    another folder than the run's own; now the run's own setting, and the tie is said."""
+    from nmt.evaluation.grid import choose, print_grid
+
+    def row(setting, score):
+        return {"setting": setting, "also": [], "p_vs_chosen": None, "scores": {"bleu": score}}
+
+    rows = [
+        row({"average_last": 5, "decode.length_penalty": 0.6}, 30.0),
+        row({"average_last": 5, "decode.length_penalty": 1.0}, 31.0),
+        row({"average_last": 10, "decode.length_penalty": 0.6}, 31.0),
+        row({"average_last": 10, "decode.length_penalty": 1.0}, 31.0),
+    ]
+    run = {"decode": {"beam_size": 5, "length_penalty": 1.0}, "test_average_last": 10}
+    best, tied = choose(rows, "bleu", run)
+    assert best is rows[3] and tied == [rows[1], rows[2]]
+    # nothing at the run's own values: the first of the equals, as before
+    best, _ = choose(rows, "bleu", {"decode": {"length_penalty": 2.0}, "test_average_last": 0})
+    assert best is rows[1]
+    # a lower-is-better score ties the same way
+    cer = [{**row({"decode.beam_size": n}, 0), "scores": {"cer": 5.0}} for n in (2, 5)]
+    best, tied = choose([*cer, {**row({"decode.beam_size": 4}, 0), "scores": {"cer": 7.0}}], "cer", run)
+    assert best["setting"] == {"decode.beam_size": 5} and len(tied) == 1
+    print_grid(rows, rows[3], "bleu", Path("grid.json"), "python evaluate.py ...", "best.ckpt", [rows[1], rows[2]])
+    err = capsys.readouterr().err
+    assert "2 other setting(s) score the same bleu as the chosen one" in err and "nearest the run's own" in err
+    table = [line for line in err.splitlines() if "31.00" in line]
+    assert "chosen" in table[0]  # first among its equals in the table
 
 
 @pytest.mark.parametrize(("metric", "tested"), [("rougeL", False), ("cer", False), ("bleu", True)])

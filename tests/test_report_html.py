@@ -1,8 +1,11 @@
 """report.html: one self-contained page that a browser renders with its tables and figures."""
 
+import json
 import re
 import shutil
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -111,6 +114,41 @@ def test_the_wandb_report_run_holds_a_panel_per_factor_and_the_page(report_html,
     data = run_file.read_bytes()
     for key in (b"pos_by_level", b"norm_by_level", b"results", b"report", b"main_effects"):
         assert key in data, key
+    # the run says which score it holds, and which way is better (a report of val loss had test BLEU's keys)
+    wandb_cli = Path(sys.executable).with_name("wandb")
+    shown = subprocess.run(
+        [str(wandb_cli), "leet", "inspect", "--summary", "--json", str(run_file)], capture_output=True, text=True
+    )
+    if shown.returncode == 0:
+        run = json.loads(shown.stdout)
+        assert run["name"] == "g-report-test_bleu"
+        assert {k: run["config"][k] for k in ("metric", "direction", "supersedes")} == {
+            "metric": "test_bleu",
+            "direction": "higher is better",
+            "supersedes": [],
+        }
+    # the report changed (a run added, a score rescored): logged again, the earlier run of its name set aside
+    report = report_html.parent / "report.md"
+    report.write_text(report.read_text() + "\n")
+    try:
+        log_report_to_wandb(report, project="nmt-test", group="g")
+    finally:
+        wandb.teardown()
+    (current,) = report_html.parent.glob("wandb/offline-run-*/run-*.wandb")
+    assert current != run_file and [p.name for p in report_html.parent.glob("wandb/superseded/*")] == [
+        run_file.parent.name
+    ]
+    (record,) = json.loads((report_html.parent / "wandb" / "report_runs.json").read_text())
+    assert record["name"] == "g-report-test_bleu" and current.parent.name.endswith(record["id"])
+
+
+def test_the_wandb_results_table_holds_numbers_as_numbers():
+    """results.csv's cells went into W&B's table as text: "10" sorted before "2", no column plotted."""
+    from nmt.sweep.dashboard import typed_columns
+
+    rows = [["rope", "1", "10.5", "", "2"], ["absolute", "2", "9", "3.25", "1e-3"]]
+    assert typed_columns(rows) == [["rope", 1, 10.5, None, 2.0], ["absolute", 2, 9.0, 3.25, 0.001]]
+    assert typed_columns([]) == []
 
 
 def drawn(monkeypatch) -> list:
@@ -176,3 +214,29 @@ def test_levels_that_look_like_markup_read_as_written_in_every_paragraph(tmp_pat
     paragraphs = re.findall(r"<p>(.*?)</p>", page, re.S)
     assert any("pos=st*ar*s" in p for p in paragraphs) and any("pos=`b`_x_" in p for p in paragraphs)
     assert "pos=st\\*ar\\*s" in markdown and "pos=\\`b\\`\\_x\\_" in markdown and "pos=st*ar*s" not in markdown
+
+
+def test_runs_set_aside_take_their_wandb_runs_and_their_reports_with_them(tmp_path, capsys):
+    """on_changed=move moved the run folders and their report to superseded/, but their W&B runs stayed in the
+    sweep's wandb folder: one `wandb sync` then uploaded each run twice into the group, under both settings."""
+    from nmt.sweep.dashboard import REPORT_RUNS, set_aside_wandb
+
+    sweep, aside = tmp_path / "sweep", tmp_path / "sweep" / "superseded" / "1"
+    folders = {
+        name: sweep / "wandb" / f"offline-run-20261206_120000-{run_id}"
+        for name, run_id in (("a", "aaaa1111"), ("b", "bbbb2222"), ("report", "rrrr3333"), ("other", "cccc4444"))
+    }
+    for name, folder in folders.items():
+        folder.mkdir(parents=True)
+        (sweep / name).mkdir()
+        (sweep / name / "wandb_id").write_text(folder.name.rsplit("-", 1)[1] + "\n")
+    (sweep / "wandb" / "offline-run-20261206_130000-aaaa1111").mkdir()  # a second sitting of run a
+    (sweep / "wandb" / REPORT_RUNS).write_text(json.dumps([{"id": "rrrr3333", "name": "s-report-test_bleu"}]))
+    aside.mkdir(parents=True)
+    set_aside_wandb(sweep, aside, ["a", "b"], report_moved=False)
+    assert sorted(p.name.rsplit("-", 1)[1] for p in (aside / "wandb").iterdir()) == ["aaaa1111", "aaaa1111", "bbbb2222"]
+    assert "their W&B runs (3 folder(s)) moved to" in capsys.readouterr().out
+    set_aside_wandb(sweep, aside, [], report_moved=True)  # the report that counted them went too: its runs follow
+    assert folders["report"].parent == sweep / "wandb" and not folders["report"].exists()
+    assert (aside / "wandb" / folders["report"].name).is_dir() and (aside / "wandb" / REPORT_RUNS).is_file()
+    assert folders["other"].is_dir() and not (sweep / "wandb" / REPORT_RUNS).exists()

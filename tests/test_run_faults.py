@@ -231,15 +231,66 @@ def test_a_lock_dies_with_its_holder(tmp_path):
 
 
 # ---- identity: other settings, smoke runs ------------------------------------------------------------
+def test_a_run_trained_afresh_gets_a_wandb_run_of_its_own(tmp_path, monkeypatch):
+    """An attempt killed before its first checkpoint left its W&B id in the folder: the retrain from update 0
+    logged into the same W&B run, the two histories merged on upload. A resumed sitting keeps the id."""
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    import wandb
+
+    (tmp_path / "wandb_id").write_text("0123456789abcdef\n")  # the killed attempt's
+    try:
+        train(compose_train(*QUICK, "trainer.max_epochs=1", "logger=wandb", f"run_dir={tmp_path}"))
+        fresh = (tmp_path / "wandb_id").read_text().strip()
+        assert fresh != "0123456789abcdef" and len(fresh) == 16
+        train(compose_train(*QUICK, "trainer.max_epochs=2", "logger=wandb", "resume=force", f"run_dir={tmp_path}"))
+    finally:
+        wandb.teardown()  # its service's address would stay in os.environ for later subprocesses
+    assert (tmp_path / "wandb_id").read_text().strip() == fresh  # continued: the same W&B run
+    assert {p.name.rsplit("-", 1)[1] for p in tmp_path.glob("wandb/offline-run-*")} == {fresh}
+
+
+def test_a_finished_run_asked_for_another_decoding_is_pointed_to_evaluate_py(tmp_path):
+    """decode.beam_size=3 on a finished run was refused with resume=force as the way out: continuing a run
+    to change how it decodes. Only its scores differ: the refusal gives the evaluate.py command."""
+    train(compose_train(*QUICK, "trainer.max_epochs=1", f"run_dir={tmp_path}"))
+    with pytest.raises(RunFolderError) as refused:
+        train(
+            compose_train(
+                *QUICK,
+                "trainer.max_epochs=1",
+                "decode.beam_size=3",
+                "decode.length_penalty=1.5",
+                f"run_dir={tmp_path}",
+            )
+        )
+    assert str(refused.value).endswith(
+        f"only how its final scores decode differs, which needs no training: python evaluate.py ckpt_path={tmp_path} "
+        "decode.beam_size=3 decode.length_penalty=1.5 scores it so (split=val to choose the decoding, as the test "
+        "is never tuned on)"
+    )
+    with pytest.raises(RunFolderError) as refused:  # a setting of the training too: no such advice
+        train(compose_train(*QUICK, "decode.beam_size=3", f"run_dir={tmp_path}"))
+    assert "evaluate.py" not in str(refused.value) and "trainer.max_epochs: 1 -> 2" in str(refused.value)
+
+
 @pytest.mark.slow
 def test_a_folder_made_under_other_settings_is_refused_listing_the_keys_unless_forced(tmp_path, capsys):
     train(compose_train(*QUICK, "trainer.max_epochs=1", f"run_dir={tmp_path}"))
+    # an evaluation of the first end's weights (evaluate.py's folder, as it writes one)
+    (tmp_path / "eval" / "test_beam5").mkdir(parents=True)
+    (tmp_path / "eval" / "test_beam5" / "metrics.json").write_text('{"bleu": 1.0}')
     with pytest.raises(RunFolderError, match=r"other settings \(trainer\.max_epochs: 1 -> 2\).*resume=force"):
         train(compose_train(*QUICK, f"run_dir={tmp_path}"))
     results = train(compose_train(*QUICK, "resume=force", f"run_dir={tmp_path}"))
-    assert "resume=force: continuing" in capsys.readouterr().out and results["epochs"] == 2
+    said = capsys.readouterr().out
+    assert "resume=force: continuing" in said and results["epochs"] == 2
     # the record says from which update the run went on under which other settings
     first_epoch = steps_per_epoch(compose_train(*QUICK))
+    # and the evaluations of the weights before it went on are set aside whole, not left among the new ones
+    aside = tmp_path / f"eval_before_update_{first_epoch}"
+    assert (aside / "test_beam5" / "metrics.json").read_text() == '{"bleu": 1.0}' and not (tmp_path / "eval").exists()
+    assert f"continued the run from update {first_epoch}: moved to {aside}" in said
     forced = [{"changed": ["trainer.max_epochs: 1 -> 2"], "from_step": first_epoch}]
     assert results["continued_under_other_settings"] == forced
     assert json.loads((tmp_path / "fingerprint.json").read_text())["forced"] == forced

@@ -1250,6 +1250,31 @@ def test_the_report_holds_only_the_planned_runs_and_names_a_damaged_record(tmp_p
         write_report(tmp_path)
 
 
+def test_cells_at_the_floor_on_every_seed_are_said_beside_the_fit(tmp_path):
+    """lr=50 scored BLEU 0 on every seed: the fit, pooling its error over the cells, found "lr=50 lowers
+    test_bleu" where Welch's test found nothing, and nothing said the floor was behind it."""
+    from nmt.sweep.ranking import at_bound_cells
+
+    floor = [r for r in RECORDS if r["factors"] != {"pos": "absolute", "norm": "rms"}]
+    floor += [record("absolute", "rms", seed, 0.0) for seed in (1, 2, 3)]
+    synthetic_sweep(tmp_path, floor)
+    report = " ".join(write_report(tmp_path).read_text().split())
+    findings = report[report.index("## Findings") :].split(" ## ")[0]
+    assert (
+        "**Caveat:** some cells scored the end of test_bleu's scale on every seed (norm=rms, pos=absolute (0 on 3 "
+        "seeds)): a floor or ceiling"
+    ) in findings
+    rows = [{"pos": "a", "mean": 100.0, "std": 0.0, "n": 2}, {"pos": "b", "mean": 0.0, "std": 0.0, "n": 1}]
+    assert at_bound_cells(rows, ["pos"], "test_chrf") == "pos=a (100 on 2 seeds)"  # one seed: no scatter to lack
+    assert at_bound_cells([{"pos": "a", "mean": 0.0, "std": 0.0, "n": 3}], ["pos"], "train_loss") == (
+        "pos=a (0 on 3 seeds)"
+    )
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    synthetic_sweep(plain)
+    assert "end of test_bleu's scale" not in write_report(plain).read_text()
+
+
 def test_an_interval_past_what_the_metric_can_take_is_said_where_it_is_read(tmp_path):
     """One diverged seed (BLEU 1 beside 30 and 31) gives its cell a t interval reaching below 0 BLEU: the table
     printed it as any other, and the findings tested the cell as if its seeds scattered normally."""

@@ -82,7 +82,7 @@ def test_two_by_two_sweep_through_joblib_reports_logs_to_wandb_and_resumes(tmp_p
             pytest.skip(f"`wandb leet inspect` not available: {shown.stderr[-300:]}")
         run = json.loads(shown.stdout)
         summaries[run["name"]] = run
-    assert set(summaries) == {"g1-report", *names}
+    assert set(summaries) == {"g1-report-test_bleu", *names}  # the report run named by its metric
     results = {name: json.loads((tmp_path / name / "sweep_result.json").read_text()) for name in names}
     for name, result in results.items():
         # the cost of the whole process (start-up, data, final scores), not of its training alone
@@ -90,14 +90,16 @@ def test_two_by_two_sweep_through_joblib_reports_logs_to_wandb_and_resumes(tmp_p
         assert sorted(summaries[name]["tags"]) == [level.replace("=", ":") for level in name.split(",")[:2]]
         assert summaries[name]["summary"]["test_bleu"] == pytest.approx(result["metrics"]["test_bleu"])
         assert summaries[name]["summary"]["val_as_test_bleu"] == pytest.approx(result["metrics"]["val_as_test_bleu"])
+    report = summaries["g1-report-test_bleu"]
+    assert report["config"]["metric"] == "test_bleu" and report["config"]["direction"] == "higher is better"
     for level in ("pos=absolute", "pos=rope", "norm=layer", "norm=rms"):  # one seed: the mean of its two cells
         cells = [r["metrics"]["test_bleu"] for name, r in results.items() if level in name.split(",")]
-        assert summaries["g1-report"]["summary"][level.replace("=", "/")] == pytest.approx(sum(cells) / 2)
+        assert summaries["g1-report-test_bleu"]["summary"][level.replace("=", "/")] == pytest.approx(sum(cells) / 2)
     # the same command again: nothing to train, the same report, which the group already holds
     second = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=900, env=env)
     assert second.returncode == 0, second.stdout[-2000:] + second.stderr[-3000:]
     assert second.stdout.count("done already, skipped") == 4 and "[sweep] running:" not in second.stdout
-    assert "W&B: the report run g1-report already holds this report; not logged again" in second.stdout
+    assert "W&B: the report run g1-report-test_bleu already holds this report; not logged again" in second.stdout
     assert set(tmp_path.glob("wandb/offline-run-*/run-*.wandb")) == set(files)
 
 

@@ -33,7 +33,8 @@ from nmt.inference.loading import resolve_checkpoint_path
 from nmt.metrics import lower_is_better
 from nmt.metrics.corpus import bleu_tokenizer, tokenized_lowercase_scoring
 from nmt.metrics.randomization import paired_randomization, sentence_statistics
-from nmt.tasks.base import evaluation_splits, grid_cell_scoring, grid_file_for_code
+from nmt.tasks.base import evaluation_splits, grid_cell_scoring
+from nmt.tasks.eval_folders import grid_file_for_code
 from nmt.utils.configs import CONF
 from nmt.utils.io import atomic_write_json
 
@@ -194,10 +195,10 @@ def evaluate_grid(cfg: DictConfig, task, load, axes: dict[str, list]) -> dict:
             "signature": result["bleu_signature"],
             "tgt_lang": result["tgt_lang"],
             "strategy": search.strategy,
+            "weights": result.get("weights"),  # each checkpoint's update and checksum: a run continued since
         }
         rows.append(scored.setdefault(same, row))
-    sign = -1 if lower_is_better(metric) else 1  # CER: the lowest is the best
-    best = max(rows, key=lambda row: sign * row["scores"][metric])  # the first of equals: the earlier setting
+    best, tied = choose(rows, metric, loaded.config)
     for row in rows:
         row["p_vs_chosen"] = None if row is best else paired_p(row, best, metric)
     record = {
@@ -207,6 +208,7 @@ def evaluate_grid(cfg: DictConfig, task, load, axes: dict[str, list]) -> dict:
         "axes": axes,
         "rows": rows,
         "best": best["setting"],
+        "tied": [row["setting"] for row in tied],  # the same score as the choice: chosen between by the rule above
         "best_score": best["scores"][metric],  # on the validation set, biased upward by the choice
         "run_decode": loaded.config.get("decode"),
         "test_command": test_command(cfg, best["setting"], best["strategy"], test_split(cfg, loaded.config)),
@@ -215,8 +217,26 @@ def evaluate_grid(cfg: DictConfig, task, load, axes: dict[str, list]) -> dict:
     path, record["code"] = grid_file_for_code(path, bool(cfg.out_dir), loaded.run_dir)  # another code's: kept
     atomic_write_json(path, record)
     record["json"] = str(path)
-    print_grid(rows, best, metric, path, record["test_command"], resolve_checkpoint_path(cfg.ckpt_path).name)
+    print_grid(rows, best, metric, path, record["test_command"], resolve_checkpoint_path(cfg.ckpt_path).name, tied)
     return record
+
+
+def choose(rows: list[dict], metric: str, run_config: dict) -> tuple[dict, list[dict]]:
+    """The best row by ``metric``, and the others of the same score. Among equals, the one nearest the run's
+    own settings (most axes at the run's own value: its decode.* and test_average_last), then the earliest: a
+    grid whose length penalties gave the same outputs chose the first listed, sending the test to another
+    folder than the run's own."""
+    sign = -1 if lower_is_better(metric) else 1  # CER: the lowest is the best
+    top = max(sign * row["scores"][metric] for row in rows)
+    equal = [row for row in rows if sign * row["scores"][metric] == top]
+    own = {f"decode.{k}": v for k, v in (run_config.get("decode") or {}).items()}
+    own["average_last"] = run_config.get("test_average_last")
+
+    def nearness(row: dict) -> int:
+        return sum(own.get(axis, object()) == value for axis, value in row["setting"].items())
+
+    best = max(equal, key=nearness)  # max keeps the first of equals
+    return best, [row for row in equal if row is not best]
 
 
 def scores(result: dict, extra: tuple[str, ...] = ()) -> dict:
@@ -315,14 +335,16 @@ def hydra_escape(value) -> str:
     return re.sub(r"([\\()\[\]{}:=, \t])", r"\\\1", str(value))
 
 
-def print_grid(rows: list[dict], best: dict, metric: str, path: Path, command: str, checkpoint: str) -> None:
+def print_grid(
+    rows: list[dict], best: dict, metric: str, path: Path, command: str, checkpoint: str, tied: list[dict] = ()
+) -> None:
     shown = [m for m in rows[0]["scores"] if m not in ("brevity_penalty", "length_ratio") and "ci95" not in m]
     lower = lower_is_better(metric)
     table = Table(title=f"validation set, ranked by {metric}" + (" (lower is better)" if lower else ""))
     tested = metric in DECODED  # the paired test covers these; a column of blanks said nothing of the others
     for column in ("setting", *shown, "BP", *([f"p ({metric}) vs chosen"] if tested else [])):
         table.add_column(column, justify="left" if column == "setting" else "right")
-    for row in sorted(rows, key=lambda r: r["scores"][metric] if lower else -r["scores"][metric]):
+    for row in sorted(rows, key=lambda r: (r["scores"][metric] if lower else -r["scores"][metric], r is not best)):
         name = label(row["setting"], checkpoint) + "".join(f" = {label(s, checkpoint)}" for s in row["also"])
         p = "chosen" if row is best else ("" if row["p_vs_chosen"] is None else f"{row['p_vs_chosen']:.4f}")
         bp = row["scores"].get("brevity_penalty")
@@ -340,6 +362,13 @@ def print_grid(rows: list[dict], best: dict, metric: str, path: Path, command: s
         f"{chosen} The chosen setting's own score is biased upward by the choice: the test scores it.",
         file=sys.stderr,
     )
+    if tied:
+        print(
+            f"{len(tied)} other setting(s) score the same {metric} as the chosen one "
+            f"({'; '.join(label(r['setting'], checkpoint) for r in tied)}): chosen among them is the one nearest "
+            "the run's own settings (then the first listed)",
+            file=sys.stderr,
+        )
     if f"split={hydra_escape(NO_TEST_SET)}" in command:
         print(
             "This run set no test pairs aside (data.test_size=0): in the command below, PREFIX stands for a test "

@@ -22,7 +22,7 @@ def load_checkpoint(path: str | os.PathLike) -> dict:
     """Load a checkpoint written by train.py with ``weights_only=True`` (no code runs from the file)."""
     path = Path(path).expanduser()
     if not path.is_file():
-        raise CheckpointError(f"{path}: no such checkpoint file (train.py writes them under <run_dir>/checkpoints/)")
+        raise CheckpointError(missing_checkpoint(path))
     if not zipfile.is_zipfile(path):  # torch.save's format: torch's own error would be a bare KeyError or advice
         raise CheckpointError(  # to load it with weights_only=False, which runs code from the file
             f"{path} is not a PyTorch checkpoint, or was cut short (not the whole zip archive torch.save writes); "
@@ -106,6 +106,19 @@ def non_finite_weights(state_dict: dict) -> list[str]:
         and state_dict[key].is_floating_point()
         and not bool(torch.isfinite(state_dict[key]).all())
     ]
+
+
+def missing_checkpoint(path: Path) -> str:
+    """What to say of a checkpoint path that is not there: a run folder's name mistyped (runs/rnn_tny) was
+    called a missing checkpoint file; the names nearest it in its folder, where there are any."""
+    import difflib
+
+    what = "no such checkpoint file" if path.suffix == ".ckpt" else "no such run folder or checkpoint file"
+    parent = path.parent if path.parent.is_dir() else None
+    names = sorted(p.name for p in parent.iterdir()) if parent else []
+    near = difflib.get_close_matches(path.name, names, n=3, cutoff=0.6)
+    hint = f"; did you mean {' or '.join(str(parent / n) for n in near)}?" if near else ""
+    return f"{path}: {what} (train.py writes runs as <run_dir>/checkpoints/*.ckpt){hint}"
 
 
 def weights_checksum(state_dict: dict) -> int:

@@ -12,6 +12,7 @@ from nmt.data.tokenizer import Tokenizer
 from nmt.data.vocab import load_tokenizer
 from nmt.inference.checkpoint import (
     CHECKPOINT_KEY,
+    CHECKSUM_KEY,
     FINGERPRINT,
     CheckpointError,
     average_state_dicts,
@@ -32,6 +33,9 @@ class LoadedModel:
     checkpoints: list[str]
     task: Task
     data_text: dict[str, str] | None = None  # each split's text hash when trained (older checkpoints: None)
+    # each checkpoint's update and weights' checksum: what an evaluation was made of, where a run continued
+    # since and the same checkpoint path (last.ckpt, best.ckpt, an average's epochs) holds other weights
+    weights: list[dict] | None = None
 
     @property
     def name(self) -> str:
@@ -110,6 +114,7 @@ def load_model(ckpt_path: str | os.PathLike, average_last: int = 0, device: str 
     # absolute: the paths are written into the results of evaluations, read later from anywhere
     paths = [str(Path(ckpt_path).expanduser().absolute())]
     state_dict = checkpoint["state_dict"]
+    weights = [weights_record(checkpoint)]
     if average_last > 1:
         available, ends_at_given = epochs_to_average(ckpt_path)  # an epoch checkpoint: the N up to it
         if len(available) < average_last:
@@ -125,7 +130,9 @@ def load_model(ckpt_path: str | os.PathLike, average_last: int = 0, device: str 
             )
         candidates = available[-average_last:]
         paths = [str(Path(p).expanduser().absolute()) for p in candidates]
-        state_dict = average_state_dicts([load_checkpoint(p)["state_dict"] for p in candidates], paths)
+        averaged = [load_checkpoint(p) for p in candidates]
+        state_dict = average_state_dicts([c["state_dict"] for c in averaged], paths)
+        weights = [weights_record(c) for c in averaged]
     section = checkpoint[CHECKPOINT_KEY]
     src_tokenizer = load_tokenizer(section["src_tokenizer"], section.get("src_segmenter"))
     tgt_tokenizer = load_tokenizer(section["tgt_tokenizer"], section.get("tgt_segmenter"))
@@ -141,7 +148,12 @@ def load_model(ckpt_path: str | os.PathLike, average_last: int = 0, device: str 
     model.load_state_dict({k.removeprefix("model."): v for k, v in state_dict.items() if k.startswith("model.")})
     model.to(pick_device(device)).eval()
     data_text = section.get("data_text") or recorded_text(run_folder_of(ckpt_path))
-    return LoadedModel(model, src_tokenizer, tgt_tokenizer, config, paths, task, data_text)
+    return LoadedModel(model, src_tokenizer, tgt_tokenizer, config, paths, task, data_text, weights)
+
+
+def weights_record(checkpoint: dict) -> dict:
+    """A checkpoint's update and the checksum written with its weights (None in checkpoints older than it)."""
+    return {"update": checkpoint.get("global_step"), "crc32": checkpoint[CHECKPOINT_KEY].get(CHECKSUM_KEY)}
 
 
 def run_folder_of(ckpt_path: str | os.PathLike) -> Path:

@@ -2,7 +2,9 @@
 
 import csv
 import hashlib
+import json
 
+from nmt.metrics import lower_is_better
 from nmt.training.loggers import wandb_offline
 from nmt.utils.io import atomic_write_text
 
@@ -23,15 +25,25 @@ def log_report_to_wandb(report_path, project: str, group: str, metric: str = "au
     sweep_dir = report_path.parent
     made = [report_path, sweep_dir / "results.csv", sweep_dir / "report.html", *sorted(sweep_dir.glob("*.png"))]
     said = f"{project}\n{group}\n{metric}"  # the metric as given ("auto" too), not as resolved below
-    if _logged_before(sweep_dir, made, said, group):
-        return
     records, _ = scored_records(collect_records(sweep_dir))  # nan or inf: the report names them
     metric = resolve_metric(metric, records)
-    run = _report_run(sweep_dir, project, group, "sweep-report")
+    name = f"{group}-report-{metric}"  # a report of another metric is another run, told apart by its name
+    if _logged_before(sweep_dir, made, said, name):
+        return
+    factors = analysis.factor_names(records)
+    earlier = [r for r in _report_runs(sweep_dir) if r.get("name") == name]  # of runs or scores since changed
+    config = {
+        "metric": metric,
+        "direction": "lower is better" if lower_is_better(metric) else "higher is better",
+        "runs": len(records),
+        "factors": {f: sorted({str(r["factors"][f]) for r in records}) for f in factors},
+        "supersedes": [r["id"] for r in earlier],
+    }
+    run = _report_run(sweep_dir, project, group, "sweep-report", name, config)
     with open(sweep_dir / "results.csv") as handle:
         rows = list(csv.reader(handle))
     panels = {}
-    for factor in analysis.factor_names(records):
+    for factor in factors:
         by_level = analysis.level_summary(records, metric, factor)
         run.summary.update({f"{factor}/{level}": s["mean"] for level, s in by_level.items()})
         table = wandb.Table(
@@ -41,10 +53,108 @@ def log_report_to_wandb(report_path, project: str, group: str, metric: str = "au
         panels[f"{factor}_by_level"] = wandb.plot.bar(table, "level", metric, title=f"{metric} by {factor}")
     page = sweep_dir / "report.html"
     html = page.read_text() if page.is_file() else f"<pre>{report_path.read_text()}</pre>"
-    run.log({**panels, "results": wandb.Table(columns=rows[0], data=rows[1:]), "report": wandb.Html(html)})
+    results = wandb.Table(columns=rows[0], data=typed_columns(rows[1:]))
+    run.log({**panels, "results": results, "report": wandb.Html(html)})
     run.log({p.stem: wandb.Image(str(p)) for p in sorted(sweep_dir.glob("*.png"))})
     run.finish()
     _remember(sweep_dir, made, said)
+    _supersede(
+        sweep_dir, earlier, {"id": run.id, "name": name, "metric": metric}, offline=wandb_offline(str(sweep_dir))
+    )
+
+
+def typed_columns(rows: list[list[str]]) -> list[list]:
+    """results.csv's cells as W&B's table should hold them: a column whose every filled cell is a number holds
+    numbers (ints where all are whole), so that W&B sorts and plots it as one ("10" sorted before "2" as text);
+    any other column stays text, as a W&B table refuses a column of mixed types."""
+    columns = list(zip(*rows, strict=True)) if rows else []
+    typed = []
+    for column in columns:
+        try:
+            numbers = [None if cell == "" else float(cell) for cell in column]
+        except ValueError:
+            typed.append(list(column))
+            continue
+        whole = all(
+            n is None or (n.is_integer() and "." not in c and "e" not in c.lower())
+            for n, c in zip(numbers, column, strict=True)
+        )
+        typed.append([None if n is None else int(n) if whole else n for n in numbers])
+    return [list(row) for row in zip(*typed, strict=True)] if typed else rows
+
+
+REPORT_RUNS = "report_runs.json"  # in <sweep>/wandb: the report runs logged into the group, by name
+LOGGED = "report_logged.sha256"  # in <sweep>/wandb: the digest of the report last logged
+
+
+def _report_runs(sweep_dir) -> list[dict]:
+    from pathlib import Path
+
+    path = Path(sweep_dir) / "wandb" / REPORT_RUNS
+    try:
+        runs = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return []
+    return runs if isinstance(runs, list) else []
+
+
+def _supersede(sweep_dir, earlier: list[dict], new: dict, offline: bool) -> None:
+    """The new report run in the record, and the earlier ones of its name out of the group's way: offline,
+    their folders move to <sweep>/wandb/superseded/ (so that `wandb sync <sweep>/wandb/offline-run-*` uploads
+    the current report alone); online, they are in the project already, named in the new run's config
+    (``supersedes``) and said here."""
+    from pathlib import Path
+
+    wandb_dir = Path(sweep_dir) / "wandb"
+    if earlier and offline:
+        moved = move_wandb_runs(wandb_dir, [r["id"] for r in earlier], wandb_dir / "superseded")
+        if moved:
+            print(f"W&B: the earlier report run(s) {new['name']} ({len(moved)}) moved to {wandb_dir / 'superseded'}")
+    elif earlier:
+        ids = ", ".join(r["id"] for r in earlier)
+        print(f"W&B: this report run supersedes {new['name']} run(s) {ids} in the project: hide or delete them there")
+    kept = [r for r in _report_runs(sweep_dir) if r not in earlier]
+    atomic_write_text(wandb_dir / REPORT_RUNS, json.dumps([*kept, new], indent=2) + "\n")
+
+
+def move_wandb_runs(wandb_dir, ids: list[str], target) -> list:
+    """The folders W&B wrote under ``wandb_dir`` for the runs ``ids`` (offline-run-<time>-<id>, one a sitting;
+    run-<time>-<id> online), moved into ``target``."""
+    from pathlib import Path
+
+    moved = []
+    for run_id in ids:
+        for folder in sorted(Path(wandb_dir).glob(f"*run-*-{run_id}")):
+            if folder.is_dir():
+                Path(target).mkdir(parents=True, exist_ok=True)
+                folder.rename(Path(target) / folder.name)
+                moved.append(folder)
+    return moved
+
+
+def set_aside_wandb(sweep_dir, aside, names: list[str], report_moved: bool) -> None:
+    """on_changed=move: the W&B runs of the run folders ``names`` (by each folder's wandb_id) go with them into
+    ``aside``/wandb, and, where their report went too, the report runs logged of it, so that the sweep's
+    group (a `wandb sync` of <sweep>/wandb) never mixes runs of the old settings with the new."""
+    from pathlib import Path
+
+    from nmt.training.loggers import WANDB_ID
+
+    sweep_dir, aside = Path(sweep_dir), Path(aside)
+    wandb_dir = sweep_dir / "wandb"
+    if not wandb_dir.is_dir():
+        return
+    ids = [(sweep_dir / n / WANDB_ID).read_text().strip() for n in names if (sweep_dir / n / WANDB_ID).is_file()]
+    moved = move_wandb_runs(wandb_dir, [i for i in ids if i], aside / "wandb")
+    if report_moved:
+        reports = _report_runs(sweep_dir)
+        moved += move_wandb_runs(wandb_dir, [r["id"] for r in reports], aside / "wandb")
+        (aside / "wandb").mkdir(parents=True, exist_ok=True)
+        for record in (REPORT_RUNS, LOGGED):  # the moved report's: the next report is logged afresh
+            if (wandb_dir / record).is_file():
+                (wandb_dir / record).rename(aside / "wandb" / record)
+    if moved:
+        print(f"[sweep] their W&B runs ({len(moved)} folder(s)) moved to {aside / 'wandb'}")
 
 
 def log_search_to_wandb(sweep_dir, project: str, group: str) -> None:
@@ -61,7 +171,7 @@ def log_search_to_wandb(sweep_dir, project: str, group: str) -> None:
 
     sweep_dir = Path(sweep_dir)
     made = [sweep_dir / REPORT, sweep_dir / REPORT_PAGE, *sorted(sweep_dir.glob("search_*.png"))]
-    if _logged_before(sweep_dir, made, f"{project}\n{group}", group):
+    if _logged_before(sweep_dir, made, f"{project}\n{group}", f"{group}-report"):
         return
     search = settled(sweep_dir, read_search(sweep_dir))
     metric, keys = search["metric"], list(search["space"])
@@ -94,17 +204,18 @@ def log_search_to_wandb(sweep_dir, project: str, group: str) -> None:
     _remember(sweep_dir, made, f"{project}\n{group}")
 
 
-def _report_run(sweep_dir, project: str, group: str, job_type: str):
-    """The report's own W&B run in the sweep's group, ``<group>-report``, its files in the sweep's folder
-    (offline where W&B has no credentials)."""
+def _report_run(sweep_dir, project: str, group: str, job_type: str, name: str | None = None, config=None):
+    """The report's own W&B run in the sweep's group (``name``, by default ``<group>-report``), its files in the
+    sweep's folder (offline where W&B has no credentials)."""
     import wandb
 
     return wandb.init(
         project=project,
         group=group,
-        name=f"{group}-report",
+        name=name or f"{group}-report",
         job_type=job_type,
         dir=str(sweep_dir),
+        config=config,
         mode="offline" if wandb_offline(str(sweep_dir)) else "online",
     )
 
@@ -122,16 +233,16 @@ def _digest(made: list, said: str) -> str:
     return digest.hexdigest()
 
 
-def _logged_before(sweep_dir, made: list, said: str, group: str) -> bool:
+def _logged_before(sweep_dir, made: list, said: str, name: str) -> bool:
     """Whether the group's report run already holds this report: a sweep rerun that changed nothing (every run
     finished, the same report) logged one more report run into the group, two of one name; the report logged
     is remembered, and logged again only when it changed."""
-    logged = sweep_dir / "wandb" / "report_logged.sha256"
+    logged = sweep_dir / "wandb" / LOGGED
     if logged.is_file() and logged.read_text().strip() == _digest(made, said):
-        print(f"W&B: the report run {group}-report already holds this report; not logged again")
+        print(f"W&B: the report run {name} already holds this report; not logged again")
         return True
     return False
 
 
 def _remember(sweep_dir, made: list, said: str) -> None:
-    atomic_write_text(sweep_dir / "wandb" / "report_logged.sha256", _digest(made, said) + "\n")
+    atomic_write_text(sweep_dir / "wandb" / LOGGED, _digest(made, said) + "\n")

@@ -5,7 +5,7 @@ import math
 
 from nmt.sweep import analysis, effects
 from nmt.sweep.document import Document, cell_name, literal
-from nmt.sweep.ranking import past_range_cells
+from nmt.sweep.ranking import at_bound_cells, past_range_cells
 from nmt.sweep.summary import budget_text, capped_runs, plural
 from nmt.utils.configs import CONF
 
@@ -185,6 +185,14 @@ def findings(
         sentences.append("One configuration: nothing to compare. The table below gives its mean over seeds.")
     if effects_found or better or worse or ranking["compared"] or fit is not None:
         sentences += [f"**Caveat:** {c}" for c in caveats(facts or {}, levels)]  # a null result as much
+    if fit is not None and fit["model"] is not None and (stuck := at_bound_cells(rows, list(levels), metric)):
+        sentences.append(
+            f"**Caveat:** some cells scored the end of {metric}'s scale on every seed ({stuck}): a floor or ceiling, "
+            "not a graded score. The fit pools its error over all cells and counts these as exact, so an effect "
+            "through them can be found where the seed-level test finds none (Welch's test, which takes each "
+            "cell's own scatter, is the one to read there), and its size measures the bound, not the factor's "
+            "full effect."
+        )
     if past:
         sentences.append(scatter)
     for sentence in sentences:

@@ -77,6 +77,18 @@ def past_range_cells(rows: list[dict], factors, metric: str) -> str:
     )
 
 
+def at_bound_cells(rows: list[dict], factors, metric: str) -> str:
+    """The cells whose every seed scored exactly the end of the scale ``metric`` can take (``"lr=50 (0 on 3
+    seeds)"``), or ``""``: no scatter at a floor or ceiling, which a fit pooling its error over the cells counts
+    as a precise mean."""
+    low, high = analysis.metric_range(metric)
+    return "; ".join(
+        f"{cell_name((f, row[f]) for f in factors) or 'the runs'} ({float(row['mean']):g} on {int(row['n'])} seeds)"
+        for row in rows
+        if int(row.get("n") or 0) > 1 and float(row.get("std") or 0) == 0 and float(row["mean"]) in (low, high)
+    )
+
+
 def validation_counterpart(metric: str) -> str | None:
     """The validation score of the same model and search as a test metric: test_X -> val_as_test_X."""
     return f"{FINAL_RESULTS['val']}_{metric.removeprefix('test_')}" if metric.startswith("test_") else None

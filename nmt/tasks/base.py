@@ -141,69 +141,6 @@ class Task:
         return {}
 
 
-def evaluation_folder_for_code(folder: Path, chosen: bool, run_dir: Path) -> tuple[Path, str]:
-    """Where an evaluation writes, and the hash of the code it is made with (recorded in its metrics.json).
-    ``folder``: the folder its settings name (``chosen``: given by out_dir, taken as it is). A run's folder
-    that holds an evaluation made under other code (the run's own final scores, say) keeps it: this one goes
-    into ``<folder>_code<hash>``, said once. An evaluation recorded without its code (made before the code
-    was recorded) is taken as made with the code of the run in ``run_dir`` (its fingerprint.json); without
-    that either, it is replaced, as before."""
-    return _for_code(folder, folder / "metrics.json", chosen, run_dir, "an evaluation")
-
-
-def evaluation_folder_for_text(folder: Path, chosen: bool, text: str) -> Path:
-    """Where an evaluation of a set whose text hashes to ``text`` writes: a folder that holds one of other text
-    under the same name (a ``files:`` set edited since) keeps it, and this one goes into
-    ``<folder>_text<hash>``, said once. One recorded without its text (made before texts were recorded) is
-    replaced, as before; ``chosen`` (out_dir): taken as it is."""
-    import json
-
-    record = folder / "metrics.json"
-    if chosen or not record.is_file():
-        return folder
-    try:
-        made = json.loads(record.read_text()).get("text")
-    except (OSError, ValueError, AttributeError):
-        made = None
-    if made in (None, text):
-        return folder
-    other = folder.with_name(f"{folder.name}_text{text[:8]}")
-    print(f"note: {folder} holds an evaluation of other text under this set's name (its text {str(made)[:8]}, "
-          f"this {text[:8]}): kept; this one goes into {other}")  # fmt: skip
-    return other
-
-
-def grid_file_for_code(path: Path, chosen: bool, run_dir: Path) -> tuple[Path, str]:
-    """Where a decoding grid's record goes, and the code's hash, as :func:`evaluation_folder_for_code` says
-    for an evaluation: a grid recorded under other code is kept, and this one goes into
-    ``<name>_code<hash>.json``."""
-    return _for_code(path, path, chosen, run_dir, "a decoding grid", ".json")
-
-
-def _for_code(path: Path, record: Path, chosen: bool, run_dir: Path, what: str, suffix: str = "") -> tuple[Path, str]:
-    import json
-
-    from nmt.utils.code import code_hash
-
-    code = code_hash()
-    made = None
-    if record.is_file():
-        for source, read in ((record, lambda d: d.get("code")),
-                             (run_dir / "fingerprint.json", lambda d: (d.get("code") or {}).get("hash"))):  # fmt: skip
-            try:
-                made = read(json.loads(source.read_text()))
-            except (OSError, ValueError, AttributeError):
-                made = None
-            if made:
-                break
-    if chosen or made in (None, code):
-        return path, code
-    other = path.with_name(f"{path.name.removesuffix(suffix)}_code{code[:8]}{suffix}")  # a folder: no suffix
-    print(f"note: {path} holds {what} made under other code (its code {made[:8]}, this {code[:8]}): kept; this one "
-          f"goes into {other}")  # fmt: skip
-    return other, code
-
-
 _GRID_CELLS = [False]  # True while a decoding grid scores its cells (nmt.evaluation.grid)
 
 

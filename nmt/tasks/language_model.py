@@ -22,13 +22,12 @@ from nmt.tasks.base import (
     Task,
     check_split_text,
     evaluation_data_config,
-    evaluation_folder_for_code,
-    evaluation_folder_for_text,
     evaluation_splits,
     log_target_metrics,
     target_metrics,
     update_target_metrics,
 )
+from nmt.tasks.eval_folders import evaluation_folder
 from nmt.tasks.translation import decoder_only, model_options
 from nmt.tasks.translation_eval import set_name
 from nmt.utils.configs import CONF
@@ -181,7 +180,9 @@ class LanguageModelTask(Task):
         return int((batch["target"] != PAD_ID).sum())
 
     # ---- evaluation ------------------------------------------------------------------------------
-    def evaluate_split(self, loaded, split: str = "test", data_overrides: dict | None = None, out=None) -> dict:
+    def evaluate_split(
+        self, loaded, split: str = "test", data_overrides: dict | None = None, out=None, own: bool = False
+    ) -> dict:
         """Perplexity of a split (train, val or test) of the checkpoint's corpus, or of any text file
         (``files:<path>``, with the trained vocabulary); writes metrics.json."""
         if split not in ("train", "val", "test") and not is_file_split(split):
@@ -207,26 +208,29 @@ class LanguageModelTask(Task):
         described = datamodule.describe()
         if split == "train":  # cut into the blocks it trained on, whatever the stride of val and test
             described = f"{datamodule.name} (block {datamodule.block_size}, disjoint blocks)"
-        result = {
-            "checkpoints": loaded.checkpoints,
-            "data": described,
-            "split": split,
-            **stream_perplexity(loaded.model, datamodule.loader(split)),
-            # the words outside the vocabulary, each the unknown word: new text's perplexity depends on them
-            # (the scored tokens: the stream's after its first, each a target once)
-            "unk_rate": round(float((datamodule.dataset(split).stream[1:] == UNK_ID).float().mean()), 5),
-        }
         stem = loaded.name
         tag = ("" if stem == "best" else f"{stem}_") + f"{set_name(split)}_ppl"
         tag += f"_avg{len(loaded.checkpoints)}" if len(loaded.checkpoints) > 1 else ""
         own_stride = (loaded.config.get("data") or {}).get("eval_stride") or datamodule.block_size
         if given_stride is not None and datamodule.eval_stride != own_stride:  # one folder per evaluation setting
             tag += f"_stride{datamodule.eval_stride}"
-        folder = Path(out) if out else loaded.run_dir / "eval" / tag
-        chosen = bool(out)  # out_dir: taken as it is
-        result["text"] = datamodule.text_hash(split)  # a files: text edited since: its evaluation kept
-        folder = evaluation_folder_for_text(folder, chosen, result["text"])  # then, of that text, other code's
-        out, result["code"] = evaluation_folder_for_code(folder, chosen, loaded.run_dir)
+        identity = {
+            "checkpoints": loaded.checkpoints,
+            "weights": loaded.weights,  # each checkpoint's update and checksum: a run continued since, told apart
+            "data": described,
+            "split": split,
+            "text": datamodule.text_hash(split),  # a files: text edited since: its evaluation kept
+        }
+        folder = Path(out) if out else loaded.run_dir / "eval" / tag  # out_dir: taken as it is
+        out, code = evaluation_folder(folder, bool(out) and not own, loaded.run_dir, identity)  # before scoring
+        result = {
+            **identity,
+            **stream_perplexity(loaded.model, datamodule.loader(split)),
+            # the words outside the vocabulary, each the unknown word: new text's perplexity depends on them
+            # (the scored tokens: the stream's after its first, each a target once)
+            "unk_rate": round(float((datamodule.dataset(split).stream[1:] == UNK_ID).float().mean()), 5),
+            "code": code,
+        }
         atomic_write_json(out / "metrics.json", result)
         table = Table(title=f"{result['data']} - {split}")
         for column in ("metric", "value"):
@@ -242,7 +246,7 @@ class LanguageModelTask(Task):
         return f"{split}_ppl" + (f"_avg{average_last}" if average_last > 1 else "")
 
     def final_score(self, loaded, cfg, split, out_dir, attention_maps=()):
-        return self.evaluate_split(loaded, split, out=out_dir)
+        return self.evaluate_split(loaded, split, out=out_dir, own=True)  # the run's own folder, not out_dir
 
     def evaluate(self, cfg: DictConfig, load: Callable[[], object]) -> dict:
         """Generate from ``prompt`` when given, else the perplexity of each split."""

@@ -28,13 +28,12 @@ from nmt.tasks.base import (
     best_logged,
     check_split_text,
     evaluation_data_config,
-    evaluation_folder_for_code,
-    evaluation_folder_for_text,
     evaluation_splits,
     log_target_metrics,
     target_metrics,
     update_target_metrics,
 )
+from nmt.tasks.eval_folders import evaluation_folder
 from nmt.tasks.translation_eval import (
     broken_characters,
     check_attention_indices,
@@ -321,11 +320,13 @@ class TranslationTask(Task):
         rouge: bool | None = None,
         prepared: tuple | None = None,
         max_input_len: int | None = None,
+        own: bool = False,
     ) -> dict:
         """Decode a split of the checkpoint's corpus (or another evaluation set), score it, write the
         hypotheses and metrics into ``out``, print a table. ROUGE when ``rouge`` (None: as the run).
         ``prepared``: the set as ``_eval_set`` read it already. ``max_input_len``: sources longer than it
-        are truncated (None: as the run's data, :func:`input_limit`)."""
+        are truncated (None: as the run's data, :func:`input_limit`). ``own``: ``out`` is the run's own folder of
+        these settings (its final scores), not a chosen out_dir (:mod:`nmt.tasks.eval_folders`)."""
         search = search or SearchConfig()
         datamodule, data_cfg, (sources, references, description) = prepared or self._eval_set(
             loaded, split, data_overrides
@@ -336,17 +337,7 @@ class TranslationTask(Task):
         requested = max_input_len or input_limit(data_cfg)
         # recorded as applied (a learned table's size); said where the limit was given, not for the default
         max_input_len = input_limit_for(loaded.model, requested, warn=max_input_len is not None)
-        hypotheses = translate_lines(
-            loaded.model, loaded.src_tokenizer, loaded.tgt_tokenizer, sources, search, max_tokens, max_input_len, True
-        )
         rouge = self.rouge if rouge is None else rouge
-        lowercase = loaded.tgt_tokenizer.lowercases
-        scores = corpus_scores(hypotheses, references, datamodule.tgt_lang, rouge=rouge, lowercase=lowercase)
-        scores.update(self.extra_scores(hypotheses, references))
-        if said := length_warning(split, scores["length_ratio"], search, sum(len(r.split()) for r in references)):
-            log.warning(said)
-        if said := broken_characters(split, hypotheses, references):
-            log.warning(said)
         given_columns = (data_overrides or {}).get("columns")
         own_columns = (loaded.config.get("data") or {}).get("columns")
         name = eval_folder_name(loaded, split, search) + columns_tag(split, data_cfg, given_columns, own_columns)
@@ -355,21 +346,33 @@ class TranslationTask(Task):
             name += f"_maxin{max_input_len}"
         if rouge != self.rouge:  # other scores than the run's own (rouge=false dropped a summariser's ROUGE there)
             name += "_rouge" if rouge else "_norouge"
-        folder = Path(out) if out else loaded.run_dir / "eval" / name
-        chosen = bool(out)  # out_dir: taken as it is
-        text = content_hash("evaluation set", lines=[*sources, *references])  # a files: set edited since
-        folder = evaluation_folder_for_text(folder, chosen, text)  # then, of that text, one of other code
-        out, code = evaluation_folder_for_code(folder, chosen, loaded.run_dir)
-        result = {
+        identity = {
             "checkpoints": loaded.checkpoints,
+            "weights": loaded.weights,  # each checkpoint's update and checksum: a run continued since, told apart
             "data": description,
             "split": split,
             "tgt_lang": datamodule.tgt_lang,  # what the scores tokenised by (rescoring, paired tests)
             **({"columns": list(read)} if (read := tsv_columns(split, data_cfg, given_columns)) else {}),
             "search": search.__dict__,
             "max_input_len": max_input_len,
+            # of the sources and references scored: an edited file's evaluation never replaces it
+            "text": content_hash("evaluation set", lines=[*sources, *references]),
+        }
+        folder = Path(out) if out else loaded.run_dir / "eval" / name  # out_dir: taken as it is
+        out, code = evaluation_folder(folder, bool(out) and not own, loaded.run_dir, identity)  # before decoding
+        hypotheses = translate_lines(
+            loaded.model, loaded.src_tokenizer, loaded.tgt_tokenizer, sources, search, max_tokens, max_input_len, True
+        )
+        lowercase = loaded.tgt_tokenizer.lowercases
+        scores = corpus_scores(hypotheses, references, datamodule.tgt_lang, rouge=rouge, lowercase=lowercase)
+        scores.update(self.extra_scores(hypotheses, references))
+        if said := length_warning(split, scores["length_ratio"], search, sum(len(r.split()) for r in references)):
+            log.warning(said)
+        if said := broken_characters(split, hypotheses, references):
+            log.warning(said)
+        result = {
+            **identity,
             "code": code,  # the hash of the code that decoded and scored (nmt.utils.code)
-            "text": text,  # of the sources and references scored: an edited file's evaluation never replaces it
             **({"also_in_train": seen} if seen is not None else {}),
             **scores,
             **write_outputs(out, sources, references, hypotheses),
@@ -408,7 +411,7 @@ class TranslationTask(Task):
 
     def final_score(self, loaded, cfg, split, out_dir, attention_maps=()):
         return self.evaluate_split(
-            loaded, split, SearchConfig(**cfg.decode), out=out_dir, attention_maps=attention_maps
+            loaded, split, SearchConfig(**cfg.decode), out=out_dir, attention_maps=attention_maps, own=True
         )
 
     def evaluate(self, cfg: DictConfig, load: Callable[[], object]) -> dict:

@@ -119,6 +119,26 @@ def final_scores(
     return scores
 
 
+def set_aside_evaluations(run_dir: Path, from_update: int) -> Path | None:
+    """A run continued from ``from_update`` and trained further: its evaluations so far (evaluate.py's folders and
+    decoding grids, the final scores of an earlier end) are of weights that best.ckpt, last.ckpt and the newest
+    epochs no longer hold. They move, whole, to ``eval_before_update_<N>`` beside the fresh ``eval``, so that none
+    sits among the new results under a name now meaning other weights; the move is said."""
+    folder = run_dir / "eval"
+    if not folder.is_dir() or not any(folder.iterdir()):
+        return None
+    target, n = run_dir / f"eval_before_update_{from_update}", 1
+    while target.exists():  # continued from the same update twice (resume=force after a stop)
+        n += 1
+        target = run_dir / f"eval_before_update_{from_update}_{n}"
+    folder.rename(target)
+    print(
+        f"note: {folder} held evaluations of the weights before this sitting continued the run from update "
+        f"{from_update}: moved to {target}"
+    )
+    return target
+
+
 def checkpoints_to_average(cfg: DictConfig, checkpoint_dir: Path) -> int:
     """How many epoch checkpoints the final scores average (0: best.ckpt alone)."""
     wanted = int(cfg.get("test_average_last") or 0)

@@ -210,7 +210,33 @@ def check_identity(run_dir: Path, current: dict, force: bool, saved: dict | None
         return f"warning: resume=force: continuing {run_dir} under {other} ({listing})"
     raise RunFolderError(
         f"{run_dir} holds a run made with {other} ({listing}); choose another run_dir, or pass "
-        "resume=force to continue it anyway"
+        f"resume=force to continue it anyway{scoring_only(run_dir, saved, current)}"
+    )
+
+
+def scoring_only(run_dir: Path, saved: dict, current: dict) -> str:
+    """Where only the final scores' decoding differs (decode.*, test_average_last): the evaluate.py command
+    that scores the trained run so, without training it again (resume=force was the only way offered)."""
+    old, new = result_config(saved.get("config", {})), result_config(current.get("config", {}))
+    changed = [key for key in sorted(set(old) | set(new)) if old.get(key, "(absent)") != new.get(key, "(absent)")]
+    if not changed or not all(key.startswith("decode.") or key == "test_average_last" for key in changed):
+        return ""
+    if (saved.get("code") or {}).get("hash") != (current.get("code") or {}).get("hash"):
+        return ""  # other code too: a rerun trains under it
+
+    def value(v) -> str:
+        return "null" if v is None else str(v).lower() if isinstance(v, bool) else str(v)
+
+    average = new.get("test_average_last") or 0
+    where = (
+        f"ckpt_path={run_dir / 'checkpoints' / 'last.ckpt'} average_last={average}"
+        if average > 1
+        else (f"ckpt_path={run_dir}")
+    )
+    options = " ".join(f"{key}={value(new.get(key))}" for key in changed if key.startswith("decode."))
+    return (
+        "; only how its final scores decode differs, which needs no training: python evaluate.py "
+        f"{where} {options} scores it so (split=val to choose the decoding, as the test is never tuned on)"
     )
 
 

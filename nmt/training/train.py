@@ -25,11 +25,12 @@ from nmt.training.final import (
     as_float,
     final_scores,
     final_splits,
+    set_aside_evaluations,
     stopped_by_signals,
     validate_final_weights,
 )
 from nmt.training.lightning_data import lightning_data
-from nmt.training.loggers import log_results
+from nmt.training.loggers import WANDB_ID, log_results
 from nmt.training.module import TaskModule
 from nmt.training.resume import (
     check_checkpoint_elsewhere,
@@ -252,6 +253,10 @@ def _train_in_folder(cfg: DictConfig, task, run_dir: Path, config: dict, main_pr
         loss = instantiate(cfg.smoothing, pad_id=PAD_ID)
         checkpoint_dir = run_dir / "checkpoints"
         resume = resolve_resume(cfg, checkpoint_dir)
+        # read now: the run's own last.ckpt is rewritten as it trains
+        resumed_from = max(global_step(Path(resume)), 0) if resume is not None else None
+        if resume is None and main_process:  # trained afresh (an attempt killed before its first checkpoint): a
+            (run_dir / WANDB_ID).unlink(missing_ok=True)  # W&B run of its own, not the attempt's steps again
         elsewhere = resume is not None and Path(resume).resolve().parent not in (
             checkpoint_dir.resolve(),
             run_dir.resolve(),
@@ -445,6 +450,8 @@ def _train_in_folder(cfg: DictConfig, task, run_dir: Path, config: dict, main_pr
                 results["wall_time_s"] = round(earlier + (time.time() - fit_end), 1)
                 atomic_write_json(run_dir / RESULTS, {**results, "finished": False, "stage": "trained"})
     if trainer.is_global_zero:
+        if resumed_from is not None and not is_smoke_run(config) and trainer.global_step > resumed_from:
+            set_aside_evaluations(run_dir, resumed_from)  # of the weights before this sitting
         splits = final_splits(cfg)
         if splits and Path(best_path).is_file() and not is_smoke_run(config):
             if results.get("steps") == 0:  # trainer.max_epochs=0, max_steps=0: a quick check, not a model
