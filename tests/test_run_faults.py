@@ -250,6 +250,32 @@ def test_a_run_trained_afresh_gets_a_wandb_run_of_its_own(tmp_path, monkeypatch)
     assert {p.name.rsplit("-", 1)[1] for p in tmp_path.glob("wandb/offline-run-*")} == {fresh}
 
 
+def test_a_monitored_score_that_never_moved_is_said_and_recorded(tmp_path, capsys):
+    """val_exact stuck at 0 for a whole run (the loss falling) chose best.ckpt among equals and the final scores
+    used it, unsaid. Three decoded validations of an untrained toy model: BLEU 0 at each."""
+    from nmt.tasks.base import best_logged
+
+    results = train(
+        compose_train(*QUICK, "trainer.max_epochs=3", "validation.bleu_every_n_epochs=1", f"run_dir={tmp_path}")
+    )
+    log = tmp_path / "logs" / "metrics.csv"
+    bleu = [row["val_bleu"] for row in csv.DictReader(log.open()) if row.get("val_bleu")]
+    assert len(bleu) >= 3 and len(set(bleu)) == 1, bleu  # the premise: the score never moved
+    assert results["monitor_never_moved"] == {
+        "metric": "val_bleu",
+        "value": float(bleu[0]),
+        "validations": len(bleu),
+        "best": "best.ckpt",
+    }
+    assert (
+        f"warning: val_bleu was {float(bleu[0]):g} at each of the {len(bleu)} validations: it told no weights apart"
+        in (capsys.readouterr().out)
+    )
+    # a score that improves downwards is best at its lowest (a task's val_wer was taken at its worst)
+    log.write_text("step,val_wer,val_acc\n1,30.0,0.2\n2,12.5,0.5\n3,20.0,0.4\n")
+    assert best_logged(log, "val_wer") == 12.5 and best_logged(log, "val_acc") == 0.5
+
+
 def test_a_finished_run_asked_for_another_decoding_is_pointed_to_evaluate_py(tmp_path):
     """decode.beam_size=3 on a finished run was refused with resume=force as the way out: continuing a run
     to change how it decodes. Only its scores differ: the refusal gives the evaluate.py command."""

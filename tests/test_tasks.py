@@ -24,7 +24,7 @@ from nmt.tasks.transliteration import TransliterationTask
 from nmt.training.train import train
 from nmt.utils.io import atomic_write_json
 
-from .conftest import CONF, ROOT, tiny_overrides
+from .conftest import CONF, ROOT, compose_train, tiny_overrides
 
 
 class ExactMatchTask(Task):
@@ -251,13 +251,13 @@ def test_no_code_outside_the_tasks_compares_a_task_name_with_a_string():
 
 
 def test_the_layers_reach_tasks_only_through_their_interface():
-    """Training, evaluation, inference and sweeps import nmt.tasks (the interface and its builder), never a
-    particular task's module."""
+    """Training, evaluation, inference and sweeps import nmt.tasks (the interface and its builder, and the rules
+    of where evaluations write, which every task shares), never a particular task's module."""
     offenders = []
     for room in ("training", "evaluation", "inference", "sweep"):
         for path in sorted((ROOT / "nmt" / room).rglob("*.py")):
             for number, line in enumerate(path.read_text().splitlines(), start=1):
-                if re.match(r"\s*(from|import) nmt\.tasks\.(?!base\b)\w+", line):
+                if re.match(r"\s*(from|import) nmt\.tasks\.(?!base\b|eval_folders\b)\w+", line):
                     offenders.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
     assert not offenders, "\n".join(offenders)
 
@@ -265,3 +265,26 @@ def test_the_layers_reach_tasks_only_through_their_interface():
 def test_a_task_says_which_checkpoint_metric_needs_decoded_epochs():
     assert "val_bleu" in TranslationTask.decoded_metrics and "val_rougeL" in TranslationTask.decoded_metrics
     assert LanguageModelTask.decoded_metrics == ()
+
+
+def test_a_translation_subclass_must_declare_the_scores_it_logs_only_when_decoding():
+    """A new task's val_exact, logged by log_decoded_metrics but left out of decoded_metrics: the config check
+    let it through, and a checkpoint monitoring it failed in Lightning's words after the first epoch that did
+    not decode (data=toy decodes every third)."""
+
+    class Correction(TranslationTask):
+        name = "correction"
+
+        def validation_metric_names(self):
+            return {*super().validation_metric_names(), "val_exact", "val_wer"}
+
+    cfg = compose_train()
+    problems = Correction().check(cfg)
+    assert problems == [
+        "  task=correction: val_exact, val_wer are logged only on epochs that decode (validation.bleu_every_n_epochs) "
+        "but not in the task's decoded_metrics: add them there, as TransliterationTask does"
+    ]
+    Correction.decoded_metrics = (*TranslationTask.decoded_metrics, "val_exact", "val_wer")
+    assert Correction().check(cfg) == []
+    for task in (TranslationTask(), SummarizationTask(), TransliterationTask()):  # the project's own: complete
+        assert not [p for p in task.check(cfg) if "decoded_metrics" in p]

@@ -26,7 +26,6 @@ from nmt.sweep.child import (
     restore_signals,
     run_child,
 )
-from nmt.sweep.dashboard import set_aside_wandb
 from nmt.sweep.gpus import GpuPool, finish_mps, mps_folder, start_mps, visible_gpus
 from nmt.sweep.inputs import RunConfigs, input_problem, metric_problem
 from nmt.sweep.levels import (
@@ -303,6 +302,8 @@ class SweepReport(Callback):
             # rerun would find nothing changed and keep reporting them
             set_aside(sweep_dir, aside, list(changed))
             # their W&B runs (and the moved report's) with them: the group never mixes the old settings' runs in
+            from nmt.sweep.dashboard import set_aside_wandb  # here: a plan never loads Lightning (its loggers)
+
             set_aside_wandb(sweep_dir, aside, list(changed), report_moved=(aside / "report.md").is_file())
             # the settings the set-aside runs were swept and reported with (report_metric, baseline), read by
             # `sweep.py report <aside>`; this sweep's launcher writes its own over them next

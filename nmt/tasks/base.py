@@ -261,13 +261,22 @@ def check_split_text(loaded, datamodule, split: str, elsewhere: str) -> None:
 
 
 def best_logged(csv_log: Path, name: str) -> float | None:
-    """The highest value of ``name`` in a run's CSV log, or None where it was never logged."""
+    """The best value of ``name`` in a run's CSV log (the lowest for a name that improves downwards, as
+    nmt.metrics.lower_is_better reads it: a task's val_wer; else the highest), or None where it was never
+    logged."""
+    from nmt.metrics import lower_is_better
+
+    values = logged_values(csv_log, name)
+    return (min if lower_is_better(name) else max)(values) if values else None
+
+
+def logged_values(csv_log: Path, name: str) -> list[float]:
+    """Every value of ``name`` in a run's CSV log, in order (every sitting of a resumed run); [] without one."""
     try:
         with open(csv_log, newline="") as handle:
-            values = [float(row[name]) for row in csv.DictReader(handle) if row.get(name)]
+            return [float(row[name]) for row in csv.DictReader(handle) if row.get(name)]
     except FileNotFoundError:
-        return None
-    return max(values) if values else None
+        return []
 
 
 # ---- the teacher-forced validation metrics every task with targets reports ------------------------

@@ -94,6 +94,10 @@ def seen_in_training(loaded, split: str, sources, references) -> dict | None:
     return seen
 
 
+# what a translation run logs at every validation (and training), decoding or not; its other scores are decoded
+EVERY_EPOCH = frozenset({"val_loss", "val_ppl", "val_acc", "train_loss"})
+
+
 class TranslationTask(Task):
     """Sentence pairs; validation reports loss, perplexity and token accuracy of the references, and every
     ``bleu_every_n_epochs`` epochs BLEU, chrF and the lowercased tokenised BLEU (and ROUGE with ``rouge``) of
@@ -123,6 +127,15 @@ class TranslationTask(Task):
     # ---- configuration ---------------------------------------------------------------------------
     def check(self, cfg: DictConfig) -> list[str]:
         problems = []
+        # a subclass's score logged on decoded epochs alone, left out of decoded_metrics: a checkpoint monitoring it
+        # failed after the first epoch that did not decode, in Lightning's words, not the config check's
+        undeclared = sorted(self.validation_metric_names() - EVERY_EPOCH - set(self.decoded_metrics))
+        if undeclared:
+            problems.append(
+                f"  task={self.name}: {', '.join(undeclared)} {'is' if len(undeclared) == 1 else 'are'} logged only on "
+                "epochs that decode (validation.bleu_every_n_epochs) but not in the task's decoded_metrics: add "
+                f"{'it' if len(undeclared) == 1 else 'them'} there, as TransliterationTask does"
+            )
         if decoder_only(cfg.get("model")):
             problems.append(f"  task={self.name} cannot train {cfg.model._target_}: use {model_options(False)}")
         data = OmegaConf.select(cfg, "data._target_", default=None)
@@ -142,7 +155,7 @@ class TranslationTask(Task):
 
     def validation_metric_names(self) -> set[str]:
         rouge = {f"val_{key}" for key in ROUGE_KEYS} if self.rouge else set()
-        return {"val_loss", "val_ppl", "val_acc", "val_bleu", "val_chrf", "val_bleu_tok_lc", "train_loss", *rouge}
+        return {*EVERY_EPOCH, "val_bleu", "val_chrf", "val_bleu_tok_lc", *rouge}
 
     def check_evaluation(self, cfg: DictConfig) -> None:
         if cfg.get("prompt") is not None:

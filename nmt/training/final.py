@@ -139,6 +139,18 @@ def set_aside_evaluations(run_dir: Path, from_update: int) -> Path | None:
     return target
 
 
+def monitor_never_moved(csv_log: Path, monitor: str, best_path: str) -> dict | None:
+    """Where the monitored score took one value at every validation (3 or more: an exact match stuck at 0, BLEU
+    0 while the loss fell), it chose best.ckpt among equals and the final scores score those weights, which no
+    line said: what results.json records of it (None where the score moved)."""
+    from nmt.tasks.base import logged_values
+
+    values = logged_values(csv_log, monitor)
+    if len(values) < 3 or len(set(values)) > 1:
+        return None
+    return {"metric": monitor, "value": values[0], "validations": len(values), "best": Path(best_path).name}
+
+
 def checkpoints_to_average(cfg: DictConfig, checkpoint_dir: Path) -> int:
     """How many epoch checkpoints the final scores average (0: best.ckpt alone)."""
     wanted = int(cfg.get("test_average_last") or 0)

@@ -25,6 +25,7 @@ from nmt.training.final import (
     as_float,
     final_scores,
     final_splits,
+    monitor_never_moved,
     set_aside_evaluations,
     stopped_by_signals,
     validate_final_weights,
@@ -441,6 +442,14 @@ def _train_in_folder(cfg: DictConfig, task, run_dir: Path, config: dict, main_pr
         }
         if identity.get("forced"):  # continued under other settings (resume=force): from which update, what changed
             results["continued_under_other_settings"] = identity["forced"]
+        flat = monitor_never_moved(run_dir / "logs" / "metrics.csv", cfg.checkpoint.monitor, best_path)
+        if flat and trainer.is_global_zero:
+            results["monitor_never_moved"] = flat
+            print(
+                f"warning: {flat['metric']} was {flat['value']:g} at each of the {flat['validations']} validations: it "
+                f"told no weights apart, so {flat['best']} is no better than the others, and the final scores use it; "
+                "monitor a score that moves (checkpoint.monitor=val_loss checkpoint.mode=min), or train until it does"
+            )
         # every sitting of a resumed run counts: training and validation from the checkpointed clock
         earlier = next(c for c in trainer.callbacks if isinstance(c, WallClock)).elapsed()
         if trainer.is_global_zero:
