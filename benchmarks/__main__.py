@@ -23,12 +23,12 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.gpu_measures import cpu_name
 from benchmarks.scaling import scaling_rows
 from nmt.data.multi30k import Multi30kDataModule
 from nmt.data.sources import DataNotFoundError
 from nmt.data.tokenizer import PAD_ID
 from nmt.data.toy import ToyDataModule
+from nmt.utils.machine import cpu_name
 
 PEER_SCRIPT = Path(__file__).resolve().parents[1] / "peers" / "peer_speed.py"
 SYSTEMS = {  # name -> (toolkit, arch)

@@ -29,9 +29,9 @@ import torch
 from torch.nn import functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from benchmarks.gpu_measures import cpu_name
 from benchmarks.options import check_device_and_json
 from nmt.utils.io import atomic_write_json
+from nmt.utils.machine import cpu_name
 
 BACKENDS = {
     "pytorch's choice": None,

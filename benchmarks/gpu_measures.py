@@ -7,7 +7,6 @@ import contextlib
 import csv
 import json
 import os
-import platform
 import shutil
 import signal
 import statistics
@@ -16,6 +15,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from nmt.utils.machine import cpu_name
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -62,24 +63,6 @@ def device_name(device: str) -> str:
     if device == "cuda" and torch.cuda.is_available():
         return torch.cuda.get_device_name(0)
     return cpu_name()
-
-
-def cpu_name() -> str:
-    """The CPU's model name, its core count and whether it has bf16 matrix units (AMX) or bf16 vector
-    instructions (AVX-512 BF16): without either, bf16 is emulated and far slower than fp32."""
-    name, flags = platform.processor() or platform.machine(), set()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "model name":
-                name = value.strip()
-            elif key.strip() == "flags":
-                flags = set(value.split())
-                break
-    except OSError:
-        pass
-    units = "AMX-BF16" if "amx_bf16" in flags else "AVX-512 BF16" if "avx512_bf16" in flags else "no bf16 units"
-    return f"{name}, {os.cpu_count()} cores, {units}"
 
 
 PROFILER = "+trainer.profiler=simple"  # Lightning's host timer around each loop step and hook (see host_profile)

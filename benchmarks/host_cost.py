@@ -31,7 +31,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.gpu_measures import cpu_name
+from nmt.utils.machine import cpu_name
 
 ROOT = Path(__file__).resolve().parents[1]
 MICRO = [

@@ -19,13 +19,13 @@ from dataclasses import dataclass
 
 import torch
 
-from benchmarks.gpu_measures import cpu_name
 from benchmarks.options import check_device_and_json
 from benchmarks.systems import our_transformer
 from nmt.data.tokenizer import PAD_ID
 from nmt.modules.loss import LabelSmoothedCrossEntropy
 from nmt.training.config_rules import MATMUL_PRECISIONS
 from nmt.utils.io import atomic_write_json
+from nmt.utils.machine import cpu_name
 
 PEAK_SIZES = {"cpu": 2048, "cuda": 8192}
 DTYPES = {"32": torch.float32, "bf16": torch.bfloat16}

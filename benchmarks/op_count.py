@@ -24,11 +24,11 @@ import json
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from benchmarks.gpu_measures import cpu_name
 from benchmarks.stacked import RECIPE_SPEC, configured_spec, recipe_model, synthetic_batch
 from nmt.modules.attention import MultiHeadAttention
 from nmt.modules.loss import FusedSmoothedCrossEntropy, smoothed_cross_entropy_sums
 from nmt.training.weight_casts import CastOnce
+from nmt.utils.machine import cpu_name
 
 
 class Operators(TorchDispatchMode):

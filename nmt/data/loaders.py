@@ -91,4 +91,7 @@ def sharded_loader(
         trained = trainer.fit_loop.epoch_loop.batch_progress.total  # the run's, across epochs and resumes
         limit = trainer.limit_train_batches
         return ResumableDataLoader(dataset, batches_trained=lambda: trained.processed, limit=limit, **options)
-    return DataLoader(dataset, **options)
+    # a generator of its own, as training's: the workers' base seed was drawn from the global random numbers
+    # once per iterator, which is once (persistent workers) or at every validation (none, or after a resume), so
+    # data.num_workers and resuming changed the dropout masks that followed, and so the trained weights
+    return DataLoader(dataset, generator=torch.Generator().manual_seed(0), **options)

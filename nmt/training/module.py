@@ -17,6 +17,7 @@ from nmt.training.guard import UpdateGuard
 from nmt.training.loggers import FINAL_ROW
 from nmt.training.optim import optimizer_settings, restore_settings
 from nmt.training.update_scalars import UpdateScalars
+from nmt.utils.machine import machine_record, resume_machine_note
 
 
 class TaskModule(L.LightningModule):
@@ -319,6 +320,8 @@ class TaskModule(L.LightningModule):
             if torch.cuda.is_available() and torch.cuda.is_initialized()
             else None,
             "bad_steps": self.guard.streak(),
+            # what computed it: another thread count or CPU sums floats in another order (resume_machine_note)
+            "machine": machine_record(self.trainer.strategy.root_device.type),
             "data_text": self.data_text,
             "trained_epoch": self.trained_epoch,
             # the values logged so far (train_loss, lr, ...): a sitting resumed at training's end logs none
@@ -334,6 +337,10 @@ class TaskModule(L.LightningModule):
         self._rng_to_restore = section.get("rng_state")
         self._cuda_rng_to_restore = section.get("cuda_rng_state")
         self.guard.bad_steps = section.get("bad_steps", 0)
+        if self.trainer.is_global_zero and (
+            said := resume_machine_note(section.get("machine"), self.trainer.strategy.root_device.type)
+        ):
+            print(said)
         self.restored_metrics = dict(section.get("metrics") or {})
         self._tokens_to_restore = section.get("epoch_tokens")
         # a sitting that trains nothing (resumed at training's end) saves the count it was given, not 0

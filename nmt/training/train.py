@@ -79,6 +79,7 @@ from nmt.training.timing import WallClock
 from nmt.training.trainer import build_trainer, check_accelerator
 from nmt.utils.instantiate import instantiate
 from nmt.utils.io import atomic_write_bytes, atomic_write_json, atomic_write_text
+from nmt.utils.machine import machine_record
 
 log = logging.getLogger(__name__)
 
@@ -437,6 +438,8 @@ def _train_in_folder(cfg: DictConfig, task, run_dir: Path, config: dict, main_pr
             "steps": trainer.global_step,
             "ended_by": ended_by,  # max_time: cut short by a time cap, not trained to its end
             "parameters": count_parameters(model),
+            # the last sitting's CPU, threads and GPU: they change float sums' order, not the settings (not compared)
+            "machine": machine_record(trainer.strategy.root_device.type),
             "wall_time_s": None,  # below, once the final scores are in
             "final_metrics": final_metrics,
         }
