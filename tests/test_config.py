@@ -800,6 +800,9 @@ def test_a_warm_up_longer_than_the_run_is_said_with_the_share_of_the_peak_reache
         compose_train(*shrunk, "trainer.max_steps=30")
     )
     assert warmup_past_the_end(compose_train(*shrunk, "trainer.limit_train_batches=0.5")) is None  # of an unknown epoch
+    # a smoke run of 1 update under 2,000 of warm-up: 0.05%, not "0%"
+    tiny = warmup_past_the_end(compose_train("optim=noam", "warmup=2000", "trainer.max_steps=1"))
+    assert "ends at 0.05% of its peak" in tiny
     assert warmup_past_the_end(compose_train(*shrunk[:2], "trainer.limit_train_batches=400")) is None
     assert warmup_past_the_end(compose_train("optim=adamw", "warmup=4000", "trainer.max_steps=300")).startswith("warn")
     assert warmup_past_the_end(compose_train("optim=noam", "warmup=300", "trainer.max_steps=300")) is None

@@ -402,9 +402,9 @@ def warmup_past_the_end(cfg: DictConfig) -> str | None:
     warmup = scheduler.warmup
     if not isinstance(warmup, int) or steps < 1 or warmup <= steps:
         return None
+    share = f"{steps / warmup:.{0 if steps / warmup >= 0.01 else 2}%}"  # a smoke run's 1 update: 0.05%, not 0%
     return (
         f"warning: the schedule's warm-up ({warmup} updates, warmup=) is longer than the run's {steps} updates "
-        f"({limit}): the "
-        f"learning rate rises for the whole run and ends at {steps / warmup:.0%} of its peak; for a short run lower "
-        "warmup (an experiment's recipe sets both, e.g. experiment=factorial_tiny)"
+        f"({limit}): the learning rate rises for the whole run and ends at {share} of its peak; for a short run "
+        "lower warmup (an experiment's recipe sets both, e.g. experiment=factorial_tiny)"
     )
