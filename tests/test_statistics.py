@@ -1525,3 +1525,21 @@ def test_runs_stopped_inside_their_warmup_are_named_in_the_report_as_not_converg
     assert "**Warning:** 1 run(s) were stopped by early stopping inside" in report and named in report.replace(
         "\n", " "
     )
+
+
+def test_runs_whose_monitored_score_never_moved_are_named_in_the_reports_caveats(tmp_path):
+    """A run's val_bleu at 0 at every validation chose best.ckpt among equals (train.py warns, results.json
+    records monitor_never_moved); a sweep ranked its score among the others' without a word."""
+    records = [dict(r) for r in RECORDS]
+    flat = {"metric": "val_bleu", "value": 0.0, "validations": 5, "best": "best.ckpt"}
+    records[1] = {**records[1], "monitor_never_moved": flat}
+    synthetic_sweep(tmp_path, records)
+    report = " ".join(write_report(tmp_path).read_text().split())
+    assert (
+        "1 run(s) monitored a score that took one value at every validation (pos=absolute, norm=layer, seed 2 "
+        "(val_bleu 0 at 5 validations)): it told no weights apart"
+    ) in report
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    synthetic_sweep(plain)
+    assert "took one value at every validation" not in write_report(plain).read_text()

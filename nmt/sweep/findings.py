@@ -36,6 +36,17 @@ def caveats(facts: dict, levels: dict | None = None) -> list[str]:
             "before it peaked: they did not converge, and their cells' scores say more of the stopping rule than "
             "of the levels (early_stopping.after_warmup=true counts the patience from the warm-up's end)."
         )
+    if flat := facts.get("never_moved"):
+        runs = "; ".join(
+            f"{cell_name(r['factors'].items()) or 'the run'}, seed {r['seed']} "
+            f"({r['metric']} {r['value']:g} at {r['validations']} validations)"
+            for r in flat[:3]
+        ) + (f"; and {len(flat) - 3} more" if len(flat) > 3 else "")
+        said.append(
+            f"{len(flat)} run(s) monitored a score that took one value at every validation ({runs}): it told no "
+            "weights apart, so their best.ckpt, whose scores these are, was chosen among equals, not as the best "
+            "the run reached (monitor a score that moves, e.g. checkpoint.monitor=val_loss)."
+        )
     tuned = facts.get("tuned") or {}
     if tuned.get("differs"):
         said.append(

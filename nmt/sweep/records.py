@@ -135,6 +135,8 @@ def run_record(run_dir: Path, factors: dict, seed: int) -> dict:
         "steps": results["steps"],
         "ended_by": results.get("ended_by"),  # absent from runs made before it was recorded
         "stopped_in_warmup": stopped_in_warmup(config, results),
+        # its monitored score took one value at every validation: best.ckpt chosen among equals (train.py warns)
+        "monitor_never_moved": results.get("monitor_never_moved"),
         "parameters": results["parameters"],
         "wall_time_s": results["wall_time_s"],  # every sitting of a run that was killed and resumed
         "run_dir": str(run_dir),

@@ -164,6 +164,11 @@ def describe(sweep_dir: Path, records: list[dict]) -> dict:
         for r in sorted(records, key=lambda r: (json.dumps(r.get("factors") or {}, sort_keys=True), int(r["seed"])))
         if r.get("stopped_in_warmup")
     ]
+    facts["never_moved"] = [  # a monitored score flat at every validation: which weights were best, it never said
+        {"factors": r.get("factors") or {}, "seed": int(r["seed"]), **r["monitor_never_moved"]}
+        for r in sorted(records, key=lambda r: (json.dumps(r.get("factors") or {}, sort_keys=True), int(r["seed"])))
+        if isinstance(r.get("monitor_never_moved"), dict)
+    ]
     facts["wall_time_h"] = sum(run_cost_s(r) for r in records) / 3600
     codes, libraries, each_run, config = set(), set(), [], None
     for r in records:
