@@ -1543,3 +1543,13 @@ def test_runs_whose_monitored_score_never_moved_are_named_in_the_reports_caveats
     plain.mkdir()
     synthetic_sweep(plain)
     assert "took one value at every validation" not in write_report(plain).read_text()
+
+
+def test_a_score_no_run_recorded_is_no_column_of_results_csv(tmp_path):
+    """A task monitoring its own score left best_val_bleu empty in every row of results.csv."""
+    records = [{**r, "metrics": {**r["metrics"], "best_val_bleu": None}} for r in RECORDS]
+    records[0] = {**records[0], "metrics": {**records[0]["metrics"], "val_as_test_bleu": 20.0}}  # one run's: kept
+    synthetic_sweep(tmp_path, records)
+    write_report(tmp_path)
+    header = (tmp_path / "results.csv").read_text().splitlines()[0].split(",")
+    assert "best_val_bleu" not in header and "test_bleu" in header and "val_as_test_bleu" in header

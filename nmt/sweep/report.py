@@ -184,7 +184,8 @@ def _question(factors: list[str], metric: str, held: dict | None = None) -> str:
 
 
 def _write_csv(path: Path, records: list[dict], factors: list[str]) -> None:
-    metric_names = sorted({m for r in records for m in r["metrics"]})
+    # a score no run recorded is no column (a task's best_val_bleu where it monitors another score: all empty)
+    metric_names = sorted({m for r in records for m, value in r["metrics"].items() if value is not None})
     with atomic_path(path) as tmp, open(tmp, "w", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow([*factors, "seed", *metric_names, *RUN_FACTS])
