@@ -337,10 +337,10 @@ class TaskModule(L.LightningModule):
         self._rng_to_restore = section.get("rng_state")
         self._cuda_rng_to_restore = section.get("cuda_rng_state")
         self.guard.bad_steps = section.get("bad_steps", 0)
-        if self.trainer.is_global_zero and (
-            said := resume_machine_note(section.get("machine"), self.trainer.strategy.root_device.type)
-        ):
-            print(said)
+        saved = section.get("machine")  # absent from checkpoints written before the machine was kept
+        if saved and self.trainer.is_global_zero:
+            if said := resume_machine_note(saved, self.trainer.strategy.root_device.type):
+                print(said)
         self.restored_metrics = dict(section.get("metrics") or {})
         self._tokens_to_restore = section.get("epoch_tokens")
         # a sitting that trains nothing (resumed at training's end) saves the count it was given, not 0
