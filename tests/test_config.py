@@ -275,6 +275,13 @@ def test_course_baseline_has_the_reported_shape():
             "now: 0.001 x 0.00913); keep optim.optimizer.lr=1.0 and set the peak with optim.scheduler.factor (peak = "
             "factor x d_model^-0.5 x warmup^-0.5: 2.0 gives 0.00913, 0.219 gives 0.001) and warmup",
         ),
+        # the schedule's own d_model (an RNN gives it): 1 / sqrt(256 x 400) = 0.003125, and 0.5 x 320 = 160
+        (
+            "model=rnn optim=noam optim.scheduler.d_model=256 warmup=400 optim.optimizer.lr=0.5",
+            "optim.optimizer.lr=0.5: under optim=noam the schedule gives the rate, and lr multiplies it (its peak now: "
+            "0.5 x 0.00313); keep optim.optimizer.lr=1.0 and set the peak with optim.scheduler.factor (peak = factor x "
+            "d_model^-0.5 x warmup^-0.5: 1.0 gives 0.00313, 160 gives 0.5)",
+        ),
         ("optim.scheduler.decay=cosin", "optim.scheduler.decay='cosin': must be one of ['inverse_sqrt', 'cosine'"),
         (
             "model=rnn graph_updates=true check_every=50 optim.optimizer.fused=true trainer=gpu",
@@ -803,6 +810,8 @@ def test_a_warm_up_longer_than_the_run_is_said_with_the_share_of_the_peak_reache
     # a smoke run of 1 update under 2,000 of warm-up: 0.05%, not "0%"
     tiny = warmup_past_the_end(compose_train("optim=noam", "warmup=2000", "trainer.max_steps=1"))
     assert "ends at 0.05% of its peak" in tiny
+    near = warmup_past_the_end(compose_train("optim=noam", "warmup=200", "trainer.max_steps=199"))
+    assert "ends at 99.50% of its peak" in near  # not "100%"
     assert warmup_past_the_end(compose_train(*shrunk[:2], "trainer.limit_train_batches=400")) is None
     assert warmup_past_the_end(compose_train("optim=adamw", "warmup=4000", "trainer.max_steps=300")).startswith("warn")
     assert warmup_past_the_end(compose_train("optim=noam", "warmup=300", "trainer.max_steps=300")) is None

@@ -371,10 +371,14 @@ def test_an_out_dir_holding_an_evaluation_under_other_settings_is_refused_and_ke
         f"out_dir={out} holds an evaluation made under other settings (search.beam_size: 5 -> 2): it is kept; "
         "give another out_dir, or remove that folder to replace it"
     )
-    with pytest.raises(ValueError, match=r"\(checkpoints: best.ckpt -> last.ckpt"):
-        evaluate_here(f"ckpt_path={toy_run / 'checkpoints' / 'last.ckpt'}", f"out_dir={out}")
+    first_epoch = sorted((toy_run / "checkpoints").glob("epoch*.ckpt"))[0]  # other weights
+    with pytest.raises(ValueError, match=rf"\(checkpoints: best.ckpt -> {first_epoch.name}; weights: updates \d+ -> "):
+        evaluate_here(f"ckpt_path={first_epoch}", f"out_dir={out}")
     assert (out / "metrics.json").read_bytes() == before
-    again = evaluate_here(f"ckpt_path={toy_run}", f"out_dir={out}")  # the same settings: scored again in place
+    # the same weights copied elsewhere (a run folder moved): the same evaluation, scored again in place
+    (tmp_path / "moved").mkdir()
+    shutil.copy(toy_run / "checkpoints" / "best.ckpt", tmp_path / "moved" / "best.ckpt")
+    again = evaluate_here(f"ckpt_path={tmp_path / 'moved' / 'best.ckpt'}", f"out_dir={out}")
     assert again["bleu"] == first["bleu"] and "note:" not in capsys.readouterr().out
     # the run's own final scores, which results.json names
     own = toy_run / "eval" / "test_beam5"

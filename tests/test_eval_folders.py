@@ -49,7 +49,13 @@ def test_a_chosen_folder_refuses_other_settings_but_takes_the_same_ones_or_other
 def test_a_key_an_older_record_lacks_is_not_compared():
     old = {k: v for k, v in identity(200).items() if k != "weights"}  # made before weights were recorded
     assert settings_differences(old, identity(300)) == []
+    # a search option added since (decode.epsilon): an older record's search lacks it, and is not refused for it
+    newer = {**identity(200), "search": {**identity(200)["search"], "epsilon": 0.0}}
+    assert settings_differences(identity(200), newer) == []
+    # a run folder moved or copied: the same weights (checksums equal) at another path are the same checkpoints
     moved = {**identity(200), "checkpoints": ["/elsewhere/checkpoints/best.ckpt"]}
-    assert settings_differences(moved, identity(200)) == [
+    assert settings_differences(moved, identity(200)) == []
+    unchecked = [{"update": 200, "crc32": None}]  # weights written before their checksum: the paths decide
+    assert settings_differences({**moved, "weights": unchecked}, {**identity(200), "weights": unchecked}) == [
         "checkpoints: ['/elsewhere/checkpoints/best.ckpt'] -> ['/runs/a/checkpoints/best.ckpt']"
     ]

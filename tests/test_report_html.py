@@ -119,14 +119,15 @@ def test_the_wandb_report_run_holds_a_panel_per_factor_and_the_page(report_html,
     shown = subprocess.run(
         [str(wandb_cli), "leet", "inspect", "--summary", "--json", str(run_file)], capture_output=True, text=True
     )
-    if shown.returncode == 0:
-        run = json.loads(shown.stdout)
-        assert run["name"] == "g-report-test_bleu"
-        assert {k: run["config"][k] for k in ("metric", "direction", "supersedes")} == {
-            "metric": "test_bleu",
-            "direction": "higher is better",
-            "supersedes": [],
-        }
+    if shown.returncode != 0:
+        pytest.skip(f"`wandb leet inspect` not available: {shown.stderr[-300:]}")
+    run = json.loads(shown.stdout)
+    assert run["name"] == "g-report-test_bleu"
+    assert {k: run["config"][k] for k in ("metric", "direction", "supersedes")} == {
+        "metric": "test_bleu",
+        "direction": "higher is better",
+        "supersedes": [],
+    }
     # the report changed (a run added, a score rescored): logged again, the earlier run of its name set aside
     report = report_html.parent / "report.md"
     report.write_text(report.read_text() + "\n")

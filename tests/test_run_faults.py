@@ -310,6 +310,37 @@ def test_a_sitting_on_another_thread_count_is_said_and_the_machine_recorded(tmp_
     assert "cpu another -> " in resume_machine_note({"cpu": "another"})
 
 
+def test_evaluations_are_set_aside_even_when_the_sitting_that_went_on_was_killed_before_its_end(tmp_path, monkeypatch):
+    """The move came at the end of the sitting that trained further: killed after training (during its final
+    validation, say), its rerun resumed at the last update, trained nothing, and left the old evaluations
+    among the new results. The update they are of is kept in a marker until a sitting's end moves them. (The
+    rerun had also found the first end's results.json, still "finished", and trained and recorded nothing.)"""
+    from nmt.training import train as training
+
+    train(compose_train(*QUICK, "trainer.max_epochs=1", f"run_dir={tmp_path}"))
+    (tmp_path / "eval" / "val_beam5").mkdir(parents=True)
+    (tmp_path / "eval" / "val_beam5" / "metrics.json").write_text('{"bleu": 2.0}')
+
+    def killed(*args):
+        raise SystemExit(137)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(training, "set_aside_evaluations", killed)
+        with pytest.raises(SystemExit):
+            train(compose_train(*QUICK, "resume=force", f"run_dir={tmp_path}"))  # to 2 epochs, then "killed"
+    assert (tmp_path / "eval" / "val_beam5").is_dir()  # not moved yet
+    # the same command: resumed at its last update (results.json of the first end no longer passes for its own)
+    results = train(compose_train(*QUICK, f"run_dir={tmp_path}"))
+    assert results["epochs"] == 2 and results["finished"]
+    first_epoch = steps_per_epoch(compose_train(*QUICK))
+    aside = tmp_path / f"eval_before_update_{first_epoch}" / "val_beam5" / "metrics.json"
+    assert aside.read_text() == '{"bleu": 2.0}' and not (tmp_path / "eval_before_update").exists()
+    # a sitting resumed at its end that trains nothing moves nothing
+    (tmp_path / "eval" / "x").mkdir(parents=True)
+    train(compose_train(*QUICK, "resume=force", "checkpoint.keep_last_epochs=3", f"run_dir={tmp_path}"))
+    assert (tmp_path / "eval" / "x").is_dir() and not (tmp_path / "eval_before_update").exists()
+
+
 def test_a_finished_run_asked_for_another_decoding_is_pointed_to_evaluate_py(tmp_path):
     """decode.beam_size=3 on a finished run was refused with resume=force as the way out: continuing a run
     to change how it decodes. Only its scores differ: the refusal gives the evaluate.py command."""
@@ -350,7 +381,8 @@ def test_a_folder_made_under_other_settings_is_refused_listing_the_keys_unless_f
     # and the evaluations of the weights before it went on are set aside whole, not left among the new ones
     aside = tmp_path / f"eval_before_update_{first_epoch}"
     assert (aside / "test_beam5" / "metrics.json").read_text() == '{"bleu": 1.0}' and not (tmp_path / "eval").exists()
-    assert f"continued the run from update {first_epoch}: moved to {aside}" in said
+    assert f"before the run went on from update {first_epoch}: moved to {aside}" in said
+    assert not (tmp_path / "eval_before_update").exists()  # the marker, done with
     forced = [{"changed": ["trainer.max_epochs: 1 -> 2"], "from_step": first_epoch}]
     assert results["continued_under_other_settings"] == forced
     assert json.loads((tmp_path / "fingerprint.json").read_text())["forced"] == forced

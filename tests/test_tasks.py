@@ -281,9 +281,13 @@ def test_a_translation_subclass_must_declare_the_scores_it_logs_only_when_decodi
     cfg = compose_train()
     problems = Correction().check(cfg)
     assert problems == [
-        "  task=correction: val_exact, val_wer are logged only on epochs that decode (validation.bleu_every_n_epochs) "
-        "but not in the task's decoded_metrics: add them there, as TransliterationTask does"
+        "  task=correction: val_exact, val_wer are in neither decoded_metrics (logged on epochs that decode: "
+        "validation.bleu_every_n_epochs) nor every_epoch_metrics (logged at every validation): add them to the one "
+        "that holds"
     ]
+    Correction.every_epoch_metrics = TranslationTask.every_epoch_metrics | {"val_wer"}  # a score of every epoch
+    assert "  task=correction: val_exact is in neither decoded_metrics" in Correction().check(cfg)[0]
+    Correction.every_epoch_metrics = TranslationTask.every_epoch_metrics
     Correction.decoded_metrics = (*TranslationTask.decoded_metrics, "val_exact", "val_wer")
     assert Correction().check(cfg) == []
     for task in (TranslationTask(), SummarizationTask(), TransliterationTask()):  # the project's own: complete

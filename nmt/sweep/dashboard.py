@@ -57,7 +57,7 @@ def log_report_to_wandb(report_path, project: str, group: str, metric: str = "au
     run.log({**panels, "results": results, "report": wandb.Html(html)})
     run.log({p.stem: wandb.Image(str(p)) for p in sorted(sweep_dir.glob("*.png"))})
     run.finish()
-    _remember(sweep_dir, made, said)
+    _remember(sweep_dir, made, said, name)
     _supersede(
         sweep_dir, earlier, {"id": run.id, "name": name, "metric": metric}, offline=wandb_offline(str(sweep_dir))
     )
@@ -84,7 +84,7 @@ def typed_columns(rows: list[list[str]]) -> list[list]:
 
 
 REPORT_RUNS = "report_runs.json"  # in <sweep>/wandb: the report runs logged into the group, by name
-LOGGED = "report_logged.sha256"  # in <sweep>/wandb: the digest of the report last logged
+LOGGED = "report_logged.{name}.sha256"  # in <sweep>/wandb: the digest of the report last logged by that run name
 
 
 def _report_runs(sweep_dir) -> list[dict]:
@@ -150,9 +150,9 @@ def set_aside_wandb(sweep_dir, aside, names: list[str], report_moved: bool) -> N
         reports = _report_runs(sweep_dir)
         moved += move_wandb_runs(wandb_dir, [r["id"] for r in reports], aside / "wandb")
         (aside / "wandb").mkdir(parents=True, exist_ok=True)
-        for record in (REPORT_RUNS, LOGGED):  # the moved report's: the next report is logged afresh
-            if (wandb_dir / record).is_file():
-                (wandb_dir / record).rename(aside / "wandb" / record)
+        for record in [wandb_dir / REPORT_RUNS, *wandb_dir.glob(LOGGED.format(name="*"))]:  # the next: afresh
+            if record.is_file():
+                record.rename(aside / "wandb" / record.name)
     if moved:
         print(f"[sweep] their W&B runs ({len(moved)} folder(s)) moved to {aside / 'wandb'}")
 
@@ -201,7 +201,7 @@ def log_search_to_wandb(sweep_dir, project: str, group: str) -> None:
     run.log({**panels, "trials": wandb.Table(columns=columns, data=rows), "report": wandb.Html(html)})
     run.log({p.stem: wandb.Image(str(p)) for p in sorted(sweep_dir.glob("search_*.png"))})
     run.finish()
-    _remember(sweep_dir, made, f"{project}\n{group}")
+    _remember(sweep_dir, made, f"{project}\n{group}", f"{group}-report")
 
 
 def _report_run(sweep_dir, project: str, group: str, job_type: str, name: str | None = None, config=None):
@@ -236,13 +236,14 @@ def _digest(made: list, said: str) -> str:
 def _logged_before(sweep_dir, made: list, said: str, name: str) -> bool:
     """Whether the group's report run already holds this report: a sweep rerun that changed nothing (every run
     finished, the same report) logged one more report run into the group, two of one name; the report logged
-    is remembered, and logged again only when it changed."""
-    logged = sweep_dir / "wandb" / LOGGED
+    is remembered by run name (a report of another metric is another run), and logged again only when it
+    changed."""
+    logged = sweep_dir / "wandb" / LOGGED.format(name=name)
     if logged.is_file() and logged.read_text().strip() == _digest(made, said):
         print(f"W&B: the report run {name} already holds this report; not logged again")
         return True
     return False
 
 
-def _remember(sweep_dir, made: list, said: str) -> None:
-    atomic_write_text(sweep_dir / "wandb" / LOGGED, _digest(made, said) + "\n")
+def _remember(sweep_dir, made: list, said: str, name: str) -> None:
+    atomic_write_text(sweep_dir / "wandb" / LOGGED.format(name=name), _digest(made, said) + "\n")

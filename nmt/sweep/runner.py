@@ -301,7 +301,8 @@ class SweepReport(Callback):
             # first the report of them and their statistics: were the folders moved first and this failed, a
             # rerun would find nothing changed and keep reporting them
             set_aside(sweep_dir, aside, list(changed))
-            # their W&B runs (and the moved report's) with them: the group never mixes the old settings' runs in
+            # their W&B runs (and the moved report's) with them: the group never mixes the old settings' runs in;
+            # before the folders move below, whose wandb_id files name the runs
             from nmt.sweep.dashboard import set_aside_wandb  # here: a plan never loads Lightning (its loggers)
 
             set_aside_wandb(sweep_dir, aside, list(changed), report_moved=(aside / "report.md").is_file())

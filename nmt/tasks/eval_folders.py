@@ -36,16 +36,18 @@ def evaluation_folder(folder: Path, chosen: bool, run_dir: Path, identity: dict)
 
 def settings_differences(made: dict, identity: dict) -> list[str]:
     """``key: old -> new`` for each of ``identity``'s keys that ``made`` (an earlier record) holds otherwise;
-    a key an older record lacks is not compared."""
+    a key an older record lacks is not compared (nor a search option added since). The same weights at another
+    path (a run folder moved or copied: checksums recorded and equal) are the same checkpoints."""
     differences = []
+    same_weights = made.get("weights") == identity.get("weights") and all(
+        isinstance(w, dict) and w.get("crc32") is not None for w in identity.get("weights") or [None]
+    )
     for key, value in identity.items():
-        if key not in made or made[key] == value:
+        if key not in made or made[key] == value or (key == "checkpoints" and same_weights):
             continue
         old = made[key]
         if isinstance(value, dict) and isinstance(old, dict):  # the search: its options one by one
-            differences += [
-                f"{key}.{k}: {old.get(k)!r} -> {value.get(k)!r}" for k in {**old, **value} if old.get(k) != value.get(k)
-            ]
+            differences += [f"{key}.{k}: {old[k]!r} -> {value[k]!r}" for k in value if k in old and old[k] != value[k]]
         elif _shown(key, old) == _shown(key, value):  # the same file names in other folders
             differences.append(f"{key}: {old!r} -> {value!r}")
         else:

@@ -94,10 +94,6 @@ def seen_in_training(loaded, split: str, sources, references) -> dict | None:
     return seen
 
 
-# what a translation run logs at every validation (and training), decoding or not; its other scores are decoded
-EVERY_EPOCH = frozenset({"val_loss", "val_ppl", "val_acc", "train_loss"})
-
-
 class TranslationTask(Task):
     """Sentence pairs; validation reports loss, perplexity and token accuracy of the references, and every
     ``bleu_every_n_epochs`` epochs BLEU, chrF and the lowercased tokenised BLEU (and ROUGE with ``rouge``) of
@@ -106,6 +102,9 @@ class TranslationTask(Task):
     name = "translation"
     report_metric = "test_bleu"
     decoded_metrics = ("val_bleu", "val_chrf", "val_bleu_tok_lc", *(f"val_{key}" for key in ROUGE_KEYS))
+    #: what it logs at every validation (and training), decoding or not; a subclass adds its own such scores
+    #: here, and its scores logged on decoded epochs alone to decoded_metrics (the config check holds it to that)
+    every_epoch_metrics = frozenset({"val_loss", "val_ppl", "val_acc", "train_loss"})
 
     def __init__(
         self,
@@ -129,12 +128,13 @@ class TranslationTask(Task):
         problems = []
         # a subclass's score logged on decoded epochs alone, left out of decoded_metrics: a checkpoint monitoring it
         # failed after the first epoch that did not decode, in Lightning's words, not the config check's
-        undeclared = sorted(self.validation_metric_names() - EVERY_EPOCH - set(self.decoded_metrics))
+        undeclared = sorted(self.validation_metric_names() - self.every_epoch_metrics - set(self.decoded_metrics))
         if undeclared:
+            them = "it" if len(undeclared) == 1 else "them"
             problems.append(
-                f"  task={self.name}: {', '.join(undeclared)} {'is' if len(undeclared) == 1 else 'are'} logged only on "
-                "epochs that decode (validation.bleu_every_n_epochs) but not in the task's decoded_metrics: add "
-                f"{'it' if len(undeclared) == 1 else 'them'} there, as TransliterationTask does"
+                f"  task={self.name}: {', '.join(undeclared)} {'is' if len(undeclared) == 1 else 'are'} in neither "
+                f"decoded_metrics (logged on epochs that decode: validation.bleu_every_n_epochs) nor "
+                f"every_epoch_metrics (logged at every validation): add {them} to the one that holds"
             )
         if decoder_only(cfg.get("model")):
             problems.append(f"  task={self.name} cannot train {cfg.model._target_}: use {model_options(False)}")
@@ -155,7 +155,7 @@ class TranslationTask(Task):
 
     def validation_metric_names(self) -> set[str]:
         rouge = {f"val_{key}" for key in ROUGE_KEYS} if self.rouge else set()
-        return {*EVERY_EPOCH, "val_bleu", "val_chrf", "val_bleu_tok_lc", *rouge}
+        return {*self.every_epoch_metrics, "val_bleu", "val_chrf", "val_bleu_tok_lc", *rouge}
 
     def check_evaluation(self, cfg: DictConfig) -> None:
         if cfg.get("prompt") is not None:
@@ -368,6 +368,7 @@ class TranslationTask(Task):
             **({"columns": list(read)} if (read := tsv_columns(split, data_cfg, given_columns)) else {}),
             "search": search.__dict__,
             "max_input_len": max_input_len,
+            "rouge": rouge,  # whether ROUGE was scored (an out_dir's ROUGE was lost to a rerun without it)
             # of the sources and references scored: an edited file's evaluation never replaces it
             "text": content_hash("evaluation set", lines=[*sources, *references]),
         }

@@ -349,7 +349,7 @@ def _noam_rate_problems(cfg: DictConfig, scheduler) -> list[str]:
     lr = OmegaConf.select(cfg, "optim.optimizer.lr", default=None)
     if not isinstance(lr, (int, float)) or lr == 1.0:
         return []
-    d_model, warmup = OmegaConf.select(cfg, "model.d_model", default=None), scheduler.get("warmup")
+    d_model, warmup = scheduler.get("d_model"), scheduler.get("warmup")  # the schedule's own (an RNN sets it)
     factor = scheduler.get("factor", 1.0)
     said = f"  optim.optimizer.lr={lr}: under optim=noam the schedule gives the rate, and lr multiplies it"
     if all(isinstance(x, (int, float)) for x in (d_model, warmup, factor)) and d_model > 0:
@@ -402,7 +402,8 @@ def warmup_past_the_end(cfg: DictConfig) -> str | None:
     warmup = scheduler.warmup
     if not isinstance(warmup, int) or steps < 1 or warmup <= steps:
         return None
-    share = f"{steps / warmup:.{0 if steps / warmup >= 0.01 else 2}%}"  # a smoke run's 1 update: 0.05%, not 0%
+    # a smoke run's 1 update: 0.05%, not 0%; 199 of 200: 99.50%, not 100%
+    share = f"{steps / warmup:.{0 if 0.01 <= steps / warmup < 0.995 else 2}%}"
     return (
         f"warning: the schedule's warm-up ({warmup} updates, warmup=) is longer than the run's {steps} updates "
         f"({limit}): the learning rate rises for the whole run and ends at {share} of its peak; for a short run "

@@ -15,6 +15,7 @@ from nmt.inference.loading import load_model
 from nmt.tasks.base import FINAL_RESULTS
 from nmt.training.lightning_data import lightning_data
 from nmt.training.loggers import ROW_PLACE
+from nmt.utils.io import atomic_write_text
 from nmt.utils.ranks import first_process
 
 
@@ -119,23 +120,41 @@ def final_scores(
     return scores
 
 
-def set_aside_evaluations(run_dir: Path, from_update: int) -> Path | None:
-    """A run continued from ``from_update`` and trained further: its evaluations so far (evaluate.py's folders and
-    decoding grids, the final scores of an earlier end) are of weights that best.ckpt, last.ckpt and the newest
-    epochs no longer hold. They move, whole, to ``eval_before_update_<N>`` beside the fresh ``eval``, so that none
-    sits among the new results under a name now meaning other weights; the move is said."""
-    folder = run_dir / "eval"
-    if not folder.is_dir() or not any(folder.iterdir()):
+EVALUATIONS_BEFORE = "eval_before_update"  # a marker in the run folder: the update eval/'s evaluations are of
+
+
+def mark_evaluations(run_dir: Path, from_update: int) -> None:
+    """A sitting resumed at ``from_update`` with evaluations in eval/: the update they are of, kept in a marker
+    until the sitting's end says whether it trained further (:func:`set_aside_evaluations`). Written once: a
+    sitting killed after training and rerun (resumed at its last update) still moves them."""
+    folder, marker = run_dir / "eval", run_dir / EVALUATIONS_BEFORE
+    if folder.is_dir() and any(folder.iterdir()) and not marker.is_file():
+        atomic_write_text(marker, f"{from_update}\n")
+
+
+def set_aside_evaluations(run_dir: Path, trained_to: int) -> Path | None:
+    """At a sitting's end, before its final scores: where the run trained past the update its evaluations were
+    of (the marker of :func:`mark_evaluations`), eval/ (evaluate.py's folders and decoding grids, the final
+    scores of an earlier end) holds weights that best.ckpt, last.ckpt and the newest epochs no longer hold. It
+    moves, whole, to ``eval_before_update_<N>`` beside the fresh ``eval``, so that none sits among the new results
+    under a name now meaning other weights; the move is said."""
+    folder, marker = run_dir / "eval", run_dir / EVALUATIONS_BEFORE
+    try:
+        from_update = int(marker.read_text())
+    except (OSError, ValueError):
         return None
-    target, n = run_dir / f"eval_before_update_{from_update}", 1
-    while target.exists():  # continued from the same update twice (resume=force after a stop)
-        n += 1
-        target = run_dir / f"eval_before_update_{from_update}_{n}"
-    folder.rename(target)
-    print(
-        f"note: {folder} held evaluations of the weights before this sitting continued the run from update "
-        f"{from_update}: moved to {target}"
-    )
+    target = None
+    if trained_to > from_update and folder.is_dir() and any(folder.iterdir()):
+        target, n = run_dir / f"{EVALUATIONS_BEFORE}_{from_update}", 1
+        while target.exists():  # continued from the same update twice (resume=force after a stop)
+            n += 1
+            target = run_dir / f"{EVALUATIONS_BEFORE}_{from_update}_{n}"
+        folder.rename(target)
+        print(
+            f"note: {folder} held evaluations of the weights before the run went on from update {from_update}: "
+            f"moved to {target}"
+        )
+    marker.unlink()
     return target
 
 

@@ -25,6 +25,7 @@ from nmt.training.final import (
     as_float,
     final_scores,
     final_splits,
+    mark_evaluations,
     monitor_never_moved,
     set_aside_evaluations,
     stopped_by_signals,
@@ -163,6 +164,9 @@ def _claim_folder(cfg: DictConfig, run_dir: Path, identity: dict) -> dict | None
     finished = finished_results(run_dir)
     if finished is not None and not warning:
         return finished  # said by the caller, once the text is compared
+    if finished is not None:  # a finished run goes on (resume=force): its results no longer say where it ends, and
+        # a rerun of this command, were it stopped before its end, would take them for its own and train nothing
+        atomic_write_json(run_dir / RESULTS, {**finished, "finished": False, "stage": "continued"})
     record_identity(run_dir, {**identity, "data": saved_data} if saved_data else identity)
     return None
 
@@ -257,6 +261,8 @@ def _train_in_folder(cfg: DictConfig, task, run_dir: Path, config: dict, main_pr
         resume = resolve_resume(cfg, checkpoint_dir)
         # read now: the run's own last.ckpt is rewritten as it trains
         resumed_from = max(global_step(Path(resume)), 0) if resume is not None else None
+        if resumed_from is not None and main_process:  # evaluations of the weights so far: set aside if it goes on
+            mark_evaluations(run_dir, resumed_from)
         if resume is None and main_process:  # trained afresh (an attempt killed before its first checkpoint): a
             (run_dir / WANDB_ID).unlink(missing_ok=True)  # W&B run of its own, not the attempt's steps again
         elsewhere = resume is not None and Path(resume).resolve().parent not in (
@@ -462,8 +468,8 @@ def _train_in_folder(cfg: DictConfig, task, run_dir: Path, config: dict, main_pr
                 results["wall_time_s"] = round(earlier + (time.time() - fit_end), 1)
                 atomic_write_json(run_dir / RESULTS, {**results, "finished": False, "stage": "trained"})
     if trainer.is_global_zero:
-        if resumed_from is not None and not is_smoke_run(config) and trainer.global_step > resumed_from:
-            set_aside_evaluations(run_dir, resumed_from)  # of the weights before this sitting
+        if not is_smoke_run(config):  # evaluations of weights the run has trained past (mark_evaluations)
+            set_aside_evaluations(run_dir, trainer.global_step)
         splits = final_splits(cfg)
         if splits and Path(best_path).is_file() and not is_smoke_run(config):
             if results.get("steps") == 0:  # trainer.max_epochs=0, max_steps=0: a quick check, not a model
