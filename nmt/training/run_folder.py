@@ -80,6 +80,7 @@ def _ended(pid: int) -> bool:
 # and data report): kept by a resumed sitting, to put back if it stops before its first update
 RECORDS = ("fingerprint.json", "config.yaml", "tokenizers/src.model", "tokenizers/tgt.model")
 RECORDS += ("data_report.json", "data_report.txt")
+RECORDS += (RESULTS,)  # a finished run's, marked unfinished as a continuation starts: put back if it is refused
 
 
 def folder_records(run_dir: Path) -> dict[str, bytes | None]:
