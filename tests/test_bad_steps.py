@@ -445,3 +445,28 @@ def test_a_watched_update_scalar_is_logged_at_every_update(monkeypatch, tmp_path
     )
     assert seen["logged"]["train_loss"] == seen["logged"]["grad_norm"] == set(range(1, 5))
     assert seen["logged"]["lr"] == {4} and seen["results"]["final_metrics"]["lr"] > 0
+
+
+def test_the_logged_training_loss_is_the_mean_over_processes(monkeypatch):
+    """Under DDP train_loss was the first process's loss alone (its half of the update), in metrics.csv, the
+    progress line and a checkpoint monitoring it; it is reduced over the processes (a no-op in one)."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from nmt.training import update_scalars
+    from nmt.training.update_scalars import UpdateScalars
+
+    logged = {}
+    module = SimpleNamespace(
+        trainer=SimpleNamespace(global_step=0),
+        optimizers=lambda: SimpleNamespace(param_groups=[{"lr": 1e-3}]),
+        log=lambda name, value, **kwargs: logged.setdefault(name, []).append(kwargs),
+    )
+    monkeypatch.setattr(update_scalars, "read_next", lambda trainer: True)
+    for every_update in (False, True):  # logged where read, or at each update (a callback watches it)
+        scalars = UpdateScalars()
+        scalars.every_update = every_update
+        scalars.loss_made(module, torch.tensor(2.0), 10)
+        scalars.batch_ended(module)
+    assert len(logged["train_loss"]) == 2 and all(kwargs["sync_dist"] for kwargs in logged["train_loss"])

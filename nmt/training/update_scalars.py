@@ -54,7 +54,7 @@ class UpdateScalars:
         # a rate on the device (graph_updates) is filled in place by the schedule: this update's, copied
         self.lr = lr.detach().clone() if isinstance(lr, torch.Tensor) else lr
         if self.every_update:
-            module.log("train_loss", loss, prog_bar=True, batch_size=batch_size)
+            module.log("train_loss", loss, prog_bar=True, batch_size=batch_size, sync_dist=True)
 
     def norm_made(self, module, norm: torch.Tensor) -> None:
         """Before the optimiser's step, for an update whose gradient norm is logged (a finite one, or any
@@ -75,7 +75,9 @@ class UpdateScalars:
             return
         if not self.every_update and self.logged is not self.loss:
             self.logged = self.loss
-            module.log("train_loss", self.loss, prog_bar=True, batch_size=self.batch_size)
+            # the mean over processes (DDP's objective: each process's mean loss, their gradients averaged), not the
+            # first process's half alone; every process logs at the same updates, so the reduction meets
+            module.log("train_loss", self.loss, prog_bar=True, batch_size=self.batch_size, sync_dist=True)
             if self.norm is not None:
                 module.log("grad_norm", self.norm, on_step=True, on_epoch=False)
         # in both modes only where read: a Python number is logged as a new device tensor, and that copy from
