@@ -397,6 +397,7 @@ def test_a_run_continued_with_epochs_of_other_batches_is_refused_before_its_firs
     train(cfg)
     records = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file() and "logs" not in p.parts}
     records.pop(tmp_path / ".lock")  # the folder's lock, written by each sitting that holds it
+    records[tmp_path / "logs" / "hparams.yaml"] = (tmp_path / "logs" / "hparams.yaml").read_bytes()  # the settings
     shorter = f"data.max_tokens={cfg.data.max_tokens // 3}"
     with pytest.raises(ValueError, match=r"^the checkpoint stopped at the start of epoch 1; under this run's"):
         train(compose_train(*QUICK, shorter, "resume=force", f"run_dir={tmp_path}"))

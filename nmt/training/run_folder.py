@@ -81,6 +81,7 @@ def _ended(pid: int) -> bool:
 RECORDS = ("fingerprint.json", "config.yaml", "tokenizers/src.model", "tokenizers/tgt.model")
 RECORDS += ("data_report.json", "data_report.txt")
 RECORDS += (RESULTS,)  # a finished run's, marked unfinished as a continuation starts: put back if it is refused
+RECORDS += ("logs/hparams.yaml",)  # the CSV logger's copy of the settings, written as training starts
 
 
 def folder_records(run_dir: Path) -> dict[str, bytes | None]:
