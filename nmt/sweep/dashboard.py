@@ -3,6 +3,7 @@
 import csv
 import hashlib
 import json
+from pathlib import Path
 
 from nmt.metrics import lower_is_better
 from nmt.training.loggers import wandb_offline
@@ -14,8 +15,6 @@ def log_report_to_wandb(report_path, project: str, group: str, metric: str = "au
     metric's mean at each level, ``<factor>_by_level``), the results table, the HTML report, the figures.
     The level means also go into the run's summary (``<factor>/<level>``), where the runs table and
     ``wandb leet`` show them."""
-    from pathlib import Path
-
     import wandb
 
     from nmt.sweep import analysis
@@ -88,8 +87,6 @@ LOGGED = "report_logged.{name}.sha256"  # in <sweep>/wandb: the digest of the re
 
 
 def _report_runs(sweep_dir) -> list[dict]:
-    from pathlib import Path
-
     path = Path(sweep_dir) / "wandb" / REPORT_RUNS
     try:
         runs = json.loads(path.read_text())
@@ -103,8 +100,6 @@ def _supersede(sweep_dir, earlier: list[dict], new: dict, offline: bool) -> None
     their folders move to <sweep>/wandb/superseded/ (so that `wandb sync <sweep>/wandb/offline-run-*` uploads
     the current report alone); online, they are in the project already, named in the new run's config
     (``supersedes``) and said here."""
-    from pathlib import Path
-
     wandb_dir = Path(sweep_dir) / "wandb"
     if earlier and offline:
         moved = move_wandb_runs(wandb_dir, [r["id"] for r in earlier], wandb_dir / "superseded")
@@ -120,8 +115,6 @@ def _supersede(sweep_dir, earlier: list[dict], new: dict, offline: bool) -> None
 def move_wandb_runs(wandb_dir, ids: list[str], target) -> list:
     """The folders W&B wrote under ``wandb_dir`` for the runs ``ids`` (offline-run-<time>-<id>, one a sitting;
     run-<time>-<id> online), moved into ``target``."""
-    from pathlib import Path
-
     moved = []
     for run_id in ids:
         for folder in sorted(Path(wandb_dir).glob(f"*run-*-{run_id}")):
@@ -136,8 +129,6 @@ def set_aside_wandb(sweep_dir, aside, names: list[str], report_moved: bool) -> N
     """on_changed=move: the W&B runs of the run folders ``names`` (by each folder's wandb_id) go with them into
     ``aside``/wandb, and, where their report went too, the report runs logged of it, so that the sweep's
     group (a `wandb sync` of <sweep>/wandb) never mixes runs of the old settings with the new."""
-    from pathlib import Path
-
     from nmt.training.loggers import WANDB_ID
 
     sweep_dir, aside = Path(sweep_dir), Path(aside)
@@ -162,8 +153,6 @@ def log_search_to_wandb(sweep_dir, project: str, group: str) -> None:
     as a table, a scatter panel of the score against each searched setting (``<key>_slice``) and the score by
     trial (``history``), the HTML report and its figures. The best trial's score, number and settings go into
     the run's summary (``best/<metric>``, ``best/trial``, ``best/<key>``)."""
-    from pathlib import Path
-
     import wandb
 
     from nmt.sweep.search import DONE_STATE, REPORT, REPORT_PAGE, ranked_trials, read_search
