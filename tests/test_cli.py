@@ -708,6 +708,77 @@ def test_translate_names_a_missing_input_file_before_loading_any_model(tmp_path)
     assert source.read_text() == "one two\n" and prefixes.read_text() == "eins\n"
 
 
+def fake_run_folder(folder):
+    """What makes a folder a run's and an evaluation's, as train.py and evaluate.py write them."""
+    (folder / "eval" / "test_beam5").mkdir(parents=True)
+    (folder / "checkpoints").mkdir()
+    (folder / "fingerprint.json").write_text("{}")
+    (folder / "train.log").write_text("trained\n")
+    (folder / "eval" / "test_beam5" / "metrics.json").write_text("{}")
+    (folder / "eval" / "test_beam5" / "hypotheses.txt").write_text("eins\n")
+    return folder
+
+
+def test_translations_written_over_an_evaluation_or_a_runs_file_are_refused(tmp_path):
+    """translate.py output=<run>/eval/test_beam5/hypotheses.txt replaced the hypotheses the run's final scores
+    were made of, and said "3 translations written"; a run's records are not replaced either."""
+    from omegaconf import OmegaConf
+
+    from nmt.inference.stream import run_translate
+
+    run = fake_run_folder(tmp_path / "run")
+    source = tmp_path / "source.en"
+    source.write_text("one two\n")
+    for output, said in [
+        (run / "eval" / "test_beam5" / "hypotheses.txt", r"in the folder of an evaluation, whose metrics.json records"),
+        (run / "eval" / "test_beam5" / "mine.txt", r"in the folder of an evaluation"),  # beside what it scored
+        (run / "train.log", rf"a file of the run folder {run}, which this would replace; name a new file"),
+    ]:
+        given = OmegaConf.create({"ckpt_path": str(tmp_path / "no.ckpt"), "input": str(source), "output": str(output)})
+        with pytest.raises(ValueError, match=rf"^output={output}: {said}"):
+            run_translate(given)  # before the checkpoint is read
+    assert (run / "eval" / "test_beam5" / "hypotheses.txt").read_text() == "eins\n"
+    # a new file in the run folder, or one outside it: the checkpoint is read next
+    from hydra import compose, initialize_config_dir
+
+    for output in (run / "translations.txt", tmp_path / "out.txt"):
+        with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+            given = compose("translate", overrides=[f"ckpt_path={tmp_path / 'no.ckpt'}", f"input={source}",
+                                                    f"output={output}"])  # fmt: skip
+        with pytest.raises(ValueError, match="no such checkpoint file"):
+            run_translate(given)
+
+
+def test_an_out_dir_inside_a_run_must_be_one_of_its_evaluation_folders(tmp_path, monkeypatch):
+    """evaluate.py out_dir=<run>/eval laid hypotheses.txt and metrics.json loose beside the evaluation folders,
+    out_dir=<run>/checkpoints among the checkpoints; refused before the checkpoint is read."""
+    from hydra import compose, initialize_config_dir
+
+    from nmt.evaluation.evaluate import evaluate
+
+    run = fake_run_folder(tmp_path / "run")
+    monkeypatch.chdir(tmp_path)  # a relative out_dir too
+
+    def evaluate_with(out_dir):
+        with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+            return evaluate(compose("evaluate", overrides=[f"ckpt_path={tmp_path / 'no.ckpt'}", f"out_dir={out_dir}"]))
+
+    for out_dir, said in [
+        (run, "the run folder itself, which holds its checkpoints and records"),
+        ("run/eval", "the run's folder of evaluations, one sub-folder each"),
+        (run / "checkpoints", rf"in the run folder {run}, among its records \(checkpoints/\)"),
+        (
+            run / "eval_before_update_10" / "x",
+            rf"in the run folder {run}, among its records \(eval_before_update_10/\)",
+        ),
+    ]:
+        with pytest.raises(ValueError, match=rf"^out_dir={out_dir}: {said}; give a folder of its own, {run}/eval/"):
+            evaluate_with(out_dir)
+    for out_dir in ("run/eval/mine", run / "eval" / "test_beam5", tmp_path / "elsewhere"):
+        with pytest.raises(ValueError, match="no such checkpoint file"):  # accepted: the checkpoint is read next
+            evaluate_with(out_dir)
+
+
 def test_evaluate_names_a_missing_input_file_before_reading_the_checkpoint(tmp_path):
     """evaluate.py input=<missing file> read the checkpoint and loaded the model before saying the file was
     not there."""
@@ -752,6 +823,9 @@ def test_evaluate_names_a_missing_input_file_before_reading_the_checkpoint(tmp_p
          "alone, and a key added with + is read by nothing: did you mean 'decode.beam_size'?"),
         ("serve", "++nbest=3", "a key added with + is read by nothing"),
         ("evaluate", "+num_sample=3", "did you mean 'num_samples'"),
+        # it said "strategy is a key of trainer=ddp (trainer.strategy)"
+        ("export", "decode.strategy=epsilon", "export.py carries the run's own search (its decode settings, in "
+         "nmt_export.json); give a search option where the export translates: CTranslate2Model(...).translate("),
     ],
 )  # fmt: skip
 def test_a_null_where_a_value_belongs_and_a_key_added_with_a_plus_are_one_line(name, given, said):

@@ -351,7 +351,9 @@ def evaluate_here(*overrides: str) -> dict:
         return evaluate(compose("evaluate", overrides=["samples=0", *overrides]))
 
 
-def test_an_out_dir_holding_an_evaluation_under_other_settings_is_refused_and_kept(toy_run, tmp_path, capsys):
+def test_an_out_dir_holding_an_evaluation_under_other_settings_is_refused_and_kept(
+    toy_run, tmp_path, capsys, monkeypatch
+):
     """out_dir=<run>/eval/test_beam5 decode.beam_size=2 replaced the run's own final scores without a word
     (results.json then named beam 5 beside beam 2's metrics), as any out_dir took the last evaluation in."""
     import torch
@@ -387,8 +389,11 @@ def test_an_out_dir_holding_an_evaluation_under_other_settings_is_refused_and_ke
         evaluate_here(f"ckpt_path={toy_run}", "decode.beam_size=2", f"out_dir={own}")
     assert (own / "metrics.json").read_bytes() == kept
     # a mean of epochs records each one's weights, oldest first
-    mean = evaluate_here(f"ckpt_path={toy_run}", "average_last=2", f"out_dir={tmp_path / 'mean'}")
+    monkeypatch.chdir(tmp_path)  # a relative out_dir: its files recorded by absolute paths, as the run's own are
+    mean = evaluate_here(f"ckpt_path={toy_run}", "average_last=2", "out_dir=mean")
     assert len(mean["weights"]) == 2 and mean["weights"][0]["update"] < mean["weights"][1]["update"]
+    recorded = json.loads((tmp_path / "mean" / "metrics.json").read_text())
+    assert recorded["hypotheses"] == str(tmp_path / "mean" / "hypotheses.txt")
 
 
 def test_attention_maps_in_a_reused_folder_are_only_those_of_its_last_evaluation(toy_run, tmp_path):

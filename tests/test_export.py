@@ -11,6 +11,7 @@ import torch
 
 from nmt.decoding import settings
 from nmt.decoding.settings import SAMPLED, STRATEGIES, SearchConfig
+from nmt.inference.checkpoint import load_checkpoint
 from nmt.inference.export import (
     STRATEGY_OPTIONS,
     CTranslate2Model,
@@ -173,6 +174,9 @@ def test_export_py_writes_a_model_folder(default_checkpoint, tmp_path):
     # a run folder that holds an export, not a checkpoint: said, with what reads it
     with pytest.raises(CheckpointError, match=r"is a CTranslate2 export \(nmt_export.json\), which this program"):
         resolve_checkpoint_path(out)
+    # its model.bin given as a checkpoint: named as the export's (it was "not a PyTorch checkpoint, or cut short")
+    with pytest.raises(CheckpointError, match=r"model.bin is a file of a CTranslate2 export \(nmt_export.json beside"):
+        load_checkpoint(out / "model.bin")
     # threads= is applied, not only accepted: a value torch cannot take is refused
     refused = subprocess.run(
         [sys.executable, str(ROOT / "export.py"), f"ckpt_path={checkpoint}", f"out={tmp_path / 'x'}", "threads=-1"],
@@ -563,7 +567,7 @@ def test_the_runs_search_maps_onto_ctranslate2s_options_and_a_strategy_without_a
     assert decoding_defaults({"strategy": "typical", "seed": 1})["sampling_topk"] == 3
 
 
-def test_each_output_stops_at_the_runs_limit_relative_to_its_source(default_checkpoint, tmp_path):
+def test_each_output_stops_at_the_runs_limit_relative_to_its_source(default_checkpoint, tmp_path, caplog):
     """CTranslate2 has one fixed limit (256 by default) where the run stops at max_len_a x source + max_len_b:
     an export of a barely trained en->zh model ran on past ours in 274 of 2,000 greedy test outputs. The
     manifest carries the run's limit and each source length decodes under its own."""
@@ -584,6 +588,10 @@ def test_each_output_stops_at_the_runs_limit_relative_to_its_source(default_chec
     sizes = [len(loaded.src_tokenizer.encode(line)) + 1 for line in LINES]
     assert sorted(call["max_decoding_length"] for call in calls) == sorted({int(0.5 * n + 2) - 1 for n in sizes})
     assert ours != Translator([loaded], replace(tight, max_len_b=40)).translate(LINES)  # the limit cut them
+    assert "reached the length limit" not in caplog.text  # greedy: token for token ours, limit or not
+    # a beam at the limit ranks a hypothesis cut there without an end token's cost (ours with it): said
+    model.translate(LINES, beam_size=3)
+    assert "output(s) reached the length limit (first: line " in caplog.text
     calls.clear()  # a limit given is the call's, for every line
     model.translate(LINES, beam_size=1, max_decoding_length=5)
     assert [call["max_decoding_length"] for call in calls] == [5]

@@ -65,6 +65,12 @@ def checkpoint_use_message(argv: list[str], config_name: str, conf: Path = CONF)
         key, sep, value = arg.lstrip("+").partition("=")
         if arg.startswith(("-", "~")) or not sep or key.startswith("hydra"):
             continue
+        if key.partition(".")[0] == "decode" and "decode" not in defaults:  # export.py: no search runs here
+            return (
+                f"error: {arg} (on the command line): {config_name}.py carries the run's own search (its decode "
+                "settings, in nmt_export.json); give a search option where the export translates: "
+                "CTranslate2Model(...).translate(lines, beam_size=5) (docs/usage.md)"
+            )
         if arg.startswith("+") and key not in known:
             if key.startswith((*OPEN_BLOCKS.get(config_name, ()), "decode.")):  # decode: a search option's check
                 continue

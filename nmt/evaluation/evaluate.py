@@ -12,7 +12,7 @@ from nmt.evaluation.grid import check_grid, evaluate_grid, grid_axes
 from nmt.inference.loading import checkpoint_task, load_model, pick_device, resolve_checkpoint_path
 from nmt.inference.translator import apply_threads, check_limits
 from nmt.tasks.base import evaluation_splits
-from nmt.utils.io import SOURCE_LINES, check_input_file
+from nmt.utils.io import SOURCE_LINES, check_input_file, run_folder_of
 
 
 def evaluate(cfg: DictConfig) -> dict:
@@ -74,3 +74,27 @@ def check_scoring_options(cfg: DictConfig) -> None:
     out_dir = cfg.get("out_dir")
     if out_dir is not None and Path(str(out_dir)).exists() and not Path(str(out_dir)).is_dir():
         raise ValueError(f"out_dir={out_dir}: a file is there; give a folder for the hypotheses and metrics")
+    if out_dir is not None:
+        check_out_dir_in_run(str(out_dir))
+
+
+def check_out_dir_in_run(out_dir: str) -> None:
+    """An out_dir inside a training run's folder is one of its evaluation folders (``<run>/eval/<name>``):
+    written anywhere else there, an evaluation's files lay among the run's checkpoints and records, or loose
+    beside the run's evaluation folders. ValueError naming where instead."""
+    folder = Path(out_dir).expanduser().absolute()
+    run = run_folder_of(folder)
+    if run is None:
+        return
+    inside = folder.relative_to(run).parts
+    if len(inside) >= 2 and inside[0] == "eval":
+        return
+    if not inside:
+        where = "the run folder itself, which holds its checkpoints and records"
+    elif inside == ("eval",):
+        where = "the run's folder of evaluations, one sub-folder each"
+    else:
+        where = f"in the run folder {run}, among its records ({inside[0]}/)"
+    raise ValueError(
+        f"out_dir={out_dir}: {where}; give a folder of its own, {run / 'eval' / '<name>'}, or one outside the run"
+    )

@@ -23,6 +23,12 @@ def load_checkpoint(path: str | os.PathLike) -> dict:
     path = Path(path).expanduser()
     if not path.is_file():
         raise CheckpointError(missing_checkpoint(path))
+    if not zipfile.is_zipfile(path) and (path.parent / "nmt_export.json").is_file():  # a file of export.py's
+        raise CheckpointError(
+            f"{path} is a file of a CTranslate2 export (nmt_export.json beside it), which this program does not "
+            "read: give the run it was exported from, or translate with the export in Python "
+            "(nmt.inference.export.CTranslate2Model, docs/usage.md)"
+        )
     if not zipfile.is_zipfile(path):  # torch.save's format: torch's own error would be a bare KeyError or advice
         raise CheckpointError(  # to load it with weights_only=False, which runs code from the file
             f"{path} is not a PyTorch checkpoint, or was cut short (not the whole zip archive torch.save writes); "

@@ -25,6 +25,8 @@ log = logging.getLogger(__name__)
 
 FORMATS = ("ctranslate2",)
 CT2_MAX_INPUT_LENGTH = 1024  # translate_batch's default max_input_length: pieces a source keeps, end token in
+CT2_MAX_DECODING_LENGTH = 256  # translate_batch's default max_decoding_length
+CT2_BEAM_SIZE = 2  # translate_batch's default beam_size
 EXPORT_FILES = {
     "model.bin",
     "config.json",
@@ -261,7 +263,22 @@ class CTranslate2Model:
                 raise _unknown_option(err, asked) from None
             for n, result in zip(rows, found, strict=True):
                 outputs[n] = result.hypotheses[0]
+        if asked_beam(options) > 1:  # a beam's ranking at the limit: ours ends a hypothesis there with its end token
+            reached = [n for n, limit in enumerate(limits) if len(outputs[n]) >= (limit or CT2_MAX_DECODING_LENGTH)]
+            if reached:
+                log.warning(
+                    "%d output(s) reached the length limit (first: line %d): CTranslate2's beam ranks a hypothesis "
+                    "cut there without the cost of an end token, where this project's search ends it with one, so "
+                    "these may differ from the run's own translations",
+                    len(reached),
+                    reached[0] + 1,
+                )
         return [self.target.decode([self.target.sp.piece_to_id(p) for p in pieces]) for pieces in outputs]
+
+
+def asked_beam(options: dict) -> int:
+    """The beam ``translate_batch`` searches with (its default: 2)."""
+    return int(options.get("beam_size", CT2_BEAM_SIZE))
 
 
 def _unknown_option(err: TypeError, options: dict) -> TypeError:

@@ -129,13 +129,13 @@ def create_app(translator: Translator, max_chars: int = 1000, title: str = "nmt"
             return JSONResponse({"error": "text is empty"}, status_code=422)
         if request.n_best > beams:
             most = (
-                "the beam size"
+                f"the beam size ({beams})"
                 if translator.search.ranks
-                else "the draws a request may ask"
+                else f"the draws a request may ask ({beams})"
                 if translator.search.samples
                 else "1 (greedy search)"
             )
-            return JSONResponse({"error": f"n_best must be at most {most} ({beams})"}, status_code=422)
+            return JSONResponse({"error": f"n_best must be at most {most}"}, status_code=422)
         try:
             with lock:
                 # a language model has no cross-attention to draw (no source): its page shows no heatmap

@@ -221,7 +221,8 @@ class LanguageModelTask(Task):
             "split": split,
             "text": datamodule.text_hash(split),  # a files: text edited since: its evaluation kept
         }
-        folder = Path(out) if out else loaded.run_dir / "eval" / tag  # out_dir: taken as it is
+        # out_dir: taken as it is (recorded by its absolute path, as the run's own folders are)
+        folder = Path(out).expanduser().absolute() if out else loaded.run_dir / "eval" / tag
         out, code = evaluation_folder(folder, bool(out) and not own, loaded.run_dir, identity)  # before scoring
         result = {
             **identity,

@@ -372,7 +372,8 @@ class TranslationTask(Task):
             # of the sources and references scored: an edited file's evaluation never replaces it
             "text": content_hash("evaluation set", lines=[*sources, *references]),
         }
-        folder = Path(out) if out else loaded.run_dir / "eval" / name  # out_dir: taken as it is
+        # out_dir: taken as it is (its files recorded by absolute paths, as the run's own folders are)
+        folder = Path(out).expanduser().absolute() if out else loaded.run_dir / "eval" / name
         out, code = evaluation_folder(folder, bool(out) and not own, loaded.run_dir, identity)  # before decoding
         hypotheses = translate_lines(
             loaded.model, loaded.src_tokenizer, loaded.tgt_tokenizer, sources, search, max_tokens, max_input_len, True

@@ -28,17 +28,35 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
         tmp.unlink(missing_ok=True)
 
 
+# what makes a folder a training run's (every run writes it first) and an evaluation's (what it scored)
+RUN_RECORD, EVALUATION_RECORD = "fingerprint.json", "metrics.json"
+
+
+def run_folder_of(path: str | os.PathLike) -> Path | None:
+    """The training run's folder at or above ``path`` (the nearest holding a run's fingerprint.json), or None."""
+    path = Path(path).expanduser().absolute()
+    return next((folder for folder in (path, *path.parents) if (folder / RUN_RECORD).is_file()), None)
+
+
 def check_output_file(key: str, path: str | os.PathLike, reads: dict | None = None) -> None:
     """A file the command will write, checked before the work that fills it: not a folder, not below a file
-    (its folders are made as it is written), and not one of the files the command reads (``reads``: their
-    keys and paths, None or "-" for none), which the output would replace. ValueError naming the key
-    otherwise."""
+    (its folders are made as it is written), not one of the files the command reads (``reads``: their
+    keys and paths, None or "-" for none), which the output would replace, not in an evaluation's folder (whose
+    metrics.json scored the hypotheses there) and not a file a run folder holds already. ValueError naming the
+    key otherwise."""
     path = Path(path)
     if path.is_dir():
         raise ValueError(f"{key}={path}: a folder, not a file; name the file to write (e.g. {path / 'out.txt'})")
     above = next((p for p in path.parents if p.exists()), None)
     if above is not None and not above.is_dir():
         raise ValueError(f"{key}={path}: {above} is a file, not a folder")
+    if (path.parent / EVALUATION_RECORD).is_file():
+        raise ValueError(
+            f"{key}={path}: in the folder of an evaluation, whose {EVALUATION_RECORD} records the files there "
+            "(the hypotheses it scored); write elsewhere"
+        )
+    if path.exists() and (run := run_folder_of(path.parent)) is not None:
+        raise ValueError(f"{key}={path}: a file of the run folder {run}, which this would replace; name a new file")
     for read_key, read in (reads or {}).items():
         if read in (None, "", "-") or not path.exists() or not Path(read).exists():
             continue
