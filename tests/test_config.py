@@ -786,9 +786,10 @@ def test_null_where_a_setting_takes_none_is_named_before_any_data_is_read(overri
     check_config(compose_train("matmul_precision=null", "test_average_last=null", "compile=null"))
 
 
-def test_a_warm_up_longer_than_the_run_is_said_with_the_share_of_the_peak_reached():
+def test_a_warm_up_longer_than_the_run_is_said_with_the_share_of_the_peak_reached(monkeypatch):
     """data=zh_en trained 300 updates under the default 4,000-update warm-up: at 7.5% of its peak rate it
     learnt nothing, and nothing said why."""
+    from nmt.training import config_groups
     from nmt.training.config_groups import warmup_past_the_end
 
     said = warmup_past_the_end(compose_train("optim=noam", "warmup=4000", "trainer.max_steps=300"))
@@ -801,6 +802,11 @@ def test_a_warm_up_longer_than_the_run_is_said_with_the_share_of_the_peak_reache
     shrunk = ("experiment=course_baseline", "trainer.max_epochs=4", "trainer.limit_train_batches=10")
     said = warmup_past_the_end(compose_train(*shrunk))
     assert "longer than the run's 40 updates (trainer.max_epochs x limit_train_batches)" in said and "at 3% " in said
+    # the experiment chosen is not offered as the fix (experiment=factorial_tiny's own short run was told to take it)
+    monkeypatch.setattr(config_groups, "hydra_choices", lambda: {"experiment": "course_baseline"})
+    said = warmup_past_the_end(compose_train(*shrunk))
+    assert said.endswith("for a short run lower warmup= (experiment=course_baseline sets it for its own length)")
+    monkeypatch.undo()
     said = warmup_past_the_end(compose_train(*shrunk, "trainer.accumulate_grad_batches=2"))
     assert "the run's 20 updates (trainer.max_epochs x limit_train_batches / accumulate_grad_batches)" in said
     assert "the run's 30 updates (trainer.max_steps)" in warmup_past_the_end(

@@ -17,6 +17,22 @@ def file_name(lang_a: str, lang_b: str) -> str:
     return f"news-commentary-v16.{first}-{second}.tsv.gz"
 
 
+def locate_pair(lang_a: str, lang_b: str, root, cache_dir, download: bool) -> Path:
+    """The pair's file, as released (``.tsv.gz``) or decompressed (``.tsv``), from data.root,
+    $NMT_DATA/news_commentary or the cache, the first place holding either; otherwise downloaded."""
+    plain = file_name(lang_a, lang_b).removesuffix(".gz")
+    folder = locate(
+        FOLDER,
+        [plain],
+        root,
+        cache_dir,
+        url_for={plain: f"{RELEASE}/{plain}.gz"},
+        download=download,
+        suffixes=(".gz", ""),
+    )
+    return next(path for path in (folder / f"{plain}.gz", folder / plain) if path.is_file())
+
+
 def read_news_commentary(path: Path, first: str, second: str) -> tuple[list[str], list[str]]:
     """(first column, second column) of a News Commentary TSV, one pair per line. Lines with an empty side
     (a sentence the other language lacks; a lone tab between articles) are kept: the seeded split leaves
@@ -59,10 +75,7 @@ class NewsCommentaryDataModule(UnsplitCorpusDataModule):
         self.root, self.download = root, download
 
     def load_pairs(self) -> tuple[list[str], list[str]]:
-        name = file_name(self.src_lang, self.tgt_lang)
-        folder = locate(
-            FOLDER, [name], self.root, self.cache_dir, url_for={name: f"{RELEASE}/{name}"}, download=self.download
-        )
+        path = locate_pair(self.src_lang, self.tgt_lang, self.root, self.cache_dir, self.download)
         first, second = sorted((self.src_lang, self.tgt_lang))
-        columns = read_news_commentary(folder / name, first, second)
+        columns = read_news_commentary(path, first, second)
         return columns if self.src_lang == first else (columns[1], columns[0])

@@ -163,9 +163,11 @@ def locate(
         existed = cache.exists()
         try:
             for filename in filenames:
-                target = cache / filename
+                url = url_for[filename]
+                # a file whose plain name is looked for (with suffixes) keeps the download's compression
+                target = cache / (filename + (".gz" if url.endswith(".gz") and not filename.endswith(".gz") else ""))
                 if not target.is_file():
-                    _download(url_for[filename], target)
+                    _download(url, target)
             return read_from(name, "downloaded into the cache", cache)
         except OSError as err:
             tried.append(f"  download from {url_for[filenames[0]].rsplit('/', 1)[0]}/: {err}")
@@ -175,6 +177,8 @@ def locate(
     elif url_for:
         tried.append("  download: disabled (data.download=false)")
     wanted = f"{', '.join(filenames[:4])}{' ...' if len(filenames) > 4 else ''}"
+    if any(suffixes):
+        wanted += f" (or each with {' or '.join(repr(x) for x in suffixes if x)})"
     raise _not_found(name, tried, wanted, bool(url_for), takes_root)
 
 
@@ -250,6 +254,10 @@ def _extracted(archive: Path, filenames: Sequence[str], extract: Callable[[Path,
     if all((target / f).is_file() for f in filenames):
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
+    with open(archive, "rb") as head:
+        damage = gzip_damage(archive) if head.read(2) == GZIP_MAGIC else None  # a .tgz: checked whole first
+    if damage is not None:
+        raise ValueError(f"{archive}: {_unreadable(damage)}")
     partial = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=target.parent))
     try:
         try:
@@ -305,12 +313,28 @@ def read_lines(path: str | os.PathLike) -> list[str]:
     except (EOFError, zlib.error, gzip.BadGzipFile) as err:
         raise ValueError(f"{path}: {_unreadable(err)}") from None
     except ValueError:
+        # a damaged .gz decodes to bytes that are not UTF-8 before gzip reaches its checksum, at the end
+        if opener is gzip.open and (damage := gzip_damage(path)) is not None:
+            raise ValueError(f"{path}: {_unreadable(damage)}") from None
         with open(path, "rb") as handle:
             compressed = opener is open and handle.read(2) == GZIP_MAGIC
         if compressed:  # not text that needs re-encoding, as the UTF-8 error says: a .gz file under another name
             raise ValueError(f"{path}: gzip-compressed, but its name does not end in .gz; rename it {path}.gz "
                              "(and name it so where it is given), or decompress it (gunzip -c)") from None  # fmt: skip
         raise
+
+
+def gzip_damage(path: Path) -> BaseException | None:
+    """Why a gzip file (a .gz, a .tgz) cannot be read to its end, where gzip checks the checksum of what it
+    decompressed; None where it can. A reader that stops early (a tar member, a line that is not UTF-8) never
+    reaches that check: a flipped byte gave other text, unsaid."""
+    try:
+        with gzip.open(path, "rb") as stream:
+            while stream.read(1 << 24):
+                pass
+    except (EOFError, zlib.error, gzip.BadGzipFile) as err:
+        return err
+    return None
 
 
 def _unreadable(err: BaseException) -> str:

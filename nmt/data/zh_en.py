@@ -2,8 +2,8 @@
 
 from pathlib import Path
 
-from nmt.data.news_commentary import FOLDER, RELEASE, file_name, read_news_commentary
-from nmt.data.sources import DataNotFoundError, locate, read_from, read_parallel
+from nmt.data.news_commentary import locate_pair, read_news_commentary
+from nmt.data.sources import DataNotFoundError, read_from, read_parallel
 from nmt.data.tatoeba import locate_tatoeba, read_manythings
 from nmt.data.unsplit import UnsplitCorpusDataModule
 
@@ -48,11 +48,8 @@ class ZhEnDataModule(UnsplitCorpusDataModule):
         elif self.source == "ted":
             english, chinese = read_ted_folder(self._ted_folder())
         else:
-            name = file_name("en", "zh")
-            folder = locate(
-                FOLDER, [name], self.root, self.cache_dir, url_for={name: f"{RELEASE}/{name}"}, download=self.download
-            )
-            english, chinese = read_news_commentary(folder / name, "en", "zh")
+            path = locate_pair("en", "zh", self.root, self.cache_dir, self.download)
+            english, chinese = read_news_commentary(path, "en", "zh")
         return (chinese, english) if self.src_lang == "zh" else (english, chinese)
 
     def _ted_folder(self) -> Path:

@@ -404,8 +404,15 @@ def warmup_past_the_end(cfg: DictConfig) -> str | None:
         return None
     # a smoke run's 1 update: 0.05%, not 0%; 199 of 200: 99.50%, not 100%
     share = f"{steps / warmup:.{0 if 0.01 <= steps / warmup < 0.995 else 2}%}"
+    # an experiment's recipe sets both: named where none is chosen (one chosen set a warm-up for its own length)
+    chosen = hydra_choices().get("experiment")
+    advice = (
+        f"lower warmup= (experiment={chosen} sets it for its own length)"
+        if chosen
+        else "lower warmup (an experiment's recipe sets both, e.g. experiment=factorial_tiny)"
+    )
     return (
         f"warning: the schedule's warm-up ({warmup} updates, warmup=) is longer than the run's {steps} updates "
         f"({limit}): the learning rate rises for the whole run and ends at {share} of its peak; for a short run "
-        "lower warmup (an experiment's recipe sets both, e.g. experiment=factorial_tiny)"
+        f"{advice}"
     )
