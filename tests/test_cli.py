@@ -1,6 +1,8 @@
 """The command line: misspelt keys get a suggestion, options the model does not use are refused, and the
 default recipe is announced."""
 
+import json
+import re
 import shlex
 import subprocess
 import sys
@@ -714,44 +716,56 @@ def fake_run_folder(folder):
     (folder / "checkpoints").mkdir()
     (folder / "fingerprint.json").write_text("{}")
     (folder / "train.log").write_text("trained\n")
-    (folder / "eval" / "test_beam5" / "metrics.json").write_text("{}")
+    record = {"checkpoints": [str(folder / "checkpoints" / "best.ckpt")], "hypotheses": "hypotheses.txt"}
+    (folder / "eval" / "test_beam5" / "metrics.json").write_text(json.dumps(record))
     (folder / "eval" / "test_beam5" / "hypotheses.txt").write_text("eins\n")
     return folder
 
 
-def test_translations_written_over_an_evaluation_or_a_runs_file_are_refused(tmp_path):
+def test_translations_written_over_an_evaluation_or_a_runs_records_are_refused(tmp_path):
     """translate.py output=<run>/eval/test_beam5/hypotheses.txt replaced the hypotheses the run's final scores
-    were made of, and said "3 translations written"; a run's records are not replaced either."""
-    from omegaconf import OmegaConf
+    were made of, and said "3 translations written"; a run's records are not replaced either, while a file of
+    one's own beside them is written again by the same command."""
+    from hydra import compose, initialize_config_dir
 
     from nmt.inference.stream import run_translate
 
     run = fake_run_folder(tmp_path / "run")
+    (tmp_path / "link").symlink_to(run / "checkpoints")
     source = tmp_path / "source.en"
     source.write_text("one two\n")
-    for output, said in [
-        (run / "eval" / "test_beam5" / "hypotheses.txt", r"in the folder of an evaluation, whose metrics.json records"),
-        (run / "eval" / "test_beam5" / "mine.txt", r"in the folder of an evaluation"),  # beside what it scored
-        (run / "train.log", rf"a file of the run folder {run}, which this would replace; name a new file"),
-    ]:
-        given = OmegaConf.create({"ckpt_path": str(tmp_path / "no.ckpt"), "input": str(source), "output": str(output)})
-        with pytest.raises(ValueError, match=rf"^output={output}: {said}"):
-            run_translate(given)  # before the checkpoint is read
-    assert (run / "eval" / "test_beam5" / "hypotheses.txt").read_text() == "eins\n"
-    # a new file in the run folder, or one outside it: the checkpoint is read next
-    from hydra import compose, initialize_config_dir
 
-    for output in (run / "translations.txt", tmp_path / "out.txt"):
+    def translate_into(output):
         with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
             given = compose("translate", overrides=[f"ckpt_path={tmp_path / 'no.ckpt'}", f"input={source}",
                                                     f"output={output}"])  # fmt: skip
+        run_translate(given)
+
+    for output, said in [
+        (run / "eval" / "test_beam5" / "hypotheses.txt", r"in the folder of an evaluation, whose metrics.json records"),
+        (run / "eval" / "test_beam5" / "mine.txt", r"in the folder of an evaluation"),  # beside what it scored
+        (run / "train.log", rf"the run's own train.log \(run folder {run}\); write beside them or elsewhere"),
+        (run / "results.json", r"the run's own results.json"),  # not written yet: the run's all the same
+        (run / "checkpoints" / "notes.txt", r"in the run's checkpoints/ folder, which holds its records"),
+        (tmp_path / "link" / "x.txt", r"in the run's checkpoints/ folder"),  # through a link
+        (run / "eval" / "x" / ".." / "mine.txt", r"in the run's eval/ folder"),
+    ]:
+        with pytest.raises(ValueError, match=rf"^output={re.escape(str(output))}: {said}"):
+            translate_into(output)  # before the checkpoint is read
+    assert (run / "eval" / "test_beam5" / "hypotheses.txt").read_text() == "eins\n"
+    # a file of one's own in the run folder (again: the same command twice), or outside it: the checkpoint is next
+    (run / "translations.txt").write_text("earlier\n")
+    (tmp_path / "stats").mkdir()
+    (tmp_path / "stats" / "metrics.json").write_text('{"loss": 1}')  # another tool's file of that name
+    for output in (run / "translations.txt", run / "mine" / "out.txt", tmp_path / "out.txt", tmp_path / "stats" / "a"):
         with pytest.raises(ValueError, match="no such checkpoint file"):
-            run_translate(given)
+            translate_into(output)
 
 
 def test_an_out_dir_inside_a_run_must_be_one_of_its_evaluation_folders(tmp_path, monkeypatch):
     """evaluate.py out_dir=<run>/eval laid hypotheses.txt and metrics.json loose beside the evaluation folders,
-    out_dir=<run>/checkpoints among the checkpoints; refused before the checkpoint is read."""
+    out_dir=<run>/checkpoints among the checkpoints; refused before the checkpoint is read. A grid, or several
+    sets, write folders of their own into <run>/eval, as they do by default."""
     from hydra import compose, initialize_config_dir
 
     from nmt.evaluation.evaluate import evaluate
@@ -759,24 +773,31 @@ def test_an_out_dir_inside_a_run_must_be_one_of_its_evaluation_folders(tmp_path,
     run = fake_run_folder(tmp_path / "run")
     monkeypatch.chdir(tmp_path)  # a relative out_dir too
 
-    def evaluate_with(out_dir):
+    def evaluate_with(out_dir, *overrides):
         with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-            return evaluate(compose("evaluate", overrides=[f"ckpt_path={tmp_path / 'no.ckpt'}", f"out_dir={out_dir}"]))
+            given = [f"ckpt_path={tmp_path / 'no.ckpt'}", f"out_dir={out_dir}", *overrides]
+            return evaluate(compose("evaluate", overrides=given))
 
     for out_dir, said in [
         (run, "the run folder itself, which holds its checkpoints and records"),
         ("run/eval", "the run's folder of evaluations, one sub-folder each"),
+        ("run/eval/x/..", "the run's folder of evaluations, one sub-folder each"),
         (run / "checkpoints", rf"in the run folder {run}, among its records \(checkpoints/\)"),
         (
             run / "eval_before_update_10" / "x",
             rf"in the run folder {run}, among its records \(eval_before_update_10/\)",
         ),
     ]:
-        with pytest.raises(ValueError, match=rf"^out_dir={out_dir}: {said}; give a folder of its own, {run}/eval/"):
+        with pytest.raises(
+            ValueError, match=rf"^out_dir={re.escape(str(out_dir))}: {said}; give a folder of its own, "
+        ):
             evaluate_with(out_dir)
     for out_dir in ("run/eval/mine", run / "eval" / "test_beam5", tmp_path / "elsewhere"):
         with pytest.raises(ValueError, match="no such checkpoint file"):  # accepted: the checkpoint is read next
             evaluate_with(out_dir)
+    for several in ("decode.beam_size=[1,2]", "split=[val,test]"):  # folders of their own in eval/, as by default
+        with pytest.raises(ValueError, match="no such checkpoint file"):
+            evaluate_with("run/eval", several)
 
 
 def test_evaluate_names_a_missing_input_file_before_reading_the_checkpoint(tmp_path):

@@ -66,8 +66,9 @@ class EuroparlDataModule(UnsplitCorpusDataModule):
         # the suffix under which both sides are there (locate_or_extract's rule; a .gz beside a plain file)
         suffix = next(x for x in ("", ".gz") if all((folder / (name + x)).is_file() for name in names))
         src, tgt = read_parallel(folder / (names[0] + suffix), folder / (names[1] + suffix))
-        # stripped, as the other corpora's readers strip their fields: a sentence with a trailing space is the
-        # same sentence to the tokenizer, and the split (which compares text) kept it in two splits
+        # stripped, as the readers of the other unsplit corpora (Tatoeba, News Commentary) strip their fields: a
+        # sentence with a trailing space is the same sentence to the tokenizer, and the split (which compares
+        # text) kept its copies in two splits
         return [line.strip() for line in src], [line.strip() for line in tgt]
 
 

@@ -12,7 +12,7 @@ from nmt.evaluation.grid import check_grid, evaluate_grid, grid_axes
 from nmt.inference.loading import checkpoint_task, load_model, pick_device, resolve_checkpoint_path
 from nmt.inference.translator import apply_threads, check_limits
 from nmt.tasks.base import evaluation_splits
-from nmt.utils.io import SOURCE_LINES, check_input_file, run_folder_of
+from nmt.utils.io import SOURCE_LINES, check_input_file, run_folder_above
 
 
 def evaluate(cfg: DictConfig) -> dict:
@@ -31,9 +31,12 @@ def evaluate(cfg: DictConfig) -> dict:
     pick_device(cfg.device)  # a device this machine lacks, named before the checkpoint is read
     # a misspelt input file, named before the checkpoint is read (as translate.py does)
     check_input_file("input", cfg.get("input"), SOURCE_LINES)
+    axes = grid_axes(cfg)
+    if cfg.get("out_dir"):  # ~ expanded once: a grid's file and its cells, and every record, in one place
+        cfg.out_dir = str(Path(cfg.out_dir).expanduser())
+        check_out_dir_in_run(cfg.out_dir, several=bool(axes) or len(evaluation_splits(cfg.get("split"))) > 1)
     cfg.ckpt_path = str(resolve_checkpoint_path(cfg.ckpt_path))  # a run folder: its best checkpoint
     task = checkpoint_task(cfg.ckpt_path)
-    axes = grid_axes(cfg)
     check_grid(cfg, task, axes)
     if axes:  # options given as lists: every combination on the validation set, and the best of them
         print(f"Checkpoint: {cfg.ckpt_path}", file=sys.stderr)
@@ -74,20 +77,19 @@ def check_scoring_options(cfg: DictConfig) -> None:
     out_dir = cfg.get("out_dir")
     if out_dir is not None and Path(str(out_dir)).exists() and not Path(str(out_dir)).is_dir():
         raise ValueError(f"out_dir={out_dir}: a file is there; give a folder for the hypotheses and metrics")
-    if out_dir is not None:
-        check_out_dir_in_run(str(out_dir))
 
 
-def check_out_dir_in_run(out_dir: str) -> None:
-    """An out_dir inside a training run's folder is one of its evaluation folders (``<run>/eval/<name>``):
+def check_out_dir_in_run(out_dir: str, several: bool) -> None:
+    """An out_dir inside a training run's folder is one of its evaluation folders (``<run>/eval/<name>``), or
+    ``<run>/eval`` itself for what writes a folder of its own there (``several``: a grid, several sets):
     written anywhere else there, an evaluation's files lay among the run's checkpoints and records, or loose
     beside the run's evaluation folders. ValueError naming where instead."""
-    folder = Path(out_dir).expanduser().absolute()
-    run = run_folder_of(folder)
+    folder = Path(out_dir).expanduser().resolve()  # links and .. resolved: where it writes
+    run = run_folder_above(folder)
     if run is None:
         return
     inside = folder.relative_to(run).parts
-    if len(inside) >= 2 and inside[0] == "eval":
+    if (len(inside) >= 2 or several) and inside[:1] == ("eval",):
         return
     if not inside:
         where = "the run folder itself, which holds its checkpoints and records"

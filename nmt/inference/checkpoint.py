@@ -8,8 +8,10 @@ from pathlib import Path
 
 import torch
 
+from nmt.utils.io import RUN_RECORD
+
 CHECKPOINT_KEY = "nmt"  # the checkpoint's section holding the config and tokenizers
-FINGERPRINT = "fingerprint.json"  # in a run folder: what determines its result, its data's text hashes included
+FINGERPRINT = RUN_RECORD  # in a run folder: what determines its result, its data's text hashes included
 CHECKPOINT_FORMAT = 1
 CHECKSUM_KEY = "weights_crc32"  # in the section: weights_checksum of the state_dict as written
 

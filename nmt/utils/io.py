@@ -30,33 +30,63 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
 
 # what makes a folder a training run's (every run writes it first) and an evaluation's (what it scored)
 RUN_RECORD, EVALUATION_RECORD = "fingerprint.json", "metrics.json"
+# what a training run writes into its folder: files at its top, and folders whose every file is the run's
+RUN_FILES = (RUN_RECORD, "config.yaml", "results.json", "train.log", "train_stdout.log", "train_stderr.log",
+             "data_report.json", "data_report.txt", "train_sentences.npz", "eval_before_update")  # fmt: skip
+RUN_FOLDERS = ("checkpoints", "logs", "tokenizers", ".hydra", "wandb", "tensorboard")  # and eval*, the evaluations'
 
 
-def run_folder_of(path: str | os.PathLike) -> Path | None:
-    """The training run's folder at or above ``path`` (the nearest holding a run's fingerprint.json), or None."""
-    path = Path(path).expanduser().absolute()
+def run_folder_above(path: str | os.PathLike) -> Path | None:
+    """The training run's folder at or above ``path`` (the nearest holding a run's fingerprint.json; links and
+    ``..`` resolved), or None."""
+    path = Path(path).expanduser().resolve()
     return next((folder for folder in (path, *path.parents) if (folder / RUN_RECORD).is_file()), None)
+
+
+def is_evaluation_folder(folder: Path) -> bool:
+    """Whether ``folder`` holds an evaluation's record: a metrics.json naming the checkpoints or hypotheses."""
+    try:
+        record = json.loads((folder / EVALUATION_RECORD).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(record, dict) and bool({"checkpoints", "hypotheses"} & record.keys())
+
+
+def run_record_at(path: str | os.PathLike) -> tuple[Path, str] | None:
+    """(run folder, what) where ``path`` is one of a training run's records (a file it writes at its top, or
+    a file in one of its own folders: checkpoints/, logs/, eval*/, ...), else None."""
+    path = Path(path).expanduser().resolve()
+    run = run_folder_above(path.parent)
+    if run is None:
+        return None
+    parts = path.relative_to(run).parts
+    if len(parts) == 1:
+        return (run, f"the run's own {parts[0]}") if parts[0] in RUN_FILES else None
+    if parts[0] in RUN_FOLDERS or parts[0].startswith("eval"):
+        return run, f"in the run's {parts[0]}/ folder, which holds its records"
+    return None
 
 
 def check_output_file(key: str, path: str | os.PathLike, reads: dict | None = None) -> None:
     """A file the command will write, checked before the work that fills it: not a folder, not below a file
     (its folders are made as it is written), not one of the files the command reads (``reads``: their
     keys and paths, None or "-" for none), which the output would replace, not in an evaluation's folder (whose
-    metrics.json scored the hypotheses there) and not a file a run folder holds already. ValueError naming the
-    key otherwise."""
+    metrics.json scored the hypotheses there) and not one of a training run's records. ValueError naming the key
+    otherwise."""
     path = Path(path)
     if path.is_dir():
         raise ValueError(f"{key}={path}: a folder, not a file; name the file to write (e.g. {path / 'out.txt'})")
     above = next((p for p in path.parents if p.exists()), None)
     if above is not None and not above.is_dir():
         raise ValueError(f"{key}={path}: {above} is a file, not a folder")
-    if (path.parent / EVALUATION_RECORD).is_file():
+    if is_evaluation_folder(path.parent):
         raise ValueError(
             f"{key}={path}: in the folder of an evaluation, whose {EVALUATION_RECORD} records the files there "
             "(the hypotheses it scored); write elsewhere"
         )
-    if path.exists() and (run := run_folder_of(path.parent)) is not None:
-        raise ValueError(f"{key}={path}: a file of the run folder {run}, which this would replace; name a new file")
+    if (record := run_record_at(path)) is not None:
+        run, what = record
+        raise ValueError(f"{key}={path}: {what} (run folder {run}); write beside them or elsewhere")
     for read_key, read in (reads or {}).items():
         if read in (None, "", "-") or not path.exists() or not Path(read).exists():
             continue
