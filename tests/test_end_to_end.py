@@ -48,6 +48,9 @@ def toy_run(tmp_path_factory):
 def test_toy_model_learns_the_task(toy_run):
     results = json.loads((toy_run / "results.json").read_text())
     assert results["test"]["bleu"] >= 80, results["test"]
+    # one sitting: the run's time (every sitting's training, validation and final scores) within the sitting's own
+    # (the final validation was counted twice: 11.1 s against 10.8)
+    assert 0 < results["wall_time_s"] <= results["sitting_wall_time_s"]
     assert results["best_val_bleu"] >= 80
     for name in (
         "config.yaml",

@@ -407,6 +407,9 @@ def _train_in_folder(cfg: DictConfig, task, run_dir: Path, config: dict, main_pr
                 raise
 
             fit_end = time.time()
+            # every sitting of a resumed run counts: training and validation from the checkpointed clock, read as
+            # training ends (the clock runs on: read later, the final validation was counted twice)
+            earlier = next(c for c in trainer.callbacks if isinstance(c, WallClock)).elapsed()
             if elsewhere and not saved_states(run_dir) and trainer.global_step <= max(global_step(Path(resume)), 0):
                 # another run's checkpoint at the end of this command's budget: nothing trained, nothing written
                 # here, and the final scores had no checkpoint of this folder to score (skipped, unsaid)
@@ -459,8 +462,6 @@ def _train_in_folder(cfg: DictConfig, task, run_dir: Path, config: dict, main_pr
                 f"told no weights apart, so {flat['best']} is no better than the others, and the final scores use it; "
                 "monitor a score that moves (checkpoint.monitor=val_loss checkpoint.mode=min), or train until it does"
             )
-        # every sitting of a resumed run counts: training and validation from the checkpointed clock
-        earlier = next(c for c in trainer.callbacks if isinstance(c, WallClock)).elapsed()
         if trainer.is_global_zero:
             results.update(task.results_from_log(run_dir / "logs" / "metrics.csv"))
             if final_splits(cfg, quiet=True) and not is_smoke_run(config):
@@ -478,10 +479,11 @@ def _train_in_folder(cfg: DictConfig, task, run_dir: Path, config: dict, main_pr
             rerun = "it only scores the final model, whose training is recorded"
             with stopped_by_signals("the final scores", rerun, how_to_rerun(cfg, run_dir)):
                 results.update(final_scores(cfg, task, trainer, splits, best_path, checkpoint_dir, run_dir))
-            log_results(trainer.loggers, results, run_params(cfg))
         # the final scores of this sitting on top of the training and validation of every sitting
         results["wall_time_s"] = round(earlier + (time.time() - fit_end), 1)
         results["sitting_wall_time_s"] = round(time.time() - start, 1)
+        if splits and Path(best_path).is_file() and not is_smoke_run(config):  # the loggers' summary: these times
+            log_results(trainer.loggers, results, run_params(cfg))
         results["finished"] = not is_smoke_run(config)
         atomic_write_json(run_dir / RESULTS, results)
         print(f"Results: {run_dir / RESULTS}")
