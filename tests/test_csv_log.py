@@ -3,6 +3,8 @@
 import csv
 from pathlib import Path
 
+import pytest
+
 from nmt.training.loggers import FINAL_ROW, ResumableCSVLogger
 
 from .conftest import compose_train
@@ -96,6 +98,18 @@ def test_every_sitting_of_a_run_logs_to_one_wandb_run(tmp_path, monkeypatch):
     other = loggers.wandb_logger(save_dir=str(tmp_path / "other"))
     assert first._wandb_init["id"] == again._wandb_init["id"] == (tmp_path / "wandb_id").read_text().strip()
     assert first._wandb_init["resume"] == "allow" and other._wandb_init["id"] != first._wandb_init["id"]
+
+
+def test_a_wandb_folder_that_cannot_be_written_is_refused_in_one_line(tmp_path, monkeypatch):
+    """logger.dir=<a path under a file>: W&B fell back to a /tmp/wandb that every such run shared, with three
+    warnings, and the run went on."""
+    from nmt.training import loggers
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    (tmp_path / "a_file").write_text("")
+    with pytest.raises(ValueError, match=r"^logger.dir: cannot write .*a_file/wandb \(.*\); give a folder this user"):
+        loggers.wandb_logger(save_dir=str(tmp_path / "run"), dir=str(tmp_path / "a_file"))
+    assert not (tmp_path / "run").exists()
 
 
 def test_the_loggers_config_leaves_out_the_model_parts_the_model_does_not_read():

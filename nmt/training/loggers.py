@@ -196,6 +196,7 @@ def wandb_logger(
     run at its own folder, so one ``wandb sync`` uploads the whole group and ``wandb leet <dir>/wandb``
     browses it in a terminal without an account."""
     dir = dir or save_dir
+    check_writable_folder("logger.dir", Path(dir).expanduser() / "wandb")
     offline = wandb_offline(dir)
     # one W&B run per run folder: a resumed run continues its W&B run (each sitting was a new one)
     logger = ChartedWandbLogger(
@@ -211,6 +212,21 @@ def wandb_logger(
     if config:
         logger.log_hyperparams(config)
     return logger
+
+
+def check_writable_folder(key: str, folder: Path) -> None:
+    """A folder a logger writes into, made (or found) writable before training: W&B, given one it cannot
+    write, fell back to a /tmp/wandb that every such run shares, with warnings, and the run went on. ValueError
+    naming the key otherwise."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / f".writable.{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as err:
+        raise ValueError(
+            f"{key}: cannot write {folder} ({err.strerror or err}); give a folder this user can write"
+        ) from None
 
 
 def wandb_run_id(run_dir: Path) -> str | None:
