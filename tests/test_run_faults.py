@@ -1684,3 +1684,33 @@ def logged_rows(run_dir) -> list[tuple[str, str, bool]]:
     """(step, epoch, whether the final weights' validation) of every row of a run's CSV log."""
     with open(Path(run_dir) / "logs" / "metrics.csv", newline="") as handle:
         return [(r["step"], r["epoch"], bool(r.get("final_weights"))) for r in csv.DictReader(handle)]
+
+
+def test_a_killed_run_of_the_same_settings_beside_a_new_dated_folder_is_found(tmp_path):
+    """python train.py ..., killed by kill -9 (which prints nothing), then run again: without run_dir the rerun
+    trained afresh in a new dated folder and said nothing of the unfinished one beside it."""
+    from nmt.training.run_identity import fingerprint, unfinished_alike
+
+    config = OmegaConf.to_container(compose_train("data=toy"), resolve=True)
+    identity = fingerprint(config)
+    other = fingerprint(OmegaConf.to_container(compose_train("data=toy", "seed=2"), resolve=True))
+
+    def folder(name, record, last=True, finished=None):
+        run = tmp_path / "runs" / "transformer_toy" / name
+        (run / "checkpoints").mkdir(parents=True)
+        (run / "fingerprint.json").write_text(json.dumps(record))
+        if last:
+            (run / "checkpoints" / "last.ckpt").write_bytes(b"state")
+        if finished is not None:
+            (run / "results.json").write_text(json.dumps({"finished": finished}))
+        return run
+
+    older = folder("2026-12-06_10-00-00", identity)
+    newer = folder("2026-12-06_11-00-00", identity, finished=False)  # stopped during its final scores
+    seed2 = folder("2026-12-06_12-00-00", other)  # another seed
+    folder("2026-12-06_13-00-00", identity, finished=True)  # finished: nothing to continue
+    folder("2026-12-06_14-00-00", identity, last=False)  # stopped before its first checkpoint
+    now = tmp_path / "runs" / "transformer_toy" / "2026-12-06_15-00-00"
+    now.mkdir()
+    assert unfinished_alike(now, identity) == [newer, older]
+    assert unfinished_alike(now, other) == [seed2]  # each command its own settings' runs

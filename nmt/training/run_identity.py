@@ -16,7 +16,7 @@ import subprocess
 from pathlib import Path
 
 from nmt.inference.checkpoint import FINGERPRINT
-from nmt.training.run_folder import RunFolderError, holds_work
+from nmt.training.run_folder import RunFolderError, finished_results, holds_work, resumable
 from nmt.utils.code import code_hash
 from nmt.utils.io import atomic_write_json
 
@@ -154,6 +154,24 @@ def differences(saved: dict, current: dict) -> list[str]:
         commits = f" (commit {before} -> {now}{edited})" if before != now else f" (commit {now} both times{edited})"
         lines.append(f"code: the source of nmt/ or conf/ changed{commits}")
     return lines
+
+
+def unfinished_alike(run_dir: Path, current: dict) -> list[Path]:
+    """The folders beside ``run_dir`` (a name's dated folders, runs/<name>/<date_time>) holding a run of these
+    settings and code that stopped before its end with a state to resume from, newest first: a killed command
+    run again without run_dir trains afresh in a new dated folder, which it then says."""
+    found = []
+    for folder in sorted(run_dir.parent.glob("*/" + FINGERPRINT), reverse=True):
+        folder = folder.parent
+        if folder == run_dir or not resumable(folder) or finished_results(folder) is not None:
+            continue
+        try:
+            saved = json.loads((folder / FINGERPRINT).read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(saved, dict) and not differences(saved, current):
+            found.append(folder)
+    return found
 
 
 def saved_fingerprint(run_dir: Path, force: bool = False, holds: bool | None = None) -> tuple[dict | None, str | None]:

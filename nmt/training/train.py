@@ -74,6 +74,7 @@ from nmt.training.run_identity import (
     saved_data_record,
     saved_fingerprint,
     saved_text,
+    unfinished_alike,
 )
 from nmt.training.stopping import what_ended
 from nmt.training.timing import WallClock
@@ -152,6 +153,12 @@ def _claim_folder(cfg: DictConfig, run_dir: Path, identity: dict) -> dict | None
     warning = check_identity(run_dir, identity, force, saved)
     if warning:
         print(warning)
+    if not cfg.run_dir and not real_work and (alike := unfinished_alike(run_dir, identity)):
+        print(
+            f"note: {alike[0]} holds a run of these settings that stopped before its end (its last.ckpt at update "
+            f"{global_step(alike[0] / 'checkpoints' / 'last.ckpt')}); this one trains afresh in {run_dir}: to "
+            f"continue that one instead, stop this and run the same command with run_dir={alike[0]}"
+        )
     # every sitting continued under other settings stays on record (at which update: once the checkpoint is
     # known), so that the fingerprint, which now holds this command's settings, does not pass for the run's
     identity["forced"] = list((saved or {}).get("forced", []))
