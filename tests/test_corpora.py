@@ -945,7 +945,7 @@ def test_a_run_on_several_corpora_is_scored_with_a_moved_one_named_alone(tmp_pat
         scored(f"+data.train.2016={tmp_path / 'moved' / 'other.tsv'}")
 
 
-def test_a_tsv_line_with_other_fields_than_the_first_is_refused_by_its_number(tmp_path):
+def test_a_tsv_line_with_other_fields_than_the_first_is_refused_by_its_number(tmp_path, caplog):
     """A tab inside a sentence would shift (or cut) that line's columns: one pair silently wrong."""
     lines = [f"{e}\t{d}" for e, d in zip(EN[:6], DE[:6], strict=True)]
     lines[3] = f"{EN[3]}\t{DE[3]}\twith a tab"
@@ -964,7 +964,10 @@ def test_a_tsv_line_with_other_fields_than_the_first_is_refused_by_its_number(tm
         columns=[1, 2],
         cache_dir=str(tmp_path / "d"),
     )
-    assert sorted(zip(*dm.text("train"), strict=True)) == sorted(zip(EN[:6], DE[:6], strict=True))
+    with caplog.at_level("WARNING"):
+        assert sorted(zip(*dm.text("train"), strict=True)) == sorted(zip(EN[:6], DE[:6], strict=True))
+    # which fields were read, said: an (id, source, target) file read by the default columns trained on its ids
+    assert "three.tsv: 3 tab-separated fields a line; source and target read from fields 1 and 2" in caplog.text
 
 
 def small_files(tmp_path, **settings) -> FilesDataModule:

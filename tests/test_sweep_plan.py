@@ -258,3 +258,12 @@ def test_the_plan_names_each_runs_recipe_and_budget(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "  runs of model=rnn: recipe toy_rnn (conf/recipe/toy_rnn.yaml); at most 8 epochs" in out
     assert "  runs of model=transformer: recipe toy_transformer" in out
+    # a factor that is no group: the first cell's budget was said for every run (6 epochs, where one trains 20)
+    plan.print_plan(tmp_path, sweep_config(tmp_path, "trainer.max_epochs=6,20", "seed=1,2"))
+    out = capsys.readouterr().out
+    assert (
+        "  runs of trainer.max_epochs=6: recipe toy_transformer (conf/recipe/toy_transformer.yaml); at most 6 " in out
+    )
+    assert (
+        "  runs of trainer.max_epochs=20: recipe toy_transformer (conf/recipe/toy_transformer.yaml); at most 20 " in out
+    )

@@ -8,6 +8,7 @@ building one (scoring a corpus's split builds one)."""
 
 import errno
 import glob
+import logging
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -15,6 +16,9 @@ from pathlib import Path
 from omegaconf import ListConfig
 
 from nmt.data.sources import read_lines, read_parallel
+
+log = logging.getLogger(__name__)
+_WIDE_SAID: set[str] = set()  # each TSV's extra fields said once a process
 
 SPEC_FORMS = "[src_file, tgt_file], a .tsv file, or a file prefix"
 CORPORA_FORM = "{name: files, ...} (several corpora, for data.train only)"
@@ -224,5 +228,16 @@ def read_split_files(spec, src_lang: str, tgt_lang: str, columns=(0, 1)) -> tupl
                 )
             src.append(fields[columns[0]])
             tgt.append(fields[columns[1]])
+        if width is not None and width[1] > 2 and spec not in _WIDE_SAID:  # an (id, source, target) file trained
+            _WIDE_SAID.add(spec)  # on its ids, unsaid
+            log.warning(
+                "%s: %d tab-separated fields a line; source and target read from fields %d and %d (data.columns=%s, "
+                "counted from 0)",
+                spec,
+                width[1],
+                columns[0],
+                columns[1],
+                list(columns),
+            )
         return src, tgt
     return read_parallel(*spec_paths(spec, src_lang, tgt_lang))

@@ -209,7 +209,7 @@ def evaluate_grid(cfg: DictConfig, task, load, axes: dict[str, list]) -> dict:
         "rows": rows,
         "best": best["setting"],
         "tied": [row["setting"] for row in tied],  # the same score as the choice: chosen between by the rule above
-        "best_score": best["scores"][metric],  # on the validation set, biased upward by the choice
+        "best_score": best["scores"][metric],  # on the validation set, biased towards "better" by the choice
         "run_decode": loaded.config.get("decode"),
         "test_command": test_command(cfg, best["setting"], best["strategy"], test_split(cfg, loaded.config)),
     }
@@ -359,7 +359,8 @@ def print_grid(
         f"(select_by={DECODED[0]} ranks by one of them); how far apart the settings are is not tested."
     )
     print(
-        f"{chosen} The chosen setting's own score is biased upward by the choice: the test scores it.",
+        f"{chosen} The chosen setting's own score is biased {'downward' if lower else 'upward'} by the choice "
+        "(the best of many looks better than it is): the test scores it.",
         file=sys.stderr,
     )
     if tied:

@@ -347,7 +347,8 @@ def recipe_lines(config: DictConfig, runs: list[dict[str, str]]) -> list[str]:
     said: dict[str, list[str]] = {}
     seen = set()
     for values in runs:
-        groups = tuple(sorted((k, v) for k, v in values.items() if (CONF / k).is_dir()))
+        # the group choices, and any other factor but the seed (trainer.max_epochs=6,20 is two budgets)
+        groups = tuple(sorted((k, v) for k, v in values.items() if (CONF / k).is_dir() or (k in swept and k != "seed")))
         if groups in seen:
             continue
         seen.add(groups)

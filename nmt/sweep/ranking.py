@@ -189,8 +189,8 @@ def ranking_section(doc: Document, ranking: dict, factors, base: dict, metric: s
         text = (
             f"*validation mean*: the mean over seeds of {validation['metric']}, the same models and search scoring "
             "the validation set, where a choice may be made (where early stopping and the best checkpoint read "
-            "it, the same set stopped each run and chose its weights, so its scores lean a little high; the test "
-            "set did neither)."
+            f"it, the same set stopped each run and chose its weights, so its scores lean a little "
+            f"{'low' if lower else 'high'}, to the better; the test set did neither)."
         )
         doc.paragraph(text + (validation_choice(validation, rows, factors) if len(rows) > 1 else ""))
     header = ["rank", *factors, "seeds", "mean", "± 95% CI", "std"]
