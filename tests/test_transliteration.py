@@ -101,6 +101,13 @@ def test_a_transliteration_run_scores_cer_and_word_accuracy_and_a_sweep_records_
     references = (folder / "references.txt").read_text().splitlines()
     assert results["test"]["cer"] == pytest.approx(transliteration_scores(hypotheses, references)["cer"])
     assert json.loads((folder / "metrics.json").read_text())["word_acc"] == results["test"]["word_acc"]
+    # the saved outputs rescored as the final scores were (it gave BLEU and chrF alone)
+    from nmt.evaluation.score import main as score
+
+    rescored = score(
+        [str(folder / "hypotheses.txt"), str(folder / "references.txt"), "--lang", "en", "--bootstrap", "0"]
+    )
+    assert rescored["cer"] == results["test"]["cer"] and rescored["word_acc"] == results["test"]["word_acc"]
 
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         eval_cfg = compose(

@@ -27,6 +27,12 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--bootstrap", type=int, default=1000, help="resamples for the 95%% intervals (0: none)")
     parser.add_argument("--rouge", action="store_true", help="also ROUGE-1/2/L")
     parser.add_argument(
+        "--cer",
+        action="store_true",
+        help="also the character error rate and word accuracy (task=transliteration's scores; the default where "
+        "the metrics.json beside the hypotheses holds them)",
+    )
+    parser.add_argument(
         "--lowercase",
         action="store_true",
         help="sacreBLEU's BLEU and chrF ignore case (a model writing lowercase; the default where the metrics.json "
@@ -74,6 +80,10 @@ def main(argv: list[str] | None = None) -> dict:
         )
     except ValueError as err:
         parser.exit(2, f"error: {err}\n")
+    if args.cer or _recorded_keys(args.hypotheses) >= {"cer", "word_acc"}:
+        from nmt.tasks.transliteration import transliteration_scores  # the final scores' own function
+
+        scores.update(transliteration_scores(hypotheses, references))
     if baseline is not None:
         base = corpus_scores(baseline, references, args.lang, bootstrap=0, lowercase=args.lowercase)
         scores["baseline"] = {"file": args.baseline, "bleu": base["bleu"], "bleu_tok_lc": base["bleu_tok_lc"]}
@@ -106,6 +116,14 @@ def _tokenization(lang: str) -> str:
         return bleu_tokenizer(lang)
     except ValueError:
         return f"{lang}-mecab (missing)"
+
+
+def _recorded_keys(hypotheses: str) -> set[str]:
+    """The scores the metrics.json that evaluate.py wrote beside these outputs holds (none: no such file)."""
+    try:
+        return set(json.loads(Path(hypotheses).with_name("metrics.json").read_text(encoding="utf-8")))
+    except (OSError, ValueError, TypeError):
+        return set()
 
 
 def _recorded_language(hypotheses: str) -> str | None:
