@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from nmt.data.sources import read_parallel
-from nmt.metrics.corpus import bleu_tokenizer, corpus_scores, unknown_language_note
+from nmt.metrics.corpus import bleu_tokenizer, corpus_scores, transliteration_scores, unknown_language_note
 from nmt.metrics.randomization import paired_randomization, sentence_statistics
 
 
@@ -81,8 +81,6 @@ def main(argv: list[str] | None = None) -> dict:
     except ValueError as err:
         parser.exit(2, f"error: {err}\n")
     if args.cer or _recorded_keys(args.hypotheses) >= {"cer", "word_acc"}:
-        from nmt.tasks.transliteration import transliteration_scores  # the final scores' own function
-
         scores.update(transliteration_scores(hypotheses, references))
     if baseline is not None:
         base = corpus_scores(baseline, references, args.lang, bootstrap=0, lowercase=args.lowercase)

@@ -206,3 +206,19 @@ def bootstrap_interval(
     scores = sorted(scorer._compute_score_from_stats(stats[i].sum(0)).score for i in indices)
     k = n_samples // 40
     return [float(scores[k]), float(scores[n_samples - k - 1])]  # full precision, as the score (shown to 2 decimals)
+
+
+def transliteration_scores(hypotheses: list[str], references: list[str]) -> dict:
+    """The set's CER and word accuracy (both x100), and the edit counts the CER is made of."""
+    from torchmetrics.text import CharErrorRate  # torchmetrics loads scipy: only where scores are made
+
+    cer = CharErrorRate()
+    cer.update(list(hypotheses), list(references))
+    exact = sum(h == r for h, r in zip(hypotheses, references, strict=True))
+    chars = int(cer.total)
+    return {
+        "cer": float(cer.errors) / chars * 100 if chars else float("nan"),
+        "word_acc": 100 * exact / len(references) if references else float("nan"),
+        "char_edits": int(cer.errors),
+        "reference_chars": chars,
+    }

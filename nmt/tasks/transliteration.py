@@ -15,26 +15,11 @@ early stopping, and ``test_cer`` ranks a sweep's cells (``conf/task/transliterat
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
+from nmt.metrics.corpus import transliteration_scores  # the final scores', and the score command's
 from nmt.tasks.base import FINAL_RESULTS, best_logged, exact_sum
 from nmt.tasks.translation import TranslationTask
 
 SCORES = ("cer", "word_acc")
-
-
-def transliteration_scores(hypotheses: list[str], references: list[str]) -> dict:
-    """The set's CER and word accuracy (both x100), and the edit counts the CER is made of."""
-    from torchmetrics.text import CharErrorRate  # torchmetrics loads scipy: only where scores are made
-
-    cer = CharErrorRate()
-    cer.update(list(hypotheses), list(references))
-    exact = sum(h == r for h, r in zip(hypotheses, references, strict=True))
-    chars = int(cer.total)
-    return {
-        "cer": float(cer.errors) / chars * 100 if chars else float("nan"),
-        "word_acc": 100 * exact / len(references) if references else float("nan"),
-        "char_edits": int(cer.errors),
-        "reference_chars": chars,
-    }
 
 
 class TransliterationTask(TranslationTask):
