@@ -491,6 +491,70 @@ def test_ted_folder_of_line_aligned_sets(tmp_path, caplog):
     assert read_ted_folder(iwslt) == (ZH_EN[:50], ZH[:50])
 
 
+def test_ted_folder_drops_iwslt_metadata_lines_and_refuses_what_it_cannot_pair(tmp_path, caplog):
+    """A researcher's IWSLT train.tags files: each talk's <url> and <talkid> lines, the same on both sides,
+    were read as sentence pairs (copies in every split); a set given both plain and gzipped was read twice,
+    a hidden ._valid.en stopped the run with a message of no use, and XML sets were passed over unsaid."""
+    import logging
+
+    from nmt.data.zh_en import read_ted_folder
+
+    en = [
+        "<url>http://www.ted.com/talks/a</url>",
+        '<doc docid="1" genre="lectures">',
+        "<talkid>1</talkid>",
+        "<keywords>talks, science</keywords>",
+        '<reviewer href="x">A B</reviewer>',
+        "<title>A talk</title>",
+        "<description>TED Talk Subtitles: about a</description>",
+        *ZH_EN[:5],
+        "</doc>",
+    ]
+    zh = [
+        "<url>http://www.ted.com/talks/a</url>",
+        '<doc docid="1" genre="lectures">',
+        "<talkid>1</talkid>",
+        "<keywords>演讲, 科学</keywords>",
+        '<reviewer href="x">C D</reviewer>',
+        "<title>一个演讲</title>",
+        "<description>TED演讲字幕: 关于a</description>",
+        *ZH[:5],
+        "</doc>",
+    ]
+    iwslt = tmp_path / "iwslt"
+    write(iwslt / "train.tags.en-zh.en", en)
+    write(iwslt / "train.tags.en-zh.zh", zh)
+    write(iwslt / "IWSLT17.TED.dev2010.en-zh.en.xml", ['<seg id="1"> Hi </seg>'])
+    with caplog.at_level(logging.INFO, logger="nmt.data.zh_en"):
+        english, chinese = read_ted_folder(iwslt)
+    # the translated title and description are kept without their tags, as IWSLT's preparation keeps them
+    assert english == ["A talk", "TED Talk Subtitles: about a", *ZH_EN[:5]]
+    assert chinese == ["一个演讲", "TED演讲字幕: 关于a", *ZH[:5]]
+    said = [r.getMessage() for r in caplog.records]
+    assert "ted_en_zh: train.tags.en-zh.en: 6 metadata lines of IWSLT's markup dropped" in said
+    assert any("1 XML set(s) not read (IWSLT17.TED.dev2010.en-zh.en.xml)" in m for m in said)
+    # a file of other names than train.tags keeps every line: a sentence is not taken for markup there
+    write(tmp_path / "plain" / "valid.en", ["<b>bold</b>", *ZH_EN[:2]])
+    write(tmp_path / "plain" / "valid.zh", ["<b>粗</b>", *ZH[:2]])
+    assert read_ted_folder(tmp_path / "plain") == (["<b>bold</b>", *ZH_EN[:2]], ["<b>粗</b>", *ZH[:2]])
+    # markup on one side only: the files are not aligned, said by line
+    write(iwslt / "train.tags.en-zh.zh", ["<url>http://www.ted.com/talks/a</url>", "你好", *zh[2:]])
+    with pytest.raises(
+        ValueError, match=r"train.tags.en-zh.en:2: '<doc docid=\"1\" genre=\"lectures\">' against '你好'"
+    ):
+        read_ted_folder(iwslt)
+    # a hidden copy is no set; one set plain and gzipped is refused, naming both
+    other = tmp_path / "other"
+    write(other / "valid.en", ZH_EN[:3])
+    write(other / "valid.zh", ZH[:3])
+    write(other / "._valid.en", ["junk"])
+    assert read_ted_folder(other) == (ZH_EN[:3], ZH[:3])
+    write(other / "valid.en.gz", ZH_EN[:3], gz=True)
+    write(other / "valid.zh.gz", ZH[:3], gz=True)
+    with pytest.raises(ValueError, match=r"valid.en also given gzipped \(valid.en.gz\): keep one of each set"):
+        read_ted_folder(other)
+
+
 def test_missing_ted_sets_and_tatoeba_file_name_the_places_tried_and_the_file(tmp_path, monkeypatch):
     from nmt.data import sources
 

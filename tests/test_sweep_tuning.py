@@ -404,6 +404,43 @@ def test_candidates_whose_runs_ended_at_their_maximum_are_said_where_tuning_stop
     ]
 
 
+def test_a_setting_level_settings_lent_a_level_in_its_tuning_is_said_and_the_levels_not_tuned_alike(tmp_path):
+    """A reviewer's trial: a tuning sweep whose level_settings gave Adam a budget of its own
+    (trainer.max_steps) wrote it into Adam's tuned settings as one of the level's own, without a word: the
+    factorial then ran Adam alone under that budget, its difference counted as the optimiser's effect, and
+    "not tuned alike" was never said, as the setting was in the file."""
+    rates = {"0.001": [30.0, 31.0], "0.002": [33.0, 34.0]}
+    tuning_sweep(tmp_path / "adam", ["optim=adam", "trainer.max_steps=40"], "optim.optimizer.lr", rates)
+    (tmp_path / "adam" / "plan.json").write_text(
+        json.dumps({"level_settings": {"optim": {"adam": ["trainer.max_steps=80", "optim.optimizer.eps=1e-6"]}}})
+    )
+    refingerprint(tmp_path / "adam", lambda r: r["config"].update({"trainer.max_steps": 80}))  # as its runs had it
+    tuning_sweep(tmp_path / "noam", ["optim=noam", "trainer.max_steps=40"], "warmup", {"400": [35.0, 36.0]})
+    tuned = tune([tmp_path / "adam", tmp_path / "noam"], "optim")
+    # carried, as the level was tuned under it: the factorial runs adam as its tuning did
+    assert tuned.settings["optim"]["adam"] == [
+        "optim.optimizer.lr=0.002",
+        "optim.optimizer.eps=1e-6",
+        "trainer.max_steps=80",
+    ]
+    notes = notes_of(tuned)
+    # the level's own setting is said as before; the budget, as a difference the factorial takes in
+    assert (
+        "note: optim=adam's tuning sweep held optim.optimizer.eps=1e-6 (its own settings, or those its "
+        "level_settings gave the chosen candidate): they go with its choice" in notes
+    )
+    assert (
+        "note: optim=adam's tuning sweep's level_settings gave it trainer.max_steps=80, not a setting of "
+        "optim=adam's own: it goes with its choice, so a factorial that loads this file runs optim=adam alone under "
+        "it, and the difference is counted in optim's effect; give it to every level alike (the command line) where "
+        "that is not meant" in notes
+    )
+    assert (
+        "note: the tuning runs of optim=adam and optim=noam differ in settings that are neither level's own "
+        "(trainer.max_steps: 80 for adam, 40 for noam): their levels were not tuned alike" in notes
+    )
+
+
 def welch_p(a, b) -> str:
     return f"{ttest_ind(a, b, equal_var=False).pvalue:.2f}"
 
@@ -754,7 +791,10 @@ def test_a_factorial_with_a_tuned_file_is_checked_against_its_tuning_runs_settin
     plan = json.loads((tmp_path / "factorial" / "plan.json").read_text())
     assert plan["tuned"]["differs"] == differs and plan["tuned"]["name"] == "mine"
     assert plan["tuned"]["tuned_at"]["optim=noam"] == "data.tokenizer.joint=True, pos=absolute"
-    assert plan["tuned"]["seeds_reused"] == {}  # seed 1 ran in the tuning, but under other settings: no repeat
+    # seed 1 ran in the tuning, under other settings: said all the same (the shipped file's after_warmup differs,
+    # which changes nothing for Adam: its runs at seed 1 repeat the tuning's, and the note was hidden)
+    assert plan["tuned"]["seeds_reused"] == {"optim=adam": ["1"], "optim=noam": ["1"]}
+    assert "[sweep] note: seed 1 (optim=adam and optim=noam) also ran in the tuning" in out
     assert plan["tuned"]["compared"] == ["optim=adam", "optim=noam"]
     # each level under its tuning's settings (Noam's budget its own level setting): nothing differs; a level the
     # file tuned that this sweep does not run is not compared
@@ -768,10 +808,10 @@ def test_a_factorial_with_a_tuned_file_is_checked_against_its_tuning_runs_settin
         }
     assert tuned_differences(tuned_file(alike), alike, ["optim", "seed"]) == ({}, {})
     # its seed-1 runs repeat the tuning's winners, each level's named
-    assert reused_seeds(tuned_file(alike), alike, {}) == {"optim=adam": ["1"], "optim=noam": ["1"]}
+    assert reused_seeds(tuned_file(alike), alike) == {"optim=adam": ["1"], "optim=noam": ["1"]}
     with open_dict(alike):
         alike.hydra.overrides.task[alike.hydra.overrides.task.index("seed=1")] = "seed=1,2"
-    assert reused_seeds(tuned_file(alike), alike, {"optim=adam": ["differs"]}) == {"optim=noam": ["1"]}
+    assert reused_seeds(tuned_file(alike), alike) == {"optim=adam": ["1"], "optim=noam": ["1"]}
     from nmt.sweep.tuned import seeds_reused_text
 
     assert seeds_reused_text({"optim=adam": ["1"], "optim=noam": ["1"]}) == "seed 1 (optim=adam and optim=noam)"
@@ -807,6 +847,27 @@ def test_a_factorial_with_a_tuned_file_is_checked_against_its_tuning_runs_settin
         "optim.optimizer.lr: 0.002 in tuning, 0.001 here (a level setting: not the value its tuning chose)"
         in (differs["optim=adam"])
     )
+
+
+def test_a_tuned_level_is_a_level_of_the_sweep_by_value(tmp_path, monkeypatch, capsys):
+    """A reviewer's trial: a file tuned at model.dropout=0.0 (as Hydra wrote the tuning sweep's value) loaded by a
+    factorial of model.dropout=0,0.1 gave the 0 runs their settings (matched by value) but was refused as running
+    none of its levels (matched as text), and would otherwise have called 0 untuned."""
+    from nmt.sweep import tuned as tuned_module
+    from nmt.sweep.levels import runs_level
+
+    assert runs_level({"model.dropout": ["0", "0.1"]}, "model.dropout", "0.0")
+    assert not runs_level({"model.dropout": ["0", "0.1"]}, "model.dropout", "0.2")
+    config = composed(tmp_path / "f", ["grid=none", "data=toy"], ["model.dropout=0,0.1", "seed=1"])
+    with open_dict(config):
+        config.hydra.runtime.choices.tuned = "drop"
+        config.level_settings = {"model.dropout": {"0.0": ["optim.optimizer.lr=0.002"]}}
+    monkeypatch.setattr(tuned_module, "tuned_file", lambda _: {"name": "drop", "global": True, "notes": []})
+    checked = tuned_module.checked_tuned_file(config, ["model.dropout", "seed"])
+    assert checked["unchecked"] == {"model.dropout=0.0": "the file does not record its tuning (written by hand, "
+                                    "or before tune recorded it)"}  # fmt: skip
+    out = capsys.readouterr().out
+    assert "model.dropout=0.1 has no settings in +tuned=drop" in out and "model.dropout=0 has" not in out
 
 
 ROW = (

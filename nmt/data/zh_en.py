@@ -1,5 +1,7 @@
 """Chinese-English in either direction, from Tatoeba, a folder of TED sets, or WMT news-commentary."""
 
+import logging
+import re
 from pathlib import Path
 
 from nmt.data.news_commentary import locate_pair, read_news_commentary
@@ -8,6 +10,7 @@ from nmt.data.tatoeba import locate_tatoeba, read_manythings
 from nmt.data.unsplit import UnsplitCorpusDataModule
 
 SOURCES = ("tatoeba", "ted", "news_commentary")
+log = logging.getLogger(__name__)
 
 
 class ZhEnDataModule(UnsplitCorpusDataModule):
@@ -84,12 +87,51 @@ def _env_folder(name: str) -> list[Path]:
 
 
 def ted_english_files(folder: Path) -> list[Path]:
-    """The English sides of a folder of TED sets: <name>.en, then <name>.en.gz, each in name order."""
-    return sorted(folder.glob("*.en")) + sorted(folder.glob("*.en.gz"))
+    """The English sides of a folder of TED sets: <name>.en, then <name>.en.gz, each in name order. Hidden
+    files (a copy's ``._valid.en``) are not sets; a set given both plain and gzipped is refused, as either
+    could be the one meant (two versions would be read as one corpus)."""
+    files = [p for p in sorted(folder.glob("*.en")) + sorted(folder.glob("*.en.gz")) if not p.name.startswith(".")]
+    both = sorted(p.name for p in files if p.suffix == ".en" and p.with_name(p.name + ".gz") in files)
+    if both:
+        raise ValueError(
+            f"{folder}: {', '.join(both)} also given gzipped ({', '.join(f'{n}.gz' for n in both)}): keep one of each "
+            "set, or the two are read as one corpus"
+        )
+    return files
+
+
+# IWSLT's train.tags.<pair>.<lang> files hold each talk's metadata as lines of markup, aligned on both sides
+# (<url>, <talkid>, <keywords>, <speaker>, <reviewer>, ...). Read as sentences, the identical <url> and
+# <talkid> lines were copy pairs in every split. IWSLT's preparation (fairseq's prepare-iwslt14.sh) drops
+# them and keeps the text of <title> and <description>, which are translated.
+MARKUP = re.compile(r"\s*(?:<(?P<tag>[A-Za-z]+)\b[^>]*>(?P<text>.*?)(?:</(?P=tag)>)?|</[A-Za-z]+>)\s*")
+TRANSLATED_TAGS = ("title", "description")
+
+
+def _without_markup(en_path: Path, en: list[str], zh: list[str]) -> tuple[list[str], list[str], int]:
+    """A train.tags file's sentences: metadata lines dropped, <title>/<description> unwrapped, with the count
+    of lines dropped. A line of markup on one side only is an error naming it (the sides are not aligned)."""
+    kept_en, kept_zh, dropped = [], [], 0
+    for number, (e, z) in enumerate(zip(en, zh, strict=True), 1):
+        me, mz = MARKUP.fullmatch(e), MARKUP.fullmatch(z)
+        if bool(me) != bool(mz) or (me and me["tag"] != mz["tag"]):
+            raise ValueError(
+                f"{en_path}:{number}: {e.strip()[:60]!r} against {z.strip()[:60]!r} on the Chinese side: IWSLT "
+                "metadata lines are aligned on both sides, so these files are not; check the pair of files"
+            )
+        if me and me["tag"] in TRANSLATED_TAGS:
+            e, z = me["text"].strip(), mz["text"].strip()
+        elif me:
+            dropped += 1
+            continue
+        kept_en.append(e)
+        kept_zh.append(z)
+    return kept_en, kept_zh, dropped
 
 
 def read_ted_folder(folder: Path) -> tuple[list[str], list[str]]:
-    """All <name>.en / <name>.zh pairs of a folder, in name order."""
+    """All <name>.en / <name>.zh pairs of a folder, in name order (IWSLT's train.tags files without their
+    metadata lines). IWSLT's XML sets (dev2010.en-zh.en.xml) are not read, and said."""
     english, chinese = [], []
     for en_path in ted_english_files(folder):
         # the language suffix replaced, not the first ".en" (IWSLT's train.tags.en-zh.en)
@@ -98,6 +140,18 @@ def read_ted_folder(folder: Path) -> tuple[list[str], list[str]]:
         if not zh_path.exists():
             raise ValueError(f"{en_path} has no Chinese side: expected {zh_path}")
         en, zh = read_parallel(en_path, zh_path)
+        if en_path.name.startswith("train.tags"):
+            en, zh, dropped = _without_markup(en_path, en, zh)
+            log.info("ted_en_zh: %s: %d metadata lines of IWSLT's markup dropped", en_path.name, dropped)
         english += en
         chinese += zh
+    xml = sorted(p.name for p in folder.glob("*.xml") if not p.name.startswith("."))
+    if xml:
+        log.warning(
+            "ted_en_zh: %s: %d XML set(s) not read (%s): only line-aligned <name>.en / <name>.zh files are; "
+            "extract their <seg> lines into such files to use them",
+            folder,
+            len(xml),
+            ", ".join(xml[:4]) + (", ..." if len(xml) > 4 else ""),
+        )
     return english, chinese

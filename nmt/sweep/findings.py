@@ -5,6 +5,7 @@ import math
 
 from nmt.sweep import analysis, effects
 from nmt.sweep.document import Document, cell_name, literal
+from nmt.sweep.levels import same_level
 from nmt.sweep.ranking import at_bound_cells, past_range_cells
 from nmt.sweep.summary import budget_text, capped_runs, plural
 from nmt.utils.configs import CONF
@@ -59,7 +60,10 @@ def caveats(facts: dict, levels: dict | None = None) -> list[str]:
         )
     settings = facts.get("level_settings") or {}
     untuned = [
-        f"{key}={literal(lv)}" for key, by in settings.items() for lv in (levels or {}).get(key, []) if not by.get(lv)
+        f"{key}={literal(lv)}"
+        for key, by in settings.items()
+        for lv in (levels or {}).get(key, [])
+        if not any(same_level(tuned_level, lv, key) and given for tuned_level, given in by.items())  # 0.0 is 0
     ]
     if settings and untuned:
         said.append(

@@ -156,6 +156,12 @@ def _is_int(value) -> bool:
     return True
 
 
+def runs_level(levels: dict[str, list[str]], key: str, level) -> bool:
+    """Whether a sweep of ``levels`` ({key: [level, ...]}) runs ``level`` of ``key``, by value (a tuned file's
+    0.0 is a sweep's 0), as :func:`level_overrides` gives a run its level's settings."""
+    return any(same_level(here, level, key) for here in levels.get(key, []))
+
+
 def level_overrides(level_settings, values: dict[str, str]) -> list[str]:
     """The overrides that the levels in ``values`` (a run's {key: value}) bring, in a stable order."""
     settings = plain_settings(level_settings)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from nmt.sweep.levels import expand, plain_settings, same_level, sweep_levels
+from nmt.sweep.levels import expand, plain_settings, runs_level, same_level, sweep_levels
 from nmt.sweep.plan import compose_train, expected_fingerprint, planned_values, run_overrides
 from nmt.utils.configs import CONF
 
@@ -156,7 +156,7 @@ def checked_tuned_file(config: DictConfig, factors: list[str]) -> dict | None:
         raise SystemExit(2)
     levels = sweep_levels(config)
     settings = plain_settings(config.get("level_settings"))
-    if not any(str(lv) in levels.get(key, []) for key, by in settings.items() for lv, o in by.items() if o):
+    if not any(runs_level(levels, key, lv) for key, by in settings.items() for lv, o in by.items() if o):
         named = ", ".join(f"{key}={lv}" for key, by in settings.items() for lv in by) or "none"
         print(
             f"error: +tuned={tuned['name']}: this sweep runs none of its levels ({named}), so its settings apply "
@@ -191,7 +191,7 @@ def checked_tuned_file(config: DictConfig, factors: list[str]) -> dict | None:
         f"{key}={lv}"
         for key, by in settings.items()
         for lv in by
-        if str(lv) in levels.get(key, []) and f"{key}={lv}" not in tuned["unchecked"]
+        if runs_level(levels, key, lv) and f"{key}={lv}" not in tuned["unchecked"]
     ]
     for level, why in tuned["unchecked"].items():
         print(f"[sweep] warning: {level}'s settings (+tuned={tuned['name']}) are not checked: {why}", flush=True)
@@ -204,7 +204,7 @@ def checked_tuned_file(config: DictConfig, factors: list[str]) -> dict | None:
             f"settings than this sweep's: {said}",
             flush=True,
         )
-    tuned["seeds_reused"] = reused_seeds(tuned, config, tuned["differs"])
+    tuned["seeds_reused"] = reused_seeds(tuned, config)
     if tuned["seeds_reused"]:
         print(
             f"[sweep] note: {seeds_reused_text(tuned['seeds_reused'])} also ran in the tuning: a run at a tuned "
@@ -229,7 +229,7 @@ def tuned_differences(
     texts = {} if texts is None else texts  # each corpus's text hashes here, by data settings, cache and seed
     for level_key, by_level in settings.items():
         for level, overrides in by_level.items():
-            if level not in levels.get(level_key, []):
+            if not runs_level(levels, level_key, level):
                 continue  # a level this sweep does not run
             name = f"{level_key}={level}"
             run = (tuned.get("under") or {}).get(level_key, {}).get(level)
@@ -351,7 +351,7 @@ def tuned_at(tuned: dict, settings: dict, levels: dict, factors: list[str]) -> d
         others = [f for f in factors if f not in (level_key, "seed") and len(levels.get(f, [])) > 1]
         for level in by_level:
             run = (tuning_records(tuned, settings).get(level_key) or {}).get(str(level))
-            if not (others and level in levels.get(level_key, []) and run and run.get("config")):
+            if not (others and runs_level(levels, level_key, level) and run and run.get("config")):
                 continue
             held = [f"{f}={value}" for f in others if (value := _tuning_value(run, f)) != ABSENT]
             if held:
@@ -386,17 +386,19 @@ def _shown(config: dict, key: str) -> str:
     return json.dumps(config[key]) if key in config and not isinstance(config[key], str) else config.get(key, ABSENT)
 
 
-def reused_seeds(tuned: dict, config: DictConfig, differs: dict) -> dict[str, list[str]]:
-    """By level (``optim=noam``), this sweep's seeds that the level's tuning, under the same settings, also
-    ran: a run of that level at its tuned setting with one of them may repeat the tuning run whose validation
-    score chose the setting. Levels sharing none are left out."""
+def reused_seeds(tuned: dict, config: DictConfig) -> dict[str, list[str]]:
+    """By level (``optim=noam``), this sweep's seeds that the level's tuning also ran: a run of that level at
+    its tuned setting with one of them may repeat the tuning run whose validation score chose the setting. A
+    level tuned under other settings is no exception: a difference that changes nothing for it (early stopping's
+    after_warmup for a level without warm-up) leaves the run a repeat, and one that does still shares the
+    seed's start. Levels sharing none are left out."""
     levels = sweep_levels(config)
     here = set(levels.get("seed") or [str(OmegaConf.select(config, "seed", default=""))])
     reused = {}
     for level_key, by_level in tuning_records(tuned, plain_settings(config.get("level_settings"))).items():
         for level, run in by_level.items():
             name = f"{level_key}={level}"
-            if level not in levels.get(level_key, []) or name in differs:
+            if not runs_level(levels, level_key, level):
                 continue
             shared = sorted({str(seed) for seed in run.get("seeds", [])} & here, key=lambda s: (len(s), s))
             if shared:

@@ -104,7 +104,10 @@ def tune(sweep_dirs: list[str | Path], level_key: str, metric: str = TUNING_METR
         own = own_held(sweep_dir, level_key, level)
         # what the tuning sweep's level_settings gave the winning candidate (and the level) goes with it
         paired = level_overrides(planned(sweep_dir).get("level_settings"), {**dict(scored[0][0]), level_key: level})
-        own += [o for o in paired if o not in own]
+        # a setting given that is not the level's own (a budget) goes with it too, as it was tuned under it, and is
+        # said: the factorial then runs this level alone under it, a difference its effect takes in
+        lent = [o for o in paired if o not in own and not own_setting(level_key, level, _key(o))]
+        own += [o for o in paired if o not in own and o not in lent]
         given = {k for k, _ in scored[0][0]}
         if len(sweeps) == 1:  # a swept key added with + is added by the factorial too
             sign = signs(sweep_dir)
@@ -114,7 +117,7 @@ def tune(sweep_dirs: list[str | Path], level_key: str, metric: str = TUNING_METR
         # a key both the candidate's and held at one value (pooled sweeps; a record naming a one-valued key as
         # swept) is the candidate's, named once
         own = [o for o in own if o.lstrip("+~").partition("=")[0] not in given]
-        chosen[level] = candidate + own
+        chosen[level] = candidate + own + lent
         under[level] = {
             **tuning_run(sweep_dir / Path(winner.get("run_dir", "")).name),
             "seeds": sorted({str(run[2]["seed"]) for run in listed}, key=lambda s: (len(s), s)),
@@ -143,10 +146,24 @@ def tune(sweep_dirs: list[str | Path], level_key: str, metric: str = TUNING_METR
                 f"note: {level_key}={level}'s tuning sweep held {' '.join(own)} (its own settings, or those its "
                 "level_settings gave the chosen candidate): they go with its choice"
             )
-    notes += _unlike_tuning(level_key, under, chosen)
+        if lent:
+            notes.append(
+                f"note: {level_key}={level}'s tuning sweep's level_settings gave it {' '.join(lent)}, not "
+                f"{'a setting' if len(lent) == 1 else 'settings'} of {level_key}={level}'s own: "
+                f"{'it goes' if len(lent) == 1 else 'they go'} with its choice, so a factorial that loads this file "
+                f"runs {level_key}={level} alone under {'it' if len(lent) == 1 else 'them'}, and the difference is "
+                f"counted in {level_key}'s effect; give {'it' if len(lent) == 1 else 'them'} to every level alike "
+                "(the command line) where that is not meant"
+            )
+    notes += _unlike_tuning(level_key, under)
     if not replicated:  # one seed a candidate: no interval to head a column with
         lines[0] = f"| {level_key} | candidate | {measure} (one seed each: no interval) | seeds |"
     return Tuned({level_key: chosen}, lines + notes, {level_key: under})
+
+
+def _key(override: str) -> str:
+    """``+optim.x=1`` -> ``optim.x``."""
+    return override.lstrip("+~").partition("=")[0]
 
 
 def _setting(record: dict, level_key: str) -> tuple:
@@ -263,7 +280,7 @@ def _numeric(text: str) -> bool:
         return False
 
 
-def _unlike_tuning(level_key: str, under: dict, chosen: dict) -> list[str]:
+def _unlike_tuning(level_key: str, under: dict) -> list[str]:
     """A note where the levels' winning tuning runs differ in a setting that is no level's own (a budget, the
     corpus): the levels were not tuned alike."""
     levels = [level for level in under if under[level].get("config")]
@@ -271,12 +288,12 @@ def _unlike_tuning(level_key: str, under: dict, chosen: dict) -> list[str]:
     for level in levels[1:]:
         first = levels[0]
         a, b = under[first]["config"], under[level]["config"]
-        given = {o.lstrip("+~").partition("=")[0] for o in chosen[first] + chosen[level]}
+        # a setting a level's level_settings gave it that is not its own (a budget) is said too: the file carries
+        # it into the factorial, but the levels were still tuned unlike
         said = [
             f"{key}: {a.get(key, ABSENT)} for {first}, {b.get(key, ABSENT)} for {level}"
             for key in sorted(set(a) | set(b))
             if a.get(key, ABSENT) != b.get(key, ABSENT)
-            and key not in given
             and not any(own_setting(level_key, lv, key) for lv in (first, level))
         ]
         if said:
