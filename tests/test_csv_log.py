@@ -139,12 +139,19 @@ def test_only_the_process_that_owns_the_folder_makes_its_wandb_id(tmp_path, monk
 
 
 def tensorboard_scalars(log_dir, tag: str = "train_loss") -> list[tuple[int, float]]:
-    """What TensorBoard itself shows of ``tag`` (its own reader, which hides purged steps)."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    """What TensorBoard itself shows of ``tag`` (its own reader, which hides purged steps), checked the same
+    by the reader of its server's --load_fast=false and of tbparse, which takes the first restart mark it
+    reads for the run's start (the redone steps of a first resume showed twice there)."""
+    from tensorboard.backend.event_processing import event_accumulator, plugin_event_accumulator
+    from tensorboard.util import tensor_util
 
-    events = EventAccumulator(str(log_dir), purge_orphaned_data=True)
+    events = event_accumulator.EventAccumulator(str(log_dir), purge_orphaned_data=True)
     events.Reload()
-    return [(e.step, e.value) for e in events.Scalars(tag)]
+    shown = [(e.step, e.value) for e in events.Scalars(tag)]
+    served = plugin_event_accumulator.EventAccumulator(str(log_dir))
+    served.Reload()
+    assert [(e.step, tensor_util.make_ndarray(e.tensor_proto).item()) for e in served.Tensors(tag)] == shown
+    return shown
 
 
 def tensorboard_tags(log_dir) -> list[str]:
@@ -178,8 +185,8 @@ def test_the_final_scores_reach_tensorboard_and_wandb_and_each_heatmap_is_its_ow
     maps = [str(tmp_path / "sentence0_layers.png"), str(tmp_path / "sentence0_mean.png")]
     results = {
         "steps": 120,
-        "test": {"bleu": 31.5, "chrf": 55.0, "attention_maps": maps},
-        "val_as_test": {"bleu": 33.0},
+        "test": {"bleu": 31.5, "chrf": 55.0, "attention_maps": maps, "sentences": 20, "length_ratio": 0.98},
+        "val_as_test": {"bleu": 33.0, "max_input_len": 256},
     }
     board = ResumableTensorBoardLogger(str(tmp_path), name="tensorboard", version="")
     wandb = RecordedWandb()
@@ -197,12 +204,15 @@ def test_the_final_scores_reach_tensorboard_and_wandb_and_each_heatmap_is_its_ow
     def plugin_data(tag: str):
         return HParamsPluginData.FromString(events.SummaryMetadata(tag).plugin_data.content)
 
-    experiment = plugin_data("_hparams_/experiment").experiment
-    assert {m.name.tag for m in experiment.metric_infos} == {"test_bleu", "test_chrf", "val_as_test_bleu"}
-    assert {h.name for h in experiment.hparam_infos} == {"pos", "seed"}
+    # no experiment record of its own: TensorBoard takes the first run's of a sweep for the table's columns (the
+    # keys of other runs' level settings were left out); without one it makes them of every run's
+    assert "_hparams_/experiment" not in events.Tags()["tensors"] + list(events.summary_metadata)
     session = plugin_data("_hparams_/session_start_info").session_start_info.hparams
     assert (session["pos"].string_value, session["seed"].number_value) == ("rope", 2)
     assert tensorboard_scalars(tmp_path / "tensorboard", "val_as_test_bleu") == [(119, 33.0)]
+    # the set's size and the output's length are no scores: no curve or column of them (W&B's summary keeps them)
+    assert sorted(tensorboard_tags(tmp_path / "tensorboard")) == ["test_bleu", "test_chrf", "val_as_test_bleu"]
+    assert wandb.summary["test_sentences"] == 20 and wandb.summary["val_as_test_max_input_len"] == 256
     assert {
         "test_bleu": 31.5,
         "test_chrf": 55.0,
@@ -213,6 +223,34 @@ def test_the_final_scores_reach_tensorboard_and_wandb_and_each_heatmap_is_its_ow
         ("test_attention/sentence0_layers", [maps[0]], {"caption": ["sentence0_layers"]}),
         ("test_attention/sentence0_mean", [maps[1]], {"caption": ["sentence0_mean"]}),
     ]
+
+
+def test_a_runs_table_row_holds_the_settings_its_command_line_gave_by_key():
+    """A reviewer's trial: a sweep of model.dropout=0.0,0.3 showed in TensorBoard's HPARAMS table as runs alike
+    but for their seed (the row held group options alone), and a level's settings (a tuned rate) not at all."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import open_dict
+
+    from nmt.training.run_description import run_params
+
+    CONF = Path(__file__).resolve().parents[1] / "conf"
+    overrides = ["data=toy", "model=rnn", "model.dropout=0.3", "+optim.optimizer.amsgrad=true", "seed=7"]
+    overrides += ["optim.optimizer.betas=[0.9,0.98]", "run_dir=/x", "tags=[a]", "logger.name=x", "hydra.verbose=false"]
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose("train", overrides=overrides, return_hydra_config=True)
+    HydraConfig.instance().set_config(cfg)  # as train.py's @hydra.main leaves it
+    try:
+        with open_dict(cfg):
+            del cfg["hydra"]
+        params = run_params(cfg)
+    finally:
+        HydraConfig.instance().cfg = None
+    assert params["model"] == "rnn" and params["data"] == "toy" and params["seed"] == 7
+    # the keys given, as the run read them (typed; a list as text), where a run is written and named left out
+    assert params["model.dropout"] == 0.3 and params["optim.optimizer.amsgrad"] is True
+    assert params["optim.optimizer.betas"] == "[0.9, 0.98]"
+    assert not {"run_dir", "tags", "logger.name", "hydra.verbose", "pos", "norm"} & set(params)  # an RNN reads no pos
 
 
 def tensorboard_sitting(logger_class, run_dir, steps, resumed: bool = False, from_scratch: bool = False):
@@ -244,7 +282,8 @@ def test_tensorboard_shows_each_step_of_a_resumed_run_once(tmp_path, monkeypatch
         (TensorBoardLogger, [(1, 1.0), (2, 2.0), (3, 3.0), (4, 4.0), (4, 40.0), (5, 5.0), (5, 50.0), (6, 60.0)]),
     ]:
         run_dir = tmp_path / logger_class.__name__
-        tensorboard_sitting(logger_class, run_dir, range(1, 6))
+        ours = logger_class is ResumableTensorBoardLogger
+        tensorboard_sitting(logger_class, run_dir, range(1, 6), from_scratch=ours)  # as a run's first sitting
         tensorboard_sitting(logger_class, run_dir, range(4, 7), resumed=True)
         shown = tensorboard_scalars(run_dir / "tensorboard")
         assert (shown if logger_class is ResumableTensorBoardLogger else sorted(shown)) == expected, logger_class
@@ -260,6 +299,8 @@ def test_tensorboard_of_a_run_started_from_scratch_in_the_same_folder_starts_ane
     again = ResumableTensorBoardLogger(str(tmp_path), name="tensorboard", version="")
     again.log_hyperparams({"lr": 0.2})  # before training starts, as Lightning does: kept
     again.drop_earlier()
+    # written as training starts, not at the end alone: a run killed before its end had none
+    assert "lr: 0.2" in (tmp_path / "tensorboard" / "hparams.yaml").read_text()
     again.log_metrics({"train_loss": 7.0}, step=1)
     again.save()
     again.experiment.flush()

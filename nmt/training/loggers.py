@@ -113,6 +113,11 @@ class ResumableTensorBoardLogger(TensorBoardLogger):
         if self.earlier_files:
             (Path(self.log_dir) / self.NAME_HPARAMS_FILE).unlink(missing_ok=True)
         self.earlier_files = []
+        # the run's start marked too (a purge from step 0, of nothing): TensorBoard's event accumulator (its
+        # --load_fast=false reader, tbparse's) takes the first mark it reads for the start, not a restart, so
+        # a first resume's mark hid nothing there and the redone steps showed twice
+        self._reopen(purge_step=0)
+        self.save()  # this run's hparams.yaml, now, not at its end (a run killed before had none)
 
     @rank_zero_only
     def purge_from(self, step: int) -> None:
@@ -128,7 +133,14 @@ class ResumableTensorBoardLogger(TensorBoardLogger):
         newest = max((int(s) for s in seconds if s.isdigit()), default=0)
         while int(time.time()) <= newest:
             time.sleep(0.05)
-        self._kwargs["purge_step"] = step
+        self._reopen(purge_step=step)
+
+    def _reopen(self, purge_step: int) -> None:
+        """A writer of a new event file that opens with a purge from ``purge_step`` (SummaryWriter's option)."""
+        if self._experiment is not None:
+            self._experiment.close()
+            self._experiment = None
+        self._kwargs["purge_step"] = purge_step
         self.experiment  # noqa: B018  the writer opens with the purge event first
         self._kwargs.pop("purge_step")
 
@@ -242,6 +254,12 @@ def wandb_run_id(run_dir: Path) -> str | None:
     return run_id
 
 
+# numbers of a split's results that describe the set or the output, not score the model: charted in
+# TensorBoard beside the scores, they read as metrics (a column and a curve of the test set's size); W&B's
+# summary keeps them
+NOT_SCORES = tuple(f"_{k}" for k in ("sentences", "max_input_len", "length_ratio", "brevity_penalty", "also_in_train"))
+
+
 def final_scores_of(results: dict) -> dict[str, float]:
     """The final model's scores of a run's results (``test_bleu``, ``val_as_test_bleu``, ...)."""
     scores = {}
@@ -268,21 +286,26 @@ def log_results(loggers: list, results: dict, params: dict | None = None) -> Non
                 name = Path(path).stem
                 logger.log_image(f"test_attention/{name}", images=[str(path)], caption=[name])
         elif isinstance(logger, TensorBoardLogger) and scores:
+            charted = {k: v for k, v in scores.items() if not k.endswith(NOT_SCORES)}
             # at the last update's step, where the curves' last validation is (Lightning's 0-based numbering)
-            logger.log_metrics(scores, step=max(int(results.get("steps") or 0) - 1, 0))
+            logger.log_metrics(charted, step=max(int(results.get("steps") or 0) - 1, 0))
             if params:
-                _log_hparams(logger, params, scores)
+                _log_hparams(logger, params, charted)
             logger.save()
 
 
 @rank_zero_only
 def _log_hparams(logger: TensorBoardLogger, params: dict, scores: dict) -> None:
-    """TensorBoard's HPARAMS record of the run: its ``params`` and the names of its final scores, whose values
-    the view reads from their scalars (logged above). Lightning writes one only with metrics, which it has not
-    at the start of a run: the view was empty."""
+    """TensorBoard's HPARAMS record of the run: its ``params``, beside its scalars (the final scores logged
+    above, and the curves' last values), which the view reads. Lightning writes one only with metrics, which
+    it has not at the start of a run: the view was empty. The session's start and end alone: an experiment
+    summary of its own (as ``hparams()`` makes) fixed the table's columns, and TensorBoard takes the first run's
+    of a sweep, so the keys of other runs' level settings were left out and no column offered its levels to
+    filter by; without one, TensorBoard makes the columns of every run's keys and values."""
     from torch.utils.tensorboard.summary import hparams
 
     plain = {k: v if isinstance(v, bool | int | float | str) else str(v) for k, v in params.items()}
     writer = logger.experiment._get_file_writer()
-    for summary in hparams(plain, scores):  # the experiment, then the session's start and end
+    _experiment, start, end = hparams(plain, scores)
+    for summary in (start, end):
         writer.add_summary(summary)

@@ -51,12 +51,27 @@ def logged_config(cfg: DictConfig, config: dict | None = None) -> dict:
     return {key: value for key, value in config.items() if key not in unread}
 
 
+# keys of a command line that say where a run is written and how it is named, not how it trains
+BOOKKEEPING = ("run_dir", "group", "tags", "name")
+
+
 def run_params(cfg: DictConfig) -> dict:
     """What tells a run from the others of a sweep, for a table of runs: its groups' options (model, pos,
     norm, optim, smoothing, data, recipe, ...; not Hydra's own or the logger's, nor a model part the model
-    does not read) and its seed."""
+    does not read), its seed, and the settings its command line gave by key, as the run read them (a
+    sweep's factors of values, ``model.dropout=0.1,0.3``, and its level settings: a table of group options
+    alone showed a dropout grid's runs alike but for their seed)."""
     unread = unused_model_parts(cfg)
     choices = {
         k: v for k, v in hydra_choices().items() if "/" not in k and k not in ("hydra", "logger") and k not in unread
     }
-    return {**{k: str(v) for k, v in sorted(choices.items())}, "seed": cfg.get("seed")}
+    params = {**{k: str(v) for k, v in sorted(choices.items())}, "seed": cfg.get("seed")}
+    given = (
+        [o.lstrip("+~").split("=", 1)[0] for o in HydraConfig.get().overrides.task] if HydraConfig.initialized() else []
+    )
+    for key in sorted(set(given)):
+        if key in params or key in BOOKKEEPING or key.startswith(("hydra.", "logger.")) or key in hydra_choices():
+            continue
+        value = OmegaConf.select(cfg, key, default=None)
+        params[key] = value if isinstance(value, bool | int | float | str) else str(value)
+    return params
