@@ -112,6 +112,8 @@ def test_concurrent_requests_are_answered_without_mixing(client):
         ({"text": "one", "n_best": True}, 422, "n_best: Input should be a valid integer"),
         ({"text": 5}, 422, "text: Input should be a valid string"),
         (b'{"text": "\xff\xfe"}', 400, "the body could not be read: send UTF-8 JSON"),
+        # JSON's escape of a lone surrogate: a str SentencePiece cannot encode (the server failed: TypeError, 500)
+        (b'{"text": "six \\ud800 two"}', 422, "line 1: not valid Unicode (a lone surrogate"),
     ],
 )
 def test_bad_requests_get_a_4xx_and_a_message(client, body, status, message):

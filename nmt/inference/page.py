@@ -119,6 +119,9 @@ async function translate(event) {
     const asked = lines.map((_, i) => i).filter((i) => lines[i]);
     if (!asked.length) { $("error").textContent = "text is empty"; return; }
     const named = (i) => lines.length > 1 ? `line ${i + 1}: ` : "";
+    // read once: a choice changed while the lines are translated applies to the next translation, not to
+    // the lines left of this one (a text's lines came back with unlike n-best lists)
+    const nBest = Number($("nbest").value || 1);
     const answers = new Map(), errors = [];
     const stop = {asked: false};
     stopping = stop; $("stop").hidden = asked.length < 2; $("stop").disabled = false;
@@ -129,7 +132,7 @@ async function translate(event) {
       try {
         const response = await fetch("/api/translate", {
           method: "POST", headers: {"Content-Type": "application/json"},
-          body: JSON.stringify({text: lines[i], n_best: Number($("nbest").value || 1)}),
+          body: JSON.stringify({text: lines[i], n_best: nBest}),
         });
         // a reply that is not JSON (a proxy's error page) is said by its status
         const data = await response.json().catch(() => ({}));

@@ -258,6 +258,14 @@ class Translator:
                     f"{name} {first_line + wrong}: {type(given[wrong]).__name__}, not text; give a str for every "
                     f"{name} ('' for an empty one)"
                 )
+            # a str SentencePiece cannot encode: a lone surrogate (text decoded with errors="surrogateescape", or
+            # a JSON "\ud800"), which SentencePiece refused with a TypeError naming no line (a server's 500)
+            wrong = next((n for n, text in enumerate(given) if isinstance(text, str) and not _unicode(text)), None)
+            if wrong is not None:
+                raise InputError(
+                    f"{name} {first_line + wrong}: not valid Unicode (a lone surrogate: {given[wrong][:40]!r}); decode "
+                    "the text as UTF-8, replacing what cannot be read"
+                )
         beams = self.search.hypotheses
         if isinstance(n_best, bool) or not isinstance(n_best, Integral):
             raise ValueError(f"n_best={n_best!r}: must be a whole number >= 1 (outputs per line)")
@@ -518,3 +526,12 @@ class Translator:
                     name: weights[row, :, : len(ids) + 1, : len(source) + 1].float().cpu()
                     for name, weights in maps.items()
                 }
+
+
+def _unicode(text: str) -> bool:
+    """Whether ``text`` is valid Unicode (UTF-8 can encode it: no lone surrogate)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
