@@ -812,6 +812,13 @@ def test_a_second_sweep_with_other_factors_under_one_name_is_refused_before_any_
         callback.on_multirun_start(sweep_config(tmp_path, {"seed": "1,2"}, ["norm=layer,rms"]))
     assert stopped.value.code == 2
     assert "holds a sweep of the factors ['pos']; this one sweeps ['norm']" in capsys.readouterr().err
+    # a researcher's trial: one candidate added alone (pos=learned) reads as another design; said, and how
+    with pytest.raises(SystemExit):
+        callback.on_multirun_start(sweep_config(tmp_path, {"seed": "1,2"}, ["pos=learned"]))
+    assert (
+        "holds a sweep of the factors ['pos']; this one sweeps [] (pos=learned: one value, held, not swept; to add "
+        "it to this sweep, give every value, pos=absolute,rope,learned: its finished runs are kept)"
+    ) in capsys.readouterr().err
 
 
 def test_a_command_line_factor_replaces_the_grids_factor_of_the_same_key(tmp_path):

@@ -127,6 +127,10 @@ def test_tune_refuses_a_sweep_cut_short_and_breaks_ties_in_the_order_listed(tmp_
     (cut / ".lock").write_bytes(b"\xff\xfe not text")
     with pytest.raises(ValueError, match=said + "100,seed=2: trained, its final"):
         tune([tmp_path / "noam"], "optim")
+    # killed as it ended (a trial's SIGTERM): finished, its sweep's record not written; "stopped, resumable" was said
+    (cut / "results.json").write_text(json.dumps({"stage": "final", "finished": True}))
+    with pytest.raises(ValueError, match=said + r"100,seed=2: finished, not recorded by the sweep \(its command again"):
+        tune([tmp_path / "noam"], "optim")
     (cut / "sweep_failed.json").write_text("{}")  # failed: said by the note on unequal seeds
     assert any("ran 1 to 2 seeds" in n for n in notes_of(tune([tmp_path / "noam"], "optim")))
 
@@ -270,7 +274,8 @@ def test_tuning_refuses_the_test_set_a_swept_level_and_a_sweep_given_twice(tmp_p
     assert "test_" not in str(err.value).split("record: ")[1]
     command = [sys.executable, str(ROOT / "sweep.py"), "tune", str(tmp_path / "a"), "--level", "optim"]
     refused = subprocess.run([*command, "--metric", "test_bleu"], capture_output=True, text=True, cwd=ROOT)
-    assert refused.returncode == 2 and "never on the test set" in refused.stderr
+    assert refused.returncode == 2 and "never on the test set: give --metric best_val_bleu (the best" in refused.stderr
+    assert "or val_as_test_bleu (its final model's, scored as the test set is)" in refused.stderr  # which to give
     refused = subprocess.run([*command, "--metric", "epochs"], capture_output=True, text=True, cwd=ROOT)
     assert refused.returncode == 2 and "--metric epochs: a fact of each run, not a validation score" in refused.stderr
     chosen = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
@@ -439,6 +444,23 @@ def test_a_setting_level_settings_lent_a_level_in_its_tuning_is_said_and_the_lev
         "note: the tuning runs of optim=adam and optim=noam differ in settings that are neither level's own "
         "(trainer.max_steps: 80 for adam, 40 for noam): their levels were not tuned alike" in notes
     )
+
+
+def test_candidates_stopped_inside_their_warmup_are_said(tmp_path):
+    """A researcher's trial on the toy factorial's experiment (patience counted from the start): Noam's warm-ups
+    of 80 and 160 were stopped by early stopping before their rate peaked, scored 0 and ranked last, and tune
+    said nothing (the tuning sweep's report did; the factorial's, quoting tune's notes, showed a clean choice)."""
+    noam = {"10": [30.0, 31.0], "40": [28.0, 29.0], "80": [0.0, 0.0]}
+    tuning_sweep(tmp_path / "noam", ["optim=noam", "early_stopping.patience=3"], "warmup", noam)
+    assert not [n for n in notes_of(tune([tmp_path / "noam"], "optim")) if "warm-up" in n]
+    for path in (tmp_path / "noam").glob("warmup=80,*/sweep_result.json"):  # as records.stopped_in_warmup marks it
+        path.write_text(json.dumps({**json.loads(path.read_text()), "stopped_in_warmup": True}))
+    assert [n for n in notes_of(tune([tmp_path / "noam"], "optim")) if "warm-up" in n] == [
+        "note: optim=noam: 0 of 2 runs of the chosen candidate and 2 of 4 of the others' (warmup=80) were stopped by "
+        "early stopping inside their learning rate's warm-up, before it peaked (the patience counted from the "
+        "start): those ranked by the stopping rule, not by their settings; run the tuning sweep again, every "
+        "candidate, with early_stopping.after_warmup=true under a sweep_name of its own, and tune from that sweep"
+    ]
 
 
 def welch_p(a, b) -> str:

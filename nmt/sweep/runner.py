@@ -280,12 +280,23 @@ class SweepReport(Callback):
         if plan_path.is_file():
             # seeds are not a factor of the design: adding seeds to a one-seed sweep (or running one of them
             # again) is the same sweep, its run folders named by their seed either way
-            before = sorted(k for k in json.loads(plan_path.read_text())["factors"] if k != "seed")
+            earlier = json.loads(plan_path.read_text())["factors"]
+            before = sorted(k for k in earlier if k != "seed")
             now = [k for k in factors if k != "seed"]
             if before != now:
+                # a factor given one value is held, not swept: a candidate added alone (warmup=80) reads as
+                # another design; say so, and how to add one
+                held = [k for k in before if k not in now and len(levels.get(k) or []) == 1]
+                every = [f"{k}={','.join(dict.fromkeys([*map(str, earlier[k]), str(levels[k][0])]))}" for k in held]
+                added = (
+                    f" ({', '.join(f'{k}={levels[k][0]}' for k in held)}: one value, held, not swept; to add it to "
+                    f"this sweep, give every value, {' '.join(every)}: its finished runs are kept)"
+                    if held
+                    else ""
+                )
                 # raised as SystemExit: Hydra turns an exception in a callback into a warning and goes on
                 print(
-                    f"error: {sweep_dir} holds a sweep of the factors {before}; this one sweeps {now}. "
+                    f"error: {sweep_dir} holds a sweep of the factors {before}; this one sweeps {now}{added}. "
                     f"Give it its own {own_folder(config)}, or remove that folder",
                     file=sys.stderr,
                 )

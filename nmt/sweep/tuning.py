@@ -129,6 +129,7 @@ def tune(sweep_dirs: list[str | Path], level_key: str, metric: str = TUNING_METR
             )
         notes += _weak_choice(level_key, level, scored, by_seed)
         notes += _cut_by_the_maximum(level_key, level, listed, scored[0][0], under[level]["config"])
+        notes += _stopped_in_warmup(level_key, level, listed, scored[0][0])
         counts = {len(values) for _, values in scored}
         if len(counts) > 1:  # a failed run leaves its candidate fewer seeds: a mean of less evidence can win
             notes.append(
@@ -237,6 +238,30 @@ def _cut_by_the_maximum(level_key: str, level: str, listed: list, chosen: tuple,
     ]
 
 
+def _stopped_in_warmup(level_key: str, level: str, listed: list, chosen: tuple) -> list[str]:
+    """A note where early stopping ended tuning runs inside their learning rate's warm-up (their record's
+    ``stopped_in_warmup``): a trial's Noam candidates of long warm-ups scored 0 and ranked last, unsaid by tune
+    (the tuning sweep's report said it), so a factorial quoting tune's notes showed a clean choice."""
+    mine = [bool(record.get("stopped_in_warmup")) for _, setting, record in listed if setting == chosen]
+    others = {}
+    for _, setting, record in listed:
+        if setting != chosen:
+            others.setdefault(setting, []).append(bool(record.get("stopped_in_warmup")))
+    if not any(mine) and not any(any(v) for v in others.values()):
+        return []
+    said = f"{sum(mine)} of {len(mine)} runs of the chosen candidate"
+    if others:
+        stopped = [" ".join(f"{k}={v}" for k, v in setting) for setting, runs in others.items() if any(runs)]
+        said += f" and {sum(sum(v) for v in others.values())} of {sum(len(v) for v in others.values())} of the others'"
+        said += f" ({'; '.join(stopped)})" if stopped else ""
+    return [
+        f"note: {level_key}={level}: {said} were stopped by early stopping inside their learning rate's warm-up, "
+        "before it peaked (the patience counted from the start): those ranked by the stopping rule, not by their "
+        "settings; run the tuning sweep again, every candidate, with early_stopping.after_warmup=true under a "
+        "sweep_name of its own, and tune from that sweep"
+    ]
+
+
 def _lead_note(chosen: dict, following: dict) -> str:
     """How the chosen candidate's lead over the next stands where its seeds do not establish it (``chosen``,
     ``following``: {seed: score}), else ''. The test is fixed by the design before any score is read: paired by
@@ -332,7 +357,12 @@ def main(argv: list[str]) -> None:
     if args.metric is None:
         args.metric = default_metric(args.sweep_dirs)
     if args.metric.startswith("test"):
-        parser.error(f"--metric {args.metric}: settings are chosen on validation data, never on the test set")
+        score = args.metric.removeprefix("test").lstrip("_") or "bleu"
+        parser.error(
+            f"--metric {args.metric}: settings are chosen on validation data, never on the test set: give "
+            f"--metric best_val_{score} (the best validation score along each run) or val_as_test_{score} (its "
+            "final model's, scored as the test set is), or leave --metric out"
+        )
     if args.metric in (*RUN_FACTS, "seed"):  # results.csv's other columns
         parser.error(f"--metric {args.metric}: a fact of each run, not a validation score (e.g. {TUNING_METRIC})")
     if args.out is not None:  # before the tuning is read and printed: a folder lost the block in a traceback

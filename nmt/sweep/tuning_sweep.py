@@ -20,7 +20,7 @@ from nmt.sweep.child import process_identity
 from nmt.sweep.levels import sweep_levels
 from nmt.sweep.records import collect_records, finished_runs
 from nmt.sweep.summary import failed_runs, planned, plural
-from nmt.training.run_folder import LOCK, resumable, trained_results
+from nmt.training.run_folder import LOCK, finished_results, resumable, trained_results
 from nmt.utils.configs import CONF
 
 SAME_CASE_ON_VALIDATION = (
@@ -72,6 +72,8 @@ def _run_state(run_dir: Path, failed: set[str]) -> str:
     holder = _lock_holder(run_dir)
     if holder:
         return holder
+    if finished_results(run_dir):  # killed as it ended: its record of the sweep not written
+        return "finished, not recorded by the sweep (its command again records it, training nothing)"
     if trained_results(run_dir):
         return "trained, its final scores not made"
     if resumable(run_dir):
