@@ -239,6 +239,9 @@ def browser() -> str | None:
     return next((path for name in BROWSERS if (path := shutil.which(name))), None)
 
 
+_SERVERS: list[subprocess.Popen] = []  # each serving()'s process, for a test that signals it
+
+
 @contextlib.contextmanager
 def serving(ckpt_path: str, *options: str):
     """serve.py on a free port, answering; its port."""
@@ -253,6 +256,7 @@ def serving(ckpt_path: str, *options: str):
         *options,
     ]
     server = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    _SERVERS.append(server)
     try:
         deadline = time.time() + 120
         while True:  # until the server answers (it binds to 127.0.0.1 by default)
@@ -265,8 +269,22 @@ def serving(ckpt_path: str, *options: str):
         assert info["beam_size"] == 5
         yield port
     finally:
-        server.terminate()
-        server.wait(timeout=30)
+        _SERVERS.remove(server)
+        if server.poll() is None:
+            server.terminate()
+            server.wait(timeout=30)
+
+
+def test_ctrl_c_stops_the_server_with_the_status_of_an_interrupted_command(checkpoint):
+    """serve.py ended 0 on Ctrl-C (uvicorn handles the signal and returns), where translate.py says "interrupted"
+    and ends 130, as a shell's scripts expect of a command stopped so."""
+    import signal
+
+    with serving(checkpoint) as port:
+        server = next(p for p in _SERVERS if p.args[3] == f"port={port}")
+        server.send_signal(signal.SIGINT)
+        assert server.wait(timeout=60) == 130
+        assert "interrupted" in server.stderr.read()
 
 
 @contextlib.contextmanager

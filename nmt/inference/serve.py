@@ -58,4 +58,7 @@ def serve(cfg: DictConfig) -> None:
     title = page_title(cfg.title, translator)
     app = create_app(translator, max_chars=cfg.max_chars, title=title)
     print(f"Serving {title} at http://{cfg.host}:{cfg.port} (Ctrl-C stops)", file=sys.stderr, flush=True)
-    uvicorn.run(app, host=cfg.host, port=cfg.port, log_level="warning")
+    server = uvicorn.Server(uvicorn.Config(app, host=cfg.host, port=cfg.port, log_level="warning"))
+    server.run()
+    if server.should_exit:  # Ctrl-C, which uvicorn handles and returns from (exit status 0): said as translate.py
+        raise KeyboardInterrupt  # says it, "interrupted" and 130 (SIGTERM ends the process in uvicorn, as -15)
