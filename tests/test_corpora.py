@@ -508,6 +508,7 @@ def test_ted_folder_drops_iwslt_metadata_lines_and_refuses_what_it_cannot_pair(t
         "<title>A talk</title>",
         "<description>TED Talk Subtitles: about a</description>",
         *ZH_EN[:5],
+        "<i>Titanic</i> was a film.",  # a sentence that begins with markup is a sentence, not metadata
         "</doc>",
     ]
     zh = [
@@ -519,6 +520,7 @@ def test_ted_folder_drops_iwslt_metadata_lines_and_refuses_what_it_cannot_pair(t
         "<title>一个演讲</title>",
         "<description>TED演讲字幕: 关于a</description>",
         *ZH[:5],
+        "<i>泰坦尼克号</i>是一部电影。",
         "</doc>",
     ]
     iwslt = tmp_path / "iwslt"
@@ -528,11 +530,11 @@ def test_ted_folder_drops_iwslt_metadata_lines_and_refuses_what_it_cannot_pair(t
     with caplog.at_level(logging.INFO, logger="nmt.data.zh_en"):
         english, chinese = read_ted_folder(iwslt)
     # the translated title and description are kept without their tags, as IWSLT's preparation keeps them
-    assert english == ["A talk", "TED Talk Subtitles: about a", *ZH_EN[:5]]
-    assert chinese == ["一个演讲", "TED演讲字幕: 关于a", *ZH[:5]]
+    assert english == ["A talk", "TED Talk Subtitles: about a", *ZH_EN[:5], "<i>Titanic</i> was a film."]
+    assert chinese == ["一个演讲", "TED演讲字幕: 关于a", *ZH[:5], "<i>泰坦尼克号</i>是一部电影。"]
     said = [r.getMessage() for r in caplog.records]
     assert "ted_en_zh: train.tags.en-zh.en: 6 metadata lines of IWSLT's markup dropped" in said
-    assert any("1 XML set(s) not read (IWSLT17.TED.dev2010.en-zh.en.xml)" in m for m in said)
+    assert any("1 XML file(s) not read (IWSLT17.TED.dev2010.en-zh.en.xml)" in m for m in said)
     # a file of other names than train.tags keeps every line: a sentence is not taken for markup there
     write(tmp_path / "plain" / "valid.en", ["<b>bold</b>", *ZH_EN[:2]])
     write(tmp_path / "plain" / "valid.zh", ["<b>粗</b>", *ZH[:2]])

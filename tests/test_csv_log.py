@@ -237,6 +237,7 @@ def test_a_runs_table_row_holds_the_settings_its_command_line_gave_by_key():
     CONF = Path(__file__).resolve().parents[1] / "conf"
     overrides = ["data=toy", "model=rnn", "model.dropout=0.3", "+optim.optimizer.amsgrad=true", "seed=7"]
     overrides += ["optim.optimizer.betas=[0.9,0.98]", "run_dir=/x", "tags=[a]", "logger.name=x", "hydra.verbose=false"]
+    overrides += ["~optim.optimizer.weight_decay", "threads=1"]
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = compose("train", overrides=overrides, return_hydra_config=True)
     HydraConfig.instance().set_config(cfg)  # as train.py's @hydra.main leaves it
@@ -250,7 +251,9 @@ def test_a_runs_table_row_holds_the_settings_its_command_line_gave_by_key():
     # the keys given, as the run read them (typed; a list as text), where a run is written and named left out
     assert params["model.dropout"] == 0.3 and params["optim.optimizer.amsgrad"] is True
     assert params["optim.optimizer.betas"] == "[0.9, 0.98]"
-    assert not {"run_dir", "tags", "logger.name", "hydra.verbose", "pos", "norm"} & set(params)  # an RNN reads no pos
+    # an RNN reads no pos; a key deleted has no value (its column read as null); a machine's threads are no setting
+    assert not {"run_dir", "tags", "logger.name", "hydra.verbose", "pos", "norm", "threads"} & set(params)
+    assert "optim.optimizer.weight_decay" not in params
 
 
 def tensorboard_sitting(logger_class, run_dir, steps, resumed: bool = False, from_scratch: bool = False):

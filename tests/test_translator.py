@@ -563,7 +563,9 @@ def test_a_negative_average_or_an_unknown_search_option_is_refused_not_ignored(c
     with pytest.raises(TypeError, match=r"^prefix 8: int, not text"):
         translator.translate_nbest(["one", "two"], prefixes=["", 8], first_line=7)
     # a lone surrogate (text read with errors="surrogateescape"): SentencePiece's TypeError named nothing
-    with pytest.raises(ValueError, match=r"^line 2: not valid Unicode \(a lone surrogate: 'six \\udcff'\); decode"):
+    with pytest.raises(
+        ValueError, match=r"^line 2: not valid Unicode \(a lone surrogate at character 5: 'six \\udcff'"
+    ):
         translator.translate(["one", "six \udcff"])
     # a raw TypeError of Python's own, or a string read as one-character prefixes ("4 prefixes for 2 lines")
     with pytest.raises(TypeError, match=r"^lines=None: give a list of str"):

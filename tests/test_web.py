@@ -255,7 +255,8 @@ def serving(ckpt_path: str, *options: str):
         "threads=1",
         *options,
     ]
-    server = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    env = {k: v for k, v in os.environ.items() if k != "NMT_DEBUG"}  # its tracebacks, and Ctrl-C's other status
+    server = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env={**env, "PYTHONPATH": str(ROOT)})
     _SERVERS.append(server)
     try:
         deadline = time.time() + 120

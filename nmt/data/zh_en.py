@@ -104,7 +104,8 @@ def ted_english_files(folder: Path) -> list[Path]:
 # (<url>, <talkid>, <keywords>, <speaker>, <reviewer>, ...). Read as sentences, the identical <url> and
 # <talkid> lines were copy pairs in every split. IWSLT's preparation (fairseq's prepare-iwslt14.sh) drops
 # them and keeps the text of <title> and <description>, which are translated.
-MARKUP = re.compile(r"\s*(?:<(?P<tag>[A-Za-z]+)\b[^>]*>(?P<text>.*?)(?:</(?P=tag)>)?|</[A-Za-z]+>)\s*")
+METADATA = "url|keywords|speaker|talkid|title|description|reviewer|translator|videourl|transcription"
+MARKUP = re.compile(rf"\s*(?:<(?P<tag>{METADATA})\b[^>]*>(?P<text>.*)</(?P=tag)>|<(?P<doc>doc)\b[^>]*>|</doc>)\s*")
 TRANSLATED_TAGS = ("title", "description")
 
 
@@ -114,7 +115,7 @@ def _without_markup(en_path: Path, en: list[str], zh: list[str]) -> tuple[list[s
     kept_en, kept_zh, dropped = [], [], 0
     for number, (e, z) in enumerate(zip(en, zh, strict=True), 1):
         me, mz = MARKUP.fullmatch(e), MARKUP.fullmatch(z)
-        if bool(me) != bool(mz) or (me and me["tag"] != mz["tag"]):
+        if bool(me) != bool(mz) or (me and (me["tag"], me["doc"]) != (mz["tag"], mz["doc"])):
             raise ValueError(
                 f"{en_path}:{number}: {e.strip()[:60]!r} against {z.strip()[:60]!r} on the Chinese side: IWSLT "
                 "metadata lines are aligned on both sides, so these files are not; check the pair of files"
@@ -148,7 +149,7 @@ def read_ted_folder(folder: Path) -> tuple[list[str], list[str]]:
     xml = sorted(p.name for p in folder.glob("*.xml") if not p.name.startswith("."))
     if xml:
         log.warning(
-            "ted_en_zh: %s: %d XML set(s) not read (%s): only line-aligned <name>.en / <name>.zh files are; "
+            "ted_en_zh: %s: %d XML file(s) not read (%s): only line-aligned <name>.en / <name>.zh files are; "
             "extract their <seg> lines into such files to use them",
             folder,
             len(xml),

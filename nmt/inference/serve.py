@@ -48,7 +48,18 @@ def page_title(given, translator: Translator) -> str:
 
 
 def serve(cfg: DictConfig) -> None:
+    import signal
+
     import uvicorn
+
+    class _Server(uvicorn.Server):
+        """uvicorn's server, keeping the signals that stopped it."""
+
+        signals: list[int] = []
+
+        def handle_exit(self, sig: int, frame) -> None:
+            self.signals = [*self.signals, sig]
+            super().handle_exit(sig, frame)
 
     check_settings(cfg)
     check_port(cfg.host, cfg.port)
@@ -58,7 +69,7 @@ def serve(cfg: DictConfig) -> None:
     title = page_title(cfg.title, translator)
     app = create_app(translator, max_chars=cfg.max_chars, title=title)
     print(f"Serving {title} at http://{cfg.host}:{cfg.port} (Ctrl-C stops)", file=sys.stderr, flush=True)
-    server = uvicorn.Server(uvicorn.Config(app, host=cfg.host, port=cfg.port, log_level="warning"))
+    server = _Server(uvicorn.Config(app, host=cfg.host, port=cfg.port, log_level="warning"))
     server.run()
-    if server.should_exit:  # Ctrl-C, which uvicorn handles and returns from (exit status 0): said as translate.py
-        raise KeyboardInterrupt  # says it, "interrupted" and 130 (SIGTERM ends the process in uvicorn, as -15)
+    if signal.SIGINT in server.signals:  # Ctrl-C, which uvicorn handles and returns from (exit status 0): said
+        raise KeyboardInterrupt  # as translate.py says it, "interrupted" and 130 (SIGTERM ends it in uvicorn)

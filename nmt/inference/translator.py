@@ -260,11 +260,13 @@ class Translator:
                 )
             # a str SentencePiece cannot encode: a lone surrogate (text decoded with errors="surrogateescape", or
             # a JSON "\ud800"), which SentencePiece refused with a TypeError naming no line (a server's 500)
-            wrong = next((n for n, text in enumerate(given) if isinstance(text, str) and not _unicode(text)), None)
+            wrong = next((n for n, text in enumerate(given) if isinstance(text, str) and _surrogate(text) >= 0), None)
             if wrong is not None:
+                at = _surrogate(given[wrong])
                 raise InputError(
-                    f"{name} {first_line + wrong}: not valid Unicode (a lone surrogate: {given[wrong][:40]!r}); decode "
-                    "the text as UTF-8, replacing what cannot be read"
+                    f"{name} {first_line + wrong}: not valid Unicode (a lone surrogate at character {at + 1}: "
+                    f"{given[wrong][max(at - 20, 0) : at + 20]!r}); decode the text as UTF-8, replacing what cannot "
+                    "be read"
                 )
         beams = self.search.hypotheses
         if isinstance(n_best, bool) or not isinstance(n_best, Integral):
@@ -528,10 +530,10 @@ class Translator:
                 }
 
 
-def _unicode(text: str) -> bool:
-    """Whether ``text`` is valid Unicode (UTF-8 can encode it: no lone surrogate)."""
+def _surrogate(text: str) -> int:
+    """Where ``text`` holds a lone surrogate (which UTF-8 cannot encode), or -1."""
     try:
         text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
+    except UnicodeEncodeError as err:
+        return err.start
+    return -1

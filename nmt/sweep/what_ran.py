@@ -137,10 +137,10 @@ def what_ran(
         doc.paragraph(
             f"**Warning:** {len(runs)} run(s) were stopped by early stopping inside their learning rate's warm-up "
             "(the patience counted from the start), before the rate peaked: they did not converge. Run the whole "
-            "sweep again with early_stopping.after_warmup=true (on_changed=move sets these runs aside): a sweep of "
-            "those runs alone would differ from the others in that setting, and a tuning sweep's could not be "
-            f"pooled with this one. They are: {'; '.join(names[:8])}"
-            + (f"; and {len(names) - 8} more." if len(names) > 8 else ".")
+            "sweep again with early_stopping.after_warmup=true under a sweep_name of its own (a sweep of those "
+            "runs alone would differ from the others in that setting, and could not be pooled with these); a "
+            "tuning sweep's factorial then takes after_warmup=true too. They are: "
+            f"{'; '.join(names[:8])}" + (f"; and {len(names) - 8} more." if len(names) > 8 else ".")
         )
     capped = capped_runs(facts)
     if capped:

@@ -257,7 +257,9 @@ def wandb_run_id(run_dir: Path) -> str | None:
 # numbers of a split's results that describe the set or the output, not score the model: charted in
 # TensorBoard beside the scores, they read as metrics (a column and a curve of the test set's size); W&B's
 # summary keeps them
-NOT_SCORES = tuple(f"_{k}" for k in ("sentences", "max_input_len", "length_ratio", "brevity_penalty", "also_in_train"))
+NOT_SCORES = tuple(
+    f"_{k}" for k in ("sentences", "tokens", "max_input_len", "length_ratio", "brevity_penalty", "also_in_train")
+)
 
 
 def final_scores_of(results: dict) -> dict[str, float]:
@@ -286,11 +288,11 @@ def log_results(loggers: list, results: dict, params: dict | None = None) -> Non
                 name = Path(path).stem
                 logger.log_image(f"test_attention/{name}", images=[str(path)], caption=[name])
         elif isinstance(logger, TensorBoardLogger) and scores:
-            charted = {k: v for k, v in scores.items() if not k.endswith(NOT_SCORES)}
+            shown = {k: v for k, v in scores.items() if not k.endswith(NOT_SCORES)}
             # at the last update's step, where the curves' last validation is (Lightning's 0-based numbering)
-            logger.log_metrics(charted, step=max(int(results.get("steps") or 0) - 1, 0))
+            logger.log_metrics(shown, step=max(int(results.get("steps") or 0) - 1, 0))
             if params:
-                _log_hparams(logger, params, charted)
+                _log_hparams(logger, params, shown)
             logger.save()
 
 

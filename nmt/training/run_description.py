@@ -51,8 +51,9 @@ def logged_config(cfg: DictConfig, config: dict | None = None) -> dict:
     return {key: value for key, value in config.items() if key not in unread}
 
 
-# keys of a command line that say where a run is written and how it is named, not how it trains
-BOOKKEEPING = ("run_dir", "group", "tags", "name")
+# keys of a command line that say where a run is written, how it is named or which machine's resources it
+# takes, not how it trains
+BOOKKEEPING = ("run_dir", "group", "tags", "name", "cache_dir", "ckpt_path", "resume", "threads")
 
 
 def run_params(cfg: DictConfig) -> dict:
@@ -66,12 +67,13 @@ def run_params(cfg: DictConfig) -> dict:
         k: v for k, v in hydra_choices().items() if "/" not in k and k not in ("hydra", "logger") and k not in unread
     }
     params = {**{k: str(v) for k, v in sorted(choices.items())}, "seed": cfg.get("seed")}
-    given = (
-        [o.lstrip("+~").split("=", 1)[0] for o in HydraConfig.get().overrides.task] if HydraConfig.initialized() else []
-    )
+    overrides = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
+    # a key deleted (~key) has no value to show: its column would read as key=null
+    given = [o.lstrip("+").split("=", 1)[0] for o in overrides if not o.startswith("~")]
     for key in sorted(set(given)):
         if key in params or key in BOOKKEEPING or key.startswith(("hydra.", "logger.")) or key in hydra_choices():
             continue
-        value = OmegaConf.select(cfg, key, default=None)
+        # never an error: this row is logged after training, before the run's results are written
+        value = OmegaConf.select(cfg, key, default=None, throw_on_resolution_failure=False)
         params[key] = value if isinstance(value, bool | int | float | str) else str(value)
     return params
