@@ -545,6 +545,15 @@ def test_ted_folder_drops_iwslt_metadata_lines_and_refuses_what_it_cannot_pair(t
         ValueError, match=r"train.tags.en-zh.en:2: '<doc docid=\"1\" genre=\"lectures\">' against '你好'"
     ):
         read_ted_folder(iwslt)
+    # a researcher's trial: Tatoeba's staged folder (cmn-eng.en.gz beside cmn.txt.gz) trained as TED, unsaid
+    tatoeba = tmp_path / "tatoeba_cmn_eng"
+    write(tatoeba / "cmn-eng.en.gz", ZH_EN[:3], gz=True)
+    write(tatoeba / "cmn-eng.zh.gz", ZH[:3], gz=True)
+    write(tatoeba / "cmn.txt.gz", [f"{e}\t{z}" for e, z in zip(ZH_EN[:3], ZH[:3], strict=True)], gz=True)
+    dm = small(ZhEnDataModule, source="ted", root=str(tatoeba), cache_dir=str(tmp_path / "c"))
+    with pytest.raises(DataNotFoundError, match=r"data.root=.*tatoeba_cmn_eng: holds cmn.txt.gz, a file of Tatoeba, "
+                       r"not a folder of TED sets: give data.source=tatoeba to read it"):  # fmt: skip
+        dm.text("train")
     # a hidden copy is no set; one set plain and gzipped is refused, naming both
     other = tmp_path / "other"
     write(other / "valid.en", ZH_EN[:3])
@@ -1980,3 +1989,21 @@ def test_a_runs_splits_written_as_files_are_read_back_as_the_same_text(tmp_path,
     assert [build_datamodule(c.data, c.cache_dir, c.seed).text_hashes() for c in (lm, again)] == [
         build_datamodule(lm.data, lm.cache_dir, lm.seed).text_hashes()
     ] * 2
+
+
+def test_a_set_read_the_other_way_round_is_said_by_its_script():
+    """A researcher's trial: a TSV written English first, scored with a zh->en model, was translated from
+    English and scored against Chinese: BLEU 0.02, with a hint to tune the length penalty."""
+    from nmt.tasks.translation_eval import swapped_sides
+
+    said = swapped_sides("files:test.tsv", ZH_EN[:50], ZH[:50], "zh", "en")
+    assert said == (
+        "split=files:test.tsv: the model translates zh->en, but the set's references are in the script of zh (100% "
+        "of lines) and its sources not (0%): its sides look swapped; give them the other way round (a TSV: "
+        "data.columns=[1,0] reads its fields the other way)"
+    )
+    assert "the set's sources are in the script of zh" in swapped_sides("files:t", ZH[:50], ZH_EN[:50], "en", "zh")
+    # the right way round, a pair of one script, or a set too small to tell: nothing said
+    assert swapped_sides("files:t", ZH[:50], ZH_EN[:50], "zh", "en") is None
+    assert swapped_sides("files:t", ZH_EN[:50], ZH_EN[:50], "de", "en") is None
+    assert swapped_sides("files:t", ZH_EN[:3], ZH[:3], "zh", "en") is None

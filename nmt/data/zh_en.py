@@ -60,6 +60,12 @@ class ZhEnDataModule(UnsplitCorpusDataModule):
         places = [("data.root", Path(self.root).expanduser())] if self.root else []
         places += [("$NMT_DATA/ted_en_zh", folder) for folder in _env_folder("ted_en_zh")]
         for label, folder in places:
+            if theirs := _other_sources_files(folder):  # Tatoeba's staged folder has cmn-eng.en.gz / .zh.gz too
+                raise DataNotFoundError(
+                    f"{label}={folder}: holds {theirs[0]}, a file of {theirs[1]}, not a folder of TED sets: give "
+                    f"data.source={theirs[2]} to read it, or a folder of line-aligned <name>.en / <name>.zh TED "
+                    "files alone"
+                )
             if ted_english_files(folder):
                 return read_from("ted_en_zh", label, folder)
             # a folder of other names (talks.en.txt) was read as none: "nothing left for training, of 0 pairs"
@@ -78,6 +84,22 @@ class ZhEnDataModule(UnsplitCorpusDataModule):
             + "\nFix: set data.root to a folder of line-aligned <name>.en / <name>.zh files (optionally .gz), "
             "or $NMT_DATA to a folder containing 'ted_en_zh/' (TED sets are not downloaded)"
         )
+
+
+def _other_sources_files(folder: Path) -> tuple[str, str, str] | None:
+    """(file, corpus, data.source) where ``folder`` holds the file of another zh-en source: a TED folder read
+    any *.en / *.zh files, so Tatoeba's folder trained as TED, labelled so, without a word."""
+    if not folder.is_dir():
+        return None
+    for pattern, corpus, source in (
+        ("cmn.txt*", "Tatoeba", "tatoeba"),
+        ("cmn-eng.zip", "Tatoeba", "tatoeba"),
+        ("news-commentary-*", "News Commentary", "news_commentary"),
+    ):
+        found = sorted(folder.glob(pattern))
+        if found:
+            return found[0].name, corpus, source
+    return None
 
 
 def _env_folder(name: str) -> list[Path]:

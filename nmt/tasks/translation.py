@@ -45,6 +45,7 @@ from nmt.tasks.translation_eval import (
     print_summary,
     set_name,
     split_tag,
+    swapped_sides,
     tsv_columns,
     write_attention_maps,
     write_outputs,
@@ -416,6 +417,8 @@ class TranslationTask(Task):
             raise ValueError(f"split={split}: the set holds no sentence ({found[2]}); give one that does")
         if split in ("train", "val", "test"):
             check_split_text(loaded, datamodule, split, "or score other text with split=files:<prefix>")
+        elif said := swapped_sides(split, found[0], found[1], datamodule.src_lang, datamodule.tgt_lang):
+            log.warning(said)
         return datamodule, data_cfg, found
 
     def final_tag(self, cfg, split, average_last):
