@@ -470,6 +470,9 @@ def test_jieba_segmentation_changes_the_tokenizer_cache_key(tmp_path, monkeypatc
 def test_ted_folder_of_line_aligned_sets(tmp_path, caplog):
     import logging
 
+    with pytest.raises(ValueError, match=r"data.source='teds' is not one of \[.*\] \(did you mean ted\?\)"):
+        small(ZhEnDataModule, source="teds", cache_dir=str(tmp_path / "c"))
+
     write(tmp_path / "valid.en", ZH_EN[:200])
     write(tmp_path / "valid.zh", ZH[:200])
     write(tmp_path / "test.en.gz", ZH_EN[200:], gz=True)

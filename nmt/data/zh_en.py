@@ -31,7 +31,11 @@ class ZhEnDataModule(UnsplitCorpusDataModule):
         **kwargs,
     ) -> None:
         if source not in SOURCES:
-            raise ValueError(f"data.source={source!r} is not one of {list(SOURCES)}")
+            import difflib
+
+            close = difflib.get_close_matches(str(source), SOURCES, n=1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            raise ValueError(f"data.source={source!r} is not one of {list(SOURCES)}{hint}")
         if {src_lang, tgt_lang} != {"zh", "en"}:
             raise ValueError(
                 f"data=zh_en translates between 'zh' and 'en', not {src_lang!r} -> {tgt_lang!r}: give both, "
