@@ -470,8 +470,9 @@ def test_jieba_segmentation_changes_the_tokenizer_cache_key(tmp_path, monkeypatc
 def test_ted_folder_of_line_aligned_sets(tmp_path, caplog):
     import logging
 
-    with pytest.raises(ValueError, match=r"data.source='teds' is not one of \[.*\] \(did you mean ted\?\)"):
-        small(ZhEnDataModule, source="teds", cache_dir=str(tmp_path / "c"))
+    for given in ("teds", "TED"):
+        with pytest.raises(ValueError, match=rf"data.source='{given}' is not one of \[.*\] \(did you mean ted\?\)"):
+            small(ZhEnDataModule, source=given, cache_dir=str(tmp_path / "c"))
 
     write(tmp_path / "valid.en", ZH_EN[:200])
     write(tmp_path / "valid.zh", ZH[:200])
@@ -508,6 +509,7 @@ def test_ted_folder_drops_iwslt_metadata_lines_and_refuses_what_it_cannot_pair(t
         "<talkid>1</talkid>",
         "<keywords>talks, science</keywords>",
         '<reviewer href="x">A B</reviewer>',
+        "<event>TED2009</event>",  # a tag not listed: kept, and said
         "<title>A talk</title>",
         "<description>TED Talk Subtitles: about a</description>",
         *ZH_EN[:5],
@@ -520,6 +522,7 @@ def test_ted_folder_drops_iwslt_metadata_lines_and_refuses_what_it_cannot_pair(t
         "<talkid>1</talkid>",
         "<keywords>演讲, 科学</keywords>",
         '<reviewer href="x">C D</reviewer>',
+        "<event>TED2009</event>",
         "<title>一个演讲</title>",
         "<description>TED演讲字幕: 关于a</description>",
         *ZH[:5],
@@ -533,10 +536,23 @@ def test_ted_folder_drops_iwslt_metadata_lines_and_refuses_what_it_cannot_pair(t
     with caplog.at_level(logging.INFO, logger="nmt.data.zh_en"):
         english, chinese = read_ted_folder(iwslt)
     # the translated title and description are kept without their tags, as IWSLT's preparation keeps them
-    assert english == ["A talk", "TED Talk Subtitles: about a", *ZH_EN[:5], "<i>Titanic</i> was a film."]
-    assert chinese == ["一个演讲", "TED演讲字幕: 关于a", *ZH[:5], "<i>泰坦尼克号</i>是一部电影。"]
+    assert english == [
+        "<event>TED2009</event>",
+        "A talk",
+        "TED Talk Subtitles: about a",
+        *ZH_EN[:5],
+        "<i>Titanic</i> was a film.",
+    ]
+    assert chinese == [
+        "<event>TED2009</event>",
+        "一个演讲",
+        "TED演讲字幕: 关于a",
+        *ZH[:5],
+        "<i>泰坦尼克号</i>是一部电影。",
+    ]
     said = [r.getMessage() for r in caplog.records]
     assert "ted_en_zh: train.tags.en-zh.en: 6 metadata lines of IWSLT's markup dropped" in said
+    assert any("lines of markup alone (<event>) kept as sentences: not IWSLT metadata known here" in m for m in said)
     assert any("1 XML file(s) not read (IWSLT17.TED.dev2010.en-zh.en.xml)" in m for m in said)
     # a file of other names than train.tags keeps every line: a sentence is not taken for markup there
     write(tmp_path / "plain" / "valid.en", ["<b>bold</b>", *ZH_EN[:2]])
@@ -548,20 +564,22 @@ def test_ted_folder_drops_iwslt_metadata_lines_and_refuses_what_it_cannot_pair(t
         ValueError, match=r"train.tags.en-zh.en:2: '<doc docid=\"1\" genre=\"lectures\">' against '你好'"
     ):
         read_ted_folder(iwslt)
-    # a researcher's trial: Tatoeba's staged folder (cmn-eng.en.gz beside cmn.txt.gz) trained as TED, unsaid
+    # a researcher's trial: a Tatoeba folder (cmn.txt split into cmn-eng.en.gz / .zh.gz) trained as TED, unsaid
     tatoeba = tmp_path / "tatoeba_cmn_eng"
     write(tatoeba / "cmn-eng.en.gz", ZH_EN[:3], gz=True)
     write(tatoeba / "cmn-eng.zh.gz", ZH[:3], gz=True)
-    write(tatoeba / "cmn.txt.gz", [f"{e}\t{z}" for e, z in zip(ZH_EN[:3], ZH[:3], strict=True)], gz=True)
     dm = small(ZhEnDataModule, source="ted", root=str(tatoeba), cache_dir=str(tmp_path / "c"))
-    with pytest.raises(DataNotFoundError, match=r"data.root=.*tatoeba_cmn_eng: holds cmn.txt.gz, a file of Tatoeba, "
-                       r"not a folder of TED sets: give data.source=tatoeba to read it"):  # fmt: skip
+    with pytest.raises(DataNotFoundError, match=r"data.root=.*tatoeba_cmn_eng: cmn-eng.en.gz would be read as TED "
+                       r"sets, and are Tatoeba's .*: give data.source=tatoeba for Tatoeba"):  # fmt: skip
         dm.text("train")
     # a hidden copy is no set; one set plain and gzipped is refused, naming both
     other = tmp_path / "other"
     write(other / "valid.en", ZH_EN[:3])
     write(other / "valid.zh", ZH[:3])
     write(other / "._valid.en", ["junk"])
+    assert read_ted_folder(other) == (ZH_EN[:3], ZH[:3])
+    # a folder kept for every source (a News Commentary TSV beside TED's sets) is read as TED, as it was
+    write(other / "news-commentary-v16.en-zh.tsv.gz", ["a\tb"], gz=True)
     assert read_ted_folder(other) == (ZH_EN[:3], ZH[:3])
     write(other / "valid.en.gz", ZH_EN[:3], gz=True)
     write(other / "valid.zh.gz", ZH[:3], gz=True)
@@ -2002,10 +2020,13 @@ def test_a_set_read_the_other_way_round_is_said_by_its_script():
     said = swapped_sides("files:test.tsv", ZH_EN[:50], ZH[:50], "zh", "en")
     assert said == (
         "split=files:test.tsv: the model translates zh->en, but the set's references are in the script of zh (100% "
-        "of lines) and its sources not (0%): its sides look swapped; give them the other way round (a TSV: "
-        "data.columns=[1,0] reads its fields the other way)"
+        "of lines) and its sources not (0%): its sides look swapped; give them the other way round "
+        "(data.columns=[1, 0] reads the TSV's fields the other way)"
     )
-    assert "the set's sources are in the script of zh" in swapped_sides("files:t", ZH[:50], ZH_EN[:50], "en", "zh")
+    # fields 3 and 2 read already: the other way is 2 and 3; files named by language: which one to look at
+    assert "(data.columns=[2, 3] reads" in swapped_sides("files:t.tsv", ZH_EN[:50], ZH[:50], "zh", "en", (3, 2))
+    said = swapped_sides("files:t", ZH[:50], ZH_EN[:50], "en", "zh")
+    assert "the set's sources are in the script of zh" in said and "(the file named .en holds the zh side?)" in said
     # the right way round, a pair of one script, or a set too small to tell: nothing said
     assert swapped_sides("files:t", ZH[:50], ZH_EN[:50], "zh", "en") is None
     assert swapped_sides("files:t", ZH_EN[:50], ZH_EN[:50], "de", "en") is None

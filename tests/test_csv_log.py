@@ -185,7 +185,14 @@ def test_the_final_scores_reach_tensorboard_and_wandb_and_each_heatmap_is_its_ow
     maps = [str(tmp_path / "sentence0_layers.png"), str(tmp_path / "sentence0_mean.png")]
     results = {
         "steps": 120,
-        "test": {"bleu": 31.5, "chrf": 55.0, "attention_maps": maps, "sentences": 20, "length_ratio": 0.98},
+        "test": {
+            "bleu": 31.5,
+            "chrf": 55.0,
+            "attention_maps": maps,
+            "sentences": 20,
+            "length_ratio": 0.98,
+            "tokens": 9,
+        },
         "val_as_test": {"bleu": 33.0, "max_input_len": 256},
     }
     board = ResumableTensorBoardLogger(str(tmp_path), name="tensorboard", version="")
@@ -213,6 +220,7 @@ def test_the_final_scores_reach_tensorboard_and_wandb_and_each_heatmap_is_its_ow
     # the set's size and the output's length are no scores: no curve or column of them (W&B's summary keeps them)
     assert sorted(tensorboard_tags(tmp_path / "tensorboard")) == ["test_bleu", "test_chrf", "val_as_test_bleu"]
     assert wandb.summary["test_sentences"] == 20 and wandb.summary["val_as_test_max_input_len"] == 256
+    assert wandb.summary["test_tokens"] == 9  # a language model's scored tokens: no score either
     assert {
         "test_bleu": 31.5,
         "test_chrf": 55.0,

@@ -33,7 +33,7 @@ class ZhEnDataModule(UnsplitCorpusDataModule):
         if source not in SOURCES:
             import difflib
 
-            close = difflib.get_close_matches(str(source), SOURCES, n=1)
+            close = difflib.get_close_matches(str(source).lower(), SOURCES, n=1)
             hint = f" (did you mean {close[0]}?)" if close else ""
             raise ValueError(f"data.source={source!r} is not one of {list(SOURCES)}{hint}")
         if {src_lang, tgt_lang} != {"zh", "en"}:
@@ -64,11 +64,11 @@ class ZhEnDataModule(UnsplitCorpusDataModule):
         places = [("data.root", Path(self.root).expanduser())] if self.root else []
         places += [("$NMT_DATA/ted_en_zh", folder) for folder in _env_folder("ted_en_zh")]
         for label, folder in places:
-            if theirs := _other_sources_files(folder):  # Tatoeba's staged folder has cmn-eng.en.gz / .zh.gz too
+            if theirs := _tatoeba_sides(folder):  # Tatoeba's cmn.txt split into cmn-eng.en / .zh files
                 raise DataNotFoundError(
-                    f"{label}={folder}: holds {theirs[0]}, a file of {theirs[1]}, not a folder of TED sets: give "
-                    f"data.source={theirs[2]} to read it, or a folder of line-aligned <name>.en / <name>.zh TED "
-                    "files alone"
+                    f"{label}={folder}: {theirs} would be read as TED sets, and are Tatoeba's (cmn-eng, the "
+                    "manythings name of Chinese): give data.source=tatoeba for Tatoeba, or a folder of TED's "
+                    "<name>.en / <name>.zh sets"
                 )
             if ted_english_files(folder):
                 return read_from("ted_en_zh", label, folder)
@@ -90,20 +90,12 @@ class ZhEnDataModule(UnsplitCorpusDataModule):
         )
 
 
-def _other_sources_files(folder: Path) -> tuple[str, str, str] | None:
-    """(file, corpus, data.source) where ``folder`` holds the file of another zh-en source: a TED folder read
-    any *.en / *.zh files, so Tatoeba's folder trained as TED, labelled so, without a word."""
-    if not folder.is_dir():
-        return None
-    for pattern, corpus, source in (
-        ("cmn.txt*", "Tatoeba", "tatoeba"),
-        ("cmn-eng.zip", "Tatoeba", "tatoeba"),
-        ("news-commentary-*", "News Commentary", "news_commentary"),
-    ):
-        found = sorted(folder.glob(pattern))
-        if found:
-            return found[0].name, corpus, source
-    return None
+def _tatoeba_sides(folder: Path) -> str:
+    """The English files of ``folder`` that a TED folder would read and that are Tatoeba's (``cmn-eng.en.gz``,
+    a split of cmn.txt), named; '' where there are none. Any *.en / *.zh pair was read as TED, so such a
+    folder trained on Tatoeba, labelled TED, without a word; another source's file beside TED's sets (a News
+    Commentary TSV, which TED does not read) is no reason to refuse."""
+    return ", ".join(p.name for p in ted_english_files(folder) if p.name.startswith("cmn")) if folder.is_dir() else ""
 
 
 def _env_folder(name: str) -> list[Path]:
@@ -133,14 +125,17 @@ def ted_english_files(folder: Path) -> list[Path]:
 METADATA = "url|keywords|speaker|talkid|title|description|reviewer|translator|videourl|transcription"
 MARKUP = re.compile(rf"\s*(?:<(?P<tag>{METADATA})\b[^>]*>(?P<text>.*)</(?P=tag)>|<(?P<doc>doc)\b[^>]*>|</doc>)\s*")
 TRANSLATED_TAGS = ("title", "description")
+OTHER_TAG = re.compile(r"\s*<(?P<tag>[A-Za-z]+)\b[^>]*/?>(?:.*</(?P=tag)>)?\s*")
 
 
 def _without_markup(en_path: Path, en: list[str], zh: list[str]) -> tuple[list[str], list[str], int]:
     """A train.tags file's sentences: metadata lines dropped, <title>/<description> unwrapped, with the count
     of lines dropped. A line of markup on one side only is an error naming it (the sides are not aligned)."""
-    kept_en, kept_zh, dropped = [], [], 0
+    kept_en, kept_zh, dropped, unknown = [], [], 0, set()
     for number, (e, z) in enumerate(zip(en, zh, strict=True), 1):
         me, mz = MARKUP.fullmatch(e), MARKUP.fullmatch(z)
+        if not me and (tag := OTHER_TAG.fullmatch(e)) and OTHER_TAG.fullmatch(z):
+            unknown.add(tag["tag"])  # markup alone on both sides, of a tag not listed: kept, and said
         if bool(me) != bool(mz) or (me and (me["tag"], me["doc"]) != (mz["tag"], mz["doc"])):
             raise ValueError(
                 f"{en_path}:{number}: {e.strip()[:60]!r} against {z.strip()[:60]!r} on the Chinese side: IWSLT "
@@ -153,6 +148,13 @@ def _without_markup(en_path: Path, en: list[str], zh: list[str]) -> tuple[list[s
             continue
         kept_en.append(e)
         kept_zh.append(z)
+    if unknown:
+        log.warning(
+            "ted_en_zh: %s: lines of markup alone (<%s>) kept as sentences: not IWSLT metadata known here (%s)",
+            en_path.name,
+            ">, <".join(sorted(unknown)),
+            METADATA.replace("|", ", "),
+        )
     return kept_en, kept_zh, dropped
 
 

@@ -357,10 +357,11 @@ def main(argv: list[str]) -> None:
     if args.metric is None:
         args.metric = default_metric(args.sweep_dirs)
     if args.metric.startswith("test"):
+        score = args.metric.removeprefix("test").lstrip("_") or "bleu"
         parser.error(
             f"--metric {args.metric}: settings are chosen on validation data, never on the test set: leave --metric "
             "out (the best validation score along each run of the score its task ranks by, best_val_bleu for "
-            "translation), or give a validation score the runs record (val_as_test_bleu: the final model's, "
+            f"translation), or give a validation score the runs record (val_as_test_{score}: the final model's, "
             "scored as the test set is)"
         )
     if args.metric in (*RUN_FACTS, "seed"):  # results.csv's other columns

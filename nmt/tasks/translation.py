@@ -417,7 +417,11 @@ class TranslationTask(Task):
             raise ValueError(f"split={split}: the set holds no sentence ({found[2]}); give one that does")
         if split in ("train", "val", "test"):
             check_split_text(loaded, datamodule, split, "or score other text with split=files:<prefix>")
-        elif said := swapped_sides(split, found[0], found[1], datamodule.src_lang, datamodule.tgt_lang):
+        elif split.startswith("files:") and (
+            said := swapped_sides(
+                split, *found[:2], datamodule.src_lang, datamodule.tgt_lang, tsv_columns(split, data_cfg, columns)
+            )
+        ):
             log.warning(said)
         return datamodule, data_cfg, found
 

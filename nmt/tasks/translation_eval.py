@@ -30,24 +30,32 @@ IWSLT16_FOLDER = "iwslt16_de_en_devtest"
 CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]")
 
 
-def swapped_sides(split: str, sources: Sequence[str], references: Sequence[str], src_lang, tgt_lang) -> str | None:
+def swapped_sides(
+    split: str, sources: Sequence[str], references: Sequence[str], src_lang, tgt_lang, columns=None
+) -> str | None:
     """A warning where a set read from files holds its sides the other way round from the model's languages,
     as their script shows where one is Chinese, Japanese or Korean and the other is not: a TSV written English
     first, scored with a zh->en model, was translated from English and scored against Chinese (BLEU 0.02, and a
-    hint to tune the length penalty). None otherwise, and for a set too small to tell."""
+    hint to tune the length penalty). ``columns``: a TSV's fields read (0 and 1 where None). None otherwise,
+    and for a set too small to tell."""
     cjk = {language(lang) in ("zh", "ja", "ko") for lang in (src_lang, tgt_lang)}
     if cjk != {True, False} or len(sources) < 5:
         return None
     share = [sum(bool(CJK.search(line)) for line in side[:500]) / len(side[:500]) for side in (sources, references)]
     expected = 0 if language(src_lang) in ("zh", "ja", "ko") else 1  # the side that should be in that script
     if share[expected] < 0.2 and share[1 - expected] > 0.5:
-        columns = " (a TSV: data.columns=[1,0] reads its fields the other way)" if is_tsv(split) else ""
+        read = list(columns or (0, 1))
+        how = (
+            f" (data.columns={read[::-1]} reads the TSV's fields the other way)"
+            if is_tsv(split)
+            else f" (the file named .{src_lang} holds the {tgt_lang} side?)"
+        )
         sides = ("source", "reference")
         return (
             f"split={split}: the model translates {src_lang}->{tgt_lang}, but the set's {sides[1 - expected]}s are "
             f"in the script of {(src_lang, tgt_lang)[expected]} ({share[1 - expected]:.0%} of lines) and its "
             f"{sides[expected]}s not ({share[expected]:.0%}): its sides look swapped; give them the other way "
-            f"round{columns}"
+            f"round{how}"
         )
     return None
 
