@@ -54,6 +54,14 @@ def test_candidates_run_on_the_same_seeds_are_compared_paired_by_seed(tmp_path):
     assert not [n for n in notes_of(tune([tmp_path / "shift"], "optim")) if "leads the next" in n]
 
 
+def test_a_lead_too_small_for_two_decimals_is_written_in_its_own():
+    """A trial's tune on final_val_loss printed a lead of 3e-6 as "by 0.00"."""
+    from nmt.sweep.tuning import _lead_note
+
+    said = _lead_note({1: 1.000001, 2: 1.000009}, {1: 1.000006, 2: 1.000010})
+    assert said.startswith("3e-06, not established by their seeds")
+
+
 def test_a_lead_over_candidates_on_other_seeds_is_welchs_with_the_shared_seeds_described():
     """Pooled sweeps may share only some seeds: Welch's test decides, and the pairing over the shared seeds is
     said beside it, as a description; on those seeds the chosen candidate may not lead at all."""

@@ -270,7 +270,8 @@ def _lead_note(chosen: dict, following: dict) -> str:
     pairing over the seeds they share said beside it (a description: it decides nothing)."""
     welch = welch_test(list(chosen.values()), list(following.values()))
     pair = paired_test(chosen, following)
-    lead = f"{abs(welch['diff']):.2f}"
+    gap = abs(welch["diff"])
+    lead = f"{gap:.2f}" if gap >= 0.005 or gap == 0 else f"{gap:.2g}"  # a loss's 3e-6 was "0.00"
     if welch["ci95"] == 0:  # every seed of each alike: the seeds varied nothing (paired, no scatter either)
         return f"{lead}, and each one's seeds scored alike: the seeds varied nothing, so they cannot test the lead"
     if set(chosen) == set(following) and len(chosen) >= 2:
