@@ -1,12 +1,17 @@
 """Shared fixtures: configs composed from conf/ exactly as train.py composes them, shrunk for CPU tests."""
 
 import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
+
+from nmt.utils.parent_death import signal_on_parent_death
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
@@ -34,6 +39,50 @@ def isolated_cache(tmp_path_factory):
         os.environ.pop("NMT_CACHE", None)
     else:
         os.environ["NMT_CACHE"] = old
+
+
+PRESTART = ROOT / "tests" / "prestart"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def prestarted_processes(tmp_path_factory, isolated_cache):
+    """The commands the tests start (`python train.py ...`, a sweep's runs, `python -m benchmarks...`) fork
+    from a process that has imported Lightning (tests/prestart/server.py; most of a small run's time is that
+    import), started once per test worker. NMT_TEST_PRESTART=off starts every command as usual."""
+    if os.environ.get("NMT_TEST_PRESTART") == "off":
+        yield
+        return
+    address = str(tmp_path_factory.mktemp("prestart") / "socket")
+    if len(address.encode()) > 100:  # a Unix socket's path is limited: commands start as usual
+        yield
+        return
+    log = open(Path(address).with_name("server.log"), "w")  # its refusals, one line each
+    env = {k: v for k, v in os.environ.items() if k != "NMT_TEST_PRESTART"}
+    server = subprocess.Popen(
+        [sys.executable, str(PRESTART / "server.py"), address],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=log,
+        cwd=ROOT,
+        env=env,
+        preexec_fn=lambda: signal_on_parent_death(signal.SIGKILL, os.getppid()),
+    )
+    path = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(PRESTART), path] if path else [str(PRESTART)])
+    os.environ["NMT_TEST_PRESTART"] = address
+    yield
+    os.environ.pop("NMT_TEST_PRESTART", None)
+    server.kill()
+    server.wait()
+    log.close()
+
+
+@pytest.fixture(autouse=True)
+def fresh_processes(request, monkeypatch):
+    """A test marked ``fresh_processes`` starts its commands as usual: it reads what a preloaded command
+    changes (its pid's own children, a signal to its process group, the modules it imports)."""
+    if request.node.get_closest_marker("fresh_processes"):
+        monkeypatch.delenv("NMT_TEST_PRESTART", raising=False)
 
 
 @pytest.fixture(autouse=True)
