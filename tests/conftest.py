@@ -1,9 +1,11 @@
 """Shared fixtures: configs composed from conf/ exactly as train.py composes them, shrunk for CPU tests."""
 
+import functools
 import os
 import signal
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -48,33 +50,46 @@ PRESTART = ROOT / "tests" / "prestart"
 def prestarted_processes(tmp_path_factory, isolated_cache):
     """The commands the tests start (`python train.py ...`, a sweep's runs, `python -m benchmarks...`) fork
     from a process that has imported Lightning (tests/prestart/server.py; most of a small run's time is that
-    import), started once per test worker. NMT_TEST_PRESTART=off starts every command as usual."""
+    import): two per test worker, taking the commands in turn. NMT_TEST_PRESTART=off starts every command as
+    usual (docs/testing.md)."""
     if os.environ.get("NMT_TEST_PRESTART") == "off":
         yield
         return
-    address = str(tmp_path_factory.mktemp("prestart") / "socket")
-    if len(address.encode()) > 100:  # a Unix socket's path is limited: commands start as usual
+    folder = tmp_path_factory.mktemp("prestart")
+    addresses = [str(folder / f"socket{i}") for i in range(2)]
+    if max(len(a.encode()) for a in addresses) > 100:  # a Unix socket's path is limited: commands start as usual
         yield
         return
-    log = open(Path(address).with_name("server.log"), "w")  # its refusals, one line each
     env = {k: v for k, v in os.environ.items() if k != "NMT_TEST_PRESTART"}
-    server = subprocess.Popen(
-        [sys.executable, str(PRESTART / "server.py"), address],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=log,
-        cwd=ROOT,
-        env=env,
-        preexec_fn=lambda: signal_on_parent_death(signal.SIGKILL, os.getppid()),
-    )
+    servers = []
+    for address in addresses:
+        with open(f"{address}.log", "w") as log:  # the commands it refused, and why
+            servers.append(
+                subprocess.Popen(
+                    [sys.executable, str(PRESTART / "server.py"), address],
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=log,
+                    cwd=ROOT,
+                    env=env,
+                    preexec_fn=functools.partial(signal_on_parent_death, signal.SIGKILL, os.getpid()),
+                )
+            )
     path = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = os.pathsep.join([str(PRESTART), path] if path else [str(PRESTART)])
-    os.environ["NMT_TEST_PRESTART"] = address
+    os.environ["NMT_TEST_PRESTART"] = os.pathsep.join(addresses)
     yield
     os.environ.pop("NMT_TEST_PRESTART", None)
-    server.kill()
-    server.wait()
-    log.close()
+    if path is None:
+        os.environ.pop("PYTHONPATH", None)
+    else:
+        os.environ["PYTHONPATH"] = path
+    for address, server in zip(addresses, servers, strict=True):
+        if server.poll() is not None:  # it failed: the commands started as usual, slower
+            log = Path(f"{address}.log").read_text()[-2000:]
+            warnings.warn(f"the preloaded process ended early: {log}", stacklevel=1)
+        server.kill()
+        server.wait()
 
 
 @pytest.fixture(autouse=True)

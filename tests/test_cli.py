@@ -479,6 +479,7 @@ def test_the_recipe_line_names_the_file_that_applied_or_why_none_did(overrides, 
         HydraConfig.instance().cfg = None
 
 
+@pytest.mark.fresh_processes  # a fresh interpreter, as typed (docs/testing.md)
 @pytest.mark.slow
 def test_training_into_a_file_prints_plain_progress_lines(tmp_path):
     quick = ["data=toy", "trainer.max_steps=6", "progress.every_s=0", *NO_FINAL_SCORES, "threads=1"]

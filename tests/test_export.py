@@ -148,6 +148,7 @@ def test_each_variant_scores_every_token_as_ours_on_long_sources(variant, tmp_pa
         np.testing.assert_allclose(scored.log_probs[: len(hyp)], ours.numpy(), atol=1e-4, err_msg=name)
 
 
+@pytest.mark.fresh_processes  # a fresh interpreter, as typed (docs/testing.md)
 def test_export_py_writes_a_model_folder(default_checkpoint, tmp_path):
     checkpoint = default_checkpoint
     out = tmp_path / "int8"

@@ -570,6 +570,7 @@ def started_by(pid: int) -> list[int]:
     return found
 
 
+@pytest.mark.fresh_processes  # reads the children of the process it started
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the processes from /proc")
 def test_the_other_processes_of_a_ddp_run_die_with_its_first(tmp_path):
     """A first process killed outright (SIGKILL, the out-of-memory killer) while the process it had started

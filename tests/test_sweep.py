@@ -202,6 +202,7 @@ def test_start_runs_for_rejects_other_formats_with_an_example(text):
         progress.parse_duration("00:99:99")
 
 
+@pytest.mark.fresh_processes  # a fresh interpreter, as typed (docs/testing.md)
 @pytest.mark.slow
 def test_the_readme_sweep_command_runs_as_typed_in_a_fresh_folder(tmp_path, capsys):
     """No hydra.sweep.dir: the sweep folder comes from the grid's name, as for every user's first sweep."""

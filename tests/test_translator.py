@@ -440,6 +440,7 @@ def test_putting_a_model_to_use_never_loads_lightning(checkpoints, script, tmp_p
     assert "lightning loaded: False" in done.stderr
 
 
+@pytest.mark.fresh_processes  # a fresh interpreter, as typed (docs/testing.md)
 def test_translate_py_warnings_go_to_standard_error_not_among_the_translations(checkpoints):
     """The truncation warning was logged to standard output: a pipe got one line more than it gave."""
     stdin = "one two\n" + "seven " * 30 + "\nthree\n"
