@@ -7,6 +7,8 @@ session tool only: conftest.py starts two per test worker, and nothing of the pr
 
 Run: python tests/prestart/server.py SOCKET_PATH"""
 
+import gc
+import io
 import json
 import os
 import select
@@ -102,6 +104,48 @@ def _die_with(server: int) -> None:
         os._exit(137)
 
 
+def exit_status(exit: SystemExit) -> int:
+    """The status the interpreter ends with for an uncaught SystemExit (another object than a number said)."""
+    if exit.code is None:
+        return 0
+    if isinstance(exit.code, int):
+        return exit.code
+    print(exit.code, file=sys.stderr)
+    return 1
+
+
+def leave(code: int, interrupted: bool) -> None:
+    """End as the interpreter ends, without unloading the preloaded modules: that touches every object, and a
+    fork copies each page it touches (over a second for a command of a few milliseconds). As the interpreter
+    does: wait for the threads, run the atexit functions, flush the files left open (as their release would),
+    then end, by SIGINT after an uncaught KeyboardInterrupt."""
+    import atexit
+    import gc
+    import threading
+
+    threading._shutdown()
+    atexit._run_exitfuncs()
+    made = [o for o in gc.get_objects() if isinstance(o, io.IOBase)]  # since the fork (the preloaded: frozen)
+    standard = {id(s) for s in (sys.stdin, sys.stdout, sys.stderr)} | {id(s.buffer) for s in (sys.stdout, sys.stderr)}
+    for layer in (io.TextIOBase, io.BufferedIOBase, io.IOBase):  # a file's text first, its raw descriptor last
+        for stream in made:
+            if isinstance(stream, layer) and id(stream) not in standard:
+                try:
+                    if not stream.closed:
+                        stream.close()
+                except Exception:  # noqa: BLE001, S110 - as a release at exit, which ignores them
+                    pass
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001, S110 - a closed pipe: the interpreter goes on to end too
+            pass
+    if interrupted:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+    os._exit(code & 0xFF)
+
+
 def answer(connection: socket.socket, value: int) -> None:
     try:
         connection.sendall(value.to_bytes(8, "big", signed=True))
@@ -135,14 +179,19 @@ if __name__ == "__main__":
         __import__(name)
     logging.getLogger().removeHandler(placeholder)
     imports_set = {k: v for k, v in os.environ.items() if started_with.get(k) != v}
+    gc.freeze()  # the preloaded objects: never collected, so a fork's collections leave their pages shared
     job, streams = serve(sys.argv[1], started_with, imports_set)
     del sys.modules["become"], sys.modules["refusals"]  # nothing of the server's for the command to import
     become(job, streams, default_filters, imports_set)
+    code, interrupted = 0, False
     try:
         run(job)
-    except Exception as err:  # said as the interpreter says it, without this file's frames and become.py's
+    except SystemExit as exit:
+        code = exit_status(exit)
+    except BaseException as err:  # said as the interpreter says it, without this file's frames and become.py's
         tb = err.__traceback__
         while tb is not None and os.path.dirname(tb.tb_frame.f_code.co_filename) == HERE:
             tb = tb.tb_next
         sys.excepthook(type(err), err.with_traceback(tb), tb)  # the interpreter prints the exception's own
-        sys.exit(1)
+        code, interrupted = 1, isinstance(err, KeyboardInterrupt)
+    leave(code, interrupted)
