@@ -19,6 +19,7 @@ import warnings
 
 from become import become, run
 from refusals import refusal
+from sitecustomize import receive  # this folder's: here it hands nothing over (no NMT_TEST_PRESTART)
 
 # what train.py imports by the time it trains; evaluate.py, translate.py and the rest import less of them
 PRELOAD = ("hydra", "omegaconf", "torch", "lightning.pytorch", "nmt.cli", "nmt.training.config", "nmt.training.train")
@@ -151,16 +152,6 @@ def answer(connection: socket.socket, value: int) -> None:
         connection.sendall(value.to_bytes(8, "big", signed=True))
     except OSError:  # the stand-in is gone
         pass
-
-
-def receive(connection: socket.socket, size: int) -> bytes:
-    data = b""
-    while len(data) < size:
-        chunk = connection.recv(size - len(data))
-        if not chunk:
-            raise OSError("the stand-in closed its connection")
-        data += chunk
-    return data
 
 
 if __name__ == "__main__":

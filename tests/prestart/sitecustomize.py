@@ -83,7 +83,7 @@ def _hand_over(addresses: list[str]) -> None:
         connection.connect(_server(addresses))
         socket.send_fds(connection, [len(request).to_bytes(8, "big")], [0, 1, 2])
         connection.sendall(request)
-        run = int.from_bytes(_receive(connection, 8), "big", signed=True)
+        run = int.from_bytes(receive(connection, 8), "big", signed=True)
     except OSError:
         connection.close()
         return
@@ -101,7 +101,7 @@ def _hand_over(addresses: list[str]) -> None:
         for name in FORWARDED:
             if signal.getsignal(getattr(signal, name)) is not signal.SIG_IGN:
                 signal.signal(getattr(signal, name), forward)
-        status = int.from_bytes(_receive(connection, 8), "big", signed=True)
+        status = int.from_bytes(receive(connection, 8), "big", signed=True)
         if os.WIFSIGNALED(status):
             signum = os.WTERMSIG(status)
             if signum != signal.SIGKILL:
@@ -116,7 +116,8 @@ def _hand_over(addresses: list[str]) -> None:
         os._exit(70)
 
 
-def _receive(connection, size: int) -> bytes:
+def receive(connection, size: int) -> bytes:
+    """``size`` bytes from ``connection`` (server.py's too)."""
     data = b""
     while len(data) < size:
         chunk = connection.recv(size - len(data))
