@@ -73,6 +73,7 @@ def _standard_streams(unbuffered: bool) -> None:
             encoding=old.encoding,
             errors=old.errors,
             line_buffering=old.line_buffering,
+            newline="\n",  # the interpreter's: a "\r\n" read is kept
             write_through=unbuffered and fd != 0,
         )
         stream.mode = "r" if fd == 0 else "w"

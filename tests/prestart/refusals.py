@@ -100,10 +100,13 @@ def lightning_first(file: str, module: str | None = None) -> bool:
     if file == "-":
         return False
     seen: set[str] = set()
-    package = module.rpartition(".")[0] if module else None
+    if module and file.endswith("__main__.py"):  # -m of a package: its __main__ runs inside it
+        package, parents = module, module
+    else:
+        package = parents = module.rpartition(".")[0] if module else None
     waiting = list(_top_level_imports(Path(file), package))
-    if package:  # -m imports its packages first
-        waiting.extend(".".join(package.split(".")[: i + 1]) for i in range(package.count(".") + 1))
+    if parents:  # -m imports the packages first
+        waiting.extend(".".join(parents.split(".")[: i + 1]) for i in range(parents.count(".") + 1))
     while waiting:
         module = waiting.pop()
         if module in seen:
@@ -144,6 +147,6 @@ def _top_level_imports(file: Path, package: str | None) -> set[str]:
                 base = ".".join([*parts[: len(parts) - node.level + 1], *([base] if base else [])])
             names.add(base)
             names.update(f"{base}.{alias.name}" for alias in node.names)
-        else:
-            nodes.extend(child for child in ast.iter_child_nodes(node) if isinstance(child, ast.stmt))
+        else:  # every other node's: a statement's blocks, an except clause's, a match case's
+            nodes.extend(ast.iter_child_nodes(node))
     return {".".join(name.split(".")[: i + 1]) for name in names if name for i in range(name.count(".") + 1)}

@@ -15,6 +15,7 @@ import select
 import signal
 import socket
 import sys
+import traceback
 import warnings
 
 from become import become, run
@@ -38,8 +39,10 @@ def serve(address: str, own_env: dict[str, str], imports_set: dict[str, str]) ->
     ends: dict[int, tuple[int, socket.socket]] = {}  # a run's pidfd -> (its pid, its stand-in's connection)
     while True:
         readable, _, _ = select.select([listener, *stand_ins, *ends], [], [])
-        # the runs whose stand-in died are killed and reaped before a new command is read (a test's rerun of a
-        # command it has just killed must not meet the killed run still holding its folder)
+        # the runs whose stand-in died are killed and reaped before this server reads a new command (a test's
+        # rerun of a command it has just killed must not meet the killed run still holding its folder; the
+        # rerun goes to the other server, which starts it after a new interpreter's start-up, tens of
+        # milliseconds, where this one takes one or two)
         for ready in [r for r in readable if r in stand_ins]:
             try:
                 gone = not ready.recv(1)  # a stand-in sends nothing more: readable means it is gone
@@ -63,14 +66,20 @@ def serve(address: str, own_env: dict[str, str], imports_set: dict[str, str]) ->
         if listener not in readable:
             continue
         connection, _ = listener.accept()
+        fds: list[int] = []
         try:
             header, fds, _, _ = socket.recv_fds(connection, 8, 3)
             request = json.loads(receive(connection, int.from_bytes(header, "big")))
         except (OSError, ValueError) as err:
             print(f"prestart: a request unread: {err}", file=sys.stderr, flush=True)
             connection.close()
+            for fd in fds:  # the test's pipes: held here, its reads would never end
+                os.close(fd)
             continue
-        reason = refusal(request, own_env, imports_set)
+        try:
+            reason = refusal(request, own_env, imports_set)
+        except Exception as err:  # noqa: BLE001 - a script that does not parse, say: it starts as usual
+            reason = f"not read: {err!r}"
         if reason is not None or len(fds) != 3:
             command = " ".join(request["orig_argv"][1:4])
             print(f"prestart: {command} ... started as usual: {reason}", file=sys.stderr, flush=True)
@@ -124,13 +133,28 @@ def leave(code: int, interrupted: bool) -> None:
     import gc
     import threading
 
-    threading._shutdown()
-    atexit._run_exitfuncs()
+    for step in (threading._shutdown, atexit._run_exitfuncs):
+        try:
+            step()
+        except BaseException:  # a Ctrl-C while waiting for the threads: said, and the end goes on, as there
+            print(f"Exception ignored in: {step.__module__}.{step.__name__}", file=sys.stderr)
+            traceback.print_exc()
+    standard = [sys.stdin, sys.stdout, sys.stderr, sys.__stdin__, sys.__stdout__, sys.__stderr__]
+    for stream in standard:  # first: the files closed below must not take a standard stream's layers along
+        try:
+            if stream is not None and stream.writable():
+                stream.flush()
+        except Exception:  # noqa: BLE001, S110 - a closed pipe: the interpreter goes on to end too
+            pass
+    layers = {id(s) for s in standard}
+    for stream in standard:
+        while stream is not None:  # its buffer, then that one's raw file
+            layers.add(id(stream))
+            stream = getattr(stream, "buffer", None) or getattr(stream, "raw", None)
     made = [o for o in gc.get_objects() if isinstance(o, io.IOBase)]  # since the fork (the preloaded: frozen)
-    standard = {id(s) for s in (sys.stdin, sys.stdout, sys.stderr)} | {id(s.buffer) for s in (sys.stdout, sys.stderr)}
     for layer in (io.TextIOBase, io.BufferedIOBase, io.IOBase):  # a file's text first, its raw descriptor last
         for stream in made:
-            if isinstance(stream, layer) and id(stream) not in standard:
+            if isinstance(stream, layer) and id(stream) not in layers:
                 try:
                     if not stream.closed:
                         stream.close()
@@ -139,7 +163,7 @@ def leave(code: int, interrupted: bool) -> None:
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
-        except Exception:  # noqa: BLE001, S110 - a closed pipe: the interpreter goes on to end too
+        except Exception:  # noqa: BLE001, S110
             pass
     if interrupted:
         signal.signal(signal.SIGINT, signal.SIG_DFL)
