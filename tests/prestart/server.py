@@ -15,6 +15,7 @@ import select
 import signal
 import socket
 import sys
+import time
 import traceback
 import warnings
 
@@ -22,8 +23,18 @@ from become import become, run
 from refusals import refusal
 from sitecustomize import receive  # this folder's: here it hands nothing over (no NMT_TEST_PRESTART)
 
-# what train.py imports by the time it trains; evaluate.py, translate.py and the rest import less of them
-PRELOAD = ("hydra", "omegaconf", "torch", "lightning.pytorch", "nmt.cli", "nmt.training.config", "nmt.training.train")
+# what train.py imports by the time it trains (and sacremoses, which its scores import as it ends), and
+# evaluate.py, translate.py and the rest import less of them
+PRELOAD = (
+    "hydra",
+    "omegaconf",
+    "torch",
+    "lightning.pytorch",
+    "nmt.cli",
+    "nmt.training.config",
+    "nmt.training.train",
+    "sacremoses",
+)
 PR_SET_PDEATHSIG = 1
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -37,6 +48,7 @@ def serve(address: str, own_env: dict[str, str], imports_set: dict[str, str]) ->
     os.rename(address + ".binding", address)  # connectable only now that everything is imported
     stand_ins: dict[socket.socket, int] = {}  # a stand-in's connection -> its run's pid
     ends: dict[int, tuple[int, socket.socket]] = {}  # a run's pidfd -> (its pid, its stand-in's connection)
+    forked: dict[int, tuple[str, float]] = {}  # a run's pid -> (its command, said as refusals are; its start)
     while True:
         readable, _, _ = select.select([listener, *stand_ins, *ends], [], [])
         # the runs whose stand-in died are killed and reaped before this server reads a new command (a test's
@@ -52,7 +64,8 @@ def serve(address: str, own_env: dict[str, str], imports_set: dict[str, str]) ->
                 pid = stand_ins.pop(ready)
                 end = next(pidfd for pidfd, (run_pid, _) in ends.items() if run_pid == pid)
                 os.kill(pid, signal.SIGKILL)  # as the stand-in's own SIGKILL would have; not reaped yet: alive
-                os.waitpid(pid, 0)
+                _, status = os.waitpid(pid, 0)
+                said(status, forked.pop(pid))
                 del ends[end]
                 os.close(end)
                 ready.close()
@@ -60,6 +73,7 @@ def serve(address: str, own_env: dict[str, str], imports_set: dict[str, str]) ->
             pid, connection = ends.pop(ready)
             os.close(ready)
             _, status = os.waitpid(pid, 0)
+            said(status, forked.pop(pid))
             stand_ins.pop(connection, None)
             answer(connection, status)
             connection.close()
@@ -80,8 +94,8 @@ def serve(address: str, own_env: dict[str, str], imports_set: dict[str, str]) ->
             reason = refusal(request, own_env, imports_set)
         except Exception as err:  # noqa: BLE001 - a script that does not parse, say: it starts as usual
             reason = f"not read: {err!r}"
+        command = " ".join(request["orig_argv"][1:4])
         if reason is not None or len(fds) != 3:
-            command = " ".join(request["orig_argv"][1:4])
             print(f"prestart: {command} ... started as usual: {reason}", file=sys.stderr, flush=True)
             answer(connection, 0)
             connection.close()
@@ -102,7 +116,50 @@ def serve(address: str, own_env: dict[str, str], imports_set: dict[str, str]) ->
             os.close(fd)
         ends[os.pidfd_open(pid)] = (pid, connection)
         stand_ins[connection] = pid
+        forked[pid] = (command, time.monotonic())
         answer(connection, pid)
+
+
+def warm_hydra() -> None:
+    """Do once here what Hydra does the first time in a process and undo its state: find its installed
+    plugins (importing them and filling the caches of Python's abstract classes that checking each class
+    fills) and compose a config (its override grammar's parser and the rest built on first use): about half
+    a second of every forked command that reads a config. The plugins found are forgotten, so that each fork
+    finds them again on its own import path, as a fresh interpreter would (cheaply now); the project's own
+    plugin folder is kept off the path here, so that only the installed ones, which every command's path
+    holds, are imported before a fork."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.plugins import Plugins
+    from hydra.core.singleton import Singleton
+    from hydra.version import VersionBase
+
+    had_version = VersionBase in Singleton._instances
+    version = VersionBase.instance().getbase()
+    before = set(Singleton._instances)
+    path = sys.path[:]
+    sys.path[:] = [p for p in path if not os.path.isdir(os.path.join(p or ".", "hydra_plugins", "nmt_search_sweeper"))]
+    try:
+        with initialize_config_dir(
+            config_dir=os.path.join(os.path.dirname(os.path.dirname(HERE)), "conf"), version_base="1.3"
+        ):
+            compose("train", return_hydra_config=True)
+    finally:
+        sys.path[:] = path
+        for made in set(Singleton._instances) - before:  # the plugins found, the initialised Hydra
+            del Singleton._instances[made]
+        Singleton._instances.pop(Plugins, None)
+        if had_version:
+            VersionBase.instance().version_base = version
+        else:
+            del Singleton._instances[VersionBase]
+
+
+def said(status: int, command: tuple[str, float]) -> None:
+    """A line for each forked command as it ends: how long it took and how it ended (the log then counts what
+    the preloading served, beside what it refused)."""
+    name, started = command
+    end = f"signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status) else f"status {os.waitstatus_to_exitcode(status)}"
+    print(f"prestart: {name} ... forked, {end} after {time.monotonic() - started:.2f} s", file=sys.stderr, flush=True)
 
 
 def _die_with(server: int) -> None:
@@ -192,6 +249,7 @@ if __name__ == "__main__":
     logging.getLogger().addHandler(placeholder)
     for name in PRELOAD:
         __import__(name)
+    warm_hydra()
     logging.getLogger().removeHandler(placeholder)
     imports_set = {k: v for k, v in os.environ.items() if started_with.get(k) != v}
     gc.freeze()  # the preloaded objects: never collected, so a fork's collections leave their pages shared
