@@ -8,6 +8,7 @@ import sys
 import warnings
 from pathlib import Path
 
+import joblib.parallel
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
@@ -26,7 +27,11 @@ WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 CORE_SHARE = max(1, min(2, len(os.sched_getaffinity(0)) // WORKERS))
 torch.set_num_threads(CORE_SHARE)
 if WORKERS > 1:
-    os.environ["OMP_NUM_THREADS"] = str(CORE_SHARE)
+    # the other libraries' thread counts too, each as joblib's process pool sets it where it is unset (the
+    # cores over its jobs): its workers, and the runs they start, then have the session's environment, which
+    # lets them fork from the session's preloaded processes (tests/prestart/) rather than start anew
+    for variable in joblib.parallel.ParallelBackendBase.MAX_NUM_THREADS_VARS:  # OMP_NUM_THREADS among them
+        os.environ[variable] = str(CORE_SHARE)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -30,7 +30,7 @@ from pathlib import Path
 CONTROL = "nvidia-cuda-mps-control"
 PIPE_ENV = "CUDA_MPS_PIPE_DIRECTORY"
 LOG_ENV = "CUDA_MPS_LOG_DIRECTORY"
-WATCH_S = float(os.environ.get("NMT_MPS_WATCH_S", "10"))  # seconds between two looks at the daemon's clients
+WATCH_ENV = "NMT_MPS_WATCH_S"  # seconds between two looks at the daemon's clients (default 10), read as a watch starts
 QUITTING = "quitting"  # in the daemon's folder: a quit that was still waiting for clients when its sitting left
 
 
@@ -234,9 +234,11 @@ class ServerWatch:
     """Asks the daemon every ``every_s`` seconds, in a thread, for its servers and their clients while the
     runs go: a run that reached the daemon is one of those clients."""
 
-    def __init__(self, daemon: MpsDaemon, every_s: float = WATCH_S, mine: str | None = None) -> None:
-        """``mine``: count only the clients whose command line holds it (the sweep's folder: the daemon may
-        serve other sweeps' runs too)."""
+    def __init__(self, daemon: MpsDaemon, every_s: float | None = None, mine: str | None = None) -> None:
+        """``every_s``: by default ``NMT_MPS_WATCH_S``, or 10; ``mine``: count only the clients whose command
+        line holds it (the sweep's folder: the daemon may serve other sweeps' runs too)."""
+        if every_s is None:
+            every_s = float(os.environ.get(WATCH_ENV, "10"))
         self.daemon, self.every_s, self.mine = daemon, every_s, mine
         self.seen: set[int] = set()
         self.most_clients: int | None = None  # the most runs connected at one time (None: never told)

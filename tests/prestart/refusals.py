@@ -10,15 +10,19 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 # the variables read as a process starts or as the preloaded modules are imported: Python's own, the locale,
 # the native libraries that torch and numpy load (thread pools, allocators, the loader), the modules' own
-# (torch's, matplotlib's, a home folder's configuration, Lightning's rank, nmt.sweep.mps's watch), prefixes
+# (torch's, matplotlib's, a home folder's configuration, Lightning's rank), prefixes
 # all; a command whose value of one differs from the server's starts as usual. Any other is read only as a
 # run goes on. PYTHONPATH and PYTHONWARNINGS a fork applies.
 START_UP = tuple(
     "PYTHON LC_ LANG OMP_ GOMP_ MKL_ OPENBLAS_ GOTO BLIS_ VECLIB_ DNNL_ ONEDNN_ TORCH PYTORCH_ CUDA_ NVIDIA_ LD_ "
     "MALLOC_ MPL HOME XDG_ USER NUMEXPR_ NUMBA_ RANK LOCAL_RANK NODE_RANK WORLD_SIZE SLURM_ JSM_NAMESPACE_ "
-    "POSSIBLE_USER_WARNINGS NMT_MPS_WATCH_S".split()
+    "POSSIBLE_USER_WARNINGS".split()
 )
 APPLIED = ("PYTHONPATH", "PYTHONWARNINGS")
+# programs that take their own process id for what their parent knows them by (a fork's is not the stand-in's)
+PID_BOUND = {"submitit.local._local": "submitit's local controller names its job's files by its process id"}
+# read by CUDA's libraries as they start (on a GPU, torch starts them as Lightning is imported)
+CUDA = ("CUDA_", "NVIDIA_")
 # Intel's OpenMP reads these as it loads: only where it is loaded (torch's CPU build loads GNU's; joblib's
 # import sets KMP_INIT_AT_FORK in every process after it)
 INTEL_OPENMP = ("KMP_",)
@@ -40,8 +44,12 @@ def refusal(request: dict, own_env: dict[str, str], imports_set: dict[str, str])
         return f"another interpreter, {executable}"
     if request["passed_fds"]:  # a pipe given to a loky worker, a compile worker's: only 0-2 are handed over
         return f"descriptors {request['passed_fds']} passed to it"
+    if args[0] == "-m" and args[1] in PID_BOUND:
+        return PID_BOUND[args[1]]
     env = request["env"]
     start_up = START_UP + (INTEL_OPENMP if "libiomp" in Path("/proc/self/maps").read_text() else ())
+    if not sys.modules["torch"].backends.cuda.is_built():  # no CUDA library to read them, ever: a GPU pool's
+        start_up = tuple(p for p in start_up if p not in CUDA)  # runs (CUDA_VISIBLE_DEVICES) fork as any other
     own_env = {**own_env, **imports_set}
     differ = sorted(
         key
