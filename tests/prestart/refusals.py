@@ -21,7 +21,7 @@ START_UP = tuple(
 APPLIED = ("PYTHONPATH", "PYTHONWARNINGS")
 # programs that take their own process id for what their parent knows them by (a fork's is not the stand-in's)
 PID_BOUND = {"submitit.local._local": "submitit's local controller names its job's files by its process id"}
-# read by CUDA's libraries as they start (on a GPU, torch starts them as Lightning is imported)
+# read by CUDA's libraries as they start (with torch built with CUDA, possibly as the preloaded modules load)
 CUDA = ("CUDA_", "NVIDIA_")
 # Intel's OpenMP reads these as it loads: only where it is loaded (torch's CPU build loads GNU's; joblib's
 # import sets KMP_INIT_AT_FORK in every process after it)
@@ -42,7 +42,10 @@ def refusal(request: dict, own_env: dict[str, str], imports_set: dict[str, str])
         executable, sys.executable
     ):
         return f"another interpreter, {executable}"
-    if request["passed_fds"]:  # a pipe given to a loky worker, a compile worker's: only 0-2 are handed over
+    # a pipe given to a loky worker, a compile worker's: only 0-2 are handed over (handing the others over too
+    # would not do: a loky worker ending tells its pool its own process id, and a compile worker ends when its
+    # parent is not the process that started it)
+    if request["passed_fds"]:
         return f"descriptors {request['passed_fds']} passed to it"
     if args[0] == "-m" and args[1] in PID_BOUND:
         return PID_BOUND[args[1]]
