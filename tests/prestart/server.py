@@ -20,7 +20,7 @@ import traceback
 import warnings
 
 from become import become, run
-from refusals import refusal
+from refusals import ROOT, refusal
 from sitecustomize import receive  # this folder's: here it hands nothing over (no NMT_TEST_PRESTART)
 
 # what train.py imports by the time it trains (and sacremoses, which its scores import as it ends), and
@@ -137,11 +137,9 @@ def warm_hydra() -> None:
     version = VersionBase.instance().getbase()
     before = set(Singleton._instances)
     path = sys.path[:]
-    sys.path[:] = [p for p in path if not os.path.isdir(os.path.join(p or ".", "hydra_plugins", "nmt_search_sweeper"))]
+    sys.path[:] = [p for p in path if os.path.realpath(p or ".") != str(ROOT)]  # the checkout's hydra_plugins/
     try:
-        with initialize_config_dir(
-            config_dir=os.path.join(os.path.dirname(os.path.dirname(HERE)), "conf"), version_base="1.3"
-        ):
+        with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
             compose("train", return_hydra_config=True)
     finally:
         sys.path[:] = path
