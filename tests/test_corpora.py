@@ -5,6 +5,7 @@ import io
 import json
 import math
 import os
+import random
 import re
 import shutil
 import tarfile
@@ -42,6 +43,9 @@ ZH_EN = [
 ] * 60
 ZH_EN = [f"{s} ({i})" for i, s in enumerate(ZH_EN)]  # distinct sentences
 ZH = [f"{s[:-1]}{i}{s[-1]}" for i, s in enumerate(ZH)]  # (a split keeps the translations of one sentence together)
+# a pronouncing dictionary of 400 made-up words, each letter one phoneme
+CMUDICT = sorted({"".join(random.Random(i).choices("abdeklmnost", k=3 + i % 5)) for i in range(450)})[:400]
+CMUDICT = [f"{word} {' '.join(f'{c.upper()}H1' for c in word)}" for word in CMUDICT]
 
 
 def write(path: Path, lines, gz=False):
@@ -1145,7 +1149,7 @@ def test_data_no_batch_can_hold_is_one_line_naming_the_setting(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("corpus", ["tatoeba_de_en", "zh_en", "europarl", "news_commentary", "files"])
+@pytest.mark.parametrize("corpus", ["tatoeba_de_en", "zh_en", "europarl", "news_commentary", "files", "cmudict"])
 def test_a_tiny_transformer_trains_an_epoch_on_each_module(corpus, tmp_path, capsys):
     data = tmp_path / "data"
     write(data / "deu.txt", [f"{e}\t{d}" for e, d in zip(EN, DE, strict=True)])
@@ -1153,6 +1157,7 @@ def test_a_tiny_transformer_trains_an_epoch_on_each_module(corpus, tmp_path, cap
     europarl_archive(data / "de-en.tgz")
     write_news_commentary(data)
     write(data / "pairs.tsv", [f"{e}\t{d}" for e, d in zip(EN, DE, strict=True)])
+    write(data / "cmudict.dict", CMUDICT)
     extra = {"files": [f"data.train={data / 'pairs.tsv'}", "data.valid_size=30", "data.test_size=30"]}.get(
         corpus, [f"data.root={data}", "data.valid_size=30", "data.test_size=30", "data.download=false"]
     )
@@ -1353,6 +1358,20 @@ def corpus_at_seed(name: str, folder: Path, seed: int):
             write(folder / f"{split}.txt", [e.lower() for e in EN[40 * i : 40 * i + 40]])
         paths = {split: str(folder / f"{split}.txt") for split in ("train", "val", "test")}
         return TextFilesDataModule(**paths, cache_dir=cache, seed=seed)
+    if name == "cmudict":
+        from nmt.data.cmudict import CMUDictDataModule
+
+        write(folder / "cmudict" / "cmudict.dict", CMUDICT)
+        return CMUDictDataModule(
+            root=str(folder / "cmudict"),
+            src_lang="en",
+            tgt_lang="phonemes",
+            download=False,
+            valid_size=30,
+            test_size=30,
+            cache_dir=cache,
+            seed=seed,
+        )
     if name == "ptb":
         for i, split in enumerate(("train", "valid", "test")):
             write(folder / "ptb" / f"ptb.{split}.txt", [e.lower() for e in EN[40 * i : 40 * i + 40]])
@@ -1361,7 +1380,8 @@ def corpus_at_seed(name: str, folder: Path, seed: int):
 
 
 @pytest.mark.parametrize(
-    "name", ["toy", "files", "europarl", "tatoeba", "zh_en", "news_commentary", "multi30k", "ptb", "lm_files"]
+    "name",
+    ["toy", "files", "europarl", "tatoeba", "zh_en", "news_commentary", "multi30k", "ptb", "lm_files", "cmudict"],
 )
 def test_a_corpus_text_never_depends_on_the_training_seed(tmp_path, name):
     """Every run of a sweep reads one split whatever its seed (split_seed chooses it): so a sweep reads a

@@ -229,7 +229,7 @@ def test_the_summarisation_recipe_trains_and_scores_rouge(tmp_path):
     ("data", "refused"),
     [("multi30k", "multi30k (en-de)"), ("tatoeba_de_en", "tatoeba (de-en)"), ("zh_en", "zh_en (zh-en)"),
      ("europarl", "europarl (de-en)"), ("news_commentary", "news_commentary (de-en)"), ("files", None),
-     ("toy", None)],
+     ("toy", None), ("cmudict", "cmudict (en-phonemes)")],
 )  # fmt: skip
 def test_a_corpus_of_translations_is_refused_as_a_summarisers_data_before_any_run(data, refused):
     """`train.py task=summarization` alone trained on Multi30k en-de and scored German "summaries" of English
@@ -241,7 +241,8 @@ def test_a_corpus_of_translations_is_refused_as_a_summarisers_data_before_any_ru
     if refused is None:
         check_config(cfg)
         return
-    with pytest.raises(ConfigError, match=rf"task=summarization on data={re.escape(refused)}: a corpus of transl"):
+    kind = "words and their pronunciations" if data == "cmudict" else "translations"
+    with pytest.raises(ConfigError, match=rf"task=summarization on data={re.escape(refused)}: a corpus of {kind}, "):
         check_config(cfg)
     check_config(compose_train("task.rouge=true", f"data={data}"))  # ROUGE beside a translation's BLEU: asked
 

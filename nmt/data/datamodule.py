@@ -95,6 +95,7 @@ class ParallelDataModule:
     # a corpus of translations, each pair one text in two languages: a summariser cannot learn from it, and
     # task=summarization refuses it (plain files and the generated toy task may hold either kind of pairs)
     translations = False
+    pairs_are = "translations"  # what its pairs are, as that refusal says
     trainer = None  # the Lightning trainer running this data, once attached: its processes and device
 
     def __init__(

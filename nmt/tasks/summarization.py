@@ -36,9 +36,9 @@ class SummarizationTask(TranslationTask):
             # it trained, and decoded German for "summaries" of English captions, without a word
             languages = f"{OmegaConf.select(cfg, 'data.src_lang')}-{OmegaConf.select(cfg, 'data.tgt_lang')}"
             problems.append(
-                f"  task={self.name} on data={corpus.name} ({languages}): a corpus of translations, not of documents "
-                "and their summaries; give your own with experiment=summarization data.train=... (docs/tasks.md, "
-                "Summarisation)"
+                f"  task={self.name} on data={corpus.name} ({languages}): a corpus of {corpus.pairs_are}, not of "
+                "documents and their summaries; give your own with experiment=summarization data.train=... "
+                "(docs/tasks.md, Summarisation)"
             )
         if OmegaConf.select(cfg, "validation.bleu_every_n_epochs", default=1) == 0:
             problems.append(
