@@ -45,7 +45,8 @@ ZH_EN = [f"{s} ({i})" for i, s in enumerate(ZH_EN)]  # distinct sentences
 ZH = [f"{s[:-1]}{i}{s[-1]}" for i, s in enumerate(ZH)]  # (a split keeps the translations of one sentence together)
 # a pronouncing dictionary of 400 made-up words, each letter one phoneme
 CMUDICT = sorted({"".join(random.Random(i).choices("abdeklmnost", k=3 + i % 5)) for i in range(450)})[:400]
-CMUDICT = [f"{word} {' '.join(f'{c.upper()}H1' for c in word)}" for word in CMUDICT]
+PHONE = dict(zip("abdeklmnost", "AE1 B D EH0 K L M N OW1 S T".split(), strict=True))
+CMUDICT = [f"{word} {' '.join(PHONE[c] for c in word)}" for word in CMUDICT]
 
 
 def write(path: Path, lines, gz=False):

@@ -3,7 +3,9 @@ usual corpus of grapheme-to-phoneme conversion (``experiment=cmudict_g2p``, ``ta
 
 A line is ``word PH PH ...``, a further pronunciation of a word ``word(2) PH ...``, and ``# ...`` a comment
 (``d'artagnan D AH0 R T AE1 NG Y AH0 N # foreign french``). Each pair is a word, as written (lowercase, with
-its apostrophes, hyphens and dots), and its phonemes separated by spaces, stress digits kept (``K AE1 T``).
+its apostrophes, hyphens and dots), and its first listed pronunciation, phonemes separated by spaces with their
+stress digits (``K AE1 T``): one reference a word, as the task scores it (a further pronunciation would be
+a second pair whose output can match only one of the two).
 """
 
 import re
@@ -14,42 +16,51 @@ from nmt.data.unsplit import UnsplitCorpusDataModule
 
 UPSTREAM = "https://raw.githubusercontent.com/cmusphinx/cmudict/master"
 FILENAME = "cmudict.dict"
-# ARPAbet as the dictionary writes it: 39 phonemes, vowels with a stress digit (0 none, 1 primary, 2 secondary)
-PHONEME = re.compile(r"[A-Z]{1,2}[012]?")
-_VARIANT = re.compile(r"\((\d+)\)$")
-PRONUNCIATIONS = ("first", "all")
+# ARPAbet as the dictionary writes it: 15 vowels, each with its stress (0 none, 1 primary, 2 secondary), and
+# 24 consonants, without
+VOWELS = "AA AE AH AO AW AY EH ER EY IH IY OW OY UH UW".split()
+CONSONANTS = "B CH D DH F G HH JH K L M N NG P R S SH T TH V W Y Z ZH".split()
+PHONEMES = frozenset([f"{v}{stress}" for v in VOWELS for stress in "012"] + CONSONANTS)
+_VARIANT = re.compile(r"\(\d+\)$")
 
 
-def read_cmudict(path: Path, pronunciations: str = "first") -> tuple[list[str], list[str]]:
-    """(words, pronunciations) from a ``cmudict.dict`` file. ``first``: each word with its first
-    pronunciation (the dictionary lists the most common first), so that each test word has the one reference
-    its score is counted against; ``all``: every pronunciation, a pair each. A line that is not ``word PH
-    ...`` with ARPAbet phonemes is an error naming the file and line."""
-    if pronunciations not in PRONUNCIATIONS:
-        raise ValueError(f"data.pronunciations={pronunciations!r} is not one of {list(PRONUNCIATIONS)}")
+def read_cmudict(path: Path) -> tuple[list[str], list[str]]:
+    """(words, pronunciations) from a ``cmudict.dict`` file, each word once with its first listed
+    pronunciation. A line that is not ``word PH PH ...`` with ARPAbet phonemes is an error naming the file
+    and line."""
     words, phones, seen = [], [], set()
     for number, line in enumerate(read_lines(path), start=1):
         text = line.split("#", 1)[0].split()
         if not text:
             continue
-        word, sounds = text[0], text[1:]
-        bad = [p for p in sounds if not PHONEME.fullmatch(p)]
-        if not sounds or bad:
-            what = f"{bad[0]!r} is not an ARPAbet phoneme" if bad else "a word without phonemes"
-            raise ValueError(f"{path}, line {number}: {what}; expected 'word PH PH ...' (e.g. 'cat K AE1 T')")
-        word = _VARIANT.sub("", word)
-        if pronunciations == "first" and word in seen:
-            continue
-        seen.add(word)
-        words.append(word)
-        phones.append(" ".join(sounds))
+        if text[0].startswith(";;;"):
+            raise ValueError(
+                f"{path}, line {number}: a ';;;' comment, as the old cmudict-0.7b writes them (with uppercase words): "
+                f"give the {FILENAME} of github.com/cmusphinx/cmudict (lowercase words, '#' comments)"
+            )
+        word, sounds = _VARIANT.sub("", text[0]), text[1:]
+        bad = [p for p in sounds if p not in PHONEMES]
+        problem = (
+            "a word without phonemes"
+            if not sounds
+            else f"{bad[0]!r} is not an ARPAbet phoneme (a vowel with its stress 0-2: AE1; a consonant without: K)"
+            if bad
+            else f"{text[0]!r} is not a word or a word's further pronunciation ('word(2)')"
+            if "(" in word or ")" in word
+            else None
+        )
+        if problem:
+            raise ValueError(f"{path}, line {number}: {problem}; expected 'word PH PH ...' (e.g. 'cat K AE1 T')")
+        if word not in seen:
+            seen.add(word)
+            words.append(word)
+            phones.append(" ".join(sounds))
     return words, phones
 
 
 class CMUDictDataModule(UnsplitCorpusDataModule):
-    """``data=cmudict``: words -> phonemes (``src_lang: en``, ``tgt_lang: phonemes``; the reverse direction,
-    phonemes -> spelling, with the two swapped), split with ``split_seed`` so that no word and no
-    pronunciation is in two splits (homophones such as "their" and "there" stay together). From data.root,
+    """``data=cmudict``: English words -> phonemes, split with ``split_seed`` so that no word and no
+    pronunciation is in two splits (homophones such as "red" and "redd" stay together). From data.root,
     $NMT_DATA/cmudict, the cache, or a download of the upstream file."""
 
     name = "cmudict"
@@ -57,17 +68,15 @@ class CMUDictDataModule(UnsplitCorpusDataModule):
     translations = True
     pairs_are = "words and their pronunciations"
 
-    def __init__(self, root: str | None = None, download: bool = True, pronunciations: str = "first", **kwargs) -> None:
+    def __init__(self, root: str | None = None, download: bool = True, **kwargs) -> None:
         super().__init__(**kwargs)
-        sides = {self.src_lang, self.tgt_lang}
-        if sides != {"en", "phonemes"}:
+        if (self.src_lang, self.tgt_lang) != ("en", "phonemes"):
             raise ValueError(
-                f"data=cmudict pairs English words with their phonemes: data.src_lang and data.tgt_lang are 'en' "
-                f"and 'phonemes' (either way round); got {self.src_lang!r} and {self.tgt_lang!r}"
+                f"data=cmudict converts English words to phonemes: data.src_lang=en, data.tgt_lang=phonemes (got "
+                f"{self.src_lang!r}, {self.tgt_lang!r}); the reverse has several right spellings of one "
+                "pronunciation (laurie, lori, lorry), which one reference a pair cannot score"
             )
-        if pronunciations not in PRONUNCIATIONS:
-            raise ValueError(f"data.pronunciations={pronunciations!r} is not one of {list(PRONUNCIATIONS)}")
-        self.root, self.download, self.pronunciations = root, download, pronunciations
+        self.root, self.download = root, download
 
     def load_pairs(self) -> tuple[list[str], list[str]]:
         folder = locate(
@@ -79,6 +88,4 @@ class CMUDictDataModule(UnsplitCorpusDataModule):
             download=self.download,
             suffixes=("", ".gz"),
         )
-        path = folder / FILENAME if (folder / FILENAME).is_file() else folder / f"{FILENAME}.gz"
-        words, phones = read_cmudict(path, self.pronunciations)
-        return (words, phones) if self.src_lang == "en" else (phones, words)
+        return read_cmudict(folder / FILENAME if (folder / FILENAME).is_file() else folder / f"{FILENAME}.gz")

@@ -94,12 +94,17 @@ def language(lang) -> str:
     return ALIASES.get(primary, primary)
 
 
+# target codes that name no language on purpose, whose 13a tokenisation is theirs: ARPAbet (data=cmudict), one
+# phoneme a token
+NOT_LANGUAGES = {"phonemes"}
+
+
 def unknown_language_note(key: str, lang) -> str | None:
     """A note for a target language code that names no language the scorers know (``tgt``, ``sum``,
     ``deu``): BLEU then tokenises as 13a and the tokenised BLEU takes Moses's generic rules. None otherwise."""
     from nmt.data.segmenter import moses_languages
 
-    if not str(lang or "").strip() or language(lang) in moses_languages() | {"zh", "ja", "ko"}:
+    if not str(lang or "").strip() or language(lang) in moses_languages() | {"zh", "ja", "ko"} | NOT_LANGUAGES:
         return None
     return (
         f"note: {key}={lang} names no language known here: BLEU tokenises the target as '13a', and the tokenised "
