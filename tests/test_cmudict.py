@@ -11,7 +11,7 @@ import pytest
 
 from nmt.data.cmudict import PHONEMES, CMUDictDataModule, read_cmudict
 from nmt.data.sources import DataNotFoundError
-from nmt.metrics.corpus import transliteration_scores
+from nmt.metrics.corpus import transliteration_scores, unknown_language_note
 from nmt.training.train import train
 
 from .conftest import compose_train
@@ -152,6 +152,8 @@ def test_the_g2p_experiment_trains_and_scores_its_phoneme_outputs(tmp_path, caps
     assert cfg.task._target_.endswith("TransliterationTask") and cfg.early_stopping.monitor == "val_cer"
     results = train(cfg)
     assert "names no language known here" not in capsys.readouterr().out
+    assert unknown_language_note("data.tgt_lang", "phonemes") is None  # (and for a code of no language, a note)
+    assert "names no language known here" in unknown_language_note("data.tgt_lang", "tgt")
     assert results["epochs"] == 2 and results["best_val_cer"] > 0
     folder = tmp_path / "run" / "eval" / "test_beam2"
     hypotheses = (folder / "hypotheses.txt").read_text().splitlines()

@@ -9,6 +9,7 @@ a second pair whose output can match only one of the two).
 """
 
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 from nmt.data.sources import locate, read_lines
@@ -24,11 +25,10 @@ PHONEMES = frozenset([f"{v}{stress}" for v in VOWELS for stress in "012"] + CONS
 _VARIANT = re.compile(r"\(\d+\)$")
 
 
-def read_cmudict(path: Path) -> tuple[list[str], list[str]]:
-    """(words, pronunciations) from a ``cmudict.dict`` file, each word once with its first listed
-    pronunciation. A line that is not ``word PH PH ...`` with ARPAbet phonemes is an error naming the file
-    and line."""
-    words, phones, seen = [], [], set()
+def read_entries(path: Path) -> Iterator[tuple[str, str]]:
+    """Every (word, pronunciation) of a ``cmudict.dict`` file in its order, a word's further pronunciations
+    included (``word(2)`` read as ``word``), phonemes joined by spaces. A line that is not ``word PH PH ...``
+    with ARPAbet phonemes is an error naming the file and line."""
     for number, line in enumerate(read_lines(path), start=1):
         text = line.split("#", 1)[0].split()
         if not text:
@@ -51,16 +51,22 @@ def read_cmudict(path: Path) -> tuple[list[str], list[str]]:
         )
         if problem:
             raise ValueError(f"{path}, line {number}: {problem}; expected 'word PH PH ...' (e.g. 'cat K AE1 T')")
-        if word not in seen:
-            seen.add(word)
-            words.append(word)
-            phones.append(" ".join(sounds))
-    return words, phones
+        yield word, " ".join(sounds)
+
+
+def read_cmudict(path: Path) -> tuple[list[str], list[str]]:
+    """(words, pronunciations) from a ``cmudict.dict`` file, each word once with its first listed
+    pronunciation (:func:`read_entries` says which lines are refused)."""
+    first: dict[str, str] = {}
+    for word, sounds in read_entries(path):
+        first.setdefault(word, sounds)
+    return list(first), list(first.values())
 
 
 class CMUDictDataModule(UnsplitCorpusDataModule):
     """``data=cmudict``: English words -> phonemes, split with ``split_seed`` so that no word and no
-    pronunciation is in two splits (homophones such as "red" and "redd" stay together). From data.root,
+    reference pronunciation is in two splits (homophones such as "red" and "redd" stay together; a word's
+    further pronunciations, not references, are not kept apart). From data.root,
     $NMT_DATA/cmudict, the cache, or a download of the upstream file."""
 
     name = "cmudict"
