@@ -66,8 +66,8 @@ def read_cmudict(path: Path) -> tuple[list[str], list[str]]:
 class CMUDictDataModule(UnsplitCorpusDataModule):
     """``data=cmudict``: English words -> phonemes, split with ``split_seed`` so that no word and no
     reference pronunciation is in two splits (homophones such as "red" and "redd" stay together; a word's
-    further pronunciations, not references, are not kept apart). From data.root,
-    $NMT_DATA/cmudict, the cache, or a download of the upstream file."""
+    further pronunciations, not references, are not kept apart). From data.root, $NMT_DATA/cmudict, the
+    cache, or a download of the upstream file."""
 
     name = "cmudict"
     # a word and its pronunciation are one text in two forms: task=summarization refuses it, as translations
