@@ -250,6 +250,42 @@ def test_a_run_trained_afresh_gets_a_wandb_run_of_its_own(tmp_path, monkeypatch)
     assert {p.name.rsplit("-", 1)[1] for p in tmp_path.glob("wandb/offline-run-*")} == {fresh}
 
 
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        # Hydra's four lines (CSVLogger.__init__() got an unexpected keyword argument), without the keys it takes
+        (["+logger.project=x"], "logger.project is not an option of ResumableCSVLogger; it takes "
+         "flush_logs_every_n_steps, name, prefix, version"),
+        # a traceback once training had started, and from TensorBoard's writer thread
+        (["+logger.flush_logs_every_n_steps=abc"], "logger.flush_logs_every_n_steps='abc': ResumableCSVLogger "
+         "takes a whole number as flush_logs_every_n_steps"),
+        (["logger=tensorboard", "+logger.flush_secs=abc"], "logger.flush_secs='abc': ResumableTensorBoardLogger "
+         "takes a whole number as flush_secs"),
+        (["logger=tensorboard", "+logger.flush_secs=-5"], "logger.flush_secs=-5: must be > 0"),
+        (["logger=tensorboard", "+logger.log_graph=1"], "logger.log_graph=1: ResumableTensorBoardLogger takes "
+         "true or false as log_graph"),
+        (["logger=wandb", "+logger.entity=me"], "logger.entity is not an option of wandb_logger; it takes config, "
+         "dir, group, name, project, tags"),
+        (["+logger.save_dir=/tmp/x"], "logger.save_dir is set by the run (its folder); it takes"),
+    ],
+)  # fmt: skip
+def test_a_logger_option_it_does_not_take_is_one_line_before_any_data_is_read(tmp_path, overrides, message):
+    cfg = compose_train(*QUICK, *overrides, f"run_dir={tmp_path}")
+    with pytest.raises(ConfigError) as refused:
+        train(cfg)
+    assert message in str(refused.value) and not (tmp_path / "logs").exists()
+
+
+def test_a_logger_option_of_tensorboards_writer_is_taken(tmp_path):
+    from nmt.training.logger_options import logger_problems
+
+    assert (
+        logger_problems(compose_train(*QUICK, "logger=tensorboard", "+logger.flush_secs=5", "+logger.max_queue=2"))
+        == []
+    )
+    assert logger_problems(compose_train(*QUICK, "+logger.prefix=p", "+logger.flush_logs_every_n_steps=10")) == []
+
+
 def test_a_monitored_score_that_never_moved_is_said_and_recorded(tmp_path, capsys):
     """val_exact stuck at 0 for a whole run (the loss falling) chose best.ckpt among equals and the final scores
     used it, unsaid. Three decoded validations of an untrained toy model: BLEU 0 at each."""
@@ -1145,6 +1181,15 @@ def test_a_misspelt_level_setting_or_a_failing_plan_stops_the_sweep_before_any_r
         ("sweep_name=.", "sweep_name='.': the name of a folder under sweeps/"),
         # not a time: 00:99:99 was 1 h 40 min 39 s
         ("start_runs_for='00:99:99'", "start_runs_for='00:99:99': minutes and seconds go from 00 to 59"),
+        # set by the sweep for each run, after the user's: the given value went unused, without a word
+        ("run_dir=/tmp/elsewhere", "run_dir=/tmp/elsewhere: a sweep gives each run its own folder"),
+        ("group=mine", "group=mine: a sweep sets each run's W&B group to the sweep's name"),
+        ("tags=[a]", "tags=[a]: a sweep sets each run's W&B tags to its factor values"),
+        # a group option given settings that no run of the sweep has (adamw where noam was meant)
+        (
+            "level_settings={pos: {absolute: ['model.dropout=0.2'], learned: ['model.dropout=0.3']}}",
+            "level_settings.pos.learned: learned is not a level of this sweep (pos here: absolute, rope)",
+        ),
         # settings for levels this sweep does not run: given to no run, without a word
         (
             "level_settings={pos: {learned: ['model.dropout=0.2']}}",

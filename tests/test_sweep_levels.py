@@ -41,6 +41,11 @@ def test_each_run_gets_the_settings_of_its_levels():
         # more levels than a sweep runs, and is checked as a whole)
         ({"pos": {"rope": ["warmup=4"]}}, r"^level_settings.pos: this sweep runs none of its levels \(rope; pos here"),
         ({"seed": {"7": ["warmup=4"]}}, r"^level_settings.seed: this sweep runs none of its levels \(7; seed here: "),
+        # one level run and one not: the other's settings (adamw where noam was meant) went to no run unsaid
+        (
+            {"optim": {"adam": ["warmup=4"], "adamw": ["warmup=5"]}},
+            r"^level_settings.optim.adamw: adamw is not a level of this sweep \(optim here: adam, noam\)",
+        ),
         ({"seed": {2: ["warmup=4"]}}, None),  # a level Hydra reads as a number: compared as its string
     ],
 )
@@ -48,7 +53,7 @@ def test_level_settings_that_cannot_work_are_one_line(settings, message):
     if message is None:
         assert level_settings_problem(settings, LEVELS) is None
         return
-    if "runs none of its levels" in message:
+    if "runs none of its levels" in message or "is not a level of this sweep" in message:
         assert level_settings_problem(settings, LEVELS, from_file=True) is None
     assert level_settings_problem(settings, LEVELS) is not None
     assert __import__("re").search(message, level_settings_problem(settings, LEVELS))

@@ -34,6 +34,14 @@ def input_problem(config: DictConfig) -> str | None:
     return metric_problem(config, runs) or baseline_problem(config.get("baseline"), levels)
 
 
+SET_PER_RUN = {
+    "run_dir": "a sweep gives each run its own folder, <sweep folder>/<factor values>; name the sweep's folder "
+    "with sweep_name=... (sweeps/<sweep_name>) or hydra.sweep.dir=...",
+    "group": "a sweep sets each run's W&B group to the sweep's name; name it with sweep_name=...",
+    "tags": "a sweep sets each run's W&B tags to its factor values; leave tags out",
+}
+
+
 def settings_problem(config: DictConfig, levels: dict[str, list[str]]) -> str | None:
     """The settings of the sweep as a whole: its switches, name, level settings, GPU pool, launcher, what
     to do with changed runs, and the sentence its report shows."""
@@ -49,6 +57,10 @@ def settings_problem(config: DictConfig, levels: dict[str, list[str]]) -> str | 
         if not isinstance(value, bool):
             return f"{key}={value!r}: must be true or false"
     problem = sweep_name_problem(config.sweep_name) if "sweep_name" in config else None
+    for override in config.hydra.overrides.task:
+        key = str(override).lstrip("+~").partition("=")[0]
+        if key in SET_PER_RUN:  # each run's command sets it after the user's: the given value went unused
+            return f"{override}: {SET_PER_RUN[key]}"
     tuned = OmegaConf.select(config, "hydra.runtime.choices.tuned", default=None)
     given = [o for o in config.hydra.overrides.task if o.lstrip("+~").startswith("level_settings")]
     if tuned and given:  # Hydra merges the two: which settings are the file's, and which would win, is unclear

@@ -226,11 +226,10 @@ def level_settings_problem(level_settings, levels: dict[str, list[str]], from_fi
                 f"level_settings.{key}: this sweep runs none of its levels ({', '.join(map(str, by_level))}; "
                 f"{key} here: {', '.join(levels[key])}), so no run would get its settings"
             )
-        group = CONF / key
         unrun = [str(level) for level in by_level if level not in run_by]
-        if not from_file and unrun and not group.is_dir():  # a value (not a group's option) no run of it has
+        if not from_file and unrun:  # a level no run has (adamw where the sweep runs adam,noam): given to nobody
             return (
                 f"level_settings.{key}.{unrun[0]}: {unrun[0]} is not a level of this sweep ({key} here: "
-                f"{', '.join(levels[key])}), so no run would get its settings; write it as the sweep does"
+                f"{', '.join(levels[key])}), so no run would get its settings; write it as the sweep does, or drop it"
             )
     return None

@@ -32,6 +32,7 @@ from nmt.training.final import (
     validate_final_weights,
 )
 from nmt.training.lightning_data import lightning_data
+from nmt.training.logger_options import logger_problems
 from nmt.training.loggers import WANDB_ID, log_results
 from nmt.training.module import TaskModule
 from nmt.training.resume import (
@@ -95,6 +96,8 @@ def train(cfg: DictConfig, task: Task | None = None) -> dict:
     follow_first_process()  # a process of a multi-process run dies with the run's first process
     task = task or checked_task(cfg)
     check_accelerator(cfg)
+    if problems := logger_problems(cfg):  # its classes import Lightning: checked here, not with the rest
+        raise ConfigError("invalid configuration:\n" + "\n".join(problems))
     if str(cfg.trainer.precision) == "auto":  # the checkpoint's config records what was used
         cfg.trainer.precision = resolve_precision("auto", cfg.trainer.accelerator)
         log.info("trainer.precision=auto: %s", cfg.trainer.precision)
