@@ -404,6 +404,30 @@ def test_alibi_refuses_an_encoder_of_one_head_before_any_data_and_takes_a_langua
     check_config(compose_train("task=lm", "pos=alibi", "model.num_heads=1"))
 
 
+def test_an_option_kept_for_older_checkpoints_is_refused_for_training():
+    """pos=absolute +pos.max_len=5 trained, though no table is sized by it (sentences far longer than 5)."""
+    with pytest.raises(ConfigError) as refused:
+        check_config(compose_train("pos=absolute", "+pos.max_len=5"))
+    assert "pos.max_len=5: sinusoidal positions are computed for any length, with no table to size" in str(
+        refused.value
+    )
+    check_config(compose_train("pos=learned", "pos.max_len=128"))  # a learned table's size
+    from nmt.modules.position import SinusoidalPosition
+
+    SinusoidalPosition(8, 4, max_len=5)  # an older checkpoint's config still builds
+
+
+def test_a_source_length_limit_given_to_a_language_model_is_refused():
+    """Kept in its checkpoint and read by no generation (a prompt's continuation has max_new_tokens), where
+    translate.py refused the same keys."""
+    for given in (["decode.max_len_a=0"], ["decode.max_len_a=0", "decode.max_len_b=3"]):
+        with pytest.raises(ConfigError) as refused:
+            check_config(compose_train("task=lm", *given))
+        said = ", ".join(given) + ": an output's limit as a multiple of its source's length; a continuation has"
+        assert said in str(refused.value)
+    check_config(compose_train("task=lm", "decode.beam_size=3"))  # the checkpoint's default for generation
+
+
 @pytest.mark.parametrize("given", ["+model.pad_id=5", "+model.src_vocab_size=10", "+smoothing.pad_id=3"])
 def test_a_key_the_run_sets_from_its_tokenizers_is_refused_not_overridden(given):
     """+model.pad_id=5 trained with the tokenizers' padding id, without a word; and a loss's unknown key was

@@ -389,6 +389,16 @@ def test_an_ensemble_or_a_file_as_the_folder_is_refused_in_one_line(tmp_path):
     # a file above the folder: named before the checkpoint is read (it named the staging folder, after loading)
     with pytest.raises(ValueError, match=rf"^out={taken}/sub/m: {taken} is a file, not a folder; name another"):
         run_export(OmegaConf.create({**base, "ckpt_path": "a", "out": str(taken / "sub" / "m")}))
+    # a training run's own folders: model.bin and the tokenizers landed among its checkpoints or evaluations
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "fingerprint.json").write_text("{}")
+    for out, where in ((run, "the run folder itself"), (run / "checkpoints", "the run's checkpoints/ folder"),
+                       (run / "eval" / "test_beam5", "the run's eval/ folder")):  # fmt: skip
+        with pytest.raises(ValueError, match=rf"^out={out}: {where}, which holds the run's records"):
+            run_export(OmegaConf.create({**base, "ckpt_path": "a", "out": str(out)}))
+    with pytest.raises(Exception, match="^a: no such run folder or checkpoint"):  # a folder of its own: on to loading
+        run_export(OmegaConf.create({**base, "ckpt_path": "a", "out": str(run / "ctranslate2")}))
 
 
 def test_a_learned_table_travels_as_ctranslate2s_default_limits_and_only_one_best_is_returned(

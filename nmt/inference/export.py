@@ -19,7 +19,7 @@ from nmt.decoding.settings import search_settings
 from nmt.decoding.translate import input_limit
 from nmt.inference.export_spec import ExportError, build_spec
 from nmt.inference.loading import LoadedModel
-from nmt.utils.io import atomic_write_text
+from nmt.utils.io import RUN_FOLDERS, atomic_write_text, run_folder_above
 
 log = logging.getLogger(__name__)
 
@@ -333,6 +333,15 @@ def run_export(cfg) -> Path:
     above = next((p for p in out.absolute().parents if p.exists() and not p.is_dir()), None)
     if above is not None:
         raise ValueError(f"out={cfg.out}: {above} is a file, not a folder; name another out=")
+    run = run_folder_above(out)
+    inside = out.expanduser().resolve().relative_to(run).parts if run is not None else ()
+    if run is not None and (not inside or inside[0] in RUN_FOLDERS or inside[0].startswith("eval")):
+        # model.bin, config.json and the tokenizers landed among the run's checkpoints or evaluations
+        where = "the run folder itself" if not inside else f"the run's {inside[0]}/ folder"
+        raise ValueError(
+            f"out={cfg.out}: {where}, which holds the run's records (run folder {run}); export to a folder of its "
+            f"own (e.g. out={run / 'ctranslate2'}, or outside the run)"
+        )
     # an earlier export's files are replaced; the same names in a folder no export of ours wrote are the user's
     theirs = sorted(p.name for p in out.glob("*") if p.name in EXPORT_FILES) if out.is_dir() else []
     if theirs and not (out / "nmt_export.json").is_file() and not (out / PARTIAL).is_file():

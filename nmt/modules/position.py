@@ -87,6 +87,8 @@ class SinusoidalPosition(PositionEncoding):
     """Fixed sinusoidal absolute positions added to the embeddings (``pos=absolute``), for any length."""
 
     distance_only = False
+    # options kept only so that older checkpoints' configs still build; training refuses them (read by nothing)
+    legacy_options = {"max_len": "sinusoidal positions are computed for any length, with no table to size"}
 
     def __init__(self, d_model: int, head_dim: int, max_len: int | None = None) -> None:
         super().__init__(d_model, head_dim)  # max_len: still accepted from the configs of older checkpoints

@@ -79,6 +79,16 @@ class LanguageModelTask(Task):
                 f"  validation.scores_in={scores_in}: a language model scores no decoded sentences in validation "
                 "(task=lm reports perplexity); leave it null"
             )
+        # kept in the checkpoint and read by no generation (translate.py refuses them: a continuation has no
+        # source to be a multiple of); the other decode keys are the checkpoint's defaults for generation
+        defaults = OmegaConf.load(CONF / "train.yaml").decode
+        decode = cfg.get("decode") or {}
+        length = [f"decode.{k}={decode[k]}" for k in ("max_len_a", "max_len_b") if decode.get(k) != defaults[k]]
+        if length:
+            problems.append(
+                f"  {', '.join(length)}: an output's limit as a multiple of its source's length; a continuation "
+                "has no source (translate.py and evaluate.py take max_new_tokens=N with prompt=...): leave them out"
+            )
         return problems
 
     def validation_metric_names(self) -> set[str]:

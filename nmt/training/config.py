@@ -9,6 +9,7 @@ from nmt.metrics.corpus import bleu_tokenizer
 from nmt.tasks import build_task
 from nmt.training.config_device import device_problems
 from nmt.training.config_groups import (
+    MODEL_PART_GROUPS,
     added_key_problems,
     built_node_problems,
     data_key_problems,
@@ -16,6 +17,7 @@ from nmt.training.config_groups import (
     hydra_choices,
     model_key_problems,
     optim_node_problems,
+    target_class,
 )
 from nmt.training.config_model import (
     loss_build_problems,
@@ -101,6 +103,19 @@ def split_size_problems(data: DictConfig) -> list[str]:
     return problems
 
 
+def legacy_option_problems(cfg: DictConfig) -> list[str]:
+    """Options a model part still takes from older checkpoints' configs and reads nothing by
+    (``pos=absolute +pos.max_len=5``: accepted, and no table was sized by it): refused for training."""
+    problems = []
+    for part in MODEL_PART_GROUPS:
+        node = OmegaConf.select(cfg, part, default=None)
+        built = target_class(cfg, part) if isinstance(node, DictConfig) else None
+        for key, why in getattr(built, "legacy_options", {}).items():
+            if key in node:
+                problems.append(f"  {part}.{key}={node[key]}: {why}; leave it out")
+    return problems
+
+
 def check_config(cfg: DictConfig, choices: dict | None = None) -> None:
     """Raise ConfigError listing every invalid value in ``cfg``, and every option that its task
     (``task.check``) or its model (groups it does not use, :func:`unused_groups`) cannot take."""
@@ -122,7 +137,7 @@ def check_config(cfg: DictConfig, choices: dict | None = None) -> None:
     problems += optim_node_problems(cfg, choices if choices is not None else hydra_choices())
     problems += built_node_problems(cfg)
     problems += added_key_problems(cfg)
-    problems += unread_data_problems(cfg)
+    problems += unread_data_problems(cfg) + legacy_option_problems(cfg)
     problems += device_problems(cfg)
     problems += model_class_problems(cfg)
     target = OmegaConf.select(cfg, "data.tgt_lang", default=None)
