@@ -633,6 +633,13 @@ def test_an_existing_path_with_hydras_grammar_in_its_name_is_quoted(tmp_path):
     ):
         assert quoted_paths([as_written]) == [as_written]  # paths Hydra reads, or not all existing: untouched
     assert quoted_paths([f"ckpt_path=[{plain},{run}]"]) == [f"ckpt_path=['{plain}','{run}']"]
+    # a mistyped run of a sweep, in a folder that exists: quoted, so that the command's "no such run folder; did
+    # you mean" says it (Hydra's grammar error told the user to quote what was quoted)
+    typo = tmp_path / "pos=rop,seed=1"
+    assert quoted_paths([f"ckpt_path={typo}"]) == [f"ckpt_path='{typo}'"]
+    assert quoted_paths([f"data.root={tmp_path / 'a'},{tmp_path / 'b'}"]) == [
+        f"data.root={tmp_path / 'a'},{tmp_path / 'b'}"
+    ]
 
 
 def test_train_pys_run_dir_is_hydras_output_folder_too(tmp_path, monkeypatch):
@@ -893,6 +900,12 @@ def test_a_multirun_of_a_program_of_a_checkpoint_is_refused(name):
     for fine in ("decode.beam_size=[1,3]", "input='a, b.txt'", "ckpt_path=[a.ckpt,b.ckpt]"):
         assert multirun_message(["ckpt_path=x", fine], name) is None
     assert multirun_message(["pos=a,b", "-m"], "train") is None and multirun_message(["pos=a,b"], "sweep") is None
+    # Hydra's five lines suggested key=[a,b], nothing for a group
+    assert multirun_message(["data=toy", "pos=absolute,rope"], "train") == (
+        "error: pos=absolute,rope (on the command line): train.py trains one run; runs of several values are a "
+        "sweep, with a report: python sweep.py grid=none data=toy pos=absolute,rope (or Hydra's multirun: train.py "
+        "-m ...; a value holding a comma is quoted: key='a,b')"
+    )
 
 
 @pytest.mark.parametrize("name", ["translate", "evaluate", "serve", "export"])

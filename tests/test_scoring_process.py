@@ -97,6 +97,8 @@ def test_validation_scores_in_takes_the_three_places_and_only_where_sentences_ar
         check_config(compose_train("validation.scores_in=elsewhere"))
     with pytest.raises(ConfigError, match=r"validation.scores_in=thread: a language model scores no decoded"):
         check_config(compose_train("task=lm", "validation.scores_in=thread"))
+    with pytest.raises(ConfigError, match=r"validation.scores_in=process: where decoded validation sentences are"):
+        check_config(compose_train("validation.bleu_every_n_epochs=0", "validation.scores_in=process"))
 
 
 def test_scorers_that_cannot_be_built_fail_every_batch_with_the_reason():

@@ -621,7 +621,7 @@ def test_evaluate_output_without_input_is_refused():
 
 @pytest.mark.parametrize(
     "given", ["split=val", "split=test", "out_dir=somewhere", "attention_maps=[0]", "rouge=true", "data.columns=[1,0]",
-              "data.root=/corpus", "+data.test=/corpus/test"]
+              "data.root=/corpus", "+data.test=/corpus/test", "samples=3"]
 )  # fmt: skip
 def test_evaluate_input_refuses_the_options_of_scoring_a_split(given):
     """They were accepted and ignored: input= printed the translations, wrote no heatmaps and no folder."""
@@ -843,6 +843,8 @@ def translate_config(*overrides: str):
         (["n_best=two"], r"^n_best='two': must be a whole number >= 1"),
         (["scores=maybe"], r"^scores='maybe': must be true or false$"),  # was taken as true
         (["alignments=0"], r"^alignments=0: must be true or false$"),
+        # n_best's lines carry their scores: scores=true changed nothing, unsaid (targets= refused it)
+        (["scores=true", "n_best=2"], r"^scores=true with n_best=2: n_best's lines carry each score already"),
         (["threads=-2"], r"^threads=-2: must be an integer >= 0"),  # was torch's RuntimeError
     ],
 )

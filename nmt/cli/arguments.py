@@ -10,20 +10,26 @@ GRAMMAR_CHARACTERS = re.compile(r"[=,\[\]{}()' \"]")
 
 
 def quoted_paths(argv: list[str]) -> list[str]:
-    """``key=value`` whose value is an existing file or folder with characters of Hydra's grammar in its
-    name (``ckpt_path=sweeps/pos/pos=rope,seed=1``), quoted so that Hydra reads it as one path (it would
-    otherwise fail on the ``=``, or read a list at the ``,``)."""
+    """``key=value`` whose value is an existing file or folder (or one in an existing folder) with characters
+    of Hydra's grammar in its name (``ckpt_path=sweeps/pos/pos=rope,seed=1``), quoted so that Hydra reads it as
+    one path (it would otherwise fail on the ``=``, or read a list at the ``,``)."""
     quoted = []
     for arg in argv:
         key, sep, value = arg.partition("=")
         if sep and not arg.startswith(("-", "~")) and GRAMMAR_CHARACTERS.search(value) and "'" not in value:
-            if not value.startswith(("[", '"')) and Path(value).expanduser().exists():
+            if not value.startswith(("[", '"')) and _a_path(Path(value).expanduser()):
                 arg = f"{key}='{value}'"
             elif value.startswith("[") and value.endswith("]") and (paths := _existing_paths(value[1:-1])):
                 listed = ",".join(f"'{p}'" for p in paths)
                 arg = f"{key}=[{listed}]"  # an ensemble of sweep runs' checkpoints
         quoted.append(arg)
     return quoted
+
+
+def _a_path(path: Path) -> bool:
+    """An existing path, or one in an existing folder (a mistyped run of a sweep, ``.../pos=absolut,seed=1``:
+    quoted, it reaches the command's "no such run folder; did you mean", not Hydra's grammar error)."""
+    return path.exists() or (str(path.parent) not in (".", "/") and "/" in str(path) and path.parent.is_dir())
 
 
 def _existing_paths(items: str) -> list[str] | None:

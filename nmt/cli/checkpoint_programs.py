@@ -2,6 +2,7 @@
 groups, one run each (no multirun), lists in brackets."""
 
 import re
+import shlex
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -104,6 +105,8 @@ def multirun_message(argv: list[str], config_name: str, conf: Path = CONF) -> st
     """One line where translate.py, evaluate.py, serve.py or export.py is given Hydra's multirun (``-m``, or a
     comma list, for which Hydra's own message suggests ``-m``): ``evaluate.py split=test decode.beam_size=1,3
     -m`` scored both on the test set, round the rule that a decoding grid is chosen on validation."""
+    if config_name == "train":
+        return _train_multirun_message(argv)
     if checkpoint_program(config_name, conf) is None:
         return None
     from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -122,6 +125,31 @@ def multirun_message(argv: list[str], config_name: str, conf: Path = CONF) -> st
             continue
         if swept:
             return f"error: {arg} (on the command line): {_one_run_advice(arg, config_name, grid)}"
+    return None
+
+
+def _train_multirun_message(argv: list[str]) -> str | None:
+    """train.py given a comma list without -m: Hydra's five lines suggested ``key=[a,b]`` (nothing for a
+    group) and ``--multirun`` (Hydra's runs one after another, with no report); sweep.py is the way to compare."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    if any(arg in ("-m", "--multirun") for arg in argv):  # Hydra's multirun of train.py, asked for
+        return None
+    parser = OverridesParser.create()
+    for arg in argv:
+        if arg.startswith("-") or "=" not in arg:
+            continue
+        try:
+            swept = parser.parse_override(arg).is_sweep_override()
+        except Exception:  # noqa: BLE001 - Hydra says what it cannot read
+            continue
+        if swept:
+            given = " ".join(shlex.quote(a) for a in argv)
+            return (
+                f"error: {arg} (on the command line): train.py trains one run; runs of several values are a sweep, "
+                f"with a report: python sweep.py grid=none {given} (or Hydra's multirun: train.py -m ...; a value "
+                "holding a comma is quoted: key='a,b')"
+            )
     return None
 
 

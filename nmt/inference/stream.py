@@ -51,6 +51,10 @@ def check_output_options(cfg: DictConfig) -> None:
     for key in ("scores", "alignments"):
         if not isinstance(cfg[key], bool):
             raise ValueError(f"{key}={cfg[key]!r}: must be true or false")
+    if cfg.scores and cfg.n_best > 1:  # n_best's lines carry their scores: scores=true changed nothing
+        raise ValueError(
+            f"scores=true with n_best={cfg.n_best}: n_best's lines carry each score already; leave scores out"
+        )
 
 
 def _stdin_lines() -> Iterator[str]:

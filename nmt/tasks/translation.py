@@ -152,6 +152,13 @@ class TranslationTask(Task):
                 f"  decode.strategy={search.get('strategy')} without decode.seed: {'/'.join(final)}=true would "
                 "score draws that cannot be drawn again; give decode.seed=N"
             )
+        scores_in = OmegaConf.select(cfg, "validation.scores_in", default=None)
+        every = OmegaConf.select(cfg, "validation.bleu_every_n_epochs", default=1)
+        if scores_in is not None and not every:
+            problems.append(
+                f"  validation.scores_in={scores_in}: where decoded validation sentences are scored, and "
+                f"validation.bleu_every_n_epochs={every} decodes none; leave it null, or decode"
+            )
         return problems
 
     def validation_metric_names(self) -> set[str]:
@@ -185,6 +192,7 @@ class TranslationTask(Task):
                 "out_dir": cfg.get("out_dir") is not None,
                 "attention_maps": bool(cfg.get("attention_maps")),
                 "rouge": cfg.get("rouge") is not None,
+                "samples": cfg.get("samples", 5) != 5,  # evaluate.yaml's default: the scored split's printed
             }
             # the data options say where a split's corpus is and how a TSV's fields are read: input= reads
             # plain lines (data.columns=[1,0] left whole TSV lines translated)
