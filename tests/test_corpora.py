@@ -1899,6 +1899,10 @@ def test_a_gzip_file_named_without_gz_a_folder_or_a_gz_ending_given_as_a_prefix_
     (tmp_path / "latin1.de").write_bytes("Gr\xfc\xdfe\n".encode("latin1"))
     with pytest.raises(ValueError, match=r"latin1.de, line 1: invalid UTF-8 .*iconv -f latin1"):  # text, as before
         read_lines(tmp_path / "latin1.de")
+    # UTF-16 was told to be converted from latin1, which makes mojibake of it
+    (tmp_path / "utf16.de").write_bytes("Grüße\nein Satz\n".encode("utf-16"))
+    with pytest.raises(ValueError, match=r"utf16.de, line 1: invalid UTF-8 .*looks like UTF-16 .*iconv -f utf-16"):
+        read_lines(tmp_path / "utf16.de")
     for lang in ("de", "en"):
         write(tmp_path / "corpus" / f"train.{lang}", EN[:5])
     languages = {"src_lang": "de", "tgt_lang": "en", "cache_dir": str(tmp_path / "c")}

@@ -627,6 +627,9 @@ def test_a_grid_is_refused_off_the_validation_set_and_its_options_are_checked(to
         r"select_by=chrf: it ranks a grid": ("split=val", "select_by=chrf"),
         r"decode.beam_size=\[\]: a grid axis needs at least one value": ("split=val", "decode.beam_size=[]"),
         r"decode.min_len=\[None, 2\]: null in a grid": ("split=val", "decode.min_len=[null,2]"),
+        # a grid of one setting, "chosen" over itself with a p-value legend
+        r"decode.beam_size=\[2, 2\]: 2 given twice; give distinct values": ("split=val", "decode.beam_size=[2,2]"),
+        r"decode.length_penalty=\[1, 1.0\]: 1 given twice": ("split=val", "decode.length_penalty=[1,1.0]"),
         r"select_by=ppl: not a score of these evaluations; valid: bleu, bleu_tok_lc, chrf$": (
             "split=val",
             "select_by=ppl",

@@ -77,6 +77,24 @@ def test_a_truncated_last_checkpoint_is_named_in_one_line_or_replaced_when_the_c
     assert results["finished"]
 
 
+def test_a_foreign_checkpoint_offers_the_fallback_only_where_there_is_one(tmp_path):
+    """A checkpoint of another program in a folder of its own was answered with "pass
+    checkpoint.resume_fallback=true", which then failed for want of epoch checkpoints beside it."""
+    foreign = tmp_path / "elsewhere" / "dict.ckpt"
+    foreign.parent.mkdir()
+    torch.save({"weights": torch.zeros(2)}, foreign)
+    cfg = OmegaConf.create({"ckpt_path": str(foreign), "checkpoint": {"resume_fallback": False}})
+    with pytest.raises(CheckpointError) as refused:
+        resolve_resume(cfg, tmp_path / "run" / "checkpoints")
+    assert "resume_fallback" not in str(refused.value)
+    assert str(refused.value).endswith(
+        "give another ckpt_path (a checkpoint train.py wrote), or leave it out to train afresh"
+    )
+    (foreign.parent / "epoch001.ckpt").write_bytes(b"")
+    with pytest.raises(CheckpointError, match="pass checkpoint.resume_fallback=true to resume from the newest"):
+        resolve_resume(cfg, tmp_path / "run" / "checkpoints")
+
+
 def _fake_checkpoint(path: Path, step: int) -> None:
     section = {"config": {"x": 1}, "src_tokenizer": b"s", "tgt_tokenizer": b"t"}
     torch.save({"nmt": section, "state_dict": {}, "global_step": step}, path)

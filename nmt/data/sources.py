@@ -346,6 +346,14 @@ def _unreadable(err: BaseException) -> str:
     )
 
 
+def reencoding_hint(raw: bytes) -> str:
+    """How to make UTF-8 of a line that is not: UTF-16 (a byte-order mark, or the zero bytes of its Latin
+    letters) named as such, where converting from latin1, the usual case, would make mojibake of it."""
+    if raw.startswith((b"\xff\xfe", b"\xfe\xff")) or b"\x00" in raw:
+        return "it looks like UTF-16 (a byte-order mark or zero bytes): iconv -f utf-16 -t utf-8"
+    return "re-encode the text as UTF-8 (e.g. iconv -f latin1 -t utf-8)"
+
+
 def decode_lines(raw_lines: Iterable[bytes], name: str) -> list[str]:
     """Decode byte lines from ``name`` (a file, or "<stdin>") as :func:`read_lines` does."""
     lines = []
@@ -354,8 +362,7 @@ def decode_lines(raw_lines: Iterable[bytes], name: str) -> list[str]:
             line = raw.decode("utf-8")
         except UnicodeDecodeError as err:
             raise ValueError(
-                f"{name}, line {number}: invalid UTF-8 ({err.reason} at byte {err.start}); "
-                "re-encode the text as UTF-8 (e.g. iconv -f latin1 -t utf-8)"
+                f"{name}, line {number}: invalid UTF-8 ({err.reason} at byte {err.start}); {reencoding_hint(raw)}"
             ) from None
         # a byte-order mark opens a file, and opens a line where files were joined (cat a.txt b.txt): there it
         # made a line holding only it a sentence, not an empty line

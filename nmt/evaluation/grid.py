@@ -81,6 +81,14 @@ def check_grid(cfg: DictConfig, task, axes: dict[str, list]) -> None:
             raise ValueError(
                 f"{key}={values}: null in a grid means nothing; name the value (the run's own is in its config)"
             )
+        repeated = []  # 1 and 1.0 alike, named as first written
+        for value in values:
+            if list(values).count(value) > 1 and value not in repeated:
+                repeated.append(value)
+        if repeated:  # [2,2] was a grid of one setting, "chosen" over itself with a p-value legend
+            raise ValueError(
+                f"{key}={values}: {', '.join(map(str, repeated))} given twice; give distinct values, or one value"
+            )
     splits = evaluation_splits(cfg.split)
     if splits != ["val"]:
         raise ValueError(

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from nmt.data.sources import read_lines
+from nmt.data.sources import read_lines, reencoding_hint
 from nmt.decoding.translate import DecodingProgress
 from nmt.inference.score_stream import run_scoring
 from nmt.inference.translator import Hypothesis, InputError, Translator
@@ -68,8 +68,7 @@ def _stdin_lines() -> Iterator[str]:
             line = raw.decode("utf-8")
         except UnicodeDecodeError as err:
             raise InputError(
-                f"<stdin>, line {number}: invalid UTF-8 ({err.reason} at byte {err.start}); "
-                "re-encode the text as UTF-8 (e.g. iconv -f latin1 -t utf-8)"
+                f"<stdin>, line {number}: invalid UTF-8 ({err.reason} at byte {err.start}); {reencoding_hint(raw)}"
             ) from None
         yield (line.removeprefix("\ufeff") if number == 1 else line).rstrip("\r\n")
 

@@ -90,12 +90,18 @@ def resolve_resume(cfg: DictConfig, checkpoint_dir: Path) -> str | None:
         load_checkpoint(path)
         return str(path)
     except CheckpointError as err:
+        beside = checkpoint_dir if not cfg.ckpt_path else path.parent
         if not OmegaConf.select(cfg, "checkpoint.resume_fallback", default=False):
-            raise CheckpointError(
-                f"cannot resume: {err}; pass checkpoint.resume_fallback=true to resume from the newest "
-                "readable epoch checkpoint instead, or another ckpt_path"
-            ) from None
-    candidate = _newest_readable_epoch(checkpoint_dir if not cfg.ckpt_path else path.parent)
+            # the fallback offered only where there is something to fall back to (a checkpoint of another
+            # program in a folder of its own has no epoch checkpoints beside it)
+            instead = (
+                "pass checkpoint.resume_fallback=true to resume from the newest readable epoch checkpoint instead, "
+                "or another ckpt_path"
+                if epoch_checkpoints(beside)
+                else "give another ckpt_path (a checkpoint train.py wrote), or leave it out to train afresh"
+            )
+            raise CheckpointError(f"cannot resume: {err}; {instead}") from None
+    candidate = _newest_readable_epoch(beside)
     if candidate is None:
         raise CheckpointError(f"cannot resume: {path} cannot be read and no epoch checkpoint beside it can")
     print(f"warning: {path} cannot be read; resuming from {candidate} (checkpoint.resume_fallback=true)")
