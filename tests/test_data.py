@@ -174,7 +174,7 @@ def test_toy_languages_are_its_own():
     """+data.tgt_lang=zh relabelled the German number words and tokenised their references as Chinese for BLEU."""
     assert ToyDataModule(src_lang="en", tgt_lang="de").tgt_lang == "de"
     for key, code in (("tgt_lang", "zh"), ("src_lang", "fr")):
-        with pytest.raises(ValueError, match=f"data.{key}={code}: the toy task is English number words to German"):
+        with pytest.raises(ValueError, match=f"data.{key}={code}: the toy task is English words to German"):
             ToyDataModule(**{key: code})
 
 

@@ -1,8 +1,9 @@
 """A deterministic toy translation task the project generates itself (no download).
 
-Source sentences are random strings of English number words; the target is each word translated into
-German, in reverse order ("one two three" -> "drei zwei eins"). Learning it needs a lexicon and
-long-range reordering through attention, yet a tiny model masters it in minutes on a CPU.
+Source sentences are random strings of English words from a 20-word lexicon (numbers, colours, a few
+nouns); the target is each word translated into German, in reverse order ("one two three" -> "drei zwei
+eins"). Learning it needs a lexicon and long-range reordering through attention, yet a tiny model masters
+it in minutes on a CPU.
 """
 
 import random
@@ -59,11 +60,11 @@ class ToyDataModule(ParallelDataModule):
         **kwargs,
     ) -> None:
         for key, lang in (("src_lang", "en"), ("tgt_lang", "de")):
-            # the pairs are English number words and German ones, whatever is given: another code only
+            # the pairs are English words and German ones, whatever is given: another code only
             # relabelled the data and changed how the references are tokenised for BLEU
             if kwargs.get(key, lang) != lang:
                 raise ValueError(
-                    f"data.{key}={kwargs[key]}: the toy task is English number words to German ones "
+                    f"data.{key}={kwargs[key]}: the toy task is English words to German ones "
                     f"({key} {lang}); leave it out"
                 )
             kwargs[key] = lang
