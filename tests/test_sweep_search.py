@@ -484,6 +484,15 @@ def test_a_search_refuses_what_it_cannot_do(tmp_path, given, space, said):
     assert problem is not None and said in problem
 
 
+def test_a_range_in_a_search_is_refused_before_its_levels_are_composed(tmp_path, monkeypatch):
+    """warmup=range(400,3200) composed 2,800 grid cells (minutes without a word) before it was refused."""
+    from nmt.sweep import inputs
+
+    monkeypatch.setattr(inputs, "sweep_levels", lambda config: pytest.fail("levels composed"))
+    cfg = search_config(tmp_path, *HELD, space=("warmup=range(400,3200)",))
+    assert "warmup=range(400,3200): in a search, the sampler would draw range's end too" in inputs.input_problem(cfg)
+
+
 def test_held_settings_are_repeated_as_typed_and_sampled_values_as_hydra_reads_them(tmp_path):
     from nmt.sweep.search import held_lines, other_search
     from nmt.sweep.search_sweeper import _as_value

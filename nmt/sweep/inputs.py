@@ -13,6 +13,7 @@ from nmt.sweep.gpus import pool_problem
 from nmt.sweep.gpus import setting_problem as mps_setting_problem
 from nmt.sweep.levels import is_search, level_settings_problem, same_level, sweep_levels
 from nmt.sweep.plan import as_override, command_prefixes, compose_train, own_folder, planned_values
+from nmt.sweep.search import searched_override_problem
 from nmt.utils.configs import CONF, dotted_keys
 
 
@@ -20,6 +21,8 @@ def input_problem(config: DictConfig) -> str | None:
     """One line for the first thing in the sweep's factors or baseline that cannot work, before anything
     runs: an unknown key, a level that is not an option of its group, a baseline that is not a level, a
     report metric the runs do not record."""
+    if is_search(config) and (problem := searched_override_problem(config)):
+        return problem  # before each level is composed: range(400,3200) is 2,800 of them
     try:
         levels = sweep_levels(config)
     except ValueError as err:

@@ -109,6 +109,26 @@ def search_metric(config: DictConfig, ranked_by: str | None) -> str:
     return metric
 
 
+def searched_override_problem(config: DictConfig) -> str | None:
+    """A searched key written as a search cannot take it: ``range(a,b)`` (the plugin draws its end ``b`` too,
+    which Hydra's range leaves out), a prefix or a package. Checked before the levels are composed as a grid's
+    would be: ``range(400,3200)`` took minutes to compose, one cell a level, before it was refused."""
+    for override in _parsed(config):
+        if not override.is_sweep_override():
+            continue
+        if override.is_range_sweep():
+            return (
+                f"{override.input_line}: in a search, the sampler would draw range's end too, unlike a grid; give "
+                f"{override.key_or_group}=int(interval(a,b)) or choice(...)"
+            )
+        if override.input_line[:1] in "+~" or override.package:
+            return (
+                f"{override.input_line}: a searched key is written without a prefix or package "
+                f"({override.key_or_group}=...)"
+            )
+    return None
+
+
 def search_problem(config: DictConfig, metric: str) -> str | None:
     """One line for a search that cannot be run as asked: nothing searched, the seed searched, a baseline, a
     direction against the metric's, a sampler without a seed, a storage of its own. (A grid sampler is refused
@@ -141,19 +161,8 @@ def search_problem(config: DictConfig, metric: str) -> str | None:
             f"seed={space['seed']}: a search trains each trial at one seed (hold it: seed=101); a seed is noise, not a "
             "setting to choose. Compare the trials it ranks first over seeds afterwards (the report says how)"
         )
-    for override in _parsed(config):
-        if not override.is_sweep_override():
-            continue
-        if override.is_range_sweep():  # the plugin draws range(a,b)'s end b too, which Hydra's range leaves out
-            return (
-                f"{override.input_line}: in a search, the sampler would draw range's end too, unlike a grid; give "
-                f"{override.key_or_group}=int(interval(a,b)) or choice(...)"
-            )
-        if override.input_line[:1] in "+~" or override.package:
-            return (
-                f"{override.input_line}: a searched key is written without a prefix or package "
-                f"({override.key_or_group}=...)"
-            )
+    if problem := searched_override_problem(config):
+        return problem
     if config.get("baseline"):
         return "baseline: a search has no cells to test against a baseline; give none (a grid's report tests them)"
     direction = str(sweeper.get("direction", "auto")).rpartition(".")[2]  # Direction.maximize or maximize
