@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from nmt.inference.checkpoint import CheckpointError, load_checkpoint, weights_checksum
+from nmt.inference.checkpoint import CheckpointError, epoch_checkpoints, load_checkpoint, weights_checksum
 from nmt.inference.loading import load_model, resolve_checkpoint_path
 
 from .conftest import ROOT
@@ -134,6 +134,25 @@ def test_checkpoint_averaging(toy_run):
     w1 = single.model.state_dict()["output.weight"]
     w3 = averaged.model.state_dict()["output.weight"]
     assert not torch.equal(w1, w3)
+
+
+def test_an_epoch_checkpoint_missing_among_the_last_n_is_refused_not_replaced_by_an_older_one(toy_run, tmp_path):
+    """With epoch N-1 deleted, average_last=3 took epochs N-3, N-2 and N, and the scores were labelled the last
+    three epochs' (the run's final test score too)."""
+    folder = tmp_path / "checkpoints"
+    shutil.copytree(toy_run / "checkpoints", folder)
+    epochs = epoch_checkpoints(folder)
+    assert len(epochs) >= 4
+    load_model(epochs[-2], average_last=3)  # all there: the three up to it
+    epochs[-2].unlink()
+    for given in (folder / "last.ckpt", folder / "best.ckpt", epochs[-1]):
+        with pytest.raises(CheckpointError, match=rf"average_last=3: {epochs[-2].name}, among the last 3 epoch"):
+            load_model(given, average_last=3)
+    load_model(epochs[-1], average_last=1)
+    load_model(epochs[-3], average_last=3)  # up to an epoch before the gap: nothing missing
+    epochs[-1].unlink()  # the newest gone too: last.ckpt's own record names it
+    with pytest.raises(CheckpointError, match=rf"{epochs[-2].name}, {epochs[-1].name}, among the last 2"):
+        load_model(folder / "last.ckpt", average_last=2)
 
 
 def test_a_checkpoint_named_from_the_folder_a_command_runs_in_is_recorded_by_its_absolute_path(toy_run, monkeypatch):

@@ -164,7 +164,7 @@ def weights_misfit(state_dict: dict, model: torch.nn.Module) -> str:
 def epoch_checkpoints(folder: str | os.PathLike) -> list[Path]:
     """The per-epoch checkpoints of a run, oldest first."""
     # by the epoch's number, not the name: epoch1000.ckpt sorts after epoch999.ckpt (names pad to 3 digits)
-    return sorted(Path(folder).glob("epoch*.ckpt"), key=lambda p: (_epoch_number(p.name), p.name))
+    return sorted(Path(folder).glob("epoch*.ckpt"), key=lambda p: (epoch_number(p.name), p.name))
 
 
 def epochs_to_average(ckpt_path: str | os.PathLike) -> tuple[list[Path], bool]:
@@ -178,7 +178,7 @@ def epochs_to_average(ckpt_path: str | os.PathLike) -> tuple[list[Path], bool]:
     return available, False
 
 
-def _epoch_number(name: str) -> int:
+def epoch_number(name: str) -> int:
     found = re.match(r"epoch(\d+)", name)
     return int(found.group(1)) if found else -1
 

@@ -17,6 +17,7 @@ from nmt.inference.checkpoint import (
     CheckpointError,
     average_state_dicts,
     epoch_checkpoints,
+    epoch_number,
     epochs_to_average,
     load_checkpoint,
     weights_misfit,
@@ -131,6 +132,13 @@ def load_model(ckpt_path: str | os.PathLike, average_last: int = 0, device: str 
         candidates = available[-average_last:]
         paths = [str(Path(p).expanduser().absolute()) for p in candidates]
         averaged = [load_checkpoint(p) for p in candidates]
+        missing = missing_epochs([checkpoint, averaged[-1]], available, average_last, ends_at_given)
+        if missing:  # an older epoch stood in for it, and the scores were labelled the last N epochs' all the same
+            raise CheckpointError(
+                f"average_last={average_last}: {', '.join(missing)}, among the last {average_last} epoch checkpoints "
+                f"the run kept beside {ckpt_path}, is missing (deleted or moved?); restore it, or pass fewer "
+                "(average_last=N over the epochs after it)"
+            )
         state_dict = average_state_dicts([c["state_dict"] for c in averaged], paths)
         weights = [weights_record(c) for c in averaged]
     section = checkpoint[CHECKPOINT_KEY]
@@ -149,6 +157,24 @@ def load_model(ckpt_path: str | os.PathLike, average_last: int = 0, device: str 
     model.to(pick_device(device)).eval()
     data_text = section.get("data_text") or recorded_text(run_folder_of(ckpt_path))
     return LoadedModel(model, src_tokenizer, tgt_tokenizer, config, paths, task, data_text, weights)
+
+
+def missing_epochs(records: list[dict], available: list[Path], count: int, up_to_given: bool) -> list[str]:
+    """The names of the last ``count`` epoch checkpoints the run kept (the epoch checkpoints' callback state in
+    ``records``: the checkpoint given and the newest one averaged) that are not among ``available``, up to the
+    newest available one when the given checkpoint is itself an epoch's. Epochs are not assumed consecutive
+    (validation every N epochs saves every N); checkpoints older than that state tell nothing: []."""
+    kept: set[str] = set()
+    for record in records:
+        for key, state in (record.get("callbacks") or {}).items():
+            if str(key).startswith("EpochCheckpoints") and isinstance(state, dict):
+                kept |= {Path(str(path)).name for path in state.get("best_k_models") or {}}
+    if not kept or not available:
+        return []
+    names = {p.name for p in available}
+    limit = epoch_number(available[-1].name) if up_to_given else None
+    ordered = sorted((n for n in kept if limit is None or epoch_number(n) <= limit), key=epoch_number)
+    return [name for name in ordered[-count:] if name not in names]
 
 
 def weights_record(checkpoint: dict) -> dict:
