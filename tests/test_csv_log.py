@@ -38,6 +38,34 @@ def test_a_resumed_log_keeps_earlier_rows_and_drops_those_it_logs_again(tmp_path
     ]  # fmt: skip
 
 
+def test_a_row_cut_short_by_a_kill_is_dropped_and_a_damaged_log_is_named(tmp_path, capsys):
+    """A half row stayed in the curve (a cut-off number read as a value); a damaged file stopped the resume on a
+    bare "'utf-8' codec can't decode" or "dict contains fields not in fieldnames", naming no file."""
+    first_sitting(tmp_path, steps=3)
+    log = tmp_path / "logs" / "metrics.csv"
+    log.write_text(log.read_text() + "4,4.")  # killed while step 4's row was appended
+    resumed = ResumableCSVLogger(str(tmp_path), name="logs", version="")
+    resumed.log_metrics({"train_loss": 40.0}, step=4)
+    assert rows(tmp_path) == [("1", "1.0", ""), ("2", "2.0", ""), ("3", "3.0", ""), ("4", "40.0", "")]
+    assert "metrics.csv: its last line was cut short (a kill while it was written); dropped: '4,4.'" in (
+        capsys.readouterr().out
+    )
+    for damage, why in (
+        (b"\xf8\x01garbage\n", "invalid UTF-8 at byte 0"),
+        (b"hello world\nfoo,bar\n", "no step column in its first line"),
+        (b"step,train_loss\n1,2,3,4\n", "line 2 has more fields than its header"),
+        (b"step,train_loss\n1\n", "line 2 has fewer fields than its header"),
+        (b"step,train_loss\nnotanumber,1\n", "line 2: step 'notanumber' is no number"),
+    ):
+        log.write_bytes(damage)
+        with pytest.raises(ValueError) as refused:
+            ResumableCSVLogger(str(tmp_path), name="logs", version="").experiment  # noqa: B018
+        assert str(refused.value) == (
+            f"{log}: not a readable metrics log ({why}); it is damaged: move it aside (mv {log} {log}.damaged) and "
+            "rerun, and the log starts again from this sitting"
+        )
+
+
 def test_a_process_that_trains_nothing_redoes_the_final_weights_row_alone(tmp_path):
     """Killed after training, during the final weights' validation (logged at the last update's step, as
     training's own validation of that update): the rerun trains nothing, and its first row is that

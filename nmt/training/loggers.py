@@ -26,6 +26,44 @@ def charted(metrics: dict) -> dict:
     return {key: value for key, value in metrics.items() if key != FINAL_ROW}
 
 
+def checked_log(path: str) -> tuple[list[str], list[dict]]:
+    """The columns and rows of a run's metrics.csv that a resumed sitting continues. A last line cut short (a
+    kill while a row was appended) is dropped, said; a file that is not such a log (other bytes, rows that do
+    not fit its header, a step that is no number) is a ValueError naming it and what to do: it stopped the
+    resume on a bare "'utf-8' codec can't decode" or "dict contains fields not in fieldnames"."""
+
+    def damaged(why: str) -> ValueError:
+        return ValueError(
+            f"{path}: not a readable metrics log ({why}); it is damaged: move it aside (mv {path} {path}.damaged) "
+            "and rerun, and the log starts again from this sitting"
+        )
+
+    try:
+        with open(path, encoding="utf-8", newline="") as handle:
+            text = handle.read()
+    except UnicodeDecodeError as err:
+        raise damaged(f"invalid UTF-8 at byte {err.start}") from None
+    if text and not text.endswith("\n"):
+        cut = text.rpartition("\n")
+        print(f"warning: {path}: its last line was cut short (a kill while it was written); dropped: {cut[2][:60]!r}")
+        text = cut[0] + cut[1]
+        atomic_write_text(Path(path), text)
+    reader = csv.DictReader(text.splitlines(keepends=True))
+    columns = list(reader.fieldnames or [])
+    if columns and "step" not in columns:
+        raise damaged("no step column in its first line")
+    rows = []
+    for number, row in enumerate(reader, start=2):
+        if None in row or None in row.values():
+            raise damaged(f"line {number} has {'more' if None in row else 'fewer'} fields than its header")
+        try:
+            float(row.get("step") or 0)
+        except ValueError:
+            raise damaged(f"line {number}: step {row['step']!r} is no number") from None
+        rows.append(row)
+    return columns, rows
+
+
 class _KeepingWriter(ExperimentWriter):
     """Lightning's CSV writer, except that it keeps the rows already in metrics.csv (and their columns) and
     lets the first row of a resumed process decide which of them are redone (see ResumableCSVLogger)."""
@@ -33,8 +71,7 @@ class _KeepingWriter(ExperimentWriter):
     def _check_log_dir_exists(self) -> None:
         self.resuming = self._fs.isfile(self.metrics_file_path)
         if self.resuming:
-            with self._fs.open(self.metrics_file_path, "r", newline="") as handle:
-                self.metrics_keys = list(csv.DictReader(handle).fieldnames or [])
+            self.metrics_keys = checked_log(self.metrics_file_path)[0]
 
     def log_metrics(self, metrics_dict: dict, step: int | None = None) -> None:
         if self.resuming and step is not None:
@@ -56,8 +93,7 @@ class _KeepingWriter(ExperimentWriter):
             at = int(float(row.get("step") or 0))
             return at < step or (final_only and at == step and not row.get(FINAL_ROW))
 
-        with self._fs.open(self.metrics_file_path, "r", newline="") as handle:
-            rows = [row for row in csv.DictReader(handle) if kept(row)]
+        rows = [row for row in checked_log(self.metrics_file_path)[1] if kept(row)]
         with atomic_path(self.metrics_file_path) as tmp, open(tmp, "w", newline="") as handle:
             writer = csv.DictWriter(handle, fieldnames=self.metrics_keys)
             writer.writeheader()
