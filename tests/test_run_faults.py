@@ -375,7 +375,7 @@ def test_evaluations_are_set_aside_even_when_the_sitting_that_went_on_was_killed
     (tmp_path / "eval" / "val_beam5").mkdir(parents=True)
     (tmp_path / "eval" / "val_beam5" / "metrics.json").write_text('{"bleu": 2.0}')
 
-    def killed(*args):
+    def killed(*args, **kwargs):
         raise SystemExit(137)
 
     with monkeypatch.context() as patched:
@@ -393,6 +393,21 @@ def test_evaluations_are_set_aside_even_when_the_sitting_that_went_on_was_killed
     (tmp_path / "eval" / "x").mkdir(parents=True)
     train(compose_train(*QUICK, "resume=force", "checkpoint.keep_last_epochs=3", f"run_dir={tmp_path}"))
     assert (tmp_path / "eval" / "x").is_dir() and not (tmp_path / "eval_before_update").exists()
+
+
+def test_an_evaluation_made_while_a_fresh_run_trained_is_set_aside_at_its_end(tmp_path, capsys):
+    """evaluate.py on last.ckpt at update 120 wrote eval/last_test_beam5, which stayed beside the final scores of
+    update 360 under a name that then meant other weights: only a resumed sitting's were moved."""
+    from nmt.training.final import set_aside_evaluations
+
+    (tmp_path / "eval" / "last_test_beam5").mkdir(parents=True)
+    assert set_aside_evaluations(tmp_path, 360) is None  # a resumed sitting without a marker: nothing of its own
+    moved = set_aside_evaluations(tmp_path, 360, fresh=True)
+    assert moved == tmp_path / "eval_before_update_360" and (moved / "last_test_beam5").is_dir()
+    assert "held evaluations made while the run trained, of weights before its end at update 360" in (
+        capsys.readouterr().out
+    )
+    assert set_aside_evaluations(tmp_path, 360, fresh=True) is None  # nothing held: nothing moved
 
 
 def test_a_finished_run_asked_for_another_decoding_is_pointed_to_evaluate_py(tmp_path):

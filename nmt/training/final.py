@@ -132,29 +132,37 @@ def mark_evaluations(run_dir: Path, from_update: int) -> None:
         atomic_write_text(marker, f"{from_update}\n")
 
 
-def set_aside_evaluations(run_dir: Path, trained_to: int) -> Path | None:
+def set_aside_evaluations(run_dir: Path, trained_to: int, fresh: bool = False) -> Path | None:
     """At a sitting's end, before its final scores: where the run trained past the update its evaluations were
     of (the marker of :func:`mark_evaluations`), eval/ (evaluate.py's folders and decoding grids, the final
     scores of an earlier end) holds weights that best.ckpt, last.ckpt and the newest epochs no longer hold. It
     moves, whole, to ``eval_before_update_<N>`` beside the fresh ``eval``, so that none sits among the new results
-    under a name now meaning other weights; the move is said."""
+    under a name now meaning other weights; the move is said. A sitting that started the run (``fresh``) has no
+    marker: what eval/ holds at its end was evaluated while it trained (``last_test_beam5`` of last.ckpt at
+    update 120, beside the final scores of update 360), before update ``trained_to``."""
     folder, marker = run_dir / "eval", run_dir / EVALUATIONS_BEFORE
     try:
         from_update = int(marker.read_text())
     except (OSError, ValueError):
+        from_update = None
+    held = folder.is_dir() and any(folder.iterdir())
+    if from_update is None and not (fresh and held):
         return None
     target = None
-    if trained_to > from_update and folder.is_dir() and any(folder.iterdir()):
-        target, n = run_dir / f"{EVALUATIONS_BEFORE}_{from_update}", 1
+    if held and (from_update is None or trained_to > from_update):
+        before = trained_to if from_update is None else from_update
+        target, n = run_dir / f"{EVALUATIONS_BEFORE}_{before}", 1
         while target.exists():  # continued from the same update twice (resume=force after a stop)
             n += 1
-            target = run_dir / f"{EVALUATIONS_BEFORE}_{from_update}_{n}"
+            target = run_dir / f"{EVALUATIONS_BEFORE}_{before}_{n}"
         folder.rename(target)
-        print(
-            f"note: {folder} held evaluations of the weights before the run went on from update {from_update}: "
-            f"moved to {target}"
+        what = (
+            f"evaluations made while the run trained, of weights before its end at update {before}"
+            if from_update is None
+            else f"evaluations of the weights before the run went on from update {from_update}"
         )
-    marker.unlink()
+        print(f"note: {folder} held {what}: moved to {target}")
+    marker.unlink(missing_ok=True)
     return target
 
 
