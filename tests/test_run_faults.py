@@ -1685,14 +1685,35 @@ def test_a_resumed_checkpoint_of_another_model_is_one_line(tmp_path):
     assert before != 48 and not again.get("continued_under_other_settings")
 
 
+def test_a_results_file_that_is_not_a_runs_results_is_said_as_an_unreadable_one_is(tmp_path, capsys):
+    """[1,2] in results.json was taken up silently; a file that was not JSON at all was said."""
+    from nmt.training.run_folder import finished_results
+
+    for text, said in (("[1, 2]", "holds a list, not a run's results"), ("{oops", "cannot be read")):
+        (tmp_path / "results.json").write_text(text)
+        assert finished_results(tmp_path) is None
+        assert f"{tmp_path / 'results.json'} {said}" in capsys.readouterr().out
+    (tmp_path / "results.json").write_text('{"finished": false}')  # a run stopped in its final scores: unsaid
+    assert finished_results(tmp_path) is None and capsys.readouterr().out == ""
+
+
 def test_a_write_cut_short_by_a_kill_leaves_no_temporary_file_after_the_rerun(tmp_path):
-    """SIGKILL while best.ckpt was written left .best.ckpt.<pid>.tmp in the folder for good."""
+    """SIGKILL while best.ckpt was written left .best.ckpt.<pid>.tmp in the folder for good (the data report's
+    and training sentences' too)."""
     train(compose_train(*QUICK, f"run_dir={tmp_path}"))
     (tmp_path / "results.json").unlink()  # as if killed: a rerun resumes
     stale = tmp_path / "checkpoints" / ".best.ckpt.999999.tmp"
     stale.write_bytes(b"half a checkpoint")
+    # and the run's other records, cut short the same way (kills while a sitting started)
+    others = [tmp_path / ".data_report.txt.999999.tmp", tmp_path / ".train_sentences.npz.999998.tmp"]
+    for other in others:
+        other.write_bytes(b"half")
+    theirs = tmp_path / "eval" / "x" / ".hypotheses.txt.999997.tmp"  # evaluate.py's, which takes no lock: kept
+    theirs.parent.mkdir(parents=True)
+    theirs.write_bytes(b"being written")
     train(compose_train(*QUICK, f"run_dir={tmp_path}"))
     assert not stale.exists() and (tmp_path / "checkpoints" / "best.ckpt").is_file()
+    assert not any(other.exists() for other in others) and theirs.exists()
 
 
 @pytest.mark.slow

@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -939,6 +940,28 @@ def test_a_reader_that_closes_the_pipe_ends_the_command_quietly(tmp_path):
     reader.close()
     stderr = talker.communicate(timeout=120)[1]
     assert talker.returncode == 141 and "Traceback" not in stderr, stderr[-2000:]
+
+
+def test_sigterm_while_translating_into_a_file_leaves_no_temporary_file(checkpoints, tmp_path):
+    """SIGTERM ended translate.py at once (status -15, no word) and left .out.<pid>.tmp, half the translations,
+    in the output's folder; Ctrl-C removed it."""
+    import signal
+
+    source = tmp_path / "in.txt"
+    source.write_text("one two three four five six seven\n" * 20000)
+    out = tmp_path / "out" / "out.txt"
+    command = [sys.executable, str(ROOT / "translate.py"), f"ckpt_path={checkpoints['seed1']}", f"input={source}",
+               f"output={out}", "threads=1"]  # fmt: skip
+    translating = subprocess.Popen(
+        command, stderr=subprocess.PIPE, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}
+    )
+    deadline = time.monotonic() + 120
+    while not list((tmp_path / "out").glob(".out.txt.*.tmp")) and time.monotonic() < deadline:
+        time.sleep(0.1)  # translating: its temporary file is there
+    translating.send_signal(signal.SIGTERM)
+    stderr = translating.communicate(timeout=120)[1]
+    assert translating.returncode == 143 and stderr.rstrip().endswith("terminated"), stderr[-2000:]
+    assert "Traceback" not in stderr and not list((tmp_path / "out").glob(".*.tmp")) and not out.exists()
 
 
 def test_ctrl_c_while_translating_ends_without_a_traceback(monkeypatch, capsys):

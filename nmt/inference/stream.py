@@ -8,7 +8,9 @@ outputs, such as an empty line, padded with empty ones scored -inf); ``alignment
 appends a tab and Pharaoh pairs ``i-j`` (source piece i, output piece j).
 """
 
+import signal
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import nullcontext
 from pathlib import Path
@@ -73,16 +75,32 @@ def _stdin_lines() -> Iterator[str]:
         yield (line.removeprefix("\ufeff") if number == 1 else line).rstrip("\r\n")
 
 
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, handled as Ctrl-C is: the output's temporary file removed, what was written stays, said."""
+
+
+def _stop_on_sigterm(signum, frame) -> None:
+    raise _Terminated
+
+
 def run_translate(cfg: DictConfig) -> dict:
+    # SIGTERM (a scheduler, `kill`) ended the process at once, without a word, and left the output's temporary
+    # file, half the translations, in its folder
+    main = threading.current_thread() is threading.main_thread()
+    before = signal.signal(signal.SIGTERM, _stop_on_sigterm) if main else None
     try:
         return _run_translate(cfg)
     except InputError as err:  # "line N: ..." of which input: named as a bad UTF-8 line is
         if not str(err).startswith("line"):
             raise
         raise InputError(f"{'<stdin>' if cfg.input == '-' else cfg.input}, {err}", err.too_long) from None
-    except KeyboardInterrupt:  # Ctrl-C at the prompt or in a long file: what was written stays, no traceback
-        print("interrupted", file=sys.stderr)
-        raise SystemExit(130) from None
+    except KeyboardInterrupt as stop:  # Ctrl-C at the prompt or in a long file: what was written stays, no traceback
+        terminated = isinstance(stop, _Terminated)
+        print("terminated" if terminated else "interrupted", file=sys.stderr)
+        raise SystemExit(143 if terminated else 130) from None
+    finally:
+        if main:
+            signal.signal(signal.SIGTERM, before)
 
 
 def _run_translate(cfg: DictConfig) -> dict:

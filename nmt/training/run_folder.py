@@ -121,7 +121,14 @@ def finished_results(run_dir: Path) -> dict | None:
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         print(f"warning: {path} cannot be read ({err}): the run is taken up from its checkpoints and scored again")
         return None
-    if not (isinstance(results, dict) and results.get("finished")):
+    if not isinstance(results, dict):  # JSON, but not a run's results: as unreadable, said
+        kind = type(results).__name__
+        print(
+            f"warning: {path} holds a {kind}, not a run's results: the run is taken up from its checkpoints and "
+            "scored again"
+        )
+        return None
+    if not results.get("finished"):
         return None
     return in_this_folder(results, run_dir)
 

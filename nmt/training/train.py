@@ -81,7 +81,7 @@ from nmt.training.stopping import what_ended
 from nmt.training.timing import WallClock
 from nmt.training.trainer import build_trainer, check_accelerator
 from nmt.utils.instantiate import instantiate
-from nmt.utils.io import atomic_write_bytes, atomic_write_json, atomic_write_text
+from nmt.utils.io import RUN_FILES, atomic_write_bytes, atomic_write_json, atomic_write_text
 from nmt.utils.machine import machine_record
 
 log = logging.getLogger(__name__)
@@ -252,9 +252,13 @@ def _train_in_folder(cfg: DictConfig, task, run_dir: Path, config: dict, main_pr
                 "Choose another run_dir to train again."
             )
             return finished
-        # the folder is locked: a temporary file in it is a write that a kill cut short, never one under way
-        for stale in (run_dir / "checkpoints").glob(".*.tmp"):
-            stale.unlink(missing_ok=True)
+        # the folder is locked: a temporary file of the run's own in it is a write that a kill cut short, never
+        # one under way (eval*/ is evaluate.py's, which does not take the lock: left alone)
+        own = [run_dir / name for name in ("checkpoints", "logs", "tokenizers")]
+        stale = [p for folder in own for p in folder.glob(".*.tmp")]
+        stale += [p for name in RUN_FILES for p in run_dir.glob(f".{name}.*.tmp")]
+        for path in stale:
+            path.unlink(missing_ok=True)
     # a sitting refused before its first update (a checkpoint of other shapes under resume=force, other
     # tokenizers, a data check) puts the folder's records back: they describe the run its checkpoints hold,
     # whose own command must still continue it
