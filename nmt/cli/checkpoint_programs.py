@@ -109,48 +109,43 @@ def multirun_message(argv: list[str], config_name: str, conf: Path = CONF) -> st
         return _train_multirun_message(argv)
     if checkpoint_program(config_name, conf) is None:
         return None
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
     grid = "evaluate.py scores the values of a list on the validation set, then chooses one"
     if any(arg in ("-m", "--multirun") for arg in argv):
         how = f"; {grid} (decode.beam_size=[4,5] split=val)" if config_name == "evaluate" else ""
         return f"error: -m (on the command line): {config_name}.py runs once, not a multirun{how}"
+    arg = _first_swept(argv)
+    return f"error: {arg} (on the command line): {_one_run_advice(arg, config_name, grid)}" if arg else None
+
+
+def _first_swept(argv: list[str]) -> str | None:
+    """The first argument Hydra reads as a sweep (``key=a,b``, ``range(...)``), or None."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
     parser = OverridesParser.create()
     for arg in argv:
         if arg.startswith("-") or "=" not in arg:
             continue
         try:
-            swept = parser.parse_override(arg).is_sweep_override()
+            if parser.parse_override(arg).is_sweep_override():
+                return arg
         except Exception:  # noqa: BLE001 - Hydra says what it cannot read
             continue
-        if swept:
-            return f"error: {arg} (on the command line): {_one_run_advice(arg, config_name, grid)}"
     return None
 
 
 def _train_multirun_message(argv: list[str]) -> str | None:
     """train.py given a comma list without -m: Hydra's five lines suggested ``key=[a,b]`` (nothing for a
     group) and ``--multirun`` (Hydra's runs one after another, with no report); sweep.py is the way to compare."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
     if any(arg in ("-m", "--multirun") for arg in argv):  # Hydra's multirun of train.py, asked for
         return None
-    parser = OverridesParser.create()
-    for arg in argv:
-        if arg.startswith("-") or "=" not in arg:
-            continue
-        try:
-            swept = parser.parse_override(arg).is_sweep_override()
-        except Exception:  # noqa: BLE001 - Hydra says what it cannot read
-            continue
-        if swept:
-            given = " ".join(shlex.quote(a) for a in argv)
-            return (
-                f"error: {arg} (on the command line): train.py trains one run; runs of several values are a sweep, "
-                f"with a report: python sweep.py grid=none {given} (or Hydra's multirun: train.py -m ...; a value "
-                "holding a comma is quoted: key='a,b')"
-            )
-    return None
+    arg = _first_swept(argv)
+    if arg is None:
+        return None
+    return (
+        f"error: {arg} (on the command line): train.py trains one run; runs of several values are a sweep, with a "
+        f"report: python sweep.py grid=none {' '.join(shlex.quote(a) for a in argv)} (or Hydra's multirun: train.py "
+        "-m ...; a value holding a comma is quoted: key='a,b')"
+    )
 
 
 def _one_run_advice(arg: str, config_name: str, grid: str) -> str:
