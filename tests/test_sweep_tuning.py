@@ -208,7 +208,7 @@ def test_level_settings_match_a_level_by_value_and_refuse_one_the_sweep_does_not
     wrong = {"optim.scheduler.factor": {"0.5": ["warmup=10"], "3": ["warmup=50"]}}
     assert level_settings_problem(wrong, levels) == (
         "level_settings.optim.scheduler.factor.3: 3 is not a level of this sweep (optim.scheduler.factor here: "
-        "0.5, 2), so no run would get its settings; write it as the sweep does"
+        "0.5, 2), so no run would get its settings; write it as the sweep does, or drop it"
     )
 
 
