@@ -640,6 +640,8 @@ def test_an_existing_path_with_hydras_grammar_in_its_name_is_quoted(tmp_path):
     assert quoted_paths([f"data.root={tmp_path / 'a'},{tmp_path / 'b'}"]) == [
         f"data.root={tmp_path / 'a'},{tmp_path / 'b'}"
     ]
+    files = f"data.train={tmp_path / 'a.tsv'},b.tsv"  # a factor of two files, the first in a folder that exists
+    assert quoted_paths([files]) == [files]
 
 
 def test_train_pys_run_dir_is_hydras_output_folder_too(tmp_path, monkeypatch):
@@ -901,6 +903,9 @@ def test_a_multirun_of_a_program_of_a_checkpoint_is_refused(name):
         assert multirun_message(["ckpt_path=x", fine], name) is None
     assert multirun_message(["pos=a,b", "-m"], "train") is None and multirun_message(["pos=a,b"], "sweep") is None
     # Hydra's five lines suggested key=[a,b], nothing for a group
+    # the keys a sweep sets per run (refused by sweep.py) are left out of the command it suggests
+    given = ["run_dir=runs/mine", "hydra.run.dir=runs/mine", "pos=absolute,rope"]
+    assert "python sweep.py grid=none pos=absolute,rope (or" in multirun_message(given, "train")
     assert multirun_message(["data=toy", "pos=absolute,rope"], "train") == (
         "error: pos=absolute,rope (on the command line): train.py trains one run; runs of several values are a "
         "sweep, with a report: python sweep.py grid=none data=toy pos=absolute,rope (or Hydra's multirun: train.py "

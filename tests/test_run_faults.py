@@ -285,6 +285,10 @@ def test_a_run_trained_afresh_gets_a_wandb_run_of_its_own(tmp_path, monkeypatch)
         (["logger=wandb", "+logger.entity=me"], "logger.entity is not an option of wandb_logger; it takes config, "
          "dir, group, name, project, tags"),
         (["+logger.save_dir=/tmp/x"], "logger.save_dir is set by the run (its folder); it takes"),
+        # Lightning passes the folder as root_dir (a TypeError of two values); SummaryWriter reads comment only
+        # where it names the folder itself, which it never does here
+        (["logger=tensorboard", "+logger.root_dir=/tmp/x"], "logger.root_dir is set by the run (its folder)"),
+        (["logger=tensorboard", "+logger.comment=x"], "logger.comment is not an option of ResumableTensorBoardLogger"),
     ],
 )  # fmt: skip
 def test_a_logger_option_it_does_not_take_is_one_line_before_any_data_is_read(tmp_path, overrides, message):
@@ -395,19 +399,22 @@ def test_evaluations_are_set_aside_even_when_the_sitting_that_went_on_was_killed
     assert (tmp_path / "eval" / "x").is_dir() and not (tmp_path / "eval_before_update").exists()
 
 
-def test_an_evaluation_made_while_a_fresh_run_trained_is_set_aside_at_its_end(tmp_path, capsys):
+def test_an_evaluation_made_while_a_sitting_trained_is_set_aside_at_its_end(tmp_path, capsys):
     """evaluate.py on last.ckpt at update 120 wrote eval/last_test_beam5, which stayed beside the final scores of
-    update 360 under a name that then meant other weights: only a resumed sitting's were moved."""
+    update 360 under a name that then meant other weights: only those in eval/ when a sitting resumed were moved."""
     from nmt.training.final import set_aside_evaluations
 
     (tmp_path / "eval" / "last_test_beam5").mkdir(parents=True)
-    assert set_aside_evaluations(tmp_path, 360) is None  # a resumed sitting without a marker: nothing of its own
-    moved = set_aside_evaluations(tmp_path, 360, fresh=True)
+    assert set_aside_evaluations(tmp_path, 360, trained_from=360) is None  # a sitting that trained nothing
+    moved = set_aside_evaluations(tmp_path, 360)
     assert moved == tmp_path / "eval_before_update_360" and (moved / "last_test_beam5").is_dir()
     assert "held evaluations made while the run trained, of weights before its end at update 360" in (
         capsys.readouterr().out
     )
-    assert set_aside_evaluations(tmp_path, 360, fresh=True) is None  # nothing held: nothing moved
+    assert set_aside_evaluations(tmp_path, 360) is None  # nothing held: nothing moved
+    # a resumed sitting (from update 190, eval/ empty then): an evaluation made while it trained goes too
+    (tmp_path / "eval" / "last_test_beam5").mkdir(parents=True)
+    assert set_aside_evaluations(tmp_path, 400, trained_from=190) == tmp_path / "eval_before_update_400"
 
 
 def test_a_finished_run_asked_for_another_decoding_is_pointed_to_evaluate_py(tmp_path):

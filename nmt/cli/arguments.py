@@ -29,7 +29,9 @@ def quoted_paths(argv: list[str]) -> list[str]:
 def _a_path(path: Path) -> bool:
     """An existing path, or one in an existing folder (a mistyped run of a sweep, ``.../pos=absolut,seed=1``:
     quoted, it reaches the command's "no such run folder; did you mean", not Hydra's grammar error)."""
-    return path.exists() or (str(path.parent) not in (".", "/") and "/" in str(path) and path.parent.is_dir())
+    # a run of a sweep names its factors, key=value: a list of files (corpus/a.tsv,b.tsv) is left to Hydra
+    in_a_folder = str(path.parent) not in (".", "/") and "/" in str(path) and path.parent.is_dir()
+    return path.exists() or (in_a_folder and "=" in path.name)
 
 
 def _existing_paths(items: str) -> list[str] | None:

@@ -117,6 +117,11 @@ def multirun_message(argv: list[str], config_name: str, conf: Path = CONF) -> st
     return f"error: {arg} (on the command line): {_one_run_advice(arg, config_name, grid)}" if arg else None
 
 
+def _set_per_run(arg: str) -> bool:
+    """A key a sweep sets for each of its runs (refused on sweep.py's command line), or Hydra's run folder."""
+    return arg.lstrip("+~").partition("=")[0] in ("run_dir", "group", "tags", "hydra.run.dir")
+
+
 def _first_swept(argv: list[str]) -> str | None:
     """The first argument Hydra reads as a sweep (``key=a,b``, ``range(...)``), or None."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -143,7 +148,8 @@ def _train_multirun_message(argv: list[str]) -> str | None:
         return None
     return (
         f"error: {arg} (on the command line): train.py trains one run; runs of several values are a sweep, with a "
-        f"report: python sweep.py grid=none {' '.join(shlex.quote(a) for a in argv)} (or Hydra's multirun: train.py "
+        f"report: python sweep.py grid=none {' '.join(shlex.quote(a) for a in argv if not _set_per_run(a))} (or "
+        "Hydra's multirun: train.py "
         "-m ...; a value holding a comma is quoted: key='a,b')"
     )
 

@@ -134,10 +134,15 @@ def load_model(ckpt_path: str | os.PathLike, average_last: int = 0, device: str 
         averaged = [load_checkpoint(p) for p in candidates]
         missing = missing_epochs([checkpoint, averaged[-1]], available, average_last, ends_at_given)
         if missing:  # an older epoch stood in for it, and the scores were labelled the last N epochs' all the same
+            newest = available[-1]
+            if all(epoch_number(name) > epoch_number(newest.name) for name in missing):  # fewer cannot help
+                instead = f"or average the epochs up to {newest.name}: ckpt_path={newest} average_last={average_last}"
+            else:
+                instead = "or pass fewer (average_last=N over the epochs after it)"
             raise CheckpointError(
                 f"average_last={average_last}: {', '.join(missing)}, among the last {average_last} epoch checkpoints "
-                f"the run kept beside {ckpt_path}, is missing (deleted or moved?); restore it, or pass fewer "
-                "(average_last=N over the epochs after it)"
+                f"the run kept beside {ckpt_path}, {'is' if len(missing) == 1 else 'are'} missing (deleted or "
+                f"moved?); restore {'it' if len(missing) == 1 else 'them'}, {instead}"
             )
         state_dict = average_state_dicts([c["state_dict"] for c in averaged], paths)
         weights = [weights_record(c) for c in averaged]

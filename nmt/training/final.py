@@ -132,21 +132,22 @@ def mark_evaluations(run_dir: Path, from_update: int) -> None:
         atomic_write_text(marker, f"{from_update}\n")
 
 
-def set_aside_evaluations(run_dir: Path, trained_to: int, fresh: bool = False) -> Path | None:
+def set_aside_evaluations(run_dir: Path, trained_to: int, trained_from: int = 0) -> Path | None:
     """At a sitting's end, before its final scores: where the run trained past the update its evaluations were
     of (the marker of :func:`mark_evaluations`), eval/ (evaluate.py's folders and decoding grids, the final
     scores of an earlier end) holds weights that best.ckpt, last.ckpt and the newest epochs no longer hold. It
     moves, whole, to ``eval_before_update_<N>`` beside the fresh ``eval``, so that none sits among the new results
-    under a name now meaning other weights; the move is said. A sitting that started the run (``fresh``) has no
-    marker: what eval/ holds at its end was evaluated while it trained (``last_test_beam5`` of last.ckpt at
-    update 120, beside the final scores of update 360), before update ``trained_to``."""
+    under a name now meaning other weights; the move is said. Without a marker (eval/ was empty when the sitting
+    started, at update ``trained_from``), what eval/ holds at its end was evaluated while the sitting trained
+    (``last_test_beam5`` of last.ckpt at update 120, beside the final scores of update 360): of weights before
+    update ``trained_to``."""
     folder, marker = run_dir / "eval", run_dir / EVALUATIONS_BEFORE
     try:
         from_update = int(marker.read_text())
     except (OSError, ValueError):
         from_update = None
     held = folder.is_dir() and any(folder.iterdir())
-    if from_update is None and not (fresh and held):
+    if from_update is None and not (held and trained_to > trained_from):
         return None
     target = None
     if held and (from_update is None or trained_to > from_update):

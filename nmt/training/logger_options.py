@@ -12,7 +12,7 @@ from nmt.training.config_groups import hydra_choices
 from nmt.training.config_types import annotations_of, fits, said, simple_kinds
 from nmt.utils.instantiate import locate_target
 
-GIVEN_BY_THE_TRAINER = ("save_dir",)  # train() passes the run's folder
+GIVEN_BY_THE_TRAINER = ("save_dir", "root_dir")  # train() passes the run's folder (Lightning's as root_dir)
 # counts and periods that only a positive value makes sense of (0 or less: every row lost or a busy loop)
 POSITIVE = ("flush_logs_every_n_steps", "flush_secs", "max_queue")
 
@@ -36,7 +36,8 @@ def logger_options(built) -> tuple[set[str], dict[str, object]] | None:
         from torch.utils.tensorboard import SummaryWriter
 
         writer = inspect.signature(SummaryWriter.__init__).parameters
-        own = {n: p for n, p in writer.items() if n not in ("self", "log_dir", "purge_step")}  # both set here
+        # log_dir and purge_step are set here; comment names the folder only where no log_dir is given
+        own = {n: p for n, p in writer.items() if n not in ("self", "log_dir", "purge_step", "comment")}
         kinds = {n: type(p.default) for n, p in own.items() if isinstance(p.default, (bool, int, float, str))}
         names = (names - {"self", "args", "kwargs"}) | set(own)
         return names, {**kinds, **annotations_of(built)}

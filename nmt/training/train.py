@@ -484,7 +484,7 @@ def _train_in_folder(cfg: DictConfig, task, run_dir: Path, config: dict, main_pr
                 atomic_write_json(run_dir / RESULTS, {**results, "finished": False, "stage": "trained"})
     if trainer.is_global_zero:
         if not is_smoke_run(config):  # evaluations of weights the run has trained past (mark_evaluations)
-            set_aside_evaluations(run_dir, trainer.global_step, fresh=resumed_from is None)
+            set_aside_evaluations(run_dir, trainer.global_step, resumed_from or 0)
         splits = final_splits(cfg)
         if splits and Path(best_path).is_file() and not is_smoke_run(config):
             if results.get("steps") == 0:  # trainer.max_epochs=0, max_steps=0: a quick check, not a model
