@@ -149,8 +149,7 @@ def _train_multirun_message(argv: list[str]) -> str | None:
     return (
         f"error: {arg} (on the command line): train.py trains one run; runs of several values are a sweep, with a "
         f"report: python sweep.py grid=none {' '.join(shlex.quote(a) for a in argv if not _set_per_run(a))} (or "
-        "Hydra's multirun: train.py "
-        "-m ...; a value holding a comma is quoted: key='a,b')"
+        "Hydra's multirun: train.py -m ...; a value holding a comma is quoted: key='a,b')"
     )
 
 
