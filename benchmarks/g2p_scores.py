@@ -1,8 +1,8 @@
-"""Grapheme-to-phoneme scores of a data=cmudict evaluation folder that the task itself does not give: the
-phoneme error rate (PER: the edit distance in phonemes over the references' phonemes, every phoneme a word to
-torchmetrics' WordErrorRate), and, as G2P papers count, an output right when it is any of the word's
-pronunciations in the dictionary (the task's one reference is the first listed), with the PER against each
-word's closest pronunciation.
+"""Grapheme-to-phoneme scores of a data=cmudict evaluation folder that the task itself does not give: as G2P
+papers count, an output right when it is any of the word's pronunciations in the dictionary (the task's one
+reference is the first listed), with the phoneme error rate (PER: the edit distance in phonemes over the
+references' phonemes, every phoneme a word to torchmetrics' WordErrorRate) against each word's closest
+pronunciation. Beside them the PER against the first pronunciation, which the task gives as its ``wer``.
 
     python -m benchmarks.g2p_scores runs/RUN/eval/test_beam5 <folder holding cmudict.dict>/cmudict.dict
 """

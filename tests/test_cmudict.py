@@ -162,6 +162,7 @@ def test_the_g2p_experiment_trains_and_scores_its_phoneme_outputs(tmp_path, caps
     scores = transliteration_scores(hypotheses, references)
     assert results["test"]["cer"] == pytest.approx(scores["cer"]) and results["test"]["cer"] > 0
     assert results["test"]["word_acc"] == pytest.approx(scores["word_acc"])
+    assert results["test"]["wer"] == pytest.approx(scores["wer"])  # phonemes as tokens: the PER
 
 
 @pytest.mark.skipif(REAL_DICT is None, reason="the real cmudict.dict not available")

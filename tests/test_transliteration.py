@@ -14,7 +14,8 @@ from nmt.tasks.transliteration import TransliterationTask, transliteration_score
 from .conftest import CONF, tiny_overrides
 
 
-def levenshtein(a: str, b: str) -> int:
+def levenshtein(a, b) -> int:
+    """Edits turning sequence a into b: characters of strings, tokens of lists."""
     row = list(range(len(b) + 1))
     for i, x in enumerate(a, 1):
         previous, row[0] = row[0], i
@@ -41,8 +42,25 @@ def test_cer_is_the_summed_edit_distance_over_the_references_characters(hypothes
     assert scores["word_acc"] == pytest.approx(100 * exact / len(references))
 
 
+@pytest.mark.parametrize(
+    ("hypotheses", "references"),
+    [
+        (["K AE1 T", "D AA1 G Z", ""], ["K AE1 T S", "D AO1 G", "R IY1 D"]),  # a deletion, substitutions, all deleted
+        (["HH AH0  L OW1", "AH0 AH0 AH0 AH0"], ["HH AH0 L OW1", "AH0"]),  # two spaces split as one; insertions
+    ],
+)
+def test_wer_is_the_summed_token_edit_distance_over_the_references_tokens(hypotheses, references):
+    # phonemes with spaces between them: G2P's phoneme error rate
+    scores = transliteration_scores(hypotheses, references)
+    edits = sum(levenshtein(h.split(), r.split()) for h, r in zip(hypotheses, references, strict=True))
+    tokens = sum(len(r.split()) for r in references)
+    assert scores["wer"] == pytest.approx(100 * edits / tokens)
+    assert (scores["token_edits"], scores["reference_tokens"]) == (edits, tokens)
+
+
 def test_cer_falls_and_word_accuracy_rises_as_they_improve():
     assert lower_is_better("test_cer") and lower_is_better("val_cer") and lower_is_better("best_val_cer")
+    assert lower_is_better("test_wer") and lower_is_better("best_val_wer")
     assert not lower_is_better("test_word_acc")
     assert metric_range("test_cer") == (0.0, float("inf"))  # insertions take CER past 100
     assert metric_range("val_as_test_word_acc") == (0.0, 100.0)  # a percentage, not val_acc's fraction
@@ -55,9 +73,9 @@ def test_the_task_config_monitors_cer_downwards_and_ranks_by_it():
     assert isinstance(task, TransliterationTask) and task.report_metric == "test_cer"
     assert cfg.checkpoint.monitor == cfg.early_stopping.monitor == "val_cer"
     assert cfg.checkpoint.mode == cfg.early_stopping.mode == "min"
-    assert {"val_cer", "val_word_acc"} <= task.validation_metric_names()
+    assert {"val_cer", "val_wer", "val_word_acc"} <= task.validation_metric_names()
     names = task.sweep_metrics({})
-    assert {"test_cer", "test_word_acc", "val_as_test_cer", "best_val_cer"} <= set(names)
+    assert {"test_cer", "test_wer", "test_word_acc", "val_as_test_cer", "best_val_cer", "best_val_wer"} <= set(names)
     assert all(value is None for value in names.values())
 
 
@@ -99,8 +117,15 @@ def test_a_transliteration_run_scores_cer_and_word_accuracy_and_a_sweep_records_
     folder = run_dir / "eval" / "test_beam5"
     hypotheses = (folder / "hypotheses.txt").read_text().splitlines()
     references = (folder / "references.txt").read_text().splitlines()
-    assert results["test"]["cer"] == pytest.approx(transliteration_scores(hypotheses, references)["cer"])
+    expected = transliteration_scores(hypotheses, references)
+    assert results["test"]["cer"] == pytest.approx(expected["cer"])
+    assert results["test"]["wer"] == pytest.approx(expected["wer"])
     assert json.loads((folder / "metrics.json").read_text())["word_acc"] == results["test"]["word_acc"]
+    # validation logged the token error rate beside CER, its best in results.json
+    log = (run_dir / "logs" / "metrics.csv").read_text().splitlines()
+    column = log[0].split(",").index("val_wer")
+    logged = [float(row.split(",")[column]) for row in log[1:] if row.split(",")[column]]
+    assert logged and results["best_val_wer"] == min(logged)
     # the saved outputs rescored as the final scores were (it gave BLEU and chrF alone)
     from nmt.evaluation.score import main as score
 
@@ -108,6 +133,7 @@ def test_a_transliteration_run_scores_cer_and_word_accuracy_and_a_sweep_records_
         [str(folder / "hypotheses.txt"), str(folder / "references.txt"), "--lang", "en", "--bootstrap", "0"]
     )
     assert rescored["cer"] == results["test"]["cer"] and rescored["word_acc"] == results["test"]["word_acc"]
+    assert rescored["wer"] == results["test"]["wer"]
 
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         eval_cfg = compose(

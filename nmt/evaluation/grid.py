@@ -143,7 +143,7 @@ def choose_by(cfg: DictConfig, task) -> str:
 
 
 def extra_scores(task) -> tuple[str, ...]:
-    """The scores a task adds to every evaluation (transliteration's cer, word_acc), which a grid can rank by."""
+    """The scores a task adds to every evaluation (transliteration's cer, wer, word_acc), which a grid can rank by."""
     return tuple(key for key, _ in getattr(task, "score_rows", ()))
 
 

@@ -29,8 +29,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument(
         "--cer",
         action="store_true",
-        help="also the character error rate and word accuracy (task=transliteration's scores; the default where "
-        "the metrics.json beside the hypotheses holds them)",
+        help="also the character and token error rates and word accuracy (task=transliteration's scores; the "
+        "default where the metrics.json beside the hypotheses holds them)",
     )
     parser.add_argument(
         "--lowercase",

@@ -214,16 +214,22 @@ def bootstrap_interval(
 
 
 def transliteration_scores(hypotheses: list[str], references: list[str]) -> dict:
-    """The set's CER and word accuracy (both x100), and the edit counts the CER is made of."""
-    from torchmetrics.text import CharErrorRate  # torchmetrics loads scipy: only where scores are made
+    """The set's CER, WER and word accuracy (each x100), and the edit counts the error rates are made of. The
+    WER counts edits of space-separated tokens: for outputs spelt as phonemes with spaces between them (G2P),
+    the phoneme error rate of G2P papers."""
+    from torchmetrics.text import CharErrorRate, WordErrorRate  # torchmetrics loads scipy: only where scores are made
 
-    cer = CharErrorRate()
+    cer, wer = CharErrorRate(), WordErrorRate()
     cer.update(list(hypotheses), list(references))
+    wer.update(list(hypotheses), list(references))
     exact = sum(h == r for h, r in zip(hypotheses, references, strict=True))
-    chars = int(cer.total)
+    chars, tokens = int(cer.total), int(wer.total)
     return {
         "cer": float(cer.errors) / chars * 100 if chars else float("nan"),
+        "wer": float(wer.errors) / tokens * 100 if tokens else float("nan"),
         "word_acc": 100 * exact / len(references) if references else float("nan"),
         "char_edits": int(cer.errors),
         "reference_chars": chars,
+        "token_edits": int(wer.errors),
+        "reference_tokens": tokens,
     }

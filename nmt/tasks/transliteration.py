@@ -5,6 +5,9 @@ phonemes), scored by character error rate and word accuracy rather than BLEU.
   reference, summed over the set, over the references' characters, x100 (lower is better; above 100 where
   outputs insert more than the references hold). Spaces are characters. torchmetrics' ``CharErrorRate``
   computes it, in validation (its sums synchronised across processes) and in the final scores alike.
+- WER: the same over space-separated tokens (edits of tokens over the references' tokens, x100): for outputs
+  spelt as phonemes with spaces between them (grapheme-to-phoneme), the phoneme error rate (PER) of G2P papers.
+  torchmetrics' ``WordErrorRate``, in validation and the final scores alike.
 - word accuracy: the percentage of outputs equal to their reference as a whole (x100, higher is better), the
   ACC of the NEWS transliteration shared tasks (one reference per source here).
 
@@ -19,18 +22,22 @@ from nmt.metrics.corpus import transliteration_scores  # the final scores', and 
 from nmt.tasks.base import FINAL_RESULTS, best_logged, exact_sum
 from nmt.tasks.translation import TranslationTask
 
-SCORES = ("cer", "word_acc")
+SCORES = ("cer", "wer", "word_acc")
 
 
 class TransliterationTask(TranslationTask):
     """TranslationTask scored by CER (``val_cer``: the best checkpoint, early stopping, the sweep's ranking)
-    and word accuracy (``val_word_acc``) of decoded outputs."""
+    WER (``val_wer``) and word accuracy (``val_word_acc``) of decoded outputs."""
 
     name = "transliteration"
     report_metric = "test_cer"
     refuses_undecoded_validation = True  # check() below
-    decoded_metrics = (*TranslationTask.decoded_metrics, "val_cer", "val_word_acc")
-    score_rows = (("cer", "CER (lower is better)"), ("word_acc", "word accuracy"))
+    decoded_metrics = (*TranslationTask.decoded_metrics, "val_cer", "val_wer", "val_word_acc")
+    score_rows = (
+        ("cer", "CER (lower is better)"),
+        ("wer", "WER, of space-separated tokens: phonemes' PER (lower is better)"),
+        ("word_acc", "word accuracy"),
+    )
 
     def __init__(
         self,
@@ -50,25 +57,28 @@ class TransliterationTask(TranslationTask):
         return problems
 
     def validation_metric_names(self) -> set[str]:
-        return {*super().validation_metric_names(), "val_cer", "val_word_acc"}
+        return {*super().validation_metric_names(), "val_cer", "val_wer", "val_word_acc"}
 
     def validation_metrics(self, datamodule) -> nn.ModuleDict:
-        from torchmetrics.text import CharErrorRate
+        from torchmetrics.text import CharErrorRate, WordErrorRate
 
         metrics = super().validation_metrics(datamodule)
         metrics["cer"] = CharErrorRate()  # sums of edits and of reference characters: a corpus-level rate
+        metrics["wer"] = WordErrorRate()  # the same over space-separated tokens
         metrics["words_exact"], metrics["words"] = exact_sum(), exact_sum()
         return metrics
 
     def update_decoded_metrics(self, metrics, hypotheses, references) -> None:
         super().update_decoded_metrics(metrics, hypotheses, references)
         metrics["cer"].update(hypotheses, references)
+        metrics["wer"].update(hypotheses, references)
         metrics["words_exact"].update(sum(h == r for h, r in zip(hypotheses, references, strict=True)))
         metrics["words"].update(len(references))
 
     def log_decoded_metrics(self, module, metrics) -> None:
         super().log_decoded_metrics(module, metrics)
         module.log("val_cer", metrics["cer"].compute() * 100, prog_bar=True)
+        module.log("val_wer", metrics["wer"].compute() * 100)
         module.log("val_word_acc", 100 * metrics["words_exact"].compute() / metrics["words"].compute().clamp(min=1))
 
     def extra_scores(self, hypotheses, references) -> dict:
@@ -77,8 +87,11 @@ class TransliterationTask(TranslationTask):
     def results_from_log(self, csv_log) -> dict:
         # the monitored metric's best is results.json's best_val_cer already (the checkpoint callback's);
         # word accuracy at its best over the run, beside it
-        best = best_logged(csv_log, "val_word_acc")
-        return {**super().results_from_log(csv_log), **({"best_val_word_acc": best} if best is not None else {})}
+        best = {name: best_logged(csv_log, f"val_{name}") for name in ("wer", "word_acc")}
+        return {
+            **super().results_from_log(csv_log),
+            **{f"best_val_{name}": value for name, value in best.items() if value is not None},
+        }
 
     def sweep_metrics(self, results: dict) -> dict:
         test, final = results.get("test") or {}, results.get("final_metrics") or {}
@@ -87,8 +100,10 @@ class TransliterationTask(TranslationTask):
             **{f"test_{key}": test.get(key) for key in SCORES},
             **{f"val_as_test_{key}": val.get(key) for key in SCORES},
             "best_val_cer": results.get("best_val_cer"),
+            "best_val_wer": results.get("best_val_wer"),
             "best_val_word_acc": results.get("best_val_word_acc"),
             "final_val_cer": final.get("val_cer"),
+            "final_val_wer": final.get("val_wer"),
             "final_val_word_acc": final.get("val_word_acc"),
             **super().sweep_metrics(results),
         }
