@@ -5,6 +5,7 @@ pipe (line by line, flushed), with its bad-input messages."""
 import json
 import os
 import re
+import stat
 import subprocess
 import sys
 import time
@@ -940,6 +941,41 @@ def test_a_reader_that_closes_the_pipe_ends_the_command_quietly(tmp_path):
     reader.close()
     stderr = talker.communicate(timeout=120)[1]
     assert talker.returncode == 141 and "Traceback" not in stderr, stderr[-2000:]
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full, a device whose every write fails full")
+def test_a_full_disk_is_one_line_naming_the_output_and_a_link_or_pipe_is_written_through(checkpoints, tmp_path):
+    """output= a link or a named pipe was replaced by a plain file (the pipe's reader waited for ever; as root,
+    output=/dev/null would have replaced the device); a full disk under standard output was a traceback."""
+    import threading
+
+    (tmp_path / "in.txt").write_text("one two\nseven eight\n")
+    args = (f"ckpt_path={checkpoints['seed1']}", f"input={tmp_path / 'in.txt'}")
+    expected = subprocess.run(command(*args), capture_output=True, text=True, timeout=300).stdout
+    assert expected.count("\n") == 2
+    full = subprocess.run(command(*args), stdout=open("/dev/full", "w"), stderr=subprocess.PIPE, text=True,  # noqa: SIM115
+                          timeout=300)  # fmt: skip
+    assert full.returncode == 2 and "Traceback" not in full.stderr, full.stderr[-2000:]
+    assert full.stderr.strip().splitlines()[-1] == (
+        "error: standard output: No space left on device; free some space, or write elsewhere"
+    )
+    (tmp_path / "full").symlink_to("/dev/full")
+    linked = subprocess.run(command(*args, f"output={tmp_path / 'full'}"), capture_output=True, text=True,
+                            timeout=300)  # fmt: skip
+    assert linked.returncode == 2 and f"error: {tmp_path / 'full'}: No space left on device" in linked.stderr
+    assert (tmp_path / "full").is_symlink() and Path("/dev/full").is_char_device()
+    # a link to a file: the file replaced, the link kept; a named pipe: written into, its reader given the lines
+    (tmp_path / "out.txt").write_text("old\n")
+    (tmp_path / "out_link").symlink_to(tmp_path / "out.txt")
+    assert subprocess.run(command(*args, f"output={tmp_path / 'out_link'}"), timeout=300).returncode == 0
+    assert (tmp_path / "out_link").is_symlink() and (tmp_path / "out.txt").read_text() == expected
+    os.mkfifo(tmp_path / "pipe")
+    received = []
+    reader = threading.Thread(target=lambda: received.append((tmp_path / "pipe").read_text()), daemon=True)
+    reader.start()
+    assert subprocess.run(command(*args, f"output={tmp_path / 'pipe'}"), timeout=300).returncode == 0
+    reader.join(timeout=60)
+    assert received == [expected] and stat.S_ISFIFO(os.stat(tmp_path / "pipe").st_mode)
 
 
 def test_sigterm_while_translating_into_a_file_leaves_no_temporary_file(checkpoints, tmp_path):

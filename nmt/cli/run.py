@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 from omegaconf.errors import MissingMandatoryValue
 
+from nmt.utils.io import DISK_FULL
 from nmt.utils.ranks import first_on_this_machine
 
 # user errors: builtins raised by our own checks (each naming the key or file and what to do), and classes
@@ -70,6 +71,8 @@ def run_cli(function: Callable, cfg) -> None:
         print("interrupted", file=sys.stderr)
         raise SystemExit(130) from None
     except Exception as err:
+        if isinstance(err, OSError) and err.errno in DISK_FULL and not os.environ.get("NMT_DEBUG"):
+            _say_disk_full(err)
         if not isinstance(err, user_errors()):
             raise
         if os.environ.get("NMT_DEBUG"):
@@ -80,6 +83,16 @@ def run_cli(function: Callable, cfg) -> None:
             sys.stderr.write(f"error: {user_message(err)}\n")
             sys.stderr.flush()
         raise SystemExit(2) from None
+
+
+def _say_disk_full(err: OSError) -> None:
+    """A full disk (or quota) in one line naming what was being written, and status 2. Standard output is
+    pointed at nothing first: the interpreter's last flush would fail to write its buffer again, in a second
+    message."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    where = err.filename or "an output"
+    sys.stderr.write(f"error: {where}: {err.strerror or 'no space left'}; free some space, or write elsewhere\n")
+    raise SystemExit(2) from None
 
 
 def _stdout_closed() -> bool:

@@ -93,6 +93,7 @@ def run_scoring(cfg: DictConfig) -> dict:
                     out.write("".join(format_scored(h, cfg.alignments) for h in scored))
                     total += sum(h.log_prob for h in scored)
                     tokens += sum(len(h.token_log_probs) for h in scored)
+            out.flush()  # here, where a full disk is said, not in the interpreter's last flush
     except InputError as err:  # "line N" of the input, "target line N" of the targets' file
         where = cfg.targets if str(err).startswith("target line") else "<stdin>" if cfg.input == "-" else cfg.input
         raise InputError(f"{where}, {str(err).removeprefix('target ')}", err.too_long) from None

@@ -21,7 +21,7 @@ from nmt.data.sources import read_lines, reencoding_hint
 from nmt.decoding.translate import DecodingProgress
 from nmt.inference.score_stream import run_scoring
 from nmt.inference.translator import Hypothesis, InputError, Translator
-from nmt.utils.io import SOURCE_LINES, atomic_path, check_input_file, check_output_file
+from nmt.utils.io import DISK_FULL, SOURCE_LINES, atomic_path, check_input_file, check_output_file
 
 CHUNK = 2000  # lines of a file translated between two writes (the progress bar moves with each batch)
 
@@ -94,6 +94,10 @@ def run_translate(cfg: DictConfig) -> dict:
         if not str(err).startswith("line"):
             raise
         raise InputError(f"{'<stdin>' if cfg.input == '-' else cfg.input}, {err}", err.too_long) from None
+    except OSError as err:  # a full disk: named by the output's key (standard output's writes name no file)
+        if err.errno in DISK_FULL and not err.filename:
+            err.filename = "standard output" if cfg.output == "-" else f"output={cfg.output}"
+        raise
     except KeyboardInterrupt as stop:  # Ctrl-C at the prompt or in a long file: what was written stays, no traceback
         terminated = isinstance(stop, _Terminated)
         print("terminated" if terminated else "interrupted", file=sys.stderr)
@@ -153,6 +157,8 @@ def _run_translate(cfg: DictConfig) -> dict:
                 progress.advance(start + len(chunk) - progress.done)  # the empty lines, not decoded
     if cfg.output != "-":
         print(f"{len(lines)} translations written to {cfg.output}", file=sys.stderr)
+    else:  # here, where a full disk is said; the interpreter's last flush would only print a traceback
+        sys.stdout.flush()
     return {"translations": len(lines), "output": cfg.output}
 
 

@@ -496,6 +496,7 @@ class TranslationTask(Task):
         text = "".join(t + "\n" for t in translations)
         if cfg.output in (None, "-"):
             sys.stdout.write(text)
+            sys.stdout.flush()  # here, where a full disk is said, not in the interpreter's last flush
         else:
             atomic_write_text(cfg.output, text)
             print(f"{len(translations)} translations written to {cfg.output}", file=sys.stderr)

@@ -5,9 +5,11 @@ file, never half of a new one. Write through :func:`atomic_path` (for writers th
 ``torch.save``) or the ``atomic_write_*`` helpers.
 """
 
+import errno
 import functools
 import json
 import os
+import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,16 +19,48 @@ from pathlib import Path
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; on success it replaces ``path`` in one rename, on failure
     it is removed. The name holds the process id, so parallel writers (sweep jobs sharing a cache) never
-    write into each other's temporary file."""
+    write into each other's temporary file. A link to a file has its file replaced, the link kept; a path that
+    is no file (a device such as /dev/stdout, a named pipe, a socket) is yielded itself, written through: a
+    rename put a plain file in its place (the device node gone, a pipe's reader waiting for ever)."""
     path = Path(path)
+    if not is_plain_file_or_nothing(path):
+        with _named_if_full(path):
+            yield path
+        return
+    if path.is_symlink():
+        path = Path(os.path.realpath(path))
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        yield tmp
+        with _named_if_full(path):
+            yield tmp
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
 
+
+@contextmanager
+def _named_if_full(path: Path) -> Iterator[None]:
+    """A full disk met while writing, with ``path`` as its file name where the write named none (a write or
+    close of an open file does not): the one line that says it names what was being written."""
+    try:
+        yield
+    except OSError as err:
+        if err.errno in DISK_FULL and not err.filename:
+            err.filename = str(path)
+        raise
+
+
+def is_plain_file_or_nothing(path: str | os.PathLike) -> bool:
+    """Whether ``path``, its links followed, is a regular file or nothing yet (not a device, pipe or socket)."""
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except (FileNotFoundError, NotADirectoryError):
+        return True
+
+
+# a full disk or quota: said in one line naming what was being written (the command line's last resort)
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 # what makes a folder a training run's (every run writes it first) and an evaluation's (what it scored)
 RUN_RECORD, EVALUATION_RECORD = "fingerprint.json", "metrics.json"
