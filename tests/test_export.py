@@ -5,6 +5,7 @@ import json
 import subprocess
 import sys
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
@@ -20,6 +21,7 @@ from nmt.inference.export import (
     translate_pieces,
 )
 from nmt.inference.export_spec import ExportError, check_exportable
+from nmt.inference.hypothesis import InputError
 from nmt.inference.loading import CheckpointError, load_model, resolve_checkpoint_path
 from nmt.inference.translator import Translator
 from nmt.tasks.language_model import LanguageModelTask
@@ -319,7 +321,7 @@ def test_an_export_killed_while_moving_in_leaves_no_manifest_of_the_previous_one
         export_ctranslate2(loaded, out, quantization="int8")
     monkeypatch.undo()
     assert not (out / "nmt_export.json").exists()
-    with pytest.raises(FileNotFoundError, match="nmt_export.json"):
+    with pytest.raises(ValueError, match=r": an export cut short \(no nmt_export.json yet\); run export.py into it"):
         translate_pieces(out, LINES[:1])
     # and export.py completes it in that folder (one holding such files without the mark is another program's)
     from omegaconf import OmegaConf
@@ -615,3 +617,44 @@ def test_each_output_stops_at_the_runs_limit_relative_to_its_source(default_chec
     (tmp_path / "ct2" / "nmt_export.json").write_text(json.dumps(manifest))
     none = Translator([loaded], replace(tight, max_len_a=0.0, max_len_b=1)).translate(LINES)
     assert CTranslate2Model(tmp_path / "ct2").translate(LINES, beam_size=1) == none == [""] * len(LINES)
+
+
+def test_the_export_wrapper_samples_with_beam_1_and_checks_its_input_as_our_translator(default_checkpoint, tmp_path):
+    """sampling_topk beside the run's beam (5) crashed the process in CTranslate2 (a segfault); a None or a
+    number among the lines was a TypeError of `in`, a lone surrogate pybind11's cast error, and a run folder a
+    FileNotFoundError of nmt_export.json."""
+    import ctranslate2
+
+    from nmt.inference.export import CTranslate2Model
+
+    export_ctranslate2(load_model(default_checkpoint, device="cpu"), tmp_path / "ct2")
+    model = CTranslate2Model(tmp_path / "ct2", intra_threads=1)
+    assert model.decoding["beam_size"] == 5  # the run's beam, which a sample does not take
+    asked = []
+
+    class Recorded:  # CTranslate2's translator, each call's options kept
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        def translate_batch(self, batch, **options):
+            asked.append(options)
+            return real.translate_batch(batch, **options)
+
+    real, model.translator = model.translator, Recorded()
+    sampled = model.translate(LINES, sampling_topk=5)
+    assert len(sampled) == len(LINES) and all(isinstance(text, str) for text in sampled)
+    assert asked and all(options["beam_size"] == 1 and options["sampling_topk"] == 5 for options in asked)
+    with pytest.raises(ValueError, match=r"^sampling_topk=5 with beam_size=3: CTranslate2 samples with beam_size=1"):
+        model.translate(LINES, sampling_topk=5, beam_size=3)
+    with pytest.raises(TypeError, match=r"^line 2: NoneType, not text; give a str for every line"):
+        model.translate(["one", None])
+    with pytest.raises(TypeError, match=r"^line 1: int, not text"):
+        model.translate([5])
+    with pytest.raises(InputError, match=r"^line 1: not valid Unicode \(a lone surrogate at character 1"):
+        model.translate(["\ud800 six"])
+    run_dir = Path(default_checkpoint).parent.parent
+    with pytest.raises(ValueError, match=r": not a folder export.py wrote \(it holds no nmt_export.json\)"):
+        CTranslate2Model(run_dir)
+    if ctranslate2.get_cuda_device_count() == 0:  # CTranslate2's "CUDA driver version is insufficient"
+        with pytest.raises(ValueError, match=r"^device=cuda: CTranslate2 sees no CUDA GPU on this machine"):
+            CTranslate2Model(tmp_path / "ct2", device="cuda")

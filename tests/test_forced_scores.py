@@ -168,6 +168,10 @@ def test_a_target_is_scored_whole_or_refused_naming_its_line(models, caplog):
         translator.score(None, ["drei"])
     with pytest.raises(TypeError, match=r"^target 2: int, not text"):
         translator.score(SOURCES[:2], ["drei", 3])
+    with pytest.raises(
+        InputError, match=r"^target 1: not valid Unicode \(a lone surrogate"
+    ):  # SentencePiece's TypeError
+        translator.score(SOURCES[:1], ["\ud800"])
 
 
 def command(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:

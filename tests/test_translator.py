@@ -522,6 +522,15 @@ def test_a_string_is_one_line_and_bad_limits_or_devices_are_refused_before_loadi
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match=r"^device=cuda: this machine has no CUDA GPU"):
             Translator.from_checkpoint("nowhere.ckpt", device="cuda")
+    for b in (0, 1):  # a limit that counts the end token and leaves no room before it: every output was empty
+        with pytest.raises(ValueError, match=rf"^decode.max_len_b={b} with decode.max_len_a=0: the limit counts the"):
+            Translator.from_checkpoint(checkpoints["seed1"], max_len_a=0, max_len_b=b, device="cpu")
+    assert (
+        Translator.from_checkpoint(checkpoints["seed1"], max_len_a=0, max_len_b=2, device="cpu").search.max_len_b == 2
+    )
+    for device in ("mps", "xpu", "meta"):  # PyTorch's traceback, or a failure at every line (meta)
+        with pytest.raises(ValueError, match=rf"^device={device}: not a device this program decodes on; use auto, "):
+            Translator.from_checkpoint("nowhere.ckpt", device=device)
 
 
 def test_the_python_api_takes_numpy_numbers_a_progress_counts_every_line_and_none_is_no_path(checkpoints):
@@ -556,10 +565,18 @@ def test_a_negative_average_or_an_unknown_search_option_is_refused_not_ignored(c
 
     with pytest.raises(CheckpointError, match=r"^average_last=-3: 0 or 1 \(the checkpoint's own weights\) or N >= 2"):
         Translator.from_checkpoint(checkpoints["seed1"], average_last=-3, device="cpu")
+    # a keyword of the API, named as one, with the API's own keywords beside the search's (it was named a
+    # decode. key, and listed the search options alone)
     with pytest.raises(
-        ValueError, match=r"^decode.beamsize=5: not a search option \(did you mean beam_size\?\); valid: strategy, "
+        ValueError,
+        match=r"^beamsize=5: not a keyword of Translator.from_checkpoint \(did you mean beam_size\?\); its own: "
+        r"device, average_last, .*alignment_layer; the search's: strategy, beam_size",
     ):
         Translator.from_checkpoint(checkpoints["seed1"], beamsize=5, device="cpu")
+    with pytest.raises(ValueError, match=r"\(did you mean device\?\)"):
+        Translator.from_checkpoint(checkpoints["seed1"], devcie="cpu")
+    with pytest.raises(ValueError, match=r"^threads=1: .* sets its threads with torch.set_num_threads\(1\)$"):
+        Translator.from_checkpoint(checkpoints["seed1"], threads=1)
     translator = Translator.from_checkpoint(checkpoints["seed1"], device="cpu")
     with pytest.raises(TypeError, match=r"^line 2: NoneType, not text; give a str for every line"):
         translator.translate(["one", None])  # SentencePiece's TypeError named no line

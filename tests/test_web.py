@@ -179,9 +179,18 @@ def test_every_error_has_the_error_shape_and_a_taken_port_is_named_before_loadin
         assert answer.status_code == status and answer.json() == {"error": answer.json()["error"]}
     # a POST without a Content-Length (a chunked body; curl -X POST with no data) to a path that takes none
     # was 411, "a request body needs a Content-Length", not the 404 or 405 of the path
-    for path, status in (("/nowhere", 404), ("/api/info", 405), ("/", 405), ("/api/translate", 411)):
+    for path, status in (("/nowhere", 404), ("/api/info", 405), ("/", 405)):
         answer = app.post(path, content=iter([b""]))
         assert answer.status_code == status and "error" in answer.json(), (path, answer.status_code)
+    # a chunked body (a client streaming it) is read up to the limit: it was refused with 411 whatever its size
+    json_type = {"content-type": "application/json"}
+    chunked = app.post("/api/translate", content=iter([b'{"text": "one', b' two", "n_best": 1}']), headers=json_type)
+    whole = app.post("/api/translate", json={"text": "one two", "n_best": 1})
+    assert chunked.status_code == 200 and chunked.json() == whole.json()
+    empty = app.post("/api/translate", content=iter([b""]), headers=json_type)
+    assert empty.status_code == 422 and empty.json() == {"error": "body: Field required"}  # as an empty body is
+    endless = app.post("/api/translate", content=iter([b'{"text": "' + b"one " * 4096] * 8), headers=json_type)
+    assert endless.status_code == 413 and endless.json()["error"].startswith("request larger than")
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
@@ -286,6 +295,40 @@ def test_ctrl_c_stops_the_server_with_the_status_of_an_interrupted_command(check
         server.send_signal(signal.SIGINT)
         assert server.wait(timeout=60) == 130
         assert "interrupted" in server.stderr.read()
+
+
+def test_a_second_ctrl_c_abandons_the_request_being_decoded_without_a_traceback(checkpoint):
+    """The second Ctrl-C, while a request was decoded, printed about 70 lines of uvicorn's tracebacks (its
+    cancelled tasks) before "interrupted"."""
+    import signal
+    import threading
+
+    with serving(checkpoint, "decode.min_len=1000", "decode.max_len_b=1100") as port:  # a slow request
+        server = next(p for p in _SERVERS if p.args[3] == f"port={port}")
+        body = json.dumps({"text": "one two three four five six seven eight nine", "attention": False}).encode()
+        asked = urllib.request.Request(
+            f"http://127.0.0.1:{port}/api/translate", data=body, headers={"content-type": "application/json"}
+        )
+        answered = []
+
+        def ask():
+            try:
+                answered.append(urllib.request.urlopen(asked, timeout=120).status)
+            except OSError as err:  # the 500 of the abandoned request, or the connection closed
+                answered.append(err)
+
+        client = threading.Thread(target=ask, daemon=True)
+        client.start()
+        time.sleep(1.0)
+        server.send_signal(signal.SIGINT)
+        time.sleep(0.3)
+        server.send_signal(signal.SIGINT)
+        status = server.wait(timeout=60)
+        stderr = server.stderr.read()
+        client.join(timeout=60)
+    assert status == 130, stderr[-3000:]
+    assert "Traceback" not in stderr and "ERROR" not in stderr, stderr[-3000:]
+    assert stderr.strip().splitlines()[-1] == "interrupted"
 
 
 @contextlib.contextmanager

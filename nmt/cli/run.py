@@ -68,6 +68,7 @@ def run_cli(function: Callable, cfg) -> None:
     except KeyboardInterrupt:  # Ctrl-C where no stage of the command handles it (preparing data, reading a model)
         if os.environ.get("NMT_DEBUG"):
             raise
+        _ignore_further_interrupts()
         print("interrupted", file=sys.stderr)
         raise SystemExit(130) from None
     except Exception as err:
@@ -83,6 +84,16 @@ def run_cli(function: Callable, cfg) -> None:
             sys.stderr.write(f"error: {user_message(err)}\n")
             sys.stderr.flush()
         raise SystemExit(2) from None
+
+
+def _ignore_further_interrupts() -> None:
+    """The command is ending on Ctrl-C: another Ctrl-C (a second press, one a server's shutdown passed on) would
+    raise KeyboardInterrupt anywhere on the way out, a traceback and a status of -2 instead of 130."""
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _say_disk_full(err: OSError) -> None:

@@ -69,7 +69,7 @@ class SearchConfig:
         return getattr(self, RANKED[self.strategy]) if self.ranks else 1
 
 
-def _did_you_mean(name: str, options: list[str]) -> str:
+def did_you_mean(name: str, options: list[str]) -> str:
     close = difflib.get_close_matches(name, options, n=1, cutoff=0.6)
     return f" (did you mean {close[0]}?)" if close else ""
 
@@ -80,7 +80,7 @@ def search_problems(values: dict, key: str = "decode") -> list[str]:
     names = [f.name for f in fields(SearchConfig)]
     unknown = [k for k in values if k not in names]
     if unknown:
-        return [f"{key}.{unknown[0]}: not a search option{_did_you_mean(unknown[0], names)}; valid: {names}"]
+        return [f"{key}.{unknown[0]}: not a search option{did_you_mean(unknown[0], names)}; valid: {names}"]
     v = {f.name: f.default for f in fields(SearchConfig)} | dict(values)
 
     def integer(x) -> bool:
@@ -94,7 +94,7 @@ def search_problems(values: dict, key: str = "decode") -> list[str]:
         (
             "strategy",
             v["strategy"] in STRATEGIES,
-            f"is not one of {list(STRATEGIES)}{_did_you_mean(str(v['strategy']), list(STRATEGIES))}",
+            f"is not one of {list(STRATEGIES)}{did_you_mean(str(v['strategy']), list(STRATEGIES))}",
         ),
         ("beam_size", integer(v["beam_size"]) and v["beam_size"] >= 1, "must be a whole number, at least 1"),
         ("length_penalty", number(v["length_penalty"]), "must be a finite number (0: raw log-probability)"),
@@ -182,13 +182,19 @@ def read_options(search: SearchConfig) -> SearchConfig:
 
 
 def unreachable_min_len(values: dict, key: str = "decode") -> str | None:
-    """A minimum length no output can reach: its limit does not grow with the source (``max_len_a`` 0) and
-    holds fewer tokens before the end token (the limit counts it). The search would cut every output at the
-    limit; a limit that grows is reached by long enough sources, and is not refused."""
+    """A length no output can reach: a limit that does not grow with the source (``max_len_a`` 0) and leaves no
+    room for a token before the end token (the limit counts it), where every output came out empty without a
+    word; or a minimum length above such a limit, where the search would cut every output at the limit. A
+    limit that grows is reached by long enough sources, and is not refused."""
     v = {f.name: f.default for f in fields(SearchConfig)} | dict(values)
     a, b, least = v["max_len_a"], v["max_len_b"], v["min_len"]
     if not all(isinstance(x, int | float) and not isinstance(x, bool) for x in (a, b, least)):
         return None  # each value's own check names it
+    if a == 0 and b < 2:
+        return (
+            f"{key}.max_len_b={b} with {key}.max_len_a=0: the limit counts the end token, so every output would "
+            "be empty; raise max_len_b to 2 or more, or give max_len_a"
+        )
     if a == 0 and least > 0 and least >= b:
         return (
             f"{key}.min_len={least}: no output may end before {least} tokens, and {key}.max_len_a=0 with "
@@ -212,6 +218,18 @@ def _plain(value):
     return value
 
 
+def unknown_search_option(given: dict) -> str | None:
+    """What to say of the first key of a ``decode`` block ``given`` that is no search option, or None."""
+    names = list(SearchConfig.__dataclass_fields__)
+    unknown = next((key for key in given if key not in names), None)
+    if unknown is None:
+        return None
+    return (
+        f"decode.{unknown}={given[unknown]}: not a search option{did_you_mean(unknown, names)}; valid: "
+        f"{', '.join(names)}"
+    )
+
+
 def search_settings(own: dict | None, given: dict | None, refuse_unread: bool = True) -> SearchConfig:
     """The search of an evaluation or a translation: the options ``given`` (the command line's ``decode``
     block, where null means "not given"), else the run's ``own`` (its config's ``decode`` block: a
@@ -222,12 +240,8 @@ def search_settings(own: dict | None, given: dict | None, refuse_unread: bool = 
     another strategy's search nor is recorded as part of it."""
     fields = SearchConfig.__dataclass_fields__
     given = {k: v for k, v in (given or {}).items() if v is not None}
-    unknown = [k for k in given if k not in fields]
-    if unknown:  # (+decode.beamsize=5, or a misspelt keyword of the API): a TypeError's traceback
-        raise ValueError(
-            f"decode.{unknown[0]}={given[unknown[0]]}: not a search option{_did_you_mean(unknown[0], list(fields))}; "
-            f"valid: {', '.join(fields)}"
-        )
+    if problem := unknown_search_option(given):  # (+decode.beamsize=5): a TypeError's traceback
+        raise ValueError(problem)
     given = {k: _plain(v) for k, v in given.items()}
     values = {k: v for k, v in (own or {}).items() if k in fields}
     search = SearchConfig(**{**values, **given})

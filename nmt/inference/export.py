@@ -18,6 +18,7 @@ from nmt.decoding.constraints import position_limits
 from nmt.decoding.settings import search_settings
 from nmt.decoding.translate import input_limit
 from nmt.inference.export_spec import ExportError, build_spec
+from nmt.inference.hypothesis import check_texts
 from nmt.inference.loading import LoadedModel
 from nmt.utils.io import RUN_FOLDERS, atomic_write_text, run_folder_above
 
@@ -166,6 +167,13 @@ class CTranslate2Model:
         from nmt.data.tokenizer import Tokenizer
 
         model_dir = Path(model_dir)
+        if not (model_dir / "nmt_export.json").is_file() and (model_dir / PARTIAL).is_file():
+            raise ValueError(f"{model_dir}: an export cut short (no nmt_export.json yet); run export.py into it again")
+        if not (model_dir / "nmt_export.json").is_file():  # a run folder, a checkpoint: a FileNotFoundError
+            raise ValueError(
+                f"{model_dir}: not a folder export.py wrote (it holds no nmt_export.json); give the out= folder of "
+                "an export, or translate a checkpoint or run folder with nmt.inference.translator.Translator"
+            )
         manifest = json.loads((model_dir / "nmt_export.json").read_text())
         segmenters = manifest.get("segmenters", {})
         self.position_limits = manifest.get("position_limits") or [None, None]
@@ -195,13 +203,16 @@ class CTranslate2Model:
             )
         self.source = Tokenizer((model_dir / "source.model").read_bytes(), segmenters.get("source"))
         self.target = Tokenizer((model_dir / "target.model").read_bytes(), segmenters.get("target"))
+        if device == "cuda" and ctranslate2.get_cuda_device_count() == 0:  # CTranslate2's "driver version" error
+            raise ValueError(f"device={device}: CTranslate2 sees no CUDA GPU on this machine; use device='cpu'")
         self.translator = ctranslate2.Translator(str(model_dir), device=device, **translator_options)
 
     def translate(self, lines: Sequence[str] | str, **options) -> list[str] | str:
         """The best translation of each line (of one line given as a string: its translation, as
         :meth:`Translator.translate`). ``options`` go to
         ``translate_batch`` (beam_size, max_decoding_length, ...); those not given are the run's own search
-        (``decoding``: its beam size, minimum length and n-gram blocking), with the start and padding tokens
+        (``decoding``: its beam size, minimum length and n-gram blocking; beam 1 where ``sampling_topk`` is
+        given, as CTranslate2 samples), with the start and padding tokens
         suppressed as ours never outputs them. By default a source is cut where our translator cuts it (the
         run's limit, and a learned position table's size less the end token) and each output stops where our
         search stops it (the run's ``max_len_a`` x source + ``max_len_b``, within such a table: one
@@ -211,11 +222,18 @@ class CTranslate2Model:
         if lines is None or isinstance(lines, bytes) or not hasattr(lines, "__iter__"):
             raise TypeError(f"lines={lines!r}: give a list of str (one str: one line)")
         lines = list(lines)
+        check_texts(lines, "line")  # as our translator checks them: a None or a number was a TypeError of `in`
         if problem := tabbed_line(lines):  # as our translator refuses it
             raise ValueError(problem)
         # our search never outputs the start or padding token; CTranslate2 may (a model trained briefly chose
         # <s> at every step, which decoding drops: an empty translation, unsaid)
         options.setdefault("suppress_sequences", [["<s>"], ["<pad>"]])
+        if options.get("sampling_topk", 1) != 1:  # sampling: CTranslate2 crashed (the process, a segfault) on a beam
+            if options.setdefault("beam_size", 1) != 1:
+                raise ValueError(
+                    f"sampling_topk={options['sampling_topk']} with beam_size={options['beam_size']}: CTranslate2 "
+                    "samples with beam_size=1 alone; leave beam_size out (a sample is drawn with beam 1)"
+                )
         for key, value in (self.decoding or {}).items():
             if key.startswith("sampling_") and options.get("beam_size", 1) != 1:
                 continue  # a beam asked of a sampling run's export: CTranslate2 samples only with beam 1

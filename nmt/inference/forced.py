@@ -19,7 +19,7 @@ from nmt.data.batching import token_batches
 from nmt.data.sources import tabbed_line
 from nmt.data.tokenizer import EOS_ID
 from nmt.decoding.constraints import position_limits
-from nmt.inference.hypothesis import Hypothesis, InputError
+from nmt.inference.hypothesis import Hypothesis, InputError, check_texts
 
 log = logging.getLogger(__name__)
 
@@ -40,9 +40,7 @@ def checked_texts(lines: Sequence[str] | None, targets: Sequence[str], continues
     if len(lines) != len(targets):
         raise ValueError(f"{len(targets)} targets for {len(lines)} lines: give one target per line")
     for given, name in ((lines, "line"), (targets, "target")):
-        wrong = next((n for n, text in enumerate(given) if not isinstance(text, str)), None)
-        if wrong is not None:
-            raise TypeError(f"{name} {wrong + 1}: {type(given[wrong]).__name__}, not text; give a str for each")
+        check_texts(given, name)  # a lone surrogate too: SentencePiece's TypeError named nothing
     return lines
 
 

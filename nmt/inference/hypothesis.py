@@ -1,6 +1,7 @@
-"""What the translators return for one line (:class:`Hypothesis`), and the error that names a line they
-cannot take (:class:`InputError`)."""
+"""What the translators return for one line (:class:`Hypothesis`), the error that names a line they
+cannot take (:class:`InputError`), and the check of the text they are given (:func:`check_texts`)."""
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -33,3 +34,32 @@ class Hypothesis:
     alignment: list[tuple[int, int]] = field(default_factory=list)
     #: with_attention: per decoder layer, its cross-attention (heads, target pieces + 1, source pieces + 1)
     attention: dict[str, torch.Tensor] | None = None
+
+
+def check_texts(given: Sequence, name: str, first_line: int = 1, none_is_empty: bool = False) -> None:
+    """Every item of ``given`` (lines, prefixes, targets) text as SentencePiece reads it: a str, or UTF-8 bytes
+    (None too where ``none_is_empty``). TypeError naming the first item that is not (SentencePiece's own named
+    none, and a None or a number failed in other checks' code); InputError for a str UTF-8 cannot encode, a lone
+    surrogate (text decoded with errors="surrogateescape", or a JSON "\\ud800": a TypeError naming nothing)."""
+    takes = (str, bytes, type(None)) if none_is_empty else (str, bytes)
+    wrong = next((n for n, text in enumerate(given) if not isinstance(text, takes)), None)
+    if wrong is not None:
+        raise TypeError(
+            f"{name} {first_line + wrong}: {type(given[wrong]).__name__}, not text; give a str for every {name} ('' "
+            "for an empty one)"
+        )
+    for n, text in enumerate(given):
+        if isinstance(text, str) and (at := _surrogate(text)) >= 0:
+            raise InputError(
+                f"{name} {first_line + n}: not valid Unicode (a lone surrogate at character {at + 1}: "
+                f"{text[max(at - 20, 0) : at + 20]!r}); decode the text as UTF-8, replacing what cannot be read"
+            )
+
+
+def _surrogate(text: str) -> int:
+    """Where ``text`` holds a lone surrogate (which UTF-8 cannot encode), or -1."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        return err.start
+    return -1

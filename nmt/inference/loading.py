@@ -65,6 +65,8 @@ def pick_device(name: str = "auto") -> torch.device:
         device = torch.device(name)
     except RuntimeError:
         raise ValueError(f"device={name}: not a device; use auto, cpu, cuda or cuda:N") from None
+    if device.type not in ("cpu", "cuda"):  # mps, xpu: a traceback from PyTorch; meta: a failure at each line
+        raise ValueError(f"device={name}: not a device this program decodes on; use auto, cpu, cuda or cuda:N")
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device={name}: this machine has no CUDA GPU that PyTorch can use; use device=auto or cpu")
     if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():

@@ -48,6 +48,7 @@ def page_title(given, translator: Translator) -> str:
 
 
 def serve(cfg: DictConfig) -> None:
+    import logging
     import signal
 
     import uvicorn
@@ -59,6 +60,9 @@ def serve(cfg: DictConfig) -> None:
 
         def handle_exit(self, sig: int, frame) -> None:
             self.signals = [*self.signals, sig]
+            if self.should_exit:  # a second Ctrl-C: the request being decoded is abandoned, as documented, and
+                # uvicorn's cancelled tasks would each log a traceback (about 70 lines) before "interrupted"
+                logging.getLogger("uvicorn.error").setLevel(logging.CRITICAL)
             super().handle_exit(sig, frame)
 
     check_settings(cfg)

@@ -31,11 +31,11 @@ from nmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from nmt.decoding.constraints import NEW_TOKENS, continuation_room, position_limits
 from nmt.decoding.ensemble import Ensemble
 from nmt.decoding.search import decode, ranked_hypotheses
-from nmt.decoding.settings import SearchConfig, search_settings
+from nmt.decoding.settings import SearchConfig, did_you_mean, search_settings, unknown_search_option
 from nmt.decoding.translate import input_limit, input_limit_for
 from nmt.inference.checkpoint import CheckpointError
 from nmt.inference.forced import score_targets
-from nmt.inference.hypothesis import Hypothesis, InputError
+from nmt.inference.hypothesis import Hypothesis, InputError, check_texts
 from nmt.inference.loading import LoadedModel, load_model, pick_device, resolve_checkpoint_path
 
 log = logging.getLogger(__name__)
@@ -164,6 +164,8 @@ class Translator:
         ``data.max_src_len``, else 256). ``max_new_tokens``: the words a language model adds (None: 50; refused for
         a translation model). ``alignment_layer``: the decoder layer whose cross-attention gives the
         alignments (-1: the last)."""
+        if problem := _unknown_keyword(search):
+            raise ValueError(problem)
         if path is None:
             raise CheckpointError("ckpt_path is empty: give a checkpoint file or a run folder (its best.ckpt)")
         paths = [path] if isinstance(path, (str, os.PathLike, int)) else list(path)  # 2016: a folder's name
@@ -198,6 +200,9 @@ class Translator:
 
         apply_threads(cfg.get("threads"))
         paths = list(cfg.ckpt_path) if OmegaConf.is_list(cfg.ckpt_path) else [cfg.ckpt_path]
+        decode = OmegaConf.to_container(cfg.decode, resolve=True)
+        if problem := unknown_search_option({key: value for key, value in decode.items() if value is not None}):
+            raise ValueError(problem)  # a key of the decode block, named so (not as a keyword of the API)
         options = {
             "device": cfg.device,
             "average_last": cfg.average_last,
@@ -205,7 +210,7 @@ class Translator:
             "max_input_len": cfg.max_input_len,
             "max_new_tokens": cfg.get("max_new_tokens"),
             "on_long_input": cfg.get("on_long_input", "truncate"),
-            **OmegaConf.to_container(cfg.decode, resolve=True),
+            **decode,
         }
         return cls.from_checkpoint(paths, **{**options, **fixed})
 
@@ -250,24 +255,8 @@ class Translator:
                 f"prefixes={prefixes!r}: give a list, one prefix per line (a str only with one line as a str)"
             )
         prefixes = None if prefixes is None else list(prefixes)
-        # text, as SentencePiece reads it (str, or UTF-8 bytes); a prefix may be None: none for that line
-        for given, name, takes in ((lines, "line", (str, bytes)), (prefixes or [], "prefix", (str, bytes, type(None)))):
-            wrong = next((n for n, text in enumerate(given) if not isinstance(text, takes)), None)
-            if wrong is not None:  # SentencePiece's own TypeError names no line
-                raise TypeError(
-                    f"{name} {first_line + wrong}: {type(given[wrong]).__name__}, not text; give a str for every "
-                    f"{name} ('' for an empty one)"
-                )
-            # a str SentencePiece cannot encode: a lone surrogate (text decoded with errors="surrogateescape", or
-            # a JSON "\ud800"), which SentencePiece refused with a TypeError naming no line (a server's 500)
-            wrong = next((n for n, text in enumerate(given) if isinstance(text, str) and _surrogate(text) >= 0), None)
-            if wrong is not None:
-                at = _surrogate(given[wrong])
-                raise InputError(
-                    f"{name} {first_line + wrong}: not valid Unicode (a lone surrogate at character {at + 1}: "
-                    f"{given[wrong][max(at - 20, 0) : at + 20]!r}); decode the text as UTF-8, replacing what cannot "
-                    "be read"
-                )
+        check_texts(lines, "line", first_line)  # text, as SentencePiece reads it: str, or UTF-8 bytes
+        check_texts(prefixes or [], "prefix", first_line, none_is_empty=True)  # a None prefix: none for that line
         beams = self.search.hypotheses
         if isinstance(n_best, bool) or not isinstance(n_best, Integral):
             raise ValueError(f"n_best={n_best!r}: must be a whole number >= 1 (outputs per line)")
@@ -282,13 +271,19 @@ class Translator:
                 raise ValueError("a language model continues its prompt: give the prefix as part of the line")
             if with_attention:
                 raise ValueError("with_attention=True: a language model reads no source, so it has no cross-attention")
+            if problem := tabbed_line(lines, first_line):  # the output repeats its prompt: a field too many
+                raise InputError(
+                    problem.split(": each line")[0] + ": a prompt is continued and written back with its "
+                    "continuation, where a tab splits the output's tab-separated fields (n_best=, scores=); "
+                    "replace it by a space"
+                )
             results = []
             for i, line in enumerate(lines):
                 results.append(self._continue(line, n_best, scores, first_line + i))
                 if on_batch is not None:
                     on_batch(1)
             return results
-        if problem := tabbed_line(lines, first_line):  # a TSV's row: its reference read as source (a prompt may)
+        if problem := tabbed_line(lines, first_line):  # a TSV's row: its reference read as source
             raise InputError(problem)
         encoded = self._encode_sources(lines, first_line)
         forced = [self.tgt_tokenizer.encode(p) if p else [] for p in prefixes] if prefixes else None
@@ -530,10 +525,20 @@ class Translator:
                 }
 
 
-def _surrogate(text: str) -> int:
-    """Where ``text`` holds a lone surrogate (which UTF-8 cannot encode), or -1."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as err:
-        return err.start
-    return -1
+def _unknown_keyword(search: dict) -> str | None:
+    """What to say of a keyword of :meth:`Translator.from_checkpoint` that is neither its own nor a search
+    option (it was named as a ``decode.`` key of the command line, listing the search options alone), or None."""
+    import inspect
+
+    search_options = list(SearchConfig.__dataclass_fields__)
+    unknown = next((key for key in search if key not in search_options), None)
+    if unknown is None:
+        return None
+    own = [name for name in inspect.signature(Translator.from_checkpoint).parameters if name not in ("path", "search")]
+    said = f"{unknown}={search[unknown]!r}: not a keyword of Translator.from_checkpoint"
+    if unknown == "threads":  # translate.py's key: a process's own setting in Python
+        return f"{said}; a Python process sets its threads with torch.set_num_threads({search[unknown]!r})"
+    return (
+        f"{said}{did_you_mean(unknown, own + search_options)}; its own: {', '.join(own)}; the search's: "
+        f"{', '.join(search_options)}"
+    )

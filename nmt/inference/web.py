@@ -17,6 +17,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
 
 from nmt.inference.page import PAGE
 from nmt.inference.translator import InputError, Translator
@@ -64,10 +65,22 @@ def create_app(translator: Translator, max_chars: int = 1000, title: str = "nmt"
             and "POST" in (getattr(route, "methods", None) or ())
             for route in app.routes
         )
-        if request.method == "POST" and declared is None and takes_body:
-            return JSONResponse({"error": "a request body needs a Content-Length"}, status_code=411)
+        too_large = JSONResponse({"error": f"request larger than {largest} bytes"}, status_code=413)
         if declared is not None and (not declared.isdigit() or int(declared) > largest):
-            return JSONResponse({"error": f"request larger than {largest} bytes"}, status_code=413)
+            return too_large
+        if request.method == "POST" and declared is None and takes_body:
+            # a chunked body (a client streaming it): read up to the limit, no further, and handed on as read
+            # (it was refused with 411, whatever its size)
+            chunks, size = [], 0
+            try:
+                async for chunk in request.stream():
+                    chunks.append(chunk)
+                    size += len(chunk)
+                    if size > largest:
+                        return too_large
+            except ClientDisconnect:  # the client left: nobody reads the answer
+                return JSONResponse({"error": "the client disconnected"}, status_code=400)
+            request._body = b"".join(chunks)  # what Request.body() keeps, and passes on to the route
         return await call_next(request)
 
     @app.exception_handler(RequestValidationError)
