@@ -1250,6 +1250,68 @@ def test_the_report_holds_only_the_planned_runs_and_names_a_damaged_record(tmp_p
         write_report(tmp_path)
 
 
+@pytest.mark.parametrize(
+    ("contents", "said"),
+    [
+        ("{}", "it holds no 'factors'"),  # counted as a finished run; the report then failed on KeyError('metrics')
+        ('{"factors": {}, "seed": 1, "metrics": {"test_bleu": 9.0}}', "it holds no 'run_dir'"),
+        (
+            '{"factors": {}, "seed": 1, "run_dir": "x", "metrics": {"test_bleu": "abc"}}',
+            "its metric 'test_bleu' is 'abc', not a",
+        ),
+        ('{"factors": {}, "seed": "1", "run_dir": "x", "metrics": {}}', "its 'seed' is '1', not an int"),
+    ],
+)
+def test_a_record_of_other_contents_is_named_as_one_that_cannot_be_read(tmp_path, contents, said):
+    """A record that was JSON but not a run's: the sweep counted it as done, the report failed on a bare
+    KeyError or float() error naming no file. Now it is named as a damaged record is, with what to do."""
+    from nmt.sweep.plan import _readable
+
+    synthetic_sweep(tmp_path)
+    record = sorted(tmp_path.glob("pos=*"))[0] / "sweep_result.json"
+    record.write_text(contents)
+    with pytest.raises(ValueError, match=rf"^{re.escape(str(record))} cannot be read \({re.escape(said)}.*rerun the"):
+        write_report(tmp_path)
+    assert not _readable(record)  # the sweep's plan counts it among the runs to record again, not as done
+
+
+def test_a_damaged_statistics_file_is_kept_aside_and_made_again_from_the_run_folders(tmp_path, capsys):
+    """A statistics.json.gz that was not gzip stopped the report with a traceback (BadGzipFile); gzip holding
+    no JSON with "Expecting value", naming no file, though every run folder could make it again."""
+    synthetic_sweep(tmp_path)
+    first = write_report(tmp_path).read_text()
+    for damaged in (b"garbage", gzip.compress(b"garbage"), gzip.compress(b"[1, 2]")):
+        (tmp_path / "statistics.json.gz").write_bytes(damaged)
+        assert write_report(tmp_path).read_text() == first
+        out = capsys.readouterr().out
+        assert f"warning: {tmp_path / 'statistics.json.gz'} cannot be read (" in out
+        assert "kept as statistics.json.gz.unreadable, and made again from the 12 finished runs' folders" in out
+        assert (tmp_path / "statistics.json.gz.unreadable").read_bytes() == damaged
+    # with the run folders gone, the file was all there was: named, with why it cannot be made again
+    (tmp_path / "statistics.json.gz").write_bytes(b"garbage")
+    for folder in tmp_path.glob("pos=*"):
+        shutil.rmtree(folder)
+    with pytest.raises(ValueError, match=r"statistics.json.gz cannot be read .*hold no finished run"):
+        write_report(tmp_path)
+
+
+def test_a_run_made_under_other_settings_than_its_cells_others_is_warned_of(tmp_path):
+    """A run folder of another sweep copied in as a cell's seed was counted without a word (sweep.py report
+    reads no settings), its cell's mean moved by a run of 1 update."""
+    synthetic_sweep(tmp_path)
+    for run_dir in tmp_path.glob("pos=*"):
+        config = {"seed": int(run_dir.name[-1]), "trainer": {"max_epochs": 2, "max_steps": -1}, "threads": 1}
+        if run_dir.name == "pos=relative,norm=rms,seed=3":
+            config = {**config, "trainer": {"max_epochs": 12, "max_steps": 1}}
+        (run_dir / "fingerprint.json").write_text(json.dumps({"config": config}))
+    report = " ".join(write_report(tmp_path).read_text().split())
+    assert (
+        "**Warning:** 1 run(s) were made under other settings than the other runs of their cell, and are counted "
+        "among its seeds: pos=relative,norm=rms,seed=3 (trainer.max_epochs: 12, the cell's others 2, "
+        "trainer.max_steps: 1, the cell's others -1)."
+    ) in report
+
+
 def test_cells_at_the_floor_on_every_seed_are_said_beside_the_fit(tmp_path):
     """lr=50 scored BLEU 0 on every seed: the fit, pooling its error over the cells, found "lr=50 lowers
     test_bleu" where Welch's test found nothing, and nothing said the floor was behind it."""

@@ -272,7 +272,7 @@ def print_plan(sweep_dir: Path, config: DictConfig) -> None:
     done, to_run = [], []
     for values in runs:
         folder = sweep_dir / run_name(values, swept)
-        (done if (folder / RESULT).is_file() else to_run).append(folder)
+        (done if _readable(folder / RESULT) else to_run).append(folder)  # an unreadable record: recorded again
     changed = changed_runs(sweep_dir, config)
     moving = config.get("on_changed", "stop") == "move"
     if moving:  # set aside, then trained again
@@ -302,11 +302,9 @@ def print_plan(sweep_dir: Path, config: DictConfig) -> None:
             + (f" ({partly} of them partly trained under other settings)" if partly else "")
             + "".join(f" ({n} of them {state})" for state, n in states.items() if n)
         )
-    walls = []
-    for folder in done:
-        try:
-            walls.append(run_cost_s(read_record(folder / RESULT)))
-        except ValueError:  # the sweep records that run again from its folder
+    walls = [run_cost_s(read_record(folder / RESULT)) for folder in done]
+    for folder in to_run:
+        if (folder / RESULT).is_file():  # the sweep records that run again from its folder
             print(f"  {folder / RESULT} cannot be read: the sweep would record it again from the run's folder")
     source = f"the mean of the {len(walls)} finished runs"
     if not walls and to_run:  # e.g. new seeds of a sweep whose first seeds finished in this folder
@@ -401,3 +399,12 @@ def planned_runs(config: DictConfig) -> int:
     for values in sweep_levels(config).values():
         runs *= len(values)
     return runs
+
+
+def _readable(record: Path) -> bool:
+    """Whether a run's record file is there and reads as one (a damaged one is made again by the sweep)."""
+    try:
+        read_record(record)
+    except ValueError:
+        return False
+    return True

@@ -25,15 +25,35 @@ def read_record(path: Path) -> dict:
     those of whatever run now stands at the old path."""
     try:
         record = json.loads(Path(path).read_text())
-        if isinstance(record, dict):
+        reason = record_problem(record)
+        if reason is None:
             return in_this_folder(record, Path(path).parent)
-        reason = "not a JSON object"
     except (OSError, ValueError) as err:
         reason = str(err)
     raise ValueError(
         f"{path} cannot be read ({reason}): remove it and rerun the sweep, which records the finished run again "
         "from its results.json without training it"
     )
+
+
+# what every record holds, and of which type (a record of other contents was counted as a finished run, and
+# failed later with a bare KeyError('metrics') naming no file)
+RECORD_KEYS = (("factors", dict), ("seed", int), ("metrics", dict), ("run_dir", str))
+
+
+def record_problem(record) -> str | None:
+    """Why ``record`` (a record file's JSON) is not a run's record, or None."""
+    if not isinstance(record, dict):
+        return "not a JSON object"
+    for key, kind in RECORD_KEYS:
+        if key not in record:
+            return f"it holds no {key!r}"
+        if not isinstance(record[key], kind) or isinstance(record[key], bool):
+            return f"its {key!r} is {record[key]!r}, not {'an' if kind is int else 'a'} {kind.__name__}"
+    for name, value in record["metrics"].items():
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+            return f"its metric {name!r} is {value!r}, not a number"
+    return None
 
 
 def finished_runs(sweep_dir: Path) -> tuple[list[Path], list[str]]:

@@ -79,8 +79,15 @@ def write_report(sweep_dir: str | Path, metric: str = "auto", baseline: dict | N
     statistics.json.gz for the finished runs under ``sweep_dir`` (or, when its run folders are gone, for
     the runs statistics.json.gz holds); ``sentence``: the test sentence whose outputs the report shows."""
     sweep_dir = Path(sweep_dir)
-    saved = store.load(sweep_dir)
     records = collect_records(sweep_dir)
+    try:
+        saved = store.load(sweep_dir)
+    except ValueError as err:  # a damaged file: the run folders make it again, where there are any
+        if not records:
+            raise ValueError(f"{err}; the run folders that would make it again hold no finished run") from None
+        aside = store.set_aside_damaged(sweep_dir)
+        print(f"warning: {err}: kept as {aside.name}, and made again from the {len(records)} finished runs' folders")
+        saved = store.load(sweep_dir)
     from_file = not records and bool(saved["runs"])
     if from_file:
         records = store.records_from(saved)

@@ -38,11 +38,26 @@ def run_key(record: dict) -> str:
 
 
 def load(sweep_dir: Path) -> dict:
+    """The sweep's stored statistics (none yet: empty); a file that cannot be read is a ValueError naming it."""
     path = Path(sweep_dir) / STATISTICS
     if not path.is_file():
         return {"runs": {}, "facts": {}, "kept": {}}
-    with gzip.open(path, "rt", encoding="utf-8") as handle:
-        return {"kept": {}, **json.load(handle)}
+    try:
+        with gzip.open(path, "rt", encoding="utf-8") as handle:
+            saved = json.load(handle)
+        if not isinstance(saved, dict) or not isinstance(saved.get("runs"), dict):
+            raise ValueError("not a sweep's statistics")
+    except (OSError, EOFError, ValueError) as err:  # not gzip, cut short, not JSON, not ours
+        raise ValueError(f"{path} cannot be read ({type(err).__name__}: {err})") from None
+    return {"facts": {}, "kept": {}, **saved}
+
+
+def set_aside_damaged(sweep_dir: Path) -> Path:
+    """The unreadable statistics file renamed beside itself (kept, not written over); the new name."""
+    path = Path(sweep_dir) / STATISTICS
+    aside = path.with_name(f"{STATISTICS}.unreadable")
+    path.replace(aside)
+    return aside
 
 
 def save(sweep_dir: Path, runs: dict, facts: dict, kept: dict | None = None) -> None:

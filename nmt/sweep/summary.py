@@ -193,6 +193,7 @@ def describe(sweep_dir: Path, records: list[dict]) -> dict:
             config = _readable_yaml(run_dir / "config.yaml")
     facts["code"] = sorted(codes)
     facts["libraries"] = sorted(libraries)
+    facts["other_settings"] = runs_of_other_settings(records)
     facts["choices"] = _choices_of(each_run)
     if config is not None:
         facts["budget"] = budget_of(config)
@@ -205,6 +206,38 @@ def describe(sweep_dir: Path, records: list[dict]) -> dict:
         data = config.get("data", {})
         facts["languages"] = f"{data.get('src_lang')}-{data.get('tgt_lang')}" if data.get("tgt_lang") else None
     return facts
+
+
+ABSENT = "(absent)"
+
+
+def runs_of_other_settings(records: list[dict]) -> list[dict]:
+    """Runs made under other settings than the other runs of their cell (a run folder of another sweep copied
+    in, or trained before a setting of the sweep changed), each with its differences from the settings most of
+    its cell's runs share: ``{"run", "differences"}``. Read from the runs' fingerprint.json, so the code that
+    writes the report plays no part; seeds differ, and so do factors across cells, which are not compared."""
+    from nmt.training.run_identity import result_config
+
+    by_cell: dict[str, list[tuple[str, dict]]] = {}
+    for r in records:
+        run_dir = Path(r.get("run_dir", ""))
+        try:
+            config = json.loads((run_dir / "fingerprint.json").read_text()).get("config")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(config, dict):
+            settings = {k: v for k, v in result_config(config).items() if k != "seed"}
+            by_cell.setdefault(json.dumps(r.get("factors") or {}, sort_keys=True), []).append((run_dir.name, settings))
+    found = []
+    for runs in by_cell.values():
+        texts = [json.dumps(settings, sort_keys=True, default=str) for _, settings in runs]
+        usual = json.loads(max(set(texts), key=texts.count))  # what most of the cell's runs were made with
+        for name, settings in runs:
+            keys = sorted(k for k in set(usual) | set(settings) if usual.get(k, ABSENT) != settings.get(k, ABSENT))
+            if keys:
+                said = [f"{k}: {settings.get(k, ABSENT)!r}, the cell's others {usual.get(k, ABSENT)!r}" for k in keys]
+                found.append({"run": name, "differences": said})
+    return sorted(found, key=lambda entry: entry["run"])
 
 
 SWEPT_BUDGET = {

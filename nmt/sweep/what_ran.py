@@ -99,6 +99,17 @@ def what_ran(
     doc.table(["", ""], rows)
     if len(codes) > 1:
         doc.paragraph(f"**Warning:** the runs were made by {len(codes)} code versions: {', '.join(codes)}.")
+    other = facts.get("other_settings") or []
+    if other:  # a run folder of another sweep copied in: counted as a seed of the cell it stands in
+        shown = "; ".join(
+            f"{literal(e['run'])} ({', '.join(e['differences'][:3])}{' ...' if len(e['differences']) > 3 else ''})"
+            for e in other[:4]
+        )
+        doc.paragraph(
+            f"**Warning:** {len(other)} run(s) were made under other settings than the other runs of their cell, "
+            f"and are counted among its seeds: {shown}{' ...' if len(other) > 4 else ''}. The sweep command names "
+            "them as made under other settings (`plan=true`); train them again (`on_changed=move`) or remove them."
+        )
     if len(libraries) > 1:
         doc.paragraph(
             f"**Warning:** the runs were made with {len(libraries)} sets of library versions ({'; '.join(libraries)}): "
