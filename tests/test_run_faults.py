@@ -1290,7 +1290,7 @@ def test_a_numbered_sweep_name_is_a_folder_and_a_tuned_file_is_named_in_its_prob
     assert sweep_name_problem(2026) is None and sweep_name_problem("factorial/zh_en") is None
     config = composed_sweep(tmp_path, ["pos=absolute,rope"], ["+tuned=factorial_converged_toy"])
     assert input_problem(config).startswith(
-        "+tuned=factorial_converged_toy (conf/tuned/): level_settings.optim: optim is not a key of this sweep"
+        "+tuned=factorial_converged_toy: level_settings.optim: optim is not a key of this sweep"
     )
 
 

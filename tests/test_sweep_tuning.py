@@ -15,7 +15,6 @@ from omegaconf import OmegaConf, open_dict
 from scipy.stats import t as t_dist
 from scipy.stats import ttest_ind, ttest_rel
 
-from nmt.sweep import tuned as tuned_module
 from nmt.sweep.levels import level_settings_problem
 from nmt.sweep.plan import expected_fingerprint, planned_values, run_overrides
 from nmt.sweep.tuned import read_tuned_file, reused_seeds, tuned_differences, tuned_file, write_tuned_file
@@ -354,6 +353,13 @@ def composed(sweep_dir, given: list[str], swept: list[str] = (), grid: dict | No
         cfg.hydra.overrides.task = [*given, *swept]
         cfg.hydra.sweeper.params = grid or {}
     return cfg
+
+
+def searching(config, conf) -> None:
+    """``config`` composed as with hydra.searchpath=[file://<conf>]: a folder of config files beside conf/."""
+    from hydra.conf import ConfigSourceInfo  # the type of the list
+
+    config.hydra.runtime.config_sources.append(ConfigSourceInfo(path=str(conf), schema="file", provider="command-line"))
 
 
 def tuning_sweep(
@@ -800,8 +806,8 @@ def test_a_factorial_with_a_tuned_file_is_checked_against_its_tuning_runs_settin
     factorial = composed(tmp_path / "factorial", given, swept)
     with open_dict(factorial):
         factorial.hydra.runtime.choices.tuned = "mine"  # +tuned=mine, from the folder below
+        searching(factorial, conf)
         factorial.level_settings = OmegaConf.load(conf / "tuned" / "mine.yaml").level_settings
-    monkeypatch.setattr(tuned_module, "CONF", conf)
     factors = ["optim", "pos", "data.tokenizer.joint", "seed"]
     differs, unchecked = tuned_differences(tuned_file(factorial), factorial, factors)
     assert unchecked == {}
@@ -833,6 +839,7 @@ def test_a_factorial_with_a_tuned_file_is_checked_against_its_tuning_runs_settin
     alike = composed(tmp_path / "alike", ["grid=none", "data=toy"], ["optim=adam,noam", "seed=1"])
     with open_dict(alike):
         alike.hydra.runtime.choices.tuned = "mine"
+        searching(alike, conf)
         alike.trainer.max_steps = 40
         alike.hydra.overrides.task.append("trainer.max_steps=40")
         alike.level_settings = {
@@ -855,6 +862,7 @@ def test_a_factorial_with_a_tuned_file_is_checked_against_its_tuning_runs_settin
                       ["optim=adam,adamw", "pos=rope,relative", "seed=1"])  # fmt: skip
     with open_dict(edited):
         edited.hydra.runtime.choices.tuned = "mine"
+        searching(edited, conf)
         edited.level_settings = {"optim": {"adam": ["optim.optimizer.lr=0.001"], "adamw": ["lr=0.01"]}}
     differs, unchecked = tuned_differences(tuned_file(edited), edited, ["optim", "pos", "seed"])
     assert unchecked == {"optim=adamw": "its settings are not a choice of the tuning the file records (added by hand?)"}
@@ -871,6 +879,7 @@ def test_a_factorial_with_a_tuned_file_is_checked_against_its_tuning_runs_settin
     adamw = composed(tmp_path / "adamw", ["grid=none", "data=toy", "optim=adamw"], ["seed=1"])
     with open_dict(adamw):
         adamw.hydra.runtime.choices.tuned = "mine"
+        searching(adamw, conf)
         adamw.level_settings = OmegaConf.load(conf / "tuned" / "mine.yaml").level_settings
     with pytest.raises(SystemExit):
         checked_tuned_file(adamw, ["seed"])
@@ -1028,11 +1037,11 @@ def test_a_factorial_reading_other_text_than_its_tuning_is_told_so(tmp_path, mon
     conf = tmp_path / "conf"
     (conf / "tuned").mkdir(parents=True)
     write_tuned_file(conf / "tuned" / "mine.yaml", tuned.settings, tuned.lines, tuned.under)
-    monkeypatch.setattr(tuned_module, "CONF", conf)
     factorial = composed(tmp_path / "factorial", ["grid=none", *files, "trainer.max_steps=80"],
                          ["optim=adamw,noam", "seed=1"])  # fmt: skip
     with open_dict(factorial):
         factorial.hydra.runtime.choices.tuned = "mine"
+        searching(factorial, conf)
         factorial.level_settings = OmegaConf.load(conf / "tuned" / "mine.yaml").level_settings
     assert tuned_differences(tuned_file(factorial), factorial, ["optim", "seed"]) == ({}, {})  # the same text
     # the validation file edited since the tuning: the settings are the same, the text is not
@@ -1088,7 +1097,7 @@ def test_the_shipped_tuned_files_name_by_hand_the_corpus_and_budget_they_were_tu
         factorial = composed(folder, ["grid=none", *given], list(swept))
         with open_dict(factorial):
             factorial.hydra.runtime.choices.tuned = name
-            factorial.level_settings = OmegaConf.load(tuned_module.CONF / "tuned" / f"{name}.yaml").level_settings
+            factorial.level_settings = OmegaConf.load(ROOT / "conf" / "tuned" / f"{name}.yaml").level_settings
         return checked_tuned_file(factorial, [s.partition("=")[0] for s in swept])
 
     toy = checked("factorial_converged_toy", ["experiment=factorial_converged_toy"])
@@ -1127,6 +1136,36 @@ def test_the_shipped_tuned_files_name_by_hand_the_corpus_and_budget_they_were_tu
     assert _tuned_under(multi30k).startswith("other settings than this sweep's (optim=adam, optim=noam;")
 
 
+def test_a_tuned_file_in_a_config_folder_hydra_searches_is_the_one_read_and_checked(tmp_path, capsys):
+    """+tuned= found in a folder of hydra.searchpath was applied to the runs, but every check of it was skipped
+    without a word, and the plan named conf/tuned/<name>.yaml, which did not exist: only conf/tuned/ was read."""
+    from nmt.sweep.plan import print_plan
+    from nmt.sweep.tuned import checked_tuned_file
+    from nmt.sweep.tuned_source import tuned_path
+
+    conf = tmp_path / "conf"
+    (conf / "tuned").mkdir(parents=True)
+    shipped = (ROOT / "conf" / "tuned" / "factorial_converged_toy.yaml").read_text()
+    (conf / "tuned" / "mine_toy.yaml").write_text(shipped)
+    factorial = composed(tmp_path / "factorial", ["grid=none", "experiment=factorial_converged_toy",
+                         "trainer.max_epochs=5"], ["optim=adam,noam", "seed=1"])  # fmt: skip
+    with open_dict(factorial):
+        factorial.hydra.runtime.choices.tuned = "mine_toy"
+        searching(factorial, conf)
+        factorial.level_settings = OmegaConf.load(conf / "tuned" / "mine_toy.yaml").level_settings
+    assert tuned_path(factorial) == conf / "tuned" / "mine_toy.yaml"
+    checked = checked_tuned_file(factorial, ["optim", "seed"])
+    assert checked["name"] == "mine_toy" and checked["path"] == str(conf / "tuned" / "mine_toy.yaml")
+    assert checked["differs"] and "trainer.max_epochs" in " ".join(checked["differs"]["optim=adam"])
+    assert "[sweep] warning: optim=adam and optim=noam's settings (+tuned=mine_toy)" in capsys.readouterr().out
+    print_plan(tmp_path / "factorial", factorial)
+    assert f"[+tuned=mine_toy ({conf / 'tuned' / 'mine_toy.yaml'})]" in capsys.readouterr().out
+    # the shipped file, found in conf/: named from the repository's root
+    with open_dict(factorial):
+        factorial.hydra.runtime.choices.tuned = "factorial_converged_toy"
+    assert checked_tuned_file(factorial, ["optim", "seed"])["path"] == "conf/tuned/factorial_converged_toy.yaml"
+
+
 def test_a_tuned_file_without_its_package_line_is_named_as_such(tmp_path, monkeypatch, capsys):
     """A file written by hand without '# @package _global_' was read as tuned.level_settings, and refused as
     "this sweep runs none of its levels (none)", which named nothing to fix."""
@@ -1135,8 +1174,8 @@ def test_a_tuned_file_without_its_package_line_is_named_as_such(tmp_path, monkey
     (tmp_path / "tuned").mkdir()
     (tmp_path / "tuned" / "hand.yaml").write_text("level_settings:\n  optim:\n    noam: ['warmup=400']\n")
     assert not read_tuned_file(tmp_path / "tuned" / "hand.yaml")["global"]
-    monkeypatch.setattr(tuned_module, "CONF", tmp_path)
-    config = OmegaConf.create({"hydra": {"runtime": {"choices": {"tuned": "hand"}}}})
+    source = {"path": str(tmp_path), "schema": "file", "provider": "command-line"}
+    config = OmegaConf.create({"hydra": {"runtime": {"choices": {"tuned": "hand"}, "config_sources": [source]}}})
     with pytest.raises(SystemExit):
         checked_tuned_file(config, ["optim"])
     assert "hand.yaml does not begin with '# @package _global_'" in capsys.readouterr().err

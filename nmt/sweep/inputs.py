@@ -70,7 +70,7 @@ def settings_problem(config: DictConfig, levels: dict[str, list[str]]) -> str | 
         return f"{given[0]}: +tuned={tuned} gives the level settings; give them one way, not both"
     settings = level_settings_problem(config.get("level_settings"), levels, from_file=bool(tuned))
     if settings and tuned:  # the settings came from a file: named, as the key the user gave was +tuned=
-        settings = f"+tuned={tuned} (conf/tuned/): {settings}"
+        settings = f"+tuned={tuned}: {settings}"
     problem = (
         problem
         or settings

@@ -253,7 +253,7 @@ def print_plan(sweep_dir: Path, config: DictConfig) -> None:
             print(f"  {key} held at {values[0]} by the command line (the grid's factor: {', '.join(grid[key])})")
     # where the level settings come from: a tuned file (+tuned=<name>) or level_settings given
     tuned = OmegaConf.select(config, "hydra.runtime.choices.tuned", default=None)
-    origin = f"+tuned={tuned} (conf/tuned/{tuned}.yaml)" if tuned else "level_settings"
+    origin = f"+tuned={tuned} ({_tuned_shown(config)})" if tuned else "level_settings"
     for key, by_level in plain_settings(config.get("level_settings")).items():
         for level, overrides in by_level.items():
             # a level this sweep runs, with settings of its own
@@ -408,3 +408,10 @@ def _readable(record: Path) -> bool:
     except ValueError:
         return False
     return True
+
+
+def _tuned_shown(config: DictConfig) -> str:
+    from nmt.sweep.tuned_source import shown_path, tuned_path
+
+    path = tuned_path(config)
+    return shown_path(path) if path is not None else "its file"

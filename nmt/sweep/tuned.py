@@ -19,7 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from nmt.sweep.levels import expand, plain_settings, runs_level, same_level, sweep_levels
 from nmt.sweep.plan import compose_train, expected_fingerprint, planned_values, run_overrides
-from nmt.utils.configs import CONF
+from nmt.sweep.tuned_source import shown_path, tuned_path
 
 UNDER = "tuned under: "  # the file's comment line that records what each level was tuned under, as JSON
 # a file written by hand may name some settings its tuning ran with (the corpus, the budget), as JSON: those
@@ -96,16 +96,19 @@ def replaced_settings(path: Path, settings: dict) -> str:
 
 def tuned_file(config: DictConfig) -> dict | None:
     """The tuned file a sweep's level settings came from (``+tuned=<name>``), read: None without one."""
-    name = OmegaConf.select(config, "hydra.runtime.choices.tuned", default=None)
-    path = CONF / "tuned" / f"{name}.yaml"
-    return read_tuned_file(path) if name and path.is_file() else None
+    path = tuned_path(config)
+    return read_tuned_file(path) if path is not None else None
 
 
 def read_tuned_file(path: Path) -> dict:
     """A tuned file's name, the notes ``tune`` wrote above its settings (its command, the candidates' table
     and its notes on them), and what each level was tuned under (absent from a file written by hand)."""
     notes = [line[2:].rstrip() for line in path.read_text().splitlines() if line.startswith("# ")]
-    tuned = {"name": path.stem, "notes": [n for n in notes if not n.startswith(("@package", UNDER, BY_HAND))]}
+    tuned = {
+        "name": path.stem,
+        "path": shown_path(path),
+        "notes": [n for n in notes if not n.startswith(("@package", UNDER, BY_HAND))],
+    }
     tuned["global"] = any(line.split() == ["@package", "_global_"] for line in notes)
     for line in notes:
         for prefix, key in ((UNDER, "under"), (BY_HAND, "by_hand")):
@@ -148,7 +151,7 @@ def checked_tuned_file(config: DictConfig, factors: list[str]) -> dict | None:
         return None
     if not tuned.get("global"):  # Hydra then nests the file's keys under `tuned`: no level would get them
         print(
-            f"error: +tuned={tuned['name']}: conf/tuned/{tuned['name']}.yaml does not begin with '# @package "
+            f"error: +tuned={tuned['name']}: {tuned['path']} does not begin with '# @package "
             "_global_' (as tune writes it), so Hydra reads its level_settings as tuned.level_settings, which no run "
             "reads; add that line at its top",
             file=sys.stderr,

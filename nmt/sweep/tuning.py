@@ -22,7 +22,7 @@ from nmt.sweep.levels import level_overrides
 from nmt.sweep.pooled import chosen_overrides, pooled_candidates, signs
 from nmt.sweep.records import RUN_FACTS, collect_records
 from nmt.sweep.summary import planned
-from nmt.sweep.tuned import ABSENT, CONF, replaced_settings, tuning_run, write_tuned_file
+from nmt.sweep.tuned import ABSENT, replaced_settings, tuning_run, write_tuned_file
 from nmt.sweep.tuning_sweep import (
     SAME_CASE_ON_VALIDATION,
     TUNING_METRIC,
@@ -32,6 +32,7 @@ from nmt.sweep.tuning_sweep import (
     own_setting,
     tuning_runs,
 )
+from nmt.utils.configs import CONF
 from nmt.utils.io import check_output_file
 
 

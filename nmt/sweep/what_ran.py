@@ -45,7 +45,7 @@ def what_ran(
             rows.append([f"settings with {key}={level}", text])
     tuned = facts.get("tuned")
     if tuned:  # where those settings came from: the tuned file, as `python sweep.py tune` wrote it
-        rows.append(["level settings from", f"+tuned={tuned['name']} (conf/tuned/{tuned['name']}.yaml)"])
+        rows.append(["level settings from", f"+tuned={tuned['name']} ({tuned_shown(tuned)})"])
         rows.append(["tuned under", _tuned_under(tuned)])
     rows.append(["budget and stopping", budget_text(facts.get("budget"))])
     if facts.get("steps"):
@@ -128,7 +128,7 @@ def what_ran(
         ]
         text = " ".join(line for line in tuned["notes"] if not line.startswith(("|", "note: ")))
         doc.paragraph(
-            f"How the level settings were chosen, as conf/tuned/{tuned['name']}.yaml's notes say (`python sweep.py "
+            f"How the level settings were chosen, as {tuned_shown(tuned)}'s notes say (`python sweep.py "
             f"tune` writes them; a file edited by hand says so only if its notes do): {text}"
         )
         candidates = [row for row in cells[1:] if not all(set(c) <= set("-: ") for c in row)]  # no rule line
@@ -255,3 +255,9 @@ def _scoring_text(scoring: dict) -> str:
         if key.endswith("_signature")
     ]
     return ", ".join(parts)
+
+
+def tuned_shown(tuned: dict) -> str:
+    """Where a sweep's tuned file was (a sweep planned before its path was kept: conf/tuned/, the one folder
+    then read)."""
+    return tuned.get("path") or f"conf/tuned/{tuned['name']}.yaml"
