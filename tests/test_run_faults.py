@@ -1225,10 +1225,20 @@ def test_a_misspelt_level_setting_or_a_failing_plan_stops_the_sweep_before_any_r
         ("run_dir=/tmp/elsewhere", "run_dir=/tmp/elsewhere: a sweep gives each run its own folder"),
         ("group=mine", "group=mine: a sweep sets each run's W&B group to the sweep's name"),
         ("tags=[a]", "tags=[a]: a sweep sets each run's W&B tags to its factor values"),
+        # W&B's: every run one name; the runs' files in one folder, the report run's in the sweep's, which the
+        # printed `wandb sync` line named
+        (("logger=wandb", "logger.name=mine"), "logger.name=mine: a sweep names each W&B run by its factor values"),
+        (("logger=wandb", "logger.dir=/tmp/w"), "logger.dir=/tmp/w: a sweep keeps the W&B files of its runs and of"),
         # a group option given settings that no run of the sweep has (adamw where noam was meant)
         (
             "level_settings={pos: {absolute: ['model.dropout=0.2'], learned: ['model.dropout=0.3']}}",
             "level_settings.pos.learned: learned is not a level of this sweep (pos here: absolute, rope)",
+        ),
+        # a misspelt key in a level's settings: Hydra's "Could not override", without the nearest key the
+        # command line's typo gets
+        (
+            "level_settings={pos: {absolute: ['model.dropoutt=0.2']}}",
+            "Could not override 'model.dropoutt'. (did you mean model.dropout?)",
         ),
         # settings for levels this sweep does not run: given to no run, without a word
         (

@@ -137,7 +137,12 @@ def test_seeds_that_scored_alike_in_every_cell_test_nothing():
         record(p, "layer", s, 30.0 if p == "absolute" else 30.1) for p in ("absolute", "relative") for s in (1, 2, 3)
     ]
     assert math.isnan(analysis.welch_test([30.1] * 3, [30.0] * 3)["p"])
-    assert analysis.welch_test([30.0] * 3, [30.0] * 3)["p"] == 1.0  # no difference: none to test
+    # no difference either: still no test (the report showed p 1.0000 where its docs promise "–", and counted
+    # it among the tested effects for Holm), as scipy's ttest_ind gives nan
+    assert math.isnan(analysis.welch_test([30.0] * 3, [30.0] * 3)["p"])
+    assert math.isnan(stats.ttest_ind([30.0] * 3, [30.0] * 3).pvalue)
+    alike = [record(p, n, s, 0.0) for p in ("absolute", "relative") for n in ("layer", "rms") for s in (1, 2, 3)]
+    assert all(math.isnan(e["p"]) for e in effects.fit(alike, "test_bleu", LEVELS)["effects"].values())
     fit = effects.fit(records, "test_bleu", {"pos": ["absolute", "relative"]})
     assert all(math.isnan(e["p"]) for e in fit["effects"].values())
     doc = Document("t")
@@ -1254,7 +1259,7 @@ def test_the_report_holds_only_the_planned_runs_and_names_a_damaged_record(tmp_p
     ("contents", "said"),
     [
         ("{}", "it holds no 'factors'"),  # counted as a finished run; the report then failed on KeyError('metrics')
-        ('{"factors": {}, "seed": 1, "metrics": {"test_bleu": 9.0}}', "it holds no 'run_dir'"),
+        ('{"factors": {}, "seed": 1, "metrics": {"test_bleu": 9.0}, "run_dir": 7}', "its 'run_dir' is 7, not a str"),
         (
             '{"factors": {}, "seed": 1, "run_dir": "x", "metrics": {"test_bleu": "abc"}}',
             "its metric 'test_bleu' is 'abc', not a",
@@ -1615,3 +1620,16 @@ def test_a_score_no_run_recorded_is_no_column_of_results_csv(tmp_path):
     write_report(tmp_path)
     header = (tmp_path / "results.csv").read_text().splitlines()[0].split(",")
     assert "best_val_bleu" not in header and "test_bleu" in header and "val_as_test_bleu" in header
+
+
+def test_the_runs_of_a_sweep_that_have_no_wandb_run_are_found(tmp_path):
+    """A sweep logged with CSV, run again with logger=wandb: its runs were reused and the W&B group held the
+    report run alone, unsaid; the sweep names them now."""
+    from nmt.sweep.dashboard import runs_without_wandb
+    from nmt.training.loggers import WANDB_ID
+
+    synthetic_sweep(tmp_path)
+    names = sorted(p.name for p in tmp_path.glob("pos=*"))
+    assert runs_without_wandb(tmp_path) == names
+    (tmp_path / names[0] / WANDB_ID).write_text("abc123\n")
+    assert runs_without_wandb(tmp_path) == names[1:]

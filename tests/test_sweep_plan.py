@@ -28,7 +28,8 @@ def sweep_config(sweep_dir: Path, *swept: str):
 
 def finished(run: Path, process_s: float) -> None:
     run.mkdir(parents=True)
-    (run / "sweep_result.json").write_text(json.dumps({"process_s": process_s, "metrics": {}}))
+    record = {"process_s": process_s, "metrics": {}, "factors": {}, "seed": 1}
+    (run / "sweep_result.json").write_text(json.dumps(record))
 
 
 def test_a_run_stopped_part_way_under_other_settings_is_to_run_not_done(tmp_path, monkeypatch, capsys):

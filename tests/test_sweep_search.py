@@ -396,7 +396,7 @@ def test_trials_stopped_early_before_they_learned_are_said_to_be_ranked_by_the_s
     for number, (warmup, value, ended) in enumerate(((300, 99.1, "early stopping"), (3000, 0.0, "early stopping"))):
         run = tmp_path / f"r{number}"
         run.mkdir()
-        record = {"metrics": {"best_val_bleu": value}, "epochs": 6, "ended_by": ended, "seed": 101}
+        record = {"metrics": {"best_val_bleu": value}, "epochs": 6, "ended_by": ended, "seed": 101, "factors": {}}
         (run / "sweep_result.json").write_text(json.dumps(record))
         values = {"warmup": warmup, "seed": "101"}
         trials.append({"number": number, "run": run.name, "values": values, "state": "done", "value": value})
@@ -423,6 +423,25 @@ def test_a_search_none_of_whose_trials_scored_ends_with_status_1(tmp_path):
     with pytest.raises(SystemExit) as ended:
         SweepReport().on_multirun_end(cfg)
     assert ended.value.code == 1
+
+
+def test_a_search_with_a_trial_killed_by_a_signal_ends_with_status_1(tmp_path, capsys):
+    """A trial's run killed (kill -9, the kernel's OOM killer) was a failed trial like a diverged one, and the
+    search ended 0: a script could not tell that trials are left to run again."""
+    from nmt.sweep.runner import SweepReport
+
+    cfg = search_config(tmp_path, *HELD)
+    done = {"number": 0, "run": "r0", "values": {LR: 1e-3, "seed": "101"}, "state": "done", "value": 3.0}
+    diverged = {"number": 1, "run": "r1", "values": {LR: 1e-2, "seed": "101"}, "state": "failed", "error": "no score"}
+    write_search(tmp_path, {}, [done, diverged])
+    SweepReport().on_multirun_end(cfg)  # a failed trial's outcome: the search stands
+    killed = {**diverged, "number": 2, "run": "r2", "error": "killed by signal 9; its log ends: epoch 3"}
+    write_search(tmp_path, {}, [done, diverged, killed])
+    with pytest.raises(SystemExit) as ended:
+        SweepReport().on_multirun_end(cfg)
+    assert ended.value.code == 1
+    err = capsys.readouterr().err
+    assert "1 trial(s) of" in err and "were killed (trial 2): rerun the search to run them again" in err
 
 
 def test_what_a_search_holds_searches_and_follows(tmp_path):
@@ -491,6 +510,12 @@ def test_a_range_in_a_search_is_refused_before_its_levels_are_composed(tmp_path,
     monkeypatch.setattr(inputs, "sweep_levels", lambda config: pytest.fail("levels composed"))
     cfg = search_config(tmp_path, *HELD, space=("warmup=range(400,3200)",))
     assert "warmup=range(400,3200): in a search, the sampler would draw range's end too" in inputs.input_problem(cfg)
+    # an interval written backwards: Optuna's "The low value must be smaller ..." named no key
+    cfg = search_config(tmp_path, *HELD, space=("warmup=int(interval(400,100))",))
+    assert inputs.input_problem(cfg) == (
+        "warmup=int(interval(400,100)): the interval runs from 400 down to 100; write its low end first: "
+        "interval(100,400)"
+    )
 
 
 def test_held_settings_are_repeated_as_typed_and_sampled_values_as_hydra_reads_them(tmp_path):

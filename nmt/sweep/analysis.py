@@ -101,8 +101,9 @@ def welch_test(a: Sequence[float], b: Sequence[float]) -> dict:
     if len(a) < 2 or len(b) < 2:
         return {"diff": diff, "ci95": math.nan, "df": math.nan, "p": math.nan}
     va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
-    if va + vb == 0:  # no scatter on either side: the seeds varied nothing, so they cannot test a difference
-        return {"diff": diff, "ci95": 0.0, "df": math.inf, "p": 1.0 if diff == 0 else math.nan}
+    if va + vb == 0:  # no scatter on either side: the seeds varied nothing, so they test nothing, not even a
+        # difference of 0 (scipy's ttest_ind gives nan too); the report shows "–", as its docs say
+        return {"diff": diff, "ci95": 0.0, "df": math.inf, "p": math.nan}
     df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
     se = math.sqrt(va + vb)
     return {"diff": diff, "ci95": t_critical(df) * se, "df": df, "p": t_p_value(diff / se, df)}

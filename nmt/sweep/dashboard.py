@@ -125,6 +125,15 @@ def move_wandb_runs(wandb_dir, ids: list[str], target) -> list:
     return moved
 
 
+def runs_without_wandb(sweep_dir: Path) -> list[str]:
+    """The sweep's finished runs that have no W&B run (trained under another logger, then reused by a sweep
+    that logs to W&B), by folder name."""
+    from nmt.sweep.records import finished_runs
+    from nmt.training.loggers import WANDB_ID
+
+    return [path.parent.name for path in finished_runs(sweep_dir)[0] if not (path.parent / WANDB_ID).is_file()]
+
+
 def set_aside_wandb(sweep_dir, aside, names: list[str], report_moved: bool) -> None:
     """on_changed=move: the W&B runs of the run folders ``names`` (by each folder's wandb_id) go with them into
     ``aside``/wandb, and, where their report went too, the report runs logged of it, so that the sweep's

@@ -156,6 +156,10 @@ def fit(records: Sequence[dict], metric: str, levels: dict[str, list[str]]) -> d
     candidates = [(MODELS[0], len(factors))] if len(cells) == full else []
     candidates += [(MODELS[1], 2), (MODELS[2], 1)]
     seed_columns = _seed_columns(runs)
+    within: dict[tuple, set[float]] = {}
+    for r, value in zip(runs, y, strict=True):
+        within.setdefault(cell_of(r, factors), set()).add(round(float(value), 9))
+    seeds_varied = any(len(values) > 1 for values in within.values())  # a cell whose seeds scored unalike
     for model, order in candidates:
         if order > len(factors) and model != MODELS[0]:
             continue
@@ -185,8 +189,9 @@ def fit(records: Sequence[dict], metric: str, levels: dict[str, list[str]]) -> d
                 "diff": float(coef[i]),
                 "se": se,
                 "ci95": t_critical(df) * se,
-                # no scatter left (every seed of every cell alike): an effect of 0 is none, any other untestable
-                "p": t_p_value(coef[i] / se, df) if se > 0 else (1.0 if coef[i] == 0 else math.nan),
+                # no scatter left: where the seeds varied and agreed exactly (each seed's runs alike in every
+                # cell) an effect of 0 is none; where they varied nothing, no test applies, 0 or not
+                "p": t_p_value(coef[i] / se, df) if se > 0 else (1.0 if coef[i] == 0 and seeds_varied else math.nan),
                 "df": df,
             }
         return {

@@ -45,6 +45,15 @@ SET_PER_RUN = {
 }
 
 
+# W&B's settings a sweep makes for its runs: given, every run got one name, or the runs' files went to one
+# folder and the report run's to the sweep's, where the printed `wandb sync` line looked
+WANDB_SET_BY_SWEEP = {
+    "logger.name": "a sweep names each W&B run by its factor values (its run folder's name); leave logger.name out",
+    "logger.dir": "a sweep keeps the W&B files of its runs and of its report run in <sweep folder>/wandb, where "
+    "`wandb sync` and a rerun's superseding find them; place the sweep with sweep_name=... or hydra.sweep.dir=...",
+}
+
+
 def settings_problem(config: DictConfig, levels: dict[str, list[str]]) -> str | None:
     """The settings of the sweep as a whole: its switches, name, level settings, GPU pool, launcher, what
     to do with changed runs, and the sentence its report shows."""
@@ -60,10 +69,13 @@ def settings_problem(config: DictConfig, levels: dict[str, list[str]]) -> str | 
         if not isinstance(value, bool):
             return f"{key}={value!r}: must be true or false"
     problem = sweep_name_problem(config.sweep_name) if "sweep_name" in config else None
+    wandb = str(OmegaConf.select(config, "logger._target_", default="")).endswith("wandb_logger")
     for override in config.hydra.overrides.task:
         key = str(override).lstrip("+~").partition("=")[0]
         if key in SET_PER_RUN:  # each run's command sets it after the user's: the given value went unused
             return f"{override}: {SET_PER_RUN[key]}"
+        if wandb and key in WANDB_SET_BY_SWEEP:  # one name for every run; runs and report in two folders
+            return f"{override}: {WANDB_SET_BY_SWEEP[key]}"
     tuned = OmegaConf.select(config, "hydra.runtime.choices.tuned", default=None)
     given = [o for o in config.hydra.overrides.task if o.lstrip("+~").startswith("level_settings")]
     if tuned and given:  # Hydra merges the two: which settings are the file's, and which would win, is unclear

@@ -78,7 +78,10 @@ def run_config_problem(config: DictConfig) -> str | None:
         except Exception as err:  # noqa: BLE001  input_problem passed its factors: a level setting, or a constant
             where = ",".join(f"{k}={v}" for k, v in cell if k in swept) or "every run"
             first = str(err).splitlines()[0] if str(err) else type(err).__name__
-            return f"the runs of {where} cannot be composed: {first} (a key of level_settings or of the command line?)"
+            return (
+                f"the runs of {where} cannot be composed: {first}{_closest_key(first, overrides)} (a key of "
+                "level_settings or of the command line?)"
+            )
         choices = dict(composed.hydra.runtime.choices)
         cfg = OmegaConf.masked_copy(composed, [k for k in composed if k != "hydra"])
         problems = [p.strip() for p in unused_groups(cfg, choices, overrides)]
@@ -415,3 +418,29 @@ def _tuned_shown(config: DictConfig) -> str:
 
     path = tuned_path(config)
     return shown_path(path) if path is not None else "its file"
+
+
+def _closest_key(error: str, overrides: list[str]) -> str:
+    """ " (did you mean <key>?)" for Hydra's "Could not override '<key>'", the nearest key of the run's config
+    composed without that override (the command line's typo gets one from train.py's check; a level setting's
+    got none), or ""."""
+    import difflib
+    import re
+
+    found = re.search(r"Could not override '([^']+)'", error)
+    if found is None:
+        return ""
+    key = found.group(1)
+    try:
+        base = compose_train([o for o in overrides if o.lstrip("+~").partition("=")[0] != key])
+    except Exception:  # noqa: BLE001 - another override fails too: that error is said as it is
+        return ""
+
+    def dotted(node, prefix: str = "") -> list[str]:
+        if not isinstance(node, dict):
+            return [prefix]
+        return [k for name, child in node.items() for k in dotted(child, f"{prefix}{name}.")] or [prefix]
+
+    keys = [k.rstrip(".") for k in dotted(OmegaConf.to_container(base, resolve=False))]
+    close = difflib.get_close_matches(key, keys, n=1, cutoff=0.8)
+    return f" (did you mean {close[0]}?)" if close else ""

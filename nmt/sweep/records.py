@@ -37,18 +37,18 @@ def read_record(path: Path) -> dict:
 
 
 # what every record holds, and of which type (a record of other contents was counted as a finished run, and
-# failed later with a bare KeyError('metrics') naming no file)
-RECORD_KEYS = (("factors", dict), ("seed", int), ("metrics", dict), ("run_dir", str))
+# failed later with a bare KeyError('metrics') naming no file); its run folder, where given, is a path
+RECORD_KEYS = (("factors", dict), ("seed", int), ("metrics", dict))
 
 
 def record_problem(record) -> str | None:
     """Why ``record`` (a record file's JSON) is not a run's record, or None."""
     if not isinstance(record, dict):
         return "not a JSON object"
-    for key, kind in RECORD_KEYS:
-        if key not in record:
+    for key, kind in (*RECORD_KEYS, ("run_dir", str)):
+        if key not in record and key != "run_dir":
             return f"it holds no {key!r}"
-        if not isinstance(record[key], kind) or isinstance(record[key], bool):
+        if key in record and (not isinstance(record[key], kind) or isinstance(record[key], bool)):
             return f"its {key!r} is {record[key]!r}, not {'an' if kind is int else 'a'} {kind.__name__}"
     for name, value in record["metrics"].items():
         if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):

@@ -135,11 +135,9 @@ def run_cell(cfg: DictConfig) -> dict | None:
         f"group={hydra_quoted(wandb_group(cfg.sweep_name, hydra_cfg.sweep.dir, hydra_cfg.overrides.task))}",
         f"tags=[{tags}]",
     ]
-    if logs_to_wandb(cfg):  # unless given: runs named by their factor values, one W&B folder per sweep
-        if not cfg.logger.get("name"):
-            command.append(f"logger.name={hydra_quoted(run_dir.name)}")
-        if not cfg.logger.get("dir"):
-            command.append(f"logger.dir={hydra_quoted(Path(hydra_cfg.sweep.dir).resolve())}")
+    if logs_to_wandb(cfg):  # runs named by their factor values, one W&B folder per sweep (inputs.py refuses both)
+        command.append(f"logger.name={hydra_quoted(run_dir.name)}")
+        command.append(f"logger.dir={hydra_quoted(Path(hydra_cfg.sweep.dir).resolve())}")
     env = dict(os.environ)
     held = None
     end_worker_if_sweep_gone(run_dir.name)  # a launcher's worker: taking the next run after its sweep stopped
@@ -462,6 +460,14 @@ class SweepReport(Callback):
                 )
             if failed:  # a trial's outcome (a diverged rate, say), told to the sampler: the search stands
                 print(f"[search] {len(failed)} trial(s) failed: search.md lists them with their errors")
+            killed = [t for t in failed if str(t.get("error", "")).startswith("killed by signal")]
+            if killed:  # not an outcome of its settings (the kernel's OOM killer, a scheduler): a script must know
+                print(
+                    f"error: {len(killed)} trial(s) of {config.hydra.sweep.dir} were killed (trial "
+                    f"{', '.join(str(t['number']) for t in killed[:5])}): rerun the search to run them again",
+                    file=sys.stderr,
+                )
+                raise SystemExit(1)
             return
         if not collect_records(Path(config.hydra.sweep.dir)):
             resume = "" if failed else "; rerun the sweep to resume"
@@ -481,8 +487,15 @@ class SweepReport(Callback):
             print(f"error: the report of {config.hydra.sweep.dir} failed: {said}", file=sys.stderr)
             raise SystemExit(1) from None
         if logs_to_wandb(config):
-            from nmt.sweep.dashboard import log_report_to_wandb
+            from nmt.sweep.dashboard import log_report_to_wandb, runs_without_wandb
 
+            without = runs_without_wandb(Path(config.hydra.sweep.dir))
+            if without:  # reused, trained under another logger: the group holds the report run alone for them
+                print(
+                    f"[sweep] note: {len(without)} run(s) were trained without W&B (another logger: {without[0]}"
+                    f"{' ...' if len(without) > 1 else ''}), so they are not in the W&B group; only the report run "
+                    "logs their scores"
+                )
             log_report_to_wandb(
                 report,
                 project=config.logger.get("project", "nmt"),

@@ -126,6 +126,13 @@ def searched_override_problem(config: DictConfig) -> str | None:
                 f"{override.input_line}: a searched key is written without a prefix or package "
                 f"({override.key_or_group}=...)"
             )
+        if override.is_interval_sweep():  # Optuna's "low value must be smaller ..." named no key
+            interval = override.value()
+            if interval.start > interval.end:
+                return (
+                    f"{override.input_line}: the interval runs from {interval.start} down to {interval.end}; write "
+                    f"its low end first: interval({interval.end},{interval.start})"
+                )
     return None
 
 
