@@ -1064,6 +1064,9 @@ def test_sweep_py_report_writes_again_with_the_sweep_own_metric_unless_told_anot
         assert said in capsys.readouterr().err
     with pytest.raises(SystemExit, match=r"report.md: a file, not a folder; give a sweep's folder"):
         report_main([str(tmp_path / "report.md")])
+    # a sentence past the test set's end, asked for here: refused (it wrote a report saying so, and ended 0)
+    with pytest.raises(SystemExit, match=r"^error: --sentence 40: the runs' test set has sentences 0 to 39$"):
+        report_main([str(tmp_path), "--sentence", "40"])
 
 
 def test_a_report_metric_no_run_has_is_one_clear_error(tmp_path):

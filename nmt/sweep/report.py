@@ -441,6 +441,15 @@ def _outputs_section(doc: Document, records, factors, levels, sentence: int) -> 
     )
 
 
+def _test_sentences(sweep_dir: Path) -> int | None:
+    """The number of test sentences the sweep's runs were scored on (their first readable references), or None."""
+    for record in collect_records(sweep_dir):
+        references = record.get("references")
+        if references and Path(references).is_file():
+            return len(read_lines(references))
+    return None
+
+
 def main(argv: list[str]) -> None:
     """``python sweep.py report DIR [--metric M] [--sentence N]``: the report written again, by default with
     the settings the sweep itself reported with (its multirun.yaml: report_metric, baseline, report_sentence)."""
@@ -477,6 +486,9 @@ def main(argv: list[str]) -> None:
     metric = args.metric or config.get("report_metric") or "auto"
     baseline = dict(config.baseline) if config.get("baseline") else None
     sentence = args.sentence if args.sentence is not None else int(config.get("report_sentence") or 0)
+    if args.sentence is not None and (count := _test_sentences(Path(args.sweep_dir))) is not None and sentence >= count:
+        # asked for here: refused (a sweep's own report_sentence is said in the report, its runs kept)
+        raise SystemExit(f"error: --sentence {sentence}: the runs' test set has sentences 0 to {count - 1}")
     try:
         write_report(args.sweep_dir, metric, baseline, sentence)
     except (KeyError, ValueError, FileNotFoundError) as err:
