@@ -81,6 +81,8 @@ def test_a_switch_given_a_word_is_refused_a_key_whose_words_are_its_values_is_no
     [
         ({"split": 5}, "split=5: not the name of a set"),
         ({"split": []}, "split=[]: names no set to score"),
+        # decoded twice into one folder, listed twice in the table of every set
+        ({"split": ["test", "val", "test"]}, "split=['test', 'val', 'test']: test given twice; name each set once"),
         ({"rouge": "no"}, "rouge='no': give true, false or null"),
         ({"attention_maps": "abc"}, "attention_maps='abc': a list of sentence indices"),
     ],

@@ -421,6 +421,24 @@ def test_an_out_dir_holding_an_evaluation_under_other_settings_is_refused_and_ke
     assert Path(recorded["hypotheses"]).resolve() == (tmp_path / "mean" / "hypotheses.txt").resolve()
 
 
+def test_an_out_dir_holding_files_no_evaluation_record_accounts_for_is_refused_and_kept(toy_run, tmp_path):
+    """A folder holding a user's hypotheses.txt, or a metrics.json that is not an evaluation's record (unreadable,
+    another program's), had its files replaced without a word."""
+    cases = {"loose": {"hypotheses.txt": "mine\n"}, "broken": {"metrics.json": "{not json", "hypotheses.txt": "x\n"},
+             "foreign": {"metrics.json": '{"foo": 1}'}}  # fmt: skip
+    for name, files in cases.items():
+        folder = tmp_path / name
+        folder.mkdir()
+        for file, text in files.items():
+            (folder / file).write_text(text)
+        with pytest.raises(ValueError, match=rf"^out_dir={folder} holds .*which no evaluation's record there accounts"):
+            evaluate_here(f"ckpt_path={toy_run}", "split=val", f"out_dir={folder}")
+        assert {file: (folder / file).read_text() for file in files} == files
+    # an empty folder is taken
+    (tmp_path / "empty").mkdir()
+    assert evaluate_here(f"ckpt_path={toy_run}", "split=val", f"out_dir={tmp_path / 'empty'}")["bleu"] >= 0
+
+
 def test_attention_maps_in_a_reused_folder_are_only_those_of_its_last_evaluation(toy_run, tmp_path):
     """The maps are drawn over the hypotheses that metrics.json describes: an earlier evaluation's maps of
     other sentences are not left beside them."""
@@ -651,6 +669,14 @@ def test_a_grid_is_refused_off_the_validation_set_and_its_options_are_checked(to
         # a grid of one setting, "chosen" over itself with a p-value legend
         r"decode.beam_size=\[2, 2\]: 2 given twice; give distinct values": ("split=val", "decode.beam_size=[2,2]"),
         r"decode.length_penalty=\[1, 1.0\]: 1 given twice": ("split=val", "decode.length_penalty=[1,1.0]"),
+        # sample translations, printed by no cell: dropped unsaid
+        r"samples=3 with decode.beam_size=\[1, 3\]: a grid prints its cells' scores": ("split=val", "samples=3", *grid),
+        # the luckiest draw chosen on validation, as if a better setting
+        r"decode.seed=\[1, 2\]: a sampling seed is chance, not a setting to choose": (
+            "split=val",
+            "decode.strategy=sample",
+            "decode.seed=[1,2]",
+        ),
         r"select_by=ppl: not a score of these evaluations; valid: bleu, bleu_tok_lc, chrf$": (
             "split=val",
             "select_by=ppl",

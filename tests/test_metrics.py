@@ -140,6 +140,41 @@ def test_score_command_rescores_saved_files(tmp_path, capsys):
     assert "short.txt has 1 lines but" in capsys.readouterr().err
 
 
+def test_a_metrics_json_of_other_outputs_is_not_read_and_too_few_resamples_or_a_missing_file_are_refused(
+    tmp_path, capsys
+):
+    """A system's file copied beside another evaluation's metrics.json was scored ignoring case (that evaluation's
+    model wrote lowercase text), BLEU 63.7 for 53.5; --bootstrap 1 gave a 95% interval of one resample."""
+    from nmt.evaluation.score import main
+
+    (tmp_path / "mine.de").write_text("".join(h + "\n" for h in HYPS), encoding="utf-8")
+    (tmp_path / "ref.de").write_text("".join(r + "\n" for r in REFS), encoding="utf-8")
+    theirs = {"hypotheses": "/elsewhere/eval/test_beam5/hypotheses.txt", "sentences": 200, "tgt_lang": "de"}
+    (tmp_path / "metrics.json").write_text(json.dumps({**theirs, "bleu_signature": "nrefs:1|case:lc|tok:13a"}))
+    files = [str(tmp_path / "mine.de"), str(tmp_path / "ref.de"), "--lang", "de", "--bootstrap", "0"]
+    assert "case:mixed" in main(files)["bleu_signature"] and "ignoring case" not in capsys.readouterr().err
+    # its own, moved with its folder: read (the path's folder differs, the name and the count agree)
+    (tmp_path / "mine.de").rename(tmp_path / "hypotheses.txt")
+    (tmp_path / "metrics.json").write_text(json.dumps({**theirs, "sentences": len(HYPS), "bleu_signature": "case:lc"}))
+    assert "case:lc" in main([str(tmp_path / "hypotheses.txt"), *files[1:]])["bleu_signature"]
+    assert "its metrics.json scored it ignoring case" in capsys.readouterr().err
+    for given in ("1", "39"):
+        with pytest.raises(SystemExit):
+            main([*files[:4], "--bootstrap", given])
+        assert f"--bootstrap {given}: give 0 (no interval) or 40 resamples or more" in capsys.readouterr().err
+    # Chinese scored as another language, no metrics.json beside it to say otherwise: said
+    (tmp_path / "zh_hyp.txt").write_text("我爱你。\n", encoding="utf-8")
+    (tmp_path / "zh_ref.txt").write_text("我爱你们。\n", encoding="utf-8")
+    main([str(tmp_path / "zh_hyp.txt"), str(tmp_path / "zh_ref.txt"), "--lang", "en", "--bootstrap", "0"])
+    assert "note: --lang en: the references are mostly Chinese characters" in capsys.readouterr().err
+    main([str(tmp_path / "zh_hyp.txt"), str(tmp_path / "zh_ref.txt"), "--lang", "zh", "--bootstrap", "0"])
+    assert "mostly Chinese" not in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main([str(tmp_path / "nope.txt"), *files[1:]])
+    said = capsys.readouterr().err
+    assert said == f"error: {tmp_path / 'nope.txt'}: No such file or directory; give a file of one sentence per line\n"
+
+
 def test_a_language_other_than_the_one_outputs_were_scored_as_is_refused_or_said(tmp_path, capsys):
     """--lang en for Chinese outputs beside evaluate.py's metrics.json (tgt_lang zh) printed BLEU 0.0 without a
     word: another tokenisation is refused, another language of the same tokenisation said."""

@@ -69,6 +69,9 @@ def check_scoring_options(cfg: DictConfig) -> None:
                 f"split={split!r}: not the name of a set; give test, val, train, a named test set "
                 "(test_2017_flickr, iwslt16:tst2014) or files:<prefix>"
             )
+    repeated = sorted({split for split in splits if splits.count(split) > 1})
+    if repeated:  # decoded twice into one folder, and listed twice in the table of every set
+        raise ValueError(f"split={splits}: {', '.join(repeated)} given twice; name each set once")
     if cfg.get("rouge") not in (None, True, False):
         raise ValueError(f"rouge={cfg.rouge!r}: give true, false or null (null: when the run scored ROUGE)")
     indices = cfg.get("attention_maps")

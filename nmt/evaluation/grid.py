@@ -74,6 +74,18 @@ def check_grid(cfg: DictConfig, task, axes: dict[str, list]) -> None:
     for key in ("input", "prompt"):
         if cfg.get(key) is not None:
             raise ValueError(f"{key}= with {given}: a grid scores the validation set; give one value of each")
+    # each cell is scored without them (they would repeat in every table): a number given was dropped unsaid (5 is
+    # evaluate.yaml's default, which a grid leaves out)
+    if cfg.get("samples", 5) not in (0, 5):
+        raise ValueError(
+            f"samples={cfg.samples} with {given}: a grid prints its cells' scores, not sample translations; show "
+            "them with the chosen setting's evaluate.py command (it prints that command)"
+        )
+    if "decode.seed" in axes:  # a sampling seed chosen on validation is the luckiest draw, not a better setting
+        raise ValueError(
+            f"decode.seed={axes['decode.seed']}: a sampling seed is chance, not a setting to choose; give one seed "
+            "(several seeds of one setting are several draws: score each with its own evaluate.py command)"
+        )
     for key, values in axes.items():
         if not values:
             raise ValueError(f"{key}=[]: a grid axis needs at least one value")

@@ -15,7 +15,13 @@ import sys
 from pathlib import Path
 
 from nmt.data.sources import read_parallel
-from nmt.metrics.corpus import bleu_tokenizer, corpus_scores, transliteration_scores, unknown_language_note
+from nmt.metrics.corpus import (
+    MIN_RESAMPLES,
+    bleu_tokenizer,
+    corpus_scores,
+    transliteration_scores,
+    unknown_language_note,
+)
 from nmt.metrics.randomization import paired_randomization, sentence_statistics
 
 
@@ -43,22 +49,27 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     if args.trials < 1:
         parser.error(f"--trials {args.trials}: give a positive number of trials")
-    if args.bootstrap < 0:
-        parser.error(f"--bootstrap {args.bootstrap}: give 0 (no interval) or a number of resamples")
+    if args.bootstrap < 0 or 0 < args.bootstrap < MIN_RESAMPLES:  # the interval's bounds: the 2.5% each side
+        parser.error(
+            f"--bootstrap {args.bootstrap}: give 0 (no interval) or {MIN_RESAMPLES} resamples or more (a 95% interval "
+            f"leaves out 2.5% each side; fewer gave the extremes, or one resample, as its bounds)"
+        )
     try:
         hypotheses, references = read_parallel(args.hypotheses, args.references)
         baseline = read_parallel(args.baseline, args.references)[0] if args.baseline else None
     except (OSError, ValueError) as err:
-        parser.exit(2, f"error: {err}\n")
+        said = f"{err.filename}: {err.strerror}" if isinstance(err, OSError) and err.filename else str(err)
+        parser.exit(2, f"error: {said}; give a file of one sentence per line\n")
     if not references:  # sacreBLEU fails on an empty corpus with an IndexError
         parser.exit(2, f"error: {args.references} holds no line: there is nothing to score\n")
-    if not args.lowercase and _scored_ignoring_case(args.hypotheses):
+    record = _own_record(args.hypotheses, len(hypotheses))
+    if not args.lowercase and _scored_ignoring_case(record):
         args.lowercase = True
         print(
             f"{args.hypotheses}: its metrics.json scored it ignoring case (a lowercasing model): so does this",
             file=sys.stderr,
         )
-    recorded = _recorded_language(args.hypotheses)
+    recorded = _recorded_language(record)
     # en given for Chinese outputs scored 0.0 without a word; a code of no language recorded (data=files'
     # default, tgt) is what a rescoring corrects
     if recorded and recorded != args.lang and unknown_language_note("", recorded) is None:
@@ -74,13 +85,19 @@ def main(argv: list[str] | None = None) -> dict:
     note = unknown_language_note("--lang", args.lang)
     if note:  # "cmn" is Chinese, and scored so; a code of no language was scored as English without a word
         print(note, file=sys.stderr)
+    if _tokenization(args.lang) != "zh" and _mostly_chinese(references):  # 13a reads a sentence as a word or two
+        print(
+            f"note: --lang {args.lang}: the references are mostly Chinese characters, which sacreBLEU's "
+            f"{_tokenization(args.lang)} tokenisation does not split; --lang zh scores them as Chinese",
+            file=sys.stderr,
+        )
     try:  # a scorer the language needs and this machine lacks (MeCab for ja): one line
         scores = corpus_scores(
             hypotheses, references, args.lang, rouge=args.rouge, bootstrap=args.bootstrap, lowercase=args.lowercase
         )
     except ValueError as err:
         parser.exit(2, f"error: {err}\n")
-    if args.cer or _recorded_keys(args.hypotheses) >= {"cer", "word_acc"}:
+    if args.cer or set(record) >= {"cer", "word_acc"}:
         scores.update(transliteration_scores(hypotheses, references))
     if baseline is not None:
         base = corpus_scores(baseline, references, args.lang, bootstrap=0, lowercase=args.lowercase)
@@ -98,14 +115,32 @@ def main(argv: list[str] | None = None) -> dict:
     return scores
 
 
-def _scored_ignoring_case(hypotheses: str) -> bool:
-    """Whether the metrics.json that evaluate.py wrote beside these outputs says it scored them ignoring
-    case (a model that writes lowercase text)."""
-    metrics = Path(hypotheses).with_name("metrics.json")
+OUTPUTS = "hypotheses.txt"  # evaluate.py's name for the outputs it scored
+
+
+def _own_record(hypotheses: str, lines: int) -> dict:
+    """The metrics.json that evaluate.py wrote beside these outputs, where it is theirs: it names a file of
+    their name (the folder may have moved) and as many sentences as they have. {} otherwise (a metrics.json of
+    another evaluation beside a file of one's own set the case, language and scores of this one)."""
     try:
-        return "case:lc" in json.loads(metrics.read_text(encoding="utf-8")).get("bleu_signature", "")
-    except (OSError, ValueError, AttributeError):  # no such file, or not evaluate.py's
-        return False
+        record = json.loads(Path(hypotheses).with_name("metrics.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # no such file, or not evaluate.py's
+        return {}
+    # (a record without the path: evaluate.py's own name for them)
+    if not isinstance(record, dict) or Path(str(record.get("hypotheses") or OUTPUTS)).name != Path(hypotheses).name:
+        return {}
+    return record if record.get("sentences", lines) == lines else {}
+
+
+def _scored_ignoring_case(record: dict) -> bool:
+    """Whether the outputs' own metrics.json says they were scored ignoring case (a lowercasing model)."""
+    return "case:lc" in str(record.get("bleu_signature", ""))
+
+
+def _mostly_chinese(lines: list[str]) -> bool:
+    """Whether most non-space characters of ``lines`` are CJK ideographs."""
+    text = "".join("".join(line.split()) for line in lines)
+    return bool(text) and sum("\u4e00" <= c <= "\u9fff" or "\u3400" <= c <= "\u4dbf" for c in text) > len(text) / 2
 
 
 def _tokenization(lang: str) -> str:
@@ -116,21 +151,9 @@ def _tokenization(lang: str) -> str:
         return f"{lang}-mecab (missing)"
 
 
-def _recorded_keys(hypotheses: str) -> set[str]:
-    """The scores the metrics.json that evaluate.py wrote beside these outputs holds (none: no such file)."""
-    try:
-        return set(json.loads(Path(hypotheses).with_name("metrics.json").read_text(encoding="utf-8")))
-    except (OSError, ValueError, TypeError):
-        return set()
-
-
-def _recorded_language(hypotheses: str) -> str | None:
-    """The target language the metrics.json that evaluate.py wrote beside these outputs scored them as."""
-    metrics = Path(hypotheses).with_name("metrics.json")
-    try:
-        language = json.loads(metrics.read_text(encoding="utf-8")).get("tgt_lang")
-    except (OSError, ValueError, AttributeError):
-        return None
+def _recorded_language(record: dict) -> str | None:
+    """The target language the outputs' own metrics.json scored them as."""
+    language = record.get("tgt_lang")
     return language if isinstance(language, str) else None
 
 

@@ -191,6 +191,7 @@ def _unchanged(text: str) -> str:
 
 
 BOOTSTRAP_SEED = 12345  # sacreBLEU's default seed for --confidence
+MIN_RESAMPLES = 40  # the fewest whose 95% interval leaves a resample out each side (k = n // 40 >= 1)
 
 
 def bootstrap_interval(
@@ -204,6 +205,8 @@ def bootstrap_interval(
     skewed)."""
     import numpy as np
 
+    if n_samples < MIN_RESAMPLES:  # its bounds were the extremes of the resamples, or one resample twice
+        raise ValueError(f"a 95% bootstrap interval needs {MIN_RESAMPLES} resamples or more ({n_samples} given)")
     stats = np.array(scorer._extract_corpus_statistics(list(hypotheses), [list(references)]), dtype="float32")
     if len(stats) == 0:
         raise ValueError("bootstrap_interval needs at least one sentence")

@@ -22,6 +22,11 @@ def evaluation_folder(folder: Path, chosen: bool, run_dir: Path, identity: dict)
     folder = evaluation_folder_for_text(folder, chosen, identity["text"])  # then, of that text, other code's
     folder, code = evaluation_folder_for_code(folder, chosen, run_dir)
     made = _record(folder / "metrics.json")
+    if chosen and (unknown := _unrecorded_files(folder, made)):  # a user's files: no record says what made them
+        raise ValueError(
+            f"out_dir={folder} holds {', '.join(unknown)}, which no evaluation's record there accounts for, and this "
+            "evaluation would replace: they are kept; give another out_dir, or remove them"
+        )
     differences = settings_differences(made, {**identity, "code": code}) if made else []
     if chosen and [d for d in differences if not d.startswith("code:")]:
         raise ValueError(
@@ -63,6 +68,19 @@ def _shown(key: str, value) -> str:
     if key in ("code", "text") and isinstance(value, str):
         return value[:8]
     return repr(value)
+
+
+# what an evaluation writes into its folder (attention maps aside, which are its own by their names)
+EVALUATION_FILES = ("metrics.json", "hypotheses.txt", "references.txt", "sources.txt")
+
+
+def _unrecorded_files(folder: Path, made: dict | None) -> list[str]:
+    """The files of ``folder`` an evaluation would write over where no evaluation's record there names them:
+    its metrics.json unreadable, not an evaluation's, or missing beside outputs (they were replaced unsaid)."""
+    present = [name for name in EVALUATION_FILES if (folder / name).is_file()]
+    if made is not None and {"checkpoints", "hypotheses", "split"} & made.keys():
+        return []
+    return present
 
 
 def _record(path: Path) -> dict | None:
