@@ -1288,13 +1288,14 @@ def test_a_damaged_statistics_file_is_kept_aside_and_made_again_from_the_run_fol
     no JSON with "Expecting value", naming no file, though every run folder could make it again."""
     synthetic_sweep(tmp_path)
     first = write_report(tmp_path).read_text()
-    for damaged in (b"garbage", gzip.compress(b"garbage"), gzip.compress(b"[1, 2]")):
+    for number, damaged in enumerate((b"garbage", gzip.compress(b"garbage"), gzip.compress(b"[1, 2]")), start=1):
         (tmp_path / "statistics.json.gz").write_bytes(damaged)
         assert write_report(tmp_path).read_text() == first
         out = capsys.readouterr().out
+        aside = f"statistics.json.gz.unreadable{number if number > 1 else ''}"  # an earlier one not written over
         assert f"warning: {tmp_path / 'statistics.json.gz'} cannot be read (" in out
-        assert "kept as statistics.json.gz.unreadable, and made again from the 12 finished runs' folders" in out
-        assert (tmp_path / "statistics.json.gz.unreadable").read_bytes() == damaged
+        assert f"kept as {aside}, and made again from the 12 finished runs' folders" in out
+        assert (tmp_path / aside).read_bytes() == damaged
     # with the run folders gone, the file was all there was: named, with why it cannot be made again
     (tmp_path / "statistics.json.gz").write_bytes(b"garbage")
     for folder in tmp_path.glob("pos=*"):

@@ -858,6 +858,8 @@ def translate_config(*overrides: str):
     [
         (["output=."], r"^output=\.: a folder, not a file; name the file to write"),
         (["output=in.txt/out.txt"], r"^output=in.txt/out.txt: in.txt is a file, not a folder$"),
+        # opened anew: a file standard output was appended to (>>) was truncated, or replaced by a rename
+        (["output=/dev/stdout"], r"^output=/dev/stdout: a descriptor of this process; for standard output leave"),
         (["n_best=2.7"], r"^n_best=2.7: must be a whole number >= 1"),  # was cut to 2
         (["n_best=two"], r"^n_best='two': must be a whole number >= 1"),
         (["scores=maybe"], r"^scores='maybe': must be true or false$"),  # was taken as true

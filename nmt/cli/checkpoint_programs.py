@@ -166,7 +166,13 @@ def _one_run_advice(arg: str, config_name: str, grid: str) -> str:
         return said + f"give one value ({grid})"
     if key in LIST_KEYS.get(config_name, ()):
         return said + f"a list is written in brackets: {listed}"
-    return f"a value holding a comma is quoted ({given}='{value}'); unquoted, {said.removesuffix('; ')}"
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from nmt.cli.arguments import quoted_argument
+
+    # as the shell is to be given it (Hydra's quotes inside the shell's): key='a, "b"' typed lost its quotes again
+    typed = quoted_argument(OverridesParser.create(), given, value) or shlex.quote(f"{given}='{value}'")
+    return f"a value holding a comma is quoted ({typed}); unquoted, {said.removesuffix('; ')}"
 
 
 # the keys of a program of a checkpoint that take a list: an ensemble's checkpoints, several sets to score,

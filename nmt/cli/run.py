@@ -1,5 +1,6 @@
 """Calling a program's function: a user's mistake ends with one line and status 2, not a traceback."""
 
+import errno
 import os
 import sys
 from collections.abc import Callable
@@ -100,9 +101,16 @@ def _say_disk_full(err: OSError) -> None:
     """A full disk (or quota) in one line naming what was being written, and status 2. Standard output is
     pointed at nothing first: the interpreter's last flush would fail to write its buffer again, in a second
     message."""
-    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):  # standard output replaced by an object without a descriptor
+        pass
     where = err.filename or "an output"
-    sys.stderr.write(f"error: {where}: {err.strerror or 'no space left'}; free some space, or write elsewhere\n")
+    # EFBIG: a file larger than the file system takes (FAT's 4 GiB), which freeing space does not change
+    todo = (
+        "write elsewhere (another file system)" if err.errno == errno.EFBIG else "free some space, or write elsewhere"
+    )
+    sys.stderr.write(f"error: {where}: {err.strerror or 'no space left'}; {todo}\n")
     raise SystemExit(2) from None
 
 

@@ -58,8 +58,9 @@ def main(argv: list[str] | None = None) -> dict:
         hypotheses, references = read_parallel(args.hypotheses, args.references)
         baseline = read_parallel(args.baseline, args.references)[0] if args.baseline else None
     except (OSError, ValueError) as err:
-        said = f"{err.filename}: {err.strerror}" if isinstance(err, OSError) and err.filename else str(err)
-        parser.exit(2, f"error: {said}; give a file of one sentence per line\n")
+        if isinstance(err, OSError) and err.filename:  # a missing file, a folder: named, with what to give
+            parser.exit(2, f"error: {err.filename}: {err.strerror}; give a file of one sentence per line\n")
+        parser.exit(2, f"error: {err}\n")
     if not references:  # sacreBLEU fails on an empty corpus with an IndexError
         parser.exit(2, f"error: {args.references} holds no line: there is nothing to score\n")
     record = _own_record(args.hypotheses, len(hypotheses))
@@ -85,7 +86,7 @@ def main(argv: list[str] | None = None) -> dict:
     note = unknown_language_note("--lang", args.lang)
     if note:  # "cmn" is Chinese, and scored so; a code of no language was scored as English without a word
         print(note, file=sys.stderr)
-    if _tokenization(args.lang) != "zh" and _mostly_chinese(references):  # 13a reads a sentence as a word or two
+    if not _tokenization(args.lang).startswith(("zh", "ja", "ko")) and _mostly_chinese(references):
         print(
             f"note: --lang {args.lang}: the references are mostly Chinese characters, which sacreBLEU's "
             f"{_tokenization(args.lang)} tokenisation does not split; --lang zh scores them as Chinese",
@@ -138,9 +139,12 @@ def _scored_ignoring_case(record: dict) -> bool:
 
 
 def _mostly_chinese(lines: list[str]) -> bool:
-    """Whether most non-space characters of ``lines`` are CJK ideographs."""
+    """Whether most non-space characters of ``lines`` are CJK ideographs, and none is kana (Japanese): sacreBLEU's
+    13a reads a Chinese sentence as a word or two."""
     text = "".join("".join(line.split()) for line in lines)
-    return bool(text) and sum("\u4e00" <= c <= "\u9fff" or "\u3400" <= c <= "\u4dbf" for c in text) > len(text) / 2
+    if not text or any("\u3040" <= c <= "\u30ff" for c in text):
+        return False
+    return sum("\u4e00" <= c <= "\u9fff" or "\u3400" <= c <= "\u4dbf" for c in text) > len(text) / 2
 
 
 def _tokenization(lang: str) -> str:

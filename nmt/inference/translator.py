@@ -271,12 +271,9 @@ class Translator:
                 raise ValueError("a language model continues its prompt: give the prefix as part of the line")
             if with_attention:
                 raise ValueError("with_attention=True: a language model reads no source, so it has no cross-attention")
-            if problem := tabbed_line(lines, first_line):  # the output repeats its prompt: a field too many
-                raise InputError(
-                    problem.split(": each line")[0] + ": a prompt is continued and written back with its "
-                    "continuation, where a tab splits the output's tab-separated fields (n_best=, scores=); "
-                    "replace it by a space"
-                )
+            # the output repeats its prompt, whose tab split translate.py's tab-separated fields (n_best=, scores=):
+            # a space, as the tokenizer reads a tab already
+            lines = [line.replace("\t", " ") if isinstance(line, str) else line.replace(b"\t", b" ") for line in lines]
             results = []
             for i, line in enumerate(lines):
                 results.append(self._continue(line, n_best, scores, first_line + i))

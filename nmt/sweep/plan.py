@@ -307,7 +307,7 @@ def print_plan(sweep_dir: Path, config: DictConfig) -> None:
         )
     walls = [run_cost_s(read_record(folder / RESULT)) for folder in done]
     for folder in to_run:
-        if (folder / RESULT).is_file():  # the sweep records that run again from its folder
+        if (folder / RESULT).is_file() and not _readable(folder / RESULT):  # recorded again from its folder
             print(f"  {folder / RESULT} cannot be read: the sweep would record it again from the run's folder")
     source = f"the mean of the {len(walls)} finished runs"
     if not walls and to_run:  # e.g. new seeds of a sweep whose first seeds finished in this folder

@@ -486,10 +486,10 @@ def main(argv: list[str]) -> None:
     metric = args.metric or config.get("report_metric") or "auto"
     baseline = dict(config.baseline) if config.get("baseline") else None
     sentence = args.sentence if args.sentence is not None else int(config.get("report_sentence") or 0)
-    if args.sentence is not None and (count := _test_sentences(Path(args.sweep_dir))) is not None and sentence >= count:
-        # asked for here: refused (a sweep's own report_sentence is said in the report, its runs kept)
-        raise SystemExit(f"error: --sentence {sentence}: the runs' test set has sentences 0 to {count - 1}")
     try:
+        if args.sentence is not None and (count := _test_sentences(Path(args.sweep_dir))) is not None:
+            if sentence >= count:  # asked for here: refused (a sweep's own report_sentence is said in the report)
+                raise SystemExit(f"error: --sentence {sentence}: the runs' test set has sentences 0 to {count - 1}")
         write_report(args.sweep_dir, metric, baseline, sentence)
     except (KeyError, ValueError, FileNotFoundError) as err:
         message = str(err)

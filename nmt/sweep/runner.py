@@ -460,7 +460,10 @@ class SweepReport(Callback):
                 )
             if failed:  # a trial's outcome (a diverged rate, say), told to the sampler: the search stands
                 print(f"[search] {len(failed)} trial(s) failed: search.md lists them with their errors")
-            killed = [t for t in failed if str(t.get("error", "")).startswith("killed by signal")]
+            # SIGKILL or SIGTERM (a crash by another signal, SIGSEGV, is the trial's own, and would recur)
+            killed = [
+                t for t in failed if str(t.get("error", "")).startswith(("killed by signal 9;", "killed by signal 15;"))
+            ]
             if killed:  # not an outcome of its settings (the kernel's OOM killer, a scheduler): a script must know
                 print(
                     f"error: {len(killed)} trial(s) of {config.hydra.sweep.dir} were killed (trial "

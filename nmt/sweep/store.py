@@ -56,6 +56,10 @@ def set_aside_damaged(sweep_dir: Path) -> Path:
     """The unreadable statistics file renamed beside itself (kept, not written over); the new name."""
     path = Path(sweep_dir) / STATISTICS
     aside = path.with_name(f"{STATISTICS}.unreadable")
+    number = 1
+    while aside.exists():  # an earlier one kept too
+        number += 1
+        aside = path.with_name(f"{STATISTICS}.unreadable{number}")
     path.replace(aside)
     return aside
 

@@ -231,7 +231,14 @@ def runs_of_other_settings(records: list[dict]) -> list[dict]:
     found = []
     for runs in by_cell.values():
         texts = [json.dumps(settings, sort_keys=True, default=str) for _, settings in runs]
-        usual = json.loads(max(set(texts), key=texts.count))  # what most of the cell's runs were made with
+        common = max(sorted(set(texts)), key=texts.count)
+        if texts.count(common) * 2 <= len(texts):  # no settings most of the cell's runs share: every run named
+            if len(set(texts)) > 1:
+                keys = sorted({k for _, r in runs for k in r if len({str(o.get(k, ABSENT)) for _, o in runs}) > 1})
+                said = [f"{k}: {', '.join(repr(r.get(k, ABSENT)) for _, r in runs)}" for k in keys]
+                found.append({"run": ", ".join(name for name, _ in runs), "differences": said})
+            continue
+        usual = json.loads(common)  # what most of the cell's runs were made with
         for name, settings in runs:
             keys = sorted(k for k in set(usual) | set(settings) if usual.get(k, ABSENT) != settings.get(k, ABSENT))
             if keys:

@@ -27,6 +27,9 @@ def evaluation_folder(folder: Path, chosen: bool, run_dir: Path, identity: dict)
             f"out_dir={folder} holds {', '.join(unknown)}, which no evaluation's record there accounts for, and this "
             "evaluation would replace: they are kept; give another out_dir, or remove them"
         )
+    if chosen:  # before its first file: an evaluation cut short (a full disk, Ctrl-C) is taken up again there
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / MARK).touch()
     differences = settings_differences(made, {**identity, "code": code}) if made else []
     if chosen and [d for d in differences if not d.startswith("code:")]:
         raise ValueError(
@@ -70,15 +73,17 @@ def _shown(key: str, value) -> str:
     return repr(value)
 
 
-# what an evaluation writes into its folder (attention maps aside, which are its own by their names)
+# what an evaluation writes into its folder (attention maps aside, which are its own by their names), and the
+# mark an out_dir gets before the first of them
 EVALUATION_FILES = ("metrics.json", "hypotheses.txt", "references.txt", "sources.txt")
+MARK = ".nmt_evaluation"
 
 
 def _unrecorded_files(folder: Path, made: dict | None) -> list[str]:
     """The files of ``folder`` an evaluation would write over where no evaluation's record there names them:
     its metrics.json unreadable, not an evaluation's, or missing beside outputs (they were replaced unsaid)."""
     present = [name for name in EVALUATION_FILES if (folder / name).is_file()]
-    if made is not None and {"checkpoints", "hypotheses", "split"} & made.keys():
+    if (folder / MARK).is_file() or (made is not None and {"checkpoints", "hypotheses", "split"} & made.keys()):
         return []
     return present
 

@@ -96,6 +96,16 @@ def _sets_validation_search(override: str) -> bool:
 SHARED_KEYS = ("lr", "warmup", "weight_decay")
 
 
+def _own_keys(cfg: DictConfig, key: str) -> list[str]:
+    """The chosen optimiser's and scheduler's keys named ``key`` (``optim.optimizer.lr``), as composed."""
+    absent = object()
+    return [
+        f"optim.{part}.{key}"
+        for part in ("optimizer", "scheduler")
+        if OmegaConf.select(cfg, f"optim.{part}.{key}", default=absent, throw_on_missing=False) is not absent
+    ]
+
+
 def _unread_shared_keys(cfg: DictConfig, choices: dict, overrides: list[str]) -> list[str]:
     """``lr=``, ``warmup=`` or ``weight_decay=`` given on the command line that nothing in the config reads
     (``optim=adam lr=1e-3`` trained at adam's own rate, and a sweep over lr under it gave equal cells)."""
@@ -114,7 +124,10 @@ def _unread_shared_keys(cfg: DictConfig, choices: dict, overrides: list[str]) ->
                     "set that key (optim.optimizer.*, optim.scheduler.*)"
                 )
                 continue
-            own = "its own key (optim.optimizer.*, optim.scheduler.*)"
+            named = _own_keys(cfg, key)  # optim=adam's own optim.optimizer.lr, say
+            own = (
+                f"its own key, {' or '.join(named)}" if named else "its own key (optim.optimizer.*, optim.scheduler.*)"
+            )
             if key == "lr" and OmegaConf.select(cfg, "optim.scheduler._target_", default=None) == NOAM:
                 own = "the peak of its schedule, optim.scheduler.factor (optim.optimizer.lr stays 1.0: it multiplies)"
             problems.append(

@@ -9,6 +9,7 @@ import errno
 import functools
 import json
 import os
+import re
 import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -20,10 +21,11 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; on success it replaces ``path`` in one rename, on failure
     it is removed. The name holds the process id, so parallel writers (sweep jobs sharing a cache) never
     write into each other's temporary file. A link to a file has its file replaced, the link kept; a path that
-    is no file (a device such as /dev/stdout, a named pipe, a socket) is yielded itself, written through: a
-    rename put a plain file in its place (the device node gone, a pipe's reader waiting for ever)."""
+    is no file (a device, a named pipe, a socket) or a process's descriptor (/dev/stdout, which a command's
+    output= refuses: :func:`check_output_file`) is yielded itself, written through: a rename put a plain file
+    in its place (the device node gone, a pipe's reader waiting for ever)."""
     path = Path(path)
-    if not is_plain_file_or_nothing(path):
+    if not is_plain_file_or_nothing(path) or _through_descriptors(path):
         with _named_if_full(path):
             yield path
         return
@@ -49,6 +51,23 @@ def _named_if_full(path: Path) -> Iterator[None]:
         if err.errno in DISK_FULL and not err.filename:
             err.filename = str(path)
         raise
+
+
+DESCRIPTOR = re.compile(r"/dev/(std(in|out|err)$|fd/)|/proc/[^/]+/fd/")  # paths of a process's descriptors
+
+
+def _through_descriptors(path: Path) -> bool:
+    """Whether ``path`` is, or links through, a process's open descriptor (/dev/stdout, /proc/self/fd/1,
+    /dev/fd/N): replacing what it resolves to (standard output sent to a file) wiped that file, or left the
+    shell's handle on a deleted one; it is written through, as the descriptor's owner expects."""
+    hops = 0
+    while hops < 40:
+        if DESCRIPTOR.match(str(path.absolute())):
+            return True
+        if not path.is_symlink():
+            return False
+        path, hops = path.parent / os.readlink(path), hops + 1
+    return False
 
 
 def is_plain_file_or_nothing(path: str | os.PathLike) -> bool:
@@ -110,6 +129,11 @@ def check_output_file(key: str, path: str | os.PathLike, reads: dict | None = No
     path = Path(path)
     if path.is_dir():
         raise ValueError(f"{key}={path}: a folder, not a file; name the file to write (e.g. {path / 'out.txt'})")
+    if _through_descriptors(path):  # opened anew, a file standard output was appended to (>>) was truncated
+        raise ValueError(
+            f"{key}={path}: a descriptor of this process; for standard output leave {key} out (or {key}=-) and "
+            "redirect it with the shell (> or >>)"
+        )
     above = next((p for p in path.parents if p.exists()), None)
     if above is not None and not above.is_dir():
         raise ValueError(f"{key}={path}: {above} is a file, not a folder")
