@@ -434,8 +434,14 @@ def test_an_out_dir_holding_files_no_evaluation_record_accounts_for_is_refused_a
         with pytest.raises(ValueError, match=rf"^out_dir={folder} holds .*which no evaluation's record there accounts"):
             evaluate_here(f"ckpt_path={toy_run}", "split=val", f"out_dir={folder}")
         assert {file: (folder / file).read_text() for file in files} == files
-    # an empty folder is taken
+    # an empty folder is taken, and marked before the first file: an evaluation cut short there (its outputs
+    # written, not yet its metrics.json) is taken up again, not refused as a stranger's files
+    from nmt.tasks.eval_folders import MARK
+
     (tmp_path / "empty").mkdir()
+    assert evaluate_here(f"ckpt_path={toy_run}", "split=val", f"out_dir={tmp_path / 'empty'}")["bleu"] >= 0
+    assert (tmp_path / "empty" / MARK).is_file()
+    (tmp_path / "empty" / "metrics.json").unlink()
     assert evaluate_here(f"ckpt_path={toy_run}", "split=val", f"out_dir={tmp_path / 'empty'}")["bleu"] >= 0
 
 

@@ -1319,6 +1319,16 @@ def test_a_run_made_under_other_settings_than_its_cells_others_is_warned_of(tmp_
         "among its seeds: pos=relative,norm=rms,seed=3 (trainer.max_epochs: 12, the cell's others 2, "
         "trainer.max_steps: 1, the cell's others -1)."
     ) in report
+    # two seeds a cell, one of them another sweep's: no settings most of its runs share, so both are named (the
+    # one named was chosen by the string hashes' order)
+    from nmt.sweep.summary import runs_of_other_settings
+
+    two = sweep_records.collect_records(tmp_path)
+    two = [r for r in two if r["seed"] < 3 and r["factors"] == {"pos": "relative", "norm": "rms"}]
+    (Path(two[0]["run_dir"]) / "fingerprint.json").write_text(json.dumps({"config": {"trainer": {"max_steps": 5}}}))
+    (Path(two[1]["run_dir"]) / "fingerprint.json").write_text(json.dumps({"config": {"trainer": {"max_steps": 9}}}))
+    names = ", ".join(Path(r["run_dir"]).name for r in two)
+    assert runs_of_other_settings(two) == [{"run": names, "differences": ["trainer.max_steps: 5, 9"]}]
 
 
 def test_cells_at_the_floor_on_every_seed_are_said_beside_the_fit(tmp_path):

@@ -22,7 +22,8 @@ def tuned_path(config: DictConfig) -> Path | None:
 
 def shown_path(path: Path) -> str:
     """A path as a report or a message gives it: from the repository's root where it lies in it."""
+    resolved = Path(path).resolve()  # a searchpath given relative to the working folder: named whole
     try:
-        return str(Path(path).resolve().relative_to(CONF.parent))
+        return str(resolved.relative_to(CONF.parent))
     except ValueError:
-        return str(path)
+        return str(resolved)
