@@ -461,6 +461,17 @@ def test_train_py_refuses_an_unused_group_and_a_misspelt_key(tmp_path, monkeypat
         (["recipe=none"], "Recipe: none (recipe=none)"),
         (["data=files", "recipe=toy_transformer"], "Recipe: toy_transformer, as given (recipe=toy_transformer; conf/"),
         (["experiment=course_baseline"], "Recipe: none (experiment=course_baseline is a recipe of its own)"),
+        # the experiment's recipe, included in its file, applied too: the line named the data's alone
+        (
+            ["experiment=multi30k_tiny", "data=toy"],
+            "Recipe: toy_transformer, the default for data=toy model=transformer (conf/recipe/toy_transformer.yaml); "
+            "experiment=multi30k_tiny applies conf/recipe/multi30k_transformer.yaml after it",
+        ),
+        (
+            ["experiment=multi30k_tiny"],
+            "Recipe: multi30k_transformer, the default for data=multi30k model=transformer "
+            "(conf/recipe/multi30k_transformer.yaml); recipe=none",
+        ),  # fmt: skip
         (["task=lm"], "Recipe: none (no conf/recipe/ptb_transformer_lm.yaml"),
     ],
 )

@@ -30,15 +30,32 @@ def describe_recipe(cfg: DictConfig) -> str:
         else:
             why = f"no conf/recipe/{recipe}.yaml for data={data} model={model}"
         return f"Recipe: none ({why}); every value comes from the groups and the command line"
+    # an experiment that includes a recipe of its own, composed after this one (data=toy under an experiment of
+    # Multi30k's recipe): both applied, and the line named this one alone
+    included = [r for r in _experiment_recipes(experiment) if r != recipe]
+    also = (
+        f"; experiment={experiment} applies conf/recipe/{included[0]}.yaml after it (its values win where both set one)"
+        if included
+        else ""
+    )
     if chosen:
         return (
             f"Recipe: {recipe}, as given (recipe={recipe}; conf/recipe/{recipe}.yaml, not the default of data={data} "
-            f"model={model}); the resolved config is saved in the run folder as config.yaml"
+            f"model={model}){also}; the resolved config is saved in the run folder as config.yaml"
         )
     return (
-        f"Recipe: {recipe}, the default for data={data} model={model} (conf/recipe/{recipe}.yaml); "
+        f"Recipe: {recipe}, the default for data={data} model={model} (conf/recipe/{recipe}.yaml){also}; "
         "recipe=none trains without it; the resolved config is saved in the run folder as config.yaml"
     )
+
+
+def _experiment_recipes(experiment: str | None) -> list[str]:
+    """The recipes an experiment's file includes in its defaults (``/recipe/<name>``)."""
+    path = CONF / "experiment" / f"{experiment}.yaml"
+    if not experiment or not path.is_file():
+        return []
+    defaults = OmegaConf.load(path).get("defaults") or []
+    return [str(d).removeprefix("/recipe/") for d in defaults if isinstance(d, str) and d.startswith("/recipe/")]
 
 
 def logged_config(cfg: DictConfig, config: dict | None = None) -> dict:
