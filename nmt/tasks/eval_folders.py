@@ -12,7 +12,8 @@ that a run continued since (last.ckpt, best.ckpt of other weights under the same
 import json
 from pathlib import Path
 
-from nmt.utils import code as code_record  # looked up at each call (tests stand in for an edit of nmt/)
+from nmt.utils import code as code_record
+from nmt.utils.io import is_evaluation_record  # looked up at each call (tests stand in for an edit of nmt/)
 
 
 def evaluation_folder(folder: Path, chosen: bool, run_dir: Path, identity: dict) -> tuple[Path, str]:
@@ -83,7 +84,7 @@ def _unrecorded_files(folder: Path, made: dict | None) -> list[str]:
     """The files of ``folder`` an evaluation would write over where no evaluation's record there names them:
     its metrics.json unreadable, not an evaluation's, or missing beside outputs (they were replaced unsaid)."""
     present = [name for name in EVALUATION_FILES if (folder / name).is_file()]
-    if (folder / MARK).is_file() or (made is not None and {"checkpoints", "hypotheses", "split"} & made.keys()):
+    if (folder / MARK).is_file() or is_evaluation_record(made):
         return []
     return present
 

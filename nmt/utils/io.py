@@ -59,7 +59,8 @@ DESCRIPTOR = re.compile(r"/dev/(std(in|out|err)$|fd/)|/proc/[^/]+/fd/")  # paths
 def _through_descriptors(path: Path) -> bool:
     """Whether ``path`` is, or links through, a process's open descriptor (/dev/stdout, /proc/self/fd/1,
     /dev/fd/N): replacing what it resolves to (standard output sent to a file) wiped that file, or left the
-    shell's handle on a deleted one; it is written through, as the descriptor's owner expects."""
+    shell's handle on a deleted one. Such a path is never replaced: a command's output= refuses it, and
+    :func:`atomic_path` writes through it."""
     hops = 0
     while hops < 40:
         if DESCRIPTOR.match(str(path.absolute())):
@@ -102,6 +103,11 @@ def is_evaluation_folder(folder: Path) -> bool:
         record = json.loads((folder / EVALUATION_RECORD).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return False
+    return is_evaluation_record(record)
+
+
+def is_evaluation_record(record) -> bool:
+    """Whether ``record`` (a metrics.json's JSON) is an evaluation's: it names the checkpoints or hypotheses."""
     return isinstance(record, dict) and bool({"checkpoints", "hypotheses"} & record.keys())
 
 
