@@ -204,9 +204,11 @@ def steps_per_epoch(cfg) -> int:
     return len(datamodule.train_dataloader())
 
 
-def compose_train(*overrides: str, tiny: bool = True):
+def compose_train(*overrides: str, tiny: bool = True, hydra: bool = False):
+    """The train config (``tiny``: shrunk to a seconds-long run; ``hydra``: with Hydra's node, its group choices)."""
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return compose("train", overrides=[*(tiny_overrides(*overrides) if tiny else ["name=test"]), *overrides])
+        overrides = [*(tiny_overrides(*overrides) if tiny else ["name=test"]), *overrides]
+        return compose("train", overrides=overrides, return_hydra_config=hydra)
 
 
 @pytest.fixture

@@ -461,17 +461,27 @@ def test_train_py_refuses_an_unused_group_and_a_misspelt_key(tmp_path, monkeypat
         (["recipe=none"], "Recipe: none (recipe=none)"),
         (["data=files", "recipe=toy_transformer"], "Recipe: toy_transformer, as given (recipe=toy_transformer; conf/"),
         (["experiment=course_baseline"], "Recipe: none (experiment=course_baseline is a recipe of its own)"),
-        # the experiment's recipe, included in its file, applied too: the line named the data's alone
+        # an experiment pins its recipe in the place of the data's default: data=toy under it applied both
         (
             ["experiment=multi30k_tiny", "data=toy"],
-            "Recipe: toy_transformer, the default for data=toy model=transformer (conf/recipe/toy_transformer.yaml); "
-            "experiment=multi30k_tiny applies conf/recipe/multi30k_transformer.yaml after it",
+            "Recipe: multi30k_transformer, pinned by experiment=multi30k_tiny (conf/recipe/multi30k_transformer.yaml",
         ),
         (
             ["experiment=multi30k_tiny"],
-            "Recipe: multi30k_transformer, the default for data=multi30k model=transformer "
-            "(conf/recipe/multi30k_transformer.yaml); recipe=none",
-        ),  # fmt: skip
+            "Recipe: multi30k_transformer, the default for data=multi30k model=transformer, pinned by "
+            "experiment=multi30k_tiny",
+        ),
+        (
+            ["experiment=multi30k_tiny", "recipe=none"],
+            "Recipe: none (recipe=none, in place of experiment=multi30k_tiny's recipe=multi30k_transformer)",
+        ),
+        (
+            ["experiment=course_baseline", "recipe=multi30k_transformer"],
+            "Recipe: multi30k_transformer, as given (recipe=multi30k_transformer; "
+            "conf/recipe/multi30k_transformer.yaml, the default of data=multi30k model=transformer), "
+            "in place of experiment=course_baseline's recipe=none",
+        ),
+        (["experiment=ptb_lm"], "Recipe: none (experiment=ptb_lm is a recipe of its own; no conf/recipe/"),
         (["task=lm"], "Recipe: none (no conf/recipe/ptb_transformer_lm.yaml"),
     ],
 )

@@ -15,6 +15,7 @@ from nmt.inference.checkpoint import CHECKPOINT_KEY, load_checkpoint
 from nmt.models.build import build_model
 from nmt.training.config import ConfigError, check_config
 from nmt.training.config_device import resolve_precision
+from nmt.training.run_description import experiment_recipe
 from nmt.training.train import train
 from nmt.utils.instantiate import instantiate
 
@@ -94,11 +95,55 @@ def test_the_fitted_recipe_is_a_default_that_any_choice_overrides():
     assert plain("data=toy")["model"]["d_model"] == 64  # another corpus, its own recipe
 
 
-@pytest.mark.parametrize("experiment", [e for e in options("experiment") if e != "summarization"])
+@pytest.mark.parametrize(
+    "experiment",
+    [e for e in options("experiment") if e != "summarization" and experiment_recipe(e) in (None, "none")],
+)  # an experiment that pins a recipe: the next test
 def test_no_experiment_changes_with_the_corpus_default_recipe(experiment):
     """A recipe means what its file says: the fitted default of its corpus (conf/recipe) never leaks into it."""
     data = [] if "override /data" in (CONF / "experiment" / f"{experiment}.yaml").read_text() else ["data=multi30k"]
     assert plain(f"experiment={experiment}", *data) == plain(f"experiment={experiment}", *data, "~recipe")
+
+
+def _keys_set(path) -> set[str]:
+    """The dotted keys a config file sets (its defaults list aside)."""
+    node = OmegaConf.load(path)
+    node.pop("defaults", None)
+
+    def walk(value, prefix):
+        if OmegaConf.is_dict(value):
+            return set().union(*(walk(v, f"{prefix}{k}.") for k, v in value.items()), set())
+        return {prefix[:-1]}
+
+    return walk(node, "")
+
+
+def _value(config: dict, key: str):
+    for part in key.split("."):
+        config = config.get(part, "(absent)") if isinstance(config, dict) else "(absent)"
+    return config
+
+
+@pytest.mark.parametrize("experiment", [e for e in options("experiment") if experiment_recipe(e) not in (None, "none")])
+def test_an_experiment_that_pins_a_recipe_takes_nothing_from_another_corpus_default(experiment):
+    """experiment=multi30k_rnn data=toy applied the toy recipe before the experiment's own (its validation every
+    2 epochs stayed): an experiment's recipe takes the default recipe's place, so that another corpus's default
+    adds nothing, and the run records the recipe that applied."""
+    pinned = experiment_recipe(experiment)
+    defaults = OmegaConf.load(CONF / "experiment" / f"{experiment}.yaml").defaults
+    assert not [d for d in defaults if isinstance(d, str) and d.startswith("/recipe/")]  # pinned, not included
+    model = compose_train(f"experiment={experiment}", tiny=False, hydra=True).hydra.runtime.choices.model
+    others = [p for p in sorted((CONF / "recipe").glob(f"*_{model}.yaml")) if p.stem != pinned]
+    assert others, f"no other corpus has a recipe for model={model} to try"
+    for other in others:
+        data = other.stem.removesuffix(f"_{model}")
+        run = compose_train(f"experiment={experiment}", f"data={data}", tiny=False, hydra=True)
+        assert run.hydra.runtime.choices.recipe == pinned
+        composed = plain(f"experiment={experiment}", f"data={data}")
+        bare = plain(f"experiment={experiment}", f"data={data}", "recipe=none")  # neither recipe
+        own = _keys_set(CONF / "recipe" / f"{pinned}.yaml") | _keys_set(CONF / "experiment" / f"{experiment}.yaml")
+        for key in sorted(_keys_set(other) - own):
+            assert _value(composed, key) == _value(bare, key), f"{key} from conf/recipe/{other.name}"
 
 
 def test_course_baseline_has_the_reported_shape():

@@ -15,47 +15,55 @@ def recipe_applied(recipe: str | None) -> bool:
 
 
 def describe_recipe(cfg: DictConfig) -> str:
-    """One line saying which default recipe (conf/recipe/<data>_<model>.yaml) shaped this run and why."""
+    """One line saying which recipe (conf/recipe/<name>.yaml) shaped this run and why: the default of its data
+    and model, the one an experiment pins, or the one the command line gave."""
     if not HydraConfig.initialized():
         return "Recipe: (config composed without Hydra's runtime; see config.yaml)"
     choices = HydraConfig.get().runtime.choices
     recipe, data, model = choices.get("recipe"), choices.get("data"), choices.get("model")
-    chosen = recipe not in (None, "none", f"{data}_{model}")  # named on the command line, not the default
     experiment = choices.get("experiment")
+    pinned = experiment_recipe(experiment)  # "none" for an experiment that is a recipe of its own
+    # an experiment's pinned recipe replaced on the command line (experiment=multi30k_tiny recipe=none)
+    instead = f", in place of experiment={experiment}'s recipe={pinned}" if pinned not in (None, recipe) else ""
     if not recipe_applied(recipe):
-        if experiment:
+        if pinned == "none" and recipe in (None, "none"):
             why = f"experiment={experiment} is a recipe of its own"
+        elif experiment and pinned is None and recipe not in (None, "none"):
+            why = f"experiment={experiment} is a recipe of its own; no conf/recipe/{recipe}.yaml"
         elif recipe in (None, "none"):
-            why = "recipe=none"
+            why = f"recipe=none{instead}"
         else:
             why = f"no conf/recipe/{recipe}.yaml for data={data} model={model}"
         return f"Recipe: none ({why}); every value comes from the groups and the command line"
-    # an experiment that includes a recipe of its own, composed after this one (data=toy under an experiment of
-    # Multi30k's recipe): both applied, and the line named this one alone
-    included = [r for r in _experiment_recipes(experiment) if r != recipe]
-    also = (
-        f"; experiment={experiment} applies conf/recipe/{included[0]}.yaml after it (its values win where both set one)"
-        if included
-        else ""
-    )
-    if chosen:
+    default = recipe == f"{data}_{model}"
+    if pinned == recipe:
+        where = f"the default for data={data} model={model}, " if default else ""
         return (
-            f"Recipe: {recipe}, as given (recipe={recipe}; conf/recipe/{recipe}.yaml, not the default of data={data} "
-            f"model={model}){also}; the resolved config is saved in the run folder as config.yaml"
+            f"Recipe: {recipe}, {where}pinned by experiment={experiment} (conf/recipe/{recipe}.yaml, its values "
+            f"under the experiment's own); the resolved config is saved in the run folder as config.yaml"
+        )
+    if not default or instead:  # named on the command line
+        which = "the default" if default else "not the default"
+        return (
+            f"Recipe: {recipe}, as given (recipe={recipe}; conf/recipe/{recipe}.yaml, {which} of data={data} "
+            f"model={model}){instead}; the resolved config is saved in the run folder as config.yaml"
         )
     return (
-        f"Recipe: {recipe}, the default for data={data} model={model} (conf/recipe/{recipe}.yaml){also}; "
+        f"Recipe: {recipe}, the default for data={data} model={model} (conf/recipe/{recipe}.yaml){instead}; "
         "recipe=none trains without it; the resolved config is saved in the run folder as config.yaml"
     )
 
 
-def _experiment_recipes(experiment: str | None) -> list[str]:
-    """The recipes an experiment's file includes in its defaults (``/recipe/<name>``)."""
+def experiment_recipe(experiment: str | None) -> str | None:
+    """The recipe an experiment's file pins in the place of the data's default (``override /recipe: <name>``;
+    ``none`` for an experiment that is a recipe of its own), or None where it leaves the default to apply."""
     path = CONF / "experiment" / f"{experiment}.yaml"
     if not experiment or not path.is_file():
-        return []
-    defaults = OmegaConf.load(path).get("defaults") or []
-    return [str(d).removeprefix("/recipe/") for d in defaults if isinstance(d, str) and d.startswith("/recipe/")]
+        return None
+    for entry in OmegaConf.load(path).get("defaults") or []:
+        if OmegaConf.is_dict(entry) and "override /recipe" in entry:
+            return str(entry["override /recipe"])
+    return None
 
 
 def logged_config(cfg: DictConfig, config: dict | None = None) -> dict:
