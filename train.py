@@ -3,7 +3,7 @@
 import hydra
 from omegaconf import DictConfig
 
-from nmt.cli import check_command_line, run_cli
+from nmt.cli import check_command_line, drop_refused_output, run_cli
 
 
 @hydra.main(config_path="conf", config_name="train", version_base="1.3")
@@ -18,7 +18,12 @@ def main(cfg: DictConfig) -> None:
 
         train(cfg, task)
 
-    run_cli(checked_train, cfg)
+    try:
+        run_cli(checked_train, cfg)
+    except SystemExit as stop:
+        if stop.code == 2:  # refused: the folder Hydra made for the run holds nothing of one
+            drop_refused_output()
+        raise
 
 
 if __name__ == "__main__":

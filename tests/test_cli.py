@@ -2,6 +2,7 @@
 default recipe is announced."""
 
 import json
+import os
 import re
 import shlex
 import subprocess
@@ -989,3 +990,54 @@ def test_averaging_for_final_scores_that_are_not_made_is_refused():
     assert problem.strip().startswith("test_average_last=3: the checkpoints the final scores average")
     cfg = compose_train("test_average_last=3", off[0])  # the test is scored: it applies
     assert unused_groups(cfg, {}, ["test_average_last=3", off[0]]) == []
+
+
+def test_a_value_reading_an_unset_environment_variable_is_named_with_what_to_do(tmp_path, monkeypatch):
+    """A corpus's paths written from ${oc.env:NMT_DATA} (ARCHITECTURE.md) with NMT_DATA unset gave OmegaConf's
+    'KeyError raised while resolving interpolation' and no key: now the keys that read it and what to do."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import InterpolationResolutionError
+
+    from nmt.cli.run import user_message
+
+    env = {k: v for k, v in os.environ.items() if k != "NMT_DATA"}
+    given = [
+        "data=files",
+        "data.train=[${oc.env:NMT_DATA}/a.de,${oc.env:NMT_DATA}/a.en]",
+        "data.test=${oc.env:NMT_DATA}/t",
+    ]
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "train.py"), *given, f"run_dir={tmp_path / 'run'}", "threads=1"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert not (tmp_path / "run").exists()  # refused: no folder of Hydra's record and an empty log left
+    assert result.stderr.strip().splitlines()[-1] == (
+        "error: data.train, data.test read ${oc.env:NMT_DATA}, and NMT_DATA is not set: export NMT_DATA=... (the "
+        "folder holding the corpora: docs/data.md), or give data.train=... on the command line"
+    )
+    monkeypatch.delenv("NMT_UNSET_FOR_TEST", raising=False)
+    cfg = OmegaConf.create({"out": {"dir": "${oc.env:NMT_UNSET_FOR_TEST}/x", "keep": 1}})
+    with pytest.raises(InterpolationResolutionError) as caught:
+        _ = cfg.out.dir  # read: the error names its key itself
+    assert user_message(caught.value) == (
+        "out.dir reads ${oc.env:NMT_UNSET_FOR_TEST}, and NMT_UNSET_FOR_TEST is not set: export "
+        "NMT_UNSET_FOR_TEST=..., or give out.dir=... on the command line"
+    )
+    assert user_message(ValueError("data.name='a b': not a name")) == "data.name='a b': not a name"
+
+
+def test_a_refused_run_leaves_no_folder_but_one_that_was_there(tmp_path):
+    """A config train.py refused left runs/<name>/<date_time> (Hydra's .hydra/ and an empty train.log), one
+    more after each try; a run_dir that existed before is kept as it was."""
+    refused = ["data=toy", "model.dropout=2", "threads=1"]
+    result = run_train(*refused, cwd=tmp_path)
+    assert result.returncode == 2 and "model.dropout=2" in result.stderr
+    assert not (tmp_path / "runs" / "transformer_toy").exists()
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("kept")
+    assert run_train(*refused, f"run_dir={tmp_path / 'mine'}", cwd=tmp_path).returncode == 2
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "kept"
+    (tmp_path / "empty").mkdir()
+    assert run_train(*refused, f"run_dir={tmp_path / 'empty'}", cwd=tmp_path).returncode == 2
+    assert (tmp_path / "empty").is_dir()  # the user's own folder, though Hydra's record is all it holds

@@ -1,6 +1,7 @@
 """Every option of every config group composes and runs; invalid values fail before data is read."""
 
 import itertools
+import os
 import re
 
 import pytest
@@ -125,11 +126,13 @@ def _value(config: dict, key: str):
 
 
 @pytest.mark.parametrize("experiment", [e for e in options("experiment") if experiment_recipe(e) not in (None, "none")])
-def test_an_experiment_that_pins_a_recipe_takes_nothing_from_another_corpus_default(experiment):
+def test_an_experiment_that_pins_a_recipe_takes_nothing_from_another_corpus_default(experiment, monkeypatch):
     """experiment=multi30k_rnn data=toy applied the toy recipe before the experiment's own (its validation every
     2 epochs stayed): an experiment's recipe takes the default recipe's place, so that another corpus's default
     adds nothing, and the run records the recipe that applied."""
     pinned = experiment_recipe(experiment)
+    # a corpus of plain files writes its paths from ${oc.env:NMT_DATA} (ARCHITECTURE.md): resolved here
+    monkeypatch.setenv("NMT_DATA", os.environ.get("NMT_DATA") or "/corpora")
     defaults = OmegaConf.load(CONF / "experiment" / f"{experiment}.yaml").defaults
     assert not [d for d in defaults if isinstance(d, str) and d.startswith("/recipe/")]  # pinned, not included
     model = compose_train(f"experiment={experiment}", tiny=False, hydra=True).hydra.runtime.choices.model

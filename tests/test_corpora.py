@@ -913,6 +913,34 @@ def test_files_module_reads_pairs_tsv_and_prefixes(tmp_path):
         ).text("val")
 
 
+def test_a_corpus_of_one_s_own_on_files_is_named_by_its_data_name_not_files(tmp_path):
+    """A conf/data/<name>.yaml built on data=files (or data=lm_files) was called "files" in the data report,
+    the evaluation records and the cache files: two such corpora read alike. data.name names it."""
+    from nmt.data.text_files import TextFilesDataModule
+
+    write(tmp_path / "train.en", EN[:100])
+    write(tmp_path / "train.de", DE[:100])
+    given = {"train": str(tmp_path / "train"), "src_lang": "en", "tgt_lang": "de"}
+    tiny = {"tokenizer": {"vocab_size": 80, "byte_fallback": False}, "valid_size": 20, "test_size": 20}
+    given = {**given, **tiny}
+    dm = FilesDataModule(name="iwslt_mine", cache_dir=str(tmp_path / "c"), **given)
+    assert dm.describe().startswith("iwslt_mine en-de")
+    dm.prepare_data()
+    dm.setup()
+    cached = sorted(p.name for p in (tmp_path / "c" / "encoded").iterdir())
+    assert cached and all(name.startswith("iwslt_mine-") for name in cached)
+    assert FilesDataModule(cache_dir=str(tmp_path / "c"), **given).describe().startswith("files en-de")
+    for bad in ("a b", "../up"):
+        with pytest.raises(ValueError, match=re.escape(f"data.name={bad!r}: a corpus's name")):
+            FilesDataModule(name=bad, **given)
+    write(tmp_path / "lm.txt", EN[:40])
+    text = {split: str(tmp_path / "lm.txt") for split in ("train", "val", "test")}
+    assert TextFilesDataModule(name="my_lm", **text).describe().startswith("my_lm (block")
+    assert TextFilesDataModule(**text).describe().startswith("lm_files (block")
+    cfg = compose_train("data=files", "data.name=mine", f"data.train={tmp_path / 'train'}", tiny=False)
+    check_config(cfg)  # a key of the corpus's own
+
+
 def test_several_training_corpora_are_read_in_order_reported_and_checked_each_by_name(tmp_path):
     """data.train={name: files, ...}: each corpus in its own form (a prefix, a TSV with data.columns, a pair),
     their pairs one after the other; the data report gives each one's pairs as read; a missing file, a pair in

@@ -8,7 +8,13 @@ keys), ``arguments`` (quoting, ``run_dir``, unreadable arguments), ``run`` (user
 
 import sys
 
-from nmt.cli.arguments import hydra_dir_from_run_dir, quoted_paths, run_dir_message, unparsable_message
+from nmt.cli.arguments import (
+    drop_refused_output,
+    hydra_dir_from_run_dir,
+    quoted_paths,
+    run_dir_message,
+    unparsable_message,
+)
 from nmt.cli.checkpoint_programs import checkpoint_use_message, foreign_group_message, multirun_message
 from nmt.cli.keys import unknown_key_message, unknown_option_message
 from nmt.cli.run import run_cli, user_errors, user_message
@@ -16,6 +22,7 @@ from nmt.cli.sweep_args import launcher_key_message, sweep_argument_message, swe
 
 __all__ = [
     "check_command_line",
+    "drop_refused_output",
     "checkpoint_use_message",
     "foreign_group_message",
     "hydra_dir_from_run_dir",

@@ -110,6 +110,35 @@ def _given_run_dir(argv: list[str]) -> str | None:
     return given[-1]
 
 
+_BEFORE_HYDRA: dict = {}  # what the command line's run_dir was before Hydra made its output folder there
+
+
+def drop_refused_output() -> None:
+    """train.py refused its config: the output folder Hydra made for the run (its ``.hydra/`` record and an
+    empty log) removed, so that refused commands leave no run folders behind, with ``runs/<name>/`` if it is
+    then empty. A folder that existed before (a ``run_dir`` given again) or holds anything else is kept."""
+    import shutil
+
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized() or _BEFORE_HYDRA.get("run_dir_existed", False):
+        return
+    folder = Path(HydraConfig.get().runtime.output_dir)
+    try:
+        held = {p.name for p in folder.iterdir()}
+        if (
+            not held <= {".hydra", "train.log"}
+            or (folder / "train.log").is_file()
+            and (folder / "train.log").stat().st_size
+        ):
+            return
+        shutil.rmtree(folder)
+        if "run_dir_existed" not in _BEFORE_HYDRA:  # Hydra's own runs/<name>/<date_time>: its name's folder too
+            folder.parent.rmdir()
+    except OSError:  # gone, not empty, or not ours to remove: kept as it is
+        pass
+
+
 def hydra_dir_from_run_dir(argv: list[str]) -> list[str]:
     """train.py given ``run_dir=...``: Hydra's own output (``.hydra/``, the log) goes into that folder too, as a
     sweep's runs do, not into a second folder under ``runs/`` of the working directory."""
@@ -117,6 +146,7 @@ def hydra_dir_from_run_dir(argv: list[str]) -> list[str]:
     if given is None or any("hydra.run.dir=" in a for a in argv):
         return argv
     folder = Path(given.strip("'\"")).expanduser()
+    _BEFORE_HYDRA["run_dir_existed"] = folder.exists()
     if _file_in_the_way(folder):
         return argv  # refused by run_dir_message before Hydra makes a folder of its own for the run
     # run_dir expands ~ itself; Hydra would make a folder named "~" in the working directory

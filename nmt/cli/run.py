@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 from omegaconf.errors import MissingMandatoryValue
 
+from nmt.utils.configs import unset_variable_message
 from nmt.utils.io import DISK_FULL
 from nmt.utils.ranks import first_on_this_machine
 
@@ -40,7 +41,7 @@ def user_errors() -> tuple[type, ...]:
     return (*BUILTIN_USER_ERRORS, *named, MissingMandatoryValue)
 
 
-def user_message(err: BaseException) -> str:
+def user_message(err: BaseException, cfg=None) -> str:
     """One line for a user error (the first line of the exception's own message, or a hint)."""
     if isinstance(err, MissingMandatoryValue):
         key = getattr(err, "full_key", None) or "a key"
@@ -48,6 +49,9 @@ def user_message(err: BaseException) -> str:
     if isinstance(err, OSError) and err.filename:
         return f"{err.filename}: {err.strerror}"
     text = str(err).strip()
+    unset = unset_variable_message(err, cfg)  # ${oc.env:NMT_DATA} in a config, the variable unset
+    if unset:
+        return unset
     if type(err).__name__ in LISTING_ERRORS:  # every problem (or place tried), on one line
         head, *problems = text.splitlines()
         return f"{head} " + "; ".join(p.strip() for p in problems)
@@ -82,7 +86,7 @@ def run_cli(function: Callable, cfg) -> None:
         # a check fails alike in every process of a DDP run on one machine: said once there, by the first, in
         # one write (the processes' copies ran together on one line); each machine says its own
         if first_on_this_machine():
-            sys.stderr.write(f"error: {user_message(err)}\n")
+            sys.stderr.write(f"error: {user_message(err, cfg)}\n")
             sys.stderr.flush()
         raise SystemExit(2) from None
 

@@ -10,6 +10,7 @@ import errno
 import glob
 import logging
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -22,6 +23,19 @@ _WIDE_SAID: set[str] = set()  # each TSV's extra fields said once a process
 
 SPEC_FORMS = "[src_file, tgt_file], a .tsv file, or a file prefix"
 CORPORA_FORM = "{name: files, ...} (several corpora, for data.train only)"
+
+
+def checked_corpus_name(name, default: str) -> str:
+    """``data.name`` of a corpus built on files (a conf/data file of one's own with ``defaults: [files]``): the
+    name its data report, evaluation records and cache files give it, or ValueError naming the key."""
+    if name in (None, ""):
+        return default
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
+        raise ValueError(
+            f"data.name={name!r}: a corpus's name in reports and cache file names, letters, digits, '_', '.' and "
+            f"'-' (e.g. data.name=iwslt16_de_en; default: {default})"
+        )
+    return name
 
 
 def checked_spec(split: str, spec):

@@ -9,6 +9,7 @@ from nmt.data.file_specs import (
     CORPORA_FORM,
     SPEC_FORMS,
     checked_columns,
+    checked_corpus_name,
     checked_pair,
     checked_spec,
     corpora,
@@ -42,8 +43,10 @@ class FilesDataModule(ParallelDataModule):
         src_lang: str = "src",
         tgt_lang: str = "tgt",
         upsample=None,
+        name: str | None = None,
         **kwargs,
     ) -> None:
+        self.name = checked_corpus_name(name, FilesDataModule.name)  # a corpus of one's own: its conf/data file's
         if train is None:
             raise ValueError(f"data=files needs data.train: {SPEC_FORMS}, or {CORPORA_FORM}")
         super().__init__(src_lang=src_lang, tgt_lang=tgt_lang, **kwargs)

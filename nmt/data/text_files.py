@@ -4,6 +4,7 @@ Each file holds one sentence (or paragraph) a line, its words separated by space
 the vocabulary is the training file's words (at most ``max_vocab``, the rarer ones the unknown word), so
 text should be tokenised first (e.g. ``sacremoses tokenize``), or "world." and "world" are two words."""
 
+from nmt.data.file_specs import checked_corpus_name
 from nmt.data.lm import LanguageModelDataModule, read_text_file
 
 SPLITS = ("train", "val", "test")
@@ -15,7 +16,15 @@ class TextFilesDataModule(LanguageModelDataModule):
 
     name = "lm_files"
 
-    def __init__(self, train: str | None = None, val: str | None = None, test: str | None = None, **kwargs) -> None:
+    def __init__(
+        self,
+        train: str | None = None,
+        val: str | None = None,
+        test: str | None = None,
+        name: str | None = None,
+        **kwargs,
+    ) -> None:
+        self.name = checked_corpus_name(name, TextFilesDataModule.name)  # a corpus of one's own: its conf/data file's
         given = {"train": train, "val": val, "test": test}
         missing = [f"data.{split}" for split, path in given.items() if path in (None, "")]
         if missing:
@@ -36,4 +45,4 @@ class TextFilesDataModule(LanguageModelDataModule):
 
     def describe(self) -> str:
         # no path: a run's data is its text (hashed), so the same files moved are the same corpus
-        return f"lm_files (block {self.block_size}, eval stride {self.eval_stride})"
+        return f"{self.name} (block {self.block_size}, eval stride {self.eval_stride})"

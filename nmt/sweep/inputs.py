@@ -14,7 +14,7 @@ from nmt.sweep.gpus import setting_problem as mps_setting_problem
 from nmt.sweep.levels import is_search, level_settings_problem, same_level, sweep_levels
 from nmt.sweep.plan import as_override, command_prefixes, compose_train, own_folder, planned_values
 from nmt.sweep.search import searched_override_problem
-from nmt.utils.configs import CONF, dotted_keys
+from nmt.utils.configs import CONF, dotted_keys, unset_variable_message
 
 
 def input_problem(config: DictConfig) -> str | None:
@@ -25,8 +25,8 @@ def input_problem(config: DictConfig) -> str | None:
         return problem  # before each level is composed: range(400,3200) is 2,800 of them
     try:
         levels = sweep_levels(config)
-    except ValueError as err:
-        return str(err).splitlines()[0]
+    except ValueError as err:  # a factor's value refused, or a value of the command line reading an unset variable
+        return unset_variable_message(err) or str(err).splitlines()[0]
     problem = settings_problem(config, levels) or levels_problem(levels) or spelling_problem(config, levels)
     if problem:
         return problem
@@ -181,7 +181,7 @@ class RunConfigs:
             try:
                 task = build_task(composed.task)
             except Exception as err:  # noqa: BLE001  a task that cannot be built: its own message says why
-                return str(err).splitlines()[0] or type(err).__name__
+                return unset_variable_message(err, composed) or str(err).splitlines()[0] or type(err).__name__
             try:  # the names a run of its task records (a task lists them for empty results)
                 self.recorded |= set(task.sweep_metrics({}))
             except Exception as err:  # noqa: BLE001  a task's own code: which, and what it raised

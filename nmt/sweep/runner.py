@@ -75,7 +75,7 @@ from nmt.sweep.search_report import print_search_plan
 from nmt.sweep.summary import FAILED, PLAN, failed_runs
 from nmt.sweep.tuned import checked_tuned_file
 from nmt.training.run_folder import RunFolderError, RunLock, finished_results, resumable, trained_results
-from nmt.utils.configs import ROOT
+from nmt.utils.configs import ROOT, unset_variable_message
 from nmt.utils.io import atomic_write_json, atomic_write_text
 
 SUPERSEDED = "superseded"  # run folders made under other settings, moved aside by on_changed=move
@@ -248,10 +248,8 @@ class SweepReport(Callback):
         except SystemExit:
             raise
         except Exception as err:  # noqa: BLE001
-            print(
-                f"error: the sweep did not start: {str(err).splitlines()[0] if str(err) else repr(err)}",
-                file=sys.stderr,
-            )
+            said = unset_variable_message(err, config) or (str(err).splitlines()[0] if str(err) else repr(err))
+            print(f"error: the sweep did not start: {said}", file=sys.stderr)
             raise SystemExit(2) from None
 
     def _start(self, config: DictConfig) -> None:

@@ -20,3 +20,37 @@ def dotted_keys(node, prefix: str = "") -> list[str]:
         if isinstance(child, DictConfig):
             keys += dotted_keys(child, path + ".")
     return keys
+
+
+def unset_variable_message(err: BaseException, cfg: DictConfig | None = None) -> str | None:
+    """One line for a config value that reads an unset environment variable (``${oc.env:NMT_DATA}/...``, where
+    OmegaConf says "Environment variable 'NMT_DATA' not found"): the keys that read it and what to do; None for
+    any other error."""
+    import re
+
+    from omegaconf.errors import InterpolationResolutionError
+
+    found = re.search(r"Environment variable '([^']+)' not found", str(err))
+    if not isinstance(err, InterpolationResolutionError) or not found:
+        return None
+    name = found.group(1)
+    keys = [err.full_key] if getattr(err, "full_key", None) else []
+    if not keys and cfg is not None:  # the error does not always say where: the keys written to read it
+        written = re.compile(r"\$\{oc\.env:\s*" + re.escape(name) + r"\s*\}")
+        keys = list(dict.fromkeys(key for key, value in _written_values(cfg) if written.search(value)))
+    where = (f"{keys[0]} reads" if len(keys) == 1 else f"{', '.join(keys[:3])} read") if keys else "a value reads"
+    what = " (the folder holding the corpora: docs/data.md)" if name == "NMT_DATA" else ""
+    give = f", or give {keys[0]}=... on the command line" if keys else ""
+    return f"{where} ${{oc.env:{name}}}, and {name} is not set: export {name}=...{what}{give}"
+
+
+def _written_values(node, prefix: str = "") -> list[tuple[str, str]]:
+    """Each leaf of a config as written (interpolations unresolved), by its dotted key (a list's items as
+    ``key.0``)."""
+    from omegaconf import ListConfig
+
+    if isinstance(node, DictConfig):
+        return [pair for key in node.keys() for pair in _written_values(node._get_node(key), f"{prefix}{key}.")]
+    if isinstance(node, ListConfig):  # its items named by the list's key
+        return [(prefix[:-1], value) for i in range(len(node)) for _, value in _written_values(node._get_node(i))]
+    return [(prefix[:-1], str(node._value()))]
