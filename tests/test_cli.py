@@ -1041,3 +1041,20 @@ def test_a_refused_run_leaves_no_folder_but_one_that_was_there(tmp_path):
     (tmp_path / "empty").mkdir()
     assert run_train(*refused, f"run_dir={tmp_path / 'empty'}", cwd=tmp_path).returncode == 2
     assert (tmp_path / "empty").is_dir()  # the user's own folder, though Hydra's record is all it holds
+
+
+def test_a_file_error_in_the_cache_says_to_give_another_cache_folder(tmp_path):
+    """A read-only cache, or NMT_CACHE naming a file, said "Permission denied" / "Not a directory" of a path
+    inside it and no more."""
+    from omegaconf import OmegaConf
+
+    from nmt.cli.run import user_message
+
+    cfg = OmegaConf.create({"cache_dir": str(tmp_path / "cache")})
+    inside = PermissionError(13, "Permission denied", str(tmp_path / "cache" / "tokenizers" / ".x.tmp"))
+    assert user_message(inside, cfg) == (
+        f"{inside.filename}: Permission denied (in the cache, cache_dir={tmp_path / 'cache'}: give a folder this "
+        "user can write, cache_dir=... or $NMT_CACHE)"
+    )
+    outside = PermissionError(13, "Permission denied", str(tmp_path / "out.txt"))
+    assert user_message(outside, cfg) == f"{outside.filename}: Permission denied"

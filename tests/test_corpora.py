@@ -8,10 +8,12 @@ import os
 import random
 import re
 import shutil
+import sys
 import tarfile
 from pathlib import Path
 
 import pytest
+import torch
 from hydra import compose, initialize_config_dir
 
 from nmt.data.europarl import EuroparlDataModule
@@ -124,8 +126,6 @@ def test_sentences_a_normalising_tokenizer_reads_alike_go_to_one_split(tmp_path,
         as_written = seeded_split(de, en, 30, 30, seed=seed)  # the leak this closes, on the same pairs
         written = {name: set(reading(as_written[name][1])) for name in as_written}
         assert written["train"] & (written["val"] | written["test"]), seed
-    # identity reads the text as written: the split of every corpus read so far stays as it was
-    assert reading_form("identity") is None
     # pairs that read alike on both sides are one pair (the first kept), as the data report counts them
     twice = [("Ein Hund.", "A dog."), ("ein hund.", "a dog."), ("Ein  Hund.", "A dog.")]
     lowered = reading_form("lowercase")
@@ -150,6 +150,54 @@ def test_sentences_a_normalising_tokenizer_reads_alike_go_to_one_split(tmp_path,
     assert not (read["train"] & read["val"] or read["train"] & read["test"] or read["val"] & read["test"])
     copies = pool_drops([d for d, _ in twice] + de, [e for _, e in twice] + en, reading)[1]
     assert dm.dropped["train"]["duplicate"] == copies >= 1 and sum(map(len, texts.values())) == len(de) + 3 - copies
+
+
+def test_sentences_that_differ_in_spaces_alone_go_to_one_split_and_are_counted_as_seen(tmp_path):
+    """Under the identity tokenizer, "a  dog. " and "a dog." encode to the same tokens: a split by the text as
+    written let one be a training pair and the other a test pair (a quarter of a test set in a user's
+    corpus), and the data report counted none of them. A corpus without such variants splits as before."""
+    from nmt.data.tokenizer import Tokenizer, TokenizerSettings, reading_form
+
+    reading = reading_form("identity")
+    spaced = [f"{d.replace(' ', '  ', 1)} " for d in DE[:80]]  # a space doubled, one trailing
+    trained = Tokenizer.train(DE[:200] + EN[:200], TokenizerSettings(vocab_size=200, byte_fallback=False))
+    for sentence in spaced[:20] + ["Ein Hund."]:  # as the tokenizer reads it
+        assert reading([sentence]) == [trained.sp.normalize(sentence).replace("\u2581", " ").strip()]
+    for sentence in spaced[:20] + ["a\tdog  runs .", "Ein Hund."]:  # a tab: the tokenizer reads it as a space
+        assert trained.encode(sentence) == trained.encode(reading([sentence])[0])
+    de, en = DE[:200] + spaced, EN[:200] + [f"{e} " for e in EN[:80]]
+    leaked = 0
+    for seed in (1, 2, 3):
+        splits = seeded_split(de, en, 40, 40, seed=seed, reading=reading)
+        read = {name: set(reading(splits[name][0])) for name in splits}
+        assert not (read["train"] & read["val"] or read["train"] & read["test"] or read["val"] & read["test"])
+        as_written = seeded_split(de, en, 40, 40, seed=seed)  # the leak this closes
+        written = {name: set(reading(as_written[name][0])) for name in as_written}
+        leaked += len(written["train"] & (written["val"] | written["test"]))
+    assert leaked > 0
+    for seed in (1, 2):  # no variants: the split of every corpus read so far
+        assert seeded_split(DE[:300], EN[:300], 40, 40, seed=seed, reading=reading) == seeded_split(
+            DE[:300], EN[:300], 40, 40, seed=seed
+        )
+    # given test files holding training pairs with other spaces: the data report counts them
+    write(tmp_path / "train.de", DE[:300])
+    write(tmp_path / "train.en", EN[:300])
+    write(tmp_path / "test.de", spaced[:25] + DE[300:325])
+    write(tmp_path / "test.en", [f"  {e}" for e in EN[:25]] + EN[300:325])
+    dm = FilesDataModule(
+        train=str(tmp_path / "train"),
+        val=str(tmp_path / "test"),
+        test=str(tmp_path / "test"),
+        src_lang="de",
+        tgt_lang="en",
+        max_tokens=600,
+        tokenizer={"vocab_size": 200, "byte_fallback": False},
+        cache_dir=str(tmp_path / "c"),
+    )
+    dm.prepare_data()
+    dm.setup()
+    report = dm.report()["test"]
+    assert (report["sources_also_in_train"], report["targets_also_in_train"]) == (25, 25)
 
 
 def test_a_split_the_groups_cannot_fill_is_said_and_a_cap_too_small_for_them_named(capsys):
@@ -941,6 +989,37 @@ def test_a_corpus_of_one_s_own_on_files_is_named_by_its_data_name_not_files(tmp_
     check_config(cfg)  # a key of the corpus's own
 
 
+def test_a_prefix_of_two_files_old_mac_line_ends_and_most_pairs_too_long_are_said(tmp_path, caplog):
+    """train.en beside train.en.gz: the plain one was read unsaid. A file whose lines end in CR alone read as
+    one line ("line counts differ: 1 lines"). data.max_len dropping nearly every training pair was a number in
+    the data report's table alone."""
+    write(tmp_path / "train.en", [e.upper() for e in EN[:50]])
+    write(tmp_path / "train.en.gz", EN[:50], gz=True)
+    write(tmp_path / "train.de", DE[:50])
+    with pytest.raises(ValueError, match=r"train: the prefix names both .*train\.en and .*train\.en\.gz; remove one"):
+        FilesDataModule(train=str(tmp_path / "train"), src_lang="en", tgt_lang="de").text("train")
+    (tmp_path / "mac.en").write_bytes("".join(f"{e}\r" for e in EN[:50]).encode())
+    write(tmp_path / "mac.de", DE[:50])
+    with pytest.raises(ValueError, match=r"mac\.en, line 1: lines ended by a carriage return alone"):
+        FilesDataModule(train=str(tmp_path / "mac"), src_lang="en", tgt_lang="de").text("train")
+    dm = FilesDataModule(
+        train=str(tmp_path / "train.tsv"),
+        max_len=8,
+        valid_size=30,
+        test_size=30,
+        tokenizer={"vocab_size": 200, "byte_fallback": False},
+        cache_dir=str(tmp_path / "c"),
+    )
+    write(tmp_path / "train.tsv", [f"{e}\t{d}" for e, d in zip(EN[:300], DE[:300], strict=True)])
+    with caplog.at_level("WARNING"):
+        dm.prepare_data()
+        dm.setup()
+        dm.report()
+    said = [r.getMessage() for r in caplog.records if "data.max_len=8 drops" in r.getMessage()]
+    assert len(said) == 1 and "raise data.max_len to keep them" in said[0]
+    assert f"drops {dm.dropped['train']['too_long']} of the" in said[0]
+
+
 def test_several_training_corpora_are_read_in_order_reported_and_checked_each_by_name(tmp_path):
     """data.train={name: files, ...}: each corpus in its own form (a prefix, a TSV with data.columns, a pair),
     their pairs one after the other; the data report gives each one's pairs as read; a missing file, a pair in
@@ -1344,6 +1423,44 @@ def test_a_damaged_cache_file_is_made_again_and_said(tmp_path, caplog):
     assert "cannot be read" in said and "training the tokenizer again" in said and "encoding the split again" in said
 
 
+def test_an_emptied_tokenizer_or_a_flipped_token_in_the_cache_is_made_again(tmp_path, caplog, monkeypatch):
+    """An empty tokenizer file loaded and failed at the first sentence ("Model is not initialized"), in every
+    later run; a flipped bit in an encoded split trained on another token in silence, or stopped training on
+    an id past the vocabulary. A full disk while caching a split was torch's "unexpected pos" traceback."""
+    import errno
+
+    from nmt.utils import io as nmt_io
+
+    cache = tmp_path / "c"
+    first = small(EuroparlDataModule, root=str(write_europarl(tmp_path)), cache_dir=str(cache))
+    first.prepare_data()
+    expected = [list(map(int, ids)) for ids in first._encoded("val").src_ids]
+    for path in cache.glob("tokenizers/*.model"):
+        path.write_bytes(b"")
+    for path in cache.glob("encoded/*.pt"):
+        saved = torch.load(path, weights_only=True)
+        saved["src"][3] ^= 1 << 4  # one bit of one token
+        torch.save(saved, path)
+    again = small(EuroparlDataModule, root=str(write_europarl(tmp_path)), cache_dir=str(cache))
+    with caplog.at_level("WARNING"):
+        again.prepare_data()
+        assert [list(map(int, ids)) for ids in again._encoded("val").src_ids] == expected
+    said = " ".join(r.getMessage() for r in caplog.records)
+    assert "(an empty file): training the tokenizer again" in said
+    assert "(its tokens do not match their digest): encoding the split again" in said
+
+    def full(path, data):
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr(nmt_io, "atomic_write_bytes", full)
+    monkeypatch.setattr(sys.modules["nmt.data.datamodule"], "atomic_write_bytes", full)
+    shutil.rmtree(cache / "encoded")
+    third = small(EuroparlDataModule, root=str(write_europarl(tmp_path)), cache_dir=str(cache))
+    with pytest.raises(OSError, match="No space left") as raised:
+        third.prepare_data()
+    assert raised.value.errno == errno.ENOSPC and "encoded" in raised.value.filename
+
+
 def corpus_at_seed(name: str, folder: Path, seed: int):
     """One corpus module of each kind, built from small files in ``folder`` at the training seed ``seed``."""
     from nmt.data.multi30k import Multi30kDataModule
@@ -1717,6 +1834,35 @@ def test_a_multi30k_root_without_the_runs_test_set_is_refused_and_other_test_set
     other = Multi30kDataModule(root=str(root), download=False, cache_dir=str(cache), test_set="test_2017_flickr")
     other.other_test_set = True  # as evaluate.py sets it
     assert other.read_split("test") == (["test_2017_flickr en"], ["test_2017_flickr de"])
+
+
+def test_a_multi30k_folder_in_nmt_data_holding_some_splits_is_not_mixed_with_the_cache_s_copy(tmp_path, monkeypatch):
+    """$NMT_DATA/multi30k holding the training files alone: validation and test were read from the cache's
+    copy, unsaid, though a corpus's folder there is used whole. Another test set may lie elsewhere."""
+    from nmt.data.multi30k import Multi30kDataModule
+    from nmt.data.sources import DataNotFoundError
+
+    data, cache = tmp_path / "data", tmp_path / "cache"
+    for folder, splits in (
+        (data / "multi30k", ("train",)),
+        (cache / "multi30k", ("train", "val", "test_2016_flickr", "test_2017_flickr")),
+    ):
+        folder.mkdir(parents=True)
+        for split in splits:
+            for lang in ("en", "de"):
+                with gzip.open(folder / f"{split}.{lang}.gz", "wt") as handle:
+                    handle.write(f"{split} {lang} {folder.parent.name}\n")
+    monkeypatch.setenv("NMT_DATA", str(data))
+    module = Multi30kDataModule(download=False, cache_dir=str(cache))
+    assert module.read_split("train") == (["train en data"], ["train de data"])
+    for split, name in (("val", "val"), ("test", "test_2016_flickr")):
+        with pytest.raises(
+            DataNotFoundError, match=rf"holds train.en.gz, train.de.gz but not {name}.en.gz.*used whole"
+        ):
+            module.read_split(split)
+    other = Multi30kDataModule(download=False, cache_dir=str(cache), test_set="test_2017_flickr")
+    other.other_test_set = True  # as evaluate.py sets it
+    assert other.read_split("test") == (["test_2017_flickr en cache"], ["test_2017_flickr de cache"])
 
 
 def test_a_missing_validation_file_is_said_before_a_tokenizer_is_trained(tmp_path, monkeypatch):

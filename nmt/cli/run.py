@@ -4,6 +4,7 @@ import errno
 import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 from omegaconf.errors import MissingMandatoryValue
 
@@ -47,7 +48,7 @@ def user_message(err: BaseException, cfg=None) -> str:
         key = getattr(err, "full_key", None) or "a key"
         return f"{key} is required and has no value: add {key}=... to the command line"
     if isinstance(err, OSError) and err.filename:
-        return f"{err.filename}: {err.strerror}"
+        return f"{err.filename}: {err.strerror}{_in_the_cache(err, cfg)}"
     text = str(err).strip()
     unset = unset_variable_message(err, cfg)  # ${oc.env:NMT_DATA} in a config, the variable unset
     if unset:
@@ -56,6 +57,19 @@ def user_message(err: BaseException, cfg=None) -> str:
         head, *problems = text.splitlines()
         return f"{head} " + "; ".join(p.strip() for p in problems)
     return text.splitlines()[0] if text else type(err).__name__
+
+
+def _in_the_cache(err: OSError, cfg) -> str:
+    """What to do where a file error is in the run's cache folder (read-only, or a file where it should be)."""
+    try:
+        from omegaconf import OmegaConf
+
+        cache = OmegaConf.select(cfg, "cache_dir", default=None) if cfg is not None else None
+        if not cache or not Path(err.filename).resolve().is_relative_to(Path(str(cache)).expanduser().resolve()):
+            return ""
+    except Exception:  # noqa: BLE001  (a config that cannot say its cache: the error as it is)
+        return ""
+    return f" (in the cache, cache_dir={cache}: give a folder this user can write, cache_dir=... or $NMT_CACHE)"
 
 
 def run_cli(function: Callable, cfg) -> None:

@@ -6,6 +6,7 @@ LightningDataModule's by name, without importing Lightning: training hands them 
 """
 
 import hashlib
+import io
 import logging
 from collections import Counter
 from collections.abc import Sequence
@@ -28,9 +29,10 @@ from nmt.data.tokenizer import (
     TokenizerSettings,
     content_hash,
     load_or_train,
+    reading_form,
     separator_key,
 )
-from nmt.utils.io import atomic_path
+from nmt.utils.io import atomic_write_bytes
 
 log = logging.getLogger(__name__)
 
@@ -78,13 +80,32 @@ def _read_cache(path: Path) -> dict | None:
         return None
     try:
         cached = torch.load(path, weights_only=True)
-        if isinstance(cached, dict) and {"src", "src_lengths", "tgt", "tgt_lengths"} <= set(cached):
+        if not isinstance(cached, dict) or not {"src", "src_lengths", "tgt", "tgt_lengths"} <= set(cached):
+            problem = "not an encoded split"
+        elif cached.get("digest") != _digest(cached):  # a flipped bit read as another token, or one past the vocabulary
+            problem = "its tokens do not match their digest" if "digest" in cached else "written without a digest"
+        else:
             return cached
-        problem = "not an encoded split"
     except Exception as err:  # noqa: BLE001  (a zip, pickle or EOF error, whichever the damage makes)
         problem = str(err).splitlines()[0] if str(err) else type(err).__name__
     log.warning("%s cannot be read (%s): encoding the split again", path, problem)
     return None
+
+
+def _digest(encoded: dict) -> str:
+    """The SHA-256 of an encoded split's tensors, kept beside them in its cache file."""
+    digest = hashlib.sha256()
+    for key in ("src", "src_lengths", "tgt", "tgt_lengths"):
+        digest.update(encoded[key].contiguous().numpy().tobytes())
+    return digest.hexdigest()
+
+
+def save_encoded(encoded: dict, path: Path) -> None:
+    """An encoded split into the cache, with its digest, whole or not at all. Written as bytes: a full disk is
+    then an OSError naming the file (torch.save's own writer raised "unexpected pos" from its C++ side)."""
+    buffer = io.BytesIO()
+    torch.save({**encoded, "digest": _digest(encoded)}, buffer)
+    atomic_write_bytes(path, buffer.getvalue())  # parallel sweep jobs may both write it
 
 
 class ParallelDataModule:
@@ -241,16 +262,13 @@ class ParallelDataModule:
         else:
             src_ids = [torch.tensor(ids, dtype=torch.int32) for ids in src_tok.encode_batch(src_text)]
             tgt_ids = [torch.tensor(ids, dtype=torch.int32) for ids in tgt_tok.encode_batch(tgt_text)]
-            with atomic_path(path) as tmp:  # parallel sweep jobs may both write it
-                torch.save(
-                    {
-                        "src": torch.cat(src_ids) if src_ids else torch.zeros(0, dtype=torch.int32),
-                        "src_lengths": torch.tensor([len(s) for s in src_ids]),
-                        "tgt": torch.cat(tgt_ids) if tgt_ids else torch.zeros(0, dtype=torch.int32),
-                        "tgt_lengths": torch.tensor([len(t) for t in tgt_ids]),
-                    },
-                    tmp,
-                )
+            encoded = {
+                "src": torch.cat(src_ids) if src_ids else torch.zeros(0, dtype=torch.int32),
+                "src_lengths": torch.tensor([len(s) for s in src_ids]),
+                "tgt": torch.cat(tgt_ids) if tgt_ids else torch.zeros(0, dtype=torch.int32),
+                "tgt_lengths": torch.tensor([len(t) for t in tgt_ids]),
+            }
+            save_encoded(encoded, path)
         cut = [bool(self.max_src_len) and len(ids) > self.max_src_len for ids in src_ids]
         if self.max_src_len:
             src_ids = [ids[: self.max_src_len] for ids in src_ids]
@@ -264,6 +282,15 @@ class ParallelDataModule:
                 if 0 < len(s) < source_limit and 0 < len(t) < self.max_len
             ]
             self.dropped.setdefault(split, Counter())["too_long"] = len(src_ids) - len(keep)
+            dropped = len(src_ids) - len(keep)
+            said = self.__dict__.setdefault("_said_too_long", set())  # a split is encoded again by later stages
+            if len(src_ids) / 10 < dropped < len(src_ids) and (split, dropped) not in said:  # else in a table alone
+                said.add((split, dropped))
+                log.warning(
+                    "data.max_len=%s drops %d of the %d training pairs (%.0f%%: a side of max_len subword tokens or "
+                    "more, or empty); raise data.max_len to keep them",
+                    self.max_len, dropped, len(src_ids), 100 * dropped / len(src_ids),
+                )  # fmt: skip
             src_ids, tgt_ids = [src_ids[i] for i in keep], [tgt_ids[i] for i in keep]
             tgt_text, cut = [tgt_text[i] for i in keep], [cut[i] for i in keep]
         if self.max_src_len:  # of the pairs kept: a pair dropped for its target is not also a source cut
@@ -274,8 +301,10 @@ class ParallelDataModule:
     def report(self) -> dict:
         """Per split: pairs kept, pairs dropped by reason, subword length percentiles, unknown-token rate;
         and how many validation/test sources, and references, also occur in the training split (as sources,
-        as targets)."""
-        train_sources, train_targets = (set(side) for side in self.text("train"))
+        as targets), as the model reads them (:func:`reading_form`: runs of spaces, and case under a lowercasing
+        tokenizer, make no other sentence)."""
+        reading = reading_form(self.tokenizer_settings.normalization)
+        train_sources, train_targets = (set(reading(list(side))) for side in self.text("train"))
         report = {}
         for split in ("train", "val", "test"):
             dataset = self.datasets.get(split) or self._encoded(split)
@@ -292,8 +321,9 @@ class ParallelDataModule:
                 ]
                 row[f"{side}_unk_rate"] = round(float((tokens == UNK_ID).float().mean()) if len(tokens) else 0.0, 5)
             if split != "train":
-                row["sources_also_in_train"] = sum(s in train_sources for s in self.text(split)[0])
-                row["targets_also_in_train"] = sum(t in train_targets for t in self.text(split)[1])
+                sources, targets = (reading(list(side)) for side in self.text(split))
+                row["sources_also_in_train"] = sum(s in train_sources for s in sources)
+                row["targets_also_in_train"] = sum(t in train_targets for t in targets)
             report[split] = row
         return report
 

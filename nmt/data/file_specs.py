@@ -161,6 +161,10 @@ def spec_paths(spec, src_lang: str, tgt_lang: str) -> list[Path]:
         paths = []
         for lang in (src_lang, tgt_lang):
             plain, gz = Path(f"{spec}.{lang}"), Path(f"{spec}.{lang}.gz")
+            if plain.exists() and gz.exists():  # the plain one was read, unsaid, whichever was meant
+                raise ValueError(
+                    f"{spec}: the prefix names both {plain} and {gz}; remove one, or give the split as a pair of files"
+                )
             paths.append(plain if plain.exists() or not gz.exists() else gz)
         return paths
     if len(spec) != 2:

@@ -10,6 +10,7 @@ the previous window did not, so each target is still scored once, with at least
 """
 
 import hashlib
+import io
 import logging
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from nmt.data.loaders import STAGE_SPLITS, sharded_loader
 from nmt.data.sources import read_lines
 from nmt.data.tokenizer import EOS_ID, PAD_ID, UNK_ID, content_hash
 from nmt.data.vocab import SPECIALS, UNK_WORD, WordVocabulary
-from nmt.utils.io import atomic_path
+from nmt.utils.io import atomic_write_bytes
 
 log = logging.getLogger(__name__)
 
@@ -191,8 +192,9 @@ class LanguageModelDataModule:
         for line in lines:
             ids += vocab.encode(line) + [EOS_ID]
         stream = torch.tensor(ids, dtype=torch.int32)
-        with atomic_path(path) as tmp:  # parallel jobs may both write it
-            torch.save(stream, tmp)
+        buffer = io.BytesIO()  # written as bytes: a full disk is an OSError naming the file, not torch's C++ error
+        torch.save(stream, buffer)
+        atomic_write_bytes(path, buffer.getvalue())  # parallel jobs may both write it
         return stream
 
     def dataset(self, split: str) -> BlockDataset:

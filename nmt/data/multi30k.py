@@ -42,6 +42,11 @@ class Multi30kDataModule(ParallelDataModule):
     def official(self, split: str) -> bool:
         return split != "train"  # val and every test set are published files
 
+    def _own_files(self) -> list[str]:
+        """The files of the training and validation sets and the default test set, one copy of the corpus."""
+        sets = ("train", "val", *([] if self.other_test_set else [self.test_set]))
+        return [f"{name}.{lang}.gz" for name in sets for lang in (self.src_lang, self.tgt_lang)]
+
     def read_split(self, split: str) -> tuple[list[str], list[str]]:
         upstream = {"train": "train", "val": "val", "test": self.test_set}
         if split not in upstream:
@@ -57,5 +62,8 @@ class Multi30kDataModule(ParallelDataModule):
             # a test set the root lacks (evaluate.py split=test_2017_flickr with the run's root, which held
             # its training sets) is looked for further on; the run's own sets must be there
             strict_root=split != "test" or not self.other_test_set,
+            # the run's own splits come from one copy: $NMT_DATA/multi30k holding the training files and not
+            # these was the cache's copy of them, mixed in
+            corpus_files=[] if split == "test" and self.other_test_set else self._own_files(),
         )
         return read_parallel(folder / files[0], folder / files[1])

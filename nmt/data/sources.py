@@ -45,14 +45,18 @@ def _check_root_whole(
     strict: bool,
     archive: str = "",
     corpus: str = "<corpus>",
+    corpus_files: Sequence[str] = (),
 ) -> None:
     """data.root holding some of the corpus's files but not all, or none (``strict``): an error naming those
     missing, never a silent fall-back to another copy (the cache's may be another version of the corpus,
     and the run's config would name a folder it did not read). ``$NMT_DATA/<corpus>`` holding some of a
     split's files is an error too: the split would be read from the cache while the others came from
-    there, a run mixing two copies of a corpus."""
+    there, a run mixing two copies of a corpus; so is one holding another split's files (``corpus_files``, the
+    files of every split the run reads: Multi30k's splits are located one at a time)."""
     present = [f for f in filenames if any((folder / (f + suffix)).is_file() for suffix in suffixes)]
     if label != "data.root":
+        if label.startswith(f"${DATA_ENV}") and not present:
+            present = [f for f in corpus_files if any((folder / (f + suffix)).is_file() for suffix in suffixes)]
         if label.startswith(f"${DATA_ENV}") and present:
             missing = [f for f in filenames if f not in present]
             what = f"but not {', '.join(missing[:3])}" if missing else "under different suffixes"
@@ -143,6 +147,7 @@ def locate(
     suffixes: Sequence[str] = ("",),
     strict_root: bool = True,
     takes_root: bool = True,
+    corpus_files: Sequence[str] = (),
 ) -> Path:
     """The first folder holding every file in ``filenames`` (with one of ``suffixes`` added to all of
     them, e.g. ``("", ".gz")``), in this order: ``root`` (data.root), ``$NMT_DATA/<name>``, the cache
@@ -150,13 +155,14 @@ def locate(
     order wins whatever the suffix: a corpus given in data.root is never overridden by another copy, and a
     data.root without it is an error (``strict_root=False``: a root given for another corpus, looked
     into in passing; ``takes_root=False``: looked for beside a corpus that takes no data.root, which the
-    error then does not advise)."""
+    error then does not advise; ``corpus_files``: the files of the corpus's other splits, which a
+    ``$NMT_DATA/<name>`` holding them must hold these beside)."""
     tried: list[str] = []
     places = _places(name, root, cache_dir)
     for label, folder in places:
         if _holds(folder, filenames, suffixes):
             return read_from(name, label, folder)
-        _check_root_whole(label, folder, filenames, suffixes, strict_root, corpus=name)
+        _check_root_whole(label, folder, filenames, suffixes, strict_root, corpus=name, corpus_files=corpus_files)
         tried.append(_missing(label, folder, filenames, suffixes))
     cache = places[-1][1]
     if download and url_for:
@@ -366,7 +372,13 @@ def decode_lines(raw_lines: Iterable[bytes], name: str) -> list[str]:
             ) from None
         # a byte-order mark opens a file, and opens a line where files were joined (cat a.txt b.txt): there it
         # made a line holding only it a sentence, not an empty line
-        lines.append(line.removeprefix("\ufeff").rstrip("\r\n"))
+        line = line.removeprefix("\ufeff").rstrip("\r\n")
+        if line.count("\r") > 1:  # lines ended by CR alone (classic Mac OS): the whole file read as one line
+            raise ValueError(
+                f"{name}, line {number}: lines ended by a carriage return alone (\\r, not \\n); convert the file "
+                "first (tr '\\r' '\\n' < old > new)"
+            )
+        lines.append(line)
     return lines
 
 

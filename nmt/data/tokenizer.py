@@ -185,14 +185,18 @@ def separator_key(lines: Sequence[str]) -> list[str]:
     return ["separators as spaces"] if any(_SEPARATORS.search(line) for line in lines) else []
 
 
-def reading_form(normalization: str) -> Callable[[list[str]], list[str]] | None:
+_EXTRA_SPACES = re.compile(" {2,}")
+
+
+def reading_form(normalization: str) -> Callable[[list[str]], list[str]]:
     """Sentences as a tokenizer of this normalisation reads them (SentencePiece's own normaliser, runs of
     spaces made one), for the seeded split to keep sentences that read alike in one split: under
     ``lowercase``, "A dog." and "a dog." are one sentence to the model, and were otherwise free to be a
-    training target and a test reference. None for ``identity``, whose split stays by the text as written
-    (the split of every corpus read so far)."""
+    training target and a test reference. Under ``identity``, runs of spaces alone (a tab or separator read as
+    one): "a  dog. " was a test source encoded as the training source "a dog." and counted as none (a corpus
+    without such variants splits as before)."""
     if normalization == "identity":
-        return None
+        return lambda sentences: [_EXTRA_SPACES.sub(" ", as_spaces(sentence)).strip(" ") for sentence in sentences]
     # the rule file is compiled when the normaliser is made; SentencePiece logs that compilation at its
     # default level (its trainer is called with minloglevel=2 for the same reason)
     spm.set_min_log_level(2)
@@ -249,10 +253,13 @@ def load_or_train(sentences: Sequence[str], settings: TokenizerSettings, cache_d
     path = Path(cache_dir) / "tokenizers" / f"{tag}-{key}.model"
     if path.exists():
         try:
-            return Tokenizer(path.read_bytes())
+            model = path.read_bytes()
+            if model:
+                return Tokenizer(model)
+            problem = "an empty file"  # SentencePiece loads it, and fails at the first sentence it encodes
         except Exception as err:  # noqa: BLE001  (SentencePiece's RuntimeError on a damaged model, ...)
             problem = str(err).splitlines()[0] if str(err) else type(err).__name__
-            log.warning("%s cannot be read (%s): training the tokenizer again", path, problem)
+        log.warning("%s cannot be read (%s): training the tokenizer again", path, problem)
     tokenizer = Tokenizer.train(sentences, settings)
     atomic_write_bytes(path, tokenizer.model_proto)
     return tokenizer
