@@ -1020,6 +1020,25 @@ def test_a_prefix_of_two_files_old_mac_line_ends_and_most_pairs_too_long_are_sai
     assert f"drops {dm.dropped['train']['too_long']} of the" in said[0]
 
 
+def test_a_folder_given_as_a_file_and_a_download_turned_off_are_said_with_what_to_do(tmp_path, monkeypatch):
+    """A folder where a split's file goes was "bad/dir.en: Is a directory" (data=files) or "no such file"
+    (data=lm_files); data.download=false still advised connecting to the internet."""
+    from nmt.data.multi30k import Multi30kDataModule
+    from nmt.data.text_files import TextFilesDataModule
+
+    (tmp_path / "dir.en").mkdir()
+    write(tmp_path / "dir.de", DE[:5])
+    with pytest.raises(ValueError, match=r"^data.train: .*dir.en is a folder; give a file of the split's sentences"):
+        FilesDataModule(train=str(tmp_path / "dir"), src_lang="en", tgt_lang="de").text("train")
+    write(tmp_path / "lm.txt", EN[:5])
+    texts = {"train": str(tmp_path), "val": str(tmp_path / "lm.txt"), "test": str(tmp_path / "lm.txt")}
+    with pytest.raises(IsADirectoryError, match=r"^data.train=.*: a folder; give a text file, one sentence a line"):
+        TextFilesDataModule(**texts).text("train")
+    monkeypatch.delenv("NMT_DATA", raising=False)
+    with pytest.raises(DataNotFoundError, match=r"or let it be downloaded \(data.download=true, with internet\)\.$"):
+        Multi30kDataModule(download=False, cache_dir=str(tmp_path / "c")).read_split("val")
+
+
 def test_several_training_corpora_are_read_in_order_reported_and_checked_each_by_name(tmp_path):
     """data.train={name: files, ...}: each corpus in its own form (a prefix, a TSV with data.columns, a pair),
     their pairs one after the other; the data report gives each one's pairs as read; a missing file, a pair in
@@ -1597,6 +1616,7 @@ def test_an_archive_extracted_by_another_process_meanwhile_is_used_not_removed(t
     assert dm.load_pairs()[0] == DE
     (folder,) = (cache / "europarl" / "extracted").glob("[!.]*")
     assert sorted(p.name for p in folder.iterdir()) == [
+        ".digests.json",
         "ARCHIVE",
         "being-read",
         "europarl-v7.de-en.de",
@@ -2132,6 +2152,32 @@ def test_the_cache_s_extraction_says_whether_its_archive_is_gone_or_only_not_loo
         assert "c.tgz (no longer there)" in caplog.text
 
 
+def test_an_extracted_file_cut_short_in_the_cache_is_extracted_again_or_named(tmp_path, caplog, monkeypatch):
+    """An extraction's file cut short (a full disk, an edit) was read as the corpus, unsaid: fewer pairs."""
+    from nmt.data.sources import locate_or_extract
+
+    monkeypatch.delenv("NMT_DATA", raising=False)
+
+    def extract(archive: Path, folder: Path) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        for name in ("a.txt", "b.txt"):
+            (folder / name).write_text(archive.read_text())
+
+    root, cache = tmp_path / "root", tmp_path / "cache"
+    root.mkdir()
+    (root / "c.tgz").write_text("one\ntwo\nthree\n")
+    folder = locate_or_extract("corpus", ["a.txt", "b.txt"], "c.tgz", extract, root, cache, download=False)
+    (folder / "a.txt").write_text("one\n")
+    with caplog.at_level("WARNING"):
+        again = locate_or_extract("corpus", ["a.txt", "b.txt"], "c.tgz", extract, root, cache, download=False)
+    assert again == folder and (folder / "a.txt").read_text() == "one\ntwo\nthree\n"
+    assert "a.txt changed since it was extracted from" in caplog.text
+    (folder / "b.txt").write_text("two\n")
+    (root / "c.tgz").unlink()  # nothing to extract it again from
+    with pytest.raises(ValueError, match=r"b.txt: changed since it was extracted from .*c.tgz, which is not found now"):
+        locate_or_extract("corpus", ["a.txt", "b.txt"], "c.tgz", extract, None, cache, download=False)
+
+
 def test_a_corpus_released_as_an_archive_names_the_files_missing_where_it_looked(tmp_path, monkeypatch):
     """One side misnamed was said as 'neither a.txt and b.txt nor c.tgz', naming no missing file."""
     from nmt.data.sources import DataNotFoundError, locate_or_extract
@@ -2209,6 +2255,45 @@ def test_a_runs_splits_written_as_files_are_read_back_as_the_same_text(tmp_path,
     assert [build_datamodule(c.data, c.cache_dir, c.seed).text_hashes() for c in (lm, again)] == [
         build_datamodule(lm.data, lm.cache_dir, lm.seed).text_hashes()
     ] * 2
+
+
+def test_the_splits_command_keeps_splits_written_before_and_reads_paths_as_train_py_does(tmp_path, capsys):
+    """Splits written before (kept so that they stay as they were) were written over unsaid; an unquoted
+    path holding Hydra's grammar (~) gave Hydra's traceback."""
+    from nmt.cli.splits import main
+
+    write(tmp_path / "pool.tsv", [f"{e}\t{d}" for e, d in zip(EN, DE, strict=True)])
+    (tmp_path / "kept").mkdir()
+    (tmp_path / "kept" / "train.en").write_text("first version\n")
+    given = ["data=files", f"data.train={tmp_path / 'pool.tsv'}", "data.src_lang=en", "data.tgt_lang=de"]
+    with pytest.raises(SystemExit) as stop:
+        main([str(tmp_path / "kept"), *given])
+    assert stop.value.code == 2 and (tmp_path / "kept" / "train.en").read_text() == "first version\n"
+    assert "kept holds train.en, splits written before; name another folder" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as stop:
+        main([str(tmp_path / "out"), "data=files", "data.train=~/x", "data.src_lang=en"])
+    said = capsys.readouterr().err
+    assert (
+        stop.value.code == 2
+        and "Traceback" not in said
+        and said.startswith("error: data.train=~/x: Hydra cannot read it")
+    )
+
+
+def test_a_seeded_split_left_empty_by_its_groups_says_why_not_which_file_to_give(tmp_path):
+    """Every pair sharing one target is one group, which training keeps: the validation set was said to have
+    no pair, "give one that holds sentences (data=files: data.val)", though no data.val was given."""
+    from omegaconf import OmegaConf
+
+    from nmt.training.train import _check_evaluation_sets
+
+    write(tmp_path / "same.tsv", [f"{d}\tYes." for d in DE[:200]])
+    dm = FilesDataModule(train=str(tmp_path / "same.tsv"), valid_size=10, test_size=10)
+    assert dm.text("val") == ([], [])
+    cfg = OmegaConf.create({"trainer": {"limit_val_batches": 1.0}, "test_after_training": True})
+    with pytest.raises(ValueError, match=r"has no pair: the seeded split found no group of pairs to take") as said:
+        _check_evaluation_sets(cfg, dm, {"val": {"pairs": 0}, "test": {"pairs": 0}})
+    assert "give the val set as files (data=files: data.val=...)" in str(said.value)
 
 
 def test_a_set_read_the_other_way_round_is_said_by_its_script():

@@ -60,7 +60,7 @@ def write_splits(cfg, out_dir: Path) -> str:
 def main(argv: list[str] | None = None) -> None:
     from hydra import compose, initialize_config_dir
 
-    from nmt.cli import run_cli, unknown_key_message, unknown_option_message
+    from nmt.cli import quoted_paths, run_cli, unknown_key_message, unknown_option_message, unparsable_message
     from nmt.utils.configs import CONF
 
     argv = sys.argv[1:] if argv is None else argv
@@ -71,13 +71,21 @@ def main(argv: list[str] | None = None) -> None:
             file=sys.stderr,
         )
         raise SystemExit(2)
-    out_dir, overrides = Path(argv[0]), argv[1:]
-    said = unknown_option_message(overrides) or unknown_key_message(overrides, "train")
+    out_dir, overrides = Path(argv[0]), quoted_paths(argv[1:])
+    said = unparsable_message(overrides) or unknown_option_message(overrides) or unknown_key_message(overrides, "train")
     if said:  # as train.py says it, in one line, not Hydra's screen
         print(said, file=sys.stderr)
         raise SystemExit(2)
     if out_dir.exists() and not out_dir.is_dir():
         print(f"error: {out_dir}: a file stands there; name a folder for the splits", file=sys.stderr)
+        raise SystemExit(2)
+    written = sorted(p.name for split in SPLITS for p in out_dir.glob(f"{split}.*")) if out_dir.is_dir() else []
+    if written:  # splits kept to stay as they were (an edit of the corpus moves a seeded split): never replaced
+        print(
+            f"error: {out_dir} holds {', '.join(written[:4])}{' ...' if len(written) > 4 else ''}, splits written "
+            "before; name another folder, or remove them first",
+            file=sys.stderr,
+        )
         raise SystemExit(2)
 
     def run(_):

@@ -62,6 +62,8 @@ class FilesDataModule(ParallelDataModule):
         self.upsample = checked_upsample(upsample, self.specs["train"])
         self._origins: list[str] = []  # with upsample: the corpus of each training pair as read
         self._once: tuple[list[str], list[str]] = ([], [])  # the training pairs before any repeat
+        self._carved_said = False
+        self._seeded: tuple | None = None  # the pool read, its reading and its seeded split
 
     def official(self, split: str) -> bool:
         return split != "train" and self.specs.get(split) is not None  # given as files, not cut from train
@@ -79,21 +81,31 @@ class FilesDataModule(ParallelDataModule):
                 for path in spec_paths(files, self.src_lang, self.tgt_lang):
                     if not path.exists():
                         raise missing_file(key, files, path, self.src_lang, self.tgt_lang)
+                    if path.is_dir():
+                        raise ValueError(
+                            f"data.{key}: {path} is a folder; give a file of the split's sentences (or a prefix: "
+                            f"{path}/train for {path}/train.{self.src_lang} and .{self.tgt_lang})"
+                        )
         if self.specs["val"] is None or self.specs["test"] is None:
-            src, tgt = self._read_train()
-            reading = reading_form(self.tokenizer_settings.normalization)  # sentences the model reads alike
-            splits = seeded_split(
-                src,
-                tgt,
-                self.valid_size if self.specs["val"] is None else 0,
-                self.test_size if self.specs["test"] is None else 0,
-                self.split_seed,
-                reading=reading,
-            )
-            drops = self.dropped.setdefault("train", Counter())  # the pool's, in the data report (set, not added:
-            drops["empty"], drops["duplicate"] = pool_drops(src, tgt, reading)  # this may run once per split)
+            if self._seeded is None:  # once: each split reads it (its warnings said once, not per split)
+                src, tgt = self._read_train()
+                reading = reading_form(self.tokenizer_settings.normalization)  # sentences the model reads alike
+                splits = seeded_split(
+                    src,
+                    tgt,
+                    self.valid_size if self.specs["val"] is None else 0,
+                    self.test_size if self.specs["test"] is None else 0,
+                    self.split_seed,
+                    reading=reading,
+                )
+                drops = self.dropped.setdefault("train", Counter())  # the pool's, in the data report
+                drops["empty"], drops["duplicate"] = pool_drops(src, tgt, reading)
+                self._seeded = (src, tgt, reading, splits)
+            src, tgt, reading, splits = self._seeded
             if split == "train":
-                _say_carved(splits, self.specs)
+                if not self._carved_said:  # the training split is read again by later stages: said once
+                    _say_carved(splits, self.specs)
+                    self._carved_said = True
                 self._once = splits["train"]
                 return self._repeated(*splits["train"], pool=(src, tgt), reading=reading)
             if self.specs[split] is None:

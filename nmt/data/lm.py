@@ -36,11 +36,13 @@ def read_text_file(path: str) -> list[str]:
     """The non-empty lines of a text file (``.gz`` too), one sentence a line, words split by spaces; a missing
     file or one without a word is one line naming it."""
     file = Path(path).expanduser()
+    if file.is_dir():
+        raise IsADirectoryError(f"{path}: a folder; give a text file, one sentence a line")
     if not file.is_file():
         raise FileNotFoundError(f"{path}: no such file (a text file, one sentence a line)")
     lines = [line for line in read_lines(file) if line.strip()]
     if not lines:
-        raise ValueError(f"{path}: holds no word; give a text that has")
+        raise ValueError(f"{path}: holds no word; give a text that holds words")
     return lines
 
 
@@ -227,7 +229,9 @@ class LanguageModelDataModule:
             # an empty text trained nothing, or scored 0 tokens as perplexity 1.00: said before training, and
             # a missing file before a tokenizer is trained on the others
             if not any(line.split() for line in self.text(split)):
-                raise ValueError(f"data: the {split} text of {self.describe()} has no word; give a text that has")
+                raise ValueError(
+                    f"data: the {split} text of {self.describe()} has no word; give a text that holds words"
+                )
         for split in ("train", "val", "test"):
             self.stream(split)
 

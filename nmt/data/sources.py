@@ -3,6 +3,7 @@
 import contextlib
 import gzip
 import hashlib
+import json
 import logging
 import os
 import shutil
@@ -126,14 +127,18 @@ def _missing(label: str, folder: Path, filenames: Sequence[str], suffixes: Seque
     return f"  {label}: {folder} (missing {', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}{also})"
 
 
-def _not_found(name: str, tried: list[str], wanted: str, downloadable: bool, root: bool = True) -> DataNotFoundError:
-    # root: whether data.root may name the folder (a set looked for beside a corpus that takes no root may not)
+def _not_found(
+    name: str, tried: list[str], wanted: str, downloadable: bool, root: bool = True, download: bool = True
+) -> DataNotFoundError:
+    # root: whether data.root may name the folder (a set looked for beside a corpus that takes no root may not);
+    # download: whether this run may download it (data.download=false: the fix says to allow it)
     where = f"the environment variable {DATA_ENV} to a folder containing '{name}/'"
     return DataNotFoundError(
         f"Could not find the {name} corpus. Tried, in order:\n" + "\n".join(tried) + "\n"
         + (f"Fix: set data.root=/path/to/folder (or {where}) holding {wanted}" if root else f"Fix: set {where} "
            f"holding {wanted} (this run's corpus takes no data.root)")
-        + (", or connect to the internet so it can be downloaded." if downloadable else ".")
+        + ("." if not downloadable else ", or connect to the internet so it can be downloaded." if download
+           else ", or let it be downloaded (data.download=true, with internet).")
     )  # fmt: skip
 
 
@@ -185,7 +190,7 @@ def locate(
     wanted = f"{', '.join(filenames[:4])}{' ...' if len(filenames) > 4 else ''}"
     if any(suffixes):
         wanted += f" (or each with {' or '.join(repr(x) for x in suffixes if x)})"
-    raise _not_found(name, tried, wanted, bool(url_for), takes_root)
+    raise _not_found(name, tried, wanted, bool(url_for), takes_root, download)
 
 
 def locate_or_extract(
@@ -218,6 +223,12 @@ def locate_or_extract(
     kept = _extractions(cache, filenames)
     if len(kept) == 1:  # the archive it came from is gone (deleted after a first run, say): its files are still these
         source = (kept[0] / SOURCE_NOTE).read_text().strip()
+        changed = _changed_since_extraction(kept[0], filenames)
+        if changed:  # no archive to extract it again from
+            raise ValueError(
+                f"{kept[0] / changed}: changed since it was extracted from {source}, which is not found now; give "
+                f"the archive again ($NMT_DATA/{name}/{archive} or data.root), or remove {kept[0]}"
+            )
         # or still there, in a place this run does not look (a data.root given to an earlier run only)
         why = "not among the places looked in now" if Path(source).is_file() else "no longer there"
         log.warning("%s: the files extracted from %s (%s)", name, source, why)
@@ -233,7 +244,7 @@ def locate_or_extract(
     elif url:
         tried.append("  download: disabled (data.download=false)")
     wanted = f"{' and '.join(filenames)}, or the release archive {archive}"
-    raise _not_found(name, tried, wanted, bool(url))
+    raise _not_found(name, tried, wanted, bool(url), download=download)
 
 
 def _extractions(cache: Path, filenames: Sequence[str]) -> list[Path]:
@@ -247,6 +258,29 @@ def _extractions(cache: Path, filenames: Sequence[str]) -> list[Path]:
     return sorted(newest.values())
 
 
+EXTRACTED_DIGESTS = ".digests.json"  # each extracted file's SHA-256, as extracted
+
+
+def _file_digest(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as bytes_in:
+        while chunk := bytes_in.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _changed_since_extraction(folder: Path, filenames: Sequence[str]) -> str | None:
+    """The first of an extraction's files that is no longer as extracted (cut short, edited), or None; an
+    extraction made before its digests were kept is taken as it is."""
+    try:
+        digests = json.loads((folder / EXTRACTED_DIGESTS).read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        return EXTRACTED_DIGESTS
+    return next((f for f in filenames if digests.get(f) != _file_digest(folder / f)), None)
+
+
 def _extracted(archive: Path, filenames: Sequence[str], extract: Callable[[Path, Path], None], cache: Path) -> Path:
     """The cache folder of this archive's files (named by a hash of its bytes: an archive replaced by another
     of the same size and time, as ``cp -p`` or a re-download in the same second leaves it, is extracted
@@ -258,7 +292,11 @@ def _extracted(archive: Path, filenames: Sequence[str], extract: Callable[[Path,
     key = digest.hexdigest()[:16]
     target = cache / "extracted" / key
     if all((target / f).is_file() for f in filenames):
-        return target
+        changed = _changed_since_extraction(target, filenames)
+        if not changed:
+            return target
+        log.warning("%s: %s changed since it was extracted from %s: extracted again", target, changed, archive)
+        shutil.rmtree(target, ignore_errors=True)
     target.parent.mkdir(parents=True, exist_ok=True)
     with open(archive, "rb") as head:
         damage = gzip_damage(archive) if head.read(2) == GZIP_MAGIC else None  # a .tgz: checked whole first
@@ -274,6 +312,7 @@ def _extracted(archive: Path, filenames: Sequence[str], extract: Callable[[Path,
         missing = [f for f in filenames if not (partial / f).is_file()]
         if missing:
             raise ValueError(f"{archive} holds no {', '.join(missing)}")
+        (partial / EXTRACTED_DIGESTS).write_text(json.dumps({f: _file_digest(partial / f) for f in filenames}))
         try:  # a folder appears whole, by one rename; another process (sweep jobs share a cache) may win it
             partial.rename(target)
         except OSError:

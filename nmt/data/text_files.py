@@ -40,7 +40,7 @@ class TextFilesDataModule(LanguageModelDataModule):
             raise ValueError(f"data=lm_files has splits {list(SPLITS)}, not {split!r}")
         try:
             return read_text_file(self.paths[split])
-        except (FileNotFoundError, ValueError) as err:
+        except (FileNotFoundError, IsADirectoryError, ValueError) as err:
             raise type(err)(f"data.{split}={err}") from None
 
     def describe(self) -> str:

@@ -191,6 +191,13 @@ def _check_evaluation_sets(cfg: DictConfig, datamodule, report: dict) -> None:
         pairs, empty = counts.get("pairs"), (counts.get("dropped") or {}).get("empty_kept", 0)
         if needed and (pairs == 0 or (pairs is not None and pairs == empty)):
             what = "no pair" if pairs == 0 else f"{pairs} pair(s), each with an empty side, and no other"
+            official = getattr(datamodule, "official", None)
+            if pairs == 0 and official is not None and not official(split):  # split off the training pairs
+                raise ValueError(
+                    f"data: the {split} set of {datamodule.describe()} has no pair: the seeded split found no group of "
+                    "pairs to take (pairs that share a source or a target go to one split whole: docs/data.md, "
+                    f"'Splits'); give the {split} set as files (data=files: data.{split}=...)"
+                )
             raise ValueError(
                 f"data: the {split} set of {datamodule.describe()} has {what}: give one that holds sentences "
                 f"(data=files: data.{split})"
