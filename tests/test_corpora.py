@@ -200,6 +200,26 @@ def test_sentences_that_differ_in_spaces_alone_go_to_one_split_and_are_counted_a
     assert (report["sources_also_in_train"], report["targets_also_in_train"]) == (25, 25)
 
 
+def test_a_set_scored_later_counts_training_sentences_as_the_model_reads_them(tmp_path):
+    """The run folder's training hashes were of the text as written: a later set's "a  dog. " was not counted
+    as the training "a dog.", though the data report now counts it. Hashes kept before say nothing else."""
+    import numpy as np
+
+    from nmt.data.overlap import FILE, save_training_sentences, shared_with_training
+
+    save_training_sentences(tmp_path, DE[:50], EN[:50], "identity")
+    later = [f"  {d.replace(' ', '   ')}" for d in DE[:10]] + DE[60:65]
+    assert shared_with_training(tmp_path, later, [f"{e} " for e in EN[:7]] + EN[60:65]) == {
+        "sources_also_in_train": 10,
+        "targets_also_in_train": 7,
+    }
+    save_training_sentences(tmp_path, DE[:50], EN[:50], "lowercase")
+    assert shared_with_training(tmp_path, [d.upper() for d in DE[:3]], EN[:2])["sources_also_in_train"] == 3
+    save_training_sentences(tmp_path, DE[:50], EN[:50])  # as kept before: the text as written
+    assert "normalization" not in np.load(tmp_path / FILE).files
+    assert shared_with_training(tmp_path, later, EN[:2]) == {"sources_also_in_train": 0, "targets_also_in_train": 2}
+
+
 def test_a_split_the_groups_cannot_fill_is_said_and_a_cap_too_small_for_them_named(capsys):
     """One reference with 500 translations and 30 other pairs: test takes the 30, validation none fits."""
     hub = [(f"Ja {i}.", "Yes.") for i in range(500)]
@@ -1257,6 +1277,12 @@ def test_data_no_batch_can_hold_is_one_line_naming_the_setting(tmp_path):
         module(max_len=2).prepare_data()
     with pytest.raises(ValueError, match=r"^data\.eval_max_tokens=3 is smaller than the longest val sentence"):
         module(eval_max_tokens=3).prepare_data()
+    write(tmp_path / "v.src", EN[:5] + [" ".join(EN[:40])] + EN[5:9])  # which pair: the sixth line is the long one
+    write(tmp_path / "v.tgt", DE[:10])
+    with pytest.raises(
+        ValueError, match=r"longest val sentence \(\d+ tokens, its pair 6\): raise data.eval_max_tokens"
+    ):
+        module(val=str(tmp_path / "v"), eval_max_tokens=60).prepare_data()
     write(tmp_path / "empty.tsv", [])
     with pytest.raises(ValueError, match=r"^data\.train: .*empty\.tsv holds no line: give a training file that"):
         module(train=str(tmp_path / "empty.tsv"), val=str(tmp_path / "a"), test=str(tmp_path / "a")).prepare_data()
@@ -1397,6 +1423,11 @@ def test_iwslt16_sets_are_refused_for_a_model_of_other_languages():
     with pytest.raises(ValueError, match=r"^split=iwslt16:tst2013: the IWSLT16 TED sets are German-English; this model "
                        r"translates zh-en \(score another set with split=files:<prefix>\)"):  # fmt: skip
         load_eval_set("iwslt16:tst2013", zh_en, {}, {"cache_dir": "/nonexistent"}, None)
+    de_en = SimpleNamespace(src_lang="de", tgt_lang="en")  # a set the release lacks: its sets listed, no search
+    with pytest.raises(ValueError, match=r"^split=iwslt16:tst2099: not a set of IWSLT16 de-en; its sets: iwslt16:dev"):
+        load_eval_set("iwslt16:tst2099", de_en, {}, {"cache_dir": "/nonexistent"}, None)
+    with pytest.raises(ValueError, match=r"iwslt16:TEDX.dev2012, iwslt16:TEDX.tst2013, iwslt16:TEDX.tst2014$"):
+        load_eval_set("iwslt16:TEDX.dev2010", de_en, {}, {"cache_dir": "/nonexistent"}, None)
 
 
 def test_an_unknown_split_names_the_corpus_test_sets_and_every_other_kind():

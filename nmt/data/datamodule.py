@@ -349,15 +349,16 @@ class ParallelDataModule:
                 if split == "train"
                 else ("data.eval_max_tokens", self.eval_max_tokens)
             )
-            longest = max(dataset.lengths(), default=0)
+            lengths = list(dataset.lengths())
+            longest = max(lengths, default=0)
             if longest > budget:
                 if self.max_src_len:  # sources are cut in every split, and max_len no longer limits them
                     remedy = "or lower data.max_src_len" + (" or data.max_len" if split == "train" else "")
                 else:
                     remedy = "or lower data.max_len" if split == "train" else "(evaluation sets are kept whole)"
                 raise ValueError(
-                    f"{key}={budget} is smaller than the longest {split} sentence ({longest} tokens): "
-                    f"raise {key} {remedy}"
+                    f"{key}={budget} is smaller than the longest {split} sentence ({longest} tokens, its pair "
+                    f"{lengths.index(longest) + 1}{' as kept' if split == 'train' else ''}): raise {key} {remedy}"
                 )
 
     def setup(self, stage: str | None = None) -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from nmt.data.tokenizer import reading_form
 from nmt.utils.io import atomic_path
 
 FILE = "train_sentences.npz"  # in the run folder, beside data_report.json
@@ -26,10 +27,21 @@ def sentence_hashes(lines: Iterable[str]) -> np.ndarray:
     return np.fromiter(digests, dtype=np.uint64, count=len(lines))  # filled in place: no list of digests
 
 
-def save_training_sentences(run_dir: Path, sources: Sequence[str], targets: Sequence[str]) -> None:
-    """The distinct training sources' and targets' hashes, sorted, written atomically to ``run_dir/FILE``."""
+def save_training_sentences(
+    run_dir: Path, sources: Sequence[str], targets: Sequence[str], normalization: str | None = None
+) -> None:
+    """The distinct training sources' and targets' hashes, sorted, written atomically to ``run_dir/FILE``; with
+    the tokenizer's ``normalization``, of the sentences as the model reads them (``reading_form``: runs of
+    spaces, and case under a lowercasing one, make no other sentence), which a later set is read by too."""
+    extra = {}
+    if normalization is not None:
+        reading = reading_form(normalization)
+        sources, targets = reading(list(sources)), reading(list(targets))
+        extra = {"normalization": np.array(normalization)}
     with atomic_path(Path(run_dir) / FILE) as tmp, open(tmp, "wb") as handle:
-        np.savez(handle, sources=np.unique(sentence_hashes(sources)), targets=np.unique(sentence_hashes(targets)))
+        np.savez(
+            handle, sources=np.unique(sentence_hashes(sources)), targets=np.unique(sentence_hashes(targets)), **extra
+        )
 
 
 def shared_with_training(run_dir: Path, sources: Sequence[str], references: Sequence[str]) -> dict | None:
@@ -41,6 +53,10 @@ def shared_with_training(run_dir: Path, sources: Sequence[str], references: Sequ
         return None
     with np.load(path) as kept:
         train_sources, train_targets = kept["sources"], kept["targets"]
+        normalization = str(kept["normalization"]) if "normalization" in kept.files else None
+    if normalization is not None:  # hashed as the model reads them (else as written: kept before it was)
+        reading = reading_form(normalization)
+        sources, references = reading(list(sources)), reading(list(references))
     return {
         "sources_also_in_train": int(np.isin(sentence_hashes(sources), train_sources, assume_unique=False).sum()),
         "targets_also_in_train": int(np.isin(sentence_hashes(references), train_targets).sum()),

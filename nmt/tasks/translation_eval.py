@@ -23,6 +23,9 @@ from nmt.utils.io import atomic_write_text
 
 console = log_console(stderr=True)
 IWSLT16_FOLDER = "iwslt16_de_en_devtest"
+# the sets of IWSLT 2016's de-en dev and test release, by corpus (split=iwslt16:tst2014, iwslt16:TEDX.dev2012)
+IWSLT16_SETS = {"TED": ("dev2010", "tst2010", "tst2011", "tst2012", "tst2013", "tst2014"),
+                "TEDX": ("dev2012", "tst2013", "tst2014")}  # fmt: skip
 
 
 # Chinese, Japanese and Korean script (ideographs, kana, hangul): a side of a set read from files whose script
@@ -192,6 +195,9 @@ def load_eval_set(
         name = split.split(":", 1)[1]
         corpus = "TEDX" if name.startswith("TEDX.") else "TED"
         name = name.removeprefix("TEDX.").removeprefix("TED.")
+        if name not in IWSLT16_SETS[corpus]:
+            sets = [*IWSLT16_SETS["TED"], *(f"TEDX.{n}" for n in IWSLT16_SETS["TEDX"])]
+            raise ValueError(f"split={split}: not a set of IWSLT16 de-en; its sets: iwslt16:{', iwslt16:'.join(sets)}")
         files = [f"IWSLT16.{corpus}.{name}.de-en.{lang}.gz" for lang in (src_lang, tgt_lang)]
         folder = locate(  # the run's data.root is its training corpus's: looked into, not required to hold these
             IWSLT16_FOLDER,

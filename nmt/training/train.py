@@ -386,7 +386,8 @@ def _train_in_folder(cfg: DictConfig, task, run_dir: Path, config: dict, main_pr
             atomic_write_bytes(run_dir / "tokenizers" / "tgt.model", tgt_tokenizer.model_proto)
             write_report(data_report or datamodule.report(), datamodule.describe(), run_dir)
             if (sentences := datamodule.training_sentences()) is not None:  # for sets scored later
-                save_training_sentences(run_dir, *sentences)
+                settings = getattr(datamodule, "tokenizer_settings", None)
+                save_training_sentences(run_dir, *sentences, getattr(settings, "normalization", None))
         if resume:
             if main_process:
                 print(f"Resuming from {resume}")
