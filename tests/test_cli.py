@@ -483,6 +483,8 @@ def test_train_py_refuses_an_unused_group_and_a_misspelt_key(tmp_path, monkeypat
             "in place of experiment=course_baseline's recipe=none",
         ),
         (["experiment=ptb_lm"], "Recipe: none (experiment=ptb_lm is a recipe of its own; no conf/recipe/"),
+        # pinned by the experiment it builds on (factorial_converged on factorial_tiny), not typed
+        (["experiment=factorial_converged"], "Recipe: none (experiment=factorial_converged is a recipe of its own)"),
         (["task=lm"], "Recipe: none (no conf/recipe/ptb_transformer_lm.yaml"),
     ],
 )
@@ -1041,6 +1043,12 @@ def test_a_refused_run_leaves_no_folder_but_one_that_was_there(tmp_path):
     (tmp_path / "empty").mkdir()
     assert run_train(*refused, f"run_dir={tmp_path / 'empty'}", cwd=tmp_path).returncode == 2
     assert (tmp_path / "empty").is_dir()  # the user's own folder, though Hydra's record is all it holds
+    assert run_train(*refused, f"hydra.run.dir={tmp_path / 'empty'}", cwd=tmp_path).returncode == 2
+    assert (tmp_path / "empty").is_dir()  # named as Hydra's output folder: the same
+    # refused once the folder is locked (its data): nothing of a run written there either
+    result = run_train("data=files", f"data.train={tmp_path / 'nope.tsv'}", "threads=1", cwd=tmp_path)
+    assert result.returncode == 2 and "nope.tsv" in result.stderr
+    assert not (tmp_path / "runs" / "transformer_files").exists()
 
 
 def test_a_file_error_in_the_cache_says_to_give_another_cache_folder(tmp_path):

@@ -149,6 +149,14 @@ def test_an_experiment_that_pins_a_recipe_takes_nothing_from_another_corpus_defa
             assert _value(composed, key) == _value(bare, key), f"{key} from conf/recipe/{other.name}"
 
 
+def test_a_task_s_own_settings_follow_an_experiment_s_recipe_as_they_follow_the_default():
+    """An experiment's recipe in the recipe's place: the task's metrics apply after it, as after the default."""
+    for task, monitor in (("summarization", "val_rougeL"), ("transliteration", "val_cer")):
+        pinned = compose_train("experiment=multi30k_tiny", f"task={task}", tiny=False)
+        default = compose_train(f"task={task}", tiny=False)
+        assert pinned.early_stopping.monitor == default.early_stopping.monitor == monitor
+
+
 def test_course_baseline_has_the_reported_shape():
     cfg = compose_train("experiment=course_baseline", tiny=False)
     m = cfg.model

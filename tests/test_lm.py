@@ -316,6 +316,15 @@ def test_a_damaged_encoded_stream_in_the_cache_is_made_again_and_said(ptb_folder
     with caplog.at_level("WARNING"):
         assert again.stream("val").tolist() == expected
     assert "cannot be read" in caplog.text and "encoding the split again" in caplog.text
+    caplog.clear()
+    for path in (tmp_path / "c").glob("encoded/*.pt"):  # one bit of one id: another word, read in silence before
+        saved = torch.load(path, weights_only=True)
+        saved["stream"][5] ^= 1 << 3
+        torch.save(saved, path)
+    third = PTBDataModule(root=str(ptb_folder), download=False, block_size=16, cache_dir=str(tmp_path / "c"))
+    with caplog.at_level("WARNING"):
+        assert third.stream("val").tolist() == expected
+    assert "(its ids do not match their digest): encoding the split again" in caplog.text
 
 
 def test_data_root_wins_over_another_copy_whatever_its_compression(ptb_folder, tmp_path, monkeypatch):

@@ -114,8 +114,8 @@ _BEFORE_HYDRA: dict = {}  # what the command line's run_dir was before Hydra mad
 
 
 def drop_refused_output() -> None:
-    """train.py refused its config: the output folder Hydra made for the run (its ``.hydra/`` record and an
-    empty log) removed, so that refused commands leave no run folders behind, with ``runs/<name>/`` if it is
+    """train.py refused its config or data: the output folder Hydra made for the run (its ``.hydra/`` record,
+    the log and the lock) removed, so that refused commands leave no run folders behind, with ``runs/<name>/`` if it is
     then empty. A folder that existed before (a ``run_dir`` given again) or holds anything else is kept."""
     import shutil
 
@@ -125,12 +125,9 @@ def drop_refused_output() -> None:
         return
     folder = Path(HydraConfig.get().runtime.output_dir)
     try:
-        held = {p.name for p in folder.iterdir()}
-        if (
-            not held <= {".hydra", "train.log"}
-            or (folder / "train.log").is_file()
-            and (folder / "train.log").stat().st_size
-        ):
+        # Hydra's record, the log of the refusal and the folder's lock: nothing of a run (a fingerprint, a
+        # config, a checkpoint) was written
+        if not {p.name for p in folder.iterdir()} <= {".hydra", "train.log", ".lock"}:
             return
         shutil.rmtree(folder)
         if "run_dir_existed" not in _BEFORE_HYDRA:  # Hydra's own runs/<name>/<date_time>: its name's folder too
@@ -143,6 +140,9 @@ def hydra_dir_from_run_dir(argv: list[str]) -> list[str]:
     """train.py given ``run_dir=...``: Hydra's own output (``.hydra/``, the log) goes into that folder too, as a
     sweep's runs do, not into a second folder under ``runs/`` of the working directory."""
     given = _given_run_dir(argv)
+    hydra_dirs = [a.partition("=")[2] for a in argv if a.startswith("hydra.run.dir=")]
+    if hydra_dirs:  # a folder named for Hydra's output: whether it was there before, as for run_dir
+        _BEFORE_HYDRA["run_dir_existed"] = Path(hydra_dirs[-1].strip("'\"")).expanduser().exists()
     if given is None or any("hydra.run.dir=" in a for a in argv):
         return argv
     folder = Path(given.strip("'\"")).expanduser()

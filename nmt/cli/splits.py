@@ -43,7 +43,7 @@ def write_splits(cfg, out_dir: Path) -> str:
             given.append(f"data.{split}={path}")
             print(f"{split}: {len(text):,} lines -> {path}", file=sys.stderr)
     kind = "files" if isinstance(datamodule.text("train"), tuple) else "lm_files"
-    if datamodule.name != kind:  # a corpus's own tokenizer and segmenter settings are not data=files' defaults
+    if type(datamodule).name != kind:  # a corpus's own tokenizer and segmenter settings are not data=files' defaults
         print(
             f"note: data={kind} has tokenizer and segmenter defaults of its own: to train as data="
             f"{datamodule.name} does, give its settings too (conf/data/ and the run's config.yaml: data.tokenizer.*, "

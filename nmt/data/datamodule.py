@@ -105,7 +105,7 @@ def save_encoded(encoded: dict, path: Path) -> None:
     then an OSError naming the file (torch.save's own writer raised "unexpected pos" from its C++ side)."""
     buffer = io.BytesIO()
     torch.save({**encoded, "digest": _digest(encoded)}, buffer)
-    atomic_write_bytes(path, buffer.getvalue())  # parallel sweep jobs may both write it
+    atomic_write_bytes(path, buffer.getbuffer())  # parallel sweep jobs may both write it
 
 
 class ParallelDataModule:

@@ -46,6 +46,11 @@ def read_text_file(path: str) -> list[str]:
     return lines
 
 
+def _digest(stream: torch.Tensor) -> str:
+    """The SHA-256 of an id stream, kept beside it in its cache file."""
+    return hashlib.sha256(stream.contiguous().numpy().tobytes()).hexdigest()
+
+
 def windows(stream_len: int, block_size: int, stride: int) -> list[tuple[int, int, int]]:
     """(begin, end, first_scored) per window over a stream of ``stream_len`` ids: inputs are
     stream[begin:end], targets stream[begin+1:end+1], and targets at stream positions > first_scored are
@@ -182,9 +187,13 @@ class LanguageModelDataModule:
         if path.exists():
             try:
                 cached = torch.load(path, weights_only=True)
-                if isinstance(cached, torch.Tensor) and cached.dim() == 1:
-                    return cached
-                problem = "not an id stream"
+                stream = cached.get("stream") if isinstance(cached, dict) else None
+                if not isinstance(stream, torch.Tensor) or stream.dim() != 1:
+                    problem = "not an id stream" if not isinstance(cached, torch.Tensor) else "written without a digest"
+                elif cached.get("digest") != _digest(stream):  # a flipped bit read as another word
+                    problem = "its ids do not match their digest"
+                else:
+                    return stream
             except Exception as err:  # noqa: BLE001  (a zip, pickle or EOF error, whichever the damage makes)
                 problem = str(err).splitlines()[0] if str(err) else type(err).__name__
             # derived, its name the hash of what it derives from: said aloud and made again, as a translation
@@ -195,8 +204,8 @@ class LanguageModelDataModule:
             ids += vocab.encode(line) + [EOS_ID]
         stream = torch.tensor(ids, dtype=torch.int32)
         buffer = io.BytesIO()  # written as bytes: a full disk is an OSError naming the file, not torch's C++ error
-        torch.save(stream, buffer)
-        atomic_write_bytes(path, buffer.getvalue())  # parallel jobs may both write it
+        torch.save({"stream": stream, "digest": _digest(stream)}, buffer)
+        atomic_write_bytes(path, buffer.getbuffer())  # parallel jobs may both write it
         return stream
 
     def dataset(self, split: str) -> BlockDataset:

@@ -185,18 +185,15 @@ def separator_key(lines: Sequence[str]) -> list[str]:
     return ["separators as spaces"] if any(_SEPARATORS.search(line) for line in lines) else []
 
 
-_EXTRA_SPACES = re.compile(" {2,}")
-
-
 def reading_form(normalization: str) -> Callable[[list[str]], list[str]]:
     """Sentences as a tokenizer of this normalisation reads them (SentencePiece's own normaliser, runs of
-    spaces made one), for the seeded split to keep sentences that read alike in one split: under
-    ``lowercase``, "A dog." and "a dog." are one sentence to the model, and were otherwise free to be a
-    training target and a test reference. Under ``identity``, runs of spaces alone (a tab or separator read as
-    one): "a  dog. " was a test source encoded as the training source "a dog." and counted as none (a corpus
-    without such variants splits as before)."""
+    spaces made one; before any word segmenter, after which "dog." and "dog ." may read alike), for the seeded
+    split to keep sentences that read alike in one split: under ``lowercase``, "A dog." and "a dog." are one
+    sentence to the model, and were otherwise free to be a training target and a test reference. Under
+    ``identity``, runs of spaces alone (a tab or separator read as one): "a  dog. " was a test source encoded as
+    the training source "a dog." and counted as none (a corpus without such variants splits as before)."""
     if normalization == "identity":
-        return lambda sentences: [_EXTRA_SPACES.sub(" ", as_spaces(sentence)).strip(" ") for sentence in sentences]
+        return lambda sentences: [_SPACE_RUN.sub(" ", as_spaces(sentence)).strip(" ") for sentence in sentences]
     # the rule file is compiled when the normaliser is made; SentencePiece logs that compilation at its
     # default level (its trainer is called with minloglevel=2 for the same reason)
     spm.set_min_log_level(2)

@@ -13,7 +13,7 @@ import torch
 from rich.table import Table
 
 from nmt.data.file_specs import checked_columns, is_tsv, read_split_files, spec_paths
-from nmt.data.sources import locate, read_parallel
+from nmt.data.sources import DataNotFoundError, locate, read_parallel
 from nmt.data.tokenizer import BOS_ID, EOS_ID
 from nmt.decoding.settings import RANKED, READS, SEARCH_TAGS, UNREAD, SearchConfig
 from nmt.metrics.corpus import language
@@ -195,19 +195,26 @@ def load_eval_set(
         name = split.split(":", 1)[1]
         corpus = "TEDX" if name.startswith("TEDX.") else "TED"
         name = name.removeprefix("TEDX.").removeprefix("TED.")
-        if name not in IWSLT16_SETS[corpus]:
-            sets = [*IWSLT16_SETS["TED"], *(f"TEDX.{n}" for n in IWSLT16_SETS["TEDX"])]
-            raise ValueError(f"split={split}: not a set of IWSLT16 de-en; its sets: iwslt16:{', iwslt16:'.join(sets)}")
         files = [f"IWSLT16.{corpus}.{name}.de-en.{lang}.gz" for lang in (src_lang, tgt_lang)]
-        folder = locate(  # the run's data.root is its training corpus's: looked into, not required to hold these
-            IWSLT16_FOLDER,
-            files,
-            data_cfg.get("root"),
-            config["cache_dir"],
-            download=False,
-            strict_root=False,
-            takes_root="root" in data_cfg,  # a data=files run's corpus takes none: $NMT_DATA alone is advised
-        )
+        try:
+            folder = locate(  # the run's data.root is its training corpus's: looked into, not required to hold these
+                IWSLT16_FOLDER,
+                files,
+                data_cfg.get("root"),
+                config["cache_dir"],
+                download=False,
+                strict_root=False,
+                takes_root="root" in data_cfg,  # a data=files run's corpus takes none: $NMT_DATA alone is advised
+            )
+        except DataNotFoundError:
+            if name in IWSLT16_SETS[corpus]:
+                raise
+            # a mistyped set (another release's files found where it looks are read all the same)
+            sets = [*IWSLT16_SETS["TED"], *(f"TEDX.{n}" for n in IWSLT16_SETS["TEDX"])]
+            raise ValueError(
+                f"split={split}: not found, and not a set of the IWSLT16 de-en dev/test release, whose sets are "
+                f"iwslt16:{', iwslt16:'.join(sets)}"
+            ) from None
         return *read_parallel(folder / files[0], folder / files[1]), f"IWSLT16 {corpus} {name} {src_lang}-{tgt_lang}"
     if split.startswith("files:"):
         spec = str(Path(split.split(":", 1)[1]).expanduser())

@@ -60,10 +60,14 @@ def experiment_recipe(experiment: str | None) -> str | None:
     path = CONF / "experiment" / f"{experiment}.yaml"
     if not experiment or not path.is_file():
         return None
+    own, built_on = None, None
     for entry in OmegaConf.load(path).get("defaults") or []:
         if OmegaConf.is_dict(entry) and "override /recipe" in entry:
-            return str(entry["override /recipe"])
-    return None
+            own = str(entry["override /recipe"])
+        elif isinstance(entry, str) and entry != "_self_" and not entry.startswith("/"):
+            # another experiment it builds on (factorial_converged on factorial_tiny): its pin, unless this one's
+            built_on = experiment_recipe(entry.removeprefix("experiment/")) or built_on
+    return own if own is not None else built_on
 
 
 def logged_config(cfg: DictConfig, config: dict | None = None) -> dict:

@@ -260,8 +260,9 @@ def scoring_only(run_dir: Path, saved: dict, current: dict) -> str:
 
 # counts of the data report that the identity leaves out: derived from the text its hashes already cover, the
 # tokenizers and the settings, and added after runs were recorded without them, or counted otherwise since
-# (src_truncated); left out of a folder's recorded identity too when it is compared
-REPORT_ONLY = ("targets_also_in_train", "src_truncated")
+# (src_truncated; the sentences seen in training, now as the model reads them); left out of a folder's
+# recorded identity too when it is compared
+REPORT_ONLY = ("sources_also_in_train", "targets_also_in_train", "src_truncated")
 
 
 def data_identity(description: str, report: dict, text: dict, src_tokenizer, tgt_tokenizer) -> dict:
