@@ -59,9 +59,10 @@ def joeynmt_schedule(cfg: DictConfig) -> dict:
     )
 
 
-def joeynmt_config(cfg: DictConfig, dm, out: Path, files: dict, validation_freq: int) -> dict:
-    """JoeyNMT's configuration equivalent to our Transformer run ``cfg``; it validates every
-    ``validation_freq`` updates (JoeyNMT has no per-epoch validation). ``dm`` is the run's data module."""
+def check_exportable(cfg: DictConfig) -> None:
+    """ValueError for a setting of the run that JoeyNMT 2.3's Transformer cannot express, before anything is
+    written: its layers apply ``dropout`` to the attention weights and after the ReLU alike, and initialise
+    every weight Xavier-uniform with zero biases."""
     model = cfg.model
     if model._target_.rsplit(".", 1)[-1] != "Transformer":
         raise ValueError("the JoeyNMT export covers model=transformer")
@@ -75,6 +76,30 @@ def joeynmt_config(cfg: DictConfig, dm, out: Path, files: dict, validation_freq:
                 f"{group}: JoeyNMT's Transformer has {name} only, this run has {found}; export a run with "
                 f"{'pos=absolute' if group == 'pos' else 'norm=layer'}"
             )
+    dropout = float(model.dropout)
+    differ = {
+        "model.init": (model.get("init", "xavier"), "xavier"),
+        "model.activation": (model.get("activation", "relu"), "relu"),
+        "model.attention_dropout": (float(model.get("attention_dropout") or 0.0), dropout),
+        "model.activation_dropout": (
+            dropout if model.get("activation_dropout") is None else float(model.activation_dropout),
+            dropout,
+        ),
+    }
+    for key, (ours, theirs) in differ.items():
+        if ours != theirs:
+            raise ValueError(
+                f"{key}={ours}: JoeyNMT's Transformer has {theirs} only (its dropout applies to the attention "
+                f"weights and after the ReLU alike); export a run with {key}={theirs}"
+            )
+    joeynmt_schedule(cfg)
+
+
+def joeynmt_config(cfg: DictConfig, dm, out: Path, files: dict, validation_freq: int) -> dict:
+    """JoeyNMT's configuration equivalent to our Transformer run ``cfg``; it validates every
+    ``validation_freq`` updates (JoeyNMT has no per-epoch validation). ``dm`` is the run's data module."""
+    model = cfg.model
+    check_exportable(cfg)
     schedule = joeynmt_schedule(cfg)
     tied_all = model.tie_embeddings == "all"
 
@@ -90,10 +115,10 @@ def joeynmt_config(cfg: DictConfig, dm, out: Path, files: dict, validation_freq:
             "tokenizer_cfg": {"model_file": str(files[f"{key}_model"]), "pretokenizer": "none"},
         }
 
-    def stack() -> dict:
+    def stack(layers: int) -> dict:
         return {
             "type": "transformer",
-            "num_layers": int(model.encoder_layers),
+            "num_layers": layers,
             "num_heads": int(model.num_heads),
             "embeddings": {"embedding_dim": int(model.d_model), "scale": True, "dropout": 0.0},
             "hidden_size": int(model.d_model),
@@ -157,8 +182,8 @@ def joeynmt_config(cfg: DictConfig, dm, out: Path, files: dict, validation_freq:
             "embed_init_gain": 1.0,
             "tied_embeddings": tied_all,
             "tied_softmax": model.tie_embeddings in ("decoder", "all"),
-            "encoder": stack(),
-            "decoder": stack(),
+            "encoder": stack(int(model.encoder_layers)),
+            "decoder": stack(int(model.decoder_layers)),
         },
     }
 
@@ -171,7 +196,7 @@ def export(cfg: DictConfig, out: Path) -> Path:
             "JoeyNMT validates every N updates: give the run trainer.val_check_interval=N "
             "trainer.check_val_every_n_epoch=null so both toolkits validate at the same steps"
         )
-    out.mkdir(parents=True, exist_ok=True)
+    check_exportable(cfg)
     dm = build_datamodule(cfg.data, cfg.cache_dir, cfg.seed)
     target = dm.segmenters[dm.tgt_lang].name
     if target in MOSES:
@@ -180,7 +205,8 @@ def export(cfg: DictConfig, out: Path) -> Path:
             f"data.segmenter.{dm.tgt_lang}={target}: JoeyNMT does not detokenise what it writes as ours does; "
             "export a run without a Moses segmenter on the target side"
         )
-    dm.prepare_data()
+    dm.prepare_data()  # a corpus not found, or refused: said before the folder is made
+    out.mkdir(parents=True, exist_ok=True)
     src_tok, tgt_tok = dm.build_tokenizers()
     src_lang, tgt_lang = dm.src_lang, dm.tgt_lang
     for ours, theirs in SPLITS.items():

@@ -22,7 +22,13 @@ from peers.peer_speed import PEER_PAD, output_length, remap
 
 from .conftest import NO_FINAL_SCORES, ROOT, compose_train
 
-STEP_BUDGET = ["trainer.max_steps=40", "trainer.val_check_interval=20", "trainer.check_val_every_n_epoch=null"]
+# JoeyNMT validates every N updates, and applies its dropout to the attention weights too
+STEP_BUDGET = [
+    "trainer.max_steps=40",
+    "trainer.val_check_interval=20",
+    "trainer.check_val_every_n_epoch=null",
+    "model.attention_dropout=0.1",
+]
 
 
 def read(path):
@@ -88,12 +94,27 @@ def test_joeynmt_export_needs_validation_counted_in_updates(tmp_path):
 
 
 def test_joeynmt_export_of_a_model_it_cannot_express_says_so(tmp_path):
+    """Also: the fairseq initialisation was exported as JoeyNMT's Xavier, and our attention dropout of 0 as its
+    dropout, unsaid; a refused export left a folder of splits without a configuration."""
     with pytest.raises(ValueError, match="model=transformer"):
-        export(compose_train("model=rnn", *STEP_BUDGET), tmp_path / "joey")
+        export(compose_train("model=rnn", *STEP_BUDGET[:3]), tmp_path / "joey")
+    for setting, said in (
+        ("model.init=fairseq", r"^model.init=fairseq: JoeyNMT's Transformer has xavier only"),
+        ("model.attention_dropout=0.0", r"^model.attention_dropout=0.0: JoeyNMT's Transformer has 0.1 only"),
+        ("model.activation_dropout=0.3", r"^model.activation_dropout=0.3: JoeyNMT's Transformer has 0.1 only"),
+        ("model.activation=gelu", r"^model.activation=gelu: JoeyNMT's Transformer has relu only"),
+    ):
+        with pytest.raises(ValueError, match=said):
+            export(compose_train(*STEP_BUDGET, setting), tmp_path / "joey")
+    assert not (tmp_path / "joey").exists()
     with pytest.raises(ValueError, match=r"norm: JoeyNMT's Transformer has LayerNorm only, this run has RMSNorm"):
         export(compose_train("norm=rms", *STEP_BUDGET), tmp_path / "joey")
     with pytest.raises(ValueError, match=r"pos: .* SinusoidalPosition only, this run has RotaryPosition.*pos=absolute"):
         export(compose_train("pos=rope", *STEP_BUDGET), tmp_path / "joey")
+    assert not (tmp_path / "joey").exists()
+    layers = compose_train(*STEP_BUDGET, "model.encoder_layers=3", "model.decoder_layers=1")  # each its own depth
+    settings = yaml.safe_load(export(layers, tmp_path / "deep").read_text())["model"]
+    assert (settings["encoder"]["num_layers"], settings["decoder"]["num_layers"]) == (3, 1)
 
 
 def test_validation_every_n_updates_across_epochs(tmp_path):
