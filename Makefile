@@ -50,7 +50,7 @@ format: $(STAMP)  ## apply ruff fixes and formatting
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
-bench: $(STAMP)  ## speed benchmarks, appended to BENCHMARKS.md (ARGS="--steps 50 ..."), then CPU MFU
+bench: $(STAMP)  ## speed benchmarks, appended to BENCHMARKS.md (ARGS="--steps 50 ..." are theirs), then CPU MFU printed
 	$(BIN)/python -m benchmarks $(ARGS)
 	$(BIN)/python -m benchmarks.mfu
 

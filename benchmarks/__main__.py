@@ -23,11 +23,13 @@ from pathlib import Path
 
 import torch
 
+from benchmarks.options import child_error, run_main
 from benchmarks.scaling import scaling_rows
 from nmt.data.multi30k import Multi30kDataModule
 from nmt.data.sources import DataNotFoundError
 from nmt.data.tokenizer import PAD_ID
 from nmt.data.toy import ToyDataModule
+from nmt.utils.io import check_output_file
 from nmt.utils.machine import cpu_name
 
 PEER_SCRIPT = Path(__file__).resolve().parents[1] / "peers" / "peer_speed.py"
@@ -77,15 +79,19 @@ def run_worker(toolkit: str, python: str | None, batches: Path, mode: str, arch:
     done = subprocess.run(command, capture_output=True, text=True, env=env)
     if done.returncode != 0:
         print(f"FAILED: {' '.join(command)}\n{done.stderr[-3000:]}", file=sys.stderr)
+        FAILED.append(f"{toolkit} {arch} {mode}: {child_error(done.stderr, lines=1)}")
         return {}
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+FAILED: list[str] = []  # the measurements that failed, each in one line
 
 
 def fmt(value, spec: str = ",.0f") -> str:
     return "-" if value is None else format(value, spec)
 
 
-def main(argv=None) -> None:
+def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--joeynmt", default=os.environ.get("NMT_BENCH_JOEYNMT"), help="JoeyNMT 2.3's python")
     parser.add_argument("--opennmt", default=os.environ.get("NMT_BENCH_OPENNMT"), help="OpenNMT-py 3.5's python")
@@ -103,6 +109,14 @@ def main(argv=None) -> None:
     parser.add_argument("--figure", default="docs/bench_scaling.png")
     parser.add_argument("--output", default="BENCHMARKS.md")
     args = parser.parse_args(argv)
+    # said now, not after minutes of measuring: where the results go, and the peers' interpreters
+    try:
+        check_output_file("--output", args.output)
+    except ValueError as err:
+        parser.error(str(err))
+    for option, python in (("--joeynmt", args.joeynmt), ("--opennmt", args.opennmt)):
+        if python and not (Path(python).is_file() and os.access(python, os.X_OK)):
+            parser.error(f"{option} {python}: not a Python interpreter here (the peer's environment's bin/python)")
     pythons = {"ours": None, "torch": None, "joeynmt": args.joeynmt, "opennmt": args.opennmt}
     systems = {name: spec for name, spec in SYSTEMS.items() if spec[0] in ("ours", "torch") or pythons[spec[0]]}
 
@@ -140,8 +154,16 @@ def main(argv=None) -> None:
         lines += scaling_rows(vocab, args, Path(args.figure), Path(args.output).parent)
     text = "\n".join(lines) + "\n"
     print(text)
+    if FAILED:  # a table with rows of "-" would read as measured
+        print(
+            f"error: {len(FAILED)} measurement(s) failed, nothing appended to {args.output}: {FAILED[0]}",
+            file=sys.stderr,
+        )
+        return 1
+    Path(args.output).parent.mkdir(parents=True, exist_ok=True)
     with open(args.output, "a") as handle:
         handle.write(text)
+    return 0
 
 
 def report_header(args, dm, vocab: int, train_batches: int, sentences: int) -> list[str]:
@@ -208,4 +230,4 @@ def decoding_table(decoding: dict) -> list[str]:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

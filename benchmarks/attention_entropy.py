@@ -14,6 +14,7 @@ import json
 
 import torch
 
+from benchmarks.options import run_main
 from nmt.data.sources import read_lines
 from nmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from nmt.inference.loading import load_model
@@ -78,4 +79,4 @@ def main(argv: list[str] | None = None) -> list[dict]:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -29,7 +29,7 @@ import torch
 from torch.nn import functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from benchmarks.options import check_device_and_json
+from benchmarks.options import check_device_and_json, run_main
 from nmt.utils.io import atomic_write_json
 from nmt.utils.machine import cpu_name
 
@@ -248,4 +248,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

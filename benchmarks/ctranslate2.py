@@ -14,6 +14,7 @@ import time
 import sacrebleu
 import torch
 
+from benchmarks.options import run_main
 from nmt.data.sources import read_parallel
 from nmt.decoding.settings import SearchConfig
 from nmt.inference.export import CTranslate2Model, export_ctranslate2
@@ -33,7 +34,7 @@ def best_time(function, repeat: int) -> tuple[float, list[str]]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("checkpoint")
     parser.add_argument("sources")
     parser.add_argument("references")
@@ -97,4 +98,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

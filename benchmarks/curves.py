@@ -19,6 +19,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from benchmarks.options import run_main
 from nmt.metrics import lower_is_better  # noqa: E402
 
 
@@ -104,6 +105,9 @@ def main(argv=None) -> None:
     parser.add_argument("--x", choices=["minutes", "step"], default="minutes", help="the horizontal axis")
     parser.add_argument("--export-to", metavar="DIR", help="also write each run directory's validations to DIR")
     args = parser.parse_args(argv)
+    unlabelled = [item for item in args.runs if "=" not in item]
+    if unlabelled:
+        parser.error(f"{unlabelled[0]}: give each run as LABEL=RUN_DIR (e.g. 'ours={unlabelled[0]}')")
     runs = dict(item.split("=", 1) for item in args.runs)  # a sweep's run folder has "=" in its name
     if args.export_to:
         for run_dir in runs.values():
@@ -124,4 +128,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -9,13 +9,14 @@ import time
 import sacrebleu
 import torch
 
+from benchmarks.options import run_main
 from nmt.data.sources import read_parallel
 from nmt.inference.translator import Translator
 from nmt.metrics.corpus import bleu_tokenizer
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("sources")
     parser.add_argument("references")
     parser.add_argument("checkpoints", nargs="+")
@@ -41,4 +42,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -14,6 +14,7 @@ from itertools import combinations
 
 from scipy import stats
 
+from benchmarks.options import run_main
 from nmt.sweep.analysis import holm
 
 FACTORS = ("optim", "pos", "norm", "smoothing")
@@ -25,6 +26,8 @@ def read_cells(path: str, column: str) -> dict[tuple, tuple[float, float]]:
     lines = open(path, encoding="utf-8").read().splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("| optim | pos | norm | smoothing |"))
     header = [c.strip() for c in lines[start].strip("|").split("|")]
+    if column not in header:
+        raise ValueError(f"{path}: the factorial's table has no column {column!r}; its columns: {header[4:]}")
     index = header.index(column)
     cells = {}
     for line in lines[start + 2 :]:
@@ -37,7 +40,7 @@ def read_cells(path: str, column: str) -> dict[tuple, tuple[float, float]]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("benchmarks")
     parser.add_argument("column")
     parser.add_argument("--seeds", type=int, default=3)
@@ -83,4 +86,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -11,6 +11,7 @@ import argparse
 import json
 from pathlib import Path
 
+from benchmarks.options import run_main
 from nmt.data.cmudict import read_entries
 from nmt.data.sources import read_lines
 
@@ -62,4 +63,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -40,7 +40,7 @@ from benchmarks.gpu_measures import (
     whole_recipe,
 )
 from benchmarks.gpu_session import SESSION, Session, table, write_results
-from benchmarks.options import check_device_and_json
+from benchmarks.options import check_device_and_json, run_main
 
 ALL_ONLY = ("budget", "only", "full_with", "sharing_with", "full_unprofiled")
 LOGGED_EVERY = 20  # updates between the throughput logs a timed run is measured by (train_command)
@@ -94,7 +94,7 @@ def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     parser.add_argument("--data", default="multi30k", help="multi30k (the tiny recipe) or toy")
     parser.add_argument("--steps", type=int, default=300, help="updates per timed run")
@@ -197,4 +197,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from hydra import compose, initialize_config_dir
 
+from benchmarks.options import run_main
 from nmt.data.build import build_datamodule
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
@@ -104,4 +105,4 @@ def main(argv: list[str] | None = None) -> Path:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

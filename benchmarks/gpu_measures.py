@@ -16,6 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks.options import BenchmarkFailed
 from nmt.utils.machine import cpu_name
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -108,7 +109,7 @@ def updates_per_second(run_dir: Path) -> float:
     rows = list(csv.DictReader((run_dir / "logs" / "metrics.csv").open()))
     rates = [float(r["train/device/batches_per_sec"]) for r in rows if r.get("train/device/batches_per_sec")]
     if not rates:
-        raise RuntimeError(f"{run_dir}: no throughput logged; train more steps (--steps)")
+        raise BenchmarkFailed(f"{run_dir}: no throughput logged; train more steps (--steps)")
     later = rates[len(rates) // 2 :] or rates
     return statistics.median(later)
 
@@ -122,7 +123,7 @@ def wall_time_parts(run_dir: Path, wall: float) -> dict:
     marks = sorted({float(r["wall_time_s"]) for r in rows if r.get("wall_time_s")})
     done = json.loads((run_dir / "results.json").read_text())
     if not marks or done.get("wall_time_s") is None:
-        raise RuntimeError(f"{run_dir}: no validation's wall time or no final wall time logged")
+        raise BenchmarkFailed(f"{run_dir}: no validation's wall time or no final wall time logged")
     epochs = [b - a for a, b in zip(marks, marks[1:], strict=False)]
     later = epochs[len(epochs) // 2 :]
     return {
@@ -160,9 +161,13 @@ def stop(process: subprocess.Popen) -> None:
 
 
 def log_tail(log: Path, lines: int = 15) -> str:
-    """The end of a failed run's log, so that a results file read far from the machine says why."""
+    """Why a run failed, so that a results file read far from the machine says so: the run's own one-line
+    error where it printed one, else the end of its log (which may be in a folder removed since)."""
     text = log.read_text(errors="replace").strip().splitlines() if log.is_file() else []
-    return f"see {log}: " + " | ".join(text[-lines:])
+    said = [line for line in text if line.startswith("error: ")]
+    if said:
+        return said[-1].removeprefix("error: ")
+    return f"the last lines of its log ({log}): " + " | ".join(text[-lines:])
 
 
 def run_logged(command: list[str], log: Path, timeout: float | None = None) -> str:
@@ -171,11 +176,11 @@ def run_logged(command: list[str], log: Path, timeout: float | None = None) -> s
     try:
         code = process.wait(timeout=timeout)
     except subprocess.TimeoutExpired as err:
-        raise RuntimeError(f"not done after {timeout:.0f} s: {log_tail(log)}") from err
+        raise BenchmarkFailed(f"not done after {timeout:.0f} s: {log_tail(log)}") from err
     finally:
         stop(process)
     if code != 0:
-        raise RuntimeError(f"failed (exit {code}): {log_tail(log)}")
+        raise BenchmarkFailed(f"failed (exit {code}): {log_tail(log)}")
     return log.read_text(errors="replace")
 
 
@@ -187,7 +192,7 @@ def host_profile(log: Path, top: int = 12) -> list[dict]:
     text = log.read_text(errors="replace")
     start = text.find("FIT Profiler Report")
     if start < 0:
-        raise RuntimeError(f"no profiler report in {log}")
+        raise BenchmarkFailed(f"no profiler report in {log}")
     rows = []
     for line in text[start:].splitlines()[1:]:
         if "Profiler Report" in line:
@@ -229,10 +234,10 @@ def concurrent_runs(
         for process, run in zip(processes, runs, strict=True):
             left = None if deadline is None else max(1.0, deadline - time.monotonic())
             if process.wait(timeout=left) != 0:
-                raise RuntimeError(f"a benchmark run failed: {log_tail(folder / f'{run.name}.log')}")
+                raise BenchmarkFailed(f"a benchmark run failed: {log_tail(folder / f'{run.name}.log')}")
     except subprocess.TimeoutExpired as err:
         # where the first run was (compiling, recording, training), read far from the machine
-        raise RuntimeError(
+        raise BenchmarkFailed(
             f"{n} run(s) not done after {timeout:.0f} s; {log_tail(folder / f'{runs[0].name}.log', lines=5)}"
         ) from err
     finally:
@@ -313,9 +318,9 @@ def searching(every: int | None = None, graphs: bool | None = None):
         search_module.read_every, search_module.use_graphs = chosen
     new = sorted(reason for reason, n in graphed.FELL_BACK.items() if n > before.get(reason, 0))
     if graphs and new:
-        raise RuntimeError(f"the step could not be recorded as a CUDA graph: {new}")
+        raise BenchmarkFailed(f"the step could not be recorded as a CUDA graph: {new}")
     if graphs and graphed.RECORDED == recorded:  # a model without fixed caches, autocast on, a table too short
-        raise RuntimeError("no search replayed a recorded step: the figure would be the step-by-step search's")
+        raise BenchmarkFailed("no search replayed a recorded step: the figure would be the step-by-step search's")
 
 
 def _time_validation(checkpoint: Path, device: str, outputs: list) -> tuple[float, int]:
@@ -419,7 +424,7 @@ def _time_run_validation(model: Path, device: str, precision: str | None, scores
     finally:
         task.stop_workers(module)
     if "val_bleu" not in scores[0]:
-        raise RuntimeError(f"the validation decoded nothing (no val_bleu among {sorted(scores[0])})")
+        raise BenchmarkFailed(f"the validation decoded nothing (no val_bleu among {sorted(scores[0])})")
     return timer.seconds, len(datamodule.text("val")[0]), precision
 
 

@@ -31,6 +31,7 @@ from pathlib import Path
 
 import torch
 
+from benchmarks.options import BenchmarkFailed, check_device_and_json, child_error, run_main
 from nmt.utils.machine import cpu_name
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -77,16 +78,16 @@ def framework_ms(
     try:
         done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired as err:
-        raise RuntimeError(f"{' '.join(command)} ran past {timeout:.0f} s") from err
+        raise BenchmarkFailed(f"{' '.join(command)} ran past {timeout:.0f} s") from err
     if done.returncode != 0:
-        raise RuntimeError(f"{' '.join(command)} failed:\n{done.stderr[-3000:]}")
+        raise BenchmarkFailed(f"the profiled train.py failed: {child_error(done.stderr)}")
     rows = [r for r in csv.DictReader((folder / "logs" / "metrics.csv").open()) if r.get("train/time")]
     timed = [(int(float(r["train/batches"])), float(r["train/time"])) for r in rows]
     if not timed or timed[-1][0] < updates - 50:  # the last row: within one logging interval of the end
-        raise RuntimeError(f"train.py trained fewer than {updates} updates: an epoch is shorter; lower --updates")
+        raise BenchmarkFailed(f"train.py trained fewer than {updates} updates: an epoch is shorter; lower --updates")
     timed = [(b, t) for b, t in timed if b >= warmup]
     if len(timed) < 2:
-        raise RuntimeError(f"fewer than two timed updates after {warmup}: raise --updates")
+        raise BenchmarkFailed(f"fewer than two timed updates after {warmup}: raise --updates")
     (b0, t0), (b1, t1) = timed[0], timed[-1]
     table = "\n".join(line for line in (done.stdout + done.stderr).splitlines() if line.startswith("|"))
     return (t1 - t0) / (b1 - b0) * 1000, (b0, b1), table
@@ -131,7 +132,7 @@ def bare_ms(overrides: list[str], window: tuple[int, int], device: str) -> float
         if len(batches) == end:
             break
     if len(batches) < end:
-        raise RuntimeError(f"an epoch has {len(batches)} batches, fewer than the {end} to time")
+        raise BenchmarkFailed(f"an epoch has {len(batches)} batches, fewer than the {end} to time")
     model = task.build_model(cfg.model, src_tokenizer, tgt_tokenizer).to(device).train()
     compile_model(model, cfg.get("compile"))
     loss = instantiate(cfg.smoothing, pad_id=PAD_ID).to(device)
@@ -215,6 +216,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--no-table", action="store_true", help="skip the profiled run and its table")
     parser.add_argument("overrides", nargs="*", help="train.py overrides after the micro model's own")
     args = parser.parse_args(argv)
+    check_device_and_json(parser, args.device, None)
     # found after the runs trained, before: two logged points (every 50 updates) after the warm-up
     if args.warmup < 0 or args.repeats < 1:
         parser.error(f"--warmup {args.warmup} --repeats {args.repeats}: a warm-up of 0 or more, 1 repeat or more")
@@ -228,4 +230,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -10,6 +10,7 @@ import time
 
 import torch
 
+from benchmarks.options import run_main
 from nmt.modules.loss import BlockedSmoothedCrossEntropy, smoothed_cross_entropy_sums
 
 DTYPES = {"32": torch.float32, "bf16": torch.bfloat16}
@@ -36,7 +37,7 @@ def time_loss(tokens: int, vocab: int, dtype: torch.dtype, smoothing: float, rep
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--tokens", type=int, default=4096)
     parser.add_argument("--vocab", type=int, default=8000)
@@ -44,6 +45,11 @@ def main() -> None:
     parser.add_argument("--smoothing", type=float, default=0.1)
     parser.add_argument("--repeats", type=int, default=7)
     args = parser.parse_args()
+    for option, value in (("--repeats", args.repeats), ("--tokens", args.tokens), ("--vocab", args.vocab)):
+        if value < 1:
+            parser.error(f"{option} {value}: 1 or more")
+    if args.threads is not None and args.threads < 1:
+        parser.error(f"--threads {args.threads}: 1 or more (leave it out for PyTorch's default)")
     if args.threads:
         torch.set_num_threads(args.threads)
     ms = time_loss(args.tokens, args.vocab, DTYPES[args.dtype], args.smoothing, args.repeats)
@@ -54,4 +60,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

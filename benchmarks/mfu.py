@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from benchmarks.options import check_device_and_json
+from benchmarks.options import check_device_and_json, run_main
 from benchmarks.systems import our_transformer
 from nmt.data.tokenizer import PAD_ID
 from nmt.modules.loss import LabelSmoothedCrossEntropy
@@ -294,4 +294,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -24,6 +24,7 @@ import json
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from benchmarks.options import run_main
 from benchmarks.stacked import RECIPE_SPEC, configured_spec, recipe_model, synthetic_batch
 from nmt.modules.attention import MultiHeadAttention
 from nmt.modules.loss import FusedSmoothedCrossEntropy, smoothed_cross_entropy_sums
@@ -186,4 +187,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 from lightning.pytorch.callbacks import Callback
 
+from benchmarks.options import run_main
 from nmt.training import trainer as trainer_module
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -191,4 +192,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -40,7 +40,7 @@ from torch.nn import functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from benchmarks.mfu import median_seconds
-from benchmarks.options import check_device_and_json
+from benchmarks.options import check_device_and_json, run_main
 from nmt.data.tokenizer import PAD_ID
 from nmt.models.build import build_model
 from nmt.utils.io import atomic_write_json
@@ -362,4 +362,4 @@ def main(argv: list[str] | None = None) -> list[dict]:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

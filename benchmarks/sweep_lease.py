@@ -25,6 +25,7 @@ import tarfile
 import time
 from pathlib import Path
 
+from benchmarks.options import run_main
 from nmt.sweep.records import RESULT
 from nmt.sweep.summary import FAILED
 from nmt.training.run_folder import in_this_folder
@@ -182,4 +183,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_main(main)

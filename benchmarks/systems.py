@@ -13,6 +13,7 @@ from omegaconf import OmegaConf
 from torch import nn
 from torch.nn import functional as F
 
+from benchmarks.options import run_main
 from nmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from nmt.decoding.search import decode
 from nmt.decoding.settings import SearchConfig
@@ -152,4 +153,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

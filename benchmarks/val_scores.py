@@ -13,6 +13,7 @@ from pathlib import Path
 
 import torch
 
+from benchmarks.options import run_main
 from nmt.data.sources import read_lines
 from nmt.metrics.corpus import bleu_tokenizer, tokenized_lowercase_scoring
 
@@ -50,13 +51,15 @@ def time_scores(kind: str, hyps: list[str], refs: list[str], lang: str, batch: i
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("folder", type=Path, help="an evaluation folder: hypotheses.txt and references.txt")
     parser.add_argument("--lang", default="de", help="the target language (its BLEU tokenizer)")
     parser.add_argument("--batch", type=int, default=128, help="sentences per update")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=None)
     args = parser.parse_args()
+    if args.repeats < 1 or args.batch < 1:
+        parser.error(f"--repeats {args.repeats} --batch {args.batch}: each 1 or more")
     if args.threads:
         torch.set_num_threads(args.threads)
     hyps, refs = read_lines(args.folder / "hypotheses.txt"), read_lines(args.folder / "references.txt")
@@ -68,4 +71,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -444,8 +444,29 @@ def test_runs_sharing_the_device_take_every_means_when_every_did_not_run_in_the_
 def test_runs_not_done_in_their_time_are_stopped_and_the_error_shows_where_the_first_one_was(tmp_path):
     from benchmarks.gpu_measures import concurrent_runs
 
-    with pytest.raises(RuntimeError, match=r"1 run\(s\) not done after 1 s; see .*runs1_0\.log: "):
+    with pytest.raises(
+        RuntimeError, match=r"1 run\(s\) not done after 1 s; the last lines of its log \(.*runs1_0\.log\): "
+    ):
         concurrent_runs(1, "cpu", "toy", 10_000, [], tmp_path, timeout=1.0)
+
+
+def test_a_failed_measuring_run_is_said_by_its_own_error_line_and_a_benchmark_ends_in_one_line(tmp_path, capsys):
+    """A run that failed for want of its corpus was "a benchmark run failed: see <a folder removed since>:
+    ...", its own one-line error amid the log; the benchmark then ended on a traceback."""
+    from benchmarks.gpu_measures import log_tail
+    from benchmarks.options import BenchmarkFailed, run_main
+
+    log = tmp_path / "run.log"
+    log.write_text("reading multi30k\nerror: Could not find the multi30k corpus. Tried: ...\n")
+    assert log_tail(log) == "Could not find the multi30k corpus. Tried: ..."
+
+    def failing():
+        raise BenchmarkFailed(f"a benchmark run failed: {log_tail(log)}")
+
+    with pytest.raises(SystemExit) as stop:
+        run_main(failing)
+    assert stop.value.code == 2
+    assert capsys.readouterr().err == "error: a benchmark run failed: Could not find the multi30k corpus. Tried: ...\n"
 
 
 def test_host_cost_refuses_a_window_without_two_timed_points_before_training(capsys):

@@ -203,3 +203,17 @@ def test_the_joeynmt_exporter_says_a_bad_override_in_one_line_and_help_is_no_err
     assert "joeynmt" in capsys.readouterr().out.lower()
     with pytest.raises(SystemExit, match=r"'optim.scheduler.factor' \(on the command line\) .* a key of optim=noam"):
         main(["out", "optim.scheduler.factor=0.5"])
+
+
+def test_the_speed_bench_checks_its_output_and_the_peers_before_measuring(tmp_path, capsys):
+    """A folder as --output, or a peer's Python that is not there, was found after the measurements (a
+    traceback, the results lost)."""
+    from benchmarks.__main__ import main
+
+    for argv, said in (
+        (["--output", str(tmp_path)], "a folder, not a file"),
+        (["--joeynmt", str(tmp_path / "nope" / "python")], "not a Python interpreter here"),
+    ):
+        with pytest.raises(SystemExit) as stop:
+            main(argv)
+        assert stop.value.code == 2 and said in capsys.readouterr().err
