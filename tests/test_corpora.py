@@ -2165,16 +2165,18 @@ def test_a_run_recorded_before_the_report_counted_references_resumes(tmp_path):
     assert check_data(run_dir, {"data": now}, force=False, resuming=True) is None
 
 
+def extract(archive: Path, folder: Path) -> None:
+    """A stand-in archive format: each of a.txt and b.txt holds the archive's text."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in ("a.txt", "b.txt"):
+        (folder / name).write_text(archive.read_text())
+
+
 def test_the_cache_s_extraction_says_whether_its_archive_is_gone_or_only_not_looked_in(tmp_path, caplog, monkeypatch):
     """An archive given by an earlier run's data.root, still in place, was said to be "no longer there"."""
     from nmt.data.sources import locate_or_extract
 
     monkeypatch.delenv("NMT_DATA", raising=False)
-
-    def extract(archive: Path, folder: Path) -> None:
-        folder.mkdir(parents=True, exist_ok=True)
-        for name in ("a.txt", "b.txt"):
-            (folder / name).write_text(archive.read_text())
 
     root, cache = tmp_path / "root", tmp_path / "cache"
     root.mkdir()
@@ -2193,11 +2195,6 @@ def test_an_extracted_file_cut_short_in_the_cache_is_extracted_again_or_named(tm
     from nmt.data.sources import locate_or_extract
 
     monkeypatch.delenv("NMT_DATA", raising=False)
-
-    def extract(archive: Path, folder: Path) -> None:
-        folder.mkdir(parents=True, exist_ok=True)
-        for name in ("a.txt", "b.txt"):
-            (folder / name).write_text(archive.read_text())
 
     root, cache = tmp_path / "root", tmp_path / "cache"
     root.mkdir()
