@@ -77,6 +77,8 @@ def plot_curves(
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for label, run_dir in runs.items():
         points = validation_curve(run_dir, metric)
+        if not points:  # a metric the run never logged drew an empty figure
+            raise ValueError(f"{label}={run_dir}: no validation logged {metric} (its metrics.csv's columns: --metric)")
         xs = [p[0] if x == "minutes" else p[2] for p in points]
         ax.plot(xs, [p[1] for p in points], label=label, linewidth=1.6, marker="." if x == "step" else None)
     styles = [("o--", "black"), ("s:", "tab:gray"), ("^-.", "tab:brown"), ("D--", "tab:olive")]

@@ -138,6 +138,9 @@ def main(argv: list[str] | None = None) -> dict:
                 results = json.loads(Path(path).read_text())
             except (OSError, ValueError) as err:
                 parser.error(f"--table {path}: not a results file of --all ({err})")
+            if not isinstance(results, dict) or "device" not in results or "torch" not in results:
+                # a plain run's --json, or another file: an empty table headed "None" read as measured nothing
+                parser.error(f"--table {path}: not a results file of --all (it names no device and torch)")
             print(table(results) + "\n")
         return {}
     check_arguments(parser, args)

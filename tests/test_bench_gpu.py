@@ -476,3 +476,21 @@ def test_host_cost_refuses_a_window_without_two_timed_points_before_training(cap
     with pytest.raises(SystemExit):
         main(["--updates", "100", "--warmup", "200"])
     assert "--updates 100: at least --warmup + 100 (300)" in capsys.readouterr().err
+
+
+def test_the_table_reads_results_of_all_only_and_a_curve_of_no_points_is_refused(tmp_path, capsys):
+    """gpu --table of a plain run's --json (or {}) printed an empty table headed "(None, torch None)"; curves
+    with a metric the runs never logged wrote an empty figure."""
+    from benchmarks.curves import plot_curves
+    from benchmarks.gpu import main
+
+    for name, content in (("plain.json", {"device": "cpu", "data": "toy", "steps": 20}), ("empty.json", {})):
+        (tmp_path / name).write_text(json.dumps(content))
+        with pytest.raises(SystemExit) as stop:
+            main(["--table", str(tmp_path / name)])
+        assert stop.value.code == 2 and "not a results file of --all" in capsys.readouterr().err
+    run = tmp_path / "run.csv"
+    run.write_text("step,epoch,wall_time_s,val_bleu\n9,0,60,12.5\n")
+    with pytest.raises(ValueError, match=r"^ours=.*run.csv: no validation logged val_rouge"):
+        plot_curves(tmp_path / "curve.png", {"ours": str(run)}, {}, metric="val_rouge")
+    assert not (tmp_path / "curve.png").exists()
