@@ -178,11 +178,18 @@ class TraceOnce(Callback):
 
 def main() -> None:
     usage = "usage: python -m benchmarks.profiled_train --after UPDATES [--trace] [train.py overrides]"
+    if sys.argv[1:2] in (["-h"], ["--help"]):
+        print(f"{usage}\n\n{__doc__}")
+        return
     if sys.argv[1:2] != ["--after"] or len(sys.argv) < 3:
         raise SystemExit(usage)
+    if not sys.argv[2].isdigit():
+        raise SystemExit(f"error: --after {sys.argv[2]}: a number of updates (the warm-up the report leaves out)")
     after = int(sys.argv[2])
     trace = TraceOnce(after) if sys.argv[3:4] == ["--trace"] else None
     del sys.argv[1 : 4 if trace else 3]
+    if not any(arg.lstrip("+").startswith("trainer.profiler=") for arg in sys.argv[1:]):
+        sys.argv.append("+trainer.profiler=simple")  # the report this program is for: without it, none at all
     build = trainer_module._callbacks
     ours = [ClearProfilerAfter(after, trace), *([trace] if trace else [])]
     trainer_module._callbacks = lambda *args, **kwargs: [*build(*args, **kwargs), *ours]
