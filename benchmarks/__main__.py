@@ -15,6 +15,7 @@ ratios hold on a noisy machine.
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -23,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.options import child_error, run_main
+from benchmarks.options import last_lines, run_main
 from benchmarks.scaling import scaling_rows
 from nmt.data.multi30k import Multi30kDataModule
 from nmt.data.sources import DataNotFoundError
@@ -79,7 +80,7 @@ def run_worker(toolkit: str, python: str | None, batches: Path, mode: str, arch:
     done = subprocess.run(command, capture_output=True, text=True, env=env)
     if done.returncode != 0:
         print(f"FAILED: {' '.join(command)}\n{done.stderr[-3000:]}", file=sys.stderr)
-        FAILED.append(f"{toolkit} {arch} {mode}: {child_error(done.stderr, lines=1)}")
+        FAILED.append(f"{toolkit} {arch} {mode}: {last_lines(done.stderr, lines=1)}")
         return {}
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -115,8 +116,9 @@ def main(argv=None) -> int:
     except ValueError as err:
         parser.error(str(err))
     for option, python in (("--joeynmt", args.joeynmt), ("--opennmt", args.opennmt)):
-        if python and not (Path(python).is_file() and os.access(python, os.X_OK)):
+        if python and shutil.which(python) is None:  # a path, or a name on PATH
             parser.error(f"{option} {python}: not a Python interpreter here (the peer's environment's bin/python)")
+    FAILED.clear()
     pythons = {"ours": None, "torch": None, "joeynmt": args.joeynmt, "opennmt": args.opennmt}
     systems = {name: spec for name, spec in SYSTEMS.items() if spec[0] in ("ours", "torch") or pythons[spec[0]]}
 
@@ -150,16 +152,17 @@ def main(argv=None) -> int:
     lines = report_header(args, dm, vocab, len(train), sum(c.size(0) for c in chunks))
     lines += training_table(training)
     lines += decoding_table(decoding)
-    if not args.no_scaling:
-        lines += scaling_rows(vocab, args, Path(args.figure), Path(args.output).parent)
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if FAILED:  # a table with rows of "-" would read as measured
+    if FAILED:  # a table with rows of "-" would read as measured: nothing appended, no figure redrawn
+        print("\n".join(lines) + "\n")
         print(
             f"error: {len(FAILED)} measurement(s) failed, nothing appended to {args.output}: {FAILED[0]}",
             file=sys.stderr,
         )
-        return 1
+        return 2
+    if not args.no_scaling:
+        lines += scaling_rows(vocab, args, Path(args.figure), Path(args.output).parent)
+    text = "\n".join(lines) + "\n"
+    print(text)
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)
     with open(args.output, "a") as handle:
         handle.write(text)

@@ -27,7 +27,7 @@ import torch
 
 from benchmarks.gpu_measures import ROOT, device_name, run_env
 from benchmarks.host_cost import compose, training_data
-from benchmarks.options import BenchmarkFailed, check_device_and_json, child_error, run_main
+from benchmarks.options import BenchmarkFailed, check_device_and_json, last_lines, run_main
 
 
 def one(setting: str, device: str, overrides: list[str], shapes: int, timed: int) -> dict:
@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
             command += ["--shapes", str(args.shapes), "--timed", str(args.timed), *overrides]
             done = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, check=False)
         if done.returncode != 0:
-            raise BenchmarkFailed(f"compile={setting} failed: {child_error(done.stderr)}")
+            raise BenchmarkFailed(f"compile={setting} failed: {last_lines(done.stderr)}")
         results.append(json.loads(done.stdout.strip().splitlines()[-1]))
         print(json.dumps(results[-1]), flush=True)
     return results

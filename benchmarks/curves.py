@@ -78,7 +78,8 @@ def plot_curves(
     for label, run_dir in runs.items():
         points = validation_curve(run_dir, metric)
         if not points:  # a metric the run never logged drew an empty figure
-            raise ValueError(f"{label}={run_dir}: no validation logged {metric} (its metrics.csv's columns: --metric)")
+            logged = sorted({key for row in validation_rows(run_dir) for key, value in row.items() if value})
+            raise ValueError(f"{label}={run_dir}: no validation logged {metric}; --metric one of {logged}")
         xs = [p[0] if x == "minutes" else p[2] for p in points]
         ax.plot(xs, [p[1] for p in points], label=label, linewidth=1.6, marker="." if x == "step" else None)
     styles = [("o--", "black"), ("s:", "tab:gray"), ("^-.", "tab:brown"), ("D--", "tab:olive")]
@@ -107,7 +108,8 @@ def main(argv=None) -> None:
     parser.add_argument("--x", choices=["minutes", "step"], default="minutes", help="the horizontal axis")
     parser.add_argument("--export-to", metavar="DIR", help="also write each run directory's validations to DIR")
     args = parser.parse_args(argv)
-    unlabelled = [item for item in args.runs if "=" not in item]
+    # a sweep's run folder has "=" in its name (sweeps/x/optim=adam): unlabelled where the part before it is no label
+    unlabelled = [item for item in args.runs if "=" not in item or (Path(item).exists() and "/" in item.split("=")[0])]
     if unlabelled:
         parser.error(f"{unlabelled[0]}: give each run as LABEL=RUN_DIR (e.g. 'ours={unlabelled[0]}')")
     runs = dict(item.split("=", 1) for item in args.runs)  # a sweep's run folder has "=" in its name
@@ -115,13 +117,13 @@ def main(argv=None) -> None:
         for run_dir in runs.values():
             if Path(run_dir).is_dir():
                 print("wrote", export_validations(run_dir, Path(args.export_to) / f"{Path(run_dir).name}.csv"))
-    references = {label: _pairs(points) for label, points in (r.split("=", 1) for r in args.reference)}
-    plot_curves(args.out, runs, references, args.metric, args.x)
+    try:
+        references = {label: _pairs(points) for label, points in (r.split("=", 1) for r in args.reference)}
+    except ValueError:
+        parser.error(f"--reference {args.reference}: each LABEL=X:VALUE,X:VALUE (e.g. 'JoeyNMT=38:14.09,74:25.95')")
+    plot_curves(args.out, runs, references, args.metric, args.x)  # a run without the metric is refused there
     for label, run_dir in runs.items():
         points = validation_curve(run_dir, args.metric)
-        if not points:
-            print(f"{label}: no validation logged {args.metric}")
-            continue
         best = (min if lower_is_better(args.metric) else max)(points, key=lambda p: p[1])
         minutes, value, updates = best
         print(

@@ -16,7 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.options import BenchmarkFailed
+from benchmarks.options import BenchmarkFailed, child_error
 from nmt.utils.machine import cpu_name
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -160,14 +160,14 @@ def stop(process: subprocess.Popen) -> None:
         process.wait()
 
 
-def log_tail(log: Path, lines: int = 15) -> str:
+def log_tail(log: Path, lines: int = 15, ended: bool = True) -> str:
     """Why a run failed, so that a results file read far from the machine says so: the run's own one-line
     error where it printed one, else the end of its log (which may be in a folder removed since)."""
-    text = log.read_text(errors="replace").strip().splitlines() if log.is_file() else []
-    said = [line for line in text if line.startswith("error: ")]
+    text = log.read_text(errors="replace") if log.is_file() else ""
+    said = child_error(text) if ended else None  # its own error, where that ends the log of a run that ended
     if said:
-        return said[-1].removeprefix("error: ")
-    return f"the last lines of its log ({log}): " + " | ".join(text[-lines:])
+        return f"{said} (its log: {log})"
+    return f"the last lines of its log ({log}): " + " | ".join(text.strip().splitlines()[-lines:])
 
 
 def run_logged(command: list[str], log: Path, timeout: float | None = None) -> str:
@@ -176,7 +176,7 @@ def run_logged(command: list[str], log: Path, timeout: float | None = None) -> s
     try:
         code = process.wait(timeout=timeout)
     except subprocess.TimeoutExpired as err:
-        raise BenchmarkFailed(f"not done after {timeout:.0f} s: {log_tail(log)}") from err
+        raise BenchmarkFailed(f"not done after {timeout:.0f} s: {log_tail(log, ended=False)}") from err
     finally:
         stop(process)
     if code != 0:
@@ -237,9 +237,8 @@ def concurrent_runs(
                 raise BenchmarkFailed(f"a benchmark run failed: {log_tail(folder / f'{run.name}.log')}")
     except subprocess.TimeoutExpired as err:
         # where the first run was (compiling, recording, training), read far from the machine
-        raise BenchmarkFailed(
-            f"{n} run(s) not done after {timeout:.0f} s; {log_tail(folder / f'{runs[0].name}.log', lines=5)}"
-        ) from err
+        first = log_tail(folder / f"{runs[0].name}.log", lines=5, ended=False)
+        raise BenchmarkFailed(f"{n} run(s) not done after {timeout:.0f} s; {first}") from err
     finally:
         for process in processes:
             stop(process)

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.options import BenchmarkFailed, check_device_and_json, child_error, run_main
+from benchmarks.options import BenchmarkFailed, check_device_and_json, last_lines, run_main
 from nmt.utils.machine import cpu_name
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -80,7 +80,7 @@ def framework_ms(
     except subprocess.TimeoutExpired as err:
         raise BenchmarkFailed(f"{' '.join(command)} ran past {timeout:.0f} s") from err
     if done.returncode != 0:
-        raise BenchmarkFailed(f"the profiled train.py failed: {child_error(done.stderr)}")
+        raise BenchmarkFailed(f"the profiled train.py failed: {last_lines(done.stderr)}")
     rows = [r for r in csv.DictReader((folder / "logs" / "metrics.csv").open()) if r.get("train/time")]
     timed = [(int(float(r["train/batches"])), float(r["train/time"])) for r in rows]
     if not timed or timed[-1][0] < updates - 50:  # the last row: within one logging interval of the end

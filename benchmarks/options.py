@@ -12,11 +12,16 @@ class BenchmarkFailed(RuntimeError):
     line by :func:`run_main`, as a wrong option is."""
 
 
-def child_error(stderr: str, lines: int = 5) -> str:
-    """Why a measuring process failed: its own one-line error where it printed one, else its last lines."""
-    text = stderr.strip().splitlines()
-    said = [line for line in text if line.startswith("error: ")]
-    return said[-1].removeprefix("error: ") if said else " | ".join(text[-lines:])
+def child_error(stderr: str, lines: int = 5) -> str | None:
+    """Why a measuring process failed: its own one-line error where that ends its output (Hydra's hint after
+    it aside), else None (an earlier error line is not the cause of a traceback after it)."""
+    text = [line for line in stderr.strip().splitlines() if line.strip() and "HYDRA_FULL_ERROR" not in line]
+    return text[-1].removeprefix("error: ") if text and text[-1].startswith("error: ") else None
+
+
+def last_lines(stderr: str, lines: int = 5) -> str:
+    """A failed process's own error line (:func:`child_error`), else the last lines of its output."""
+    return child_error(stderr) or " | ".join(stderr.strip().splitlines()[-lines:])
 
 
 def run_main(main: Callable[[], object]) -> None:
@@ -26,15 +31,22 @@ def run_main(main: Callable[[], object]) -> None:
 
     from hydra.errors import HydraException
 
+    from nmt.cli import user_message
     from nmt.inference.checkpoint import CheckpointError
 
     try:
         code = main()
+    except BrokenPipeError:  # the reader of the output left (| head): quiet, as a command killed by SIGPIPE
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise SystemExit(128 + 13) from None
     except (ValueError, OSError, statistics.StatisticsError, CheckpointError, HydraException, BenchmarkFailed) as err:
         if os.environ.get("NMT_DEBUG"):
             raise
-        said = f"{err.filename}: {err.strerror}" if isinstance(err, OSError) and err.filename else str(err).strip()
-        print(f"error: {said.splitlines()[0] if said else type(err).__name__}", file=sys.stderr)
+        said = user_message(err)  # every problem of a listing error (a corpus's places tried, and the fix)
+        # a check of ours names the option or file; another error may be a fault: where to see it whole
+        ours = isinstance(err, BenchmarkFailed | CheckpointError) or (isinstance(err, OSError) and err.filename)
+        hint = "" if ours or said.startswith(("data", "--")) else " (NMT_DEBUG=1 shows where)"
+        print(f"error: {said}{hint}", file=sys.stderr)
         raise SystemExit(2) from None
     if isinstance(code, int):
         raise SystemExit(code)

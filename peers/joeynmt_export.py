@@ -61,8 +61,8 @@ def joeynmt_schedule(cfg: DictConfig) -> dict:
 
 def check_exportable(cfg: DictConfig) -> None:
     """ValueError for a setting of the run that JoeyNMT 2.3's Transformer cannot express, before anything is
-    written: its layers apply ``dropout`` to the attention weights and after the ReLU alike, and initialise
-    every weight Xavier-uniform with zero biases."""
+    written: its layers apply their one ``dropout`` to the attention weights and after the activation alike,
+    and initialise every other weight Xavier-uniform at gain 1 with zero biases."""
     model = cfg.model
     if model._target_.rsplit(".", 1)[-1] != "Transformer":
         raise ValueError("the JoeyNMT export covers model=transformer")
@@ -77,20 +77,23 @@ def check_exportable(cfg: DictConfig) -> None:
                 f"{'pos=absolute' if group == 'pos' else 'norm=layer'}"
             )
     dropout = float(model.dropout)
-    differ = {
-        "model.init": (model.get("init", "xavier"), "xavier"),
-        "model.activation": (model.get("activation", "relu"), "relu"),
-        "model.attention_dropout": (float(model.get("attention_dropout") or 0.0), dropout),
+    differ = {  # key: (ours, JoeyNMT's, why)
+        "model.init": (model.get("init", "xavier"), "xavier", "every weight Xavier-uniform at gain 1"),
+        "model.attention_dropout": (
+            float(model.get("attention_dropout") or 0.0),
+            dropout,
+            "its dropout applies to the attention weights too",
+        ),
         "model.activation_dropout": (
             dropout if model.get("activation_dropout") is None else float(model.activation_dropout),
             dropout,
+            "its dropout applies after the activation too",
         ),
     }
-    for key, (ours, theirs) in differ.items():
+    for key, (ours, theirs, why) in differ.items():
         if ours != theirs:
             raise ValueError(
-                f"{key}={ours}: JoeyNMT's Transformer has {theirs} only (its dropout applies to the attention "
-                f"weights and after the ReLU alike); export a run with {key}={theirs}"
+                f"{key}={ours}: JoeyNMT's Transformer has {theirs} only ({why}); export a run with {key}={theirs}"
             )
     joeynmt_schedule(cfg)
 
@@ -120,7 +123,9 @@ def joeynmt_config(cfg: DictConfig, dm, out: Path, files: dict, validation_freq:
             "type": "transformer",
             "num_layers": layers,
             "num_heads": int(model.num_heads),
-            "embeddings": {"embedding_dim": int(model.d_model), "scale": True, "dropout": 0.0},
+            # ours drops out after the embeddings and positions, as JoeyNMT's emb_dropout does
+            "embeddings": {"embedding_dim": int(model.d_model), "scale": True, "dropout": float(model.dropout)},
+            "activation": str(model.get("activation", "relu")),
             "hidden_size": int(model.d_model),
             "ff_size": int(model.ffn_dim),
             "dropout": float(model.dropout),
@@ -178,8 +183,9 @@ def joeynmt_config(cfg: DictConfig, dm, out: Path, files: dict, validation_freq:
             "initializer": "xavier_uniform",
             "bias_initializer": "zeros",
             "init_gain": 1.0,
-            "embed_initializer": "xavier_uniform",
-            "embed_init_gain": 1.0,
+            # ours: normal at std d^-1/2, so that with the sqrt(d) scale embeddings enter at unit variance
+            "embed_initializer": "normal",
+            "embed_init_weight": float(model.d_model) ** -0.5,
             "tied_embeddings": tied_all,
             "tied_softmax": model.tie_embeddings in ("decoder", "all"),
             "encoder": stack(int(model.encoder_layers)),

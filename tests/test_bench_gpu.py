@@ -458,7 +458,7 @@ def test_a_failed_measuring_run_is_said_by_its_own_error_line_and_a_benchmark_en
 
     log = tmp_path / "run.log"
     log.write_text("reading multi30k\nerror: Could not find the multi30k corpus. Tried: ...\n")
-    assert log_tail(log) == "Could not find the multi30k corpus. Tried: ..."
+    assert log_tail(log) == f"Could not find the multi30k corpus. Tried: ... (its log: {log})"
 
     def failing():
         raise BenchmarkFailed(f"a benchmark run failed: {log_tail(log)}")
@@ -466,7 +466,13 @@ def test_a_failed_measuring_run_is_said_by_its_own_error_line_and_a_benchmark_en
     with pytest.raises(SystemExit) as stop:
         run_main(failing)
     assert stop.value.code == 2
-    assert capsys.readouterr().err == "error: a benchmark run failed: Could not find the multi30k corpus. Tried: ...\n"
+    said = capsys.readouterr().err
+    assert said == f"error: a benchmark run failed: Could not find the multi30k corpus. Tried: ... (its log: {log})\n"
+    # an earlier error line is not the cause of a traceback after it; a run cut short by time has no cause
+    log.write_text("error: stale\nTraceback (most recent call last):\nRuntimeError: CUDA error: out of memory\n")
+    assert log_tail(log).startswith("the last lines of its log") and "out of memory" in log_tail(log)
+    log.write_text("step 3\nerror: said\n")
+    assert log_tail(log, ended=False).startswith("the last lines of its log")
 
 
 def test_host_cost_refuses_a_window_without_two_timed_points_before_training(capsys):

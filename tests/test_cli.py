@@ -1066,3 +1066,30 @@ def test_a_file_error_in_the_cache_says_to_give_another_cache_folder(tmp_path):
     )
     outside = PermissionError(13, "Permission denied", str(tmp_path / "out.txt"))
     assert user_message(outside, cfg) == f"{outside.filename}: Permission denied"
+
+
+def test_a_refusal_keeps_a_folder_another_run_holds(tmp_path, monkeypatch):
+    """Two runs started in one second share Hydra's dated folder: the one refused removed the other's folder
+    and lock while that one read its data (its fingerprint not yet written)."""
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import open_dict
+
+    from nmt.cli import arguments
+    from nmt.training.run_folder import RunLock
+
+    folder = tmp_path / "runs" / "transformer_toy" / "2026-12-07_18-00-00"
+    (folder / ".hydra").mkdir(parents=True)
+    (folder / "train.log").write_text("")
+    cfg = compose_train("data=toy", tiny=False, hydra=True)
+    with open_dict(cfg):
+        cfg.hydra.runtime.output_dir = str(folder)
+    monkeypatch.setattr(arguments, "_BEFORE_HYDRA", {})
+    HydraConfig.instance().set_config(cfg)
+    try:
+        with RunLock(folder):  # the other run, training there
+            arguments.drop_refused_output()
+            assert (folder / ".hydra").is_dir()
+        arguments.drop_refused_output()  # no one holds it: Hydra's record of a refused run, removed
+        assert not folder.exists() and not folder.parent.exists()
+    finally:
+        HydraConfig.instance().cfg = None

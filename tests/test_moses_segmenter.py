@@ -189,7 +189,10 @@ def test_the_joeynmt_export_refuses_a_moses_tokenised_target(tmp_path, name):
     from .conftest import compose_train
 
     cfg = compose_train(
-        f"+data.segmenter={{de:{name}}}", "trainer.val_check_interval=20", "trainer.check_val_every_n_epoch=null"
+        f"+data.segmenter={{de:{name}}}",
+        "trainer.val_check_interval=20",
+        "trainer.check_val_every_n_epoch=null",
+        "model.attention_dropout=0.1",  # as JoeyNMT's layers apply model.dropout (0.1)
     )
     with pytest.raises(ValueError, match=f"data.segmenter.de={name}: JoeyNMT does not detokenise"):
         export(cfg, tmp_path / "joey")

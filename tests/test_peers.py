@@ -102,7 +102,6 @@ def test_joeynmt_export_of_a_model_it_cannot_express_says_so(tmp_path):
         ("model.init=fairseq", r"^model.init=fairseq: JoeyNMT's Transformer has xavier only"),
         ("model.attention_dropout=0.0", r"^model.attention_dropout=0.0: JoeyNMT's Transformer has 0.1 only"),
         ("model.activation_dropout=0.3", r"^model.activation_dropout=0.3: JoeyNMT's Transformer has 0.1 only"),
-        ("model.activation=gelu", r"^model.activation=gelu: JoeyNMT's Transformer has relu only"),
     ):
         with pytest.raises(ValueError, match=said):
             export(compose_train(*STEP_BUDGET, setting), tmp_path / "joey")
@@ -115,6 +114,13 @@ def test_joeynmt_export_of_a_model_it_cannot_express_says_so(tmp_path):
     layers = compose_train(*STEP_BUDGET, "model.encoder_layers=3", "model.decoder_layers=1")  # each its own depth
     settings = yaml.safe_load(export(layers, tmp_path / "deep").read_text())["model"]
     assert (settings["encoder"]["num_layers"], settings["decoder"]["num_layers"]) == (3, 1)
+    # what JoeyNMT can express is written as ours: the dropout after embeddings and positions, the embeddings'
+    # initialisation (normal, std d^-1/2), the activation
+    gelu = compose_train(*STEP_BUDGET, "model.activation=gelu")
+    settings = yaml.safe_load(export(gelu, tmp_path / "gelu").read_text())["model"]
+    assert settings["encoder"]["activation"] == settings["decoder"]["activation"] == "gelu"
+    assert settings["encoder"]["embeddings"]["dropout"] == gelu.model.dropout
+    assert (settings["embed_initializer"], settings["embed_init_weight"]) == ("normal", gelu.model.d_model**-0.5)
 
 
 def test_validation_every_n_updates_across_epochs(tmp_path):

@@ -123,16 +123,21 @@ def drop_refused_output() -> None:
 
     if not HydraConfig.initialized() or _BEFORE_HYDRA.get("run_dir_existed", False):
         return
+    from nmt.training.run_folder import RunFolderError, RunLock
+
     folder = Path(HydraConfig.get().runtime.output_dir)
     try:
-        # Hydra's record, the log of the refusal and the folder's lock: nothing of a run (a fingerprint, a
-        # config, a checkpoint) was written
-        if not {p.name for p in folder.iterdir()} <= {".hydra", "train.log", ".lock"}:
-            return
-        shutil.rmtree(folder)
+        # held while removed: a run started in the same second shares Hydra's dated folder, and its lock keeps
+        # the folder it trains in (it writes its fingerprint only once the data is read)
+        with RunLock(folder):
+            # Hydra's record, the log of the refusal and the lock: nothing of a run (a fingerprint, a config,
+            # a checkpoint) was written
+            if not {p.name for p in folder.iterdir()} <= {".hydra", "train.log", ".lock"}:
+                return
+            shutil.rmtree(folder)
         if "run_dir_existed" not in _BEFORE_HYDRA:  # Hydra's own runs/<name>/<date_time>: its name's folder too
             folder.parent.rmdir()
-    except OSError:  # gone, not empty, or not ours to remove: kept as it is
+    except (OSError, RunFolderError):  # gone, not empty, in use, or not ours to remove: kept as it is
         pass
 
 
@@ -140,7 +145,7 @@ def hydra_dir_from_run_dir(argv: list[str]) -> list[str]:
     """train.py given ``run_dir=...``: Hydra's own output (``.hydra/``, the log) goes into that folder too, as a
     sweep's runs do, not into a second folder under ``runs/`` of the working directory."""
     given = _given_run_dir(argv)
-    hydra_dirs = [a.partition("=")[2] for a in argv if a.startswith("hydra.run.dir=")]
+    hydra_dirs = [a.partition("=")[2] for a in argv if a.lstrip("+").startswith("hydra.run.dir=")]
     if hydra_dirs:  # a folder named for Hydra's output: whether it was there before, as for run_dir
         _BEFORE_HYDRA["run_dir_existed"] = Path(hydra_dirs[-1].strip("'\"")).expanduser().exists()
     if given is None or any("hydra.run.dir=" in a for a in argv):

@@ -401,7 +401,7 @@ def reencoding_hint(raw: bytes) -> str:
 
 def decode_lines(raw_lines: Iterable[bytes], name: str) -> list[str]:
     """Decode byte lines from ``name`` (a file, or "<stdin>") as :func:`read_lines` does."""
-    lines, raw = [], b""
+    lines = []
     for number, raw in enumerate(raw_lines, start=1):
         try:
             line = raw.decode("utf-8")
@@ -412,9 +412,9 @@ def decode_lines(raw_lines: Iterable[bytes], name: str) -> list[str]:
         # a byte-order mark opens a file, and opens a line where files were joined (cat a.txt b.txt): there it
         # made a line holding only it a sentence, not an empty line
         lines.append(line.removeprefix("\ufeff").rstrip("\r\n"))
-    if len(lines) == 1 and "\r" in lines[0] and not raw.endswith(b"\n"):
-        # no line feed at all, and carriage returns inside: lines ended by CR alone (classic Mac OS), the whole
-        # file read as one sentence (a stray CR in a file of line feeds reads as a space, as the tokenizer reads it)
+    if len(lines) == 1 and "\r" in lines[0]:
+        # one line, carriage returns inside: lines ended by CR alone (classic Mac OS), the whole file read as one
+        # sentence (a stray CR in a file of several lines reads as a space, as the tokenizer reads it)
         raise ValueError(
             f"{name}: its lines end in a carriage return alone (\\r, no \\n): convert the file first "
             "(tr '\\r' '\\n' < old > new)"

@@ -64,9 +64,12 @@ def experiment_recipe(experiment: str | None) -> str | None:
     for entry in OmegaConf.load(path).get("defaults") or []:
         if OmegaConf.is_dict(entry) and "override /recipe" in entry:
             own = str(entry["override /recipe"])
-        elif isinstance(entry, str) and entry != "_self_" and not entry.startswith("/"):
-            # another experiment it builds on (factorial_converged on factorial_tiny): its pin, unless this one's
-            built_on = experiment_recipe(entry.removeprefix("experiment/")) or built_on
+        elif isinstance(entry, str) and entry != "_self_":
+            # another experiment it builds on (factorial_converged on factorial_tiny; /experiment/x, x@_here_):
+            # its pin, unless this one's
+            name = entry.partition("@")[0].removeprefix("/").removeprefix("experiment/")
+            if "/" not in name:  # not another group's config (/recipe/x, /data/y)
+                built_on = experiment_recipe(name) or built_on
     return own if own is not None else built_on
 
 
