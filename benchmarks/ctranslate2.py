@@ -7,9 +7,9 @@ Each system decodes the whole file ``--repeat`` times after one warm-up pass; th
 """
 
 import argparse
-import platform
 import tempfile
 import time
+from datetime import date
 
 import sacrebleu
 import torch
@@ -21,6 +21,7 @@ from nmt.inference.export import CTranslate2Model, export_ctranslate2
 from nmt.inference.loading import load_model
 from nmt.inference.translator import Translator
 from nmt.metrics.corpus import bleu_tokenizer
+from nmt.utils.machine import cpu_name
 
 
 def best_time(function, repeat: int) -> tuple[float, list[str]]:
@@ -85,8 +86,8 @@ def main() -> None:
                 same = sum(a == b for a, b in zip(outputs, reference_outputs, strict=True))
                 score = bleu.corpus_score(outputs, [references]).score
                 rows.append((f"CTranslate2 {name}, lp {alpha:g}", seconds, score, same))
-    cpu = platform.processor() or platform.machine()
-    print(f"{len(sources)} sentences, beam {args.beam}, {args.threads} threads, {cpu}")
+    # the CPU's model, as the other benchmarks name it: the figures depend on its units (platform says x86_64)
+    print(f"{len(sources)} sentences, beam {args.beam}, {args.threads} threads, {cpu_name()}, {date.today()}")
     print("| system | BLEU | outputs equal to ours (same lp) | sentences/s | speed-up over ours (same lp) |")
     print("|---|---|---|---|---|")
     base = None

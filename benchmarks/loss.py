@@ -12,6 +12,7 @@ import torch
 
 from benchmarks.options import run_main
 from nmt.modules.loss import BlockedSmoothedCrossEntropy, smoothed_cross_entropy_sums
+from nmt.utils.machine import cpu_name
 
 DTYPES = {"32": torch.float32, "bf16": torch.bfloat16}
 
@@ -54,7 +55,8 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     ms = time_loss(args.tokens, args.vocab, DTYPES[args.dtype], args.smoothing, args.repeats)
     print(
-        f"{args.tokens} x {args.vocab} {args.dtype} logits, {torch.get_num_threads()} threads: "
+        f"{args.tokens} x {args.vocab} {'fp32' if args.dtype == '32' else args.dtype} logits, {cpu_name()}, "
+        f"{torch.get_num_threads()} threads: "
         f"formula {ms['formula']:.1f} ms, blocked {ms['blocked']:.1f} ms ({ms['formula'] / ms['blocked']:.2f}x)"
     )
 

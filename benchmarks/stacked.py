@@ -44,6 +44,7 @@ from benchmarks.options import check_device_and_json, run_main
 from nmt.data.tokenizer import PAD_ID
 from nmt.models.build import build_model
 from nmt.utils.io import atomic_write_json
+from nmt.utils.machine import cpu_name
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 RECIPE = OmegaConf.load(CONF / "recipe" / "multi30k_transformer.yaml")
@@ -344,7 +345,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
                 row["error"] = f"{type(err).__name__}: {err}"
             rows.append(row)
             print(json.dumps(row), flush=True)
-    name = torch.cuda.get_device_name() if device.type == "cuda" else f"CPU, {torch.get_num_threads()} threads"
+    name = torch.cuda.get_device_name() if device.type == "cuda" else f"{cpu_name()}, {torch.get_num_threads()} threads"
     print(f"\nStacked against separate ({spec.name}; {name}, torch {torch.__version__}, {args.precision}):")
     print("| members | way | CUDA graph | step (ms) | member updates/s | target tokens/s |")
     print("|---|---|---|---|---|---|")

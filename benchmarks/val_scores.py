@@ -9,6 +9,7 @@ references of any evaluation folder, fed in batches as validation feeds them.
 import argparse
 import statistics
 import time
+from datetime import date
 from pathlib import Path
 
 import torch
@@ -16,6 +17,7 @@ import torch
 from benchmarks.options import run_main
 from nmt.data.sources import read_lines
 from nmt.metrics.corpus import bleu_tokenizer, tokenized_lowercase_scoring
+from nmt.utils.machine import cpu_name
 
 
 def scorers(kind: str, lang: str, tok_lc: dict) -> dict:
@@ -63,7 +65,10 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     hyps, refs = read_lines(args.folder / "hypotheses.txt"), read_lines(args.folder / "references.txt")
-    print(f"{len(hyps)} sentences from {args.folder}, batches of {args.batch}, median of {args.repeats}")
+    print(
+        f"{len(hyps)} sentences from {args.folder}, batches of {args.batch}, median of {args.repeats}; "
+        f"{cpu_name()}, {torch.get_num_threads()} threads, {date.today()}"
+    )
     for kind in ("torchmetrics", "sacrebleu statistics"):
         runs = [time_scores(kind, hyps, refs, args.lang, args.batch) for _ in range(args.repeats)]
         seconds = statistics.median(t for t, _ in runs)
