@@ -1938,9 +1938,13 @@ def test_a_missing_validation_file_is_said_before_a_tokenizer_is_trained(tmp_pat
     module = Multi30kDataModule(root=str(root), download=False, cache_dir=str(cache))
     with pytest.raises(
         DataNotFoundError, match=r"data.root=.*root holds none of these files: it should hold val.en.gz"
-    ):
+    ) as said:
         module.prepare_data()
     assert trained == []
+    # every split's missing files at once, not one split per try (the test set's too)
+    assert str(said.value).endswith(
+        "\nNot found either: the test split's test_2016_flickr.en.gz, test_2016_flickr.de.gz"
+    )
 
 
 def test_the_folder_a_corpus_is_read_from_is_said_once_into_the_runs_log(tmp_path, caplog):

@@ -20,6 +20,7 @@ from nmt.data.batching import TokenBatchSampler
 from nmt.data.loaders import STAGE_SPLITS, sharded_loader
 from nmt.data.packed import IndexBatch, PackedPairs, index_batch
 from nmt.data.segmenter import SEGMENTERS, Segmenter
+from nmt.data.sources import DataNotFoundError
 from nmt.data.tokenizer import (
     BOS_ID,
     EOS_ID,
@@ -332,8 +333,20 @@ class ParallelDataModule:
         # runs once per machine: downloads, trains the tokenizers and fills the encoding cache; what no
         # batch could hold is said here, before a model is built. Every split is read first: a missing
         # validation or test file is said before minutes of tokenizer training, not after
+        missing = []  # every split's missing files said at once: a corpus read split by split (Multi30k)
         for split in ("train", "val", "test"):
-            self.text(split)
+            try:
+                self.text(split)
+            except DataNotFoundError as err:
+                missing.append((split, err))
+        if missing:
+            first = missing[0][1]
+            # the other splits' own files (a corpus split from one pool fails alike for each: said once)
+            others = [(s, err) for s, err in missing[1:] if str(err) != str(first)]
+            if not others:
+                raise first
+            listed = "; ".join(f"the {s} split's {err.wanted or 'files'}" for s, err in others)
+            raise DataNotFoundError(f"{first}\nNot found either: {listed}") from None
         for split in ("train", "val", "test"):
             dataset = self._encoded(split)
             if split == "train" and len(dataset) == 0:

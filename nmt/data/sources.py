@@ -23,7 +23,9 @@ SOURCE_NOTE = "ARCHIVE"  # in an extraction's cache folder: the archive it came 
 
 
 class DataNotFoundError(FileNotFoundError):
-    """No place held the corpus and it could not be downloaded."""
+    """No place held the corpus and it could not be downloaded; ``wanted``: the files looked for."""
+
+    wanted: str = ""
 
 
 def _places(name: str, root, cache_dir) -> list[tuple[str, Path]]:
@@ -133,13 +135,15 @@ def _not_found(
     # root: whether data.root may name the folder (a set looked for beside a corpus that takes no root may not);
     # download: whether this run may download it (data.download=false: the fix says to allow it)
     where = f"the environment variable {DATA_ENV} to a folder containing '{name}/'"
-    return DataNotFoundError(
+    error = DataNotFoundError(
         f"Could not find the {name} corpus. Tried, in order:\n" + "\n".join(tried) + "\n"
         + (f"Fix: set data.root=/path/to/folder (or {where}) holding {wanted}" if root else f"Fix: set {where} "
            f"holding {wanted} (this run's corpus takes no data.root)")
         + ("." if not downloadable else ", or connect to the internet so it can be downloaded." if download
            else ", or let it be downloaded (data.download=true, with internet).")
     )  # fmt: skip
+    error.wanted = wanted
+    return error
 
 
 def locate(
@@ -167,7 +171,11 @@ def locate(
     for label, folder in places:
         if _holds(folder, filenames, suffixes):
             return read_from(name, label, folder)
-        _check_root_whole(label, folder, filenames, suffixes, strict_root, corpus=name, corpus_files=corpus_files)
+        try:
+            _check_root_whole(label, folder, filenames, suffixes, strict_root, corpus=name, corpus_files=corpus_files)
+        except DataNotFoundError as err:
+            err.wanted = ", ".join(filenames)  # the files of this split, named where several splits lack theirs
+            raise
         tried.append(_missing(label, folder, filenames, suffixes))
     cache = places[-1][1]
     if download and url_for:
