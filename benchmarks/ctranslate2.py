@@ -7,6 +7,7 @@ Each system decodes the whole file ``--repeat`` times after one warm-up pass; th
 """
 
 import argparse
+import logging
 import tempfile
 import time
 from datetime import date
@@ -22,6 +23,21 @@ from nmt.inference.loading import load_model
 from nmt.inference.translator import Translator
 from nmt.metrics.corpus import bleu_tokenizer
 from nmt.utils.machine import cpu_name
+
+
+class SaidOnce(logging.Filter):
+    """Lets each message through once: the export's warnings describe the sentences, the same on every pass."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.said: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if message in self.said:
+            return False
+        self.said.add(message)
+        return True
 
 
 def best_time(function, repeat: int) -> tuple[float, list[str]]:
@@ -47,6 +63,7 @@ def main() -> None:
     parser.add_argument("--patience", type=float, default=None)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    logging.getLogger("nmt.inference.export").addFilter(SaidOnce())
     sources, references = read_parallel(args.sources, args.references)
     loaded = load_model(args.checkpoint, device="cpu")
     # a model that writes lowercase text is scored ignoring case (signature case:lc), as everywhere

@@ -19,12 +19,15 @@ from nmt.sweep.analysis import holm
 
 FACTORS = ("optim", "pos", "norm", "smoothing")
 BASELINE = ("adam", "absolute", "layer", "ls01")
+TABLE_HEADER = "| optim | pos | norm | smoothing |"
 
 
 def read_cells(path: str, column: str) -> dict[tuple, tuple[float, float]]:
     """(optim, pos, norm, smoothing) -> (mean, interval half-width) from the factorial's Markdown table."""
     lines = open(path, encoding="utf-8").read().splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith("| optim | pos | norm | smoothing |"))
+    start = next((i for i, line in enumerate(lines) if line.startswith(TABLE_HEADER)), None)
+    if start is None:
+        raise ValueError(f"{path}: no factorial table (a line starting {TABLE_HEADER!r}); give BENCHMARKS.md")
     header = [c.strip() for c in lines[start].strip("|").split("|")]
     if column not in header:
         raise ValueError(f"{path}: the factorial's table has no column {column!r}; its columns: {header[4:]}")
@@ -34,8 +37,13 @@ def read_cells(path: str, column: str) -> dict[tuple, tuple[float, float]]:
         if not line.startswith("|"):
             break
         row = [c.strip() for c in line.strip("|").split("|")]
-        mean, half = (float(x) for x in re.match(r"([-\d.]+) ± ([-\d.]+)", row[index]).groups())
-        cells[tuple(row[:4])] = (mean, half)
+        found = re.match(r"([-\d.]+) ± ([-\d.]+)", row[index]) if len(row) > index else None
+        if found is None:
+            line_number = start + 3 + len(cells)
+            raise ValueError(f"{path}, line {line_number}: the cell under {column!r} is not 'mean ± half-width'")
+        cells[tuple(row[:4])] = tuple(float(x) for x in found.groups())
+    if BASELINE not in cells:
+        raise ValueError(f"{path}: the factorial's table has no baseline row {' | '.join(BASELINE)}")
     return cells
 
 

@@ -8,6 +8,7 @@ references of any evaluation folder, fed in batches as validation feeds them.
 
 import argparse
 import statistics
+import sys
 import time
 from datetime import date
 from pathlib import Path
@@ -16,7 +17,7 @@ import torch
 
 from benchmarks.options import run_main
 from nmt.data.sources import read_lines
-from nmt.metrics.corpus import bleu_tokenizer, tokenized_lowercase_scoring
+from nmt.metrics.corpus import bleu_tokenizer, tokenized_lowercase_scoring, unknown_language_note
 from nmt.utils.machine import cpu_name
 
 
@@ -64,6 +65,9 @@ def main() -> None:
         parser.error(f"--repeats {args.repeats} --batch {args.batch}: each 1 or more")
     if args.threads:
         torch.set_num_threads(args.threads)
+    note = unknown_language_note("--lang", args.lang)
+    if note:
+        print(note, file=sys.stderr)
     hyps, refs = read_lines(args.folder / "hypotheses.txt"), read_lines(args.folder / "references.txt")
     print(
         f"{len(hyps)} sentences from {args.folder}, batches of {args.batch}, median of {args.repeats}; "

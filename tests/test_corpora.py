@@ -2137,6 +2137,13 @@ def test_a_gzip_file_named_without_gz_a_folder_or_a_gz_ending_given_as_a_prefix_
     (tmp_path / "utf16.de").write_bytes("Grüße\nein Satz\n".encode("utf-16"))
     with pytest.raises(ValueError, match=r"utf16.de, line 1: invalid UTF-8 .*looks like UTF-16 .*iconv -f utf-16"):
         read_lines(tmp_path / "utf16.de")
+    # without its byte-order mark, ASCII text in UTF-16 is valid UTF-8 with a NUL beside each letter: it was read
+    (tmp_path / "utf16le.de").write_bytes("ein Satz\nzwei\n".encode("utf-16-le"))
+    with pytest.raises(ValueError, match=r"utf16le.de, line 1: a NUL byte at character 2, not text; .*iconv -f utf-16"):
+        read_lines(tmp_path / "utf16le.de")
+    (tmp_path / "nul.de").write_bytes(b"ein Satz\nzw\x00ei\n")  # one stray NUL: kept in the sentence before
+    with pytest.raises(ValueError, match=r"nul.de, line 2: a NUL byte at character 3, not text; remove it \(tr -d"):
+        read_lines(tmp_path / "nul.de")
     for lang in ("de", "en"):
         write(tmp_path / "corpus" / f"train.{lang}", EN[:5])
     languages = {"src_lang": "de", "tgt_lang": "en", "cache_dir": str(tmp_path / "c")}

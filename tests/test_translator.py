@@ -466,6 +466,7 @@ def test_translate_py_warnings_go_to_standard_error_not_among_the_translations(c
     ("stdin", "args", "message"),
     [
         (b"one\n\xff\xfe two\n", [], "error: <stdin>, line 2: invalid UTF-8"),
+        (b"one\ntw\x00o\n", [], "error: <stdin>, line 2: a NUL byte at character 3, not text"),
         (b"one\n" + b"seven " * 40 + b"\n", ["max_input_len=8", "on_long_input=error"], "error: <stdin>, line 2: "),
         (b"one\n", ["n_best=9"], "error: n_best=9: must be between 1 and the beam size (3"),
         (b"one\n", ["max_new_tokens=5"], "error: max_new_tokens=5: the words a language model adds to a prompt"),

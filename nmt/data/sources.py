@@ -407,19 +407,27 @@ def reencoding_hint(raw: bytes) -> str:
     return "re-encode the text as UTF-8 (e.g. iconv -f latin1 -t utf-8)"
 
 
+def decode_line(raw: bytes, name: str, number: int) -> str:
+    """One line of text, its line end removed: invalid UTF-8, or a NUL byte, is a ValueError naming the line.
+    UTF-16 without a byte-order mark is valid UTF-8 where its text is ASCII, a NUL beside every letter, which
+    the tokenizer would have kept as characters of the sentence."""
+    try:
+        line = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ValueError(
+            f"{name}, line {number}: invalid UTF-8 ({err.reason} at byte {err.start}); {reencoding_hint(raw)}"
+        ) from None
+    if "\x00" in line:
+        hint = reencoding_hint(raw) if raw.count(b"\x00") > 1 else "remove it (tr -d '\\000' < old > new)"
+        raise ValueError(f"{name}, line {number}: a NUL byte at character {line.index(chr(0)) + 1}, not text; {hint}")
+    return line.rstrip("\r\n")
+
+
 def decode_lines(raw_lines: Iterable[bytes], name: str) -> list[str]:
     """Decode byte lines from ``name`` (a file, or "<stdin>") as :func:`read_lines` does."""
-    lines = []
-    for number, raw in enumerate(raw_lines, start=1):
-        try:
-            line = raw.decode("utf-8")
-        except UnicodeDecodeError as err:
-            raise ValueError(
-                f"{name}, line {number}: invalid UTF-8 ({err.reason} at byte {err.start}); {reencoding_hint(raw)}"
-            ) from None
-        # a byte-order mark opens a file, and opens a line where files were joined (cat a.txt b.txt): there it
-        # made a line holding only it a sentence, not an empty line
-        lines.append(line.removeprefix("\ufeff").rstrip("\r\n"))
+    # a byte-order mark opens a file, and opens a line where files were joined (cat a.txt b.txt): there it
+    # made a line holding only it a sentence, not an empty line
+    lines = [decode_line(raw, name, number).removeprefix("\ufeff") for number, raw in enumerate(raw_lines, start=1)]
     if len(lines) == 1 and "\r" in lines[0]:
         # one line, carriage returns inside: lines ended by CR alone (classic Mac OS), the whole file read as one
         # sentence (a stray CR in a file of several lines reads as a space, as the tokenizer reads it)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from nmt.data.sources import read_lines, reencoding_hint
+from nmt.data.sources import decode_line, read_lines
 from nmt.decoding.translate import DecodingProgress
 from nmt.inference.score_stream import run_scoring
 from nmt.inference.translator import Hypothesis, InputError, Translator
@@ -67,12 +67,10 @@ def _stdin_lines() -> Iterator[str]:
         print("translate.py: type a line and Enter for its output; Ctrl-D ends", file=sys.stderr, flush=True)
     for number, raw in enumerate(iter(sys.stdin.buffer.readline, b""), start=1):
         try:
-            line = raw.decode("utf-8")
-        except UnicodeDecodeError as err:
-            raise InputError(
-                f"<stdin>, line {number}: invalid UTF-8 ({err.reason} at byte {err.start}); {reencoding_hint(raw)}"
-            ) from None
-        yield (line.removeprefix("\ufeff") if number == 1 else line).rstrip("\r\n")
+            line = decode_line(raw, "<stdin>", number)
+        except ValueError as err:
+            raise InputError(str(err)) from None
+        yield line.removeprefix("\ufeff") if number == 1 else line
 
 
 class _Terminated(KeyboardInterrupt):
