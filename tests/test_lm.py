@@ -398,6 +398,10 @@ def test_a_tiny_language_model_learns_the_counting_corpus_and_generates(ptb_fold
     for h in hypotheses:
         assert h.score == pytest.approx(h.log_prob, abs=1e-4) and len(h.token_log_probs) == len(h.tokens) + 1
     assert len(samples) == 3 and all(s.startswith("w3") and len(s.split()) <= 5 for s in samples)
+    # evaluate.py prompt= and translate.py drew other samples (seeded 1, 2, 3 against 1, 1.1, 1.2) in another order
+    sampler = Translator.from_checkpoint(results["best_checkpoint"], strategy="sample", seed=1, max_new_tokens=4)
+    assert [h.text for h in sampler.translate_nbest(["w3"], n_best=3)[0]] == samples
+    assert sampler.translate(["w3"]) == generate(loaded, "w3", SearchConfig(strategy="sample", seed=1), 1, 4)
     # what evaluate.py's prompt=... refuses is refused here too, not ignored (a length as a multiple of a source,
     # more words than a continuation may add, the cross-attention of a model without a source)
     with pytest.raises(ValueError, match=r"^decode.max_len_a=2: an output's limit as a multiple of its source"):

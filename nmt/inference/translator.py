@@ -19,7 +19,6 @@ import contextlib
 import logging
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from numbers import Integral
 
 import torch
@@ -28,7 +27,8 @@ from torch.nn import functional as F
 from nmt.data.batching import token_batches
 from nmt.data.sources import tabbed_line
 from nmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
-from nmt.decoding.constraints import NEW_TOKENS, continuation_room, position_limits
+from nmt.decoding.constraints import NEW_TOKENS, position_limits
+from nmt.decoding.continuation import continue_prompt, draw_number
 from nmt.decoding.ensemble import Ensemble
 from nmt.decoding.search import decode, ranked_hypotheses
 from nmt.decoding.settings import SearchConfig, did_you_mean, search_settings, unknown_search_option
@@ -40,12 +40,6 @@ from nmt.inference.loading import LoadedModel, load_model, pick_device, resolve_
 
 log = logging.getLogger(__name__)
 LONG_INPUT = ("truncate", "error")
-
-
-def draw_number(number: int, draw: int) -> int | str:
-    """What seeds draw ``draw`` of line ``number`` (sentence_generators): the line's number for its first draw,
-    so that one draw is what a single sample of the line is, then ``"number.draw"``."""
-    return number if draw == 0 else f"{number}.{draw}"
 
 
 def check_limits(**limits) -> None:
@@ -375,47 +369,27 @@ class Translator:
 
     # ---- internals ---------------------------------------------------------------------------------
     def _continue(self, line: str, n_best: int, scores: bool, number: int) -> list[Hypothesis]:
-        """A language model's continuations of one prompt (prompts are not padded, so one at a time): the
-        prompt follows a sentence end, as every sentence of its training stream does."""
+        """A language model's continuations of one prompt (:func:`continue_prompt`, as ``evaluate.py prompt=``)."""
         prompt = self._encode_sources([line], number, keep_end=True)[0]  # the context nearest the continuation
         unknown = self.src_tokenizer.unknown_text(line)
         if unknown:
             log.warning("line %d: outside the vocabulary, read as <unk>: %s", number, "; ".join(unknown))
-        kept, room = continuation_room(self.model, prompt, self.max_new_tokens)  # within a learned position table
+        kept, found = continue_prompt(self.model, prompt, self.search, n_best, self.max_new_tokens, number, scores)
         if len(kept) < len(prompt):
             log.warning("line %d: the continuation follows the prompt's last %d tokens (the model's position "
                         "table holds no more)", number, len(kept))  # fmt: skip
-        prompt = kept
-        context = torch.tensor([[EOS_ID, *prompt]], device=self.device)
-        # the limit counts the end token; a min_len kept from training's config asks no more than max_new_tokens
-        search = replace(
-            self.search, max_len_a=0.0, max_len_b=room, min_len=min(self.search.min_len, self.max_new_tokens)
-        )
-        if search.ranks:
-            found = ranked_hypotheses(self.model, context, BOS_ID, EOS_ID, search, numbers=[number])[0][:n_best]
-            found = found or [(0.0, [])]
-        else:  # sampling: n_best draws, seeded as translation's (draw_number); greedy: n_best is 1
-            drawn = [draw_number(number, k) for k in range(n_best)]
-            outputs = decode(self.model, context.expand(n_best, -1), BOS_ID, EOS_ID, search, numbers=drawn)
-            found = [(float("nan"), ids) for ids in outputs]
         results = []
-        for score, ids in found:
-            text = " ".join(filter(None, (line.strip(), self.tgt_tokenizer.decode(ids))))
-            hypothesis = Hypothesis(text, score, float("nan"), src_tokens=self.tgt_tokenizer.pieces(prompt))
-            if scores or len(found) > 1 and not search.ranks:  # several draws are ranked by log-probability
-                sequence = torch.tensor([[EOS_ID, *prompt, *ids]], device=self.device)
-                log_probs = F.log_softmax(self.model(sequence).float(), dim=-1)[0]  # (len, vocab)
-                start = len(prompt)  # the prediction after the prompt's last token
-                targets = torch.tensor([*ids, EOS_ID], device=self.device)
-                picked = log_probs[start : start + len(targets)].gather(-1, targets[:, None]).squeeze(-1)
-                hypothesis.tokens = self.tgt_tokenizer.pieces(ids)
-                hypothesis.token_log_probs = [float(x) for x in picked]
-                hypothesis.log_prob = sum(hypothesis.token_log_probs)
-                if hypothesis.score != hypothesis.score:
+        for continuation in found:
+            text = " ".join(filter(None, (line.strip(), self.tgt_tokenizer.decode(continuation.ids))))
+            hypothesis = Hypothesis(
+                text, continuation.score, continuation.log_prob, src_tokens=self.tgt_tokenizer.pieces(kept)
+            )
+            if continuation.token_log_probs:
+                hypothesis.tokens = self.tgt_tokenizer.pieces(continuation.ids)
+                hypothesis.token_log_probs = continuation.token_log_probs
+                if hypothesis.score != hypothesis.score:  # a search that ranks nothing: the log-probability
                     hypothesis.score = hypothesis.log_prob
             results.append(hypothesis)
-        if not search.ranks and len(results) > 1:
-            results.sort(key=lambda h: -h.log_prob)
         return results
 
     def _warn_truncated(self, numbers: list[int], keep_end: bool, later: str = "") -> None:

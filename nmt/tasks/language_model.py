@@ -3,7 +3,6 @@ whole split, and generation from a prompt."""
 
 import math
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -13,9 +12,9 @@ from rich.table import Table
 from torch import nn
 
 from nmt.data.lm import LanguageModelDataModule, is_file_split
-from nmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
-from nmt.decoding.constraints import NEW_TOKENS, continuation_room
-from nmt.decoding.search import decode
+from nmt.data.tokenizer import EOS_ID, PAD_ID, UNK_ID
+from nmt.decoding.constraints import NEW_TOKENS
+from nmt.decoding.continuation import continue_prompt
 from nmt.decoding.settings import SAMPLED, SearchConfig, search_settings
 from nmt.tasks.base import (
     FINAL_RESULTS,
@@ -323,26 +322,20 @@ def generate(
     loaded, prompt: str, search: SearchConfig, num_samples: int = 1, max_new_tokens: int = NEW_TOKENS
 ) -> list[str]:
     """Continuations of ``prompt`` (up to the end of its sentence or ``max_new_tokens`` words), each
-    returned with the prompt in front. The prompt follows a sentence end, as every sentence of the
-    training stream does; greedy and beam give one continuation, sampling ``num_samples``."""
+    returned with the prompt in front: greedy and beam give one, sampling ``num_samples``, ranked by their
+    log-probability (:func:`continue_prompt`: the same as ``translate.py`` gives for the prompt as its line 1)."""
     vocab = loaded.tgt_tokenizer
     ids = vocab.encode(prompt)
     unknown = vocab.unknown_text(prompt)
     if unknown:
         console.print(f"[yellow]prompt text outside the vocabulary, read as <unk>: {'; '.join(unknown)}")
-    rows = num_samples if search.samples else 1
-    device = next(loaded.model.parameters()).device
-    kept, room = continuation_room(loaded.model, ids, max_new_tokens)  # within a learned position table
+    kept, found = continue_prompt(loaded.model, ids, search, num_samples if search.samples else 1, max_new_tokens)
     if len(kept) < len(ids):
         console.print(
             f"[yellow]the continuation follows the prompt's last {len(kept)} words: the model's position table "
             "holds no more"
         )
-    context = torch.tensor([[EOS_ID, *kept]] * rows, device=device)
-    # the limit counts the end token; a min_len kept from training's config asks no more than max_new_tokens
-    limit = replace(search, max_len_a=0.0, max_len_b=room, min_len=min(search.min_len, max_new_tokens))
-    outputs = decode(loaded.model, context, BOS_ID, EOS_ID, limit)
-    return [" ".join(filter(None, (prompt.strip(), vocab.decode(out)))) for out in outputs]
+    return [" ".join(filter(None, (prompt.strip(), vocab.decode(c.ids)))) for c in found]
 
 
 @torch.no_grad()
