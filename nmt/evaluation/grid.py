@@ -30,7 +30,7 @@ from nmt.data.sources import read_lines
 from nmt.decoding.settings import SEARCH_TAGS, UNREAD, read_options, search_settings
 from nmt.inference.checkpoint import epochs_to_average
 from nmt.inference.loading import resolve_checkpoint_path
-from nmt.metrics import lower_is_better
+from nmt.metrics import ROUGE_KEYS, lower_is_better
 from nmt.metrics.corpus import bleu_tokenizer, tokenized_lowercase_scoring
 from nmt.metrics.randomization import paired_randomization, sentence_statistics
 from nmt.tasks.base import evaluation_splits, grid_cell_scoring
@@ -39,7 +39,7 @@ from nmt.utils.configs import CONF
 from nmt.utils.io import atomic_write_json
 
 DECODED = ("bleu", "bleu_tok_lc", "chrf")  # scores every decoding task writes, higher is better
-ROUGE = ("rouge1", "rouge2", "rougeL")  # with rouge
+ROUGE = ROUGE_KEYS  # with rouge
 TAGS = {"average_last": "avg", "beam_size": "beam", "strategy": "", **SEARCH_TAGS}  # as the folders name them
 # options the test command repeats, so that the test is decoded and scored as the grid's settings were
 PASSED_ON = ("rouge", "max_tokens", "device", "max_input_len")

@@ -6,6 +6,8 @@ import math
 # metric names ending so improve downwards: the one rule that checkpointing, early stopping, the sweep's
 # ranking and the tuning of levels all read (a new metric that falls as it improves needs its suffix here)
 LOWER_IS_BETTER = ("ppl", "loss", "ter", "wer", "cer")
+# the ROUGE variants every ROUGE score reports (F-measures)
+ROUGE_KEYS = ("rouge1", "rouge2", "rougeL")
 
 
 def lower_is_better(metric: str) -> bool:
@@ -21,7 +23,7 @@ def metric_range(metric: str) -> tuple[float, float]:
     interval over seeds reaching past these bounds says the t interval does not describe the seeds' scores (too
     few of them, or one far from the others)."""
     name = metric.removesuffix("_tok_lc")
-    if name.endswith(("bleu", "chrf", "rouge1", "rouge2", "rougeL", "word_acc")):
+    if name.endswith(("bleu", "chrf", *ROUGE_KEYS, "word_acc")):
         return 0.0, 100.0
     if name.endswith("acc"):
         return 0.0, 1.0

@@ -6,8 +6,7 @@ from collections.abc import Sequence
 
 import sacrebleu
 
-ROUGE_KEYS = ("rouge1", "rouge2", "rougeL")
-
+from nmt.metrics import ROUGE_KEYS
 
 # scripts written without spaces between words (Han characters, Japanese kana): each character a ROUGE token
 _UNSPACED = re.compile("([\u3040-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff])")

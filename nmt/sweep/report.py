@@ -384,11 +384,12 @@ def _curves(records: list[dict], factor: str, metric: str) -> tuple[dict[str, li
         # the final weights' validation is logged at their last update (its epoch a float, as Lightning writes
         # a logged value), and where training validated those weights too it repeats that row (adding what only
         # decoding measures): one value per update, the last
-        by_update = {
-            int(float(row["step"])): (int(float(row["epoch"])), float(row[metric]))
-            for row in csv.DictReader(path.open())
-            if row.get(metric)
-        }
+        with path.open(newline="", encoding="utf-8") as handle:
+            by_update = {
+                int(float(row["step"])): (int(float(row["epoch"])), float(row[metric]))
+                for row in csv.DictReader(handle)
+                if row.get(metric)
+            }
         if by_update:
             run = [(epoch, update, value) for update, (epoch, value) in sorted(by_update.items())]
             logged.setdefault(str(r["factors"][factor]), []).append(run)

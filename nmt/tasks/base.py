@@ -22,16 +22,38 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import torch
+from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from nmt.data.build import EVALUATION_DATA_OPTIONS, build_datamodule
 from nmt.data.tokenizer import PAD_ID
 from nmt.models.build import build_model
+from nmt.utils.configs import CONF
 
 # results.json's key for each split the final model is scored on: the validation set decoded as the test is
 # ("val_as_test": a measure to choose recipes by; "final_val_*" are the last logged validation's)
 FINAL_RESULTS = {"val": "val_as_test", "test": "test"}
+
+
+def decoder_only(model_cfg) -> bool:
+    """Whether the model of this config reads no source (a language model)."""
+    target = OmegaConf.select(model_cfg, "_target_", default=None) if model_cfg is not None else None
+    return bool(target) and bool(getattr(get_class(target), "decoder_only", False))
+
+
+def model_options(decoder_only_models: bool) -> str:
+    """The options of group ``model`` (conf/model/) whose class is, or is not, decoder-only: ``model=a or
+    model=b``, for messages that say which models a task trains."""
+    names = []
+    for path in sorted((CONF / "model").glob("*.yaml")):
+        target = OmegaConf.load(path).get("_target_")
+        try:
+            if target and bool(getattr(get_class(target), "decoder_only", False)) == decoder_only_models:
+                names.append(f"model={path.stem}")
+        except (ImportError, AttributeError, ValueError):  # a model that does not import is said where it is chosen
+            continue
+    return " or ".join(names) or ("a decoder-only model" if decoder_only_models else "an encoder-decoder model")
 
 
 class Task:

@@ -20,14 +20,15 @@ from nmt.tasks.base import (
     FINAL_RESULTS,
     Task,
     check_split_text,
+    decoder_only,
     evaluation_data_config,
     evaluation_splits,
     log_target_metrics,
+    model_options,
     target_metrics,
     update_target_metrics,
 )
 from nmt.tasks.eval_folders import evaluation_folder
-from nmt.tasks.translation import decoder_only, model_options
 from nmt.tasks.translation_eval import set_name
 from nmt.utils.configs import CONF
 from nmt.utils.console import console as log_console

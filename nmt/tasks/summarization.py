@@ -6,6 +6,7 @@ does not grow with the document) are search options; ``conf/task/summarization.y
 from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf
 
+from nmt.metrics import ROUGE_KEYS
 from nmt.tasks.base import FINAL_RESULTS
 from nmt.tasks.translation import TranslationTask
 
@@ -52,8 +53,8 @@ class SummarizationTask(TranslationTask):
         val = results.get(FINAL_RESULTS["val"]) or {}
         return {
             **super().sweep_metrics(results),
-            **{f"test_{key}": test.get(key) for key in ("rouge1", "rouge2", "rougeL")},
-            **{f"val_as_test_{key}": val.get(key) for key in ("rouge1", "rouge2", "rougeL")},
+            **{f"test_{key}": test.get(key) for key in ROUGE_KEYS},
+            **{f"val_as_test_{key}": val.get(key) for key in ROUGE_KEYS},
             "best_val_rougeL": results.get("best_val_rougeL"),
             "final_val_rougeL": final.get("val_rougeL"),
         }

@@ -27,9 +27,11 @@ from nmt.tasks.base import (
     Task,
     best_logged,
     check_split_text,
+    decoder_only,
     evaluation_data_config,
     evaluation_splits,
     log_target_metrics,
+    model_options,
     target_metrics,
     update_target_metrics,
 )
@@ -50,30 +52,9 @@ from nmt.tasks.translation_eval import (
     write_attention_maps,
     write_outputs,
 )
-from nmt.utils.configs import CONF
 from nmt.utils.io import atomic_write_json, atomic_write_text, check_output_file
 
 log = logging.getLogger(__name__)
-
-
-def decoder_only(model_cfg) -> bool:
-    """Whether the model of this config reads no source (a language model)."""
-    target = OmegaConf.select(model_cfg, "_target_", default=None) if model_cfg is not None else None
-    return bool(target) and bool(getattr(get_class(target), "decoder_only", False))
-
-
-def model_options(decoder_only_models: bool) -> str:
-    """The options of group ``model`` (conf/model/) whose class is, or is not, decoder-only: ``model=a or
-    model=b``, for messages that say which models a task trains."""
-    names = []
-    for path in sorted((CONF / "model").glob("*.yaml")):
-        target = OmegaConf.load(path).get("_target_")
-        try:
-            if target and bool(getattr(get_class(target), "decoder_only", False)) == decoder_only_models:
-                names.append(f"model={path.stem}")
-        except (ImportError, AttributeError, ValueError):  # a model that does not import is said where it is chosen
-            continue
-    return " or ".join(names) or ("a decoder-only model" if decoder_only_models else "an encoder-decoder model")
 
 
 def seen_in_training(loaded, split: str, sources, references) -> dict | None:

@@ -16,6 +16,7 @@ from nmt.data.file_specs import checked_columns, is_tsv, read_split_files, spec_
 from nmt.data.sources import DataNotFoundError, locate, read_parallel
 from nmt.data.tokenizer import BOS_ID, EOS_ID
 from nmt.decoding.settings import RANKED, READS, SEARCH_TAGS, UNREAD, SearchConfig
+from nmt.metrics import ROUGE_KEYS
 from nmt.metrics.corpus import language
 from nmt.tasks.base import in_grid_cell
 from nmt.utils.console import console as log_console
@@ -348,7 +349,7 @@ def print_scores(result: dict, sources, references, hypotheses, samples: int, ro
     table.add_row("chrF" + (" (case-insensitive)" if case != "cased" else ""), f"{result['chrf']:.2f}")
     table.add_row("BLEU (lowercased, tokenised)", f"{result['bleu_tok_lc']:.2f}{_interval(result, 'bleu_tok_lc_ci95')}")
     table.add_row("signature", result["bleu_signature"])
-    for key in ("rouge1", "rouge2", "rougeL"):
+    for key in ROUGE_KEYS:
         if key in result:
             table.add_row(f"ROUGE-{key.removeprefix('rouge')} (F)", f"{result[key]:.2f}")
     console.print(table)

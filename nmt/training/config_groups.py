@@ -12,6 +12,7 @@ import yaml
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
+from nmt.training.optim import noam_peak
 from nmt.utils.configs import CONF
 from nmt.utils.instantiate import locate_target
 
@@ -333,11 +334,6 @@ def optim_node_problems(cfg: DictConfig, choices: dict | None = None) -> list[st
 
 
 NOAM = "nmt.training.optim.noam"  # whose rate is its schedule's: optim.optimizer.lr multiplies it
-
-
-def noam_peak(d_model: int, warmup: int, factor: float = 1.0) -> float:
-    """The peak learning rate of Vaswani et al.'s schedule (nmt.training.optim.noam), reached at ``warmup``."""
-    return factor * d_model**-0.5 * max(warmup, 1) ** -0.5
 
 
 def _noam_rate_problems(cfg: DictConfig, scheduler) -> list[str]:

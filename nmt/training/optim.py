@@ -14,14 +14,20 @@ from torch.optim.lr_scheduler import LambdaLR
 DECAYS = ("inverse_sqrt", "cosine", "linear", "constant")
 
 
+def noam_rate(step: int, d_model: int, warmup: int, factor: float = 1.0) -> float:
+    """Vaswani et al. 2017: factor * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5), from step 1."""
+    step, warmup = max(step, 1), max(warmup, 1)
+    return factor * d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
+
+
+def noam_peak(d_model: int, warmup: int, factor: float = 1.0) -> float:
+    """The peak of :func:`noam_rate`, reached at step ``warmup``."""
+    return noam_rate(warmup, d_model, warmup, factor)
+
+
 def noam(optimizer: Optimizer, total_steps: int, d_model: int, warmup: int = 4000, factor: float = 1.0) -> LambdaLR:
-    """Vaswani et al. 2017: factor * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5) (set lr: 1.0)."""
-
-    def rate(step: int) -> float:
-        step = max(step, 1)
-        return factor * d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
-
-    return LambdaLR(optimizer, rate)
+    """Vaswani et al.'s schedule (:func:`noam_rate`; set lr: 1.0, which multiplies it)."""
+    return LambdaLR(optimizer, lambda step: noam_rate(step, d_model, warmup, factor))
 
 
 def warmup_decay(
