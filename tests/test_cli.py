@@ -147,6 +147,9 @@ def test_known_keys_pass(argv):
         (["-m", "pos=absolute,relatve"], "error: pos=relatve (on the command line): not an option of group pos "
          "(did you mean pos=relative?)"),
         (["+tuned=nothing_tuned"], "error: tuned=nothing_tuned (on the command line): not an option of group tuned"),
+        # a setting of an option, given as an option: the README's "GRU/LSTM encoder-decoder" is model=rnn's cell
+        (["model=lstm"], "error: model=lstm (on the command line): not an option of group model (model=rnn "
+         "model.cell=lstm?); valid: " + ", ".join(sorted(f.stem for f in (CONF / "model").glob("*.yaml")))),
         # the hint keeps the +
         (["+tuned=factorial_converged_toi"], "error: tuned=factorial_converged_toi (on the command line): not an "
          "option of group tuned (did you mean +tuned=factorial_converged_toy?)"),
@@ -580,6 +583,16 @@ def test_a_key_of_another_option_of_its_group_is_named_so():
     # an option of a group whose files set top-level keys (task=lm): it suggested task._target_
     message = unknown_key_message(["task=lm", "task.rouge=true"], "train")
     assert "it is a key of task=summarization or task=translation, not of task=lm" in (message or ""), message
+    # a key of a group the model does not read: the other option was advised, and then refused for that
+    message = unknown_key_message(["model=rnn", "pos.base=100"], "train")
+    assert "model=rnn does not use group 'pos' (a key of pos=rope); remove it" in (message or ""), message
+    message = unknown_key_message(["pos.base=100"], "train")
+    assert "it is a key of pos=rope, not of pos=absolute" in (message or ""), message
+    # a sweep of levels of which one lacks the key: that level is named, and the way out (it named the
+    # default model alone, as if the key were given for it)
+    message = unknown_key_message(["grid=none", "model=transformer,rnn", "model.cell=gru,lstm"], "sweep")
+    assert "it is a key of model=rnn, not of model=transformer, and a sweep sets it in every run: sweep those " \
+        "levels apart (a sweep of model=rnn alone takes model.cell)" in (message or ""), message  # fmt: skip
     # a command without a task group or block (evaluate.py): the likest key of its own, not "no keys"
     message = unknown_key_message(["task.rouge=true"], "evaluate")
     assert "did you mean 'rouge'?" in (message or "") and "block takes only" not in message, message

@@ -473,6 +473,25 @@ def test_an_option_kept_for_older_checkpoints_is_refused_for_training():
     SinusoidalPosition(8, 4, max_len=5)  # an older checkpoint's config still builds
 
 
+@pytest.mark.parametrize(
+    ("overrides", "said"),
+    [
+        (["pos.max_len=63"], "data.max_len=64 trains on up to 64 positions, and the model's learned position table "
+         "holds pos.max_len=63: raise the table to 64 or more, or lower data.max_len"),
+        (["pos.max_len=64", "data.max_len=65"], "data.max_len=65 trains on up to 65 positions"),
+        (["task=lm", "data.block_size=130"], "data.block_size=130 trains on up to 130 positions, and the model's "
+         "learned position table holds pos.max_len=128"),
+    ],
+)  # fmt: skip
+def test_a_learned_position_table_shorter_than_the_training_text_is_refused_before_any_data(overrides, said):
+    """It was found at the first batch that reached past it, after the data was read and the tokenizers trained."""
+    base = ["pos=learned"] + (["pos.max_len=128"] if overrides[0] == "task=lm" else ["data=toy"])
+    with pytest.raises(ConfigError, match=re.escape(said)):
+        check_config(compose_train(*base, *overrides))
+    check_config(compose_train("data=toy", "pos=learned", "pos.max_len=64"))  # pairs of up to 63 tokens and an end
+    check_config(compose_train("task=lm", "pos=learned", "pos.max_len=128", "data.block_size=128"))
+
+
 def test_a_source_length_limit_given_to_a_language_model_is_refused():
     """Kept in its checkpoint and read by no generation (a prompt's continuation has max_new_tokens), where
     translate.py refused the same keys."""

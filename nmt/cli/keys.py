@@ -11,6 +11,7 @@ from omegaconf import OmegaConf
 from nmt.cli.checkpoint_programs import OPEN_BLOCKS, checkpoint_program
 from nmt.cli.names import closest
 from nmt.data.build import EVALUATION_DATA_OPTIONS
+from nmt.training.config_groups import unused_model_parts
 from nmt.utils.configs import CONF, dotted_keys
 
 
@@ -95,6 +96,17 @@ def unknown_key_message(argv: list[str], config_name: str, conf: Path = CONF) ->
             )
         elif owners and choices.get(group) is None and keys:  # not a group here: the config's own block of that name
             hint = f"{config_name}.py's {group} block takes only {', '.join(keys)}"
+        elif owners and group in swept and set(owners) & set(swept[group].split(",")):
+            levels = [o for o in swept[group].split(",") if o not in owners]
+            hint = (
+                f"it is a key of {' and '.join(f'{group}={o}' for o in owners if o in swept[group].split(','))}, "
+                f"not of {', '.join(f'{group}={o}' for o in levels)}, and a sweep sets it in every run: sweep "
+                f"those levels apart (a sweep of {group}={owners[0]} alone takes {key})"
+            )
+        elif owners and choices.get(group) is not None and group in unused_model_parts(cfg):
+            # the other option would be refused next: the model reads no such group
+            model = choices.get("model") or OmegaConf.select(cfg, "model._target_", default="this model")
+            hint = f"model={model} does not use group {group!r} (a key of {group}={owners[0]}); remove it"
         elif owners and choices.get(group) is not None:
             hint = f"it is a key of {' or '.join(f'{group}={o}' for o in owners)}, not of {group}={choices.get(group)}"
         elif same_name := [k for k in known if k.rpartition(".")[2] == (option or key)][:3]:
@@ -240,10 +252,26 @@ def unknown_option_message(argv: list[str], conf: Path = CONF) -> str | None:
                 close = difflib.get_close_matches(option, options, n=1, cutoff=0.6)
                 plus = "+" if arg.startswith("+") else ""  # +tuned=...: a group train.py's defaults do not choose
                 hint = f" (did you mean {plus}{key}={close[0]}?)" if close else ""
+                setting = "" if close or hydras else _setting_of_an_option(option, group)
+                hint = f" ({setting}?)" if setting else hint
                 return (
                     f"error: {key}={option} (on the command line): not an option of group {key}{hint}; "
                     f"valid: {', '.join(options)}"
                 )
+    return None
+
+
+def _setting_of_an_option(word: str, group: Path) -> str | None:
+    """``model=rnn model.cell=lstm`` for ``model=lstm``: where an option's file lists the word among a key's
+    values (``cell: gru  # gru | lstm``), the word names a setting of that option, not an option."""
+    for path in sorted(group.glob("*.yaml")):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            key, colon, rest = line.partition(":")
+            value, _, comment = rest.partition("#")
+            if colon and key and not key.startswith((" ", "#")) and word != value.strip():
+                values = re.split(r"[\s|,/]+", value.strip()) + re.split(r"\s*\|\s*", comment.strip().split(" (")[0])
+                if word in values:
+                    return f"{group.name}={path.stem} {group.name}.{key.strip()}={word}"
     return None
 
 

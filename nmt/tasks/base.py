@@ -42,6 +42,16 @@ def decoder_only(model_cfg) -> bool:
     return bool(target) and bool(getattr(get_class(target), "decoder_only", False))
 
 
+def model_named(model_cfg) -> str:
+    """``model=rnn`` for a model config whose class is that of conf/model/rnn.yaml, else the class's path:
+    what a message calls the chosen model."""
+    target = OmegaConf.select(model_cfg, "_target_", default=None) if model_cfg is not None else None
+    for path in sorted((CONF / "model").glob("*.yaml")):
+        if target and OmegaConf.load(path).get("_target_") == target:
+            return f"model={path.stem}"
+    return str(target)
+
+
 def model_options(decoder_only_models: bool) -> str:
     """The options of group ``model`` (conf/model/) whose class is, or is not, decoder-only: ``model=a or
     model=b``, for messages that say which models a task trains."""

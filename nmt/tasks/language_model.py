@@ -24,6 +24,7 @@ from nmt.tasks.base import (
     evaluation_data_config,
     evaluation_splits,
     log_target_metrics,
+    model_named,
     model_options,
     target_metrics,
     update_target_metrics,
@@ -63,7 +64,7 @@ class LanguageModelTask(Task):
     def check(self, cfg: DictConfig) -> list[str]:
         problems = []
         if cfg.get("model") is not None and not decoder_only(cfg.model):
-            problems.append(f"  task={self.name} cannot train {cfg.model._target_}: use {model_options(True)}")
+            problems.append(f"  task={self.name} cannot train {model_named(cfg.model)}: use {model_options(True)}")
         data = OmegaConf.select(cfg, "data._target_", default=None)
         if data is not None and not issubclass(get_class(data), LanguageModelDataModule):
             problems.append(f"  task={self.name} cannot read {data}: use data={' or data='.join(lm_corpora())}")

@@ -31,6 +31,7 @@ from nmt.tasks.base import (
     evaluation_data_config,
     evaluation_splits,
     log_target_metrics,
+    model_named,
     model_options,
     target_metrics,
     update_target_metrics,
@@ -119,7 +120,7 @@ class TranslationTask(Task):
                 f"every_epoch_metrics (logged at every validation): add {them} to the one that holds"
             )
         if decoder_only(cfg.get("model")):
-            problems.append(f"  task={self.name} cannot train {cfg.model._target_}: use {model_options(False)}")
+            problems.append(f"  task={self.name} cannot train {model_named(cfg.model)}: use {model_options(False)}")
         data = OmegaConf.select(cfg, "data._target_", default=None)
         if data is not None and not issubclass(get_class(data), ParallelDataModule):
             problems.append(

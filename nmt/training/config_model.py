@@ -63,14 +63,48 @@ def model_build_problems(cfg: DictConfig) -> list[str]:
     vocab = vocab if isinstance(vocab, int) and vocab > 0 else 64
     try:
         with torch.device("meta"), _WithoutInit():
-            build_model(cfg.model, vocab, vocab)
+            model = build_model(cfg.model, vocab, vocab)
     except ValueError as err:
         return [f"  {err}"]
     except InstantiationException as err:  # the constructor's own TypeError: a setting of the wrong type
         return _wrong_type(cfg, "model", err)
     except Exception:  # noqa: BLE001
         return []
-    return []
+    return position_table_problems(cfg, model)
+
+
+def position_table_problems(cfg: DictConfig, model) -> list[str]:
+    """A learned position table (``pos=learned``, or a model's own) too short for the training text: the
+    longest pair data.max_len keeps (a side of up to max_len - 1 subword tokens, and its end or start token),
+    a language model's data.block_size window, a source cut to data.max_src_len with its end token. It was
+    found at the first batch that reached past it, after the data was read and the tokenizers trained."""
+    limits = getattr(model, "position_limits", None)
+    if limits is None:
+        return []
+    src_table, tgt_table = limits()
+    data = cfg.get("data") or {}
+    needs = []  # (key, positions it needs, the table)
+    if getattr(model, "decoder_only", False):
+        if isinstance(data.get("block_size"), int):
+            needs.append((f"data.block_size={data.block_size}", data.block_size, tgt_table))
+    elif isinstance(data.get("max_len"), int):
+        needs.append((f"data.max_len={data.max_len}", data.max_len, tgt_table))
+        max_src_len = data.get("max_src_len")
+        if isinstance(max_src_len, int):
+            needs.append((f"data.max_src_len={max_src_len}", max_src_len + 1, src_table))
+        else:
+            needs.append((f"data.max_len={data.max_len}", data.max_len, src_table))
+    said = set()
+    problems = []
+    for key, need, table in needs:
+        if table is not None and table < need and key not in said:
+            said.add(key)
+            size = f"pos.max_len={table}" if OmegaConf.select(cfg, "pos.max_len", default=None) == table else str(table)
+            problems.append(
+                f"  {key} trains on up to {need} positions, and the model's learned position table holds {size}: "
+                f"raise the table to {need} or more, or lower {key.split('=')[0]}"
+            )
+    return problems
 
 
 def _wrong_type(cfg: DictConfig, node: str, err: InstantiationException) -> list[str]:
