@@ -1837,3 +1837,23 @@ def test_a_killed_run_of_the_same_settings_beside_a_new_dated_folder_is_found(tm
     now.mkdir()
     assert unfinished_alike(now, identity) == [newer, older]
     assert unfinished_alike(now, other) == [seed2]  # each command its own settings' runs
+
+
+def test_a_user_error_a_check_did_not_raise_says_how_to_see_where(capsys):
+    """Every ValueError ended in one line and status 2: a fault (a builtin's or a library's ValueError) read as a
+    user's mistake, with no way to tell where it came from."""
+    import json
+
+    def zipped(cfg):
+        for _ in zip([1, 2], [1], strict=True):
+            pass
+
+    def checked(cfg):
+        raise ValueError("data.max_len=0: must be at least 1")
+
+    for function, fault in ((zipped, True), (lambda cfg: json.loads("{"), True), (checked, False)):
+        with pytest.raises(SystemExit) as stopped:
+            run_cli(function, None)
+        err = capsys.readouterr().err
+        assert stopped.value.code == 2 and err.count("\n") == 1
+        assert err.endswith(" (NMT_DEBUG=1 shows where: a fault of this program?)\n") == fault, err

@@ -1,7 +1,9 @@
 """Calling a program's function: a user's mistake ends with one line and status 2, not a traceback."""
 
 import errno
+import linecache
 import os
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -35,6 +37,7 @@ NAMED_USER_ERRORS = (
 # errors whose message is a head line, then one line per problem (ConfigError) or per place tried with the
 # fix last (DataNotFoundError): all of it is the message, not only its head
 LISTING_ERRORS = ("ConfigError", "DataNotFoundError")
+PACKAGE = Path(__file__).resolve().parents[1]  # nmt itself, wherever it is installed
 
 
 def user_errors() -> tuple[type, ...]:
@@ -57,6 +60,34 @@ def user_message(err: BaseException, cfg=None) -> str:
         head, *problems = text.splitlines()
         return f"{head} " + "; ".join(p.strip() for p in problems)
     return text.splitlines()[0] if text else type(err).__name__
+
+
+def said_by_a_check(err: BaseException) -> bool:
+    """Whether a user error was raised by a check of this project (a ``raise`` in its code, or an error class
+    of its own), or names the file it failed on. A ValueError from inside a library, or from a builtin call
+    such as ``zip(strict=True)``, may be a fault rather than a mistake: its one line then says how to see where."""
+    if not isinstance(err, BUILTIN_USER_ERRORS) or isinstance(err, OSError) and err.filename:
+        return True
+    innermost = err.__traceback__
+    while innermost is not None and innermost.tb_next is not None:
+        innermost = innermost.tb_next
+    if innermost is None:
+        return True
+    path = innermost.tb_frame.f_code.co_filename
+    if _in_a_library(path):
+        return False
+    return re.search(r"\braise\b", linecache.getline(path, innermost.tb_lineno)) is not None
+
+
+def _in_a_library(path: str) -> bool:
+    """A file of the standard library or an installed package (this project's own code is not installed
+    there: an editable install, or the checkout itself)."""
+    import sysconfig
+
+    if path.startswith("<") or Path(path).resolve().is_relative_to(PACKAGE):
+        return path.startswith("<")
+    places = {sysconfig.get_path(name) for name in ("stdlib", "platstdlib", "purelib", "platlib")}
+    return any(place and Path(path).resolve().is_relative_to(Path(place).resolve()) for place in places)
 
 
 def _in_the_cache(err: OSError, cfg) -> str:
@@ -100,7 +131,8 @@ def run_cli(function: Callable, cfg) -> None:
         # a check fails alike in every process of a DDP run on one machine: said once there, by the first, in
         # one write (the processes' copies ran together on one line); each machine says its own
         if first_on_this_machine():
-            sys.stderr.write(f"error: {user_message(err, cfg)}\n")
+            hint = "" if said_by_a_check(err) else " (NMT_DEBUG=1 shows where: a fault of this program?)"
+            sys.stderr.write(f"error: {user_message(err, cfg)}{hint}\n")
             sys.stderr.flush()
         raise SystemExit(2) from None
 
