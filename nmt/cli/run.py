@@ -68,6 +68,8 @@ def said_by_a_check(err: BaseException) -> bool:
     such as ``zip(strict=True)``, may be a fault rather than a mistake: its one line then says how to see where."""
     if not isinstance(err, BUILTIN_USER_ERRORS) or isinstance(err, OSError) and err.filename:
         return True
+    if unset_variable_message(err) is not None:  # OmegaConf's own, told here in our words
+        return True
     innermost = err.__traceback__
     while innermost is not None and innermost.tb_next is not None:
         innermost = innermost.tb_next

@@ -68,13 +68,8 @@ def translate_lines(
         )
         encoded = [ids[:max_input_len] for ids in encoded]
     outputs = [""] * len(lines)
-    non_empty = [i for i, ids in enumerate(encoded) if ids]
-    lengths = {i: len(encoded[i]) + 1 for i in non_empty}
-    order = sorted(non_empty, key=lengths.__getitem__)
-    beams = search.hypotheses
-    budget = max(max_tokens // max(beams, 1), max(lengths.values(), default=1))
-    batches = list(token_batches(lengths, budget, order))
-    with DecodingProgress(len(non_empty), enabled=progress) as shown:
+    batches = length_batches(encoded, max_tokens, search.hypotheses)
+    with DecodingProgress(sum(map(len, batches)), enabled=progress) as shown:
         for batch in batches:
             src = torch.nn.utils.rnn.pad_sequence(
                 [torch.tensor(encoded[i] + [EOS_ID]) for i in batch], batch_first=True, padding_value=PAD_ID
@@ -85,6 +80,18 @@ def translate_lines(
                 outputs[i] = tgt_tokenizer.decode(ids)
             shown.advance(len(batch))
     return outputs
+
+
+def length_batches(encoded: list[list[int]], max_tokens: int, rows_per_line: int = 1) -> list[list[int]]:
+    """The indices of the non-empty sources (token ids, the end token not counted), sorted by length and cut
+    into batches of about ``max_tokens`` source tokens counting each line ``rows_per_line`` times (its beam's
+    or its draws' rows; a line longer than the budget is a batch of its own). Empty sources are left out:
+    their outputs are empty."""
+    non_empty = [i for i, ids in enumerate(encoded) if ids]
+    lengths = {i: len(encoded[i]) + 1 for i in non_empty}
+    order = sorted(non_empty, key=lengths.__getitem__)
+    budget = max(max_tokens // max(rows_per_line, 1), max(lengths.values(), default=1))
+    return list(token_batches(lengths, budget, order))
 
 
 class DecodingProgress:

@@ -24,7 +24,6 @@ from numbers import Integral
 import torch
 from torch.nn import functional as F
 
-from nmt.data.batching import token_batches
 from nmt.data.sources import tabbed_line
 from nmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from nmt.decoding.constraints import NEW_TOKENS, position_limits
@@ -32,7 +31,7 @@ from nmt.decoding.continuation import continue_prompt, draw_number
 from nmt.decoding.ensemble import Ensemble
 from nmt.decoding.search import decode, ranked_hypotheses
 from nmt.decoding.settings import SearchConfig, did_you_mean, search_settings, unknown_search_option
-from nmt.decoding.translate import input_limit, input_limit_for
+from nmt.decoding.translate import input_limit, input_limit_for, length_batches
 from nmt.inference.checkpoint import CheckpointError
 from nmt.inference.forced import score_targets
 from nmt.inference.hypothesis import Hypothesis, InputError, check_texts
@@ -297,11 +296,8 @@ class Translator:
                     "; ".join(unknown),
                 )
         results: list[list[Hypothesis]] = [[Hypothesis("", 0.0, 0.0)] for _ in lines]
-        non_empty = [i for i, ids in enumerate(encoded) if ids]
-        lengths = {i: len(encoded[i]) + 1 for i in non_empty}
-        order = sorted(non_empty, key=lengths.__getitem__)
-        budget = max(self.max_tokens // (beams * draws), max(lengths.values(), default=1))
-        for batch in token_batches(lengths, budget, order):
+        batches = length_batches(encoded, self.max_tokens, beams * draws)
+        for batch in batches:
             src = self._pad([encoded[i] + [EOS_ID] for i in batch])
             batch_prefixes = [forced[i] for i in batch] if forced else None
             numbers = [first_line + i for i in batch]  # seeded searches draw each line's stream from its number
@@ -325,8 +321,9 @@ class Translator:
                     results[i].sort(key=lambda h: -h.log_prob)
             if on_batch is not None:
                 on_batch(len(batch))
-        if on_batch is not None and len(non_empty) < len(lines):  # given their empty output, not decoded
-            on_batch(len(lines) - len(non_empty))
+        decoded = sum(map(len, batches))
+        if on_batch is not None and decoded < len(lines):  # given their empty output, not decoded
+            on_batch(len(lines) - decoded)
         return results
 
     @property

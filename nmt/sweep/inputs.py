@@ -17,6 +17,11 @@ from nmt.sweep.search import searched_override_problem
 from nmt.utils.configs import CONF, dotted_keys, unset_variable_message
 
 
+def logs_to_wandb(cfg: DictConfig) -> bool:
+    """Whether the runs log to W&B (``logger=wandb``, whose factory is ``nmt.training.loggers.wandb_logger``)."""
+    return str(OmegaConf.select(cfg, "logger._target_", default="")).endswith(".wandb_logger")
+
+
 def input_problem(config: DictConfig) -> str | None:
     """One line for the first thing in the sweep's factors or baseline that cannot work, before anything
     runs: an unknown key, a level that is not an option of its group, a baseline that is not a level, a
@@ -69,7 +74,7 @@ def settings_problem(config: DictConfig, levels: dict[str, list[str]]) -> str | 
         if not isinstance(value, bool):
             return f"{key}={value!r}: must be true or false"
     problem = sweep_name_problem(config.sweep_name) if "sweep_name" in config else None
-    wandb = str(OmegaConf.select(config, "logger._target_", default="")).endswith("wandb_logger")
+    wandb = logs_to_wandb(config)
     for override in config.hydra.overrides.task:
         key = str(override).lstrip("+~").partition("=")[0]
         if key in SET_PER_RUN:  # each run's command sets it after the user's: the given value went unused

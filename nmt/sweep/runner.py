@@ -27,7 +27,7 @@ from nmt.sweep.child import (
     run_child,
 )
 from nmt.sweep.gpus import GpuPool, finish_mps, mps_folder, start_mps, visible_gpus
-from nmt.sweep.inputs import RunConfigs, input_problem, metric_problem
+from nmt.sweep.inputs import RunConfigs, input_problem, logs_to_wandb, metric_problem
 from nmt.sweep.levels import (
     hydra_quoted,
     is_search,
@@ -79,10 +79,6 @@ from nmt.utils.configs import ROOT, unset_variable_message
 from nmt.utils.io import atomic_write_json, atomic_write_text
 
 SUPERSEDED = "superseded"  # run folders made under other settings, moved aside by on_changed=move
-
-
-def logs_to_wandb(cfg: DictConfig) -> bool:
-    return str(cfg.get("logger", {}).get("_target_", "")).endswith("wandb_logger")
 
 
 def leave_on_signal(daemon: MpsDaemon) -> None:
