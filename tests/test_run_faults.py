@@ -19,7 +19,7 @@ from omegaconf import OmegaConf
 
 from nmt.cli import run_cli
 from nmt.inference.checkpoint import CheckpointError
-from nmt.sweep.runner import SweepReport
+from nmt.sweep.callback import SweepReport
 from nmt.training.checkpoint_io import AtomicCheckpointIO, CheckpointWriteError
 from nmt.training.config import ConfigError, check_config
 from nmt.training.resume import resolve_resume, resolve_run_dir
@@ -1183,7 +1183,7 @@ def composed_sweep(tmp_path, factors: list[str], settings: list[str]):
 def test_a_misspelt_level_setting_or_a_failing_plan_stops_the_sweep_before_any_run(tmp_path, capsys, monkeypatch):
     """A level setting's misspelt key would fail every run of its level; any failure while the sweep starts
     (Hydra makes a callback's exception a warning and launches the runs: plan=true trained) stops it."""
-    from nmt.sweep import runner
+    from nmt.sweep import callback
 
     settings = "level_settings={optim: {adam: ['optim.optimizer.lrr=0.001']}}"
     with pytest.raises(SystemExit) as stopped:
@@ -1194,7 +1194,7 @@ def test_a_misspelt_level_setting_or_a_failing_plan_stops_the_sweep_before_any_r
     def broken(*args):
         raise json.JSONDecodeError("Invalid control character", "{", 0)
 
-    monkeypatch.setattr(runner, "print_plan", broken)
+    monkeypatch.setattr(callback, "print_plan", broken)
     with pytest.raises(SystemExit) as stopped:
         SweepReport().on_multirun_start(composed_sweep(tmp_path, ["pos=absolute,rope"], ["plan=true"]))
     err = capsys.readouterr().err

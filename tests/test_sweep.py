@@ -12,6 +12,7 @@ from omegaconf import OmegaConf, open_dict
 
 from nmt.sweep import progress
 from nmt.sweep import runner as sweep
+from nmt.sweep.callback import SweepReport
 
 from .conftest import NO_FINAL_SCORES, ROOT, tiny_overrides
 
@@ -249,7 +250,7 @@ def test_the_readme_sweep_command_runs_as_typed_in_a_fresh_folder(tmp_path, caps
         with open_dict(cfg):
             cfg.hydra.overrides.task = given  # as the multirun saves it: the comma list in it
         with pytest.raises(SystemExit) as stopped:
-            sweep.SweepReport().on_multirun_start(cfg)
+            SweepReport().on_multirun_start(cfg)
         said = capsys.readouterr()
         return stopped.value.code, said.out, said.err
 
@@ -329,7 +330,7 @@ def test_a_sweep_whose_runs_fail_says_why_and_ends_with_status_1(tmp_path, capsy
         cfg.hydra.overrides.task = [*fixed, "seed=1,2"]
     capsys.readouterr()
     with pytest.raises(SystemExit) as planned:
-        sweep.SweepReport().on_multirun_start(cfg)
+        SweepReport().on_multirun_start(cfg)
     out = capsys.readouterr().out
     assert planned.value.code == 0 and "done: 0 (0 of them under other settings); to run: 2\n" in out, out
     assert "would stop" not in out

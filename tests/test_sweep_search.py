@@ -110,7 +110,7 @@ def test_a_search_asks_what_optuna_asks_tells_it_each_runs_validation_score_and_
     assert "trials asked before: 2 (2 done, 0 failed)" in plan.stdout and "trials to run: 1" in plan.stdout
     # refused before any run, as the sweep's start checks them (in this process: the command line's path to
     # that start is the one above):
-    from nmt.sweep.runner import SweepReport
+    from nmt.sweep.callback import SweepReport
 
     held = [c for c in command[2:-2] if not c.startswith(("hydra/sweeper", "hydra.sweeper"))]
     sampler = ["hydra.sweeper.sampler.n_startup_trials=1", "hydra.sweeper.n_trials=2"]
@@ -334,7 +334,7 @@ def test_the_search_figures_draw_each_trial_the_best_so_far_and_a_log_range_on_a
 
 def test_a_search_logged_to_wandb_holds_its_trials_panels_and_best_trial_once(tmp_path, monkeypatch, capsys):
     from nmt.sweep import dashboard
-    from nmt.sweep.runner import SweepReport
+    from nmt.sweep.callback import SweepReport
 
     trials = written_search(tmp_path)
     record = read_search(tmp_path)  # a choice of a word and a number: one W&B column takes one type
@@ -415,7 +415,7 @@ def test_trials_stopped_early_before_they_learned_are_said_to_be_ranked_by_the_s
 
 
 def test_a_search_none_of_whose_trials_scored_ends_with_status_1(tmp_path):
-    from nmt.sweep.runner import SweepReport
+    from nmt.sweep.callback import SweepReport
 
     cfg = search_config(tmp_path, *HELD)
     trial = {"number": 0, "run": "r0", "values": {LR: 1e-3, "seed": "101"}, "state": "failed", "error": "no score"}
@@ -428,7 +428,7 @@ def test_a_search_none_of_whose_trials_scored_ends_with_status_1(tmp_path):
 def test_a_search_with_a_trial_killed_by_a_signal_ends_with_status_1(tmp_path, capsys):
     """A trial's run killed (kill -9, the kernel's OOM killer) was a failed trial like a diverged one, and the
     search ended 0: a script could not tell that trials are left to run again."""
-    from nmt.sweep.runner import SweepReport
+    from nmt.sweep.callback import SweepReport
 
     cfg = search_config(tmp_path, *HELD)
     done = {"number": 0, "run": "r0", "values": {LR: 1e-3, "seed": "101"}, "state": "done", "value": 3.0}

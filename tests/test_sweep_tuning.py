@@ -781,7 +781,7 @@ def test_a_factorial_with_a_tuned_file_is_checked_against_its_tuning_runs_settin
 ):
     """The file recorded only the values: a factorial with another budget, corpus size or model used them
     with no word that they were chosen for other runs."""
-    from nmt.sweep.runner import SweepReport
+    from nmt.sweep.callback import SweepReport
 
     # Adam's budget held in a grid (never composed into the sweep's config), and a default given again; its
     # test set left undecoded, as docs/sweeps.md's tuning sweeps leave it: not a setting it was tuned under

@@ -44,7 +44,7 @@ def run_search(impl, arguments: list[str]) -> None:
     config = impl.config
     sweep_dir = Path(config.hydra.sweep.dir)
     settings = planned(sweep_dir).get("search")
-    if not settings:  # written by the sweep's start (nmt/sweep/runner.py), which checked the search first
+    if not settings:  # written by the sweep's start (nmt/sweep/callback.py), which checked the search first
         raise RuntimeError(f"{sweep_dir}: no search settings in its plan; run a search through sweep.py")
     impl._process_searchspace_config()  # a deprecated search_space block becomes params, as the plugin does
     typed = [*impl._parse_sweeper_params_config(), *arguments]

@@ -11,7 +11,7 @@ from omegaconf import DictConfig, OmegaConf
 from nmt.training.run_description import recipe_applied
 from nmt.training.run_folder import finished_results, resumable, trained_results
 
-PLAN = "plan.json"  # written by nmt.sweep.runner before the runs: factors with their levels as written
+PLAN = "plan.json"  # written by nmt.sweep.callback before the runs: factors with their levels as written
 FAILED = "sweep_failed.json"  # in a run folder whose last attempt failed (nmt.sweep.runner)
 
 # keys of the sweep itself (which runs, where, how reported), not of what a run computes
