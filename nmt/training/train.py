@@ -242,6 +242,77 @@ def _text_changed_too(cfg: DictConfig, task, run_dir: Path) -> str:
     return f". Its data's text changed too (the {', '.join(changed)} split(s))" if changed else ""
 
 
+def _remove_cut_writes(run_dir: Path) -> None:
+    """The folder is locked: a temporary file of the run's own in it is a write that a kill cut short, never
+    one under way (eval*/ is evaluate.py's, which does not take the lock: left alone)."""
+    own = [run_dir / name for name in ("checkpoints", "logs", "tokenizers")]
+    stale = [p for folder in own for p in folder.glob(".*.tmp")]
+    stale += [p for name in RUN_FILES for p in run_dir.glob(f".{name}.*.tmp")]
+    for path in stale:
+        path.unlink(missing_ok=True)
+
+
+def _add_forced(identity: dict, forced: dict) -> None:
+    """On the run's record: it went on under other settings or data (resume=force) from ``forced["from_step"]``;
+    a rerun from the same place is the same record, kept once."""
+    if forced not in identity.get("forced", []):
+        identity["forced"] = [*identity.get("forced", []), forced]
+
+
+def _check_and_record_data(
+    run_dir: Path, config: dict, identity: dict, data: dict, resume: str | None, force: bool
+) -> None:
+    """The run's data compared with the data the folder's run was trained on (refused unless resume=force,
+    which goes on record), then the run's identity written with it."""
+    identity["data"] = data
+    saved_data = saved_data_record(run_dir)
+    moved = [] if saved_data.get("text") else moved_without_text(run_dir, config)
+    if moved and resume is not None and not force:  # no text recorded to compare: its paths decide
+        raise RunFolderError(
+            f"{run_dir} holds a run trained on other files ({'; '.join(moved)}), recorded before text was "
+            "compared; choose another run_dir, or pass resume=force to continue it anyway"
+        )
+    warning = check_data(run_dir, identity, force, resuming=resume is not None)
+    if warning:
+        print(warning)
+        # on record as a setting's change is: the folder's run continued on other data (an edited validation
+        # file, whose scores the best checkpoint and early stopping then compared)
+        step = global_step(Path(resume)) if resume is not None else 0
+        _add_forced(identity, {"changed": data_differences(*comparable_data(saved_data, data)), "from_step": step})
+    record_identity(run_dir, identity)
+
+
+def _describe_run(cfg: DictConfig, run_dir: Path, datamodule, model) -> None:
+    """The run's header: its folder, its recipe, its data, how each side is cut into words before SentencePiece
+    (a jieba user dictionary or segmenter=none otherwise showed only in config.yaml), and its size."""
+    print(f"Run directory: {run_dir}")
+    print(describe_recipe(cfg))
+    segmenters = getattr(datamodule, "segmenters", None) or {}
+    cut = [
+        f"{lang} by {seg.name}"
+        + (" with a user dictionary" if seg.name.startswith("jieba") and (seg.user_dict or seg.user_words) else "")
+        for lang, seg in segmenters.items()
+        if seg.name != "none"
+    ]
+    said = f"; words: {', '.join(cut)}" if cut else ""
+    print(f"Data: {datamodule.describe()}{said}; model: {count_parameters(model):,} parameters")
+    note = unknown_language_note("data.tgt_lang", OmegaConf.select(cfg, "data.tgt_lang", default=""))
+    if note:
+        print(note)
+
+
+def _write_run_files(run_dir: Path, config: dict, datamodule, data_report, src_tokenizer, tgt_tokenizer) -> None:
+    """What makes the run folder self-contained: its resolved config, its tokenizers, the data report, and the
+    training sentences' hashes that evaluation checks later sets against."""
+    atomic_write_text(run_dir / "config.yaml", OmegaConf.to_yaml(OmegaConf.create(config)))
+    atomic_write_bytes(run_dir / "tokenizers" / "src.model", src_tokenizer.model_proto)
+    atomic_write_bytes(run_dir / "tokenizers" / "tgt.model", tgt_tokenizer.model_proto)
+    write_report(data_report or datamodule.report(), datamodule.describe(), run_dir)
+    if (sentences := datamodule.training_sentences()) is not None:  # for sets scored later
+        settings = getattr(datamodule, "tokenizer_settings", None)
+        save_training_sentences(run_dir, *sentences, getattr(settings, "normalization", None))
+
+
 def _train_in_folder(cfg: DictConfig, task, run_dir: Path, config: dict, main_process: bool) -> dict:
     identity = fingerprint(config)
     # a resumed sitting that stops before its first update (resume.SamePlaceInData) puts the folder's
@@ -259,13 +330,7 @@ def _train_in_folder(cfg: DictConfig, task, run_dir: Path, config: dict, main_pr
                 "Choose another run_dir to train again."
             )
             return finished
-        # the folder is locked: a temporary file of the run's own in it is a write that a kill cut short, never
-        # one under way (eval*/ is evaluate.py's, which does not take the lock: left alone)
-        own = [run_dir / name for name in ("checkpoints", "logs", "tokenizers")]
-        stale = [p for folder in own for p in folder.glob(".*.tmp")]
-        stale += [p for name in RUN_FILES for p in run_dir.glob(f".{name}.*.tmp")]
-        for path in stale:
-            path.unlink(missing_ok=True)
+        _remove_cut_writes(run_dir)
     # a sitting refused before its first update (a checkpoint of other shapes under resume=force, other
     # tokenizers, a data check) puts the folder's records back: they describe the run its checkpoints hold,
     # whose own command must still continue it
@@ -301,9 +366,7 @@ def _train_in_folder(cfg: DictConfig, task, run_dir: Path, config: dict, main_pr
             changed = check_checkpoint_elsewhere(resume, identity, force, src_tokenizer, tgt_tokenizer)
             if changed and main_process:
                 print(f"warning: resume=force: continuing {resume} under other settings ({'; '.join(changed)})")
-                forced = {"changed": changed, "from_step": global_step(Path(resume)), "from": resume}
-                if forced not in identity.get("forced", []):  # a rerun from the same file is the same record
-                    identity["forced"] = [*identity.get("forced", []), forced]
+                _add_forced(identity, {"changed": changed, "from_step": global_step(Path(resume)), "from": resume})
         data_report = datamodule.report() if main_process else None
         if main_process:
             _check_evaluation_sets(cfg, datamodule, data_report)
@@ -316,29 +379,8 @@ def _train_in_folder(cfg: DictConfig, task, run_dir: Path, config: dict, main_pr
             )
         text_hashes = datamodule.text_hashes()
         if main_process:  # the data too must be the data the folder's run was trained on
-            identity["data"] = data_identity(
-                datamodule.describe(), data_report, text_hashes, src_tokenizer, tgt_tokenizer
-            )
-            saved_data = saved_data_record(run_dir)
-            moved = [] if saved_data.get("text") else moved_without_text(run_dir, config)
-            if moved and resume is not None and not force:  # no text recorded to compare: its paths decide
-                raise RunFolderError(
-                    f"{run_dir} holds a run trained on other files ({'; '.join(moved)}), recorded before text was "
-                    "compared; choose another run_dir, or pass resume=force to continue it anyway"
-                )
-            warning = check_data(run_dir, identity, force, resuming=resume is not None)
-            if warning:
-                print(warning)
-                # on record as a setting's change is: the folder's run continued on other data (an edited
-                # validation file, whose scores the best checkpoint and early stopping then compared)
-                step = global_step(Path(resume)) if resume is not None else 0
-                forced = {
-                    "changed": data_differences(*comparable_data(saved_data, identity["data"])),
-                    "from_step": step,
-                }
-                if forced not in identity.get("forced", []):
-                    identity["forced"] = [*identity.get("forced", []), forced]
-            record_identity(run_dir, identity)
+            data = data_identity(datamodule.describe(), data_report, text_hashes, src_tokenizer, tgt_tokenizer)
+            _check_and_record_data(run_dir, config, identity, data, resume, force)
         model = task.build_model(cfg.model, src_tokenizer, tgt_tokenizer)
         if resume is not None:
             check_weights_fit(resume, model)
@@ -361,33 +403,8 @@ def _train_in_folder(cfg: DictConfig, task, run_dir: Path, config: dict, main_pr
         module.data_text = text_hashes
         trainer = build_trainer(cfg, run_dir, task)
         if trainer.is_global_zero:
-            print(f"Run directory: {run_dir}")
-            print(describe_recipe(cfg))
-            # how each side is cut into words before SentencePiece: a jieba user dictionary or segmenter=none
-            # otherwise showed only in config.yaml
-            segmenters = getattr(datamodule, "segmenters", None) or {}
-            cut = [
-                f"{lang} by {seg.name}"
-                + (
-                    " with a user dictionary"
-                    if seg.name.startswith("jieba") and (seg.user_dict or seg.user_words)
-                    else ""
-                )
-                for lang, seg in segmenters.items()
-                if seg.name != "none"
-            ]
-            said = f"; words: {', '.join(cut)}" if cut else ""
-            print(f"Data: {datamodule.describe()}{said}; model: {count_parameters(model):,} parameters")
-            note = unknown_language_note("data.tgt_lang", OmegaConf.select(cfg, "data.tgt_lang", default=""))
-            if note:
-                print(note)
-            atomic_write_text(run_dir / "config.yaml", OmegaConf.to_yaml(OmegaConf.create(config)))
-            atomic_write_bytes(run_dir / "tokenizers" / "src.model", src_tokenizer.model_proto)
-            atomic_write_bytes(run_dir / "tokenizers" / "tgt.model", tgt_tokenizer.model_proto)
-            write_report(data_report or datamodule.report(), datamodule.describe(), run_dir)
-            if (sentences := datamodule.training_sentences()) is not None:  # for sets scored later
-                settings = getattr(datamodule, "tokenizer_settings", None)
-                save_training_sentences(run_dir, *sentences, getattr(settings, "normalization", None))
+            _describe_run(cfg, run_dir, datamodule, model)
+            _write_run_files(run_dir, config, datamodule, data_report, src_tokenizer, tgt_tokenizer)
         if resume:
             if main_process:
                 print(f"Resuming from {resume}")
