@@ -1001,6 +1001,10 @@ def test_a_corpus_of_one_s_own_on_files_is_named_by_its_data_name_not_files(tmp_
     for bad in ("a b", "../up"):
         with pytest.raises(ValueError, match=re.escape(f"data.name={bad!r}: a corpus's name")):
             FilesDataModule(name=bad, **given)
+    # a built-in corpus's name (its conf/data file's, or its module's): records that read "multi30k" were one's own
+    for taken in ("multi30k", "tatoeba", "ptb"):
+        with pytest.raises(ValueError, match=rf"data.name={taken}: the name of a corpus this project reads itself"):
+            FilesDataModule(name=taken, **given)
     write(tmp_path / "lm.txt", EN[:40])
     text = {split: str(tmp_path / "lm.txt") for split in ("train", "val", "test")}
     assert TextFilesDataModule(name="my_lm", **text).describe().startswith("my_lm (block")

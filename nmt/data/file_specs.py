@@ -7,6 +7,7 @@ Apart from the data module (nmt/data/files.py): translating and exporting read f
 building one (scoring a corpus's split builds one)."""
 
 import errno
+import functools
 import glob
 import logging
 import os
@@ -35,7 +36,26 @@ def checked_corpus_name(name, default: str) -> str:
             f"data.name={name!r}: a corpus's name in reports and cache file names, letters, digits, '_', '.' and "
             f"'-' (e.g. data.name=iwslt16_de_en; default: {default})"
         )
+    if name in corpora_of_this_project():
+        raise ValueError(
+            f"data.name={name}: the name of a corpus this project reads itself, whose records and "
+            f"caches would then mix with this one's; name your corpus otherwise (e.g. data.name={name}_mine)"
+        )
     return name
+
+
+@functools.cache
+def corpora_of_this_project() -> frozenset[str]:
+    """The names the built-in corpora go by: their conf/data files' names and their modules' (data=tatoeba_de_en
+    is ``tatoeba``). A corpus built on files (data=files, data=lm_files, a file of one's own) is not one."""
+    from nmt.utils.configs import CONF
+
+    names = set()
+    for path in (CONF / "data").glob("*.yaml"):
+        found = re.search(r"^\s*_target_:\s*nmt\.data\.(\w+)\.", path.read_text(encoding="utf-8"), re.MULTILINE)
+        if found and found.group(1) not in ("files", "text_files"):
+            names.update((path.stem, found.group(1)))
+    return frozenset(names)
 
 
 def checked_spec(split: str, spec):
