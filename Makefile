@@ -4,6 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TORCH_VERSION := 2.13.0
+TORCH_INDEX ?=
 ARGS ?=
 
 .PHONY: help install train test test-fast browser lint format bench bench-mfu bench-gpu wheelhouse gpu-kit clean
@@ -14,8 +15,9 @@ help:  ## list the targets
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --upgrade pip >/dev/null
-	# torch first, pinned: a bare requirement would pull a multi-GB CUDA build
-	$(BIN)/pip install torch==$(TORCH_VERSION)
+	# torch first, pinned: the project's requirement is a range, which pip would otherwise fill with the newest
+	# build (multi-GB with CUDA). Which build 2.13.0 is, CPU or CUDA, is the index's: TORCH_INDEX names another
+	$(BIN)/pip install torch==$(TORCH_VERSION) $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 	$(BIN)/pip install -e '.[dev]'
 	touch $(STAMP)
 
