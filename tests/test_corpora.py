@@ -1284,12 +1284,14 @@ def test_data_no_batch_can_hold_is_one_line_naming_the_setting(tmp_path):
     nothing_left = r"^data: no training pair is left \(\d+ too long\): check data\.train, or raise data\.max_len \(2\)"
     with pytest.raises(ValueError, match=nothing_left):
         module(max_len=2).prepare_data()
-    with pytest.raises(ValueError, match=r"^data\.eval_max_tokens=3 is smaller than the longest val sentence"):
+    # a validation split cut from the training file: the pair's place in the split, not a line of the file
+    with pytest.raises(ValueError, match=r"^data\.eval_max_tokens=3 is smaller than the longest val sentence "
+                       r"\(\d+ tokens, its pair \d+ as kept\)"):  # fmt: skip
         module(eval_max_tokens=3).prepare_data()
     write(tmp_path / "v.src", EN[:5] + [" ".join(EN[:40])] + EN[5:9])  # which pair: the sixth line is the long one
     write(tmp_path / "v.tgt", DE[:10])
     with pytest.raises(
-        ValueError, match=r"longest val sentence \(\d+ tokens, its pair 6\): raise data.eval_max_tokens"
+        ValueError, match=r"longest val sentence \(\d+ tokens, its pair 6 in its file\): raise data.eval_max_tokens"
     ):
         module(val=str(tmp_path / "v"), eval_max_tokens=60).prepare_data()
     write(tmp_path / "empty.tsv", [])

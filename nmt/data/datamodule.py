@@ -369,9 +369,13 @@ class ParallelDataModule:
                     remedy = "or lower data.max_src_len" + (" or data.max_len" if split == "train" else "")
                 else:
                     remedy = "or lower data.max_len" if split == "train" else "(evaluation sets are kept whole)"
+                # a pair's place in its file where the split is a file of its own, read whole; otherwise in the
+                # split as kept (a seeded split's pairs come from anywhere in the pool, the training pairs after
+                # those max_len dropped)
+                place = "as kept" if split == "train" or not self.official(split) else "in its file"
                 raise ValueError(
                     f"{key}={budget} is smaller than the longest {split} sentence ({longest} tokens, its pair "
-                    f"{lengths.index(longest) + 1}{' as kept' if split == 'train' else ''}): raise {key} {remedy}"
+                    f"{lengths.index(longest) + 1} {place}): raise {key} {remedy}"
                 )
 
     def setup(self, stage: str | None = None) -> None:
