@@ -2222,6 +2222,15 @@ def test_an_extracted_file_cut_short_in_the_cache_is_extracted_again_or_named(tm
         again = locate_or_extract("corpus", ["a.txt", "b.txt"], "c.tgz", extract, root, cache, download=False)
     assert again == folder and (folder / "a.txt").read_text() == "one\ntwo\nthree\n"
     assert "a.txt changed since it was extracted from" in caplog.text
+    # a folder that cannot be removed (half removed, its files still there) was taken as the extraction
+    (folder / "a.txt").write_text("one\n")
+    monkeypatch.setattr("shutil.rmtree", lambda path, ignore_errors=False: None)
+    with pytest.raises(ValueError, match=r"a.txt changed since it was extracted from .*c.tgz, and the folder could not "
+                       r"be removed to extract it again .*rm -r"):  # fmt: skip
+        locate_or_extract("corpus", ["a.txt", "b.txt"], "c.tgz", extract, root, cache, download=False)
+    monkeypatch.undo()
+    monkeypatch.delenv("NMT_DATA", raising=False)
+    assert locate_or_extract("corpus", ["a.txt", "b.txt"], "c.tgz", extract, root, cache, download=False) == folder
     (folder / "b.txt").write_text("two\n")
     (root / "c.tgz").unlink()  # nothing to extract it again from
     with pytest.raises(ValueError, match=r"b.txt: changed since it was extracted from .*c.tgz, which is not found now"):

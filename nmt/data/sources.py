@@ -305,6 +305,11 @@ def _extracted(archive: Path, filenames: Sequence[str], extract: Callable[[Path,
             return target
         log.warning("%s: %s changed since it was extracted from %s: extracted again", target, changed, archive)
         shutil.rmtree(target, ignore_errors=True)
+        if target.exists():  # a folder left half removed: what it still holds would be taken for the extraction
+            raise ValueError(
+                f"{target}: {changed} changed since it was extracted from {archive}, and the folder could not be "
+                f"removed to extract it again (read-only, or in use?); remove it (rm -r {target}) and rerun"
+            )
     target.parent.mkdir(parents=True, exist_ok=True)
     with open(archive, "rb") as head:
         damage = gzip_damage(archive) if head.read(2) == GZIP_MAGIC else None  # a .tgz: checked whole first
