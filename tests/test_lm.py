@@ -200,14 +200,27 @@ def evaluate_config(*overrides: str):
     [
         (["num_samples=0", "prompt=the"], r"num_samples=0: how many continuations to sample, an integer >= 1"),
         (["max_new_tokens=-3", "prompt=the"], r"max_new_tokens=-3: the words a continuation may add"),
-        (["rouge=true"], r"rouge=True: a language model is scored by perplexity"),
-        (["samples=3"], r"samples=3: the sample translations printed"),
+        (
+            ["rouge=true"],
+            r"rouge=True: ROUGE beside .*, which task=lm does not read; a language model is scored by "
+            "perplexity",
+        ),
+        (["samples=3"], r"samples=3: the sample outputs printed of a decoded split, which task=lm does not read"),
         (["decode.beam_size=8"], r"decode.beam_size=8: options of generation from a prompt; without prompt="),
         (["max_new_tokens=5", "num_samples=2"], r"max_new_tokens=5, num_samples=2: options of generation"),
         (["attention_maps=[0]"], r"attention_maps=\[0\]: options of generation"),
         # options that did nothing, said nothing: each named with what does the job
-        (["max_input_len=20"], r"max_input_len=20: the source length a translation cuts at; a language model reads"),
-        (["data.columns=[0,1]"], r"data.columns=\[0, 1\]: the fields of a split=files:<x.tsv> of a translation"),
+        (
+            ["max_input_len=20"],
+            r"max_input_len=20: the source length a decoded source is cut at, which task=lm does "
+            "not read; it reads no source",
+        ),
+        (
+            ["data.columns=[0,1]"],
+            r"data.columns=\[0, 1\]: the source and target fields of a split=files:<x.tsv> of "
+            "pairs, which task=lm does not read",
+        ),
+        (["input=a.txt"], r"input='a.txt': .*, which task=lm does not read; it continues a prompt \(prompt=...\)"),
         (["prompt=the", "data.eval_stride=8"], r"data.eval_stride=8: options of scoring perplexity; with prompt="),
         (["prompt=the", "split=val"], r"split=val: options of scoring perplexity"),
         (["prompt=the", "split=test"], r"split=test: options of scoring perplexity"),  # the default is null

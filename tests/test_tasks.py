@@ -171,6 +171,25 @@ def test_a_decoding_grid_for_a_task_whose_own_score_it_cannot_compute_asks_for_s
     assert choose_by(given, TranslationTask()) == "bleu"
 
 
+def test_evaluate_options_a_task_does_not_read_are_refused_without_it_naming_them():
+    """Each task refused the other tasks' evaluate.py options by name: a new task refused none (evaluate.py
+    prompt=... on its checkpoint scored the test set and said nothing of the prompt)."""
+    from nmt.tasks.base import TASK_OPTIONS
+
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        given = compose("evaluate", overrides=["ckpt_path=x"])
+    ExactMatchTask().check_evaluation(given)  # evaluate.yaml's own values: nothing given
+    for key in TASK_OPTIONS:
+        value = {"samples": 3, "num_samples": 2, "data.columns": [1, 0]}.get(key, "a.txt")
+        with pytest.raises(ValueError, match=rf"^{re.escape(key)}=.*, which task=exact_match does not read; leave it"):
+            ExactMatchTask().check_evaluation(OmegaConf.merge(given, OmegaConf.from_dotlist([f"{key}={value}"])))
+    # every option is read by some task, and every task refuses what it does not read
+    tasks = [TranslationTask(), LanguageModelTask(), SummarizationTask(), TransliterationTask()]
+    assert set().union(*(task.evaluation_options for task in tasks)) == set(TASK_OPTIONS)
+    with pytest.raises(ValueError, match=r"^prompt='the': a text a language model continues, which task=translation"):
+        TranslationTask().check_evaluation(OmegaConf.merge(given, {"prompt": "the"}))
+
+
 KNOWN_TASKS = {
     "translation": TranslationTask,
     "lm": LanguageModelTask,

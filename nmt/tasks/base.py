@@ -66,6 +66,23 @@ def model_options(decoder_only_models: bool) -> str:
     return " or ".join(names) or ("a decoder-only model" if decoder_only_models else "an encoder-decoder model")
 
 
+# evaluate.py's options that some tasks read and others do not: what each is for, and its value when not given
+# (conf/evaluate.yaml). A task names those it reads in ``evaluation_options``; Task.check_evaluation refuses any
+# other that is given, so that a new task need not know the other tasks' options to refuse them
+TASK_OPTIONS: dict[str, tuple[str, object]] = {
+    "input": ("a file of source lines decoded instead of a split scored", None),
+    "output": ("where input='s outputs go", None),
+    "max_input_len": ("the source length a decoded source is cut at", None),
+    "rouge": ("ROUGE beside a decoded split's scores", None),
+    "samples": ("the sample outputs printed of a decoded split", 5),
+    "data.columns": ("the source and target fields of a split=files:<x.tsv> of pairs", None),
+    "prompt": ("a text a language model continues", None),
+    "max_new_tokens": ("the words a language model adds to a prompt", None),
+    "num_samples": ("continuations of a language model's prompt", 1),
+    "data.eval_stride": ("a language model's sliding-window stride over a split", None),
+}
+
+
 class Task:
     """Defaults shared by every task; a subclass overrides what its runs do differently."""
 
@@ -81,6 +98,10 @@ class Task:
     #: whether the model maps a source sentence to an output (encoder-decoder), so that the Translator,
     #: translate.py and the web page can serve it; a language model continues a prompt instead
     reads_source = True
+    #: evaluate.py's options of ``TASK_OPTIONS`` that this task reads (checking their values is its own)
+    evaluation_options: frozenset[str] = frozenset()
+    #: what to use instead of an option of ``TASK_OPTIONS`` this task does not read, where it has one
+    instead_of: dict[str, str] = {}
 
     # ---- configuration ---------------------------------------------------------------------------
     def check(self, cfg: DictConfig) -> list[str]:
@@ -89,7 +110,18 @@ class Task:
         return []
 
     def check_evaluation(self, cfg: DictConfig) -> None:
-        """Raise ValueError when an evaluate.py option does not apply to this task."""
+        """Raise ValueError when an evaluate.py option does not apply to this task: one of ``TASK_OPTIONS`` it
+        does not list in ``evaluation_options``, given. A subclass checks the values of its own options and
+        calls this first."""
+        for key, (what, default) in TASK_OPTIONS.items():
+            if key in self.evaluation_options:
+                continue
+            value = OmegaConf.select(cfg, key, default=default)
+            if value != default:
+                shown = OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
+                shown = repr(shown) if isinstance(shown, str) else shown
+                instead = self.instead_of.get(key, "leave it out")
+                raise ValueError(f"{key}={shown}: {what}, which task={self.name} does not read; {instead}")
 
     def validation_metric_names(self) -> set[str] | None:
         """The metrics validation logs, which checkpoint.monitor and early_stopping.monitor may name

@@ -59,6 +59,16 @@ class LanguageModelTask(Task):
     name = "lm"
     report_metric = "test_ppl"
     reads_source = False
+    evaluation_options = frozenset({"prompt", "max_new_tokens", "num_samples", "data.eval_stride"})
+    instead_of = {
+        "input": "it continues a prompt (prompt=...) or scores a split (split=...)",
+        "output": "its continuations are printed",
+        "max_input_len": "it reads no source: perplexity is scored in windows of data.block_size, and a prompt "
+        "keeps the last words its position table holds",
+        "rouge": "a language model is scored by perplexity",
+        "samples": "prompt=... prints its continuations",
+        "data.columns": "it scores its corpus's splits or a text file's lines (split=files:<path>)",
+    }
 
     # ---- configuration ---------------------------------------------------------------------------
     def check(self, cfg: DictConfig) -> list[str]:
@@ -96,12 +106,7 @@ class LanguageModelTask(Task):
         return {"val_loss", "val_ppl", "val_acc", "train_loss"}
 
     def check_evaluation(self, cfg: DictConfig) -> None:
-        if cfg.get("input") is not None:
-            raise ValueError(f"input={cfg.input!r}: a language model translates nothing; use prompt=... or split=...")
-        if cfg.get("output") is not None:
-            raise ValueError(
-                f"output={cfg.output}: a language model writes no translations; its continuations are printed"
-            )
+        super().check_evaluation(cfg)
         new_tokens = cfg.get("max_new_tokens")
         if new_tokens is not None and (type(new_tokens) is not int or new_tokens < 0):
             raise ValueError(
@@ -110,25 +115,7 @@ class LanguageModelTask(Task):
         samples = cfg.get("num_samples", 1)
         if type(samples) is not int or samples < 1:
             raise ValueError(f"num_samples={samples!r}: how many continuations to sample, an integer >= 1")
-        if cfg.get("rouge") is not None:
-            raise ValueError(f"rouge={cfg.rouge}: a language model is scored by perplexity, not ROUGE; leave it out")
-        if cfg.get("samples", 5) != 5:  # evaluate.yaml's default
-            raise ValueError(
-                f"samples={cfg.samples}: the sample translations printed; a language model translates nothing "
-                "(prompt=... prints its continuations); leave it out"
-            )
-        if cfg.get("max_input_len") is not None:
-            raise ValueError(
-                f"max_input_len={cfg.max_input_len}: the source length a translation cuts at; a language model reads "
-                "no source (perplexity is scored in windows of data.block_size; a prompt keeps the last words its "
-                "position table holds): leave it out"
-            )
         data = cfg.get("data") or {}
-        if data.get("columns") is not None:
-            raise ValueError(
-                f"data.columns={list(data.columns)}: the fields of a split=files:<x.tsv> of a translation; a "
-                "language model scores its corpus's splits or a text file's lines (split=files:<path>): leave it out"
-            )
         if cfg.get("prompt") is not None:  # a continuation: nothing is scored, its length is its own
             decode = cfg.get("decode") or {}
             scored = [f"data.eval_stride={data.eval_stride}"] if data.get("eval_stride") is not None else []

@@ -88,6 +88,12 @@ class TranslationTask(Task):
     #: what it logs at every validation (and training), decoding or not; a subclass adds its own such scores
     #: here, and its scores logged on decoded epochs alone to decoded_metrics (the config check holds it to that)
     every_epoch_metrics = frozenset({"val_loss", "val_ppl", "val_acc", "train_loss"})
+    evaluation_options = frozenset({"input", "output", "max_input_len", "rouge", "samples", "data.columns"})
+    instead_of = {
+        "prompt": "it maps a source to an output: give the source as input=... (a file, or - for standard input)",
+        "max_new_tokens": "its output ends at the end token or at decode.max_len_a x source length + max_len_b",
+        "num_samples": "several outputs a sentence: translate.py n_best=N, with beam search or sampling",
+    }
 
     def __init__(
         self,
@@ -148,19 +154,7 @@ class TranslationTask(Task):
         return {*self.every_epoch_metrics, "val_bleu", "val_chrf", "val_bleu_tok_lc", *rouge}
 
     def check_evaluation(self, cfg: DictConfig) -> None:
-        if cfg.get("prompt") is not None:
-            raise ValueError(f"prompt={cfg.prompt!r}: prompts are for language-model checkpoints (task=lm)")
-        if cfg.get("max_new_tokens") is not None:
-            raise ValueError(
-                f"max_new_tokens={cfg.max_new_tokens}: the words a language model adds to a prompt; this checkpoint "
-                f"maps a source to an output (task={self.name}), which ends at the end token or decode.max_len_a / "
-                "decode.max_len_b"
-            )
-        if OmegaConf.select(cfg, "data.eval_stride", default=None) is not None:
-            raise ValueError(
-                f"data.eval_stride is a language-model setting (task=lm); this checkpoint maps a source to an output "
-                f"(task={self.name})"
-            )
+        super().check_evaluation(cfg)
         if cfg.get("output") is not None and cfg.get("input") is None:
             raise ValueError(
                 f"output={cfg.output}: where the translations of input= go; a split's hypotheses and scores go to "
@@ -185,11 +179,6 @@ class TranslationTask(Task):
                     f"{key}={OmegaConf.select(cfg, key)} with input={cfg.input}: input= translates a file of plain "
                     f"lines (output= says where to), and {key} belongs to scoring a split; drop one of them"
                 )
-        if cfg.get("num_samples", 1) != 1:
-            raise ValueError(
-                f"num_samples={cfg.num_samples}: continuations of a language model's prompt; this checkpoint "
-                "translates (several outputs a sentence: translate.py n_best=N with beam search)"
-            )
         samples = cfg.get("samples", 5)
         if isinstance(samples, bool) or not isinstance(samples, int) or samples < 0:
             raise ValueError(f"samples={samples!r}: the sample translations printed, a whole number >= 0 (0: none)")
