@@ -15,7 +15,7 @@ import json
 import torch
 
 from benchmarks.options import run_main
-from nmt.data.sources import read_lines
+from nmt.data.text_io import read_lines
 from nmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from nmt.inference.loading import load_model
 from nmt.modules.attention import attention_entropy

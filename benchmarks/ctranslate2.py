@@ -16,7 +16,7 @@ import sacrebleu
 import torch
 
 from benchmarks.options import run_main
-from nmt.data.sources import read_parallel
+from nmt.data.text_io import read_parallel
 from nmt.decoding.settings import SearchConfig
 from nmt.inference.export import CTranslate2Model, export_ctranslate2
 from nmt.inference.loading import load_model

@@ -10,7 +10,7 @@ import sacrebleu
 import torch
 
 from benchmarks.options import run_main
-from nmt.data.sources import read_parallel
+from nmt.data.text_io import read_parallel
 from nmt.inference.translator import Translator
 from nmt.metrics.corpus import bleu_tokenizer
 

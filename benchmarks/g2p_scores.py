@@ -13,7 +13,7 @@ from pathlib import Path
 
 from benchmarks.options import run_main
 from nmt.data.cmudict import read_entries
-from nmt.data.sources import read_lines
+from nmt.data.text_io import read_lines
 
 
 def edits(hypothesis: str, reference: str) -> int:

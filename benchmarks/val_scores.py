@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from benchmarks.options import run_main
-from nmt.data.sources import read_lines
+from nmt.data.text_io import read_lines
 from nmt.metrics.corpus import bleu_tokenizer, tokenized_lowercase_scoring, unknown_language_note
 from nmt.utils.machine import cpu_name
 

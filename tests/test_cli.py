@@ -150,6 +150,8 @@ def test_known_keys_pass(argv):
         # a setting of an option, given as an option: the README's "GRU/LSTM encoder-decoder" is model=rnn's cell
         (["model=lstm"], "error: model=lstm (on the command line): not an option of group model (model=rnn "
          "model.cell=lstm?); valid: " + ", ".join(sorted(f.stem for f in (CONF / "model").glob("*.yaml")))),
+        (["model=gru"], "error: model=gru (on the command line): not an option of group model (model=rnn "
+         "model.cell=gru?)"),  # the option's default value too
         # the hint keeps the +
         (["+tuned=factorial_converged_toi"], "error: tuned=factorial_converged_toi (on the command line): not an "
          "option of group tuned (did you mean +tuned=factorial_converged_toy?)"),
@@ -1106,3 +1108,14 @@ def test_a_refusal_keeps_a_folder_another_run_holds(tmp_path, monkeypatch):
         assert not folder.exists() and not folder.parent.exists()
     finally:
         HydraConfig.instance().cfg = None
+
+
+def test_the_command_line_is_checked_before_torch_is_imported():
+    """A mistyped key or group is said at once: nmt.cli imported torch through one helper's import (a second
+    and a half before `train.py model=lstm` said its line)."""
+    probe = (
+        "import sys, nmt.cli, nmt.cli.keys, nmt.cli.arguments; "
+        "print(sorted(m for m in ('torch', 'lightning') if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "[]", done.stdout + done.stderr

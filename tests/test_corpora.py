@@ -1001,10 +1001,15 @@ def test_a_corpus_of_one_s_own_on_files_is_named_by_its_data_name_not_files(tmp_
     for bad in ("a b", "../up"):
         with pytest.raises(ValueError, match=re.escape(f"data.name={bad!r}: a corpus's name")):
             FilesDataModule(name=bad, **given)
-    # a built-in corpus's name (its conf/data file's, or its module's): records that read "multi30k" were one's own
-    for taken in ("multi30k", "tatoeba", "ptb"):
-        with pytest.raises(ValueError, match=rf"data.name={taken}: the name of a corpus this project reads itself"):
-            FilesDataModule(name=taken, **given)
+    # a built-in corpus's name (its conf/data file's, or its module's): records that read "multi30k" were one's
+    # own; refused for training, while a checkpoint named so before is still read
+    from nmt.training.config import ConfigError, check_config
+
+    for taken, data in (("multi30k", "files"), ("tatoeba", "files"), ("ptb", "lm_files")):
+        with pytest.raises(ConfigError, match=rf"data.name={taken}: the name of a corpus this project reads itself"):
+            check_config(compose_train(f"data={data}", f"data.name={taken}", f"data.train={tmp_path / 'a'}"))
+        FilesDataModule(name=taken, **given)
+    check_config(compose_train("data=files", "data.name=mine", f"data.train={tmp_path / 'a'}"))
     write(tmp_path / "lm.txt", EN[:40])
     text = {split: str(tmp_path / "lm.txt") for split in ("train", "val", "test")}
     assert TextFilesDataModule(name="my_lm", **text).describe().startswith("my_lm (block")
@@ -1026,7 +1031,7 @@ def test_a_prefix_of_two_files_old_mac_line_ends_and_most_pairs_too_long_are_sai
     write(tmp_path / "mac.de", DE[:50])
     with pytest.raises(ValueError, match=r"mac\.en: its lines end in a carriage return alone"):
         FilesDataModule(train=str(tmp_path / "mac"), src_lang="en", tgt_lang="de").text("train")
-    from nmt.data.sources import decode_lines  # a stray CR amid line feeds is a space to the tokenizer: kept
+    from nmt.data.text_io import decode_lines  # a stray CR amid line feeds is a space to the tokenizer: kept
 
     assert decode_lines([b"one\n", b"two \r\r three\n"], "f") == ["one", "two \r\r three"]
     with pytest.raises(ValueError, match=r"^f: its lines end in a carriage return alone"):
@@ -2092,7 +2097,7 @@ def test_a_damaged_or_cut_short_corpus_file_or_archive_is_one_line_naming_it(tmp
     import tarfile
     import zipfile
 
-    from nmt.data.sources import read_lines
+    from nmt.data.text_io import read_lines
 
     whole = gzip.compress("".join(f"{e}\t{d}\n" for e, d in zip(EN, DE, strict=True)).encode())
     (tmp_path / "cut.txt.gz").write_bytes(whole[: len(whole) // 2])
@@ -2130,7 +2135,7 @@ def test_a_damaged_or_cut_short_corpus_file_or_archive_is_one_line_naming_it(tmp
 def test_a_gzip_file_named_without_gz_a_folder_or_a_gz_ending_given_as_a_prefix_is_said_as_such(tmp_path):
     """A .gz file under a plain name was told to be re-encoded from latin1; a folder given as a prefix, and a
     prefix given with its language's .gz ending, were "No such file" of a name the user never gave."""
-    from nmt.data.sources import read_lines
+    from nmt.data.text_io import read_lines
 
     (tmp_path / "y.de").write_bytes(gzip.compress(b"ein Satz\n"))
     with pytest.raises(ValueError, match=rf"^{re.escape(str(tmp_path / 'y.de'))}: gzip-compressed, but its name does "

@@ -10,7 +10,8 @@ import torch
 from nmt.data.batching import TokenBatchSampler, token_batches
 from nmt.data.datamodule import collate
 from nmt.data.multi30k import Multi30kDataModule
-from nmt.data.sources import DataNotFoundError, read_lines, read_parallel
+from nmt.data.sources import DataNotFoundError
+from nmt.data.text_io import read_lines, read_parallel
 from nmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, TokenizerSettings, load_or_train
 from nmt.data.toy import ToyDataModule, toy_pairs
 

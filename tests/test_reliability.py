@@ -649,7 +649,7 @@ def test_non_finite_losses_are_skipped_then_stop_the_run(tmp_path):
 
 
 def test_translating_invalid_utf8_from_stdin_names_the_line(tmp_path):
-    from nmt.data.sources import decode_lines
+    from nmt.data.text_io import decode_lines
 
     with pytest.raises(ValueError, match=r"<stdin>, line 2: invalid UTF-8"):
         decode_lines([b"ok\n", b"\xff\n"], "<stdin>")

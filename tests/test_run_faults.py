@@ -1851,9 +1851,18 @@ def test_a_user_error_a_check_did_not_raise_says_how_to_see_where(capsys):
     def checked(cfg):
         raise ValueError("data.max_len=0: must be at least 1")
 
-    for function, fault in ((zipped, True), (lambda cfg: json.loads("{"), True), (checked, False)):
+    def interpolated(cfg):  # the user's own config ('lr=${nothing}'), which OmegaConf raises in: no fault
+        OmegaConf.select(OmegaConf.create({"lr": "${nothing}"}), "lr")
+
+    for function, fault in (
+        (zipped, True),
+        (lambda cfg: json.loads("{"), True),
+        (checked, False),
+        (interpolated, False),
+    ):
         with pytest.raises(SystemExit) as stopped:
             run_cli(function, None)
         err = capsys.readouterr().err
         assert stopped.value.code == 2 and err.count("\n") == 1
         assert err.endswith(" (NMT_DEBUG=1 shows where: a fault of this program?)\n") == fault, err
+    assert err == "error: lr: Interpolation key 'nothing' not found\n"  # the key, which OmegaConf said on a 2nd line

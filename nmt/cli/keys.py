@@ -268,7 +268,7 @@ def _setting_of_an_option(word: str, group: Path) -> str | None:
         for line in path.read_text(encoding="utf-8").splitlines():
             key, colon, rest = line.partition(":")
             value, _, comment = rest.partition("#")
-            if colon and key and not key.startswith((" ", "#")) and word != value.strip():
+            if colon and key and not key.startswith((" ", "#")):
                 values = re.split(r"[\s|,/]+", value.strip()) + re.split(r"\s*\|\s*", comment.strip().split(" (")[0])
                 if word in values:
                     return f"{group.name}={path.stem} {group.name}.{key.strip()}={word}"

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from omegaconf.errors import MissingMandatoryValue
+from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
 from nmt.utils.configs import unset_variable_message
 from nmt.utils.io import DISK_FULL
@@ -56,6 +56,10 @@ def user_message(err: BaseException, cfg=None) -> str:
     unset = unset_variable_message(err, cfg)  # ${oc.env:NMT_DATA} in a config, the variable unset
     if unset:
         return unset
+    key = getattr(err, "full_key", None)
+    if isinstance(err, OmegaConfBaseException) and key and text and not text.startswith(str(key)):
+        # OmegaConf says which key only on a second line ("full_key: lr"), which one line leaves out
+        return f"{key}: {text.splitlines()[0]}"
     if type(err).__name__ in LISTING_ERRORS:  # every problem (or place tried), on one line
         head, *problems = text.splitlines()
         return f"{head} " + "; ".join(p.strip() for p in problems)
@@ -68,7 +72,7 @@ def said_by_a_check(err: BaseException) -> bool:
     such as ``zip(strict=True)``, may be a fault rather than a mistake: its one line then says how to see where."""
     if not isinstance(err, BUILTIN_USER_ERRORS) or isinstance(err, OSError) and err.filename:
         return True
-    if unset_variable_message(err) is not None:  # OmegaConf's own, told here in our words
+    if isinstance(err, OmegaConfBaseException):  # the config as the user wrote it (an interpolation of no key)
         return True
     innermost = err.__traceback__
     while innermost is not None and innermost.tb_next is not None:

@@ -12,7 +12,8 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
-from nmt.data.sources import locate, read_lines
+from nmt.data.sources import locate
+from nmt.data.text_io import read_lines
 from nmt.data.unsplit import UnsplitCorpusDataModule
 
 UPSTREAM = "https://raw.githubusercontent.com/cmusphinx/cmudict/master"

@@ -3,7 +3,8 @@
 import tarfile
 from pathlib import Path
 
-from nmt.data.sources import locate_or_extract, read_parallel
+from nmt.data.sources import locate_or_extract
+from nmt.data.text_io import read_parallel
 from nmt.data.unsplit import UnsplitCorpusDataModule
 
 RELEASE = "https://www.statmt.org/europarl/v7"

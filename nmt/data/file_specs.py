@@ -17,7 +17,7 @@ from pathlib import Path
 
 from omegaconf import ListConfig
 
-from nmt.data.sources import read_lines, read_parallel
+from nmt.data.text_io import read_lines, read_parallel
 
 log = logging.getLogger(__name__)
 _WIDE_SAID: set[str] = set()  # each TSV's extra fields said once a process
@@ -36,18 +36,14 @@ def checked_corpus_name(name, default: str) -> str:
             f"data.name={name!r}: a corpus's name in reports and cache file names, letters, digits, '_', '.' and "
             f"'-' (e.g. data.name=iwslt16_de_en; default: {default})"
         )
-    if name in corpora_of_this_project():
-        raise ValueError(
-            f"data.name={name}: the name of a corpus this project reads itself, whose records and "
-            f"caches would then mix with this one's; name your corpus otherwise (e.g. data.name={name}_mine)"
-        )
     return name
 
 
 @functools.cache
 def corpora_of_this_project() -> frozenset[str]:
     """The names the built-in corpora go by: their conf/data files' names and their modules' (data=tatoeba_de_en
-    is ``tatoeba``). A corpus built on files (data=files, data=lm_files, a file of one's own) is not one."""
+    is ``tatoeba``). A corpus built on files (data=files, data=lm_files, a file of one's own) is not one. The
+    training config check refuses them as a ``data.name`` (a run's own: its checkpoint's are not checked)."""
     from nmt.utils.configs import CONF
 
     names = set()

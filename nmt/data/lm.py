@@ -20,7 +20,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from nmt.data.batching import FixedBatchSampler
 from nmt.data.loaders import STAGE_SPLITS, sharded_loader
-from nmt.data.sources import read_lines
+from nmt.data.text_io import read_lines
 from nmt.data.tokenizer import EOS_ID, PAD_ID, UNK_ID, content_hash
 from nmt.data.vocab import SPECIALS, UNK_WORD, WordVocabulary
 from nmt.utils.io import atomic_write_bytes

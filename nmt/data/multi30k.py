@@ -1,7 +1,8 @@
 """Multi30k task 1 (Elliott et al. 2016): image descriptions in en, de, fr, cs."""
 
 from nmt.data.datamodule import ParallelDataModule
-from nmt.data.sources import locate, read_parallel
+from nmt.data.sources import locate
+from nmt.data.text_io import read_parallel
 
 UPSTREAM = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw"
 LANGUAGES = ("en", "de", "fr", "cs")

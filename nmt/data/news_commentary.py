@@ -4,7 +4,8 @@ languages' columns in the order of the file name (``news-commentary-v16.de-en.ts
 import re
 from pathlib import Path
 
-from nmt.data.sources import locate, read_lines
+from nmt.data.sources import locate
+from nmt.data.text_io import read_lines
 from nmt.data.unsplit import UnsplitCorpusDataModule
 
 RELEASE = "https://data.statmt.org/news-commentary/v16/training"

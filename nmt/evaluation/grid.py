@@ -26,7 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 from rich.table import Table
 
-from nmt.data.sources import read_lines
+from nmt.data.text_io import read_lines
 from nmt.decoding.settings import SEARCH_TAGS, UNREAD, read_options, search_settings
 from nmt.inference.checkpoint import epochs_to_average
 from nmt.inference.loading import resolve_checkpoint_path

@@ -14,7 +14,7 @@ import json
 import sys
 from pathlib import Path
 
-from nmt.data.sources import read_parallel
+from nmt.data.text_io import read_parallel
 from nmt.metrics.corpus import (
     MIN_RESAMPLES,
     bleu_tokenizer,

@@ -13,7 +13,7 @@ import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
-from nmt.data.sources import tabbed_line
+from nmt.data.text_io import tabbed_line
 from nmt.decoding.constraints import position_limits
 from nmt.decoding.settings import search_settings
 from nmt.decoding.translate import input_limit

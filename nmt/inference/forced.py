@@ -16,7 +16,7 @@ import torch
 from torch.nn import functional as F
 
 from nmt.data.batching import token_batches
-from nmt.data.sources import tabbed_line
+from nmt.data.text_io import tabbed_line
 from nmt.data.tokenizer import EOS_ID
 from nmt.decoding.constraints import position_limits
 from nmt.inference.hypothesis import Hypothesis, InputError, check_texts

@@ -14,7 +14,7 @@ from contextlib import nullcontext
 
 from omegaconf import DictConfig
 
-from nmt.data.sources import decode_lines, read_lines
+from nmt.data.text_io import decode_lines, read_lines
 from nmt.decoding.translate import DecodingProgress
 from nmt.inference.hypothesis import Hypothesis, InputError
 from nmt.inference.translator import Translator

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from nmt.data.sources import decode_line, read_lines
+from nmt.data.text_io import decode_line, read_lines
 from nmt.decoding.translate import DecodingProgress
 from nmt.inference.score_stream import run_scoring
 from nmt.inference.translator import Hypothesis, InputError, Translator

@@ -24,7 +24,7 @@ from numbers import Integral
 import torch
 from torch.nn import functional as F
 
-from nmt.data.sources import tabbed_line
+from nmt.data.text_io import tabbed_line
 from nmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from nmt.decoding.constraints import NEW_TOKENS, position_limits
 from nmt.decoding.continuation import continue_prompt, draw_number

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from nmt.data.sources import read_lines
+from nmt.data.text_io import read_lines
 from nmt.metrics import lower_is_better
 from nmt.sweep import analysis, effects, store, summary
 from nmt.sweep.document import Document, cell_name, fmt, fmt_p, literal

@@ -12,7 +12,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from nmt.data.sources import read_lines
+from nmt.data.text_io import read_lines
 from nmt.metrics.randomization import METRICS, sentence_statistics
 from nmt.utils.io import atomic_path
 

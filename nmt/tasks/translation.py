@@ -14,7 +14,7 @@ from torch import nn
 from nmt.data.datamodule import ParallelDataModule
 from nmt.data.overlap import shared_with_training
 from nmt.data.report import leaks
-from nmt.data.sources import decode_lines, read_lines, tabbed_line
+from nmt.data.text_io import decode_lines, read_lines, tabbed_line
 from nmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, content_hash
 from nmt.decoding.search import decode
 from nmt.decoding.settings import SAMPLED, SearchConfig, search_problems, search_settings

@@ -13,7 +13,8 @@ import torch
 from rich.table import Table
 
 from nmt.data.file_specs import checked_columns, is_tsv, read_split_files, spec_paths
-from nmt.data.sources import DataNotFoundError, locate, read_parallel
+from nmt.data.sources import DataNotFoundError, locate
+from nmt.data.text_io import read_parallel
 from nmt.data.tokenizer import BOS_ID, EOS_ID
 from nmt.decoding.settings import RANKED, READS, SEARCH_TAGS, UNREAD, SearchConfig
 from nmt.metrics import ROUGE_KEYS

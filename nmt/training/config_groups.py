@@ -12,7 +12,6 @@ import yaml
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from nmt.training.optim import noam_peak
 from nmt.utils.configs import CONF
 from nmt.utils.instantiate import locate_target
 
@@ -255,6 +254,15 @@ def data_key_problems(cfg: DictConfig) -> list[str]:
             f"  {', '.join('data.' + k for k in unknown)} {verb} of {data_class.__name__}; it takes "
             + ", ".join(options)
         )
+    name = cfg.data.get("name") if "name" in taken else None
+    if isinstance(name, str) and name != getattr(data_class, "name", None):
+        from nmt.data.file_specs import corpora_of_this_project
+
+        if name in corpora_of_this_project():  # training only: runs named so before are still evaluated
+            problems.append(
+                f"  data.name={name}: the name of a corpus this project reads itself, whose records and caches "
+                f"would then mix with this one's; name your corpus otherwise (e.g. data.name={name}_mine)"
+            )
     tokenizer = cfg.data.get("tokenizer") if "tokenizer" in taken else None
     if isinstance(tokenizer, DictConfig):  # the tokenizer's settings, a dataclass the module builds (a TypeError)
         from dataclasses import fields
@@ -340,6 +348,8 @@ def _noam_rate_problems(cfg: DictConfig, scheduler) -> list[str]:
     """optim.optimizer.lr other than 1.0 under Noam's schedule: the schedule gives the rate and multiplies that lr,
     so a student's optim.optimizer.lr=1e-3 (the key the top-level lr= error names) trained at a thousandth of the
     schedule's rate, without a word."""
+    from nmt.training.optim import noam_peak  # torch: not where the command line is checked
+
     if not isinstance(scheduler, DictConfig) or scheduler.get("_target_") != NOAM:
         return []
     lr = OmegaConf.select(cfg, "optim.optimizer.lr", default=None)
