@@ -263,7 +263,10 @@ def unknown_option_message(argv: list[str], conf: Path = CONF) -> str | None:
 
 def _setting_of_an_option(word: str, group: Path) -> str | None:
     """``model=rnn model.cell=lstm`` for ``model=lstm``: where an option's file lists the word among a key's
-    values (``cell: gru  # gru | lstm``), the word names a setting of that option, not an option."""
+    values (``cell: gru  # gru | lstm``), the word names a setting of that option, not an option. Not for a
+    switch's, a null's or a number's words, which many keys share."""
+    if word.lower() in ("true", "false", "null", "none") or re.fullmatch(r"[-+.\de]+", word):
+        return None
     for path in sorted(group.glob("*.yaml")):
         for line in path.read_text(encoding="utf-8").splitlines():
             key, colon, rest = line.partition(":")
