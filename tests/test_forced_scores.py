@@ -270,3 +270,17 @@ def test_a_language_model_draws_n_best_continuations_each_scored_as_a_given_one(
     for h in drawn:
         continuation = h.text.removeprefix("w3 w4").strip()
         assert h.score == h.log_prob == pytest.approx(translator.score("w3 w4", continuation).log_prob, abs=1e-4)
+
+
+def test_a_language_models_server_refuses_attention_asked_for_and_answers_without_it(models):
+    """ "attention": true was accepted of a language model's server, which answered {} without a word."""
+    from fastapi.testclient import TestClient
+
+    from nmt.inference.web import create_app
+
+    app = TestClient(create_app(Translator.from_checkpoint(models["lm"], device="cpu", max_new_tokens=3)))
+    asked = app.post("/api/translate", json={"text": "w3 w4", "attention": True})
+    assert asked.status_code == 422 and "a language model reads no source" in asked.json()["error"]
+    answer = app.post("/api/translate", json={"text": "w3 w4"})  # the page asks so: no heatmap to draw
+    assert answer.status_code == 200 and answer.json()["attention"] == {}
+    assert "attention" not in app.post("/api/translate", json={"text": "w3", "attention": False}).json()

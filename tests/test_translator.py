@@ -109,7 +109,8 @@ def test_sampling_n_best_draws_each_line_n_times_ranked_by_log_probability(check
     with pytest.raises(ValueError, match=r"^n_best=0: must be >= 1 \(sampling draws n_best outputs a line\)$"):
         translator.translate_nbest(lines, n_best=0)
     greedy = Translator.from_checkpoint(checkpoints["seed1"], strategy="greedy", device="cpu")
-    with pytest.raises(ValueError, match=r"^n_best=2: must be between 1 and the beam size \(1; greedy search gives 1"):
+    # it spoke of greedy search's "beam size (1)", which greedy search has none of
+    with pytest.raises(ValueError, match=r"^n_best=2: greedy search gives one output a line; for more, search with"):
         greedy.translate_nbest(lines, n_best=2)
     done = subprocess.run(
         [sys.executable, str(ROOT / "translate.py"), f"ckpt_path={checkpoints['seed1']}", "n_best=3", "threads=1"]
@@ -323,7 +324,7 @@ def test_ensembles_of_other_vocabularies_or_tasks_and_language_models_are_refuse
         Translator([a, lm], SearchConfig())
     with pytest.raises(CheckpointError, match="is a language model: ensembles are of encoder-decoder models only"):
         Translator([lm, lm], SearchConfig())
-    with pytest.raises(ValueError, match=r"n_best=3: must be between 1 and the beam size \(1"):
+    with pytest.raises(ValueError, match=r"n_best=3: greedy search gives one output a line"):
         Translator([a], SearchConfig(strategy="greedy")).translate_nbest(SOURCES, n_best=3)
 
 
@@ -599,6 +600,22 @@ def test_a_negative_average_or_an_unknown_search_option_is_refused_not_ignored(c
     assert translator.translate_nbest(["one", b"two"], prefixes=[None, ""]) == translator.translate_nbest(
         ["one", "two"]
     )
+    # bytes that are not UTF-8 were read as <unk> in silence (the same bytes in a file or on stdin are refused),
+    # and bytes with text outside the vocabulary, as a prefix or a target, were a TypeError of the warning's code
+    with pytest.raises(InputError, match=r"^line 2: invalid UTF-8 \(invalid start byte at byte 4\)"):
+        translator.translate(["one", b"six \xff two"])
+    with pytest.raises(InputError, match=r"^target 1: invalid UTF-8"):
+        translator.score(["one"], [b"\xffeins"])
+    assert translator.translate_nbest(["one"], prefixes=["Katze é"]) == translator.translate_nbest(
+        ["one"], prefixes=["Katze é".encode()]
+    )
+    assert (
+        translator.score(["one"], ["Katze é".encode()])[0].log_prob
+        == translator.score(["one"], ["Katze é"])[0].log_prob
+    )
+    # a tab in a prefix was read as a space, where a line's is refused
+    with pytest.raises(InputError, match=r"^prefix 2: holds a tab, which would be read as a space"):
+        translator.translate_nbest(["one", "two"], prefixes=["", "zwei\tdrei"])
     out = subprocess.run(
         command(f"ckpt_path={checkpoints['seed1']}", "+decode.foo=1"), input="one\n", capture_output=True,
         text=True, timeout=300,

@@ -222,7 +222,7 @@ class CTranslate2Model:
         if lines is None or isinstance(lines, bytes) or not hasattr(lines, "__iter__"):
             raise TypeError(f"lines={lines!r}: give a list of str (one str: one line)")
         lines = list(lines)
-        check_texts(lines, "line")  # as our translator checks them: a None or a number was a TypeError of `in`
+        lines = check_texts(lines, "line")  # as our translator checks them: a None or a number was a TypeError of `in`
         if problem := tabbed_line(lines):  # as our translator refuses it
             raise ValueError(problem)
         # our search never outputs the start or padding token; CTranslate2 may (a model trained briefly chose

@@ -24,9 +24,9 @@ from nmt.inference.hypothesis import Hypothesis, InputError, check_texts
 log = logging.getLogger(__name__)
 
 
-def checked_texts(lines: Sequence[str] | None, targets: Sequence[str], continues: bool) -> list[str]:
-    """The sources (or prompts) as a list of text, one per target: None only for a language model (every
-    target then follows a sentence start)."""
+def checked_texts(lines: Sequence[str] | None, targets: Sequence[str], continues: bool) -> tuple[list[str], list[str]]:
+    """The sources (or prompts) and the targets as lists of str, one source per target: None only for a
+    language model (every target then follows a sentence start)."""
     if isinstance(targets, (str, bytes)) or not hasattr(targets, "__iter__"):
         raise TypeError(f"targets={targets!r}: give a list of str, one target per line")
     targets = list(targets)
@@ -39,9 +39,8 @@ def checked_texts(lines: Sequence[str] | None, targets: Sequence[str], continues
     lines = list(lines)
     if len(lines) != len(targets):
         raise ValueError(f"{len(targets)} targets for {len(lines)} lines: give one target per line")
-    for given, name in ((lines, "line"), (targets, "target")):
-        check_texts(given, name)  # a lone surrogate too: SentencePiece's TypeError named nothing
-    return lines
+    # a lone surrogate too: SentencePiece's TypeError named nothing
+    return check_texts(lines, "line"), check_texts(targets, "target")
 
 
 def score_targets(
@@ -56,8 +55,7 @@ def score_targets(
     per piece; a translation model's also ``alignment`` and ``src_tokens``, as ``translate_nbest`` gives them.
     ``first_line``: the number of the first line in its file, for messages; ``on_batch``: called with the
     number of lines each batch scored."""
-    lines = checked_texts(lines, targets, translator.continues)
-    targets = list(targets)
+    lines, targets = checked_texts(lines, targets, translator.continues)
     if not translator.continues and (problem := tabbed_line(lines, first_line)):
         raise InputError(problem)
     if problem := tabbed_line(targets, first_line):  # a TSV given as targets: its source read as the target's text

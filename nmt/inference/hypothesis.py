@@ -36,10 +36,11 @@ class Hypothesis:
     attention: dict[str, torch.Tensor] | None = None
 
 
-def check_texts(given: Sequence, name: str, first_line: int = 1, none_is_empty: bool = False) -> None:
-    """Every item of ``given`` (lines, prefixes, targets) text as SentencePiece reads it: a str, or UTF-8 bytes
-    (None too where ``none_is_empty``). TypeError naming the first item that is not (SentencePiece's own named
-    none, and a None or a number failed in other checks' code); InputError for a str UTF-8 cannot encode, a lone
+def check_texts(given: Sequence, name: str, first_line: int = 1, none_is_empty: bool = False) -> list:
+    """``given`` (lines, prefixes, targets) as a list of str, each item text as SentencePiece reads it: a str,
+    or UTF-8 bytes, decoded here (None too where ``none_is_empty``). TypeError naming the first item that is not
+    (SentencePiece's own named none, and a None or a number failed in other checks' code); InputError for bytes
+    that are not UTF-8 (SentencePiece read them as <unk>, in silence) and for a str UTF-8 cannot encode, a lone
     surrogate (text decoded with errors="surrogateescape", or a JSON "\\ud800": a TypeError naming nothing)."""
     takes = (str, bytes, type(None)) if none_is_empty else (str, bytes)
     wrong = next((n for n, text in enumerate(given) if not isinstance(text, takes)), None)
@@ -48,12 +49,23 @@ def check_texts(given: Sequence, name: str, first_line: int = 1, none_is_empty: 
             f"{name} {first_line + wrong}: {type(given[wrong]).__name__}, not text; give a str for every {name} ('' "
             "for an empty one)"
         )
+    texts = []
     for n, text in enumerate(given):
+        if isinstance(text, bytes):
+            try:
+                text = text.decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise InputError(
+                    f"{name} {first_line + n}: invalid UTF-8 ({err.reason} at byte {err.start}); give text, or "
+                    "bytes of UTF-8"
+                ) from None
         if isinstance(text, str) and (at := _surrogate(text)) >= 0:
             raise InputError(
                 f"{name} {first_line + n}: not valid Unicode (a lone surrogate at character {at + 1}: "
                 f"{text[max(at - 20, 0) : at + 20]!r}); decode the text as UTF-8, replacing what cannot be read"
             )
+        texts.append(text)
+    return texts
 
 
 def _surrogate(text: str) -> int:

@@ -136,7 +136,10 @@ def _run_translate(cfg: DictConfig) -> dict:
             return _stream(translator, cfg, prefixes, scored)
     lines = read_lines(cfg.input)
     if prefixes is not None and len(prefixes) != len(lines):
-        raise ValueError(f"prefix_file={cfg.prefix_file} has {len(prefixes)} lines but {cfg.input} has {len(lines)}")
+        raise ValueError(
+            f"prefix_file={cfg.prefix_file} has {len(prefixes)} lines but {cfg.input} has {len(lines)}: give one per "
+            "line (an empty line: no prefix)"
+        )
     target = atomic_path(cfg.output) if cfg.output != "-" else nullcontext(None)
     with target as tmp, open(tmp, "w", encoding="utf-8") if tmp else nullcontext(sys.stdout) as out:
         with DecodingProgress(len(lines), enabled=True) as progress, translator.counted_truncation(keep_end=keep_end):
@@ -171,7 +174,8 @@ def _stream(translator: Translator, cfg: DictConfig, prefixes, scored: bool) -> 
             if prefixes is not None:
                 if index >= len(prefixes):
                     raise ValueError(
-                        f"prefix_file={cfg.prefix_file} has {len(prefixes)} lines; input line {index + 1} has none"
+                        f"prefix_file={cfg.prefix_file} has {len(prefixes)} lines; input line {index + 1} has none: "
+                        "give one per line (an empty line: no prefix)"
                     )
                 prefix = [prefixes[index]]
             found = _translate(translator, [line], prefix, cfg, scored, index + 1)
@@ -182,7 +186,10 @@ def _stream(translator: Translator, cfg: DictConfig, prefixes, scored: bool) -> 
         if out is not sys.stdout:
             out.close()
     if prefixes is not None and len(prefixes) != count:  # as a file input's count is checked
-        raise ValueError(f"prefix_file={cfg.prefix_file} has {len(prefixes)} lines but standard input had {count}")
+        raise ValueError(
+            f"prefix_file={cfg.prefix_file} has {len(prefixes)} lines but standard input had {count}: give one per "
+            "line (an empty line: no prefix)"
+        )
     return {"translations": count, "output": cfg.output}
 
 

@@ -248,8 +248,15 @@ class Translator:
                 f"prefixes={prefixes!r}: give a list, one prefix per line (a str only with one line as a str)"
             )
         prefixes = None if prefixes is None else list(prefixes)
-        check_texts(lines, "line", first_line)  # text, as SentencePiece reads it: str, or UTF-8 bytes
-        check_texts(prefixes or [], "prefix", first_line, none_is_empty=True)  # a None prefix: none for that line
+        lines = check_texts(lines, "line", first_line)  # text, as SentencePiece reads it: str, or UTF-8 bytes
+        if prefixes is not None:  # a None prefix: none for that line
+            prefixes = check_texts(prefixes, "prefix", first_line, none_is_empty=True)
+            tabbed = next((n for n, prefix in enumerate(prefixes) if prefix and "\t" in prefix), None)
+            if tabbed is not None:  # read as a space, where a line's tab is refused: a TSV row's field?
+                raise InputError(
+                    f"prefix {first_line + tabbed}: holds a tab, which would be read as a space; a prefix is the text "
+                    "its output begins with, one a line: give the prefix alone"
+                )
         beams = self.search.hypotheses
         if isinstance(n_best, bool) or not isinstance(n_best, Integral):
             raise ValueError(f"n_best={n_best!r}: must be a whole number >= 1 (outputs per line)")
@@ -341,6 +348,11 @@ class Translator:
             return None
         if most is None:
             return f"n_best={n_best}: must be >= 1 (sampling draws n_best outputs a line)"
+        if not self.search.ranks and n_best > 1:  # greedy: one output, whatever a beam size would say
+            return (
+                f"n_best={n_best}: greedy search gives one output a line; for more, search with a beam "
+                "(decode.strategy=beam, decode.beam_size=N) or sample (decode.strategy=sample)"
+            )
         return (
             f"n_best={n_best}: must be between 1 and the beam size ({most}; greedy search gives 1, sampling any number)"
         )

@@ -39,8 +39,9 @@ class TranslateRequest(BaseModel):
     text: StrictStr  # empty, or blank: "text is empty" below, the same words for both
     n_best: StrictInt = Field(default=1, ge=1)
     # the attention weights are most of an answer's bytes (layers x heads x target x source): a client that
-    # draws no heatmap asks without them
-    attention: StrictBool = True
+    # draws no heatmap asks without them. Not given: the weights, where the model has cross-attention (a
+    # language model's answer holds none: {}); true asks them of a model that must have them
+    attention: StrictBool | None = None
 
 
 DRAWS = 5  # the most outputs a request may ask of a sampling search
@@ -149,11 +150,15 @@ def create_app(translator: Translator, max_chars: int = 1000, title: str = "nmt"
                 else "1 (greedy search)"
             )
             return JSONResponse({"error": f"n_best must be at most {most}"}, status_code=422)
+        if request.attention and translator.continues:  # asked for, of a model that reads no source
+            message = "attention: a language model reads no source, so it has no cross-attention; leave it out"
+            return JSONResponse({"error": message}, status_code=422)
+        attention = request.attention is not False
         try:
             with lock:
                 # a language model has no cross-attention to draw (no source): its page shows no heatmap
                 (hypotheses,) = translator.translate_nbest(
-                    [text], n_best=request.n_best, with_attention=request.attention and not translator.continues
+                    [text], n_best=request.n_best, with_attention=attention and not translator.continues
                 )
         except InputError as err:
             if err.too_long:  # the command line's remedies are not the requester's to take
@@ -180,7 +185,7 @@ def create_app(translator: Translator, max_chars: int = 1000, title: str = "nmt"
             # per decoder layer: heads x target pieces x source pieces (none asked for: left out)
             **(
                 {"attention": {name: weights.tolist() for name, weights in (best.attention or {}).items()}}
-                if request.attention
+                if attention
                 else {}
             ),
         }
