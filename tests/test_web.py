@@ -61,6 +61,8 @@ def test_a_translation_with_its_nbest_list_and_attention(client):
     assert "attention" not in lean and lean["nbest"] == data["nbest"] and lean["target_tokens"] == data["target_tokens"]
     said = app.post("/api/translate", json={"text": "one", "attention": "no"})
     assert said.status_code == 422 and "attention" in said.json()["error"]
+    queried = app.post("/api/translate?n_best=3", json={"text": "one"})  # answered with one output, unsaid
+    assert queried.status_code == 422 and "query parameters are not read (n_best)" in queried.json()["error"]
     # a row pasted from a spreadsheet: its tabs and line breaks are spaces of the one text in the box
     pasted = app.post("/api/translate", json={"text": "one\ttwo\nthree", "n_best": 3, "attention": False}).json()
     assert pasted["nbest"] == lean["nbest"]

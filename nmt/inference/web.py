@@ -134,7 +134,11 @@ def create_app(translator: Translator, max_chars: int = 1000, title: str = "nmt"
         }
 
     @app.post("/api/translate")
-    def translate(request: TranslateRequest):
+    def translate(request: TranslateRequest, http: Request):
+        if http.query_params:  # ?n_best=3 was answered with one output, the query unread
+            asked = ", ".join(sorted(http.query_params))
+            message = f"query parameters are not read ({asked}): send every field in the JSON body"
+            return JSONResponse({"error": message}, status_code=422)
         # one text from a box: its line breaks and tabs (a row pasted from a spreadsheet) are spaces
         text = request.text.replace("\r", " ").replace("\n", " ").replace("\t", " ").strip()
         if len(text) > max_chars:
