@@ -1111,8 +1111,8 @@ def test_a_refusal_keeps_a_folder_another_run_holds(tmp_path, monkeypatch):
 
 
 def test_the_command_line_is_checked_before_torch_is_imported():
-    """A mistyped key or group is said at once: nmt.cli imported torch through one helper's import (a second
-    and a half before `train.py model=lstm` said its line)."""
+    """A mistyped key or group is said at once: nmt.cli imported torch through one function's import, so that
+    `train.py model=lstm` waited for torch to load before it said its line."""
     probe = (
         "import sys, nmt.cli, nmt.cli.keys, nmt.cli.arguments; "
         "print(sorted(m for m in ('torch', 'lightning') if m in sys.modules))"
