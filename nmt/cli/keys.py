@@ -5,6 +5,7 @@ import difflib
 import functools
 import re
 from pathlib import Path
+from typing import NamedTuple
 
 from omegaconf import OmegaConf
 
@@ -21,7 +22,6 @@ def unknown_key_message(argv: list[str], config_name: str, conf: Path = CONF) ->
     (for a sweep, of the config Hydra composes first), with the closest known names (Hydra itself would
     suggest ``+key=value``, which adds a key that nothing reads). None when every key is known, or when
     composing fails for another reason (Hydra then reports that one)."""
-    from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
     groups = sorted(str(p.relative_to(conf)) for p in conf.rglob("*") if p.is_dir())
@@ -33,6 +33,66 @@ def unknown_key_message(argv: list[str], config_name: str, conf: Path = CONF) ->
     if GlobalHydra.instance().is_initialized():
         return None  # inside a test or a program that composes configs itself
     try:
+        composed = _Composed.of(config_name, conf, groups, items, group_overrides)
+    except Exception:  # a bad group option or the like: Hydra's own message names it
+        return None
+    known = dotted_keys(composed.cfg)
+    # ++key=value sets a key as key=value does: its switch checked too
+    switch = _switch_message(composed.cfg, [*items, *(a.lstrip("+") for a in argv if a.startswith("++") and "=" in a)])
+    if switch:
+        return switch
+    swept = composed.swept
+    first_keys = dotted_keys(composed.first) if composed.first is not None else known
+    for key in plain:
+        group = key.split(".")[0]
+        if key in known and key not in first_keys and group in swept:
+            value = next(a.partition("=")[2] for a in items if a.lstrip("~").partition("=")[0] == key)
+            return (
+                f"error: {key!r} (on the command line): a sweep's config is composed first with "
+                f"{group}={composed.first_choices.get(group)} (the default), which has no such key, and with "
+                f"{group}={swept[group]} only after; write ++{key}={value} to set it in every run (every level of "
+                f"{group} must then take it)"
+            )
+        if key in known or (group in swept and key in first_keys):
+            continue  # a key of the default and of some levels: the sweep's plan names the levels without it
+        parent, _, option = key.rpartition(".")
+        if parent == "validation.search" and option in _search_options():  # a block that lists its defaults only
+            return (
+                f"error: {key!r} (on the command line): validation.search takes every search option, but lists "
+                f"only those it sets: add this one with +{key}=... ({_search_readers(option)})"
+            )
+        owners = _other_options_with(key, conf, groups)  # the group's other options that have this key
+        hint = _unknown_key_hint(key, config_name, conf, groups, composed, known, owners)
+        # a search option's block takes the options it lists: a new key there is refused, not added; nor is a
+        # key of another option of a group added to this one (the group's own check refuses it)
+        adds = "" if parent in ("decode", "validation.search") or owners else f"; +{key}=... adds a new key"
+        lists = "the groups"
+        if checkpoint_program(config_name, conf) is not None:  # keys of its own, no groups: an added key is refused
+            lists = "its keys"
+            adds = ""  # evaluate.py's data keys given with +: said in the hint
+        return (
+            f"error: {key!r} (on the command line) is neither a key of the {config_name} config nor a config "
+            f"group: {hint} (python {config_name}.py --help lists {lists}{adds})"
+        )
+    return None
+
+
+class _Composed(NamedTuple):
+    """The config a command line composes, without Hydra's runtime: ``choices``, each group's option;
+    ``swept``, each group given several options (a sweep's) and its options as written; ``first`` and
+    ``first_choices``, the config Hydra composes first for such a sweep (each swept group at its default),
+    None and {} where nothing is swept."""
+
+    cfg: object
+    choices: dict
+    swept: dict[str, str]
+    first: object
+    first_choices: dict
+
+    @classmethod
+    def of(cls, config_name: str, conf: Path, groups: list[str], items: list[str], group_overrides: list[str]):
+        from hydra import compose, initialize_config_dir
+
         with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
             cfg = compose(config_name, overrides=group_overrides, return_hydra_config=True)
             # a sweep's grid may choose groups too (grid=rnn sets model=rnn): compose with its first levels
@@ -52,83 +112,52 @@ def unknown_key_message(argv: list[str], config_name: str, conf: Path = CONF) ->
                 first = compose(config_name, overrides=others, return_hydra_config=True)
                 first_choices = dict(first.hydra.runtime.choices)
                 first = OmegaConf.masked_copy(first, [k for k in first if k != "hydra"])
-    except Exception:  # a bad group option or the like: Hydra's own message names it
-        return None
-    known = dotted_keys(cfg)
-    # ++key=value sets a key as key=value does: its switch checked too
-    switch = _switch_message(cfg, [*items, *(a.lstrip("+") for a in argv if a.startswith("++") and "=" in a)])
-    if switch:
-        return switch
-    first_keys = dotted_keys(first) if first is not None else known
-    for key in plain:
-        group = key.split(".")[0]
-        if key in known and key not in first_keys and group in swept:
-            value = next(a.partition("=")[2] for a in items if a.lstrip("~").partition("=")[0] == key)
-            return (
-                f"error: {key!r} (on the command line): a sweep's config is composed first with "
-                f"{group}={first_choices.get(group)} (the default), which has no such key, and with {group}="
-                f"{swept[group]} only after; write ++{key}={value} to set it in every run (every level of {group} "
-                "must then take it)"
-            )
-        if key in known or (group in swept and key in first_keys):
-            continue  # a key of the default and of some levels: the sweep's plan names the levels without it
-        owners = _other_options_with(key, conf, groups)
-        close = closest(key, list(dict.fromkeys(known + groups)))
-        group = key.split(".")[0]
-        parent, _, option = key.rpartition(".")
-        if parent == "validation.search" and option in _search_options():  # a block that lists its defaults only
-            return (
-                f"error: {key!r} (on the command line): validation.search takes every search option, but lists "
-                f"only those it sets: add this one with +{key}=... ({_search_readers(option)})"
-            )
-        keys = [k for k in known if k.startswith(f"{group}.")]
-        opened = checkpoint_program(config_name, conf) is not None and key.startswith(OPEN_BLOCKS.get(config_name, ()))
-        taken = [f"data.{k}" for k in EVALUATION_DATA_OPTIONS]  # evaluate.py's, listed in its block or not
-        if opened and keys and key in taken:  # it lists some of them, and takes the others with +
-            hint = f"{config_name}.py's {group} block lists only {', '.join(keys)}; give this one with +{key}=..."
-        elif opened and keys:  # a key it refuses, even with +: a misspelling of one it takes, or all of them
-            close = difflib.get_close_matches(key, taken, n=1, cutoff=0.85)
-            hint = (
-                f"did you mean {close[0]!r}?"
-                if close
-                else f"an evaluation keeps the run's other {group} settings; {config_name}.py takes these of a "
-                f"run's {group} keys: {', '.join(taken)}"
-            )
-        elif owners and choices.get(group) is None and keys:  # not a group here: the config's own block of that name
-            hint = f"{config_name}.py's {group} block takes only {', '.join(keys)}"
-        elif owners and group in swept and set(owners) & set(swept[group].split(",")):
-            levels = [o for o in swept[group].split(",") if o not in owners]
-            hint = (
-                f"it is a key of {' and '.join(f'{group}={o}' for o in owners if o in swept[group].split(','))}, "
-                f"not of {', '.join(f'{group}={o}' for o in levels)}, and a sweep sets it in every run: sweep "
-                f"those levels apart (a sweep of {group}={owners[0]} alone takes {key})"
-            )
-        elif owners and choices.get(group) is not None and group in unused_model_parts(cfg):
-            # the other option would be refused next: the model reads no such group
-            model = choices.get("model") or OmegaConf.select(cfg, "model._target_", default="this model")
-            hint = f"model={model} does not use group {group!r} (a key of {group}={owners[0]}); remove it"
-        elif owners and choices.get(group) is not None:
-            hint = f"it is a key of {' or '.join(f'{group}={o}' for o in owners)}, not of {group}={choices.get(group)}"
-        elif same_name := [k for k in known if k.rpartition(".")[2] == (option or key)][:3]:
-            hint = f"did you mean {' or '.join(repr(k) for k in same_name)}?"  # data.seed: the config's own seed
-        elif elsewhere := _named_elsewhere(option or key, conf, groups):  # model.attention_dim: attention's key
-            hint = f"{option or key} is a key of {' and of '.join(elsewhere)}"
-        elif close:
-            hint = f"did you mean {' or '.join(repr(c) for c in close)}?"
-        else:
-            hint = "no key or group has a similar name"
-        # a search option's block takes the options it lists: a new key there is refused, not added; nor is a
-        # key of another option of a group added to this one (the group's own check refuses it)
-        adds = "" if parent in ("decode", "validation.search") or owners else f"; +{key}=... adds a new key"
-        lists = "the groups"
-        if checkpoint_program(config_name, conf) is not None:  # keys of its own, no groups: an added key is refused
-            lists = "its keys"
-            adds = ""  # evaluate.py's data keys given with +: said in the hint
+        return cls(cfg, choices, swept, first, first_choices)
+
+
+def _unknown_key_hint(
+    key: str, config_name: str, conf: Path, groups: list[str], composed: _Composed, known: list[str], owners: list[str]
+) -> str:
+    """What to say of ``key``, which the composed config lacks: whose key it is, or the closest names."""
+    cfg, choices, swept = composed.cfg, composed.choices, composed.swept
+    close = closest(key, list(dict.fromkeys(known + groups)))
+    group = key.split(".")[0]
+    parent, _, option = key.rpartition(".")
+    keys = [k for k in known if k.startswith(f"{group}.")]
+    opened = checkpoint_program(config_name, conf) is not None and key.startswith(OPEN_BLOCKS.get(config_name, ()))
+    taken = [f"data.{k}" for k in EVALUATION_DATA_OPTIONS]  # evaluate.py's, listed in its block or not
+    if opened and keys and key in taken:  # it lists some of them, and takes the others with +
+        return f"{config_name}.py's {group} block lists only {', '.join(keys)}; give this one with +{key}=..."
+    if opened and keys:  # a key it refuses, even with +: a misspelling of one it takes, or all of them
+        near = difflib.get_close_matches(key, taken, n=1, cutoff=0.85)
         return (
-            f"error: {key!r} (on the command line) is neither a key of the {config_name} config nor a config "
-            f"group: {hint} (python {config_name}.py --help lists {lists}{adds})"
+            f"did you mean {near[0]!r}?"
+            if near
+            else f"an evaluation keeps the run's other {group} settings; {config_name}.py takes these of a "
+            f"run's {group} keys: {', '.join(taken)}"
         )
-    return None
+    if owners and choices.get(group) is None and keys:  # not a group here: the config's own block of that name
+        return f"{config_name}.py's {group} block takes only {', '.join(keys)}"
+    if owners and group in swept and set(owners) & set(swept[group].split(",")):
+        levels = [o for o in swept[group].split(",") if o not in owners]
+        return (
+            f"it is a key of {' and '.join(f'{group}={o}' for o in owners if o in swept[group].split(','))}, "
+            f"not of {', '.join(f'{group}={o}' for o in levels)}, and a sweep sets it in every run: sweep "
+            f"those levels apart (a sweep of {group}={owners[0]} alone takes {key})"
+        )
+    if owners and choices.get(group) is not None and group in unused_model_parts(cfg):
+        # the other option would be refused next: the model reads no such group
+        model = choices.get("model") or OmegaConf.select(cfg, "model._target_", default="this model")
+        return f"model={model} does not use group {group!r} (a key of {group}={owners[0]}); remove it"
+    if owners and choices.get(group) is not None:
+        return f"it is a key of {' or '.join(f'{group}={o}' for o in owners)}, not of {group}={choices.get(group)}"
+    if same_name := [k for k in known if k.rpartition(".")[2] == (option or key)][:3]:
+        return f"did you mean {' or '.join(repr(k) for k in same_name)}?"  # data.seed: the config's own seed
+    if elsewhere := _named_elsewhere(option or key, conf, groups):  # model.attention_dim: attention's key
+        return f"{option or key} is a key of {' and of '.join(elsewhere)}"
+    if close:
+        return f"did you mean {' or '.join(repr(c) for c in close)}?"
+    return "no key or group has a similar name"
 
 
 SWITCH_WORDS = ("yes", "no", "y", "n", "on", "off", "t", "f", "none", "enabled", "disabled", "enable", "disable")

@@ -66,7 +66,7 @@ def score_targets(
     _warn_unknown(tokenizer, targets, first_line)
     table = position_limits(translator.model)[1]
     if translator.continues:
-        prompts = translator._encode_sources(lines, first_line, keep_end=True)
+        prompts = translator.encode_sources(lines, first_line, keep_end=True)
         _check_positions([len(ids) + 1 for ids in target_ids], table, first_line, "a sentence start and ")
         if table is not None:  # the target whole; the prompt's last tokens in what room is left, as generation does
             rooms = [table - 1 - len(ids) for ids in target_ids]
@@ -86,7 +86,7 @@ def score_targets(
                 ]
         inputs = [[EOS_ID, *prompt, *ids] for prompt, ids in zip(prompts, target_ids, strict=True)]
         return _score_continuations(translator, prompts, target_ids, inputs, targets, on_batch)
-    sources = translator._encode_sources(lines, first_line)
+    sources = translator.encode_sources(lines, first_line)
     _check_positions([len(ids) + 1 for ids in target_ids], table, first_line, "the start token and ")
     results = [Hypothesis(text, float("nan"), float("nan")) for text in targets]
     lengths = [max(len(src), len(tgt)) + 1 for src, tgt in zip(sources, target_ids, strict=True)]
@@ -94,9 +94,9 @@ def score_targets(
     # the teacher-forced pass keeps (rows, target length, vocabulary) log-probabilities: a translation's budget
     budget = max(translator.max_tokens, max(lengths, default=1))
     for batch in token_batches(lengths, budget, order):
-        src = translator._pad([sources[i] + [EOS_ID] for i in batch])
+        src = translator.pad([sources[i] + [EOS_ID] for i in batch])
         found = [[(float("nan"), target_ids[i])] for i in batch]
-        translator._score(src, batch, sources, found, [[h] for h in results], with_attention=False)
+        translator.teacher_force(src, batch, sources, found, [[h] for h in results], with_attention=False)
         if on_batch is not None:
             on_batch(len(batch))
     return results
@@ -109,7 +109,7 @@ def _score_continuations(translator, prompts, target_ids, inputs, targets, on_ba
     order = sorted(range(len(inputs)), key=lambda i: len(inputs[i]))
     budget = max(translator.max_tokens, max((len(row) for row in inputs), default=1))
     for batch in token_batches([len(row) for row in inputs], budget, order):
-        rows = translator._pad([inputs[i] for i in batch])
+        rows = translator.pad([inputs[i] for i in batch])
         log_probs = F.log_softmax(translator.model(rows).float(), dim=-1)  # (batch, len, vocab)
         for row, i in enumerate(batch):
             start, ids = len(prompts[i]), target_ids[i]  # position `start` predicts the target's first token

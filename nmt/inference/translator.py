@@ -282,7 +282,7 @@ class Translator:
             return results
         if problem := tabbed_line(lines, first_line):  # a TSV's row: its reference read as source
             raise InputError(problem)
-        encoded = self._encode_sources(lines, first_line)
+        encoded = self.encode_sources(lines, first_line)
         forced = [self.tgt_tokenizer.encode(p) if p else [] for p in prefixes] if prefixes else None
         # an empty line is not decoded: its output stays empty, without its prefix (said once a call)
         unused = [
@@ -305,7 +305,7 @@ class Translator:
         results: list[list[Hypothesis]] = [[Hypothesis("", 0.0, 0.0)] for _ in lines]
         batches = length_batches(encoded, self.max_tokens, beams * draws)
         for batch in batches:
-            src = self._pad([encoded[i] + [EOS_ID] for i in batch])
+            src = self.pad([encoded[i] + [EOS_ID] for i in batch])
             batch_prefixes = [forced[i] for i in batch] if forced else None
             numbers = [first_line + i for i in batch]  # seeded searches draw each line's stream from its number
             if self.search.ranks:
@@ -322,7 +322,7 @@ class Translator:
             for i, hyps in zip(batch, found, strict=True):
                 results[i] = [Hypothesis(self.tgt_tokenizer.decode(ids), score, float("nan")) for score, ids in hyps]
             if scores or with_attention or draws > 1:  # several draws are ranked by their log-probabilities
-                self._score(src, batch, encoded, found, results, with_attention)
+                self.teacher_force(src, batch, encoded, found, results, with_attention)
             if draws > 1:
                 for i in batch:
                     results[i].sort(key=lambda h: -h.log_prob)
@@ -379,7 +379,7 @@ class Translator:
     # ---- internals ---------------------------------------------------------------------------------
     def _continue(self, line: str, n_best: int, scores: bool, number: int) -> list[Hypothesis]:
         """A language model's continuations of one prompt (:func:`continue_prompt`, as ``evaluate.py prompt=``)."""
-        prompt = self._encode_sources([line], number, keep_end=True)[0]  # the context nearest the continuation
+        prompt = self.encode_sources([line], number, keep_end=True)[0]  # the context nearest the continuation
         unknown = self.src_tokenizer.unknown_text(line)
         if unknown:
             log.warning("line %d: outside the vocabulary, read as <unk>: %s", number, "; ".join(unknown))
@@ -425,7 +425,7 @@ class Translator:
             if cut and not (say_first and len(cut) == 1):
                 self._warn_truncated(cut, keep_end)
 
-    def _encode_sources(self, lines: Sequence[str], first_line: int, keep_end: bool = False) -> list[list[int]]:
+    def encode_sources(self, lines: Sequence[str], first_line: int, keep_end: bool = False) -> list[list[int]]:
         """Each line's ids, a line longer than ``max_input_len`` cut to its first tokens (``keep_end``: its
         last, for a prompt, which its continuation follows), or refused (``on_long_input=error``)."""
         encoded = self.src_tokenizer.encode_batch(list(lines))
@@ -455,7 +455,8 @@ class Translator:
             return [ids[-self.max_input_len :] for ids in encoded]
         return [ids[: self.max_input_len] for ids in encoded]
 
-    def _pad(self, rows: list[list[int]]) -> torch.Tensor:
+    def pad(self, rows: list[list[int]]) -> torch.Tensor:
+        """(rows, longest) ids on the model's device, padded at their ends with PAD_ID."""
         tensors = [torch.tensor(row, dtype=torch.long) for row in rows]
         return torch.nn.utils.rnn.pad_sequence(tensors, batch_first=True, padding_value=PAD_ID).to(self.device)
 
@@ -469,13 +470,17 @@ class Translator:
             )
         return maps[names[self.alignment_layer]].float().mean(1)
 
-    def _score(self, src, batch, encoded, found, results, with_attention: bool) -> None:
-        """Teacher-force every output of the batch: per-token log-probabilities, alignments, attention."""
+    def teacher_force(self, src, batch, encoded, found, results, with_attention: bool) -> None:
+        """Teacher-force every output of the batch and fill in its hypothesis: per-token log-probabilities,
+        alignments, attention. ``src``: the batch's padded sources (rows in ``batch`` order, each with its end
+        token); ``encoded``: every line's source ids, indexed by the numbers in ``batch``; ``found``: per row of
+        the batch, its outputs as (score, ids); ``results``: per line, its hypotheses, in ``found``'s order.
+        Also used by :mod:`nmt.inference.forced` to score given targets."""
         rows = [(b, h) for b, hyps in enumerate(found) for h in range(len(hyps))]
         src_rows = src[[b for b, _ in rows]]
         outputs = [found[b][h][1] for b, h in rows]
-        tgt_in = self._pad([[BOS_ID, *ids] for ids in outputs])
-        targets = self._pad([[*ids, EOS_ID] for ids in outputs])
+        tgt_in = self.pad([[BOS_ID, *ids] for ids in outputs])
+        targets = self.pad([[*ids, EOS_ID] for ids in outputs])
         log_probs = F.log_softmax(self.model(src_rows, tgt_in).float(), dim=-1)
         picked = log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # (rows, tgt_len)
         # (rows, tgt_len, src_len): the alignment layer's heads averaged; an ensemble's, the mean over its members
