@@ -62,29 +62,7 @@ def what_ran(
         text += f"; not recorded: {unrecorded} (runs made before it was)" if unrecorded > 0 else ""
         rows.append(["what ended the runs", text])
     rows.append(["seeds", ", ".join(str(s) for s in facts.get("seeds", [])) or "none"])
-    planned, finished, failed = facts.get("planned"), facts.get("finished", 0), facts.get("failed") or []
-    runs = f"{finished} finished"
-    if planned:
-        unrecorded, unscored = facts.get("unrecorded") or [], facts.get("unscored") or []
-        stopped = facts.get("stopped") or []
-        missing = planned - finished - len(failed) - len(unrecorded) - len(unscored) - len(stopped)
-        runs = f"{planned} planned, {finished} finished"
-        runs += f", {len(failed)} failed ({_names(failed)})" if failed else ""
-        if unrecorded:
-            runs += (
-                f", {len(unrecorded)} finished but not recorded ({_names(unrecorded)}: the sweep command records them)"
-            )
-        if unscored:
-            runs += (
-                f", {len(unscored)} trained, final scores not made ({_names(unscored)}: the sweep command makes them)"
-            )
-        if stopped:
-            runs += f", {len(stopped)} stopped before their end ({_names(stopped)}: the sweep command resumes them)"
-        if missing > 0:
-            runs += f", {missing} not run yet" + (f" ({_names(facts['missing'])})" if facts.get("missing") else "")
-    elif failed:
-        runs += f", {len(failed)} failed ({_names(failed)})"
-    rows.append(["runs", runs])
+    rows.append(["runs", _runs_text(facts)])
     codes = facts.get("code") or []
     rows.append(["code", ", ".join(codes) if codes else "not recorded"])
     libraries = facts.get("libraries") or []
@@ -97,6 +75,15 @@ def what_ran(
         text = "; or ".join(_scoring_text(scoring) for scoring in scorings)
         rows.append(["final scores made with" + (f" ({len(scorings)} ways)" if len(scorings) > 1 else ""), text])
     doc.table(["", ""], rows)
+    _warnings(doc, facts, factors)
+
+
+def _warnings(doc: Document, facts: dict, factors: list[str]) -> None:
+    """What a reader must know before trusting the table: several code or library versions, runs made under
+    other settings, scores made in several ways, level settings tuned elsewhere, runs cut short or failed."""
+    codes, libraries = facts.get("code") or [], facts.get("libraries") or []
+    scorings, tuned, ended = facts.get("scoring") or [], facts.get("tuned"), facts.get("ended_by") or {}
+    failed = facts.get("failed") or []
     if len(codes) > 1:
         doc.paragraph(f"**Warning:** the runs were made by {len(codes)} code versions: {', '.join(codes)}.")
     other = facts.get("other_settings") or []
@@ -123,19 +110,7 @@ def what_ran(
             "scorer differ, and not by a factor of this sweep alone): their scores do not measure the same thing."
         )
     if tuned and tuned.get("notes"):
-        cells = [
-            [c.strip() for c in line.strip().strip("|").split("|")] for line in tuned["notes"] if line.startswith("|")
-        ]
-        text = " ".join(line for line in tuned["notes"] if not line.startswith(("|", "note: ")))
-        doc.paragraph(
-            f"How the level settings were chosen, as {tuned_shown(tuned)}'s notes say (`python sweep.py "
-            f"tune` writes them; a file edited by hand says so only if its notes do): {text}"
-        )
-        candidates = [row for row in cells[1:] if not all(set(c) <= set("-: ") for c in row)]  # no rule line
-        if cells and candidates:
-            doc.table(cells[0], candidates)
-        for note in (line for line in tuned["notes"] if line.startswith("note: ")):  # where the choice is weak
-            doc.paragraph(f"*tune's note:* {note.removeprefix('note: ')}")
+        _tuning_notes(doc, tuned)
     if tuned and tuned.get("differs"):
         doc.paragraph(
             f"**Warning:** the level settings were chosen under other settings than this sweep's, so they may not "
@@ -172,6 +147,49 @@ def what_ran(
             "Failed runs are left out of every statistic; the design is unbalanced where they are missing "
             "(the effects below still use every finished run). Their logs: <run folder>/train_stderr.log."
         )
+
+
+def _runs_text(facts: dict) -> str:
+    """The "runs" row: how many were planned, finished, failed, unrecorded, unscored, stopped or not run yet."""
+    planned, finished, failed = facts.get("planned"), facts.get("finished", 0), facts.get("failed") or []
+    runs = f"{finished} finished"
+    if planned:
+        unrecorded, unscored = facts.get("unrecorded") or [], facts.get("unscored") or []
+        stopped = facts.get("stopped") or []
+        missing = planned - finished - len(failed) - len(unrecorded) - len(unscored) - len(stopped)
+        runs = f"{planned} planned, {finished} finished"
+        runs += f", {len(failed)} failed ({_names(failed)})" if failed else ""
+        if unrecorded:
+            runs += (
+                f", {len(unrecorded)} finished but not recorded ({_names(unrecorded)}: the sweep command records them)"
+            )
+        if unscored:
+            runs += (
+                f", {len(unscored)} trained, final scores not made ({_names(unscored)}: the sweep command makes them)"
+            )
+        if stopped:
+            runs += f", {len(stopped)} stopped before their end ({_names(stopped)}: the sweep command resumes them)"
+        if missing > 0:
+            runs += f", {missing} not run yet" + (f" ({_names(facts['missing'])})" if facts.get("missing") else "")
+    elif failed:
+        runs += f", {len(failed)} failed ({_names(failed)})"
+    return runs
+
+
+def _tuning_notes(doc: Document, tuned: dict) -> None:
+    """How the level settings were chosen, as the tuned file's notes say: their text, their table of
+    candidates, and tune's notes where the choice is weak."""
+    cells = [[c.strip() for c in line.strip().strip("|").split("|")] for line in tuned["notes"] if line.startswith("|")]
+    text = " ".join(line for line in tuned["notes"] if not line.startswith(("|", "note: ")))
+    doc.paragraph(
+        f"How the level settings were chosen, as {tuned_shown(tuned)}'s notes say (`python sweep.py "
+        f"tune` writes them; a file edited by hand says so only if its notes do): {text}"
+    )
+    candidates = [row for row in cells[1:] if not all(set(c) <= set("-: ") for c in row)]  # no rule line
+    if cells and candidates:
+        doc.table(cells[0], candidates)
+    for note in (line for line in tuned["notes"] if line.startswith("note: ")):  # where the choice is weak
+        doc.paragraph(f"*tune's note:* {note.removeprefix('note: ')}")
 
 
 def _tuned_under(tuned: dict) -> str:

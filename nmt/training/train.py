@@ -1,6 +1,7 @@
 """train(cfg): everything ``train.py`` does, as a plain function of the composed config."""
 
 import contextlib
+import dataclasses
 import logging
 import time
 from pathlib import Path
@@ -335,81 +336,7 @@ def _train_in_folder(cfg: DictConfig, task, run_dir: Path, config: dict, main_pr
     # tokenizers, a data check) puts the folder's records back: they describe the run its checkpoints hold,
     # whose own command must still continue it
     try:
-        if cfg.threads:
-            torch.set_num_threads(cfg.threads)
-        torch.set_float32_matmul_precision(cfg.get("matmul_precision") or "highest")
-        # set at every run (not only when false), so that one run's choice never carries into the next in a process
-        torch.backends.cuda.enable_cudnn_sdp(cfg.get("cudnn_attention") is not False)
-        # everything that can reject an option is built before any data is read
-        datamodule = task.build_datamodule(cfg.data, cfg.cache_dir, cfg.seed)
-        loss = instantiate(cfg.smoothing, pad_id=PAD_ID)
-        checkpoint_dir = run_dir / "checkpoints"
-        resume = resolve_resume(cfg, checkpoint_dir)
-        # read now: the run's own last.ckpt is rewritten as it trains
-        resumed_from = max(global_step(Path(resume)), 0) if resume is not None else None
-        if resumed_from is not None and main_process:  # evaluations of the weights so far: set aside if it goes on
-            mark_evaluations(run_dir, resumed_from)
-        if resume is None and main_process:  # trained afresh (an attempt killed before its first checkpoint): a
-            (run_dir / WANDB_ID).unlink(missing_ok=True)  # W&B run of its own, not the attempt's steps again
-        elsewhere = resume is not None and Path(resume).resolve().parent not in (
-            checkpoint_dir.resolve(),
-            run_dir.resolve(),
-        )
-        if elsewhere:  # its own folder's checkpoints are of this run: its fingerprint was checked
-            check_checkpoint_task(resume, task)
-        L.seed_everything(cfg.seed, workers=True, verbose=False)
-
-        datamodule.prepare_data()
-        src_tokenizer, tgt_tokenizer = datamodule.build_tokenizers()
-        force = str(cfg.get("resume", "auto")) == "force"
-        if elsewhere:
-            changed = check_checkpoint_elsewhere(resume, identity, force, src_tokenizer, tgt_tokenizer)
-            if changed and main_process:
-                print(f"warning: resume=force: continuing {resume} under other settings ({'; '.join(changed)})")
-                _add_forced(identity, {"changed": changed, "from_step": global_step(Path(resume)), "from": resume})
-        data_report = datamodule.report() if main_process else None
-        if main_process:
-            _check_evaluation_sets(cfg, datamodule, data_report)
-        asked = OmegaConf.select(cfg, "data.tokenizer.vocab_size", default=None)
-        sizes = sorted({src_tokenizer.vocab_size, tgt_tokenizer.vocab_size})
-        if main_process and isinstance(asked, int) and sizes[0] < asked:  # SentencePiece stops where the text does
-            print(
-                f"note: data.tokenizer.vocab_size={asked}: the training text supports fewer pieces; the vocabularies "
-                f"have {' and '.join(map(str, sizes))}"
-            )
-        text_hashes = datamodule.text_hashes()
-        if main_process:  # the data too must be the data the folder's run was trained on
-            data = data_identity(datamodule.describe(), data_report, text_hashes, src_tokenizer, tgt_tokenizer)
-            _check_and_record_data(run_dir, config, identity, data, resume, force)
-        model = task.build_model(cfg.model, src_tokenizer, tgt_tokenizer)
-        if resume is not None:
-            check_weights_fit(resume, model)
-        compile_model(model, cfg.get("compile"), loss)
-        module = TaskModule(
-            task=task,
-            model=model,
-            loss=loss,
-            optimizer=instantiate(cfg.optim.optimizer),
-            scheduler=instantiate(cfg.optim.scheduler) if cfg.optim.scheduler else None,
-            src_tokenizer=src_tokenizer,
-            tgt_tokenizer=tgt_tokenizer,
-            config=config,
-            val_metrics=task.validation_metrics(datamodule),
-            max_bad_steps=cfg.max_bad_steps,
-            check_every=cfg.get("check_every") or 1,
-            graph_updates=bool(cfg.get("graph_updates")),
-            cast_weights_once=cfg.get("cast_weights_once"),
-        )
-        module.data_text = text_hashes
-        trainer = build_trainer(cfg, run_dir, task)
-        if trainer.is_global_zero:
-            _describe_run(cfg, run_dir, datamodule, model)
-            _write_run_files(run_dir, config, datamodule, data_report, src_tokenizer, tgt_tokenizer)
-        if resume:
-            if main_process:
-                print(f"Resuming from {resume}")
-        for logger in trainer.loggers:
-            logger.log_hyperparams(logged_config(cfg, config))
+        sitting = _build_sitting(cfg, task, run_dir, config, identity, main_process)
     except BaseException:
         if records is not None:
             restore_records(run_dir, records)
@@ -422,108 +349,226 @@ def _train_in_folder(cfg: DictConfig, task, run_dir: Path, config: dict, main_pr
             print(f"Training ended in an earlier sitting ({run_dir / RESULTS}): scoring the final model")
         fit_end, earlier = time.time(), float(trained.get("wall_time_s") or 0.0)
         results = {k: v for k, v in trained.items() if k not in ("stage", "finished")}
-        best_path = str(checkpoint_dir / Path(results["best_checkpoint"]).name)  # the folder may have moved
+        best_path = str(sitting.checkpoint_dir / Path(results["best_checkpoint"]).name)  # the folder may have moved
         results.update(run_dir=str(run_dir), best_checkpoint=best_path)
     else:
-        try:
-            try:
-                trainer.fit(module, datamodule=lightning_data(datamodule), ckpt_path=resume)
-            except SIGTERMException:
-                signal_name = getattr(trainer, "nmt_stop_signal", "a signal")
-                if main_process:  # one message, from the rank that owns the folder
-                    print(
-                        f"Stopped by {signal_name}; the state is saved in {checkpoint_dir / 'last.ckpt'}. "
-                        f"Run {how_to_rerun(cfg, run_dir)} to resume."
-                    )
-                raise SystemExit(130 if signal_name == "SIGINT" else 143) from None
-            except BaseException:
-                # a resumed sitting stopped before it wrote a checkpoint (another order of the data, an optimiser
-                # state of other shapes under resume=force, any fault at Lightning's start) left the folder's
-                # checkpoints as they were: their records are put back, so the run's own command continues it
-                wrote = getattr(trainer.strategy.checkpoint_io, "saves", 1)  # another writer: taken as written
-                if records is not None and resume is not None and not wrote:
-                    restore_records(run_dir, records)
-                raise
-
-            fit_end = time.time()
-            # every sitting of a resumed run counts: training and validation from the checkpointed clock, read as
-            # training ends (the clock runs on: read later, the final validation was counted twice)
-            earlier = next(c for c in trainer.callbacks if isinstance(c, WallClock)).elapsed()
-            if elsewhere and not saved_states(run_dir) and trainer.global_step <= max(global_step(Path(resume)), 0):
-                # another run's checkpoint at the end of this command's budget: nothing trained, nothing written
-                # here, and the final scores had no checkpoint of this folder to score (skipped, unsaid)
-                budget = f"trainer.max_epochs={cfg.trainer.max_epochs}, trainer.max_steps={cfg.trainer.max_steps}"
-                raise RunFolderError(
-                    f"ckpt_path={resume}: it has trained this command's whole budget already (update "
-                    f"{trainer.global_step}; {budget}), so nothing was trained in {run_dir}; raise trainer.max_epochs "
-                    "or trainer.max_steps (with resume=force: another budget is another setting) to train it "
-                    f"further, or score it with evaluate.py ckpt_path={resume}"
-                )
-            ended_by = what_ended(trainer)  # before the final weights' validation below
-            final_metrics = {k: as_float(v) for k, v in trainer.callback_metrics.items()}
-            # a sitting that trained nothing (resumed at training's end) logged no training values: the checkpoint's
-            final_metrics = {**module.restored_metrics, **final_metrics}
-            if not is_smoke_run(config):
-                again = how_to_rerun(cfg, run_dir)
-                with stopped_by_signals(
-                    "the final validation", "it trains no more, and validates the final weights", again
-                ):
-                    final_metrics.update(validate_final_weights(cfg, trainer, module, datamodule, checkpoint_dir))
-        finally:
-            task.stop_workers(module)  # validation's workers (a scoring process), started as training started
-        best = trainer.checkpoint_callbacks[0]
-        # a copied run folder carries the original's absolute path in its checkpoint state: use this folder's
-        best_path = str(checkpoint_dir / Path(best.best_model_path).name) if best.best_model_path else ""
-        if not Path(best_path).is_file():
-            best_path = str(checkpoint_dir / "last.ckpt")
-        results = {
-            "run_dir": str(run_dir),
-            "best_checkpoint": best_path,
-            "best_" + cfg.checkpoint.monitor: as_float(best.best_model_score),
-            # the epochs trained in: Lightning's counter, restored in a sitting resumed at training's end, says
-            # the epoch in progress or the next one, depending on where its checkpoint was written
-            "epochs": module.trained_epoch + 1,
-            "steps": trainer.global_step,
-            "ended_by": ended_by,  # max_time: cut short by a time cap, not trained to its end
-            "parameters": count_parameters(model),
-            # the last sitting's CPU, threads and GPU: they change float sums' order, not the settings (not compared)
-            "machine": machine_record(trainer.strategy.root_device.type),
-            "wall_time_s": None,  # below, once the final scores are in
-            "final_metrics": final_metrics,
-        }
-        if identity.get("forced"):  # continued under other settings (resume=force): from which update, what changed
-            results["continued_under_other_settings"] = identity["forced"]
-        flat = monitor_never_moved(run_dir / "logs" / "metrics.csv", cfg.checkpoint.monitor, best_path)
-        if flat and trainer.is_global_zero:
-            results["monitor_never_moved"] = flat
-            print(
-                f"warning: {flat['metric']} was {flat['value']:g} at each of the {flat['validations']} validations: it "
-                f"told no weights apart, so {flat['best']} is no better than the others, and the final scores use it; "
-                "monitor a score that moves (checkpoint.monitor=val_loss checkpoint.mode=min), or train until it does"
-            )
-        if trainer.is_global_zero:
-            results.update(task.results_from_log(run_dir / "logs" / "metrics.csv"))
-            if final_splits(cfg, quiet=True) and not is_smoke_run(config):
-                # the training's record, kept if the final scores are stopped: a rerun only scores
-                results["wall_time_s"] = round(earlier + (time.time() - fit_end), 1)
-                atomic_write_json(run_dir / RESULTS, {**results, "finished": False, "stage": "trained"})
-    if trainer.is_global_zero:
-        if not is_smoke_run(config):  # evaluations of weights the run has trained past (mark_evaluations)
-            set_aside_evaluations(run_dir, trainer.global_step, resumed_from or 0)
-        splits = final_splits(cfg)
-        if splits and Path(best_path).is_file() and not is_smoke_run(config):
-            if results.get("steps") == 0:  # trainer.max_epochs=0, max_steps=0: a quick check, not a model
-                ended = results.get("ended_by", "unknown")
-                print(f"Trained 0 updates (ended by {ended}): the scores below are those of the initial weights")
-            rerun = "it only scores the final model, whose training is recorded"
-            with stopped_by_signals("the final scores", rerun, how_to_rerun(cfg, run_dir)):
-                results.update(final_scores(cfg, task, trainer, splits, best_path, checkpoint_dir, run_dir))
-        # the final scores of this sitting on top of the training and validation of every sitting
-        results["wall_time_s"] = round(earlier + (time.time() - fit_end), 1)
-        results["sitting_wall_time_s"] = round(time.time() - start, 1)
-        if splits and Path(best_path).is_file() and not is_smoke_run(config):  # the loggers' summary: these times
-            log_results(trainer.loggers, results, run_params(cfg))
-        results["finished"] = not is_smoke_run(config)
-        atomic_write_json(run_dir / RESULTS, results)
-        print(f"Results: {run_dir / RESULTS}")
+        results, fit_end, earlier = _fit(cfg, task, run_dir, config, identity, sitting, records, main_process)
+    if sitting.trainer.is_global_zero:
+        _score_and_record(cfg, task, run_dir, config, sitting, results, (start, fit_end, earlier))
     return results
+
+
+@dataclasses.dataclass
+class _Sitting:
+    """What one sitting of a run builds before it trains: everything that can reject an option, built before
+    any data is read, then the data, the tokenizers, the model and Lightning's objects."""
+
+    datamodule: object
+    module: TaskModule
+    trainer: L.Trainer
+    checkpoint_dir: Path
+    resume: str | None  # the checkpoint this sitting continues, if any
+    resumed_from: int | None  # its update
+    elsewhere: bool  # a checkpoint of another folder (ckpt_path=...), not this run's own
+
+
+def _build_sitting(cfg: DictConfig, task, run_dir: Path, config: dict, identity: dict, main_process: bool) -> _Sitting:
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    torch.set_float32_matmul_precision(cfg.get("matmul_precision") or "highest")
+    # set at every run (not only when false), so that one run's choice never carries into the next in a process
+    torch.backends.cuda.enable_cudnn_sdp(cfg.get("cudnn_attention") is not False)
+    # everything that can reject an option is built before any data is read
+    datamodule = task.build_datamodule(cfg.data, cfg.cache_dir, cfg.seed)
+    loss = instantiate(cfg.smoothing, pad_id=PAD_ID)
+    checkpoint_dir = run_dir / "checkpoints"
+    resume = resolve_resume(cfg, checkpoint_dir)
+    # read now: the run's own last.ckpt is rewritten as it trains
+    resumed_from = max(global_step(Path(resume)), 0) if resume is not None else None
+    if resumed_from is not None and main_process:  # evaluations of the weights so far: set aside if it goes on
+        mark_evaluations(run_dir, resumed_from)
+    if resume is None and main_process:  # trained afresh (an attempt killed before its first checkpoint): a
+        (run_dir / WANDB_ID).unlink(missing_ok=True)  # W&B run of its own, not the attempt's steps again
+    elsewhere = resume is not None and Path(resume).resolve().parent not in (
+        checkpoint_dir.resolve(),
+        run_dir.resolve(),
+    )
+    if elsewhere:  # its own folder's checkpoints are of this run: its fingerprint was checked
+        check_checkpoint_task(resume, task)
+    L.seed_everything(cfg.seed, workers=True, verbose=False)
+
+    datamodule.prepare_data()
+    src_tokenizer, tgt_tokenizer = datamodule.build_tokenizers()
+    force = str(cfg.get("resume", "auto")) == "force"
+    if elsewhere:
+        changed = check_checkpoint_elsewhere(resume, identity, force, src_tokenizer, tgt_tokenizer)
+        if changed and main_process:
+            print(f"warning: resume=force: continuing {resume} under other settings ({'; '.join(changed)})")
+            _add_forced(identity, {"changed": changed, "from_step": global_step(Path(resume)), "from": resume})
+    data_report = datamodule.report() if main_process else None
+    if main_process:
+        _check_evaluation_sets(cfg, datamodule, data_report)
+    asked = OmegaConf.select(cfg, "data.tokenizer.vocab_size", default=None)
+    sizes = sorted({src_tokenizer.vocab_size, tgt_tokenizer.vocab_size})
+    if main_process and isinstance(asked, int) and sizes[0] < asked:  # SentencePiece stops where the text does
+        print(
+            f"note: data.tokenizer.vocab_size={asked}: the training text supports fewer pieces; the vocabularies "
+            f"have {' and '.join(map(str, sizes))}"
+        )
+    text_hashes = datamodule.text_hashes()
+    if main_process:  # the data too must be the data the folder's run was trained on
+        data = data_identity(datamodule.describe(), data_report, text_hashes, src_tokenizer, tgt_tokenizer)
+        _check_and_record_data(run_dir, config, identity, data, resume, force)
+    model = task.build_model(cfg.model, src_tokenizer, tgt_tokenizer)
+    if resume is not None:
+        check_weights_fit(resume, model)
+    compile_model(model, cfg.get("compile"), loss)
+    module = TaskModule(
+        task=task,
+        model=model,
+        loss=loss,
+        optimizer=instantiate(cfg.optim.optimizer),
+        scheduler=instantiate(cfg.optim.scheduler) if cfg.optim.scheduler else None,
+        src_tokenizer=src_tokenizer,
+        tgt_tokenizer=tgt_tokenizer,
+        config=config,
+        val_metrics=task.validation_metrics(datamodule),
+        max_bad_steps=cfg.max_bad_steps,
+        check_every=cfg.get("check_every") or 1,
+        graph_updates=bool(cfg.get("graph_updates")),
+        cast_weights_once=cfg.get("cast_weights_once"),
+    )
+    module.data_text = text_hashes
+    trainer = build_trainer(cfg, run_dir, task)
+    if trainer.is_global_zero:
+        _describe_run(cfg, run_dir, datamodule, model)
+        _write_run_files(run_dir, config, datamodule, data_report, src_tokenizer, tgt_tokenizer)
+    if resume:
+        if main_process:
+            print(f"Resuming from {resume}")
+    for logger in trainer.loggers:
+        logger.log_hyperparams(logged_config(cfg, config))
+    return _Sitting(datamodule, module, trainer, checkpoint_dir, resume, resumed_from, elsewhere)
+
+
+def _fit(
+    cfg: DictConfig, task, run_dir: Path, config: dict, identity: dict, sitting: _Sitting, records, main_process: bool
+) -> tuple[dict, float, float]:
+    """Train, validate the final weights, and write the training's record (``results.json`` at its stage
+    "trained", which a sitting stopped during the final scores resumes from). Returns the results so far, the
+    time training ended, and the seconds every sitting trained and validated."""
+    trainer, module, datamodule, resume = sitting.trainer, sitting.module, sitting.datamodule, sitting.resume
+    checkpoint_dir, elsewhere, model = sitting.checkpoint_dir, sitting.elsewhere, sitting.module.model
+
+    try:
+        try:
+            trainer.fit(module, datamodule=lightning_data(datamodule), ckpt_path=resume)
+        except SIGTERMException:
+            signal_name = getattr(trainer, "nmt_stop_signal", "a signal")
+            if main_process:  # one message, from the rank that owns the folder
+                print(
+                    f"Stopped by {signal_name}; the state is saved in {checkpoint_dir / 'last.ckpt'}. "
+                    f"Run {how_to_rerun(cfg, run_dir)} to resume."
+                )
+            raise SystemExit(130 if signal_name == "SIGINT" else 143) from None
+        except BaseException:
+            # a resumed sitting stopped before it wrote a checkpoint (another order of the data, an optimiser
+            # state of other shapes under resume=force, any fault at Lightning's start) left the folder's
+            # checkpoints as they were: their records are put back, so the run's own command continues it
+            wrote = getattr(trainer.strategy.checkpoint_io, "saves", 1)  # another writer: taken as written
+            if records is not None and resume is not None and not wrote:
+                restore_records(run_dir, records)
+            raise
+
+        fit_end = time.time()
+        # every sitting of a resumed run counts: training and validation from the checkpointed clock, read as
+        # training ends (the clock runs on: read later, the final validation was counted twice)
+        earlier = next(c for c in trainer.callbacks if isinstance(c, WallClock)).elapsed()
+        if elsewhere and not saved_states(run_dir) and trainer.global_step <= max(global_step(Path(resume)), 0):
+            # another run's checkpoint at the end of this command's budget: nothing trained, nothing written
+            # here, and the final scores had no checkpoint of this folder to score (skipped, unsaid)
+            budget = f"trainer.max_epochs={cfg.trainer.max_epochs}, trainer.max_steps={cfg.trainer.max_steps}"
+            raise RunFolderError(
+                f"ckpt_path={resume}: it has trained this command's whole budget already (update "
+                f"{trainer.global_step}; {budget}), so nothing was trained in {run_dir}; raise trainer.max_epochs "
+                "or trainer.max_steps (with resume=force: another budget is another setting) to train it "
+                f"further, or score it with evaluate.py ckpt_path={resume}"
+            )
+        ended_by = what_ended(trainer)  # before the final weights' validation below
+        final_metrics = {k: as_float(v) for k, v in trainer.callback_metrics.items()}
+        # a sitting that trained nothing (resumed at training's end) logged no training values: the checkpoint's
+        final_metrics = {**module.restored_metrics, **final_metrics}
+        if not is_smoke_run(config):
+            again = how_to_rerun(cfg, run_dir)
+            with stopped_by_signals(
+                "the final validation", "it trains no more, and validates the final weights", again
+            ):
+                final_metrics.update(validate_final_weights(cfg, trainer, module, datamodule, checkpoint_dir))
+    finally:
+        task.stop_workers(module)  # validation's workers (a scoring process), started as training started
+    best = trainer.checkpoint_callbacks[0]
+    # a copied run folder carries the original's absolute path in its checkpoint state: use this folder's
+    best_path = str(checkpoint_dir / Path(best.best_model_path).name) if best.best_model_path else ""
+    if not Path(best_path).is_file():
+        best_path = str(checkpoint_dir / "last.ckpt")
+    results = {
+        "run_dir": str(run_dir),
+        "best_checkpoint": best_path,
+        "best_" + cfg.checkpoint.monitor: as_float(best.best_model_score),
+        # the epochs trained in: Lightning's counter, restored in a sitting resumed at training's end, says
+        # the epoch in progress or the next one, depending on where its checkpoint was written
+        "epochs": module.trained_epoch + 1,
+        "steps": trainer.global_step,
+        "ended_by": ended_by,  # max_time: cut short by a time cap, not trained to its end
+        "parameters": count_parameters(model),
+        # the last sitting's CPU, threads and GPU: they change float sums' order, not the settings (not compared)
+        "machine": machine_record(trainer.strategy.root_device.type),
+        "wall_time_s": None,  # below, once the final scores are in
+        "final_metrics": final_metrics,
+    }
+    if identity.get("forced"):  # continued under other settings (resume=force): from which update, what changed
+        results["continued_under_other_settings"] = identity["forced"]
+    flat = monitor_never_moved(run_dir / "logs" / "metrics.csv", cfg.checkpoint.monitor, best_path)
+    if flat and trainer.is_global_zero:
+        results["monitor_never_moved"] = flat
+        print(
+            f"warning: {flat['metric']} was {flat['value']:g} at each of the {flat['validations']} validations: it "
+            f"told no weights apart, so {flat['best']} is no better than the others, and the final scores use it; "
+            "monitor a score that moves (checkpoint.monitor=val_loss checkpoint.mode=min), or train until it does"
+        )
+    if trainer.is_global_zero:
+        results.update(task.results_from_log(run_dir / "logs" / "metrics.csv"))
+        if final_splits(cfg, quiet=True) and not is_smoke_run(config):
+            # the training's record, kept if the final scores are stopped: a rerun only scores
+            results["wall_time_s"] = round(earlier + (time.time() - fit_end), 1)
+            atomic_write_json(run_dir / RESULTS, {**results, "finished": False, "stage": "trained"})
+    return results, fit_end, earlier
+
+
+def _score_and_record(
+    cfg: DictConfig, task, run_dir: Path, config: dict, sitting: _Sitting, results: dict, times: tuple
+) -> None:
+    """On the rank that owns the folder: the final scores of the best checkpoint, the loggers' summary and
+    ``results.json``. ``times``: when this sitting started, when its training ended, and the seconds of
+    training and validation of every sitting before that end."""
+    start, fit_end, earlier = times
+    trainer, resumed_from, checkpoint_dir = sitting.trainer, sitting.resumed_from, sitting.checkpoint_dir
+    best_path = results["best_checkpoint"]
+    if not is_smoke_run(config):  # evaluations of weights the run has trained past (mark_evaluations)
+        set_aside_evaluations(run_dir, trainer.global_step, resumed_from or 0)
+    splits = final_splits(cfg)
+    if splits and Path(best_path).is_file() and not is_smoke_run(config):
+        if results.get("steps") == 0:  # trainer.max_epochs=0, max_steps=0: a quick check, not a model
+            ended = results.get("ended_by", "unknown")
+            print(f"Trained 0 updates (ended by {ended}): the scores below are those of the initial weights")
+        rerun = "it only scores the final model, whose training is recorded"
+        with stopped_by_signals("the final scores", rerun, how_to_rerun(cfg, run_dir)):
+            results.update(final_scores(cfg, task, trainer, splits, best_path, checkpoint_dir, run_dir))
+    # the final scores of this sitting on top of the training and validation of every sitting
+    results["wall_time_s"] = round(earlier + (time.time() - fit_end), 1)
+    results["sitting_wall_time_s"] = round(time.time() - start, 1)
+    if splits and Path(best_path).is_file() and not is_smoke_run(config):  # the loggers' summary: these times
+        log_results(trainer.loggers, results, run_params(cfg))
+    results["finished"] = not is_smoke_run(config)
+    atomic_write_json(run_dir / RESULTS, results)
+    print(f"Results: {run_dir / RESULTS}")
