@@ -242,30 +242,9 @@ class Translator:
             return self.translate_nbest([lines], n_best, one, scores, with_attention, first_line, on_batch)[0]
         if lines is None or isinstance(lines, bytes) or not hasattr(lines, "__iter__"):
             raise TypeError(f"lines={lines!r}: give a list of str (one str: one line)")
-        lines = list(lines)  # any iterable, read once (a generator was read twice)
-        if isinstance(prefixes, (str, bytes)):  # not a sequence of one-character prefixes
-            raise TypeError(
-                f"prefixes={prefixes!r}: give a list, one prefix per line (a str only with one line as a str)"
-            )
-        prefixes = None if prefixes is None else list(prefixes)
-        lines = check_texts(lines, "line", first_line)  # text, as SentencePiece reads it: str, or UTF-8 bytes
-        if prefixes is not None:  # a None prefix: none for that line
-            prefixes = check_texts(prefixes, "prefix", first_line, none_is_empty=True)
-            tabbed = next((n for n, prefix in enumerate(prefixes) if prefix and "\t" in prefix), None)
-            if tabbed is not None:  # read as a space, where a line's tab is refused: a TSV row's field?
-                raise InputError(
-                    f"prefix {first_line + tabbed}: holds a tab, which would be read as a space; a prefix is the text "
-                    "its output begins with, one a line: give the prefix alone"
-                )
+        lines, prefixes, n_best = self._checked_request(lines, prefixes, n_best, first_line)
         beams = self.search.hypotheses
-        if isinstance(n_best, bool) or not isinstance(n_best, Integral):
-            raise ValueError(f"n_best={n_best!r}: must be a whole number >= 1 (outputs per line)")
-        n_best = int(n_best)
-        if problem := self.n_best_problem(n_best):
-            raise ValueError(problem)
         draws = n_best if self.search.samples and not self.search.ranks else 1  # sampling: n_best draws a line
-        if prefixes is not None and len(prefixes) != len(lines):
-            raise ValueError(f"{len(prefixes)} prefixes for {len(lines)} lines: give one per line (may be empty)")
         if self.continues:
             if prefixes is not None:
                 raise ValueError("a language model continues its prompt: give the prefix as part of the line")
@@ -284,41 +263,14 @@ class Translator:
             raise InputError(problem)
         encoded = self.encode_sources(lines, first_line)
         forced = [self.tgt_tokenizer.encode(p) if p else [] for p in prefixes] if prefixes else None
-        # an empty line is not decoded: its output stays empty, without its prefix (said once a call)
-        unused = [
-            first_line + i for i, (p, ids) in enumerate(zip(prefixes or [], encoded, strict=False)) if p and not ids
-        ]
-        if unused:
-            log.warning(
-                "%s: the source line is empty, so it is not translated and its output is empty, without its prefix",
-                f"line {unused[0]}" if len(unused) == 1 else f"{len(unused)} lines (first: line {unused[0]})",
-            )
-        for number, (prefix, ids) in enumerate(zip(prefixes or [], encoded, strict=False), start=first_line):
-            unknown = self.tgt_tokenizer.unknown_text(prefix) if prefix and ids else []
-            if unknown:  # forced as <unk>: the output begins with it, not with the prefix's text
-                log.warning(
-                    "line %d: the prefix holds what the target vocabulary cannot spell, forced as <unk> and shown "
-                    "as ⁇, so the output does not begin with the prefix as written: %s",
-                    number,
-                    "; ".join(unknown),
-                )
+        if prefixes:
+            self._warn_prefixes(prefixes, encoded, first_line)
         results: list[list[Hypothesis]] = [[Hypothesis("", 0.0, 0.0)] for _ in lines]
         batches = length_batches(encoded, self.max_tokens, beams * draws)
         for batch in batches:
             src = self.pad([encoded[i] + [EOS_ID] for i in batch])
             batch_prefixes = [forced[i] for i in batch] if forced else None
-            numbers = [first_line + i for i in batch]  # seeded searches draw each line's stream from its number
-            if self.search.ranks:
-                found = ranked_hypotheses(self.model, src, BOS_ID, EOS_ID, self.search, batch_prefixes, numbers)
-                found = [hyps[:n_best] or [(0.0, [])] for hyps in found]
-            else:  # each line `draws` times: draw k > 0 of line n seeded by "n.k", draw 0 as the line alone
-                rows = src.repeat_interleave(draws, 0)
-                forced_rows = [p for p in batch_prefixes for _ in range(draws)] if batch_prefixes else None
-                drawn = [draw_number(n, k) for n in numbers for k in range(draws)]
-                outputs = decode(self.model, rows, BOS_ID, EOS_ID, self.search, forced_rows, drawn)
-                found = [
-                    [(float("nan"), ids) for ids in outputs[b * draws : (b + 1) * draws]] for b in range(len(batch))
-                ]
+            found = self._search(src, batch_prefixes, [first_line + i for i in batch], n_best, draws)
             for i, hyps in zip(batch, found, strict=True):
                 results[i] = [Hypothesis(self.tgt_tokenizer.decode(ids), score, float("nan")) for score, ids in hyps]
             if scores or with_attention or draws > 1:  # several draws are ranked by their log-probabilities
@@ -332,6 +284,66 @@ class Translator:
         if on_batch is not None and decoded < len(lines):  # given their empty output, not decoded
             on_batch(len(lines) - decoded)
         return results
+
+    def _checked_request(self, lines: list, prefixes, n_best, first_line: int) -> tuple[list, list | None, int]:
+        """``translate_nbest``'s arguments checked: the lines and prefixes as text (str, or UTF-8 bytes
+        decoded), one prefix a line, and ``n_best`` a whole number the search can give."""
+        lines = list(lines)  # any iterable, read once (a generator was read twice)
+        if isinstance(prefixes, (str, bytes)):  # not a sequence of one-character prefixes
+            raise TypeError(
+                f"prefixes={prefixes!r}: give a list, one prefix per line (a str only with one line as a str)"
+            )
+        prefixes = None if prefixes is None else list(prefixes)
+        lines = check_texts(lines, "line", first_line)  # text, as SentencePiece reads it: str, or UTF-8 bytes
+        if prefixes is not None:  # a None prefix: none for that line
+            prefixes = check_texts(prefixes, "prefix", first_line, none_is_empty=True)
+            tabbed = next((n for n, prefix in enumerate(prefixes) if prefix and "\t" in prefix), None)
+            if tabbed is not None:  # read as a space, where a line's tab is refused: a TSV row's field?
+                raise InputError(
+                    f"prefix {first_line + tabbed}: holds a tab, which would be read as a space; a prefix is the text "
+                    "its output begins with, one a line: give the prefix alone"
+                )
+        if isinstance(n_best, bool) or not isinstance(n_best, Integral):
+            raise ValueError(f"n_best={n_best!r}: must be a whole number >= 1 (outputs per line)")
+        n_best = int(n_best)
+        if problem := self.n_best_problem(n_best):
+            raise ValueError(problem)
+        if prefixes is not None and len(prefixes) != len(lines):
+            raise ValueError(f"{len(prefixes)} prefixes for {len(lines)} lines: give one per line (may be empty)")
+        return lines, prefixes, n_best
+
+    def _warn_prefixes(self, prefixes: list[str], encoded: list[list[int]], first_line: int) -> None:
+        """Once a call, prefixes that change nothing (an empty line's) or are not forced as written (text
+        outside the target vocabulary)."""
+        # an empty line is not decoded: its output stays empty, without its prefix (said once a call)
+        unused = [first_line + i for i, (p, ids) in enumerate(zip(prefixes, encoded, strict=False)) if p and not ids]
+        if unused:
+            log.warning(
+                "%s: the source line is empty, so it is not translated and its output is empty, without its prefix",
+                f"line {unused[0]}" if len(unused) == 1 else f"{len(unused)} lines (first: line {unused[0]})",
+            )
+        for number, (prefix, ids) in enumerate(zip(prefixes, encoded, strict=False), start=first_line):
+            unknown = self.tgt_tokenizer.unknown_text(prefix) if prefix and ids else []
+            if unknown:  # forced as <unk>: the output begins with it, not with the prefix's text
+                log.warning(
+                    "line %d: the prefix holds what the target vocabulary cannot spell, forced as <unk> and shown "
+                    "as ⁇, so the output does not begin with the prefix as written: %s",
+                    number,
+                    "; ".join(unknown),
+                )
+
+    def _search(self, src, prefixes, numbers: list[int], n_best: int, draws: int) -> list[list[tuple]]:
+        """A batch's outputs, per line as (score, ids): a ranking search's ``n_best`` best, else ``draws``
+        draws (greedy: one). ``numbers``: each line's, from which seeded searches draw its stream."""
+        if self.search.ranks:
+            found = ranked_hypotheses(self.model, src, BOS_ID, EOS_ID, self.search, prefixes, numbers)
+            return [hyps[:n_best] or [(0.0, [])] for hyps in found]
+        # each line `draws` times: draw k > 0 of line n seeded by "n.k", draw 0 as the line alone
+        rows = src.repeat_interleave(draws, 0)
+        forced_rows = [p for p in prefixes for _ in range(draws)] if prefixes else None
+        drawn = [draw_number(n, k) for n in numbers for k in range(draws)]
+        outputs = decode(self.model, rows, BOS_ID, EOS_ID, self.search, forced_rows, drawn)
+        return [[(float("nan"), ids) for ids in outputs[b * draws : (b + 1) * draws]] for b in range(len(numbers))]
 
     @property
     def most_outputs(self) -> int | None:

@@ -48,14 +48,111 @@ DRAWS = 5  # the most outputs a request may ask of a sampling search
 
 
 def create_app(translator: Translator, max_chars: int = 1000, title: str = "nmt") -> FastAPI:
+    """The page at ``/``, ``/api/info`` and ``/api/translate``, serving ``translator`` one request at a time;
+    requests larger than ``max_chars`` characters' worth of body are refused, and every error is a JSON
+    ``{"error": ...}`` of one line, never a stack trace."""
     app = FastAPI(title=title, docs_url=None, redoc_url=None, openapi_url=None)
     lock = threading.Lock()
     # the most outputs a request may ask: a beam's hypotheses; sampling, a few draws (any number would let one
     # request hold the server)
     beams = translator.most_outputs or DRAWS
-    largest = body_limit(max_chars)
-    # a language model continues a prompt's end (its last tokens are kept), a source is read from its start
-    kept = "last" if translator.continues else "first"
+    _limit_body_size(app, body_limit(max_chars))
+    _answer_errors_in_json(app)
+
+    @app.get("/", response_class=HTMLResponse)
+    def page() -> str:
+        return PAGE.replace("{{title}}", html.escape(title))  # a run folder's name is text, never markup
+
+    @app.get("/api/info")
+    def info() -> dict:
+        return {
+            "beam_size": beams,
+            "max_chars": max_chars,
+            "strategy": translator.search.strategy,
+            "max_input_len": translator.max_input_len,
+            "on_long_input": translator.on_long_input,
+        }
+
+    @app.post("/api/translate")
+    def translate(request: TranslateRequest, http: Request):
+        # one text from a box: its line breaks and tabs (a row pasted from a spreadsheet) are spaces
+        text = request.text.replace("\r", " ").replace("\n", " ").replace("\t", " ").strip()
+        problem = _request_problem(translator, request, http, text, max_chars, beams)
+        if problem:
+            return JSONResponse({"error": problem}, status_code=422)
+        attention = request.attention is not False
+        try:
+            with lock:
+                # a language model has no cross-attention to draw (no source): its page shows no heatmap
+                (hypotheses,) = translator.translate_nbest(
+                    [text], n_best=request.n_best, with_attention=attention and not translator.continues
+                )
+        except InputError as err:
+            if err.too_long:  # the command line's remedies are not the requester's to take
+                tokens, limit = err.too_long
+                message = (
+                    f"the text has {tokens} subword tokens, more than this server takes ({limit}); send a shorter text"
+                )
+                return JSONResponse({"error": message}, status_code=422)
+            return JSONResponse({"error": str(err)}, status_code=422)
+        return _answer(translator, text, hypotheses, attention)
+
+    return app
+
+
+def _request_problem(
+    translator: Translator, request: TranslateRequest, http: Request, text: str, max_chars: int, beams: int
+) -> str | None:
+    """What is wrong with a translation request, in one line, or None."""
+    if http.query_params:  # ?n_best=3 was answered with one output, the query unread
+        asked = ", ".join(sorted(http.query_params))
+        return f"query parameters are not read ({asked}): send every field in the JSON body"
+    if len(text) > max_chars:
+        return f"text longer than {max_chars} characters"
+    if not text:
+        return "text is empty"
+    if request.n_best > beams:
+        most = (
+            f"the beam size ({beams})"
+            if translator.search.ranks
+            else f"the draws a request may ask ({beams})"
+            if translator.search.samples
+            else "1 (greedy search)"
+        )
+        return f"n_best must be at most {most}"
+    if request.attention and translator.continues:  # asked for, of a model that reads no source
+        return "attention: a language model reads no source, so it has no cross-attention; leave it out"
+    return None
+
+
+def _answer(translator: Translator, text: str, hypotheses: list, attention: bool) -> dict:
+    """The JSON answer: the best output, the n-best with their scores, the pieces, and (asked for) the best
+    output's attention."""
+    best = hypotheses[0]
+    answer = {}
+    if translator.on_long_input == "truncate":  # said to the requester, not only in the server's log
+        tokens = len(translator.src_tokenizer.encode_batch([text])[0])
+        if tokens > translator.max_input_len:
+            # a language model continues a prompt's end (its last tokens are kept), a source is read from its start
+            kept = "last" if translator.continues else "first"
+            answer["truncated"] = {"tokens": tokens, "kept": translator.max_input_len, "end": kept}
+    return {
+        **answer,
+        "translation": best.text,
+        "nbest": [{"text": h.text, "score": round(h.score, 4), "log_prob": round(h.log_prob, 4)} for h in hypotheses],
+        "source_tokens": best.src_tokens,
+        "target_tokens": [*best.tokens, "</s>"],
+        # per decoder layer: heads x target pieces x source pieces (none asked for: left out)
+        **(
+            {"attention": {name: weights.tolist() for name, weights in (best.attention or {}).items()}}
+            if attention
+            else {}
+        ),
+    }
+
+
+def _limit_body_size(app: FastAPI, largest: int) -> None:
+    """Refuse (413) a request whose body is larger than ``largest`` bytes, declared or streamed."""
 
     @app.middleware("http")
     async def limit_size(request: Request, call_next):
@@ -83,6 +180,11 @@ def create_app(translator: Translator, max_chars: int = 1000, title: str = "nmt"
                 return JSONResponse({"error": "the client disconnected"}, status_code=400)
             request._body = b"".join(chunks)  # what Request.body() keeps, and passes on to the route
         return await call_next(request)
+
+
+def _answer_errors_in_json(app: FastAPI) -> None:
+    """Every error as ``{"error": <one line>}``: a body that is not JSON, a field of the wrong type, a path or
+    method the server has not, and a failure of its own (never a stack trace to the client)."""
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, err: RequestValidationError):
@@ -118,80 +220,3 @@ def create_app(translator: Translator, max_chars: int = 1000, title: str = "nmt"
     @app.exception_handler(Exception)
     async def failed(request: Request, err: Exception):  # never a stack trace to the client
         return JSONResponse({"error": f"the server failed: {type(err).__name__}"}, status_code=500)
-
-    @app.get("/", response_class=HTMLResponse)
-    def page() -> str:
-        return PAGE.replace("{{title}}", html.escape(title))  # a run folder's name is text, never markup
-
-    @app.get("/api/info")
-    def info() -> dict:
-        return {
-            "beam_size": beams,
-            "max_chars": max_chars,
-            "strategy": translator.search.strategy,
-            "max_input_len": translator.max_input_len,
-            "on_long_input": translator.on_long_input,
-        }
-
-    @app.post("/api/translate")
-    def translate(request: TranslateRequest, http: Request):
-        if http.query_params:  # ?n_best=3 was answered with one output, the query unread
-            asked = ", ".join(sorted(http.query_params))
-            message = f"query parameters are not read ({asked}): send every field in the JSON body"
-            return JSONResponse({"error": message}, status_code=422)
-        # one text from a box: its line breaks and tabs (a row pasted from a spreadsheet) are spaces
-        text = request.text.replace("\r", " ").replace("\n", " ").replace("\t", " ").strip()
-        if len(text) > max_chars:
-            return JSONResponse({"error": f"text longer than {max_chars} characters"}, status_code=422)
-        if not text:
-            return JSONResponse({"error": "text is empty"}, status_code=422)
-        if request.n_best > beams:
-            most = (
-                f"the beam size ({beams})"
-                if translator.search.ranks
-                else f"the draws a request may ask ({beams})"
-                if translator.search.samples
-                else "1 (greedy search)"
-            )
-            return JSONResponse({"error": f"n_best must be at most {most}"}, status_code=422)
-        if request.attention and translator.continues:  # asked for, of a model that reads no source
-            message = "attention: a language model reads no source, so it has no cross-attention; leave it out"
-            return JSONResponse({"error": message}, status_code=422)
-        attention = request.attention is not False
-        try:
-            with lock:
-                # a language model has no cross-attention to draw (no source): its page shows no heatmap
-                (hypotheses,) = translator.translate_nbest(
-                    [text], n_best=request.n_best, with_attention=attention and not translator.continues
-                )
-        except InputError as err:
-            if err.too_long:  # the command line's remedies are not the requester's to take
-                tokens, limit = err.too_long
-                message = (
-                    f"the text has {tokens} subword tokens, more than this server takes ({limit}); send a shorter text"
-                )
-                return JSONResponse({"error": message}, status_code=422)
-            return JSONResponse({"error": str(err)}, status_code=422)
-        best = hypotheses[0]
-        answer = {}
-        if translator.on_long_input == "truncate":  # said to the requester, not only in the server's log
-            tokens = len(translator.src_tokenizer.encode_batch([text])[0])
-            if tokens > translator.max_input_len:
-                answer["truncated"] = {"tokens": tokens, "kept": translator.max_input_len, "end": kept}
-        return {
-            **answer,
-            "translation": best.text,
-            "nbest": [
-                {"text": h.text, "score": round(h.score, 4), "log_prob": round(h.log_prob, 4)} for h in hypotheses
-            ],
-            "source_tokens": best.src_tokens,
-            "target_tokens": [*best.tokens, "</s>"],
-            # per decoder layer: heads x target pieces x source pieces (none asked for: left out)
-            **(
-                {"attention": {name: weights.tolist() for name, weights in (best.attention or {}).items()}}
-                if attention
-                else {}
-            ),
-        }
-
-    return app

@@ -136,6 +136,32 @@ def findings(
             "The differences between cells below are exact for these runs, untested as effects."
         )
         return
+    sentences, effects_found = _effect_sentences(fit, levels, metric, lower)
+    better, worse, compared = _ranking_sentences(ranking, levels, lower)
+    sentences += compared
+    if fit is not None and fit["model"] is not None and ranking["compared"] and effects_found != bool(better or worse):
+        sentences.append(_two_tests(rows, len(levels), fit))
+    if not sentences:  # one configuration (seeds only): nothing to compare
+        sentences.append("One configuration: nothing to compare. The table below gives its mean over seeds.")
+    if effects_found or better or worse or ranking["compared"] or fit is not None:
+        sentences += [f"**Caveat:** {c}" for c in caveats(facts or {}, levels)]  # a null result as much
+    if fit is not None and fit["model"] is not None and (stuck := at_bound_cells(rows, list(levels), metric)):
+        sentences.append(
+            f"**Caveat:** some cells scored the end of {metric}'s scale on every seed ({stuck}): a floor or ceiling, "
+            "not a graded score. The fit pools its error over all cells and counts these as exact, so an effect "
+            "through them can be found where the seed-level test finds none (Welch's test, which takes each "
+            "cell's own scatter, is the one to read there), and its size measures the bound, not the factor's "
+            "full effect."
+        )
+    if past:
+        sentences.append(scatter)
+    for sentence in sentences:
+        doc.paragraph(sentence)
+
+
+def _effect_sentences(fit: dict | None, levels: dict, metric: str, lower: bool) -> tuple[list[str], bool]:
+    """A sentence per effect of the fit that Holm's adjustment keeps (a main effect, or an interaction), or
+    one saying that none is; and whether any was found."""
     sentences, effects_found = [], False
     if fit is not None and fit["model"] is not None:
         from nmt.sweep.analysis import holm
@@ -172,6 +198,13 @@ def findings(
         effects_found = bool(sentences)
         if not sentences:
             sentences.append(_nothing_found(fit))
+    return sentences, effects_found
+
+
+def _ranking_sentences(ranking: dict, levels: dict, lower: bool) -> tuple[list, list, list[str]]:
+    """The cells better and worse than the baseline by the seed-level test after Holm, and the sentences
+    that say so (or that none differs, or that the baseline has no run)."""
+    sentences = []
     better = [c for c, p in ranking["holm"].items() if p < ALPHA and (ranking["compared"][c]["diff"] < 0) == lower]
     worse = [c for c, p in ranking["holm"].items() if p < ALPHA and c not in better]
     if levels and "seeds" in ranking and ranking["base"] not in ranking["seeds"]:
@@ -194,24 +227,7 @@ def findings(
             sentences.append(
                 "No cell differs detectably from the baseline by the seed-level test after Holm's adjustment."
             )
-    if fit is not None and fit["model"] is not None and ranking["compared"] and effects_found != bool(better or worse):
-        sentences.append(_two_tests(rows, len(levels), fit))
-    if not sentences:  # one configuration (seeds only): nothing to compare
-        sentences.append("One configuration: nothing to compare. The table below gives its mean over seeds.")
-    if effects_found or better or worse or ranking["compared"] or fit is not None:
-        sentences += [f"**Caveat:** {c}" for c in caveats(facts or {}, levels)]  # a null result as much
-    if fit is not None and fit["model"] is not None and (stuck := at_bound_cells(rows, list(levels), metric)):
-        sentences.append(
-            f"**Caveat:** some cells scored the end of {metric}'s scale on every seed ({stuck}): a floor or ceiling, "
-            "not a graded score. The fit pools its error over all cells and counts these as exact, so an effect "
-            "through them can be found where the seed-level test finds none (Welch's test, which takes each "
-            "cell's own scatter, is the one to read there), and its size measures the bound, not the factor's "
-            "full effect."
-        )
-    if past:
-        sentences.append(scatter)
-    for sentence in sentences:
-        doc.paragraph(sentence)
+    return better, worse, sentences
 
 
 def _span(values: list[float]) -> str:
