@@ -53,6 +53,23 @@ def tune(sweep_dirs: list[str | Path], level_key: str, metric: str = TUNING_METR
     measure = f"{metric}, lower is better" if lower else metric
     lines = [f"| {level_key} | candidate | {measure} (mean ± 95% CI) | seeds |", "|---|---|---|---|"]
     replicated = False
+    for level, sweeps in _tuning_sweeps(sweep_dirs, level_key, metric).items():
+        choice = _tune_level(level, sweeps, level_key, metric, lower)
+        chosen[level], under[level] = choice.overrides, choice.under
+        lines += choice.rows
+        notes += choice.notes
+        replicated = replicated or choice.replicated
+    notes += _unlike_tuning(level_key, under)
+    if not replicated:  # one seed a candidate: no interval to head a column with
+        lines[0] = f"| {level_key} | candidate | {measure} (one seed each: no interval) | seeds |"
+    return Tuned({level_key: chosen}, lines + notes, {level_key: under})
+
+
+def _tuning_sweeps(
+    sweep_dirs: list[str | Path], level_key: str, metric: str
+) -> dict[str, list[tuple[Path, list[dict]]]]:
+    """Each level's tuning sweeps, in the order given, each with its finished runs' records in the order its
+    plan listed the candidates."""
     groups: dict[str, list[tuple[Path, list[dict]]]] = {}  # each level's sweeps, in the order given
     for sweep_dir in map(Path, sweep_dirs):
         level, records = tuning_runs(sweep_dir, level_key, metric)
@@ -64,103 +81,113 @@ def tune(sweep_dirs: list[str | Path], level_key: str, metric: str = TUNING_METR
         order = {name: i for i, name in enumerate(candidate_of(n) for n in planned(sweep_dir).get("run_names") or [])}
         records = sorted(records, key=lambda r: order.get(candidate_of(Path(r.get("run_dir", "")).name), len(order)))
         groups.setdefault(level, []).append((sweep_dir, records))
-    for level, sweeps in groups.items():
-        if len(sweeps) == 1:  # one sweep: a candidate is its swept values
-            sweep_dir, records = sweeps[0]
-            listed = [(sweep_dir, _setting(record, level_key), record) for record in records]
-        else:
-            listed, pooled_notes = pooled_candidates(
-                sweeps, level_key, level, functools.partial(own_setting, level_key, level)
-            )
-            notes += pooled_notes
-            # scored alike across the sweeps too: cased or not, one tokenisation
-            check_same_measure([record for _, _, record in listed], metric, SAME_CASE_ON_VALIDATION)
-        candidates: dict[tuple, list[float]] = {}
-        by_seed: dict[tuple, dict[int, float]] = {}  # a seed is one run of a candidate (pooled: checked so)
-        for _, setting, record in listed:
-            candidates.setdefault(setting, []).append(float(record["metrics"][metric]))
-            by_seed.setdefault(setting, {})[int(record["seed"])] = float(record["metrics"][metric])
-        # means equal in decimals are equal here, whatever their floats' last bits (same_mean, as the notes' test):
-        # the stable sort keeps such ties in the order listed, so "the first listed" is the one chosen
-        scored = sorted(candidates.items(), key=lambda item: round(statistics.fmean(item[1]), 9) * (1 if lower else -1))
-        past = []
-        for setting, values in scored:
-            mean, half = mean_ci(values)
-            name = " ".join(f"{k}={v}" for k, v in setting) or "(one candidate)"
-            interval = f" ± {half:.2f}" if len(values) > 1 else ""
-            replicated = replicated or len(values) > 1
-            lines.append(f"| {level} | {name} | {mean:.2f}{interval} | {len(values)} |")
-            if side := past_range(mean, half, metric):
-                past.append(f"{name} ({side})")
-        if past:  # two seeds give t = 12.7: one run far from the other and the interval leaves the scale
-            notes.append(
-                f"note: the 95% intervals of {level_key}={level}'s {'; '.join(past)} reach past the values {metric} "
-                "can take: their seeds are too few or too scattered for a t interval (a run far from the others?); "
-                "the choice is by the mean, which such a run moves most"
-            )
-        # the winning candidate's first seed, and the sweep that ran it
-        sweep_dir, _, winner = min(
-            (run for run in listed if run[1] == scored[0][0]), key=lambda run: int(run[2]["seed"])
+    return groups
+
+
+class _LevelChoice(NamedTuple):
+    """One level's choice from its tuning sweeps."""
+
+    overrides: list[str]  # the chosen candidate's, and the settings that go with it
+    under: dict  # what it was tuned under: its winning run's settings, and the seeds
+    rows: list[str]  # its rows of the candidates' table
+    notes: list[str]  # where the choice is weak, or takes settings with it
+    replicated: bool  # some candidate ran more than one seed
+
+
+def _tune_level(level: str, sweeps: list, level_key: str, metric: str, lower: bool) -> _LevelChoice:
+    """One level's choice: its candidates scored by their mean over seeds, the best chosen (a tie: the first
+    listed)."""
+    notes, lines = [], []
+    if len(sweeps) == 1:  # one sweep: a candidate is its swept values
+        sweep_dir, records = sweeps[0]
+        listed = [(sweep_dir, _setting(record, level_key), record) for record in records]
+    else:
+        listed, pooled_notes = pooled_candidates(
+            sweeps, level_key, level, functools.partial(own_setting, level_key, level)
         )
-        own = own_held(sweep_dir, level_key, level)
-        # what the tuning sweep's level_settings gave the winning candidate (and the level) goes with it
-        paired = level_overrides(planned(sweep_dir).get("level_settings"), {**dict(scored[0][0]), level_key: level})
-        # a setting given that is not the level's own (a budget) goes with it too, as it was tuned under it, and is
-        # said: the factorial then runs this level alone under it, a difference its effect takes in
-        lent = [o for o in paired if o not in own and not own_setting(level_key, level, _key(o))]
-        own += [o for o in paired if o not in own and o not in lent]
-        given = {k for k, _ in scored[0][0]}
-        if len(sweeps) == 1:  # a swept key added with + is added by the factorial too
-            sign = signs(sweep_dir)
-            candidate = [f"{sign.get(k, '')}{k}={v}" for k, v in scored[0][0]]
-        else:  # the candidate's keys as its sweep wrote them, or as its run recorded them; the rest as before
-            candidate = chosen_overrides(sweep_dir, scored[0][0], winner, own, level_key)
-        # a key both the candidate's and held at one value (pooled sweeps; a record naming a one-valued key as
-        # swept) is the candidate's, named once
-        own = [o for o in own if o.lstrip("+~").partition("=")[0] not in given]
-        chosen[level] = candidate + own + lent
-        under[level] = {
-            **tuning_run(sweep_dir / Path(winner.get("run_dir", "")).name),
-            "seeds": sorted({str(run[2]["seed"]) for run in listed}, key=lambda s: (len(s), s)),
-        }
-        if not under[level]["config"]:
-            notes.append(
-                f"note: {level_key}={level}'s winning tuning run ({under[level]['run']}) recorded no settings "
-                "(fingerprint.json, config.yaml): a sweep that loads this file cannot check its own against them"
+        notes += pooled_notes
+        # scored alike across the sweeps too: cased or not, one tokenisation
+        check_same_measure([record for _, _, record in listed], metric, SAME_CASE_ON_VALIDATION)
+    candidates: dict[tuple, list[float]] = {}
+    by_seed: dict[tuple, dict[int, float]] = {}  # a seed is one run of a candidate (pooled: checked so)
+    for _, setting, record in listed:
+        candidates.setdefault(setting, []).append(float(record["metrics"][metric]))
+        by_seed.setdefault(setting, {})[int(record["seed"])] = float(record["metrics"][metric])
+    # means equal in decimals are equal here, whatever their floats' last bits (same_mean, as the notes' test):
+    # the stable sort keeps such ties in the order listed, so "the first listed" is the one chosen
+    scored = sorted(candidates.items(), key=lambda item: round(statistics.fmean(item[1]), 9) * (1 if lower else -1))
+    past = []
+    for setting, values in scored:
+        mean, half = mean_ci(values)
+        name = " ".join(f"{k}={v}" for k, v in setting) or "(one candidate)"
+        interval = f" ± {half:.2f}" if len(values) > 1 else ""
+        lines.append(f"| {level} | {name} | {mean:.2f}{interval} | {len(values)} |")
+        if side := past_range(mean, half, metric):
+            past.append(f"{name} ({side})")
+    if past:  # two seeds give t = 12.7: one run far from the other and the interval leaves the scale
+        notes.append(
+            f"note: the 95% intervals of {level_key}={level}'s {'; '.join(past)} reach past the values {metric} "
+            "can take: their seeds are too few or too scattered for a t interval (a run far from the others?); "
+            "the choice is by the mean, which such a run moves most"
+        )
+    # the winning candidate's first seed, and the sweep that ran it
+    sweep_dir, _, winner = min((run for run in listed if run[1] == scored[0][0]), key=lambda run: int(run[2]["seed"]))
+    own = own_held(sweep_dir, level_key, level)
+    # what the tuning sweep's level_settings gave the winning candidate (and the level) goes with it
+    paired = level_overrides(planned(sweep_dir).get("level_settings"), {**dict(scored[0][0]), level_key: level})
+    # a setting given that is not the level's own (a budget) goes with it too, as it was tuned under it, and is
+    # said: the factorial then runs this level alone under it, a difference its effect takes in
+    lent = [o for o in paired if o not in own and not own_setting(level_key, level, _key(o))]
+    own += [o for o in paired if o not in own and o not in lent]
+    given = {k for k, _ in scored[0][0]}
+    if len(sweeps) == 1:  # a swept key added with + is added by the factorial too
+        sign = signs(sweep_dir)
+        candidate = [f"{sign.get(k, '')}{k}={v}" for k, v in scored[0][0]]
+    else:  # the candidate's keys as its sweep wrote them, or as its run recorded them; the rest as before
+        candidate = chosen_overrides(sweep_dir, scored[0][0], winner, own, level_key)
+    # a key both the candidate's and held at one value (pooled sweeps; a record naming a one-valued key as
+    # swept) is the candidate's, named once
+    own = [o for o in own if o.lstrip("+~").partition("=")[0] not in given]
+    chosen = candidate + own + lent
+    under = {
+        **tuning_run(sweep_dir / Path(winner.get("run_dir", "")).name),
+        "seeds": sorted({str(run[2]["seed"]) for run in listed}, key=lambda s: (len(s), s)),
+    }
+    if not under["config"]:
+        notes.append(
+            f"note: {level_key}={level}'s winning tuning run ({under['run']}) recorded no settings "
+            "(fingerprint.json, config.yaml): a sweep that loads this file cannot check its own against them"
+        )
+    notes += _weak_choice(level_key, level, scored, by_seed)
+    notes += _cut_by_the_maximum(level_key, level, listed, scored[0][0], under["config"])
+    notes += _stopped_in_warmup(level_key, level, listed, scored[0][0])
+    counts = {len(values) for _, values in scored}
+    if len(counts) > 1:  # a failed run leaves its candidate fewer seeds: a mean of less evidence can win
+        notes.append(
+            f"note: the candidates of {level_key}={level} ran {min(counts)} to {max(counts)} seeds ("
+            + ("failed or unfinished runs" if len(sweeps) == 1 else "as the pooled sweeps ran them, or failed runs")
+            + f"); the chosen one ran {len(scored[0][1])}: "
+            + (
+                "rerun the tuning sweep to finish them"
+                if len(sweeps) == 1
+                else "run the seeds the others lack (a sweep of their own, pooled here too)"
             )
-        notes += _weak_choice(level_key, level, scored, by_seed)
-        notes += _cut_by_the_maximum(level_key, level, listed, scored[0][0], under[level]["config"])
-        notes += _stopped_in_warmup(level_key, level, listed, scored[0][0])
-        counts = {len(values) for _, values in scored}
-        if len(counts) > 1:  # a failed run leaves its candidate fewer seeds: a mean of less evidence can win
-            notes.append(
-                f"note: the candidates of {level_key}={level} ran {min(counts)} to {max(counts)} seeds ("
-                + ("failed or unfinished runs" if len(sweeps) == 1 else "as the pooled sweeps ran them, or failed runs")
-                + f"); the chosen one ran {len(scored[0][1])}: "
-                + (
-                    "rerun the tuning sweep to finish them"
-                    if len(sweeps) == 1
-                    else "run the seeds the others lack (a sweep of their own, pooled here too)"
-                )
-            )
-        if own:
-            notes.append(
-                f"note: {level_key}={level}'s tuning sweep held {' '.join(own)} (its own settings, or those its "
-                "level_settings gave the chosen candidate): they go with its choice"
-            )
-        if lent:
-            notes.append(
-                f"note: {level_key}={level}'s tuning sweep's level_settings gave it {' '.join(lent)}, not "
-                f"{'a setting' if len(lent) == 1 else 'settings'} of {level_key}={level}'s own: "
-                f"{'it goes' if len(lent) == 1 else 'they go'} with its choice, so a factorial that loads this file "
-                f"runs {level_key}={level} alone under {'it' if len(lent) == 1 else 'them'}, and the difference is "
-                f"counted in {level_key}'s effect; give {'it' if len(lent) == 1 else 'them'} to every level alike "
-                "(the command line) where that is not meant"
-            )
-    notes += _unlike_tuning(level_key, under)
-    if not replicated:  # one seed a candidate: no interval to head a column with
-        lines[0] = f"| {level_key} | candidate | {measure} (one seed each: no interval) | seeds |"
-    return Tuned({level_key: chosen}, lines + notes, {level_key: under})
+        )
+    if own:
+        notes.append(
+            f"note: {level_key}={level}'s tuning sweep held {' '.join(own)} (its own settings, or those its "
+            "level_settings gave the chosen candidate): they go with its choice"
+        )
+    if lent:
+        notes.append(
+            f"note: {level_key}={level}'s tuning sweep's level_settings gave it {' '.join(lent)}, not "
+            f"{'a setting' if len(lent) == 1 else 'settings'} of {level_key}={level}'s own: "
+            f"{'it goes' if len(lent) == 1 else 'they go'} with its choice, so a factorial that loads this file "
+            f"runs {level_key}={level} alone under {'it' if len(lent) == 1 else 'them'}, and the difference is "
+            f"counted in {level_key}'s effect; give {'it' if len(lent) == 1 else 'them'} to every level alike "
+            "(the command line) where that is not meant"
+        )
+    return _LevelChoice(chosen, under, lines, notes, any(len(values) > 1 for _, values in scored))
 
 
 def _key(override: str) -> str:
