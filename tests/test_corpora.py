@@ -2349,14 +2349,14 @@ def test_a_seeded_split_left_empty_by_its_groups_says_why_not_which_file_to_give
     no pair, "give one that holds sentences (data=files: data.val)", though no data.val was given."""
     from omegaconf import OmegaConf
 
-    from nmt.training.train import _check_evaluation_sets
+    from nmt.training.sitting import check_evaluation_sets
 
     write(tmp_path / "same.tsv", [f"{d}\tYes." for d in DE[:200]])
     dm = FilesDataModule(train=str(tmp_path / "same.tsv"), valid_size=10, test_size=10)
     assert dm.text("val") == ([], [])
     cfg = OmegaConf.create({"trainer": {"limit_val_batches": 1.0}, "test_after_training": True})
     with pytest.raises(ValueError, match=r"has no pair: the seeded split found no group of pairs to take") as said:
-        _check_evaluation_sets(cfg, dm, {"val": {"pairs": 0}, "test": {"pairs": 0}})
+        check_evaluation_sets(cfg, dm, {"val": {"pairs": 0}, "test": {"pairs": 0}})
     assert "give the val set as files (data=files: data.val=...)" in str(said.value)
 
 
