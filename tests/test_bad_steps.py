@@ -268,6 +268,7 @@ def test_throughput_timed_only_at_logged_updates_keeps_the_updates_before_each_v
 
     from lightning.pytorch.callbacks import Callback, throughput_monitor
 
+    from nmt.training import sitting as sitting_module
     from nmt.training import timing
     from nmt.training import train as train_module
 
@@ -288,8 +289,8 @@ def test_throughput_timed_only_at_logged_updates_keeps_the_updates_before_each_v
     monkeypatch.setattr(timing, "time", fake)
     real_init = timing.Throughput.__init__
     monkeypatch.setattr(timing.Throughput, "__init__", lambda self, *a, **k: real_init(self, *a, **k, sparse=True))
-    real_build = train_module.build_trainer
-    monkeypatch.setattr(train_module, "build_trainer", lambda *a, **k: _with_callback(real_build(*a, **k), Clock()))
+    real_build = sitting_module.build_trainer  # where the sitting is built
+    monkeypatch.setattr(sitting_module, "build_trainer", lambda *a, **k: _with_callback(real_build(*a, **k), Clock()))
     saved, real_state = [], timing.Throughput.state_dict
     monkeypatch.setattr(timing.Throughput, "state_dict", lambda self: saved.append(real_state(self)) or saved[-1])
     cfg = compose_train(

@@ -37,6 +37,41 @@ def test_batches_are_reproducible_per_seed_and_epoch():
     assert run(1, 0) != run(2, 0)
 
 
+def test_a_batch_exactly_at_the_budget_is_one_batch():
+    # padded size 4 x 5 = 20 = max_tokens: within the budget, so not cut (one over: cut)
+    assert token_batches([5, 5, 5, 5], 20, [0, 1, 2, 3]) == [[0, 1, 2, 3]]
+    assert token_batches([5, 5, 5, 5], 19, [0, 1, 2, 3]) == [[0, 1, 2], [3]]
+    assert token_batches([2, 5, 5], 15, [0, 1, 2]) == [[0, 1, 2]]  # the longest decides: 5 x 3
+
+
+def test_sentences_of_one_length_meet_other_companions_each_seed_and_epoch():
+    """Ties in length are shuffled before the cut: with every sentence of one length, a fixed tie order would
+    give the same batches (only their order shuffled) at every seed and epoch."""
+
+    def compositions(seed, epoch):
+        sampler = TokenBatchSampler([7] * 60, max_tokens=70, shuffle=True, seed=seed)
+        sampler.set_epoch(epoch)
+        return {frozenset(b) for b in sampler}
+
+    assert compositions(1, 0) == compositions(1, 0)
+    assert compositions(1, 0) != compositions(2, 0)
+    assert compositions(1, 0) != compositions(1, 1)
+
+
+@pytest.mark.parametrize("sampler", ["tokens", "fixed"])
+def test_ranks_take_as_many_steps_when_the_batches_do_not_share_out_evenly(sampler):
+    from nmt.data.batching import FixedBatchSampler
+
+    def shard(rank):
+        if sampler == "tokens":  # 9 sentences of 10 tokens, 3 a batch: 3 batches over 2 ranks
+            return list(TokenBatchSampler([10] * 9, 30, shuffle=True, seed=4, num_replicas=2, rank=rank))
+        return list(FixedBatchSampler(10, 4, shuffle=True, seed=4, num_replicas=2, rank=rank))  # 3 batches
+
+    shards = [shard(0), shard(1)]
+    assert len(shards[0]) == len(shards[1]) == 2  # one batch repeated, so that no rank waits at a collective
+    assert {i for s in shards for b in s for i in b} == set(range(9 if sampler == "tokens" else 10))
+
+
 def test_length_bucketing_keeps_padding_low():
     batches = token_batches(LENGTHS, 200, sorted(range(len(LENGTHS)), key=LENGTHS.__getitem__))
     real = sum(LENGTHS)

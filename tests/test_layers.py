@@ -25,23 +25,28 @@ from .conftest import CONF
 torch.manual_seed(0)
 
 
+# eps at its default and large: rows scaled near it (the first) show an eps that is not the one given
+@pytest.mark.parametrize("eps", [1e-5, 0.5])
 @pytest.mark.parametrize("fused", [False, True])
-def test_layer_norm_equals_torch(fused):
-    ours, ref = LayerNorm(16, fused=fused), nn.LayerNorm(16)
+def test_layer_norm_equals_torch(fused, eps):
+    ours, ref = LayerNorm(16, eps=eps, fused=fused), nn.LayerNorm(16, eps=eps)
     with torch.no_grad():
         ours.weight.normal_(), ours.bias.normal_()
         ref.weight.copy_(ours.weight), ref.bias.copy_(ours.bias)
     x = torch.randn(3, 5, 16) * 4 + 2
+    x[0] *= eps**0.5 / 4
     torch.testing.assert_close(ours(x), ref(x))
 
 
+@pytest.mark.parametrize("eps", [1e-6, 0.5])
 @pytest.mark.parametrize("fused", [False, True])
-def test_rms_norm_equals_torch(fused):
-    ours, ref = RMSNorm(16, eps=1e-6, fused=fused), nn.RMSNorm(16, eps=1e-6)
+def test_rms_norm_equals_torch(fused, eps):
+    ours, ref = RMSNorm(16, eps=eps, fused=fused), nn.RMSNorm(16, eps=eps)
     with torch.no_grad():
         ours.weight.normal_()
         ref.weight.copy_(ours.weight)
     x = torch.randn(3, 5, 16) * 3
+    x[0] *= eps**0.5 / 3
     torch.testing.assert_close(ours(x), ref(x))
 
 

@@ -1419,6 +1419,18 @@ def test_a_changed_code_hash_says_whether_the_commit_changed_or_only_uncommitted
     assert differences(saved, {**saved}) == []
 
 
+def test_a_setting_given_on_one_side_only_is_a_difference():
+    """A key the folder's run was made with and this command lacks (or the reverse), such as a key added with
+    +: its run differs, said as absent on the side without it."""
+    from nmt.training.run_identity import differences
+
+    code = {"hash": "a"}
+    plain = {"config": {"seed": 1}, "code": code}
+    added = {"config": {"seed": 1, "optim.optimizer.amsgrad": True}, "code": code}
+    assert differences(added, plain) == ["optim.optimizer.amsgrad: True -> '(absent)'"]
+    assert differences(plain, added) == ["optim.optimizer.amsgrad: '(absent)' -> True"]
+
+
 def test_a_folder_whose_run_differs_only_in_its_code_says_other_code_not_other_settings(tmp_path):
     """Same settings, nmt/ edited since: the refusal said "a run made with other settings (code: ...)"."""
     from nmt.training.run_folder import RunFolderError

@@ -271,6 +271,38 @@ def test_beam_hypotheses_are_the_n_best_with_their_log_probabilities():
     )
 
 
+def _path_log_prob(table: dict, ids: list[int]) -> float:
+    """log p of ``ids`` and then EOS, read from a ScriptedModel's table."""
+    prev, total = BOS, 0.0
+    for token in [*ids, EOS]:
+        total += math.log(table.get(prev, {EOS: 1.0})[token])
+        prev = token
+    return total
+
+
+@pytest.mark.parametrize("alpha", [0.6, 1.0, 2.0])
+def test_beam_scores_under_a_length_penalty_are_log_probabilities_over_gnmt_of_the_length_with_its_end(alpha):
+    from nmt.decoding.beam import beam_hypotheses
+
+    (found,) = beam_hypotheses(
+        ScriptedModel(TRAP), torch.tensor([[5, 5, 3]]), BOS, EOS, SearchConfig(beam_size=3, length_penalty=alpha)
+    )
+    assert len(found) >= 3
+    for score, ids in found:  # the length counts the end token: [5, 6] is 3 long
+        assert score == pytest.approx(_path_log_prob(TRAP, ids) / ((5 + len(ids) + 1) / 6) ** alpha)
+
+
+def test_beam_search_goes_on_while_a_longer_output_can_still_win_under_the_length_penalty():
+    # EOS at once: log 0.6 = -0.51; 4, 5, ..., 11 then EOS: log 0.4 / ((5 + 9) / 6) = -0.39, better. With one
+    # beam, an output has ended after the first step: the search must see that the one alive can still beat it
+    chain = {BOS: {EOS: 0.6, 4: 0.4}, **{t: {t + 1: 1.0} for t in range(4, 11)}, 11: {EOS: 1.0}}
+    model, src = ScriptedModel(chain, vocab=12), torch.tensor([[4, 3]])
+    cfg = SearchConfig(beam_size=1, length_penalty=1.0, max_len_a=0.0, max_len_b=20)
+    assert beam_search(model, src, BOS, EOS, cfg) == [list(range(4, 12))]
+    early = SearchConfig(beam_size=1, length_penalty=1.0, max_len_a=0.0, max_len_b=20, early_stopping=True)
+    assert beam_search(model, src, BOS, EOS, early) == [[]]  # stopping at the first ending misses it
+
+
 def test_a_forced_prefix_is_followed_by_the_best_continuation():
     src = torch.tensor([[5, 5, 3]])
     model = ScriptedModel(TRAP)

@@ -552,6 +552,76 @@ def test_randomisation_is_calibrated_when_the_outputs_are_exchangeable():
 def test_enough_trials_for_the_comparisons():
     assert samples_for(3) == 10_000
     assert 1 / (samples_for(60) + 1) < 0.05 / 60 / 10
+    assert samples_for(25) == 10_000 and samples_for(26) == 10_400 and samples_for(31) == 12_400  # 20 x 31 / 0.05
+
+
+def test_the_ranking_draws_trials_enough_for_as_many_comparisons_as_it_makes(monkeypatch):
+    """32 cells: 31 compared with the baseline, each sentence test with samples_for(31) trials (above the
+    10,000 floor that hides a count of too few comparisons)."""
+    from nmt.metrics import randomization
+    from nmt.sweep.ranking import rank_cells
+
+    asked = []
+    monkeypatch.setattr(
+        randomization, "paired_randomization", lambda *a, n_samples, **k: asked.append(n_samples) or 0.5
+    )
+    levels = {"norm": ["layer", "rms"], "pos": [f"p{i}" for i in range(16)]}
+    records = [
+        record(pos, norm, 1, 30.0 + i, run_dir=f"/runs/{pos},{norm}")
+        for i, (pos, norm) in enumerate((p, n) for p in levels["pos"] for n in levels["norm"])
+    ]
+    runs = {f"{r['factors']['pos']},{r['factors']['norm']}": {"sentences": {"bleu": [[1] * 9]}} for r in records}
+    ranking = rank_cells(records, ["norm", "pos"], levels, {"norm": "layer", "pos": "p0"}, "test_bleu", runs)
+    assert asked == [samples_for(31)] * 31 and ranking["trials"] == 12_400
+
+
+def test_the_sentence_test_pairs_each_seed_with_the_baselines_same_seed():
+    """Each seed's outputs are paired with the baseline's of the same seed (the seeds' models share their
+    initialisation and batch order): the ranking's p is the test of those pairs, which another pairing of the
+    same outputs does not give."""
+    from nmt.sweep.ranking import rank_cells
+
+    refs = [f"a small test sentence {i} ." for i in range(40)]
+
+    def outputs(words: str, wrong: str, right: int) -> list[str]:  # `words` miswritten, but in the first `right`
+        return [ref if i < right else ref.replace(words, wrong) for i, ref in enumerate(refs)]
+
+    texts = {  # each seed its own mistake: the pairs' sentences differ in other n-grams
+        ("absolute", 1): outputs("small", "big", 3),
+        ("absolute", 2): outputs("test sentence", "exam", 0),
+        ("relative", 1): outputs("small", "big", 6),
+        ("relative", 2): outputs("test sentence", "exam", 2),
+    }
+    stats = {key: sentence_statistics(hyps, refs, "bleu", "13a") for key, hyps in texts.items()}
+    records = [record(pos, "layer", seed, 30.0 + seed, run_dir=f"/runs/{pos},{seed}") for pos, seed in texts]
+    runs = {f"{pos},{seed}": {"sentences": {"bleu": stats[pos, seed].tolist()}} for pos, seed in texts}
+    ranking = rank_cells(records, ["pos"], {"pos": ["absolute", "relative"]}, {"pos": "absolute"}, "test_bleu", runs)
+    base = [stats["absolute", 1], stats["absolute", 2]]
+    by_seed = paired_randomization(base, [stats["relative", 1], stats["relative", 2]], n_samples=10_000)
+    crossed = paired_randomization(base, [stats["relative", 2], stats["relative", 1]], n_samples=10_000)
+    assert ranking["trials"] == 10_000 and by_seed != crossed
+    assert ranking["conditional"][("relative",)] == by_seed
+
+
+def test_stored_sentence_statistics_are_reused_only_for_the_same_outputs(tmp_path):
+    """statistics.json.gz keeps each run's sentence statistics with a digest of the outputs they were counted
+    on: outputs written since (a run trained again) are counted again, never read from the old entry."""
+    import sacrebleu
+
+    from nmt.sweep import store
+
+    hyps, refs = ["a small cat sat", "the dog ran off"], ["a small cat sat down", "the dog ran"]
+    (tmp_path / "hyps.txt").write_text("\n".join(hyps) + "\n")
+    (tmp_path / "refs.txt").write_text("\n".join(refs) + "\n")
+    run = {"run_dir": str(tmp_path), "hypotheses": str(tmp_path / "hyps.txt"), "references": str(tmp_path / "refs.txt")}
+    expected = [list(map(int, row)) for row in sacrebleu.metrics.BLEU()._extract_corpus_statistics(hyps, [refs])]
+    fresh = store.entry(run, "13a", None)
+    assert fresh["sentences"]["bleu"] == expected
+    stale = {"outputs": "0" * 16, "sentences": {"bleu": [[0] * 9, [0] * 9]}, "tokenize": "13a"}
+    assert store.entry(run, "13a", stale)["sentences"]["bleu"] == expected  # other outputs: counted again
+    same = {**fresh, "sentences": {**fresh["sentences"], "bleu": [[7] * 9, [7] * 9]}}  # marked, to see it reused
+    assert store.entry(run, "13a", same)["sentences"]["bleu"] == [[7] * 9, [7] * 9]
+    assert store.entry(run, "intl", same)["sentences"]["bleu"] != [[7] * 9, [7] * 9]  # another tokenizer: counted
 
 
 # ---- the report ----------------------------------------------------------------------------------------

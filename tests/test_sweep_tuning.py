@@ -637,6 +637,23 @@ def refingerprint(sweep_dir, change, seeds=None) -> None:
             path.write_text(json.dumps(recorded))
 
 
+def test_pooled_tuning_sweeps_tell_a_count_of_batches_from_a_share(tmp_path):
+    """Lightning reads trainer.limit_train_batches=1 as one batch an epoch and 1.0 as all of them: equal as
+    numbers, they are not the same training, and sweeps that differ in it were not trained alike."""
+    held = ["optim=noam", "trainer.max_steps=40"]
+    tuning_sweep(tmp_path / "grid", held, "warmup", {"200": [30.0, 31.0]})
+    tuning_sweep(tmp_path / "edge", held, "warmup", {"1600": [34.0, 36.0]})
+    sweeps = [tmp_path / "grid", tmp_path / "edge"]
+    refingerprint(tmp_path / "grid", lambda r: r["config"].update({"trainer.limit_train_batches": 1.0}))
+    refingerprint(tmp_path / "edge", lambda r: r["config"].update({"trainer.limit_train_batches": 1}))
+    with pytest.raises(
+        ValueError, match=r"were not trained alike: trainer.limit_train_batches is 1.0 in .*grid and 1 in"
+    ):
+        tune(sweeps, "optim")
+    refingerprint(tmp_path / "edge", lambda r: r["config"].update({"trainer.limit_train_batches": 1.0}))
+    assert tune(sweeps, "optim").settings == {"optim": {"noam": ["warmup=1600"]}}
+
+
 def test_tuning_sweeps_of_one_level_pool_by_their_settings_where_they_ran_alike(tmp_path):
     """A candidate past the grid's edge, run as a sweep of its own (as tune's notes and its refusal of a grid
     widened in place ask), could not be compared with the grid's: tune refused a second sweep of the level, so

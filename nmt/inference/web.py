@@ -152,7 +152,8 @@ def _answer(translator: Translator, text: str, hypotheses: list, attention: bool
 
 
 def _limit_body_size(app: FastAPI, largest: int) -> None:
-    """Refuse (413) a request whose body is larger than ``largest`` bytes, declared or streamed."""
+    """Refuse (413) a request whose body is larger than ``largest`` bytes, declared or streamed (a client
+    that leaves while its body streams: 400)."""
 
     @app.middleware("http")
     async def limit_size(request: Request, call_next):

@@ -137,8 +137,8 @@ def findings(
         )
         return
     sentences, effects_found = _effect_sentences(fit, levels, metric, lower)
-    better, worse, compared = _ranking_sentences(ranking, levels, lower)
-    sentences += compared
+    better, worse, ranked = _ranking_sentences(ranking, levels, lower)
+    sentences += ranked
     if fit is not None and fit["model"] is not None and ranking["compared"] and effects_found != bool(better or worse):
         sentences.append(_two_tests(rows, len(levels), fit))
     if not sentences:  # one configuration (seeds only): nothing to compare

@@ -79,8 +79,9 @@ def what_ran(
 
 
 def _warnings(doc: Document, facts: dict, factors: list[str]) -> None:
-    """What a reader must know before trusting the table: several code or library versions, runs made under
-    other settings, scores made in several ways, level settings tuned elsewhere, runs cut short or failed."""
+    """What a reader must know before trusting the table, below it: several code or library versions, runs
+    made under other settings, scores made in several ways, how the level settings were chosen (the tuned
+    file's notes) and whether under other settings, runs cut short, and failed runs left out."""
     codes, libraries = facts.get("code") or [], facts.get("libraries") or []
     scorings, tuned, ended = facts.get("scoring") or [], facts.get("tuned"), facts.get("ended_by") or {}
     failed = facts.get("failed") or []

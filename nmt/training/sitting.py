@@ -57,6 +57,9 @@ class Sitting:
 
 
 def build_sitting(cfg: DictConfig, task, run_dir: Path, config: dict, identity: dict, main_process: bool) -> Sitting:
+    """Everything a sitting of the run in ``run_dir`` trains with. ``identity``: the run's record, to which a
+    continuation under other settings or data (resume=force) is added, and which is written with its data's
+    identity; ``main_process``: the process that owns the folder (it checks, prints and writes)."""
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     torch.set_float32_matmul_precision(cfg.get("matmul_precision") or "highest")

@@ -251,16 +251,18 @@ def _train_in_folder(cfg: DictConfig, task, run_dir: Path, config: dict, main_pr
     else:
         results, fit_end, earlier = _fit(cfg, task, run_dir, config, identity, sitting, records, main_process)
     if sitting.trainer.is_global_zero:
-        _score_and_record(cfg, task, run_dir, config, sitting, results, (start, fit_end, earlier))
+        _score_and_record(cfg, task, run_dir, config, sitting, results, started=start, fit_end=fit_end, earlier=earlier)
     return results
 
 
 def _fit(
     cfg: DictConfig, task, run_dir: Path, config: dict, identity: dict, sitting: Sitting, records, main_process: bool
 ) -> tuple[dict, float, float]:
-    """Train, validate the final weights, and write the training's record (``results.json`` at its stage
-    "trained", which a sitting stopped during the final scores resumes from). Returns the results so far, the
-    time training ended, and the seconds every sitting trained and validated."""
+    """Train and validate the final weights; on global rank zero, where final scores follow (not a smoke run),
+    write the training's record (``results.json`` at its stage "trained", which a sitting stopped during the
+    final scores resumes from). Returns the results so far, the time training ended, and the seconds every
+    sitting trained and validated up to then. ``records``: the folder's records as the sitting found them (put
+    back where it stops before its first checkpoint); None on a rank that does not own the folder."""
     trainer, module, datamodule, resume = sitting.trainer, sitting.module, sitting.datamodule, sitting.resume
     checkpoint_dir, elsewhere, model = sitting.checkpoint_dir, sitting.elsewhere, sitting.module.model
 
@@ -350,12 +352,20 @@ def _fit(
 
 
 def _score_and_record(
-    cfg: DictConfig, task, run_dir: Path, config: dict, sitting: Sitting, results: dict, times: tuple
+    cfg: DictConfig,
+    task,
+    run_dir: Path,
+    config: dict,
+    sitting: Sitting,
+    results: dict,
+    *,
+    started: float,
+    fit_end: float,
+    earlier: float,
 ) -> None:
-    """On the rank that owns the folder: the final scores of the best checkpoint, the loggers' summary and
-    ``results.json``. ``times``: when this sitting started, when its training ended, and the seconds of
-    training and validation of every sitting before that end."""
-    start, fit_end, earlier = times
+    """On global rank zero: the final scores of the best checkpoint, the loggers' summary and ``results.json``.
+    ``started``: when this sitting started; ``fit_end``: when its training ended; ``earlier``: the seconds of
+    training and validation of every sitting up to that end."""
     trainer, resumed_from, checkpoint_dir = sitting.trainer, sitting.resumed_from, sitting.checkpoint_dir
     best_path = results["best_checkpoint"]
     if not is_smoke_run(config):  # evaluations of weights the run has trained past (mark_evaluations)
@@ -370,7 +380,7 @@ def _score_and_record(
             results.update(final_scores(cfg, task, trainer, splits, best_path, checkpoint_dir, run_dir))
     # the final scores of this sitting on top of the training and validation of every sitting
     results["wall_time_s"] = round(earlier + (time.time() - fit_end), 1)
-    results["sitting_wall_time_s"] = round(time.time() - start, 1)
+    results["sitting_wall_time_s"] = round(time.time() - started, 1)
     if splits and Path(best_path).is_file() and not is_smoke_run(config):  # the loggers' summary: these times
         log_results(trainer.loggers, results, run_params(cfg))
     results["finished"] = not is_smoke_run(config)
