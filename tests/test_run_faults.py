@@ -1110,7 +1110,7 @@ POS_OPTIONS = sorted(path.stem for path in (ROOT / "conf" / "pos").glob("*.yaml"
             {},
             ["pos=absolute,relativ"],
             None,
-            f"pos=relativ: not an option of group pos; valid: {POS_OPTIONS}",
+            f"pos=relativ: not an option of group pos; did you mean pos=relative? valid: {POS_OPTIONS}",
         ),
         ({}, ["model.d_modle=64,128"], None, "model.d_modle: not a key of the config"),
         (
@@ -1124,6 +1124,8 @@ POS_OPTIONS = sorted(path.stem for path in (ROOT / "conf" / "pos").glob("*.yaml"
         ({}, ["pos=absolute,rope"], 5, "baseline=5: expected {factor: level, ...}, as baseline={pos: absolute}"),
         ({}, ["pos=rope,rope"], None, "pos=rope,rope: the factor has one level (rope given 2 times)"),
         ({}, ["pos=rope,absolute,rope"], None, "pos=rope,absolute,rope: the factor repeats a level (rope given 2"),
+        ({}, ["pos=absolute,rope", "seed=1,2,1"], None, "seed=1,2,1: repeats a seed (1 given 2 times); give distinct"),
+        ({}, ["norm=layer,rmss"], None, "norm=rmss: not an option of group norm; did you mean norm=rms? valid: "),
     ],
 )
 def test_bad_sweep_input_stops_before_any_run_with_one_line(tmp_path, capsys, params, command_line, baseline, message):
@@ -1190,6 +1192,12 @@ def test_a_misspelt_level_setting_or_a_failing_plan_stops_the_sweep_before_any_r
         SweepReport().on_multirun_start(composed_sweep(tmp_path, ["optim=adam,noam"], [settings]))
     err = capsys.readouterr().err
     assert stopped.value.code == 2 and "the runs of optim=adam cannot be composed: Could not override" in err
+    assert "(did you mean optim.optimizer.lr?)" in err
+    # a key of another option of the group: that option named, not a key of like spelling
+    settings = "level_settings={optim: {adam: ['optim.scheduler.factor=2']}}"
+    with pytest.raises(SystemExit) as stopped:
+        SweepReport().on_multirun_start(composed_sweep(tmp_path, ["optim=adam,noam"], [settings]))
+    assert "Could not override 'optim.scheduler.factor'. (it is a key of optim=noam)" in capsys.readouterr().err
 
     def broken(*args):
         raise json.JSONDecodeError("Invalid control character", "{", 0)
@@ -1331,6 +1339,8 @@ def test_seeds_added_to_a_one_seed_sweep_are_the_same_sweep(tmp_path, capsys):
     plan = json.loads((sweep / "plan.json").read_text())
     assert plan["factors"] == {"pos": ["absolute", "rope"], "seed": ["1", "2"]} and len(plan["run_names"]) == 4
     assert "pos=rope,seed=2" in plan["run_names"]
+    # the start line names the factors and the seeds apart: seeds are replicates, not a factor's levels
+    assert "[sweep] 4 runs: pos ['absolute', 'rope'], seeds 1, 2\n" in capsys.readouterr().out
 
 
 @pytest.mark.slow

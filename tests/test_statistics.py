@@ -1036,9 +1036,15 @@ def test_a_finished_sweep_is_re_reported_from_its_statistics_file_alone(tmp_path
     for folder in tmp_path.glob("pos=*"):
         shutil.rmtree(folder)
     again = write_report(tmp_path).read_text()
+    note = (
+        "**Note:** made from statistics.json.gz alone, the run folders not being here: every number below is as "
+        "the runs recorded it, but the validation curves and the test outputs"
+    )
+    assert note in " ".join(again.split()) and note not in " ".join(first.split())  # said, not left out silently
+    without_note = "\n\n".join(p for p in again.split("\n\n") if not p.startswith("**Note:** made from"))
     keep = [s.strip() for s in first.split("\n## ") if not s.startswith("Test sentence")]
     assert keep == [
-        s.strip() for s in again.split("\n## ")
+        s.strip() for s in without_note.split("\n## ")
     ]  # the same report but for the outputs it cannot show any more
 
 
@@ -1494,6 +1500,12 @@ def test_a_sweep_whose_runs_all_score_the_same_draws_nothing(tmp_path):
     findings = text[text.index("## Findings") :]
     assert findings.startswith("## Findings None drawn: every run scored 0 on test_bleu, so the runs do not differ")
     assert "cannot be told from seed noise" not in findings
+    # with fewer than 3 seeds too, or one: said before the seeds are (more of them would not tell the runs apart)
+    for seeds in ((1, 2), (1,)):
+        (tmp_path / str(len(seeds))).mkdir()
+        synthetic_sweep(tmp_path / str(len(seeds)), [record(p, n, s, 0.0) for p, n in BLEU for s in seeds])
+        text = " ".join(write_report(tmp_path / str(len(seeds))).read_text().split())
+        assert text[text.index("## Findings") :].startswith("## Findings None drawn: every run scored 0 on test_bleu")
 
 
 def test_level_tables_are_written_where_no_effect_can_be_tested(tmp_path):

@@ -36,7 +36,10 @@ def test_each_run_gets_the_settings_of_its_levels():
         ({"optim": {"adam": ["seed=3"]}}, r"seed is also a factor of this sweep \(1, 2\); set it in one place"),
         ({"optim": ["lr=1"]}, r"expected level: \[key=value, ...\]"),
         # a misspelt level would give its runs nothing, and the report would call the levels tuned
-        ({"optim": {"noma": ["warmup=4"]}}, r"level_settings.optim.noma: noma is not an option of group optim"),
+        (
+            {"optim": {"noma": ["warmup=4"]}},
+            r"level_settings.optim.noma: noma is not an option of group optim \(did you mean noam\? options",
+        ),
         # settings of levels this sweep does not run: given to no run, without a word (a tuned file's may hold
         # more levels than a sweep runs, and is checked as a whole)
         ({"pos": {"rope": ["warmup=4"]}}, r"^level_settings.pos: this sweep runs none of its levels \(rope; pos here"),

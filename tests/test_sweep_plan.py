@@ -125,6 +125,24 @@ def test_a_runs_line_says_what_its_folder_makes_train_py_do(tmp_path):
     assert run_state(tmp_path) == "trained already, recorded now; "
 
 
+def test_a_run_ended_by_the_signal_itself_is_said_as_its_folder_stands(tmp_path):
+    """A signal that reaches train.py before it handles signals (as it starts) or after (as it exits) ends it
+    with a negative status: said as what its folder holds, not as a failure to read in an empty log."""
+    from nmt.sweep.child import _state
+
+    assert _state(-15, tmp_path) == "was ended by SIGTERM as it started, before its first checkpoint: a rerun starts it"
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "last.ckpt").write_bytes(b"")
+    assert (
+        _state(-2, tmp_path) == "was ended by SIGINT before it could save (a rerun resumes it from its last checkpoint)"
+    )
+    (tmp_path / "results.json").write_text(json.dumps({"stage": "trained"}))
+    assert _state(-15, tmp_path).startswith("was ended by SIGTERM making its final scores")
+    (tmp_path / "results.json").write_text(json.dumps({"finished": True, "run_dir": str(tmp_path)}))
+    assert _state(-15, tmp_path) == "had finished when SIGTERM ended it (its results are kept)"
+    assert _state(1, tmp_path) == "ended with status 1 (its train_stderr.log)"  # a failure: its log says why
+
+
 def test_a_sweep_given_a_run_name_is_planned():
     """name=test stopped every sweep before it started: "HydraConfig was not set" (its default reads Hydra's
     choices, which the check of the sweep's keys resolved outside Hydra)."""

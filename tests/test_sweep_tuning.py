@@ -297,9 +297,12 @@ def test_tuning_refuses_the_test_set_a_swept_level_and_a_sweep_given_twice(tmp_p
 
     main([str(tmp_path / "a"), "--level", "optim", "--out", str(tmp_path / "out.yaml")])
     said = capsys.readouterr().out
-    assert f"note: {tmp_path / 'out.yaml'} is not conf/tuned/<name>.yaml, the only place +tuned=<name> loads" in said
+    assert f"note: {tmp_path / 'out.yaml'} is in no folder named tuned/, so +tuned=<name> cannot load it" in said
     assert (tmp_path / "out.yaml").is_file()
     assert said.rstrip().endswith(f"written to {tmp_path / 'out.yaml'}")  # a new file: nothing replaced
+    # in a config folder of one's own (its tuned/): how to load it, as docs/sweeps.md says
+    main([str(tmp_path / "a"), "--level", "optim", "--out", str(tmp_path / "mine" / "tuned" / "t1.yaml")])
+    assert f"+tuned=t1 loads it with 'hydra.searchpath=[file://{tmp_path / 'mine'}]'" in capsys.readouterr().out
     # another choice over it: replaced without a word before, under a factorial that had loaded it
     before = (tmp_path / "out.yaml").read_text()
     with pytest.raises(SystemExit):  # another choice over it was written without a word: +tuned=out then meant it

@@ -13,7 +13,7 @@ from nmt.cli.checkpoint_programs import OPEN_BLOCKS, checkpoint_program
 from nmt.cli.names import closest
 from nmt.data.build import EVALUATION_DATA_OPTIONS
 from nmt.training.config_groups import unused_model_parts
-from nmt.utils.configs import CONF, dotted_keys
+from nmt.utils.configs import CONF, dotted_keys, options_with_key
 
 
 def unknown_key_message(argv: list[str], config_name: str, conf: Path = CONF) -> str | None:
@@ -61,7 +61,7 @@ def unknown_key_message(argv: list[str], config_name: str, conf: Path = CONF) ->
                 f"error: {key!r} (on the command line): validation.search takes every search option, but lists "
                 f"only those it sets: add this one with +{key}=... ({_search_readers(option)})"
             )
-        owners = _other_options_with(key, conf, groups)  # the group's other options that have this key
+        owners = options_with_key(key, conf, groups)  # the group's other options that have this key
         hint = _unknown_key_hint(key, config_name, conf, groups, composed, known, owners)
         # a search option's block takes the options it lists: a new key there is refused, not added; nor is a
         # key of another option of a group added to this one (the group's own check refuses it)
@@ -192,25 +192,6 @@ def _search_readers(option: str) -> str:
     from nmt.decoding.settings import readers
 
     return readers(option, "validation.search")
-
-
-def _other_options_with(key: str, conf: Path, groups: list[str]) -> list[str]:
-    """For ``group.sub.key``: the options of that config group whose file sets ``sub.key`` (``model.num_heads``
-    is a key of model=transformer), so that a key of another option is named as such."""
-    group, _, rest = key.partition(".")
-    if not rest or group not in groups:
-        return []
-    owners = []
-    for path in sorted((conf / group).glob("*.yaml")):
-        # a global option's keys are top-level keys: task=translation sets task.rouge as `task: {rouge: ...}`
-        overall = any("@package _global_" in line for line in path.read_text().splitlines()[:3])
-        try:
-            absent = object()  # a key set to null is still the option's key (additive's attention_dim: null)
-            if OmegaConf.select(OmegaConf.load(path), key if overall else rest, default=absent) is not absent:
-                owners.append(path.stem)
-        except Exception:  # noqa: BLE001  (a file that does not load alone: not an owner to name)
-            continue
-    return owners
 
 
 def _named_elsewhere(name: str, conf: Path, groups: list[str]) -> list[str]:

@@ -175,7 +175,9 @@ class SweepReport(Callback):
         if tuned:
             plan["tuned"] = tuned
         atomic_write_json(plan_path, plan)
-        print(f"[sweep] {planned_runs(config)} runs: " + " x ".join(f"{k} {levels[k]}" for k in factors), flush=True)
+        crossed = " x ".join(f"{k} {levels[k]}" for k in factors if k != "seed") or "one configuration"
+        seeds = f", seeds {', '.join(map(str, levels['seed']))}" if "seed" in factors else ""
+        print(f"[sweep] {planned_runs(config)} runs: {crossed}{seeds}", flush=True)
         self._launching(config, sweep_dir)
 
     def _start_search(self, config: DictConfig, sweep_dir: Path) -> None:

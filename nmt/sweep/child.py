@@ -171,10 +171,19 @@ def _state(code: int, run_dir: Path) -> str:
     """What a run stopped by a signal left, as train.py's exit status and its folder say: 130/143 once it has
     saved its state, or stopped where there was none to save (preparing its data, before its first
     checkpoint), or while making its final scores; 0 when it had finished."""
-    from nmt.training.run_folder import resumable, trained_results
+    from nmt.training.run_folder import finished_results, resumable, trained_results
 
     if code == 0:
         return "had finished"
+    if code < 0:  # ended by the signal itself: as train.py started (before its handlers) or as it exited
+        name = signal.Signals(-code).name if -code in signal.valid_signals() else f"signal {-code}"
+        if finished_results(run_dir):
+            return f"had finished when {name} ended it (its results are kept)"
+        if trained_results(run_dir):
+            return f"was ended by {name} making its final scores (its training is kept; a rerun makes them)"
+        if resumable(run_dir):
+            return f"was ended by {name} before it could save (a rerun resumes it from its last checkpoint)"
+        return f"was ended by {name} as it started, before its first checkpoint: a rerun starts it"
     if code not in (130, 143):
         return f"ended with status {code} (its train_stderr.log)"
     if trained_results(run_dir):

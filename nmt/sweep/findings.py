@@ -111,6 +111,15 @@ def findings(
         else f"**Caveat:** some cells' 95% intervals reach past the values {metric} can take ({past}) (the Ranking "
         "says more)."
     )
+    # said whatever the seeds: more seeds of runs that score alike would not tell the levels apart
+    means = {round(float(row["mean"]), 9) for row in rows}
+    if len(means) == 1 and all(_no_scatter(row) for row in rows):
+        doc.paragraph(
+            f"None drawn: every run scored {means.pop():g} on {metric}, so the runs do not differ at all (trained "
+            "too little to score, or at a ceiling). The intervals of ± 0.00 below say that, not that the levels "
+            "are equal."
+        )
+        return
     if not conclusive:
         doc.paragraph(
             "None drawn: some cells have fewer than 3 seeds. The numbers below describe the runs; they do not "
@@ -120,14 +129,6 @@ def findings(
             doc.paragraph(f"**Caveat:** {caveat}")
         if past:
             doc.paragraph(scatter)
-        return
-    means = {round(float(row["mean"]), 9) for row in rows}
-    if len(means) == 1 and all(float(row.get("std") or 0) == 0 for row in rows):
-        doc.paragraph(
-            f"None drawn: every run scored {means.pop():g} on {metric}, so the runs do not differ at all (trained "
-            "too little to score, or at a ceiling). The intervals of ± 0.00 below say that, not that the levels "
-            "are equal."
-        )
         return
     if rows and all(row.get("n", 0) > 1 and float(row.get("std")) == 0 for row in rows):
         doc.paragraph(
@@ -157,6 +158,12 @@ def findings(
         sentences.append(scatter)
     for sentence in sentences:
         doc.paragraph(sentence)
+
+
+def _no_scatter(row: dict) -> bool:
+    """Whether a cell's seeds scored alike (one seed: nothing to scatter)."""
+    std = row.get("std")
+    return std is None or math.isnan(float(std)) or float(std) == 0
 
 
 def _effect_sentences(fit: dict | None, levels: dict, metric: str, lower: bool) -> tuple[list[str], bool]:

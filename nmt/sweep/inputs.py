@@ -113,6 +113,11 @@ def levels_problem(levels: dict[str, list[str]]) -> str | None:
     """A factor that repeats a level, or a level that is not an option of its config group."""
     for key, values in levels.items():
         repeated = sorted({v for v in values if values.count(v) > 1})
+        if repeated and key == "seed":  # seeds are replicates of every cell, not a factor's levels
+            return (
+                f"seed={','.join(values)}: repeats a seed ({', '.join(repeated)} given {values.count(repeated[0])} "
+                "times); give distinct seeds"
+            )
         if repeated:
             kind = "has one level" if len(set(values)) == 1 else "repeats a level"
             return (
@@ -124,7 +129,9 @@ def levels_problem(levels: dict[str, list[str]]) -> str | None:
             options = sorted(p.stem for p in group.glob("*.yaml"))
             for value in values:
                 if value not in options and value != "null":
-                    return f"{key}={value}: not an option of group {key}; valid: {options}"
+                    close = difflib.get_close_matches(value, options, n=1)
+                    hint = f"did you mean {key}={close[0]}? " if close else ""
+                    return f"{key}={value}: not an option of group {key}; {hint}valid: {options}"
     return None
 
 

@@ -12,6 +12,7 @@ level gets::
 ``python sweep.py tune`` chooses them on validation data and writes that block (nmt/sweep/tuning.py).
 """
 
+import difflib
 import re
 
 from omegaconf import DictConfig, OmegaConf
@@ -199,7 +200,11 @@ def level_settings_problem(level_settings, levels: dict[str, list[str]], from_fi
             group = CONF / key
             options = sorted(p.stem for p in group.glob("*.yaml")) if group.is_dir() else []
             if options and str(level) not in options:
-                return f"level_settings.{key}.{level}: {level} is not an option of group {key} (options: {options})"
+                close = difflib.get_close_matches(str(level), options, n=1)
+                hint = f"did you mean {close[0]}? " if close else ""
+                return (
+                    f"level_settings.{key}.{level}: {level} is not an option of group {key} ({hint}options: {options})"
+                )
             for override in overrides if isinstance(overrides, list) else [overrides]:
                 name, sep, _ = str(override).lstrip("+~").partition("=")
                 where = f"level_settings.{key}.{level}: {override!r}"

@@ -20,7 +20,7 @@ from nmt.sweep.levels import (
 from nmt.sweep.mps import CONTROL
 from nmt.sweep.records import RESULT, read_record
 from nmt.sweep.summary import budget_of, budget_text, planned, run_cost_s
-from nmt.utils.configs import CONF
+from nmt.utils.configs import CONF, options_with_key
 
 
 def command_prefixes(overrides) -> dict[str, str]:
@@ -423,7 +423,8 @@ def _tuned_shown(config: DictConfig) -> str:
 def _closest_key(error: str, overrides: list[str]) -> str:
     """ " (did you mean <key>?)" for Hydra's "Could not override '<key>'", the nearest key of the run's config
     composed without that override (the command line's typo gets one from train.py's check; a level setting's
-    got none), or ""."""
+    got none); where the key is one of another option of its group (optim.scheduler.factor, noam's, given to
+    adam), that option; or ""."""
     import difflib
     import re
 
@@ -431,6 +432,11 @@ def _closest_key(error: str, overrides: list[str]) -> str:
     if found is None:
         return ""
     key = found.group(1)
+    groups = sorted(str(p.relative_to(CONF)) for p in CONF.rglob("*") if p.is_dir())
+    owners = options_with_key(key, CONF, groups)
+    if owners:
+        group = key.split(".")[0]
+        return f" (it is a key of {' or '.join(f'{group}={o}' for o in owners)})"
     try:
         base = compose_train([o for o in overrides if o.lstrip("+~").partition("=")[0] != key])
     except Exception:  # noqa: BLE001 - another override fails too: that error is said as it is

@@ -137,6 +137,12 @@ def write_report(sweep_dir: str | Path, metric: str = "auto", baseline: dict | N
             f"(seeds per cell: {', '.join(sorted({str(n) for n in small.values()}))}). Their intervals are "
             "wide or absent; this report draws no conclusion from them. Run more seeds (seed=1,2,3)."
         )
+    if from_file:  # what the run folders alone hold: said, not left out silently
+        doc.paragraph(
+            f"**Note:** made from {store.STATISTICS} alone, the run folders not being here: every number below "
+            "is as the runs recorded it, but the validation curves and the test outputs (a sentence as each cell "
+            "translated it) are not shown, as they are read from the run folders."
+        )
     if outside:
         doc.paragraph(
             f"**Note:** {len(outside)} finished run(s) in this folder are not of this sweep's plan (an earlier sweep's "

@@ -415,8 +415,15 @@ def main(argv: list[str]) -> None:
     print("\n".join(tuned.lines))
     print(json.dumps(tuned.settings, indent=2))
     if args.out:
-        if Path(args.out).resolve().parent != CONF / "tuned":
-            print(f"note: {args.out} is not conf/tuned/<name>.yaml, the only place +tuned=<name> loads from")
+        folder = Path(args.out).resolve().parent
+        if folder != CONF / "tuned":  # +tuned=<name> reads tuned/<name>.yaml of each config folder Hydra searches
+            print(
+                f"note: {args.out} is not in conf/tuned/: +tuned={Path(args.out).stem} loads it with "
+                f"'hydra.searchpath=[file://{folder.parent}]'"
+                if folder.name == "tuned"
+                else f"note: {args.out} is in no folder named tuned/, so +tuned=<name> cannot load it (it reads "
+                "tuned/<name>.yaml in conf/ or in a folder of hydra.searchpath)"
+            )
         # a factorial that loaded the old file means it by +tuned=<name>: written over, that name means other
         # settings (the factorial then refuses to go on, and its report quoted the old choice)
         replaced = replaced_settings(Path(args.out), tuned.settings)

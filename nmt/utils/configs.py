@@ -3,7 +3,7 @@ run's config and a sweep read."""
 
 from pathlib import Path
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository: the package and conf/ beside it
 CONF = ROOT / "conf"
@@ -54,3 +54,23 @@ def _written_values(node, prefix: str = "") -> list[tuple[str, str]]:
     if isinstance(node, ListConfig):  # its items named by the list's key
         return [(prefix[:-1], value) for i in range(len(node)) for _, value in _written_values(node._get_node(i))]
     return [(prefix[:-1], str(node._value()))]
+
+
+def options_with_key(key: str, conf: Path, groups: list[str]) -> list[str]:
+    """For ``group.sub.key``: the options of that config group whose file sets ``sub.key`` (``model.num_heads``
+    is a key of model=transformer), so that a key of another option is named as such. ``groups``: the config
+    groups (folders of ``conf``)."""
+    group, _, rest = key.partition(".")
+    if not rest or group not in groups:
+        return []
+    owners = []
+    for path in sorted((conf / group).glob("*.yaml")):
+        # a global option's keys are top-level keys: task=translation sets task.rouge as `task: {rouge: ...}`
+        overall = any("@package _global_" in line for line in path.read_text().splitlines()[:3])
+        try:
+            absent = object()  # a key set to null is still the option's key (additive's attention_dim: null)
+            if OmegaConf.select(OmegaConf.load(path), key if overall else rest, default=absent) is not absent:
+                owners.append(path.stem)
+        except Exception:  # noqa: BLE001  (a file that does not load alone: not an owner to name)
+            continue
+    return owners
