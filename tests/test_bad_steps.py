@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from nmt.tasks.translation import TranslationTask
+from nmt.training.guard import UpdateGuard
 from nmt.training.module import TaskModule
 
 
@@ -471,3 +472,16 @@ def test_the_logged_training_loss_is_the_mean_over_processes(monkeypatch):
         scalars.loss_made(module, torch.tensor(2.0), 10)
         scalars.batch_ended(module)
     assert len(logged["train_loss"]) == 2 and all(kwargs["sync_dist"] for kwargs in logged["train_loss"])
+
+
+def test_the_deferred_guard_warns_of_each_skipped_update_once():
+    printed: list[str] = []
+    guard = UpdateGuard(max_bad_steps=5, check_every=4, say=printed.append)
+    for read_at, bad in ((4, [True, False, False, False]), (8, [False, True, False, False]), (12, [False] * 4)):
+        for flag in bad:
+            guard.count(torch.tensor(flag))
+        guard.read(read_at)
+    assert printed == [
+        "warning: 1 update(s) with a non-finite loss or gradient skipped by step 4 (0 in a row now, 5 allowed)",
+        "warning: 1 update(s) with a non-finite loss or gradient skipped by step 8 (0 in a row now, 5 allowed)",
+    ]

@@ -74,3 +74,11 @@ def test_training_on_a_cpu_takes_the_explicit_path_with_the_kernels_result(monke
     monkeypatch.setattr(attention_module.F, "scaled_dot_product_attention", no_kernel)
     trained = attention.train()(x, k, v, mask)
     torch.testing.assert_close(trained, kernel, atol=1e-5, rtol=1e-4)
+
+
+def test_survivors_are_scaled_by_the_rounded_probability_exactly():
+    torch.manual_seed(1)
+    x = torch.rand(4096, dtype=torch.float64) + 0.5
+    y = dropout(x, 0.3, training=True)
+    kept = y != 0
+    assert torch.equal(y[kept], x[kept] * (65536 / (65536 - round(0.3 * 65536))))

@@ -5,13 +5,17 @@ import json
 import os
 import warnings
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+import torch
+from lightning.pytorch.trainer.states import TrainerFn
 
 from nmt.sweep.records import run_record
 from nmt.tasks.base import Task
 from nmt.tasks.translation import TranslationTask
 from nmt.training.config import ConfigError, check_config
+from nmt.training.stopping import SittingEarlyStopping
 from nmt.training.train import train
 
 from .conftest import NO_FINAL_SCORES, compose_train
@@ -243,3 +247,21 @@ def test_a_run_of_zero_updates_says_its_scores_are_of_the_initial_weights(tmp_pa
     assert "Trained 0 updates (ended by max_epochs): the scores below are those of the initial weights" in (
         capsys.readouterr().out
     )
+
+
+def test_after_warmup_counts_the_validation_at_the_warmups_last_update():
+    """warmup=3: updates 0, 1, 2 have rates 1/3, 2/3, 1 (warmup_decay), so after 3 updates the rate has
+    peaked and the validation at global_step 3 counts (the best is set there)."""
+    stopping = SittingEarlyStopping(monitor="val_loss", mode="min", patience=1, warmup=3, after_warmup=True)
+    strategy = SimpleNamespace(reduce_boolean_decision=lambda decision, all: decision)
+    trainer = SimpleNamespace(should_stop=False, state=SimpleNamespace(fn=TrainerFn.FITTING), strategy=strategy)
+    trainer.sanity_checking = trainer.fast_dev_run = False
+    stopped = None
+    for step, loss in enumerate([5.0, 6.0, 4.0, 9.0], 1):
+        trainer.global_step, trainer.current_epoch = step, step
+        trainer.callback_metrics = {"val_loss": torch.tensor(loss)}
+        stopping.on_validation_end(trainer, None)
+        if trainer.should_stop:
+            stopped = step
+            break
+    assert (stopped, stopping.best_score.item()) == (4, 4.0)

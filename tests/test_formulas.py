@@ -293,3 +293,13 @@ def test_rope_rotates_each_channel_pair_by_position_times_frequency():
 
     assert score(7, 3) == pytest.approx(score(14, 10), abs=1e-4)
     assert score(7, 3) != pytest.approx(score(3, 7), abs=1e-3)  # the sign of the distance matters
+
+
+@pytest.mark.parametrize("decay", ["cosine", "linear"])
+def test_the_decay_stays_at_its_floor_past_the_planned_steps(decay):
+    # a run that trains past total_steps (max_steps raised on resume) stays at min_ratio * lr: cosine must not
+    # rise again (cos(2 pi) = 1 at twice the decay's length), linear must not go below the floor
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    rate = warmup_decay(optimizer, total_steps=20, warmup=4, decay=decay, min_ratio=0.1).lr_lambdas[0]
+    for step in (20, 25, 36, 100):
+        assert rate(step) == pytest.approx(0.1), step

@@ -9,6 +9,7 @@ from omegaconf import OmegaConf
 from torch import nn
 
 from nmt.modules.attention import MultiHeadAttention
+from nmt.modules.feedforward import FeedForward
 from nmt.modules.norm import LayerNorm, RMSNorm, ScaleNorm
 from nmt.modules.position import (
     BucketBias,
@@ -557,3 +558,15 @@ def test_alibi_bias_enters_the_scores_after_their_scaling_by_hand(fused):
         expected = attention.out_proj((scores.softmax(-1) @ v).transpose(1, 2).reshape(2, 9, 32))
         got = attention(x, k, v, None, pos, pos, causal=causal)
         torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-4)
+
+
+def test_the_feedforward_block_is_linear_activation_dropout_linear():
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 8)
+    ff = FeedForward(8, 16, dropout=0.0, activation="gelu").eval()
+    h = x @ ff.up.weight.T + ff.up.bias
+    h = 0.5 * h * (1 + torch.erf(h / math.sqrt(2)))  # GELU (Hendrycks and Gimpel), exact form
+    torch.testing.assert_close(ff(x), h @ ff.down.weight.T + ff.down.bias)
+    # the activation dropout sits between the two maps: everything dropped leaves the second map's bias
+    ff = FeedForward(8, 16, dropout=1.0, activation="relu").train()
+    torch.testing.assert_close(ff(x), ff.down.bias.expand(2, 3, 8))

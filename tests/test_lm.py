@@ -9,6 +9,7 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
+from torch.nn import functional as F
 
 from nmt.data.lm import BlockDataset, LanguageModelDataModule, collate_blocks, windows
 from nmt.data.ptb import PTBDataModule
@@ -592,3 +593,38 @@ def test_a_continuation_adds_a_word_at_least_unless_max_new_tokens_is_zero(ptb_f
         assert Translator.from_checkpoint(checkpoint, max_new_tokens=0).translate(["w3"]) == ["w3"]
         assert generate(loaded, "w3", SearchConfig(strategy="beam", min_len=1), max_new_tokens=0) == ["w3"]
     assert "min_len" not in caplog.text
+
+
+def test_words_of_equal_count_are_ordered_alphabetically():
+    # c twice; b and a once each, b read first: the ties go alphabetically, not in reading order
+    assert WordVocabulary.build(["b a c", "c"]).words[4:] == ["c", "a", "b"]
+
+
+class Lines(LanguageModelDataModule):
+    name = "probe"
+
+    def __init__(self, lines, **kwargs):
+        super().__init__(**kwargs)
+        self.lines = lines
+
+    def read_split(self, split):
+        return self.lines
+
+
+def test_training_windows_are_disjoint_blocks_whatever_the_evaluation_stride(tmp_path):
+    # a stream of 32 ids (</s>, 30 words, </s>): 31 targets; blocks of 8 -> 4 training windows, each target once
+    dm = Lines([" ".join(f"w{i}" for i in range(30))], block_size=8, eval_stride=2, cache_dir=str(tmp_path))
+    assert dm.dataset("train").windows == [(0, 8, 0), (8, 16, 8), (16, 24, 16), (23, 31, 24)]
+    # evaluation slides by 2 after the first block: 8, 10, ..., 30, then 31: 13 windows
+    assert len(dm.dataset("val").windows) == 13
+
+
+def test_a_pre_norm_language_model_normalises_before_its_output_layer():
+    model = language_model("absolute", "layer")  # norm_position=pre: a final LayerNorm (gain 1, bias 0 at init)
+    seen = []
+    model.output.register_forward_hook(lambda module, inputs, output: seen.append(inputs[0]))
+    with torch.no_grad():
+        model(torch.randint(4, 23, (2, 9)))
+    h = seen[0]
+    torch.testing.assert_close(h, F.layer_norm(h, (h.size(-1),)), atol=1e-4, rtol=1e-4)
+    assert h.var(-1, unbiased=False).sub(1).abs().max() < 1e-3

@@ -19,6 +19,7 @@ from nmt.models.build import build_model
 from nmt.tasks.translation import TranslationTask
 from nmt.training.lightning_data import lightning_data
 from nmt.training.module import TaskModule
+from nmt.training.timing import WallClock
 from nmt.utils.instantiate import instantiate
 
 from .conftest import NO_FINAL_SCORES, ROOT, compose_train, steps_per_epoch, tiny_overrides
@@ -752,3 +753,11 @@ def test_tensorboard_of_a_crashed_and_resumed_run_shows_each_step_once(tmp_path,
         return
     assert [step for step, _ in shown] == [step for step, _ in curve]
     assert [value for _, value in shown] == pytest.approx([value for _, value in curve], rel=1e-6)
+
+
+def test_a_resumed_wall_clock_goes_on_from_the_earlier_sittings_time():
+    clock = WallClock()
+    clock.load_state_dict({"elapsed": 100.0})
+    clock.on_train_start(None, None)
+    assert 100.0 <= clock.elapsed() < 110.0
+    assert 100.0 <= clock.state_dict()["elapsed"] < 110.0

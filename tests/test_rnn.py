@@ -3,11 +3,13 @@
 import csv
 import itertools
 import json
+import math
 import re
 
 import pytest
 import torch
 from omegaconf import OmegaConf
+from torch import nn
 
 from nmt.data.tokenizer import PAD_ID
 from nmt.decoding.search import beam_search, greedy
@@ -258,3 +260,41 @@ def test_tiny_rnn_learns_the_toy_task_and_evaluate_reproduces_it(tmp_path):
     pngs = sorted(p.name for p in (out / "attention").glob("*.png"))
     assert pngs == ["sentence0_attention.png", "sentence3_attention.png"]
     assert (out / "attention" / pngs[0]).read_bytes().startswith(b"\x89PNG")
+
+
+def test_the_rnns_first_step_follows_its_equations_with_torchs_own_gru():
+    """Bridge h0 = tanh(W_b [h_fwd; h_bwd] + b) of the top encoder layer; h1 = GRU(embed(y0), h0); scaled dot
+    attention over memory = W_m outputs; a = tanh(W_c [h1; c]); logits = W_out a (docstring of rnn.py)."""
+    model = make_rnn("dot", "gru", input_feeding=False, encoder_layers=2, decoder_layers=1)
+    hidden = model.hidden_size
+    src, tgt = torch.tensor([[5, 9, 7, 3]]), torch.tensor([[2, 11]])
+    encoder = nn.GRU(16, hidden, 2, batch_first=True, bidirectional=True)
+    encoder.load_state_dict(model.encoder.state_dict())
+    decoder = nn.GRU(16, hidden, 1, batch_first=True)
+    decoder.load_state_dict(model.decoder.state_dict())
+    with torch.no_grad():
+        outputs, h_n = encoder(model.src_embed.weight[src])  # h_n: layer 0 fwd, bwd, layer 1 fwd, bwd
+        memory = outputs[0] @ model.memory_proj.weight.T  # (src_len, hidden)
+        h0 = torch.tanh(model.bridge.weight @ torch.cat([h_n[2, 0], h_n[3, 0]]) + model.bridge.bias)
+        h1 = decoder(model.tgt_embed.weight[tgt[:, :1]], h0[None, None])[0][0, 0]
+        weights = (memory @ h1 / math.sqrt(hidden)).softmax(-1)
+        attentional = torch.tanh(model.combine.weight @ torch.cat([h1, weights @ memory]))
+        expected = model.output.weight @ attentional
+        torch.testing.assert_close(model(src, tgt)[0, 0], expected, atol=1e-5, rtol=1e-5)
+        logits, _ = model.decode_step(tgt[:, 0], model.encode(src))
+        torch.testing.assert_close(logits[0], expected, atol=1e-5, rtol=1e-5)
+
+
+def test_teacher_forcing_zero_reads_no_reference_token_after_the_first():
+    model = make_rnn(teacher_forcing=0.0).train()  # dropout 0: only the inputs differ between the paths
+    src, tgt = batch()
+    other = tgt.clone()
+    other[:, 1:] = (tgt[:, 1:] - 4 + 1) % (VOCAB - 4) + 4  # every later reference token replaced
+    with torch.no_grad():
+        free = model(src, tgt)
+        torch.testing.assert_close(model(src, other), free)
+        state, prev = model.encode(src), tgt[:, 0]
+        for t in range(tgt.size(1)):  # its logits are those of a greedy rollout from the first token
+            logits, state = model.decode_step(prev, state)
+            torch.testing.assert_close(logits, free[:, t], atol=1e-5, rtol=1e-5)
+            prev = logits.argmax(-1)

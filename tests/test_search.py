@@ -6,10 +6,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from torch import nn
 
 from nmt.decoding.beam import length_penalty
-from nmt.decoding.search import beam_search, decode, greedy
-from nmt.decoding.settings import STRATEGIES, SearchConfig
+from nmt.decoding.constraints import with_prefixes
+from nmt.decoding.ensemble import Ensemble
+from nmt.decoding.search import _sample, beam_search, decode, greedy
+from nmt.decoding.settings import STRATEGIES, SearchConfig, search_settings, unreachable_min_len
 from nmt.models.state import DecoderState
 
 from .conftest import CONF, STRATEGY_NEEDS
@@ -598,3 +601,50 @@ def test_the_documents_that_list_the_strategies_name_every_one():
     for where, text in lists.items():
         named = set(re.findall(words[where], text)) - {"or", "with"}
         assert named == set(STRATEGIES), f"{where} names {sorted(named)}, STRATEGIES {sorted(STRATEGIES)}"
+
+
+def test_a_prefix_and_its_end_token_must_fit_the_table():
+    # 3 forced tokens and the end token take 4 target positions: a table of 4 holds them, one of 3 does not
+    assert with_prefixes(torch.tensor([2]), [[4, 5, 6]], cap=4).tolist() == [4]
+    with pytest.raises(ValueError, match=r"a prefix of 3 tokens and its end token need more than the 3 target"):
+        with_prefixes(torch.tensor([2]), [[4, 5, 6]], cap=3)
+
+
+@pytest.mark.parametrize(("top_p", "kept"), [(0.5, 2), (0.75, 3)])
+def test_top_p_keeps_the_smallest_set_whose_mass_reaches_p_exactly(top_p, kept):
+    # four equal logits: each probability is 1/4 exactly, and the running sums 1/4, 1/2, 3/4, 1 are exact;
+    # Holtzman et al.'s nucleus is the smallest set of mass >= p: 2 tokens for p = 1/2, 3 for p = 3/4
+    draws = _sample(
+        torch.zeros(4000, 4), SearchConfig(strategy="sample", top_p=top_p), torch.Generator().manual_seed(0)
+    )
+    assert len(set(draws.tolist())) == kept
+
+
+class Limited(nn.Module):
+    pad_id = 0
+
+    def __init__(self, limits):
+        super().__init__()
+        self.limits = limits
+
+    def position_limits(self):
+        return self.limits
+
+
+class Unlimited(nn.Module):
+    pad_id = 0
+
+
+def test_an_ensemble_encodes_only_the_positions_every_member_can():
+    assert Ensemble([Limited((6, 10)), Limited((9, 4)), Unlimited()]).position_limits() == (6, 4)
+    assert Ensemble([Limited((None, 7)), Unlimited()]).position_limits() == (None, 7)
+    assert Ensemble([Unlimited(), Unlimited()]).position_limits() == (None, None)
+
+
+def test_a_fixed_limit_with_no_room_before_the_end_token_is_refused():
+    # max_len_a=0, max_len_b=1: the limit (1 token, counting EOS) leaves every output empty
+    said = unreachable_min_len({"max_len_a": 0.0, "max_len_b": 1})
+    assert said and said.startswith("decode.max_len_b=1 with decode.max_len_a=0: the limit counts the end token")
+    assert unreachable_min_len({"max_len_a": 0.0, "max_len_b": 2}) is None
+    with pytest.raises(ValueError, match=r"^decode.max_len_b=1 with decode.max_len_a=0"):
+        search_settings(None, {"max_len_a": 0.0, "max_len_b": 1})

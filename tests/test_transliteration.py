@@ -2,6 +2,7 @@
 for checkpoints, early stopping, a sweep's ranking and tune's default metric."""
 
 import json
+from types import SimpleNamespace
 
 import pytest
 from hydra import compose, initialize_config_dir
@@ -161,3 +162,20 @@ def test_a_transliteration_run_scores_cer_and_word_accuracy_and_a_sweep_records_
     assert record["report_metric"] == "test_cer" and record["metrics"]["test_cer"] == results["test"]["cer"]
     (run_dir / RESULT).write_text(json.dumps(record))  # as a sweep records the finished run
     assert default_metric([tmp_path / "sweep"]) == "best_val_cer"  # sweep.py tune's choice: not best_val_bleu
+
+
+def test_validation_logs_the_scores_the_final_evaluation_computes():
+    task = TransliterationTask()
+    datamodule = SimpleNamespace(tgt_lang="en", build_tokenizers=lambda: (None, SimpleNamespace(lowercases=False)))
+    metrics = task.validation_metrics(datamodule)
+    batches = [(["kitten", "abc"], ["sitting", "abc"]), (["", "zafar ben", "x"], ["hoc", "zafar", "x"])]
+    for hypotheses, references in batches:
+        task.update_decoded_metrics(metrics, hypotheses, references)
+    logged = {}
+    task.log_decoded_metrics(
+        SimpleNamespace(log=lambda name, value, **_: logged.__setitem__(name, float(value))), metrics
+    )
+    expected = transliteration_scores(*(sum(side, []) for side in zip(*batches, strict=True)))
+    assert expected["word_acc"] == pytest.approx(40.0)  # "abc" and "x" of 5
+    for key in ("cer", "wer", "word_acc"):
+        assert logged[f"val_{key}"] == pytest.approx(expected[key], rel=1e-6), key
