@@ -1,3 +1,8 @@
+import math
+
+import torch
+
+
 def test_epoch_checkpoints_are_ordered_by_their_epoch_past_three_digits(tmp_path):
     """Sorted by name, epoch1000.ckpt came before epoch999.ckpt: average_last took the wrong files."""
     from nmt.inference.checkpoint import epoch_checkpoints
@@ -59,3 +64,12 @@ def test_the_best_checkpoints_state_follows_its_score_not_how_often_it_is_saved(
 
     assert best_key("validation.bleu_every_n_epochs=1") == best_key("validation.bleu_every_n_epochs=3")
     assert best_key() != best_key("checkpoint.monitor=val_loss", "checkpoint.mode=min")
+
+
+def test_a_nan_python_float_in_the_optimizer_state_is_named():
+    """A NaN learning rate (a Python float in param_groups) is non-finite by math.isfinite; the check must name it
+    (kills checkpoint_io.py dropping the float branch)."""
+    from nmt.training.checkpoint_io import non_finite_tensors
+
+    checkpoint = {"state_dict": {"w": torch.ones(2)}, "optimizer_states": [{"param_groups": [{"lr": math.nan}]}]}
+    assert non_finite_tensors(checkpoint) == ["optimizer_states.0.param_groups.0.lr"]

@@ -11,10 +11,12 @@ import shutil
 import sys
 import tarfile
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
 
 from nmt.data.europarl import EuroparlDataModule
 from nmt.data.files import FilesDataModule
@@ -1983,8 +1985,6 @@ def test_files_evaluated_by_path_read_the_runs_columns_and_get_folders_of_their_
     swapped, and scored. Two paths that flatten alike shared one evaluation folder."""
     from types import SimpleNamespace
 
-    from omegaconf import OmegaConf
-
     from nmt.decoding.settings import SearchConfig
     from nmt.tasks.translation_eval import load_eval_set, split_tag
 
@@ -2041,8 +2041,6 @@ def test_columns_name_the_folder_and_apply_only_where_a_tsv_is_read(tmp_path):
     gone); data.columns with a data=files run read from prefixes, and data.user_dict without jieba, changed
     nothing without a word; split=files:test.en was read as test.en.en, saying only that it was missing."""
     from types import SimpleNamespace
-
-    from omegaconf import OmegaConf
 
     from nmt.data.datamodule import ParallelDataModule
     from nmt.tasks.translation_eval import check_columns_apply, columns_tag, load_eval_set
@@ -2259,8 +2257,6 @@ def test_an_evaluation_of_a_run_with_a_jieba_dictionary_does_not_read_the_file(t
     scoring, with advice (data.user_dict=...) that evaluate.py refuses."""
     from types import SimpleNamespace
 
-    from omegaconf import OmegaConf
-
     from nmt.data.build import build_datamodule
     from nmt.tasks.base import evaluation_data_config
 
@@ -2347,7 +2343,6 @@ def test_the_splits_command_keeps_splits_written_before_and_reads_paths_as_train
 def test_a_seeded_split_left_empty_by_its_groups_says_why_not_which_file_to_give(tmp_path):
     """Every pair sharing one target is one group, which training keeps: the validation set was said to have
     no pair, "give one that holds sentences (data=files: data.val)", though no data.val was given."""
-    from omegaconf import OmegaConf
 
     from nmt.training.sitting import check_evaluation_sets
 
@@ -2379,3 +2374,23 @@ def test_a_set_read_the_other_way_round_is_said_by_its_script():
     assert swapped_sides("files:t", ZH[:50], ZH_EN[:50], "zh", "en") is None
     assert swapped_sides("files:t", ZH_EN[:50], ZH_EN[:50], "de", "en") is None
     assert swapped_sides("files:t", ZH_EN[:3], ZH[:3], "zh", "en") is None
+
+
+def test_a_pair_in_two_upsampled_corpora_takes_the_largest_times():
+    """A split pair read from corpus "extra" (x3) and again from "web" (x1) is repeated 3 times, the largest N,
+    whatever the order the corpora were read in (kills files.py keeping the last corpus's N)."""
+    from nmt.data.files import FilesDataModule
+
+    fake = SimpleNamespace(upsample={"extra": 3, "web": 1}, _origins=["extra", "web"])
+    src, tgt = FilesDataModule._repeated(fake, ["a"], ["A"], pool=(["a", "a"], ["A", "A"]))
+    assert (src, tgt) == (["a"] * 3, ["A"] * 3)
+
+
+def test_a_blank_tsv_line_is_an_empty_pair_in_its_place(tmp_path):
+    """A blank line of a TSV is a pair with both sides empty, as a blank line in the two-file form: line numbers
+    (and an evaluation's outputs) stay aligned with the file (kills file_specs.py skipping it)."""
+    from nmt.data.file_specs import read_split_files
+
+    path = tmp_path / "dev.tsv"
+    path.write_text("a\tA\n\nc\tC\n", encoding="utf-8")
+    assert read_split_files(str(path), "en", "de") == (["a", "", "c"], ["A", "", "C"])

@@ -3,6 +3,7 @@
 import gzip
 import os
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -227,7 +228,6 @@ def test_real_multi30k_has_the_published_sizes(tmp_path):
 def test_batches_for_a_gpu_come_from_pinned_memory():
     """A copy to a GPU from pageable memory makes the host wait for the device: batches bound for a GPU
     are pinned by the loader, CPU runs are not."""
-    from types import SimpleNamespace
 
     from nmt.data.loaders import sharded_loader
 
@@ -242,7 +242,6 @@ def test_batches_for_a_gpu_come_from_pinned_memory():
 def test_a_set_smaller_than_the_processes_is_refused_in_one_line():
     """A validation set of 1 sentence under 2 processes: the second had no share, failed in Lightning's words
     ("zero length"), and the first then in gloo's ("Connection closed by peer")."""
-    from types import SimpleNamespace
 
     from nmt.data.loaders import sharded_loader
 
@@ -371,3 +370,37 @@ def test_an_epochs_order_checksum_is_the_same_on_every_rank_and_changes_with_the
     assert blocks[0].order_digest(0) == blocks[1].order_digest(0) != blocks[2].order_digest(0)
     blocks[0].set_epoch(0)
     assert list(blocks[0]) == blocks[0]._epoch_batches() and len(blocks[0]._epoch_batches()[0]) == 4
+
+
+class _Sampler:
+    """A batch sampler of 3 one-item batches an epoch, item = 10 * epoch + index, honouring ``skip``."""
+
+    def __init__(self):
+        self.epoch, self.skip = 0, 0
+
+    def set_epoch(self, epoch):
+        self.epoch = epoch
+
+    def __len__(self):
+        return 3
+
+    def __iter__(self):
+        skip, self.skip = self.skip, 0
+        return iter([[10 * self.epoch + i] for i in range(3)][skip:])
+
+
+def test_a_loader_resumed_after_5_batches_of_3_a_epoch_continues_with_epoch_1s_last_batch():
+    """5 batches trained, 3 an epoch: divmod(5, 3) = epoch 1, 2 done, so the next batch is epoch 1's third (item
+    12); with limit_train_batches=2 an epoch is 2 batches: divmod(5, 2) = epoch 2, 1 done -> item 21
+    (kills loaders.py `skip = 0` and a wrong epoch length)."""
+    from nmt.data.loaders import ResumableDataLoader
+
+    data = list(range(100))
+    loader = ResumableDataLoader(
+        data, batch_sampler=_Sampler(), batches_trained=lambda: 5, limit=1.0, collate_fn=lambda items: items
+    )
+    assert loader.position() == (1, 2) and [b for b in loader] == [[12]]
+    capped = ResumableDataLoader(
+        data, batch_sampler=_Sampler(), batches_trained=lambda: 5, limit=2, collate_fn=lambda items: items
+    )
+    assert capped.position() == (2, 1) and next(iter(capped)) == [21]

@@ -658,3 +658,12 @@ def test_the_export_wrapper_samples_with_beam_1_and_checks_its_input_as_our_tran
     if ctranslate2.get_cuda_device_count() == 0:  # CTranslate2's "CUDA driver version is insufficient"
         with pytest.raises(ValueError, match=r"^device=cuda: CTranslate2 sees no CUDA GPU on this machine"):
             CTranslate2Model(tmp_path / "ct2", device="cuda")
+
+
+def test_an_exported_sampler_keeps_the_runs_temperature_and_nucleus():
+    """decode.temperature=0.5 and top_p=0.9 become translate_batch's sampling_temperature and sampling_topp
+    (kills export.py fixing either at 1.0)."""
+    from nmt.inference.export import decoding_defaults
+
+    options = decoding_defaults({"strategy": "sample", "temperature": 0.5, "top_p": 0.9, "seed": 1})
+    assert options["sampling_temperature"] == 0.5 and options["sampling_topp"] == 0.9 and options["beam_size"] == 1

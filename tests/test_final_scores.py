@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 from lightning.pytorch.trainer.states import TrainerFn
+from omegaconf import OmegaConf
 
 from nmt.sweep.records import run_record
 from nmt.tasks.base import Task
@@ -265,3 +266,14 @@ def test_after_warmup_counts_the_validation_at_the_warmups_last_update():
             stopped = step
             break
     assert (stopped, stopping.best_score.item()) == (4, 4.0)
+
+
+def test_average_last_takes_the_number_asked_not_every_epoch_checkpoint(tmp_path):
+    """test_average_last=2 with 3 epoch checkpoints averages 2 (min(wanted, found)); test_average_last=1 is
+    best.ckpt alone (0), not the last epoch (kills final.py `return found` and `wanted < 1`)."""
+    from nmt.training.final import checkpoints_to_average
+
+    for epoch in range(3):
+        (tmp_path / f"epoch{epoch:03d}.ckpt").write_bytes(b"")
+    assert checkpoints_to_average(OmegaConf.create({"test_average_last": 2}), tmp_path) == 2
+    assert checkpoints_to_average(OmegaConf.create({"test_average_last": 1}), tmp_path) == 0

@@ -3,6 +3,7 @@
 import gzip
 import json
 import os
+import random
 import shutil
 import subprocess
 import sys
@@ -393,3 +394,102 @@ def test_scores_recorded_under_a_regional_code_keep_the_tokenizer_they_were_made
     assert bleu_tokenize({"run_dir": str(tmp_path)}) == "zh"  # no signature recorded: the code's own
     assert corpus.unsigned_tokenized_lowercase_signature("zh-CN") is None
     assert corpus.unsigned_tokenized_lowercase_signature("zh") == corpus.tokenized_lowercase_signature("zh")
+
+
+PROBE_HYPS = ["Ein Mann fährt Fahrrad .", "Zwei Hunde spielen", "Eine Frau spielt Gitarre auf der Bühne heute"]
+
+
+PROBE_REFS = ["Ein Mann fährt ein Fahrrad .", "Zwei Hunde spielen im Schnee .", "Eine Frau spielt Gitarre ."]
+
+
+def test_length_ratio_is_hypothesis_over_reference_length():
+    """sacreBLEU's own sys_len/ref_len (words after 13a) is what length_ratio reports; inverted, a run with
+    too-short outputs reads as too long (kills corpus.py length_ratio ref/sys swap)."""
+    from nmt.metrics.corpus import corpus_scores
+
+    score = sacrebleu.metrics.BLEU().corpus_score(PROBE_HYPS, [PROBE_REFS])
+    assert score.sys_len != score.ref_len
+    got = corpus_scores(PROBE_HYPS, PROBE_REFS, "de", bootstrap=0)["length_ratio"]
+    assert got == pytest.approx(score.sys_len / score.ref_len, abs=1e-4)
+
+
+def test_score_baseline_bleu_ignores_case_as_the_systems_does(tmp_path, capsys):
+    """With --lowercase both systems are scored ignoring case: the baseline's reported BLEU must be sacreBLEU's
+    lowercase BLEU of the baseline file (kills score.py baseline corpus_scores without lowercase=)."""
+    from nmt.evaluation.score import main
+
+    base = [h.lower() for h in PROBE_HYPS]
+    for name, lines in (("hyp", PROBE_HYPS), ("base", base), ("ref", PROBE_REFS)):
+        (tmp_path / f"{name}.txt").write_text("".join(x + "\n" for x in lines), encoding="utf-8")
+    f = lambda n: str(tmp_path / f"{n}.txt")  # noqa: E731
+    scores = main(
+        [
+            f("hyp"),
+            f("ref"),
+            "--lang",
+            "de",
+            "--bootstrap",
+            "0",
+            "--lowercase",
+            "--baseline",
+            f("base"),
+            "--trials",
+            "100",
+        ]
+    )
+    capsys.readouterr()
+    expected = sacrebleu.metrics.BLEU(lowercase=True).corpus_score(base, [PROBE_REFS]).score
+    assert scores["baseline"]["bleu"] == pytest.approx(expected, abs=1e-9)
+
+
+def test_a_metrics_json_of_the_same_name_but_another_count_is_not_read(tmp_path, capsys):
+    """metrics.json beside hypotheses.txt, same file name but 200 sentences (another evaluation's): its case:lc
+    must not be applied to these 3 lines (kills score.py _own_record dropping the sentence-count check)."""
+    from nmt.evaluation.score import main
+
+    (tmp_path / "hypotheses.txt").write_text("".join(h.lower() + "\n" for h in PROBE_HYPS), encoding="utf-8")
+    (tmp_path / "ref.de").write_text("".join(r + "\n" for r in PROBE_REFS), encoding="utf-8")
+    (tmp_path / "metrics.json").write_text(
+        json.dumps({"hypotheses": "hypotheses.txt", "sentences": 200, "bleu_signature": "nrefs:1|case:lc|tok:13a"})
+    )
+    got = main([str(tmp_path / "hypotheses.txt"), str(tmp_path / "ref.de"), "--lang", "de", "--bootstrap", "0"])
+    capsys.readouterr()
+    assert "case:mixed" in got["bleu_signature"]
+
+
+def test_grid_paired_p_of_a_lowercase_model_is_sacrebleus_paired_ar_with_lc(tmp_path):
+    """grid.paired_p for rows whose signature says case:lc equals sacreBLEU's CLI --paired-ar -lc (10,000 trials,
+    its default seed) on the same files (kills grid.py paired_p ignoring the row's case)."""
+    from nmt.evaluation.grid import paired_p
+
+    rng = random.Random(1)
+    words = "ein eine Mann Frau Hund spielt läuft im Park auf der Straße mit einem Ball".split()
+    refs = [" ".join(rng.choices(words, k=rng.randint(4, 12))) for _ in range(150)]
+    a = [" ".join(w if rng.random() < 0.75 else rng.choice(words) for w in r.split()).lower() for r in refs]
+    b = [" ".join(w if rng.random() < 0.72 else rng.choice(words) for w in r.split()).lower() for r in refs]
+    rows = []
+    for name, hyps in (("a", a), ("b", b)):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "hypotheses.txt").write_text("".join(x + "\n" for x in hyps), encoding="utf-8")
+        (folder / "references.txt").write_text("".join(x + "\n" for x in refs), encoding="utf-8")
+        rows.append({"folder": str(folder), "signature": "nrefs:1|case:lc|eff:no|tok:13a", "tgt_lang": "de"})
+    got = paired_p(rows[0], rows[1], "bleu")  # row a against the chosen b
+    exe = shutil.which("sacrebleu")
+    cmd = ([exe] if exe else [sys.executable, "-m", "sacrebleu"]) + [
+        str(tmp_path / "a" / "references.txt"),
+        "-i",
+        str(tmp_path / "b" / "hypotheses.txt"),
+        str(tmp_path / "a" / "hypotheses.txt"),
+        "-m",
+        "bleu",
+        "--paired-ar",
+        "--paired-ar-n",
+        "10000",
+        "-f",
+        "json",
+        "-lc",
+    ]
+    out = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)
+    system = next(e for e in out if e["system"].endswith("a/hypotheses.txt"))
+    assert 0.01 < got < 1 and got == pytest.approx(system["BLEU"]["p_value"], abs=1e-9)  # not a floor value

@@ -1,10 +1,13 @@
 """Tasks: a new task is one module and one config file; nothing outside the tasks asks which task runs."""
 
+import csv
 import json
 import re
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 from torch import nn
@@ -311,3 +314,58 @@ def test_a_translation_subclass_must_declare_the_scores_it_logs_only_when_decodi
     assert Correction().check(cfg) == []
     for task in (TranslationTask(), SummarizationTask(), TransliterationTask()):  # the project's own: complete
         assert not [p for p in task.check(cfg) if "decoded_metrics" in p]
+
+
+def _metric(value):
+    return SimpleNamespace(compute=lambda: torch.tensor(value))
+
+
+def test_each_decoded_validation_score_is_logged_under_its_own_name():
+    """Metrics with distinct values (bleu 0.1, chrf 0.2, bleu_tok_lc 0.3, fractions as SacreScore gives them):
+    val_bleu must be 10, val_chrf 20, val_bleu_tok_lc 30 (kills translation.py logging one metric under another
+    name, which the lowercase toy run cannot see: its BLEU and tokenised-lowercase BLEU coincide)."""
+    from nmt.tasks.translation import TranslationTask
+
+    task = TranslationTask()
+    logged = {}
+    module = SimpleNamespace(
+        val_metrics={
+            "tokens": _metric(4.0),
+            "nll": _metric(4.0),
+            "correct": _metric(2.0),
+            "bleu": _metric(0.1),
+            "chrf": _metric(0.2),
+            "bleu_tok_lc": _metric(0.3),
+        },
+        log=lambda name, value, **kw: logged.__setitem__(name, float(value)),
+        trainer=SimpleNamespace(sanity_checking=False),
+        current_epoch=0,
+        loggers=[],
+    )
+    task.validation_epoch_end(module)
+    assert logged["val_bleu"] == pytest.approx(10) and logged["val_chrf"] == pytest.approx(20)
+    assert logged["val_bleu_tok_lc"] == pytest.approx(30)
+
+
+def test_the_recorded_best_validation_tokenised_bleu_is_that_columns_maximum(tmp_path):
+    """A log where val_bleu and val_bleu_tok_lc differ: best_val_bleu_tok_lc is max of its own column, 31.0
+    (kills translation.py reading the best of val_bleu instead)."""
+    from nmt.tasks.translation import TranslationTask
+
+    log = tmp_path / "metrics.csv"
+    with open(log, "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerows([["step", "val_bleu", "val_bleu_tok_lc"], [1, 20.0, 25.0], [2, 27.0, 31.0], [3, 26.0, 30.0]])
+    assert TranslationTask().results_from_log(log)["best_val_bleu_tok_lc"] == 31.0
+
+
+def test_outputs_files_stay_line_aligned_when_a_source_holds_a_newline(tmp_path):
+    """A source document holding a line break (a summarisation article) is written as one line, so that
+    sources.txt, references.txt and hypotheses.txt have one line per sentence each (kills translation_eval.py
+    writing sources unjoined)."""
+    from nmt.tasks.translation_eval import write_outputs
+
+    paths = write_outputs(tmp_path, ["first para\nsecond para", "two"], ["r1", "r2"], ["h1", "h2"])
+    lines = {name: open(path, encoding="utf-8").read().splitlines() for name, path in paths.items()}
+    assert lines["sources"] == ["first para second para", "two"]
+    assert len(lines["sources"]) == len(lines["references"]) == len(lines["hypotheses"]) == 2

@@ -11,6 +11,7 @@ import sys
 import time
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -1280,3 +1281,58 @@ def test_a_set_scored_later_is_checked_for_sentences_the_training_text_holds(che
     result = scored(str(tmp_path / "away" / "best.ckpt"), "out2")
     assert "also_in_train" not in result
     assert "keeps no hashes of its training sentences" in capsys.readouterr().err
+
+
+class _Tok:
+    """One id per word: a line of n words is n subword tokens."""
+
+    def encode_batch(self, lines):
+        return [[5 + i for i, _ in enumerate(line.split())] for line in lines]
+
+    def pieces(self, ids):
+        return [f"p{i}" for i in ids]
+
+
+def test_a_line_one_token_over_max_input_len_is_cut_and_said():
+    """max_input_len=3: a 4-token line is longer than the limit, so it is cut to its first 3 tokens and its
+    number said; a 3-token line is not (kills translator.py's `> max_input_len + 1` threshold)."""
+    said = []
+    fake = SimpleNamespace(
+        src_tokenizer=_Tok(),
+        max_input_len=3,
+        on_long_input="truncate",
+        _cut=None,
+        _warn_truncated=lambda numbers, keep_end, later="": said.append(list(numbers)),
+    )
+    got = Translator.encode_sources(fake, ["a b c", "a b c d"], first_line=1)
+    assert got == [[5, 6, 7], [5, 6, 7]] and said == [[2]]
+
+
+class _Model:
+    """Uniform logits; one cross-attention layer whose every target position attends to the source's last
+    position (the end token)."""
+
+    def __call__(self, src, tgt_in):
+        return torch.zeros(src.shape[0], tgt_in.shape[1], 10)
+
+    def attention_maps(self, src, tgt_in):
+        maps = torch.zeros(src.shape[0], 1, tgt_in.shape[1], src.shape[1])
+        maps[..., -1] = 1.0
+        return {"dec.0.cross": maps}
+
+
+def test_a_target_token_attending_to_the_end_token_has_no_alignment():
+    """src_tokens are the source pieces plus "</s>"; an alignment pair (s, t) names a real source piece, so a
+    target piece whose strongest attention is the end token (index len(source)) is left unaligned (kills
+    translator.py dropping `if s < len(source)`)."""
+    fake = SimpleNamespace(model=_Model(), alignment_layer=-1, device="cpu", src_tokenizer=_Tok(), tgt_tokenizer=_Tok())
+    fake.pad = lambda rows: Translator.pad(fake, rows)
+    fake._alignment_weights = lambda maps: Translator._alignment_weights(fake, maps)
+    source = [5, 6]
+    src = fake.pad([source + [2]])
+    results = [[Hypothesis("x", float("nan"), float("nan"))]]
+    Translator.teacher_force(fake, src, [0], [source], [[(float("nan"), [7, 8])]], results, with_attention=False)
+    h = results[0][0]
+    assert h.src_tokens == ["p5", "p6", "</s>"] and h.alignment == []
+    # and the uniform model's log-probabilities: each of 2 tokens and the end token log(1/10)
+    assert len(h.token_log_probs) == 3 and abs(h.log_prob - 3 * torch.log(torch.tensor(0.1)).item()) < 1e-5
