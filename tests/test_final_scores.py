@@ -277,3 +277,27 @@ def test_average_last_takes_the_number_asked_not_every_epoch_checkpoint(tmp_path
         (tmp_path / f"epoch{epoch:03d}.ckpt").write_bytes(b"")
     assert checkpoints_to_average(OmegaConf.create({"test_average_last": 2}), tmp_path) == 2
     assert checkpoints_to_average(OmegaConf.create({"test_average_last": 1}), tmp_path) == 0
+
+
+@pytest.mark.parametrize(
+    ("mode", "final", "replaces"), [("max", 31.0, True), ("max", 29.0, False), ("min", 2.0, True), ("min", 4.0, False)]
+)
+def test_the_final_weights_become_best_ckpt_only_where_they_score_better(tmp_path, mode, final, replaces):
+    """Updates after the last validation are validated at the end, and kept as best.ckpt only where their
+    monitored score beats the best so far (30 for a score to maximise, 3 for one to minimise), in the
+    checkpoint's own direction: a reversed comparison kept the worse weights as the run's best."""
+    from nmt.training.final import validate_final_weights
+
+    best = SimpleNamespace(best_model_score=torch.tensor(30.0 if mode == "max" else 3.0), best_model_path="e.ckpt")
+    saved = []
+    trainer = SimpleNamespace(checkpoint_callbacks=[best], global_step=10, limit_val_batches=1.0, is_global_zero=True)
+    trainer.callback_metrics = {}
+    trainer.validate = lambda *a, **k: trainer.callback_metrics.update(val_x=torch.tensor(final), step=10)
+    trainer.save_checkpoint = lambda path, weights_only: saved.append(path)
+    module = SimpleNamespace(task=SimpleNamespace(decoded_metrics=()), last_validated_step=5, last_decoded_step=5)
+    cfg = OmegaConf.create({"checkpoint": {"monitor": "val_x", "mode": mode}})
+    metrics = validate_final_weights(cfg, trainer, module, SimpleNamespace(trainer=None), tmp_path)
+    assert metrics == {"val_x": final}  # the step it was logged at is no measure of the weights
+    assert saved == ([tmp_path / "best.ckpt"] if replaces else [])
+    assert best.best_model_path == (str(tmp_path / "best.ckpt") if replaces else "e.ckpt")
+    assert float(best.best_model_score) == (final if replaces else 30.0 if mode == "max" else 3.0)
