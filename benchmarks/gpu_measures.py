@@ -574,3 +574,9 @@ def whole_recipe(
         "finished": done.get("finished"),
         "cut_short_by_cap": cut,
     }
+
+
+if __name__ == "__main__":  # a library: run as a program, it measured nothing and said nothing
+    raise SystemExit(
+        "benchmarks.gpu_measures is a part of `python -m benchmarks.gpu`: run that (--help lists its options)"
+    )

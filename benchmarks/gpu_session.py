@@ -479,3 +479,9 @@ def table(results: dict) -> str:
             else:
                 row("whole recipe", reason(entry))
     return "\n".join(rows)
+
+
+if __name__ == "__main__":  # a library: run as a program, it measured nothing and said nothing
+    raise SystemExit(
+        "benchmarks.gpu_session is a part of `python -m benchmarks.gpu`: run that (--help lists its options)"
+    )

@@ -65,3 +65,9 @@ def check_device_and_json(parser: argparse.ArgumentParser, device: str, json_pat
             check_output_file("--json", json_path)
         except ValueError as err:
             parser.error(str(err))
+
+
+if __name__ == "__main__":  # a library: run as a program, it measured nothing and said nothing
+    raise SystemExit(
+        "benchmarks.options is shared by the benchmarks: run one of them (BENCHMARKS.md names each one's command)"
+    )

@@ -76,3 +76,7 @@ def scaling_rows(vocab: int, args, figure: Path, report_dir: Path) -> list[str]:
         times = f"{1000 * ours:.0f} | {1000 * reference:.0f}"
         lines.append(f"| {batch} x {length} | {batch * length:,} | {times} | {per_k:.1f} |")
     return lines
+
+
+if __name__ == "__main__":  # a library: run as a program, it measured nothing and said nothing
+    raise SystemExit("benchmarks.scaling is a part of `python -m benchmarks`: run that (--help lists its options)")

@@ -4,6 +4,7 @@ peers themselves are not installed here: they live in their own environments and
 
 import csv
 import json
+import re
 import subprocess
 import sys
 
@@ -223,3 +224,25 @@ def test_the_speed_bench_checks_its_output_and_the_peers_before_measuring(tmp_pa
         with pytest.raises(SystemExit) as stop:
             main(argv)
         assert stop.value.code == 2 and said in capsys.readouterr().err
+
+
+@pytest.mark.filterwarnings("ignore:.*found in sys.modules:RuntimeWarning")  # runpy: imported by another module
+@pytest.mark.parametrize(
+    "module", sorted(p.stem for p in (ROOT / "benchmarks").glob("*.py") if p.stem not in ("__init__", "__main__"))
+)
+def test_every_benchmark_module_run_with_help_says_what_it_takes_or_what_to_run(module, monkeypatch, capsys):
+    """The benchmarks' shared libraries, run as programs, ended at once with status 0 and no word: a user
+    asking one for --help was told nothing."""
+    import runpy
+
+    monkeypatch.setattr(sys, "argv", [f"{module}.py", "--help"])
+    code = 0
+    try:
+        runpy.run_module(f"benchmarks.{module}", run_name="__main__")
+    except SystemExit as stop:
+        code = stop.code
+    said = capsys.readouterr().out
+    if not code:  # a program: its usage
+        assert said.startswith("usage:"), said
+    else:  # a library: the program it belongs to, as the exit message
+        assert re.search(r"run (that|one of them)", str(code)), code

@@ -128,6 +128,28 @@ def test_bad_requests_get_a_4xx_and_a_message(client, body, status, message):
     assert "Traceback" not in answer.text
 
 
+@pytest.mark.parametrize(
+    "search, most, beam, refusal",
+    [
+        ({"beam_size": 3}, 3, 3, "the beam size (3)"),
+        ({"strategy": "sample"}, 5, None, "the draws a request may ask (5)"),
+        ({"strategy": "greedy"}, 1, None, "1 (greedy search)"),
+    ],
+)
+def test_info_names_the_largest_n_best_and_a_beam_only_under_beam_search(checkpoint, search, most, beam, refusal):
+    """/api/info said "beam_size": 5 of a sampling server, which has no beam (5 was the draws a request may ask)."""
+    from fastapi.testclient import TestClient
+
+    from nmt.inference.web import create_app
+
+    app = TestClient(create_app(Translator.from_checkpoint(checkpoint, device="cpu", **search)))
+    info = app.get("/api/info").json()
+    assert (info["max_n_best"], info["beam_size"], info["strategy"]) == (most, beam, search.get("strategy", "beam"))
+    assert app.post("/api/translate", json={"text": "one two", "n_best": most}).status_code == 200
+    over = app.post("/api/translate", json={"text": "one two", "n_best": most + 1})
+    assert over.status_code == 422 and over.json()["error"] == f"n_best must be at most {refusal}"
+
+
 def test_a_long_text_read_cut_says_so_and_a_document_may_exceed_16_kb(checkpoint):
     """serve.py refused every text over max_input_len: a summariser's documents, which translate.py and
     evaluation read cut as in training, could not be served at all. With on_long_input=truncate the answer is
@@ -278,7 +300,7 @@ def serving(ckpt_path: str, *options: str):
             except OSError:
                 assert server.poll() is None and time.time() < deadline, server.stderr.read()
                 time.sleep(0.3)
-        assert info["beam_size"] == 5
+        assert info["beam_size"] == info["max_n_best"] == 5
         yield port
     finally:
         _SERVERS.remove(server)

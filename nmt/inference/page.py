@@ -42,7 +42,7 @@ const $ = (id) => document.getElementById(id);
 async function info() {
   const response = await fetch("/api/info");
   const data = await response.json();
-  for (let n = 1; n <= data.beam_size; n++) $("nbest").add(new Option(String(n), String(n)));
+  for (let n = 1; n <= data.max_n_best; n++) $("nbest").add(new Option(String(n), String(n)));
   // no maxLength on the box: the server's max_chars is each line's (a request's), and a box cut at it cut a
   // text of several lines mid-line, silently; a line over it is refused by the server, naming the line
 }

@@ -66,7 +66,9 @@ def create_app(translator: Translator, max_chars: int = 1000, title: str = "nmt"
     @app.get("/api/info")
     def info() -> dict:
         return {
-            "beam_size": beams,
+            "max_n_best": beams,
+            # the beam's width under beam search only: a sampling server's draws are no beam (null there)
+            "beam_size": beams if translator.search.ranks else None,
             "max_chars": max_chars,
             "strategy": translator.search.strategy,
             "max_input_len": translator.max_input_len,
