@@ -246,3 +246,37 @@ def test_every_benchmark_module_run_with_help_says_what_it_takes_or_what_to_run(
         assert said.startswith("usage:"), said
     else:  # a library: the program it belongs to, as the exit message
         assert re.search(r"run (that|one of them)", str(code)), code
+
+
+def test_the_speed_bench_appends_nothing_when_a_measurement_fails(tmp_path, monkeypatch, capsys):
+    """A table whose failed rows read "-" would pass for measured: a failure appends nothing to the results
+    file and draws no figure, and the command ends 2 naming the first failure."""
+    import types
+
+    import benchmarks.__main__ as bench
+
+    output = tmp_path / "BENCHMARKS.md"
+    output.write_text("# earlier results\n")
+    tokenizer = types.SimpleNamespace(vocab_size=16)
+    data = types.SimpleNamespace(build_tokenizers=lambda: (tokenizer, tokenizer))
+    monkeypatch.setattr(bench, "load_data", lambda *a: (data, [torch.zeros(2, 3)], [torch.zeros(2, 3)]))
+    monkeypatch.setattr(bench, "report_header", lambda *a: ["header"])
+    monkeypatch.setattr(bench, "scaling_rows", lambda *a: pytest.fail("a figure drawn after a failure"))
+
+    def worker(toolkit, python, batches, mode, arch, args, extra=()):
+        if (toolkit, arch, mode) == ("ours", "rnn", "train"):  # one fails, as run_worker records it
+            bench.FAILED.append("ours rnn train: RuntimeError: out of memory")
+            return {}
+        return {"train_tokens_per_s": 1000.0, "peak_rss_mb": 3.0, "baseline_rss_mb": 1.0}
+
+    monkeypatch.setattr(bench, "run_worker", worker)
+    assert bench.main(["--output", str(output), "--rounds", "1"]) == 2
+    assert output.read_text() == "# earlier results\n"
+    said = capsys.readouterr().err
+    assert "measurement(s) failed, nothing appended to" in said and "ours rnn train: RuntimeError" in said
+    # the same run with no failure appends its tables
+    monkeypatch.setattr(
+        bench, "run_worker", lambda *a, **k: {"train_tokens_per_s": 1000.0, "peak_rss_mb": 3.0, "baseline_rss_mb": 1.0}
+    )
+    assert bench.main(["--output", str(output), "--rounds", "1", "--no-scaling"]) == 0
+    assert output.read_text().startswith("# earlier results\nheader\n")
