@@ -79,20 +79,7 @@ def write_report(sweep_dir: str | Path, metric: str = "auto", baseline: dict | N
     statistics.json.gz for the finished runs under ``sweep_dir`` (or, when its run folders are gone, for
     the runs statistics.json.gz holds); ``sentence``: the test sentence whose outputs the report shows."""
     sweep_dir = Path(sweep_dir)
-    records = collect_records(sweep_dir)
-    try:
-        saved = store.load(sweep_dir)
-    except ValueError as err:  # a damaged file: the run folders make it again, where there are any
-        if not records:
-            raise ValueError(f"{err}; the run folders that would make it again hold no finished run") from None
-        aside = store.set_aside_damaged(sweep_dir)
-        print(f"warning: {err}: kept as {aside.name}, and made again from the {len(records)} finished runs' folders")
-        saved = store.load(sweep_dir)
-    from_file = not records and bool(saved["runs"])
-    if from_file:
-        records = store.records_from(saved)
-    if not records:
-        raise FileNotFoundError(f"{sweep_dir}: no finished runs ({RESULT}) to report on")
+    records, saved, from_file = _read_runs(sweep_dir)
     as_recorded = records
     records, unscored = scored_records(records)  # nan or inf: named in the report, not dropped silently
     metric = resolve_metric(metric, records)
@@ -121,15 +108,65 @@ def write_report(sweep_dir: str | Path, metric: str = "auto", baseline: dict | N
     lower = lower_is_better(metric)
     fit = effects.fit(records, metric, levels) if factors else None
     ranking = rank_cells(records, factors, levels, base, metric, runs)
+    ranking["cut"] = _cut_per_cell(records, factors, facts, metric)
+    doc = Document(f"Sweep {facts['name']}: " + _question(factors, metric, held))
+    what_ran(doc, facts, factors, levels, metric, lower, {f: (v, written.get(f, ())) for f, v in held.items()}, order)
+    small = _caveats(doc, ranking, from_file, outside, kept, unscored)
+    findings(doc, ranking, fit, levels, metric, lower, conclusive=not small, facts=facts)
+    ranking_section(doc, ranking, factors, base, metric, lower)
+    if fit is not None:
+        _effects_section(doc, sweep_dir, records, fit, levels, written, metric, lower)
+        _interactions_section(doc, sweep_dir, records, fit, levels, order, metric, lower)
+    _outputs_section(doc, records, factors, levels, sentence)
+    report = sweep_dir / "report.md"
+    atomic_write_text(report, doc.markdown() + "\n")
+    atomic_write_text(sweep_dir / "report.html", doc.html())
+    print(f"[sweep] report: {report} (and report.html)")
+    if outside:  # the folder's report, results.csv and statistics now cover this plan alone: said where it is run
+        print(
+            f"[sweep] note: this report covers the {len(as_recorded)} run(s) of this sweep's plan; {len(outside)} "
+            "other finished run(s) in the folder (an earlier sweep's levels or seeds) are left out of it. Run "
+            "the earlier sweep's command, with every level and seed, again to report on every one (their runs are "
+            "reused, nothing is trained again)"
+        )
+    return report
+
+
+def _read_runs(sweep_dir: Path) -> tuple[list[dict], dict, bool]:
+    """The finished runs' records, the saved statistics (made again from the run folders when damaged), and
+    whether the records come from the statistics alone (the run folders gone)."""
+    records = collect_records(sweep_dir)
+    try:
+        saved = store.load(sweep_dir)
+    except ValueError as err:  # a damaged file: the run folders make it again, where there are any
+        if not records:
+            raise ValueError(f"{err}; the run folders that would make it again hold no finished run") from None
+        aside = store.set_aside_damaged(sweep_dir)
+        print(f"warning: {err}: kept as {aside.name}, and made again from the {len(records)} finished runs' folders")
+        saved = store.load(sweep_dir)
+    from_file = not records and bool(saved["runs"])
+    if from_file:
+        records = store.records_from(saved)
+    if not records:
+        raise FileNotFoundError(f"{sweep_dir}: no finished runs ({RESULT}) to report on")
+    return records, saved, from_file
+
+
+def _cut_per_cell(records: list[dict], factors: list[str], facts: dict, metric: str) -> collections.Counter:
+    """Per cell, how many of its ranked runs (those with the metric) were not trained to their end."""
     cut = {(json.dumps(r["factors"], sort_keys=True), int(r["seed"])) for r in summary.cut_runs(facts)}
-    ranking["cut"] = collections.Counter(  # of the runs ranked: those with the metric
+    return collections.Counter(
         analysis.cell_of(r, factors)
         for r in records
         if r["metrics"].get(metric) is not None
         and (json.dumps(r.get("factors") or {}, sort_keys=True), int(r["seed"])) in cut
     )
-    doc = Document(f"Sweep {facts['name']}: " + _question(factors, metric, held))
-    what_ran(doc, facts, factors, levels, metric, lower, {f: (v, written.get(f, ())) for f, v in held.items()}, order)
+
+
+def _caveats(doc: Document, ranking: dict, from_file: bool, outside: list, kept: dict, unscored: dict) -> dict:
+    """The warnings and notes above the findings: cells with too few seeds (returned: no conclusion is drawn
+    from them), a report made from the statistics alone, runs of another plan or no longer found, and scores
+    that are not numbers."""
     small = {cell: n for cell, n in ranking["seeds"].items() if n < MIN_SEEDS}
     if small:
         doc.paragraph(
@@ -167,24 +204,7 @@ def write_report(sweep_dir: str | Path, metric: str = "auto", baseline: dict | N
             + (" ..." if len(names) > 6 else "")
             + "."
         )
-    findings(doc, ranking, fit, levels, metric, lower, conclusive=not small, facts=facts)
-    ranking_section(doc, ranking, factors, base, metric, lower)
-    if fit is not None:
-        _effects_section(doc, sweep_dir, records, fit, levels, written, metric, lower)
-        _interactions_section(doc, sweep_dir, records, fit, levels, order, metric, lower)
-    _outputs_section(doc, records, factors, levels, sentence)
-    report = sweep_dir / "report.md"
-    atomic_write_text(report, doc.markdown() + "\n")
-    atomic_write_text(sweep_dir / "report.html", doc.html())
-    print(f"[sweep] report: {report} (and report.html)")
-    if outside:  # the folder's report, results.csv and statistics now cover this plan alone: said where it is run
-        print(
-            f"[sweep] note: this report covers the {len(as_recorded)} run(s) of this sweep's plan; {len(outside)} "
-            "other finished run(s) in the folder (an earlier sweep's levels or seeds) are left out of it. Run "
-            "the earlier sweep's command, with every level and seed, again to report on every one (their runs are "
-            "reused, nothing is trained again)"
-        )
-    return report
+    return small
 
 
 def _question(factors: list[str], metric: str, held: dict | None = None) -> str:
