@@ -141,8 +141,16 @@ def validation_choice(validation: dict, rows: list[dict], factors) -> str:
 
 def ranking_section(doc: Document, ranking: dict, factors, base: dict, metric: str, lower: bool) -> None:
     doc.heading(f"Ranking of cells by {metric} ({'lower' if lower else 'higher'} is better)")
-    rows, compared, adjusted = ranking["rows"], ranking["compared"], ranking["holm"]
-    conditional = ranking["conditional"]
+    _comparisons(doc, ranking, factors, base)
+    validation = _validation_column(doc, ranking, factors, lower)
+    _ranking_table(doc, ranking, factors, validation)
+    _ranking_notes(doc, ranking["rows"], factors, metric)
+
+
+def _comparisons(doc: Document, ranking: dict, factors, base: dict) -> None:
+    """What the difference and p columns compare: each cell with the baseline over seeds (Holm-adjusted), and
+    where the test outputs were compared, these trained models' paired randomisation test."""
+    adjusted, conditional = ranking["holm"], ranking["conditional"]
     if factors and ranking["base"] not in ranking["seeds"]:
         doc.paragraph(
             f"Mean over seeds with its 95% t-interval. **The baseline, {cell_name(base.items())}"
@@ -178,6 +186,12 @@ def ranking_section(doc: Document, ranking: dict, factors, base: dict, metric: s
                 )
                 + "."
             )
+
+
+def _validation_column(doc: Document, ranking: dict, factors, lower: bool) -> dict | None:
+    """The validation means beside the test's, said where they come from; None (and why) where a ranked run
+    lacks them."""
+    rows = ranking["rows"]
     validation = ranking.get("validation")
     if validation and validation.get("missing"):
         doc.paragraph(
@@ -193,6 +207,14 @@ def ranking_section(doc: Document, ranking: dict, factors, base: dict, metric: s
             f"{'low' if lower else 'high'}, to the better; the test set did neither)."
         )
         doc.paragraph(text + (validation_choice(validation, rows, factors) if len(rows) > 1 else ""))
+    return validation
+
+
+def _ranking_table(doc: Document, ranking: dict, factors, validation: dict | None) -> None:
+    """The cells best first: mean, interval and spread over seeds, the comparison with the baseline, the
+    validation mean and the runs a maximum cut."""
+    rows, compared, adjusted = ranking["rows"], ranking["compared"], ranking["holm"]
+    conditional = ranking["conditional"]
     header = ["rank", *factors, "seeds", "mean", "± 95% CI", "std"]
     if factors:
         header += ["difference", "p (seeds)", "p (Holm)"] + (["p, these models (Holm)"] if conditional else [])
@@ -219,6 +241,11 @@ def ranking_section(doc: Document, ranking: dict, factors, base: dict, metric: s
         line += [f"{cut[cell]} of {row['n']}" if cut.get(cell) else ""] if cut else []
         table.append(line)
     doc.table(header, table)
+
+
+def _ranking_notes(doc: Document, rows: list[dict], factors, metric: str) -> None:
+    """Ties, cells without an interval, intervals past the metric's range, and whether the intervals alone
+    order the cells."""
     if len(set(analysis.ranks(rows))) < len(rows):
         doc.paragraph("Cells with equal means share a rank: a tie is not an order.")
     if any(row["n"] < 2 for row in rows):
