@@ -90,6 +90,35 @@ def run_cell(cfg: DictConfig) -> dict | None:
     if isinstance(target, str) and "." in target:
         importlib.import_module(target.rpartition(".")[0])
     factors = {k: v for k, v in pairs if k != "seed" and k in swept}
+    command = _train_command(cfg, hydra_cfg, pairs, prefixes, run_dir, factors)
+    env = dict(os.environ)
+    held = None
+    end_worker_if_sweep_gone(run_dir.name)  # a launcher's worker: taking the next run after its sweep stopped
+    if cfg.gpu_pool:  # free GPUs from the machine's pool, given back when the run ends
+        held = _take_gpus(cfg, run_dir, Path(hydra_cfg.sweep.dir), env, command)
+        if held is None:
+            return None
+    print(f"[sweep] running: {run_dir.name} ({run_state(run_dir)}log: {run_dir / 'train_stdout.log'})", flush=True)
+    (run_dir / FAILED).unlink(missing_ok=True)
+    started = time.monotonic()
+    try:
+        returncode = run_child(command, env, run_dir)
+    finally:
+        if held is not None:
+            held.release()
+    if returncode != 0 and (record_path.exists() or _in_use_elsewhere(run_dir)):
+        # refused by the run folder's lock: another process trains (or trained) this cell; not a failure
+        print(f"[sweep] trained by another process, not here: {run_dir.name}")
+        return read_record(record_path) if record_path.exists() else None
+    record = _record_outcome(run_dir, returncode, factors, int(cfg.seed), time.monotonic() - started)
+    sweep_dir = Path(hydra_cfg.sweep.dir)
+    print(progress_line(sweep_dir, planned_count(sweep_dir)), flush=True)
+    return record
+
+
+def _train_command(cfg: DictConfig, hydra_cfg, pairs: list, prefixes: dict, run_dir: Path, factors: dict) -> list[str]:
+    """train.py's command line for the run: the job's overrides as given, its levels' settings, its folder, and
+    the W&B group, tags and name that place it in the sweep."""
     tags = ",".join(json.dumps(f"{k}:{plain_level(v)}") for k, v in factors.items())  # as the folder names it
     command = [
         sys.executable,
@@ -104,58 +133,52 @@ def run_cell(cfg: DictConfig) -> dict | None:
     if logs_to_wandb(cfg):  # runs named by their factor values, one W&B folder per sweep (inputs.py refuses both)
         command.append(f"logger.name={hydra_quoted(run_dir.name)}")
         command.append(f"logger.dir={hydra_quoted(Path(hydra_cfg.sweep.dir).resolve())}")
-    env = dict(os.environ)
+    return command
+
+
+def _take_gpus(cfg: DictConfig, run_dir: Path, sweep_dir: Path, env: dict, command: list[str]):
+    """The run's GPUs taken from the machine's pool (waiting for them; a worker whose sweep has gone ends), set
+    in ``env`` and ``command``; None, with the run recorded as failed, where the sweep's MPS daemon does not
+    answer."""
+    pool = GpuPool(visible_gpus(), int(cfg.runs_per_gpu), int(cfg.gpus_per_run))
     held = None
-    end_worker_if_sweep_gone(run_dir.name)  # a launcher's worker: taking the next run after its sweep stopped
-    if cfg.gpu_pool:  # free GPUs from the machine's pool, given back when the run ends
-        pool = GpuPool(visible_gpus(), int(cfg.runs_per_gpu), int(cfg.gpus_per_run))
-        while held is None:  # a worker waiting for a GPU ends with its sweep
-            try:
-                held = pool.take(timeout_s=5)
-            except TimeoutError:
-                end_worker_if_sweep_gone(run_dir.name)
-        devices = held.devices
-        if cfg.get("gpu_mps"):  # the sweep's MPS daemon: its pipes, and the GPUs numbered as it numbers them
-            daemon = MpsDaemon(mps_folder())
-            # a CUDA program that finds no daemon would run without it, silently; a busy machine may be slow to
-            # answer, so ask twice
-            if not daemon.running() and not (time.sleep(2) or daemon.running()):
-                held.release()
-                atomic_write_json(run_dir / FAILED, {"returncode": None, "error": "the MPS daemon did not answer"})
-                print(f"[sweep] FAILED: {run_dir.name} not started: the MPS daemon ({daemon.folder}) does not answer")
-                here = Path(hydra_cfg.sweep.dir)
-                print(progress_line(here, planned_count(here)), flush=True)
-                return None
-            env.update(daemon.env)
-            devices = client_devices(devices, visible_gpus())
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(devices)
-        command.append(f"trainer.devices={len(held.devices)}")
-        print(f"[sweep] {run_dir.name}: GPU {','.join(held.devices)}", flush=True)
-    print(f"[sweep] running: {run_dir.name} ({run_state(run_dir)}log: {run_dir / 'train_stdout.log'})", flush=True)
-    (run_dir / FAILED).unlink(missing_ok=True)
-    started = time.monotonic()
-    try:
-        returncode = run_child(command, env, run_dir)
-    finally:
-        if held is not None:
+    while held is None:  # a worker waiting for a GPU ends with its sweep
+        try:
+            held = pool.take(timeout_s=5)
+        except TimeoutError:
+            end_worker_if_sweep_gone(run_dir.name)
+    devices = held.devices
+    if cfg.get("gpu_mps"):  # the sweep's MPS daemon: its pipes, and the GPUs numbered as it numbers them
+        daemon = MpsDaemon(mps_folder())
+        # a CUDA program that finds no daemon would run without it, silently; a busy machine may be slow to
+        # answer, so ask twice
+        if not daemon.running() and not (time.sleep(2) or daemon.running()):
             held.release()
-    sweep_dir = Path(hydra_cfg.sweep.dir)
-    if returncode != 0 and (record_path.exists() or _in_use_elsewhere(run_dir)):
-        # refused by the run folder's lock: another process trains (or trained) this cell; not a failure
-        print(f"[sweep] trained by another process, not here: {run_dir.name}")
-        return read_record(record_path) if record_path.exists() else None
+            atomic_write_json(run_dir / FAILED, {"returncode": None, "error": "the MPS daemon did not answer"})
+            print(f"[sweep] FAILED: {run_dir.name} not started: the MPS daemon ({daemon.folder}) does not answer")
+            print(progress_line(sweep_dir, planned_count(sweep_dir)), flush=True)
+            return None
+        env.update(daemon.env)
+        devices = client_devices(devices, visible_gpus())
+    env["CUDA_VISIBLE_DEVICES"] = ",".join(devices)
+    command.append(f"trainer.devices={len(held.devices)}")
+    print(f"[sweep] {run_dir.name}: GPU {','.join(held.devices)}", flush=True)
+    return held
+
+
+def _record_outcome(run_dir: Path, returncode: int, factors: dict, seed: int, seconds: float) -> dict | None:
+    """The run's record written where it finished (None, and its failure written with its log's last error,
+    where it did not)."""
     if returncode != 0:
         error = last_error(run_dir / "train_stderr.log")
         if returncode < 0:  # ended by a signal, whatever its log says last
             error = f"killed by signal {-returncode}; its log ends: {error}"
         atomic_write_json(run_dir / FAILED, {"returncode": returncode, "error": error})
         print(f"[sweep] FAILED ({returncode}): {run_dir.name}: {error} (log: {run_dir / 'train_stderr.log'})")
-        record = None
-    else:
-        record = {**run_record(run_dir, factors, int(cfg.seed)), "process_s": round(time.monotonic() - started, 1)}
-        atomic_write_json(record_path, record)
-        (run_dir / FAILED).unlink(missing_ok=True)  # an earlier attempt's, whichever process made it
-    print(progress_line(sweep_dir, planned_count(sweep_dir)), flush=True)
+        return None
+    record = {**run_record(run_dir, factors, seed), "process_s": round(seconds, 1)}
+    atomic_write_json(run_dir / RESULT, record)
+    (run_dir / FAILED).unlink(missing_ok=True)  # an earlier attempt's, whichever process made it
     return record
 
 
