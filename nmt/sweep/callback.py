@@ -97,87 +97,15 @@ class SweepReport(Callback):
             return
         levels = sweep_levels(config)
         factors = sorted(k for k, v in levels.items() if len(v) > 1)
-        plan_path = sweep_dir / PLAN
-        if plan_path.is_file() and "search" in json.loads(plan_path.read_text()):
-            print(
-                f"error: {sweep_dir} holds a search; a grid in its folder would mix its runs with the search's "
-                f"trials: give the grid its own {own_folder(config)}",
-                file=sys.stderr,
-            )
-            raise SystemExit(2)
-        if plan_path.is_file():
-            # seeds are not a factor of the design: adding seeds to a one-seed sweep (or running one of them
-            # again) is the same sweep, its run folders named by their seed either way
-            earlier = json.loads(plan_path.read_text())["factors"]
-            before = sorted(k for k in earlier if k != "seed")
-            now = [k for k in factors if k != "seed"]
-            if before != now:
-                # a factor given one value is held, not swept: a candidate added alone (warmup=80) reads as
-                # another design; say so, and how to add one
-                held = [k for k in before if k not in now and len(levels.get(k) or []) == 1]
-                every = [f"{k}={','.join(dict.fromkeys([*map(str, earlier[k]), str(levels[k][0])]))}" for k in held]
-                added = (
-                    f" ({', '.join(f'{k}={levels[k][0]}' for k in held)}: one value, held, not swept; to add it to "
-                    f"this sweep, give every value, {' '.join(every)}: its finished runs are kept)"
-                    if held
-                    else ""
-                )
-                # raised as SystemExit: Hydra turns an exception in a callback into a warning and goes on
-                print(
-                    f"error: {sweep_dir} holds a sweep of the factors {before}; this one sweeps {now}{added}. "
-                    f"Give it its own {own_folder(config)}, or remove that folder",
-                    file=sys.stderr,
-                )
-                raise SystemExit(2)
+        _check_same_design(config, sweep_dir, levels, factors)
         tuned = checked_tuned_file(config, factors)  # +tuned=<name>: compared with its tuning, said
         if config.get("plan"):
             print_plan(sweep_dir, config)
             raise SystemExit(0)  # a plan trains nothing
-        changed = changed_runs(sweep_dir, config) if sweep_dir.is_dir() else {}
-        if changed and config.get("on_changed", "stop") == "move":
-            aside = sweep_dir / SUPERSEDED / time.strftime("%Y%m%d-%H%M%S")
-            aside.mkdir(parents=True, exist_ok=True)
-            # first the report of them and their statistics: were the folders moved first and this failed, a
-            # rerun would find nothing changed and keep reporting them
-            set_aside(sweep_dir, aside, list(changed))
-            # their W&B runs (and the moved report's) with them: the group never mixes the old settings' runs in;
-            # before the folders move below, whose wandb_id files name the runs
-            from nmt.sweep.dashboard import set_aside_wandb  # here: a plan never loads Lightning (its loggers)
-
-            set_aside_wandb(sweep_dir, aside, list(changed), report_moved=(aside / "report.md").is_file())
-            # the settings the set-aside runs were swept and reported with (report_metric, baseline), read by
-            # `sweep.py report <aside>`; this sweep's launcher writes its own over them next
-            for record in ("multirun.yaml", PLAN):
-                if (sweep_dir / record).is_file():
-                    shutil.copy2(sweep_dir / record, aside / record)
-            for name, found in changed.items():
-                (sweep_dir / name).rename(aside / name)
-                print(f"[sweep] {name} was made under other settings ({', '.join(found[:3])}): moved to {aside / name}")
-            changed = {}
-        if changed:
-            listing = "; ".join(f"{name} ({', '.join(found[:3])})" for name, found in list(changed.items())[:3])
-            listing += f"; and {len(changed) - 3} more (plan=true lists them)" if len(changed) > 3 else ""
-            print(
-                f"error: {len(changed)} run(s) of {sweep_dir} were made under other settings or code: {listing}. "
-                f"Give this sweep its own {own_folder(config)} to keep both, on_changed=move to set those runs aside "
-                f"(in {sweep_dir / SUPERSEDED}) and run them again, or remove them",
-                file=sys.stderr,
-            )
-            raise SystemExit(2)
+        _settle_changed_runs(config, sweep_dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         self._take_over(sweep_dir)
-        settings = plain_settings(config.get("level_settings"))
-        swept = set(factors) | {"seed"}  # as run_cell names the folders
-        names = [run_name(values, swept) for values in planned_values(config)]
-        plan = {"factors": {k: levels[k] for k in factors}, "runs": planned_runs(config), "run_names": names}
-        if settings:
-            plan["level_settings"] = settings
-        if tuned:
-            plan["tuned"] = tuned
-        atomic_write_json(plan_path, plan)
-        crossed = " x ".join(f"{k} {levels[k]}" for k in factors if k != "seed") or "one configuration"
-        seeds = f", seeds {', '.join(map(str, levels['seed']))}" if "seed" in factors else ""
-        print(f"[sweep] {planned_runs(config)} runs: {crossed}{seeds}", flush=True)
+        _write_plan(config, sweep_dir, levels, factors, tuned)
         self._launching(config, sweep_dir)
 
     def _start_search(self, config: DictConfig, sweep_dir: Path) -> None:
@@ -338,6 +266,97 @@ class SweepReport(Callback):
                 metric=config.get("report_metric", "auto"),
             )
         _stop_if_failed(failed)
+
+
+def _check_same_design(config: DictConfig, sweep_dir: Path, levels: dict, factors: list[str]) -> None:
+    """A sweep folder holds one design: a grid in a search's folder, or other factors than its plan's, is
+    refused (more seeds, or a seed run again, is the same sweep)."""
+    plan_path = sweep_dir / PLAN
+    if plan_path.is_file() and "search" in json.loads(plan_path.read_text()):
+        print(
+            f"error: {sweep_dir} holds a search; a grid in its folder would mix its runs with the search's "
+            f"trials: give the grid its own {own_folder(config)}",
+            file=sys.stderr,
+        )
+        raise SystemExit(2)
+    if plan_path.is_file():
+        # seeds are not a factor of the design: adding seeds to a one-seed sweep (or running one of them
+        # again) is the same sweep, its run folders named by their seed either way
+        earlier = json.loads(plan_path.read_text())["factors"]
+        before = sorted(k for k in earlier if k != "seed")
+        now = [k for k in factors if k != "seed"]
+        if before != now:
+            # a factor given one value is held, not swept: a candidate added alone (warmup=80) reads as
+            # another design; say so, and how to add one
+            held = [k for k in before if k not in now and len(levels.get(k) or []) == 1]
+            every = [f"{k}={','.join(dict.fromkeys([*map(str, earlier[k]), str(levels[k][0])]))}" for k in held]
+            added = (
+                f" ({', '.join(f'{k}={levels[k][0]}' for k in held)}: one value, held, not swept; to add it to "
+                f"this sweep, give every value, {' '.join(every)}: its finished runs are kept)"
+                if held
+                else ""
+            )
+            # raised as SystemExit: Hydra turns an exception in a callback into a warning and goes on
+            print(
+                f"error: {sweep_dir} holds a sweep of the factors {before}; this one sweeps {now}{added}. "
+                f"Give it its own {own_folder(config)}, or remove that folder",
+                file=sys.stderr,
+            )
+            raise SystemExit(2)
+
+
+def _settle_changed_runs(config: DictConfig, sweep_dir: Path) -> None:
+    """Runs of the folder made under other settings or code: set aside with their report, statistics and W&B
+    runs (on_changed=move) to be run again, or the sweep refused, naming them."""
+    changed = changed_runs(sweep_dir, config) if sweep_dir.is_dir() else {}
+    if changed and config.get("on_changed", "stop") == "move":
+        aside = sweep_dir / SUPERSEDED / time.strftime("%Y%m%d-%H%M%S")
+        aside.mkdir(parents=True, exist_ok=True)
+        # first the report of them and their statistics: were the folders moved first and this failed, a
+        # rerun would find nothing changed and keep reporting them
+        set_aside(sweep_dir, aside, list(changed))
+        # their W&B runs (and the moved report's) with them: the group never mixes the old settings' runs in;
+        # before the folders move below, whose wandb_id files name the runs
+        from nmt.sweep.dashboard import set_aside_wandb  # here: a plan never loads Lightning (its loggers)
+
+        set_aside_wandb(sweep_dir, aside, list(changed), report_moved=(aside / "report.md").is_file())
+        # the settings the set-aside runs were swept and reported with (report_metric, baseline), read by
+        # `sweep.py report <aside>`; this sweep's launcher writes its own over them next
+        for record in ("multirun.yaml", PLAN):
+            if (sweep_dir / record).is_file():
+                shutil.copy2(sweep_dir / record, aside / record)
+        for name, found in changed.items():
+            (sweep_dir / name).rename(aside / name)
+            print(f"[sweep] {name} was made under other settings ({', '.join(found[:3])}): moved to {aside / name}")
+        changed = {}
+    if changed:
+        listing = "; ".join(f"{name} ({', '.join(found[:3])})" for name, found in list(changed.items())[:3])
+        listing += f"; and {len(changed) - 3} more (plan=true lists them)" if len(changed) > 3 else ""
+        print(
+            f"error: {len(changed)} run(s) of {sweep_dir} were made under other settings or code: {listing}. "
+            f"Give this sweep its own {own_folder(config)} to keep both, on_changed=move to set those runs aside "
+            f"(in {sweep_dir / SUPERSEDED}) and run them again, or remove them",
+            file=sys.stderr,
+        )
+        raise SystemExit(2)
+
+
+def _write_plan(config: DictConfig, sweep_dir: Path, levels: dict, factors: list[str], tuned) -> None:
+    """The plan the report and reruns read (factors, runs, run folders' names, level settings, tuning), and
+    the start line."""
+    plan_path = sweep_dir / PLAN
+    settings = plain_settings(config.get("level_settings"))
+    swept = set(factors) | {"seed"}  # as run_cell names the folders
+    names = [run_name(values, swept) for values in planned_values(config)]
+    plan = {"factors": {k: levels[k] for k in factors}, "runs": planned_runs(config), "run_names": names}
+    if settings:
+        plan["level_settings"] = settings
+    if tuned:
+        plan["tuned"] = tuned
+    atomic_write_json(plan_path, plan)
+    crossed = " x ".join(f"{k} {levels[k]}" for k in factors if k != "seed") or "one configuration"
+    seeds = f", seeds {', '.join(map(str, levels['seed']))}" if "seed" in factors else ""
+    print(f"[sweep] {planned_runs(config)} runs: {crossed}{seeds}", flush=True)
 
 
 def _stop_if_failed(failed: list[str]) -> None:
