@@ -246,6 +246,19 @@ def print_plan(sweep_dir: Path, config: DictConfig) -> None:
     levels = sweep_levels(config)
     swept = {k for k, v in levels.items() if len(v) > 1} | {"seed"}
     print(f"Sweep {sweep_dir.name} in {sweep_dir}")  # hydra.sweep.dir may name the folder, not sweep_name
+    _print_design(config, levels, given, grid)
+    runs = planned_values(config)
+    for line in recipe_lines(config, runs):
+        print(f"  {line}")
+    cells = len(runs) // max(len(levels.get("seed", ["1"])), 1)
+    print(f"  {cells} cells x {len(levels.get('seed', ['1']))} seeds = {len(runs)} runs")
+    done, to_run, changed, moving = _print_runs_done(sweep_dir, config, runs, swept)
+    _print_cost_and_stops(sweep_dir, config, done, to_run, changed, moving)
+
+
+def _print_design(config: DictConfig, levels: dict, given: dict, grid: dict) -> None:
+    """The plan's factors and seeds with where their levels come from, factors held, each level's own
+    settings, and the constants."""
     for key, values in levels.items():
         if len(values) > 1:
             source = "command line" + (" (replaces the grid's)" if key in grid else "") if key in given else "grid"
@@ -267,11 +280,11 @@ def print_plan(sweep_dir: Path, config: DictConfig) -> None:
     grid_constants = [f"{k}={v[0]}" for k, v in grid.items() if len(v) == 1 and k not in given]
     if grid_constants:
         print(f"  constants from the grid: {' '.join(grid_constants)}")
-    runs = planned_values(config)
-    for line in recipe_lines(config, runs):
-        print(f"  {line}")
-    cells = len(runs) // max(len(levels.get("seed", ["1"])), 1)
-    print(f"  {cells} cells x {len(levels.get('seed', ['1']))} seeds = {len(runs)} runs")
+
+
+def _print_runs_done(sweep_dir: Path, config: DictConfig, runs: list, swept: set) -> tuple[list, list, dict, bool]:
+    """The runs done and to run (those made under other settings counted apart, and what a run to run will do
+    with its folder); returns them, the runs made under other settings, and whether those are set aside."""
     done, to_run = [], []
     for values in runs:
         folder = sweep_dir / run_name(values, swept)
@@ -305,6 +318,13 @@ def print_plan(sweep_dir: Path, config: DictConfig) -> None:
             + (f" ({partly} of them partly trained under other settings)" if partly else "")
             + "".join(f" ({n} of them {state})" for state, n in states.items() if n)
         )
+    return done, to_run, changed, moving
+
+
+def _print_cost_and_stops(
+    sweep_dir: Path, config: DictConfig, done: list, to_run: list, changed: dict, moving: bool
+) -> None:
+    """The expected cost, from the runs finished, and what would stop the sweep before any run."""
     walls = [run_cost_s(read_record(folder / RESULT)) for folder in done]
     for folder in to_run:
         if (folder / RESULT).is_file() and not _readable(folder / RESULT):  # recorded again from its folder
