@@ -264,28 +264,10 @@ def _fit(
     sitting trained and validated up to then. ``records``: the folder's records as the sitting found them (put
     back where it stops before its first checkpoint); None on a rank that does not own the folder."""
     trainer, module, datamodule, resume = sitting.trainer, sitting.module, sitting.datamodule, sitting.resume
-    checkpoint_dir, elsewhere, model = sitting.checkpoint_dir, sitting.elsewhere, sitting.module.model
+    checkpoint_dir, elsewhere = sitting.checkpoint_dir, sitting.elsewhere
 
     try:
-        try:
-            trainer.fit(module, datamodule=lightning_data(datamodule), ckpt_path=resume)
-        except SIGTERMException:
-            signal_name = getattr(trainer, "nmt_stop_signal", "a signal")
-            if main_process:  # one message, from the rank that owns the folder
-                print(
-                    f"Stopped by {signal_name}; the state is saved in {checkpoint_dir / 'last.ckpt'}. "
-                    f"Run {how_to_rerun(cfg, run_dir)} to resume."
-                )
-            raise SystemExit(130 if signal_name == "SIGINT" else 143) from None
-        except BaseException:
-            # a resumed sitting stopped before it wrote a checkpoint (another order of the data, an optimiser
-            # state of other shapes under resume=force, any fault at Lightning's start) left the folder's
-            # checkpoints as they were: their records are put back, so the run's own command continues it
-            wrote = getattr(trainer.strategy.checkpoint_io, "saves", 1)  # another writer: taken as written
-            if records is not None and resume is not None and not wrote:
-                restore_records(run_dir, records)
-            raise
-
+        _train(cfg, sitting, run_dir, records, main_process)
         fit_end = time.time()
         # every sitting of a resumed run counts: training and validation from the checkpointed clock, read as
         # training ends (the clock runs on: read later, the final validation was counted twice)
@@ -312,6 +294,46 @@ def _fit(
                 final_metrics.update(validate_final_weights(cfg, trainer, module, datamodule, checkpoint_dir))
     finally:
         task.stop_workers(module)  # validation's workers (a scoring process), started as training started
+    results = _training_results(cfg, trainer, module, run_dir, checkpoint_dir, identity, ended_by, final_metrics)
+    if trainer.is_global_zero:
+        results.update(task.results_from_log(run_dir / "logs" / "metrics.csv"))
+        if final_splits(cfg, quiet=True) and not is_smoke_run(config):
+            # the training's record, kept if the final scores are stopped: a rerun only scores
+            results["wall_time_s"] = round(earlier + (time.time() - fit_end), 1)
+            atomic_write_json(run_dir / RESULTS, {**results, "finished": False, "stage": "trained"})
+    return results, fit_end, earlier
+
+
+def _train(cfg: DictConfig, sitting: Sitting, run_dir: Path, records, main_process: bool) -> None:
+    """``trainer.fit``: a signal stops it with its state saved and the command to resume said; a sitting that
+    stops before its first checkpoint puts the folder's records back."""
+    trainer, module, resume = sitting.trainer, sitting.module, sitting.resume
+    try:
+        trainer.fit(module, datamodule=lightning_data(sitting.datamodule), ckpt_path=resume)
+    except SIGTERMException:
+        signal_name = getattr(trainer, "nmt_stop_signal", "a signal")
+        if main_process:  # one message, from the rank that owns the folder
+            print(
+                f"Stopped by {signal_name}; the state is saved in {sitting.checkpoint_dir / 'last.ckpt'}. "
+                f"Run {how_to_rerun(cfg, run_dir)} to resume."
+            )
+        raise SystemExit(130 if signal_name == "SIGINT" else 143) from None
+    except BaseException:
+        # a resumed sitting stopped before it wrote a checkpoint (another order of the data, an optimiser
+        # state of other shapes under resume=force, any fault at Lightning's start) left the folder's
+        # checkpoints as they were: their records are put back, so the run's own command continues it
+        wrote = getattr(trainer.strategy.checkpoint_io, "saves", 1)  # another writer: taken as written
+        if records is not None and resume is not None and not wrote:
+            restore_records(run_dir, records)
+        raise
+
+
+def _training_results(
+    cfg: DictConfig, trainer, module, run_dir: Path, checkpoint_dir: Path, identity: dict, ended_by, final_metrics
+) -> dict:
+    """The training's results: its best checkpoint (in this folder) and score, epochs, updates, how it ended,
+    the model's size, the machine and the final metrics; what resume=force changed; a monitor that never
+    moved, warned of."""
     best = trainer.checkpoint_callbacks[0]
     # a copied run folder carries the original's absolute path in its checkpoint state: use this folder's
     best_path = str(checkpoint_dir / Path(best.best_model_path).name) if best.best_model_path else ""
@@ -326,7 +348,7 @@ def _fit(
         "epochs": module.trained_epoch + 1,
         "steps": trainer.global_step,
         "ended_by": ended_by,  # max_time: cut short by a time cap, not trained to its end
-        "parameters": count_parameters(model),
+        "parameters": count_parameters(module.model),
         # the last sitting's CPU, threads and GPU: they change float sums' order, not the settings (not compared)
         "machine": machine_record(trainer.strategy.root_device.type),
         "wall_time_s": None,  # below, once the final scores are in
@@ -342,13 +364,7 @@ def _fit(
             f"told no weights apart, so {flat['best']} is no better than the others, and the final scores use it; "
             "monitor a score that moves (checkpoint.monitor=val_loss checkpoint.mode=min), or train until it does"
         )
-    if trainer.is_global_zero:
-        results.update(task.results_from_log(run_dir / "logs" / "metrics.csv"))
-        if final_splits(cfg, quiet=True) and not is_smoke_run(config):
-            # the training's record, kept if the final scores are stopped: a rerun only scores
-            results["wall_time_s"] = round(earlier + (time.time() - fit_end), 1)
-            atomic_write_json(run_dir / RESULTS, {**results, "finished": False, "stage": "trained"})
-    return results, fit_end, earlier
+    return results
 
 
 def _score_and_record(
