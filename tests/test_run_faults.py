@@ -1548,9 +1548,10 @@ def test_a_missing_last_checkpoint_beside_epoch_checkpoints_resumes_from_the_new
     )
 
 
-def test_writing_tuned_settings_or_a_grid_leaves_the_code_hash_as_it_was(monkeypatch, tmp_path):
-    """`sweep.py tune --out conf/tuned/<name>.yaml` (docs/sweeps.md) changed the hash of every finished run:
-    configs that no training run composes are not part of it; a training config is."""
+def test_writing_tuned_settings_a_grid_an_experiment_or_a_recipe_leaves_the_code_hash_as_it_was(monkeypatch, tmp_path):
+    """`sweep.py tune --out conf/tuned/<name>.yaml` (docs/sweeps.md) changed the hash of every finished run, and
+    so did a user's new experiment file, which no run used (every sweep refused as "made under other code"):
+    configs that only set values are not part of it (their values are the runs' settings); a group is."""
     import shutil
 
     from nmt.utils import code
@@ -1563,9 +1564,36 @@ def test_writing_tuned_settings_or_a_grid_leaves_the_code_hash_as_it_was(monkeyp
     before = code.code_hash()
     (root / "conf" / "tuned" / "mine.yaml").write_text("level_settings: {}\n")
     (root / "conf" / "grid" / "mine.yaml").write_text("hydra: {}\n")
+    (root / "conf" / "experiment" / "mine.yaml").write_text("# @package _global_\nwarmup: 80\n")
+    (root / "conf" / "recipe" / "mine.yaml").write_text("# @package _global_\nmodel: {}\n")
     assert code.code_hash() == before
-    (root / "conf" / "recipe" / "mine.yaml").write_text("model: {}\n")
+    (root / "conf" / "model" / "mine.yaml").write_text("width: 4\n")
     assert code.code_hash() != before
+
+
+def test_an_edited_experiment_is_named_by_the_settings_it_changed(tmp_path):
+    """Experiments and recipes are out of the code hash: what guards a run made with one edited since is its
+    settings, which hold the experiment's values and are compared key by key."""
+    import shutil
+
+    from hydra import compose, initialize_config_dir
+
+    from nmt.training.run_identity import differences
+
+    conf = tmp_path / "conf"
+    shutil.copytree(ROOT / "conf", conf)
+
+    def config() -> dict:
+        with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
+            return OmegaConf.to_container(compose("train", overrides=["experiment=factorial_tiny"]), resolve=True)
+
+    before = config()
+    path = conf / "experiment" / "factorial_tiny.yaml"
+    path.write_text(path.read_text().replace("warmup: 200", "warmup: 300"))
+    assert differences({"config": before}, {"config": config()}) == [
+        "optim.scheduler.warmup: 200 -> 300",
+        "warmup: 200 -> 300",
+    ]
 
 
 def test_a_comment_or_blank_line_keeps_the_code_hash_and_any_edit_of_code_strings_or_settings_changes_it(

@@ -1667,6 +1667,19 @@ def test_the_report_lists_the_runs_library_versions_and_warns_when_they_differ(t
     assert "**Warning:** the runs were made with 2 sets of library versions (python 3.11.9, torch 2.12.1; " in report
 
 
+def test_runs_of_two_code_hashes_at_one_commit_are_two_code_versions_in_the_report(tmp_path):
+    """The report named runs by their commit: runs made at one commit, some with an untracked file or an edit
+    that git status did not count, read as one code version where the sweep's own reuse told two apart."""
+    synthetic_sweep(tmp_path)
+    for i, run_dir in enumerate(sorted(tmp_path.iterdir())):
+        code = {"hash": "a" * 16 if i % 2 else "b" * 16, "commit": "c" * 40, "dirty": False}
+        (run_dir / "fingerprint.json").write_text(json.dumps({"code": code}))
+    report = flat_report(tmp_path)
+    both = f"code {'a' * 12} (commit {'c' * 12}), code {'b' * 12} (commit {'c' * 12})"
+    assert f"| code | {both} |" in report
+    assert f"**Warning:** the runs were made by 2 code versions: {both}." in report
+
+
 def test_runs_stopped_inside_their_warmup_are_named_in_the_report_as_not_converged(tmp_path):
     """A run whose patience ran out before its learning rate peaked warned in its own log alone; a sweep's
     reader saw its score ranked among converged ones."""

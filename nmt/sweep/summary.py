@@ -176,8 +176,13 @@ def describe(sweep_dir: Path, records: list[dict]) -> dict:
         fingerprint = run_dir / "fingerprint.json"
         if fingerprint.is_file():
             code = json.loads(fingerprint.read_text()).get("code", {})
-            commit = code.get("commit", "")[:12] or f"code {code.get('hash', '?')[:12]}"
-            codes.add(commit + (" with uncommitted changes" if code.get("dirty") else ""))
+            commit = code.get("commit", "")[:12]
+            # told apart by the hash the runs' reuse compares: a commit names the code only where no edit was
+            # made since (an untracked file, an edit undone, is no "uncommitted change" to git status)
+            label = f"code {code.get('hash', '?')[:12]}"
+            if commit:
+                label += f" (commit {commit}{', with uncommitted changes' if code.get('dirty') else ''})"
+            codes.add(label)
             if code.get("libraries"):  # recorded since runs kept them
                 libraries.add(", ".join(f"{name} {v}" for name, v in code["libraries"].items()))
         hydra = run_dir / ".hydra" / "hydra.yaml"

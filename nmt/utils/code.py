@@ -1,4 +1,4 @@
-"""The hash of the code that computes results: the package's source and the configs training composes.
+"""The hash of the code that computes results: the package's source and the config groups training composes.
 
 A run folder records it with the settings (nmt.training.run_identity), and an evaluation with its scores, so
 that a result made under other code is never taken, or overwritten, as one made under this code."""
@@ -15,16 +15,29 @@ import yaml
 
 from nmt.utils.io import atomic_write_text
 
-# configs that no training run composes: the other entry points', and the sweeps' grids and tuned settings,
-# which reach a run as command-line overrides (in its recorded config): writing conf/tuned/<name>.yaml, as
-# `sweep.py tune` does, leaves every finished run valid
-NOT_TRAINING_CONFIGS = ("evaluate.yaml", "translate.yaml", "serve.yaml", "export.yaml", "sweep.yaml", "grid", "tuned")
+# configs out of the hash: the other entry points', and the sweeps' grids and tuned settings, which reach a run
+# as command-line overrides (in its recorded config): writing conf/tuned/<name>.yaml, as `sweep.py tune` does,
+# leaves every finished run valid. Experiments and recipes too: they only set values, which reach a run's
+# recorded settings and are compared there key by key (an edited recipe is named by the keys it changed), so
+# a user's new experiment or recipe file voids no finished run of the others
+NOT_TRAINING_CONFIGS = (
+    "evaluate.yaml",
+    "translate.yaml",
+    "serve.yaml",
+    "export.yaml",
+    "sweep.yaml",
+    "grid",
+    "tuned",
+    "experiment",
+    "recipe",
+)
 
 
 def code_hash() -> str:
-    """A hash of what computes a result: the package's source and the configs training composes, their
-    comments and blank lines aside (:func:`meaning`). A commit that changes neither (documents, tests,
-    benchmarks, a grid, a comment) keeps it; an uncommitted edit of the code changes it.
+    """A hash of what computes a result: the package's source and the config groups training composes (not
+    the experiments and recipes, whose values the run's settings hold), their comments and blank lines aside
+    (:func:`meaning`). A commit that changes neither (documents, tests, benchmarks, a grid, a recipe, a
+    comment) keeps it; an uncommitted edit of the code changes it.
 
     Reading the meaning of some 200 files takes a second or more, at the start of every run, evaluation and
     sweep plan; the hash is kept in the cache (``NMT_CACHE``) under the digest of the files' bytes, so that
