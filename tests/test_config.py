@@ -235,7 +235,11 @@ def test_course_baseline_has_the_reported_shape():
         ("data=toy data.max_words=2.5", "data.max_words=2.5: must be a positive integer"),
         ("data=toy data.min_words=9 data.max_words=3", "data.min_words=9 is above data.max_words=3"),
         # a key added where the code reads key by key: read by nothing, the run went on without it
-        ("+checkpoint.keep_last=3", "checkpoint.keep_last: not read by any part of a run (added with +?); checkpoint"),
+        (
+            "+checkpoint.keep_last=3",
+            "checkpoint.keep_last: not read by any part of a run (added with +?); did you mean "
+            "checkpoint.keep_last_epochs? checkpoint takes",
+        ),
         ("+early_stopping.foo=1", "early_stopping.foo: not read by any part of a run (added with +?); early_stopp"),
         ("+validation.foo=1 +progress.bar=1", "validation.foo: not read by any part of a run"),
         ("+foo=1", "foo: not read by any part of a run (added with +?); the config takes attention, cache_dir,"),
@@ -922,3 +926,38 @@ def test_a_warm_up_longer_than_the_run_is_said_with_the_share_of_the_peak_reache
     assert warmup_past_the_end(compose_train("optim=noam", "warmup=300", "trainer.max_steps=300")) is None
     assert warmup_past_the_end(compose_train("optim=noam", "warmup=4000", "trainer.max_steps=-1")) is None
     assert warmup_past_the_end(compose_train("optim=adam", "trainer.max_steps=300")) is None  # a fixed rate
+
+
+@pytest.mark.parametrize(
+    "written, said",
+    [
+        ("early_stoping:\n  patience: 2\n", "early_stoping: not read by any part of a run (written in "
+         "conf/experiment/mine.yaml); did you mean early_stopping? the config takes"),
+        ("early_stopping:\n  patiense: 2\n", "early_stopping.patiense: not read by any part of a run (written in "
+         "conf/experiment/mine.yaml); did you mean early_stopping.patience? early_stopping takes"),
+    ],
+)  # fmt: skip
+def test_a_misspelt_key_in_an_experiment_file_is_refused_naming_the_file(tmp_path, monkeypatch, written, said):
+    """``early_stoping: {patience: 2}`` in an experiment trained without early stopping, unsaid: the keys an
+    experiment writes counted as the schema, where the same key given with + was refused."""
+    import shutil
+
+    from hydra import compose, initialize_config_dir
+
+    from nmt.training import config_groups
+    from nmt.utils.configs import CONF
+
+    conf = tmp_path / "conf"
+    shutil.copytree(CONF, conf)
+    (conf / "experiment" / "mine.yaml").write_text(f"# @package _global_\n# a trial\n{written}")
+    monkeypatch.setattr(config_groups, "CONF", conf)
+    config_groups.schema_keys.cache_clear()
+    try:
+        with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
+            cfg = compose("train", overrides=["experiment=mine"])
+        assert [p.strip() for p in config_groups.added_key_problems(cfg)][0].startswith(said)
+        # the same key a group's option writes is read: the experiments that ship pass
+        with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
+            assert config_groups.added_key_problems(compose("train", overrides=["experiment=factorial_tiny"])) == []
+    finally:
+        config_groups.schema_keys.cache_clear()

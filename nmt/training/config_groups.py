@@ -3,6 +3,7 @@
 loss, task), keys added with ``+`` that nothing reads; and the keys and switches conf/ writes, read from
 conf/ itself. Settings a run would not read are in :mod:`nmt.training.config_unread`."""
 
+import difflib
 import functools
 import inspect
 import re
@@ -23,9 +24,36 @@ def written_keys() -> tuple[frozenset[str], frozenset[str]]:
     OmegaConf keeps no types and takes any key added with ``+``: the checks read the schema from conf/ itself,
     so a key or switch added to a group is checked without a list to keep. The sweep's own keys (sweep.yaml,
     conf/tuned/) are not a run's: its runs are composed from train.yaml."""
-    keys: set[str] = set()
-    bools: set[str] = set()
-    for path in CONF.rglob("*.yaml"):
+    keys, bools = set(), set()
+    for _path, written, switched in _keys_by_file():
+        keys |= written
+        bools |= switched
+    return frozenset(keys), frozenset(bools)
+
+
+@functools.cache
+def schema_keys() -> tuple[frozenset[str], dict[str, tuple[str, ...]]]:
+    """The keys train.yaml and the groups' options write (the schema), and, for each key only an experiment
+    or a recipe writes, those files (``experiment/x.yaml``): they set the schema's values, so a key of theirs
+    outside it (``early_stoping:``) is a misspelling that no part of a run reads."""
+    schema, elsewhere = set(), {}
+    for path, written, _ in _keys_by_file():
+        if path.parts[0] in VALUE_FILES:
+            for key in written:
+                elsewhere.setdefault(key, []).append(path.as_posix())
+        else:
+            schema |= written
+    return frozenset(schema), {k: tuple(v) for k, v in elsewhere.items() if k not in schema}
+
+
+VALUE_FILES = ("experiment", "recipe")  # groups of files that set values of the others' keys
+
+
+def _keys_by_file() -> list[tuple[Path, set[str], set[str]]]:
+    """Each config file a run of train.py may compose (its path under conf/), the keys it writes and those
+    it writes as true or false."""
+    found = []
+    for path in sorted(CONF.rglob("*.yaml")):
         parts = path.relative_to(CONF).parts
         # Hydra's own settings, the grids (their values are lists of levels), the sweep's, the other programs'
         if parts[0] in ("hydra", "grid", "tuned") or (len(parts) == 1 and parts[0] != "train.yaml"):
@@ -34,13 +62,14 @@ def written_keys() -> tuple[frozenset[str], frozenset[str]]:
         package = _package(text, ".".join(parts[:-1]))
         if package is None:
             continue
-        if package:
-            keys.add(package)
+        keys: set[str] = {package} if package else set()
+        bools: set[str] = set()
         node = yaml.safe_load(text) or {}
         if isinstance(node, dict):  # a file's defaults list chooses groups (keys of their own files), and hydra:
             node = {k: v for k, v in node.items() if k not in ("defaults", "hydra")}  # is Hydra's
         _walk(node, package, keys, bools)
-    return frozenset(keys), frozenset(bools)
+        found.append((path.relative_to(CONF), keys, bools))
+    return found
 
 
 def _package(text: str, group: str) -> str | None:
@@ -80,21 +109,26 @@ READ_BY_KEY = ("", "checkpoint", "early_stopping", "progress", "validation")
 def added_key_problems(cfg: DictConfig) -> list[str]:
     """Keys added with ``+`` (``+checkpoint.keep_last=3``, ``+foo=1``) that nothing reads: said with the keys
     the node takes, where the run went on without them."""
-    known = written_keys()[0]
+    known, elsewhere = schema_keys()
     problems = []
     for node_key in READ_BY_KEY:
         node = OmegaConf.select(cfg, node_key, default=None) if node_key else cfg
         if not isinstance(node, DictConfig):
             continue
         prefix = f"{node_key}." if node_key else ""
-        unknown = [str(k) for k in node if f"{prefix}{k}" not in known and f"{prefix}{k}" != "hydra"]
+        unknown = [prefix + str(k) for k in node if f"{prefix}{k}" not in known and f"{prefix}{k}" != "hydra"]
         if unknown:
             taken = sorted(
                 k.removeprefix(prefix) for k in known if k.startswith(prefix) and "." not in k.removeprefix(prefix)
             )
+            # a misspelling in an experiment or recipe file: named by the file, not taken for a + of the command line
+            files = sorted({f"conf/{f}" for key in unknown for f in elsewhere.get(key, ())})
+            source = f"written in {' or '.join(files)}" if files else "added with +?"
+            close = [m for k in unknown for m in difflib.get_close_matches(k.removeprefix(prefix), taken, n=1)]
+            hint = f"did you mean {', '.join(prefix + m for m in close)}? " if close else ""
             problems.append(
-                f"  {', '.join(prefix + k for k in unknown)}: not read by any part of a run (added with +?); "
-                f"{'the config' if not node_key else node_key} takes {', '.join(taken)}"
+                f"  {', '.join(unknown)}: not read by any part of a run ({source}); "
+                f"{hint}{'the config' if not node_key else node_key} takes {', '.join(taken)}"
             )
     return problems
 
