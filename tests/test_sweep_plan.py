@@ -286,3 +286,42 @@ def test_the_plan_names_each_runs_recipe_and_budget(tmp_path, capsys):
     assert (
         "  runs of trainer.max_epochs=20: recipe toy_transformer (conf/recipe/toy_transformer.yaml); at most 20 " in out
     )
+
+
+def test_an_experiment_that_sets_its_factors_is_swept_as_written_and_not_under_another_grid(tmp_path):
+    """An experiment's own hydra.sweeper.params were replaced by the default grid's, composed after it (a 2 x 2
+    of it ran as the grid's 2^4, every factor shown as the grid's); and one found through hydra.searchpath,
+    which train.py reads, was refused by the sweep as "not an option of group experiment"."""
+    import subprocess
+    import sys
+
+    mine = tmp_path / "mine" / "experiment"
+    mine.mkdir(parents=True)
+    (mine / "ablation.yaml").write_text(
+        "# @package _global_\n# norm x pos, two seeds\nhydra:\n  sweeper:\n    params:\n"
+        "      seed: 1,2\n      norm: layer,rms\n      pos: absolute,rope\n"
+    )
+
+    def sweep(*given: str) -> subprocess.CompletedProcess:
+        command = [sys.executable, str(ROOT / "sweep.py"), "experiment=ablation", "data=toy", "threads=1", "plan=true"]
+        command += [f"hydra.searchpath=[file://{tmp_path / 'mine'}]", f"hydra.sweep.dir={tmp_path / 'sweep'}", *given]
+        return subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=300)
+
+    refused = sweep()
+    assert refused.returncode == 2, refused.stderr
+    assert refused.stderr.strip().splitlines()[-1] == (
+        "error: experiment=ablation sets the sweep's factors (seed, norm, pos), and so does grid=transformer (the "
+        "default): its levels of seed, pos replace the experiment's; it adds optim, smoothing. Add grid=none to "
+        "sweep the experiment's factors alone, or move them into a grid of their own (conf/grid/<name>.yaml, "
+        "grid=<name>)"
+    )
+    planned = sweep("grid=none")
+    assert planned.returncode == 0, planned.stderr
+    assert "  factor norm: layer, rms   [experiment=ablation]" in planned.stdout
+    assert "  factor pos: absolute, rope   [experiment=ablation]" in planned.stdout
+    assert "  4 cells x 2 seeds = 8 runs" in planned.stdout
+    assert not (tmp_path / "sweep").exists() or not any((tmp_path / "sweep").glob("*seed=*"))  # nothing trained
+    # its runs compose the experiment from the same folder (train.py is given the sweep's searchpath)
+    ran = sweep("grid=none", "plan=false", "seed=1", "norm=layer,rms", "pos=rope", "trainer.max_epochs=1")
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    assert "[sweep] 2/2 done, 0 failed" in ran.stdout

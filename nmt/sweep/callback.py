@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from nmt.sweep.child import (
     ON_SWEEP_SIGNAL,
@@ -28,6 +28,7 @@ from nmt.sweep.levels import (
 )
 from nmt.sweep.mps import machine_wide_daemon
 from nmt.sweep.plan import (
+    SEARCHPATH,
     changed_runs,
     own_folder,
     planned_runs,
@@ -85,6 +86,7 @@ class SweepReport(Callback):
             raise SystemExit(2) from None
 
     def _start(self, config: DictConfig) -> None:
+        SEARCHPATH[:] = list(OmegaConf.select(config, "hydra.searchpath", default=None) or [])
         if config.get("start_runs_for") is not None:
             parse_duration(config.start_runs_for)  # a bad value fails before any run starts
         sweep_dir = Path(config.hydra.sweep.dir)

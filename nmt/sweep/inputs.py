@@ -14,6 +14,7 @@ from nmt.sweep.gpus import setting_problem as mps_setting_problem
 from nmt.sweep.levels import is_search, level_settings_problem, same_level, sweep_levels
 from nmt.sweep.plan import as_override, command_prefixes, compose_train, own_folder, planned_values
 from nmt.sweep.search import searched_override_problem
+from nmt.sweep.tuned_source import config_folders, experiment_factors
 from nmt.utils.configs import CONF, dotted_keys, unset_variable_message
 
 
@@ -28,11 +29,14 @@ def input_problem(config: DictConfig) -> str | None:
     report metric the runs do not record."""
     if is_search(config) and (problem := searched_override_problem(config)):
         return problem  # before each level is composed: range(400,3200) is 2,800 of them
+    if problem := experiment_grid_problem(config):
+        return problem
     try:
         levels = sweep_levels(config)
     except ValueError as err:  # a factor's value refused, or a value of the command line reading an unset variable
         return unset_variable_message(err) or str(err).splitlines()[0]
-    problem = settings_problem(config, levels) or levels_problem(levels) or spelling_problem(config, levels)
+    problem = settings_problem(config, levels) or levels_problem(levels, config_folders(config))
+    problem = problem or spelling_problem(config, levels)
     if problem:
         return problem
     runs = RunConfigs()
@@ -40,6 +44,38 @@ def input_problem(config: DictConfig) -> str | None:
     if problem or is_search(config):  # a search's metric is a validation one, checked with the search's own
         return problem
     return metric_problem(config, runs) or baseline_problem(config.get("baseline"), levels)
+
+
+def experiment_grid_problem(config: DictConfig) -> str | None:
+    """An experiment that sets the sweep's factors, under a grid that sets them too: the grid's were composed
+    after it, so its levels replaced the experiment's and its other factors were added (a 2 x 2 of the
+    experiment ran as the default grid's 2^4, every factor shown as the grid's)."""
+    own = experiment_factors(config)
+    grid = OmegaConf.select(config, "hydra.runtime.choices.grid", default=None)
+    if not own or grid in (None, "none"):
+        return None
+    grid_file = CONF / "grid" / f"{grid}.yaml"
+    theirs = OmegaConf.select(OmegaConf.load(grid_file), "params", default=None) if grid_file.is_file() else None
+    theirs = dict(theirs) if isinstance(theirs, DictConfig) else {}
+    replaced = [k for k in own if k in theirs and str(theirs[k]) != str(own[k])]
+    added = [k for k in theirs if k not in own]
+    if not replaced and not added:  # the same factors and levels
+        return None
+    given = any(o.split("=", 1)[0] == "grid" for o in OmegaConf.select(config, "hydra.overrides.task") or [])
+    effect = "; ".join(
+        part
+        for part in (
+            f"its levels of {', '.join(replaced)} replace the experiment's" if replaced else "",
+            f"it adds {', '.join(added)}" if added else "",
+        )
+        if part
+    )
+    name = OmegaConf.select(config, "hydra.runtime.choices.experiment")
+    return (
+        f"experiment={name} sets the sweep's factors ({', '.join(own)}), and so does grid={grid}"
+        f"{'' if given else ' (the default)'}: {effect}. Add grid=none to sweep the "
+        "experiment's factors alone, or move them into a grid of their own (conf/grid/<name>.yaml, grid=<name>)"
+    )
 
 
 SET_PER_RUN = {
@@ -109,8 +145,9 @@ def settings_problem(config: DictConfig, levels: dict[str, list[str]]) -> str | 
     return None
 
 
-def levels_problem(levels: dict[str, list[str]]) -> str | None:
-    """A factor that repeats a level, or a level that is not an option of its config group."""
+def levels_problem(levels: dict[str, list[str]], folders: tuple[Path, ...] = (CONF,)) -> str | None:
+    """A factor that repeats a level, or a level that is not an option of its config group (in any of the
+    config ``folders`` Hydra searches: conf/, and those ``hydra.searchpath`` adds)."""
     for key, values in levels.items():
         repeated = sorted({v for v in values if values.count(v) > 1})
         if repeated and key == "seed":  # seeds are replicates of every cell, not a factor's levels
@@ -124,14 +161,13 @@ def levels_problem(levels: dict[str, list[str]]) -> str | None:
                 f"{key}={','.join(values)}: the factor {kind} ({', '.join(repeated)} given {values.count(repeated[0])} "
                 f"times); give distinct levels, or one value to hold {key} constant"
             )
-        group = CONF / key
-        if group.is_dir():
-            options = sorted(p.stem for p in group.glob("*.yaml"))
+        if (CONF / key).is_dir():
+            options = sorted({p.stem for folder in folders for p in (folder / key).glob("*.yaml")})
             for value in values:
                 if value not in options and value != "null":
                     close = difflib.get_close_matches(value, options, n=1)
                     hint = f"did you mean {key}={close[0]}? " if close else ""
-                    return f"{key}={value}: not an option of group {key}; {hint}valid: {options}"
+                    return f"{key}={value}: not an option of group {key}; {hint}valid: {', '.join(options)}"
     return None
 
 

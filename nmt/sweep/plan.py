@@ -10,6 +10,7 @@ from omegaconf import DictConfig, OmegaConf
 from nmt.sweep.gpus import mps_folder, pool_problem
 from nmt.sweep.levels import (
     SWEEP_KEYS,
+    hydra_quoted,
     level_overrides,
     override_pairs,
     plain_level,
@@ -43,10 +44,25 @@ def compose_train(overrides: list[str], hydra: bool = False):
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
+    overrides = [*overrides, *searchpath_override()]
     if GlobalHydra.instance().is_initialized():
         return compose(config_name="train", overrides=overrides, return_hydra_config=hydra)
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         return compose(config_name="train", overrides=overrides, return_hydra_config=hydra)
+
+
+# the sweep's hydra.searchpath, as its callback found it (Hydra's record of the job, HydraConfig, is set only in
+# a job): the config folders its runs are composed from
+SEARCHPATH: list[str] = []
+
+
+def searchpath_override() -> list[str]:
+    """The sweep's ``hydra.searchpath`` as an override of its runs (an experiment of the user's own config
+    folder, which the sweep found there: each run composes it from there too), [] for none."""
+    from hydra.core.hydra_config import HydraConfig
+
+    paths = list(HydraConfig.get().searchpath or []) if HydraConfig.initialized() else SEARCHPATH
+    return [f"hydra.searchpath=[{','.join(hydra_quoted(p) for p in paths)}]"] if paths else []
 
 
 def run_config_problem(config: DictConfig) -> str | None:
@@ -259,9 +275,18 @@ def print_plan(sweep_dir: Path, config: DictConfig) -> None:
 def _print_design(config: DictConfig, levels: dict, given: dict, grid: dict) -> None:
     """The plan's factors and seeds with where their levels come from, factors held, each level's own
     settings, and the constants."""
+    from nmt.sweep.tuned_source import experiment_factors
+
+    # a factor the chosen experiment's file sets (under grid=none: inputs.py refuses it under another grid)
+    own = experiment_factors(config)
+    experiment = OmegaConf.select(config, "hydra.runtime.choices.experiment", default=None)
+
+    def origin(key: str) -> str:
+        return f"experiment={experiment}" if key in own else "grid"
+
     for key, values in levels.items():
         if len(values) > 1:
-            source = "command line" + (" (replaces the grid's)" if key in grid else "") if key in given else "grid"
+            source = "command line" + (" (replaces the grid's)" if key in grid else "") if key in given else origin(key)
             kind = "seeds (not a factor: each cell's replicates)" if key == "seed" else f"factor {key}"
             print(f"  {kind}: {', '.join(values)}   [{source}]")
     for key, values in given.items():

@@ -34,6 +34,7 @@ from nmt.sweep.plan import (
     as_override,
     command_prefixes,
     run_name,
+    searchpath_override,
     swept_keys,
     wandb_group,
 )
@@ -129,6 +130,7 @@ def _train_command(cfg: DictConfig, hydra_cfg, pairs: list, prefixes: dict, run_
         f"hydra.run.dir={hydra_quoted(run_dir)}",
         f"group={hydra_quoted(wandb_group(cfg.sweep_name, hydra_cfg.sweep.dir, hydra_cfg.overrides.task))}",
         f"tags=[{tags}]",
+        *searchpath_override(),
     ]
     if logs_to_wandb(cfg):  # runs named by their factor values, one W&B folder per sweep (inputs.py refuses both)
         command.append(f"logger.name={hydra_quoted(run_dir.name)}")

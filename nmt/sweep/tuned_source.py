@@ -1,5 +1,5 @@
-"""Where the tuned file of ``+tuned=<name>`` is: Hydra finds it in any config folder it searches, and the
-sweep reads and checks that file, not only one of conf/tuned/."""
+"""Where the tuned file of ``+tuned=<name>`` is (or the chosen experiment's): Hydra finds it in any config folder
+it searches, and the sweep reads and checks that file, not only one of conf/tuned/."""
 
 from pathlib import Path
 
@@ -12,12 +12,32 @@ def tuned_path(config: DictConfig) -> Path | None:
     """The file ``+tuned=<name>`` read: the first ``tuned/<name>.yaml`` of the config folders Hydra searched, in
     its order (conf/, then those ``hydra.searchpath`` adds). A file found in another folder was applied but
     never checked: only conf/tuned/ was looked in. None without one."""
-    name = OmegaConf.select(config, "hydra.runtime.choices.tuned", default=None)
-    if not name:
+    return chosen_file(config, "tuned")
+
+
+def chosen_file(config: DictConfig, group: str) -> Path | None:
+    """The file of the option chosen for ``group`` (``experiment``, ``tuned``), as Hydra found it: the first
+    ``<group>/<option>.yaml`` of the config folders it searched, in its order. None where none is chosen."""
+    name = OmegaConf.select(config, f"hydra.runtime.choices.{group}", default=None)
+    if not name or name == "null":
         return None
+    folders = config_folders(config)
+    return next((f / group / f"{name}.yaml" for f in folders if (f / group / f"{name}.yaml").is_file()), None)
+
+
+def config_folders(config: DictConfig) -> tuple[Path, ...]:
+    """The config folders Hydra searched, in its order: conf/, then those ``hydra.searchpath`` adds."""
     sources = OmegaConf.select(config, "hydra.runtime.config_sources", default=None) or []
-    folders = [Path(s.path) for s in sources if s.get("schema") == "file" and s.get("path")] or [CONF]
-    return next((f / "tuned" / f"{name}.yaml" for f in folders if (f / "tuned" / f"{name}.yaml").is_file()), None)
+    return tuple(Path(s.path) for s in sources if s.get("schema") == "file" and s.get("path")) or (CONF,)
+
+
+def experiment_factors(config: DictConfig) -> dict:
+    """The factors the chosen experiment's file sets (its ``hydra.sweeper.params``), {} for none."""
+    path = chosen_file(config, "experiment")
+    if path is None:
+        return {}
+    params = OmegaConf.select(OmegaConf.load(path), "hydra.sweeper.params", default=None)
+    return dict(params) if isinstance(params, DictConfig) else {}
 
 
 def shown_path(path: Path) -> str:
