@@ -325,3 +325,22 @@ def test_an_experiment_that_sets_its_factors_is_swept_as_written_and_not_under_a
     ran = sweep("grid=none", "plan=false", "seed=1", "norm=layer,rms", "pos=rope", "trainer.max_epochs=1")
     assert ran.returncode == 0, ran.stderr[-2000:]
     assert "[sweep] 2/2 done, 0 failed" in ran.stdout
+
+
+def test_a_plan_printed_into_a_closed_pipe_launches_nothing(tmp_path):
+    """`sweep.py ... plan=true 2>&1 | head -2`: the plan's print failed, and so did the error's, into the closed
+    pipe; Hydra took the callback's exception for a warning and launched every run of the sweep."""
+    import os
+    import subprocess
+    import sys
+
+    read, write = os.pipe()
+    os.close(read)  # as head does once it has its lines
+    command = [sys.executable, str(ROOT / "sweep.py"), "grid=none", "data=toy", "pos=absolute,rope", "threads=1"]
+    command += ["plan=true", f"hydra.sweep.dir={tmp_path / 'sweep'}"]
+    try:
+        done = subprocess.run(command, stdout=write, stderr=write, cwd=ROOT, timeout=300)
+    finally:
+        os.close(write)
+    assert done.returncode == 2
+    assert not (tmp_path / "sweep").exists()  # no multirun.yaml, no jobs, no run folders

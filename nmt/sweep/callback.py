@@ -82,7 +82,10 @@ class SweepReport(Callback):
             raise
         except Exception as err:  # noqa: BLE001
             said = unset_variable_message(err, config) or (str(err).splitlines()[0] if str(err) else repr(err))
-            print(f"error: the sweep did not start: {said}", file=sys.stderr)
+            try:
+                print(f"error: the sweep did not start: {said}", file=sys.stderr)
+            except OSError:  # stderr closed too (`... 2>&1 | head`): the sweep still must not launch
+                pass
             raise SystemExit(2) from None
 
     def _start(self, config: DictConfig) -> None:
