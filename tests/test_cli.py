@@ -1119,3 +1119,36 @@ def test_the_command_line_is_checked_before_torch_is_imported():
     )
     done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == "[]", done.stdout + done.stderr
+
+
+def test_the_multirun_flag_after_an_override_is_read_as_hydra_reads_it_first(monkeypatch):
+    """`sweep.py threads=1 -m grid=none ...` printed argparse's usage block and "unrecognized arguments" (Hydra
+    reads its flags before the overrides only); the docs call -m optional, so it was easy to add last or
+    between."""
+    from nmt import cli
+
+    for given in (["threads=1", "-m", "grid=none", "pos=absolute,rope"], ["threads=1", "grid=none", "--multirun"]):
+        monkeypatch.setattr(sys, "argv", ["sweep.py", *given])
+        monkeypatch.setattr(cli, "unknown_key_message", lambda *a, **k: None)  # composing is not this test's
+        cli.check_command_line("sweep")
+        flag = next(a for a in given if a.startswith("-"))
+        assert sys.argv == ["sweep.py", flag, *(a for a in given if a != flag)]
+
+
+@pytest.mark.parametrize("program", ["train", "sweep"])
+def test_a_group_the_defaults_choose_given_with_plus_says_to_drop_the_plus(program):
+    """``+experiment=x`` (the usual Hydra idiom where a group has no default) gave Hydra's "Multiple values
+    for experiment. To override a value use 'override experiment: x'", the fix of a config file."""
+    from nmt.cli import added_default_group_message
+
+    said = added_default_group_message(["data=toy", "+experiment=factorial_tiny"], program)
+    assert said == (
+        "error: +experiment=factorial_tiny (on the command line): the config chooses group experiment already, so "
+        "it takes no +; write experiment=factorial_tiny"
+    )
+    assert added_default_group_message(["+recipe=none"], program).endswith("write recipe=none")
+    # a group no default chooses takes its +, and ++ or a key of a group is no choice of it
+    for fine in (["+tuned=x"], ["++experiment=x"], ["+model.x=1"], ["experiment=x"]):
+        assert added_default_group_message(fine, program) is None, fine
+    grid = added_default_group_message(["+grid=none"], program)
+    assert (grid is not None) == (program == "sweep")

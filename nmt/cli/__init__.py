@@ -9,6 +9,7 @@ keys), ``arguments`` (quoting, ``run_dir``, unreadable arguments), ``run`` (user
 import sys
 
 from nmt.cli.arguments import (
+    added_default_group_message,
     drop_refused_output,
     hydra_dir_from_run_dir,
     quoted_paths,
@@ -21,6 +22,7 @@ from nmt.cli.run import run_cli, user_errors, user_message
 from nmt.cli.sweep_args import launcher_key_message, sweep_argument_message, sweep_settings
 
 __all__ = [
+    "added_default_group_message",
     "check_command_line",
     "drop_refused_output",
     "checkpoint_use_message",
@@ -46,6 +48,10 @@ def check_command_line(config_name: str) -> None:
     right one. Existing paths holding Hydra's grammar are quoted (:func:`quoted_paths`), and train.py's
     ``run_dir`` becomes Hydra's output folder too (:func:`hydra_dir_from_run_dir`)."""
     sys.argv[1:] = quoted_paths(sys.argv[1:])
+    multirun = [a for a in sys.argv[1:] if a in ("-m", "--multirun")]
+    if multirun and sys.argv[1] not in multirun:  # Hydra reads its flags before the overrides only: `a=1 -m b=2`
+        # ended in argparse's usage block, "unrecognized arguments: b=2"
+        sys.argv[1:] = [multirun[0], *(a for a in sys.argv[1:] if a not in multirun)]
     if config_name == "train":
         sys.argv[1:] = hydra_dir_from_run_dir(sys.argv[1:])
     if config_name == "sweep" and not any(a.startswith("-") for a in sys.argv[1:]):
@@ -54,6 +60,7 @@ def check_command_line(config_name: str) -> None:
         sys.argv[1:1] = ["-m"]
     message = (
         unparsable_message(sys.argv[1:])
+        or added_default_group_message(sys.argv[1:], config_name)
         or foreign_group_message(sys.argv[1:], config_name)
         or unknown_option_message(sys.argv[1:])
         or multirun_message(sys.argv[1:], config_name)

@@ -181,3 +181,28 @@ def run_dir_message(argv: list[str]) -> str | None:
     if not _file_in_the_way(folder):
         return None
     return f"error: run_dir={folder}: a file stands where the run folder or one of its parents should be"
+
+
+def added_default_group_message(argv: list[str], config_name: str, conf: Path | None = None) -> str | None:
+    """One line for ``+group=option`` where the config's defaults choose that group already (train.py's
+    ``+experiment=x``, the usual idiom where no default is listed): Hydra's "Multiple values for experiment. To
+    override a value use 'override experiment: x'" named the fix of a config file, not of the command line."""
+    import yaml
+
+    from nmt.utils.configs import CONF
+
+    conf = conf or CONF
+    if config_name not in ("train", "sweep"):
+        return None
+    chosen = set()
+    for name in ("train", config_name):
+        defaults = (yaml.safe_load((conf / f"{name}.yaml").read_text(encoding="utf-8")) or {}).get("defaults") or []
+        chosen |= {str(k).removeprefix("optional ").strip() for d in defaults if isinstance(d, dict) for k in d}
+    for arg in argv:
+        key, sep, option = arg.partition("=")
+        if arg.startswith("+") and not arg.startswith("++") and sep and key[1:] in chosen:
+            return (
+                f"error: {arg} (on the command line): the config chooses group {key[1:]} already, so it takes no +; "
+                f"write {key[1:]}={option}"
+            )
+    return None
