@@ -870,6 +870,17 @@ def test_every_seed_is_checked_before_any_run_not_the_first_alone(tmp_path, caps
         SweepReport().on_multirun_start(sweep_config(tmp_path, {}, ["seed=1,01", "pos=absolute,rope"]))
     assert "error: seed=01: a seed is a whole number" in capsys.readouterr().err
     assert not (tmp_path / "plan.json").exists()
+    # a list, as train.py's own keys take several values, is one value to a sweep: said how to write seeds
+    listed = run_config_problem(sweep_config(tmp_path, {}, ["seed=[1, 2]", "trainer.max_steps=1"]))
+    assert listed.endswith("([1,2] given); for several seeds, seed=1,2"), listed
+
+
+def test_a_seed_list_hydra_cannot_read_is_said_as_seeds_are_written():
+    """seed=1,,2 was told to quote itself (seed="1,,2"), which then failed as "a seed is a whole number"."""
+    from nmt.cli import unparsable_message
+
+    for given in ("seed=1,,2", "seed=1;2"):
+        assert unparsable_message([given]).endswith("seeds are whole numbers, a comma between two: seed=1,2,3")
 
 
 def test_a_second_sweep_with_other_factors_under_one_name_is_refused_before_any_run(tmp_path, capsys):

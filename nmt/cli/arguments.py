@@ -85,7 +85,9 @@ def unparsable_message(argv: list[str]) -> str | None:
                 if key.lstrip("+~") == "level_settings"
                 else f'"{key}=..."'
             )
-            if any(value.count(a) != value.count(b) for a, b in ("{}", "[]", "()")):
+            if key.lstrip("+~") == "seed":  # quoting it would read one string, which no seed is
+                hint = "seeds are whole numbers, a comma between two: seed=1,2,3"
+            elif any(value.count(a) != value.count(b) for a, b in ("{}", "[]", "()")):
                 hint = f"the shell split the value at its spaces: quote the whole argument, as {example}"
             elif re.search(r"[\[,]\s*[^'\"\[\]{},\s]+=", value):
                 hint = f"quote each key=value item of a list, as {example}"

@@ -2,6 +2,7 @@
 plan that ``plan=true`` prints, and the first problem of its factors or baseline (refused before anything
 runs). :mod:`nmt.sweep.runner` launches the runs."""
 
+import re
 import shutil
 from pathlib import Path
 
@@ -81,7 +82,10 @@ def run_config_problem(config: DictConfig) -> str | None:
     for seed in levels.get("seed", []):
         value = OverridesParser.create().parse_override(f"seed={seed}").value()
         if isinstance(value, bool) or not isinstance(value, int):
-            return f"seed={seed}: a seed is a whole number, as train.py reads it ({','.join(levels['seed'])} given)"
+            given = ",".join(levels["seed"])
+            listed = re.fullmatch(r"\[([\d\s,]+)\]", given)  # a list for several seeds: a sweep's are a comma list
+            how = f"; for several seeds, seed={''.join(listed.group(1).split())}" if listed else ""
+            return f"seed={seed}: a seed is a whole number, as train.py reads it ({given} given){how}"
     seen, refused = set(), []  # refused: (cell, its problems)
     for values in planned_values(config):
         cell = tuple(sorted((k, v) for k, v in values.items() if k != "seed"))
