@@ -261,6 +261,13 @@ def test_the_readme_sweep_command_runs_as_typed_in_a_fresh_folder(tmp_path, caps
     code, out, _ = start([*other, "plan=true", "on_changed=move"])
     assert code == 0 and "done: 0; to run: 2 (2 made under other settings, set aside first)" in out
     assert "would stop" not in out
+    # the cost from the runs to be set aside, said to be of other settings ("unknown" beside two finished runs)
+    from nmt.sweep.plan import run_time
+
+    records = [json.loads((run / "sweep_result.json").read_text()) for run in sweep_dir.glob("*seed=1")]
+    costs = [max(r.get("process_s") or 0, r.get("wall_time_s") or 0) for r in records]
+    guide = "(the mean of the 2 finished run(s) made under other settings, a rough guide)"
+    assert f"expected cost: about {run_time(costs, 2)} of run time {guide}" in out
     code, _, err = start(other)
     assert code == 2 and "were made under other settings or code" in err and "trainer.max_steps: 2 -> 3" in err
     assert sorted(p.parent.name for p in sweep_dir.glob("*/sweep_result.json")) == [  # nothing set aside

@@ -361,6 +361,9 @@ def _print_cost_and_stops(
     source = f"the mean of the {len(walls)} finished runs"
     if not walls and to_run:  # e.g. new seeds of a sweep whose first seeds finished in this folder
         walls, source = _other_finished_costs(sweep_dir, {folder.name for folder in done + to_run})
+    if not walls and to_run and moving:  # every finished run is to be set aside: its cost is a guide all the same
+        walls = [run_cost_s(read_record(f / RESULT)) for f in to_run if f.name in changed and _readable(f / RESULT)]
+        source = f"the mean of the {len(walls)} finished run(s) made under other settings, a rough guide"
     if changed and not moving:
         print("  expected cost: none: the sweep would stop first (below)")
     elif walls and to_run:
