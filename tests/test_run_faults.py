@@ -1121,9 +1121,15 @@ POS_OPTIONS = sorted(path.stem for path in (ROOT / "conf" / "pos").glob("*.yaml"
             {},
             ["pos=absolute,relativ"],
             None,
-            f"pos=relativ: not an option of group pos; did you mean pos=relative? valid: {POS_OPTIONS}",
+            f"pos=relativ: not an option of group pos; did you mean pos=relative? valid: {', '.join(POS_OPTIONS)}",
         ),
         ({}, ["model.d_modle=64,128"], None, "model.d_modle: not a key of the config"),
+        (  # a factor of an experiment's own file, which the command line's check does not read
+            {},
+            ["model.teacher_forcing=0.5,1.0"],
+            None,
+            "model.teacher_forcing: not a key of the config, so it cannot be a factor (it is a key of model=rnn)",
+        ),
         (
             {},
             ["model=transformer,rnn", "model.d_model=32"],
