@@ -53,6 +53,18 @@ def test_the_good_values_of_those_keys_pass():
     cfg = compose_train("trainer.val_check_interval={minutes: 5}")
     assert cfg.trainer.val_check_interval.minutes == 5
     check_config(cfg)
+    # the edges of the ranges: 1.0 is the whole epoch to Lightning, a range may be one length wide, and the
+    # validation set alone may be scored from the averaged weights
+    check_config(compose_train("trainer.limit_train_batches=1.0", "trainer.val_check_interval=1.0"))
+    check_config(compose_train("data=toy", "data.min_words=3", "data.max_words=3"))
+    check_config(
+        compose_train(
+            "test_average_last=2",
+            "checkpoint.keep_last_epochs=2",
+            "val_after_training=true",
+            "test_after_training=false",
+        )
+    )
 
 
 def test_a_key_that_takes_its_value_from_another_is_said_once():
@@ -71,6 +83,7 @@ def test_a_switch_given_a_word_is_refused_a_key_whose_words_are_its_values_is_no
     assert "'no' is read as a word" in unknown_key_message(["grid=none", "val_after_training=true,no"], "sweep")
     assert "'off' is read as a word" in unknown_key_message(["++test_after_training=off"], "train")
     assert unknown_key_message(["compile=layers", "data.tokenizer.joint=false"], "train") is None
+    assert "'No' is read as a word" in unknown_key_message(["data=toy", "data.tokenizer.joint=No"], "train")
     assert unknown_key_message(["data=files", "data.src_lang=no"], "train") is None  # Norwegian, not a switch
     # a key whose default interpolates Hydra's runtime (name), which the check composes without: no error
     assert unknown_key_message(["name=test", "data=toy", "threads=1"], "train") is None

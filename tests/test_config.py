@@ -207,6 +207,11 @@ def test_course_baseline_has_the_reported_shape():
         ("warmup=true", "warmup=True: must be an integer >= 0"),
         ("threads=true", "threads=True: must be a positive integer"),
         ("compile=1", "compile=1: must be true, false, 'reduce-overhead' or 'layers'"),  # 1 == True passed
+        # boundaries and the cases each rule names (found by mutation: a bound moved, a case dropped passed)
+        ("data.tokenizer.vocab_size=7", "data.tokenizer.vocab_size=7: must be an integer >= 8"),
+        ("optim.scheduler.decay=constant optim.scheduler.min_ratio=0.5", "min_ratio=0.5: decay=constant does not"),
+        ("trainer=ddp trainer.strategy=ddp_fork", "trainer.strategy='ddp_fork': runs start their processes through"),
+        ("trainer.devices=0", "trainer.devices=0: must be 'auto', -1 (all), a positive number of devices"),
         # a word where conf/ writes true or false: read as true wherever the key was tested for truth
         ("task.rouge=maybe", "task.rouge='maybe': must be true or false"),
         ("model=rnn model.bidirectional=maybe", "model.bidirectional='maybe': must be true or false"),

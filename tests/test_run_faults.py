@@ -1139,6 +1139,7 @@ POS_OPTIONS = sorted(path.stem for path in (ROOT / "conf" / "pos").glob("*.yaml"
         ({}, ["pos=absolute,rope"], {"norm": "rms"}, "baseline: norm is not a factor of this sweep (factors: ['pos'])"),
         ({}, ["pos=absolute,rope"], {"pos": "relative"}, "baseline: pos=relative is not a level of pos"),
         ({}, ["pos=absolute,rope"], 5, "baseline=5: expected {factor: level, ...}, as baseline={pos: absolute}"),
+        ({}, ["pos=absolute,rope"], {"seed": 1}, "baseline: seed is not a factor of this sweep (factors: ['pos'])"),
         ({}, ["pos=rope,rope"], None, "pos=rope,rope: the factor has one level (rope given 2 times)"),
         ({}, ["pos=rope,absolute,rope"], None, "pos=rope,absolute,rope: the factor repeats a level (rope given 2"),
         ({}, ["pos=absolute,rope", "seed=1,2,1"], None, "seed=1,2,1: repeats a seed (1 given 2 times); give distinct"),
@@ -1232,6 +1233,8 @@ def test_a_misspelt_level_setting_or_a_failing_plan_stops_the_sweep_before_any_r
         ("on_changed=mvoe", "on_changed='mvoe': must be one of ['stop', 'move']"),
         ("plan=maybe", "plan='maybe': must be true or false"),
         ("report_sentence=-1", "report_sentence=-1: must be a test sentence's index"),
+        ("report_sentence=true", "report_sentence=True: must be a test sentence's index"),  # True is 1 to Python
+        ("sweep_name=/tmp/elsewhere", "sweep_name='/tmp/elsewhere': the name of a folder under sweeps/"),
         # read for their truth: a word or a number turned the pool on, plan=1 planned, null was stop
         ("gpu_pool=maybe", "gpu_pool='maybe': must be true or false"),
         ("gpu_pool=2", "gpu_pool=2: must be true or false"),
@@ -1933,3 +1936,30 @@ def test_a_user_error_a_check_did_not_raise_says_how_to_see_where(capsys):
         assert stopped.value.code == 2 and err.count("\n") == 1
         assert err.endswith(" (NMT_DEBUG=1 shows where: a fault of this program?)\n") == fault, err
     assert err == "error: lr: Interpolation key 'nothing' not found\n"  # the key, which OmegaConf said on a 2nd line
+
+
+def test_sweep_inputs_that_must_pass(tmp_path):
+    """Checks that refused too much would stop sweeps that work: a null option of a group (a grid may sweep a
+    part's absence), and logger.name of a logger that is not W&B's (the csv logger's own folder name)."""
+    from nmt.sweep.inputs import input_problem, levels_problem
+
+    assert levels_problem({"attention": ["dot", "null"]}) is None
+    assert input_problem(composed_sweep(tmp_path, ["pos=absolute,rope"], ["logger.name=mylogs"])) is None
+
+
+def test_a_seed_that_is_not_a_number_is_refused_in_any_place_of_the_list(tmp_path):
+    """Each cell is composed at its first seed: seed=1,true sent true (a bool, which Python counts as 1) to
+    train.py, whose runs then failed one by one."""
+    from nmt.sweep.plan import run_config_problem
+
+    problem = run_config_problem(composed_sweep(tmp_path, ["seed=1,true"], ["trainer.max_steps=1"]))
+    assert problem is not None and problem.startswith("seed=True: a seed is a whole number"), problem
+
+
+def test_a_group_only_some_cells_cannot_use_names_those_cells_not_every_run(tmp_path):
+    """model=transformer,rnn with pos=rope: the RNN's runs are refused, the Transformer's are not; said as
+    "every run would be refused", the message sent the user to change the command line, not the cells."""
+    from nmt.sweep.plan import run_config_problem
+
+    problem = run_config_problem(composed_sweep(tmp_path, ["model=transformer,rnn"], ["pos=rope"]))
+    assert problem.startswith("the runs of model=rnn would be refused: pos=rope: model=rnn does not use group 'pos'")

@@ -344,3 +344,38 @@ def test_a_plan_printed_into_a_closed_pipe_launches_nothing(tmp_path):
         os.close(write)
     assert done.returncode == 2
     assert not (tmp_path / "sweep").exists()  # no multirun.yaml, no jobs, no run folders
+
+
+def test_the_run_names_and_overrides_a_sweep_writes():
+    """Hand values of the sweep's small rules: a folder's name is its values in key order, whatever order the
+    command line gave them (a reordered rerun made new folders); ``~key`` deletes, ``~key=value`` deletes that
+    value only; of a level's settings written two ways (400 and 400.0), the first that matches applies."""
+    from nmt.sweep.levels import level_overrides
+
+    assert plan.run_name({"seed": "1", "optim": "adam"}, {"seed", "optim"}) == "optim=adam,seed=1"
+    assert plan.as_override("pos", "rope", "~") == "~pos=rope" and plan.as_override("pos", "", "~") == "~pos"
+    assert level_overrides({"warmup": {"400": ["a=1"], "400.0": ["a=2"]}}, {"warmup": "400"}) == ["a=1"]
+    # the expected cost: tenths of an hour from six minutes, minutes below
+    assert plan.run_time([1800.0], 1) == "0.5 h" and plan.run_time([360.0], 1) == "0.1 h"
+    assert plan.run_time([60.0], 1) == "1.0 min" and plan.run_time([7200.0, 3600.0], 4) == "6.0 h"
+
+
+def test_a_key_deleted_on_the_command_line_is_deleted_in_every_run(tmp_path):
+    """``~model.activation_dropout`` reached the runs as ``~model.activation_dropout=null`` (which deletes the key
+    only where its value is null) where the level was read as "null"; the runs' configs lack the key."""
+    config = sweep_config(tmp_path, "pos=absolute,rope", "~model.activation_dropout")
+    levels = plan.sweep_levels(config)
+    assert levels["model.activation_dropout"] == [""]
+    overrides = plan.run_overrides(config, {"pos": "rope", "model.activation_dropout": ""})
+    assert "~model.activation_dropout" in overrides
+    assert "activation_dropout" not in plan.compose_train(overrides).model
+
+
+def test_the_fingerprint_a_plan_expects_resolves_the_precision_as_train_py_does(monkeypatch):
+    """trainer.precision=auto is resolved by train.py before it records the run (bf16-mixed on a CPU with bf16
+    units): a plan that compared "auto" would call every finished run of such a machine changed."""
+    from nmt.training import config_device
+
+    monkeypatch.setattr(config_device, "_cpu_has_bf16_units", lambda: True)
+    expected = plan.expected_fingerprint(["data=toy", "trainer.accelerator=cpu", "trainer.precision=auto"])
+    assert expected["config"]["trainer.precision"] == "bf16-mixed"
