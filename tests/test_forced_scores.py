@@ -284,3 +284,7 @@ def test_a_language_models_server_refuses_attention_asked_for_and_answers_withou
     answer = app.post("/api/translate", json={"text": "w3 w4"})  # the page asks so: no heatmap to draw
     assert answer.status_code == 200 and answer.json()["attention"] == {}
     assert "attention" not in app.post("/api/translate", json={"text": "w3", "attention": False}).json()
+    # a prompt read cut keeps its last tokens (the ones it continues), and the answer says so
+    short = Translator.from_checkpoint(models["lm"], device="cpu", max_new_tokens=3, max_input_len=2)
+    cut = TestClient(create_app(short)).post("/api/translate", json={"text": "w3 w4 w5 w6 w7"}).json()
+    assert cut["truncated"]["end"] == "last" and cut["truncated"]["kept"] == 2

@@ -61,6 +61,14 @@ def test_a_translation_with_its_nbest_list_and_attention(client):
     assert "attention" not in lean and lean["nbest"] == data["nbest"] and lean["target_tokens"] == data["target_tokens"]
     said = app.post("/api/translate", json={"text": "one", "attention": "no"})
     assert said.status_code == 422 and "attention" in said.json()["error"]
+    # each hypothesis's score (log-probability over the length penalty) and log-probability, in their own fields
+    (scored,) = translator.translate_nbest(["one two three"], n_best=3, scores=True)
+    assert [(h["score"], h["log_prob"]) for h in data["nbest"]] == [
+        (round(h.score, 4), round(h.log_prob, 4)) for h in scored
+    ]
+    assert any(abs(h.score - h.log_prob) > 1e-3 for h in scored)  # a swap would show
+    edge = app.post("/api/translate", json={"text": "one" + " " * 194 + "two"})  # 200 characters: the limit
+    assert edge.status_code == 200, edge.text
     queried = app.post("/api/translate?n_best=3", json={"text": "one"})  # answered with one output, unsaid
     assert queried.status_code == 422 and "query parameters are not read (n_best)" in queried.json()["error"]
     # a row pasted from a spreadsheet: its tabs and line breaks are spaces of the one text in the box
@@ -107,6 +115,7 @@ def test_concurrent_requests_are_answered_without_mixing(client):
         ({"text": "x" * 201}, 422, "text longer than 200 characters"),
         ({"text": "one", "ckpt_path": "/etc/passwd"}, 422, "ckpt_path: Extra inputs are not permitted"),
         ({"text": "one", "n_best": 9}, 422, "n_best must be at most the beam size (3)"),
+        ({"text": "one", "n_best": 0}, 422, "n_best: Input should be greater than or equal to 1"),
         ({"text": " ".join(["seven"] * 30)}, 422, "subword tokens, more than this server takes (40); send a shorter"),
         (b"{not json", 422, "the body is not valid JSON"),
         (b"x" * 20_000, 413, "request larger than 16384 bytes"),
@@ -167,6 +176,10 @@ def test_a_long_text_read_cut_says_so_and_a_document_may_exceed_16_kb(checkpoint
     assert data["translation"] == translator.translate(long) == translator.translate("one two three four")
     assert len(translator.src_tokenizer.encode_batch(["one"])[0]) <= 4
     assert "truncated" not in app.post("/api/translate", json={"text": "one"}).json()
+    # the boundary: a text of exactly max_input_len tokens is read whole, one more token is cut
+    exact = "two six"
+    assert len(translator.src_tokenizer.encode_batch([exact])[0]) == 4
+    assert "truncated" not in app.post("/api/translate", json={"text": exact}).json()
     document = " ".join(["seven"] * 800)  # 4,799 characters, then 4,000 written in a body over 16 KB
     assert app.post("/api/translate", json={"text": document}).json()["truncated"]["kept"] == 4
     wide = app.post("/api/translate", json={"text": "\u00e9" * 4000})  # 4,000 characters, 24 KB as JSON escapes
