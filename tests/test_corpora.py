@@ -2394,3 +2394,35 @@ def test_a_blank_tsv_line_is_an_empty_pair_in_its_place(tmp_path):
     path = tmp_path / "dev.tsv"
     path.write_text("a\tA\n\nc\tC\n", encoding="utf-8")
     assert read_split_files(str(path), "en", "de") == (["a", "", "c"], ["A", "", "C"])
+
+
+def test_corpus_settings_at_their_edges(tmp_path):
+    """Found by mutation, each passed the tests: a corpus's name that would be a hidden or parent cache file,
+    data=zh_en with one side not Chinese or English, max_src_len=0 taken for "no limit", and the evaluation
+    budget's boundary (a batch of exactly the longest sentence's tokens holds it)."""
+    from nmt.data.file_specs import checked_corpus_name
+    from nmt.data.zh_en import ZhEnDataModule
+
+    assert checked_corpus_name("iwslt16_de-en.v2", "files") == "iwslt16_de-en.v2"
+    for name in ("..", ".hidden", "-x", "a/b"):
+        with pytest.raises(ValueError, match=re.escape(f"data.name={name!r}: a corpus's name")):
+            checked_corpus_name(name, "files")
+    with pytest.raises(ValueError, match="data=zh_en translates between 'zh' and 'en', not 'zh' -> 'de'"):
+        ZhEnDataModule(src_lang="zh", tgt_lang="de", download=False)
+    write(tmp_path / "a.src", EN[:60])
+    write(tmp_path / "a.tgt", DE[:60])
+    with pytest.raises(ValueError, match=r"data.max_src_len=0 must be a positive number of tokens \(or null\)"):
+        small_files(tmp_path, train=str(tmp_path / "a"), max_src_len=0)
+    budget, said = 3, None
+    for _ in range(3):  # each split's longest sentence in turn (val, then test), until the budget holds them all
+        try:
+            small_files(tmp_path, train=str(tmp_path / "a"), eval_max_tokens=budget).prepare_data()
+            break
+        except ValueError as err:
+            said = re.search(r"longest (\w+) sentence \((\d+) tokens", str(err))
+            budget = int(said.group(2))
+    else:
+        pytest.fail(f"no budget held the evaluation sets: {said}")
+    assert said is not None and budget > 3  # the longest of all, which passed
+    with pytest.raises(ValueError, match=rf"longest \w+ sentence \({budget} tokens"):
+        small_files(tmp_path, train=str(tmp_path / "a"), eval_max_tokens=budget - 1).prepare_data()
