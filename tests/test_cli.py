@@ -1152,3 +1152,13 @@ def test_a_group_the_defaults_choose_given_with_plus_says_to_drop_the_plus(progr
         assert added_default_group_message(fine, program) is None, fine
     grid = added_default_group_message(["+grid=none"], program)
     assert (grid is not None) == (program == "sweep")
+
+
+def test_the_last_run_dir_given_is_hydras_output_folder_as_hydra_takes_the_last_value():
+    """run_dir given twice: Hydra's config takes the last; its output folder must be that one too (found by
+    mutation: the first was taken and nothing failed)."""
+    from nmt.cli.arguments import hydra_dir_from_run_dir
+
+    given = ["run_dir=/tmp/a", "run_dir=/tmp/b"]
+    assert hydra_dir_from_run_dir(given)[-1] == "hydra.run.dir=/tmp/b"
+    assert compose_train(*given, tiny=False).run_dir == "/tmp/b"

@@ -519,3 +519,20 @@ def test_on_a_gpu_replays_read_the_weights_as_they_are_now_under_autocast():
     # each update moves the loss well beyond the tolerance (up or down: Adam at this rate overshoots), so that a
     # replay on stale casts could not pass for one on the weights of the moment
     assert all(abs(b - a) > 1e-2 * abs(a) for a, b in itertools.pairwise(losses)), losses
+
+
+def test_the_schedules_base_rate_is_kept_when_the_rate_becomes_a_tensor():
+    """A resumed run's group holds the scheduled rate (lr) beside the schedule's base (initial_lr): the rate
+    made a tensor must leave the base as it was, which a schedule built on the optimiser reads as its base
+    rate (PyTorch's LambdaLR, resumed at an update: base_lrs from initial_lr)."""
+    from nmt.training.graph_updates import learning_rates_on_device
+
+    weight = torch.nn.Parameter(torch.zeros(2))
+    optimizer = torch.optim.Adam([weight], lr=1e-5)
+    optimizer.param_groups[0]["initial_lr"] = 1e-3  # as a resumed checkpoint's state holds it
+    learning_rates_on_device(optimizer, torch.device("cpu"), False)
+    group = optimizer.param_groups[0]
+    assert group["initial_lr"] == 1e-3 and isinstance(group["lr"], torch.Tensor)
+    assert torch.equal(group["lr"], torch.tensor(1e-5, dtype=torch.float32))
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 0.5, last_epoch=10)
+    assert schedule.base_lrs == [1e-3]

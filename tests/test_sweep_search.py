@@ -442,6 +442,16 @@ def test_a_search_with_a_trial_killed_by_a_signal_ends_with_status_1(tmp_path, c
     assert ended.value.code == 1
     err = capsys.readouterr().err
     assert "1 trial(s) of" in err and "were killed (trial 2): rerun the search to run them again" in err
+    # SIGTERM too (a scheduler's preemption); a crash by another signal is the trial's own outcome
+    for signum, status in ((15, 1), (11, None)):
+        ended_by = {**killed, "error": f"killed by signal {signum}; its log ends: epoch 3"}
+        write_search(tmp_path, {}, [done, diverged, ended_by])
+        if status is None:
+            SweepReport().on_multirun_end(cfg)
+            continue
+        with pytest.raises(SystemExit) as ended:
+            SweepReport().on_multirun_end(cfg)
+        assert ended.value.code == status
 
 
 def test_what_a_search_holds_searches_and_follows(tmp_path):

@@ -1199,3 +1199,25 @@ def test_a_tuned_file_without_its_package_line_is_named_as_such(tmp_path, monkey
     with pytest.raises(SystemExit):
         checked_tuned_file(config, ["optim"])
     assert "hand.yaml does not begin with '# @package _global_'" in capsys.readouterr().err
+
+
+def test_a_choice_between_none_and_the_largest_tried_is_at_no_edge():
+    """Of model.dropout 0, 0.1 and 0.2, 0.1 chosen is inside the values tried (found by mutation: with 0 left
+    out of them, 0.1 was called the smallest value tried); 0.2 is the largest, and 0 is no edge (nothing below
+    none)."""
+    from nmt.sweep.tuning import _weak_choice
+
+    def scored(best: str) -> list:
+        others = [v for v in ("0", "0.1", "0.2") if v != best]
+        return [((("model.dropout", v),), [30.0 - i, 30.0 - i]) for i, v in enumerate([best, *others])]
+
+    def edge(best: str) -> list[str]:
+        runs = scored(best)
+        by_seed = {setting: {"1": values[0], "2": values[1]} for setting, values in runs}
+        return [n for n in _weak_choice("optim", "adam", runs, by_seed) if "value tried" in n]
+
+    assert edge("0.1") == [] and edge("0") == []
+    assert edge("0.2") == [
+        "note: optim=adam: the chosen model.dropout=0.2 is the largest value tried (0, 0.1, 0.2): one above it may "
+        "be better; try it before the factorial"
+    ]
