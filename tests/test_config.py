@@ -242,12 +242,20 @@ def test_course_baseline_has_the_reported_shape():
         # a key added where the code reads key by key: read by nothing, the run went on without it
         (
             "+checkpoint.keep_last=3",
-            "checkpoint.keep_last: not read by any part of a run (added with +?); did you mean "
-            "checkpoint.keep_last_epochs? checkpoint takes",
+            "checkpoint.keep_last: not read by any part of a run (added with +, or by a config of another folder?); "
+            "did you mean checkpoint.keep_last_epochs? checkpoint takes",
         ),
-        ("+early_stopping.foo=1", "early_stopping.foo: not read by any part of a run (added with +?); early_stopp"),
+        (
+            "+early_stopping.foo=1",
+            "early_stopping.foo: not read by any part of a run (added with +, or by a config of another folder?); "
+            "early_stopp",
+        ),
         ("+validation.foo=1 +progress.bar=1", "validation.foo: not read by any part of a run"),
-        ("+foo=1", "foo: not read by any part of a run (added with +?); the config takes attention, cache_dir,"),
+        (
+            "+foo=1",
+            "foo: not read by any part of a run (added with +, or by a config of another folder?); the config takes "
+            "attention, cache_dir,",
+        ),
         ("threads=0", "threads=0: must be a positive integer, or null for PyTorch's default"),
         ("optim=noam optim.scheduler.d_model=-1", "optim.scheduler.d_model=-1: must be a positive integer"),
         ("pos=relative pos.clip=-1", "pos.clip=-1: must be a positive integer"),
@@ -256,7 +264,7 @@ def test_course_baseline_has_the_reported_shape():
             "model.teacher_forcing='maybe': must be a number (a probability in [0, 1])",
         ),
         ("optim.scheduler.min_ratio=0.5", "optim.scheduler.min_ratio=0.5: decay=inverse_sqrt does not read it"),
-        ("+plan=true", "plan: not read by any part of a run"),  # a sweep's key: train.py reads no sweep.yaml
+        ("+plan=true", "plan: not read by any part of a run (a sweep's own setting: give it on sweep.py's command"),
         ("+task.foo=1 trainer.num_nodes=0", "trainer.num_nodes=0: must be a positive integer"),  # both said
         ("trainer.log_every_n_steps=-3", "trainer.log_every_n_steps=-3: must be an integer >= 0 (0: no per-update"),
         ("trainer.log_every_n_steps=2.5", "trainer.log_every_n_steps=2.5: must be an integer >= 0"),

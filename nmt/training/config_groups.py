@@ -123,7 +123,9 @@ def added_key_problems(cfg: DictConfig) -> list[str]:
             )
             # a misspelling in an experiment or recipe file: named by the file, not taken for a + of the command line
             files = sorted({f"conf/{f}" for key in unknown for f in elsewhere.get(key, ())})
-            source = f"written in {' or '.join(files)}" if files else "added with +?"
+            source = f"written in {' or '.join(files)}" if files else "added with +, or by a config of another folder?"
+            if not node_key and set(unknown) <= _sweep_keys():  # sweep_name in an experiment: the sweep's own
+                source = "a sweep's own setting: give it on sweep.py's command line"
             close = [m for k in unknown for m in difflib.get_close_matches(k.removeprefix(prefix), taken, n=1)]
             hint = f"did you mean {', '.join(prefix + m for m in close)}? " if close else ""
             problems.append(
@@ -131,6 +133,13 @@ def added_key_problems(cfg: DictConfig) -> list[str]:
                 f"{hint}{'the config' if not node_key else node_key} takes {', '.join(taken)}"
             )
     return problems
+
+
+@functools.cache
+def _sweep_keys() -> frozenset[str]:
+    """conf/sweep.yaml's own keys (sweep_name, baseline, ...): a sweep's, which no run reads."""
+    node = yaml.safe_load((CONF / "sweep.yaml").read_text(encoding="utf-8")) or {}
+    return frozenset(str(k) for k in node if k not in ("defaults", "hydra"))
 
 
 # keys the training code gives a built node itself, from the tokenizers: one set in the config as well was
