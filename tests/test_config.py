@@ -969,6 +969,12 @@ def test_a_misspelt_key_in_an_experiment_file_is_refused_naming_the_file(tmp_pat
         with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
             cfg = compose("train", overrides=["experiment=mine"])
         assert [p.strip() for p in config_groups.added_key_problems(cfg)][0].startswith(said)
+        # a key the experiment writes for its own interpolation is read, by that interpolation
+        (conf / "experiment" / "sized.yaml").write_text(
+            "# @package _global_\n# a trial\nd: 64\nmodel:\n  d_model: ${d}\n"
+        )
+        with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
+            assert config_groups.added_key_problems(compose("train", overrides=["experiment=sized"])) == []
         # the same key a group's option writes is read: the experiments that ship pass
         with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
             assert config_groups.added_key_problems(compose("train", overrides=["experiment=factorial_tiny"])) == []

@@ -1441,10 +1441,11 @@ def test_a_changed_code_hash_says_whether_the_commit_changed_or_only_uncommitted
     edited = {"config": {"seed": 1}, "code": {"hash": "b", "commit": "1" * 40, "dirty": True}}
     committed = {"config": {"seed": 1}, "code": {"hash": "c", "commit": "2" * 40, "dirty": False}}
     assert differences(saved, edited) == [
-        "code: the source of nmt/ or conf/ changed (commit 111111111111 both times, now with uncommitted changes)"
+        "code: the source of nmt/ or of a config group changed (commit 111111111111 both times, now with "
+        "uncommitted changes)"
     ]
     assert differences(saved, committed) == [
-        "code: the source of nmt/ or conf/ changed (commit 111111111111 -> 222222222222)"
+        "code: the source of nmt/ or of a config group changed (commit 111111111111 -> 222222222222)"
     ]
     assert differences(saved, {**saved}) == []
 

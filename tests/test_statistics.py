@@ -1671,13 +1671,20 @@ def test_runs_of_two_code_hashes_at_one_commit_are_two_code_versions_in_the_repo
     """The report named runs by their commit: runs made at one commit, some with an untracked file or an edit
     that git status did not count, read as one code version where the sweep's own reuse told two apart."""
     synthetic_sweep(tmp_path)
-    for i, run_dir in enumerate(sorted(tmp_path.iterdir())):
+    for i, run_dir in enumerate(sorted(p for p in tmp_path.iterdir() if p.is_dir())):
         code = {"hash": "a" * 16 if i % 2 else "b" * 16, "commit": "c" * 40, "dirty": False}
         (run_dir / "fingerprint.json").write_text(json.dumps({"code": code}))
     report = flat_report(tmp_path)
     both = f"code {'a' * 12} (commit {'c' * 12}), code {'b' * 12} (commit {'c' * 12})"
     assert f"| code | {both} |" in report
     assert f"**Warning:** the runs were made by 2 code versions: {both}." in report
+    # one hash at two commits (a commit of documents alone between the runs) is one code version
+    for i, run_dir in enumerate(sorted(p for p in tmp_path.iterdir() if p.is_dir())):
+        code = {"hash": "a" * 16, "commit": ("c" if i % 2 else "d") * 40, "dirty": False}
+        (run_dir / "fingerprint.json").write_text(json.dumps({"code": code}))
+    report = flat_report(tmp_path)
+    assert f"| code | code {'a' * 12} (commits {'c' * 12}; {'d' * 12}) |" in report
+    assert "code versions" not in report
 
 
 def test_runs_stopped_inside_their_warmup_are_named_in_the_report_as_not_converged(tmp_path):

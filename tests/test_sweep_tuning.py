@@ -890,7 +890,9 @@ def test_a_factorial_with_a_tuned_file_is_checked_against_its_tuning_runs_settin
     # other code than the tuning's: said as a run folder says it
     read["under"]["optim"]["adam"]["code"] = {"hash": "0" * 64, "commit": "abcdef123456", "dirty": False}
     (said,) = [line for line in tuned_differences(read, alike, ["optim", "seed"])[0]["optim=adam"]]
-    assert said.startswith("code: the source of nmt/ or conf/ changed since the tuning (commit abcdef123456 -> ")
+    assert said.startswith(
+        "code: the source of nmt/ or of a config group changed since the tuning (commit abcdef123456 -> "
+    )
     # a file recording no tuning at all, and one whose levels this sweep does not run (refused: it applies to none)
     del read["under"]
     assert tuned_differences(read, alike, ["optim", "seed"])[1]["optim=adam"].startswith("the file does not record")

@@ -67,7 +67,7 @@ def create_app(translator: Translator, max_chars: int = 1000, title: str = "nmt"
     def info() -> dict:
         return {
             "max_n_best": beams,
-            # the beam's width under beam search only: a sampling server's draws are no beam (null there)
+            # the beam's width under beam search only: greedy search and sampling's draws are no beam (null)
             "beam_size": beams if translator.search.ranks else None,
             "max_chars": max_chars,
             "strategy": translator.search.strategy,

@@ -86,6 +86,7 @@ class SweepReport(Callback):
                 print(f"error: the sweep did not start: {said}", file=sys.stderr)
             except OSError:  # stderr closed too (`... 2>&1 | head`): the sweep still must not launch
                 pass
+            SEARCHPATH.clear()
             raise SystemExit(2) from None
 
     def _start(self, config: DictConfig) -> None:
@@ -193,6 +194,13 @@ class SweepReport(Callback):
             print("[sweep] note: an MPS daemon answers at /tmp/nvidia-mps: these runs run under it (gpu_mps=false)")
 
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
+        try:
+            self._end(config)
+        finally:  # the next sweep of this process (a test, a library's caller) starts from its own folders
+            SEARCHPATH.clear()
+
+    def _end(self, config: DictConfig) -> None:
+        """The runs have ended: the signals and MPS given back, then the report (or the search's end)."""
         restore_signals(_SIGNALS.pop(str(Path(config.hydra.sweep.dir)), {}))
         mps = _MPS.pop(str(Path(config.hydra.sweep.dir)), None)
         if mps is not None:

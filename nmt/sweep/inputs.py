@@ -14,7 +14,7 @@ from nmt.sweep.gpus import setting_problem as mps_setting_problem
 from nmt.sweep.levels import is_search, level_settings_problem, same_level, sweep_levels
 from nmt.sweep.plan import as_override, command_prefixes, compose_train, own_folder, planned_values
 from nmt.sweep.search import searched_override_problem
-from nmt.sweep.tuned_source import config_folders, experiment_factors
+from nmt.sweep.tuned_source import chosen_file, config_folders, experiment_factors
 from nmt.utils.configs import CONF, dotted_keys, options_with_key, unset_variable_message
 
 
@@ -54,10 +54,14 @@ def experiment_grid_problem(config: DictConfig) -> str | None:
     grid = OmegaConf.select(config, "hydra.runtime.choices.grid", default=None)
     if not own or grid in (None, "none"):
         return None
-    grid_file = CONF / "grid" / f"{grid}.yaml"
-    theirs = OmegaConf.select(OmegaConf.load(grid_file), "params", default=None) if grid_file.is_file() else None
+    grid_file = chosen_file(config, "grid")  # conf/grid/, or a folder hydra.searchpath adds
+    theirs = OmegaConf.select(OmegaConf.load(grid_file), "params", default=None) if grid_file else None
     theirs = dict(theirs) if isinstance(theirs, DictConfig) else {}
-    replaced = [k for k in own if k in theirs and str(theirs[k]) != str(own[k])]
+
+    def levels_of(value) -> list[str]:  # "layer, rms" and "layer,rms" are one list of levels
+        return [v.strip() for v in str(value).split(",")]
+
+    replaced = [k for k in own if k in theirs and levels_of(theirs[k]) != levels_of(own[k])]
     added = [k for k in theirs if k not in own]
     if not replaced and not added:  # the same factors and levels
         return None

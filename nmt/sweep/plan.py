@@ -285,12 +285,16 @@ def _print_design(config: DictConfig, levels: dict, given: dict, grid: dict) -> 
     own = experiment_factors(config)
     experiment = OmegaConf.select(config, "hydra.runtime.choices.experiment", default=None)
 
-    def origin(key: str) -> str:
+    def factor_origin(key: str) -> str:
         return f"experiment={experiment}" if key in own else "grid"
 
     for key, values in levels.items():
         if len(values) > 1:
-            source = "command line" + (" (replaces the grid's)" if key in grid else "") if key in given else origin(key)
+            source = (
+                "command line" + (" (replaces the grid's)" if key in grid else "")
+                if key in given
+                else factor_origin(key)
+            )
             kind = "seeds (not a factor: each cell's replicates)" if key == "seed" else f"factor {key}"
             print(f"  {kind}: {', '.join(values)}   [{source}]")
     for key, values in given.items():

@@ -111,7 +111,7 @@ def run_cell(cfg: DictConfig) -> dict | None:
         # refused by the run folder's lock: another process trains (or trained) this cell; not a failure
         print(f"[sweep] trained by another process, not here: {run_dir.name}")
         return read_record(record_path) if record_path.exists() else None
-    record = _record_outcome(run_dir, returncode, factors, int(cfg.seed), time.monotonic() - started)
+    record = _record_outcome(run_dir, returncode, factors, cfg.seed, started)
     sweep_dir = Path(hydra_cfg.sweep.dir)
     print(progress_line(sweep_dir, planned_count(sweep_dir)), flush=True)
     return record
@@ -168,9 +168,9 @@ def _take_gpus(cfg: DictConfig, run_dir: Path, sweep_dir: Path, env: dict, comma
     return held
 
 
-def _record_outcome(run_dir: Path, returncode: int, factors: dict, seed: int, seconds: float) -> dict | None:
+def _record_outcome(run_dir: Path, returncode: int, factors: dict, seed, started: float) -> dict | None:
     """The run's record written where it finished (None, and its failure written with its log's last error,
-    where it did not)."""
+    where it did not); ``started``: when its process started (time.monotonic), its cost counted to here."""
     if returncode != 0:
         error = last_error(run_dir / "train_stderr.log")
         if returncode < 0:  # ended by a signal, whatever its log says last
@@ -178,7 +178,7 @@ def _record_outcome(run_dir: Path, returncode: int, factors: dict, seed: int, se
         atomic_write_json(run_dir / FAILED, {"returncode": returncode, "error": error})
         print(f"[sweep] FAILED ({returncode}): {run_dir.name}: {error} (log: {run_dir / 'train_stderr.log'})")
         return None
-    record = {**run_record(run_dir, factors, seed), "process_s": round(seconds, 1)}
+    record = {**run_record(run_dir, factors, int(seed)), "process_s": round(time.monotonic() - started, 1)}
     atomic_write_json(run_dir / RESULT, record)
     (run_dir / FAILED).unlink(missing_ok=True)  # an earlier attempt's, whichever process made it
     return record

@@ -170,19 +170,19 @@ def describe(sweep_dir: Path, records: list[dict]) -> dict:
         if isinstance(r.get("monitor_never_moved"), dict)
     ]
     facts["wall_time_h"] = sum(run_cost_s(r) for r in records) / 3600
-    codes, libraries, each_run, config = set(), set(), [], None
+    codes: dict[str, set[str]] = {}  # code hash -> the commits its runs were made at
+    libraries, each_run, config = set(), [], None
     for r in records:
         run_dir = Path(r.get("run_dir", ""))
         fingerprint = run_dir / "fingerprint.json"
         if fingerprint.is_file():
             code = json.loads(fingerprint.read_text()).get("code", {})
+            # told apart by the hash the runs' reuse compares (an untracked file is no "uncommitted change" to
+            # git status, and a commit of documents alone changes no code): its commits said beside it
             commit = code.get("commit", "")[:12]
-            # told apart by the hash the runs' reuse compares: a commit names the code only where no edit was
-            # made since (an untracked file, an edit undone, is no "uncommitted change" to git status)
-            label = f"code {code.get('hash', '?')[:12]}"
+            commits = codes.setdefault(code.get("hash", "?")[:12], set())
             if commit:
-                label += f" (commit {commit}{', with uncommitted changes' if code.get('dirty') else ''})"
-            codes.add(label)
+                commits.add(commit + (", with uncommitted changes" if code.get("dirty") else ""))
             if code.get("libraries"):  # recorded since runs kept them
                 libraries.add(", ".join(f"{name} {v}" for name, v in code["libraries"].items()))
         hydra = run_dir / ".hydra" / "hydra.yaml"
@@ -196,7 +196,10 @@ def describe(sweep_dir: Path, records: list[dict]) -> dict:
                 each_run.append(chosen)
         if config is None and (run_dir / "config.yaml").is_file():
             config = _readable_yaml(run_dir / "config.yaml")
-    facts["code"] = sorted(codes)
+    facts["code"] = [
+        f"code {h}" + (f" (commit{'s' if len(c) > 1 else ''} {'; '.join(sorted(c))})" if c else "")
+        for h, c in sorted(codes.items())
+    ]
     facts["libraries"] = sorted(libraries)
     facts["other_settings"] = runs_of_other_settings(records)
     facts["choices"] = _choices_of(each_run)

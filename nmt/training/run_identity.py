@@ -3,8 +3,9 @@ when the folder is used again.
 
 - The settings: the resolved config minus the keys that cannot change the result (output paths, loggers,
   progress display, threads: :data:`NOT_RESULT_KEYS`).
-- The code: the hash of ``nmt/`` and ``conf/`` (with the git commit, and the libraries' versions, recorded
-  but not compared: an upgrade would otherwise void every finished run).
+- The code: the hash of ``nmt/`` and the config groups training composes (nmt.utils.code; with the git
+  commit, and the libraries' versions, recorded but not compared: an upgrade would otherwise void every
+  finished run).
 - The data, once read: the corpus, each split's size and text hash, the tokenizers and segmenters.
 
 A rerun resumes only a run of the same identity; otherwise it stops and lists what differs
@@ -152,7 +153,7 @@ def differences(saved: dict, current: dict) -> list[str]:
         edits[True, True] = ", each time with uncommitted changes"
         edited = edits.get((bool(old_code.get("dirty")), bool(new_code.get("dirty"))), "")
         commits = f" (commit {before} -> {now}{edited})" if before != now else f" (commit {now} both times{edited})"
-        lines.append(f"code: the source of nmt/ or conf/ changed{commits}")
+        lines.append(f"code: the source of nmt/ or of a config group changed{commits}")
     return lines
 
 

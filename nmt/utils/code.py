@@ -19,7 +19,8 @@ from nmt.utils.io import atomic_write_text
 # as command-line overrides (in its recorded config): writing conf/tuned/<name>.yaml, as `sweep.py tune` does,
 # leaves every finished run valid. Experiments and recipes too: they only set values, which reach a run's
 # recorded settings and are compared there key by key (an edited recipe is named by the keys it changed), so
-# a user's new experiment or recipe file voids no finished run of the others
+# a user's new experiment file voids no finished run of the others (a new <data>_<model> recipe is those runs'
+# default: their settings differ, said so)
 NOT_TRAINING_CONFIGS = (
     "evaluate.yaml",
     "translate.yaml",
