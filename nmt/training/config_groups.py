@@ -107,8 +107,9 @@ READ_BY_KEY = ("", "checkpoint", "early_stopping", "progress", "validation")
 
 
 def added_key_problems(cfg: DictConfig) -> list[str]:
-    """Keys added with ``+`` (``+checkpoint.keep_last=3``, ``+foo=1``) that nothing reads: said with the keys
-    the node takes, where the run went on without them."""
+    """Keys added with ``+`` (``+checkpoint.keep_last=3``, ``+foo=1``), or written by an experiment or recipe
+    (``early_stoping:``), that nothing reads: said with where they came from and the keys the node takes, where
+    the run went on without them. A key the config's own ``${key}`` reads is read."""
     known, elsewhere = schema_keys()
     problems = []
     text = OmegaConf.to_yaml(cfg)  # unresolved: a key an experiment writes for its own ${key} is read by that
