@@ -1133,6 +1133,19 @@ def test_the_multirun_flag_after_an_override_is_read_as_hydra_reads_it_first(mon
         cli.check_command_line("sweep")
         flag = next(a for a in given if a.startswith("-"))
         assert sys.argv == ["sweep.py", flag, *(a for a in given if a != flag)]
+    # every flag of Hydra's, with its value (--info's only where it names a topic), in its order
+    from nmt.cli.arguments import hydra_flags_first
+
+    given = ["a=1", "--cfg", "job", "b=2", "-i", "searchpath", "c=3", "--info", "d=4", "-cd", "mine", "e=5"]
+    assert hydra_flags_first(given) == [
+        *("--cfg", "job", "-i", "searchpath", "--info", "-cd", "mine"),
+        *("a=1", "b=2", "c=3", "d=4", "e=5"),
+    ]
+    shown = subprocess.run(
+        [sys.executable, str(ROOT / "train.py"), "data=toy", "--cfg", "job", "seed=7"],
+        capture_output=True, text=True, cwd=ROOT, timeout=120,
+    )  # fmt: skip
+    assert shown.returncode == 0 and "seed: 7" in shown.stdout, shown.stderr[-1000:]
 
 
 @pytest.mark.parametrize("program", ["train", "sweep"])

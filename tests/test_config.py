@@ -969,6 +969,13 @@ def test_a_misspelt_key_in_an_experiment_file_is_refused_naming_the_file(tmp_pat
         with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
             cfg = compose("train", overrides=["experiment=mine"])
         assert [p.strip() for p in config_groups.added_key_problems(cfg)][0].startswith(said)
+        # another experiment with the same misspelling is not blamed for this run's, given the run's choices
+        (conf / "experiment" / "other.yaml").write_text(f"# @package _global_\n# another\n{written}")
+        config_groups.schema_keys.cache_clear()
+        both = config_groups.added_key_problems(cfg)[0]
+        assert "conf/experiment/mine.yaml or conf/experiment/other.yaml" in both
+        own = config_groups.added_key_problems(cfg, {"experiment": "mine", "recipe": "none"})[0]
+        assert "(written in conf/experiment/mine.yaml)" in own
         # a key the experiment writes for its own interpolation is read, by that interpolation
         (conf / "experiment" / "sized.yaml").write_text(
             "# @package _global_\n# a trial\nd: 64\nmodel:\n  d_model: ${d}\n"

@@ -12,6 +12,7 @@ from nmt.cli.arguments import (
     added_default_group_message,
     drop_refused_output,
     hydra_dir_from_run_dir,
+    hydra_flags_first,
     quoted_paths,
     run_dir_message,
     unparsable_message,
@@ -28,6 +29,7 @@ __all__ = [
     "checkpoint_use_message",
     "foreign_group_message",
     "hydra_dir_from_run_dir",
+    "hydra_flags_first",
     "launcher_key_message",
     "multirun_message",
     "quoted_paths",
@@ -48,10 +50,7 @@ def check_command_line(config_name: str) -> None:
     right one. Existing paths holding Hydra's grammar are quoted (:func:`quoted_paths`), and train.py's
     ``run_dir`` becomes Hydra's output folder too (:func:`hydra_dir_from_run_dir`)."""
     sys.argv[1:] = quoted_paths(sys.argv[1:])
-    multirun = [a for a in sys.argv[1:] if a in ("-m", "--multirun")]
-    if multirun and sys.argv[1] not in multirun:  # Hydra reads its flags before the overrides only: `a=1 -m b=2`
-        # ended in argparse's usage block, "unrecognized arguments: b=2"
-        sys.argv[1:] = [multirun[0], *(a for a in sys.argv[1:] if a not in multirun)]
+    sys.argv[1:] = hydra_flags_first(sys.argv[1:])
     if config_name == "train":
         sys.argv[1:] = hydra_dir_from_run_dir(sys.argv[1:])
     if config_name == "sweep" and not any(a.startswith("-") for a in sys.argv[1:]):

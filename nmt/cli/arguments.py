@@ -208,3 +208,27 @@ def added_default_group_message(argv: list[str], config_name: str, conf: Path | 
                 f"write {key[1:]}={option}"
             )
     return None
+
+
+# Hydra's own flags that take a value (its parser's nargs None), and --info's optional one
+_FLAG_VALUE = ("--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd")
+_FLAG_VALUE += ("--experimental-rerun",)
+_INFO = ("--info", "-i")
+_INFO_TOPICS = ("all", "config", "defaults", "defaults-tree", "plugins", "searchpath")
+
+
+def hydra_flags_first(argv: list[str]) -> list[str]:
+    """Hydra's flags, each with its value, moved before the overrides, in their order: Hydra's parser reads
+    flags before its overrides only, so `a=1 -m b=2` (or `--cfg job` between overrides) ended in argparse's
+    usage block, "unrecognized arguments: b=2". Moving a flag forward changes nothing else."""
+    flags, overrides, i = [], [], 0
+    while i < len(argv):
+        arg = argv[i]
+        if not arg.startswith("-"):
+            overrides.append(arg)
+            i += 1
+            continue
+        takes = arg in _FLAG_VALUE or (arg in _INFO and i + 1 < len(argv) and argv[i + 1] in _INFO_TOPICS)
+        flags += argv[i : i + 1 + takes]
+        i += 1 + takes
+    return flags + overrides

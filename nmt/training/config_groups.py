@@ -106,10 +106,12 @@ def _walk(node, prefix: str, keys: set[str], bools: set[str]) -> None:
 READ_BY_KEY = ("", "checkpoint", "early_stopping", "progress", "validation")
 
 
-def added_key_problems(cfg: DictConfig) -> list[str]:
+def added_key_problems(cfg: DictConfig, choices: dict | None = None) -> list[str]:
     """Keys added with ``+`` (``+checkpoint.keep_last=3``, ``+foo=1``), or written by an experiment or recipe
     (``early_stoping:``), that nothing reads: said with where they came from and the keys the node takes, where
-    the run went on without them. A key the config's own ``${key}`` reads is read."""
+    the run went on without them. A key the config's own ``${key}`` reads is read. ``choices``: the run's group
+    choices (Hydra's record), which name the experiment and recipe a key came from; without them, every file
+    that writes it."""
     known, elsewhere = schema_keys()
     problems = []
     text = OmegaConf.to_yaml(cfg)  # unresolved: a key an experiment writes for its own ${key} is read by that
@@ -130,7 +132,7 @@ def added_key_problems(cfg: DictConfig) -> list[str]:
                 k.removeprefix(prefix) for k in known if k.startswith(prefix) and "." not in k.removeprefix(prefix)
             )
             # a misspelling in an experiment or recipe file: named by the file, not taken for a + of the command line
-            files = sorted({f"conf/{f}" for key in unknown for f in elsewhere.get(key, ())})
+            files = sorted({f"conf/{f}" for key in unknown for f in elsewhere.get(key, ()) if _chosen(f, choices)})
             source = f"written in {' or '.join(files)}" if files else "added with +, or by a config of another folder?"
             if not node_key and set(unknown) <= _sweep_keys():  # sweep_name in an experiment: the sweep's own
                 source = "a sweep's own setting: give it on sweep.py's command line"
@@ -141,6 +143,12 @@ def added_key_problems(cfg: DictConfig) -> list[str]:
                 f"{hint}{'the config' if not node_key else node_key} takes {', '.join(taken)}"
             )
     return problems
+
+
+def _chosen(path: str, choices: dict | None) -> bool:
+    """Whether ``experiment/x.yaml`` (or a recipe's) is the run's own choice; any file where none are known."""
+    group, _, name = path.partition("/")
+    return not choices or str(choices.get(group)) == name.removesuffix(".yaml")
 
 
 @functools.cache
