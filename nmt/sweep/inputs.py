@@ -12,10 +12,17 @@ from omegaconf.errors import InterpolationResolutionError
 from nmt.sweep.gpus import pool_problem
 from nmt.sweep.gpus import setting_problem as mps_setting_problem
 from nmt.sweep.levels import is_search, level_settings_problem, same_level, sweep_levels
-from nmt.sweep.plan import as_override, command_prefixes, compose_train, own_folder, planned_values
+from nmt.sweep.plan import (
+    as_override,
+    command_prefixes,
+    compose_train,
+    key_of_another_option,
+    own_folder,
+    planned_values,
+)
 from nmt.sweep.search import searched_override_problem
 from nmt.sweep.tuned_source import chosen_file, config_folders, experiment_factors
-from nmt.utils.configs import CONF, dotted_keys, options_with_key, unset_variable_message
+from nmt.utils.configs import CONF, dotted_keys, unset_variable_message
 
 
 def logs_to_wandb(cfg: DictConfig) -> bool:
@@ -268,18 +275,9 @@ class RunConfigs:
             what = "be a factor" if len(levels.get(key, [])) > 1 else f"be set ({key}={','.join(levels.get(key, []))})"
             if key in had and runs:  # a key of other levels' runs (model.d_model under model=transformer,rnn)
                 return f"{key}: not a key of the runs of {runs}, so it cannot {what}; sweep those levels apart"
-            hint = hint or _replaced_group(config, key) or _key_of_another_option(key)
+            hint = hint or _replaced_group(config, key) or key_of_another_option(key)
             return f"{key}: not a key of the config, so it cannot {what}{hint}"
         return None
-
-
-def _key_of_another_option(key: str) -> str:
-    """ " (it is a key of model=rnn)" where the key is one of another option of its group, as the command line's
-    check says it; "" otherwise."""
-    groups = sorted(str(p.relative_to(CONF)) for p in CONF.rglob("*") if p.is_dir())
-    owners = options_with_key(key, CONF, groups)
-    group = key.split(".")[0]
-    return f" (it is a key of {' or '.join(f'{group}={o}' for o in owners)})" if owners else ""
 
 
 def _replaced_group(config: DictConfig, key: str) -> str:

@@ -476,6 +476,15 @@ def _tuned_shown(config: DictConfig) -> str:
     return shown_path(path) if path is not None else "its file"
 
 
+def key_of_another_option(key: str) -> str:
+    """ " (it is a key of model=rnn)" where the key is one of another option of its group (the command line's
+    check says it so too); "" otherwise."""
+    groups = sorted(str(p.relative_to(CONF)) for p in CONF.rglob("*") if p.is_dir())
+    owners = options_with_key(key, CONF, groups)
+    group = key.split(".")[0]
+    return f" (it is a key of {' or '.join(f'{group}={o}' for o in owners)})" if owners else ""
+
+
 def _closest_key(error: str, overrides: list[str]) -> str:
     """ " (did you mean <key>?)" for Hydra's "Could not override '<key>'", the nearest key of the run's config
     composed without that override (the command line's typo gets one from train.py's check; a level setting's
@@ -488,11 +497,8 @@ def _closest_key(error: str, overrides: list[str]) -> str:
     if found is None:
         return ""
     key = found.group(1)
-    groups = sorted(str(p.relative_to(CONF)) for p in CONF.rglob("*") if p.is_dir())
-    owners = options_with_key(key, CONF, groups)
-    if owners:
-        group = key.split(".")[0]
-        return f" (it is a key of {' or '.join(f'{group}={o}' for o in owners)})"
+    if owned := key_of_another_option(key):
+        return owned
     try:
         base = compose_train([o for o in overrides if o.lstrip("+~").partition("=")[0] != key])
     except Exception:  # noqa: BLE001 - another override fails too: that error is said as it is
