@@ -13,7 +13,7 @@ import yaml
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from nmt.utils.configs import CONF
+from nmt.utils.configs import CONF, VALUE_GROUPS
 from nmt.utils.instantiate import locate_target
 
 
@@ -38,15 +38,12 @@ def schema_keys() -> tuple[frozenset[str], dict[str, tuple[str, ...]]]:
     outside it (``early_stoping:``) is a misspelling that no part of a run reads."""
     schema, elsewhere = set(), {}
     for path, written, _ in _keys_by_file():
-        if path.parts[0] in VALUE_FILES:
+        if path.parts[0] in VALUE_GROUPS:
             for key in written:
                 elsewhere.setdefault(key, []).append(path.as_posix())
         else:
             schema |= written
     return frozenset(schema), {k: tuple(v) for k, v in elsewhere.items() if k not in schema}
-
-
-VALUE_FILES = ("experiment", "recipe")  # groups of files that set values of the others' keys
 
 
 def _keys_by_file() -> list[tuple[Path, set[str], set[str]]]:

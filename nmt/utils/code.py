@@ -13,6 +13,7 @@ from pathlib import Path
 
 import yaml
 
+from nmt.utils.configs import VALUE_GROUPS
 from nmt.utils.io import atomic_write_text
 
 # configs out of the hash: the other entry points', and the sweeps' grids and tuned settings, which reach a run
@@ -29,8 +30,7 @@ NOT_TRAINING_CONFIGS = (
     "sweep.yaml",
     "grid",
     "tuned",
-    "experiment",
-    "recipe",
+    *VALUE_GROUPS,
 )
 
 

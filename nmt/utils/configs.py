@@ -7,6 +7,9 @@ from omegaconf import DictConfig, OmegaConf
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository: the package and conf/ beside it
 CONF = ROOT / "conf"
+# config groups whose files only set the values of other groups' keys (a run's settings hold them): out of the
+# code hash (nmt.utils.code), and no part of the schema that a misspelt key is checked against
+VALUE_GROUPS = ("experiment", "recipe")
 
 
 def dotted_keys(node, prefix: str = "") -> list[str]:
